@@ -1,0 +1,66 @@
+"""The ``torch.compile`` backend that models an Ascend NPU.
+
+Like any Dynamo backend it receives an FX graph and example inputs and returns a callable. Ours lowers
+the graph to aten with AOTAutograd, builds the program IR, plans it (BASELINE or VARIANT), simulates the
+plan on the target's profile once (shapes are static), and returns a callable that computes the outputs
+on the CPU in the plan's order. Each compiled graph is kept on the backend for the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.fx
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from . import fusion
+from .capture import build_program
+from .catalog import OpCatalog, load_catalog
+from .errors import NotModeledError
+from .execute import run_in_order
+from .hardware import HardwareProfile
+from .program import Program
+from .simulate import RunReport, simulate
+from .torchair.configs.compiler_config import CompilerConfig
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """One captured graph with its plan and modeled run; calling it computes the outputs."""
+
+    gm: torch.fx.GraphModule
+    program: Program
+    plan: fusion.Plan
+    run: RunReport
+
+    def __call__(self, *args: Any) -> list[Any]:
+        order = [name for task in self.plan.tasks for name in task.kernels]
+        return run_in_order(self.gm, self.program, order, args)
+
+
+@dataclass
+class NpuBackend:
+    """A Dynamo backend bound to one target, mode and variant (scopes honoured or ignored)."""
+
+    config: CompilerConfig
+    profile: HardwareProfile
+    variant: str = fusion.VARIANT
+    catalog: OpCatalog = field(default_factory=load_catalog)
+    options: Mapping[str, str] = field(default_factory=dict)
+    graphs: list[CompiledGraph] = field(default_factory=list)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in example_inputs):
+            raise NotModeledError(
+                "training graphs are not modeled; run the model under torch.no_grad() or torch.inference_mode()."
+            )
+        return aot_module_simplified(gm, example_inputs, fw_compiler=self._compile_aten)
+
+    def _compile_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
+        program = build_program(gm, self.catalog)
+        plan = fusion.plan(program, self.profile, variant=self.variant, mode=self.config.mode, options=self.options)
+        compiled = CompiledGraph(gm, program, plan, simulate(program, plan, self.profile))
+        self.graphs.append(compiled)
+        return compiled

@@ -1,0 +1,272 @@
+"""Capture: ``torch.compile`` a model with one graph and turn its aten graph into the program IR.
+
+Dynamo hands the backend an FX graph of torch-level calls; AOTAutograd lowers it to functional aten ops
+with fake-tensor metadata (shapes and dtypes), which is the level at which an NPU compiler sees kernels.
+Scope markers arrive as ``npufuse::scope_enter/exit`` nodes in program order and are resolved into
+per-kernel annotations here.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.fx
+from torch._dynamo.exc import TorchDynamoException
+
+from . import scopes
+from .catalog import OpCatalog
+from .errors import CaptureError, NpufuseError
+from .program import Buffer, Kernel, Program, TensorSpec
+
+# Ops that only reinterpret metadata but whose schemas carry no alias annotation.
+_METADATA_ONLY = frozenset({"aten::_unsafe_view", "aten::lift_fresh"})
+
+
+def op_type_of(node: torch.fx.Node) -> str:
+    """``namespace::name`` of a call node, e.g. ``aten::mm`` or ``npu::npu_quant_matmul``."""
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return schema.name
+    return f"python::{getattr(target, '__name__', str(target))}"
+
+
+def is_view(node: torch.fx.Node) -> bool:
+    """True when the op returns an alias of its input instead of writing new memory.
+
+    Decided from the schema's alias annotation, as PyTorch's CUDA sanitizer does, so new view ops need
+    no list here.
+    """
+    if node.target is operator.getitem:
+        return True
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return False
+    if schema.name in _METADATA_ONLY:
+        return True
+    returns = schema.returns
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def _spec(value: Any) -> TensorSpec:
+    shape = tuple(int(dim) for dim in value.shape)
+    return TensorSpec(shape, str(value.dtype).removeprefix("torch."), math.prod(shape) * value.element_size())
+
+
+def _tensor_nodes(args: Any) -> Iterator[torch.fx.Node]:
+    """Every graph node among (possibly nested) call arguments, in argument order."""
+    for arg in _flatten(args):
+        if isinstance(arg, torch.fx.Node):
+            yield arg
+
+
+def _flatten(args: Any) -> Iterator[Any]:
+    if isinstance(args, (list, tuple)):
+        for arg in args:
+            yield from _flatten(arg)
+    elif isinstance(args, dict):
+        for arg in args.values():
+            yield from _flatten(arg)
+    else:
+        yield args
+
+
+def _source_line(node: torch.fx.Node) -> str:
+    """The user's source location of a node, for messages that point at their model code."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = [line.strip() for line in trace.strip().splitlines() if line.strip().startswith("File ")]
+    if not frames:
+        return ""
+    location = frames[-1].removeprefix("File ").replace('"', "")
+    return location.replace(", line ", ":").split(", in ")[0]
+
+
+def _flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
+    """Arithmetic work of one kernel by the catalog's rule."""
+    out_elems = sum(math.prod(spec.shape) for spec in outputs)
+    if rule == "matmul":
+        first_matrix = next((spec for spec in inputs if len(spec.shape) >= 2), None)
+        k = first_matrix.shape[-1] if first_matrix is not None else 1
+        return 2.0 * out_elems * k
+    if rule == "elementwise":
+        return out_elems * per_element
+    if rule == "reduction":
+        return float(sum(math.prod(spec.shape) for spec in inputs[:1]))
+    return 0.0
+
+
+def _compute_dtype(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
+    """The dtype a kernel computes in: its first matrix/tensor input, else its first output."""
+    for spec in (*inputs, *outputs):
+        if spec.shape:
+            return spec.dtype
+    return outputs[0].dtype if outputs else "float32"
+
+
+class _ProgramBuilder:
+    """Walks an aten graph once in program order, keeping the scope stack as TorchAir's converter does."""
+
+    def __init__(self, gm: torch.fx.GraphModule, catalog: OpCatalog) -> None:
+        self.gm = gm
+        self.catalog = catalog
+        self.stack = scopes.ScopeStack()
+        self.buffers: dict[str, Buffer] = {}
+        self.kernels: list[Kernel] = []
+        self.names: dict[str, int] = {}
+
+    def build(self) -> Program:
+        inputs: list[str] = []
+        outputs: tuple[str | None, ...] = ()
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                self._add_buffer(node, producer=None)
+                inputs.append(node.name)
+            elif node.op == "get_attr":
+                self._add_buffer(node, producer=None)
+            elif node.op == "output":
+                outputs = tuple(n.name if isinstance(n, torch.fx.Node) else None for n in _flatten(node.args[0]))
+            elif scopes.is_scope_node(node):
+                self._scope_marker(node)
+            elif is_view(node):
+                self._add_view(node)
+            else:
+                self._add_kernel(node)
+        open_scopes = self.stack.open_scopes()
+        if open_scopes:
+            raise CaptureError(
+                f"{open_scopes[-1]} is entered but never exited in the captured graph. Use scopes only as "
+                "`with` blocks, and keep graph breaks (print, .item(), data-dependent if) out of them."
+            )
+        return Program(tuple(self.kernels), MappingProxyType(dict(self.buffers)), tuple(inputs), outputs)
+
+    def _scope_marker(self, node: torch.fx.Node) -> None:
+        if node.target is scopes.SCOPE_ENTER:
+            self.stack.enter(*node.args[:2])
+        else:
+            self.stack.exit(f"the graph at {_source_line(node) or 'the model'}")
+
+    def _add_buffer(self, node: torch.fx.Node, producer: str | None, alias_of: str | None = None) -> None:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            self.buffers[node.name] = Buffer(node.name, _spec(value), producer, alias_of)
+
+    def _add_view(self, node: torch.fx.Node) -> None:
+        base = next(_tensor_nodes(node.args), None)
+        if node.target is operator.getitem and base is not None and base.name not in self.buffers:
+            # A projection out of a multi-output kernel is that kernel's output buffer, not a view.
+            self._add_buffer(node, producer=self._producer_of(base))
+            self._attach_output(base.name, node.name)
+            return
+        self._add_buffer(node, producer=None, alias_of=base.name if base is not None else None)
+
+    def _producer_of(self, node: torch.fx.Node) -> str | None:
+        for kernel in reversed(self.kernels):
+            if kernel.node == node.name:
+                return kernel.name
+        return None
+
+    def _attach_output(self, kernel_node: str, buffer: str) -> None:
+        for i, kernel in enumerate(self.kernels):
+            if kernel.node == kernel_node:
+                self.kernels[i] = replace(kernel, outputs=(*kernel.outputs, buffer))
+                return
+
+    def _kernel_name(self, kernel_type: str) -> str:
+        count = self.names.get(kernel_type, 0)
+        self.names[kernel_type] = count + 1
+        return kernel_type if count == 0 else f"{kernel_type}_{count}"
+
+    def _add_kernel(self, node: torch.fx.Node) -> None:
+        op_type = op_type_of(node)
+        info = self.catalog.lookup(op_type)
+        value = node.meta.get("val")
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        output_specs = tuple(_spec(v) for v in values if isinstance(v, torch.Tensor))
+        inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers)
+        input_specs = [self.buffers[name].spec for name in inputs]
+        name = self._kernel_name(info.kernel_type)
+        single = isinstance(value, torch.Tensor)
+        if single:
+            self._add_buffer(node, producer=name)
+        self.kernels.append(
+            Kernel(
+                index=len(self.kernels),
+                name=name,
+                node=node.name,
+                op_type=op_type,
+                info=info,
+                inputs=inputs,
+                outputs=(node.name,) if single else (),
+                output_specs=output_specs,
+                annotations=self.stack.resolve(),
+                flops=_flops(info.flops, info.flops_per_element, input_specs, output_specs),
+                bytes=sum(spec.nbytes for spec in (*input_specs, *output_specs)),
+                compute_dtype=_compute_dtype(input_specs, output_specs),
+                source=_source_line(node),
+            )
+        )
+
+
+def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog) -> Program:
+    """The program IR of one aten graph."""
+    return _ProgramBuilder(gm, catalog).build()
+
+
+def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Callable[..., Any]) -> Any:
+    """Compile and run ``model`` with ``backend`` as one static graph, turning Dynamo failures into errors
+    a user can act on (a graph break names the scope it split)."""
+    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
+    try:
+        with torch.no_grad():
+            return compiled(*inputs)
+    except NpufuseError:
+        raise
+    except TorchDynamoException as exc:
+        if isinstance(exc.__cause__, NpufuseError):
+            raise exc.__cause__ from None
+        raise CaptureError(_graph_break_message(model, inputs, exc)) from None
+
+
+def _graph_break_message(model: Callable[..., Any], inputs: Sequence[Any], exc: Exception) -> str:
+    """Say where the graph broke and which scope it split, found by compiling again without fullgraph."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=record, fullgraph=False, dynamic=False)(*inputs)
+    except Exception:  # noqa: BLE001 - the diagnosis is best effort; the original reason is reported anyway
+        pass
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    split = _scope_split_by_break(graphs)
+    where = f"inside {split}" if split else "in the model"
+    return (
+        f"graph break {where}: {reason}. npufuse captures the model as one static graph, as TorchAir "
+        "max-autotune does; a scope cannot span a graph break. Move the breaking code (print, .item(), "
+        "data-dependent control flow, unsupported calls) out of the scope, or make it traceable."
+    )
+
+
+def _scope_split_by_break(graphs: Sequence[torch.fx.GraphModule]) -> str | None:
+    """The innermost scope left open at the end of a graph: the one a graph break cut in two."""
+    for gm in graphs:
+        stack = scopes.ScopeStack()
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node.target in (scopes.SCOPE_ENTER, torch.ops.npufuse.scope_enter):
+                stack.enter(*node.args[:2])
+            elif node.target in (scopes.SCOPE_EXIT, torch.ops.npufuse.scope_exit) and stack.open_scopes():
+                stack.exit("graph")
+        if stack.open_scopes():
+            return stack.open_scopes()[-1]
+    return None

@@ -1,0 +1,115 @@
+"""The op catalog: which engine each op type runs on, whether a SuperKernel may fuse it, and its cost rules.
+
+The facts are data (``data/ops.toml``); users add their own custom ops under
+``[tool.npufuse.ops."ns::op"]``. Op types are named ``namespace::name`` everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .errors import ProfileError
+from .hardware import DATA_DIR, ENGINES
+from .tomlfile import read_toml, typed_value
+
+BLOCK_DIM_RULES = ("cube_tiles", "vector_bytes", "one")
+FLOPS_RULES = ("matmul", "elementwise", "reduction", "none")
+
+
+class UnknownOpWarning(UserWarning):
+    """An op type the catalog does not know was priced with the documented default."""
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """How one op type runs on the device."""
+
+    op_type: str
+    engine: str
+    fusable: bool
+    sync_all: bool
+    block_dim: int | str
+    flops: str
+    flops_per_element: float
+    kernel_type: str
+    known: bool = True
+
+
+def default_op(op_type: str) -> OpInfo:
+    """The documented default for an op the catalog lacks: an unfusable Vector kernel.
+
+    Unfusable is the safe guess: a SuperKernel that silently fused an op the real compiler rejects
+    would overstate the gain, while a visible break tells the user to add a catalog entry.
+    """
+    name = op_type.split("::")[-1]
+    kernel_type = "".join(part.capitalize() for part in name.strip("_").split("_")) or "Op"
+    return OpInfo(op_type, "vector", False, False, "vector_bytes", "elementwise", 1.0, kernel_type, known=False)
+
+
+def _entry(op_type: str, table: Any, where: str) -> OpInfo:
+    if "::" not in op_type:
+        raise ProfileError(f"{where}: op type '{op_type}' must be written 'namespace::name', e.g. 'acc::my_op'.")
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where}: '{op_type}' must be a table of keys (engine, fusable, sync_all, block_dim).")
+    entry_where = f'{where} ["{op_type}"]'
+    engine = typed_value(table, "engine", str, entry_where)
+    if engine not in ENGINES:
+        raise ProfileError(f"{entry_where}: engine '{engine}' is not one of {', '.join(ENGINES)}.")
+    block_dim = typed_value(table, "block_dim", (int, str), entry_where)
+    if isinstance(block_dim, str) and block_dim not in BLOCK_DIM_RULES:
+        raise ProfileError(
+            f"{entry_where}: block_dim '{block_dim}' is not an integer or one of {', '.join(BLOCK_DIM_RULES)}."
+        )
+    flops = table.get("flops", "none")
+    if flops not in FLOPS_RULES:
+        raise ProfileError(f"{entry_where}: flops '{flops}' is not one of {', '.join(FLOPS_RULES)}.")
+    per_element = typed_value(table, "flops_per_element", float, entry_where) if "flops_per_element" in table else 1.0
+    kernel_type = table.get("kernel_type", default_op(op_type).kernel_type)
+    return OpInfo(
+        op_type=op_type,
+        engine=engine,
+        fusable=typed_value(table, "fusable", bool, entry_where),
+        sync_all=typed_value(table, "sync_all", bool, entry_where),
+        block_dim=block_dim,
+        flops=flops,
+        flops_per_element=per_element,
+        kernel_type=str(kernel_type),
+    )
+
+
+class OpCatalog:
+    """Look-ups by op type, with one warning per op type the catalog does not know."""
+
+    def __init__(self, entries: Mapping[str, OpInfo], digest: str) -> None:
+        self.entries = MappingProxyType(dict(entries))
+        self.digest = digest
+        self._warned: set[str] = set()
+
+    def lookup(self, op_type: str) -> OpInfo:
+        info = self.entries.get(op_type)
+        if info is not None:
+            return info
+        if op_type not in self._warned:
+            self._warned.add(op_type)
+            warnings.warn(
+                f"op '{op_type}' is not in the npufuse op catalog; modeled as an unfusable Vector kernel. "
+                f'Add [tool.npufuse.ops."{op_type}"] to pyproject.toml to describe it.',
+                UnknownOpWarning,
+                stacklevel=2,
+            )
+        return default_op(op_type)
+
+
+def load_catalog(extra: Mapping[str, Any] | None = None, extra_source: str = "[tool.npufuse.ops]") -> OpCatalog:
+    """The built-in catalog, overlaid with user entries (which win for the same op type)."""
+    path: Path = DATA_DIR / "ops.toml"
+    data = read_toml(path)
+    entries = {op: _entry(op, table, str(path)) for op, table in data.items()}
+    entries.update({op: _entry(op, table, extra_source) for op, table in (extra or {}).items()})
+    digest = hashlib.sha256(repr(sorted(entries.items())).encode()).hexdigest()[:16]
+    return OpCatalog(entries, digest)

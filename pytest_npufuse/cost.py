@@ -1,0 +1,66 @@
+"""Roofline cost of one kernel on a hardware profile: its block dim and its on-core time.
+
+A kernel is as slow as the slower of its arithmetic (flops at the engine's peak for its dtype, scaled by
+the share of cores it launches on) and its memory traffic (bytes at HBM bandwidth, or at the per-core
+DDR path when few cores launch). Efficiencies come from the profile.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .hardware import HardwareProfile
+from .program import Kernel
+
+
+def core_cap(kernel: Kernel, profile: HardwareProfile) -> int:
+    """Cores the kernel may launch on: the engine's count, lowered by ``limit_core_num``."""
+    cap = profile.cores(kernel.info.engine)
+    limits = kernel.annotations
+    limit = limits.aicore_limit if kernel.info.engine == "cube" else limits.vectorcore_limit
+    if kernel.info.engine in ("cube", "vector", "comm") and limit:
+        cap = min(cap, limit)
+    return cap
+
+
+def block_dim(kernel: Kernel, profile: HardwareProfile) -> int:
+    """Launch core count by the catalog rule, as ``Block Dim`` in kernel_details.csv would show it."""
+    rule = kernel.info.block_dim
+    cap = core_cap(kernel, profile)
+    if isinstance(rule, int):
+        wanted = rule
+    elif rule == "cube_tiles":
+        out = kernel.output_specs[0].shape if kernel.output_specs else (1,)
+        rows = math.prod(out[:-1]) if len(out) > 1 else 1
+        cols = out[-1] if out else 1
+        wanted = math.ceil(rows / profile.cube_tile_m) * math.ceil(cols / profile.cube_tile_n)
+    elif rule == "vector_bytes":
+        wanted = math.ceil(sum(spec.nbytes for spec in kernel.output_specs) / profile.vector_block_bytes)
+    else:
+        wanted = 1
+    return max(1, min(wanted, cap))
+
+
+def _peak_tflops(kernel: Kernel, profile: HardwareProfile) -> float:
+    if kernel.info.engine == "cube":
+        table = profile.cube_tflops
+        return table.get(kernel.compute_dtype, table.get("float32", max(table.values())))
+    table = profile.vector_tflops
+    return table.get(kernel.compute_dtype, table.get("default", min(table.values())))
+
+
+def body_us(kernel: Kernel, dim: int, profile: HardwareProfile) -> float:
+    """On-core time of the kernel body (without dispatch or head) when launched on ``dim`` cores."""
+    if kernel.info.engine == "host":
+        return 0.0
+    cores = profile.cores(kernel.info.engine)
+    share = dim / cores
+    compute_us = 0.0
+    if kernel.flops:
+        flops_per_us = _peak_tflops(kernel, profile) * 1e6 * profile.compute_efficiency * share
+        compute_us = kernel.flops / flops_per_us
+    clock_mhz = profile.cube_mhz if kernel.info.engine == "cube" else profile.vector_mhz
+    core_path_gbps = profile.core_ddr_bytes_per_cycle * clock_mhz * dim / 1000.0
+    bandwidth_gbps = min(profile.hbm_gbps, core_path_gbps) * profile.memory_efficiency
+    memory_us = kernel.bytes / (bandwidth_gbps * 1e3)
+    return max(compute_us, memory_us)

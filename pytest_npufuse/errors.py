@@ -1,0 +1,30 @@
+"""Errors a user can act on.
+
+Every stage raises a subclass of :class:`NpufuseError` whose message names the thing that is wrong
+(scope, option, op, file, key) and how to fix it, so the pytest plugin can show it as a one-paragraph
+diagnosis instead of a traceback from deep inside torch.
+"""
+
+
+class NpufuseError(Exception):
+    """Base class of every error pytest-npufuse raises on purpose."""
+
+
+class CaptureError(NpufuseError):
+    """The model could not be captured as one static graph (graph break, unbalanced scope, ...)."""
+
+
+class ScopeError(NpufuseError):
+    """A scope was used wrongly (bad argument, unbalanced enter/exit)."""
+
+
+class OptionsError(NpufuseError):
+    """A SuperKernel options string is malformed or names an unknown option or value."""
+
+
+class ProfileError(NpufuseError):
+    """A hardware profile or op catalog file is missing, malformed or has a wrong-typed key."""
+
+
+class NotModeledError(NpufuseError):
+    """The model uses a feature this version does not model yet; refusing beats a silent wrong answer."""

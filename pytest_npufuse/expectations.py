@@ -1,0 +1,129 @@
+"""Expectations a test states about a case (the ``superkernel`` marker), checked against a CaseReport.
+
+Parsing validates every argument up front, so a typo in a marker is a usage error naming the argument,
+never a silent pass; checking returns one sentence per unmet expectation, naming the scope, the op and
+the number.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .errors import NpufuseError
+from .report import CaseReport
+
+OUTCOMES = ("fused", "unfused", "bypassed", "aborted", "hang", "unsupported")
+MODELED_OUTCOMES = ("fused", "unfused", "unsupported")
+_SUPERKERNEL_KWARGS = ("scope", "min_speedup", "segments", "outcome", "breaks", "options")
+
+
+class MarkerError(NpufuseError):
+    """A marker was given an argument it does not take, or a value of the wrong kind."""
+
+
+@dataclass(frozen=True)
+class SuperKernelExpectation:
+    """``@pytest.mark.superkernel(scope, *, min_speedup, segments, outcome, breaks, options)``."""
+
+    scope: str
+    min_speedup: float | None = None
+    segments: int | None = None
+    outcome: str = "fused"
+    breaks: tuple[str, ...] | None = None
+    options: str | None = None
+
+    def failures(self, report: CaseReport) -> list[str]:
+        """Each unmet expectation as a sentence; empty when the case meets them all."""
+        scope = report.superkernels.get(self.scope)
+        if scope is None:
+            seen = ", ".join(repr(name) for name in report.superkernels) or "none"
+            return [
+                f"super_kernel scope '{self.scope}' was not found in the captured graph (scopes seen: {seen}); "
+                "check the scope name in the model and in the marker."
+            ]
+        failures: list[str] = []
+        if scope.outcome != self.outcome:
+            why = f" ({scope.reason})" if scope.reason else ""
+            failures.append(f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'.")
+        if self.segments is not None and scope.segments != self.segments:
+            failures.append(self._segments_failure(scope.segments, scope.break_sites))
+        if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
+            found = ", ".join(scope.break_sites) or "no op"
+            failures.append(f"scope '{self.scope}' was broken by {found}; expected breaks={list(self.breaks)}.")
+        if self.min_speedup is not None and report.speedup < self.min_speedup:
+            failures.append(
+                f"scope '{self.scope}': modeled speedup {report.speedup:.4f}x on {report.target} is below "
+                f"min_speedup={self.min_speedup}x (baseline {report.baseline.time_us:.2f} us, "
+                f"variant {report.variant.time_us:.2f} us)."
+            )
+        return failures
+
+    def _segments_failure(self, actual: int, sites: Sequence[str]) -> str:
+        broken = f"; it was broken by {', '.join(sites)}" if sites else ""
+        return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}."
+
+
+def _number(name: str, value: Any, kind: type, minimum: float) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or value < minimum:
+        what = "a number" if kind is float else "an integer"
+        raise MarkerError(f"superkernel marker: {name}={value!r} must be {what} >= {minimum}.")
+    return kind(value)
+
+
+def _op_types(value: Any) -> tuple[str, ...]:
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) and "::" in i for i in items):
+        raise MarkerError(
+            f"superkernel marker: breaks={value!r} must be a list of op types written 'namespace::name', "
+            "e.g. breaks=['aten::add']."
+        )
+    return tuple(items)
+
+
+def parse_superkernel(args: Sequence[Any], kwargs: Mapping[str, Any]) -> SuperKernelExpectation:
+    """Build an expectation from marker arguments, rejecting anything it cannot honour."""
+    if len(args) > 1:
+        raise MarkerError(f"superkernel marker takes one positional argument (the scope), got {len(args)}: {args!r}.")
+    unknown = [key for key in kwargs if key not in _SUPERKERNEL_KWARGS]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], _SUPERKERNEL_KWARGS, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        raise MarkerError(f"superkernel marker: unknown argument '{unknown[0]}'.{hint} It takes {', '.join(_SUPERKERNEL_KWARGS)}.")
+    scope = args[0] if args else kwargs.get("scope")
+    if not isinstance(scope, str) or not scope:
+        raise MarkerError(f"superkernel marker needs scope='<name>' as in super_kernel('<name>'), got {scope!r}.")
+    outcome = kwargs.get("outcome", "fused")
+    if outcome not in OUTCOMES:
+        raise MarkerError(f"superkernel marker: outcome={outcome!r} is not one of {', '.join(OUTCOMES)}.")
+    if outcome not in MODELED_OUTCOMES:
+        raise MarkerError(
+            f"superkernel marker: outcome={outcome!r} is not modeled by this version of pytest-npufuse "
+            f"(modeled: {', '.join(MODELED_OUTCOMES)}); the test cannot check it."
+        )
+    options = kwargs.get("options")
+    if options is not None and not isinstance(options, str):
+        raise MarkerError(f"superkernel marker: options={options!r} must be a string like 'feed-sync-all=1'.")
+    min_speedup = kwargs.get("min_speedup")
+    segments = kwargs.get("segments")
+    breaks = kwargs.get("breaks")
+    return SuperKernelExpectation(
+        scope=scope,
+        min_speedup=None if min_speedup is None else _number("min_speedup", min_speedup, float, 0),
+        segments=None if segments is None else _number("segments", segments, int, 0),
+        outcome=outcome,
+        breaks=None if breaks is None else _op_types(breaks),
+        options=options,
+    )
+
+
+def precision_failures(report: CaseReport) -> list[str]:
+    """Outputs that differ bit for bit between BASELINE and VARIANT: always a failure."""
+    if report.bit_exact:
+        return []
+    lines = [m.describe() for m in report.mismatches]
+    return [
+        f"precision: {len(report.mismatches)} of {len(report.outputs)} output(s) are not bit-identical between "
+        "BASELINE and VARIANT:\n  " + "\n  ".join(lines)
+    ]

@@ -1,0 +1,206 @@
+"""The pytest plugin: command-line options, markers and fixtures mapped onto the library.
+
+Everything that models the NPU lives in the library (:mod:`pytest_npufuse.pipeline`); this module only
+reads options and markers, turns a :class:`CaseReport` into pass, fail or skip, and prints the summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from . import pipeline
+from .errors import NpufuseError
+from .expectations import SuperKernelExpectation, parse_superkernel, precision_failures
+from .hardware import HardwareProfile, load_profile
+from .report import CaseReport
+
+_RECORD = "npufuse"
+_MARKERS = (
+    "superkernel(scope, *, min_speedup=None, segments=None, outcome='fused', breaks=None, options=None): "
+    "expectations about one SuperKernel scope, checked by npufuse.check(); stack markers for several scopes. "
+    "outcome is one of fused, unfused, bypassed, aborted, hang, unsupported; breaks lists the op types "
+    "(e.g. 'aten::add') expected to split the scope; options replaces the scope's options string.",
+    "multistream(*, streams=None, min_speedup=None, race_free=True): expectations about in-graph multi-stream "
+    "execution, checked by npufuse.check().",
+    "npu_target(*names): run this test only on these NPU targets (e.g. 'a3'); it is skipped on the others.",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("npufuse", "pytest-npufuse: modeled Ascend NPU SuperKernel and multi-stream checks")
+    group.addoption(
+        "--npu-target",
+        dest="npu_target",
+        default=None,
+        help="NPU target(s) to model: a2, a3, a profile .toml path, or a comma list such as a2,a3 that runs every "
+        "npufuse test once per target (ini: npu_target; default a3).",
+    )
+    parser.addini("npu_target", "Default for --npu-target.", default="a3")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in _MARKERS:
+        config.addinivalue_line("markers", line)
+    names = [name.strip() for name in (config.getoption("npu_target") or config.getini("npu_target")).split(",")]
+    if not all(names):
+        raise pytest.UsageError(f"--npu-target: empty target name in {','.join(names)!r}; use e.g. a3 or a2,a3.")
+    try:
+        config.stash[_PROFILES] = {name: load_profile(name) for name in names}
+    except NpufuseError as exc:
+        raise pytest.UsageError(f"--npu-target: {exc}") from None
+    config.pluginmanager.register(SummaryTable(), "npufuse-summary")
+
+
+_PROFILES = pytest.StashKey[dict[str, HardwareProfile]]()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    profiles = config.stash[_PROFILES]
+    return "npufuse: " + ", ".join(f"{name} = {p.product} (profile {p.digest})" for name, p in profiles.items())
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """With several targets, every test that uses npufuse or npu_target runs once per target."""
+    names = list(metafunc.config.stash[_PROFILES])
+    wants = {"npufuse", "npu_target"} & set(metafunc.fixturenames)
+    if wants and len(names) > 1:
+        metafunc.parametrize("npu_target", names, indirect=True, ids=names)
+
+
+def _item_target(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "npu_target" in callspec.params:
+        return callspec.params["npu_target"]
+    return next(iter(item.config.stash[_PROFILES]))
+
+
+def _superkernel_expectations(item: pytest.Item) -> list[SuperKernelExpectation]:
+    return [parse_superkernel(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Validate markers before the test runs and skip, visibly, what the target cannot run."""
+    target = _item_target(item)
+    target_marker = item.get_closest_marker("npu_target")
+    if target_marker is not None:
+        if not target_marker.args or not all(isinstance(a, str) for a in target_marker.args):
+            pytest.fail(f"npu_target marker needs target names, e.g. @pytest.mark.npu_target('a3'); got {target_marker.args!r}.", pytrace=False)
+        if target not in target_marker.args:
+            pytest.skip(f"runs only on {', '.join(target_marker.args)}; the current target is {target}")
+    if item.get_closest_marker("multistream") is not None:
+        pytest.fail(
+            "multistream marker: in-graph multi-stream execution is not modeled by this version of pytest-npufuse; "
+            "the test cannot check it.",
+            pytrace=False,
+        )
+    try:
+        expectations = _superkernel_expectations(item)
+    except NpufuseError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    profile = item.config.stash[_PROFILES][target]
+    if not profile.superkernel_supported and any(e.outcome == "fused" for e in expectations):
+        pytest.skip(f"SuperKernel is not supported on {profile.product} (target {target}); this test expects 'fused'")
+
+
+class NpuFuse:
+    """The ``npufuse`` fixture: the library bound to the current target and the test's markers."""
+
+    def __init__(self, request: pytest.FixtureRequest, target: str) -> None:
+        self._request = request
+        self.target: HardwareProfile = request.config.stash[_PROFILES][target]
+        self._expectations = _superkernel_expectations(request.node)
+
+    def check(self, model: Callable[..., Any], *inputs: Any, mode: str | None = None, reference: Callable[..., Any] | None = None) -> CaseReport:
+        """Compile BASELINE and VARIANT, run both, compare every output bit for bit, apply the markers.
+
+        Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
+        """
+        options = {e.scope: e.options for e in self._expectations if e.options is not None}
+        try:
+            report = pipeline.compare(model, *inputs, target=self.target, mode=mode, reference=reference, options=options)
+        except NpufuseError as exc:
+            pytest.fail(f"npufuse: {exc}", pytrace=False)
+        self._record(report)
+        failures = precision_failures(report)
+        for expectation in self._expectations:
+            failures.extend(expectation.failures(report))
+        if failures:
+            pytest.fail(f"npufuse ({report.summary()}):\n" + "\n".join(f"- {f}" for f in failures), pytrace=False)
+        return report
+
+    def compile(self, model: Callable[..., Any], *, mode: str | None = None, superkernel: bool = True, multistream: bool = True) -> Callable[..., Any]:
+        """A compiled callable for finer tests; its backend is at ``.npufuse_backend``."""
+        try:
+            compiled, backend = pipeline.compile_model(model, target=self.target, mode=mode, superkernel=superkernel)
+        except NpufuseError as exc:
+            pytest.fail(f"npufuse: {exc}", pytrace=False)
+        compiled.npufuse_backend = backend
+        return compiled
+
+    def _record(self, report: CaseReport) -> None:
+        row = {
+            "target": report.target,
+            "mode": report.mode,
+            "baseline_us": round(report.baseline.time_us, 3),
+            "variant_us": round(report.variant.time_us, 3),
+            "speedup": round(report.speedup, 4),
+            "segments": report.segments,
+            "streams": len(report.streams),
+            "bit_exact": report.bit_exact,
+        }
+        self._request.node.user_properties.append((_RECORD, row))
+
+
+@pytest.fixture
+def npu_target(request: pytest.FixtureRequest) -> str:
+    """The name of the NPU target this test runs against (see --npu-target)."""
+    return getattr(request, "param", None) or next(iter(request.config.stash[_PROFILES]))
+
+
+@pytest.fixture
+def npufuse(request: pytest.FixtureRequest, npu_target: str) -> NpuFuse:
+    """Compile, run and check models against the modeled target; see NpuFuse.check."""
+    return NpuFuse(request, npu_target)
+
+
+class SummaryTable:
+    """Collects one row per checked case and prints the table at the end of the run.
+
+    Rows travel in ``user_properties``, so under pytest-xdist they reach the controller with each test
+    report and the table is printed once, there.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            for key, row in report.user_properties:
+                if key == _RECORD:
+                    self.rows.append({"case": report.nodeid, **row, "verdict": report.outcome})
+
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        if not self.rows or hasattr(config, "workerinput"):
+            return
+        terminalreporter.section("npufuse: modeled NPU results")
+        header = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "verdict")
+        table = [header] + [_cells(row) for row in self.rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            terminalreporter.write_line("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _cells(row: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        row["case"],
+        row["target"],
+        row["mode"],
+        f"{row['baseline_us']:.1f}",
+        f"{row['variant_us']:.1f}",
+        f"{row['speedup']:.3f}x",
+        str(row["segments"]),
+        str(row["streams"]),
+        row["verdict"],
+    )

@@ -1,0 +1,79 @@
+"""The case report: everything a test or a CI gate needs to know about one compared case."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from .fusion import ScopePlan
+from .numerics import Mismatch
+from .simulate import RunReport
+
+
+@dataclass(frozen=True)
+class ScopeReport:
+    """The outcome of one SuperKernel scope in the VARIANT."""
+
+    scope: str
+    outcome: str
+    segments: int
+    block_dim: int
+    breaks: tuple[str, ...]
+    break_sites: tuple[str, ...]
+    names: tuple[str, ...]
+    kernel_names: tuple[str, ...]
+    options: str
+    reason: str
+
+    @classmethod
+    def from_plan(cls, scope: ScopePlan) -> "ScopeReport":
+        return cls(
+            scope=scope.scope,
+            outcome=scope.outcome,
+            segments=len(scope.segments),
+            block_dim=scope.block_dim,
+            breaks=tuple(b.op_type for b in scope.breaks),
+            break_sites=tuple(f"{b.op_type} ({b.kernel}{' at ' + b.source if b.source else ''})" for b in scope.breaks),
+            names=tuple(segment.name for segment in scope.segments),
+            kernel_names=tuple(segment.te_name for segment in scope.segments),
+            options=scope.options,
+            reason=scope.reason,
+        )
+
+
+@dataclass(frozen=True)
+class CaseReport:
+    """BASELINE (scopes ignored) against VARIANT (scopes honoured) for one model on one target."""
+
+    target: str
+    mode: str
+    baseline: RunReport
+    variant: RunReport
+    mismatches: tuple[Mismatch, ...]
+    superkernels: Mapping[str, ScopeReport]
+    streams: tuple[str, ...]
+    races: tuple[str, ...]
+    outputs: tuple[str, ...]
+    trace_path: str | None = None
+
+    @property
+    def speedup(self) -> float:
+        """Baseline time over variant time: above 1 means the scopes pay off."""
+        return self.baseline.time_us / self.variant.time_us
+
+    @property
+    def bit_exact(self) -> bool:
+        return not self.mismatches
+
+    @property
+    def segments(self) -> int:
+        """SuperKernel segments formed over all scopes."""
+        return sum(scope.segments for scope in self.superkernels.values())
+
+    def summary(self) -> str:
+        """One line a person reads first."""
+        return (
+            f"{self.target} {self.mode}: baseline {self.baseline.time_us:.1f} us, variant {self.variant.time_us:.1f} us, "
+            f"speedup {self.speedup:.3f}x, {self.segments} SuperKernel segment(s), "
+            f"{'bit-exact' if self.bit_exact else f'{len(self.mismatches)} output(s) differ'}"
+        )

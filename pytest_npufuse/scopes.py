@@ -1,0 +1,133 @@
+"""Scope markers in the captured graph and their resolution into per-kernel annotations.
+
+TorchAir implements every ``torchair.scope.*`` context manager as a pair of side-effecting custom ops,
+``scope_enter(keys, values)`` / ``scope_exit()``, that Dynamo captures in program order. The backend then
+walks the graph with a stack of attribute dicts and stamps the attributes on each op lowered inside. We do
+the same, in our own ``npufuse`` namespace so a real TorchAir installed beside us never clashes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+import torch.fx
+
+from .errors import ScopeError
+
+SK_SCOPE = "_super_kernel_scope"
+SK_OPTIONS = "_super_kernel_options"
+STREAM_LABEL = "_user_stream_label"
+STREAM_PRIORITY = "_user_stream_priority"
+AICORE_NUM = "_op_aicore_num"
+VECTORCORE_NUM = "_op_vectorcore_num"
+
+_LIB = torch.library.Library("npufuse", "FRAGMENT")
+_LIB.define("scope_enter(str[] keys, str[] values) -> ()")
+_LIB.define("scope_exit() -> ()")
+
+
+def _enter_kernel(keys: Sequence[str], values: Sequence[str]) -> None:
+    """Inert at run time: the attributes only matter to the backend that reads the graph."""
+
+
+def _exit_kernel() -> None:
+    """Inert at run time, see :func:`_enter_kernel`."""
+
+
+_LIB.impl("scope_enter", _enter_kernel, "CompositeExplicitAutograd")
+_LIB.impl("scope_exit", _exit_kernel, "CompositeExplicitAutograd")
+torch.library.register_fake("npufuse::scope_enter", _enter_kernel, lib=_LIB)
+torch.library.register_fake("npufuse::scope_exit", _exit_kernel, lib=_LIB)
+
+SCOPE_ENTER = torch.ops.npufuse.scope_enter.default
+SCOPE_EXIT = torch.ops.npufuse.scope_exit.default
+# Without this, Dynamo keeps the nodes but AOTAutograd and FX dead-code elimination drop them silently,
+# because they return nothing that anything uses.
+torch.fx.node.has_side_effect(SCOPE_ENTER)
+torch.fx.node.has_side_effect(SCOPE_EXIT)
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """The scope attributes that apply to one kernel after nesting is resolved."""
+
+    sk_scope: str | None = None
+    sk_options: str = ""
+    stream: str | None = None
+    stream_priority: int = 0
+    aicore_limit: int | None = None
+    vectorcore_limit: int | None = None
+
+
+NO_ANNOTATIONS = Annotations()
+
+
+def is_scope_node(node: torch.fx.Node) -> bool:
+    """True for the enter/exit marker nodes, which are not kernels."""
+    return node.op == "call_function" and node.target in (SCOPE_ENTER, SCOPE_EXIT)
+
+
+def describe_scope(attrs: dict[str, str]) -> str:
+    """Name a scope the way the user wrote it, for error messages."""
+    if SK_SCOPE in attrs:
+        return f"super_kernel({attrs[SK_SCOPE] or None!r})"
+    if STREAM_LABEL in attrs:
+        return f"npu_stream_switch({attrs[STREAM_LABEL]!r})"
+    if AICORE_NUM in attrs:
+        return f"limit_core_num({attrs[AICORE_NUM]}, {attrs.get(VECTORCORE_NUM)})"
+    return f"scope {attrs}"
+
+
+class ScopeStack:
+    """The stack of open scopes while walking a graph in program order."""
+
+    def __init__(self) -> None:
+        self._frames: list[dict[str, str]] = []
+
+    def enter(self, keys: Sequence[str], values: Sequence[str]) -> None:
+        self._frames.append(dict(zip(keys, values)))
+
+    def exit(self, where: str) -> None:
+        if not self._frames:
+            raise ScopeError(
+                f"scope exit without a matching enter in {where}. Scopes must be used as `with` blocks "
+                "and the whole block must be captured in one graph (no graph break inside it)."
+            )
+        self._frames.pop()
+
+    def open_scopes(self) -> list[str]:
+        return [describe_scope(frame) for frame in self._frames]
+
+    def resolve(self) -> Annotations:
+        """Apply the frames outermost first, as TorchAir does.
+
+        Later (inner) frames overwrite the same key, so the innermost scope wins; different keys
+        accumulate. ``super_kernel(None)`` arrives as an empty scope name and removes the SuperKernel
+        attributes set by outer frames, then stops processing its own frame.
+        """
+        attrs: dict[str, str] = {}
+        for frame in self._frames:
+            for key, value in frame.items():
+                if key == SK_SCOPE and value == "":
+                    attrs.pop(SK_SCOPE, None)
+                    attrs.pop(SK_OPTIONS, None)
+                    break
+                attrs[key] = value
+        return _annotations_from(attrs) if attrs else NO_ANNOTATIONS
+
+
+def _optional_int(value: str | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _annotations_from(attrs: dict[str, Any]) -> Annotations:
+    return Annotations(
+        sk_scope=attrs.get(SK_SCOPE),
+        sk_options=attrs.get(SK_OPTIONS, ""),
+        stream=attrs.get(STREAM_LABEL),
+        stream_priority=int(attrs.get(STREAM_PRIORITY, "0")),
+        aicore_limit=_optional_int(attrs.get(AICORE_NUM)),
+        vectorcore_limit=_optional_int(attrs.get(VECTORCORE_NUM)),
+    )

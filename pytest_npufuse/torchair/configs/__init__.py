@@ -1,0 +1,1 @@
+"""``torchair.configs``, kept at TorchAir's import path."""

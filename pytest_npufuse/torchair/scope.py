@@ -1,0 +1,81 @@
+"""``torchair.scope``: the TorchAir scope context managers, captured by ``torch.compile``.
+
+Each scope pushes a list of (key, value) attributes through the side-effecting ``npufuse::scope_enter``
+op and pops it with ``npufuse::scope_exit``; the backend resolves nesting per kernel (see
+:mod:`pytest_npufuse.scopes`). Names and signatures follow TorchAir so model code moves between a CPU CI
+and a real NPU by changing one import.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import torch
+
+from .. import scopes
+from ..errors import ScopeError
+
+__all__ = ["super_kernel", "npu_stream_switch", "limit_core_num"]
+
+
+class _Scope:
+    """A ``with`` block that brackets its ops with enter/exit marker nodes in the graph."""
+
+    def __init__(self, keys: list[str], values: list[str]) -> None:
+        self._keys = keys
+        self._values = values
+
+    def __enter__(self) -> None:
+        torch.ops.npufuse.scope_enter(self._keys, self._values)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        torch.ops.npufuse.scope_exit()
+
+
+def super_kernel(scope: str | None, options: str = "") -> _Scope:
+    """Mark the ops inside as one SuperKernel range named ``scope``.
+
+    The same name means the same range. ``None`` turns SuperKernel off for the ops inside, even within
+    an outer scope. ``options`` is ``"opt1=v1:opt2=v2"``; it is validated when the graph is planned, where
+    the error can name the scope.
+    """
+    if scope is not None and not isinstance(scope, str):
+        raise ScopeError(f"super_kernel(scope=...) takes a str or None, got {scope!r}; name the scope, e.g. 'sp1'.")
+    if scope == "":
+        raise ScopeError("super_kernel(scope='') is ambiguous; pass a name such as 'sp1', or None to turn fusion off.")
+    if not isinstance(options, str):
+        raise ScopeError(
+            f"super_kernel({scope!r}, options=...) takes a str like 'stream-fusion=1:feed-sync-all=1', got {options!r}."
+        )
+    return _Scope([scopes.SK_SCOPE, scopes.SK_OPTIONS], ["" if scope is None else scope, options])
+
+
+def npu_stream_switch(stream_tag: str, stream_priority: int = 0) -> _Scope:
+    """Run the ops inside on the stream named ``stream_tag``; the same tag means the same stream."""
+    if not isinstance(stream_tag, str) or not stream_tag:
+        raise ScopeError(f"npu_stream_switch(stream_tag=...) takes a non-empty str such as '1', got {stream_tag!r}.")
+    if not isinstance(stream_priority, int) or isinstance(stream_priority, bool):
+        raise ScopeError(f"npu_stream_switch({stream_tag!r}, stream_priority=...) takes an int, got {stream_priority!r}.")
+    return _Scope([scopes.STREAM_LABEL, scopes.STREAM_PRIORITY], [stream_tag, str(stream_priority)])
+
+
+def _core_count(name: str, value: object) -> int:
+    """TorchAir accepts ints or digit strings; anything else is a user error worth naming."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+        raise ScopeError(f"limit_core_num({name}=...) takes a non-negative int, got {value!r}.")
+    return int(value)
+
+
+def limit_core_num(op_aicore_num: int, op_vectorcore_num: int) -> _Scope:
+    """Cap the Cube (AIC) and Vector (AIV) cores each op inside may use.
+
+    Upper bounds against the hardware are checked when the graph is planned for a target.
+    """
+    aic = _core_count("op_aicore_num", op_aicore_num)
+    aiv = _core_count("op_vectorcore_num", op_vectorcore_num)
+    return _Scope([scopes.AICORE_NUM, scopes.VECTORCORE_NUM], [str(aic), str(aiv)])

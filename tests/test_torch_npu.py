@@ -1,0 +1,462 @@
+"""Tests for the CPU reference kernels in ``pytest_npufuse.torch_npu``.
+
+References here are written independently of the module: plain float64 / int64 math and the
+bit layouts re-derived with ``struct``.  Where the kernel's arithmetic is exact (int32
+accumulation) or a single correctly rounded float32 step, equality is exact.
+"""
+
+import math
+import struct
+from typing import Callable
+
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from pytest_npufuse import torch_npu
+from pytest_npufuse.torch_npu import _exact_int_mm, _int8_mm
+
+# ------------------------------------------------------------------------------------------
+# Independent references
+# ------------------------------------------------------------------------------------------
+
+
+def _f32(value: torch.Tensor) -> torch.Tensor:
+    """Round float64 values to float32 and back: one float32 rounding step."""
+    return value.to(torch.float32).to(torch.float64)
+
+
+def _ref_acc(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    return x1.to(torch.int64) @ x2.to(torch.int64)
+
+
+def _trunc19(value: float) -> float:
+    """Keep the top 19 bits of a float32 (what TransQuantParamV2 stores)."""
+    bits = struct.unpack("<I", struct.pack("<f", value))[0] & 0xFFFFE000
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _pack_scale(value: float, offset: int = 0) -> int:
+    bits = struct.unpack("<I", struct.pack("<f", value))[0] & 0xFFFFE000
+    return bits | (1 << 46) | ((offset & 0x1FF) << 37)
+
+
+def _round_half_away(value: float) -> int:
+    return int(math.copysign(math.floor(abs(value) + 0.5), value))
+
+
+def _ref_swiglu(values: torch.Tensor, activate_left: bool) -> torch.Tensor:
+    half = values.shape[-1] // 2
+    left, right = values[..., :half], values[..., half:]
+    gate, lin = (left, right) if activate_left else (right, left)
+    return gate * torch.sigmoid(gate) * lin
+
+
+def _ref_dynamic_quant(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    row_max = values.abs().amax(dim=-1)
+    scale = torch.where(row_max > 0, row_max / 127.0, torch.ones_like(row_max))
+    return torch.round(values / scale[:, None]).clamp(-128, 127), scale
+
+
+def _assert_int8_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """float32 kernel vs float64 reference: equal except rare one-step ties at .5."""
+    diff = (actual.to(torch.float64) - expected).abs()
+    assert diff.max() <= 1
+    assert (diff == 0).double().mean() >= 0.99
+
+
+# ------------------------------------------------------------------------------------------
+# npu_quant_matmul
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 7, 3), (33, 64, 17), (0, 4, 3), (4, 0, 3)])
+def test_int8_mm_fast_path_and_fallback_match_int64(shape: tuple[int, int, int]) -> None:
+    m, k, n = shape
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
+    b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen)
+    expected = _ref_acc(a, b).to(torch.int32)
+    assert torch.equal(_int8_mm(a, b), expected)
+    assert torch.equal(_exact_int_mm(a, b), expected)
+    assert torch.equal(_int8_mm(a, b.t().contiguous().t()), expected)
+
+
+def _qmm_inputs(m: int = 6, k: int = 40, n: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "x1": torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen),
+        "x2": torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen),
+        "scale": torch.rand(n, generator=gen) * 1e-3,
+        "pertoken": torch.rand(m, generator=gen) + 0.5,
+        "bias_i32": torch.randint(-1000, 1000, (n,), dtype=torch.int32, generator=gen),
+        "bias_f32": torch.randn(n, generator=gen),
+    }
+
+
+def test_quant_matmul_bf16_pertoken_matches_float32_pipeline() -> None:
+    t = _qmm_inputs()
+    out = torch_npu.npu_quant_matmul(
+        t["x1"], t["x2"], t["scale"], pertoken_scale=t["pertoken"], output_dtype=torch.bfloat16
+    )
+    acc = _ref_acc(t["x1"], t["x2"]).to(torch.float64)
+    step = _f32(_f32(acc) * t["scale"].double())
+    expected = _f32(step * t["pertoken"].double()[:, None]).to(torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, expected)
+    exact = acc * t["scale"].double() * t["pertoken"].double()[:, None]
+    torch.testing.assert_close(out.double(), exact, rtol=2**-7, atol=0)
+
+
+def test_quant_matmul_bias_variants() -> None:
+    t = _qmm_inputs(seed=3)
+    acc = _ref_acc(t["x1"], t["x2"])
+    scale, pt = t["scale"].double(), t["pertoken"].double()[:, None]
+
+    out_i = torch_npu.npu_quant_matmul(
+        t["x1"], t["x2"], t["scale"], bias=t["bias_i32"], pertoken_scale=t["pertoken"], output_dtype=torch.bfloat16
+    )
+    expected_i = _f32(_f32(_f32((acc + t["bias_i32"]).double()) * scale) * pt)
+    assert torch.equal(out_i, expected_i.to(torch.bfloat16))
+
+    out_f = torch_npu.npu_quant_matmul(
+        t["x1"], t["x2"], t["scale"], bias=t["bias_f32"], pertoken_scale=t["pertoken"], output_dtype=torch.float16
+    )
+    expected_f = _f32(_f32(_f32(_f32(acc.double()) * scale) * pt) + t["bias_f32"].double())
+    assert torch.equal(out_f, expected_f.to(torch.float16))
+
+
+def test_quant_matmul_int8_output_with_offset() -> None:
+    t = _qmm_inputs(m=5, k=16, n=4, seed=5)
+    scale = torch.tensor([2.0**-9, 3 * 2.0**-10, 2.0**-8, 5 * 2.0**-11])  # exact in 19 bits
+    offset = torch.tensor([1.5, -2.5, 0.4, -300.0])
+    out = torch_npu.npu_quant_matmul(t["x1"], t["x2"], scale, offset=offset)
+    acc = _ref_acc(t["x1"], t["x2"])
+    int_offset = torch.tensor([max(-256, min(255, _round_half_away(v))) for v in offset.tolist()])
+    expected = torch.round(_f32(acc.double()) * scale.double() + int_offset).clamp(-128, 127)
+    assert out.dtype == torch.int8
+    assert torch.equal(out, expected.to(torch.int8))
+
+
+def test_quant_matmul_float16_output_truncates_float32_scale_like_trans_quant_param() -> None:
+    t = _qmm_inputs(seed=7)
+    scale = torch.tensor([0.0123456, 0.0234567, 0.0345678, 0.0456789] * 2)  # mantissas longer than 10 bits
+    out = torch_npu.npu_quant_matmul(t["x1"], t["x2"], scale, output_dtype=torch.float16)
+    acc = _f32(_ref_acc(t["x1"], t["x2"]).double())
+    truncated = torch.tensor([_trunc19(v) for v in scale.tolist()], dtype=torch.float64)
+    assert torch.equal(out, _f32(acc * truncated).to(torch.float16))
+    assert not torch.equal(out, _f32(acc * scale.double()).to(torch.float16))
+
+
+def test_quant_matmul_int64_scale_equals_float32_scale() -> None:
+    t = _qmm_inputs(seed=9)
+    values = [0.001 * (i + 1) for i in range(8)]
+    packed = torch.tensor([_pack_scale(v, offset=-3) for v in values], dtype=torch.int64)
+    out_packed = torch_npu.npu_quant_matmul(t["x1"], t["x2"], packed)
+    out_float = torch_npu.npu_quant_matmul(t["x1"], t["x2"], torch.tensor(values), offset=torch.full((8,), -3.0))
+    assert torch.equal(out_packed, out_float)
+
+
+def test_quant_matmul_batched_broadcast_with_3d_bias() -> None:
+    gen = torch.Generator().manual_seed(11)
+    x1 = torch.randint(-128, 128, (1, 3, 8), dtype=torch.int8, generator=gen)
+    x2 = torch.randint(-128, 128, (2, 8, 4), dtype=torch.int8, generator=gen)
+    bias = torch.randint(-50, 50, (2, 1, 4), dtype=torch.int32, generator=gen)
+    scale = torch.full((4,), 2.0**-10)
+    out = torch_npu.npu_quant_matmul(x1, x2, scale, bias=bias, output_dtype=torch.bfloat16)
+    expected = _f32(_f32((_ref_acc(x1, x2) + bias).double()) * 2.0**-10).to(torch.bfloat16)
+    assert out.shape == (2, 3, 4)
+    assert torch.equal(out, expected)
+
+
+# ------------------------------------------------------------------------------------------
+# npu_dequant_swiglu_quant
+# ------------------------------------------------------------------------------------------
+
+
+def _dsq_int_inputs(tokens: int = 16, two_h: int = 32, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "x": torch.randint(-500, 500, (tokens, two_h), dtype=torch.int32, generator=gen),
+        "weight_scale": torch.rand(two_h, generator=gen) * 0.01,
+        "activation_scale": torch.rand(tokens, generator=gen) + 0.5,
+        "bias": torch.randn(two_h, generator=gen),
+        "quant_scale": torch.rand(two_h // 2, generator=gen) + 0.5,
+    }
+
+
+@pytest.mark.parametrize("activate_left", [False, True])
+def test_dequant_swiglu_quant_dynamic_int32_matches_float64(activate_left: bool) -> None:
+    t = _dsq_int_inputs()
+    y, scale = torch_npu.npu_dequant_swiglu_quant(
+        t["x"],
+        weight_scale=t["weight_scale"],
+        activation_scale=t["activation_scale"],
+        bias=t["bias"],
+        quant_scale=t["quant_scale"],
+        activate_left=activate_left,
+        quant_mode=1,
+    )
+    deq = t["x"].double() * t["weight_scale"].double() * t["activation_scale"].double()[:, None] + t["bias"].double()
+    ref_y, ref_scale = _ref_dynamic_quant(_ref_swiglu(deq, activate_left) * t["quant_scale"].double())
+    assert y.dtype == torch.int8 and scale.dtype == torch.float32
+    assert y.shape == (16, 16) and scale.shape == (16,)
+    _assert_int8_close(y, ref_y)
+    torch.testing.assert_close(scale.double(), ref_scale, rtol=1e-5, atol=0)
+
+
+def test_dequant_swiglu_quant_int32_bias_is_added_before_scaling() -> None:
+    t = _dsq_int_inputs(seed=2)
+    bias = torch.randint(-100, 100, (32,), dtype=torch.int32)
+    y, _ = torch_npu.npu_dequant_swiglu_quant(t["x"], weight_scale=t["weight_scale"], bias=bias, quant_mode=1)
+    deq = (t["x"] + bias).double() * t["weight_scale"].double()
+    ref_y, _ = _ref_dynamic_quant(_ref_swiglu(deq, False))
+    _assert_int8_close(y, ref_y)
+
+
+def test_dequant_swiglu_quant_static_mode_uses_scale_and_offset() -> None:
+    gen = torch.Generator().manual_seed(4)
+    x = (torch.randn(8, 64, generator=gen) * 4).to(torch.bfloat16)
+    quant_scale = torch.tensor([0.25])
+    quant_offset = torch.tensor([3.0])
+    y, scale = torch_npu.npu_dequant_swiglu_quant(x, quant_scale=quant_scale, quant_offset=quant_offset)
+    ref = torch.round(_ref_swiglu(x.double(), False) / 0.25 + 3.0).clamp(-128, 127)
+    _assert_int8_close(y, ref)
+    assert torch.equal(scale, torch.zeros(8))
+
+
+def test_dequant_swiglu_quant_group_index_selects_rows() -> None:
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randint(-200, 200, (7, 8), dtype=torch.int32, generator=gen)
+    weight_scale = torch.rand(2, 8, generator=gen) * 0.1
+    group_index = torch.tensor([2, 3])  # rows 0-1 -> group 0, rows 2-4 -> group 1, rows 5-6 -> none
+    y, scale = torch_npu.npu_dequant_swiglu_quant(
+        x, weight_scale=weight_scale, group_index=group_index, quant_mode=1
+    )
+    gid = torch.tensor([0, 0, 1, 1, 1])
+    deq = x[:5].double() * weight_scale.double()[gid]
+    ref_y, ref_scale = _ref_dynamic_quant(_ref_swiglu(deq, False))
+    _assert_int8_close(y[:5], ref_y)
+    torch.testing.assert_close(scale[:5].double(), ref_scale, rtol=1e-5, atol=0)
+    assert torch.equal(y[5:], torch.zeros(2, 4, dtype=torch.int8))
+    assert torch.equal(scale[5:], torch.zeros(2))
+
+
+def test_dequant_swiglu_quant_float_x_ignores_dequant_inputs() -> None:
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 3, 16, generator=gen).to(torch.float16)
+    plain = torch_npu.npu_dequant_swiglu_quant(x, quant_mode=1)
+    with_scales = torch_npu.npu_dequant_swiglu_quant(
+        x, weight_scale=torch.randn(12, 16), activation_scale=torch.randn(7), quant_mode=1
+    )
+    assert plain[0].shape == (4, 3, 8) and plain[1].shape == (4, 3)
+    assert torch.equal(plain[0], with_scales[0]) and torch.equal(plain[1], with_scales[1])
+    ref_y, _ = _ref_dynamic_quant(_ref_swiglu(x.double().reshape(12, 16), False))
+    _assert_int8_close(plain[0].reshape(12, 8), ref_y)
+
+
+# ------------------------------------------------------------------------------------------
+# Feature-document example
+# ------------------------------------------------------------------------------------------
+
+
+def _run_seed_example() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(2024)
+    m, k, n = 864, 7168, 4096
+    x1 = torch.randint(-10, 10, (m, k), dtype=torch.int8)
+    x2 = torch.randint(-10, 10, (n, k), dtype=torch.int8)
+    x2 = torch_npu.npu_format_cast(x2.transpose(1, 0).contiguous(), 29)
+    scale = torch.randn((n,), dtype=torch.float32)
+    pertoken_scale = torch.randn((m,), dtype=torch.float32)
+    weight_scale = torch.randn((m, n), dtype=torch.float32)
+    qmm = torch_npu.npu_quant_matmul(
+        x1, x2, scale, offset=None, bias=None, pertoken_scale=pertoken_scale, output_dtype=torch.bfloat16
+    )
+    y, s = torch_npu.npu_dequant_swiglu_quant(qmm, weight_scale=weight_scale)
+    return qmm, y, s
+
+
+def test_seed_example_shapes_and_bitwise_repeatability() -> None:
+    first = _run_seed_example()
+    second = _run_seed_example()
+    qmm, y, s = first
+    assert (qmm.shape, qmm.dtype) == ((864, 4096), torch.bfloat16)
+    assert (y.shape, y.dtype) == ((864, 2048), torch.int8)
+    assert (s.shape, s.dtype) == ((864,), torch.float32)
+    for a, b in zip(first, second, strict=True):
+        assert a.dtype == b.dtype
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # bits, not values
+
+
+def test_results_do_not_depend_on_thread_count() -> None:
+    gen = torch.Generator().manual_seed(21)
+    x1 = torch.randint(-128, 128, (128, 1024), dtype=torch.int8, generator=gen)
+    x2 = torch.randint(-128, 128, (1024, 512), dtype=torch.int8, generator=gen)
+    scale, pertoken = torch.rand(512, generator=gen), torch.rand(128, generator=gen)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        qmm = torch_npu.npu_quant_matmul(x1, x2, scale, pertoken_scale=pertoken, output_dtype=torch.bfloat16)
+        return (qmm, *torch_npu.npu_dequant_swiglu_quant(qmm, quant_mode=1))
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        single = run()
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(single, run(), strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+# ------------------------------------------------------------------------------------------
+# Fake kernels under torch.compile + aot_module_simplified
+# ------------------------------------------------------------------------------------------
+
+
+def _compile_recording(fn: Callable[..., object], graphs: list[torch.fx.GraphModule]) -> Callable[..., object]:
+    def fw_compiler(gm: torch.fx.GraphModule, _inputs: list[torch.Tensor]) -> Callable[..., object]:
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., object]:
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler)
+
+    return torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
+
+
+def _npu_targets(graphs: list[torch.fx.GraphModule]) -> list[str]:
+    return [
+        str(node.target)
+        for gm in graphs
+        for node in gm.graph.nodes
+        if node.op == "call_function" and str(node.target).startswith("npu.")
+    ]
+
+
+def _assert_same(eager: object, compiled: object) -> None:
+    eager_list = list(eager) if isinstance(eager, tuple) else [eager]
+    compiled_list = list(compiled) if isinstance(compiled, tuple) else [compiled]
+    for a, b in zip(eager_list, compiled_list, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a, b)
+
+
+def test_compile_records_all_three_ops_and_matches_eager() -> None:
+    def model(
+        x1: torch.Tensor, x2: torch.Tensor, scale: torch.Tensor, pertoken: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        weight = torch_npu.npu_format_cast(x2, 29)
+        qmm = torch_npu.npu_quant_matmul(x1, weight, scale, pertoken_scale=pertoken, output_dtype=torch.bfloat16)
+        y, s = torch_npu.npu_dequant_swiglu_quant(qmm, activate_left=True, quant_mode=1)
+        return qmm, y, s
+
+    t = _qmm_inputs(m=8, k=32, n=16, seed=13)
+    args = (t["x1"], t["x2"], t["scale"], torch.rand(8) + 0.5)
+    graphs: list[torch.fx.GraphModule] = []
+    compiled = _compile_recording(model, graphs)(*args)
+    assert _npu_targets(graphs) == [
+        "npu.npu_format_cast.default",
+        "npu.npu_quant_matmul.default",
+        "npu.npu_dequant_swiglu_quant.default",
+    ]
+    _assert_same(model(*args), compiled)
+
+
+def test_compile_quant_matmul_int8_output() -> None:
+    def model(x1: torch.Tensor, x2: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+        return torch_npu.npu_quant_matmul(x1, x2, scale, offset=offset)
+
+    t = _qmm_inputs(seed=15)
+    args = (t["x1"], t["x2"], t["scale"], torch.full((8,), 2.0))
+    graphs: list[torch.fx.GraphModule] = []
+    compiled = _compile_recording(model, graphs)(*args)
+    assert _npu_targets(graphs) == ["npu.npu_quant_matmul.default"]
+    _assert_same(model(*args), compiled)
+
+
+def test_compile_dequant_swiglu_quant_int32() -> None:
+    def model(x: torch.Tensor, ws: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch_npu.npu_dequant_swiglu_quant(x, weight_scale=ws, activation_scale=act, quant_mode=1)
+
+    t = _dsq_int_inputs(seed=17)
+    args = (t["x"], t["weight_scale"], t["activation_scale"])
+    graphs: list[torch.fx.GraphModule] = []
+    compiled = _compile_recording(model, graphs)(*args)
+    assert _npu_targets(graphs) == ["npu.npu_dequant_swiglu_quant.default"]
+    _assert_same(model(*args), compiled)
+
+
+def test_format_cast_is_value_preserving_copy() -> None:
+    x = torch.arange(12, dtype=torch.int8).reshape(3, 4)
+    out = torch_npu.npu_format_cast(x, 29)
+    assert torch.equal(out, x) and out.data_ptr() != x.data_ptr()
+
+
+# ------------------------------------------------------------------------------------------
+# Bad inputs
+# ------------------------------------------------------------------------------------------
+
+_I8 = torch.zeros(4, 8, dtype=torch.int8)
+_W8 = torch.zeros(8, 6, dtype=torch.int8)
+_S6 = torch.ones(6)
+
+
+def _qmm(**overrides: object) -> Callable[[], object]:
+    kwargs: dict[str, object] = {"x1": _I8, "x2": _W8, "scale": _S6}
+    kwargs.update(overrides)
+    x1, x2, scale = kwargs.pop("x1"), kwargs.pop("x2"), kwargs.pop("scale")
+    return lambda: torch_npu.npu_quant_matmul(x1, x2, scale, **kwargs)
+
+
+_X32 = torch.zeros(4, 8, dtype=torch.int32)
+
+
+def _dsq(x: torch.Tensor = _X32, **kwargs: object) -> Callable[[], object]:
+    kwargs.setdefault("weight_scale", torch.ones(8))
+    return lambda: torch_npu.npu_dequant_swiglu_quant(x, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (_qmm(x1=_I8.float()), ValueError, "x1 has dtype torch.float32"),
+        (_qmm(x1=_I8.to(torch.int32)), ValueError, "int4 packed"),
+        (_qmm(x1=torch.zeros(8, dtype=torch.int8)), ValueError, "x1 has rank 1"),
+        (_qmm(x2=torch.zeros(7, 6, dtype=torch.int8)), ValueError, "x1 has k=8"),
+        (_qmm(scale=torch.ones(5)), ValueError, r"scale has shape \[5\]"),
+        (_qmm(scale=torch.ones(6, dtype=torch.bfloat16)), ValueError, "scale has dtype torch.bfloat16"),
+        (_qmm(scale=[1.0]), TypeError, "scale must be a torch.Tensor"),
+        (_qmm(output_dtype=torch.int32), ValueError, "output_dtype=torch.int32 is not implemented"),
+        (_qmm(output_dtype="bfloat16"), TypeError, "output_dtype must be a torch.dtype"),
+        (_qmm(offset=torch.ones(6), output_dtype=torch.bfloat16), ValueError, "offset is only allowed"),
+        (_qmm(pertoken_scale=torch.ones(4)), ValueError, "pertoken_scale is only allowed"),
+        (_qmm(pertoken_scale=torch.ones(3), output_dtype=torch.bfloat16), ValueError, r"pertoken_scale has shape"),
+        (_qmm(bias=torch.ones(6)), ValueError, "bias has dtype torch.float32"),
+        (_qmm(bias=torch.ones(5, dtype=torch.int32)), ValueError, r"bias has shape \[5\]"),
+        (_qmm(scale=torch.ones(6, dtype=torch.int64)), ValueError, "bit 46"),
+        (_dsq(x=torch.zeros(4, 8)), ValueError, "x has dtype torch.float32"),
+        (_dsq(x=torch.zeros(8, dtype=torch.int32)), ValueError, "x has rank 1"),
+        (_dsq(x=torch.zeros(4, 7, dtype=torch.int32)), ValueError, "x has last dim 7"),
+        (_dsq(weight_scale=None), ValueError, "weight_scale is required"),
+        (_dsq(weight_scale=torch.ones(4)), ValueError, r"weight_scale has shape \[4\]"),
+        (_dsq(activation_scale=torch.ones(3)), ValueError, r"activation_scale has shape \[3\]"),
+        (_dsq(quant_mode=2), ValueError, "quant_mode=2"),
+        (_dsq(quant_mode=True), TypeError, "quant_mode must be an int"),
+        (_dsq(activate_left=1), TypeError, "activate_left must be a bool"),
+        (_dsq(quant_mode=1, quant_offset=torch.ones(4)), ValueError, "quant_offset is only used"),
+        (_dsq(quant_mode=1, quant_scale=torch.ones(8)), ValueError, r"quant_scale has shape \[8\]"),
+        (_dsq(group_index=torch.tensor([3, 3])), ValueError, "sum to 6"),
+        (_dsq(group_index=torch.tensor([1.0])), ValueError, "group_index has dtype"),
+        (lambda: torch_npu.npu_format_cast(_I8, "29"), TypeError, "acl_format must be an int"),
+        (lambda: torch_npu.npu_format_cast(_I8, 29.0), TypeError, "acl_format must be an int"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(call: Callable[[], object], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_direct_op_call_is_validated_too() -> None:
+    with pytest.raises(ValueError, match="x1 has k=8"):
+        torch.ops.npu.npu_quant_matmul(_I8, torch.zeros(7, 6, dtype=torch.int8), _S6)
