@@ -64,3 +64,6 @@ class NpuBackend:
         compiled = CompiledGraph(gm, program, plan, simulate(program, plan, self.profile))
         self.graphs.append(compiled)
         return compiled
+
+    def __repr__(self) -> str:
+        return f"NpuBackend({self.profile.name}, {self.config.mode}, {self.variant})"

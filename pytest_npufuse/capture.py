@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.fx
-from torch._dynamo.exc import TorchDynamoException
+from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 
 from . import scopes
 from .catalog import OpCatalog
@@ -226,10 +227,29 @@ def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Call
             return compiled(*inputs)
     except NpufuseError:
         raise
+    except BackendCompilerFailed as exc:
+        raise _root_cause(exc) from None
     except TorchDynamoException as exc:
-        if isinstance(exc.__cause__, NpufuseError):
-            raise exc.__cause__ from None
+        ours = _root_cause(exc)
+        if isinstance(ours, NpufuseError):
+            raise ours from None
         raise CaptureError(_graph_break_message(model, inputs, exc)) from None
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The first NpufuseError in the chain Dynamo wrapped, else the innermost exception.
+
+    An error of ours raised inside the backend reaches the caller wrapped in BackendCompilerFailed;
+    any other exception there is a bug in the backend and is re-raised as itself, traceback intact.
+    """
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        if isinstance(current, NpufuseError):
+            return current
+        seen.append(current)
+        current = getattr(current, "inner_exception", None) or current.__cause__ or current.__context__
+    return seen[-1]
 
 
 def _graph_break_message(model: Callable[..., Any], inputs: Sequence[Any], exc: Exception) -> str:
@@ -246,11 +266,14 @@ def _graph_break_message(model: Callable[..., Any], inputs: Sequence[Any], exc: 
             torch.compile(model, backend=record, fullgraph=False, dynamic=False)(*inputs)
     except Exception:  # noqa: BLE001 - the diagnosis is best effort; the original reason is reported anyway
         pass
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    frames = re.findall(r'File "([^"]+)", line (\d+)', text)
+    at = f" at {frames[-1][0]}:{frames[-1][1]}" if frames else ""
     split = _scope_split_by_break(graphs)
     where = f"inside {split}" if split else "in the model"
     return (
-        f"graph break {where}: {reason}. npufuse captures the model as one static graph, as TorchAir "
+        f"graph break {where}{at}: {reason.rstrip('. ')}. npufuse captures the model as one static graph, as TorchAir "
         "max-autotune does; a scope cannot span a graph break. Move the breaking code (print, .item(), "
         "data-dependent control flow, unsupported calls) out of the scope, or make it traceable."
     )

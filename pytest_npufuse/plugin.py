@@ -95,13 +95,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             "the test cannot check it.",
             pytrace=False,
         )
-    try:
-        expectations = _superkernel_expectations(item)
-    except NpufuseError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    expectations = _or_fail(lambda: _superkernel_expectations(item))
     profile = item.config.stash[_PROFILES][target]
     if not profile.superkernel_supported and any(e.outcome == "fused" for e in expectations):
         pytest.skip(f"SuperKernel is not supported on {profile.product} (target {target}); this test expects 'fused'")
+
+
+def _or_fail(action: Callable[[], Any]) -> Any:
+    """Run ``action``; an NpufuseError fails the test with its message alone, outside the ``except``
+    block so pytest shows no chained traceback from deep inside torch."""
+    try:
+        return action()
+    except NpufuseError as exc:
+        message = f"npufuse: {exc}"
+    pytest.fail(message, pytrace=False)
 
 
 class NpuFuse:
@@ -118,10 +125,9 @@ class NpuFuse:
         Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
         """
         options = {e.scope: e.options for e in self._expectations if e.options is not None}
-        try:
-            report = pipeline.compare(model, *inputs, target=self.target, mode=mode, reference=reference, options=options)
-        except NpufuseError as exc:
-            pytest.fail(f"npufuse: {exc}", pytrace=False)
+        report = _or_fail(
+            lambda: pipeline.compare(model, *inputs, target=self.target, mode=mode, reference=reference, options=options)
+        )
         self._record(report)
         failures = precision_failures(report)
         for expectation in self._expectations:
@@ -132,10 +138,9 @@ class NpuFuse:
 
     def compile(self, model: Callable[..., Any], *, mode: str | None = None, superkernel: bool = True, multistream: bool = True) -> Callable[..., Any]:
         """A compiled callable for finer tests; its backend is at ``.npufuse_backend``."""
-        try:
-            compiled, backend = pipeline.compile_model(model, target=self.target, mode=mode, superkernel=superkernel)
-        except NpufuseError as exc:
-            pytest.fail(f"npufuse: {exc}", pytrace=False)
+        compiled, backend = _or_fail(
+            lambda: pipeline.compile_model(model, target=self.target, mode=mode, superkernel=superkernel)
+        )
         compiled.npufuse_backend = backend
         return compiled
 

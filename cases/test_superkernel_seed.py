@@ -1,0 +1,61 @@
+"""Seed 000 (图内标定SuperKernel范围): quant matmul + dequant-swiglu-quant fused as SuperKernel ``sp1``.
+
+The feature document compiles the same two ops once without a scope (``ModelOrigin``) and once inside
+``super_kernel("sp1", "")`` (``ModelSuperKernel``), with m=864, k=7168, n=4096, and requires every
+output to be bit-identical. On a modeled Atlas A3 the scope must form exactly one SuperKernel and save
+the second kernel's dispatch and head.
+"""
+
+import pytest
+import torch
+
+from pytest_npufuse import torch_npu, torchair
+
+M, K, N = 864, 7168, 4096
+
+
+class ModelOrigin(torch.nn.Module):
+    def forward(self, x1, x2, scale, offset, bias, pertoken_scale, weight_scale):
+        quant_matmul_res = torch_npu.npu_quant_matmul(
+            x1, x2, scale, offset=offset, bias=bias, pertoken_scale=pertoken_scale, output_dtype=torch.bfloat16
+        )
+        swiglu_res = torch_npu.npu_dequant_swiglu_quant(quant_matmul_res, weight_scale=weight_scale)
+        return swiglu_res, quant_matmul_res
+
+
+class ModelSuperKernel(torch.nn.Module):
+    def forward(self, x1, x2, scale, offset, bias, pertoken_scale, weight_scale):
+        with torchair.scope.super_kernel("sp1", ""):
+            quant_matmul_res = torch_npu.npu_quant_matmul(
+                x1, x2, scale, offset=offset, bias=bias, pertoken_scale=pertoken_scale, output_dtype=torch.bfloat16
+            )
+            swiglu_res = torch_npu.npu_dequant_swiglu_quant(quant_matmul_res, weight_scale=weight_scale)
+        return swiglu_res, quant_matmul_res
+
+
+def seed_inputs() -> tuple:
+    """The seed's inputs, drawn from a fixed generator so every run sees the same numbers."""
+    gen = torch.Generator().manual_seed(0)
+    x1 = torch.randint(-10, 10, (M, K), dtype=torch.int8, generator=gen)
+    x2 = torch.randint(-10, 10, (N, K), dtype=torch.int8, generator=gen)
+    x2 = torch_npu.npu_format_cast(x2.transpose(1, 0).contiguous(), 29)
+    scale = torch.randn((N,), dtype=torch.float32, generator=gen)
+    pertoken_scale = torch.randn((M,), dtype=torch.float32, generator=gen)
+    weight_scale = torch.randn((M, N), dtype=torch.float32, generator=gen)
+    return x1, x2, scale, None, None, pertoken_scale, weight_scale
+
+
+@pytest.mark.superkernel(scope="sp1", segments=1, breaks=[], min_speedup=1.005)
+def test_sp1_fuses_quant_matmul_and_dequant_swiglu_quant(npufuse):
+    report = npufuse.check(ModelSuperKernel(), *seed_inputs(), reference=ModelOrigin())
+    sp1 = report.superkernels["sp1"]
+    assert sp1.names == ("sk_sp1_start_QuantBatchMatmulV3_end_DequantSwigluQuant",)
+    assert sp1.block_dim == max(kernel.block_dim for kernel in report.baseline.kernels)
+    assert report.variant.tasks == 1 and report.baseline.tasks == 2
+
+
+@pytest.mark.npu_target("a2")
+@pytest.mark.superkernel(scope="sp1", outcome="unsupported")
+def test_sp1_is_unsupported_on_a2(npufuse):
+    report = npufuse.check(ModelSuperKernel(), *seed_inputs(), reference=ModelOrigin())
+    assert report.variant.time_us == report.baseline.time_us

@@ -1,0 +1,292 @@
+"""End-to-end runs of the plugin on temporary test files, through ``pytester``."""
+
+import pytest
+
+MODELS = '''
+import pytest
+import torch
+from pytest_npufuse import torch_npu, torchair
+
+M, K, N = 64, 128, 256
+
+
+def inputs():
+    gen = torch.Generator().manual_seed(1)
+    x1 = torch.randint(-10, 10, (M, K), dtype=torch.int8, generator=gen)
+    x2 = torch.randint(-10, 10, (K, N), dtype=torch.int8, generator=gen)
+    scale = torch.randn((N,), generator=gen)
+    pertoken = torch.randn((M,), generator=gen)
+    return x1, x2, scale, pertoken
+
+
+def qmm(x1, x2, scale, pertoken):
+    return torch_npu.npu_quant_matmul(x1, x2, scale, pertoken_scale=pertoken, output_dtype=torch.bfloat16)
+
+
+class Fused(torch.nn.Module):
+    def forward(self, x1, x2, scale, pertoken):
+        with torchair.scope.super_kernel("sp1", ""):
+            q = qmm(x1, x2, scale, pertoken)
+            y, s = torch_npu.npu_dequant_swiglu_quant(q)
+        return y, s, q
+
+
+class Broken(torch.nn.Module):
+    def forward(self, x1, x2, scale, pertoken):
+        with torchair.scope.super_kernel("sp1", ""):
+            q = qmm(x1, x2, scale, pertoken)
+            q = q + 1
+            y, s = torch_npu.npu_dequant_swiglu_quant(q)
+        return y, s, q
+
+
+class Drifted(torch.nn.Module):
+    """Computes the dequant in a different order: equal within tolerance, not bit for bit."""
+
+    def forward(self, x1, x2, scale, pertoken):
+        q = torch_npu.npu_quant_matmul(x1, x2, scale, output_dtype=torch.bfloat16)
+        q = (q.float() * pertoken[:, None]).to(torch.bfloat16)
+        y, s = torch_npu.npu_dequant_swiglu_quant(q)
+        return y, s, q
+'''
+
+
+@pytest.fixture
+def run(pytester):
+    """Write MODELS plus a test body into a temporary project and run pytest on it."""
+
+    def go(body: str, *args: str):
+        pytester.makepyfile(models=MODELS)
+        pytester.makepyfile(test_case="from models import *\n" + body)
+        return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rs", *args)
+
+    return go
+
+
+def test_fused_case_passes_and_prints_summary(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", segments=1, min_speedup=1.0)
+def test_sp1(npufuse):
+    report = npufuse.check(Fused(), *inputs())
+    assert report.bit_exact and report.superkernels["sp1"].outcome == "fused"
+'''
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*npufuse: modeled NPU results*", "*test_sp1*a3*max-autotune*x*1*1*passed*"])
+
+
+def test_scope_broken_by_unfusable_op_gives_two_segments(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", segments=2, breaks=["aten::add"])
+def test_sp1(npufuse):
+    npufuse.check(Broken(), *inputs())
+'''
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_break_fails_one_segment_expectation_naming_the_op(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", segments=1)
+def test_sp1(npufuse):
+    npufuse.check(Broken(), *inputs())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*scope 'sp1' formed 2 SuperKernel segment(s), expected segments=1; it was broken by aten::add (Add at *models.py:*"]
+    )
+
+
+def test_wrong_segments_fails_with_the_number(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", segments=3)
+def test_sp1(npufuse):
+    npufuse.check(Fused(), *inputs())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*scope 'sp1' formed 1 SuperKernel segment(s), expected segments=3*"])
+
+
+def test_bit_mismatch_names_output_index_and_values(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1")
+def test_sp1(npufuse):
+    npufuse.check(Fused(), *inputs(), reference=Drifted())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*precision: * output(s) are not bit-identical between BASELINE and VARIANT:*",
+            "*output[[]2[]]: * element(s) differ; first at index [[]*, *[]]: baseline * (bits 0x*), variant * (bits 0x*)*",
+        ]
+    )
+
+
+def test_min_speedup_above_model_fails_with_both_times(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", min_speedup=2.0)
+def test_sp1(npufuse):
+    npufuse.check(Fused(), *inputs())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*scope 'sp1': modeled speedup *x on a3 is below min_speedup=2.0x (baseline * us, variant * us)*"])
+
+
+def test_a2_skips_fused_expectation_and_runs_unsupported_one(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", segments=1)
+def test_fused(npufuse):
+    npufuse.check(Fused(), *inputs())
+
+
+@pytest.mark.superkernel(scope="sp1", outcome="unsupported")
+def test_unsupported(npufuse):
+    report = npufuse.check(Fused(), *inputs())
+    assert report.superkernels["sp1"].segments == 0
+    assert "not supported on Atlas A2" in report.superkernels["sp1"].reason
+''',
+        "--npu-target=a2",
+    )
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*SuperKernel is not supported on Atlas A2*this test expects 'fused'*"])
+
+
+def test_unsupported_expectation_fails_on_a3(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", outcome="unsupported")
+def test_sp1(npufuse):
+    npufuse.check(Fused(), *inputs())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*scope 'sp1': outcome is 'fused', expected 'unsupported'*"])
+
+
+def test_reduce_overhead_mode_reports_unsupported(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", outcome="unsupported")
+def test_sp1(npufuse):
+    report = npufuse.check(Fused(), *inputs(), mode="reduce-overhead")
+    assert "max-autotune" in report.superkernels["sp1"].reason
+'''
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_target_list_runs_each_test_per_target(run):
+    result = run(
+        '''
+def test_any(npufuse, npu_target):
+    assert npufuse.target.name == npu_target
+''',
+        "--npu-target=a2,a3",
+        "-v",
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_any[[]a2[]] PASSED*", "*test_any[[]a3[]] PASSED*"])
+
+
+def test_npu_target_marker_skips_other_targets(run):
+    result = run(
+        '''
+@pytest.mark.npu_target("a2")
+def test_only_a2(npu_target):
+    assert npu_target == "a2"
+'''
+    )
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*runs only on a2; the current target is a3*"])
+
+
+def test_ini_default_target(run, pytester):
+    pytester.makeini("[pytest]\nnpu_target = a2\n")
+    result = run("def test_t(npu_target):\n    assert npu_target == 'a2'\n")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ('superkernel(scope="sp1", segment=1)', "*unknown argument 'segment'. Did you mean 'segments'?*"),
+        ('superkernel(scope="sp1", outcome="melted")', "*outcome='melted' is not one of fused, unfused, *"),
+        ('superkernel(scope="sp1", outcome="hang")', "*outcome='hang' is not modeled by this version*"),
+        ('superkernel(segments=1)', "*needs scope='<name>'*"),
+        ('superkernel(scope="sp1", segments=-1)', "*segments=-1 must be an integer >= 0*"),
+        ('superkernel(scope="sp1", breaks=["add"])', "*breaks=[[]'add'[]] must be a list of op types*"),
+        ("multistream(streams=2)", "*multistream marker: in-graph multi-stream execution is not modeled*"),
+    ],
+)
+def test_bad_marker_arguments_fail_clearly(run, marker, message):
+    result = run(f"@pytest.mark.{marker}\ndef test_sp1(npufuse):\n    npufuse.check(Fused(), *inputs())\n")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([message])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_scope_name_not_found_fails(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp9")
+def test_sp1(npufuse):
+    npufuse.check(Fused(), *inputs())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*super_kernel scope 'sp9' was not found in the captured graph (scopes seen: 'sp1')*"])
+
+
+def test_bad_options_string_fails_naming_scope_and_option(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", options="stream-fusoin=1")
+def test_sp1(npufuse):
+    npufuse.check(Fused(), *inputs())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*super_kernel scope 'sp1': unknown option 'stream-fusoin'. Did you mean 'stream-fusion'?*"])
+
+
+def test_graph_break_inside_scope_names_the_scope(run):
+    result = run(
+        '''
+class Breaks(torch.nn.Module):
+    def forward(self, x1, x2, scale, pertoken):
+        with torchair.scope.super_kernel("sp1", ""):
+            q = qmm(x1, x2, scale, pertoken)
+            if q.sum().item() > 0:
+                q = q * 2
+        return q
+
+
+def test_sp1(npufuse):
+    npufuse.check(Breaks(), *inputs())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*npufuse: graph break inside super_kernel('sp1') at *test_case.py:7: *. Move the breaking code*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_unknown_target_is_a_usage_error(run):
+    result = run("def test_t():\n    pass\n", "--npu-target=a9")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown NPU target 'a9'; built-in targets are a2, a3*"])
+
+
+def test_markers_are_documented(pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.superkernel(scope, *", "@pytest.mark.multistream(*", "@pytest.mark.npu_target(*names)*"])
