@@ -1,8 +1,12 @@
 """End-to-end runs of the plugin on temporary test files, through ``pytester``."""
 
+from pathlib import Path
+
 import pytest
 
 MODELS = '''
+from pathlib import Path
+
 import pytest
 import torch
 from pytest_npufuse import torch_npu, torchair
@@ -290,3 +294,13 @@ def test_unknown_target_is_a_usage_error(run):
 def test_markers_are_documented(pytester):
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.superkernel(scope, *", "@pytest.mark.multistream(*", "@pytest.mark.npu_target(*names)*"])
+
+
+def test_readme_example_passes(pytester):
+    """The ten-line example in the README is a working test."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    example = readme.split("## A test", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    pytester.makepyfile(test_readme=example)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_readme.py::test_sp1*a3*max-autotune*passed*"])

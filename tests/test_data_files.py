@@ -1,0 +1,105 @@
+"""Profiles, the op catalog and SuperKernel options: data in, clear errors out."""
+
+import warnings
+
+import pytest
+
+from pytest_npufuse.catalog import UnknownOpWarning, load_catalog
+from pytest_npufuse.errors import OptionsError, ProfileError
+from pytest_npufuse.hardware import DATA_DIR, load_profile
+from pytest_npufuse.skoptions import parse_options
+
+
+def test_builtin_profiles_load_with_cited_numbers():
+    a3, a2 = load_profile("a3"), load_profile("a2")
+    assert (a3.aic, a3.aiv, a3.cube_mhz) == (24, 48, 1850.0)
+    assert a3.superkernel_supported and not a2.superkernel_supported
+    assert a2.cube_tflops["bfloat16"] == 353.9
+    for path in DATA_DIR.glob("a*.toml"):
+        numeric = [line for line in path.read_text().splitlines() if "=" in line and line.split("=")[1].strip()[:1].isdigit()]
+        assert all("#" in line for line in numeric), f"{path.name}: every number needs a source or 'estimate'"
+
+
+def test_unknown_target_names_the_choices():
+    with pytest.raises(ProfileError, match="unknown NPU target 'a5'.*a2, a3"):
+        load_profile("a5")
+
+
+def test_malformed_profile_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[cores]\naic = \n")
+    with pytest.raises(ProfileError, match=r"bad.toml: not valid TOML: .*line 2"):
+        load_profile(str(path))
+
+
+def test_wrong_typed_key_names_file_key_and_type(tmp_path):
+    text = (DATA_DIR / "a3.toml").read_text().replace("aic = 24", 'aic = "twenty-four"')
+    path = tmp_path / "custom.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match=r"custom.toml \[cores\]: key 'aic' is 'twenty-four', expected an integer"):
+        load_profile(str(path))
+
+
+def test_missing_key_names_file_and_key(tmp_path):
+    text = (DATA_DIR / "a3.toml").read_text().replace("sk_sync = 1.5", "")
+    path = tmp_path / "custom.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match=r"\[overhead_us\]: missing key 'sk_sync' \(expected a number\)"):
+        load_profile(str(path))
+
+
+def test_profile_digest_follows_numbers_not_comments(tmp_path):
+    text = (DATA_DIR / "a3.toml").read_text()
+    same, changed = tmp_path / "same.toml", tmp_path / "changed.toml"
+    same.write_text(text.replace("# Atlas A3", "# a comment changed\n# Atlas A3"))
+    changed.write_text(text.replace("kernel_head = 2.0", "kernel_head = 2.5"))
+    assert load_profile(str(same)).digest == load_profile("a3").digest
+    assert load_profile(str(changed)).digest != load_profile("a3").digest
+
+
+def test_catalog_knows_seed_ops_and_warns_once_for_unknown():
+    catalog = load_catalog()
+    assert catalog.lookup("npu::npu_quant_matmul").fusable
+    assert not catalog.lookup("aten::add").fusable
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = catalog.lookup("acc::my_op")
+        catalog.lookup("acc::my_op")
+    assert [w.category for w in caught] == [UnknownOpWarning]
+    assert "acc::my_op" in str(caught[0].message) and '[tool.npufuse.ops."acc::my_op"]' in str(caught[0].message)
+    assert not first.fusable and first.engine == "vector"
+
+
+def test_user_catalog_entries_are_validated_and_win():
+    catalog = load_catalog({"acc::my_op": {"engine": "cube", "fusable": True, "sync_all": False, "block_dim": 8}})
+    assert catalog.lookup("acc::my_op").block_dim == 8
+    with pytest.raises(ProfileError, match=r"engine 'gpu' is not one of cube, vector"):
+        load_catalog({"acc::x": {"engine": "gpu", "fusable": True, "sync_all": False, "block_dim": 1}})
+    with pytest.raises(ProfileError, match="must be written 'namespace::name'"):
+        load_catalog({"my_op": {}})
+    with pytest.raises(ProfileError, match="key 'fusable' is 'yes', expected a boolean"):
+        load_catalog({"acc::x": {"engine": "cube", "fusable": "yes", "sync_all": False, "block_dim": 1}})
+
+
+def test_options_parse():
+    parsed = parse_options("sp1", "stream-fusion=1:dcci-before-kernel-start=GroupedMatmul,MoeGatingTopK")
+    assert parsed.get("stream-fusion") == "1" and parsed.get("feed-sync-all") == "0"
+    assert parse_options("sp1", "").values == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("stream-fusoin=1", "unknown option 'stream-fusoin'. Did you mean 'stream-fusion'"),
+        ("stream-fusion", "malformed option 'stream-fusion'"),
+        ("stream-fusion=2", "stream-fusion='2' is not allowed; use one of 0, 1"),
+        ("strict-scope-check=warn", "use one of bypass, abort"),
+        ("feed-sync-all=1:feed-sync-all=0", "given twice"),
+        ("debug-aic-num=many", "non-negative core count"),
+        ("dcci-after-kernel-end=A,,B", "comma list of op types"),
+    ],
+)
+def test_bad_options_name_scope_option_and_allowed_values(text, message):
+    with pytest.raises(OptionsError, match=message) as info:
+        parse_options("sp1", text)
+    assert "scope 'sp1'" in str(info.value)

@@ -1,0 +1,107 @@
+"""The cost model and simulator: SuperKernel accounting and determinism."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pytest_npufuse import compare, torch_npu, torchair
+from pytest_npufuse.errors import NotModeledError
+from pytest_npufuse.hardware import load_profile
+
+
+class Chain(torch.nn.Module):
+    """Three dependent matmuls in one scope."""
+
+    def forward(self, a, b):
+        with torchair.scope.super_kernel("sp1", ""):
+            return ((a @ b) @ b) @ b
+
+
+def inputs():
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(256, 512, generator=gen), torch.randn(512, 512, generator=gen)
+
+
+def test_superkernel_saves_dispatch_and_heads_and_pays_calls_and_syncs():
+    report = compare(Chain(), *inputs())
+    over = load_profile("a3").overhead_us
+    body = sum(k.duration_us for k in report.baseline.kernels) - 3 * over["kernel_head"]
+    assert report.baseline.device_us == pytest.approx(3 * (over["dispatch_cube"] + over["kernel_head"]) + body)
+    expected_variant = over["dispatch_cube"] + over["kernel_head"] + 3 * over["sk_subkernel_call"] + 2 * over["sk_sync"] + body
+    assert report.variant.device_us == pytest.approx(expected_variant)
+    assert report.speedup > 1
+
+
+def test_superkernel_block_dim_is_max_of_sub_kernels():
+    report = compare(Chain(), *inputs())
+    (parent,) = [k for k in report.variant.kernels if k.parent is None]
+    children = [k for k in report.variant.kernels if k.parent == parent.name]
+    assert len(children) == 3 and parent.block_dim == max(k.block_dim for k in children)
+    assert report.superkernels["sp1"].block_dim == parent.block_dim
+
+
+def test_block_dim_is_capped_by_limit_core_num():
+    class Limited(torch.nn.Module):
+        def forward(self, a, b):
+            with torchair.scope.limit_core_num(4, 8):
+                return a @ b
+
+    big = torch.randn(2048, 2048)
+    report = compare(Limited(), big, big)
+    (kernel,) = report.variant.kernels
+    assert kernel.block_dim == 4
+    unlimited = compare(lambda a, b: a @ b, big, big)
+    assert unlimited.variant.kernels[0].block_dim == 24
+    assert kernel.duration_us > unlimited.variant.kernels[0].duration_us
+
+
+def test_cube_kernel_time_follows_int8_peak():
+    gen = torch.Generator().manual_seed(0)
+    m, k, n = 864, 7168, 4096
+    x1 = torch.randint(-10, 10, (m, k), dtype=torch.int8, generator=gen)
+    x2 = torch.randint(-10, 10, (k, n), dtype=torch.int8, generator=gen)
+    report = compare(lambda a, b, s: torch_npu.npu_quant_matmul(a, b, s, output_dtype=torch.bfloat16), x1, x2, torch.ones(n))
+    (kernel,) = report.baseline.kernels
+    profile = load_profile("a3")
+    compute_us = 2 * m * n * k / (profile.cube_tflops["int8"] * 1e6 * profile.compute_efficiency)
+    assert kernel.duration_us == pytest.approx(profile.overhead_us["kernel_head"] + compute_us)
+
+
+def test_multiple_streams_are_refused_until_modeled():
+    class TwoStreams(torch.nn.Module):
+        def forward(self, a, b):
+            with torchair.scope.npu_stream_switch("1"):
+                return a @ b
+
+    with pytest.raises(NotModeledError, match=r"switches streams \(1\)"):
+        compare(TwoStreams(), *inputs())
+
+
+def test_non_default_options_are_refused_until_modeled():
+    with pytest.raises(NotModeledError, match="stream-fusion=1 are valid but their effect is not modeled"):
+        compare(Chain(), *inputs(), options={"sp1": "stream-fusion=1"})
+
+
+_PRINT_TIMES = """
+import torch
+from pytest_npufuse import compare, torchair
+class Chain(torch.nn.Module):
+    def forward(self, a, b):
+        with torchair.scope.super_kernel("sp1", ""):
+            return ((a @ b) @ b) @ b
+r = compare(Chain(), torch.ones(256, 512), torch.ones(512, 512))
+print(repr((r.baseline.kernels, r.variant.kernels)))
+"""
+
+
+def test_same_case_gives_identical_numbers_in_two_processes():
+    runs = [
+        subprocess.run([sys.executable, "-c", _PRINT_TIMES], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2")
+    ]
+    assert runs[0] == runs[1] and "te_superkernel_" in runs[0]
+    in_process = compare(Chain(), torch.ones(256, 512), torch.ones(512, 512))
+    assert repr((in_process.baseline.kernels, in_process.variant.kernels)) + "\n" == runs[0]
