@@ -49,6 +49,7 @@ class NpuBackend:
     variant: str = fusion.VARIANT
     catalog: OpCatalog = field(default_factory=load_catalog)
     options: Mapping[str, str] = field(default_factory=dict)
+    multistream: bool = True
     graphs: list[CompiledGraph] = field(default_factory=list)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -60,7 +61,14 @@ class NpuBackend:
 
     def _compile_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
         program = build_program(gm, self.catalog)
-        plan = fusion.plan(program, self.profile, variant=self.variant, mode=self.config.mode, options=self.options)
+        plan = fusion.plan(
+            program,
+            self.profile,
+            variant=self.variant,
+            mode=self.config.mode,
+            options=self.options,
+            multistream=self.multistream,
+        )
         compiled = CompiledGraph(gm, program, plan, simulate(program, plan, self.profile))
         self.graphs.append(compiled)
         return compiled

@@ -163,9 +163,14 @@ def plan(
     mode: str = MAX_AUTOTUNE,
     dynamic: bool = False,
     options: Mapping[str, str] | None = None,
+    multistream: bool = True,
 ) -> Plan:
-    """Plan BASELINE (every kernel its own task, scopes ignored) or VARIANT (scopes honoured)."""
-    if variant == VARIANT and len(program.streams()) > 1:
+    """Plan BASELINE (every kernel its own task, scopes ignored) or VARIANT (scopes honoured).
+
+    With ``multistream=False`` the VARIANT ignores stream switches and keeps every kernel on the
+    default stream, which isolates the SuperKernel effect.
+    """
+    if variant == VARIANT and multistream and len(program.streams()) > 1:
         raise NotModeledError(
             f"the model switches streams ({', '.join(program.streams()[1:])}); multi-stream execution is not "
             "modeled by this version of pytest-npufuse."

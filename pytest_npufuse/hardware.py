@@ -70,50 +70,42 @@ _OVERHEAD_KEYS = (
 )
 
 
-def _section(data: dict[str, Any], name: str, where: str) -> dict[str, Any]:
-    return typed_value(data, name, dict, where)
-
-
-def _rates(table: dict[str, Any], where: str) -> Mapping[str, float]:
-    rates = {key: typed_value(table, key, float, where) for key in sorted(table)}
-    if not rates:
-        raise ProfileError(f"{where}: needs at least one dtype = TFLOPS entry.")
-    return MappingProxyType(rates)
-
-
 def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
     """Validate parsed TOML and build the profile; every error names ``source``, the key and the type."""
-    target = _section(data, "target", source)
-    cores = _section(data, "cores", f"{source} [cores]")
-    clock = _section(data, "clock", f"{source} [clock]")
-    memory = _section(data, "memory", f"{source} [memory]")
-    efficiency = _section(data, "efficiency", f"{source} [efficiency]")
-    tiling = _section(data, "tiling", f"{source} [tiling]")
-    overhead = _section(data, "overhead_us", f"{source} [overhead_us]")
-    superkernel = _section(data, "superkernel", f"{source} [superkernel]")
+
+    def section(name: str) -> dict[str, Any]:
+        return typed_value(data, name, dict, source)
+
+    def get(name: str, key: str, kind: type) -> Any:
+        return typed_value(section(name), key, kind, f"{source} [{name}]")
+
+    def rates(name: str) -> Mapping[str, float]:
+        table = section(name)
+        if not table:
+            raise ProfileError(f"{source} [{name}]: needs at least one dtype = TFLOPS entry.")
+        return MappingProxyType({key: get(name, key, float) for key in sorted(table)})
+
     canonical = repr(sorted(_flatten(data)))
     return HardwareProfile(
-        name=typed_value(target, "name", str, f"{source} [target]"),
-        product=typed_value(target, "product", str, f"{source} [target]"),
-        soc=typed_value(target, "soc", str, f"{source} [target]"),
-        aic=typed_value(cores, "aic", int, f"{source} [cores]"),
-        aiv=typed_value(cores, "aiv", int, f"{source} [cores]"),
-        cube_mhz=typed_value(clock, "cube_mhz", float, f"{source} [clock]"),
-        vector_mhz=typed_value(clock, "vector_mhz", float, f"{source} [clock]"),
-        cube_tflops=_rates(_section(data, "cube_tflops", source), f"{source} [cube_tflops]"),
-        vector_tflops=_rates(_section(data, "vector_tflops", source), f"{source} [vector_tflops]"),
-        hbm_gbps=typed_value(memory, "hbm_gbps", float, f"{source} [memory]"),
-        l2_mib=typed_value(memory, "l2_mib", float, f"{source} [memory]"),
-        core_ddr_bytes_per_cycle=typed_value(memory, "core_ddr_bytes_per_cycle", float, f"{source} [memory]"),
-        compute_efficiency=typed_value(efficiency, "compute", float, f"{source} [efficiency]"),
-        memory_efficiency=typed_value(efficiency, "memory", float, f"{source} [efficiency]"),
-        cube_tile_m=typed_value(tiling, "cube_tile_m", int, f"{source} [tiling]"),
-        cube_tile_n=typed_value(tiling, "cube_tile_n", int, f"{source} [tiling]"),
-        vector_block_bytes=typed_value(tiling, "vector_block_bytes", int, f"{source} [tiling]"),
-        overhead_us=MappingProxyType(
-            {key: typed_value(overhead, key, float, f"{source} [overhead_us]") for key in _OVERHEAD_KEYS}
-        ),
-        superkernel_supported=typed_value(superkernel, "supported", bool, f"{source} [superkernel]"),
+        name=get("target", "name", str),
+        product=get("target", "product", str),
+        soc=get("target", "soc", str),
+        aic=get("cores", "aic", int),
+        aiv=get("cores", "aiv", int),
+        cube_mhz=get("clock", "cube_mhz", float),
+        vector_mhz=get("clock", "vector_mhz", float),
+        cube_tflops=rates("cube_tflops"),
+        vector_tflops=rates("vector_tflops"),
+        hbm_gbps=get("memory", "hbm_gbps", float),
+        l2_mib=get("memory", "l2_mib", float),
+        core_ddr_bytes_per_cycle=get("memory", "core_ddr_bytes_per_cycle", float),
+        compute_efficiency=get("efficiency", "compute", float),
+        memory_efficiency=get("efficiency", "memory", float),
+        cube_tile_m=get("tiling", "cube_tile_m", int),
+        cube_tile_n=get("tiling", "cube_tile_n", int),
+        vector_block_bytes=get("tiling", "vector_block_bytes", int),
+        overhead_us=MappingProxyType({key: get("overhead_us", key, float) for key in _OVERHEAD_KEYS}),
+        superkernel_supported=get("superkernel", "supported", bool),
         source=source,
         digest=hashlib.sha256(canonical.encode()).hexdigest()[:16],
     )

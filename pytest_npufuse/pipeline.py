@@ -62,13 +62,17 @@ def compile_model(
     target: str | HardwareProfile = "a3",
     mode: str | None = None,
     superkernel: bool = True,
+    multistream: bool = True,
     catalog: OpCatalog | None = None,
 ) -> tuple[Callable[..., Any], NpuBackend]:
-    """``torch.compile`` the model for ``target``; the backend keeps each graph's plan and modeled run."""
+    """``torch.compile`` the model for ``target``; the backend keeps each graph's plan and modeled run.
+
+    ``superkernel=False`` gives the BASELINE plan (scopes ignored); ``multistream=False`` keeps the
+    VARIANT on one stream.
+    """
     profile = target if isinstance(target, HardwareProfile) else load_profile(target)
-    backend = NpuBackend(
-        _config(mode), profile, fusion.VARIANT if superkernel else fusion.BASELINE, catalog or load_catalog()
-    )
+    variant = fusion.VARIANT if superkernel else fusion.BASELINE
+    backend = NpuBackend(_config(mode), profile, variant, catalog or load_catalog(), multistream=multistream)
     return torch.compile(model, backend=backend, fullgraph=True, dynamic=False), backend
 
 

@@ -139,7 +139,9 @@ class NpuFuse:
     def compile(self, model: Callable[..., Any], *, mode: str | None = None, superkernel: bool = True, multistream: bool = True) -> Callable[..., Any]:
         """A compiled callable for finer tests; its backend is at ``.npufuse_backend``."""
         compiled, backend = _or_fail(
-            lambda: pipeline.compile_model(model, target=self.target, mode=mode, superkernel=superkernel)
+            lambda: pipeline.compile_model(
+                model, target=self.target, mode=mode, superkernel=superkernel, multistream=multistream
+            )
         )
         compiled.npufuse_backend = backend
         return compiled

@@ -32,19 +32,18 @@ def test_malformed_profile_names_file_and_line(tmp_path):
         load_profile(str(path))
 
 
-def test_wrong_typed_key_names_file_key_and_type(tmp_path):
-    text = (DATA_DIR / "a3.toml").read_text().replace("aic = 24", 'aic = "twenty-four"')
+@pytest.mark.parametrize(
+    ("line", "replacement", "message"),
+    [
+        ("aic = 24", 'aic = "twenty-four"', r"custom.toml \[cores\]: key 'aic' is 'twenty-four', expected an integer"),
+        ("sk_sync = 1.5", "", r"custom.toml \[overhead_us\]: missing key 'sk_sync' \(expected a number\)"),
+        ("supported = true", "supported = 1", r"\[superkernel\]: key 'supported' is 1, expected a boolean"),
+    ],
+)
+def test_bad_key_names_file_key_and_type(tmp_path, line, replacement, message):
     path = tmp_path / "custom.toml"
-    path.write_text(text)
-    with pytest.raises(ProfileError, match=r"custom.toml \[cores\]: key 'aic' is 'twenty-four', expected an integer"):
-        load_profile(str(path))
-
-
-def test_missing_key_names_file_and_key(tmp_path):
-    text = (DATA_DIR / "a3.toml").read_text().replace("sk_sync = 1.5", "")
-    path = tmp_path / "custom.toml"
-    path.write_text(text)
-    with pytest.raises(ProfileError, match=r"\[overhead_us\]: missing key 'sk_sync' \(expected a number\)"):
+    path.write_text((DATA_DIR / "a3.toml").read_text().replace(line, replacement))
+    with pytest.raises(ProfileError, match=message):
         load_profile(str(path))
 
 

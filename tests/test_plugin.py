@@ -304,3 +304,24 @@ def test_readme_example_passes(pytester):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*test_readme.py::test_sp1*a3*max-autotune*passed*"])
+
+
+def test_compile_gives_a_callable_with_its_plan(run):
+    result = run(
+        '''
+import torch
+
+
+def test_compile(npufuse):
+    fused = npufuse.compile(Fused())
+    plain = npufuse.compile(Fused(), superkernel=False)
+    args = inputs()
+    with torch.no_grad():
+        out, ref = fused(*args), plain(*args)
+    assert all(torch.equal(a, b) for a, b in zip(out, ref))
+    (graph,) = fused.npufuse_backend.graphs
+    assert graph.plan.scope("sp1").outcome == "fused" and len(graph.plan.tasks) == 1
+    assert plain.npufuse_backend.graphs[0].plan.scopes == () and len(plain.npufuse_backend.graphs[0].plan.tasks) == 2
+'''
+    )
+    result.assert_outcomes(passed=1)
