@@ -21,6 +21,7 @@ from .catalog import OpCatalog, load_catalog
 from .errors import NotModeledError
 from .execute import run_in_order
 from .hardware import HardwareProfile
+from .plog import write_plog
 from .program import Program
 from .simulate import RunReport, simulate
 from .torchair.configs.compiler_config import CompilerConfig
@@ -34,6 +35,7 @@ class CompiledGraph:
     program: Program
     plan: fusion.Plan
     run: RunReport
+    plog_path: str | None = None
 
     def __call__(self, *args: Any) -> list[Any]:
         order = [name for task in self.plan.tasks for name in task.kernels]
@@ -69,7 +71,8 @@ class NpuBackend:
             options=self.options,
             multistream=self.multistream,
         )
-        compiled = CompiledGraph(gm, program, plan, simulate(program, plan, self.profile))
+        plog = write_plog(plan.log)
+        compiled = CompiledGraph(gm, program, plan, simulate(program, plan, self.profile), plog and str(plog))
         self.graphs.append(compiled)
         return compiled
 

@@ -24,8 +24,9 @@ from .catalog import OpCatalog
 from .errors import CaptureError, NpufuseError
 from .program import Buffer, Kernel, Program, TensorSpec
 
-# Ops that only reinterpret metadata but whose schemas carry no alias annotation.
-_METADATA_ONLY = frozenset({"aten::_unsafe_view", "aten::lift_fresh"})
+# Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
+# collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
+_METADATA_ONLY = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "_c10d_functional::wait_tensor"})
 
 
 def op_type_of(node: torch.fx.Node) -> str:

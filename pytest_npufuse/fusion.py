@@ -1,28 +1,46 @@
-"""The SuperKernel planner: which kernels a scope fuses into which SuperKernel tasks.
+"""The SuperKernel planner: which kernels a scope fuses into which SuperKernel tasks, and what happens.
 
 Rule (seed 000): ops in a scope are scanned in program order; an unfusable op closes the current
 segment, runs alone as an ordinary task, and a new segment starts after it. The same scope name used in
 several places means the same scope; kernels outside any scope that stand between two uses also close
 the current segment, so non-contiguous uses give separate segments of that one scope (they are counted
 together in its ``segments``, but they are not reported as breaks, since the op in between was never in
-the scope). A SuperKernel launches on the largest block dim of its sub-kernels.
+the scope).
+
+Then each scope's options apply (TorchAir's SuperKernel option table):
+- ``strict-scope-check=bypass|abort``: a scope split by an unfusable op (communication ops are not
+  checked) writes a plog WARNING and gets no SuperKernel (``bypassed``), or an ERROR and fails the
+  compilation (``aborted``).
+- The SuperKernel launches on the largest block dim of its sub-kernels, unless ``debug-aic-num`` /
+  ``debug-aiv-num`` force it (ratios 1:0, 0:1, 1:1, 1:2 only, capped by the hardware, ``limit_core_num``
+  and that original count).
+- A sub-kernel that uses SyncAll on fewer cores than the SuperKernel hangs the device unless
+  ``feed-sync-all=1`` inserts SyncAll on the idle cores (at a cost the simulator charges).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from . import cost
-from .errors import NotModeledError
+from .errors import NotModeledError, OptionsError
 from .hardware import HardwareProfile
+from .plog import LogRecord
 from .program import Kernel, Program
-from .skoptions import parse_options
+from .skoptions import SuperKernelOptions, parse_options
 
 BASELINE = "baseline"
 VARIANT = "variant"
 MAX_AUTOTUNE = "max-autotune"
+# debug-aic-num : debug-aiv-num ratio -> SuperKernel kernel type (TorchAir option table, torchair §2.4).
+_DEBUG_RATIOS = {(1, 0): "MIX_AIC_1_0", (0, 1): "MIX_AIV_1_0", (1, 1): "MIX_AIC_1_1", (1, 2): "MIX_AIC_1_2"}
+
+
+class OptionsWarning(UserWarning):
+    """A valid SuperKernel option that cannot do anything for this scope (e.g. a dcci op type not in it)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +52,8 @@ class Segment:
     name: str
     te_name: str
     block_dim: int
+    kernel_type: str
+    feed_sync_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +63,10 @@ class ScopeBreak:
     op_type: str
     kernel: str
     source: str
+    engine: str
+
+    def describe(self) -> str:
+        return f"{self.op_type} ({self.kernel}{' at ' + self.source if self.source else ''})"
 
 
 @dataclass(frozen=True)
@@ -75,12 +99,18 @@ class Task:
 
 @dataclass(frozen=True)
 class Plan:
-    """The tasks of one variant in issue order, and the fate of every SuperKernel scope."""
+    """The tasks of one variant in issue order, the fate of every SuperKernel scope, and the plog lines.
+
+    ``failure`` is set when the variant cannot run to completion on the device: a compile abort or a
+    modeled hang.
+    """
 
     variant: str
     mode: str
     tasks: tuple[Task, ...]
     scopes: tuple[ScopePlan, ...]
+    log: tuple[LogRecord, ...] = ()
+    failure: str | None = None
 
     def scope(self, name: str) -> ScopePlan | None:
         return next((scope for scope in self.scopes if scope.scope == name), None)
@@ -90,13 +120,21 @@ def _kernel_task(kernel: Kernel, profile: HardwareProfile) -> Task:
     return Task(kernel.name, (kernel.name,), "default", cost.block_dim(kernel, profile), kernel.info.engine)
 
 
+def _natural_kernel_type(kernels: Sequence[Kernel]) -> str:
+    """The widest core mix among the sub-kernels: Cube and Vector together launch as MIX_AIC_1_2."""
+    engines = {kernel.info.engine for kernel in kernels}
+    if "cube" in engines:
+        return "MIX_AIC_1_2" if engines - {"cube"} else "MIX_AIC_1_0"
+    return "MIX_AIV_1_0"
+
+
 def _segment(scope: str, kernels: Sequence[Kernel], profile: HardwareProfile) -> Segment:
     """Name the SuperKernel as CANN does: GE node ``sk_<scope>_start_<first>_end_<last>`` and kernel
     ``te_superkernel_<hash>``, the names users grep for in plog."""
     name = f"sk_{scope}_start_{kernels[0].name}_end_{kernels[-1].name}"
     digest = hashlib.sha256("|".join([name, *(k.op_type for k in kernels)]).encode()).hexdigest()
     dim = max(cost.block_dim(kernel, profile) for kernel in kernels)
-    return Segment(scope, tuple(k.name for k in kernels), name, f"te_superkernel_{digest}", dim)
+    return Segment(scope, tuple(k.name for k in kernels), name, f"te_superkernel_{digest}", dim, _natural_kernel_type(kernels))
 
 
 def _unsupported_reason(profile: HardwareProfile, mode: str, dynamic: bool) -> str:
@@ -130,29 +168,128 @@ def _segment_scopes(program: Program, profile: HardwareProfile) -> tuple[dict[st
             run.append(kernel)
         else:
             close()
-            breaks[scope].append(ScopeBreak(kernel.op_type, kernel.name, kernel.source))
+            breaks[scope].append(ScopeBreak(kernel.op_type, kernel.name, kernel.source, kernel.info.engine))
     close()
     return segments, breaks
 
 
-def _scope_options(program: Program, overrides: Mapping[str, str]) -> dict[str, str]:
-    """The options string of each scope: the marker's override, else what the code passed."""
-    options: dict[str, str] = {}
+def _scope_options(program: Program, overrides: Mapping[str, str]) -> dict[str, SuperKernelOptions]:
+    """The parsed options of each scope: the marker's override, else what the code passed."""
+    options: dict[str, SuperKernelOptions] = {}
     for kernel in program.kernels:
         scope = kernel.annotations.sk_scope
-        if scope is not None:
-            options.setdefault(scope, overrides.get(scope, kernel.annotations.sk_options))
+        if scope is not None and scope not in options:
+            options[scope] = parse_options(scope, overrides.get(scope, kernel.annotations.sk_options))
     return options
 
 
-def _require_modeled(scope: str, text: str) -> None:
-    parsed = parse_options(scope, text)
-    if parsed.values:
-        set_options = ", ".join(f"{k}={v}" for k, v in parsed.values.items())
-        raise NotModeledError(
-            f"super_kernel scope '{scope}': options {set_options} are valid but their effect is not modeled by "
-            "this version of pytest-npufuse; remove them (or override with options='') to test the scope."
+def _debug_cores(options: SuperKernelOptions) -> tuple[str, int] | None:
+    """The forced kernel type and block dim from debug-aic-num / debug-aiv-num, or None if unset."""
+    if "debug-aic-num" not in options.values and "debug-aiv-num" not in options.values:
+        return None
+    aic, aiv = int(options.get("debug-aic-num") or 0), int(options.get("debug-aiv-num") or 0)
+    if aic and aiv:
+        ratio, dim = ((1, aiv // aic) if aiv % aic == 0 else None), aic
+    else:
+        ratio, dim = ((1, 0) if aic else (0, 1) if aiv else None), aic or aiv
+    if ratio not in _DEBUG_RATIOS:
+        raise OptionsError(
+            f"super_kernel scope '{options.scope}': debug-aic-num={aic}, debug-aiv-num={aiv} is not an allowed ratio; "
+            "use aic:aiv = 1:0, 0:1, 1:1 or 1:2 with a positive count (e.g. debug-aic-num=12:debug-aiv-num=24)."
         )
+    return _DEBUG_RATIOS[ratio], dim
+
+
+def _debug_cap(segment: Segment, kernels: Sequence[Kernel], forced: tuple[str, int], profile: HardwareProfile) -> Segment:
+    """Apply debug core counts, refusing values the documentation forbids: above the hardware, above
+    ``limit_core_num``, or above the count the SuperKernel would launch with anyway."""
+    kernel_type, dim = forced
+    vector_only = kernel_type == "MIX_AIV_1_0"
+    limits = [k.annotations.vectorcore_limit if vector_only else k.annotations.aicore_limit for k in kernels]
+    caps = [
+        (profile.aiv if vector_only else profile.aic, f"the {profile.name} hardware's {'AIV' if vector_only else 'AIC'} count"),
+        (min((limit for limit in limits if limit), default=dim), "the scope's limit_core_num"),
+        (segment.block_dim, f"the block dim {segment.name} launches with"),
+    ]
+    for cap, what in caps:
+        if dim > cap:
+            option = "debug-aiv-num" if vector_only else "debug-aic-num"
+            raise OptionsError(
+                f"super_kernel scope '{segment.scope}': {option}={dim} exceeds {what}, {cap}; use at most {cap}."
+            )
+    return replace(segment, block_dim=dim, kernel_type=kernel_type)
+
+
+def _check_dcci(options: SuperKernelOptions, kernels: Sequence[Kernel]) -> None:
+    """dcci-* options name op types; one that is not in the scope can do nothing, which is worth a warning."""
+    present = {kernel.info.kernel_type for kernel in kernels}
+    for option in ("dcci-before-kernel-start", "dcci-after-kernel-end", "dcci-disable-on-kernel"):
+        for op in filter(None, options.get(option).split(",")):
+            if op not in present:
+                warnings.warn(
+                    f"super_kernel scope '{options.scope}': {option} names {op}, which is not a kernel in the scope "
+                    f"(kernels: {', '.join(sorted(present))}); it has no effect.",
+                    OptionsWarning,
+                    stacklevel=3,
+                )
+
+
+def _hang(segment: Segment, kernels: Sequence[Kernel], profile: HardwareProfile) -> str:
+    """Why the SuperKernel would hang (a SyncAll sub-kernel on fewer cores, no feed-sync-all), or ''."""
+    for kernel in kernels:
+        dim = cost.block_dim(kernel, profile)
+        if kernel.info.sync_all and dim < segment.block_dim and not segment.feed_sync_all:
+            return (
+                f"modeled hang: sub-kernel {kernel.name} ({kernel.op_type}) calls SyncAll on block dim {dim}, but "
+                f"SuperKernel {segment.name} launches {segment.block_dim} cores, so {segment.block_dim - dim} cores "
+                "never reach the barrier. Fix: add feed-sync-all=1 to the scope options, or launch "
+                f"{kernel.name} on {segment.block_dim} cores."
+            )
+    return ""
+
+
+def _finish_segment(segment: Segment, options: SuperKernelOptions, program: Program, profile: HardwareProfile) -> Segment:
+    kernels = [program.kernel(name) for name in segment.kernels]
+    segment = replace(segment, feed_sync_all=options.get("feed-sync-all") == "1")
+    forced = _debug_cores(options)
+    return _debug_cap(segment, kernels, forced, profile) if forced else segment
+
+
+def _strict_failure(scope: str, options: SuperKernelOptions, breaks: Sequence[ScopeBreak]) -> tuple[str, LogRecord] | None:
+    """The strict-scope-check verdict for a split scope; communication ops are not checked (CANN)."""
+    mode = options.get("strict-scope-check")
+    checked = [b for b in breaks if b.engine != "comm"]
+    if not mode or not checked:
+        return None
+    sites = ", ".join(b.describe() for b in checked)
+    if mode == "bypass":
+        message = f"scope {scope} is split by unfusable op(s) {sites}; bypass: no SuperKernel is generated for it"
+        return "bypassed", LogRecord("WARNING", "super_kernel_scope", message)
+    message = f"scope {scope} is split by unfusable op(s) {sites}; abort: compilation stops"
+    return "aborted", LogRecord("ERROR", "super_kernel_scope", message)
+
+
+@dataclass(frozen=True)
+class _ScopeResult:
+    plan: ScopePlan
+    log: LogRecord | None = None
+
+
+def _plan_scope(
+    scope: str, options: SuperKernelOptions, segments: Sequence[Segment], breaks: Sequence[ScopeBreak], program: Program, profile: HardwareProfile
+) -> _ScopeResult:
+    kernels = [k for k in program.kernels if k.annotations.sk_scope == scope]
+    _check_dcci(options, kernels)
+    strict = _strict_failure(scope, options, breaks)
+    if strict is not None:
+        outcome, record = strict
+        return _ScopeResult(ScopePlan(scope, options.text, outcome, (), tuple(breaks), record.message), record)
+    formed = tuple(_finish_segment(segment, options, program, profile) for segment in segments)
+    hangs = [reason for seg in formed if (reason := _hang(seg, [program.kernel(n) for n in seg.kernels], profile))]
+    if hangs:
+        return _ScopeResult(ScopePlan(scope, options.text, "hang", formed, tuple(breaks), hangs[0]))
+    outcome, reason = ("fused", "") if formed else ("unfused", "no kernel in the scope is fusable")
+    return _ScopeResult(ScopePlan(scope, options.text, outcome, formed, tuple(breaks), reason))
 
 
 def plan(
@@ -179,26 +316,17 @@ def plan(
     if variant == BASELINE:
         return Plan(variant, mode, plain_tasks, ())
     scope_options = _scope_options(program, options or {})
-    for scope, text in scope_options.items():
-        _require_modeled(scope, text)
     reason = _unsupported_reason(profile, mode, dynamic)
     if reason:
-        scopes = tuple(ScopePlan(s, o, "unsupported", (), (), reason) for s, o in scope_options.items())
+        scopes = tuple(ScopePlan(s, o.text, "unsupported", (), (), reason) for s, o in scope_options.items())
         return Plan(variant, mode, plain_tasks, scopes)
     segments, breaks = _segment_scopes(program, profile)
-    return Plan(variant, mode, _fused_tasks(program, segments, profile), _scope_plans(scope_options, segments, breaks))
-
-
-def _scope_plans(
-    scope_options: Mapping[str, str], segments: Mapping[str, list[Segment]], breaks: Mapping[str, list[ScopeBreak]]
-) -> tuple[ScopePlan, ...]:
-    plans = []
-    for scope, text in scope_options.items():
-        formed = tuple(segments[scope])
-        outcome = "fused" if formed else "unfused"
-        reason = "" if formed else "no kernel in the scope is fusable"
-        plans.append(ScopePlan(scope, text, outcome, formed, tuple(breaks[scope]), reason))
-    return tuple(plans)
+    results = [_plan_scope(s, o, segments[s], breaks[s], program, profile) for s, o in scope_options.items()]
+    scopes = tuple(result.plan for result in results)
+    log = tuple(result.log for result in results if result.log is not None)
+    failure = next((f"{s.scope}: {s.reason}" for s in scopes if s.outcome in ("aborted", "hang")), None)
+    fused = {s.scope: list(s.segments) for s in scopes if s.outcome in ("fused", "hang")}
+    return Plan(variant, mode, _fused_tasks(program, fused, profile), scopes, log, failure)
 
 
 def _fused_tasks(program: Program, segments: Mapping[str, list[Segment]], profile: HardwareProfile) -> tuple[Task, ...]:

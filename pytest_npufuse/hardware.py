@@ -66,6 +66,7 @@ _OVERHEAD_KEYS = (
     "kernel_head",
     "sk_subkernel_call",
     "sk_sync",
+    "sync_all",
     "model_launch",
 )
 

@@ -119,4 +119,5 @@ def compare(
         streams=tuple(sorted({task.stream for task in variant_graph.plan.tasks})),
         races=(),
         outputs=tuple(names),
+        plog_path=variant_graph.plog_path,
     )

@@ -12,7 +12,7 @@ import pytest
 
 from . import pipeline
 from .errors import NpufuseError
-from .expectations import SuperKernelExpectation, parse_superkernel, precision_failures
+from .expectations import SuperKernelExpectation, parse_superkernel, precision_failures, run_failures
 from .hardware import HardwareProfile, load_profile
 from .report import CaseReport
 
@@ -129,7 +129,7 @@ class NpuFuse:
             lambda: pipeline.compare(model, *inputs, target=self.target, mode=mode, reference=reference, options=options)
         )
         self._record(report)
-        failures = precision_failures(report)
+        failures = run_failures(report, self._expectations) + precision_failures(report)
         for expectation in self._expectations:
             failures.extend(expectation.failures(report))
         if failures:

@@ -22,6 +22,7 @@ class ScopeReport:
     break_sites: tuple[str, ...]
     names: tuple[str, ...]
     kernel_names: tuple[str, ...]
+    kernel_type: str
     options: str
     reason: str
 
@@ -33,9 +34,10 @@ class ScopeReport:
             segments=len(scope.segments),
             block_dim=scope.block_dim,
             breaks=tuple(b.op_type for b in scope.breaks),
-            break_sites=tuple(f"{b.op_type} ({b.kernel}{' at ' + b.source if b.source else ''})" for b in scope.breaks),
+            break_sites=tuple(b.describe() for b in scope.breaks),
             names=tuple(segment.name for segment in scope.segments),
             kernel_names=tuple(segment.te_name for segment in scope.segments),
+            kernel_type=scope.segments[0].kernel_type if scope.segments else "",
             options=scope.options,
             reason=scope.reason,
         )
@@ -55,6 +57,7 @@ class CaseReport:
     races: tuple[str, ...]
     outputs: tuple[str, ...]
     trace_path: str | None = None
+    plog_path: str | None = None
 
     @property
     def speedup(self) -> float:

@@ -9,6 +9,7 @@ All arithmetic is plain float math in a fixed order, so every machine gives the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import cost
@@ -48,6 +49,7 @@ class RunReport:
     bound: str
     tasks: int
     kernels: tuple[KernelRun, ...]
+    failure: str | None = None
 
 
 SUPERKERNEL_OP = "npufuse::superkernel"
@@ -68,7 +70,9 @@ def _run_superkernel(program: Program, task: Task, start: float, profile: Hardwa
         clock += overhead["sk_subkernel_call"]
         if _depends_on_earlier(program, name, list(task.kernels[:index])):
             clock += overhead["sk_sync"]
-        dim = cost.block_dim(kernel, profile)
+        dim = min(cost.block_dim(kernel, profile), task.block_dim)
+        if task.segment.feed_sync_all and kernel.info.sync_all and dim < task.block_dim:
+            clock += overhead["sync_all"]
         end = clock + cost.body_us(kernel, dim, profile)
         runs.append(KernelRun(name, kernel.op_type, task.stream, clock, end, dim, kernel.info.engine, task.name))
         clock = end
@@ -83,7 +87,14 @@ def _run_kernel(program: Program, task: Task, start: float, profile: HardwarePro
 
 
 def simulate(program: Program, plan: Plan, profile: HardwareProfile) -> RunReport:
-    """Model one run of ``plan`` on ``profile``."""
+    """Model one run of ``plan`` on ``profile``.
+
+    ``time_us`` is the steady-state time of one step in a loop of launches: the larger of the host's
+    launch work and the device's. A plan that cannot finish (compile abort, modeled hang) takes forever.
+    """
+    if plan.failure is not None:
+        host_us = profile.overhead_us["model_launch"]
+        return RunReport(plan.variant, profile.name, plan.mode, math.inf, math.inf, host_us, "device", len(plan.tasks), (), plan.failure)
     clock = 0.0
     kernels: list[KernelRun] = []
     for task in plan.tasks:

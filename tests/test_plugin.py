@@ -226,7 +226,6 @@ def test_ini_default_target(run, pytester):
     [
         ('superkernel(scope="sp1", segment=1)', "*unknown argument 'segment'. Did you mean 'segments'?*"),
         ('superkernel(scope="sp1", outcome="melted")', "*outcome='melted' is not one of fused, unfused, *"),
-        ('superkernel(scope="sp1", outcome="hang")', "*outcome='hang' is not modeled by this version*"),
         ('superkernel(segments=1)', "*needs scope='<name>'*"),
         ('superkernel(scope="sp1", segments=-1)', "*segments=-1 must be an integer >= 0*"),
         ('superkernel(scope="sp1", breaks=["add"])', "*breaks=[[]'add'[]] must be a list of op types*"),
@@ -325,3 +324,46 @@ def test_compile(npufuse):
 '''
     )
     result.assert_outcomes(passed=1)
+
+
+STRICT = """
+class Strict(torch.nn.Module):
+    def __init__(self, options):
+        super().__init__()
+        self.options = options
+
+    def forward(self, x1, x2, scale, pertoken):
+        with torchair.scope.super_kernel("sp1", self.options):
+            q = qmm(x1, x2, scale, pertoken) + 1
+            return torch_npu.npu_dequant_swiglu_quant(q)
+"""
+
+
+@pytest.mark.parametrize(
+    ("options", "marker", "outcome", "message"),
+    [
+        ("strict-scope-check=bypass", 'outcome="bypassed"', "passed", None),
+        ("strict-scope-check=abort", 'outcome="aborted"', "passed", None),
+        ("strict-scope-check=bypass", "segments=2", "failed", "*scope 'sp1': outcome is 'bypassed' (scope sp1 is split by unfusable op(s) aten::add (Add at *), expected 'fused'.*"),
+        ("strict-scope-check=abort", 'outcome="bypassed"', "failed", "*scope 'sp1': outcome is 'aborted' (*abort: compilation stops), expected 'bypassed'.*"),
+        ("", 'outcome="aborted"', "failed", "*scope 'sp1': outcome is 'fused', expected 'aborted'.*"),
+    ],
+)
+def test_strict_scope_check_outcomes(run, options, marker, outcome, message):
+    result = run(
+        STRICT
+        + f"""
+@pytest.mark.superkernel(scope="sp1", {marker})
+def test_sp1(npufuse):
+    npufuse.check(Strict({options!r}), *inputs())
+"""
+    )
+    result.assert_outcomes(**{outcome: 1})
+    if message:
+        result.stdout.fnmatch_lines([message])
+
+
+def test_unexpected_abort_fails_a_test_without_marker(run):
+    result = run(STRICT + "\ndef test_sp1(npufuse):\n    npufuse.check(Strict('strict-scope-check=abort'), *inputs())\n")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the VARIANT cannot run on a3: sp1: scope sp1 is split by unfusable op(s) aten::add*(plog: *plog-*.log)*"])

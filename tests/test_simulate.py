@@ -80,11 +80,6 @@ def test_multiple_streams_are_refused_until_modeled():
         compare(TwoStreams(), *inputs())
 
 
-def test_non_default_options_are_refused_until_modeled():
-    with pytest.raises(NotModeledError, match="stream-fusion=1 are valid but their effect is not modeled"):
-        compare(Chain(), *inputs(), options={"sp1": "stream-fusion=1"})
-
-
 _PRINT_TIMES = """
 import torch
 from pytest_npufuse import compare, torchair
