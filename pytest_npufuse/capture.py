@@ -12,6 +12,7 @@ import math
 import operator
 import re
 from dataclasses import replace
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Sequence
 
@@ -19,10 +20,10 @@ import torch
 import torch.fx
 from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 
-from . import scopes
+from . import scopes, syncs
 from .catalog import OpCatalog
 from .errors import CaptureError, NpufuseError
-from .program import Buffer, Kernel, Program, TensorSpec
+from .program import Buffer, Kernel, Program, StreamScope, SyncPoint, TensorSpec
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
@@ -78,14 +79,16 @@ def _flatten(args: Any) -> Iterator[Any]:
         yield args
 
 
+_PACKAGE_DIR = str(Path(__file__).parent)
+
+
 def _source_line(node: torch.fx.Node) -> str:
-    """The user's source location of a node, for messages that point at their model code."""
+    """The user's source location of a node (the innermost frame outside this package), for messages
+    that point at their model code rather than at our wrappers."""
     trace = node.meta.get("stack_trace") or ""
-    frames = [line.strip() for line in trace.strip().splitlines() if line.strip().startswith("File ")]
-    if not frames:
-        return ""
-    location = frames[-1].removeprefix("File ").replace('"', "")
-    return location.replace(", line ", ":").split(", in ")[0]
+    frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
+    user = [(path, line) for path, line in frames if not path.startswith(_PACKAGE_DIR)]
+    return f"{user[-1][0]}:{user[-1][1]}" if user else ""
 
 
 def _flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
@@ -120,6 +123,10 @@ class _ProgramBuilder:
         self.buffers: dict[str, Buffer] = {}
         self.kernels: list[Kernel] = []
         self.names: dict[str, int] = {}
+        self.syncs: list[SyncPoint] = []
+        self.record_tokens: dict[str, str] = {}
+        self.open_streams: list[tuple[str, int] | None] = []
+        self.stream_scopes: list[StreamScope] = []
 
     def build(self) -> Program:
         inputs: list[str] = []
@@ -134,6 +141,8 @@ class _ProgramBuilder:
                 outputs = tuple(n.name if isinstance(n, torch.fx.Node) else None for n in _flatten(node.args[0]))
             elif scopes.is_scope_node(node):
                 self._scope_marker(node)
+            elif syncs.is_sync_node(node):
+                self._sync(node)
             elif is_view(node):
                 self._add_view(node)
             else:
@@ -144,13 +153,73 @@ class _ProgramBuilder:
                 f"{open_scopes[-1]} is entered but never exited in the captured graph. Use scopes only as "
                 "`with` blocks, and keep graph breaks (print, .item(), data-dependent if) out of them."
             )
-        return Program(tuple(self.kernels), MappingProxyType(dict(self.buffers)), tuple(inputs), outputs)
+        return Program(
+            tuple(self.kernels),
+            MappingProxyType(dict(self.buffers)),
+            tuple(inputs),
+            outputs,
+            tuple(self.syncs),
+            tuple(sorted(self.stream_scopes, key=lambda scope: (scope.enter, scope.exit))),
+        )
 
     def _scope_marker(self, node: torch.fx.Node) -> None:
         if node.target is scopes.SCOPE_ENTER:
-            self.stack.enter(*node.args[:2])
+            keys, values = node.args[:2]
+            self.stack.enter(keys, values)
+            attrs = dict(zip(keys, values))
+            stream = attrs.get(scopes.STREAM_LABEL)
+            self.open_streams.append((stream, len(self.kernels)) if stream else None)
         else:
             self.stack.exit(f"the graph at {_source_line(node) or 'the model'}")
+            opened = self.open_streams.pop()
+            if opened is not None:
+                self.stream_scopes.append(StreamScope(opened[0], opened[1], len(self.kernels)))
+
+    def _current_stream(self) -> str:
+        return self.stack.resolve().stream or "default"
+
+    def _sync_point(self, kind: str, event: str, api: str, node: torch.fx.Node, **extra: Any) -> None:
+        stream = extra.pop("stream", None) or self._current_stream()
+        self.syncs.append(SyncPoint(kind, stream, len(self.kernels), event, api, _source_line(node), **extra))
+
+    def _wait_for(self, dependency: torch.fx.Node, api: str, node: torch.fx.Node) -> None:
+        """Wait for a ``record()`` token, or for the kernel that produced a tensor (after it ends)."""
+        if dependency.name in self.record_tokens:
+            self._sync_point("wait", self.record_tokens[dependency.name], api, node)
+            return
+        if dependency.name not in self.buffers:
+            return
+        storage = dependency.name
+        while (alias := self.buffers[storage].alias_of) is not None:
+            storage = alias
+        producer = self.buffers[storage].producer
+        if producer is None:
+            return
+        kernel = next(k for k in self.kernels if k.name == producer)
+        event = f"after:{kernel.name}"
+        if not any(p.kind == "record" and p.event == event for p in self.syncs):
+            self.syncs.append(SyncPoint("record", kernel.stream, kernel.index + 1, event, api, kernel.source))
+        self._sync_point("wait", event, api, node)
+
+    def _sync(self, node: torch.fx.Node) -> None:
+        """Turn a synchronisation op into sync points at the current place of the issue order."""
+        target = node.target
+        if target is syncs.TAGGED_RECORD:
+            self._sync_point("record", f"tag:{node.args[0]}", "npu_tagged_event_record", node)
+        elif target is syncs.TAGGED_WAIT:
+            self._sync_point("wait", f"tag:{node.args[0]}", "npu_tagged_event_wait", node)
+        elif target is syncs.RECORD:
+            self.record_tokens[node.name] = f"record:{node.name}"
+            self._sync_point("record", f"record:{node.name}", "record", node)
+        elif target is syncs.WAIT:
+            for dependency in _tensor_nodes(node.args):
+                self._wait_for(dependency, "wait", node)
+        elif target is syncs.WAIT_TENSOR:
+            self._wait_for(node.args[1], "npu_wait_tensor", node)
+            self._add_buffer(node, producer=None, alias_of=node.args[0].name if node.args[0].name in self.buffers else None)
+        elif target is syncs.RECORD_STREAM:
+            buffer, tag = node.args
+            self._sync_point("keep_alive", "", "npu_record_tagged_stream", node, stream=tag, buffer=buffer.name)
 
     def _add_buffer(self, node: torch.fx.Node, producer: str | None, alias_of: str | None = None) -> None:
         value = node.meta.get("val")
@@ -193,8 +262,9 @@ class _ProgramBuilder:
         input_specs = [self.buffers[name].spec for name in inputs]
         name = self._kernel_name(info.kernel_type)
         single = isinstance(value, torch.Tensor)
+        mutated = _mutated_arguments(node)
         if single:
-            self._add_buffer(node, producer=name)
+            self._add_buffer(node, producer=None if mutated else name, alias_of=mutated[0] if mutated else None)
         self.kernels.append(
             Kernel(
                 index=len(self.kernels),
@@ -210,8 +280,22 @@ class _ProgramBuilder:
                 bytes=sum(spec.nbytes for spec in (*input_specs, *output_specs)),
                 compute_dtype=_compute_dtype(input_specs, output_specs),
                 source=_source_line(node),
+                mutates=mutated,
             )
         )
+
+
+def _mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:
+    """Buffers an in-place op writes (schema ``Tensor(a!)``), e.g. the ``copy_`` that writes a mutated
+    graph input back; its output is that same memory, not a new buffer."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return ()
+    written = []
+    for argument, value in zip(schema.arguments, node.args):
+        if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, torch.fx.Node):
+            written.append(value.name)
+    return tuple(written)
 
 
 def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog) -> Program:

@@ -50,16 +50,53 @@ class Kernel:
     bytes: int
     compute_dtype: str
     source: str
+    mutates: tuple[str, ...] = ()
+
+    @property
+    def stream(self) -> str:
+        """The stream tag the kernel was issued on; ``default`` outside any ``npu_stream_switch``."""
+        return self.annotations.stream or "default"
+
+
+@dataclass(frozen=True)
+class SyncPoint:
+    """A synchronisation the model asked for, at a point of the program's issue order.
+
+    ``position`` counts the kernels issued before it. ``record``: the event is recorded on ``stream``
+    after the stream's work issued so far. ``wait``: the stream's kernels issued from here on wait for
+    the event. ``keep_alive``: ``buffer`` must outlive the work issued so far on ``stream``
+    (``npu_record_tagged_stream``). ``api`` names the user-facing call, for mode rules and messages.
+    """
+
+    kind: str
+    stream: str
+    position: int
+    event: str
+    api: str
+    source: str
+    buffer: str | None = None
+
+
+@dataclass(frozen=True)
+class StreamScope:
+    """One ``npu_stream_switch`` block: kernels issued in [enter, exit) run on ``stream``."""
+
+    stream: str
+    enter: int
+    exit: int
 
 
 @dataclass(frozen=True)
 class Program:
-    """The kernels of one captured graph in program order, with every buffer they touch."""
+    """The kernels of one captured graph in program order, with every buffer they touch and every
+    synchronisation the model asked for."""
 
     kernels: tuple[Kernel, ...]
     buffers: Mapping[str, Buffer]
     inputs: tuple[str, ...]
     outputs: tuple[str | None, ...]
+    syncs: tuple[SyncPoint, ...] = ()
+    stream_scopes: tuple[StreamScope, ...] = ()
 
     def kernel(self, name: str) -> Kernel:
         """The kernel called ``name`` (GE-style kernel name)."""
@@ -67,6 +104,11 @@ class Program:
             if kernel.name == name:
                 return kernel
         raise KeyError(name)
+
+    def producer(self, buffer: str) -> Kernel | None:
+        """The kernel that wrote the memory ``buffer`` lives in, or None for graph inputs."""
+        name = self.buffers[self.storage(buffer)].producer
+        return None if name is None else self.kernel(name)
 
     def storage(self, buffer: str) -> str:
         """The buffer that owns the memory ``buffer`` lives in (itself unless it is a view)."""

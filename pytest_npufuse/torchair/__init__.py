@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from . import scope
+from . import ops, scope
 from .configs.compiler_config import CompilerConfig
 
-__all__ = ["scope", "CompilerConfig", "get_npu_backend"]
+__all__ = ["ops", "scope", "CompilerConfig", "get_npu_backend"]
 
 
 def get_npu_backend(*, compiler_config: CompilerConfig | None = None, target: str = "a3"):

@@ -12,10 +12,10 @@ from types import TracebackType
 
 import torch
 
-from .. import scopes
+from .. import scopes, syncs  # noqa: F401 - syncs registers the npufuse sync ops
 from ..errors import ScopeError
 
-__all__ = ["super_kernel", "npu_stream_switch", "limit_core_num"]
+__all__ = ["super_kernel", "npu_stream_switch", "limit_core_num", "npu_wait_tensor"]
 
 
 class _Scope:
@@ -79,3 +79,11 @@ def limit_core_num(op_aicore_num: int, op_vectorcore_num: int) -> _Scope:
     aic = _core_count("op_aicore_num", op_aicore_num)
     aiv = _core_count("op_vectorcore_num", op_vectorcore_num)
     return _Scope([scopes.AICORE_NUM, scopes.VECTORCORE_NUM], [str(aic), str(aiv)])
+
+
+def npu_wait_tensor(self: torch.Tensor, dependency: torch.Tensor) -> torch.Tensor:
+    """Make the ops after this point on the current stream wait for ``dependency``'s producer
+    (max-autotune only, as in TorchAir). Returns ``self``'s values."""
+    if not isinstance(self, torch.Tensor) or not isinstance(dependency, torch.Tensor):
+        raise ScopeError("npu_wait_tensor(self, dependency) takes two tensors.")
+    return torch.ops.npufuse.wait_tensor(self, dependency)

@@ -1,0 +1,165 @@
+"""The stream plan: which stream each kernel runs on, and the events that order streams.
+
+It turns the sync points the model asked for (see :class:`~pytest_npufuse.program.SyncPoint`) into
+edges between kernels, adding what the compiler adds in each mode:
+
+- max-autotune (GE graph sink): GE inserts an event for every data dependency between streams
+  (research/ascend_hw_and_usage.md §2.4), so only control order needs ``npu_wait_tensor`` or
+  ``record()``/``wait()``. Tagged events and ``npu_record_tagged_stream`` are not supported there.
+- reduce-overhead (aclgraph capture): nothing is inserted for data; the user's tagged events are the only
+  order, plus TorchAir's fork/join closure: every side stream waits for a start event recorded on the
+  main stream, and the main stream waits, before the outputs, for an exit event recorded at the end of
+  each stream scope (research/torchair_facts.md §4.4). ``npu_wait_tensor`` is not supported there.
+
+A wait binds to the latest record of its event issued before it; if there is none, to the first one
+issued after it (the stream blocks until then); if the event is never recorded, the wait can never be
+satisfied, which the sanitizer and the simulator report as a modeled deadlock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .errors import ScopeError
+from .program import Kernel, Program, SyncPoint
+
+MAX_AUTOTUNE = "max-autotune"
+REDUCE_OVERHEAD = "reduce-overhead"
+_GE_ONLY = {"npu_wait_tensor"}
+_ACLGRAPH_ONLY = {"npu_tagged_event_record", "npu_tagged_event_wait", "npu_record_tagged_stream"}
+
+
+@dataclass(frozen=True)
+class SyncEdge:
+    """An event between kernels: recorded on ``record_after``'s stream when it ends (None: nothing to
+    wait for, the event is satisfied from the start; see ``never_recorded``), waited on before
+    ``wait_before`` starts (None: at the end of ``wait_stream``, before the graph's outputs)."""
+
+    event: str
+    record_after: str | None
+    wait_before: str | None
+    wait_stream: str
+    api: str
+    source: str
+    never_recorded: bool = False
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    """``npu_record_tagged_stream``: ``buffer`` must outlive the work issued so far on ``stream``."""
+
+    buffer: str
+    stream: str
+    position: int
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """Streams of the VARIANT, kernel by kernel, and the events between them."""
+
+    mode: str
+    streams: tuple[str, ...]
+    kernel_stream: Mapping[str, str]
+    edges: tuple[SyncEdge, ...]
+    keep_alive: tuple[KeepAlive, ...]
+
+
+def _check_mode(program: Program, mode: str) -> None:
+    """TorchAir's mode rules, as errors that say which API to use instead."""
+    for point in program.syncs:
+        if point.api in _GE_ONLY and mode != MAX_AUTOTUNE:
+            raise ScopeError(
+                f"npu_wait_tensor{' at ' + point.source if point.source else ''} is not supported in {mode} mode "
+                "(TorchAir raises NotImplementedError); use npu_tagged_event_record / npu_tagged_event_wait."
+            )
+        if point.api in _ACLGRAPH_ONLY and mode != REDUCE_OVERHEAD:
+            raise ScopeError(
+                f"{point.api}{' at ' + point.source if point.source else ''} works only in reduce-overhead mode "
+                f"(TorchAir has no {mode} converter for it); in max-autotune use npu_wait_tensor or record()/wait()."
+            )
+
+
+class _Issue:
+    """Kernels per stream in issue order, to find the kernel before or after a point of a stream."""
+
+    def __init__(self, kernels: Sequence[Kernel]) -> None:
+        self.by_stream: dict[str, list[Kernel]] = {}
+        for kernel in kernels:
+            self.by_stream.setdefault(kernel.stream, []).append(kernel)
+
+    def last_before(self, stream: str, position: int) -> str | None:
+        before = [k for k in self.by_stream.get(stream, []) if k.index < position]
+        return before[-1].name if before else None
+
+    def first_from(self, stream: str, position: int) -> str | None:
+        return next((k.name for k in self.by_stream.get(stream, []) if k.index >= position), None)
+
+
+def _bind_waits(points: Sequence[SyncPoint], issue: _Issue) -> list[SyncEdge]:
+    """Pair each wait with the record it waits for, by issue order."""
+    edges: list[SyncEdge] = []
+    for index, point in enumerate(points):
+        if point.kind != "wait":
+            continue
+        earlier = [p for p in points[:index] if p.kind == "record" and p.event == point.event]
+        later = [p for p in points[index + 1 :] if p.kind == "record" and p.event == point.event]
+        record = earlier[-1] if earlier else (later[0] if later else None)
+        wait_before = issue.first_from(point.stream, point.position)
+        recorder = None if record is None else issue.last_before(record.stream, record.position)
+        if record is not None and recorder is None:
+            continue
+        edges.append(
+            SyncEdge(point.event, recorder, wait_before, point.stream, point.api, point.source, never_recorded=record is None)
+        )
+    return edges
+
+
+def _closure_points(program: Program) -> list[SyncPoint]:
+    """TorchAir's fork/join closure for aclgraph capture: one start event, one exit event per scope."""
+    if not program.stream_scopes:
+        return []
+    points = [SyncPoint("record", "default", 0, "closure:start", "fork/join closure", "")]
+    for number, scope in enumerate(program.stream_scopes):
+        exit_event = f"closure:exit:{scope.stream}:{number}"
+        points.append(SyncPoint("wait", scope.stream, scope.enter, "closure:start", "fork/join closure", ""))
+        points.append(SyncPoint("record", scope.stream, scope.exit, exit_event, "fork/join closure", ""))
+        points.append(SyncPoint("wait", "default", len(program.kernels), exit_event, "fork/join closure", ""))
+    return points
+
+
+def _ge_data_edges(program: Program) -> list[SyncEdge]:
+    """GE orders every cross-stream data dependency with an event of its own."""
+    edges: dict[tuple[str, str], SyncEdge] = {}
+    for kernel in program.kernels:
+        for buffer in kernel.inputs:
+            producer = program.producer(buffer)
+            if producer is not None and producer.stream != kernel.stream:
+                edges.setdefault(
+                    (producer.name, kernel.name),
+                    SyncEdge(f"ge:{producer.name}->{kernel.name}", producer.name, kernel.name, kernel.stream, "GE data edge", ""),
+                )
+    return list(edges.values())
+
+
+def _issue_sorted(points: Sequence[SyncPoint]) -> list[SyncPoint]:
+    """Stable by position, so closure points interleave with the user's as the compiler inserts them."""
+    return sorted(points, key=lambda p: p.position)
+
+
+def stream_plan(program: Program, mode: str, *, multistream: bool = True) -> StreamPlan:
+    """The VARIANT's streams for ``mode``; with ``multistream=False`` everything runs on the default stream."""
+    if not multistream:
+        kernel_stream = {k.name: "default" for k in program.kernels}
+        return StreamPlan(mode, ("default",), kernel_stream, (), ())
+    _check_mode(program, mode)
+    issue = _Issue(program.kernels)
+    user = [p for p in program.syncs if p.kind != "keep_alive"]
+    points = _issue_sorted(user + _closure_points(program)) if mode == REDUCE_OVERHEAD else user
+    edges = _bind_waits(points, issue)
+    if mode == MAX_AUTOTUNE:
+        edges += _ge_data_edges(program)
+    keep = tuple(KeepAlive(p.buffer, p.stream, p.position) for p in program.syncs if p.kind == "keep_alive")
+    return StreamPlan(
+        mode, program.streams(), {k.name: k.stream for k in program.kernels}, tuple(edges), keep
+    )

@@ -1,0 +1,71 @@
+"""``torchair.ops``: explicit stream synchronisation, with TorchAir's names and errors.
+
+``record()``/``wait([...])`` work in both modes; the tagged-event API and ``npu_record_tagged_stream``
+work in reduce-overhead only, which the backend checks once it knows the mode.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..errors import ScopeError
+from ..syncs import EVENTS, TaggedEvent
+
+__all__ = [
+    "record",
+    "wait",
+    "npu_create_tagged_event",
+    "npu_tagged_event_record",
+    "npu_tagged_event_wait",
+    "npu_record_tagged_stream",
+]
+
+
+def record() -> torch.Tensor:
+    """Record an event after the work issued so far on the current stream; pass the result to ``wait``."""
+    return torch.ops.npufuse.record()
+
+
+def wait(tensors: Sequence[torch.Tensor]) -> None:
+    """Make the next op on the current stream wait for each tensor's producer (or ``record()`` token)."""
+    if not isinstance(tensors, (list, tuple)) or not tensors:
+        raise ScopeError("torchair.ops.wait(tensors) requires at least one tensor input, e.g. wait([x]).")
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise ScopeError(f"torchair.ops.wait(tensors) takes tensors only, got {[type(t).__name__ for t in tensors]}.")
+    torch.ops.npufuse.wait(list(tensors))
+
+
+def npu_create_tagged_event(tag: str) -> TaggedEvent:
+    """Create the event named ``tag``; a tag may be created once per test (per process in TorchAir)."""
+    if not isinstance(tag, str) or not tag:
+        raise ScopeError(f"npu_create_tagged_event(tag=...) takes a non-empty str, got {tag!r}.")
+    try:
+        return EVENTS.create(tag)
+    except ValueError as exc:
+        raise ScopeError(str(exc)) from None
+
+
+def _tag(event: object, api: str) -> str:
+    if not EVENTS.is_registered(event):
+        raise ScopeError(f"{api}: tagged event {event!r} is not in use; create it with npu_create_tagged_event(tag).")
+    return event.tag  # type: ignore[union-attr]
+
+
+def npu_tagged_event_record(event: TaggedEvent) -> None:
+    """Record ``event`` on the current stream (reduce-overhead only)."""
+    torch.ops.npufuse.tagged_event_record(_tag(event, "npu_tagged_event_record"))
+
+
+def npu_tagged_event_wait(event: TaggedEvent) -> None:
+    """Make the current stream wait until ``event`` is recorded (reduce-overhead only)."""
+    torch.ops.npufuse.tagged_event_wait(_tag(event, "npu_tagged_event_wait"))
+
+
+def npu_record_tagged_stream(input: torch.Tensor, tagged_stream: str) -> None:
+    """Keep ``input``'s memory alive until the work issued so far on ``tagged_stream`` is done, like
+    ``Tensor.record_stream`` (which cannot enter an FX graph). Use ``'default'`` for the main stream."""
+    if not isinstance(tagged_stream, str) or not tagged_stream:
+        raise ScopeError(f"npu_record_tagged_stream(input, tagged_stream=...) takes a stream tag str, got {tagged_stream!r}.")
+    torch.ops.npufuse.record_tagged_stream(input, tagged_stream)
