@@ -59,7 +59,10 @@ class NpuBackend:
             raise NotModeledError(
                 "training graphs are not modeled; run the model under torch.no_grad() or torch.inference_mode()."
             )
-        return aot_module_simplified(gm, example_inputs, fw_compiler=self._compile_aten)
+        # Input mutations stay in the graph (as copy_ kernels), where a device would run them.
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=self._compile_aten, keep_inference_input_mutations=True
+        )
 
     def _compile_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
         program = build_program(gm, self.catalog)

@@ -187,13 +187,13 @@ class _ProgramBuilder:
         if dependency.name in self.record_tokens:
             self._sync_point("wait", self.record_tokens[dependency.name], api, node)
             return
-        if dependency.name not in self.buffers:
-            return
-        storage = dependency.name
-        while (alias := self.buffers[storage].alias_of) is not None:
+        storage = dependency.name if dependency.name in self.buffers else None
+        while storage is not None and (alias := self.buffers[storage].alias_of) is not None:
             storage = alias
-        producer = self.buffers[storage].producer
+        producer = None if storage is None else self.buffers[storage].producer
         if producer is None:
+            # A graph input is ready before the graph starts: nothing to wait for, but the API was used.
+            self._sync_point("noop", "", api, node)
             return
         kernel = next(k for k in self.kernels if k.name == producer)
         event = f"after:{kernel.name}"

@@ -65,7 +65,9 @@ class SyncPoint:
     ``position`` counts the kernels issued before it. ``record``: the event is recorded on ``stream``
     after the stream's work issued so far. ``wait``: the stream's kernels issued from here on wait for
     the event. ``keep_alive``: ``buffer`` must outlive the work issued so far on ``stream``
-    (``npu_record_tagged_stream``). ``api`` names the user-facing call, for mode rules and messages.
+    (``npu_record_tagged_stream``). ``noop``: an ordering request with nothing to wait for (on a graph
+    input), kept so the mode rules still apply. ``api`` names the user-facing call, for mode rules and
+    messages.
     """
 
     kind: str

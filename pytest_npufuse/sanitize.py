@@ -121,6 +121,7 @@ class _Sanitizer:
                 self.records.setdefault(edge.record_after, []).append(edge)
         self.clock = {s: {t: 0 for t in self.streams} for s in self.streams}
         self.seq: dict[str, int] = {}
+        self.kernel_clock: dict[str, dict[str, int]] = {}
         self.snapshots: dict[int, dict[str, int]] = {}
         self.memory: dict[str, _Mem] = {}
         self.block_of = _allocate(program, plan) if plan.mode != MAX_AUTOTUNE else {}
@@ -131,6 +132,8 @@ class _Sanitizer:
         return all(not e.never_recorded and id(e) in self.snapshots for e in edges)
 
     def run(self) -> SanitizerReport:
+        """Two passes: vector clocks from a legal execution (they do not depend on which one), then the
+        memory accesses in host issue order, as the device receives them."""
         heads = {s: 0 for s in self.streams}
         progress = True
         while progress:
@@ -141,6 +144,9 @@ class _Sanitizer:
                     self._execute(queue[heads[stream]], stream)
                     heads[stream] += 1
                     progress = True
+        for kernel in self.program.kernels:
+            if kernel.name in self.kernel_clock:
+                self._accesses(kernel, self.plan.kernel_stream[kernel.name])
         return SanitizerReport(tuple(self.races), self._deadlock(heads), tuple(self.order))
 
     def _execute(self, kernel: Kernel, stream: str) -> None:
@@ -150,27 +156,31 @@ class _Sanitizer:
                 clock[other] = max(clock[other], value)
         clock[stream] += 1
         self.seq[kernel.name] = clock[stream]
+        self.kernel_clock[kernel.name] = dict(clock)
         self.order.append(kernel.name)
+        for edge in self.records.get(kernel.name, []):
+            self.snapshots[id(edge)] = dict(clock)
+
+    def _accesses(self, kernel: Kernel, stream: str) -> None:
         for buffer in kernel.inputs:
             self._read(kernel, buffer, stream)
         for buffer in kernel.outputs:
             self._write(kernel, buffer, stream)
-        for edge in self.records.get(kernel.name, []):
-            self.snapshots[id(edge)] = dict(clock)
 
     def _block(self, buffer: str) -> str:
         storage = self.program.storage(buffer)
         return self.block_of.get(storage, storage)
 
-    def _covered(self, stream: str, other: Kernel, seq: int) -> bool:
+    def _covered(self, kernel: Kernel, other: Kernel, seq: int) -> bool:
+        """Whether ``other`` (its ``seq``-th kernel on its stream) happens before ``kernel``."""
         other_stream = self.plan.kernel_stream[other.name]
-        return other_stream == stream or seq <= self.clock[stream][other_stream]
+        return other_stream == self.plan.kernel_stream[kernel.name] or seq <= self.kernel_clock[kernel.name][other_stream]
 
     def _read(self, kernel: Kernel, buffer: str, stream: str) -> None:
         mem = self.memory.setdefault(self._block(buffer), _Mem())
         if mem.last_write is not None:
             writer, seq = mem.last_write
-            if not self._covered(stream, writer, seq):
+            if not self._covered(kernel, writer, seq):
                 self._report("read-after-write race", buffer, writer, "writes it", kernel, "reads it")
         mem.reads = (mem.reads or []) + [(kernel, self.seq[kernel.name], buffer)]
 
@@ -179,14 +189,14 @@ class _Sanitizer:
         mem = self.memory.setdefault(block, _Mem())
         reused = block != self.program.storage(buffer)
         for reader, seq, read_buffer in mem.reads or []:
-            if not self._covered(stream, reader, seq):
+            if not self._covered(kernel, reader, seq):
                 if reused:
                     self._lifetime(read_buffer, reader, kernel, buffer)
                 else:
                     self._report("write-after-read race", buffer, reader, "reads it", kernel, "writes it")
         if not mem.reads and mem.last_write is not None and not reused:
             writer, seq = mem.last_write
-            if not self._covered(stream, writer, seq):
+            if not self._covered(kernel, writer, seq):
                 self._report("write-after-write race", buffer, writer, "writes it", kernel, "writes it")
         mem.last_write, mem.reads = (kernel, self.seq[kernel.name]), []
 

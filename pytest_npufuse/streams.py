@@ -154,7 +154,7 @@ def stream_plan(program: Program, mode: str, *, multistream: bool = True) -> Str
         return StreamPlan(mode, ("default",), kernel_stream, (), ())
     _check_mode(program, mode)
     issue = _Issue(program.kernels)
-    user = [p for p in program.syncs if p.kind != "keep_alive"]
+    user = [p for p in program.syncs if p.kind in ("record", "wait")]
     points = _issue_sorted(user + _closure_points(program)) if mode == REDUCE_OVERHEAD else user
     edges = _bind_waits(points, issue)
     if mode == MAX_AUTOTUNE:
