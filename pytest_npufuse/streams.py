@@ -160,6 +160,6 @@ def stream_plan(program: Program, mode: str, *, multistream: bool = True) -> Str
     if mode == MAX_AUTOTUNE:
         edges += _ge_data_edges(program)
     keep = tuple(KeepAlive(p.buffer, p.stream, p.position) for p in program.syncs if p.kind == "keep_alive")
-    return StreamPlan(
-        mode, program.streams(), {k.name: k.stream for k in program.kernels}, tuple(edges), keep
-    )
+    named = {p.stream for p in program.syncs} - set(program.streams())
+    streams = (*program.streams(), *sorted(named))
+    return StreamPlan(mode, streams, {k.name: k.stream for k in program.kernels}, tuple(edges), keep)
