@@ -111,6 +111,27 @@ def _require_bool(name: str, value: object) -> bool:
     return value
 
 
+def _require_float(name: str, value: object) -> float:
+    """A Python int or float (a schema ``float``); bools are refused as in :func:`_require_int`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _require_choice(name: str, value: int, allowed: Sequence[int], meaning: str) -> None:
+    """An int argument limited to the listed values; ``meaning`` says what the values select."""
+    if value not in allowed:
+        choices = ", ".join(str(v) for v in allowed)
+        raise ValueError(f"{name}={value} is not implemented; expected one of {choices} ({meaning})")
+
+
+def _require_unused(op: str, **values: object) -> None:
+    """Refuse optional inputs of a feature the CPU model does not implement (None or [] pass)."""
+    for name, value in values.items():
+        if value is not None and not (isinstance(value, (list, tuple)) and len(value) == 0):
+            raise ValueError(f"{name} is not implemented by the CPU model of {op}; pass None")
+
+
 def _round_to_int8(values: torch.Tensor) -> torch.Tensor:
     """Round float32 values half-to-even and saturate them to int8.
 
@@ -610,9 +631,9 @@ def _dequantize(
     return values
 
 
-def _swiglu(values: torch.Tensor, activate_left: bool) -> torch.Tensor:
-    """Swish of the activated half times the other half; activate_left picks the left half."""
-    left, right = values.chunk(2, dim=-1)
+def _swiglu(values: torch.Tensor, activate_left: bool, dim: int = -1) -> torch.Tensor:
+    """Swish of the activated half times the other half along ``dim``; activate_left picks the left half."""
+    left, right = values.chunk(2, dim=dim)
     gate, linear = (left, right) if activate_left else (right, left)
     return gate / (1.0 + torch.exp(-gate)) * linear
 
@@ -812,3 +833,417 @@ def npu_format_cast(x: torch.Tensor, acl_format: int) -> torch.Tensor:
     _require_tensor("x", x)
     _require_int("acl_format", acl_format)
     return torch.ops.npu.npu_format_cast(x, acl_format)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixed-order float32 reductions
+# ---------------------------------------------------------------------------------------------
+# torch.sum, torch.matmul (MKL) and even torch.rsqrt/torch.sigmoid give different bits with a
+# different thread count on CPU, because they split reductions across threads or send tail
+# elements to a scalar path.  The float kernels below therefore use only element-wise IEEE
+# operations (+, -, *, /, sqrt, which are correctly rounded on every code path), exp and log
+# (vector and scalar paths agree, checked on this torch build by the thread-count tests), max,
+# stable sorts and copies, and build every sum as a fixed pairwise tree.
+
+SUM_CHUNK = 64  # reduced elements summed as one pairwise tree before the sequential running sum
+PRODUCT_BLOCK_ELEMENTS = 1 << 22  # bound on the temporary products tensor of _fixed_matmul
+
+
+def _pairwise_sum(values: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    """Sum along ``dim`` as a fixed pairwise tree: pad with zeros to a power of two, add halves.
+
+    Every step is an element-wise add, so the order of additions is a function of the length
+    alone, never of the thread count.
+    """
+    dim = dim % values.dim()
+    length = values.shape[dim]
+    width = 1 << max(0, (length - 1).bit_length())
+    if width != length:
+        pad_shape = list(values.shape)
+        pad_shape[dim] = width - length
+        values = torch.cat([values, values.new_zeros(pad_shape)], dim=dim)
+    while values.shape[dim] > 1:
+        half = values.shape[dim] // 2
+        values = values.narrow(dim, 0, half) + values.narrow(dim, half, half)
+    return values if keepdim else values.squeeze(dim)
+
+
+def _fixed_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """float32 ``a [..., m, k] @ b [..., k, n]`` (same batch dims) in a fixed summation order.
+
+    Each output element sums its k products in chunks of SUM_CHUNK: a pairwise tree inside a
+    chunk, then chunk after chunk.  The order depends on k only.  Rows are processed in blocks
+    so the temporary products stay below PRODUCT_BLOCK_ELEMENTS elements.
+    """
+    *batch, m, k = a.shape
+    n = b.shape[-1]
+    a3 = a.reshape(-1, m, k)
+    b3 = b.reshape(-1, k, n)
+    if k == 0:
+        return a.new_zeros(*batch, m, n)
+    rows_per_block = max(1, PRODUCT_BLOCK_ELEMENTS // max(1, a3.shape[0] * SUM_CHUNK * n))
+    blocks = []
+    for r0 in range(0, m, rows_per_block):
+        rows = a3[:, r0 : r0 + rows_per_block]
+        acc: Optional[torch.Tensor] = None
+        for k0 in range(0, k, SUM_CHUNK):
+            products = rows[:, :, k0 : k0 + SUM_CHUNK, None] * b3[:, None, k0 : k0 + SUM_CHUNK, :]
+            partial = _pairwise_sum(products, dim=2)
+            acc = partial if acc is None else acc + partial
+        blocks.append(acc)
+    return torch.cat(blocks, dim=1).reshape(*batch, m, n)
+
+
+def _softmax(values: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim: exp(v - rowmax) / pairwise sum (float32, fixed order)."""
+    exps = torch.exp(values - values.amax(dim=-1, keepdim=True))
+    return exps / _pairwise_sum(exps, dim=-1, keepdim=True)
+
+
+def _sigmoid(values: torch.Tensor) -> torch.Tensor:
+    """1 / (1 + exp(-v)); torch.sigmoid is avoided because its tail path rounds differently."""
+    return 1.0 / (1.0 + torch.exp(-values))
+
+
+def _top_indices(values: torch.Tensor, count: int) -> torch.Tensor:
+    """Indices of the ``count`` largest values of the last dim, largest first, ties to the lower index."""
+    return torch.sort(values, dim=-1, descending=True, stable=True).indices[..., :count]
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_rms_norm
+# ---------------------------------------------------------------------------------------------
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+RMS_NORM_SCHEMA = "npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)"
+_LIB.define(RMS_NORM_SCHEMA)
+
+
+def _check_rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float) -> tuple[list[int], list[int]]:
+    """Validate npu_rms_norm inputs from metadata; return (y shape, rstd shape)."""
+    _require_tensor("x", x)
+    _require_tensor("gamma", gamma)
+    _require_float("epsilon", epsilon)
+    _require_dtype("x", x, FLOAT_DTYPES)
+    _require_dtype("gamma", gamma, (x.dtype, torch.float32), "(x's dtype or float32)")
+    norm_dims = gamma.dim()
+    if not 1 <= norm_dims <= x.dim() or tuple(x.shape[x.dim() - norm_dims :]) != tuple(gamma.shape):
+        raise ValueError(
+            f"gamma has shape {list(gamma.shape)}; it must equal the trailing dims of x (shape {list(x.shape)}), "
+            f"usually [{x.shape[-1] if x.dim() else 'H'}]"
+        )
+    lead = list(x.shape[: x.dim() - norm_dims])
+    return list(x.shape), [*lead, *([1] * norm_dims)]
+
+
+def _rms_norm_kernel(x: torch.Tensor, gamma: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    _, rstd_shape = _check_rms_norm(x, gamma, epsilon)
+    values = x.to(torch.float32)
+    rows = values.reshape(math.prod(rstd_shape), gamma.numel())
+    mean_square = _pairwise_sum(rows * rows, dim=-1) / gamma.numel()
+    rstd = (1.0 / torch.sqrt(mean_square + epsilon)).reshape(rstd_shape)
+    y = values * rstd * gamma.to(torch.float32)
+    return y.to(x.dtype), rstd
+
+
+@torch.library.impl("npu::npu_rms_norm", "CPU", lib=_LIB)
+def _rms_norm_op(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager CPU kernel of ``npu::npu_rms_norm``; see :func:`npu_rms_norm`."""
+    return _rms_norm_kernel(x, gamma, epsilon)
+
+
+@torch.library.register_fake("npu::npu_rms_norm", lib=_LIB)
+def _rms_norm_fake(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shape/dtype-only kernel: y like x, rstd float32 with the normalised dims kept as 1."""
+    y_shape, rstd_shape = _check_rms_norm(x, gamma, epsilon)
+    return x.new_empty(y_shape), x.new_empty(rstd_shape, dtype=torch.float32)
+
+
+def npu_rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMS normalisation over the trailing ``gamma.dim()`` dims of ``x``: returns ``(y, rstd)``.
+
+    Sources: torch_npu.npu_rms_norm (Ascend Extension for PyTorch API reference; schema
+    ``npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)``) and
+    op-plugin's meta function, which fixes the output shapes used by the fake kernel.
+
+    * ``x``: float16, bfloat16 or float32, any rank >= 1.  ``gamma``: the trailing dims of
+      ``x`` (usually ``[H]``), in x's dtype or float32.
+    * ``rstd = 1 / sqrt(mean(x**2) + epsilon)`` over the normalised dims, float32, with shape
+      ``x.shape`` where the normalised dims are 1 (e.g. ``[B, S, 1]``).
+    * ``y = x * rstd * gamma`` in float32, cast to x's dtype (round half to even).
+
+    All math is float32; the mean of squares is a fixed pairwise sum, so the bits do not
+    depend on the thread count.
+    """
+    _check_rms_norm(x, gamma, epsilon)
+    y, rstd = torch.ops.npu.npu_rms_norm(x, gamma, epsilon)
+    return y, rstd
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_swiglu
+# ---------------------------------------------------------------------------------------------
+
+SWIGLU_SCHEMA = "npu_swiglu(Tensor self, int dim=-1) -> Tensor"
+_LIB.define(SWIGLU_SCHEMA)
+
+
+def _check_swiglu(x: torch.Tensor, dim: int) -> list[int]:
+    """Validate npu_swiglu inputs from metadata; return the output shape."""
+    _require_tensor("x", x)
+    _require_int("dim", dim)
+    _require_dtype("x", x, FLOAT_DTYPES)
+    if x.dim() == 0 or not -x.dim() <= dim < x.dim():
+        raise ValueError(f"dim={dim} is out of range for x of shape {list(x.shape)}")
+    if x.shape[dim] % 2 != 0:
+        raise ValueError(f"x has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)")
+    shape = list(x.shape)
+    shape[dim] //= 2
+    return shape
+
+
+@torch.library.impl("npu::npu_swiglu", "CPU", lib=_LIB)
+def _swiglu_op(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Eager CPU kernel of ``npu::npu_swiglu``; see :func:`npu_swiglu`."""
+    _check_swiglu(x, dim)
+    return _swiglu(x.to(torch.float32), activate_left=True, dim=dim).to(x.dtype)
+
+
+@torch.library.register_fake("npu::npu_swiglu", lib=_LIB)
+def _swiglu_fake(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Shape/dtype-only kernel: x's dtype, ``dim`` halved."""
+    return x.new_empty(_check_swiglu(x, dim))
+
+
+def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """SwiGLU: split ``x`` in halves A (first) and B (second) along ``dim``; return ``swish(A) * B``.
+
+    Source: torch_npu.npu_swiglu (Ascend Extension for PyTorch API reference, 6.0 and 7.2;
+    schema ``npu_swiglu(Tensor self, int dim=-1) -> Tensor``).  The doc defines the output as
+    ``A * sigmoid(A) * B`` with A the first half, i.e. vLLM's SiluAndMul for ``dim=-1``.  Note
+    that this is the opposite default to npu_dequant_swiglu_quant (activate_left=False).
+
+    ``x`` is float16, bfloat16 or float32 with an even size in ``dim``; the output has x's dtype
+    and half that size.  Swish is computed in float32 as ``a / (1 + exp(-a))`` (the form the
+    dequant-swiglu-quant golden model uses), then multiplied by B and cast to x's dtype.
+    """
+    _check_swiglu(x, dim)
+    return torch.ops.npu.npu_swiglu(x, dim)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_moe_gating_top_k
+# ---------------------------------------------------------------------------------------------
+
+MOE_GATING_TOP_K_SCHEMA = (
+    "npu_moe_gating_top_k(Tensor x, int k, *, Tensor? bias=None, int k_group=1, int group_count=1, "
+    "int group_select_mode=0, int renorm=0, int norm_type=0, bool out_flag=False, "
+    "float routed_scaling_factor=1.0, float eps=1e-20) -> (Tensor, Tensor, Tensor)"
+)
+_LIB.define(MOE_GATING_TOP_K_SCHEMA)
+
+
+def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, group_select_mode: int) -> None:
+    """Group arguments: group_count divides the experts, 1 <= k_group <= group_count, k fits the kept groups."""
+    if group_count < 1 or experts % group_count != 0:
+        raise ValueError(f"group_count={group_count} must be >= 1 and divide the expert count {experts}")
+    if not 1 <= k_group <= group_count:
+        raise ValueError(f"k_group={k_group} must be between 1 and group_count={group_count}")
+    per_group = experts // group_count
+    if not 1 <= k <= per_group * k_group:
+        raise ValueError(
+            f"k={k} must be between 1 and experts / group_count * k_group = {per_group * k_group} "
+            "(the experts left after group selection)"
+        )
+    if group_count > 1 and group_select_mode == 1 and per_group < 2:
+        raise ValueError("group_select_mode=1 scores a group by its two best experts; each group needs >= 2 experts")
+
+
+def _check_moe_gating_top_k(
+    x: torch.Tensor,
+    k: int,
+    bias: Optional[torch.Tensor],
+    k_group: int,
+    group_count: int,
+    group_select_mode: int,
+    renorm: int,
+    norm_type: int,
+    out_flag: bool,
+    routed_scaling_factor: float,
+    eps: float,
+) -> tuple[int, int]:
+    """Validate npu_moe_gating_top_k inputs from metadata; return (tokens, experts)."""
+    _require_tensor("x", x)
+    _require_optional_tensor("bias", bias)
+    for name, value in (("k", k), ("k_group", k_group), ("group_count", group_count)):
+        _require_int(name, value)
+    for name, value in (("group_select_mode", group_select_mode), ("renorm", renorm), ("norm_type", norm_type)):
+        _require_int(name, value)
+    _require_bool("out_flag", out_flag)
+    _require_float("routed_scaling_factor", routed_scaling_factor)
+    _require_float("eps", eps)
+    _require_dtype("x", x, FLOAT_DTYPES)
+    if x.dim() != 2:
+        raise ValueError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts]")
+    tokens, experts = x.shape
+    if bias is not None:
+        _require_dtype("bias", bias, (x.dtype,), "(bias must have x's dtype)")
+        _require_shape("bias", bias, ((experts,),))
+    _require_choice("norm_type", norm_type, (0, 1), "0 softmax, 1 sigmoid")
+    _require_choice("group_select_mode", group_select_mode, (0, 1), "0 group max, 1 sum of the group's top two")
+    _require_choice("renorm", renorm, (0, 1), "1 renormalises softmax weights after top-k")
+    _check_gating_groups(experts, k, k_group, group_count, group_select_mode)
+    return tokens, experts
+
+
+def _keep_best_groups(values: torch.Tensor, k_group: int, group_count: int, group_select_mode: int) -> torch.Tensor:
+    """Set the experts of all but the ``k_group`` best-scoring groups to -inf."""
+    tokens, experts = values.shape
+    grouped = values.reshape(tokens, group_count, experts // group_count)
+    if group_select_mode == 0:
+        score = grouped.amax(dim=-1)
+    else:
+        best_two = torch.sort(grouped, dim=-1, descending=True, stable=True).values
+        score = best_two[..., 0] + best_two[..., 1]
+    keep = torch.zeros(tokens, group_count, dtype=torch.bool)
+    keep.scatter_(1, _top_indices(score, k_group), True)
+    return grouped.masked_fill(~keep.unsqueeze(-1), float("-inf")).reshape(tokens, experts)
+
+
+def _moe_gating_top_k_kernel(
+    x: torch.Tensor,
+    k: int,
+    bias: Optional[torch.Tensor],
+    k_group: int,
+    group_count: int,
+    group_select_mode: int,
+    renorm: int,
+    norm_type: int,
+    out_flag: bool,
+    routed_scaling_factor: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    values = x.to(torch.float32)
+    norm_out = _softmax(values) if norm_type == 0 else _sigmoid(values)
+    select = norm_out if bias is None else norm_out + bias.to(torch.float32)
+    if group_count > 1:
+        select = _keep_best_groups(select, k_group, group_count, group_select_mode)
+    expert_idx = _top_indices(select, k)
+    weights = norm_out.gather(1, expert_idx)
+    if norm_type == 1 or renorm == 1:
+        weights = weights / (_pairwise_sum(weights, dim=-1, keepdim=True) + eps)
+    y = weights * routed_scaling_factor
+    out = norm_out if out_flag else torch.zeros_like(norm_out)
+    return y.to(x.dtype), expert_idx.to(torch.int32), out
+
+
+@torch.library.impl("npu::npu_moe_gating_top_k", "CPU", lib=_LIB)
+def _moe_gating_top_k_op(
+    x: torch.Tensor,
+    k: int,
+    *,
+    bias: Optional[torch.Tensor] = None,
+    k_group: int = 1,
+    group_count: int = 1,
+    group_select_mode: int = 0,
+    renorm: int = 0,
+    norm_type: int = 0,
+    out_flag: bool = False,
+    routed_scaling_factor: float = 1.0,
+    eps: float = 1e-20,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eager CPU kernel of ``npu::npu_moe_gating_top_k``; see :func:`npu_moe_gating_top_k`."""
+    args = (x, k, bias, k_group, group_count, group_select_mode, renorm, norm_type, out_flag)
+    _check_moe_gating_top_k(*args, routed_scaling_factor, eps)
+    return _moe_gating_top_k_kernel(*args, routed_scaling_factor, eps)
+
+
+@torch.library.register_fake("npu::npu_moe_gating_top_k", lib=_LIB)
+def _moe_gating_top_k_fake(
+    x: torch.Tensor,
+    k: int,
+    *,
+    bias: Optional[torch.Tensor] = None,
+    k_group: int = 1,
+    group_count: int = 1,
+    group_select_mode: int = 0,
+    renorm: int = 0,
+    norm_type: int = 0,
+    out_flag: bool = False,
+    routed_scaling_factor: float = 1.0,
+    eps: float = 1e-20,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Shape/dtype-only kernel: y [T, k] in x's dtype, expert_idx int32 [T, k], out float32 [T, E]."""
+    tokens, experts = _check_moe_gating_top_k(
+        x, k, bias, k_group, group_count, group_select_mode, renorm, norm_type, out_flag, routed_scaling_factor, eps
+    )
+    return (
+        x.new_empty(tokens, k),
+        x.new_empty(tokens, k, dtype=torch.int32),
+        x.new_empty(tokens, experts, dtype=torch.float32),
+    )
+
+
+def npu_moe_gating_top_k(
+    x: torch.Tensor,
+    k: int,
+    *,
+    bias: Optional[torch.Tensor] = None,
+    k_group: int = 1,
+    group_count: int = 1,
+    group_select_mode: int = 0,
+    renorm: int = 0,
+    norm_type: int = 0,
+    out_flag: bool = False,
+    routed_scaling_factor: float = 1.0,
+    eps: float = 1e-20,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MoE routing: score experts, keep the best groups, pick the top ``k``: returns ``(y, expert_idx, out)``.
+
+    Sources: torch_npu.npu_moe_gating_top_k (API reference 7.0,
+    https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html),
+    aclnnMoeGatingTopK (CANN 8.3/8.5 and the newer ops-transformer doc, which spells the steps
+    out), op-plugin's MoeGatingTopKKernelNpuOpApi.cpp and its meta function (output shapes).
+    The schema default ``norm_type=0`` is op-plugin's and GE's; the 7.0 API page prints 1.
+
+    ``x`` is ``[T, E]`` (float16, bfloat16, float32); all math is float32.
+
+    1. ``norm = softmax(x)`` over experts for ``norm_type=0``, ``sigmoid(x)`` for 1.
+    2. Selection scores: ``norm + bias`` (bias ``[E]`` in x's dtype), else ``norm``.
+    3. If ``group_count > 1``: the E experts form ``group_count`` equal groups.  A group's score
+       is its best expert (``group_select_mode=0``) or its two best summed (1).  Only the
+       ``k_group`` best groups stay; the others are set to -inf.
+    4. ``expert_idx`` (int32 ``[T, k]``): the k best selection scores, best first.
+    5. Weights are taken from ``norm`` (without bias) at those experts.  They are divided by
+       ``(their sum + eps)`` for sigmoid scoring, and for softmax only when ``renorm=1``.  Then
+       they are multiplied by ``routed_scaling_factor`` and cast to x's dtype to give ``y``.
+       This is DeepSeek-V3's routing (sigmoid, correction bias, group-limited, normalised
+       top-k).  The newest aclnn page writes the divisor as a sum over all of ``norm``.  Its
+       older pages, the 7.0 page and DeepSeek all divide by the sum of the k chosen weights,
+       which is what is done here.
+    6. ``out`` (float32 ``[T, E]``) is ``norm`` when ``out_flag`` is True.  Otherwise it is
+       zeros; the device leaves it unspecified.
+
+    Ties are broken towards the lower group/expert index (stable sorts), so the result is a
+    function of the inputs alone.  Not implemented, rejected with ValueError: ``norm_type=2``
+    (sqrt-softplus, Ascend 950 only) and the hash-routing inputs of newer releases.  The
+    device limits of A2/A3 (E = 256, k_group = 4, k <= 32) are not imposed, so small test
+    shapes work.
+    """
+    _check_moe_gating_top_k(
+        x, k, bias, k_group, group_count, group_select_mode, renorm, norm_type, out_flag, routed_scaling_factor, eps
+    )
+    y, expert_idx, out = torch.ops.npu.npu_moe_gating_top_k(
+        x,
+        k,
+        bias=bias,
+        k_group=k_group,
+        group_count=group_count,
+        group_select_mode=group_select_mode,
+        renorm=renorm,
+        norm_type=norm_type,
+        out_flag=out_flag,
+        routed_scaling_factor=routed_scaling_factor,
+        eps=eps,
+    )
+    return y, expert_idx, out

@@ -460,3 +460,107 @@ def test_bad_inputs_raise_clear_errors(call: Callable[[], object], error: type[E
 def test_direct_op_call_is_validated_too() -> None:
     with pytest.raises(ValueError, match="x1 has k=8"):
         torch.ops.npu.npu_quant_matmul(_I8, torch.zeros(7, 6, dtype=torch.int8), _S6)
+
+
+# ------------------------------------------------------------------------------------------
+# Decoder-layer ops: float64 references
+# ------------------------------------------------------------------------------------------
+
+
+def _ref_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
+    rstd = 1.0 / torch.sqrt(x.double().pow(2).mean(dim=dims, keepdim=True) + eps)
+    return x.double() * rstd * gamma.double(), rstd
+
+
+def _assert_close_to_ref(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    """A float32 pipeline ending in ``dtype`` vs a float64 reference: within two output ulps."""
+    tol = {torch.float32: 1e-5, torch.float16: 2 * 2**-10, torch.bfloat16: 2 * 2**-7}[dtype]
+    assert actual.dtype == dtype
+    torch.testing.assert_close(actual.double(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rms_norm_matches_float64(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(30)
+    x = (torch.randn(2, 3, 96, generator=gen) * 3).to(dtype)
+    gamma = torch.randn(96, generator=gen).to(dtype)
+    y, rstd = torch_npu.npu_rms_norm(x, gamma, epsilon=1e-5)
+    ref_y, ref_rstd = _ref_rms_norm(x, gamma, 1e-5)
+    assert rstd.shape == (2, 3, 1) and rstd.dtype == torch.float32
+    torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-6, atol=0)
+    _assert_close_to_ref(y, ref_y, dtype)
+
+
+def test_rms_norm_over_two_trailing_dims_with_float32_gamma() -> None:
+    gen = torch.Generator().manual_seed(31)
+    x = torch.randn(4, 5, 6, generator=gen).to(torch.bfloat16)
+    gamma = torch.randn(5, 6, generator=gen)
+    y, rstd = torch_npu.npu_rms_norm(x, gamma)
+    ref_y, ref_rstd = _ref_rms_norm(x, gamma, 1e-6)
+    assert rstd.shape == (4, 1, 1)
+    torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-6, atol=0)
+    _assert_close_to_ref(y, ref_y, torch.bfloat16)
+
+
+@pytest.mark.parametrize(("dim", "dtype"), [(-1, torch.bfloat16), (1, torch.float16), (0, torch.float32)])
+def test_swiglu_is_swish_of_first_half_times_second(dim: int, dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(32)
+    x = (torch.randn(6, 8, 10, generator=gen) * 4).to(dtype)
+    out = torch_npu.npu_swiglu(x, dim=dim)
+    first, second = x.double().chunk(2, dim=dim)
+    expected = first * torch.sigmoid(first) * second
+    assert out.shape == expected.shape
+    _assert_close_to_ref(out, expected, dtype)
+
+
+def _ref_gating(
+    x: torch.Tensor, k: int, bias: torch.Tensor | None, k_group: int, groups: int, mode: int, norm_type: int, renorm: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token Python loops over float64 values: (weights before scaling, chosen experts)."""
+    norm = torch.softmax(x.double(), dim=-1) if norm_type == 0 else torch.sigmoid(x.double())
+    select = norm + (bias.double() if bias is not None else 0.0)
+    per_group = x.shape[1] // groups
+    weights, chosen = [], []
+    for t in range(x.shape[0]):
+        row = select[t].tolist()
+        blocks = [sorted(row[g * per_group : (g + 1) * per_group], reverse=True) for g in range(groups)]
+        score = [b[0] if mode == 0 else b[0] + b[1] for b in blocks]
+        kept = sorted(range(groups), key=lambda g: (-score[g], g))[:k_group]
+        candidates = [e for e in range(len(row)) if e // per_group in kept]
+        top = sorted(candidates, key=lambda e: (-row[e], e))[:k]
+        w = norm[t, top]
+        weights.append(w / w.sum() if norm_type == 1 or renorm == 1 else w)
+        chosen.append(top)
+    return torch.stack(weights), torch.tensor(chosen)
+
+
+@pytest.mark.parametrize(
+    ("norm_type", "renorm", "groups", "k_group", "mode", "use_bias"),
+    [(1, 0, 8, 4, 1, True), (1, 0, 4, 2, 0, False), (0, 0, 1, 1, 0, False), (0, 1, 4, 3, 1, True)],
+)
+def test_moe_gating_top_k_matches_reference(
+    norm_type: int, renorm: int, groups: int, k_group: int, mode: int, use_bias: bool
+) -> None:
+    gen = torch.Generator().manual_seed(33)
+    x = (torch.randn(12, 32, generator=gen) * 2).to(torch.bfloat16)
+    bias = (torch.randn(32, generator=gen) * 0.5).to(torch.bfloat16) if use_bias else None
+    y, idx, out = torch_npu.npu_moe_gating_top_k(
+        x, 4, bias=bias, k_group=k_group, group_count=groups, group_select_mode=mode,
+        renorm=renorm, norm_type=norm_type, out_flag=True, routed_scaling_factor=2.5,
+    )
+    ref_w, ref_idx = _ref_gating(x, 4, bias, k_group, groups, mode, norm_type, renorm)
+    assert idx.dtype == torch.int32 and idx.shape == (12, 4)
+    assert torch.equal(idx.long(), ref_idx)
+    _assert_close_to_ref(y, ref_w * 2.5, torch.bfloat16)
+    ref_norm = torch.softmax(x.double(), -1) if norm_type == 0 else torch.sigmoid(x.double())
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref_norm, rtol=1e-6, atol=1e-7)
+
+
+def test_moe_gating_top_k_out_is_zero_without_out_flag_and_ties_pick_lower_index() -> None:
+    x = torch.zeros(2, 8)
+    y, idx, out = torch_npu.npu_moe_gating_top_k(x, 3, norm_type=1)
+    assert idx.tolist() == [[0, 1, 2], [0, 1, 2]]
+    assert torch.equal(y, torch.full((2, 3), 1 / 3))
+    assert torch.equal(out, torch.zeros(2, 8))
