@@ -21,7 +21,7 @@ row maximum, which is exact whatever the order.
 """
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -877,10 +877,10 @@ def _fixed_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     *batch, m, k = a.shape
     n = b.shape[-1]
+    if 0 in (m, k, n) or 0 in batch:
+        return a.new_zeros(*batch, m, n)
     a3 = a.reshape(-1, m, k)
     b3 = b.reshape(-1, k, n)
-    if k == 0:
-        return a.new_zeros(*batch, m, n)
     rows_per_block = max(1, PRODUCT_BLOCK_ELEMENTS // max(1, a3.shape[0] * SUM_CHUNK * n))
     blocks = []
     for r0 in range(0, m, rows_per_block):
@@ -1247,3 +1247,292 @@ def npu_moe_gating_top_k(
         eps=eps,
     )
     return y, expert_idx, out
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_grouped_matmul
+# ---------------------------------------------------------------------------------------------
+
+GROUPED_MATMUL_SCHEMA = (
+    "npu_grouped_matmul(Tensor[] x, Tensor[] weight, *, Tensor[]? bias=None, Tensor[]? scale=None, "
+    "Tensor[]? offset=None, Tensor[]? antiquant_scale=None, Tensor[]? antiquant_offset=None, "
+    "Tensor[]? per_token_scale=None, Tensor? group_list=None, Tensor[]? activation_input=None, "
+    "Tensor[]? activation_quant_scale=None, Tensor[]? activation_quant_offset=None, int? split_item=0, "
+    "int? group_type=None, int? group_list_type=0, int? act_type=0, int[]? tuning_config=None, "
+    "ScalarType? output_dtype=None) -> Tensor[]"
+)
+_LIB.define(GROUPED_MATMUL_SCHEMA)
+
+SPLIT_OUTPUT_ITEMS = (2, 3)  # split_item values whose output is one tensor (rows of all groups)
+GMM_BIAS_DTYPES = {torch.float16: torch.float16, torch.bfloat16: torch.float32, torch.float32: torch.float32}
+
+
+def _tensor_list(name: str, value: object) -> list[torch.Tensor]:
+    if not isinstance(value, (list, tuple)) or len(value) == 0:
+        raise TypeError(f"{name} must be a non-empty list of tensors, got {type(value).__name__}")
+    return [_require_tensor(f"{name}[{i}]", item) for i, item in enumerate(value)]
+
+
+def _gmm_weights(weight: object, dtype: torch.dtype) -> list[torch.Tensor]:
+    """One [K, N] matrix per group, from a list of 2-D tensors or a single [E, K, N] tensor."""
+    tensors = _tensor_list("weight", weight)
+    if len(tensors) == 1 and tensors[0].dim() == 3:
+        tensors = list(tensors[0].unbind(0))
+    for i, w in enumerate(tensors):
+        _require_dtype(f"weight[{i}]", w, (dtype,), "(the weights must have x's dtype)")
+        if w.dim() != 2:
+            raise ValueError(f"weight[{i}] has shape {list(w.shape)}; expected [K, N] (or one [E, K, N] tensor)")
+    return tensors
+
+
+def _gmm_biases(bias: object, weights: Sequence[torch.Tensor], x_dtype: torch.dtype) -> Optional[list[torch.Tensor]]:
+    """One [N] bias per group (a list, or one [E, N] tensor); float16 for float16 x, float32 otherwise."""
+    if bias is None or (isinstance(bias, (list, tuple)) and len(bias) == 0):
+        return None
+    tensors = _tensor_list("bias", bias)
+    if len(tensors) == 1 and tensors[0].dim() == 2 and len(weights) > 1:
+        tensors = list(tensors[0].unbind(0))
+    if len(tensors) != len(weights):
+        raise ValueError(f"bias has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group")
+    for i, (b, w) in enumerate(zip(tensors, weights, strict=True)):
+        _require_dtype(f"bias[{i}]", b, (GMM_BIAS_DTYPES[x_dtype],), f"for {x_dtype} x")
+        _require_shape(f"bias[{i}]", b, ((w.shape[1],),))
+    return tensors
+
+
+def _check_gmm_modes(
+    split_item: Optional[int], group_type: Optional[int], group_list_type: Optional[int], act_type: Optional[int]
+) -> tuple[int, int]:
+    """Return (split_item, group_list_type) with torch_npu's defaults for None."""
+    split = 0 if split_item is None else _require_int("split_item", split_item)
+    _require_choice("split_item", split, (0, 1, 2, 3), "0/1 one output per group, 2/3 one output")
+    if group_type is None:
+        raise ValueError(
+            "group_type is required (torch_npu refuses None too): pass 0 to split x by rows with "
+            "group_list, or -1 for one x per weight"
+        )
+    _require_choice("group_type", _require_int("group_type", group_type), (-1, 0), "-1 no grouping, 0 split rows")
+    list_type = 0 if group_list_type is None else _require_int("group_list_type", group_list_type)
+    _require_choice("group_list_type", list_type, (0, 1), "0 cumulative row ends, 1 row counts")
+    activation = 0 if act_type is None else _require_int("act_type", act_type)
+    _require_choice("act_type", activation, (0,), "fused activations are not implemented")
+    return split, list_type
+
+
+def _gmm_single_x_shape(
+    x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], group_list: torch.Tensor, group_type: int, split: int
+) -> list[list[int]]:
+    """The MoE form: one [M, K] x split by group_list rows, one weight per group, one [M, N] output."""
+    if group_type != 0:
+        raise ValueError(f"group_list needs group_type=0 (split x by rows), got group_type={group_type}")
+    if len(x) != 1 or x[0].dim() != 2:
+        raise ValueError("group_list needs x to be a list of one 2-D [M, K] tensor")
+    _require_dtype("group_list", group_list, (torch.int64,))
+    _require_shape("group_list", group_list, ((len(weights),),))
+    if split not in SPLIT_OUTPUT_ITEMS:
+        raise ValueError(
+            f"split_item={split} with group_list gives one output per group whose row counts are the "
+            "values of group_list, which a traced graph cannot know; use split_item=2 or 3 (one [M, N] output)"
+        )
+    widths = {w.shape[1] for w in weights}
+    if len(widths) != 1:
+        raise ValueError(f"all weights must have the same N for a single output, got N values {sorted(widths)}")
+    return [[x[0].shape[0], weights[0].shape[1]]]
+
+
+def _gmm_multi_x_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], split: int) -> list[list[int]]:
+    """One x per weight: per-group outputs (split_item 0/1) or their rows concatenated (2/3)."""
+    if len(x) != len(weights):
+        raise ValueError(f"without group_list, x needs one tensor per weight: got {len(x)} x and {len(weights)} weights")
+    shapes = [[*xi.shape[:-1], w.shape[1]] for xi, w in zip(x, weights, strict=True)]
+    if split not in SPLIT_OUTPUT_ITEMS:
+        return shapes
+    if any(xi.dim() != 2 for xi in x) or len({s[-1] for s in shapes}) != 1:
+        raise ValueError("split_item 2/3 concatenates rows: every x must be 2-D and every weight must have the same N")
+    return [[sum(s[0] for s in shapes), shapes[0][1]]]
+
+
+def _check_grouped_matmul(
+    x: object,
+    weight: object,
+    *,
+    bias: object = None,
+    group_list: Optional[torch.Tensor] = None,
+    split_item: Optional[int] = 0,
+    group_type: Optional[int] = None,
+    group_list_type: Optional[int] = 0,
+    act_type: Optional[int] = 0,
+    tuning_config: Optional[list[int]] = None,
+    output_dtype: Optional[torch.dtype] = None,
+    **unsupported: object,
+) -> tuple[list[list[int]], torch.dtype, int]:
+    """Validate npu_grouped_matmul inputs from metadata; return (output shapes, dtype, group_list_type).
+
+    Takes the op's keyword arguments as they are.  The quantisation and activation inputs
+    arrive in ``unsupported`` and must be None.  ``tuning_config`` is a device tiling hint and
+    does not change values, so it is accepted and ignored.
+    """
+    xs = _tensor_list("x", x)
+    dtype = xs[0].dtype
+    for i, xi in enumerate(xs):
+        _require_dtype(f"x[{i}]", xi, FLOAT_DTYPES, "(int8/int4 quantised grouped matmul is not implemented)")
+        if xi.dtype != dtype or xi.dim() < 2:
+            raise ValueError(f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype")
+    weights = _gmm_weights(weight, dtype)
+    pairs = zip(xs, weights) if len(xs) == len(weights) else ((xs[0], w) for w in weights)
+    for i, (xi, w) in enumerate(pairs):
+        if xi.shape[-1] != w.shape[0]:
+            raise ValueError(f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]")
+    _gmm_biases(bias, weights, dtype)
+    _require_unused("npu_grouped_matmul (quantised/activation inputs)", **unsupported)
+    _require_optional_tensor("group_list", group_list)
+    split, list_type = _check_gmm_modes(split_item, group_type, group_list_type, act_type)
+    if output_dtype is not None and output_dtype != dtype:
+        raise ValueError(f"output_dtype={output_dtype} is only for quantised inputs; use None (x's dtype {dtype})")
+    if group_list is not None:
+        shapes = _gmm_single_x_shape(xs, weights, group_list, group_type, split)
+    else:
+        shapes = _gmm_multi_x_shapes(xs, weights, split)
+    return shapes, dtype, list_type
+
+
+def _group_row_counts(group_list: torch.Tensor, list_type: int, rows: int) -> list[int]:
+    """Rows per group from group_list: cumulative row ends (type 0) or counts (type 1)."""
+    values = [int(v) for v in group_list.tolist()]
+    counts = values if list_type == 1 else [end - start for start, end in zip([0, *values[:-1]], values)]
+    if any(c < 0 for c in counts):
+        kind = "counts" if list_type == 1 else "cumulative row ends (non-decreasing)"
+        raise ValueError(f"group_list {values} is not valid {kind} for group_list_type={list_type}")
+    if sum(counts) > rows:
+        raise ValueError(f"group_list covers {sum(counts)} rows but x has only {rows}")
+    return counts
+
+
+def _linear_f32(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """float32 x @ w (+ bias) in the fixed summation order of _fixed_matmul."""
+    out = _fixed_matmul(x.reshape(-1, x.shape[-1]).to(torch.float32), w.to(torch.float32))
+    out = out.reshape(*x.shape[:-1], w.shape[1])
+    return out if bias is None else out + bias.to(torch.float32)
+
+
+def _grouped_matmul_kernel(
+    xs: list[torch.Tensor],
+    weights: list[torch.Tensor],
+    biases: Optional[list[torch.Tensor]],
+    group_list: Optional[torch.Tensor],
+    list_type: int,
+    split: int,
+    dtype: torch.dtype,
+) -> list[torch.Tensor]:
+    groups = range(len(weights))
+    bias_of = [None] * len(weights) if biases is None else biases
+    if group_list is not None:
+        x = xs[0]
+        out = torch.zeros(x.shape[0], weights[0].shape[1], dtype=torch.float32)
+        start = 0
+        for g, count in zip(groups, _group_row_counts(group_list, list_type, x.shape[0]), strict=True):
+            out[start : start + count] = _linear_f32(x[start : start + count], weights[g], bias_of[g])
+            start += count
+        return [out.to(dtype)]
+    outs = [_linear_f32(xs[g], weights[g], bias_of[g]).to(dtype) for g in groups]
+    return [torch.cat(outs)] if split in SPLIT_OUTPUT_ITEMS else outs
+
+
+@torch.library.impl("npu::npu_grouped_matmul", "CPU", lib=_LIB)
+def _grouped_matmul_op(x: list[torch.Tensor], weight: list[torch.Tensor], **options: Any) -> list[torch.Tensor]:
+    """Eager CPU kernel of ``npu::npu_grouped_matmul``; see :func:`npu_grouped_matmul`.
+
+    The eighteen keyword arguments of the schema arrive in ``options`` and go unchanged to the
+    shared validation, so the eager and fake kernels cannot drift apart.
+    """
+    _, dtype, list_type = _check_grouped_matmul(x, weight, **options)
+    weights = _gmm_weights(weight, dtype)
+    biases = _gmm_biases(options.get("bias"), weights, dtype)
+    split = options.get("split_item") or 0
+    return _grouped_matmul_kernel(list(x), weights, biases, options.get("group_list"), list_type, split, dtype)
+
+
+@torch.library.register_fake("npu::npu_grouped_matmul", lib=_LIB)
+def _grouped_matmul_fake(x: list[torch.Tensor], weight: list[torch.Tensor], **options: Any) -> list[torch.Tensor]:
+    """Shape/dtype-only kernel: the output list from the split mode and the x/weight shapes."""
+    shapes, dtype, _ = _check_grouped_matmul(x, weight, **options)
+    return [x[0].new_empty(shape, dtype=dtype) for shape in shapes]
+
+
+def npu_grouped_matmul(
+    x: list[torch.Tensor],
+    weight: list[torch.Tensor],
+    *,
+    bias: Optional[list[torch.Tensor]] = None,
+    scale: Optional[list[torch.Tensor]] = None,
+    offset: Optional[list[torch.Tensor]] = None,
+    antiquant_scale: Optional[list[torch.Tensor]] = None,
+    antiquant_offset: Optional[list[torch.Tensor]] = None,
+    per_token_scale: Optional[list[torch.Tensor]] = None,
+    group_list: Optional[torch.Tensor] = None,
+    activation_input: Optional[list[torch.Tensor]] = None,
+    activation_quant_scale: Optional[list[torch.Tensor]] = None,
+    activation_quant_offset: Optional[list[torch.Tensor]] = None,
+    split_item: Optional[int] = 0,
+    group_type: Optional[int] = None,
+    group_list_type: Optional[int] = 0,
+    act_type: Optional[int] = 0,
+    tuning_config: Optional[list[int]] = None,
+    output_dtype: Optional[torch.dtype] = None,
+) -> list[torch.Tensor]:
+    """Grouped matmul: group ``g`` multiplies its rows of x by ``weight[g]`` ([K, N]); returns a list.
+
+    Sources: torch_npu.npu_grouped_matmul (API reference 6.0 and 7.0,
+    https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000524.html)
+    and op-plugin's GroupedMatmulKernelNpuOpApi.cpp (output shapes per split_item, the
+    required group_type, the single [E, K, N] weight form).  The schema is the torch_npu one
+    with a tensor group_list.
+
+    Implemented (non-quantised float16/bfloat16/float32, weights in x's dtype):
+
+    * MoE form: ``x = [x_all]`` ([M, K]), one weight per expert (a list of [K, N] or a single
+      [E, K, N] tensor), ``group_type=0`` and an int64 ``group_list`` [E].  The list holds
+      cumulative row ends (``group_list_type=0``) or row counts (1).  Group ``g`` takes the
+      next ``count_g`` rows.  ``split_item`` 2 or 3 gives one ``[M, N]`` output.  Rows past the
+      last group are zeros (the device leaves them unspecified).
+    * Per-tensor form (no group_list): ``x[g] @ weight[g]``.  ``split_item`` 0/1 returns one
+      output per group (``x[g]`` may have batch dims); 2/3 returns the 2-D results
+      concatenated by rows.
+    * ``bias``: one ``[N]`` per group (or one ``[E, N]``), float16 for float16 x and float32
+      for bfloat16/float32 x, as in the doc's table; added after the product.
+
+    Each output is ``x_rows @ w (+ bias)`` in float32, cast to x's dtype.  Products of
+    float16/bfloat16 values are exact in float32, and the k-sum follows the fixed order of
+    ``_fixed_matmul``, so the bits do not depend on threads.  torch's matmul (MKL) does not
+    give that guarantee on CPU.
+
+    Rejected with ValueError: any quantisation or activation input (scale, offset,
+    antiquant_*, per_token_scale, activation_*), int8/int4 x, ``act_type != 0``, an
+    ``output_dtype`` other than x's, and ``group_type`` None (torch_npu also requires it)
+    or not -1/0.  Also rejected: ``group_list_type=2`` and ``split_item`` 0/1 with group_list.
+    Those outputs have row counts that are the values of group_list, which a fake kernel
+    cannot know.  A Python list as group_list is refused with TypeError (the schema takes
+    an int64 tensor).  ``tuning_config`` is a tiling hint and is ignored.
+    """
+    if isinstance(group_list, (list, tuple)):
+        raise TypeError("group_list must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
+    options: dict[str, Any] = {
+        "bias": bias,
+        "scale": scale,
+        "offset": offset,
+        "antiquant_scale": antiquant_scale,
+        "antiquant_offset": antiquant_offset,
+        "per_token_scale": per_token_scale,
+        "group_list": group_list,
+        "activation_input": activation_input,
+        "activation_quant_scale": activation_quant_scale,
+        "activation_quant_offset": activation_quant_offset,
+        "split_item": split_item,
+        "group_type": group_type,
+        "group_list_type": group_list_type,
+        "act_type": act_type,
+        "tuning_config": tuning_config,
+        "output_dtype": output_dtype,
+    }
+    _check_grouped_matmul(x, weight, **options)
+    return list(torch.ops.npu.npu_grouped_matmul(x, weight, **options))

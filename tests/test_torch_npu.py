@@ -564,3 +564,47 @@ def test_moe_gating_top_k_out_is_zero_without_out_flag_and_ties_pick_lower_index
     assert idx.tolist() == [[0, 1, 2], [0, 1, 2]]
     assert torch.equal(y, torch.full((2, 3), 1 / 3))
     assert torch.equal(out, torch.zeros(2, 8))
+
+
+def _gmm_inputs(dtype: torch.dtype, seed: int = 34) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(11, 40, generator=gen).to(dtype)
+    w = (torch.randn(3, 40, 24, generator=gen) * 0.2).to(dtype)
+    return x, w
+
+
+@pytest.mark.parametrize(("dtype", "list_type", "group_list"), [
+    (torch.bfloat16, 0, [4, 4, 9]), (torch.float16, 1, [4, 0, 5]),
+])
+def test_grouped_matmul_moe_form_matches_float64(dtype: torch.dtype, list_type: int, group_list: list[int]) -> None:
+    x, w = _gmm_inputs(dtype)
+    (out,) = torch_npu.npu_grouped_matmul(
+        [x], list(w), group_list=torch.tensor(group_list), split_item=2, group_type=0, group_list_type=list_type
+    )
+    expected = torch.zeros(11, 24, dtype=torch.float64)  # rows 9 and 10 belong to no group
+    bounds = [(0, 4), (4, 4), (4, 9)]
+    for g, (lo, hi) in enumerate(bounds):
+        expected[lo:hi] = x[lo:hi].double() @ w[g].double()
+    assert out.shape == (11, 24) and out.dtype == dtype
+    _assert_close_to_ref(out, expected, dtype)
+    assert torch.equal(out[9:], torch.zeros(2, 24, dtype=dtype))
+
+
+def test_grouped_matmul_single_3d_weight_equals_weight_list() -> None:
+    x, w = _gmm_inputs(torch.bfloat16, seed=35)
+    gl = torch.tensor([2, 6, 11])
+    (stacked,) = torch_npu.npu_grouped_matmul([x], [w], group_list=gl, split_item=3, group_type=0)
+    (listed,) = torch_npu.npu_grouped_matmul([x], list(w.unbind(0)), group_list=gl, split_item=3, group_type=0)
+    assert torch.equal(stacked, listed)
+
+
+def test_grouped_matmul_per_tensor_form_with_bias() -> None:
+    x, w = _gmm_inputs(torch.bfloat16, seed=36)
+    xs = [x[:5].reshape(1, 5, 40), x[5:]]
+    bias = [torch.randn(24), torch.randn(24)]
+    outs = torch_npu.npu_grouped_matmul(xs, [w[0], w[1]], bias=bias, group_type=-1)
+    assert [o.shape for o in outs] == [(1, 5, 24), (6, 24)]
+    for xi, wi, bi, out in zip(xs, w, bias, outs, strict=False):
+        _assert_close_to_ref(out, xi.double() @ wi.double() + bi.double(), torch.bfloat16)
+    (joined,) = torch_npu.npu_grouped_matmul([x[:5], x[5:]], [w[0], w[1]], bias=bias, split_item=2, group_type=-1)
+    assert torch.equal(joined, torch.cat([outs[0][0], outs[1]]))
