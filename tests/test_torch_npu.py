@@ -460,3 +460,401 @@ def test_bad_inputs_raise_clear_errors(call: Callable[[], object], error: type[E
 def test_direct_op_call_is_validated_too() -> None:
     with pytest.raises(ValueError, match="x1 has k=8"):
         torch.ops.npu.npu_quant_matmul(_I8, torch.zeros(7, 6, dtype=torch.int8), _S6)
+
+
+# ------------------------------------------------------------------------------------------
+# Decoder-layer ops: float64 references
+# ------------------------------------------------------------------------------------------
+
+
+def _ref_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
+    rstd = 1.0 / torch.sqrt(x.double().pow(2).mean(dim=dims, keepdim=True) + eps)
+    return x.double() * rstd * gamma.double(), rstd
+
+
+def _assert_close_to_ref(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    """A float32 pipeline ending in ``dtype`` vs a float64 reference: within two output ulps."""
+    tol = {torch.float32: 1e-5, torch.float16: 2 * 2**-10, torch.bfloat16: 2 * 2**-7}[dtype]
+    assert actual.dtype == dtype
+    torch.testing.assert_close(actual.double(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rms_norm_matches_float64(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(30)
+    x = (torch.randn(2, 3, 96, generator=gen) * 3).to(dtype)
+    gamma = torch.randn(96, generator=gen).to(dtype)
+    y, rstd = torch_npu.npu_rms_norm(x, gamma, epsilon=1e-5)
+    ref_y, ref_rstd = _ref_rms_norm(x, gamma, 1e-5)
+    assert rstd.shape == (2, 3, 1) and rstd.dtype == torch.float32
+    torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-6, atol=0)
+    _assert_close_to_ref(y, ref_y, dtype)
+
+
+def test_rms_norm_over_two_trailing_dims_with_float32_gamma() -> None:
+    gen = torch.Generator().manual_seed(31)
+    x = torch.randn(4, 5, 6, generator=gen).to(torch.bfloat16)
+    gamma = torch.randn(5, 6, generator=gen)
+    y, rstd = torch_npu.npu_rms_norm(x, gamma)
+    ref_y, ref_rstd = _ref_rms_norm(x, gamma, 1e-6)
+    assert rstd.shape == (4, 1, 1)
+    torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-6, atol=0)
+    _assert_close_to_ref(y, ref_y, torch.bfloat16)
+
+
+@pytest.mark.parametrize(("dim", "dtype"), [(-1, torch.bfloat16), (1, torch.float16), (0, torch.float32)])
+def test_swiglu_is_swish_of_first_half_times_second(dim: int, dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(32)
+    x = (torch.randn(6, 8, 10, generator=gen) * 4).to(dtype)
+    out = torch_npu.npu_swiglu(x, dim=dim)
+    first, second = x.double().chunk(2, dim=dim)
+    expected = first * torch.sigmoid(first) * second
+    assert out.shape == expected.shape
+    _assert_close_to_ref(out, expected, dtype)
+
+
+def _ref_gating(
+    x: torch.Tensor,
+    k: int,
+    bias: torch.Tensor | None,
+    k_group: int,
+    groups: int,
+    mode: int,
+    norm_type: int,
+    renorm: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token Python loops over float64 values: (weights before scaling, chosen experts)."""
+    norm = torch.softmax(x.double(), dim=-1) if norm_type == 0 else torch.sigmoid(x.double())
+    select = norm + (bias.double() if bias is not None else 0.0)
+    per_group = x.shape[1] // groups
+    weights, chosen = [], []
+    for t in range(x.shape[0]):
+        row = select[t].tolist()
+        blocks = [sorted(row[g * per_group : (g + 1) * per_group], reverse=True) for g in range(groups)]
+        score = [b[0] if mode == 0 else b[0] + b[1] for b in blocks]
+        kept = sorted(range(groups), key=lambda g: (-score[g], g))[:k_group]
+        candidates = [e for e in range(len(row)) if e // per_group in kept]
+        top = sorted(candidates, key=lambda e: (-row[e], e))[:k]
+        w = norm[t, top]
+        weights.append(w / w.sum() if norm_type == 1 or renorm == 1 else w)
+        chosen.append(top)
+    return torch.stack(weights), torch.tensor(chosen)
+
+
+@pytest.mark.parametrize(
+    ("norm_type", "renorm", "groups", "k_group", "mode", "use_bias"),
+    [(1, 0, 8, 4, 1, True), (1, 0, 4, 2, 0, False), (0, 0, 1, 1, 0, False), (0, 1, 4, 3, 1, True)],
+)
+def test_moe_gating_top_k_matches_reference(
+    norm_type: int, renorm: int, groups: int, k_group: int, mode: int, use_bias: bool
+) -> None:
+    gen = torch.Generator().manual_seed(33)
+    x = (torch.randn(12, 32, generator=gen) * 2).to(torch.bfloat16)
+    bias = (torch.randn(32, generator=gen) * 0.5).to(torch.bfloat16) if use_bias else None
+    y, idx, out = torch_npu.npu_moe_gating_top_k(
+        x, 4, bias=bias, k_group=k_group, group_count=groups, group_select_mode=mode,
+        renorm=renorm, norm_type=norm_type, out_flag=True, routed_scaling_factor=2.5,
+    )
+    ref_w, ref_idx = _ref_gating(x, 4, bias, k_group, groups, mode, norm_type, renorm)
+    assert idx.dtype == torch.int32 and idx.shape == (12, 4)
+    assert torch.equal(idx.long(), ref_idx)
+    _assert_close_to_ref(y, ref_w * 2.5, torch.bfloat16)
+    ref_norm = torch.softmax(x.double(), -1) if norm_type == 0 else torch.sigmoid(x.double())
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref_norm, rtol=1e-6, atol=1e-7)
+
+
+def test_moe_gating_top_k_out_is_zero_without_out_flag_and_ties_pick_lower_index() -> None:
+    x = torch.zeros(2, 8)
+    y, idx, out = torch_npu.npu_moe_gating_top_k(x, 3, norm_type=1)
+    assert idx.tolist() == [[0, 1, 2], [0, 1, 2]]
+    assert torch.equal(y, torch.full((2, 3), 1 / 3))
+    assert torch.equal(out, torch.zeros(2, 8))
+
+
+def _gmm_inputs(dtype: torch.dtype, seed: int = 34) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(11, 40, generator=gen).to(dtype)
+    w = (torch.randn(3, 40, 24, generator=gen) * 0.2).to(dtype)
+    return x, w
+
+
+@pytest.mark.parametrize(("dtype", "list_type", "group_list"), [
+    (torch.bfloat16, 0, [4, 4, 9]), (torch.float16, 1, [4, 0, 5]),
+])
+def test_grouped_matmul_moe_form_matches_float64(dtype: torch.dtype, list_type: int, group_list: list[int]) -> None:
+    x, w = _gmm_inputs(dtype)
+    (out,) = torch_npu.npu_grouped_matmul(
+        [x], list(w), group_list=torch.tensor(group_list), split_item=2, group_type=0, group_list_type=list_type
+    )
+    expected = torch.zeros(11, 24, dtype=torch.float64)  # rows 9 and 10 belong to no group
+    bounds = [(0, 4), (4, 4), (4, 9)]
+    for g, (lo, hi) in enumerate(bounds):
+        expected[lo:hi] = x[lo:hi].double() @ w[g].double()
+    assert out.shape == (11, 24) and out.dtype == dtype
+    _assert_close_to_ref(out, expected, dtype)
+    assert torch.equal(out[9:], torch.zeros(2, 24, dtype=dtype))
+
+
+def test_grouped_matmul_single_3d_weight_equals_weight_list() -> None:
+    x, w = _gmm_inputs(torch.bfloat16, seed=35)
+    gl = torch.tensor([2, 6, 11])
+    (stacked,) = torch_npu.npu_grouped_matmul([x], [w], group_list=gl, split_item=3, group_type=0)
+    (listed,) = torch_npu.npu_grouped_matmul([x], list(w.unbind(0)), group_list=gl, split_item=3, group_type=0)
+    assert torch.equal(stacked, listed)
+
+
+def test_grouped_matmul_per_tensor_form_with_bias() -> None:
+    x, w = _gmm_inputs(torch.bfloat16, seed=36)
+    xs = [x[:5].reshape(1, 5, 40), x[5:]]
+    bias = [torch.randn(24), torch.randn(24)]
+    outs = torch_npu.npu_grouped_matmul(xs, [w[0], w[1]], bias=bias, group_type=-1)
+    assert [o.shape for o in outs] == [(1, 5, 24), (6, 24)]
+    for xi, wi, bi, out in zip(xs, w, bias, outs, strict=False):
+        _assert_close_to_ref(out, xi.double() @ wi.double() + bi.double(), torch.bfloat16)
+    (joined,) = torch_npu.npu_grouped_matmul([x[:5], x[5:]], [w[0], w[1]], bias=bias, split_item=2, group_type=-1)
+    assert torch.equal(joined, torch.cat([outs[0][0], outs[1]]))
+
+
+def _ref_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 per-(batch, head) loop over BNSD tensors; ``allowed`` is bool [B, Sq, Skv]."""
+    b, n, sq, _ = q.shape
+    group = n // k.shape[1]
+    out = torch.zeros(b, n, sq, v.shape[-1], dtype=torch.float64)
+    lse = torch.full((b, n, sq, 1), math.inf, dtype=torch.float64)
+    for bi in range(b):
+        for h in range(n):
+            scores = (q[bi, h].double() @ k[bi, h // group].double().T) * scale
+            for i in range(sq):
+                keep = allowed[bi, i]
+                if keep.any():
+                    row = scores[i][keep]
+                    out[bi, h, i] = torch.softmax(row, dim=0) @ v[bi, h // group].double()[keep]
+                    lse[bi, h, i, 0] = torch.logsumexp(row, dim=0)
+    return out, lse
+
+
+def _attention_inputs(b: int, n: int, n_kv: int, sq: int, skv: int, d: int, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    shapes = ((n, sq), (n_kv, skv), (n_kv, skv))
+    return [torch.randn(b, heads, s, d, generator=gen).to(torch.bfloat16) for heads, s in shapes]
+
+
+def test_fia_decode_bsh_gqa_with_kv_lengths_matches_float64() -> None:
+    q, k, v = _attention_inputs(b=2, n=4, n_kv=2, sq=1, skv=9, d=16, seed=37)
+    bsh = [t.transpose(1, 2).reshape(t.shape[0], t.shape[2], -1) for t in (q, k, v)]
+    out, lse = torch_npu.npu_fused_infer_attention_score(
+        *bsh, num_heads=4, num_key_value_heads=2, scale=0.25, actual_seq_lengths_kv=[5, 9], softmax_lse_flag=True
+    )
+    allowed = torch.arange(9).reshape(1, 1, 9) < torch.tensor([5, 9]).reshape(2, 1, 1)
+    ref_out, ref_lse = _ref_attention(q, k, v, allowed, 0.25)
+    assert out.shape == (2, 1, 64) and lse.shape == (2, 4, 1, 1)
+    _assert_close_to_ref(out, ref_out.transpose(1, 2).reshape(2, 1, 64), torch.bfloat16)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_fia_prefill_bnsd_causal_sparse_mode_3_and_mask_mode_0_agree() -> None:
+    q, k, v = _attention_inputs(b=1, n=2, n_kv=1, sq=5, skv=7, d=8, seed=38)
+    causal = torch.ones(2048, 2048, dtype=torch.bool).triu(diagonal=1)
+    out3, lse3 = torch_npu.npu_fused_infer_attention_score(
+        q, k, v, num_heads=2, num_key_value_heads=1, input_layout="BNSD", atten_mask=causal, sparse_mode=3,
+        scale=0.5, softmax_lse_flag=True,
+    )
+    allowed = torch.arange(7).reshape(1, 1, 7) <= torch.arange(5).reshape(1, 5, 1) + 2  # bottom-right aligned
+    ref_out, ref_lse = _ref_attention(q, k, v, allowed, 0.5)
+    _assert_close_to_ref(out3, ref_out, torch.bfloat16)
+    torch.testing.assert_close(lse3.double(), ref_lse, rtol=1e-5, atol=1e-5)
+    out0, _ = torch_npu.npu_fused_infer_attention_score(
+        q, k, v, num_heads=2, num_key_value_heads=1, input_layout="BNSD", atten_mask=~allowed[0], scale=0.5
+    )
+    assert torch.equal(out0, out3)
+
+
+def test_fia_bsnd_fully_masked_row_is_zero_with_infinite_lse() -> None:
+    q, k, v = _attention_inputs(b=1, n=2, n_kv=2, sq=3, skv=4, d=8, seed=39)
+    mask = torch.zeros(3, 4, dtype=torch.bool)
+    mask[1] = True
+    out, lse = torch_npu.npu_fused_infer_attention_score(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), num_heads=2, input_layout="BSND",
+        atten_mask=mask, softmax_lse_flag=True,
+    )
+    assert out.shape == (1, 3, 2, 8)
+    assert torch.equal(out[0, 1], torch.zeros(2, 8, dtype=torch.bfloat16))
+    assert torch.isinf(lse[0, :, 1]).all() and torch.isfinite(lse[0, :, [0, 2]]).all()
+    ref_out, _ = _ref_attention(q, k, v, ~mask.unsqueeze(0), 1.0)
+    _assert_close_to_ref(out, ref_out.transpose(1, 2), torch.bfloat16)
+
+
+# ------------------------------------------------------------------------------------------
+# Decoder-layer ops: fake kernels under torch.compile, thread-count independence
+# ------------------------------------------------------------------------------------------
+
+
+def _decoder_layer(
+    x: torch.Tensor, gamma: torch.Tensor, wq: torch.Tensor, kv: torch.Tensor, router: torch.Tensor,
+    bias: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+) -> tuple[torch.Tensor, ...]:
+    """A small decode step touching all five ops: norm, attention, routing, expert FFN."""
+    normed, rstd = torch_npu.npu_rms_norm(x, gamma)
+    q = normed @ wq
+    attn, lse = torch_npu.npu_fused_infer_attention_score(
+        q, kv, kv, num_heads=4, num_key_value_heads=2, input_layout="BSH", scale=0.25, softmax_lse_flag=True
+    )
+    tokens = attn.reshape(-1, attn.shape[-1])
+    weights, experts, scores = torch_npu.npu_moe_gating_top_k(
+        tokens @ router, 2, bias=bias, k_group=2, group_count=4, group_select_mode=1, norm_type=1, out_flag=True
+    )
+    flat = experts.reshape(-1).long()
+    counts = torch.zeros(8, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))
+    order = torch.argsort(flat, stable=True)
+    routed = tokens.repeat_interleave(2, dim=0)[order]
+    (gate_up,) = torch_npu.npu_grouped_matmul([routed], [w13], group_list=counts, split_item=2, group_type=0,
+                                              group_list_type=1)
+    (down,) = torch_npu.npu_grouped_matmul([torch_npu.npu_swiglu(gate_up)], [w2], group_list=counts.cumsum(0),
+                                           split_item=2, group_type=0)
+    return normed, rstd, attn, lse, weights, experts, scores, down
+
+
+def _decoder_inputs(seed: int = 40, tokens: int = 6) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape: int, s: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * s).to(torch.bfloat16)
+
+    return (rnd(tokens, 1, 32), rnd(32), rnd(32, 32, s=0.2), rnd(tokens, 5, 16), rnd(32, 8, s=0.3), rnd(8, s=0.1),
+            rnd(8, 32, 24, s=0.2), rnd(8, 12, 32, s=0.2))
+
+
+def test_compile_records_decoder_ops_and_matches_eager() -> None:
+    args = _decoder_inputs()
+    graphs: list[torch.fx.GraphModule] = []
+    compiled = _compile_recording(_decoder_layer, graphs)(*args)
+    assert _npu_targets(graphs) == [
+        "npu.npu_rms_norm.default",
+        "npu.npu_fused_infer_attention_score.default",
+        "npu.npu_moe_gating_top_k.default",
+        "npu.npu_grouped_matmul.default",
+        "npu.npu_swiglu.default",
+        "npu.npu_grouped_matmul.default",
+    ]
+    _assert_same(_decoder_layer(*args), compiled)
+
+
+def _large_op_calls() -> list[Callable[[], object]]:
+    """One call per op on shapes above torch's parallel grain (32768 elements).
+
+    The grouped-matmul groups ([4, 2048] x [2048, 256]) are a shape where plain torch.matmul
+    (MKL) gives different bits with 1 and 2 threads on the pinned torch build, so swapping
+    _fixed_matmul for ``@`` fails this test; the other calls guard the remaining kernels.
+    """
+    gen = torch.Generator().manual_seed(41)
+
+    def rnd(*shape: int, s: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * s).to(torch.bfloat16)
+
+    x, gamma, act, logits, bias = rnd(64, 4096), rnd(4096), rnd(64, 8192), rnd(512, 256), rnd(256, s=0.1)
+    # float32 so that a last-bit difference of the sum is not hidden by rounding to bfloat16
+    rows, weights = torch.randn(8, 2048, generator=gen), torch.randn(2, 2048, 256, generator=gen)
+    group_list = torch.tensor([4, 8])
+    q, kv = rnd(2, 1, 8 * 128), rnd(2, 1024, 2 * 128)
+    return [
+        lambda: torch_npu.npu_rms_norm(x, gamma),
+        lambda: torch_npu.npu_swiglu(act),
+        lambda: torch_npu.npu_moe_gating_top_k(logits, 8, bias=bias, k_group=4, group_count=8, norm_type=1),
+        lambda: torch_npu.npu_grouped_matmul([rows], [weights], group_list=group_list, split_item=2, group_type=0),
+        lambda: torch_npu.npu_fused_infer_attention_score(
+            q, kv, kv, num_heads=8, num_key_value_heads=2, scale=0.09, softmax_lse_flag=True
+        ),
+    ]
+
+
+def _flat_outputs(result: object) -> list[torch.Tensor]:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+@pytest.mark.parametrize("call", _large_op_calls(), ids=["rms_norm", "swiglu", "gating", "gmm", "fia"])
+def test_decoder_ops_do_not_depend_on_thread_count(call: Callable[[], object]) -> None:
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        single = _flat_outputs(call())
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(single, _flat_outputs(call()), strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+# ------------------------------------------------------------------------------------------
+# Decoder-layer ops: bad inputs
+# ------------------------------------------------------------------------------------------
+
+_BF = torch.zeros(4, 16, dtype=torch.bfloat16)
+_W3 = torch.zeros(2, 16, 8, dtype=torch.bfloat16)
+_GL = torch.tensor([2, 4])
+_Q = torch.zeros(1, 1, 32, dtype=torch.bfloat16)
+_KV = torch.zeros(1, 3, 16, dtype=torch.bfloat16)
+
+
+def _gmm(**overrides: object) -> Callable[[], object]:
+    kwargs: dict[str, object] = {"group_list": _GL, "split_item": 2, "group_type": 0}
+    kwargs.update(overrides)
+    x, w = kwargs.pop("x", [_BF]), kwargs.pop("weight", [_W3])
+    return lambda: torch_npu.npu_grouped_matmul(x, w, **kwargs)
+
+
+def _fia(**overrides: object) -> Callable[[], object]:
+    kwargs: dict[str, object] = {"num_heads": 4, "num_key_value_heads": 2}
+    kwargs.update(overrides)
+    q, kv = kwargs.pop("q", _Q), kwargs.pop("kv", _KV)
+    return lambda: torch_npu.npu_fused_infer_attention_score(q, kv, kv, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: torch_npu.npu_rms_norm(_BF.int(), torch.ones(16)), ValueError, "x has dtype torch.int32"),
+        (lambda: torch_npu.npu_rms_norm(_BF, torch.ones(8)), ValueError, r"gamma has shape \[8\]"),
+        (lambda: torch_npu.npu_rms_norm(_BF, torch.ones(16), epsilon="1e-6"), TypeError, "epsilon must be a float"),
+        (lambda: torch_npu.npu_swiglu(torch.zeros(4, 7)), ValueError, "size 7 in dim -1"),
+        (lambda: torch_npu.npu_swiglu(_BF, dim=2), ValueError, "dim=2 is out of range"),
+        (lambda: torch_npu.npu_moe_gating_top_k(_BF, 3, group_count=3), ValueError, "group_count=3"),
+        (lambda: torch_npu.npu_moe_gating_top_k(_BF, 9, group_count=4, k_group=2), ValueError, "k=9"),
+        (lambda: torch_npu.npu_moe_gating_top_k(_BF, 2, norm_type=2), ValueError, "norm_type=2 is not implemented"),
+        (lambda: torch_npu.npu_moe_gating_top_k(_BF, 2, bias=torch.zeros(16)), ValueError, "bias has dtype"),
+        (lambda: torch_npu.npu_moe_gating_top_k(_BF[0], 2), ValueError, "expected 2-D"),
+        (lambda: torch_npu.npu_moe_gating_top_k(_BF, 2, out_flag=1), TypeError, "out_flag must be a bool"),
+        (_gmm(group_type=None), ValueError, "group_type is required"),
+        (_gmm(split_item=0), ValueError, "split_item=0 with group_list"),
+        (_gmm(scale=[torch.ones(8)]), ValueError, "scale is not implemented"),
+        (_gmm(act_type=1), ValueError, "act_type=1 is not implemented"),
+        (_gmm(group_list=[2, 4]), TypeError, "group_list must be an int64 tensor"),
+        (_gmm(group_list=torch.tensor([3, 2])), ValueError, "not valid cumulative row ends"),
+        (_gmm(group_list=torch.tensor([2, 9]), group_list_type=1), ValueError, "covers 11 rows"),
+        (_gmm(x=[_BF.to(torch.int8)]), ValueError, "quantised grouped matmul is not implemented"),
+        (_gmm(weight=[torch.zeros(2, 12, 8, dtype=torch.bfloat16)]), ValueError, "x has K=16 but weight"),
+        (_gmm(output_dtype=torch.float32), ValueError, "output_dtype=torch.float32"),
+        (_gmm(x=_BF), TypeError, "x must be a non-empty list"),
+        (_fia(input_layout="TND"), ValueError, "input_layout='TND' is not implemented"),
+        (_fia(num_key_value_heads=3), ValueError, "must divide num_heads=4"),
+        (_fia(q=_Q.float()), ValueError, "query has dtype torch.float32"),
+        (_fia(kv=torch.zeros(1, 3, 12, dtype=torch.bfloat16)), ValueError, "do not match in BSH"),
+        (_fia(kv=torch.zeros(1, 3, 15, dtype=torch.bfloat16)), ValueError, r"key has shape \[1, 3, 15\]"),
+        (_fia(sparse_mode=3), ValueError, "needs the compressed causal mask"),
+        (_fia(sparse_mode=1), ValueError, "sparse_mode=1 is not implemented"),
+        (_fia(atten_mask=torch.zeros(1, 4, dtype=torch.bool)), ValueError, r"atten_mask has shape \[1, 4\]"),
+        (_fia(atten_mask=torch.zeros(1, 3)), ValueError, "atten_mask has dtype torch.float32"),
+        (_fia(next_tokens=0), ValueError, "pre_tokens/next_tokens bands are not implemented"),
+        (_fia(block_table=torch.zeros(1, 1, dtype=torch.int32)), ValueError, "block_table is not implemented"),
+        (_fia(actual_seq_lengths_kv=[4]), ValueError, "actual_seq_lengths_kv=\\[4\\]"),
+        (_fia(atten_mask=torch.ones(2048, 2048, dtype=torch.bool), sparse_mode=3), ValueError, "triu"),
+    ],
+)
+def test_decoder_ops_bad_inputs_raise_clear_errors(
+    call: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call()
