@@ -71,16 +71,30 @@ class Task:
     block_dim: int
     engine: str
     segment: Segment | None = None
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class SyncEdge:
+    """A cross-stream event: recorded on the stream of ``record_after`` once that task ends, waited on
+    the stream of ``wait_before`` before that task starts. ``record_after=None`` is an event nobody
+    records: the device would wait forever, and the simulator reports a modeled deadlock."""
+
+    event: str
+    record_after: str | None
+    wait_before: str
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The tasks of one variant in issue order, and the fate of every SuperKernel scope."""
+    """The tasks of one variant in issue order (each stream runs its own tasks in this order), the
+    events between streams, and the fate of every SuperKernel scope."""
 
     variant: str
     mode: str
     tasks: tuple[Task, ...]
     scopes: tuple[ScopePlan, ...]
+    syncs: tuple[SyncEdge, ...] = ()
 
     def scope(self, name: str) -> ScopePlan | None:
         return next((scope for scope in self.scopes if scope.scope == name), None)

@@ -8,6 +8,7 @@ simulator and the sanitizer can share one program without copying.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Mapping
 
 from .catalog import OpInfo
@@ -61,12 +62,13 @@ class Program:
     inputs: tuple[str, ...]
     outputs: tuple[str | None, ...]
 
+    @cached_property
+    def _by_name(self) -> Mapping[str, Kernel]:
+        return {kernel.name: kernel for kernel in self.kernels}
+
     def kernel(self, name: str) -> Kernel:
         """The kernel called ``name`` (GE-style kernel name)."""
-        for kernel in self.kernels:
-            if kernel.name == name:
-                return kernel
-        raise KeyError(name)
+        return self._by_name[name]
 
     def storage(self, buffer: str) -> str:
         """The buffer that owns the memory ``buffer`` lives in (itself unless it is a view)."""
