@@ -100,8 +100,16 @@ class Plan:
         return next((scope for scope in self.scopes if scope.scope == name), None)
 
 
-def _kernel_task(kernel: Kernel, profile: HardwareProfile) -> Task:
-    return Task(kernel.name, (kernel.name,), "default", cost.block_dim(kernel, profile), kernel.info.engine)
+def _stream_of(kernel: Kernel, multistream: bool) -> tuple[str, int]:
+    """The stream tag and priority a kernel runs on: its ``npu_stream_switch`` tag, or the default."""
+    if multistream and kernel.annotations.stream is not None:
+        return kernel.annotations.stream, kernel.annotations.stream_priority
+    return "default", 0
+
+
+def _kernel_task(kernel: Kernel, profile: HardwareProfile, multistream: bool = False) -> Task:
+    stream, priority = _stream_of(kernel, multistream)
+    return Task(kernel.name, (kernel.name,), stream, cost.block_dim(kernel, profile), kernel.info.engine, priority=priority)
 
 
 def _segment(scope: str, kernels: Sequence[Kernel], profile: HardwareProfile) -> Segment:
@@ -200,7 +208,7 @@ def plan(
         scopes = tuple(ScopePlan(s, o, "unsupported", (), (), reason) for s, o in scope_options.items())
         return Plan(variant, mode, plain_tasks, scopes)
     segments, breaks = _segment_scopes(program, profile)
-    return Plan(variant, mode, _fused_tasks(program, segments, profile), _scope_plans(scope_options, segments, breaks))
+    return Plan(variant, mode, fused_tasks(program, segments, profile), _scope_plans(scope_options, segments, breaks))
 
 
 def _scope_plans(
@@ -215,16 +223,25 @@ def _scope_plans(
     return tuple(plans)
 
 
-def _fused_tasks(program: Program, segments: Mapping[str, list[Segment]], profile: HardwareProfile) -> tuple[Task, ...]:
-    """Issue order: each segment takes the place of its first sub-kernel."""
+def segment_scopes(program: Program, profile: HardwareProfile) -> Mapping[str, list[Segment]]:
+    """The SuperKernel segments every scope of ``program`` forms (no checks of modes or options)."""
+    return _segment_scopes(program, profile)[0]
+
+
+def fused_tasks(
+    program: Program, segments: Mapping[str, list[Segment]], profile: HardwareProfile, multistream: bool = False
+) -> tuple[Task, ...]:
+    """Issue order: each segment takes the place of its first sub-kernel, on that kernel's stream.
+    With ``multistream`` every task runs on the stream its scope annotations name."""
     owner = {kernel: seg for segs in segments.values() for seg in segs for kernel in seg.kernels}
     tasks: list[Task] = []
     for kernel in program.kernels:
         segment = owner.get(kernel.name)
         if segment is None:
-            tasks.append(_kernel_task(kernel, profile))
+            tasks.append(_kernel_task(kernel, profile, multistream))
         elif segment.kernels[0] == kernel.name:
             engines = {program.kernel(name).info.engine for name in segment.kernels}
             engine = "cube" if "cube" in engines else "vector"
-            tasks.append(Task(segment.te_name, segment.kernels, "default", segment.block_dim, engine, segment))
+            stream, priority = _stream_of(kernel, multistream)
+            tasks.append(Task(segment.te_name, segment.kernels, stream, segment.block_dim, engine, segment, priority))
     return tuple(tasks)
