@@ -77,7 +77,7 @@ class Task:
 @dataclass(frozen=True)
 class SyncEdge:
     """A cross-stream event: recorded on the stream of ``record_after`` once that task ends, waited on
-    the stream of ``wait_before`` before that task starts. ``record_after=None`` is an event nobody
+    the stream of ``wait_before`` before that task starts (either may name a kernel: its task counts). ``record_after=None`` is an event nobody
     records: the device would wait forever, and the simulator reports a modeled deadlock."""
 
     event: str

@@ -138,16 +138,18 @@ class _DeviceBuild:
         stream_index = {name: i for i, name in enumerate(self.streams)}
         device_tasks = [task for task in plan.tasks if task.name not in on_host]
         self.index = {task.name: i for i, task in enumerate(device_tasks)}
+        # Events may name a task or a kernel inside it (a SuperKernel's sub-kernel).
+        owner = {**{k: i for i, task in enumerate(device_tasks) for k in task.kernels}, **self.index}
         self.events = tuple(
-            DeviceEvent(edge.event, self.index.get(edge.record_after) if edge.record_after else None)
+            DeviceEvent(edge.event, owner.get(edge.record_after) if edge.record_after else None)
             for edge in plan.syncs
         )
         waits: dict[int, list[int]] = {}
         records: dict[int, list[int]] = {}
         for number, edge in enumerate(plan.syncs):
-            if edge.wait_before not in self.index:
+            if edge.wait_before not in owner:
                 raise NpufuseError(f"event '{edge.event}' is waited on before '{edge.wait_before}', which is not a device task of the plan.")
-            waits.setdefault(self.index[edge.wait_before], []).append(number)
+            waits.setdefault(owner[edge.wait_before], []).append(number)
             recorder = self.events[number].recorder
             if recorder is not None:
                 records.setdefault(recorder, []).append(number)
