@@ -10,6 +10,7 @@ order, so every machine gives the same numbers.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 from . import cost
@@ -18,7 +19,7 @@ from .errors import NpufuseError
 from .fusion import Plan, Task
 from .hardware import HardwareProfile
 from .host import GRAPH_SINK, HOST_SCHEDULED, EAGER, HostConfig, HostSlice, execution_of, kept_on_host, schedule
-from .program import Program
+from .program import Kernel, Program
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,23 @@ class _Shape:
     needs: tuple[tuple[int, int], ...]
 
 
-def _superkernel_shape(program: Program, task: Task, profile: HardwareProfile) -> _Shape:
+class _Bodies:
+    """Kernel body times, memoised: the layers of a model repeat the same kernels many times over."""
+
+    def __init__(self, profile: HardwareProfile) -> None:
+        self.profile = profile
+        self._known: dict[tuple, float] = {}
+
+    def __call__(self, kernel: Kernel, dim: int) -> float:
+        info = kernel.info
+        key = (info.engine, info.sync_all, dim, kernel.flops, kernel.bytes, kernel.compute_dtype)
+        body = self._known.get(key)
+        if body is None:
+            body = self._known[key] = cost.body_us(kernel, dim, self.profile)
+        return body
+
+
+def _superkernel_shape(program: Program, task: Task, profile: HardwareProfile, body_us: _Bodies) -> _Shape:
     overhead = profile.overhead_us
     clock = overhead["kernel_head"]
     written: set[str] = set()
@@ -104,7 +121,7 @@ def _superkernel_shape(program: Program, task: Task, profile: HardwareProfile) -
         if any(program.storage(buffer) in written for buffer in kernel.inputs):
             clock += overhead["sk_sync"]
         dim = cost.block_dim(kernel, profile)
-        end = clock + cost.body_us(kernel, dim, profile)
+        end = clock + body_us(kernel, dim)
         children.append((name, kernel.op_type, clock, end, dim, kernel.info.engine, task.name, kernel.info.kernel_type))
         written.update(program.storage(out) for out in kernel.outputs)
         pool = _POOL_OF[kernel.info.engine]
@@ -114,9 +131,9 @@ def _superkernel_shape(program: Program, task: Task, profile: HardwareProfile) -
     return _Shape(clock, (parent, *children), tuple(sorted(widest.items())))
 
 
-def _kernel_shape(program: Program, task: Task, profile: HardwareProfile) -> _Shape:
+def _kernel_shape(program: Program, task: Task, profile: HardwareProfile, body_us: _Bodies) -> _Shape:
     kernel = program.kernel(task.kernels[0])
-    end = profile.overhead_us["kernel_head"] + cost.body_us(kernel, task.block_dim, profile)
+    end = profile.overhead_us["kernel_head"] + body_us(kernel, task.block_dim)
     engine = kernel.info.engine
     row = (kernel.name, kernel.op_type, 0.0, end, task.block_dim, engine, None, kernel.info.kernel_type)
     return _Shape(end, (row,), ((_POOL_OF[engine], task.block_dim),))
@@ -155,8 +172,9 @@ class _DeviceBuild:
                 records.setdefault(recorder, []).append(number)
         self.shapes: list[_Shape] = []
         self.tasks: list[DeviceTask] = []
+        body_us = _Bodies(profile)
         for i, task in enumerate(device_tasks):
-            shape = (_superkernel_shape if task.segment is not None else _kernel_shape)(program, task, profile)
+            shape = (_superkernel_shape if task.segment is not None else _kernel_shape)(program, task, profile, body_us)
             self.shapes.append(shape)
             self.tasks.append(
                 DeviceTask(
@@ -200,7 +218,21 @@ def simulate(
     dynamic: bool = False,
     host: HostConfig = HostConfig(),
 ) -> RunReport:
-    """Model one run of ``plan`` on ``profile``; ``dynamic`` selects host scheduling in max-autotune."""
+    """Model one run of ``plan`` on ``profile``; ``dynamic`` selects host scheduling in max-autotune.
+
+    The cyclic garbage collector is paused meanwhile: a large program allocates a few objects per
+    kernel, none of them cyclic, and repeated full collections would make the run superlinear.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(program, plan, profile, dynamic, host)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: bool, host: HostConfig) -> RunReport:
     execution = execution_of(plan.mode, dynamic)
     on_host = kept_on_host(program, plan, profile, execution, host)
     build = _DeviceBuild(program, plan, profile, on_host)
