@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .device import DeviceModel
-from .fusion import Plan, Task
+from .fusion import Plan
 from .hardware import HardwareProfile
 from .program import Kernel, Program
 
