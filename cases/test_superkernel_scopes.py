@@ -126,4 +126,4 @@ class Collectives(torch.nn.Module):
 @pytest.mark.superkernel(scope="tp", segments=2, breaks=["_c10d_functional::broadcast"])
 def test_collectives_fuse_and_are_not_strictly_checked(npufuse, world):
     report = npufuse.check(Collectives(world), hidden())
-    assert report.superkernels["tp"].names[0] == "sk_tp_start_MatMulV3_end_AllGather"
+    assert report.superkernels["tp"].names[0] == "sk_tp_start_MatMulV3_end_HcomAllGather"

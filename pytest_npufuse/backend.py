@@ -2,7 +2,8 @@
 
 Like any Dynamo backend it receives an FX graph and example inputs and returns a callable. Ours lowers
 the graph to aten with AOTAutograd, builds the program IR, plans it (BASELINE or VARIANT), simulates the
-plan on the target's profile once (shapes are static), and returns a callable that computes the outputs
+plan on the target's profile once (shapes are captured static; ``dynamic=True`` models the host
+scheduling a dynamic-shape graph would get), and returns a callable that computes the outputs
 on the CPU in the plan's order. Each compiled graph is kept on the backend for the report.
 """
 
@@ -23,6 +24,7 @@ from .execute import run_in_order
 from .hardware import HardwareProfile
 from .plog import write_plog
 from .program import Program
+from .host import HostConfig
 from .simulate import RunReport, simulate
 from .torchair.configs.compiler_config import CompilerConfig
 
@@ -52,7 +54,15 @@ class NpuBackend:
     catalog: OpCatalog = field(default_factory=load_catalog)
     options: Mapping[str, str] = field(default_factory=dict)
     multistream: bool = True
+    mode: str | None = None
+    dynamic: bool = False
+    host: HostConfig = field(default_factory=HostConfig)
     graphs: list[CompiledGraph] = field(default_factory=list)
+
+    @property
+    def run_mode(self) -> str:
+        """The mode runs are modeled in: ``mode`` when set (``"eager"``), else the config's."""
+        return self.mode or self.config.mode
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in example_inputs):
@@ -70,14 +80,16 @@ class NpuBackend:
             program,
             self.profile,
             variant=self.variant,
-            mode=self.config.mode,
+            mode=self.run_mode,
+            dynamic=self.dynamic,
             options=self.options,
             multistream=self.multistream,
         )
         plog = write_plog(plan.log)
-        compiled = CompiledGraph(gm, program, plan, simulate(program, plan, self.profile), plog and str(plog))
+        run = simulate(program, plan, self.profile, dynamic=self.dynamic, host=self.host)
+        compiled = CompiledGraph(gm, program, plan, run, plog and str(plog))
         self.graphs.append(compiled)
         return compiled
 
     def __repr__(self) -> str:
-        return f"NpuBackend({self.profile.name}, {self.config.mode}, {self.variant})"
+        return f"NpuBackend({self.profile.name}, {self.run_mode}, {self.variant})"

@@ -105,6 +105,15 @@ def _flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs:
     return 0.0
 
 
+def kernel_bytes(rule: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> int:
+    """Memory traffic of one kernel by the catalog's rule: everything it reads and writes, only what
+    it writes (a fill such as ``zeros``), or nothing (a host-side op)."""
+    if rule == "none":
+        return 0
+    written = sum(spec.nbytes for spec in outputs)
+    return written if rule == "output" else written + sum(spec.nbytes for spec in inputs)
+
+
 def _compute_dtype(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
     """The dtype a kernel computes in: its first matrix/tensor input, else its first output."""
     for spec in (*inputs, *outputs):
@@ -254,12 +263,13 @@ class _ProgramBuilder:
 
     def _add_kernel(self, node: torch.fx.Node) -> None:
         op_type = op_type_of(node)
-        info = self.catalog.lookup(op_type)
         value = node.meta.get("val")
         values = value if isinstance(value, (tuple, list)) else (value,)
         output_specs = tuple(_spec(v) for v in values if isinstance(v, torch.Tensor))
         inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers)
         input_specs = [self.buffers[name].spec for name in inputs]
+        compute_dtype = _compute_dtype(input_specs, output_specs)
+        info = self.catalog.lookup(op_type).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
         single = isinstance(value, torch.Tensor)
         mutated = _mutated_arguments(node)
@@ -277,8 +287,8 @@ class _ProgramBuilder:
                 output_specs=output_specs,
                 annotations=self.stack.resolve(),
                 flops=_flops(info.flops, info.flops_per_element, input_specs, output_specs),
-                bytes=sum(spec.nbytes for spec in (*input_specs, *output_specs)),
-                compute_dtype=_compute_dtype(input_specs, output_specs),
+                bytes=kernel_bytes(info.bytes, input_specs, output_specs),
+                compute_dtype=compute_dtype,
                 source=_source_line(node),
                 mutates=mutated,
             )

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .errors import ProfileError
 from .hardware import DATA_DIR, ENGINES
@@ -19,6 +19,7 @@ from .tomlfile import read_toml, typed_value
 
 BLOCK_DIM_RULES = ("cube_tiles", "vector_bytes", "one")
 FLOPS_RULES = ("matmul", "elementwise", "reduction", "none")
+BYTES_RULES = ("io", "output", "none")
 
 
 class UnknownOpWarning(UserWarning):
@@ -38,6 +39,17 @@ class OpInfo:
     flops_per_element: float
     kernel_type: str
     known: bool = True
+    bytes: str = "io"
+    host_small: bool = False
+    value_dependent: bool = False
+    aicpu_dtypes: tuple[str, ...] = ()
+
+    def for_dtypes(self, dtypes: Iterable[str]) -> "OpInfo":
+        """The op as it runs on tensors of ``dtypes``: an AI CPU kernel (never fusable) when one of
+        them is a dtype the AI Core implementation lacks, else itself."""
+        if any(dtype in self.aicpu_dtypes for dtype in dtypes):
+            return replace(self, engine="aicpu", fusable=False, block_dim="one")
+        return self
 
 
 def default_op(op_type: str) -> OpInfo:
@@ -70,6 +82,12 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         raise ProfileError(f"{entry_where}: flops '{flops}' is not one of {', '.join(FLOPS_RULES)}.")
     per_element = typed_value(table, "flops_per_element", float, entry_where) if "flops_per_element" in table else 1.0
     kernel_type = table.get("kernel_type", default_op(op_type).kernel_type)
+    bytes_rule = _optional(table, "bytes", str, "io", entry_where)
+    if bytes_rule not in BYTES_RULES:
+        raise ProfileError(f"{entry_where}: bytes '{bytes_rule}' is not one of {', '.join(BYTES_RULES)}.")
+    unknown = sorted(set(table) - _ENTRY_KEYS)
+    if unknown:
+        raise ProfileError(f"{entry_where}: unknown key '{unknown[0]}'; the keys are {', '.join(sorted(_ENTRY_KEYS))}.")
     return OpInfo(
         op_type=op_type,
         engine=engine,
@@ -79,7 +97,21 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         flops=flops,
         flops_per_element=per_element,
         kernel_type=str(kernel_type),
+        bytes=bytes_rule,
+        host_small=_optional(table, "host_small", bool, False, entry_where),
+        value_dependent=_optional(table, "value_dependent", bool, False, entry_where),
+        aicpu_dtypes=tuple(_optional(table, "aicpu_dtypes", list, [], entry_where)),
     )
+
+
+_ENTRY_KEYS = frozenset(
+    {"engine", "fusable", "sync_all", "block_dim", "flops", "flops_per_element", "kernel_type", "bytes",
+     "host_small", "value_dependent", "aicpu_dtypes"}
+)
+
+
+def _optional(table: Mapping[str, Any], key: str, kind: type, default: Any, where: str) -> Any:
+    return typed_value(dict(table), key, kind, where) if key in table else default
 
 
 class OpCatalog:

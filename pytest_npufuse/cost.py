@@ -24,10 +24,13 @@ def core_cap(kernel: Kernel, profile: HardwareProfile) -> int:
 
 
 def block_dim(kernel: Kernel, profile: HardwareProfile) -> int:
-    """Launch core count by the catalog rule, as ``Block Dim`` in kernel_details.csv would show it."""
+    """Launch core count by the catalog rule, as ``Block Dim`` in kernel_details.csv would show it.
+    An AI CPU kernel spreads over every AI CPU core."""
     rule = kernel.info.block_dim
     cap = core_cap(kernel, profile)
-    if isinstance(rule, int):
+    if kernel.info.engine == "aicpu":
+        wanted = cap
+    elif isinstance(rule, int):
         wanted = rule
     elif rule == "cube_tiles":
         out = kernel.output_specs[0].shape if kernel.output_specs else (1,)
@@ -50,9 +53,22 @@ def _peak_tflops(kernel: Kernel, profile: HardwareProfile) -> float:
 
 
 def body_us(kernel: Kernel, dim: int, profile: HardwareProfile) -> float:
-    """On-core time of the kernel body (without dispatch or head) when launched on ``dim`` cores."""
-    if kernel.info.engine == "host":
+    """On-core time of the kernel body (without dispatch or head) when launched on ``dim`` cores,
+    including its SyncAll barrier when it uses one."""
+    engine = kernel.info.engine
+    if engine == "host":
         return 0.0
+    if engine == "comm":
+        return profile.comm_latency_us + kernel.bytes / (profile.comm_gbps * profile.comm_efficiency * 1e3)
+    if engine == "aicpu":
+        compute_us = kernel.flops / (profile.aicpu_gflops_per_core * 1e3 * dim)
+        return max(compute_us, kernel.bytes / (profile.aicpu_bytes_per_us_per_core * dim))
+    sync_us = profile.overhead_us["sync_all"] if kernel.info.sync_all else 0.0
+    return sync_us + _core_body_us(kernel, dim, profile)
+
+
+def _core_body_us(kernel: Kernel, dim: int, profile: HardwareProfile) -> float:
+    """Roofline time of an AI Core (Cube or Vector) kernel body."""
     cores = profile.cores(kernel.info.engine)
     share = dim / cores
     compute_us = 0.0

@@ -28,3 +28,8 @@ class ProfileError(NpufuseError):
 
 class NotModeledError(NpufuseError):
     """The model uses a feature this version does not model yet; refusing beats a silent wrong answer."""
+
+
+class ModeledDeadlockError(NpufuseError):
+    """The modeled device would wait forever (an event waited on but never recorded, or a cycle of
+    waits); reported with the streams, tasks and events involved instead of hanging."""

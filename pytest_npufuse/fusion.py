@@ -26,11 +26,12 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from . import cost
-from .errors import NotModeledError, OptionsError
+from .errors import OptionsError, ScopeError
 from .hardware import HardwareProfile
 from .plog import LogRecord
 from .program import Kernel, Program
 from .skoptions import SuperKernelOptions, parse_options
+from .streams import StreamPlan, stream_plan
 
 BASELINE = "baseline"
 VARIANT = "variant"
@@ -54,6 +55,7 @@ class Segment:
     block_dim: int
     kernel_type: str
     feed_sync_all: bool = False
+    lanes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,14 +97,28 @@ class Task:
     block_dim: int
     engine: str
     segment: Segment | None = None
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class SyncEdge:
+    """A cross-stream event: recorded on the stream of ``record_after`` once that task ends, waited on
+    the stream of ``wait_before`` before that task starts (either may name a kernel: its task counts). ``record_after=None`` is an event nobody
+    records: the device would wait forever, and the simulator reports a modeled deadlock."""
+
+    event: str
+    record_after: str | None
+    wait_before: str
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The tasks of one variant in issue order, the fate of every SuperKernel scope, and the plog lines.
+    """The tasks of one variant in issue order (each stream runs its own tasks in this order), the
+    events between streams, the fate of every SuperKernel scope, and the plog lines.
 
-    ``failure`` is set when the variant cannot run to completion on the device: a compile abort or a
-    modeled hang.
+    ``failure`` is set when the variant cannot run to completion on the device: a compile abort, a
+    modeled hang or a modeled deadlock. ``streams`` is the kernel-level stream plan the sanitizer
+    checks; ``syncs`` are its events between device tasks.
     """
 
     variant: str
@@ -111,13 +127,23 @@ class Plan:
     scopes: tuple[ScopePlan, ...]
     log: tuple[LogRecord, ...] = ()
     failure: str | None = None
+    syncs: tuple[SyncEdge, ...] = ()
+    streams: StreamPlan | None = None
 
     def scope(self, name: str) -> ScopePlan | None:
         return next((scope for scope in self.scopes if scope.scope == name), None)
 
 
-def _kernel_task(kernel: Kernel, profile: HardwareProfile) -> Task:
-    return Task(kernel.name, (kernel.name,), "default", cost.block_dim(kernel, profile), kernel.info.engine)
+def _stream_of(kernel: Kernel, multistream: bool) -> tuple[str, int]:
+    """The stream tag and priority a kernel runs on: its ``npu_stream_switch`` tag, or the default."""
+    if multistream and kernel.annotations.stream is not None:
+        return kernel.annotations.stream, kernel.annotations.stream_priority
+    return "default", 0
+
+
+def _kernel_task(kernel: Kernel, profile: HardwareProfile, multistream: bool = False) -> Task:
+    stream, priority = _stream_of(kernel, multistream)
+    return Task(kernel.name, (kernel.name,), stream, cost.block_dim(kernel, profile), kernel.info.engine, priority=priority)
 
 
 def _natural_kernel_type(kernels: Sequence[Kernel]) -> str:
@@ -275,8 +301,47 @@ class _ScopeResult:
     log: LogRecord | None = None
 
 
+def _stream_fusion(segment: Segment, options: SuperKernelOptions, streams: StreamPlan, profile: HardwareProfile) -> Segment:
+    """Sub-kernels from several streams in one SuperKernel (TorchAir's ``stream-fusion`` option).
+
+    With ``stream-fusion=0`` they stay in issue order, and the streams must be linked by an event, else
+    the scope is an error. With ``=1`` the SuperKernel runs them on lanes, up to the profile's stream
+    count, so a Cube and a Vector sub-kernel on different streams overlap.
+    """
+    lanes = tuple(streams.kernel_stream[name] for name in segment.kernels)
+    tags = sorted(set(lanes))
+    if len(tags) == 1:
+        return segment
+    fused = options.get("stream-fusion") == "1"
+    if len(tags) > profile.superkernel_max_streams:
+        raise ScopeError(
+            f"super_kernel scope '{segment.scope}' has ops on {len(tags)} streams ({', '.join(tags)}) in "
+            f"{segment.name}; a SuperKernel runs at most {profile.superkernel_max_streams}. Split the scope or "
+            "move ops to fewer streams."
+        )
+    inside = set(segment.kernels)
+    linked = any(
+        edge.record_after in inside and edge.wait_before in inside
+        and streams.kernel_stream[edge.record_after] != streams.kernel_stream[edge.wait_before]
+        for edge in streams.edges
+    )
+    if not fused and not linked:
+        raise ScopeError(
+            f"super_kernel scope '{segment.scope}' has ops on streams {', '.join(tags)} in {segment.name} with no "
+            "event between them; with stream-fusion=0 add an event (npu_wait_tensor or record/wait) between the "
+            "streams, or set stream-fusion=1 to let the SuperKernel run them in parallel."
+        )
+    return replace(segment, lanes=lanes) if fused else segment
+
+
 def _plan_scope(
-    scope: str, options: SuperKernelOptions, segments: Sequence[Segment], breaks: Sequence[ScopeBreak], program: Program, profile: HardwareProfile
+    scope: str,
+    options: SuperKernelOptions,
+    segments: Sequence[Segment],
+    breaks: Sequence[ScopeBreak],
+    program: Program,
+    profile: HardwareProfile,
+    streams: StreamPlan,
 ) -> _ScopeResult:
     kernels = [k for k in program.kernels if k.annotations.sk_scope == scope]
     _check_dcci(options, kernels)
@@ -284,7 +349,10 @@ def _plan_scope(
     if strict is not None:
         outcome, record = strict
         return _ScopeResult(ScopePlan(scope, options.text, outcome, (), tuple(breaks), record.message), record)
-    formed = tuple(_finish_segment(segment, options, program, profile) for segment in segments)
+    formed = tuple(
+        _stream_fusion(_finish_segment(segment, options, program, profile), options, streams, profile)
+        for segment in segments
+    )
     hangs = [reason for seg in formed if (reason := _hang(seg, [program.kernel(n) for n in seg.kernels], profile))]
     if hangs:
         return _ScopeResult(ScopePlan(scope, options.text, "hang", formed, tuple(breaks), hangs[0]))
@@ -307,38 +375,62 @@ def plan(
     With ``multistream=False`` the VARIANT ignores stream switches and keeps every kernel on the
     default stream, which isolates the SuperKernel effect.
     """
-    if variant == VARIANT and multistream and len(program.streams()) > 1:
-        raise NotModeledError(
-            f"the model switches streams ({', '.join(program.streams()[1:])}); multi-stream execution is not "
-            "modeled by this version of pytest-npufuse."
-        )
     plain_tasks = tuple(_kernel_task(kernel, profile) for kernel in program.kernels)
     if variant == BASELINE:
         return Plan(variant, mode, plain_tasks, ())
+    streams = stream_plan(program, mode, multistream=multistream)
     scope_options = _scope_options(program, options or {})
     reason = _unsupported_reason(profile, mode, dynamic)
     if reason:
         scopes = tuple(ScopePlan(s, o.text, "unsupported", (), (), reason) for s, o in scope_options.items())
-        return Plan(variant, mode, plain_tasks, scopes)
+        tasks = fused_tasks(program, {}, profile, multistream)
+        return Plan(variant, mode, tasks, scopes, syncs=_device_syncs(streams, tasks), streams=streams)
     segments, breaks = _segment_scopes(program, profile)
-    results = [_plan_scope(s, o, segments[s], breaks[s], program, profile) for s, o in scope_options.items()]
+    results = [_plan_scope(s, o, segments[s], breaks[s], program, profile, streams) for s, o in scope_options.items()]
     scopes = tuple(result.plan for result in results)
     log = tuple(result.log for result in results if result.log is not None)
     failure = next((f"{s.scope}: {s.reason}" for s in scopes if s.outcome in ("aborted", "hang")), None)
     fused = {s.scope: list(s.segments) for s in scopes if s.outcome in ("fused", "hang")}
-    return Plan(variant, mode, _fused_tasks(program, fused, profile), scopes, log, failure)
+    tasks = fused_tasks(program, fused, profile, multistream)
+    return Plan(variant, mode, tasks, scopes, log, failure, _device_syncs(streams, tasks), streams)
 
 
-def _fused_tasks(program: Program, segments: Mapping[str, list[Segment]], profile: HardwareProfile) -> tuple[Task, ...]:
-    """Issue order: each segment takes the place of its first sub-kernel."""
+def _device_syncs(streams: StreamPlan, tasks: Sequence[Task]) -> tuple[SyncEdge, ...]:
+    """The stream plan's events as the device scheduler takes them: between tasks, dropping those that
+    order kernels of one SuperKernel (it syncs inside itself) and waits at a stream's end, which only
+    join work the run's makespan already covers. A wait whose event is never recorded keeps
+    ``record_after=None``, so the device reports the deadlock too."""
+    task_of = {kernel: task.name for task in tasks for kernel in task.kernels}
+    edges = []
+    for edge in streams.edges:
+        if edge.wait_before is None:
+            continue
+        recorder = None if edge.never_recorded else edge.record_after
+        if recorder is not None and task_of[recorder] == task_of[edge.wait_before]:
+            continue
+        edges.append(SyncEdge(edge.event, recorder, edge.wait_before))
+    return tuple(edges)
+
+
+def segment_scopes(program: Program, profile: HardwareProfile) -> Mapping[str, list[Segment]]:
+    """The SuperKernel segments every scope of ``program`` forms (no checks of modes or options)."""
+    return _segment_scopes(program, profile)[0]
+
+
+def fused_tasks(
+    program: Program, segments: Mapping[str, list[Segment]], profile: HardwareProfile, multistream: bool = False
+) -> tuple[Task, ...]:
+    """Issue order: each segment takes the place of its first sub-kernel, on that kernel's stream.
+    With ``multistream`` every task runs on the stream its scope annotations name."""
     owner = {kernel: seg for segs in segments.values() for seg in segs for kernel in seg.kernels}
     tasks: list[Task] = []
     for kernel in program.kernels:
         segment = owner.get(kernel.name)
         if segment is None:
-            tasks.append(_kernel_task(kernel, profile))
+            tasks.append(_kernel_task(kernel, profile, multistream))
         elif segment.kernels[0] == kernel.name:
             engines = {program.kernel(name).info.engine for name in segment.kernels}
             engine = "cube" if "cube" in engines else "vector"
-            tasks.append(Task(segment.te_name, segment.kernels, "default", segment.block_dim, engine, segment))
+            stream, priority = _stream_of(kernel, multistream)
+            tasks.append(Task(segment.te_name, segment.kernels, stream, segment.block_dim, engine, segment, priority))
     return tuple(tasks)

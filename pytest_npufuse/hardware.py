@@ -5,6 +5,7 @@ Numbers live in ``data/<target>.toml`` with a source comment each; this module o
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,16 +42,27 @@ class HardwareProfile:
     cube_tile_n: int
     vector_block_bytes: int
     overhead_us: Mapping[str, float]
+    aicpu: int
+    comm_gbps: float
+    comm_latency_us: float
+    comm_efficiency: float
+    aicpu_gflops_per_core: float
+    aicpu_bytes_per_us_per_core: float
+    host_us: Mapping[str, float]
+    small_shape_max_elements: int
     superkernel_supported: bool
+    superkernel_max_streams: int
     source: str
     digest: str
 
     def cores(self, engine: str) -> int:
-        """How many cores of the kind ``engine`` runs on; AI CPU and host ops run as one block."""
+        """How many cores of the kind ``engine`` runs on; collectives and host ops run as one block."""
         if engine == "cube":
             return self.aic
-        if engine in ("vector", "comm"):
+        if engine == "vector":
             return self.aiv
+        if engine == "aicpu":
+            return self.aicpu
         return 1
 
     def dispatch_us(self, engine: str) -> float:
@@ -68,7 +80,12 @@ _OVERHEAD_KEYS = (
     "sk_sync",
     "sync_all",
     "model_launch",
+    "replay_launch",
+    "event_record",
+    "event_wait",
 )
+_RATE_SECTIONS = ("cube_tflops", "vector_tflops")
+_HOST_KEYS = ("infer_shape", "tiling", "tiling_cache_hit", "alloc", "launch", "host_op", "stream_sync", "eager_dispatch")
 
 
 def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
@@ -77,7 +94,10 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
     def section(name: str) -> dict[str, Any]:
         return typed_value(data, name, dict, source)
 
+    read: set[tuple[str, str]] = set()
+
     def get(name: str, key: str, kind: type) -> Any:
+        read.add((name, key))
         return typed_value(section(name), key, kind, f"{source} [{name}]")
 
     def rates(name: str) -> Mapping[str, float]:
@@ -86,8 +106,10 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
             raise ProfileError(f"{source} [{name}]: needs at least one dtype = TFLOPS entry.")
         return MappingProxyType({key: get(name, key, float) for key in sorted(table)})
 
+    read.update((name, "") for name in _RATE_SECTIONS)
+
     canonical = repr(sorted(_flatten(data)))
-    return HardwareProfile(
+    profile = HardwareProfile(
         name=get("target", "name", str),
         product=get("target", "product", str),
         soc=get("target", "soc", str),
@@ -106,10 +128,39 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
         cube_tile_n=get("tiling", "cube_tile_n", int),
         vector_block_bytes=get("tiling", "vector_block_bytes", int),
         overhead_us=MappingProxyType({key: get("overhead_us", key, float) for key in _OVERHEAD_KEYS}),
+        aicpu=get("cores", "aicpu", int),
+        comm_gbps=get("comm", "link_gbps", float),
+        comm_latency_us=get("comm", "latency_us", float),
+        comm_efficiency=get("comm", "efficiency", float),
+        aicpu_gflops_per_core=get("aicpu", "gflops_per_core", float),
+        aicpu_bytes_per_us_per_core=get("aicpu", "bytes_per_us_per_core", float),
+        host_us=MappingProxyType({key: get("host_us", key, float) for key in _HOST_KEYS}),
+        small_shape_max_elements=get("host", "small_shape_max_elements", int),
         superkernel_supported=get("superkernel", "supported", bool),
+        superkernel_max_streams=get("superkernel", "max_streams", int),
         source=source,
         digest=hashlib.sha256(canonical.encode()).hexdigest()[:16],
     )
+    _reject_unknown_keys(data, read, source)
+    return profile
+
+
+def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], source: str) -> None:
+    """A misspelt key in an override would otherwise be ignored silently and the built-in value kept."""
+    sections = {name for name, _ in read}
+    for name in sorted(data):
+        if name not in sections:
+            hint = difflib.get_close_matches(name, sorted(sections), n=1)
+            raise ProfileError(f"{source}: unknown section [{name}]" + (f"; did you mean [{hint[0]}]?" if hint else "."))
+        if name in _RATE_SECTIONS:
+            continue
+        keys = sorted(key for section, key in read if section == name)
+        for key in sorted(data[name]):
+            if key not in keys:
+                hint = difflib.get_close_matches(key, keys, n=1)
+                raise ProfileError(
+                    f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ".")
+                )
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -123,15 +174,85 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     return items
 
 
-def load_profile(target: str) -> HardwareProfile:
-    """Load a built-in target (``a2``, ``a3``) or a profile TOML file given by path."""
+def merge_tables(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` laid over it, table by table, so a user can change one key of a
+    built-in profile (``[tool.npufuse.targets.a3.overhead_us] kernel_head = 3.0``) and keep the rest."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_tables(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+@dataclass(frozen=True)
+class TargetTable:
+    """A user's profile data for one target name, where it was written, and the built-in it overrides."""
+
+    data: Mapping[str, Any]
+    source: str
+    base: str | None
+
+
+def _base_of(data: Mapping[str, Any], implicit: str | None, source: str) -> str | None:
+    base = data.get("base", implicit)
+    if base is not None and base not in BUILTIN_TARGETS:
+        raise ProfileError(f"{source}: key 'base' is {base!r}, expected one of {', '.join(BUILTIN_TARGETS)}.")
+    return base
+
+
+def target_tables(table: Mapping[str, Any], source: str) -> dict[str, TargetTable]:
+    """The ``[...targets.NAME]`` tables of a pyproject section or profile file. A table named like a
+    built-in target (or with ``base = "a3"``) overrides that built-in key by key."""
+    tables: dict[str, TargetTable] = {}
+    for name in sorted(table):
+        where = f"{source} [targets.{name}]"
+        if not isinstance(table[name], dict):
+            raise ProfileError(f"{where}: must be a table of profile sections, got {table[name]!r}.")
+        implicit = name if name in BUILTIN_TARGETS else None
+        tables[name] = TargetTable(table[name], where, _base_of(table[name], implicit, where))
+    return tables
+
+
+def profile_file_targets(path: Path) -> dict[str, TargetTable]:
+    """The targets a profile file defines: its ``[targets.NAME]`` tables, or the whole file as one
+    complete profile named by ``[target] name`` (partial only with a top-level ``base = "a3"``)."""
+    data = read_toml(path)
+    if "targets" in data:
+        return target_tables(typed_value(data, "targets", dict, str(path)), str(path))
+    target = data.get("target")
+    name = target.get("name") if isinstance(target, dict) else None
+    return {str(name or path.stem): TargetTable(data, str(path), _base_of(data, None, str(path)))}
+
+
+def _builtin_data(target: str) -> dict[str, Any]:
+    return read_toml(DATA_DIR / f"{target}.toml")
+
+
+def _user_profile(name: str, table: TargetTable) -> HardwareProfile:
+    data = {key: value for key, value in table.data.items() if key != "base"}
+    if table.base is not None:
+        data = merge_tables(_builtin_data(table.base), data)
+        data["target"] = merge_tables(data["target"], {"name": name})
+    return profile_from_data(data, table.source)
+
+
+def load_profile(target: str, user_targets: Mapping[str, TargetTable] | None = None) -> HardwareProfile:
+    """Load a target: a user table (``user_targets``, from pyproject.toml or a profile file) wins, then
+    a built-in target (``a2``, ``a3``), then a profile TOML file given by path."""
+    if user_targets and target in user_targets:
+        return _user_profile(target, user_targets[target])
     if target in BUILTIN_TARGETS:
-        path = DATA_DIR / f"{target}.toml"
-    elif target.endswith(".toml"):
-        path = Path(target)
-    else:
-        raise ProfileError(
-            f"unknown NPU target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}, "
-            "or give the path of a profile .toml file."
-        )
-    return profile_from_data(read_toml(path), str(path))
+        return profile_from_data(_builtin_data(target), str(DATA_DIR / f"{target}.toml"))
+    if target.endswith(".toml"):
+        tables = profile_file_targets(Path(target))
+        if len(tables) != 1:
+            raise ProfileError(f"{target}: defines targets {', '.join(tables)}; pass it with --npufuse-profile and name one.")
+        ((name, table),) = tables.items()
+        return _user_profile(name, table)
+    users = f"; user targets are {', '.join(sorted(user_targets))}" if user_targets else ""
+    raise ProfileError(
+        f"unknown NPU target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}{users}, "
+        "or give the path of a profile .toml file."
+    )

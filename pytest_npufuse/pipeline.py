@@ -12,6 +12,8 @@ outputs on the CPU, which are compared bit for bit.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -23,16 +25,22 @@ from .capture import compile_once
 from .catalog import OpCatalog, load_catalog
 from .errors import CaptureError
 from .hardware import HardwareProfile, load_profile
+from .host import EAGER, HostConfig
 from .numerics import compare_outputs
 from .report import CaseReport, ScopeReport
+from .trace import write_case_traces
 from .torchair.configs.compiler_config import CompilerConfig
 
 
-def _config(mode: str | None) -> CompilerConfig:
+def _config(mode: str | None) -> tuple[CompilerConfig, str | None]:
+    """TorchAir's config for ``mode``, and the mode override for the ``"eager"`` single-op reference,
+    which is not a TorchAir mode (the config then stays at its default)."""
     config = CompilerConfig()
+    if mode == EAGER:
+        return config, EAGER
     if mode is not None:
         config.mode = mode
-    return config
+    return config, None
 
 
 def _fresh(inputs: Sequence[Any]) -> list[Any]:
@@ -64,15 +72,23 @@ def compile_model(
     superkernel: bool = True,
     multistream: bool = True,
     catalog: OpCatalog | None = None,
+    dynamic: bool = False,
+    host: HostConfig | None = None,
 ) -> tuple[Callable[..., Any], NpuBackend]:
     """``torch.compile`` the model for ``target``; the backend keeps each graph's plan and modeled run.
 
     ``superkernel=False`` gives the BASELINE plan (scopes ignored); ``multistream=False`` keeps the
-    VARIANT on one stream.
+    VARIANT on one stream. ``mode="eager"`` models torch_npu's op-by-op execution, ``dynamic=True``
+    the host scheduling of a dynamic-shape max-autotune graph; ``host`` sets the host threads
+    (``MAX_RUNTIME_CORE_NUMBER``) and GE's host optimisations.
     """
     profile = target if isinstance(target, HardwareProfile) else load_profile(target)
     variant = fusion.VARIANT if superkernel else fusion.BASELINE
-    backend = NpuBackend(_config(mode), profile, variant, catalog or load_catalog(), multistream=multistream)
+    config, override = _config(mode)
+    backend = NpuBackend(
+        config, profile, variant, catalog or load_catalog(), multistream=multistream, mode=override,
+        dynamic=dynamic, host=host or HostConfig(),
+    )
     return torch.compile(model, backend=backend, fullgraph=True, dynamic=False), backend
 
 
@@ -84,21 +100,29 @@ def compare(
     reference: Callable[..., Any] | None = None,
     options: Mapping[str, str] | None = None,
     catalog: OpCatalog | None = None,
+    dynamic: bool = False,
+    host: HostConfig | None = None,
+    trace_dir: str | Path | None = None,
+    case: str = "case",
 ) -> CaseReport:
     """Compile and run BASELINE (``reference`` or ``model`` with scopes ignored) and VARIANT, and report.
 
     ``options`` maps a scope name to an options string that replaces the one in the model code.
+    ``mode``, ``dynamic`` and ``host`` are as for :func:`compile_model`. With ``trace_dir``, a
+    Perfetto trace and a ``kernel_details.csv`` of each variant are written under
+    ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory.
     """
     profile = target if isinstance(target, HardwareProfile) else load_profile(target)
     catalog = catalog or load_catalog()
-    config = _config(mode)
+    config, override = _config(mode)
+    settings = {"mode": override, "dynamic": dynamic, "host": host or HostConfig()}
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()
-    baseline_backend = NpuBackend(config, profile, fusion.BASELINE, catalog)
+    baseline_backend = NpuBackend(config, profile, fusion.BASELINE, catalog, **settings)
     baseline_model = reference if reference is not None else model
     baseline_out = compile_once(baseline_model, _fresh(inputs), baseline_backend)
-    variant_backend = NpuBackend(config, profile, fusion.VARIANT, catalog, dict(options or {}))
+    variant_backend = NpuBackend(config, profile, fusion.VARIANT, catalog, dict(options or {}), **settings)
     variant_out = compile_once(model, _fresh(inputs), variant_backend)
     baseline_graph = _single_graph(baseline_backend, baseline_model)
     variant_graph = _single_graph(variant_backend, model)
@@ -109,9 +133,9 @@ def compare(
             f"the reference returns {len(baseline_leaves)} outputs but the model returns {len(variant_leaves)}; "
             "they must return the same structure to be compared."
         )
-    return CaseReport(
+    report = CaseReport(
         target=profile.name,
-        mode=config.mode,
+        mode=variant_backend.run_mode,
         baseline=baseline_graph.run,
         variant=variant_graph.run,
         mismatches=compare_outputs(names, baseline_leaves, variant_leaves),
@@ -121,3 +145,6 @@ def compare(
         outputs=tuple(names),
         plog_path=variant_graph.plog_path,
     )
+    if trace_dir is None:
+        return report
+    return replace(report, trace_path=str(write_case_traces(report, Path(trace_dir), case)))

@@ -6,14 +6,18 @@ reads options and markers, turns a :class:`CaseReport` into pass, fail or skip, 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
 from . import pipeline
 from .errors import NpufuseError
+from .catalog import OpCatalog
 from .expectations import SuperKernelExpectation, parse_superkernel, precision_failures, run_failures
-from .hardware import HardwareProfile, load_profile
+from .hardware import HardwareProfile
+from .host import HostConfig
+from .userconfig import UserConfig, load_user_config
 from .report import CaseReport
 
 _RECORD = "npufuse"
@@ -38,6 +42,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "npufuse test once per target (ini: npu_target; default a3).",
     )
     parser.addini("npu_target", "Default for --npu-target.", default="a3")
+    group.addoption(
+        "--npufuse-trace-dir",
+        dest="npufuse_trace_dir",
+        default=None,
+        help="write a Perfetto trace (trace_view.json) and kernel_details.csv per case and variant under this "
+        "directory (ini: npufuse_trace_dir).",
+    )
+    parser.addini("npufuse_trace_dir", "Default for --npufuse-trace-dir.", default="")
+    group.addoption(
+        "--npufuse-profile",
+        dest="npufuse_profile",
+        default=None,
+        help="a TOML file of hardware profiles: one complete profile, or [targets.NAME] tables that add targets or "
+        "override built-in ones key by key; name them with --npu-target (ini: npufuse_profile).",
+    )
+    parser.addini("npufuse_profile", "Default for --npufuse-profile.", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,13 +67,28 @@ def pytest_configure(config: pytest.Config) -> None:
     if not all(names):
         raise pytest.UsageError(f"--npu-target: empty target name in {','.join(names)!r}; use e.g. a3 or a2,a3.")
     try:
-        config.stash[_PROFILES] = {name: load_profile(name) for name in names}
+        user = _user_config(config)
+        config.stash[_PROFILES] = {name: user.profile(name) for name in names}
+        config.stash[_CATALOG] = user.catalog()
     except NpufuseError as exc:
-        raise pytest.UsageError(f"--npu-target: {exc}") from None
+        raise pytest.UsageError(f"npufuse: {exc}") from None
     config.pluginmanager.register(SummaryTable(), "npufuse-summary")
 
 
 _PROFILES = pytest.StashKey[dict[str, HardwareProfile]]()
+_CATALOG = pytest.StashKey[OpCatalog]()
+
+
+def _option(config: pytest.Config, name: str) -> str:
+    """A path option: the command line wins over the ini key; empty means unset."""
+    return config.getoption(name) or config.getini(name) or ""
+
+
+def _user_config(config: pytest.Config) -> UserConfig:
+    """``[tool.npufuse]`` of the rootdir's pyproject.toml, plus the ``--npufuse-profile`` file."""
+    user = load_user_config(Path(config.rootpath) / "pyproject.toml")
+    profile_file = _option(config, "npufuse_profile")
+    return user.with_profile_file(Path(profile_file)) if profile_file else user
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -119,14 +154,30 @@ class NpuFuse:
         self.target: HardwareProfile = request.config.stash[_PROFILES][target]
         self._expectations = _superkernel_expectations(request.node)
 
-    def check(self, model: Callable[..., Any], *inputs: Any, mode: str | None = None, reference: Callable[..., Any] | None = None) -> CaseReport:
+    def check(
+        self,
+        model: Callable[..., Any],
+        *inputs: Any,
+        mode: str | None = None,
+        reference: Callable[..., Any] | None = None,
+        dynamic: bool = False,
+        host: HostConfig | None = None,
+    ) -> CaseReport:
         """Compile BASELINE and VARIANT, run both, compare every output bit for bit, apply the markers.
 
-        Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
+        ``mode`` is a TorchAir mode or ``"eager"``; ``dynamic=True`` models host scheduling and
+        ``host`` its threads and optimisations. Any unmet expectation fails the test with a diagnosis
+        naming the scope, the op and the number.
         """
         options = {e.scope: e.options for e in self._expectations if e.options is not None}
+        config = self._request.config
+        trace_dir = _option(config, "npufuse_trace_dir") or None
         report = _or_fail(
-            lambda: pipeline.compare(model, *inputs, target=self.target, mode=mode, reference=reference, options=options)
+            lambda: pipeline.compare(
+                model, *inputs, target=self.target, mode=mode, reference=reference, options=options,
+                catalog=config.stash[_CATALOG], dynamic=dynamic, host=host, trace_dir=trace_dir,
+                case=self._request.node.nodeid,
+            )
         )
         self._record(report)
         failures = run_failures(report, self._expectations) + precision_failures(report)
@@ -140,7 +191,8 @@ class NpuFuse:
         """A compiled callable for finer tests; its backend is at ``.npufuse_backend``."""
         compiled, backend = _or_fail(
             lambda: pipeline.compile_model(
-                model, target=self.target, mode=mode, superkernel=superkernel, multistream=multistream
+                model, target=self.target, mode=mode, superkernel=superkernel, multistream=multistream,
+                catalog=self._request.config.stash[_CATALOG],
             )
         )
         compiled.npufuse_backend = backend
@@ -156,6 +208,9 @@ class NpuFuse:
             "segments": report.segments,
             "streams": len(report.streams),
             "bit_exact": report.bit_exact,
+            "host_us": round(report.variant.host_us, 3),
+            "device_us": round(report.variant.device_us, 3),
+            "bound": report.variant.bound,
         }
         self._request.node.user_properties.append((_RECORD, row))
 
@@ -192,7 +247,7 @@ class SummaryTable:
         if not self.rows or hasattr(config, "workerinput"):
             return
         terminalreporter.section("npufuse: modeled NPU results")
-        header = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "verdict")
+        header = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "bound", "verdict")
         table = [header] + [_cells(row) for row in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
         for row in table:
@@ -209,5 +264,6 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
         f"{row['speedup']:.3f}x",
         str(row["segments"]),
         str(row["streams"]),
+        row["bound"],
         row["verdict"],
     )

@@ -8,6 +8,7 @@ simulator and the sanitizer can share one program without copying.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Mapping
 
 from .catalog import OpInfo
@@ -100,12 +101,13 @@ class Program:
     syncs: tuple[SyncPoint, ...] = ()
     stream_scopes: tuple[StreamScope, ...] = ()
 
+    @cached_property
+    def _by_name(self) -> Mapping[str, Kernel]:
+        return {kernel.name: kernel for kernel in self.kernels}
+
     def kernel(self, name: str) -> Kernel:
         """The kernel called ``name`` (GE-style kernel name)."""
-        for kernel in self.kernels:
-            if kernel.name == name:
-                return kernel
-        raise KeyError(name)
+        return self._by_name[name]
 
     def producer(self, buffer: str) -> Kernel | None:
         """The kernel that wrote the memory ``buffer`` lives in, or None for graph inputs."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .program import Kernel, Program, TensorSpec
-from .streams import MAX_AUTOTUNE, StreamPlan, SyncEdge
+from .streams import MAX_AUTOTUNE, StreamPlan, EventEdge
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,9 @@ class _Sanitizer:
         self.plan = plan
         self.streams = list(plan.streams)
         self.queues = {s: [k for k in program.kernels if plan.kernel_stream[k.name] == s] for s in self.streams}
-        self.waits: dict[str | None, list[SyncEdge]] = {}
-        self.end_waits: dict[str, list[SyncEdge]] = {s: [] for s in self.streams}
-        self.records: dict[str, list[SyncEdge]] = {}
+        self.waits: dict[str | None, list[EventEdge]] = {}
+        self.end_waits: dict[str, list[EventEdge]] = {s: [] for s in self.streams}
+        self.records: dict[str, list[EventEdge]] = {}
         for edge in plan.edges:
             if edge.wait_before is None:
                 self.end_waits.setdefault(edge.wait_stream, []).append(edge)
@@ -128,7 +128,7 @@ class _Sanitizer:
         self.races: list[Race] = []
         self.order: list[str] = []
 
-    def _ready(self, edges: Sequence[SyncEdge]) -> bool:
+    def _ready(self, edges: Sequence[EventEdge]) -> bool:
         return all(not e.never_recorded and id(e) in self.snapshots for e in edges)
 
     def run(self) -> SanitizerReport:
@@ -239,7 +239,7 @@ class _Sanitizer:
         return Deadlock(tuple(blocked)) if blocked else None
 
 
-def _why(edges: Sequence[SyncEdge]) -> str:
+def _why(edges: Sequence[EventEdge]) -> str:
     parts = []
     for edge in edges:
         event = edge.event.split(":", 1)[-1] if edge.event.startswith("tag:") else edge.event

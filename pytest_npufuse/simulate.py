@@ -1,21 +1,26 @@
-"""Deterministic device model: when each task and kernel of a plan runs on one die.
+"""Deterministic model of one run of a plan on one die: host and device, as a timeline.
 
-One stream executes its tasks in order. Every task pays the device scheduler's dispatch cost for its
-engine and one kernel head; a SuperKernel pays them once and then calls its sub-kernels back to back,
-each call costing a little, with a barrier only before a sub-kernel that reads what an earlier one in
-the same SuperKernel wrote. The host launches the whole graph once (graph sink or graph replay).
-All arithmetic is plain float math in a fixed order, so every machine gives the same numbers.
+Each task pays the device scheduler's dispatch cost for its engine and one kernel head. A SuperKernel
+is one task: it pays them once and then calls its sub-kernels back to back, each call costing a little,
+with a barrier only before a sub-kernel that reads what an earlier one in the same SuperKernel wrote.
+When the task starts is decided by :mod:`~pytest_npufuse.device` (streams, events, shared cores) as the
+host model (:mod:`~pytest_npufuse.host`) launches tasks. All arithmetic is plain float math in a fixed
+order, so every machine gives the same numbers.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 from dataclasses import dataclass
 
 from . import cost
+from .device import DeviceEvent, DeviceModel, DeviceTask
+from .errors import NpufuseError
 from .fusion import Plan, Task
 from .hardware import HardwareProfile
-from .program import Program
+from .host import GRAPH_SINK, HOST_SCHEDULED, EAGER, HostConfig, HostSlice, execution_of, kept_on_host, schedule
+from .program import Kernel, Program
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class KernelRun:
     block_dim: int
     engine: str
     parent: str | None = None
+    kernel_type: str = ""
 
     @property
     def duration_us(self) -> float:
@@ -37,8 +43,26 @@ class KernelRun:
 
 
 @dataclass(frozen=True)
+class EventRun:
+    """One cross-stream event: recorded on one stream, waited on another (a flow arrow in the trace)."""
+
+    event: str
+    record_stream: str
+    record_start_us: float
+    record_end_us: float
+    wait_stream: str
+    wait_start_us: float
+    wait_end_us: float
+
+
+@dataclass(frozen=True)
 class RunReport:
-    """The modeled run of one variant."""
+    """The modeled run of one variant.
+
+    ``time_us`` is one run end to end, from the host's first call to the device's last kernel;
+    ``host_us`` is the host's busy span and ``device_us`` what the device alone would need once every
+    task were launched. ``bound`` says which of the two limits the run.
+    """
 
     variant: str
     target: str
@@ -49,69 +73,225 @@ class RunReport:
     bound: str
     tasks: int
     kernels: tuple[KernelRun, ...]
+    execution: str = GRAPH_SINK
+    host_threads: int = 1
+    host: tuple[HostSlice, ...] = ()
+    events: tuple[EventRun, ...] = ()
+    streams: tuple[str, ...] = ("default",)
     failure: str | None = None
 
 
 SUPERKERNEL_OP = "npufuse::superkernel"
+_POOL_OF = {"cube": 0, "vector": 1, "aicpu": 2, "comm": 3}
 
 
-def _depends_on_earlier(program: Program, kernel_name: str, earlier: list[str]) -> bool:
-    """Whether a sub-kernel reads memory an earlier sub-kernel of the same SuperKernel wrote."""
-    written = {program.storage(out) for name in earlier for out in program.kernel(name).outputs}
-    return any(program.storage(buffer) in written for buffer in program.kernel(kernel_name).inputs)
+@dataclass(frozen=True)
+class _Shape:
+    """A task's kernels relative to its start: (name, op_type, offset, end offset, block dim, engine,
+    parent, kernel type)."""
+
+    duration_us: float
+    kernels: tuple[tuple[str, str, float, float, int, str, str | None, str], ...]
+    needs: tuple[tuple[int, int], ...]
 
 
-def _run_superkernel(program: Program, task: Task, start: float, profile: HardwareProfile) -> list[KernelRun]:
+class _Bodies:
+    """Kernel body times, memoised: the layers of a model repeat the same kernels many times over."""
+
+    def __init__(self, profile: HardwareProfile) -> None:
+        self.profile = profile
+        self._known: dict[tuple, float] = {}
+
+    def __call__(self, kernel: Kernel, dim: int) -> float:
+        info = kernel.info
+        key = (info.engine, info.sync_all, dim, kernel.flops, kernel.bytes, kernel.compute_dtype)
+        body = self._known.get(key)
+        if body is None:
+            body = self._known[key] = cost.body_us(kernel, dim, self.profile)
+        return body
+
+
+def _superkernel_shape(program: Program, task: Task, profile: HardwareProfile, body_us: _Bodies) -> _Shape:
+    """Lay the sub-kernels out inside the SuperKernel: back to back, a barrier before one that reads what
+    an earlier one wrote, and with ``stream-fusion=1`` on one lane per stream, where a Cube and a Vector
+    sub-kernel overlap but two of the same engine still take turns."""
     overhead = profile.overhead_us
-    clock = start + overhead["kernel_head"]
-    runs: list[KernelRun] = []
-    for index, name in enumerate(task.kernels):
+    lanes = task.segment.lanes or ("",) * len(task.kernels)
+    lane_end: dict[str, float] = {}
+    written: dict[str, float] = {}
+    placed: list[tuple[float, float, str, str]] = []
+    children = []
+    widest: dict[int, int] = {}
+    for name, lane in zip(task.kernels, lanes):
         kernel = program.kernel(name)
-        clock += overhead["sk_subkernel_call"]
-        if _depends_on_earlier(program, name, list(task.kernels[:index])):
-            clock += overhead["sk_sync"]
+        start = lane_end.get(lane, overhead["kernel_head"]) + overhead["sk_subkernel_call"]
+        ready = [written[storage] for storage in map(program.storage, kernel.inputs) if storage in written]
+        if ready:
+            start = max(start, *ready) + overhead["sk_sync"]
         dim = min(cost.block_dim(kernel, profile), task.block_dim)
         if task.segment.feed_sync_all and kernel.info.sync_all and dim < task.block_dim:
-            clock += overhead["sync_all"]
-        end = clock + cost.body_us(kernel, dim, profile)
-        runs.append(KernelRun(name, kernel.op_type, task.stream, clock, end, dim, kernel.info.engine, task.name))
-        clock = end
-    parent = KernelRun(task.name, SUPERKERNEL_OP, task.stream, start, clock, task.block_dim, task.engine)
-    return [parent, *runs]
+            start += overhead["sync_all"]
+        duration = body_us(kernel, dim)
+        start = _after_same_engine(start, duration, kernel.info.engine, lane, placed)
+        end = start + duration
+        placed.append((start, end, kernel.info.engine, lane))
+        children.append((name, kernel.op_type, start, end, dim, kernel.info.engine, task.name, kernel.info.kernel_type))
+        written.update((program.storage(out), end) for out in kernel.outputs)
+        pool = _POOL_OF[kernel.info.engine]
+        widest[pool] = max(widest.get(pool, 0), dim)
+        lane_end[lane] = end
+    total = max(lane_end.values())
+    parent = (task.name, SUPERKERNEL_OP, 0.0, total, task.block_dim, task.engine, None, "SuperKernel")
+    return _Shape(total, (parent, *children), tuple(sorted(widest.items())))
 
 
-def _run_kernel(program: Program, task: Task, start: float, profile: HardwareProfile) -> list[KernelRun]:
+def _after_same_engine(start: float, duration: float, engine: str, lane: str, placed: list[tuple[float, float, str, str]]) -> float:
+    """The first start at or after ``start`` where no sub-kernel of another lane uses the same engine."""
+    moved = True
+    while moved:
+        moved = False
+        for other_start, other_end, other_engine, other_lane in placed:
+            if other_lane != lane and other_engine == engine and other_start < start + duration and start < other_end:
+                start, moved = other_end, True
+    return start
+
+
+def _kernel_shape(program: Program, task: Task, profile: HardwareProfile, body_us: _Bodies) -> _Shape:
     kernel = program.kernel(task.kernels[0])
-    end = start + profile.overhead_us["kernel_head"] + cost.body_us(kernel, task.block_dim, profile)
-    return [KernelRun(kernel.name, kernel.op_type, task.stream, start, end, task.block_dim, kernel.info.engine)]
+    end = profile.overhead_us["kernel_head"] + body_us(kernel, task.block_dim)
+    engine = kernel.info.engine
+    row = (kernel.name, kernel.op_type, 0.0, end, task.block_dim, engine, None, kernel.info.kernel_type)
+    return _Shape(end, (row,), ((_POOL_OF[engine], task.block_dim),))
 
 
-def simulate(program: Program, plan: Plan, profile: HardwareProfile) -> RunReport:
-    """Model one run of ``plan`` on ``profile``.
+def _streams(plan: Plan) -> tuple[str, ...]:
+    """Streams in a fixed order: the default stream first, then the others by first use."""
+    seen = {"default": None}
+    for task in plan.tasks:
+        seen.setdefault(task.stream, None)
+    return tuple(seen)
 
-    ``time_us`` is the steady-state time of one step in a loop of launches: the larger of the host's
-    launch work and the device's. A plan that cannot finish (compile abort, modeled hang) takes forever.
+
+class _DeviceBuild:
+    """The scheduler's view of a plan: device tasks, events and each task's kernel layout."""
+
+    def __init__(self, program: Program, plan: Plan, profile: HardwareProfile, on_host: frozenset[str]) -> None:
+        self.streams = _streams(plan)
+        stream_index = {name: i for i, name in enumerate(self.streams)}
+        device_tasks = [task for task in plan.tasks if task.name not in on_host]
+        self.index = {task.name: i for i, task in enumerate(device_tasks)}
+        # Events may name a task or a kernel inside it (a SuperKernel's sub-kernel).
+        owner = {**{k: i for i, task in enumerate(device_tasks) for k in task.kernels}, **self.index}
+        self.events = tuple(
+            DeviceEvent(edge.event, owner.get(edge.record_after) if edge.record_after else None)
+            for edge in plan.syncs
+        )
+        waits: dict[int, list[int]] = {}
+        records: dict[int, list[int]] = {}
+        for number, edge in enumerate(plan.syncs):
+            if edge.wait_before not in owner:
+                raise NpufuseError(f"event '{edge.event}' is waited on before '{edge.wait_before}', which is not a device task of the plan.")
+            waits.setdefault(owner[edge.wait_before], []).append(number)
+            recorder = self.events[number].recorder
+            if recorder is not None:
+                records.setdefault(recorder, []).append(number)
+        self.shapes: list[_Shape] = []
+        self.tasks: list[DeviceTask] = []
+        body_us = _Bodies(profile)
+        for i, task in enumerate(device_tasks):
+            shape = (_superkernel_shape if task.segment is not None else _kernel_shape)(program, task, profile, body_us)
+            self.shapes.append(shape)
+            self.tasks.append(
+                DeviceTask(
+                    task.name, stream_index[task.stream], task.priority, shape.needs, profile.dispatch_us(task.engine),
+                    shape.duration_us, tuple(waits.get(i, ())), tuple(records.get(i, ())),
+                )
+            )
+
+    def model(self, profile: HardwareProfile) -> DeviceModel:
+        capacity = (profile.aic, profile.aiv, profile.aicpu, 1)
+        overhead = profile.overhead_us
+        return DeviceModel(self.tasks, self.streams, capacity, self.events, overhead["event_record"], overhead["event_wait"])
+
+    def kernels(self, device: DeviceModel) -> tuple[KernelRun, ...]:
+        runs = []
+        for task, shape, start in zip(self.tasks, self.shapes, device.start):
+            stream = self.streams[task.stream]
+            for name, op_type, offset, end, dim, engine, parent, kernel_type in shape.kernels:
+                runs.append(KernelRun(name, op_type, stream, start + offset, start + end, dim, engine, parent, kernel_type))
+        return tuple(runs)
+
+    def event_runs(self, device: DeviceModel, profile: HardwareProfile) -> tuple[EventRun, ...]:
+        waiters = {number: task for task in self.tasks for number in task.waits}
+        record_us, wait_us = profile.overhead_us["event_record"], profile.overhead_us["event_wait"]
+        runs = []
+        for number, event in enumerate(self.events):
+            recorded, waited = device.recorded[number], device.waited[number]
+            recorder = self.tasks[event.recorder]
+            runs.append(
+                EventRun(event.name, self.streams[recorder.stream], recorded - record_us, recorded,
+                         self.streams[waiters[number].stream], waited, waited + wait_us)
+            )
+        return tuple(runs)
+
+
+def simulate(
+    program: Program,
+    plan: Plan,
+    profile: HardwareProfile,
+    *,
+    dynamic: bool = False,
+    host: HostConfig = HostConfig(),
+) -> RunReport:
+    """Model one run of ``plan`` on ``profile``; ``dynamic`` selects host scheduling in max-autotune.
+
+    A plan that cannot finish (compile abort, modeled hang or deadlock) takes forever and has no
+    timeline. The cyclic garbage collector is paused meanwhile: a large program allocates a few objects
+    per kernel, none of them cyclic, and repeated full collections would make the run superlinear.
     """
     if plan.failure is not None:
-        host_us = profile.overhead_us["model_launch"]
-        return RunReport(plan.variant, profile.name, plan.mode, math.inf, math.inf, host_us, "device", len(plan.tasks), (), plan.failure)
-    clock = 0.0
-    kernels: list[KernelRun] = []
-    for task in plan.tasks:
-        start = clock + profile.dispatch_us(task.engine)
-        runner = _run_superkernel if task.segment is not None else _run_kernel
-        runs = runner(program, task, start, profile)
-        kernels.extend(runs)
-        clock = runs[0].end_us
-    host_us = profile.overhead_us["model_launch"]
+        return RunReport(
+            plan.variant, profile.name, plan.mode, math.inf, math.inf, 0.0, "device", len(plan.tasks), (),
+            failure=plan.failure,
+        )
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(program, plan, profile, dynamic, host)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: bool, host: HostConfig) -> RunReport:
+    execution = execution_of(plan.mode, dynamic)
+    on_host = kept_on_host(program, plan, profile, execution, host)
+    build = _DeviceBuild(program, plan, profile, on_host)
+    device = build.model(profile)
+    slices, host_us = schedule(program, plan, profile, execution, host, device, build.index)
+    device.run()
+    ends = [end for end in device.end if end is not None]
+    last = max(ends, default=0.0)
+    if execution in (HOST_SCHEDULED, EAGER):
+        alone = build.model(profile)
+        alone.release_all(0.0)
+        alone.run()
+        device_us = max((end for end in alone.end if end is not None), default=0.0)
+    else:
+        device_us = last - host_us if ends else 0.0
     return RunReport(
         variant=plan.variant,
         target=profile.name,
         mode=plan.mode,
-        time_us=max(clock, host_us),
-        device_us=clock,
+        time_us=max(last, host_us),
+        device_us=device_us,
         host_us=host_us,
-        bound="host" if host_us > clock else "device",
+        bound="host" if host_us > device_us else "device",
         tasks=len(plan.tasks),
-        kernels=tuple(kernels),
+        kernels=build.kernels(device),
+        execution=execution,
+        host_threads=1 if execution == EAGER else host.threads if execution == HOST_SCHEDULED else 1,
+        host=slices,
+        events=build.event_runs(device, profile),
+        streams=build.streams,
     )

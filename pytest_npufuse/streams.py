@@ -31,7 +31,7 @@ _ACLGRAPH_ONLY = {"npu_tagged_event_record", "npu_tagged_event_wait", "npu_recor
 
 
 @dataclass(frozen=True)
-class SyncEdge:
+class EventEdge:
     """An event between kernels: recorded on ``record_after``'s stream when it ends (None: nothing to
     wait for, the event is satisfied from the start; see ``never_recorded``), waited on before
     ``wait_before`` starts (None: at the end of ``wait_stream``, before the graph's outputs)."""
@@ -61,7 +61,7 @@ class StreamPlan:
     mode: str
     streams: tuple[str, ...]
     kernel_stream: Mapping[str, str]
-    edges: tuple[SyncEdge, ...]
+    edges: tuple[EventEdge, ...]
     keep_alive: tuple[KeepAlive, ...]
 
 
@@ -96,9 +96,9 @@ class _Issue:
         return next((k.name for k in self.by_stream.get(stream, []) if k.index >= position), None)
 
 
-def _bind_waits(points: Sequence[SyncPoint], issue: _Issue) -> list[SyncEdge]:
+def _bind_waits(points: Sequence[SyncPoint], issue: _Issue) -> list[EventEdge]:
     """Pair each wait with the record it waits for, by issue order."""
-    edges: list[SyncEdge] = []
+    edges: list[EventEdge] = []
     for index, point in enumerate(points):
         if point.kind != "wait":
             continue
@@ -110,7 +110,7 @@ def _bind_waits(points: Sequence[SyncPoint], issue: _Issue) -> list[SyncEdge]:
         if record is not None and recorder is None:
             continue
         edges.append(
-            SyncEdge(point.event, recorder, wait_before, point.stream, point.api, point.source, never_recorded=record is None)
+            EventEdge(point.event, recorder, wait_before, point.stream, point.api, point.source, never_recorded=record is None)
         )
     return edges
 
@@ -128,16 +128,16 @@ def _closure_points(program: Program) -> list[SyncPoint]:
     return points
 
 
-def _ge_data_edges(program: Program) -> list[SyncEdge]:
+def _ge_data_edges(program: Program) -> list[EventEdge]:
     """GE orders every cross-stream data dependency with an event of its own."""
-    edges: dict[tuple[str, str], SyncEdge] = {}
+    edges: dict[tuple[str, str], EventEdge] = {}
     for kernel in program.kernels:
         for buffer in kernel.inputs:
             producer = program.producer(buffer)
             if producer is not None and producer.stream != kernel.stream:
                 edges.setdefault(
                     (producer.name, kernel.name),
-                    SyncEdge(f"ge:{producer.name}->{kernel.name}", producer.name, kernel.name, kernel.stream, "GE data edge", ""),
+                    EventEdge(f"ge:{producer.name}->{kernel.name}", producer.name, kernel.name, kernel.stream, "GE data edge", ""),
                 )
     return list(edges.values())
 

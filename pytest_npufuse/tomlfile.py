@@ -40,5 +40,5 @@ def typed_value(table: dict[str, Any], key: str, kind: type | tuple[type, ...], 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a table"}
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a table", list: "a list"}
     return " or ".join(names.get(k, k.__name__) for k in kinds)

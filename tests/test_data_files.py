@@ -8,6 +8,7 @@ from pytest_npufuse.catalog import UnknownOpWarning, load_catalog
 from pytest_npufuse.errors import OptionsError, ProfileError
 from pytest_npufuse.hardware import DATA_DIR, load_profile
 from pytest_npufuse.skoptions import parse_options
+from pytest_npufuse.userconfig import load_user_config
 
 
 def test_builtin_profiles_load_with_cited_numbers():
@@ -102,3 +103,36 @@ def test_bad_options_name_scope_option_and_allowed_values(text, message):
     with pytest.raises(OptionsError, match=message) as info:
         parse_options("sp1", text)
     assert "scope 'sp1'" in str(info.value)
+
+
+def test_pyproject_partial_override_merges_onto_builtin_and_base_adds_targets(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[tool.npufuse.targets.a3.overhead_us]\nkernel_head = 3.0\n'
+        '[tool.npufuse.targets.b4]\nbase = "a2"\ncores = { aic = 20, aiv = 40 }\n'
+        '[tool.npufuse.ops."acc::my_op"]\nengine = "cube"\nfusable = true\nsync_all = false\nblock_dim = 8\n'
+    )
+    user = load_user_config(pyproject)
+    a3 = user.profile("a3")
+    assert a3.overhead_us["kernel_head"] == 3.0 and a3.overhead_us["sk_sync"] == load_profile("a3").overhead_us["sk_sync"]
+    b4 = user.profile("b4")
+    assert (b4.name, b4.aic, b4.cube_mhz) == ("b4", 20, load_profile("a2").cube_mhz)
+    assert user.catalog().lookup("acc::my_op").block_dim == 8
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("[tool.npufuse.targets.a3.overhead_us]\nkernel_haed = 3.0\n", r"\[overhead_us\]: unknown key 'kernel_haed'; did you mean 'kernel_head'"),
+        ("[tool.npufuse.targets.a3.cores]\naic = 2.5\n", r"\[targets.a3\] \[cores\]: key 'aic' is 2.5, expected an integer"),
+        ('[tool.npufuse.targets.x]\nbase = "a9"\n', r"key 'base' is 'a9', expected one of a2, a3"),
+        ("[tool.npufuse.targets.a3.clocks]\ncube_mhz = 1\n", r"unknown section \[clocks\]; did you mean \[clock\]"),
+    ],
+)
+def test_bad_override_names_file_key_and_type(tmp_path, table, message):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(table)
+    with pytest.raises(ProfileError, match=message) as info:
+        user = load_user_config(pyproject)
+        user.profile("a3" if "targets.a3" in table else "x")
+    assert str(pyproject) in str(info.value)

@@ -367,3 +367,44 @@ def test_unexpected_abort_fails_a_test_without_marker(run):
     result = run(STRICT + "\ndef test_sp1(npufuse):\n    npufuse.check(Strict('strict-scope-check=abort'), *inputs())\n")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*the VARIANT cannot run on a3: sp1: scope sp1 is split by unfusable op(s) aten::add*(plog: *plog-*.log)*"])
+
+
+def test_pyproject_overrides_profile_and_catalog_and_trace_dir_writes_timelines(run, pytester):
+    pytester.makefile(
+        ".toml",
+        pyproject='''
+[tool.npufuse.targets.a3.overhead_us]
+kernel_head = 7.0
+
+[tool.npufuse.ops."aten::add"]
+engine = "vector"
+fusable = true
+sync_all = false
+block_dim = "vector_bytes"
+''',
+    )
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", segments=1, breaks=[])
+def test_sp1(npufuse):
+    assert npufuse.target.overhead_us["kernel_head"] == 7.0
+    report = npufuse.check(Broken(), *inputs())
+    assert Path(report.trace_path, "variant", "trace_view.json").is_file()
+''',
+        f"--npufuse-trace-dir={pytester.path / 'traces'}",
+    )
+    result.assert_outcomes(passed=1)
+    (case_dir,) = (pytester.path / "traces").iterdir()
+    assert case_dir.name == "test_case.py_test_sp1"
+    assert sorted(p.name for p in (case_dir / "baseline").iterdir()) == ["kernel_details.csv", "trace_view.json"]
+    result.stdout.fnmatch_lines(["*test_sp1*a3*device*passed*"])
+
+
+def test_profile_file_adds_a_target_and_a_bad_key_is_a_usage_error(run, pytester):
+    pytester.makefile(".toml", b4='[targets.b4]\nbase = "a2"\ncores = { aic = 20, aiv = 40 }\n')
+    body = "def test_t(npufuse):\n    assert (npufuse.target.name, npufuse.target.aic) == ('b4', 20)\n"
+    run(body, "--npufuse-profile=b4.toml", "--npu-target=b4").assert_outcomes(passed=1)
+    pytester.makefile(".toml", bad="[targets.a3.cores]\naic = 'many'\n")
+    result = run(body, "--npufuse-profile=bad.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "bad.toml [targets.a3] [cores]: key 'aic' is 'many', expected an integer" in result.stderr.str()

@@ -66,7 +66,8 @@ def _legal_orders(program, plan):
 
 
 def _oracle(program, plan):
-    """(race found, deadlock) by brute force."""
+    """(hazard found, deadlock) by brute force: two accesses to one block from different streams, at
+    least one a write, are a hazard when some legal interleaving runs them against issue order."""
     orders = list(_legal_orders(program, plan))
     end_blocked = any(e.wait_before is None and e.never_recorded for e in plan.edges)
     if not orders or end_blocked:
@@ -84,8 +85,8 @@ def _oracle(program, plan):
     for (k1, b1, w1), (k2, b2, w2) in itertools.combinations(accesses, 2):
         if b1 != b2 or not (w1 or w2) or plan.kernel_stream[k1] == plan.kernel_stream[k2]:
             continue
-        directions = {order.index(k1) < order.index(k2) for order in orders}
-        if len(directions) == 2:
+        # k1 was issued first; the access pair is a hazard if some legal run does k2 before k1.
+        if any(order.index(k2) < order.index(k1) for order in orders):
             return True, False
     return False, False
 

@@ -70,16 +70,6 @@ def test_cube_kernel_time_follows_int8_peak():
     assert kernel.duration_us == pytest.approx(profile.overhead_us["kernel_head"] + compute_us)
 
 
-def test_multiple_streams_are_refused_until_modeled():
-    class TwoStreams(torch.nn.Module):
-        def forward(self, a, b):
-            with torchair.scope.npu_stream_switch("1"):
-                return a @ b
-
-    with pytest.raises(NotModeledError, match=r"switches streams \(1\)"):
-        compare(TwoStreams(), *inputs())
-
-
 _PRINT_TIMES = """
 import torch
 from pytest_npufuse import compare, torchair

@@ -184,7 +184,7 @@ def test_fusable_collectives_join_and_broadcast_breaks_unchecked(world):
     report = compare(Comm(), *data())
     sp1 = report.superkernels["sp1"]
     assert sp1.outcome == "fused" and sp1.breaks == ("_c10d_functional::broadcast",)
-    assert sp1.names == ("sk_sp1_start_MatMulV3_end_AllGather", "sk_sp1_start_MatMulV3_1_end_MatMulV3_1")
+    assert sp1.names == ("sk_sp1_start_MatMulV3_end_HcomAllGather", "sk_sp1_start_MatMulV3_1_end_MatMulV3_1")
 
 
 def test_non_contiguous_uses_of_one_name_are_one_scope_in_several_segments():

@@ -1,0 +1,152 @@
+"""Speed and scale of the simulator.
+
+    PYTHONPATH=. python benchmarks/simulator_speed.py
+
+1. A synthetic 61-layer MoE decode graph (DeepSeek-V3-like, hw §4.2/§4.3 layouts): per layer attention
+   on the main stream, a shared expert on a side stream joined by events, a comm stream for dispatch and
+   combine, and the MoE part inside a SuperKernel scope. Prints kernels per second.
+2. Scale: programs of 1k to 100k kernels; prints the time per kernel at each size and the growth
+   exponent (1.0 is linear; n log n from 1k to 100k is about 1.15).
+3. The bundled seed case: simulation time against capture (torch.compile) time.
+
+Targets (issue 3): at least 200,000 simulated kernels per second; simulation at most 10% of a case's
+total time; growth no worse than n log n. Wall-clock time is measured here only, never in the model.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pytest_npufuse.fusion import SyncEdge  # noqa: E402
+from pytest_npufuse.hardware import load_profile  # noqa: E402
+from pytest_npufuse.simulate import simulate  # noqa: E402
+from pytest_npufuse.synthetic import ProgramBuilder, plan_program  # noqa: E402
+
+TOKENS, HIDDEN, INTER = 16, 7168, 2048
+EXPERT_GROUPS = 20  # routed experts in groups of GMM, SwiGlu, GMM inside the layer's SuperKernel scope
+ROPE_OPS = 12       # small vector ops of rotary embedding and quantisation before attention
+
+
+def decode_graph(layers: int):
+    """A decode step of ``layers`` MoE layers on three streams, with SuperKernel scopes."""
+    b = ProgramBuilder()
+    x = b.input("x", (TOKENS, HIDDEN))
+    w = b.input("w", (HIDDEN, HIDDEN))
+    w_up = b.input("w_up", (HIDDEN, INTER))
+    w_down = b.input("w_down", (INTER, HIDDEN))
+    syncs: list[SyncEdge] = []
+    first_up = ""
+    for layer in range(layers):
+        scope = f"moe{layer}"
+        h = b.op("npu::npu_rms_norm", [x], (TOKENS, HIDDEN))
+        for _ in range(ROPE_OPS):
+            h = b.op("aten::mul", [h, h], (TOKENS, HIDDEN))
+        q = b.op("aten::mm", [h, w], (TOKENS, HIDDEN))
+        k = b.op("aten::mm", [h, w], (TOKENS, HIDDEN))
+        s = b.op("aten::bmm", [q, k], (TOKENS, HIDDEN))
+        p = b.op("aten::_softmax", [s], (TOKENS, HIDDEN))
+        a = b.op("aten::mm", [p, w], (TOKENS, HIDDEN))
+        x = b.op("aten::add", [x, a], (TOKENS, HIDDEN))
+        h = b.op("npu::npu_rms_norm", [x], (TOKENS, HIDDEN), scope=scope)
+        gate = b.op("npu::npu_moe_gating_top_k", [h], (TOKENS, 8), scope=scope)
+        shared_up = b.op("aten::mm", [h, w_up], (TOKENS, INTER), stream="shared")
+        shared_act = b.op("npu::npu_swiglu", [shared_up], (TOKENS, INTER), stream="shared")
+        shared = b.op("aten::mm", [shared_act, w_down], (TOKENS, HIDDEN), stream="shared")
+        dispatched = b.op("_c10d_functional::all_to_all_single", [h], (TOKENS * 8, HIDDEN), stream="comm")
+        for _ in range(EXPERT_GROUPS):
+            up = b.op("npu::npu_grouped_matmul", [dispatched, w_up], (TOKENS, INTER), scope=scope)
+            act = b.op("npu::npu_swiglu", [up], (TOKENS, INTER), scope=scope)
+            down = b.op("npu::npu_grouped_matmul", [act, w_down], (TOKENS, HIDDEN), scope=scope)
+            first_up = first_up if _ else up
+        combined = b.op("_c10d_functional::all_to_all_single", [down], (TOKENS, HIDDEN), stream="comm")
+        x = b.op("aten::add", [combined, shared], (TOKENS, HIDDEN))
+        names = {kernel.node: kernel.name for kernel in b.kernels[-(12 + 3 * EXPERT_GROUPS):]}
+        syncs += [
+            SyncEdge(f"h{layer}", names[h], names[shared_up]),
+            SyncEdge(f"d{layer}", names[h], names[dispatched]),
+            SyncEdge(f"g{layer}", names[dispatched], names[first_up]),
+            SyncEdge(f"c{layer}", names[down], names[combined]),
+            SyncEdge(f"j{layer}", names[combined], names[x]),
+            SyncEdge(f"s{layer}", names[shared], names[x]),
+        ]
+        del gate
+    return b.build(), syncs
+
+
+def timed(function):
+    start = time.perf_counter()
+    value = function()
+    return value, time.perf_counter() - start
+
+
+def best_of(repeats: int, function):
+    results = [timed(function) for _ in range(repeats)]
+    return results[0][0], min(seconds for _, seconds in results)
+
+
+def main() -> None:
+    profile = load_profile("a3")
+    (program, syncs), build_s = timed(lambda: decode_graph(61))
+    plan = plan_program(program, profile, syncs=syncs)
+    report, seconds = best_of(3, lambda: simulate(program, plan, profile))
+    kernels = len(report.kernels)
+    print(f"61-layer decode graph: {len(program.kernels)} kernels, {len(plan.tasks)} tasks, "
+          f"{len(report.streams)} streams, {len(syncs)} events, {sum(t.segment is not None for t in plan.tasks)} SuperKernels")
+    print(f"  modeled step {report.time_us / 1000:.3f} ms; simulated in {seconds * 1000:.1f} ms = "
+          f"{kernels / seconds:,.0f} kernels/s (target >= 200,000)")
+
+    print("scale (single decode graphs of growing depth, 3 streams, SuperKernels):")
+    sizes = []
+    for layers in (12, 120, 1200):
+        program, syncs = decode_graph(layers)
+        plan = plan_program(program, profile, syncs=syncs)
+        report, seconds = best_of(2 if layers < 5500 else 1, lambda: simulate(program, plan, profile))
+        n = len(report.kernels)
+        sizes.append((n, seconds))
+        print(f"  {n:>7,} kernels: {seconds:7.3f} s, {seconds / n * 1e6:6.2f} us/kernel, {n / seconds:,.0f} kernels/s")
+    (n0, s0), (n1, s1) = sizes[0], sizes[-1]
+    exponent = math.log(s1 / s0) / math.log(n1 / n0)
+    nlogn = math.log((n1 * math.log(n1)) / (n0 * math.log(n0))) / math.log(n1 / n0)
+    print(f"  growth exponent {exponent:.3f} (linear 1.000, n log n {nlogn:.3f})")
+    capture_ratio()
+
+
+def capture_ratio() -> None:
+    """Simulation time against the whole case (capture, planning, CPU numerics) for the seed case."""
+    import torch  # noqa: PLC0415 - only this part needs torch
+
+    from pytest_npufuse import compare  # noqa: PLC0415
+    from pytest_npufuse import simulate as simulate_module  # noqa: PLC0415
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cases"))
+    from test_superkernel_seed import ModelOrigin, ModelSuperKernel, seed_inputs  # noqa: PLC0415
+
+    spent = [0.0]
+    original = simulate_module.simulate
+
+    def counted(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    import pytest_npufuse.backend as backend  # noqa: PLC0415
+
+    backend.simulate = counted
+    inputs = seed_inputs()
+    compare(ModelSuperKernel(), *inputs, reference=ModelOrigin())
+    spent[0] = 0.0
+    _, total = timed(lambda: compare(ModelSuperKernel(), *inputs, reference=ModelOrigin()))
+    backend.simulate = original
+    print(f"seed case: simulation {spent[0] * 1000:.2f} ms of {total * 1000:.0f} ms total = "
+          f"{100 * spent[0] / total:.3f}% (target <= 10%); torch {torch.__version__}")
+
+
+if __name__ == "__main__":
+    main()

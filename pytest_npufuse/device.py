@@ -1,0 +1,225 @@
+"""The device scheduler: when each task of a plan starts, given streams, events and shared cores.
+
+Each stream is an in-order queue. A stream's next task becomes ready when the stream is free, the host
+has launched it, and every event it waits on has been recorded; then it pays its dispatch cost and asks
+for cores. The cores are pools shared by all streams: AI Cube (AIC) and AI Vector (AIV) cores, AI CPU
+cores and the communication engine. A task holds its block dim of each pool it needs from start to end.
+Ready tasks are served in order of stream priority (a smaller number first, as ACL stream priorities),
+then readiness, then stream order; a task that does not fit blocks lower-ranked tasks from the pools it
+waits for, so a wide kernel is never starved by a stream of narrow ones.
+
+Every tie is broken by integers assigned in plan order, never by dict order, hashes or wall clock, so the
+schedule is identical on every machine. A wait that can never be satisfied raises
+:class:`~pytest_npufuse.errors.ModeledDeadlockError` naming the streams and events; nothing hangs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import ModeledDeadlockError, NpufuseError
+
+POOLS = ("aic", "aiv", "aicpu", "comm")
+
+
+@dataclass(frozen=True)
+class DeviceTask:
+    """What the scheduler needs to know about one task: where it runs, what it holds, how long."""
+
+    name: str
+    stream: int
+    priority: int
+    needs: tuple[tuple[int, int], ...]
+    dispatch_us: float
+    duration_us: float
+    waits: tuple[int, ...] = ()
+    records: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    """An event between streams; ``recorder`` is the task after which it is recorded (None: never)."""
+
+    name: str
+    recorder: int | None
+
+
+class DeviceModel:
+    """A resumable discrete-event run of tasks over streams and core pools.
+
+    The host model releases tasks as it launches them (:meth:`release`) and may run the device until a
+    given task ends (:meth:`run` with ``until``) when it must wait for a value; graph-sink modes release
+    everything at once.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[DeviceTask],
+        streams: Sequence[str],
+        capacity: Sequence[int],
+        events: Sequence[DeviceEvent] = (),
+        event_record_us: float = 0.0,
+        event_wait_us: float = 0.0,
+    ) -> None:
+        self.tasks = tasks
+        self.streams = streams
+        self.events = events
+        self._record_us = event_record_us
+        self._wait_us = event_wait_us
+        self._free = list(capacity)
+        self._capacity = tuple(capacity)
+        self._check_fits()
+        self._queues: list[list[int]] = [[] for _ in streams]
+        for index, task in enumerate(tasks):
+            self._queues[task.stream].append(index)
+        self._next = [0] * len(streams)
+        self._stream_free = [0.0] * len(streams)
+        self._busy = [False] * len(streams)
+        self._release: list[float | None] = [None] * len(tasks)
+        self.start: list[float | None] = [None] * len(tasks)
+        self.end: list[float | None] = [None] * len(tasks)
+        self.recorded: list[float | None] = [None] * len(events)
+        self.waited: list[float | None] = [None] * len(events)
+        self._blocked: dict[int, list[int]] = {}
+        self._ready: list[tuple[float, int, int, int]] = []
+        self._waiting: list[tuple[int, float, int, int]] = []
+        self._running: list[tuple[float, int]] = []
+        self.now = 0.0
+
+    def _check_fits(self) -> None:
+        for task in self.tasks:
+            for pool, count in task.needs:
+                if count > self._capacity[pool]:
+                    raise NpufuseError(
+                        f"task {task.name} needs {count} {POOLS[pool]} cores but the target has "
+                        f"{self._capacity[pool]}; its block dim cannot exceed the hardware."
+                    )
+
+    def release(self, task: int, time: float) -> None:
+        """The host has launched ``task`` at ``time``; it may start from then on."""
+        self._release[task] = time
+        self._activate(self.tasks[task].stream)
+
+    def release_all(self, time: float) -> None:
+        """Every task launched at once (graph sink or graph replay)."""
+        for index in range(len(self.tasks)):
+            self._release[index] = time
+        for stream in range(len(self.streams)):
+            self._activate(stream)
+
+    def _activate(self, stream: int) -> None:
+        """Make the stream's next task ready if nothing holds it back."""
+        queue = self._queues[stream]
+        position = self._next[stream]
+        if self._busy[stream] or position == len(queue):
+            return
+        index = queue[position]
+        release = self._release[index]
+        if release is None:
+            return
+        task = self.tasks[index]
+        ready = max(self._stream_free[stream], release)
+        for event in task.waits:
+            recorded = self.recorded[event]
+            if recorded is None:
+                self._blocked.setdefault(event, []).append(stream)
+                return
+            ready = max(ready, recorded)
+        if task.waits:
+            for event in task.waits:
+                self.waited[event] = ready
+            ready += self._wait_us * len(task.waits)
+        self._busy[stream] = True
+        heapq.heappush(self._ready, (ready + task.dispatch_us, task.priority, stream, index))
+
+    def run(self, until: int | None = None) -> None:
+        """Advance until ``until`` has a known end (it has started), or until nothing more can run."""
+        ready, running, waiting = self._ready, self._running, self._waiting
+        while until is None or self.end[until] is None:
+            next_ready = ready[0][0] if ready else None
+            next_end = running[0][0] if running else None
+            if next_ready is None and next_end is None:
+                break
+            if next_end is None or (next_ready is not None and next_ready < next_end):
+                self.now = next_ready
+            else:
+                self.now = next_end
+            now = self.now
+            while running and running[0][0] <= now:
+                self._finish(heapq.heappop(running)[1])
+            while ready and ready[0][0] <= now:
+                at, priority, stream, index = heapq.heappop(ready)
+                waiting.append((priority, at, stream, index))
+            if waiting:
+                self._start_waiting(now)
+        if until is None:
+            self._check_finished()
+
+    def _start_waiting(self, now: float) -> None:
+        """Start ready tasks in rank order while they fit; a task that does not fit reserves its pools."""
+        waiting = self._waiting
+        waiting.sort()
+        free = self._free
+        reserved: set[int] = set()
+        still: list[tuple[int, float, int, int]] = []
+        for item in waiting:
+            task = self.tasks[item[3]]
+            if any(pool in reserved or free[pool] < count for pool, count in task.needs):
+                reserved.update(pool for pool, _ in task.needs)
+                still.append(item)
+                continue
+            for pool, count in task.needs:
+                free[pool] -= count
+            end = now + task.duration_us
+            self.start[item[3]] = now
+            self.end[item[3]] = end
+            heapq.heappush(self._running, (end, item[3]))
+        waiting[:] = still
+
+    def _finish(self, index: int) -> None:
+        task = self.tasks[index]
+        for pool, count in task.needs:
+            self._free[pool] += count
+        clock = self.end[index]
+        for event in task.records:
+            clock += self._record_us
+            self.recorded[event] = clock
+        stream = task.stream
+        self._stream_free[stream] = clock
+        self._busy[stream] = False
+        self._next[stream] += 1
+        self._activate(stream)
+        for event in task.records:
+            for blocked in self._blocked.pop(event, ()):
+                self._activate(blocked)
+
+    def _check_finished(self) -> None:
+        stuck = [s for s, queue in enumerate(self._queues) if self._next[s] < len(queue)]
+        if not stuck:
+            return
+        lines = []
+        for stream in stuck:
+            index = self._queues[stream][self._next[stream]]
+            task = self.tasks[index]
+            if self._release[index] is None:
+                raise NpufuseError(f"internal error: task {task.name} was never launched by the host model")
+            missing = [self.events[e] for e in task.waits if self.recorded[e] is None]
+            lines.append(
+                f"stream '{self.streams[stream]}' waits before {task.name} on "
+                + ", ".join(self._describe(event) for event in missing)
+            )
+        raise ModeledDeadlockError(
+            "modeled deadlock: the device would wait forever. " + "; ".join(lines) + ". Record every event "
+            "that is waited on, before the wait in program order, on another stream."
+        )
+
+    def _describe(self, event: DeviceEvent) -> str:
+        if event.recorder is None:
+            return f"event '{event.name}', which is never recorded"
+        recorder = self.tasks[event.recorder]
+        return (
+            f"event '{event.name}', recorded after {recorder.name} on stream '{self.streams[recorder.stream]}', "
+            "which itself never runs"
+        )

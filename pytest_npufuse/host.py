@@ -1,0 +1,192 @@
+"""The host model: how the host CPU gets a plan's tasks onto the device in each execution mode.
+
+Seed 002 describes two GE schedules. In *graph sink* (max-autotune, static shapes) and in captured
+*graph replay* (reduce-overhead) the host issues one call and the device runs the whole graph. In *host
+scheduling* (dynamic shapes) every op passes through host kernels: InferShape, Tiling (skipped on a hit
+in the tiling cache, keyed on the op's runtime arguments), device memory allocation and Launch. With
+``MAX_RUNTIME_CORE_NUMBER=3`` these are three pipelined threads (ordinary, memory, launch); with one
+thread they run back to back. Small-shape ops whose inputs live on the host (Pack, Gather, Concat, ...)
+are computed on the host instead of launched, and an op whose InferShape/Tiling reads input *values*
+(value-dependent) makes the host wait for the device and copy the value back when that input was computed
+on the device. The *eager* reference runs every op through torch_npu's single-op path on one thread.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+from .device import DeviceModel
+from .fusion import Plan
+from .hardware import HardwareProfile
+from .program import Kernel, Program
+
+GRAPH_SINK = "graph-sink"
+GRAPH_REPLAY = "graph-replay"
+HOST_SCHEDULED = "host-scheduled"
+EAGER = "eager"
+MODES = ("max-autotune", "reduce-overhead", "eager")
+
+
+def execution_of(mode: str, dynamic: bool) -> str:
+    """How a TorchAir mode runs: max-autotune sinks a static graph and host-schedules a dynamic one;
+    reduce-overhead replays its captured graph (recaptured per shape); eager launches op by op."""
+    if mode == "eager":
+        return EAGER
+    if mode == "reduce-overhead":
+        return GRAPH_REPLAY
+    return HOST_SCHEDULED if dynamic else GRAPH_SINK
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Host-side settings of a run.
+
+    ``threads`` is GE's ``MAX_RUNTIME_CORE_NUMBER`` (seed 002 recommends 3); ``tiling_cache`` and
+    ``small_shape_on_host`` are GE optimisations that are on by default and can be turned off to
+    measure them. Eager runs on one thread without GE's optimisations whatever is set here.
+    """
+
+    threads: int = 1
+    tiling_cache: bool = True
+    small_shape_on_host: bool = True
+
+
+@dataclass(frozen=True)
+class HostSlice:
+    """One host kernel on the modeled timeline (thread 0 is the ordinary thread)."""
+
+    name: str
+    thread: int
+    start_us: float
+    end_us: float
+    kernel: str
+
+
+def _small(kernel: Kernel, program: Program, limit: int) -> bool:
+    specs = [*kernel.output_specs, *(program.buffers[name].spec for name in kernel.inputs)]
+    return all(math.prod(spec.shape) <= limit for spec in specs)
+
+
+def kept_on_host(program: Program, plan: Plan, profile: HardwareProfile, execution: str, config: HostConfig) -> frozenset[str]:
+    """Tasks that never reach the device: host-engine ops always, and in host scheduling the small
+    ``host_small`` ops whose inputs are graph inputs or were themselves computed on the host."""
+    on_host: set[str] = set()
+    host_buffers = set(program.inputs)
+    small_ops = execution == HOST_SCHEDULED and config.small_shape_on_host
+    for task in plan.tasks:
+        if task.segment is not None:
+            continue
+        kernel = program.kernel(task.kernels[0])
+        eligible = kernel.info.engine == "host" or (
+            small_ops
+            and kernel.info.host_small
+            and all(program.storage(name) in host_buffers for name in kernel.inputs)
+            and _small(kernel, program, profile.small_shape_max_elements)
+        )
+        if eligible:
+            on_host.add(task.name)
+            host_buffers.update(kernel.outputs)
+    return frozenset(on_host)
+
+
+class _Threads:
+    """Host threads as clocks; stage ``s`` of an op runs on thread ``min(s, threads - 1)``."""
+
+    def __init__(self, threads: int) -> None:
+        self.clock = [0.0] * threads
+        self.slices: list[HostSlice] = []
+
+    def run(self, stage: int, after: float, steps: list[tuple[str, float]], kernel: str) -> float:
+        thread = min(stage, len(self.clock) - 1)
+        clock = max(self.clock[thread], after)
+        for name, cost in steps:
+            self.slices.append(HostSlice(name, thread, clock, clock + cost, kernel))
+            clock += cost
+        self.clock[thread] = clock
+        return clock
+
+
+def _tiling_key(kernel: Kernel, program: Program) -> tuple:
+    """The runtime arguments tiling depends on: op type and input/output shapes and dtypes."""
+    inputs = tuple((program.buffers[name].spec.shape, program.buffers[name].spec.dtype) for name in kernel.inputs)
+    outputs = tuple((spec.shape, spec.dtype) for spec in kernel.output_specs)
+    return (kernel.op_type, inputs, outputs)
+
+
+def schedule(
+    program: Program,
+    plan: Plan,
+    profile: HardwareProfile,
+    execution: str,
+    config: HostConfig,
+    device: DeviceModel,
+    device_index: Mapping[str, int],
+) -> tuple[tuple[HostSlice, ...], float]:
+    """Drive ``device`` as the host would and return the host's slices and when its last one ends."""
+    if execution in (GRAPH_SINK, GRAPH_REPLAY):
+        key = "model_launch" if execution == GRAPH_SINK else "replay_launch"
+        launch = profile.overhead_us[key]
+        name = "ModelExecute" if execution == GRAPH_SINK else "GraphReplay"
+        device.release_all(launch)
+        return (HostSlice(name, 0, 0.0, launch, plan.variant),), launch
+    return _host_scheduled(program, plan, profile, execution, config, device, device_index)
+
+
+def _host_scheduled(
+    program: Program,
+    plan: Plan,
+    profile: HardwareProfile,
+    execution: str,
+    config: HostConfig,
+    device: DeviceModel,
+    device_index: Mapping[str, int],
+) -> tuple[tuple[HostSlice, ...], float]:
+    host = profile.host_us
+    eager = execution == EAGER
+    threads = _Threads(1 if eager else max(1, config.threads))
+    task_of = {name: task.name for task in plan.tasks for name in task.kernels}
+    tiled: set[tuple] = set()
+    for task in plan.tasks:
+        kernel = program.kernel(task.kernels[0])
+        after = _value_sync(kernel, program, task_of, device, device_index, host["stream_sync"], threads)
+        first = [("EagerDispatch", host["eager_dispatch"])] if eager else []
+        first.append(("InferShape", host["infer_shape"]))
+        if task.name not in device_index:
+            threads.run(0, after, [*first, ("HostCompute", host["host_op"])], task.name)
+            continue
+        key = _tiling_key(kernel, program)
+        hit = config.tiling_cache and key in tiled
+        tiled.add(key)
+        first.append(("TilingCacheHit", host["tiling_cache_hit"]) if hit else ("Tiling", host["tiling"]))
+        ready = threads.run(0, after, first, task.name)
+        ready = threads.run(1, ready, [("AllocMem", host["alloc"])], task.name)
+        launched = threads.run(2, ready, [("Launch", host["launch"])], task.name)
+        device.release(device_index[task.name], launched)
+    slices = tuple(threads.slices)
+    return slices, max((s.end_us for s in slices), default=0.0)
+
+
+def _value_sync(
+    kernel: Kernel,
+    program: Program,
+    task_of: Mapping[str, str],
+    device: DeviceModel,
+    device_index: Mapping[str, int],
+    sync_us: float,
+    threads: _Threads,
+) -> float:
+    """When a value-dependent op reads a tensor the device computed, the host waits for that task to
+    end, then pays a stream sync and copy; returns the earliest time its InferShape may start."""
+    if not kernel.info.value_dependent:
+        return 0.0
+    producers = sorted(
+        {device_index[task_of[p]] for name in kernel.inputs if (p := program.buffers[program.storage(name)].producer) and task_of.get(p) in device_index}
+    )
+    if not producers:
+        return 0.0
+    for index in producers:
+        device.run(until=index)
+    done = max(device.end[index] for index in producers)
+    return threads.run(0, done, [("StreamSync", sync_us)], kernel.name)

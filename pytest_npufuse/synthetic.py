@@ -1,0 +1,102 @@
+"""Programs and plans built by hand, without capturing a model.
+
+The simulator's tests, the calibration and the speed benchmarks need programs that ``torch.compile``
+cannot give cheaply: thousands of kernels, several streams joined by events, ops a CPU has no kernel
+for. :class:`ProgramBuilder` writes the same immutable IR capture writes, priced by the same catalog,
+and :func:`plan_program` plans it with the real SuperKernel segmentation and the given events.
+"""
+
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Sequence
+
+from . import fusion
+from .capture import kernel_bytes
+from .catalog import OpCatalog, load_catalog
+from .hardware import HardwareProfile
+from .program import Buffer, Kernel, Program, TensorSpec
+from .scopes import Annotations
+
+_ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
+
+
+def spec(shape: Sequence[int], dtype: str = "bfloat16") -> TensorSpec:
+    """A tensor spec; ``dtype`` is a torch dtype name without ``torch.``."""
+    return TensorSpec(tuple(shape), dtype, math.prod(shape) * _ITEM_BYTES[dtype])
+
+
+class ProgramBuilder:
+    """Append kernels in program order; each returns the name of its output buffer."""
+
+    def __init__(self, catalog: OpCatalog | None = None) -> None:
+        self.catalog = catalog or load_catalog()
+        self.buffers: dict[str, Buffer] = {}
+        self.kernels: list[Kernel] = []
+        self.inputs: list[str] = []
+        self._names: dict[str, int] = {}
+
+    def input(self, name: str, shape: Sequence[int], dtype: str = "bfloat16") -> str:
+        self.buffers[name] = Buffer(name, spec(shape, dtype), None)
+        self.inputs.append(name)
+        return name
+
+    def op(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        shape: Sequence[int],
+        dtype: str = "bfloat16",
+        *,
+        stream: str | None = None,
+        priority: int = 0,
+        scope: str | None = None,
+        flops: float | None = None,
+    ) -> str:
+        """One kernel of ``op_type`` reading ``inputs`` and writing one tensor of ``shape``.
+
+        ``flops`` replaces the catalog's flops rule (e.g. a matmul whose K the shapes do not show).
+        """
+        input_specs = [self.buffers[name].spec for name in inputs]
+        output = spec(shape, dtype)
+        info = self.catalog.lookup(op_type).for_dtypes([*(s.dtype for s in input_specs), dtype])
+        count = self._names.get(info.kernel_type, 0)
+        self._names[info.kernel_type] = count + 1
+        name = info.kernel_type if count == 0 else f"{info.kernel_type}_{count}"
+        buffer = f"buf{len(self.kernels)}"
+        self.buffers[buffer] = Buffer(buffer, output, name)
+        default_flops = {"matmul": 2.0 * math.prod(shape) * (input_specs[0].shape[-1] if input_specs else 1),
+                         "elementwise": math.prod(shape) * info.flops_per_element,
+                         "reduction": float(math.prod(input_specs[0].shape)) if input_specs else 0.0}
+        self.kernels.append(
+            Kernel(
+                index=len(self.kernels), name=name, node=buffer, op_type=op_type, info=info, inputs=tuple(inputs),
+                outputs=(buffer,), output_specs=(output,),
+                annotations=Annotations(sk_scope=scope, stream=stream, stream_priority=priority),
+                flops=flops if flops is not None else default_flops.get(info.flops, 0.0),
+                bytes=kernel_bytes(info.bytes, input_specs, [output]),
+                compute_dtype=input_specs[0].dtype if input_specs else dtype,
+                source="",
+            )
+        )
+        return buffer
+
+    def build(self, outputs: Sequence[str] = ()) -> Program:
+        return Program(tuple(self.kernels), MappingProxyType(dict(self.buffers)), tuple(self.inputs), tuple(outputs))
+
+
+def plan_program(
+    program: Program,
+    profile: HardwareProfile,
+    *,
+    variant: str = fusion.VARIANT,
+    mode: str = fusion.MAX_AUTOTUNE,
+    syncs: Sequence[fusion.SyncEdge] = (),
+) -> fusion.Plan:
+    """Plan a hand-built program: the VARIANT honours its scopes and streams, the BASELINE runs every
+    kernel alone on the default stream (and then carries no events)."""
+    if variant == fusion.BASELINE:
+        return fusion.Plan(variant, mode, fusion.fused_tasks(program, {}, profile), ())
+    segments = fusion.segment_scopes(program, profile)
+    return fusion.Plan(variant, mode, fusion.fused_tasks(program, segments, profile, multistream=True), (), syncs=tuple(syncs))
