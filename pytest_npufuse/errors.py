@@ -28,3 +28,7 @@ class ProfileError(NpufuseError):
 
 class NotModeledError(NpufuseError):
     """The model uses a feature this version does not model yet; refusing beats a silent wrong answer."""
+
+
+class BaselineError(NpufuseError):
+    """A baseline or run-report file is unreadable, corrupt, or not one pytest-npufuse wrote."""
