@@ -23,12 +23,14 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .atomic import write_text_atomic
 from .errors import BaselineError
 from .modelversion import ModelIdentity
-from .report import CaseReport
+
+if TYPE_CHECKING:  # the report module needs torch; the compare command must start without it
+    from .report import CaseReport
 
 SCHEMA_VERSION = 1
 TOOL = "pytest-npufuse"

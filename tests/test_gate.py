@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_npufuse import baseline
+from pytest_npufuse import baseline, compare
 from pytest_npufuse.__main__ import main as cli
+from pytest_npufuse.catalog import load_catalog
+from pytest_npufuse.hardware import load_profile
+from pytest_npufuse.modelversion import ModelIdentity
 
 MODELS = '''
 import torch
@@ -61,6 +64,29 @@ def test_b(npufuse):
 FAST_US, SLOW_US = "20.000", "20.695"
 
 
+@pytest.fixture(scope="module")
+def modeled() -> dict[str, baseline.Entry]:
+    """The entries the plugin records for Fast and Slow, from the library, to seed baselines without a run."""
+    namespace: dict = {}
+    exec(MODELS, namespace)
+    model = ModelIdentity.of([load_profile("a3")], load_catalog())
+    reports = {name: compare(namespace[name](), *namespace["inputs"](), target="a3") for name in ("Fast", "Slow")}
+    return {name: baseline.Entry.of(report, model.for_target("a3")) for name, report in reports.items()}
+
+
+@pytest.fixture
+def seed(pytester, modeled):
+    """Write a baseline file whose test_case.py entries were measured with the given models."""
+
+    def go(name: str = "base.json", **models: str) -> Path:
+        model = ModelIdentity.of([load_profile("a3")], load_catalog())
+        entries = [(f"test_case.py::{test}", "a3", modeled[m]) for test, m in models.items()]
+        baseline.write_baseline(pytester.path / name, baseline.Results(None, {}).with_entries(entries, model))
+        return pytester.path / name
+
+    return go
+
+
 @pytest.fixture
 def run(pytester):
     """Write the models and the cases with ``model`` as test_a's model, then run pytest in process."""
@@ -81,7 +107,7 @@ def gate_section(result) -> list[str]:
     return [line for line in lines[start + 1 : end] if line]
 
 
-def test_first_run_records_missing_entries_with_a_warning_and_the_next_run_passes(run, pytester):
+def test_first_run_records_missing_entries_with_a_warning_and_the_next_run_passes(run, pytester, seed):
     result = run("Fast", "--npufuse-baseline=base.json")
     result.assert_outcomes(passed=2, warnings=2)
     result.stdout.fnmatch_lines([
@@ -97,6 +123,8 @@ def test_first_run_records_missing_entries_with_a_warning_and_the_next_run_passe
     entry = data["entries"]["test_case.py::test_a"]["a3"]
     assert entry["variant_us"] == float(FAST_US) and entry["segments"] == 1 and entry["streams"] == 1
     assert set(entry) == {"mode", "baseline_us", "variant_us", "speedup", "segments", "streams", "model_version"}
+    # The other tests seed baselines through the library: it must write exactly what a first run records.
+    assert seed("seeded.json", test_a="Fast", test_b="Fast").read_text() == text
 
     again = run("Fast", "--npufuse-baseline=base.json")
     again.assert_outcomes(passed=2)
@@ -104,8 +132,8 @@ def test_first_run_records_missing_entries_with_a_warning_and_the_next_run_passe
     assert (pytester.path / "base.json").read_text() == text
 
 
-def test_slowed_case_fails_that_test_with_before_and_after(run, pytester):
-    run("Fast", "--npufuse-baseline=base.json").assert_outcomes(passed=2, warnings=2)
+def test_slowed_case_fails_that_test_with_before_and_after(seed, run, pytester):
+    seed(test_a="Fast", test_b="Fast")
     before = (pytester.path / "base.json").read_text()
     result = run("Slow", "--npufuse-baseline=base.json")
     result.assert_outcomes(passed=1, failed=1)
@@ -124,8 +152,8 @@ def test_slowed_case_fails_that_test_with_before_and_after(run, pytester):
     assert (pytester.path / "base.json").read_text() == before
 
 
-def test_tolerance_lets_a_small_slowdown_pass(run, pytester):
-    run("Fast", "--npufuse-baseline=base.json")
+def test_tolerance_lets_a_small_slowdown_pass(seed, run, pytester):
+    seed(test_a="Fast", test_b="Fast")
     pytester.makeini("[pytest]\nnpufuse_baseline = base.json\nnpufuse_tolerance = 5\n")
     result = run("Slow")
     result.assert_outcomes(passed=2)
@@ -133,8 +161,8 @@ def test_tolerance_lets_a_small_slowdown_pass(run, pytester):
     run("Slow", "--npufuse-tolerance=3%").assert_outcomes(passed=1, failed=1)
 
 
-def test_improvement_is_reported_and_the_baseline_kept(run, pytester):
-    run("Slow", "--npufuse-baseline=base.json")
+def test_improvement_is_reported_and_the_baseline_kept(seed, run, pytester):
+    seed(test_a="Slow", test_b="Fast")
     before = (pytester.path / "base.json").read_text()
     result = run("Fast", "--npufuse-baseline=base.json")
     result.assert_outcomes(passed=2)
@@ -145,12 +173,8 @@ def test_improvement_is_reported_and_the_baseline_kept(run, pytester):
     assert (pytester.path / "base.json").read_text() == before
 
 
-def test_update_rewrites_run_entries_and_keeps_the_others(run, pytester):
-    run("Fast", "--npufuse-baseline=base.json")
-    path = pytester.path / "base.json"
-    data = json.loads(path.read_text())
-    data["entries"]["test_case.py::test_gone"] = data["entries"]["test_case.py::test_b"]
-    path.write_text(json.dumps(data))
+def test_update_rewrites_run_entries_and_keeps_the_others(seed, run, pytester):
+    path = seed(test_a="Fast", test_b="Fast", test_gone="Fast")
     result = run("Slow", "--npufuse-baseline=base.json", "--npufuse-update-baseline", "-k", "test_a")
     result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines(["*npufuse: baseline gate (base.json, tolerance 0%, updating)*", "regressed *test_a*", "wrote base.json"])
@@ -190,9 +214,8 @@ def test_bad_gate_options_are_usage_errors(run):
     result.stderr.fnmatch_lines(["*--npufuse-tolerance: '-1' is not a percentage >= 0*"])
 
 
-def test_model_change_says_rebaseline_once_instead_of_failing(run, pytester):
-    run("Fast", "--npufuse-baseline=base.json")
-    before = (pytester.path / "base.json").read_text()
+def test_model_change_says_rebaseline_once_instead_of_failing(seed, run, pytester):
+    before = seed(test_a="Fast", test_b="Fast").read_text()
     a3 = (Path(baseline.__file__).parent / "data" / "a3.toml").read_text()
     assert "model_launch = 20.0" in a3
     (pytester.path / "a3_faster_launch.toml").write_text(a3.replace("model_launch = 20.0", "model_launch = 18.0"))
@@ -213,10 +236,9 @@ def test_model_change_says_rebaseline_once_instead_of_failing(run, pytester):
     assert gate_section(run("Slow", *changed)) == ["2 unchanged"]
 
 
-def test_xdist_gives_the_same_verdicts_summary_baseline_and_json_as_a_serial_run(run, pytester):
+def test_xdist_gives_the_same_verdicts_summary_baseline_and_json_as_a_serial_run(seed, run, pytester):
     """A regression, an unchanged entry and two missing entries, serial and under ``-n 2``."""
-    run("Fast", "--npufuse-baseline=base.json")
-    path = pytester.path / "base.json"
+    path = seed(test_a="Fast", test_b="Fast")
     seeded = path.read_text()
     pytester.makepyfile(
         test_more="from models import Fast, Slow, inputs\n\n\n"
@@ -241,19 +263,23 @@ def test_xdist_gives_the_same_verdicts_summary_baseline_and_json_as_a_serial_run
     ]
 
 
-def test_run_report_json_and_junit_properties(run, pytester):
-    result = run("Fast", "--npufuse-json=out/run.json", "--junitxml=junit.xml")
+def test_run_report_json_and_junit_properties(seed, run, pytester, capsys):
+    result = run("Slow", "--npufuse-json=out/run.json", "--junitxml=junit.xml")
     result.assert_outcomes(passed=2)
     report = json.loads((pytester.path / "out" / "run.json").read_text())
     assert report["tool"] == "pytest-npufuse" and report["kind"] == "run" and report["schema_version"] == 1
     assert report["summary"] == {"passed": 2} and report["gate"] is None
     (record,) = report["tests"]["test_case.py::test_a"]["npufuse"]
-    assert record["key"] == "test_case.py::test_a" and record["variant_us"] == float(FAST_US)
+    assert record["key"] == "test_case.py::test_a" and record["variant_us"] == float(SLOW_US)
     assert report["entries"]["test_case.py::test_a"]["a3"]["model_version"] == record["model_version"]
     case = ET.parse(pytester.path / "junit.xml").find(".//testcase[@name='test_a']")
     properties = {p.get("name"): p.get("value") for p in case.iter("property")}
-    assert properties["npufuse_speedup"] == "1.0" and properties["npufuse_variant_us"] == "20.0"
+    assert properties["npufuse_speedup"] == "0.9664" and properties["npufuse_variant_us"] == SLOW_US.rstrip("0")
     assert properties["npufuse_baseline_us"] == "20.0" and properties["npufuse_target"] == "a3"
+    capsys.readouterr()
+    # A run report compares with a baseline like two baselines do.
+    assert cli(["compare", str(seed(test_a="Fast", test_b="Fast")), str(pytester.path / "out" / "run.json")]) == 1
+    assert "1 regressed, 1 unchanged" in capsys.readouterr().out
 
 
 BENCH = '''
@@ -295,14 +321,8 @@ def test_benchmark_mirror_refuses_a_second_check(pytester):
     result.stdout.fnmatch_lines(["*pytest-benchmark records one measurement per test*"])
 
 
-def _results(pytester, name: str, model: str, run) -> Path:
-    run(model, f"--npufuse-json={name}")
-    return pytester.path / name
-
-
-def test_compare_command_prints_a_table_and_fails_on_regression(run, pytester, capsys):
-    old, new = _results(pytester, "old.json", "Fast", run), _results(pytester, "new.json", "Slow", run)
-    capsys.readouterr()
+def test_compare_command_prints_a_table_and_fails_on_regression(seed, capsys):
+    old, new = seed("old.json", test_a="Fast", test_b="Fast"), seed("new.json", test_a="Slow", test_b="Fast")
     assert cli(["compare", str(old), str(new), "--fail-above", "1"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["test", "target", "old", "us", "new", "us", "change", "old", "speedup", "new", "speedup", "status"]
@@ -313,8 +333,8 @@ def test_compare_command_prints_a_table_and_fails_on_regression(run, pytester, c
     assert "improvements found" in capsys.readouterr().out
 
 
-def test_compare_command_runs_as_a_module_and_rejects_bad_files(run, pytester):
-    old = _results(pytester, "old.json", "Fast", run)
+def test_compare_command_runs_as_a_module_and_rejects_bad_files(seed, pytester):
+    old = seed("old.json", test_a="Fast", test_b="Fast")
     (pytester.path / "bad.json").write_text("[]")
     command = [sys.executable, "-m", "pytest_npufuse", "compare", str(old), str(pytester.path / "bad.json")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
