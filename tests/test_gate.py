@@ -236,6 +236,7 @@ def test_model_change_says_rebaseline_once_instead_of_failing(seed, run, pyteste
     assert gate_section(run("Slow", *changed)) == ["2 unchanged"]
 
 
+@pytest.mark.filterwarnings("ignore:Benchmarks are automatically disabled because xdist")
 def test_xdist_gives_the_same_verdicts_summary_baseline_and_json_as_a_serial_run(seed, run, pytester):
     """A regression, an unchanged entry and two missing entries, serial and under ``-n 2``."""
     path = seed(test_a="Fast", test_b="Fast")
@@ -342,3 +343,26 @@ def test_compare_command_runs_as_a_module_and_rejects_bad_files(seed, pytester):
     assert done.returncode == 2 and "bad.json: not a pytest-npufuse baseline or run report" in done.stderr
     done = subprocess.run(command[:-1] + [str(old)], capture_output=True, text=True, env=env)
     assert done.returncode == 0 and "2 unchanged" in done.stdout
+
+
+def test_readme_benchmark_mirror_example_measures_modeled_time(pytester):
+    """The README's benchmark test, with the model of its first example, times modeled device time."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    model = readme.split("## A test", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    mirror = readme.split("## Use in CI", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    pytester.makepyfile(test_readme=model + mirror)
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-k", "test_sp1_time", "--benchmark-json=bench.json", "--npufuse-json=run.json"
+    )
+    result.assert_outcomes(passed=1, deselected=1)
+    (bench,) = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    (record,) = json.loads((pytester.path / "run.json").read_text())["tests"]["test_readme.py::test_sp1_time"]["npufuse"]
+    assert bench["stats"]["min"] == bench["stats"]["mean"] == record["variant_us"] * 1e-6
+
+
+def test_entries_are_keyed_without_the_target_id_when_several_targets_run(run, pytester):
+    result = run("Fast", "--npufuse-baseline=base.json", "--npu-target=a2,a3", "-k", "test_b", "-v")
+    result.stdout.fnmatch_lines(["*test_b[[]a2[]] PASSED*", "*test_b[[]a3[]] PASSED*"])
+    entries = json.loads((pytester.path / "base.json").read_text())["entries"]
+    assert list(entries) == ["test_case.py::test_b"] and sorted(entries["test_case.py::test_b"]) == ["a2", "a3"]
+    assert gate_section(run("Fast", "--npufuse-baseline=base.json", "-k", "test_b")) == ["1 unchanged"]
