@@ -316,8 +316,8 @@ class Gate:
     def missing(self, change: Change) -> str:
         assert change.after is not None
         return (
-            f"npufuse: no baseline entry for {change.key} [{change.target}] in {self.path}; recorded "
-            f"variant {change.after.variant_us:.3f} us as its baseline. Commit the file to gate on it."
+            f"npufuse: no baseline entry for {change.key} [{change.target}] in {self.path}; recording "
+            f"variant {change.after.variant_us:.3f} us as its baseline if the test passes. Commit the file to gate on it."
         )
 
     def updated(self, changes: Iterable[Change]) -> Results | None:

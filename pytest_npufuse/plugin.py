@@ -283,7 +283,7 @@ class NpuFuse:
         change = gate.judge(key, report.target, entry) if gate is not None else None
         if change is not None:
             row["gate"] = change.status
-            if change.before is None:
+            if change.before is None and not gate.update:
                 warnings.warn(BaselineWarning(gate.missing(change)), stacklevel=3)
         properties = self._request.node.user_properties
         properties.append((_RECORD, row))

@@ -112,7 +112,7 @@ def test_first_run_records_missing_entries_with_a_warning_and_the_next_run_passe
     result.assert_outcomes(passed=2, warnings=2)
     result.stdout.fnmatch_lines([
         "*BaselineWarning: npufuse: no baseline entry for test_case.py::test_a [[]a3[]] in base.json; "
-        f"recorded variant {FAST_US} us as its baseline*",
+        f"recording variant {FAST_US} us as its baseline if the test passes*",
         "*2 new*",
         "wrote base.json",
     ])
@@ -366,3 +366,23 @@ def test_entries_are_keyed_without_the_target_id_when_several_targets_run(run, p
     entries = json.loads((pytester.path / "base.json").read_text())["entries"]
     assert list(entries) == ["test_case.py::test_b"] and sorted(entries["test_case.py::test_b"]) == ["a2", "a3"]
     assert gate_section(run("Fast", "--npufuse-baseline=base.json", "-k", "test_b")) == ["1 unchanged"]
+
+
+def test_controller_refuses_results_of_a_worker_with_another_model(pytester):
+    """Workers send their model in ``workeroutput``; numbers of two models are never mixed in one file."""
+    from types import SimpleNamespace
+
+    from pytest_npufuse.plugin import RunRecorder
+
+    config = pytester.parseconfigure("-p", "no:cacheprovider")
+    recorder = RunRecorder(config, pytester.path / "run.json")
+    mine = ModelIdentity.of([load_profile("a3")], load_catalog())
+    other = ModelIdentity("0", mine.catalog, mine.profiles)
+    for worker, model in (("gw0", mine), ("gw1", other)):
+        recorder.pytest_testnodedown(SimpleNamespace(workeroutput={"npufuse_model": model.to_json()}, gateway=SimpleNamespace(id=worker)), None)
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    recorder.pytest_sessionfinish(session)
+    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+    (error,) = recorder.errors
+    assert error.startswith("xdist worker gw1 modeled with {'simulator': '0'") and "same profiles and op catalog" in error
+    assert not (pytester.path / "run.json").exists()
