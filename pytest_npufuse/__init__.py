@@ -4,8 +4,23 @@ The pipeline works without pytest: :func:`compare` compiles a model for a modele
 scopes ignored and honoured, runs both, and returns a :class:`CaseReport`.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import NpufuseError
-from .pipeline import compare, compile_model
-from .report import CaseReport, ScopeReport
+
+if TYPE_CHECKING:
+    from .pipeline import compare, compile_model
+    from .report import CaseReport, ScopeReport
 
 __all__ = ["compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError"]
+
+# The pipeline needs torch, which takes seconds to import; loading it on first use keeps
+# `python -m pytest_npufuse compare` (two JSON files, no model) quick in a CI step.
+_LAZY = {"compare": "pipeline", "compile_model": "pipeline", "CaseReport": "report", "ScopeReport": "report"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

@@ -33,3 +33,7 @@ class NotModeledError(NpufuseError):
 class ModeledDeadlockError(NpufuseError):
     """The modeled device would wait forever (an event waited on but never recorded, or a cycle of
     waits); reported with the streams, tasks and events involved instead of hanging."""
+
+
+class BaselineError(NpufuseError):
+    """A baseline or run-report file is unreadable, corrupt, or not one pytest-npufuse wrote."""

@@ -6,19 +6,24 @@ reads options and markers, turns a :class:`CaseReport` into pass, fail or skip, 
 
 from __future__ import annotations
 
+import math
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from . import pipeline
+from . import modeledclock, pipeline
+from .baseline import BaselineWarning, Change, Entry, Gate, model_notice, write_baseline
 from .errors import NpufuseError
 from .catalog import OpCatalog
 from .expectations import SuperKernelExpectation, parse_superkernel, precision_failures, run_failures
 from .hardware import HardwareProfile
 from .host import HostConfig
+from .modelversion import ModelIdentity
 from .userconfig import UserConfig, load_user_config
 from .report import CaseReport
+from .runreport import entries_of, run_document, write_run_report
 
 _RECORD = "npufuse"
 _MARKERS = (
@@ -58,6 +63,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "override built-in ones key by key; name them with --npu-target (ini: npufuse_profile).",
     )
     parser.addini("npufuse_profile", "Default for --npufuse-profile.", default="")
+    group.addoption(
+        "--npufuse-baseline",
+        dest="npufuse_baseline",
+        default=None,
+        metavar="FILE",
+        help="CI gate: compare each checked case's modeled variant time with its entry in this baseline JSON file; "
+        "a slower case fails, a missing entry is recorded with a warning (ini: npufuse_baseline).",
+    )
+    parser.addini("npufuse_baseline", "Default for --npufuse-baseline (relative to the ini file).", default="")
+    group.addoption(
+        "--npufuse-update-baseline",
+        dest="npufuse_update_baseline",
+        action="store_true",
+        default=None,
+        help="Rewrite the baseline entries of the tests that ran (others are kept) instead of failing on a "
+        "regression (ini: npufuse_update_baseline).",
+    )
+    parser.addini("npufuse_update_baseline", "Default for --npufuse-update-baseline.", type="bool", default=False)
+    group.addoption(
+        "--npufuse-tolerance",
+        dest="npufuse_tolerance",
+        default=None,
+        metavar="PCT",
+        help="Percent by which a modeled time may exceed its baseline before the test fails "
+        "(ini: npufuse_tolerance; default 0: modeled times are exact).",
+    )
+    parser.addini("npufuse_tolerance", "Default for --npufuse-tolerance.", default="0")
+    group.addoption(
+        "--npufuse-json",
+        dest="npufuse_json",
+        default=None,
+        metavar="FILE",
+        help="Write the whole run (every outcome and modeled result, schema_version, model_version) to this JSON "
+        "file (ini: npufuse_json).",
+    )
+    parser.addini("npufuse_json", "Default for --npufuse-json (relative to the ini file).", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,22 +114,82 @@ def pytest_configure(config: pytest.Config) -> None:
     except NpufuseError as exc:
         raise pytest.UsageError(f"npufuse: {exc}") from None
     config.pluginmanager.register(SummaryTable(), "npufuse-summary")
+    model = ModelIdentity.of(config.stash[_PROFILES].values(), config.stash[_CATALOG])
+    config.stash[_MODEL] = model
+    config.stash[_GATE] = _open_gate(config, model)
+    config.pluginmanager.register(RunRecorder(config, _path_setting(config, "npufuse_json")), "npufuse-run")
 
 
 _PROFILES = pytest.StashKey[dict[str, HardwareProfile]]()
 _CATALOG = pytest.StashKey[OpCatalog]()
 
 
-def _option(config: pytest.Config, name: str) -> str:
-    """A path option: the command line wins over the ini key; empty means unset."""
-    return config.getoption(name) or config.getini(name) or ""
-
-
 def _user_config(config: pytest.Config) -> UserConfig:
     """``[tool.npufuse]`` of the rootdir's pyproject.toml, plus the ``--npufuse-profile`` file."""
     user = load_user_config(Path(config.rootpath) / "pyproject.toml")
-    profile_file = _option(config, "npufuse_profile")
-    return user.with_profile_file(Path(profile_file)) if profile_file else user
+    profile_file = _path_setting(config, "npufuse_profile")
+    return user.with_profile_file(profile_file) if profile_file else user
+
+
+_MODEL = pytest.StashKey[ModelIdentity]()
+_GATE = pytest.StashKey["Gate | None"]()
+_CLOCK = pytest.StashKey[modeledclock.ModeledClock]()
+
+
+def _path_setting(config: pytest.Config, name: str) -> Path | None:
+    """A file option: as given on the command line, or its ini value relative to the ini file."""
+    given = config.getoption(name)
+    if given:
+        return Path(given)
+    value = config.getini(name)
+    if not value:
+        return None
+    return (config.inipath.parent if config.inipath else config.rootpath) / value
+
+
+def _tolerance(config: pytest.Config) -> float:
+    text = str(config.getoption("npufuse_tolerance") or config.getini("npufuse_tolerance")).strip()
+    try:
+        value = float(text.removesuffix("%"))
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise pytest.UsageError(f"--npufuse-tolerance: {text!r} is not a percentage >= 0; use e.g. 0 or 2.5.")
+    return value
+
+
+def _open_gate(config: pytest.Config, model: ModelIdentity) -> Gate | None:
+    """Read the baseline once, read-only, in every process; a bad file stops the run before any test."""
+    path = _path_setting(config, "npufuse_baseline")
+    update = bool(config.getoption("npufuse_update_baseline") or config.getini("npufuse_update_baseline"))
+    tolerance = _tolerance(config)
+    if path is None:
+        if update:
+            raise pytest.UsageError("--npufuse-update-baseline needs --npufuse-baseline FILE: the file to rewrite.")
+        return None
+    try:
+        return Gate.open(path, tolerance, update, model)
+    except NpufuseError as exc:
+        raise pytest.UsageError(f"--npufuse-baseline: {exc}") from None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The pytest-benchmark mirror: a test taking ``npufuse`` and ``benchmark`` is timed on a modeled clock.
+
+    The clock goes in as the ``timer`` of the item's benchmark marker (keeping the marker's other
+    settings); pytest-benchmark reads the marker when it builds the fixture.
+    """
+    if not {"npufuse", "benchmark"} <= set(getattr(item, "fixturenames", ())):
+        return
+    if not item.config.pluginmanager.hasplugin("benchmark"):
+        return
+    marker = item.get_closest_marker("benchmark")
+    settings = dict(marker.kwargs) if marker else {}
+    if "timer" in settings:
+        return
+    clock = modeledclock.ModeledClock()
+    item.stash[_CLOCK] = clock
+    item.add_marker(pytest.mark.benchmark(**settings, timer=clock), append=False)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -102,6 +203,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     wants = {"npufuse", "npu_target"} & set(metafunc.fixturenames)
     if wants and len(names) > 1:
         metafunc.parametrize("npu_target", names, indirect=True, ids=names)
+
+
+def _test_key(item: pytest.Item) -> str:
+    """The node id without the target's parameter id, so a test keeps its baseline entry (which is
+    keyed by target anyway) whether one target runs or several."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "npu_target" not in callspec.params:
+        return item.nodeid
+    ids = list(callspec._idlist)
+    ids.remove(callspec.params["npu_target"])
+    base = item.nodeid[: -len(callspec.id) - 2]
+    return f"{base}[{'-'.join(ids)}]" if ids else base
 
 
 def _item_target(item: pytest.Item) -> str:
@@ -153,6 +266,8 @@ class NpuFuse:
         self._request = request
         self.target: HardwareProfile = request.config.stash[_PROFILES][target]
         self._expectations = _superkernel_expectations(request.node)
+        self._key = _test_key(request.node)
+        self._checks = 0
 
     def check(
         self,
@@ -171,7 +286,7 @@ class NpuFuse:
         """
         options = {e.scope: e.options for e in self._expectations if e.options is not None}
         config = self._request.config
-        trace_dir = _option(config, "npufuse_trace_dir") or None
+        trace_dir = _path_setting(config, "npufuse_trace_dir")
         report = _or_fail(
             lambda: pipeline.compare(
                 model, *inputs, target=self.target, mode=mode, reference=reference, options=options,
@@ -179,10 +294,16 @@ class NpuFuse:
                 case=self._request.node.nodeid,
             )
         )
-        self._record(report)
+        entry, change = self._record(report)
         failures = run_failures(report, self._expectations) + precision_failures(report)
         for expectation in self._expectations:
             failures.extend(expectation.failures(report))
+        gate = self._request.config.stash[_GATE]
+        if gate is not None and change is not None:
+            regression = gate.failure(change)
+            failures.extend([regression] if regression else [])
+        if "benchmark" in self._request.fixturenames:
+            self._mirror(report, entry)
         if failures:
             pytest.fail(f"npufuse ({report.summary()}):\n" + "\n".join(f"- {f}" for f in failures), pytrace=False)
         return report
@@ -198,21 +319,50 @@ class NpuFuse:
         compiled.npufuse_backend = backend
         return compiled
 
-    def _record(self, report: CaseReport) -> None:
-        row = {
+    def _record(self, report: CaseReport) -> tuple[Entry, Change | None]:
+        """Add this check's row to the item's ``user_properties``, which carry it to the controller under
+        pytest-xdist and into JUnit XML, and judge it against the baseline if there is one."""
+        self._checks += 1
+        key = self._key if self._checks == 1 else f"{self._key} (check {self._checks})"
+        entry = Entry.of(report, self._request.config.stash[_MODEL].for_target(report.target))
+        row: dict[str, Any] = {
+            "key": key,
             "target": report.target,
-            "mode": report.mode,
-            "baseline_us": round(report.baseline.time_us, 3),
-            "variant_us": round(report.variant.time_us, 3),
-            "speedup": round(report.speedup, 4),
-            "segments": report.segments,
-            "streams": len(report.streams),
+            **entry.to_json(),
             "bit_exact": report.bit_exact,
             "host_us": round(report.variant.host_us, 3),
             "device_us": round(report.variant.device_us, 3),
             "bound": report.variant.bound,
         }
-        self._request.node.user_properties.append((_RECORD, row))
+        gate = self._request.config.stash[_GATE]
+        change = gate.judge(key, report.target, entry) if gate is not None else None
+        if change is not None:
+            row["gate"] = change.status
+            if change.before is None and not gate.update:
+                warnings.warn(BaselineWarning(gate.missing(change)), stacklevel=3)
+        properties = self._request.node.user_properties
+        properties.append((_RECORD, row))
+        properties.extend((f"npufuse_{name}", row[name]) for name in _JUNIT_PROPERTIES if name in row)
+        return entry, change
+
+    def _mirror(self, report: CaseReport, entry: Entry) -> None:
+        """Let the test's ``benchmark`` fixture measure the VARIANT's modeled device time."""
+        clock = self._request.node.stash.get(_CLOCK, None)
+        if clock is None:
+            pytest.fail(
+                "npufuse: this test takes `benchmark`, whose marker sets its own timer=; the npufuse benchmark "
+                "mirror times modeled device time with its own clock. Remove timer= from @pytest.mark.benchmark.",
+                pytrace=False,
+            )
+        if self._checks > 1:
+            pytest.fail(
+                "npufuse: pytest-benchmark records one measurement per test and the benchmark mirror measured the "
+                "first npufuse.check(); put each further check in a test of its own.",
+                pytrace=False,
+            )
+        info = {"npufuse_target": report.target, "npufuse_mode": report.mode, "npufuse_baseline_us": entry.baseline_us,
+                "npufuse_speedup": entry.speedup, "npufuse_model_version": entry.model_version}
+        modeledclock.measure(self._request.getfixturevalue("benchmark"), clock, entry.variant_us, info)
 
 
 @pytest.fixture
@@ -239,16 +389,15 @@ class SummaryTable:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            for key, row in report.user_properties:
-                if key == _RECORD:
-                    self.rows.append({"case": report.nodeid, **row, "verdict": report.outcome})
+            self.rows.extend({"case": report.nodeid, **row, "verdict": report.outcome} for row in _records(report))
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if not self.rows or hasattr(config, "workerinput"):
             return
         terminalreporter.section("npufuse: modeled NPU results")
         header = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "bound", "verdict")
-        table = [header] + [_cells(row) for row in self.rows]
+        # Sorted by test, so a pytest-xdist run, whose reports arrive in any order, prints the same table.
+        table = [header] + [_cells(row) for row in sorted(self.rows, key=lambda row: row["case"])]
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
         for row in table:
             terminalreporter.write_line("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -267,3 +416,118 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
         row["bound"],
         row["verdict"],
     )
+
+
+_JUNIT_PROPERTIES = ("target", "baseline_us", "variant_us", "speedup", "segments", "streams", "gate")
+
+
+def _records(report: pytest.TestReport) -> list[dict[str, Any]]:
+    """The check rows a test report carries in its ``user_properties``."""
+    return [row for key, row in report.user_properties if key == _RECORD]
+
+
+def _outcome(report: pytest.TestReport, previous: str) -> str:
+    """A test's outcome after one more phase report, in the words of pytest's summary line."""
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "call":
+        return ("xfailed" if report.skipped else "xpassed") if xfail else report.outcome
+    if report.failed:
+        return "error"
+    if report.skipped:
+        return "xfailed" if xfail else "skipped"
+    return previous
+
+
+class RunRecorder:
+    """Every test's outcome and check rows; after the run, the baseline gate's files and verdicts.
+
+    Rows reach it in ``user_properties`` from every xdist worker, so everything here happens once, on
+    the controller (or in a serial run); workers only report the model they used, in ``workeroutput``,
+    so the controller can refuse to mix numbers of two models.
+    """
+
+    _WORKER_MODEL = "npufuse_model"
+
+    def __init__(self, config: pytest.Config, json_path: Path | None) -> None:
+        self.config = config
+        self.json_path = json_path
+        self.tests: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        self.changes: list[Change] = []
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        previous, rows = self.tests.get(report.nodeid, ("passed", []))
+        self.tests[report.nodeid] = (_outcome(report, previous), _records(report) or rows)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        model = getattr(node, "workeroutput", {}).get(self._WORKER_MODEL)
+        mine = self.config.stash[_MODEL].to_json()
+        if model is not None and model != mine:
+            self.errors.append(
+                f"xdist worker {node.gateway.id} modeled with {model}, the controller with {mine}; "
+                "workers must see the same profiles and op catalog (same rootdir and pyproject.toml)."
+            )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workerinput"):
+            self.config.workeroutput[self._WORKER_MODEL] = self.config.stash[_MODEL].to_json()
+            return
+        if not self.errors:
+            self._finish_gate()
+        if self.json_path is not None and not self.errors:
+            self._write(self.json_path, lambda: write_run_report(self.json_path, self._document()))
+        if self.errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _finish_gate(self) -> None:
+        gate = self.config.stash[_GATE]
+        if gate is None:
+            return
+        checked = [(outcome, key, target, entry) for outcome, rows in self.tests.values()
+                   for key, target, entry in entries_of(rows, "check record")]
+        self.changes = sorted((gate.judge(key, target, entry) for _, key, target, entry in checked),
+                              key=lambda change: (change.key, change.target))
+        notice = model_notice(self.changes, gate.model, gate.stored.model)
+        if notice and not gate.update:
+            self.lines.append(f"{notice}; run with --npufuse-update-baseline and commit {gate.path}.")
+        passed = [gate.judge(key, target, entry) for outcome, key, target, entry in checked if outcome == "passed"]
+        updated = gate.updated(passed)
+        if updated is not None:
+            self._write(gate.path, lambda: write_baseline(gate.path, updated))
+            self.lines.append(f"wrote {gate.path}")
+
+    def _document(self) -> dict[str, Any]:
+        gate = self.config.stash[_GATE]
+        settings = None
+        if gate is not None:
+            settings = {"file": str(gate.path), "tolerance_pct": gate.tolerance_pct, "update": gate.update}
+        return run_document(self.config.stash[_MODEL], self.tests, settings)
+
+    def _write(self, path: Path, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except OSError as exc:
+            self.errors.append(f"could not write {path}: {exc}")
+
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        gate = config.stash[_GATE]
+        if hasattr(config, "workerinput") or (gate is None and not self.errors):
+            return
+        title = "npufuse: baseline gate"
+        if gate is not None:
+            title += f" ({gate.path}, tolerance {gate.tolerance_pct:g}%{', updating' if gate.update else ''})"
+        terminalreporter.section(title)
+        for change in self.changes:
+            if change.status != "unchanged":
+                terminalreporter.write_line(f"{change.status:<13} {change.describe()}")
+        counts: dict[str, int] = {}
+        for change in self.changes:
+            counts[change.status] = counts.get(change.status, 0) + 1
+        if counts:
+            terminalreporter.write_line(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+        for line in self.lines:
+            terminalreporter.write_line(line)
+        for error in self.errors:
+            terminalreporter.write_line(f"npufuse error: {error}", red=True)

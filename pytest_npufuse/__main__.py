@@ -1,0 +1,104 @@
+"""Command line: ``python -m pytest_npufuse <command>``, for people and CI steps outside pytest.
+
+    python -m pytest_npufuse compare OLD.json NEW.json --fail-above 2
+
+Each command is a subparser with its own ``run`` function; exit codes follow pytest's spirit:
+0 fine, 1 a regression, 2 bad usage or an unreadable file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence, TextIO
+
+from .baseline import IMPROVED, REGRESSED, Change, compare_results, model_notice, read_results
+from .errors import NpufuseError
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.removesuffix("%"))
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage >= 0")
+    return value
+
+
+def _table(changes: Sequence[Change]) -> list[str]:
+    """Aligned rows: test, target, old and new variant time, change, speedups, status."""
+    header = ("test", "target", "old us", "new us", "change", "old speedup", "new speedup", "status")
+    rows = [header]
+    for c in changes:
+        pct = c.change_pct
+        rows.append((
+            c.key,
+            c.target,
+            f"{c.before.variant_us:.3f}" if c.before else "-",
+            f"{c.after.variant_us:.3f}" if c.after else "-",
+            f"{pct:+.2f}%" if pct is not None else "-",
+            f"{c.before.speedup:.3f}x" if c.before else "-",
+            f"{c.after.speedup:.3f}x" if c.after else "-",
+            c.status,
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def compare(args: argparse.Namespace, out: TextIO) -> int:
+    """Compare two baselines or run reports; non-zero exit when a case got slower than ``--fail-above``."""
+    try:
+        _, old = read_results(args.old)
+        _, new = read_results(args.new)
+    except (NpufuseError, OSError) as exc:
+        print(f"npufuse compare: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    changes = compare_results(old, new, args.fail_above)
+    for line in _table(changes):
+        print(line, file=out)
+    regressed = [c for c in changes if c.status == REGRESSED]
+    counts = {status: sum(1 for c in changes if c.status == status) for status in sorted({c.status for c in changes})}
+    print(", ".join(f"{n} {status}" for status, n in counts.items()) or "no entries on either side", file=out)
+    notice = model_notice(changes, new.model, old.model) if new.model else None
+    if notice:
+        print(f"{notice}; produce {args.old} again with the new model.", file=out)
+    if regressed:
+        print(
+            f"FAILED: {len(regressed)} case(s) slower than {args.fail_above:g}% over {args.old}: "
+            + "; ".join(c.describe() for c in regressed),
+            file=out,
+        )
+        return EXIT_REGRESSION
+    if any(c.status == IMPROVED for c in changes):
+        print(f"improvements found; refresh {args.old} to lock them in.", file=out)
+    return EXIT_OK
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(prog="python -m pytest_npufuse", description=__doc__.split("\n\n")[0])
+    commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cmp = commands.add_parser(
+        "compare",
+        help="compare two baseline files or --npufuse-json run reports",
+        description="Print old against new modeled variant time per test and target; exit 1 if any case is "
+        "slower than --fail-above percent. Entries measured with another model version are reported, not failed.",
+    )
+    cmp.add_argument("old", type=Path, metavar="OLD.json", help="the reference: a baseline file or run report")
+    cmp.add_argument("new", type=Path, metavar="NEW.json", help="the candidate: a baseline file or run report")
+    cmp.add_argument("--fail-above", type=_percent, default=0.0, metavar="PCT",
+                     help="percent a case may get slower before the command fails (default 0)")
+    cmp.set_defaults(run=compare)
+    return main
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.run(args, out or sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
