@@ -9,7 +9,7 @@ on the CPU in the plan's order. Each compiled graph is kept on the backend for t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -25,6 +25,7 @@ from .hardware import HardwareProfile
 from .plog import write_plog
 from .program import Program
 from .host import HostConfig
+from .sanitize import SanitizerReport, sanitize
 from .simulate import RunReport, simulate
 from .torchair.configs.compiler_config import CompilerConfig
 
@@ -38,10 +39,14 @@ class CompiledGraph:
     plan: fusion.Plan
     run: RunReport
     plog_path: str | None = None
+    sanitizer: SanitizerReport | None = None
 
     def __call__(self, *args: Any) -> list[Any]:
-        order = [name for task in self.plan.tasks for name in task.kernels]
-        return run_in_order(self.gm, self.program, order, args)
+        """The outputs a device would produce: kernels in issue order (always a legal order for the
+        data), where each read the sanitizer found racing sees poisoned memory."""
+        order = [kernel.name for kernel in self.program.kernels]
+        stale = self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
+        return run_in_order(self.gm, self.program, order, args, stale)
 
 
 @dataclass
@@ -86,8 +91,11 @@ class NpuBackend:
             multistream=self.multistream,
         )
         plog = write_plog(plan.log)
+        checked = sanitize(program, plan.streams) if plan.streams is not None else None
+        if checked is not None and checked.deadlock is not None and plan.failure is None:
+            plan = replace(plan, failure=checked.deadlock.describe())
         run = simulate(program, plan, self.profile, dynamic=self.dynamic, host=self.host)
-        compiled = CompiledGraph(gm, program, plan, run, plog and str(plog))
+        compiled = CompiledGraph(gm, program, plan, run, plog and str(plog), checked)
         self.graphs.append(compiled)
         return compiled
 

@@ -64,10 +64,10 @@ class SuperKernelExpectation:
         return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}."
 
 
-def _number(name: str, value: Any, kind: type, minimum: float) -> Any:
+def _number(name: str, value: Any, kind: type, minimum: float, marker: str = "superkernel") -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or value < minimum:
         what = "a number" if kind is float else "an integer"
-        raise MarkerError(f"superkernel marker: {name}={value!r} must be {what} >= {minimum}.")
+        raise MarkerError(f"{marker} marker: {name}={value!r} must be {what} >= {minimum}.")
     return kind(value)
 
 
@@ -112,12 +112,75 @@ def parse_superkernel(args: Sequence[Any], kwargs: Mapping[str, Any]) -> SuperKe
     )
 
 
-def run_failures(report: CaseReport, expectations: Sequence[SuperKernelExpectation]) -> list[str]:
-    """A VARIANT that cannot finish (compile abort, modeled hang) fails the test unless a marker speaks
-    about the scope that caused it (and then that marker's outcome decides): on hardware it would be a
-    crash or a timeout."""
+_MULTISTREAM_KWARGS = ("streams", "min_speedup", "race_free")
+
+
+@dataclass(frozen=True)
+class MultiStreamExpectation:
+    """``@pytest.mark.multistream(*, streams, min_speedup, race_free=True)``.
+
+    ``race_free=False`` states that the case is known to be unsafe: the sanitizer must then find a race,
+    a lifetime hazard or a deadlock, and the corrupted outputs that follow are expected.
+    """
+
+    streams: int | None = None
+    min_speedup: float | None = None
+    race_free: bool = True
+
+    def expects_hazard(self, report: CaseReport) -> bool:
+        return not self.race_free and bool(report.races or report.deadlock)
+
+    def failures(self, report: CaseReport) -> list[str]:
+        failures: list[str] = []
+        used = ", ".join(f"'{s}'" for s in report.streams)
+        if self.streams is not None and len(report.streams) != self.streams:
+            failures.append(f"multistream: the VARIANT ran on {len(report.streams)} stream(s) ({used}), expected streams={self.streams}.")
+        if self.race_free and report.races:
+            failures.extend(f"multistream: {race.describe()}" for race in report.races)
+        if not self.race_free and not (report.races or report.deadlock):
+            failures.append(
+                "multistream: race_free=False expects the sanitizer to find a race, a lifetime hazard or a deadlock, "
+                "but every cross-stream access is ordered."
+            )
+        if self.min_speedup is not None and report.speedup < self.min_speedup:
+            failures.append(
+                f"multistream: modeled speedup {report.speedup:.4f}x on {report.target} with streams {used} is below "
+                f"min_speedup={self.min_speedup}x (baseline {report.baseline.time_us:.2f} us, variant "
+                f"{report.variant.time_us:.2f} us)."
+            )
+        return failures
+
+
+def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiStreamExpectation:
+    """Build the multi-stream expectation from marker arguments, rejecting anything it cannot honour."""
+    if args:
+        raise MarkerError(f"multistream marker takes keyword arguments only ({', '.join(_MULTISTREAM_KWARGS)}), got {args!r}.")
+    unknown = [key for key in kwargs if key not in _MULTISTREAM_KWARGS]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], _MULTISTREAM_KWARGS, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        raise MarkerError(f"multistream marker: unknown argument '{unknown[0]}'.{hint} It takes {', '.join(_MULTISTREAM_KWARGS)}.")
+    race_free = kwargs.get("race_free", True)
+    if not isinstance(race_free, bool):
+        raise MarkerError(f"multistream marker: race_free={race_free!r} must be True or False.")
+    streams, min_speedup = kwargs.get("streams"), kwargs.get("min_speedup")
+    return MultiStreamExpectation(
+        streams=None if streams is None else _number("streams", streams, int, 1, "multistream"),
+        min_speedup=None if min_speedup is None else _number("min_speedup", min_speedup, float, 0, "multistream"),
+        race_free=race_free,
+    )
+
+
+def run_failures(
+    report: CaseReport,
+    expectations: Sequence[SuperKernelExpectation],
+    multistream: MultiStreamExpectation | None = None,
+) -> list[str]:
+    """A VARIANT that cannot finish (compile abort, modeled hang or deadlock) fails the test unless a
+    marker speaks about its cause (a superkernel marker on that scope, whose outcome then decides, or
+    ``multistream(race_free=False)`` for a deadlock): on hardware it would be a crash or a timeout."""
     failure = report.variant.failure
-    if failure is None:
+    if failure is None or (report.deadlock and multistream is not None and multistream.expects_hazard(report)):
         return []
     failing = {name for name, scope in report.superkernels.items() if scope.outcome in ("aborted", "hang")}
     if failing & {e.scope for e in expectations}:
@@ -126,9 +189,10 @@ def run_failures(report: CaseReport, expectations: Sequence[SuperKernelExpectati
     return [f"the VARIANT cannot run on {report.target}: {failure}{log}"]
 
 
-def precision_failures(report: CaseReport) -> list[str]:
-    """Outputs that differ bit for bit between BASELINE and VARIANT: always a failure."""
-    if report.bit_exact:
+def precision_failures(report: CaseReport, multistream: MultiStreamExpectation | None = None) -> list[str]:
+    """Outputs that differ bit for bit between BASELINE and VARIANT: a failure, unless the case is
+    declared unsafe (``race_free=False``) and the sanitizer found the hazard that explains them."""
+    if report.bit_exact or (multistream is not None and multistream.expects_hazard(report)):
         return []
     lines = [m.describe() for m in report.mismatches]
     return [

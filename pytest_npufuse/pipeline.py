@@ -141,9 +141,12 @@ def compare(
         mismatches=compare_outputs(names, baseline_leaves, variant_leaves),
         superkernels={scope.scope: ScopeReport.from_plan(scope) for scope in variant_graph.plan.scopes},
         streams=tuple(sorted({task.stream for task in variant_graph.plan.tasks})),
-        races=(),
+        races=variant_graph.sanitizer.races if variant_graph.sanitizer is not None else (),
         outputs=tuple(names),
         plog_path=variant_graph.plog_path,
+        deadlock=variant_graph.sanitizer.deadlock.describe()
+        if variant_graph.sanitizer is not None and variant_graph.sanitizer.deadlock is not None
+        else None,
     )
     if trace_dir is None:
         return report

@@ -17,7 +17,14 @@ from . import modeledclock, pipeline
 from .baseline import BaselineWarning, Change, Entry, Gate, model_notice, write_baseline
 from .errors import NpufuseError
 from .catalog import OpCatalog
-from .expectations import SuperKernelExpectation, parse_superkernel, precision_failures, run_failures
+from .expectations import (
+    MultiStreamExpectation,
+    SuperKernelExpectation,
+    parse_multistream,
+    parse_superkernel,
+    precision_failures,
+    run_failures,
+)
 from .hardware import HardwareProfile
 from .host import HostConfig
 from .modelversion import ModelIdentity
@@ -228,6 +235,12 @@ def _superkernel_expectations(item: pytest.Item) -> list[SuperKernelExpectation]
     return [parse_superkernel(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")]
 
 
+def _multistream_expectation(item: pytest.Item) -> MultiStreamExpectation:
+    """The multistream marker, or its defaults: every test is checked for races, marker or not."""
+    mark = item.get_closest_marker("multistream")
+    return parse_multistream(mark.args, mark.kwargs) if mark is not None else MultiStreamExpectation()
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Validate markers before the test runs and skip, visibly, what the target cannot run."""
     target = _item_target(item)
@@ -237,12 +250,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.fail(f"npu_target marker needs target names, e.g. @pytest.mark.npu_target('a3'); got {target_marker.args!r}.", pytrace=False)
         if target not in target_marker.args:
             pytest.skip(f"runs only on {', '.join(target_marker.args)}; the current target is {target}")
-    if item.get_closest_marker("multistream") is not None:
-        pytest.fail(
-            "multistream marker: in-graph multi-stream execution is not modeled by this version of pytest-npufuse; "
-            "the test cannot check it.",
-            pytrace=False,
-        )
+    _or_fail(lambda: _multistream_expectation(item))
     expectations = _or_fail(lambda: _superkernel_expectations(item))
     profile = item.config.stash[_PROFILES][target]
     if not profile.superkernel_supported and any(e.outcome == "fused" for e in expectations):
@@ -266,6 +274,7 @@ class NpuFuse:
         self._request = request
         self.target: HardwareProfile = request.config.stash[_PROFILES][target]
         self._expectations = _superkernel_expectations(request.node)
+        self._multistream = _multistream_expectation(request.node)
         self._key = _test_key(request.node)
         self._checks = 0
 
@@ -295,7 +304,9 @@ class NpuFuse:
             )
         )
         entry, change = self._record(report)
-        failures = run_failures(report, self._expectations) + precision_failures(report)
+        streams = self._multistream
+        failures = run_failures(report, self._expectations, streams) + precision_failures(report, streams)
+        failures += streams.failures(report)
         for expectation in self._expectations:
             failures.extend(expectation.failures(report))
         gate = self._request.config.stash[_GATE]

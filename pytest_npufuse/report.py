@@ -7,6 +7,7 @@ from typing import Mapping
 
 from .fusion import ScopePlan
 from .numerics import Mismatch
+from .sanitize import Race
 from .simulate import RunReport
 
 
@@ -54,10 +55,11 @@ class CaseReport:
     mismatches: tuple[Mismatch, ...]
     superkernels: Mapping[str, ScopeReport]
     streams: tuple[str, ...]
-    races: tuple[str, ...]
+    races: tuple[Race, ...]
     outputs: tuple[str, ...]
     trace_path: str | None = None
     plog_path: str | None = None
+    deadlock: str | None = None
 
     @property
     def speedup(self) -> float:
@@ -79,4 +81,5 @@ class CaseReport:
             f"{self.target} {self.mode}: baseline {self.baseline.time_us:.1f} us, variant {self.variant.time_us:.1f} us, "
             f"speedup {self.speedup:.3f}x, {self.segments} SuperKernel segment(s), "
             f"{'bit-exact' if self.bit_exact else f'{len(self.mismatches)} output(s) differ'}"
+            + (f", {len(self.streams)} streams, {len(self.races)} race(s)" if len(self.streams) > 1 else "")
         )

@@ -229,7 +229,9 @@ def test_ini_default_target(run, pytester):
         ('superkernel(segments=1)', "*needs scope='<name>'*"),
         ('superkernel(scope="sp1", segments=-1)', "*segments=-1 must be an integer >= 0*"),
         ('superkernel(scope="sp1", breaks=["add"])', "*breaks=[[]'add'[]] must be a list of op types*"),
-        ("multistream(streams=2)", "*multistream marker: in-graph multi-stream execution is not modeled*"),
+        ("multistream(stream=2)", "*multistream marker: unknown argument 'stream'. Did you mean 'streams'?*"),
+        ("multistream(race_free='no')", "*multistream marker: race_free='no' must be True or False.*"),
+        ("multistream(2)", "*multistream marker takes keyword arguments only*"),
     ],
 )
 def test_bad_marker_arguments_fail_clearly(run, marker, message):
