@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+import traceback
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -328,7 +329,23 @@ def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Call
         ours = _root_cause(exc)
         if isinstance(ours, NpufuseError):
             raise ours from None
-        raise CaptureError(_graph_break_message(model, inputs, exc)) from None
+        raised = _eager_error(model, inputs)
+        raise (raised or CaptureError(_graph_break_message(model, inputs, exc))) from None
+
+
+def _eager_error(model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseError | None:
+    """Run the model uncompiled: when it fails there too (a bad argument to an op or a scope), that
+    error, with the model's own message, is the one to show, not Dynamo's account of tracing it."""
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    except NpufuseError as exc:
+        return exc
+    except Exception as exc:  # noqa: BLE001 - any error of the user's model is reported, not hidden
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        return CaptureError(f"the model raises {type(exc).__name__}: {exc}{where}; it fails without compilation too.")
+    return None
 
 
 def _root_cause(exc: BaseException) -> BaseException:
