@@ -64,6 +64,14 @@ def _output_names(outputs: Any) -> tuple[list[str], list[Any]]:
     return ["output" + pytree.keystr(path) for path, _ in leaves], [leaf for _, leaf in leaves]
 
 
+def _streams_used(graph: CompiledGraph) -> tuple[str, ...]:
+    """Streams the VARIANT's kernels ran on, the default first (sub-kernels of a SuperKernel that fuses
+    two streams count for their own stream)."""
+    plan = graph.plan.streams
+    used = set(plan.kernel_stream.values()) if plan is not None else {task.stream for task in graph.plan.tasks}
+    return tuple(stream for stream in graph.program.streams() if stream in used) or ("default",)
+
+
 def compile_model(
     model: Callable[..., Any],
     *,
@@ -140,7 +148,7 @@ def compare(
         variant=variant_graph.run,
         mismatches=compare_outputs(names, baseline_leaves, variant_leaves),
         superkernels={scope.scope: ScopeReport.from_plan(scope) for scope in variant_graph.plan.scopes},
-        streams=tuple(sorted({task.stream for task in variant_graph.plan.tasks})),
+        streams=_streams_used(variant_graph),
         races=variant_graph.sanitizer.races if variant_graph.sanitizer is not None else (),
         outputs=tuple(names),
         plog_path=variant_graph.plog_path,

@@ -30,6 +30,7 @@ from .host import HostConfig
 from .modelversion import ModelIdentity
 from .userconfig import UserConfig, load_user_config
 from .report import CaseReport
+from .syncs import EVENTS
 from .runreport import entries_of, run_document, write_run_report
 
 _RECORD = "npufuse"
@@ -242,7 +243,12 @@ def _multistream_expectation(item: pytest.Item) -> MultiStreamExpectation:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Validate markers before the test runs and skip, visibly, what the target cannot run."""
+    """Validate markers before the test runs and skip, visibly, what the target cannot run.
+
+    Tagged events are registered per process in TorchAir; each test starts with none, so a model built
+    in several (parametrized, repeated, or xdist-reused) tests does not collide with itself.
+    """
+    EVENTS.reset()
     target = _item_target(item)
     target_marker = item.get_closest_marker("npu_target")
     if target_marker is not None:

@@ -235,6 +235,19 @@ class _DeviceBuild:
         return tuple(runs)
 
 
+def _joined_end(build: _DeviceBuild, device: DeviceModel, profile: HardwareProfile) -> float:
+    """When the run is over: the main stream's last task, or later, each side stream's last task plus
+    the event that joins it back to the main stream before the outputs (TorchAir's closure in aclgraph;
+    GE joins its streams the same way, an estimate). This join is why a second stream costs something
+    even when nothing overlaps."""
+    last_of: dict[int, float] = {}
+    for task, end in zip(build.tasks, device.end):
+        if end is not None:
+            last_of[task.stream] = max(last_of.get(task.stream, 0.0), end)
+    join = profile.overhead_us["event_record"] + profile.overhead_us["event_wait"]
+    return max((end + (join if stream else 0.0) for stream, end in last_of.items()), default=0.0)
+
+
 def simulate(
     program: Program,
     plan: Plan,
@@ -271,7 +284,7 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
     slices, host_us = schedule(program, plan, profile, execution, host, device, build.index)
     device.run()
     ends = [end for end in device.end if end is not None]
-    last = max(ends, default=0.0)
+    last = _joined_end(build, device, profile)
     if execution in (HOST_SCHEDULED, EAGER):
         alone = build.model(profile)
         alone.release_all(0.0)
