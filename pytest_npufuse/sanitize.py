@@ -226,17 +226,22 @@ class _Sanitizer:
         )
 
     def _deadlock(self, heads: Mapping[str, int]) -> Deadlock | None:
-        blocked = []
+        """Blocked streams, those waiting for an event nothing records (the cause) before those waiting
+        for a stream that is itself blocked (the consequence)."""
+        blocked: list[tuple[bool, str]] = []
         for stream in self.streams:
             queue = self.queues[stream]
             if heads[stream] < len(queue):
                 kernel = queue[heads[stream]]
                 pending = [e for e in self.waits.get(kernel.name, []) if e.never_recorded or id(e) not in self.snapshots]
-                blocked.append(f"stream '{stream}' waits before {kernel.name} for {_why(pending)}")
+                where = f"waits before {kernel.name}"
             elif not self._ready(self.end_waits.get(stream, [])):
                 pending = [e for e in self.end_waits[stream] if e.never_recorded or id(e) not in self.snapshots]
-                blocked.append(f"stream '{stream}' waits at its end for {_why(pending)}")
-        return Deadlock(tuple(blocked)) if blocked else None
+                where = "waits at its end"
+            else:
+                continue
+            blocked.append((not any(e.never_recorded for e in pending), f"stream '{stream}' {where} for {_why(pending)}"))
+        return Deadlock(tuple(text for _, text in sorted(blocked, key=lambda item: item[0]))) if blocked else None
 
 
 def _why(edges: Sequence[EventEdge]) -> str:

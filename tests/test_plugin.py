@@ -410,3 +410,100 @@ def test_profile_file_adds_a_target_and_a_bad_key_is_a_usage_error(run, pytester
     result = run(body, "--npufuse-profile=bad.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "bad.toml [targets.a3] [cores]: key 'aic' is 'many', expected an integer" in result.stderr.str()
+
+
+STREAMS = """
+from pytest_npufuse import torchair as tng
+
+
+class Racy(torch.nn.Module):
+    def __init__(self, wait=True, record=True):
+        super().__init__()
+        self.wait, self.record = wait, record
+        self.event = tng.ops.npu_create_tagged_event("e")
+
+    def forward(self, a, b):
+        x = a + b
+        if self.record:
+            tng.ops.npu_tagged_event_record(self.event)
+        with tng.scope.npu_stream_switch("1"):
+            if self.wait:
+                tng.ops.npu_tagged_event_wait(self.event)
+            y = x @ b
+        return y
+
+
+def pair():
+    gen = torch.Generator().manual_seed(3)
+    return torch.randn(64, 64, generator=gen), torch.randn(64, 64, generator=gen)
+"""
+
+
+@pytest.mark.parametrize(
+    ("marker", "model", "outcome", "lines"),
+    [
+        ("multistream(streams=2)", "Racy()", "passed", []),
+        (
+            "multistream(streams=2)",
+            "Racy(wait=False)",
+            "failed",
+            [
+                "*precision: 1 of 1 output(s) are not bit-identical*",
+                "*multistream: read-after-write race on tensor add (float32 [[]64, 64[]]): Add (aten::add at *test_case.py:*) "
+                "on stream 'default' writes it, and MatMulV3 (aten::mm at *) on stream '1' reads it with no event between "
+                "them. Fix: record a tagged event on stream 'default' after Add (npu_tagged_event_record) and wait for it "
+                "on stream '1' before MatMulV3 (npu_tagged_event_wait).*",
+            ],
+        ),
+        ("multistream(race_free=False)", "Racy(wait=False)", "passed", []),
+        ("multistream(race_free=False)", "Racy()", "failed", ["*race_free=False expects the sanitizer to find a race*"]),
+        (
+            "multistream()",
+            "Racy(record=False)",
+            "failed",
+            ["*the VARIANT cannot run on a3: modeled deadlock: stream '1' waits before MatMulV3 for event 'e' "
+             "(npu_tagged_event_wait at *test_case.py:*), which is never recorded*"],
+        ),
+        ("multistream(race_free=False)", "Racy(record=False)", "passed", []),
+        ("multistream(streams=3)", "Racy()", "failed", ["*multistream: the VARIANT ran on 2 stream(s) ('default', '1'), expected streams=3.*"]),
+        ("multistream(min_speedup=5)", "Racy()", "failed", ["*multistream: modeled speedup *x on a3 with streams 'default', '1' is below min_speedup=5.0x*"]),
+    ],
+)
+def test_multistream_outcomes(run, marker, model, outcome, lines):
+    result = run(
+        STREAMS + f"\n\n@pytest.mark.{marker}\ndef test_streams(npufuse):\n"
+        f"    npufuse.check({model}, *pair(), mode='reduce-overhead')\n"
+    )
+    result.assert_outcomes(**{outcome: 1})
+    result.stdout.fnmatch_lines(lines)
+
+
+def test_a_race_fails_even_without_a_marker(run):
+    result = run(STREAMS + "\n\ndef test_streams(npufuse):\n    npufuse.check(Racy(wait=False), *pair(), mode='reduce-overhead')\n")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*multistream: read-after-write race on tensor add*"])
+
+
+def test_parametrized_tests_may_build_the_same_tagged_events(run):
+    result = run(
+        STREAMS + "\n\n@pytest.mark.parametrize('n', [1, 2])\ndef test_streams(npufuse, n):\n"
+        "    npufuse.check(Racy(), *pair(), mode='reduce-overhead')\n",
+        "--npu-target=a2,a3",
+    )
+    result.assert_outcomes(passed=4)
+
+
+def test_duplicate_tag_within_one_test_is_an_error(run):
+    result = run(STREAMS + "\n\ndef test_streams(npufuse):\n    Racy()\n    Racy()\n")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*tagged event tag e is already in use*"])
+
+
+def test_wait_tensor_in_reduce_overhead_is_refused(run):
+    result = run(
+        "from pytest_npufuse import torchair as tng\n\n\nclass W(torch.nn.Module):\n    def forward(self, a, b):\n"
+        "        x = a + b\n        with tng.scope.npu_stream_switch('1'):\n            tng.scope.npu_wait_tensor(b, x)\n"
+        "            return b @ b\n\n\ndef test_w(npufuse):\n    npufuse.check(W(), torch.ones(4, 4), torch.ones(4, 4), mode='reduce-overhead')\n"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*npufuse: npu_wait_tensor at *test_case.py:* is not supported in reduce-overhead mode*"])
