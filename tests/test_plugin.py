@@ -507,3 +507,15 @@ def test_wait_tensor_in_reduce_overhead_is_refused(run):
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*npufuse: npu_wait_tensor at *test_case.py:* is not supported in reduce-overhead mode*"])
+
+
+def test_wrong_breaks_fails_naming_the_actual_op(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp1", breaks=["aten::mul"])
+def test_sp1(npufuse):
+    npufuse.check(Broken(), *inputs())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*scope 'sp1' was broken by aten::add (Add at *models.py:*); expected breaks=[[]'aten::mul'[]].*"])
