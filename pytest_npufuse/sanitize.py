@@ -264,25 +264,26 @@ def _allocate(program: Program, plan: StreamPlan) -> dict[str, str]:
             last_use[program.storage(buffer)] = kernel.index
     pinned = {program.storage(k.buffer) for k in plan.keep_alive}
     outputs = {program.storage(name) for name in program.outputs if name is not None}
+    freed_after: dict[int, list[str]] = {}
+    for storage, last in last_use.items():
+        if storage not in outputs and storage not in pinned and program.buffers[storage].producer is not None:
+            freed_after.setdefault(last, []).append(storage)
     free: dict[str, list[tuple[int, str]]] = {}
     block_of: dict[str, str] = {}
     for kernel in program.kernels:
-        stream = plan.kernel_stream[kernel.name]
+        pool = free.setdefault(plan.kernel_stream[kernel.name], [])
         for buffer in kernel.outputs:
             if program.buffers[buffer].alias_of is not None:
                 continue
             size = program.buffers[buffer].spec.nbytes
-            pool = free.setdefault(stream, [])
-            fits = sorted((b for b in pool if b[0] >= size), key=lambda b: b[0])
+            fits = [block for block in pool if block[0] >= size]
             if fits:
-                pool.remove(fits[0])
-                block_of[buffer] = block_of.get(fits[0][1], fits[0][1])
-        for storage, last in list(last_use.items()):
-            if last == kernel.index and storage not in outputs and storage not in pinned:
-                producer = program.buffers[storage].producer
-                if producer is not None:
-                    alloc_stream = plan.kernel_stream[producer]
-                    free.setdefault(alloc_stream, []).append((program.buffers[storage].spec.nbytes, storage))
+                chosen = min(fits, key=lambda block: block[0])
+                pool.remove(chosen)
+                block_of[buffer] = block_of.get(chosen[1], chosen[1])
+        for storage in freed_after.get(kernel.index, ()):
+            alloc_stream = plan.kernel_stream[program.buffers[storage].producer]
+            free.setdefault(alloc_stream, []).append((program.buffers[storage].spec.nbytes, storage))
     return block_of
 
 
