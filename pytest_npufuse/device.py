@@ -136,21 +136,22 @@ class DeviceModel:
 
     def run(self, until: int | None = None) -> None:
         """Advance until ``until`` has a known end (it has started), or until nothing more can run."""
-        ready, running, waiting = self._ready, self._running, self._waiting
-        while until is None or self.end[until] is None:
-            next_ready = ready[0][0] if ready else None
-            next_end = running[0][0] if running else None
-            if next_ready is None and next_end is None:
-                break
-            if next_end is None or (next_ready is not None and next_ready < next_end):
-                self.now = next_ready
+        ready, running, waiting, end = self._ready, self._running, self._waiting, self.end
+        pop, finish = heapq.heappop, self._finish
+        while until is None or end[until] is None:
+            if ready:
+                now = ready[0][0]
+                if running and running[0][0] < now:
+                    now = running[0][0]
+            elif running:
+                now = running[0][0]
             else:
-                self.now = next_end
-            now = self.now
+                break
+            self.now = now
             while running and running[0][0] <= now:
-                self._finish(heapq.heappop(running)[1])
+                finish(pop(running)[1])
             while ready and ready[0][0] <= now:
-                at, priority, stream, index = heapq.heappop(ready)
+                at, priority, stream, index = pop(ready)
                 waiting.append((priority, at, stream, index))
             if waiting:
                 self._start_waiting(now)
@@ -160,22 +161,25 @@ class DeviceModel:
     def _start_waiting(self, now: float) -> None:
         """Start ready tasks in rank order while they fit; a task that does not fit reserves its pools."""
         waiting = self._waiting
-        waiting.sort()
-        free = self._free
+        if len(waiting) > 1:
+            waiting.sort()
+        free, tasks, running = self._free, self.tasks, self._running
         reserved: set[int] = set()
         still: list[tuple[int, float, int, int]] = []
         for item in waiting:
-            task = self.tasks[item[3]]
-            if any(pool in reserved or free[pool] < count for pool, count in task.needs):
-                reserved.update(pool for pool, _ in task.needs)
+            index = item[3]
+            task = tasks[index]
+            needs = task.needs
+            if any(pool in reserved or free[pool] < count for pool, count in needs):
+                reserved.update(pool for pool, _ in needs)
                 still.append(item)
                 continue
-            for pool, count in task.needs:
+            for pool, count in needs:
                 free[pool] -= count
             end = now + task.duration_us
-            self.start[item[3]] = now
-            self.end[item[3]] = end
-            heapq.heappush(self._running, (end, item[3]))
+            self.start[index] = now
+            self.end[index] = end
+            heapq.heappush(running, (end, index))
         waiting[:] = still
 
     def _finish(self, index: int) -> None:

@@ -13,6 +13,9 @@ from __future__ import annotations
 import gc
 import math
 from dataclasses import dataclass
+from itertools import count, repeat
+from operator import attrgetter
+from typing import NamedTuple
 
 from . import cost
 from .device import DeviceEvent, DeviceModel, DeviceTask
@@ -83,66 +86,141 @@ class RunReport:
 
 SUPERKERNEL_OP = "npufuse::superkernel"
 _POOL_OF = {"cube": 0, "vector": 1, "aicpu": 2, "comm": 3}
+_NO_WRITER = frozenset((None,))
+_SPEC_KEY = attrgetter("shape", "nbytes")
+
+# One sub-kernel as a SuperKernel's layout sees it: block dim, body time, engine, SyncAll, lane, and the
+# positions in the SuperKernel of the earlier sub-kernels that wrote what it reads.
+_Step = tuple[int, float, str, bool, str, frozenset[int]]
+# A laid-out SuperKernel: its duration, each sub-kernel's (start, end) offsets, and the cores it holds.
+_Layout = tuple[float, tuple[tuple[float, float], ...], tuple[tuple[int, int], ...]]
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """A task's kernels relative to its start: (name, op_type, offset, end offset, block dim, engine,
-    parent, kernel type)."""
+class _Shape(NamedTuple):
+    """A task's kernels relative to its start. ``row`` is the task's own kernel (name, op type, end
+    offset, block dim, engine, kernel type); a SuperKernel adds its sub-kernels with their steps and
+    (start, end) offsets."""
 
     duration_us: float
-    kernels: tuple[tuple[str, str, float, float, int, str, str | None, str], ...]
     needs: tuple[tuple[int, int], ...]
+    row: tuple[str, str, float, int, str, str]
+    subs: tuple[Kernel, ...] = ()
+    steps: tuple[_Step, ...] = ()
+    offsets: tuple[tuple[float, float], ...] = ()
 
 
-class _Bodies:
-    """Kernel body times, memoised: the layers of a model repeat the same kernels many times over."""
+def _kernel_run(
+    name: str, op_type: str, stream: str, start_us: float, end_us: float, block_dim: int, engine: str,
+    parent: str | None, kernel_type: str,
+) -> KernelRun:
+    """A :class:`KernelRun` made without the frozen dataclass ``__init__``, which writes each field
+    through ``object.__setattr__`` and is most of the cost of a report with 100k kernels; the result
+    is equal to ``KernelRun(...)`` in every way (a test holds the two together)."""
+    run = _new_object(KernelRun)
+    _set_attribute(run, "__dict__", {
+        "name": name, "op_type": op_type, "stream": stream, "start_us": start_us, "end_us": end_us,
+        "block_dim": block_dim, "engine": engine, "parent": parent, "kernel_type": kernel_type,
+    })
+    return run
 
-    def __init__(self, profile: HardwareProfile) -> None:
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
+class _Facts:
+    """What one run needs to know about kernels, memoised by what it depends on: the layers of a model
+    repeat the same kernels, and the same SuperKernels, many times over, so each is worked out once."""
+
+    def __init__(self, program: Program, profile: HardwareProfile) -> None:
         self.profile = profile
-        self._known: dict[tuple, float] = {}
+        self.storage = program.view_storage.get
+        overhead = profile.overhead_us
+        self.head_us = overhead["kernel_head"]
+        self.call_us = overhead["sk_subkernel_call"]
+        self.sk_sync_us = overhead["sk_sync"]
+        self.sync_all_us = overhead["sync_all"]
+        self._bodies: dict[tuple, float] = {}
+        self._subs: dict[tuple, tuple[int, float, str, bool]] = {}
+        self._layouts: dict[tuple, _Layout] = {}
 
-    def __call__(self, kernel: Kernel, dim: int) -> float:
+    def body_us(self, kernel: Kernel, dim: int) -> float:
         info = kernel.info
         key = (info.engine, info.sync_all, dim, kernel.flops, kernel.bytes, kernel.compute_dtype)
-        body = self._known.get(key)
+        body = self._bodies.get(key)
         if body is None:
-            body = self._known[key] = cost.body_us(kernel, dim, self.profile)
+            body = self._bodies[key] = cost.body_us(kernel, dim, self.profile)
         return body
 
+    def sub_kernel(self, kernel: Kernel, cap: int) -> tuple[int, float, str, bool]:
+        """Block dim (at most ``cap``, the SuperKernel's), body time, engine and SyncAll of a sub-kernel.
+        The key holds the op's catalog entry by identity (the program keeps it alive through the run,
+        and an equal entry held twice only costs a miss) and the output shapes and sizes as plain
+        tuples, which hash and compare without calling into Python."""
+        annotations = kernel.annotations
+        key = (
+            id(kernel.info), tuple(map(_SPEC_KEY, kernel.output_specs)), annotations.aicore_limit,
+            annotations.vectorcore_limit, kernel.flops, kernel.bytes, kernel.compute_dtype, cap,
+        )
+        fact = self._subs.get(key)
+        if fact is None:
+            dim = min(cost.block_dim(kernel, self.profile), cap)
+            fact = self._subs[key] = (dim, self.body_us(kernel, dim), kernel.info.engine, kernel.info.sync_all)
+        return fact
 
-def _superkernel_shape(program: Program, task: Task, profile: HardwareProfile, body_us: _Bodies) -> _Shape:
-    """Lay the sub-kernels out inside the SuperKernel: back to back, a barrier before one that reads what
-    an earlier one wrote, and with ``stream-fusion=1`` on one lane per stream, where a Cube and a Vector
-    sub-kernel overlap but two of the same engine still take turns."""
-    overhead = profile.overhead_us
-    lanes = task.segment.lanes or ("",) * len(task.kernels)
-    lane_end: dict[str, float] = {}
-    written: dict[str, float] = {}
-    placed: list[tuple[float, float, str, str]] = []
-    children = []
-    widest: dict[int, int] = {}
-    for name, lane in zip(task.kernels, lanes):
-        kernel = program.kernel(name)
-        start = lane_end.get(lane, overhead["kernel_head"]) + overhead["sk_subkernel_call"]
-        ready = [written[storage] for storage in map(program.storage, kernel.inputs) if storage in written]
-        if ready:
-            start = max(start, *ready) + overhead["sk_sync"]
-        dim = min(cost.block_dim(kernel, profile), task.block_dim)
-        if task.segment.feed_sync_all and kernel.info.sync_all and dim < task.block_dim:
-            start += overhead["sync_all"]
-        duration = body_us(kernel, dim)
-        start = _after_same_engine(start, duration, kernel.info.engine, lane, placed)
-        end = start + duration
-        placed.append((start, end, kernel.info.engine, lane))
-        children.append((name, kernel.op_type, start, end, dim, kernel.info.engine, task.name, kernel.info.kernel_type))
-        written.update((program.storage(out), end) for out in kernel.outputs)
-        pool = _POOL_OF[kernel.info.engine]
-        widest[pool] = max(widest.get(pool, 0), dim)
-        lane_end[lane] = end
-    total = max(lane_end.values())
-    parent = (task.name, SUPERKERNEL_OP, 0.0, total, task.block_dim, task.engine, None, "SuperKernel")
-    return _Shape(total, (parent, *children), tuple(sorted(widest.items())))
+    def layout(self, steps: tuple[_Step, ...], block_dim: int, feed_sync_all: bool, lanes: bool) -> _Layout:
+        key = (steps, block_dim, feed_sync_all, lanes)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = self._lay_out(steps, block_dim, feed_sync_all, lanes)
+        return layout
+
+    def _lay_out(self, steps: tuple[_Step, ...], block_dim: int, feed_sync_all: bool, lanes: bool) -> _Layout:
+        """Sub-kernels back to back on their lane, a barrier before one that reads what an earlier one
+        wrote; on several lanes a Cube and a Vector sub-kernel overlap but two of one engine take turns.
+        With ``feed-sync-all=1`` a SyncAll sub-kernel on fewer cores pays the inserted SyncAll."""
+        lane_end: dict[str, float] = {}
+        starts: list[float] = []
+        ends: list[float] = []
+        placed: list[tuple[float, float, str, str]] = []
+        widest: dict[int, int] = {}
+        for dim, duration, engine, sync_all, lane, reads in steps:
+            start = lane_end.get(lane, self.head_us) + self.call_us
+            if reads:
+                start = max(start, *(ends[position] for position in reads)) + self.sk_sync_us
+            if feed_sync_all and sync_all and dim < block_dim:
+                start += self.sync_all_us
+            if lanes:
+                start = _after_same_engine(start, duration, engine, lane, placed)
+                placed.append((start, start + duration, engine, lane))
+            end = start + duration
+            starts.append(start)
+            ends.append(end)
+            pool = _POOL_OF[engine]
+            widest[pool] = max(widest.get(pool, 0), dim)
+            lane_end[lane] = end
+        return max(lane_end.values()), tuple(zip(starts, ends)), tuple(sorted(widest.items()))
+
+
+def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
+    """The SuperKernel as one task (see :meth:`_Facts._lay_out`); with ``stream-fusion=1`` each stream
+    is a lane."""
+    segment = task.segment
+    subs = tuple(map(program.kernel, task.kernels))
+    storage = facts.storage
+    writer: dict[str, int] = {}
+    writer_of = writer.get
+    steps = []
+    for position, kernel, lane in zip(count(), subs, segment.lanes or repeat("")):
+        inputs = kernel.inputs
+        reads = frozenset(map(writer_of, map(storage, inputs, inputs))) - _NO_WRITER
+        steps.append((*facts.sub_kernel(kernel, task.block_dim), lane, reads))
+        for out in kernel.outputs:
+            writer[storage(out, out)] = position
+    layout = facts.layout(tuple(steps), task.block_dim, segment.feed_sync_all, bool(segment.lanes))
+    total, offsets, needs = layout
+    row = (task.name, SUPERKERNEL_OP, total, task.block_dim, task.engine, "SuperKernel")
+    return _Shape(total, needs, row, subs, tuple(steps), offsets)
 
 
 def _after_same_engine(start: float, duration: float, engine: str, lane: str, placed: list[tuple[float, float, str, str]]) -> float:
@@ -156,12 +234,12 @@ def _after_same_engine(start: float, duration: float, engine: str, lane: str, pl
     return start
 
 
-def _kernel_shape(program: Program, task: Task, profile: HardwareProfile, body_us: _Bodies) -> _Shape:
+def _kernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
     kernel = program.kernel(task.kernels[0])
-    end = profile.overhead_us["kernel_head"] + body_us(kernel, task.block_dim)
-    engine = kernel.info.engine
-    row = (kernel.name, kernel.op_type, 0.0, end, task.block_dim, engine, None, kernel.info.kernel_type)
-    return _Shape(end, (row,), ((_POOL_OF[engine], task.block_dim),))
+    info = kernel.info
+    end = facts.head_us + facts.body_us(kernel, task.block_dim)
+    row = (kernel.name, kernel.op_type, end, task.block_dim, info.engine, info.kernel_type)
+    return _Shape(end, ((_POOL_OF[info.engine], task.block_dim),), row)
 
 
 def _streams(plan: Plan) -> tuple[str, ...]:
@@ -195,15 +273,16 @@ class _DeviceBuild:
             recorder = self.events[number].recorder
             if recorder is not None:
                 records.setdefault(recorder, []).append(number)
+        facts = _Facts(program, profile)
+        dispatch_us = {engine: profile.dispatch_us(engine) for engine in _POOL_OF}
         self.shapes: list[_Shape] = []
         self.tasks: list[DeviceTask] = []
-        body_us = _Bodies(profile)
         for i, task in enumerate(device_tasks):
-            shape = (_superkernel_shape if task.segment is not None else _kernel_shape)(program, task, profile, body_us)
+            shape = (_superkernel_shape if task.segment is not None else _kernel_shape)(program, task, facts)
             self.shapes.append(shape)
             self.tasks.append(
                 DeviceTask(
-                    task.name, stream_index[task.stream], task.priority, shape.needs, profile.dispatch_us(task.engine),
+                    task.name, stream_index[task.stream], task.priority, shape.needs, dispatch_us[task.engine],
                     shape.duration_us, tuple(waits.get(i, ())), tuple(records.get(i, ())),
                 )
             )
@@ -215,10 +294,16 @@ class _DeviceBuild:
 
     def kernels(self, device: DeviceModel) -> tuple[KernelRun, ...]:
         runs = []
+        append = runs.append
         for task, shape, start in zip(self.tasks, self.shapes, device.start):
             stream = self.streams[task.stream]
-            for name, op_type, offset, end, dim, engine, parent, kernel_type in shape.kernels:
-                runs.append(KernelRun(name, op_type, stream, start + offset, start + end, dim, engine, parent, kernel_type))
+            name, op_type, end, dim, engine, kernel_type = shape.row
+            append(_kernel_run(name, op_type, stream, start + 0.0, start + end, dim, engine, None, kernel_type))
+            for kernel, step, (offset, end) in zip(shape.subs, shape.steps, shape.offsets):
+                append(_kernel_run(
+                    kernel.name, kernel.op_type, stream, start + offset, start + end, step[0], step[2], name,
+                    kernel.info.kernel_type,
+                ))
         return tuple(runs)
 
     def event_runs(self, device: DeviceModel, profile: HardwareProfile) -> tuple[EventRun, ...]:
