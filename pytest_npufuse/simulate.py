@@ -15,12 +15,12 @@ import math
 from dataclasses import dataclass
 from itertools import count, repeat
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from . import cost
 from .device import DeviceEvent, DeviceModel, DeviceTask
 from .errors import NpufuseError
-from .fusion import Plan, Task
+from .fusion import Plan, Segment, Task
 from .hardware import HardwareProfile
 from .host import GRAPH_SINK, HOST_SCHEDULED, EAGER, HostConfig, HostSlice, execution_of, kept_on_host, schedule
 from .program import Kernel, Program
@@ -86,46 +86,37 @@ class RunReport:
 
 SUPERKERNEL_OP = "npufuse::superkernel"
 _POOL_OF = {"cube": 0, "vector": 1, "aicpu": 2, "comm": 3}
-_NO_WRITER = frozenset((None,))
 _SPEC_KEY = attrgetter("shape", "nbytes")
+_R = TypeVar("_R")
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 
-# One sub-kernel as a SuperKernel's layout sees it: block dim, body time, engine, SyncAll, lane, and the
-# positions in the SuperKernel of the earlier sub-kernels that wrote what it reads.
-_Step = tuple[int, float, str, bool, str, frozenset[int]]
+# What a sub-kernel's place in its SuperKernel depends on: block dim, body time, engine and SyncAll.
+_SubKernel = tuple[int, float, str, bool]
 # A laid-out SuperKernel: its duration, each sub-kernel's (start, end) offsets, and the cores it holds.
 _Layout = tuple[float, tuple[tuple[float, float], ...], tuple[tuple[int, int], ...]]
 
 
+def _record(cls: type[_R], fields: dict[str, Any]) -> _R:
+    """An instance of the frozen dataclass ``cls`` with ``fields`` (every field, by name), made without
+    its ``__init__``, which writes each field through ``object.__setattr__`` and is most of the cost of
+    a report with 100k kernels. The result equals ``cls(**fields)`` (a test holds the two together)."""
+    record = _new_object(cls)
+    _set_attribute(record, "__dict__", fields)
+    return record
+
+
 class _Shape(NamedTuple):
     """A task's kernels relative to its start. ``row`` is the task's own kernel (name, op type, end
-    offset, block dim, engine, kernel type); a SuperKernel adds its sub-kernels with their steps and
-    (start, end) offsets."""
+    offset, block dim, engine, kernel type); a SuperKernel adds its sub-kernels, what the layout knew
+    of each, and their (start, end) offsets."""
 
     duration_us: float
     needs: tuple[tuple[int, int], ...]
     row: tuple[str, str, float, int, str, str]
     subs: tuple[Kernel, ...] = ()
-    steps: tuple[_Step, ...] = ()
+    facts: tuple[_SubKernel, ...] = ()
     offsets: tuple[tuple[float, float], ...] = ()
-
-
-def _kernel_run(
-    name: str, op_type: str, stream: str, start_us: float, end_us: float, block_dim: int, engine: str,
-    parent: str | None, kernel_type: str,
-) -> KernelRun:
-    """A :class:`KernelRun` made without the frozen dataclass ``__init__``, which writes each field
-    through ``object.__setattr__`` and is most of the cost of a report with 100k kernels; the result
-    is equal to ``KernelRun(...)`` in every way (a test holds the two together)."""
-    run = _new_object(KernelRun)
-    _set_attribute(run, "__dict__", {
-        "name": name, "op_type": op_type, "stream": stream, "start_us": start_us, "end_us": end_us,
-        "block_dim": block_dim, "engine": engine, "parent": parent, "kernel_type": kernel_type,
-    })
-    return run
-
-
-_new_object = object.__new__
-_set_attribute = object.__setattr__
 
 
 class _Facts:
@@ -141,7 +132,7 @@ class _Facts:
         self.sk_sync_us = overhead["sk_sync"]
         self.sync_all_us = overhead["sync_all"]
         self._bodies: dict[tuple, float] = {}
-        self._subs: dict[tuple, tuple[int, float, str, bool]] = {}
+        self._subs: dict[tuple, _SubKernel] = {}
         self._layouts: dict[tuple, _Layout] = {}
 
     def body_us(self, kernel: Kernel, dim: int) -> float:
@@ -152,7 +143,7 @@ class _Facts:
             body = self._bodies[key] = cost.body_us(kernel, dim, self.profile)
         return body
 
-    def sub_kernel(self, kernel: Kernel, cap: int) -> tuple[int, float, str, bool]:
+    def sub_kernel(self, kernel: Kernel, cap: int) -> _SubKernel:
         """Block dim (at most ``cap``, the SuperKernel's), body time, engine and SyncAll of a sub-kernel.
         The key holds the op's catalog entry by identity (the program keeps it alive through the run,
         and an equal entry held twice only costs a miss) and the output shapes and sizes as plain
@@ -168,26 +159,33 @@ class _Facts:
             fact = self._subs[key] = (dim, self.body_us(kernel, dim), kernel.info.engine, kernel.info.sync_all)
         return fact
 
-    def layout(self, steps: tuple[_Step, ...], block_dim: int, feed_sync_all: bool, lanes: bool) -> _Layout:
-        key = (steps, block_dim, feed_sync_all, lanes)
+    def layout(self, subs: tuple[_SubKernel, ...], reads: tuple[tuple[int | None, ...], ...], segment: Segment, block_dim: int) -> _Layout:
+        """The layout of a SuperKernel of ``subs``; ``reads`` gives, for each input of each sub-kernel,
+        the position of the earlier sub-kernel that wrote it (None: written outside the SuperKernel)."""
+        key = (subs, reads, segment.lanes, segment.feed_sync_all, block_dim)
         layout = self._layouts.get(key)
         if layout is None:
-            layout = self._layouts[key] = self._lay_out(steps, block_dim, feed_sync_all, lanes)
+            layout = self._layouts[key] = self._lay_out(subs, reads, segment.lanes, segment.feed_sync_all, block_dim)
         return layout
 
-    def _lay_out(self, steps: tuple[_Step, ...], block_dim: int, feed_sync_all: bool, lanes: bool) -> _Layout:
+    def _lay_out(
+        self, subs: tuple[_SubKernel, ...], reads: tuple[tuple[int | None, ...], ...], lanes: tuple[str, ...],
+        feed_sync_all: bool, block_dim: int,
+    ) -> _Layout:
         """Sub-kernels back to back on their lane, a barrier before one that reads what an earlier one
-        wrote; on several lanes a Cube and a Vector sub-kernel overlap but two of one engine take turns.
-        With ``feed-sync-all=1`` a SyncAll sub-kernel on fewer cores pays the inserted SyncAll."""
+        wrote; on several lanes (``stream-fusion=1``, one per stream) a Cube and a Vector sub-kernel
+        overlap but two of one engine take turns. With ``feed-sync-all=1`` a SyncAll sub-kernel on
+        fewer cores than the SuperKernel pays the SyncAll inserted on the idle cores."""
         lane_end: dict[str, float] = {}
         starts: list[float] = []
         ends: list[float] = []
         placed: list[tuple[float, float, str, str]] = []
         widest: dict[int, int] = {}
-        for dim, duration, engine, sync_all, lane, reads in steps:
+        for (dim, duration, engine, sync_all), writers, lane in zip(subs, reads, lanes or repeat("")):
             start = lane_end.get(lane, self.head_us) + self.call_us
-            if reads:
-                start = max(start, *(ends[position] for position in reads)) + self.sk_sync_us
+            ready = [ends[position] for position in writers if position is not None]
+            if ready:
+                start = max(start, *ready) + self.sk_sync_us
             if feed_sync_all and sync_all and dim < block_dim:
                 start += self.sync_all_us
             if lanes:
@@ -203,24 +201,23 @@ class _Facts:
 
 
 def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
-    """The SuperKernel as one task (see :meth:`_Facts._lay_out`); with ``stream-fusion=1`` each stream
-    is a lane."""
-    segment = task.segment
-    subs = tuple(map(program.kernel, task.kernels))
-    storage = facts.storage
+    """The SuperKernel as one task, laid out by :meth:`_Facts.layout`."""
+    kernels = tuple(map(program.kernel, task.kernels))
+    storage, sub_kernel, cap = facts.storage, facts.sub_kernel, task.block_dim
     writer: dict[str, int] = {}
     writer_of = writer.get
-    steps = []
-    for position, kernel, lane in zip(count(), subs, segment.lanes or repeat("")):
+    subs = []
+    reads = []
+    for position, kernel in enumerate(kernels):
         inputs = kernel.inputs
-        reads = frozenset(map(writer_of, map(storage, inputs, inputs))) - _NO_WRITER
-        steps.append((*facts.sub_kernel(kernel, task.block_dim), lane, reads))
+        reads.append(tuple(map(writer_of, map(storage, inputs, inputs))))
+        subs.append(sub_kernel(kernel, cap))
         for out in kernel.outputs:
             writer[storage(out, out)] = position
-    layout = facts.layout(tuple(steps), task.block_dim, segment.feed_sync_all, bool(segment.lanes))
-    total, offsets, needs = layout
-    row = (task.name, SUPERKERNEL_OP, total, task.block_dim, task.engine, "SuperKernel")
-    return _Shape(total, needs, row, subs, tuple(steps), offsets)
+    subs = tuple(subs)
+    total, offsets, needs = facts.layout(subs, tuple(reads), task.segment, cap)
+    row = (task.name, SUPERKERNEL_OP, total, cap, task.engine, "SuperKernel")
+    return _Shape(total, needs, row, kernels, subs, offsets)
 
 
 def _after_same_engine(start: float, duration: float, engine: str, lane: str, placed: list[tuple[float, float, str, str]]) -> float:
@@ -280,12 +277,11 @@ class _DeviceBuild:
         for i, task in enumerate(device_tasks):
             shape = (_superkernel_shape if task.segment is not None else _kernel_shape)(program, task, facts)
             self.shapes.append(shape)
-            self.tasks.append(
-                DeviceTask(
-                    task.name, stream_index[task.stream], task.priority, shape.needs, dispatch_us[task.engine],
-                    shape.duration_us, tuple(waits.get(i, ())), tuple(records.get(i, ())),
-                )
-            )
+            self.tasks.append(_record(DeviceTask, {
+                "name": task.name, "stream": stream_index[task.stream], "priority": task.priority,
+                "needs": shape.needs, "dispatch_us": dispatch_us[task.engine], "duration_us": shape.duration_us,
+                "waits": tuple(waits.get(i, ())), "records": tuple(records.get(i, ())),
+            }))
 
     def model(self, profile: HardwareProfile) -> DeviceModel:
         capacity = (profile.aic, profile.aiv, profile.aicpu, 1)
@@ -298,12 +294,16 @@ class _DeviceBuild:
         for task, shape, start in zip(self.tasks, self.shapes, device.start):
             stream = self.streams[task.stream]
             name, op_type, end, dim, engine, kernel_type = shape.row
-            append(_kernel_run(name, op_type, stream, start + 0.0, start + end, dim, engine, None, kernel_type))
-            for kernel, step, (offset, end) in zip(shape.subs, shape.steps, shape.offsets):
-                append(_kernel_run(
-                    kernel.name, kernel.op_type, stream, start + offset, start + end, step[0], step[2], name,
-                    kernel.info.kernel_type,
-                ))
+            append(_record(KernelRun, {
+                "name": name, "op_type": op_type, "stream": stream, "start_us": start + 0.0, "end_us": start + end,
+                "block_dim": dim, "engine": engine, "parent": None, "kernel_type": kernel_type,
+            }))
+            for kernel, (dim, _, engine, _), (offset, end) in zip(shape.subs, shape.facts, shape.offsets):
+                append(_record(KernelRun, {
+                    "name": kernel.name, "op_type": kernel.op_type, "stream": stream, "start_us": start + offset,
+                    "end_us": start + end, "block_dim": dim, "engine": engine, "parent": name,
+                    "kernel_type": kernel.info.kernel_type,
+                }))
         return tuple(runs)
 
     def event_runs(self, device: DeviceModel, profile: HardwareProfile) -> tuple[EventRun, ...]:
