@@ -46,6 +46,14 @@ class DeviceEvent:
     recorder: int | None
 
 
+def _fits(needs: tuple[tuple[int, int], ...], free: list[int], reserved: set[int]) -> bool:
+    """Whether every pool the task needs has its cores free and is not reserved by a higher rank."""
+    for pool, count in needs:
+        if free[pool] < count or pool in reserved:
+            return False
+    return True
+
+
 class DeviceModel:
     """A resumable discrete-event run of tasks over streams and core pools.
 
@@ -163,23 +171,22 @@ class DeviceModel:
         waiting = self._waiting
         if len(waiting) > 1:
             waiting.sort()
-        free, tasks, running = self._free, self.tasks, self._running
+        free, tasks, start, end = self._free, self.tasks, self.start, self.end
         reserved: set[int] = set()
         still: list[tuple[int, float, int, int]] = []
         for item in waiting:
             index = item[3]
             task = tasks[index]
             needs = task.needs
-            if any(pool in reserved or free[pool] < count for pool, count in needs):
+            if not _fits(needs, free, reserved):
                 reserved.update(pool for pool, _ in needs)
                 still.append(item)
                 continue
             for pool, count in needs:
                 free[pool] -= count
-            end = now + task.duration_us
-            self.start[index] = now
-            self.end[index] = end
-            heapq.heappush(running, (end, index))
+            start[index] = now
+            end[index] = finish = now + task.duration_us
+            heapq.heappush(self._running, (finish, index))
         waiting[:] = still
 
     def _finish(self, index: int) -> None:

@@ -125,6 +125,7 @@ class _Facts:
 
     def __init__(self, program: Program, profile: HardwareProfile) -> None:
         self.profile = profile
+        self.views = bool(program.view_storage)
         self.storage = program.view_storage.get
         overhead = profile.overhead_us
         self.head_us = overhead["kernel_head"]
@@ -132,7 +133,7 @@ class _Facts:
         self.sk_sync_us = overhead["sk_sync"]
         self.sync_all_us = overhead["sync_all"]
         self._bodies: dict[tuple, float] = {}
-        self._subs: dict[tuple, _SubKernel] = {}
+        self.subs: dict[tuple, _SubKernel] = {}
         self._layouts: dict[tuple, _Layout] = {}
 
     def body_us(self, kernel: Kernel, dim: int) -> float:
@@ -143,20 +144,11 @@ class _Facts:
             body = self._bodies[key] = cost.body_us(kernel, dim, self.profile)
         return body
 
-    def sub_kernel(self, kernel: Kernel, cap: int) -> _SubKernel:
-        """Block dim (at most ``cap``, the SuperKernel's), body time, engine and SyncAll of a sub-kernel.
-        The key holds the op's catalog entry by identity (the program keeps it alive through the run,
-        and an equal entry held twice only costs a miss) and the output shapes and sizes as plain
-        tuples, which hash and compare without calling into Python."""
-        annotations = kernel.annotations
-        key = (
-            id(kernel.info), tuple(map(_SPEC_KEY, kernel.output_specs)), annotations.aicore_limit,
-            annotations.vectorcore_limit, kernel.flops, kernel.bytes, kernel.compute_dtype, cap,
-        )
-        fact = self._subs.get(key)
-        if fact is None:
-            dim = min(cost.block_dim(kernel, self.profile), cap)
-            fact = self._subs[key] = (dim, self.body_us(kernel, dim), kernel.info.engine, kernel.info.sync_all)
+    def sub_kernel(self, kernel: Kernel, cap: int, key: tuple) -> _SubKernel:
+        """Block dim (at most ``cap``, the SuperKernel's), body time, engine and SyncAll of a sub-kernel,
+        remembered under ``key`` (see :func:`_superkernel_shape`)."""
+        dim = min(cost.block_dim(kernel, self.profile), cap)
+        fact = self.subs[key] = (dim, self.body_us(kernel, dim), kernel.info.engine, kernel.info.sync_all)
         return fact
 
     def layout(self, subs: tuple[_SubKernel, ...], reads: tuple[tuple[int | None, ...], ...], segment: Segment, block_dim: int) -> _Layout:
@@ -201,19 +193,31 @@ class _Facts:
 
 
 def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
-    """The SuperKernel as one task, laid out by :meth:`_Facts.layout`."""
+    """The SuperKernel as one task, laid out by :meth:`_Facts.layout`.
+
+    This loop runs once per sub-kernel, so it looks up what it knows inline. A sub-kernel's facts depend
+    on its op's catalog entry, held by identity (the program keeps it alive through the run, and an
+    equal entry held twice only costs a miss), its outputs' shapes and sizes (one output as a pair,
+    several as a tuple of pairs: plain tuples hash without calling into Python), its core limits,
+    flops, bytes and compute dtype, and the SuperKernel's block dim."""
     kernels = tuple(map(program.kernel, task.kernels))
-    storage, sub_kernel, cap = facts.storage, facts.sub_kernel, task.block_dim
+    storage, views, known, cap = facts.storage, facts.views, facts.subs, task.block_dim
     writer: dict[str, int] = {}
     writer_of = writer.get
     subs = []
     reads = []
     for position, kernel in enumerate(kernels):
-        inputs = kernel.inputs
-        reads.append(tuple(map(writer_of, map(storage, inputs, inputs))))
-        subs.append(sub_kernel(kernel, cap))
-        for out in kernel.outputs:
-            writer[storage(out, out)] = position
+        inputs, outputs, specs, limits = kernel.inputs, kernel.outputs, kernel.output_specs, kernel.annotations
+        if views:
+            inputs, outputs = tuple(map(storage, inputs, inputs)), tuple(map(storage, outputs, outputs))
+        reads.append(tuple(map(writer_of, inputs)))
+        key = (
+            id(kernel.info), (specs[0].shape, specs[0].nbytes) if len(specs) == 1 else tuple(map(_SPEC_KEY, specs)),
+            limits.aicore_limit, limits.vectorcore_limit, kernel.flops, kernel.bytes, kernel.compute_dtype, cap,
+        )
+        subs.append(known.get(key) or facts.sub_kernel(kernel, cap, key))
+        for out in outputs:
+            writer[out] = position
     subs = tuple(subs)
     total, offsets, needs = facts.layout(subs, tuple(reads), task.segment, cap)
     row = (task.name, SUPERKERNEL_OP, total, cap, task.engine, "SuperKernel")
