@@ -129,16 +129,17 @@ class DeviceModel:
             return
         task = self.tasks[index]
         ready = max(self._stream_free[stream], release)
-        for event in task.waits:
-            recorded = self.recorded[event]
-            if recorded is None:
-                self._blocked.setdefault(event, []).append(stream)
-                return
-            ready = max(ready, recorded)
-        if task.waits:
-            for event in task.waits:
+        waits = task.waits
+        if waits:
+            for event in waits:
+                recorded = self.recorded[event]
+                if recorded is None:
+                    self._blocked.setdefault(event, []).append(stream)
+                    return
+                ready = max(ready, recorded)
+            for event in waits:
                 self.waited[event] = ready
-            ready += self._wait_us * len(task.waits)
+            ready += self._wait_us * len(waits)
         self._busy[stream] = True
         heapq.heappush(self._ready, (ready + task.dispatch_us, task.priority, stream, index))
 
@@ -191,10 +192,12 @@ class DeviceModel:
 
     def _finish(self, index: int) -> None:
         task = self.tasks[index]
+        free = self._free
         for pool, count in task.needs:
-            self._free[pool] += count
+            free[pool] += count
         clock = self.end[index]
-        for event in task.records:
+        records = task.records
+        for event in records:
             clock += self._record_us
             self.recorded[event] = clock
         stream = task.stream
@@ -202,7 +205,7 @@ class DeviceModel:
         self._busy[stream] = False
         self._next[stream] += 1
         self._activate(stream)
-        for event in task.records:
+        for event in records:
             for blocked in self._blocked.pop(event, ()):
                 self._activate(blocked)
 
