@@ -46,6 +46,14 @@ class DeviceEvent:
     recorder: int | None
 
 
+def _fits(needs: tuple[tuple[int, int], ...], free: list[int], reserved: set[int]) -> bool:
+    """Whether every pool the task needs has its cores free and is not reserved by a higher rank."""
+    for pool, count in needs:
+        if free[pool] < count or pool in reserved:
+            return False
+    return True
+
+
 class DeviceModel:
     """A resumable discrete-event run of tasks over streams and core pools.
 
@@ -121,36 +129,38 @@ class DeviceModel:
             return
         task = self.tasks[index]
         ready = max(self._stream_free[stream], release)
-        for event in task.waits:
-            recorded = self.recorded[event]
-            if recorded is None:
-                self._blocked.setdefault(event, []).append(stream)
-                return
-            ready = max(ready, recorded)
-        if task.waits:
-            for event in task.waits:
+        waits = task.waits
+        if waits:
+            for event in waits:
+                recorded = self.recorded[event]
+                if recorded is None:
+                    self._blocked.setdefault(event, []).append(stream)
+                    return
+                ready = max(ready, recorded)
+            for event in waits:
                 self.waited[event] = ready
-            ready += self._wait_us * len(task.waits)
+            ready += self._wait_us * len(waits)
         self._busy[stream] = True
         heapq.heappush(self._ready, (ready + task.dispatch_us, task.priority, stream, index))
 
     def run(self, until: int | None = None) -> None:
         """Advance until ``until`` has a known end (it has started), or until nothing more can run."""
-        ready, running, waiting = self._ready, self._running, self._waiting
-        while until is None or self.end[until] is None:
-            next_ready = ready[0][0] if ready else None
-            next_end = running[0][0] if running else None
-            if next_ready is None and next_end is None:
-                break
-            if next_end is None or (next_ready is not None and next_ready < next_end):
-                self.now = next_ready
+        ready, running, waiting, end = self._ready, self._running, self._waiting, self.end
+        pop, finish = heapq.heappop, self._finish
+        while until is None or end[until] is None:
+            if ready:
+                now = ready[0][0]
+                if running and running[0][0] < now:
+                    now = running[0][0]
+            elif running:
+                now = running[0][0]
             else:
-                self.now = next_end
-            now = self.now
+                break
+            self.now = now
             while running and running[0][0] <= now:
-                self._finish(heapq.heappop(running)[1])
+                finish(pop(running)[1])
             while ready and ready[0][0] <= now:
-                at, priority, stream, index = heapq.heappop(ready)
+                at, priority, stream, index = pop(ready)
                 waiting.append((priority, at, stream, index))
             if waiting:
                 self._start_waiting(now)
@@ -160,30 +170,34 @@ class DeviceModel:
     def _start_waiting(self, now: float) -> None:
         """Start ready tasks in rank order while they fit; a task that does not fit reserves its pools."""
         waiting = self._waiting
-        waiting.sort()
-        free = self._free
+        if len(waiting) > 1:
+            waiting.sort()
+        free, tasks, start, end = self._free, self.tasks, self.start, self.end
         reserved: set[int] = set()
         still: list[tuple[int, float, int, int]] = []
         for item in waiting:
-            task = self.tasks[item[3]]
-            if any(pool in reserved or free[pool] < count for pool, count in task.needs):
-                reserved.update(pool for pool, _ in task.needs)
+            index = item[3]
+            task = tasks[index]
+            needs = task.needs
+            if not _fits(needs, free, reserved):
+                reserved.update(pool for pool, _ in needs)
                 still.append(item)
                 continue
-            for pool, count in task.needs:
+            for pool, count in needs:
                 free[pool] -= count
-            end = now + task.duration_us
-            self.start[item[3]] = now
-            self.end[item[3]] = end
-            heapq.heappush(self._running, (end, item[3]))
+            start[index] = now
+            end[index] = finish = now + task.duration_us
+            heapq.heappush(self._running, (finish, index))
         waiting[:] = still
 
     def _finish(self, index: int) -> None:
         task = self.tasks[index]
+        free = self._free
         for pool, count in task.needs:
-            self._free[pool] += count
+            free[pool] += count
         clock = self.end[index]
-        for event in task.records:
+        records = task.records
+        for event in records:
             clock += self._record_us
             self.recorded[event] = clock
         stream = task.stream
@@ -191,7 +205,7 @@ class DeviceModel:
         self._busy[stream] = False
         self._next[stream] += 1
         self._activate(stream)
-        for event in task.records:
+        for event in records:
             for blocked in self._blocked.pop(event, ()):
                 self._activate(blocked)
 

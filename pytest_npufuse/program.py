@@ -105,6 +105,12 @@ class Program:
     def _by_name(self) -> Mapping[str, Kernel]:
         return {kernel.name: kernel for kernel in self.kernels}
 
+    @cached_property
+    def view_storage(self) -> Mapping[str, str]:
+        """The owning buffer of every view, built once: hot loops resolve a buffer's storage with one
+        look-up, ``view_storage.get(name, name)``, instead of walking alias chains."""
+        return {name: self.storage(name) for name, buffer in self.buffers.items() if buffer.alias_of is not None}
+
     def kernel(self, name: str) -> Kernel:
         """The kernel called ``name`` (GE-style kernel name)."""
         return self._by_name[name]

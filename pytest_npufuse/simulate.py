@@ -13,11 +13,14 @@ from __future__ import annotations
 import gc
 import math
 from dataclasses import dataclass
+from itertools import count, repeat
+from operator import attrgetter
+from typing import Any, NamedTuple, TypeVar
 
 from . import cost
 from .device import DeviceEvent, DeviceModel, DeviceTask
 from .errors import NpufuseError
-from .fusion import Plan, Task
+from .fusion import Plan, Segment, Task
 from .hardware import HardwareProfile
 from .host import GRAPH_SINK, HOST_SCHEDULED, EAGER, HostConfig, HostSlice, execution_of, kept_on_host, schedule
 from .program import Kernel, Program
@@ -83,66 +86,142 @@ class RunReport:
 
 SUPERKERNEL_OP = "npufuse::superkernel"
 _POOL_OF = {"cube": 0, "vector": 1, "aicpu": 2, "comm": 3}
+_SPEC_KEY = attrgetter("shape", "nbytes")
+_R = TypeVar("_R")
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+# What a sub-kernel's place in its SuperKernel depends on: block dim, body time, engine and SyncAll.
+_SubKernel = tuple[int, float, str, bool]
+# A laid-out SuperKernel: its duration, each sub-kernel's (start, end) offsets, and the cores it holds.
+_Layout = tuple[float, tuple[tuple[float, float], ...], tuple[tuple[int, int], ...]]
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """A task's kernels relative to its start: (name, op_type, offset, end offset, block dim, engine,
-    parent, kernel type)."""
+def _record(cls: type[_R], fields: dict[str, Any]) -> _R:
+    """An instance of the frozen dataclass ``cls`` with ``fields`` (every field, by name), made without
+    its ``__init__``, which writes each field through ``object.__setattr__`` and is most of the cost of
+    a report with 100k kernels. The result equals ``cls(**fields)`` (a test holds the two together)."""
+    record = _new_object(cls)
+    _set_attribute(record, "__dict__", fields)
+    return record
+
+
+class _Shape(NamedTuple):
+    """A task's kernels relative to its start. ``row`` is the task's own kernel (name, op type, end
+    offset, block dim, engine, kernel type); a SuperKernel adds its sub-kernels, what the layout knew
+    of each, and their (start, end) offsets."""
 
     duration_us: float
-    kernels: tuple[tuple[str, str, float, float, int, str, str | None, str], ...]
     needs: tuple[tuple[int, int], ...]
+    row: tuple[str, str, float, int, str, str]
+    subs: tuple[Kernel, ...] = ()
+    facts: tuple[_SubKernel, ...] = ()
+    offsets: tuple[tuple[float, float], ...] = ()
 
 
-class _Bodies:
-    """Kernel body times, memoised: the layers of a model repeat the same kernels many times over."""
+class _Facts:
+    """What one run needs to know about kernels, memoised by what it depends on: the layers of a model
+    repeat the same kernels, and the same SuperKernels, many times over, so each is worked out once."""
 
-    def __init__(self, profile: HardwareProfile) -> None:
+    def __init__(self, program: Program, profile: HardwareProfile) -> None:
         self.profile = profile
-        self._known: dict[tuple, float] = {}
+        self.views = bool(program.view_storage)
+        self.storage = program.view_storage.get
+        overhead = profile.overhead_us
+        self.head_us = overhead["kernel_head"]
+        self.call_us = overhead["sk_subkernel_call"]
+        self.sk_sync_us = overhead["sk_sync"]
+        self.sync_all_us = overhead["sync_all"]
+        self._bodies: dict[tuple, float] = {}
+        self.subs: dict[tuple, _SubKernel] = {}
+        self._layouts: dict[tuple, _Layout] = {}
 
-    def __call__(self, kernel: Kernel, dim: int) -> float:
+    def body_us(self, kernel: Kernel, dim: int) -> float:
         info = kernel.info
         key = (info.engine, info.sync_all, dim, kernel.flops, kernel.bytes, kernel.compute_dtype)
-        body = self._known.get(key)
+        body = self._bodies.get(key)
         if body is None:
-            body = self._known[key] = cost.body_us(kernel, dim, self.profile)
+            body = self._bodies[key] = cost.body_us(kernel, dim, self.profile)
         return body
 
+    def sub_kernel(self, kernel: Kernel, cap: int, key: tuple) -> _SubKernel:
+        """Block dim (at most ``cap``, the SuperKernel's), body time, engine and SyncAll of a sub-kernel,
+        remembered under ``key`` (see :func:`_superkernel_shape`)."""
+        dim = min(cost.block_dim(kernel, self.profile), cap)
+        fact = self.subs[key] = (dim, self.body_us(kernel, dim), kernel.info.engine, kernel.info.sync_all)
+        return fact
 
-def _superkernel_shape(program: Program, task: Task, profile: HardwareProfile, body_us: _Bodies) -> _Shape:
-    """Lay the sub-kernels out inside the SuperKernel: back to back, a barrier before one that reads what
-    an earlier one wrote, and with ``stream-fusion=1`` on one lane per stream, where a Cube and a Vector
-    sub-kernel overlap but two of the same engine still take turns."""
-    overhead = profile.overhead_us
-    lanes = task.segment.lanes or ("",) * len(task.kernels)
-    lane_end: dict[str, float] = {}
-    written: dict[str, float] = {}
-    placed: list[tuple[float, float, str, str]] = []
-    children = []
-    widest: dict[int, int] = {}
-    for name, lane in zip(task.kernels, lanes):
-        kernel = program.kernel(name)
-        start = lane_end.get(lane, overhead["kernel_head"]) + overhead["sk_subkernel_call"]
-        ready = [written[storage] for storage in map(program.storage, kernel.inputs) if storage in written]
-        if ready:
-            start = max(start, *ready) + overhead["sk_sync"]
-        dim = min(cost.block_dim(kernel, profile), task.block_dim)
-        if task.segment.feed_sync_all and kernel.info.sync_all and dim < task.block_dim:
-            start += overhead["sync_all"]
-        duration = body_us(kernel, dim)
-        start = _after_same_engine(start, duration, kernel.info.engine, lane, placed)
-        end = start + duration
-        placed.append((start, end, kernel.info.engine, lane))
-        children.append((name, kernel.op_type, start, end, dim, kernel.info.engine, task.name, kernel.info.kernel_type))
-        written.update((program.storage(out), end) for out in kernel.outputs)
-        pool = _POOL_OF[kernel.info.engine]
-        widest[pool] = max(widest.get(pool, 0), dim)
-        lane_end[lane] = end
-    total = max(lane_end.values())
-    parent = (task.name, SUPERKERNEL_OP, 0.0, total, task.block_dim, task.engine, None, "SuperKernel")
-    return _Shape(total, (parent, *children), tuple(sorted(widest.items())))
+    def layout(self, subs: tuple[_SubKernel, ...], reads: tuple[tuple[int | None, ...], ...], segment: Segment, block_dim: int) -> _Layout:
+        """The layout of a SuperKernel of ``subs``; ``reads`` gives, for each input of each sub-kernel,
+        the position of the earlier sub-kernel that wrote it (None: written outside the SuperKernel)."""
+        key = (subs, reads, segment.lanes, segment.feed_sync_all, block_dim)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = self._lay_out(subs, reads, segment.lanes, segment.feed_sync_all, block_dim)
+        return layout
+
+    def _lay_out(
+        self, subs: tuple[_SubKernel, ...], reads: tuple[tuple[int | None, ...], ...], lanes: tuple[str, ...],
+        feed_sync_all: bool, block_dim: int,
+    ) -> _Layout:
+        """Sub-kernels back to back on their lane, a barrier before one that reads what an earlier one
+        wrote; on several lanes (``stream-fusion=1``, one per stream) a Cube and a Vector sub-kernel
+        overlap but two of one engine take turns. With ``feed-sync-all=1`` a SyncAll sub-kernel on
+        fewer cores than the SuperKernel pays the SyncAll inserted on the idle cores."""
+        lane_end: dict[str, float] = {}
+        starts: list[float] = []
+        ends: list[float] = []
+        placed: list[tuple[float, float, str, str]] = []
+        widest: dict[int, int] = {}
+        for (dim, duration, engine, sync_all), writers, lane in zip(subs, reads, lanes or repeat("")):
+            start = lane_end.get(lane, self.head_us) + self.call_us
+            ready = [ends[position] for position in writers if position is not None]
+            if ready:
+                start = max(start, *ready) + self.sk_sync_us
+            if feed_sync_all and sync_all and dim < block_dim:
+                start += self.sync_all_us
+            if lanes:
+                start = _after_same_engine(start, duration, engine, lane, placed)
+                placed.append((start, start + duration, engine, lane))
+            end = start + duration
+            starts.append(start)
+            ends.append(end)
+            pool = _POOL_OF[engine]
+            widest[pool] = max(widest.get(pool, 0), dim)
+            lane_end[lane] = end
+        return max(lane_end.values()), tuple(zip(starts, ends)), tuple(sorted(widest.items()))
+
+
+def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
+    """The SuperKernel as one task, laid out by :meth:`_Facts.layout`.
+
+    This loop runs once per sub-kernel, so it looks up what it knows inline. A sub-kernel's facts depend
+    on its op's catalog entry, held by identity (the program keeps it alive through the run, and an
+    equal entry held twice only costs a miss), its outputs' shapes and sizes (one output as a pair,
+    several as a tuple of pairs: plain tuples hash without calling into Python), its core limits,
+    flops, bytes and compute dtype, and the SuperKernel's block dim."""
+    kernels = tuple(map(program.kernel, task.kernels))
+    storage, views, known, cap = facts.storage, facts.views, facts.subs, task.block_dim
+    writer: dict[str, int] = {}
+    writer_of = writer.get
+    subs = []
+    reads = []
+    for position, kernel in enumerate(kernels):
+        inputs, outputs, specs, limits = kernel.inputs, kernel.outputs, kernel.output_specs, kernel.annotations
+        if views:
+            inputs, outputs = tuple(map(storage, inputs, inputs)), tuple(map(storage, outputs, outputs))
+        reads.append(tuple(map(writer_of, inputs)))
+        key = (
+            id(kernel.info), (specs[0].shape, specs[0].nbytes) if len(specs) == 1 else tuple(map(_SPEC_KEY, specs)),
+            limits.aicore_limit, limits.vectorcore_limit, kernel.flops, kernel.bytes, kernel.compute_dtype, cap,
+        )
+        subs.append(known.get(key) or facts.sub_kernel(kernel, cap, key))
+        for out in outputs:
+            writer[out] = position
+    subs = tuple(subs)
+    total, offsets, needs = facts.layout(subs, tuple(reads), task.segment, cap)
+    row = (task.name, SUPERKERNEL_OP, total, cap, task.engine, "SuperKernel")
+    return _Shape(total, needs, row, kernels, subs, offsets)
 
 
 def _after_same_engine(start: float, duration: float, engine: str, lane: str, placed: list[tuple[float, float, str, str]]) -> float:
@@ -156,12 +235,12 @@ def _after_same_engine(start: float, duration: float, engine: str, lane: str, pl
     return start
 
 
-def _kernel_shape(program: Program, task: Task, profile: HardwareProfile, body_us: _Bodies) -> _Shape:
+def _kernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
     kernel = program.kernel(task.kernels[0])
-    end = profile.overhead_us["kernel_head"] + body_us(kernel, task.block_dim)
-    engine = kernel.info.engine
-    row = (kernel.name, kernel.op_type, 0.0, end, task.block_dim, engine, None, kernel.info.kernel_type)
-    return _Shape(end, (row,), ((_POOL_OF[engine], task.block_dim),))
+    info = kernel.info
+    end = facts.head_us + facts.body_us(kernel, task.block_dim)
+    row = (kernel.name, kernel.op_type, end, task.block_dim, info.engine, info.kernel_type)
+    return _Shape(end, ((_POOL_OF[info.engine], task.block_dim),), row)
 
 
 def _streams(plan: Plan) -> tuple[str, ...]:
@@ -195,18 +274,18 @@ class _DeviceBuild:
             recorder = self.events[number].recorder
             if recorder is not None:
                 records.setdefault(recorder, []).append(number)
+        facts = _Facts(program, profile)
+        dispatch_us = {engine: profile.dispatch_us(engine) for engine in _POOL_OF}
         self.shapes: list[_Shape] = []
         self.tasks: list[DeviceTask] = []
-        body_us = _Bodies(profile)
         for i, task in enumerate(device_tasks):
-            shape = (_superkernel_shape if task.segment is not None else _kernel_shape)(program, task, profile, body_us)
+            shape = (_superkernel_shape if task.segment is not None else _kernel_shape)(program, task, facts)
             self.shapes.append(shape)
-            self.tasks.append(
-                DeviceTask(
-                    task.name, stream_index[task.stream], task.priority, shape.needs, profile.dispatch_us(task.engine),
-                    shape.duration_us, tuple(waits.get(i, ())), tuple(records.get(i, ())),
-                )
-            )
+            self.tasks.append(_record(DeviceTask, {
+                "name": task.name, "stream": stream_index[task.stream], "priority": task.priority,
+                "needs": shape.needs, "dispatch_us": dispatch_us[task.engine], "duration_us": shape.duration_us,
+                "waits": tuple(waits.get(i, ())), "records": tuple(records.get(i, ())),
+            }))
 
     def model(self, profile: HardwareProfile) -> DeviceModel:
         capacity = (profile.aic, profile.aiv, profile.aicpu, 1)
@@ -215,10 +294,20 @@ class _DeviceBuild:
 
     def kernels(self, device: DeviceModel) -> tuple[KernelRun, ...]:
         runs = []
+        append = runs.append
         for task, shape, start in zip(self.tasks, self.shapes, device.start):
             stream = self.streams[task.stream]
-            for name, op_type, offset, end, dim, engine, parent, kernel_type in shape.kernels:
-                runs.append(KernelRun(name, op_type, stream, start + offset, start + end, dim, engine, parent, kernel_type))
+            name, op_type, end, dim, engine, kernel_type = shape.row
+            append(_record(KernelRun, {
+                "name": name, "op_type": op_type, "stream": stream, "start_us": start + 0.0, "end_us": start + end,
+                "block_dim": dim, "engine": engine, "parent": None, "kernel_type": kernel_type,
+            }))
+            for kernel, (dim, _, engine, _), (offset, end) in zip(shape.subs, shape.facts, shape.offsets):
+                append(_record(KernelRun, {
+                    "name": kernel.name, "op_type": kernel.op_type, "stream": stream, "start_us": start + offset,
+                    "end_us": start + end, "block_dim": dim, "engine": engine, "parent": name,
+                    "kernel_type": kernel.info.kernel_type,
+                }))
         return tuple(runs)
 
     def event_runs(self, device: DeviceModel, profile: HardwareProfile) -> tuple[EventRun, ...]:

@@ -1,0 +1,87 @@
+"""The simulator's numbers, pinned: making the simulator faster must not move any modeled time.
+
+The digests below were taken from the simulator before its speed work (issue 3); every float of every
+report is in its ``repr``, so a changed bit anywhere changes the digest.
+"""
+
+import hashlib
+from dataclasses import fields, replace
+
+from pytest_npufuse.catalog import load_catalog
+from pytest_npufuse.device import DeviceTask
+from pytest_npufuse.fusion import BASELINE, Plan, SyncEdge
+from pytest_npufuse.hardware import load_profile
+from pytest_npufuse.host import HostConfig
+from pytest_npufuse.simulate import KernelRun, _record, simulate
+from pytest_npufuse.synthetic import ProgramBuilder, plan_program
+
+A3 = load_profile("a3")
+# graph sink, host-scheduled (3 threads), two lanes with feed-sync-all, eager BASELINE
+PINNED_TIMES = (434.3295193444173, 446.4069968218948, 414.428167993066, 758.0715514931842)
+PINNED_DIGEST = "68559d2d7b78f1d1"
+SYNC_ALL_OP = {"acc::sync_mul": {"engine": "vector", "fusable": True, "sync_all": True, "block_dim": 4, "flops": "elementwise"}}
+
+
+def layered_program(layers: int = 3):
+    """Per layer: a norm, a SuperKernel scope with Cube, Vector and SyncAll sub-kernels that read each
+    other, a side-stream matmul and a collective on a comm stream, joined by events."""
+    builder = ProgramBuilder(load_catalog(SYNC_ALL_OP))
+    x = builder.input("x", (16, 2048))
+    w = builder.input("w", (2048, 2048))
+    syncs = []
+    for layer in range(layers):
+        scope = f"sk{layer}"
+        h = builder.op("npu::npu_rms_norm", [x], (16, 2048))
+        q = builder.op("aten::mm", [h, w], (16, 2048), scope=scope)
+        s = builder.op("acc::sync_mul", [q, q], (16, 2048), scope=scope)
+        g = builder.op("npu::npu_grouped_matmul", [h, w], (16, 2048), scope=scope)
+        a = builder.op("npu::npu_swiglu", [g], (16, 1024), scope=scope)
+        d = builder.op("aten::mm", [a, w], (16, 2048), scope=scope)
+        side = builder.op("aten::mm", [h, w], (16, 2048), stream="side")
+        comm = builder.op("_c10d_functional::all_to_all_single", [s], (16, 2048), stream="comm")
+        x = builder.op("aten::add", [d, comm], (16, 2048))
+        x = builder.op("aten::add", [x, side], (16, 2048))
+        names = {kernel.node: kernel.name for kernel in builder.kernels}
+        syncs += [
+            SyncEdge(f"h{layer}", names[h], names[side]),
+            SyncEdge(f"c{layer}", names[s], names[comm]),
+            SyncEdge(f"j{layer}", names[comm], names[x]),
+        ]
+    return builder.build(), syncs
+
+
+def with_lanes(plan: Plan) -> Plan:
+    """Every SuperKernel on two lanes (as ``stream-fusion=1`` would give) and with ``feed-sync-all=1``."""
+    tasks = tuple(
+        task if task.segment is None else replace(task, segment=replace(
+            task.segment, feed_sync_all=True, lanes=tuple("ab"[i % 2] for i in range(len(task.kernels))),
+        ))
+        for task in plan.tasks
+    )
+    return replace(plan, tasks=tasks)
+
+
+def digest(*reports) -> str:
+    return hashlib.sha256("\n".join(map(repr, reports)).encode()).hexdigest()[:16]
+
+
+def test_modeled_times_are_unchanged_in_every_execution_mode():
+    program, syncs = layered_program()
+    plan = plan_program(program, A3, syncs=syncs)
+    graph_sink = simulate(program, plan, A3)
+    host_scheduled = simulate(program, plan, A3, dynamic=True, host=HostConfig(threads=3))
+    lanes = simulate(program, with_lanes(plan), A3)
+    baseline = simulate(program, plan_program(program, A3, variant=BASELINE, mode="eager"), A3)
+    assert (graph_sink.time_us, host_scheduled.time_us, lanes.time_us, baseline.time_us) == PINNED_TIMES
+    assert digest(graph_sink, host_scheduled, lanes, baseline) == PINNED_DIGEST
+
+
+def test_records_built_without_init_equal_constructed_ones():
+    run = {"name": "k", "op_type": "aten::mm", "stream": "s", "start_us": 1.5, "end_us": 2.5, "block_dim": 3,
+           "engine": "cube", "parent": None, "kernel_type": "MatMulV3"}
+    task = {"name": "t", "stream": 1, "priority": 0, "needs": ((0, 2),), "dispatch_us": 1.0, "duration_us": 2.0,
+            "waits": (), "records": (0,)}
+    for cls, values in ((KernelRun, run), (DeviceTask, task)):
+        assert list(values) == [field.name for field in fields(cls)]
+        made = _record(cls, dict(values))
+        assert made == cls(**values) and hash(made) == hash(cls(**values)) and repr(made) == repr(cls(**values))
