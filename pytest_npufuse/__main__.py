@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from .baseline import IMPROVED, REGRESSED, Change, compare_results, model_notice, read_results
+from .baseline import IMPROVED, REGRESSED, Change, Entry, compare_results, model_notice, read_results
 from .errors import NpufuseError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -29,6 +29,13 @@ def _percent(text: str) -> float:
     return value
 
 
+def _us(entry: Entry | None) -> str:
+    """A VARIANT time for the table: '-' when absent, 'never' when the VARIANT does not finish."""
+    if entry is None:
+        return "-"
+    return "never" if entry.variant_us is None else f"{entry.variant_us:.3f}"
+
+
 def _table(changes: Sequence[Change]) -> list[str]:
     """Aligned rows: test, target, old and new variant time, change, speedups, status."""
     header = ("test", "target", "old us", "new us", "change", "old speedup", "new speedup", "status")
@@ -38,8 +45,8 @@ def _table(changes: Sequence[Change]) -> list[str]:
         rows.append((
             c.key,
             c.target,
-            f"{c.before.variant_us:.3f}" if c.before else "-",
-            f"{c.after.variant_us:.3f}" if c.after else "-",
+            _us(c.before),
+            _us(c.after),
             f"{pct:+.2f}%" if pct is not None else "-",
             f"{c.before.speedup:.3f}x" if c.before else "-",
             f"{c.after.speedup:.3f}x" if c.after else "-",

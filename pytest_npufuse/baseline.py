@@ -54,7 +54,7 @@ class Entry:
 
     mode: str
     baseline_us: float
-    variant_us: float
+    variant_us: float | None
     speedup: float
     segments: int
     streams: int
@@ -66,7 +66,7 @@ class Entry:
         return cls(
             mode=report.mode,
             baseline_us=round(report.baseline.time_us, 3),
-            variant_us=round(report.variant.time_us, 3),
+            variant_us=round(report.variant.time_us, 3) if math.isfinite(report.variant.time_us) else None,
             speedup=round(report.speedup, 4),
             segments=report.segments,
             streams=len(report.streams),
@@ -95,7 +95,9 @@ class Entry:
         for key, kind in kinds.items():
             value = data.get(key)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if kind is float and number and math.isfinite(value) and value > 0:
+            if key == "variant_us" and value is None:
+                values[key] = None
+            elif kind is float and number and math.isfinite(value) and (value > 0 or key == "speedup" and value == 0):
                 values[key] = float(value)
             elif kind is int and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 values[key] = value
@@ -103,6 +105,7 @@ class Entry:
                 values[key] = value
             else:
                 expected = {float: "a positive number", int: "an integer >= 0", str: "a string"}[kind]
+                expected += " or null (a VARIANT that cannot finish)" if key == "variant_us" else ""
                 raise BaselineError(f"{where}: '{key}' is {value!r}, expected {expected}.")
         return cls(**values)
 
@@ -223,7 +226,8 @@ class Change:
 
     @property
     def change_pct(self) -> float | None:
-        if self.before is None or self.after is None:
+        """Percent change of the VARIANT time; None when a side is missing or does not finish."""
+        if self.before is None or self.after is None or None in (self.before.variant_us, self.after.variant_us):
             return None
         return (self.after.variant_us / self.before.variant_us - 1.0) * 100.0
 
@@ -232,14 +236,26 @@ class Change:
         if self.before is None or self.after is None:
             only = self.after or self.before
             assert only is not None
-            return f"variant {only.variant_us:.3f} us, speedup {only.speedup:.3f}x"
+            return f"variant {_time(only.variant_us)}, speedup {only.speedup:.3f}x"
+        change = f" ({self.change_pct:+.2f}%)" if self.change_pct is not None else ""
         return (
-            f"variant {self.before.variant_us:.3f} us -> {self.after.variant_us:.3f} us ({self.change_pct:+.2f}%), "
+            f"variant {_time(self.before.variant_us)} -> {_time(self.after.variant_us)}{change}, "
             f"speedup {self.before.speedup:.3f}x -> {self.after.speedup:.3f}x"
         )
 
     def describe(self) -> str:
         return f"{self.key} [{self.target}]: {self.numbers()}"
+
+
+def _time(variant_us: float | None) -> str:
+    return "does not finish" if variant_us is None else f"{variant_us:.3f} us"
+
+
+def _slower(before: float | None, after: float | None, tolerance_pct: float) -> bool:
+    """A VARIANT that stopped finishing is slower; one that still does not finish is not."""
+    if after is None or before is None:
+        return after is None and before is not None
+    return after > before * (1.0 + tolerance_pct / 100.0)
 
 
 def judge(key: str, target: str, before: Entry | None, after: Entry | None, tolerance_pct: float) -> Change:
@@ -254,9 +270,9 @@ def judge(key: str, target: str, before: Entry | None, after: Entry | None, tole
         status = REMOVED
     elif before.model_version != after.model_version:
         status = MODEL_CHANGED
-    elif after.variant_us > before.variant_us * (1.0 + tolerance_pct / 100.0):
+    elif _slower(before.variant_us, after.variant_us, tolerance_pct):
         status = REGRESSED
-    elif after.variant_us < before.variant_us:
+    elif _slower(after.variant_us, before.variant_us, 0.0):
         status = IMPROVED
     else:
         status = UNCHANGED
@@ -317,7 +333,7 @@ class Gate:
         assert change.after is not None
         return (
             f"npufuse: no baseline entry for {change.key} [{change.target}] in {self.path}; recording "
-            f"variant {change.after.variant_us:.3f} us as its baseline if the test passes. Commit the file to gate on it."
+            f"variant {_time(change.after.variant_us)} as its baseline if the test passes. Commit the file to gate on it."
         )
 
     def updated(self, changes: Iterable[Change]) -> Results | None:

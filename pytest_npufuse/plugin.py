@@ -377,6 +377,8 @@ class NpuFuse:
                 "first npufuse.check(); put each further check in a test of its own.",
                 pytrace=False,
             )
+        if entry.variant_us is None:
+            pytest.fail(f"npufuse: the benchmark mirror cannot time a VARIANT that does not finish ({report.variant.failure}).", pytrace=False)
         info = {"npufuse_target": report.target, "npufuse_mode": report.mode, "npufuse_baseline_us": entry.baseline_us,
                 "npufuse_speedup": entry.speedup, "npufuse_model_version": entry.model_version}
         modeledclock.measure(self._request.getfixturevalue("benchmark"), clock, entry.variant_us, info)
@@ -426,7 +428,7 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
         row["target"],
         row["mode"],
         f"{row['baseline_us']:.1f}",
-        f"{row['variant_us']:.1f}",
+        "inf" if row["variant_us"] is None else f"{row['variant_us']:.1f}",
         f"{row['speedup']:.3f}x",
         str(row["segments"]),
         str(row["streams"]),

@@ -77,3 +77,23 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
 def test_a_directory_is_refused_with_the_fix(tmp_path: Path):
     with pytest.raises(baseline.BaselineError, match="is a directory; give the path of a JSON file"):
         baseline.load_baseline(tmp_path)
+
+
+def never_finishes(model_version: str = "m1") -> baseline.Entry:
+    """A VARIANT that cannot finish (compile abort, modeled hang or deadlock)."""
+    return baseline.Entry("max-autotune", 100.0, None, 0.0, 0, 1, model_version)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "status", "numbers"),
+    [
+        (entry(100.0), never_finishes(), baseline.REGRESSED, "variant 100.000 us -> does not finish, speedup 1.000x -> 0.000x"),
+        (never_finishes(), entry(100.0), baseline.IMPROVED, "variant does not finish -> 100.000 us, speedup 0.000x -> 1.000x"),
+        (never_finishes(), never_finishes(), baseline.UNCHANGED, "variant does not finish -> does not finish, speedup 0.000x -> 0.000x"),
+    ],
+)
+def test_a_variant_that_does_not_finish_is_judged_and_stored_as_null(tmp_path, before, after, status, numbers):
+    change = baseline.judge("t", "a3", before, after, 0.0)
+    assert (change.status, change.numbers()) == (status, numbers)
+    assert baseline.Entry.from_json(never_finishes().to_json(), "here") == never_finishes()
+    assert never_finishes().to_json()["variant_us"] is None
