@@ -51,17 +51,31 @@ class SuperKernelExpectation:
         if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
             found = ", ".join(scope.break_sites) or "no op"
             failures.append(f"scope '{self.scope}' was broken by {found}; expected breaks={list(self.breaks)}.")
-        if self.min_speedup is not None and report.speedup < self.min_speedup:
-            failures.append(
-                f"scope '{self.scope}': modeled speedup {report.speedup:.4f}x on {report.target} is below "
-                f"min_speedup={self.min_speedup}x (baseline {report.baseline.time_us:.2f} us, "
-                f"variant {report.variant.time_us:.2f} us)."
-            )
+        failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup))
         return failures
 
     def _segments_failure(self, actual: int, sites: Sequence[str]) -> str:
         broken = f"; it was broken by {', '.join(sites)}" if sites else ""
         return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}."
+
+
+def _speedup_failure(subject: str, report: CaseReport, minimum: float | None) -> list[str]:
+    """The min_speedup check both markers share, with both modeled times."""
+    if minimum is None or report.speedup >= minimum:
+        return []
+    return [
+        f"{subject}: modeled speedup {report.speedup:.4f}x on {report.target} is below min_speedup={minimum}x "
+        f"(baseline {report.baseline.time_us:.2f} us, variant {report.variant.time_us:.2f} us)."
+    ]
+
+
+def _check_arguments(marker: str, kwargs: Mapping[str, Any], known: Sequence[str]) -> None:
+    """An unknown marker argument is a usage error that suggests the nearest known one."""
+    unknown = [key for key in kwargs if key not in known]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        raise MarkerError(f"{marker} marker: unknown argument '{unknown[0]}'.{hint} It takes {', '.join(known)}.")
 
 
 def _number(name: str, value: Any, kind: type, minimum: float, marker: str = "superkernel") -> Any:
@@ -85,11 +99,7 @@ def parse_superkernel(args: Sequence[Any], kwargs: Mapping[str, Any]) -> SuperKe
     """Build an expectation from marker arguments, rejecting anything it cannot honour."""
     if len(args) > 1:
         raise MarkerError(f"superkernel marker takes one positional argument (the scope), got {len(args)}: {args!r}.")
-    unknown = [key for key in kwargs if key not in _SUPERKERNEL_KWARGS]
-    if unknown:
-        near = difflib.get_close_matches(unknown[0], _SUPERKERNEL_KWARGS, n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else ""
-        raise MarkerError(f"superkernel marker: unknown argument '{unknown[0]}'.{hint} It takes {', '.join(_SUPERKERNEL_KWARGS)}.")
+    _check_arguments("superkernel", kwargs, _SUPERKERNEL_KWARGS)
     scope = args[0] if args else kwargs.get("scope")
     if not isinstance(scope, str) or not scope:
         raise MarkerError(f"superkernel marker needs scope='<name>' as in super_kernel('<name>'), got {scope!r}.")
@@ -142,12 +152,7 @@ class MultiStreamExpectation:
                 "multistream: race_free=False expects the sanitizer to find a race, a lifetime hazard or a deadlock, "
                 "but every cross-stream access is ordered."
             )
-        if self.min_speedup is not None and report.speedup < self.min_speedup:
-            failures.append(
-                f"multistream: modeled speedup {report.speedup:.4f}x on {report.target} with streams {used} is below "
-                f"min_speedup={self.min_speedup}x (baseline {report.baseline.time_us:.2f} us, variant "
-                f"{report.variant.time_us:.2f} us)."
-            )
+        failures.extend(_speedup_failure(f"multistream with streams {used}", report, self.min_speedup))
         return failures
 
 
@@ -155,11 +160,7 @@ def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiSt
     """Build the multi-stream expectation from marker arguments, rejecting anything it cannot honour."""
     if args:
         raise MarkerError(f"multistream marker takes keyword arguments only ({', '.join(_MULTISTREAM_KWARGS)}), got {args!r}.")
-    unknown = [key for key in kwargs if key not in _MULTISTREAM_KWARGS]
-    if unknown:
-        near = difflib.get_close_matches(unknown[0], _MULTISTREAM_KWARGS, n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else ""
-        raise MarkerError(f"multistream marker: unknown argument '{unknown[0]}'.{hint} It takes {', '.join(_MULTISTREAM_KWARGS)}.")
+    _check_arguments("multistream", kwargs, _MULTISTREAM_KWARGS)
     race_free = kwargs.get("race_free", True)
     if not isinstance(race_free, bool):
         raise MarkerError(f"multistream marker: race_free={race_free!r} must be True or False.")

@@ -466,7 +466,7 @@ def pair():
         ),
         ("multistream(race_free=False)", "Racy(record=False)", "passed", []),
         ("multistream(streams=3)", "Racy()", "failed", ["*multistream: the VARIANT ran on 2 stream(s) ('default', '1'), expected streams=3.*"]),
-        ("multistream(min_speedup=5)", "Racy()", "failed", ["*multistream: modeled speedup *x on a3 with streams 'default', '1' is below min_speedup=5.0x*"]),
+        ("multistream(min_speedup=5)", "Racy()", "failed", ["*multistream with streams 'default', '1': modeled speedup *x on a3 is below min_speedup=5.0x*"]),
     ],
 )
 def test_multistream_outcomes(run, marker, model, outcome, lines):
