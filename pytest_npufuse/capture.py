@@ -132,6 +132,9 @@ class _ProgramBuilder:
         self.stack = scopes.ScopeStack()
         self.buffers: dict[str, Buffer] = {}
         self.kernels: list[Kernel] = []
+        self.index_of_node: dict[str, int] = {}
+        self.index_of_name: dict[str, int] = {}
+        self.recorded_after: set[str] = set()
         self.names: dict[str, int] = {}
         self.syncs: list[SyncPoint] = []
         self.record_tokens: dict[str, str] = {}
@@ -205,9 +208,10 @@ class _ProgramBuilder:
             # A graph input is ready before the graph starts: nothing to wait for, but the API was used.
             self._sync_point("noop", "", api, node)
             return
-        kernel = next(k for k in self.kernels if k.name == producer)
+        kernel = self.kernels[self.index_of_name[producer]]
         event = f"after:{kernel.name}"
-        if not any(p.kind == "record" and p.event == event for p in self.syncs):
+        if event not in self.recorded_after:
+            self.recorded_after.add(event)
             self.syncs.append(SyncPoint("record", kernel.stream, kernel.index + 1, event, api, kernel.source))
         self._sync_point("wait", event, api, node)
 
@@ -246,16 +250,14 @@ class _ProgramBuilder:
         self._add_buffer(node, producer=None, alias_of=base.name if base is not None else None)
 
     def _producer_of(self, node: torch.fx.Node) -> str | None:
-        for kernel in reversed(self.kernels):
-            if kernel.node == node.name:
-                return kernel.name
-        return None
+        index = self.index_of_node.get(node.name)
+        return None if index is None else self.kernels[index].name
 
     def _attach_output(self, kernel_node: str, buffer: str) -> None:
-        for i, kernel in enumerate(self.kernels):
-            if kernel.node == kernel_node:
-                self.kernels[i] = replace(kernel, outputs=(*kernel.outputs, buffer))
-                return
+        index = self.index_of_node.get(kernel_node)
+        if index is not None:
+            kernel = self.kernels[index]
+            self.kernels[index] = replace(kernel, outputs=(*kernel.outputs, buffer))
 
     def _kernel_name(self, kernel_type: str) -> str:
         count = self.names.get(kernel_type, 0)
@@ -276,6 +278,7 @@ class _ProgramBuilder:
         mutated = _mutated_arguments(node)
         if single:
             self._add_buffer(node, producer=None if mutated else name, alias_of=mutated[0] if mutated else None)
+        self.index_of_node[node.name] = self.index_of_name[name] = len(self.kernels)
         self.kernels.append(
             Kernel(
                 index=len(self.kernels),

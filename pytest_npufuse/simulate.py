@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import math
 from dataclasses import dataclass
-from itertools import count, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, TypeVar
 

@@ -18,6 +18,7 @@ satisfied, which the sanitizer and the simulator report as a modeled deadlock.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -87,24 +88,32 @@ class _Issue:
         self.by_stream: dict[str, list[Kernel]] = {}
         for kernel in kernels:
             self.by_stream.setdefault(kernel.stream, []).append(kernel)
+        self.indices = {stream: [k.index for k in queue] for stream, queue in self.by_stream.items()}
 
     def last_before(self, stream: str, position: int) -> str | None:
-        before = [k for k in self.by_stream.get(stream, []) if k.index < position]
-        return before[-1].name if before else None
+        at = bisect.bisect_left(self.indices.get(stream, []), position)
+        return self.by_stream[stream][at - 1].name if at else None
 
     def first_from(self, stream: str, position: int) -> str | None:
-        return next((k.name for k in self.by_stream.get(stream, []) if k.index >= position), None)
+        indices = self.indices.get(stream, [])
+        at = bisect.bisect_left(indices, position)
+        return self.by_stream[stream][at].name if at < len(indices) else None
 
 
 def _bind_waits(points: Sequence[SyncPoint], issue: _Issue) -> list[EventEdge]:
     """Pair each wait with the record it waits for, by issue order."""
+    records: dict[str, list[int]] = {}
+    for index, point in enumerate(points):
+        if point.kind == "record":
+            records.setdefault(point.event, []).append(index)
     edges: list[EventEdge] = []
     for index, point in enumerate(points):
         if point.kind != "wait":
             continue
-        earlier = [p for p in points[:index] if p.kind == "record" and p.event == point.event]
-        later = [p for p in points[index + 1 :] if p.kind == "record" and p.event == point.event]
-        record = earlier[-1] if earlier else (later[0] if later else None)
+        of_event = records.get(point.event, [])
+        at = bisect.bisect_left(of_event, index)
+        chosen = of_event[at - 1] if at else (of_event[at] if at < len(of_event) else None)
+        record = None if chosen is None else points[chosen]
         wait_before = issue.first_from(point.stream, point.position)
         recorder = None if record is None else issue.last_before(record.stream, record.position)
         if record is not None and recorder is None:

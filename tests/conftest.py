@@ -2,12 +2,14 @@
 
 ``pytester`` runs nested pytest sessions in this process and afterwards forgets every module first
 imported during them. torch imports much of Dynamo lazily on the first compile, and re-importing it
-registers its backends twice, so one small compile happens here, before any nested session.
+registers its backends twice, so one small compile happens here, before any nested session. The
+reference kernels are imported here for the same reason: a second import would define the ``npu``
+ops again.
 """
 
 import torch
 
-from pytest_npufuse import compare, torchair
+from pytest_npufuse import compare, torch_npu, torchair  # noqa: F401 - torch_npu: see above
 
 
 class _Warm(torch.nn.Module):

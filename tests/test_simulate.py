@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from pytest_npufuse import compare, torch_npu, torchair
-from pytest_npufuse.errors import NotModeledError
 from pytest_npufuse.hardware import load_profile
 
 

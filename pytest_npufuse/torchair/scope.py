@@ -12,7 +12,7 @@ from types import TracebackType
 
 import torch
 
-from .. import scopes, syncs  # noqa: F401 - syncs registers the npufuse sync ops
+from .. import scopes, syncs
 from ..errors import ScopeError
 
 __all__ = ["super_kernel", "npu_stream_switch", "limit_core_num", "npu_wait_tensor"]
@@ -86,4 +86,4 @@ def npu_wait_tensor(self: torch.Tensor, dependency: torch.Tensor) -> torch.Tenso
     (max-autotune only, as in TorchAir). Returns ``self``'s values."""
     if not isinstance(self, torch.Tensor) or not isinstance(dependency, torch.Tensor):
         raise ScopeError("npu_wait_tensor(self, dependency) takes two tensors.")
-    return torch.ops.npufuse.wait_tensor(self, dependency)
+    return syncs.WAIT_TENSOR(self, dependency)
