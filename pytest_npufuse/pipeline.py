@@ -43,6 +43,11 @@ def _config(mode: str | None) -> tuple[CompilerConfig, str | None]:
     return config, None
 
 
+def _profile(target: str | HardwareProfile) -> HardwareProfile:
+    """A profile given as itself, or by a built-in target name or a profile file path."""
+    return target if isinstance(target, HardwareProfile) else load_profile(target)
+
+
 def _fresh(inputs: Sequence[Any]) -> list[Any]:
     """Independent copies, so a model that writes to its inputs cannot leak one run into the other."""
     return [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -90,7 +95,7 @@ def compile_model(
     the host scheduling of a dynamic-shape max-autotune graph; ``host`` sets the host threads
     (``MAX_RUNTIME_CORE_NUMBER``) and GE's host optimisations.
     """
-    profile = target if isinstance(target, HardwareProfile) else load_profile(target)
+    profile = _profile(target)
     variant = fusion.VARIANT if superkernel else fusion.BASELINE
     config, override = _config(mode)
     backend = NpuBackend(
@@ -120,7 +125,7 @@ def compare(
     Perfetto trace and a ``kernel_details.csv`` of each variant are written under
     ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory.
     """
-    profile = target if isinstance(target, HardwareProfile) else load_profile(target)
+    profile = _profile(target)
     catalog = catalog or load_catalog()
     config, override = _config(mode)
     settings = {"mode": override, "dynamic": dynamic, "host": host or HostConfig()}
