@@ -16,17 +16,20 @@ schedule is identical on every machine. A wait that can never be satisfied raise
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-from typing import Sequence
+from operator import itemgetter
+from typing import NamedTuple, Sequence
 
 from .errors import ModeledDeadlockError, NpufuseError
 
 POOLS = ("aic", "aiv", "aicpu", "comm")
+# Ready and waiting tasks are (ready time, priority, stream, index); waiting ones start in rank order:
+# priority first, then readiness, then stream and plan order.
+_RANK = itemgetter(1, 0, 2, 3)
 
 
-@dataclass(frozen=True)
-class DeviceTask:
-    """What the scheduler needs to know about one task: where it runs, what it holds, how long."""
+class DeviceTask(NamedTuple):
+    """What the scheduler needs to know about one task: where it runs, what it holds, how long (a named
+    tuple: the simulator builds one per task of a 100k-kernel program)."""
 
     name: str
     stream: int
@@ -38,20 +41,11 @@ class DeviceTask:
     records: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
-class DeviceEvent:
+class DeviceEvent(NamedTuple):
     """An event between streams; ``recorder`` is the task after which it is recorded (None: never)."""
 
     name: str
     recorder: int | None
-
-
-def _fits(needs: tuple[tuple[int, int], ...], free: list[int], reserved: set[int]) -> bool:
-    """Whether every pool the task needs has its cores free and is not reserved by a higher rank."""
-    for pool, count in needs:
-        if free[pool] < count or pool in reserved:
-            return False
-    return True
 
 
 class DeviceModel:
@@ -78,7 +72,6 @@ class DeviceModel:
         self._wait_us = event_wait_us
         self._free = list(capacity)
         self._capacity = tuple(capacity)
-        self._check_fits()
         self._queues: list[list[int]] = [[] for _ in streams]
         for index, task in enumerate(tasks):
             self._queues[task.stream].append(index)
@@ -92,18 +85,8 @@ class DeviceModel:
         self.waited: list[float | None] = [None] * len(events)
         self._blocked: dict[int, list[int]] = {}
         self._ready: list[tuple[float, int, int, int]] = []
-        self._waiting: list[tuple[int, float, int, int]] = []
+        self._waiting: list[tuple[float, int, int, int]] = []
         self._running: list[tuple[float, int]] = []
-        self.now = 0.0
-
-    def _check_fits(self) -> None:
-        for task in self.tasks:
-            for pool, count in task.needs:
-                if count > self._capacity[pool]:
-                    raise NpufuseError(
-                        f"task {task.name} needs {count} {POOLS[pool]} cores but the target has "
-                        f"{self._capacity[pool]}; its block dim cannot exceed the hardware."
-                    )
 
     def release(self, task: int, time: float) -> None:
         """The host has launched ``task`` at ``time``; it may start from then on."""
@@ -112,31 +95,36 @@ class DeviceModel:
 
     def release_all(self, time: float) -> None:
         """Every task launched at once (graph sink or graph replay)."""
-        for index in range(len(self.tasks)):
-            self._release[index] = time
+        self._release = [time] * len(self.tasks)
         for stream in range(len(self.streams)):
             self._activate(stream)
 
     def _activate(self, stream: int) -> None:
         """Make the stream's next task ready if nothing holds it back."""
+        if self._busy[stream]:
+            return
         queue = self._queues[stream]
         position = self._next[stream]
-        if self._busy[stream] or position == len(queue):
+        if position == len(queue):
             return
         index = queue[position]
         release = self._release[index]
         if release is None:
             return
         task = self.tasks[index]
-        ready = max(self._stream_free[stream], release)
+        ready = self._stream_free[stream]
+        if release > ready:
+            ready = release
         waits = task.waits
         if waits:
+            recorded = self.recorded
             for event in waits:
-                recorded = self.recorded[event]
-                if recorded is None:
+                at = recorded[event]
+                if at is None:
                     self._blocked.setdefault(event, []).append(stream)
                     return
-                ready = max(ready, recorded)
+                if at > ready:
+                    ready = at
             for event in waits:
                 self.waited[event] = ready
             ready += self._wait_us * len(waits)
@@ -144,9 +132,18 @@ class DeviceModel:
         heapq.heappush(self._ready, (ready + task.dispatch_us, task.priority, stream, index))
 
     def run(self, until: int | None = None) -> None:
-        """Advance until ``until`` has a known end (it has started), or until nothing more can run."""
-        ready, running, waiting, end = self._ready, self._running, self._waiting, self.end
-        pop, finish = heapq.heappop, self._finish
+        """Advance until ``until`` has a known end (it has started), or until nothing more can run.
+
+        Each stream has at most one task in flight, so both heaps hold at most one entry per stream.
+        This loop runs twice per task, so it works on local names and handles inline what happens to
+        nearly every task: a task ends (its cores return, its events are recorded, its stream's next
+        task becomes ready), and the one task ready at a time starts if its cores are free.
+        """
+        ready, running, waiting = self._ready, self._running, self._waiting
+        tasks, start, end, free, recorded = self.tasks, self.start, self.end, self._free, self.recorded
+        stream_free, busy, position, blocked = self._stream_free, self._busy, self._next, self._blocked
+        record_us, activate = self._record_us, self._activate
+        push, pop = heapq.heappush, heapq.heappop
         while until is None or end[until] is None:
             if ready:
                 now = ready[0][0]
@@ -156,58 +153,85 @@ class DeviceModel:
                 now = running[0][0]
             else:
                 break
-            self.now = now
             while running and running[0][0] <= now:
-                finish(pop(running)[1])
+                index = pop(running)[1]
+                task = tasks[index]
+                for pool, count in task.needs:
+                    free[pool] += count
+                clock, stream, records = end[index], task.stream, task.records
+                for event in records:
+                    clock += record_us
+                    recorded[event] = clock
+                stream_free[stream] = clock
+                busy[stream] = False
+                position[stream] += 1
+                activate(stream)
+                for event in records:
+                    for waiter in blocked.pop(event, ()):
+                        activate(waiter)
             while ready and ready[0][0] <= now:
-                at, priority, stream, index = pop(ready)
-                waiting.append((priority, at, stream, index))
-            if waiting:
+                waiting.append(pop(ready))
+            if len(waiting) == 1:
+                index = waiting[0][3]
+                task = tasks[index]
+                needs = task.needs
+                for pool, count in needs:
+                    if free[pool] < count:
+                        self._check_fits(task)
+                        break
+                else:
+                    waiting.clear()
+                    for pool, count in needs:
+                        free[pool] -= count
+                    start[index] = now
+                    end[index] = finish = now + task.duration_us
+                    push(running, (finish, index))
+            elif waiting:
                 self._start_waiting(now)
         if until is None:
             self._check_finished()
 
     def _start_waiting(self, now: float) -> None:
         """Start ready tasks in rank order while they fit; a task that does not fit reserves its pools."""
-        waiting = self._waiting
-        if len(waiting) > 1:
-            waiting.sort()
-        free, tasks, start, end = self._free, self.tasks, self.start, self.end
+        waiting, free, tasks = self._waiting, self._free, self.tasks
+        waiting.sort(key=_RANK)
         reserved: set[int] = set()
-        still: list[tuple[int, float, int, int]] = []
+        still: list[tuple[float, int, int, int]] = []
         for item in waiting:
             index = item[3]
             task = tasks[index]
             needs = task.needs
-            if not _fits(needs, free, reserved):
-                reserved.update(pool for pool, _ in needs)
-                still.append(item)
-                continue
             for pool, count in needs:
-                free[pool] -= count
-            start[index] = now
-            end[index] = finish = now + task.duration_us
-            heapq.heappush(self._running, (finish, index))
+                if free[pool] < count or pool in reserved:
+                    self._check_fits(task)
+                    reserved.update(pool for pool, _ in needs)
+                    still.append(item)
+                    break
+            else:
+                for pool, count in needs:
+                    free[pool] -= count
+                self.start[index] = now
+                self.end[index] = finish = now + task.duration_us
+                heapq.heappush(self._running, (finish, index))
         waiting[:] = still
 
-    def _finish(self, index: int) -> None:
-        task = self.tasks[index]
-        free = self._free
+    def _check_fits(self, task: DeviceTask) -> None:
+        """A task that waits for cores must fit once they are free, or it would wait forever."""
         for pool, count in task.needs:
-            free[pool] += count
-        clock = self.end[index]
-        records = task.records
-        for event in records:
-            clock += self._record_us
-            self.recorded[event] = clock
-        stream = task.stream
-        self._stream_free[stream] = clock
-        self._busy[stream] = False
-        self._next[stream] += 1
-        self._activate(stream)
-        for event in records:
-            for blocked in self._blocked.pop(event, ()):
-                self._activate(blocked)
+            if count > self._capacity[pool]:
+                raise NpufuseError(
+                    f"task {task.name} needs {count} {POOLS[pool]} cores but the target has "
+                    f"{self._capacity[pool]}; its block dim cannot exceed the hardware."
+                )
+
+    def last_end(self, stream: int) -> float | None:
+        """When the stream's last task that ran ends (None: none ran). A stream runs its tasks in order,
+        each after the one before, so that is also the latest end on the stream."""
+        end = self.end
+        for index in reversed(self._queues[stream]):
+            if end[index] is not None:
+                return end[index]
+        return None
 
     def _check_finished(self) -> None:
         stuck = [s for s, queue in enumerate(self._queues) if self._next[s] < len(queue)]

@@ -46,7 +46,12 @@ class OptionsWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Segment:
-    """One SuperKernel formed from a contiguous run of fusable kernels of a scope."""
+    """One SuperKernel formed from a contiguous run of fusable kernels of a scope.
+
+    ``kernel_dims`` is each sub-kernel's own block dim (it runs on at most the SuperKernel's). ``reads``
+    gives, for each sub-kernel, the earlier sub-kernels whose output it reads: the SuperKernel compiler
+    puts an intra-kernel sync only there, so independent sub-kernels run back to back.
+    """
 
     scope: str
     kernels: tuple[str, ...]
@@ -54,6 +59,8 @@ class Segment:
     te_name: str
     block_dim: int
     kernel_type: str
+    kernel_dims: tuple[int, ...]
+    reads: tuple[tuple[int, ...], ...]
     feed_sync_all: bool = False
     lanes: tuple[str, ...] = ()
 
@@ -89,7 +96,8 @@ class ScopePlan:
 
 @dataclass(frozen=True)
 class Task:
-    """One device task: an ordinary kernel, or a SuperKernel calling its sub-kernels."""
+    """One device task: an ordinary kernel (the task carries the kernel's name), or a SuperKernel
+    calling its sub-kernels."""
 
     name: str
     kernels: tuple[str, ...]
@@ -154,13 +162,29 @@ def _natural_kernel_type(kernels: Sequence[Kernel]) -> str:
     return "MIX_AIV_1_0"
 
 
-def _segment(scope: str, kernels: Sequence[Kernel], profile: HardwareProfile) -> Segment:
+def _segment(scope: str, kernels: Sequence[Kernel], program: Program, profile: HardwareProfile) -> Segment:
     """Name the SuperKernel as CANN does: GE node ``sk_<scope>_start_<first>_end_<last>`` and kernel
     ``te_superkernel_<hash>``, the names users grep for in plog."""
     name = f"sk_{scope}_start_{kernels[0].name}_end_{kernels[-1].name}"
     digest = hashlib.sha256("|".join([name, *(k.op_type for k in kernels)]).encode()).hexdigest()
-    dim = max(cost.block_dim(kernel, profile) for kernel in kernels)
-    return Segment(scope, tuple(k.name for k in kernels), name, f"te_superkernel_{digest}", dim, _natural_kernel_type(kernels))
+    dims = tuple(cost.block_dim(kernel, profile) for kernel in kernels)
+    return Segment(
+        scope, tuple(k.name for k in kernels), name, f"te_superkernel_{digest}", max(dims), _natural_kernel_type(kernels),
+        dims, _internal_reads(kernels, program),
+    )
+
+
+def _internal_reads(kernels: Sequence[Kernel], program: Program) -> tuple[tuple[int, ...], ...]:
+    """For each sub-kernel, the positions of earlier sub-kernels that wrote memory it reads (views
+    resolved to the memory they share)."""
+    storage = program.view_storage.get
+    writer: dict[str, int] = {}
+    reads = []
+    for position, kernel in enumerate(kernels):
+        reads.append(tuple(sorted({writer[owner] for name in kernel.inputs if (owner := storage(name, name)) in writer})))
+        for name in kernel.outputs:
+            writer[storage(name, name)] = position
+    return tuple(reads)
 
 
 def _unsupported_reason(profile: HardwareProfile, mode: str, dynamic: bool) -> str:
@@ -181,7 +205,7 @@ def _segment_scopes(program: Program, profile: HardwareProfile) -> tuple[dict[st
     def close() -> None:
         if run:
             scope = run[0].annotations.sk_scope
-            segments[scope].append(_segment(scope, run, profile))
+            segments[scope].append(_segment(scope, run, program, profile))
             run.clear()
 
     for kernel in program.kernels:
@@ -260,10 +284,9 @@ def _check_dcci(options: SuperKernelOptions, kernels: Sequence[Kernel]) -> None:
                 )
 
 
-def _hang(segment: Segment, kernels: Sequence[Kernel], profile: HardwareProfile) -> str:
+def _hang(segment: Segment, kernels: Sequence[Kernel]) -> str:
     """Why the SuperKernel would hang (a SyncAll sub-kernel on fewer cores, no feed-sync-all), or ''."""
-    for kernel in kernels:
-        dim = cost.block_dim(kernel, profile)
+    for kernel, dim in zip(kernels, segment.kernel_dims):
         if kernel.info.sync_all and dim < segment.block_dim and not segment.feed_sync_all:
             return (
                 f"modeled hang: sub-kernel {kernel.name} ({kernel.op_type}) calls SyncAll on block dim {dim}, but "
@@ -353,7 +376,7 @@ def _plan_scope(
         _stream_fusion(_finish_segment(segment, options, program, profile), options, streams, profile)
         for segment in segments
     )
-    hangs = [reason for seg in formed if (reason := _hang(seg, [program.kernel(n) for n in seg.kernels], profile))]
+    hangs = [reason for seg in formed if (reason := _hang(seg, [program.kernel(n) for n in seg.kernels]))]
     if hangs:
         return _ScopeResult(ScopePlan(scope, options.text, "hang", formed, tuple(breaks), hangs[0]))
     outcome, reason = ("fused", "") if formed else ("unfused", "no kernel in the scope is fusable")

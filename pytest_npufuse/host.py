@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from .device import DeviceModel
 from .fusion import Plan
@@ -53,9 +53,9 @@ class HostConfig:
     small_shape_on_host: bool = True
 
 
-@dataclass(frozen=True)
-class HostSlice:
-    """One host kernel on the modeled timeline (thread 0 is the ordinary thread)."""
+class HostSlice(NamedTuple):
+    """One host kernel on the modeled timeline (thread 0 is the ordinary thread); a named tuple, as
+    :class:`~pytest_npufuse.simulate.KernelRun`, since host scheduling gives several per op."""
 
     name: str
     thread: int
@@ -76,12 +76,11 @@ def kept_on_host(program: Program, plan: Plan, profile: HardwareProfile, executi
     host_buffers = set(program.inputs)
     small_ops = execution == HOST_SCHEDULED and config.small_shape_on_host
     for task in plan.tasks:
-        if task.segment is not None:
+        if task.segment is not None or not (small_ops or task.engine == "host"):
             continue
-        kernel = program.kernel(task.kernels[0])
-        eligible = kernel.info.engine == "host" or (
-            small_ops
-            and kernel.info.host_small
+        kernel = program.by_name[task.kernels[0]]
+        eligible = task.engine == "host" or (
+            kernel.info.host_small
             and all(program.storage(name) in host_buffers for name in kernel.inputs)
             and _small(kernel, program, profile.small_shape_max_elements)
         )

@@ -102,7 +102,8 @@ class Program:
     stream_scopes: tuple[StreamScope, ...] = ()
 
     @cached_property
-    def _by_name(self) -> Mapping[str, Kernel]:
+    def by_name(self) -> Mapping[str, Kernel]:
+        """Every kernel by its GE-style name, built once (hot loops index it directly)."""
         return {kernel.name: kernel for kernel in self.kernels}
 
     @cached_property
@@ -113,7 +114,7 @@ class Program:
 
     def kernel(self, name: str) -> Kernel:
         """The kernel called ``name`` (GE-style kernel name)."""
-        return self._by_name[name]
+        return self.by_name[name]
 
     def producer(self, buffer: str) -> Kernel | None:
         """The kernel that wrote the memory ``buffer`` lives in, or None for graph inputs."""

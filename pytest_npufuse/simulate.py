@@ -13,9 +13,9 @@ from __future__ import annotations
 import gc
 import math
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import count, repeat
 from operator import attrgetter
-from typing import Any, NamedTuple, TypeVar
+from typing import NamedTuple
 
 from . import cost
 from .device import DeviceEvent, DeviceModel, DeviceTask
@@ -26,9 +26,12 @@ from .host import GRAPH_SINK, HOST_SCHEDULED, EAGER, HostConfig, HostSlice, exec
 from .program import Kernel, Program
 
 
-@dataclass(frozen=True)
-class KernelRun:
-    """One executed kernel on the modeled timeline (a SuperKernel and its sub-kernels each get one)."""
+class KernelRun(NamedTuple):
+    """One executed kernel on the modeled timeline (a SuperKernel and its sub-kernels each get one).
+
+    A named tuple rather than a dataclass: a report holds one per kernel, up to 100k of them, and a
+    tuple is several times cheaper to build; it is just as immutable and reads the same by field name.
+    """
 
     name: str
     op_type: str
@@ -45,9 +48,9 @@ class KernelRun:
         return self.end_us - self.start_us
 
 
-@dataclass(frozen=True)
-class EventRun:
-    """One cross-stream event: recorded on one stream, waited on another (a flow arrow in the trace)."""
+class EventRun(NamedTuple):
+    """One cross-stream event: recorded on one stream, waited on another (a flow arrow in the trace).
+    A named tuple, as :class:`KernelRun`: a report may hold thousands."""
 
     event: str
     record_stream: str
@@ -86,47 +89,52 @@ class RunReport:
 
 SUPERKERNEL_OP = "npufuse::superkernel"
 _POOL_OF = {"cube": 0, "vector": 1, "aicpu": 2, "comm": 3}
-_SPEC_KEY = attrgetter("shape", "nbytes")
-_R = TypeVar("_R")
-_new_object = object.__new__
-_set_attribute = object.__setattr__
+_new_tuple = tuple.__new__
+_NAME_OF = attrgetter("name")
+_STREAM_OF = attrgetter("stream")
 
-# What a sub-kernel's place in its SuperKernel depends on: block dim, body time, engine and SyncAll.
-_SubKernel = tuple[int, float, str, bool]
-# A laid-out SuperKernel: its duration, each sub-kernel's (start, end) offsets, and the cores it holds.
-_Layout = tuple[float, tuple[tuple[float, float], ...], tuple[tuple[int, int], ...]]
+# What a sub-kernel's place in its SuperKernel depends on: block dim, body time, engine, SyncAll, and
+# the kernel type its row reports.
+_SubKernel = tuple[int, float, str, bool, str]
 
 
-def _record(cls: type[_R], fields: dict[str, Any]) -> _R:
-    """An instance of the frozen dataclass ``cls`` with ``fields`` (every field, by name), made without
-    its ``__init__``, which writes each field through ``object.__setattr__`` and is most of the cost of
-    a report with 100k kernels. The result equals ``cls(**fields)`` (a test holds the two together)."""
-    record = _new_object(cls)
-    _set_attribute(record, "__dict__", fields)
-    return record
+class _Layout(NamedTuple):
+    """A laid-out SuperKernel: its duration, the cores it holds, and a column per sub-kernel field
+    (offsets from the SuperKernel's start, block dim, engine, kernel type), from which a run builds the
+    sub-kernels' rows."""
+
+    duration_us: float
+    needs: tuple[tuple[int, int], ...]
+    starts: tuple[float, ...]
+    ends: tuple[float, ...]
+    dims: tuple[int, ...]
+    engines: tuple[str, ...]
+    kernel_types: tuple[str, ...]
 
 
 class _Shape(NamedTuple):
     """A task's kernels relative to its start. ``row`` is the task's own kernel (name, op type, end
-    offset, block dim, engine, kernel type); a SuperKernel adds its sub-kernels, what the layout knew
-    of each, and their (start, end) offsets."""
+    offset, block dim, engine, kernel type); a SuperKernel adds its sub-kernels and their layout."""
 
     duration_us: float
     needs: tuple[tuple[int, int], ...]
     row: tuple[str, str, float, int, str, str]
     subs: tuple[Kernel, ...] = ()
-    facts: tuple[_SubKernel, ...] = ()
-    offsets: tuple[tuple[float, float], ...] = ()
+    layout: _Layout | None = None
 
 
 class _Facts:
     """What one run needs to know about kernels, memoised by what it depends on: the layers of a model
-    repeat the same kernels, and the same SuperKernels, many times over, so each is worked out once."""
+    repeat the same kernels, and the same SuperKernels, many times over, so each is worked out once.
 
-    def __init__(self, program: Program, profile: HardwareProfile) -> None:
+    A kernel's timing depends on its op's catalog entry, held by identity (the program keeps it alive
+    through the run, and an equal entry held twice only costs a miss), the cores it runs on, and its
+    flops, bytes and compute dtype: its key is ``(id(info), dim, flops, bytes, compute_dtype)``. The keys
+    are built in plain loops: CPython specialises those, and they beat ``map`` chains of builtins.
+    """
+
+    def __init__(self, profile: HardwareProfile) -> None:
         self.profile = profile
-        self.views = bool(program.view_storage)
-        self.storage = program.view_storage.get
         overhead = profile.overhead_us
         self.head_us = overhead["kernel_head"]
         self.call_us = overhead["sk_subkernel_call"]
@@ -134,6 +142,7 @@ class _Facts:
         self.sync_all_us = overhead["sync_all"]
         self._bodies: dict[tuple, float] = {}
         self.subs: dict[tuple, _SubKernel] = {}
+        self.timings: dict[tuple, tuple[float, tuple[tuple[int, int], ...]]] = {}
         self._layouts: dict[tuple, _Layout] = {}
 
     def body_us(self, kernel: Kernel, dim: int) -> float:
@@ -144,40 +153,50 @@ class _Facts:
             body = self._bodies[key] = cost.body_us(kernel, dim, self.profile)
         return body
 
-    def sub_kernel(self, kernel: Kernel, cap: int, key: tuple) -> _SubKernel:
-        """Block dim (at most ``cap``, the SuperKernel's), body time, engine and SyncAll of a sub-kernel,
-        remembered under ``key`` (see :func:`_superkernel_shape`)."""
-        dim = min(cost.block_dim(kernel, self.profile), cap)
-        fact = self.subs[key] = (dim, self.body_us(kernel, dim), kernel.info.engine, kernel.info.sync_all)
-        return fact
+    def timing(self, kernel: Kernel, dim: int, key: tuple) -> tuple[float, tuple[tuple[int, int], ...]]:
+        """Duration (kernel head and body) and cores held of an ordinary kernel task on ``dim`` cores,
+        remembered under ``key``."""
+        timing = self.timings[key] = (self.head_us + self.body_us(kernel, dim), ((_POOL_OF[kernel.info.engine], dim),))
+        return timing
 
-    def layout(self, subs: tuple[_SubKernel, ...], reads: tuple[tuple[int | None, ...], ...], segment: Segment, block_dim: int) -> _Layout:
-        """The layout of a SuperKernel of ``subs``; ``reads`` gives, for each input of each sub-kernel,
-        the position of the earlier sub-kernel that wrote it (None: written outside the SuperKernel)."""
-        key = (subs, reads, segment.lanes, segment.feed_sync_all, block_dim)
+    def sub_kernels(self, kernels: tuple[Kernel, ...], keys: list[tuple]) -> tuple[_SubKernel, ...]:
+        """Block dim, body time, engine, SyncAll and kernel type of each sub-kernel, looked up by its key
+        (misses are only a SuperKernel's first occurrence)."""
+        known = self.subs
+        subs = list(map(known.get, keys))
+        if None in subs:
+            for position, (kernel, key) in enumerate(zip(kernels, keys)):
+                if subs[position] is None:
+                    dim, info = key[1], kernel.info
+                    subs[position] = known[key] = (dim, self.body_us(kernel, dim), info.engine, info.sync_all, info.kernel_type)
+        return tuple(subs)
+
+    def layout(self, subs: tuple[_SubKernel, ...], segment: Segment, block_dim: int) -> _Layout:
+        """The layout of a SuperKernel of ``subs`` (see :meth:`_lay_out`)."""
+        key = (subs, segment.reads, segment.lanes, segment.feed_sync_all, block_dim)
         layout = self._layouts.get(key)
         if layout is None:
-            layout = self._layouts[key] = self._lay_out(subs, reads, segment.lanes, segment.feed_sync_all, block_dim)
+            layout = self._layouts[key] = self._lay_out(subs, segment.reads, segment.lanes, segment.feed_sync_all, block_dim)
         return layout
 
     def _lay_out(
-        self, subs: tuple[_SubKernel, ...], reads: tuple[tuple[int | None, ...], ...], lanes: tuple[str, ...],
+        self, subs: tuple[_SubKernel, ...], reads: tuple[tuple[int, ...], ...], lanes: tuple[str, ...],
         feed_sync_all: bool, block_dim: int,
     ) -> _Layout:
         """Sub-kernels back to back on their lane, a barrier before one that reads what an earlier one
-        wrote; on several lanes (``stream-fusion=1``, one per stream) a Cube and a Vector sub-kernel
-        overlap but two of one engine take turns. With ``feed-sync-all=1`` a SyncAll sub-kernel on
-        fewer cores than the SuperKernel pays the SyncAll inserted on the idle cores."""
+        wrote (``reads``, from the plan); on several lanes (``stream-fusion=1``, one per stream) a Cube
+        and a Vector sub-kernel overlap but two of one engine take turns. With ``feed-sync-all=1`` a
+        SyncAll sub-kernel on fewer cores than the SuperKernel pays the SyncAll inserted on the idle
+        cores."""
         lane_end: dict[str, float] = {}
         starts: list[float] = []
         ends: list[float] = []
         placed: list[tuple[float, float, str, str]] = []
         widest: dict[int, int] = {}
-        for (dim, duration, engine, sync_all), writers, lane in zip(subs, reads, lanes or repeat("")):
+        for (dim, duration, engine, sync_all, _), writers, lane in zip(subs, reads, lanes or repeat("")):
             start = lane_end.get(lane, self.head_us) + self.call_us
-            ready = [ends[position] for position in writers if position is not None]
-            if ready:
-                start = max(start, *ready) + self.sk_sync_us
+            if writers:
+                start = max(start, *[ends[position] for position in writers]) + self.sk_sync_us
             if feed_sync_all and sync_all and dim < block_dim:
                 start += self.sync_all_us
             if lanes:
@@ -189,39 +208,23 @@ class _Facts:
             pool = _POOL_OF[engine]
             widest[pool] = max(widest.get(pool, 0), dim)
             lane_end[lane] = end
-        return max(lane_end.values()), tuple(zip(starts, ends)), tuple(sorted(widest.items()))
+        dims, _, engines, _, kernel_types = zip(*subs)
+        return _Layout(
+            max(lane_end.values()), tuple(sorted(widest.items())), tuple(starts), tuple(ends), dims, engines, kernel_types,
+        )
 
 
 def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
-    """The SuperKernel as one task, laid out by :meth:`_Facts.layout`.
-
-    This loop runs once per sub-kernel, so it looks up what it knows inline. A sub-kernel's facts depend
-    on its op's catalog entry, held by identity (the program keeps it alive through the run, and an
-    equal entry held twice only costs a miss), its outputs' shapes and sizes (one output as a pair,
-    several as a tuple of pairs: plain tuples hash without calling into Python), its core limits,
-    flops, bytes and compute dtype, and the SuperKernel's block dim."""
-    kernels = tuple(map(program.kernel, task.kernels))
-    storage, views, known, cap = facts.storage, facts.views, facts.subs, task.block_dim
-    writer: dict[str, int] = {}
-    writer_of = writer.get
-    subs = []
-    reads = []
-    for position, kernel in enumerate(kernels):
-        inputs, outputs, specs, limits = kernel.inputs, kernel.outputs, kernel.output_specs, kernel.annotations
-        if views:
-            inputs, outputs = tuple(map(storage, inputs, inputs)), tuple(map(storage, outputs, outputs))
-        reads.append(tuple(map(writer_of, inputs)))
-        key = (
-            id(kernel.info), (specs[0].shape, specs[0].nbytes) if len(specs) == 1 else tuple(map(_SPEC_KEY, specs)),
-            limits.aicore_limit, limits.vectorcore_limit, kernel.flops, kernel.bytes, kernel.compute_dtype, cap,
-        )
-        subs.append(known.get(key) or facts.sub_kernel(kernel, cap, key))
-        for out in outputs:
-            writer[out] = position
-    subs = tuple(subs)
-    total, offsets, needs = facts.layout(subs, tuple(reads), task.segment, cap)
-    row = (task.name, SUPERKERNEL_OP, total, cap, task.engine, "SuperKernel")
-    return _Shape(total, needs, row, kernels, subs, offsets)
+    """The SuperKernel as one task, laid out by :meth:`_Facts.layout`. Each sub-kernel runs on its own
+    block dim, at most the SuperKernel's."""
+    kernels = tuple(map(program.by_name.__getitem__, task.kernels))
+    cap = task.block_dim
+    keys = []
+    for kernel, dim in zip(kernels, task.segment.kernel_dims):
+        keys.append((id(kernel.info), dim if dim < cap else cap, kernel.flops, kernel.bytes, kernel.compute_dtype))
+    layout = facts.layout(facts.sub_kernels(kernels, keys), task.segment, cap)
+    row = (task.name, SUPERKERNEL_OP, layout.duration_us, cap, task.engine, "SuperKernel")
+    return _new_tuple(_Shape, (layout.duration_us, layout.needs, row, kernels, layout))
 
 
 def _after_same_engine(start: float, duration: float, engine: str, lane: str, placed: list[tuple[float, float, str, str]]) -> float:
@@ -235,20 +238,9 @@ def _after_same_engine(start: float, duration: float, engine: str, lane: str, pl
     return start
 
 
-def _kernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
-    kernel = program.kernel(task.kernels[0])
-    info = kernel.info
-    end = facts.head_us + facts.body_us(kernel, task.block_dim)
-    row = (kernel.name, kernel.op_type, end, task.block_dim, info.engine, info.kernel_type)
-    return _Shape(end, ((_POOL_OF[info.engine], task.block_dim),), row)
-
-
 def _streams(plan: Plan) -> tuple[str, ...]:
     """Streams in a fixed order: the default stream first, then the others by first use."""
-    seen = {"default": None}
-    for task in plan.tasks:
-        seen.setdefault(task.stream, None)
-    return tuple(seen)
+    return tuple({"default": None, **dict.fromkeys(map(_STREAM_OF, plan.tasks))})
 
 
 class _DeviceBuild:
@@ -257,35 +249,52 @@ class _DeviceBuild:
     def __init__(self, program: Program, plan: Plan, profile: HardwareProfile, on_host: frozenset[str]) -> None:
         self.streams = _streams(plan)
         stream_index = {name: i for i, name in enumerate(self.streams)}
-        device_tasks = [task for task in plan.tasks if task.name not in on_host]
-        self.index = {task.name: i for i, task in enumerate(device_tasks)}
-        # Events may name a task or a kernel inside it (a SuperKernel's sub-kernel).
-        owner = {**{k: i for i, task in enumerate(device_tasks) for k in task.kernels}, **self.index}
+        device_tasks = [task for task in plan.tasks if task.name not in on_host] if on_host else plan.tasks
+        self.index = dict(zip(map(_NAME_OF, device_tasks), count()))
+        # Events may name a task or a kernel inside it (a SuperKernel's sub-kernel; an ordinary task is
+        # named after its one kernel).
+        owner = {}
+        for i, task in enumerate(device_tasks):
+            if task.segment is not None:
+                owner.update(dict.fromkeys(task.kernels, i))
+        owner.update(self.index)
         self.events = tuple(
             DeviceEvent(edge.event, owner.get(edge.record_after) if edge.record_after else None)
             for edge in plan.syncs
         )
-        waits: dict[int, list[int]] = {}
-        records: dict[int, list[int]] = {}
+        self.waiters: list[int] = []
+        waits: list[tuple[int, ...]] = [()] * len(device_tasks)
+        records: list[tuple[int, ...]] = [()] * len(device_tasks)
         for number, edge in enumerate(plan.syncs):
             if edge.wait_before not in owner:
                 raise NpufuseError(f"event '{edge.event}' is waited on before '{edge.wait_before}', which is not a device task of the plan.")
-            waits.setdefault(owner[edge.wait_before], []).append(number)
+            waiter = owner[edge.wait_before]
+            self.waiters.append(waiter)
+            waits[waiter] += (number,)
             recorder = self.events[number].recorder
             if recorder is not None:
-                records.setdefault(recorder, []).append(number)
-        facts = _Facts(program, profile)
+                records[recorder] += (number,)
+        facts = _Facts(profile)
         dispatch_us = {engine: profile.dispatch_us(engine) for engine in _POOL_OF}
         self.shapes: list[_Shape] = []
         self.tasks: list[DeviceTask] = []
-        for i, task in enumerate(device_tasks):
-            shape = (_superkernel_shape if task.segment is not None else _kernel_shape)(program, task, facts)
+        by_name, timings = program.by_name, facts.timings
+        for task, task_waits, task_records in zip(device_tasks, waits, records):
+            if task.segment is None:
+                # An ordinary kernel, inline: most tasks are one, and a call per task shows in the run time.
+                kernel = by_name[task.kernels[0]]
+                info, dim = kernel.info, task.block_dim
+                key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype)
+                end, needs = timings.get(key) or facts.timing(kernel, dim, key)
+                row = (kernel.name, kernel.op_type, end, dim, info.engine, info.kernel_type)
+                shape = _new_tuple(_Shape, (end, needs, row, (), None))
+            else:
+                shape = _superkernel_shape(program, task, facts)
             self.shapes.append(shape)
-            self.tasks.append(_record(DeviceTask, {
-                "name": task.name, "stream": stream_index[task.stream], "priority": task.priority,
-                "needs": shape.needs, "dispatch_us": dispatch_us[task.engine], "duration_us": shape.duration_us,
-                "waits": tuple(waits.get(i, ())), "records": tuple(records.get(i, ())),
-            }))
+            self.tasks.append(_new_tuple(DeviceTask, (
+                task.name, stream_index[task.stream], task.priority, shape.needs, dispatch_us[task.engine],
+                shape.duration_us, task_waits, task_records,
+            )))
 
     def model(self, profile: HardwareProfile) -> DeviceModel:
         capacity = (profile.aic, profile.aiv, profile.aicpu, 1)
@@ -298,43 +307,38 @@ class _DeviceBuild:
         for task, shape, start in zip(self.tasks, self.shapes, device.start):
             stream = self.streams[task.stream]
             name, op_type, end, dim, engine, kernel_type = shape.row
-            append(_record(KernelRun, {
-                "name": name, "op_type": op_type, "stream": stream, "start_us": start + 0.0, "end_us": start + end,
-                "block_dim": dim, "engine": engine, "parent": None, "kernel_type": kernel_type,
-            }))
-            for kernel, (dim, _, engine, _), (offset, end) in zip(shape.subs, shape.facts, shape.offsets):
-                append(_record(KernelRun, {
-                    "name": kernel.name, "op_type": kernel.op_type, "stream": stream, "start_us": start + offset,
-                    "end_us": start + end, "block_dim": dim, "engine": engine, "parent": name,
-                    "kernel_type": kernel.info.kernel_type,
-                }))
+            append(_new_tuple(KernelRun, (name, op_type, stream, start + 0.0, start + end, dim, engine, None, kernel_type)))
+            layout = shape.layout
+            if layout is not None:
+                runs += [
+                    _new_tuple(KernelRun, (kernel.name, kernel.op_type, stream, start + offset, start + end, dim, engine, name, kernel_type))
+                    for kernel, offset, end, dim, engine, kernel_type in zip(
+                        shape.subs, layout.starts, layout.ends, layout.dims, layout.engines, layout.kernel_types,
+                    )
+                ]
         return tuple(runs)
 
     def event_runs(self, device: DeviceModel, profile: HardwareProfile) -> tuple[EventRun, ...]:
-        waiters = {number: task for task in self.tasks for number in task.waits}
         record_us, wait_us = profile.overhead_us["event_record"], profile.overhead_us["event_wait"]
         runs = []
-        for number, event in enumerate(self.events):
+        for number, (event, waiter) in enumerate(zip(self.events, self.waiters)):
             recorded, waited = device.recorded[number], device.waited[number]
             recorder = self.tasks[event.recorder]
             runs.append(
                 EventRun(event.name, self.streams[recorder.stream], recorded - record_us, recorded,
-                         self.streams[waiters[number].stream], waited, waited + wait_us)
+                         self.streams[self.tasks[waiter].stream], waited, waited + wait_us)
             )
         return tuple(runs)
 
 
-def _joined_end(build: _DeviceBuild, device: DeviceModel, profile: HardwareProfile) -> float:
+def _joined_end(device: DeviceModel, profile: HardwareProfile) -> float:
     """When the run is over: the main stream's last task, or later, each side stream's last task plus
     the event that joins it back to the main stream before the outputs (TorchAir's closure in aclgraph;
     GE joins its streams the same way, an estimate). This join is why a second stream costs something
     even when nothing overlaps."""
-    last_of: dict[int, float] = {}
-    for task, end in zip(build.tasks, device.end):
-        if end is not None:
-            last_of[task.stream] = max(last_of.get(task.stream, 0.0), end)
     join = profile.overhead_us["event_record"] + profile.overhead_us["event_wait"]
-    return max((end + (join if stream else 0.0) for stream, end in last_of.items()), default=0.0)
+    ends = [(stream, end) for stream in range(len(device.streams)) if (end := device.last_end(stream)) is not None]
+    return max((end + (join if stream else 0.0) for stream, end in ends), default=0.0)
 
 
 def simulate(
@@ -373,7 +377,7 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
     slices, host_us = schedule(program, plan, profile, execution, host, device, build.index)
     device.run()
     ends = [end for end in device.end if end is not None]
-    last = _joined_end(build, device, profile)
+    last = _joined_end(device, profile)
     if execution in (HOST_SCHEDULED, EAGER):
         alone = build.model(profile)
         alone.release_all(0.0)

@@ -3,10 +3,11 @@
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
-from pytest_npufuse.errors import ModeledDeadlockError
+from pytest_npufuse.errors import ModeledDeadlockError, NpufuseError
 from pytest_npufuse.fusion import BASELINE, SyncEdge
 from pytest_npufuse.hardware import load_profile
 from pytest_npufuse.host import HostConfig
@@ -194,3 +195,12 @@ def test_multistream_run_is_identical_twice_and_in_another_process():
         exec(_PRINT_MULTISTREAM, {"print": printed.append})
         runs.append("\n".join(printed) + "\n")
     assert runs[0] == runs[1] == other and "EventRun(event='e'" in other
+
+
+def test_a_task_wider_than_the_hardware_is_refused_not_left_waiting():
+    """A plan made for a bigger die, simulated on a smaller one: the task could never get its cores."""
+    program = two_streams("aten::mm", "aten::add")
+    plan = plan_program(program, A3)
+    small = replace(A3, aic=A3.aic // 2)
+    with pytest.raises(NpufuseError, match=r"needs 24 aic cores but the target has 12"):
+        simulate(program, plan, small)

@@ -5,14 +5,13 @@ report is in its ``repr``, so a changed bit anywhere changes the digest.
 """
 
 import hashlib
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from pytest_npufuse.catalog import load_catalog
-from pytest_npufuse.device import DeviceTask
 from pytest_npufuse.fusion import BASELINE, Plan, SyncEdge
 from pytest_npufuse.hardware import load_profile
 from pytest_npufuse.host import HostConfig
-from pytest_npufuse.simulate import KernelRun, _record, simulate
+from pytest_npufuse.simulate import simulate
 from pytest_npufuse.synthetic import ProgramBuilder, plan_program
 
 A3 = load_profile("a3")
@@ -74,14 +73,3 @@ def test_modeled_times_are_unchanged_in_every_execution_mode():
     baseline = simulate(program, plan_program(program, A3, variant=BASELINE, mode="eager"), A3)
     assert (graph_sink.time_us, host_scheduled.time_us, lanes.time_us, baseline.time_us) == PINNED_TIMES
     assert digest(graph_sink, host_scheduled, lanes, baseline) == PINNED_DIGEST
-
-
-def test_records_built_without_init_equal_constructed_ones():
-    run = {"name": "k", "op_type": "aten::mm", "stream": "s", "start_us": 1.5, "end_us": 2.5, "block_dim": 3,
-           "engine": "cube", "parent": None, "kernel_type": "MatMulV3"}
-    task = {"name": "t", "stream": 1, "priority": 0, "needs": ((0, 2),), "dispatch_us": 1.0, "duration_us": 2.0,
-            "waits": (), "records": (0,)}
-    for cls, values in ((KernelRun, run), (DeviceTask, task)):
-        assert list(values) == [field.name for field in fields(cls)]
-        made = _record(cls, dict(values))
-        assert made == cls(**values) and hash(made) == hash(cls(**values)) and repr(made) == repr(cls(**values))
