@@ -14,7 +14,7 @@ import gc
 import math
 from dataclasses import dataclass
 from itertools import count, repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from . import cost
@@ -141,7 +141,6 @@ class _Facts:
         self.sk_sync_us = overhead["sk_sync"]
         self.sync_all_us = overhead["sync_all"]
         self._bodies: dict[tuple, float] = {}
-        self.subs: dict[tuple, _SubKernel] = {}
         self.timings: dict[tuple, tuple[float, tuple[tuple[int, int], ...]]] = {}
         self._layouts: dict[tuple, _Layout] = {}
 
@@ -159,23 +158,15 @@ class _Facts:
         timing = self.timings[key] = (self.head_us + self.body_us(kernel, dim), ((_POOL_OF[kernel.info.engine], dim),))
         return timing
 
-    def sub_kernels(self, kernels: tuple[Kernel, ...], keys: list[tuple]) -> tuple[_SubKernel, ...]:
-        """Block dim, body time, engine, SyncAll and kernel type of each sub-kernel, looked up by its key
-        (misses are only a SuperKernel's first occurrence)."""
-        known = self.subs
-        subs = list(map(known.get, keys))
-        if None in subs:
-            for position, (kernel, key) in enumerate(zip(kernels, keys)):
-                if subs[position] is None:
-                    dim, info = key[1], kernel.info
-                    subs[position] = known[key] = (dim, self.body_us(kernel, dim), info.engine, info.sync_all, info.kernel_type)
-        return tuple(subs)
-
-    def layout(self, subs: tuple[_SubKernel, ...], segment: Segment, block_dim: int) -> _Layout:
-        """The layout of a SuperKernel of ``subs`` (see :meth:`_lay_out`)."""
-        key = (subs, segment.reads, segment.lanes, segment.feed_sync_all, block_dim)
+    def superkernel(self, kernels: tuple[Kernel, ...], keys: tuple[tuple, ...], segment: Segment, block_dim: int) -> _Layout:
+        """The layout of a SuperKernel of ``kernels`` with these timing keys (see :meth:`_lay_out`)."""
+        key = (keys, segment.reads, segment.lanes, segment.feed_sync_all, block_dim)
         layout = self._layouts.get(key)
         if layout is None:
+            subs = tuple(
+                (key[1], self.body_us(kernel, key[1]), kernel.info.engine, kernel.info.sync_all, kernel.info.kernel_type)
+                for kernel, key in zip(kernels, keys)
+            )
             layout = self._layouts[key] = self._lay_out(subs, segment.reads, segment.lanes, segment.feed_sync_all, block_dim)
         return layout
 
@@ -217,12 +208,13 @@ class _Facts:
 def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
     """The SuperKernel as one task, laid out by :meth:`_Facts.layout`. Each sub-kernel runs on its own
     block dim, at most the SuperKernel's."""
-    kernels = tuple(map(program.by_name.__getitem__, task.kernels))
+    names = task.kernels
+    kernels = itemgetter(*names)(program.by_name) if len(names) > 1 else (program.by_name[names[0]],)
     cap = task.block_dim
     keys = []
     for kernel, dim in zip(kernels, task.segment.kernel_dims):
         keys.append((id(kernel.info), dim if dim < cap else cap, kernel.flops, kernel.bytes, kernel.compute_dtype))
-    layout = facts.layout(facts.sub_kernels(kernels, keys), task.segment, cap)
+    layout = facts.superkernel(kernels, tuple(keys), task.segment, cap)
     row = (task.name, SUPERKERNEL_OP, layout.duration_us, cap, task.engine, "SuperKernel")
     return _new_tuple(_Shape, (layout.duration_us, layout.needs, row, kernels, layout))
 
@@ -253,11 +245,12 @@ class _DeviceBuild:
         self.index = dict(zip(map(_NAME_OF, device_tasks), count()))
         # Events may name a task or a kernel inside it (a SuperKernel's sub-kernel; an ordinary task is
         # named after its one kernel).
-        owner = {}
-        for i, task in enumerate(device_tasks):
-            if task.segment is not None:
-                owner.update(dict.fromkeys(task.kernels, i))
-        owner.update(self.index)
+        owner = dict(self.index)
+        inside = {name for edge in plan.syncs for name in (edge.record_after, edge.wait_before) if name}.difference(owner)
+        if inside:
+            for i, task in enumerate(device_tasks):
+                if task.segment is not None:
+                    owner.update(dict.fromkeys(inside.intersection(task.kernels), i))
         self.events = tuple(
             DeviceEvent(edge.event, owner.get(edge.record_after) if edge.record_after else None)
             for edge in plan.syncs
