@@ -206,7 +206,7 @@ class _Facts:
 
 
 def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
-    """The SuperKernel as one task, laid out by :meth:`_Facts.layout`. Each sub-kernel runs on its own
+    """The SuperKernel as one task, laid out by :meth:`_Facts.superkernel`. Each sub-kernel runs on its own
     block dim, at most the SuperKernel's."""
     names = task.kernels
     kernels = itemgetter(*names)(program.by_name) if len(names) > 1 else (program.by_name[names[0]],)

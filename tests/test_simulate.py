@@ -34,6 +34,26 @@ def test_superkernel_saves_dispatch_and_heads_and_pays_calls_and_syncs():
     assert report.speedup > 1
 
 
+class ThroughAView(torch.nn.Module):
+    """The second matmul reads the first one's output through a transpose view; the third reads inputs only."""
+
+    def forward(self, a, b):
+        with torchair.scope.super_kernel("sp1", ""):
+            first = a @ b
+            second = first.t() @ a
+            third = b @ b
+        return second, third
+
+
+def test_superkernel_syncs_only_where_a_sub_kernel_reads_an_earlier_one_even_through_a_view():
+    report = compare(ThroughAView(), *inputs())
+    over = load_profile("a3").overhead_us
+    (parent,) = [k for k in report.variant.kernels if k.parent is None]
+    first, second, third = [k for k in report.variant.kernels if k.parent == parent.name]
+    assert second.start_us == pytest.approx(first.end_us + over["sk_subkernel_call"] + over["sk_sync"])
+    assert third.start_us == pytest.approx(second.end_us + over["sk_subkernel_call"])
+
+
 def test_superkernel_block_dim_is_max_of_sub_kernels():
     report = compare(Chain(), *inputs())
     (parent,) = [k for k in report.variant.kernels if k.parent is None]
