@@ -160,7 +160,7 @@ def dumps(document: Mapping[str, Any]) -> str:
 
 def _document(path: Path) -> dict[str, Any]:
     """Parse ``path`` and check it is a pytest-npufuse document of a schema this version reads."""
-    fix = "fix or delete the file, or point --npufuse-baseline elsewhere"
+    fix = "fix or delete the file, or give another path (under pytest, with --npufuse-baseline)"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except IsADirectoryError:
