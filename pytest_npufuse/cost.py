@@ -38,7 +38,9 @@ def block_dim(kernel: Kernel, profile: HardwareProfile) -> int:
         cols = out[-1] if out else 1
         wanted = math.ceil(rows / profile.cube_tile_m) * math.ceil(cols / profile.cube_tile_n)
     elif rule == "vector_bytes":
-        wanted = math.ceil(sum(spec.nbytes for spec in kernel.output_specs) / profile.vector_block_bytes)
+        specs = kernel.output_specs
+        nbytes = specs[0].nbytes if len(specs) == 1 else sum(spec.nbytes for spec in specs)
+        wanted = math.ceil(nbytes / profile.vector_block_bytes)
     else:
         wanted = 1
     return max(1, min(wanted, cap))
