@@ -4,9 +4,10 @@
 
 1. A synthetic 61-layer MoE decode graph (DeepSeek-V3-like, hw §4.2/§4.3 layouts): per layer attention
    on the main stream, a shared expert on a side stream joined by events, a comm stream for dispatch and
-   combine, and the MoE part inside a SuperKernel scope. Prints kernels per second.
+   combine, and the MoE part inside a SuperKernel scope. Prints kernels per second, and the time the
+   stage before simulation (planning SuperKernels and streams) takes on the same graph.
 2. Scale: programs of 1k to 100k kernels; prints the time per kernel at each size and the growth
-   exponent (1.0 is linear; n log n from 1k to 100k is about 1.15).
+   exponent (1.0 is linear; n log n from 1k to 100k is about 1.11).
 3. The bundled seed case: simulation time against capture (torch.compile) time.
 
 Targets (issue 3): at least 200,000 simulated kernels per second; simulation at most 10% of a case's
