@@ -228,14 +228,23 @@ def _segment_scopes(program: Program, profile: HardwareProfile) -> tuple[dict[st
     return segments, breaks
 
 
-def _scope_options(program: Program, overrides: Mapping[str, str]) -> dict[str, SuperKernelOptions]:
-    """The parsed options of each scope: the marker's override, else what the code passed."""
-    options: dict[str, SuperKernelOptions] = {}
+def _scope_members(program: Program) -> dict[str, list[Kernel]]:
+    """The kernels of each SuperKernel scope in program order, scopes in order of first use."""
+    members: dict[str, list[Kernel]] = {}
     for kernel in program.kernels:
         scope = kernel.annotations.sk_scope
-        if scope is not None and scope not in options:
-            options[scope] = parse_options(scope, overrides.get(scope, kernel.annotations.sk_options))
-    return options
+        if scope is not None:
+            members.setdefault(scope, []).append(kernel)
+    return members
+
+
+def _scope_options(members: Mapping[str, Sequence[Kernel]], overrides: Mapping[str, str]) -> dict[str, SuperKernelOptions]:
+    """The parsed options of each scope: the marker's override, else what the code passed (on the
+    scope's first kernel)."""
+    return {
+        scope: parse_options(scope, overrides.get(scope, kernels[0].annotations.sk_options))
+        for scope, kernels in members.items()
+    }
 
 
 def _debug_cores(options: SuperKernelOptions) -> tuple[str, int] | None:
@@ -365,13 +374,13 @@ def _stream_fusion(segment: Segment, options: SuperKernelOptions, streams: Strea
 def _plan_scope(
     scope: str,
     options: SuperKernelOptions,
+    kernels: Sequence[Kernel],
     segments: Sequence[Segment],
     breaks: Sequence[ScopeBreak],
     program: Program,
     profile: HardwareProfile,
     streams: StreamPlan,
 ) -> _ScopeResult:
-    kernels = [k for k in program.kernels if k.annotations.sk_scope == scope]
     _check_dcci(options, kernels)
     strict = _strict_failure(scope, options, breaks)
     if strict is not None:
@@ -403,18 +412,20 @@ def plan(
     With ``multistream=False`` the VARIANT ignores stream switches and keeps every kernel on the
     default stream, which isolates the SuperKernel effect.
     """
-    plain_tasks = tuple(_kernel_task(kernel, profile) for kernel in program.kernels)
     if variant == BASELINE:
-        return Plan(variant, mode, plain_tasks, ())
+        return Plan(variant, mode, tuple(_kernel_task(kernel, profile) for kernel in program.kernels), ())
     streams = stream_plan(program, mode, multistream=multistream)
-    scope_options = _scope_options(program, options or {})
+    members = _scope_members(program)
+    scope_options = _scope_options(members, options or {})
     reason = _unsupported_reason(profile, mode, dynamic)
     if reason:
         scopes = tuple(ScopePlan(s, o.text, "unsupported", (), (), reason) for s, o in scope_options.items())
         tasks = fused_tasks(program, {}, profile, multistream)
         return Plan(variant, mode, tasks, scopes, syncs=_device_syncs(streams, tasks), streams=streams)
     segments, breaks = _segment_scopes(program, profile)
-    results = [_plan_scope(s, o, segments[s], breaks[s], program, profile, streams) for s, o in scope_options.items()]
+    results = [
+        _plan_scope(s, o, members[s], segments[s], breaks[s], program, profile, streams) for s, o in scope_options.items()
+    ]
     scopes = tuple(result.plan for result in results)
     log = tuple(result.log for result in results if result.log is not None)
     failure = next((f"{s.scope}: {s.reason}" for s in scopes if s.outcome in ("aborted", "hang")), None)
