@@ -140,10 +140,10 @@ class DeviceModel:
         task becomes ready), and the one task ready at a time starts if its cores are free.
         """
         ready, running, waiting = self._ready, self._running, self._waiting
-        tasks, start, end, free, recorded = self.tasks, self.start, self.end, self._free, self.recorded
+        tasks, end, free, recorded = self.tasks, self.end, self._free, self.recorded
         stream_free, busy, position, blocked = self._stream_free, self._busy, self._next, self._blocked
         record_us, activate = self._record_us, self._activate
-        push, pop = heapq.heappush, heapq.heappop
+        pop = heapq.heappop
         while until is None or end[until] is None:
             if ready:
                 now = ready[0][0]
@@ -181,11 +181,7 @@ class DeviceModel:
                         break
                 else:
                     waiting.clear()
-                    for pool, count in needs:
-                        free[pool] -= count
-                    start[index] = now
-                    end[index] = finish = now + task.duration_us
-                    push(running, (finish, index))
+                    self._begin(index, task, now)
             elif waiting:
                 self._start_waiting(now)
         if until is None:
@@ -208,12 +204,17 @@ class DeviceModel:
                     still.append(item)
                     break
             else:
-                for pool, count in needs:
-                    free[pool] -= count
-                self.start[index] = now
-                self.end[index] = finish = now + task.duration_us
-                heapq.heappush(self._running, (finish, index))
+                self._begin(index, task, now)
         waiting[:] = still
+
+    def _begin(self, index: int, task: DeviceTask, now: float) -> None:
+        """Start ``task`` at ``now``: it holds its cores until it ends."""
+        free = self._free
+        for pool, count in task.needs:
+            free[pool] -= count
+        self.start[index] = now
+        self.end[index] = finish = now + task.duration_us
+        heapq.heappush(self._running, (finish, index))
 
     def _check_fits(self, task: DeviceTask) -> None:
         """A task that waits for cores must fit once they are free, or it would wait forever."""

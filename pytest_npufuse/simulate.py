@@ -369,7 +369,6 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
     device = build.model(profile)
     slices, host_us = schedule(program, plan, profile, execution, host, device, build.index)
     device.run()
-    ends = [end for end in device.end if end is not None]
     last = _joined_end(device, profile)
     if execution in (HOST_SCHEDULED, EAGER):
         alone = build.model(profile)
@@ -377,7 +376,7 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
         alone.run()
         device_us = max((end for end in alone.end if end is not None), default=0.0)
     else:
-        device_us = last - host_us if ends else 0.0
+        device_us = last - host_us if build.tasks else 0.0
     return RunReport(
         variant=plan.variant,
         target=profile.name,
@@ -389,7 +388,7 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
         tasks=len(plan.tasks),
         kernels=build.kernels(device),
         execution=execution,
-        host_threads=1 if execution == EAGER else host.threads if execution == HOST_SCHEDULED else 1,
+        host_threads=host.threads if execution == HOST_SCHEDULED else 1,
         host=slices,
         events=build.event_runs(device, profile),
         streams=build.streams,
