@@ -222,8 +222,15 @@ def profile_file_targets(path: Path) -> dict[str, TargetTable]:
     if "targets" in data:
         return target_tables(typed_value(data, "targets", dict, str(path)), str(path))
     target = data.get("target")
+    base = _base_of(data, None, str(path))
+    if base is None and not isinstance(target, dict):
+        raise ProfileError(
+            f"{path}: neither a complete profile (it has no [target] table) nor a partial one; add "
+            f'base = "{BUILTIN_TARGETS[-1]}" at the top to lay its keys over a built-in target, or '
+            "[targets.NAME] tables."
+        )
     name = target.get("name") if isinstance(target, dict) else None
-    return {str(name or path.stem): TargetTable(data, str(path), _base_of(data, None, str(path)))}
+    return {str(name or path.stem): TargetTable(data, str(path), base)}
 
 
 def _builtin_data(target: str) -> dict[str, Any]:

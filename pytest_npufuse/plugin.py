@@ -117,10 +117,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--npu-target: empty target name in {','.join(names)!r}; use e.g. a3 or a2,a3.")
     try:
         user = _user_config(config)
+        user.check_targets()
         config.stash[_PROFILES] = {name: user.profile(name) for name in names}
         config.stash[_CATALOG] = user.catalog()
     except NpufuseError as exc:
         raise pytest.UsageError(f"npufuse: {exc}") from None
+    trace_dir = _path_setting(config, "npufuse_trace_dir")
+    if trace_dir is not None and trace_dir.exists() and not trace_dir.is_dir():
+        raise pytest.UsageError(f"--npufuse-trace-dir {trace_dir}: is a file; give a directory (it is created if missing).")
     config.pluginmanager.register(SummaryTable(), "npufuse-summary")
     model = ModelIdentity.of(config.stash[_PROFILES].values(), config.stash[_CATALOG])
     config.stash[_MODEL] = model

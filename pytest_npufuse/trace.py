@@ -12,12 +12,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_text_atomic
+from .errors import NpufuseError
 from .report import CaseReport
 from .simulate import RunReport
 
@@ -101,19 +101,6 @@ def kernel_details_csv(run: RunReport) -> str:
     return buffer.getvalue()
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
 def case_directory_name(case: str) -> str:
     """A file-system-safe directory name for a case id such as ``tests/x.py::test_y[a3]``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", case).strip("_") or "case"
@@ -122,7 +109,13 @@ def case_directory_name(case: str) -> str:
 def write_case_traces(report: CaseReport, directory: Path, case: str) -> Path:
     """Write ``<variant>/trace_view.json`` and ``<variant>/kernel_details.csv`` for both variants."""
     root = directory / case_directory_name(case)
-    for run in (report.baseline, report.variant):
-        atomic_write(root / run.variant / "trace_view.json", trace_json(run))
-        atomic_write(root / run.variant / "kernel_details.csv", kernel_details_csv(run))
+    try:
+        for run in (report.baseline, report.variant):
+            write_text_atomic(root / run.variant / "trace_view.json", trace_json(run))
+            write_text_atomic(root / run.variant / "kernel_details.csv", kernel_details_csv(run))
+    except OSError as exc:
+        raise NpufuseError(
+            f"cannot write traces under {directory}: {exc.strerror or exc} ({exc.filename}); give a directory "
+            "you can write to (--npufuse-trace-dir under pytest)."
+        ) from None
     return root

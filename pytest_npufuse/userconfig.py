@@ -39,6 +39,12 @@ class UserConfig:
     def profile(self, target: str) -> HardwareProfile:
         return load_profile(target, self.targets)
 
+    def check_targets(self) -> None:
+        """Load every target the user declared, so that a broken one is reported even when this run does
+        not select it: a profile file passed by hand would otherwise be ignored without a word."""
+        for name in self.targets:
+            self.profile(name)
+
     def catalog(self) -> OpCatalog:
         return load_catalog(self.ops, self.ops_source)
 

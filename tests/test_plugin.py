@@ -412,6 +412,22 @@ def test_profile_file_adds_a_target_and_a_bad_key_is_a_usage_error(run, pytester
     assert "bad.toml [targets.a3] [cores]: key 'aic' is 'many', expected an integer" in result.stderr.str()
 
 
+
+@pytest.mark.parametrize(
+    ("toml", "args", "message"),
+    [
+        ("[targets.b5]\nbase = 'a3'\ncores = { aic = 'many' }\n", (), "bad.toml [targets.b5] [cores]: key 'aic' is 'many', expected an integer"),
+        ("[overhead_us]\nkernel_head = 2.5\n", (), 'bad.toml: neither a complete profile (it has no [target] table) nor a partial one; add base = "a3"'),
+        ("", ("--npufuse-trace-dir=bad.toml",), "--npufuse-trace-dir bad.toml: is a file; give a directory"),
+    ],
+    ids=["unused-target", "partial-without-base", "trace-dir-is-a-file"],
+)
+def test_a_broken_profile_file_or_trace_dir_is_a_usage_error_even_if_unused(run, pytester, toml, args, message):
+    pytester.makefile(".toml", bad=toml)
+    result = run("def test_t(npufuse):\n    pass\n", *(args or ("--npufuse-profile=bad.toml",)))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
 STREAMS = """
 from pytest_npufuse import torchair as tng
 

@@ -4,9 +4,10 @@ import csv
 import io
 import json
 
+import pytest
 import torch
 
-from pytest_npufuse import compare, torchair
+from pytest_npufuse import NpufuseError, compare, torchair
 from pytest_npufuse.fusion import SyncEdge
 from pytest_npufuse.hardware import load_profile
 from pytest_npufuse.host import HostConfig
@@ -94,3 +95,11 @@ def test_compare_writes_both_variants_and_names_the_directory(tmp_path):
     for variant in ("baseline", "variant"):
         trace = json.loads((tmp_path / "tests_x.py_test_y_a3" / variant / "trace_view.json").read_text())
         assert any(e["ph"] == "X" and e["cat"] == "kernel" for e in trace["traceEvents"])
+
+
+def test_a_trace_directory_that_is_a_file_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "traces"
+    blocker.write_text("not a directory")
+    with pytest.raises(NpufuseError, match=r"cannot write traces under .*traces: Not a directory .*give a directory"):
+        compare(lambda a, b: a @ b, torch.ones(8, 8), torch.ones(8, 8), trace_dir=blocker)
+    assert blocker.read_text() == "not a directory"
