@@ -193,7 +193,7 @@ class _Sanitizer:
                 if reused:
                     self._lifetime(read_buffer, reader, kernel, buffer)
                 else:
-                    self._report("write-after-read race", buffer, reader, "reads it", kernel, "writes it")
+                    self._report("write-after-read race", read_buffer, reader, "reads it", kernel, "writes it")
         if not mem.reads and mem.last_write is not None and not reused:
             writer, seq = mem.last_write
             if not self._covered(kernel, writer, seq):

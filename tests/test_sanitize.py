@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from pytest_npufuse import compare
 from pytest_npufuse import torchair as tng
 from pytest_npufuse.backend import NpuBackend
 from pytest_npufuse.capture import compile_once
@@ -193,9 +194,13 @@ def test_in_place_write_to_an_input_races_with_a_reader_on_another_stream():
             a.mul_(2)
             return y
 
-    _, report = analyse(InPlace(), *data(count=2))
+    program, report = analyse(InPlace(), *data(count=2))
     assert [r.kind for r in report.races] == ["write-after-read race"]
-    assert report.races[0].first.stream == "1" and report.races[0].second.op_type == "aten::copy_"
+    (race,) = report.races
+    assert race.first.stream == "1" and race.second.op_type == "aten::copy_"
+    assert race.tensor in program.kernel("MatMulV3").inputs
+    assert report.poisoned_reads() == {"MatMulV3": frozenset({race.tensor})}
+    assert not compare(InPlace(), *data(count=2), mode="reduce-overhead").bit_exact
 
 
 @pytest.mark.parametrize(
