@@ -55,7 +55,10 @@ def _show(tensor: torch.Tensor, index: tuple[int, ...]) -> str:
 def compare_output(name: str, baseline: Any, variant: Any) -> Mismatch | None:
     """The first bit difference between two values of one output, or None when identical."""
     if not isinstance(baseline, torch.Tensor) or not isinstance(variant, torch.Tensor):
-        return None if baseline == variant else Mismatch(name, None, repr(baseline), repr(variant), 1)
+        # Plain values (ints, floats, None, or a tensor on one side only) compare by type and repr, which
+        # is exact for floats (nan equals nan) and never asks a tensor for its truth value.
+        same = type(baseline) is type(variant) and repr(baseline) == repr(variant)
+        return None if same else Mismatch(name, None, repr(baseline), repr(variant), 1)
     if baseline.dtype != variant.dtype or baseline.shape != variant.shape:
         return Mismatch(
             name, None, f"{baseline.dtype} {list(baseline.shape)}", f"{variant.dtype} {list(variant.shape)}", 1

@@ -45,6 +45,10 @@ def test_bool_complex_and_non_tensor_outputs():
     assert compare_output("o", c, c.clone()) is None
     assert compare_output("o", c, torch.tensor([1 + 3j])) is not None
     assert compare_output("o", 3, 3) is None and compare_output("o", 3, 4) is not None
+    nan = float("nan")
+    assert compare_output("o", nan, nan) is None and compare_output("o", 0.0, -0.0) is not None
+    mismatch = compare_output("o", torch.zeros(3), 1.0)
+    assert mismatch.baseline == "tensor([0., 0., 0.])" and mismatch.variant == "1.0"
 
 
 def test_compare_outputs_lists_every_differing_output():
