@@ -118,7 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         user = _user_config(config)
         user.check_targets()
-        config.stash[_PROFILES] = {name: user.profile(name) for name in names}
+        config.stash[_PROFILES] = _by_name([user.profile(name) for name in names], names)
         config.stash[_CATALOG] = user.catalog()
     except NpufuseError as exc:
         raise pytest.UsageError(f"npufuse: {exc}") from None
@@ -133,6 +133,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _PROFILES = pytest.StashKey[dict[str, HardwareProfile]]()
+
+
+def _by_name(profiles: list[HardwareProfile], given: list[str]) -> dict[str, HardwareProfile]:
+    """The profiles keyed by their own names, which reports, markers and baselines use, even when one
+    was given as a file path; two that share a name would be indistinguishable in all of them."""
+    by_name: dict[str, HardwareProfile] = {}
+    for profile, text in zip(profiles, given):
+        if profile.name in by_name:
+            raise NpufuseError(f"--npu-target: {text!r} is target '{profile.name}' again; give each target once.")
+        by_name[profile.name] = profile
+    return by_name
 _CATALOG = pytest.StashKey[OpCatalog]()
 
 

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_npufuse.hardware import load_profile
+
 MODELS = '''
 from pathlib import Path
 
@@ -427,6 +429,18 @@ def test_a_broken_profile_file_or_trace_dir_is_a_usage_error_even_if_unused(run,
     result = run("def test_t(npufuse):\n    pass\n", *(args or ("--npufuse-profile=bad.toml",)))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+def test_a_target_given_as_a_profile_path_is_known_by_its_own_name(run, pytester):
+    pytester.makefile(".toml", mine=Path(load_profile("a3").source).read_text())
+    body = (
+        "@pytest.mark.npu_target('a3')\n"
+        "def test_t(npufuse, npu_target):\n    assert npufuse.target.name == npu_target == 'a3'\n"
+    )
+    run(body, "--npu-target=mine.toml").assert_outcomes(passed=1)
+    result = run(body, "--npu-target=mine.toml,a3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--npu-target: 'a3' is target 'a3' again; give each target once." in result.stderr.str()
 
 STREAMS = """
 from pytest_npufuse import torchair as tng
