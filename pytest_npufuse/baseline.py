@@ -66,7 +66,7 @@ class Entry:
         return cls(
             mode=report.mode,
             baseline_us=round(report.baseline.time_us, 3),
-            variant_us=round(report.variant.time_us, 3) if math.isfinite(report.variant.time_us) else None,
+            variant_us=finite_us(report.variant.time_us),
             speedup=round(report.speedup, 4),
             segments=report.segments,
             streams=len(report.streams),
@@ -153,9 +153,16 @@ class Results:
         }
 
 
+def finite_us(value: float) -> float | None:
+    """A modeled time as stored: rounded to the nanosecond, or None for a run that never finishes (JSON
+    has no infinity)."""
+    return round(value, 3) if math.isfinite(value) else None
+
+
 def dumps(document: Mapping[str, Any]) -> str:
-    """Sorted keys, one value per line and a final newline: stable bytes and readable diffs."""
-    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    """Sorted keys, one value per line and a final newline: stable bytes and readable diffs. A stray
+    infinity or nan is an error here rather than invalid JSON in the user's file."""
+    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _document(path: Path) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from . import modeledclock, pipeline
-from .baseline import BaselineWarning, Change, Entry, Gate, model_notice, write_baseline
+from .baseline import BaselineWarning, Change, Entry, Gate, finite_us, model_notice, write_baseline
 from .errors import NpufuseError
 from .catalog import OpCatalog
 from .expectations import (
@@ -363,7 +363,7 @@ class NpuFuse:
             **entry.to_json(),
             "bit_exact": report.bit_exact,
             "host_us": round(report.variant.host_us, 3),
-            "device_us": round(report.variant.device_us, 3),
+            "device_us": finite_us(report.variant.device_us),
             "bound": report.variant.bound,
         }
         gate = self._request.config.stash[_GATE]

@@ -1,5 +1,6 @@
 """End-to-end runs of the plugin on temporary test files, through ``pytester``."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -365,6 +366,21 @@ def test_sp1(npufuse):
     result.assert_outcomes(**{outcome: 1})
     if message:
         result.stdout.fnmatch_lines([message])
+
+
+def test_a_variant_that_never_finishes_is_null_in_the_json_report(run, pytester):
+    body = STRICT + (
+        '\n@pytest.mark.superkernel(scope="sp1", outcome="aborted")\n'
+        "def test_sp1(npufuse):\n    npufuse.check(Strict('strict-scope-check=abort'), *inputs())\n"
+    )
+    run(body, "--npufuse-json=run.json").assert_outcomes(passed=1)
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} is not JSON")
+
+    document = json.loads((pytester.path / "run.json").read_text(), parse_constant=refuse)
+    (row,) = [row for test in document["tests"].values() for row in test["npufuse"]]
+    assert row["variant_us"] is None and row["device_us"] is None
 
 
 def test_unexpected_abort_fails_a_test_without_marker(run):
