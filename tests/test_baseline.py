@@ -74,6 +74,20 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
 
 
+def test_atomic_write_keeps_a_files_permissions_and_gives_a_new_one_the_usual_ones(tmp_path):
+    kept = tmp_path / "kept.json"
+    kept.write_text("old")
+    kept.chmod(0o640)
+    write_text_atomic(kept, "new")
+    assert kept.stat().st_mode & 0o777 == 0o640
+    mask = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "new.json", "new")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644
+
+
 def test_a_directory_is_refused_with_the_fix(tmp_path: Path):
     with pytest.raises(baseline.BaselineError, match="is a directory; give the path of a JSON file"):
         baseline.load_baseline(tmp_path)
