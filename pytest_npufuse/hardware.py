@@ -84,7 +84,9 @@ _OVERHEAD_KEYS = (
     "event_record",
     "event_wait",
 )
-_RATE_SECTIONS = ("cube_tflops", "vector_tflops")
+# Costs and limits that may be zero; every other number is a count, rate or size the model divides by.
+_ZERO_ALLOWED = {("comm", "latency_us"), ("host", "small_shape_max_elements")}
+_ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
 _HOST_KEYS = ("infer_shape", "tiling", "tiling_cache_hit", "alloc", "launch", "host_op", "stream_sync", "eager_dispatch")
 
 
@@ -98,7 +100,10 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
 
     def get(name: str, key: str, kind: type) -> Any:
         read.add((name, key))
-        return typed_value(section(name), key, kind, f"{source} [{name}]")
+        value = typed_value(section(name), key, kind, f"{source} [{name}]")
+        if kind in (int, float):
+            _check_range(value, name, key, f"{source} [{name}]")
+        return value
 
     def rates(name: str) -> Mapping[str, float]:
         table = section(name)
@@ -106,7 +111,6 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
             raise ProfileError(f"{source} [{name}]: needs at least one dtype = TFLOPS entry.")
         return MappingProxyType({key: get(name, key, float) for key in sorted(table)})
 
-    read.update((name, "") for name in _RATE_SECTIONS)
 
     canonical = repr(sorted(_flatten(data)))
     profile = HardwareProfile(
@@ -152,8 +156,6 @@ def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], so
         if name not in sections:
             hint = difflib.get_close_matches(name, sorted(sections), n=1)
             raise ProfileError(f"{source}: unknown section [{name}]" + (f"; did you mean [{hint[0]}]?" if hint else "."))
-        if name in _RATE_SECTIONS:
-            continue
         keys = sorted(key for section, key in read if section == name)
         for key in sorted(data[name]):
             if key not in keys:
@@ -161,6 +163,14 @@ def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], so
                 raise ProfileError(
                     f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ".")
                 )
+
+
+def _check_range(value: float, section: str, key: str, where: str) -> None:
+    """No number of a profile is negative, and a count or rate of zero would divide by zero later."""
+    may_be_zero = section in _ZERO_ALLOWED_SECTIONS or (section, key) in _ZERO_ALLOWED
+    if value < 0 or (value == 0 and not may_be_zero):
+        expected = "zero or more" if may_be_zero else "more than zero"
+        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {expected}.")
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

@@ -39,6 +39,10 @@ def test_malformed_profile_names_file_and_line(tmp_path):
         ("aic = 24", 'aic = "twenty-four"', r"custom.toml \[cores\]: key 'aic' is 'twenty-four', expected an integer"),
         ("sk_sync = 1.5", "", r"custom.toml \[overhead_us\]: missing key 'sk_sync' \(expected a number\)"),
         ("supported = true", "supported = 1", r"\[superkernel\]: key 'supported' is 1, expected a boolean"),
+        ("aic = 24", "aic = 0", r"custom.toml \[cores\]: key 'aic' is 0, expected more than zero"),
+        ("cube_mhz = 1850", "cube_mhz = -1850", r"\[clock\]: key 'cube_mhz' is -1850.0, expected more than zero"),
+        ("sk_sync = 1.5", "sk_sync = -1.5", r"\[overhead_us\]: key 'sk_sync' is -1.5, expected zero or more"),
+        ("latency_us = 0.5", "latency_us = -0.5", r"\[comm\]: key 'latency_us' is -0.5, expected zero or more"),
     ],
 )
 def test_bad_key_names_file_key_and_type(tmp_path, line, replacement, message):
