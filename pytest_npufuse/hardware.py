@@ -248,9 +248,12 @@ def _builtin_data(target: str) -> dict[str, Any]:
 
 
 def _user_profile(name: str, table: TargetTable) -> HardwareProfile:
+    """The profile of a user's target, named as the user named the target (a complete profile copied
+    from a built-in file keeps that file's ``[target] name`` otherwise)."""
     data = {key: value for key, value in table.data.items() if key != "base"}
     if table.base is not None:
         data = merge_tables(_builtin_data(table.base), data)
+    if isinstance(data.get("target"), dict):
         data["target"] = merge_tables(data["target"], {"name": name})
     return profile_from_data(data, table.source)
 

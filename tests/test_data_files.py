@@ -1,12 +1,13 @@
 """Profiles, the op catalog and SuperKernel options: data in, clear errors out."""
 
+import tomllib
 import warnings
 
 import pytest
 
 from pytest_npufuse.catalog import UnknownOpWarning, load_catalog
 from pytest_npufuse.errors import OptionsError, ProfileError
-from pytest_npufuse.hardware import DATA_DIR, load_profile
+from pytest_npufuse.hardware import DATA_DIR, load_profile, target_tables
 from pytest_npufuse.skoptions import parse_options
 from pytest_npufuse.userconfig import load_user_config
 
@@ -122,6 +123,11 @@ def test_pyproject_partial_override_merges_onto_builtin_and_base_adds_targets(tm
     b4 = user.profile("b4")
     assert (b4.name, b4.aic, b4.cube_mhz) == ("b4", 20, load_profile("a2").cube_mhz)
     assert user.catalog().lookup("acc::my_op").block_dim == 8
+
+
+def test_a_complete_profile_under_a_new_target_name_takes_that_name():
+    table = tomllib.loads((DATA_DIR / "a2.toml").read_text())
+    assert load_profile("b4", target_tables({"b4": table}, "pyproject.toml")).name == "b4"
 
 
 @pytest.mark.parametrize(
