@@ -156,7 +156,7 @@ def _user_config(config: pytest.Config) -> UserConfig:
 
 _MODEL = pytest.StashKey[ModelIdentity]()
 _GATE = pytest.StashKey["Gate | None"]()
-_CLOCK = pytest.StashKey[modeledclock.ModeledClock]()
+_CLOCK = pytest.StashKey["modeledclock.ModeledClock | None"]()
 
 
 def _path_setting(config: pytest.Config, name: str) -> Path | None:
@@ -200,7 +200,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     """The pytest-benchmark mirror: a test taking ``npufuse`` and ``benchmark`` is timed on a modeled clock.
 
     The clock goes in as the ``timer`` of the item's benchmark marker (keeping the marker's other
-    settings); pytest-benchmark reads the marker when it builds the fixture.
+    settings); pytest-benchmark reads the marker when it builds the fixture. The stash says whether the
+    test is mirrored: a clock, or None when the marker sets a timer of its own (a ``benchmark`` fixture
+    of some other plugin is left alone).
     """
     if not {"npufuse", "benchmark"} <= set(getattr(item, "fixturenames", ())):
         return
@@ -209,6 +211,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     marker = item.get_closest_marker("benchmark")
     settings = dict(marker.kwargs) if marker else {}
     if "timer" in settings:
+        item.stash[_CLOCK] = None
         return
     clock = modeledclock.ModeledClock()
     item.stash[_CLOCK] = clock
@@ -334,7 +337,7 @@ class NpuFuse:
         if gate is not None and change is not None:
             regression = gate.failure(change)
             failures.extend([regression] if regression else [])
-        if "benchmark" in self._request.fixturenames:
+        if _CLOCK in self._request.node.stash:
             self._mirror(report, entry)
         if failures:
             pytest.fail(f"npufuse ({report.summary()}):\n" + "\n".join(f"- {f}" for f in failures), pytrace=False)
@@ -379,7 +382,7 @@ class NpuFuse:
 
     def _mirror(self, report: CaseReport, entry: Entry) -> None:
         """Let the test's ``benchmark`` fixture measure the VARIANT's modeled device time."""
-        clock = self._request.node.stash.get(_CLOCK, None)
+        clock = self._request.node.stash[_CLOCK]
         if clock is None:
             pytest.fail(
                 "npufuse: this test takes `benchmark`, whose marker sets its own timer=; the npufuse benchmark "

@@ -383,6 +383,14 @@ def test_a_variant_that_never_finishes_is_null_in_the_json_report(run, pytester)
     assert row["variant_us"] is None and row["device_us"] is None
 
 
+def test_a_benchmark_fixture_of_another_plugin_is_left_alone(run):
+    body = (
+        "@pytest.fixture\ndef benchmark():\n    return 'someone else'\n\n"
+        "def test_t(npufuse, benchmark):\n    npufuse.check(Fused(), *inputs())\n    assert benchmark == 'someone else'\n"
+    )
+    run(body, "-p", "no:benchmark").assert_outcomes(passed=1)
+
+
 def test_unexpected_abort_fails_a_test_without_marker(run):
     result = run(STRICT + "\ndef test_sp1(npufuse):\n    npufuse.check(Strict('strict-scope-check=abort'), *inputs())\n")
     result.assert_outcomes(failed=1)
