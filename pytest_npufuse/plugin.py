@@ -522,15 +522,13 @@ class RunRecorder:
         gate = self.config.stash[_GATE]
         if gate is None:
             return
-        checked = [(outcome, key, target, entry) for outcome, rows in self.tests.values()
-                   for key, target, entry in entries_of(rows, "check record")]
-        self.changes = sorted((gate.judge(key, target, entry) for _, key, target, entry in checked),
-                              key=lambda change: (change.key, change.target))
+        judged = [(outcome, gate.judge(key, target, entry)) for outcome, rows in self.tests.values()
+                  for key, target, entry in entries_of(rows, "check record")]
+        self.changes = sorted((change for _, change in judged), key=lambda change: (change.key, change.target))
         notice = model_notice(self.changes, gate.model, gate.stored.model)
         if notice and not gate.update:
             self.lines.append(f"{notice}; run with --npufuse-update-baseline and commit {gate.path}.")
-        passed = [gate.judge(key, target, entry) for outcome, key, target, entry in checked if outcome == "passed"]
-        updated = gate.updated(passed)
+        updated = gate.updated([change for outcome, change in judged if outcome == "passed"])
         if updated is not None:
             self._write(gate.path, lambda: write_baseline(gate.path, updated))
             self.lines.append(f"wrote {gate.path}")
