@@ -123,25 +123,14 @@ def schedule(
     device: DeviceModel,
     device_index: Mapping[str, int],
 ) -> tuple[tuple[HostSlice, ...], float]:
-    """Drive ``device`` as the host would and return the host's slices and when its last one ends."""
+    """Drive ``device`` as the host would and return the host's slices and when its last one ends: one
+    launch call for a sunk or replayed graph, else every op through the host kernels."""
     if execution in (GRAPH_SINK, GRAPH_REPLAY):
         key = "model_launch" if execution == GRAPH_SINK else "replay_launch"
         launch = profile.overhead_us[key]
         name = "ModelExecute" if execution == GRAPH_SINK else "GraphReplay"
         device.release_all(launch)
         return (HostSlice(name, 0, 0.0, launch, plan.variant),), launch
-    return _host_scheduled(program, plan, profile, execution, config, device, device_index)
-
-
-def _host_scheduled(
-    program: Program,
-    plan: Plan,
-    profile: HardwareProfile,
-    execution: str,
-    config: HostConfig,
-    device: DeviceModel,
-    device_index: Mapping[str, int],
-) -> tuple[tuple[HostSlice, ...], float]:
     host = profile.host_us
     eager = execution == EAGER
     threads = _Threads(1 if eager else max(1, config.threads))
@@ -180,9 +169,11 @@ def _value_sync(
     end, then pays a stream sync and copy; returns the earliest time its InferShape may start."""
     if not kernel.info.value_dependent:
         return 0.0
-    producers = sorted(
-        {device_index[task_of[p]] for name in kernel.inputs if (p := program.buffers[program.storage(name)].producer) and task_of.get(p) in device_index}
-    )
+    producers = sorted({
+        device_index[task_of[producer.name]]
+        for name in kernel.inputs
+        if (producer := program.producer(name)) is not None and task_of.get(producer.name) in device_index
+    })
     if not producers:
         return 0.0
     for index in producers:
