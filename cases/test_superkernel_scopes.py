@@ -3,6 +3,8 @@
 Each case states, through its marker, what a real Atlas A3 compilation would do with the scope.
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed._functional_collectives as fc
@@ -58,14 +60,14 @@ def test_add_inside_the_scope_splits_it(npufuse):
 @pytest.mark.superkernel(scope="proj", outcome="bypassed", breaks=["aten::add"])
 def test_strict_bypass_skips_the_broken_scope(npufuse):
     report = npufuse.check(BrokenByAdd("strict-scope-check=bypass"), hidden())
-    assert "[super_kernel_scope]" in open(report.plog_path).read()
+    assert "[super_kernel_scope]" in Path(report.plog_path).read_text()
     assert report.variant.tasks == report.baseline.tasks
 
 
 @pytest.mark.superkernel(scope="proj", outcome="aborted")
 def test_strict_abort_fails_the_broken_scope(npufuse):
     report = npufuse.check(BrokenByAdd("strict-scope-check=abort"), hidden())
-    assert "[ERROR]" in open(report.plog_path).read()
+    assert "[ERROR]" in Path(report.plog_path).read_text()
 
 
 @pytest.mark.superkernel(scope="proj", segments=1, options="strict-scope-check=abort")

@@ -19,7 +19,7 @@ from typing import Any
 from .atomic import write_text_atomic
 from .errors import NpufuseError
 from .report import CaseReport
-from .simulate import RunReport
+from .simulate import SUPERKERNEL_OP, RunReport
 
 HOST_PID = 1
 NPU_PID = 2
@@ -32,7 +32,7 @@ _HOST_THREADS = ("ordinary", "memory", "launch")
 
 def accelerator_core(engine: str, op_type: str) -> str:
     """The ``Accelerator Core`` msprof reports for a kernel of ``engine``."""
-    if op_type == "npufuse::superkernel":
+    if op_type == SUPERKERNEL_OP:
         return "MIX_AIC" if engine == "cube" else "MIX_AIV"
     return {"cube": "AI_CORE", "vector": "AI_VECTOR_CORE", "aicpu": "AI_CPU", "comm": "HCCL"}.get(engine, "HOST")
 
