@@ -20,7 +20,7 @@ from . import fusion
 from .capture import build_program
 from .catalog import OpCatalog, load_catalog
 from .errors import NotModeledError
-from .execute import run_in_order
+from .execute import run_graph
 from .hardware import HardwareProfile
 from .plog import write_plog
 from .program import Program
@@ -44,9 +44,8 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> list[Any]:
         """The outputs a device would produce: kernels in issue order (always a legal order for the
         data), where each read the sanitizer found racing sees poisoned memory."""
-        order = [kernel.name for kernel in self.program.kernels]
         stale = self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
-        return run_in_order(self.gm, self.program, order, args, stale)
+        return run_graph(self.gm, self.program, args, stale)
 
 
 @dataclass
