@@ -294,7 +294,6 @@ class _ProgramBuilder:
                 bytes=kernel_bytes(info.bytes, input_specs, output_specs),
                 compute_dtype=compute_dtype,
                 source=_source_line(node),
-                mutates=mutated,
             )
         )
 

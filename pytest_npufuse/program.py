@@ -51,7 +51,6 @@ class Kernel:
     bytes: int
     compute_dtype: str
     source: str
-    mutates: tuple[str, ...] = ()
 
     @property
     def stream(self) -> str:

@@ -17,7 +17,7 @@ A wait that can never be satisfied, or a cycle of waits, is a modeled deadlock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from .program import Kernel, Program, TensorSpec
@@ -88,7 +88,7 @@ class SanitizerReport:
 @dataclass
 class _Mem:
     last_write: tuple[Kernel, int] | None = None
-    reads: list[tuple[Kernel, int, str]] | None = None
+    reads: list[tuple[Kernel, int, str]] = field(default_factory=list)
 
 
 def _fix(first: Kernel, second: Kernel, mode: str) -> str:
@@ -146,7 +146,7 @@ class _Sanitizer:
                     progress = True
         for kernel in self.program.kernels:
             if kernel.name in self.kernel_clock:
-                self._accesses(kernel, self.plan.kernel_stream[kernel.name])
+                self._accesses(kernel)
         return SanitizerReport(tuple(self.races), self._deadlock(heads), tuple(self.order))
 
     def _execute(self, kernel: Kernel, stream: str) -> None:
@@ -161,11 +161,11 @@ class _Sanitizer:
         for edge in self.records.get(kernel.name, []):
             self.snapshots[id(edge)] = dict(clock)
 
-    def _accesses(self, kernel: Kernel, stream: str) -> None:
+    def _accesses(self, kernel: Kernel) -> None:
         for buffer in kernel.inputs:
-            self._read(kernel, buffer, stream)
+            self._read(kernel, buffer)
         for buffer in kernel.outputs:
-            self._write(kernel, buffer, stream)
+            self._write(kernel, buffer)
 
     def _block(self, buffer: str) -> str:
         storage = self.program.storage(buffer)
@@ -176,19 +176,19 @@ class _Sanitizer:
         other_stream = self.plan.kernel_stream[other.name]
         return other_stream == self.plan.kernel_stream[kernel.name] or seq <= self.kernel_clock[kernel.name][other_stream]
 
-    def _read(self, kernel: Kernel, buffer: str, stream: str) -> None:
+    def _read(self, kernel: Kernel, buffer: str) -> None:
         mem = self.memory.setdefault(self._block(buffer), _Mem())
         if mem.last_write is not None:
             writer, seq = mem.last_write
             if not self._covered(kernel, writer, seq):
                 self._report("read-after-write race", buffer, writer, "writes it", kernel, "reads it")
-        mem.reads = (mem.reads or []) + [(kernel, self.seq[kernel.name], buffer)]
+        mem.reads.append((kernel, self.seq[kernel.name], buffer))
 
-    def _write(self, kernel: Kernel, buffer: str, stream: str) -> None:
+    def _write(self, kernel: Kernel, buffer: str) -> None:
         block = self._block(buffer)
         mem = self.memory.setdefault(block, _Mem())
         reused = block != self.program.storage(buffer)
-        for reader, seq, read_buffer in mem.reads or []:
+        for reader, seq, read_buffer in mem.reads:
             if not self._covered(kernel, reader, seq):
                 if reused:
                     self._lifetime(read_buffer, reader, kernel, buffer)
@@ -262,7 +262,7 @@ def _allocate(program: Program, plan: StreamPlan) -> dict[str, str]:
     for kernel in program.kernels:
         for buffer in kernel.inputs:
             last_use[program.storage(buffer)] = kernel.index
-    pinned = {program.storage(k.buffer) for k in plan.keep_alive}
+    pinned = {program.storage(p.buffer) for p in program.syncs if p.kind == "keep_alive" and p.buffer is not None}
     outputs = {program.storage(name) for name in program.outputs if name is not None}
     freed_after: dict[int, list[str]] = {}
     for storage, last in last_use.items():

@@ -47,15 +47,6 @@ class EventEdge:
 
 
 @dataclass(frozen=True)
-class KeepAlive:
-    """``npu_record_tagged_stream``: ``buffer`` must outlive the work issued so far on ``stream``."""
-
-    buffer: str
-    stream: str
-    position: int
-
-
-@dataclass(frozen=True)
 class StreamPlan:
     """Streams of the VARIANT, kernel by kernel, and the events between them."""
 
@@ -63,7 +54,6 @@ class StreamPlan:
     streams: tuple[str, ...]
     kernel_stream: Mapping[str, str]
     edges: tuple[EventEdge, ...]
-    keep_alive: tuple[KeepAlive, ...]
 
 
 def _check_mode(program: Program, mode: str) -> None:
@@ -160,7 +150,7 @@ def stream_plan(program: Program, mode: str, *, multistream: bool = True) -> Str
     """The VARIANT's streams for ``mode``; with ``multistream=False`` everything runs on the default stream."""
     if not multistream:
         kernel_stream = {k.name: "default" for k in program.kernels}
-        return StreamPlan(mode, ("default",), kernel_stream, (), ())
+        return StreamPlan(mode, ("default",), kernel_stream, ())
     _check_mode(program, mode)
     issue = _Issue(program.kernels)
     user = [p for p in program.syncs if p.kind in ("record", "wait")]
@@ -168,7 +158,6 @@ def stream_plan(program: Program, mode: str, *, multistream: bool = True) -> Str
     edges = _bind_waits(points, issue)
     if mode == MAX_AUTOTUNE:
         edges += _ge_data_edges(program)
-    keep = tuple(KeepAlive(p.buffer, p.stream, p.position) for p in program.syncs if p.kind == "keep_alive")
     named = {p.stream for p in program.syncs} - set(program.streams())
     streams = (*program.streams(), *sorted(named))
-    return StreamPlan(mode, streams, {k.name: k.stream for k in program.kernels}, tuple(edges), keep)
+    return StreamPlan(mode, streams, {k.name: k.stream for k in program.kernels}, tuple(edges))

@@ -32,8 +32,7 @@ def programs(draw):
         buffers[out] = Buffer(out, SPEC, None if in_place else name, alias_of=inputs[0] if in_place else None)
         kernels.append(
             Kernel(index, name, out, "test::k", default_op("test::k"), inputs, (out,), (SPEC,),
-                   Annotations(stream=None if stream == "default" else stream), 0.0, 32, "float32", "",
-                   mutates=(inputs[0],) if in_place else ())
+                   Annotations(stream=None if stream == "default" else stream), 0.0, 32, "float32", "")
         )
     syncs = []
     for _ in range(draw(st.integers(0, 5))):
