@@ -177,18 +177,14 @@ def _segment(scope: str, kernels: Sequence[Kernel], program: Program, profile: H
 def _internal_reads(kernels: Sequence[Kernel], program: Program) -> tuple[tuple[int, ...], ...]:
     """For each sub-kernel, the positions of earlier sub-kernels that wrote memory it reads (views
     resolved to the memory they share)."""
-    views = program.view_storage
+    storage = program.storage
     writer: dict[str, int] = {}
     reads = []
     for position, kernel in enumerate(kernels):
-        inputs, outputs = kernel.inputs, kernel.outputs
-        if views:
-            inputs = [views.get(name, name) for name in inputs]
-            outputs = [views.get(name, name) for name in outputs]
-        written = [writer[name] for name in inputs if name in writer]
-        reads.append(tuple(sorted(set(written))) if len(written) > 1 else tuple(written))
-        for name in outputs:
-            writer[name] = position
+        written = {writer[owner] for name in kernel.inputs if (owner := storage(name)) in writer}
+        reads.append(tuple(sorted(written)))
+        for name in kernel.outputs:
+            writer[storage(name)] = position
     return tuple(reads)
 
 

@@ -105,12 +105,6 @@ class Program:
         """Every kernel by its GE-style name, built once (hot loops index it directly)."""
         return {kernel.name: kernel for kernel in self.kernels}
 
-    @cached_property
-    def view_storage(self) -> Mapping[str, str]:
-        """The owning buffer of every view, built once: hot loops resolve a buffer's storage with one
-        look-up, ``view_storage.get(name, name)``, instead of walking alias chains."""
-        return {name: self.storage(name) for name, buffer in self.buffers.items() if buffer.alias_of is not None}
-
     def kernel(self, name: str) -> Kernel:
         """The kernel called ``name`` (GE-style kernel name)."""
         return self.by_name[name]
