@@ -14,6 +14,8 @@ from typing import Sequence
 import torch
 import torch.fx
 
+from .errors import ScopeError
+
 _LIB = torch.library.Library("npufuse", "FRAGMENT")
 _LIB.define("wait_tensor(Tensor self, Tensor dependency) -> Tensor")
 _LIB.define("record() -> Tensor")
@@ -88,7 +90,7 @@ class EventRegistry:
 
     def create(self, tag: str) -> TaggedEvent:
         if tag in self._events:
-            raise ValueError(f"tagged event tag {tag} is already in use; give each npu_create_tagged_event a new tag.")
+            raise ScopeError(f"tagged event tag {tag} is already in use; give each npu_create_tagged_event a new tag.")
         self._events[tag] = TaggedEvent(tag)
         return self._events[tag]
 
