@@ -11,7 +11,7 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import ProfileError
 from .hardware import DATA_DIR, ENGINES
@@ -69,22 +69,16 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
     if not isinstance(table, dict):
         raise ProfileError(f"{where}: '{op_type}' must be a table of keys (engine, fusable, sync_all, block_dim).")
     entry_where = f'{where} ["{op_type}"]'
-    engine = typed_value(table, "engine", str, entry_where)
-    if engine not in ENGINES:
-        raise ProfileError(f"{entry_where}: engine '{engine}' is not one of {', '.join(ENGINES)}.")
+    engine = _one_of(typed_value(table, "engine", str, entry_where), ENGINES, "engine", entry_where)
     block_dim = typed_value(table, "block_dim", (int, str), entry_where)
     if isinstance(block_dim, str) and block_dim not in BLOCK_DIM_RULES:
         raise ProfileError(
             f"{entry_where}: block_dim '{block_dim}' is not an integer or one of {', '.join(BLOCK_DIM_RULES)}."
         )
-    flops = table.get("flops", "none")
-    if flops not in FLOPS_RULES:
-        raise ProfileError(f"{entry_where}: flops '{flops}' is not one of {', '.join(FLOPS_RULES)}.")
-    per_element = typed_value(table, "flops_per_element", float, entry_where) if "flops_per_element" in table else 1.0
-    kernel_type = table.get("kernel_type", default_op(op_type).kernel_type)
-    bytes_rule = _optional(table, "bytes", str, "io", entry_where)
-    if bytes_rule not in BYTES_RULES:
-        raise ProfileError(f"{entry_where}: bytes '{bytes_rule}' is not one of {', '.join(BYTES_RULES)}.")
+    flops = _one_of(_optional(table, "flops", str, "none", entry_where), FLOPS_RULES, "flops", entry_where)
+    per_element = _optional(table, "flops_per_element", float, 1.0, entry_where)
+    kernel_type = _optional(table, "kernel_type", str, default_op(op_type).kernel_type, entry_where)
+    bytes_rule = _one_of(_optional(table, "bytes", str, "io", entry_where), BYTES_RULES, "bytes", entry_where)
     unknown = sorted(set(table) - _ENTRY_KEYS)
     if unknown:
         raise ProfileError(f"{entry_where}: unknown key '{unknown[0]}'; the keys are {', '.join(sorted(_ENTRY_KEYS))}.")
@@ -96,7 +90,7 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         block_dim=block_dim,
         flops=flops,
         flops_per_element=per_element,
-        kernel_type=str(kernel_type),
+        kernel_type=kernel_type,
         bytes=bytes_rule,
         host_small=_optional(table, "host_small", bool, False, entry_where),
         value_dependent=_optional(table, "value_dependent", bool, False, entry_where),
@@ -110,8 +104,14 @@ _ENTRY_KEYS = frozenset(
 )
 
 
-def _optional(table: Mapping[str, Any], key: str, kind: type, default: Any, where: str) -> Any:
-    return typed_value(dict(table), key, kind, where) if key in table else default
+def _optional(table: dict[str, Any], key: str, kind: type, default: Any, where: str) -> Any:
+    return typed_value(table, key, kind, where) if key in table else default
+
+
+def _one_of(value: str, rules: Sequence[str], key: str, where: str) -> str:
+    if value not in rules:
+        raise ProfileError(f"{where}: {key} '{value}' is not one of {', '.join(rules)}.")
+    return value
 
 
 class OpCatalog:
