@@ -92,7 +92,7 @@ def _source_line(node: torch.fx.Node) -> str:
     return f"{user[-1][0]}:{user[-1][1]}" if user else ""
 
 
-def _flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
+def kernel_flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
     """Arithmetic work of one kernel by the catalog's rule."""
     out_elems = sum(math.prod(spec.shape) for spec in outputs)
     if rule == "matmul":
@@ -115,7 +115,7 @@ def kernel_bytes(rule: str, inputs: Sequence[TensorSpec], outputs: Sequence[Tens
     return written if rule == "output" else written + sum(spec.nbytes for spec in inputs)
 
 
-def _compute_dtype(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
+def compute_dtype_of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
     """The dtype a kernel computes in: its first matrix/tensor input, else its first output."""
     for spec in (*inputs, *outputs):
         if spec.shape:
@@ -271,7 +271,7 @@ class _ProgramBuilder:
         output_specs = tuple(_spec(v) for v in values if isinstance(v, torch.Tensor))
         inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers)
         input_specs = [self.buffers[name].spec for name in inputs]
-        compute_dtype = _compute_dtype(input_specs, output_specs)
+        compute_dtype = compute_dtype_of(input_specs, output_specs)
         info = self.catalog.lookup(op_type).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
         single = isinstance(value, torch.Tensor)
@@ -290,7 +290,7 @@ class _ProgramBuilder:
                 outputs=(node.name,) if single else (),
                 output_specs=output_specs,
                 annotations=self.stack.resolve(),
-                flops=_flops(info.flops, info.flops_per_element, input_specs, output_specs),
+                flops=kernel_flops(info.flops, info.flops_per_element, input_specs, output_specs),
                 bytes=kernel_bytes(info.bytes, input_specs, output_specs),
                 compute_dtype=compute_dtype,
                 source=_source_line(node),

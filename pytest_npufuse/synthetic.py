@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Sequence
 
 from . import fusion
-from .capture import kernel_bytes
+from .capture import compute_dtype_of, kernel_bytes, kernel_flops
 from .catalog import OpCatalog, load_catalog
 from .hardware import HardwareProfile
 from .program import Buffer, Kernel, Program, TensorSpec
@@ -66,17 +66,14 @@ class ProgramBuilder:
         name = info.kernel_type if count == 0 else f"{info.kernel_type}_{count}"
         buffer = f"buf{len(self.kernels)}"
         self.buffers[buffer] = Buffer(buffer, output, name)
-        default_flops = {"matmul": 2.0 * math.prod(shape) * (input_specs[0].shape[-1] if input_specs else 1),
-                         "elementwise": math.prod(shape) * info.flops_per_element,
-                         "reduction": float(math.prod(input_specs[0].shape)) if input_specs else 0.0}
         self.kernels.append(
             Kernel(
                 index=len(self.kernels), name=name, node=buffer, op_type=op_type, info=info, inputs=tuple(inputs),
                 outputs=(buffer,), output_specs=(output,),
                 annotations=Annotations(sk_scope=scope, stream=stream, stream_priority=priority),
-                flops=flops if flops is not None else default_flops.get(info.flops, 0.0),
+                flops=flops if flops is not None else kernel_flops(info.flops, info.flops_per_element, input_specs, [output]),
                 bytes=kernel_bytes(info.bytes, input_specs, [output]),
-                compute_dtype=input_specs[0].dtype if input_specs else dtype,
+                compute_dtype=compute_dtype_of(input_specs, [output]),
                 source="",
             )
         )
@@ -97,6 +94,6 @@ def plan_program(
     """Plan a hand-built program: the VARIANT honours its scopes and streams, the BASELINE runs every
     kernel alone on the default stream (and then carries no events)."""
     if variant == fusion.BASELINE:
-        return fusion.Plan(variant, mode, fusion.fused_tasks(program, {}, profile), ())
+        return fusion.plan(program, profile, variant=variant, mode=mode)
     segments = fusion.segment_scopes(program, profile)
     return fusion.Plan(variant, mode, fusion.fused_tasks(program, segments, profile, multistream=True), (), syncs=tuple(syncs))
