@@ -14,13 +14,13 @@ from .program import Kernel
 
 
 def core_cap(kernel: Kernel, profile: HardwareProfile) -> int:
-    """Cores the kernel may launch on: the engine's count, lowered by ``limit_core_num``."""
-    cap = profile.cores(kernel.info.engine)
+    """Cores the kernel may launch on: the engine's count, lowered by ``limit_core_num`` (which caps AI
+    Cube and AI Vector cores only)."""
+    engine = kernel.info.engine
+    cap = profile.cores(engine)
     limits = kernel.annotations
-    limit = limits.aicore_limit if kernel.info.engine == "cube" else limits.vectorcore_limit
-    if kernel.info.engine in ("cube", "vector", "comm") and limit:
-        cap = min(cap, limit)
-    return cap
+    limit = limits.aicore_limit if engine == "cube" else limits.vectorcore_limit if engine == "vector" else None
+    return min(cap, limit) if limit else cap
 
 
 def block_dim(kernel: Kernel, profile: HardwareProfile) -> int:
