@@ -101,10 +101,9 @@ class MlaSideStream(torch.nn.Module):
     """MLA's KV path (a projection, then RMSNorm and RoPE-like vector ops) on stream '11' beside the Q
     projection, joined with npu_wait_tensor, as vllm-ascend's multistream MLA does."""
 
-    def __init__(self, side: str | None = "11") -> None:
+    def __init__(self) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(3)
-        self.side = side
         self.wq_a = torch.nn.Parameter(torch.randn(1024, 1536, generator=gen) / 32)
         self.wq_b = torch.nn.Parameter(torch.randn(1536, 3072, generator=gen) / 40)
         self.wkv_a = torch.nn.Parameter(torch.randn(1024, 576, generator=gen) / 32)
@@ -115,15 +114,13 @@ class MlaSideStream(torch.nn.Module):
 
     def forward(self, x):
         kv = x @ self.wkv_a
-        with tng.scope.npu_stream_switch(self.side) if self.side else torch.autograd.grad_mode.no_grad():
-            if self.side:
-                tng.scope.npu_wait_tensor(kv, kv)
+        with tng.scope.npu_stream_switch("11"):
+            tng.scope.npu_wait_tensor(kv, kv)
             latent, _ = torch_npu.npu_rms_norm(kv[:, :512], self.kv_gamma)
             rope = kv[:, 512:] * self.cos + kv[:, 512:].flip(-1) * self.sin
         q, _ = torch_npu.npu_rms_norm(x @ self.wq_a, self.q_gamma)
         q = q @ self.wq_b
-        if self.side:
-            tng.scope.npu_wait_tensor(q, latent)
+        tng.scope.npu_wait_tensor(q, latent)
         return q, latent, rope
 
 
