@@ -44,7 +44,6 @@ def decode_graph(layers: int):
     w_up = b.input("w_up", (HIDDEN, INTER))
     w_down = b.input("w_down", (INTER, HIDDEN))
     syncs: list[SyncEdge] = []
-    first_up = ""
     for layer in range(layers):
         scope = f"moe{layer}"
         h = b.op("npu::npu_rms_norm", [x], (TOKENS, HIDDEN))
@@ -57,28 +56,26 @@ def decode_graph(layers: int):
         a = b.op("aten::mm", [p, w], (TOKENS, HIDDEN))
         x = b.op("aten::add", [x, a], (TOKENS, HIDDEN))
         h = b.op("npu::npu_rms_norm", [x], (TOKENS, HIDDEN), scope=scope)
-        gate = b.op("npu::npu_moe_gating_top_k", [h], (TOKENS, 8), scope=scope)
+        b.op("npu::npu_moe_gating_top_k", [h], (TOKENS, 8), scope=scope)
         shared_up = b.op("aten::mm", [h, w_up], (TOKENS, INTER), stream="shared")
         shared_act = b.op("npu::npu_swiglu", [shared_up], (TOKENS, INTER), stream="shared")
         shared = b.op("aten::mm", [shared_act, w_down], (TOKENS, HIDDEN), stream="shared")
         dispatched = b.op("_c10d_functional::all_to_all_single", [h], (TOKENS * 8, HIDDEN), stream="comm")
-        for _ in range(EXPERT_GROUPS):
+        for group in range(EXPERT_GROUPS):
             up = b.op("npu::npu_grouped_matmul", [dispatched, w_up], (TOKENS, INTER), scope=scope)
             act = b.op("npu::npu_swiglu", [up], (TOKENS, INTER), scope=scope)
             down = b.op("npu::npu_grouped_matmul", [act, w_down], (TOKENS, HIDDEN), scope=scope)
-            first_up = first_up if _ else up
+            if group == 0:
+                first_up = up
         combined = b.op("_c10d_functional::all_to_all_single", [down], (TOKENS, HIDDEN), stream="comm")
         x = b.op("aten::add", [combined, shared], (TOKENS, HIDDEN))
-        names = {kernel.node: kernel.name for kernel in b.kernels[-(12 + 3 * EXPERT_GROUPS):]}
         syncs += [
-            SyncEdge(f"h{layer}", names[h], names[shared_up]),
-            SyncEdge(f"d{layer}", names[h], names[dispatched]),
-            SyncEdge(f"g{layer}", names[dispatched], names[first_up]),
-            SyncEdge(f"c{layer}", names[down], names[combined]),
-            SyncEdge(f"j{layer}", names[combined], names[x]),
-            SyncEdge(f"s{layer}", names[shared], names[x]),
+            SyncEdge(f"{event}{layer}", b.buffers[after].producer, b.buffers[before].producer)
+            for event, after, before in (
+                ("h", h, shared_up), ("d", h, dispatched), ("g", dispatched, first_up), ("c", down, combined),
+                ("j", combined, x), ("s", shared, x),
+            )
         ]
-        del gate
     return b.build(), syncs
 
 
@@ -163,13 +160,14 @@ def capture_share() -> tuple[float, float, float]:
     import torch  # noqa: PLC0415 - only this part needs torch
 
     from pytest_npufuse import compare  # noqa: PLC0415
-    from pytest_npufuse import simulate as simulate_module  # noqa: PLC0415
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cases"))
     from test_superkernel_seed import ModelOrigin, ModelSuperKernel, seed_inputs  # noqa: PLC0415
 
+    import pytest_npufuse.backend as backend  # noqa: PLC0415
+
     spent = [0.0]
-    original = simulate_module.simulate
+    original = backend.simulate
 
     def counted(*args, **kwargs):
         start = time.perf_counter()
@@ -177,8 +175,6 @@ def capture_share() -> tuple[float, float, float]:
             return original(*args, **kwargs)
         finally:
             spent[0] += time.perf_counter() - start
-
-    import pytest_npufuse.backend as backend  # noqa: PLC0415
 
     backend.simulate = counted
     inputs = seed_inputs()
