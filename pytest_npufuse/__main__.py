@@ -13,18 +13,15 @@ import sys
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from .baseline import IMPROVED, REGRESSED, Change, Entry, compare_results, model_notice, read_results
+from .baseline import IMPROVED, REGRESSED, Change, Entry, compare_results, model_notice, parse_percent, read_results
 from .errors import NpufuseError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
 
 def _percent(text: str) -> float:
-    try:
-        value = float(text.removesuffix("%"))
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
+    value = parse_percent(text)
+    if value is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a percentage >= 0")
     return value
 

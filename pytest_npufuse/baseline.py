@@ -153,6 +153,15 @@ class Results:
         }
 
 
+def parse_percent(text: str) -> float | None:
+    """A tolerance written ``2.5`` or ``2.5%``; None when it is not a finite percentage >= 0."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def finite_us(value: float) -> float | None:
     """A modeled time as stored: rounded to the nanosecond, or None for a run that never finishes (JSON
     has no infinity)."""

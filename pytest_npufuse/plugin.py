@@ -6,7 +6,6 @@ reads options and markers, turns a :class:`CaseReport` into pass, fail or skip, 
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -14,7 +13,7 @@ from typing import Any, Callable
 import pytest
 
 from . import modeledclock, pipeline
-from .baseline import BaselineWarning, Change, Entry, Gate, finite_us, model_notice, write_baseline
+from .baseline import BaselineWarning, Change, Entry, Gate, finite_us, model_notice, parse_percent, write_baseline
 from .errors import NpufuseError
 from .catalog import OpCatalog
 from .expectations import (
@@ -172,11 +171,8 @@ def _path_setting(config: pytest.Config, name: str) -> Path | None:
 
 def _tolerance(config: pytest.Config) -> float:
     text = str(config.getoption("npufuse_tolerance") or config.getini("npufuse_tolerance")).strip()
-    try:
-        value = float(text.removesuffix("%"))
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
+    value = parse_percent(text)
+    if value is None:
         raise pytest.UsageError(f"--npufuse-tolerance: {text!r} is not a percentage >= 0; use e.g. 0 or 2.5.")
     return value
 
