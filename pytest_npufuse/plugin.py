@@ -124,7 +124,6 @@ def pytest_configure(config: pytest.Config) -> None:
     trace_dir = _path_setting(config, "npufuse_trace_dir")
     if trace_dir is not None and trace_dir.exists() and not trace_dir.is_dir():
         raise pytest.UsageError(f"--npufuse-trace-dir {trace_dir}: is a file; give a directory (it is created if missing).")
-    config.pluginmanager.register(SummaryTable(), "npufuse-summary")
     model = ModelIdentity.of(config.stash[_PROFILES].values(), config.stash[_CATALOG])
     config.stash[_MODEL] = model
     config.stash[_GATE] = _open_gate(config, model)
@@ -410,32 +409,6 @@ def npufuse(request: pytest.FixtureRequest, npu_target: str) -> NpuFuse:
     return NpuFuse(request, npu_target)
 
 
-class SummaryTable:
-    """Collects one row per checked case and prints the table at the end of the run.
-
-    Rows travel in ``user_properties``, so under pytest-xdist they reach the controller with each test
-    report and the table is printed once, there.
-    """
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            self.rows.extend({"case": report.nodeid, **row, "verdict": report.outcome} for row in _records(report))
-
-    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
-        if not self.rows or hasattr(config, "workerinput"):
-            return
-        terminalreporter.section("npufuse: modeled NPU results")
-        header = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "bound", "verdict")
-        # Sorted by test, so a pytest-xdist run, whose reports arrive in any order, prints the same table.
-        table = [header] + [_cells(row) for row in sorted(self.rows, key=lambda row: row["case"])]
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        for row in table:
-            terminalreporter.write_line("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-
-
 def _cells(row: dict[str, Any]) -> tuple[str, ...]:
     return (
         row["case"],
@@ -529,6 +502,21 @@ class RunRecorder:
             self._write(gate.path, lambda: write_baseline(gate.path, updated))
             self.lines.append(f"wrote {gate.path}")
 
+    def _results_table(self, terminalreporter: Any) -> None:
+        """One row per check, with its test's outcome; sorted by test, so a pytest-xdist run, whose
+        reports arrive in any order, prints the same table."""
+        rows = [
+            _cells({"case": nodeid, **row, "verdict": self.tests[nodeid][0]})
+            for nodeid in sorted(self.tests) for row in self.tests[nodeid][1]
+        ]
+        if not rows:
+            return
+        terminalreporter.section("npufuse: modeled NPU results")
+        header = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "bound", "verdict")
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+        for row in (header, *rows):
+            terminalreporter.write_line("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
     def _document(self) -> dict[str, Any]:
         gate = self.config.stash[_GATE]
         settings = None
@@ -543,8 +531,11 @@ class RunRecorder:
             self.errors.append(f"could not write {path}: {exc}")
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        if hasattr(config, "workerinput"):
+            return
+        self._results_table(terminalreporter)
         gate = config.stash[_GATE]
-        if hasattr(config, "workerinput") or (gate is None and not self.errors):
+        if gate is None and not self.errors:
             return
         title = "npufuse: baseline gate"
         if gate is not None:
