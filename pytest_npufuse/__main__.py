@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from .baseline import IMPROVED, REGRESSED, Change, Entry, compare_results, model_notice, parse_percent, read_results
+from .baseline import (
+    IMPROVED, REGRESSED, Change, Entry, aligned, compare_results, count_line, model_notice, parse_percent, read_results,
+)
 from .errors import NpufuseError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -49,8 +51,7 @@ def _table(changes: Sequence[Change]) -> list[str]:
             f"{c.after.speedup:.3f}x" if c.after else "-",
             c.status,
         ))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return aligned(rows)
 
 
 def compare(args: argparse.Namespace, out: TextIO) -> int:
@@ -65,8 +66,7 @@ def compare(args: argparse.Namespace, out: TextIO) -> int:
     for line in _table(changes):
         print(line, file=out)
     regressed = [c for c in changes if c.status == REGRESSED]
-    counts = {status: sum(1 for c in changes if c.status == status) for status in sorted({c.status for c in changes})}
-    print(", ".join(f"{n} {status}" for status, n in counts.items()) or "no entries on either side", file=out)
+    print(count_line(changes) or "no entries on either side", file=out)
     notice = model_notice(changes, new.model, old.model) if new.model else None
     if notice:
         print(f"{notice}; produce {args.old} again with the new model.", file=out)

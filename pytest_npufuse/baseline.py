@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from .atomic import write_text_atomic
 from .errors import BaselineError
@@ -151,6 +151,20 @@ class Results:
                 for key, targets in self.entries.items()
             },
         }
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Text rows with every column padded to its widest cell, for the terminal tables."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def count_line(changes: Sequence[Change]) -> str:
+    """How many changes have each status, e.g. ``1 regressed, 3 unchanged`` ('' when there are none)."""
+    counts: dict[str, int] = {}
+    for change in changes:
+        counts[change.status] = counts.get(change.status, 0) + 1
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
 
 def parse_percent(text: str) -> float | None:

@@ -13,7 +13,9 @@ from typing import Any, Callable
 import pytest
 
 from . import modeledclock, pipeline
-from .baseline import BaselineWarning, Change, Entry, Gate, finite_us, model_notice, parse_percent, write_baseline
+from .baseline import (
+    BaselineWarning, Change, Entry, Gate, aligned, count_line, finite_us, model_notice, parse_percent, write_baseline,
+)
 from .errors import NpufuseError
 from .catalog import OpCatalog
 from .expectations import (
@@ -513,9 +515,8 @@ class RunRecorder:
             return
         terminalreporter.section("npufuse: modeled NPU results")
         header = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "bound", "verdict")
-        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-        for row in (header, *rows):
-            terminalreporter.write_line("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        for line in aligned([header, *rows]):
+            terminalreporter.write_line(line)
 
     def _document(self) -> dict[str, Any]:
         gate = self.config.stash[_GATE]
@@ -544,11 +545,8 @@ class RunRecorder:
         for change in self.changes:
             if change.status != "unchanged":
                 terminalreporter.write_line(f"{change.status:<13} {change.describe()}")
-        counts: dict[str, int] = {}
-        for change in self.changes:
-            counts[change.status] = counts.get(change.status, 0) + 1
-        if counts:
-            terminalreporter.write_line(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+        if self.changes:
+            terminalreporter.write_line(count_line(self.changes))
         for line in self.lines:
             terminalreporter.write_line(line)
         for error in self.errors:
