@@ -126,6 +126,7 @@ def pytest_configure(config: pytest.Config) -> None:
     trace_dir = _path_setting(config, "npufuse_trace_dir")
     if trace_dir is not None and trace_dir.exists() and not trace_dir.is_dir():
         raise pytest.UsageError(f"--npufuse-trace-dir {trace_dir}: is a file; give a directory (it is created if missing).")
+    config.stash[_TRACE_DIR] = trace_dir
     model = ModelIdentity.of(config.stash[_PROFILES].values(), config.stash[_CATALOG])
     config.stash[_MODEL] = model
     config.stash[_GATE] = _open_gate(config, model)
@@ -145,6 +146,7 @@ def _by_name(profiles: list[HardwareProfile], given: list[str]) -> dict[str, Har
         by_name[profile.name] = profile
     return by_name
 _CATALOG = pytest.StashKey[OpCatalog]()
+_TRACE_DIR = pytest.StashKey["Path | None"]()
 
 
 def _user_config(config: pytest.Config) -> UserConfig:
@@ -316,11 +318,10 @@ class NpuFuse:
         """
         options = {e.scope: e.options for e in self._expectations if e.options is not None}
         config = self._request.config
-        trace_dir = _path_setting(config, "npufuse_trace_dir")
         report = _or_fail(
             lambda: pipeline.compare(
                 model, *inputs, target=self.target, mode=mode, reference=reference, options=options,
-                catalog=config.stash[_CATALOG], dynamic=dynamic, host=host, trace_dir=trace_dir,
+                catalog=config.stash[_CATALOG], dynamic=dynamic, host=host, trace_dir=config.stash[_TRACE_DIR],
                 case=self._request.node.nodeid,
             )
         )
