@@ -83,13 +83,17 @@ def _flatten(args: Any) -> Iterator[Any]:
 _PACKAGE_DIR = str(Path(__file__).parent)
 
 
-def _source_line(node: torch.fx.Node) -> str:
-    """The user's source location of a node (the innermost frame outside this package), for messages
-    that point at their model code rather than at our wrappers."""
-    trace = node.meta.get("stack_trace") or ""
+def _user_frame(trace: str) -> str:
+    """The innermost frame of a formatted traceback outside this package, as ``path:line`` ('' when
+    there is none): messages point at the user's model code rather than at our wrappers."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
     user = [(path, line) for path, line in frames if not path.startswith(_PACKAGE_DIR)]
     return f"{user[-1][0]}:{user[-1][1]}" if user else ""
+
+
+def _source_line(node: torch.fx.Node) -> str:
+    """The user's source location of a node."""
+    return _user_frame(node.meta.get("stack_trace") or "")
 
 
 def kernel_flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
@@ -344,9 +348,9 @@ def _eager_error(model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseErr
     except NpufuseError as exc:
         return exc
     except Exception as exc:  # noqa: BLE001 - any error of the user's model is reported, not hidden
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
-        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        return CaptureError(f"the model raises {type(exc).__name__}: {exc}{where}; it fails without compilation too.")
+        frame = _user_frame("".join(traceback.format_tb(exc.__traceback__)))
+        at = f" at {frame}" if frame else ""
+        return CaptureError(f"the model raises {type(exc).__name__}: {exc}{at}; it fails without compilation too.")
     return None
 
 
@@ -382,8 +386,8 @@ def _graph_break_message(model: Callable[..., Any], inputs: Sequence[Any], exc: 
         pass
     text = str(exc).strip()
     reason = text.splitlines()[0] if text else type(exc).__name__
-    frames = re.findall(r'File "([^"]+)", line (\d+)', text)
-    at = f" at {frames[-1][0]}:{frames[-1][1]}" if frames else ""
+    frame = _user_frame(text)
+    at = f" at {frame}" if frame else ""
     split = _scope_split_by_break(graphs)
     where = f"inside {split}" if split else "in the model"
     return (
