@@ -103,13 +103,25 @@ def _check_result(name: str, result: Any, outputs: Outputs) -> None:
 
 
 def npu_op(
-    schema: str, *, source: str, meta: Callable[..., Outputs], kernel: Callable[..., Any]
+    schema: str,
+    *,
+    source: str,
+    meta: Callable[..., Outputs],
+    kernel: Callable[..., Any],
+    side_effect: bool = False,
+    returns_self: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
 
     ``schema`` is torch_npu's schema without the name, e.g. ``"(Tensor self, float eps=1e-06) -> Tensor"``;
     ``source`` names the document whose semantics the kernel implements (shown by the ops command).
+    A schema returning ``()`` has meta and kernel return ``()``. ``side_effect`` marks an op whose only
+    effect is on the device (e.g. a prefetch), so graph passes keep it although nothing reads its result.
+    ``returns_self`` is for in-place ops (``Tensor(a!) self ... -> ()``): torch.compile cannot functionalize
+    a custom op whose output aliases an input, so the registered op returns nothing and the public wrapper
+    returns ``self``, as torch_npu's ``-> Tensor(a!)`` does.
     """
+    returns_none = schema.rsplit("->", 1)[1].strip() == "()"
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
         name = checks.__name__
@@ -123,21 +135,26 @@ def npu_op(
             outputs = meta(*args, **kwargs)
             result = kernel(*args, **kwargs)
             _check_result(name, result, outputs)
-            return result
+            return None if returns_none else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            return _allocate(meta(*args, **kwargs), _first_tensor([*args, *kwargs.values()]))
+            outputs = meta(*args, **kwargs)
+            return None if returns_none else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
+        if side_effect:
+            torch.fx.node.has_side_effect(packet.default)
         returns_list = schema.rstrip().endswith("Tensor[]")
 
         @functools.wraps(checks)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
             result = packet(*args, **kwargs)
+            if returns_self:
+                return args[0]
             return list(result) if returns_list else result
 
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
