@@ -22,6 +22,7 @@ per call either way.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -102,13 +103,29 @@ def _check_result(name: str, result: Any, outputs: Outputs) -> None:
             )
 
 
+def _write_back(names: Sequence[str], params: Sequence[str], args: tuple, kwargs: dict, result: Any) -> tuple:
+    """Copy each output into the argument it overwrites in torch_npu, and return those arguments."""
+    targets = [kwargs[name] if name in kwargs else args[params.index(name)] for name in names]
+    for target, value in zip(targets, result, strict=True):
+        target.copy_(value)
+    return tuple(targets)
+
+
 def npu_op(
-    schema: str, *, source: str, meta: Callable[..., Outputs], kernel: Callable[..., Any]
+    schema: str,
+    *,
+    source: str,
+    meta: Callable[..., Outputs],
+    kernel: Callable[..., Any],
+    writes_back: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
 
     ``schema`` is torch_npu's schema without the name, e.g. ``"(Tensor self, float eps=1e-06) -> Tensor"``;
     ``source`` names the document whose semantics the kernel implements (shown by the ops command).
+    ``writes_back`` names the arguments a torch_npu op updates in place: the registered op stays
+    functional (one opaque node whose outputs are the new values) and the wrapper copies the outputs
+    into those arguments and returns them, so callers see torch_npu's in-place behaviour.
     """
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
@@ -133,11 +150,14 @@ def npu_op(
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
         returns_list = schema.rstrip().endswith("Tensor[]")
+        params = list(inspect.signature(checks).parameters)
 
         @functools.wraps(checks)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
             result = packet(*args, **kwargs)
+            if writes_back:
+                return _write_back(writes_back, params, args, kwargs, result)
             return list(result) if returns_list else result
 
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
