@@ -297,3 +297,31 @@ _Q4 = torch.zeros(1, 2, 3, 16)
 def test_family_ops_bad_inputs_raise_clear_errors(call: Callable[[], object], error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("cache_mode", ["Norm", "PA_BNSD"])
+def test_kv_rmsnorm_rope_cache_normalises_rotates_and_scatters_in_place(cache_mode: str) -> None:
+    batch, seq = 2, 3
+    kv = _rnd(batch, 1, seq, 576, seed=40)
+    gamma = _rnd(512, seed=41)
+    cos, sin = _rnd(batch, 1, seq, 64, seed=42), _rnd(batch, 1, seq, 64, seed=43)
+    if cache_mode == "Norm":
+        index = torch.tensor([[4, 0, 2], [1, 5, 3]])
+        k_cache, ckv_cache = torch.zeros(batch, 1, 6, 64, dtype=torch.bfloat16), torch.zeros(batch, 1, 6, 512, dtype=torch.bfloat16)
+    else:
+        index = torch.tensor([7, 0, 3, 12, 9, 1])
+        k_cache, ckv_cache = torch.zeros(4, 4, 1, 64, dtype=torch.bfloat16), torch.zeros(4, 4, 1, 512, dtype=torch.bfloat16)
+    out = torch_npu.npu_kv_rmsnorm_rope_cache(kv, gamma, cos, sin, index, k_cache, ckv_cache, cache_mode=cache_mode)
+    assert out[0] is k_cache and out[1] is ckv_cache
+    ref_y, _ = _ref_rms(kv[..., :512], gamma, 1e-5)
+    q = kv[..., 512:].double().reshape(batch, 1, seq, 32, 2).transpose(-1, -2).reshape(batch, 1, seq, 64)
+    ref_k = q * cos.double() + _rotate_half(q) * sin.double()
+    _close(out[2], ref_k, torch.bfloat16)
+    _close(out[3], ref_y, torch.bfloat16)
+    flat_k, flat_ckv = k_cache.reshape(-1, 64), ckv_cache.reshape(-1, 512)
+    slots = (index + torch.arange(batch)[:, None] * 6).reshape(-1) if cache_mode == "Norm" else index
+    assert torch.equal(flat_k[slots], out[2].reshape(-1, 64))
+    assert torch.equal(flat_ckv[slots], out[3].reshape(-1, 512))
+    untouched = torch.ones(flat_k.shape[0], dtype=torch.bool)
+    untouched[slots] = False
+    assert not flat_k[untouched].any() and not flat_ckv[untouched].any()

@@ -99,7 +99,7 @@ def _residual_sum(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
     return (x1.to(torch.float32) + x2.to(torch.float32)).to(x1.dtype)
 
 
-def _normalise(x: torch.Tensor, gamma: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rms_normalise(x: torch.Tensor, gamma: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 ``(x * rstd * gamma, rstd)`` over gamma's trailing dims."""
     values = x.to(torch.float32)
     rstd = _rstd(values, gamma.dim(), epsilon)
@@ -110,7 +110,7 @@ def _add_rms_norm_kernel(
     x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     x = _residual_sum(x1, x2)
-    y, rstd = _normalise(x, gamma, epsilon)
+    y, rstd = rms_normalise(x, gamma, epsilon)
     return y.to(x1.dtype), rstd, x
 
 
@@ -205,7 +205,7 @@ def _add_rms_norm_quant_kernel(
     div_mode: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     x = _residual_sum(x1, x2)
-    y, _ = _normalise(x, gamma, epsilon)
+    y, _ = rms_normalise(x, gamma, epsilon)
     y1 = _quantise(y, scales1, zero_points1, div_mode)
     y2 = torch.zeros_like(y1) if scales2 is None else _quantise(y, scales2, zero_points2, div_mode)
     return y1, y2, x

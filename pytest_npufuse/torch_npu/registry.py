@@ -104,11 +104,11 @@ def _check_result(name: str, result: Any, outputs: Outputs) -> None:
 
 
 def _write_back(names: Sequence[str], params: Sequence[str], args: tuple, kwargs: dict, result: Any) -> tuple:
-    """Copy each output into the argument it overwrites in torch_npu, and return those arguments."""
+    """Copy the first outputs into the arguments torch_npu overwrites; return those arguments, then the rest."""
     targets = [kwargs[name] if name in kwargs else args[params.index(name)] for name in names]
-    for target, value in zip(targets, result, strict=True):
+    for target, value in zip(targets, result[: len(targets)], strict=True):
         target.copy_(value)
-    return tuple(targets)
+    return (*targets, *result[len(targets) :])
 
 
 def npu_op(
@@ -123,9 +123,10 @@ def npu_op(
 
     ``schema`` is torch_npu's schema without the name, e.g. ``"(Tensor self, float eps=1e-06) -> Tensor"``;
     ``source`` names the document whose semantics the kernel implements (shown by the ops command).
-    ``writes_back`` names the arguments a torch_npu op updates in place: the registered op stays
-    functional (one opaque node whose outputs are the new values) and the wrapper copies the outputs
-    into those arguments and returns them, so callers see torch_npu's in-place behaviour.
+    ``writes_back`` names the arguments a torch_npu op updates in place, in the order of its first
+    outputs: the registered op stays functional (one opaque node whose outputs are the new values) and
+    the wrapper copies those outputs into the arguments and returns the arguments in their place, so
+    callers see torch_npu's in-place behaviour.
     """
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from .checks import FLOAT_DTYPES, HALF_DTYPES, require_choice, require_dtype, require_tensor
+from typing import Optional
+
+from .checks import (
+    FLOAT_DTYPES, HALF_DTYPES, require_bool, require_choice, require_dtype, require_float, require_shape,
+    require_tensor, require_tensors, require_unused,
+)
+from .norm import rms_normalise
 from .registry import Out, npu_op
 
 ROTARY_MUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000141.html"
@@ -13,6 +19,10 @@ INTERLEAVE_ROPE_DOC = "op-plugin docs/context/torch_npu-npu_interleave_rope.md"
 ROTARY_MODES = ("half", "interleave")
 APPLY_ROPE_LAYOUTS = ("BSH", "BSND", "SBND", "BNSD", "TND")
 INTERLEAVE_ROPE_HEAD_DIM = 64  # the doc requires D = 64 for x, cos and sin
+KV_RMSNORM_ROPE_CACHE_DOC = "op-plugin docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
+MLA_RMS_SIZE = 512  # the doc's rms_size (compressed KV width), the only value it supports
+MLA_ROPE_SIZE = 64  # the doc's rope_size
+KV_CACHE_MODES = ("Norm", "PA", "PA_BNSD")
 
 
 def rotate(values: torch.Tensor, rotary_mode: str) -> torch.Tensor:
@@ -174,9 +184,14 @@ def _interleave_rope_meta(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor)
     return Out(list(x.shape), x.dtype)
 
 
-def _interleave_rope_kernel(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def interleave_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """De-interleave the head dim (even elements, then odd), then half-rotate RoPE (DeepSeek MLA)."""
     pairs_first = x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)
     return rope(pairs_first, cos, sin, "half")
+
+
+def _interleave_rope_kernel(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return interleave_rope(x, cos, sin)
 
 
 @npu_op(
@@ -197,3 +212,153 @@ def npu_interleave_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -
     """
     for name, value in (("x", x), ("cos", cos), ("sin", sin)):
         require_tensor(name, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_kv_rmsnorm_rope_cache
+# ---------------------------------------------------------------------------------------------
+
+
+def _kv_cache_shapes(kv: torch.Tensor, cache_mode: str, k_cache: torch.Tensor, ckv_cache: torch.Tensor) -> None:
+    """Norm: caches [B, 1, L, D] with L >= S; PA/PA_BNSD: caches [blocks, block_size, 1, D] (doc)."""
+    batch, _, seq, _ = kv.shape
+    for name, cache, width in (("k_cache", k_cache, MLA_ROPE_SIZE), ("ckv_cache", ckv_cache, MLA_RMS_SIZE)):
+        require_dtype(name, cache, (kv.dtype,), "(kv's dtype; int8 quantised caches are not implemented)")
+        if cache_mode == "Norm":
+            ok = cache.dim() == 4 and cache.shape[0] == batch and cache.shape[1] == 1 and cache.shape[2] >= seq
+        else:
+            ok = cache.dim() == 4 and cache.shape[2] == 1
+        if not ok or cache.shape[-1] != width:
+            layout = f"[{batch}, 1, cache_length >= {seq}, {width}]" if cache_mode == "Norm" else f"[block_num, block_size, 1, {width}]"
+            raise ValueError(f"{name} has shape {list(cache.shape)}; cache_mode {cache_mode!r} needs {layout}")
+
+
+def _kv_rmsnorm_rope_cache_meta(
+    kv: torch.Tensor,
+    gamma: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    index: torch.Tensor,
+    k_cache: torch.Tensor,
+    ckv_cache: torch.Tensor,
+    **options: object,
+) -> tuple[Out, Out, Out, Out]:
+    """The updated caches (like the inputs), k_embed [B, 1, S, 64] and y [B, 1, S, 512] in kv's dtype."""
+    require_dtype("kv", kv, HALF_DTYPES)
+    if kv.dim() != 4 or kv.shape[1] != 1 or kv.shape[-1] != MLA_RMS_SIZE + MLA_ROPE_SIZE:
+        raise ValueError(f"kv has shape {list(kv.shape)}; expected [batch, 1, seq_len, 576] (512 RMSNorm + 64 RoPE)")
+    batch, _, seq, _ = kv.shape
+    require_dtype("gamma", gamma, (kv.dtype,), "(kv's dtype)")
+    require_shape("gamma", gamma, ((MLA_RMS_SIZE,),))
+    for name, table in (("cos", cos), ("sin", sin)):
+        require_dtype(name, table, (kv.dtype,), "(kv's dtype)")
+        require_shape(name, table, ((batch, 1, seq, MLA_ROPE_SIZE),))
+    require_dtype("index", index, (torch.int64,))
+    cache_mode = options.get("cache_mode", "Norm")
+    require_shape("index", index, ((batch, seq),) if cache_mode == "Norm" else ((batch * seq,),))
+    _kv_cache_shapes(kv, cache_mode, k_cache, ckv_cache)
+    return (
+        Out(list(k_cache.shape), k_cache.dtype),
+        Out(list(ckv_cache.shape), ckv_cache.dtype),
+        Out([batch, 1, seq, MLA_ROPE_SIZE], kv.dtype),
+        Out([batch, 1, seq, MLA_RMS_SIZE], kv.dtype),
+    )
+
+
+def _scatter_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor, cache_mode: str) -> torch.Tensor:
+    """A copy of ``cache`` with each token's row written at its index (per batch for Norm, global for PA)."""
+    updated = cache.clone()
+    width = cache.shape[-1]
+    if cache_mode == "Norm":
+        limit = cache.shape[2]
+        slots = (index + torch.arange(cache.shape[0]).unsqueeze(-1) * limit).reshape(-1)
+        target = updated.view(-1, width)
+    else:
+        limit = cache.shape[0] * cache.shape[1]
+        slots = index.reshape(-1)
+        target = updated.view(-1, width)
+    if bool(((index < 0) | (index >= limit)).any()):
+        raise ValueError(f"index holds {index.tolist()}; every value must be a slot in [0, {limit}) of the cache")
+    target[slots] = rows.reshape(-1, width)
+    return updated
+
+
+def _kv_rmsnorm_rope_cache_kernel(
+    kv: torch.Tensor,
+    gamma: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    index: torch.Tensor,
+    k_cache: torch.Tensor,
+    ckv_cache: torch.Tensor,
+    **options: object,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    cache_mode = str(options.get("cache_mode", "Norm"))
+    epsilon = float(options.get("epsilon", 1e-5))
+    rms_in, rope_in = kv.split([MLA_RMS_SIZE, MLA_ROPE_SIZE], dim=-1)
+    y = rms_normalise(rms_in, gamma, epsilon)[0].to(kv.dtype)
+    k_embed = interleave_rope(rope_in, cos, sin)
+    return (
+        _scatter_rows(k_cache, k_embed, index, cache_mode),
+        _scatter_rows(ckv_cache, y, index, cache_mode),
+        k_embed,
+        y,
+    )
+
+
+@npu_op(
+    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
+    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
+    "float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False) -> (Tensor, Tensor, Tensor, Tensor)",
+    source=KV_RMSNORM_ROPE_CACHE_DOC,
+    meta=_kv_rmsnorm_rope_cache_meta,
+    kernel=_kv_rmsnorm_rope_cache_kernel,
+    writes_back=("k_cache", "ckv_cache"),
+)
+def npu_kv_rmsnorm_rope_cache(
+    kv: torch.Tensor,
+    gamma: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    index: torch.Tensor,
+    k_cache: torch.Tensor,
+    ckv_cache: torch.Tensor,
+    *,
+    k_rope_scale: Optional[torch.Tensor] = None,
+    c_kv_scale: Optional[torch.Tensor] = None,
+    k_rope_offset: Optional[torch.Tensor] = None,
+    c_kv_offset: Optional[torch.Tensor] = None,
+    epsilon: float = 1e-5,
+    cache_mode: str = "Norm",
+    is_output_kv: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MLA's KV path: RMSNorm the latent, RoPE the key part, scatter both into their caches in place.
+
+    Source: torch_npu.npu_kv_rmsnorm_rope_cache (op-plugin
+    docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md).  ``kv`` [B, 1, S, 576] float16/bfloat16 is
+    split into ``rms_in`` (512) and ``rope_in`` (64):
+
+    * ``y = rms_in / sqrt(mean(rms_in**2) + epsilon) * gamma`` (float32, rounded to kv's dtype);
+    * ``k_embed`` = ``rope_in`` de-interleaved and rotated with cos/sin [B, 1, S, 64], the
+      formula of :func:`npu_interleave_rope`;
+    * the rows are written into ``k_cache`` (k_embed) and ``ckv_cache`` (y) in place:
+      ``cache_mode='Norm'`` caches are [B, 1, cache_length, D] and ``index`` [B, S] holds each
+      token's offset within its batch; 'PA'/'PA_BNSD' caches are [block_num, block_size, 1, D]
+      and ``index`` [B * S] holds global slots (block * block_size + offset).
+
+    Returns ``(k_cache, ckv_cache, k_embed_out, y_out)``; the caches are the updated inputs.  The
+    doc defines the last two only for ``is_output_kv=True``; this model always returns k_embed and
+    y there.  Not implemented (ValueError): the int8 quantised caches (k_rope_scale, c_kv_scale and
+    offsets), the FRACTAL_NZ modes (PA_NZ, PA_BLK_NZ) and PA_BLK_BNSD.  An index outside the
+    cache is refused (the doc leaves repeated or out-of-range indexes undefined).
+    """
+    for name, value in (("kv", kv), ("gamma", gamma), ("cos", cos), ("sin", sin), ("index", index),
+                        ("k_cache", k_cache), ("ckv_cache", ckv_cache)):
+        require_tensor(name, value)
+    require_tensors(k_rope_scale=k_rope_scale, c_kv_scale=c_kv_scale, k_rope_offset=k_rope_offset,
+                    c_kv_offset=c_kv_offset)
+    require_unused("npu_kv_rmsnorm_rope_cache (int8 caches)", k_rope_scale=k_rope_scale, c_kv_scale=c_kv_scale,
+                   k_rope_offset=k_rope_offset, c_kv_offset=c_kv_offset)
+    require_float("epsilon", epsilon)
+    require_choice("cache_mode", cache_mode, KV_CACHE_MODES, "Norm per-batch caches, PA/PA_BNSD paged caches")
+    require_bool("is_output_kv", is_output_kv)
