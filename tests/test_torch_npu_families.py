@@ -325,3 +325,37 @@ def test_kv_rmsnorm_rope_cache_normalises_rotates_and_scatters_in_place(cache_mo
     untouched = torch.ones(flat_k.shape[0], dtype=torch.bool)
     untouched[slots] = False
     assert not flat_k[untouched].any() and not flat_ckv[untouched].any()
+
+
+def test_mla_prolog_follows_the_four_documented_paths() -> None:
+    t, he, hcq, n, d, dr, hckv = 3, 32, 16, 2, 8, 8, 16
+    x, w_dq, w_uq_qr = _rnd(t, he, seed=50), _rnd(he, hcq, seed=51, scale=0.3), _rnd(hcq, n * (d + dr), seed=52, scale=0.3)
+    w_uk, w_dkv_kr = _rnd(n, d, hckv, seed=53, scale=0.3), _rnd(he, hckv + dr, seed=54, scale=0.3)
+    g_cq, g_ckv, sin, cos = _rnd(hcq, seed=55), _rnd(hckv, seed=56), _rnd(t, dr, seed=57), _rnd(t, dr, seed=58)
+    index = torch.tensor([0, 5, 2])
+    kv_cache, kr_cache = torch.zeros(2, 4, 1, hckv, dtype=torch.bfloat16), torch.zeros(2, 4, 1, dr, dtype=torch.bfloat16)
+    query, query_rope, kv_out, kr_out = torch_npu.npu_mla_prolog(
+        x, w_dq, w_uq_qr, w_uk, w_dkv_kr, g_cq, g_ckv, sin, cos, index, kv_cache, kr_cache
+    )
+    assert kv_out is kv_cache and kr_out is kr_cache
+
+    def bf16(v: torch.Tensor) -> torch.Tensor:  # the op boundaries where the fused kernel stores bfloat16
+        return v.to(torch.bfloat16).double()
+
+    def rope64(v: torch.Tensor) -> torch.Tensor:
+        q = v.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)
+        c, s = cos.double().unsqueeze(-2), sin.double().unsqueeze(-2)
+        return q * c + _rotate_half(q) * s
+
+    c_q = bf16(_ref_rms(bf16(x.double() @ w_dq.double()), g_cq, 1e-5)[0])
+    q = bf16(c_q @ w_uq_qr.double()).reshape(t, n, d + dr)
+    ref_query = torch.einsum("tnd,ndh->tnh", q[..., :d], w_uk.double())
+    kv = bf16(x.double() @ w_dkv_kr.double())
+    c_kv = _ref_rms(kv[:, :hckv], g_ckv, 1e-5)[0]
+    k_rope = rope64(kv[:, None, hckv:])[:, 0]
+    tol = {"rtol": 2**-6, "atol": 2**-6}
+    torch.testing.assert_close(query.double(), ref_query, **tol)
+    torch.testing.assert_close(query_rope.double(), rope64(q[..., d:]), **tol)
+    torch.testing.assert_close(kv_cache.reshape(-1, hckv)[index].double(), c_kv, **tol)
+    torch.testing.assert_close(kr_cache.reshape(-1, dr)[index].double(), k_rope, **tol)
+    assert kv_cache.reshape(-1, hckv)[[1, 3, 4, 6, 7]].abs().sum() == 0

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from typing import Optional
+from typing import Any, Optional
 
 from .checks import (
     FLOAT_DTYPES, HALF_DTYPES, require_bool, require_choice, require_dtype, require_float, require_shape,
     require_tensor, require_tensors, require_unused,
 )
+from ..exact import cube_matmul
 from .norm import rms_normalise
 from .registry import Out, npu_op
 
@@ -23,6 +24,7 @@ KV_RMSNORM_ROPE_CACHE_DOC = "op-plugin docs/context/torch_npu-npu_kv_rmsnorm_rop
 MLA_RMS_SIZE = 512  # the doc's rms_size (compressed KV width), the only value it supports
 MLA_ROPE_SIZE = 64  # the doc's rope_size
 KV_CACHE_MODES = ("Norm", "PA", "PA_BNSD")
+MLA_PROLOG_DOC = "op-plugin docs/context/torch_npu-npu_mla_prolog.md"
 
 
 def rotate(values: torch.Tensor, rotary_mode: str) -> torch.Tensor:
@@ -140,7 +142,7 @@ def _apply_rotary_pos_emb_kernel(
     source=APPLY_ROTARY_POS_EMB_DOC,
     meta=_apply_rotary_pos_emb_meta,
     kernel=_apply_rotary_pos_emb_kernel,
-    writes_back=("query", "key"),
+    writes_back={"query": 0, "key": 1},
 )
 def npu_apply_rotary_pos_emb(
     query: torch.Tensor,
@@ -313,7 +315,7 @@ def _kv_rmsnorm_rope_cache_kernel(
     source=KV_RMSNORM_ROPE_CACHE_DOC,
     meta=_kv_rmsnorm_rope_cache_meta,
     kernel=_kv_rmsnorm_rope_cache_kernel,
-    writes_back=("k_cache", "ckv_cache"),
+    writes_back={"k_cache": 0, "ckv_cache": 1},
 )
 def npu_kv_rmsnorm_rope_cache(
     kv: torch.Tensor,
@@ -362,3 +364,183 @@ def npu_kv_rmsnorm_rope_cache(
     require_float("epsilon", epsilon)
     require_choice("cache_mode", cache_mode, KV_CACHE_MODES, "Norm per-batch caches, PA/PA_BNSD paged caches")
     require_bool("is_output_kv", is_output_kv)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_mla_prolog
+# ---------------------------------------------------------------------------------------------
+
+
+def _require_2d(name: str, tensor: torch.Tensor, rows: Any, dtype: torch.dtype) -> int:
+    """A [rows, cols] weight in ``dtype``; returns cols."""
+    require_dtype(name, tensor, (dtype,), "(int8 quantised MLA weights are not implemented)")
+    if tensor.dim() != 2 or tensor.shape[0] != rows:
+        raise ValueError(f"{name} has shape {list(tensor.shape)}; expected [{rows}, ...]")
+    return tensor.shape[1]
+
+
+def _mla_prolog_meta(
+    token_x: torch.Tensor,
+    weight_dq: torch.Tensor,
+    weight_uq_qr: torch.Tensor,
+    weight_uk: torch.Tensor,
+    weight_dkv_kr: torch.Tensor,
+    rmsnorm_gamma_cq: torch.Tensor,
+    rmsnorm_gamma_ckv: torch.Tensor,
+    rope_sin: torch.Tensor,
+    rope_cos: torch.Tensor,
+    cache_index: torch.Tensor,
+    kv_cache: torch.Tensor,
+    kr_cache: torch.Tensor,
+    **options: object,
+) -> tuple[Out, Out, Out, Out]:
+    """query [.., N, Hckv], query_rope [.., N, Dr] (token_x's leading dims), the two updated caches."""
+    dtype = torch.bfloat16
+    require_dtype("token_x", token_x, (dtype,))
+    if token_x.dim() not in (2, 3):
+        raise ValueError(f"token_x has shape {list(token_x.shape)}; expected [T, He] or [B, S, He]")
+    lead, hidden = list(token_x.shape[:-1]), token_x.shape[-1]
+    hcq = _require_2d("weight_dq", weight_dq, hidden, dtype)
+    heads, head_dim, hckv = weight_uk.shape if weight_uk.dim() == 3 else (0, 0, 0)
+    require_dtype("weight_uk", weight_uk, (dtype,))
+    if weight_uk.dim() != 3:
+        raise ValueError(f"weight_uk has shape {list(weight_uk.shape)}; expected [N, D, Hckv]")
+    qr_width = _require_2d("weight_uq_qr", weight_uq_qr, hcq, dtype)
+    if heads == 0 or qr_width % heads != 0 or qr_width // heads <= head_dim:
+        raise ValueError(f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}")
+    rope_dim = qr_width // heads - head_dim
+    if _require_2d("weight_dkv_kr", weight_dkv_kr, hidden, dtype) != hckv + rope_dim:
+        raise ValueError(f"weight_dkv_kr has shape {list(weight_dkv_kr.shape)}; expected [{hidden}, {hckv + rope_dim}]")
+    for name, gamma, width in (("rmsnorm_gamma_cq", rmsnorm_gamma_cq, hcq), ("rmsnorm_gamma_ckv", rmsnorm_gamma_ckv, hckv)):
+        require_dtype(name, gamma, (dtype,))
+        require_shape(name, gamma, ((width,),))
+    for name, table in (("rope_sin", rope_sin), ("rope_cos", rope_cos)):
+        require_dtype(name, table, (dtype,))
+        require_shape(name, table, ((*lead, rope_dim),))
+    require_dtype("cache_index", cache_index, (torch.int64,))
+    require_shape("cache_index", cache_index, (tuple(lead),))
+    for name, cache, width in (("kv_cache", kv_cache, hckv), ("kr_cache", kr_cache, rope_dim)):
+        require_dtype(name, cache, (dtype,), "(int8 quantised caches are not implemented)")
+        if cache.dim() != 4 or cache.shape[2] != 1 or cache.shape[3] != width:
+            raise ValueError(f"{name} has shape {list(cache.shape)}; expected [BlockNum, BlockSize, 1, {width}]")
+    return (
+        Out([*lead, heads, hckv], dtype),
+        Out([*lead, heads, rope_dim], dtype),
+        Out(list(kv_cache.shape), kv_cache.dtype),
+        Out(list(kr_cache.shape), kr_cache.dtype),
+    )
+
+
+def _mla_prolog_kernel(
+    token_x: torch.Tensor,
+    weight_dq: torch.Tensor,
+    weight_uq_qr: torch.Tensor,
+    weight_uk: torch.Tensor,
+    weight_dkv_kr: torch.Tensor,
+    rmsnorm_gamma_cq: torch.Tensor,
+    rmsnorm_gamma_ckv: torch.Tensor,
+    rope_sin: torch.Tensor,
+    rope_cos: torch.Tensor,
+    cache_index: torch.Tensor,
+    kv_cache: torch.Tensor,
+    kr_cache: torch.Tensor,
+    **options: object,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    eps_cq = float(options.get("rmsnorm_epsilon_cq", 1e-5))
+    eps_ckv = float(options.get("rmsnorm_epsilon_ckv", 1e-5))
+    lead = token_x.shape[:-1]
+    x = token_x.reshape(-1, token_x.shape[-1])
+    heads, head_dim, hckv = weight_uk.shape
+    cos, sin = rope_cos.reshape(-1, 1, rope_cos.shape[-1]), rope_sin.reshape(-1, 1, rope_sin.shape[-1])
+    c_q = rms_normalise(cube_matmul(x, weight_dq), rmsnorm_gamma_cq, eps_cq)[0].to(x.dtype)
+    q = cube_matmul(c_q, weight_uq_qr).reshape(x.shape[0], heads, -1)
+    q_nope, q_pe = q.split([head_dim, q.shape[-1] - head_dim], dim=-1)
+    query = cube_matmul(q_nope.transpose(0, 1), weight_uk).transpose(0, 1)
+    query_rope = interleave_rope(q_pe, cos, sin)
+    kv = cube_matmul(x, weight_dkv_kr)
+    c_kv, k_pe = kv.split([hckv, kv.shape[-1] - hckv], dim=-1)
+    c_kv = rms_normalise(c_kv, rmsnorm_gamma_ckv, eps_ckv)[0].to(x.dtype)
+    k_rope = interleave_rope(k_pe.unsqueeze(1), cos, sin).squeeze(1)
+    index = cache_index.reshape(-1)
+    return (
+        query.reshape(*lead, heads, hckv),
+        query_rope.reshape(*lead, heads, -1),
+        _scatter_rows(kv_cache, c_kv, index, "PA"),
+        _scatter_rows(kr_cache, k_rope, index, "PA"),
+    )
+
+
+@npu_op(
+    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
+    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
+    "Tensor kv_cache, Tensor kr_cache, *, Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, "
+    "Tensor? dequant_scale_w_uq_qr=None, Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, "
+    "Tensor? quant_scale_ckr=None, Tensor? smooth_scales_cq=None, float rmsnorm_epsilon_cq=1e-05, "
+    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\") -> (Tensor, Tensor, Tensor, Tensor)",
+    source=MLA_PROLOG_DOC,
+    meta=_mla_prolog_meta,
+    kernel=_mla_prolog_kernel,
+    writes_back={"kv_cache": 2, "kr_cache": 3},
+)
+def npu_mla_prolog(
+    token_x: torch.Tensor,
+    weight_dq: torch.Tensor,
+    weight_uq_qr: torch.Tensor,
+    weight_uk: torch.Tensor,
+    weight_dkv_kr: torch.Tensor,
+    rmsnorm_gamma_cq: torch.Tensor,
+    rmsnorm_gamma_ckv: torch.Tensor,
+    rope_sin: torch.Tensor,
+    rope_cos: torch.Tensor,
+    cache_index: torch.Tensor,
+    kv_cache: torch.Tensor,
+    kr_cache: torch.Tensor,
+    *,
+    dequant_scale_x: Optional[torch.Tensor] = None,
+    dequant_scale_w_dq: Optional[torch.Tensor] = None,
+    dequant_scale_w_uq_qr: Optional[torch.Tensor] = None,
+    dequant_scale_w_dkv_kr: Optional[torch.Tensor] = None,
+    quant_scale_ckv: Optional[torch.Tensor] = None,
+    quant_scale_ckr: Optional[torch.Tensor] = None,
+    smooth_scales_cq: Optional[torch.Tensor] = None,
+    rmsnorm_epsilon_cq: float = 1e-5,
+    rmsnorm_epsilon_ckv: float = 1e-5,
+    cache_mode: str = "PA_BSND",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MLA preprocessing (DeepSeek-V2/V3): returns ``(query, query_rope, kv_cache, kr_cache)``.
+
+    Source: torch_npu.npu_mla_prolog (op-plugin docs/context/torch_npu-npu_mla_prolog.md), the four
+    paths of its description, each product on the modeled Cube (fp32 accumulation, one rounding to
+    bfloat16) and each norm in float32 rounded to bfloat16, as the unfused ops would:
+
+    * ``c_q = RmsNorm(x @ weight_dq)`` (gamma_cq, epsilon_cq), then ``c_q @ weight_uq_qr`` split
+      per head into ``q_nope`` (D) and ``q_pe`` (Dr);
+    * ``query = q_nope @ weight_uk[n]`` per head n: [.., N, Hckv];
+    * ``query_rope = RoPE(q_pe)``;
+    * ``x @ weight_dkv_kr`` split into ``c_kv`` (Hckv, then RmsNorm with gamma_ckv) and ``k_pe`` (Dr,
+      then RoPE); they are written in place into ``kv_cache`` / ``kr_cache`` [BlockNum, BlockSize, 1, *]
+      at the global slots ``cache_index`` ('PA_BSND').
+
+    RoPE is DeepSeek's interleaved form (:func:`npu_interleave_rope`: de-interleave the Dr dims, then
+    rotate halves) with rope_cos/rope_sin [T, Dr] or [B, S, Dr]; the doc gives the formula only as an
+    image, so this is the unfused DeepSeek path's RoPE (assumption).  ``token_x`` is [T, He] or
+    [B, S, He] bfloat16; weights are the logical [K, N] matrices (a FRACTAL_NZ format cast only changes
+    the device layout).  The doc's production sizes (He 7168, Hcq 1536, Hckv 512, D 128, Dr 64) are
+    not imposed, so tests can use small shapes.  Not implemented (ValueError): the int8 partial and
+    full quantisation modes (int8 weight_uq_qr or caches and their scales), cache_mode 'PA_NZ', and
+    npu_mla_prolog_v2.
+    """
+    for name, value in (("token_x", token_x), ("weight_dq", weight_dq), ("weight_uq_qr", weight_uq_qr),
+                        ("weight_uk", weight_uk), ("weight_dkv_kr", weight_dkv_kr),
+                        ("rmsnorm_gamma_cq", rmsnorm_gamma_cq), ("rmsnorm_gamma_ckv", rmsnorm_gamma_ckv),
+                        ("rope_sin", rope_sin), ("rope_cos", rope_cos), ("cache_index", cache_index),
+                        ("kv_cache", kv_cache), ("kr_cache", kr_cache)):
+        require_tensor(name, value)
+    require_unused(
+        "npu_mla_prolog (quantised modes)", dequant_scale_x=dequant_scale_x, dequant_scale_w_dq=dequant_scale_w_dq,
+        dequant_scale_w_uq_qr=dequant_scale_w_uq_qr, dequant_scale_w_dkv_kr=dequant_scale_w_dkv_kr,
+        quant_scale_ckv=quant_scale_ckv, quant_scale_ckr=quant_scale_ckr, smooth_scales_cq=smooth_scales_cq,
+    )
+    require_float("rmsnorm_epsilon_cq", rmsnorm_epsilon_cq)
+    require_float("rmsnorm_epsilon_ckv", rmsnorm_epsilon_ckv)
+    require_choice("cache_mode", cache_mode, ("PA_BSND",), "paged caches [BlockNum, BlockSize, 1, D]")
