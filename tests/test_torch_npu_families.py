@@ -9,8 +9,7 @@ from typing import Callable
 
 import pytest
 import torch
-from functorch.compile import make_boxed_func
-from torch._functorch.aot_autograd import aot_module_simplified
+from test_torch_npu import _compile_recording, _npu_targets
 
 from pytest_npufuse import torch_npu
 
@@ -215,17 +214,6 @@ def test_interleave_rope_deinterleaves_then_rotates_halves() -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def _compile(fn: Callable[..., object], graphs: list[torch.fx.GraphModule]) -> Callable[..., object]:
-    def fw_compiler(gm: torch.fx.GraphModule, _inputs: list[torch.Tensor]) -> Callable[..., object]:
-        graphs.append(gm)
-        return make_boxed_func(gm.forward)
-
-    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., object]:
-        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler)
-
-    return torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
-
-
 def _layer(x: torch.Tensor, res: torch.Tensor, gamma: torch.Tensor, w: torch.Tensor, ws: torch.Tensor,
            q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
     y, _, h = torch_npu.npu_add_rms_norm(x, res, gamma)
@@ -245,9 +233,8 @@ def test_compiled_family_ops_are_single_nodes_and_match_eager() -> None:
     graphs: list[torch.fx.GraphModule] = []
     eager_args, compiled_args = inputs(), inputs()
     eager = _layer(*eager_args)
-    compiled = _compile(_layer, graphs)(*compiled_args)
-    targets = [str(n.target) for gm in graphs for n in gm.graph.nodes if str(n.target).startswith("npu.")]
-    assert targets == [
+    compiled = _compile_recording(_layer, graphs)(*compiled_args)
+    assert _npu_targets(graphs) == [
         "npu.npu_add_rms_norm.default", "npu.npu_dynamic_quant.default", "npu.npu_weight_quant_batchmatmul.default",
         "npu.npu_apply_rotary_pos_emb.default", "npu.npu_rotary_mul.default",
     ]
