@@ -119,30 +119,20 @@ def npu_scatter_nd_update(self: torch.Tensor, indices: torch.Tensor, updates: to
     require_tensors(input=self, indices=indices, updates=updates)
 
 
-def _scatter_nd_update__meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> tuple:
-    _scatter_nd_meta(self, indices, updates)
-    return ()
-
-
-def _scatter_nd_update__kernel(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> tuple:
-    _scatter_nd_into(self, indices, updates)
-    return ()
-
-
 @npu_op(
-    "(Tensor(a!) self, Tensor indices, Tensor updates) -> ()",
+    "(Tensor self, Tensor indices, Tensor updates) -> Tensor",
     source=DOCS.format("npu_scatter_nd_update_"),
-    meta=_scatter_nd_update__meta,
-    kernel=_scatter_nd_update__kernel,
-    returns_self=True,
+    meta=_scatter_nd_meta,
+    kernel=_scatter_nd_update_kernel,
+    writes_back={"self": 0},
 )
 def npu_scatter_nd_update_(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
     """In-place :func:`npu_scatter_nd_update`: writes into ``input`` and returns it (the KV-cache write of
     the public decode code, e.g. ``npu_scatter_nd_update_(kv_cache, slots, key)``).
 
     Source: torch_npu.npu_scatter_nd_update_ (op-plugin API page). The registered op
-    ``npu::npu_scatter_nd_update_`` returns nothing (torch.compile cannot functionalize a custom op whose
-    output aliases its input); this wrapper returns ``input`` as torch_npu does.
+    ``npu::npu_scatter_nd_update_`` is functional (the registry's ``writes_back``); this wrapper copies its
+    result into ``input`` and returns ``input``, as torch_npu does.
     """
     require_tensors(input=self, indices=indices, updates=updates)
 

@@ -490,7 +490,8 @@ def npu_grouped_matmul(
       group (``x[g]`` may have batch dims), 2/3 the 2-D results concatenated by rows.
     * Float (formula 1): float16/bfloat16/float32 x and weights; ``bias`` one ``[N]`` per group (or one
       ``[E, N]``), float16 for float16 x, float32 otherwise. ``x @ w + bias`` runs as the Cube does: fp32
-      products and accumulation, the bias added in fp32, one rounding to x's dtype.
+      products and accumulation, the bias added in fp32, one rounding to x's dtype (single-threaded BLAS,
+      so the bits do not depend on torch's thread count).
     * W8A8 (formulas 2-3): int8 x and weights. ``acc = x @ w`` is exact in int32. ``output_dtype=int32``
       returns ``acc`` (+ an int32 bias) -- the form followed by npu_dequant_swiglu_quant. Otherwise
       ``scale`` (one ``[N]`` per group or one ``[E, N]``; float32, bfloat16, or int64 from
