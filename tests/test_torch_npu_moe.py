@@ -323,3 +323,28 @@ def test_fake_kernels_match_eager_shapes() -> None:
         eager_list = [eager] if isinstance(eager, torch.Tensor) else list(eager)
         fake_list = [fake] if isinstance(fake, torch.Tensor) else list(fake)
         assert [(t.shape, t.dtype) for t in fake_list] == [(t.shape, t.dtype) for t in eager_list]
+
+
+def test_ep_moe_layer_runs_through_the_pipeline_with_comm_and_prefetch_tasks() -> None:
+    """dispatch -> bfloat16 grouped matmul -> combine, with a weight prefetch and a KV-cache write, modeled
+    end to end: the comm ops run on the comm engine, the prefetch stays as a task, the outputs agree."""
+    from pytest_npufuse.pipeline import compare
+
+    class Layer(torch.nn.Module):
+        def forward(self, x, ids, weights, w, cache, slots):
+            torch_npu.npu_prefetch(w, x, 1024)
+            torch_npu.npu_scatter_nd_update_(cache, slots, x[:1])
+            expand_x, _, idx, nums, recv, _, _ = torch_npu.npu_moe_distribute_dispatch_v2(x, ids, "ep", 1, 0, 8)
+            (hidden,) = torch_npu.npu_grouped_matmul([expand_x], [w], group_list=nums, split_item=3, group_type=0,
+                                                     group_list_type=1)
+            return torch_npu.npu_moe_distribute_combine_v2(hidden, ids, idx, recv, weights, "ep", 1, 0, 8)
+
+    x, expert_ids, weights = _dispatch_inputs()
+    w = torch.randn(8, 8, 8, generator=_gen()).to(torch.bfloat16)
+    cache = torch.zeros(4, 8, dtype=torch.bfloat16)
+    report = compare(Layer(), x, expert_ids, weights, w, cache, torch.tensor([[1]]))
+    assert report.mismatches == ()
+    engines = {run.op_type: run.engine for run in report.variant.kernels}
+    assert engines["npu::npu_moe_distribute_dispatch_v2"] == "comm"
+    assert engines["npu::npu_moe_distribute_combine_v2"] == "comm"
+    assert "npu::npu_prefetch" in engines and "npu::npu_scatter_nd_update_" in engines

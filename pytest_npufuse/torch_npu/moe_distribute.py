@@ -24,7 +24,7 @@ and ``op_plugin/python/meta/_meta_registrations.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -71,9 +71,11 @@ def _world(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int, ep_ran
     return _World(ep_world_size, ep_rank_id, local, rows, rows * min(local, k))
 
 
-def _check_common(ep_world_size: int, ep_rank_id: int, moe_expert_num: int, tp_world_size: int, expert_shard_type: int,
-                  shared_expert_rank_num: int, global_bs: int) -> None:
+def _check_common(group_ep: str, ep_world_size: int, ep_rank_id: int, moe_expert_num: int, tp_world_size: int,
+                  expert_shard_type: int, shared_expert_rank_num: int, global_bs: int) -> None:
     """The scalar arguments both dispatch and combine (v1 and v2) take."""
+    if not isinstance(group_ep, str):
+        raise TypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
     for name, value in (("ep_world_size", ep_world_size), ("ep_rank_id", ep_rank_id),
                         ("moe_expert_num", moe_expert_num), ("tp_world_size", tp_world_size),
                         ("expert_shard_type", expert_shard_type), ("shared_expert_rank_num", shared_expert_rank_num),
@@ -195,9 +197,15 @@ def _dispatch_kernel(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: i
     return expand_x, dynamic_scales, expand_idx, token_nums, recv_counts, tp_recv, expand_scales
 
 
-def _check_dispatch_scalars(group_ep: str, quant_mode: int, expert_token_nums_type: int, **common: int) -> None:
-    if not isinstance(group_ep, str):
-        raise TypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
+def _check_no_special_experts(zero_expert_num: int, copy_expert_num: int, const_expert_num: int) -> None:
+    """The v2 interfaces' zero/copy/constant experts (MoE variants with trivial experts) are not modeled."""
+    for name, value in (("zero_expert_num", zero_expert_num), ("copy_expert_num", copy_expert_num),
+                        ("const_expert_num", const_expert_num)):
+        require_int(name, value)
+        require_choice(name, value, (0,), "zero/copy/constant experts are not modeled")
+
+
+def _check_dispatch_scalars(quant_mode: int, expert_token_nums_type: int, **common: Any) -> None:
     _check_common(**common)
     require_int("quant_mode", quant_mode)
     require_choice("quant_mode", quant_mode, (NO_QUANT, DYNAMIC_QUANT), "0 none, 2 dynamic per-token int8")
@@ -215,34 +223,27 @@ def _v2_idx_entries(pairs: int, recv_rows: int) -> int:
 
 
 
-def _dispatch_v1_meta(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
-                      x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
-                      **_: object) -> tuple[Out, ...]:
-    return _dispatch_meta(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask,
-                          expert_scales, quant_mode, global_bs, tp_world_size, _v1_idx_entries)
+def _dispatch_functions(idx_entries: Callable[[int, int], int]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The meta function and kernel of one dispatch interface, which differ only in the expand_idx size."""
+
+    def meta(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
+             x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
+             **_: object) -> tuple[Out, ...]:
+        return _dispatch_meta(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask,
+                              expert_scales, quant_mode, global_bs, tp_world_size, idx_entries)
+
+    def kernel(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
+               x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
+               expert_token_nums_type=1, **_: object) -> tuple[torch.Tensor, ...]:
+        args = (x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask, expert_scales,
+                quant_mode, global_bs, tp_world_size)
+        return _dispatch_kernel(*args, expert_token_nums_type, _dispatch_meta(*args, idx_entries))
+
+    return meta, kernel
 
 
-def _dispatch_v1_kernel(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
-                        x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
-                        expert_token_nums_type=1, **_: object) -> tuple[torch.Tensor, ...]:
-    args = (x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask, expert_scales,
-            quant_mode, global_bs, tp_world_size)
-    return _dispatch_kernel(*args, expert_token_nums_type, _dispatch_meta(*args, _v1_idx_entries))
-
-
-def _dispatch_v2_meta(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
-                      x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
-                      **_: object) -> tuple[Out, ...]:
-    return _dispatch_meta(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask,
-                          expert_scales, quant_mode, global_bs, tp_world_size, _v2_idx_entries)
-
-
-def _dispatch_v2_kernel(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
-                        x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
-                        expert_token_nums_type=1, **_: object) -> tuple[torch.Tensor, ...]:
-    args = (x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask, expert_scales,
-            quant_mode, global_bs, tp_world_size)
-    return _dispatch_kernel(*args, expert_token_nums_type, _dispatch_meta(*args, _v2_idx_entries))
+_dispatch_v1_meta, _dispatch_v1_kernel = _dispatch_functions(_v1_idx_entries)
+_dispatch_v2_meta, _dispatch_v2_kernel = _dispatch_functions(_v2_idx_entries)
 
 
 DISPATCH_SCHEMA_HEAD = (
@@ -307,7 +308,7 @@ def npu_moe_distribute_dispatch(
     """
     require_tensors(x=x, expert_ids=expert_ids, scales=scales, x_active_mask=x_active_mask,
                     expert_scales=expert_scales)
-    _check_dispatch_scalars(group_ep, quant_mode, expert_token_nums_type, ep_world_size=ep_world_size,
+    _check_dispatch_scalars(quant_mode, expert_token_nums_type, group_ep=group_ep, ep_world_size=ep_world_size,
                             ep_rank_id=ep_rank_id, moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
                             expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
                             global_bs=global_bs)
@@ -362,16 +363,13 @@ def npu_moe_distribute_dispatch_v2(
     """
     require_tensors(x=x, expert_ids=expert_ids, scales=scales, x_active_mask=x_active_mask,
                     expert_scales=expert_scales)
-    _check_dispatch_scalars(group_ep, quant_mode, expert_token_nums_type, ep_world_size=ep_world_size,
+    _check_dispatch_scalars(quant_mode, expert_token_nums_type, group_ep=group_ep, ep_world_size=ep_world_size,
                             ep_rank_id=ep_rank_id, moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
                             expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
                             global_bs=global_bs)
     require_unused("npu_moe_distribute_dispatch_v2", elastic_info=elastic_info, performance_info=performance_info,
                    y_dtype=y_dtype, x_dtype=x_dtype, scales_dtype=scales_dtype)
-    for name, value in (("zero_expert_num", zero_expert_num), ("copy_expert_num", copy_expert_num),
-                        ("const_expert_num", const_expert_num)):
-        require_int(name, value)
-        require_choice(name, value, (0,), "zero/copy/constant experts are not modeled")
+    _check_no_special_experts(zero_expert_num, copy_expert_num, const_expert_num)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,16 +427,18 @@ def _combine_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_sca
     return out.to(expand_x.dtype)
 
 
-def _combine_v1_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, group_ep, ep_world_size,
-                     ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None, global_bs=0,
-                     **_: object) -> Out:
+def _combine_adapter_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, group_ep, ep_world_size,
+                          ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None, global_bs=0,
+                          **_: object) -> Out:
+    """Meta function of both combine interfaces (the third argument is expand_idx or assist_info_for_combine)."""
     return _combine_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size,
                          ep_rank_id, moe_expert_num, x_active_mask, shared_expert_x, global_bs)
 
 
-def _combine_v1_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, group_ep, ep_world_size,
-                       ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None, global_bs=0,
-                       **_: object) -> torch.Tensor:
+def _combine_adapter_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, group_ep,
+                            ep_world_size, ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None,
+                            global_bs=0, **_: object) -> torch.Tensor:
+    """CPU kernel of both combine interfaces."""
     return _combine_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size,
                            ep_rank_id, moe_expert_num, x_active_mask, shared_expert_x, global_bs)
 
@@ -454,9 +454,7 @@ COMBINE_SCHEMA_SHARED = (
 )
 
 
-def _check_combine_scalars(group_ep: str, comm_quant_mode: int, **common: int) -> None:
-    if not isinstance(group_ep, str):
-        raise TypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
+def _check_combine_scalars(comm_quant_mode: int, **common: Any) -> None:
     _check_common(**common)
     require_int("comm_quant_mode", comm_quant_mode)
     require_choice("comm_quant_mode", comm_quant_mode, (0,), "quantised communication is not modeled")
@@ -468,8 +466,8 @@ def _check_combine_scalars(group_ep: str, comm_quant_mode: int, **common: int) -
     "Tensor? expand_scales=None, Tensor? shared_expert_x=None, " + COMBINE_SCHEMA_SHARED
     + "int out_dtype=0, int comm_quant_mode=0, int group_list_type=0) -> Tensor",
     source=DOCS.format("npu_moe_distribute_combine"),
-    meta=_combine_v1_meta,
-    kernel=_combine_v1_kernel,
+    meta=_combine_adapter_meta,
+    kernel=_combine_adapter_kernel,
 )
 def npu_moe_distribute_combine(
     expand_x: torch.Tensor,
@@ -517,7 +515,7 @@ def npu_moe_distribute_combine(
     require_tensors(expand_x=expand_x, expert_ids=expert_ids, expand_idx=expand_idx, ep_send_counts=ep_send_counts,
                     expert_scales=expert_scales, tp_send_counts=tp_send_counts, x_active_mask=x_active_mask,
                     shared_expert_x=shared_expert_x)
-    _check_combine_scalars(group_ep, comm_quant_mode, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
+    _check_combine_scalars(comm_quant_mode, group_ep=group_ep, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
                            moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
                            expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
                            global_bs=global_bs)
@@ -525,20 +523,6 @@ def npu_moe_distribute_combine(
                    group_list=group_list, expand_scales=expand_scales)
     require_int("out_dtype", out_dtype)
     require_int("group_list_type", group_list_type)
-
-
-def _combine_v2_meta(expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, group_ep,
-                     ep_world_size, ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None,
-                     global_bs=0, **_: object) -> Out:
-    return _combine_meta(expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
-                         ep_world_size, ep_rank_id, moe_expert_num, x_active_mask, shared_expert_x, global_bs)
-
-
-def _combine_v2_kernel(expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, group_ep,
-                       ep_world_size, ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None,
-                       global_bs=0, **_: object) -> torch.Tensor:
-    return _combine_kernel(expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
-                           ep_world_size, ep_rank_id, moe_expert_num, x_active_mask, shared_expert_x, global_bs)
 
 
 @npu_op(
@@ -549,8 +533,8 @@ def _combine_v2_kernel(expand_x, expert_ids, assist_info_for_combine, ep_send_co
     + "int comm_quant_mode=0, str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, "
     "int const_expert_num=0) -> Tensor",
     source=DOCS.format("npu_moe_distribute_combine_v2"),
-    meta=_combine_v2_meta,
-    kernel=_combine_v2_kernel,
+    meta=_combine_adapter_meta,
+    kernel=_combine_adapter_kernel,
 )
 def npu_moe_distribute_combine_v2(
     expand_x: torch.Tensor,
@@ -595,14 +579,11 @@ def npu_moe_distribute_combine_v2(
     require_tensors(expand_x=expand_x, expert_ids=expert_ids, assist_info_for_combine=assist_info_for_combine,
                     ep_send_counts=ep_send_counts, expert_scales=expert_scales, tp_send_counts=tp_send_counts,
                     x_active_mask=x_active_mask, shared_expert_x=shared_expert_x)
-    _check_combine_scalars(group_ep, comm_quant_mode, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
+    _check_combine_scalars(comm_quant_mode, group_ep=group_ep, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
                            moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
                            expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
                            global_bs=global_bs)
     require_unused("npu_moe_distribute_combine_v2", expand_scales=expand_scales, elastic_info=elastic_info,
                    ori_x=ori_x, const_expert_alpha_1=const_expert_alpha_1, const_expert_alpha_2=const_expert_alpha_2,
                    const_expert_v=const_expert_v, performance_info=performance_info)
-    for name, value in (("zero_expert_num", zero_expert_num), ("copy_expert_num", copy_expert_num),
-                        ("const_expert_num", const_expert_num)):
-        require_int(name, value)
-        require_choice(name, value, (0,), "zero/copy/constant experts are not modeled")
+    _check_no_special_experts(zero_expert_num, copy_expert_num, const_expert_num)
