@@ -348,3 +348,25 @@ def test_mla_prolog_follows_the_four_documented_paths(op: str) -> None:
     torch.testing.assert_close(kv_cache.reshape(-1, hckv)[index].double(), c_kv, **tol)
     torch.testing.assert_close(kr_cache.reshape(-1, dr)[index].double(), k_rope, **tol)
     assert kv_cache.reshape(-1, hckv)[[1, 3, 4, 6, 7]].abs().sum() == 0
+
+
+def test_compiled_cache_writes_land_in_the_callers_caches() -> None:
+    def inputs() -> list[torch.Tensor]:
+        return [_rnd(1, 1, 2, 576, seed=60), _rnd(512, seed=61), _rnd(1, 1, 2, 64, seed=62), _rnd(1, 1, 2, 64, seed=63),
+                torch.tensor([3, 1]), torch.zeros(2, 2, 1, 64, dtype=torch.bfloat16),
+                torch.zeros(2, 2, 1, 512, dtype=torch.bfloat16)]
+
+    def step(kv, gamma, cos, sin, index, k_cache, ckv_cache):
+        _, _, k_embed, y = torch_npu.npu_kv_rmsnorm_rope_cache(
+            kv, gamma, cos, sin, index, k_cache, ckv_cache, cache_mode="PA_BNSD"
+        )
+        return k_embed, y
+
+    eager_args, compiled_args = inputs(), inputs()
+    graphs: list[torch.fx.GraphModule] = []
+    eager = step(*eager_args)
+    compiled = _compile_recording(step, graphs)(*compiled_args)
+    assert _npu_targets(graphs) == ["npu.npu_kv_rmsnorm_rope_cache.default"]
+    for a, b in zip([*eager, *eager_args], [*compiled, *compiled_args], strict=True):
+        assert torch.equal(a, b)
+    assert compiled_args[5].reshape(-1, 64)[[3, 1]].abs().sum() > 0
