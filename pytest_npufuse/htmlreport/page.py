@@ -19,7 +19,8 @@ _STYLE = """
 body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:16px;color:#222;background:#fff}
 h1{font-size:20px;margin:0 0 8px}h2{font-size:15px;margin:24px 0 6px;font-family:monospace}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
-th{background:#f0f0f0;cursor:pointer;user-select:none}td:first-child,th:first-child{text-align:left}
+th{background:#f0f0f0;cursor:pointer;user-select:none;white-space:nowrap}td{white-space:nowrap}
+td:first-child,th:first-child{text-align:left}#summary td:first-child{white-space:normal;overflow-wrap:anywhere;max-width:460px}
 th.sorted-asc::after{content:" \\25B2"}th.sorted-desc::after{content:" \\25BC"}
 .v-passed,.g-unchanged,.g-faster{color:#1a7f37}.v-failed,.v-error,.g-regressed,.g-slower{color:#c62828;font-weight:600}
 .v-skipped,.v-xfailed,.g-new,.g-missing{color:#8a6d00}
@@ -35,7 +36,8 @@ th.sorted-asc::after{content:" \\25B2"}th.sorted-desc::after{content:" \\25BC"}
 .head-event{fill:#1f4e9c}.head-race{fill:#e00000}.head-hazard{fill:#d1006f}
 .legend span{display:inline-block;margin-right:12px}.legend i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
 code{background:#f4f4f4;padding:0 3px}
-.tables{display:flex;gap:24px;flex-wrap:wrap;align-items:flex-start}
+.below{display:flex;gap:24px;flex-wrap:wrap;align-items:flex-start}.findings{flex:1 1 480px;min-width:360px}
+.findings ul{margin:4px 0;padding-left:20px}h3{font-size:13px;margin:8px 0 4px}
 """
 
 _SCRIPT = """
@@ -179,9 +181,9 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
     return (
         f'<section class="case" id="case-{index}" data-case="{escape(view["case"])}">'
         f'<h2>{escape(view["case"])}</h2><div class="facts">{"".join(facts)}</div>'
-        f'{case_svg(view)}{_scopes(view)}{_races(view)}'
-        f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}'
-        f'<div class="tables">{_op_types(view)}</div></section>'
+        f'{case_svg(view)}<div class="below"><div class="findings">{_scopes(view)}{_races(view)}'
+        f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}</div>'
+        f'{_op_types(view)}</div></section>'
     )
 
 
