@@ -11,9 +11,12 @@ import struct
 from pathlib import Path
 
 import pytest
+import torch
 
-from browser import Chromium, Element, find_chromium
+from browser import Chromium, Element, find_chromium, parse_dom
+from pytest_npufuse import compare
 from pytest_npufuse.hardware import load_profile
+from pytest_npufuse.host import HostConfig
 from pytest_npufuse.htmlreport import case_view, render_page, write_html_report
 from pytest_npufuse.synthetic import ProgramBuilder, case_report
 
@@ -247,3 +250,20 @@ def test_a_large_case_is_drawn_with_kernels_below_a_pixel_merged(tmp_path, chrom
 def test_page_without_checks_says_so():
     page = render_page([])
     assert "No npufuse.check() ran in this session." in page and '<table id="summary"' in page
+
+
+def test_each_host_thread_gets_its_own_lane():
+    """Host-scheduled execution on GE's three pipelined threads: three host lanes above the stream."""
+
+    def model(x, w):
+        return torch.relu(x @ w) * 2
+
+    x, w = torch.ones(8, 16), torch.ones(16, 16)
+    report = compare(model, x, w, dynamic=True, host=HostConfig(threads=3))
+    dom = parse_dom(render_page([case_view(report, "host")]))
+    for variant in ("baseline", "variant"):
+        drawn = run_of(section(dom, "host"), variant)
+        assert lanes(drawn) == [("host", "host thread 0 (ordinary)"), ("host", "host thread 1 (memory)"),
+                                ("host", "host thread 2 (launch)"), ("stream", "stream default")]
+        host_boxes = [r for lane in drawn.find_all("g", cls="lane", data_kind="host") for r in lane.find_all("rect", cls="host")]
+        assert len(host_boxes) == len(report.baseline.host if variant == "baseline" else report.variant.host)
