@@ -7,6 +7,7 @@ then read the DOM it dumps. Without Chromium the browser tests are skipped with 
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -194,14 +195,25 @@ def test_report_shows_timelines_scope_breaks_races_hazards_and_events_in_a_brows
 
 
 @pytest.mark.filterwarnings("ignore:Benchmarks are automatically disabled because xdist")
-def test_xdist_controller_writes_the_same_report_as_a_serial_run(run, pytester):
+def test_xdist_controller_writes_the_same_report_with_the_gate_verdicts_as_a_serial_run(run, pytester):
+    run("--npufuse-baseline=base.json", "--npufuse-update-baseline", "-k", "broken").assert_outcomes(passed=1)
+    baseline = json.loads((pytester.path / "base.json").read_text())
+    entry = baseline["entries"]["test_html_cases.py::test_broken"]["a3"]
+    entry["variant_us"] = round(entry["variant_us"] / 2, 3)
     pages = {}
     for label, extra in (("serial", ()), ("xdist", ("-n", "2"))):
-        result = run(f"--npufuse-html={label}.html", "-k", "broken or race", *extra)
-        result.assert_outcomes(passed=2)
+        (pytester.path / "base.json").write_text(json.dumps(baseline))  # a run records its missing entries
+        result = run(f"--npufuse-html={label}.html", "--npufuse-baseline=base.json", "-k", "broken or race", *extra)
+        result.assert_outcomes(passed=1, failed=1)
         pages[label] = (pytester.path / f"{label}.html").read_text()
     assert pages["serial"] == pages["xdist"]
-    assert pages["serial"].count('<section class="case"') == 2
+    dom = parse_dom(pages["serial"])
+    (summary,) = dom.find_all("table", id="summary")
+    gates = {row.find_all("td")[0].all_text(): row.find_all("td")[-2].all_text() for row in summary.find_all("tr")[1:]}
+    assert gates == {"test_html_cases.py::test_broken": "regressed", "test_html_cases.py::test_race": "new"}
+    (gate,) = section(dom, "test_html_cases.py::test_broken").find_all("span", cls="gate")
+    assert gate.all_text().startswith("gate: regressed — test_html_cases.py::test_broken [a3]: ")
+    assert f"{entry['variant_us']:.3f} us -> " in gate.all_text()
 
 
 def test_html_file_that_is_a_directory_is_a_usage_error(pytester):
