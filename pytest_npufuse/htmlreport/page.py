@@ -178,10 +178,12 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
     if gate:
         facts.append(f'<span class="gate g-{escape(gate["status"])}">gate: {escape(gate["status"])} — {escape(gate["text"])}</span>')
     mismatches = "".join(f"<li>{escape(m)}</li>" for m in view["mismatches"])
+    failures = "".join(f'<p class="failure"><b>{run["variant"].upper()} does not finish:</b> {escape(run["failure"])}</p>'
+                       for run in view["runs"] if run["failure"])
     return (
         f'<section class="case" id="case-{index}" data-case="{escape(view["case"])}">'
         f'<h2>{escape(view["case"])}</h2><div class="facts">{"".join(facts)}</div>'
-        f'{case_svg(view)}<div class="below"><div class="findings">{_scopes(view)}{_races(view)}'
+        f'{case_svg(view)}<div class="below"><div class="findings">{failures}{_scopes(view)}{_races(view)}'
         f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}</div>'
         f'{_op_types(view)}</div></section>'
     )
