@@ -235,7 +235,7 @@ def test_dispatch_then_combine_one_rank_is_the_weighted_sum(version: str) -> Non
     x, expert_ids, weights = _dispatch_inputs()
     dispatch = torch_npu.npu_moe_distribute_dispatch if version == "v1" else torch_npu.npu_moe_distribute_dispatch_v2
     combine = torch_npu.npu_moe_distribute_combine if version == "v1" else torch_npu.npu_moe_distribute_combine_v2
-    expand_x, _, idx, token_nums, recv_counts, _, _ = dispatch(x, expert_ids, "ep", 1, 0, 8)
+    expand_x, _, idx, token_nums, recv_counts, _, expand_scales = dispatch(x, expert_ids, "ep", 1, 0, 8)
     assert expand_x.shape == (6 * 2, 8)
     ref_counts = [int((expert_ids == e).sum()) for e in range(8)]
     assert token_nums.tolist() == ref_counts
@@ -245,7 +245,7 @@ def test_dispatch_then_combine_one_rank_is_the_weighted_sum(version: str) -> Non
             if e in expert_ids[t].tolist():
                 assert torch.equal(expand_x[row], x[t])
                 row += 1
-    out = combine(expand_x, expert_ids, idx, recv_counts, weights, "ep", 1, 0, 8)
+    out = combine(expand_x, expert_ids, idx, recv_counts, weights, "ep", 1, 0, 8, expand_scales=expand_scales)
     ref = (weights.double().unsqueeze(-1) * x.double().unsqueeze(1)).sum(dim=1)
     torch.testing.assert_close(out.double(), ref.to(torch.bfloat16).double(), rtol=1e-2, atol=1e-2)
 
@@ -348,3 +348,44 @@ def test_ep_moe_layer_runs_through_the_pipeline_with_comm_and_prefetch_tasks() -
     assert engines["npu::npu_moe_distribute_dispatch_v2"] == "comm"
     assert engines["npu::npu_moe_distribute_combine_v2"] == "comm"
     assert "npu::npu_prefetch" in engines and "npu::npu_scatter_nd_update_" in engines
+
+
+def test_w8a8_mc2_expert_chain_matches_a_per_token_reference() -> None:
+    """The W8A8 decode MoE of the public torchair code: dispatch_v2 (dynamic int8) -> grouped matmul (int32)
+    -> dequant_swiglu_quant -> grouped matmul (per-token dequant to bf16) -> combine_v2, against a plain loop
+    over tokens and their experts with the same quantised weights."""
+    gen = _gen()
+    tokens, h, inter, experts, k = 4, 16, 8, 4, 2
+    x = torch.randn(tokens, h, generator=gen).to(torch.bfloat16)
+    ids = _distinct_topk(tokens, experts, k, gen)
+    weights = torch.rand(tokens, k, generator=gen)
+    w1 = torch.randint(-8, 8, (experts, h, 2 * inter), dtype=torch.int8, generator=gen)
+    w1_scale = torch.rand(experts, 2 * inter, generator=gen) * 0.05
+    w2 = torch.randint(-8, 8, (experts, inter, h), dtype=torch.int8, generator=gen)
+    w2_scale = (torch.rand(experts, h, generator=gen) * 0.05).to(torch.bfloat16)
+
+    expand_x, dyn, assist, counts, recv, _, _ = torch_npu.npu_moe_distribute_dispatch_v2(
+        x, ids, "ep", 1, 0, experts, quant_mode=2, expert_token_nums_type=1)
+    (gate_up,) = torch_npu.npu_grouped_matmul([expand_x], [w1], group_list=counts, split_item=3, group_type=0,
+                                              group_list_type=1, output_dtype=torch.int32)
+    act, act_scale = torch_npu.npu_dequant_swiglu_quant(gate_up, weight_scale=w1_scale, activation_scale=dyn,
+                                                         group_index=counts, activate_left=True, quant_mode=1)
+    (down,) = torch_npu.npu_grouped_matmul([act], [w2], scale=[w2_scale], per_token_scale=[act_scale],
+                                           group_list=counts, split_item=2, group_type=0, group_list_type=1,
+                                           output_dtype=torch.bfloat16)
+    out = torch_npu.npu_moe_distribute_combine_v2(down, ids, assist, recv, weights, "ep", 1, 0, experts)
+
+    ref = torch.zeros(tokens, h, dtype=torch.float64)
+    for t in range(tokens):
+        for slot in range(k):
+            e = int(ids[t, slot])
+            row = x[t].double()
+            s1 = row.abs().max() / 127
+            q = torch.round(row / s1)
+            gu = (q @ w1[e].double()) * w1_scale[e].double() * s1
+            gate, lin = gu[:inter], gu[inter:]
+            hidden = gate * torch.sigmoid(gate) * lin
+            s2 = hidden.abs().max() / 127
+            y = (torch.round(hidden / s2) @ w2[e].double()) * w2_scale[e].double() * s2
+            ref[t] += float(weights[t, slot]) * y
+    torch.testing.assert_close(out.double(), ref, rtol=0.05, atol=0.05 * float(ref.abs().max()))

@@ -507,10 +507,12 @@ def npu_moe_distribute_combine(
     ``out[b] = sum_k expert_scales[b, k] * expand_x[row(b, k)] (+ shared_expert_x[b])`` in float32, slot by
     slot, one rounding to expand_x's dtype; ``row(b, k)`` is read from ``ep_send_counts`` and
     ``expand_idx`` as dispatch wrote them. Pairs whose expert is on another rank, or that
-    ``x_active_mask`` leaves out, add 0. ``tp_send_counts`` is accepted (no TP domain is modeled).
+    ``x_active_mask`` leaves out, add 0. ``tp_send_counts`` is accepted (no TP domain is modeled), and so is
+    ``expand_scales`` (dispatch's copy of ``expert_scales`` per received row, which the A2 algorithm reads;
+    on one rank it holds the same weights, so ``expert_scales`` is used).
 
-    Refused: the int32-output dequant path (``activation_scale``, ``weight_scale``, ``group_list``),
-    ``expand_scales`` (the A2 algorithm's weights) and quantised communication.
+    Refused: the int32-output dequant path (``activation_scale``, ``weight_scale``, ``group_list``) and
+    quantised communication.
     """
     require_tensors(expand_x=expand_x, expert_ids=expert_ids, expand_idx=expand_idx, ep_send_counts=ep_send_counts,
                     expert_scales=expert_scales, tp_send_counts=tp_send_counts, x_active_mask=x_active_mask,
@@ -519,8 +521,9 @@ def npu_moe_distribute_combine(
                            moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
                            expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
                            global_bs=global_bs)
+    require_tensors(expand_scales=expand_scales)
     require_unused("npu_moe_distribute_combine", activation_scale=activation_scale, weight_scale=weight_scale,
-                   group_list=group_list, expand_scales=expand_scales)
+                   group_list=group_list)
     require_int("out_dtype", out_dtype)
     require_int("group_list_type", group_list_type)
 
@@ -573,8 +576,8 @@ def npu_moe_distribute_combine_v2(
     """:func:`npu_moe_distribute_combine` of the v2 interface, reading dispatch_v2's
     ``assist_info_for_combine``; ``shared_expert_x`` (``[BS, H]`` or ``[B, S, H]``) is added unweighted.
 
-    Source: torch_npu.npu_moe_distribute_combine_v2 (op-plugin API page; meta function). Refused:
-    ``expand_scales``, elastic placement, ``ori_x`` and the constant/zero/copy experts.
+    Source: torch_npu.npu_moe_distribute_combine_v2 (op-plugin API page; meta function). ``expand_scales``
+    is accepted as in v1. Refused: elastic placement, ``ori_x`` and the constant/zero/copy experts.
     """
     require_tensors(expand_x=expand_x, expert_ids=expert_ids, assist_info_for_combine=assist_info_for_combine,
                     ep_send_counts=ep_send_counts, expert_scales=expert_scales, tp_send_counts=tp_send_counts,
@@ -583,7 +586,8 @@ def npu_moe_distribute_combine_v2(
                            moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
                            expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
                            global_bs=global_bs)
-    require_unused("npu_moe_distribute_combine_v2", expand_scales=expand_scales, elastic_info=elastic_info,
+    require_tensors(expand_scales=expand_scales)
+    require_unused("npu_moe_distribute_combine_v2", elastic_info=elastic_info,
                    ori_x=ori_x, const_expert_alpha_1=const_expert_alpha_1, const_expert_alpha_2=const_expert_alpha_2,
                    const_expert_v=const_expert_v, performance_info=performance_info)
     _check_no_special_experts(zero_expert_num, copy_expert_num, const_expert_num)
