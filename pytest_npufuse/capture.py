@@ -24,7 +24,7 @@ from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 from . import scopes, syncs
 from .catalog import OpCatalog
 from .errors import CaptureError, NpufuseError
-from .program import Buffer, Kernel, Program, StreamScope, SyncPoint, TensorSpec
+from .program import Buffer, Kernel, ModuleFrame, Program, StreamScope, SyncPoint, TensorSpec
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
@@ -96,6 +96,21 @@ def _source_line(node: torch.fx.Node) -> str:
     return _user_frame(node.meta.get("stack_trace") or "")
 
 
+_ROOT = re.compile(r"^L\[['\"][^'\"]*['\"]\]\.?")
+_GETATTR = re.compile(r"getattr\(([^()]*?), ['\"]([^'\"]+)['\"]\)")
+_SUBSCRIPT = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
+_MODULES = re.compile(r"(^|\.)_modules\.")
+
+
+def module_path(key: str) -> str:
+    """The attribute path of a module from the key Dynamo records it under: ``L['self'].layers.0.attn``,
+    ``getattr(L['self'].layers, '0')`` and ``L['self'].layers[0]`` all become ``layers.0[.attn]``."""
+    while (match := _GETATTR.search(key)) is not None:
+        key = f"{key[:match.start()]}{match.group(1)}.{match.group(2)}{key[match.end():]}"
+    key = _ROOT.sub("", key)
+    return _MODULES.sub(r"\1", _SUBSCRIPT.sub(r".\1", key)).lstrip(".")
+
+
 def kernel_flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
     """Arithmetic work of one kernel by the catalog's rule."""
     out_elems = sum(math.prod(spec.shape) for spec in outputs)
@@ -144,6 +159,7 @@ class _ProgramBuilder:
         self.record_tokens: dict[str, str] = {}
         self.open_streams: list[tuple[str, int] | None] = []
         self.stream_scopes: list[StreamScope] = []
+        self.frames: dict[tuple[str, str], ModuleFrame] = {}
 
     def build(self) -> Program:
         inputs: list[str] = []
@@ -263,6 +279,17 @@ class _ProgramBuilder:
             kernel = self.kernels[index]
             self.kernels[index] = replace(kernel, outputs=(*kernel.outputs, buffer))
 
+    def _modules(self, node: torch.fx.Node) -> tuple[ModuleFrame, ...]:
+        """The module calls ``node`` was traced inside, outermost first; one frame object per module,
+        shared by all its kernels (a 61-layer model has thousands)."""
+        frames = []
+        for key, owner in (node.meta.get("nn_module_stack") or {}).values():
+            path = module_path(key)
+            kind = owner if isinstance(owner, str) else getattr(owner, "__name__", str(owner))
+            kind = kind.rsplit(".", 1)[-1]
+            frames.append(self.frames.setdefault((path, kind), ModuleFrame(path, kind)))
+        return tuple(frames)
+
     def _kernel_name(self, kernel_type: str) -> str:
         count = self.names.get(kernel_type, 0)
         self.names[kernel_type] = count + 1
@@ -298,6 +325,7 @@ class _ProgramBuilder:
                 bytes=kernel_bytes(info.bytes, input_specs, output_specs),
                 compute_dtype=compute_dtype,
                 source=_source_line(node),
+                modules=self._modules(node),
             )
         )
 

@@ -20,6 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from . import fusion
+from .attribution import attribute
 from .backend import CompiledGraph, NpuBackend
 from .capture import compile_once
 from .catalog import OpCatalog, load_catalog
@@ -160,6 +161,9 @@ def compare(
         deadlock=variant_graph.sanitizer.deadlock.describe()
         if variant_graph.sanitizer is not None and variant_graph.sanitizer.deadlock is not None
         else None,
+        attribution={
+            graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline_graph, variant_graph)
+        },
     )
     if trace_dir is None:
         return report

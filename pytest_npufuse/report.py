@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
+from .attribution import Attribution
 from .fusion import ScopePlan
 from .numerics import Mismatch
 from .sanitize import Race
@@ -46,7 +47,11 @@ class ScopeReport:
 
 @dataclass(frozen=True)
 class CaseReport:
-    """BASELINE (scopes ignored) against VARIANT (scopes honoured) for one model on one target."""
+    """BASELINE (scopes ignored) against VARIANT (scopes honoured) for one model on one target.
+
+    ``attribution`` summarises each run (keyed ``baseline`` / ``variant``) per module path, per op type
+    and by overlap (:mod:`~pytest_npufuse.attribution`).
+    """
 
     target: str
     mode: str
@@ -60,6 +65,7 @@ class CaseReport:
     trace_path: str | None = None
     plog_path: str | None = None
     deadlock: str | None = None
+    attribution: Mapping[str, Attribution] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
