@@ -91,6 +91,31 @@ def _user_frame(trace: str) -> str:
     return f"{user[-1][0]}:{user[-1][1]}" if user else ""
 
 
+def _forward_lines(owner: Any) -> tuple[str, int, int] | None:
+    """File and first/last line of a module class's ``forward``, or None when it has no Python source."""
+    code = getattr(getattr(owner, "forward", None), "__code__", None)
+    if code is None:
+        return None
+    lines = [line for _, _, line in code.co_lines() if line is not None]
+    return code.co_filename, min(lines, default=code.co_firstlineno), max(lines, default=code.co_firstlineno)
+
+
+def call_site(trace: str, owner: Any) -> str:
+    """The user's line (``path:line``) that called a module of class ``owner``: the last frame outside
+    this package before the first frame inside the class's ``forward`` in a node's stack trace."""
+    span = _forward_lines(owner)
+    if span is None:
+        return ""
+    filename, first, last = span
+    caller = ""
+    for path, line in re.findall(r'File "([^"]+)", line (\d+)', trace):
+        if path == filename and first <= int(line) <= last:
+            return caller
+        if not path.startswith(_PACKAGE_DIR):
+            caller = f"{path}:{line}"
+    return ""
+
+
 def _source_line(node: torch.fx.Node) -> str:
     """The user's source location of a node."""
     return _user_frame(node.meta.get("stack_trace") or "")
@@ -285,9 +310,12 @@ class _ProgramBuilder:
         frames = []
         for key, owner in (node.meta.get("nn_module_stack") or {}).values():
             path = module_path(key)
-            kind = owner if isinstance(owner, str) else getattr(owner, "__name__", str(owner))
-            kind = kind.rsplit(".", 1)[-1]
-            frames.append(self.frames.setdefault((path, kind), ModuleFrame(path, kind)))
+            kind = (owner if isinstance(owner, str) else getattr(owner, "__name__", str(owner))).rsplit(".", 1)[-1]
+            frame = self.frames.get((path, kind))
+            if frame is None:
+                site = call_site(node.meta.get("stack_trace") or "", owner)
+                frame = self.frames[(path, kind)] = ModuleFrame(path, kind, site)
+            frames.append(frame)
         return tuple(frames)
 
     def _kernel_name(self, kernel_type: str) -> str:

@@ -38,11 +38,13 @@ class Buffer:
 class ModuleFrame:
     """One ``nn.Module`` call a kernel was traced inside, as Dynamo records it (``nn_module_stack``):
     ``path`` is the attribute path from the compiled model (``layers.0.attn``; ``""`` is the model
-    itself) and ``type`` the module's class name. Time attribution and the scope advisor group kernels
-    by these frames, so neither needs the model's source."""
+    itself) and ``type`` the module's class name; ``call_site`` is the user's line that called it
+    (``path:line``, ``""`` when unknown). Time attribution and the scope advisor group kernels by these
+    frames, so neither needs the model's source."""
 
     path: str
     type: str
+    call_site: str = ""
 
 
 @dataclass(frozen=True)
