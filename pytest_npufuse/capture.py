@@ -81,13 +81,16 @@ def _flatten(args: Any) -> Iterator[Any]:
 
 
 _PACKAGE_DIR = str(Path(__file__).parent)
+# Frames in these directories are never the user's code: ours, and torch's own Python wrappers (a
+# functional collective or F.* helper would otherwise be named as the source of the op it calls).
+_NOT_USER = (_PACKAGE_DIR, str(Path(torch.__file__).parent))
 
 
 def _user_frame(trace: str) -> str:
     """The innermost frame of a formatted traceback outside this package, as ``path:line`` ('' when
     there is none): messages point at the user's model code rather than at our wrappers."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
-    user = [(path, line) for path, line in frames if not path.startswith(_PACKAGE_DIR)]
+    user = [(path, line) for path, line in frames if not path.startswith(_NOT_USER)]
     return f"{user[-1][0]}:{user[-1][1]}" if user else ""
 
 
@@ -111,7 +114,7 @@ def call_site(trace: str, owner: Any) -> str:
     for path, line in re.findall(r'File "([^"]+)", line (\d+)', trace):
         if path == filename and first <= int(line) <= last:
             return caller
-        if not path.startswith(_PACKAGE_DIR):
+        if not path.startswith(_NOT_USER):
             caller = f"{path}:{line}"
     return ""
 
@@ -134,6 +137,16 @@ def module_path(key: str) -> str:
         key = f"{key[:match.start()]}{match.group(1)}.{match.group(2)}{key[match.end():]}"
     key = _ROOT.sub("", key)
     return _MODULES.sub(r"\1", _SUBSCRIPT.sub(r".\1", key)).lstrip(".")
+
+
+def call_name(node: torch.fx.Node) -> str:
+    """The torch-level call Dynamo lowered ``node`` from (its ``source_fn_stack``): a function's or a
+    module class's name, or the method name; ``""`` when not recorded."""
+    stack = node.meta.get("source_fn_stack") or ()
+    if not stack:
+        return ""
+    target = stack[-1][1]
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 def kernel_flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
@@ -354,6 +367,7 @@ class _ProgramBuilder:
                 compute_dtype=compute_dtype,
                 source=_source_line(node),
                 modules=self._modules(node),
+                call=call_name(node),
             )
         )
 

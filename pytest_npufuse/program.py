@@ -50,7 +50,9 @@ class ModuleFrame:
 @dataclass(frozen=True)
 class Kernel:
     """One device kernel: a non-view op of the captured graph. ``modules`` are the module calls it was
-    traced inside, outermost first (empty for hand-built programs and the model's own top level)."""
+    traced inside, outermost first (empty for hand-built programs and the model's own top level);
+    ``call`` is the torch-level call it was lowered from (``one_hot``, ``repeat_interleave``, ``Linear``;
+    ``""`` when unknown), which tells the affinity advisor what the user wrote."""
 
     index: int
     name: str
@@ -66,6 +68,7 @@ class Kernel:
     compute_dtype: str
     source: str
     modules: tuple[ModuleFrame, ...] = ()
+    call: str = ""
 
     @property
     def module(self) -> str:

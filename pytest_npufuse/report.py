@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from .advisor.affinity import Finding
 from .attribution import Attribution
 from .fusion import ScopePlan
 from .numerics import Mismatch
@@ -50,7 +51,8 @@ class CaseReport:
     """BASELINE (scopes ignored) against VARIANT (scopes honoured) for one model on one target.
 
     ``attribution`` summarises each run (keyed ``baseline`` / ``variant``) per module path, per op type
-    and by overlap (:mod:`~pytest_npufuse.attribution`).
+    and by overlap (:mod:`~pytest_npufuse.attribution`); ``findings`` are the seed-003 affinity-op
+    findings when they were asked for.
     """
 
     target: str
@@ -66,6 +68,7 @@ class CaseReport:
     plog_path: str | None = None
     deadlock: str | None = None
     attribution: Mapping[str, Attribution] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
 
     @property
     def speedup(self) -> float:

@@ -30,6 +30,7 @@ from ..simulate import simulate
 from ..skoptions import parse_options
 from ..streams import stream_plan
 from ..torchair.configs.compiler_config import CompilerConfig
+from .affinity import Finding, find_affinity, findings_json
 from .candidates import Candidate, Evaluator, Layout, assignments, with_scopes
 from .decision import Recommendation, recommend, top_down
 from .structure import Layer, Role, Structure, structure_of
@@ -49,6 +50,7 @@ class Advice:
     paste: tuple[str, ...]
     top_down: str
     attribution: Attribution
+    findings: tuple[Finding, ...] = ()
 
     def candidate(self, layout: Layout) -> Candidate | None:
         return next((c for c in self.candidates if c.layout is layout), None)
@@ -82,7 +84,11 @@ class Advice:
             if candidate.outcome in ("error", "hang") and candidate.reason:
                 lines.append(f"  {candidate.layout.value}: {candidate.reason}")
         lines.append(f"recommend {rec.layout.value} (modeled gain {rec.gain_pct:+.1f}%): {rec.reason}")
-        return lines + list(self.paste)
+        lines += self.paste
+        if self.findings:
+            lines.append(f"affinity ops (seed 003): {len(self.findings)} finding(s)")
+            lines += [f"  {finding.describe()}" for finding in self.findings]
+        return lines
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
@@ -109,6 +115,8 @@ class Advice:
                 "gain_pct": round(self.recommendation.gain_pct, 2), "paste": list(self.paste),
             },
             "top_down": self.top_down,
+            "affinity": findings_json(self.findings),
+            "attribution": self.attribution.to_json(),
         }
 
 
@@ -184,12 +192,14 @@ def advise(
     options: str = "",
     catalog: OpCatalog | None = None,
 ) -> Advice:
-    """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one.
+    """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the seed-003
+    affinity-op findings with their modeled gains.
 
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
     ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).
     """
     profile = target if isinstance(target, HardwareProfile) else load_profile(target)
+    catalog = catalog or load_catalog()
     parse_options("advise", options)
     program = capture_program(model, *inputs, target=profile, catalog=catalog)
     plain = with_scopes(program, {}, "")
@@ -211,4 +221,5 @@ def advise(
     return Advice(
         profile.name, structure, reference.time_us, ranked, recommendation,
         _paste_lines(recommendation.layout, structure, options), path, attribution,
+        find_affinity(plain, profile, catalog),
     )
