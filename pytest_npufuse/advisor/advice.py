@@ -63,7 +63,7 @@ class Advice:
             time = f"{c.time_us:.1f}" if math.isfinite(c.time_us) else "-"
             gain = f"{c.gain_pct(self.reference_us):+.1f}%" if math.isfinite(c.time_us) else "-"
             rows.append((
-                str(rank), c.layout.value, ",".join(dict.fromkeys(c.scopes)) or "-", str(c.segments), breaks or "-",
+                str(rank), c.layout.value, _labels(c.scopes), str(c.segments), breaks or "-",
                 c.outcome, "yes" if c.bit_exact else "NO", time, gain,
             ))
         return rows
@@ -118,6 +118,12 @@ class Advice:
             "affinity": findings_json(self.findings),
             "attribution": self.attribution.to_json(),
         }
+
+
+def _labels(scopes: Sequence[str]) -> str:
+    """Scope labels for the table; one per layer collapses to its first and last."""
+    labels = list(dict.fromkeys(scopes))
+    return ",".join(labels) if len(labels) <= 3 else f"{labels[0]}..{labels[-1]} ({len(labels)})"
 
 
 def _short(site: str) -> str:

@@ -32,6 +32,7 @@ class RunSettings:
     gate: Gate | None
     trace_dir: Path | None
     json_path: Path | None
+    advise: bool = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -46,7 +47,10 @@ class RunSettings:
         except NpufuseError as exc:
             raise pytest.UsageError(f"npufuse: {exc}") from None
         model = ModelIdentity.of(profiles.values(), catalog)
-        return cls(profiles, catalog, model, _open_gate(config, model), _trace_dir(config), path_setting(config, "npufuse_json"))
+        return cls(
+            profiles, catalog, model, _open_gate(config, model), _trace_dir(config), path_setting(config, "npufuse_json"),
+            bool(setting(config, "npufuse_advise")),
+        )
 
     @property
     def default_target(self) -> str:
