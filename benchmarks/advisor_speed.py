@@ -9,7 +9,8 @@ affinity-op findings priced, and the recommendation. Printed side by side: the c
 planning of all layouts (capture once, plan many) and the whole advise.
 
 Target (issue 13): the whole advise within 10 s on 2 cores. Wall-clock time is measured here only,
-never in the model; the exit status is 1 when the target is missed.
+never in the model; CPU time of this process is printed beside it, since a shared machine stretches
+the wall clock. The exit status is 1 when the target is missed.
 """
 
 from __future__ import annotations
@@ -36,20 +37,22 @@ def main() -> int:
     capture = advice.capture_program
 
     def timed_capture(*args, **kwargs):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         program = capture(*args, **kwargs)
-        captured["seconds"], captured["kernels"] = time.perf_counter() - start, len(program.kernels)
+        captured["seconds"], captured["cpu"] = time.perf_counter() - start, time.process_time() - cpu
+        captured["kernels"] = len(program.kernels)
         return program
 
     advice.capture_program = timed_capture
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = advice.advise(model, *inputs, target="a3")
-    total = time.perf_counter() - start
+    total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
     advice.capture_program = capture
     print("\n".join(result.lines()[:12]))
     print(f"kernels: {captured['kernels']}, layouts: {len(result.candidates)}, affinity findings: {len(result.findings)}")
-    print(f"capture {captured['seconds']:.2f} s, planning and simulating every layout {total - captured['seconds']:.2f} s, "
-          f"advise {total:.2f} s")
+    print(f"capture {captured['seconds']:.2f} s (cpu {captured['cpu']:.2f} s), planning and simulating every layout "
+          f"and the affinity rewrites {total - captured['seconds']:.2f} s (cpu {total_cpu - captured['cpu']:.2f} s), "
+          f"advise {total:.2f} s (cpu {total_cpu:.2f} s)")
     verdict = "PASS" if total <= TARGET_S else "FAIL"
     print(f"{verdict}: advise of a {LAYERS}-layer decode model in {total:.2f} s (target <= {TARGET_S:.0f} s, "
           f"ratio {total / TARGET_S:.2f})")
