@@ -7,7 +7,7 @@ from typing import Mapping
 
 from .advisor.affinity import Finding
 from .attribution import Attribution
-from .fusion import ScopePlan
+from .fusion import ScopeBreak, ScopePlan
 from .numerics import Mismatch
 from .sanitize import Race
 from .simulate import RunReport
@@ -28,6 +28,7 @@ class ScopeReport:
     kernel_type: str
     options: str
     reason: str
+    break_points: tuple[ScopeBreak, ...] = ()
 
     @classmethod
     def from_plan(cls, scope: ScopePlan) -> "ScopeReport":
@@ -43,6 +44,7 @@ class ScopeReport:
             kernel_type=scope.segments[0].kernel_type if scope.segments else "",
             options=scope.options,
             reason=scope.reason,
+            break_points=scope.breaks,
         )
 
 

@@ -31,6 +31,11 @@ CSV_COLUMNS = (
 _HOST_THREADS = ("ordinary", "memory", "launch")
 
 
+def host_thread_label(thread: int) -> str:
+    """A host thread's name: GE's pipelined threads are ordinary, memory and launch, in that order."""
+    return f"host thread {thread} ({_HOST_THREADS[min(thread, 2)]})"
+
+
 def _meta(pid: int, name: str, tid: int | None = None) -> dict[str, Any]:
     if tid is None:
         return {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}
@@ -47,7 +52,7 @@ def trace_events(run: RunReport) -> list[dict[str, Any]]:
     stream_id = {name: index for index, name in enumerate(run.streams)}
     events = [_meta(HOST_PID, f"Host ({run.execution})"), _meta(NPU_PID, f"NPU {run.target} ({run.variant})")]
     threads = sorted({piece.thread for piece in run.host}) or [0]
-    events += [_meta(HOST_PID, f"host thread {t} ({_HOST_THREADS[min(t, 2)]})", t) for t in threads]
+    events += [_meta(HOST_PID, host_thread_label(t), t) for t in threads]
     events += [_meta(NPU_PID, f"Stream {stream_id[s]} ({s})", stream_id[s]) for s in run.streams]
     for piece in run.host:
         events.append(_slice(piece.name, HOST_PID, piece.thread, piece.start_us, piece.end_us, "host", {"op": piece.kernel}))
