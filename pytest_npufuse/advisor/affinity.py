@@ -384,6 +384,18 @@ def _rms_norm_check(graph: _Graph, match: Match) -> str:
     return _compare(unfused, npu_rms_norm(x, gamma, 1e-6)[0])
 
 
+def _rotary_check(graph: _Graph, match: Match) -> str:
+    from ..torch_npu import npu_rotary_mul
+
+    x_spec = next(k for k in match.kernels if k.op_type == "aten::cat").output_specs[0]
+    gen = torch.Generator().manual_seed(0)
+    x = _random(x_spec, gen).reshape(1, 1, -1, x_spec.shape[-1])
+    cos, sin = _random(x_spec, gen).reshape(x.shape), _random(x_spec, gen).reshape(x.shape)
+    first, second = x.chunk(2, -1)
+    unfused = x * cos + torch.cat((-second, first), -1) * sin
+    return _compare(unfused, npu_rotary_mul(x, cos, sin))
+
+
 def _swiglu_check(graph: _Graph, match: Match) -> str:
     from ..torch_npu import npu_swiglu
 
@@ -409,7 +421,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("gather (GatherElements)", "torch.index_select / row indexing (GatherV2)", _find_gather, _gather_replacement, _gather_check),
     Pattern("index_put (IndexPutV2)", "masked_fill / torch.where", _find_index_put, _index_put_replacement, _index_put_check),
     Pattern("RotaryMul (unfused)", "torch_npu.npu_rotary_mul(x, cos, sin)", _find_rotary, _fused("npu::npu_rotary_mul"),
-            _not_checked("npu_rotary_mul has no CPU reference here")),
+            _rotary_check),
     Pattern("RmsNorm (unfused)", "torch_npu.npu_rms_norm(x, gamma, eps)", _find_rms_norm, _fused("npu::npu_rms_norm"), _rms_norm_check),
     Pattern("ScaledMaskedSoftmax (unfused)", "torch_npu.npu_scaled_masked_softmax(x, mask, scale)", _find_softmax,
             _fused("npu::npu_scaled_masked_softmax"), _not_checked("npu_scaled_masked_softmax has no CPU reference here")),
