@@ -71,6 +71,10 @@ def test_add_rms_norm_quant_quantises_the_norm_with_each_scale(div_mode: bool) -
     _int_close(y2, quant(scales2, 0.0))
     (no_second,) = torch_npu.npu_add_rms_norm_quant(x1, x2, gamma, scales1)[1:2]
     assert torch.equal(no_second, torch.zeros(4, 32, dtype=torch.int8))
+    beta = _rnd(32, seed=8)  # AddRmsNormQuantV2's bias, passed by keyword as vllm-ascend does
+    with_beta, _, _ = torch_npu.npu_add_rms_norm_quant(x1, x2, gamma, scales1, zero_points1, beta=beta, div_mode=div_mode)
+    ref += beta.double()
+    _int_close(with_beta, quant(scales1, zero_points1.double()))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
