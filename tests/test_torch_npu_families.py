@@ -374,3 +374,16 @@ def test_compiled_cache_writes_land_in_the_callers_caches() -> None:
     for a, b in zip([*eager, *eager_args], [*compiled, *compiled_args], strict=True):
         assert torch.equal(a, b)
     assert compiled_args[5].reshape(-1, 64)[[3, 1]].abs().sum() > 0
+
+
+def test_kv_rmsnorm_rope_cache_takes_shrunk_mla_sizes_as_vllm_ascend_calls_it() -> None:
+    kv, gamma = _rnd(4, 1, 1, 40, seed=70), _rnd(32, seed=71)  # rms 32 + rope 8 instead of 512 + 64
+    cos, sin = _rnd(4, 1, 1, 8, seed=72), _rnd(4, 1, 1, 8, seed=73)
+    k_cache, ckv_cache = torch.zeros(2, 4, 1, 8, dtype=torch.bfloat16), torch.zeros(2, 4, 1, 32, dtype=torch.bfloat16)
+    slots = torch.tensor([6, 1, 4, 3])
+    k_pe, k_nope, _, _ = torch_npu.npu_kv_rmsnorm_rope_cache(
+        kv, gamma, cos, sin, slots, k_cache, ckv_cache, epsilon=1e-6, cache_mode="PA"
+    )
+    assert k_pe is k_cache and k_nope is ckv_cache
+    ref_y, _ = _ref_rms(kv[..., :32], gamma, 1e-6)
+    _close(ckv_cache.reshape(-1, 32)[slots], ref_y.reshape(4, 32), torch.bfloat16)

@@ -222,10 +222,12 @@ def npu_interleave_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -
 # ---------------------------------------------------------------------------------------------
 
 
-def _kv_cache_shapes(kv: torch.Tensor, cache_mode: str, k_cache: torch.Tensor, ckv_cache: torch.Tensor) -> None:
+def _kv_cache_shapes(
+    kv: torch.Tensor, cache_mode: str, k_cache: tuple[torch.Tensor, int], ckv_cache: tuple[torch.Tensor, int]
+) -> None:
     """Norm: caches [B, 1, L, D] with L >= S; PA/PA_BNSD: caches [blocks, block_size, 1, D] (doc)."""
     batch, _, seq, _ = kv.shape
-    for name, cache, width in (("k_cache", k_cache, MLA_ROPE_SIZE), ("ckv_cache", ckv_cache, MLA_RMS_SIZE)):
+    for name, (cache, width) in (("k_cache", k_cache), ("ckv_cache", ckv_cache)):
         require_dtype(name, cache, (kv.dtype,), "(kv's dtype; int8 quantised caches are not implemented)")
         if cache_mode == "Norm":
             ok = cache.dim() == 4 and cache.shape[0] == batch and cache.shape[1] == 1 and cache.shape[2] >= seq
@@ -248,23 +250,28 @@ def _kv_rmsnorm_rope_cache_meta(
 ) -> tuple[Out, Out, Out, Out]:
     """The updated caches (like the inputs), k_embed [B, 1, S, 64] and y [B, 1, S, 512] in kv's dtype."""
     require_dtype("kv", kv, HALF_DTYPES)
-    if kv.dim() != 4 or kv.shape[1] != 1 or kv.shape[-1] != MLA_RMS_SIZE + MLA_ROPE_SIZE:
-        raise ValueError(f"kv has shape {list(kv.shape)}; expected [batch, 1, seq_len, 576] (512 RMSNorm + 64 RoPE)")
+    if kv.dim() != 4 or kv.shape[1] != 1 or cos.dim() != 4 or not 0 < cos.shape[-1] < kv.shape[-1]:
+        raise ValueError(
+            f"kv has shape {list(kv.shape)} and cos {list(cos.shape)}; expected kv [batch, 1, seq_len, rms + rope] "
+            f"and cos [batch, 1, seq_len, rope] (the device supports rms {MLA_RMS_SIZE}, rope {MLA_ROPE_SIZE})"
+        )
     batch, _, seq, _ = kv.shape
+    rope_size = cos.shape[-1]
+    rms_size = kv.shape[-1] - rope_size
     require_dtype("gamma", gamma, (kv.dtype,), "(kv's dtype)")
-    require_shape("gamma", gamma, ((MLA_RMS_SIZE,),))
+    require_shape("gamma", gamma, ((rms_size,),))
     for name, table in (("cos", cos), ("sin", sin)):
         require_dtype(name, table, (kv.dtype,), "(kv's dtype)")
-        require_shape(name, table, ((batch, 1, seq, MLA_ROPE_SIZE),))
+        require_shape(name, table, ((batch, 1, seq, rope_size),))
     require_dtype("index", index, (torch.int64,))
     cache_mode = options.get("cache_mode", "Norm")
     require_shape("index", index, ((batch, seq),) if cache_mode == "Norm" else ((batch * seq,),))
-    _kv_cache_shapes(kv, cache_mode, k_cache, ckv_cache)
+    _kv_cache_shapes(kv, cache_mode, (k_cache, rope_size), (ckv_cache, rms_size))
     return (
         Out(list(k_cache.shape), k_cache.dtype),
         Out(list(ckv_cache.shape), ckv_cache.dtype),
-        Out([batch, 1, seq, MLA_ROPE_SIZE], kv.dtype),
-        Out([batch, 1, seq, MLA_RMS_SIZE], kv.dtype),
+        Out([batch, 1, seq, rope_size], kv.dtype),
+        Out([batch, 1, seq, rms_size], kv.dtype),
     )
 
 
@@ -298,7 +305,7 @@ def _kv_rmsnorm_rope_cache_kernel(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     cache_mode = str(options.get("cache_mode", "Norm"))
     epsilon = float(options.get("epsilon", 1e-5))
-    rms_in, rope_in = kv.split([MLA_RMS_SIZE, MLA_ROPE_SIZE], dim=-1)
+    rms_in, rope_in = kv.split([kv.shape[-1] - cos.shape[-1], cos.shape[-1]], dim=-1)
     y = rms_normalise(rms_in, gamma, epsilon)[0].to(kv.dtype)
     k_embed = interleave_rope(rope_in, cos, sin)
     return (
@@ -338,11 +345,12 @@ def npu_kv_rmsnorm_rope_cache(
     """MLA's KV path: RMSNorm the latent, RoPE the key part, scatter both into their caches in place.
 
     Source: torch_npu.npu_kv_rmsnorm_rope_cache (op-plugin
-    docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md).  ``kv`` [B, 1, S, 576] float16/bfloat16 is
-    split into ``rms_in`` (512) and ``rope_in`` (64):
+    docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md).  ``kv`` [B, 1, S, rms + rope] float16/bfloat16
+    is split into ``rms_in`` and ``rope_in`` (rope = cos's last dim).  The device supports only rms 512
+    and rope 64 (DeepSeek's sizes); they are not imposed, so tests can use small shapes:
 
     * ``y = rms_in / sqrt(mean(rms_in**2) + epsilon) * gamma`` (float32, rounded to kv's dtype);
-    * ``k_embed`` = ``rope_in`` de-interleaved and rotated with cos/sin [B, 1, S, 64], the
+    * ``k_embed`` = ``rope_in`` de-interleaved and rotated with cos/sin [B, 1, S, rope], the
       formula of :func:`npu_interleave_rope`;
     * the rows are written into ``k_cache`` (k_embed) and ``ckv_cache`` (y) in place:
       ``cache_mode='Norm'`` caches are [B, 1, cache_length, D] and ``index`` [B, S] holds each
