@@ -282,7 +282,7 @@ _Q4 = torch.zeros(1, 2, 3, 16)
         (lambda: torch_npu.npu_rotary_mul(_Q4, _Q4, _Q4, rotary_mode="quarter"), ValueError, "rotary_mode=quarter"),
         (lambda: torch_npu.npu_rotary_mul(_Q4, torch.zeros(1, 2, 3, 8), _Q4), ValueError, r"r1 has shape \[1, 2, 3, 8\]"),
         (lambda: torch_npu.npu_apply_rotary_pos_emb(_Q4, _Q4, _Q4, _Q4, layout="NSD"), ValueError, "layout=NSD"),
-        (lambda: torch_npu.npu_interleave_rope(*[_Q4.bfloat16()] * 3), ValueError, "needs \\[B, N, S, 64\\]"),
+        (lambda: torch_npu.npu_interleave_rope(*[_Q4[0].bfloat16()] * 3), ValueError, "needs \\[B, N, S, D\\]"),
     ],
 )
 def test_family_ops_bad_inputs_raise_clear_errors(call: Callable[[], object], error: type[Exception], match: str) -> None:
