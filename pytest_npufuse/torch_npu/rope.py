@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional
 
 import torch
@@ -384,6 +385,14 @@ MLA_TENSORS = (
     "token_x", "weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr", "rmsnorm_gamma_cq", "rmsnorm_gamma_ckv",
     "rope_sin", "rope_cos", "cache_index", "kv_cache", "kr_cache",
 )
+MLA_PROLOG_ARGUMENTS = (
+    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
+    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
+    "Tensor kv_cache, Tensor kr_cache, *, Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, "
+    "Tensor? dequant_scale_w_uq_qr=None, Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, "
+    "Tensor? quant_scale_ckr=None, Tensor? smooth_scales_cq=None, float rmsnorm_epsilon_cq=1e-05, "
+    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\")"
+)
 MLA_QUANT_INPUTS = (
     "dequant_scale_x", "dequant_scale_w_dq", "dequant_scale_w_uq_qr", "dequant_scale_w_dkv_kr", "quant_scale_ckv",
     "quant_scale_ckr", "smooth_scales_cq",
@@ -500,12 +509,7 @@ def _mla_prolog_kernel(
 
 
 @npu_op(
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
-    "Tensor kv_cache, Tensor kr_cache, *, Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, "
-    "Tensor? dequant_scale_w_uq_qr=None, Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, "
-    "Tensor? quant_scale_ckr=None, Tensor? smooth_scales_cq=None, float rmsnorm_epsilon_cq=1e-05, "
-    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\") -> (Tensor, Tensor, Tensor, Tensor)",
+    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_DOC,
     meta=_mla_prolog_meta,
     kernel=_mla_prolog_kernel,
@@ -571,43 +575,7 @@ def _mla_prolog_v2_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]
     return (*_mla_prolog_kernel(*args, **kwargs), torch.zeros(1, dtype=torch.float32))
 
 
-@npu_op(
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
-    "Tensor kv_cache, Tensor kr_cache, *, Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, "
-    "Tensor? dequant_scale_w_uq_qr=None, Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, "
-    "Tensor? quant_scale_ckr=None, Tensor? smooth_scales_cq=None, float rmsnorm_epsilon_cq=1e-05, "
-    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\") -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
-    source=MLA_PROLOG_V2_DOC,
-    meta=_mla_prolog_v2_meta,
-    kernel=_mla_prolog_v2_kernel,
-    writes_back={"kv_cache": 2, "kr_cache": 3},
-)
-def npu_mla_prolog_v2(
-    token_x: torch.Tensor,
-    weight_dq: torch.Tensor,
-    weight_uq_qr: torch.Tensor,
-    weight_uk: torch.Tensor,
-    weight_dkv_kr: torch.Tensor,
-    rmsnorm_gamma_cq: torch.Tensor,
-    rmsnorm_gamma_ckv: torch.Tensor,
-    rope_sin: torch.Tensor,
-    rope_cos: torch.Tensor,
-    cache_index: torch.Tensor,
-    kv_cache: torch.Tensor,
-    kr_cache: torch.Tensor,
-    *,
-    dequant_scale_x: Optional[torch.Tensor] = None,
-    dequant_scale_w_dq: Optional[torch.Tensor] = None,
-    dequant_scale_w_uq_qr: Optional[torch.Tensor] = None,
-    dequant_scale_w_dkv_kr: Optional[torch.Tensor] = None,
-    quant_scale_ckv: Optional[torch.Tensor] = None,
-    quant_scale_ckr: Optional[torch.Tensor] = None,
-    smooth_scales_cq: Optional[torch.Tensor] = None,
-    rmsnorm_epsilon_cq: float = 1e-5,
-    rmsnorm_epsilon_ckv: float = 1e-5,
-    cache_mode: str = "PA_BSND",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def npu_mla_prolog_v2(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     """npu_mla_prolog with a fifth output, ``dequant_scale_q_nope``: ``(query, query_rope, kv_cache, kr_cache, scale)``.
 
     Source: torch_npu.npu_mla_prolog_v2 (op-plugin docs, npu_mla_prolog_v2): the same inputs and four
@@ -616,4 +584,17 @@ def npu_mla_prolog_v2(
     there and this model returns 0.  Used by vllm-ascend's and omni-infer's DeepSeek decode paths.
     The quantised modes (int8 token_x, weights or caches) are not implemented (ValueError).
     """
-    _check_mla_prolog_arguments(**locals())
+    npu_mla_prolog.__wrapped__(*args, **kwargs)
+
+
+# torch_npu's v2 takes exactly v1's arguments: the signature is stated once, on npu_mla_prolog.
+npu_mla_prolog_v2.__signature__ = inspect.signature(npu_mla_prolog.__wrapped__).replace(
+    return_annotation="tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"
+)
+npu_mla_prolog_v2 = npu_op(
+    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    source=MLA_PROLOG_V2_DOC,
+    meta=_mla_prolog_v2_meta,
+    kernel=_mla_prolog_v2_kernel,
+    writes_back={"kv_cache": 2, "kr_cache": 3},
+)(npu_mla_prolog_v2)
