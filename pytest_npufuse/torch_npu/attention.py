@@ -93,15 +93,23 @@ def _tnd_sizes(name: str, tensor: torch.Tensor, heads: int) -> tuple[int, int]:
     return tensor.shape[0], tensor.shape[2]
 
 
-def _paged_sizes(name: str, cache: torch.Tensor, kv_heads: int, block_size: int) -> int:
-    """Head dim of a paged cache: [blocks, block_size, N_kv x D] (BnBsH) or [blocks, N_kv, block_size, D] (BnNBsD)."""
+HEADS_FIRST_CACHE_LAYOUTS = ("BNSD", "TND")  # their 4-D paged caches are [blocks, N_kv, block_size, D]
+
+
+def _paged_sizes(name: str, cache: torch.Tensor, layout: str, kv_heads: int, block_size: int) -> int:
+    """Head dim of a paged cache. The page's PageAttention table: BSH/BSND read BnBsH caches, given as
+    [blocks, block_size, N_kv x D] or [blocks, block_size, N_kv, D]; BNSD/TND also read BnNBsD,
+    [blocks, N_kv, block_size, D] (their 4-D form)."""
+    heads_first = layout in HEADS_FIRST_CACHE_LAYOUTS
     if cache.dim() == 3 and cache.shape[1] == block_size and cache.shape[2] % kv_heads == 0:
         return cache.shape[2] // kv_heads
-    if cache.dim() == 4 and cache.shape[1] == kv_heads and cache.shape[2] == block_size:
+    if cache.dim() == 4 and (cache.shape[1], cache.shape[2]) == ((kv_heads, block_size) if heads_first
+                                                                  else (block_size, kv_heads)):
         return cache.shape[3]
+    four_d = f"[blocks, {kv_heads}, {block_size}, D]" if heads_first else f"[blocks, {block_size}, {kv_heads}, D]"
     raise ValueError(
-        f"{name} has shape {list(cache.shape)}; with block_table the KV cache is [blocks, {block_size}, "
-        f"{kv_heads} x D] or [blocks, {kv_heads}, {block_size}, D] (block_size={block_size})"
+        f"{name} has shape {list(cache.shape)}; with block_table and input_layout={layout!r} the KV cache is "
+        f"[blocks, {block_size}, {kv_heads} x D] or {four_d} (block_size={block_size}, N_kv={kv_heads})"
     )
 
 
@@ -121,8 +129,8 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
             raise ValueError(f"block_table has shape {list(block_table.shape)}; expected [B={batch}, max blocks per sequence]")
         if block_size <= 0:
             raise ValueError("block_table needs block_size > 0 (the tokens per cache block)")
-        key_dim = _paged_sizes("key", key, kv_heads, block_size)
-        value_dim = _paged_sizes("value", value, kv_heads, block_size)
+        key_dim = _paged_sizes("key", key, layout, kv_heads, block_size)
+        value_dim = _paged_sizes("value", value, layout, kv_heads, block_size)
         kv_len = block_table.shape[1] * block_size
     elif layout == "TND":
         kv_len, key_dim = _tnd_sizes("key", key, kv_heads)
@@ -233,9 +241,9 @@ def _tnd_to_bnsd(tensor: torch.Tensor, lengths: list[int], width: int) -> torch.
     return out
 
 
-def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, kv_heads: int) -> torch.Tensor:
+def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, layout: str, kv_heads: int) -> torch.Tensor:
     """float32 [B, N_kv, blocks x block_size, D]: each sequence's blocks, in block_table order."""
-    if cache.dim() == 3:  # [blocks, block_size, N_kv * D]
+    if cache.dim() == 3 or layout not in HEADS_FIRST_CACHE_LAYOUTS:  # BnBsH: [blocks, block_size, N_kv(, D)]
         cache = cache.reshape(cache.shape[0], cache.shape[1], kv_heads, -1).transpose(1, 2)
     blocks = cache.shape[0]
     table = block_table.to(torch.int64)
@@ -260,7 +268,7 @@ def _bnsd_to_layout(out: torch.Tensor, layout: str, q_lens: list[int]) -> torch.
 def _kv_to_bnsd(tensor: torch.Tensor, geo: _Geometry, block_table: Optional[torch.Tensor],
                 kv_lens: list[int]) -> torch.Tensor:
     if geo.paged:
-        return _paged_to_bnsd(tensor, block_table, geo.kv_heads)
+        return _paged_to_bnsd(tensor, block_table, geo.layout, geo.kv_heads)
     if geo.layout == "TND":
         return _tnd_to_bnsd(tensor, kv_lens, max(kv_lens, default=0))
     return _dense_to_bnsd(tensor, geo.layout, geo.kv_heads)
@@ -510,8 +518,9 @@ def npu_fused_infer_attention_score(
       ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` are **cumulative** token ends per batch, as the page
       requires). float16/bfloat16. ``attention_out`` has the query's layout and dtype with value's head dim.
     * Paged KV (``block_table`` int32 ``[B, max blocks]``, ``block_size``): the caches are
-      ``[blocks, block_size, N_kv*D]`` or ``[blocks, N_kv, block_size, D]``; sequence b reads its blocks in
-      table order, and ``actual_seq_lengths_kv`` (required) gives its valid length (per batch, also for TND).
+      ``[blocks, block_size, N_kv*D]``, or 4-D ``[blocks, block_size, N_kv, D]`` with BSH/BSND and
+      ``[blocks, N_kv, block_size, D]`` with BNSD/TND; sequence b reads its blocks in table order, and
+      ``actual_seq_lengths_kv`` (required) gives its valid length (per batch, also for TND).
     * MLA: ``query_rope`` / ``key_rope`` (same shapes as query / key with the rope head dim) add
       ``q_rope . k_rope`` to every score; value is not extended.
     * Dense ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` (1 or >= B ints): only the first L rows / keys
