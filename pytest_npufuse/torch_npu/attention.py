@@ -317,8 +317,19 @@ def _visible(q_lens: list[int], kv_lens: list[int], q_len: int, kv_len: int, mas
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float) -> tuple[
     torch.Tensor, torch.Tensor
 ]:
-    """softmax(scale * q k^T, masked) v in float32 [B, N, Sq, *]; returns (out, lse [B, N, Sq, 1])."""
-    scores = (cube_matmul(q, k.transpose(-1, -2)) * scale).masked_fill(~visible, float("-inf"))
+    """softmax(scale * q k^T, masked) v in float32; returns (out [B, N, Sq, Dv], lse [B, N, Sq, 1]).
+
+    q is [B, N, Sq, D]; k / v are [B, N_kv, Skv, *] and query head ``h`` reads KV head ``h // (N / N_kv)``
+    (GQA, MQA and MLA's single KV head). The query heads of one KV head are multiplied as one matrix, so K
+    and V are never copied per query head (MLA decode has 128 query heads on one KV head).
+    """
+    batch, heads, q_len, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    grouped = q.reshape(batch, kv_heads, group * q_len, dim)
+    scores = cube_matmul(grouped, k.transpose(-1, -2)).reshape(batch, kv_heads, group, q_len, -1) * scale
+    visible = visible.unsqueeze(2)
+    scores = scores.masked_fill(~visible, float("-inf"))
     any_visible = visible.any(dim=-1, keepdim=True)
     row_max = torch.where(any_visible, scores.amax(dim=-1, keepdim=True), 0.0)
     exps = torch.exp(scores - row_max)
@@ -326,7 +337,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
     has_mass = denom > 0
     probs = exps / torch.where(has_mass, denom, 1.0)
     lse = torch.where(has_mass, row_max + torch.log(torch.where(has_mass, denom, 1.0)), float("inf"))
-    return cube_matmul(probs, v), lse
+    out = cube_matmul(probs.reshape(batch, kv_heads, group * q_len, -1), v)
+    return out.reshape(batch, heads, q_len, -1), lse.reshape(batch, heads, q_len, 1)
 
 
 @dataclass(frozen=True)
@@ -355,8 +367,6 @@ def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         q = torch.cat([q, _q_to_bnsd(query_rope, geo, call.q_lens)], dim=-1)
         k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens)], dim=-1)
     v = _kv_to_bnsd(value, geo, block_table, call.kv_lens)
-    group = geo.heads // geo.kv_heads
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     visible = _visible(call.q_lens, call.kv_lens, q.shape[2], k.shape[2], mask, call.sparse_mode,
                        call.pre_tokens, call.next_tokens)
     out, lse = _attention(q, k, v, visible, call.scale)
