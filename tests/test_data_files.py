@@ -75,6 +75,15 @@ def test_catalog_knows_seed_ops_and_warns_once_for_unknown():
     assert not first.fusable and first.engine == "vector"
 
 
+def test_catalog_knows_paged_kv_index_arithmetic():
+    """Slot -> (block, offset) with // and % (real paged-KV code) is described, not an unknown op."""
+    catalog = load_catalog()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownOpWarning)
+        kinds = [catalog.lookup(op).kernel_type for op in ("aten::floor_divide", "aten::remainder")]
+    assert kinds == ["FloorDiv", "FloorMod"]
+
+
 def test_user_catalog_entries_are_validated_and_win():
     catalog = load_catalog({"acc::my_op": {"engine": "cube", "fusable": True, "sync_all": False, "block_dim": 8}})
     assert catalog.lookup("acc::my_op").block_dim == 8
