@@ -14,7 +14,7 @@ import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from .capture import build_program, call_compiled, compile_static
+from .lowering import build_program, call_compiled, compile_static
 from .catalog import OpCatalog
 from .errors import CaptureError, NotModeledError
 from .program import Program

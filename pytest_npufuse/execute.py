@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx
 
-from .capture import mutated_arguments
+from .lowering import mutated_arguments
 from .exact import cube_addmm, cube_baddbmm, cube_matmul, int_matmul
 from .program import Program
 

@@ -27,7 +27,7 @@ import torch.utils._pytree as pytree
 
 from . import fusion
 from .backend import Capture, CaptureBackend, CapturedGraph
-from .capture import compile_static
+from .lowering import compile_static
 from .catalog import OpCatalog, load_catalog
 from .errors import CaptureError
 from .execute import Execution, inputs_of, racy_cone, run_graph, writes_inputs

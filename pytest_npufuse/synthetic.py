@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Sequence
 
 from . import fusion
-from .capture import compute_dtype_of, kernel_bytes, kernel_flops
+from .lowering import compute_dtype_of, kernel_bytes, kernel_flops
 from .catalog import OpCatalog, load_catalog
 from .hardware import HardwareProfile
 from .program import Buffer, Kernel, Program, TensorSpec

@@ -52,8 +52,8 @@ class Racy(torch.nn.Module):
         with tng.scope.npu_stream_switch("1"):
             if self.wait:
                 tng.ops.npu_tagged_event_wait(self.event)
-            product = first @ b
-        return first, product * 2, a - b
+            product = (first @ b) * 2
+        return first, product, a - b
 
 
 def _data(count: int = 2, n: int = 4) -> list[torch.Tensor]:

@@ -1,4 +1,6 @@
-"""Capture: ``torch.compile`` a model with one graph and turn its aten graph into the program IR.
+"""Lowering, the core of capture: a captured aten graph becomes the program IR, and Dynamo's failures
+become errors a user can act on. (:mod:`.backend` drives Dynamo and AOT; ``pytest_npufuse.capture()``
+is the public entry point.)
 
 Dynamo hands the backend an FX graph of torch-level calls; AOTAutograd lowers it to functional aten ops
 with fake-tensor metadata (shapes and dtypes), which is the level at which an NPU compiler sees kernels.
