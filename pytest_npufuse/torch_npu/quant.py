@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 
+from ..exact import int_matmul
 from .checks import (
     FLOAT_DTYPES, HALF_DTYPES, dtype_names, require_bool, require_dtype, require_int, require_optional_dtype,
     require_shape, require_tensor, require_tensors,
@@ -183,9 +184,9 @@ def _exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _int8_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """2-D int8 x int8 -> int32 product, with _int_mm when possible (identical results)."""
+    """2-D int8 x int8 -> int32 product, exact through fp32 BLAS where _int_mm would apply (identical results)."""
     if _int_mm_supported(a, b):
-        return torch._int_mm(a.contiguous(), b.contiguous())
+        return int_matmul(a, b)
     return _exact_int_mm(a, b)
 
 
