@@ -16,8 +16,7 @@ from . import fusion
 from .lowering import compute_dtype_of, kernel_bytes, kernel_flops
 from .catalog import OpCatalog, load_catalog
 from .hardware import HardwareProfile
-from .program import Buffer, Kernel, Program, TensorSpec
-from .scopes import Annotations
+from .program import Annotations, Buffer, Kernel, Program, TensorSpec
 
 _ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
 

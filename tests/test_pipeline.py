@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -152,3 +156,24 @@ def test_int_mm_runs_exactly_through_int_matmul() -> None:
         out = compiled(a, b)
     assert torch.equal(out, int_matmul(a, b))
     assert torch.equal(out, (a.to(torch.int64) @ b.to(torch.int64)).to(torch.int32))
+
+
+_BLOCK_TORCH = """
+import sys
+
+class BlockTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this process")
+
+sys.meta_path.insert(0, BlockTorch())
+import pytest_npufuse.program, pytest_npufuse.fusion, pytest_npufuse.simulate, pytest_npufuse.sanitize
+print("imported without torch")
+"""
+
+
+def test_ir_planner_and_simulator_import_without_torch() -> None:
+    root = Path(pytest_npufuse.__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", _BLOCK_TORCH], cwd=root, capture_output=True, text=True, env={"PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "imported without torch"
