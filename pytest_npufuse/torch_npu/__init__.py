@@ -3,8 +3,11 @@
 To model an Ascend NPU on a machine without one, this package provides torch_npu's fused operators with
 the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
 
-* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``
-* :mod:`.norm` - ``npu_rms_norm``
+* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
+  ``npu_quantize``, ``npu_weight_quant_batchmatmul``
+* :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``
+* :mod:`.rope` - ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
+  ``npu_kv_rmsnorm_rope_cache``, ``npu_mla_prolog``
 * :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``
 * :mod:`.memory` - ``npu_format_cast``
@@ -24,12 +27,29 @@ from ..errors import NpufuseError
 from .attention import npu_fused_infer_attention_score
 from .memory import npu_format_cast
 from .moe import npu_grouped_matmul, npu_moe_gating_top_k
-from .norm import npu_rms_norm
-from .quant import npu_dequant_swiglu_quant, npu_quant_matmul, npu_swiglu
+from .norm import npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm
+from .quant import (
+    npu_dequant_swiglu_quant, npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_swiglu,
+    npu_weight_quant_batchmatmul,
+)
 from .registry import OPS
+from .rope import (
+    npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_mla_prolog, npu_rotary_mul,
+)
 
 __all__ = [
+    "npu_add_rms_norm",
+    "npu_add_rms_norm_quant",
+    "npu_apply_rotary_pos_emb",
     "npu_dequant_swiglu_quant",
+    "npu_dynamic_quant",
+    "npu_interleave_rope",
+    "npu_kv_rmsnorm_rope_cache",
+    "npu_layer_norm_eval",
+    "npu_mla_prolog",
+    "npu_quantize",
+    "npu_rotary_mul",
+    "npu_weight_quant_batchmatmul",
     "npu_format_cast",
     "npu_fused_infer_attention_score",
     "npu_grouped_matmul",

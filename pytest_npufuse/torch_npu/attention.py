@@ -11,7 +11,8 @@ from .checks import (
     require_bool, require_choice, require_dtype, require_float, require_int, require_int_list, require_ints,
     require_optional_tensor, require_shape, require_tensor, require_unused,
 )
-from .fixedorder import fixed_matmul, pairwise_sum
+from ..exact import cube_matmul
+from .fixedorder import pairwise_sum
 from .registry import Out, npu_op
 
 FUSED_INFER_ATTENTION_SCORE_DOC = (
@@ -256,7 +257,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
     torch.Tensor, torch.Tensor
 ]:
     """softmax(scale * q k^T, masked) v in float32 [B, N, Sq, *]; returns (out, lse [B, N, Sq, 1])."""
-    scores = (fixed_matmul(q, k.transpose(-1, -2)) * scale).masked_fill(~visible, float("-inf"))
+    scores = (cube_matmul(q, k.transpose(-1, -2)) * scale).masked_fill(~visible, float("-inf"))
     any_visible = visible.any(dim=-1, keepdim=True)
     row_max = torch.where(any_visible, scores.amax(dim=-1, keepdim=True), 0.0)
     exps = torch.exp(scores - row_max)
@@ -264,7 +265,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
     has_mass = denom > 0
     probs = exps / torch.where(has_mass, denom, 1.0)
     lse = torch.where(has_mass, row_max + torch.log(torch.where(has_mass, denom, 1.0)), float("inf"))
-    return fixed_matmul(probs, v), lse
+    return cube_matmul(probs, v), lse
 
 
 def _fused_infer_attention_score_kernel(
@@ -378,8 +379,9 @@ def npu_fused_infer_attention_score(
       output is 0 and lse is +inf (my choice; the value the device writes there was not
       confirmed).  Without the flag, lse is an empty float32 ``[0]``, as in the meta function.
     * Order of float steps: scores = (q.k) * scale; exp(score - rowmax);
-      probs = exp / pairwise-sum; out = probs . v; every dot product uses fixed_matmul's
-      fixed order, so bits do not depend on threads.  The device's online-softmax (flash)
+      probs = exp / pairwise-sum; out = probs . v; both products are fp32 Cube products
+      (:func:`pytest_npufuse.exact.cube_matmul`, single-threaded BLAS), so bits do not depend
+      on torch's thread count.  The device's online-softmax (flash)
       order differs in the last bits; both variants of a case use this same kernel.
 
     Rejected with ValueError: other layouts (SBH, TND, BSH_NBSD, ...), int8 / quantised

@@ -11,7 +11,8 @@ from .checks import (
     require_optional_dtype, require_optional_int, require_optional_tensor, require_shape, require_tensor,
     require_tensor_list, require_unused,
 )
-from .fixedorder import fixed_matmul, pairwise_sum, sigmoid, softmax, top_indices
+from ..exact import cube_addmm, cube_matmul
+from .fixedorder import pairwise_sum, sigmoid, softmax, top_indices
 from .registry import Out, npu_op
 
 MOE_GATING_TOP_K_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html"
@@ -318,10 +319,10 @@ def _group_row_counts(group_list: torch.Tensor, list_type: int, rows: int) -> li
 
 
 def _linear_f32(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """float32 x @ w (+ bias) in the fixed summation order of fixed_matmul."""
-    out = fixed_matmul(x.reshape(-1, x.shape[-1]).to(torch.float32), w.to(torch.float32))
-    out = out.reshape(*x.shape[:-1], w.shape[1])
-    return out if bias is None else out + bias.to(torch.float32)
+    """float32 x @ w (+ bias) on the modeled Cube: fp32 accumulation, bias added in fp32, not yet rounded."""
+    if bias is None:
+        return cube_matmul(x, w, out_dtype=torch.float32)
+    return cube_addmm(bias, x, w, out_dtype=torch.float32)
 
 
 def _grouped_matmul_rows(
@@ -407,10 +408,9 @@ def npu_grouped_matmul(
     * ``bias``: one ``[N]`` per group (or one ``[E, N]``), float16 for float16 x and float32
       for bfloat16/float32 x, as in the doc's table; added after the product.
 
-    Each output is ``x_rows @ w (+ bias)`` in float32, cast to x's dtype.  Products of
-    float16/bfloat16 values are exact in float32, and the k-sum follows the fixed order of
-    ``fixed_matmul``, so the bits do not depend on threads.  torch's matmul (MKL) does not
-    give that guarantee on CPU.
+    Each output is ``x_rows @ w (+ bias)`` on the modeled Cube (:func:`pytest_npufuse.exact.cube_addmm`):
+    fp32 products and accumulation, the bias added in fp32, one rounding to x's dtype.  The
+    products run on single-threaded BLAS, so the bits do not depend on torch's thread count.
 
     Rejected with ValueError: any quantisation or activation input (scale, offset,
     antiquant_*, per_token_scale, activation_*), int8/int4 x, ``act_type != 0``, an

@@ -22,10 +22,11 @@ per call either way.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import torch
 
@@ -102,13 +103,36 @@ def _check_result(name: str, result: Any, outputs: Outputs) -> None:
             )
 
 
+def _write_back(slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict, result: Any) -> tuple:
+    """Copy outputs into the arguments torch_npu overwrites; return the outputs with those arguments in their place.
+
+    ``slots`` holds (argument name, argument position, output position) triples, resolved once at
+    declaration so that Dynamo traces only tuple indexing here.
+    """
+    outputs = list(result)
+    for name, arg_position, out_position in slots:
+        target = kwargs[name] if name in kwargs else args[arg_position]
+        target.copy_(outputs[out_position])
+        outputs[out_position] = target
+    return tuple(outputs)
+
+
 def npu_op(
-    schema: str, *, source: str, meta: Callable[..., Outputs], kernel: Callable[..., Any]
+    schema: str,
+    *,
+    source: str,
+    meta: Callable[..., Outputs],
+    kernel: Callable[..., Any],
+    writes_back: Mapping[str, int] = MappingProxyType({}),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
 
     ``schema`` is torch_npu's schema without the name, e.g. ``"(Tensor self, float eps=1e-06) -> Tensor"``;
     ``source`` names the document whose semantics the kernel implements (shown by the ops command).
+    ``writes_back`` maps each argument a torch_npu op updates in place to the output holding its new
+    value: the registered op stays functional (one opaque node whose outputs are the new values) and
+    the wrapper copies those outputs into the arguments and returns the arguments in their place, so
+    callers see torch_npu's in-place behaviour.
     """
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
@@ -133,11 +157,15 @@ def npu_op(
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
         returns_list = schema.rstrip().endswith("Tensor[]")
+        params = list(inspect.signature(checks).parameters)
+        slots = tuple((name, params.index(name), position) for name, position in writes_back.items())
 
         @functools.wraps(checks)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
             result = packet(*args, **kwargs)
+            if slots:
+                return _write_back(slots, args, kwargs, result)
             return list(result) if returns_list else result
 
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
