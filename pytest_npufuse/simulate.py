@@ -24,6 +24,7 @@ from .fusion import Plan, Segment, Task
 from .hardware import HardwareProfile
 from .host import GRAPH_SINK, HOST_SCHEDULED, EAGER, HostConfig, HostSlice, execution_of, kept_on_host, schedule
 from .program import Kernel, Program
+from .vocabulary import Vocabulary
 
 
 class KernelRun(NamedTuple):
@@ -61,6 +62,13 @@ class EventRun(NamedTuple):
     wait_end_us: float
 
 
+class Bound(Vocabulary):
+    """Which side limits a run: the host issuing work, or the device doing it."""
+
+    HOST = "host"
+    DEVICE = "device"
+
+
 @dataclass(frozen=True)
 class RunReport:
     """The modeled run of one variant.
@@ -76,7 +84,7 @@ class RunReport:
     time_us: float
     device_us: float
     host_us: float
-    bound: str
+    bound: Bound
     tasks: int
     kernels: tuple[KernelRun, ...]
     execution: str = GRAPH_SINK
@@ -350,7 +358,7 @@ def simulate(
     """
     if plan.failure is not None:
         return RunReport(
-            plan.variant, profile.name, plan.mode, math.inf, math.inf, 0.0, "device", len(plan.tasks), (),
+            plan.variant, profile.name, plan.mode, math.inf, math.inf, 0.0, Bound.DEVICE, len(plan.tasks), (),
             failure=plan.failure,
         )
     paused = gc.isenabled()
@@ -384,7 +392,7 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
         time_us=max(last, host_us),
         device_us=device_us,
         host_us=host_us,
-        bound="host" if host_us > device_us else "device",
+        bound=Bound.HOST if host_us > device_us else Bound.DEVICE,
         tasks=len(plan.tasks),
         kernels=build.kernels(device),
         execution=execution,
