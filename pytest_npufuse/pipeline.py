@@ -120,9 +120,8 @@ def model_graph(
     )
     plog = write_plog(plan.log)
     checked = sanitize(graph.program, plan.streams) if plan.streams is not None else None
-    if checked is not None and checked.deadlock is not None and plan.failure is None:
-        plan = replace(plan, failure=checked.deadlock.describe())
-    run = simulate(graph.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host)
+    deadlock = checked.deadlock.describe() if checked is not None and checked.deadlock is not None else None
+    run = simulate(graph.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
     return CompiledGraph(graph.gm, graph.program, plan, run, plog and str(plog), checked)
 
 

@@ -349,17 +349,19 @@ def simulate(
     *,
     dynamic: bool = False,
     host: HostConfig = HostConfig(),
+    deadlock: str | None = None,
 ) -> RunReport:
     """Model one run of ``plan`` on ``profile``; ``dynamic`` selects host scheduling in max-autotune.
 
-    A plan that cannot finish (compile abort, modeled hang or deadlock) takes forever and has no
-    timeline. The cyclic garbage collector is paused meanwhile: a large program allocates a few objects
+    A plan that cannot finish (compile abort, modeled hang, or the sanitizer's ``deadlock``) takes
+    forever and has no timeline. The cyclic garbage collector is paused meanwhile: a large program allocates a few objects
     per kernel, none of them cyclic, and repeated full collections would make the run superlinear.
     """
-    if plan.failure is not None:
+    failure = plan.failure or deadlock
+    if failure is not None:
         return RunReport(
             plan.variant, profile.name, plan.mode, math.inf, math.inf, 0.0, Bound.DEVICE, len(plan.tasks), (),
-            failure=plan.failure,
+            failure=failure,
         )
     paused = gc.isenabled()
     gc.disable()
