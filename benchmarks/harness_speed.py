@@ -191,16 +191,17 @@ def measure_seed() -> bool:
     x1, x2 = inputs[0], inputs[1]
     with Counting() as counts:
         check_s, check_cpu, report = cpu_timed(lambda: pipeline.compare(ModelSuperKernel(), *inputs))
-    capture_s, _ = timed(lambda: pipeline.capture(ModelSuperKernel(), *inputs))
-    product_s, _ = timed(lambda: int_matmul(x1, x2))
+    capture_s, capture_cpu, _ = cpu_timed(lambda: pipeline.capture(ModelSuperKernel(), *inputs))
+    product_s, product_cpu, _ = cpu_timed(lambda: int_matmul(x1, x2))
     ratio = check_s / (capture_s + product_s)
     print(f"seed 000 (m={x1.shape[0]}, k={x1.shape[1]}, n={x2.shape[1]}): check {check_s:.2f} s ({check_cpu:.2f} s CPU); "
-          f"capture {capture_s:.2f} s + exact int8 product {product_s:.2f} s")
+          f"capture {capture_s:.2f} s ({capture_cpu:.2f} s CPU) + exact int8 product {product_s:.2f} s ({product_cpu:.2f} s CPU)")
     print(f"  captures per check {counts.captures}, kernels executed {report.kernels_executed} "
           f"(BASELINE tasks {report.baseline.tasks}), bit-exact {report.bit_exact}")
     ok_ratio = ratio <= SEED_RATIO_TARGET
     ok_captures = counts.captures == 1
-    print(f"{verdict(ok_ratio)} seed check / (capture + product) = {ratio:.2f} (target <= {SEED_RATIO_TARGET})")
+    print(f"{verdict(ok_ratio)} seed check / (capture + product) = {ratio:.2f} by wall time, "
+          f"{check_cpu / (capture_cpu + product_cpu):.2f} by CPU time (target <= {SEED_RATIO_TARGET})")
     print(f"{verdict(ok_captures)} seed captures per check = {counts.captures} (target 1)")
     return ok_ratio and ok_captures
 
@@ -214,7 +215,8 @@ def measure_decode() -> bool:
           f"{len(report.baseline.kernels)} kernels; captures per check {counts.captures}, "
           f"kernels executed {report.kernels_executed}, bit-exact {report.bit_exact}")
     ok = check_s <= DECODE_SECONDS_TARGET
-    print(f"{verdict(ok)} decode layer check {check_s:.2f} s wall, {check_cpu:.2f} s CPU (target <= {DECODE_SECONDS_TARGET:.0f} s)")
+    print(f"{verdict(ok)} decode layer check {check_s:.2f} s wall (target <= {DECODE_SECONDS_TARGET:.0f} s); "
+          f"{check_cpu:.2f} s of CPU time, {verdict(check_cpu <= DECODE_SECONDS_TARGET)} by CPU time on a loaded machine")
     return ok
 
 
