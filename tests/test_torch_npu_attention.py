@@ -143,6 +143,9 @@ def test_prompt_flash_attention_default_next_tokens_is_causal_with_a_mask() -> N
                                                           atten_mask=CAUSAL, scale=1 / math.sqrt(d))
     assert torch.equal(pfa, causal)
     full = torch_npu.npu_prompt_flash_attention(q, k, v, num_heads=n, input_layout="BNSD", scale_value=1 / math.sqrt(d))
+    bsnd_out = torch_npu.npu_prompt_flash_attention(q, k, v, num_heads=n, input_layout="BNSD_BSND",
+                                                    scale_value=1 / math.sqrt(d))
+    assert bsnd_out.shape == (b, s, n, d) and torch.equal(bsnd_out.transpose(1, 2), full)
     ref, _ = _ref(q[0], k[0], v[0], 1 / math.sqrt(d), torch.ones(s, s, dtype=torch.bool))
     _close(full[0], ref)
 

@@ -119,7 +119,9 @@ class Advice:
 def _labels(scopes: Sequence[str]) -> str:
     """Scope labels for the table; one per layer collapses to its first and last."""
     labels = list(dict.fromkeys(scopes))
-    return ",".join(labels) if len(labels) <= 3 else f"{labels[0]}..{labels[-1]} ({len(labels)})"
+    if len(labels) > 3:
+        return f"{labels[0]}..{labels[-1]} ({len(labels)})"
+    return ",".join(labels) or "-"
 
 
 def _short(site: str) -> str:

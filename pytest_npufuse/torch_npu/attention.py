@@ -35,7 +35,8 @@ from .registry import Out, npu_op
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
-FIA_LAYOUTS = (*DENSE_LAYOUTS, "TND")
+FIA_LAYOUTS = (*DENSE_LAYOUTS, "TND", "BNSD_BSND")
+PFA_LAYOUTS = (*DENSE_LAYOUTS, "BNSD_BSND")
 ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
 MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
 NO_BAND = 2147483647  # pre_tokens/next_tokens: no band limit
@@ -57,6 +58,7 @@ class _Geometry:
     head_dim: int  # query/key head dim without rope
     value_dim: int
     paged: bool
+    out_layout: str  # the layout after "_" in e.g. "BNSD_BSND", else the input layout
 
     def out_shape(self) -> list[int]:
         n, s, dv = self.heads, self.q_len, self.value_dim
@@ -65,7 +67,7 @@ class _Geometry:
             "BSND": [self.batch, s, n, dv],
             "BNSD": [self.batch, n, s, dv],
             "TND": [s, n, dv],
-        }[self.layout]
+        }[self.out_layout]
 
     def lse_shape(self) -> list[int]:
         return [self.q_len, self.heads, 1] if self.layout == "TND" else [self.batch, self.heads, self.q_len, 1]
@@ -115,6 +117,8 @@ def _paged_sizes(name: str, cache: torch.Tensor, layout: str, kv_heads: int, blo
 
 def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: str, heads: int, kv_heads: int,
               block_table: Optional[torch.Tensor], block_size: int, q_lens: Optional[Sequence[int]]) -> _Geometry:
+    """Sizes from the tensors; ``layout`` may name an output layout after "_" (``BNSD_BSND``)."""
+    layout, _, out_layout = layout.partition("_")
     paged = block_table is not None
     if layout == "TND":
         if q_lens is None:
@@ -147,7 +151,7 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
             )
     if key_dim != head_dim:
         raise ValueError(f"query head dim {head_dim} and key head dim {key_dim} differ")
-    return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged)
+    return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged, out_layout or layout)
 
 
 def _check_rope(query_rope: Optional[torch.Tensor], key_rope: Optional[torch.Tensor], query: torch.Tensor,
@@ -317,8 +321,19 @@ def _visible(q_lens: list[int], kv_lens: list[int], q_len: int, kv_len: int, mas
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float) -> tuple[
     torch.Tensor, torch.Tensor
 ]:
-    """softmax(scale * q k^T, masked) v in float32 [B, N, Sq, *]; returns (out, lse [B, N, Sq, 1])."""
-    scores = (cube_matmul(q, k.transpose(-1, -2)) * scale).masked_fill(~visible, float("-inf"))
+    """softmax(scale * q k^T, masked) v in float32; returns (out [B, N, Sq, Dv], lse [B, N, Sq, 1]).
+
+    q is [B, N, Sq, D]; k / v are [B, N_kv, Skv, *] and query head ``h`` reads KV head ``h // (N / N_kv)``
+    (GQA, MQA and MLA's single KV head). The query heads of one KV head are multiplied as one matrix, so K
+    and V are never copied per query head (MLA decode has 128 query heads on one KV head).
+    """
+    batch, heads, q_len, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    grouped = q.reshape(batch, kv_heads, group * q_len, dim)
+    scores = cube_matmul(grouped, k.transpose(-1, -2)).reshape(batch, kv_heads, group, q_len, -1) * scale
+    visible = visible.unsqueeze(2)
+    scores = scores.masked_fill(~visible, float("-inf"))
     any_visible = visible.any(dim=-1, keepdim=True)
     row_max = torch.where(any_visible, scores.amax(dim=-1, keepdim=True), 0.0)
     exps = torch.exp(scores - row_max)
@@ -326,7 +341,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
     has_mass = denom > 0
     probs = exps / torch.where(has_mass, denom, 1.0)
     lse = torch.where(has_mass, row_max + torch.log(torch.where(has_mass, denom, 1.0)), float("inf"))
-    return cube_matmul(probs, v), lse
+    out = cube_matmul(probs.reshape(batch, kv_heads, group * q_len, -1), v)
+    return out.reshape(batch, heads, q_len, -1), lse.reshape(batch, heads, q_len, 1)
 
 
 @dataclass(frozen=True)
@@ -355,12 +371,10 @@ def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         q = torch.cat([q, _q_to_bnsd(query_rope, geo, call.q_lens)], dim=-1)
         k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens)], dim=-1)
     v = _kv_to_bnsd(value, geo, block_table, call.kv_lens)
-    group = geo.heads // geo.kv_heads
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     visible = _visible(call.q_lens, call.kv_lens, q.shape[2], k.shape[2], mask, call.sparse_mode,
                        call.pre_tokens, call.next_tokens)
     out, lse = _attention(q, k, v, visible, call.scale)
-    return _bnsd_to_layout(out, geo.layout, call.q_lens).to(query.dtype), lse
+    return _bnsd_to_layout(out, geo.out_layout, call.q_lens).to(query.dtype), lse
 
 
 # ---------------------------------------------------------------------------------------------
@@ -516,7 +530,8 @@ def npu_fused_infer_attention_score(
 
     * Layouts: BSH ``[B, S, N*D]``, BSND, BNSD, and TND ``[T, N, D]`` (variable lengths:
       ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` are **cumulative** token ends per batch, as the page
-      requires). float16/bfloat16. ``attention_out`` has the query's layout and dtype with value's head dim.
+      requires), and BNSD_BSND (BNSD in, BSND out). float16/bfloat16. ``attention_out`` has the query's
+      layout (or the output layout) and dtype with value's head dim.
     * Paged KV (``block_table`` int32 ``[B, max blocks]``, ``block_size``): the caches are
       ``[blocks, block_size, N_kv*D]``, or 4-D ``[blocks, block_size, N_kv, D]`` with BSH/BSND and
       ``[blocks, N_kv, block_size, D]`` with BNSD/TND; sequence b reads its blocks in table order, and
@@ -534,7 +549,7 @@ def npu_fused_infer_attention_score(
       empty ``[0]`` (the meta function's shape).
 
     Refused with the argument's name: quantised or pseudo-quantised inputs, pse_shift, left padding, shared
-    prefixes, the ``*_NBSD``/``NTD`` layouts and sparse modes 4-8. ``inner_precise`` and the antiquant modes
+    prefixes, the other ``X_Y`` layouts (``*_NBSD``, ``NTD``, ``TND_NTD``) and sparse modes 4-8. ``inner_precise`` and the antiquant modes
     only select device paths and are accepted.
     """
     options = {name: value for name, value in locals().items() if name in FIA_UNMODELED}
@@ -566,10 +581,11 @@ PFA_UNMODELED = ("padding_mask", "pse_shift", "deq_scale1", "quant_scale1", "deq
 
 
 def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: str, num_heads: int,
-                     num_key_value_heads: int, block_table: Optional[torch.Tensor], block_size: int) -> _Geometry:
-    """IFA/PFA: dense layouts only, and the output has the query's shape (their meta functions)."""
-    if layout not in DENSE_LAYOUTS:
-        raise ValueError(f"input_layout={layout!r} is not implemented; expected one of {', '.join(DENSE_LAYOUTS)}")
+                     num_key_value_heads: int, block_table: Optional[torch.Tensor], block_size: int,
+                     layouts: Sequence[str]) -> _Geometry:
+    """IFA/PFA: dense layouts, and the output has the query's shape (their meta functions)."""
+    if layout not in layouts:
+        raise ValueError(f"input_layout={layout!r} is not implemented; expected one of {', '.join(layouts)}")
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_dtype(name, tensor, ATTENTION_DTYPES, "(int8 quantised attention is not implemented)")
     if key.dtype != query.dtype or value.dtype != query.dtype:
@@ -583,7 +599,8 @@ def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
 def _ifa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, block_table=None, num_heads=1,
               scale_value=1.0, input_layout="BSH", num_key_value_heads=0, block_size=0, **_: object) -> _Call:
-    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, block_table, block_size)
+    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, block_table, block_size,
+                           DENSE_LAYOUTS)
     if geo.q_len != 1:
         raise ValueError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
                          "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
@@ -659,7 +676,7 @@ def npu_incre_flash_attention(
 def _pfa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, num_heads=1, scale_value=1.0,
               pre_tokens=NO_BAND, next_tokens=0, input_layout="BSH", num_key_value_heads=0,
               actual_seq_lengths_kv=None, sparse_mode=0, **_: object) -> _Call:
-    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, None, 0)
+    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, None, 0, PFA_LAYOUTS)
     _check_mask(atten_mask, sparse_mode, geo)
     q_lens = _seq_lengths("actual_seq_lengths", actual_seq_lengths, geo.batch, geo.q_len)
     kv_lens = _seq_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, geo.batch, geo.kv_len)
@@ -711,12 +728,13 @@ def npu_prompt_flash_attention(
     """Prefill attention: returns ``attention_out`` shaped like ``query``.
 
     Source: torch_npu.npu_prompt_flash_attention (op-plugin API page; meta function: output like query).
-    The computation of :func:`npu_fused_infer_attention_score` (dense layouts BSH, BSND, BNSD) with the
+    The computation of :func:`npu_fused_infer_attention_score` (dense layouts, see below) with the
     scale named ``scale_value``. Note this op's default ``next_tokens=0``: with ``sparse_mode=0`` and a mask,
     a query attends only to keys ``j`` with ``i - pre_tokens <= j <= i + next_tokens``, i.e. causally by
     default; without a mask the page says pre/next tokens are ignored. Modes 1/2/3 as in the fused op.
 
-    Refused: quantised inputs/outputs, pse_shift, the BNSD_BSND / TND layouts and sparse modes 4-8;
+    Layouts BSH, BSND, BNSD and BNSD_BSND (BNSD in, BSND out, as the meta function shapes it).
+    Refused: quantised inputs/outputs, pse_shift, the TND layout and sparse modes 4-8;
     ``padding_mask`` is reserved by the page.
     """
     options = {name: value for name, value in locals().items() if name in PFA_UNMODELED}
