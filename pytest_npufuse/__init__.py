@@ -13,11 +13,18 @@ if TYPE_CHECKING:
     from .pipeline import compare, compile_model
     from .report import CaseReport, ScopeReport
 
-__all__ = ["compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError"]
+__all__ = ["compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "install_shims", "uninstall_shims"]
 
 # The pipeline needs torch, which takes seconds to import; loading it on first use keeps
 # `python -m pytest_npufuse compare` (two JSON files, no model) quick in a CI step.
-_LAZY = {"compare": "pipeline", "compile_model": "pipeline", "CaseReport": "report", "ScopeReport": "report"}
+_LAZY = {
+    "compare": "pipeline",
+    "compile_model": "pipeline",
+    "CaseReport": "report",
+    "ScopeReport": "report",
+    "install_shims": "shim",
+    "uninstall_shims": "shim",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -66,7 +66,7 @@ class NpuBackend:
     @property
     def run_mode(self) -> str:
         """The mode runs are modeled in: ``mode`` when set (``"eager"``), else the config's."""
-        return self.mode or self.config.mode
+        return self.mode or self.config.run_mode
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in example_inputs):
@@ -87,7 +87,8 @@ class NpuBackend:
             mode=self.run_mode,
             dynamic=self.dynamic,
             options=self.options,
-            multistream=self.multistream,
+            multistream=self.multistream and not self.config.ge_config.enable_single_stream.value,
+            aclgraph_options=self.config.superkernel_options(),
         )
         plog = write_plog(plan.log)
         checked = sanitize(program, plan.streams) if plan.streams is not None else None

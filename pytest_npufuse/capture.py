@@ -144,6 +144,7 @@ class _ProgramBuilder:
         self.record_tokens: dict[str, str] = {}
         self.open_streams: list[tuple[str, int] | None] = []
         self.stream_scopes: list[StreamScope] = []
+        self.native_superkernels: list[torch.fx.Node] = []
 
     def build(self) -> Program:
         inputs: list[str] = []
@@ -164,6 +165,14 @@ class _ProgramBuilder:
                 self._add_view(node)
             else:
                 self._add_kernel(node)
+        if self.native_superkernels:
+            names = [n.args[0] if n.args else None for n in self.native_superkernels]
+            raise CaptureError(
+                "After you call the torch.npu.super_kernel_scope_begin operator, there is no paired call to the "
+                f"torch.npu.super_kernel_scope_end operator. The parameters for these torch.npu.super_kernel_scope_begin "
+                f"calls are:{names} (first at {_source_line(self.native_superkernels[0]) or 'the model'}). "
+                "Call super_kernel_scope_end(name) for each, and keep graph breaks out of the range."
+            )
         open_scopes = self.stack.open_scopes()
         if open_scopes:
             raise CaptureError(
@@ -179,13 +188,46 @@ class _ProgramBuilder:
             tuple(sorted(self.stream_scopes, key=lambda scope: (scope.enter, scope.exit))),
         )
 
+    def _native_superkernel(self, node: torch.fx.Node) -> None:
+        """torch.npu.super_kernel_scope_begin/end: paired by name in any order, as TorchAir checks them."""
+        name = node.args[0] if node.args else None
+        if node.target is scopes.SK_BEGIN:
+            self.native_superkernels.append(node)
+            return
+        begun = [n.args[0] if n.args else None for n in self.native_superkernels]
+        if name not in begun:
+            first = "you must first call the torch.npu.super_kernel_scope_begin, as they must be called in pairs"
+            raise CaptureError(
+                f"When you call the torch.npu.super_kernel_scope_end operator ({name!r} at "
+                f"{_source_line(node) or 'the model'}), "
+                + (first if not begun else f"No matching torch.npu.super_kernel_scope_begin found; available unmatched "
+                   f"scope_names are: {begun}")
+                + ". Give super_kernel_scope_end the name its begin was given."
+            )
+        del self.native_superkernels[begun.index(name)]
+
+    def _annotations(self) -> scopes.Annotations:
+        """The kernel's scope attributes; an open native SuperKernel range (the latest begun) wins."""
+        annotations = self.stack.resolve()
+        if not self.native_superkernels:
+            return annotations
+        latest = self.native_superkernels[-1]
+        name = latest.args[0] if latest.args else None
+        return replace(annotations, sk_scope=name, sk_options="", sk_native=True)
+
     def _scope_marker(self, node: torch.fx.Node) -> None:
-        if node.target is scopes.SCOPE_ENTER:
+        if node.target in (scopes.SK_BEGIN, scopes.SK_END):
+            self._native_superkernel(node)
+        elif node.target is scopes.SCOPE_ENTER:
             keys, values = node.args[:2]
             self.stack.enter(keys, values)
             attrs = dict(zip(keys, values))
             stream = attrs.get(scopes.STREAM_LABEL)
             self.open_streams.append((stream, len(self.kernels)) if stream else None)
+            if scopes.NATIVE_STREAM in attrs:
+                self._sync_point("noop", "", "torch.npu.stream", node)
+            if attrs.get(scopes.INNER_PARALLEL) == "False":
+                self._sync_point("noop", "", "npu_stream_switch(enable_inner_parallel=False)", node)
         else:
             self.stack.exit(f"the graph at {_source_line(node) or 'the model'}")
             opened = self.open_streams.pop()
@@ -238,6 +280,13 @@ class _ProgramBuilder:
         elif target is syncs.RECORD_STREAM:
             buffer, tag = node.args
             self._sync_point("keep_alive", "", "npu_record_tagged_stream", node, stream=tag, buffer=buffer.name)
+        elif target in (syncs.EVENT_RECORD, syncs.EVENT_WAIT):
+            tag, stream = node.args
+            kind, api = ("record", "torch.npu.Event.record") if target is syncs.EVENT_RECORD else ("wait", "torch.npu.Event.wait")
+            self._sync_point(kind, f"event:{tag}", api, node, stream=stream or None)
+        elif target is syncs.NATIVE_RECORD_STREAM:
+            buffer, stream = node.args
+            self._sync_point("keep_alive", "", "Tensor.record_stream", node, stream=stream, buffer=buffer.name)
 
     def _add_buffer(self, node: torch.fx.Node, producer: str | None, alias_of: str | None = None) -> None:
         value = node.meta.get("val")
@@ -293,7 +342,7 @@ class _ProgramBuilder:
                 inputs=inputs,
                 outputs=(node.name,) if single else (),
                 output_specs=output_specs,
-                annotations=self.stack.resolve(),
+                annotations=self._annotations(),
                 flops=kernel_flops(info.flops, info.flops_per_element, input_specs, output_specs),
                 bytes=kernel_bytes(info.bytes, input_specs, output_specs),
                 compute_dtype=compute_dtype,

@@ -37,3 +37,12 @@ class ModeledDeadlockError(NpufuseError):
 
 class BaselineError(NpufuseError):
     """A baseline or run-report file is unreadable, corrupt, or not one pytest-npufuse wrote."""
+
+
+class ConfigError(NpufuseError, ValueError):
+    """A TorchAir ``CompilerConfig`` option set to a value TorchAir rejects (TorchAir raises ValueError)."""
+
+
+class UnknownOptionError(NpufuseError, AttributeError, ValueError):
+    """A ``CompilerConfig`` attribute that does not exist. TorchAir raises ValueError when one is
+    assigned; reading one is an AttributeError in Python. Both are caught by either ``except``."""

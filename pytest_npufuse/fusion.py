@@ -21,6 +21,7 @@ Then each scope's options apply (TorchAir's SuperKernel option table):
 from __future__ import annotations
 
 import hashlib
+import re
 import warnings
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
@@ -28,20 +29,21 @@ from typing import Mapping, Sequence
 from . import cost
 from .errors import OptionsError, ScopeError
 from .hardware import HardwareProfile
+from .modes import Mode
 from .plog import LogRecord
 from .program import Kernel, Program
-from .skoptions import SuperKernelOptions, parse_options
+from .skoptions import OPTIONS, OptionsWarning, ParserPath, SuperKernelOptions, parse_options
 from .streams import StreamPlan, stream_plan
 
 BASELINE = "baseline"
 VARIANT = "variant"
-MAX_AUTOTUNE = "max-autotune"
+MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
 # debug-aic-num : debug-aiv-num ratio -> SuperKernel kernel type (TorchAir option table, torchair §2.4).
 _DEBUG_RATIOS = {(1, 0): "MIX_AIC_1_0", (0, 1): "MIX_AIV_1_0", (1, 1): "MIX_AIC_1_1", (1, 2): "MIX_AIC_1_2"}
 
 
-class OptionsWarning(UserWarning):
-    """A valid SuperKernel option that cannot do anything for this scope (e.g. a dcci op type not in it)."""
+class ScopeIgnoredWarning(UserWarning):
+    """A SuperKernel scope the mode does not read (e.g. ``torchair.scope.super_kernel`` in reduce-overhead)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,15 @@ class Segment:
     reads: tuple[tuple[int, ...], ...]
     feed_sync_all: bool = False
     lanes: tuple[str, ...] = ()
+    options: SuperKernelOptions | None = None
+
+    @property
+    def early_start(self) -> str:
+        """CANN's Early-Start mode for this SuperKernel: the scope's ``early-start``, forced to 0 when
+        the SuperKernel runs two streams (research/torchair_2026.md §1)."""
+        if self.lanes:
+            return "0"
+        return self.options.get("early-start") if self.options is not None else OPTIONS["early-start"].default
 
 
 @dataclass(frozen=True)
@@ -188,14 +199,49 @@ def _internal_reads(kernels: Sequence[Kernel], program: Program) -> tuple[tuple[
     return tuple(reads)
 
 
-def _unsupported_reason(profile: HardwareProfile, mode: str, dynamic: bool) -> str:
+def _unsupported_reason(profile: HardwareProfile, dynamic: bool) -> str:
     if not profile.superkernel_supported:
         return f"SuperKernel is not supported on {profile.product} (profile '{profile.name}')"
-    if mode != MAX_AUTOTUNE:
-        return f"SuperKernel works only in max-autotune mode, not {mode}"
     if dynamic:
         return "SuperKernel works only with static shapes (dynamic=False)"
     return ""
+
+
+def _ignored_reason(kernels: Sequence[Kernel], mode: str, aclgraph_options: str | None) -> str:
+    """Why TorchAir would not even read this scope in ``mode`` ('' when it does).
+
+    ``torchair.scope.super_kernel`` is a GE attribute, read only in max-autotune; the native
+    ``torch.npu.super_kernel_scope_begin/end`` markers are read only by the aclgraph modes, and only
+    with SuperKernel optimisation switched on (``aclgraph_options`` is then its options text).
+    """
+    if not kernels[0].annotations.sk_native:
+        if mode == MAX_AUTOTUNE:
+            return ""
+        return (
+            f"TorchAir ignores torchair.scope.super_kernel in {mode} mode: SuperKernel scopes work only in "
+            "max-autotune mode (in npugraph_ex use torch.npu.super_kernel_scope_begin/end); the options are not checked"
+        )
+    if not Mode(mode).aclgraph:
+        return f"torch.npu.super_kernel_scope_begin/end take effect only in npugraph_ex or reduce-overhead mode, not {mode}"
+    if aclgraph_options is None:
+        return (
+            "SuperKernel optimisation is off: pass options={'static_kernel_compile': True, 'super_kernel_optimize': "
+            "True} to the npugraph_ex backend (CompilerConfig: experimental_config.aclgraph._aclnn_static_shape_kernel "
+            "and _super_kernel_optimize)"
+        )
+    return ""
+
+
+def _warn_ignored(ignored: Mapping[str, str], mode: str) -> None:
+    """One warning per graph for the scopes an aclgraph mode ignores, as a user on the device would
+    otherwise only notice by the missing speed-up."""
+    if ignored and Mode(mode).aclgraph:
+        names = ", ".join(sorted(ignored))
+        warnings.warn(
+            f"SuperKernel scope(s) {names} ignored in {mode} mode: {next(iter(ignored.values()))}.",
+            ScopeIgnoredWarning,
+            stacklevel=4,
+        )
 
 
 def _segment_scopes(program: Program, profile: HardwareProfile) -> tuple[dict[str, list[Segment]], dict[str, list[ScopeBreak]]]:
@@ -234,13 +280,18 @@ def _scope_members(program: Program) -> dict[str, list[Kernel]]:
     return members
 
 
-def _scope_options(members: Mapping[str, Sequence[Kernel]], overrides: Mapping[str, str]) -> dict[str, SuperKernelOptions]:
+def _scope_options(
+    members: Mapping[str, Sequence[Kernel]], overrides: Mapping[str, str], aclgraph_options: str | None
+) -> dict[str, SuperKernelOptions]:
     """The parsed options of each scope: the marker's override, else what the code passed (on the
-    scope's first kernel)."""
-    return {
-        scope: parse_options(scope, overrides.get(scope, kernels[0].annotations.sk_options))
-        for scope, kernels in members.items()
-    }
+    scope's first kernel), or for a native npugraph_ex scope the backend's SuperKernel options, read by
+    CANN's aclgraph parser."""
+    parsed = {}
+    for scope, kernels in members.items():
+        native = kernels[0].annotations.sk_native
+        text = overrides.get(scope, (aclgraph_options or "") if native else kernels[0].annotations.sk_options)
+        parsed[scope] = parse_options(scope, text, ParserPath.ACLGRAPH if native else ParserPath.GE)
+    return parsed
 
 
 def _debug_cores(options: SuperKernelOptions) -> tuple[str, int] | None:
@@ -281,11 +332,13 @@ def _debug_cap(segment: Segment, kernels: Sequence[Kernel], forced: tuple[str, i
 
 
 def _check_dcci(options: SuperKernelOptions, kernels: Sequence[Kernel]) -> None:
-    """dcci-* options name op types; one that is not in the scope can do nothing, which is worth a warning."""
+    """dcci-* options name op types (GE) or regular expressions over them (aclgraph, e.g. ``.*``); one
+    that matches no kernel of the scope can do nothing, which is worth a warning."""
     present = {kernel.info.kernel_type for kernel in kernels}
+    regex = options.path is ParserPath.ACLGRAPH
     for option in ("dcci-before-kernel-start", "dcci-after-kernel-end", "dcci-disable-on-kernel"):
         for op in filter(None, options.get(option).split(",")):
-            if op not in present:
+            if not any(re.search(op, kind) if regex else op == kind for kind in present):
                 warnings.warn(
                     f"super_kernel scope '{options.scope}': {option} names {op}, which is not a kernel in the scope "
                     f"(kernels: {', '.join(sorted(present))}); it has no effect.",
@@ -309,7 +362,7 @@ def _hang(segment: Segment, kernels: Sequence[Kernel]) -> str:
 
 def _finish_segment(segment: Segment, options: SuperKernelOptions, program: Program, profile: HardwareProfile) -> Segment:
     kernels = [program.kernel(name) for name in segment.kernels]
-    segment = replace(segment, feed_sync_all=options.get("feed-sync-all") == "1")
+    segment = replace(segment, feed_sync_all=options.get("feed-sync-all") == "1", options=options)
     forced = _debug_cores(options)
     return _debug_cap(segment, kernels, forced, profile) if forced else segment
 
@@ -402,28 +455,36 @@ def plan(
     dynamic: bool = False,
     options: Mapping[str, str] | None = None,
     multistream: bool = True,
+    aclgraph_options: str | None = None,
 ) -> Plan:
     """Plan BASELINE (every kernel its own task, scopes ignored) or VARIANT (scopes honoured).
 
     With ``multistream=False`` the VARIANT ignores stream switches and keeps every kernel on the
-    default stream, which isolates the SuperKernel effect.
+    default stream, which isolates the SuperKernel effect. ``aclgraph_options`` is the SuperKernel
+    options text of an aclgraph mode with SuperKernel optimisation on (None: off). Scopes the mode does
+    not read are ``unsupported`` with the reason, their options unchecked, with one warning.
     """
     if variant == BASELINE:
         return Plan(variant, mode, tuple(_kernel_task(kernel, profile) for kernel in program.kernels), ())
     streams = stream_plan(program, mode, multistream=multistream)
     members = _scope_members(program)
-    scope_options = _scope_options(members, options or {})
-    reason = _unsupported_reason(profile, mode, dynamic)
+    ignored = {s: why for s, kernels in members.items() if (why := _ignored_reason(kernels, mode, aclgraph_options))}
+    _warn_ignored(ignored, mode)
+    unread = {s: ScopePlan(s, members[s][0].annotations.sk_options, "unsupported", (), (), why) for s, why in ignored.items()}
+    scope_options = _scope_options({s: k for s, k in members.items() if s not in ignored}, options or {}, aclgraph_options)
+    notes = tuple(LogRecord("INFO", "super_kernel_scope", note) for o in scope_options.values() for note in o.notes)
+    reason = _unsupported_reason(profile, dynamic)
     if reason:
-        scopes = tuple(ScopePlan(s, o.text, "unsupported", (), (), reason) for s, o in scope_options.items())
+        unread.update({s: ScopePlan(s, o.text, "unsupported", (), (), reason) for s, o in scope_options.items()})
+        scopes = tuple(unread[s] for s in members)
         tasks = fused_tasks(program, {}, profile, multistream)
-        return Plan(variant, mode, tasks, scopes, syncs=_device_syncs(streams, tasks), streams=streams)
+        return Plan(variant, mode, tasks, scopes, notes, syncs=_device_syncs(streams, tasks), streams=streams)
     segments, breaks = _segment_scopes(program, profile)
-    results = [
-        _plan_scope(s, o, members[s], segments[s], breaks[s], program, profile, streams) for s, o in scope_options.items()
-    ]
-    scopes = tuple(result.plan for result in results)
-    log = tuple(result.log for result in results if result.log is not None)
+    results = {
+        s: _plan_scope(s, o, members[s], segments[s], breaks[s], program, profile, streams) for s, o in scope_options.items()
+    }
+    scopes = tuple(results[s].plan if s in results else unread[s] for s in members)
+    log = notes + tuple(result.log for result in results.values() if result.log is not None)
     failure = next((f"{s.scope}: {s.reason}" for s in scopes if s.outcome in ("aborted", "hang")), None)
     fused = {s.scope: list(s.segments) for s in scopes if s.outcome in ("fused", "hang")}
     tasks = fused_tasks(program, fused, profile, multistream)

@@ -20,21 +20,23 @@ from typing import Mapping, NamedTuple
 from .device import DeviceModel
 from .fusion import Plan
 from .hardware import HardwareProfile
+from .modes import Mode
 from .program import Kernel, Program
 
 GRAPH_SINK = "graph-sink"
 GRAPH_REPLAY = "graph-replay"
 HOST_SCHEDULED = "host-scheduled"
 EAGER = "eager"
-MODES = ("max-autotune", "reduce-overhead", "eager")
+MODES = tuple(mode.value for mode in Mode)
 
 
 def execution_of(mode: str, dynamic: bool) -> str:
     """How a TorchAir mode runs: max-autotune sinks a static graph and host-schedules a dynamic one;
-    reduce-overhead replays its captured graph (recaptured per shape); eager launches op by op."""
-    if mode == "eager":
+    reduce-overhead and npugraph_ex replay their captured graph (recaptured per shape); eager launches
+    op by op."""
+    if mode == EAGER:
         return EAGER
-    if mode == "reduce-overhead":
+    if Mode(mode).aclgraph:
         return GRAPH_REPLAY
     return HOST_SCHEDULED if dynamic else GRAPH_SINK
 

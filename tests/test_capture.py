@@ -136,7 +136,7 @@ class _Limited(torch.nn.Module):
 def test_compiler_config_mode_is_validated():
     config = torchair.CompilerConfig()
     config.debug.graph_dump.type = "pbtxt"
-    with pytest.raises(NpufuseError, match="max-autotune, reduce-overhead"):
+    with pytest.raises(NpufuseError, match="not in optional list \\['max-autotune', 'reduce-overhead', 'npugraph_ex'\\]"):
         config.mode = "turbo"
 
 
