@@ -15,7 +15,7 @@ from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from pytest_npufuse import torch_npu
-from pytest_npufuse.torch_npu import _exact_int_mm, _int8_mm
+from pytest_npufuse.torch_npu.quant import _exact_int_mm, _int8_mm
 
 # ------------------------------------------------------------------------------------------
 # Independent references
@@ -858,3 +858,53 @@ def test_decoder_ops_bad_inputs_raise_clear_errors(
 ) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+# ------------------------------------------------------------------------------------------
+# The registration helper: checks under torch.compile, one declaration per op, missing ops
+# ------------------------------------------------------------------------------------------
+
+
+def _compile_error(fn: Callable[[torch.Tensor], object], x: torch.Tensor) -> str:
+    """The message chain of the error a compiled call raises (Dynamo wraps the op's own error)."""
+    with pytest.raises(Exception) as info:
+        torch.compile(fn, backend="aot_eager", fullgraph=True)(x)
+    messages, current = [], info.value
+    while current is not None:
+        messages.append(str(current))
+        current = current.__cause__ or current.__context__
+    return "\n".join(messages)
+
+
+def test_scalar_checks_run_under_torch_compile_too() -> None:
+    x = torch.randn(4, 8)
+    with pytest.raises(TypeError, match="out_flag must be a bool"):
+        torch_npu.npu_moe_gating_top_k(x, 2, out_flag=1)
+    assert "out_flag must be a bool" in _compile_error(lambda t: torch_npu.npu_moe_gating_top_k(t, 2, out_flag=1), x)
+
+
+def test_metadata_checks_run_in_the_fake_kernel() -> None:
+    message = _compile_error(lambda t: torch_npu.npu_rms_norm(t, torch.ones(5)), torch.randn(4, 8))
+    assert "gamma has shape [5]" in message
+
+
+def test_every_op_is_declared_once_with_a_catalog_entry_and_a_public_wrapper() -> None:
+    from pytest_npufuse.catalog import load_catalog
+
+    catalog = load_catalog()
+    assert set(torch_npu.OPS) == set(torch_npu.__all__)
+    for name, op in torch_npu.OPS.items():
+        assert op.op_type in catalog.entries
+        assert getattr(torch.ops.npu, name).default._schema.name == f"npu::{name}"
+        assert getattr(torch_npu, name).__name__ == name and op.source
+
+
+def test_missing_op_is_one_error_naming_it_with_the_steps_to_add_it() -> None:
+    with pytest.raises(AttributeError) as info:
+        torch_npu.npu_foo_bar  # noqa: B018 - the attribute access is the test
+    message = str(info.value)
+    assert isinstance(info.value, torch_npu.MissingOpError)
+    assert "torch_npu.npu_foo_bar is not among the CPU kernels" in message
+    assert "torch.library.custom_op" in message and "register_fake" in message
+    assert '[tool.npufuse.ops."mylib::npu_foo_bar"]' in message and "#op-library" in message
+    assert not hasattr(torch_npu, "npu_foo_bar")
