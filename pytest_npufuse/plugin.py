@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from .pytest import benchmark, markers, options, settings, targets
+from .pytest import benchmark, markers, options, settings, shim, targets
 from .pytest.failure import or_fail
 from .pytest.fixture import npu_target, npufuse  # noqa: F401 - pytest finds fixtures on the plugin module
 from .pytest.recorder import RunRecorder
@@ -22,12 +22,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     run = settings.configure(config)
+    shim.configure(config)
     config.pluginmanager.register(RunRecorder(config, run.json_path), "npufuse-run")
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shim.unconfigure(config)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
     profiles = settings.settings_of(config).profiles
-    return "npufuse: " + ", ".join(f"{name} = {p.product} (profile {p.digest})" for name, p in profiles.items())
+    targets_line = "npufuse: " + ", ".join(f"{name} = {p.product} (profile {p.digest})" for name, p in profiles.items())
+    return [targets_line, shim.header()]
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -225,7 +225,7 @@ def test_op_never_timeout_and_data_dump_are_recorded_without_numeric_effect():
 def test_torchair_ops_reexports_torch_npu_ops_by_name():
     assert torchair.ops.npu_fused_infer_attention_score is torch_npu.npu_fused_infer_attention_score
     if not hasattr(torch_npu, "npu_fused_infer_attention_score_v2"):
-        with pytest.raises(NotModeledError, match="does not provide torch_npu.npu_fused_infer_attention_score_v2"):
+        with pytest.raises(AttributeError, match="torch_npu.npu_fused_infer_attention_score_v2 is not among the CPU kernels"):
             torchair.ops.npu_fused_infer_attention_score_v2  # noqa: B018
     with pytest.raises(NotModeledError, match="torchair.ops.npu_print is not modeled"):
         torchair.ops.npu_print  # noqa: B018
@@ -252,21 +252,22 @@ def test_shim_maps_torchair_and_torch_npu_and_their_submodules(shim):
 
 
 def test_shim_never_shadows_a_real_package(tmp_path, monkeypatch):
-    if state().active:
-        pytest.skip("the session's shim is on; this test needs to install it itself")
+    was_active = state().active
+    uninstall_shims()
+    assert not hasattr(torch, "npu") and "npugraph_ex" not in torch._dynamo.list_backends()
     (tmp_path / "torchair").mkdir()
     (tmp_path / "torchair" / "__init__.py").write_text("REAL = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     installed = install_shims()
     try:
         assert installed.modules == ("torch_npu",) and installed.real == ("torchair",)
-        import torchair as real
-
-        assert real.REAL is True
+        assert importlib.import_module("torchair").REAL is True
     finally:
         uninstall_shims()
         sys.modules.pop("torchair", None)
-    assert not hasattr(torch, "npu") and "npugraph_ex" not in torch._dynamo.list_backends()
+        monkeypatch.undo()
+        if was_active:
+            install_shims()
 
 
 def test_torch_npu_on_the_cpu(shim):
@@ -467,3 +468,52 @@ def test_run_command_runs_seed001_unchanged():
         assert main(["run", str(ROOT / "cases" / "scripts" / "seed001.py"), "--npu-target=a3"], out) == 0
     text = out.getvalue()
     assert "graph 1: reduce-overhead, 7 kernels in 7 tasks on 3 stream(s)" in text and "race" not in text
+
+
+# ---------------------------------------------------------------- the plugin
+
+SHIMMED_TEST = '''
+import torch
+import torch_npu
+import torchair
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        with torchair.scope.super_kernel("sp1", "early-start=0"):
+            return torch_npu.npu_swiglu(x @ torch.ones(8, 8, device="npu"))
+
+
+def test_unchanged_npu_code(npufuse):
+    report = npufuse.check(Model(), torch.ones(4, 8).npu())
+    assert report.superkernels["sp1"].outcome == "fused" and torch.npu.is_available()
+'''
+
+
+@pytest.mark.parametrize("ini", ["", "npufuse_shim_modules = auto", "npufuse_shim_modules = true"])
+def test_plugin_installs_the_shim_and_says_so_in_the_header(pytester, ini):
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_shimmed=SHIMMED_TEST)
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["npufuse: shim active: torchair -> pytest_npufuse.torchair, torch_npu -> *"])
+
+
+def test_plugin_shim_off_leaves_imports_alone(pytester):
+    was_active = state().active
+    uninstall_shims()
+    pytester.makeini("[pytest]\nnpufuse_shim_modules = false\n")
+    pytester.makepyfile(test_plain="def test_no_torchair():\n    import torchair\n")
+    try:
+        result = pytester.runpytest("-p", "no:randomly")
+    finally:
+        if was_active:
+            install_shims()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["npufuse: shim off", "*ModuleNotFoundError: No module named 'torchair'*"])
+
+
+def test_plugin_refuses_a_bad_shim_setting(pytester):
+    pytester.makeini("[pytest]\nnpufuse_shim_modules = maybe\n")
+    result = pytester.runpytest()
+    result.stderr.fnmatch_lines(["*npufuse_shim_modules = 'maybe': use one of auto, true, false*"])

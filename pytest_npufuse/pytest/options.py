@@ -85,6 +85,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PCT",
     ),
     Option(
+        "npufuse_shim_modules",
+        "map import torchair / import torch_npu to pytest-npufuse and put torch.npu on the CPU, so scripts "
+        "written for a real NPU run unchanged: auto (when the real packages are absent), true or false",
+        default="auto",
+        metavar="auto|true|false",
+    ),
+    Option(
         "npufuse_json",
         "write the whole run (every outcome and modeled result, schema_version, model_version) to this JSON file",
         Kind.PATH,

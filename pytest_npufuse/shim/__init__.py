@@ -183,7 +183,9 @@ def install_shims() -> ShimState:
     sys.meta_path.insert(0, finder)
 
     def remove_finder() -> None:
-        sys.meta_path.remove(finder)
+        # Every finder of ours, not just this one: pytester restores sys.meta_path snapshots, which can
+        # bring back one installed before.
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, AliasFinder)]
         finder.remove_aliases()
 
     _UNDO.append(remove_finder)
