@@ -265,7 +265,10 @@ def test_sp1(npufuse):
 '''
     )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*super_kernel scope 'sp1': unknown option 'stream-fusoin'. Did you mean 'stream-fusion'?*"])
+    result.stdout.fnmatch_lines(
+        ["*super_kernel scope 'sp1': [[]Super Kernel[]] Invalid compile option: stream-fusoin option is not supported "
+         "(unknown option 'stream-fusoin'). Did you mean 'stream-fusion'?*"]
+    )
 
 
 def test_graph_break_inside_scope_names_the_scope(run):
