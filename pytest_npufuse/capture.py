@@ -196,13 +196,13 @@ class _ProgramBuilder:
             return
         begun = [n.args[0] if n.args else None for n in self.native_superkernels]
         if name not in begun:
-            first = "you must first call the torch.npu.super_kernel_scope_begin, as they must be called in pairs"
+            problem = (
+                f"No matching torch.npu.super_kernel_scope_begin found; available unmatched scope_names are: {begun}"
+                if begun else "you must first call the torch.npu.super_kernel_scope_begin, as they must be called in pairs"
+            )
             raise CaptureError(
                 f"When you call the torch.npu.super_kernel_scope_end operator ({name!r} at "
-                f"{_source_line(node) or 'the model'}), "
-                + (first if not begun else f"No matching torch.npu.super_kernel_scope_begin found; available unmatched "
-                   f"scope_names are: {begun}")
-                + ". Give super_kernel_scope_end the name its begin was given."
+                f"{_source_line(node) or 'the model'}), {problem}. Give super_kernel_scope_end the name its begin was given."
             )
         del self.native_superkernels[begun.index(name)]
 

@@ -37,7 +37,7 @@ from .streams import StreamPlan, stream_plan
 
 BASELINE = "baseline"
 VARIANT = "variant"
-MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
+MAX_AUTOTUNE = Mode.MAX_AUTOTUNE.value
 # debug-aic-num : debug-aiv-num ratio -> SuperKernel kernel type (TorchAir option table, torchair §2.4).
 _DEBUG_RATIOS = {(1, 0): "MIX_AIC_1_0", (0, 1): "MIX_AIV_1_0", (1, 1): "MIX_AIC_1_1", (1, 2): "MIX_AIC_1_2"}
 

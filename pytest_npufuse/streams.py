@@ -26,8 +26,8 @@ from .errors import ScopeError
 from .modes import Mode
 from .program import Kernel, Program, SyncPoint
 
-MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
-REDUCE_OVERHEAD = Mode.REDUCE_OVERHEAD
+MAX_AUTOTUNE = Mode.MAX_AUTOTUNE.value
+REDUCE_OVERHEAD = Mode.REDUCE_OVERHEAD.value
 # max-autotune-only APIs and what to say instead.
 _GE_ONLY = {
     "npu_wait_tensor": "TorchAir raises NotImplementedError; order streams with events (torch.npu.Event, or "
@@ -73,7 +73,8 @@ def _check_mode(program: Program, mode: str) -> None:
                 f"{point.api}{' at ' + point.source if point.source else ''} is not supported in {mode} mode "
                 f"({_GE_ONLY[point.api]})."
             )
-        if point.api in _TAGGED | _NATIVE and not Mode(mode).aclgraph:
+        eager_native = mode == Mode.EAGER and point.api in _NATIVE  # torch_npu runs native streams op by op
+        if point.api in _TAGGED | _NATIVE and not Mode(mode).aclgraph and not eager_native:
             raise ScopeError(
                 f"{point.api}{' at ' + point.source if point.source else ''} works only in the aclgraph modes "
                 f"reduce-overhead and npugraph_ex (TorchAir has no {mode} converter for it); in max-autotune use "

@@ -353,6 +353,25 @@ def _program(model, mode):
     return backend.graphs[0].program
 
 
+def test_native_streams_run_in_the_eager_reference_mode(shim):
+    report = compare(_NativeStreams(), *_native_inputs(), mode="eager")
+    assert report.bit_exact and not report.races and report.variant.execution == "eager"
+
+
+def test_streams_created_in_forward_compile_once(shim):
+    from pytest_npufuse import scriptrun
+
+    scriptrun._SESSION = session = scriptrun.ScriptSession(scriptrun.load_profile("a3"))
+    try:
+        compiled = torch.compile(_NativeStreams(), backend="npugraph_ex", dynamic=False)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            first, second = compiled(*_native_inputs()), compiled(*_native_inputs())
+    finally:
+        scriptrun._SESSION = None
+    assert len(session.graphs()) == 1 and all(torch.equal(a, b) for a, b in zip(first, second))
+
+
 def test_a_missing_native_event_wait_is_a_race(shim):
     report = compare(_NativeStreams(wait=False), *_native_inputs(), mode="npugraph_ex")
     assert report.races and "b" in report.races[0].describe().lower()
