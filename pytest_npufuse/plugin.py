@@ -23,7 +23,7 @@ def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     run = settings.configure(config)
     shim.configure(config)
-    config.pluginmanager.register(RunRecorder(config, run.json_path), "npufuse-run")
+    config.pluginmanager.register(RunRecorder(config, run.json_path, run.html_path), RunRecorder.NAME)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import write_text_atomic
+from .attribution import accelerator_core
 from .errors import NpufuseError
 from .report import CaseReport
-from .simulate import SUPERKERNEL_OP, RunReport
+from .simulate import RunReport
 
 HOST_PID = 1
 NPU_PID = 2
@@ -30,11 +31,9 @@ CSV_COLUMNS = (
 _HOST_THREADS = ("ordinary", "memory", "launch")
 
 
-def accelerator_core(engine: str, op_type: str) -> str:
-    """The ``Accelerator Core`` msprof reports for a kernel of ``engine``."""
-    if op_type == SUPERKERNEL_OP:
-        return "MIX_AIC" if engine == "cube" else "MIX_AIV"
-    return {"cube": "AI_CORE", "vector": "AI_VECTOR_CORE", "aicpu": "AI_CPU", "comm": "HCCL"}.get(engine, "HOST")
+def host_thread_label(thread: int) -> str:
+    """A host thread's name: GE's pipelined threads are ordinary, memory and launch, in that order."""
+    return f"host thread {thread} ({_HOST_THREADS[min(thread, 2)]})"
 
 
 def _meta(pid: int, name: str, tid: int | None = None) -> dict[str, Any]:
@@ -53,7 +52,7 @@ def trace_events(run: RunReport) -> list[dict[str, Any]]:
     stream_id = {name: index for index, name in enumerate(run.streams)}
     events = [_meta(HOST_PID, f"Host ({run.execution})"), _meta(NPU_PID, f"NPU {run.target} ({run.variant})")]
     threads = sorted({piece.thread for piece in run.host}) or [0]
-    events += [_meta(HOST_PID, f"host thread {t} ({_HOST_THREADS[min(t, 2)]})", t) for t in threads]
+    events += [_meta(HOST_PID, host_thread_label(t), t) for t in threads]
     events += [_meta(NPU_PID, f"Stream {stream_id[s]} ({s})", stream_id[s]) for s in run.streams]
     for piece in run.host:
         events.append(_slice(piece.name, HOST_PID, piece.thread, piece.start_us, piece.end_us, "host", {"op": piece.kernel}))
@@ -107,12 +106,17 @@ def case_directory_name(case: str) -> str:
 
 
 def write_case_traces(report: CaseReport, directory: Path, case: str) -> Path:
-    """Write ``<variant>/trace_view.json`` and ``<variant>/kernel_details.csv`` for both variants."""
+    """Write ``<variant>/trace_view.json``, ``kernel_details.csv``, ``op_statistic.csv`` and
+    ``module_statistic.csv`` for both variants."""
     root = directory / case_directory_name(case)
     try:
         for run in (report.baseline, report.variant):
             write_text_atomic(root / run.variant / "trace_view.json", trace_json(run))
             write_text_atomic(root / run.variant / "kernel_details.csv", kernel_details_csv(run))
+            attribution = report.attribution.get(run.variant)
+            if attribution is not None:
+                write_text_atomic(root / run.variant / "op_statistic.csv", attribution.op_statistic_csv())
+                write_text_atomic(root / run.variant / "module_statistic.csv", attribution.module_csv())
     except OSError as exc:
         raise NpufuseError(
             f"cannot write traces under {directory}: {exc.strerror or exc} ({exc.filename}); give a directory "

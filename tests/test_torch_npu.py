@@ -15,7 +15,6 @@ from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from pytest_npufuse import torch_npu
-from pytest_npufuse.torch_npu.quant import _exact_int_mm, _int8_mm
 
 # ------------------------------------------------------------------------------------------
 # Independent references
@@ -72,15 +71,19 @@ def _assert_int8_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (5, 7, 3), (33, 64, 17), (0, 4, 3), (4, 0, 3)])
-def test_int8_mm_fast_path_and_fallback_match_int64(shape: tuple[int, int, int]) -> None:
+def test_quant_matmul_int32_output_is_the_exact_accumulator_plus_bias(shape: tuple[int, int, int]) -> None:
     m, k, n = shape
     gen = torch.Generator().manual_seed(1)
     a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
     b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen)
+    bias = torch.randint(-1000, 1000, (n,), dtype=torch.int32, generator=gen)
+    scale = torch.full((n,), 0.5)
     expected = _ref_acc(a, b).to(torch.int32)
-    assert torch.equal(_int8_mm(a, b), expected)
-    assert torch.equal(_exact_int_mm(a, b), expected)
-    assert torch.equal(_int8_mm(a, b.t().contiguous().t()), expected)
+    out = torch_npu.npu_quant_matmul(a, b, scale, output_dtype=torch.int32)
+    assert out.dtype == torch.int32 and torch.equal(out, expected)
+    assert torch.equal(torch_npu.npu_quant_matmul(a, b.t().contiguous().t(), scale, output_dtype=torch.int32), expected)
+    with_bias = torch_npu.npu_quant_matmul(a, b, scale, bias=bias, output_dtype=torch.int32)
+    assert torch.equal(with_bias, expected + bias)
 
 
 def _qmm_inputs(m: int = 6, k: int = 40, n: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -427,7 +430,8 @@ def _dsq(x: torch.Tensor = _X32, **kwargs: object) -> Callable[[], object]:
         (_qmm(scale=torch.ones(5)), ValueError, r"scale has shape \[5\]"),
         (_qmm(scale=torch.ones(6, dtype=torch.bfloat16)), ValueError, "scale has dtype torch.bfloat16"),
         (_qmm(scale=[1.0]), TypeError, "scale must be a torch.Tensor"),
-        (_qmm(output_dtype=torch.int32), ValueError, "output_dtype=torch.int32 is not implemented"),
+        (_qmm(output_dtype=torch.float32), ValueError, "output_dtype=torch.float32 is not implemented"),
+        (_qmm(output_dtype=torch.int32, pertoken_scale=torch.ones(4)), ValueError, "pertoken_scale is only allowed"),
         (_qmm(output_dtype="bfloat16"), TypeError, "output_dtype must be a torch.dtype"),
         (_qmm(offset=torch.ones(6), output_dtype=torch.bfloat16), ValueError, "offset is only allowed"),
         (_qmm(pertoken_scale=torch.ones(4)), ValueError, "pertoken_scale is only allowed"),
@@ -748,7 +752,7 @@ def _large_op_calls() -> list[Callable[[], object]]:
 
     The grouped-matmul groups ([4, 2048] x [2048, 256]) are a shape where plain torch.matmul
     (MKL) gives different bits with 1 and 2 threads on the pinned torch build, so swapping
-    _fixed_matmul for ``@`` fails this test; the other calls guard the remaining kernels.
+    a multi-threaded product for the Cube helper fails this test; the other calls guard the remaining kernels.
     """
     gen = torch.Generator().manual_seed(41)
 
@@ -829,26 +833,28 @@ def _fia(**overrides: object) -> Callable[[], object]:
         (lambda: torch_npu.npu_moe_gating_top_k(_BF, 2, out_flag=1), TypeError, "out_flag must be a bool"),
         (_gmm(group_type=None), ValueError, "group_type is required"),
         (_gmm(split_item=0), ValueError, "split_item=0 with group_list"),
-        (_gmm(scale=[torch.ones(8)]), ValueError, "scale is not implemented"),
+        (_gmm(scale=[torch.ones(8)]), ValueError, "float x takes neither"),
         (_gmm(act_type=1), ValueError, "act_type=1 is not implemented"),
         (_gmm(group_list=[2, 4]), TypeError, "group_list must be an int64 tensor"),
         (_gmm(group_list=torch.tensor([3, 2])), ValueError, "not valid cumulative row ends"),
         (_gmm(group_list=torch.tensor([2, 9]), group_list_type=1), ValueError, "covers 11 rows"),
-        (_gmm(x=[_BF.to(torch.int8)]), ValueError, "quantised grouped matmul is not implemented"),
+        (_gmm(x=[_BF.to(torch.int8)]), ValueError, "int8 x needs int8 weights"),
         (_gmm(weight=[torch.zeros(2, 12, 8, dtype=torch.bfloat16)]), ValueError, "x has K=16 but weight"),
         (_gmm(output_dtype=torch.float32), ValueError, "output_dtype=torch.float32"),
         (_gmm(x=_BF), TypeError, "x must be a non-empty list"),
-        (_fia(input_layout="TND"), ValueError, "input_layout='TND' is not implemented"),
+        (_fia(input_layout="SBH"), ValueError, "input_layout='SBH' is not implemented"),
+        (_fia(input_layout="TND"), ValueError, "needs actual_seq_lengths"),
         (_fia(num_key_value_heads=3), ValueError, "must divide num_heads=4"),
         (_fia(q=_Q.float()), ValueError, "query has dtype torch.float32"),
-        (_fia(kv=torch.zeros(1, 3, 12, dtype=torch.bfloat16)), ValueError, "do not match in BSH"),
+        (_fia(kv=torch.zeros(1, 3, 12, dtype=torch.bfloat16)), ValueError, "query head dim 8 and key head dim 6 differ"),
         (_fia(kv=torch.zeros(1, 3, 15, dtype=torch.bfloat16)), ValueError, r"key has shape \[1, 3, 15\]"),
         (_fia(sparse_mode=3), ValueError, "needs the compressed causal mask"),
-        (_fia(sparse_mode=1), ValueError, "sparse_mode=1 is not implemented"),
+        (_fia(sparse_mode=4), ValueError, "sparse_mode=4 is not implemented"),
+        (_fia(sparse_mode=1), ValueError, "needs the full atten_mask"),
         (_fia(atten_mask=torch.zeros(1, 4, dtype=torch.bool)), ValueError, r"atten_mask has shape \[1, 4\]"),
         (_fia(atten_mask=torch.zeros(1, 3)), ValueError, "atten_mask has dtype torch.float32"),
-        (_fia(next_tokens=0), ValueError, "pre_tokens/next_tokens bands are not implemented"),
-        (_fia(block_table=torch.zeros(1, 1, dtype=torch.int32)), ValueError, "block_table is not implemented"),
+        (_fia(pse_shift=_Q), ValueError, "pse_shift is not implemented"),
+        (_fia(block_table=torch.zeros(1, 1, dtype=torch.int32)), ValueError, "block_table needs block_size > 0"),
         (_fia(actual_seq_lengths_kv=[4]), ValueError, "actual_seq_lengths_kv=\\[4\\]"),
         (_fia(atten_mask=torch.ones(2048, 2048, dtype=torch.bool), sparse_mode=3), ValueError, "triu"),
     ],
@@ -908,3 +914,20 @@ def test_missing_op_is_one_error_naming_it_with_the_steps_to_add_it() -> None:
     assert "torch.library.custom_op" in message and "register_fake" in message
     assert '[tool.npufuse.ops."mylib::npu_foo_bar"]' in message and "#op-library" in message
     assert not hasattr(torch_npu, "npu_foo_bar")
+
+
+def test_ops_command_lists_every_op_with_engine_fusable_flag_and_source() -> None:
+    import io
+
+    from pytest_npufuse.__main__ import main
+
+    out = io.StringIO()
+    assert main(["ops"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["op", "family", "engine", "fusable", "source"]
+    rows = {line.split()[0]: line.split() for line in lines[1:-1]}
+    assert set(rows) == {op.op_type for op in torch_npu.OPS.values()}
+    assert rows["npu::npu_quant_matmul"][1:4] == ["quant", "cube", "yes"]
+    assert rows["npu::npu_format_cast"][1:4] == ["memory", "vector", "no"]
+    assert "ptaoplist_000172" in " ".join(rows["npu::npu_quant_matmul"][4:])
+    assert lines[-1] == f"{len(torch_npu.OPS)} ops"

@@ -8,9 +8,11 @@ from typing import Any, Callable
 import pytest
 
 from .. import pipeline
+from ..advisor import Advice, advise
 from ..baseline import BaselineWarning, Change, Entry
 from ..hardware import HardwareProfile
 from ..host import HostConfig
+from ..htmlreport import case_view
 from ..report import CaseReport
 from . import benchmark, recorder
 from .failure import or_fail
@@ -51,6 +53,7 @@ class NpuFuse:
                 model, *inputs, target=self.target, mode=mode, reference=reference,
                 options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
                 trace_dir=settings.trace_dir, case=self._request.node.nodeid,
+                affinity=self._expectations.affinity is not None or settings.advise,
             )
         )
         entry, change = self._record(report)
@@ -75,6 +78,11 @@ class NpuFuse:
         compiled.npufuse_backend = backend
         return compiled
 
+    def advise(self, model: Callable[..., Any], *inputs: Any, options: str = "") -> Advice:
+        """Rank SuperKernel scope layouts for ``model`` on this test's target and list the affinity-op
+        findings (see :func:`pytest_npufuse.advise`); ``options`` go to every candidate scope."""
+        return or_fail(lambda: advise(model, *inputs, target=self.target, options=options, catalog=self._settings.catalog))
+
     def _record(self, report: CaseReport) -> tuple[Entry, Change | None]:
         """Attach this check's row to the item and judge it against the baseline if there is one."""
         self._checks += 1
@@ -85,7 +93,16 @@ class NpuFuse:
         if gate is not None and change is not None and change.before is None and not gate.update:
             warnings.warn(BaselineWarning(gate.missing(change)), stacklevel=3)
         recorder.attach(self._request.node, recorder.check_row(key, report, entry, change))
+        if self._settings.html_path is not None:
+            self._keep_view(report, change)
         return entry, change
+
+    def _keep_view(self, report: CaseReport, change: Change | None) -> None:
+        """Hand the check's timelines to the run recorder for the HTML report."""
+        nodeid = self._request.node.nodeid
+        case = nodeid if self._checks == 1 else f"{nodeid} (check {self._checks})"
+        gate = {"status": change.status, "text": change.describe()} if change is not None else None
+        recorder.RunRecorder.of(self._request.config).add_view(nodeid, case_view(report, case, gate))
 
 
 @pytest.fixture

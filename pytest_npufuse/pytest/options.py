@@ -85,6 +85,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PCT",
     ),
     Option(
+        "npufuse_advise",
+        "add the advisors' findings to the terminal summary: each check's seed-003 affinity-op findings "
+        "(slow forms, rewrite, modeled gain) and where its modeled time goes (overlap shares, top op types)",
+        Kind.SWITCH,
+        default=False,
+    ),
+    Option(
         "npufuse_shim_modules",
         "map import torchair / import torch_npu to pytest-npufuse and put torch.npu on the CPU, so scripts "
         "written for a real NPU run unchanged: auto (when the real packages are absent), true or false",
@@ -94,6 +101,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "npufuse_json",
         "write the whole run (every outcome and modeled result, schema_version, model_version) to this JSON file",
+        Kind.PATH,
+        metavar="FILE",
+    ),
+    Option(
+        "npufuse_html",
+        "write one self-contained HTML report of the run (summary table, BASELINE and VARIANT timelines, scope "
+        "breaks, races, time tables; no network needed to open it) to this file",
         Kind.PATH,
         metavar="FILE",
     ),

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
+from ..exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
-    FLOAT_DTYPES, HALF_DTYPES, dtype_names, require_bool, require_dtype, require_int, require_optional_dtype,
-    require_shape, require_tensor, require_tensors,
+    FLOAT_DTYPES, HALF_DTYPES, dtype_names, require_bool, require_choice, require_dtype, require_int,
+    require_optional_dtype, require_shape, require_tensor, require_tensors, require_unused,
 )
 from .fixedorder import round_to_int8, swiglu
 from .registry import Out, npu_op
 
 DYNAMIC_QUANT_MAX = 127.0
+INT4_MAX = 7.0
+INT4_PER_INT32 = 8
 QMM_MIN_RANK = 2
 QMM_MAX_RANK = 6
 
@@ -27,7 +30,7 @@ OFFSET_FIELD_MASK = 0x1FF  # 9-bit two's-complement offset
 OFFSET_MIN = -256
 OFFSET_MAX = 255
 
-QMM_OUTPUT_DTYPES = (torch.int8, torch.float16, torch.bfloat16)
+QMM_OUTPUT_DTYPES = (torch.int8, torch.float16, torch.bfloat16, torch.int32)
 DEQUANT_SWIGLU_QUANT_DOC = (
     "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002367.html"
 )
@@ -46,12 +49,7 @@ def _broadcast_batch(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
 
 
 def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
-    """None means int8, as in torch_npu; int32 and other dtypes are rejected.
-
-    The torch_npu doc (versions 6.0 and 7.0) lists int8, float16 and bfloat16 outputs.  Newer
-    releases also accept int32 for some products, but with rules this model does not cover, so
-    it is refused rather than guessed.
-    """
+    """None means int8, as in torch_npu; the other outputs are the doc's int8, float16, bfloat16 and int32."""
     if output_dtype is None:
         return torch.int8
     if output_dtype not in QMM_OUTPUT_DTYPES:
@@ -78,8 +76,8 @@ def _check_qmm_operands(x1: torch.Tensor, x2: torch.Tensor) -> None:
 def _check_qmm_scale(scale: torch.Tensor, n: int, out_dtype: torch.dtype, has_pertoken: bool) -> None:
     """scale is [1] or [n]; its dtype depends on the output as in the doc's combination table."""
     require_shape("scale", scale, ((1,), (n,)))
-    if out_dtype == torch.bfloat16:
-        require_dtype("scale", scale, (torch.float32, torch.bfloat16), "for a bfloat16 output")
+    if out_dtype in (torch.bfloat16, torch.int32):
+        require_dtype("scale", scale, (torch.float32, torch.bfloat16), f"for a {out_dtype} output")
     elif has_pertoken:
         require_dtype("scale", scale, (torch.float32,), "when pertoken_scale is given")
     else:
@@ -100,8 +98,8 @@ def _check_qmm_offset(offset: Optional[torch.Tensor], scale: torch.Tensor, n: in
 def _check_qmm_pertoken(pertoken_scale: Optional[torch.Tensor], m: int, out_dtype: torch.dtype) -> None:
     if pertoken_scale is None:
         return
-    if out_dtype == torch.int8:
-        raise ValueError("pertoken_scale is only allowed for float16/bfloat16 outputs, got an int8 output")
+    if out_dtype in (torch.int8, torch.int32):
+        raise ValueError(f"pertoken_scale is only allowed for float16/bfloat16 outputs, got a {out_dtype} output")
     require_dtype("pertoken_scale", pertoken_scale, (torch.float32,))
     require_shape("pertoken_scale", pertoken_scale, ((m,),))
 
@@ -155,52 +153,6 @@ def _quant_matmul_meta(
     return Out(out_shape, out_dtype)
 
 
-def _int_mm_supported(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``torch._int_mm`` handles this product on CPU.
-
-    The CPU kernel needs two 2-D int8 matrices with matching k; empty dimensions are sent to
-    the fallback so that no corner case of the fast path has to be trusted.
-    """
-    return (
-        a.dim() == 2
-        and b.dim() == 2
-        and a.dtype == torch.int8
-        and b.dtype == torch.int8
-        and a.shape[1] == b.shape[0]
-        and min(a.shape[0], a.shape[1], b.shape[1]) > 0
-    )
-
-
-def _wrap_to_int32(values: torch.Tensor) -> torch.Tensor:
-    """Reduce int64 values modulo 2**32 into int32, as an int32 accumulator would wrap."""
-    low = values & LOW32_MASK
-    return torch.where(low >= 2**31, low - 2**32, low).to(torch.int32)
-
-
-def _exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Fallback int8 x int8 product: exact int64 matmul, then int32 wrap-around like _int_mm."""
-    return _wrap_to_int32(a.to(torch.int64) @ b.to(torch.int64))
-
-
-def _int8_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """2-D int8 x int8 -> int32 product, with _int_mm when possible (identical results)."""
-    if _int_mm_supported(a, b):
-        return torch._int_mm(a.contiguous(), b.contiguous())
-    return _exact_int_mm(a, b)
-
-
-def _int8_matmul(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-    """Batched, broadcast int8 matmul with int32 accumulation: [..., m, k] x [..., k, n]."""
-    batch = _broadcast_batch(x1, x2)
-    m, k, n = x1.shape[-2], x1.shape[-1], x2.shape[-1]
-    if x2.dim() == 2:
-        return _int8_mm(x1.reshape(-1, k), x2).reshape(*batch, m, n)
-    a = x1.expand(*batch, m, k).reshape(-1, m, k)
-    b = x2.expand(*batch, k, n).reshape(-1, k, n)
-    products = [_int8_mm(a[i], b[i]) for i in range(a.shape[0])]
-    return torch.stack(products).reshape(*batch, m, n)
-
-
 def _encode_quant_param(scale: torch.Tensor, offset: Optional[torch.Tensor]) -> torch.Tensor:
     """Pack a float32 scale (and optional offset) into the int64 layout of TransQuantParamV2.
 
@@ -225,7 +177,7 @@ def _decode_quant_param(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
             "produced by npu_trans_quant_param"
         )
     low = packed & LOW32_MASK
-    scale = _wrap_to_int32(low).view(torch.float32)
+    scale = wrap_to_int32(low).view(torch.float32)
     off9 = (packed >> OFFSET_SHIFT) & OFFSET_FIELD_MASK
     offset = torch.where(off9 > OFFSET_MAX, off9 - 2 * (OFFSET_MAX + 1), off9)
     return scale, offset.to(torch.float32)
@@ -272,9 +224,11 @@ def _quant_matmul_kernel(
 ) -> torch.Tensor:
     """acc = x1 @ x2 (int32); [+ int32 bias]; * scale; [* pertoken]; [+ float bias]; [+ offset]."""
     out_dtype = _resolve_output_dtype(output_dtype)
-    acc = _int8_matmul(x1, x2)
+    acc = int_matmul(x1, x2)
     if bias is not None and bias.dtype == torch.int32:
         acc = acc + bias
+    if out_dtype == torch.int32:
+        return acc
     scale_f32, offset_f32 = _dequant_params(scale, offset, out_dtype, pertoken_scale is not None)
     values = acc.to(torch.float32) * scale_f32
     if pertoken_scale is not None:
@@ -307,7 +261,7 @@ def npu_quant_matmul(
     the QuantBatchMatmulV4 formulas (hicann/ops-nn, matmul/quant_batch_matmul_v4/README.md) and
     the TransQuantParamV2 bit layout (hicann/ops-nn, quant/trans_quant_param_v2/README.md).
 
-    Semantics, with ``acc = x1 @ x2`` accumulated exactly in int32:
+    Semantics, with ``acc = x1 @ x2`` accumulated exactly in int32 (:func:`pytest_npufuse.exact.int_matmul`):
 
     * without pertoken_scale: ``out = (acc [+ int32 bias]) * scale [+ float bias] [+ offset]``
     * with pertoken_scale [m]: ``out = (acc [+ int32 bias]) * scale * pertoken_scale[:, None]
@@ -321,6 +275,7 @@ def npu_quant_matmul(
       scale and an int32/float16/float32 bias.
     * bfloat16 output: scale float32/bfloat16, optional pertoken_scale, int32/bfloat16/float32
       bias, no offset.
+    * int32 output: scale float32/bfloat16, int32 bias, no offset, no pertoken_scale.
 
     Choices and why:
 
@@ -338,7 +293,14 @@ def npu_quant_matmul(
       the output dtype with round-half-to-even.  An int8 output is rounded half-to-even and
       saturated to [-128, 127].  The NPU's fixpipe rounding is not documented; this is the
       usual IEEE choice.
-    * int4 inputs (int32 packed) and int32 output are not implemented and raise ValueError.
+    * int32 output (the last row of the combination table in op-plugin's
+      docs/context/torch_npu-npu_quant_matmul.md: int8 x int8, scale float32/bfloat16, int32
+      bias, no offset, no pertoken_scale) is the int32 accumulator plus the int32 bias.  The
+      doc gives no formula for this row; an int32 result cannot hold a float scale, so the
+      scale is checked but not applied (assumption, not confirmed on a device).  The
+      accumulator wraps around modulo 2**32 like an int32 register.
+    * int4 inputs (int32 packed, with the per-group ``group_sizes`` scales of newer releases)
+      are not implemented and raise ValueError.
     """
     for name, value in (("x1", x1), ("x2", x2), ("scale", scale)):
         require_tensor(name, value)
@@ -475,15 +437,25 @@ def _dequantize(
     return values
 
 
+def _symmetric_levels(values: torch.Tensor, level_max: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric quantisation to ``[-level_max - 1, level_max]``: ``(levels as float32, scale)``.
+
+    scale = rowmax|v| / level_max (1 for an all-zero row, as in the dequant-swiglu-quant golden model);
+    levels = round(v / scale), half to even.
+    """
+    row_max = values.abs().amax(dim=-1)
+    scale = torch.where(row_max > 0, row_max / level_max, torch.ones_like(row_max))
+    return torch.round(values / scale.unsqueeze(-1)).clamp_(-level_max - 1, level_max), scale
+
+
 def _dynamic_quant(
     values: torch.Tensor, row_group: torch.Tensor, quant_scale: Optional[torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row symmetric int8 quantisation: scale = rowmax|v| / 127 (1 for all-zero rows)."""
     if quant_scale is not None:
         values = values * _per_row(quant_scale, row_group)
-    row_max = values.abs().amax(dim=-1)
-    scale = torch.where(row_max > 0, row_max / DYNAMIC_QUANT_MAX, torch.ones_like(row_max))
-    return round_to_int8(values / scale.unsqueeze(-1)), scale
+    levels, scale = _symmetric_levels(values, DYNAMIC_QUANT_MAX)
+    return levels.to(torch.int8), scale
 
 
 def _static_quant(
@@ -634,3 +606,369 @@ def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     require_tensor("x", x)
     require_int("dim", dim)
+
+
+# ---------------------------------------------------------------------------------------------
+# int4 packing (quint4x2 outputs)
+# ---------------------------------------------------------------------------------------------
+
+
+def _pack_int4(levels: torch.Tensor) -> torch.Tensor:
+    """Pack int4 levels (float32 in [-8, 7]) eight to an int32 along the last dim, element 0 in the low nibble.
+
+    torch_npu returns quint4x2 results as int32 with the last dim divided by 8 (npu_dynamic_quant and
+    npu_quantize docs).  The nibble order within the int32 is not documented; low-nibble-first is the
+    order of torch_npu.npu_convert_weight_to_int4pack's CPU reference and is an assumption here.
+    """
+    nibbles = levels.to(torch.int64).reshape(*levels.shape[:-1], -1, INT4_PER_INT32) & 0xF
+    shifts = torch.arange(INT4_PER_INT32, dtype=torch.int64) * 4
+    return wrap_to_int32((nibbles << shifts).sum(dim=-1))
+
+
+def _check_int4_width(name: str, x: torch.Tensor) -> None:
+    if x.shape[-1] % INT4_PER_INT32 != 0:
+        raise ValueError(f"{name} has last dim {x.shape[-1]}; a quint4x2 output packs 8 values per int32")
+
+
+def _packed_shape(x: torch.Tensor) -> list[int]:
+    return [*x.shape[:-1], x.shape[-1] // INT4_PER_INT32]
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_dynamic_quant
+# ---------------------------------------------------------------------------------------------
+
+DYNAMIC_QUANT_DOC = "op-plugin docs/context/torch_npu-npu_dynamic_quant.md"
+DYNAMIC_QUANT_DST = (torch.int8, torch.quint4x2)
+
+
+def _dynamic_quant_meta(
+    input: torch.Tensor,
+    *,
+    smooth_scales: Optional[torch.Tensor] = None,
+    group_index: Optional[torch.Tensor] = None,
+    dst_type: Optional[torch.dtype] = None,
+) -> tuple[Out, Out]:
+    """y int8 like input (int32 [..., H/8] for quint4x2), scale float32 [...]."""
+    require_dtype("input", input, HALF_DTYPES)
+    if input.dim() < 2:
+        raise ValueError(f"input has rank {input.dim()}; npu_dynamic_quant needs at least 2 dims")
+    hidden = input.shape[-1]
+    if group_index is None and smooth_scales is not None:
+        require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
+        require_shape("smooth_scales", smooth_scales, ((hidden,),))
+    if group_index is not None:
+        if smooth_scales is None:
+            raise ValueError("group_index selects rows of smooth_scales; pass smooth_scales [groups, H] with it")
+        require_dtype("group_index", group_index, (torch.int32, torch.int64))
+        require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
+        if group_index.dim() != 1 or smooth_scales.dim() != 2 or tuple(smooth_scales.shape) != (group_index.shape[0], hidden):
+            raise ValueError(
+                f"with group_index {list(group_index.shape)}, smooth_scales must be [groups, {hidden}], "
+                f"got {list(smooth_scales.shape)}"
+            )
+    scale = Out(list(input.shape[:-1]), torch.float32)
+    if dst_type == torch.quint4x2:
+        _check_int4_width("input", input)
+        return Out(_packed_shape(input), torch.int32), scale
+    return Out(list(input.shape), torch.int8), scale
+
+
+def _group_rows(group_index: torch.Tensor, rows: int) -> torch.Tensor:
+    """Group id of each row from cumulative row ends (npu_dynamic_quant's MoE group_index)."""
+    ends = [int(v) for v in group_index.tolist()]
+    if any(b < a for a, b in zip([0, *ends], ends)) or (ends and ends[-1] != rows):
+        raise ValueError(
+            f"group_index {ends} must be non-decreasing cumulative row ends whose last value is the row count {rows}"
+        )
+    counts = torch.tensor([b - a for a, b in zip([0, *ends], ends)], dtype=torch.int64)
+    return torch.repeat_interleave(torch.arange(len(ends)), counts)
+
+
+def _dynamic_quant_kernel(
+    input: torch.Tensor,
+    *,
+    smooth_scales: Optional[torch.Tensor] = None,
+    group_index: Optional[torch.Tensor] = None,
+    dst_type: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = input.reshape(-1, input.shape[-1]).to(torch.float32)
+    if smooth_scales is not None:
+        row_group = torch.zeros(rows.shape[0], dtype=torch.int64) if group_index is None else _group_rows(
+            group_index, rows.shape[0]
+        )
+        rows = rows * _per_row(smooth_scales, row_group)
+    int4 = dst_type == torch.quint4x2
+    levels, scale = _symmetric_levels(rows, INT4_MAX if int4 else DYNAMIC_QUANT_MAX)
+    levels = levels.reshape(input.shape)
+    y = _pack_int4(levels) if int4 else levels.to(torch.int8)
+    return y, scale.reshape(input.shape[:-1])
+
+
+@npu_op(
+    "(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, ScalarType? dst_type=None) "
+    "-> (Tensor, Tensor)",
+    source=DYNAMIC_QUANT_DOC,
+    meta=_dynamic_quant_meta,
+    kernel=_dynamic_quant_kernel,
+)
+def npu_dynamic_quant(
+    input: torch.Tensor,
+    *,
+    smooth_scales: Optional[torch.Tensor] = None,
+    group_index: Optional[torch.Tensor] = None,
+    dst_type: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token symmetric dynamic quantisation: returns ``(y, scale)``.
+
+    Source: torch_npu.npu_dynamic_quant (op-plugin docs/context/torch_npu-npu_dynamic_quant.md):
+    ``v = x * smooth_scales`` (when given), ``scale = rowMax(|v|) / DTYPE_MAX``,
+    ``y = round(v / scale)``, with DTYPE_MAX 127 for int8 and 7 for int4.
+
+    * ``input``: float16/bfloat16, rank >= 2; ``scale`` is float32 ``input.shape[:-1]``.
+    * per token: ``smooth_scales`` [H] (optional);  per group (MoE): ``smooth_scales``
+      [groups, H] and ``group_index`` [groups] of cumulative row ends (monotonic, last = rows),
+      rows ``group_index[g-1]:group_index[g]`` use ``smooth_scales[g]`` (doc).
+    * ``dst_type`` None/int8: int8 ``y`` like input; ``torch.quint4x2``: int4 levels in
+      [-8, 7], eight packed per int32 (last dim / 8; nibble order: see ``_pack_int4``).
+    * float32 math, round half to even.  An all-zero row gets scale 1 and y 0 (the device
+      divides by zero there; the value it writes is not documented).
+    """
+    require_tensor("input", input)
+    require_tensors(smooth_scales=smooth_scales, group_index=group_index)
+    require_optional_dtype("dst_type", dst_type)
+    if dst_type is not None:
+        require_choice("dst_type", dst_type, DYNAMIC_QUANT_DST, "int8, or quint4x2 for packed int4")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_quantize
+# ---------------------------------------------------------------------------------------------
+
+QUANTIZE_DOC = "op-plugin docs/context/torch_npu-npu_quantize.md"
+QUANTIZE_OUTPUTS = {
+    torch.qint8: (torch.int8, -128.0, 127.0),
+    torch.quint8: (torch.uint8, 0.0, 255.0),
+    torch.int8: (torch.int8, -128.0, 127.0),
+    torch.qint32: (torch.int32, -(2.0**31), 2.0**31 - 1),
+    torch.int32: (torch.int32, -(2.0**31), 2.0**31 - 1),
+    torch.quint4x2: (torch.int32, -8.0, 7.0),
+}
+
+
+def _quantize_axis(input: torch.Tensor, axis: int, div_mode: bool) -> int:
+    """The element-wise axis as a non-negative dim: div_mode=False uses the last axis unless axis is -2 (doc)."""
+    if not div_mode:
+        return input.dim() - 2 if axis == -2 else input.dim() - 1
+    if not -input.dim() <= axis < input.dim():
+        raise ValueError(f"axis={axis} is out of range for input of shape {list(input.shape)}")
+    return axis % input.dim()
+
+
+def _broadcast_param(param: torch.Tensor, input: torch.Tensor, dim: int) -> torch.Tensor:
+    """A 1-D per-axis (or single-value) parameter as float32, shaped to broadcast along ``dim``."""
+    shape = [1] * input.dim()
+    shape[dim] = -1
+    return param.to(torch.float32).reshape(shape)
+
+
+def _check_quantize_param(name: str, param: torch.Tensor, input: torch.Tensor, dim: int) -> None:
+    if param.numel() not in (1, input.shape[dim]) or param.dim() not in (1, input.dim()):
+        raise ValueError(
+            f"{name} has shape {list(param.shape)}; expected [{input.shape[dim]}] or [1] (the size of input's axis {dim})"
+        )
+
+
+def _quantize_meta(
+    input: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: Optional[torch.Tensor],
+    dtype: torch.dtype,
+    axis: int = 1,
+    div_mode: bool = True,
+) -> Out:
+    require_dtype("input", input, FLOAT_DTYPES)
+    require_dtype("scales", scales, FLOAT_DTYPES)
+    dim = _quantize_axis(input, axis, div_mode)
+    _check_quantize_param("scales", scales, input, dim)
+    if zero_points is not None:
+        require_dtype("zero_points", zero_points, (torch.int8, torch.uint8, torch.int32, *FLOAT_DTYPES))
+        _check_quantize_param("zero_points", zero_points, input, dim)
+    if dtype == torch.quint4x2:
+        if div_mode:
+            raise ValueError("dtype=torch.quint4x2 needs div_mode=False (doc)")
+        _check_int4_width("input", input)
+        return Out(_packed_shape(input), torch.int32)
+    return Out(list(input.shape), QUANTIZE_OUTPUTS[dtype][0])
+
+
+def _quantize_kernel(
+    input: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: Optional[torch.Tensor],
+    dtype: torch.dtype,
+    axis: int = 1,
+    div_mode: bool = True,
+) -> torch.Tensor:
+    dim = _quantize_axis(input, axis, div_mode)
+    scale = _broadcast_param(scales, input, dim)
+    values = input.to(torch.float32)
+    values = values / scale if div_mode else values * scale
+    if zero_points is not None:
+        values = values + _broadcast_param(zero_points, input, dim)
+    out_dtype, low, high = QUANTIZE_OUTPUTS[dtype]
+    levels = torch.round(values).clamp_(low, high)
+    return _pack_int4(levels) if dtype == torch.quint4x2 else levels.to(out_dtype)
+
+
+@npu_op(
+    "(Tensor input, Tensor scales, Tensor? zero_points, ScalarType dtype, int axis=1, bool div_mode=True) -> Tensor",
+    source=QUANTIZE_DOC,
+    meta=_quantize_meta,
+    kernel=_quantize_kernel,
+)
+def npu_quantize(
+    input: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: Optional[torch.Tensor],
+    dtype: torch.dtype,
+    axis: int = 1,
+    div_mode: bool = True,
+) -> torch.Tensor:
+    """Static quantisation: ``round(input / scales + zero_points)`` (``input * scales`` when not div_mode).
+
+    Source: torch_npu.npu_quantize (op-plugin docs/context/torch_npu-npu_quantize.md).
+
+    * ``scales``/``zero_points`` hold one value per element of ``input``'s ``axis`` (or one
+      value) and broadcast over the other axes.  With ``div_mode=False`` the axis is the last
+      one unless ``axis=-2`` (doc).
+    * ``dtype``: torch.qint8/int8 -> int8, torch.quint8 -> uint8, torch.qint32/int32 -> int32,
+      torch.quint4x2 (div_mode=False only) -> int4 levels packed eight per int32.
+    * float32 math, round half to even, saturated to the output range.
+    """
+    for name, value in (("input", input), ("scales", scales)):
+        require_tensor(name, value)
+    require_tensors(zero_points=zero_points)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.qint8, got {type(dtype).__name__}")
+    require_choice("dtype", dtype, tuple(QUANTIZE_OUTPUTS), "the output types torch_npu documents")
+    require_int("axis", axis)
+    require_bool("div_mode", div_mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_weight_quant_batchmatmul
+# ---------------------------------------------------------------------------------------------
+
+WEIGHT_QUANT_BATCHMATMUL_DOC = "op-plugin docs/context/torch_npu-npu_weight_quant_batchmatmul.md"
+WQBMM_BIAS_DTYPES = {torch.float16: torch.float16, torch.bfloat16: torch.float32}
+
+
+def _antiquant_param_shapes(k: int, n: int, group_size: int) -> tuple[tuple[int, ...], ...]:
+    """Per-tensor, per-channel, or (with a group size) per-group [ceil(k / group), n] shapes."""
+    if group_size > 0:
+        return ((math.ceil(k / group_size), n),)
+    return ((1,), (1, 1), (n,), (1, n))
+
+
+def _weight_quant_batchmatmul_meta(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    antiquant_scale: torch.Tensor,
+    antiquant_offset: Optional[torch.Tensor] = None,
+    quant_scale: Optional[torch.Tensor] = None,
+    quant_offset: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    antiquant_group_size: int = 0,
+    inner_precise: int = 0,
+) -> Out:
+    require_dtype("x", x, HALF_DTYPES)
+    require_dtype("weight", weight, (torch.int8,), "(int4 packed in int32 is not implemented)")
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[0]:
+        raise ValueError(f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]")
+    k, n = weight.shape
+    shapes = _antiquant_param_shapes(k, n, antiquant_group_size)
+    for name, param in (("antiquant_scale", antiquant_scale), ("antiquant_offset", antiquant_offset)):
+        if param is not None:
+            require_dtype(name, param, (x.dtype,), "(x's dtype)")
+            require_shape(name, param, shapes)
+    if bias is not None:
+        require_dtype("bias", bias, (WQBMM_BIAS_DTYPES[x.dtype],), f"for {x.dtype} x (doc)")
+        require_shape("bias", bias, ((n,), (1, n)))
+    return Out([x.shape[0], n], x.dtype)
+
+
+def _antiquant_weight(
+    weight: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor], group_size: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """``(weight + offset) * scale`` in float32, rounded once to x's dtype (the Cube's input dtype)."""
+    k, n = weight.shape
+
+    def expand(param: torch.Tensor) -> torch.Tensor:
+        values = param.to(torch.float32).reshape(-1, n) if param.numel() > 1 else param.to(torch.float32).reshape(1, 1)
+        return values.repeat_interleave(group_size, dim=0)[:k] if group_size > 0 else values
+
+    values = weight.to(torch.float32)
+    if offset is not None:
+        values = values + expand(offset)
+    return (values * expand(scale)).to(dtype)
+
+
+def _weight_quant_batchmatmul_kernel(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    antiquant_scale: torch.Tensor,
+    antiquant_offset: Optional[torch.Tensor] = None,
+    quant_scale: Optional[torch.Tensor] = None,
+    quant_offset: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    antiquant_group_size: int = 0,
+    inner_precise: int = 0,
+) -> torch.Tensor:
+    w = _antiquant_weight(weight, antiquant_scale, antiquant_offset, antiquant_group_size, x.dtype)
+    if bias is None:
+        return cube_matmul(x, w)
+    return cube_addmm(bias.reshape(-1), x, w)
+
+
+@npu_op(
+    "(Tensor x, Tensor weight, Tensor antiquant_scale, Tensor? antiquant_offset=None, Tensor? quant_scale=None, "
+    "Tensor? quant_offset=None, Tensor? bias=None, int antiquant_group_size=0, int inner_precise=0) -> Tensor",
+    source=WEIGHT_QUANT_BATCHMATMUL_DOC,
+    meta=_weight_quant_batchmatmul_meta,
+    kernel=_weight_quant_batchmatmul_kernel,
+)
+def npu_weight_quant_batchmatmul(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    antiquant_scale: torch.Tensor,
+    antiquant_offset: Optional[torch.Tensor] = None,
+    quant_scale: Optional[torch.Tensor] = None,
+    quant_offset: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    antiquant_group_size: int = 0,
+    inner_precise: int = 0,
+) -> torch.Tensor:
+    """Weight-only quantised matmul (W8A16): ``y = x @ ((weight + antiquant_offset) * antiquant_scale) + bias``.
+
+    Source: torch_npu.npu_weight_quant_batchmatmul (op-plugin
+    docs/context/torch_npu-npu_weight_quant_batchmatmul.md; WeightQuantBatchMatmulV2 formula).
+
+    * ``x`` float16/bfloat16 [m, k]; ``weight`` int8 [k, n]; output [m, n] in x's dtype.
+    * ``antiquant_scale``/``antiquant_offset`` in x's dtype: per tensor [1] or [1, 1], per channel
+      [n] or [1, n], or per group [ceil(k / antiquant_group_size), n] when ``antiquant_group_size``
+      > 0.  ``bias`` [n] or [1, n]: float16 for float16 x, float32 for bfloat16 x (doc).
+    * The dequantised weight is computed in float32 and rounded once to x's dtype (the Cube
+      multiplies fp16/bf16 operands); the product accumulates in float32 with the bias
+      (x's dtype or float32) added before one rounding (:func:`pytest_npufuse.exact.cube_addmm`).
+    * Not implemented (ValueError): int4 weights (int32-packed), int64 (trans_quant_param)
+      antiquant scales, and the int8 output quantisation ``quant_scale``/``quant_offset``.  ``inner_precise`` selects a device
+      precision/performance mode and does not change this model's values.
+    """
+    for name, value in (("x", x), ("weight", weight), ("antiquant_scale", antiquant_scale)):
+        require_tensor(name, value)
+    require_tensors(antiquant_offset=antiquant_offset, bias=bias)
+    require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=quant_scale, quant_offset=quant_offset)
+    if require_int("antiquant_group_size", antiquant_group_size) < 0:
+        raise ValueError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
+    require_choice("inner_precise", require_int("inner_precise", inner_precise), (0, 1), "device precision modes")

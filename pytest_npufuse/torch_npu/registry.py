@@ -22,10 +22,11 @@ per call either way.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import torch
 
@@ -102,14 +103,44 @@ def _check_result(name: str, result: Any, outputs: Outputs) -> None:
             )
 
 
+def _write_back(slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict, result: Any) -> Any:
+    """Copy outputs into the arguments torch_npu overwrites; return the outputs with those arguments in their place.
+
+    ``slots`` holds (argument name, argument position, output position) triples, resolved once at
+    declaration so that Dynamo traces only tuple indexing here. An op with one output returns that
+    argument itself (e.g. ``npu_scatter_nd_update_``).
+    """
+    single = isinstance(result, torch.Tensor)
+    outputs = [result] if single else list(result)
+    for name, arg_position, out_position in slots:
+        target = kwargs[name] if name in kwargs else args[arg_position]
+        target.copy_(outputs[out_position])
+        outputs[out_position] = target
+    return outputs[0] if single else tuple(outputs)
+
+
 def npu_op(
-    schema: str, *, source: str, meta: Callable[..., Outputs], kernel: Callable[..., Any]
+    schema: str,
+    *,
+    source: str,
+    meta: Callable[..., Outputs],
+    kernel: Callable[..., Any],
+    writes_back: Mapping[str, int] = MappingProxyType({}),
+    side_effect: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
 
     ``schema`` is torch_npu's schema without the name, e.g. ``"(Tensor self, float eps=1e-06) -> Tensor"``;
     ``source`` names the document whose semantics the kernel implements (shown by the ops command).
+    ``writes_back`` maps each argument a torch_npu op updates in place to the output holding its new
+    value: the registered op stays functional (one opaque node whose outputs are the new values) and
+    the wrapper copies those outputs into the arguments and returns the arguments in their place, so
+    callers see torch_npu's in-place behaviour.
+    A schema returning ``()`` has meta and kernel return ``()`` and the op returns None; ``side_effect``
+    marks such an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it
+    although nothing reads its result.
     """
+    returns_none = schema.rsplit("->", 1)[1].strip() == "()"
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
         name = checks.__name__
@@ -123,21 +154,28 @@ def npu_op(
             outputs = meta(*args, **kwargs)
             result = kernel(*args, **kwargs)
             _check_result(name, result, outputs)
-            return result
+            return None if returns_none else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            return _allocate(meta(*args, **kwargs), _first_tensor([*args, *kwargs.values()]))
+            outputs = meta(*args, **kwargs)
+            return None if returns_none else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
+        if side_effect:
+            torch.fx.node.has_side_effect(packet.default)
         returns_list = schema.rstrip().endswith("Tensor[]")
+        params = list(inspect.signature(checks).parameters)
+        slots = tuple((name, params.index(name), position) for name, position in writes_back.items())
 
         @functools.wraps(checks)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
             result = packet(*args, **kwargs)
+            if slots:
+                return _write_back(slots, args, kwargs, result)
             return list(result) if returns_list else result
 
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
