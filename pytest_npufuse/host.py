@@ -20,13 +20,13 @@ from typing import Mapping, NamedTuple
 from .device import DeviceModel
 from .fusion import Plan
 from .hardware import HardwareProfile
-from .modes import Mode
 from .program import Kernel, Program
+from .vocabulary import Mode
 
 GRAPH_SINK = "graph-sink"
 GRAPH_REPLAY = "graph-replay"
 HOST_SCHEDULED = "host-scheduled"
-EAGER = "eager"
+EAGER = Mode.EAGER
 MODES = tuple(mode.value for mode in Mode)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from . import fusion
-from .backend import CompiledGraph, NpuBackend
+from .pipeline import CompiledGraph, NpuBackend
 from .errors import NpufuseError
 from .hardware import HardwareProfile, load_profile
 from .simulate import simulate

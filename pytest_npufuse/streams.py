@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .errors import ScopeError
-from .modes import Mode
 from .program import Kernel, Program, SyncPoint
+from .vocabulary import Mode
 
-MAX_AUTOTUNE = Mode.MAX_AUTOTUNE.value
-REDUCE_OVERHEAD = Mode.REDUCE_OVERHEAD.value
+MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
+REDUCE_OVERHEAD = Mode.REDUCE_OVERHEAD
 # max-autotune-only APIs and what to say instead.
 _GE_ONLY = {
     "npu_wait_tensor": "TorchAir raises NotImplementedError; order streams with events (torch.npu.Event, or "

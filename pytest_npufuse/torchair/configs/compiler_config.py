@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ...modes import CONFIG_MODES, Mode
+from ...vocabulary import CONFIG_MODES, Mode
 from .options import ConfigNode, OptionValue, int_range, of_type
 
 INT64_MAX = 2**63 - 1
