@@ -91,7 +91,12 @@ def _install_devices() -> None:
 
     _patch(torch_npu, "npu", npu)
     for name in devices.FACTORIES:
-        _patch(torch, name, devices.wrap_factory(getattr(torch, name)))
+        factory = devices.wrap_factory(getattr(torch, name))
+        # Dynamo lists torch's functions once, by identity: a wrapper installed after that (a second
+        # install in one process) would be inlined into a call of the builtin it wraps, which Dynamo
+        # cannot trace. Allowed in the graph, it is a call there that AOT traces into aten ops.
+        torch._dynamo.allow_in_graph(factory)
+        _patch(torch, name, factory)
     _patch(torch.Tensor, "to", devices.wrap_to(torch.Tensor.to))
     _patch(torch.nn.Module, "to", devices.wrap_to(torch.nn.Module.to))
     _patch(torch.Tensor, "npu", devices.tensor_npu)
