@@ -36,7 +36,9 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One device kernel: a non-view op of the captured graph."""
+    """One device kernel: a non-view op of the captured graph. ``flops`` and ``bytes`` are priced once,
+    at capture, by the op's cost rule (:mod:`pytest_npufuse.cost`); ``input_specs`` are the shapes of
+    ``inputs``, which tiling rules read."""
 
     index: int
     name: str
@@ -51,6 +53,7 @@ class Kernel:
     bytes: int
     compute_dtype: str
     source: str
+    input_specs: tuple[TensorSpec, ...] = ()
 
     @property
     def stream(self) -> str:

@@ -24,14 +24,31 @@ def inputs():
     return torch.randn(256, 512, generator=gen), torch.randn(512, 512, generator=gen)
 
 
+def _task_overhead(over) -> float:
+    """What every ordinary AI Core task pays around its body: head, cold ICache, closing cache flush."""
+    return over["kernel_head"] + over["icache_miss"] + over["task_flush"]
+
+
 def test_superkernel_saves_dispatch_and_heads_and_pays_calls_and_syncs():
     report = compare(Chain(), *inputs())
     over = load_profile("a3").overhead_us
-    body = sum(k.duration_us for k in report.baseline.kernels) - 3 * over["kernel_head"]
-    assert report.baseline.device_us == pytest.approx(3 * (over["dispatch_cube"] + over["kernel_head"]) + body)
-    expected_variant = over["dispatch_cube"] + over["kernel_head"] + 3 * over["sk_subkernel_call"] + 2 * over["sk_sync"] + body
+    body = sum(k.duration_us for k in report.baseline.kernels) - 3 * _task_overhead(over)
+    # Dispatch is pipelined: the first task waits for it, later ones only for the task gap.
+    assert report.baseline.device_us == pytest.approx(over["dispatch_cube"] + 3 * _task_overhead(over) + 2 * over["task_gap"] + body)
+    barrier = over["sk_sync"] - over["early_start_overlap"]
+    expected_variant = (
+        over["dispatch_cube"] + over["kernel_head"] + 3 * over["sk_subkernel_call"] + 2 * barrier + body + over["task_flush"]
+    )
     assert report.variant.device_us == pytest.approx(expected_variant)
     assert report.speedup > 1
+
+
+def test_early_start_off_and_no_preload_make_the_superkernel_slower():
+    fast = compare(Chain(), *inputs())
+    slow = compare(Chain(), *inputs(), options={"sp1": "early-start=0:preload-code=none"})
+    over = load_profile("a3").overhead_us
+    lost = 2 * over["early_start_overlap"] + 3 * over["icache_miss"]
+    assert slow.variant.device_us == pytest.approx(fast.variant.device_us + lost)
 
 
 class ThroughAView(torch.nn.Module):
@@ -50,7 +67,8 @@ def test_superkernel_syncs_only_where_a_sub_kernel_reads_an_earlier_one_even_thr
     over = load_profile("a3").overhead_us
     (parent,) = [k for k in report.variant.kernels if k.parent is None]
     first, second, third = [k for k in report.variant.kernels if k.parent == parent.name]
-    assert second.start_us == pytest.approx(first.end_us + over["sk_subkernel_call"] + over["sk_sync"])
+    barrier = over["sk_sync"] - over["early_start_overlap"]
+    assert second.start_us == pytest.approx(first.end_us + over["sk_subkernel_call"] + barrier)
     assert third.start_us == pytest.approx(second.end_us + over["sk_subkernel_call"])
 
 
@@ -86,7 +104,7 @@ def test_cube_kernel_time_follows_int8_peak():
     (kernel,) = report.baseline.kernels
     profile = load_profile("a3")
     compute_us = 2 * m * n * k / (profile.cube_tflops["int8"] * 1e6 * profile.compute_efficiency)
-    assert kernel.duration_us == pytest.approx(profile.overhead_us["kernel_head"] + compute_us)
+    assert kernel.duration_us == pytest.approx(_task_overhead(profile.overhead_us) + compute_us)
 
 
 _PRINT_TIMES = """
