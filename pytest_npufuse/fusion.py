@@ -52,7 +52,8 @@ class Segment:
     gives, for each sub-kernel, the earlier sub-kernels whose output it reads: the SuperKernel compiler
     puts an intra-kernel sync only there, so independent sub-kernels run back to back. ``early_start``
     and ``preload`` are the ``early-start`` and ``preload-code`` options in effect (Early-Start is off in
-    a dual-stream SuperKernel); ``flush_before``/``flush_after`` mark the sub-kernels the dcci options
+    a dual-stream SuperKernel); ``code_copies`` is ``split-mode``, the copies of each sub-kernel's code
+    that spread the cores' instruction fetches; ``flush_before``/``flush_after`` mark the sub-kernels the dcci options
     (or ``debug-dcci-all``) flush the data cache around.
     """
 
@@ -68,6 +69,7 @@ class Segment:
     lanes: tuple[str, ...] = ()
     early_start: bool = True
     preload: bool = True
+    code_copies: int = 4
     flush_before: tuple[bool, ...] = ()
     flush_after: tuple[bool, ...] = ()
 
@@ -338,6 +340,7 @@ def _finish_segment(segment: Segment, options: SuperKernelOptions, program: Prog
         feed_sync_all=options.get("feed-sync-all") == "1",
         early_start=_option(options, "early-start", "1") != "0",
         preload=_option(options, "preload-code", "per-func") != "none",
+        code_copies=int(_option(options, "split-mode", "4")),
         flush_before=flush_before if any(flush_before) else (),
         flush_after=flush_after if any(flush_after) else (),
     )

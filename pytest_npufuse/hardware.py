@@ -93,6 +93,8 @@ _OVERHEAD_KEYS = (
     "task_gap",
     "icache_miss",
     "task_flush",
+    "dcci_flush",
+    "fetch_per_core",
     "early_start_overlap",
 )
 # Costs and limits that may be zero; every other number is a count, rate or size the model divides by.

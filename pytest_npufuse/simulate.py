@@ -149,11 +149,13 @@ class _Facts:
         self.head_us = overhead["kernel_head"]
         self.icache_us = overhead["icache_miss"]
         self.flush_us = overhead["task_flush"]
+        self.dcci_us = overhead["dcci_flush"]
+        self.fetch_us = overhead["fetch_per_core"]
         self.call_us = overhead["sk_subkernel_call"]
         self.sk_sync_us = overhead["sk_sync"]
         self.early_us = overhead["early_start_overlap"]
         self.sync_all_us = overhead["sync_all"]
-        self.hbm_bytes_per_us = profile.hbm_gbps * profile.memory_efficiency * 1e3
+        self.hbm_bytes_per_us = profile.hbm_gbps * 1e3
         self._bodies: dict[tuple, float] = {}
         self.timings: dict[tuple, tuple[float, tuple[tuple[int, int], ...]]] = {}
         self._layouts: dict[tuple, _Layout] = {}
@@ -167,18 +169,21 @@ class _Facts:
         return body
 
     def timing(self, kernel: Kernel, dim: int, key: tuple) -> tuple[float, tuple[tuple[int, int], ...]]:
-        """Duration (head, cold ICache, body, closing cache flush) and resources held of an ordinary kernel
-        task on ``dim`` cores, remembered under ``key``. Host and communication kernels run no AI Core
+        """Duration (head, cold ICache, same-address instruction fetch of ``dim`` cores, body, closing cache
+        flush) and resources held of an ordinary kernel task on ``dim`` cores, remembered under ``key``. Host and communication kernels run no AI Core
         code, so they pay only their body."""
         engine = kernel.info.engine
         body = self.body_us(kernel, dim)
-        duration = self.head_us + self.icache_us + body + self.flush_us if engine in _HBM_ENGINES or engine == "aicpu" else body
+        start_us = self.head_us + self.icache_us + self.fetch_us * dim + self.flush_us
+        duration = start_us + body if engine in _HBM_ENGINES or engine == "aicpu" else body
         needs = ((_POOL_OF[engine], dim),) if engine != "host" else ()
         timing = self.timings[key] = (duration, needs + self.hbm_share(kernel.bytes if engine in _HBM_ENGINES else 0, duration))
         return timing
 
     def hbm_share(self, nbytes: float, duration: float) -> tuple[tuple[int, int], ...]:
-        """The thousandths of HBM bandwidth a task streaming ``nbytes`` over ``duration`` holds."""
+        """The thousandths of peak HBM bandwidth a task streaming ``nbytes`` over ``duration`` holds: a
+        memory-bound kernel at the profile's memory efficiency holds that share, leaving the rest to a
+        compute-bound kernel on another stream."""
         if not nbytes or duration <= 0:
             return ()
         return ((HBM_POOL, min(HBM_UNITS, math.ceil(HBM_UNITS * nbytes / self.hbm_bytes_per_us / duration))),)
@@ -186,7 +191,7 @@ class _Facts:
     def superkernel(self, kernels: tuple[Kernel, ...], keys: tuple[tuple, ...], segment: Segment, block_dim: int) -> _Layout:
         """The layout of a SuperKernel of ``kernels`` with these timing keys (see :meth:`_lay_out`)."""
         key = (keys, segment.reads, segment.lanes, segment.feed_sync_all, segment.early_start, segment.preload,
-               segment.flush_before, segment.flush_after, block_dim)
+               segment.code_copies, segment.flush_before, segment.flush_after, block_dim)
         layout = self._layouts.get(key)
         if layout is None:
             subs = tuple(
@@ -204,11 +209,13 @@ class _Facts:
         wrote (``reads``, from the plan), shortened by Early-Start; on several lanes (``stream-fusion=1``,
         one per stream) a Cube and a Vector sub-kernel overlap but two of one engine take turns. With
         ``feed-sync-all=1`` a SyncAll sub-kernel on fewer cores than the SuperKernel pays the SyncAll
-        inserted on the idle cores. dcci flushes come before or after the sub-kernels they name, and one
-        cache flush ends the SuperKernel as it ends every task."""
+        inserted on the idle cores. Each call's instruction fetch queues less than a separate kernel's,
+        since ``split-mode`` gives the cores that many code copies. dcci flushes come before or after the
+        sub-kernels they name, and one cache flush ends the SuperKernel as it ends every task."""
         lanes = segment.lanes
         call_us = self.call_us + (0.0 if segment.preload else self.icache_us)
         barrier_us = max(0.0, self.sk_sync_us - (self.early_us if segment.early_start else 0.0))
+        fetch_us = self.fetch_us / segment.code_copies
         before = segment.flush_before or repeat(False)
         after = segment.flush_after or repeat(False)
         lane_end: dict[str, float] = {}
@@ -219,7 +226,7 @@ class _Facts:
         for (dim, duration, engine, sync_all, _), writers, lane, flush_first, flush_last in zip(
             subs, segment.reads, lanes or repeat(""), before, after,
         ):
-            start = lane_end.get(lane, self.head_us) + call_us + (self.flush_us if flush_first else 0.0)
+            start = lane_end.get(lane, self.head_us) + call_us + fetch_us * dim + (self.dcci_us if flush_first else 0.0)
             if writers:
                 start = max(start, *[ends[position] for position in writers]) + barrier_us
             if segment.feed_sync_all and sync_all and dim < block_dim:
@@ -232,7 +239,7 @@ class _Facts:
             ends.append(end)
             pool = _POOL_OF[engine]
             widest[pool] = max(widest.get(pool, 0), dim)
-            lane_end[lane] = end + (self.flush_us if flush_last else 0.0)
+            lane_end[lane] = end + (self.dcci_us if flush_last else 0.0)
         dims, _, engines, _, kernel_types = zip(*subs)
         return _Layout(
             max(lane_end.values()) + self.flush_us, tuple(sorted(widest.items())), tuple(starts), tuple(ends), dims,
