@@ -22,7 +22,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     run = settings.configure(config)
-    config.pluginmanager.register(RunRecorder(config, run.json_path), "npufuse-run")
+    config.pluginmanager.register(RunRecorder(config, run.json_path, run.html_path), RunRecorder.NAME)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

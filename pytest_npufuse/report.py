@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .fusion import ScopePlan
+from .fusion import ScopeBreak, ScopePlan
 from .numerics import Mismatch
 from .sanitize import Race
 from .simulate import RunReport
@@ -26,6 +26,7 @@ class ScopeReport:
     kernel_type: str
     options: str
     reason: str
+    break_points: tuple[ScopeBreak, ...] = ()
 
     @classmethod
     def from_plan(cls, scope: ScopePlan) -> "ScopeReport":
@@ -41,6 +42,7 @@ class ScopeReport:
             kernel_type=scope.segments[0].kernel_type if scope.segments else "",
             options=scope.options,
             reason=scope.reason,
+            break_points=scope.breaks,
         )
 
 

@@ -11,6 +11,7 @@ from .. import pipeline
 from ..baseline import BaselineWarning, Change, Entry
 from ..hardware import HardwareProfile
 from ..host import HostConfig
+from ..htmlreport import case_view
 from ..report import CaseReport
 from . import benchmark, recorder
 from .failure import or_fail
@@ -85,7 +86,16 @@ class NpuFuse:
         if gate is not None and change is not None and change.before is None and not gate.update:
             warnings.warn(BaselineWarning(gate.missing(change)), stacklevel=3)
         recorder.attach(self._request.node, recorder.check_row(key, report, entry, change))
+        if self._settings.html_path is not None:
+            self._keep_view(report, change)
         return entry, change
+
+    def _keep_view(self, report: CaseReport, change: Change | None) -> None:
+        """Hand the check's timelines to the run recorder for the HTML report."""
+        nodeid = self._request.node.nodeid
+        case = nodeid if self._checks == 1 else f"{nodeid} (check {self._checks})"
+        gate = {"status": change.status, "text": change.describe()} if change is not None else None
+        recorder.RunRecorder.of(self._request.config).add_view(nodeid, case_view(report, case, gate))
 
 
 @pytest.fixture

@@ -90,6 +90,13 @@ OPTIONS: tuple[Option, ...] = (
         Kind.PATH,
         metavar="FILE",
     ),
+    Option(
+        "npufuse_html",
+        "write one self-contained HTML report of the run (summary table, BASELINE and VARIANT timelines, scope "
+        "breaks, races, time tables; no network needed to open it) to this file",
+        Kind.PATH,
+        metavar="FILE",
+    ),
 )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from ..baseline import Change, Entry, finite_us, model_notice, write_baseline
+from ..htmlreport import write_html_report
 from ..report import CaseReport
 from ..runreport import entries_of, run_document, write_run_report
 from . import terminal
@@ -65,19 +66,32 @@ def _outcome(report: pytest.TestReport, previous: str) -> str:
 class RunRecorder:
     """Every test's outcome and check rows; after the run, the baseline gate's files and verdicts.
 
-    Workers only report the model they used, in ``workeroutput``, so the controller can refuse to mix
-    numbers of two models.
+    Workers report the model they used in ``workeroutput``, so the controller can refuse to mix numbers
+    of two models; with ``--npufuse-html`` they send their checks' case views the same way (a view holds
+    every kernel of both runs, too much to put in ``user_properties``, which JUnit XML copies).
     """
 
     _WORKER_MODEL = "npufuse_model"
+    _WORKER_VIEWS = "npufuse_views"
+    NAME = "npufuse-run"
 
-    def __init__(self, config: pytest.Config, json_path: Path | None) -> None:
+    def __init__(self, config: pytest.Config, json_path: Path | None, html_path: Path | None = None) -> None:
         self.config = config
         self.json_path = json_path
+        self.html_path = html_path
         self.tests: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        self.views: dict[str, list[dict[str, Any]]] = {}
         self.changes: list[Change] = []
         self.lines: list[str] = []
         self.errors: list[str] = []
+
+    @classmethod
+    def of(cls, config: pytest.Config) -> RunRecorder:
+        return config.pluginmanager.get_plugin(cls.NAME)
+
+    def add_view(self, nodeid: str, view: dict[str, Any]) -> None:
+        """Keep one check's case view for the HTML report."""
+        self.views.setdefault(nodeid, []).append(view)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         previous, rows = self.tests.get(report.nodeid, ("passed", []))
@@ -85,7 +99,10 @@ class RunRecorder:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        model = getattr(node, "workeroutput", {}).get(self._WORKER_MODEL)
+        output = getattr(node, "workeroutput", {})
+        for nodeid, views in output.get(self._WORKER_VIEWS, {}).items():
+            self.views.setdefault(nodeid, []).extend(views)
+        model = output.get(self._WORKER_MODEL)
         mine = settings_of(self.config).model.to_json()
         if model is not None and model != mine:
             self.errors.append(
@@ -96,11 +113,14 @@ class RunRecorder:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(self.config, "workerinput"):
             self.config.workeroutput[self._WORKER_MODEL] = settings_of(self.config).model.to_json()
+            self.config.workeroutput[self._WORKER_VIEWS] = self.views
             return
         if not self.errors:
             self._finish_gate()
         if self.json_path is not None and not self.errors:
             self._write(self.json_path, lambda: write_run_report(self.json_path, self._document()))
+        if self.html_path is not None and not self.errors:
+            self._write(self.html_path, lambda: write_html_report(self.html_path, self._views()))
         if self.errors and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -126,6 +146,14 @@ class RunRecorder:
         if gate is not None:
             described = {"file": str(gate.path), "tolerance_pct": gate.tolerance_pct, "update": gate.update}
         return run_document(settings.model, self.tests, described)
+
+    def _views(self) -> list[dict[str, Any]]:
+        """Every check's view, sorted by test, with its test's outcome: a serial run and a pytest-xdist
+        run write the same page."""
+        return [
+            {**view, "verdict": self.tests.get(nodeid, ("unknown", []))[0]}
+            for nodeid in sorted(self.views) for view in self.views[nodeid]
+        ]
 
     def _write(self, path: Path, write: Callable[[], None]) -> None:
         try:

@@ -32,6 +32,7 @@ class RunSettings:
     gate: Gate | None
     trace_dir: Path | None
     json_path: Path | None
+    html_path: Path | None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -46,7 +47,10 @@ class RunSettings:
         except NpufuseError as exc:
             raise pytest.UsageError(f"npufuse: {exc}") from None
         model = ModelIdentity.of(profiles.values(), catalog)
-        return cls(profiles, catalog, model, _open_gate(config, model), _trace_dir(config), path_setting(config, "npufuse_json"))
+        return cls(
+            profiles, catalog, model, _open_gate(config, model), _trace_dir(config),
+            path_setting(config, "npufuse_json"), _output_file(config, "npufuse_html"),
+        )
 
     @property
     def default_target(self) -> str:
@@ -89,6 +93,15 @@ def _trace_dir(config: pytest.Config) -> Path | None:
     if trace_dir is not None and trace_dir.exists() and not trace_dir.is_dir():
         raise pytest.UsageError(f"--npufuse-trace-dir {trace_dir}: is a file; give a directory (it is created if missing).")
     return trace_dir
+
+
+def _output_file(config: pytest.Config, name: str) -> Path | None:
+    """A report file the run writes at its end: a directory there would only fail after every test ran."""
+    path = path_setting(config, name)
+    if path is not None and path.is_dir():
+        flag = "--" + name.replace("_", "-")
+        raise pytest.UsageError(f"{flag} {path}: is a directory; give a file name such as {path / 'report.html'}.")
+    return path
 
 
 def _tolerance(config: pytest.Config) -> float:
