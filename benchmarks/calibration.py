@@ -420,7 +420,8 @@ def deepseek_rows() -> list[Row]:
     _, fused = DeepSeekDecode(tokens=96, context=3072, batch=96, superkernel=True).run()
     rows.append(Row("SuperKernel over DeepSeek layers, step gain (learning hub: 10-20%)", 10.0,
                     100 * (1 - fused.time_us / plain.time_us), "%", at_least=True,
-                    lacks="the same-address instruction-fetch queueing SK's code copies remove (split-mode)"))
+                    lacks="per-op-type head and flush costs (one constant for every op here; the sample row shows some ops "
+                          "lose far more than that in a SuperKernel)"))
     # omni-infer: SK per MoE block ~2 ms, MoE multi-stream (shared expert on a side stream) ~3 ms.
     _, omni_sk = DeepSeekDecode(tokens=50, context=4100, batch=50, local_experts=4, kv_bytes=1152, per_moe_scope=True).run()
     rows.append(Row("omni-infer: SuperKernel per MoE block saves ~2 ms (A3 decode)", 2.0, (before.time_us - omni_sk.time_us) / 1000, "ms",
