@@ -24,7 +24,7 @@ from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 from . import cost, scopes, syncs
 from .catalog import OpCatalog
 from .errors import CaptureError, NpufuseError
-from .program import Buffer, Kernel, Program, StreamScope, SyncPoint, TensorSpec
+from .program import Buffer, Kernel, ModuleFrame, Program, StreamScope, SyncPoint, TensorSpec
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
@@ -81,19 +81,72 @@ def _flatten(args: Any) -> Iterator[Any]:
 
 
 _PACKAGE_DIR = str(Path(__file__).parent)
+# Frames in these directories are never the user's code: ours, and torch's own Python wrappers (a
+# functional collective or F.* helper would otherwise be named as the source of the op it calls).
+_NOT_USER = (_PACKAGE_DIR, str(Path(torch.__file__).parent))
 
 
 def _user_frame(trace: str) -> str:
     """The innermost frame of a formatted traceback outside this package, as ``path:line`` ('' when
     there is none): messages point at the user's model code rather than at our wrappers."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
-    user = [(path, line) for path, line in frames if not path.startswith(_PACKAGE_DIR)]
+    user = [(path, line) for path, line in frames if not path.startswith(_NOT_USER)]
     return f"{user[-1][0]}:{user[-1][1]}" if user else ""
+
+
+def _forward_lines(owner: Any) -> tuple[str, int, int] | None:
+    """File and first/last line of a module class's ``forward``, or None when it has no Python source."""
+    code = getattr(getattr(owner, "forward", None), "__code__", None)
+    if code is None:
+        return None
+    lines = [line for _, _, line in code.co_lines() if line is not None]
+    return code.co_filename, min(lines, default=code.co_firstlineno), max(lines, default=code.co_firstlineno)
+
+
+def call_site(trace: str, owner: Any) -> str:
+    """The user's line (``path:line``) that called a module of class ``owner``: the last frame outside
+    this package before the first frame inside the class's ``forward`` in a node's stack trace."""
+    span = _forward_lines(owner)
+    if span is None:
+        return ""
+    filename, first, last = span
+    caller = ""
+    for path, line in re.findall(r'File "([^"]+)", line (\d+)', trace):
+        if path == filename and first <= int(line) <= last:
+            return caller
+        if not path.startswith(_NOT_USER):
+            caller = f"{path}:{line}"
+    return ""
 
 
 def _source_line(node: torch.fx.Node) -> str:
     """The user's source location of a node."""
     return _user_frame(node.meta.get("stack_trace") or "")
+
+
+_ROOT = re.compile(r"^L\[['\"][^'\"]*['\"]\]\.?")
+_GETATTR = re.compile(r"getattr\(([^()]*?), ['\"]([^'\"]+)['\"]\)")
+_SUBSCRIPT = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
+_MODULES = re.compile(r"(^|\.)_modules\.")
+
+
+def module_path(key: str) -> str:
+    """The attribute path of a module from the key Dynamo records it under: ``L['self'].layers.0.attn``,
+    ``getattr(L['self'].layers, '0')`` and ``L['self'].layers[0]`` all become ``layers.0[.attn]``."""
+    while (match := _GETATTR.search(key)) is not None:
+        key = f"{key[:match.start()]}{match.group(1)}.{match.group(2)}{key[match.end():]}"
+    key = _ROOT.sub("", key)
+    return _MODULES.sub(r"\1", _SUBSCRIPT.sub(r".\1", key)).lstrip(".")
+
+
+def call_name(node: torch.fx.Node) -> str:
+    """The torch-level call Dynamo lowered ``node`` from (its ``source_fn_stack``): a function's or a
+    module class's name, or the method name; ``""`` when not recorded."""
+    stack = node.meta.get("source_fn_stack") or ()
+    if not stack:
+        return ""
+    target = stack[-1][1]
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 def compute_dtype_of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
@@ -122,6 +175,7 @@ class _ProgramBuilder:
         self.open_streams: list[tuple[str, int] | None] = []
         self.prefetched: set[str] = set()
         self.stream_scopes: list[StreamScope] = []
+        self.frames: dict[tuple[str, str], ModuleFrame] = {}
 
     def build(self) -> Program:
         inputs: list[str] = []
@@ -245,6 +299,20 @@ class _ProgramBuilder:
             kernel = self.kernels[index]
             self.kernels[index] = replace(kernel, outputs=(*kernel.outputs, buffer))
 
+    def _modules(self, node: torch.fx.Node) -> tuple[ModuleFrame, ...]:
+        """The module calls ``node`` was traced inside, outermost first; one frame object per module,
+        shared by all its kernels (a 61-layer model has thousands)."""
+        frames = []
+        for key, owner in (node.meta.get("nn_module_stack") or {}).values():
+            path = module_path(key)
+            kind = (owner if isinstance(owner, str) else getattr(owner, "__name__", str(owner))).rsplit(".", 1)[-1]
+            frame = self.frames.get((path, kind))
+            if frame is None:
+                site = call_site(node.meta.get("stack_trace") or "", owner)
+                frame = self.frames[(path, kind)] = ModuleFrame(path, kind, site)
+            frames.append(frame)
+        return tuple(frames)
+
     def _kernel_name(self, kernel_type: str) -> str:
         count = self.names.get(kernel_type, 0)
         self.names[kernel_type] = count + 1
@@ -284,6 +352,8 @@ class _ProgramBuilder:
                 compute_dtype=compute_dtype,
                 source=_source_line(node),
                 input_specs=tuple(input_specs),
+                modules=self._modules(node),
+                call=call_name(node),
             )
         )
 

@@ -33,6 +33,7 @@ class RunSettings:
     trace_dir: Path | None
     json_path: Path | None
     html_path: Path | None
+    advise: bool = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -50,6 +51,7 @@ class RunSettings:
         return cls(
             profiles, catalog, model, _open_gate(config, model), _trace_dir(config),
             path_setting(config, "npufuse_json"), _output_file(config, "npufuse_html"),
+            bool(setting(config, "npufuse_advise")),
         )
 
     @property
