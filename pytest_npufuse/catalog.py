@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import cost
 from .errors import ProfileError
 from .hardware import DATA_DIR, ENGINES
+from .vocabulary import Engine
 from .tomlfile import read_toml, typed_value
 
 # "auto": the cost rule decides; "cube_tiles" and "vector_bytes" are the older names for the same.
@@ -43,7 +44,7 @@ class OpInfo:
     """How one op type runs on the device."""
 
     op_type: str
-    engine: str
+    engine: Engine
     fusable: bool
     sync_all: bool
     block_dim: int | str
@@ -62,7 +63,7 @@ class OpInfo:
         """The op as it runs on tensors of ``dtypes``: an AI CPU kernel (never fusable) when one of
         them is a dtype the AI Core implementation lacks, else itself."""
         if any(dtype in self.aicpu_dtypes for dtype in dtypes):
-            return replace(self, engine="aicpu", fusable=False, block_dim="auto", cost="aicpu")
+            return replace(self, engine=Engine.AICPU, fusable=False, block_dim="auto", cost="aicpu")
         return self
 
 
@@ -74,7 +75,7 @@ def default_op(op_type: str) -> OpInfo:
     """
     name = op_type.split("::")[-1]
     kernel_type = "".join(part.capitalize() for part in name.strip("_").split("_")) or "Op"
-    return OpInfo(op_type, "vector", False, False, "auto", "elementwise", 1.0, kernel_type, known=False)
+    return OpInfo(op_type, Engine.VECTOR, False, False, "auto", "elementwise", 1.0, kernel_type, known=False)
 
 
 def _entry(op_type: str, table: Any, where: str) -> OpInfo:
@@ -100,7 +101,7 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         raise ProfileError(f"{entry_where}: unknown key '{unknown[0]}'; the keys are {', '.join(sorted(_ENTRY_KEYS))}.")
     return OpInfo(
         op_type=op_type,
-        engine=engine,
+        engine=Engine(engine),
         fusable=typed_value(table, "fusable", bool, entry_where),
         sync_all=typed_value(table, "sync_all", bool, entry_where),
         block_dim=block_dim,

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import cost, fusion
-from ..capture import compute_dtype_of
+from ..lowering import compute_dtype_of
 from ..catalog import OpCatalog
 from ..hardware import HardwareProfile
 from ..program import Buffer, Kernel, Program, TensorSpec
