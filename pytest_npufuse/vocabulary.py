@@ -48,3 +48,4 @@ class Engine(Vocabulary):
     AICPU = "aicpu"
     HOST = "host"
     COMM = "comm"
+    DMA = "dma"

@@ -104,7 +104,7 @@ def test_parsed_options_reach_the_segments():
         torch.compile(_TwoMatmuls("early-start=0:preload-code=none:split-mode=8"), backend=backend, fullgraph=True)(torch.ones(8, 8))
     (segment,) = backend.graphs[0].plan.scope("proj").segments
     assert segment.options.get("preload-code") == "none" and segment.options.get("split-mode") == "8"
-    assert segment.early_start == "0"
+    assert segment.early_start is False and segment.code_copies == 8 and not segment.preload
 
 
 def test_reduce_overhead_ignores_the_scope_once_without_checking_its_options():
@@ -412,7 +412,7 @@ def test_npugraph_ex_backend_fuses_native_superkernel_scopes(shim):
     finally:
         scriptrun._SESSION = None
     on, off = (graph.plan.scope("sk1") for graph in session.graphs())
-    assert on.outcome == "fused" and on.segments[0].early_start == "0"
+    assert on.outcome == "fused" and on.segments[0].early_start is False
     assert dict(on.segments[0].options.values) == {"early-start": "0", "dcci-after-kernel-end": ".*"}
     assert off.outcome == "unsupported" and session.graphs()[0].plan.mode == "npugraph_ex"
     with pytest.raises(Exception, match="Invalid option 'super_kernel_optimise', allowed options"):
