@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping, NamedTuple
 
 from .device import DeviceModel
+from .errors import ArgumentError
 from .fusion import Plan
 from .hardware import HardwareProfile
 from .program import Kernel, Program
@@ -51,6 +52,28 @@ class HostConfig:
     threads: int = 1
     tiling_cache: bool = True
     small_shape_on_host: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ArgumentError(
+                f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int >= 1 "
+                "(seed 002 recommends 3)."
+            )
+        for name in ("tiling_cache", "small_shape_on_host"):
+            if not isinstance(getattr(self, name), bool):
+                raise ArgumentError(f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.")
+
+
+def host_config(value: object) -> HostConfig:
+    """The ``host=`` argument of a run: a :class:`HostConfig`, or None for the defaults."""
+    if value is None:
+        return HostConfig()
+    if not isinstance(value, HostConfig):
+        raise ArgumentError(
+            f"host={value!r} must be a HostConfig, e.g. host=HostConfig(threads=3) "
+            "(from pytest_npufuse.host import HostConfig), or None."
+        )
+    return value
 
 
 class HostSlice(NamedTuple):

@@ -25,7 +25,7 @@ from .capture import compile_once
 from .catalog import OpCatalog, load_catalog
 from .errors import CaptureError
 from .hardware import HardwareProfile, load_profile
-from .host import EAGER, HostConfig
+from .host import EAGER, HostConfig, host_config
 from .numerics import compare_outputs
 from .report import CaseReport, ScopeReport
 from .trace import write_case_traces
@@ -100,7 +100,7 @@ def compile_model(
     config, override = _config(mode)
     backend = NpuBackend(
         config, profile, variant, catalog or load_catalog(), multistream=multistream, mode=override,
-        dynamic=dynamic, host=host or HostConfig(),
+        dynamic=dynamic, host=host_config(host),
     )
     return torch.compile(model, backend=backend, fullgraph=True, dynamic=False), backend
 
@@ -128,7 +128,7 @@ def compare(
     profile = _profile(target)
     catalog = catalog or load_catalog()
     config, override = _config(mode)
-    settings = {"mode": override, "dynamic": dynamic, "host": host or HostConfig()}
+    settings = {"mode": override, "dynamic": dynamic, "host": host_config(host)}
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -63,7 +64,10 @@ class CaseReport:
 
     @property
     def speedup(self) -> float:
-        """Baseline time over variant time: above 1 means the scopes pay off."""
+        """Baseline time over variant time: above 1 means the scopes pay off. Two runs that take no
+        modeled time at all (a profile whose costs are all zero) are equally fast, 1.0."""
+        if self.variant.time_us == 0:
+            return 1.0 if self.baseline.time_us == 0 else math.inf
         return self.baseline.time_us / self.variant.time_us
 
     @property
