@@ -393,6 +393,23 @@ def _plan_scope(
     return _ScopeResult(ScopePlan(scope, options.text, outcome, formed, tuple(breaks), reason))
 
 
+def check_core_limits(program: Program, profile: HardwareProfile) -> None:
+    """``limit_core_num(aic, aiv)`` takes values in [1, the target's cores] (TorchAir's documented range,
+    torchair_facts §3.1); a larger cap would silently mean no cap at all."""
+    for kernel in program.kernels:
+        limits = kernel.annotations
+        for name, value, cores, kind in (
+            ("op_aicore_num", limits.aicore_limit, profile.aic, "AI Cube"),
+            ("op_vectorcore_num", limits.vectorcore_limit, profile.aiv, "AI Vector"),
+        ):
+            if value is not None and not 1 <= value <= cores:
+                raise ScopeError(
+                    f"limit_core_num({limits.aicore_limit}, {limits.vectorcore_limit}) around {kernel.op_type} at "
+                    f"{kernel.source or 'the model'}: {name}={value} is outside 1..{cores}, the {kind} cores of "
+                    f"{profile.name}; pass a count in that range."
+                )
+
+
 def plan(
     program: Program,
     profile: HardwareProfile,
@@ -408,6 +425,7 @@ def plan(
     With ``multistream=False`` the VARIANT ignores stream switches and keeps every kernel on the
     default stream, which isolates the SuperKernel effect.
     """
+    check_core_limits(program, profile)
     if variant == BASELINE:
         return Plan(variant, mode, tuple(_kernel_task(kernel, profile) for kernel in program.kernels), ())
     streams = stream_plan(program, mode, multistream=multistream)

@@ -12,6 +12,7 @@ outputs on the CPU, which are compared bit for bit.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ import torch.utils._pytree as pytree
 
 from . import fusion
 from .backend import CompiledGraph, NpuBackend
-from .capture import compile_once
+from .capture import compile_once, value_dependent_capture
 from .catalog import OpCatalog, load_catalog
 from .errors import CaptureError
 from .hardware import HardwareProfile, load_profile
@@ -102,7 +103,14 @@ def compile_model(
         config, profile, variant, catalog or load_catalog(), multistream=multistream, mode=override,
         dynamic=dynamic, host=host_config(host),
     )
-    return torch.compile(model, backend=backend, fullgraph=True, dynamic=False), backend
+    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
+
+    @functools.wraps(model)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with value_dependent_capture():
+            return compiled(*args, **kwargs)
+
+    return run, backend
 
 
 def compare(
