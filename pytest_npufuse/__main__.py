@@ -1,6 +1,7 @@
 """Command line: ``python -m pytest_npufuse <command>``, for people and CI steps outside pytest.
 
     python -m pytest_npufuse compare OLD.json NEW.json --fail-above 2
+    python -m pytest_npufuse ops
 
 Each command is a subparser with its own ``run`` function; exit codes follow pytest's spirit:
 0 fine, 1 a regression, 2 bad usage or an unreadable file.
@@ -82,6 +83,22 @@ def compare(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def ops(args: argparse.Namespace, out: TextIO) -> int:
+    """List the torch_npu ops with a CPU kernel: family, engine, fusable flag and the document they follow."""
+    from .catalog import load_catalog
+    from .torch_npu import OPS
+
+    catalog = load_catalog()
+    rows = [("op", "family", "engine", "fusable", "source")]
+    for op in sorted(OPS.values(), key=lambda op: (op.family, op.name)):
+        info = catalog.lookup(op.op_type)
+        rows.append((op.op_type, op.family, info.engine, "yes" if info.fusable else "no", op.source))
+    for line in aligned(rows):
+        print(line, file=out)
+    print(f"{len(OPS)} ops", file=out)
+    return EXIT_OK
+
+
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="python -m pytest_npufuse", description=__doc__.split("\n\n")[0])
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -96,6 +113,12 @@ def parser() -> argparse.ArgumentParser:
     cmp.add_argument("--fail-above", type=_percent, default=0.0, metavar="PCT",
                      help="percent a case may get slower before the command fails (default 0)")
     cmp.set_defaults(run=compare)
+    listing = commands.add_parser(
+        "ops",
+        help="list the torch_npu ops pytest-npufuse provides CPU kernels for",
+        description="Print every provided torch_npu op with its family, engine, fusable flag and source document.",
+    )
+    listing.set_defaults(run=ops)
     return main
 
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from .fusion import ScopePlan
+from .fusion import ScopeBreak, ScopePlan
 from .numerics import Mismatch
 from .sanitize import Race
 from .simulate import RunReport
@@ -27,6 +27,7 @@ class ScopeReport:
     kernel_type: str
     options: str
     reason: str
+    break_points: tuple[ScopeBreak, ...] = ()
 
     @classmethod
     def from_plan(cls, scope: ScopePlan) -> "ScopeReport":
@@ -42,6 +43,7 @@ class ScopeReport:
             kernel_type=scope.segments[0].kernel_type if scope.segments else "",
             options=scope.options,
             reason=scope.reason,
+            break_points=scope.breaks,
         )
 
 

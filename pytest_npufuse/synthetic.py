@@ -17,7 +17,9 @@ from .capture import compute_dtype_of, kernel_bytes, kernel_flops
 from .catalog import OpCatalog, load_catalog
 from .hardware import HardwareProfile
 from .program import Buffer, Kernel, Program, TensorSpec
+from .report import CaseReport, ScopeReport
 from .scopes import Annotations
+from .simulate import simulate
 
 _ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
 
@@ -97,3 +99,20 @@ def plan_program(
         return fusion.plan(program, profile, variant=variant, mode=mode)
     segments = fusion.segment_scopes(program, profile)
     return fusion.Plan(variant, mode, fusion.fused_tasks(program, segments, profile, multistream=True), (), syncs=tuple(syncs))
+
+
+def case_report(program: Program, profile: HardwareProfile, syncs: Sequence[fusion.SyncEdge] = ()) -> CaseReport:
+    """A hand-built program's BASELINE and VARIANT, simulated, as a CaseReport.
+
+    Timelines only: a hand-built program has no tensors, so there are no outputs to compare and no
+    sanitizer run; report renderers and their benchmarks use it for programs too large to capture.
+    """
+    baseline, variant = (
+        simulate(program, plan_program(program, profile, variant=which, syncs=syncs if which == fusion.VARIANT else ()), profile)
+        for which in (fusion.BASELINE, fusion.VARIANT)
+    )
+    scopes = {
+        name: ScopeReport.from_plan(fusion.ScopePlan(name, "", "fused" if segments else "unfused", tuple(segments), (), ""))
+        for name, segments in fusion.segment_scopes(program, profile).items()
+    }
+    return CaseReport(profile.name, fusion.MAX_AUTOTUNE, baseline, variant, (), scopes, variant.streams, (), ())

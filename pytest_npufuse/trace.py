@@ -37,6 +37,11 @@ def accelerator_core(engine: str, op_type: str) -> str:
     return {"cube": "AI_CORE", "vector": "AI_VECTOR_CORE", "aicpu": "AI_CPU", "comm": "HCCL"}.get(engine, "HOST")
 
 
+def host_thread_label(thread: int) -> str:
+    """A host thread's name: GE's pipelined threads are ordinary, memory and launch, in that order."""
+    return f"host thread {thread} ({_HOST_THREADS[min(thread, 2)]})"
+
+
 def _meta(pid: int, name: str, tid: int | None = None) -> dict[str, Any]:
     if tid is None:
         return {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}
@@ -53,7 +58,7 @@ def trace_events(run: RunReport) -> list[dict[str, Any]]:
     stream_id = {name: index for index, name in enumerate(run.streams)}
     events = [_meta(HOST_PID, f"Host ({run.execution})"), _meta(NPU_PID, f"NPU {run.target} ({run.variant})")]
     threads = sorted({piece.thread for piece in run.host}) or [0]
-    events += [_meta(HOST_PID, f"host thread {t} ({_HOST_THREADS[min(t, 2)]})", t) for t in threads]
+    events += [_meta(HOST_PID, host_thread_label(t), t) for t in threads]
     events += [_meta(NPU_PID, f"Stream {stream_id[s]} ({s})", stream_id[s]) for s in run.streams]
     for piece in run.host:
         events.append(_slice(piece.name, HOST_PID, piece.thread, piece.start_us, piece.end_us, "host", {"op": piece.kernel}))

@@ -379,7 +379,7 @@ def test_controller_refuses_results_of_a_worker_with_another_model(pytester):
     """Workers send their model in ``workeroutput``; numbers of two models are never mixed in one file."""
     from types import SimpleNamespace
 
-    from pytest_npufuse.plugin import RunRecorder
+    from pytest_npufuse.pytest.recorder import RunRecorder
 
     config = pytester.parseconfigure("-p", "no:cacheprovider")
     recorder = RunRecorder(config, pytester.path / "run.json")

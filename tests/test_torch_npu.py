@@ -15,7 +15,6 @@ from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from pytest_npufuse import torch_npu
-from pytest_npufuse.torch_npu import _exact_int_mm, _int8_mm
 
 # ------------------------------------------------------------------------------------------
 # Independent references
@@ -72,15 +71,19 @@ def _assert_int8_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (5, 7, 3), (33, 64, 17), (0, 4, 3), (4, 0, 3)])
-def test_int8_mm_fast_path_and_fallback_match_int64(shape: tuple[int, int, int]) -> None:
+def test_quant_matmul_int32_output_is_the_exact_accumulator_plus_bias(shape: tuple[int, int, int]) -> None:
     m, k, n = shape
     gen = torch.Generator().manual_seed(1)
     a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
     b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen)
+    bias = torch.randint(-1000, 1000, (n,), dtype=torch.int32, generator=gen)
+    scale = torch.full((n,), 0.5)
     expected = _ref_acc(a, b).to(torch.int32)
-    assert torch.equal(_int8_mm(a, b), expected)
-    assert torch.equal(_exact_int_mm(a, b), expected)
-    assert torch.equal(_int8_mm(a, b.t().contiguous().t()), expected)
+    out = torch_npu.npu_quant_matmul(a, b, scale, output_dtype=torch.int32)
+    assert out.dtype == torch.int32 and torch.equal(out, expected)
+    assert torch.equal(torch_npu.npu_quant_matmul(a, b.t().contiguous().t(), scale, output_dtype=torch.int32), expected)
+    with_bias = torch_npu.npu_quant_matmul(a, b, scale, bias=bias, output_dtype=torch.int32)
+    assert torch.equal(with_bias, expected + bias)
 
 
 def _qmm_inputs(m: int = 6, k: int = 40, n: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -427,7 +430,8 @@ def _dsq(x: torch.Tensor = _X32, **kwargs: object) -> Callable[[], object]:
         (_qmm(scale=torch.ones(5)), ValueError, r"scale has shape \[5\]"),
         (_qmm(scale=torch.ones(6, dtype=torch.bfloat16)), ValueError, "scale has dtype torch.bfloat16"),
         (_qmm(scale=[1.0]), TypeError, "scale must be a torch.Tensor"),
-        (_qmm(output_dtype=torch.int32), ValueError, "output_dtype=torch.int32 is not implemented"),
+        (_qmm(output_dtype=torch.float32), ValueError, "output_dtype=torch.float32 is not implemented"),
+        (_qmm(output_dtype=torch.int32, pertoken_scale=torch.ones(4)), ValueError, "pertoken_scale is only allowed"),
         (_qmm(output_dtype="bfloat16"), TypeError, "output_dtype must be a torch.dtype"),
         (_qmm(offset=torch.ones(6), output_dtype=torch.bfloat16), ValueError, "offset is only allowed"),
         (_qmm(pertoken_scale=torch.ones(4)), ValueError, "pertoken_scale is only allowed"),
@@ -748,7 +752,7 @@ def _large_op_calls() -> list[Callable[[], object]]:
 
     The grouped-matmul groups ([4, 2048] x [2048, 256]) are a shape where plain torch.matmul
     (MKL) gives different bits with 1 and 2 threads on the pinned torch build, so swapping
-    _fixed_matmul for ``@`` fails this test; the other calls guard the remaining kernels.
+    a multi-threaded product for the Cube helper fails this test; the other calls guard the remaining kernels.
     """
     gen = torch.Generator().manual_seed(41)
 
@@ -858,3 +862,70 @@ def test_decoder_ops_bad_inputs_raise_clear_errors(
 ) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+# ------------------------------------------------------------------------------------------
+# The registration helper: checks under torch.compile, one declaration per op, missing ops
+# ------------------------------------------------------------------------------------------
+
+
+def _compile_error(fn: Callable[[torch.Tensor], object], x: torch.Tensor) -> str:
+    """The message chain of the error a compiled call raises (Dynamo wraps the op's own error)."""
+    with pytest.raises(Exception) as info:
+        torch.compile(fn, backend="aot_eager", fullgraph=True)(x)
+    messages, current = [], info.value
+    while current is not None:
+        messages.append(str(current))
+        current = current.__cause__ or current.__context__
+    return "\n".join(messages)
+
+
+def test_scalar_checks_run_under_torch_compile_too() -> None:
+    x = torch.randn(4, 8)
+    with pytest.raises(TypeError, match="out_flag must be a bool"):
+        torch_npu.npu_moe_gating_top_k(x, 2, out_flag=1)
+    assert "out_flag must be a bool" in _compile_error(lambda t: torch_npu.npu_moe_gating_top_k(t, 2, out_flag=1), x)
+
+
+def test_metadata_checks_run_in_the_fake_kernel() -> None:
+    message = _compile_error(lambda t: torch_npu.npu_rms_norm(t, torch.ones(5)), torch.randn(4, 8))
+    assert "gamma has shape [5]" in message
+
+
+def test_every_op_is_declared_once_with_a_catalog_entry_and_a_public_wrapper() -> None:
+    from pytest_npufuse.catalog import load_catalog
+
+    catalog = load_catalog()
+    assert set(torch_npu.OPS) == set(torch_npu.__all__)
+    for name, op in torch_npu.OPS.items():
+        assert op.op_type in catalog.entries
+        assert getattr(torch.ops.npu, name).default._schema.name == f"npu::{name}"
+        assert getattr(torch_npu, name).__name__ == name and op.source
+
+
+def test_missing_op_is_one_error_naming_it_with_the_steps_to_add_it() -> None:
+    with pytest.raises(AttributeError) as info:
+        torch_npu.npu_foo_bar  # noqa: B018 - the attribute access is the test
+    message = str(info.value)
+    assert isinstance(info.value, torch_npu.MissingOpError)
+    assert "torch_npu.npu_foo_bar is not among the CPU kernels" in message
+    assert "torch.library.custom_op" in message and "register_fake" in message
+    assert '[tool.npufuse.ops."mylib::npu_foo_bar"]' in message and "#op-library" in message
+    assert not hasattr(torch_npu, "npu_foo_bar")
+
+
+def test_ops_command_lists_every_op_with_engine_fusable_flag_and_source() -> None:
+    import io
+
+    from pytest_npufuse.__main__ import main
+
+    out = io.StringIO()
+    assert main(["ops"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["op", "family", "engine", "fusable", "source"]
+    rows = {line.split()[0]: line.split() for line in lines[1:-1]}
+    assert set(rows) == {op.op_type for op in torch_npu.OPS.values()}
+    assert rows["npu::npu_quant_matmul"][1:4] == ["quant", "cube", "yes"]
+    assert rows["npu::npu_format_cast"][1:4] == ["memory", "vector", "no"]
+    assert "ptaoplist_000172" in " ".join(rows["npu::npu_quant_matmul"][4:])
+    assert lines[-1] == f"{len(torch_npu.OPS)} ops"

@@ -1,0 +1,92 @@
+"""The markers: documented once in :data:`MARKERS`, parsed once per item into :class:`ItemExpectations`.
+
+Parsing happens at set-up, before the test body runs, so a wrong marker argument fails the test as a
+usage error naming the argument; the fixture and the checks then read the typed expectations from
+the item's stash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from ..expectations import (
+    MarkerError,
+    MultiStreamExpectation,
+    SuperKernelExpectation,
+    parse_multistream,
+    parse_superkernel,
+    precision_failures,
+    run_failures,
+)
+from ..report import CaseReport
+
+MARKERS = (
+    "superkernel(scope, *, min_speedup=None, segments=None, outcome='fused', breaks=None, options=None): "
+    "expectations about one SuperKernel scope, checked by npufuse.check(); stack markers for several scopes. "
+    "outcome is one of fused, unfused, bypassed, aborted, hang, unsupported; breaks lists the op types "
+    "(e.g. 'aten::add') expected to split the scope; options replaces the scope's options string.",
+    "multistream(*, streams=None, min_speedup=None, race_free=True): expectations about in-graph multi-stream "
+    "execution, checked by npufuse.check().",
+    "npu_target(*names): run this test only on these NPU targets (e.g. 'a3'); it is skipped on the others.",
+)
+
+
+def register(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+
+
+@dataclass(frozen=True)
+class ItemExpectations:
+    """What one test's markers expect. ``multistream`` holds the marker's defaults when there is none:
+    every test is checked for races, marker or not. ``targets`` is None when the test runs on any target."""
+
+    superkernels: tuple[SuperKernelExpectation, ...]
+    multistream: MultiStreamExpectation
+    targets: tuple[str, ...] | None
+
+    @property
+    def scope_options(self) -> dict[str, str]:
+        """Options strings the markers put in place of the model's, by scope."""
+        return {e.scope: e.options for e in self.superkernels if e.options is not None}
+
+    def expects_fused(self) -> bool:
+        return any(e.outcome == "fused" for e in self.superkernels)
+
+    def failures(self, report: CaseReport) -> list[str]:
+        """Each unmet expectation as a sentence: the run itself, precision, streams, then each scope."""
+        streams = self.multistream
+        failures = run_failures(report, self.superkernels, streams) + precision_failures(report, streams)
+        failures += streams.failures(report)
+        for expectation in self.superkernels:
+            failures.extend(expectation.failures(report))
+        return failures
+
+
+_EXPECTATIONS = pytest.StashKey[ItemExpectations]()
+
+
+def expectations_of(item: pytest.Item) -> ItemExpectations:
+    """The item's expectations, parsed on first use and kept on the item; raises MarkerError."""
+    if _EXPECTATIONS not in item.stash:
+        item.stash[_EXPECTATIONS] = _parse(item)
+    return item.stash[_EXPECTATIONS]
+
+
+def _parse(item: pytest.Item) -> ItemExpectations:
+    stream_mark = item.get_closest_marker("multistream")
+    return ItemExpectations(
+        superkernels=tuple(parse_superkernel(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")),
+        multistream=parse_multistream(stream_mark.args, stream_mark.kwargs) if stream_mark else MultiStreamExpectation(),
+        targets=_targets(item.get_closest_marker("npu_target")),
+    )
+
+
+def _targets(mark: pytest.Mark | None) -> tuple[str, ...] | None:
+    if mark is None:
+        return None
+    if not mark.args or not all(isinstance(a, str) for a in mark.args):
+        raise MarkerError(f"npu_target marker needs target names, e.g. @pytest.mark.npu_target('a3'); got {mark.args!r}.")
+    return tuple(mark.args)

@@ -1,0 +1,168 @@
+"""The run recorder: every test's outcome and ``npufuse.check()`` rows, and after the run the baseline
+gate's files and verdicts and the ``--npufuse-json`` report.
+
+A check's row travels in the item's ``user_properties``, which pytest-xdist carries from every worker
+to the controller (and JUnit XML shows), so aggregation happens once, on the controller (or in a serial
+run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ..baseline import Change, Entry, finite_us, model_notice, write_baseline
+from ..htmlreport import write_html_report
+from ..report import CaseReport
+from ..runreport import entries_of, run_document, write_run_report
+from . import terminal
+from .settings import settings_of
+
+_RECORD = "npufuse"
+_JUNIT_PROPERTIES = ("target", "baseline_us", "variant_us", "speedup", "segments", "streams", "gate")
+
+
+def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None) -> dict[str, Any]:
+    """The record of one check: its baseline entry, precision, host/device split and gate verdict."""
+    row: dict[str, Any] = {
+        "key": key,
+        "target": report.target,
+        **entry.to_json(),
+        "bit_exact": report.bit_exact,
+        "host_us": round(report.variant.host_us, 3),
+        "device_us": finite_us(report.variant.device_us),
+        "bound": report.variant.bound,
+    }
+    if change is not None:
+        row["gate"] = change.status
+    return row
+
+
+def attach(item: pytest.Item, row: dict[str, Any]) -> None:
+    """Put a check's row on the item, for the recorder and, as flat properties, for JUnit XML."""
+    item.user_properties.append((_RECORD, row))
+    item.user_properties.extend((f"npufuse_{name}", row[name]) for name in _JUNIT_PROPERTIES if name in row)
+
+
+def _records(report: pytest.TestReport) -> list[dict[str, Any]]:
+    """The check rows a test report carries in its ``user_properties``."""
+    return [row for key, row in report.user_properties if key == _RECORD]
+
+
+def _outcome(report: pytest.TestReport, previous: str) -> str:
+    """A test's outcome after one more phase report, in the words of pytest's summary line."""
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "call":
+        return ("xfailed" if report.skipped else "xpassed") if xfail else report.outcome
+    if report.failed:
+        return "error"
+    if report.skipped:
+        return "xfailed" if xfail else "skipped"
+    return previous
+
+
+class RunRecorder:
+    """Every test's outcome and check rows; after the run, the baseline gate's files and verdicts.
+
+    Workers report the model they used in ``workeroutput``, so the controller can refuse to mix numbers
+    of two models; with ``--npufuse-html`` they send their checks' case views the same way (a view holds
+    every kernel of both runs, too much to put in ``user_properties``, which JUnit XML copies).
+    """
+
+    _WORKER_MODEL = "npufuse_model"
+    _WORKER_VIEWS = "npufuse_views"
+    NAME = "npufuse-run"
+
+    def __init__(self, config: pytest.Config, json_path: Path | None, html_path: Path | None = None) -> None:
+        self.config = config
+        self.json_path = json_path
+        self.html_path = html_path
+        self.tests: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        self.views: dict[str, list[dict[str, Any]]] = {}
+        self.changes: list[Change] = []
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+
+    @classmethod
+    def of(cls, config: pytest.Config) -> RunRecorder:
+        return config.pluginmanager.get_plugin(cls.NAME)
+
+    def add_view(self, nodeid: str, view: dict[str, Any]) -> None:
+        """Keep one check's case view for the HTML report."""
+        self.views.setdefault(nodeid, []).append(view)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        previous, rows = self.tests.get(report.nodeid, ("passed", []))
+        self.tests[report.nodeid] = (_outcome(report, previous), _records(report) or rows)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", {})
+        for nodeid, views in output.get(self._WORKER_VIEWS, {}).items():
+            self.views.setdefault(nodeid, []).extend(views)
+        model = output.get(self._WORKER_MODEL)
+        mine = settings_of(self.config).model.to_json()
+        if model is not None and model != mine:
+            self.errors.append(
+                f"xdist worker {node.gateway.id} modeled with {model}, the controller with {mine}; "
+                "workers must see the same profiles and op catalog (same rootdir and pyproject.toml)."
+            )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workerinput"):
+            self.config.workeroutput[self._WORKER_MODEL] = settings_of(self.config).model.to_json()
+            self.config.workeroutput[self._WORKER_VIEWS] = self.views
+            return
+        if not self.errors:
+            self._finish_gate()
+        if self.json_path is not None and not self.errors:
+            self._write(self.json_path, lambda: write_run_report(self.json_path, self._document()))
+        if self.html_path is not None and not self.errors:
+            self._write(self.html_path, lambda: write_html_report(self.html_path, self._views()))
+        if self.errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _finish_gate(self) -> None:
+        gate = settings_of(self.config).gate
+        if gate is None:
+            return
+        judged = [(outcome, gate.judge(key, target, entry)) for outcome, rows in self.tests.values()
+                  for key, target, entry in entries_of(rows, "check record")]
+        self.changes = sorted((change for _, change in judged), key=lambda change: (change.key, change.target))
+        notice = model_notice(self.changes, gate.model, gate.stored.model)
+        if notice and not gate.update:
+            self.lines.append(f"{notice}; run with --npufuse-update-baseline and commit {gate.path}.")
+        updated = gate.updated([change for outcome, change in judged if outcome == "passed"])
+        if updated is not None:
+            self._write(gate.path, lambda: write_baseline(gate.path, updated))
+            self.lines.append(f"wrote {gate.path}")
+
+    def _document(self) -> dict[str, Any]:
+        settings = settings_of(self.config)
+        gate = settings.gate
+        described = None
+        if gate is not None:
+            described = {"file": str(gate.path), "tolerance_pct": gate.tolerance_pct, "update": gate.update}
+        return run_document(settings.model, self.tests, described)
+
+    def _views(self) -> list[dict[str, Any]]:
+        """Every check's view, sorted by test, with its test's outcome: a serial run and a pytest-xdist
+        run write the same page."""
+        return [
+            {**view, "verdict": self.tests.get(nodeid, ("unknown", []))[0]}
+            for nodeid in sorted(self.views) for view in self.views[nodeid]
+        ]
+
+    def _write(self, path: Path, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except OSError as exc:
+            self.errors.append(f"could not write {path}: {exc}")
+
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        if hasattr(config, "workerinput"):
+            return
+        terminal.results_table(terminalreporter, self.tests)
+        terminal.gate_section(terminalreporter, settings_of(config).gate, self.changes, self.lines, self.errors)

@@ -1,0 +1,127 @@
+"""The run's settings, resolved once at ``pytest_configure`` in every process (controller and xdist workers).
+
+Bad settings stop the run as a usage error before any test: an unknown target, a bad profile or
+baseline file, a trace directory that is a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import pytest
+
+from ..baseline import Gate, parse_percent
+from ..catalog import OpCatalog
+from ..errors import NpufuseError
+from ..hardware import HardwareProfile
+from ..modelversion import ModelIdentity
+from ..userconfig import UserConfig, load_user_config
+from .options import path_setting, setting
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every hook and fixture of the run reads: the targets by name (the first is the default), the
+    op catalog, the model identity, the baseline gate and the output locations."""
+
+    profiles: Mapping[str, HardwareProfile]
+    catalog: OpCatalog
+    model: ModelIdentity
+    gate: Gate | None
+    trace_dir: Path | None
+    json_path: Path | None
+    html_path: Path | None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> RunSettings:
+        names = [name.strip() for name in str(setting(config, "npu_target")).split(",")]
+        if not all(names):
+            raise pytest.UsageError(f"--npu-target: empty target name in {','.join(names)!r}; use e.g. a3 or a2,a3.")
+        try:
+            user = _user_config(config)
+            user.check_targets()
+            profiles = _by_name([user.profile(name) for name in names], names)
+            catalog = user.catalog()
+        except NpufuseError as exc:
+            raise pytest.UsageError(f"npufuse: {exc}") from None
+        model = ModelIdentity.of(profiles.values(), catalog)
+        return cls(
+            profiles, catalog, model, _open_gate(config, model), _trace_dir(config),
+            path_setting(config, "npufuse_json"), _output_file(config, "npufuse_html"),
+        )
+
+    @property
+    def default_target(self) -> str:
+        return next(iter(self.profiles))
+
+
+_SETTINGS = pytest.StashKey[RunSettings]()
+
+
+def configure(config: pytest.Config) -> RunSettings:
+    """Resolve the settings and keep them on ``config`` for :func:`settings_of`."""
+    config.stash[_SETTINGS] = RunSettings.from_config(config)
+    return config.stash[_SETTINGS]
+
+
+def settings_of(config: pytest.Config) -> RunSettings:
+    return config.stash[_SETTINGS]
+
+
+def _by_name(profiles: list[HardwareProfile], given: list[str]) -> dict[str, HardwareProfile]:
+    """The profiles keyed by their own names, which reports, markers and baselines use, even when one
+    was given as a file path; two that share a name would be indistinguishable in all of them."""
+    by_name: dict[str, HardwareProfile] = {}
+    for profile, text in zip(profiles, given):
+        if profile.name in by_name:
+            raise NpufuseError(f"--npu-target: {text!r} is target '{profile.name}' again; give each target once.")
+        by_name[profile.name] = profile
+    return by_name
+
+
+def _user_config(config: pytest.Config) -> UserConfig:
+    """``[tool.npufuse]`` of the rootdir's pyproject.toml, plus the ``--npufuse-profile`` file."""
+    user = load_user_config(Path(config.rootpath) / "pyproject.toml")
+    profile_file = path_setting(config, "npufuse_profile")
+    return user.with_profile_file(profile_file) if profile_file else user
+
+
+def _trace_dir(config: pytest.Config) -> Path | None:
+    trace_dir = path_setting(config, "npufuse_trace_dir")
+    if trace_dir is not None and trace_dir.exists() and not trace_dir.is_dir():
+        raise pytest.UsageError(f"--npufuse-trace-dir {trace_dir}: is a file; give a directory (it is created if missing).")
+    return trace_dir
+
+
+def _output_file(config: pytest.Config, name: str) -> Path | None:
+    """A report file the run writes at its end: a directory there would only fail after every test ran."""
+    path = path_setting(config, name)
+    if path is not None and path.is_dir():
+        flag = "--" + name.replace("_", "-")
+        raise pytest.UsageError(f"{flag} {path}: is a directory; give a file name such as {path / 'report.html'}.")
+    return path
+
+
+def _tolerance(config: pytest.Config) -> float:
+    text = str(setting(config, "npufuse_tolerance")).strip()
+    value = parse_percent(text)
+    if value is None:
+        raise pytest.UsageError(f"--npufuse-tolerance: {text!r} is not a percentage >= 0; use e.g. 0 or 2.5.")
+    return value
+
+
+def _open_gate(config: pytest.Config, model: ModelIdentity) -> Gate | None:
+    """Read the baseline once, read-only, in every process; a bad file stops the run before any test."""
+    path = path_setting(config, "npufuse_baseline")
+    update = bool(setting(config, "npufuse_update_baseline"))
+    tolerance = _tolerance(config)
+    if path is None:
+        if update:
+            raise pytest.UsageError("--npufuse-update-baseline needs --npufuse-baseline FILE: the file to rewrite.")
+        return None
+    try:
+        return Gate.open(path, tolerance, update, model)
+    except NpufuseError as exc:
+        raise pytest.UsageError(f"--npufuse-baseline: {exc}") from None

@@ -1,0 +1,59 @@
+"""The terminal tables: one row per check, and the baseline gate's verdicts."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ..baseline import Change, Gate, aligned, count_line
+
+_HEADER = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "bound", "verdict")
+
+
+def _cells(row: Mapping[str, Any]) -> tuple[str, ...]:
+    return (
+        row["case"],
+        row["target"],
+        row["mode"],
+        f"{row['baseline_us']:.1f}",
+        "inf" if row["variant_us"] is None else f"{row['variant_us']:.1f}",
+        f"{row['speedup']:.3f}x",
+        str(row["segments"]),
+        str(row["streams"]),
+        row["bound"],
+        row["verdict"],
+    )
+
+
+def results_table(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
+    """One row per check, with its test's outcome; sorted by test, so a pytest-xdist run, whose
+    reports arrive in any order, prints the same table."""
+    rows = [
+        _cells({"case": nodeid, **row, "verdict": tests[nodeid][0]})
+        for nodeid in sorted(tests) for row in tests[nodeid][1]
+    ]
+    if not rows:
+        return
+    terminalreporter.section("npufuse: modeled NPU results")
+    for line in aligned([_HEADER, *rows]):
+        terminalreporter.write_line(line)
+
+
+def gate_section(
+    terminalreporter: Any, gate: Gate | None, changes: Sequence[Change], lines: Sequence[str], errors: Sequence[str]
+) -> None:
+    """Every baseline entry that changed, the counts, files written and errors; nothing without a gate or errors."""
+    if gate is None and not errors:
+        return
+    title = "npufuse: baseline gate"
+    if gate is not None:
+        title += f" ({gate.path}, tolerance {gate.tolerance_pct:g}%{', updating' if gate.update else ''})"
+    terminalreporter.section(title)
+    for change in changes:
+        if change.status != "unchanged":
+            terminalreporter.write_line(f"{change.status:<13} {change.describe()}")
+    if changes:
+        terminalreporter.write_line(count_line(changes))
+    for line in lines:
+        terminalreporter.write_line(line)
+    for error in errors:
+        terminalreporter.write_line(f"npufuse error: {error}", red=True)

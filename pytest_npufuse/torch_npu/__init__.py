@@ -1,0 +1,92 @@
+"""CPU reference kernels for the ``torch_npu`` operators of real LLM inference code.
+
+To model an Ascend NPU on a machine without one, this package provides torch_npu's fused operators with
+the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
+
+* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
+  ``npu_quantize``, ``npu_weight_quant_batchmatmul``
+* :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``
+* :mod:`.rope` - ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
+  ``npu_kv_rmsnorm_rope_cache``, ``npu_mla_prolog``
+* :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``
+* :mod:`.attention` - ``npu_fused_infer_attention_score``
+* :mod:`.memory` - ``npu_format_cast``
+
+Each op is declared once through :func:`.registry.npu_op` (schema, argument checks, CPU kernel, fake
+kernel, op-catalog entry), so ``torch.compile(..., fullgraph=True)`` leaves one opaque
+``npu.<name>.default`` node per call, which is what a scope or fusion pass needs to see.  The kernels
+are bit-deterministic on CPU, whatever the thread count (see :mod:`.fixedorder`).
+
+An attribute torch_npu has but this package lacks raises :class:`MissingOpError`, which says how to
+add the op.
+"""
+
+from __future__ import annotations
+
+from ..errors import NpufuseError
+from .attention import npu_fused_infer_attention_score
+from .memory import npu_format_cast
+from .moe import npu_grouped_matmul, npu_moe_gating_top_k
+from .norm import npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm
+from .quant import (
+    npu_dequant_swiglu_quant, npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_swiglu,
+    npu_weight_quant_batchmatmul,
+)
+from .registry import OPS
+from .rope import (
+    npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_mla_prolog, npu_rotary_mul,
+)
+
+__all__ = [
+    "npu_add_rms_norm",
+    "npu_add_rms_norm_quant",
+    "npu_apply_rotary_pos_emb",
+    "npu_dequant_swiglu_quant",
+    "npu_dynamic_quant",
+    "npu_interleave_rope",
+    "npu_kv_rmsnorm_rope_cache",
+    "npu_layer_norm_eval",
+    "npu_mla_prolog",
+    "npu_quantize",
+    "npu_rotary_mul",
+    "npu_weight_quant_batchmatmul",
+    "npu_format_cast",
+    "npu_fused_infer_attention_score",
+    "npu_grouped_matmul",
+    "npu_moe_gating_top_k",
+    "npu_quant_matmul",
+    "npu_rms_norm",
+    "npu_swiglu",
+]
+
+README_SECTION = "README.md, section 'Op library' (#op-library)"
+
+
+class MissingOpError(NpufuseError, AttributeError):
+    """A torch_npu op the model calls is not among the provided CPU kernels.
+
+    An AttributeError too, so ``hasattr(torch_npu, name)`` and ``getattr(..., default)`` keep working.
+    """
+
+
+def missing_op_message(name: str) -> str:
+    """The one message for a missing op: what is missing and the two steps that add it."""
+    return (
+        f"torch_npu.{name} is not among the CPU kernels pytest-npufuse provides "
+        f"({len(OPS)} ops; `python -m pytest_npufuse ops` lists them). To add it:\n"
+        f"  1. register it as a torch.library.custom_op with a CPU kernel and a fake kernel, e.g.\n"
+        f'       @torch.library.custom_op("mylib::{name}", mutates_args=())\n'
+        f"       def {name}(x: torch.Tensor) -> torch.Tensor: ...   # the CPU reference\n"
+        f"       @{name}.register_fake\n"
+        f"       def _(x): return torch.empty_like(x)             # shapes and dtypes only\n"
+        f"     and call it where the model calls torch_npu.{name};\n"
+        f'  2. describe it in pyproject.toml under [tool.npufuse.ops."mylib::{name}"] '
+        f"(engine, fusable, sync_all, block_dim).\n"
+        f"See {README_SECTION}."
+    )
+
+
+def __getattr__(name: str) -> object:
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise MissingOpError(missing_op_message(name))

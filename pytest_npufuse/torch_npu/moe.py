@@ -1,0 +1,438 @@
+"""Mixture-of-experts ops: expert routing and grouped (per-expert) matmuls."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .checks import (
+    FLOAT_DTYPES, require_bool, require_choice, require_dtype, require_float, require_int, require_int_list,
+    require_optional_dtype, require_optional_int, require_optional_tensor, require_shape, require_tensor,
+    require_tensor_list, require_unused,
+)
+from ..exact import cube_addmm, cube_matmul
+from .fixedorder import pairwise_sum, sigmoid, softmax, top_indices
+from .registry import Out, npu_op
+
+MOE_GATING_TOP_K_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html"
+GROUPED_MATMUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000524.html"
+
+def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, group_select_mode: int) -> None:
+    """Group arguments: group_count divides the experts, 1 <= k_group <= group_count, k fits the kept groups."""
+    if group_count < 1 or experts % group_count != 0:
+        raise ValueError(f"group_count={group_count} must be >= 1 and divide the expert count {experts}")
+    if not 1 <= k_group <= group_count:
+        raise ValueError(f"k_group={k_group} must be between 1 and group_count={group_count}")
+    per_group = experts // group_count
+    if not 1 <= k <= per_group * k_group:
+        raise ValueError(
+            f"k={k} must be between 1 and experts / group_count * k_group = {per_group * k_group} "
+            "(the experts left after group selection)"
+        )
+    if group_count > 1 and group_select_mode == 1 and per_group < 2:
+        raise ValueError("group_select_mode=1 scores a group by its two best experts; each group needs >= 2 experts")
+
+
+def _moe_gating_top_k_meta(
+    x: torch.Tensor,
+    k: int,
+    *,
+    bias: Optional[torch.Tensor] = None,
+    k_group: int = 1,
+    group_count: int = 1,
+    group_select_mode: int = 0,
+    renorm: int = 0,
+    norm_type: int = 0,
+    out_flag: bool = False,
+    routed_scaling_factor: float = 1.0,
+    eps: float = 1e-20,
+) -> tuple[Out, Out, Out]:
+    """Validate the npu_moe_gating_top_k tensors: y [T, k] in x's dtype, expert_idx int32 [T, k], out float32 [T, E]."""
+    require_dtype("x", x, FLOAT_DTYPES)
+    if x.dim() != 2:
+        raise ValueError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts]")
+    tokens, experts = x.shape
+    if bias is not None:
+        require_dtype("bias", bias, (x.dtype,), "(bias must have x's dtype)")
+        require_shape("bias", bias, ((experts,),))
+    _check_gating_groups(experts, k, k_group, group_count, group_select_mode)
+    return Out([tokens, k], x.dtype), Out([tokens, k], torch.int32), Out([tokens, experts], torch.float32)
+
+
+def _keep_best_groups(values: torch.Tensor, k_group: int, group_count: int, group_select_mode: int) -> torch.Tensor:
+    """Set the experts of all but the ``k_group`` best-scoring groups to -inf."""
+    tokens, experts = values.shape
+    grouped = values.reshape(tokens, group_count, experts // group_count)
+    if group_select_mode == 0:
+        score = grouped.amax(dim=-1)
+    else:
+        best_two = torch.sort(grouped, dim=-1, descending=True, stable=True).values
+        score = best_two[..., 0] + best_two[..., 1]
+    keep = torch.zeros(tokens, group_count, dtype=torch.bool)
+    keep.scatter_(1, top_indices(score, k_group), True)
+    return grouped.masked_fill(~keep.unsqueeze(-1), float("-inf")).reshape(tokens, experts)
+
+
+def _moe_gating_top_k_kernel(
+    x: torch.Tensor,
+    k: int,
+    *,
+    bias: Optional[torch.Tensor] = None,
+    k_group: int = 1,
+    group_count: int = 1,
+    group_select_mode: int = 0,
+    renorm: int = 0,
+    norm_type: int = 0,
+    out_flag: bool = False,
+    routed_scaling_factor: float = 1.0,
+    eps: float = 1e-20,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    values = x.to(torch.float32)
+    norm_out = softmax(values) if norm_type == 0 else sigmoid(values)
+    select = norm_out if bias is None else norm_out + bias.to(torch.float32)
+    if group_count > 1:
+        select = _keep_best_groups(select, k_group, group_count, group_select_mode)
+    expert_idx = top_indices(select, k)
+    weights = norm_out.gather(1, expert_idx)
+    if norm_type == 1 or renorm == 1:
+        weights = weights / (pairwise_sum(weights, dim=-1, keepdim=True) + eps)
+    y = weights * routed_scaling_factor
+    out = norm_out if out_flag else torch.zeros_like(norm_out)
+    return y.to(x.dtype), expert_idx.to(torch.int32), out
+
+
+
+@npu_op(
+    "(Tensor x, int k, *, Tensor? bias=None, int k_group=1, int group_count=1, int group_select_mode=0, "
+    "int renorm=0, int norm_type=0, bool out_flag=False, float routed_scaling_factor=1.0, float eps=1e-20) "
+    "-> (Tensor, Tensor, Tensor)",
+    source=MOE_GATING_TOP_K_DOC,
+    meta=_moe_gating_top_k_meta,
+    kernel=_moe_gating_top_k_kernel,
+)
+def npu_moe_gating_top_k(
+    x: torch.Tensor,
+    k: int,
+    *,
+    bias: Optional[torch.Tensor] = None,
+    k_group: int = 1,
+    group_count: int = 1,
+    group_select_mode: int = 0,
+    renorm: int = 0,
+    norm_type: int = 0,
+    out_flag: bool = False,
+    routed_scaling_factor: float = 1.0,
+    eps: float = 1e-20,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MoE routing: score experts, keep the best groups, pick the top ``k``: returns ``(y, expert_idx, out)``.
+
+    Sources: torch_npu.npu_moe_gating_top_k (API reference 7.0,
+    https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html),
+    aclnnMoeGatingTopK (CANN 8.3/8.5 and the newer ops-transformer doc, which spells the steps
+    out), op-plugin's MoeGatingTopKKernelNpuOpApi.cpp and its meta function (output shapes).
+    The schema default ``norm_type=0`` is op-plugin's and GE's; the 7.0 API page prints 1.
+
+    ``x`` is ``[T, E]`` (float16, bfloat16, float32); all math is float32.
+
+    1. ``norm = softmax(x)`` over experts for ``norm_type=0``, ``sigmoid(x)`` for 1.
+    2. Selection scores: ``norm + bias`` (bias ``[E]`` in x's dtype), else ``norm``.
+    3. If ``group_count > 1``: the E experts form ``group_count`` equal groups.  A group's score
+       is its best expert (``group_select_mode=0``) or its two best summed (1).  Only the
+       ``k_group`` best groups stay; the others are set to -inf.
+    4. ``expert_idx`` (int32 ``[T, k]``): the k best selection scores, best first.
+    5. Weights are taken from ``norm`` (without bias) at those experts.  They are divided by
+       ``(their sum + eps)`` for sigmoid scoring, and for softmax only when ``renorm=1``.  Then
+       they are multiplied by ``routed_scaling_factor`` and cast to x's dtype to give ``y``.
+       This is DeepSeek-V3's routing (sigmoid, correction bias, group-limited, normalised
+       top-k).  The newest aclnn page writes the divisor as a sum over all of ``norm``.  Its
+       older pages, the 7.0 page and DeepSeek all divide by the sum of the k chosen weights,
+       which is what is done here.
+    6. ``out`` (float32 ``[T, E]``) is ``norm`` when ``out_flag`` is True.  Otherwise it is
+       zeros; the device leaves it unspecified.
+
+    Ties are broken towards the lower group/expert index (stable sorts), so the result is a
+    function of the inputs alone.  Not implemented, rejected with ValueError: ``norm_type=2``
+    (sqrt-softplus, Ascend 950 only) and the hash-routing inputs of newer releases.  The
+    device limits of A2/A3 (E = 256, k_group = 4, k <= 32) are not imposed, so small test
+    shapes work.
+    """
+    require_tensor("x", x)
+    require_optional_tensor("bias", bias)
+    for name, value in (("k", k), ("k_group", k_group), ("group_count", group_count)):
+        require_int(name, value)
+    for name, value in (("group_select_mode", group_select_mode), ("renorm", renorm), ("norm_type", norm_type)):
+        require_int(name, value)
+    require_bool("out_flag", out_flag)
+    require_float("routed_scaling_factor", routed_scaling_factor)
+    require_float("eps", eps)
+    require_choice("norm_type", norm_type, (0, 1), "0 softmax, 1 sigmoid")
+    require_choice("group_select_mode", group_select_mode, (0, 1), "0 group max, 1 sum of the group's top two")
+    require_choice("renorm", renorm, (0, 1), "1 renormalises softmax weights after top-k")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_grouped_matmul
+
+
+SPLIT_OUTPUT_ITEMS = (2, 3)  # split_item values whose output is one tensor (rows of all groups)
+GMM_BIAS_DTYPES = {torch.float16: torch.float16, torch.bfloat16: torch.float32, torch.float32: torch.float32}
+
+
+def _gmm_weights(weight: object, dtype: torch.dtype) -> list[torch.Tensor]:
+    """One [K, N] matrix per group, from a list of 2-D tensors or a single [E, K, N] tensor."""
+    tensors = require_tensor_list("weight", weight)
+    if len(tensors) == 1 and tensors[0].dim() == 3:
+        tensors = list(tensors[0].unbind(0))
+    for i, w in enumerate(tensors):
+        require_dtype(f"weight[{i}]", w, (dtype,), "(the weights must have x's dtype)")
+        if w.dim() != 2:
+            raise ValueError(f"weight[{i}] has shape {list(w.shape)}; expected [K, N] (or one [E, K, N] tensor)")
+    return tensors
+
+
+def _gmm_biases(bias: object, weights: Sequence[torch.Tensor], x_dtype: torch.dtype) -> Optional[list[torch.Tensor]]:
+    """One [N] bias per group (a list, or one [E, N] tensor); float16 for float16 x, float32 otherwise."""
+    if bias is None or (isinstance(bias, (list, tuple)) and len(bias) == 0):
+        return None
+    tensors = require_tensor_list("bias", bias)
+    if len(tensors) == 1 and tensors[0].dim() == 2 and len(weights) > 1:
+        tensors = list(tensors[0].unbind(0))
+    if len(tensors) != len(weights):
+        raise ValueError(f"bias has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group")
+    for i, (b, w) in enumerate(zip(tensors, weights, strict=True)):
+        require_dtype(f"bias[{i}]", b, (GMM_BIAS_DTYPES[x_dtype],), f"for {x_dtype} x")
+        require_shape(f"bias[{i}]", b, ((w.shape[1],),))
+    return tensors
+
+
+def _check_gmm_modes(
+    split_item: Optional[int], group_type: Optional[int], group_list_type: Optional[int], act_type: Optional[int]
+) -> tuple[int, int]:
+    """Return (split_item, group_list_type) with torch_npu's defaults for None."""
+    split = 0 if split_item is None else require_int("split_item", split_item)
+    require_choice("split_item", split, (0, 1, 2, 3), "0/1 one output per group, 2/3 one output")
+    if group_type is None:
+        raise ValueError(
+            "group_type is required (torch_npu refuses None too): pass 0 to split x by rows with "
+            "group_list, or -1 for one x per weight"
+        )
+    require_choice("group_type", require_int("group_type", group_type), (-1, 0), "-1 no grouping, 0 split rows")
+    list_type = 0 if group_list_type is None else require_int("group_list_type", group_list_type)
+    require_choice("group_list_type", list_type, (0, 1), "0 cumulative row ends, 1 row counts")
+    activation = 0 if act_type is None else require_int("act_type", act_type)
+    require_choice("act_type", activation, (0,), "fused activations are not implemented")
+    return split, list_type
+
+
+def _gmm_single_x_shape(
+    x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], group_list: torch.Tensor, group_type: int, split: int
+) -> list[list[int]]:
+    """The MoE form: one [M, K] x split by group_list rows, one weight per group, one [M, N] output."""
+    if group_type != 0:
+        raise ValueError(f"group_list needs group_type=0 (split x by rows), got group_type={group_type}")
+    if len(x) != 1 or x[0].dim() != 2:
+        raise ValueError("group_list needs x to be a list of one 2-D [M, K] tensor")
+    require_dtype("group_list", group_list, (torch.int64,))
+    require_shape("group_list", group_list, ((len(weights),),))
+    if split not in SPLIT_OUTPUT_ITEMS:
+        raise ValueError(
+            f"split_item={split} with group_list gives one output per group whose row counts are the "
+            "values of group_list, which a traced graph cannot know; use split_item=2 or 3 (one [M, N] output)"
+        )
+    widths = {w.shape[1] for w in weights}
+    if len(widths) != 1:
+        raise ValueError(f"all weights must have the same N for a single output, got N values {sorted(widths)}")
+    return [[x[0].shape[0], weights[0].shape[1]]]
+
+
+def _gmm_multi_x_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], split: int) -> list[list[int]]:
+    """One x per weight: per-group outputs (split_item 0/1) or their rows concatenated (2/3)."""
+    if len(x) != len(weights):
+        raise ValueError(
+            f"without group_list, x needs one tensor per weight: got {len(x)} x and {len(weights)} weights"
+        )
+    shapes = [[*xi.shape[:-1], w.shape[1]] for xi, w in zip(x, weights, strict=True)]
+    if split not in SPLIT_OUTPUT_ITEMS:
+        return shapes
+    if any(xi.dim() != 2 for xi in x) or len({s[-1] for s in shapes}) != 1:
+        raise ValueError("split_item 2/3 concatenates rows: every x must be 2-D and every weight must have the same N")
+    return [[sum(s[0] for s in shapes), shapes[0][1]]]
+
+
+def _grouped_matmul_layout(
+    x: Sequence[torch.Tensor],
+    weight: Sequence[torch.Tensor],
+    *,
+    bias: Optional[Sequence[torch.Tensor]] = None,
+    group_list: Optional[torch.Tensor] = None,
+    split_item: Optional[int] = 0,
+    group_type: Optional[int] = None,
+    group_list_type: Optional[int] = 0,
+    act_type: Optional[int] = 0,
+    output_dtype: Optional[torch.dtype] = None,
+    **quant_and_tuning: object,
+) -> tuple[list[list[int]], torch.dtype, int]:
+    """Validate the npu_grouped_matmul tensors from metadata; return (output shapes, dtype, group_list_type).
+
+    The quantisation, activation and tuning arguments arrive in ``quant_and_tuning``; the wrapper's
+    checks have already refused every quantisation input and ``tuning_config`` does not change values.
+    """
+    xs = list(x)
+    dtype = xs[0].dtype
+    for i, xi in enumerate(xs):
+        require_dtype(f"x[{i}]", xi, FLOAT_DTYPES, "(int8/int4 quantised grouped matmul is not implemented)")
+        if xi.dtype != dtype or xi.dim() < 2:
+            raise ValueError(f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype")
+    weights = _gmm_weights(weight, dtype)
+    pairs = zip(xs, weights) if len(xs) == len(weights) else ((xs[0], w) for w in weights)
+    for i, (xi, w) in enumerate(pairs):
+        if xi.shape[-1] != w.shape[0]:
+            raise ValueError(f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]")
+    _gmm_biases(bias, weights, dtype)
+    split, list_type = _check_gmm_modes(split_item, group_type, group_list_type, act_type)
+    if output_dtype is not None and output_dtype != dtype:
+        raise ValueError(f"output_dtype={output_dtype} is only for quantised inputs; use None (x's dtype {dtype})")
+    if group_list is not None:
+        shapes = _gmm_single_x_shape(xs, weights, group_list, group_type, split)
+    else:
+        shapes = _gmm_multi_x_shapes(xs, weights, split)
+    return shapes, dtype, list_type
+
+
+def _grouped_matmul_meta(x: Sequence[torch.Tensor], weight: Sequence[torch.Tensor], **options: Any) -> list[Out]:
+    """The output list from the split mode and the x/weight shapes."""
+    shapes, dtype, _ = _grouped_matmul_layout(x, weight, **options)
+    return [Out(shape, dtype) for shape in shapes]
+
+
+def _group_row_counts(group_list: torch.Tensor, list_type: int, rows: int) -> list[int]:
+    """Rows per group from group_list: cumulative row ends (type 0) or counts (type 1)."""
+    values = [int(v) for v in group_list.tolist()]
+    counts = values if list_type == 1 else [end - start for start, end in zip([0, *values[:-1]], values)]
+    if any(c < 0 for c in counts):
+        kind = "counts" if list_type == 1 else "cumulative row ends (non-decreasing)"
+        raise ValueError(f"group_list {values} is not valid {kind} for group_list_type={list_type}")
+    if sum(counts) > rows:
+        raise ValueError(f"group_list covers {sum(counts)} rows but x has only {rows}")
+    return counts
+
+
+def _linear_f32(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """float32 x @ w (+ bias) on the modeled Cube: fp32 accumulation, bias added in fp32, not yet rounded."""
+    if bias is None:
+        return cube_matmul(x, w, out_dtype=torch.float32)
+    return cube_addmm(bias, x, w, out_dtype=torch.float32)
+
+
+def _grouped_matmul_rows(
+    xs: list[torch.Tensor],
+    weights: list[torch.Tensor],
+    biases: Optional[list[torch.Tensor]],
+    group_list: Optional[torch.Tensor],
+    list_type: int,
+    split: int,
+    dtype: torch.dtype,
+) -> list[torch.Tensor]:
+    groups = range(len(weights))
+    bias_of = [None] * len(weights) if biases is None else biases
+    if group_list is not None:
+        x = xs[0]
+        out = torch.zeros(x.shape[0], weights[0].shape[1], dtype=torch.float32)
+        start = 0
+        for g, count in zip(groups, _group_row_counts(group_list, list_type, x.shape[0]), strict=True):
+            out[start : start + count] = _linear_f32(x[start : start + count], weights[g], bias_of[g])
+            start += count
+        return [out.to(dtype)]
+    outs = [_linear_f32(xs[g], weights[g], bias_of[g]).to(dtype) for g in groups]
+    return [torch.cat(outs)] if split in SPLIT_OUTPUT_ITEMS else outs
+
+
+def _grouped_matmul_kernel(x: Sequence[torch.Tensor], weight: Sequence[torch.Tensor], **options: Any) -> list[torch.Tensor]:
+    _, dtype, list_type = _grouped_matmul_layout(x, weight, **options)
+    weights = _gmm_weights(weight, dtype)
+    biases = _gmm_biases(options.get("bias"), weights, dtype)
+    split = options.get("split_item") or 0
+    return _grouped_matmul_rows(list(x), weights, biases, options.get("group_list"), list_type, split, dtype)
+
+
+@npu_op(
+    "(Tensor[] x, Tensor[] weight, *, Tensor[]? bias=None, Tensor[]? scale=None, Tensor[]? offset=None, "
+    "Tensor[]? antiquant_scale=None, Tensor[]? antiquant_offset=None, Tensor[]? per_token_scale=None, "
+    "Tensor? group_list=None, Tensor[]? activation_input=None, Tensor[]? activation_quant_scale=None, "
+    "Tensor[]? activation_quant_offset=None, int? split_item=0, int? group_type=None, int? group_list_type=0, "
+    "int? act_type=0, int[]? tuning_config=None, ScalarType? output_dtype=None) -> Tensor[]",
+    source=GROUPED_MATMUL_DOC,
+    meta=_grouped_matmul_meta,
+    kernel=_grouped_matmul_kernel,
+)
+def npu_grouped_matmul(
+    x: list[torch.Tensor],
+    weight: list[torch.Tensor],
+    *,
+    bias: Optional[list[torch.Tensor]] = None,
+    scale: Optional[list[torch.Tensor]] = None,
+    offset: Optional[list[torch.Tensor]] = None,
+    antiquant_scale: Optional[list[torch.Tensor]] = None,
+    antiquant_offset: Optional[list[torch.Tensor]] = None,
+    per_token_scale: Optional[list[torch.Tensor]] = None,
+    group_list: Optional[torch.Tensor] = None,
+    activation_input: Optional[list[torch.Tensor]] = None,
+    activation_quant_scale: Optional[list[torch.Tensor]] = None,
+    activation_quant_offset: Optional[list[torch.Tensor]] = None,
+    split_item: Optional[int] = 0,
+    group_type: Optional[int] = None,
+    group_list_type: Optional[int] = 0,
+    act_type: Optional[int] = 0,
+    tuning_config: Optional[list[int]] = None,
+    output_dtype: Optional[torch.dtype] = None,
+) -> list[torch.Tensor]:
+    """Grouped matmul: group ``g`` multiplies its rows of x by ``weight[g]`` ([K, N]); returns a list.
+
+    Sources: torch_npu.npu_grouped_matmul (API reference 6.0 and 7.0,
+    https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000524.html)
+    and op-plugin's GroupedMatmulKernelNpuOpApi.cpp (output shapes per split_item, the
+    required group_type, the single [E, K, N] weight form).  The schema is the torch_npu one
+    with a tensor group_list.
+
+    Implemented (non-quantised float16/bfloat16/float32, weights in x's dtype):
+
+    * MoE form: ``x = [x_all]`` ([M, K]), one weight per expert (a list of [K, N] or a single
+      [E, K, N] tensor), ``group_type=0`` and an int64 ``group_list`` [E].  The list holds
+      cumulative row ends (``group_list_type=0``) or row counts (1).  Group ``g`` takes the
+      next ``count_g`` rows.  ``split_item`` 2 or 3 gives one ``[M, N]`` output.  Rows past the
+      last group are zeros (the device leaves them unspecified).
+    * Per-tensor form (no group_list): ``x[g] @ weight[g]``.  ``split_item`` 0/1 returns one
+      output per group (``x[g]`` may have batch dims); 2/3 returns the 2-D results
+      concatenated by rows.
+    * ``bias``: one ``[N]`` per group (or one ``[E, N]``), float16 for float16 x and float32
+      for bfloat16/float32 x, as in the doc's table; added after the product.
+
+    Each output is ``x_rows @ w (+ bias)`` on the modeled Cube (:func:`pytest_npufuse.exact.cube_addmm`):
+    fp32 products and accumulation, the bias added in fp32, one rounding to x's dtype.  The
+    products run on single-threaded BLAS, so the bits do not depend on torch's thread count.
+
+    Rejected with ValueError: any quantisation or activation input (scale, offset,
+    antiquant_*, per_token_scale, activation_*), int8/int4 x, ``act_type != 0``, an
+    ``output_dtype`` other than x's, and ``group_type`` None (torch_npu also requires it)
+    or not -1/0.  Also rejected: ``group_list_type=2`` and ``split_item`` 0/1 with group_list.
+    Those outputs have row counts that are the values of group_list, which a fake kernel
+    cannot know.  A Python list as group_list is refused with TypeError (the schema takes
+    an int64 tensor).  ``tuning_config`` is a tiling hint and is ignored.
+    """
+    if isinstance(group_list, (list, tuple)):
+        raise TypeError("group_list must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
+    require_tensor_list("x", x)
+    require_tensor_list("weight", weight)
+    if bias is not None and len(bias) > 0:
+        require_tensor_list("bias", bias)
+    require_optional_tensor("group_list", group_list)
+    require_unused(
+        "npu_grouped_matmul (quantised/activation inputs)", scale=scale, offset=offset,
+        antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, per_token_scale=per_token_scale,
+        activation_input=activation_input, activation_quant_scale=activation_quant_scale,
+        activation_quant_offset=activation_quant_offset,
+    )
+    _check_gmm_modes(split_item, group_type, group_list_type, act_type)
+    require_int_list("tuning_config", tuning_config)
+    require_optional_dtype("output_dtype", output_dtype)

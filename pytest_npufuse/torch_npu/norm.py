@@ -1,0 +1,332 @@
+"""Normalisation ops: RMSNorm, its fused add and add-quantise variants, inference LayerNorm."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from .checks import (
+    FLOAT_DTYPES, require_bool, require_dtype, require_float, require_int, require_int_list, require_tensor,
+    require_tensors, require_trailing,
+)
+from .fixedorder import pairwise_sum, round_to_int8
+from .registry import Out, npu_op
+
+RMS_NORM_DOC = "torch_npu.npu_rms_norm, Ascend Extension for PyTorch API reference; op-plugin meta function"
+ADD_RMS_NORM_DOC = "op-plugin docs/context/torch_npu-npu_add_rms_norm.md; hicann/ops-nn norm/add_rms_norm"
+ADD_RMS_NORM_QUANT_DOC = "hicann/ops-nn norm/add_rms_norm_quant/README.md (AddRmsNormQuant formulas)"
+LAYER_NORM_EVAL_DOC = "torch_npu.npu_layer_norm_eval, Ascend Extension for PyTorch API reference"
+
+
+def _rstd_shape(x: torch.Tensor, norm_dims: int) -> list[int]:
+    """``x.shape`` with the normalised (trailing) dims kept as 1, the shape of a norm's rstd output."""
+    return [*x.shape[: x.dim() - norm_dims], *([1] * norm_dims)]
+
+
+def _rstd(values: torch.Tensor, norm_dims: int, epsilon: float) -> torch.Tensor:
+    """float32 ``1 / sqrt(mean(values**2) + epsilon)`` over the trailing dims, a fixed pairwise sum."""
+    shape = _rstd_shape(values, norm_dims)
+    rows = values.reshape(math.prod(shape), -1)
+    mean_square = pairwise_sum(rows * rows, dim=-1) / rows.shape[-1]
+    return (1.0 / torch.sqrt(mean_square + epsilon)).reshape(shape)
+
+
+def _rms_norm_meta(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[Out, Out]:
+    """Validate the npu_rms_norm tensors: y like x, rstd float32 with the normalised dims kept as 1."""
+    require_dtype("x", x, FLOAT_DTYPES)
+    require_dtype("gamma", gamma, (x.dtype, torch.float32), "(x's dtype or float32)")
+    require_trailing("gamma", gamma, "x", x)
+    return Out(list(x.shape), x.dtype), Out(_rstd_shape(x, gamma.dim()), torch.float32)
+
+
+def _rms_norm_kernel(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    values = x.to(torch.float32)
+    rstd = _rstd(values, gamma.dim(), epsilon)
+    y = values * rstd * gamma.to(torch.float32)
+    return y.to(x.dtype), rstd
+
+
+@npu_op(
+    "(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
+    source=RMS_NORM_DOC,
+    meta=_rms_norm_meta,
+    kernel=_rms_norm_kernel,
+)
+def npu_rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMS normalisation over the trailing ``gamma.dim()`` dims of ``x``: returns ``(y, rstd)``.
+
+    Sources: torch_npu.npu_rms_norm (Ascend Extension for PyTorch API reference; schema
+    ``npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)``) and
+    op-plugin's meta function, which fixes the output shapes used by the fake kernel.
+
+    * ``x``: float16, bfloat16 or float32, any rank >= 1.  ``gamma``: the trailing dims of
+      ``x`` (usually ``[H]``), in x's dtype or float32.
+    * ``rstd = 1 / sqrt(mean(x**2) + epsilon)`` over the normalised dims, float32, with shape
+      ``x.shape`` where the normalised dims are 1 (e.g. ``[B, S, 1]``).
+    * ``y = x * rstd * gamma`` in float32, cast to x's dtype (round half to even).
+
+    All math is float32; the mean of squares is a fixed pairwise sum, so the bits do not
+    depend on the thread count.
+    """
+    require_tensor("x", x)
+    require_tensor("gamma", gamma)
+    require_float("epsilon", epsilon)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_add_rms_norm
+# ---------------------------------------------------------------------------------------------
+
+
+def _add_rms_norm_meta(
+    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
+) -> tuple[Out, Out, Out]:
+    """y and x like x1, rstd float32 with the normalised dims kept as 1."""
+    require_dtype("x1", x1, FLOAT_DTYPES)
+    require_dtype("x2", x2, (x1.dtype,), "(x2 must have x1's dtype)")
+    if x2.shape != x1.shape:
+        raise ValueError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
+    require_dtype("gamma", gamma, (x1.dtype, torch.float32), "(x1's dtype or float32)")
+    require_trailing("gamma", gamma, "x1", x1)
+    like_x = Out(list(x1.shape), x1.dtype)
+    return like_x, Out(_rstd_shape(x1, gamma.dim()), torch.float32), like_x
+
+
+def _residual_sum(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """``x1 + x2`` rounded once to their dtype: the residual stream the fused norm writes back."""
+    return (x1.to(torch.float32) + x2.to(torch.float32)).to(x1.dtype)
+
+
+def rms_normalise(x: torch.Tensor, gamma: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 ``(x * rstd * gamma, rstd)`` over gamma's trailing dims."""
+    values = x.to(torch.float32)
+    rstd = _rstd(values, gamma.dim(), epsilon)
+    return values * rstd * gamma.to(torch.float32), rstd
+
+
+def _add_rms_norm_kernel(
+    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = _residual_sum(x1, x2)
+    y, rstd = rms_normalise(x, gamma, epsilon)
+    return y.to(x1.dtype), rstd, x
+
+
+@npu_op(
+    "(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor, Tensor)",
+    source=ADD_RMS_NORM_DOC,
+    meta=_add_rms_norm_meta,
+    kernel=_add_rms_norm_kernel,
+)
+def npu_add_rms_norm(
+    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Residual add fused with RMSNorm: returns ``(y, rstd, x)`` with ``x = x1 + x2``.
+
+    Sources: torch_npu.npu_add_rms_norm (op-plugin docs/context/torch_npu-npu_add_rms_norm.md;
+    schema ``npu_add_rms_norm(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) ->
+    (Tensor, Tensor, Tensor)``) and the AddRmsNorm formulas of hicann/ops-nn (norm/add_rms_norm):
+    ``x = x1 + x2``, ``rstd = 1 / sqrt(mean(x**2) + epsilon)``, ``y = x * rstd * gamma``.
+
+    * ``x1``/``x2``: same shape and dtype (float16, bfloat16, float32); ``gamma`` the trailing
+      dims of x1 (usually ``[H]``) in x1's dtype or float32.
+    * ``x`` is returned in x1's dtype (the residual stream for the next layer) and the norm is
+      computed from that rounded ``x``, as the device reads back what it stores; ``rstd`` is
+      float32 with the normalised dims kept as 1; ``y`` is cast once to x1's dtype.
+    * float32 math, a fixed pairwise mean of squares, so the bits do not depend on threads.
+    """
+    for name, value in (("x1", x1), ("x2", x2), ("gamma", gamma)):
+        require_tensor(name, value)
+    require_float("epsilon", epsilon)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_add_rms_norm_quant
+# ---------------------------------------------------------------------------------------------
+
+QUANT_PARAM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+ZERO_POINT_DTYPES = (torch.int32, torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_quant_params(name: str, param: Optional[torch.Tensor], gamma: torch.Tensor, dtypes: Sequence[torch.dtype]) -> None:
+    """A quantisation scale or zero point: per channel (gamma's shape) or one value."""
+    if param is None:
+        return
+    require_dtype(name, param, dtypes)
+    if tuple(param.shape) not in (tuple(gamma.shape), (1,)):
+        raise ValueError(f"{name} has shape {list(param.shape)}; expected gamma's shape {list(gamma.shape)} or [1]")
+
+
+def _add_rms_norm_quant_meta(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    gamma: torch.Tensor,
+    scales1: torch.Tensor,
+    zero_points1: Optional[torch.Tensor] = None,
+    scales2: Optional[torch.Tensor] = None,
+    zero_points2: Optional[torch.Tensor] = None,
+    axis: int = -1,
+    epsilon: float = 1e-6,
+    div_mode: bool = True,
+) -> tuple[Out, Out, Out]:
+    """y1 and y2 int8 like x1, x like x1."""
+    _add_rms_norm_meta(x1, x2, gamma, epsilon)
+    _check_quant_params("scales1", scales1, gamma, QUANT_PARAM_DTYPES)
+    _check_quant_params("scales2", scales2, gamma, QUANT_PARAM_DTYPES)
+    _check_quant_params("zero_points1", zero_points1, gamma, ZERO_POINT_DTYPES)
+    _check_quant_params("zero_points2", zero_points2, gamma, ZERO_POINT_DTYPES)
+    if zero_points2 is not None and scales2 is None:
+        raise ValueError("zero_points2 needs scales2 (it belongs to the second quantised output)")
+    quantised = Out(list(x1.shape), torch.int8)
+    return quantised, quantised, Out(list(x1.shape), x1.dtype)
+
+
+def _quantise(y: torch.Tensor, scales: torch.Tensor, zero_points: Optional[torch.Tensor], div_mode: bool) -> torch.Tensor:
+    """``round(y / scales + zero_points)`` (``y * scales`` when not div_mode), saturated to int8."""
+    scale = scales.to(torch.float32)
+    values = y / scale if div_mode else y * scale
+    if zero_points is not None:
+        values = values + zero_points.to(torch.float32)
+    return round_to_int8(values)
+
+
+def _add_rms_norm_quant_kernel(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    gamma: torch.Tensor,
+    scales1: torch.Tensor,
+    zero_points1: Optional[torch.Tensor] = None,
+    scales2: Optional[torch.Tensor] = None,
+    zero_points2: Optional[torch.Tensor] = None,
+    axis: int = -1,
+    epsilon: float = 1e-6,
+    div_mode: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = _residual_sum(x1, x2)
+    y, _ = rms_normalise(x, gamma, epsilon)
+    y1 = _quantise(y, scales1, zero_points1, div_mode)
+    y2 = torch.zeros_like(y1) if scales2 is None else _quantise(y, scales2, zero_points2, div_mode)
+    return y1, y2, x
+
+
+@npu_op(
+    "(Tensor x1, Tensor x2, Tensor gamma, Tensor scales1, Tensor? zero_points1=None, Tensor? scales2=None, "
+    "Tensor? zero_points2=None, int axis=-1, float epsilon=1e-06, bool div_mode=True) -> (Tensor, Tensor, Tensor)",
+    source=ADD_RMS_NORM_QUANT_DOC,
+    meta=_add_rms_norm_quant_meta,
+    kernel=_add_rms_norm_quant_kernel,
+)
+def npu_add_rms_norm_quant(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    gamma: torch.Tensor,
+    scales1: torch.Tensor,
+    zero_points1: Optional[torch.Tensor] = None,
+    scales2: Optional[torch.Tensor] = None,
+    zero_points2: Optional[torch.Tensor] = None,
+    axis: int = -1,
+    epsilon: float = 1e-6,
+    div_mode: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Residual add, RMSNorm and static int8 quantisation in one kernel: returns ``(y1, y2, x)``.
+
+    Sources: the AddRmsNormQuant formulas (hicann/ops-nn norm/add_rms_norm_quant/README.md and
+    aclnnAddRmsNormQuantV2) and op-plugin's add_rms_norm_quant kernel (outputs y1, y2 int8 like
+    x1, x like x1):
+
+    * ``x = x1 + x2`` (returned in x1's dtype), ``y = x / Rms(x) * gamma`` in float32 with
+      ``Rms(x) = sqrt(mean(x**2) + epsilon)``, computed from the rounded ``x`` as in
+      :func:`npu_add_rms_norm`;
+    * ``div_mode=True``: ``y1 = round(y / scales1 + zero_points1)``; ``False``:
+      ``round(y * scales1 + zero_points1)``; the same with scales2/zero_points2 for ``y2``.
+      Rounding is half-to-even, saturated to int8 (the convention of the CANN golden models).
+    * scales are float32/bfloat16/float16 and zero points int32/float32/bfloat16/float16, per
+      channel (gamma's shape) or one value.  Without ``scales2``, ``y2`` is zeros (the device
+      leaves it unspecified).  ``axis`` is accepted as in torch_npu (only -1 is documented).
+    """
+    for name, value in (("x1", x1), ("x2", x2), ("gamma", gamma), ("scales1", scales1)):
+        require_tensor(name, value)
+    require_tensors(zero_points1=zero_points1, scales2=scales2, zero_points2=zero_points2)
+    if require_int("axis", axis) != -1:
+        raise ValueError(f"axis={axis} is not implemented; torch_npu documents only -1 (the last dim)")
+    require_float("epsilon", epsilon)
+    require_bool("div_mode", div_mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_layer_norm_eval
+# ---------------------------------------------------------------------------------------------
+
+
+def _layer_norm_eval_meta(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    eps: float = 1e-5,
+) -> Out:
+    require_dtype("input", input, FLOAT_DTYPES)
+    dims = len(normalized_shape)
+    if not 1 <= dims <= input.dim() or tuple(input.shape[input.dim() - dims :]) != tuple(normalized_shape):
+        raise ValueError(
+            f"normalized_shape={list(normalized_shape)} must equal the trailing dims of input {list(input.shape)}"
+        )
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None:
+            require_dtype(name, param, (input.dtype, torch.float32), "(input's dtype or float32)")
+            if tuple(param.shape) != tuple(normalized_shape):
+                raise ValueError(f"{name} has shape {list(param.shape)}; expected {list(normalized_shape)}")
+    return Out(list(input.shape), input.dtype)
+
+
+def _layer_norm_eval_kernel(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    lead = input.shape[: input.dim() - len(normalized_shape)]
+    rows = input.to(torch.float32).reshape(math.prod(lead), -1)
+    width = rows.shape[-1]
+    centred = rows - pairwise_sum(rows, dim=-1, keepdim=True) / width
+    variance = pairwise_sum(centred * centred, dim=-1, keepdim=True) / width
+    y = (centred / torch.sqrt(variance + eps)).reshape(input.shape)
+    if weight is not None:
+        y = y * weight.to(torch.float32)
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(input.dtype)
+
+
+@npu_op(
+    "(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
+    source=LAYER_NORM_EVAL_DOC,
+    meta=_layer_norm_eval_meta,
+    kernel=_layer_norm_eval_kernel,
+)
+def npu_layer_norm_eval(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """Inference LayerNorm over the trailing ``normalized_shape`` dims (no mean/rstd outputs).
+
+    Source: torch_npu.npu_layer_norm_eval (Ascend Extension for PyTorch API reference; schema
+    ``npu_layer_norm_eval(Tensor input, int[] normalized_shape, Tensor? weight=None,
+    Tensor? bias=None, float eps=1e-05) -> Tensor``), the forward of
+    ``torch.nn.functional.layer_norm``: ``y = (x - mean) / sqrt(var + eps) * weight + bias``
+    with the biased variance.
+
+    float16/bfloat16/float32 input; weight/bias in input's dtype or float32.  Math is float32:
+    mean and variance are fixed pairwise sums (two passes), so the bits do not depend on the
+    thread count; the result is cast once to input's dtype.
+    """
+    require_tensor("input", input)
+    require_int_list("normalized_shape", normalized_shape)
+    require_tensors(weight=weight, bias=bias)
+    require_float("eps", eps)

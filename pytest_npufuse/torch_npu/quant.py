@@ -1,0 +1,974 @@
+"""Quantisation ops: int8 matmul with dequantisation, dequant-SwiGLU-quant, SwiGLU."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from ..exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
+from .checks import (
+    FLOAT_DTYPES, HALF_DTYPES, dtype_names, require_bool, require_choice, require_dtype, require_int,
+    require_optional_dtype, require_shape, require_tensor, require_tensors, require_unused,
+)
+from .fixedorder import round_to_int8, swiglu
+from .registry import Out, npu_op
+
+DYNAMIC_QUANT_MAX = 127.0
+INT4_MAX = 7.0
+INT4_PER_INT32 = 8
+QMM_MIN_RANK = 2
+QMM_MAX_RANK = 6
+
+# Layout of the int64 "quant param" built by npu_trans_quant_param / TransQuantParamV2.
+SCALE_FIELD_MASK = 0xFFFFE000  # float32 bits of the scale, cut to its top 19 bits
+LOW32_MASK = 0xFFFFFFFF
+QUANT_PARAM_FLAG = 1 << 46
+OFFSET_SHIFT = 37
+OFFSET_FIELD_MASK = 0x1FF  # 9-bit two's-complement offset
+OFFSET_MIN = -256
+OFFSET_MAX = 255
+
+QMM_OUTPUT_DTYPES = (torch.int8, torch.float16, torch.bfloat16, torch.int32)
+DEQUANT_SWIGLU_QUANT_DOC = (
+    "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002367.html"
+)
+SWIGLU_DOC = "torch_npu.npu_swiglu, Ascend Extension for PyTorch API reference 6.0 and 7.2"
+QUANT_MATMUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000172.html"
+
+
+def _broadcast_batch(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
+    """Broadcast the batch dimensions (all but the last two) of ``x1`` and ``x2``."""
+    try:
+        return list(torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]))
+    except RuntimeError as err:
+        raise ValueError(
+            f"x1 batch dims {list(x1.shape[:-2])} and x2 batch dims {list(x2.shape[:-2])} do not broadcast"
+        ) from err
+
+
+def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
+    """None means int8, as in torch_npu; the other outputs are the doc's int8, float16, bfloat16 and int32."""
+    if output_dtype is None:
+        return torch.int8
+    if output_dtype not in QMM_OUTPUT_DTYPES:
+        raise ValueError(
+            f"output_dtype={output_dtype} is not implemented; expected None or one of {dtype_names(QMM_OUTPUT_DTYPES)}"
+        )
+    return output_dtype
+
+
+def _check_qmm_operands(x1: torch.Tensor, x2: torch.Tensor) -> None:
+    for name, tensor in (("x1", x1), ("x2", x2)):
+        if tensor.dtype == torch.int32:
+            raise ValueError(f"{name} is int32 (int4 packed 8 per int32); only int8 x int8 is implemented")
+        require_dtype(name, tensor, (torch.int8,))
+        if not QMM_MIN_RANK <= tensor.dim() <= QMM_MAX_RANK:
+            raise ValueError(f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims")
+    if x1.shape[-1] != x2.shape[-2]:
+        raise ValueError(
+            f"x1 has k={x1.shape[-1]} (shape {list(x1.shape)}) but x2 has k={x2.shape[-2]} "
+            f"(shape {list(x2.shape)}); x2 must be [..., k, n]"
+        )
+
+
+def _check_qmm_scale(scale: torch.Tensor, n: int, out_dtype: torch.dtype, has_pertoken: bool) -> None:
+    """scale is [1] or [n]; its dtype depends on the output as in the doc's combination table."""
+    require_shape("scale", scale, ((1,), (n,)))
+    if out_dtype in (torch.bfloat16, torch.int32):
+        require_dtype("scale", scale, (torch.float32, torch.bfloat16), f"for a {out_dtype} output")
+    elif has_pertoken:
+        require_dtype("scale", scale, (torch.float32,), "when pertoken_scale is given")
+    else:
+        require_dtype("scale", scale, (torch.float32, torch.int64), f"for a {out_dtype} output")
+
+
+def _check_qmm_offset(offset: Optional[torch.Tensor], scale: torch.Tensor, n: int, out_dtype: torch.dtype) -> None:
+    if offset is None:
+        return
+    if out_dtype != torch.int8:
+        raise ValueError(f"offset is only allowed for an int8 output, got output_dtype={out_dtype}")
+    if scale.dtype == torch.int64:
+        raise ValueError("offset must be None when scale is int64: the offset is already packed into scale")
+    require_dtype("offset", offset, (torch.float32,))
+    require_shape("offset", offset, ((1,), (n,)))
+
+
+def _check_qmm_pertoken(pertoken_scale: Optional[torch.Tensor], m: int, out_dtype: torch.dtype) -> None:
+    if pertoken_scale is None:
+        return
+    if out_dtype in (torch.int8, torch.int32):
+        raise ValueError(f"pertoken_scale is only allowed for float16/bfloat16 outputs, got a {out_dtype} output")
+    require_dtype("pertoken_scale", pertoken_scale, (torch.float32,))
+    require_shape("pertoken_scale", pertoken_scale, ((m,),))
+
+
+def _allowed_bias_dtypes(out_dtype: torch.dtype, has_pertoken: bool) -> tuple[torch.dtype, ...]:
+    """Bias dtypes per output, from the doc's combination table (float bias needs a float output)."""
+    if out_dtype == torch.bfloat16:
+        return (torch.int32, torch.bfloat16, torch.float32)
+    if out_dtype == torch.float16 and has_pertoken:
+        return (torch.int32, torch.float16, torch.float32)
+    return (torch.int32,)
+
+
+def _check_qmm_bias(
+    bias: Optional[torch.Tensor], out_shape: Sequence[int], out_dtype: torch.dtype, has_pertoken: bool
+) -> None:
+    """bias is [n], or [batch, 1, n] when the output is 3-D."""
+    if bias is None:
+        return
+    require_dtype("bias", bias, _allowed_bias_dtypes(out_dtype, has_pertoken), f"for a {out_dtype} output")
+    n = out_shape[-1]
+    allowed = [(n,)]
+    if len(out_shape) == 3:
+        allowed.append((out_shape[0], 1, n))
+    require_shape("bias", bias, allowed)
+
+
+def _qmm_output_shape(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
+    return [*_broadcast_batch(x1, x2), x1.shape[-2], x2.shape[-1]]
+
+
+def _quant_matmul_meta(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    scale: torch.Tensor,
+    *,
+    offset: Optional[torch.Tensor] = None,
+    pertoken_scale: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    output_dtype: Optional[torch.dtype] = None,
+) -> Out:
+    """Validate the npu_quant_matmul tensors from metadata: ``[batch..., m, n]`` in the output dtype."""
+    out_dtype = _resolve_output_dtype(output_dtype)
+    _check_qmm_operands(x1, x2)
+    out_shape = _qmm_output_shape(x1, x2)
+    has_pertoken = pertoken_scale is not None
+    _check_qmm_scale(scale, out_shape[-1], out_dtype, has_pertoken)
+    _check_qmm_offset(offset, scale, out_shape[-1], out_dtype)
+    _check_qmm_pertoken(pertoken_scale, out_shape[-2], out_dtype)
+    _check_qmm_bias(bias, out_shape, out_dtype, has_pertoken)
+    return Out(out_shape, out_dtype)
+
+
+def _encode_quant_param(scale: torch.Tensor, offset: Optional[torch.Tensor]) -> torch.Tensor:
+    """Pack a float32 scale (and optional offset) into the int64 layout of TransQuantParamV2.
+
+    The float32 bits are cut to their top 19 bits (sign, exponent, 10 mantissa bits), bit 46
+    is set as a flag, and the offset is rounded half away from zero, clamped to [-256, 255]
+    and stored as 9-bit two's complement in bits 37..45.
+    """
+    bits = scale.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & LOW32_MASK
+    packed = (bits & SCALE_FIELD_MASK) | QUANT_PARAM_FLAG
+    if offset is None:
+        return packed
+    rounded = torch.sign(offset) * torch.floor(offset.abs() + 0.5)
+    off9 = rounded.clamp(OFFSET_MIN, OFFSET_MAX).to(torch.int64) & OFFSET_FIELD_MASK
+    return packed | (off9 << OFFSET_SHIFT)
+
+
+def _decode_quant_param(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unpack an int64 quant param into (float32 scale, float32 integer offset)."""
+    if not bool(((packed & QUANT_PARAM_FLAG) != 0).all()):
+        raise ValueError(
+            "scale is int64 but bit 46 is not set in every element; an int64 scale must be "
+            "produced by npu_trans_quant_param"
+        )
+    low = packed & LOW32_MASK
+    scale = wrap_to_int32(low).view(torch.float32)
+    off9 = (packed >> OFFSET_SHIFT) & OFFSET_FIELD_MASK
+    offset = torch.where(off9 > OFFSET_MAX, off9 - 2 * (OFFSET_MAX + 1), off9)
+    return scale, offset.to(torch.float32)
+
+
+def _dequant_params(
+    scale: torch.Tensor, offset: Optional[torch.Tensor], out_dtype: torch.dtype, has_pertoken: bool
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Return the float32 (scale, offset) the dequantisation really applies.
+
+    An int64 scale is decoded.  A float32 scale for an int8 or float16 output without
+    pertoken_scale goes through the same packing first, because torch_npu converts it with
+    npu_trans_quant_param before calling the kernel; the hardware therefore sees a 19-bit
+    scale and an integer offset.  In the other cases (bfloat16 output, pertoken path) the
+    scale is used as float32 unchanged.
+    """
+    if scale.dtype == torch.int64:
+        return _decode_quant_param(scale)
+    if out_dtype == torch.int8 or (out_dtype == torch.float16 and not has_pertoken):
+        return _decode_quant_param(_encode_quant_param(scale, offset))
+    return scale.to(torch.float32), None
+
+
+def _cast_quant_matmul_output(
+    values: torch.Tensor, offset: Optional[torch.Tensor], out_dtype: torch.dtype
+) -> torch.Tensor:
+    """Cast to a float output, or add the integer offset, round and saturate for int8."""
+    if out_dtype != torch.int8:
+        return values.to(out_dtype)
+    if offset is not None:
+        values = values + offset
+    return round_to_int8(values)
+
+
+def _quant_matmul_kernel(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    scale: torch.Tensor,
+    *,
+    offset: Optional[torch.Tensor] = None,
+    pertoken_scale: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    output_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """acc = x1 @ x2 (int32); [+ int32 bias]; * scale; [* pertoken]; [+ float bias]; [+ offset]."""
+    out_dtype = _resolve_output_dtype(output_dtype)
+    acc = int_matmul(x1, x2)
+    if bias is not None and bias.dtype == torch.int32:
+        acc = acc + bias
+    if out_dtype == torch.int32:
+        return acc
+    scale_f32, offset_f32 = _dequant_params(scale, offset, out_dtype, pertoken_scale is not None)
+    values = acc.to(torch.float32) * scale_f32
+    if pertoken_scale is not None:
+        values = values * pertoken_scale.unsqueeze(-1)
+    if bias is not None and bias.dtype != torch.int32:
+        values = values + bias.to(torch.float32)
+    return _cast_quant_matmul_output(values, offset_f32, out_dtype)
+
+@npu_op(
+    "(Tensor x1, Tensor x2, Tensor scale, *, Tensor? offset=None, Tensor? pertoken_scale=None, "
+    "Tensor? bias=None, ScalarType? output_dtype=None) -> Tensor",
+    source=QUANT_MATMUL_DOC,
+    meta=_quant_matmul_meta,
+    kernel=_quant_matmul_kernel,
+)
+def npu_quant_matmul(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    scale: torch.Tensor,
+    *,
+    offset: Optional[torch.Tensor] = None,
+    pertoken_scale: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    output_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """Quantised matmul: int8 ``x1 [..., m, k]`` times int8 ``x2 [..., k, n]``, then dequantise.
+
+    Source: torch_npu.npu_quant_matmul (Ascend Extension for PyTorch API reference, 6.0/7.0,
+    https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000172.html),
+    the QuantBatchMatmulV4 formulas (hicann/ops-nn, matmul/quant_batch_matmul_v4/README.md) and
+    the TransQuantParamV2 bit layout (hicann/ops-nn, quant/trans_quant_param_v2/README.md).
+
+    Semantics, with ``acc = x1 @ x2`` accumulated exactly in int32 (:func:`pytest_npufuse.exact.int_matmul`):
+
+    * without pertoken_scale: ``out = (acc [+ int32 bias]) * scale [+ float bias] [+ offset]``
+    * with pertoken_scale [m]: ``out = (acc [+ int32 bias]) * scale * pertoken_scale[:, None]
+      [+ float bias]``
+
+    Accepted combinations, following the doc's table (anything else raises ValueError):
+
+    * int8 output (the default when ``output_dtype`` is None): scale float32 or int64, optional
+      float32 offset, int32 bias, no pertoken_scale.
+    * float16 output: scale float32/int64 and int32 bias; or, with pertoken_scale, a float32
+      scale and an int32/float16/float32 bias.
+    * bfloat16 output: scale float32/bfloat16, optional pertoken_scale, int32/bfloat16/float32
+      bias, no offset.
+    * int32 output: scale float32/bfloat16, int32 bias, no offset, no pertoken_scale.
+
+    Choices and why:
+
+    * Batch dims broadcast; bias is [n] or, for a 3-D output, [batch, 1, n] (doc).
+    * ``x2`` is the logical [k, n] matrix.  A FRACTAL_NZ ``npu_format_cast`` only changes the
+      device layout, so the CPU model reads the values directly.
+    * The int32 bias is added to the accumulator before scaling; a float bias is added after
+      scaling (the doc formulas differ by bias dtype).
+    * A float32 scale for an int8/float16 output without pertoken is first packed the way
+      torch_npu packs it (npu_trans_quant_param): the scale keeps only its top 19 bits and the
+      offset becomes an integer.  This imitates the precision the hardware really applies.
+    * An int64 scale must come from npu_trans_quant_param (bit 46 set).  Its low 32 bits are
+      the float32 scale and bits 37..45 a signed 9-bit offset, which is applied for int8 outputs.
+    * Every float step is one float32 operation in the order above, and the result is cast to
+      the output dtype with round-half-to-even.  An int8 output is rounded half-to-even and
+      saturated to [-128, 127].  The NPU's fixpipe rounding is not documented; this is the
+      usual IEEE choice.
+    * int32 output (the last row of the combination table in op-plugin's
+      docs/context/torch_npu-npu_quant_matmul.md: int8 x int8, scale float32/bfloat16, int32
+      bias, no offset, no pertoken_scale) is the int32 accumulator plus the int32 bias.  The
+      doc gives no formula for this row; an int32 result cannot hold a float scale, so the
+      scale is checked but not applied (assumption, not confirmed on a device).  The
+      accumulator wraps around modulo 2**32 like an int32 register.
+    * int4 inputs (int32 packed, with the per-group ``group_sizes`` scales of newer releases)
+      are not implemented and raise ValueError.
+    """
+    for name, value in (("x1", x1), ("x2", x2), ("scale", scale)):
+        require_tensor(name, value)
+    require_tensors(offset=offset, pertoken_scale=pertoken_scale, bias=bias)
+    require_optional_dtype("output_dtype", output_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_dequant_swiglu_quant
+# ---------------------------------------------------------------------------------------------
+
+
+def _dsq_group_count(group_index: Optional[torch.Tensor]) -> int:
+    if group_index is None:
+        return 1
+    require_dtype("group_index", group_index, (torch.int32, torch.int64))
+    if group_index.dim() != 1 or group_index.shape[0] < 1:
+        raise ValueError(f"group_index has shape {list(group_index.shape)}; expected a non-empty 1-D [groupNum]")
+    return group_index.shape[0]
+
+
+def _check_dsq_x(x: torch.Tensor) -> None:
+    require_dtype("x", x, (torch.int32, *HALF_DTYPES))
+    if x.dim() < 2:
+        raise ValueError(f"x has rank {x.dim()} (shape {list(x.shape)}); expected at least 2 dims")
+    if x.shape[-1] % 2 != 0:
+        raise ValueError(f"x has last dim {x.shape[-1]}; it must be even (it is split in two halves)")
+
+
+def _check_dsq_dequant_inputs(
+    x: torch.Tensor,
+    weight_scale: Optional[torch.Tensor],
+    activation_scale: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    groups: int,
+) -> None:
+    """Dequantisation inputs, checked only for an int32 ``x`` (ignored for float ``x``)."""
+    two_h = x.shape[-1]
+    if weight_scale is None:
+        raise ValueError("weight_scale is required when x is int32 (it marks the dequantisation)")
+    require_dtype("weight_scale", weight_scale, (torch.float32,))
+    require_shape("weight_scale", weight_scale, ((two_h,), (1, two_h), (groups, two_h)))
+    if activation_scale is not None:
+        require_dtype("activation_scale", activation_scale, (torch.float32,))
+        tokens = tuple(x.shape[:-1])
+        require_shape("activation_scale", activation_scale, (tokens, (*tokens, 1), (math.prod(tokens),)))
+    if bias is not None:
+        require_dtype("bias", bias, (torch.float32, torch.float16, torch.bfloat16, torch.int32))
+        require_shape("bias", bias, ((two_h,),))
+
+
+def _check_dsq_quant_inputs(
+    x: torch.Tensor,
+    quant_scale: Optional[torch.Tensor],
+    quant_offset: Optional[torch.Tensor],
+    quant_mode: int,
+    groups: int,
+) -> None:
+    """quant_scale/quant_offset are [H/2]-wide for dynamic mode and 1-wide for static mode."""
+    width = x.shape[-1] // 2 if quant_mode == 1 else 1
+    shapes = ((width,), (1, width), (groups, width))
+    if quant_scale is not None:
+        require_dtype("quant_scale", quant_scale, (torch.float32, torch.float16, torch.bfloat16))
+        require_shape("quant_scale", quant_scale, shapes)
+    if quant_offset is not None:
+        if quant_mode == 1:
+            raise ValueError("quant_offset is only used by static quantisation (quant_mode=0), got quant_mode=1")
+        require_dtype("quant_offset", quant_offset, (torch.float32,))
+        require_shape("quant_offset", quant_offset, shapes)
+
+
+def _dequant_swiglu_quant_meta(
+    x: torch.Tensor,
+    *,
+    weight_scale: Optional[torch.Tensor] = None,
+    activation_scale: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    quant_scale: Optional[torch.Tensor] = None,
+    quant_offset: Optional[torch.Tensor] = None,
+    group_index: Optional[torch.Tensor] = None,
+    activate_left: bool = False,
+    quant_mode: int = 0,
+) -> tuple[Out, Out]:
+    """Validate the npu_dequant_swiglu_quant tensors: y int8 ``[..., H]``, scale float32 ``[...]``."""
+    _check_dsq_x(x)
+    groups = _dsq_group_count(group_index)
+    if x.dtype == torch.int32:
+        _check_dsq_dequant_inputs(x, weight_scale, activation_scale, bias, groups)
+    _check_dsq_quant_inputs(x, quant_scale, quant_offset, quant_mode, groups)
+    tokens = list(x.shape[:-1])
+    return Out([*tokens, x.shape[-1] // 2], torch.int8), Out(tokens, torch.float32)
+
+
+def _row_groups(group_index: Optional[torch.Tensor], rows: int) -> torch.Tensor:
+    """Group id of each covered row; group_index holds token counts per group (count mode).
+
+    Rows past the sum of the counts belong to no group and are not returned.
+    """
+    if group_index is None:
+        return torch.zeros(rows, dtype=torch.int64)
+    counts = group_index.to(torch.int64)
+    if bool((counts < 0).any()):
+        raise ValueError(f"group_index holds negative token counts: {counts.tolist()}")
+    if int(counts.sum()) > rows:
+        raise ValueError(f"group_index counts sum to {int(counts.sum())} but x has only {rows} token rows")
+    return torch.repeat_interleave(torch.arange(counts.shape[0]), counts)
+
+
+def _per_row(param: torch.Tensor, row_group: torch.Tensor) -> torch.Tensor:
+    """Expand a [W], [1, W] or [groupNum, W] parameter to float32 rows matching ``row_group``."""
+    values = param.to(torch.float32)
+    if values.dim() == 1 or values.shape[0] == 1:
+        return values.reshape(1, -1)
+    return values[row_group]
+
+
+def _dequantize(
+    x_rows: torch.Tensor,
+    row_group: torch.Tensor,
+    weight_scale: Optional[torch.Tensor],
+    activation_scale: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """int32 rows: (x [+ int32 bias]) * weight_scale [* activation_scale] [+ float bias]; float rows: cast."""
+    if x_rows.dtype != torch.int32:
+        return x_rows.to(torch.float32)
+    if bias is not None and bias.dtype == torch.int32:
+        x_rows = x_rows + bias
+    values = x_rows.to(torch.float32) * _per_row(weight_scale, row_group)
+    if activation_scale is not None:
+        values = values * activation_scale.reshape(-1, 1)[: x_rows.shape[0]]
+    if bias is not None and bias.dtype != torch.int32:
+        values = values + bias.to(torch.float32)
+    return values
+
+
+def _symmetric_levels(values: torch.Tensor, level_max: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric quantisation to ``[-level_max - 1, level_max]``: ``(levels as float32, scale)``.
+
+    scale = rowmax|v| / level_max (1 for an all-zero row, as in the dequant-swiglu-quant golden model);
+    levels = round(v / scale), half to even.
+    """
+    row_max = values.abs().amax(dim=-1)
+    scale = torch.where(row_max > 0, row_max / level_max, torch.ones_like(row_max))
+    return torch.round(values / scale.unsqueeze(-1)).clamp_(-level_max - 1, level_max), scale
+
+
+def _dynamic_quant(
+    values: torch.Tensor, row_group: torch.Tensor, quant_scale: Optional[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric int8 quantisation: scale = rowmax|v| / 127 (1 for all-zero rows)."""
+    if quant_scale is not None:
+        values = values * _per_row(quant_scale, row_group)
+    levels, scale = _symmetric_levels(values, DYNAMIC_QUANT_MAX)
+    return levels.to(torch.int8), scale
+
+
+def _static_quant(
+    values: torch.Tensor,
+    row_group: torch.Tensor,
+    quant_scale: Optional[torch.Tensor],
+    quant_offset: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """Static int8 quantisation: v / quant_scale + quant_offset (defaults 1 and 0)."""
+    if quant_scale is not None:
+        values = values / _per_row(quant_scale, row_group)
+    if quant_offset is not None:
+        values = values + _per_row(quant_offset, row_group)
+    return round_to_int8(values)
+
+
+def _dequant_swiglu_quant_kernel(
+    x: torch.Tensor,
+    *,
+    weight_scale: Optional[torch.Tensor] = None,
+    activation_scale: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    quant_scale: Optional[torch.Tensor] = None,
+    quant_offset: Optional[torch.Tensor] = None,
+    group_index: Optional[torch.Tensor] = None,
+    activate_left: bool = False,
+    quant_mode: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    two_h = x.shape[-1]
+    x_rows = x.reshape(-1, two_h)
+    rows = x_rows.shape[0]
+    row_group = _row_groups(group_index, rows)
+    covered = row_group.shape[0]
+    values = _dequantize(x_rows[:covered], row_group, weight_scale, activation_scale, bias)
+    activated = swiglu(values, activate_left)
+    y = torch.zeros(rows, two_h // 2, dtype=torch.int8)
+    scale = torch.zeros(rows, dtype=torch.float32)
+    if quant_mode == 1:
+        y[:covered], scale[:covered] = _dynamic_quant(activated, row_group, quant_scale)
+    else:
+        y[:covered] = _static_quant(activated, row_group, quant_scale, quant_offset)
+    return y.reshape(*x.shape[:-1], two_h // 2), scale.reshape(x.shape[:-1])
+@npu_op(
+    "(Tensor x, *, Tensor? weight_scale=None, Tensor? activation_scale=None, Tensor? bias=None, "
+    "Tensor? quant_scale=None, Tensor? quant_offset=None, Tensor? group_index=None, bool activate_left=False, "
+    "int quant_mode=0) -> (Tensor, Tensor)",
+    source=DEQUANT_SWIGLU_QUANT_DOC,
+    meta=_dequant_swiglu_quant_meta,
+    kernel=_dequant_swiglu_quant_kernel,
+)
+def npu_dequant_swiglu_quant(
+    x: torch.Tensor,
+    *,
+    weight_scale: Optional[torch.Tensor] = None,
+    activation_scale: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    quant_scale: Optional[torch.Tensor] = None,
+    quant_offset: Optional[torch.Tensor] = None,
+    group_index: Optional[torch.Tensor] = None,
+    activate_left: bool = False,
+    quant_mode: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dequantise, apply SwiGLU over the last dim, then quantise to int8: returns ``(y, scale)``.
+
+    Sources: torch_npu.npu_dequant_swiglu_quant (API reference 7.0,
+    https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002367.html),
+    aclnnDequantSwigluQuant (hicann/ops-nn, quant/dequant_swiglu_quant/docs/), the CANN golden
+    model of the op (quant/dequant_swiglu_quant/tests/assets/golden.py) and op-plugin's
+    DequantSwigluQuantOpApi.cpp (quant_mode mapping, output shapes).
+
+    ``x`` is ``[..., 2H]`` (rank >= 2, even last dim), int32 / float16 / bfloat16.  Outputs are
+    ``y`` int8 ``[..., H]`` and ``scale`` float32 ``[...]``.  All math is float32.
+
+    1. Dequantisation:
+       * int32 ``x``: ``(x [+ int32 bias]) * weight_scale [* activation_scale] [+ float bias]``.
+         weight_scale ([2H], [1, 2H] or [groupNum, 2H], float32) is required because it marks
+         the dequant step.  activation_scale (one value per token) is optional, as in aclnn.
+       * float16/bfloat16 ``x`` is already dequantised and only cast to float32.
+         ``weight_scale``, ``activation_scale`` and ``bias`` are accepted and **ignored**.
+         This is what the CANN golden model does, and it is why the feature example's
+         ``weight_scale`` of shape [m, n] with a bfloat16 ``x`` is legal.  The newest aclnn doc
+         even asks for those inputs to be null for float ``x`` (Ascend 950), so they cannot
+         change the result.
+    2. SwiGLU: the last dim is split into halves.  ``activate_left=True`` applies Swish to the
+       left half and multiplies by the right half.  The default ``False`` applies Swish to the
+       right half and multiplies by the left half.  Swish is computed as ``a / (1 + exp(-a))``,
+       the form of the golden model.
+    3. Quantisation.  op-plugin maps ``quant_mode`` 0 to "static" and 1 to "dynamic", so the
+       default is static:
+       * static (0): ``round(v / quant_scale + quant_offset)``, defaults 1 and 0, with
+         quant_scale/quant_offset 1 wide.  The returned ``scale`` is all zeros (the golden
+         model fills it with zeros; the device leaves it unspecified).
+       * dynamic (1): optionally ``v *= quant_scale`` (smooth scale, [H] or [groupNum, H]),
+         then per token ``scale = max|v| / 127`` (1.0 for an all-zero row) and
+         ``y = round(v / scale)``.  quant_offset is rejected here because the golden model
+         does not use it.
+       Rounding is half-to-even (rint, the golden default), saturated to [-128, 127].
+    4. ``group_index`` (count mode, int32/int64 [groupNum]) gives the number of tokens in each
+       group.  Row ``r`` uses row ``g`` of any 2-D [groupNum, ...] parameter.  Rows past the
+       sum of the counts get ``y = 0`` and ``scale = 0``, as in the golden model.
+
+    Rows are independent, and the only float reduction is a max, so the result does not
+    depend on the thread count.
+    """
+    require_tensor("x", x)
+    require_tensors(
+        weight_scale=weight_scale, activation_scale=activation_scale, bias=bias, quant_scale=quant_scale,
+        quant_offset=quant_offset, group_index=group_index,
+    )
+    require_bool("activate_left", activate_left)
+    if require_int("quant_mode", quant_mode) not in (0, 1):
+        raise ValueError(f"quant_mode={quant_mode} is not supported; expected 0 (static) or 1 (dynamic)")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_swiglu
+# ---------------------------------------------------------------------------------------------
+
+
+def _swiglu_meta(x: torch.Tensor, dim: int = -1) -> Out:
+    """Validate the npu_swiglu input: x's dtype, ``dim`` halved."""
+    require_dtype("x", x, FLOAT_DTYPES)
+    if x.dim() == 0 or not -x.dim() <= dim < x.dim():
+        raise ValueError(f"dim={dim} is out of range for x of shape {list(x.shape)}")
+    if x.shape[dim] % 2 != 0:
+        raise ValueError(f"x has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)")
+    shape = list(x.shape)
+    shape[dim] //= 2
+    return Out(shape, x.dtype)
+
+
+def _swiglu_kernel(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return swiglu(x.to(torch.float32), activate_left=True, dim=dim).to(x.dtype)
+
+
+@npu_op("(Tensor self, int dim=-1) -> Tensor", source=SWIGLU_DOC, meta=_swiglu_meta, kernel=_swiglu_kernel)
+def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """SwiGLU: split ``x`` in halves A (first) and B (second) along ``dim``; return ``swish(A) * B``.
+
+    Source: torch_npu.npu_swiglu (Ascend Extension for PyTorch API reference, 6.0 and 7.2;
+    schema ``npu_swiglu(Tensor self, int dim=-1) -> Tensor``).  The doc defines the output as
+    ``A * sigmoid(A) * B`` with A the first half, i.e. vLLM's SiluAndMul for ``dim=-1``.  Note
+    that this is the opposite default to npu_dequant_swiglu_quant (activate_left=False).
+
+    ``x`` is float16, bfloat16 or float32 with an even size in ``dim``; the output has x's dtype
+    and half that size.  Swish is computed in float32 as ``a / (1 + exp(-a))`` (the form the
+    dequant-swiglu-quant golden model uses), then multiplied by B and cast to x's dtype.
+    """
+    require_tensor("x", x)
+    require_int("dim", dim)
+
+
+# ---------------------------------------------------------------------------------------------
+# int4 packing (quint4x2 outputs)
+# ---------------------------------------------------------------------------------------------
+
+
+def _pack_int4(levels: torch.Tensor) -> torch.Tensor:
+    """Pack int4 levels (float32 in [-8, 7]) eight to an int32 along the last dim, element 0 in the low nibble.
+
+    torch_npu returns quint4x2 results as int32 with the last dim divided by 8 (npu_dynamic_quant and
+    npu_quantize docs).  The nibble order within the int32 is not documented; low-nibble-first is the
+    order of torch_npu.npu_convert_weight_to_int4pack's CPU reference and is an assumption here.
+    """
+    nibbles = levels.to(torch.int64).reshape(*levels.shape[:-1], -1, INT4_PER_INT32) & 0xF
+    shifts = torch.arange(INT4_PER_INT32, dtype=torch.int64) * 4
+    return wrap_to_int32((nibbles << shifts).sum(dim=-1))
+
+
+def _check_int4_width(name: str, x: torch.Tensor) -> None:
+    if x.shape[-1] % INT4_PER_INT32 != 0:
+        raise ValueError(f"{name} has last dim {x.shape[-1]}; a quint4x2 output packs 8 values per int32")
+
+
+def _packed_shape(x: torch.Tensor) -> list[int]:
+    return [*x.shape[:-1], x.shape[-1] // INT4_PER_INT32]
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_dynamic_quant
+# ---------------------------------------------------------------------------------------------
+
+DYNAMIC_QUANT_DOC = "op-plugin docs/context/torch_npu-npu_dynamic_quant.md"
+DYNAMIC_QUANT_DST = (torch.int8, torch.quint4x2)
+
+
+def _dynamic_quant_meta(
+    input: torch.Tensor,
+    *,
+    smooth_scales: Optional[torch.Tensor] = None,
+    group_index: Optional[torch.Tensor] = None,
+    dst_type: Optional[torch.dtype] = None,
+) -> tuple[Out, Out]:
+    """y int8 like input (int32 [..., H/8] for quint4x2), scale float32 [...]."""
+    require_dtype("input", input, HALF_DTYPES)
+    if input.dim() < 2:
+        raise ValueError(f"input has rank {input.dim()}; npu_dynamic_quant needs at least 2 dims")
+    hidden = input.shape[-1]
+    if group_index is None and smooth_scales is not None:
+        require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
+        require_shape("smooth_scales", smooth_scales, ((hidden,),))
+    if group_index is not None:
+        if smooth_scales is None:
+            raise ValueError("group_index selects rows of smooth_scales; pass smooth_scales [groups, H] with it")
+        require_dtype("group_index", group_index, (torch.int32, torch.int64))
+        require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
+        if group_index.dim() != 1 or smooth_scales.dim() != 2 or tuple(smooth_scales.shape) != (group_index.shape[0], hidden):
+            raise ValueError(
+                f"with group_index {list(group_index.shape)}, smooth_scales must be [groups, {hidden}], "
+                f"got {list(smooth_scales.shape)}"
+            )
+    scale = Out(list(input.shape[:-1]), torch.float32)
+    if dst_type == torch.quint4x2:
+        _check_int4_width("input", input)
+        return Out(_packed_shape(input), torch.int32), scale
+    return Out(list(input.shape), torch.int8), scale
+
+
+def _group_rows(group_index: torch.Tensor, rows: int) -> torch.Tensor:
+    """Group id of each row from cumulative row ends (npu_dynamic_quant's MoE group_index)."""
+    ends = [int(v) for v in group_index.tolist()]
+    if any(b < a for a, b in zip([0, *ends], ends)) or (ends and ends[-1] != rows):
+        raise ValueError(
+            f"group_index {ends} must be non-decreasing cumulative row ends whose last value is the row count {rows}"
+        )
+    counts = torch.tensor([b - a for a, b in zip([0, *ends], ends)], dtype=torch.int64)
+    return torch.repeat_interleave(torch.arange(len(ends)), counts)
+
+
+def _dynamic_quant_kernel(
+    input: torch.Tensor,
+    *,
+    smooth_scales: Optional[torch.Tensor] = None,
+    group_index: Optional[torch.Tensor] = None,
+    dst_type: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = input.reshape(-1, input.shape[-1]).to(torch.float32)
+    if smooth_scales is not None:
+        row_group = torch.zeros(rows.shape[0], dtype=torch.int64) if group_index is None else _group_rows(
+            group_index, rows.shape[0]
+        )
+        rows = rows * _per_row(smooth_scales, row_group)
+    int4 = dst_type == torch.quint4x2
+    levels, scale = _symmetric_levels(rows, INT4_MAX if int4 else DYNAMIC_QUANT_MAX)
+    levels = levels.reshape(input.shape)
+    y = _pack_int4(levels) if int4 else levels.to(torch.int8)
+    return y, scale.reshape(input.shape[:-1])
+
+
+@npu_op(
+    "(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, ScalarType? dst_type=None) "
+    "-> (Tensor, Tensor)",
+    source=DYNAMIC_QUANT_DOC,
+    meta=_dynamic_quant_meta,
+    kernel=_dynamic_quant_kernel,
+)
+def npu_dynamic_quant(
+    input: torch.Tensor,
+    *,
+    smooth_scales: Optional[torch.Tensor] = None,
+    group_index: Optional[torch.Tensor] = None,
+    dst_type: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token symmetric dynamic quantisation: returns ``(y, scale)``.
+
+    Source: torch_npu.npu_dynamic_quant (op-plugin docs/context/torch_npu-npu_dynamic_quant.md):
+    ``v = x * smooth_scales`` (when given), ``scale = rowMax(|v|) / DTYPE_MAX``,
+    ``y = round(v / scale)``, with DTYPE_MAX 127 for int8 and 7 for int4.
+
+    * ``input``: float16/bfloat16, rank >= 2; ``scale`` is float32 ``input.shape[:-1]``.
+    * per token: ``smooth_scales`` [H] (optional);  per group (MoE): ``smooth_scales``
+      [groups, H] and ``group_index`` [groups] of cumulative row ends (monotonic, last = rows),
+      rows ``group_index[g-1]:group_index[g]`` use ``smooth_scales[g]`` (doc).
+    * ``dst_type`` None/int8: int8 ``y`` like input; ``torch.quint4x2``: int4 levels in
+      [-8, 7], eight packed per int32 (last dim / 8; nibble order: see ``_pack_int4``).
+    * float32 math, round half to even.  An all-zero row gets scale 1 and y 0 (the device
+      divides by zero there; the value it writes is not documented).
+    """
+    require_tensor("input", input)
+    require_tensors(smooth_scales=smooth_scales, group_index=group_index)
+    require_optional_dtype("dst_type", dst_type)
+    if dst_type is not None:
+        require_choice("dst_type", dst_type, DYNAMIC_QUANT_DST, "int8, or quint4x2 for packed int4")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_quantize
+# ---------------------------------------------------------------------------------------------
+
+QUANTIZE_DOC = "op-plugin docs/context/torch_npu-npu_quantize.md"
+QUANTIZE_OUTPUTS = {
+    torch.qint8: (torch.int8, -128.0, 127.0),
+    torch.quint8: (torch.uint8, 0.0, 255.0),
+    torch.int8: (torch.int8, -128.0, 127.0),
+    torch.qint32: (torch.int32, -(2.0**31), 2.0**31 - 1),
+    torch.int32: (torch.int32, -(2.0**31), 2.0**31 - 1),
+    torch.quint4x2: (torch.int32, -8.0, 7.0),
+}
+
+
+def _quantize_axis(input: torch.Tensor, axis: int, div_mode: bool) -> int:
+    """The element-wise axis as a non-negative dim: div_mode=False uses the last axis unless axis is -2 (doc)."""
+    if not div_mode:
+        return input.dim() - 2 if axis == -2 else input.dim() - 1
+    if not -input.dim() <= axis < input.dim():
+        raise ValueError(f"axis={axis} is out of range for input of shape {list(input.shape)}")
+    return axis % input.dim()
+
+
+def _broadcast_param(param: torch.Tensor, input: torch.Tensor, dim: int) -> torch.Tensor:
+    """A 1-D per-axis (or single-value) parameter as float32, shaped to broadcast along ``dim``."""
+    shape = [1] * input.dim()
+    shape[dim] = -1
+    return param.to(torch.float32).reshape(shape)
+
+
+def _check_quantize_param(name: str, param: torch.Tensor, input: torch.Tensor, dim: int) -> None:
+    if param.numel() not in (1, input.shape[dim]) or param.dim() not in (1, input.dim()):
+        raise ValueError(
+            f"{name} has shape {list(param.shape)}; expected [{input.shape[dim]}] or [1] (the size of input's axis {dim})"
+        )
+
+
+def _quantize_meta(
+    input: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: Optional[torch.Tensor],
+    dtype: torch.dtype,
+    axis: int = 1,
+    div_mode: bool = True,
+) -> Out:
+    require_dtype("input", input, FLOAT_DTYPES)
+    require_dtype("scales", scales, FLOAT_DTYPES)
+    dim = _quantize_axis(input, axis, div_mode)
+    _check_quantize_param("scales", scales, input, dim)
+    if zero_points is not None:
+        require_dtype("zero_points", zero_points, (torch.int8, torch.uint8, torch.int32, *FLOAT_DTYPES))
+        _check_quantize_param("zero_points", zero_points, input, dim)
+    if dtype == torch.quint4x2:
+        if div_mode:
+            raise ValueError("dtype=torch.quint4x2 needs div_mode=False (doc)")
+        _check_int4_width("input", input)
+        return Out(_packed_shape(input), torch.int32)
+    return Out(list(input.shape), QUANTIZE_OUTPUTS[dtype][0])
+
+
+def _quantize_kernel(
+    input: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: Optional[torch.Tensor],
+    dtype: torch.dtype,
+    axis: int = 1,
+    div_mode: bool = True,
+) -> torch.Tensor:
+    dim = _quantize_axis(input, axis, div_mode)
+    scale = _broadcast_param(scales, input, dim)
+    values = input.to(torch.float32)
+    values = values / scale if div_mode else values * scale
+    if zero_points is not None:
+        values = values + _broadcast_param(zero_points, input, dim)
+    out_dtype, low, high = QUANTIZE_OUTPUTS[dtype]
+    levels = torch.round(values).clamp_(low, high)
+    return _pack_int4(levels) if dtype == torch.quint4x2 else levels.to(out_dtype)
+
+
+@npu_op(
+    "(Tensor input, Tensor scales, Tensor? zero_points, ScalarType dtype, int axis=1, bool div_mode=True) -> Tensor",
+    source=QUANTIZE_DOC,
+    meta=_quantize_meta,
+    kernel=_quantize_kernel,
+)
+def npu_quantize(
+    input: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: Optional[torch.Tensor],
+    dtype: torch.dtype,
+    axis: int = 1,
+    div_mode: bool = True,
+) -> torch.Tensor:
+    """Static quantisation: ``round(input / scales + zero_points)`` (``input * scales`` when not div_mode).
+
+    Source: torch_npu.npu_quantize (op-plugin docs/context/torch_npu-npu_quantize.md).
+
+    * ``scales``/``zero_points`` hold one value per element of ``input``'s ``axis`` (or one
+      value) and broadcast over the other axes.  With ``div_mode=False`` the axis is the last
+      one unless ``axis=-2`` (doc).
+    * ``dtype``: torch.qint8/int8 -> int8, torch.quint8 -> uint8, torch.qint32/int32 -> int32,
+      torch.quint4x2 (div_mode=False only) -> int4 levels packed eight per int32.
+    * float32 math, round half to even, saturated to the output range.
+    """
+    for name, value in (("input", input), ("scales", scales)):
+        require_tensor(name, value)
+    require_tensors(zero_points=zero_points)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.qint8, got {type(dtype).__name__}")
+    require_choice("dtype", dtype, tuple(QUANTIZE_OUTPUTS), "the output types torch_npu documents")
+    require_int("axis", axis)
+    require_bool("div_mode", div_mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_weight_quant_batchmatmul
+# ---------------------------------------------------------------------------------------------
+
+WEIGHT_QUANT_BATCHMATMUL_DOC = "op-plugin docs/context/torch_npu-npu_weight_quant_batchmatmul.md"
+WQBMM_BIAS_DTYPES = {torch.float16: torch.float16, torch.bfloat16: torch.float32}
+
+
+def _antiquant_param_shapes(k: int, n: int, group_size: int) -> tuple[tuple[int, ...], ...]:
+    """Per-tensor, per-channel, or (with a group size) per-group [ceil(k / group), n] shapes."""
+    if group_size > 0:
+        return ((math.ceil(k / group_size), n),)
+    return ((1,), (1, 1), (n,), (1, n))
+
+
+def _weight_quant_batchmatmul_meta(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    antiquant_scale: torch.Tensor,
+    antiquant_offset: Optional[torch.Tensor] = None,
+    quant_scale: Optional[torch.Tensor] = None,
+    quant_offset: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    antiquant_group_size: int = 0,
+    inner_precise: int = 0,
+) -> Out:
+    require_dtype("x", x, HALF_DTYPES)
+    require_dtype("weight", weight, (torch.int8,), "(int4 packed in int32 is not implemented)")
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[0]:
+        raise ValueError(f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]")
+    k, n = weight.shape
+    shapes = _antiquant_param_shapes(k, n, antiquant_group_size)
+    for name, param in (("antiquant_scale", antiquant_scale), ("antiquant_offset", antiquant_offset)):
+        if param is not None:
+            require_dtype(name, param, (x.dtype,), "(x's dtype)")
+            require_shape(name, param, shapes)
+    if bias is not None:
+        require_dtype("bias", bias, (WQBMM_BIAS_DTYPES[x.dtype],), f"for {x.dtype} x (doc)")
+        require_shape("bias", bias, ((n,), (1, n)))
+    return Out([x.shape[0], n], x.dtype)
+
+
+def _antiquant_weight(
+    weight: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor], group_size: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """``(weight + offset) * scale`` in float32, rounded once to x's dtype (the Cube's input dtype)."""
+    k, n = weight.shape
+
+    def expand(param: torch.Tensor) -> torch.Tensor:
+        values = param.to(torch.float32).reshape(-1, n) if param.numel() > 1 else param.to(torch.float32).reshape(1, 1)
+        return values.repeat_interleave(group_size, dim=0)[:k] if group_size > 0 else values
+
+    values = weight.to(torch.float32)
+    if offset is not None:
+        values = values + expand(offset)
+    return (values * expand(scale)).to(dtype)
+
+
+def _weight_quant_batchmatmul_kernel(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    antiquant_scale: torch.Tensor,
+    antiquant_offset: Optional[torch.Tensor] = None,
+    quant_scale: Optional[torch.Tensor] = None,
+    quant_offset: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    antiquant_group_size: int = 0,
+    inner_precise: int = 0,
+) -> torch.Tensor:
+    w = _antiquant_weight(weight, antiquant_scale, antiquant_offset, antiquant_group_size, x.dtype)
+    if bias is None:
+        return cube_matmul(x, w)
+    return cube_addmm(bias.reshape(-1), x, w)
+
+
+@npu_op(
+    "(Tensor x, Tensor weight, Tensor antiquant_scale, Tensor? antiquant_offset=None, Tensor? quant_scale=None, "
+    "Tensor? quant_offset=None, Tensor? bias=None, int antiquant_group_size=0, int inner_precise=0) -> Tensor",
+    source=WEIGHT_QUANT_BATCHMATMUL_DOC,
+    meta=_weight_quant_batchmatmul_meta,
+    kernel=_weight_quant_batchmatmul_kernel,
+)
+def npu_weight_quant_batchmatmul(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    antiquant_scale: torch.Tensor,
+    antiquant_offset: Optional[torch.Tensor] = None,
+    quant_scale: Optional[torch.Tensor] = None,
+    quant_offset: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    antiquant_group_size: int = 0,
+    inner_precise: int = 0,
+) -> torch.Tensor:
+    """Weight-only quantised matmul (W8A16): ``y = x @ ((weight + antiquant_offset) * antiquant_scale) + bias``.
+
+    Source: torch_npu.npu_weight_quant_batchmatmul (op-plugin
+    docs/context/torch_npu-npu_weight_quant_batchmatmul.md; WeightQuantBatchMatmulV2 formula).
+
+    * ``x`` float16/bfloat16 [m, k]; ``weight`` int8 [k, n]; output [m, n] in x's dtype.
+    * ``antiquant_scale``/``antiquant_offset`` in x's dtype: per tensor [1] or [1, 1], per channel
+      [n] or [1, n], or per group [ceil(k / antiquant_group_size), n] when ``antiquant_group_size``
+      > 0.  ``bias`` [n] or [1, n]: float16 for float16 x, float32 for bfloat16 x (doc).
+    * The dequantised weight is computed in float32 and rounded once to x's dtype (the Cube
+      multiplies fp16/bf16 operands); the product accumulates in float32 with the bias
+      (x's dtype or float32) added before one rounding (:func:`pytest_npufuse.exact.cube_addmm`).
+    * Not implemented (ValueError): int4 weights (int32-packed), int64 (trans_quant_param)
+      antiquant scales, and the int8 output quantisation ``quant_scale``/``quant_offset``.  ``inner_precise`` selects a device
+      precision/performance mode and does not change this model's values.
+    """
+    for name, value in (("x", x), ("weight", weight), ("antiquant_scale", antiquant_scale)):
+        require_tensor(name, value)
+    require_tensors(antiquant_offset=antiquant_offset, bias=bias)
+    require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=quant_scale, quant_offset=quant_offset)
+    if require_int("antiquant_group_size", antiquant_group_size) < 0:
+        raise ValueError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
+    require_choice("inner_precise", require_int("inner_precise", inner_precise), (0, 1), "device precision modes")

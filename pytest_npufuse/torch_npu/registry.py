@@ -1,0 +1,175 @@
+"""The one place a torch_npu op is declared: schema, argument checks, CPU kernel, fake kernel, catalog entry.
+
+An op is the public wrapper decorated with :func:`npu_op`.  The wrapper carries torch_npu's exact Python
+signature, defaults and docstring; its body holds the checks that need no tensor metadata (argument types,
+scalar ranges).  The decorator adds the rest from two functions with the same signature:
+
+* ``meta`` validates tensor metadata (shapes, dtypes) and returns the outputs as :class:`Out` specs;
+* ``kernel`` computes the outputs on CPU.
+
+From these it defines ``torch.ops.npu.<name>`` with torch_npu's schema (keyword-only markers included, so
+traced graphs carry the same arguments as with the real torch_npu; ``torch.library.custom_op`` cannot
+express keyword-only tensors, hence a FRAGMENT library), registers a CPU kernel (checks, meta, kernel,
+and a check that the result matches the meta) and a fake kernel (checks, meta, empty outputs), and
+verifies that the op catalog (``data/ops.toml``) has an entry for ``npu::<name>``.
+
+Why the wrapper checks always run, also while Dynamo traces: a scalar argument never reaches a fake
+kernel as a tensor, so the only place that sees ``out_flag=1`` for what it is is the wrapper.  Tensor
+metadata checks run in the fake kernel during tracing and in the CPU kernel eagerly, so they run once
+per call either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence, Union
+
+import torch
+
+from ..catalog import load_catalog
+from ..errors import ProfileError
+
+NAMESPACE = "npu"
+
+# Dropping the library object would unregister every op, so it lives as long as this module.
+_LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
+
+
+@dataclass(frozen=True)
+class Out:
+    """One output tensor as the meta function sees it: its shape (ints or SymInts) and dtype."""
+
+    shape: Sequence[Any]
+    dtype: torch.dtype
+
+
+Outputs = Union[Out, tuple[Out, ...], list[Out]]
+
+
+@dataclass(frozen=True)
+class NpuOp:
+    """One declared op, as ``python -m pytest_npufuse ops`` and the missing-op error list it."""
+
+    name: str
+    family: str
+    schema: str
+    source: str
+
+    @property
+    def op_type(self) -> str:
+        """The op-catalog key, ``npu::<name>``."""
+        return f"{NAMESPACE}::{self.name}"
+
+
+_OPS: dict[str, NpuOp] = {}
+OPS = MappingProxyType(_OPS)  # name -> NpuOp, in declaration order
+
+
+@functools.cache
+def _catalog_types() -> frozenset[str]:
+    return frozenset(load_catalog().entries)
+
+
+def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, torch.Tensor):
+                    return item
+    raise TypeError("an npu op needs at least one tensor argument")
+
+
+def _allocate(outputs: Outputs, like: torch.Tensor) -> Any:
+    """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing)."""
+    if isinstance(outputs, Out):
+        return like.new_empty(list(outputs.shape), dtype=outputs.dtype)
+    return type(outputs)(_allocate(out, like) for out in outputs)
+
+
+def _check_result(name: str, result: Any, outputs: Outputs) -> None:
+    """The CPU kernel must produce exactly what the fake kernel promises, or traced graphs would lie."""
+    pairs = [(result, outputs)] if isinstance(outputs, Out) else list(zip(result, outputs, strict=True))
+    for tensor, out in pairs:
+        if tuple(tensor.shape) != tuple(out.shape) or tensor.dtype != out.dtype:
+            raise RuntimeError(
+                f"npufuse bug: the CPU kernel of npu::{name} returned {tensor.dtype} {list(tensor.shape)} "
+                f"but its meta function declares {out.dtype} {list(out.shape)}"
+            )
+
+
+def _write_back(slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict, result: Any) -> tuple:
+    """Copy outputs into the arguments torch_npu overwrites; return the outputs with those arguments in their place.
+
+    ``slots`` holds (argument name, argument position, output position) triples, resolved once at
+    declaration so that Dynamo traces only tuple indexing here.
+    """
+    outputs = list(result)
+    for name, arg_position, out_position in slots:
+        target = kwargs[name] if name in kwargs else args[arg_position]
+        target.copy_(outputs[out_position])
+        outputs[out_position] = target
+    return tuple(outputs)
+
+
+def npu_op(
+    schema: str,
+    *,
+    source: str,
+    meta: Callable[..., Outputs],
+    kernel: Callable[..., Any],
+    writes_back: Mapping[str, int] = MappingProxyType({}),
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
+
+    ``schema`` is torch_npu's schema without the name, e.g. ``"(Tensor self, float eps=1e-06) -> Tensor"``;
+    ``source`` names the document whose semantics the kernel implements (shown by the ops command).
+    ``writes_back`` maps each argument a torch_npu op updates in place to the output holding its new
+    value: the registered op stays functional (one opaque node whose outputs are the new values) and
+    the wrapper copies those outputs into the arguments and returns the arguments in their place, so
+    callers see torch_npu's in-place behaviour.
+    """
+
+    def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
+        name = checks.__name__
+        op_type = f"{NAMESPACE}::{name}"
+        if op_type not in _catalog_types():
+            raise ProfileError(f"{op_type} is declared in {checks.__module__} but has no entry in data/ops.toml")
+        _LIB.define(f"{name}{schema}")
+
+        def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
+            checks(*args, **kwargs)
+            outputs = meta(*args, **kwargs)
+            result = kernel(*args, **kwargs)
+            _check_result(name, result, outputs)
+            return result
+
+        def fake_kernel(*args: Any, **kwargs: Any) -> Any:
+            checks(*args, **kwargs)
+            return _allocate(meta(*args, **kwargs), _first_tensor([*args, *kwargs.values()]))
+
+        torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
+        torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
+        packet = getattr(getattr(torch.ops, NAMESPACE), name)
+        returns_list = schema.rstrip().endswith("Tensor[]")
+        params = list(inspect.signature(checks).parameters)
+        slots = tuple((name, params.index(name), position) for name, position in writes_back.items())
+
+        @functools.wraps(checks)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            checks(*args, **kwargs)
+            result = packet(*args, **kwargs)
+            if slots:
+                return _write_back(slots, args, kwargs, result)
+            return list(result) if returns_list else result
+
+        family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
+        _OPS[name] = NpuOp(name, family, f"{name}{schema}", source)
+        return wrapper
+
+    return declare
