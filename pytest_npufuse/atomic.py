@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Collection, Mapping
 
 from .errors import OutputFileError
 
@@ -45,14 +45,16 @@ def check_writable(path: Path, what: str) -> Path:
     return target
 
 
-def check_outputs(outputs: Mapping[str, Path | None]) -> None:
+def check_outputs(outputs: Mapping[str, Path | None], kept: Collection[str] = ()) -> None:
     """Each named output is writable and no two of them are the same file (after symlinks): one would
-    silently overwrite the other, e.g. a run report written over the baseline."""
+    silently overwrite the other, e.g. a run report written over the baseline. Outputs named in
+    ``kept`` are written only if needed, so a read-only one is refused only when a write comes."""
     seen: dict[Path, str] = {}
     for what, path in outputs.items():
         if path is None:
             continue
-        real = Path(os.path.realpath(check_writable(path, what)))
+        target = write_target(path) if what in kept else check_writable(path, what)
+        real = Path(os.path.realpath(target))
         if real in seen:
             raise OutputFileError(
                 f"{seen[real]} and {what} are the same file ({path}); the second would overwrite the first. "
@@ -61,14 +63,14 @@ def check_outputs(outputs: Mapping[str, Path | None]) -> None:
         seen[real] = what
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, what: str = "output") -> None:
     """Write ``text`` to ``path`` (through a symlink to its target) atomically, after removing stale
     temporary files a killed writer left beside it.
 
     The file keeps its permissions, or gets the ones an ordinary write would give (a CI step run by
     another user must be able to read the result).
     """
-    target = check_writable(path, "output")
+    target = check_writable(path, what)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(target)
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()

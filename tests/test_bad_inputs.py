@@ -362,7 +362,105 @@ def test_bad_input_gives_a_clear_error(kind, given, action, pattern, tmp_path, c
     assert "Traceback" not in message
 
 
+# ----------------------------------------------------------------------------- command line and ini values
+# (given, command-line arguments, ini text, extra files, the pattern the usage error must match). Each
+# row is one in-process pytest session that stops at configure, before any model is compiled.
+NAN_PROFILE = '[tool.npufuse.targets.a3.clock]\ncube_mhz = nan\n'
+CONFIG_ROWS: list[tuple[str, tuple[str, ...], str, dict[str, str], str]] = [
+    ("--npu-target= (empty)", ("--npu-target=",), "", {}, r"--npu-target= is empty"),
+    ("--npu-target=a5", ("--npu-target=a5",), "", {}, r"unknown NPU target 'a5'"),
+    ("--npu-target=a3,,a2", ("--npu-target=a3,,a2",), "", {}, r"empty target name"),
+    ("--npu-target=a3,a3", ("--npu-target=a3,a3",), "", {}, r"'a3' is target 'a3' again; give each target once"),
+    ("--npufuse-tolerance without a baseline", ("--npufuse-tolerance=5",), "", {}, r"--npufuse-tolerance needs --npufuse-baseline FILE"),
+    ("ini npufuse_tolerance without a baseline", (), "npufuse_tolerance = 5\n", {}, r"--npufuse-tolerance needs --npufuse-baseline"),
+    ("--npufuse-tolerance=abc", ("--npufuse-baseline=b.json", "--npufuse-tolerance=abc"), "", {}, r"'abc' is not a percentage >= 0"),
+    ("--npufuse-tolerance=nan", ("--npufuse-baseline=b.json", "--npufuse-tolerance=nan"), "", {}, r"'nan' is not a percentage"),
+    ("--npufuse-baseline= (empty)", ("--npufuse-baseline=",), "", {}, r"--npufuse-baseline= is empty; give a path"),
+    ("--npufuse-json= (empty)", ("--npufuse-json=",), "", {}, r"--npufuse-json= is empty"),
+    ("--npufuse-update-baseline without a baseline", ("--npufuse-update-baseline",), "", {}, r"needs --npufuse-baseline FILE: the file to rewrite"),
+    ("ini npufuse_update_baseline = maybe", (), "npufuse_update_baseline = maybe\n", {}, r"ini key npufuse_update_baseline = 'maybe' is not a boolean; use true or false"),
+    ("baseline and JSON report on one path", ("--npufuse-baseline=x.json", "--npufuse-json=x.json"), "", {}, r"--npufuse-baseline and --npufuse-json are the same file"),
+    ("JSON and HTML report on one path", ("--npufuse-json=r.out", "--npufuse-html=r.out"), "", {}, r"--npufuse-json and --npufuse-html are the same file"),
+    ("update a read-only baseline", ("--npufuse-baseline=ro.json", "--npufuse-update-baseline"), "", {"ro.json": GOOD_BASELINE}, r"ro.json: the file is read-only, so it was not replaced"),
+    ("--npufuse-json is a directory", ("--npufuse-json=sub",), "", {"sub/keep": ""}, r"--npufuse-json sub: is a directory"),
+    ("--npufuse-trace-dir is a file", ("--npufuse-trace-dir=t.txt",), "", {"t.txt": ""}, r"--npufuse-trace-dir t.txt: is a file"),
+    ("--npufuse-baseline is corrupt", ("--npufuse-baseline=c.json",), "", {"c.json": "{"}, r"--npufuse-baseline: .*corrupt JSON"),
+    ("--npufuse-profile missing", ("--npufuse-profile=none.toml",), "", {}, r"none.toml: file not found"),
+    ("pyproject [tool.npufuse.target.a3]", (), "", {"pyproject.toml": "[tool.npufuse.target.a3.cores]\naic = 2\n"}, r"unknown table \[tool.npufuse.target\]; did you mean \[tool.npufuse.targets\]"),
+    ("pyproject profile cube_mhz = nan", (), "", {"pyproject.toml": NAN_PROFILE}, r"key 'cube_mhz' is nan"),
+]
+
+
+@pytest.mark.parametrize(("given", "args", "ini", "files", "pattern"), CONFIG_ROWS, ids=[row[0] for row in CONFIG_ROWS])
+def test_bad_setting_stops_the_run_with_a_usage_error(given, args, ini, files, pattern, pytester):
+    for name, text in files.items():
+        (pytester.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / name).write_text(text)
+    if "ro.json" in files:
+        (pytester.path / "ro.json").chmod(0o444)
+    if ini:
+        pytester.makeini("[pytest]\n" + ini)
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest_inprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    errors = result.stderr.str()
+    assert re.search(pattern, errors), errors
+    assert "Traceback" not in errors
+
+
+MARKER_CASES = '''
+import pytest, torch
+from pytest_npufuse import torchair
+
+
+@pytest.mark.npu_target("A3")
+def test_upper_case_target(npu_target):
+    pass
+
+
+@pytest.mark.superkernel(scope="sp1")
+def test_marker_but_no_check(npufuse):
+    pass
+
+
+@pytest.mark.superkernel(scope="sp1")
+@pytest.mark.superkernel(scope="sp1", segments=2)
+def test_two_markers_on_one_scope(npufuse):
+    pass
+
+
+@pytest.mark.superkernel(scope="sp1", outcome="unfused", segments=1)
+def test_contradiction(npufuse):
+    pass
+
+
+@pytest.mark.superkernel(scope="sp1", min_speedup=float("nan"))
+def test_nan_speedup(npufuse):
+    pass
+'''
+
+# (test, the pattern its failure must show): the marker rows, one grouped session.
+MARKER_ROWS = [
+    ("test_upper_case_target", r"'A3' is not a known target \(a2, a3\); did you mean 'a3'\?"),
+    ("test_marker_but_no_check", r"has superkernel/multistream markers but never called npufuse.check\(\)"),
+    ("test_two_markers_on_one_scope", r"two superkernel markers for scope 'sp1'; merge them"),
+    ("test_contradiction", r"outcome='unfused' forms no SuperKernel, so segments=1 can never hold"),
+    ("test_nan_speedup", r"min_speedup=nan must be a finite number"),
+]
+
+
+def test_bad_markers_fail_their_tests_with_the_reason(pytester):
+    pytester.makepyfile(MARKER_CASES)
+    result = pytester.runpytest_inprocess("-p", "no:randomly")
+    result.assert_outcomes(errors=len(MARKER_ROWS) - 1, failed=1)  # markers are parsed at set-up
+    output = result.stdout.str()
+    for test, pattern in MARKER_ROWS:
+        section = output.split(f" {test} ")[1].split("\n_")[0]
+        assert re.search(pattern, section), section
+    assert "torch.__trace" not in output and "Traceback" not in output
+
+
 def test_the_table_has_at_least_80_rows():
-    assert len(ROWS) >= 80
+    assert len(ROWS) + len(CONFIG_ROWS) + len(MARKER_ROWS) >= 80
     assert {kind for kind, *_ in ROWS} >= {"options", "scope", "marker", "profile", "op", "baseline", "cli", "model",
                                            "stream", "value"}
