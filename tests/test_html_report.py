@@ -7,13 +7,17 @@ then read the DOM it dumps. Without Chromium the browser tests are skipped with 
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
 import pytest
+import torch
 
-from browser import Chromium, Element, find_chromium
+from browser import Chromium, Element, find_chromium, parse_dom
+from pytest_npufuse import compare
 from pytest_npufuse.hardware import load_profile
+from pytest_npufuse.host import HostConfig
 from pytest_npufuse.htmlreport import case_view, render_page, write_html_report
 from pytest_npufuse.synthetic import ProgramBuilder, case_report
 
@@ -191,14 +195,25 @@ def test_report_shows_timelines_scope_breaks_races_hazards_and_events_in_a_brows
 
 
 @pytest.mark.filterwarnings("ignore:Benchmarks are automatically disabled because xdist")
-def test_xdist_controller_writes_the_same_report_as_a_serial_run(run, pytester):
+def test_xdist_controller_writes_the_same_report_with_the_gate_verdicts_as_a_serial_run(run, pytester):
+    run("--npufuse-baseline=base.json", "--npufuse-update-baseline", "-k", "broken").assert_outcomes(passed=1)
+    baseline = json.loads((pytester.path / "base.json").read_text())
+    entry = baseline["entries"]["test_html_cases.py::test_broken"]["a3"]
+    entry["variant_us"] = round(entry["variant_us"] / 2, 3)
     pages = {}
     for label, extra in (("serial", ()), ("xdist", ("-n", "2"))):
-        result = run(f"--npufuse-html={label}.html", "-k", "broken or race", *extra)
-        result.assert_outcomes(passed=2)
+        (pytester.path / "base.json").write_text(json.dumps(baseline))  # a run records its missing entries
+        result = run(f"--npufuse-html={label}.html", "--npufuse-baseline=base.json", "-k", "broken or race", *extra)
+        result.assert_outcomes(passed=1, failed=1)
         pages[label] = (pytester.path / f"{label}.html").read_text()
     assert pages["serial"] == pages["xdist"]
-    assert pages["serial"].count('<section class="case"') == 2
+    dom = parse_dom(pages["serial"])
+    (summary,) = dom.find_all("table", id="summary")
+    gates = {row.find_all("td")[0].all_text(): row.find_all("td")[-2].all_text() for row in summary.find_all("tr")[1:]}
+    assert gates == {"test_html_cases.py::test_broken": "regressed", "test_html_cases.py::test_race": "new"}
+    (gate,) = section(dom, "test_html_cases.py::test_broken").find_all("span", cls="gate")
+    assert gate.all_text().startswith("gate: regressed — test_html_cases.py::test_broken [a3]: ")
+    assert f"{entry['variant_us']:.3f} us -> " in gate.all_text()
 
 
 def test_html_file_that_is_a_directory_is_a_usage_error(pytester):
@@ -247,3 +262,20 @@ def test_a_large_case_is_drawn_with_kernels_below_a_pixel_merged(tmp_path, chrom
 def test_page_without_checks_says_so():
     page = render_page([])
     assert "No npufuse.check() ran in this session." in page and '<table id="summary"' in page
+
+
+def test_each_host_thread_gets_its_own_lane():
+    """Host-scheduled execution on GE's three pipelined threads: three host lanes above the stream."""
+
+    def model(x, w):
+        return torch.relu(x @ w) * 2
+
+    x, w = torch.ones(8, 16), torch.ones(16, 16)
+    report = compare(model, x, w, dynamic=True, host=HostConfig(threads=3))
+    dom = parse_dom(render_page([case_view(report, "host")]))
+    for variant in ("baseline", "variant"):
+        drawn = run_of(section(dom, "host"), variant)
+        assert lanes(drawn) == [("host", "host thread 0 (ordinary)"), ("host", "host thread 1 (memory)"),
+                                ("host", "host thread 2 (launch)"), ("stream", "stream default")]
+        host_boxes = [r for lane in drawn.find_all("g", cls="lane", data_kind="host") for r in lane.find_all("rect", cls="host")]
+        assert len(host_boxes) == len(report.baseline.host if variant == "baseline" else report.variant.host)

@@ -314,17 +314,19 @@ def test_kv_rmsnorm_rope_cache_normalises_rotates_and_scatters_in_place(cache_mo
     assert not flat_k[untouched].any() and not flat_ckv[untouched].any()
 
 
-def test_mla_prolog_follows_the_four_documented_paths() -> None:
+@pytest.mark.parametrize("op", ["npu_mla_prolog", "npu_mla_prolog_v2"])
+def test_mla_prolog_follows_the_four_documented_paths(op: str) -> None:
     t, he, hcq, n, d, dr, hckv = 3, 32, 16, 2, 8, 8, 16
     x, w_dq, w_uq_qr = _rnd(t, he, seed=50), _rnd(he, hcq, seed=51, scale=0.3), _rnd(hcq, n * (d + dr), seed=52, scale=0.3)
     w_uk, w_dkv_kr = _rnd(n, d, hckv, seed=53, scale=0.3), _rnd(he, hckv + dr, seed=54, scale=0.3)
     g_cq, g_ckv, sin, cos = _rnd(hcq, seed=55), _rnd(hckv, seed=56), _rnd(t, dr, seed=57), _rnd(t, dr, seed=58)
     index = torch.tensor([0, 5, 2])
     kv_cache, kr_cache = torch.zeros(2, 4, 1, hckv, dtype=torch.bfloat16), torch.zeros(2, 4, 1, dr, dtype=torch.bfloat16)
-    query, query_rope, kv_out, kr_out = torch_npu.npu_mla_prolog(
+    query, query_rope, kv_out, kr_out, *scale = getattr(torch_npu, op)(
         x, w_dq, w_uq_qr, w_uk, w_dkv_kr, g_cq, g_ckv, sin, cos, index, kv_cache, kr_cache
     )
     assert kv_out is kv_cache and kr_out is kr_cache
+    assert [(s.shape, s.dtype) for s in scale] == ([] if op == "npu_mla_prolog" else [((1,), torch.float32)])
 
     def bf16(v: torch.Tensor) -> torch.Tensor:  # the op boundaries where the fused kernel stores bfloat16
         return v.to(torch.bfloat16).double()
@@ -346,3 +348,25 @@ def test_mla_prolog_follows_the_four_documented_paths() -> None:
     torch.testing.assert_close(kv_cache.reshape(-1, hckv)[index].double(), c_kv, **tol)
     torch.testing.assert_close(kr_cache.reshape(-1, dr)[index].double(), k_rope, **tol)
     assert kv_cache.reshape(-1, hckv)[[1, 3, 4, 6, 7]].abs().sum() == 0
+
+
+def test_compiled_cache_writes_land_in_the_callers_caches() -> None:
+    def inputs() -> list[torch.Tensor]:
+        return [_rnd(1, 1, 2, 576, seed=60), _rnd(512, seed=61), _rnd(1, 1, 2, 64, seed=62), _rnd(1, 1, 2, 64, seed=63),
+                torch.tensor([3, 1]), torch.zeros(2, 2, 1, 64, dtype=torch.bfloat16),
+                torch.zeros(2, 2, 1, 512, dtype=torch.bfloat16)]
+
+    def step(kv, gamma, cos, sin, index, k_cache, ckv_cache):
+        _, _, k_embed, y = torch_npu.npu_kv_rmsnorm_rope_cache(
+            kv, gamma, cos, sin, index, k_cache, ckv_cache, cache_mode="PA_BNSD"
+        )
+        return k_embed, y
+
+    eager_args, compiled_args = inputs(), inputs()
+    graphs: list[torch.fx.GraphModule] = []
+    eager = step(*eager_args)
+    compiled = _compile_recording(step, graphs)(*compiled_args)
+    assert _npu_targets(graphs) == ["npu.npu_kv_rmsnorm_rope_cache.default"]
+    for a, b in zip([*eager, *eager_args], [*compiled, *compiled_args], strict=True):
+        assert torch.equal(a, b)
+    assert compiled_args[5].reshape(-1, 64)[[3, 1]].abs().sum() > 0

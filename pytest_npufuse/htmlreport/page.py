@@ -22,8 +22,8 @@ table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #ccc;padding:
 th{background:#f0f0f0;cursor:pointer;user-select:none;white-space:nowrap}td{white-space:nowrap}
 td:first-child,th:first-child{text-align:left}#summary td:first-child{white-space:normal;overflow-wrap:anywhere;max-width:460px}
 th.sorted-asc::after{content:" \\25B2"}th.sorted-desc::after{content:" \\25BC"}
-.v-passed,.g-unchanged,.g-faster{color:#1a7f37}.v-failed,.v-error,.g-regressed,.g-slower{color:#c62828;font-weight:600}
-.v-skipped,.v-xfailed,.g-new,.g-missing{color:#8a6d00}
+.v-passed,.g-unchanged,.g-improved{color:#1a7f37}.v-failed,.v-error,.g-regressed{color:#c62828;font-weight:600}
+.v-skipped,.v-xfailed,.g-new{color:#8a6d00}
 .facts span{margin-right:14px}.note{color:#555}
 .timeline{display:block;margin:8px 0;border:1px solid #ddd}
 .lane-bg{fill:#fafafa;stroke:#eee}.lane-label{font:11px monospace;fill:#333}.run-title{font:bold 12px sans-serif;fill:#111}
@@ -178,10 +178,12 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
     if gate:
         facts.append(f'<span class="gate g-{escape(gate["status"])}">gate: {escape(gate["status"])} — {escape(gate["text"])}</span>')
     mismatches = "".join(f"<li>{escape(m)}</li>" for m in view["mismatches"])
+    failures = "".join(f'<p class="failure"><b>{run["variant"].upper()} does not finish:</b> {escape(run["failure"])}</p>'
+                       for run in view["runs"] if run["failure"])
     return (
         f'<section class="case" id="case-{index}" data-case="{escape(view["case"])}">'
         f'<h2>{escape(view["case"])}</h2><div class="facts">{"".join(facts)}</div>'
-        f'{case_svg(view)}<div class="below"><div class="findings">{_scopes(view)}{_races(view)}'
+        f'{case_svg(view)}<div class="below"><div class="findings">{failures}{_scopes(view)}{_races(view)}'
         f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}</div>'
         f'{_op_types(view)}</div></section>'
     )

@@ -26,6 +26,7 @@ TITLE_PX = 22
 AXIS_TOP_PX = 24
 MIN_PX = 1.0
 _SUB_INSET = 4
+_TITLE_CHARS = 150
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,12 @@ class _RunDrawing:
         return parts
 
     def _subtitle(self) -> str:
+        """After the run's name: its time, or why it does not finish, cut to the drawing's width (the
+        whole sentence is in the case's findings)."""
         run = self.run
         if run["failure"]:
-            return f" — does not finish: {escape(run['failure'])}"
+            why = run["failure"] if len(run["failure"]) <= _TITLE_CHARS else run["failure"][: _TITLE_CHARS - 1] + "…"
+            return f" — does not finish: {escape(why)}"
         return f" — {run['time_us']} us ({escape(run['execution'])}, {escape(run['bound'])}-bound)"
 
     def _spans(self, indices: Iterable[int]) -> list[tuple[float, float, int]]:

@@ -7,10 +7,15 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``
 * :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``
 * :mod:`.rope` - ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
-  ``npu_kv_rmsnorm_rope_cache``, ``npu_mla_prolog``
+  ``npu_kv_rmsnorm_rope_cache``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``
 * :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``
-* :mod:`.attention` - ``npu_fused_infer_attention_score``
-* :mod:`.memory` - ``npu_format_cast``
+* :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
+  ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``
+* :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
+* :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
+  ``npu_prompt_flash_attention``
+* :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
+  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_confusion_transpose``
 
 Each op is declared once through :func:`.registry.npu_op` (schema, argument checks, CPU kernel, fake
 kernel, op-catalog entry), so ``torch.compile(..., fullgraph=True)`` leaves one opaque
@@ -24,9 +29,20 @@ add the op.
 from __future__ import annotations
 
 from ..errors import NpufuseError
-from .attention import npu_fused_infer_attention_score
-from .memory import npu_format_cast
+from .attention import npu_fused_infer_attention_score, npu_incre_flash_attention, npu_prompt_flash_attention
+from .memory import (
+    npu_confusion_transpose, npu_format_cast, npu_prefetch, npu_scatter_nd_update, npu_scatter_nd_update_,
+    npu_top_k_top_p,
+)
 from .moe import npu_grouped_matmul, npu_moe_gating_top_k
+from .moe_distribute import (
+    npu_moe_distribute_combine, npu_moe_distribute_combine_v2, npu_moe_distribute_dispatch,
+    npu_moe_distribute_dispatch_v2,
+)
+from .moe_routing import (
+    npu_moe_compute_expert_tokens, npu_moe_finalize_routing, npu_moe_gating_top_k_softmax, npu_moe_init_routing,
+    npu_moe_init_routing_v2,
+)
 from .norm import npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm
 from .quant import (
     npu_dequant_swiglu_quant, npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_swiglu,
@@ -34,29 +50,47 @@ from .quant import (
 )
 from .registry import OPS
 from .rope import (
-    npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_mla_prolog, npu_rotary_mul,
+    npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_mla_prolog, npu_mla_prolog_v2,
+    npu_rotary_mul,
 )
 
 __all__ = [
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
     "npu_apply_rotary_pos_emb",
+    "npu_confusion_transpose",
     "npu_dequant_swiglu_quant",
     "npu_dynamic_quant",
+    "npu_format_cast",
+    "npu_fused_infer_attention_score",
+    "npu_grouped_matmul",
+    "npu_incre_flash_attention",
     "npu_interleave_rope",
     "npu_kv_rmsnorm_rope_cache",
     "npu_layer_norm_eval",
     "npu_mla_prolog",
-    "npu_quantize",
-    "npu_rotary_mul",
-    "npu_weight_quant_batchmatmul",
-    "npu_format_cast",
-    "npu_fused_infer_attention_score",
-    "npu_grouped_matmul",
+    "npu_mla_prolog_v2",
+    "npu_moe_compute_expert_tokens",
+    "npu_moe_distribute_combine",
+    "npu_moe_distribute_combine_v2",
+    "npu_moe_distribute_dispatch",
+    "npu_moe_distribute_dispatch_v2",
+    "npu_moe_finalize_routing",
     "npu_moe_gating_top_k",
+    "npu_moe_gating_top_k_softmax",
+    "npu_moe_init_routing",
+    "npu_moe_init_routing_v2",
+    "npu_prefetch",
+    "npu_prompt_flash_attention",
     "npu_quant_matmul",
+    "npu_quantize",
     "npu_rms_norm",
+    "npu_rotary_mul",
+    "npu_scatter_nd_update",
+    "npu_scatter_nd_update_",
     "npu_swiglu",
+    "npu_top_k_top_p",
+    "npu_weight_quant_batchmatmul",
 ]
 
 README_SECTION = "README.md, section 'Op library' (#op-library)"

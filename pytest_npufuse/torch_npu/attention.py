@@ -1,4 +1,22 @@
-"""Attention ops: fused inference attention (prefill and decode)."""
+"""Attention ops: fused inference attention (prefill and decode, paged KV, MLA rope), incremental (decode)
+and prompt (prefill) flash attention.
+
+All three share one normalisation and one computation. A call is first brought to padded float32
+``[B, N, S, D]`` tensors with per-batch valid lengths: dense layouts (BSH, BSND, BNSD) are transposed, the
+variable-length TND layout is split at its cumulative ``actual_seq_lengths``, a paged KV cache is gathered
+through ``block_table``, and MLA's rope parts are appended to the head dim of query and key (so the score is
+``q.k + q_rope.k_rope``). Then, per batch and head, in float32:
+
+1. ``scores = (q @ k^T) * scale`` -- the Cube product of the input-dtype values, accumulated in fp32
+   (:func:`~pytest_npufuse.exact.cube_matmul`; products of fp16/bf16 values are exact in fp32);
+2. masked positions (mask, causal mode, band, invalid lengths) become -inf;
+3. ``p = exp(scores - rowmax) / pairwise_sum(exp(...))`` (fixed-order sum);
+4. ``out = p @ v`` in fp32 (:func:`cube_matmul` of fp32 operands), then **one rounding** to the query's dtype.
+
+``softmax_lse = rowmax + log(sum)`` stays float32. A row with nothing to attend to gives 0 and lse +inf.
+Every step is fixed-order, so the bits do not depend on threads; the device's online-softmax (flash)
+order differs from this in the last bits, and both variants of a case run this same kernel.
+"""
 
 from __future__ import annotations
 
@@ -7,38 +25,53 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .checks import (
-    require_bool, require_choice, require_dtype, require_float, require_int, require_int_list, require_ints,
-    require_optional_tensor, require_shape, require_tensor, require_unused,
-)
 from ..exact import cube_matmul
+from .checks import (
+    require_bool, require_choice, require_dtype, require_float, require_int, require_int_list, require_shape,
+    require_tensors, require_unused,
+)
 from .fixedorder import pairwise_sum
 from .registry import Out, npu_op
 
-FUSED_INFER_ATTENTION_SCORE_DOC = (
-    "https://www.hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000837.html"
-)
-FIA_LAYOUTS = ("BSH", "BSND", "BNSD")
-FIA_DTYPES = (torch.float16, torch.bfloat16)
-FIA_MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
-FIA_NO_BAND = 2147483647  # pre_tokens/next_tokens default: no band limit
+DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
+DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
+FIA_LAYOUTS = (*DENSE_LAYOUTS, "TND")
+ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
+MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
+NO_BAND = 2147483647  # pre_tokens/next_tokens: no band limit
 CAUSAL_MASK_SIZE = 2048  # sparse_mode 2/3 take this fixed upper-triangular mask
+MASK_ONLY, ALL_MASK, LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL = 0, 1, 2, 3
+CAUSAL_MODES = (LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL)
 
 
 @dataclass(frozen=True)
-class _AttentionDims:
-    """Sizes of one attention call, read from the layouts."""
+class _Geometry:
+    """Sizes of one attention call, read from the layouts (metadata only, so fake kernels can use it)."""
 
+    layout: str
     batch: int
     heads: int
     kv_heads: int
-    q_len: int
-    kv_len: int
-    head_dim: int
+    q_len: int  # padded (max) query length per batch; total tokens T for TND
+    kv_len: int  # padded KV length per batch (block count x block size when paged)
+    head_dim: int  # query/key head dim without rope
     value_dim: int
+    paged: bool
+
+    def out_shape(self) -> list[int]:
+        n, s, dv = self.heads, self.q_len, self.value_dim
+        return {
+            "BSH": [self.batch, s, n * dv],
+            "BSND": [self.batch, s, n, dv],
+            "BNSD": [self.batch, n, s, dv],
+            "TND": [s, n, dv],
+        }[self.layout]
+
+    def lse_shape(self) -> list[int]:
+        return [self.q_len, self.heads, 1] if self.layout == "TND" else [self.batch, self.heads, self.q_len, 1]
 
 
-def _layout_sizes(name: str, tensor: torch.Tensor, layout: str, heads: int) -> tuple[int, int, int]:
+def _dense_sizes(name: str, tensor: torch.Tensor, layout: str, heads: int) -> tuple[int, int, int]:
     """(batch, sequence, head dim) of a BSH / BSND / BNSD tensor with ``heads`` heads."""
     if layout == "BSH":
         if tensor.dim() != 3 or tensor.shape[2] % heads != 0:
@@ -53,195 +86,118 @@ def _layout_sizes(name: str, tensor: torch.Tensor, layout: str, heads: int) -> t
     return tensor.shape[0], seq, tensor.shape[3]
 
 
-def _attention_dims(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: str, heads: int, kv_heads: int
-) -> _AttentionDims:
-    batch, q_len, head_dim = _layout_sizes("query", query, layout, heads)
-    key_batch, kv_len, key_dim = _layout_sizes("key", key, layout, kv_heads)
-    value_batch, value_len, value_dim = _layout_sizes("value", value, layout, kv_heads)
-    if (key_batch, value_batch) != (batch, batch) or value_len != kv_len or key_dim != head_dim:
-        raise ValueError(
-            f"query {list(query.shape)}, key {list(key.shape)} and value {list(value.shape)} do not match in "
-            f"{layout}: batch, KV sequence and query/key head dim must agree"
-        )
-    return _AttentionDims(batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim)
+def _tnd_sizes(name: str, tensor: torch.Tensor, heads: int) -> tuple[int, int]:
+    """(tokens T, head dim) of a TND tensor."""
+    if tensor.dim() != 3 or tensor.shape[1] != heads:
+        raise ValueError(f"{name} has shape {list(tensor.shape)}; TND needs [T, {heads}, D]")
+    return tensor.shape[0], tensor.shape[2]
 
 
-def _check_fia_mask(mask: Optional[torch.Tensor], sparse_mode: int, dims: _AttentionDims) -> None:
+def _paged_sizes(name: str, cache: torch.Tensor, kv_heads: int, block_size: int) -> int:
+    """Head dim of a paged cache: [blocks, block_size, N_kv x D] (BnBsH) or [blocks, N_kv, block_size, D] (BnNBsD)."""
+    if cache.dim() == 3 and cache.shape[1] == block_size and cache.shape[2] % kv_heads == 0:
+        return cache.shape[2] // kv_heads
+    if cache.dim() == 4 and cache.shape[1] == kv_heads and cache.shape[2] == block_size:
+        return cache.shape[3]
+    raise ValueError(
+        f"{name} has shape {list(cache.shape)}; with block_table the KV cache is [blocks, {block_size}, "
+        f"{kv_heads} x D] or [blocks, {kv_heads}, {block_size}, D] (block_size={block_size})"
+    )
+
+
+def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: str, heads: int, kv_heads: int,
+              block_table: Optional[torch.Tensor], block_size: int, q_lens: Optional[Sequence[int]]) -> _Geometry:
+    paged = block_table is not None
+    if layout == "TND":
+        if q_lens is None:
+            raise ValueError("input_layout='TND' needs actual_seq_lengths: the cumulative query token ends per batch")
+        q_len, head_dim = _tnd_sizes("query", query, heads)
+        batch = len(q_lens)
+    else:
+        batch, q_len, head_dim = _dense_sizes("query", query, layout, heads)
+    if paged:
+        require_dtype("block_table", block_table, (torch.int32,))
+        if block_table.dim() != 2 or block_table.shape[0] != batch:
+            raise ValueError(f"block_table has shape {list(block_table.shape)}; expected [B={batch}, max blocks per sequence]")
+        if block_size <= 0:
+            raise ValueError("block_table needs block_size > 0 (the tokens per cache block)")
+        key_dim = _paged_sizes("key", key, kv_heads, block_size)
+        value_dim = _paged_sizes("value", value, kv_heads, block_size)
+        kv_len = block_table.shape[1] * block_size
+    elif layout == "TND":
+        kv_len, key_dim = _tnd_sizes("key", key, kv_heads)
+        value_len, value_dim = _tnd_sizes("value", value, kv_heads)
+        if value_len != kv_len:
+            raise ValueError(f"key has {kv_len} tokens but value has {value_len}")
+    else:
+        key_batch, kv_len, key_dim = _dense_sizes("key", key, layout, kv_heads)
+        value_batch, value_len, value_dim = _dense_sizes("value", value, layout, kv_heads)
+        if (key_batch, value_batch) != (batch, batch) or value_len != kv_len:
+            raise ValueError(
+                f"query {list(query.shape)}, key {list(key.shape)} and value {list(value.shape)} do not match in "
+                f"{layout}: batch and KV sequence must agree"
+            )
+    if key_dim != head_dim:
+        raise ValueError(f"query head dim {head_dim} and key head dim {key_dim} differ")
+    return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged)
+
+
+def _check_rope(query_rope: Optional[torch.Tensor], key_rope: Optional[torch.Tensor], query: torch.Tensor,
+                key: torch.Tensor) -> None:
+    """MLA: query_rope / key_rope come together, in query's / key's dtype and shape but their own last dim."""
+    if (query_rope is None) != (key_rope is None):
+        raise ValueError("query_rope and key_rope must be given together (MLA) or not at all")
+    for name, rope, base in (("query_rope", query_rope, query), ("key_rope", key_rope, key)):
+        if rope is None:
+            continue
+        require_dtype(name, rope, (base.dtype,))
+        if rope.dim() != base.dim() or tuple(rope.shape[:-1]) != tuple(base.shape[:-1]):
+            if not (base.dim() == 3 and rope.dim() == 3 and rope.shape[:2] == base.shape[:2]):
+                raise ValueError(f"{name} has shape {list(rope.shape)}; it must match {list(base.shape)} except "
+                                 "the last dim (the rope head dim)")
+
+
+def _seq_lengths(name: str, values: Optional[Sequence[int]], batch: int, limit: int) -> list[int]:
+    """Per-batch valid lengths (one value is broadcast, longer lists are cut to B); None means the full length."""
+    if values is None:
+        return [limit] * batch
+    lengths = [int(require_int(f"{name}[{i}]", v)) for i, v in enumerate(values)]
+    if len(lengths) == 1:
+        lengths = lengths * batch
+    if len(lengths) < batch or any(not 0 <= v <= limit for v in lengths[:batch]):
+        raise ValueError(f"{name}={lengths} must hold 1 or >= {batch} (batch) values between 0 and {limit}")
+    return lengths[:batch]
+
+
+def _cumulative_lengths(name: str, ends: Sequence[int], total: int) -> list[int]:
+    """TND: per-batch lengths from cumulative ends (non-decreasing, the last <= the token count)."""
+    ends = [int(require_int(f"{name}[{i}]", v)) for i, v in enumerate(ends)]
+    starts = [0, *ends[:-1]]
+    if any(e < s for s, e in zip(starts, ends)) or (ends and ends[-1] > total):
+        raise ValueError(f"{name}={ends} must be non-decreasing cumulative token ends <= {total} (TND layout)")
+    return [e - s for s, e in zip(starts, ends)]
+
+
+def _check_mask(mask: Optional[torch.Tensor], sparse_mode: int, geo: _Geometry) -> None:
     if mask is None:
-        if sparse_mode in (2, 3):
+        if sparse_mode in CAUSAL_MODES:
             raise ValueError(
                 f"sparse_mode={sparse_mode} needs the compressed causal mask atten_mask="
                 f"torch.triu(torch.ones({CAUSAL_MASK_SIZE}, {CAUSAL_MASK_SIZE}, dtype=torch.bool), diagonal=1)"
             )
+        if sparse_mode == ALL_MASK:
+            raise ValueError("sparse_mode=1 (allMask) needs the full atten_mask")
         return
-    require_dtype("atten_mask", mask, FIA_MASK_DTYPES)
+    require_dtype("atten_mask", mask, MASK_DTYPES)
     size = CAUSAL_MASK_SIZE
-    if sparse_mode in (2, 3):
+    if sparse_mode in CAUSAL_MODES:
         require_shape("atten_mask", mask, ((size, size), (1, size, size), (1, 1, size, size)))
         return
-    b, sq, skv = dims.batch, dims.q_len, dims.kv_len
-    shapes = [(b, sq, skv), (1, sq, skv), (b, 1, sq, skv), (1, 1, sq, skv), (b, skv) if sq == 1 else (sq, skv)]
+    if geo.layout == "TND":
+        raise ValueError("with input_layout='TND' only the causal sparse modes 2/3 (compressed mask) are modeled")
+    b, sq, skv = geo.batch, geo.q_len, geo.kv_len
+    shapes = [(b, sq, skv), (1, sq, skv), (b, 1, sq, skv), (1, 1, sq, skv), (b, 1, skv), (b, skv) if sq == 1 else (sq, skv)]
     require_shape("atten_mask", mask, shapes)
-
-
-def _seq_lengths(name: str, values: Optional[Sequence[int]], batch: int, limit: int) -> list[int]:
-    """Per-batch valid lengths (one value is broadcast); None means the full length."""
-    if values is None:
-        return [limit] * batch
-    lengths = [require_int(f"{name}[{i}]", v) for i, v in enumerate(values)]
-    if len(lengths) not in (1, batch) or any(not 0 <= v <= limit for v in lengths):
-        raise ValueError(f"{name}={lengths} must hold 1 or {batch} (batch) values between 0 and {limit}")
-    return lengths * batch if len(lengths) == 1 else lengths
-
-
-def _check_fia_options(
-    num_heads: int,
-    num_key_value_heads: int,
-    input_layout: str,
-    sparse_mode: int,
-    inner_precise: int,
-    pre_tokens: int,
-    next_tokens: int,
-) -> None:
-    """Scalar options: head counts, layout, sparse and precision modes, token bands."""
-    if require_int("num_heads", num_heads) < 1:
-        raise ValueError(f"num_heads={num_heads} must be >= 1")
-    kv_heads = require_int("num_key_value_heads", num_key_value_heads) or num_heads
-    if kv_heads < 0 or num_heads % kv_heads != 0:
-        raise ValueError(f"num_key_value_heads={num_key_value_heads} must divide num_heads={num_heads} (GQA groups)")
-    if input_layout not in FIA_LAYOUTS:
-        raise ValueError(f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}")
-    require_choice("sparse_mode", require_int("sparse_mode", sparse_mode), (0, 2, 3), "0 mask as given, 2/3 causal")
-    require_choice("inner_precise", require_int("inner_precise", inner_precise), (0, 1), "device precision modes")
-    if (require_int("pre_tokens", pre_tokens), require_int("next_tokens", next_tokens)) != (FIA_NO_BAND, FIA_NO_BAND):
-        raise ValueError(
-            "pre_tokens/next_tokens bands are not implemented; keep the defaults (2147483647) and express "
-            "causality with atten_mask or sparse_mode 2/3"
-        )
-
-
-def _check_fia_arguments(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    *,
-    atten_mask: Optional[torch.Tensor] = None,
-    actual_seq_lengths: Optional[Sequence[int]] = None,
-    actual_seq_lengths_kv: Optional[Sequence[int]] = None,
-    num_heads: int = 1,
-    scale: float = 1.0,
-    pre_tokens: int = FIA_NO_BAND,
-    next_tokens: int = FIA_NO_BAND,
-    input_layout: str = "BSH",
-    num_key_value_heads: int = 0,
-    sparse_mode: int = 0,
-    inner_precise: int = 0,
-    block_size: int = 0,
-    antiquant_mode: int = 0,
-    key_antiquant_mode: int = 0,
-    value_antiquant_mode: int = 0,
-    softmax_lse_flag: bool = False,
-    **unsupported: object,
-) -> None:
-    """The argument checks that need no tensor metadata.
-
-    Every optional tensor of an unimplemented feature (quantisation, paged KV, shared prefix, rope
-    split, pse) arrives in ``unsupported`` and must be None.  block_size and the antiquant modes only
-    configure those features and are checked as ints only.
-    """
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_tensor(name, tensor)
-    require_optional_tensor("atten_mask", atten_mask)
-    require_unused("npu_fused_infer_attention_score", **unsupported)
-    require_ints(
-        block_size=block_size, antiquant_mode=antiquant_mode, key_antiquant_mode=key_antiquant_mode,
-        value_antiquant_mode=value_antiquant_mode,
-    )
-    require_int_list("actual_seq_lengths", actual_seq_lengths)
-    require_int_list("actual_seq_lengths_kv", actual_seq_lengths_kv)
-    require_float("scale", scale)
-    require_bool("softmax_lse_flag", softmax_lse_flag)
-    _check_fia_options(num_heads, num_key_value_heads, input_layout, sparse_mode, inner_precise, pre_tokens, next_tokens)
-
-
-def _fia_layout(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    *,
-    atten_mask: Optional[torch.Tensor] = None,
-    actual_seq_lengths: Optional[Sequence[int]] = None,
-    actual_seq_lengths_kv: Optional[Sequence[int]] = None,
-    num_heads: int = 1,
-    input_layout: str = "BSH",
-    num_key_value_heads: int = 0,
-    sparse_mode: int = 0,
-    softmax_lse_flag: bool = False,
-    **other_options: object,
-) -> tuple[list[int], list[int], _AttentionDims]:
-    """Validate the attention tensors from metadata; return (out shape, lse shape, dims)."""
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_dtype(name, tensor, FIA_DTYPES, "(int8 quantised attention is not implemented)")
-    if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise ValueError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
-    dims = _attention_dims(query, key, value, input_layout, num_heads, num_key_value_heads or num_heads)
-    _check_fia_mask(atten_mask, sparse_mode, dims)
-    _seq_lengths("actual_seq_lengths", actual_seq_lengths, dims.batch, dims.q_len)
-    _seq_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, dims.batch, dims.kv_len)
-    out_shape = {
-        "BSH": [dims.batch, dims.q_len, num_heads * dims.value_dim],
-        "BSND": [dims.batch, dims.q_len, num_heads, dims.value_dim],
-        "BNSD": [dims.batch, num_heads, dims.q_len, dims.value_dim],
-    }[input_layout]
-    lse_shape = [dims.batch, num_heads, dims.q_len, 1] if softmax_lse_flag else [0]
-    return out_shape, lse_shape, dims
-
-
-def _fia_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[Out, Out]:
-    """attention_out in query's layout and dtype, softmax_lse float32."""
-    out_shape, lse_shape, _ = _fia_layout(query, key, value, **options)
-    return Out(out_shape, query.dtype), Out(lse_shape, torch.float32)
-
-
-def _to_bnsd(tensor: torch.Tensor, layout: str, heads: int) -> torch.Tensor:
-    """float32 [B, N, S, D] view of a BSH / BSND / BNSD tensor."""
-    if layout == "BSH":
-        tensor = tensor.reshape(tensor.shape[0], tensor.shape[1], heads, -1)
-    if layout != "BNSD":
-        tensor = tensor.transpose(1, 2)
-    return tensor.to(torch.float32)
-
-
-def _from_bnsd(tensor: torch.Tensor, layout: str) -> torch.Tensor:
-    if layout == "BNSD":
-        return tensor
-    bsnd = tensor.transpose(1, 2)
-    return bsnd.reshape(*bsnd.shape[:2], -1) if layout == "BSH" else bsnd.contiguous()
-
-
-def _masked_out(mask: torch.Tensor, dims: _AttentionDims) -> torch.Tensor:
-    """A mode-0 atten_mask as bool [B or 1, 1, Sq, Skv]; True (nonzero) means "do not attend"."""
-    masked = mask != 0
-    if masked.dim() == 2:
-        return masked.reshape(-1, 1, 1, dims.kv_len) if dims.q_len == 1 else masked.reshape(1, 1, dims.q_len, -1)
-    return masked.unsqueeze(1) if masked.dim() == 3 else masked
-
-
-def _visible(
-    mask: Optional[torch.Tensor], sparse_mode: int, dims: _AttentionDims, q_lens: list[int], kv_lens: list[int]
-) -> torch.Tensor:
-    """bool [B, 1, Sq, Skv]: which key each query row may attend to."""
-    q_pos = torch.arange(dims.q_len).reshape(1, 1, -1, 1)
-    kv_pos = torch.arange(dims.kv_len).reshape(1, 1, 1, -1)
-    q_len = torch.tensor(q_lens).reshape(-1, 1, 1, 1)
-    kv_len = torch.tensor(kv_lens).reshape(-1, 1, 1, 1)
-    visible = (q_pos < q_len) & (kv_pos < kv_len)
-    if sparse_mode == 2:
-        return visible & (kv_pos <= q_pos)
-    if sparse_mode == 3:
-        return visible & (kv_pos <= q_pos + (kv_len - q_len))
-    return visible if mask is None else visible & ~_masked_out(mask, dims)
 
 
 def _require_causal_mask(mask: torch.Tensor) -> None:
@@ -251,6 +207,103 @@ def _require_causal_mask(mask: torch.Tensor) -> None:
         raise ValueError(
             "sparse_mode 2/3 need atten_mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation to padded [B, N, S, D]
+# ---------------------------------------------------------------------------------------------
+
+
+def _dense_to_bnsd(tensor: torch.Tensor, layout: str, heads: int) -> torch.Tensor:
+    """float32 [B, N, S, D] of a BSH / BSND / BNSD tensor."""
+    if layout == "BSH":
+        tensor = tensor.reshape(tensor.shape[0], tensor.shape[1], heads, -1)
+    if layout != "BNSD":
+        tensor = tensor.transpose(1, 2)
+    return tensor.to(torch.float32)
+
+
+def _tnd_to_bnsd(tensor: torch.Tensor, lengths: list[int], width: int) -> torch.Tensor:
+    """float32 [B, N, width, D] from a TND tensor split into consecutive segments of ``lengths`` tokens."""
+    out = tensor.new_zeros(len(lengths), tensor.shape[1], width, tensor.shape[2], dtype=torch.float32)
+    start = 0
+    for b, length in enumerate(lengths):
+        out[b, :, :length] = tensor[start : start + length].transpose(0, 1).to(torch.float32)
+        start += length
+    return out
+
+
+def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """float32 [B, N_kv, blocks x block_size, D]: each sequence's blocks, in block_table order."""
+    if cache.dim() == 3:  # [blocks, block_size, N_kv * D]
+        cache = cache.reshape(cache.shape[0], cache.shape[1], kv_heads, -1).transpose(1, 2)
+    blocks = cache.shape[0]
+    table = block_table.to(torch.int64)
+    if bool(((table < 0) | (table >= blocks)).any()):
+        raise ValueError(f"block_table holds block ids outside [0, {blocks}) (the cache's block count)")
+    gathered = cache[table]  # [B, max_blocks, N_kv, block_size, D]
+    batch, count, _, size, dim = gathered.shape
+    return gathered.permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, count * size, dim).to(torch.float32)
+
+
+def _bnsd_to_layout(out: torch.Tensor, layout: str, q_lens: list[int]) -> torch.Tensor:
+    """[B, N, S, D] back to the query's layout (TND: the valid rows of each batch, concatenated)."""
+    if layout == "BNSD":
+        return out
+    if layout == "TND":
+        rows = [out[b, :, :length].transpose(0, 1) for b, length in enumerate(q_lens)]
+        return torch.cat(rows) if rows else out.new_zeros(0, out.shape[1], out.shape[3])
+    bsnd = out.transpose(1, 2)
+    return bsnd.reshape(*bsnd.shape[:2], -1) if layout == "BSH" else bsnd.contiguous()
+
+
+def _kv_to_bnsd(tensor: torch.Tensor, geo: _Geometry, block_table: Optional[torch.Tensor],
+                kv_lens: list[int]) -> torch.Tensor:
+    if geo.paged:
+        return _paged_to_bnsd(tensor, block_table, geo.kv_heads)
+    if geo.layout == "TND":
+        return _tnd_to_bnsd(tensor, kv_lens, max(kv_lens, default=0))
+    return _dense_to_bnsd(tensor, geo.layout, geo.kv_heads)
+
+
+def _q_to_bnsd(tensor: torch.Tensor, geo: _Geometry, q_lens: list[int]) -> torch.Tensor:
+    if geo.layout == "TND":
+        return _tnd_to_bnsd(tensor, q_lens, max(q_lens, default=0))
+    return _dense_to_bnsd(tensor, geo.layout, geo.heads)
+
+
+# ---------------------------------------------------------------------------------------------
+# The computation
+# ---------------------------------------------------------------------------------------------
+
+
+def _user_mask(mask: torch.Tensor, batch: int, q_len: int, kv_len: int) -> torch.Tensor:
+    """A mode-0/1 atten_mask as bool [B or 1, 1, Sq, Skv]; nonzero means "do not attend"."""
+    masked = mask != 0
+    if masked.dim() == 2:
+        return masked.reshape(batch, 1, 1, kv_len) if masked.shape == (batch, kv_len) and q_len == 1 else (
+            masked.reshape(1, 1, q_len, kv_len))
+    return masked.unsqueeze(1) if masked.dim() == 3 else masked
+
+
+def _visible(q_lens: list[int], kv_lens: list[int], q_len: int, kv_len: int, mask: Optional[torch.Tensor],
+             sparse_mode: int, pre_tokens: int, next_tokens: int) -> torch.Tensor:
+    """bool [B, 1, Sq, Skv]: which key each query row may attend to."""
+    q_pos = torch.arange(q_len).reshape(1, 1, -1, 1)
+    kv_pos = torch.arange(kv_len).reshape(1, 1, 1, -1)
+    q_valid = torch.tensor(q_lens).reshape(-1, 1, 1, 1)
+    kv_valid = torch.tensor(kv_lens).reshape(-1, 1, 1, 1)
+    visible = (q_pos < q_valid) & (kv_pos < kv_valid)
+    if sparse_mode == LEFT_UP_CAUSAL:
+        return visible & (kv_pos <= q_pos)
+    if sparse_mode == RIGHT_DOWN_CAUSAL:
+        return visible & (kv_pos <= q_pos + (kv_valid - q_valid))
+    if mask is None:
+        return visible
+    visible = visible & ~_user_mask(mask, len(q_lens), q_len, kv_len)
+    if sparse_mode == MASK_ONLY:
+        visible = visible & (kv_pos - q_pos <= next_tokens) & (q_pos - kv_pos <= pre_tokens)
+    return visible
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float) -> tuple[
@@ -268,26 +321,122 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
     return cube_matmul(probs, v), lse
 
 
-def _fused_infer_attention_score_kernel(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any
-) -> tuple[torch.Tensor, torch.Tensor]:
-    _, lse_shape, dims = _fia_layout(query, key, value, **options)
-    layout = options.get("input_layout", "BSH")
-    sparse_mode = options.get("sparse_mode", 0)
-    mask = options.get("atten_mask")
-    if sparse_mode in (2, 3):
-        _require_causal_mask(mask)
-    q_lens = _seq_lengths("actual_seq_lengths", options.get("actual_seq_lengths"), dims.batch, dims.q_len)
-    kv_lens = _seq_lengths("actual_seq_lengths_kv", options.get("actual_seq_lengths_kv"), dims.batch, dims.kv_len)
-    group = dims.heads // dims.kv_heads
-    q = _to_bnsd(query, layout, dims.heads)
-    k = _to_bnsd(key, layout, dims.kv_heads).repeat_interleave(group, dim=1)
-    v = _to_bnsd(value, layout, dims.kv_heads).repeat_interleave(group, dim=1)
-    visible = _visible(mask, sparse_mode, dims, q_lens, kv_lens)
-    out, lse = _attention(q, k, v, visible, float(options.get("scale", 1.0)))
-    lse_out = lse if options.get("softmax_lse_flag", False) else lse.new_zeros(lse_shape)
-    return _from_bnsd(out, layout).to(query.dtype), lse_out
+@dataclass(frozen=True)
+class _Call:
+    """Everything one attention computation needs besides the tensors."""
 
+    geo: _Geometry
+    q_lens: list[int]
+    kv_lens: list[int]
+    scale: float
+    sparse_mode: int
+    pre_tokens: int
+    next_tokens: int
+
+
+def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
+         block_table: Optional[torch.Tensor], query_rope: Optional[torch.Tensor],
+         key_rope: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(attention_out in the query's layout and dtype, lse float32 [B, N, Sq, 1] padded)."""
+    geo = call.geo
+    if call.sparse_mode in CAUSAL_MODES:
+        _require_causal_mask(mask)
+    q = _q_to_bnsd(query, geo, call.q_lens)
+    k = _kv_to_bnsd(key, geo, block_table, call.kv_lens)
+    if query_rope is not None:
+        q = torch.cat([q, _q_to_bnsd(query_rope, geo, call.q_lens)], dim=-1)
+        k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens)], dim=-1)
+    v = _kv_to_bnsd(value, geo, block_table, call.kv_lens)
+    group = geo.heads // geo.kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    visible = _visible(call.q_lens, call.kv_lens, q.shape[2], k.shape[2], mask, call.sparse_mode,
+                       call.pre_tokens, call.next_tokens)
+    out, lse = _attention(q, k, v, visible, call.scale)
+    return _bnsd_to_layout(out, geo.layout, call.q_lens).to(query.dtype), lse
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_fused_infer_attention_score
+# ---------------------------------------------------------------------------------------------
+
+FIA_UNMODELED = (
+    "pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2",
+    "antiquant_scale", "antiquant_offset", "key_antiquant_scale", "key_antiquant_offset", "value_antiquant_scale",
+    "value_antiquant_offset", "query_padding_size", "kv_padding_size", "key_shared_prefix", "value_shared_prefix",
+    "actual_shared_prefix_len", "key_rope_antiquant_scale",
+)
+
+
+def _kv_lengths(geo: _Geometry, values: Optional[Sequence[int]], key: torch.Tensor, name: str) -> list[int]:
+    """Per-batch KV lengths: cumulative ends for non-paged TND, plain lengths otherwise (required when paged)."""
+    if geo.paged and values is None:
+        raise ValueError(f"block_table (paged KV) needs {name}: the valid KV length of each batch")
+    if geo.layout == "TND" and not geo.paged:
+        if values is None:
+            raise ValueError(f"input_layout='TND' needs {name}: the cumulative KV token ends per batch")
+        lengths = _cumulative_lengths(name, values, key.shape[0])
+        if len(lengths) != geo.batch:
+            raise ValueError(f"{name} has {len(lengths)} values; TND needs one per batch ({geo.batch})")
+        return lengths
+    return _seq_lengths(name, values, geo.batch, geo.kv_len)
+
+
+def _fia_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, atten_mask=None,
+              actual_seq_lengths=None, actual_seq_lengths_kv=None, block_table=None, query_rope=None, key_rope=None,
+              num_heads=1, scale=1.0, pre_tokens=NO_BAND, next_tokens=NO_BAND, input_layout="BSH",
+              num_key_value_heads=0, sparse_mode=0, block_size=0, **_: object) -> _Call:
+    """Validate the tensors from metadata and resolve lengths; shared by the meta function and the kernel."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_dtype(name, tensor, ATTENTION_DTYPES, "(int8/int4 quantised attention is not implemented)")
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise ValueError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+    kv_heads = num_key_value_heads or num_heads
+    geo = _geometry(query, key, value, input_layout, num_heads, kv_heads, block_table, block_size, actual_seq_lengths)
+    _check_rope(query_rope, key_rope, query, key)
+    _check_mask(atten_mask, sparse_mode, geo)
+    if geo.layout == "TND":
+        q_lens = _cumulative_lengths("actual_seq_lengths", actual_seq_lengths, geo.q_len)
+    else:
+        q_lens = _seq_lengths("actual_seq_lengths", actual_seq_lengths, geo.batch, geo.q_len)
+    kv_lens = _kv_lengths(geo, actual_seq_lengths_kv, key, "actual_seq_lengths_kv")
+    return _Call(geo, q_lens, kv_lens, float(scale), sparse_mode, pre_tokens, next_tokens)
+
+
+def _fia_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[Out, Out]:
+    geo = _fia_call(query, key, value, **options).geo
+    lse = geo.lse_shape() if options.get("softmax_lse_flag", False) else [0]
+    return Out(geo.out_shape(), query.dtype), Out(lse, torch.float32)
+
+
+def _fia_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[
+    torch.Tensor, torch.Tensor
+]:
+    call = _fia_call(query, key, value, **options)
+    out, lse = _run(call, query, key, value, options.get("atten_mask"), options.get("block_table"),
+                    options.get("query_rope"), options.get("key_rope"))
+    if not options.get("softmax_lse_flag", False):
+        return out, lse.new_zeros(0)
+    if call.geo.layout == "TND":
+        lse = _bnsd_to_layout(lse, "TND", call.q_lens).contiguous()
+    return out, lse
+
+
+def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mode: int, inner_precise: int,
+                             pre_tokens: int, next_tokens: int, block_size: int) -> None:
+    """Scalar options shared by the three attention ops."""
+    for name, value in (("num_heads", num_heads), ("num_key_value_heads", num_key_value_heads),
+                        ("sparse_mode", sparse_mode), ("inner_precise", inner_precise), ("pre_tokens", pre_tokens),
+                        ("next_tokens", next_tokens), ("block_size", block_size)):
+        require_int(name, value)
+    if num_heads < 1:
+        raise ValueError(f"num_heads={num_heads} must be >= 1")
+    kv_heads = num_key_value_heads or num_heads
+    if kv_heads < 0 or num_heads % kv_heads != 0:
+        raise ValueError(f"num_key_value_heads={num_key_value_heads} must divide num_heads={num_heads} (GQA groups)")
+    require_choice("sparse_mode", sparse_mode, (MASK_ONLY, ALL_MASK, LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL),
+                   "0 mask with pre/next-token band, 1 mask only, 2/3 causal (band mode 4 and 5-8 are not modeled)")
+    require_choice("inner_precise", inner_precise, (0, 1, 2, 3),
+                   "precision/performance and invalid-row modes; the CPU model computes one way")
 
 
 @npu_op(
@@ -303,9 +452,9 @@ def _fused_infer_attention_score_kernel(
     "int next_tokens=2147483647, str input_layout=\"BSH\", int num_key_value_heads=0, int sparse_mode=0, "
     "int inner_precise=0, int block_size=0, int antiquant_mode=0, int key_antiquant_mode=0, "
     "int value_antiquant_mode=0, bool softmax_lse_flag=False) -> (Tensor, Tensor)",
-    source=FUSED_INFER_ATTENTION_SCORE_DOC,
+    source=DOCS.format("npu_fused_infer_attention_score"),
     meta=_fia_meta,
-    kernel=_fused_infer_attention_score_kernel,
+    kernel=_fia_kernel,
 )
 def npu_fused_infer_attention_score(
     query: torch.Tensor,
@@ -338,8 +487,8 @@ def npu_fused_infer_attention_score(
     key_rope_antiquant_scale: Optional[torch.Tensor] = None,
     num_heads: int = 1,
     scale: float = 1.0,
-    pre_tokens: int = FIA_NO_BAND,
-    next_tokens: int = FIA_NO_BAND,
+    pre_tokens: int = NO_BAND,
+    next_tokens: int = NO_BAND,
     input_layout: str = "BSH",
     num_key_value_heads: int = 0,
     sparse_mode: int = 0,
@@ -352,42 +501,219 @@ def npu_fused_infer_attention_score(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Inference attention (prefill and decode): returns ``(attention_out, softmax_lse)``.
 
-    Sources: torch_npu.npu_fused_infer_attention_score (API reference 6.0,
-    https://www.hiascend.com/document/detail/zh/Pytorch/600/apiref/apilist/ptaoplist_000837.html,
-    where the scale argument was still called scale_value), op-plugin's function schema (which
-    calls it ``scale``, as here) and op-plugin's meta function for the output shapes.
+    Source: torch_npu.npu_fused_infer_attention_score (op-plugin API page: layouts, PageAttention, MLA and
+    TND constraints, sparse modes; meta function for the output shapes). The computation and its rounding
+    points are in the module docstring; ``out = softmax(scale * q k^T + mask) v`` per batch and head, with
+    key/value head ``h // (N / N_kv)`` (GQA; ``num_key_value_heads=0`` means N).
 
-    Semantics implemented, per batch b and head h, in float32:
-    ``out = softmax(scale * q k^T + mask) v``, with key/value head ``h // (N / N_kv)``
-    (GQA; ``num_key_value_heads=0`` means N).
+    * Layouts: BSH ``[B, S, N*D]``, BSND, BNSD, and TND ``[T, N, D]`` (variable lengths:
+      ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` are **cumulative** token ends per batch, as the page
+      requires). float16/bfloat16. ``attention_out`` has the query's layout and dtype with value's head dim.
+    * Paged KV (``block_table`` int32 ``[B, max blocks]``, ``block_size``): the caches are
+      ``[blocks, block_size, N_kv*D]`` or ``[blocks, N_kv, block_size, D]``; sequence b reads its blocks in
+      table order, and ``actual_seq_lengths_kv`` (required) gives its valid length (per batch, also for TND).
+    * MLA: ``query_rope`` / ``key_rope`` (same shapes as query / key with the rope head dim) add
+      ``q_rope . k_rope`` to every score; value is not extended.
+    * Dense ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` (1 or >= B ints): only the first L rows / keys
+      of each batch count; invalid query rows output 0.
+    * ``sparse_mode`` 0: ``atten_mask`` (bool/int8/uint8, nonzero = masked) ``[Sq, Skv]``, ``[B, Skv]`` for
+      decode, ``[B|1, Sq, Skv]`` or ``[B|1, 1, Sq, Skv]``, and with a mask the band
+      ``-pre_tokens <= j - i <= next_tokens``; no mask means full attention. 1: the mask only. 2: causal
+      from the top left (``j <= i``); 3: from the bottom right (``j <= i + Skv_b - Sq_b``); both need the
+      documented compressed mask ``triu(ones(2048, 2048), 1)`` and check it.
+    * ``softmax_lse`` float32 ``[B, N, Sq, 1]`` (TND: ``[T, N, 1]``) with ``softmax_lse_flag``, else an
+      empty ``[0]`` (the meta function's shape).
 
-    * Layouts: BSH (``[B, S, N*D]``), BSND and BNSD, float16/bfloat16.  key/value use the
-      same layout with N_kv heads, and value may have its own head dim.  ``attention_out``
-      has query's layout and dtype, with value's head dim.
-    * Decode (``S_q = 1``) and prefill are the same computation.
-    * ``sparse_mode=0``: ``atten_mask`` (bool/int8/uint8, nonzero = masked out) is
-      ``[S_q, S_kv]``, ``[B, S_kv]`` for decode, ``[B|1, S_q, S_kv]`` or
-      ``[B|1, 1, S_q, S_kv]``; no mask means full attention.
-    * ``sparse_mode=2`` (causal from the top left: key j <= query i) and ``3`` (causal from
-      the bottom right: j <= i + S_kv - S_q, the usual prefill-with-cache mask).  Both need
-      the documented compressed mask ``triu(ones(2048, 2048), 1)`` and check it.
-    * ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` (1 or B ints): only the first L
-      query rows / keys of each batch are valid.  Invalid query rows get zeros.  For mode 3
-      the causal offset uses the actual lengths.
-    * ``softmax_lse`` (``softmax_lse_flag=True``): float32 ``[B, N, S_q, 1]``, the
-      log-sum-exp of the scaled, masked scores.  For a row with nothing to attend to, the
-      output is 0 and lse is +inf (my choice; the value the device writes there was not
-      confirmed).  Without the flag, lse is an empty float32 ``[0]``, as in the meta function.
-    * Order of float steps: scores = (q.k) * scale; exp(score - rowmax);
-      probs = exp / pairwise-sum; out = probs . v; both products are fp32 Cube products
-      (:func:`pytest_npufuse.exact.cube_matmul`, single-threaded BLAS), so bits do not depend
-      on torch's thread count.  The device's online-softmax (flash)
-      order differs in the last bits; both variants of a case use this same kernel.
-
-    Rejected with ValueError: other layouts (SBH, TND, BSH_NBSD, ...), int8 / quantised
-    inputs and every quant/antiquant/paged (block_table)/shared-prefix/rope/pse input,
-    sparse modes other than 0/2/3, non-default pre_tokens/next_tokens and inner_precise
-    other than 0/1.  block_size and the antiquant modes only configure the rejected
-    features; they must be ints and are otherwise ignored.
+    Refused with the argument's name: quantised or pseudo-quantised inputs, pse_shift, left padding, shared
+    prefixes, the ``*_NBSD``/``NTD`` layouts and sparse modes 4-8. ``inner_precise`` and the antiquant modes
+    only select device paths and are accepted.
     """
-    _check_fia_arguments(**locals())
+    options = {name: value for name, value in locals().items() if name in FIA_UNMODELED}
+    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask, block_table=block_table,
+                    query_rope=query_rope, key_rope=key_rope)
+    require_unused("npu_fused_infer_attention_score", **options)
+    require_int_list("actual_seq_lengths", actual_seq_lengths)
+    require_int_list("actual_seq_lengths_kv", actual_seq_lengths_kv)
+    require_float("scale", scale)
+    require_bool("softmax_lse_flag", softmax_lse_flag)
+    for name, value_ in (("antiquant_mode", antiquant_mode), ("key_antiquant_mode", key_antiquant_mode),
+                         ("value_antiquant_mode", value_antiquant_mode)):
+        require_int(name, value_)
+    _check_attention_scalars(num_heads, num_key_value_heads, sparse_mode, inner_precise, pre_tokens, next_tokens,
+                             block_size)
+    if not isinstance(input_layout, str) or input_layout not in FIA_LAYOUTS:
+        raise ValueError(f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_incre_flash_attention (decode) and npu_prompt_flash_attention (prefill)
+# ---------------------------------------------------------------------------------------------
+
+IFA_UNMODELED = (
+    "padding_mask", "pse_shift", "antiquant_scale", "antiquant_offset", "dequant_scale1", "quant_scale1",
+    "dequant_scale2", "quant_scale2", "quant_offset2", "kv_padding_size",
+)
+PFA_UNMODELED = ("padding_mask", "pse_shift", "deq_scale1", "quant_scale1", "deq_scale2", "quant_scale2", "quant_offset2")
+
+
+def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: str, num_heads: int,
+                     num_key_value_heads: int, block_table: Optional[torch.Tensor], block_size: int) -> _Geometry:
+    """IFA/PFA: dense layouts only, and the output has the query's shape (their meta functions)."""
+    if layout not in DENSE_LAYOUTS:
+        raise ValueError(f"input_layout={layout!r} is not implemented; expected one of {', '.join(DENSE_LAYOUTS)}")
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_dtype(name, tensor, ATTENTION_DTYPES, "(int8 quantised attention is not implemented)")
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise ValueError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+    geo = _geometry(query, key, value, layout, num_heads, num_key_value_heads or num_heads, block_table, block_size,
+                    None)
+    if geo.value_dim != geo.head_dim:
+        raise ValueError(f"value head dim {geo.value_dim} must equal the query's {geo.head_dim} (output is like query)")
+    return geo
+
+
+def _ifa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, block_table=None, num_heads=1,
+              scale_value=1.0, input_layout="BSH", num_key_value_heads=0, block_size=0, **_: object) -> _Call:
+    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, block_table, block_size)
+    if geo.q_len != 1:
+        raise ValueError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
+                         "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
+    _check_mask(atten_mask, MASK_ONLY, geo)
+    kv_lens = _kv_lengths(geo, actual_seq_lengths, key, "actual_seq_lengths")
+    return _Call(geo, [1] * geo.batch, kv_lens, float(scale_value), MASK_ONLY, NO_BAND, NO_BAND)
+
+
+def _ifa_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> Out:
+    return Out(_ifa_call(query, key, value, **options).geo.out_shape(), query.dtype)
+
+
+def _ifa_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> torch.Tensor:
+    call = _ifa_call(query, key, value, **options)
+    return _run(call, query, key, value, options.get("atten_mask"), options.get("block_table"), None, None)[0]
+
+
+@npu_op(
+    "(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, Tensor? atten_mask=None, "
+    "Tensor? pse_shift=None, SymInt[]? actual_seq_lengths=None, Tensor? antiquant_scale=None, "
+    "Tensor? antiquant_offset=None, Tensor? block_table=None, Tensor? dequant_scale1=None, "
+    "Tensor? quant_scale1=None, Tensor? dequant_scale2=None, Tensor? quant_scale2=None, "
+    "Tensor? quant_offset2=None, Tensor? kv_padding_size=None, int num_heads=1, float scale_value=1.0, "
+    "str input_layout=\"BSH\", int num_key_value_heads=0, int block_size=0, int inner_precise=1) -> Tensor",
+    source=DOCS.format("npu_incre_flash_attention"),
+    meta=_ifa_meta,
+    kernel=_ifa_kernel,
+)
+def npu_incre_flash_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    padding_mask: Optional[torch.Tensor] = None,
+    atten_mask: Optional[torch.Tensor] = None,
+    pse_shift: Optional[torch.Tensor] = None,
+    actual_seq_lengths: Optional[Sequence[int]] = None,
+    antiquant_scale: Optional[torch.Tensor] = None,
+    antiquant_offset: Optional[torch.Tensor] = None,
+    block_table: Optional[torch.Tensor] = None,
+    dequant_scale1: Optional[torch.Tensor] = None,
+    quant_scale1: Optional[torch.Tensor] = None,
+    dequant_scale2: Optional[torch.Tensor] = None,
+    quant_scale2: Optional[torch.Tensor] = None,
+    quant_offset2: Optional[torch.Tensor] = None,
+    kv_padding_size: Optional[torch.Tensor] = None,
+    num_heads: int = 1,
+    scale_value: float = 1.0,
+    input_layout: str = "BSH",
+    num_key_value_heads: int = 0,
+    block_size: int = 0,
+    inner_precise: int = 1,
+) -> torch.Tensor:
+    """Decode attention (one query token per batch): returns ``attention_out`` shaped like ``query``.
+
+    Source: torch_npu.npu_incre_flash_attention (op-plugin API page; meta function: output like query).
+    The computation of :func:`npu_fused_infer_attention_score` with ``S_q = 1``, the scale named
+    ``scale_value`` and ``actual_seq_lengths`` giving the valid **KV** lengths per batch (1 or >= B values).
+    Layouts BSH, BSND, BNSD; paged KV through ``block_table`` / ``block_size`` as in the fused op
+    (``actual_seq_lengths`` then required); ``atten_mask`` ``[B, S_kv]``, ``[B, 1, S_kv]`` or
+    ``[B, 1, 1, S_kv]`` (nonzero = masked).
+
+    Refused: quantised/antiquant inputs, pse_shift, kv left padding; ``padding_mask`` is reserved by the page.
+    """
+    options = {name: value for name, value in locals().items() if name in IFA_UNMODELED}
+    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask, block_table=block_table)
+    require_unused("npu_incre_flash_attention", **options)
+    require_int_list("actual_seq_lengths", actual_seq_lengths)
+    require_float("scale_value", scale_value)
+    _check_attention_scalars(num_heads, num_key_value_heads, MASK_ONLY, inner_precise, NO_BAND, NO_BAND, block_size)
+
+
+def _pfa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, num_heads=1, scale_value=1.0,
+              pre_tokens=NO_BAND, next_tokens=0, input_layout="BSH", num_key_value_heads=0,
+              actual_seq_lengths_kv=None, sparse_mode=0, **_: object) -> _Call:
+    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, None, 0)
+    _check_mask(atten_mask, sparse_mode, geo)
+    q_lens = _seq_lengths("actual_seq_lengths", actual_seq_lengths, geo.batch, geo.q_len)
+    kv_lens = _seq_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, geo.batch, geo.kv_len)
+    return _Call(geo, q_lens, kv_lens, float(scale_value), sparse_mode, pre_tokens, next_tokens)
+
+
+def _pfa_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> Out:
+    return Out(_pfa_call(query, key, value, **options).geo.out_shape(), query.dtype)
+
+
+def _pfa_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> torch.Tensor:
+    call = _pfa_call(query, key, value, **options)
+    return _run(call, query, key, value, options.get("atten_mask"), None, None, None)[0]
+
+
+@npu_op(
+    "(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, Tensor? atten_mask=None, "
+    "Tensor? pse_shift=None, int[]? actual_seq_lengths=None, Tensor? deq_scale1=None, Tensor? quant_scale1=None, "
+    "Tensor? deq_scale2=None, Tensor? quant_scale2=None, Tensor? quant_offset2=None, int num_heads=1, "
+    "float scale_value=1.0, int pre_tokens=2147483647, int next_tokens=0, str input_layout=\"BSH\", "
+    "int num_key_value_heads=0, int[]? actual_seq_lengths_kv=None, int sparse_mode=0) -> Tensor",
+    source=DOCS.format("npu_prompt_flash_attention"),
+    meta=_pfa_meta,
+    kernel=_pfa_kernel,
+)
+def npu_prompt_flash_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    padding_mask: Optional[torch.Tensor] = None,
+    atten_mask: Optional[torch.Tensor] = None,
+    pse_shift: Optional[torch.Tensor] = None,
+    actual_seq_lengths: Optional[Sequence[int]] = None,
+    deq_scale1: Optional[torch.Tensor] = None,
+    quant_scale1: Optional[torch.Tensor] = None,
+    deq_scale2: Optional[torch.Tensor] = None,
+    quant_scale2: Optional[torch.Tensor] = None,
+    quant_offset2: Optional[torch.Tensor] = None,
+    num_heads: int = 1,
+    scale_value: float = 1.0,
+    pre_tokens: int = NO_BAND,
+    next_tokens: int = 0,
+    input_layout: str = "BSH",
+    num_key_value_heads: int = 0,
+    actual_seq_lengths_kv: Optional[Sequence[int]] = None,
+    sparse_mode: int = 0,
+) -> torch.Tensor:
+    """Prefill attention: returns ``attention_out`` shaped like ``query``.
+
+    Source: torch_npu.npu_prompt_flash_attention (op-plugin API page; meta function: output like query).
+    The computation of :func:`npu_fused_infer_attention_score` (dense layouts BSH, BSND, BNSD) with the
+    scale named ``scale_value``. Note this op's default ``next_tokens=0``: with ``sparse_mode=0`` and a mask,
+    a query attends only to keys ``j`` with ``i - pre_tokens <= j <= i + next_tokens``, i.e. causally by
+    default; without a mask the page says pre/next tokens are ignored. Modes 1/2/3 as in the fused op.
+
+    Refused: quantised inputs/outputs, pse_shift, the BNSD_BSND / TND layouts and sparse modes 4-8;
+    ``padding_mask`` is reserved by the page.
+    """
+    options = {name: value for name, value in locals().items() if name in PFA_UNMODELED}
+    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask)
+    require_unused("npu_prompt_flash_attention", **options)
+    require_int_list("actual_seq_lengths", actual_seq_lengths)
+    require_int_list("actual_seq_lengths_kv", actual_seq_lengths_kv)
+    require_float("scale_value", scale_value)
+    _check_attention_scalars(num_heads, num_key_value_heads, sparse_mode, 0, pre_tokens, next_tokens, 0)

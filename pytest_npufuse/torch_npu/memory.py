@@ -1,11 +1,21 @@
-"""Memory and layout ops: format casts (a layout change with no numeric effect on CPU)."""
+"""Memory and layout ops: format casts, scatter updates (the KV-cache write), L2 prefetch, the sampling
+filter and the confusion transpose."""
 
 from __future__ import annotations
 
+import math
+from typing import Optional, Sequence
+
 import torch
 
-from .checks import require_int, require_tensor
+from .checks import (
+    FLOAT_DTYPES, require_bool, require_dtype, require_int, require_int_list, require_shape, require_tensor,
+    require_tensors,
+)
+from .fixedorder import softmax
 from .registry import Out, npu_op
+
+DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 
 FORMAT_CAST_DOC = "torch_npu.npu_format_cast, Ascend Extension for PyTorch API reference"
 
@@ -36,3 +46,242 @@ def npu_format_cast(x: torch.Tensor, acl_format: int) -> torch.Tensor:
     """
     require_tensor("x", x)
     require_int("acl_format", acl_format)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_scatter_nd_update / npu_scatter_nd_update_
+# ---------------------------------------------------------------------------------------------
+
+SCATTER_ND_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.bool, torch.int64, torch.int8)
+SCATTER_ND_MAX_DIMS = 8
+
+
+def _scatter_nd_meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> Out:
+    require_dtype("input", self, SCATTER_ND_DTYPES)
+    require_dtype("indices", indices, (torch.int32, torch.int64))
+    require_dtype("updates", updates, (self.dtype,), "(input's dtype)")
+    if not 1 <= self.dim() <= SCATTER_ND_MAX_DIMS:
+        raise ValueError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}")
+    depth = indices.shape[-1] if indices.dim() else 0
+    if indices.dim() < 2 or not 1 <= depth <= self.dim():
+        raise ValueError(f"indices has shape {list(indices.shape)}; it needs >= 2 dims and a last dim in "
+                         f"[1, {self.dim()}] (the number of leading input dims it addresses)")
+    expected = (*indices.shape[:-1], *self.shape[depth:])
+    require_shape("updates", updates, (expected,))
+    return Out(list(self.shape), self.dtype)
+
+
+def _scatter_nd_rows(self: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Flat row numbers (over the addressed leading dims) of each index tuple, bounds-checked."""
+    depth = indices.shape[-1]
+    lead = torch.tensor(self.shape[:depth])
+    idx = indices.reshape(-1, depth).to(torch.int64)
+    if bool(((idx < 0) | (idx >= lead)).any()):
+        raise ValueError(f"indices hold values outside input's leading dims {list(self.shape[:depth])} "
+                         "(the doc: out-of-range indices are not supported)")
+    strides = torch.tensor([math.prod(self.shape[d + 1 : depth]) for d in range(depth)], dtype=torch.int64)
+    return (idx * strides).sum(dim=-1)
+
+
+def _scatter_nd_into(target: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> None:
+    """Write ``updates`` rows at ``indices``; for a repeated index the last update wins (in index order)."""
+    depth = indices.shape[-1]
+    rows = _scatter_nd_rows(target, indices)
+    flat_target = target.view(math.prod(target.shape[:depth]), -1)
+    flat_updates = updates.reshape(rows.numel(), -1)
+    order = torch.arange(rows.numel())
+    last = torch.full((flat_target.shape[0],), -1, dtype=torch.int64).scatter_reduce(0, rows, order, "amax")
+    keep = last[rows] == order
+    flat_target[rows[keep]] = flat_updates[keep]
+
+
+def _scatter_nd_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    out = self.clone(memory_format=torch.contiguous_format)
+    _scatter_nd_into(out, indices, updates)
+    return out
+
+
+@npu_op(
+    "(Tensor self, Tensor indices, Tensor updates) -> Tensor",
+    source=DOCS.format("npu_scatter_nd_update"),
+    meta=_scatter_nd_meta,
+    kernel=_scatter_nd_update_kernel,
+)
+def npu_scatter_nd_update(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """A copy of ``input`` with the slices at ``indices`` replaced by ``updates`` (input unchanged).
+
+    Source: torch_npu.npu_scatter_nd_update (op-plugin API page). ``indices`` (int32/int64, >= 2-D) ends in
+    a dim of size ``a <= input.dim()``: each index tuple addresses the slice ``input[i0, ..., i(a-1)]``, and
+    ``updates`` has shape ``indices.shape[:-1] + input.shape[a:]``. Index values must be in range (checked).
+    A repeated index is written by its last update (the page leaves the order open; this keeps the result a
+    function of the inputs). dtypes float32/float16/bfloat16/bool/int64/int8.
+    """
+    require_tensors(input=self, indices=indices, updates=updates)
+
+
+@npu_op(
+    "(Tensor self, Tensor indices, Tensor updates) -> Tensor",
+    source=DOCS.format("npu_scatter_nd_update_"),
+    meta=_scatter_nd_meta,
+    kernel=_scatter_nd_update_kernel,
+    writes_back={"self": 0},
+)
+def npu_scatter_nd_update_(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """In-place :func:`npu_scatter_nd_update`: writes into ``input`` and returns it (the KV-cache write of
+    the public decode code, e.g. ``npu_scatter_nd_update_(kv_cache, slots, key)``).
+
+    Source: torch_npu.npu_scatter_nd_update_ (op-plugin API page). The registered op
+    ``npu::npu_scatter_nd_update_`` is functional (the registry's ``writes_back``); this wrapper copies its
+    result into ``input`` and returns ``input``, as torch_npu does.
+    """
+    require_tensors(input=self, indices=indices, updates=updates)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_prefetch
+# ---------------------------------------------------------------------------------------------
+
+
+def _prefetch_meta(self: torch.Tensor, dependency: Optional[torch.Tensor], max_size: int, offset: int = 0) -> tuple:
+    return ()
+
+
+def _prefetch_kernel(self: torch.Tensor, dependency: Optional[torch.Tensor], max_size: int, offset: int = 0) -> tuple:
+    return ()
+
+
+@npu_op(
+    "(Tensor self, Tensor? dependency, int max_size, int offset=0) -> ()",
+    source=DOCS.format("npu_prefetch"),
+    meta=_prefetch_meta,
+    kernel=_prefetch_kernel,
+    side_effect=True,
+)
+def npu_prefetch(self: torch.Tensor, dependency: Optional[torch.Tensor], max_size: int, offset: int = 0) -> None:
+    """Prefetch up to ``max_size`` bytes of the weight ``input`` (from ``offset``) into L2 once ``dependency``
+    is computed. Returns None and changes no value: on CPU the op exists only as a task for the cost model.
+
+    Source: torch_npu.npu_prefetch (op-plugin API page: "load the weight into L2 Cache before it is used";
+    ``max_size > 0``, larger values are cut to the weight's size; ``offset >= 0`` within the weight). The op is
+    side-effecting (op-plugin marks it ``has_side_effect``), so a traced graph keeps it although nothing
+    reads its result. The op catalog prices it (``npu::npu_prefetch``).
+    """
+    require_tensors(input=self, dependency=dependency)
+    require_int("max_size", max_size)
+    require_int("offset", offset)
+    if max_size <= 0:
+        raise ValueError(f"max_size={max_size} must be > 0 (bytes to prefetch)")
+    if offset < 0 or offset >= max(1, self.numel() * self.element_size()):
+        raise ValueError(f"offset={offset} must be >= 0 and inside the weight ({self.numel() * self.element_size()} bytes)")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_top_k_top_p
+# ---------------------------------------------------------------------------------------------
+
+TOP_K_MAX = 1024  # k in [1, 1024] (API page)
+
+
+def _top_k_top_p_meta(logits: torch.Tensor, p: Optional[torch.Tensor] = None, k: Optional[torch.Tensor] = None) -> Out:
+    require_dtype("logits", logits, FLOAT_DTYPES)
+    if logits.dim() != 2:
+        raise ValueError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]")
+    if p is not None:
+        require_dtype("p", p, (logits.dtype,), "(logits' dtype)")
+        require_shape("p", p, ((logits.shape[0],),))
+    if k is not None:
+        require_dtype("k", k, (torch.int32,))
+        require_shape("k", k, ((logits.shape[0],),))
+    return Out(list(logits.shape), logits.dtype)
+
+
+def _top_k_top_p_kernel(logits: torch.Tensor, p: Optional[torch.Tensor] = None,
+                        k: Optional[torch.Tensor] = None) -> torch.Tensor:
+    ordered = torch.sort(logits, dim=-1, stable=True)  # ascending
+    values = ordered.values
+    vocab = logits.shape[-1]
+    if k is not None:
+        kk = k.to(torch.int64)
+        if bool(((kk < 1) | (kk > min(TOP_K_MAX, vocab))).any()):
+            raise ValueError(f"k values must be in [1, min(1024, vocab={vocab})]")
+        threshold = values.gather(-1, (vocab - kk).unsqueeze(-1))
+        values = values.masked_fill(values < threshold, float("-inf"))
+    if p is not None:
+        probs = softmax(values.to(torch.float32))
+        cumulative = torch.cumsum(probs, dim=-1)
+        drop = cumulative <= (1.0 - p.to(torch.float32)).unsqueeze(-1)
+        drop[:, -1] = False
+        values = values.masked_fill(drop, float("-inf"))
+    return torch.empty_like(values).scatter_(-1, ordered.indices, values)
+
+
+@npu_op(
+    "(Tensor logits, Tensor? p=None, Tensor? k=None) -> Tensor",
+    source=DOCS.format("npu_top_k_top_p"),
+    meta=_top_k_top_p_meta,
+    kernel=_top_k_top_p_kernel,
+)
+def npu_top_k_top_p(logits: torch.Tensor, p: Optional[torch.Tensor] = None,
+                    k: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Sampling filter: logits outside the top-k and the top-p nucleus become -inf; the rest are unchanged.
+
+    Source: torch_npu.npu_top_k_top_p (op-plugin API page formula, followed step by step). ``logits``
+    ``[B, V]`` float32/float16/bfloat16; ``p`` ``[B]`` in logits' dtype; ``k`` int32 ``[B]`` in [1, 1024].
+
+    1. Sort each row ascending (stable). 2. top-k: values below the k-th largest become -inf (ties at the
+    threshold stay). 3. top-p: ``softmax`` of the kept values (float32, fixed-order sum), cumulative sums
+    from the smallest (float32, sequential), and every position whose cumulative probability is
+    ``<= 1 - p`` becomes -inf, except the largest. 4. Scatter back to the original order. A None ``p`` or
+    ``k`` skips its step.
+    """
+    require_tensors(logits=logits, p=p, k=k)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_confusion_transpose
+# ---------------------------------------------------------------------------------------------
+
+
+def _confusion_shape(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int], transpose_first: bool) -> list[int]:
+    """Output shape of reshape-then-permute or permute-then-reshape, with torch's own checks."""
+    probe = torch.empty(self.shape, device="meta")
+    if transpose_first:
+        return list(probe.permute(*perm).reshape(*shape).shape)
+    return list(probe.reshape(*shape).permute(*perm).shape)
+
+
+def _confusion_transpose_meta(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
+                              transpose_first: bool) -> Out:
+    try:
+        out_shape = _confusion_shape(self, perm, shape, transpose_first)
+    except RuntimeError as err:
+        first = "permute by perm, then reshape" if transpose_first else "reshape, then permute by perm"
+        raise ValueError(f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(perm)}, "
+                         f"shape={list(shape)}: {err}") from None
+    return Out(out_shape, self.dtype)
+
+
+def _confusion_transpose_kernel(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
+                                transpose_first: bool) -> torch.Tensor:
+    moved = self.permute(*perm).reshape(*shape) if transpose_first else self.reshape(*shape).permute(*perm)
+    return moved.clone(memory_format=torch.contiguous_format)
+
+
+@npu_op(
+    "(Tensor self, int[] perm, int[] shape, bool transpose_first) -> Tensor",
+    source=DOCS.format("npu_confusion_transpose") + " ((beta), to be replaced by view + permute)",
+    meta=_confusion_transpose_meta,
+    kernel=_confusion_transpose_kernel,
+)
+def npu_confusion_transpose(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
+                            transpose_first: bool) -> torch.Tensor:
+    """Reshape and transpose in one op: ``x.permute(perm).reshape(shape)`` when ``transpose_first``, else
+    ``x.reshape(shape).permute(perm)``; the result is a new contiguous tensor.
+
+    Source: torch_npu.npu_confusion_transpose (op-plugin API page, marked beta and to be replaced by
+    ``view`` + ``permute``).
+    """
+    require_tensors(input=self)
+    require_int_list("perm", perm)
+    require_int_list("shape", shape)
+    require_bool("transpose_first", transpose_first)

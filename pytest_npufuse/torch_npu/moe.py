@@ -1,7 +1,12 @@
-"""Mixture-of-experts ops: expert routing and grouped (per-expert) matmuls."""
+"""Mixture-of-experts ops: expert gating (``npu_moe_gating_top_k``) and grouped (per-expert) matmuls.
+
+Token routing around the experts is in :mod:`.moe_routing`, expert-parallel communication in
+:mod:`.moe_distribute`.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
@@ -11,12 +16,13 @@ from .checks import (
     require_optional_dtype, require_optional_int, require_optional_tensor, require_shape, require_tensor,
     require_tensor_list, require_unused,
 )
-from ..exact import cube_addmm, cube_matmul
-from .fixedorder import pairwise_sum, sigmoid, softmax, top_indices
+from ..exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
+from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
+from .quant import _decode_quant_param as decode_quant_param
 from .registry import Out, npu_op
 
 MOE_GATING_TOP_K_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html"
-GROUPED_MATMUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000524.html"
+GROUPED_MATMUL_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grouped_matmul.md"
 
 def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, group_select_mode: int) -> None:
     """Group arguments: group_count divides the experts, 1 <= k_group <= group_count, k fits the kept groups."""
@@ -177,6 +183,14 @@ def npu_moe_gating_top_k(
 
 SPLIT_OUTPUT_ITEMS = (2, 3)  # split_item values whose output is one tensor (rows of all groups)
 GMM_BIAS_DTYPES = {torch.float16: torch.float16, torch.bfloat16: torch.float32, torch.float32: torch.float32}
+QUANT_BIAS_DTYPES = (torch.int32, torch.bfloat16, torch.float16, torch.float32)
+QUANT_SCALE_DTYPES = (torch.float32, torch.bfloat16, torch.int64)
+QUANT_OUTPUT_DTYPES = (torch.int8, torch.int32, torch.bfloat16, torch.float16, torch.float32)
+GMM_X_DTYPES = (*FLOAT_DTYPES, torch.int8)
+
+
+def _empty(value: object) -> bool:
+    return value is None or (isinstance(value, (list, tuple)) and len(value) == 0)
 
 
 def _gmm_weights(weight: object, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -185,25 +199,81 @@ def _gmm_weights(weight: object, dtype: torch.dtype) -> list[torch.Tensor]:
     if len(tensors) == 1 and tensors[0].dim() == 3:
         tensors = list(tensors[0].unbind(0))
     for i, w in enumerate(tensors):
-        require_dtype(f"weight[{i}]", w, (dtype,), "(the weights must have x's dtype)")
+        require_dtype(f"weight[{i}]", w, (dtype,), "(the weights must have x's dtype; int8 x needs int8 weights)")
         if w.dim() != 2:
             raise ValueError(f"weight[{i}] has shape {list(w.shape)}; expected [K, N] (or one [E, K, N] tensor)")
     return tensors
 
 
-def _gmm_biases(bias: object, weights: Sequence[torch.Tensor], x_dtype: torch.dtype) -> Optional[list[torch.Tensor]]:
-    """One [N] bias per group (a list, or one [E, N] tensor); float16 for float16 x, float32 otherwise."""
-    if bias is None or (isinstance(bias, (list, tuple)) and len(bias) == 0):
+def _per_group(name: str, value: object, weights: Sequence[torch.Tensor],
+               dtypes: Sequence[torch.dtype]) -> Optional[list[torch.Tensor]]:
+    """One [N] vector per group (a list, or one [E, N] tensor) for bias and scale; None when absent."""
+    if _empty(value):
         return None
-    tensors = require_tensor_list("bias", bias)
-    if len(tensors) == 1 and tensors[0].dim() == 2 and len(weights) > 1:
+    tensors = require_tensor_list(name, value)
+    if len(tensors) == 1 and tensors[0].dim() == 2 and tensors[0].shape[0] == len(weights):
         tensors = list(tensors[0].unbind(0))
     if len(tensors) != len(weights):
-        raise ValueError(f"bias has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group")
-    for i, (b, w) in enumerate(zip(tensors, weights, strict=True)):
-        require_dtype(f"bias[{i}]", b, (GMM_BIAS_DTYPES[x_dtype],), f"for {x_dtype} x")
-        require_shape(f"bias[{i}]", b, ((w.shape[1],),))
+        raise ValueError(f"{name} has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group")
+    for i, (t, w) in enumerate(zip(tensors, weights, strict=True)):
+        require_dtype(f"{name}[{i}]", t, dtypes)
+        require_shape(f"{name}[{i}]", t, ((w.shape[1],),))
     return tensors
+
+
+def _per_token(value: object, xs: Sequence[torch.Tensor]) -> Optional[list[torch.Tensor]]:
+    """per_token_scale: one float32 [M_i] per x."""
+    if _empty(value):
+        return None
+    tensors = require_tensor_list("per_token_scale", value)
+    if len(tensors) != len(xs):
+        raise ValueError(f"per_token_scale has {len(tensors)} tensors for {len(xs)} x; give one [M] per x")
+    for i, (t, xi) in enumerate(zip(tensors, xs, strict=True)):
+        require_dtype(f"per_token_scale[{i}]", t, (torch.float32,))
+        require_shape(f"per_token_scale[{i}]", t, ((xi.shape[0],),))
+    return tensors
+
+
+@dataclass(frozen=True)
+class _GmmParams:
+    """The per-group operands of one call after validation."""
+
+    weights: list[torch.Tensor]
+    biases: Optional[list[torch.Tensor]]
+    scales: Optional[list[torch.Tensor]]
+    per_token: Optional[list[torch.Tensor]]
+    out_dtype: torch.dtype
+
+
+def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype], has_scale: bool) -> torch.dtype:
+    """Float x: x's dtype. int8 x: output_dtype (None means int8); int32 is the raw accumulator, the others
+    need a scale (the doc's data-type table)."""
+    if x_dtype != torch.int8:
+        if output_dtype is not None and output_dtype != x_dtype:
+            raise ValueError(f"output_dtype={output_dtype} is only for int8 x; use None (x's dtype {x_dtype})")
+        return x_dtype
+    out = torch.int8 if output_dtype is None else output_dtype
+    require_choice("output_dtype", out, QUANT_OUTPUT_DTYPES, "int8 x: int8, int32 (raw accumulator), bf16, fp16, fp32")
+    if (out == torch.int32) == has_scale:
+        raise ValueError("int8 x: output_dtype=torch.int32 returns the raw int32 accumulator and takes no scale; "
+                         "every other output dtype needs scale (one [N] per group, or one [E, N])")
+    return out
+
+
+def _gmm_params(xs: Sequence[torch.Tensor], weight: object, bias: object, scale: object, per_token_scale: object,
+                output_dtype: Optional[torch.dtype]) -> _GmmParams:
+    dtype = xs[0].dtype
+    weights = _gmm_weights(weight, dtype)
+    quantised = dtype == torch.int8
+    biases = _per_group("bias", bias, weights, QUANT_BIAS_DTYPES if quantised else (GMM_BIAS_DTYPES[dtype],))
+    if not quantised and not (_empty(scale) and _empty(per_token_scale)):
+        raise ValueError("scale and per_token_scale dequantise int8 products; float x takes neither")
+    scales = _per_group("scale", scale, weights, QUANT_SCALE_DTYPES) if quantised else None
+    per_token = _per_token(per_token_scale, xs) if quantised else None
+    out_dtype = _gmm_output_dtype(dtype, output_dtype, scales is not None)
+    if out_dtype == torch.int32 and (per_token is not None or (biases and biases[0].dtype != torch.int32)):
+        raise ValueError("output_dtype=torch.int32 takes no per_token_scale and only an int32 bias")
+    return _GmmParams(weights, biases, scales, per_token, out_dtype)
 
 
 def _check_gmm_modes(
@@ -265,45 +335,44 @@ def _grouped_matmul_layout(
     weight: Sequence[torch.Tensor],
     *,
     bias: Optional[Sequence[torch.Tensor]] = None,
+    scale: Optional[Sequence[torch.Tensor]] = None,
+    per_token_scale: Optional[Sequence[torch.Tensor]] = None,
     group_list: Optional[torch.Tensor] = None,
     split_item: Optional[int] = 0,
     group_type: Optional[int] = None,
     group_list_type: Optional[int] = 0,
     act_type: Optional[int] = 0,
     output_dtype: Optional[torch.dtype] = None,
-    **quant_and_tuning: object,
-) -> tuple[list[list[int]], torch.dtype, int]:
-    """Validate the npu_grouped_matmul tensors from metadata; return (output shapes, dtype, group_list_type).
+    **unmodeled_and_tuning: object,
+) -> tuple[list[list[int]], _GmmParams, int]:
+    """Validate the npu_grouped_matmul tensors from metadata; return (output shapes, operands, group_list_type).
 
-    The quantisation, activation and tuning arguments arrive in ``quant_and_tuning``; the wrapper's
-    checks have already refused every quantisation input and ``tuning_config`` does not change values.
+    The wrapper has already refused the unmodeled inputs (offset, antiquant, activation); ``tuning_config``
+    does not change values.
     """
     xs = list(x)
     dtype = xs[0].dtype
     for i, xi in enumerate(xs):
-        require_dtype(f"x[{i}]", xi, FLOAT_DTYPES, "(int8/int4 quantised grouped matmul is not implemented)")
+        require_dtype(f"x[{i}]", xi, GMM_X_DTYPES, "(int4 grouped matmul is not implemented)")
         if xi.dtype != dtype or xi.dim() < 2:
             raise ValueError(f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype")
-    weights = _gmm_weights(weight, dtype)
-    pairs = zip(xs, weights) if len(xs) == len(weights) else ((xs[0], w) for w in weights)
+    params = _gmm_params(xs, weight, bias, scale, per_token_scale, output_dtype)
+    pairs = zip(xs, params.weights) if len(xs) == len(params.weights) else ((xs[0], w) for w in params.weights)
     for i, (xi, w) in enumerate(pairs):
         if xi.shape[-1] != w.shape[0]:
             raise ValueError(f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]")
-    _gmm_biases(bias, weights, dtype)
     split, list_type = _check_gmm_modes(split_item, group_type, group_list_type, act_type)
-    if output_dtype is not None and output_dtype != dtype:
-        raise ValueError(f"output_dtype={output_dtype} is only for quantised inputs; use None (x's dtype {dtype})")
     if group_list is not None:
-        shapes = _gmm_single_x_shape(xs, weights, group_list, group_type, split)
+        shapes = _gmm_single_x_shape(xs, params.weights, group_list, group_type, split)
     else:
-        shapes = _gmm_multi_x_shapes(xs, weights, split)
-    return shapes, dtype, list_type
+        shapes = _gmm_multi_x_shapes(xs, params.weights, split)
+    return shapes, params, list_type
 
 
 def _grouped_matmul_meta(x: Sequence[torch.Tensor], weight: Sequence[torch.Tensor], **options: Any) -> list[Out]:
     """The output list from the split mode and the x/weight shapes."""
-    shapes, dtype, _ = _grouped_matmul_layout(x, weight, **options)
-    return [Out(shape, dtype) for shape in shapes]
+    shapes, params, _ = _grouped_matmul_layout(x, weight, **options)
+    return [Out(shape, params.out_dtype) for shape in shapes]
 
 
 def _group_row_counts(group_list: torch.Tensor, list_type: int, rows: int) -> list[int]:
@@ -318,42 +387,62 @@ def _group_row_counts(group_list: torch.Tensor, list_type: int, rows: int) -> li
     return counts
 
 
-def _linear_f32(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """float32 x @ w (+ bias) on the modeled Cube: fp32 accumulation, bias added in fp32, not yet rounded."""
-    if bias is None:
-        return cube_matmul(x, w, out_dtype=torch.float32)
-    return cube_addmm(bias, x, w, out_dtype=torch.float32)
+def _float_group(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """``x @ w (+ bias)`` on the Cube: fp32 products and sum, bias in fp32, one rounding to x's dtype."""
+    rows = x.reshape(-1, x.shape[-1])
+    out = cube_matmul(rows, w) if bias is None else cube_addmm(bias, rows, w, out_dtype=x.dtype)
+    return out.reshape(*x.shape[:-1], w.shape[1])
 
 
-def _grouped_matmul_rows(
-    xs: list[torch.Tensor],
-    weights: list[torch.Tensor],
-    biases: Optional[list[torch.Tensor]],
-    group_list: Optional[torch.Tensor],
-    list_type: int,
-    split: int,
-    dtype: torch.dtype,
-) -> list[torch.Tensor]:
-    groups = range(len(weights))
-    bias_of = [None] * len(weights) if biases is None else biases
-    if group_list is not None:
-        x = xs[0]
-        out = torch.zeros(x.shape[0], weights[0].shape[1], dtype=torch.float32)
-        start = 0
-        for g, count in zip(groups, _group_row_counts(group_list, list_type, x.shape[0]), strict=True):
-            out[start : start + count] = _linear_f32(x[start : start + count], weights[g], bias_of[g])
-            start += count
-        return [out.to(dtype)]
-    outs = [_linear_f32(xs[g], weights[g], bias_of[g]).to(dtype) for g in groups]
-    return [torch.cat(outs)] if split in SPLIT_OUTPUT_ITEMS else outs
+def _quant_group(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], scale: Optional[torch.Tensor],
+                 per_token: Optional[torch.Tensor], out_dtype: torch.dtype) -> torch.Tensor:
+    """W8A8: ``acc = x @ w`` exact in int32 (+ int32 bias, wrapping); int32 out is ``acc``; otherwise
+    ``acc * scale [* per_token] [+ float bias]`` in float32, one rounding (int8: + offset, rint, saturate)."""
+    rows = x.reshape(-1, x.shape[-1])
+    acc = int_matmul(rows, w)
+    if bias is not None and bias.dtype == torch.int32:
+        acc = wrap_to_int32(acc.to(torch.int64) + bias.to(torch.int64))
+    if out_dtype == torch.int32:
+        return acc.reshape(*x.shape[:-1], w.shape[1])
+    offset = None
+    if scale.dtype == torch.int64:
+        scale, offset = decode_quant_param(scale)
+    values = acc.to(torch.float32) * scale.to(torch.float32)
+    if per_token is not None:
+        values = values * per_token.reshape(-1, 1)
+    if bias is not None and bias.dtype != torch.int32:
+        values = values + bias.to(torch.float32)
+    if out_dtype == torch.int8:
+        out = round_to_int8(values if offset is None else values + offset)
+    else:
+        out = values.to(out_dtype)
+    return out.reshape(*x.shape[:-1], w.shape[1])
+
+
+def _group_product(x: torch.Tensor, g: int, params: _GmmParams, per_token: Optional[torch.Tensor]) -> torch.Tensor:
+    bias = None if params.biases is None else params.biases[g]
+    if x.dtype != torch.int8:
+        return _float_group(x, params.weights[g], bias)
+    scale = None if params.scales is None else params.scales[g]
+    return _quant_group(x, params.weights[g], bias, scale, per_token, params.out_dtype)
 
 
 def _grouped_matmul_kernel(x: Sequence[torch.Tensor], weight: Sequence[torch.Tensor], **options: Any) -> list[torch.Tensor]:
-    _, dtype, list_type = _grouped_matmul_layout(x, weight, **options)
-    weights = _gmm_weights(weight, dtype)
-    biases = _gmm_biases(options.get("bias"), weights, dtype)
-    split = options.get("split_item") or 0
-    return _grouped_matmul_rows(list(x), weights, biases, options.get("group_list"), list_type, split, dtype)
+    shapes, params, list_type = _grouped_matmul_layout(x, weight, **options)
+    group_list = options.get("group_list")
+    per_token = params.per_token
+    if group_list is not None:
+        rows = x[0]
+        out = torch.zeros(shapes[0], dtype=params.out_dtype)
+        start = 0
+        for g, count in enumerate(_group_row_counts(group_list, list_type, rows.shape[0])):
+            stop = start + count
+            scales = None if per_token is None else per_token[0][start:stop]
+            out[start:stop] = _group_product(rows[start:stop], g, params, scales)
+            start = stop
+        return [out]
+    outs = [_group_product(xg, g, params, None if per_token is None else per_token[g]) for g, xg in enumerate(x)]
+    return [torch.cat(outs)] if len(shapes) == 1 and len(outs) > 1 else outs
 
 
 @npu_op(
@@ -389,49 +478,46 @@ def npu_grouped_matmul(
 ) -> list[torch.Tensor]:
     """Grouped matmul: group ``g`` multiplies its rows of x by ``weight[g]`` ([K, N]); returns a list.
 
-    Sources: torch_npu.npu_grouped_matmul (API reference 6.0 and 7.0,
-    https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000524.html)
-    and op-plugin's GroupedMatmulKernelNpuOpApi.cpp (output shapes per split_item, the
-    required group_type, the single [E, K, N] weight form).  The schema is the torch_npu one
-    with a tensor group_list.
-
-    Implemented (non-quantised float16/bfloat16/float32, weights in x's dtype):
+    Sources: torch_npu.npu_grouped_matmul (op-plugin API page: formulas 1-3, the data-type table for a
+    tensor group_list, the single/multi tensor scenarios) and op-plugin's GroupedMatmulKernelNpuOpApi.cpp
+    (output shapes per split_item, the required group_type, the single [E, K, N] weight form).
 
     * MoE form: ``x = [x_all]`` ([M, K]), one weight per expert (a list of [K, N] or a single
-      [E, K, N] tensor), ``group_type=0`` and an int64 ``group_list`` [E].  The list holds
-      cumulative row ends (``group_list_type=0``) or row counts (1).  Group ``g`` takes the
-      next ``count_g`` rows.  ``split_item`` 2 or 3 gives one ``[M, N]`` output.  Rows past the
-      last group are zeros (the device leaves them unspecified).
-    * Per-tensor form (no group_list): ``x[g] @ weight[g]``.  ``split_item`` 0/1 returns one
-      output per group (``x[g]`` may have batch dims); 2/3 returns the 2-D results
-      concatenated by rows.
-    * ``bias``: one ``[N]`` per group (or one ``[E, N]``), float16 for float16 x and float32
-      for bfloat16/float32 x, as in the doc's table; added after the product.
+      [E, K, N] tensor), ``group_type=0`` and an int64 ``group_list`` [E] of cumulative row ends
+      (``group_list_type=0``) or row counts (1). Group ``g`` takes the next ``count_g`` rows; ``split_item``
+      2 or 3 gives one ``[M, N]`` output. Rows past the last group are zeros (the device leaves them unset).
+    * Per-tensor form (no group_list): ``x[g] @ weight[g]``; ``split_item`` 0/1 returns one output per
+      group (``x[g]`` may have batch dims), 2/3 the 2-D results concatenated by rows.
+    * Float (formula 1): float16/bfloat16/float32 x and weights; ``bias`` one ``[N]`` per group (or one
+      ``[E, N]``), float16 for float16 x, float32 otherwise. ``x @ w + bias`` runs as the Cube does: fp32
+      products and accumulation, the bias added in fp32, one rounding to x's dtype (single-threaded BLAS,
+      so the bits do not depend on torch's thread count).
+    * W8A8 (formulas 2-3): int8 x and weights. ``acc = x @ w`` is exact in int32. ``output_dtype=int32``
+      returns ``acc`` (+ an int32 bias) -- the form followed by npu_dequant_swiglu_quant. Otherwise
+      ``scale`` (one ``[N]`` per group or one ``[E, N]``; float32, bfloat16, or int64 from
+      npu_trans_quant_param) dequantises per channel and ``per_token_scale`` ([M] float32, one per x) per
+      row: ``acc [+ int32 bias] * scale [* per_token_scale] [+ float bias]`` in float32, rounded once to
+      ``output_dtype`` (bfloat16, float16, float32, or int8 -- None -- with the int64 scale's offset added
+      before rint and saturation).
 
-    Each output is ``x_rows @ w (+ bias)`` on the modeled Cube (:func:`pytest_npufuse.exact.cube_addmm`):
-    fp32 products and accumulation, the bias added in fp32, one rounding to x's dtype.  The
-    products run on single-threaded BLAS, so the bits do not depend on torch's thread count.
-
-    Rejected with ValueError: any quantisation or activation input (scale, offset,
-    antiquant_*, per_token_scale, activation_*), int8/int4 x, ``act_type != 0``, an
-    ``output_dtype`` other than x's, and ``group_type`` None (torch_npu also requires it)
-    or not -1/0.  Also rejected: ``group_list_type=2`` and ``split_item`` 0/1 with group_list.
-    Those outputs have row counts that are the values of group_list, which a fake kernel
-    cannot know.  A Python list as group_list is refused with TypeError (the schema takes
-    an int64 tensor).  ``tuning_config`` is a tiling hint and is ignored.
+    Refused with ValueError: ``offset``, weight-only (antiquant) and activation inputs, int4, ``act_type != 0``,
+    ``group_type`` None (torch_npu also requires it) or not -1/0, ``group_list_type=2`` and ``split_item``
+    0/1 with group_list (their row counts are group_list's values, which a fake kernel cannot know). A
+    Python list as group_list is refused with TypeError (the schema takes an int64 tensor).
+    ``tuning_config`` is a tiling hint and is ignored.
     """
     if isinstance(group_list, (list, tuple)):
         raise TypeError("group_list must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
     require_tensor_list("x", x)
     require_tensor_list("weight", weight)
-    if bias is not None and len(bias) > 0:
-        require_tensor_list("bias", bias)
+    for name, value in (("bias", bias), ("scale", scale), ("per_token_scale", per_token_scale)):
+        if not _empty(value):
+            require_tensor_list(name, value)
     require_optional_tensor("group_list", group_list)
     require_unused(
-        "npu_grouped_matmul (quantised/activation inputs)", scale=scale, offset=offset,
-        antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, per_token_scale=per_token_scale,
-        activation_input=activation_input, activation_quant_scale=activation_quant_scale,
-        activation_quant_offset=activation_quant_offset,
+        "npu_grouped_matmul (offset, weight-only quantisation and activation inputs)", offset=offset,
+        antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, activation_input=activation_input,
+        activation_quant_scale=activation_quant_scale, activation_quant_offset=activation_quant_offset,
     )
     _check_gmm_modes(split_item, group_type, group_list_type, act_type)
     require_int_list("tuning_config", tuning_config)

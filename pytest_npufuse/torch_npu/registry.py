@@ -103,18 +103,20 @@ def _check_result(name: str, result: Any, outputs: Outputs) -> None:
             )
 
 
-def _write_back(slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict, result: Any) -> tuple:
+def _write_back(slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict, result: Any) -> Any:
     """Copy outputs into the arguments torch_npu overwrites; return the outputs with those arguments in their place.
 
     ``slots`` holds (argument name, argument position, output position) triples, resolved once at
-    declaration so that Dynamo traces only tuple indexing here.
+    declaration so that Dynamo traces only tuple indexing here. An op with one output returns that
+    argument itself (e.g. ``npu_scatter_nd_update_``).
     """
-    outputs = list(result)
+    single = isinstance(result, torch.Tensor)
+    outputs = [result] if single else list(result)
     for name, arg_position, out_position in slots:
         target = kwargs[name] if name in kwargs else args[arg_position]
         target.copy_(outputs[out_position])
         outputs[out_position] = target
-    return tuple(outputs)
+    return outputs[0] if single else tuple(outputs)
 
 
 def npu_op(
@@ -124,6 +126,7 @@ def npu_op(
     meta: Callable[..., Outputs],
     kernel: Callable[..., Any],
     writes_back: Mapping[str, int] = MappingProxyType({}),
+    side_effect: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
 
@@ -133,7 +136,11 @@ def npu_op(
     value: the registered op stays functional (one opaque node whose outputs are the new values) and
     the wrapper copies those outputs into the arguments and returns the arguments in their place, so
     callers see torch_npu's in-place behaviour.
+    A schema returning ``()`` has meta and kernel return ``()`` and the op returns None; ``side_effect``
+    marks such an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it
+    although nothing reads its result.
     """
+    returns_none = schema.rsplit("->", 1)[1].strip() == "()"
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
         name = checks.__name__
@@ -147,15 +154,18 @@ def npu_op(
             outputs = meta(*args, **kwargs)
             result = kernel(*args, **kwargs)
             _check_result(name, result, outputs)
-            return result
+            return None if returns_none else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            return _allocate(meta(*args, **kwargs), _first_tensor([*args, *kwargs.values()]))
+            outputs = meta(*args, **kwargs)
+            return None if returns_none else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
+        if side_effect:
+            torch.fx.node.has_side_effect(packet.default)
         returns_list = schema.rstrip().endswith("Tensor[]")
         params = list(inspect.signature(checks).parameters)
         slots = tuple((name, params.index(name), position) for name, position in writes_back.items())

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import torch
-
 from typing import Any, Optional
 
+import torch
+
+from ..exact import cube_matmul
 from .checks import (
     FLOAT_DTYPES, HALF_DTYPES, require_bool, require_choice, require_dtype, require_float, require_shape,
     require_tensor, require_tensors, require_unused,
 )
-from ..exact import cube_matmul
 from .norm import rms_normalise
 from .registry import Out, npu_op
 
@@ -25,6 +25,7 @@ MLA_RMS_SIZE = 512  # the doc's rms_size (compressed KV width), the only value i
 MLA_ROPE_SIZE = 64  # the doc's rope_size
 KV_CACHE_MODES = ("Norm", "PA", "PA_BNSD")
 MLA_PROLOG_DOC = "op-plugin docs/context/torch_npu-npu_mla_prolog.md"
+MLA_PROLOG_V2_DOC = "op-plugin docs: torch_npu-npu_mla_prolog_v2.md (return values, shapes)"
 
 
 def rotate(values: torch.Tensor, rotary_mode: str) -> torch.Tensor:
@@ -371,6 +372,26 @@ def npu_kv_rmsnorm_rope_cache(
 # ---------------------------------------------------------------------------------------------
 
 
+MLA_TENSORS = (
+    "token_x", "weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr", "rmsnorm_gamma_cq", "rmsnorm_gamma_ckv",
+    "rope_sin", "rope_cos", "cache_index", "kv_cache", "kr_cache",
+)
+MLA_QUANT_INPUTS = (
+    "dequant_scale_x", "dequant_scale_w_dq", "dequant_scale_w_uq_qr", "dequant_scale_w_dkv_kr", "quant_scale_ckv",
+    "quant_scale_ckr", "smooth_scales_cq",
+)
+
+
+def _check_mla_prolog_arguments(**arguments: Any) -> None:
+    """The argument checks of npu_mla_prolog and _v2, which share their inputs."""
+    for name in MLA_TENSORS:
+        require_tensor(name, arguments[name])
+    require_unused("npu_mla_prolog (quantised modes)", **{name: arguments[name] for name in MLA_QUANT_INPUTS})
+    require_float("rmsnorm_epsilon_cq", arguments["rmsnorm_epsilon_cq"])
+    require_float("rmsnorm_epsilon_ckv", arguments["rmsnorm_epsilon_ckv"])
+    require_choice("cache_mode", arguments["cache_mode"], ("PA_BSND",), "paged caches [BlockNum, BlockSize, 1, D]")
+
+
 def _require_2d(name: str, tensor: torch.Tensor, rows: Any, dtype: torch.dtype) -> int:
     """A [rows, cols] weight in ``dtype``; returns cols."""
     require_dtype(name, tensor, (dtype,), "(int8 quantised MLA weights are not implemented)")
@@ -530,17 +551,61 @@ def npu_mla_prolog(
     full quantisation modes (int8 weight_uq_qr or caches and their scales), cache_mode 'PA_NZ', and
     npu_mla_prolog_v2.
     """
-    for name, value in (("token_x", token_x), ("weight_dq", weight_dq), ("weight_uq_qr", weight_uq_qr),
-                        ("weight_uk", weight_uk), ("weight_dkv_kr", weight_dkv_kr),
-                        ("rmsnorm_gamma_cq", rmsnorm_gamma_cq), ("rmsnorm_gamma_ckv", rmsnorm_gamma_ckv),
-                        ("rope_sin", rope_sin), ("rope_cos", rope_cos), ("cache_index", cache_index),
-                        ("kv_cache", kv_cache), ("kr_cache", kr_cache)):
-        require_tensor(name, value)
-    require_unused(
-        "npu_mla_prolog (quantised modes)", dequant_scale_x=dequant_scale_x, dequant_scale_w_dq=dequant_scale_w_dq,
-        dequant_scale_w_uq_qr=dequant_scale_w_uq_qr, dequant_scale_w_dkv_kr=dequant_scale_w_dkv_kr,
-        quant_scale_ckv=quant_scale_ckv, quant_scale_ckr=quant_scale_ckr, smooth_scales_cq=smooth_scales_cq,
-    )
-    require_float("rmsnorm_epsilon_cq", rmsnorm_epsilon_cq)
-    require_float("rmsnorm_epsilon_ckv", rmsnorm_epsilon_ckv)
-    require_choice("cache_mode", cache_mode, ("PA_BSND",), "paged caches [BlockNum, BlockSize, 1, D]")
+    _check_mla_prolog_arguments(**locals())
+
+
+def _mla_prolog_v2_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
+    """npu_mla_prolog's outputs and dequant_scale_q_nope, float32 [1] outside the full-quantisation mode."""
+    return (*_mla_prolog_meta(*args, **kwargs), Out([1], torch.float32))
+
+
+def _mla_prolog_v2_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+    return (*_mla_prolog_kernel(*args, **kwargs), torch.zeros(1, dtype=torch.float32))
+
+
+@npu_op(
+    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
+    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
+    "Tensor kv_cache, Tensor kr_cache, *, Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, "
+    "Tensor? dequant_scale_w_uq_qr=None, Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, "
+    "Tensor? quant_scale_ckr=None, Tensor? smooth_scales_cq=None, float rmsnorm_epsilon_cq=1e-05, "
+    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\") -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    source=MLA_PROLOG_V2_DOC,
+    meta=_mla_prolog_v2_meta,
+    kernel=_mla_prolog_v2_kernel,
+    writes_back={"kv_cache": 2, "kr_cache": 3},
+)
+def npu_mla_prolog_v2(
+    token_x: torch.Tensor,
+    weight_dq: torch.Tensor,
+    weight_uq_qr: torch.Tensor,
+    weight_uk: torch.Tensor,
+    weight_dkv_kr: torch.Tensor,
+    rmsnorm_gamma_cq: torch.Tensor,
+    rmsnorm_gamma_ckv: torch.Tensor,
+    rope_sin: torch.Tensor,
+    rope_cos: torch.Tensor,
+    cache_index: torch.Tensor,
+    kv_cache: torch.Tensor,
+    kr_cache: torch.Tensor,
+    *,
+    dequant_scale_x: Optional[torch.Tensor] = None,
+    dequant_scale_w_dq: Optional[torch.Tensor] = None,
+    dequant_scale_w_uq_qr: Optional[torch.Tensor] = None,
+    dequant_scale_w_dkv_kr: Optional[torch.Tensor] = None,
+    quant_scale_ckv: Optional[torch.Tensor] = None,
+    quant_scale_ckr: Optional[torch.Tensor] = None,
+    smooth_scales_cq: Optional[torch.Tensor] = None,
+    rmsnorm_epsilon_cq: float = 1e-5,
+    rmsnorm_epsilon_ckv: float = 1e-5,
+    cache_mode: str = "PA_BSND",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """npu_mla_prolog with a fifth output, ``dequant_scale_q_nope``: ``(query, query_rope, kv_cache, kr_cache, scale)``.
+
+    Source: torch_npu.npu_mla_prolog_v2 (op-plugin docs, npu_mla_prolog_v2): the same inputs and four
+    outputs as :func:`npu_mla_prolog`, plus the query's dequantisation scale, which outside the full
+    KV-cache quantisation mode is a float32 tensor of shape [1] (the doc); its value is not specified
+    there and this model returns 0.  Used by vllm-ascend's and omni-infer's DeepSeek decode paths.
+    The quantised modes (int8 token_x, weights or caches) are not implemented (ValueError).
+    """
+    _check_mla_prolog_arguments(**locals())

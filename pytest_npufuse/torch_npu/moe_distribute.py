@@ -1,0 +1,593 @@
+"""MC2 expert-parallel communication: ``npu_moe_distribute_dispatch`` / ``combine`` and their ``_v2``.
+
+On the device these fuse an optional int8 quantisation with an all-to-all-v over the EP group. Here the
+**numbers are those of an EP world of one rank** and **the shapes and bytes are those of the configured EP
+world** (the ``ep_world_size`` argument, which is the only place the world size is configured):
+
+* Output shapes follow op-plugin's meta functions, so ``expand_x`` has ``A = global_bs * min(L, K)`` rows
+  (``global_bs = BS * ep_world_size`` when 0, ``L = moe_expert_num / ep_world_size`` local experts). The
+  op catalog prices these ops on the communication engine by the bytes of their inputs and outputs, so a
+  larger configured world moves proportionally more bytes, as the real all-to-all does.
+* Values: this rank (``ep_rank_id``) holds experts ``[rank * L, (rank + 1) * L)``. It receives its own
+  tokens routed to those experts and nothing from the other ranks, which are not modeled; ``combine``
+  adds the weighted outputs of the local experts, so a token's contribution from an expert on another
+  rank is 0. With ``ep_world_size=1`` (every expert local) this is exactly the documented computation.
+
+The contents of ``expand_idx`` / ``ep_recv_counts`` are, per the API page, implementation-defined ("may
+differ across products and versions; pass them to combine unchanged"). This model fills them as below and
+combine reads them back; ``expert_token_nums`` and ``expand_x``'s row order are the documented ones.
+
+Sources: op-plugin ``docs/zh/custom_APIs/torch_npu/torch_npu-npu_moe_distribute_{dispatch,combine}{,_v2}.md``
+and ``op_plugin/python/meta/_meta_registrations.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from .checks import HALF_DTYPES, require_choice, require_dtype, require_int, require_shape, require_tensors, require_unused
+from .fixedorder import round_to_int8
+from .registry import Out, npu_op
+
+DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
+NO_QUANT, DYNAMIC_QUANT = 0, 2
+TOKENS_CUMSUM, TOKENS_COUNT = 0, 1
+DYNAMIC_QUANT_MAX = 127.0
+ASSIST_ROWS_PER_TOKEN = 128  # dispatch_v2 meta: assist_info_for_combine has max(BS*K, A*128) entries
+A3_STEP = 8  # meta: expert_scales adds global_bs * 2 * K * (ep_world_size // 8) ep_recv_counts entries
+
+
+@dataclass(frozen=True)
+class _World:
+    """The EP geometry of one call, from its arguments (op-plugin's meta function)."""
+
+    ranks: int
+    rank: int
+    local_experts: int
+    global_bs: int
+    recv_rows: int  # A
+
+    @property
+    def first_expert(self) -> int:
+        return self.rank * self.local_experts
+
+
+def _world(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int, ep_rank_id: int, moe_expert_num: int,
+           global_bs: int) -> _World:
+    bs, k = expert_ids.shape
+    if x.dim() != 2 or expert_ids.dim() != 2 or x.shape[0] != bs:
+        raise ValueError(f"x {list(x.shape)} and expert_ids {list(expert_ids.shape)} must be [BS, H] and [BS, K]")
+    if not 0 <= ep_rank_id < ep_world_size:
+        raise ValueError(f"ep_rank_id={ep_rank_id} must be in [0, ep_world_size={ep_world_size})")
+    if moe_expert_num % ep_world_size:
+        raise ValueError(f"moe_expert_num={moe_expert_num} must be a multiple of ep_world_size={ep_world_size}")
+    if not 0 < k <= moe_expert_num:
+        raise ValueError(f"K={k} (expert_ids' second dim) must be in (0, moe_expert_num={moe_expert_num}]")
+    local = moe_expert_num // ep_world_size
+    rows = global_bs if global_bs else bs * ep_world_size
+    return _World(ep_world_size, ep_rank_id, local, rows, rows * min(local, k))
+
+
+def _check_common(group_ep: str, ep_world_size: int, ep_rank_id: int, moe_expert_num: int, tp_world_size: int,
+                  expert_shard_type: int, shared_expert_rank_num: int, global_bs: int) -> None:
+    """The scalar arguments both dispatch and combine (v1 and v2) take."""
+    if not isinstance(group_ep, str):
+        raise TypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
+    for name, value in (("ep_world_size", ep_world_size), ("ep_rank_id", ep_rank_id),
+                        ("moe_expert_num", moe_expert_num), ("tp_world_size", tp_world_size),
+                        ("expert_shard_type", expert_shard_type), ("shared_expert_rank_num", shared_expert_rank_num),
+                        ("global_bs", global_bs)):
+        require_int(name, value)
+    if ep_world_size < 1 or moe_expert_num < 1:
+        raise ValueError(f"ep_world_size={ep_world_size} and moe_expert_num={moe_expert_num} must be >= 1")
+    require_choice("tp_world_size", tp_world_size, (0, 1), "TP-domain communication is not modeled; 0 or 1 mean none")
+    require_choice("shared_expert_rank_num", shared_expert_rank_num, (0,),
+                   "ranks dedicated to shared experts are not modeled; compute the shared expert yourself")
+    require_choice("expert_shard_type", expert_shard_type, (0,), "0: shared-expert ranks first (the only documented value)")
+
+
+def _active_routes(expert_ids: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """bool [BS, K]: which (token, slot) pairs take part (x_active_mask, 1-D per token or 2-D per pair)."""
+    if mask is None:
+        return torch.ones(expert_ids.shape, dtype=torch.bool)
+    return mask.unsqueeze(-1).expand(expert_ids.shape) if mask.dim() == 1 else mask
+
+
+def _check_mask(mask: Optional[torch.Tensor], expert_ids: torch.Tensor) -> None:
+    if mask is not None:
+        require_dtype("x_active_mask", mask, (torch.bool,))
+        require_shape("x_active_mask", mask, ((expert_ids.shape[0],), tuple(expert_ids.shape)))
+
+
+def _send_ranks(expert_ids: torch.Tensor, active: torch.Tensor, experts: int) -> torch.Tensor:
+    """expand_idx: for each flat (token, slot), how many earlier active flat pairs go to the same expert
+    (inactive pairs are ranked in a group of their own and never read)."""
+    flat = torch.where(active, expert_ids, experts).reshape(-1).to(torch.int64)
+    order = torch.sort(flat, stable=True)
+    first = torch.searchsorted(order.values, order.values, right=False)
+    ranks = torch.empty_like(flat)
+    ranks[order.indices] = torch.arange(flat.numel()) - first
+    return ranks.to(torch.int32)
+
+
+def _recv_offsets(counts: torch.Tensor, world: _World) -> torch.Tensor:
+    """ep_recv_counts: inclusive prefix sums over (local expert, source rank), expert-major; only this rank sends."""
+    per_source = torch.zeros(world.local_experts, world.ranks, dtype=torch.int64)
+    per_source[:, world.rank] = counts
+    return torch.cumsum(per_source.reshape(-1), 0).to(torch.int32)
+
+
+# ---------------------------------------------------------------------------------------------
+# dispatch (v1 and v2 share the computation)
+# ---------------------------------------------------------------------------------------------
+
+
+def _dispatch_meta(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int, ep_rank_id: int,
+                   moe_expert_num: int, scales: Optional[torch.Tensor], x_active_mask: Optional[torch.Tensor],
+                   expert_scales: Optional[torch.Tensor], quant_mode: int, global_bs: int, tp_world_size: int,
+                   idx_entries) -> tuple[Out, ...]:
+    require_dtype("x", x, HALF_DTYPES)
+    require_dtype("expert_ids", expert_ids, (torch.int32,))
+    world = _world(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, global_bs)
+    _check_mask(x_active_mask, expert_ids)
+    if scales is not None:
+        if quant_mode != DYNAMIC_QUANT:
+            raise ValueError("scales (smoothing factors) are only for quant_mode=2 (dynamic int8 quantisation)")
+        require_dtype("scales", scales, (torch.float32,))
+        require_shape("scales", scales, ((moe_expert_num, x.shape[1]),))
+    recv_counts = world.ranks * world.local_experts
+    expand_scales: list[int] = [0]
+    if expert_scales is not None:
+        require_dtype("expert_scales", expert_scales, (torch.float32,))
+        require_shape("expert_scales", expert_scales, (tuple(expert_ids.shape),))
+        recv_counts += world.global_bs * 2 * expert_ids.shape[1] * (world.ranks // A3_STEP)
+        expand_scales = [world.recv_rows]
+    out_dtype = x.dtype if quant_mode == NO_QUANT else torch.int8
+    a, h = world.recv_rows, x.shape[1]
+    return (
+        Out([a, h], out_dtype),
+        Out([a], torch.float32),
+        Out([idx_entries(expert_ids.numel(), a)], torch.int32),
+        Out([world.local_experts], torch.int64),
+        Out([recv_counts], torch.int32),
+        Out([tp_world_size], torch.int32),
+        Out(expand_scales, torch.float32),
+    )
+
+
+def _dispatch_kernel(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int, ep_rank_id: int,
+                     moe_expert_num: int, scales: Optional[torch.Tensor], x_active_mask: Optional[torch.Tensor],
+                     expert_scales: Optional[torch.Tensor], quant_mode: int, global_bs: int, tp_world_size: int,
+                     expert_token_nums_type: int, outputs: tuple[Out, ...]) -> tuple[torch.Tensor, ...]:
+    world = _world(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, global_bs)
+    if bool(((expert_ids < 0) | (expert_ids >= moe_expert_num)).any()):
+        raise ValueError(f"expert_ids values must lie in [0, moe_expert_num={moe_expert_num})")
+    k = expert_ids.shape[1]
+    local = expert_ids.to(torch.int64) - world.first_expert
+    active = _active_routes(expert_ids, x_active_mask)
+    routed = active & (local >= 0) & (local < world.local_experts)
+    pairs = torch.nonzero(routed)  # (token, slot), token-major
+    order = torch.sort(local[routed], stable=True)  # by local expert, then token
+    tokens, slots, experts = pairs[order.indices, 0], pairs[order.indices, 1], order.values
+    received = len(tokens)
+    if received > world.recv_rows:
+        raise ValueError(f"{received} routed tokens exceed the {world.recv_rows} rows expand_x holds; raise global_bs")
+    expand_x, dynamic_scales, expand_idx, _, _, tp_recv, expand_scales = (torch.zeros(o.shape, dtype=o.dtype)
+                                                                          for o in outputs)
+    rows = x[tokens]
+    if quant_mode == DYNAMIC_QUANT:
+        values = rows.to(torch.float32)
+        if scales is not None:
+            values = values * scales[experts + world.first_expert]
+        scale = values.abs().amax(dim=-1) / DYNAMIC_QUANT_MAX
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        rows = round_to_int8(values / safe.unsqueeze(-1))
+        dynamic_scales[:received] = scale
+    expand_x[:received] = rows
+    expand_idx[: expert_ids.numel()] = _send_ranks(expert_ids, active, moe_expert_num)
+    if expert_scales is not None:
+        expand_scales[:received] = expert_scales[tokens, slots]
+    counts = torch.bincount(experts, minlength=world.local_experts).to(torch.int64)
+    token_nums = counts if expert_token_nums_type == TOKENS_COUNT else torch.cumsum(counts, 0)
+    recv_counts = torch.zeros(outputs[4].shape, dtype=torch.int32)
+    recv_counts[: world.ranks * world.local_experts] = _recv_offsets(counts, world)
+    return expand_x, dynamic_scales, expand_idx, token_nums, recv_counts, tp_recv, expand_scales
+
+
+def _check_no_special_experts(zero_expert_num: int, copy_expert_num: int, const_expert_num: int) -> None:
+    """The v2 interfaces' zero/copy/constant experts (MoE variants with trivial experts) are not modeled."""
+    for name, value in (("zero_expert_num", zero_expert_num), ("copy_expert_num", copy_expert_num),
+                        ("const_expert_num", const_expert_num)):
+        require_int(name, value)
+        require_choice(name, value, (0,), "zero/copy/constant experts are not modeled")
+
+
+def _check_dispatch_scalars(quant_mode: int, expert_token_nums_type: int, **common: Any) -> None:
+    _check_common(**common)
+    require_int("quant_mode", quant_mode)
+    require_choice("quant_mode", quant_mode, (NO_QUANT, DYNAMIC_QUANT), "0 none, 2 dynamic per-token int8")
+    require_int("expert_token_nums_type", expert_token_nums_type)
+    require_choice("expert_token_nums_type", expert_token_nums_type, (TOKENS_CUMSUM, TOKENS_COUNT), "0 cumsum, 1 counts")
+
+
+def _v1_idx_entries(pairs: int, recv_rows: int) -> int:
+    return pairs
+
+
+def _v2_idx_entries(pairs: int, recv_rows: int) -> int:
+    return max(pairs, recv_rows * ASSIST_ROWS_PER_TOKEN)
+
+
+
+
+def _dispatch_functions(idx_entries: Callable[[int, int], int]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The meta function and kernel of one dispatch interface, which differ only in the expand_idx size."""
+
+    def meta(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
+             x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
+             **_: object) -> tuple[Out, ...]:
+        return _dispatch_meta(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask,
+                              expert_scales, quant_mode, global_bs, tp_world_size, idx_entries)
+
+    def kernel(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
+               x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
+               expert_token_nums_type=1, **_: object) -> tuple[torch.Tensor, ...]:
+        args = (x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask, expert_scales,
+                quant_mode, global_bs, tp_world_size)
+        return _dispatch_kernel(*args, expert_token_nums_type, _dispatch_meta(*args, idx_entries))
+
+    return meta, kernel
+
+
+_dispatch_v1_meta, _dispatch_v1_kernel = _dispatch_functions(_v1_idx_entries)
+_dispatch_v2_meta, _dispatch_v2_kernel = _dispatch_functions(_v2_idx_entries)
+
+
+DISPATCH_SCHEMA_HEAD = (
+    "(Tensor x, Tensor expert_ids, str group_ep, int ep_world_size, int ep_rank_id, int moe_expert_num, *, "
+    "Tensor? scales=None, Tensor? x_active_mask=None, Tensor? expert_scales=None, "
+)
+DISPATCH_SCHEMA_TAIL = (
+    "str group_tp=\"\", int tp_world_size=0, int tp_rank_id=0, int expert_shard_type=0, int shared_expert_num=1, "
+    "int shared_expert_rank_num=0, int quant_mode=0, int global_bs=0, int expert_token_nums_type=1"
+)
+DISPATCH_OUTPUTS = " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
+
+
+@npu_op(
+    DISPATCH_SCHEMA_HEAD + DISPATCH_SCHEMA_TAIL + ")" + DISPATCH_OUTPUTS,
+    source=DOCS.format("npu_moe_distribute_dispatch"),
+    meta=_dispatch_v1_meta,
+    kernel=_dispatch_v1_kernel,
+)
+def npu_moe_distribute_dispatch(
+    x: torch.Tensor,
+    expert_ids: torch.Tensor,
+    group_ep: str,
+    ep_world_size: int,
+    ep_rank_id: int,
+    moe_expert_num: int,
+    *,
+    scales: Optional[torch.Tensor] = None,
+    x_active_mask: Optional[torch.Tensor] = None,
+    expert_scales: Optional[torch.Tensor] = None,
+    group_tp: str = "",
+    tp_world_size: int = 0,
+    tp_rank_id: int = 0,
+    expert_shard_type: int = 0,
+    shared_expert_num: int = 1,
+    shared_expert_rank_num: int = 0,
+    quant_mode: int = 0,
+    global_bs: int = 0,
+    expert_token_nums_type: int = 1,
+) -> tuple[torch.Tensor, ...]:
+    """Send each token to the ranks of its top-K experts (MC2): returns ``(expand_x, dynamic_scales,
+    expand_idx, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales)``.
+
+    Source: torch_npu.npu_moe_distribute_dispatch (op-plugin API page; meta function for the shapes).
+    See the module docstring for the one-rank numerics and the configured-world shapes.
+
+    * ``x`` ``[BS, H]`` float16/bfloat16; ``expert_ids`` int32 ``[BS, K]`` in ``[0, moe_expert_num)``.
+    * ``expand_x`` ``[A, H]``: the received tokens grouped by local expert, each group in token order,
+      then zeros; int8 with ``quant_mode=2``, where each row is ``rint(x * scales[expert] / s)`` with
+      ``s = max|x * scales[expert]| / 127`` (``scales`` ``[moe_expert_num, H]`` optional) and
+      ``dynamic_scales[row] = s`` (``[A]``, zeros when not quantising).
+    * ``expert_token_nums`` int64 ``[L]``: tokens per local expert (``expert_token_nums_type=1``) or their
+      cumulative sums (0) -- the ``group_list`` of the grouped matmul that follows.
+    * ``expand_idx`` int32 ``[BS*K]``: per (token, slot) its rank among the pairs sent to the same expert;
+      ``ep_recv_counts`` int32: inclusive prefix sums of the rows received per (local expert, source rank);
+      ``tp_recv_counts`` ``[tp_world_size]`` zeros; ``expand_scales`` ``[A]`` the ``expert_scales`` of each
+      received row when given (A2 form), else empty.
+    * ``x_active_mask`` (bool ``[BS]`` or ``[BS, K]``): inactive tokens / pairs are not sent.
+
+    Refused: ranks dedicated to shared experts (``shared_expert_rank_num != 0``), TP-domain sends
+    (``tp_world_size > 1``) and other quant modes.
+    """
+    require_tensors(x=x, expert_ids=expert_ids, scales=scales, x_active_mask=x_active_mask,
+                    expert_scales=expert_scales)
+    _check_dispatch_scalars(quant_mode, expert_token_nums_type, group_ep=group_ep, ep_world_size=ep_world_size,
+                            ep_rank_id=ep_rank_id, moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
+                            expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
+                            global_bs=global_bs)
+
+
+@npu_op(
+    DISPATCH_SCHEMA_HEAD + "Tensor? elastic_info=None, Tensor? performance_info=None, " + DISPATCH_SCHEMA_TAIL
+    + ", str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, int const_expert_num=0, "
+    "int? y_dtype=None, int? x_dtype=None, int? scales_dtype=None)" + DISPATCH_OUTPUTS,
+    source=DOCS.format("npu_moe_distribute_dispatch_v2"),
+    meta=_dispatch_v2_meta,
+    kernel=_dispatch_v2_kernel,
+)
+def npu_moe_distribute_dispatch_v2(
+    x: torch.Tensor,
+    expert_ids: torch.Tensor,
+    group_ep: str,
+    ep_world_size: int,
+    ep_rank_id: int,
+    moe_expert_num: int,
+    *,
+    scales: Optional[torch.Tensor] = None,
+    x_active_mask: Optional[torch.Tensor] = None,
+    expert_scales: Optional[torch.Tensor] = None,
+    elastic_info: Optional[torch.Tensor] = None,
+    performance_info: Optional[torch.Tensor] = None,
+    group_tp: str = "",
+    tp_world_size: int = 0,
+    tp_rank_id: int = 0,
+    expert_shard_type: int = 0,
+    shared_expert_num: int = 1,
+    shared_expert_rank_num: int = 0,
+    quant_mode: int = 0,
+    global_bs: int = 0,
+    expert_token_nums_type: int = 1,
+    comm_alg: str = "",
+    zero_expert_num: int = 0,
+    copy_expert_num: int = 0,
+    const_expert_num: int = 0,
+    y_dtype: Optional[int] = None,
+    x_dtype: Optional[int] = None,
+    scales_dtype: Optional[int] = None,
+) -> tuple[torch.Tensor, ...]:
+    """:func:`npu_moe_distribute_dispatch` of the v2 interface: the third output is
+    ``assist_info_for_combine`` (int32 ``[max(BS*K, A*128)]``, the first ``BS*K`` entries as v1's
+    ``expand_idx``) for :func:`npu_moe_distribute_combine_v2`.
+
+    Source: torch_npu.npu_moe_distribute_dispatch_v2 (op-plugin API page; meta function). ``comm_alg``
+    (the communication memory layout) does not change values and is accepted. Refused: elastic
+    expert placement (``elastic_info``), ``performance_info``, zero/copy/constant experts and the
+    ``y_dtype``/``x_dtype``/``scales_dtype`` overrides (FP8/MX outputs).
+    """
+    require_tensors(x=x, expert_ids=expert_ids, scales=scales, x_active_mask=x_active_mask,
+                    expert_scales=expert_scales)
+    _check_dispatch_scalars(quant_mode, expert_token_nums_type, group_ep=group_ep, ep_world_size=ep_world_size,
+                            ep_rank_id=ep_rank_id, moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
+                            expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
+                            global_bs=global_bs)
+    require_unused("npu_moe_distribute_dispatch_v2", elastic_info=elastic_info, performance_info=performance_info,
+                   y_dtype=y_dtype, x_dtype=x_dtype, scales_dtype=scales_dtype)
+    _check_no_special_experts(zero_expert_num, copy_expert_num, const_expert_num)
+
+
+# ---------------------------------------------------------------------------------------------
+# combine (v1 and v2 share the computation)
+# ---------------------------------------------------------------------------------------------
+
+
+def _combine_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size, ep_rank_id,
+                  moe_expert_num, x_active_mask, shared_expert_x, global_bs) -> Out:
+    require_dtype("expand_x", expand_x, HALF_DTYPES, "(int32 expert outputs with dequant scales are not modeled)")
+    require_dtype("expert_ids", expert_ids, (torch.int32,))
+    require_dtype("expand_idx", expand_idx, (torch.int32,))
+    require_dtype("ep_send_counts", ep_send_counts, (torch.int32,))
+    require_dtype("expert_scales", expert_scales, (torch.float32,))
+    world = _world(expert_ids.new_empty(expert_ids.shape[0], 1), expert_ids, ep_world_size, ep_rank_id,
+                   moe_expert_num, global_bs)
+    if expand_x.dim() != 2 or expand_x.shape[0] < world.recv_rows:
+        raise ValueError(f"expand_x has shape {list(expand_x.shape)}; expected [A >= {world.recv_rows}, H] "
+                         "(dispatch's expand_x after the experts)")
+    require_shape("expert_scales", expert_scales, (tuple(expert_ids.shape),))
+    if expand_idx.dim() != 1 or expand_idx.shape[0] < expert_ids.numel():
+        raise ValueError(f"expand_idx has shape {list(expand_idx.shape)}; pass dispatch's third output unchanged")
+    if ep_send_counts.dim() != 1 or ep_send_counts.shape[0] < world.ranks * world.local_experts:
+        raise ValueError(f"ep_send_counts has shape {list(ep_send_counts.shape)}; pass dispatch's ep_recv_counts")
+    _check_mask(x_active_mask, expert_ids)
+    tokens, h = expert_ids.shape[0], expand_x.shape[1]
+    if shared_expert_x is not None:
+        require_dtype("shared_expert_x", shared_expert_x, (expand_x.dtype,))
+        if shared_expert_x.numel() != tokens * h or shared_expert_x.shape[-1] != h:
+            raise ValueError(f"shared_expert_x has shape {list(shared_expert_x.shape)}; expected [{tokens}, {h}]")
+    return Out([tokens, h], expand_x.dtype)
+
+
+def _combine_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size, ep_rank_id,
+                    moe_expert_num, x_active_mask, shared_expert_x, global_bs) -> torch.Tensor:
+    world = _world(expert_ids.new_empty(expert_ids.shape[0], 1), expert_ids, ep_world_size, ep_rank_id,
+                   moe_expert_num, global_bs)
+    tokens, k = expert_ids.shape
+    local = expert_ids.to(torch.int64) - world.first_expert
+    routed = _active_routes(expert_ids, x_active_mask) & (local >= 0) & (local < world.local_experts)
+    block = local.clamp(0, world.local_experts - 1) * world.ranks + world.rank
+    counts = ep_send_counts.to(torch.int64)
+    starts = torch.where(block > 0, counts[(block - 1).clamp(min=0)], 0)
+    rows = starts + expand_idx[: tokens * k].to(torch.int64).reshape(tokens, k)
+    if bool(((rows < 0) | (rows >= expand_x.shape[0]))[routed].any()):
+        raise ValueError("expand_idx / ep_send_counts point outside expand_x; pass dispatch's outputs unchanged")
+    source = expand_x.to(torch.float32)
+    out = torch.zeros(tokens, expand_x.shape[1], dtype=torch.float32)
+    for slot in range(k):
+        picked = source[rows[:, slot].clamp(0, expand_x.shape[0] - 1)]
+        weighted = expert_scales[:, slot].unsqueeze(-1) * picked
+        out = out + torch.where(routed[:, slot].unsqueeze(-1), weighted, 0.0)
+    if shared_expert_x is not None:
+        out = out + shared_expert_x.reshape(tokens, -1).to(torch.float32)
+    return out.to(expand_x.dtype)
+
+
+def _combine_adapter_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, group_ep, ep_world_size,
+                          ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None, global_bs=0,
+                          **_: object) -> Out:
+    """Meta function of both combine interfaces (the third argument is expand_idx or assist_info_for_combine)."""
+    return _combine_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size,
+                         ep_rank_id, moe_expert_num, x_active_mask, shared_expert_x, global_bs)
+
+
+def _combine_adapter_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, group_ep,
+                            ep_world_size, ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None,
+                            global_bs=0, **_: object) -> torch.Tensor:
+    """CPU kernel of both combine interfaces."""
+    return _combine_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size,
+                           ep_rank_id, moe_expert_num, x_active_mask, shared_expert_x, global_bs)
+
+
+COMBINE_SCHEMA_HEAD = (
+    "(Tensor expand_x, Tensor expert_ids, Tensor {idx}, Tensor ep_send_counts, Tensor expert_scales, str group_ep, "
+    "int ep_world_size, int ep_rank_id, int moe_expert_num, *, Tensor? tp_send_counts=None, "
+    "Tensor? x_active_mask=None, "
+)
+COMBINE_SCHEMA_SHARED = (
+    "str group_tp=\"\", int tp_world_size=0, int tp_rank_id=0, int expert_shard_type=0, int shared_expert_num=1, "
+    "int shared_expert_rank_num=0, int global_bs=0, "
+)
+
+
+def _check_combine_scalars(comm_quant_mode: int, **common: Any) -> None:
+    _check_common(**common)
+    require_int("comm_quant_mode", comm_quant_mode)
+    require_choice("comm_quant_mode", comm_quant_mode, (0,), "quantised communication is not modeled")
+
+
+@npu_op(
+    COMBINE_SCHEMA_HEAD.format(idx="expand_idx")
+    + "Tensor? activation_scale=None, Tensor? weight_scale=None, Tensor? group_list=None, "
+    "Tensor? expand_scales=None, Tensor? shared_expert_x=None, " + COMBINE_SCHEMA_SHARED
+    + "int out_dtype=0, int comm_quant_mode=0, int group_list_type=0) -> Tensor",
+    source=DOCS.format("npu_moe_distribute_combine"),
+    meta=_combine_adapter_meta,
+    kernel=_combine_adapter_kernel,
+)
+def npu_moe_distribute_combine(
+    expand_x: torch.Tensor,
+    expert_ids: torch.Tensor,
+    expand_idx: torch.Tensor,
+    ep_send_counts: torch.Tensor,
+    expert_scales: torch.Tensor,
+    group_ep: str,
+    ep_world_size: int,
+    ep_rank_id: int,
+    moe_expert_num: int,
+    *,
+    tp_send_counts: Optional[torch.Tensor] = None,
+    x_active_mask: Optional[torch.Tensor] = None,
+    activation_scale: Optional[torch.Tensor] = None,
+    weight_scale: Optional[torch.Tensor] = None,
+    group_list: Optional[torch.Tensor] = None,
+    expand_scales: Optional[torch.Tensor] = None,
+    shared_expert_x: Optional[torch.Tensor] = None,
+    group_tp: str = "",
+    tp_world_size: int = 0,
+    tp_rank_id: int = 0,
+    expert_shard_type: int = 0,
+    shared_expert_num: int = 1,
+    shared_expert_rank_num: int = 0,
+    global_bs: int = 0,
+    out_dtype: int = 0,
+    comm_quant_mode: int = 0,
+    group_list_type: int = 0,
+) -> torch.Tensor:
+    """Return the experts' outputs to their tokens and sum them with the routing weights: ``x`` ``[BS, H]``.
+
+    Source: torch_npu.npu_moe_distribute_combine (op-plugin API page:
+    ``x = Sum(expert_scales * ata_out)``, shared-expert values added without a weight; meta function).
+    See the module docstring for the one-rank numerics.
+
+    ``out[b] = sum_k expert_scales[b, k] * expand_x[row(b, k)] (+ shared_expert_x[b])`` in float32, slot by
+    slot, one rounding to expand_x's dtype; ``row(b, k)`` is read from ``ep_send_counts`` and
+    ``expand_idx`` as dispatch wrote them. Pairs whose expert is on another rank, or that
+    ``x_active_mask`` leaves out, add 0. ``tp_send_counts`` is accepted (no TP domain is modeled), and so is
+    ``expand_scales`` (dispatch's copy of ``expert_scales`` per received row, which the A2 algorithm reads;
+    on one rank it holds the same weights, so ``expert_scales`` is used).
+
+    Refused: the int32-output dequant path (``activation_scale``, ``weight_scale``, ``group_list``) and
+    quantised communication.
+    """
+    require_tensors(expand_x=expand_x, expert_ids=expert_ids, expand_idx=expand_idx, ep_send_counts=ep_send_counts,
+                    expert_scales=expert_scales, tp_send_counts=tp_send_counts, x_active_mask=x_active_mask,
+                    shared_expert_x=shared_expert_x)
+    _check_combine_scalars(comm_quant_mode, group_ep=group_ep, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
+                           moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
+                           expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
+                           global_bs=global_bs)
+    require_tensors(expand_scales=expand_scales)
+    require_unused("npu_moe_distribute_combine", activation_scale=activation_scale, weight_scale=weight_scale,
+                   group_list=group_list)
+    require_int("out_dtype", out_dtype)
+    require_int("group_list_type", group_list_type)
+
+
+@npu_op(
+    COMBINE_SCHEMA_HEAD.format(idx="assist_info_for_combine")
+    + "Tensor? expand_scales=None, Tensor? shared_expert_x=None, Tensor? elastic_info=None, Tensor? ori_x=None, "
+    "Tensor? const_expert_alpha_1=None, Tensor? const_expert_alpha_2=None, Tensor? const_expert_v=None, "
+    "Tensor? performance_info=None, " + COMBINE_SCHEMA_SHARED
+    + "int comm_quant_mode=0, str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, "
+    "int const_expert_num=0) -> Tensor",
+    source=DOCS.format("npu_moe_distribute_combine_v2"),
+    meta=_combine_adapter_meta,
+    kernel=_combine_adapter_kernel,
+)
+def npu_moe_distribute_combine_v2(
+    expand_x: torch.Tensor,
+    expert_ids: torch.Tensor,
+    assist_info_for_combine: torch.Tensor,
+    ep_send_counts: torch.Tensor,
+    expert_scales: torch.Tensor,
+    group_ep: str,
+    ep_world_size: int,
+    ep_rank_id: int,
+    moe_expert_num: int,
+    *,
+    tp_send_counts: Optional[torch.Tensor] = None,
+    x_active_mask: Optional[torch.Tensor] = None,
+    expand_scales: Optional[torch.Tensor] = None,
+    shared_expert_x: Optional[torch.Tensor] = None,
+    elastic_info: Optional[torch.Tensor] = None,
+    ori_x: Optional[torch.Tensor] = None,
+    const_expert_alpha_1: Optional[torch.Tensor] = None,
+    const_expert_alpha_2: Optional[torch.Tensor] = None,
+    const_expert_v: Optional[torch.Tensor] = None,
+    performance_info: Optional[torch.Tensor] = None,
+    group_tp: str = "",
+    tp_world_size: int = 0,
+    tp_rank_id: int = 0,
+    expert_shard_type: int = 0,
+    shared_expert_num: int = 1,
+    shared_expert_rank_num: int = 0,
+    global_bs: int = 0,
+    comm_quant_mode: int = 0,
+    comm_alg: str = "",
+    zero_expert_num: int = 0,
+    copy_expert_num: int = 0,
+    const_expert_num: int = 0,
+) -> torch.Tensor:
+    """:func:`npu_moe_distribute_combine` of the v2 interface, reading dispatch_v2's
+    ``assist_info_for_combine``; ``shared_expert_x`` (``[BS, H]`` or ``[B, S, H]``) is added unweighted.
+
+    Source: torch_npu.npu_moe_distribute_combine_v2 (op-plugin API page; meta function). ``expand_scales``
+    is accepted as in v1. Refused: elastic placement, ``ori_x`` and the constant/zero/copy experts.
+    """
+    require_tensors(expand_x=expand_x, expert_ids=expert_ids, assist_info_for_combine=assist_info_for_combine,
+                    ep_send_counts=ep_send_counts, expert_scales=expert_scales, tp_send_counts=tp_send_counts,
+                    x_active_mask=x_active_mask, shared_expert_x=shared_expert_x)
+    _check_combine_scalars(comm_quant_mode, group_ep=group_ep, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
+                           moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
+                           expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
+                           global_bs=global_bs)
+    require_tensors(expand_scales=expand_scales)
+    require_unused("npu_moe_distribute_combine_v2", elastic_info=elastic_info,
+                   ori_x=ori_x, const_expert_alpha_1=const_expert_alpha_1, const_expert_alpha_2=const_expert_alpha_2,
+                   const_expert_v=const_expert_v, performance_info=performance_info)
+    _check_no_special_experts(zero_expert_num, copy_expert_num, const_expert_num)

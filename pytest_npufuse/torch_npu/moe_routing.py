@@ -1,0 +1,583 @@
+"""MoE token routing around the experts: gate top-k softmax, init routing (v1, v2), expert token counts,
+finalize routing.
+
+The kernels are permutations, histograms and short float32 sums in a fixed order (stable sorts, ties to
+the lower flat position), so every output is a function of the inputs alone. Semantics: the torch_npu API
+pages in op-plugin, ``docs/zh/custom_APIs/torch_npu/torch_npu-<op>.md`` (formula and numpy "equivalent
+computation"), and op-plugin's meta functions (``op_plugin/python/meta/_meta_registrations.py``) for the
+output shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from .checks import (
+    FLOAT_DTYPES, require_bool, require_choice, require_dtype, require_int, require_int_list, require_shape,
+    require_tensor, require_tensors,
+)
+from .fixedorder import round_to_int8, softmax
+from .registry import Out, npu_op
+
+OP_PLUGIN_DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
+NO_QUANT, STATIC_QUANT, DYNAMIC_QUANT = -1, 0, 1
+DROPLESS, DROP_PAD = 0, 1
+TOKENS_CUMSUM, TOKENS_COUNT, TOKENS_KEY_VALUE = 0, 1, 2
+GATHER_INDEX, SCATTER_INDEX = 0, 1
+DYNAMIC_QUANT_MAX = 127.0
+TOP_K_LIMIT = 1024  # gating_top_k_softmax: k <= 1024 (API page)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_moe_gating_top_k_softmax
+# ---------------------------------------------------------------------------------------------
+
+
+def _gating_top_k_softmax_meta(x: torch.Tensor, finished: Optional[torch.Tensor] = None, k: int = 1) -> tuple[Out, ...]:
+    require_dtype("x", x, FLOAT_DTYPES)
+    if x.dim() not in (2, 3):
+        raise ValueError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts] or 3-D [B, S, experts]")
+    if not 0 < k <= min(x.shape[-1], TOP_K_LIMIT):
+        raise ValueError(f"k={k} must satisfy 0 < k <= experts ({x.shape[-1]}) and k <= {TOP_K_LIMIT}")
+    shape = [*x.shape[:-1], k]
+    return Out(shape, x.dtype), Out(shape, torch.int32), Out(shape, torch.int32)
+
+
+def _gating_top_k_softmax_kernel(
+    x: torch.Tensor, finished: Optional[torch.Tensor] = None, k: int = 1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    probs = softmax(x.to(torch.float32))
+    best = torch.sort(probs, dim=-1, descending=True, stable=True)
+    rows = math.prod(x.shape[:-1])
+    row_idx = torch.arange(rows * k, dtype=torch.int32).reshape(k, rows).t().reshape(*x.shape[:-1], k)
+    return best.values[..., :k].to(x.dtype), best.indices[..., :k].to(torch.int32), row_idx.contiguous()
+
+
+@npu_op(
+    "(Tensor x, Tensor? finished=None, int k=1) -> (Tensor, Tensor, Tensor)",
+    source=OP_PLUGIN_DOCS.format("npu_moe_gating_top_k_softmax"),
+    meta=_gating_top_k_softmax_meta,
+    kernel=_gating_top_k_softmax_kernel,
+)
+def npu_moe_gating_top_k_softmax(
+    x: torch.Tensor, finished: Optional[torch.Tensor] = None, k: int = 1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Softmax over the experts, then the top ``k``: returns ``(y, expert_idx, row_idx)``.
+
+    Source: torch_npu.npu_moe_gating_top_k_softmax (op-plugin API page; aclnnMoeGatingTopKSoftmax).
+    ``x`` is ``[T, E]`` or ``[B, S, E]`` (float16, bfloat16, float32).
+
+    * ``softmax`` over the last dim in float32 (fixed-order sum), ``y`` its k largest values cast to
+      x's dtype, largest first; ties go to the lower expert (stable sort).
+    * ``expert_idx`` (int32): their expert numbers.
+    * ``row_idx`` (int32): ``arange(T * k).reshape(k, T).T`` -- the row of each (token, slot) pair in
+      the k-major order that ``npu_moe_init_routing`` expects.
+
+    ``finished`` (rows that skip the computation) is refused: the page does not say what such a row
+    outputs, and the public MoE code passes None.
+    """
+    require_tensors(x=x, finished=finished)
+    require_int("k", k)
+    if finished is not None:
+        raise ValueError(
+            "finished is not implemented by the CPU model of npu_moe_gating_top_k_softmax (the API page does "
+            "not define a finished row's outputs); pass None"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_moe_init_routing (v1)
+# ---------------------------------------------------------------------------------------------
+
+
+def _init_routing_meta(x: torch.Tensor, row_idx: torch.Tensor, expert_idx: torch.Tensor, active_num: int) -> tuple[
+    Out, ...
+]:
+    require_dtype("x", x, FLOAT_DTYPES)
+    require_dtype("row_idx", row_idx, (torch.int32,))
+    require_dtype("expert_idx", expert_idx, (torch.int32,))
+    if x.dim() != 2 or expert_idx.dim() != 2 or expert_idx.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"x {list(x.shape)} and expert_idx {list(expert_idx.shape)} must be [NUM_ROWS, H] and [NUM_ROWS, K]"
+        )
+    require_shape("row_idx", row_idx, (tuple(expert_idx.shape),))
+    if active_num < 0:
+        raise ValueError(f"active_num={active_num} must be >= 0 (the rows of x to route)")
+    rows, k = expert_idx.shape
+    return Out([min(rows, active_num) * k, x.shape[1]], x.dtype), Out([rows * k], torch.int32), Out(
+        [rows * k], torch.int32
+    )
+
+
+def _init_routing_kernel(x: torch.Tensor, row_idx: torch.Tensor, expert_idx: torch.Tensor, active_num: int) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor
+]:
+    rows, k = expert_idx.shape
+    order = torch.sort(expert_idx.reshape(-1), stable=True)
+    dst_to_src = row_idx.reshape(-1).to(torch.int64)[order.indices]
+    if rows * k and not bool(((dst_to_src >= 0) & (dst_to_src < rows * k)).all()):
+        raise ValueError(f"row_idx values must lie in [0, NUM_ROWS * K) = [0, {rows * k}); build it as "
+                         "npu_moe_gating_top_k_softmax does")
+    expanded_row_idx = torch.zeros(rows * k, dtype=torch.int32)
+    expanded_row_idx[dst_to_src] = torch.arange(rows * k, dtype=torch.int32)
+    expanded_x = x[dst_to_src[: min(rows, active_num) * k] % rows]
+    return expanded_x, expanded_row_idx, order.values
+
+
+@npu_op(
+    "(Tensor x, Tensor row_idx, Tensor expert_idx, int active_num) -> (Tensor, Tensor, Tensor)",
+    source=OP_PLUGIN_DOCS.format("npu_moe_init_routing"),
+    meta=_init_routing_meta,
+    kernel=_init_routing_kernel,
+)
+def npu_moe_init_routing(
+    x: torch.Tensor, row_idx: torch.Tensor, expert_idx: torch.Tensor, active_num: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sort the (token, slot) pairs by expert: returns ``(expanded_x, expanded_row_idx, expanded_expert_idx)``.
+
+    Source: torch_npu.npu_moe_init_routing (op-plugin API page, whose numpy "equivalent computation"
+    this follows step by step). ``x`` ``[N, H]`` float; ``row_idx`` and ``expert_idx`` int32 ``[N, K]``.
+
+    * Stable sort of ``expert_idx`` flattened row-major (ties keep the flat order):
+      ``expanded_expert_idx`` (int32 ``[N*K]``) are the sorted experts.
+    * ``dst_to_src = row_idx.flat[sort order]``; ``expanded_row_idx[dst_to_src[i]] = i``.
+    * ``expanded_x[i] = x[dst_to_src[i] % N]`` for the first ``min(N, active_num) * K`` rows.
+    """
+    require_tensors(x=x, row_idx=row_idx, expert_idx=expert_idx)
+    require_int("active_num", active_num)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_moe_init_routing_v2
+# ---------------------------------------------------------------------------------------------
+
+
+def _expert_range(active_expert_range: Sequence[int], expert_num: int) -> tuple[int, int]:
+    """[start, end) of the experts this rank routes; empty means [0, expert_num)."""
+    if not active_expert_range:
+        return 0, expert_num
+    if len(active_expert_range) != 2 or not 0 <= active_expert_range[0] < active_expert_range[1]:
+        raise ValueError(f"active_expert_range={list(active_expert_range)} must be [start, end) with 0 <= start < end")
+    return active_expert_range[0], active_expert_range[1]
+
+
+def _check_init_routing_v2_scale(
+    x: torch.Tensor, scale: Optional[torch.Tensor], offset: Optional[torch.Tensor], quant_mode: int, experts: int
+) -> None:
+    if quant_mode == STATIC_QUANT:
+        if scale is None or offset is None:
+            raise ValueError("quant_mode=0 (static quantisation) needs scale and offset, float32 of shape [1]")
+        require_shape("scale", scale, ((1,),))
+        require_shape("offset", offset, ((1,),))
+        return
+    if offset is not None:
+        raise ValueError(f"offset is only for quant_mode=0 (static quantisation), got quant_mode={quant_mode}")
+    if scale is None:
+        return
+    require_dtype("scale", scale, (torch.float32,))
+    if quant_mode == NO_QUANT:
+        require_shape("scale", scale, ((x.shape[0],),))
+    else:
+        require_shape("scale", scale, ((experts, x.shape[1]), (1, x.shape[1])))
+
+
+def _init_routing_v2_meta(
+    x: torch.Tensor,
+    expert_idx: torch.Tensor,
+    *,
+    scale: Optional[torch.Tensor] = None,
+    offset: Optional[torch.Tensor] = None,
+    active_num: int = -1,
+    expert_capacity: int = -1,
+    expert_num: int = -1,
+    drop_pad_mode: int = 0,
+    expert_tokens_num_type: int = 0,
+    expert_tokens_num_flag: bool = False,
+    quant_mode: int = -1,
+    active_expert_range: Sequence[int] = (),
+    row_idx_type: int = 0,
+) -> tuple[Out, ...]:
+    require_dtype("x", x, FLOAT_DTYPES)
+    require_dtype("expert_idx", expert_idx, (torch.int32,))
+    if x.dim() != 2 or expert_idx.dim() != 2 or expert_idx.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"x {list(x.shape)} and expert_idx {list(expert_idx.shape)} must be [NUM_ROWS, H] and [NUM_ROWS, K]"
+        )
+    rows, k = expert_idx.shape
+    h = x.shape[1]
+    start, end = _expert_range(active_expert_range, expert_num)
+    needs_experts = drop_pad_mode == DROP_PAD or expert_tokens_num_flag or quant_mode == DYNAMIC_QUANT
+    if needs_experts and expert_num <= 0 and not active_expert_range:
+        raise ValueError("expert_num must be > 0 (or active_expert_range given) for drop_pad_mode=1, "
+                         "expert_tokens_num_flag=True or quant_mode=1")
+    _check_init_routing_v2_scale(x, scale, offset, quant_mode, end - start)
+    out_dtype = x.dtype if quant_mode == NO_QUANT else torch.int8
+    if drop_pad_mode == DROP_PAD:
+        if not 0 < expert_capacity <= rows:
+            raise ValueError(f"expert_capacity={expert_capacity} must be in (0, NUM_ROWS={rows}] for drop_pad_mode=1")
+        if active_expert_range and (start, end) != (0, expert_num):
+            raise ValueError("drop_pad_mode=1 routes every expert: active_expert_range must be [] or [0, expert_num]")
+        x_shape, scale_shape = [expert_num, expert_capacity, h], [expert_num * expert_capacity]
+    else:
+        expanded = rows * k if active_num <= 0 else min(active_num, rows * k)
+        x_shape, scale_shape = [expanded, h], [expanded]
+    if quant_mode == STATIC_QUANT:
+        scale_shape = []
+    if not expert_tokens_num_flag:
+        tokens_shape: list[int] = []
+    elif expert_tokens_num_type == TOKENS_KEY_VALUE:
+        tokens_shape = [expert_num, 2]
+    else:
+        tokens_shape = [end - start]
+    return (
+        Out(x_shape, out_dtype),
+        Out([rows * k], torch.int32),
+        Out(tokens_shape, torch.int64),
+        Out(scale_shape, torch.float32),
+    )
+
+
+def _sorted_routes(expert_idx: torch.Tensor, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(sorted experts, flat positions in that order, count inside [start, end)); experts below start sort last."""
+    flat = expert_idx.reshape(-1).to(torch.int64)
+    keys = torch.where(flat < start, torch.iinfo(torch.int32).max, flat)
+    order = torch.sort(keys, stable=True)
+    inside = int(((flat >= start) & (flat < end)).sum())
+    return order.values, order.indices, inside
+
+
+def _expert_tokens(sorted_inside: torch.Tensor, start: int, end: int, expert_num: int, kind: int) -> torch.Tensor:
+    """Per-expert token statistics of the active range: cumsum (0), count (1) or (expert, count) pairs (2)."""
+    counts = torch.bincount(sorted_inside - start, minlength=end - start).to(torch.int64)
+    if kind == TOKENS_CUMSUM:
+        return torch.cumsum(counts, 0)
+    if kind == TOKENS_COUNT:
+        return counts
+    hit = torch.nonzero(counts).reshape(-1)
+    pairs = torch.zeros(expert_num, 2, dtype=torch.int64)
+    pairs[: hit.numel(), 0] = hit + start
+    pairs[: hit.numel(), 1] = counts[hit]
+    return pairs
+
+
+def _drop_pad_slots(sorted_experts: torch.Tensor, inside: int, capacity: int) -> torch.Tensor:
+    """Slot ``expert * capacity + rank among the expert's tokens`` of each sorted route, -1 when dropped."""
+    experts = sorted_experts[:inside]
+    first = torch.searchsorted(experts, experts, right=False)
+    rank = torch.arange(inside) - first
+    slots = torch.full_like(sorted_experts, -1)
+    slots[:inside] = torch.where(rank < capacity, experts * capacity + rank, -1)
+    return slots
+
+
+def _quantize(rows: torch.Tensor, quant_mode: int, scale: Optional[torch.Tensor], offset: Optional[torch.Tensor],
+              row_scale: Optional[torch.Tensor]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """int8 rows: static ``rint(x * scale + offset)`` in float16 steps (as the page's numpy model does), or
+    dynamic per row: ``s = max|x * row_scale| / 127``, ``rint(x / s)`` (0 for an all-zero row)."""
+    if quant_mode == STATIC_QUANT:
+        half = rows.to(torch.float16) * scale.to(torch.float16)[0] + offset.to(torch.float16)[0]
+        return round_to_int8(half.to(torch.float32)), None
+    values = rows.to(torch.float32)
+    if row_scale is not None:
+        values = values * row_scale
+    dynamic = values.abs().amax(dim=-1) / DYNAMIC_QUANT_MAX
+    safe = torch.where(dynamic > 0, dynamic, torch.ones_like(dynamic))
+    return round_to_int8(values / safe.unsqueeze(-1)), dynamic
+
+
+def _init_routing_v2_kernel(
+    x: torch.Tensor,
+    expert_idx: torch.Tensor,
+    *,
+    scale: Optional[torch.Tensor] = None,
+    offset: Optional[torch.Tensor] = None,
+    active_num: int = -1,
+    expert_capacity: int = -1,
+    expert_num: int = -1,
+    drop_pad_mode: int = 0,
+    expert_tokens_num_type: int = 0,
+    expert_tokens_num_flag: bool = False,
+    quant_mode: int = -1,
+    active_expert_range: Sequence[int] = (),
+    row_idx_type: int = 0,
+) -> tuple[torch.Tensor, ...]:
+    rows, k = expert_idx.shape
+    start, end = _expert_range(active_expert_range, expert_num)
+    end = end if end > 0 else torch.iinfo(torch.int32).max
+    sorted_experts, positions, inside = _sorted_routes(expert_idx, start, end)
+    expanded_row_idx = torch.full((rows * k,), -1, dtype=torch.int32)
+    if drop_pad_mode == DROP_PAD:
+        slots = _drop_pad_slots(sorted_experts, inside, expert_capacity)
+        kept = slots >= 0
+        target, source, experts = slots[kept], positions[kept], sorted_experts[kept]
+        expanded_row_idx[source] = target.to(torch.int32)
+        total = expert_num * expert_capacity
+    else:
+        valid = inside if active_num <= 0 else min(active_num, inside)
+        target, source, experts = torch.arange(valid), positions[:valid], sorted_experts[:valid]
+        if row_idx_type == SCATTER_INDEX:
+            expanded_row_idx = positions.to(torch.int32)
+        else:
+            expanded_row_idx[positions[:inside]] = torch.arange(inside, dtype=torch.int32)
+        total = rows * k if active_num <= 0 else min(active_num, rows * k)
+    gathered = x[source // k]
+    expanded_scale = torch.zeros(total, dtype=torch.float32)
+    if quant_mode == NO_QUANT:
+        values = gathered
+        if scale is not None:
+            expanded_scale[target] = scale[source // k]
+    else:
+        row_scale = None
+        if scale is not None:
+            row_scale = scale if scale.shape[0] == 1 else scale[experts - start]
+        values, dynamic = _quantize(gathered, quant_mode, scale, offset, row_scale)
+        if dynamic is not None:
+            expanded_scale[target] = dynamic
+    expanded_x = torch.zeros(total, x.shape[1], dtype=values.dtype)
+    expanded_x[target] = values
+    if drop_pad_mode == DROP_PAD:
+        expanded_x = expanded_x.reshape(expert_num, expert_capacity, x.shape[1])
+    tokens = (_expert_tokens(sorted_experts[:inside], start, end, expert_num, expert_tokens_num_type)
+              if expert_tokens_num_flag else torch.zeros((), dtype=torch.int64))
+    if quant_mode == STATIC_QUANT:
+        expanded_scale = torch.zeros((), dtype=torch.float32)
+    return expanded_x, expanded_row_idx, tokens, expanded_scale
+
+
+@npu_op(
+    "(Tensor x, Tensor expert_idx, *, Tensor? scale=None, Tensor? offset=None, int active_num=-1, "
+    "int expert_capacity=-1, int expert_num=-1, int drop_pad_mode=0, int expert_tokens_num_type=0, "
+    "bool expert_tokens_num_flag=False, int quant_mode=-1, int[2] active_expert_range=[], int row_idx_type=0) "
+    "-> (Tensor, Tensor, Tensor, Tensor)",
+    source=OP_PLUGIN_DOCS.format("npu_moe_init_routing_v2"),
+    meta=_init_routing_v2_meta,
+    kernel=_init_routing_v2_kernel,
+)
+def npu_moe_init_routing_v2(
+    x: torch.Tensor,
+    expert_idx: torch.Tensor,
+    *,
+    scale: Optional[torch.Tensor] = None,
+    offset: Optional[torch.Tensor] = None,
+    active_num: int = -1,
+    expert_capacity: int = -1,
+    expert_num: int = -1,
+    drop_pad_mode: int = 0,
+    expert_tokens_num_type: int = 0,
+    expert_tokens_num_flag: bool = False,
+    quant_mode: int = -1,
+    active_expert_range: Sequence[int] = (),
+    row_idx_type: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Route tokens to experts (optionally quantising them): returns
+    ``(expanded_x, expanded_row_idx, expert_token_cumsum_or_count, expanded_scale)``.
+
+    Source: torch_npu.npu_moe_init_routing_v2 (op-plugin API page: formula and numpy model, followed
+    here) and its meta function (shapes). ``x`` ``[N, H]`` float, ``expert_idx`` int32 ``[N, K]``.
+
+    1. The flat ``expert_idx`` is stably sorted; experts below ``active_expert_range[0]`` sort last and
+       only experts inside ``[start, end)`` (default ``[0, expert_num)``) are routed.
+    2. ``expanded_row_idx`` (int32 ``[N*K]``): gather form (``row_idx_type=0``): the expanded row of each
+       flat (token, slot), -1 if not routed; scatter form (1): the flat position of each sorted row.
+    3. Dropless (``drop_pad_mode=0``): ``expanded_x[i] = x[pos_i // K]`` for the sorted routes, at most
+       ``active_num`` rows when ``active_num > 0``; shape ``[N*K or min(active_num, N*K), H]``, rows
+       past the routed ones are 0. Drop/pad (1): ``[expert_num, expert_capacity, H]``, each expert's
+       first ``expert_capacity`` tokens, the rest dropped (-1 in expanded_row_idx), empty slots 0.
+    4. ``quant_mode``: -1 none (``expanded_scale`` = the optional ``scale[N]`` of each row's token);
+       0 static int8 ``rint(x * scale + offset)`` (float16 steps, as the page's model; expanded_scale is
+       an empty 0-d tensor); 1 dynamic int8 per row: ``s = max|x * scale[expert]| / 127``, output
+       ``rint(x / s)`` and ``expanded_scale = s`` (``scale`` optional, ``[end - start, H]`` or ``[1, H]``).
+    5. ``expert_token_cumsum_or_count`` (int64, with ``expert_tokens_num_flag``): per active expert the
+       cumulative (0) or plain (1) token count, or (2) ``[expert_num, 2]`` (expert, count) pairs of the
+       experts that got tokens, then zeros.
+
+    Refused: the FP8/HIF8/MX/int4 quant modes (2-17), which have no CPU dtype here.
+    """
+    require_tensors(x=x, expert_idx=expert_idx, scale=scale, offset=offset)
+    for name, value in (("active_num", active_num), ("expert_capacity", expert_capacity), ("expert_num", expert_num),
+                        ("drop_pad_mode", drop_pad_mode), ("expert_tokens_num_type", expert_tokens_num_type),
+                        ("quant_mode", quant_mode), ("row_idx_type", row_idx_type)):
+        require_int(name, value)
+    require_bool("expert_tokens_num_flag", expert_tokens_num_flag)
+    require_int_list("active_expert_range", active_expert_range)
+    require_choice("drop_pad_mode", drop_pad_mode, (DROPLESS, DROP_PAD), "0 dropless, 1 drop/pad to expert_capacity")
+    require_choice("expert_tokens_num_type", expert_tokens_num_type, (0, 1, 2), "0 cumsum, 1 count, 2 key-value")
+    require_choice("quant_mode", quant_mode, (NO_QUANT, STATIC_QUANT, DYNAMIC_QUANT), "-1 none, 0 static, 1 dynamic int8")
+    require_choice("row_idx_type", row_idx_type, (GATHER_INDEX, SCATTER_INDEX), "0 gather index, 1 scatter index")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_moe_compute_expert_tokens
+# ---------------------------------------------------------------------------------------------
+
+EXPERT_TOKENS_MAX_EXPERTS = 2048  # num_expert in (0, 2048] (API page)
+
+
+def _compute_expert_tokens_meta(sorted_expert_for_source_row: torch.Tensor, num_expert: int) -> Out:
+    require_dtype("sorted_expert_for_source_row", sorted_expert_for_source_row, (torch.int32,))
+    if sorted_expert_for_source_row.dim() != 1:
+        raise ValueError(f"sorted_expert_for_source_row has shape {list(sorted_expert_for_source_row.shape)}; "
+                         "expected 1-D (the sorted experts of npu_moe_init_routing)")
+    return Out([num_expert], torch.int32)
+
+
+def _compute_expert_tokens_kernel(sorted_expert_for_source_row: torch.Tensor, num_expert: int) -> torch.Tensor:
+    experts = sorted_expert_for_source_row
+    if experts.numel() and bool((experts[1:] < experts[:-1]).any()):
+        raise ValueError("sorted_expert_for_source_row must be non-decreasing (sorted by expert)")
+    bounds = torch.arange(num_expert, dtype=torch.int32)
+    return torch.searchsorted(experts, bounds, right=True).to(torch.int32)
+
+
+@npu_op(
+    "(Tensor sorted_expert_for_source_row, int num_expert) -> Tensor",
+    source=OP_PLUGIN_DOCS.format("npu_moe_compute_expert_tokens"),
+    meta=_compute_expert_tokens_meta,
+    kernel=_compute_expert_tokens_kernel,
+)
+def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, num_expert: int) -> torch.Tensor:
+    """Per expert ``i``, the end of its rows in the expert-sorted rows (a binary search): int32 ``[num_expert]``.
+
+    Source: torch_npu.npu_moe_compute_expert_tokens (op-plugin API page:
+    ``expertTokens_i = BinarySearch(sortedExpertForSourceRow, i)``, "the position of the last row each
+    expert handles"). The result is the count of rows with expert <= i, i.e. the cumulative row ends
+    that ``npu_grouped_matmul`` takes with ``group_list_type=0``.
+    """
+    require_tensors(sorted_expert_for_source_row=sorted_expert_for_source_row)
+    require_int("num_expert", num_expert)
+    if not 0 < num_expert <= EXPERT_TOKENS_MAX_EXPERTS:
+        raise ValueError(f"num_expert={num_expert} must be in (0, {EXPERT_TOKENS_MAX_EXPERTS}]")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_moe_finalize_routing
+# ---------------------------------------------------------------------------------------------
+
+FINALIZE_DROP_MODES = (1, 3)  # expanded rows are [E, C, H]
+FINALIZE_ROW_MAJOR = (2, 3)  # expanded_src_to_dst_row indexed token-major (i * K + k)
+
+
+def _finalize_routing_meta(
+    expanded_permuted_rows: torch.Tensor,
+    skip1: Optional[torch.Tensor],
+    skip2: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    scales: Optional[torch.Tensor],
+    expanded_src_to_dst_row: torch.Tensor,
+    export_for_source_row: Optional[torch.Tensor],
+    drop_pad_mode: Optional[int] = 0,
+    k: Optional[int] = 1,
+) -> Out:
+    rows = expanded_permuted_rows
+    require_dtype("expanded_permuted_rows", rows, FLOAT_DTYPES)
+    require_dtype("expanded_src_to_dst_row", expanded_src_to_dst_row, (torch.int32,))
+    mode = drop_pad_mode or 0
+    expected_dims = 3 if mode in FINALIZE_DROP_MODES else 2
+    if rows.dim() != expected_dims:
+        raise ValueError(f"expanded_permuted_rows has shape {list(rows.shape)}; drop_pad_mode={mode} needs "
+                         f"{'[E, C, H]' if expected_dims == 3 else '[NUM_ROWS * K, H]'}")
+    if expanded_src_to_dst_row.dim() != 1:
+        raise ValueError("expanded_src_to_dst_row must be 1-D [NUM_ROWS * K]")
+    routes = expanded_src_to_dst_row.shape[0]
+    top_k = scales.shape[1] if scales is not None and scales.dim() == 2 else (k or 1)
+    if top_k <= 0 or routes % top_k:
+        raise ValueError(f"expanded_src_to_dst_row has {routes} entries, not a multiple of K={top_k}")
+    tokens, h = routes // top_k, rows.shape[-1]
+    for name, tensor in (("skip1", skip1), ("skip2", skip2)):
+        if tensor is not None:
+            require_dtype(name, tensor, (rows.dtype,), "(expanded_permuted_rows' dtype)")
+            require_shape(name, tensor, ((tokens, h),))
+    if skip1 is None and skip2 is not None:
+        raise ValueError("skip2 needs skip1 (the API page: when skip1 is None, skip2 must be None too)")
+    if scales is not None:
+        require_dtype("scales", scales, (rows.dtype,), "(expanded_permuted_rows' dtype)")
+        require_shape("scales", scales, ((tokens, top_k),))
+    if bias is not None:
+        require_dtype("bias", bias, (rows.dtype,), "(expanded_permuted_rows' dtype)")
+        if bias.dim() != 2 or bias.shape[1] != h:
+            raise ValueError(f"bias has shape {list(bias.shape)}; expected [E, {h}]")
+        if export_for_source_row is None:
+            raise ValueError("bias needs export_for_source_row (the expert of each (token, k)) to pick its row")
+    if export_for_source_row is not None:
+        require_dtype("export_for_source_row", export_for_source_row, (torch.int32,))
+        require_shape("export_for_source_row", export_for_source_row, ((tokens, top_k),))
+    return Out([tokens, h], rows.dtype)
+
+
+def _finalize_routing_kernel(
+    expanded_permuted_rows: torch.Tensor,
+    skip1: Optional[torch.Tensor],
+    skip2: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    scales: Optional[torch.Tensor],
+    expanded_src_to_dst_row: torch.Tensor,
+    export_for_source_row: Optional[torch.Tensor],
+    drop_pad_mode: Optional[int] = 0,
+    k: Optional[int] = 1,
+) -> torch.Tensor:
+    mode = drop_pad_mode or 0
+    h = expanded_permuted_rows.shape[-1]
+    source = expanded_permuted_rows.reshape(-1, h).to(torch.float32)
+    routes = expanded_src_to_dst_row.shape[0]
+    top_k = scales.shape[1] if scales is not None else (k or 1)
+    tokens = routes // top_k
+    dst = expanded_src_to_dst_row.to(torch.int64)
+    dst = dst.reshape(tokens, top_k) if mode in FINALIZE_ROW_MAJOR else dst.reshape(top_k, tokens).t()
+    if bool(((dst < -1) | (dst >= source.shape[0])).any()):
+        raise ValueError(f"expanded_src_to_dst_row values must lie in [-1, {source.shape[0]}) (-1: dropped)")
+    out = torch.zeros(tokens, h, dtype=torch.float32)
+    if skip1 is not None:
+        out = skip1.to(torch.float32) if skip2 is None else skip1.to(torch.float32) + skip2.to(torch.float32)
+    for slot in range(top_k):
+        rows = torch.where((dst[:, slot] >= 0).unsqueeze(-1), source[dst[:, slot].clamp(min=0)], 0.0)
+        if bias is not None:
+            rows = rows + bias.to(torch.float32)[export_for_source_row[:, slot].to(torch.int64)]
+        if scales is not None:
+            rows = scales[:, slot].to(torch.float32).unsqueeze(-1) * rows
+        out = out + rows
+    return out.to(expanded_permuted_rows.dtype)
+
+
+@npu_op(
+    "(Tensor expanded_permuted_rows, Tensor? skip1, Tensor? skip2, Tensor? bias, Tensor? scales, "
+    "Tensor expanded_src_to_dst_row, Tensor? export_for_source_row, int? drop_pad_mode=0, int? k=1) -> Tensor",
+    source=OP_PLUGIN_DOCS.format("npu_moe_finalize_routing"),
+    meta=_finalize_routing_meta,
+    kernel=_finalize_routing_kernel,
+)
+def npu_moe_finalize_routing(
+    expanded_permuted_rows: torch.Tensor,
+    skip1: Optional[torch.Tensor],
+    skip2: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    scales: Optional[torch.Tensor],
+    expanded_src_to_dst_row: torch.Tensor,
+    export_for_source_row: Optional[torch.Tensor],
+    drop_pad_mode: Optional[int] = 0,
+    k: Optional[int] = 1,
+) -> torch.Tensor:
+    """Combine the experts' outputs per token: returns ``out`` ``[NUM_ROWS, H]`` in the rows' dtype.
+
+    Source: torch_npu.npu_moe_finalize_routing (op-plugin API page, formula and numpy model) and its
+    meta function (``k`` gives K when ``scales`` is None):
+    ``out[i] = skip1[i] + skip2[i] + sum_k scales[i, k] * (rows[dst(i, k)] + bias[expert[i, k]])``.
+
+    * ``dst(i, k) = expanded_src_to_dst_row[k * NUM_ROWS + i]`` for ``drop_pad_mode`` 0/1 (column
+      order, what npu_moe_init_routing returns) and ``[i * K + k]`` for 2/3 (row order, what
+      npu_moe_init_routing_v2 returns). Modes 1/3 take rows ``[E, C, H]`` and ``dst = -1`` (a dropped
+      token) adds 0.
+    * Missing skip/bias/scales terms are left out (scales: weight 1).
+    * Float32 arithmetic in this order: ``skip1 + skip2``, then slot by slot ``+ scale * (row + bias)``;
+      one rounding to the rows' dtype at the end.
+    """
+    require_tensors(expanded_permuted_rows=expanded_permuted_rows, skip1=skip1, skip2=skip2, bias=bias, scales=scales,
+                    expanded_src_to_dst_row=expanded_src_to_dst_row, export_for_source_row=export_for_source_row)
+    if drop_pad_mode is not None:
+        require_int("drop_pad_mode", drop_pad_mode)
+        require_choice("drop_pad_mode", drop_pad_mode, (0, 1, 2, 3),
+                       "0/2 dropless, 1/3 drop-pad; 0/1 column-ordered, 2/3 row-ordered expanded_src_to_dst_row")
+    if k is not None:
+        require_int("k", k)

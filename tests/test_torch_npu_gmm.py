@@ -1,0 +1,97 @@
+"""npu_grouped_matmul (float and W8A8) against per-group plain-torch products in int64 / float64."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+
+from pytest_npufuse import torch_npu
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(5)
+
+
+def _int8(*shape: int, gen: torch.Generator) -> torch.Tensor:
+    return torch.randint(-128, 128, shape, dtype=torch.int8, generator=gen)
+
+
+def _pack_scale(value: float) -> int:
+    bits = struct.unpack("<I", struct.pack("<f", value))[0] & 0xFFFFE000
+    return bits | (1 << 46)
+
+
+@pytest.mark.parametrize("list_type", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_float_moe_form_with_bias(list_type: int, dtype: torch.dtype) -> None:
+    gen = _gen()
+    counts = [3, 0, 4]
+    m, k, n = 8, 16, 6  # one trailing row belongs to no group
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    w = torch.randn(3, k, n, generator=gen).to(dtype)
+    bias = torch.randn(3, n, generator=gen).to(torch.float16 if dtype == torch.float16 else torch.float32)
+    group_list = torch.tensor(counts if list_type else torch.tensor(counts).cumsum(0).tolist(), dtype=torch.int64)
+    (out,) = torch_npu.npu_grouped_matmul([x], [w], bias=[bias], group_list=group_list, split_item=3, group_type=0,
+                                          group_list_type=list_type)
+    start = 0
+    for g, count in enumerate(counts):
+        ref = x[start : start + count].double() @ w[g].double() + bias[g].double()
+        torch.testing.assert_close(out[start : start + count].double(), ref.to(dtype).double(), rtol=1e-2, atol=1e-2)
+        start += count
+    assert not out[start:].any()
+
+
+def test_w8a8_per_token_dequant_to_bf16() -> None:
+    gen = _gen()
+    counts, k, n = [2, 3], 32, 8
+    x = _int8(5, k, gen=gen)
+    w = _int8(2, k, n, gen=gen)
+    scale = torch.rand(2, n, generator=gen) * 0.01
+    per_token = torch.rand(5, generator=gen) * 0.1
+    (out,) = torch_npu.npu_grouped_matmul([x], [w], scale=[scale], per_token_scale=[per_token],
+                                          group_list=torch.tensor(counts), split_item=2, group_type=0,
+                                          group_list_type=1, output_dtype=torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    start = 0
+    for g, count in enumerate(counts):
+        acc = x[start : start + count].long() @ w[g].long()
+        ref = acc.double() * scale[g].double() * per_token[start : start + count, None].double()
+        torch.testing.assert_close(out[start : start + count].double(), ref.to(torch.bfloat16).double(),
+                                   rtol=1e-2, atol=1e-3)
+        start += count
+
+
+def test_w8a8_int32_output_is_the_exact_accumulator() -> None:
+    gen = _gen()
+    x = _int8(4, 64, gen=gen)
+    w = _int8(2, 64, 8, gen=gen)
+    bias = torch.randint(-1000, 1000, (2, 8), dtype=torch.int32, generator=gen)
+    (out,) = torch_npu.npu_grouped_matmul([x], [w], bias=[bias], group_list=torch.tensor([1, 4]), split_item=3,
+                                          group_type=0, output_dtype=torch.int32)
+    ref = torch.cat([x[:1].long() @ w[0].long() + bias[0], x[1:].long() @ w[1].long() + bias[1]])
+    assert out.dtype == torch.int32 and torch.equal(out.long(), ref)
+
+
+def test_w8a8_per_channel_int64_scale_to_int8_per_tensor_form() -> None:
+    gen = _gen()
+    xs = [_int8(3, 16, gen=gen), _int8(2, 16, gen=gen)]
+    ws = [_int8(16, 4, gen=gen), _int8(16, 4, gen=gen)]
+    scales = [torch.tensor([_pack_scale(0.003)] * 4, dtype=torch.int64) for _ in ws]
+    outs = torch_npu.npu_grouped_matmul(xs, ws, scale=scales, group_type=-1)
+    assert [o.dtype for o in outs] == [torch.int8, torch.int8]
+    trunc = struct.unpack("<f", struct.pack("<I", struct.unpack("<I", struct.pack("<f", 0.003))[0] & 0xFFFFE000))[0]
+    for xi, wi, out in zip(xs, ws, outs):
+        ref = torch.round((xi.long() @ wi.long()).double() * trunc).clamp(-128, 127)
+        assert (out.double() - ref).abs().max() <= 1
+
+
+def test_gmm_refuses_mismatched_quant_configuration() -> None:
+    gen = _gen()
+    x, w = _int8(2, 8, gen=gen), _int8(1, 8, 4, gen=gen)
+    with pytest.raises(ValueError, match="needs scale"):
+        torch_npu.npu_grouped_matmul([x], [w], group_list=torch.tensor([2]), split_item=3, group_type=0,
+                                     output_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="antiquant_scale is not implemented"):
+        torch_npu.npu_grouped_matmul([x.float()], [w.float()], antiquant_scale=[torch.ones(4)], group_type=-1)
