@@ -48,16 +48,17 @@ class SuperKernelExpectation:
             why = f" ({scope.reason})" if scope.reason else ""
             failures.append(f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'.")
         if self.segments is not None and scope.segments != self.segments:
-            failures.append(self._segments_failure(scope.segments, scope.break_sites))
+            failures.append(self._segments_failure(scope.segments, scope.break_sites, scope.splits))
         if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
             found = ", ".join(scope.break_sites) or "no op"
             failures.append(f"scope '{self.scope}' was broken by {found}; expected breaks={list(self.breaks)}.")
         failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup))
         return failures
 
-    def _segments_failure(self, actual: int, sites: Sequence[str]) -> str:
+    def _segments_failure(self, actual: int, sites: Sequence[str], splits: Sequence[str] = ()) -> str:
         broken = f"; it was broken by {', '.join(sites)}" if sites else ""
-        return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}."
+        split = f"; it was split by {'; '.join(splits)}" if splits else ""
+        return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}{split}."
 
 
 def _speedup_failure(subject: str, report: CaseReport, minimum: float | None) -> list[str]:

@@ -88,6 +88,7 @@ class ScopePlan:
     segments: tuple[Segment, ...]
     breaks: tuple[ScopeBreak, ...]
     reason: str
+    splits: tuple[str, ...] = ()
 
     @property
     def block_dim(self) -> int:
@@ -390,7 +391,25 @@ def _plan_scope(
     if hangs:
         return _ScopeResult(ScopePlan(scope, options.text, "hang", formed, tuple(breaks), hangs[0]))
     outcome, reason = ("fused", "") if formed else ("unfused", "no kernel in the scope is fusable")
-    return _ScopeResult(ScopePlan(scope, options.text, outcome, formed, tuple(breaks), reason))
+    return _ScopeResult(ScopePlan(scope, options.text, outcome, formed, tuple(breaks), reason, _splits(scope, formed, program)))
+
+
+def _splits(scope: str, segments: Sequence[Segment], program: Program) -> tuple[str, ...]:
+    """What separates consecutive segments besides the scope's own unfusable ops: an inner scope (a
+    nested ``super_kernel`` of another name or ``None``) or ops outside the scope between two uses of
+    its name. Each is named by its first kernel, so a segment count that is off says why."""
+    index = {kernel.name: kernel.index for kernel in program.kernels}
+    splits = []
+    for before, after in zip(segments, segments[1:]):
+        between = program.kernels[index[before.kernels[-1]] + 1 : index[after.kernels[0]]]
+        other = next((kernel for kernel in between if kernel.annotations.sk_scope != scope), None)
+        if other is None:
+            continue
+        at = f" at {other.source}" if other.source else ""
+        inner = other.annotations.sk_scope
+        where = f"inner super_kernel({inner!r})" if inner is not None else "ops outside the scope (or in super_kernel(None))"
+        splits.append(f"{where}, from {other.op_type} ({other.name}{at})")
+    return tuple(splits)
 
 
 def check_core_limits(program: Program, profile: HardwareProfile) -> None:

@@ -28,6 +28,7 @@ class ScopeReport:
     options: str
     reason: str
     break_points: tuple[ScopeBreak, ...] = ()
+    splits: tuple[str, ...] = ()
 
     @classmethod
     def from_plan(cls, scope: ScopePlan) -> "ScopeReport":
@@ -44,6 +45,7 @@ class ScopeReport:
             options=scope.options,
             reason=scope.reason,
             break_points=scope.breaks,
+            splits=scope.splits,
         )
 
 

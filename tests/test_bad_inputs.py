@@ -464,3 +464,33 @@ def test_the_table_has_at_least_80_rows():
     assert len(ROWS) + len(CONFIG_ROWS) + len(MARKER_ROWS) >= 80
     assert {kind for kind, *_ in ROWS} >= {"options", "scope", "marker", "profile", "op", "baseline", "cli", "model",
                                            "stream", "value"}
+
+
+class _NestedScopes(torch.nn.Module):
+    def forward(self, x):
+        with torchair.scope.super_kernel("outer"):
+            y = x @ x
+            with torchair.scope.super_kernel("inner"):
+                y = y * 2
+            return y @ x
+
+
+class _ReusedScope(torch.nn.Module):
+    def forward(self, x):
+        with torchair.scope.super_kernel("sp1"):
+            y = x @ x
+        z = y * 3
+        with torchair.scope.super_kernel("sp1"):
+            return z @ x
+
+
+@pytest.mark.parametrize(
+    ("model", "scope", "pattern"),
+    [
+        (_NestedScopes(), "outer", r"split by inner super_kernel\('inner'\), from aten::mul \(Mul at .*test_bad_inputs.py:\d+\)"),
+        (_ReusedScope(), "sp1", r"split by ops outside the scope .*, from aten::mul \(Mul at .*test_bad_inputs.py:\d+\)"),
+    ],
+)
+def test_a_segment_count_that_is_off_names_what_split_the_scope(model, scope, pattern):
+    (failure,) = parse_superkernel((scope,), {"segments": 1}).failures(compare(model, torch.ones(8, 8)))
+    assert re.search(r"formed 2 SuperKernel segment\(s\), expected segments=1; " + pattern, failure), failure
