@@ -8,11 +8,13 @@ per-kernel annotations here.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import inspect
 import math
 import operator
 import re
+import textwrap
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -466,6 +468,7 @@ def check_call(model: Callable[..., Any], inputs: Sequence[Any]) -> None:
     if not callable(model):
         raise ArgumentError(f"the model {model!r} is not callable; pass an nn.Module instance or a function.")
     function = model.forward if isinstance(model, torch.nn.Module) else model
+    _check_scopes_entered(function)
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):
@@ -477,6 +480,29 @@ def check_call(model: Callable[..., Any], inputs: Sequence[Any]) -> None:
         raise ArgumentError(
             f"{name}{signature} cannot take the {len(inputs)} input(s) given: {exc}; pass every input of forward, in order."
         ) from None
+
+
+_SCOPES = frozenset({"super_kernel", "npu_stream_switch", "limit_core_num"})
+
+
+def _check_scopes_entered(function: Callable[..., Any]) -> None:
+    """A scope called as a plain statement (``super_kernel("sp1")`` without ``with``) marks no op and
+    would be ignored without a word; the model's source shows it, so it is refused before capture."""
+    try:
+        lines, first = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        path = inspect.getsourcefile(function)
+    except (OSError, TypeError, SyntaxError):
+        return  # no source to read (a lambda in a REPL, a compiled module): nothing to check
+    for node in ast.walk(tree):
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if name in _SCOPES:
+                raise ScopeError(
+                    f"{name}(...) at {path}:{first + node.lineno - 1} is called but not entered, so it marks no op; "
+                    f"use it as a with block: `with torchair.scope.{name}(...):`."
+                )
 
 
 def _located(error: NpufuseError, model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseError:

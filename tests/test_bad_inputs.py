@@ -175,6 +175,12 @@ class ZeroCores(torch.nn.Module):
             return x @ x
 
 
+class ScopeWithoutWith(torch.nn.Module):
+    def forward(self, x):
+        torchair.scope.super_kernel("sp1", "feed-sync-all=1")
+        return x @ x
+
+
 class KeepAliveUnknownStream(torch.nn.Module):
     def forward(self, x):
         y = x * 2
@@ -234,6 +240,7 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("scope", "npu_stream_switch('1', 'high')", lambda t: torchair.scope.npu_stream_switch("1", "high"), r"stream_priority=...\) takes an int"),
     ("scope", "limit_core_num(-1, 2)", lambda t: torchair.scope.limit_core_num(-1, 2), r"op_aicore_num=...\) takes a non-negative int"),
     ("scope", "limit_core_num(4, 2.5)", lambda t: torchair.scope.limit_core_num(4, 2.5), r"op_vectorcore_num=...\) takes a non-negative int, got 2.5"),
+    ("scope", "super_kernel('sp1') without with", model_call(ScopeWithoutWith(), X), r"super_kernel\(...\) at .*test_bad_inputs.py:\d+ is called but not entered.*use it as a with block"),
     ("scope", "limit_core_num(1000, 1000)", model_call(TooManyCores(), X), r"op_aicore_num=1000 is outside 1..24.*a3"),
     ("scope", "limit_core_num(0, 8)", model_call(ZeroCores(), X), r"limit_core_num\(0, 8\) around aten::mm at .*test_bad_inputs.py:\d+: op_aicore_num=0 is outside 1..24"),
     # markers
@@ -493,4 +500,4 @@ class _ReusedScope(torch.nn.Module):
 )
 def test_a_segment_count_that_is_off_names_what_split_the_scope(model, scope, pattern):
     (failure,) = parse_superkernel((scope,), {"segments": 1}).failures(compare(model, torch.ones(8, 8)))
-    assert re.search(r"formed 2 SuperKernel segment\(s\), expected segments=1; " + pattern, failure), failure
+    assert re.search(r"formed 2 SuperKernel segment\(s\), expected segments=1; it was " + pattern, failure), failure
