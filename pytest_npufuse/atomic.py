@@ -34,9 +34,6 @@ def check_writable(path: Path, what: str) -> Path:
     target = write_target(path)
     if target.is_dir():
         raise OutputFileError(f"{what} {path}: is a directory; give the path of a file.")
-    parent = next((p for p in (target.parent, *target.parent.parents) if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise OutputFileError(f"{what} {path}: {parent} is a file, not a directory; give a path in a directory.")
     if target.exists() and (target.stat().st_mode & 0o222 == 0 or not os.access(target, os.W_OK)):
         raise OutputFileError(
             f"{what} {path}: the file is read-only, so it was not replaced; make it writable (chmod u+w) "
@@ -54,6 +51,9 @@ def check_outputs(outputs: Mapping[str, Path | None], kept: Collection[str] = ()
         if path is None:
             continue
         target = write_target(path) if what in kept else check_writable(path, what)
+        parent = next((p for p in (target.parent, *target.parent.parents) if p.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise OutputFileError(f"{what} {path}: {parent} is a file, not a directory; give a path in a directory.")
         real = Path(os.path.realpath(target))
         if real in seen:
             raise OutputFileError(

@@ -310,7 +310,7 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("baseline", "a directory", lambda t: (t / "d.json").mkdir() or baseline.load_baseline(t / "d.json"), r"is a directory"),
     ("baseline", "read-only file to replace", read_only_file, r"baseline.json: the file is read-only, so it was not replaced"),
     ("baseline", "two outputs, one through a symlink", two_outputs_via_symlink, r"--npufuse-baseline and --npufuse-json are the same file"),
-    ("baseline", "output under a file", lambda t: (t / "f").write_text("x") and write_text_atomic(t / "f" / "b.json", "x"), r"is a file, not a directory"),
+    ("baseline", "output under a file", lambda t: (t / "f").write_text("x") and check_outputs({"--npufuse-json": t / "f" / "b.json"}), r"is a file, not a directory"),
     ("baseline", "ASCEND_PROCESS_LOG_PATH is a file", plog_dir_is_a_file, r"ASCEND_PROCESS_LOG_PATH .*plogfile is a file.*point ASCEND_PROCESS_LOG_PATH at a directory"),
     # CLI arguments
     ("cli", "compare with a missing file", compare_cli("compare", "TMP/none.json", "TMP/none2.json"), r"file not found|No such file"),
