@@ -13,15 +13,10 @@ import contextlib
 
 import torch
 
-from pytest_npufuse import torch_npu, torchair
+from pytest_npufuse import superkernel_scope, torch_npu, torchair
 
 TOKENS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, KV_LEN = 8, 256, 4, 2, 64, 64
 EXPERTS, TOP_K, INTER = 8, 2, 256
-
-
-def superkernel_scope(enable: bool, label: str, option: str = ""):
-    """The helper the cann-recipes models use: a SuperKernel scope only when ``enable``."""
-    return torchair.scope.super_kernel(label, option) if enable else contextlib.nullcontext()
 
 
 def stream_scope(tag: str | None):
@@ -141,3 +136,8 @@ def decode_inputs() -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.randn(TOKENS, HIDDEN, generator=gen).to(torch.bfloat16)
     kv = torch.randn(TOKENS, KV_LEN, KV_HEADS * HEAD_DIM, generator=gen).to(torch.bfloat16)
     return x, kv
+
+
+def advisor_case(layers: int = 2) -> tuple[Decoder, tuple[torch.Tensor, torch.Tensor]]:
+    """A scope-free decoder for ``python -m pytest_npufuse advise cases/decoder_layers.py:advisor_case``."""
+    return Decoder(layers=layers), decode_inputs()

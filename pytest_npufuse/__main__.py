@@ -1,6 +1,7 @@
 """Command line: ``python -m pytest_npufuse <command>``, for people and CI steps outside pytest.
 
     python -m pytest_npufuse compare OLD.json NEW.json --fail-above 2
+    python -m pytest_npufuse advise cases/decoder_layers.py:advisor_case --npu-target=a3
     python -m pytest_npufuse ops
 
 Each command is a subparser with its own ``run`` function; exit codes follow pytest's spirit:
@@ -10,9 +11,11 @@ Each command is a subparser with its own ``run`` function; exit codes follow pyt
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 from .baseline import (
     IMPROVED, REGRESSED, Change, Entry, aligned, compare_results, count_line, model_notice, parse_percent, read_results,
@@ -83,6 +86,47 @@ def compare(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _factory(spec: str) -> Callable[[], Any]:
+    """The callable ``MODULE_OR_FILE:FACTORY`` names; a file's directory goes on ``sys.path`` first, so
+    the file imports its neighbours as it does under pytest."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise NpufuseError(f"{spec!r} is not MODULE_OR_FILE:FACTORY, e.g. cases/decoder_layers.py:advisor_case")
+    path = Path(where)
+    if where.endswith(".py") or path.exists():
+        if not path.is_file():
+            raise NpufuseError(f"{where} is not a file; give a Python file or an importable module")
+        sys.path.insert(0, str(path.resolve().parent))
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise NpufuseError(f"{where} has no callable {name!r}; FACTORY must return (model, inputs)")
+    return factory
+
+
+def advise(args: argparse.Namespace, out: TextIO) -> int:
+    """Rank SuperKernel scope layouts for the model FACTORY returns and print the recommendation."""
+    from .advisor import advise as run_advisor
+
+    try:
+        made = _factory(args.factory)()
+        if not (isinstance(made, (tuple, list)) and len(made) == 2):
+            raise NpufuseError(f"{args.factory} returned {type(made).__name__}; it must return (model, inputs)")
+        model, inputs = made
+        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        advice = run_advisor(model, *inputs, target=args.npu_target, options=args.options)
+    except NpufuseError as exc:
+        print(f"npufuse advise: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(advice, file=out)
+    return EXIT_OK
+
+
 def ops(args: argparse.Namespace, out: TextIO) -> int:
     """List the torch_npu ops with a CPU kernel: family, engine, fusable flag and the document they follow."""
     from .catalog import load_catalog
@@ -113,6 +157,18 @@ def parser() -> argparse.ArgumentParser:
     cmp.add_argument("--fail-above", type=_percent, default=0.0, metavar="PCT",
                      help="percent a case may get slower before the command fails (default 0)")
     cmp.set_defaults(run=compare)
+    adv = commands.add_parser(
+        "advise",
+        help="rank SuperKernel scope layouts for a model and recommend one",
+        description="Capture the model FACTORY returns once, plan and simulate every scope layout of seed 004 "
+        "(attention, MoE/FFN, decoder layer, per layer, all layers, top-down) on the target, print the ranked "
+        "table and a line starting 'recommend' with the with-lines to paste.",
+    )
+    adv.add_argument("factory", metavar="MODULE_OR_FILE:FACTORY", help="a callable returning (model, inputs)")
+    adv.add_argument("--npu-target", default="a3", help="target profile: a2, a3 or a profile file (default a3)")
+    adv.add_argument("--options", default="", help="SuperKernel options every candidate scope gets, e.g. "
+                     "strict-scope-check=abort")
+    adv.set_defaults(run=advise)
     listing = commands.add_parser(
         "ops",
         help="list the torch_npu ops pytest-npufuse provides CPU kernels for",

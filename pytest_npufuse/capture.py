@@ -29,8 +29,13 @@ from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 
 from . import scopes, syncs
 from .catalog import OpCatalog
+<<<<<<< HEAD
 from .errors import ArgumentError, CaptureError, NotModeledError, NpufuseError, OptionsError, ScopeError
 from .program import Buffer, Kernel, Program, StreamScope, SyncPoint, TensorSpec
+=======
+from .errors import CaptureError, NpufuseError
+from .program import Buffer, Kernel, ModuleFrame, Program, StreamScope, SyncPoint, TensorSpec
+>>>>>>> main
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
@@ -113,6 +118,7 @@ def _flatten(args: Any) -> Iterator[Any]:
         yield args
 
 
+<<<<<<< HEAD
 # Frames in these directories are never the user's line: our wrappers, torch's internals, the stdlib
 # (contextlib around a ``with`` block).
 _NOT_USER_DIRS = (
@@ -120,19 +126,79 @@ _NOT_USER_DIRS = (
     str(Path(torch.__file__).parent),
     str(Path(contextlib.__file__).parent / "contextlib.py"),
 )
+=======
+_PACKAGE_DIR = str(Path(__file__).parent)
+# Frames in these directories are never the user's code: ours, and torch's own Python wrappers (a
+# functional collective or F.* helper would otherwise be named as the source of the op it calls).
+_NOT_USER = (_PACKAGE_DIR, str(Path(torch.__file__).parent))
+>>>>>>> main
 
 
 def _user_frame(trace: str) -> str:
     """The innermost frame of a formatted traceback outside this package, torch and the standard
     library, as ``path:line`` ('' when there is none): messages point at the user's model code."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
+<<<<<<< HEAD
     user = [(path, line) for path, line in frames if not path.startswith(_NOT_USER_DIRS)]
+=======
+    user = [(path, line) for path, line in frames if not path.startswith(_NOT_USER)]
+>>>>>>> main
     return f"{user[-1][0]}:{user[-1][1]}" if user else ""
+
+
+def _forward_lines(owner: Any) -> tuple[str, int, int] | None:
+    """File and first/last line of a module class's ``forward``, or None when it has no Python source."""
+    code = getattr(getattr(owner, "forward", None), "__code__", None)
+    if code is None:
+        return None
+    lines = [line for _, _, line in code.co_lines() if line is not None]
+    return code.co_filename, min(lines, default=code.co_firstlineno), max(lines, default=code.co_firstlineno)
+
+
+def call_site(trace: str, owner: Any) -> str:
+    """The user's line (``path:line``) that called a module of class ``owner``: the last frame outside
+    this package before the first frame inside the class's ``forward`` in a node's stack trace."""
+    span = _forward_lines(owner)
+    if span is None:
+        return ""
+    filename, first, last = span
+    caller = ""
+    for path, line in re.findall(r'File "([^"]+)", line (\d+)', trace):
+        if path == filename and first <= int(line) <= last:
+            return caller
+        if not path.startswith(_NOT_USER):
+            caller = f"{path}:{line}"
+    return ""
 
 
 def _source_line(node: torch.fx.Node) -> str:
     """The user's source location of a node."""
     return _user_frame(node.meta.get("stack_trace") or "")
+
+
+_ROOT = re.compile(r"^L\[['\"][^'\"]*['\"]\]\.?")
+_GETATTR = re.compile(r"getattr\(([^()]*?), ['\"]([^'\"]+)['\"]\)")
+_SUBSCRIPT = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
+_MODULES = re.compile(r"(^|\.)_modules\.")
+
+
+def module_path(key: str) -> str:
+    """The attribute path of a module from the key Dynamo records it under: ``L['self'].layers.0.attn``,
+    ``getattr(L['self'].layers, '0')`` and ``L['self'].layers[0]`` all become ``layers.0[.attn]``."""
+    while (match := _GETATTR.search(key)) is not None:
+        key = f"{key[:match.start()]}{match.group(1)}.{match.group(2)}{key[match.end():]}"
+    key = _ROOT.sub("", key)
+    return _MODULES.sub(r"\1", _SUBSCRIPT.sub(r".\1", key)).lstrip(".")
+
+
+def call_name(node: torch.fx.Node) -> str:
+    """The torch-level call Dynamo lowered ``node`` from (its ``source_fn_stack``): a function's or a
+    module class's name, or the method name; ``""`` when not recorded."""
+    stack = node.meta.get("source_fn_stack") or ()
+    if not stack:
+        return ""
+    target = stack[-1][1]
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 def kernel_flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
@@ -183,8 +249,12 @@ class _ProgramBuilder:
         self.record_tokens: dict[str, str] = {}
         self.open_streams: list[tuple[str, int] | None] = []
         self.stream_scopes: list[StreamScope] = []
+<<<<<<< HEAD
         self.open_uses: list[tuple[str, str, str, int] | None] = []
         self.scope_uses: list[ScopeUse] = []
+=======
+        self.frames: dict[tuple[str, str], ModuleFrame] = {}
+>>>>>>> main
 
     def build(self) -> Program:
         inputs: list[str] = []
@@ -315,6 +385,20 @@ class _ProgramBuilder:
             kernel = self.kernels[index]
             self.kernels[index] = replace(kernel, outputs=(*kernel.outputs, buffer))
 
+    def _modules(self, node: torch.fx.Node) -> tuple[ModuleFrame, ...]:
+        """The module calls ``node`` was traced inside, outermost first; one frame object per module,
+        shared by all its kernels (a 61-layer model has thousands)."""
+        frames = []
+        for key, owner in (node.meta.get("nn_module_stack") or {}).values():
+            path = module_path(key)
+            kind = (owner if isinstance(owner, str) else getattr(owner, "__name__", str(owner))).rsplit(".", 1)[-1]
+            frame = self.frames.get((path, kind))
+            if frame is None:
+                site = call_site(node.meta.get("stack_trace") or "", owner)
+                frame = self.frames[(path, kind)] = ModuleFrame(path, kind, site)
+            frames.append(frame)
+        return tuple(frames)
+
     def _kernel_name(self, kernel_type: str) -> str:
         count = self.names.get(kernel_type, 0)
         self.names[kernel_type] = count + 1
@@ -359,6 +443,8 @@ class _ProgramBuilder:
                 bytes=kernel_bytes(info.bytes, input_specs, output_specs),
                 compute_dtype=compute_dtype,
                 source=_source_line(node),
+                modules=self._modules(node),
+                call=call_name(node),
             )
         )
 

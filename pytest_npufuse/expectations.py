@@ -226,6 +226,31 @@ def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiSt
     )
 
 
+@dataclass(frozen=True)
+class AffinityExpectation:
+    """``@pytest.mark.npu_affinity(max_findings=0)``: at most this many seed-003 slow-form sites in the
+    model's graph (a test that reintroduces a known-slow pattern fails, naming it and its rewrite)."""
+
+    max_findings: int = 0
+
+    def failures(self, report: CaseReport) -> list[str]:
+        if len(report.findings) <= self.max_findings:
+            return []
+        listed = "; ".join(finding.describe() for finding in report.findings)
+        return [
+            f"npu_affinity: {len(report.findings)} known-slow op pattern(s) (seed 003), at most "
+            f"max_findings={self.max_findings} allowed: {listed}."
+        ]
+
+
+def parse_affinity(args: Sequence[Any], kwargs: Mapping[str, Any]) -> AffinityExpectation:
+    """Build the affinity expectation from marker arguments, rejecting anything it cannot honour."""
+    if args:
+        raise MarkerError(f"npu_affinity marker takes keyword arguments only (max_findings), got {args!r}.")
+    _check_arguments("npu_affinity", kwargs, ("max_findings",))
+    return AffinityExpectation(_number("max_findings", kwargs.get("max_findings", 0), int, 0, "npu_affinity"))
+
+
 def run_failures(
     report: CaseReport,
     expectations: Sequence[SuperKernelExpectation],

@@ -21,6 +21,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from . import fusion
+from .advisor.affinity import find_affinity
+from .attribution import attribute
 from .backend import CompiledGraph, NpuBackend
 from .capture import compile_once, value_dependent_capture
 from .catalog import OpCatalog, load_catalog
@@ -125,13 +127,15 @@ def compare(
     host: HostConfig | None = None,
     trace_dir: str | Path | None = None,
     case: str = "case",
+    affinity: bool = False,
 ) -> CaseReport:
     """Compile and run BASELINE (``reference`` or ``model`` with scopes ignored) and VARIANT, and report.
 
     ``options`` maps a scope name to an options string that replaces the one in the model code.
     ``mode``, ``dynamic`` and ``host`` are as for :func:`compile_model`. With ``trace_dir``, a
     Perfetto trace and a ``kernel_details.csv`` of each variant are written under
-    ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory.
+    ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory. ``affinity=True`` adds
+    the seed-003 affinity-op findings of the model's graph (``report.findings``).
     """
     profile = _profile(target)
     catalog = catalog or load_catalog()
@@ -168,6 +172,10 @@ def compare(
         deadlock=variant_graph.sanitizer.deadlock.describe()
         if variant_graph.sanitizer is not None and variant_graph.sanitizer.deadlock is not None
         else None,
+        attribution={
+            graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline_graph, variant_graph)
+        },
+        findings=find_affinity(variant_graph.program, profile, catalog) if affinity else (),
     )
     if trace_dir is None:
         return report

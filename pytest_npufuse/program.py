@@ -35,8 +35,24 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class ModuleFrame:
+    """One ``nn.Module`` call a kernel was traced inside, as Dynamo records it (``nn_module_stack``):
+    ``path`` is the attribute path from the compiled model (``layers.0.attn``; ``""`` is the model
+    itself) and ``type`` the module's class name; ``call_site`` is the user's line that called it
+    (``path:line``, ``""`` when unknown). Time attribution and the scope advisor group kernels by these
+    frames, so neither needs the model's source."""
+
+    path: str
+    type: str
+    call_site: str = ""
+
+
+@dataclass(frozen=True)
 class Kernel:
-    """One device kernel: a non-view op of the captured graph."""
+    """One device kernel: a non-view op of the captured graph. ``modules`` are the module calls it was
+    traced inside, outermost first (empty for hand-built programs and the model's own top level);
+    ``call`` is the torch-level call it was lowered from (``one_hot``, ``repeat_interleave``, ``Linear``;
+    ``""`` when unknown), which tells the affinity advisor what the user wrote."""
 
     index: int
     name: str
@@ -51,6 +67,13 @@ class Kernel:
     bytes: int
     compute_dtype: str
     source: str
+    modules: tuple[ModuleFrame, ...] = ()
+    call: str = ""
+
+    @property
+    def module(self) -> str:
+        """The innermost module path the kernel was traced in; ``""`` for the model's top level."""
+        return self.modules[-1].path if self.modules else ""
 
     @property
     def stream(self) -> str:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
+from .advisor.affinity import Finding
+from .attribution import Attribution
 from .fusion import ScopeBreak, ScopePlan
 from .numerics import Mismatch
 from .sanitize import Race
@@ -51,7 +53,12 @@ class ScopeReport:
 
 @dataclass(frozen=True)
 class CaseReport:
-    """BASELINE (scopes ignored) against VARIANT (scopes honoured) for one model on one target."""
+    """BASELINE (scopes ignored) against VARIANT (scopes honoured) for one model on one target.
+
+    ``attribution`` summarises each run (keyed ``baseline`` / ``variant``) per module path, per op type
+    and by overlap (:mod:`~pytest_npufuse.attribution`); ``findings`` are the seed-003 affinity-op
+    findings when they were asked for.
+    """
 
     target: str
     mode: str
@@ -65,6 +72,8 @@ class CaseReport:
     trace_path: str | None = None
     plog_path: str | None = None
     deadlock: str | None = None
+    attribution: Mapping[str, Attribution] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
 
     @property
     def speedup(self) -> float:

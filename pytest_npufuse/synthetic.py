@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Sequence
 
 from . import fusion
+from .attribution import attribute
 from .capture import compute_dtype_of, kernel_bytes, kernel_flops
 from .catalog import OpCatalog, load_catalog
 from .hardware import HardwareProfile
@@ -115,4 +116,7 @@ def case_report(program: Program, profile: HardwareProfile, syncs: Sequence[fusi
         name: ScopeReport.from_plan(fusion.ScopePlan(name, "", "fused" if segments else "unfused", tuple(segments), (), ""))
         for name, segments in fusion.segment_scopes(program, profile).items()
     }
-    return CaseReport(profile.name, fusion.MAX_AUTOTUNE, baseline, variant, (), scopes, variant.streams, (), ())
+    return CaseReport(
+        profile.name, fusion.MAX_AUTOTUNE, baseline, variant, (), scopes, variant.streams, (), (),
+        attribution={run.variant: attribute(program, run) for run in (baseline, variant)},
+    )

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import write_text_atomic
+from .attribution import accelerator_core
 from .errors import NpufuseError
 from .report import CaseReport
-from .simulate import SUPERKERNEL_OP, RunReport
+from .simulate import RunReport
 
 HOST_PID = 1
 NPU_PID = 2
@@ -28,13 +29,6 @@ CSV_COLUMNS = (
     "Duration(us)", "Wait Time(us)", "Block Dim", "Parent",
 )
 _HOST_THREADS = ("ordinary", "memory", "launch")
-
-
-def accelerator_core(engine: str, op_type: str) -> str:
-    """The ``Accelerator Core`` msprof reports for a kernel of ``engine``."""
-    if op_type == SUPERKERNEL_OP:
-        return "MIX_AIC" if engine == "cube" else "MIX_AIV"
-    return {"cube": "AI_CORE", "vector": "AI_VECTOR_CORE", "aicpu": "AI_CPU", "comm": "HCCL"}.get(engine, "HOST")
 
 
 def host_thread_label(thread: int) -> str:
@@ -112,12 +106,17 @@ def case_directory_name(case: str) -> str:
 
 
 def write_case_traces(report: CaseReport, directory: Path, case: str) -> Path:
-    """Write ``<variant>/trace_view.json`` and ``<variant>/kernel_details.csv`` for both variants."""
+    """Write ``<variant>/trace_view.json``, ``kernel_details.csv``, ``op_statistic.csv`` and
+    ``module_statistic.csv`` for both variants."""
     root = directory / case_directory_name(case)
     try:
         for run in (report.baseline, report.variant):
             write_text_atomic(root / run.variant / "trace_view.json", trace_json(run))
             write_text_atomic(root / run.variant / "kernel_details.csv", kernel_details_csv(run))
+            attribution = report.attribution.get(run.variant)
+            if attribution is not None:
+                write_text_atomic(root / run.variant / "op_statistic.csv", attribution.op_statistic_csv())
+                write_text_atomic(root / run.variant / "module_statistic.csv", attribution.module_csv())
     except OSError as exc:
         raise NpufuseError(
             f"cannot write traces under {directory}: {exc.strerror or exc} ({exc.filename}); give a directory "

@@ -424,7 +424,9 @@ def test_sp1(npufuse):
     result.assert_outcomes(passed=1)
     (case_dir,) = (pytester.path / "traces").iterdir()
     assert case_dir.name == "test_case.py_test_sp1"
-    assert sorted(p.name for p in (case_dir / "baseline").iterdir()) == ["kernel_details.csv", "trace_view.json"]
+    assert sorted(p.name for p in (case_dir / "baseline").iterdir()) == [
+        "kernel_details.csv", "module_statistic.csv", "op_statistic.csv", "trace_view.json",
+    ]
     result.stdout.fnmatch_lines(["*test_sp1*a3*device*passed*"])
 
 

@@ -84,8 +84,8 @@ def test_tnd_variable_lengths_match_per_sequence_attention() -> None:
         start += length
 
 
-@pytest.mark.parametrize("cache_form", ["BnBsH", "BnNBsD"])
-def test_paged_kv_reads_blocks_through_block_table(cache_form: str) -> None:
+@pytest.mark.parametrize(("cache_form", "layout"), [("BnBsH", "BNSD"), ("BnNBsD", "BNSD"), ("BnBsND", "BSND")])
+def test_paged_kv_reads_blocks_through_block_table(cache_form: str, layout: str) -> None:
     gen = _gen()
     b, n, d, block, blocks_per_seq = 2, 2, 8, 4, 3
     kv_lens = [9, 5]
@@ -95,22 +95,25 @@ def test_paged_kv_reads_blocks_through_block_table(cache_form: str) -> None:
     table = torch.randperm(total_blocks, generator=gen)[: b * blocks_per_seq].reshape(b, blocks_per_seq).to(torch.int32)
 
     def cache_of(t: torch.Tensor) -> torch.Tensor:
-        cache = torch.zeros(total_blocks, n, block, d, dtype=t.dtype)
+        cache = torch.zeros(total_blocks, n, block, d, dtype=t.dtype)  # BnNBsD
         for bi in range(b):
             for j in range(blocks_per_seq):
                 cache[table[bi, j]] = t[bi, :, j * block : (j + 1) * block]
-        return cache if cache_form == "BnNBsD" else cache.transpose(1, 2).reshape(total_blocks, block, n * d)
+        blocks_first = cache.transpose(1, 2).contiguous()
+        return {"BnNBsD": cache, "BnBsND": blocks_first, "BnBsH": blocks_first.reshape(total_blocks, block, n * d)}[
+            cache_form]
 
+    query = q if layout == "BNSD" else q.transpose(1, 2).contiguous()
     out, _ = torch_npu.npu_fused_infer_attention_score(
-        q, cache_of(k), cache_of(v), num_heads=n, input_layout="BNSD", block_table=table, block_size=block,
+        query, cache_of(k), cache_of(v), num_heads=n, input_layout=layout, block_table=table, block_size=block,
         actual_seq_lengths_kv=kv_lens, scale=0.3)
     dense, _ = torch_npu.npu_fused_infer_attention_score(
         q, k, v, num_heads=n, input_layout="BNSD", actual_seq_lengths_kv=kv_lens, scale=0.3)
-    assert torch.equal(out, dense)
-    ifa = torch_npu.npu_incre_flash_attention(q, cache_of(k), cache_of(v), num_heads=n, input_layout="BNSD",
+    assert torch.equal(out if layout == "BNSD" else out.transpose(1, 2), dense)
+    ifa = torch_npu.npu_incre_flash_attention(query, cache_of(k), cache_of(v), num_heads=n, input_layout=layout,
                                               block_table=table, block_size=block, actual_seq_lengths=kv_lens,
                                               scale_value=0.3)
-    assert torch.equal(ifa, dense)
+    assert torch.equal(ifa, out)
 
 
 def test_mla_rope_adds_its_dot_product_to_the_scores() -> None:
@@ -140,6 +143,9 @@ def test_prompt_flash_attention_default_next_tokens_is_causal_with_a_mask() -> N
                                                           atten_mask=CAUSAL, scale=1 / math.sqrt(d))
     assert torch.equal(pfa, causal)
     full = torch_npu.npu_prompt_flash_attention(q, k, v, num_heads=n, input_layout="BNSD", scale_value=1 / math.sqrt(d))
+    bsnd_out = torch_npu.npu_prompt_flash_attention(q, k, v, num_heads=n, input_layout="BNSD_BSND",
+                                                    scale_value=1 / math.sqrt(d))
+    assert bsnd_out.shape == (b, s, n, d) and torch.equal(bsnd_out.transpose(1, 2), full)
     ref, _ = _ref(q[0], k[0], v[0], 1 / math.sqrt(d), torch.ones(s, s, dtype=torch.bool))
     _close(full[0], ref)
 

@@ -71,6 +71,10 @@ def test_add_rms_norm_quant_quantises_the_norm_with_each_scale(div_mode: bool) -
     _int_close(y2, quant(scales2, 0.0))
     (no_second,) = torch_npu.npu_add_rms_norm_quant(x1, x2, gamma, scales1)[1:2]
     assert torch.equal(no_second, torch.zeros(4, 32, dtype=torch.int8))
+    beta = _rnd(32, seed=8)  # AddRmsNormQuantV2's bias, passed by keyword as vllm-ascend does
+    with_beta, _, _ = torch_npu.npu_add_rms_norm_quant(x1, x2, gamma, scales1, zero_points1, beta=beta, div_mode=div_mode)
+    ref += beta.double()
+    _int_close(with_beta, quant(scales1, zero_points1.double()))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
@@ -278,7 +282,7 @@ _Q4 = torch.zeros(1, 2, 3, 16)
         (lambda: torch_npu.npu_rotary_mul(_Q4, _Q4, _Q4, rotary_mode="quarter"), ValueError, "rotary_mode=quarter"),
         (lambda: torch_npu.npu_rotary_mul(_Q4, torch.zeros(1, 2, 3, 8), _Q4), ValueError, r"r1 has shape \[1, 2, 3, 8\]"),
         (lambda: torch_npu.npu_apply_rotary_pos_emb(_Q4, _Q4, _Q4, _Q4, layout="NSD"), ValueError, "layout=NSD"),
-        (lambda: torch_npu.npu_interleave_rope(*[_Q4.bfloat16()] * 3), ValueError, "needs \\[B, N, S, 64\\]"),
+        (lambda: torch_npu.npu_interleave_rope(*[_Q4[0].bfloat16()] * 3), ValueError, "needs \\[B, N, S, D\\]"),
     ],
 )
 def test_family_ops_bad_inputs_raise_clear_errors(call: Callable[[], object], error: type[Exception], match: str) -> None:
@@ -370,3 +374,16 @@ def test_compiled_cache_writes_land_in_the_callers_caches() -> None:
     for a, b in zip([*eager, *eager_args], [*compiled, *compiled_args], strict=True):
         assert torch.equal(a, b)
     assert compiled_args[5].reshape(-1, 64)[[3, 1]].abs().sum() > 0
+
+
+def test_kv_rmsnorm_rope_cache_takes_shrunk_mla_sizes_as_vllm_ascend_calls_it() -> None:
+    kv, gamma = _rnd(4, 1, 1, 40, seed=70), _rnd(32, seed=71)  # rms 32 + rope 8 instead of 512 + 64
+    cos, sin = _rnd(4, 1, 1, 8, seed=72), _rnd(4, 1, 1, 8, seed=73)
+    k_cache, ckv_cache = torch.zeros(2, 4, 1, 8, dtype=torch.bfloat16), torch.zeros(2, 4, 1, 32, dtype=torch.bfloat16)
+    slots = torch.tensor([6, 1, 4, 3])
+    k_pe, k_nope, _, _ = torch_npu.npu_kv_rmsnorm_rope_cache(
+        kv, gamma, cos, sin, slots, k_cache, ckv_cache, epsilon=1e-6, cache_mode="PA"
+    )
+    assert k_pe is k_cache and k_nope is ckv_cache
+    ref_y, _ = _ref_rms(kv[..., :32], gamma, 1e-6)
+    _close(ckv_cache.reshape(-1, 32)[slots], ref_y.reshape(4, 32), torch.bfloat16)

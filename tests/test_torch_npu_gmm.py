@@ -95,3 +95,21 @@ def test_gmm_refuses_mismatched_quant_configuration() -> None:
                                      output_dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="antiquant_scale is not implemented"):
         torch_npu.npu_grouped_matmul([x.float()], [w.float()], antiquant_scale=[torch.ones(4)], group_type=-1)
+
+
+def test_w8a8_key_value_group_list_from_init_routing_v2_equals_counts() -> None:
+    """group_list_type=2 takes npu_moe_init_routing_v2's [E, 2] (expert, count) pairs directly."""
+    gen = _gen()
+    tokens, k, h, experts = 6, 2, 16, 4
+    x = torch.randn(tokens, h, generator=gen).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(3, generator=gen)[:k] for _ in range(tokens)]).to(torch.int32)  # expert 3 idle
+    expanded, _, pairs, scale = torch_npu.npu_moe_init_routing_v2(
+        x, ids, expert_num=experts, quant_mode=1, expert_tokens_num_type=2, expert_tokens_num_flag=True)
+    _, _, counts, _ = torch_npu.npu_moe_init_routing_v2(
+        x, ids, expert_num=experts, quant_mode=1, expert_tokens_num_type=1, expert_tokens_num_flag=True)
+    w = _int8(experts, h, 8, gen=gen)
+    common = {"split_item": 3, "group_type": 0, "output_dtype": torch.int32}
+    (by_pairs,) = torch_npu.npu_grouped_matmul([expanded], [w], group_list=pairs, group_list_type=2, **common)
+    (by_counts,) = torch_npu.npu_grouped_matmul([expanded], [w], group_list=counts, group_list_type=1, **common)
+    assert pairs[:, 1].sum() == tokens * k and not pairs[3:].any()
+    assert torch.equal(by_pairs, by_counts)

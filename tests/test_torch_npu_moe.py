@@ -389,3 +389,39 @@ def test_w8a8_mc2_expert_chain_matches_a_per_token_reference() -> None:
             y = (torch.round(hidden / s2) @ w2[e].double()) * w2_scale[e].double() * s2
             ref[t] += float(weights[t, slot]) * y
     torch.testing.assert_close(out.double(), ref, rtol=0.05, atol=0.05 * float(ref.abs().max()))
+
+
+def test_init_routing_v2_carries_prequantised_int8_rows_and_their_scales() -> None:
+    gen = _gen()
+    rows, k, h, experts = 4, 2, 8, 4
+    x = torch.randint(-128, 128, (rows, h), dtype=torch.int8, generator=gen)
+    token_scale = torch.rand(rows, generator=gen)
+    expert_idx = _distinct_topk(rows, experts, k, gen)
+    expanded_x, row_idx, _, expanded_scale = torch_npu.npu_moe_init_routing_v2(
+        x, expert_idx, scale=token_scale, expert_num=experts, active_expert_range=[0, experts])
+    for i, (_, p) in enumerate(_ref_routes(expert_idx, 0, experts)):
+        assert torch.equal(expanded_x[i], x[p // k]) and expanded_scale[i] == token_scale[p // k]
+    with pytest.raises(ValueError, match="already int8"):
+        torch_npu.npu_moe_init_routing_v2(x, expert_idx, expert_num=experts, quant_mode=1)
+
+
+def test_v1_routing_chain_equals_the_per_token_expert_sum() -> None:
+    """The classic chain: gating_top_k_softmax -> init_routing -> compute_expert_tokens -> grouped matmul
+    (cumsum group_list) -> finalize_routing (column order) equals sum_k w_k * (x @ W_e) per token."""
+    gen = _gen()
+    tokens, h, n, experts, k = 5, 8, 6, 4, 2
+    x = torch.randn(tokens, h, generator=gen).to(torch.bfloat16)
+    logits = torch.randn(tokens, experts, generator=gen)
+    w = torch.randn(experts, h, n, generator=gen).to(torch.bfloat16)
+    weights, ids, row_idx = torch_npu.npu_moe_gating_top_k_softmax(logits, None, k=k)
+    expanded_x, expanded_row_idx, expanded_experts = torch_npu.npu_moe_init_routing(x, row_idx, ids, tokens)
+    ends = torch_npu.npu_moe_compute_expert_tokens(expanded_experts, experts).to(torch.int64)
+    (hidden,) = torch_npu.npu_grouped_matmul([expanded_x], [w], group_list=ends, split_item=2, group_type=0,
+                                             group_list_type=0)
+    out = torch_npu.npu_moe_finalize_routing(hidden, None, None, None, weights.to(torch.bfloat16), expanded_row_idx,
+                                             ids)
+    ref = torch.zeros(tokens, n, dtype=torch.float64)
+    for t in range(tokens):
+        for slot in range(k):
+            ref[t] += float(weights[t, slot]) * (x[t].double() @ w[int(ids[t, slot])].double())
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..atomic import write_text_atomic
 from .timeline import case_svg
@@ -140,22 +140,56 @@ def _races(view: Mapping[str, Any]) -> str:
             f'<ul>{"".join(lines)}</ul></details>')
 
 
-def _op_types(view: Mapping[str, Any]) -> str:
-    baseline, variant = ({row["op_type"]: row for row in run["op_types"]} for run in view["runs"])
-    order = sorted(set(baseline) | set(variant), key=lambda op: -max(baseline.get(op, {}).get("total_us", 0),
-                                                                      variant.get(op, {}).get("total_us", 0)))
+def _side_by_side(
+    view: Mapping[str, Any], table: str, key: Callable[[Mapping[str, Any]], str], columns: Sequence[tuple[str, str]]
+) -> list[tuple[str, list[str]]]:
+    """Rows of one time table for both runs, matched by ``key``: per row its BASELINE and VARIANT cells."""
+    baseline, variant = ({key(row): row for row in run[table]} for run in view["runs"])
+    keys = list(variant) + [k for k in baseline if k not in variant]
     rows = []
-    for op in order:
-        cells = [_cell(op)]
+    for name in keys:
+        cells = []
         for side in (baseline, variant):
-            row = side.get(op)
-            cells += [_cell(row["count"]), _cell(row["total_us"], f'{row["total_us"]:.2f}'),
-                      _cell(row["ratio_pct"], f'{row["ratio_pct"]:.1f}%')] if row else [_cell(None)] * 3
-        rows.append(f"<tr>{''.join(cells)}</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("op type", "baseline tasks", "baseline us", "share",
-                                            "variant tasks", "variant us", "share"))
-    return (f'<div><h3>Device time per op type</h3><table class="sortable op-types"><thead><tr>{head}</tr></thead>'
+            row = side.get(name)
+            cells += [_cell(row[c], fmt.format(row[c])) for c, fmt in columns] if row else [_cell(None)] * len(columns)
+        rows.append((name, cells))
+    return rows
+
+
+def _table(title: str, cls: str, head: Sequence[str], rows: Sequence[str]) -> str:
+    if not rows:
+        return ""
+    heads = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return (f'<div><h3>{escape(title)}</h3><table class="sortable {cls}"><thead><tr>{heads}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _op_types(view: Mapping[str, Any]) -> str:
+    """Device time per op type and core type (msprof's op_statistic), BASELINE beside VARIANT."""
+    columns = (("count", "{}"), ("total_us", "{:.2f}"), ("ratio_pct", "{:.1f}%"))
+    matched = _side_by_side(view, "op_types", lambda row: f'{row["op_type"]} ({row["core_type"]})', columns)
+    rows = [f"<tr>{_cell(name)}{''.join(cells)}</tr>" for name, cells in matched]
+    head = ("op type (core)", "baseline tasks", "baseline us", "share", "variant tasks", "variant us", "share")
+    return _table("Device time per op type", "op-types", head, rows)
+
+
+def _modules(view: Mapping[str, Any]) -> str:
+    """Device time per module path (inclusive and self), BASELINE beside VARIANT, as an indented tree."""
+    columns = (("total_us", "{:.2f}"), ("self_us", "{:.2f}"), ("ratio_pct", "{:.1f}%"))
+    depth = {row["path"]: row["depth"] for run in view["runs"] for row in run["modules"]}
+    rows = [
+        f'<tr><td data-v="{escape(path)}" style="padding-left:{6 + 12 * depth[path]}px">{escape(path)}</td>{"".join(cells)}</tr>'
+        for path, cells in _side_by_side(view, "modules", lambda row: row["path"], columns)
+    ]
+    head = ("module", "baseline us", "self", "share", "variant us", "self", "share")
+    return _table("Device time per module", "modules", head, rows)
+
+
+def _overlap(view: Mapping[str, Any]) -> str:
+    """msprof's overlap analysis of each run, on one line."""
+    parts = [f'{run["variant"].upper()}: ' + ", ".join(f"{name} {share:.1f}%" for name, share in run["overlap"].items())
+             for run in view["runs"] if run["overlap"]]
+    return f'<p class="overlap">{escape("; ".join(parts))}</p>' if parts else ""
 
 
 _LEGEND = (
@@ -185,7 +219,7 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
         f'<h2>{escape(view["case"])}</h2><div class="facts">{"".join(facts)}</div>'
         f'{case_svg(view)}<div class="below"><div class="findings">{failures}{_scopes(view)}{_races(view)}'
         f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}</div>'
-        f'{_op_types(view)}</div></section>'
+        f'{_op_types(view)}{_modules(view)}</div>{_overlap(view)}</section>'
     )
 
 

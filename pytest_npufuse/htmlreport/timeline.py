@@ -75,22 +75,22 @@ def _axis(scale: Scale, height: float) -> list[str]:
 
 
 def _group(spans: Iterable[tuple[float, float, int]], keep: set[int]) -> list[tuple[float, float, list[int]]]:
-    """Spans (x0, x1, kernel) sorted by x0, merged where narrower than a pixel: each group ends once it is
-    a pixel wide or the next span does not touch it. Kernels in ``keep`` always stand alone."""
+    """Spans (x0, x1, kernel) sorted by x0, merged where narrower than a pixel: a group grows while it is
+    under a pixel wide and the next narrow span touches it. Kernels in ``keep`` always stand alone."""
     groups: list[tuple[float, float, list[int]]] = []
-    open_group: list[Any] | None = None
+    growing = False
     for x0, x1, kernel in spans:
         if x1 - x0 >= MIN_PX or kernel in keep:
-            open_group = None
             groups.append((x0, x1, [kernel]))
-            continue
-        if open_group is not None and x0 <= open_group[1] + MIN_PX / 2 and open_group[1] - open_group[0] < MIN_PX:
-            open_group[1] = max(open_group[1], x1)
-            open_group[2].append(kernel)
-            continue
-        open_group = [x0, x1, [kernel]]
-        groups.append(open_group)  # type: ignore[arg-type]
-    return [(x0, x1, members) for x0, x1, members in groups]
+            growing = False
+        elif growing and x0 <= groups[-1][1] + MIN_PX / 2 and groups[-1][1] - groups[-1][0] < MIN_PX:
+            start, end, members = groups[-1]
+            members.append(kernel)
+            groups[-1] = (start, max(end, x1), members)
+        else:
+            groups.append((x0, x1, [kernel]))
+            growing = True
+    return groups
 
 
 class _RunDrawing:

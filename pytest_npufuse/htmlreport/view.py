@@ -8,9 +8,9 @@ rounded to nanoseconds; lanes and kernels are referred to by index.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from typing import Any, Mapping
 
+from ..attribution import Attribution
 from ..report import CaseReport
 from ..sanitize import Access
 from ..simulate import RunReport
@@ -24,8 +24,9 @@ def _us(value: float) -> float:
     return round(value, 3)
 
 
-def run_view(run: RunReport) -> dict[str, Any]:
-    """One variant's timeline: host-thread lanes first, then one lane per stream in the run's order."""
+def run_view(run: RunReport, attribution: Attribution | None) -> dict[str, Any]:
+    """One variant's timeline (host-thread lanes first, then one lane per stream in the run's order) and
+    its time tables."""
     threads = sorted({piece.thread for piece in run.host})
     lanes = [{"kind": "host", "label": host_thread_label(t)} for t in threads]
     lanes += [{"kind": "stream", "label": f"stream {stream}"} for stream in run.streams]
@@ -54,21 +55,28 @@ def run_view(run: RunReport) -> dict[str, Any]:
              stream_lane[event.wait_stream], _us(event.wait_start_us), _us(event.wait_end_us)]
             for event in run.events
         ],
-        "op_types": op_type_times(run),
+        **time_tables(attribution),
     }
 
 
-def op_type_times(run: RunReport) -> list[dict[str, Any]]:
-    """Device time per op type over device tasks (a SuperKernel is one task), slowest first."""
-    totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for kernel in run.kernels:
-        if kernel.parent is None:
-            totals[kernel.op_type][0] += 1
-            totals[kernel.op_type][1] += kernel.duration_us
-    device = sum(total for _, total in totals.values()) or 1.0
-    rows = [{"op_type": op, "count": count, "total_us": _us(total), "ratio_pct": round(100.0 * total / device, 2)}
-            for op, (count, total) in totals.items()]
-    return sorted(rows, key=lambda row: (-row["total_us"], row["op_type"]))
+def time_tables(attribution: Attribution | None) -> dict[str, Any]:
+    """The run's time attribution: device time per op type (msprof's op_statistic rows), per module
+    path (inclusive and self), and the computing / exposed communication / free shares."""
+    if attribution is None:
+        return {"op_types": [], "modules": [], "overlap": {}}
+    return {
+        "op_types": [
+            {"op_type": row.op_type, "core_type": row.core_type, "count": row.count, "total_us": _us(row.total_us),
+             "ratio_pct": round(row.ratio_pct, 2)}
+            for row in attribution.op_types
+        ],
+        "modules": [
+            {"path": row.label, "type": row.type, "depth": row.depth, "kernels": row.kernels,
+             "total_us": _us(row.total_us), "self_us": _us(row.self_us), "ratio_pct": round(row.ratio_pct, 2)}
+            for row in attribution.modules
+        ],
+        "overlap": {name: round(share, 2) for name, share in attribution.overlap.shares().items()},
+    }
 
 
 def _access(access: Access) -> dict[str, str]:
@@ -102,5 +110,5 @@ def case_view(report: CaseReport, case: str, gate: Mapping[str, str] | None = No
              "second": _access(race.second)}
             for race in report.races
         ],
-        "runs": [run_view(report.baseline), run_view(report.variant)],
+        "runs": [run_view(run, report.attribution.get(run.variant)) for run in (report.baseline, report.variant)],
     }

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import pytest
 
 from .. import pipeline
+from ..advisor import Advice, advise
 from ..baseline import BaselineWarning, Change, Entry
 from ..hardware import HardwareProfile
 from ..host import HostConfig
@@ -53,6 +54,7 @@ class NpuFuse:
                 model, *inputs, target=self.target, mode=mode, reference=reference,
                 options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
                 trace_dir=settings.trace_dir, case=self._request.node.nodeid,
+                affinity=self._expectations.affinity is not None or settings.advise,
             )
         )
         entry, change = self._record(report)
@@ -76,6 +78,11 @@ class NpuFuse:
         )
         compiled.npufuse_backend = backend
         return compiled
+
+    def advise(self, model: Callable[..., Any], *inputs: Any, options: str = "") -> Advice:
+        """Rank SuperKernel scope layouts for ``model`` on this test's target and list the affinity-op
+        findings (see :func:`pytest_npufuse.advise`); ``options`` go to every candidate scope."""
+        return or_fail(lambda: advise(model, *inputs, target=self.target, options=options, catalog=self._settings.catalog))
 
     def _record(self, report: CaseReport) -> tuple[Entry, Change | None]:
         """Attach this check's row to the item and judge it against the baseline if there is one."""

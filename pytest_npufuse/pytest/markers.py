@@ -12,8 +12,14 @@ from dataclasses import dataclass
 import pytest
 
 from ..expectations import (
+<<<<<<< HEAD
+=======
+    AffinityExpectation,
+    MarkerError,
+>>>>>>> main
     MultiStreamExpectation,
     SuperKernelExpectation,
+    parse_affinity,
     parse_multistream,
     parse_npu_target,
     parse_superkernels,
@@ -31,6 +37,10 @@ MARKERS = (
     "multistream(*, streams=None, min_speedup=None, race_free=True): expectations about in-graph multi-stream "
     "execution, checked by npufuse.check().",
     "npu_target(*names): run this test only on these NPU targets (e.g. 'a3'); it is skipped on the others.",
+    "npu_affinity(*, max_findings=0): npufuse.check() also looks for seed 003's known-slow op forms (one_hot+sum, "
+    "nn.Linear, bmm to [b,1,1], repeat_interleave with a scalar, gather, IndexPutV2, unfused RotaryMul / RmsNorm / "
+    "ScaledMaskedSoftmax / SwiGlu / FlashAttentionScore / MatmulAllReduce) and fails when more than max_findings "
+    "sites are found, naming each with its source line, rewrite and modeled gain.",
 )
 
 
@@ -47,6 +57,7 @@ class ItemExpectations:
     superkernels: tuple[SuperKernelExpectation, ...]
     multistream: MultiStreamExpectation
     targets: tuple[str, ...] | None
+    affinity: AffinityExpectation | None = None
 
     @property
     def scope_options(self) -> dict[str, str]:
@@ -70,6 +81,8 @@ class ItemExpectations:
         failures += streams.failures(report)
         for expectation in self.superkernels:
             failures.extend(expectation.failures(report))
+        if self.affinity is not None:
+            failures.extend(self.affinity.failures(report))
         return failures
 
 
@@ -85,12 +98,21 @@ def expectations_of(item: pytest.Item) -> ItemExpectations:
 
 def _parse(item: pytest.Item) -> ItemExpectations:
     stream_mark = item.get_closest_marker("multistream")
+<<<<<<< HEAD
     target_mark = item.get_closest_marker("npu_target")
     known = settings_of(item.config).known_targets
+=======
+    affinity_mark = item.get_closest_marker("npu_affinity")
+>>>>>>> main
     return ItemExpectations(
         superkernels=tuple(parse_superkernels([(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")])),
         multistream=parse_multistream(stream_mark.args, stream_mark.kwargs) if stream_mark else MultiStreamExpectation(),
+<<<<<<< HEAD
         targets=None if target_mark is None else parse_npu_target(target_mark.args, known),
+=======
+        targets=_targets(item.get_closest_marker("npu_target")),
+        affinity=parse_affinity(affinity_mark.args, affinity_mark.kwargs) if affinity_mark else None,
+>>>>>>> main
     )
 
 

@@ -86,6 +86,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PCT",
     ),
     Option(
+        "npufuse_advise",
+        "add the advisors' findings to the terminal summary: each check's seed-003 affinity-op findings "
+        "(slow forms, rewrite, modeled gain) and where its modeled time goes (overlap shares, top op types)",
+        Kind.SWITCH,
+        default=False,
+    ),
+    Option(
         "npufuse_json",
         "write the whole run (every outcome and modeled result, schema_version, model_version) to this JSON file",
         Kind.PATH,

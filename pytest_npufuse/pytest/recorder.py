@@ -13,7 +13,11 @@ from typing import Any, Callable
 
 import pytest
 
+<<<<<<< HEAD
 from ..errors import NpufuseError
+=======
+from ..advisor.affinity import findings_json
+>>>>>>> main
 from ..baseline import Change, Entry, finite_us, model_notice, write_baseline
 from ..htmlreport import write_html_report
 from ..report import CaseReport
@@ -35,6 +39,8 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "host_us": round(report.variant.host_us, 3),
         "device_us": finite_us(report.variant.device_us),
         "bound": report.variant.bound,
+        "attribution": {variant: attribution.to_json() for variant, attribution in report.attribution.items()},
+        "affinity": findings_json(report.findings),
     }
     if change is not None:
         row["gate"] = change.status
@@ -170,4 +176,6 @@ class RunRecorder:
         if hasattr(config, "workerinput"):
             return
         terminal.results_table(terminalreporter, self.tests)
+        if settings_of(config).advise:
+            terminal.advise_section(terminalreporter, self.tests)
         terminal.gate_section(terminalreporter, settings_of(config).gate, self.changes, self.lines, self.errors)

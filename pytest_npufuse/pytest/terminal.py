@@ -38,6 +38,27 @@ def results_table(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence
         terminalreporter.write_line(line)
 
 
+def advise_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
+    """``--npufuse-advise``: per check, where the VARIANT's modeled time goes and each affinity-op finding."""
+    terminalreporter.section("npufuse: advisors (time attribution, seed-003 affinity ops)")
+    findings = 0
+    for nodeid in sorted(tests):
+        for row in tests[nodeid][1]:
+            variant = row.get("attribution", {}).get("variant")
+            if variant is not None:
+                shares = ", ".join(f"{name} {value:.1f}%" for name, value in variant["overlap"].items() if name != "span_us")
+                ops = ", ".join(f"{op['OP Type']} {op['Ratio(%)']}%" for op in variant["op_statistic"][:3])
+                terminalreporter.write_line(f"{row['key']} [{row['target']}]: {shares}; top ops {ops}")
+            for finding in row.get("affinity", ()):
+                findings += 1
+                where = finding["source"].rsplit("/", 1)[-1] or "?"
+                terminalreporter.write_line(
+                    f"  affinity: {finding['pattern']} at {where} x{finding['occurrences']}: {finding['rewrite']}; "
+                    f"modeled gain {finding['gain_us']:.2f} us; {finding['exactness']}"
+                )
+    terminalreporter.write_line(f"{findings} affinity finding(s)")
+
+
 def gate_section(
     terminalreporter: Any, gate: Gate | None, changes: Sequence[Change], lines: Sequence[str], errors: Sequence[str]
 ) -> None:

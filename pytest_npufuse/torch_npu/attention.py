@@ -35,7 +35,8 @@ from .registry import Out, npu_op
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
-FIA_LAYOUTS = (*DENSE_LAYOUTS, "TND")
+FIA_LAYOUTS = (*DENSE_LAYOUTS, "TND", "BNSD_BSND")
+PFA_LAYOUTS = (*DENSE_LAYOUTS, "BNSD_BSND")
 ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
 MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
 NO_BAND = 2147483647  # pre_tokens/next_tokens: no band limit
@@ -57,6 +58,7 @@ class _Geometry:
     head_dim: int  # query/key head dim without rope
     value_dim: int
     paged: bool
+    out_layout: str  # the layout after "_" in e.g. "BNSD_BSND", else the input layout
 
     def out_shape(self) -> list[int]:
         n, s, dv = self.heads, self.q_len, self.value_dim
@@ -65,7 +67,7 @@ class _Geometry:
             "BSND": [self.batch, s, n, dv],
             "BNSD": [self.batch, n, s, dv],
             "TND": [s, n, dv],
-        }[self.layout]
+        }[self.out_layout]
 
     def lse_shape(self) -> list[int]:
         return [self.q_len, self.heads, 1] if self.layout == "TND" else [self.batch, self.heads, self.q_len, 1]
@@ -93,20 +95,30 @@ def _tnd_sizes(name: str, tensor: torch.Tensor, heads: int) -> tuple[int, int]:
     return tensor.shape[0], tensor.shape[2]
 
 
-def _paged_sizes(name: str, cache: torch.Tensor, kv_heads: int, block_size: int) -> int:
-    """Head dim of a paged cache: [blocks, block_size, N_kv x D] (BnBsH) or [blocks, N_kv, block_size, D] (BnNBsD)."""
+HEADS_FIRST_CACHE_LAYOUTS = ("BNSD", "TND")  # their 4-D paged caches are [blocks, N_kv, block_size, D]
+
+
+def _paged_sizes(name: str, cache: torch.Tensor, layout: str, kv_heads: int, block_size: int) -> int:
+    """Head dim of a paged cache. The page's PageAttention table: BSH/BSND read BnBsH caches, given as
+    [blocks, block_size, N_kv x D] or [blocks, block_size, N_kv, D]; BNSD/TND also read BnNBsD,
+    [blocks, N_kv, block_size, D] (their 4-D form)."""
+    heads_first = layout in HEADS_FIRST_CACHE_LAYOUTS
     if cache.dim() == 3 and cache.shape[1] == block_size and cache.shape[2] % kv_heads == 0:
         return cache.shape[2] // kv_heads
-    if cache.dim() == 4 and cache.shape[1] == kv_heads and cache.shape[2] == block_size:
+    if cache.dim() == 4 and (cache.shape[1], cache.shape[2]) == ((kv_heads, block_size) if heads_first
+                                                                  else (block_size, kv_heads)):
         return cache.shape[3]
+    four_d = f"[blocks, {kv_heads}, {block_size}, D]" if heads_first else f"[blocks, {block_size}, {kv_heads}, D]"
     raise ValueError(
-        f"{name} has shape {list(cache.shape)}; with block_table the KV cache is [blocks, {block_size}, "
-        f"{kv_heads} x D] or [blocks, {kv_heads}, {block_size}, D] (block_size={block_size})"
+        f"{name} has shape {list(cache.shape)}; with block_table and input_layout={layout!r} the KV cache is "
+        f"[blocks, {block_size}, {kv_heads} x D] or {four_d} (block_size={block_size}, N_kv={kv_heads})"
     )
 
 
 def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: str, heads: int, kv_heads: int,
               block_table: Optional[torch.Tensor], block_size: int, q_lens: Optional[Sequence[int]]) -> _Geometry:
+    """Sizes from the tensors; ``layout`` may name an output layout after "_" (``BNSD_BSND``)."""
+    layout, _, out_layout = layout.partition("_")
     paged = block_table is not None
     if layout == "TND":
         if q_lens is None:
@@ -121,8 +133,8 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
             raise ValueError(f"block_table has shape {list(block_table.shape)}; expected [B={batch}, max blocks per sequence]")
         if block_size <= 0:
             raise ValueError("block_table needs block_size > 0 (the tokens per cache block)")
-        key_dim = _paged_sizes("key", key, kv_heads, block_size)
-        value_dim = _paged_sizes("value", value, kv_heads, block_size)
+        key_dim = _paged_sizes("key", key, layout, kv_heads, block_size)
+        value_dim = _paged_sizes("value", value, layout, kv_heads, block_size)
         kv_len = block_table.shape[1] * block_size
     elif layout == "TND":
         kv_len, key_dim = _tnd_sizes("key", key, kv_heads)
@@ -139,7 +151,7 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
             )
     if key_dim != head_dim:
         raise ValueError(f"query head dim {head_dim} and key head dim {key_dim} differ")
-    return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged)
+    return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged, out_layout or layout)
 
 
 def _check_rope(query_rope: Optional[torch.Tensor], key_rope: Optional[torch.Tensor], query: torch.Tensor,
@@ -233,9 +245,9 @@ def _tnd_to_bnsd(tensor: torch.Tensor, lengths: list[int], width: int) -> torch.
     return out
 
 
-def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, kv_heads: int) -> torch.Tensor:
+def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, layout: str, kv_heads: int) -> torch.Tensor:
     """float32 [B, N_kv, blocks x block_size, D]: each sequence's blocks, in block_table order."""
-    if cache.dim() == 3:  # [blocks, block_size, N_kv * D]
+    if cache.dim() == 3 or layout not in HEADS_FIRST_CACHE_LAYOUTS:  # BnBsH: [blocks, block_size, N_kv(, D)]
         cache = cache.reshape(cache.shape[0], cache.shape[1], kv_heads, -1).transpose(1, 2)
     blocks = cache.shape[0]
     table = block_table.to(torch.int64)
@@ -260,7 +272,7 @@ def _bnsd_to_layout(out: torch.Tensor, layout: str, q_lens: list[int]) -> torch.
 def _kv_to_bnsd(tensor: torch.Tensor, geo: _Geometry, block_table: Optional[torch.Tensor],
                 kv_lens: list[int]) -> torch.Tensor:
     if geo.paged:
-        return _paged_to_bnsd(tensor, block_table, geo.kv_heads)
+        return _paged_to_bnsd(tensor, block_table, geo.layout, geo.kv_heads)
     if geo.layout == "TND":
         return _tnd_to_bnsd(tensor, kv_lens, max(kv_lens, default=0))
     return _dense_to_bnsd(tensor, geo.layout, geo.kv_heads)
@@ -309,8 +321,19 @@ def _visible(q_lens: list[int], kv_lens: list[int], q_len: int, kv_len: int, mas
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float) -> tuple[
     torch.Tensor, torch.Tensor
 ]:
-    """softmax(scale * q k^T, masked) v in float32 [B, N, Sq, *]; returns (out, lse [B, N, Sq, 1])."""
-    scores = (cube_matmul(q, k.transpose(-1, -2)) * scale).masked_fill(~visible, float("-inf"))
+    """softmax(scale * q k^T, masked) v in float32; returns (out [B, N, Sq, Dv], lse [B, N, Sq, 1]).
+
+    q is [B, N, Sq, D]; k / v are [B, N_kv, Skv, *] and query head ``h`` reads KV head ``h // (N / N_kv)``
+    (GQA, MQA and MLA's single KV head). The query heads of one KV head are multiplied as one matrix, so K
+    and V are never copied per query head (MLA decode has 128 query heads on one KV head).
+    """
+    batch, heads, q_len, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    grouped = q.reshape(batch, kv_heads, group * q_len, dim)
+    scores = cube_matmul(grouped, k.transpose(-1, -2)).reshape(batch, kv_heads, group, q_len, -1) * scale
+    visible = visible.unsqueeze(2)
+    scores = scores.masked_fill(~visible, float("-inf"))
     any_visible = visible.any(dim=-1, keepdim=True)
     row_max = torch.where(any_visible, scores.amax(dim=-1, keepdim=True), 0.0)
     exps = torch.exp(scores - row_max)
@@ -318,7 +341,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
     has_mass = denom > 0
     probs = exps / torch.where(has_mass, denom, 1.0)
     lse = torch.where(has_mass, row_max + torch.log(torch.where(has_mass, denom, 1.0)), float("inf"))
-    return cube_matmul(probs, v), lse
+    out = cube_matmul(probs.reshape(batch, kv_heads, group * q_len, -1), v)
+    return out.reshape(batch, heads, q_len, -1), lse.reshape(batch, heads, q_len, 1)
 
 
 @dataclass(frozen=True)
@@ -347,12 +371,10 @@ def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         q = torch.cat([q, _q_to_bnsd(query_rope, geo, call.q_lens)], dim=-1)
         k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens)], dim=-1)
     v = _kv_to_bnsd(value, geo, block_table, call.kv_lens)
-    group = geo.heads // geo.kv_heads
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     visible = _visible(call.q_lens, call.kv_lens, q.shape[2], k.shape[2], mask, call.sparse_mode,
                        call.pre_tokens, call.next_tokens)
     out, lse = _attention(q, k, v, visible, call.scale)
-    return _bnsd_to_layout(out, geo.layout, call.q_lens).to(query.dtype), lse
+    return _bnsd_to_layout(out, geo.out_layout, call.q_lens).to(query.dtype), lse
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,10 +530,12 @@ def npu_fused_infer_attention_score(
 
     * Layouts: BSH ``[B, S, N*D]``, BSND, BNSD, and TND ``[T, N, D]`` (variable lengths:
       ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` are **cumulative** token ends per batch, as the page
-      requires). float16/bfloat16. ``attention_out`` has the query's layout and dtype with value's head dim.
+      requires), and BNSD_BSND (BNSD in, BSND out). float16/bfloat16. ``attention_out`` has the query's
+      layout (or the output layout) and dtype with value's head dim.
     * Paged KV (``block_table`` int32 ``[B, max blocks]``, ``block_size``): the caches are
-      ``[blocks, block_size, N_kv*D]`` or ``[blocks, N_kv, block_size, D]``; sequence b reads its blocks in
-      table order, and ``actual_seq_lengths_kv`` (required) gives its valid length (per batch, also for TND).
+      ``[blocks, block_size, N_kv*D]``, or 4-D ``[blocks, block_size, N_kv, D]`` with BSH/BSND and
+      ``[blocks, N_kv, block_size, D]`` with BNSD/TND; sequence b reads its blocks in table order, and
+      ``actual_seq_lengths_kv`` (required) gives its valid length (per batch, also for TND).
     * MLA: ``query_rope`` / ``key_rope`` (same shapes as query / key with the rope head dim) add
       ``q_rope . k_rope`` to every score; value is not extended.
     * Dense ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` (1 or >= B ints): only the first L rows / keys
@@ -525,7 +549,7 @@ def npu_fused_infer_attention_score(
       empty ``[0]`` (the meta function's shape).
 
     Refused with the argument's name: quantised or pseudo-quantised inputs, pse_shift, left padding, shared
-    prefixes, the ``*_NBSD``/``NTD`` layouts and sparse modes 4-8. ``inner_precise`` and the antiquant modes
+    prefixes, the other ``X_Y`` layouts (``*_NBSD``, ``NTD``, ``TND_NTD``) and sparse modes 4-8. ``inner_precise`` and the antiquant modes
     only select device paths and are accepted.
     """
     options = {name: value for name, value in locals().items() if name in FIA_UNMODELED}
@@ -557,10 +581,11 @@ PFA_UNMODELED = ("padding_mask", "pse_shift", "deq_scale1", "quant_scale1", "deq
 
 
 def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: str, num_heads: int,
-                     num_key_value_heads: int, block_table: Optional[torch.Tensor], block_size: int) -> _Geometry:
-    """IFA/PFA: dense layouts only, and the output has the query's shape (their meta functions)."""
-    if layout not in DENSE_LAYOUTS:
-        raise ValueError(f"input_layout={layout!r} is not implemented; expected one of {', '.join(DENSE_LAYOUTS)}")
+                     num_key_value_heads: int, block_table: Optional[torch.Tensor], block_size: int,
+                     layouts: Sequence[str]) -> _Geometry:
+    """IFA/PFA: dense layouts, and the output has the query's shape (their meta functions)."""
+    if layout not in layouts:
+        raise ValueError(f"input_layout={layout!r} is not implemented; expected one of {', '.join(layouts)}")
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_dtype(name, tensor, ATTENTION_DTYPES, "(int8 quantised attention is not implemented)")
     if key.dtype != query.dtype or value.dtype != query.dtype:
@@ -574,7 +599,8 @@ def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
 def _ifa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, block_table=None, num_heads=1,
               scale_value=1.0, input_layout="BSH", num_key_value_heads=0, block_size=0, **_: object) -> _Call:
-    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, block_table, block_size)
+    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, block_table, block_size,
+                           DENSE_LAYOUTS)
     if geo.q_len != 1:
         raise ValueError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
                          "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
@@ -650,7 +676,7 @@ def npu_incre_flash_attention(
 def _pfa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, num_heads=1, scale_value=1.0,
               pre_tokens=NO_BAND, next_tokens=0, input_layout="BSH", num_key_value_heads=0,
               actual_seq_lengths_kv=None, sparse_mode=0, **_: object) -> _Call:
-    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, None, 0)
+    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, None, 0, PFA_LAYOUTS)
     _check_mask(atten_mask, sparse_mode, geo)
     q_lens = _seq_lengths("actual_seq_lengths", actual_seq_lengths, geo.batch, geo.q_len)
     kv_lens = _seq_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, geo.batch, geo.kv_len)
@@ -702,12 +728,13 @@ def npu_prompt_flash_attention(
     """Prefill attention: returns ``attention_out`` shaped like ``query``.
 
     Source: torch_npu.npu_prompt_flash_attention (op-plugin API page; meta function: output like query).
-    The computation of :func:`npu_fused_infer_attention_score` (dense layouts BSH, BSND, BNSD) with the
+    The computation of :func:`npu_fused_infer_attention_score` (dense layouts, see below) with the
     scale named ``scale_value``. Note this op's default ``next_tokens=0``: with ``sparse_mode=0`` and a mask,
     a query attends only to keys ``j`` with ``i - pre_tokens <= j <= i + next_tokens``, i.e. causally by
     default; without a mask the page says pre/next tokens are ignored. Modes 1/2/3 as in the fused op.
 
-    Refused: quantised inputs/outputs, pse_shift, the BNSD_BSND / TND layouts and sparse modes 4-8;
+    Layouts BSH, BSND, BNSD and BNSD_BSND (BNSD in, BSND out, as the meta function shapes it).
+    Refused: quantised inputs/outputs, pse_shift, the TND layout and sparse modes 4-8;
     ``padding_mask`` is reserved by the page.
     """
     options = {name: value for name, value in locals().items() if name in PFA_UNMODELED}

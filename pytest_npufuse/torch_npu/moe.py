@@ -181,6 +181,7 @@ def npu_moe_gating_top_k(
 # npu_grouped_matmul
 
 
+GROUP_PAIRS = 2  # group_list_type: [E, 2] (group index, group size) rows
 SPLIT_OUTPUT_ITEMS = (2, 3)  # split_item values whose output is one tensor (rows of all groups)
 GMM_BIAS_DTYPES = {torch.float16: torch.float16, torch.bfloat16: torch.float32, torch.float32: torch.float32}
 QUANT_BIAS_DTYPES = (torch.int32, torch.bfloat16, torch.float16, torch.float32)
@@ -289,14 +290,15 @@ def _check_gmm_modes(
         )
     require_choice("group_type", require_int("group_type", group_type), (-1, 0), "-1 no grouping, 0 split rows")
     list_type = 0 if group_list_type is None else require_int("group_list_type", group_list_type)
-    require_choice("group_list_type", list_type, (0, 1), "0 cumulative row ends, 1 row counts")
+    require_choice("group_list_type", list_type, (0, 1, 2), "0 cumulative row ends, 1 row counts, 2 [E, 2] pairs")
     activation = 0 if act_type is None else require_int("act_type", act_type)
     require_choice("act_type", activation, (0,), "fused activations are not implemented")
     return split, list_type
 
 
 def _gmm_single_x_shape(
-    x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], group_list: torch.Tensor, group_type: int, split: int
+    x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], group_list: torch.Tensor, group_type: int, split: int,
+    list_type: int,
 ) -> list[list[int]]:
     """The MoE form: one [M, K] x split by group_list rows, one weight per group, one [M, N] output."""
     if group_type != 0:
@@ -304,7 +306,12 @@ def _gmm_single_x_shape(
     if len(x) != 1 or x[0].dim() != 2:
         raise ValueError("group_list needs x to be a list of one 2-D [M, K] tensor")
     require_dtype("group_list", group_list, (torch.int64,))
-    require_shape("group_list", group_list, ((len(weights),),))
+    if list_type == GROUP_PAIRS:
+        if x[0].dtype != torch.int8:
+            raise ValueError("group_list_type=2 ([E, 2] (group, size) pairs) is for int8 x only (the API page)")
+        require_shape("group_list", group_list, ((len(weights), 2),))
+    else:
+        require_shape("group_list", group_list, ((len(weights),),))
     if split not in SPLIT_OUTPUT_ITEMS:
         raise ValueError(
             f"split_item={split} with group_list gives one output per group whose row counts are the "
@@ -363,7 +370,7 @@ def _grouped_matmul_layout(
             raise ValueError(f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]")
     split, list_type = _check_gmm_modes(split_item, group_type, group_list_type, act_type)
     if group_list is not None:
-        shapes = _gmm_single_x_shape(xs, params.weights, group_list, group_type, split)
+        shapes = _gmm_single_x_shape(xs, params.weights, group_list, group_type, split, list_type)
     else:
         shapes = _gmm_multi_x_shapes(xs, params.weights, split)
     return shapes, params, list_type
@@ -375,16 +382,23 @@ def _grouped_matmul_meta(x: Sequence[torch.Tensor], weight: Sequence[torch.Tenso
     return [Out(shape, params.out_dtype) for shape in shapes]
 
 
-def _group_row_counts(group_list: torch.Tensor, list_type: int, rows: int) -> list[int]:
-    """Rows per group from group_list: cumulative row ends (type 0) or counts (type 1)."""
-    values = [int(v) for v in group_list.tolist()]
-    counts = values if list_type == 1 else [end - start for start, end in zip([0, *values[:-1]], values)]
+def _group_row_counts(group_list: torch.Tensor, list_type: int, rows: int) -> list[tuple[int, int]]:
+    """(group, rows) in row order from group_list: cumulative row ends (type 0), counts (type 1), or
+    ``[group, size]`` pairs (type 2, e.g. npu_moe_init_routing_v2's key-value token counts)."""
+    values = group_list.tolist()
+    if list_type == GROUP_PAIRS:
+        groups, counts = [int(g) for g, _ in values], [int(c) for _, c in values]
+        if any(not 0 <= g < len(values) for g in groups):
+            raise ValueError(f"group_list pairs {values} name groups outside [0, {len(values)})")
+    else:
+        groups = list(range(len(values)))
+        counts = values if list_type == 1 else [end - start for start, end in zip([0, *values[:-1]], values)]
     if any(c < 0 for c in counts):
-        kind = "counts" if list_type == 1 else "cumulative row ends (non-decreasing)"
+        kind = {0: "cumulative row ends (non-decreasing)", 1: "counts", 2: "(group, size) pairs"}[list_type]
         raise ValueError(f"group_list {values} is not valid {kind} for group_list_type={list_type}")
     if sum(counts) > rows:
         raise ValueError(f"group_list covers {sum(counts)} rows but x has only {rows}")
-    return counts
+    return list(zip(groups, counts))
 
 
 def _float_group(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
@@ -435,7 +449,7 @@ def _grouped_matmul_kernel(x: Sequence[torch.Tensor], weight: Sequence[torch.Ten
         rows = x[0]
         out = torch.zeros(shapes[0], dtype=params.out_dtype)
         start = 0
-        for g, count in enumerate(_group_row_counts(group_list, list_type, rows.shape[0])):
+        for g, count in _group_row_counts(group_list, list_type, rows.shape[0]):
             stop = start + count
             scales = None if per_token is None else per_token[0][start:stop]
             out[start:stop] = _group_product(rows[start:stop], g, params, scales)
@@ -483,9 +497,11 @@ def npu_grouped_matmul(
     (output shapes per split_item, the required group_type, the single [E, K, N] weight form).
 
     * MoE form: ``x = [x_all]`` ([M, K]), one weight per expert (a list of [K, N] or a single
-      [E, K, N] tensor), ``group_type=0`` and an int64 ``group_list`` [E] of cumulative row ends
-      (``group_list_type=0``) or row counts (1). Group ``g`` takes the next ``count_g`` rows; ``split_item``
-      2 or 3 gives one ``[M, N]`` output. Rows past the last group are zeros (the device leaves them unset).
+      [E, K, N] tensor), ``group_type=0`` and an int64 ``group_list``: [E] cumulative row ends
+      (``group_list_type=0``) or row counts (1), or for int8 x [E, 2] (expert, rows) pairs (2, the
+      key-value counts of npu_moe_init_routing_v2; zero-size pairs fill its tail). Each group takes the
+      next rows; ``split_item`` 2 or 3 gives one ``[M, N]`` output. Rows past the last group are zeros
+      (the device leaves them unset).
     * Per-tensor form (no group_list): ``x[g] @ weight[g]``; ``split_item`` 0/1 returns one output per
       group (``x[g]`` may have batch dims), 2/3 the 2-D results concatenated by rows.
     * Float (formula 1): float16/bfloat16/float32 x and weights; ``bias`` one ``[N]`` per group (or one
@@ -501,7 +517,7 @@ def npu_grouped_matmul(
       before rint and saturation).
 
     Refused with ValueError: ``offset``, weight-only (antiquant) and activation inputs, int4, ``act_type != 0``,
-    ``group_type`` None (torch_npu also requires it) or not -1/0, ``group_list_type=2`` and ``split_item``
+    ``group_type`` None (torch_npu also requires it) or not -1/0, ``split_item``
     0/1 with group_list (their row counts are group_list's values, which a fake kernel cannot know). A
     Python list as group_list is refused with TypeError (the schema takes an int64 tensor).
     ``tuning_config`` is a tiling hint and is ignored.

@@ -200,7 +200,10 @@ def _init_routing_v2_meta(
     active_expert_range: Sequence[int] = (),
     row_idx_type: int = 0,
 ) -> tuple[Out, ...]:
-    require_dtype("x", x, FLOAT_DTYPES)
+    require_dtype("x", x, (*FLOAT_DTYPES, torch.int8))
+    if x.dtype == torch.int8 and quant_mode != NO_QUANT:
+        raise ValueError("x is already int8 (quantised before routing): use quant_mode=-1, with its per-row "
+                         "scales as scale [NUM_ROWS] to carry them to the expanded rows")
     require_dtype("expert_idx", expert_idx, (torch.int32,))
     if x.dim() != 2 or expert_idx.dim() != 2 or expert_idx.shape[0] != x.shape[0]:
         raise ValueError(
@@ -376,7 +379,7 @@ def npu_moe_init_routing_v2(
     ``(expanded_x, expanded_row_idx, expert_token_cumsum_or_count, expanded_scale)``.
 
     Source: torch_npu.npu_moe_init_routing_v2 (op-plugin API page: formula and numpy model, followed
-    here) and its meta function (shapes). ``x`` ``[N, H]`` float, ``expert_idx`` int32 ``[N, K]``.
+    here) and its meta function (shapes). ``x`` ``[N, H]`` float or int8, ``expert_idx`` int32 ``[N, K]``.
 
     1. The flat ``expert_idx`` is stably sorted; experts below ``active_expert_range[0]`` sort last and
        only experts inside ``[start, end)`` (default ``[0, expert_num)``) are routed.
@@ -394,7 +397,9 @@ def npu_moe_init_routing_v2(
        cumulative (0) or plain (1) token count, or (2) ``[expert_num, 2]`` (expert, count) pairs of the
        experts that got tokens, then zeros.
 
-    Refused: the FP8/HIF8/MX/int4 quant modes (2-17), which have no CPU dtype here.
+    ``x`` may also be int8 (tokens quantised before routing, as the public W8A8 MoE code does); then only
+    ``quant_mode=-1`` applies and ``scale`` carries their per-row scales. Refused: the FP8/HIF8/MX/int4 quant
+    modes (2-17), which have no CPU dtype here.
     """
     require_tensors(x=x, expert_idx=expert_idx, scale=scale, offset=offset)
     for name, value in (("active_num", active_num), ("expert_capacity", expert_capacity), ("expert_num", expert_num),

@@ -8,15 +8,15 @@ from typing import Optional, Sequence
 import torch
 
 from .checks import (
-    FLOAT_DTYPES, require_bool, require_dtype, require_float, require_int, require_int_list, require_tensor,
-    require_tensors, require_trailing,
+    FLOAT_DTYPES, require_bool, require_dtype, require_float, require_int, require_int_list, require_shape,
+    require_tensor, require_tensors, require_trailing,
 )
 from .fixedorder import pairwise_sum, round_to_int8
 from .registry import Out, npu_op
 
 RMS_NORM_DOC = "torch_npu.npu_rms_norm, Ascend Extension for PyTorch API reference; op-plugin meta function"
 ADD_RMS_NORM_DOC = "op-plugin docs/context/torch_npu-npu_add_rms_norm.md; hicann/ops-nn norm/add_rms_norm"
-ADD_RMS_NORM_QUANT_DOC = "hicann/ops-nn norm/add_rms_norm_quant/README.md (AddRmsNormQuant formulas)"
+ADD_RMS_NORM_QUANT_DOC = "hicann/ops-nn norm/add_rms_norm_quant/README.md and add_rms_norm_quant_v2 (beta)"
 LAYER_NORM_EVAL_DOC = "torch_npu.npu_layer_norm_eval, Ascend Extension for PyTorch API reference"
 
 
@@ -170,6 +170,7 @@ def _add_rms_norm_quant_meta(
     axis: int = -1,
     epsilon: float = 1e-6,
     div_mode: bool = True,
+    beta: Optional[torch.Tensor] = None,
 ) -> tuple[Out, Out, Out]:
     """y1 and y2 int8 like x1, x like x1."""
     _add_rms_norm_meta(x1, x2, gamma, epsilon)
@@ -177,6 +178,9 @@ def _add_rms_norm_quant_meta(
     _check_quant_params("scales2", scales2, gamma, QUANT_PARAM_DTYPES)
     _check_quant_params("zero_points1", zero_points1, gamma, ZERO_POINT_DTYPES)
     _check_quant_params("zero_points2", zero_points2, gamma, ZERO_POINT_DTYPES)
+    if beta is not None:
+        require_dtype("beta", beta, (x1.dtype, torch.float32), "(x1's dtype or float32)")
+        require_shape("beta", beta, (tuple(gamma.shape),))
     if zero_points2 is not None and scales2 is None:
         raise ValueError("zero_points2 needs scales2 (it belongs to the second quantised output)")
     quantised = Out(list(x1.shape), torch.int8)
@@ -203,9 +207,12 @@ def _add_rms_norm_quant_kernel(
     axis: int = -1,
     epsilon: float = 1e-6,
     div_mode: bool = True,
+    beta: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     x = _residual_sum(x1, x2)
     y, _ = rms_normalise(x, gamma, epsilon)
+    if beta is not None:
+        y = y + beta.to(torch.float32)
     y1 = _quantise(y, scales1, zero_points1, div_mode)
     y2 = torch.zeros_like(y1) if scales2 is None else _quantise(y, scales2, zero_points2, div_mode)
     return y1, y2, x
@@ -213,7 +220,8 @@ def _add_rms_norm_quant_kernel(
 
 @npu_op(
     "(Tensor x1, Tensor x2, Tensor gamma, Tensor scales1, Tensor? zero_points1=None, Tensor? scales2=None, "
-    "Tensor? zero_points2=None, int axis=-1, float epsilon=1e-06, bool div_mode=True) -> (Tensor, Tensor, Tensor)",
+    "Tensor? zero_points2=None, int axis=-1, float epsilon=1e-06, bool div_mode=True, Tensor? beta=None) "
+    "-> (Tensor, Tensor, Tensor)",
     source=ADD_RMS_NORM_QUANT_DOC,
     meta=_add_rms_norm_quant_meta,
     kernel=_add_rms_norm_quant_kernel,
@@ -229,6 +237,7 @@ def npu_add_rms_norm_quant(
     axis: int = -1,
     epsilon: float = 1e-6,
     div_mode: bool = True,
+    beta: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Residual add, RMSNorm and static int8 quantisation in one kernel: returns ``(y1, y2, x)``.
 
@@ -236,9 +245,11 @@ def npu_add_rms_norm_quant(
     aclnnAddRmsNormQuantV2) and op-plugin's add_rms_norm_quant kernel (outputs y1, y2 int8 like
     x1, x like x1):
 
-    * ``x = x1 + x2`` (returned in x1's dtype), ``y = x / Rms(x) * gamma`` in float32 with
+    * ``x = x1 + x2`` (returned in x1's dtype), ``y = x / Rms(x) * gamma [+ beta]`` in float32 with
       ``Rms(x) = sqrt(mean(x**2) + epsilon)``, computed from the rounded ``x`` as in
-      :func:`npu_add_rms_norm`;
+      :func:`npu_add_rms_norm`; ``beta`` (gamma's shape) is AddRmsNormQuantV2's bias, passed by
+      keyword as vllm-ascend does (``beta=bias``; its position in torch_npu's signature is not
+      documented, so it is last here);
     * ``div_mode=True``: ``y1 = round(y / scales1 + zero_points1)``; ``False``:
       ``round(y * scales1 + zero_points1)``; the same with scales2/zero_points2 for ``y2``.
       Rounding is half-to-even, saturated to int8 (the convention of the CANN golden models).
@@ -248,7 +259,7 @@ def npu_add_rms_norm_quant(
     """
     for name, value in (("x1", x1), ("x2", x2), ("gamma", gamma), ("scales1", scales1)):
         require_tensor(name, value)
-    require_tensors(zero_points1=zero_points1, scales2=scales2, zero_points2=zero_points2)
+    require_tensors(zero_points1=zero_points1, scales2=scales2, zero_points2=zero_points2, beta=beta)
     if require_int("axis", axis) != -1:
         raise ValueError(f"axis={axis} is not implemented; torch_npu documents only -1 (the last dim)")
     require_float("epsilon", epsilon)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional
 
 import torch
@@ -19,7 +20,6 @@ APPLY_ROTARY_POS_EMB_DOC = "op-plugin op_plugin/ops/opapi/ApplyRotaryPosEmbNpuOp
 INTERLEAVE_ROPE_DOC = "op-plugin docs/context/torch_npu-npu_interleave_rope.md"
 ROTARY_MODES = ("half", "interleave")
 APPLY_ROPE_LAYOUTS = ("BSH", "BSND", "SBND", "BNSD", "TND")
-INTERLEAVE_ROPE_HEAD_DIM = 64  # the doc requires D = 64 for x, cos and sin
 KV_RMSNORM_ROPE_CACHE_DOC = "op-plugin docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
 MLA_RMS_SIZE = 512  # the doc's rms_size (compressed KV width), the only value it supports
 MLA_ROPE_SIZE = 64  # the doc's rope_size
@@ -176,13 +176,13 @@ def npu_apply_rotary_pos_emb(
 
 
 def _interleave_rope_meta(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Out:
-    require_dtype("x", x, HALF_DTYPES)
-    if x.dim() != 4 or x.shape[-1] != INTERLEAVE_ROPE_HEAD_DIM:
-        raise ValueError(f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, 64]")
+    _check_rope_input("x", x, HALF_DTYPES)
+    if x.dim() != 4:
+        raise ValueError(f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, D] (D = 64 on the device)")
     for name, table in (("cos", cos), ("sin", sin)):
         require_dtype(name, table, (x.dtype,), "(x's dtype)")
         if table.dim() != 4 or table.shape[1] != 1 or table.shape[2] not in (1, x.shape[2]):
-            raise ValueError(f"{name} has shape {list(table.shape)}; expected [B, 1, S or 1, 64]")
+            raise ValueError(f"{name} has shape {list(table.shape)}; expected [B, 1, S or 1, D]")
         _check_broadcast(name, table, "x", x)
     return Out(list(x.shape), x.dtype)
 
@@ -207,8 +207,9 @@ def npu_interleave_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -
     """RoPE on a tensor whose head dim is stored interleaved (DeepSeek MLA's rope part).
 
     Source: torch_npu.npu_interleave_rope (op-plugin docs/context/torch_npu-npu_interleave_rope.md):
-    ``x`` [B, N, S, 64] float16/bfloat16, cos/sin [B, 1, S or 1, 64] in x's dtype; the output has x's
-    shape and dtype.  The doc's formula first de-interleaves the head dim
+    ``x`` [B, N, S, D] float16/bfloat16, cos/sin [B, 1, S or 1, D] in x's dtype; the output has x's
+    shape and dtype.  The device requires D = 64; any even D is accepted here so that shrunk test
+    shapes work.  The doc's formula first de-interleaves the head dim
     (``q = x.view(.., 32, 2).transpose(-1, -2).reshape(.., 64)``: even elements first, then odd),
     then applies ``q * cos + RotateHalf(q) * sin`` with RotateHalf moving the negated second half
     to the front.  This is DeepSeek-V2/V3's ``apply_rotary_pos_emb``.  float32 math, one rounding.
@@ -222,10 +223,12 @@ def npu_interleave_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -
 # ---------------------------------------------------------------------------------------------
 
 
-def _kv_cache_shapes(kv: torch.Tensor, cache_mode: str, k_cache: torch.Tensor, ckv_cache: torch.Tensor) -> None:
+def _kv_cache_shapes(
+    kv: torch.Tensor, cache_mode: str, k_cache: tuple[torch.Tensor, int], ckv_cache: tuple[torch.Tensor, int]
+) -> None:
     """Norm: caches [B, 1, L, D] with L >= S; PA/PA_BNSD: caches [blocks, block_size, 1, D] (doc)."""
     batch, _, seq, _ = kv.shape
-    for name, cache, width in (("k_cache", k_cache, MLA_ROPE_SIZE), ("ckv_cache", ckv_cache, MLA_RMS_SIZE)):
+    for name, (cache, width) in (("k_cache", k_cache), ("ckv_cache", ckv_cache)):
         require_dtype(name, cache, (kv.dtype,), "(kv's dtype; int8 quantised caches are not implemented)")
         if cache_mode == "Norm":
             ok = cache.dim() == 4 and cache.shape[0] == batch and cache.shape[1] == 1 and cache.shape[2] >= seq
@@ -248,23 +251,28 @@ def _kv_rmsnorm_rope_cache_meta(
 ) -> tuple[Out, Out, Out, Out]:
     """The updated caches (like the inputs), k_embed [B, 1, S, 64] and y [B, 1, S, 512] in kv's dtype."""
     require_dtype("kv", kv, HALF_DTYPES)
-    if kv.dim() != 4 or kv.shape[1] != 1 or kv.shape[-1] != MLA_RMS_SIZE + MLA_ROPE_SIZE:
-        raise ValueError(f"kv has shape {list(kv.shape)}; expected [batch, 1, seq_len, 576] (512 RMSNorm + 64 RoPE)")
+    if kv.dim() != 4 or kv.shape[1] != 1 or cos.dim() != 4 or not 0 < cos.shape[-1] < kv.shape[-1]:
+        raise ValueError(
+            f"kv has shape {list(kv.shape)} and cos {list(cos.shape)}; expected kv [batch, 1, seq_len, rms + rope] "
+            f"and cos [batch, 1, seq_len, rope] (the device supports rms {MLA_RMS_SIZE}, rope {MLA_ROPE_SIZE})"
+        )
     batch, _, seq, _ = kv.shape
+    rope_size = cos.shape[-1]
+    rms_size = kv.shape[-1] - rope_size
     require_dtype("gamma", gamma, (kv.dtype,), "(kv's dtype)")
-    require_shape("gamma", gamma, ((MLA_RMS_SIZE,),))
+    require_shape("gamma", gamma, ((rms_size,),))
     for name, table in (("cos", cos), ("sin", sin)):
         require_dtype(name, table, (kv.dtype,), "(kv's dtype)")
-        require_shape(name, table, ((batch, 1, seq, MLA_ROPE_SIZE),))
+        require_shape(name, table, ((batch, 1, seq, rope_size),))
     require_dtype("index", index, (torch.int64,))
     cache_mode = options.get("cache_mode", "Norm")
     require_shape("index", index, ((batch, seq),) if cache_mode == "Norm" else ((batch * seq,),))
-    _kv_cache_shapes(kv, cache_mode, k_cache, ckv_cache)
+    _kv_cache_shapes(kv, cache_mode, (k_cache, rope_size), (ckv_cache, rms_size))
     return (
         Out(list(k_cache.shape), k_cache.dtype),
         Out(list(ckv_cache.shape), ckv_cache.dtype),
-        Out([batch, 1, seq, MLA_ROPE_SIZE], kv.dtype),
-        Out([batch, 1, seq, MLA_RMS_SIZE], kv.dtype),
+        Out([batch, 1, seq, rope_size], kv.dtype),
+        Out([batch, 1, seq, rms_size], kv.dtype),
     )
 
 
@@ -298,7 +306,7 @@ def _kv_rmsnorm_rope_cache_kernel(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     cache_mode = str(options.get("cache_mode", "Norm"))
     epsilon = float(options.get("epsilon", 1e-5))
-    rms_in, rope_in = kv.split([MLA_RMS_SIZE, MLA_ROPE_SIZE], dim=-1)
+    rms_in, rope_in = kv.split([kv.shape[-1] - cos.shape[-1], cos.shape[-1]], dim=-1)
     y = rms_normalise(rms_in, gamma, epsilon)[0].to(kv.dtype)
     k_embed = interleave_rope(rope_in, cos, sin)
     return (
@@ -338,11 +346,12 @@ def npu_kv_rmsnorm_rope_cache(
     """MLA's KV path: RMSNorm the latent, RoPE the key part, scatter both into their caches in place.
 
     Source: torch_npu.npu_kv_rmsnorm_rope_cache (op-plugin
-    docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md).  ``kv`` [B, 1, S, 576] float16/bfloat16 is
-    split into ``rms_in`` (512) and ``rope_in`` (64):
+    docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md).  ``kv`` [B, 1, S, rms + rope] float16/bfloat16
+    is split into ``rms_in`` and ``rope_in`` (rope = cos's last dim).  The device supports only rms 512
+    and rope 64 (DeepSeek's sizes); they are not imposed, so tests can use small shapes:
 
     * ``y = rms_in / sqrt(mean(rms_in**2) + epsilon) * gamma`` (float32, rounded to kv's dtype);
-    * ``k_embed`` = ``rope_in`` de-interleaved and rotated with cos/sin [B, 1, S, 64], the
+    * ``k_embed`` = ``rope_in`` de-interleaved and rotated with cos/sin [B, 1, S, rope], the
       formula of :func:`npu_interleave_rope`;
     * the rows are written into ``k_cache`` (k_embed) and ``ckv_cache`` (y) in place:
       ``cache_mode='Norm'`` caches are [B, 1, cache_length, D] and ``index`` [B, S] holds each
@@ -375,6 +384,14 @@ def npu_kv_rmsnorm_rope_cache(
 MLA_TENSORS = (
     "token_x", "weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr", "rmsnorm_gamma_cq", "rmsnorm_gamma_ckv",
     "rope_sin", "rope_cos", "cache_index", "kv_cache", "kr_cache",
+)
+MLA_PROLOG_ARGUMENTS = (
+    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
+    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
+    "Tensor kv_cache, Tensor kr_cache, *, Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, "
+    "Tensor? dequant_scale_w_uq_qr=None, Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, "
+    "Tensor? quant_scale_ckr=None, Tensor? smooth_scales_cq=None, float rmsnorm_epsilon_cq=1e-05, "
+    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\")"
 )
 MLA_QUANT_INPUTS = (
     "dequant_scale_x", "dequant_scale_w_dq", "dequant_scale_w_uq_qr", "dequant_scale_w_dkv_kr", "quant_scale_ckv",
@@ -492,12 +509,7 @@ def _mla_prolog_kernel(
 
 
 @npu_op(
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
-    "Tensor kv_cache, Tensor kr_cache, *, Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, "
-    "Tensor? dequant_scale_w_uq_qr=None, Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, "
-    "Tensor? quant_scale_ckr=None, Tensor? smooth_scales_cq=None, float rmsnorm_epsilon_cq=1e-05, "
-    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\") -> (Tensor, Tensor, Tensor, Tensor)",
+    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_DOC,
     meta=_mla_prolog_meta,
     kernel=_mla_prolog_kernel,
@@ -563,43 +575,7 @@ def _mla_prolog_v2_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]
     return (*_mla_prolog_kernel(*args, **kwargs), torch.zeros(1, dtype=torch.float32))
 
 
-@npu_op(
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
-    "Tensor kv_cache, Tensor kr_cache, *, Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, "
-    "Tensor? dequant_scale_w_uq_qr=None, Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, "
-    "Tensor? quant_scale_ckr=None, Tensor? smooth_scales_cq=None, float rmsnorm_epsilon_cq=1e-05, "
-    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\") -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
-    source=MLA_PROLOG_V2_DOC,
-    meta=_mla_prolog_v2_meta,
-    kernel=_mla_prolog_v2_kernel,
-    writes_back={"kv_cache": 2, "kr_cache": 3},
-)
-def npu_mla_prolog_v2(
-    token_x: torch.Tensor,
-    weight_dq: torch.Tensor,
-    weight_uq_qr: torch.Tensor,
-    weight_uk: torch.Tensor,
-    weight_dkv_kr: torch.Tensor,
-    rmsnorm_gamma_cq: torch.Tensor,
-    rmsnorm_gamma_ckv: torch.Tensor,
-    rope_sin: torch.Tensor,
-    rope_cos: torch.Tensor,
-    cache_index: torch.Tensor,
-    kv_cache: torch.Tensor,
-    kr_cache: torch.Tensor,
-    *,
-    dequant_scale_x: Optional[torch.Tensor] = None,
-    dequant_scale_w_dq: Optional[torch.Tensor] = None,
-    dequant_scale_w_uq_qr: Optional[torch.Tensor] = None,
-    dequant_scale_w_dkv_kr: Optional[torch.Tensor] = None,
-    quant_scale_ckv: Optional[torch.Tensor] = None,
-    quant_scale_ckr: Optional[torch.Tensor] = None,
-    smooth_scales_cq: Optional[torch.Tensor] = None,
-    rmsnorm_epsilon_cq: float = 1e-5,
-    rmsnorm_epsilon_ckv: float = 1e-5,
-    cache_mode: str = "PA_BSND",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def npu_mla_prolog_v2(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     """npu_mla_prolog with a fifth output, ``dequant_scale_q_nope``: ``(query, query_rope, kv_cache, kr_cache, scale)``.
 
     Source: torch_npu.npu_mla_prolog_v2 (op-plugin docs, npu_mla_prolog_v2): the same inputs and four
@@ -608,4 +584,17 @@ def npu_mla_prolog_v2(
     there and this model returns 0.  Used by vllm-ascend's and omni-infer's DeepSeek decode paths.
     The quantised modes (int8 token_x, weights or caches) are not implemented (ValueError).
     """
-    _check_mla_prolog_arguments(**locals())
+    npu_mla_prolog.__wrapped__(*args, **kwargs)
+
+
+# torch_npu's v2 takes exactly v1's arguments: the signature is stated once, on npu_mla_prolog.
+npu_mla_prolog_v2.__signature__ = inspect.signature(npu_mla_prolog.__wrapped__).replace(
+    return_annotation="tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"
+)
+npu_mla_prolog_v2 = npu_op(
+    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    source=MLA_PROLOG_V2_DOC,
+    meta=_mla_prolog_v2_meta,
+    kernel=_mla_prolog_v2_kernel,
+    writes_back={"kv_cache": 2, "kr_cache": 3},
+)(npu_mla_prolog_v2)

@@ -1,0 +1,63 @@
+"""Speed of the scope advisor on a 61-layer decode model (DeepSeek-V3 depth).
+
+    PYTHONPATH=. python benchmarks/advisor_speed.py
+
+The bundled DeepSeek-style decoder (cases/decoder_layers.py) with 61 layers is advised once, as
+``python -m pytest_npufuse advise`` would: one capture (torch.compile of the whole decode step, with
+its numerics), then every candidate layout planned and simulated from that one program, the
+affinity-op findings priced, and the recommendation. Printed side by side: the capture time, the
+planning of all layouts (capture once, plan many) and the whole advise.
+
+Target (issue 13): the whole advise within 10 s on 2 cores. Wall-clock time is measured here only,
+never in the model; CPU time of this process is printed beside it, since a shared machine stretches
+the wall clock. The exit status is 1 when the target is missed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "cases"))
+
+from decoder_layers import Decoder, decode_inputs  # noqa: E402
+
+from pytest_npufuse.advisor import advice  # noqa: E402
+
+LAYERS = 61
+TARGET_S = 10.0
+
+
+def main() -> int:
+    model, inputs = Decoder(layers=LAYERS), decode_inputs()
+    captured = {}
+    capture = advice.capture_program
+
+    def timed_capture(*args, **kwargs):
+        start, cpu = time.perf_counter(), time.process_time()
+        program = capture(*args, **kwargs)
+        captured["seconds"], captured["cpu"] = time.perf_counter() - start, time.process_time() - cpu
+        captured["kernels"] = len(program.kernels)
+        return program
+
+    advice.capture_program = timed_capture
+    start, cpu = time.perf_counter(), time.process_time()
+    result = advice.advise(model, *inputs, target="a3")
+    total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
+    advice.capture_program = capture
+    print("\n".join(result.lines()[:12]))
+    print(f"kernels: {captured['kernels']}, layouts: {len(result.candidates)}, affinity findings: {len(result.findings)}")
+    print(f"capture {captured['seconds']:.2f} s (cpu {captured['cpu']:.2f} s), planning and simulating every layout "
+          f"and the affinity rewrites {total - captured['seconds']:.2f} s (cpu {total_cpu - captured['cpu']:.2f} s), "
+          f"advise {total:.2f} s (cpu {total_cpu:.2f} s)")
+    verdict = "PASS" if total <= TARGET_S else "FAIL"
+    print(f"{verdict}: advise of a {LAYERS}-layer decode model in {total:.2f} s (target <= {TARGET_S:.0f} s, "
+          f"ratio {total / TARGET_S:.2f})")
+    return 0 if verdict == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

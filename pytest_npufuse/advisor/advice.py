@@ -1,0 +1,233 @@
+"""``advise(model, *inputs)``: rank SuperKernel scope layouts for a model and recommend one.
+
+The model is captured once; every layout is a re-annotation of that one program (see
+:mod:`.candidates`), planned and simulated on the target. The result lists each layout with its
+scopes, segments, breaking ops with their source lines, outcome, bit-exactness and modeled gain over
+the same run with no scope, then the recommendation of seed 004's decision tree with the ``with``
+lines to paste at the module calls the layout wraps.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from .. import fusion
+from ..attribution import Attribution, attribute
+from ..backend import NpuBackend
+from ..capture import compile_once
+from ..catalog import OpCatalog, load_catalog
+from ..errors import CaptureError
+from ..hardware import HardwareProfile, load_profile
+from ..program import ModuleFrame, Program
+from ..sanitize import sanitize
+from ..simulate import simulate
+from ..skoptions import parse_options
+from ..streams import stream_plan
+from ..torchair.configs.compiler_config import CompilerConfig
+from .affinity import Finding, find_affinity, findings_json
+from .candidates import Candidate, Evaluator, Layout, assignments, with_scopes
+from .decision import Recommendation, recommend, top_down
+from .structure import Layer, Role, Structure, structure_of
+
+_TABLE_HEADER = ("rank", "layout", "scopes", "segments", "breaking ops", "outcome", "bit-exact", "time us", "gain")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Ranked scope layouts for one model on one target, and the one to use."""
+
+    target: str
+    structure: Structure
+    reference_us: float
+    candidates: tuple[Candidate, ...]
+    recommendation: Recommendation
+    paste: tuple[str, ...]
+    top_down: str
+    attribution: Attribution
+    findings: tuple[Finding, ...] = ()
+
+    def candidate(self, layout: Layout) -> Candidate | None:
+        return next((c for c in self.candidates if c.layout is layout), None)
+
+    def rows(self) -> list[tuple[str, ...]]:
+        """The ranked table's cells (valid layouts by modeled time first, then the others)."""
+        rows = [_TABLE_HEADER]
+        for rank, c in enumerate(self.candidates, start=1):
+            breaks = ", ".join(site.describe() for site in c.breaks[:3]) + (f" +{len(c.breaks) - 3}" if len(c.breaks) > 3 else "")
+            time = f"{c.time_us:.1f}" if math.isfinite(c.time_us) else "-"
+            gain = f"{c.gain_pct(self.reference_us):+.1f}%" if math.isfinite(c.time_us) else "-"
+            rows.append((
+                str(rank), c.layout.value, _labels(c.scopes), str(c.segments), breaks or "-",
+                c.outcome, "yes" if c.bit_exact else "NO", time, gain,
+            ))
+        return rows
+
+    def lines(self) -> list[str]:
+        """The report a person reads: header, ranked table, top-down path, recommendation, paste lines."""
+        widths = [max(len(row[i]) for row in self.rows()) for i in range(len(_TABLE_HEADER))]
+        table = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in self.rows()]
+        layers = len(self.structure.layers)
+        header = (
+            f"npufuse advise ({self.target}): {self.structure.family.value}, {layers} layer(s), "
+            f"roles {', '.join(role.value for role in self.structure.roles()) or 'none'}; "
+            f"no scope {self.reference_us:.1f} us"
+        )
+        rec = self.recommendation
+        lines = [header, *table, f"top-down: {self.top_down}"]
+        for candidate in self.candidates:
+            if candidate.outcome in ("error", "hang") and candidate.reason:
+                lines.append(f"  {candidate.layout.value}: {candidate.reason}")
+        lines.append(f"recommend {rec.layout.value} (modeled gain {rec.gain_pct:+.1f}%): {rec.reason}")
+        lines += self.paste
+        if self.findings:
+            lines.append(f"affinity ops (seed 003): {len(self.findings)} finding(s)")
+            lines += [f"  {finding.describe()}" for finding in self.findings]
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "family": self.structure.family.value,
+            "layers": len(self.structure.layers),
+            "reference_us": round(self.reference_us, 3),
+            "candidates": [
+                {
+                    "layout": c.layout.value, "scopes": list(dict.fromkeys(c.scopes)), "segments": c.segments,
+                    "breaks": [{"op_type": b.op_type, "source": b.source, "count": b.count} for b in c.breaks],
+                    "outcome": c.outcome, "bit_exact": c.bit_exact,
+                    "time_us": round(c.time_us, 3) if math.isfinite(c.time_us) else None,
+                    "gain_pct": round(c.gain_pct(self.reference_us), 2) if math.isfinite(c.time_us) else None,
+                    "reason": c.reason, "note": c.note,
+                }
+                for c in self.candidates
+            ],
+            "recommendation": {
+                "layout": self.recommendation.layout.value, "reason": self.recommendation.reason,
+                "gain_pct": round(self.recommendation.gain_pct, 2), "paste": list(self.paste),
+            },
+            "top_down": self.top_down,
+            "affinity": findings_json(self.findings),
+            "attribution": self.attribution.to_json(),
+        }
+
+
+def _labels(scopes: Sequence[str]) -> str:
+    """Scope labels for the table; one per layer collapses to its first and last."""
+    labels = list(dict.fromkeys(scopes))
+    if len(labels) > 3:
+        return f"{labels[0]}..{labels[-1]} ({len(labels)})"
+    return ",".join(labels) or "-"
+
+
+def _short(site: str) -> str:
+    return site.rsplit("/", 1)[-1] if site else "?"
+
+
+def _attribute_name(frame: ModuleFrame) -> str:
+    return frame.path.rsplit(".", 1)[-1]
+
+
+def _paste_lines(layout: Layout, structure: Structure, options: str) -> tuple[str, ...]:
+    """Where to put which ``with`` line for ``layout``: at the call of the module each scope wraps (its
+    call site in the first layer), decode only through :func:`~pytest_npufuse.superkernel_scope`."""
+    if layout is Layout.NONE or not structure.layers:
+        return ()
+    first: Layer = structure.layers[0]
+    layer_site, layer_type = _short(first.frame.call_site), first.frame.type
+    container = first.frame.path.rsplit(".", 1)[0] if "." in first.frame.path else "layers"
+    opts = f'"{options}"'
+    gate = "  # decode only: superkernel_scope(not is_prefill, ...) from pytest_npufuse"
+    if layout is Layout.ALL_LAYERS:
+        return (
+            f"  at {layer_site}, around the loop over self.{container}:{gate}",
+            f'    with torchair.scope.super_kernel("all_layers", {opts}):',
+        )
+    if layout is Layout.PER_LAYER:
+        return (
+            f"  at {layer_site}, in the loop over self.{container} (for i, layer in enumerate(...)):{gate}",
+            f'    with torchair.scope.super_kernel(f"layer_{{i}}", {opts}):',
+        )
+    if layout is Layout.DECODER_LAYER:
+        return (
+            f"  at {layer_site}, around the call of each {layer_type}:{gate}",
+            f'    with torchair.scope.super_kernel("decoder_layer", {opts}):',
+        )
+    roles = {Layout.ATTENTION: (Role.ATTENTION,), Layout.MOE: (Role.MOE,), Layout.FFN: (Role.FFN,)}.get(layout, structure.roles())
+    lines = []
+    for role in roles:
+        block = next((b for layer in structure.layers if (b := layer.block(role)) is not None), None)
+        if block is not None:
+            lines += [
+                f"  at {_short(block.frame.call_site)}, in {layer_type}.forward around self.{_attribute_name(block.frame)}(...):{gate}",
+                f'    with torchair.scope.super_kernel("{role.value}", {opts}):',
+            ]
+    return tuple(lines)
+
+
+def capture_program(
+    model: Callable[..., Any], *inputs: Any, target: str | HardwareProfile = "a3", catalog: OpCatalog | None = None
+) -> Program:
+    """The program of ``model`` on ``inputs``, captured once (one Dynamo + AOT trace)."""
+    torch._dynamo.reset()
+    profile = target if isinstance(target, HardwareProfile) else load_profile(target)
+    backend = NpuBackend(CompilerConfig(), profile, fusion.BASELINE, catalog or load_catalog())
+    fresh = [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+    compile_once(model, fresh, backend)
+    if len(backend.graphs) != 1:
+        raise CaptureError(
+            f"{type(model).__name__} compiled into {len(backend.graphs)} graphs; the advisor needs exactly one."
+        )
+    return backend.graphs[0].program
+
+
+def _rank(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
+    return tuple(sorted(candidates, key=lambda c: c.rank_key))
+
+
+def advise(
+    model: Callable[..., Any],
+    *inputs: Any,
+    target: str | HardwareProfile = "a3",
+    options: str = "",
+    catalog: OpCatalog | None = None,
+) -> Advice:
+    """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the seed-003
+    affinity-op findings with their modeled gains.
+
+    ``options`` is the SuperKernel options string every candidate scope gets (e.g.
+    ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).
+    """
+    profile = target if isinstance(target, HardwareProfile) else load_profile(target)
+    catalog = catalog or load_catalog()
+    parse_options("advise", options)
+    program = capture_program(model, *inputs, target=profile, catalog=catalog)
+    plain = with_scopes(program, {}, "")
+    streams = stream_plan(plain, fusion.MAX_AUTOTUNE)
+    evaluator = Evaluator(plain, profile, options, sanitize(plain, streams))
+    structure = structure_of(program)
+    layouts = assignments(structure, program)
+    reference = evaluator.run(Layout.NONE, plain)
+    found: dict[Layout, Candidate] = {layout: evaluator.evaluate(layout, assignment) for layout, assignment in layouts.items()}
+    if program.superkernel_scopes():
+        found[Layout.AS_WRITTEN] = evaluator.run(Layout.AS_WRITTEN, program, "the scopes in the model code")
+    path, shrunk = top_down(evaluator, layouts, found)
+    if shrunk is not None:
+        found[Layout.TOP_DOWN] = shrunk
+    attribution = attribute(plain, simulate(plain, fusion.plan(plain, profile, variant=fusion.BASELINE), profile))
+    module_us: Mapping[str, float] = {row.path: row.total_us for row in attribution.modules}
+    recommendation = recommend(structure, found, module_us, reference.time_us)
+    ranked = _rank([*found.values(), reference])
+    return Advice(
+        profile.name, structure, reference.time_us, ranked, recommendation,
+        _paste_lines(recommendation.layout, structure, options), path, attribution,
+        find_affinity(plain, profile, catalog),
+    )

@@ -1,0 +1,501 @@
+"""The affinity-op advisor: seed 003's NPU-affine rewrites, found in the captured graph and priced.
+
+Seed 003 ("亲和算子优化策略") lists forms an Ascend NPU runs slowly and their replacements: one_hot+sum
+-> zeros+scatter, ``nn.Linear`` -> ``addmm``, a bmm with output ``[b, 1, 1]`` -> a dot product,
+``repeat_interleave`` with a scalar -> unsqueeze/expand/reshape, ``gather`` -> ``index_select`` /
+indexing, IndexPutV2 -> ``masked_fill``, and unfused sequences that one fused op replaces (RotaryMul,
+RmsNorm, ScaledMaskedSoftmax, SwiGlu, FlashAttentionScore, MatmulAllReduce).
+
+Each pattern is declared once (:data:`PATTERNS`): how to find it among the captured kernels (op types,
+the torch call Dynamo lowered them from, the data flow between them), the kernels of its rewrite, and
+a check of the rewrite's numerics on CPU at the captured shapes. Every site (pattern and source line)
+is priced on the target by building the rewritten program (the site's kernels replaced by the
+rewrite's, everywhere the line runs) and simulating it against the captured one, with the cost rules
+of the op catalog.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .. import fusion
+from ..capture import compute_dtype_of, kernel_bytes, kernel_flops
+from ..catalog import OpCatalog
+from ..hardware import HardwareProfile
+from ..program import Buffer, Kernel, Program, TensorSpec
+from ..simulate import simulate
+
+
+@dataclass(frozen=True)
+class NewKernel:
+    """One kernel of a rewrite: its op type, what it reads and the tensor it writes."""
+
+    op_type: str
+    inputs: tuple[TensorSpec, ...]
+    output: TensorSpec
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One site of a slow form: the pattern, where the user wrote it, how often it runs, the rewrite,
+    what the rewrite saves on the target, and whether it changes the numbers."""
+
+    pattern: str
+    source: str
+    occurrences: int
+    kernels: tuple[str, ...]
+    rewrite: str
+    gain_us: float
+    exactness: str
+    note: str = ""
+
+    def describe(self) -> str:
+        where = self.source.rsplit("/", 1)[-1] if self.source else "?"
+        times = f" x{self.occurrences}" if self.occurrences > 1 else ""
+        note = f"; {self.note}" if self.note else ""
+        return f"{self.pattern} at {where}{times}: {self.rewrite}; modeled gain {self.gain_us:.2f} us; {self.exactness}{note}"
+
+
+class _Graph:
+    """Data flow between the captured kernels: who wrote a buffer's memory, who reads it."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.readers: dict[str, list[Kernel]] = {}
+        for kernel in program.kernels:
+            for name in kernel.inputs:
+                self.readers.setdefault(program.storage(name), []).append(kernel)
+
+    def producers(self, kernel: Kernel) -> list[Kernel]:
+        found = (self.program.producer(name) for name in kernel.inputs)
+        return [k for k in found if k is not None]
+
+    def consumers(self, kernel: Kernel) -> list[Kernel]:
+        return [k for name in kernel.outputs for k in self.readers.get(self.program.storage(name), [])]
+
+    def spec(self, name: str) -> TensorSpec:
+        return self.program.buffers[name].spec
+
+    def input_specs(self, kernel: Kernel) -> list[TensorSpec]:
+        return [self.spec(name) for name in kernel.inputs]
+
+
+def _spec(shape: Sequence[int], dtype: str, like: TensorSpec) -> TensorSpec:
+    item = like.nbytes // max(1, math.prod(like.shape)) if like.shape else max(1, like.nbytes)
+    return TensorSpec(tuple(shape), dtype, math.prod(shape) * item)
+
+
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def _compare(original: torch.Tensor, rewritten: torch.Tensor) -> str:
+    """``bit-exact`` or by how much the rewrite differs (max absolute difference)."""
+    if original.shape != rewritten.shape:
+        return f"not bit-exact: shape {list(original.shape)} becomes {list(rewritten.shape)}"
+    if torch.equal(original, rewritten):
+        return "bit-exact"
+    diff = (original.double() - rewritten.double()).abs().max().item()
+    return f"not bit-exact: max |diff| {diff:.3g}"
+
+
+def _random(spec: TensorSpec, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(spec.shape, generator=gen).to(_dtype(spec.dtype))
+
+
+@dataclass(frozen=True)
+class Match:
+    """The kernels of one occurrence, the last of which writes the result the rest of the graph reads."""
+
+    kernels: tuple[Kernel, ...]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One of seed 003's forms: how to find it, what replaces it, and how the rewrite's numerics compare."""
+
+    name: str
+    rewrite: str
+    find: Callable[[_Graph], Iterable[Match]]
+    replacement: Callable[[_Graph, Match], list[NewKernel]]
+    check: Callable[[_Graph, Match], str]
+    note: str = ""
+
+
+# --- one_hot + sum -> zeros + scatter --------------------------------------------------------------
+
+
+def _find_one_hot_sum(graph: _Graph) -> Iterable[Match]:
+    for kernel in graph.program.kernels:
+        if kernel.op_type == "aten::sum" and any(p.call == "one_hot" for p in graph.producers(kernel)):
+            line = next(p.source for p in graph.producers(kernel) if p.call == "one_hot")
+            parts = [k for k in graph.program.kernels if k.call == "one_hot" and k.source == line and k.index < kernel.index]
+            yield Match((*parts, kernel))
+
+
+def _one_hot_shapes(graph: _Graph, match: Match) -> tuple[TensorSpec, int, TensorSpec]:
+    eq = next(k for k in match.kernels if k.op_type == "aten::eq")
+    index = next(s for s in graph.input_specs(eq) if len(s.shape) >= 2)
+    classes = eq.output_specs[0].shape[-1]
+    return index, classes, match.kernels[-1].output_specs[0]
+
+
+def _one_hot_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+    index, _, out = _one_hot_shapes(graph, match)
+    zeros = NewKernel("aten::zeros", (), out)
+    return [zeros, NewKernel("aten::scatter", (out, index), out)]
+
+
+def _one_hot_check(graph: _Graph, match: Match) -> str:
+    index, classes, _ = _one_hot_shapes(graph, match)
+    rows, picks = math.prod(index.shape[:-1]), index.shape[-1]
+    gen = torch.Generator().manual_seed(0)
+    distinct = torch.rand(rows, classes, generator=gen).argsort(-1)[:, :picks]
+    original = F.one_hot(distinct, classes).sum(dim=1)
+    rewritten = torch.zeros(rows, classes, dtype=original.dtype).scatter_(-1, distinct, 1)
+    verdict = _compare(original, rewritten)
+    return f"{verdict} for distinct indices per row (top-k routing); a repeated index counts once after the rewrite"
+
+
+# --- nn.Linear -> addmm -----------------------------------------------------------------------------
+
+
+def _find_linear(graph: _Graph) -> Iterable[Match]:
+    for kernel in graph.program.kernels:
+        if kernel.call == "Linear" and kernel.op_type in ("aten::addmm", "aten::mm", "aten::linear"):
+            yield Match((kernel,))
+
+
+def _same_kernels(graph: _Graph, match: Match) -> list[NewKernel]:
+    return [NewKernel(k.op_type, tuple(graph.input_specs(k)), k.output_specs[0]) for k in match.kernels]
+
+
+def _linear_check(graph: _Graph, match: Match) -> str:
+    specs = graph.input_specs(match.kernels[0])
+    matrices = [s for s in specs if len(s.shape) == 2]
+    if len(matrices) != 2:
+        return "not checked"
+    (m, k), (_, n) = matrices[0].shape, matrices[1].shape
+    gen = torch.Generator().manual_seed(0)
+    dtype = _dtype(matrices[0].dtype)
+    x = torch.randn(min(m, 64), k, generator=gen).to(dtype)
+    weight = torch.randn(n, k, generator=gen).to(dtype)
+    bias = torch.randn(n, generator=gen).to(dtype)
+    return _compare(F.linear(x, weight, bias), torch.addmm(bias, x, weight.t()))
+
+
+# --- bmm with an output [b, 1, 1] -> dot product ---------------------------------------------------------
+
+
+def _find_bmm_b11(graph: _Graph) -> Iterable[Match]:
+    for kernel in graph.program.kernels:
+        if kernel.op_type in ("aten::bmm", "aten::baddbmm") and kernel.output_specs[0].shape[-2:] == (1, 1):
+            yield Match((kernel,))
+
+
+def _bmm_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+    a, b = graph.input_specs(match.kernels[0])[-2:]
+    out = match.kernels[0].output_specs[0]
+    product = _spec((a.shape[0], a.shape[-1]), a.dtype, a)
+    return [NewKernel("aten::mul", (product, product), product), NewKernel("aten::sum", (product,), out)]
+
+
+def _bmm_check(graph: _Graph, match: Match) -> str:
+    a_spec, b_spec = graph.input_specs(match.kernels[0])[-2:]
+    gen = torch.Generator().manual_seed(0)
+    a, b = _random(a_spec, gen), _random(b_spec, gen)
+    dot = (a.squeeze(-2) * b.squeeze(-1)).sum(-1).view(-1, 1, 1)
+    return _compare(torch.bmm(a, b), dot)
+
+
+# --- repeat_interleave with a scalar -> unsqueeze / expand / reshape ------------------------------------
+
+
+def _find_repeat_interleave(graph: _Graph) -> Iterable[Match]:
+    lines: dict[str, list[Kernel]] = {}
+    for kernel in graph.program.kernels:
+        if kernel.call == "repeat_interleave":
+            lines.setdefault(kernel.source, []).append(kernel)
+    for kernels in lines.values():
+        if all(k.op_type != "aten::repeat_interleave" for k in kernels):
+            yield Match(tuple(kernels))
+
+
+def _repeat_check(graph: _Graph, match: Match) -> str:
+    out = match.kernels[-1].output_specs[0]
+    source = graph.input_specs(match.kernels[0])[0]
+    repeats = max(1, math.prod(out.shape) // max(1, math.prod(source.shape)))
+    values = torch.arange(math.prod(source.shape))
+    expanded = values.unsqueeze(-1).expand(-1, repeats).reshape(-1)
+    return _compare(torch.repeat_interleave(values, repeats), expanded)
+
+
+# --- gather -> index_select / indexing -------------------------------------------------------------------
+
+
+def _find_gather(graph: _Graph) -> Iterable[Match]:
+    return (Match((k,)) for k in graph.program.kernels if k.op_type == "aten::gather")
+
+
+def _gather_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+    kernel = match.kernels[0]
+    specs = tuple(graph.input_specs(kernel))
+    op = "aten::index_select" if len(specs[0].shape) == 1 else "aten::index"
+    return [NewKernel(op, specs, kernel.output_specs[0])]
+
+
+def _gather_check(graph: _Graph, match: Match) -> str:
+    source, index = graph.input_specs(match.kernels[0])[:2]
+    gen = torch.Generator().manual_seed(0)
+    values = _random(source, gen)
+    if len(source.shape) == 1:
+        picks = torch.randint(0, source.shape[0], index.shape, generator=gen)
+        return _compare(values.gather(0, picks), torch.index_select(values, 0, picks))
+    if len(source.shape) == 2 and index.shape[1:] == (1,):
+        picks = torch.randint(0, source.shape[1], index.shape, generator=gen)
+        rows = torch.arange(source.shape[0])
+        return _compare(values.gather(1, picks).view(-1), values[rows, picks.squeeze(1)])
+    return "not checked (only 1-D and row-wise gathers have a documented rewrite)"
+
+
+# --- IndexPutV2 -> masked_fill -----------------------------------------------------------------------
+
+
+def _find_index_put(graph: _Graph) -> Iterable[Match]:
+    return (Match((k,)) for k in graph.program.kernels if k.op_type == "aten::index_put")
+
+
+def _index_put_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+    kernel = match.kernels[0]
+    return [NewKernel("aten::where", tuple(graph.input_specs(kernel)), kernel.output_specs[0])]
+
+
+def _index_put_check(graph: _Graph, match: Match) -> str:
+    specs = graph.input_specs(match.kernels[0])
+    target = specs[0]
+    mask = next((s for s in specs[1:] if s.dtype == "bool" and s.shape == target.shape), None)
+    if mask is None:
+        return "not checked (a bool mask of the target's shape has the masked_fill rewrite)"
+    gen = torch.Generator().manual_seed(0)
+    values = _random(target, gen)
+    where = torch.rand(target.shape, generator=gen) > 0.5
+    original = values.clone()
+    original[where] = 0
+    return _compare(original, values.masked_fill(where, 0))
+
+
+# --- unfused sequences a fused op replaces ---------------------------------------------------------------
+
+
+def _chain(graph: _Graph, start: Kernel, ops: Sequence[str]) -> list[Kernel] | None:
+    """``start`` and then, for each op type in ``ops``, a consumer of the previous kernel of that type."""
+    found = [start]
+    for op in ops:
+        nxt = next((k for k in graph.consumers(found[-1]) if k.op_type == op), None)
+        if nxt is None:
+            return None
+        found.append(nxt)
+    return found
+
+
+def _find_rotary(graph: _Graph) -> Iterable[Match]:
+    for kernel in graph.program.kernels:
+        if kernel.op_type == "aten::neg":
+            chain = _chain(graph, kernel, ("aten::cat", "aten::mul", "aten::add"))
+            if chain is not None:
+                other = [p for p in graph.producers(chain[-1]) if p.op_type == "aten::mul" and p is not chain[2]]
+                yield Match(tuple(sorted({*chain, *other}, key=lambda k: k.index)))
+
+
+def _find_rms_norm(graph: _Graph) -> Iterable[Match]:
+    for kernel in graph.program.kernels:
+        if kernel.op_type == "aten::pow":
+            chain = _chain(graph, kernel, ("aten::mean", "aten::add", "aten::rsqrt", "aten::mul"))
+            if chain is not None:
+                scale = next((k for k in graph.consumers(chain[-1]) if k.op_type == "aten::mul"), None)
+                yield Match(tuple(chain + ([scale] if scale is not None else [])))
+
+
+def _find_softmax(graph: _Graph) -> Iterable[Match]:
+    for kernel in graph.program.kernels:
+        if kernel.op_type == "aten::_softmax":
+            masks = [p for p in graph.producers(kernel) if p.op_type in ("aten::masked_fill", "aten::add", "aten::where")]
+            scales = [p for m in masks for p in graph.producers(m) if p.op_type in ("aten::mul", "aten::div")]
+            if masks and scales:
+                yield Match((scales[0], masks[0], kernel))
+
+
+def _find_swiglu(graph: _Graph) -> Iterable[Match]:
+    for kernel in graph.program.kernels:
+        if kernel.op_type == "aten::silu":
+            product = next((k for k in graph.consumers(kernel) if k.op_type == "aten::mul"), None)
+            if product is not None:
+                yield Match((kernel, product))
+
+
+def _find_flash_attention(graph: _Graph) -> Iterable[Match]:
+    matmuls = ("aten::bmm", "aten::mm", "aten::baddbmm")
+    for kernel in graph.program.kernels:
+        if kernel.op_type != "aten::_softmax":
+            continue
+        before, seen = [], [kernel]
+        while seen and not any(k.op_type in matmuls for k in before):
+            seen = [p for k in seen for p in graph.producers(k) if p.op_type in (*matmuls, "aten::mul", "aten::div", "aten::add", "aten::masked_fill")]
+            before += seen
+        after = next((k for k in graph.consumers(kernel) if k.op_type in matmuls), None)
+        if after is not None and any(k.op_type in matmuls for k in before):
+            yield Match(tuple(sorted({*before, kernel, after}, key=lambda k: k.index)))
+
+
+def _find_matmul_all_reduce(graph: _Graph) -> Iterable[Match]:
+    for kernel in graph.program.kernels:
+        if kernel.op_type == "_c10d_functional::all_reduce":
+            mm = next((p for p in graph.producers(kernel) if p.op_type in ("aten::mm", "aten::addmm")), None)
+            if mm is not None:
+                yield Match((mm, kernel))
+
+
+def _fused(op_type: str) -> Callable[[_Graph, Match], list[NewKernel]]:
+    """One fused kernel reading what the sequence read from outside and writing its result."""
+
+    def replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+        inside = {name for k in match.kernels for name in k.outputs}
+        external = {name for k in match.kernels for name in k.inputs if name not in inside}
+        specs = tuple(graph.spec(name) for name in sorted(external))
+        return [NewKernel(op_type, specs, match.kernels[-1].output_specs[0])]
+
+    return replacement
+
+
+def _rms_norm_check(graph: _Graph, match: Match) -> str:
+    from ..torch_npu import npu_rms_norm
+
+    x_spec = graph.input_specs(match.kernels[0])[0]
+    gen = torch.Generator().manual_seed(0)
+    x = _random(x_spec, gen)
+    gamma = torch.randn(x_spec.shape[-1], generator=gen).to(x.dtype)
+    unfused = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma
+    return _compare(unfused, npu_rms_norm(x, gamma, 1e-6)[0])
+
+
+def _rotary_check(graph: _Graph, match: Match) -> str:
+    from ..torch_npu import npu_rotary_mul
+
+    x_spec = next(k for k in match.kernels if k.op_type == "aten::cat").output_specs[0]
+    gen = torch.Generator().manual_seed(0)
+    x = _random(x_spec, gen).reshape(1, 1, -1, x_spec.shape[-1])
+    cos, sin = _random(x_spec, gen).reshape(x.shape), _random(x_spec, gen).reshape(x.shape)
+    first, second = x.chunk(2, -1)
+    unfused = x * cos + torch.cat((-second, first), -1) * sin
+    return _compare(unfused, npu_rotary_mul(x, cos, sin))
+
+
+def _swiglu_check(graph: _Graph, match: Match) -> str:
+    from ..torch_npu import npu_swiglu
+
+    a_spec = graph.input_specs(match.kernels[0])[0]
+    gen = torch.Generator().manual_seed(0)
+    a, b = _random(a_spec, gen), _random(a_spec, gen)
+    return _compare(F.silu(a) * b, npu_swiglu(torch.cat((a, b), dim=-1)))
+
+
+def _not_checked(reason: str) -> Callable[[_Graph, Match], str]:
+    return lambda graph, match: f"not checked: {reason}"
+
+
+PATTERNS: tuple[Pattern, ...] = (
+    Pattern("one_hot+sum", "zeros + scatter_ (seed 003: 2.2 ms -> 0.08 ms)", _find_one_hot_sum, _one_hot_replacement, _one_hot_check),
+    Pattern("nn.Linear", "torch.addmm(bias, x, weight.t())", _find_linear, _same_kernels, _linear_check,
+            "the captured graph already lowers Linear to addmm; the rewrite matters where torch_npu runs Linear op by op"),
+    Pattern("bmm [b,n,1] -> [b,1,1]", "merge b into the rows: a dot product (mul + sum) or one MatMul",
+            _find_bmm_b11, _bmm_replacement, _bmm_check),
+    Pattern("repeat_interleave(scalar)", "x.unsqueeze(-1).expand(-1, r).reshape(-1)", _find_repeat_interleave,
+            _same_kernels, _repeat_check,
+            "Dynamo already decomposes it to expand+clone; the slow RepeatInterleave branch is the op-by-op one"),
+    Pattern("gather (GatherElements)", "torch.index_select / row indexing (GatherV2)", _find_gather, _gather_replacement, _gather_check),
+    Pattern("index_put (IndexPutV2)", "masked_fill / torch.where", _find_index_put, _index_put_replacement, _index_put_check),
+    Pattern("RotaryMul (unfused)", "torch_npu.npu_rotary_mul(x, cos, sin)", _find_rotary, _fused("npu::npu_rotary_mul"),
+            _rotary_check),
+    Pattern("RmsNorm (unfused)", "torch_npu.npu_rms_norm(x, gamma, eps)", _find_rms_norm, _fused("npu::npu_rms_norm"), _rms_norm_check),
+    Pattern("ScaledMaskedSoftmax (unfused)", "torch_npu.npu_scaled_masked_softmax(x, mask, scale)", _find_softmax,
+            _fused("npu::npu_scaled_masked_softmax"), _not_checked("npu_scaled_masked_softmax has no CPU reference here")),
+    Pattern("SwiGlu (unfused)", "torch_npu.npu_swiglu(torch.cat((a, b), -1))", _find_swiglu, _fused("npu::npu_swiglu"), _swiglu_check),
+    Pattern("FlashAttentionScore (unfused)", "torch_npu.npu_fused_infer_attention_score / npu_fusion_attention",
+            _find_flash_attention, _fused("npu::npu_fused_infer_attention_score"),
+            _not_checked("the fused op accumulates in another order (online softmax)")),
+    Pattern("MatmulAllReduce (unfused)", "torch_npu.npu_mm_all_reduce_base(x, w, group)", _find_matmul_all_reduce,
+            _fused("npu::npu_mm_all_reduce_base"), _not_checked("a collective needs the other ranks")),
+)
+
+
+def _substitute(program: Program, matches: Sequence[tuple[Match, list[NewKernel]]], catalog: OpCatalog) -> Program:
+    """``program`` with each match's kernels replaced by its rewrite (at the match's last kernel, whose
+    output buffer the last new kernel writes, so the rest of the graph reads it unchanged)."""
+    removed = {k.name for match, _ in matches for k in match.kernels}
+    at = {match.kernels[-1].name: (match, new) for match, new in matches}
+    buffers = dict(program.buffers)
+    kernels: list[Kernel] = []
+    for kernel in program.kernels:
+        if kernel.name in at:
+            match, new = at[kernel.name]
+            for position, spec in enumerate(new):
+                info = catalog.lookup(spec.op_type).for_dtypes([*(s.dtype for s in spec.inputs), spec.output.dtype])
+                last = position == len(new) - 1
+                output = kernel.outputs[0] if last and kernel.outputs else f"{kernel.name}_rewrite{position}"
+                name = f"{kernel.name}_rewrite{position}"
+                if not last or not kernel.outputs:
+                    buffers[output] = Buffer(output, spec.output, name)
+                inputs = tuple(n for k in match.kernels for n in k.inputs if n in buffers)[: len(spec.inputs)]
+                kernels.append(replace(
+                    kernel, index=len(kernels), name=name, op_type=spec.op_type, info=info, inputs=inputs,
+                    outputs=(output,), output_specs=(spec.output,),
+                    flops=kernel_flops(info.flops, info.flops_per_element, spec.inputs, [spec.output]),
+                    bytes=kernel_bytes(info.bytes, spec.inputs, [spec.output]),
+                    compute_dtype=compute_dtype_of(spec.inputs, [spec.output]),
+                ))
+        elif kernel.name not in removed:
+            kernels.append(replace(kernel, index=len(kernels)) if kernel.index != len(kernels) else kernel)
+    return replace(program, kernels=tuple(kernels), buffers=MappingProxyType(buffers))
+
+
+def _time(program: Program, profile: HardwareProfile) -> float:
+    return simulate(program, fusion.plan(program, profile, variant=fusion.BASELINE), profile).time_us
+
+
+def find_affinity(program: Program, profile: HardwareProfile, catalog: OpCatalog) -> tuple[Finding, ...]:
+    """Every seed-003 pattern in ``program``, one finding per pattern and source line, each priced by
+    simulating the program with that line's occurrences rewritten (BASELINE plan, so no SuperKernel
+    or stream effect blurs the op's own cost)."""
+    graph = _Graph(program)
+    before = _time(program, profile)
+    findings = []
+    for pattern in PATTERNS:
+        sites: dict[str, list[Match]] = {}
+        claimed: set[str] = set()
+        for match in pattern.find(graph):
+            names = {k.name for k in match.kernels}
+            if names & claimed:
+                continue
+            claimed |= names
+            sites.setdefault(match.kernels[-1].source, []).append(match)
+        for source, matches in sites.items():
+            rewritten = _substitute(program, [(m, pattern.replacement(graph, m)) for m in matches], catalog)
+            findings.append(Finding(
+                pattern.name, source, len(matches), tuple(k.name for k in matches[0].kernels), pattern.rewrite,
+                before - _time(rewritten, profile), pattern.check(graph, matches[0]), pattern.note,
+            ))
+    return tuple(findings)
+
+
+def findings_json(findings: Sequence[Finding]) -> list[Mapping[str, object]]:
+    return [
+        {"pattern": f.pattern, "source": f.source, "occurrences": f.occurrences, "kernels": list(f.kernels),
+         "rewrite": f.rewrite, "gain_us": round(f.gain_us, 3), "exactness": f.exactness, "note": f.note}
+        for f in findings
+    ]

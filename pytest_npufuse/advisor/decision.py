@@ -1,0 +1,136 @@
+"""Seed 004's scope decision tree, walked on modeled numbers, and the top-down shrinking.
+
+The tree (scope analysis guide, "Scope 范围决策树"):
+
+- MoE model: MoE the bottleneck? yes -> MoE only, no -> attention only; pursuing the best performance ->
+  try the whole decoder layer.
+- Standard Transformer: first attempt -> attention only; attention validated -> widen to the whole
+  decoder layer; pursuing the best performance -> the automatic analysis (the best valid layout).
+- Other models: the automatic analysis or a custom scope.
+
+"Validated" is the guide's own test of a scope (compiles, no timeout, precision identical); a wider scope
+is taken only when it is valid and faster than the one it widens. The guide calls a gain above 10% clear
+(its Q1), so a smaller one is said to be small. Top-down (method two): try all layers; when that breaks,
+hangs, aborts or loses precision, one scope per layer; then per module, dropping a module scope that
+still fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .candidates import FAILED, Candidate, Evaluator, Layout
+from .structure import Family, Role, Structure
+
+CLEAR_GAIN_PCT = 10.0
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The layout to use, why (the decision tree's steps), and its modeled gain over no scope."""
+
+    layout: Layout
+    steps: tuple[str, ...]
+    gain_pct: float
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.steps)
+
+
+def _bottleneck(structure: Structure, module_us: Mapping[str, float]) -> tuple[Role, str]:
+    """MoE or attention, whichever takes more baseline time over all layers, with the numbers."""
+    totals = {
+        role: sum(module_us.get(block.frame.path, 0.0) for _, block in structure.kernels_of(role))
+        for role in (Role.MOE, Role.ATTENTION)
+    }
+    role = Role.MOE if totals[Role.MOE] >= totals[Role.ATTENTION] else Role.ATTENTION
+    return role, f"MoE {totals[Role.MOE]:.1f} us vs attention {totals[Role.ATTENTION]:.1f} us of the run without scopes"
+
+
+def _failure(candidate: Candidate | None, reference_us: float) -> str:
+    """Why a layout the tree names cannot be taken."""
+    if candidate is None:
+        return "has no module to wrap"
+    if not candidate.valid:
+        return f"is {candidate.outcome if candidate.bit_exact else 'not bit-exact'}"
+    return f"does not pay ({candidate.gain_pct(reference_us):+.1f}%)"
+
+
+def _widen(current: Candidate, wider: Candidate | None, step: str, steps: list[str], reference_us: float) -> Candidate:
+    """Take ``wider`` when it is valid and faster than ``current``; say which way it went."""
+    if wider is None:
+        return current
+    if wider.valid and wider.time_us < current.time_us:
+        steps.append(f"{step}: {wider.layout.value} is valid and faster ({wider.gain_pct(reference_us):+.1f}%)")
+        return wider
+    why = f"{wider.outcome}" if not wider.valid else f"not faster ({wider.gain_pct(reference_us):+.1f}%)"
+    steps.append(f"{step}: {wider.layout.value} {why}, keep {current.layout.value}")
+    return current
+
+
+def recommend(
+    structure: Structure, candidates: Mapping[Layout, Candidate], module_us: Mapping[str, float], reference_us: float
+) -> Recommendation:
+    """Walk the decision tree for ``structure``'s family over the evaluated ``candidates``."""
+    steps = [f"{structure.family.value} ({len(structure.layers)} layer(s))"]
+    valid = [c for c in candidates.values() if c.pays(reference_us) and c.layout is not Layout.AS_WRITTEN]
+    best = min(valid, key=lambda c: c.rank_key, default=None)
+    chosen: Candidate | None
+    if structure.family is Family.MOE:
+        role, numbers = _bottleneck(structure, module_us)
+        first = Layout.MOE if role is Role.MOE else Layout.ATTENTION
+        steps.append(f"MoE is {'' if role is Role.MOE else 'not '}the bottleneck ({numbers}) -> {first.value} only")
+        chosen = candidates.get(first)
+        if chosen is not None and chosen.pays(reference_us):
+            chosen = _widen(chosen, candidates.get(Layout.DECODER_LAYER), "pursuing the best performance", steps, reference_us)
+        else:
+            steps.append(f"{first.value} only {_failure(chosen, reference_us)}; automatic analysis instead")
+            chosen = best
+    elif structure.family is Family.STANDARD:
+        chosen = candidates.get(Layout.ATTENTION)
+        steps.append("first attempt -> attention only")
+        if chosen is not None and chosen.pays(reference_us):
+            steps.append(f"attention validated ({chosen.gain_pct(reference_us):+.1f}%)")
+            chosen = _widen(chosen, candidates.get(Layout.DECODER_LAYER), "widen to the whole decoder layer", steps, reference_us)
+            if best is not None:
+                chosen = _widen(chosen, best, "pursuing the best performance, automatic analysis", steps, reference_us)
+        else:
+            steps.append(f"attention only {_failure(chosen, reference_us)}; automatic analysis instead")
+            chosen = best
+    else:
+        steps.append("automatic analysis: the fastest valid layout")
+        chosen = best
+    if chosen is None or not chosen.pays(reference_us):
+        steps.append("no layout is valid and faster than none: keep SuperKernel off")
+        return Recommendation(Layout.NONE, tuple(steps), 0.0)
+    gain = chosen.gain_pct(reference_us)
+    if gain < CLEAR_GAIN_PCT:
+        steps.append(f"modeled gain {gain:.1f}% is below the guide's {CLEAR_GAIN_PCT:.0f}% bar for a clear improvement")
+    return Recommendation(chosen.layout, tuple(steps), gain)
+
+
+def top_down(
+    evaluator: Evaluator, layouts: Mapping[Layout, Mapping[str, str]], candidates: Mapping[Layout, Candidate]
+) -> tuple[str, Candidate | None]:
+    """Seed 004's method two: the widest of all layers, per layer, per module whose scopes all work;
+    at the module level a scope that still fails is dropped (a new candidate, ``top-down``). Returns
+    the path taken and that candidate, or the layout it stopped at (then no new candidate)."""
+    order: Sequence[Layout] = (Layout.ALL_LAYERS, Layout.PER_LAYER, Layout.DECODER_LAYER, Layout.MODULES)
+    tried = []
+    for layout in order:
+        candidate = candidates.get(layout)
+        if candidate is None:
+            continue
+        if candidate.outcome not in FAILED and candidate.bit_exact:
+            return " -> ".join(tried + [f"{layout.value} works"]), None
+        tried.append(f"{layout.value} {candidate.outcome if candidate.bit_exact else 'loses precision'}")
+    if Layout.MODULES not in candidates:
+        return " -> ".join(tried or ["no layers found"]), None
+    failed = set(candidates[Layout.MODULES].failed_scopes)
+    kept = {name: label for name, label in layouts[Layout.MODULES].items() if label not in failed}
+    if not kept:
+        return " -> ".join(tried + ["every module scope fails: no scope"]), None
+    note = " -> ".join(tried + [f"modules without {', '.join(sorted(failed))}"])
+    return note, evaluator.evaluate(Layout.TOP_DOWN, kept, note)

@@ -1,0 +1,146 @@
+"""The affinity-op advisor: every seed-003 pattern is found in a model that has them all, with its
+source line, modeled gain and exactness verdict, and none in the same model rewritten."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+import torch.nn.functional as F
+
+from pytest_npufuse import compare, torch_npu
+from pytest_npufuse.advisor import PATTERNS, find_affinity
+from pytest_npufuse.advisor.advice import capture_program
+from pytest_npufuse.catalog import load_catalog
+from pytest_npufuse.hardware import load_profile
+
+N, H, C = 16, 64, 8
+
+
+@pytest.fixture(scope="module")
+def world():
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    return dist.group.WORLD
+
+
+class Slow(torch.nn.Module):
+    """Each form seed 003 replaces, once."""
+
+    def __init__(self, group):
+        super().__init__()
+        self.group = group
+        self.proj = torch.nn.Linear(H, H)
+        self.gamma = torch.nn.Parameter(torch.randn(H))
+        self.w = torch.nn.Parameter(torch.randn(H, 2 * H))
+
+    def forward(self, x, idx, a, b, lens, logit, target, mask, cos, sin):
+        mask_counts = F.one_hot(idx, num_classes=C).sum(dim=1)
+        y = self.proj(x)
+        dot = torch.bmm(a, b)
+        rep = torch.repeat_interleave(lens, 4)
+        picked = logit.gather(1, target)
+        z = x.clone()
+        z[mask] = 0.0
+        first, second = x.chunk(2, -1)
+        rot = x * cos + torch.cat((-second, first), -1) * sin
+        rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.gamma
+        q = x.view(2, 8, H)
+        scores = (q @ q.transpose(1, 2)) * 0.125
+        attn = torch.softmax(scores.masked_fill(mask[:8, :8], -1e4), dim=-1) @ q
+        h = x @ self.w
+        glu = F.silu(h[:, :H]) * h[:, H:]
+        reduced = fc.all_reduce(x @ self.w, "sum", self.group)
+        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced
+
+
+def inputs():
+    gen = torch.Generator().manual_seed(0)
+    return (
+        torch.randn(N, H, generator=gen), torch.rand(N, C, generator=gen).argsort(-1)[:, :2],
+        torch.randn(N, 1, H, generator=gen), torch.randn(N, H, 1, generator=gen), torch.randint(1, 5, (N,), generator=gen),
+        torch.randn(N, 10, generator=gen), torch.randint(0, 10, (N, 1), generator=gen), torch.rand(N, H, generator=gen) > 0.5,
+        torch.randn(N, H, generator=gen), torch.randn(N, H, generator=gen),
+    )
+
+
+def _line(source):
+    path, line = source.rsplit(":", 1)
+    return Path(path).read_text().splitlines()[int(line) - 1].strip()
+
+
+@pytest.fixture(scope="module")
+def slow_findings(world):
+    program = capture_program(Slow(world), *inputs())
+    return {f.pattern: f for f in find_affinity(program, load_profile("a3"), load_catalog())}
+
+
+def test_every_seed_003_pattern_is_found_with_its_source_line(slow_findings):
+    assert [p.name for p in PATTERNS if p.name not in slow_findings] == []
+    assert _line(slow_findings["one_hot+sum"].source).startswith("mask_counts = F.one_hot(")
+    assert _line(slow_findings["SwiGlu (unfused)"].source).startswith("glu = F.silu(")
+    assert _line(slow_findings["MatmulAllReduce (unfused)"].source).startswith("reduced = fc.all_reduce(")
+
+
+def test_each_finding_is_priced_by_simulating_the_rewritten_program(slow_findings):
+    one_hot = slow_findings["one_hot+sum"]
+    assert one_hot.gain_us > 0, "zeros+scatter must be cheaper than the decomposed one_hot+sum"
+    assert slow_findings["RmsNorm (unfused)"].gain_us > 0
+    assert slow_findings["FlashAttentionScore (unfused)"].gain_us > 0
+    assert set(one_hot.kernels) >= {"Equal", "ReduceSum"}
+
+
+def test_each_rewrite_is_checked_for_bit_exactness(slow_findings):
+    assert slow_findings["one_hot+sum"].exactness.startswith("bit-exact for distinct indices")
+    assert slow_findings["gather (GatherElements)"].exactness == "bit-exact"
+    assert slow_findings["index_put (IndexPutV2)"].exactness == "bit-exact"
+    assert slow_findings["repeat_interleave(scalar)"].exactness == "bit-exact"
+    assert slow_findings["bmm [b,n,1] -> [b,1,1]"].exactness.startswith("not bit-exact: max |diff|")
+    assert slow_findings["RotaryMul (unfused)"].exactness.startswith(("bit-exact", "not bit-exact: max |diff|"))
+
+
+class Fast(torch.nn.Module):
+    """The same model with seed 003's rewrites applied (MatmulAllReduce is left out: this package
+    provides no npu_mm_all_reduce_base to rewrite it with yet)."""
+
+    def __init__(self, group):
+        super().__init__()
+        self.group = group
+        self.weight = torch.nn.Parameter(torch.randn(H, H))
+        self.bias = torch.nn.Parameter(torch.randn(H))
+        self.gamma = torch.nn.Parameter(torch.randn(H))
+        self.w = torch.nn.Parameter(torch.randn(H, 2 * H))
+
+    def forward(self, x, idx, a, b, lens, logit, target, mask, kv, cos, sin):
+        mask_counts = torch.zeros(N, C).scatter_(-1, idx, 1.0)
+        y = torch.addmm(self.bias, x, self.weight.t())
+        dot = (a.squeeze(1) * b.squeeze(-1)).sum(-1)
+        rep = lens.unsqueeze(-1).expand(-1, 4).reshape(-1)
+        picked = logit[torch.arange(N), target.squeeze(1)]
+        z = x.masked_fill(mask, 0.0)
+        rot = torch_npu.npu_rotary_mul(x.view(1, 1, N, H), cos.view(1, 1, N, H), sin.view(1, 1, N, H))
+        rms = torch_npu.npu_rms_norm(x, self.gamma)[0]
+        attn, _ = torch_npu.npu_fused_infer_attention_score(
+            x.view(N, 1, H).to(torch.bfloat16), kv, kv, num_heads=1, input_layout="BSH", scale=0.125
+        )
+        glu = torch_npu.npu_swiglu(x @ self.w)
+        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu
+
+
+def test_the_rewritten_model_has_no_finding():
+    x, idx, a, b, lens, logit, target, mask, cos, sin = inputs()
+    kv = torch.randn(N, 8, H).to(torch.bfloat16)
+    program = capture_program(Fast(None), x, idx, a, b, lens, logit, target, mask, kv, cos, sin)
+    assert find_affinity(program, load_profile("a3"), load_catalog()) == ()
+
+
+def test_compare_reports_findings_only_when_asked():
+    class OneHot(torch.nn.Module):
+        def forward(self, idx):
+            return F.one_hot(idx, num_classes=C).sum(dim=1)
+
+    idx = inputs()[1]
+    assert compare(OneHot(), idx).findings == ()
+    (finding,) = compare(OneHot(), idx, affinity=True).findings
+    assert finding.pattern == "one_hot+sum" and finding.occurrences == 1
