@@ -29,13 +29,8 @@ from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 
 from . import scopes, syncs
 from .catalog import OpCatalog
-<<<<<<< HEAD
 from .errors import ArgumentError, CaptureError, NotModeledError, NpufuseError, OptionsError, ScopeError
-from .program import Buffer, Kernel, Program, StreamScope, SyncPoint, TensorSpec
-=======
-from .errors import CaptureError, NpufuseError
 from .program import Buffer, Kernel, ModuleFrame, Program, StreamScope, SyncPoint, TensorSpec
->>>>>>> main
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
@@ -118,31 +113,21 @@ def _flatten(args: Any) -> Iterator[Any]:
         yield args
 
 
-<<<<<<< HEAD
-# Frames in these directories are never the user's line: our wrappers, torch's internals, the stdlib
-# (contextlib around a ``with`` block).
-_NOT_USER_DIRS = (
+# Frames in these places are never the user's code: ours, torch's own Python wrappers (a functional
+# collective or F.* helper would otherwise be named as the source of the op it calls), and contextlib
+# around a ``with`` block.
+_NOT_USER = (
     str(Path(__file__).parent),
     str(Path(torch.__file__).parent),
     str(Path(contextlib.__file__).parent / "contextlib.py"),
 )
-=======
-_PACKAGE_DIR = str(Path(__file__).parent)
-# Frames in these directories are never the user's code: ours, and torch's own Python wrappers (a
-# functional collective or F.* helper would otherwise be named as the source of the op it calls).
-_NOT_USER = (_PACKAGE_DIR, str(Path(torch.__file__).parent))
->>>>>>> main
 
 
 def _user_frame(trace: str) -> str:
     """The innermost frame of a formatted traceback outside this package, torch and the standard
     library, as ``path:line`` ('' when there is none): messages point at the user's model code."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
-<<<<<<< HEAD
-    user = [(path, line) for path, line in frames if not path.startswith(_NOT_USER_DIRS)]
-=======
     user = [(path, line) for path, line in frames if not path.startswith(_NOT_USER)]
->>>>>>> main
     return f"{user[-1][0]}:{user[-1][1]}" if user else ""
 
 
@@ -249,12 +234,9 @@ class _ProgramBuilder:
         self.record_tokens: dict[str, str] = {}
         self.open_streams: list[tuple[str, int] | None] = []
         self.stream_scopes: list[StreamScope] = []
-<<<<<<< HEAD
         self.open_uses: list[tuple[str, str, str, int] | None] = []
         self.scope_uses: list[ScopeUse] = []
-=======
         self.frames: dict[tuple[str, str], ModuleFrame] = {}
->>>>>>> main
 
     def build(self) -> Program:
         inputs: list[str] = []

@@ -12,11 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from ..expectations import (
-<<<<<<< HEAD
-=======
     AffinityExpectation,
-    MarkerError,
->>>>>>> main
     MultiStreamExpectation,
     SuperKernelExpectation,
     parse_affinity,
@@ -98,21 +94,14 @@ def expectations_of(item: pytest.Item) -> ItemExpectations:
 
 def _parse(item: pytest.Item) -> ItemExpectations:
     stream_mark = item.get_closest_marker("multistream")
-<<<<<<< HEAD
     target_mark = item.get_closest_marker("npu_target")
     known = settings_of(item.config).known_targets
-=======
     affinity_mark = item.get_closest_marker("npu_affinity")
->>>>>>> main
     return ItemExpectations(
         superkernels=tuple(parse_superkernels([(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")])),
         multistream=parse_multistream(stream_mark.args, stream_mark.kwargs) if stream_mark else MultiStreamExpectation(),
-<<<<<<< HEAD
         targets=None if target_mark is None else parse_npu_target(target_mark.args, known),
-=======
-        targets=_targets(item.get_closest_marker("npu_target")),
         affinity=parse_affinity(affinity_mark.args, affinity_mark.kwargs) if affinity_mark else None,
->>>>>>> main
     )
 
 

@@ -13,11 +13,8 @@ from typing import Any, Callable
 
 import pytest
 
-<<<<<<< HEAD
-from ..errors import NpufuseError
-=======
 from ..advisor.affinity import findings_json
->>>>>>> main
+from ..errors import NpufuseError
 from ..baseline import Change, Entry, finite_us, model_notice, write_baseline
 from ..htmlreport import write_html_report
 from ..report import CaseReport

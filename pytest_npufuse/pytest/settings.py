@@ -34,11 +34,8 @@ class RunSettings:
     trace_dir: Path | None
     json_path: Path | None
     html_path: Path | None
-<<<<<<< HEAD
     known_targets: tuple[str, ...] = ()
-=======
     advise: bool = False
->>>>>>> main
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -53,19 +50,14 @@ class RunSettings:
         except NpufuseError as exc:
             raise pytest.UsageError(f"npufuse: {exc}") from None
         model = ModelIdentity.of(profiles.values(), catalog)
-<<<<<<< HEAD
         gate = _open_gate(config, model)
         json_path, html_path = path_setting(config, "npufuse_json"), _output_file(config, "npufuse_html")
         _check_outputs(gate, json_path, html_path)
         known = tuple(sorted({*BUILTIN_TARGETS, *user.targets, *profiles}))
-        return cls(profiles, catalog, model, gate, _trace_dir(config), json_path, html_path, known)
-=======
         return cls(
-            profiles, catalog, model, _open_gate(config, model), _trace_dir(config),
-            path_setting(config, "npufuse_json"), _output_file(config, "npufuse_html"),
+            profiles, catalog, model, gate, _trace_dir(config), json_path, html_path, known,
             bool(setting(config, "npufuse_advise")),
         )
->>>>>>> main
 
     @property
     def default_target(self) -> str:
