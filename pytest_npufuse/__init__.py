@@ -12,17 +12,17 @@ from .errors import NpufuseError
 if TYPE_CHECKING:
     from .advisor import Advice, advise
     from .gating import superkernel_scope
-    from .pipeline import compare, compile_model
+    from .pipeline import capture, compare, compile_model
     from .report import CaseReport, ScopeReport
 
 __all__ = [
-    "compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise", "Advice", "superkernel_scope",
+    "capture", "compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise", "Advice", "superkernel_scope",
 ]
 
 # The pipeline needs torch, which takes seconds to import; loading it on first use keeps
 # `python -m pytest_npufuse compare` (two JSON files, no model) quick in a CI step.
 _LAZY = {
-    "compare": "pipeline", "compile_model": "pipeline", "CaseReport": "report", "ScopeReport": "report",
+    "capture": "pipeline", "compare": "pipeline", "compile_model": "pipeline", "CaseReport": "report", "ScopeReport": "report",
     "advise": "advisor", "Advice": "advisor", "superkernel_scope": "gating",
 }
 

@@ -1,102 +1,112 @@
-"""The ``torch.compile`` backend that models an Ascend NPU.
+"""The ``torch.compile`` backend that captures: Dynamo graph -> AOTAutograd aten graph -> program IR.
 
-Like any Dynamo backend it receives an FX graph and example inputs and returns a callable. Ours lowers
-the graph to aten with AOTAutograd, builds the program IR, plans it (BASELINE or VARIANT), simulates the
-plan on the target's profile once (shapes are captured static; ``dynamic=True`` models the host
-scheduling a dynamic-shape graph would get), and returns a callable that computes the outputs
-on the CPU in the plan's order. Each compiled graph is kept on the backend for the report.
+It only captures. What happens when the captured graph is called is decided by whoever asked for the
+capture: :class:`Capture` (one model captured once for a check) binds the executor of each run, and the
+pipeline's ``NpuBackend`` models every graph a user's ``torch.compile`` produces.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from . import fusion
-from .capture import build_program
-from .catalog import OpCatalog, load_catalog
-from .errors import NotModeledError
-from .execute import run_graph
-from .hardware import HardwareProfile
-from .plog import write_plog
+from .lowering import build_program, call_compiled, compile_static
+from .catalog import OpCatalog
+from .errors import CaptureError, NotModeledError
 from .program import Program
-from .host import HostConfig
-from .sanitize import SanitizerReport, sanitize
-from .simulate import RunReport, simulate
-from .torchair.configs.compiler_config import CompilerConfig
 
 
 @dataclass(frozen=True)
-class CompiledGraph:
-    """One captured graph with its plan and modeled run; calling it computes the outputs."""
+class CapturedGraph:
+    """One captured aten graph and its program IR."""
 
     gm: torch.fx.GraphModule
     program: Program
-    plan: fusion.Plan
-    run: RunReport
-    plog_path: str | None = None
-    sanitizer: SanitizerReport | None = None
 
-    def __call__(self, *args: Any) -> list[Any]:
-        """The outputs a device would produce: kernels in issue order (always a legal order for the
-        data), where each read the sanitizer found racing sees poisoned memory."""
-        stale = self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
-        return run_graph(self.gm, self.program, args, stale)
+
+GraphRunner = Callable[..., list[Any]]
 
 
 @dataclass
-class NpuBackend:
-    """A Dynamo backend bound to one target, mode and variant (scopes honoured or ignored)."""
+class CaptureBackend:
+    """A Dynamo backend that lowers each graph to aten (input mutations stay in the graph as ``copy_``
+    kernels, where a device would run them), builds its program and keeps it in ``graphs``.
 
-    config: CompilerConfig
-    profile: HardwareProfile
-    variant: str = fusion.VARIANT
-    catalog: OpCatalog = field(default_factory=load_catalog)
-    options: Mapping[str, str] = field(default_factory=dict)
-    multistream: bool = True
-    mode: str | None = None
-    dynamic: bool = False
-    host: HostConfig = field(default_factory=HostConfig)
-    graphs: list[CompiledGraph] = field(default_factory=list)
+    ``on_graph`` turns a captured graph into the callable Dynamo runs for it.
+    """
 
-    @property
-    def run_mode(self) -> str:
-        """The mode runs are modeled in: ``mode`` when set (``"eager"``), else the config's."""
-        return self.mode or self.config.mode
+    catalog: OpCatalog
+    on_graph: Callable[[CapturedGraph], GraphRunner]
+    graphs: list[CapturedGraph] = field(default_factory=list)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in example_inputs):
             raise NotModeledError(
                 "training graphs are not modeled; run the model under torch.no_grad() or torch.inference_mode()."
             )
-        # Input mutations stay in the graph (as copy_ kernels), where a device would run them.
-        return aot_module_simplified(
-            gm, example_inputs, fw_compiler=self._compile_aten, keep_inference_input_mutations=True
-        )
+        return aot_module_simplified(gm, example_inputs, fw_compiler=self._capture, keep_inference_input_mutations=True)
 
-    def _compile_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
-        program = build_program(gm, self.catalog)
-        plan = fusion.plan(
-            program,
-            self.profile,
-            variant=self.variant,
-            mode=self.run_mode,
-            dynamic=self.dynamic,
-            options=self.options,
-            multistream=self.multistream,
-        )
-        plog = write_plog(plan.log)
-        checked = sanitize(program, plan.streams) if plan.streams is not None else None
-        if checked is not None and checked.deadlock is not None and plan.failure is None:
-            plan = replace(plan, failure=checked.deadlock.describe())
-        run = simulate(program, plan, self.profile, dynamic=self.dynamic, host=self.host)
-        compiled = CompiledGraph(gm, program, plan, run, plog and str(plog), checked)
-        self.graphs.append(compiled)
-        return compiled
+    def _capture(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+        graph = CapturedGraph(gm, build_program(gm, self.catalog))
+        self.graphs.append(graph)
+        return self.on_graph(graph)
 
-    def __repr__(self) -> str:
-        return f"NpuBackend({self.profile.name}, {self.run_mode}, {self.variant})"
+
+class _Captured(Exception):
+    """Raised by the graph on the capturing call: capture needs the graph, not its values."""
+
+
+class Capture:
+    """A model captured once (one Dynamo + AOT pass). :meth:`run` calls the compiled model again with an
+    executor bound to the graph; Dynamo's cached graph is reused, and its wrappers rebuild the model's
+    own output structure (nested tuples, dicts, outputs that alias inputs) around the executor's values."""
+
+    def __init__(self, model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog) -> None:
+        self._executor: Callable[[list[Any]], list[Any]] | None = None
+        self._backend = CaptureBackend(catalog, self._runner)
+        self._compiled = compile_static(model, self._backend)
+        try:
+            call_compiled(model, self._compiled, inputs)
+        except _Captured:
+            pass
+        if len(self._backend.graphs) != 1:
+            name = getattr(type(model), "__name__", repr(model))
+            raise CaptureError(
+                f"{name} compiled into {len(self._backend.graphs)} graphs, expected exactly one; "
+                "a model with no tensor operations, or one Dynamo could not trace, cannot be modeled."
+            )
+        self.graph = self._backend.graphs[0]
+
+    def run(self, inputs: Sequence[Any], execute: Callable[[list[Any]], Any]) -> tuple[Any, Any]:
+        """The model's outputs for ``inputs`` with the graph computed by ``execute`` (flat graph inputs ->
+        a result whose ``outputs`` are the flat graph outputs), and that result."""
+        results: list[Any] = []
+
+        def bound(args: list[Any]) -> list[Any]:
+            results.append(execute(args))
+            return results[-1].outputs
+
+        self._executor = bound
+        try:
+            with torch.no_grad():
+                outputs = self._compiled(*inputs)
+        finally:
+            self._executor = None
+        if len(self._backend.graphs) != 1 or len(results) != 1:
+            raise CaptureError(
+                "the model was captured again when run a second time on copies of its inputs (Dynamo "
+                "recompiled it); a modeled model must be a pure function of its inputs and parameters."
+            )
+        return outputs, results[0]
+
+    def _runner(self, graph: CapturedGraph) -> GraphRunner:
+        def run(*args: Any) -> list[Any]:
+            if self._executor is None:
+                raise _Captured()
+            return self._executor(list(args))
+
+        return run

@@ -64,7 +64,7 @@ class Entry:
     def of(cls, report: CaseReport, model_version: str) -> "Entry":
         """Rounded so that the JSON text, and a diff of it, shows no float noise."""
         return cls(
-            mode=report.mode,
+            mode=str(report.mode),
             baseline_us=round(report.baseline.time_us, 3),
             variant_us=finite_us(report.variant.time_us),
             speedup=round(report.speedup, 4),

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import ProfileError
 from .hardware import DATA_DIR, ENGINES
+from .vocabulary import Engine
 from .tomlfile import read_toml, typed_value
 
 BLOCK_DIM_RULES = ("cube_tiles", "vector_bytes", "one")
@@ -32,7 +33,7 @@ class OpInfo:
     """How one op type runs on the device."""
 
     op_type: str
-    engine: str
+    engine: Engine
     fusable: bool
     sync_all: bool
     block_dim: int | str
@@ -49,7 +50,7 @@ class OpInfo:
         """The op as it runs on tensors of ``dtypes``: an AI CPU kernel (never fusable) when one of
         them is a dtype the AI Core implementation lacks, else itself."""
         if any(dtype in self.aicpu_dtypes for dtype in dtypes):
-            return replace(self, engine="aicpu", fusable=False, block_dim="one")
+            return replace(self, engine=Engine.AICPU, fusable=False, block_dim="one")
         return self
 
 
@@ -61,7 +62,7 @@ def default_op(op_type: str) -> OpInfo:
     """
     name = op_type.split("::")[-1]
     kernel_type = "".join(part.capitalize() for part in name.strip("_").split("_")) or "Op"
-    return OpInfo(op_type, "vector", False, False, "vector_bytes", "elementwise", 1.0, kernel_type, known=False)
+    return OpInfo(op_type, Engine.VECTOR, False, False, "vector_bytes", "elementwise", 1.0, kernel_type, known=False)
 
 
 def _entry(op_type: str, table: Any, where: str) -> OpInfo:
@@ -89,7 +90,7 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         raise ProfileError(f"{entry_where}: unknown key '{unknown[0]}'; the keys are {', '.join(sorted(_ENTRY_KEYS))}.")
     return OpInfo(
         op_type=op_type,
-        engine=engine,
+        engine=Engine(engine),
         fusable=typed_value(table, "fusable", bool, entry_where),
         sync_all=typed_value(table, "sync_all", bool, entry_where),
         block_dim=block_dim,

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import NpufuseError
+from .fusion import ScopeOutcome
 from .report import CaseReport
 
-OUTCOMES = ("fused", "unfused", "bypassed", "aborted", "hang", "unsupported")
+OUTCOMES = tuple(ScopeOutcome)
 _SUPERKERNEL_KWARGS = ("scope", "min_speedup", "segments", "outcome", "breaks", "options")
 
 

@@ -32,10 +32,11 @@ from .plog import LogRecord
 from .program import Kernel, Program
 from .skoptions import SuperKernelOptions, parse_options
 from .streams import StreamPlan, stream_plan
+from .vocabulary import Engine, Mode, Vocabulary
 
 BASELINE = "baseline"
 VARIANT = "variant"
-MAX_AUTOTUNE = "max-autotune"
+MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
 # debug-aic-num : debug-aiv-num ratio -> SuperKernel kernel type (TorchAir option table, torchair §2.4).
 _DEBUG_RATIOS = {(1, 0): "MIX_AIC_1_0", (0, 1): "MIX_AIV_1_0", (1, 1): "MIX_AIC_1_1", (1, 2): "MIX_AIC_1_2"}
 
@@ -78,13 +79,24 @@ class ScopeBreak:
         return f"{self.op_type} ({self.kernel}{' at ' + self.source if self.source else ''})"
 
 
+class ScopeOutcome(Vocabulary):
+    """What became of a SuperKernel scope (the ``outcome=`` words of the ``superkernel`` marker)."""
+
+    FUSED = "fused"
+    UNFUSED = "unfused"
+    BYPASSED = "bypassed"
+    ABORTED = "aborted"
+    HANG = "hang"
+    UNSUPPORTED = "unsupported"
+
+
 @dataclass(frozen=True)
 class ScopePlan:
     """What became of one SuperKernel scope."""
 
     scope: str
     options: str
-    outcome: str
+    outcome: ScopeOutcome
     segments: tuple[Segment, ...]
     breaks: tuple[ScopeBreak, ...]
     reason: str
@@ -315,18 +327,18 @@ def _finish_segment(segment: Segment, options: SuperKernelOptions, program: Prog
     return _debug_cap(segment, kernels, forced, profile) if forced else segment
 
 
-def _strict_failure(scope: str, options: SuperKernelOptions, breaks: Sequence[ScopeBreak]) -> tuple[str, LogRecord] | None:
+def _strict_failure(scope: str, options: SuperKernelOptions, breaks: Sequence[ScopeBreak]) -> tuple[ScopeOutcome, LogRecord] | None:
     """The strict-scope-check verdict for a split scope; communication ops are not checked (CANN)."""
     mode = options.get("strict-scope-check")
-    checked = [b for b in breaks if b.engine != "comm"]
+    checked = [b for b in breaks if b.engine != Engine.COMM]
     if not mode or not checked:
         return None
     sites = ", ".join(b.describe() for b in checked)
     if mode == "bypass":
         message = f"scope {scope} is split by unfusable op(s) {sites}; bypass: no SuperKernel is generated for it"
-        return "bypassed", LogRecord("WARNING", "super_kernel_scope", message)
+        return ScopeOutcome.BYPASSED, LogRecord("WARNING", "super_kernel_scope", message)
     message = f"scope {scope} is split by unfusable op(s) {sites}; abort: compilation stops"
-    return "aborted", LogRecord("ERROR", "super_kernel_scope", message)
+    return ScopeOutcome.ABORTED, LogRecord("ERROR", "super_kernel_scope", message)
 
 
 @dataclass(frozen=True)
@@ -389,8 +401,8 @@ def _plan_scope(
     )
     hangs = [reason for seg in formed if (reason := _hang(seg, [program.kernel(n) for n in seg.kernels]))]
     if hangs:
-        return _ScopeResult(ScopePlan(scope, options.text, "hang", formed, tuple(breaks), hangs[0]))
-    outcome, reason = ("fused", "") if formed else ("unfused", "no kernel in the scope is fusable")
+        return _ScopeResult(ScopePlan(scope, options.text, ScopeOutcome.HANG, formed, tuple(breaks), hangs[0]))
+    outcome, reason = (ScopeOutcome.FUSED, "") if formed else (ScopeOutcome.UNFUSED, "no kernel in the scope is fusable")
     return _ScopeResult(ScopePlan(scope, options.text, outcome, formed, tuple(breaks), reason, _splits(scope, formed, program)))
 
 
@@ -452,7 +464,7 @@ def plan(
     scope_options = _scope_options(members, options or {})
     reason = _unsupported_reason(profile, mode, dynamic)
     if reason:
-        scopes = tuple(ScopePlan(s, o.text, "unsupported", (), (), reason) for s, o in scope_options.items())
+        scopes = tuple(ScopePlan(s, o.text, ScopeOutcome.UNSUPPORTED, (), (), reason) for s, o in scope_options.items())
         tasks = fused_tasks(program, {}, profile, multistream)
         return Plan(variant, mode, tasks, scopes, syncs=_device_syncs(streams, tasks), streams=streams)
     segments, breaks = _segment_scopes(program, profile)
@@ -461,8 +473,8 @@ def plan(
     ]
     scopes = tuple(result.plan for result in results)
     log = tuple(result.log for result in results if result.log is not None)
-    failure = next((f"{s.scope}: {s.reason}" for s in scopes if s.outcome in ("aborted", "hang")), None)
-    fused = {s.scope: list(s.segments) for s in scopes if s.outcome in ("fused", "hang")}
+    failure = next((f"{s.scope}: {s.reason}" for s in scopes if s.outcome in (ScopeOutcome.ABORTED, ScopeOutcome.HANG)), None)
+    fused = {s.scope: list(s.segments) for s in scopes if s.outcome in (ScopeOutcome.FUSED, ScopeOutcome.HANG)}
     tasks = fused_tasks(program, fused, profile, multistream)
     return Plan(variant, mode, tasks, scopes, log, failure, _device_syncs(streams, tasks), streams)
 

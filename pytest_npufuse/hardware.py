@@ -15,10 +15,11 @@ from typing import Any, Mapping
 
 from .errors import ProfileError
 from .tomlfile import read_toml, typed_value
+from .vocabulary import Engine
 
 DATA_DIR = Path(__file__).parent / "data"
 BUILTIN_TARGETS = ("a2", "a3")
-ENGINES = ("cube", "vector", "aicpu", "host", "comm")
+ENGINES = tuple(Engine)
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,12 @@ from .errors import ArgumentError
 from .fusion import Plan
 from .hardware import HardwareProfile
 from .program import Kernel, Program
+from .vocabulary import Mode
 
 GRAPH_SINK = "graph-sink"
 GRAPH_REPLAY = "graph-replay"
 HOST_SCHEDULED = "host-scheduled"
-EAGER = "eager"
+EAGER = Mode.EAGER
 MODES = ("max-autotune", "reduce-overhead", "eager")
 
 

@@ -1,36 +1,46 @@
-"""The library entry point: compare a model's BASELINE and VARIANT on a modeled target, without pytest.
+"""The library entry point and the one place the stages are chained, without pytest.
 
     from pytest_npufuse import compare
     report = compare(model, x, w, target="a3")
     print(report.summary())
 
-The model is compiled twice through :class:`~pytest_npufuse.backend.NpuBackend`: once with its scopes
-ignored (every kernel its own task, one stream) and once with them honoured. Both runs compute real
-outputs on the CPU, which are compared bit for bit.
+capture (Dynamo -> AOT -> aten graph -> program, once per model) -> plan (BASELINE: scopes ignored,
+every kernel its own task, one stream; VARIANT: scopes honoured) -> sanitize (the VARIANT's
+happens-before check) -> simulate (the modeled timeline) -> execute (numerics on the CPU) -> report.
+
+When BASELINE and VARIANT come from one model they share one capture and one numerics run: the VARIANT
+recomputes only the kernels downstream of a racy read (none when the sanitizer finds no race), and every
+other value is the BASELINE's. Outputs are still compared bit for bit. ``reference=`` captures and runs a
+second model for the BASELINE.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+import torch.fx
 import torch.utils._pytree as pytree
 
 from . import fusion
 from .advisor.affinity import find_affinity
 from .attribution import attribute
-from .backend import CompiledGraph, NpuBackend
-from .capture import compile_once, value_dependent_capture
+from .backend import Capture, CaptureBackend, CapturedGraph
+from .lowering import compile_static
 from .catalog import OpCatalog, load_catalog
 from .errors import CaptureError
+from .execute import Execution, inputs_of, racy_cone, run_graph, writes_inputs
 from .hardware import HardwareProfile, load_profile
 from .host import EAGER, HostConfig, host_config
 from .numerics import compare_outputs
+from .plog import write_plog
+from .program import Program
 from .report import CaseReport, ScopeReport
+from .sanitize import SanitizerReport, sanitize
+from .simulate import RunReport, simulate
 from .trace import write_case_traces
 from .torchair.configs.compiler_config import CompilerConfig
 
@@ -56,20 +66,99 @@ def _fresh(inputs: Sequence[Any]) -> list[Any]:
     return [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def _single_graph(backend: NpuBackend, model: Callable[..., Any]) -> CompiledGraph:
-    if len(backend.graphs) != 1:
-        name = getattr(type(model), "__name__", repr(model))
-        raise CaptureError(
-            f"{name} compiled into {len(backend.graphs)} graphs, expected exactly one; "
-            "a model with no tensor operations, or one Dynamo could not trace, cannot be modeled."
-        )
-    return backend.graphs[0]
-
-
 def _output_names(outputs: Any) -> tuple[list[str], list[Any]]:
     """Flatten the model's outputs and name each leaf by its path, e.g. ``output[0][1]``."""
     leaves, _ = pytree.tree_flatten_with_path(outputs)
     return ["output" + pytree.keystr(path) for path, _ in leaves], [leaf for _, leaf in leaves]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a graph is planned and simulated: the target, the modeled mode and the host."""
+
+    profile: HardwareProfile
+    mode: str
+    dynamic: bool = False
+    host: HostConfig = HostConfig()
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """One captured graph planned, checked and simulated; calling it computes the outputs."""
+
+    gm: torch.fx.GraphModule
+    program: Program
+    plan: fusion.Plan
+    run: RunReport
+    plog_path: str | None = None
+    sanitizer: SanitizerReport | None = None
+
+    def poisoned_reads(self) -> Mapping[str, frozenset[str]]:
+        """Per kernel, the inputs it reads in a race (none without a sanitizer run)."""
+        return self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
+
+    def __call__(self, *args: Any) -> list[Any]:
+        """The outputs a device would produce: kernels in issue order (always a legal order for the
+        data), where each read the sanitizer found racing sees poisoned memory."""
+        return run_graph(self.gm, self.program, args, self.poisoned_reads()).outputs
+
+
+def model_graph(
+    graph: CapturedGraph,
+    settings: Settings,
+    variant: str,
+    options: Mapping[str, str] | None = None,
+    multistream: bool = True,
+) -> CompiledGraph:
+    """plan -> sanitize -> simulate for one captured graph (the stages between capture and execute)."""
+    plan = fusion.plan(
+        graph.program,
+        settings.profile,
+        variant=variant,
+        mode=settings.mode,
+        dynamic=settings.dynamic,
+        options=options,
+        multistream=multistream,
+    )
+    plog = write_plog(plan.log)
+    checked = sanitize(graph.program, plan.streams) if plan.streams is not None else None
+    deadlock = checked.deadlock.describe() if checked is not None and checked.deadlock is not None else None
+    run = simulate(graph.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
+    return CompiledGraph(graph.gm, graph.program, plan, run, plog and str(plog), checked)
+
+
+@dataclass
+class NpuBackend:
+    """A ``torch.compile`` backend bound to one target, mode and variant (scopes honoured or ignored):
+    it captures each graph and models it through :func:`model_graph`; ``graphs`` keeps the results."""
+
+    config: CompilerConfig
+    profile: HardwareProfile
+    variant: str = fusion.VARIANT
+    catalog: OpCatalog = field(default_factory=load_catalog)
+    options: Mapping[str, str] = field(default_factory=dict)
+    multistream: bool = True
+    mode: str | None = None
+    dynamic: bool = False
+    host: HostConfig = field(default_factory=HostConfig)
+    graphs: list[CompiledGraph] = field(default_factory=list)
+
+    @property
+    def run_mode(self) -> str:
+        """The mode runs are modeled in: ``mode`` when set (``"eager"``), else the config's."""
+        return self.mode or self.config.mode
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        return CaptureBackend(self.catalog, self._model)(gm, example_inputs)
+
+    def _model(self, graph: CapturedGraph) -> CompiledGraph:
+        settings = Settings(self.profile, self.run_mode, self.dynamic, self.host)
+        compiled = model_graph(graph, settings, self.variant, self.options, self.multistream)
+        self.graphs.append(compiled)
+        return compiled
+
+    def __repr__(self) -> str:
+        return f"NpuBackend({self.profile.name}, {self.run_mode}, {self.variant})"
 
 
 def _streams_used(graph: CompiledGraph) -> tuple[str, ...]:
@@ -78,6 +167,12 @@ def _streams_used(graph: CompiledGraph) -> tuple[str, ...]:
     plan = graph.plan.streams
     used = set(plan.kernel_stream.values()) if plan is not None else {task.stream for task in graph.plan.tasks}
     return tuple(stream for stream in graph.program.streams() if stream in used) or ("default",)
+
+
+def capture(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
+    """The program IR of ``model`` on ``inputs``: one Dynamo + AOT capture, no numerics."""
+    torch._dynamo.reset()
+    return Capture(model, inputs, catalog or load_catalog()).graph.program
 
 
 def compile_model(
@@ -105,14 +200,45 @@ def compile_model(
         config, profile, variant, catalog or load_catalog(), multistream=multistream, mode=override,
         dynamic=dynamic, host=host_config(host),
     )
-    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
+    return compile_static(model, backend), backend
 
-    @functools.wraps(model)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with value_dependent_capture():
-            return compiled(*args, **kwargs)
 
-    return run, backend
+@dataclass(frozen=True)
+class _Outputs:
+    """Both runs' model-level outputs and the work the numerics did."""
+
+    baseline: Any
+    variant: Any
+    kernels_executed: int
+
+
+def _inputs_for(captured: Capture, inputs: Sequence[Any]) -> Sequence[Any]:
+    """The inputs to run on: copies when the graph writes into its inputs, so no run sees another's
+    writes and the caller's tensors stay untouched; the caller's own tensors otherwise."""
+    return _fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
+
+
+def _execute(model: Capture, reference: Capture, variant: CompiledGraph, inputs: Sequence[Any]) -> _Outputs:
+    """BASELINE and VARIANT numerics with each kernel computed once when both come from one capture."""
+    stale = variant.poisoned_reads()
+    gm, program = model.graph.gm, model.graph.program
+    shared = reference is model
+    cone = racy_cone(gm, stale, program) if shared else frozenset()
+    keep = inputs_of(gm, cone) | {arg.name for arg in gm.graph.output_node().all_input_nodes} if cone else frozenset()
+    ref = reference.graph
+    baseline, base_run = reference.run(
+        _inputs_for(reference, inputs), lambda args: run_graph(ref.gm, ref.program, args, {}, keep=keep)
+    )
+    if shared and not cone:
+        return _Outputs(baseline, baseline, base_run.kernels_run)
+
+    def execute(args: list[Any]) -> Execution:
+        if shared:
+            return run_graph(gm, program, args, stale, only=cone, given=base_run.kept)
+        return run_graph(gm, program, args, stale)
+
+    variant_out, variant_run = model.run(_inputs_for(model, inputs), execute)
+    return _Outputs(baseline, variant_out, base_run.kernels_run + variant_run.kernels_run)
 
 
 def compare(
@@ -137,30 +263,27 @@ def compare(
     ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory. ``affinity=True`` adds
     the seed-003 affinity-op findings of the model's graph (``report.findings``).
     """
-    profile = _profile(target)
     catalog = catalog or load_catalog()
     config, override = _config(mode)
-    settings = {"mode": override, "dynamic": dynamic, "host": host_config(host)}
+    settings = Settings(_profile(target), override or config.mode, dynamic, host_config(host))
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()
-    baseline_backend = NpuBackend(config, profile, fusion.BASELINE, catalog, **settings)
-    baseline_model = reference if reference is not None else model
-    baseline_out = compile_once(baseline_model, _fresh(inputs), baseline_backend)
-    variant_backend = NpuBackend(config, profile, fusion.VARIANT, catalog, dict(options or {}), **settings)
-    variant_out = compile_once(model, _fresh(inputs), variant_backend)
-    baseline_graph = _single_graph(baseline_backend, baseline_model)
-    variant_graph = _single_graph(variant_backend, model)
-    names, baseline_leaves = _output_names(baseline_out)
-    _, variant_leaves = _output_names(variant_out)
+    captured = Capture(model, inputs, catalog)
+    reference_capture = Capture(reference, inputs, catalog) if reference is not None else captured
+    baseline_graph = model_graph(reference_capture.graph, settings, fusion.BASELINE)
+    variant_graph = model_graph(captured.graph, settings, fusion.VARIANT, dict(options or {}))
+    outputs = _execute(captured, reference_capture, variant_graph, inputs)
+    names, baseline_leaves = _output_names(outputs.baseline)
+    _, variant_leaves = _output_names(outputs.variant)
     if len(baseline_leaves) != len(variant_leaves):
         raise CaptureError(
             f"the reference returns {len(baseline_leaves)} outputs but the model returns {len(variant_leaves)}; "
             "they must return the same structure to be compared."
         )
     report = CaseReport(
-        target=profile.name,
-        mode=variant_backend.run_mode,
+        target=settings.profile.name,
+        mode=settings.mode,
         baseline=baseline_graph.run,
         variant=variant_graph.run,
         mismatches=compare_outputs(names, baseline_leaves, variant_leaves),
@@ -172,10 +295,12 @@ def compare(
         deadlock=variant_graph.sanitizer.deadlock.describe()
         if variant_graph.sanitizer is not None and variant_graph.sanitizer.deadlock is not None
         else None,
+        captures=1 if reference is None else 2,
+        kernels_executed=outputs.kernels_executed,
         attribution={
             graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline_graph, variant_graph)
         },
-        findings=find_affinity(variant_graph.program, profile, catalog) if affinity else (),
+        findings=find_affinity(variant_graph.program, settings.profile, catalog) if affinity else (),
     )
     if trace_dir is None:
         return report

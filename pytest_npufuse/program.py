@@ -2,7 +2,8 @@
 
 Kernels carry their op type, the buffers they read and write, and the scope annotations resolved for
 them; view ops are aliases of a buffer, not kernels. Everything is immutable so that the planner, the
-simulator and the sanitizer can share one program without copying.
+simulator and the sanitizer can share one program without copying, and plain data: the IR, the planner
+and the simulator import without torch.
 """
 
 from __future__ import annotations
@@ -12,7 +13,21 @@ from functools import cached_property
 from typing import Mapping
 
 from .catalog import OpInfo
-from .scopes import Annotations
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """The scope attributes that apply to one kernel after nesting is resolved (see :mod:`.scopes`)."""
+
+    sk_scope: str | None = None
+    sk_options: str = ""
+    stream: str | None = None
+    stream_priority: int = 0
+    aicore_limit: int | None = None
+    vectorcore_limit: int | None = None
+
+
+NO_ANNOTATIONS = Annotations()
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,11 @@ class CaseReport:
     trace_path: str | None = None
     plog_path: str | None = None
     deadlock: str | None = None
+    captures: int = 1
+    """Dynamo + AOT captures the check made: one per model (two with a ``reference=`` model)."""
+    kernels_executed: int = 0
+    """Kernels the numerics computed: the BASELINE's, plus the VARIANT's racy cone (or, with a
+    ``reference=`` model, the whole VARIANT)."""
     attribution: Mapping[str, Attribution] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
 

@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 
 from .program import Kernel, Program, TensorSpec
 from .streams import MAX_AUTOTUNE, StreamPlan, EventEdge
+from .vocabulary import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,20 @@ class Access:
         return f"{self.kernel} ({self.op_type}{where}) on stream '{self.stream}' {self.action}"
 
 
+class RaceKind(Vocabulary):
+    """What two unordered accesses do to one piece of memory."""
+
+    READ_AFTER_WRITE = "read-after-write race"
+    WRITE_AFTER_READ = "write-after-read race"
+    WRITE_AFTER_WRITE = "write-after-write race"
+    LIFETIME = "lifetime hazard"
+
+
 @dataclass(frozen=True)
 class Race:
     """Two unordered accesses to the same memory from different streams (or a lifetime hazard)."""
 
-    kind: str
+    kind: RaceKind
     tensor: str
     spec: TensorSpec | None
     first: Access
@@ -181,7 +191,7 @@ class _Sanitizer:
         if mem.last_write is not None:
             writer, seq = mem.last_write
             if not self._covered(kernel, writer, seq):
-                self._report("read-after-write race", buffer, writer, "writes it", kernel, "reads it")
+                self._report(RaceKind.READ_AFTER_WRITE, buffer, writer, "writes it", kernel, "reads it")
         mem.reads.append((kernel, self.seq[kernel.name], buffer))
 
     def _write(self, kernel: Kernel, buffer: str) -> None:
@@ -193,17 +203,17 @@ class _Sanitizer:
                 if reused:
                     self._lifetime(read_buffer, reader, kernel, buffer)
                 else:
-                    self._report("write-after-read race", read_buffer, reader, "reads it", kernel, "writes it")
+                    self._report(RaceKind.WRITE_AFTER_READ, read_buffer, reader, "reads it", kernel, "writes it")
         if not mem.reads and mem.last_write is not None and not reused:
             writer, seq = mem.last_write
             if not self._covered(kernel, writer, seq):
-                self._report("write-after-write race", buffer, writer, "writes it", kernel, "writes it")
+                self._report(RaceKind.WRITE_AFTER_WRITE, buffer, writer, "writes it", kernel, "writes it")
         mem.last_write, mem.reads = (kernel, self.seq[kernel.name]), []
 
     def _access(self, kernel: Kernel, action: str) -> Access:
         return Access(kernel.name, kernel.op_type, self.plan.kernel_stream[kernel.name], action, kernel.source)
 
-    def _report(self, kind: str, buffer: str, first: Kernel, first_action: str, second: Kernel, second_action: str) -> None:
+    def _report(self, kind: RaceKind, buffer: str, first: Kernel, first_action: str, second: Kernel, second_action: str) -> None:
         spec = self.program.buffers[buffer].spec if buffer in self.program.buffers else None
         race = Race(kind, buffer, spec, self._access(first, first_action), self._access(second, second_action), _fix(first, second, self.plan.mode))
         self.races.append(race)
@@ -216,7 +226,7 @@ class _Sanitizer:
         )
         self.races.append(
             Race(
-                "lifetime hazard",
+                RaceKind.LIFETIME,
                 read_buffer,
                 spec,
                 self._access(reader, "reads it"),

@@ -8,13 +8,13 @@ the same, in our own ``npufuse`` namespace so a real TorchAir installed beside u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 import torch.fx
 
 from .errors import ScopeError
+from .program import NO_ANNOTATIONS, Annotations
 
 SK_SCOPE = "_super_kernel_scope"
 SK_OPTIONS = "_super_kernel_options"
@@ -47,21 +47,6 @@ SCOPE_EXIT = torch.ops.npufuse.scope_exit.default
 # because they return nothing that anything uses.
 torch.fx.node.has_side_effect(SCOPE_ENTER)
 torch.fx.node.has_side_effect(SCOPE_EXIT)
-
-
-@dataclass(frozen=True)
-class Annotations:
-    """The scope attributes that apply to one kernel after nesting is resolved."""
-
-    sk_scope: str | None = None
-    sk_options: str = ""
-    stream: str | None = None
-    stream_priority: int = 0
-    aicore_limit: int | None = None
-    vectorcore_limit: int | None = None
-
-
-NO_ANNOTATIONS = Annotations()
 
 
 def is_scope_node(node: torch.fx.Node) -> bool:

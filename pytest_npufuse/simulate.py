@@ -24,6 +24,7 @@ from .fusion import Plan, Segment, Task
 from .hardware import HardwareProfile
 from .host import GRAPH_SINK, HOST_SCHEDULED, EAGER, HostConfig, HostSlice, execution_of, kept_on_host, schedule
 from .program import Kernel, Program
+from .vocabulary import Vocabulary
 
 
 class KernelRun(NamedTuple):
@@ -61,6 +62,13 @@ class EventRun(NamedTuple):
     wait_end_us: float
 
 
+class Bound(Vocabulary):
+    """Which side limits a run: the host issuing work, or the device doing it."""
+
+    HOST = "host"
+    DEVICE = "device"
+
+
 @dataclass(frozen=True)
 class RunReport:
     """The modeled run of one variant.
@@ -76,7 +84,7 @@ class RunReport:
     time_us: float
     device_us: float
     host_us: float
-    bound: str
+    bound: Bound
     tasks: int
     kernels: tuple[KernelRun, ...]
     execution: str = GRAPH_SINK
@@ -341,17 +349,19 @@ def simulate(
     *,
     dynamic: bool = False,
     host: HostConfig = HostConfig(),
+    deadlock: str | None = None,
 ) -> RunReport:
     """Model one run of ``plan`` on ``profile``; ``dynamic`` selects host scheduling in max-autotune.
 
-    A plan that cannot finish (compile abort, modeled hang or deadlock) takes forever and has no
-    timeline. The cyclic garbage collector is paused meanwhile: a large program allocates a few objects
+    A plan that cannot finish (compile abort, modeled hang, or the sanitizer's ``deadlock``) takes
+    forever and has no timeline. The cyclic garbage collector is paused meanwhile: a large program allocates a few objects
     per kernel, none of them cyclic, and repeated full collections would make the run superlinear.
     """
-    if plan.failure is not None:
+    failure = plan.failure or deadlock
+    if failure is not None:
         return RunReport(
-            plan.variant, profile.name, plan.mode, math.inf, math.inf, 0.0, "device", len(plan.tasks), (),
-            failure=plan.failure,
+            plan.variant, profile.name, plan.mode, math.inf, math.inf, 0.0, Bound.DEVICE, len(plan.tasks), (),
+            failure=failure,
         )
     paused = gc.isenabled()
     gc.disable()
@@ -384,7 +394,7 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
         time_us=max(last, host_us),
         device_us=device_us,
         host_us=host_us,
-        bound="host" if host_us > device_us else "device",
+        bound=Bound.HOST if host_us > device_us else Bound.DEVICE,
         tasks=len(plan.tasks),
         kernels=build.kernels(device),
         execution=execution,

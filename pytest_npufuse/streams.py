@@ -24,9 +24,10 @@ from typing import Mapping, Sequence
 
 from .errors import ScopeError
 from .program import Kernel, Program, SyncPoint
+from .vocabulary import Mode
 
-MAX_AUTOTUNE = "max-autotune"
-REDUCE_OVERHEAD = "reduce-overhead"
+MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
+REDUCE_OVERHEAD = Mode.REDUCE_OVERHEAD
 _GE_ONLY = {"npu_wait_tensor"}
 _ACLGRAPH_ONLY = {"npu_tagged_event_record", "npu_tagged_event_wait", "npu_record_tagged_stream"}
 

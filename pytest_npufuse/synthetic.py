@@ -14,12 +14,11 @@ from typing import Sequence
 
 from . import fusion
 from .attribution import attribute
-from .capture import compute_dtype_of, kernel_bytes, kernel_flops
+from .lowering import compute_dtype_of, kernel_bytes, kernel_flops
 from .catalog import OpCatalog, load_catalog
 from .hardware import HardwareProfile
-from .program import Buffer, Kernel, Program, TensorSpec
+from .program import Annotations, Buffer, Kernel, Program, TensorSpec
 from .report import CaseReport, ScopeReport
-from .scopes import Annotations
 from .simulate import simulate
 
 _ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "int32": 4, "int64": 8, "bool": 1}

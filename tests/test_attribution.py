@@ -11,7 +11,7 @@ import torch
 
 from pytest_npufuse import compare, torchair
 from pytest_npufuse.attribution import OP_STATISTIC_COLUMNS, attribute
-from pytest_npufuse.capture import module_path
+from pytest_npufuse.lowering import module_path
 from pytest_npufuse.hardware import load_profile
 from pytest_npufuse.simulate import simulate
 from pytest_npufuse.synthetic import ProgramBuilder, plan_program

@@ -75,6 +75,17 @@ def test_catalog_knows_seed_ops_and_warns_once_for_unknown():
     assert not first.fusable and first.engine == "vector"
 
 
+def test_catalog_knows_real_code_index_arithmetic_and_slice_writes():
+    """Slot -> (block, offset) with // and %, and slice assignment, as real paged-KV and attention code
+    does them, are described ops, not unknown ones."""
+    catalog = load_catalog()
+    ops = ("aten::floor_divide", "aten::remainder", "aten::slice_scatter")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownOpWarning)
+        kinds = [catalog.lookup(op).kernel_type for op in ops]
+    assert kinds == ["FloorDiv", "FloorMod", "ViewCopy"]
+
+
 def test_user_catalog_entries_are_validated_and_win():
     catalog = load_catalog({"acc::my_op": {"engine": "cube", "fusable": True, "sync_all": False, "block_dim": 8}})
     assert catalog.lookup("acc::my_op").block_dim == 8

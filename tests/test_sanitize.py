@@ -5,8 +5,8 @@ import torch
 
 from pytest_npufuse import compare
 from pytest_npufuse import torchair as tng
-from pytest_npufuse.backend import NpuBackend
-from pytest_npufuse.capture import compile_once
+from pytest_npufuse.pipeline import NpuBackend
+from pytest_npufuse.lowering import compile_once
 from pytest_npufuse.errors import ScopeError
 from pytest_npufuse.execute import poison
 from pytest_npufuse.fusion import VARIANT

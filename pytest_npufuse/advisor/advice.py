@@ -9,7 +9,6 @@ lines to paste at the module calls the layout wraps.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,17 +18,14 @@ import torch
 
 from .. import fusion
 from ..attribution import Attribution, attribute
-from ..backend import NpuBackend
-from ..capture import compile_once
+from ..backend import Capture
 from ..catalog import OpCatalog, load_catalog
-from ..errors import CaptureError
 from ..hardware import HardwareProfile, load_profile
 from ..program import ModuleFrame, Program
 from ..sanitize import sanitize
 from ..simulate import simulate
 from ..skoptions import parse_options
 from ..streams import stream_plan
-from ..torchair.configs.compiler_config import CompilerConfig
 from .affinity import Finding, find_affinity, findings_json
 from .candidates import Candidate, Evaluator, Layout, assignments, with_scopes
 from .decision import Recommendation, recommend, top_down
@@ -173,20 +169,10 @@ def _paste_lines(layout: Layout, structure: Structure, options: str) -> tuple[st
     return tuple(lines)
 
 
-def capture_program(
-    model: Callable[..., Any], *inputs: Any, target: str | HardwareProfile = "a3", catalog: OpCatalog | None = None
-) -> Program:
-    """The program of ``model`` on ``inputs``, captured once (one Dynamo + AOT trace)."""
+def capture_program(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
+    """The program of ``model`` on ``inputs``, captured once (one Dynamo + AOT trace, no numerics)."""
     torch._dynamo.reset()
-    profile = target if isinstance(target, HardwareProfile) else load_profile(target)
-    backend = NpuBackend(CompilerConfig(), profile, fusion.BASELINE, catalog or load_catalog())
-    fresh = [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-    compile_once(model, fresh, backend)
-    if len(backend.graphs) != 1:
-        raise CaptureError(
-            f"{type(model).__name__} compiled into {len(backend.graphs)} graphs; the advisor needs exactly one."
-        )
-    return backend.graphs[0].program
+    return Capture(model, inputs, catalog or load_catalog()).graph.program
 
 
 def _rank(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
@@ -209,7 +195,7 @@ def advise(
     profile = target if isinstance(target, HardwareProfile) else load_profile(target)
     catalog = catalog or load_catalog()
     parse_options("advise", options)
-    program = capture_program(model, *inputs, target=profile, catalog=catalog)
+    program = capture_program(model, *inputs, catalog=catalog)
     plain = with_scopes(program, {}, "")
     streams = stream_plan(plain, fusion.MAX_AUTOTUNE)
     evaluator = Evaluator(plain, profile, options, sanitize(plain, streams))

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import fusion
-from ..capture import compute_dtype_of, kernel_bytes, kernel_flops
+from ..lowering import compute_dtype_of, kernel_bytes, kernel_flops
 from ..catalog import OpCatalog
 from ..hardware import HardwareProfile
 from ..program import Buffer, Kernel, Program, TensorSpec

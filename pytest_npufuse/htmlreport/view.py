@@ -7,6 +7,7 @@ rounded to nanoseconds; lanes and kernels are referred to by index.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Mapping
 
@@ -87,7 +88,7 @@ def _access(access: Access) -> dict[str, str]:
 def case_view(report: CaseReport, case: str, gate: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The HTML report's view of one check. ``gate`` is the baseline gate's verdict on it
     (``status`` and ``text``), or None without a gate."""
-    return {
+    view = {
         "case": case,
         "target": report.target,
         "mode": report.mode,
@@ -112,3 +113,6 @@ def case_view(report: CaseReport, case: str, gate: Mapping[str, str] | None = No
         ],
         "runs": [run_view(run, report.attribution.get(run.variant)) for run in (report.baseline, report.variant)],
     }
+    # Outcomes, race kinds, engines and modes are str enums; a JSON round trip leaves plain str, which
+    # pytest-xdist's wire format needs (it takes builtins only).
+    return json.loads(json.dumps(view))

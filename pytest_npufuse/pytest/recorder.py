@@ -27,7 +27,9 @@ _JUNIT_PROPERTIES = ("target", "baseline_us", "variant_us", "speedup", "segments
 
 
 def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None) -> dict[str, Any]:
-    """The record of one check: its baseline entry, precision, host/device split and gate verdict."""
+    """The record of one check: its baseline entry, precision, host/device split and gate verdict.
+
+    Plain builtins only (``str()`` of a vocabulary member): pytest-xdist's wire format refuses enums."""
     row: dict[str, Any] = {
         "key": key,
         "target": report.target,
@@ -35,7 +37,7 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "bit_exact": report.bit_exact,
         "host_us": round(report.variant.host_us, 3),
         "device_us": finite_us(report.variant.device_us),
-        "bound": report.variant.bound,
+        "bound": str(report.variant.bound),
         "attribution": {variant: attribution.to_json() for variant, attribution in report.attribution.items()},
         "affinity": findings_json(report.findings),
     }

@@ -10,7 +10,7 @@ __all__ = ["ops", "scope", "CompilerConfig", "get_npu_backend"]
 
 def get_npu_backend(*, compiler_config: CompilerConfig | None = None, target: str = "a3"):
     """A ``torch.compile`` backend that models ``target`` with SuperKernel scopes and streams honoured."""
-    from ..backend import NpuBackend
+    from ..pipeline import NpuBackend
     from ..hardware import load_profile
 
     return NpuBackend(compiler_config or CompilerConfig(), load_profile(target))

@@ -1,4 +1,6 @@
-"""Capture: ``torch.compile`` a model with one graph and turn its aten graph into the program IR.
+"""Lowering, the core of capture: a captured aten graph becomes the program IR, and Dynamo's failures
+become errors a user can act on. (:mod:`.backend` drives Dynamo and AOT; ``pytest_npufuse.capture()``
+is the public entry point.)
 
 Dynamo hands the backend an FX graph of torch-level calls; AOTAutograd lowers it to functional aten ops
 with fake-tensor metadata (shapes and dtypes), which is the level at which an NPU compiler sees kernels.
@@ -406,7 +408,7 @@ class _ProgramBuilder:
         info = self.catalog.lookup(op_type).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
         single = isinstance(value, torch.Tensor)
-        mutated = _mutated_arguments(node)
+        mutated = mutated_arguments(node)
         if single:
             self._add_buffer(node, producer=None if mutated else name, alias_of=mutated[0] if mutated else None)
         self.index_of_node[node.name] = self.index_of_name[name] = len(self.kernels)
@@ -482,7 +484,7 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
-def _mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:
+def mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:
     """Buffers an in-place op writes (schema ``Tensor(a!)``), e.g. the ``copy_`` that writes a mutated
     graph input back; its output is that same memory, not a new buffer."""
     schema = getattr(node.target, "_schema", None)
@@ -500,13 +502,29 @@ def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog) -> Program:
     return _ProgramBuilder(gm, catalog).build()
 
 
-def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Callable[..., Any]) -> Any:
-    """Compile and run ``model`` with ``backend`` as one static graph, turning Dynamo failures into errors
-    a user can act on (a graph break names the scope it split)."""
-    check_call(model, inputs)
+def compile_static(model: Callable[..., Any], backend: Callable[..., Any]) -> Callable[..., Any]:
+    """``model`` compiled by ``backend`` as one static graph (compiled on its first call), with
+    value-dependent ops kept in the graph whenever it is called."""
     compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with value_dependent_capture():
+            return compiled(*args, **kwargs)
+
+    return run
+
+
+def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Callable[..., Any]) -> Any:
+    """Compile and run ``model`` with ``backend`` as one static graph; errors as :func:`call_compiled`."""
+    return call_compiled(model, compile_static(model, backend), inputs)
+
+
+def call_compiled(model: Callable[..., Any], compiled: Callable[..., Any], inputs: Sequence[Any]) -> Any:
+    """Run ``compiled`` (``model`` compiled), turning Dynamo failures into errors a user can act on (a
+    graph break names the scope it split); the model and its inputs are checked first."""
+    check_call(model, inputs)
     try:
-        with torch.no_grad(), value_dependent_capture():
+        with torch.no_grad():
             outputs = compiled(*inputs)
     except NpufuseError as exc:
         raise _located(exc, model, inputs) from None

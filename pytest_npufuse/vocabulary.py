@@ -1,0 +1,39 @@
+"""Closed vocabularies shared by several stages: the modes a graph runs in and the engines a kernel runs on.
+
+Every vocabulary of the project (these, and the stage-owned ones such as ``fusion.ScopeOutcome``,
+``sanitize.RaceKind`` and ``simulate.Bound``) is a :class:`Vocabulary`: a ``str`` enum whose members
+compare equal to, print as and serialise to JSON as their string values, so reports, baseline files and
+user code that compare with plain strings see exactly the words they saw before.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Vocabulary(str, Enum):
+    """A ``str`` enum that reads as its value everywhere (``str``, ``format``, ``repr``, JSON) and hashes as
+    it too, so a member and its plain string find the same dict entry (``Enum`` hashes the member name)."""
+
+    __hash__ = str.__hash__
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __repr__ = str.__repr__
+
+
+class Mode(Vocabulary):
+    """How a graph is executed: TorchAir's two compile modes, and the op-by-op ``eager`` reference."""
+
+    MAX_AUTOTUNE = "max-autotune"
+    REDUCE_OVERHEAD = "reduce-overhead"
+    EAGER = "eager"
+
+
+class Engine(Vocabulary):
+    """The engine an op runs on (DESIGN §6: the op catalog's ``engine`` key)."""
+
+    CUBE = "cube"
+    VECTOR = "vector"
+    AICPU = "aicpu"
+    HOST = "host"
+    COMM = "comm"
