@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import sympy
 import torch
 import torch.fx
-import torch.utils._pytree
 from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 
 from . import scopes, syncs
@@ -525,7 +524,7 @@ def call_compiled(model: Callable[..., Any], compiled: Callable[..., Any], input
     check_call(model, inputs)
     try:
         with torch.no_grad():
-            outputs = compiled(*inputs)
+            return compiled(*inputs)
     except NpufuseError as exc:
         raise _located(exc, model, inputs) from None
     except BackendCompilerFailed as exc:
@@ -536,12 +535,15 @@ def call_compiled(model: Callable[..., Any], compiled: Callable[..., Any], input
             raise _located(ours, model, inputs) from None
         raised = _eager_error(model, inputs)
         raise (raised or CaptureError(_graph_break_message(model, inputs, exc))) from None
-    if not any(isinstance(leaf, torch.Tensor) for leaf in torch.utils._pytree.tree_leaves(outputs)):
+
+
+def check_outputs_used(program: Program) -> None:
+    """A graph that returns no tensor had every op removed as dead code: nothing could be compared."""
+    if not any(name is not None for name in program.outputs):
         raise CaptureError(
-            f"the model returns no tensor ({type(outputs).__name__ if outputs is not None else 'None'}), so every op "
-            "in it is dead code a compiler removes and nothing can be compared; return the tensors it computes."
+            "the model returns no tensor (its outputs are None or not tensors), so every op in it is dead code a "
+            "compiler removes and nothing can be compared; return the tensors it computes."
         )
-    return outputs
 
 
 def check_call(model: Callable[..., Any], inputs: Sequence[Any]) -> None:

@@ -323,7 +323,7 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("model", "a missing input", model_call(Add(), X), r"Add.forward\(x, y\) cannot take the 1 input\(s\) given: missing a required argument: 'y'"),
     ("model", "too many inputs", model_call(Add(), X, X, X), r"cannot take the 3 input\(s\) given: too many positional arguments"),
     ("model", "the class, not an instance", model_call(Add, X, X), r"got the class Add, not a model; pass an instance, e.g. check\(Add\(\), \*inputs\)"),
-    ("model", "outputs are None", model_call(NoOutput(), X), r"the model returns no tensor \(None\).*return the tensors it computes"),
+    ("model", "outputs are None", model_call(NoOutput(), X), r"the model returns no tensor.*return the tensors it computes"),
     ("model", "a random op in forward", model_call(RandomNoise(), X), r"aten::rand_like at .*test_bad_inputs.py:\d+ draws random numbers"),
     ("model", "mismatched matmul shapes", model_call(Shapes(), torch.ones(2, 3), torch.ones(4, 5)), r"at .*test_bad_inputs.py:\d+"),
     ("model", "reference returns another structure", model_call(_model_returns_one, X, reference=_reference_returns_two), r"the reference returns 2 outputs but the model returns 1"),
