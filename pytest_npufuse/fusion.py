@@ -51,7 +51,11 @@ class Segment:
 
     ``kernel_dims`` is each sub-kernel's own block dim (it runs on at most the SuperKernel's). ``reads``
     gives, for each sub-kernel, the earlier sub-kernels whose output it reads: the SuperKernel compiler
-    puts an intra-kernel sync only there, so independent sub-kernels run back to back.
+    puts an intra-kernel sync only there, so independent sub-kernels run back to back. ``early_start``
+    and ``preload`` are the ``early-start`` and ``preload-code`` options in effect (Early-Start is off in
+    a dual-stream SuperKernel); ``code_copies`` is ``split-mode``, the copies of each sub-kernel's code
+    that spread the cores' instruction fetches; ``flush_before``/``flush_after`` mark the sub-kernels the dcci options
+    (or ``debug-dcci-all``) flush the data cache around.
     """
 
     scope: str
@@ -64,6 +68,11 @@ class Segment:
     reads: tuple[tuple[int, ...], ...]
     feed_sync_all: bool = False
     lanes: tuple[str, ...] = ()
+    early_start: bool = True
+    preload: bool = True
+    code_copies: int = 4
+    flush_before: tuple[bool, ...] = ()
+    flush_after: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -320,9 +329,34 @@ def _hang(segment: Segment, kernels: Sequence[Kernel]) -> str:
     return ""
 
 
+def _option(options: SuperKernelOptions, name: str, default: str) -> str:
+    """An option's value as the user set it, else CANN's default (torchair_2026 §1)."""
+    return options.values.get(name, default)
+
+
+def _flushes(options: SuperKernelOptions, kernels: Sequence[Kernel]) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """Which sub-kernels get a data-cache flush before and after them: the op types the
+    ``dcci-before-kernel-start`` / ``dcci-after-kernel-end`` options name, and after every one with
+    ``debug-dcci-all=1``."""
+    before = set(filter(None, _option(options, "dcci-before-kernel-start", "").split(",")))
+    after = set(filter(None, _option(options, "dcci-after-kernel-end", "").split(",")))
+    every = _option(options, "debug-dcci-all", "0") == "1"
+    types = [kernel.info.kernel_type for kernel in kernels]
+    return tuple(t in before for t in types), tuple(every or t in after for t in types)
+
+
 def _finish_segment(segment: Segment, options: SuperKernelOptions, program: Program, profile: HardwareProfile) -> Segment:
     kernels = [program.kernel(name) for name in segment.kernels]
-    segment = replace(segment, feed_sync_all=options.get("feed-sync-all") == "1")
+    flush_before, flush_after = _flushes(options, kernels)
+    segment = replace(
+        segment,
+        feed_sync_all=options.get("feed-sync-all") == "1",
+        early_start=_option(options, "early-start", "1") != "0",
+        preload=_option(options, "preload-code", "per-func") != "none",
+        code_copies=int(_option(options, "split-mode", "4")),
+        flush_before=flush_before if any(flush_before) else (),
+        flush_after=flush_after if any(flush_after) else (),
+    )
     forced = _debug_cores(options)
     return _debug_cap(segment, kernels, forced, profile) if forced else segment
 
@@ -377,7 +411,7 @@ def _stream_fusion(segment: Segment, options: SuperKernelOptions, streams: Strea
             "event between them; with stream-fusion=0 add an event (npu_wait_tensor or record/wait) between the "
             "streams, or set stream-fusion=1 to let the SuperKernel run them in parallel."
         )
-    return replace(segment, lanes=lanes) if fused else segment
+    return replace(segment, lanes=lanes, early_start=False) if fused else segment
 
 
 def _plan_scope(

@@ -28,7 +28,7 @@ import torch
 import torch.fx
 from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 
-from . import scopes, syncs
+from . import cost, scopes, syncs
 from .catalog import OpCatalog
 from .errors import ArgumentError, CaptureError, NotModeledError, NpufuseError, OptionsError, ScopeError
 from .program import Buffer, Kernel, ModuleFrame, Program, StreamScope, SyncPoint, TensorSpec
@@ -187,29 +187,6 @@ def call_name(node: torch.fx.Node) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
-def kernel_flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
-    """Arithmetic work of one kernel by the catalog's rule."""
-    out_elems = sum(math.prod(spec.shape) for spec in outputs)
-    if rule == "matmul":
-        first_matrix = next((spec for spec in inputs if len(spec.shape) >= 2), None)
-        k = first_matrix.shape[-1] if first_matrix is not None else 1
-        return 2.0 * out_elems * k
-    if rule == "elementwise":
-        return out_elems * per_element
-    if rule == "reduction":
-        return float(sum(math.prod(spec.shape) for spec in inputs[:1]))
-    return 0.0
-
-
-def kernel_bytes(rule: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> int:
-    """Memory traffic of one kernel by the catalog's rule: everything it reads and writes, only what
-    it writes (a fill such as ``zeros``), or nothing (a host-side op)."""
-    if rule == "none":
-        return 0
-    written = sum(spec.nbytes for spec in outputs)
-    return written if rule == "output" else written + sum(spec.nbytes for spec in inputs)
-
-
 def compute_dtype_of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
     """The dtype a kernel computes in: its first matrix/tensor input, else its first output."""
     for spec in (*inputs, *outputs):
@@ -234,6 +211,7 @@ class _ProgramBuilder:
         self.syncs: list[SyncPoint] = []
         self.record_tokens: dict[str, str] = {}
         self.open_streams: list[tuple[str, int] | None] = []
+        self.prefetched: set[str] = set()
         self.stream_scopes: list[StreamScope] = []
         self.open_uses: list[tuple[str, str, str, int] | None] = []
         self.scope_uses: list[ScopeUse] = []
@@ -304,14 +282,18 @@ class _ProgramBuilder:
         stream = extra.pop("stream", None) or self._current_stream()
         self.syncs.append(SyncPoint(kind, stream, len(self.kernels), event, api, _source_line(node), **extra))
 
+    def _storage(self, name: str) -> str:
+        """The buffer that owns the memory ``name`` lives in (itself unless it is a view)."""
+        while (alias := self.buffers[name].alias_of) is not None:
+            name = alias
+        return name
+
     def _wait_for(self, dependency: torch.fx.Node, api: str, node: torch.fx.Node) -> None:
         """Wait for a ``record()`` token, or for the kernel that produced a tensor (after it ends)."""
         if dependency.name in self.record_tokens:
             self._sync_point("wait", self.record_tokens[dependency.name], api, node)
             return
-        storage = dependency.name if dependency.name in self.buffers else None
-        while storage is not None and (alias := self.buffers[storage].alias_of) is not None:
-            storage = alias
+        storage = self._storage(dependency.name) if dependency.name in self.buffers else None
         producer = None if storage is None else self.buffers[storage].producer
         if producer is None:
             # A graph input is ready before the graph starts: nothing to wait for, but the API was used.
@@ -406,6 +388,9 @@ class _ProgramBuilder:
         compute_dtype = compute_dtype_of(input_specs, output_specs)
         info = self.catalog.lookup(op_type).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
+        flops, nbytes = cost.kernel_work(info, input_specs, output_specs, [self._storage(n) for n in inputs], self.prefetched)
+        if info.cost == "prefetch":
+            self.prefetched.update(self._storage(n) for n in inputs[:1])
         single = isinstance(value, torch.Tensor)
         mutated = mutated_arguments(node)
         if single:
@@ -422,10 +407,11 @@ class _ProgramBuilder:
                 outputs=(node.name,) if single else (),
                 output_specs=output_specs,
                 annotations=self.stack.resolve(),
-                flops=kernel_flops(info.flops, info.flops_per_element, input_specs, output_specs),
-                bytes=kernel_bytes(info.bytes, input_specs, output_specs),
+                flops=flops,
+                bytes=nbytes,
                 compute_dtype=compute_dtype,
                 source=_source_line(node),
+                input_specs=tuple(input_specs),
                 modules=self._modules(node),
                 call=call_name(node),
             )

@@ -64,7 +64,9 @@ class ModuleFrame:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One device kernel: a non-view op of the captured graph. ``modules`` are the module calls it was
+    """One device kernel: a non-view op of the captured graph. ``flops`` and ``bytes`` are priced once,
+    at capture, by the op's cost rule (:mod:`pytest_npufuse.cost`); ``input_specs`` are the shapes of
+    ``inputs``, which tiling rules read. ``modules`` are the module calls it was
     traced inside, outermost first (empty for hand-built programs and the model's own top level);
     ``call`` is the torch-level call it was lowered from (``one_hot``, ``repeat_interleave``, ``Linear``;
     ``""`` when unknown), which tells the affinity advisor what the user wrote."""
@@ -82,6 +84,7 @@ class Kernel:
     bytes: int
     compute_dtype: str
     source: str
+    input_specs: tuple[TensorSpec, ...] = ()
     modules: tuple[ModuleFrame, ...] = ()
     call: str = ""
 

@@ -37,3 +37,4 @@ class Engine(Vocabulary):
     AICPU = "aicpu"
     HOST = "host"
     COMM = "comm"
+    DMA = "dma"
