@@ -7,6 +7,7 @@ The facts are data (``data/ops.toml``); users add their own custom ops under
 from __future__ import annotations
 
 import hashlib
+import math
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -90,8 +91,12 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         raise ProfileError(
             f"{entry_where}: block_dim '{block_dim}' is not an integer or one of {', '.join(BLOCK_DIM_RULES)}."
         )
+    if isinstance(block_dim, int) and block_dim < 1:
+        raise ProfileError(f"{entry_where}: block_dim {block_dim} must be at least 1 (a kernel runs on one core or more).")
     flops = _one_of(_optional(table, "flops", str, "none", entry_where), FLOPS_RULES, "flops", entry_where)
     per_element = _optional(table, "flops_per_element", float, 1.0, entry_where)
+    if not math.isfinite(per_element) or per_element < 0:
+        raise ProfileError(f"{entry_where}: flops_per_element {per_element!r} must be a finite number >= 0.")
     kernel_type = _optional(table, "kernel_type", str, default_op(op_type).kernel_type, entry_where)
     bytes_rule = _one_of(_optional(table, "bytes", str, "io", entry_where), BYTES_RULES, "bytes", entry_where)
     rule = _optional(table, "cost", str, legacy_cost(engine, flops, bytes_rule), entry_where)

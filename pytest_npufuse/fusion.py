@@ -111,6 +111,7 @@ class ScopePlan:
     segments: tuple[Segment, ...]
     breaks: tuple[ScopeBreak, ...]
     reason: str
+    splits: tuple[str, ...] = ()
 
     @property
     def block_dim(self) -> int:
@@ -481,7 +482,42 @@ def _plan_scope(
     if hangs:
         return _ScopeResult(ScopePlan(scope, options.text, ScopeOutcome.HANG, formed, tuple(breaks), hangs[0]))
     outcome, reason = (ScopeOutcome.FUSED, "") if formed else (ScopeOutcome.UNFUSED, "no kernel in the scope is fusable")
-    return _ScopeResult(ScopePlan(scope, options.text, outcome, formed, tuple(breaks), reason))
+    return _ScopeResult(ScopePlan(scope, options.text, outcome, formed, tuple(breaks), reason, _splits(scope, formed, program)))
+
+
+def _splits(scope: str, segments: Sequence[Segment], program: Program) -> tuple[str, ...]:
+    """What separates consecutive segments besides the scope's own unfusable ops: an inner scope (a
+    nested ``super_kernel`` of another name or ``None``) or ops outside the scope between two uses of
+    its name. Each is named by its first kernel, so a segment count that is off says why."""
+    index = {kernel.name: kernel.index for kernel in program.kernels}
+    splits = []
+    for before, after in zip(segments, segments[1:]):
+        between = program.kernels[index[before.kernels[-1]] + 1 : index[after.kernels[0]]]
+        other = next((kernel for kernel in between if kernel.annotations.sk_scope != scope), None)
+        if other is None:
+            continue
+        at = f" at {other.source}" if other.source else ""
+        inner = other.annotations.sk_scope
+        where = f"inner super_kernel({inner!r})" if inner is not None else "ops outside the scope (or in super_kernel(None))"
+        splits.append(f"{where}, from {other.op_type} ({other.name}{at})")
+    return tuple(splits)
+
+
+def check_core_limits(program: Program, profile: HardwareProfile) -> None:
+    """``limit_core_num(aic, aiv)`` takes values in [1, the target's cores] (TorchAir's documented range,
+    torchair_facts §3.1); a larger cap would silently mean no cap at all."""
+    for kernel in program.kernels:
+        limits = kernel.annotations
+        for name, value, cores, kind in (
+            ("op_aicore_num", limits.aicore_limit, profile.aic, "AI Cube"),
+            ("op_vectorcore_num", limits.vectorcore_limit, profile.aiv, "AI Vector"),
+        ):
+            if value is not None and not 1 <= value <= cores:
+                raise ScopeError(
+                    f"limit_core_num({limits.aicore_limit}, {limits.vectorcore_limit}) around {kernel.op_type} at "
+                    f"{kernel.source or 'the model'}: {name}={value} is outside 1..{cores}, the {kind} cores of "
+                    f"{profile.name}; pass a count in that range."
+                )
 
 
 def plan(
@@ -502,6 +538,7 @@ def plan(
     options text of an aclgraph mode with SuperKernel optimisation on (None: off). Scopes the mode does
     not read are ``unsupported`` with the reason, their options unchecked, with one warning.
     """
+    check_core_limits(program, profile)
     if variant == BASELINE:
         return Plan(variant, mode, tuple(_kernel_task(kernel, profile) for kernel in program.kernels), ())
     streams = stream_plan(program, mode, multistream=multistream)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -101,6 +102,8 @@ _OVERHEAD_KEYS = (
 # Costs and limits that may be zero; every other number is a count, rate or size the model divides by.
 _ZERO_ALLOWED = {("comm", "latency_us"), ("host", "small_shape_max_elements")}
 _ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
+# Shares of a peak that a kernel reaches: above 1 would model a chip faster than its own peak.
+_FRACTIONS = {("efficiency", "compute"), ("efficiency", "memory"), ("comm", "efficiency")}
 _HOST_KEYS = ("infer_shape", "tiling", "tiling_complex", "tiling_cache_hit", "alloc", "launch", "host_op", "stream_sync", "eager_dispatch")
 
 
@@ -185,11 +188,15 @@ def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], so
 
 
 def _check_range(value: float, section: str, key: str, where: str) -> None:
-    """No number of a profile is negative, and a count or rate of zero would divide by zero later."""
+    """Every number of a profile is finite (a nan never compares, so the device model would wait for a
+    time that never comes) and not negative; a count or rate of zero would divide by zero later, and an
+    efficiency is a share of the peak, at most 1."""
     may_be_zero = section in _ZERO_ALLOWED_SECTIONS or (section, key) in _ZERO_ALLOWED
-    if value < 0 or (value == 0 and not may_be_zero):
-        expected = "zero or more" if may_be_zero else "more than zero"
-        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {expected}.")
+    fraction = (section, key) in _FRACTIONS
+    bad = not math.isfinite(value) or value < 0 or (value == 0 and not may_be_zero) or (fraction and value > 1)
+    if bad:
+        expected = "a number in (0, 1]" if fraction else "zero or more" if may_be_zero else "more than zero"
+        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {expected} (finite); fix it in that table.")
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

@@ -34,7 +34,7 @@ from .catalog import OpCatalog, load_catalog
 from .errors import CaptureError
 from .execute import Execution, inputs_of, racy_cone, run_graph, writes_inputs
 from .hardware import HardwareProfile, load_profile
-from .host import EAGER, HostConfig
+from .host import EAGER, HostConfig, host_config
 from .numerics import compare_outputs
 from .plog import write_plog
 from .program import Program
@@ -205,7 +205,7 @@ def compile_model(
     config, override = _config(mode)
     backend = NpuBackend(
         config, profile, variant, catalog or load_catalog(), multistream=multistream, mode=override,
-        dynamic=dynamic, host=host or HostConfig(),
+        dynamic=dynamic, host=host_config(host),
     )
     return compile_static(model, backend), backend
 
@@ -272,7 +272,7 @@ def compare(
     """
     catalog = catalog or load_catalog()
     config, override = _config(mode)
-    settings = Settings(_profile(target), override or config.run_mode, dynamic, host or HostConfig())
+    settings = Settings(_profile(target), override or config.run_mode, dynamic, host_config(host))
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()

@@ -56,5 +56,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if expectations.targets is not None and target not in expectations.targets:
         pytest.skip(f"runs only on {', '.join(expectations.targets)}; the current target is {target}")
     profile = settings.settings_of(item.config).profiles[target]
-    if not profile.superkernel_supported and expectations.expects_fused():
-        pytest.skip(f"SuperKernel is not supported on {profile.product} (target {target}); this test expects 'fused'")
+    outcome = expectations.superkernel_outcome()
+    if not profile.superkernel_supported and outcome is not None:
+        pytest.skip(f"SuperKernel is not supported on {profile.product} (target {target}); this test expects '{outcome}'")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """After a test body that passed: its markers must have been applied by npufuse.check()."""
+    result = yield
+    markers.require_check(item)
+    return result

@@ -113,7 +113,7 @@ def test_baseline_of_a_multistream_program_runs_on_one_stream():
     assert {k.stream for k in report.kernels} == {"default"} and report.streams == ("default",)
 
 
-def decode_like(layers: int = 4):
+def decode_like(layers: int = 4, value_dependent: bool = True):
     """Per layer: a value-dependent shape op chain on small host tensors and two device ops."""
     builder = ProgramBuilder()
     x = builder.input("x", (16, 4096))
@@ -124,16 +124,28 @@ def decode_like(layers: int = 4):
         gathered = builder.op("aten::index_select", [packed, shape], (4,), "int64")
         x = builder.op("aten::mm", [x, w], (16, 4096))
         x = builder.op("aten::add", [x, x], (16, 4096))
-        builder.op("aten::nonzero", [gathered], (4, 1), "int64")
+        if value_dependent:
+            builder.op("aten::nonzero", [gathered], (4, 1), "int64")
     return builder.build()
 
 
 def test_graph_sink_launches_once_and_is_device_bound():
-    report = run(decode_like())
+    report = run(decode_like(value_dependent=False))
     assert report.execution == "graph-sink" and report.host_us == A3.overhead_us["model_launch"]
     assert [s.name for s in report.host] == ["ModelExecute"]
     assert report.bound == "device"
     assert report.time_us == pytest.approx(report.host_us + report.device_us)
+
+
+def test_a_value_dependent_op_in_a_sunk_graph_costs_a_stream_sync_and_a_relaunch():
+    """Seed 002: the host must read the device's value, so the graph runs up to it, the host syncs
+    the stream, and launches the rest; each nonzero of the four layers pays that once."""
+    static, synced = run(decode_like(value_dependent=False)), run(decode_like())
+    assert [s.name for s in synced.host] == ["ModelExecute"] + ["StreamSync", "ModelExecute"] * 4
+    per_sync = A3.host_us["stream_sync"] + A3.overhead_us["model_launch"]
+    assert synced.host_us >= A3.overhead_us["model_launch"] + 4 * per_sync
+    # The device keeps running what was launched before each sync, so only part of it shows end to end.
+    assert synced.time_us > static.time_us
 
 
 def test_host_scheduling_pays_host_kernels_per_op_and_is_host_bound_for_small_ops():
