@@ -3,6 +3,10 @@
 import pytest
 import torch.distributed as dist
 
+# Scripts written for a real NPU (run with `python -m pytest_npufuse run`), not test modules: importing
+# seed001.py would run it.
+collect_ignore = ["scripts"]
+
 
 @pytest.fixture(scope="session")
 def world() -> "dist.ProcessGroup":

@@ -50,6 +50,7 @@ def test_stream_fusion_0_serialises_linked_streams(npufuse):
     assert sub["npu::npu_rms_norm"].start_us >= sub["aten::mm"].end_us
 
 
+@pytest.mark.npu_target("a3")  # the stream-fusion checks belong to SuperKernel, which a2 lacks
 def test_stream_fusion_0_rejects_unlinked_streams(npufuse):
     with pytest.raises(pytest.fail.Exception, match="with no event between them; with stream-fusion=0 add an event"):
         npufuse.check(TwoStreams("stream-fusion=0", linked=False), *data())
@@ -65,6 +66,7 @@ def test_stream_fusion_1_overlaps_cube_and_vector(npufuse):
     assert fused.variant.time_us < serial.variant.time_us
 
 
+@pytest.mark.npu_target("a3")  # the stream-fusion checks belong to SuperKernel, which a2 lacks
 def test_more_streams_than_a_superkernel_runs_is_an_error(npufuse):
     with pytest.raises(pytest.fail.Exception, match="has ops on 3 streams .* a SuperKernel runs at most 2"):
         npufuse.check(TwoStreams("stream-fusion=1", third_stream=True), *data())

@@ -34,7 +34,7 @@ def main() -> int:
         page = Path(tmp) / "report.html"
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--npufuse-html={page}", *CASES],
                        cwd=ROOT, check=True)
-        Chromium(executable).screenshot(page, PICTURE, 1280, 1700)
+        Chromium(executable).screenshot(page, PICTURE, 1280, 2250)
     print(f"wrote {PICTURE.relative_to(ROOT)}")
     return 0
 

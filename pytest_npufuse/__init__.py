@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "capture", "compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise", "Advice", "superkernel_scope",
+    "install_shims", "uninstall_shims",
 ]
 
 # The pipeline needs torch, which takes seconds to import; loading it on first use keeps
@@ -24,6 +25,7 @@ __all__ = [
 _LAZY = {
     "capture": "pipeline", "compare": "pipeline", "compile_model": "pipeline", "CaseReport": "report", "ScopeReport": "report",
     "advise": "advisor", "Advice": "advisor", "superkernel_scope": "gating",
+    "install_shims": "shim", "uninstall_shims": "shim",
 }
 
 

@@ -3,6 +3,7 @@
     python -m pytest_npufuse compare OLD.json NEW.json --fail-above 2
     python -m pytest_npufuse advise cases/decoder_layers.py:advisor_case --npu-target=a3
     python -m pytest_npufuse ops
+    python -m pytest_npufuse run SCRIPT [--npu-target=a3] [-- SCRIPT ARGS]
 
 Each command is a subparser with its own ``run`` function; exit codes follow pytest's spirit:
 0 fine, 1 a regression, 2 bad usage or an unreadable file.
@@ -143,6 +144,20 @@ def ops(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Run a script written for a real NPU under the shim and summarise the modeled run after its output."""
+    from .scriptrun import run_script
+
+    if not args.script.is_file():
+        print(f"npufuse run: {args.script}: no such script", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run_script(args.script, args.script_args, args.npu_target, out)
+    except NpufuseError as exc:
+        print(f"npufuse run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="python -m pytest_npufuse", description=__doc__.split("\n\n")[0])
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -175,11 +190,25 @@ def parser() -> argparse.ArgumentParser:
         description="Print every provided torch_npu op with its family, engine, fusable flag and source document.",
     )
     listing.set_defaults(run=ops)
+    script = commands.add_parser(
+        "run",
+        help="run a script written for a real NPU on the CPU model and summarise the modeled run",
+        description="Run SCRIPT as __main__ with import torchair / import torch_npu / torch.npu mapped to "
+        "pytest-npufuse, then print each compiled graph's modeled time, SuperKernel scopes and streams. "
+        "Arguments after -- go to the script.",
+    )
+    script.add_argument("script", type=Path, metavar="SCRIPT", help="the Python script to run")
+    script.add_argument("--npu-target", default="a3", metavar="TARGET",
+                        help="built-in target (a2, a3) or a profile .toml file (default a3)")
+    script.set_defaults(run=run)
     return main
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser().parse_args(argv[:cut])
+    args.script_args = argv[cut + 1:]
     return args.run(args, out or sys.stdout)
 
 

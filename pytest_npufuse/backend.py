@@ -14,7 +14,7 @@ import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from .lowering import build_program, call_compiled, compile_static
+from .lowering import build_program, call_compiled, check_outputs_used, compile_static
 from .catalog import OpCatalog
 from .errors import CaptureError, NotModeledError
 from .program import Program
@@ -80,6 +80,7 @@ class Capture:
                 "a model with no tensor operations, or one Dynamo could not trace, cannot be modeled."
             )
         self.graph = self._backend.graphs[0]
+        check_outputs_used(self.graph.program)
 
     def run(self, inputs: Sequence[Any], execute: Callable[[list[Any]], Any]) -> tuple[Any, Any]:
         """The model's outputs for ``inputs`` with the graph computed by ``execute`` (flat graph inputs ->

@@ -241,7 +241,7 @@ def load_baseline(path: Path) -> Results:
 
 
 def write_baseline(path: Path, results: Results) -> None:
-    write_text_atomic(path, dumps(results.to_json("baseline")))
+    write_text_atomic(path, dumps(results.to_json("baseline")), "baseline")
 
 
 @dataclass(frozen=True)

@@ -7,20 +7,33 @@ The facts are data (``data/ops.toml``); users add their own custom ops under
 from __future__ import annotations
 
 import hashlib
+import math
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import cost
 from .errors import ProfileError
 from .hardware import DATA_DIR, ENGINES
 from .vocabulary import Engine
 from .tomlfile import read_toml, typed_value
 
-BLOCK_DIM_RULES = ("cube_tiles", "vector_bytes", "one")
+# "auto": the cost rule decides; "cube_tiles" and "vector_bytes" are the older names for the same.
+BLOCK_DIM_RULES = ("auto", "cube_tiles", "vector_bytes", "one")
 FLOPS_RULES = ("matmul", "elementwise", "reduction", "none")
 BYTES_RULES = ("io", "output", "none")
+# An entry without a ``cost`` key gets the rule its older keys describe: its engine's for host, AI CPU,
+# communication and DMA ops, else its bytes rule's (fills, nothing), else its flops rule's.
+_ENGINE_COST = {"host": "host", "aicpu": "aicpu", "comm": "collective", "dma": "prefetch"}
+_BYTES_COST = {"output": "fill", "none": "host"}
+_FLOPS_COST = {"matmul": "matmul", "elementwise": "elementwise", "reduction": "reduction", "none": "copy"}
+
+
+def legacy_cost(engine: str, flops: str, bytes_rule: str) -> str:
+    """The cost rule an entry written with only ``flops``/``bytes`` keys means."""
+    return _ENGINE_COST.get(engine) or _BYTES_COST.get(bytes_rule) or _FLOPS_COST[flops]
 
 
 class UnknownOpWarning(UserWarning):
@@ -44,12 +57,14 @@ class OpInfo:
     host_small: bool = False
     value_dependent: bool = False
     aicpu_dtypes: tuple[str, ...] = ()
+    cost: str = "elementwise"
+    access_bytes: int = 0
 
     def for_dtypes(self, dtypes: Iterable[str]) -> "OpInfo":
         """The op as it runs on tensors of ``dtypes``: an AI CPU kernel (never fusable) when one of
         them is a dtype the AI Core implementation lacks, else itself."""
         if any(dtype in self.aicpu_dtypes for dtype in dtypes):
-            return replace(self, engine=Engine.AICPU, fusable=False, block_dim="one")
+            return replace(self, engine=Engine.AICPU, fusable=False, block_dim="auto", cost="aicpu")
         return self
 
 
@@ -61,7 +76,7 @@ def default_op(op_type: str) -> OpInfo:
     """
     name = op_type.split("::")[-1]
     kernel_type = "".join(part.capitalize() for part in name.strip("_").split("_")) or "Op"
-    return OpInfo(op_type, Engine.VECTOR, False, False, "vector_bytes", "elementwise", 1.0, kernel_type, known=False)
+    return OpInfo(op_type, Engine.VECTOR, False, False, "auto", "elementwise", 1.0, kernel_type, known=False)
 
 
 def _entry(op_type: str, table: Any, where: str) -> OpInfo:
@@ -76,10 +91,16 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         raise ProfileError(
             f"{entry_where}: block_dim '{block_dim}' is not an integer or one of {', '.join(BLOCK_DIM_RULES)}."
         )
+    if isinstance(block_dim, int) and block_dim < 1:
+        raise ProfileError(f"{entry_where}: block_dim {block_dim} must be at least 1 (a kernel runs on one core or more).")
     flops = _one_of(_optional(table, "flops", str, "none", entry_where), FLOPS_RULES, "flops", entry_where)
     per_element = _optional(table, "flops_per_element", float, 1.0, entry_where)
+    if not math.isfinite(per_element) or per_element < 0:
+        raise ProfileError(f"{entry_where}: flops_per_element {per_element!r} must be a finite number >= 0.")
     kernel_type = _optional(table, "kernel_type", str, default_op(op_type).kernel_type, entry_where)
     bytes_rule = _one_of(_optional(table, "bytes", str, "io", entry_where), BYTES_RULES, "bytes", entry_where)
+    rule = _optional(table, "cost", str, legacy_cost(engine, flops, bytes_rule), entry_where)
+    cost.cost_rule(rule, entry_where)
     unknown = sorted(set(table) - _ENTRY_KEYS)
     if unknown:
         raise ProfileError(f"{entry_where}: unknown key '{unknown[0]}'; the keys are {', '.join(sorted(_ENTRY_KEYS))}.")
@@ -96,12 +117,14 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         host_small=_optional(table, "host_small", bool, False, entry_where),
         value_dependent=_optional(table, "value_dependent", bool, False, entry_where),
         aicpu_dtypes=tuple(_optional(table, "aicpu_dtypes", list, [], entry_where)),
+        cost=rule,
+        access_bytes=_optional(table, "access_bytes", int, 0, entry_where),
     )
 
 
 _ENTRY_KEYS = frozenset(
     {"engine", "fusable", "sync_all", "block_dim", "flops", "flops_per_element", "kernel_type", "bytes",
-     "host_small", "value_dependent", "aicpu_dtypes"}
+     "host_small", "value_dependent", "aicpu_dtypes", "cost", "access_bytes"}
 )
 
 

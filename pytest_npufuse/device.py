@@ -1,9 +1,13 @@
 """The device scheduler: when each task of a plan starts, given streams, events and shared cores.
 
-Each stream is an in-order queue. A stream's next task becomes ready when the stream is free, the host
-has launched it, and every event it waits on has been recorded; then it pays its dispatch cost and asks
-for cores. The cores are pools shared by all streams: AI Cube (AIC) and AI Vector (AIV) cores, AI CPU
-cores and the communication engine. A task holds its block dim of each pool it needs from start to end.
+Each stream is an in-order queue. The task scheduler dispatches a stream's tasks one after another as
+soon as the host has launched them, while earlier tasks still run (dispatch is pipelined: it costs time
+only when kernels are shorter than their dispatch). A task becomes ready when it is dispatched, the
+stream's previous task has ended plus the residual task gap (the "Task wait" profiles show), and every
+event it waits on has been recorded; then it asks for cores. The cores are pools shared by all streams:
+AI Cube (AIC) and AI Vector (AIV) cores, AI CPU cores, the communication engine, the DMA engine (L2
+prefetch), and HBM bandwidth in thousandths: a memory-bound kernel holds nearly all of it, so two of them
+on different streams take turns instead of overlapping for free. A task holds its block dim of each pool it needs from start to end.
 Ready tasks are served in order of stream priority (a smaller number first, as ACL stream priorities),
 then readiness, then stream order; a task that does not fit blocks lower-ranked tasks from the pools it
 waits for, so a wide kernel is never starved by a stream of narrow ones.
@@ -21,7 +25,9 @@ from typing import NamedTuple, Sequence
 
 from .errors import ModeledDeadlockError, NpufuseError
 
-POOLS = ("aic", "aiv", "aicpu", "comm")
+POOLS = ("aic", "aiv", "aicpu", "comm", "dma", "hbm")
+HBM_POOL = 5
+HBM_UNITS = 1000
 # Ready and waiting tasks are (ready time, priority, stream, index); waiting ones start in rank order:
 # priority first, then readiness, then stream and plan order.
 _RANK = itemgetter(1, 0, 2, 3)
@@ -64,12 +70,14 @@ class DeviceModel:
         events: Sequence[DeviceEvent] = (),
         event_record_us: float = 0.0,
         event_wait_us: float = 0.0,
+        task_gap_us: float = 0.0,
     ) -> None:
         self.tasks = tasks
         self.streams = streams
         self.events = events
         self._record_us = event_record_us
         self._wait_us = event_wait_us
+        self._gap_us = task_gap_us
         self._free = list(capacity)
         self._capacity = tuple(capacity)
         self._queues: list[list[int]] = [[] for _ in streams]
@@ -77,6 +85,7 @@ class DeviceModel:
             self._queues[task.stream].append(index)
         self._next = [0] * len(streams)
         self._stream_free = [0.0] * len(streams)
+        self._dispatched = [0.0] * len(streams)
         self._busy = [False] * len(streams)
         self._release: list[float | None] = [None] * len(tasks)
         self.start: list[float | None] = [None] * len(tasks)
@@ -112,9 +121,7 @@ class DeviceModel:
         if release is None:
             return
         task = self.tasks[index]
-        ready = self._stream_free[stream]
-        if release > ready:
-            ready = release
+        ready = self._stream_free[stream] + (self._gap_us if position else 0.0)
         waits = task.waits
         if waits:
             recorded = self.recorded
@@ -128,8 +135,13 @@ class DeviceModel:
             for event in waits:
                 self.waited[event] = ready
             ready += self._wait_us * len(waits)
+        dispatched = self._dispatched[stream]
+        dispatched = (release if release > dispatched else dispatched) + task.dispatch_us
+        self._dispatched[stream] = dispatched
+        if dispatched > ready:
+            ready = dispatched
         self._busy[stream] = True
-        heapq.heappush(self._ready, (ready + task.dispatch_us, task.priority, stream, index))
+        heapq.heappush(self._ready, (ready, task.priority, stream, index))
 
     def run(self, until: int | None = None) -> None:
         """Advance until ``until`` has a known end (it has started), or until nothing more can run.

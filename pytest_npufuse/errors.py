@@ -37,3 +37,22 @@ class ModeledDeadlockError(NpufuseError):
 
 class BaselineError(NpufuseError):
     """A baseline or run-report file is unreadable, corrupt, or not one pytest-npufuse wrote."""
+
+
+class ArgumentError(NpufuseError):
+    """A library call or API got an argument of the wrong kind or out of range (``HostConfig(threads=0)``,
+    ``check(Model, x)`` with the class instead of an instance)."""
+
+
+class OutputFileError(NpufuseError):
+    """A file pytest-npufuse was asked to write cannot be written safely (read-only, a directory, the
+    same path as another output); nothing was written."""
+
+
+class ConfigError(NpufuseError, ValueError):
+    """A TorchAir ``CompilerConfig`` option set to a value TorchAir rejects (TorchAir raises ValueError)."""
+
+
+class UnknownOptionError(NpufuseError, AttributeError, ValueError):
+    """A ``CompilerConfig`` attribute that does not exist. TorchAir raises ValueError when one is
+    assigned; reading one is an AttributeError in Python. Both are caught by either ``except``."""

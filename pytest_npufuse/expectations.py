@@ -8,8 +8,9 @@ the number.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import NpufuseError
 from .fusion import ScopeOutcome
@@ -48,16 +49,17 @@ class SuperKernelExpectation:
             why = f" ({scope.reason})" if scope.reason else ""
             failures.append(f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'.")
         if self.segments is not None and scope.segments != self.segments:
-            failures.append(self._segments_failure(scope.segments, scope.break_sites))
+            failures.append(self._segments_failure(scope.segments, scope.break_sites, scope.splits))
         if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
             found = ", ".join(scope.break_sites) or "no op"
             failures.append(f"scope '{self.scope}' was broken by {found}; expected breaks={list(self.breaks)}.")
         failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup))
         return failures
 
-    def _segments_failure(self, actual: int, sites: Sequence[str]) -> str:
+    def _segments_failure(self, actual: int, sites: Sequence[str], splits: Sequence[str] = ()) -> str:
         broken = f"; it was broken by {', '.join(sites)}" if sites else ""
-        return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}."
+        split = f"; it was split by {'; '.join(splits)}" if splits else ""
+        return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}{split}."
 
 
 def _speedup_failure(subject: str, report: CaseReport, minimum: float | None) -> list[str]:
@@ -80,10 +82,32 @@ def _check_arguments(marker: str, kwargs: Mapping[str, Any], known: Sequence[str
 
 
 def _number(name: str, value: Any, kind: type, minimum: float, marker: str = "superkernel") -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or value < minimum:
-        what = "a number" if kind is float else "an integer"
+    """A finite number (nan compares false with everything, so a nan minimum would never fail)."""
+    number = not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else int)
+    if not number or not math.isfinite(value) or value < minimum:
+        what = "a finite number" if kind is float else "an integer"
         raise MarkerError(f"{marker} marker: {name}={value!r} must be {what} >= {minimum}.")
     return kind(value)
+
+
+# Outcomes in which the scope forms no SuperKernel segment; "fused" and "hang" form at least one.
+_NO_SEGMENTS = ("unfused", "bypassed", "aborted", "unsupported")
+
+
+def _check_consistent(scope: str, outcome: str, segments: int | None) -> None:
+    """An expectation no run could meet is a usage error, not a test that can only fail."""
+    if segments is None:
+        return
+    if outcome in _NO_SEGMENTS and segments != 0:
+        raise MarkerError(
+            f"superkernel marker for scope '{scope}': outcome='{outcome}' forms no SuperKernel, so segments={segments} "
+            "can never hold; drop segments= or use segments=0."
+        )
+    if outcome not in _NO_SEGMENTS and segments == 0:
+        raise MarkerError(
+            f"superkernel marker for scope '{scope}': outcome='{outcome}' forms at least one segment, so segments=0 "
+            "can never hold; expect outcome='unfused' or segments >= 1."
+        )
 
 
 def _op_types(value: Any) -> tuple[str, ...]:
@@ -111,16 +135,46 @@ def parse_superkernel(args: Sequence[Any], kwargs: Mapping[str, Any]) -> SuperKe
     if options is not None and not isinstance(options, str):
         raise MarkerError(f"superkernel marker: options={options!r} must be a string like 'feed-sync-all=1'.")
     min_speedup = kwargs.get("min_speedup")
-    segments = kwargs.get("segments")
+    segments = None if kwargs.get("segments") is None else _number("segments", kwargs["segments"], int, 0)
+    _check_consistent(scope, outcome, segments)
     breaks = kwargs.get("breaks")
     return SuperKernelExpectation(
         scope=scope,
         min_speedup=None if min_speedup is None else _number("min_speedup", min_speedup, float, 0),
-        segments=None if segments is None else _number("segments", segments, int, 0),
+        segments=segments,
         outcome=outcome,
         breaks=None if breaks is None else _op_types(breaks),
         options=options,
     )
+
+
+def parse_superkernels(markers: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[SuperKernelExpectation]:
+    """Every superkernel marker of a test; two markers about one scope would contradict or repeat each
+    other, so they are an error naming the scope."""
+    expectations = [parse_superkernel(args, kwargs) for args, kwargs in markers]
+    seen: set[str] = set()
+    for expectation in expectations:
+        if expectation.scope in seen:
+            raise MarkerError(
+                f"two superkernel markers for scope '{expectation.scope}'; merge them into one marker "
+                "(stack markers only for different scopes)."
+            )
+        seen.add(expectation.scope)
+    return expectations
+
+
+def parse_npu_target(args: Sequence[Any], known: Iterable[str]) -> tuple[str, ...]:
+    """The targets of ``@pytest.mark.npu_target(...)``; a name that is no target (``"A3"``, a typo)
+    would skip the test everywhere without a word, so it is an error with the nearest name."""
+    if not args or not all(isinstance(arg, str) and arg for arg in args):
+        raise MarkerError(f"npu_target marker needs target names, e.g. @pytest.mark.npu_target('a3'); got {tuple(args)!r}.")
+    names = sorted(set(known))
+    for arg in args:
+        if arg not in names:
+            near = [name for name in names if name.lower() == arg.lower()] or difflib.get_close_matches(arg, names, n=1)
+            hint = f"; did you mean '{near[0]}'? (target names are case-sensitive)" if near else ""
+            raise MarkerError(f"npu_target marker: '{arg}' is not a known target ({', '.join(names)}){hint}.")
+    return tuple(args)
 
 
 _MULTISTREAM_KWARGS = ("streams", "min_speedup", "race_free")

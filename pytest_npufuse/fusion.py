@@ -21,6 +21,7 @@ Then each scope's options apply (TorchAir's SuperKernel option table):
 from __future__ import annotations
 
 import hashlib
+import re
 import warnings
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
@@ -30,7 +31,7 @@ from .errors import OptionsError, ScopeError
 from .hardware import HardwareProfile
 from .plog import LogRecord
 from .program import Kernel, Program
-from .skoptions import SuperKernelOptions, parse_options
+from .skoptions import OptionsWarning, ParserPath, SuperKernelOptions, parse_options
 from .streams import StreamPlan, stream_plan
 from .vocabulary import Engine, Mode, Vocabulary
 
@@ -41,8 +42,8 @@ MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
 _DEBUG_RATIOS = {(1, 0): "MIX_AIC_1_0", (0, 1): "MIX_AIV_1_0", (1, 1): "MIX_AIC_1_1", (1, 2): "MIX_AIC_1_2"}
 
 
-class OptionsWarning(UserWarning):
-    """A valid SuperKernel option that cannot do anything for this scope (e.g. a dcci op type not in it)."""
+class ScopeIgnoredWarning(UserWarning):
+    """A SuperKernel scope the mode does not read (e.g. ``torchair.scope.super_kernel`` in reduce-overhead)."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,11 @@ class Segment:
 
     ``kernel_dims`` is each sub-kernel's own block dim (it runs on at most the SuperKernel's). ``reads``
     gives, for each sub-kernel, the earlier sub-kernels whose output it reads: the SuperKernel compiler
-    puts an intra-kernel sync only there, so independent sub-kernels run back to back.
+    puts an intra-kernel sync only there, so independent sub-kernels run back to back. ``early_start``
+    and ``preload`` are the ``early-start`` and ``preload-code`` options in effect (Early-Start is off in
+    a dual-stream SuperKernel); ``code_copies`` is ``split-mode``, the copies of each sub-kernel's code
+    that spread the cores' instruction fetches; ``flush_before``/``flush_after`` mark the sub-kernels the dcci options
+    (or ``debug-dcci-all``) flush the data cache around.
     """
 
     scope: str
@@ -64,6 +69,12 @@ class Segment:
     reads: tuple[tuple[int, ...], ...]
     feed_sync_all: bool = False
     lanes: tuple[str, ...] = ()
+    early_start: bool = True
+    preload: bool = True
+    code_copies: int = 4
+    flush_before: tuple[bool, ...] = ()
+    flush_after: tuple[bool, ...] = ()
+    options: SuperKernelOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,7 @@ class ScopePlan:
     segments: tuple[Segment, ...]
     breaks: tuple[ScopeBreak, ...]
     reason: str
+    splits: tuple[str, ...] = ()
 
     @property
     def block_dim(self) -> int:
@@ -200,14 +212,49 @@ def _internal_reads(kernels: Sequence[Kernel], program: Program) -> tuple[tuple[
     return tuple(reads)
 
 
-def _unsupported_reason(profile: HardwareProfile, mode: str, dynamic: bool) -> str:
+def _unsupported_reason(profile: HardwareProfile, dynamic: bool) -> str:
     if not profile.superkernel_supported:
         return f"SuperKernel is not supported on {profile.product} (profile '{profile.name}')"
-    if mode != MAX_AUTOTUNE:
-        return f"SuperKernel works only in max-autotune mode, not {mode}"
     if dynamic:
         return "SuperKernel works only with static shapes (dynamic=False)"
     return ""
+
+
+def _ignored_reason(kernels: Sequence[Kernel], mode: str, aclgraph_options: str | None) -> str:
+    """Why TorchAir would not even read this scope in ``mode`` ('' when it does).
+
+    ``torchair.scope.super_kernel`` is a GE attribute, read only in max-autotune; the native
+    ``torch.npu.super_kernel_scope_begin/end`` markers are read only by the aclgraph modes, and only
+    with SuperKernel optimisation switched on (``aclgraph_options`` is then its options text).
+    """
+    if not kernels[0].annotations.sk_native:
+        if mode == MAX_AUTOTUNE:
+            return ""
+        return (
+            f"TorchAir ignores torchair.scope.super_kernel in {mode} mode: SuperKernel scopes work only in "
+            "max-autotune mode (in npugraph_ex use torch.npu.super_kernel_scope_begin/end); the options are not checked"
+        )
+    if not Mode(mode).aclgraph:
+        return f"torch.npu.super_kernel_scope_begin/end take effect only in npugraph_ex or reduce-overhead mode, not {mode}"
+    if aclgraph_options is None:
+        return (
+            "SuperKernel optimisation is off: pass options={'static_kernel_compile': True, 'super_kernel_optimize': "
+            "True} to the npugraph_ex backend (CompilerConfig: experimental_config.aclgraph._aclnn_static_shape_kernel "
+            "and _super_kernel_optimize)"
+        )
+    return ""
+
+
+def _warn_ignored(ignored: Mapping[str, str], mode: str) -> None:
+    """One warning per graph for the scopes an aclgraph mode ignores, as a user on the device would
+    otherwise only notice by the missing speed-up."""
+    if ignored and Mode(mode).aclgraph:
+        names = ", ".join(sorted(ignored))
+        warnings.warn(
+            f"SuperKernel scope(s) {names} ignored in {mode} mode: {next(iter(ignored.values()))}.",
+            ScopeIgnoredWarning,
+            stacklevel=4,
+        )
 
 
 def _segment_scopes(program: Program, profile: HardwareProfile) -> tuple[dict[str, list[Segment]], dict[str, list[ScopeBreak]]]:
@@ -246,13 +293,18 @@ def _scope_members(program: Program) -> dict[str, list[Kernel]]:
     return members
 
 
-def _scope_options(members: Mapping[str, Sequence[Kernel]], overrides: Mapping[str, str]) -> dict[str, SuperKernelOptions]:
+def _scope_options(
+    members: Mapping[str, Sequence[Kernel]], overrides: Mapping[str, str], aclgraph_options: str | None
+) -> dict[str, SuperKernelOptions]:
     """The parsed options of each scope: the marker's override, else what the code passed (on the
-    scope's first kernel)."""
-    return {
-        scope: parse_options(scope, overrides.get(scope, kernels[0].annotations.sk_options))
-        for scope, kernels in members.items()
-    }
+    scope's first kernel), or for a native npugraph_ex scope the backend's SuperKernel options, read by
+    CANN's aclgraph parser."""
+    parsed = {}
+    for scope, kernels in members.items():
+        native = kernels[0].annotations.sk_native
+        text = overrides.get(scope, (aclgraph_options or "") if native else kernels[0].annotations.sk_options)
+        parsed[scope] = parse_options(scope, text, ParserPath.ACLGRAPH if native else ParserPath.GE)
+    return parsed
 
 
 def _debug_cores(options: SuperKernelOptions) -> tuple[str, int] | None:
@@ -293,11 +345,13 @@ def _debug_cap(segment: Segment, kernels: Sequence[Kernel], forced: tuple[str, i
 
 
 def _check_dcci(options: SuperKernelOptions, kernels: Sequence[Kernel]) -> None:
-    """dcci-* options name op types; one that is not in the scope can do nothing, which is worth a warning."""
+    """dcci-* options name op types (GE) or regular expressions over them (aclgraph, e.g. ``.*``); one
+    that matches no kernel of the scope can do nothing, which is worth a warning."""
     present = {kernel.info.kernel_type for kernel in kernels}
+    regex = options.path is ParserPath.ACLGRAPH
     for option in ("dcci-before-kernel-start", "dcci-after-kernel-end", "dcci-disable-on-kernel"):
         for op in filter(None, options.get(option).split(",")):
-            if op not in present:
+            if not any(re.search(op, kind) if regex else op == kind for kind in present):
                 warnings.warn(
                     f"super_kernel scope '{options.scope}': {option} names {op}, which is not a kernel in the scope "
                     f"(kernels: {', '.join(sorted(present))}); it has no effect.",
@@ -319,9 +373,35 @@ def _hang(segment: Segment, kernels: Sequence[Kernel]) -> str:
     return ""
 
 
+def _option(options: SuperKernelOptions, name: str, default: str) -> str:
+    """An option's value as the user set it, else CANN's default (torchair_2026 §1)."""
+    return options.values.get(name, default)
+
+
+def _flushes(options: SuperKernelOptions, kernels: Sequence[Kernel]) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """Which sub-kernels get a data-cache flush before and after them: the op types the
+    ``dcci-before-kernel-start`` / ``dcci-after-kernel-end`` options name, and after every one with
+    ``debug-dcci-all=1``."""
+    before = set(filter(None, _option(options, "dcci-before-kernel-start", "").split(",")))
+    after = set(filter(None, _option(options, "dcci-after-kernel-end", "").split(",")))
+    every = _option(options, "debug-dcci-all", "0") == "1"
+    types = [kernel.info.kernel_type for kernel in kernels]
+    return tuple(t in before for t in types), tuple(every or t in after for t in types)
+
+
 def _finish_segment(segment: Segment, options: SuperKernelOptions, program: Program, profile: HardwareProfile) -> Segment:
     kernels = [program.kernel(name) for name in segment.kernels]
-    segment = replace(segment, feed_sync_all=options.get("feed-sync-all") == "1")
+    flush_before, flush_after = _flushes(options, kernels)
+    segment = replace(
+        segment,
+        feed_sync_all=options.get("feed-sync-all") == "1",
+        options=options,
+        early_start=_option(options, "early-start", "1") != "0",
+        preload=_option(options, "preload-code", "per-func") != "none",
+        code_copies=int(_option(options, "split-mode", "4")),
+        flush_before=flush_before if any(flush_before) else (),
+        flush_after=flush_after if any(flush_after) else (),
+    )
     forced = _debug_cores(options)
     return _debug_cap(segment, kernels, forced, profile) if forced else segment
 
@@ -376,7 +456,7 @@ def _stream_fusion(segment: Segment, options: SuperKernelOptions, streams: Strea
             "event between them; with stream-fusion=0 add an event (npu_wait_tensor or record/wait) between the "
             "streams, or set stream-fusion=1 to let the SuperKernel run them in parallel."
         )
-    return replace(segment, lanes=lanes) if fused else segment
+    return replace(segment, lanes=lanes, early_start=False) if fused else segment
 
 
 def _plan_scope(
@@ -402,7 +482,42 @@ def _plan_scope(
     if hangs:
         return _ScopeResult(ScopePlan(scope, options.text, ScopeOutcome.HANG, formed, tuple(breaks), hangs[0]))
     outcome, reason = (ScopeOutcome.FUSED, "") if formed else (ScopeOutcome.UNFUSED, "no kernel in the scope is fusable")
-    return _ScopeResult(ScopePlan(scope, options.text, outcome, formed, tuple(breaks), reason))
+    return _ScopeResult(ScopePlan(scope, options.text, outcome, formed, tuple(breaks), reason, _splits(scope, formed, program)))
+
+
+def _splits(scope: str, segments: Sequence[Segment], program: Program) -> tuple[str, ...]:
+    """What separates consecutive segments besides the scope's own unfusable ops: an inner scope (a
+    nested ``super_kernel`` of another name or ``None``) or ops outside the scope between two uses of
+    its name. Each is named by its first kernel, so a segment count that is off says why."""
+    index = {kernel.name: kernel.index for kernel in program.kernels}
+    splits = []
+    for before, after in zip(segments, segments[1:]):
+        between = program.kernels[index[before.kernels[-1]] + 1 : index[after.kernels[0]]]
+        other = next((kernel for kernel in between if kernel.annotations.sk_scope != scope), None)
+        if other is None:
+            continue
+        at = f" at {other.source}" if other.source else ""
+        inner = other.annotations.sk_scope
+        where = f"inner super_kernel({inner!r})" if inner is not None else "ops outside the scope (or in super_kernel(None))"
+        splits.append(f"{where}, from {other.op_type} ({other.name}{at})")
+    return tuple(splits)
+
+
+def check_core_limits(program: Program, profile: HardwareProfile) -> None:
+    """``limit_core_num(aic, aiv)`` takes values in [1, the target's cores] (TorchAir's documented range,
+    torchair_facts §3.1); a larger cap would silently mean no cap at all."""
+    for kernel in program.kernels:
+        limits = kernel.annotations
+        for name, value, cores, kind in (
+            ("op_aicore_num", limits.aicore_limit, profile.aic, "AI Cube"),
+            ("op_vectorcore_num", limits.vectorcore_limit, profile.aiv, "AI Vector"),
+        ):
+            if value is not None and not 1 <= value <= cores:
+                raise ScopeError(
+                    f"limit_core_num({limits.aicore_limit}, {limits.vectorcore_limit}) around {kernel.op_type} at "
+                    f"{kernel.source or 'the model'}: {name}={value} is outside 1..{cores}, the {kind} cores of "
+                    f"{profile.name}; pass a count in that range."
+                )
 
 
 def plan(
@@ -414,28 +529,37 @@ def plan(
     dynamic: bool = False,
     options: Mapping[str, str] | None = None,
     multistream: bool = True,
+    aclgraph_options: str | None = None,
 ) -> Plan:
     """Plan BASELINE (every kernel its own task, scopes ignored) or VARIANT (scopes honoured).
 
     With ``multistream=False`` the VARIANT ignores stream switches and keeps every kernel on the
-    default stream, which isolates the SuperKernel effect.
+    default stream, which isolates the SuperKernel effect. ``aclgraph_options`` is the SuperKernel
+    options text of an aclgraph mode with SuperKernel optimisation on (None: off). Scopes the mode does
+    not read are ``unsupported`` with the reason, their options unchecked, with one warning.
     """
+    check_core_limits(program, profile)
     if variant == BASELINE:
         return Plan(variant, mode, tuple(_kernel_task(kernel, profile) for kernel in program.kernels), ())
     streams = stream_plan(program, mode, multistream=multistream)
     members = _scope_members(program)
-    scope_options = _scope_options(members, options or {})
-    reason = _unsupported_reason(profile, mode, dynamic)
+    ignored = {s: why for s, kernels in members.items() if (why := _ignored_reason(kernels, mode, aclgraph_options))}
+    _warn_ignored(ignored, mode)
+    unread = {s: ScopePlan(s, members[s][0].annotations.sk_options, "unsupported", (), (), why) for s, why in ignored.items()}
+    scope_options = _scope_options({s: k for s, k in members.items() if s not in ignored}, options or {}, aclgraph_options)
+    notes = tuple(LogRecord("INFO", "super_kernel_scope", note) for o in scope_options.values() for note in o.notes)
+    reason = _unsupported_reason(profile, dynamic)
     if reason:
-        scopes = tuple(ScopePlan(s, o.text, ScopeOutcome.UNSUPPORTED, (), (), reason) for s, o in scope_options.items())
+        unread.update({s: ScopePlan(s, o.text, ScopeOutcome.UNSUPPORTED, (), (), reason) for s, o in scope_options.items()})
+        scopes = tuple(unread[s] for s in members)
         tasks = fused_tasks(program, {}, profile, multistream)
-        return Plan(variant, mode, tasks, scopes, syncs=_device_syncs(streams, tasks), streams=streams)
+        return Plan(variant, mode, tasks, scopes, notes, syncs=_device_syncs(streams, tasks), streams=streams)
     segments, breaks = _segment_scopes(program, profile)
-    results = [
-        _plan_scope(s, o, members[s], segments[s], breaks[s], program, profile, streams) for s, o in scope_options.items()
-    ]
-    scopes = tuple(result.plan for result in results)
-    log = tuple(result.log for result in results if result.log is not None)
+    results = {
+        s: _plan_scope(s, o, members[s], segments[s], breaks[s], program, profile, streams) for s, o in scope_options.items()
+    }
+    scopes = tuple(results[s].plan if s in results else unread[s] for s in members)
+    log = notes + tuple(result.log for result in results.values() if result.log is not None)
     failure = next((f"{s.scope}: {s.reason}" for s in scopes if s.outcome in (ScopeOutcome.ABORTED, ScopeOutcome.HANG)), None)
     fused = {s.scope: list(s.segments) for s in scopes if s.outcome in (ScopeOutcome.FUSED, ScopeOutcome.HANG)}
     tasks = fused_tasks(program, fused, profile, multistream)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -42,11 +43,16 @@ class HardwareProfile:
     cube_tile_m: int
     cube_tile_n: int
     vector_block_bytes: int
+    cube_fractal: int
+    decode_tile_n: int
+    decode_tile_k: int
     overhead_us: Mapping[str, float]
     aicpu: int
     comm_gbps: float
     comm_latency_us: float
     comm_efficiency: float
+    comm_ranks: int
+    mc2_phase_us: float
     aicpu_gflops_per_core: float
     aicpu_bytes_per_us_per_core: float
     host_us: Mapping[str, float]
@@ -57,7 +63,8 @@ class HardwareProfile:
     digest: str
 
     def cores(self, engine: str) -> int:
-        """How many cores of the kind ``engine`` runs on; collectives and host ops run as one block."""
+        """How many cores of the kind ``engine`` runs on; collectives, DMA (L2 prefetch) and host ops run
+        as one block."""
         if engine == "cube":
             return self.aic
         if engine == "vector":
@@ -84,11 +91,20 @@ _OVERHEAD_KEYS = (
     "replay_launch",
     "event_record",
     "event_wait",
+    "dispatch_dma",
+    "task_gap",
+    "icache_miss",
+    "task_flush",
+    "dcci_flush",
+    "fetch_per_core",
+    "early_start_overlap",
 )
 # Costs and limits that may be zero; every other number is a count, rate or size the model divides by.
 _ZERO_ALLOWED = {("comm", "latency_us"), ("host", "small_shape_max_elements")}
 _ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
-_HOST_KEYS = ("infer_shape", "tiling", "tiling_cache_hit", "alloc", "launch", "host_op", "stream_sync", "eager_dispatch")
+# Shares of a peak that a kernel reaches: above 1 would model a chip faster than its own peak.
+_FRACTIONS = {("efficiency", "compute"), ("efficiency", "memory"), ("comm", "efficiency")}
+_HOST_KEYS = ("infer_shape", "tiling", "tiling_complex", "tiling_cache_hit", "alloc", "launch", "host_op", "stream_sync", "eager_dispatch")
 
 
 def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
@@ -132,11 +148,16 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
         cube_tile_m=get("tiling", "cube_tile_m", int),
         cube_tile_n=get("tiling", "cube_tile_n", int),
         vector_block_bytes=get("tiling", "vector_block_bytes", int),
+        cube_fractal=get("tiling", "cube_fractal", int),
+        decode_tile_n=get("tiling", "decode_tile_n", int),
+        decode_tile_k=get("tiling", "decode_tile_k", int),
         overhead_us=MappingProxyType({key: get("overhead_us", key, float) for key in _OVERHEAD_KEYS}),
         aicpu=get("cores", "aicpu", int),
         comm_gbps=get("comm", "link_gbps", float),
         comm_latency_us=get("comm", "latency_us", float),
         comm_efficiency=get("comm", "efficiency", float),
+        comm_ranks=get("comm", "ranks", int),
+        mc2_phase_us=get("comm", "mc2_phase_us", float),
         aicpu_gflops_per_core=get("aicpu", "gflops_per_core", float),
         aicpu_bytes_per_us_per_core=get("aicpu", "bytes_per_us_per_core", float),
         host_us=MappingProxyType({key: get("host_us", key, float) for key in _HOST_KEYS}),
@@ -167,11 +188,15 @@ def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], so
 
 
 def _check_range(value: float, section: str, key: str, where: str) -> None:
-    """No number of a profile is negative, and a count or rate of zero would divide by zero later."""
+    """Every number of a profile is finite (a nan never compares, so the device model would wait for a
+    time that never comes) and not negative; a count or rate of zero would divide by zero later, and an
+    efficiency is a share of the peak, at most 1."""
     may_be_zero = section in _ZERO_ALLOWED_SECTIONS or (section, key) in _ZERO_ALLOWED
-    if value < 0 or (value == 0 and not may_be_zero):
-        expected = "zero or more" if may_be_zero else "more than zero"
-        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {expected}.")
+    fraction = (section, key) in _FRACTIONS
+    bad = not math.isfinite(value) or value < 0 or (value == 0 and not may_be_zero) or (fraction and value > 1)
+    if bad:
+        expected = "a number in (0, 1]" if fraction else "zero or more" if may_be_zero else "more than zero"
+        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {expected} (finite); fix it in that table.")
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

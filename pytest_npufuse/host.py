@@ -14,10 +14,13 @@ on the device. The *eager* reference runs every op through torch_npu's single-op
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 
+from . import cost
 from .device import DeviceModel
+from .errors import ArgumentError, NpufuseError
 from .fusion import Plan
 from .hardware import HardwareProfile
 from .program import Kernel, Program
@@ -27,31 +30,74 @@ GRAPH_SINK = "graph-sink"
 GRAPH_REPLAY = "graph-replay"
 HOST_SCHEDULED = "host-scheduled"
 EAGER = Mode.EAGER
-MODES = ("max-autotune", "reduce-overhead", "eager")
+MODES = tuple(mode.value for mode in Mode)
 
 
 def execution_of(mode: str, dynamic: bool) -> str:
     """How a TorchAir mode runs: max-autotune sinks a static graph and host-schedules a dynamic one;
-    reduce-overhead replays its captured graph (recaptured per shape); eager launches op by op."""
-    if mode == "eager":
+    reduce-overhead and npugraph_ex replay their captured graph (recaptured per shape); eager launches
+    op by op."""
+    if mode == EAGER:
         return EAGER
-    if mode == "reduce-overhead":
+    if Mode(mode).aclgraph:
         return GRAPH_REPLAY
     return HOST_SCHEDULED if dynamic else GRAPH_SINK
+
+
+THREADS_ENV = "MAX_RUNTIME_CORE_NUMBER"
+
+
+def threads_from_environment() -> int:
+    """GE's host thread count from ``MAX_RUNTIME_CORE_NUMBER`` (seed 002: set it to 3), 1 when unset."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return 1
+    if not value.isdigit() or int(value) < 1:
+        raise NpufuseError(
+            f"environment variable {THREADS_ENV}={value!r} is not a positive integer; GE reads it as the number of "
+            f"host threads (seed 002 recommends 3). Set e.g. {THREADS_ENV}=3 or unset it."
+        )
+    return int(value)
 
 
 @dataclass(frozen=True)
 class HostConfig:
     """Host-side settings of a run.
 
-    ``threads`` is GE's ``MAX_RUNTIME_CORE_NUMBER`` (seed 002 recommends 3); ``tiling_cache`` and
-    ``small_shape_on_host`` are GE optimisations that are on by default and can be turned off to
-    measure them. Eager runs on one thread without GE's optimisations whatever is set here.
+    ``threads`` is GE's ``MAX_RUNTIME_CORE_NUMBER``, read from the environment as GE does (seed 002
+    recommends 3); ``tiling_cache`` and ``small_shape_on_host`` are GE optimisations that are on by
+    default and can be turned off to measure them. ``warm_tiling_cache`` models a steady-state
+    iteration: the tiling cache keeps what earlier iterations computed, so only ops never seen before
+    tile (False: the first iteration, cache empty). Eager runs on one thread without GE's optimisations
+    whatever is set here.
     """
 
-    threads: int = 1
+    threads: int = field(default_factory=threads_from_environment)
     tiling_cache: bool = True
     small_shape_on_host: bool = True
+    warm_tiling_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ArgumentError(
+                f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int >= 1 "
+                "(seed 002 recommends 3)."
+            )
+        for name in ("tiling_cache", "small_shape_on_host"):
+            if not isinstance(getattr(self, name), bool):
+                raise ArgumentError(f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.")
+
+
+def host_config(value: object) -> HostConfig:
+    """The ``host=`` argument of a run: a :class:`HostConfig`, or None for the defaults."""
+    if value is None:
+        return HostConfig()
+    if not isinstance(value, HostConfig):
+        raise ArgumentError(
+            f"host={value!r} must be a HostConfig, e.g. host=HostConfig(threads=3) "
+            "(from pytest_npufuse.host import HostConfig), or None."
+        )
+    return value
 
 
 class HostSlice(NamedTuple):
@@ -108,6 +154,10 @@ class _Threads:
         return clock
 
 
+# The host_us key of each tiling class (seed 002: simple ops tile in a few us, complex ones in tens).
+_TILING_COST = {"simple": "tiling", "complex": "tiling_complex"}
+
+
 def _tiling_key(kernel: Kernel, program: Program) -> tuple:
     """The runtime arguments tiling depends on: op type and input/output shapes and dtypes."""
     inputs = tuple((program.buffers[name].spec.shape, program.buffers[name].spec.dtype) for name in kernel.inputs)
@@ -126,17 +176,15 @@ def schedule(
 ) -> tuple[tuple[HostSlice, ...], float]:
     """Drive ``device`` as the host would and return the host's slices and when its last one ends: one
     launch call for a sunk or replayed graph, else every op through the host kernels."""
+    task_of = {name: task.name for task in plan.tasks for name in task.kernels}
     if execution in (GRAPH_SINK, GRAPH_REPLAY):
-        key = "model_launch" if execution == GRAPH_SINK else "replay_launch"
-        launch = profile.overhead_us[key]
-        name = "ModelExecute" if execution == GRAPH_SINK else "GraphReplay"
-        device.release_all(launch)
-        return (HostSlice(name, 0, 0.0, launch, plan.variant),), launch
+        return _launch_graph(program, plan, profile, execution, device, device_index, task_of)
     host = profile.host_us
     eager = execution == EAGER
     threads = _Threads(1 if eager else max(1, config.threads))
-    task_of = {name: task.name for task in plan.tasks for name in task.kernels}
     tiled: set[tuple] = set()
+    if config.tiling_cache and config.warm_tiling_cache and not eager:
+        tiled.update(_tiling_key(program.kernel(task.kernels[0]), program) for task in plan.tasks)
     for task in plan.tasks:
         kernel = program.kernel(task.kernels[0])
         after = _value_sync(kernel, program, task_of, device, device_index, host["stream_sync"], threads)
@@ -148,13 +196,71 @@ def schedule(
         key = _tiling_key(kernel, program)
         hit = config.tiling_cache and key in tiled
         tiled.add(key)
-        first.append(("TilingCacheHit", host["tiling_cache_hit"]) if hit else ("Tiling", host["tiling"]))
+        first.append(("TilingCacheHit", host["tiling_cache_hit"]) if hit else ("Tiling", host[_TILING_COST[cost.tiling_class(kernel.info)]]))
         ready = threads.run(0, after, first, task.name)
         ready = threads.run(1, ready, [("AllocMem", host["alloc"])], task.name)
         launched = threads.run(2, ready, [("Launch", host["launch"])], task.name)
         device.release(device_index[task.name], launched)
     slices = tuple(threads.slices)
     return slices, max((s.end_us for s in slices), default=0.0)
+
+
+def _launch_graph(
+    program: Program,
+    plan: Plan,
+    profile: HardwareProfile,
+    execution: str,
+    device: DeviceModel,
+    device_index: Mapping[str, int],
+    task_of: Mapping[str, str],
+) -> tuple[tuple[HostSlice, ...], float]:
+    """A sunk or replayed graph: one launch call runs it all, unless a value-dependent op (``.item()``,
+    ``torch.nonzero``) reads a value the device computed. Then, as seed 002 says, the host must wait:
+    the graph runs up to that value, the host syncs the stream and copies it back, and launches the
+    rest, so each such op costs a stream sync plus a launch, and the device idles meanwhile."""
+    key = "model_launch" if execution == GRAPH_SINK else "replay_launch"
+    launch = profile.overhead_us[key]
+    name = "ModelExecute" if execution == GRAPH_SINK else "GraphReplay"
+    slices = [HostSlice(name, 0, 0.0, launch, plan.variant)]
+    clock, released = launch, 0
+    for position, task in enumerate(plan.tasks):
+        producers = _device_producers(program.kernel(task.kernels[0]), program, task_of, device_index)
+        if not producers:
+            continue
+        for earlier in plan.tasks[released:position]:
+            if earlier.name in device_index:
+                device.release(device_index[earlier.name], clock)
+        released = position
+        done = max(clock, _run_until(device, producers))
+        sync_end = done + profile.host_us["stream_sync"]
+        slices.append(HostSlice("StreamSync", 0, done, sync_end, task.name))
+        slices.append(HostSlice(name, 0, sync_end, sync_end + launch, task.name))
+        clock = sync_end + launch
+    for task in plan.tasks[released:]:
+        if task.name in device_index:
+            device.release(device_index[task.name], clock)
+    return tuple(slices), clock
+
+
+def _device_producers(
+    kernel: Kernel, program: Program, task_of: Mapping[str, str], device_index: Mapping[str, int]
+) -> list[int]:
+    """The device tasks whose outputs a value-dependent ``kernel`` reads on the host (none for an
+    ordinary kernel, or when its inputs were computed on the host)."""
+    if not kernel.info.value_dependent:
+        return []
+    return sorted({
+        device_index[task_of[producer.name]]
+        for name in kernel.inputs
+        if (producer := program.producer(name)) is not None and task_of.get(producer.name) in device_index
+    })
+
+
+def _run_until(device: DeviceModel, producers: list[int]) -> float:
+    """Run the device until every task in ``producers`` has ended; when the last one ends."""
+    for index in producers:
+        device.run(until=index)
+    return max(device.end[index] for index in producers)
 
 
 def _value_sync(
@@ -168,16 +274,7 @@ def _value_sync(
 ) -> float:
     """When a value-dependent op reads a tensor the device computed, the host waits for that task to
     end, then pays a stream sync and copy; returns the earliest time its InferShape may start."""
-    if not kernel.info.value_dependent:
-        return 0.0
-    producers = sorted({
-        device_index[task_of[producer.name]]
-        for name in kernel.inputs
-        if (producer := program.producer(name)) is not None and task_of.get(producer.name) in device_index
-    })
+    producers = _device_producers(kernel, program, task_of, device_index)
     if not producers:
         return 0.0
-    for index in producers:
-        device.run(until=index)
-    done = max(device.end[index] for index in producers)
-    return threads.run(0, done, [("StreamSync", sync_us)], kernel.name)
+    return threads.run(0, _run_until(device, producers), [("StreamSync", sync_us)], kernel.name)

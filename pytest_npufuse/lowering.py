@@ -10,22 +10,27 @@ per-kernel annotations here.
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import inspect
 import math
 import operator
 import re
+import textwrap
 import traceback
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
+import sympy
 import torch
 import torch.fx
 from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 
-from . import scopes, syncs
+from . import cost, scopes, syncs
 from .catalog import OpCatalog
-from .errors import CaptureError, NpufuseError
+from .errors import ArgumentError, CaptureError, NotModeledError, NpufuseError, OptionsError, ScopeError
 from .program import Buffer, Kernel, ModuleFrame, Program, StreamScope, SyncPoint, TensorSpec
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
@@ -59,9 +64,36 @@ def is_view(node: torch.fx.Node) -> bool:
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
 
 
-def _spec(value: Any) -> TensorSpec:
-    shape = tuple(int(dim) for dim in value.shape)
+def _spec(value: Any, node: torch.fx.Node) -> TensorSpec:
+    shape = tuple(_static_dim(dim, node) for dim in value.shape)
     return TensorSpec(shape, str(value.dtype).removeprefix("torch."), math.prod(shape) * value.element_size())
+
+
+def _static_dim(dim: Any, node: torch.fx.Node) -> int:
+    """A dimension as the cost model sees it. A size a value-dependent op decides at run time
+    (``torch.nonzero``, boolean-mask indexing) is priced at its upper bound, the memory a device must
+    reserve for it; a size with no upper bound (``torch.zeros(int(x.item()))``) cannot be priced."""
+    if not isinstance(dim, torch.SymInt):
+        return int(dim)
+    expr = dim.node.expr
+    if not expr.free_symbols:
+        return int(expr)
+    upper = dim.node.shape_env.bound_sympy(expr).upper
+    if not isinstance(upper, sympy.Integer):  # torch's integer infinity is no sympy Integer
+        raise CaptureError(
+            f"{op_type_of(node)} at {_source_line(node) or 'the model'} has a size that depends on tensor values "
+            f"({expr}) with no upper bound, so its cost cannot be modeled; derive the size from input shapes, "
+            "or clamp it (torch._check(n <= LIMIT)) so npufuse can price the worst case."
+        )
+    return int(upper)
+
+
+@contextlib.contextmanager
+def value_dependent_capture() -> Iterator[None]:
+    """Let Dynamo keep value-dependent ops in the graph (``.item()``, ``torch.nonzero``, masks) instead
+    of breaking it: GE runs them too, with a host stream sync (seed 002), which the host model prices."""
+    with torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
+        yield
 
 
 def _tensor_nodes(args: Any) -> Iterator[torch.fx.Node]:
@@ -82,15 +114,19 @@ def _flatten(args: Any) -> Iterator[Any]:
         yield args
 
 
-_PACKAGE_DIR = str(Path(__file__).parent)
-# Frames in these directories are never the user's code: ours, and torch's own Python wrappers (a
-# functional collective or F.* helper would otherwise be named as the source of the op it calls).
-_NOT_USER = (_PACKAGE_DIR, str(Path(torch.__file__).parent))
+# Frames in these places are never the user's code: ours, torch's own Python wrappers (a functional
+# collective or F.* helper would otherwise be named as the source of the op it calls), and contextlib
+# around a ``with`` block.
+_NOT_USER = (
+    str(Path(__file__).parent),
+    str(Path(torch.__file__).parent),
+    str(Path(contextlib.__file__).parent / "contextlib.py"),
+)
 
 
 def _user_frame(trace: str) -> str:
-    """The innermost frame of a formatted traceback outside this package, as ``path:line`` ('' when
-    there is none): messages point at the user's model code rather than at our wrappers."""
+    """The innermost frame of a formatted traceback outside this package, torch and the standard
+    library, as ``path:line`` ('' when there is none): messages point at the user's model code."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
     user = [(path, line) for path, line in frames if not path.startswith(_NOT_USER)]
     return f"{user[-1][0]}:{user[-1][1]}" if user else ""
@@ -151,29 +187,6 @@ def call_name(node: torch.fx.Node) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
-def kernel_flops(rule: str, per_element: float, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> float:
-    """Arithmetic work of one kernel by the catalog's rule."""
-    out_elems = sum(math.prod(spec.shape) for spec in outputs)
-    if rule == "matmul":
-        first_matrix = next((spec for spec in inputs if len(spec.shape) >= 2), None)
-        k = first_matrix.shape[-1] if first_matrix is not None else 1
-        return 2.0 * out_elems * k
-    if rule == "elementwise":
-        return out_elems * per_element
-    if rule == "reduction":
-        return float(sum(math.prod(spec.shape) for spec in inputs[:1]))
-    return 0.0
-
-
-def kernel_bytes(rule: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> int:
-    """Memory traffic of one kernel by the catalog's rule: everything it reads and writes, only what
-    it writes (a fill such as ``zeros``), or nothing (a host-side op)."""
-    if rule == "none":
-        return 0
-    written = sum(spec.nbytes for spec in outputs)
-    return written if rule == "output" else written + sum(spec.nbytes for spec in inputs)
-
-
 def compute_dtype_of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
     """The dtype a kernel computes in: its first matrix/tensor input, else its first output."""
     for spec in (*inputs, *outputs):
@@ -198,8 +211,12 @@ class _ProgramBuilder:
         self.syncs: list[SyncPoint] = []
         self.record_tokens: dict[str, str] = {}
         self.open_streams: list[tuple[str, int] | None] = []
+        self.prefetched: set[str] = set()
         self.stream_scopes: list[StreamScope] = []
+        self.open_uses: list[tuple[str, str, str, int] | None] = []
+        self.scope_uses: list[ScopeUse] = []
         self.frames: dict[tuple[str, str], ModuleFrame] = {}
+        self.native_superkernels: list[torch.fx.Node] = []
 
     def build(self) -> Program:
         inputs: list[str] = []
@@ -220,13 +237,21 @@ class _ProgramBuilder:
                 self._add_view(node)
             else:
                 self._add_kernel(node)
+        if self.native_superkernels:
+            names = [n.args[0] if n.args else None for n in self.native_superkernels]
+            raise CaptureError(
+                "After you call the torch.npu.super_kernel_scope_begin operator, there is no paired call to the "
+                f"torch.npu.super_kernel_scope_end operator. The parameters for these torch.npu.super_kernel_scope_begin "
+                f"calls are:{names} (first at {_source_line(self.native_superkernels[0]) or 'the model'}). "
+                "Call super_kernel_scope_end(name) for each, and keep graph breaks out of the range."
+            )
         open_scopes = self.stack.open_scopes()
         if open_scopes:
             raise CaptureError(
                 f"{open_scopes[-1]} is entered but never exited in the captured graph. Use scopes only as "
                 "`with` blocks, and keep graph breaks (print, .item(), data-dependent if) out of them."
             )
-        return Program(
+        program = Program(
             tuple(self.kernels),
             MappingProxyType(dict(self.buffers)),
             tuple(inputs),
@@ -234,19 +259,63 @@ class _ProgramBuilder:
             tuple(self.syncs),
             tuple(sorted(self.stream_scopes, key=lambda scope: (scope.enter, scope.exit))),
         )
+        check_scope_uses(self.scope_uses)
+        _check_kept_alive_streams(program)
+        return program
+
+    def _native_superkernel(self, node: torch.fx.Node) -> None:
+        """torch.npu.super_kernel_scope_begin/end: paired by name in any order, as TorchAir checks them."""
+        name = node.args[0] if node.args else None
+        if node.target is scopes.SK_BEGIN:
+            self.native_superkernels.append(node)
+            return
+        begun = [n.args[0] if n.args else None for n in self.native_superkernels]
+        if name not in begun:
+            problem = (
+                f"No matching torch.npu.super_kernel_scope_begin found; available unmatched scope_names are: {begun}"
+                if begun else "you must first call the torch.npu.super_kernel_scope_begin, as they must be called in pairs"
+            )
+            raise CaptureError(
+                f"When you call the torch.npu.super_kernel_scope_end operator ({name!r} at "
+                f"{_source_line(node) or 'the model'}), {problem}. Give super_kernel_scope_end the name its begin was given."
+            )
+        del self.native_superkernels[begun.index(name)]
+
+    def _annotations(self) -> scopes.Annotations:
+        """The kernel's scope attributes; an open native SuperKernel range (the latest begun) wins."""
+        annotations = self.stack.resolve()
+        if not self.native_superkernels:
+            return annotations
+        latest = self.native_superkernels[-1]
+        name = latest.args[0] if latest.args else None
+        return replace(annotations, sk_scope=name, sk_options="", sk_native=True)
 
     def _scope_marker(self, node: torch.fx.Node) -> None:
-        if node.target is scopes.SCOPE_ENTER:
+        if node.target in (scopes.SK_BEGIN, scopes.SK_END):
+            self._native_superkernel(node)
+        elif node.target is scopes.SCOPE_ENTER:
             keys, values = node.args[:2]
             self.stack.enter(keys, values)
             attrs = dict(zip(keys, values))
             stream = attrs.get(scopes.STREAM_LABEL)
             self.open_streams.append((stream, len(self.kernels)) if stream else None)
+            scope = attrs.get(scopes.SK_SCOPE)
+            use = (scope, attrs.get(scopes.SK_OPTIONS, ""), _source_line(node), len(self.kernels))
+            self.open_uses.append(use if scope else None)
+            if scopes.NATIVE_STREAM in attrs:
+                self._sync_point("noop", "", "torch.npu.stream", node)
+            if attrs.get(scopes.INNER_PARALLEL) == "False":
+                self._sync_point("noop", "", "npu_stream_switch(enable_inner_parallel=False)", node)
         else:
             self.stack.exit(f"the graph at {_source_line(node) or 'the model'}")
             opened = self.open_streams.pop()
             if opened is not None:
                 self.stream_scopes.append(StreamScope(opened[0], opened[1], len(self.kernels)))
+            use = self.open_uses.pop()
+            if use is not None:
+                name, options, line, first = use
+                kernels = sum(1 for kernel in self.kernels[first:] if kernel.annotations.sk_scope == name)
+                self.scope_uses.append(ScopeUse(name, options, line, kernels))
 
     def _current_stream(self) -> str:
         return self.stack.resolve().stream or "default"
@@ -255,14 +324,18 @@ class _ProgramBuilder:
         stream = extra.pop("stream", None) or self._current_stream()
         self.syncs.append(SyncPoint(kind, stream, len(self.kernels), event, api, _source_line(node), **extra))
 
+    def _storage(self, name: str) -> str:
+        """The buffer that owns the memory ``name`` lives in (itself unless it is a view)."""
+        while (alias := self.buffers[name].alias_of) is not None:
+            name = alias
+        return name
+
     def _wait_for(self, dependency: torch.fx.Node, api: str, node: torch.fx.Node) -> None:
         """Wait for a ``record()`` token, or for the kernel that produced a tensor (after it ends)."""
         if dependency.name in self.record_tokens:
             self._sync_point("wait", self.record_tokens[dependency.name], api, node)
             return
-        storage = dependency.name if dependency.name in self.buffers else None
-        while storage is not None and (alias := self.buffers[storage].alias_of) is not None:
-            storage = alias
+        storage = self._storage(dependency.name) if dependency.name in self.buffers else None
         producer = None if storage is None else self.buffers[storage].producer
         if producer is None:
             # A graph input is ready before the graph starts: nothing to wait for, but the API was used.
@@ -294,11 +367,18 @@ class _ProgramBuilder:
         elif target is syncs.RECORD_STREAM:
             buffer, tag = node.args
             self._sync_point("keep_alive", "", "npu_record_tagged_stream", node, stream=tag, buffer=buffer.name)
+        elif target in (syncs.EVENT_RECORD, syncs.EVENT_WAIT):
+            tag, stream = node.args
+            kind, api = ("record", "torch.npu.Event.record") if target is syncs.EVENT_RECORD else ("wait", "torch.npu.Event.wait")
+            self._sync_point(kind, f"event:{tag}", api, node, stream=stream or None)
+        elif target is syncs.NATIVE_RECORD_STREAM:
+            buffer, stream = node.args
+            self._sync_point("keep_alive", "", "Tensor.record_stream", node, stream=stream, buffer=buffer.name)
 
     def _add_buffer(self, node: torch.fx.Node, producer: str | None, alias_of: str | None = None) -> None:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor):
-            self.buffers[node.name] = Buffer(node.name, _spec(value), producer, alias_of)
+            self.buffers[node.name] = Buffer(node.name, _spec(value, node), producer, alias_of)
 
     def _add_view(self, node: torch.fx.Node) -> None:
         base = next(_tensor_nodes(node.args), None)
@@ -341,13 +421,25 @@ class _ProgramBuilder:
     def _add_kernel(self, node: torch.fx.Node) -> None:
         op_type = op_type_of(node)
         value = node.meta.get("val")
+        known = self.catalog.entries.get(op_type)
+        if _is_scalar(value) and not (known is not None and known.value_dependent):
+            return  # host-side size arithmetic (sym_size, int(), trunc), not a kernel
+        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+            raise NotModeledError(
+                f"{op_type} at {_source_line(node) or 'the model'} draws random numbers, so BASELINE and VARIANT would "
+                "draw different ones and could never match bit for bit; create the random tensor outside forward "
+                "and pass it in as an input."
+            )
         values = value if isinstance(value, (tuple, list)) else (value,)
-        output_specs = tuple(_spec(v) for v in values if isinstance(v, torch.Tensor))
+        output_specs = tuple(_spec(v, node) for v in values if isinstance(v, torch.Tensor))
         inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers)
         input_specs = [self.buffers[name].spec for name in inputs]
         compute_dtype = compute_dtype_of(input_specs, output_specs)
         info = self.catalog.lookup(op_type).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
+        flops, nbytes = cost.kernel_work(info, input_specs, output_specs, [self._storage(n) for n in inputs], self.prefetched)
+        if info.cost == "prefetch":
+            self.prefetched.update(self._storage(n) for n in inputs[:1])
         single = isinstance(value, torch.Tensor)
         mutated = mutated_arguments(node)
         if single:
@@ -363,15 +455,67 @@ class _ProgramBuilder:
                 inputs=inputs,
                 outputs=(node.name,) if single else (),
                 output_specs=output_specs,
-                annotations=self.stack.resolve(),
-                flops=kernel_flops(info.flops, info.flops_per_element, input_specs, output_specs),
-                bytes=kernel_bytes(info.bytes, input_specs, output_specs),
+                annotations=self._annotations(),
+                flops=flops,
+                bytes=nbytes,
                 compute_dtype=compute_dtype,
                 source=_source_line(node),
+                input_specs=tuple(input_specs),
                 modules=self._modules(node),
                 call=call_name(node),
             )
         )
+
+
+class ScopeUse(NamedTuple):
+    """One ``with super_kernel(scope, options)`` block as captured: where, and how many kernels it got."""
+
+    scope: str
+    options: str
+    line: str
+    kernels: int
+
+
+def check_scope_uses(uses: Sequence[ScopeUse]) -> None:
+    """Options that would be ignored without a word are errors: options on a scope that encloses no
+    kernel, and different options on a later use of a scope name (a scope takes its first use's)."""
+    by_scope: dict[str, list[ScopeUse]] = {}
+    for use in uses:
+        by_scope.setdefault(use.scope, []).append(use)
+    for scope, group in by_scope.items():
+        first = group[0]
+        with_options = [use for use in group if use.options]
+        if with_options and not any(use.kernels for use in group):
+            use = with_options[0]
+            raise OptionsError(
+                f"super_kernel({scope!r}, {use.options!r}) at {use.line or 'the model'} encloses no kernel (only views, "
+                "or ops whose results are never used), so its options apply to nothing; move the ops into the "
+                "scope or drop the options."
+            )
+        for use in with_options:
+            if use.options != first.options:
+                raise OptionsError(
+                    f"super_kernel({scope!r}, {use.options!r}) at {use.line or 'the model'} passes other options than the "
+                    f"first use of {scope!r} at {first.line or 'the model'} ({first.options!r}); one scope name is one "
+                    "SuperKernel range with one options string: pass the same options on every use, or none after the first."
+                )
+
+
+def _check_kept_alive_streams(program: Program) -> None:
+    """``npu_record_tagged_stream(t, tag)`` for a stream no op runs on would keep nothing alive."""
+    streams = set(program.streams()) | {scope.stream for scope in program.stream_scopes}
+    for point in program.syncs:
+        if point.kind == "keep_alive" and point.stream not in streams:
+            raise ScopeError(
+                f"npu_record_tagged_stream(..., {point.stream!r}) at {point.source or 'the model'}: no op runs on a "
+                f"stream {point.stream!r} (streams: {', '.join(sorted(streams))}); name the tag of the "
+                "npu_stream_switch that uses the tensor, or 'default' for the main stream."
+            )
+
+
+def _is_scalar(value: Any) -> bool:
+    """A Python number or symbolic number: what size arithmetic on the host produces."""
+    return isinstance(value, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 def mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:
@@ -393,8 +537,15 @@ def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog) -> Program:
 
 
 def compile_static(model: Callable[..., Any], backend: Callable[..., Any]) -> Callable[..., Any]:
-    """``model`` compiled by ``backend`` as one static graph (compiled on its first call)."""
-    return torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
+    """``model`` compiled by ``backend`` as one static graph (compiled on its first call), with
+    value-dependent ops kept in the graph whenever it is called."""
+    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with value_dependent_capture():
+            return compiled(*args, **kwargs)
+
+    return run
 
 
 def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Callable[..., Any]) -> Any:
@@ -404,20 +555,98 @@ def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Call
 
 def call_compiled(model: Callable[..., Any], compiled: Callable[..., Any], inputs: Sequence[Any]) -> Any:
     """Run ``compiled`` (``model`` compiled), turning Dynamo failures into errors a user can act on (a
-    graph break names the scope it split)."""
+    graph break names the scope it split); the model and its inputs are checked first."""
+    check_call(model, inputs)
     try:
         with torch.no_grad():
             return compiled(*inputs)
-    except NpufuseError:
-        raise
+    except NpufuseError as exc:
+        raise _located(exc, model, inputs) from None
     except BackendCompilerFailed as exc:
         raise _root_cause(exc) from None
     except TorchDynamoException as exc:
         ours = _root_cause(exc)
         if isinstance(ours, NpufuseError):
-            raise ours from None
+            raise _located(ours, model, inputs) from None
         raised = _eager_error(model, inputs)
         raise (raised or CaptureError(_graph_break_message(model, inputs, exc))) from None
+
+
+def check_outputs_used(program: Program) -> None:
+    """A graph that returns no tensor had every op removed as dead code: nothing could be compared."""
+    if not any(name is not None for name in program.outputs):
+        raise CaptureError(
+            "the model returns no tensor (its outputs are None or not tensors), so every op in it is dead code a "
+            "compiler removes and nothing can be compared; return the tensors it computes."
+        )
+
+
+def check_call(model: Callable[..., Any], inputs: Sequence[Any]) -> None:
+    """The model is something to call and takes these inputs: otherwise a plain TypeError would
+    surface from inside Dynamo."""
+    if isinstance(model, type):
+        raise ArgumentError(
+            f"got the class {model.__name__}, not a model; pass an instance, e.g. check({model.__name__}(), *inputs)."
+        )
+    if not callable(model):
+        raise ArgumentError(f"the model {model!r} is not callable; pass an nn.Module instance or a function.")
+    function = model.forward if isinstance(model, torch.nn.Module) else model
+    _check_scopes_entered(function)
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*inputs)
+    except TypeError as exc:
+        name = getattr(function, "__qualname__", "model")
+        raise ArgumentError(
+            f"{name}{signature} cannot take the {len(inputs)} input(s) given: {exc}; pass every input of forward, in order."
+        ) from None
+
+
+_SCOPES = frozenset({"super_kernel", "npu_stream_switch", "limit_core_num"})
+
+
+def _check_scopes_entered(function: Callable[..., Any]) -> None:
+    """A scope called as a plain statement (``super_kernel("sp1")`` without ``with``) marks no op and
+    would be ignored without a word; the model's source shows it, so it is refused before capture."""
+    try:
+        lines, first = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        path = inspect.getsourcefile(function)
+    except (OSError, TypeError, SyntaxError):
+        return  # no source to read (a lambda in a REPL, a compiled module): nothing to check
+    for node in ast.walk(tree):
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if name in _SCOPES:
+                raise ScopeError(
+                    f"{name}(...) at {path}:{first + node.lineno - 1} is called but not entered, so it marks no op; "
+                    f"use it as a with block: `with torchair.scope.{name}(...):`."
+                )
+
+
+def _located(error: NpufuseError, model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseError:
+    """An error the model's own call to our API raised while Dynamo traced it, with the user's line
+    added (Dynamo's traceback shows its interpreter, so the line may come from running the model eagerly)."""
+    located = _at_user_line(error)
+    if located is not error or _HAS_LINE.search(str(error)):
+        return located
+    eager = _eager_error(model, inputs)
+    return eager if eager is not None and str(eager).startswith(str(error).rstrip(".")) else error
+
+
+_HAS_LINE = re.compile(r"\.py:\d+")
+
+
+def _at_user_line(error: NpufuseError) -> NpufuseError:
+    """``error`` with ``(at path:line)`` of the innermost user frame of its traceback, if it names none."""
+    frame = _user_frame("".join(traceback.format_tb(error.__traceback__)))
+    if not frame or _HAS_LINE.search(str(error)):
+        return error
+    return type(error)(f"{str(error).rstrip('.')} (at {frame}).")
 
 
 def _eager_error(model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseError | None:
@@ -427,7 +656,7 @@ def _eager_error(model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseErr
         with torch.no_grad():
             model(*inputs)
     except NpufuseError as exc:
-        return exc
+        return _at_user_line(exc)
     except Exception as exc:  # noqa: BLE001 - any error of the user's model is reported, not hidden
         frame = _user_frame("".join(traceback.format_tb(exc.__traceback__)))
         at = f" at {frame}" if frame else ""

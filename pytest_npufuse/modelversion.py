@@ -3,7 +3,7 @@
 Besides the case itself, a modeled time depends on the simulator code, the op catalog and the
 hardware profile. The catalog and the profiles carry content digests; the simulator carries
 :data:`SIMULATOR_VERSION`, bumped by hand whenever a change to the simulator (``simulate.py``,
-``cost.py``, ``fusion.py``) changes a modeled time for the same program. A hand-bumped constant
+``cost/``, ``device.py``, ``host.py``, ``fusion.py``) changes a modeled time for the same program. A hand-bumped constant
 rather than a hash of the source, so that refactoring or a comment never invalidates every baseline.
 """
 
@@ -18,7 +18,7 @@ from .catalog import OpCatalog
 from .errors import BaselineError
 from .hardware import HardwareProfile
 
-SIMULATOR_VERSION = "1"
+SIMULATOR_VERSION = "2"
 
 
 def _digest(data: Any) -> str:

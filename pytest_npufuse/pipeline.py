@@ -34,7 +34,7 @@ from .catalog import OpCatalog, load_catalog
 from .errors import CaptureError
 from .execute import Execution, inputs_of, racy_cone, run_graph, writes_inputs
 from .hardware import HardwareProfile, load_profile
-from .host import EAGER, HostConfig
+from .host import EAGER, HostConfig, host_config
 from .numerics import compare_outputs
 from .plog import write_plog
 from .program import Program
@@ -109,8 +109,10 @@ def model_graph(
     variant: str,
     options: Mapping[str, str] | None = None,
     multistream: bool = True,
+    aclgraph_options: str | None = None,
 ) -> CompiledGraph:
-    """plan -> sanitize -> simulate for one captured graph (the stages between capture and execute)."""
+    """plan -> sanitize -> simulate for one captured graph (the stages between capture and execute);
+    ``aclgraph_options`` is the aclgraph SuperKernel options text when that is switched on."""
     plan = fusion.plan(
         graph.program,
         settings.profile,
@@ -119,6 +121,7 @@ def model_graph(
         dynamic=settings.dynamic,
         options=options,
         multistream=multistream,
+        aclgraph_options=aclgraph_options,
     )
     plog = write_plog(plan.log)
     checked = sanitize(graph.program, plan.streams) if plan.streams is not None else None
@@ -146,14 +149,18 @@ class NpuBackend:
     @property
     def run_mode(self) -> str:
         """The mode runs are modeled in: ``mode`` when set (``"eager"``), else the config's."""
-        return self.mode or self.config.mode
+        return self.mode or self.config.run_mode
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         return CaptureBackend(self.catalog, self._model)(gm, example_inputs)
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
         settings = Settings(self.profile, self.run_mode, self.dynamic, self.host)
-        compiled = model_graph(graph, settings, self.variant, self.options, self.multistream)
+        single_stream = bool(self.config.ge_config.enable_single_stream.value)
+        compiled = model_graph(
+            graph, settings, self.variant, self.options, self.multistream and not single_stream,
+            self.config.superkernel_options(),
+        )
         self.graphs.append(compiled)
         return compiled
 
@@ -198,7 +205,7 @@ def compile_model(
     config, override = _config(mode)
     backend = NpuBackend(
         config, profile, variant, catalog or load_catalog(), multistream=multistream, mode=override,
-        dynamic=dynamic, host=host or HostConfig(),
+        dynamic=dynamic, host=host_config(host),
     )
     return compile_static(model, backend), backend
 
@@ -265,7 +272,7 @@ def compare(
     """
     catalog = catalog or load_catalog()
     config, override = _config(mode)
-    settings = Settings(_profile(target), override or config.mode, dynamic, host or HostConfig())
+    settings = Settings(_profile(target), override or config.run_mode, dynamic, host_config(host))
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()

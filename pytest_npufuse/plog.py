@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from .errors import OutputFileError
+
 _FILES: dict[int, Path] = {}
 
 
@@ -56,7 +58,14 @@ def write_plog(records: Iterable[LogRecord]) -> Path | None:
     if not records:
         return None
     path = plog_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        where = "ASCEND_PROCESS_LOG_PATH" if os.environ.get("ASCEND_PROCESS_LOG_PATH") else "the plog directory"
+        raise OutputFileError(
+            f"{where} {path.parent} is a file (or lies under one), so the plog cannot be written there; "
+            "point ASCEND_PROCESS_LOG_PATH at a directory."
+        ) from None
     stamp = _now().strftime("%Y-%m-%d-%H:%M:%S.%f")
     with path.open("a", encoding="utf-8") as handle:
         for record in records:

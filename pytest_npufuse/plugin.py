@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from .pytest import benchmark, markers, options, settings, targets
+from .pytest import benchmark, markers, options, settings, shim, targets
 from .pytest.failure import or_fail
 from .pytest.fixture import npu_target, npufuse  # noqa: F401 - pytest finds fixtures on the plugin module
 from .pytest.recorder import RunRecorder
@@ -22,12 +22,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     run = settings.configure(config)
+    shim.configure(config)
     config.pluginmanager.register(RunRecorder(config, run.json_path, run.html_path), RunRecorder.NAME)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shim.unconfigure(config)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
     profiles = settings.settings_of(config).profiles
-    return "npufuse: " + ", ".join(f"{name} = {p.product} (profile {p.digest})" for name, p in profiles.items())
+    targets_line = "npufuse: " + ", ".join(f"{name} = {p.product} (profile {p.digest})" for name, p in profiles.items())
+    return [targets_line, shim.header()]
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -50,5 +56,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if expectations.targets is not None and target not in expectations.targets:
         pytest.skip(f"runs only on {', '.join(expectations.targets)}; the current target is {target}")
     profile = settings.settings_of(item.config).profiles[target]
-    if not profile.superkernel_supported and expectations.expects_fused():
-        pytest.skip(f"SuperKernel is not supported on {profile.product} (target {target}); this test expects 'fused'")
+    outcome = expectations.superkernel_outcome()
+    if not profile.superkernel_supported and outcome is not None:
+        pytest.skip(f"SuperKernel is not supported on {profile.product} (target {target}); this test expects '{outcome}'")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """After a test body that passed: its markers must have been applied by npufuse.check()."""
+    result = yield
+    markers.require_check(item)
+    return result

@@ -25,6 +25,9 @@ class Annotations:
     stream_priority: int = 0
     aicore_limit: int | None = None
     vectorcore_limit: int | None = None
+    sk_native: bool = False
+    never_timeout: bool | None = None
+    data_dump: bool = False
 
 
 NO_ANNOTATIONS = Annotations()
@@ -64,7 +67,9 @@ class ModuleFrame:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One device kernel: a non-view op of the captured graph. ``modules`` are the module calls it was
+    """One device kernel: a non-view op of the captured graph. ``flops`` and ``bytes`` are priced once,
+    at capture, by the op's cost rule (:mod:`pytest_npufuse.cost`); ``input_specs`` are the shapes of
+    ``inputs``, which tiling rules read. ``modules`` are the module calls it was
     traced inside, outermost first (empty for hand-built programs and the model's own top level);
     ``call`` is the torch-level call it was lowered from (``one_hot``, ``repeat_interleave``, ``Linear``;
     ``""`` when unknown), which tells the affinity advisor what the user wrote."""
@@ -82,6 +87,7 @@ class Kernel:
     bytes: int
     compute_dtype: str
     source: str
+    input_specs: tuple[TensorSpec, ...] = ()
     modules: tuple[ModuleFrame, ...] = ()
     call: str = ""
 

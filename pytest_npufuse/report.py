@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -29,6 +30,7 @@ class ScopeReport:
     options: str
     reason: str
     break_points: tuple[ScopeBreak, ...] = ()
+    splits: tuple[str, ...] = ()
 
     @classmethod
     def from_plan(cls, scope: ScopePlan) -> "ScopeReport":
@@ -45,6 +47,7 @@ class ScopeReport:
             options=scope.options,
             reason=scope.reason,
             break_points=scope.breaks,
+            splits=scope.splits,
         )
 
 
@@ -79,7 +82,10 @@ class CaseReport:
 
     @property
     def speedup(self) -> float:
-        """Baseline time over variant time: above 1 means the scopes pay off."""
+        """Baseline time over variant time: above 1 means the scopes pay off. Two runs that take no
+        modeled time at all (a profile whose costs are all zero) are equally fast, 1.0."""
+        if self.variant.time_us == 0:
+            return 1.0 if self.baseline.time_us == 0 else math.inf
         return self.baseline.time_us / self.variant.time_us
 
     @property

@@ -43,4 +43,4 @@ def run_document(
 
 
 def write_run_report(path: Path, document: Mapping[str, Any]) -> None:
-    write_text_atomic(path, dumps(document))
+    write_text_atomic(path, dumps(document), "run report")

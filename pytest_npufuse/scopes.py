@@ -22,6 +22,11 @@ STREAM_LABEL = "_user_stream_label"
 STREAM_PRIORITY = "_user_stream_priority"
 AICORE_NUM = "_op_aicore_num"
 VECTORCORE_NUM = "_op_vectorcore_num"
+INNER_PARALLEL = "_enable_inner_parallel"
+NEVER_TIMEOUT = "_op_exec_never_timeout"
+DATA_DUMP = "torchair_enable_data_dump"
+# Set by ``with torch.npu.stream(s)`` (native API) beside the stream label, so mode rules can name it.
+NATIVE_STREAM = "_npufuse_native_stream"
 
 _LIB = torch.library.Library("npufuse", "FRAGMENT")
 _LIB.define("scope_enter(str[] keys, str[] values) -> ()")
@@ -40,28 +45,50 @@ _LIB.impl("scope_enter", _enter_kernel, "CompositeExplicitAutograd")
 _LIB.impl("scope_exit", _exit_kernel, "CompositeExplicitAutograd")
 torch.library.register_fake("npufuse::scope_enter", _enter_kernel, lib=_LIB)
 torch.library.register_fake("npufuse::scope_exit", _exit_kernel, lib=_LIB)
+# torch.npu.super_kernel_scope_begin/end (npugraph_ex): markers paired by name in any order, not a stack.
+_LIB.define("super_kernel_scope_begin(str? scope_name) -> ()")
+_LIB.define("super_kernel_scope_end(str? scope_name) -> ()")
+
+
+def _sk_marker_kernel(scope_name: str | None = None) -> None:
+    """Inert at run time, see :func:`_enter_kernel`."""
+
+
+for _name in ("super_kernel_scope_begin", "super_kernel_scope_end"):
+    _LIB.impl(_name, _sk_marker_kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"npufuse::{_name}", _sk_marker_kernel, lib=_LIB)
 
 SCOPE_ENTER = torch.ops.npufuse.scope_enter.default
 SCOPE_EXIT = torch.ops.npufuse.scope_exit.default
+SK_BEGIN = torch.ops.npufuse.super_kernel_scope_begin.default
+SK_END = torch.ops.npufuse.super_kernel_scope_end.default
 # Without this, Dynamo keeps the nodes but AOTAutograd and FX dead-code elimination drop them silently,
 # because they return nothing that anything uses.
 torch.fx.node.has_side_effect(SCOPE_ENTER)
 torch.fx.node.has_side_effect(SCOPE_EXIT)
+torch.fx.node.has_side_effect(SK_BEGIN)
+torch.fx.node.has_side_effect(SK_END)
 
 
 def is_scope_node(node: torch.fx.Node) -> bool:
     """True for the enter/exit marker nodes, which are not kernels."""
-    return node.op == "call_function" and node.target in (SCOPE_ENTER, SCOPE_EXIT)
+    return node.op == "call_function" and node.target in (SCOPE_ENTER, SCOPE_EXIT, SK_BEGIN, SK_END)
 
 
 def describe_scope(attrs: dict[str, str]) -> str:
     """Name a scope the way the user wrote it, for error messages."""
     if SK_SCOPE in attrs:
         return f"super_kernel({attrs[SK_SCOPE] or None!r})"
+    if NATIVE_STREAM in attrs:
+        return f"torch.npu.stream({attrs[STREAM_LABEL]!r})"
     if STREAM_LABEL in attrs:
         return f"npu_stream_switch({attrs[STREAM_LABEL]!r})"
     if AICORE_NUM in attrs:
         return f"limit_core_num({attrs[AICORE_NUM]}, {attrs.get(VECTORCORE_NUM)})"
+    if NEVER_TIMEOUT in attrs:
+        return f"op_never_timeout({attrs[NEVER_TIMEOUT]})"
+    if DATA_DUMP in attrs:
+        return "data_dump()"
     return f"scope {attrs}"
 
 
@@ -115,4 +142,6 @@ def _annotations_from(attrs: dict[str, Any]) -> Annotations:
         stream_priority=int(attrs.get(STREAM_PRIORITY, "0")),
         aicore_limit=_optional_int(attrs.get(AICORE_NUM)),
         vectorcore_limit=_optional_int(attrs.get(VECTORCORE_NUM)),
+        never_timeout=None if NEVER_TIMEOUT not in attrs else attrs[NEVER_TIMEOUT] == "True",
+        data_dump=attrs.get(DATA_DUMP) == "True",
     )

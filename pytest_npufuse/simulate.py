@@ -1,8 +1,13 @@
 """Deterministic model of one run of a plan on one die: host and device, as a timeline.
 
-Each task pays the device scheduler's dispatch cost for its engine and one kernel head. A SuperKernel
-is one task: it pays them once and then calls its sub-kernels back to back, each call costing a little,
-with a barrier only before a sub-kernel that reads what an earlier one in the same SuperKernel wrote.
+Each task pays the device scheduler's dispatch cost for its engine (pipelined, see
+:mod:`~pytest_npufuse.device`), a kernel head (scalar init, tiling-data load), a cold instruction cache
+and the cache flush every task ends with. A SuperKernel is one task: it pays them once and then calls
+its sub-kernels back to back, each call costing a little, with a barrier only before a sub-kernel that
+reads what an earlier one in the same SuperKernel wrote. Its options change that: Early-Start
+(``early-start``, off in a dual-stream SuperKernel) hides part of each barrier under the next
+sub-kernel's scalar init; ``preload-code=none`` leaves every sub-kernel with a cold ICache; the dcci
+options and ``debug-dcci-all`` add cache flushes. Every task also holds its share of HBM bandwidth.
 When the task starts is decided by :mod:`~pytest_npufuse.device` (streams, events, shared cores) as the
 host model (:mod:`~pytest_npufuse.host`) launches tasks. All arithmetic is plain float math in a fixed
 order, so every machine gives the same numbers.
@@ -18,7 +23,7 @@ from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from . import cost
-from .device import DeviceEvent, DeviceModel, DeviceTask
+from .device import HBM_POOL, HBM_UNITS, DeviceEvent, DeviceModel, DeviceTask
 from .errors import NpufuseError
 from .fusion import Plan, Segment, Task
 from .hardware import HardwareProfile
@@ -96,7 +101,12 @@ class RunReport:
 
 
 SUPERKERNEL_OP = "npufuse::superkernel"
-_POOL_OF = {"cube": 0, "vector": 1, "aicpu": 2, "comm": 3}
+_POOL_OF = {"cube": 0, "vector": 1, "aicpu": 2, "comm": 3, "dma": 4}
+# AI Vector cores per AI Cube core of a SuperKernel's kernel type (torchair §2.4 ratio table).
+_AIV_PER_AIC = {"MIX_AIC_1_2": 2}
+# Engines whose kernels stream HBM through the AI Cores or the DMA engine (collectives and AI CPU move
+# their bytes over other paths).
+_HBM_ENGINES = frozenset({"cube", "vector", "dma"})
 _new_tuple = tuple.__new__
 _NAME_OF = attrgetter("name")
 _STREAM_OF = attrgetter("stream")
@@ -145,58 +155,89 @@ class _Facts:
         self.profile = profile
         overhead = profile.overhead_us
         self.head_us = overhead["kernel_head"]
+        self.icache_us = overhead["icache_miss"]
+        self.flush_us = overhead["task_flush"]
+        self.dcci_us = overhead["dcci_flush"]
+        self.fetch_us = overhead["fetch_per_core"]
         self.call_us = overhead["sk_subkernel_call"]
         self.sk_sync_us = overhead["sk_sync"]
+        self.early_us = overhead["early_start_overlap"]
         self.sync_all_us = overhead["sync_all"]
+        self.hbm_bytes_per_us = profile.hbm_gbps * 1e3
         self._bodies: dict[tuple, float] = {}
         self.timings: dict[tuple, tuple[float, tuple[tuple[int, int], ...]]] = {}
         self._layouts: dict[tuple, _Layout] = {}
 
     def body_us(self, kernel: Kernel, dim: int) -> float:
         info = kernel.info
-        key = (info.engine, info.sync_all, dim, kernel.flops, kernel.bytes, kernel.compute_dtype)
+        key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype)
         body = self._bodies.get(key)
         if body is None:
             body = self._bodies[key] = cost.body_us(kernel, dim, self.profile)
         return body
 
     def timing(self, kernel: Kernel, dim: int, key: tuple) -> tuple[float, tuple[tuple[int, int], ...]]:
-        """Duration (kernel head and body) and cores held of an ordinary kernel task on ``dim`` cores,
-        remembered under ``key``."""
-        timing = self.timings[key] = (self.head_us + self.body_us(kernel, dim), ((_POOL_OF[kernel.info.engine], dim),))
+        """Duration (head, cold ICache, same-address instruction fetch of ``dim`` cores, body, closing cache
+        flush) and resources held of an ordinary kernel task on ``dim`` cores, remembered under ``key``. Host and communication kernels run no AI Core
+        code, so they pay only their body."""
+        engine = kernel.info.engine
+        body = self.body_us(kernel, dim)
+        start_us = self.head_us + self.icache_us + self.fetch_us * dim + self.flush_us
+        duration = start_us + body if engine in _HBM_ENGINES or engine == "aicpu" else body
+        needs = ((_POOL_OF[engine], dim),) if engine != "host" else ()
+        timing = self.timings[key] = (duration, needs + self.hbm_share(kernel.bytes if engine in _HBM_ENGINES else 0, duration))
         return timing
+
+    def hbm_share(self, nbytes: float, duration: float) -> tuple[tuple[int, int], ...]:
+        """The thousandths of peak HBM bandwidth a task streaming ``nbytes`` over ``duration`` holds: a
+        memory-bound kernel at the profile's memory efficiency holds that share, leaving the rest to a
+        compute-bound kernel on another stream."""
+        if not nbytes or duration <= 0:
+            return ()
+        return ((HBM_POOL, min(HBM_UNITS, math.ceil(HBM_UNITS * nbytes / self.hbm_bytes_per_us / duration))),)
 
     def superkernel(self, kernels: tuple[Kernel, ...], keys: tuple[tuple, ...], segment: Segment, block_dim: int) -> _Layout:
         """The layout of a SuperKernel of ``kernels`` with these timing keys (see :meth:`_lay_out`)."""
-        key = (keys, segment.reads, segment.lanes, segment.feed_sync_all, block_dim)
+        key = (keys, segment.reads, segment.lanes, segment.feed_sync_all, segment.early_start, segment.preload,
+               segment.code_copies, segment.flush_before, segment.flush_after, block_dim)
         layout = self._layouts.get(key)
         if layout is None:
             subs = tuple(
                 (key[1], self.body_us(kernel, key[1]), kernel.info.engine, kernel.info.sync_all, kernel.info.kernel_type)
                 for kernel, key in zip(kernels, keys)
             )
-            layout = self._layouts[key] = self._lay_out(subs, segment.reads, segment.lanes, segment.feed_sync_all, block_dim)
+            layout = self._lay_out(subs, segment, block_dim)
+            nbytes = sum(kernel.bytes for kernel in kernels if kernel.info.engine in _HBM_ENGINES)
+            layout = self._layouts[key] = layout._replace(needs=layout.needs + self.hbm_share(nbytes, layout.duration_us))
         return layout
 
-    def _lay_out(
-        self, subs: tuple[_SubKernel, ...], reads: tuple[tuple[int, ...], ...], lanes: tuple[str, ...],
-        feed_sync_all: bool, block_dim: int,
-    ) -> _Layout:
-        """Sub-kernels back to back on their lane, a barrier before one that reads what an earlier one
-        wrote (``reads``, from the plan); on several lanes (``stream-fusion=1``, one per stream) a Cube
-        and a Vector sub-kernel overlap but two of one engine take turns. With ``feed-sync-all=1`` a
-        SyncAll sub-kernel on fewer cores than the SuperKernel pays the SyncAll inserted on the idle
-        cores."""
+    def _lay_out(self, subs: tuple[_SubKernel, ...], segment: Segment, block_dim: int) -> _Layout:
+        """Sub-kernels back to back on their lane after one kernel head, each call costing a little (and a
+        cold ICache with ``preload-code=none``), a barrier before one that reads what an earlier one
+        wrote (``reads``, from the plan), shortened by Early-Start; on several lanes (``stream-fusion=1``,
+        one per stream) a Cube and a Vector sub-kernel overlap but two of one engine take turns. With
+        ``feed-sync-all=1`` a SyncAll sub-kernel on fewer cores than the SuperKernel pays the SyncAll
+        inserted on the idle cores. Each call's instruction fetch queues less than a separate kernel's,
+        since ``split-mode`` gives the cores that many code copies. dcci flushes come before or after the
+        sub-kernels they name, and one cache flush ends the SuperKernel as it ends every task."""
+        lanes = segment.lanes
+        call_us = self.call_us + (0.0 if segment.preload else self.icache_us)
+        barrier_us = max(0.0, self.sk_sync_us - (self.early_us if segment.early_start else 0.0))
+        fetch_us = self.fetch_us / segment.code_copies
+        before = segment.flush_before or repeat(False)
+        after = segment.flush_after or repeat(False)
         lane_end: dict[str, float] = {}
         starts: list[float] = []
         ends: list[float] = []
         placed: list[tuple[float, float, str, str]] = []
         widest: dict[int, int] = {}
-        for (dim, duration, engine, sync_all, _), writers, lane in zip(subs, reads, lanes or repeat("")):
-            start = lane_end.get(lane, self.head_us) + self.call_us
+        for (dim, duration, engine, sync_all, _), writers, lane, flush_first, flush_last in zip(
+            subs, segment.reads, lanes or repeat(""), before, after,
+        ):
+            start = lane_end.get(lane, self.head_us) + call_us + fetch_us * dim + (self.dcci_us if flush_first else 0.0)
             if writers:
-                start = max(start, *[ends[position] for position in writers]) + self.sk_sync_us
-            if feed_sync_all and sync_all and dim < block_dim:
+                start = max(start, *[ends[position] for position in writers]) + barrier_us
+            if segment.feed_sync_all and sync_all and dim < block_dim:
                 start += self.sync_all_us
             if lanes:
                 start = _after_same_engine(start, duration, engine, lane, placed)
@@ -206,22 +247,27 @@ class _Facts:
             ends.append(end)
             pool = _POOL_OF[engine]
             widest[pool] = max(widest.get(pool, 0), dim)
-            lane_end[lane] = end
+            lane_end[lane] = end + (self.dcci_us if flush_last else 0.0)
         dims, _, engines, _, kernel_types = zip(*subs)
         return _Layout(
-            max(lane_end.values()), tuple(sorted(widest.items())), tuple(starts), tuple(ends), dims, engines, kernel_types,
+            max(lane_end.values()) + self.flush_us, tuple(sorted(widest.items())), tuple(starts), tuple(ends), dims,
+            engines, kernel_types,
         )
 
 
 def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
     """The SuperKernel as one task, laid out by :meth:`_Facts.superkernel`. Each sub-kernel runs on its own
-    block dim, at most the SuperKernel's."""
+    block dim, at most the SuperKernel's: its block dim counts AI Cube cores of a MIX_AIC kernel, and a
+    Vector sub-kernel gets the AIV cores its ratio pairs with them, two per AIC at 1:2 but one at 1:1
+    (a Vector sub-kernel tiled for 48 AIV runs on 24 in a 1:1 SuperKernel: the ratio-mismatch slowdown)."""
     names = task.kernels
     kernels = itemgetter(*names)(program.by_name) if len(names) > 1 else (program.by_name[names[0]],)
     cap = task.block_dim
+    vector_cap = cap * _AIV_PER_AIC.get(task.segment.kernel_type, 1)
     keys = []
     for kernel, dim in zip(kernels, task.segment.kernel_dims):
-        keys.append((id(kernel.info), dim if dim < cap else cap, kernel.flops, kernel.bytes, kernel.compute_dtype))
+        limit = vector_cap if kernel.info.engine == "vector" else cap
+        keys.append((id(kernel.info), dim if dim < limit else limit, kernel.flops, kernel.bytes, kernel.compute_dtype))
     layout = facts.superkernel(kernels, tuple(keys), task.segment, cap)
     row = (task.name, SUPERKERNEL_OP, layout.duration_us, cap, task.engine, "SuperKernel")
     return _new_tuple(_Shape, (layout.duration_us, layout.needs, row, kernels, layout))
@@ -298,9 +344,12 @@ class _DeviceBuild:
             )))
 
     def model(self, profile: HardwareProfile) -> DeviceModel:
-        capacity = (profile.aic, profile.aiv, profile.aicpu, 1)
+        capacity = (profile.aic, profile.aiv, profile.aicpu, 1, 1, HBM_UNITS)
         overhead = profile.overhead_us
-        return DeviceModel(self.tasks, self.streams, capacity, self.events, overhead["event_record"], overhead["event_wait"])
+        return DeviceModel(
+            self.tasks, self.streams, capacity, self.events, overhead["event_record"], overhead["event_wait"],
+            overhead["task_gap"],
+        )
 
     def kernels(self, device: DeviceModel) -> tuple[KernelRun, ...]:
         runs = []
@@ -348,10 +397,11 @@ def simulate(
     profile: HardwareProfile,
     *,
     dynamic: bool = False,
-    host: HostConfig = HostConfig(),
+    host: HostConfig | None = None,
     deadlock: str | None = None,
 ) -> RunReport:
-    """Model one run of ``plan`` on ``profile``; ``dynamic`` selects host scheduling in max-autotune.
+    """Model one run of ``plan`` on ``profile``; ``dynamic`` selects host scheduling in max-autotune,
+    ``host`` its settings (default: :class:`HostConfig` from the environment).
 
     A plan that cannot finish (compile abort, modeled hang, or the sanitizer's ``deadlock``) takes
     forever and has no timeline. The cyclic garbage collector is paused meanwhile: a large program allocates a few objects
@@ -363,6 +413,7 @@ def simulate(
             plan.variant, profile.name, plan.mode, math.inf, math.inf, 0.0, Bound.DEVICE, len(plan.tasks), (),
             failure=failure,
         )
+    host = host or HostConfig()
     paused = gc.isenabled()
     gc.disable()
     try:

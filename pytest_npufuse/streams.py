@@ -6,7 +6,7 @@ edges between kernels, adding what the compiler adds in each mode:
 - max-autotune (GE graph sink): GE inserts an event for every data dependency between streams
   (research/ascend_hw_and_usage.md §2.4), so only control order needs ``npu_wait_tensor`` or
   ``record()``/``wait()``. Tagged events and ``npu_record_tagged_stream`` are not supported there.
-- reduce-overhead (aclgraph capture): nothing is inserted for data; the user's tagged events are the only
+- reduce-overhead and npugraph_ex (aclgraph capture): nothing is inserted for data; the user's tagged events are the only
   order, plus TorchAir's fork/join closure: every side stream waits for a start event recorded on the
   main stream, and the main stream waits, before the outputs, for an exit event recorded at the end of
   each stream scope (research/torchair_facts.md §4.4). ``npu_wait_tensor`` is not supported there.
@@ -28,8 +28,16 @@ from .vocabulary import Mode
 
 MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
 REDUCE_OVERHEAD = Mode.REDUCE_OVERHEAD
-_GE_ONLY = {"npu_wait_tensor"}
-_ACLGRAPH_ONLY = {"npu_tagged_event_record", "npu_tagged_event_wait", "npu_record_tagged_stream"}
+# max-autotune-only APIs and what to say instead.
+_GE_ONLY = {
+    "npu_wait_tensor": "TorchAir raises NotImplementedError; order streams with events (torch.npu.Event, or "
+    "npu_tagged_event_record / npu_tagged_event_wait)",
+    "npu_stream_switch(enable_inner_parallel=False)": "TorchAir documents enable_inner_parallel for max-autotune "
+    "only; drop the argument",
+}
+_TAGGED = {"npu_tagged_event_record", "npu_tagged_event_wait", "npu_record_tagged_stream"}
+# torch.npu streams and events: TorchAir's aclgraph pass turns them into tagged events; GE has no converter.
+_NATIVE = {"torch.npu.stream", "torch.npu.Event.record", "torch.npu.Event.wait", "Tensor.record_stream"}
 
 
 @dataclass(frozen=True)
@@ -62,13 +70,15 @@ def _check_mode(program: Program, mode: str) -> None:
     for point in program.syncs:
         if point.api in _GE_ONLY and mode != MAX_AUTOTUNE:
             raise ScopeError(
-                f"npu_wait_tensor{' at ' + point.source if point.source else ''} is not supported in {mode} mode "
-                "(TorchAir raises NotImplementedError); use npu_tagged_event_record / npu_tagged_event_wait."
+                f"{point.api}{' at ' + point.source if point.source else ''} is not supported in {mode} mode "
+                f"({_GE_ONLY[point.api]})."
             )
-        if point.api in _ACLGRAPH_ONLY and mode != REDUCE_OVERHEAD:
+        eager_native = mode == Mode.EAGER and point.api in _NATIVE  # torch_npu runs native streams op by op
+        if point.api in _TAGGED | _NATIVE and not Mode(mode).aclgraph and not eager_native:
             raise ScopeError(
-                f"{point.api}{' at ' + point.source if point.source else ''} works only in reduce-overhead mode "
-                f"(TorchAir has no {mode} converter for it); in max-autotune use npu_wait_tensor or record()/wait()."
+                f"{point.api}{' at ' + point.source if point.source else ''} works only in the aclgraph modes "
+                f"reduce-overhead and npugraph_ex (TorchAir has no {mode} converter for it); in max-autotune use "
+                "torchair.scope.npu_stream_switch with npu_wait_tensor or record()/wait()."
             )
 
 
@@ -155,7 +165,7 @@ def stream_plan(program: Program, mode: str, *, multistream: bool = True) -> Str
     _check_mode(program, mode)
     issue = _Issue(program.kernels)
     user = [p for p in program.syncs if p.kind in ("record", "wait")]
-    points = _issue_sorted(user + _closure_points(program)) if mode == REDUCE_OVERHEAD else user
+    points = _issue_sorted(user + _closure_points(program)) if Mode(mode).aclgraph else user
     edges = _bind_waits(points, issue)
     if mode == MAX_AUTOTUNE:
         edges += _ge_data_edges(program)

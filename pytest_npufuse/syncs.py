@@ -23,6 +23,12 @@ _LIB.define("wait(Tensor[] tensors) -> ()")
 _LIB.define("tagged_event_record(str tag) -> ()")
 _LIB.define("tagged_event_wait(str tag) -> ()")
 _LIB.define("record_tagged_stream(Tensor input, str tag) -> ()")
+# torch.npu's native API (npugraph_ex): an event recorded or waited on a named stream ('' = the current
+# one), and Tensor.record_stream. TorchAir's aclgraph pass turns these into tagged events; we keep
+# them apart so errors and mode rules name the API the user wrote.
+_LIB.define("event_record(str tag, str stream) -> ()")
+_LIB.define("event_wait(str tag, str stream) -> ()")
+_LIB.define("record_stream(Tensor input, str stream) -> ()")
 
 
 def _wait_tensor(self: torch.Tensor, dependency: torch.Tensor) -> torch.Tensor:
@@ -46,11 +52,14 @@ for _name, _kernel in (
     ("tagged_event_record", _no_op),
     ("tagged_event_wait", _no_op),
     ("record_tagged_stream", _no_op),
+    ("event_record", _no_op),
+    ("event_wait", _no_op),
+    ("record_stream", _no_op),
 ):
     _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
 torch.library.register_fake("npufuse::wait_tensor", lambda self, dependency: torch.empty_like(self), lib=_LIB)
 torch.library.register_fake("npufuse::record", lambda: torch.empty(0), lib=_LIB)
-for _name in ("wait", "tagged_event_record", "tagged_event_wait", "record_tagged_stream"):
+for _name in ("wait", "tagged_event_record", "tagged_event_wait", "record_tagged_stream", "event_record", "event_wait", "record_stream"):
     torch.library.register_fake(f"npufuse::{_name}", _no_op, lib=_LIB)
 
 WAIT_TENSOR = torch.ops.npufuse.wait_tensor.default
@@ -59,9 +68,14 @@ WAIT = torch.ops.npufuse.wait.default
 TAGGED_RECORD = torch.ops.npufuse.tagged_event_record.default
 TAGGED_WAIT = torch.ops.npufuse.tagged_event_wait.default
 RECORD_STREAM = torch.ops.npufuse.record_tagged_stream.default
-SYNC_OPS = frozenset({WAIT_TENSOR, RECORD, WAIT, TAGGED_RECORD, TAGGED_WAIT, RECORD_STREAM})
+EVENT_RECORD = torch.ops.npufuse.event_record.default
+EVENT_WAIT = torch.ops.npufuse.event_wait.default
+NATIVE_RECORD_STREAM = torch.ops.npufuse.record_stream.default
+SYNC_OPS = frozenset(
+    {WAIT_TENSOR, RECORD, WAIT, TAGGED_RECORD, TAGGED_WAIT, RECORD_STREAM, EVENT_RECORD, EVENT_WAIT, NATIVE_RECORD_STREAM}
+)
 # Nothing consumes what these return, so without the marking AOTAutograd would drop them.
-for _op in (WAIT_TENSOR, WAIT, TAGGED_RECORD, TAGGED_WAIT, RECORD_STREAM):
+for _op in (WAIT_TENSOR, WAIT, TAGGED_RECORD, TAGGED_WAIT, RECORD_STREAM, EVENT_RECORD, EVENT_WAIT, NATIVE_RECORD_STREAM):
     torch.fx.node.has_side_effect(_op)
 
 

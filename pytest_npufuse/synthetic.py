@@ -12,9 +12,9 @@ import math
 from types import MappingProxyType
 from typing import Sequence
 
-from . import fusion
+from . import cost, fusion
 from .attribution import attribute
-from .lowering import compute_dtype_of, kernel_bytes, kernel_flops
+from .lowering import compute_dtype_of
 from .catalog import OpCatalog, load_catalog
 from .hardware import HardwareProfile
 from .program import Annotations, Buffer, Kernel, Program, TensorSpec
@@ -38,6 +38,7 @@ class ProgramBuilder:
         self.kernels: list[Kernel] = []
         self.inputs: list[str] = []
         self._names: dict[str, int] = {}
+        self._prefetched: set[str] = set()
 
     def input(self, name: str, shape: Sequence[int], dtype: str = "bfloat16") -> str:
         self.buffers[name] = Buffer(name, spec(shape, dtype), None)
@@ -67,16 +68,20 @@ class ProgramBuilder:
         self._names[info.kernel_type] = count + 1
         name = info.kernel_type if count == 0 else f"{info.kernel_type}_{count}"
         buffer = f"buf{len(self.kernels)}"
+        work_flops, nbytes = cost.kernel_work(info, input_specs, [output], inputs, self._prefetched)
+        if info.cost == "prefetch":
+            self._prefetched.update(inputs[:1])
         self.buffers[buffer] = Buffer(buffer, output, name)
         self.kernels.append(
             Kernel(
                 index=len(self.kernels), name=name, node=buffer, op_type=op_type, info=info, inputs=tuple(inputs),
                 outputs=(buffer,), output_specs=(output,),
                 annotations=Annotations(sk_scope=scope, stream=stream, stream_priority=priority),
-                flops=flops if flops is not None else kernel_flops(info.flops, info.flops_per_element, input_specs, [output]),
-                bytes=kernel_bytes(info.bytes, input_specs, [output]),
+                flops=flops if flops is not None else work_flops,
+                bytes=nbytes,
                 compute_dtype=compute_dtype_of(input_specs, [output]),
                 source="",
+                input_specs=tuple(input_specs),
             )
         )
         return buffer
@@ -98,7 +103,11 @@ def plan_program(
     if variant == fusion.BASELINE:
         return fusion.plan(program, profile, variant=variant, mode=mode)
     segments = fusion.segment_scopes(program, profile)
-    return fusion.Plan(variant, mode, fusion.fused_tasks(program, segments, profile, multistream=True), (), syncs=tuple(syncs))
+    tasks = fusion.fused_tasks(program, segments, profile, multistream=True)
+    task_of = {kernel: task.name for task in tasks for kernel in task.kernels}
+    # An event between two kernels that one SuperKernel fused orders nothing between tasks.
+    kept = tuple(edge for edge in syncs if edge.record_after is None or task_of[edge.record_after] != task_of[edge.wait_before])
+    return fusion.Plan(variant, mode, tasks, (), syncs=kept)
 
 
 def case_report(program: Program, profile: HardwareProfile, syncs: Sequence[fusion.SyncEdge] = ()) -> CaseReport:

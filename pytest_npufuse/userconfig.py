@@ -18,6 +18,7 @@ The pytest plugin reads the file in its rootdir; library users call :func:`load_
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -53,8 +54,16 @@ class UserConfig:
         return UserConfig({**self.targets, **profile_file_targets(path)}, self.ops, self.ops_source)
 
 
+SECTIONS = ("targets", "ops")
+
+
 def user_config_from_table(table: Mapping[str, Any], source: str) -> UserConfig:
-    """Settings from a ``[tool.npufuse]`` table already parsed; ``source`` names it in errors."""
+    """Settings from a ``[tool.npufuse]`` table already parsed; ``source`` names it in errors. A
+    misspelt table (``[tool.npufuse.target.a3]``) is an error: its settings would be ignored silently."""
+    for key in sorted(set(table) - set(SECTIONS)):
+        near = difflib.get_close_matches(key, SECTIONS, n=1)
+        hint = f"did you mean [tool.npufuse.{near[0]}]?" if near else f"the tables are {', '.join(SECTIONS)}."
+        raise ProfileError(f"{source}: unknown table [tool.npufuse.{key}]; {hint}")
     targets = table.get("targets", {})
     ops = table.get("ops", {})
     for key, value in (("targets", targets), ("ops", ops)):

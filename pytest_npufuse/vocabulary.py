@@ -22,11 +22,22 @@ class Vocabulary(str, Enum):
 
 
 class Mode(Vocabulary):
-    """How a graph is executed: TorchAir's two compile modes, and the op-by-op ``eager`` reference."""
+    """How a graph is executed: TorchAir's three compile modes (npugraph_ex is TorchAir's aclgraph backend
+    of today, reduce-overhead its deprecated predecessor), and the op-by-op ``eager`` reference."""
 
     MAX_AUTOTUNE = "max-autotune"
     REDUCE_OVERHEAD = "reduce-overhead"
+    NPUGRAPH_EX = "npugraph_ex"
     EAGER = "eager"
+
+    @property
+    def aclgraph(self) -> bool:
+        """Captured into an NPU graph and replayed (streams ordered by events and TorchAir's closure)."""
+        return self in (Mode.REDUCE_OVERHEAD, Mode.NPUGRAPH_EX)
+
+
+# The modes a TorchAir CompilerConfig can name (eager is ours, not a config value).
+CONFIG_MODES = (Mode.MAX_AUTOTUNE.value, Mode.REDUCE_OVERHEAD.value, Mode.NPUGRAPH_EX.value)
 
 
 class Engine(Vocabulary):
@@ -37,3 +48,4 @@ class Engine(Vocabulary):
     AICPU = "aicpu"
     HOST = "host"
     COMM = "comm"
+    DMA = "dma"

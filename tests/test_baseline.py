@@ -41,9 +41,10 @@ def test_model_version_follows_profile_catalog_and_simulator():
     both = ModelIdentity.of([a3, a2], catalog)
     assert both == ModelIdentity.of([a2, a3], catalog) and len(both.version) == 16
     assert both.for_target("a3") == ModelIdentity.of([a3], catalog).version != both.for_target("a2")
-    newer = ModelIdentity("2", both.catalog, both.profiles)
+    bumped = str(int(both.simulator) + 1)
+    newer = ModelIdentity(bumped, both.catalog, both.profiles)
     assert newer.for_target("a3") != both.for_target("a3")
-    assert newer.changes_from(both) == [f"simulator version {both.simulator} -> 2"]
+    assert newer.changes_from(both) == [f"simulator version {both.simulator} -> {bumped}"]
     assert ModelIdentity.from_json(both.to_json(), "x") == both
 
 

@@ -106,9 +106,9 @@ def test_options_parse():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("stream-fusoin=1", "unknown option 'stream-fusoin'. Did you mean 'stream-fusion'"),
-        ("stream-fusion", "malformed option 'stream-fusion'"),
-        ("stream-fusion=2", "stream-fusion='2' is not allowed; use one of 0, 1"),
+        ("stream-fusoin=1", "unknown option 'stream-fusoin'\\). Did you mean 'stream-fusion'"),
+        ("stream-fusion=", "The key-value pair is missing for the option 'stream-fusion='"),
+        ("stream-fusion=2", "stream-fusion='2' is not allowed; stream-fusion use one of 0, 1"),
         ("strict-scope-check=warn", "use one of bypass, abort"),
         ("feed-sync-all=1:feed-sync-all=0", "given twice"),
         ("debug-aic-num=many", "non-negative core count"),

@@ -68,7 +68,7 @@ def outside_xdist(monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
 
 
-FAST_US, SLOW_US = "33.272", "40.695"
+FAST_US, SLOW_US = "30.891", "38.863"
 
 
 @pytest.fixture(scope="module")
@@ -147,11 +147,11 @@ def test_slowed_case_fails_that_test_with_before_and_after(seed, run, pytester):
     result.stdout.fnmatch_lines([
         "*test_a*",
         f"*- modeled time regressed on a3 against the baseline base.json (tolerance 0%): variant {FAST_US} us -> "
-        f"{SLOW_US} us (+22.31%), speedup 1.030x -> 0.963x. If the slowdown is intended, re-baseline with "
+        f"{SLOW_US} us (+25.81%), speedup 1.090x -> 0.992x. If the slowdown is intended, re-baseline with "
         "--npufuse-update-baseline.",
     ])
     assert gate_section(result) == [
-        f"regressed     test_case.py::test_a [a3]: variant {FAST_US} us -> {SLOW_US} us (+22.31%), speedup 1.030x -> 0.963x",
+        f"regressed     test_case.py::test_a [a3]: variant {FAST_US} us -> {SLOW_US} us (+25.81%), speedup 1.090x -> 0.992x",
         "1 regressed, 1 unchanged",
     ]
     result.stdout.no_fnmatch_line("*Traceback*")
@@ -161,11 +161,11 @@ def test_slowed_case_fails_that_test_with_before_and_after(seed, run, pytester):
 
 def test_tolerance_lets_a_small_slowdown_pass(seed, run, pytester):
     seed(test_a="Fast", test_b="Fast")
-    pytester.makeini("[pytest]\nnpufuse_baseline = base.json\nnpufuse_tolerance = 25\n")
+    pytester.makeini("[pytest]\nnpufuse_baseline = base.json\nnpufuse_tolerance = 30\n")
     result = run("Slow")
     result.assert_outcomes(passed=2)
     assert gate_section(result) == ["2 unchanged"]
-    run("Slow", "--npufuse-tolerance=21%").assert_outcomes(passed=1, failed=1)
+    run("Slow", "--npufuse-tolerance=25%").assert_outcomes(passed=1, failed=1)
 
 
 def test_improvement_is_reported_and_the_baseline_kept(seed, run, pytester):
@@ -174,7 +174,7 @@ def test_improvement_is_reported_and_the_baseline_kept(seed, run, pytester):
     result = run("Fast", "--npufuse-baseline=base.json")
     result.assert_outcomes(passed=2)
     assert gate_section(result) == [
-        f"improved      test_case.py::test_a [a3]: variant {SLOW_US} us -> {FAST_US} us (-18.24%), speedup 0.963x -> 1.030x",
+        f"improved      test_case.py::test_a [a3]: variant {SLOW_US} us -> {FAST_US} us (-20.51%), speedup 0.992x -> 1.090x",
         "1 improved, 1 unchanged",
     ]
     assert (pytester.path / "base.json").read_text() == before
@@ -231,8 +231,8 @@ def test_model_change_says_rebaseline_once_instead_of_failing(seed, run, pyteste
     result.assert_outcomes(passed=2)
     old_digest = json.loads(before)["model"]["profiles"]["a3"]
     result.stdout.fnmatch_lines([
-        "model changed test_case.py::test_a [[]a3[]]: variant 33.272 us -> 38.695 us*",
-        "model changed test_case.py::test_b [[]a3[]]: variant 33.272 us -> 31.272 us*",
+        f"model changed test_case.py::test_a [[]a3[]]: variant {FAST_US} us -> 36.863 us*",
+        f"model changed test_case.py::test_b [[]a3[]]: variant {FAST_US} us -> 28.891 us*",
         "2 model changed",
         f"model changed, re-baseline: 2 entries were measured with another model version (profile a3 {old_digest} -> *), "
         "so they were not compared; run with --npufuse-update-baseline and commit base.json.",
@@ -282,8 +282,8 @@ def test_run_report_json_and_junit_properties(seed, run, pytester, capsys):
     assert report["entries"]["test_case.py::test_a"]["a3"]["model_version"] == record["model_version"]
     case = ET.parse(pytester.path / "junit.xml").find(".//testcase[@name='test_a']")
     properties = {p.get("name"): p.get("value") for p in case.iter("property")}
-    assert properties["npufuse_speedup"] == "0.9631" and properties["npufuse_variant_us"] == SLOW_US.rstrip("0")
-    assert properties["npufuse_baseline_us"] == "39.195" and properties["npufuse_target"] == "a3"
+    assert properties["npufuse_speedup"] == "0.9918" and properties["npufuse_variant_us"] == SLOW_US.rstrip("0")
+    assert properties["npufuse_baseline_us"] == "38.543" and properties["npufuse_target"] == "a3"
     capsys.readouterr()
     # A run report compares with a baseline like two baselines do.
     assert cli(["compare", str(seed(test_a="Fast", test_b="Fast")), str(pytester.path / "out" / "run.json")]) == 1
@@ -315,7 +315,7 @@ def test_benchmark_mirror_measures_modeled_time_and_compare_fail_catches_the_slo
     slowed = pytester.runpytest_inprocess("-p", "no:cacheprovider", storage, "--benchmark-compare=0001", "--benchmark-compare-fail=min:1%")
     # pytest-benchmark raises its PerformanceRegression after the run: a session error, not a failed test.
     assert slowed.ret != pytest.ExitCode.OK
-    pytest.LineMatcher(slowed.outlines + slowed.errlines).fnmatch_lines(["*Performance has regressed:*", "*test_bench (0001_fast) - Field 'min' has failed PercentageRegressionCheck: 22.3* > 1.0*"])
+    pytest.LineMatcher(slowed.outlines + slowed.errlines).fnmatch_lines(["*Performance has regressed:*", "*test_bench (0001_fast) - Field 'min' has failed PercentageRegressionCheck: 25.8* > 1.0*"])
     pytester.makepyfile(test_bench=BENCH.format(model="Fast"))
     same = pytester.runpytest_inprocess("-p", "no:cacheprovider", storage, "--benchmark-compare=0001", "--benchmark-compare-fail=min:0%")
     assert same.ret == pytest.ExitCode.OK
@@ -334,9 +334,9 @@ def test_compare_command_prints_a_table_and_fails_on_regression(seed, capsys):
     assert cli(["compare", str(old), str(new), "--fail-above", "1"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["test", "target", "old", "us", "new", "us", "change", "old", "speedup", "new", "speedup", "status"]
-    assert out[1].split() == ["test_case.py::test_a", "a3", FAST_US, SLOW_US, "+22.31%", "1.030x", "0.963x", "regressed"]
+    assert out[1].split() == ["test_case.py::test_a", "a3", FAST_US, SLOW_US, "+25.81%", "1.090x", "0.992x", "regressed"]
     assert out[3] == "1 regressed, 1 unchanged" and out[4].startswith("FAILED: 1 case(s) slower than 1% over")
-    assert cli(["compare", str(old), str(new), "--fail-above", "25"]) == 0
+    assert cli(["compare", str(old), str(new), "--fail-above", "30"]) == 0
     assert cli(["compare", str(new), str(old)]) == 0
     assert "improvements found" in capsys.readouterr().out
 

@@ -207,7 +207,7 @@ def test_in_place_write_to_an_input_races_with_a_reader_on_another_stream():
     ("api", "mode", "message"),
     [
         ("wait_tensor", "reduce-overhead", "npu_wait_tensor at .* is not supported in reduce-overhead mode"),
-        ("tagged", "max-autotune", "npu_tagged_event_record at .* works only in reduce-overhead mode"),
+        ("tagged", "max-autotune", "npu_tagged_event_record at .* works only in the aclgraph modes"),
     ],
 )
 def test_mode_rules(api, mode, message):

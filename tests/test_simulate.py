@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from pytest_npufuse import compare, torch_npu, torchair
+from dataclasses import replace
+
 from pytest_npufuse.hardware import load_profile
+from pytest_npufuse.simulate import simulate
+from pytest_npufuse.synthetic import ProgramBuilder, plan_program
 
 
 class Chain(torch.nn.Module):
@@ -24,14 +28,54 @@ def inputs():
     return torch.randn(256, 512, generator=gen), torch.randn(512, 512, generator=gen)
 
 
+def _task_overhead(over, dim: int) -> float:
+    """What every ordinary AI Core task on ``dim`` cores pays around its body: head, cold ICache, the
+    cores' instruction fetch, closing cache flush."""
+    return over["kernel_head"] + over["icache_miss"] + over["fetch_per_core"] * dim + over["task_flush"]
+
+
 def test_superkernel_saves_dispatch_and_heads_and_pays_calls_and_syncs():
     report = compare(Chain(), *inputs())
     over = load_profile("a3").overhead_us
-    body = sum(k.duration_us for k in report.baseline.kernels) - 3 * over["kernel_head"]
-    assert report.baseline.device_us == pytest.approx(3 * (over["dispatch_cube"] + over["kernel_head"]) + body)
-    expected_variant = over["dispatch_cube"] + over["kernel_head"] + 3 * over["sk_subkernel_call"] + 2 * over["sk_sync"] + body
+    kernels = report.baseline.kernels
+    body = sum(k.duration_us - _task_overhead(over, k.block_dim) for k in kernels)
+    # Dispatch is pipelined: the first task waits for it, later ones only for the task gap.
+    overheads = sum(_task_overhead(over, k.block_dim) for k in kernels)
+    assert report.baseline.device_us == pytest.approx(over["dispatch_cube"] + overheads + 2 * over["task_gap"] + body)
+    barrier = over["sk_sync"] - over["early_start_overlap"]
+    calls = sum(over["sk_subkernel_call"] + over["fetch_per_core"] * k.block_dim / 4 for k in report.variant.kernels if k.parent)
+    expected_variant = over["dispatch_cube"] + over["kernel_head"] + calls + 2 * barrier + body + over["task_flush"]
     assert report.variant.device_us == pytest.approx(expected_variant)
     assert report.speedup > 1
+
+
+def test_early_start_off_and_no_preload_make_the_superkernel_slower():
+    """``early-start=0`` loses the overlap at each barrier, ``preload-code=none`` a cold ICache per call
+    (the options arrive on the segment; the plan is edited here as the options would set it)."""
+    profile = load_profile("a3")
+    builder = ProgramBuilder()
+    a, w = builder.input("a", (256, 512)), builder.input("w", (512, 512))
+    first = builder.op("aten::mm", [a, w], (256, 512), scope="sp1")
+    builder.op("aten::mm", [builder.op("aten::mm", [first, w], (256, 512), scope="sp1"), w], (256, 512), scope="sp1")
+    program = builder.build()
+    plan = plan_program(program, profile)
+    slow = replace(plan, tasks=tuple(replace(t, segment=replace(t.segment, early_start=False, preload=False)) for t in plan.tasks))
+    over = profile.overhead_us
+    lost = 2 * over["early_start_overlap"] + 3 * over["icache_miss"]
+    assert simulate(program, slow, profile).device_us == pytest.approx(simulate(program, plan, profile).device_us + lost)
+
+
+def test_two_memory_bound_kernels_on_two_streams_share_hbm():
+    """Overlapping memory-bound work is not free: each holds nearly all of the HBM bandwidth."""
+    profile = load_profile("a3")
+    builder = ProgramBuilder()
+    x = builder.input("x", (4096, 8192))
+    builder.op("aten::mul", [x], (4096, 8192))
+    builder.op("aten::exp", [x], (4096, 8192), stream="side")
+    program = builder.build()
+    report = simulate(program, plan_program(program, profile), profile)
+    mul, exp = report.kernels
+    assert exp.start_us >= mul.end_us or mul.start_us >= exp.end_us
 
 
 class ThroughAView(torch.nn.Module):
@@ -50,8 +94,13 @@ def test_superkernel_syncs_only_where_a_sub_kernel_reads_an_earlier_one_even_thr
     over = load_profile("a3").overhead_us
     (parent,) = [k for k in report.variant.kernels if k.parent is None]
     first, second, third = [k for k in report.variant.kernels if k.parent == parent.name]
-    assert second.start_us == pytest.approx(first.end_us + over["sk_subkernel_call"] + over["sk_sync"])
-    assert third.start_us == pytest.approx(second.end_us + over["sk_subkernel_call"])
+    barrier = over["sk_sync"] - over["early_start_overlap"]
+
+    def call(kernel):
+        return over["sk_subkernel_call"] + over["fetch_per_core"] * kernel.block_dim / 4
+
+    assert second.start_us == pytest.approx(first.end_us + call(second) + barrier)
+    assert third.start_us == pytest.approx(second.end_us + call(third))
 
 
 def test_superkernel_block_dim_is_max_of_sub_kernels():
@@ -86,7 +135,7 @@ def test_cube_kernel_time_follows_int8_peak():
     (kernel,) = report.baseline.kernels
     profile = load_profile("a3")
     compute_us = 2 * m * n * k / (profile.cube_tflops["int8"] * 1e6 * profile.compute_efficiency)
-    assert kernel.duration_us == pytest.approx(profile.overhead_us["kernel_head"] + compute_us)
+    assert kernel.duration_us == pytest.approx(_task_overhead(profile.overhead_us, kernel.block_dim) + compute_us)
 
 
 _PRINT_TIMES = """

@@ -24,8 +24,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from .. import fusion
-from ..lowering import compute_dtype_of, kernel_bytes, kernel_flops
+from .. import cost, fusion
+from ..lowering import compute_dtype_of
 from ..catalog import OpCatalog
 from ..hardware import HardwareProfile
 from ..program import Buffer, Kernel, Program, TensorSpec
@@ -452,11 +452,11 @@ def _substitute(program: Program, matches: Sequence[tuple[Match, list[NewKernel]
                 if not last or not kernel.outputs:
                     buffers[output] = Buffer(output, spec.output, name)
                 inputs = tuple(n for k in match.kernels for n in k.inputs if n in buffers)[: len(spec.inputs)]
+                work = cost.kernel_work(info, spec.inputs, [spec.output])
                 kernels.append(replace(
                     kernel, index=len(kernels), name=name, op_type=spec.op_type, info=info, inputs=inputs,
                     outputs=(output,), output_specs=(spec.output,),
-                    flops=kernel_flops(info.flops, info.flops_per_element, spec.inputs, [spec.output]),
-                    bytes=kernel_bytes(info.bytes, spec.inputs, [spec.output]),
+                    flops=work[0], bytes=work[1], input_specs=tuple(spec.inputs),
                     compute_dtype=compute_dtype_of(spec.inputs, [spec.output]),
                 ))
         elif kernel.name not in removed:

@@ -16,7 +16,7 @@ from ..htmlreport import case_view
 from ..report import CaseReport
 from . import benchmark, recorder
 from .failure import or_fail
-from .markers import expectations_of
+from .markers import checked, expectations_of
 from .settings import settings_of
 from .targets import item_key
 
@@ -48,6 +48,7 @@ class NpuFuse:
         naming the scope, the op and the number.
         """
         settings = self._settings
+        checked(self._request.node)
         report = or_fail(
             lambda: pipeline.compare(
                 model, *inputs, target=self.target, mode=mode, reference=reference,

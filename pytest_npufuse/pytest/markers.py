@@ -13,16 +13,17 @@ import pytest
 
 from ..expectations import (
     AffinityExpectation,
-    MarkerError,
     MultiStreamExpectation,
     SuperKernelExpectation,
     parse_affinity,
     parse_multistream,
-    parse_superkernel,
+    parse_npu_target,
+    parse_superkernels,
     precision_failures,
     run_failures,
 )
 from ..report import CaseReport
+from .settings import settings_of
 
 MARKERS = (
     "superkernel(scope, *, min_speedup=None, segments=None, outcome='fused', breaks=None, options=None): "
@@ -59,8 +60,15 @@ class ItemExpectations:
         """Options strings the markers put in place of the model's, by scope."""
         return {e.scope: e.options for e in self.superkernels if e.options is not None}
 
-    def expects_fused(self) -> bool:
-        return any(e.outcome == "fused" for e in self.superkernels)
+    def superkernel_outcome(self) -> str | None:
+        """The first outcome a marker expects that needs SuperKernel support on the target (every one
+        but 'unsupported'), or None."""
+        return next((e.outcome for e in self.superkernels if e.outcome != "unsupported"), None)
+
+    @property
+    def needs_check(self) -> bool:
+        """Markers that only npufuse.check() applies: a test that never calls it would pass unchecked."""
+        return bool(self.superkernels) or self.multistream != MultiStreamExpectation()
 
     def failures(self, report: CaseReport) -> list[str]:
         """Each unmet expectation as a sentence: the run itself, precision, streams, then each scope."""
@@ -86,18 +94,31 @@ def expectations_of(item: pytest.Item) -> ItemExpectations:
 
 def _parse(item: pytest.Item) -> ItemExpectations:
     stream_mark = item.get_closest_marker("multistream")
+    target_mark = item.get_closest_marker("npu_target")
+    known = settings_of(item.config).known_targets
     affinity_mark = item.get_closest_marker("npu_affinity")
     return ItemExpectations(
-        superkernels=tuple(parse_superkernel(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")),
+        superkernels=tuple(parse_superkernels([(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")])),
         multistream=parse_multistream(stream_mark.args, stream_mark.kwargs) if stream_mark else MultiStreamExpectation(),
-        targets=_targets(item.get_closest_marker("npu_target")),
+        targets=None if target_mark is None else parse_npu_target(target_mark.args, known),
         affinity=parse_affinity(affinity_mark.args, affinity_mark.kwargs) if affinity_mark else None,
     )
 
 
-def _targets(mark: pytest.Mark | None) -> tuple[str, ...] | None:
-    if mark is None:
-        return None
-    if not mark.args or not all(isinstance(a, str) for a in mark.args):
-        raise MarkerError(f"npu_target marker needs target names, e.g. @pytest.mark.npu_target('a3'); got {mark.args!r}.")
-    return tuple(mark.args)
+_CHECKED = pytest.StashKey[bool]()
+
+
+def checked(item: pytest.Item) -> None:
+    """Note that the test called npufuse.check(), which applies its markers."""
+    item.stash[_CHECKED] = True
+
+
+def require_check(item: pytest.Item) -> None:
+    """Fail a test whose superkernel or multistream markers were never applied: it passed without
+    checking what it claims."""
+    if _CHECKED not in item.stash and expectations_of(item).needs_check:
+        pytest.fail(
+            "npufuse: this test has superkernel/multistream markers but never called npufuse.check(), which "
+            "applies them; call npufuse.check(model, *inputs) in the test or remove the markers.",
+            pytrace=False,
+        )

@@ -40,8 +40,9 @@ class Option:
         extra: dict[str, object] = {"action": "store_true"} if self.kind is Kind.SWITCH else {"metavar": self.metavar}
         group.addoption(self.flag, dest=self.name, default=None, help=f"{self.help} (ini: {self.name}).", **extra)
         relative = " (relative to the ini file)" if self.kind is Kind.PATH else ""
-        ini_type = "bool" if self.kind is Kind.SWITCH else "string"
-        parser.addini(self.name, f"Default for {self.flag}{relative}.", type=ini_type, default=self.default)
+        # Switches are read as text and parsed here: pytest's own bool parsing fails without naming the key.
+        default = ("true" if self.default else "false") if self.kind is Kind.SWITCH else self.default
+        parser.addini(self.name, f"Default for {self.flag}{relative}.", type="string", default=default)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -92,6 +93,13 @@ OPTIONS: tuple[Option, ...] = (
         default=False,
     ),
     Option(
+        "npufuse_shim_modules",
+        "map import torchair / import torch_npu to pytest-npufuse and put torch.npu on the CPU, so scripts "
+        "written for a real NPU run unchanged: auto (when the real packages are absent), true or false",
+        default="auto",
+        metavar="auto|true|false",
+    ),
+    Option(
         "npufuse_json",
         "write the whole run (every outcome and modeled result, schema_version, model_version) to this JSON file",
         Kind.PATH,
@@ -113,15 +121,44 @@ def add_options(parser: pytest.Parser) -> None:
         option.register(group, parser)
 
 
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0", "")
+
+
+def _option(name: str) -> Option:
+    return next(option for option in OPTIONS if option.name == name)
+
+
 def setting(config: pytest.Config, name: str) -> str | bool:
-    """An option's value: from the command line if given there, else from the ini file (or its default)."""
+    """An option's value: from the command line if given there, else from the ini file (or its default).
+    A switch's ini value is parsed here so that a bad one names its key."""
     given = config.getoption(name)
-    return given if given not in (None, "") else config.getini(name)
+    if given == "":
+        flag = _option(name).flag
+        raise pytest.UsageError(f"{flag}= is empty; give a value or leave the option out.")
+    if given is not None:
+        return given
+    value = config.getini(name)
+    if _option(name).kind is not Kind.SWITCH:
+        return value
+    text = str(value).strip().lower()
+    if text not in _TRUE + _FALSE:
+        raise pytest.UsageError(f"ini key {name} = {value!r} is not a boolean; use true or false.")
+    return text in _TRUE
+
+
+def is_set(config: pytest.Config, name: str) -> bool:
+    """Whether the user set the option (on the command line, or in the ini file to a non-default value)."""
+    return config.getoption(name) not in (None, "") or str(config.getini(name)) != str(_option(name).default)
 
 
 def path_setting(config: pytest.Config, name: str) -> Path | None:
-    """A file option: as given on the command line, or its ini value relative to the ini file."""
+    """A file option: as given on the command line, or its ini value relative to the ini file. An empty
+    value given on purpose (``--npufuse-baseline=``) is an error, not a silently absent option."""
     given = config.getoption(name)
+    if given == "":
+        flag = _option(name).flag
+        raise pytest.UsageError(f"{flag}= is empty; give a path, e.g. {flag}=npufuse.json, or leave the option out.")
     if given:
         return Path(given)
     value = config.getini(name)

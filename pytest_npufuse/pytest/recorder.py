@@ -14,6 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from ..advisor.affinity import findings_json
+from ..errors import NpufuseError
 from ..baseline import Change, Entry, finite_us, model_notice, write_baseline
 from ..htmlreport import write_html_report
 from ..report import CaseReport
@@ -161,10 +162,14 @@ class RunRecorder:
         ]
 
     def _write(self, path: Path, write: Callable[[], None]) -> None:
+        """Write one output; a failure is reported in the summary and fails the run, never a traceback
+        out of ``pytest_sessionfinish`` (the old file, if any, is left as it was)."""
         try:
             write()
-        except OSError as exc:
-            self.errors.append(f"could not write {path}: {exc}")
+        except NpufuseError as exc:
+            self.errors.append(str(exc))
+        except (OSError, ValueError) as exc:
+            self.errors.append(f"could not write {path}: {exc}; the file was left as it was.")
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if hasattr(config, "workerinput"):

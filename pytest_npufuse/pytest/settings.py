@@ -12,13 +12,14 @@ from typing import Mapping
 
 import pytest
 
+from ..atomic import check_outputs
 from ..baseline import Gate, parse_percent
 from ..catalog import OpCatalog
 from ..errors import NpufuseError
-from ..hardware import HardwareProfile
+from ..hardware import BUILTIN_TARGETS, HardwareProfile
 from ..modelversion import ModelIdentity
 from ..userconfig import UserConfig, load_user_config
-from .options import path_setting, setting
+from .options import is_set, path_setting, setting
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class RunSettings:
     trace_dir: Path | None
     json_path: Path | None
     html_path: Path | None
+    known_targets: tuple[str, ...] = ()
     advise: bool = False
 
     @classmethod
@@ -48,9 +50,12 @@ class RunSettings:
         except NpufuseError as exc:
             raise pytest.UsageError(f"npufuse: {exc}") from None
         model = ModelIdentity.of(profiles.values(), catalog)
+        gate = _open_gate(config, model)
+        json_path, html_path = path_setting(config, "npufuse_json"), _output_file(config, "npufuse_html")
+        _check_outputs(gate, json_path, html_path)
+        known = tuple(sorted({*BUILTIN_TARGETS, *user.targets, *profiles}))
         return cls(
-            profiles, catalog, model, _open_gate(config, model), _trace_dir(config),
-            path_setting(config, "npufuse_json"), _output_file(config, "npufuse_html"),
+            profiles, catalog, model, gate, _trace_dir(config), json_path, html_path, known,
             bool(setting(config, "npufuse_advise")),
         )
 
@@ -114,6 +119,19 @@ def _tolerance(config: pytest.Config) -> float:
     return value
 
 
+def _check_outputs(gate: Gate | None, json_path: Path | None, html_path: Path | None) -> None:
+    """Refuse, before any test runs, outputs that share a file or cannot be written. A baseline is
+    rewritten for sure only with --npufuse-update-baseline; a read-only one may still gate a run."""
+    baseline = gate.path if gate is not None else None
+    try:
+        check_outputs(
+            {"--npufuse-baseline": baseline, "--npufuse-json": json_path, "--npufuse-html": html_path},
+            kept=() if gate is not None and gate.update else ("--npufuse-baseline",),
+        )
+    except NpufuseError as exc:
+        raise pytest.UsageError(f"npufuse: {exc}") from None
+
+
 def _open_gate(config: pytest.Config, model: ModelIdentity) -> Gate | None:
     """Read the baseline once, read-only, in every process; a bad file stops the run before any test."""
     path = path_setting(config, "npufuse_baseline")
@@ -122,6 +140,10 @@ def _open_gate(config: pytest.Config, model: ModelIdentity) -> Gate | None:
     if path is None:
         if update:
             raise pytest.UsageError("--npufuse-update-baseline needs --npufuse-baseline FILE: the file to rewrite.")
+        if is_set(config, "npufuse_tolerance"):
+            raise pytest.UsageError(
+                "--npufuse-tolerance needs --npufuse-baseline FILE: a tolerance applies to the baseline gate only."
+            )
         return None
     try:
         return Gate.open(path, tolerance, update, model)

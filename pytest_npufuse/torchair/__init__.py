@@ -1,16 +1,47 @@
-"""TorchAir-compatible model-side API: ``from pytest_npufuse import torchair``."""
+"""TorchAir-compatible model-side API: ``from pytest_npufuse import torchair`` (or ``import torchair``
+under the shim, see :mod:`pytest_npufuse.shim`).
+
+The names follow TorchAir of today (torchair: python/torchair/__init__.py); a name TorchAir has and we do
+not model is an error that names it, never a silent no-op.
+"""
 
 from __future__ import annotations
 
-from . import ops, scope
+import warnings
+from typing import Any
+
+from ..errors import NotModeledError
+from . import configs, core, ge, ops, scope
 from .configs.compiler_config import CompilerConfig
+from .core.utils import logger
 
-__all__ = ["ops", "scope", "CompilerConfig", "get_npu_backend"]
+__all__ = ["ops", "scope", "ge", "configs", "core", "CompilerConfig", "get_npu_backend", "logger"]
+
+# TorchAir's public names we do not model (torchair.__all__ and its submodules); each is refused by name.
+_NOT_MODELED = frozenset(
+    {
+        "get_compiler", "dynamo_export", "use_internal_format_weight", "register_fx_node_ge_converter",
+        "patch_for_hcom", "register_replacement", "npu_format_cast_via_cpu", "inference", "llm_datadist",
+    }
+)
 
 
-def get_npu_backend(*, compiler_config: CompilerConfig | None = None, target: str = "a3"):
-    """A ``torch.compile`` backend that models ``target`` with SuperKernel scopes and streams honoured."""
-    from ..pipeline import NpuBackend
-    from ..hardware import load_profile
+def get_npu_backend(*, compiler_config: CompilerConfig | None = None, target: str | None = None) -> Any:
+    """A ``torch.compile`` backend that models the NPU ``target`` (default: the target of the current
+    ``python -m pytest_npufuse run``, else ``a3``) with scopes and streams honoured."""
+    from ..scriptrun import backend_for
 
-    return NpuBackend(compiler_config or CompilerConfig(), load_profile(target))
+    config = compiler_config or CompilerConfig()
+    if config.run_mode == "reduce-overhead":
+        warnings.warn(
+            'The "reduce-overhead" mode configuration will be deprecated. Please use the "npugraph_ex" backend.',
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    return backend_for(config, target)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NOT_MODELED:
+        raise NotModeledError(f"torchair.{name} is not modeled by pytest-npufuse; only {', '.join(__all__)} are.")
+    raise AttributeError(f"module 'torchair' has no attribute {name!r}")

@@ -1,16 +1,20 @@
 """``torchair.ops``: explicit stream synchronisation, with TorchAir's names and errors.
 
-``record()``/``wait([...])`` work in both modes; the tagged-event API and ``npu_record_tagged_stream``
-work in reduce-overhead only, which the backend checks once it knows the mode.
+``record()``/``wait([...])`` work in every mode; the tagged-event API and ``npu_record_tagged_stream``
+work in the aclgraph modes only, which the backend checks once it knows the mode.
+
+TorchAir also exposes some torch_npu ops here (``torchair.ops.npu_fused_infer_attention_score``); they
+are looked up by name in :mod:`pytest_npufuse.torch_npu` when used, so every op that package provides is
+reachable, and one it does not provide is an error naming it.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
-from ..errors import ScopeError
+from ..errors import NotModeledError, ScopeError
 from ..syncs import EVENTS, TaggedEvent
 
 __all__ = [
@@ -66,3 +70,19 @@ def npu_record_tagged_stream(input: torch.Tensor, tagged_stream: str) -> None:
     if not isinstance(tagged_stream, str) or not tagged_stream:
         raise ScopeError(f"npu_record_tagged_stream(input, tagged_stream=...) takes a stream tag str, got {tagged_stream!r}.")
     torch.ops.npufuse.record_tagged_stream(input, tagged_stream)
+
+
+# torch_npu ops TorchAir re-exports from torchair.ops (torchair: python/torchair/ops/__init__.py).
+TORCH_NPU_OPS = ("npu_fused_infer_attention_score", "npu_fused_infer_attention_score_v2")
+# torchair.ops names that are no torch_npu op and are not modeled.
+_NOT_MODELED = {"npu_print": "it prints device tensors from inside a GE graph"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in TORCH_NPU_OPS:
+        from .. import torch_npu
+
+        return getattr(torch_npu, name)
+    if name in _NOT_MODELED:
+        raise NotModeledError(f"torchair.ops.{name} is not modeled by pytest-npufuse: {_NOT_MODELED[name]}.")
+    raise AttributeError(f"module 'torchair.ops' has no attribute {name!r}")

@@ -15,7 +15,7 @@ import torch
 from .. import scopes, syncs
 from ..errors import ScopeError
 
-__all__ = ["super_kernel", "npu_stream_switch", "limit_core_num", "npu_wait_tensor"]
+__all__ = ["super_kernel", "npu_stream_switch", "limit_core_num", "npu_wait_tensor", "op_never_timeout", "data_dump"]
 
 
 class _Scope:
@@ -55,13 +55,26 @@ def super_kernel(scope: str | None, options: str = "") -> _Scope:
     return _Scope([scopes.SK_SCOPE, scopes.SK_OPTIONS], ["" if scope is None else scope, options])
 
 
-def npu_stream_switch(stream_tag: str, stream_priority: int = 0) -> _Scope:
-    """Run the ops inside on the stream named ``stream_tag``; the same tag means the same stream."""
+def npu_stream_switch(stream_tag: str, stream_priority: int = 0, enable_inner_parallel: bool = True) -> _Scope:
+    """Run the ops inside on the stream named ``stream_tag``; the same tag means the same stream.
+
+    ``stream_priority`` is documented as reserved (keep 0); we still model it as the stream's priority.
+    ``enable_inner_parallel`` (TorchAir's default True; GE may split the ops inside over more streams,
+    CANN > 9.0.0) is a max-autotune option: the graph's mode is checked when it is planned, and the model
+    keeps the ops inside on the one stream either way.
+    """
     if not isinstance(stream_tag, str) or not stream_tag:
         raise ScopeError(f"npu_stream_switch(stream_tag=...) takes a non-empty str such as '1', got {stream_tag!r}.")
     if not isinstance(stream_priority, int) or isinstance(stream_priority, bool):
         raise ScopeError(f"npu_stream_switch({stream_tag!r}, stream_priority=...) takes an int, got {stream_priority!r}.")
-    return _Scope([scopes.STREAM_LABEL, scopes.STREAM_PRIORITY], [stream_tag, str(stream_priority)])
+    if not isinstance(enable_inner_parallel, bool):
+        raise ScopeError(
+            f"npu_stream_switch({stream_tag!r}, enable_inner_parallel=...) takes a bool, got {enable_inner_parallel!r}."
+        )
+    return _Scope(
+        [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.INNER_PARALLEL],
+        [stream_tag, str(stream_priority), str(enable_inner_parallel)],
+    )
 
 
 def _core_count(name: str, value: object) -> int:
@@ -87,3 +100,17 @@ def npu_wait_tensor(self: torch.Tensor, dependency: torch.Tensor) -> torch.Tenso
     if not isinstance(self, torch.Tensor) or not isinstance(dependency, torch.Tensor):
         raise ScopeError("npu_wait_tensor(self, dependency) takes two tensors.")
     return syncs.WAIT_TENSOR(self, dependency)
+
+
+def op_never_timeout(enable: bool = True) -> _Scope:
+    """Mark the ops inside as never timing out (``_op_exec_never_timeout``). Recorded on each kernel; it
+    changes no modeled number, and, as TorchAir documents, a SuperKernel does not inherit it."""
+    if not isinstance(enable, bool):
+        raise TypeError(f"op_never_timeout() argument 'enable' must be bool, but got {type(enable).__name__}.")
+    return _Scope([scopes.NEVER_TIMEOUT], [str(enable)])
+
+
+def data_dump() -> _Scope:
+    """Dump the inputs and outputs of the ops inside (with ``dump_config.enable_dump``). Recorded on each
+    kernel; the CPU model writes no dump and its numbers do not change."""
+    return _Scope([scopes.DATA_DUMP], ["True"])

@@ -1,1 +1,5 @@
-"""``torchair.configs``, kept at TorchAir's import path."""
+"""``torchair.configs``: the ``CompilerConfig`` tree."""
+
+from . import compiler_config
+
+__all__ = ["compiler_config"]

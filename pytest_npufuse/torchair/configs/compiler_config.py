@@ -1,35 +1,184 @@
-"""``CompilerConfig`` with the fields TorchAir users set that change what the NPU would do."""
+"""``CompilerConfig``: TorchAir's whole config tree, attribute-compatible with ``torchair.CompilerConfig``.
+
+The tree follows TorchAir of today (torchair: python/torchair/configs/*.py, snapshot fced8842): every
+option real code sets is accepted with TorchAir's value rules, so a script moves between a CPU CI and an
+NPU unchanged; a misspelt option is an error naming the nearest real one. The options that change what
+the modeled NPU does are honoured (see :meth:`CompilerConfig.honoured`):
+
+- ``mode``: max-autotune (GE graph sink), reduce-overhead (aclgraph replay, deprecated by TorchAir) or
+  npugraph_ex;
+- ``experimental_config.aclgraph._aclnn_static_shape_kernel`` + ``_super_kernel_optimize`` (with
+  ``_super_kernel_optimize_options`` / ``_super_kernel_debug_options``): SuperKernel in the aclgraph
+  modes, for ``torch.npu.super_kernel_scope_begin/end`` ranges;
+- ``ge_config.enable_single_stream``: every op on one stream in max-autotune.
+
+Every other option is accepted and recorded (``CompilerConfig.leaves()``) with no modeled effect: dump
+paths, passes and caches change nothing a CPU model can observe.
+"""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from typing import Any, Mapping
 
-from ...errors import NpufuseError
+from ...vocabulary import CONFIG_MODES, Mode
+from .options import ConfigNode, OptionValue, int_range, of_type
 
-MODES = ("max-autotune", "reduce-overhead")
+INT64_MAX = 2**63 - 1
+_BOOL = [True, False]
 
 
-class CompilerConfig:
-    """Compiler settings, attribute-compatible with ``torchair.CompilerConfig``.
+def _debug(path: str) -> ConfigNode:
+    return ConfigNode(
+        path,
+        graph_dump=ConfigNode(f"{path}.graph_dump", type=OptionValue(None, [None, "txt", "pbtxt", "py"]), path=None),
+        data_dump=ConfigNode(f"{path}.data_dump", type=OptionValue(None, [None, "npy"]), path=None, filter=None),
+        fx_summary=ConfigNode(f"{path}.fx_summary", type=OptionValue(None, [None, "csv"]), skip_compile=OptionValue(True, _BOOL)),
+        run_eagerly=OptionValue(False, _BOOL),
+        deadlock_check=OptionValue(False, _BOOL),
+        aclgraph=ConfigNode(
+            f"{path}.aclgraph",
+            disable_reinplace_inplaceable_ops_pass=OptionValue(False, _BOOL),
+            disable_reinplace_input_mutated_ops_pass=OptionValue(False, _BOOL),
+            disable_mempool_reuse_in_same_fx=OptionValue(False, _BOOL),
+            enable_output_clone=OptionValue(False, _BOOL),
+            static_capture_size_limit=OptionValue(64, check=int_range(1, INT64_MAX)),
+            clone_input=OptionValue(True, _BOOL),
+            remove_cat_ops=OptionValue(True, _BOOL),
+        ),
+    )
 
-    ``mode`` selects GE graph sink (``max-autotune``, the default, where SuperKernel applies) or captured
-    graph replay (``reduce-overhead``). ``debug.graph_dump.type`` is accepted because the feature
-    documents set it; it does not change the model.
-    """
+
+def _experimental(path: str) -> ConfigNode:
+    return ConfigNode(
+        path,
+        cc_parallel_enable=OptionValue(False, _BOOL),
+        keep_inference_input_mutations=OptionValue(True, _BOOL),
+        memory_efficiency=OptionValue(False, _BOOL),
+        frozen_parameter=OptionValue(False, _BOOL),
+        static_model_ops_lower_limit=OptionValue(None, check=lambda v: "" if v is None else int_range(-1, INT64_MAX)(v)),
+        jit_compile=OptionValue("auto", ["auto"]),
+        npu_fx_pass=OptionValue(False, _BOOL),
+        aot_config_enable_joint_graph=OptionValue(False, _BOOL),
+        aot_config_output_loss_index=OptionValue(0),
+        topology_sorting_strategy=OptionValue("DFS", ["BFS", "DFS", "RDFS", "StableRDFS"]),
+        enable_ref_data=OptionValue(False, _BOOL),
+        enable_view_optimize=OptionValue(True, _BOOL),
+        remove_noop_ops=OptionValue(True, _BOOL),
+        tiling_schedule_optimize=OptionValue(False, _BOOL),
+        pattern_fusion_pass=OptionValue(True, _BOOL),
+        aclgraph=ConfigNode(
+            f"{path}.aclgraph",
+            _aclnn_static_shape_kernel=OptionValue(False, _BOOL),
+            _aclnn_static_shape_kernel_build_dir=OptionValue(None, check=of_type(str)),
+            _aclnn_static_shape_kernel_sym_value_range=OptionValue(None, check=of_type(list, tuple)),
+            _aclnn_static_shape_kernel_sym_index=OptionValue(0, check=int_range(0, INT64_MAX)),
+            _super_kernel_optimize=OptionValue(False, _BOOL),
+            _super_kernel_optimize_options=OptionValue(None, check=of_type(dict)),
+            _super_kernel_debug_options=OptionValue(None, check=of_type(dict)),
+        ),
+    )
+
+
+def _ge_config(path: str) -> ConfigNode:
+    return ConfigNode(
+        path,
+        enable_single_stream=OptionValue(False, _BOOL),
+        oo_level=OptionValue("O3", ["O1", "O3"]),
+        oo_constant_folding=OptionValue(None, [None, True, False]),
+        oo_dead_code_elimination=OptionValue(None, [None, True, False]),
+        export_compile_stat=OptionValue("2", ["0", "1", "2"]),
+        aicore_num=OptionValue(None, check=of_type(str)),
+        optimization_switch=OptionValue(None, check=of_type(str)),
+    )
+
+
+def _export(path: str) -> ConfigNode:
+    return ConfigNode(
+        path,
+        export_mode=OptionValue(False, _BOOL),
+        export_path_dir=OptionValue("./", check=of_type(str)),
+        export_name=None,
+        weight_name=None,
+        inputs_name=None,
+        experimental=ConfigNode(
+            f"{path}.experimental",
+            enable_record_nn_module_stack=OptionValue(False, _BOOL),
+            auto_atc_config_generated=OptionValue(False, _BOOL),
+            enable_lite_export=OptionValue(False, _BOOL),
+        ),
+    )
+
+
+def _dump_config(path: str) -> ConfigNode:
+    return ConfigNode(
+        path,
+        enable_dump=OptionValue(False, _BOOL),
+        dump_path=OptionValue("./", check=of_type(str)),
+        dump_mode=OptionValue("all", ["input", "output", "all"]),
+        quant_dumpable=OptionValue(False, _BOOL),
+        dump_step=OptionValue("", check=of_type(str)),
+        dump_layer=OptionValue("", check=of_type(str)),
+        dump_data=OptionValue("tensor", ["tensor", "stats"]),
+        dump_config_path=OptionValue(None, check=of_type(str)),
+        data_dump_stage=OptionValue("optimized", ["original", "optimized"]),
+    )
+
+
+class CompilerConfig(ConfigNode):
+    """Compiler settings, attribute-compatible with ``torchair.CompilerConfig`` (see the module doc)."""
 
     def __init__(self) -> None:
-        self._mode = "max-autotune"
-        self.debug = SimpleNamespace(graph_dump=SimpleNamespace(type=None))
+        super().__init__(
+            "config",
+            debug=_debug("config.debug"),
+            aoe_config=ConfigNode(
+                "config.aoe_config", aoe_mode=OptionValue(None, [None, "2"]), work_path=OptionValue("./"), aoe_config_file=None
+            ),
+            export=_export("config.export"),
+            dump_config=_dump_config("config.dump_config"),
+            fusion_config=ConfigNode("config.fusion_config", fusion_switch_file=OptionValue(None, check=of_type(str))),
+            experimental_config=_experimental("config.experimental_config"),
+            inference_config=ConfigNode("config.inference_config", dynamic_gears_merge_policy=OptionValue("zip", ["zip", "product"])),
+            ge_config=_ge_config("config.ge_config"),
+            aclgraph_config=ConfigNode("config.aclgraph_config", use_custom_pool=None),
+            mode=OptionValue(Mode.MAX_AUTOTUNE.value, list(CONFIG_MODES)),
+            post_grad_custom_pre_pass=None,
+            post_grad_custom_post_pass=None,
+        )
 
     @property
-    def mode(self) -> str:
-        return self._mode
+    def run_mode(self) -> str:
+        return self.mode.value
 
-    @mode.setter
-    def mode(self, value: str) -> None:
-        if value not in MODES:
-            raise NpufuseError(f"CompilerConfig.mode={value!r} is not supported; use one of {', '.join(MODES)}.")
-        self._mode = value
+    def superkernel_options(self) -> str | None:
+        """The aclgraph SuperKernel options text CANN receives (``k=v:k=v``, as TorchAir formats the
+        two option dicts), or None when aclgraph SuperKernel is off (it needs static kernel compilation
+        and ``_super_kernel_optimize``)."""
+        aclgraph = self.experimental_config.aclgraph
+        if not (aclgraph._aclnn_static_shape_kernel.value and aclgraph._super_kernel_optimize.value):
+            return None
+        return ":".join(
+            f"{key}={_option_text(value)}"
+            for table in (aclgraph._super_kernel_optimize_options.value, aclgraph._super_kernel_debug_options.value)
+            for key, value in (table or {}).items()
+        )
+
+    def honoured(self) -> Mapping[str, Any]:
+        """The options that change the model, as set (for reports)."""
+        return {
+            "mode": self.run_mode,
+            "superkernel_options": self.superkernel_options(),
+            "single_stream": bool(self.ge_config.enable_single_stream.value),
+        }
 
     def __repr__(self) -> str:
-        return f"CompilerConfig(mode={self._mode!r})"
+        return f"CompilerConfig(mode={self.run_mode!r})"
+
+
+def _option_text(value: Any) -> str:
+    """One option value as CANN reads it: lists comma-joined, booleans as 1/0."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item) for item in value)
+    return str(value)

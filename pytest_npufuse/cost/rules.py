@@ -1,0 +1,306 @@
+"""The built-in cost rules, each a named mechanism with the profile constants it reads.
+
+Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``data/<target>.toml``):
+
+- **roofline**: an AI Core body is as slow as the slower of its arithmetic (peak for its dtype x
+  ``[efficiency] compute``, scaled by the share of cores it runs on) and its memory traffic (bytes at
+  HBM bandwidth, or at the per-core path ``core_ddr_bytes_per_cycle`` when few cores launch).
+- **decode tiling** (``matmul``): a matmul whose 128x256 output tiles cannot fill the Cube cores splits
+  N down to ``decode_tile_n`` columns and then K down to ``decode_tile_k``, as CANN's decode tilings do,
+  so a skinny decode matmul streams its weights over every core at HBM speed. The Cube works on
+  ``cube_fractal``-sized fractals, so an output of ``[b, 1, 1]`` costs a full fractal per batch (seed
+  003's BatchMatMul degradation).
+- **bytes touched**: a tensor passed twice is read once; a grouped matmul reads only the experts its
+  rows hit (expected distinct experts under uniform routing); a row gather reads the rows it returns,
+  not the whole table; an element gather or scatter pays ``access_bytes`` per element it addresses (one
+  memory transaction each: GatherElements vs GatherV2, seed 003); an input a prefetch put in L2 costs no
+  HBM traffic.
+- **collectives** (``[comm]``): ring algorithms over ``ranks`` dies, ``(n-1)/n`` of the message per
+  pass (two passes for AllReduce) at ``link_gbps x efficiency``, plus ``latency_us`` per step.
+- **MC2** dispatch/combine: AI Vector kernels that talk over the link: ``mc2_phase_us`` per handshake
+  phase (dispatch has two) plus the message at link speed.
+- **AI CPU**: scalar cores at ``[aicpu]`` rates.
+- **L2 prefetch**: an SDMA task that streams its bytes from HBM at HBM speed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+from .registry import Work, register_cost_rule
+
+if TYPE_CHECKING:
+    from ..hardware import HardwareProfile
+    from ..program import Kernel, TensorSpec
+
+
+def _elements(spec: "TensorSpec") -> int:
+    return math.prod(spec.shape)
+
+
+def _ceil(value: float, step: int) -> int:
+    return -(-int(value) // step) * step
+
+
+# ---------------------------------------------------------------- flops
+
+
+def _matmul_dims(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of a matmul-like kernel from its output and the input that is its left
+    operand: an input ``[..., M, K]`` for which another input is ``[..., K, N]`` (a bias has no such
+    partner); else the first matrix input's last dim is K."""
+    out = outputs[0].shape if outputs else (1,)
+    n = out[-1] if out else 1
+    m = out[-2] if len(out) > 1 else 1
+    batch = math.prod(out[:-2]) if len(out) > 2 else 1
+    matrices = [spec.shape for spec in inputs if len(spec.shape) >= 2]
+    for lhs in matrices:
+        k = lhs[-1]
+        if lhs[-2] == m and any(rhs is not lhs and rhs[-2] == k and rhs[-1] == n for rhs in matrices):
+            return batch, m, n, k
+    return batch, m, n, (matrices[0][-1] if matrices else 1)
+
+
+def matmul_flops(work: Work) -> float:
+    """2 x M x N x K per batch, on the shapes the Cube really multiplies: M, N and K padded to its
+    16x16x16 fractal (``cube_fractal`` is a profile fact; the capture-time count uses the A2/A3 value
+    16, hw §1.1), so tiny outputs cost whole fractals."""
+    batch, m, n, k = _matmul_dims(work.inputs, work.outputs)
+    return 2.0 * batch * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
+
+
+def attention_flops(work: Work) -> float:
+    """Decode attention's arithmetic is dwarfed by reading K/V; counted as 2 x output x head dim."""
+    out = sum(_elements(spec) for spec in work.outputs)
+    head_dim = work.inputs[0].shape[-1] if work.inputs and work.inputs[0].shape else 1
+    return 2.0 * out * head_dim
+
+
+def elementwise_flops(work: Work) -> float:
+    return sum(_elements(spec) for spec in work.outputs) * work.per_element
+
+
+def reduction_flops(work: Work) -> float:
+    return float(sum(_elements(spec) for spec in work.inputs[:1]))
+
+
+def no_flops(work: Work) -> float:
+    return 0.0
+
+
+# ---------------------------------------------------------------- bytes
+
+
+def _read(work: Work, skip: int | None = None) -> int:
+    """Bytes of the distinct inputs read from HBM (not L2-resident), except input ``skip``."""
+    return sum(
+        spec.nbytes
+        for position, (spec, first, resident) in enumerate(zip(work.inputs, work.first_use, work.resident))
+        if first and not resident and position != skip
+    )
+
+
+def _written(work: Work) -> int:
+    return sum(spec.nbytes for spec in work.outputs)
+
+
+def io_bytes(work: Work) -> int:
+    """Every distinct input once and every output."""
+    return _read(work) + _written(work)
+
+
+def output_bytes(work: Work) -> int:
+    """A fill writes only."""
+    return _written(work)
+
+
+def no_bytes(work: Work) -> int:
+    return 0
+
+
+def _largest(work: Work) -> int:
+    return max(range(len(work.inputs)), key=lambda i: work.inputs[i].nbytes, default=-1)
+
+
+def grouped_matmul_bytes(work: Work) -> int:
+    """Activations, scales and output in full, but of the ``[E, K, N]`` expert weights only the
+    experts the M rows hit: E x (1 - (1 - 1/E)^M) expected under uniform routing (an estimate; a
+    skewed router hits fewer)."""
+    weight = _largest(work)
+    if weight < 0 or len(work.inputs[weight].shape) < 3 or not work.first_use[weight] or work.resident[weight]:
+        return io_bytes(work)
+    experts = work.inputs[weight].shape[0]
+    rows = work.outputs[0].shape[0] if work.outputs and work.outputs[0].shape else 1
+    hit = experts * (1.0 - (1.0 - 1.0 / experts) ** rows)
+    return _read(work, skip=weight) + int(work.inputs[weight].nbytes * hit / experts) + _written(work)
+
+
+def gather_rows_bytes(work: Work) -> int:
+    """A row gather (GatherV2: embedding, index_select) reads the rows it returns and its indices,
+    not the whole table."""
+    return _read(work, skip=_largest(work)) + 2 * _written(work)
+
+
+def gather_elements_bytes(work: Work) -> int:
+    """An element gather (GatherElements) addresses each output element on its own: one memory
+    transaction of ``access_bytes`` per element, plus its indices and output."""
+    elements = sum(_elements(spec) for spec in work.outputs)
+    return _read(work, skip=_largest(work)) + _written(work) + elements * work.access_bytes
+
+
+def scatter_bytes(work: Work) -> int:
+    """A scatter (ScatterElements, IndexPut) copies its input and then addresses each index on its
+    own: one ``access_bytes`` transaction per index element."""
+    indices = sum(_elements(spec) for spec in work.inputs if spec.dtype in ("int64", "int32"))
+    return io_bytes(work) + indices * work.access_bytes
+
+
+def _message(work: Work) -> int:
+    return max(sum(spec.nbytes for spec in work.inputs), _written(work))
+
+
+def all_reduce_bytes(work: Work) -> int:
+    """The bytes a ring AllReduce moves per die: reduce-scatter then all-gather of the message."""
+    return 2 * _message(work)
+
+
+def collective_bytes(work: Work) -> int:
+    """AllGather, ReduceScatter, AlltoAll, Broadcast: one pass of the larger of input and output."""
+    return _message(work)
+
+
+def dispatch_bytes(work: Work) -> int:
+    """MC2 dispatch sends every token to each of its experts: the expanded output."""
+    return sum(spec.nbytes for spec in work.outputs[:1])
+
+
+def combine_bytes(work: Work) -> int:
+    """MC2 combine sends the expanded expert outputs back: its first input."""
+    return sum(spec.nbytes for spec in work.inputs[:1])
+
+
+def prefetch_bytes(work: Work) -> int:
+    """An L2 prefetch streams the tensor it is given (its first input) from HBM."""
+    return sum(spec.nbytes for spec in work.inputs[:1])
+
+
+# ---------------------------------------------------------------- block dim
+
+
+def matmul_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
+    """Output tiles of ``cube_tile_m x cube_tile_n``; when they cannot fill the Cube cores, the decode
+    tiling splits N to ``decode_tile_n`` and then K to ``decode_tile_k`` slices (split-N / split-K)."""
+    batch, m, n, k = _matmul_dims(kernel.input_specs, kernel.output_specs)
+    rows = batch * -(-m // profile.cube_tile_m)
+    tiles = rows * -(-n // profile.cube_tile_n)
+    cores = profile.cores("cube")
+    if tiles >= cores:
+        return tiles
+    split_n = rows * -(-n // profile.decode_tile_n)
+    if split_n >= cores:
+        return split_n
+    return split_n * -(-k // profile.decode_tile_k)
+
+
+def vector_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
+    """One ``vector_block_bytes`` Vector block per slice of the larger of what the kernel reads and
+    what it writes (a reduction or a router reads far more than it writes)."""
+    written = sum(spec.nbytes for spec in kernel.output_specs)
+    read = sum(spec.nbytes for spec in kernel.input_specs)
+    return -(-max(read, written) // profile.vector_block_bytes)
+
+
+def all_cores(kernel: "Kernel", profile: "HardwareProfile") -> int:
+    """Every core of the kernel's engine (AI CPU kernels, MC2 kernels, which run on all AIV cores)."""
+    return profile.cores(kernel.info.engine)
+
+
+def one_core(kernel: "Kernel", profile: "HardwareProfile") -> int:
+    return 1
+
+
+# ---------------------------------------------------------------- body time
+
+
+def _peak_tflops(kernel: "Kernel", profile: "HardwareProfile") -> float:
+    if kernel.info.engine == "cube":
+        table = profile.cube_tflops
+        return table.get(kernel.compute_dtype, table.get("float32", max(table.values())))
+    table = profile.vector_tflops
+    return table.get(kernel.compute_dtype, table.get("default", min(table.values())))
+
+
+def roofline_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """An AI Core body: its SyncAll barrier if it uses one, then the slower of arithmetic and memory."""
+    engine = kernel.info.engine
+    share = dim / profile.cores(engine)
+    compute_us = 0.0
+    if kernel.flops:
+        compute_us = kernel.flops / (_peak_tflops(kernel, profile) * 1e6 * profile.compute_efficiency * share)
+    clock_mhz = profile.cube_mhz if engine == "cube" else profile.vector_mhz
+    core_path_gbps = profile.core_ddr_bytes_per_cycle * clock_mhz * dim / 1000.0
+    memory_us = kernel.bytes / (min(profile.hbm_gbps, core_path_gbps) * profile.memory_efficiency * 1e3)
+    sync_us = profile.overhead_us["sync_all"] if kernel.info.sync_all else 0.0
+    return sync_us + max(compute_us, memory_us)
+
+
+def aicpu_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """Scalar AI CPU cores: the slower of their arithmetic and their memory path."""
+    compute_us = kernel.flops / (profile.aicpu_gflops_per_core * 1e3 * dim)
+    return max(compute_us, kernel.bytes / (profile.aicpu_bytes_per_us_per_core * dim))
+
+
+def no_time(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    return 0.0
+
+
+def _link_us(nbytes: float, profile: "HardwareProfile") -> float:
+    return nbytes / (profile.comm_gbps * profile.comm_efficiency * 1e3)
+
+
+def ring_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """A ring collective over ``ranks`` dies: (n-1)/n of its bytes cross the link, in n-1 steps of
+    ``latency_us`` each per pass."""
+    ranks = profile.comm_ranks
+    passes = 2 if kernel.info.cost == "all_reduce" else 1
+    return passes * (ranks - 1) * profile.comm_latency_us + _link_us(kernel.bytes * (ranks - 1) / ranks, profile)
+
+
+def mc2_dispatch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """Dispatch exchanges token counts, then the tokens: two handshake phases and the message."""
+    return 2 * profile.mc2_phase_us + _link_us(kernel.bytes, profile)
+
+
+def mc2_combine_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """Combine sends the expert outputs back: one handshake phase and the message."""
+    return profile.mc2_phase_us + _link_us(kernel.bytes, profile)
+
+
+def prefetch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """An SDMA copy of the tensor into L2 at HBM speed."""
+    return kernel.bytes / (profile.hbm_gbps * profile.memory_efficiency * 1e3)
+
+
+# ---------------------------------------------------------------- the registry entries
+
+register_cost_rule("matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
+register_cost_rule(
+    "grouped_matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=grouped_matmul_bytes, body_us=roofline_us,
+    tiling="complex",
+)
+register_cost_rule("attention", block_dim=all_cores, flops=attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
+register_cost_rule("elementwise", block_dim=vector_block_dim, flops=elementwise_flops, bytes=io_bytes, body_us=roofline_us)
+register_cost_rule("reduction", block_dim=vector_block_dim, flops=reduction_flops, bytes=io_bytes, body_us=roofline_us)
+register_cost_rule("copy", block_dim=vector_block_dim, flops=no_flops, bytes=io_bytes, body_us=roofline_us)
+register_cost_rule("fill", block_dim=vector_block_dim, flops=no_flops, bytes=output_bytes, body_us=roofline_us)
+register_cost_rule("gather_rows", block_dim=vector_block_dim, flops=no_flops, bytes=gather_rows_bytes, body_us=roofline_us)
+register_cost_rule("gather_elements", block_dim=vector_block_dim, flops=no_flops, bytes=gather_elements_bytes, body_us=roofline_us)
+register_cost_rule("scatter", block_dim=vector_block_dim, flops=elementwise_flops, bytes=scatter_bytes, body_us=roofline_us)
+register_cost_rule("host", block_dim=one_core, flops=no_flops, bytes=no_bytes, body_us=no_time)
+register_cost_rule("aicpu", block_dim=all_cores, flops=elementwise_flops, bytes=io_bytes, body_us=aicpu_us)
+register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us)
+register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us)
+register_cost_rule("mc2_dispatch", block_dim=all_cores, flops=no_flops, bytes=dispatch_bytes, body_us=mc2_dispatch_us, tiling="complex")
+register_cost_rule("mc2_combine", block_dim=all_cores, flops=no_flops, bytes=combine_bytes, body_us=mc2_combine_us, tiling="complex")
+register_cost_rule("prefetch", block_dim=one_core, flops=no_flops, bytes=prefetch_bytes, body_us=prefetch_us)

@@ -1,0 +1,59 @@
+"""``import torchair`` / ``import torch_npu`` resolve to pytest-npufuse's modules.
+
+A meta-path finder, first on ``sys.meta_path``, answers for the two package names and every submodule
+under them (``torchair.configs.compiler_config``, ``torch_npu.npu``, ...) by importing our module of the
+same path and handing it over, so ``torchair.scope`` and ``pytest_npufuse.torchair.scope`` are one object.
+A submodule we do not have is a ModuleNotFoundError that says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+from types import ModuleType
+from typing import Mapping, Sequence
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        try:
+            return importlib.import_module(self.target)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not self.target.startswith(exc.name):
+                raise
+            raise ModuleNotFoundError(
+                f"No module named {spec.name!r}: pytest-npufuse's shim does not model {spec.name} "
+                f"(it maps {spec.name.partition('.')[0]} to {self.target.rsplit('.', 1)[0]}).",
+                name=spec.name,
+            ) from None
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module is ours and already executed."""
+
+
+class AliasFinder(importlib.abc.MetaPathFinder):
+    """Maps each root name (``torchair``) and its submodules to a module path of ours; ``exact`` names
+    a module elsewhere for one full name (``torch_npu.npu`` is our ``torch.npu``)."""
+
+    def __init__(self, roots: Mapping[str, str], exact: Mapping[str, str]) -> None:
+        self.roots = dict(roots)
+        self.exact = dict(exact)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        root, _, rest = fullname.partition(".")
+        if root not in self.roots:
+            return None
+        ours = self.exact.get(fullname) or self.roots[root] + (f".{rest}" if rest else "")
+        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(ours))
+
+    def remove_aliases(self) -> None:
+        """Forget the imported aliases, so a later import finds a real package again."""
+        for name in [n for n in sys.modules if n.partition(".")[0] in self.roots]:
+            del sys.modules[name]

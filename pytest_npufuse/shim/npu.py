@@ -1,0 +1,251 @@
+"""``torch.npu`` on the CPU: device queries, streams, events and the npugraph_ex SuperKernel markers.
+
+Installed as ``torch.npu`` (and ``torch_npu.npu``) by :func:`pytest_npufuse.install_shims`. The CPU runs
+one op at a time, so in eager code streams and events are already satisfied: ``query()`` is True and
+``synchronize()`` returns. Inside ``torch.compile`` they become the graph's stream scopes and sync ops,
+which the backend models exactly as TorchAir's aclgraph pass turns them into tagged events (torchair:
+python/torchair/_acl_concrete_graph/replace_stream_event.py): ``with torch.npu.stream(s)`` is a stream
+scope, ``Event.record/wait`` are events on a stream, ``Tensor.record_stream(s)`` keeps memory alive for
+``s``. A ``torch.npu`` name we do not model is an error naming it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace, TracebackType
+from typing import Any
+
+import torch
+
+from .. import scopes
+from ..errors import NotModeledError, ScopeError
+from ..torchair import scope as _torchair_scope
+from .devices import check_index
+
+DEFAULT_STREAM = "default"
+# TorchAir's limits for super_kernel_scope_begin names (torchair_2026.md §2).
+MAX_SCOPE_NAME_BYTES = 255
+_COUNTERS = {"stream": itertools.count(1), "event": itertools.count(1)}
+
+
+@torch.compiler.assume_constant_result
+def _new_tag(kind: str) -> str:
+    """A fresh tag per object. Dynamo calls it once while tracing and keeps the result as a constant,
+    so a stream created inside ``forward`` neither guards on the counter nor recompiles every call."""
+    return f"npu_{kind}_{next(_COUNTERS[kind])}"
+
+
+class Stream:
+    """``torch.npu.Stream(device=None, priority=0)``: a stream named by a tag in the graph."""
+
+    def __init__(self, device: object = None, priority: int = 0, **kwargs: Any) -> None:
+        check_index(device, "torch.npu.Stream")
+        if kwargs:
+            raise NotModeledError(f"torch.npu.Stream({', '.join(kwargs)}=...) is not modeled; pass device and priority.")
+        self.tag = _new_tag("stream")
+        self.priority = priority
+
+    @classmethod
+    def _named(cls, tag: str) -> "Stream":
+        stream = cls.__new__(cls)
+        stream.tag, stream.priority = tag, 0
+        return stream
+
+    def wait_event(self, event: "Event") -> None:
+        event.wait(self)
+
+    def wait_stream(self, stream: "Stream") -> None:
+        """This stream's later work waits for what ``stream`` issued so far."""
+        event = Event()
+        event.record(stream)
+        event.wait(self)
+
+    def record_event(self, event: "Event | None" = None) -> "Event":
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: the CPU has finished everything it was given."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other.tag == self.tag
+
+    def __hash__(self) -> int:
+        return hash(self.tag)
+
+    def __repr__(self) -> str:
+        return f"torch.npu.Stream({self.tag!r}, priority={self.priority})"
+
+
+_DEFAULT = Stream._named(DEFAULT_STREAM)
+_CURRENT: list[Stream] = []
+
+
+def _tag_of(stream: object, api: str) -> str:
+    if stream is None:
+        return ""
+    if not isinstance(stream, Stream):
+        raise ScopeError(f"{api} takes a torch.npu.Stream, got {type(stream).__name__}.")
+    return stream.tag
+
+
+class Event:
+    """``torch.npu.Event()``: recorded on one stream, waited on by others."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        if interprocess:
+            raise NotModeledError("torch.npu.Event(interprocess=True) is not modeled: the model has one process.")
+        self.tag = _new_tag("event")
+
+    def record(self, stream: Stream | None = None) -> None:
+        """Record after the work issued so far on ``stream`` (default: the current stream)."""
+        torch.ops.npufuse.event_record(self.tag, _tag_of(stream, "torch.npu.Event.record(stream)"))
+
+    def wait(self, stream: Stream | None = None) -> None:
+        """Make the later work of ``stream`` (default: the current one) wait for the last record."""
+        torch.ops.npufuse.event_wait(self.tag, _tag_of(stream, "torch.npu.Event.wait(stream)"))
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        """Nothing to wait for on the CPU."""
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        raise NotModeledError(
+            "torch.npu.Event.elapsed_time is not modeled: wall-clock time on the CPU says nothing about the NPU; "
+            "read the modeled times from the run report (report.variant.time_us) instead."
+        )
+
+    def __repr__(self) -> str:
+        return f"torch.npu.Event({self.tag!r})"
+
+
+class _StreamContext:
+    """``with torch.npu.stream(s):`` -- the ops inside run on ``s`` (a stream scope in the graph)."""
+
+    def __init__(self, stream: Stream | None) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> Stream | None:
+        if self.stream is not None:
+            _CURRENT.append(self.stream)
+            torch.ops.npufuse.scope_enter(
+                [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.NATIVE_STREAM],
+                [self.stream.tag, str(self.stream.priority), "1"],
+            )
+        return self.stream
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.stream is not None:
+            torch.ops.npufuse.scope_exit()
+            _CURRENT.pop()
+
+
+def stream(stream: Stream | None) -> _StreamContext:
+    """``torch.npu.stream(s)``: a context manager running the ops inside on ``s`` (None: no change)."""
+    _tag_of(stream, "torch.npu.stream(stream)")
+    return _StreamContext(stream)
+
+
+def current_stream(device: object = None) -> Stream:
+    check_index(device, "torch.npu.current_stream")
+    return _CURRENT[-1] if _CURRENT else _DEFAULT
+
+
+def default_stream(device: object = None) -> Stream:
+    check_index(device, "torch.npu.default_stream")
+    return _DEFAULT
+
+
+def set_stream(stream: Stream) -> None:
+    raise NotModeledError(
+        "torch.npu.set_stream is not modeled: use `with torch.npu.stream(s):`, which npugraph_ex requires to "
+        "return to the original stream anyway."
+    )
+
+
+def _scope_name(scope_name: object, api: str) -> None:
+    if scope_name is not None and not isinstance(scope_name, str):
+        raise ScopeError(f"torch.npu.{api}(scope_name) takes a str or None, got {scope_name!r}.")
+    if isinstance(scope_name, str) and len(scope_name.encode()) > MAX_SCOPE_NAME_BYTES:
+        raise ScopeError(f"torch.npu.{api}: scope_name is longer than {MAX_SCOPE_NAME_BYTES} bytes: {scope_name[:40]!r}...")
+
+
+def super_kernel_scope_begin(scope_name: str | None) -> None:
+    """Begin the SuperKernel range ``scope_name`` (npugraph_ex; None: no fusion for the ops after it).
+    Ranges are paired with their end by name, in any order."""
+    _scope_name(scope_name, "super_kernel_scope_begin")
+    torch.ops.npufuse.super_kernel_scope_begin(scope_name)
+
+
+def super_kernel_scope_end(scope_name: str | None) -> None:
+    """End the SuperKernel range begun with the same ``scope_name``."""
+    _scope_name(scope_name, "super_kernel_scope_end")
+    torch.ops.npufuse.super_kernel_scope_end(scope_name)
+
+
+def is_available() -> bool:
+    return True
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return 0
+
+
+def set_device(device: object) -> None:
+    check_index(device, "torch.npu.set_device")
+
+
+def synchronize(device: object = None) -> None:
+    """Nothing to wait for: the CPU has finished everything it was given."""
+    check_index(device, "torch.npu.synchronize")
+
+
+def manual_seed(seed: int) -> None:
+    torch.manual_seed(seed)
+
+
+manual_seed_all = manual_seed
+
+
+def empty_cache() -> None:
+    """No device memory to release on the CPU (the modeled allocator lives inside each graph)."""
+
+
+def set_compile_mode(jit_compile: bool = False) -> None:
+    """torch_npu's op-compilation switch: it changes how kernels are built, not what they compute."""
+
+
+# ``torch.npu.config.allow_internal_format = ...``: a layout switch with no effect on the values.
+config = SimpleNamespace(allow_internal_format=False)
+# ``torch.npu.npugraph_ex.scope.limit_core_num``: npugraph_ex's core-limit scope is TorchAir's.
+npugraph_ex = SimpleNamespace(scope=SimpleNamespace(limit_core_num=_torchair_scope.limit_core_num))
+
+
+def record_stream(tensor: torch.Tensor, stream: Stream) -> None:
+    """``Tensor.record_stream(s)`` for our streams: keep ``tensor``'s memory alive for ``s``'s work."""
+    torch.ops.npufuse.record_stream(tensor, _tag_of(stream, "Tensor.record_stream(stream)"))
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise NotModeledError(f"torch.npu.{name} is not modeled by pytest-npufuse (its CPU torch.npu has: {', '.join(PROVIDED)}).")
+
+
+PROVIDED = (
+    "Stream", "Event", "stream", "current_stream", "default_stream", "super_kernel_scope_begin",
+    "super_kernel_scope_end", "is_available", "device_count", "current_device", "set_device", "synchronize",
+    "manual_seed", "manual_seed_all", "empty_cache", "set_compile_mode", "config", "npugraph_ex",
+)

@@ -1,0 +1,108 @@
+"""The building blocks of TorchAir's ``CompilerConfig`` tree: option values and config nodes.
+
+TorchAir's config is a tree of nodes (``config.debug.graph_dump.type``) whose leaves check what is
+assigned to them: a value outside the option's list is a ValueError, an attribute the node does not have
+is a ValueError naming every option (torchair: python/torchair/configs/_option_base.py). We keep those
+errors and their wording, and add the nearest real name, since a misspelt option is otherwise silently
+ignored by a script that only sets it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable
+
+from ...errors import ConfigError, UnknownOptionError
+
+
+class OptionValue:
+    """One leaf: a default, and the values it may take (None: any value the ``check`` accepts)."""
+
+    def __init__(self, default: Any, optional: list[Any] | None = None, check: Callable[[Any], str] | None = None) -> None:
+        self.default = default
+        self.optional = optional
+        self._check = check
+        self.value = default
+
+    def set(self, path: str, value: Any) -> None:
+        if self.optional is not None and value not in self.optional:
+            raise ConfigError(
+                f"{path} = {value!r}: Value {value!r} (type: {type(value)}) not in optional list {self.optional!r}."
+            )
+        problem = self._check(value) if self._check is not None else ""
+        if problem:
+            raise ConfigError(f"{path} = {value!r}: {problem}")
+        self.value = value
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return self.value == (other.value if isinstance(other, OptionValue) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def int_range(low: int, high: int) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"Please set integer type, but got {type(value)}"
+        return "" if low <= value <= high else f"Please set value in [{low}, {high}], {value} is out of range."
+
+    return check
+
+
+def of_type(*types: type) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        ok = value is None or isinstance(value, types)
+        return "" if ok else f"value must be {' or '.join(t.__name__ for t in types)} or None, got {type(value)}"
+
+    return check
+
+
+class ConfigNode:
+    """A node of the config tree. Its options are fixed at construction; assigning a leaf checks the
+    value, assigning or reading an unknown name raises :class:`UnknownOptionError` with the nearest one."""
+
+    def __init__(self, node_path: str, /, **children: Any) -> None:
+        object.__setattr__(self, "_path", node_path)
+        object.__setattr__(self, "_children", dict(children))
+
+    def _unknown(self, name: str) -> UnknownOptionError:
+        options = list(self._children)
+        near = difflib.get_close_matches(name, options, n=1)
+        hint = f"; did you mean {self._path}.{near[0]}?" if near else ""
+        return UnknownOptionError(f"{self._path} has no option {name}, all options {options}{hint}")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        children = object.__getattribute__(self, "_children")
+        if name not in children:
+            raise self._unknown(name)
+        return children[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self._children:
+            raise self._unknown(name)
+        child = self._children[name]
+        if isinstance(child, OptionValue):
+            child.set(f"{self._path}.{name}", value)
+        elif isinstance(child, ConfigNode):
+            raise ConfigError(f"{self._path}.{name} is a group of options; set one of {list(child._children)}.")
+        else:
+            self._children[name] = value
+
+    def leaves(self) -> dict[str, Any]:
+        """Every option set to something other than its default, by dotted path (for reports)."""
+        changed: dict[str, Any] = {}
+        for name, child in self._children.items():
+            if isinstance(child, ConfigNode):
+                changed.update(child.leaves())
+            elif isinstance(child, OptionValue) and child.value != child.default:
+                changed[f"{self._path}.{name}"] = child.value
+        return changed
