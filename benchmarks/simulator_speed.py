@@ -164,10 +164,10 @@ def capture_share() -> tuple[float, float, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cases"))
     from test_superkernel_seed import ModelOrigin, ModelSuperKernel, seed_inputs  # noqa: PLC0415
 
-    import pytest_npufuse.backend as backend  # noqa: PLC0415
+    import pytest_npufuse.pipeline as pipeline  # noqa: PLC0415
 
     spent = [0.0]
-    original = backend.simulate
+    original = pipeline.simulate
 
     def counted(*args, **kwargs):
         start = time.perf_counter()
@@ -176,7 +176,7 @@ def capture_share() -> tuple[float, float, float]:
         finally:
             spent[0] += time.perf_counter() - start
 
-    backend.simulate = counted
+    pipeline.simulate = counted
     inputs = seed_inputs()
     compare(ModelSuperKernel(), *inputs, reference=ModelOrigin())
     runs = []
@@ -184,7 +184,7 @@ def capture_share() -> tuple[float, float, float]:
         spent[0] = 0.0
         _, total = timed(lambda: compare(ModelSuperKernel(), *inputs, reference=ModelOrigin()))
         runs.append((spent[0] / total, spent[0], total))
-    backend.simulate = original
+    pipeline.simulate = original
     share, simulated, total = min(runs)
     print(f"seed case: simulation {simulated * 1000:.2f} ms of {total * 1000:.0f} ms total = {100 * share:.3f}%; "
           f"torch {torch.__version__}")
