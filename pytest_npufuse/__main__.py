@@ -87,6 +87,20 @@ def compare(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _import_module(where: str) -> Any:
+    """The module ``where`` names; a module that is not there at all is the user's typo, so it is a
+    clear error, while a module the user's own code fails to import keeps its own traceback."""
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (where == exc.name or where.startswith(exc.name + ".")):
+            raise
+        raise NpufuseError(
+            f"no module named {exc.name!r} (from {where!r}); give a .py file path or a module importable "
+            "from the current directory, e.g. cases/decoder_layers.py:advisor_case"
+        ) from None
+
+
 def _factory(spec: str) -> Callable[[], Any]:
     """The callable ``MODULE_OR_FILE:FACTORY`` names; a file's directory goes on ``sys.path`` first, so
     the file imports its neighbours as it does under pytest."""
@@ -103,7 +117,7 @@ def _factory(spec: str) -> Callable[[], Any]:
         sys.modules[path.stem] = module
         module_spec.loader.exec_module(module)
     else:
-        module = importlib.import_module(where)
+        module = _import_module(where)
     factory = getattr(module, name, None)
     if not callable(factory):
         raise NpufuseError(f"{where} has no callable {name!r}; FACTORY must return (model, inputs)")

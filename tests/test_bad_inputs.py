@@ -318,6 +318,9 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("cli", "compare --fail-above=nan", compare_cli("compare", "a", "b", "--fail-above=nan"), r"'nan' is not a percentage >= 0"),
     ("cli", "compare with one file", compare_cli("compare", "a"), r"required: NEW.json"),
     ("cli", "unknown command", compare_cli("comapre"), r"invalid choice: 'comapre'"),
+    ("cli", "advise a module that does not exist", compare_cli("advise", "no_such_module_here:factory"), r"no module named 'no_such_module_here'.*give a .py file path"),
+    ("cli", "advise a spec without FACTORY", compare_cli("advise", "cases/decoder_layers.py"), r"is not MODULE_OR_FILE:FACTORY"),
+    ("cli", "run a script that does not exist", compare_cli("run", "TMP/none.py"), r"no such script"),
     ("cli", "compare a corrupt file", compare_cli("compare", "TMP/x.json", "TMP/x.json", files={"x.json": "{"}), r"corrupt JSON"),
     # model shapes, inputs and outputs
     ("model", "a missing input", model_call(Add(), X), r"Add.forward\(x, y\) cannot take the 1 input\(s\) given: missing a required argument: 'y'"),
