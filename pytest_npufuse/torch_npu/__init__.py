@@ -7,7 +7,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``
 * :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``
 * :mod:`.rope` - ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
-  ``npu_kv_rmsnorm_rope_cache``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``
+  ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
 * :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
   ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``
@@ -50,8 +50,8 @@ from .quant import (
 )
 from .registry import OPS
 from .rope import (
-    npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_mla_prolog, npu_mla_prolog_v2,
-    npu_rotary_mul,
+    npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_kv_rmsnorm_rope_cache_v2,
+    npu_mla_prolog, npu_mla_prolog_v2, npu_mla_prolog_v3, npu_rotary_mul,
 )
 
 __all__ = [
@@ -67,9 +67,11 @@ __all__ = [
     "npu_incre_flash_attention",
     "npu_interleave_rope",
     "npu_kv_rmsnorm_rope_cache",
+    "npu_kv_rmsnorm_rope_cache_v2",
     "npu_layer_norm_eval",
     "npu_mla_prolog",
     "npu_mla_prolog_v2",
+    "npu_mla_prolog_v3",
     "npu_moe_compute_expert_tokens",
     "npu_moe_distribute_combine",
     "npu_moe_distribute_combine_v2",

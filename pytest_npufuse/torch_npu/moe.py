@@ -18,7 +18,7 @@ from .checks import (
 )
 from ..exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
-from .quant import _decode_quant_param as decode_quant_param
+from .quant_param import decode_quant_param
 from .registry import Out, npu_op
 
 MOE_GATING_TOP_K_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html"
