@@ -17,7 +17,7 @@ from .checks import (
 from .fixedorder import round_to_int8
 from .norm import rms_normalise
 from .quant import symmetric_levels
-from .registry import Out, npu_op
+from .registry import Out, arguments, npu_op
 
 ROTARY_MUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000141.html"
 APPLY_ROTARY_POS_EMB_DOC = "op-plugin op_plugin/ops/opapi/ApplyRotaryPosEmbNpuOpApi.cpp (aclnnApplyRotaryPosEmb)"
@@ -775,27 +775,20 @@ def _store_mla_rows(arguments: Mapping[str, Any], name: str, rows: torch.Tensor,
     return rows.reshape(cache.shape).to(cache.dtype)
 
 
-def _defaults(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Every argument of a call by name, defaults included: the MlaProlog versions share one kernel by name."""
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return dict(bound.arguments)
-
-
 def _mla_prolog_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
     """query, query_rope and the two updated caches (npu_mla_prolog's four outputs)."""
-    arguments = _defaults(_MLA_V1_SIGNATURE, args, kwargs)
-    scenario = _scenario_from_dtypes(arguments)
+    call = arguments(npu_mla_prolog, args, kwargs)
+    scenario = _scenario_from_dtypes(call)
     if scenario.query:
         raise ValueError("npu_mla_prolog has no dequant_scale_q_nope output for an int8 query; use npu_mla_prolog_v2")
-    _, outputs = _mla_outputs(arguments, scenario)
+    _, outputs = _mla_outputs(call, scenario)
     return tuple(outputs[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
 
 def _mla_prolog_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    arguments = _defaults(_MLA_V1_SIGNATURE, args, kwargs)
-    scenario = _scenario_from_dtypes(arguments)
-    result = _mla_compute(arguments, scenario, _mla_dims(arguments, scenario))
+    call = arguments(npu_mla_prolog, args, kwargs)
+    scenario = _scenario_from_dtypes(call)
+    result = _mla_compute(call, scenario, _mla_dims(call, scenario))
     return tuple(result[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
 
@@ -863,21 +856,20 @@ def npu_mla_prolog(
     _check_mla_arguments("npu_mla_prolog", locals(), MLA_PAGED_MODES)
 
 
-_MLA_V1_SIGNATURE = inspect.signature(npu_mla_prolog.__wrapped__)
 V2_OUTPUTS = ("query", "query_rope", "kv_cache", "kr_cache", "dequant_scale_q_nope")
 
 
 def _mla_prolog_v2_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
     """npu_mla_prolog's outputs and dequant_scale_q_nope (op-plugin meta: [T, N, 1] for an int8 query, else [1])."""
-    arguments = _defaults(_MLA_V1_SIGNATURE, args, kwargs)
-    _, outputs = _mla_outputs(arguments, _scenario_from_dtypes(arguments))
+    call = arguments(npu_mla_prolog, args, kwargs)
+    _, outputs = _mla_outputs(call, _scenario_from_dtypes(call))
     return tuple(outputs[name] for name in V2_OUTPUTS)
 
 
 def _mla_prolog_v2_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    arguments = _defaults(_MLA_V1_SIGNATURE, args, kwargs)
-    scenario = _scenario_from_dtypes(arguments)
-    result = _mla_compute(arguments, scenario, _mla_dims(arguments, scenario))
+    call = arguments(npu_mla_prolog, args, kwargs)
+    scenario = _scenario_from_dtypes(call)
+    result = _mla_compute(call, scenario, _mla_dims(call, scenario))
     return tuple(result[name] for name in V2_OUTPUTS)
 
 
@@ -896,11 +888,11 @@ def npu_mla_prolog_v2(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     formula, rounding half to even).  Otherwise ``dequant_scale_q_nope`` is float32 [1] (the
     meta's shape; its value is not specified and this model returns 0).
     """
-    _check_mla_arguments("npu_mla_prolog_v2", _defaults(_MLA_V1_SIGNATURE, args, kwargs), MLA_PAGED_MODES)
+    _check_mla_arguments("npu_mla_prolog_v2", arguments(npu_mla_prolog, args, kwargs), MLA_PAGED_MODES)
 
 
 # torch_npu's v2 takes exactly v1's arguments: the signature is stated once, on npu_mla_prolog.
-npu_mla_prolog_v2.__signature__ = _MLA_V1_SIGNATURE.replace(
+npu_mla_prolog_v2.__signature__ = inspect.signature(npu_mla_prolog.__wrapped__).replace(
     return_annotation="tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"
 )
 npu_mla_prolog_v2 = npu_op(
@@ -942,20 +934,20 @@ def _v3_query_norm_outputs(arguments: Mapping[str, Any], scenario: MlaScenario, 
 
 def _mla_prolog_v3_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
     """The five v3 outputs followed by the two updated caches (op-plugin's npu_mla_prolog_v3_functional)."""
-    arguments = _defaults(_MLA_V3_SIGNATURE, args, kwargs)
-    scenario = _v3_scenario(arguments)
-    dims, outputs = _mla_outputs(arguments, scenario)
-    outputs |= _v3_query_norm_outputs(arguments, scenario, dims)
+    call = arguments(npu_mla_prolog_v3, args, kwargs)
+    scenario = _v3_scenario(call)
+    dims, outputs = _mla_outputs(call, scenario)
+    outputs |= _v3_query_norm_outputs(call, scenario, dims)
     return tuple(outputs[name] for name in V3_OUTPUTS)
 
 
 def _mla_prolog_v3_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    arguments = _defaults(_MLA_V3_SIGNATURE, args, kwargs)
-    scenario = _v3_scenario(arguments)
-    result = _mla_compute(arguments, scenario, _mla_dims(arguments, scenario))
-    if not arguments["query_norm_flag"]:
-        result["query_norm"] = torch.zeros(1, dtype=arguments["weight_uq_qr"].dtype)
-    if not arguments["query_norm_flag"] or not scenario.weights:
+    call = arguments(npu_mla_prolog_v3, args, kwargs)
+    scenario = _v3_scenario(call)
+    result = _mla_compute(call, scenario, _mla_dims(call, scenario))
+    if not call["query_norm_flag"]:
+        result["query_norm"] = torch.zeros(1, dtype=call["weight_uq_qr"].dtype)
+    if not call["query_norm_flag"] or not scenario.weights:
         result["dequant_scale_q_norm"] = torch.zeros(1, dtype=torch.float32)
     return tuple(result[name] for name in V3_OUTPUTS)
 
@@ -1051,5 +1043,3 @@ def npu_mla_prolog_v3(
                    weight_uq_qr_dtype=weight_uq_qr_dtype, weight_dkv_kr_dtype=weight_dkv_kr_dtype,
                    kv_cache_dtype=kv_cache_dtype)
 
-
-_MLA_V3_SIGNATURE = inspect.signature(npu_mla_prolog_v3.__wrapped__)
