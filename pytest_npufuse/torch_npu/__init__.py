@@ -15,6 +15,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
   ``npu_prompt_flash_attention``, ``npu_fusion_attention``
+* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_confusion_transpose``
 
@@ -33,6 +34,7 @@ from ..errors import NpufuseError
 from .attention import (
     npu_fused_infer_attention_score, npu_fusion_attention, npu_incre_flash_attention, npu_prompt_flash_attention,
 )
+from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
     npu_confusion_transpose, npu_format_cast, npu_prefetch, npu_scatter_nd_update, npu_scatter_nd_update_,
     npu_top_k_top_p,
@@ -74,6 +76,7 @@ __all__ = [
     "npu_kv_rmsnorm_rope_cache",
     "npu_kv_rmsnorm_rope_cache_v2",
     "npu_layer_norm_eval",
+    "npu_mm_all_reduce_base",
     "npu_mla_prolog",
     "npu_mla_prolog_v2",
     "npu_mla_prolog_v3",
@@ -99,6 +102,7 @@ __all__ = [
     "npu_scatter_nd_update_",
     "npu_swiglu",
     "npu_top_k_top_p",
+    "npu_transpose_batchmatmul",
     "npu_weight_quant_batchmatmul",
 ]
 
