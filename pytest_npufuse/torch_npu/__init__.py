@@ -14,7 +14,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_moe_re_routing``
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
-  ``npu_prompt_flash_attention``, ``npu_fusion_attention``
+  ``npu_prompt_flash_attention``, ``npu_fusion_attention``, ``npu_fused_infer_attention_score_v2``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_confusion_transpose``
@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from ..errors import NpufuseError
 from .attention import (
-    npu_fused_infer_attention_score, npu_fusion_attention, npu_incre_flash_attention, npu_prompt_flash_attention,
+    npu_fused_infer_attention_score, npu_fused_infer_attention_score_v2, npu_fusion_attention, npu_incre_flash_attention,
+    npu_prompt_flash_attention,
 )
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
@@ -68,6 +69,7 @@ __all__ = [
     "npu_dynamic_quant",
     "npu_format_cast",
     "npu_fused_infer_attention_score",
+    "npu_fused_infer_attention_score_v2",
     "npu_fusion_attention",
     "npu_grouped_matmul",
     "npu_grouped_matmul_finalize_routing",
