@@ -14,18 +14,26 @@ import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from .lowering import build_program, call_compiled, check_outputs_used, compile_static
+from .lowering import (
+    build_program, call_compiled, check_outputs_used, compile_static, input_sizes, input_symbols, is_dynamic,
+)
 from .catalog import OpCatalog
 from .errors import CaptureError, NotModeledError
 from .program import Program
+from .torchair.inference import gears_of
 
 
 @dataclass(frozen=True)
 class CapturedGraph:
-    """One captured aten graph and its program IR."""
+    """One captured aten graph and its program IR.
+
+    ``dynamic``: the graph was compiled for symbolic input sizes (``torch.compile(dynamic=True)``);
+    its program holds the sizes of one call, and the host tiles every call anew.
+    """
 
     gm: torch.fx.GraphModule
     program: Program
+    dynamic: bool = False
 
 
 GraphRunner = Callable[..., list[Any]]
@@ -51,9 +59,49 @@ class CaptureBackend:
         return aot_module_simplified(gm, example_inputs, fw_compiler=self._capture, keep_inference_input_mutations=True)
 
     def _capture(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
-        graph = CapturedGraph(gm, build_program(gm, self.catalog))
+        if is_dynamic(gm):
+            return self._per_call_sizes(gm)
+        return self._keep(CapturedGraph(gm, build_program(gm, self.catalog)))
+
+    def _keep(self, graph: CapturedGraph) -> GraphRunner:
         self.graphs.append(graph)
         return self.on_graph(graph)
+
+    def _per_call_sizes(self, gm: torch.fx.GraphModule) -> GraphRunner:
+        """A dynamic-shape graph costs what its call's sizes cost: its program is built when it is
+        called, once for every distinct set of input sizes (the device runs one graph and tiles each
+        call on the host; the model prices each call at its own sizes)."""
+        runners: dict[tuple[tuple[str, int], ...], GraphRunner] = {}
+
+        def run(*args: Any) -> list[Any]:
+            sizes = input_sizes(gm, args)
+            key = tuple(sorted((str(symbol), int(value)) for symbol, value in sizes.items()))
+            if key not in runners:
+                program = build_program(gm, self.catalog, sizes)
+                runners[key] = self._keep(CapturedGraph(gm, program, dynamic=not _on_gears(gm, args)))
+            return runners[key](*args)
+
+        return run
+
+
+def _on_gears(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
+    """Whether every symbolic input size of this call is a dim given gears by ``set_dim_gears``: GE
+    compiled a static graph per gear and runs that one. A size that is no gear fails as on the device."""
+    symbols: set[Any] = set()
+    geared: set[Any] = set()
+    for position, dim, expr in input_symbols(gm):
+        symbols |= expr.free_symbols
+        gears = gears_of(args[position]) if dim is not None else None
+        if gears is None or dim not in gears:
+            continue
+        size = int(args[position].shape[dim])
+        if size not in gears[dim]:
+            raise CaptureError(
+                f"input {position} has size {size} in dim {dim}, which is not one of its gears {list(gears[dim])} "
+                "(torchair.inference.set_dim_gears); pad the input to a gear or add the size to the gears."
+            )
+        geared |= expr.free_symbols
+    return symbols <= geared
 
 
 class _Captured(Exception):

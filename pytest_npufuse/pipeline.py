@@ -30,6 +30,7 @@ from .advisor.affinity import find_affinity
 from .attribution import attribute
 from .backend import Capture, CaptureBackend, CapturedGraph
 from .lowering import compile_static
+from .modeledclock import DEVICE_CLOCK
 from .catalog import OpCatalog, load_catalog
 from .errors import CaptureError
 from .execute import Execution, inputs_of, racy_cone, run_graph, writes_inputs
@@ -90,8 +91,18 @@ class CompiledGraph:
     program: Program
     plan: fusion.Plan
     run: RunReport
+    settings: Settings
     plog_path: str | None = None
     sanitizer: SanitizerReport | None = None
+
+    def scopes_ignored(self) -> RunReport:
+        """The same program with its SuperKernel scopes ignored (the BASELINE plan), priced with the
+        same settings (mode, dynamic-shape host scheduling, host threads)."""
+        settings = self.settings
+        plan = fusion.plan(
+            self.program, settings.profile, variant=fusion.BASELINE, mode=self.plan.mode, dynamic=settings.dynamic
+        )
+        return simulate(self.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host)
 
     def poisoned_reads(self) -> Mapping[str, frozenset[str]]:
         """Per kernel, the inputs it reads in a race (none without a sanitizer run)."""
@@ -99,8 +110,11 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> list[Any]:
         """The outputs a device would produce: kernels in issue order (always a legal order for the
-        data), where each read the sanitizer found racing sees poisoned memory."""
-        return run_graph(self.gm, self.program, args, self.poisoned_reads()).outputs
+        data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
+        device clock advances by the graph's modeled time."""
+        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads()).outputs
+        DEVICE_CLOCK.run(self.run.time_us * 1e-6)
+        return outputs
 
 
 def model_graph(
@@ -127,7 +141,7 @@ def model_graph(
     checked = sanitize(graph.program, plan.streams) if plan.streams is not None else None
     deadlock = checked.deadlock.describe() if checked is not None and checked.deadlock is not None else None
     run = simulate(graph.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
-    return CompiledGraph(graph.gm, graph.program, plan, run, plog and str(plog), checked)
+    return CompiledGraph(graph.gm, graph.program, plan, run, settings, plog and str(plog), checked)
 
 
 @dataclass
@@ -155,7 +169,7 @@ class NpuBackend:
         return CaptureBackend(self.catalog, self._model)(gm, example_inputs)
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
-        settings = Settings(self.profile, self.run_mode, self.dynamic, self.host)
+        settings = Settings(self.profile, self.run_mode, self.dynamic or graph.dynamic, self.host)
         single_stream = bool(self.config.ge_config.enable_single_stream.value)
         compiled = model_graph(
             graph, settings, self.variant, self.options, self.multistream and not single_stream,
