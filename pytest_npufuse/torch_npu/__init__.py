@@ -13,7 +13,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
-  ``npu_prompt_flash_attention``
+  ``npu_prompt_flash_attention``, ``npu_fusion_attention``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_confusion_transpose``
 
@@ -29,7 +29,9 @@ add the op.
 from __future__ import annotations
 
 from ..errors import NpufuseError
-from .attention import npu_fused_infer_attention_score, npu_incre_flash_attention, npu_prompt_flash_attention
+from .attention import (
+    npu_fused_infer_attention_score, npu_fusion_attention, npu_incre_flash_attention, npu_prompt_flash_attention,
+)
 from .memory import (
     npu_confusion_transpose, npu_format_cast, npu_prefetch, npu_scatter_nd_update, npu_scatter_nd_update_,
     npu_top_k_top_p,
@@ -63,6 +65,7 @@ __all__ = [
     "npu_dynamic_quant",
     "npu_format_cast",
     "npu_fused_infer_attention_score",
+    "npu_fusion_attention",
     "npu_grouped_matmul",
     "npu_incre_flash_attention",
     "npu_interleave_rope",

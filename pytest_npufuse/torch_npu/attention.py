@@ -27,11 +27,12 @@ import torch
 
 from ..exact import cube_matmul
 from .checks import (
-    require_bool, require_choice, require_dtype, require_float, require_int, require_int_list, require_shape,
+    require_bool, require_choice, require_dtype, require_float, require_int, require_int_list, require_ints,
+    require_shape,
     require_tensors, require_unused,
 )
 from .fixedorder import pairwise_sum
-from .registry import Out, npu_op
+from .registry import Out, arguments, npu_op
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
@@ -258,13 +259,16 @@ def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, layout: str, 
     return gathered.permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, count * size, dim).to(torch.float32)
 
 
-def _bnsd_to_layout(out: torch.Tensor, layout: str, q_lens: list[int]) -> torch.Tensor:
-    """[B, N, S, D] back to the query's layout (TND: the valid rows of each batch, concatenated)."""
+def _bnsd_to_layout(out: torch.Tensor, layout: str, q_lens: list[int], tokens: int) -> torch.Tensor:
+    """[B, N, S, D] back to the query's layout (TND: the valid rows of each batch, concatenated, then zero
+    rows up to the query's ``tokens`` rows when the cumulative lengths end before them)."""
     if layout == "BNSD":
         return out
     if layout == "TND":
         rows = [out[b, :, :length].transpose(0, 1) for b, length in enumerate(q_lens)]
-        return torch.cat(rows) if rows else out.new_zeros(0, out.shape[1], out.shape[3])
+        padding = tokens - sum(q_lens)
+        rows.append(out.new_zeros(padding, out.shape[1], out.shape[3]))
+        return torch.cat(rows)
     bsnd = out.transpose(1, 2)
     return bsnd.reshape(*bsnd.shape[:2], -1) if layout == "BSH" else bsnd.contiguous()
 
@@ -318,31 +322,47 @@ def _visible(q_lens: list[int], kv_lens: list[int], q_len: int, kv_len: int, mas
     return visible
 
 
+@dataclass(frozen=True)
+class _Softmax:
+    """Per-row softmax statistics, float32 [B, N, Sq, 1]: the row max of the scaled scores (-inf for a row
+    with nothing to attend to) and the sum of ``exp(score - max)`` (0 for such a row)."""
+
+    max: torch.Tensor
+    sum: torch.Tensor
+
+    def lse(self) -> torch.Tensor:
+        """``max + log(sum)``; +inf for a row with nothing to attend to."""
+        has_mass = self.sum > 0
+        return torch.where(has_mass, self.max + torch.log(torch.where(has_mass, self.sum, 1.0)), float("inf"))
+
+
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float) -> tuple[
-    torch.Tensor, torch.Tensor
+    torch.Tensor, _Softmax
 ]:
-    """softmax(scale * q k^T, masked) v in float32; returns (out [B, N, Sq, Dv], lse [B, N, Sq, 1]).
+    """softmax(scale * q k^T, masked) v in float32; returns (out [B, N, Sq, Dv], its softmax statistics).
 
     q is [B, N, Sq, D]; k / v are [B, N_kv, Skv, *] and query head ``h`` reads KV head ``h // (N / N_kv)``
     (GQA, MQA and MLA's single KV head). The query heads of one KV head are multiplied as one matrix, so K
-    and V are never copied per query head (MLA decode has 128 query heads on one KV head).
+    and V are never copied per query head (MLA decode has 128 query heads on one KV head). ``visible`` is
+    [B or 1, 1 or N, Sq, Skv].
     """
     batch, heads, q_len, dim = q.shape
     kv_heads = k.shape[1]
     group = heads // kv_heads
     grouped = q.reshape(batch, kv_heads, group * q_len, dim)
     scores = cube_matmul(grouped, k.transpose(-1, -2)).reshape(batch, kv_heads, group, q_len, -1) * scale
-    visible = visible.unsqueeze(2)
+    if visible.shape[1] == heads:
+        visible = visible.reshape(visible.shape[0], kv_heads, group, q_len, -1)
+    else:
+        visible = visible.unsqueeze(2)
     scores = scores.masked_fill(~visible, float("-inf"))
-    any_visible = visible.any(dim=-1, keepdim=True)
-    row_max = torch.where(any_visible, scores.amax(dim=-1, keepdim=True), 0.0)
-    exps = torch.exp(scores - row_max)
+    row_max = scores.amax(dim=-1, keepdim=True)
+    exps = torch.exp(scores - torch.where(row_max > float("-inf"), row_max, 0.0))
     denom = pairwise_sum(exps, dim=-1, keepdim=True)
-    has_mass = denom > 0
-    probs = exps / torch.where(has_mass, denom, 1.0)
-    lse = torch.where(has_mass, row_max + torch.log(torch.where(has_mass, denom, 1.0)), float("inf"))
+    probs = exps / torch.where(denom > 0, denom, 1.0)
     out = cube_matmul(probs.reshape(batch, kv_heads, group * q_len, -1), v)
-    return out.reshape(batch, heads, q_len, -1), lse.reshape(batch, heads, q_len, 1)
+    stats = _Softmax(row_max.reshape(batch, heads, q_len, 1), denom.reshape(batch, heads, q_len, 1))
+    return out.reshape(batch, heads, q_len, -1), stats
 
 
 @dataclass(frozen=True)
@@ -360,8 +380,8 @@ class _Call:
 
 def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
          block_table: Optional[torch.Tensor], query_rope: Optional[torch.Tensor],
-         key_rope: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(attention_out in the query's layout and dtype, lse float32 [B, N, Sq, 1] padded)."""
+         key_rope: Optional[torch.Tensor]) -> tuple[torch.Tensor, _Softmax]:
+    """(attention_out in the query's layout and dtype, its softmax statistics [B, N, Sq, 1] padded)."""
     geo = call.geo
     if call.sparse_mode in CAUSAL_MODES:
         _require_causal_mask(mask)
@@ -373,8 +393,8 @@ def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     v = _kv_to_bnsd(value, geo, block_table, call.kv_lens)
     visible = _visible(call.q_lens, call.kv_lens, q.shape[2], k.shape[2], mask, call.sparse_mode,
                        call.pre_tokens, call.next_tokens)
-    out, lse = _attention(q, k, v, visible, call.scale)
-    return _bnsd_to_layout(out, geo.out_layout, call.q_lens).to(query.dtype), lse
+    out, stats = _attention(q, k, v, visible, call.scale)
+    return _bnsd_to_layout(out, geo.out_layout, call.q_lens, query.shape[0]).to(query.dtype), stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,12 +454,13 @@ def _fia_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **o
     torch.Tensor, torch.Tensor
 ]:
     call = _fia_call(query, key, value, **options)
-    out, lse = _run(call, query, key, value, options.get("atten_mask"), options.get("block_table"),
-                    options.get("query_rope"), options.get("key_rope"))
+    out, stats = _run(call, query, key, value, options.get("atten_mask"), options.get("block_table"),
+                      options.get("query_rope"), options.get("key_rope"))
     if not options.get("softmax_lse_flag", False):
-        return out, lse.new_zeros(0)
+        return out, stats.sum.new_zeros(0)
+    lse = stats.lse()
     if call.geo.layout == "TND":
-        lse = _bnsd_to_layout(lse, "TND", call.q_lens).contiguous()
+        lse = _bnsd_to_layout(lse, "TND", call.q_lens, query.shape[0]).contiguous()
     return out, lse
 
 
@@ -744,3 +765,208 @@ def npu_prompt_flash_attention(
     require_int_list("actual_seq_lengths_kv", actual_seq_lengths_kv)
     require_float("scale_value", scale_value)
     _check_attention_scalars(num_heads, num_key_value_heads, sparse_mode, 0, pre_tokens, next_tokens, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_fusion_attention (FlashAttentionScore)
+# ---------------------------------------------------------------------------------------------
+
+FA_LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")
+FA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+FA_MASK_DTYPES = (torch.bool, torch.uint8)
+FA_UNMODELED = ("pse", "padding_mask", "prefix", "sink", "dropout_mask")
+FA_STAT_COPIES = 8  # softmax_max / softmax_sum end in a dim of 8 (op-plugin meta function)
+
+
+def _fa_kv_heads(query: torch.Tensor, key: torch.Tensor, layout: str, head_num: int) -> int:
+    """N_kv from key's shape (FlashAttentionScore has no KV-head argument): H_kv / D for BSH/SBH."""
+    if layout in ("BSH", "SBH"):
+        if query.dim() != 3 or key.dim() != 3 or query.shape[2] % head_num:
+            raise ValueError(f"query {list(query.shape)} and key {list(key.shape)} must be 3-D in {layout} with "
+                             f"query's hidden size a multiple of head_num={head_num}")
+        dim = query.shape[2] // head_num
+        if dim == 0 or key.shape[2] % dim:
+            raise ValueError(f"key's hidden size {key.shape[2]} is not a multiple of the head dim {dim}")
+        return key.shape[2] // dim
+    heads_dim = {"BSND": 2, "BNSD": 1, "TND": 1}[layout]
+    if key.dim() <= heads_dim:
+        raise ValueError(f"key has shape {list(key.shape)}; {layout} needs {3 if layout == 'TND' else 4} dims")
+    return key.shape[heads_dim]
+
+
+def _varlen_lengths(name: str, ends: Sequence[int], total: int) -> list[int]:
+    """TND lengths from cumulative ends; trailing zeros are batches that take no part (the page's rule)."""
+    ends = [int(require_int(f"{name}[{i}]", v)) for i, v in enumerate(ends)]
+    used = len(ends)
+    while used and ends[used - 1] == 0:
+        used -= 1
+    return _cumulative_lengths(name, ends[:used], total) + [0] * (len(ends) - used)
+
+
+def _fa_check_mask(mask: Optional[torch.Tensor], sparse_mode: int, geo: _Geometry, q_lens: list[int],
+                   kv_lens: list[int]) -> None:
+    """BNSS/B1SS/11SS/SS masks for modes 0/1 (TND: [max Sq, max Skv]); the compressed mask for 2/3."""
+    if mask is None:
+        return
+    require_dtype("atten_mask", mask, FA_MASK_DTYPES)
+    if sparse_mode in CAUSAL_MODES:
+        _check_mask(mask, sparse_mode, geo)
+        return
+    if geo.layout == "TND":
+        require_shape("atten_mask", mask, ((max(q_lens, default=0), max(kv_lens, default=0)),))
+        return
+    b, n, sq, skv = geo.batch, geo.heads, geo.q_len, geo.kv_len
+    require_shape("atten_mask", mask, ((b, n, sq, skv), (b, 1, sq, skv), (1, 1, sq, skv), (sq, skv)))
+
+
+def _fa_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int, input_layout: str, *,
+             atten_mask=None, scale=1.0, pre_tockens=NO_BAND, next_tockens=NO_BAND, actual_seq_qlen=None,
+             actual_seq_kvlen=None, sparse_mode=0, **_: object) -> _Call:
+    """Validate from metadata (SBH is read as its BSH transpose) and resolve lengths and the mode."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_dtype(name, tensor, FA_DTYPES)
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise ValueError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+    if tuple(key.shape[:-1]) != tuple(value.shape[:-1]) and input_layout not in ("BSH", "SBH"):
+        raise ValueError(f"key {list(key.shape)} and value {list(value.shape)} must agree except the head dim")
+    kv_heads = _fa_kv_heads(query, key, input_layout, head_num)
+    if kv_heads < 1 or head_num % kv_heads:
+        raise ValueError(f"key has {kv_heads} heads; they must divide head_num={head_num} (GQA groups)")
+    if input_layout == "TND":
+        if actual_seq_qlen is None or actual_seq_kvlen is None:
+            raise ValueError("input_layout='TND' needs actual_seq_qlen and actual_seq_kvlen (cumulative token ends)")
+        geo = _geometry(query, key, value, "TND", head_num, kv_heads, None, 0, actual_seq_qlen)
+        q_lens = _varlen_lengths("actual_seq_qlen", actual_seq_qlen, query.shape[0])
+        kv_lens = _varlen_lengths("actual_seq_kvlen", actual_seq_kvlen, key.shape[0])
+        if len(kv_lens) != len(q_lens):
+            raise ValueError(f"actual_seq_qlen has {len(q_lens)} values and actual_seq_kvlen {len(kv_lens)}; "
+                             "TND needs one per batch in both")
+    else:
+        layout = "BSH" if input_layout == "SBH" else input_layout
+        q, k, v = (t.transpose(0, 1) for t in (query, key, value)) if input_layout == "SBH" else (query, key, value)
+        geo = _geometry(q, k, v, layout, head_num, kv_heads, None, 0, None)
+        q_lens, kv_lens = [geo.q_len] * geo.batch, [geo.kv_len] * geo.batch
+    if geo.value_dim > geo.head_dim:
+        raise ValueError(f"value head dim {geo.value_dim} exceeds the key's {geo.head_dim} (the page needs Dk >= Dv)")
+    mode = sparse_mode if atten_mask is not None else MASK_ONLY  # without a mask: full attention (the page)
+    _fa_check_mask(atten_mask, mode, geo, q_lens, kv_lens)
+    return _Call(geo, q_lens, kv_lens, float(scale), mode, pre_tockens, next_tockens)
+
+
+def _fa_stats_shape(call: _Call, query: torch.Tensor) -> list[int]:
+    if call.geo.layout == "TND":
+        return [query.shape[0], call.geo.heads, FA_STAT_COPIES]
+    return [call.geo.batch, call.geo.heads, call.geo.q_len, FA_STAT_COPIES]
+
+
+def _fa_out_shape(call: _Call, input_layout: str) -> list[int]:
+    shape = call.geo.out_shape()
+    return [shape[1], shape[0], shape[2]] if input_layout == "SBH" else shape
+
+
+def _fa_meta(*args: Any, **kwargs: Any) -> tuple:
+    options = arguments(npu_fusion_attention, args, kwargs)
+    call, query = _fa_call(**options), options["query"]
+    stats = Out(_fa_stats_shape(call, query), torch.float32)
+    return Out(_fa_out_shape(call, options["input_layout"]), query.dtype), stats, stats, Out([0], query.dtype), 0, 0, 0
+
+
+def _fa_stat(values: torch.Tensor, call: _Call, query: torch.Tensor) -> torch.Tensor:
+    """A [B, N, Sq, 1] statistic in the meta layout, repeated over the last dim of 8."""
+    if call.geo.layout == "TND":
+        values = _bnsd_to_layout(values, "TND", call.q_lens, query.shape[0])
+    return values.expand(*values.shape[:-1], FA_STAT_COPIES).contiguous()
+
+
+def _fa_kernel(*args: Any, **kwargs: Any) -> tuple:
+    options = arguments(npu_fusion_attention, args, kwargs)
+    call = _fa_call(**options)
+    query, key, value = options["query"], options["key"], options["value"]
+    sbh = options["input_layout"] == "SBH"
+    if sbh:
+        query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+    out, stats = _run(call, query, key, value, options["atten_mask"], None, None, None)
+    if sbh:
+        out = out.transpose(0, 1).contiguous()
+    return (out, _fa_stat(stats.max, call, query), _fa_stat(stats.sum, call, query), query.new_zeros(0), 0, 0, 0)
+
+
+@npu_op(
+    "(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, Tensor? pse=None, "
+    "Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., float keep_prob=1., "
+    "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, int[]? prefix=None, "
+    "int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, "
+    "bool sync=False, str softmax_layout=\"\", Tensor? sink=None, Tensor? dropout_mask=None, int seed=0, "
+    "int offset=0) -> (Tensor, Tensor, Tensor, Tensor, int, int, int)",
+    source=DOCS.format("npu_fusion_attention"),
+    meta=_fa_meta,
+    kernel=_fa_kernel,
+)
+def npu_fusion_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    head_num: int,
+    input_layout: str,
+    pse: Optional[torch.Tensor] = None,
+    padding_mask: Optional[torch.Tensor] = None,
+    atten_mask: Optional[torch.Tensor] = None,
+    scale: float = 1.0,
+    keep_prob: float = 1.0,
+    pre_tockens: int = NO_BAND,
+    next_tockens: int = NO_BAND,
+    inner_precise: int = 0,
+    prefix: Optional[Sequence[int]] = None,
+    actual_seq_qlen: Optional[Sequence[int]] = None,
+    actual_seq_kvlen: Optional[Sequence[int]] = None,
+    sparse_mode: int = 0,
+    gen_mask_parallel: bool = True,
+    sync: bool = False,
+    softmax_layout: str = "",
+    sink: Optional[torch.Tensor] = None,
+    dropout_mask: Optional[torch.Tensor] = None,
+    seed: int = 0,
+    offset: int = 0,
+) -> tuple:
+    """FlashAttentionScore: ``softmax(mask(scale * q k^T)) v``; returns torch_npu's seven outputs
+    ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``.
+
+    Source: torch_npu.npu_fusion_attention (op-plugin API page: formula, layouts, sparse modes, varlen
+    rules; op-plugin meta function: output shapes). The computation is this module's (see its docstring).
+
+    * Layouts BSH ``[B, S, N*D]``, SBH ``[S, B, N*D]``, BSND, BNSD, and TND ``[T, N, D]`` with
+      ``actual_seq_qlen`` / ``actual_seq_kvlen`` as **cumulative** token ends per batch (trailing zeros are
+      batches that take no part, as the page allows; query rows after the last end output 0). The KV head
+      count comes from key's shape (``N_kv`` must divide ``head_num``: GQA); value may have a smaller head
+      dim than key. float16, bfloat16 and float32.
+    * ``atten_mask`` (bool/uint8, 1 = masked): modes 0/1 take BNSS, B1SS, 11SS or SS (TND: ``[max Sq,
+      max Skv]``); mode 0 also applies the band ``-pre_tockens <= j - i <= next_tockens``; modes 2/3 are
+      causal from the top left / bottom right of each batch and take the compressed
+      ``triu(ones(2048, 2048), 1)``. Without a mask the page says mode and band have no effect: full
+      attention.
+    * ``softmax_max`` / ``softmax_sum``: float32 ``[B, N, Sq, 8]`` (TND ``[T, N, 8]``), the row max of the
+      scaled scores and the sum of ``exp(score - max)``, repeated over the last dim (the meta shape; the
+      page calls them intermediates for the backward pass). ``softmax_out`` is reserved: empty ``[0]``.
+      Without dropout there is no random mask, so seed, offset and numels are 0.
+
+    Refused with the argument's name: ``keep_prob != 1`` (dropout is random), pse, prefix, sink,
+    dropout_mask, sparse modes 4-8. ``padding_mask`` is not supported by the page either.
+    """
+    options = {name: value_ for name, value_ in locals().items() if name in FA_UNMODELED}
+    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask)
+    require_unused("npu_fusion_attention", **options)
+    require_int("head_num", head_num)
+    require_int_list("actual_seq_qlen", actual_seq_qlen)
+    require_int_list("actual_seq_kvlen", actual_seq_kvlen)
+    require_float("scale", scale)
+    require_float("keep_prob", keep_prob)
+    for name, flag in (("gen_mask_parallel", gen_mask_parallel), ("sync", sync)):
+        require_bool(name, flag)
+    require_ints(seed=seed, offset=offset)
+    if keep_prob != 1:
+        raise ValueError(f"keep_prob={keep_prob} is not implemented: dropout is random; only keep_prob=1 "
+                         "(inference, no dropout) is modeled")
+    _check_attention_scalars(head_num, 0, sparse_mode, inner_precise, pre_tockens, next_tockens, 0)
+    if not isinstance(input_layout, str) or input_layout not in FA_LAYOUTS:
+        raise ValueError(f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}")
+    require_choice("softmax_layout", softmax_layout, ("",), "the default softmax statistics layout")

@@ -47,7 +47,7 @@ class Out:
     dtype: torch.dtype
 
 
-Outputs = Union[Out, tuple[Out, ...], list[Out]]
+Outputs = Union[Out, tuple[Union[Out, int], ...], list[Out]]
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,10 @@ def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
 
 
 def _allocate(outputs: Outputs, like: torch.Tensor) -> Any:
-    """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing)."""
+    """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing); a schema
+    ``int`` output (e.g. npu_fusion_attention's dropout seed) is declared by its value and kept."""
+    if isinstance(outputs, int):
+        return outputs
     if isinstance(outputs, Out):
         return like.new_empty(list(outputs.shape), dtype=outputs.dtype)
     return type(outputs)(_allocate(out, like) for out in outputs)
@@ -96,6 +99,10 @@ def _check_result(name: str, result: Any, outputs: Outputs) -> None:
     """The CPU kernel must produce exactly what the fake kernel promises, or traced graphs would lie."""
     pairs = [(result, outputs)] if isinstance(outputs, Out) else list(zip(result, outputs, strict=True))
     for tensor, out in pairs:
+        if isinstance(out, int):
+            if tensor != out:
+                raise RuntimeError(f"npufuse bug: the CPU kernel of npu::{name} returned {tensor!r}, its meta {out!r}")
+            continue
         if tuple(tensor.shape) != tuple(out.shape) or tensor.dtype != out.dtype:
             raise RuntimeError(
                 f"npufuse bug: the CPU kernel of npu::{name} returned {tensor.dtype} {list(tensor.shape)} "
@@ -119,6 +126,17 @@ def _write_back(slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict
     return outputs[0] if single else tuple(outputs)
 
 
+def arguments(op: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Every argument of a call of the public wrapper ``op``, by name, defaults filled in.
+
+    The dispatcher hands a kernel the schema's positional arguments positionally, so a meta function or
+    kernel of an op with many positional arguments reads them through this instead of restating the
+    signature."""
+    bound = inspect.signature(op).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
 def npu_op(
     schema: str,
     *,
@@ -127,6 +145,7 @@ def npu_op(
     kernel: Callable[..., Any],
     writes_back: Mapping[str, int] = MappingProxyType({}),
     side_effect: bool = False,
+    returns_none: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
 
@@ -138,7 +157,9 @@ def npu_op(
     callers see torch_npu's in-place behaviour.
     A schema returning ``()`` has meta and kernel return ``()`` and the op returns None; ``side_effect``
     marks such an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it
-    although nothing reads its result.
+    although nothing reads its result. ``returns_none`` is for torch_npu ops whose only results are
+    the arguments they overwrite (ATB ops with ``Tensor(a!) out`` and ``-> ()``): the registered op
+    returns the new values, and the wrapper writes them back and returns None, as torch_npu does.
     """
     returns_none = schema.rsplit("->", 1)[1].strip() == "()"
 
@@ -175,7 +196,8 @@ def npu_op(
             checks(*args, **kwargs)
             result = packet(*args, **kwargs)
             if slots:
-                return _write_back(slots, args, kwargs, result)
+                written = _write_back(slots, args, kwargs, result)
+                return None if returns_none else written
             return list(result) if returns_list else result
 
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
