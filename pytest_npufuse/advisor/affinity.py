@@ -168,7 +168,7 @@ def _one_hot_check(graph: _Graph, match: Match) -> str:
 
 def _find_linear(graph: _Graph) -> Iterable[Match]:
     for kernel in graph.program.kernels:
-        if kernel.call == "Linear" and kernel.op_type in ("aten::addmm", "aten::mm", "aten::linear"):
+        if kernel.call in ("Linear", "linear") and kernel.op_type in ("aten::addmm", "aten::mm", "aten::linear"):
             yield Match((kernel,))
 
 
@@ -199,17 +199,36 @@ def _find_bmm_b11(graph: _Graph) -> Iterable[Match]:
             yield Match((kernel,))
 
 
+def _shared_rhs(graph: _Graph, kernel: Kernel) -> bool:
+    """The right operand is one ``[n, 1]`` matrix broadcast over the batch (an expand of it): seed 003's
+    case, where b merges into the rows of one MatMul."""
+    rhs = graph.spec(kernel.inputs[-1])
+    stored = graph.spec(graph.program.storage(kernel.inputs[-1]))
+    return math.prod(stored.shape) == math.prod(rhs.shape[-2:]) < math.prod(rhs.shape)
+
+
 def _bmm_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
-    a, b = graph.input_specs(match.kernels[0])[-2:]
-    out = match.kernels[0].output_specs[0]
-    product = _spec((a.shape[0], a.shape[-1]), a.dtype, a)
-    return [NewKernel("aten::mul", (product, product), product), NewKernel("aten::sum", (product,), out)]
+    """Seed 003's rewrite: a shared ``[n, 1]`` right operand merges b into M (one MatMul ``[b, n] x
+    [n, 1]``); per-batch vectors become a dot product (mul + sum)."""
+    kernel = match.kernels[0]
+    a, b = graph.input_specs(kernel)[-2:]
+    out = kernel.output_specs[0]
+    rows = _spec((a.shape[0], a.shape[-1]), a.dtype, a)
+    if _shared_rhs(graph, kernel):
+        return [NewKernel("aten::mm", (rows, _spec(b.shape[-2:], b.dtype, b)), _spec((a.shape[0], 1), out.dtype, out))]
+    return [NewKernel("aten::mul", (rows, rows), rows), NewKernel("aten::sum", (rows,), out)]
 
 
 def _bmm_check(graph: _Graph, match: Match) -> str:
-    a_spec, b_spec = graph.input_specs(match.kernels[0])[-2:]
+    kernel = match.kernels[0]
+    a_spec, b_spec = graph.input_specs(kernel)[-2:]
     gen = torch.Generator().manual_seed(0)
-    a, b = _random(a_spec, gen), _random(b_spec, gen)
+    a = _random(a_spec, gen)
+    if _shared_rhs(graph, kernel):
+        w = _random(TensorSpec(b_spec.shape[-2:], b_spec.dtype, 0), gen)
+        merged = (a.view(a.shape[0], -1) @ w).view(-1, 1, 1)
+        return _compare(torch.bmm(a, w.expand(a.shape[0], -1, -1)), merged)
+    b = _random(b_spec, gen)
     dot = (a.squeeze(-2) * b.squeeze(-1)).sum(-1).view(-1, 1, 1)
     return _compare(torch.bmm(a, b), dot)
 
@@ -412,12 +431,12 @@ def _not_checked(reason: str) -> Callable[[_Graph, Match], str]:
 PATTERNS: tuple[Pattern, ...] = (
     Pattern("one_hot+sum", "zeros + scatter_ (seed 003: 2.2 ms -> 0.08 ms)", _find_one_hot_sum, _one_hot_replacement, _one_hot_check),
     Pattern("nn.Linear", "torch.addmm(bias, x, weight.t())", _find_linear, _same_kernels, _linear_check,
-            "the captured graph already lowers Linear to addmm; the rewrite matters where torch_npu runs Linear op by op"),
+            "torch_npu casts a Linear input to FRACTAL_NZ first unless the Cube reads it as ND (op-plugin npu_linear)"),
     Pattern("bmm [b,n,1] -> [b,1,1]", "merge b into the rows: a dot product (mul + sum) or one MatMul",
             _find_bmm_b11, _bmm_replacement, _bmm_check),
     Pattern("repeat_interleave(scalar)", "x.unsqueeze(-1).expand(-1, r).reshape(-1)", _find_repeat_interleave,
             _same_kernels, _repeat_check,
-            "Dynamo already decomposes it to expand+clone; the slow RepeatInterleave branch is the op-by-op one"),
+            "with a scalar count torch_npu runs RepeatInterleave's slow branch; the rewrite is a plain copy"),
     Pattern("gather (GatherElements)", "torch.index_select / row indexing (GatherV2)", _find_gather, _gather_replacement, _gather_check),
     Pattern("index_put (IndexPutV2)", "masked_fill / torch.where", _find_index_put, _index_put_replacement, _index_put_check),
     Pattern("RotaryMul (unfused)", "torch_npu.npu_rotary_mul(x, cos, sin)", _find_rotary, _fused("npu::npu_rotary_mul"),
