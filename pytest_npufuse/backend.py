@@ -14,7 +14,7 @@ import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from .lowering import build_program, call_compiled, check_outputs_used, compile_static
+from .lowering import build_program, call_compiled, check_outputs_used, compile_static, input_sizes, is_dynamic
 from .catalog import OpCatalog
 from .errors import CaptureError, NotModeledError
 from .program import Program
@@ -22,10 +22,15 @@ from .program import Program
 
 @dataclass(frozen=True)
 class CapturedGraph:
-    """One captured aten graph and its program IR."""
+    """One captured aten graph and its program IR.
+
+    ``dynamic``: the graph was compiled for symbolic input sizes (``torch.compile(dynamic=True)``);
+    its program holds the sizes of one call, and the host tiles every call anew.
+    """
 
     gm: torch.fx.GraphModule
     program: Program
+    dynamic: bool = False
 
 
 GraphRunner = Callable[..., list[Any]]
@@ -51,9 +56,28 @@ class CaptureBackend:
         return aot_module_simplified(gm, example_inputs, fw_compiler=self._capture, keep_inference_input_mutations=True)
 
     def _capture(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
-        graph = CapturedGraph(gm, build_program(gm, self.catalog))
+        if is_dynamic(gm):
+            return self._per_call_sizes(gm)
+        return self._keep(CapturedGraph(gm, build_program(gm, self.catalog)))
+
+    def _keep(self, graph: CapturedGraph) -> GraphRunner:
         self.graphs.append(graph)
         return self.on_graph(graph)
+
+    def _per_call_sizes(self, gm: torch.fx.GraphModule) -> GraphRunner:
+        """A dynamic-shape graph costs what its call's sizes cost: its program is built when it is
+        called, once for every distinct set of input sizes (the device runs one graph and tiles each
+        call on the host; the model prices each call at its own sizes)."""
+        runners: dict[tuple[tuple[str, int], ...], GraphRunner] = {}
+
+        def run(*args: Any) -> list[Any]:
+            sizes = input_sizes(gm, args)
+            key = tuple(sorted((str(symbol), int(value)) for symbol, value in sizes.items()))
+            if key not in runners:
+                runners[key] = self._keep(CapturedGraph(gm, build_program(gm, self.catalog, sizes), dynamic=True))
+            return runners[key](*args)
+
+        return run
 
 
 class _Captured(Exception):

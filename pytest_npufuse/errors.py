@@ -56,3 +56,8 @@ class ConfigError(NpufuseError, ValueError):
 class UnknownOptionError(NpufuseError, AttributeError, ValueError):
     """A ``CompilerConfig`` attribute that does not exist. TorchAir raises ValueError when one is
     assigned; reading one is an AttributeError in Python. Both are caught by either ``except``."""
+
+
+class KernelError(NpufuseError):
+    """An op of the model failed on the values that reached it while its outputs were computed (an index
+    out of range, a NaN turned into an index): the model's own error, named at the user's source line."""

@@ -20,7 +20,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx
 
-from .lowering import mutated_arguments
+from .errors import KernelError, NpufuseError
+from .lowering import mutated_arguments, op_type_of, source_line
 from .exact import cube_addmm, cube_baddbmm, cube_matmul, int_matmul
 from .program import Program
 
@@ -164,7 +165,16 @@ def _call(node: torch.fx.Node, env: Mapping[str, Any], stale: frozenset[str]) ->
         return poison(value) if arg.name in stale and isinstance(value, torch.Tensor) else value
 
     kernel = CUBE_KERNELS.get(node.target, node.target)
-    return kernel(*torch.fx.node.map_arg(node.args, read), **torch.fx.node.map_arg(node.kwargs, read))
+    try:
+        return kernel(*torch.fx.node.map_arg(node.args, read), **torch.fx.node.map_arg(node.kwargs, read))
+    except NpufuseError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of the op is reported at the user's line
+        raise KernelError(
+            f"{op_type_of(node)} at {source_line(node) or 'the model'} failed on the values that reached it: "
+            f"{type(exc).__name__}: {exc}. The op computes what the device would from these inputs; check the "
+            "values flowing into it (an index out of range, or a NaN or infinity turned into an index)."
+        ) from exc
 
 
 def _last_uses(gm: torch.fx.GraphModule) -> dict[int, list[str]]:

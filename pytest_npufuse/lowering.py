@@ -21,7 +21,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import sympy
 import torch
@@ -64,24 +64,29 @@ def is_view(node: torch.fx.Node) -> bool:
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
 
 
-def _spec(value: Any, node: torch.fx.Node) -> TensorSpec:
-    shape = tuple(_static_dim(dim, node) for dim in value.shape)
+Sizes = Mapping[sympy.Symbol, sympy.Integer]
+
+
+def _spec(value: Any, node: torch.fx.Node, sizes: Sizes) -> TensorSpec:
+    shape = tuple(_static_dim(dim, node, sizes) for dim in value.shape)
     return TensorSpec(shape, str(value.dtype).removeprefix("torch."), math.prod(shape) * value.element_size())
 
 
-def _static_dim(dim: Any, node: torch.fx.Node) -> int:
-    """A dimension as the cost model sees it. A size a value-dependent op decides at run time
-    (``torch.nonzero``, boolean-mask indexing) is priced at its upper bound, the memory a device must
-    reserve for it; a size with no upper bound (``torch.zeros(int(x.item()))``) cannot be priced."""
+def _static_dim(dim: Any, node: torch.fx.Node, sizes: Sizes) -> int:
+    """A dimension as the cost model sees it. A size that follows from the inputs' sizes (a graph
+    compiled with ``dynamic=True``) is its value for the call being modeled, ``sizes``. A size a
+    value-dependent op decides at run time (``torch.nonzero``, boolean-mask indexing) is priced at its
+    upper bound, the memory a device must reserve for it; a size with no upper bound
+    (``torch.zeros(int(x.item()))``) cannot be priced."""
     if not isinstance(dim, torch.SymInt):
         return int(dim)
-    expr = dim.node.expr
+    expr = dim.node.expr.xreplace(sizes) if sizes else dim.node.expr
     if not expr.free_symbols:
         return int(expr)
     upper = dim.node.shape_env.bound_sympy(expr).upper
     if not isinstance(upper, sympy.Integer):  # torch's integer infinity is no sympy Integer
         raise CaptureError(
-            f"{op_type_of(node)} at {_source_line(node) or 'the model'} has a size that depends on tensor values "
+            f"{op_type_of(node)} at {source_line(node) or 'the model'} has a size that depends on tensor values "
             f"({expr}) with no upper bound, so its cost cannot be modeled; derive the size from input shapes, "
             "or clamp it (torch._check(n <= LIMIT)) so npufuse can price the worst case."
         )
@@ -157,7 +162,7 @@ def call_site(trace: str, owner: Any) -> str:
     return ""
 
 
-def _source_line(node: torch.fx.Node) -> str:
+def source_line(node: torch.fx.Node) -> str:
     """The user's source location of a node."""
     return _user_frame(node.meta.get("stack_trace") or "")
 
@@ -198,9 +203,10 @@ def compute_dtype_of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
 class _ProgramBuilder:
     """Walks an aten graph once in program order, keeping the scope stack as TorchAir's converter does."""
 
-    def __init__(self, gm: torch.fx.GraphModule, catalog: OpCatalog) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes) -> None:
         self.gm = gm
         self.catalog = catalog
+        self.sizes = sizes
         self.stack = scopes.ScopeStack()
         self.buffers: dict[str, Buffer] = {}
         self.kernels: list[Kernel] = []
@@ -242,7 +248,7 @@ class _ProgramBuilder:
             raise CaptureError(
                 "After you call the torch.npu.super_kernel_scope_begin operator, there is no paired call to the "
                 f"torch.npu.super_kernel_scope_end operator. The parameters for these torch.npu.super_kernel_scope_begin "
-                f"calls are:{names} (first at {_source_line(self.native_superkernels[0]) or 'the model'}). "
+                f"calls are:{names} (first at {source_line(self.native_superkernels[0]) or 'the model'}). "
                 "Call super_kernel_scope_end(name) for each, and keep graph breaks out of the range."
             )
         open_scopes = self.stack.open_scopes()
@@ -277,7 +283,7 @@ class _ProgramBuilder:
             )
             raise CaptureError(
                 f"When you call the torch.npu.super_kernel_scope_end operator ({name!r} at "
-                f"{_source_line(node) or 'the model'}), {problem}. Give super_kernel_scope_end the name its begin was given."
+                f"{source_line(node) or 'the model'}), {problem}. Give super_kernel_scope_end the name its begin was given."
             )
         del self.native_superkernels[begun.index(name)]
 
@@ -300,14 +306,14 @@ class _ProgramBuilder:
             stream = attrs.get(scopes.STREAM_LABEL)
             self.open_streams.append((stream, len(self.kernels)) if stream else None)
             scope = attrs.get(scopes.SK_SCOPE)
-            use = (scope, attrs.get(scopes.SK_OPTIONS, ""), _source_line(node), len(self.kernels))
+            use = (scope, attrs.get(scopes.SK_OPTIONS, ""), source_line(node), len(self.kernels))
             self.open_uses.append(use if scope else None)
             if scopes.NATIVE_STREAM in attrs:
                 self._sync_point("noop", "", "torch.npu.stream", node)
             if attrs.get(scopes.INNER_PARALLEL) == "False":
                 self._sync_point("noop", "", "npu_stream_switch(enable_inner_parallel=False)", node)
         else:
-            self.stack.exit(f"the graph at {_source_line(node) or 'the model'}")
+            self.stack.exit(f"the graph at {source_line(node) or 'the model'}")
             opened = self.open_streams.pop()
             if opened is not None:
                 self.stream_scopes.append(StreamScope(opened[0], opened[1], len(self.kernels)))
@@ -322,7 +328,7 @@ class _ProgramBuilder:
 
     def _sync_point(self, kind: str, event: str, api: str, node: torch.fx.Node, **extra: Any) -> None:
         stream = extra.pop("stream", None) or self._current_stream()
-        self.syncs.append(SyncPoint(kind, stream, len(self.kernels), event, api, _source_line(node), **extra))
+        self.syncs.append(SyncPoint(kind, stream, len(self.kernels), event, api, source_line(node), **extra))
 
     def _storage(self, name: str) -> str:
         """The buffer that owns the memory ``name`` lives in (itself unless it is a view)."""
@@ -378,7 +384,7 @@ class _ProgramBuilder:
     def _add_buffer(self, node: torch.fx.Node, producer: str | None, alias_of: str | None = None) -> None:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor):
-            self.buffers[node.name] = Buffer(node.name, _spec(value, node), producer, alias_of)
+            self.buffers[node.name] = Buffer(node.name, _spec(value, node, self.sizes), producer, alias_of)
 
     def _add_view(self, node: torch.fx.Node) -> None:
         base = next(_tensor_nodes(node.args), None)
@@ -426,12 +432,12 @@ class _ProgramBuilder:
             return  # host-side size arithmetic (sym_size, int(), trunc), not a kernel
         if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
             raise NotModeledError(
-                f"{op_type} at {_source_line(node) or 'the model'} draws random numbers, so BASELINE and VARIANT would "
+                f"{op_type} at {source_line(node) or 'the model'} draws random numbers, so BASELINE and VARIANT would "
                 "draw different ones and could never match bit for bit; create the random tensor outside forward "
                 "and pass it in as an input."
             )
         values = value if isinstance(value, (tuple, list)) else (value,)
-        output_specs = tuple(_spec(v, node) for v in values if isinstance(v, torch.Tensor))
+        output_specs = tuple(_spec(v, node, self.sizes) for v in values if isinstance(v, torch.Tensor))
         inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers)
         input_specs = [self.buffers[name].spec for name in inputs]
         compute_dtype = compute_dtype_of(input_specs, output_specs)
@@ -460,7 +466,7 @@ class _ProgramBuilder:
                 flops=flops,
                 bytes=nbytes,
                 compute_dtype=compute_dtype,
-                source=_source_line(node),
+                source=source_line(node),
                 input_specs=tuple(input_specs),
                 modules=self._modules(node),
                 call=call,
@@ -532,9 +538,40 @@ def mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:
     return tuple(written)
 
 
-def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog) -> Program:
-    """The program IR of one aten graph."""
-    return _ProgramBuilder(gm, catalog).build()
+def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes | None = None) -> Program:
+    """The program IR of one aten graph; ``sizes`` gives the symbolic input sizes of a dynamic-shape
+    graph their values for one call (see :func:`input_sizes`)."""
+    return _ProgramBuilder(gm, catalog, sizes or {}).build()
+
+
+def _input_symbols(gm: torch.fx.GraphModule) -> Iterator[tuple[int, int | None, sympy.Expr]]:
+    """(input position, dim or None for a symbolic int input, its size expression) of every input
+    size that is symbolic: what ``torch.compile(dynamic=True)`` leaves open until a call."""
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    for position, node in enumerate(placeholders):
+        value = node.meta.get("val")
+        if isinstance(value, torch.SymInt):
+            yield position, None, value.node.expr
+        elif isinstance(value, torch.Tensor):
+            for dim, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt):
+                    yield position, dim, size.node.expr
+
+
+def is_dynamic(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph was compiled for symbolic input sizes, so each call has its own costs."""
+    return any(expr.free_symbols for _, _, expr in _input_symbols(gm))
+
+
+def input_sizes(gm: torch.fx.GraphModule, args: Sequence[Any]) -> dict[sympy.Symbol, sympy.Integer]:
+    """The value of each symbolic input size in one call of a dynamic-shape graph, read from the
+    call's arguments, as the device reads the shapes of the tensors it is launched with."""
+    sizes: dict[sympy.Symbol, sympy.Integer] = {}
+    for position, dim, expr in _input_symbols(gm):
+        if isinstance(expr, sympy.Symbol):
+            arg = args[position]
+            sizes[expr] = sympy.Integer(int(arg) if dim is None else arg.shape[dim])
+    return sizes
 
 
 def compile_static(model: Callable[..., Any], backend: Callable[..., Any]) -> Callable[..., Any]:

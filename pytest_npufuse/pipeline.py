@@ -90,8 +90,18 @@ class CompiledGraph:
     program: Program
     plan: fusion.Plan
     run: RunReport
+    settings: Settings
     plog_path: str | None = None
     sanitizer: SanitizerReport | None = None
+
+    def scopes_ignored(self) -> RunReport:
+        """The same program with its SuperKernel scopes ignored (the BASELINE plan), priced with the
+        same settings (mode, dynamic-shape host scheduling, host threads)."""
+        settings = self.settings
+        plan = fusion.plan(
+            self.program, settings.profile, variant=fusion.BASELINE, mode=self.plan.mode, dynamic=settings.dynamic
+        )
+        return simulate(self.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host)
 
     def poisoned_reads(self) -> Mapping[str, frozenset[str]]:
         """Per kernel, the inputs it reads in a race (none without a sanitizer run)."""
@@ -127,7 +137,7 @@ def model_graph(
     checked = sanitize(graph.program, plan.streams) if plan.streams is not None else None
     deadlock = checked.deadlock.describe() if checked is not None and checked.deadlock is not None else None
     run = simulate(graph.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
-    return CompiledGraph(graph.gm, graph.program, plan, run, plog and str(plog), checked)
+    return CompiledGraph(graph.gm, graph.program, plan, run, settings, plog and str(plog), checked)
 
 
 @dataclass
@@ -155,7 +165,7 @@ class NpuBackend:
         return CaptureBackend(self.catalog, self._model)(gm, example_inputs)
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
-        settings = Settings(self.profile, self.run_mode, self.dynamic, self.host)
+        settings = Settings(self.profile, self.run_mode, self.dynamic or graph.dynamic, self.host)
         single_stream = bool(self.config.ge_config.enable_single_stream.value)
         compiled = model_graph(
             graph, settings, self.variant, self.options, self.multistream and not single_stream,

@@ -20,7 +20,6 @@ from . import fusion
 from .pipeline import CompiledGraph, NpuBackend
 from .errors import NpufuseError
 from .hardware import HardwareProfile, load_profile
-from .simulate import simulate
 from .syncs import EVENTS
 from .torchair.configs.compiler_config import CompilerConfig
 
@@ -111,10 +110,9 @@ def _scope_line(scope: fusion.ScopePlan) -> str:
     return f"    SuperKernel scope {scope.scope!r}: {scope.outcome} ({detail}){breaks}"
 
 
-def _graph_lines(number: int, graph: CompiledGraph, profile: HardwareProfile) -> list[str]:
+def _graph_lines(number: int, graph: CompiledGraph) -> list[str]:
     """One graph: its modeled time against the same program with scopes ignored, its scopes and streams."""
-    baseline_plan = fusion.plan(graph.program, profile, variant=fusion.BASELINE, mode=graph.plan.mode)
-    baseline = simulate(graph.program, baseline_plan, profile)
+    baseline = graph.scopes_ignored()
     run = graph.run
     streams = graph.plan.streams.streams if graph.plan.streams is not None else ("default",)
     timing = (
@@ -137,7 +135,7 @@ def summary(session: ScriptSession) -> list[str]:
     head = f"npufuse run: {len(graphs)} graph(s) modeled on {session.profile.name} ({session.profile.product})"
     lines = [head]
     for number, graph in enumerate(graphs, 1):
-        lines += _graph_lines(number, graph, session.profile)
+        lines += _graph_lines(number, graph)
     if not graphs:
         lines.append("  no graph was compiled with torchair.get_npu_backend() or backend=\"npugraph_ex\"")
     return lines
@@ -178,4 +176,6 @@ def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> i
 def _user_line(exc: BaseException, script: Path) -> str:
     """Where in the user's script the error was raised (its innermost frame in the script)."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == script.resolve()]
-    return f" (at {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line})" if frames else ""
+    if not frames or f"{frames[-1].filename}:" in str(exc):  # the error names its own line in the script
+        return ""
+    return f" (at {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line})"

@@ -170,7 +170,7 @@ class _Facts:
 
     def body_us(self, kernel: Kernel, dim: int) -> float:
         info = kernel.info
-        key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype)
+        key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype, kernel.output_specs)
         body = self._bodies.get(key)
         if body is None:
             body = self._bodies[key] = cost.body_us(kernel, dim, self.profile)
@@ -331,7 +331,7 @@ class _DeviceBuild:
                 # An ordinary kernel, inline: most tasks are one, and a call per task shows in the run time.
                 kernel = by_name[task.kernels[0]]
                 info, dim = kernel.info, task.block_dim
-                key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype)
+                key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype, kernel.output_specs)
                 end, needs = timings.get(key) or facts.timing(kernel, dim, key)
                 row = (kernel.name, kernel.op_type, end, dim, info.engine, info.kernel_type)
                 shape = _new_tuple(_Shape, (end, needs, row, (), None))

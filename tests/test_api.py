@@ -480,6 +480,42 @@ def test_run_command_reports_an_error_at_the_users_line(tmp_path):
     assert f"(at {script}:2: with torchair.scope.super_kernel(''):)" in out.getvalue()
 
 
+def test_run_command_prices_each_call_of_a_dynamic_shape_graph_at_its_own_sizes(tmp_path):
+    script = tmp_path / "dynamic.py"
+    script.write_text(
+        "import torch, torchair\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x, w):\n"
+        "        with torchair.scope.super_kernel('sp1'):\n"
+        "            return torch.relu(x @ w) @ w\n"
+        "m = torch.compile(M(), backend=torchair.get_npu_backend(), dynamic=True)\n"
+        "w = torch.ones(1024, 1024, dtype=torch.float16)\n"
+        "for tokens in (8, 8192):\n"
+        "    m(torch.ones(tokens, 1024, dtype=torch.float16), w)\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script), "--npu-target=a3"], out) == 0
+    times = [float(t) for t in re.findall(r"; ([\d.]+) us modeled", out.getvalue())]
+    assert "2 graph(s) modeled" in out.getvalue() and len(times) == 2
+    assert times[1] > 2 * times[0]  # 1024x the tokens: priced at each call's sizes, not the first call's
+
+
+def test_run_command_names_the_users_line_of_an_op_that_fails_on_its_values(tmp_path):
+    script = tmp_path / "lookup.py"
+    script.write_text(
+        "import torch, torchair\n"
+        "def f(table, ids):\n"
+        "    return torch.embedding(table, ids + 100)\n"
+        "g = torch.compile(f, backend=torchair.get_npu_backend())\n"
+        "g(torch.ones(4, 8), torch.zeros(3, dtype=torch.long))\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == 1
+    text = out.getvalue()
+    assert f"KernelError: aten::embedding at {script}:3 failed on the values that reached it: IndexError" in text
+    assert "Traceback" not in text
+
+
 def test_run_command_runs_seed001_unchanged():
     out = io.StringIO()
     with warnings.catch_warnings():

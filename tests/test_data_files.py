@@ -4,7 +4,9 @@ import tomllib
 import warnings
 
 import pytest
+import torch
 
+from pytest_npufuse import capture
 from pytest_npufuse.catalog import UnknownOpWarning, load_catalog
 from pytest_npufuse.errors import OptionsError, ProfileError
 from pytest_npufuse.hardware import DATA_DIR, load_profile, target_tables
@@ -84,6 +86,28 @@ def test_catalog_knows_real_code_index_arithmetic_and_slice_writes():
         warnings.simplefilter("error", UnknownOpWarning)
         kinds = [catalog.lookup(op).kernel_type for op in ops]
     assert kinds == ["FloorDiv", "FloorMod", "ViewCopy"]
+
+
+def _common_decoder_ops(x, mask):
+    """Rope tables, masks, sampling, padding and reductions as decoder code writes them."""
+    values, indices = torch.topk(x.masked_fill(mask, -1.0).clamp(-2, 2), 2)
+    padded = torch.nn.functional.pad(x, (0, 2))
+    extremes = x.max(-1).values + x.min(-1).values + x.amin(-1)
+    return (
+        torch.cos(x), torch.sin(x), torch.argmax(x, -1), values, indices, padded, torch.cumsum(x, -1), extremes,
+        torch.log_softmax(x, -1), torch.triu(x) + torch.tril(x), torch.zeros_like(x), torch.full_like(x, 2),
+        x.new_zeros(3), torch.logical_not(mask), torch.erf(x), torch.sign(x), x.repeat(2, 1), 1.0 - x,
+    )
+
+
+def test_catalog_knows_the_common_aten_ops_of_decoder_code():
+    """A real decoder's rope, mask and sampling ops are described ops: none is priced as an unknown."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownOpWarning)
+        program = capture(_common_decoder_ops, torch.randn(4, 8), torch.zeros(4, 8, dtype=torch.bool))
+    kinds = {kernel.op_type: kernel.info.kernel_type for kernel in program.kernels}
+    assert kinds["aten::cos"] == "Cos" and kinds["aten::topk"] == "TopKV2" and kinds["aten::repeat"] == "Tile"
+    assert kinds["aten::rsub"] == "Sub" and kinds["aten::constant_pad_nd"] == "PadV3"
 
 
 def test_user_catalog_entries_are_validated_and_win():

@@ -21,6 +21,8 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
   (``gather_elements`` with ``access_bytes``) where unsqueeze/expand/reshape is a plain copy.
 - **collectives** (``[comm]``): ring algorithms over ``ranks`` dies, ``(n-1)/n`` of the message per
   pass (two passes for AllReduce) at ``link_gbps x efficiency``, plus ``latency_us`` per step.
+- **MC2** matmul + all-reduce: the longer of the matmul's roofline and the ring AllReduce of its output
+  (the two are pipelined inside the op).
 - **MC2** dispatch/combine: AI Vector kernels that talk over the link: ``mc2_phase_us`` per handshake
   phase (dispatch has two) plus the message at link speed.
 - **AI CPU**: scalar cores at ``[aicpu]`` rates.
@@ -289,12 +291,23 @@ def _link_us(nbytes: float, profile: "HardwareProfile") -> float:
     return nbytes / (profile.comm_gbps * profile.comm_efficiency * 1e3)
 
 
+def _ring_us(nbytes: float, passes: int, profile: "HardwareProfile") -> float:
+    ranks = profile.comm_ranks
+    return passes * (ranks - 1) * profile.comm_latency_us + _link_us(nbytes * (ranks - 1) / ranks, profile)
+
+
 def ring_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
     """A ring collective over ``ranks`` dies: (n-1)/n of its bytes cross the link, in n-1 steps of
     ``latency_us`` each per pass."""
-    ranks = profile.comm_ranks
-    passes = 2 if kernel.info.cost == "all_reduce" else 1
-    return passes * (ranks - 1) * profile.comm_latency_us + _link_us(kernel.bytes * (ranks - 1) / ranks, profile)
+    return _ring_us(kernel.bytes, 2 if kernel.info.cost == "all_reduce" else 1, profile)
+
+
+def matmul_all_reduce_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """MatmulAllReduce (MC2): the matmul's roofline on its cores and a ring AllReduce of its output over
+    ``ranks`` dies (two passes, as ``all_reduce``). The API page says the fused op pipelines computation
+    and communication, so the body is the longer of the two (estimate: pipeline fill not counted)."""
+    message = sum(spec.nbytes for spec in kernel.output_specs)
+    return max(roofline_us(kernel, dim, profile), _ring_us(2 * message, 2, profile))
 
 
 def mc2_dispatch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
@@ -330,6 +343,10 @@ register_cost_rule("gather_elements", block_dim=vector_block_dim, flops=no_flops
 register_cost_rule("scatter", block_dim=vector_block_dim, flops=elementwise_flops, bytes=scatter_bytes, body_us=roofline_us)
 register_cost_rule("host", block_dim=one_core, flops=no_flops, bytes=no_bytes, body_us=no_time)
 register_cost_rule("aicpu", block_dim=all_cores, flops=elementwise_flops, bytes=io_bytes, body_us=aicpu_us)
+register_cost_rule(
+    "matmul_all_reduce", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=matmul_all_reduce_us,
+    tiling="complex",
+)
 register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us)
 register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us)
 register_cost_rule("mc2_dispatch", block_dim=all_cores, flops=no_flops, bytes=dispatch_bytes, body_us=mc2_dispatch_us, tiling="complex")

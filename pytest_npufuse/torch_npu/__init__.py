@@ -8,13 +8,15 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax``
 * :mod:`.rope` - ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
-  ``npu_kv_rmsnorm_rope_cache``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``
-* :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``
+  ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
+* :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
-  ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``
+  ``npu_moe_init_routing_quant``, ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``,
+  ``npu_moe_re_routing``
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
-  ``npu_prompt_flash_attention``, ``npu_fusion_attention``
+  ``npu_prompt_flash_attention``, ``npu_fusion_attention``, ``npu_fused_infer_attention_score_v2``
+* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_confusion_transpose``
 
@@ -31,20 +33,22 @@ from __future__ import annotations
 
 from ..errors import NpufuseError
 from .attention import (
-    npu_fused_infer_attention_score, npu_fusion_attention, npu_incre_flash_attention, npu_prompt_flash_attention,
+    npu_fused_infer_attention_score, npu_fused_infer_attention_score_v2, npu_fusion_attention, npu_incre_flash_attention,
+    npu_prompt_flash_attention,
 )
+from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
     npu_confusion_transpose, npu_format_cast, npu_prefetch, npu_scatter_nd_update, npu_scatter_nd_update_,
     npu_top_k_top_p,
 )
-from .moe import npu_grouped_matmul, npu_moe_gating_top_k
+from .moe import npu_grouped_matmul, npu_grouped_matmul_finalize_routing, npu_moe_gating_top_k
 from .moe_distribute import (
     npu_moe_distribute_combine, npu_moe_distribute_combine_v2, npu_moe_distribute_dispatch,
     npu_moe_distribute_dispatch_v2,
 )
 from .moe_routing import (
     npu_moe_compute_expert_tokens, npu_moe_finalize_routing, npu_moe_gating_top_k_softmax, npu_moe_init_routing,
-    npu_moe_init_routing_v2,
+    npu_moe_init_routing_quant, npu_moe_init_routing_v2, npu_moe_re_routing,
 )
 from .norm import (
     npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm, npu_scaled_masked_softmax,
@@ -55,8 +59,8 @@ from .quant import (
 )
 from .registry import OPS
 from .rope import (
-    npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_mla_prolog, npu_mla_prolog_v2,
-    npu_rotary_mul,
+    npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_kv_rmsnorm_rope_cache_v2,
+    npu_mla_prolog, npu_mla_prolog_v2, npu_mla_prolog_v3, npu_rotary_mul,
 )
 
 __all__ = [
@@ -68,14 +72,19 @@ __all__ = [
     "npu_dynamic_quant",
     "npu_format_cast",
     "npu_fused_infer_attention_score",
+    "npu_fused_infer_attention_score_v2",
     "npu_fusion_attention",
     "npu_grouped_matmul",
+    "npu_grouped_matmul_finalize_routing",
     "npu_incre_flash_attention",
     "npu_interleave_rope",
     "npu_kv_rmsnorm_rope_cache",
+    "npu_kv_rmsnorm_rope_cache_v2",
     "npu_layer_norm_eval",
+    "npu_mm_all_reduce_base",
     "npu_mla_prolog",
     "npu_mla_prolog_v2",
+    "npu_mla_prolog_v3",
     "npu_moe_compute_expert_tokens",
     "npu_moe_distribute_combine",
     "npu_moe_distribute_combine_v2",
@@ -85,7 +94,9 @@ __all__ = [
     "npu_moe_gating_top_k",
     "npu_moe_gating_top_k_softmax",
     "npu_moe_init_routing",
+    "npu_moe_init_routing_quant",
     "npu_moe_init_routing_v2",
+    "npu_moe_re_routing",
     "npu_prefetch",
     "npu_prompt_flash_attention",
     "npu_quant_matmul",
@@ -97,6 +108,7 @@ __all__ = [
     "npu_scatter_nd_update_",
     "npu_swiglu",
     "npu_top_k_top_p",
+    "npu_transpose_batchmatmul",
     "npu_weight_quant_batchmatmul",
 ]
 

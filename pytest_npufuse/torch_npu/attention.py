@@ -68,6 +68,8 @@ class _Geometry:
             "BSND": [self.batch, s, n, dv],
             "BNSD": [self.batch, n, s, dv],
             "TND": [s, n, dv],
+            "NBSD": [n, self.batch, s, dv],
+            "NTD": [n, s, dv],
         }[self.out_layout]
 
     def lse_shape(self) -> list[int]:
@@ -260,10 +262,14 @@ def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, layout: str, 
 
 
 def _bnsd_to_layout(out: torch.Tensor, layout: str, q_lens: list[int], tokens: int) -> torch.Tensor:
-    """[B, N, S, D] back to the query's layout (TND: the valid rows of each batch, concatenated, then zero
-    rows up to the query's ``tokens`` rows when the cumulative lengths end before them)."""
+    """[B, N, S, D] to the output layout (TND: the valid rows of each batch, concatenated, then zero rows up
+    to the query's ``tokens`` rows when the cumulative lengths end before them; NTD: TND heads first)."""
     if layout == "BNSD":
         return out
+    if layout == "NBSD":
+        return out.transpose(0, 1).contiguous()
+    if layout == "NTD":
+        return _bnsd_to_layout(out, "TND", q_lens, tokens).transpose(0, 1).contiguous()
     if layout == "TND":
         rows = [out[b, :, :length].transpose(0, 1) for b, length in enumerate(q_lens)]
         padding = tokens - sum(q_lens)
@@ -970,3 +976,138 @@ def npu_fusion_attention(
     if not isinstance(input_layout, str) or input_layout not in FA_LAYOUTS:
         raise ValueError(f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}")
     require_choice("softmax_layout", softmax_layout, ("",), "the default softmax statistics layout")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_fused_infer_attention_score_v2: the fused op under its renamed keywords
+# ---------------------------------------------------------------------------------------------
+
+FIA_V2_LAYOUTS = (*FIA_LAYOUTS, "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "TND_NTD")
+FIA_V2_RENAMED = {
+    "num_query_heads": "num_heads", "softmax_scale": "scale", "actual_seq_qlen": "actual_seq_lengths",
+    "actual_seq_kvlen": "actual_seq_lengths_kv", "return_softmax_lse": "softmax_lse_flag",
+}
+FIA_V2_UNMODELED = (
+    "pse_shift", "dequant_scale_query", "dequant_scale_key", "dequant_offset_key", "dequant_scale_value",
+    "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_out", "quant_offset_out", "quant_scale_p",
+    "learnable_sink", "query_dtype", "key_dtype", "value_dtype", "query_rope_dtype", "key_rope_dtype",
+    "key_shared_prefix_dtype", "value_shared_prefix_dtype", "dequant_scale_query_dtype", "dequant_scale_key_dtype",
+    "dequant_scale_value_dtype", "dequant_scale_key_rope_dtype", "out_dtype",
+)
+
+
+def _as_v1(options: dict[str, Any]) -> dict[str, Any]:
+    """v2's keywords under the names the fused op's computation reads."""
+    return {FIA_V2_RENAMED.get(name, name): value for name, value in options.items()}
+
+
+def _fia_v2_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[Out, Out]:
+    return _fia_meta(query, key, value, **_as_v1(options))
+
+
+def _fia_v2_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[
+    torch.Tensor, torch.Tensor
+]:
+    return _fia_kernel(query, key, value, **_as_v1(options))
+
+
+@npu_op(
+    "(Tensor query, Tensor key, Tensor value, *, Tensor? query_rope=None, Tensor? key_rope=None, "
+    "Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_qlen=None, "
+    "SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? dequant_scale_query=None, "
+    "Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? dequant_scale_value=None, "
+    "Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, Tensor? quant_scale_out=None, "
+    "Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? learnable_sink=None, "
+    "int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, int pre_tokens=2147483647, "
+    "int next_tokens=2147483647, str input_layout=\"BSH\", int sparse_mode=0, int block_size=0, "
+    "int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, int inner_precise=0, "
+    "bool return_softmax_lse=False, int? query_dtype=None, int? key_dtype=None, int? value_dtype=None, "
+    "int? query_rope_dtype=None, int? key_rope_dtype=None, int? key_shared_prefix_dtype=None, "
+    "int? value_shared_prefix_dtype=None, int? dequant_scale_query_dtype=None, int? dequant_scale_key_dtype=None, "
+    "int? dequant_scale_value_dtype=None, int? dequant_scale_key_rope_dtype=None, int? out_dtype=None) "
+    "-> (Tensor, Tensor)",
+    source=DOCS.format("npu_fused_infer_attention_score_v2"),
+    meta=_fia_v2_meta,
+    kernel=_fia_v2_kernel,
+)
+def npu_fused_infer_attention_score_v2(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    query_rope: Optional[torch.Tensor] = None,
+    key_rope: Optional[torch.Tensor] = None,
+    pse_shift: Optional[torch.Tensor] = None,
+    atten_mask: Optional[torch.Tensor] = None,
+    actual_seq_qlen: Optional[Sequence[int]] = None,
+    actual_seq_kvlen: Optional[Sequence[int]] = None,
+    block_table: Optional[torch.Tensor] = None,
+    dequant_scale_query: Optional[torch.Tensor] = None,
+    dequant_scale_key: Optional[torch.Tensor] = None,
+    dequant_offset_key: Optional[torch.Tensor] = None,
+    dequant_scale_value: Optional[torch.Tensor] = None,
+    dequant_offset_value: Optional[torch.Tensor] = None,
+    dequant_scale_key_rope: Optional[torch.Tensor] = None,
+    quant_scale_out: Optional[torch.Tensor] = None,
+    quant_offset_out: Optional[torch.Tensor] = None,
+    quant_scale_p: Optional[torch.Tensor] = None,
+    learnable_sink: Optional[torch.Tensor] = None,
+    num_query_heads: int = 1,
+    num_key_value_heads: int = 0,
+    softmax_scale: float = 1.0,
+    pre_tokens: int = NO_BAND,
+    next_tokens: int = NO_BAND,
+    input_layout: str = "BSH",
+    sparse_mode: int = 0,
+    block_size: int = 0,
+    query_quant_mode: int = 0,
+    key_quant_mode: int = 0,
+    value_quant_mode: int = 0,
+    inner_precise: int = 0,
+    return_softmax_lse: bool = False,
+    query_dtype: Optional[int] = None,
+    key_dtype: Optional[int] = None,
+    value_dtype: Optional[int] = None,
+    query_rope_dtype: Optional[int] = None,
+    key_rope_dtype: Optional[int] = None,
+    key_shared_prefix_dtype: Optional[int] = None,
+    value_shared_prefix_dtype: Optional[int] = None,
+    dequant_scale_query_dtype: Optional[int] = None,
+    dequant_scale_key_dtype: Optional[int] = None,
+    dequant_scale_value_dtype: Optional[int] = None,
+    dequant_scale_key_rope_dtype: Optional[int] = None,
+    out_dtype: Optional[int] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused inference attention of :func:`npu_fused_infer_attention_score` under v2's keywords; returns
+    ``(attention_out, softmax_lse)``.
+
+    Source: torch_npu.npu_fused_infer_attention_score_v2 (op-plugin API page: parameters, layouts, the
+    softmax_lse definition; op-plugin meta function: output shapes). Renamed keywords: ``num_query_heads``
+    (v1 ``num_heads``), ``softmax_scale`` (``scale``), ``actual_seq_qlen`` / ``actual_seq_kvlen``
+    (``actual_seq_lengths`` / ``actual_seq_lengths_kv``: per-batch lengths, cumulative ends with TND),
+    ``return_softmax_lse`` (``softmax_lse_flag``). The computation is v1's, with every v1 mode: paged KV
+    through ``block_table``, MLA ``query_rope`` / ``key_rope``, sparse modes 0-3.
+
+    Layouts: v1's, plus the page's output layouts NBSD (``BSH_NBSD``, ``BSND_NBSD``, ``BNSD_NBSD``: output
+    ``[N, B, S, D]``) and NTD (``TND_NTD``: output ``[N, T, D]``).
+
+    Refused with the argument's name: quantised inputs and outputs (the ``dequant_*`` / ``quant_*`` tensors,
+    non-zero ``*_quant_mode``, the ``*_dtype`` codes), pse_shift, and ``learnable_sink`` (the page describes
+    the sink as absorbing attention scores but gives no formula).
+    """
+    options = {name: value_ for name, value_ in locals().items() if name in FIA_V2_UNMODELED}
+    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask, block_table=block_table,
+                    query_rope=query_rope, key_rope=key_rope)
+    require_unused("npu_fused_infer_attention_score_v2", **options)
+    require_int_list("actual_seq_qlen", actual_seq_qlen)
+    require_int_list("actual_seq_kvlen", actual_seq_kvlen)
+    require_float("softmax_scale", softmax_scale)
+    require_bool("return_softmax_lse", return_softmax_lse)
+    for name, mode in (("query_quant_mode", query_quant_mode), ("key_quant_mode", key_quant_mode),
+                       ("value_quant_mode", value_quant_mode)):
+        require_choice(name, require_int(name, mode), (0,), "quantised attention is not implemented")
+    _check_attention_scalars(num_query_heads, num_key_value_heads, sparse_mode, inner_precise, pre_tokens,
+                             next_tokens, block_size)
+    if not isinstance(input_layout, str) or input_layout not in FIA_V2_LAYOUTS:
+        raise ValueError(
+            f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_V2_LAYOUTS)}")

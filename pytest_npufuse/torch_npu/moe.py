@@ -18,7 +18,7 @@ from .checks import (
 )
 from ..exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
-from .quant import _decode_quant_param as decode_quant_param
+from .quant_param import decode_quant_param
 from .registry import Out, npu_op
 
 MOE_GATING_TOP_K_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html"
@@ -538,3 +538,135 @@ def npu_grouped_matmul(
     _check_gmm_modes(split_item, group_type, group_list_type, act_type)
     require_int_list("tuning_config", tuning_config)
     require_optional_dtype("output_dtype", output_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_grouped_matmul_finalize_routing
+# ---------------------------------------------------------------------------------------------
+
+GMM_FINALIZE_ROUTING_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grouped_matmul_finalize_routing.md"
+
+
+def _gmm_finalize_routing_meta(x: torch.Tensor, w: torch.Tensor, group_list: torch.Tensor, **options: Any) -> Out:
+    """y float32 [output_bs or m, n] (op-plugin meta); the A8W8 inputs of the doc's data-type table."""
+    require_dtype("x", x, (torch.int8,))
+    require_dtype("w", w, (torch.int8,), "(the A8W4 int4 weights are not implemented)")
+    if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
+        raise ValueError(f"x {list(x.shape)} and w {list(w.shape)} must be [m, k] and [e, k, n] (logical shape)")
+    rows, experts, n = x.shape[0], w.shape[0], w.shape[2]
+    require_dtype("group_list", group_list, (torch.int64,))
+    require_shape("group_list", group_list, ((experts,),))
+    scale, pertoken_scale = options.get("scale"), options.get("pertoken_scale")
+    if scale is None or pertoken_scale is None:
+        raise ValueError("A8W8 needs scale [e, n] (per channel) and pertoken_scale [m] (per token), float32")
+    for name, value, shape in (("scale", scale, (experts, n)), ("pertoken_scale", pertoken_scale, (rows,)),
+                               ("logit", options.get("logit"), (rows,)), ("row_index", options.get("row_index"), (rows,))):
+        if value is None:
+            continue
+        require_dtype(name, value, (torch.int64, torch.int32) if name == "row_index" else (torch.float32,))
+        require_shape(name, value, (shape,))
+    output_bs = int(options.get("output_bs") or 0)
+    out_rows = output_bs if output_bs else rows
+    shared = options.get("shared_input")
+    if shared is not None:
+        require_dtype("shared_input", shared, (torch.bfloat16,))
+        offset = int(options.get("shared_input_offset") or 0)
+        if shared.dim() != 2 or shared.shape[1] != n or offset + shared.shape[0] > out_rows:
+            raise ValueError(f"shared_input has shape {list(shared.shape)}; expected [rows, {n}] fitting in the "
+                             f"{out_rows} output rows from shared_input_offset={offset}")
+    return Out([out_rows, n], torch.float32)
+
+
+def _gmm_finalize_routing_kernel(x: torch.Tensor, w: torch.Tensor, group_list: torch.Tensor, **options: Any) -> torch.Tensor:
+    list_type = int(options.get("group_list_type", 1))
+    scale, pertoken_scale, logit = options["scale"], options["pertoken_scale"], options.get("logit")
+    row_index = options.get("row_index")
+    out = torch.zeros(_gmm_finalize_routing_meta(x, w, group_list, **options).shape, dtype=torch.float32)
+    shared = options.get("shared_input")
+    if shared is not None:
+        offset = int(options.get("shared_input_offset") or 0)
+        weight = float(options.get("shared_input_weight", 1.0))
+        out[offset:offset + shared.shape[0]] = shared.to(torch.float32) * weight
+    start = 0
+    for group, count in _group_row_counts(group_list, list_type, x.shape[0]):
+        stop = start + count
+        rows = _quant_group(x[start:stop], w[group], None, scale[group], pertoken_scale[start:stop], torch.float32)
+        if logit is not None:
+            rows = rows * logit[start:stop].reshape(-1, 1)
+        targets = torch.arange(start, stop) if row_index is None else row_index[start:stop].to(torch.int64)
+        if bool(((targets < 0) | (targets >= out.shape[0])).any()):
+            raise ValueError(f"row_index holds {targets.tolist()}; every value must be an output row in [0, {out.shape[0]})")
+        out.index_add_(0, targets, rows)
+        start = stop
+    return out
+
+
+@npu_op(
+    "(Tensor x, Tensor w, Tensor group_list, *, Tensor? scale=None, Tensor? bias=None, Tensor? offset=None, "
+    "Tensor? pertoken_scale=None, Tensor? shared_input=None, Tensor? logit=None, Tensor? row_index=None, "
+    "ScalarType? dtype=None, float? shared_input_weight=1.0, int? shared_input_offset=0, int? output_bs=0, "
+    "int? group_list_type=1, int[]? tuning_config=None, int? x_dtype=None, int? w_dtype=None, int? scale_dtype=None, "
+    "int? pertoken_scale_dtype=None) -> Tensor",
+    source=GMM_FINALIZE_ROUTING_DOC,
+    meta=_gmm_finalize_routing_meta,
+    kernel=_gmm_finalize_routing_kernel,
+)
+def npu_grouped_matmul_finalize_routing(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    group_list: torch.Tensor,
+    *,
+    scale: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    offset: Optional[torch.Tensor] = None,
+    pertoken_scale: Optional[torch.Tensor] = None,
+    shared_input: Optional[torch.Tensor] = None,
+    logit: Optional[torch.Tensor] = None,
+    row_index: Optional[torch.Tensor] = None,
+    dtype: Optional[torch.dtype] = None,
+    shared_input_weight: Optional[float] = 1.0,
+    shared_input_offset: Optional[int] = 0,
+    output_bs: Optional[int] = 0,
+    group_list_type: Optional[int] = 1,
+    tuning_config: Optional[list[int]] = None,
+    x_dtype: Optional[int] = None,
+    w_dtype: Optional[int] = None,
+    scale_dtype: Optional[int] = None,
+    pertoken_scale_dtype: Optional[int] = None,
+) -> torch.Tensor:
+    """W8A8 grouped matmul of the routed rows, then finalize routing: ``y [output_bs, n]`` float32.
+
+    Source: torch_npu.npu_grouped_matmul_finalize_routing (op-plugin docs/zh/custom_APIs/torch_npu/
+    torch_npu-npu_grouped_matmul_finalize_routing.md; output shape from its meta function):
+
+    * GroupedMatMul: ``group_list`` (int64 [e]; counts for ``group_list_type=1``, the default, or
+      cumulative ends for 0) splits x's rows by expert; expert g's rows give ``x_rows @ w[g]`` exact in
+      int32, dequantised per channel by ``scale[g]`` and per token by ``pertoken_scale`` in float32
+      (:func:`npu_grouped_matmul`'s W8A8 path).  ``w`` is the logical [e, k, n] weight (the doc's NZ
+      5-D form is its device layout after npu_format_cast).
+    * MoeFinalizeRouting: each row times its ``logit`` (when given) is scatter-added into output row
+      ``row_index[r]``; ``shared_input`` (bfloat16 [rows, n]) times ``shared_input_weight`` fills
+      output rows from ``shared_input_offset`` first.  Output rows = ``output_bs`` (0: m).  Rows past
+      the sum of group_list take no part (the doc: the sum may be below m).
+
+    Additions run in float32 in a fixed order (shared input, then rows in x's order), so the result
+    is deterministic.  Not implemented (ValueError): the A8W4 int4 weights with their ``bias``/
+    ``offset`` and int64 scales, ``dtype`` other than float32 (the doc allows only float32), and the
+    hifloat8/FP4 dtype hints; ``tuning_config`` is a tiling hint and is ignored.
+    """
+    for name, value in (("x", x), ("w", w), ("group_list", group_list)):
+        require_tensor(name, value)
+    for name, value in (("scale", scale), ("pertoken_scale", pertoken_scale), ("shared_input", shared_input),
+                        ("logit", logit), ("row_index", row_index)):
+        require_optional_tensor(name, value)
+    require_unused("npu_grouped_matmul_finalize_routing (A8W4 and non-native dtypes)", bias=bias, offset=offset,
+                   x_dtype=x_dtype, w_dtype=w_dtype, scale_dtype=scale_dtype, pertoken_scale_dtype=pertoken_scale_dtype)
+    require_optional_dtype("dtype", dtype)
+    require_choice("dtype", torch.float32 if dtype is None else dtype, (torch.float32,), "the output is float32")
+    if shared_input_weight is not None:
+        require_float("shared_input_weight", shared_input_weight)
+    require_optional_int("shared_input_offset", shared_input_offset)
+    require_optional_int("output_bs", output_bs)
+    list_type = 1 if group_list_type is None else require_int("group_list_type", group_list_type)
+    require_choice("group_list_type", list_type, (0, 1), "0 cumulative row ends, 1 row counts")
+    require_int_list("tuning_config", tuning_config)

@@ -586,3 +586,201 @@ def npu_moe_finalize_routing(
                        "0/2 dropless, 1/3 drop-pad; 0/1 column-ordered, 2/3 row-ordered expanded_src_to_dst_row")
     if k is not None:
         require_int("k", k)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_moe_init_routing_quant
+# ---------------------------------------------------------------------------------------------
+
+INIT_ROUTING_QUANT_DOC = (
+    "CANN aclnnMoeInitRoutingQuantV2 (hiascend aolapi); op-plugin MoeInitRoutingQuantKernelNpuOpApi.cpp and "
+    "test/test_custom_ops/test_npu_moe_init_routing_quant.py"
+)
+QUANT_TOKENS_NONE, QUANT_TOKENS_CUMSUM, QUANT_TOKENS_COUNT = 0, 1, 2
+
+
+def _init_routing_quant_as_v2(options: dict) -> dict:
+    """The npu_moe_init_routing_v2 arguments computing the same routing (every expert active, gather index)."""
+    mode = options.get("expert_tokens_num_mode", QUANT_TOKENS_NONE)
+    drop = options.get("drop_pad_mode", DROPLESS) == DROP_PAD
+    before_capacity = drop and options.get("expert_tokens_before_capacity_flag", False)
+    return {
+        "scale": options.get("scale"), "offset": options.get("offset"), "active_num": options.get("active_num", 1024),
+        "expert_capacity": options.get("expert_capacity", 0), "expert_num": options.get("expert_num", 256),
+        "drop_pad_mode": options.get("drop_pad_mode", DROPLESS),
+        "expert_tokens_num_type": TOKENS_CUMSUM if mode == QUANT_TOKENS_CUMSUM and not drop else TOKENS_COUNT,
+        "expert_tokens_num_flag": before_capacity or (mode != QUANT_TOKENS_NONE and not drop),
+        "quant_mode": options.get("quant_mode", DYNAMIC_QUANT), "row_idx_type": GATHER_INDEX,
+    }
+
+
+def _init_routing_quant_wanted(v2: dict) -> tuple[bool, bool, bool]:
+    """Which optional outputs the call asks for: token counts (dropless), counts before capacity (drop/pad), scales."""
+    drop = v2["drop_pad_mode"] == DROP_PAD
+    flag = v2["expert_tokens_num_flag"]
+    return flag and not drop, flag and drop, v2["quant_mode"] == DYNAMIC_QUANT
+
+
+def _init_routing_quant_meta(x: torch.Tensor, expert_idx: torch.Tensor, **options: object) -> tuple[Out, ...]:
+    """expanded_x int8, expanded_row_idx int32 [N*K], token counts and counts before capacity (int32
+    [expert_num] when their mode asks for them, else empty), dynamic scales float32 (quant_mode=1)."""
+    require_dtype("x", x, FLOAT_DTYPES, "(the op quantises float tokens)")
+    v2 = _init_routing_quant_as_v2(options)
+    expanded_x, row_idx, _, scale = _init_routing_v2_meta(x, expert_idx, **v2)
+    counts, before_capacity, scales = _init_routing_quant_wanted(v2)
+    experts = v2["expert_num"]
+    return (
+        expanded_x,
+        row_idx,
+        Out([experts] if counts else [0], torch.int32),
+        Out([experts] if before_capacity else [0], torch.int32),
+        Out(scale.shape if scales else [0], torch.float32),
+    )
+
+
+def _init_routing_quant_kernel(x: torch.Tensor, expert_idx: torch.Tensor, **options: object) -> tuple[torch.Tensor, ...]:
+    v2 = _init_routing_quant_as_v2(options)
+    expanded_x, row_idx, tokens, scale = _init_routing_v2_kernel(x, expert_idx, **v2)
+    counts, before_capacity, scales = _init_routing_quant_wanted(v2)
+    empty = torch.zeros(0, dtype=torch.int32)
+    return (
+        expanded_x,
+        row_idx,
+        tokens.to(torch.int32) if counts else empty,
+        tokens.to(torch.int32) if before_capacity else empty,
+        scale if scales else torch.zeros(0, dtype=torch.float32),
+    )
+
+
+@npu_op(
+    "(Tensor x, Tensor expert_idx, *, Tensor? scale=None, Tensor? offset=None, int active_num=1024, "
+    "int expert_capacity=0, int expert_num=256, int drop_pad_mode=0, int expert_tokens_num_mode=0, "
+    "bool expert_tokens_before_capacity_flag=False, int quant_mode=1) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    source=INIT_ROUTING_QUANT_DOC,
+    meta=_init_routing_quant_meta,
+    kernel=_init_routing_quant_kernel,
+)
+def npu_moe_init_routing_quant(
+    x: torch.Tensor,
+    expert_idx: torch.Tensor,
+    *,
+    scale: Optional[torch.Tensor] = None,
+    offset: Optional[torch.Tensor] = None,
+    active_num: int = 1024,
+    expert_capacity: int = 0,
+    expert_num: int = 256,
+    drop_pad_mode: int = 0,
+    expert_tokens_num_mode: int = 0,
+    expert_tokens_before_capacity_flag: bool = False,
+    quant_mode: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Route tokens to experts and quantise them to int8: ``(expanded_x, expanded_row_idx,
+    expert_token_cumsum_or_count, expert_tokens_before_capacity, expanded_scale)``.
+
+    Sources: CANN aclnnMoeInitRoutingQuantV2 (formula: stable sort of the flat expert ids, gather of the
+    token rows, static or dynamic quantisation, histograms), op-plugin's MoeInitRoutingQuantKernelNpuOpApi.cpp
+    (output shapes and dtypes) and its numpy reference test.  It is npu_moe_init_routing_v2's routing with
+    every expert active and the gather-form ``expanded_row_idx`` (one shared kernel):
+
+    * ``drop_pad_mode=0``: ``expanded_x`` [N*K, H] (``active_num=0``) or [min(N*K, active_num), H];
+      1: [expert_num, expert_capacity, H], each expert's first ``expert_capacity`` tokens;
+    * ``quant_mode=0`` static ``rint(x * scale + offset)`` (scale, offset [1], float16 steps);
+      1 dynamic per row ``s = max|x * scale[expert]| / 127`` (``scale`` optional [expert_num, H] or
+      [1, H]), ``expanded_scale`` = s;
+    * ``expert_tokens_num_mode``: 0 none, 1 cumulative, 2 plain token count per expert (int32
+      [expert_num]); ``expert_tokens_before_capacity_flag`` gives the drop mode's counts before the
+      capacity cut.  An output that is not requested is an empty [0] tensor (op-plugin allocates none).
+
+    vllm-ascend's W8A8 all-to-all EP path calls it dropless, dynamic, with counts (mode 2).
+    """
+    require_tensors(x=x, expert_idx=expert_idx, scale=scale, offset=offset)
+    for name, value in (("active_num", active_num), ("expert_capacity", expert_capacity), ("expert_num", expert_num),
+                        ("drop_pad_mode", drop_pad_mode), ("expert_tokens_num_mode", expert_tokens_num_mode),
+                        ("quant_mode", quant_mode)):
+        require_int(name, value)
+    require_bool("expert_tokens_before_capacity_flag", expert_tokens_before_capacity_flag)
+    require_choice("drop_pad_mode", drop_pad_mode, (DROPLESS, DROP_PAD), "0 dropless, 1 drop/pad to expert_capacity")
+    require_choice("expert_tokens_num_mode", expert_tokens_num_mode, (0, 1, 2), "0 none, 1 cumsum, 2 count")
+    require_choice("quant_mode", quant_mode, (STATIC_QUANT, DYNAMIC_QUANT), "0 static, 1 dynamic int8")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_moe_re_routing
+# ---------------------------------------------------------------------------------------------
+
+TOKEN_COUNT_DTYPES = (torch.int32, torch.int64)
+
+
+def _re_routing_meta(tokens: torch.Tensor, expert_token_num_per_rank: torch.Tensor, **options: object) -> tuple[Out, ...]:
+    """permute_tokens [A, H], scales [A] float32, permute_token_idx int32 [A], expert_token_num [E] (op-plugin meta)."""
+    require_dtype("tokens", tokens, (torch.float16, torch.bfloat16, torch.int8))
+    require_dtype("expert_token_num_per_rank", expert_token_num_per_rank, TOKEN_COUNT_DTYPES)
+    if tokens.dim() != 2 or expert_token_num_per_rank.dim() != 2:
+        raise ValueError(f"tokens {list(tokens.shape)} and expert_token_num_per_rank "
+                         f"{list(expert_token_num_per_rank.shape)} must be [A, H] and [ranks, experts]")
+    rows = tokens.shape[0]
+    scales = options.get("per_token_scales")
+    if scales is not None:
+        require_dtype("per_token_scales", scales, (torch.float32,))
+        require_shape("per_token_scales", scales, ((rows,),))
+    return (
+        Out(list(tokens.shape), tokens.dtype),
+        Out([rows], torch.float32),
+        Out([rows], torch.int32),
+        Out([expert_token_num_per_rank.shape[1]], expert_token_num_per_rank.dtype),
+    )
+
+
+def _re_routing_kernel(tokens: torch.Tensor, expert_token_num_per_rank: torch.Tensor, **options: object) -> tuple[torch.Tensor, ...]:
+    counts = expert_token_num_per_rank.to(torch.int64)
+    if bool((counts < 0).any()) or int(counts.sum()) != tokens.shape[0]:
+        raise ValueError(f"expert_token_num_per_rank {counts.tolist()} must be non-negative counts summing to "
+                         f"the {tokens.shape[0]} token rows")
+    ranks, experts = counts.shape
+    source_start = torch.cumsum(counts.reshape(-1), 0) - counts.reshape(-1)  # rank-major: where (i, j) rows start
+    order = torch.cat([torch.arange(int(source_start[i * experts + j]), int(source_start[i * experts + j] + counts[i, j]))
+                       for j in range(experts) for i in range(ranks)]) if tokens.shape[0] else torch.zeros(0, dtype=torch.int64)
+    scales = options.get("per_token_scales")
+    permuted_scales = scales[order] if scales is not None else torch.zeros(tokens.shape[0], dtype=torch.float32)
+    return tokens[order], permuted_scales, order.to(torch.int32), counts.sum(0).to(expert_token_num_per_rank.dtype)
+
+
+@npu_op(
+    "(Tensor tokens, Tensor expert_token_num_per_rank, *, Tensor? per_token_scales=None, int expert_token_num_type=1, "
+    "int idx_type=0, int? tokens_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)",
+    source=OP_PLUGIN_DOCS.format("npu_moe_re_routing"),
+    meta=_re_routing_meta,
+    kernel=_re_routing_kernel,
+)
+def npu_moe_re_routing(
+    tokens: torch.Tensor,
+    expert_token_num_per_rank: torch.Tensor,
+    *,
+    per_token_scales: Optional[torch.Tensor] = None,
+    expert_token_num_type: int = 1,
+    idx_type: int = 0,
+    tokens_dtype: Optional[int] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reorder tokens received from the EP ranks from rank-major to expert-major: returns
+    ``(permute_tokens, permute_per_token_scales, permute_token_idx, expert_token_num)``.
+
+    Source: torch_npu.npu_moe_re_routing (op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_moe_re_routing.md,
+    shapes from its meta function).  ``tokens`` [A, H] float16/bfloat16/int8 arrive grouped by source
+    rank, and within a rank by local expert; ``expert_token_num_per_rank`` [N, E] (int32/int64) holds
+    the count of rank i's tokens for expert j (the counts sum to A).  The output takes, for expert 0..E-1
+    and within it rank 0..N-1, that block of rows (the doc's SrcOffset/DstOffset sums):
+
+    * ``permute_tokens[d] = tokens[permute_token_idx[d]]`` (``idx_type=0``, gather index, int32 [A]);
+    * ``permute_per_token_scales`` the same reordering of ``per_token_scales`` [A] float32 (zeros
+      when not given: the doc calls that output invalid then);
+    * ``expert_token_num`` [E] the per-expert totals in the counts' dtype (``expert_token_num_type=1``,
+      count mode).
+
+    The doc supports only ``expert_token_num_type=1`` and ``idx_type=0``; other values and the
+    ``tokens_dtype`` hint (hifloat8) are refused.
+    """
+    require_tensors(tokens=tokens, expert_token_num_per_rank=expert_token_num_per_rank, per_token_scales=per_token_scales)
+    require_choice("expert_token_num_type", require_int("expert_token_num_type", expert_token_num_type), (1,),
+                   "1 count mode (the only one the doc supports)")
+    require_choice("idx_type", require_int("idx_type", idx_type), (0,), "0 gather index (the only one the doc supports)")
+    require_choice("tokens_dtype", tokens_dtype, (None,), "native token dtypes only")

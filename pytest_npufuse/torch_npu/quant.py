@@ -13,6 +13,7 @@ from .checks import (
     require_optional_dtype, require_shape, require_tensor, require_tensors, require_unused,
 )
 from .fixedorder import round_to_int8, swiglu
+from .quant_param import decode_quant_param, encode_quant_param
 from .registry import Out, npu_op
 
 DYNAMIC_QUANT_MAX = 127.0
@@ -20,15 +21,6 @@ INT4_MAX = 7.0
 INT4_PER_INT32 = 8
 QMM_MIN_RANK = 2
 QMM_MAX_RANK = 6
-
-# Layout of the int64 "quant param" built by npu_trans_quant_param / TransQuantParamV2.
-SCALE_FIELD_MASK = 0xFFFFE000  # float32 bits of the scale, cut to its top 19 bits
-LOW32_MASK = 0xFFFFFFFF
-QUANT_PARAM_FLAG = 1 << 46
-OFFSET_SHIFT = 37
-OFFSET_FIELD_MASK = 0x1FF  # 9-bit two's-complement offset
-OFFSET_MIN = -256
-OFFSET_MAX = 255
 
 QMM_OUTPUT_DTYPES = (torch.int8, torch.float16, torch.bfloat16, torch.int32)
 DEQUANT_SWIGLU_QUANT_DOC = (
@@ -153,36 +145,6 @@ def _quant_matmul_meta(
     return Out(out_shape, out_dtype)
 
 
-def _encode_quant_param(scale: torch.Tensor, offset: Optional[torch.Tensor]) -> torch.Tensor:
-    """Pack a float32 scale (and optional offset) into the int64 layout of TransQuantParamV2.
-
-    The float32 bits are cut to their top 19 bits (sign, exponent, 10 mantissa bits), bit 46
-    is set as a flag, and the offset is rounded half away from zero, clamped to [-256, 255]
-    and stored as 9-bit two's complement in bits 37..45.
-    """
-    bits = scale.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & LOW32_MASK
-    packed = (bits & SCALE_FIELD_MASK) | QUANT_PARAM_FLAG
-    if offset is None:
-        return packed
-    rounded = torch.sign(offset) * torch.floor(offset.abs() + 0.5)
-    off9 = rounded.clamp(OFFSET_MIN, OFFSET_MAX).to(torch.int64) & OFFSET_FIELD_MASK
-    return packed | (off9 << OFFSET_SHIFT)
-
-
-def _decode_quant_param(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unpack an int64 quant param into (float32 scale, float32 integer offset)."""
-    if not bool(((packed & QUANT_PARAM_FLAG) != 0).all()):
-        raise ValueError(
-            "scale is int64 but bit 46 is not set in every element; an int64 scale must be "
-            "produced by npu_trans_quant_param"
-        )
-    low = packed & LOW32_MASK
-    scale = wrap_to_int32(low).view(torch.float32)
-    off9 = (packed >> OFFSET_SHIFT) & OFFSET_FIELD_MASK
-    offset = torch.where(off9 > OFFSET_MAX, off9 - 2 * (OFFSET_MAX + 1), off9)
-    return scale, offset.to(torch.float32)
-
-
 def _dequant_params(
     scale: torch.Tensor, offset: Optional[torch.Tensor], out_dtype: torch.dtype, has_pertoken: bool
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -195,9 +157,9 @@ def _dequant_params(
     scale is used as float32 unchanged.
     """
     if scale.dtype == torch.int64:
-        return _decode_quant_param(scale)
+        return decode_quant_param(scale)
     if out_dtype == torch.int8 or (out_dtype == torch.float16 and not has_pertoken):
-        return _decode_quant_param(_encode_quant_param(scale, offset))
+        return decode_quant_param(encode_quant_param(scale, offset))
     return scale.to(torch.float32), None
 
 
@@ -437,7 +399,7 @@ def _dequantize(
     return values
 
 
-def _symmetric_levels(values: torch.Tensor, level_max: float) -> tuple[torch.Tensor, torch.Tensor]:
+def symmetric_levels(values: torch.Tensor, level_max: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row symmetric quantisation to ``[-level_max - 1, level_max]``: ``(levels as float32, scale)``.
 
     scale = rowmax|v| / level_max (1 for an all-zero row, as in the dequant-swiglu-quant golden model);
@@ -454,7 +416,7 @@ def _dynamic_quant(
     """Per-row symmetric int8 quantisation: scale = rowmax|v| / 127 (1 for all-zero rows)."""
     if quant_scale is not None:
         values = values * _per_row(quant_scale, row_group)
-    levels, scale = _symmetric_levels(values, DYNAMIC_QUANT_MAX)
+    levels, scale = symmetric_levels(values, DYNAMIC_QUANT_MAX)
     return levels.to(torch.int8), scale
 
 
@@ -699,7 +661,7 @@ def _dynamic_quant_kernel(
         )
         rows = rows * _per_row(smooth_scales, row_group)
     int4 = dst_type == torch.quint4x2
-    levels, scale = _symmetric_levels(rows, INT4_MAX if int4 else DYNAMIC_QUANT_MAX)
+    levels, scale = symmetric_levels(rows, INT4_MAX if int4 else DYNAMIC_QUANT_MAX)
     levels = levels.reshape(input.shape)
     y = _pack_int4(levels) if int4 else levels.to(torch.int8)
     return y, scale.reshape(input.shape[:-1])

@@ -110,12 +110,15 @@ def _check_result(name: str, result: Any, outputs: Outputs) -> None:
             )
 
 
-def _write_back(slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict, result: Any) -> Any:
+def _write_back(
+    slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict, result: Any, returns_written: bool
+) -> Any:
     """Copy outputs into the arguments torch_npu overwrites; return the outputs with those arguments in their place.
 
     ``slots`` holds (argument name, argument position, output position) triples, resolved once at
     declaration so that Dynamo traces only tuple indexing here. An op with one output returns that
-    argument itself (e.g. ``npu_scatter_nd_update_``).
+    argument itself (e.g. ``npu_scatter_nd_update_``). Without ``returns_written`` the written
+    outputs are dropped: torch_npu's op updates those arguments and returns only the others.
     """
     single = isinstance(result, torch.Tensor)
     outputs = [result] if single else list(result)
@@ -123,6 +126,9 @@ def _write_back(slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict
         target = kwargs[name] if name in kwargs else args[arg_position]
         target.copy_(outputs[out_position])
         outputs[out_position] = target
+    if not returns_written:
+        written = {out_position for _, _, out_position in slots}
+        return tuple(out for position, out in enumerate(outputs) if position not in written)
     return outputs[0] if single else tuple(outputs)
 
 
@@ -144,6 +150,7 @@ def npu_op(
     meta: Callable[..., Outputs],
     kernel: Callable[..., Any],
     writes_back: Mapping[str, int] = MappingProxyType({}),
+    returns_written: bool = True,
     side_effect: bool = False,
     returns_none: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -154,14 +161,17 @@ def npu_op(
     ``writes_back`` maps each argument a torch_npu op updates in place to the output holding its new
     value: the registered op stays functional (one opaque node whose outputs are the new values) and
     the wrapper copies those outputs into the arguments and returns the arguments in their place, so
-    callers see torch_npu's in-place behaviour.
+    callers see torch_npu's in-place behaviour.  ``returns_written=False`` is for torch_npu ops whose
+    schema marks those arguments ``Tensor(a!)`` and returns only the other outputs (e.g.
+    npu_mla_prolog_v3): the registered op is then their functional form, which op-plugin also
+    declares as ``<name>_functional`` with the updated arguments as extra outputs.
     A schema returning ``()`` has meta and kernel return ``()`` and the op returns None; ``side_effect``
     marks such an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it
     although nothing reads its result. ``returns_none`` is for torch_npu ops whose only results are
     the arguments they overwrite (ATB ops with ``Tensor(a!) out`` and ``-> ()``): the registered op
     returns the new values, and the wrapper writes them back and returns None, as torch_npu does.
     """
-    returns_none = schema.rsplit("->", 1)[1].strip() == "()"
+    schema_returns_none = schema.rsplit("->", 1)[1].strip() == "()"
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
         name = checks.__name__
@@ -175,12 +185,12 @@ def npu_op(
             outputs = meta(*args, **kwargs)
             result = kernel(*args, **kwargs)
             _check_result(name, result, outputs)
-            return None if returns_none else result
+            return None if schema_returns_none else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
             outputs = meta(*args, **kwargs)
-            return None if returns_none else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
+            return None if schema_returns_none else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
@@ -196,7 +206,7 @@ def npu_op(
             checks(*args, **kwargs)
             result = packet(*args, **kwargs)
             if slots:
-                written = _write_back(slots, args, kwargs, result)
+                written = _write_back(slots, args, kwargs, result, returns_written)
                 return None if returns_none else written
             return list(result) if returns_list else result
 

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from ..exact import cube_matmul
+from ..exact import cube_matmul, int_matmul
 from .checks import (
-    FLOAT_DTYPES, HALF_DTYPES, require_bool, require_choice, require_dtype, require_float, require_shape,
-    require_tensor, require_tensors, require_unused,
+    FLOAT_DTYPES, HALF_DTYPES, require_bool, require_choice, require_dtype, require_float, require_int, require_ints,
+    require_shape, require_tensor, require_tensors, require_unused,
 )
+from .fixedorder import round_to_int8
 from .norm import rms_normalise
-from .registry import Out, npu_op
+from .quant import symmetric_levels
+from .registry import Out, arguments, npu_op
 
 ROTARY_MUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000141.html"
 APPLY_ROTARY_POS_EMB_DOC = "op-plugin op_plugin/ops/opapi/ApplyRotaryPosEmbNpuOpApi.cpp (aclnnApplyRotaryPosEmb)"
@@ -23,7 +27,7 @@ APPLY_ROPE_LAYOUTS = ("BSH", "BSND", "SBND", "BNSD", "TND")
 KV_RMSNORM_ROPE_CACHE_DOC = "op-plugin docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
 MLA_RMS_SIZE = 512  # the doc's rms_size (compressed KV width), the only value it supports
 MLA_ROPE_SIZE = 64  # the doc's rope_size
-KV_CACHE_MODES = ("Norm", "PA", "PA_BNSD")
+KV_CACHE_MODES = ("Norm", "PA", "PA_BNSD", "PA_NZ")
 MLA_PROLOG_DOC = "op-plugin docs/context/torch_npu-npu_mla_prolog.md"
 MLA_PROLOG_V2_DOC = "op-plugin docs: torch_npu-npu_mla_prolog_v2.md (return values, shapes)"
 
@@ -233,7 +237,7 @@ def _kv_cache_shapes(
         if cache_mode == "Norm":
             ok = cache.dim() == 4 and cache.shape[0] == batch and cache.shape[1] == 1 and cache.shape[2] >= seq
         else:
-            ok = cache.dim() == 4 and cache.shape[2] == 1
+            ok = cache.dim() == 4 and cache.shape[2] == 1 and (cache_mode != "PA_NZ" or width % nz_fractal(cache) == 0)
         if not ok or cache.shape[-1] != width:
             layout = f"[{batch}, 1, cache_length >= {seq}, {width}]" if cache_mode == "Norm" else f"[block_num, block_size, 1, {width}]"
             raise ValueError(f"{name} has shape {list(cache.shape)}; cache_mode {cache_mode!r} needs {layout}")
@@ -277,20 +281,15 @@ def _kv_rmsnorm_rope_cache_meta(
 
 
 def _scatter_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor, cache_mode: str) -> torch.Tensor:
-    """A copy of ``cache`` with each token's row written at its index (per batch for Norm, global for PA)."""
+    """A copy of ``cache`` with each token's row written at its index (per batch for Norm, global slots otherwise)."""
+    if cache_mode != "Norm":
+        return write_paged_rows(cache, rows, index.reshape(-1), cache_mode)
     updated = cache.clone()
-    width = cache.shape[-1]
-    if cache_mode == "Norm":
-        limit = cache.shape[2]
-        slots = (index + torch.arange(cache.shape[0]).unsqueeze(-1) * limit).reshape(-1)
-        target = updated.view(-1, width)
-    else:
-        limit = cache.shape[0] * cache.shape[1]
-        slots = index.reshape(-1)
-        target = updated.view(-1, width)
+    width, limit = cache.shape[-1], cache.shape[2]
     if bool(((index < 0) | (index >= limit)).any()):
-        raise ValueError(f"index holds {index.tolist()}; every value must be a slot in [0, {limit}) of the cache")
-    target[slots] = rows.reshape(-1, width)
+        raise ValueError(f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache")
+    slots = (index + torch.arange(cache.shape[0]).unsqueeze(-1) * limit).reshape(-1)
+    updated.view(-1, width)[slots] = rows.reshape(-1, width)
     return updated
 
 
@@ -355,157 +354,442 @@ def npu_kv_rmsnorm_rope_cache(
       formula of :func:`npu_interleave_rope`;
     * the rows are written into ``k_cache`` (k_embed) and ``ckv_cache`` (y) in place:
       ``cache_mode='Norm'`` caches are [B, 1, cache_length, D] and ``index`` [B, S] holds each
-      token's offset within its batch; 'PA'/'PA_BNSD' caches are [block_num, block_size, 1, D]
-      and ``index`` [B * S] holds global slots (block * block_size + offset).
+      token's offset within its batch; 'PA'/'PA_BNSD'/'PA_NZ' caches are [block_num, block_size,
+      1, D] and ``index`` [B * S] holds global slots (block * block_size + offset); PA_NZ stores
+      each block as FRACTAL_NZ, [block_num, D // 16, block_size, 1, 16] for 16-bit caches (the
+      doc's layout; :func:`write_paged_rows`).
 
     Returns ``(k_cache, ckv_cache, k_embed_out, y_out)``; the caches are the updated inputs.  The
     doc defines the last two only for ``is_output_kv=True``; this model always returns k_embed and
     y there.  Not implemented (ValueError): the int8 quantised caches (k_rope_scale, c_kv_scale and
-    offsets), the FRACTAL_NZ modes (PA_NZ, PA_BLK_NZ) and PA_BLK_BNSD.  An index outside the
-    cache is refused (the doc leaves repeated or out-of-range indexes undefined).
+    offsets), PA_BLK_NZ and PA_BLK_BNSD.  An index outside the cache is refused (the doc leaves
+    repeated or out-of-range indexes undefined).
     """
-    for name, value in (("kv", kv), ("gamma", gamma), ("cos", cos), ("sin", sin), ("index", index),
-                        ("k_cache", k_cache), ("ckv_cache", ckv_cache)):
-        require_tensor(name, value)
-    require_tensors(k_rope_scale=k_rope_scale, c_kv_scale=c_kv_scale, k_rope_offset=k_rope_offset,
-                    c_kv_offset=c_kv_offset)
-    require_unused("npu_kv_rmsnorm_rope_cache (int8 caches)", k_rope_scale=k_rope_scale, c_kv_scale=c_kv_scale,
-                   k_rope_offset=k_rope_offset, c_kv_offset=c_kv_offset)
-    require_float("epsilon", epsilon)
-    require_choice("cache_mode", cache_mode, KV_CACHE_MODES, "Norm per-batch caches, PA/PA_BNSD paged caches")
-    require_bool("is_output_kv", is_output_kv)
+    _check_kv_rmsnorm_rope_cache_arguments("npu_kv_rmsnorm_rope_cache", locals())
+
+
+def _check_kv_rmsnorm_rope_cache_arguments(op: str, arguments: Mapping[str, Any]) -> None:
+    """The argument checks npu_kv_rmsnorm_rope_cache and its _v2 share."""
+    for name in ("kv", "gamma", "cos", "sin", "index", "k_cache", "ckv_cache"):
+        require_tensor(name, arguments[name])
+    scales = {name: arguments[name] for name in ("k_rope_scale", "c_kv_scale", "k_rope_offset", "c_kv_offset")}
+    require_tensors(**scales)
+    require_unused(f"{op} (int8 caches)", **scales)
+    require_float("epsilon", arguments["epsilon"])
+    require_choice("cache_mode", arguments["cache_mode"], KV_CACHE_MODES, "Norm per-batch caches, PA/PA_BNSD/PA_NZ paged caches")
+    require_bool("is_output_kv", arguments["is_output_kv"])
+
+
+KV_RMSNORM_ROPE_CACHE_V2_DOC = (
+    "op-plugin op_plugin/config/op_plugin_functions.yaml and meta function npu_kv_rmsnorm_rope_cache_v2; "
+    "semantics of docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
+)
+
+
+def _kv_v1_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The v1 keyword arguments of a v2 call (v2 adds ``v`` and the cache dtype hints, refused when set)."""
+    return {name: value for name, value in options.items() if name not in ("v", "k_cache_dtype", "ckv_cache_dtype")}
+
+
+def _kv_rmsnorm_rope_cache_v2_meta(*args: Any, **options: Any) -> tuple[Out, ...]:
+    """k_embed [B, 1, S, rope] and y [B, 1, S, rms], then the two updated caches (the functional form)."""
+    k_cache, ckv_cache, k_embed, y = _kv_rmsnorm_rope_cache_meta(*args, **_kv_v1_options(options))
+    return k_embed, y, k_cache, ckv_cache
+
+
+def _kv_rmsnorm_rope_cache_v2_kernel(*args: Any, **options: Any) -> tuple[torch.Tensor, ...]:
+    k_cache, ckv_cache, k_embed, y = _kv_rmsnorm_rope_cache_kernel(*args, **_kv_v1_options(options))
+    return k_embed, y, k_cache, ckv_cache
+
+
+@npu_op(
+    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
+    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
+    "Tensor? v=None, float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False, int? k_cache_dtype=None, "
+    "int? ckv_cache_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)",
+    source=KV_RMSNORM_ROPE_CACHE_V2_DOC,
+    meta=_kv_rmsnorm_rope_cache_v2_meta,
+    kernel=_kv_rmsnorm_rope_cache_v2_kernel,
+    writes_back={"k_cache": 2, "ckv_cache": 3},
+    returns_written=False,
+)
+def npu_kv_rmsnorm_rope_cache_v2(
+    kv: torch.Tensor,
+    gamma: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    index: torch.Tensor,
+    k_cache: torch.Tensor,
+    ckv_cache: torch.Tensor,
+    *,
+    k_rope_scale: Optional[torch.Tensor] = None,
+    c_kv_scale: Optional[torch.Tensor] = None,
+    k_rope_offset: Optional[torch.Tensor] = None,
+    c_kv_offset: Optional[torch.Tensor] = None,
+    v: Optional[torch.Tensor] = None,
+    epsilon: float = 1e-5,
+    cache_mode: str = "Norm",
+    is_output_kv: bool = False,
+    k_cache_dtype: Optional[int] = None,
+    ckv_cache_dtype: Optional[int] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """npu_kv_rmsnorm_rope_cache with in-place caches: returns ``(k_embed, y)``, updates k_cache and ckv_cache.
+
+    Source: op-plugin's schema of npu_kv_rmsnorm_rope_cache_v2 (``Tensor(a!) k_cache, Tensor(b!)
+    ckv_cache`` ... ``-> (Tensor, Tensor)``) and its meta function (outputs [B, N, S, rope] and
+    [B, N, S, rms] in kv's dtype); the computation and cache modes are
+    :func:`npu_kv_rmsnorm_rope_cache`'s (one shared kernel).  cann-recipes-infer's DeepSeek-R1
+    calls it with ``cache_mode="PA_NZ"`` and reads ``(k_rope, k_nope)`` with ``is_output_kv=True``.
+    Not implemented (ValueError): ``v`` (the meta shows it replaces the rms part's width; no
+    document defines its computation), the hifloat8 dtype hints and the int8 caches.
+    """
+    _check_kv_rmsnorm_rope_cache_arguments("npu_kv_rmsnorm_rope_cache_v2", locals())
+    require_tensors(v=v)
+    require_unused("npu_kv_rmsnorm_rope_cache_v2", v=v, k_cache_dtype=k_cache_dtype, ckv_cache_dtype=ckv_cache_dtype)
 
 
 # ---------------------------------------------------------------------------------------------
-# npu_mla_prolog
+# npu_mla_prolog, _v2, _v3
 # ---------------------------------------------------------------------------------------------
 
 
 MLA_TENSORS = (
     "token_x", "weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr", "rmsnorm_gamma_cq", "rmsnorm_gamma_ckv",
-    "rope_sin", "rope_cos", "cache_index", "kv_cache", "kr_cache",
+    "rope_sin", "rope_cos", "kv_cache", "kr_cache",
+)
+MLA_SCALES = (
+    "dequant_scale_x", "dequant_scale_w_dq", "dequant_scale_w_uq_qr", "dequant_scale_w_dkv_kr", "quant_scale_ckv",
+    "quant_scale_ckr", "smooth_scales_cq",
+)
+MLA_SCALE_ARGUMENTS = (
+    "Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, Tensor? dequant_scale_w_uq_qr=None, "
+    "Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, Tensor? quant_scale_ckr=None, "
+    "Tensor? smooth_scales_cq=None, "
 )
 MLA_PROLOG_ARGUMENTS = (
     "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
     "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
-    "Tensor kv_cache, Tensor kr_cache, *, Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, "
-    "Tensor? dequant_scale_w_uq_qr=None, Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, "
-    "Tensor? quant_scale_ckr=None, Tensor? smooth_scales_cq=None, float rmsnorm_epsilon_cq=1e-05, "
+    "Tensor kv_cache, Tensor kr_cache, *, " + MLA_SCALE_ARGUMENTS + "float rmsnorm_epsilon_cq=1e-05, "
     "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\")"
 )
-MLA_QUANT_INPUTS = (
-    "dequant_scale_x", "dequant_scale_w_dq", "dequant_scale_w_uq_qr", "dequant_scale_w_dkv_kr", "quant_scale_ckv",
-    "quant_scale_ckr", "smooth_scales_cq",
+MLA_PROLOG_V3_ARGUMENTS = (
+    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
+    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor kv_cache, "
+    "Tensor kr_cache, *, Tensor? cache_index=None, " + MLA_SCALE_ARGUMENTS + "Tensor? actual_seq_len=None, "
+    "Tensor? k_nope_clip_alpha=None, float rmsnorm_epsilon_cq=1e-05, float rmsnorm_epsilon_ckv=1e-05, "
+    "str cache_mode=\"PA_BSND\", bool query_norm_flag=False, int weight_quant_mode=0, int kv_cache_quant_mode=0, "
+    "int query_quant_mode=0, int ckvkr_repo_mode=0, int quant_scale_repo_mode=0, int tile_size=128, "
+    "float qc_qr_scale=1.0, float kc_scale=1.0, int? token_x_dtype=None, int? weight_dq_dtype=None, "
+    "int? weight_uq_qr_dtype=None, int? weight_dkv_kr_dtype=None, int? kv_cache_dtype=None)"
 )
+MLA_PROLOG_V3_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_mla_prolog_v3.md; hicann/ops-transformer attention/mla_prolog"
+MLA_PAGED_MODES = ("PA_BSND", "PA_NZ")
+MLA_V3_CACHE_MODES = ("PA_BSND", "PA_NZ", "BSND", "TND")
+NZ_FRACTAL_BYTES = 32  # FRACTAL_NZ stores 32-byte runs of a row: 16 bfloat16 or 32 int8 values
+INT8_LEVEL_MAX = 127.0
 
 
-def _check_mla_prolog_arguments(**arguments: Any) -> None:
-    """The argument checks of npu_mla_prolog and _v2, which share their inputs."""
+@dataclass(frozen=True)
+class MlaScenario:
+    """The documented (quantisation, cache layout) scenario of one MlaProlog call.
+
+    ``weights``: 0 bfloat16; 1 only weight_uq_qr int8 (c_Q quantised per token on the fly);
+    2 token_x and weight_dq / weight_uq_qr / weight_dkv_kr int8 with per-token / per-channel
+    dequant scales.  ``kv_cache``: 0 bfloat16 caches; 1 kv_cache int8 per tensor (kr_cache
+    bfloat16); 2 both caches int8 per channel.  ``query``: 1 returns query int8 with a
+    per-token-head dequant scale.
+    """
+
+    weights: int
+    kv_cache: int
+    query: int
+    cache_mode: str
+
+
+def _scenario_from_dtypes(arguments: Mapping[str, Any]) -> MlaScenario:
+    """npu_mla_prolog(_v2) read the scenario from the dtypes, as their scenario tables do."""
+    weights = 2 if arguments["token_x"].dtype == torch.int8 else 1 if arguments["weight_uq_qr"].dtype == torch.int8 else 0
+    kv_cache = 0 if arguments["kv_cache"].dtype != torch.int8 else 1 if weights == 2 else 2
+    query = 1 if weights == 2 and arguments.get("quant_scale_ckv") is not None else 0
+    return MlaScenario(weights, kv_cache, query, str(arguments["cache_mode"]))
+
+
+def _scenario_from_modes(arguments: Mapping[str, Any]) -> MlaScenario:
+    """npu_mla_prolog_v3 states the scenario in weight_quant_mode / kv_cache_quant_mode / query_quant_mode."""
+    return MlaScenario(
+        int(arguments["weight_quant_mode"]), int(arguments["kv_cache_quant_mode"]), int(arguments["query_quant_mode"]),
+        str(arguments["cache_mode"]),
+    )
+
+
+@dataclass(frozen=True)
+class MlaDims:
+    """Sizes of one MlaProlog call (the doc's names): tokens T, He, Hcq, N, D, Dr, Hckv."""
+
+    lead: tuple[Any, ...]
+    hidden: Any
+    hcq: Any
+    heads: Any
+    head_dim: Any
+    rope_dim: Any
+    hckv: Any
+
+
+def _check_mla_arguments(op: str, arguments: Mapping[str, Any], cache_modes: Sequence[str]) -> None:
+    """The argument checks every MlaProlog version shares (the tensors and scalars, no metadata)."""
     for name in MLA_TENSORS:
         require_tensor(name, arguments[name])
-    require_unused("npu_mla_prolog (quantised modes)", **{name: arguments[name] for name in MLA_QUANT_INPUTS})
+    require_tensors(**{name: arguments[name] for name in MLA_SCALES})
     require_float("rmsnorm_epsilon_cq", arguments["rmsnorm_epsilon_cq"])
     require_float("rmsnorm_epsilon_ckv", arguments["rmsnorm_epsilon_ckv"])
-    require_choice("cache_mode", arguments["cache_mode"], ("PA_BSND",), "paged caches [BlockNum, BlockSize, 1, D]")
+    require_choice("cache_mode", arguments["cache_mode"], cache_modes,
+                   f"{op}: paged caches in ND (PA_BSND) or FRACTAL_NZ (PA_NZ) blocks")
 
 
-def _require_2d(name: str, tensor: torch.Tensor, rows: Any, dtype: torch.dtype) -> int:
+def _require_matrix(name: str, tensor: torch.Tensor, rows: Any, dtype: torch.dtype) -> Any:
     """A [rows, cols] weight in ``dtype``; returns cols."""
-    require_dtype(name, tensor, (dtype,), "(int8 quantised MLA weights are not implemented)")
+    require_dtype(name, tensor, (dtype,), "(as the quantisation scenario requires)")
     if tensor.dim() != 2 or tensor.shape[0] != rows:
         raise ValueError(f"{name} has shape {list(tensor.shape)}; expected [{rows}, ...]")
     return tensor.shape[1]
 
 
-def _mla_prolog_meta(
-    token_x: torch.Tensor,
-    weight_dq: torch.Tensor,
-    weight_uq_qr: torch.Tensor,
-    weight_uk: torch.Tensor,
-    weight_dkv_kr: torch.Tensor,
-    rmsnorm_gamma_cq: torch.Tensor,
-    rmsnorm_gamma_ckv: torch.Tensor,
-    rope_sin: torch.Tensor,
-    rope_cos: torch.Tensor,
-    cache_index: torch.Tensor,
-    kv_cache: torch.Tensor,
-    kr_cache: torch.Tensor,
-    **options: object,
-) -> tuple[Out, Out, Out, Out]:
-    """query [.., N, Hckv], query_rope [.., N, Dr] (token_x's leading dims), the two updated caches."""
-    dtype = torch.bfloat16
-    require_dtype("token_x", token_x, (dtype,))
+def _mla_dims(arguments: Mapping[str, Any], scenario: MlaScenario) -> MlaDims:
+    """Validate the weights and norms against token_x and return the sizes."""
+    token_x, weight_uk = arguments["token_x"], arguments["weight_uk"]
+    full = torch.int8 if scenario.weights == 2 else torch.bfloat16
+    require_dtype("token_x", token_x, (full,), f"(weight_quant_mode {scenario.weights})")
     if token_x.dim() not in (2, 3):
         raise ValueError(f"token_x has shape {list(token_x.shape)}; expected [T, He] or [B, S, He]")
-    lead, hidden = list(token_x.shape[:-1]), token_x.shape[-1]
-    hcq = _require_2d("weight_dq", weight_dq, hidden, dtype)
-    heads, head_dim, hckv = weight_uk.shape if weight_uk.dim() == 3 else (0, 0, 0)
-    require_dtype("weight_uk", weight_uk, (dtype,))
+    hidden = token_x.shape[-1]
+    hcq = _require_matrix("weight_dq", arguments["weight_dq"], hidden, full)
+    require_dtype("weight_uk", weight_uk, (torch.bfloat16,))
     if weight_uk.dim() != 3:
         raise ValueError(f"weight_uk has shape {list(weight_uk.shape)}; expected [N, D, Hckv]")
-    qr_width = _require_2d("weight_uq_qr", weight_uq_qr, hcq, dtype)
-    if heads == 0 or qr_width % heads != 0 or qr_width // heads <= head_dim:
+    heads, head_dim, hckv = weight_uk.shape
+    qr_dtype = torch.int8 if scenario.weights else torch.bfloat16
+    qr_width = _require_matrix("weight_uq_qr", arguments["weight_uq_qr"], hcq, qr_dtype)
+    if qr_width % heads != 0 or qr_width // heads <= head_dim:
         raise ValueError(f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}")
     rope_dim = qr_width // heads - head_dim
-    if _require_2d("weight_dkv_kr", weight_dkv_kr, hidden, dtype) != hckv + rope_dim:
-        raise ValueError(f"weight_dkv_kr has shape {list(weight_dkv_kr.shape)}; expected [{hidden}, {hckv + rope_dim}]")
-    for name, gamma, width in (("rmsnorm_gamma_cq", rmsnorm_gamma_cq, hcq), ("rmsnorm_gamma_ckv", rmsnorm_gamma_ckv, hckv)):
-        require_dtype(name, gamma, (dtype,))
-        require_shape(name, gamma, ((width,),))
-    for name, table in (("rope_sin", rope_sin), ("rope_cos", rope_cos)):
-        require_dtype(name, table, (dtype,))
-        require_shape(name, table, ((*lead, rope_dim),))
-    require_dtype("cache_index", cache_index, (torch.int64,))
-    require_shape("cache_index", cache_index, (tuple(lead),))
-    for name, cache, width in (("kv_cache", kv_cache, hckv), ("kr_cache", kr_cache, rope_dim)):
-        require_dtype(name, cache, (dtype,), "(int8 quantised caches are not implemented)")
-        if cache.dim() != 4 or cache.shape[2] != 1 or cache.shape[3] != width:
-            raise ValueError(f"{name} has shape {list(cache.shape)}; expected [BlockNum, BlockSize, 1, {width}]")
-    return (
-        Out([*lead, heads, hckv], dtype),
-        Out([*lead, heads, rope_dim], dtype),
-        Out(list(kv_cache.shape), kv_cache.dtype),
-        Out(list(kr_cache.shape), kr_cache.dtype),
-    )
+    if _require_matrix("weight_dkv_kr", arguments["weight_dkv_kr"], hidden, full) != hckv + rope_dim:
+        raise ValueError(
+            f"weight_dkv_kr has shape {list(arguments['weight_dkv_kr'].shape)}; expected [{hidden}, {hckv + rope_dim}]"
+        )
+    lead = tuple(token_x.shape[:-1])
+    for name, width in (("rmsnorm_gamma_cq", hcq), ("rmsnorm_gamma_ckv", hckv)):
+        require_dtype(name, arguments[name], (torch.bfloat16,))
+        require_shape(name, arguments[name], ((width,),))
+    for name in ("rope_sin", "rope_cos"):
+        require_dtype(name, arguments[name], (torch.bfloat16,))
+        require_shape(name, arguments[name], ((*lead, rope_dim),))
+    return MlaDims(lead, hidden, hcq, heads, head_dim, rope_dim, hckv)
 
 
-def _mla_prolog_kernel(
-    token_x: torch.Tensor,
-    weight_dq: torch.Tensor,
-    weight_uq_qr: torch.Tensor,
-    weight_uk: torch.Tensor,
-    weight_dkv_kr: torch.Tensor,
-    rmsnorm_gamma_cq: torch.Tensor,
-    rmsnorm_gamma_ckv: torch.Tensor,
-    rope_sin: torch.Tensor,
-    rope_cos: torch.Tensor,
-    cache_index: torch.Tensor,
-    kv_cache: torch.Tensor,
-    kr_cache: torch.Tensor,
-    **options: object,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    eps_cq = float(options.get("rmsnorm_epsilon_cq", 1e-5))
-    eps_ckv = float(options.get("rmsnorm_epsilon_ckv", 1e-5))
-    lead = token_x.shape[:-1]
-    x = token_x.reshape(-1, token_x.shape[-1])
-    heads, head_dim, hckv = weight_uk.shape
-    cos, sin = rope_cos.reshape(-1, 1, rope_cos.shape[-1]), rope_sin.reshape(-1, 1, rope_sin.shape[-1])
-    c_q = rms_normalise(cube_matmul(x, weight_dq), rmsnorm_gamma_cq, eps_cq)[0].to(x.dtype)
-    q = cube_matmul(c_q, weight_uq_qr).reshape(x.shape[0], heads, -1)
-    q_nope, q_pe = q.split([head_dim, q.shape[-1] - head_dim], dim=-1)
-    query = cube_matmul(q_nope.transpose(0, 1), weight_uk).transpose(0, 1)
-    query_rope = interleave_rope(q_pe, cos, sin)
-    kv = cube_matmul(x, weight_dkv_kr)
-    c_kv, k_pe = kv.split([hckv, kv.shape[-1] - hckv], dim=-1)
-    c_kv = rms_normalise(c_kv, rmsnorm_gamma_ckv, eps_ckv)[0].to(x.dtype)
-    k_rope = interleave_rope(k_pe.unsqueeze(1), cos, sin).squeeze(1)
-    index = cache_index.reshape(-1)
-    return (
-        query.reshape(*lead, heads, hckv),
-        query_rope.reshape(*lead, heads, -1),
-        _scatter_rows(kv_cache, c_kv, index, "PA"),
-        _scatter_rows(kr_cache, k_rope, index, "PA"),
-    )
+def _check_mla_scales(arguments: Mapping[str, Any], scenario: MlaScenario, dims: MlaDims) -> None:
+    """Each scenario's scale inputs: present with the documented shape, or absent."""
+    tokens = math.prod(dims.lead)
+    expected = {
+        "dequant_scale_x": ((tokens, 1),) if scenario.weights == 2 else None,
+        "dequant_scale_w_dq": ((1, dims.hcq),) if scenario.weights == 2 else None,
+        "dequant_scale_w_uq_qr": ((1, dims.heads * (dims.head_dim + dims.rope_dim)),) if scenario.weights else None,
+        "dequant_scale_w_dkv_kr": ((1, dims.hckv + dims.rope_dim),) if scenario.weights == 2 else None,
+        "quant_scale_ckv": ((1, dims.hckv), (1,)) if scenario.kv_cache else None,
+        "quant_scale_ckr": ((1, dims.rope_dim),) if scenario.kv_cache == 2 else None,
+    }
+    for name, shapes in expected.items():
+        value = arguments[name]
+        if shapes is None:
+            if value is not None:
+                raise ValueError(f"{name} is given but this call is not in a scenario that uses it; pass None")
+            continue
+        if value is None:
+            raise ValueError(f"{name} is required when the inputs are quantised this way (see the scenario table)")
+        require_dtype(name, value, (torch.float32,))
+        require_shape(name, value, shapes)
+    smooth = arguments["smooth_scales_cq"]
+    if smooth is not None:
+        if not scenario.weights:
+            raise ValueError("smooth_scales_cq is only used when weight_uq_qr is int8; pass None")
+        require_dtype("smooth_scales_cq", smooth, (torch.float32,))
+        require_shape("smooth_scales_cq", smooth, ((1, dims.hcq),))
+
+
+def _check_mla_caches(arguments: Mapping[str, Any], scenario: MlaScenario, dims: MlaDims) -> None:
+    """Cache shapes of the cache mode and dtypes of the kv-cache scenario; cache_index where it is used."""
+    cache_dtypes = {
+        "kv_cache": torch.int8 if scenario.kv_cache else torch.bfloat16,
+        "kr_cache": torch.int8 if scenario.kv_cache == 2 else torch.bfloat16,
+    }
+    for name, width in (("kv_cache", dims.hckv), ("kr_cache", dims.rope_dim)):
+        cache = arguments[name]
+        require_dtype(name, cache, (cache_dtypes[name],), f"(kv_cache_quant_mode {scenario.kv_cache})")
+        if scenario.cache_mode in MLA_PAGED_MODES:
+            layout = f"[BlockNum, BlockSize, 1, {width}]"
+            ok = cache.dim() == 4 and cache.shape[2] == 1 and cache.shape[3] == width
+            if ok and scenario.cache_mode == "PA_NZ":
+                ok = width % nz_fractal(cache) == 0
+                layout += f" with {width} a multiple of {nz_fractal(cache)} (FRACTAL_NZ)"
+        else:
+            shape = (*dims.lead, 1, width)
+            layout = str(list(shape))
+            ok = tuple(cache.shape) == shape
+        if not ok:
+            raise ValueError(f"{name} has shape {list(cache.shape)}; cache_mode {scenario.cache_mode!r} needs {layout}")
+    index = arguments["cache_index"]
+    if scenario.cache_mode not in MLA_PAGED_MODES:
+        if index is not None:
+            raise ValueError(f"cache_index is not used with cache_mode {scenario.cache_mode!r}; pass None")
+        return
+    if index is None:
+        raise ValueError(f"cache_mode {scenario.cache_mode!r} needs cache_index (one slot per token)")
+    require_dtype("cache_index", index, (torch.int64,))
+    require_shape("cache_index", index, (dims.lead,))
+
+
+def _mla_outputs(arguments: Mapping[str, Any], scenario: MlaScenario) -> tuple[MlaDims, dict[str, Out]]:
+    """Validate one call and declare every output the versions pick from (op-plugin meta functions)."""
+    dims = _mla_dims(arguments, scenario)
+    _check_mla_scales(arguments, scenario, dims)
+    _check_mla_caches(arguments, scenario, dims)
+    tokens = math.prod(dims.lead)
+    quantised_query = scenario.query == 1
+    outputs = {
+        "query": Out([*dims.lead, dims.heads, dims.hckv], torch.int8 if quantised_query else torch.bfloat16),
+        "query_rope": Out([*dims.lead, dims.heads, dims.rope_dim], torch.bfloat16),
+        "dequant_scale_q_nope": Out([tokens, dims.heads, 1] if quantised_query else [1], torch.float32),
+        "kv_cache": Out(list(arguments["kv_cache"].shape), arguments["kv_cache"].dtype),
+        "kr_cache": Out(list(arguments["kr_cache"].shape), arguments["kr_cache"].dtype),
+    }
+    return dims, outputs
+
+
+def nz_fractal(cache: torch.Tensor) -> int:
+    """Values per FRACTAL_NZ run of a cache row: 32 bytes, i.e. 16 bfloat16/float16 or 32 int8."""
+    return NZ_FRACTAL_BYTES // cache.element_size()
+
+
+def write_paged_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, cache_mode: str) -> torch.Tensor:
+    """A copy of a [BlockNum, BlockSize, 1, D] cache with row ``i`` stored at global slot ``slots[i]``.
+
+    PA_BSND/PA/PA_BNSD blocks are ND (a slot's row is contiguous).  PA_NZ blocks keep the ND
+    shape but store each block as FRACTAL_NZ: the memory of block b is [D / c, BlockSize, c] with
+    c = 32 bytes of values (kv_rmsnorm_rope_cache doc: [block_num, D // 16, block_size, 1, 16]
+    for bfloat16, // 32 for int8; MlaProlog design doc, KVCache section), which is the 5-D view
+    [BlockNum, 1, D / c, BlockSize, c] the attention op reads.  Slots outside the cache are refused.
+    """
+    blocks, block_size, _, width = cache.shape
+    limit = blocks * block_size
+    if bool(((slots < 0) | (slots >= limit)).any()):
+        raise ValueError(f"the cache index holds {slots.tolist()}; every value must be a slot in [0, {limit})")
+    updated = cache.clone()
+    rows = rows.reshape(-1, width)
+    if cache_mode == "PA_NZ":
+        fractal = nz_fractal(cache)
+        nz_blocks = updated.view(blocks, width // fractal, block_size, fractal)
+        nz_blocks[slots // block_size, :, slots % block_size, :] = rows.reshape(-1, width // fractal, fractal)
+    else:
+        updated.view(-1, width)[slots] = rows
+    return updated
+
+
+def _dequant_int8_matmul(
+    x: torch.Tensor, weight: torch.Tensor, row_scale: torch.Tensor, column_scale: torch.Tensor
+) -> torch.Tensor:
+    """``int8 @ int8`` (exact int32) times the per-row and per-column float32 dequant scales, rounded to bfloat16."""
+    accumulator = int_matmul(x, weight).to(torch.float32)
+    return (accumulator * row_scale.reshape(-1, 1) * column_scale.reshape(1, -1)).to(torch.bfloat16)
+
+
+def _mla_down_projections(arguments: Mapping[str, Any], scenario: MlaScenario, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x @ W^DQ`` and ``x @ [W^DKV | W^KR]`` in bfloat16 (dequantised per token and channel when int8)."""
+    if scenario.weights == 2:
+        x_scale = arguments["dequant_scale_x"]
+        return (
+            _dequant_int8_matmul(x, arguments["weight_dq"], x_scale, arguments["dequant_scale_w_dq"]),
+            _dequant_int8_matmul(x, arguments["weight_dkv_kr"], x_scale, arguments["dequant_scale_w_dkv_kr"]),
+        )
+    return cube_matmul(x, arguments["weight_dq"]), cube_matmul(x, arguments["weight_dkv_kr"])
+
+
+def _mla_query_up(
+    arguments: Mapping[str, Any], scenario: MlaScenario, c_q: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """``c_Q @ [W^UQ | W^QR]`` and the query_norm output (c_Q, or its int8 levels and per-token scale).
+
+    With an int8 weight_uq_qr, c_Q is quantised per token first (design doc, PostQuant/Dequant:
+    scale = rowmax|c_Q * smooth| / 127, levels rounded half to even) and the int32 product is
+    dequantised by that scale and dequant_scale_w_uq_qr.
+    """
+    if not scenario.weights:
+        return cube_matmul(c_q, arguments["weight_uq_qr"]), c_q, None
+    values = c_q.to(torch.float32)
+    smooth = arguments["smooth_scales_cq"]
+    if smooth is not None:
+        values = values * smooth.reshape(1, -1)
+    levels, scale = symmetric_levels(values, INT8_LEVEL_MAX)
+    levels = levels.to(torch.int8)
+    q = _dequant_int8_matmul(levels, arguments["weight_uq_qr"], scale, arguments["dequant_scale_w_uq_qr"])
+    return q, levels, scale.reshape(-1, 1)
+
+
+def _mla_compute(arguments: Mapping[str, Any], scenario: MlaScenario, dims: MlaDims) -> dict[str, torch.Tensor]:
+    """The four paths of the MlaProlog docs (plus the query quantisation), every output by name."""
+    x = arguments["token_x"].reshape(-1, dims.hidden)
+    cos = arguments["rope_cos"].reshape(-1, 1, dims.rope_dim)
+    sin = arguments["rope_sin"].reshape(-1, 1, dims.rope_dim)
+    cq_in, kv = _mla_down_projections(arguments, scenario, x)
+    c_q = rms_normalise(cq_in, arguments["rmsnorm_gamma_cq"], float(arguments["rmsnorm_epsilon_cq"]))[0]
+    c_q = (c_q * float(arguments.get("qc_qr_scale", 1.0))).to(torch.bfloat16)
+    q, query_norm, query_norm_scale = _mla_query_up(arguments, scenario, c_q)
+    q_nope, q_pe = q.reshape(x.shape[0], dims.heads, -1).split([dims.head_dim, dims.rope_dim], dim=-1)
+    query = cube_matmul(q_nope.transpose(0, 1), arguments["weight_uk"]).transpose(0, 1)
+    query_scale = torch.zeros(1, dtype=torch.float32)
+    if scenario.query == 1:
+        levels, scale = symmetric_levels(query.to(torch.float32), INT8_LEVEL_MAX)
+        query, query_scale = levels.to(torch.int8), scale.unsqueeze(-1)
+    c_kv, k_pe = kv.split([dims.hckv, dims.rope_dim], dim=-1)
+    c_kv = rms_normalise(c_kv, arguments["rmsnorm_gamma_ckv"], float(arguments["rmsnorm_epsilon_ckv"]))[0]
+    kv_rows = c_kv.to(torch.bfloat16)
+    kr_rows = interleave_rope(k_pe.unsqueeze(1), cos, sin).squeeze(1)
+    if scenario.kv_cache:
+        kv_rows = round_to_int8(kv_rows.to(torch.float32) * arguments["quant_scale_ckv"].reshape(1, -1))
+    if scenario.kv_cache == 2:
+        kr_rows = round_to_int8(kr_rows.to(torch.float32) * arguments["quant_scale_ckr"].reshape(1, -1))
+    return {
+        "query": query.reshape(*dims.lead, dims.heads, dims.hckv),
+        "query_rope": interleave_rope(q_pe, cos, sin).reshape(*dims.lead, dims.heads, dims.rope_dim),
+        "dequant_scale_q_nope": query_scale,
+        "query_norm": query_norm.reshape(*dims.lead, dims.hcq),
+        "dequant_scale_q_norm": query_norm_scale,
+        "kv_cache": _store_mla_rows(arguments, "kv_cache", kv_rows, scenario.cache_mode),
+        "kr_cache": _store_mla_rows(arguments, "kr_cache", kr_rows, scenario.cache_mode),
+    }
+
+
+def _store_mla_rows(arguments: Mapping[str, Any], name: str, rows: torch.Tensor, cache_mode: str) -> torch.Tensor:
+    """The updated cache: rows scattered to cache_index slots (paged modes) or the token-shaped cache itself (BSND/TND)."""
+    cache = arguments[name]
+    if cache_mode in MLA_PAGED_MODES:
+        return write_paged_rows(cache, rows, arguments["cache_index"].reshape(-1), cache_mode)
+    return rows.reshape(cache.shape).to(cache.dtype)
+
+
+def _mla_prolog_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
+    """query, query_rope and the two updated caches (npu_mla_prolog's four outputs)."""
+    call = arguments(npu_mla_prolog, args, kwargs)
+    scenario = _scenario_from_dtypes(call)
+    if scenario.query:
+        raise ValueError("npu_mla_prolog has no dequant_scale_q_nope output for an int8 query; use npu_mla_prolog_v2")
+    _, outputs = _mla_outputs(call, scenario)
+    return tuple(outputs[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
+
+
+def _mla_prolog_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+    call = arguments(npu_mla_prolog, args, kwargs)
+    scenario = _scenario_from_dtypes(call)
+    result = _mla_compute(call, scenario, _mla_dims(call, scenario))
+    return tuple(result[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
 
 @npu_op(
@@ -542,49 +826,69 @@ def npu_mla_prolog(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """MLA preprocessing (DeepSeek-V2/V3): returns ``(query, query_rope, kv_cache, kr_cache)``.
 
-    Source: torch_npu.npu_mla_prolog (op-plugin docs/context/torch_npu-npu_mla_prolog.md), the four
-    paths of its description, each product on the modeled Cube (fp32 accumulation, one rounding to
-    bfloat16) and each norm in float32 rounded to bfloat16, as the unfused ops would:
+    Source: torch_npu.npu_mla_prolog (op-plugin docs/context/torch_npu-npu_mla_prolog.md) and the
+    MlaProlog design doc of hicann/ops-transformer (attention/mla_prolog/docs): four paths, each
+    product on the modeled Cube (fp32 accumulation, one rounding to bfloat16) and each norm in
+    float32 rounded to bfloat16, as the unfused ops would:
 
-    * ``c_q = RmsNorm(x @ weight_dq)`` (gamma_cq, epsilon_cq), then ``c_q @ weight_uq_qr`` split
-      per head into ``q_nope`` (D) and ``q_pe`` (Dr);
+    * ``c_Q = RmsNorm(x @ W^DQ)`` (gamma_cq, epsilon_cq), then ``c_Q @ weight_uq_qr`` split per
+      head into ``q_nope`` (D) and ``q_pe`` (Dr);
     * ``query = q_nope @ weight_uk[n]`` per head n: [.., N, Hckv];
     * ``query_rope = RoPE(q_pe)``;
-    * ``x @ weight_dkv_kr`` split into ``c_kv`` (Hckv, then RmsNorm with gamma_ckv) and ``k_pe`` (Dr,
-      then RoPE); they are written in place into ``kv_cache`` / ``kr_cache`` [BlockNum, BlockSize, 1, *]
-      at the global slots ``cache_index`` ('PA_BSND').
+    * ``x @ weight_dkv_kr`` split into ``c_kv`` (Hckv, RmsNorm with gamma_ckv) and ``k_pe`` (Dr,
+      RoPE); written in place into ``kv_cache`` / ``kr_cache`` [BlockNum, BlockSize, 1, *] at the
+      global slots ``cache_index``, ND blocks ('PA_BSND') or FRACTAL_NZ blocks ('PA_NZ', see
+      :func:`write_paged_rows`).
 
-    RoPE is DeepSeek's interleaved form (:func:`npu_interleave_rope`: de-interleave the Dr dims, then
-    rotate halves) with rope_cos/rope_sin [T, Dr] or [B, S, Dr]; the doc gives the formula only as an
-    image, so this is the unfused DeepSeek path's RoPE (assumption).  ``token_x`` is [T, He] or
-    [B, S, He] bfloat16; weights are the logical [K, N] matrices (a FRACTAL_NZ format cast only changes
-    the device layout).  The doc's production sizes (He 7168, Hcq 1536, Hckv 512, D 128, Dr 64) are
-    not imposed, so tests can use small shapes.  Not implemented (ValueError): the int8 partial and
-    full quantisation modes (int8 weight_uq_qr or caches and their scales), cache_mode 'PA_NZ', and
-    npu_mla_prolog_v2.
+    RoPE is the interleave-half form the v3 doc spells out (even elements first, then odd, then
+    ``x * cos + RotateHalf(x) * sin``; :func:`npu_interleave_rope`) with rope_cos/rope_sin [T, Dr]
+    or [B, S, Dr].  Weights are the logical [K, N] matrices (a FRACTAL_NZ format cast only changes
+    the device layout).  The doc's production sizes (He 7168, Hcq 1536, Hckv 512, D 128, Dr 64)
+    are not imposed, so tests can use small shapes.
+
+    Quantised scenarios (the doc's table, read from the dtypes): an int8 ``weight_uq_qr`` with
+    ``dequant_scale_w_uq_qr`` [1, N*(D+Dr)] (optional ``smooth_scales_cq``) quantises c_Q per token
+    before that product; with int8 caches both are quantised per channel, ``round(v *
+    quant_scale_ck*)`` saturated to int8 (a static quant scale multiplies, as vllm-ascend builds
+    it from the reciprocal of the dequant scale).  Every stage output is rounded to bfloat16 before
+    the next stage quantises it (assumption: the fused kernel's internal precision is not documented).
     """
-    _check_mla_prolog_arguments(**locals())
+    _check_mla_arguments("npu_mla_prolog", locals(), MLA_PAGED_MODES)
+
+
+V2_OUTPUTS = ("query", "query_rope", "kv_cache", "kr_cache", "dequant_scale_q_nope")
 
 
 def _mla_prolog_v2_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
-    """npu_mla_prolog's outputs and dequant_scale_q_nope, float32 [1] outside the full-quantisation mode."""
-    return (*_mla_prolog_meta(*args, **kwargs), Out([1], torch.float32))
+    """npu_mla_prolog's outputs and dequant_scale_q_nope (op-plugin meta: [T, N, 1] for an int8 query, else [1])."""
+    call = arguments(npu_mla_prolog, args, kwargs)
+    _, outputs = _mla_outputs(call, _scenario_from_dtypes(call))
+    return tuple(outputs[name] for name in V2_OUTPUTS)
 
 
 def _mla_prolog_v2_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    return (*_mla_prolog_kernel(*args, **kwargs), torch.zeros(1, dtype=torch.float32))
+    call = arguments(npu_mla_prolog, args, kwargs)
+    scenario = _scenario_from_dtypes(call)
+    result = _mla_compute(call, scenario, _mla_dims(call, scenario))
+    return tuple(result[name] for name in V2_OUTPUTS)
 
 
 def npu_mla_prolog_v2(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     """npu_mla_prolog with a fifth output, ``dequant_scale_q_nope``: ``(query, query_rope, kv_cache, kr_cache, scale)``.
 
-    Source: torch_npu.npu_mla_prolog_v2 (op-plugin docs, npu_mla_prolog_v2): the same inputs and four
-    outputs as :func:`npu_mla_prolog`, plus the query's dequantisation scale, which outside the full
-    KV-cache quantisation mode is a float32 tensor of shape [1] (the doc); its value is not specified
-    there and this model returns 0.  Used by vllm-ascend's and omni-infer's DeepSeek decode paths.
-    The quantised modes (int8 token_x, weights or caches) are not implemented (ValueError).
+    Source: torch_npu.npu_mla_prolog_v2 (op-plugin docs/zh/custom_APIs/torch_npu/
+    torch_npu-npu_mla_prolog_v2.md and its meta function).  Same inputs, paths and cache modes
+    (PA_BSND, PA_NZ) as :func:`npu_mla_prolog`, plus the full-quantisation scenarios used by
+    vllm-ascend's and cann-recipes' DeepSeek decode: int8 ``token_x`` with ``dequant_scale_x``
+    [T, 1] (per token) and int8 weight_dq / weight_uq_qr / weight_dkv_kr with per-channel dequant
+    scales [1, cols]; each int32 product is dequantised by the token's and the column's scale.
+    With ``quant_scale_ckv`` as well, kv_cache is int8 (``round(c_kv * quant_scale_ckv)``, the
+    scale [1, Hckv] or [1]), kr_cache stays bfloat16, and the query is returned int8 with
+    ``dequant_scale_q_nope`` [T, N, 1] = rowmax|q^N| / 127 per token and head (the doc's
+    formula, rounding half to even).  Otherwise ``dequant_scale_q_nope`` is float32 [1] (the
+    meta's shape; its value is not specified and this model returns 0).
     """
-    npu_mla_prolog.__wrapped__(*args, **kwargs)
+    _check_mla_arguments("npu_mla_prolog_v2", arguments(npu_mla_prolog, args, kwargs), MLA_PAGED_MODES)
 
 
 # torch_npu's v2 takes exactly v1's arguments: the signature is stated once, on npu_mla_prolog.
@@ -598,3 +902,144 @@ npu_mla_prolog_v2 = npu_op(
     kernel=_mla_prolog_v2_kernel,
     writes_back={"kv_cache": 2, "kr_cache": 3},
 )(npu_mla_prolog_v2)
+
+
+V3_OUTPUTS = ("query", "query_rope", "dequant_scale_q_nope", "query_norm", "dequant_scale_q_norm", "kv_cache", "kr_cache")
+V3_SUPPORTED_MODES = {"weight_quant_mode": (0, 1, 2), "kv_cache_quant_mode": (0, 1, 2), "query_quant_mode": (0, 1)}
+
+
+def _v3_scenario(arguments: Mapping[str, Any]) -> MlaScenario:
+    """The explicit v3 modes, checked against the scenario table's combinations."""
+    scenario = _scenario_from_modes(arguments)
+    if scenario.query == 1 and not (scenario.weights == 2 and scenario.kv_cache == 1):
+        raise ValueError("query_quant_mode=1 needs weight_quant_mode=2 and kv_cache_quant_mode=1 (the int8 full-quantisation row)")
+    if scenario.kv_cache == 1 and scenario.weights != 2 or scenario.kv_cache == 2 and scenario.weights != 1:
+        raise ValueError(
+            f"kv_cache_quant_mode={scenario.kv_cache} with weight_quant_mode={scenario.weights} is not a documented "
+            "scenario (per-tensor kv_cache goes with mode 2, per-channel with mode 1)"
+        )
+    return scenario
+
+
+def _v3_query_norm_outputs(arguments: Mapping[str, Any], scenario: MlaScenario, dims: MlaDims) -> dict[str, Out]:
+    """query_norm [.., Hcq] in weight_uq_qr's dtype and its scale [T, 1] (float32 [1] each when not requested)."""
+    if not arguments["query_norm_flag"]:
+        return {"query_norm": Out([1], arguments["weight_uq_qr"].dtype), "dequant_scale_q_norm": Out([1], torch.float32)}
+    scale_shape = [math.prod(dims.lead), 1] if scenario.weights else [1]
+    return {
+        "query_norm": Out([*dims.lead, dims.hcq], arguments["weight_uq_qr"].dtype),
+        "dequant_scale_q_norm": Out(scale_shape, torch.float32),
+    }
+
+
+def _mla_prolog_v3_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
+    """The five v3 outputs followed by the two updated caches (op-plugin's npu_mla_prolog_v3_functional)."""
+    call = arguments(npu_mla_prolog_v3, args, kwargs)
+    scenario = _v3_scenario(call)
+    dims, outputs = _mla_outputs(call, scenario)
+    outputs |= _v3_query_norm_outputs(call, scenario, dims)
+    return tuple(outputs[name] for name in V3_OUTPUTS)
+
+
+def _mla_prolog_v3_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+    call = arguments(npu_mla_prolog_v3, args, kwargs)
+    scenario = _v3_scenario(call)
+    result = _mla_compute(call, scenario, _mla_dims(call, scenario))
+    if not call["query_norm_flag"]:
+        result["query_norm"] = torch.zeros(1, dtype=call["weight_uq_qr"].dtype)
+    if not call["query_norm_flag"] or not scenario.weights:
+        result["dequant_scale_q_norm"] = torch.zeros(1, dtype=torch.float32)
+    return tuple(result[name] for name in V3_OUTPUTS)
+
+
+@npu_op(
+    MLA_PROLOG_V3_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    source=MLA_PROLOG_V3_DOC,
+    meta=_mla_prolog_v3_meta,
+    kernel=_mla_prolog_v3_kernel,
+    writes_back={"kv_cache": 5, "kr_cache": 6},
+    returns_written=False,
+)
+def npu_mla_prolog_v3(
+    token_x: torch.Tensor,
+    weight_dq: torch.Tensor,
+    weight_uq_qr: torch.Tensor,
+    weight_uk: torch.Tensor,
+    weight_dkv_kr: torch.Tensor,
+    rmsnorm_gamma_cq: torch.Tensor,
+    rmsnorm_gamma_ckv: torch.Tensor,
+    rope_sin: torch.Tensor,
+    rope_cos: torch.Tensor,
+    kv_cache: torch.Tensor,
+    kr_cache: torch.Tensor,
+    *,
+    cache_index: Optional[torch.Tensor] = None,
+    dequant_scale_x: Optional[torch.Tensor] = None,
+    dequant_scale_w_dq: Optional[torch.Tensor] = None,
+    dequant_scale_w_uq_qr: Optional[torch.Tensor] = None,
+    dequant_scale_w_dkv_kr: Optional[torch.Tensor] = None,
+    quant_scale_ckv: Optional[torch.Tensor] = None,
+    quant_scale_ckr: Optional[torch.Tensor] = None,
+    smooth_scales_cq: Optional[torch.Tensor] = None,
+    actual_seq_len: Optional[torch.Tensor] = None,
+    k_nope_clip_alpha: Optional[torch.Tensor] = None,
+    rmsnorm_epsilon_cq: float = 1e-5,
+    rmsnorm_epsilon_ckv: float = 1e-5,
+    cache_mode: str = "PA_BSND",
+    query_norm_flag: bool = False,
+    weight_quant_mode: int = 0,
+    kv_cache_quant_mode: int = 0,
+    query_quant_mode: int = 0,
+    ckvkr_repo_mode: int = 0,
+    quant_scale_repo_mode: int = 0,
+    tile_size: int = 128,
+    qc_qr_scale: float = 1.0,
+    kc_scale: float = 1.0,
+    token_x_dtype: Optional[int] = None,
+    weight_dq_dtype: Optional[int] = None,
+    weight_uq_qr_dtype: Optional[int] = None,
+    weight_dkv_kr_dtype: Optional[int] = None,
+    kv_cache_dtype: Optional[int] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MlaProlog v3: ``(query, query_rope, dequant_scale_q_nope, query_norm, dequant_scale_q_norm)``; caches in place.
+
+    Source: torch_npu.npu_mla_prolog_v3 (op-plugin docs/zh/custom_APIs/torch_npu/
+    torch_npu-npu_mla_prolog_v3.md, its meta function, and ops-transformer's MlaPrologV3 README).
+    The computation is :func:`npu_mla_prolog_v2`'s (one shared kernel) with these v3 additions:
+
+    * ``kv_cache``/``kr_cache`` come before the keyword-only ``cache_index`` and are updated in
+      place; the op returns only the five other outputs (op-plugin's ``_functional`` form, with
+      the two caches as extra outputs, is the node the graph holds);
+    * the scenario is stated by ``weight_quant_mode`` (0, 1 = int8 weight_uq_qr, 2 = int8
+      token_x and weights), ``kv_cache_quant_mode`` (0, 1 per tensor, 2 per channel) and
+      ``query_quant_mode`` (1 = int8 query with per-token-head scale, only with 2 + 1);
+    * ``query_norm_flag=True`` returns c_Q as ``query_norm`` [.., Hcq] (its int8 per-token levels
+      and ``dequant_scale_q_norm`` [T, 1] when weight_uq_qr is int8; DeepSeek-V3.2's indexer reads
+      them); otherwise both are one-element placeholders (the meta's [1]);
+    * ``qc_qr_scale`` multiplies c_Q after its RmsNorm (README: c^Q = alpha_q * RmsNorm(x W^DQ));
+    * cache modes PA_BSND and PA_NZ (paged, ``cache_index`` [T] or [B, S]) and BSND / TND, where
+      the caches have the tokens' shape [B, S, 1, *] / [T, 1, *] and no index is passed.
+
+    Not implemented (ValueError naming the argument): the FP8/MXFP8/HiF8 modes 3-5 (not on
+    A2/A3), the per-token-per-group kv cache (mode 3, ``tile_size``, ``k_nope_clip_alpha``),
+    merged cache/scale storage (``ckvkr_repo_mode``/``quant_scale_repo_mode`` 1), the PA_BLK modes
+    (``actual_seq_len``), and ``kc_scale`` other than 1.0 (the README names alpha_kv but this
+    model has no formula placing it).
+    """
+    _check_mla_arguments("npu_mla_prolog_v3", locals(), MLA_V3_CACHE_MODES)
+    require_bool("query_norm_flag", query_norm_flag)
+    require_ints(ckvkr_repo_mode=ckvkr_repo_mode, quant_scale_repo_mode=quant_scale_repo_mode, tile_size=tile_size)
+    modes = {"weight_quant_mode": weight_quant_mode, "kv_cache_quant_mode": kv_cache_quant_mode,
+             "query_quant_mode": query_quant_mode}
+    for name, allowed in V3_SUPPORTED_MODES.items():
+        require_choice(name, require_int(name, modes[name]), allowed, "the int8 / bfloat16 scenarios of Atlas A2/A3")
+    require_choice("ckvkr_repo_mode", ckvkr_repo_mode, (0,), "separate kv_cache and kr_cache")
+    require_choice("quant_scale_repo_mode", quant_scale_repo_mode, (0,), "scales stored apart from the data")
+    require_float("qc_qr_scale", qc_qr_scale)
+    require_choice("kc_scale", require_float("kc_scale", kc_scale), (1.0,), "no key scale correction")
+    require_tensors(actual_seq_len=actual_seq_len, k_nope_clip_alpha=k_nope_clip_alpha)
+    require_unused("npu_mla_prolog_v3 (PA_BLK modes, per-tile kv cache)", actual_seq_len=actual_seq_len,
+                   k_nope_clip_alpha=k_nope_clip_alpha, token_x_dtype=token_x_dtype, weight_dq_dtype=weight_dq_dtype,
+                   weight_uq_qr_dtype=weight_uq_qr_dtype, weight_dkv_kr_dtype=weight_dkv_kr_dtype,
+                   kv_cache_dtype=kv_cache_dtype)
+

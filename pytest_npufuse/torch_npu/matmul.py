@@ -1,0 +1,234 @@
+"""Matmul ops: the fused matmul + all-reduce of tensor parallelism and the transposing batched matmul of MLA.
+
+Both multiply through :mod:`pytest_npufuse.exact` (the Cube: fp32 products and accumulation, one rounding).
+``npu_mm_all_reduce_base`` computes the numbers of a tensor-parallel world of one rank (its all-reduce is
+the identity on one rank); the op catalog prices its all-reduce on the profile's communication link for
+the configured world (``[comm] ranks``), so a larger world costs more, as on the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..exact import cube_addmm, cube_matmul
+from .checks import (
+    FLOAT_DTYPES, HALF_DTYPES, require_choice, require_dtype, require_int, require_int_list, require_shape,
+    require_tensor, require_tensors, require_unused,
+)
+from .quant import _antiquant_param_shapes, _antiquant_weight
+from .registry import Out, arguments, npu_op
+
+DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
+
+# ---------------------------------------------------------------------------------------------
+# npu_mm_all_reduce_base (MatmulAllReduce)
+# ---------------------------------------------------------------------------------------------
+
+MM_ALL_REDUCE_UNMODELED = (
+    "dequant_scale", "pertoken_scale", "comm_quant_scale_1", "comm_quant_scale_2", "group_sizes", "y_dtype",
+    "x1_dtype", "x2_dtype", "dequant_scale_dtype", "pertoken_scale_dtype", "comm_mode",
+)
+
+
+def _mm_all_reduce_meta(*args: Any, **kwargs: Any) -> Out:
+    """Shapes and dtypes of the non-quantised and weight-only-quantised (antiquant) rows of the page."""
+    options = arguments(npu_mm_all_reduce_base, args, kwargs)
+    x1, x2 = options["x1"], options["x2"]
+    require_dtype("x1", x1, HALF_DTYPES, "(int8 x1, the fully quantised mode, is not implemented)")
+    antiquant = x2.dtype == torch.int8
+    require_dtype("x2", x2, (x1.dtype, torch.int8), "(x1's dtype, or int8 with antiquant_scale)")
+    if x1.dim() not in (2, 3) or x2.dim() != 2 or x1.shape[-1] != x2.shape[0]:
+        raise ValueError(f"x1 {list(x1.shape)} and x2 {list(x2.shape)} must be [m, k] or [b, s, k] and [k, n]")
+    k, n = x2.shape
+    out_shape = [*x1.shape[:-1], n]
+    scale, offset, group = options["antiquant_scale"], options["antiquant_offset"], options["antiquant_group_size"]
+    if antiquant != (scale is not None):
+        raise ValueError("an int8 x2 needs antiquant_scale (weight-only quantisation), and only an int8 x2 takes it")
+    for name, param in (("antiquant_scale", scale), ("antiquant_offset", offset)):
+        if param is not None:
+            require_dtype(name, param, (x1.dtype,), "(x1's dtype)")
+            require_shape(name, param, _antiquant_param_shapes(k, n, group))
+    if options["bias"] is not None:
+        require_dtype("bias", options["bias"], (x1.dtype,), "(x1's dtype)")
+        require_shape("bias", options["bias"], ((n,),))
+    if options["x3"] is not None:
+        require_dtype("x3", options["x3"], (x1.dtype,), "(the output's dtype)")
+        require_shape("x3", options["x3"], (out_shape,))
+    return Out(out_shape, x1.dtype)
+
+
+def _mm_all_reduce_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+    options = arguments(npu_mm_all_reduce_base, args, kwargs)
+    x1, x2, bias, x3 = options["x1"], options["x2"], options["bias"], options["x3"]
+    if x2.dtype == torch.int8:
+        x2 = _antiquant_weight(x2, options["antiquant_scale"], options["antiquant_offset"],
+                               options["antiquant_group_size"], x1.dtype)
+    rows = x1.reshape(-1, x1.shape[-1])
+    addend = torch.zeros(x2.shape[1], dtype=torch.float32) if bias is None else bias.to(torch.float32)
+    if x3 is not None:
+        addend = addend + x3.reshape(rows.shape[0], -1).to(torch.float32)
+    out = cube_addmm(addend.expand(rows.shape[0], -1), rows, x2, out_dtype=x1.dtype)
+    return out.reshape(*x1.shape[:-1], x2.shape[1])
+
+
+@npu_op(
+    "(Tensor x1, Tensor x2, str hcom, *, str reduce_op=\"sum\", Tensor? bias=None, Tensor? antiquant_scale=None, "
+    "Tensor? antiquant_offset=None, Tensor? x3=None, Tensor? dequant_scale=None, Tensor? pertoken_scale=None, "
+    "Tensor? comm_quant_scale_1=None, Tensor? comm_quant_scale_2=None, int antiquant_group_size=0, "
+    "int comm_turn=0, int[]? group_sizes=None, int? y_dtype=None, int? x1_dtype=None, int? x2_dtype=None, "
+    "int? dequant_scale_dtype=None, int? pertoken_scale_dtype=None, int comm_quant_mode=0, "
+    "str? comm_mode=None) -> Tensor",
+    source=DOCS.format("npu_mm_all_reduce_base"),
+    meta=_mm_all_reduce_meta,
+    kernel=_mm_all_reduce_kernel,
+)
+def npu_mm_all_reduce_base(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    hcom: str,
+    *,
+    reduce_op: str = "sum",
+    bias: Optional[torch.Tensor] = None,
+    antiquant_scale: Optional[torch.Tensor] = None,
+    antiquant_offset: Optional[torch.Tensor] = None,
+    x3: Optional[torch.Tensor] = None,
+    dequant_scale: Optional[torch.Tensor] = None,
+    pertoken_scale: Optional[torch.Tensor] = None,
+    comm_quant_scale_1: Optional[torch.Tensor] = None,
+    comm_quant_scale_2: Optional[torch.Tensor] = None,
+    antiquant_group_size: int = 0,
+    comm_turn: int = 0,
+    group_sizes: Optional[Sequence[int]] = None,
+    y_dtype: Optional[int] = None,
+    x1_dtype: Optional[int] = None,
+    x2_dtype: Optional[int] = None,
+    dequant_scale_dtype: Optional[int] = None,
+    pertoken_scale_dtype: Optional[int] = None,
+    comm_quant_mode: int = 0,
+    comm_mode: Optional[str] = None,
+) -> torch.Tensor:
+    """MatmulAllReduce (tensor parallelism): ``allreduce(x1 @ ((x2 + antiquant_offset) * antiquant_scale) + bias
+    + x3)`` over the communication domain ``hcom``.
+
+    Source: torch_npu.npu_mm_all_reduce_base (op-plugin API page: formula, dtype tables, shapes). The
+    numbers are those of **one rank**: the all-reduce of a one-rank world is the identity, so the result is
+    this rank's product; the other ranks' partial products are not simulated. The op catalog prices the
+    all-reduce of the output on the profile's link for ``[comm] ranks`` dies (cost rule
+    ``matmul_all_reduce``).
+
+    * ``x1`` float16/bfloat16 ``[m, k]`` or ``[b, s, k]``; ``x2`` ``[k, n]`` (a transposed view is fine) in
+      x1's dtype; output ``[m, n]`` / ``[b, s, n]`` in x1's dtype. ``bias`` ``[n]`` and ``x3`` (the output's
+      shape) in x1's dtype.
+    * Weight-only quantisation (the page's antiquant table): int8 ``x2`` with ``antiquant_scale`` (and
+      optionally ``antiquant_offset``) in x1's dtype, per tensor ``[1]``, per channel ``[n]``/``[1, n]``, or
+      per group ``[ceil(k / antiquant_group_size), n]``; the weight is dequantised in float32 and rounded
+      once to x1's dtype, as in :func:`~pytest_npufuse.torch_npu.quant.npu_weight_quant_batchmatmul`.
+    * Rounding: fp32 products and accumulation; bias and x3 are added in float32 before the one rounding
+      (the page does not say where x3 is added; an assumption).
+
+    Refused with the argument's name: the fully quantised mode (int8 x1 with dequant/pertoken scales),
+    communication quantisation, ``reduce_op`` other than ``"sum"`` (the only documented value) and
+    ``comm_turn != 0`` (the only supported value).
+    """
+    options = {name: value for name, value in locals().items() if name in MM_ALL_REDUCE_UNMODELED}
+    require_tensor("x1", x1)
+    require_tensor("x2", x2)
+    require_tensors(bias=bias, antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, x3=x3)
+    require_unused("npu_mm_all_reduce_base", **options)
+    if not isinstance(hcom, str):
+        raise TypeError(f"hcom must be a str (the communication domain's name), got {type(hcom).__name__}")
+    require_choice("reduce_op", reduce_op, ("sum",), "the only documented reduce operation")
+    require_choice("comm_turn", require_int("comm_turn", comm_turn), (0,), "the only supported split")
+    require_choice("comm_quant_mode", require_int("comm_quant_mode", comm_quant_mode), (0,), "no comm quantisation")
+    if require_int("antiquant_group_size", antiquant_group_size) < 0:
+        raise ValueError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_transpose_batchmatmul (TransposeBatchMatMul)
+# ---------------------------------------------------------------------------------------------
+
+PERM_X1 = ((0, 1, 2), (1, 0, 2))
+PERM_X2 = ((0, 1, 2), (0, 2, 1))
+PERM_Y = ((1, 0, 2),)
+
+
+def _perm(value: Optional[Sequence[int]], default: tuple[int, ...]) -> tuple[int, ...]:
+    return default if value is None else tuple(int(v) for v in value)
+
+
+def _tbmm_operands(input: torch.Tensor, weight: torch.Tensor, perm_x1: Optional[Sequence[int]],
+                   perm_x2: Optional[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, M, K] and [B, K, N] views of input and weight after their permutations (checked)."""
+    require_dtype("input", input, FLOAT_DTYPES)
+    require_dtype("weight", weight, (input.dtype,), "(input's dtype)")
+    if input.dim() != 3 or weight.dim() != 3:
+        raise ValueError(f"input {list(input.shape)} and weight {list(weight.shape)} must both be 3-D")
+    lhs = input.permute(*_perm(perm_x1, PERM_X1[0]))
+    rhs = weight.permute(*_perm(perm_x2, PERM_X2[0]))
+    if lhs.shape[0] != rhs.shape[0] or lhs.shape[2] != rhs.shape[1]:
+        raise ValueError(f"after perm_x1/perm_x2, input is {list(lhs.shape)} and weight {list(rhs.shape)}; they "
+                         "must be [B, M, K] and [B, K, N]")
+    return lhs, rhs
+
+
+def _tbmm_meta(input: torch.Tensor, weight: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
+               scale: Optional[torch.Tensor] = None, perm_x1: Optional[Sequence[int]] = None,
+               perm_x2: Optional[Sequence[int]] = None, perm_y: Optional[Sequence[int]] = None,
+               batch_split_factor: Optional[int] = 1) -> Out:
+    lhs, rhs = _tbmm_operands(input, weight, perm_x1, perm_x2)
+    return Out([lhs.shape[1], lhs.shape[0], rhs.shape[2]], input.dtype)
+
+
+def _tbmm_kernel(input: torch.Tensor, weight: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
+                 scale: Optional[torch.Tensor] = None, perm_x1: Optional[Sequence[int]] = None,
+                 perm_x2: Optional[Sequence[int]] = None, perm_y: Optional[Sequence[int]] = None,
+                 batch_split_factor: Optional[int] = 1) -> torch.Tensor:
+    lhs, rhs = _tbmm_operands(input, weight, perm_x1, perm_x2)
+    return cube_matmul(lhs, rhs).transpose(0, 1).contiguous()
+
+
+@npu_op(
+    "(Tensor input, Tensor weight, *, Tensor? bias=None, Tensor? scale=None, int[]? perm_x1=None, "
+    "int[]? perm_x2=None, int[]? perm_y=None, int? batch_split_factor=1) -> Tensor",
+    source=DOCS.format("npu_transpose_batchmatmul"),
+    meta=_tbmm_meta,
+    kernel=_tbmm_kernel,
+)
+def npu_transpose_batchmatmul(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    bias: Optional[torch.Tensor] = None,
+    scale: Optional[torch.Tensor] = None,
+    perm_x1: Optional[Sequence[int]] = None,
+    perm_x2: Optional[Sequence[int]] = None,
+    perm_y: Optional[Sequence[int]] = None,
+    batch_split_factor: Optional[int] = 1,
+) -> torch.Tensor:
+    """TransposeBatchMatMul: ``Y = (input^{perm_x1} @ weight^{perm_x2})^{perm_y}`` per batch (dim 0 after the
+    permutation is the batch).
+
+    Source: torch_npu.npu_transpose_batchmatmul (op-plugin API page: formula, permutations, dtypes; op-plugin
+    meta function: the output is ``[M, B, N]``). MLA uses it to multiply per-head latents by per-head
+    weights and come out token-major in one op.
+
+    * ``input`` 3-D ``[B, M, K]`` (``perm_x1=(0, 1, 2)``, the default) or ``[M, B, K]``
+      (``perm_x1=(1, 0, 2)``); ``weight`` ``[B, K, N]`` (``perm_x2=(0, 1, 2)``) or ``[B, N, K]``
+      (``(0, 2, 1)``, newer CANN per the meta function); ``perm_y`` only ``(1, 0, 2)``: the output is
+      ``[M, B, N]`` in input's dtype. float16, bfloat16, float32.
+    * The Cube's numerics: fp32 products and accumulation, one rounding (:func:`~pytest_npufuse.exact.cube_matmul`).
+
+    Refused with the argument's name: ``bias`` (the page: not supported yet), ``scale`` (int8 output
+    quantisation), ``batch_split_factor > 1`` (the page gives the output shape but not the element order).
+    """
+    require_tensor("input", input)
+    require_tensor("weight", weight)
+    require_unused("npu_transpose_batchmatmul", bias=bias, scale=scale)
+    for name, value, allowed in (("perm_x1", perm_x1, PERM_X1), ("perm_x2", perm_x2, PERM_X2),
+                                 ("perm_y", perm_y, PERM_Y)):
+        require_int_list(name, value)
+        require_choice(name, _perm(value, allowed[0]), allowed, "the documented permutations")
+    require_choice("batch_split_factor", batch_split_factor, (1, None), "no split of the output's N dim")

@@ -1,0 +1,68 @@
+"""npu_fused_infer_attention_score_v2: v1's computation under the renamed keywords, and its NBSD / NTD outputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_npufuse import torch_npu
+
+CAUSAL = torch.ones(2048, 2048, dtype=torch.bool).triu(diagonal=1)
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(17)
+
+
+def test_v2_tnd_ntd_is_v1_tnd_heads_first_with_the_same_lse() -> None:
+    gen = _gen()
+    q = torch.randn(7, 4, 16, generator=gen).to(torch.bfloat16)
+    k, v = (torch.randn(7, 2, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
+    ends = [3, 7]
+    out, lse = torch_npu.npu_fused_infer_attention_score_v2(
+        q, k, v, num_query_heads=4, num_key_value_heads=2, input_layout="TND_NTD", actual_seq_qlen=ends,
+        actual_seq_kvlen=ends, sparse_mode=3, atten_mask=CAUSAL, softmax_scale=0.25, return_softmax_lse=True)
+    v1_out, v1_lse = torch_npu.npu_fused_infer_attention_score(
+        q, k, v, num_heads=4, num_key_value_heads=2, input_layout="TND", actual_seq_lengths=ends,
+        actual_seq_lengths_kv=ends, sparse_mode=3, atten_mask=CAUSAL, scale=0.25, softmax_lse_flag=True)
+    assert out.shape == (4, 7, 16) and lse.shape == (7, 4, 1)
+    assert torch.equal(out, v1_out.transpose(0, 1)) and torch.equal(lse, v1_lse)
+
+
+def test_v2_mla_paged_decode_bnsd_nbsd() -> None:
+    """vllm-ascend's MLA decode: BNSD query with rope, [blocks, 1, block_size, D] caches, NBSD output."""
+    gen = _gen()
+    tokens, heads, rank, rope, block, blocks = 3, 8, 32, 16, 4, 6
+    q_nope = torch.randn(tokens, heads, 1, rank, generator=gen).to(torch.bfloat16)
+    q_pe = torch.randn(tokens, heads, 1, rope, generator=gen).to(torch.bfloat16)
+    k_nope = torch.randn(blocks, 1, block, rank, generator=gen).to(torch.bfloat16)
+    k_pe = torch.randn(blocks, 1, block, rope, generator=gen).to(torch.bfloat16)
+    table = torch.tensor([[0, 1], [2, 3], [5, 4]], dtype=torch.int32)
+    seq_lens = [5, 8, 2]
+    out, lse = torch_npu.npu_fused_infer_attention_score_v2(
+        q_nope, k_nope, k_nope, query_rope=q_pe, key_rope=k_pe, num_query_heads=heads, num_key_value_heads=1,
+        input_layout="BNSD_NBSD", atten_mask=None, sparse_mode=0, softmax_scale=0.1, block_table=table,
+        block_size=block, actual_seq_qlen=None, actual_seq_kvlen=seq_lens)
+    v1, _ = torch_npu.npu_fused_infer_attention_score(
+        q_nope, k_nope, k_nope, query_rope=q_pe, key_rope=k_pe, num_heads=heads, num_key_value_heads=1,
+        input_layout="BNSD", scale=0.1, block_table=table, block_size=block, actual_seq_lengths_kv=seq_lens)
+    assert out.shape == (heads, tokens, 1, rank) and lse.shape == (0,)
+    assert torch.equal(out, v1.transpose(0, 1))
+    for b, length in enumerate(seq_lens):  # float64 reference of one batch, gathered through the table
+        keys = torch.cat([k_nope[table[b]].reshape(-1, rank), k_pe[table[b]].reshape(-1, rope)], -1)[:length]
+        query = torch.cat([q_nope[b, :, 0], q_pe[b, :, 0]], -1)
+        probs = torch.softmax(query.double() @ keys.double().t() * 0.1, dim=-1)
+        expected = probs @ k_nope[table[b]].reshape(-1, rank)[:length].double()
+        torch.testing.assert_close(out[:, b, 0].double(), expected.to(torch.bfloat16).double(), rtol=2e-2, atol=2e-2)
+
+
+def test_v2_refuses_quantisation_and_sinks_by_name() -> None:
+    q = torch.zeros(2, 2, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="learnable_sink is not implemented"):
+        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, num_query_heads=2, input_layout="TND",
+                                                     actual_seq_qlen=[2], actual_seq_kvlen=[2],
+                                                     learnable_sink=torch.zeros(2, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="query_quant_mode=3 is not implemented"):
+        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, query_quant_mode=3)
+    with pytest.raises(ValueError, match="input_layout='NTD_TND'"):
+        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, input_layout="NTD_TND")
