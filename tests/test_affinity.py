@@ -108,8 +108,7 @@ def test_each_rewrite_is_checked_for_bit_exactness(slow_findings):
 
 
 class Fast(torch.nn.Module):
-    """The same model with seed 003's rewrites applied (MatmulAllReduce is left out: this package
-    provides no npu_mm_all_reduce_base to rewrite it with yet)."""
+    """The same model with seed 003's rewrites applied."""
 
     def __init__(self, group):
         super().__init__()
@@ -133,7 +132,8 @@ class Fast(torch.nn.Module):
             x.view(N, 1, H).to(torch.bfloat16), kv, kv, num_heads=1, input_layout="BSH", scale=0.125
         )
         glu = torch_npu.npu_swiglu(x @ self.w)
-        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu
+        reduced = torch_npu.npu_mm_all_reduce_base(x.to(torch.bfloat16), self.w.to(torch.bfloat16), "world")
+        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced
 
 
 def test_the_rewritten_model_has_no_finding():
@@ -152,3 +152,22 @@ def test_compare_reports_findings_only_when_asked():
     assert compare(OneHot(), idx).findings == ()
     (finding,) = compare(OneHot(), idx, affinity=True).findings
     assert finding.pattern == "one_hot+sum" and finding.occurrences == 1
+
+
+def test_fused_rewrites_are_checked_against_the_op_library():
+    class Scores(torch.nn.Module):
+        def forward(self, q, k, mask):
+            scores = (q @ k.transpose(-1, -2)) * 0.125
+            return torch.softmax(scores.masked_fill(mask, -1e4), dim=-1)
+
+    q, k = torch.randn(1, 2, 32, 16), torch.randn(1, 2, 64, 16)
+    program = capture_program(Scores(), q, k, torch.rand(1, 1, 32, 64) > 0.5)
+    (softmax,) = [f for f in find_affinity(program, load_profile("a3"), load_catalog())
+                  if f.pattern == "ScaledMaskedSoftmax (unfused)"]
+    assert softmax.exactness.startswith(("bit-exact", "not bit-exact: max |diff|")), softmax.exactness
+
+
+def test_fused_rewrites_outside_the_ops_limits_say_why_they_are_not_checked(slow_findings):
+    assert "does not take these scores" in slow_findings["ScaledMaskedSoftmax (unfused)"].exactness
+    assert slow_findings["MatmulAllReduce (unfused)"].exactness.startswith("not checked: npu_mm_all_reduce_base takes")
+    assert slow_findings["FlashAttentionScore (unfused)"].exactness.startswith(("bit-exact", "not bit-exact: max |diff|"))

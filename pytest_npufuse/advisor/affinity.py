@@ -424,8 +424,54 @@ def _swiglu_check(graph: _Graph, match: Match) -> str:
     return _compare(F.silu(a) * b, npu_swiglu(torch.cat((a, b), dim=-1)))
 
 
-def _not_checked(reason: str) -> Callable[[_Graph, Match], str]:
-    return lambda graph, match: f"not checked: {reason}"
+def _scaled_masked_softmax_check(graph: _Graph, match: Match) -> str:
+    from ..torch_npu import npu_scaled_masked_softmax
+
+    scores = match.kernels[-1].output_specs[0]
+    if len(scores.shape) > 4:
+        return "not checked: npu_scaled_masked_softmax takes 4-D scores"
+    shape = (1,) * (4 - len(scores.shape)) + scores.shape
+    gen = torch.Generator().manual_seed(0)
+    x = _random(TensorSpec(shape, scores.dtype, 0), gen)
+    mask = torch.rand(1, 1, *shape[2:], generator=gen) > 0.5
+    try:
+        fused = npu_scaled_masked_softmax(x, mask, 0.125)
+    except ValueError as exc:
+        return f"not checked: the fused op does not take these scores ({exc})"
+    unfused = torch.softmax((x * 0.125).masked_fill(mask, -10000.0), dim=-1)
+    return f"{_compare(unfused, fused)} (mask filled with -10000, as the fused op does)"
+
+
+def _flash_attention_check(graph: _Graph, match: Match) -> str:
+    from ..torch_npu import npu_fusion_attention
+
+    first = match.kernels[0]
+    q_spec, kt_spec = graph.input_specs(first)[:2]
+    v_spec = graph.input_specs(match.kernels[-1])[-1]
+    if not 3 <= len(q_spec.shape) <= 4 or q_spec.dtype not in ("float16", "bfloat16", "float32"):
+        return "not checked: only [B, S, D] and [B, N, S, D] scores have a BNSD rewrite"
+    four = (lambda shape: shape if len(shape) == 4 else (shape[0], 1, *shape[1:]))
+    gen = torch.Generator().manual_seed(0)
+    q = _random(TensorSpec(four(q_spec.shape), q_spec.dtype, 0), gen)
+    k = _random(TensorSpec(four(kt_spec.shape), kt_spec.dtype, 0), gen).transpose(-1, -2)
+    v = _random(TensorSpec(four(v_spec.shape), v_spec.dtype, 0), gen)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    unfused = torch.softmax((q.float() @ k.float().transpose(-1, -2)) * scale, dim=-1) @ v.float()
+    fused = npu_fusion_attention(q, k.contiguous(), v, q.shape[1], "BNSD", scale=scale)[0]
+    return f"{_compare(unfused.to(q.dtype), fused)} (no mask)"
+
+
+def _matmul_all_reduce_check(graph: _Graph, match: Match) -> str:
+    from ..exact import cube_matmul
+    from ..torch_npu import npu_mm_all_reduce_base
+
+    x_spec, w_spec = [s for s in graph.input_specs(match.kernels[0]) if len(s.shape) >= 2][:2]
+    if x_spec.dtype not in ("float16", "bfloat16"):
+        return f"not checked: npu_mm_all_reduce_base takes float16/bfloat16 x1, not {x_spec.dtype}"
+    gen = torch.Generator().manual_seed(0)
+    x, w = _random(x_spec, gen), _random(w_spec, gen)
+    verdict = _compare(cube_matmul(x, w), npu_mm_all_reduce_base(x, w, "world"))
+    return f"{verdict} on one rank (the all-reduce of the other ranks' partial products is not simulated)"
 
 
 PATTERNS: tuple[Pattern, ...] = (
@@ -443,13 +489,13 @@ PATTERNS: tuple[Pattern, ...] = (
             _rotary_check),
     Pattern("RmsNorm (unfused)", "torch_npu.npu_rms_norm(x, gamma, eps)", _find_rms_norm, _fused("npu::npu_rms_norm"), _rms_norm_check),
     Pattern("ScaledMaskedSoftmax (unfused)", "torch_npu.npu_scaled_masked_softmax(x, mask, scale)", _find_softmax,
-            _fused("npu::npu_scaled_masked_softmax"), _not_checked("npu_scaled_masked_softmax has no CPU reference here")),
+            _fused("npu::npu_scaled_masked_softmax"), _scaled_masked_softmax_check),
     Pattern("SwiGlu (unfused)", "torch_npu.npu_swiglu(torch.cat((a, b), -1))", _find_swiglu, _fused("npu::npu_swiglu"), _swiglu_check),
     Pattern("FlashAttentionScore (unfused)", "torch_npu.npu_fused_infer_attention_score / npu_fusion_attention",
             _find_flash_attention, _fused("npu::npu_fused_infer_attention_score"),
-            _not_checked("the fused op accumulates in another order (online softmax)")),
+            _flash_attention_check),
     Pattern("MatmulAllReduce (unfused)", "torch_npu.npu_mm_all_reduce_base(x, w, group)", _find_matmul_all_reduce,
-            _fused("npu::npu_mm_all_reduce_base"), _not_checked("a collective needs the other ranks")),
+            _fused("npu::npu_mm_all_reduce_base"), _matmul_all_reduce_check),
 )
 
 
