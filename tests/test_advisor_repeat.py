@@ -109,3 +109,10 @@ def test_a_forward_that_counts_its_layers_falls_back_and_keeps_them():
     assert repeat.repeated_program(model, (torch.ones(2, 8),), _full) is None  # layer 2 of 2 does not exist
     assert len(model.layers) == LAYERS
     assert len(capture_program(model, torch.ones(2, 8)).kernels) == len(_full(model, (torch.ones(2, 8),)).kernels)
+
+
+def test_layers_holding_different_functions_are_captured_whole():
+    model = _Stack([8] * LAYERS)
+    for i, layer in enumerate(model.layers):
+        layer.act = torch.tanh if i == LAYERS - 1 else torch.relu
+    assert repeat.layer_stack(model) is None

@@ -105,14 +105,16 @@ def _int_attributes(layer: torch.nn.Module) -> dict[str, int]:
 
 
 def _plain(value: Any) -> Any:
-    """An attribute as the comparison sees it: plain values themselves, tensors by shape, others by type."""
-    if value is None or isinstance(value, (bool, float, str)):
+    """An attribute as the comparison sees it: plain values and containers of them by value, tensors by
+    shape and dtype, anything else (functions, configs, helpers) by identity, so layers match only when
+    they share it."""
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, torch.Tensor):
         return ("tensor", tuple(value.shape), value.dtype)
-    if isinstance(value, tuple) and all(v is None or isinstance(v, (bool, int, float, str)) for v in value):
-        return value
-    return type(value)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_plain(v) for v in value))
+    return ("object", id(value))
 
 
 @contextlib.contextmanager
