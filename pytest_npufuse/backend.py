@@ -14,10 +14,13 @@ import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from .lowering import build_program, call_compiled, check_outputs_used, compile_static, input_sizes, is_dynamic
+from .lowering import (
+    build_program, call_compiled, check_outputs_used, compile_static, input_sizes, input_symbols, is_dynamic,
+)
 from .catalog import OpCatalog
 from .errors import CaptureError, NotModeledError
 from .program import Program
+from .torchair.inference import gears_of
 
 
 @dataclass(frozen=True)
@@ -74,10 +77,31 @@ class CaptureBackend:
             sizes = input_sizes(gm, args)
             key = tuple(sorted((str(symbol), int(value)) for symbol, value in sizes.items()))
             if key not in runners:
-                runners[key] = self._keep(CapturedGraph(gm, build_program(gm, self.catalog, sizes), dynamic=True))
+                program = build_program(gm, self.catalog, sizes)
+                runners[key] = self._keep(CapturedGraph(gm, program, dynamic=not _on_gears(gm, args)))
             return runners[key](*args)
 
         return run
+
+
+def _on_gears(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
+    """Whether every symbolic input size of this call is a dim given gears by ``set_dim_gears``: GE
+    compiled a static graph per gear and runs that one. A size that is no gear fails as on the device."""
+    symbols: set[Any] = set()
+    geared: set[Any] = set()
+    for position, dim, expr in input_symbols(gm):
+        symbols |= expr.free_symbols
+        gears = gears_of(args[position]) if dim is not None else None
+        if gears is None or dim not in gears:
+            continue
+        size = int(args[position].shape[dim])
+        if size not in gears[dim]:
+            raise CaptureError(
+                f"input {position} has size {size} in dim {dim}, which is not one of its gears {list(gears[dim])} "
+                "(torchair.inference.set_dim_gears); pad the input to a gear or add the size to the gears."
+            )
+        geared |= expr.free_symbols
+    return symbols <= geared
 
 
 class _Captured(Exception):

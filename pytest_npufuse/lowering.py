@@ -543,7 +543,7 @@ def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes | N
     return _ProgramBuilder(gm, catalog, sizes or {}).build()
 
 
-def _input_symbols(gm: torch.fx.GraphModule) -> Iterator[tuple[int, int | None, sympy.Expr]]:
+def input_symbols(gm: torch.fx.GraphModule) -> Iterator[tuple[int, int | None, sympy.Expr]]:
     """(input position, dim or None for a symbolic int input, its size expression) of every input
     size that is symbolic: what ``torch.compile(dynamic=True)`` leaves open until a call."""
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
@@ -559,14 +559,14 @@ def _input_symbols(gm: torch.fx.GraphModule) -> Iterator[tuple[int, int | None, 
 
 def is_dynamic(gm: torch.fx.GraphModule) -> bool:
     """Whether the graph was compiled for symbolic input sizes, so each call has its own costs."""
-    return any(expr.free_symbols for _, _, expr in _input_symbols(gm))
+    return any(expr.free_symbols for _, _, expr in input_symbols(gm))
 
 
 def input_sizes(gm: torch.fx.GraphModule, args: Sequence[Any]) -> dict[sympy.Symbol, sympy.Integer]:
     """The value of each symbolic input size in one call of a dynamic-shape graph, read from the
     call's arguments, as the device reads the shapes of the tensors it is launched with."""
     sizes: dict[sympy.Symbol, sympy.Integer] = {}
-    for position, dim, expr in _input_symbols(gm):
+    for position, dim, expr in input_symbols(gm):
         if isinstance(expr, sympy.Symbol):
             arg = args[position]
             sizes[expr] = sympy.Integer(int(arg) if dim is None else arg.shape[dim])

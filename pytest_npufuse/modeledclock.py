@@ -1,4 +1,10 @@
-"""The pytest-benchmark mirror: a clock that reads modeled device time instead of the wall clock.
+"""Clocks that read modeled device time instead of the wall clock.
+
+``DEVICE_CLOCK`` is the process's modeled device time: every call of a modeled graph advances it by the
+graph's modeled time, and ``torch.npu.Event.elapsed_time`` under the shim reads it, so a script's own
+``begin.record(); step(x); end.record()`` timing prints modeled milliseconds.
+
+The pytest-benchmark mirror:
 
 pytest-benchmark times a call by reading its timer before and after. Given this clock as its timer
 and a call that advances the clock by the modeled time, its statistics are the modeled time exactly,
@@ -37,3 +43,6 @@ def measure(benchmark: Any, clock: ModeledClock, time_us: float, extra_info: Map
     """Have the ``benchmark`` fixture record ``time_us`` of modeled time as its one measurement."""
     benchmark.extra_info.update(extra_info)
     benchmark.pedantic(clock.run, args=(time_us * 1e-6,), rounds=1, iterations=1, warmup_rounds=0)
+
+
+DEVICE_CLOCK = ModeledClock()

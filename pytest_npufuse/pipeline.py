@@ -30,6 +30,7 @@ from .advisor.affinity import find_affinity
 from .attribution import attribute
 from .backend import Capture, CaptureBackend, CapturedGraph
 from .lowering import compile_static
+from .modeledclock import DEVICE_CLOCK
 from .catalog import OpCatalog, load_catalog
 from .errors import CaptureError
 from .execute import Execution, inputs_of, racy_cone, run_graph, writes_inputs
@@ -109,8 +110,11 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> list[Any]:
         """The outputs a device would produce: kernels in issue order (always a legal order for the
-        data), where each read the sanitizer found racing sees poisoned memory."""
-        return run_graph(self.gm, self.program, args, self.poisoned_reads()).outputs
+        data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
+        device clock advances by the graph's modeled time."""
+        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads()).outputs
+        DEVICE_CLOCK.run(self.run.time_us * 1e-6)
+        return outputs
 
 
 def model_graph(

@@ -178,4 +178,6 @@ def _user_line(exc: BaseException, script: Path) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == script.resolve()]
     if not frames or f"{frames[-1].filename}:" in str(exc):  # the error names its own line in the script
         return ""
-    return f" (at {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line})"
+    # A compiled function's frame shows its ``def`` line; the call that ran it says more.
+    frame = frames[-2] if len(frames) > 1 and (frames[-1].line or "").startswith("def ") else frames[-1]
+    return f" (at {frame.filename}:{frame.lineno}: {frame.line})"

@@ -15,7 +15,7 @@ import torch
 
 from pytest_npufuse import compare, install_shims, torch_npu, torchair, uninstall_shims
 from pytest_npufuse.__main__ import main
-from pytest_npufuse.errors import NotModeledError, OptionsError, ScopeError, UnknownOptionError
+from pytest_npufuse.errors import CaptureError, NotModeledError, OptionsError, ScopeError, UnknownOptionError
 from pytest_npufuse.fusion import ScopeIgnoredWarning
 from pytest_npufuse.shim import state
 from pytest_npufuse.skoptions import OPTIONS, OptionsWarning, ParserPath, parse_options
@@ -299,8 +299,68 @@ def test_eager_streams_and_events_are_already_satisfied_on_the_cpu(shim):
     side.wait_stream(torch.npu.current_stream())
     assert event.query() and side.query() and torch.equal(y, torch.full((2,), 2.0))
     event.synchronize()
-    with pytest.raises(NotModeledError, match="elapsed_time is not modeled"):
+    with pytest.raises(ValueError, match="enable_timing=True"):
         event.elapsed_time(event)
+
+
+class _Step(torch.nn.Module):
+    """A decode step whose token count is dynamic: two matmuls in one SuperKernel scope."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1024, 1024, dtype=torch.float16), requires_grad=False)
+
+    def forward(self, x):
+        with torchair.scope.super_kernel("decode"):
+            return (x @ self.w) @ self.w
+
+
+def test_event_elapsed_time_reads_the_modeled_time_of_the_graphs_called_between_the_records(shim):
+    backend = torchair.get_npu_backend()
+    step = torch.compile(_Step(), backend=backend, dynamic=False)
+    begin, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+    x = torch.ones(64, 1024, dtype=torch.float16, device="npu")
+    begin.record()
+    step(x)
+    step(x)
+    end.record()
+    torch.npu.synchronize()
+    (graph,) = backend.graphs
+    assert begin.elapsed_time(end) == pytest.approx(2 * graph.run.time_us / 1e3, rel=1e-9)
+    with pytest.raises(ValueError, match="both events recorded"):
+        torch.npu.Event(enable_timing=True).elapsed_time(end)
+
+
+def test_cache_compile_compiles_a_module_method_with_torchairs_checks(shim):
+    model = _Step()
+    with pytest.raises(ValueError, match="caches a method of a torch.nn.Module"):
+        torchair.inference.cache_compile(lambda x: x)
+    config = torchair.CompilerConfig()
+    config.experimental_config.frozen_parameter = True
+    with pytest.raises(ValueError, match="only one of them"):
+        torchair.inference.cache_compile(model.forward, config=config, ge_cache=True)
+    step = torchair.inference.cache_compile(model.forward, config=config, dynamic=False, fullgraph=True)
+    x = torch.ones(8, 1024, dtype=torch.float16)
+    assert torch.equal(step(x), model(x))
+
+
+def test_dim_gears_make_each_gear_a_static_graph_and_refuse_other_sizes(shim):
+    backend = torchair.get_npu_backend()
+    step = torch.compile(_Step(), backend=backend, dynamic=True)
+    for tokens in (8, 512):
+        x = torch.ones(tokens, 1024, dtype=torch.float16)
+        torchair.inference.set_dim_gears(x, {0: [8, 512]})
+        step(x)
+    assert [graph.program.kernels[0].output_specs[0].shape for graph in backend.graphs] == [(8, 1024), (512, 1024)]
+    assert all(graph.plan.scopes[0].outcome == "fused" for graph in backend.graphs)  # static per gear
+    odd = torch.ones(100, 1024, dtype=torch.float16)
+    torchair.inference.set_dim_gears(odd, {0: [8, 512]})
+    with pytest.raises(CaptureError, match=r"size 100 in dim 0, which is not one of its gears \[8, 512\]"):
+        step(odd)
+    with pytest.raises(ValueError, match="give at least two sizes"):
+        torchair.inference.set_dim_gears(torch.ones(2, 2), {0: [2]})
+    with pytest.raises(ValueError, match="is not a dim of a 2-d tensor"):
+        torchair.inference.set_dim_gears(torch.ones(2, 2), {2: [1, 2]})
 
 
 class _NativeStreams(torch.nn.Module):

@@ -19,6 +19,7 @@ import torch
 
 from .. import scopes
 from ..errors import NotModeledError, ScopeError
+from ..modeledclock import DEVICE_CLOCK
 from ..torchair import scope as _torchair_scope
 from .devices import check_index
 
@@ -100,10 +101,15 @@ class Event:
         if interprocess:
             raise NotModeledError("torch.npu.Event(interprocess=True) is not modeled: the model has one process.")
         self.tag = _new_tag("event")
+        self.enable_timing = enable_timing
+        self.recorded_s: float | None = None
 
     def record(self, stream: Stream | None = None) -> None:
-        """Record after the work issued so far on ``stream`` (default: the current stream)."""
+        """Record after the work issued so far on ``stream`` (default: the current stream). Recorded
+        outside a compiled function, it also notes the modeled device time, for :meth:`elapsed_time`."""
         torch.ops.npufuse.event_record(self.tag, _tag_of(stream, "torch.npu.Event.record(stream)"))
+        if not torch.compiler.is_compiling():
+            self.recorded_s = DEVICE_CLOCK()
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make the later work of ``stream`` (default: the current one) wait for the last record."""
@@ -116,10 +122,15 @@ class Event:
         """Nothing to wait for on the CPU."""
 
     def elapsed_time(self, end_event: "Event") -> float:
-        raise NotModeledError(
-            "torch.npu.Event.elapsed_time is not modeled: wall-clock time on the CPU says nothing about the NPU; "
-            "read the modeled times from the run report (report.variant.time_us) instead."
-        )
+        """Milliseconds of modeled device time between this record and ``end_event``'s: the modeled time
+        of the graphs called in between (eager ops outside a compiled graph take no modeled time)."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise ValueError("elapsed_time needs both events created with torch.npu.Event(enable_timing=True).")
+        if self.recorded_s is None or end_event.recorded_s is None:
+            raise ValueError(
+                "elapsed_time needs both events recorded outside the compiled function (event.record() around the call)."
+            )
+        return (end_event.recorded_s - self.recorded_s) * 1e3
 
     def __repr__(self) -> str:
         return f"torch.npu.Event({self.tag!r})"

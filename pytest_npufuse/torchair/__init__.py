@@ -11,17 +11,17 @@ import warnings
 from typing import Any
 
 from ..errors import NotModeledError
-from . import configs, core, ge, ops, scope
+from . import configs, core, ge, inference, ops, scope
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
 
-__all__ = ["ops", "scope", "ge", "configs", "core", "CompilerConfig", "get_npu_backend", "logger"]
+__all__ = ["ops", "scope", "ge", "configs", "core", "inference", "CompilerConfig", "get_npu_backend", "logger"]
 
 # TorchAir's public names we do not model (torchair.__all__ and its submodules); each is refused by name.
 _NOT_MODELED = frozenset(
     {
         "get_compiler", "dynamo_export", "use_internal_format_weight", "register_fx_node_ge_converter",
-        "patch_for_hcom", "register_replacement", "npu_format_cast_via_cpu", "inference", "llm_datadist",
+        "patch_for_hcom", "register_replacement", "npu_format_cast_via_cpu", "llm_datadist",
     }
 )
 

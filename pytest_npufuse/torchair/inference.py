@@ -1,0 +1,105 @@
+"""``torchair.inference``: compiling a module's method once for serving, and GE's shape gears.
+
+Serving code (vllm-ascend's torchair runner, benchmark scripts that time a SuperKernel scope) compiles
+through ``torchair.inference.cache_compile(model.forward, config=..., dynamic=..., ge_cache=...)`` rather
+than ``torch.compile``; ``set_dim_gears`` lets a dynamic dim take one of a few sizes, each compiled by GE
+as a static graph (torchair: python/torchair/inference/__init__.py, _cache_compiler.py, _gear_utils.py).
+
+The model compiles afresh in every process: it writes no cache, so ``cache_dir`` and ``ge_cache`` change
+nothing but are checked as TorchAir checks them. ``readable_cache`` reads a cache file, which the model
+never writes, so it is refused by name.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from ..errors import NotModeledError
+from .configs.compiler_config import CompilerConfig
+
+__all__ = ["cache_compile", "set_dim_gears", "readable_cache"]
+
+GEARS_ATTRIBUTE = "dim_gears"  # where TorchAir keeps a tensor's gears, read again when the graph is called
+
+
+def cache_compile(
+    func: Callable[..., Any],
+    *,
+    config: CompilerConfig | None = None,
+    dynamic: bool = True,
+    cache_dir: str | None = None,
+    global_rank: int | None = None,
+    tp_rank: int | None = None,
+    pp_rank: int | None = None,
+    custom_decompositions: Mapping[Any, Any] | None = None,
+    ge_cache: bool = False,
+    **kwargs: Any,
+) -> Callable[..., Any]:
+    """``func`` (a bound method of an ``nn.Module``) compiled with the NPU backend of ``config``.
+
+    As TorchAir: only a module's method can be cached, and ``ge_cache`` with
+    ``experimental_config.frozen_parameter`` is refused. ``fullgraph`` may be passed as in
+    ``torch.compile``. The ranks only name the cache directory on a device, so they change nothing here.
+    """
+    from . import get_npu_backend
+
+    if not isinstance(func, types.MethodType) or not isinstance(func.__self__, torch.nn.Module):
+        raise ValueError(
+            f"cache_compile caches a method of a torch.nn.Module (e.g. model.forward), got {func!r}; "
+            "pass the bound method."
+        )
+    config = config or CompilerConfig()
+    if ge_cache and config.experimental_config.frozen_parameter.value:
+        raise ValueError(
+            "cache_compile(ge_cache=True) with config.experimental_config.frozen_parameter = True: TorchAir "
+            "allows only one of them; turn one off."
+        )
+    fullgraph = bool(kwargs.pop("fullgraph", False))
+    if kwargs:
+        raise TypeError(f"cache_compile() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
+    return torch.compile(func, backend=get_npu_backend(compiler_config=config), dynamic=dynamic, fullgraph=fullgraph)
+
+
+def set_dim_gears(t: torch.Tensor, dim_gears: Mapping[int, Sequence[int]]) -> None:
+    """Let the dims of ``t`` named in ``dim_gears`` take any of their listed sizes (at least two each).
+
+    Each dim becomes dynamic for Dynamo; GE compiles one static graph per gear, so a call whose size is
+    not a gear is an error when the graph is called, and every call is priced as a static graph.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"set_dim_gears(t, ...) takes a tensor, got {type(t).__name__}")
+    if not isinstance(dim_gears, Mapping):
+        raise TypeError(f"set_dim_gears(t, dim_gears): dim_gears maps a dim to its sizes, got {dim_gears!r}")
+    previous = getattr(t, GEARS_ATTRIBUTE, None)
+    if previous is not None and previous != dim_gears:
+        raise ValueError(f"set_dim_gears: the tensor already has gears {previous}; they cannot be set again.")
+    for dim, gears in dim_gears.items():
+        _check_gears(t, dim, gears)
+    for dim in dim_gears:
+        torch._dynamo.mark_dynamic(t, dim)
+    setattr(t, GEARS_ATTRIBUTE, {dim: tuple(gears) for dim, gears in dim_gears.items()})
+
+
+def _check_gears(t: torch.Tensor, dim: Any, gears: Any) -> None:
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < t.dim():
+        raise ValueError(f"set_dim_gears: dim {dim!r} is not a dim of a {t.dim()}-d tensor; use 0..{t.dim() - 1}.")
+    if not isinstance(gears, (list, tuple)) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gears):
+        raise ValueError(f"set_dim_gears: the gears of dim {dim} must be a list of ints, got {gears!r}.")
+    if len(gears) < 2:
+        raise ValueError(f"set_dim_gears: dim {dim} has gears {list(gears)}; give at least two sizes.")
+
+
+def gears_of(value: Any) -> Mapping[int, tuple[int, ...]] | None:
+    """The gears ``set_dim_gears`` gave a tensor, if any."""
+    return getattr(value, GEARS_ATTRIBUTE, None) if isinstance(value, torch.Tensor) else None
+
+
+def readable_cache(cache_bin: str, print_output: bool = True, file: Any = None) -> str:
+    """Refused: it prints a compiled cache, and the model never writes one."""
+    raise NotModeledError(
+        "torchair.inference.readable_cache reads a compiled cache file; pytest-npufuse compiles afresh and writes "
+        "no cache, so there is nothing to read."
+    )
