@@ -16,6 +16,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
   ``npu_prompt_flash_attention``, ``npu_fusion_attention``, ``npu_fused_infer_attention_score_v2``
+* :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
+  ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_confusion_transpose``
@@ -35,6 +37,10 @@ from ..errors import NpufuseError
 from .attention import (
     npu_fused_infer_attention_score, npu_fused_infer_attention_score_v2, npu_fusion_attention, npu_incre_flash_attention,
     npu_prompt_flash_attention,
+)
+from .atb import (
+    _npu_flash_attention, _npu_flash_attention_qlens, _npu_flash_attention_unpad, _npu_paged_attention,
+    _npu_reshape_and_cache,
 )
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
@@ -64,6 +70,11 @@ from .rope import (
 )
 
 __all__ = [
+    "_npu_flash_attention",
+    "_npu_flash_attention_qlens",
+    "_npu_flash_attention_unpad",
+    "_npu_paged_attention",
+    "_npu_reshape_and_cache",
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
     "npu_apply_rotary_pos_emb",
