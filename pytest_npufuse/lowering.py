@@ -430,7 +430,7 @@ class _ProgramBuilder:
         known = self.catalog.entries.get(op_type)
         if _is_scalar(value) and not (known is not None and known.value_dependent):
             return  # host-side size arithmetic (sym_size, int(), trunc), not a kernel
-        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        if _draws_random(node):
             raise NotModeledError(
                 f"{op_type} at {source_line(node) or 'the model'} draws random numbers, so BASELINE and VARIANT would "
                 "draw different ones and could never match bit for bit; create the random tensor outside forward "
@@ -517,6 +517,19 @@ def _check_kept_alive_streams(program: Program) -> None:
                 f"stream {point.stream!r} (streams: {', '.join(sorted(streams))}); name the tag of the "
                 "npu_stream_switch that uses the tensor, or 'default' for the main stream."
             )
+
+
+def _draws_random(node: torch.fx.Node) -> bool:
+    """Whether the op draws random numbers. Attention with ``dropout_p=0`` (every inference call of
+    ``scaled_dot_product_attention``) carries torch's seeded tag but draws nothing."""
+    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    schema = node.target._schema
+    for position, argument in enumerate(schema.arguments):
+        if argument.name == "dropout_p":
+            value = node.kwargs.get("dropout_p", node.args[position] if position < len(node.args) else argument.default_value)
+            return value != 0
+    return True
 
 
 def _is_scalar(value: Any) -> bool:

@@ -40,14 +40,17 @@ class ScriptSession:
 _SESSION: ScriptSession | None = None
 
 
+def current_profile(target: str | None = None) -> HardwareProfile:
+    """``target``'s profile; by default the running script's target, else a3."""
+    if target is not None or _SESSION is None:
+        return load_profile(target or DEFAULT_TARGET)
+    return _SESSION.profile
+
+
 def backend_for(config: CompilerConfig, target: str | None) -> NpuBackend:
     """A backend for ``config`` on ``target`` (default: the running script's target, else a3); inside
     ``python -m pytest_npufuse run`` it is remembered for the summary."""
-    if target is not None or _SESSION is None:
-        profile = load_profile(target or DEFAULT_TARGET)
-    else:
-        profile = _SESSION.profile
-    backend = NpuBackend(config, profile)
+    backend = NpuBackend(config, current_profile(target))
     if _SESSION is not None:
         _SESSION.backends.append(backend)
     return backend

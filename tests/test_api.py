@@ -286,6 +286,15 @@ def test_torch_npu_on_the_cpu(shim):
         torch.npu.mem_get_info  # noqa: B018
 
 
+def test_device_queries_name_the_modeled_targets_soc(shim, tmp_path, capsys):
+    assert torch.npu.get_device_name(0) == "Ascend910_9391" and torch.npu.is_bf16_supported()
+    script = tmp_path / "name.py"
+    script.write_text("import torch, torch_npu\nprint('device', torch.npu.get_device_name())\n")
+    out = io.StringIO()
+    assert main(["run", str(script), "--npu-target=a2"], out) == 0
+    assert "device Ascend910B2" in capsys.readouterr().out
+
+
 def test_eager_streams_and_events_are_already_satisfied_on_the_cpu(shim):
     side = torch.npu.Stream()
     event = torch.npu.Event()

@@ -79,6 +79,16 @@ def attention_flops(work: Work) -> float:
     return 2.0 * out * head_dim
 
 
+def bnsd_attention_flops(work: Work) -> float:
+    """Attention on query [B, N, Sq, D] and key [B, Nkv, Skv, D] (torch's ``scaled_dot_product_attention``
+    layout): Q x K^T and P x V are 2 x Sq x Skv x D each per head, so 4 x (query elements) x Skv. Decode
+    (Sq = 1) stays bound by reading K/V; prefill is bound by this arithmetic."""
+    query, key = work.inputs[0], work.inputs[1]
+    if len(query.shape) < 2 or len(key.shape) < 2:
+        return attention_flops(work)
+    return 4.0 * _elements(query) * key.shape[-2]
+
+
 def elementwise_flops(work: Work) -> float:
     return sum(_elements(spec) for spec in work.outputs) * work.per_element
 
@@ -303,6 +313,9 @@ register_cost_rule(
     tiling="complex",
 )
 register_cost_rule("attention", block_dim=all_cores, flops=attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
+register_cost_rule(
+    "bnsd_attention", block_dim=all_cores, flops=bnsd_attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex"
+)
 register_cost_rule("elementwise", block_dim=vector_block_dim, flops=elementwise_flops, bytes=io_bytes, body_us=roofline_us)
 register_cost_rule("reduction", block_dim=vector_block_dim, flops=reduction_flops, bytes=io_bytes, body_us=roofline_us)
 register_cost_rule("copy", block_dim=vector_block_dim, flops=no_flops, bytes=io_bytes, body_us=roofline_us)
