@@ -221,6 +221,7 @@ class _ProgramBuilder:
         self.prefetched: set[str] = set()
         self.stream_scopes: list[StreamScope] = []
         self.open_uses: list[tuple[str, str, str, int] | None] = []
+        self.open_sources: list[str] = []
         self.scope_uses: list[ScopeUse] = []
         self.frames: dict[tuple[str, str], ModuleFrame] = {}
         self.native_superkernels: list[torch.fx.Node] = []
@@ -255,8 +256,11 @@ class _ProgramBuilder:
         open_scopes = self.stack.open_scopes()
         if open_scopes:
             raise CaptureError(
-                f"{open_scopes[-1]} is entered but never exited in the captured graph. Use scopes only as "
-                "`with` blocks, and keep graph breaks (print, .item(), data-dependent if) out of them."
+                f"{open_scopes[-1]}{f' entered at {self.open_sources[-1]}' if self.open_sources[-1] else ''} is never "
+                "exited in the captured "
+                "graph: a graph break inside the block (print, .item(), a data-dependent if) ended the graph there. "
+                "Use scopes only as `with` blocks and keep graph breaks out of them (torch.compile(fullgraph=True) "
+                "names the break)."
             )
         program = Program(
             tuple(self.kernels),
@@ -303,6 +307,7 @@ class _ProgramBuilder:
         elif node.target is scopes.SCOPE_ENTER:
             keys, values = node.args[:2]
             self.stack.enter(keys, values)
+            self.open_sources.append(source_line(node))
             attrs = dict(zip(keys, values))
             stream = attrs.get(scopes.STREAM_LABEL)
             self.open_streams.append((stream, len(self.kernels)) if stream else None)
@@ -315,6 +320,7 @@ class _ProgramBuilder:
                 self._sync_point(EventKind.NOOP, "", "npu_stream_switch(enable_inner_parallel=False)", node)
         else:
             self.stack.exit(f"the graph at {source_line(node) or 'the model'}")
+            self.open_sources.pop()
             opened = self.open_streams.pop()
             if opened is not None:
                 self.stream_scopes.append(StreamScope(opened[0], opened[1], len(self.kernels)))
@@ -441,7 +447,7 @@ class _ProgramBuilder:
         known = self.catalog.entries.get(op_type)
         if _is_scalar(value) and not (known is not None and known.value_dependent):
             return  # host-side size arithmetic (sym_size, int(), trunc), not a kernel
-        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        if _draws_random(node):
             raise NotModeledError(
                 f"{op_type} at {source_line(node) or 'the model'} draws random numbers, so BASELINE and VARIANT would "
                 "draw different ones and could never match bit for bit; create the random tensor outside forward "
@@ -452,7 +458,8 @@ class _ProgramBuilder:
         inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers)
         input_specs = [self.buffers[name].spec for name in inputs]
         compute_dtype = compute_dtype_of(input_specs, output_specs)
-        info = self.catalog.lookup(op_type).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
+        call = call_name(node)
+        info = self.catalog.lookup(op_type, call).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
         flops, nbytes = cost.kernel_work(info, input_specs, output_specs, [self._storage(n) for n in inputs], self.prefetched)
         if info.cost == "prefetch":
@@ -479,7 +486,7 @@ class _ProgramBuilder:
                 source=source_line(node),
                 input_specs=tuple(input_specs),
                 modules=self._modules(node),
-                call=call_name(node),
+                call=call,
             )
         )
 
@@ -528,6 +535,19 @@ def _check_kept_alive_streams(program: Program) -> None:
                 f"stream {point.stream!r} (streams: {', '.join(sorted(streams))}); name the tag of the "
                 "npu_stream_switch that uses the tensor, or 'default' for the main stream."
             )
+
+
+def _draws_random(node: torch.fx.Node) -> bool:
+    """Whether the op draws random numbers. Attention with ``dropout_p=0`` (every inference call of
+    ``scaled_dot_product_attention``) carries torch's seeded tag but draws nothing."""
+    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    schema = node.target._schema
+    for position, argument in enumerate(schema.arguments):
+        if argument.name == "dropout_p":
+            value = node.kwargs.get("dropout_p", node.args[position] if position < len(node.args) else argument.default_value)
+            return value != 0
+    return True
 
 
 def _is_scalar(value: Any) -> bool:

@@ -286,6 +286,15 @@ def test_torch_npu_on_the_cpu(shim):
         torch.npu.mem_get_info  # noqa: B018
 
 
+def test_device_queries_name_the_modeled_targets_soc(shim, tmp_path, capsys):
+    assert torch.npu.get_device_name(0) == "Ascend910_9391" and torch.npu.is_bf16_supported()
+    script = tmp_path / "name.py"
+    script.write_text("import torch, torch_npu\nprint('device', torch.npu.get_device_name())\n")
+    out = io.StringIO()
+    assert main(["run", str(script), "--npu-target=a2"], out) == 0
+    assert "device Ascend910B2" in capsys.readouterr().out
+
+
 def test_eager_streams_and_events_are_already_satisfied_on_the_cpu(shim):
     side = torch.npu.Stream()
     event = torch.npu.Event()
@@ -574,6 +583,25 @@ def test_run_command_names_the_users_line_of_an_op_that_fails_on_its_values(tmp_
     text = out.getvalue()
     assert f"KernelError: aten::embedding at {script}:3 failed on the values that reached it: IndexError" in text
     assert "Traceback" not in text
+
+
+def test_run_command_reports_a_graph_break_inside_a_scope_without_a_torch_traceback(tmp_path):
+    script = tmp_path / "breaks.py"
+    script.write_text(
+        "import torch, torchair\n"
+        "def f(x):\n"
+        "    with torchair.scope.super_kernel('sp1'):\n"
+        "        y = x @ x\n"
+        "        print(float(y.sum()))\n"
+        "        return y @ x\n"
+        "g = torch.compile(f, backend=torchair.get_npu_backend())\n"
+        "g(torch.ones(4, 4))\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == 1
+    text = out.getvalue()
+    assert "CaptureError: super_kernel('sp1')" in text and "a graph break inside the block" in text
+    assert f"(at {script}:8: g(torch.ones(4, 4)))" in text and "BackendCompilerFailed" not in text
 
 
 def test_run_command_runs_seed001_unchanged():

@@ -1,8 +1,9 @@
 """The cost-rule registry and the mechanisms of the built-in rules."""
 
 import pytest
+import torch
 
-from pytest_npufuse import cost
+from pytest_npufuse import capture, cost
 from pytest_npufuse.catalog import load_catalog
 from pytest_npufuse.errors import ProfileError
 from pytest_npufuse.fusion import BASELINE
@@ -120,3 +121,19 @@ def test_a_prefetched_weight_costs_its_reader_no_hbm_traffic():
     builder.op("npu::npu_prefetch", [w], (1,), "int8")
     warm = kernel_of(builder, builder.op("npu::npu_quant_matmul", [x, w], (16, 2048)))
     assert cold.bytes - warm.bytes == 7168 * 2048
+
+
+def _attention(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> "torch.Tensor":
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_scaled_dot_product_attention_is_flash_attention_priced_by_its_arithmetic():
+    """Inference SDPA (dropout_p=0) draws nothing, so it is modeled, as torch_npu's FlashAttentionScore;
+    prefill's Sq x Skv arithmetic is priced, so 512 query rows cost far more than one."""
+    kv = torch.randn(1, 8, 512, 128, dtype=torch.bfloat16)
+    flops = {}
+    for rows in (1, 512):
+        program = capture(_attention, torch.randn(1, 8, rows, 128, dtype=torch.bfloat16), kv, kv)
+        (kernel,) = [k for k in program.kernels if k.info.kernel_type == "FlashAttentionScore"]
+        flops[rows] = kernel.flops
+    assert flops[1] == 4 * 8 * 128 * 512 and flops[512] == 512 * flops[1]

@@ -1,4 +1,4 @@
-"""npu_grouped_matmul (float and W8A8) against per-group plain-torch products in int64 / float64."""
+"""npu_grouped_matmul (float, W8A8, W8A16/W4A16) against per-group plain-torch products in int64 / float64."""
 
 from __future__ import annotations
 
@@ -93,8 +93,8 @@ def test_gmm_refuses_mismatched_quant_configuration() -> None:
     with pytest.raises(ValueError, match="needs scale"):
         torch_npu.npu_grouped_matmul([x], [w], group_list=torch.tensor([2]), split_item=3, group_type=0,
                                      output_dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="antiquant_scale is not implemented"):
-        torch_npu.npu_grouped_matmul([x.float()], [w.float()], antiquant_scale=[torch.ones(4)], group_type=-1)
+    with pytest.raises(ValueError, match="needs float16 or bfloat16 x"):
+        torch_npu.npu_grouped_matmul([x.float()], [w], antiquant_scale=[torch.ones(4)], group_type=-1)
 
 
 def test_w8a8_key_value_group_list_from_init_routing_v2_equals_counts() -> None:
@@ -113,3 +113,33 @@ def test_w8a8_key_value_group_list_from_init_routing_v2_equals_counts() -> None:
     (by_counts,) = torch_npu.npu_grouped_matmul([expanded], [w], group_list=counts, group_list_type=1, **common)
     assert pairs[:, 1].sum() == tokens * k and not pairs[3:].any()
     assert torch.equal(by_pairs, by_counts)
+
+
+def _pack_int4_low_first(levels: torch.Tensor) -> torch.Tensor:
+    """Eight int4 values per int32 word along the last dim, element 0 in the low nibble."""
+    nibbles = (levels.long() & 0xF).reshape(*levels.shape[:-1], -1, 8)
+    words = (nibbles << (torch.arange(8) * 4)).sum(dim=-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_weight_only_quantised_moe_form_dequantises_each_expert(bits: int) -> None:
+    """Formula 4: y = x @ ((w + antiquant_offset) * antiquant_scale), per channel (int8) or per group of K rows (int4)."""
+    gen = _gen()
+    experts, k, n, counts = 2, 32, 16, [4, 2]
+    x = torch.randn(sum(counts), k, generator=gen).to(torch.bfloat16)
+    low, high = (-128, 128) if bits == 8 else (-8, 8)
+    levels = torch.randint(low, high, (experts, k, n), generator=gen, dtype=torch.int8)
+    groups = 1 if bits == 8 else 4
+    scale_shape = (experts, n) if bits == 8 else (experts, groups, n)
+    scale = (torch.rand(*scale_shape, generator=gen) / 50).to(torch.bfloat16)
+    offset = torch.randint(-3, 3, scale_shape, generator=gen).to(torch.bfloat16)
+    weight = levels if bits == 8 else _pack_int4_low_first(levels)
+    (y,) = torch_npu.npu_grouped_matmul(
+        [x], [weight], antiquant_scale=[scale], antiquant_offset=[offset], group_list=torch.tensor(counts),
+        group_list_type=1, split_item=2, group_type=0)
+    per_row = (lambda p: p.unsqueeze(1)) if bits == 8 else (lambda p: p.repeat_interleave(k // groups, dim=1))
+    dequant = ((levels.double() + per_row(offset).double()) * per_row(scale).double()).to(torch.bfloat16).double()
+    ref = torch.cat([x[:4].double() @ dequant[0], x[4:].double() @ dequant[1]])
+    assert y.dtype == torch.bfloat16 and y.shape == (6, n)
+    torch.testing.assert_close(y.double(), ref, rtol=2**-7, atol=2**-7)

@@ -121,3 +121,32 @@ def test_confusion_transpose_is_permute_and_reshape(transpose_first: bool) -> No
     assert torch.equal(out, expected) and out.is_contiguous()
     with pytest.raises(ValueError, match="cannot"):
         torch_npu.npu_confusion_transpose(x, [0, 1], [5, 5], False)
+
+
+def test_scatter_update_writes_each_batch_from_its_offset_along_the_axis() -> None:
+    gen = torch.Generator().manual_seed(29)
+    data = torch.randn(3, 2, 8, 4, generator=gen).to(torch.bfloat16)
+    updates = torch.randn(3, 2, 2, 4, generator=gen).to(torch.bfloat16)
+    offsets = torch.tensor([0, 5, 3], dtype=torch.int32)
+    expected = data.clone()
+    for b, start in enumerate(offsets.tolist()):  # the README's formula, written out per element row
+        for k in range(2):
+            expected[b, :, start + k, :] = updates[b, :, k, :]
+    out = torch_npu.scatter_update(data, offsets, updates, -2)
+    assert torch.equal(out, expected) and not torch.equal(data, expected)
+    column = torch.randn(3, 2, 8, 1, generator=gen).to(torch.bfloat16)
+    last = torch_npu.scatter_update(data, torch.tensor([3, 0, 2]), column, -1)
+    for b, start in enumerate([3, 0, 2]):
+        assert torch.equal(last[b, :, :, start], column[b, :, :, 0])
+        assert torch.equal(last[b].index_fill(-1, torch.tensor([start]), 0), data[b].index_fill(-1, torch.tensor([start]), 0))
+    assert torch_npu.scatter_update_(data, offsets, updates, 2) is data and torch.equal(data, expected)
+
+
+def test_scatter_update_refuses_out_of_range_offsets_and_2d_indices() -> None:
+    data = torch.zeros(2, 4, 3)
+    with pytest.raises(ValueError, match="leave data's axis"):
+        torch_npu.scatter_update(data, torch.tensor([0, 3]), torch.ones(2, 2, 3), -2)
+    with pytest.raises(ValueError, match="only 1-D indices"):
+        torch_npu.scatter_update(data, torch.zeros(2, 2, dtype=torch.int64), torch.ones(2, 1, 3), -2)
+    with pytest.raises(ValueError, match="batch dim 0"):
+        torch_npu.scatter_update(data, torch.tensor([0, 1]), torch.ones(1, 4, 3), 0)

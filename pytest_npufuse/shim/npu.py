@@ -214,6 +214,19 @@ def current_device() -> int:
     return 0
 
 
+def get_device_name(device: object = None) -> str:
+    """The SoC of the modeled target (its CANN platform name, e.g. ``Ascend910_9391`` for an A3 die)."""
+    from ..scriptrun import current_profile
+
+    check_index(device, "torch.npu.get_device_name")
+    return current_profile().soc
+
+
+def is_bf16_supported() -> bool:
+    """Atlas A2 and A3 Cubes take bfloat16 (hw §1.2 lists their bf16 peak)."""
+    return True
+
+
 def set_device(device: object) -> None:
     check_index(device, "torch.npu.set_device")
 
@@ -257,6 +270,7 @@ def __getattr__(name: str) -> Any:
 
 PROVIDED = (
     "Stream", "Event", "stream", "current_stream", "default_stream", "super_kernel_scope_begin",
-    "super_kernel_scope_end", "is_available", "device_count", "current_device", "set_device", "synchronize",
+    "super_kernel_scope_end", "is_available", "device_count", "current_device", "get_device_name",
+    "is_bf16_supported", "set_device", "synchronize",
     "manual_seed", "manual_seed_all", "empty_cache", "set_compile_mode", "config", "npugraph_ex",
 )

@@ -5,7 +5,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``
-* :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``
+* :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
+  ``npu_scaled_masked_softmax``
 * :mod:`.rope` - ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
   ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
 * :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
@@ -15,9 +16,11 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
   ``npu_prompt_flash_attention``, ``npu_fusion_attention``, ``npu_fused_infer_attention_score_v2``
+* :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
+  ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
-  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_confusion_transpose``
+  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_confusion_transpose``, ``scatter_update``, ``scatter_update_``
 
 Each op is declared once through :func:`.registry.npu_op` (schema, argument checks, CPU kernel, fake
 kernel, op-catalog entry), so ``torch.compile(..., fullgraph=True)`` leaves one opaque
@@ -35,8 +38,13 @@ from .attention import (
     npu_fused_infer_attention_score, npu_fused_infer_attention_score_v2, npu_fusion_attention, npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
+from .atb import (
+    _npu_flash_attention, _npu_flash_attention_qlens, _npu_flash_attention_unpad, _npu_paged_attention,
+    _npu_reshape_and_cache,
+)
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
+    scatter_update, scatter_update_,
     npu_confusion_transpose, npu_format_cast, npu_prefetch, npu_scatter_nd_update, npu_scatter_nd_update_,
     npu_top_k_top_p,
 )
@@ -49,7 +57,9 @@ from .moe_routing import (
     npu_moe_compute_expert_tokens, npu_moe_finalize_routing, npu_moe_gating_top_k_softmax, npu_moe_init_routing,
     npu_moe_init_routing_quant, npu_moe_init_routing_v2, npu_moe_re_routing,
 )
-from .norm import npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm
+from .norm import (
+    npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm, npu_scaled_masked_softmax,
+)
 from .quant import (
     npu_dequant_swiglu_quant, npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_swiglu,
     npu_weight_quant_batchmatmul,
@@ -61,6 +71,11 @@ from .rope import (
 )
 
 __all__ = [
+    "_npu_flash_attention",
+    "_npu_flash_attention_qlens",
+    "_npu_flash_attention_unpad",
+    "_npu_paged_attention",
+    "_npu_reshape_and_cache",
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
     "npu_apply_rotary_pos_emb",
@@ -100,12 +115,15 @@ __all__ = [
     "npu_quantize",
     "npu_rms_norm",
     "npu_rotary_mul",
+    "npu_scaled_masked_softmax",
     "npu_scatter_nd_update",
     "npu_scatter_nd_update_",
     "npu_swiglu",
     "npu_top_k_top_p",
     "npu_transpose_batchmatmul",
     "npu_weight_quant_batchmatmul",
+    "scatter_update",
+    "scatter_update_",
 ]
 
 README_SECTION = "README.md, section 'Op library' (#op-library)"

@@ -389,7 +389,7 @@ def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
          key_rope: Optional[torch.Tensor]) -> tuple[torch.Tensor, _Softmax]:
     """(attention_out in the query's layout and dtype, its softmax statistics [B, N, Sq, 1] padded)."""
     geo = call.geo
-    if call.sparse_mode in CAUSAL_MODES:
+    if mask is not None and call.sparse_mode in CAUSAL_MODES:
         _require_causal_mask(mask)
     q = _q_to_bnsd(query, geo, call.q_lens)
     k = _kv_to_bnsd(key, geo, block_table, call.kv_lens)

@@ -17,7 +17,7 @@ from .checks import (
     FLOAT_DTYPES, HALF_DTYPES, require_choice, require_dtype, require_int, require_int_list, require_shape,
     require_tensor, require_tensors, require_unused,
 )
-from .quant import _antiquant_param_shapes, _antiquant_weight
+from .quant import antiquant_param_shapes, antiquant_weight
 from .registry import Out, arguments, npu_op
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
@@ -49,7 +49,7 @@ def _mm_all_reduce_meta(*args: Any, **kwargs: Any) -> Out:
     for name, param in (("antiquant_scale", scale), ("antiquant_offset", offset)):
         if param is not None:
             require_dtype(name, param, (x1.dtype,), "(x1's dtype)")
-            require_shape(name, param, _antiquant_param_shapes(k, n, group))
+            require_shape(name, param, antiquant_param_shapes(k, n, group))
     if options["bias"] is not None:
         require_dtype("bias", options["bias"], (x1.dtype,), "(x1's dtype)")
         require_shape("bias", options["bias"], ((n,),))
@@ -63,7 +63,7 @@ def _mm_all_reduce_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
     options = arguments(npu_mm_all_reduce_base, args, kwargs)
     x1, x2, bias, x3 = options["x1"], options["x2"], options["bias"], options["x3"]
     if x2.dtype == torch.int8:
-        x2 = _antiquant_weight(x2, options["antiquant_scale"], options["antiquant_offset"],
+        x2 = antiquant_weight(x2, options["antiquant_scale"], options["antiquant_offset"],
                                options["antiquant_group_size"], x1.dtype)
     rows = x1.reshape(-1, x1.shape[-1])
     addend = torch.zeros(x2.shape[1], dtype=torch.float32) if bias is None else bias.to(torch.float32)

@@ -285,3 +285,95 @@ def npu_confusion_transpose(self: torch.Tensor, perm: Sequence[int], shape: Sequ
     require_int_list("perm", perm)
     require_int_list("shape", shape)
     require_bool("transpose_first", transpose_first)
+
+
+# ---------------------------------------------------------------------------------------------
+# scatter_update / scatter_update_ (the per-batch KV-cache write at an offset)
+# ---------------------------------------------------------------------------------------------
+
+SCATTER_UPDATE_DTYPES = (torch.int8, torch.float16, torch.float32, torch.bfloat16, torch.int32)
+SCATTER_UPDATE_RANKS = (2, 8)
+SCATTER_UPDATE_DOCS = DOCS.format("scatter_update") + " and CANN ops-nn index/scatter README (1-D indices)"
+
+
+def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
+    """``axis`` as a non-negative dim of data; dim 0 is the batch the indices run over, so it cannot be it."""
+    dim = axis + data.dim() if axis < 0 else axis
+    if not 1 <= dim < data.dim():
+        raise ValueError(f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)")
+    return dim
+
+
+def _scatter_update_meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> Out:
+    require_dtype("data", self, SCATTER_UPDATE_DTYPES)
+    require_dtype("updates", updates, (self.dtype,), "(data's dtype)")
+    require_dtype("indices", indices, (torch.int32, torch.int64))
+    low, high = SCATTER_UPDATE_RANKS
+    if not low <= self.dim() <= high or updates.dim() != self.dim():
+        raise ValueError(f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8")
+    dim = _scatter_update_axis(self, axis)
+    if indices.dim() != 1:
+        raise ValueError(f"indices has shape {list(indices.shape)}; only 1-D indices (one offset per batch) are "
+                         "implemented (the documentation does not describe the 2-D form)")
+    require_shape("indices", indices, ((self.shape[0],),))
+    expected = [*self.shape[:dim], updates.shape[dim], *self.shape[dim + 1:]]
+    if list(updates.shape) != expected or updates.shape[dim] > self.shape[dim]:
+        raise ValueError(f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
+                         f"along axis {axis}, where it holds at most {self.shape[dim]} entries")
+    return Out(list(self.shape), self.dtype)
+
+
+def _scatter_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> torch.Tensor:
+    dim = _scatter_update_axis(self, axis)
+    count = updates.shape[dim]
+    starts = indices.to(torch.int64)
+    if bool(((starts < 0) | (starts + count > self.shape[dim])).any()):
+        raise ValueError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
+                         f"(size {self.shape[dim]}); the op does not check bounds on the device")
+    along = [1] * self.dim()
+    along[dim] = count
+    batch = [1] * self.dim()
+    batch[0] = self.shape[0]
+    positions = (starts.reshape(batch) + torch.arange(count).reshape(along)).expand(updates.shape)
+    return self.clone(memory_format=torch.contiguous_format).scatter_(dim, positions, updates)
+
+
+@npu_op(
+    "(Tensor self, Tensor indices, Tensor updates, int axis) -> Tensor",
+    source=SCATTER_UPDATE_DOCS,
+    meta=_scatter_update_meta,
+    kernel=_scatter_update_kernel,
+)
+def scatter_update(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> torch.Tensor:
+    """A copy of ``data`` whose batch b has ``updates[b]`` written from offset ``indices[b]`` along ``axis``.
+
+    Source: torch_npu.scatter_update (op-plugin API page: dtypes, ranks, "data unchanged") and CANN
+    ops-nn's Scatter README for 1-D indices: with data ``(a, b, c, d)``, updates ``(a, b, e, d)`` and
+    ``axis=-2``, ``out[i, j, indices[i] + k, l] = updates[i, j, k, l]`` (``axis=-1`` likewise on the last
+    dim). This is the KV-cache write of decode: the new tokens of batch i land at its current length.
+
+    * data/updates int8, float16, float32, bfloat16, int32, rank 2-8, equal except along ``axis``;
+      indices int32/int64 ``[a]``. Indices must keep the write inside data (checked here; the device
+      does not check).
+    * Refused: 2-D indices (the documentation does not describe them).
+    """
+    require_tensors(data=self, indices=indices, updates=updates)
+    require_int("axis", axis)
+
+
+@npu_op(
+    "(Tensor self, Tensor indices, Tensor updates, int axis) -> Tensor",
+    source=DOCS.format("scatter_update_"),
+    meta=_scatter_update_meta,
+    kernel=_scatter_update_kernel,
+    writes_back={"self": 0},
+)
+def scatter_update_(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> torch.Tensor:
+    """In-place :func:`scatter_update`: writes into ``data`` and returns it (cann-recipes' decode KV-cache
+    write ``scatter_update_(past_key, kv_len, key_states, -2)``).
+
+    Source: torch_npu.scatter_update_ (op-plugin API page). The registered op is functional (the
+    registry's ``writes_back``); this wrapper copies its result into ``data`` and returns ``data``.
+    """
+    require_tensors(data=self, indices=indices, updates=updates)
+    require_int("axis", axis)

@@ -12,12 +12,13 @@ from typing import Any, Optional, Sequence
 import torch
 
 from .checks import (
-    FLOAT_DTYPES, require_bool, require_choice, require_dtype, require_float, require_int, require_int_list,
+    FLOAT_DTYPES, HALF_DTYPES, require_bool, require_choice, require_dtype, require_float, require_int, require_int_list,
     require_optional_dtype, require_optional_int, require_optional_tensor, require_shape, require_tensor,
     require_tensor_list, require_unused,
 )
 from ..exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
+from .quant import antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
 from .registry import Out, npu_op
 
@@ -194,16 +195,51 @@ def _empty(value: object) -> bool:
     return value is None or (isinstance(value, (list, tuple)) and len(value) == 0)
 
 
-def _gmm_weights(weight: object, dtype: torch.dtype) -> list[torch.Tensor]:
+def _gmm_weights(weight: object, dtypes: Sequence[torch.dtype], why: str) -> list[torch.Tensor]:
     """One [K, N] matrix per group, from a list of 2-D tensors or a single [E, K, N] tensor."""
     tensors = require_tensor_list("weight", weight)
     if len(tensors) == 1 and tensors[0].dim() == 3:
         tensors = list(tensors[0].unbind(0))
     for i, w in enumerate(tensors):
-        require_dtype(f"weight[{i}]", w, (dtype,), "(the weights must have x's dtype; int8 x needs int8 weights)")
+        require_dtype(f"weight[{i}]", w, dtypes, why)
         if w.dim() != 2:
             raise ValueError(f"weight[{i}] has shape {list(w.shape)}; expected [K, N] (or one [E, K, N] tensor)")
     return tensors
+
+
+def _group_tensors(name: str, value: object, groups: int) -> list[torch.Tensor]:
+    """One tensor per group: a list, or a single tensor whose first dim is the group."""
+    tensors = require_tensor_list(name, value)
+    if len(tensors) == 1 and (groups > 1 or tensors[0].dim() == 3):
+        tensors = list(tensors[0].unbind(0))
+    if len(tensors) != groups:
+        raise ValueError(f"{name} has {len(tensors)} tensors for {groups} weight groups; give one per group")
+    return tensors
+
+
+def _antiquant_weights(weight: object, antiquant_scale: object, antiquant_offset: object,
+                       dtype: torch.dtype) -> list[torch.Tensor]:
+    """Weight-only quantisation (the doc's formula 4): each int8 [K, N] or int4 (eight per int32, [K, N / 8])
+    weight becomes ``(w + antiquant_offset) * antiquant_scale`` in x's dtype; scales per channel [N] or,
+    for int4, per group [G, N] over K / G consecutive rows (:func:`.quant.antiquant_weight`)."""
+    if dtype not in HALF_DTYPES:
+        raise ValueError("antiquant_scale (weight-only quantisation) needs float16 or bfloat16 x")
+    raw = _gmm_weights(weight, (torch.int8, torch.int32), "(weight-only quantisation: int8, or int4 packed in int32)")
+    scales = _group_tensors("antiquant_scale", antiquant_scale, len(raw))
+    offsets = None if _empty(antiquant_offset) else _group_tensors("antiquant_offset", antiquant_offset, len(raw))
+    weights = []
+    for g, w in enumerate(raw):
+        levels = unpack_int4(w) if w.dtype == torch.int32 else w
+        k, n = levels.shape
+        groups = scales[g].shape[0] if w.dtype == torch.int32 and scales[g].dim() == 2 else 1
+        shapes = ((n,), (1, n)) if groups == 1 or k % groups else ((groups, n),)
+        for name, params in (("antiquant_scale", scales), ("antiquant_offset", offsets)):
+            if params is not None:
+                require_dtype(f"{name}[{g}]", params[g], (dtype,), "(x's dtype)")
+                require_shape(f"{name}[{g}]", params[g], shapes)
+        offset = None if offsets is None else offsets[g]
+        weights.append(antiquant_weight(levels, scales[g], offset, k // groups if groups > 1 else 0, dtype))
+    return weights
 
 
 def _per_group(name: str, value: object, weights: Sequence[torch.Tensor],
@@ -262,9 +298,15 @@ def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype],
 
 
 def _gmm_params(xs: Sequence[torch.Tensor], weight: object, bias: object, scale: object, per_token_scale: object,
-                output_dtype: Optional[torch.dtype]) -> _GmmParams:
+                output_dtype: Optional[torch.dtype], antiquant_scale: object = None,
+                antiquant_offset: object = None) -> _GmmParams:
     dtype = xs[0].dtype
-    weights = _gmm_weights(weight, dtype)
+    if _empty(antiquant_scale):
+        if not _empty(antiquant_offset):
+            raise ValueError("antiquant_offset needs antiquant_scale (weight-only quantisation)")
+        weights = _gmm_weights(weight, (dtype,), "(the weights must have x's dtype; int8 x needs int8 weights)")
+    else:
+        weights = _antiquant_weights(weight, antiquant_scale, antiquant_offset, dtype)
     quantised = dtype == torch.int8
     biases = _per_group("bias", bias, weights, QUANT_BIAS_DTYPES if quantised else (GMM_BIAS_DTYPES[dtype],))
     if not quantised and not (_empty(scale) and _empty(per_token_scale)):
@@ -344,6 +386,8 @@ def _grouped_matmul_layout(
     bias: Optional[Sequence[torch.Tensor]] = None,
     scale: Optional[Sequence[torch.Tensor]] = None,
     per_token_scale: Optional[Sequence[torch.Tensor]] = None,
+    antiquant_scale: Optional[Sequence[torch.Tensor]] = None,
+    antiquant_offset: Optional[Sequence[torch.Tensor]] = None,
     group_list: Optional[torch.Tensor] = None,
     split_item: Optional[int] = 0,
     group_type: Optional[int] = None,
@@ -354,8 +398,8 @@ def _grouped_matmul_layout(
 ) -> tuple[list[list[int]], _GmmParams, int]:
     """Validate the npu_grouped_matmul tensors from metadata; return (output shapes, operands, group_list_type).
 
-    The wrapper has already refused the unmodeled inputs (offset, antiquant, activation); ``tuning_config``
-    does not change values.
+    The wrapper has already refused the unmodeled inputs (offset, activation); ``tuning_config`` does not
+    change values.
     """
     xs = list(x)
     dtype = xs[0].dtype
@@ -363,7 +407,7 @@ def _grouped_matmul_layout(
         require_dtype(f"x[{i}]", xi, GMM_X_DTYPES, "(int4 grouped matmul is not implemented)")
         if xi.dtype != dtype or xi.dim() < 2:
             raise ValueError(f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype")
-    params = _gmm_params(xs, weight, bias, scale, per_token_scale, output_dtype)
+    params = _gmm_params(xs, weight, bias, scale, per_token_scale, output_dtype, antiquant_scale, antiquant_offset)
     pairs = zip(xs, params.weights) if len(xs) == len(params.weights) else ((xs[0], w) for w in params.weights)
     for i, (xi, w) in enumerate(pairs):
         if xi.shape[-1] != w.shape[0]:
@@ -516,7 +560,14 @@ def npu_grouped_matmul(
       ``output_dtype`` (bfloat16, float16, float32, or int8 -- None -- with the int64 scale's offset added
       before rint and saturation).
 
-    Refused with ValueError: ``offset``, weight-only (antiquant) and activation inputs, int4, ``act_type != 0``,
+    * Weight-only quantisation (formula 4, W8A16 / W4A16): float16/bfloat16 x with int8 weights, or
+      int4 weights packed eight per int32 (``[K, N / 8]``, element 0 in the low nibble -- an assumption,
+      see ``quant._pack_int4``), and ``antiquant_scale`` (+ optional ``antiquant_offset``) in x's dtype:
+      per channel (one ``[N]`` per group or one ``[E, N]``) or, for int4, per group of K rows (one
+      ``[G, N]`` per group or one ``[E, G, N]``). Each weight becomes ``(w + offset) * scale`` rounded to
+      x's dtype, then the float path (vllm-ascend's W4A16 MoE calls it this way).
+
+    Refused with ValueError: ``offset``, activation inputs, int4 x, ``act_type != 0``,
     ``group_type`` None (torch_npu also requires it) or not -1/0, ``split_item``
     0/1 with group_list (their row counts are group_list's values, which a fake kernel cannot know). A
     Python list as group_list is refused with TypeError (the schema takes an int64 tensor).
@@ -526,13 +577,13 @@ def npu_grouped_matmul(
         raise TypeError("group_list must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
     require_tensor_list("x", x)
     require_tensor_list("weight", weight)
-    for name, value in (("bias", bias), ("scale", scale), ("per_token_scale", per_token_scale)):
+    for name, value in (("bias", bias), ("scale", scale), ("per_token_scale", per_token_scale),
+                        ("antiquant_scale", antiquant_scale), ("antiquant_offset", antiquant_offset)):
         if not _empty(value):
             require_tensor_list(name, value)
     require_optional_tensor("group_list", group_list)
     require_unused(
-        "npu_grouped_matmul (offset, weight-only quantisation and activation inputs)", offset=offset,
-        antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, activation_input=activation_input,
+        "npu_grouped_matmul (offset and activation inputs)", offset=offset, activation_input=activation_input,
         activation_quant_scale=activation_quant_scale, activation_quant_offset=activation_quant_offset,
     )
     _check_gmm_modes(split_item, group_type, group_list_type, act_type)

@@ -16,8 +16,8 @@ from typing import Optional, Sequence
 import torch
 
 from .checks import (
-    FLOAT_DTYPES, require_bool, require_choice, require_dtype, require_int, require_int_list, require_shape,
-    require_tensor, require_tensors,
+    FLOAT_DTYPES, require_bool, require_choice, require_dtype, require_int, require_int_list, require_ints,
+    require_shape, require_tensor, require_tensors,
 )
 from .fixedorder import round_to_int8, softmax
 from .registry import Out, npu_op
@@ -694,10 +694,8 @@ def npu_moe_init_routing_quant(
     vllm-ascend's W8A8 all-to-all EP path calls it dropless, dynamic, with counts (mode 2).
     """
     require_tensors(x=x, expert_idx=expert_idx, scale=scale, offset=offset)
-    for name, value in (("active_num", active_num), ("expert_capacity", expert_capacity), ("expert_num", expert_num),
-                        ("drop_pad_mode", drop_pad_mode), ("expert_tokens_num_mode", expert_tokens_num_mode),
-                        ("quant_mode", quant_mode)):
-        require_int(name, value)
+    require_ints(active_num=active_num, expert_capacity=expert_capacity, expert_num=expert_num,
+                 drop_pad_mode=drop_pad_mode, expert_tokens_num_mode=expert_tokens_num_mode, quant_mode=quant_mode)
     require_bool("expert_tokens_before_capacity_flag", expert_tokens_before_capacity_flag)
     require_choice("drop_pad_mode", drop_pad_mode, (DROPLESS, DROP_PAD), "0 dropless, 1 drop/pad to expert_capacity")
     require_choice("expert_tokens_num_mode", expert_tokens_num_mode, (0, 1, 2), "0 none, 1 cumsum, 2 count")

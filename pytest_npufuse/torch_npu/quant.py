@@ -587,6 +587,15 @@ def _pack_int4(levels: torch.Tensor) -> torch.Tensor:
     return wrap_to_int32((nibbles << shifts).sum(dim=-1))
 
 
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """The int4 values (int8, in [-8, 7]) of int32 words holding eight each, the inverse of :func:`_pack_int4`
+    (element 0 in the low nibble, the same assumption)."""
+    shifts = torch.arange(INT4_PER_INT32, dtype=torch.int64) * 4
+    nibbles = (packed.to(torch.int64).unsqueeze(-1) >> shifts) & 0xF
+    values = torch.where(nibbles >= 8, nibbles - 16, nibbles)
+    return values.flatten(-2).to(torch.int8)
+
+
 def _check_int4_width(name: str, x: torch.Tensor) -> None:
     if x.shape[-1] % INT4_PER_INT32 != 0:
         raise ValueError(f"{name} has last dim {x.shape[-1]}; a quint4x2 output packs 8 values per int32")
@@ -826,7 +835,7 @@ WEIGHT_QUANT_BATCHMATMUL_DOC = "op-plugin docs/context/torch_npu-npu_weight_quan
 WQBMM_BIAS_DTYPES = {torch.float16: torch.float16, torch.bfloat16: torch.float32}
 
 
-def _antiquant_param_shapes(k: int, n: int, group_size: int) -> tuple[tuple[int, ...], ...]:
+def antiquant_param_shapes(k: int, n: int, group_size: int) -> tuple[tuple[int, ...], ...]:
     """Per-tensor, per-channel, or (with a group size) per-group [ceil(k / group), n] shapes."""
     if group_size > 0:
         return ((math.ceil(k / group_size), n),)
@@ -849,7 +858,7 @@ def _weight_quant_batchmatmul_meta(
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[0]:
         raise ValueError(f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]")
     k, n = weight.shape
-    shapes = _antiquant_param_shapes(k, n, antiquant_group_size)
+    shapes = antiquant_param_shapes(k, n, antiquant_group_size)
     for name, param in (("antiquant_scale", antiquant_scale), ("antiquant_offset", antiquant_offset)):
         if param is not None:
             require_dtype(name, param, (x.dtype,), "(x's dtype)")
@@ -860,7 +869,7 @@ def _weight_quant_batchmatmul_meta(
     return Out([x.shape[0], n], x.dtype)
 
 
-def _antiquant_weight(
+def antiquant_weight(
     weight: torch.Tensor, scale: torch.Tensor, offset: Optional[torch.Tensor], group_size: int, dtype: torch.dtype
 ) -> torch.Tensor:
     """``(weight + offset) * scale`` in float32, rounded once to x's dtype (the Cube's input dtype)."""
@@ -887,7 +896,7 @@ def _weight_quant_batchmatmul_kernel(
     antiquant_group_size: int = 0,
     inner_precise: int = 0,
 ) -> torch.Tensor:
-    w = _antiquant_weight(weight, antiquant_scale, antiquant_offset, antiquant_group_size, x.dtype)
+    w = antiquant_weight(weight, antiquant_scale, antiquant_offset, antiquant_group_size, x.dtype)
     if bias is None:
         return cube_matmul(x, w)
     return cube_addmm(bias.reshape(-1), x, w)

@@ -1,0 +1,376 @@
+"""torch_npu's private ATB attention ops that vllm-ascend and sglang call: ``_npu_flash_attention``,
+``_npu_flash_attention_unpad``, ``_npu_flash_attention_qlens``, ``_npu_paged_attention`` and the KV-cache
+write ``_npu_reshape_and_cache``.
+
+These are op-plugin's bindings of Ascend Transformer Boost operations (SelfAttentionOperation,
+PagedAttentionOperation, ReshapeAndCacheOperation; op-plugin ``op_plugin/ops/atb/*.cpp`` sets their
+parameters, ``test/test_custom_ops/test_atb_*.py`` holds op-plugin's reference computations). They take
+token-major tensors ``[tokens, heads, head_dim]`` (or ``[tokens, heads x head_dim]``), per-sequence lengths
+as int tensors (not cumulative), caches ``[blocks, block_size, kv_heads, head_dim]``, and write a caller's
+``out`` tensor (or the caches) in place and return None. Here each is one functional op that returns the
+new values; the public wrapper copies them into ``out`` / the caches and returns None (the registry's
+``writes_back`` with ``returns_none``), so a traced graph has one opaque node per call.
+
+The attention itself is :mod:`.attention`'s computation (fp32 Cube products, fixed-order softmax, one
+rounding), on the variable-length token layout with per-sequence lengths.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Optional
+
+import torch
+
+from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _Call, _geometry, _run
+from .memory import _scatter_nd_into
+from .checks import HALF_DTYPES, require_dtype, require_float, require_int, require_shape, require_tensors
+from .registry import Out, arguments, npu_op
+
+SOURCE = "op-plugin op_plugin/ops/atb/{}.cpp (ATB {}) and test/test_custom_ops/test_atb_{}.py"
+LENGTH_DTYPES = (torch.int32, torch.int64)
+
+
+def _tokens(name: str, tensor: torch.Tensor, heads: int) -> torch.Tensor:
+    """The [tokens, heads, head_dim] view of a token-major tensor given 3-D or as [tokens, heads x head_dim]."""
+    if tensor.dim() == 3 and tensor.shape[1] == heads:
+        return tensor
+    if tensor.dim() == 2 and tensor.shape[1] % heads == 0:
+        return tensor.reshape(tensor.shape[0], heads, tensor.shape[1] // heads)
+    raise ValueError(f"{name} has shape {list(tensor.shape)}; expected [tokens, {heads}, head_dim] or "
+                     f"[tokens, {heads} x head_dim]")
+
+
+def _blocks(name: str, cache: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """The [blocks, block_size, kv_heads x head_dim] view of a [blocks, block_size, kv_heads, head_dim] cache."""
+    if cache.dim() == 4 and cache.shape[2] == kv_heads:
+        return cache.reshape(cache.shape[0], cache.shape[1], -1)
+    if cache.dim() == 3 and cache.shape[2] % kv_heads == 0:
+        return cache
+    raise ValueError(f"{name} has shape {list(cache.shape)}; expected [blocks, block_size, {kv_heads}, head_dim]")
+
+
+def _check_lengths(name: str, lengths: torch.Tensor, batch: Optional[int] = None) -> None:
+    require_dtype(name, lengths, LENGTH_DTYPES)
+    if lengths.dim() != 1 or (batch is not None and lengths.shape[0] != batch):
+        expected = f"[{batch}]" if batch is not None else "1-D [batch]"
+        raise ValueError(f"{name} has shape {list(lengths.shape)}; expected {expected} (one length per sequence)")
+
+
+def _check_heads(num_heads: int, num_kv_heads: int) -> None:
+    require_int("num_heads", num_heads)
+    require_int("num_kv_heads", num_kv_heads)
+    if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (GQA groups)")
+
+
+def _check_out(out: torch.Tensor, query: torch.Tensor, tokens: int, heads: int, value_dim: int) -> Out:
+    require_dtype("out", out, (query.dtype,), "(query's dtype)")
+    if out.numel() != tokens * heads * value_dim:
+        raise ValueError(f"out has shape {list(out.shape)}; it must hold [{tokens}, {heads}, {value_dim}] "
+                         "(tokens, heads, value head dim)")
+    return Out(list(out.shape), out.dtype)
+
+
+def _attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, heads: int, kv_heads: int,
+            batch: int, block_table: Optional[torch.Tensor] = None,
+            q_lens: Optional[list[int]] = None, kv_lens: Optional[list[int]] = None, scale: float = 1.0,
+            mode: int = MASK_ONLY, mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Any]:
+    """Validate (lengths None: metadata only) and, with lengths, compute [tokens, heads, value_dim]."""
+    require_dtype("query", query, HALF_DTYPES)
+    q = _tokens("query", query, heads)
+    if block_table is None:
+        k, v, block_size = _tokens("key", key, kv_heads), _tokens("value", value, kv_heads), 0
+    else:
+        k, v = _blocks("key_cache", key, kv_heads), _blocks("value_cache", value, kv_heads)
+        block_size = k.shape[1]
+    for name, tensor in (("key", k), ("value", v)):
+        require_dtype(name, tensor, (query.dtype,), "(query's dtype)")
+    ends = list(itertools.accumulate(q_lens)) if q_lens is not None else [0] * batch
+    geo = _geometry(q, k, v, "TND", heads, kv_heads, block_table, block_size, ends)
+    if q_lens is None:
+        return None, geo
+    if sum(q_lens) > q.shape[0] or (block_table is None and sum(kv_lens) > k.shape[0]):
+        raise ValueError(f"the sequence lengths {q_lens} / {kv_lens} add up to more tokens than query "
+                         f"({q.shape[0]}) or key ({k.shape[0]}) holds")
+    if block_table is not None and max(kv_lens, default=0) > geo.kv_len:
+        raise ValueError(f"context lengths {kv_lens} exceed the {geo.kv_len} tokens block_table addresses")
+    if mask is not None:
+        mask = mask.reshape(mask.shape[-2:])[: max(q_lens, default=0), : max(kv_lens, default=0)]
+    call = _Call(geo, q_lens, kv_lens, float(scale), mode, NO_BAND, NO_BAND)
+    return _run(call, q, k, v, mask, block_table, None, None)[0], geo
+
+
+def _lengths(tensor: torch.Tensor) -> list[int]:
+    values = [int(v) for v in tensor.tolist()]
+    if any(v < 0 for v in values):
+        raise ValueError(f"sequence lengths {values} must be >= 0")
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# _npu_flash_attention / _npu_flash_attention_unpad (SelfAttentionOperation, PA_ENCODER)
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_mask_table(mask: torch.Tensor) -> None:
+    require_dtype("mask", mask, (torch.float16, torch.bfloat16, torch.float32, torch.bool))
+    if mask.dim() not in (2, 3) or (mask.dim() == 3 and mask.shape[0] != 1) or mask.shape[-1] != mask.shape[-2]:
+        raise ValueError(f"mask has shape {list(mask.shape)}; expected [max_seq, max_seq] or [1, max_seq, max_seq]")
+
+
+def _encoder_meta(op: Any, args: tuple, kwargs: dict) -> Out:
+    options = arguments(op, args, kwargs)
+    query, seq_len = options["query"], options["seq_len"]
+    _check_lengths("seq_len", seq_len)
+    if options.get("mask") is not None:
+        _check_mask_table(options["mask"])
+    _, geo = _attend(query, options["key"], options["value"], heads=options["num_heads"],
+                     kv_heads=options["num_kv_heads"], batch=seq_len.shape[0])
+    return _check_out(options["out"], query, query.shape[0], geo.heads, geo.value_dim)
+
+
+def _encoder_kernel(op: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    options = arguments(op, args, kwargs)
+    lengths, mask = _lengths(options["seq_len"]), options.get("mask")
+    if mask is not None and mask.shape[-1] < max(lengths, default=0):
+        raise ValueError(f"mask is {list(mask.shape)}; it must cover the longest sequence ({max(lengths)})")
+    out, _ = _attend(options["query"], options["key"], options["value"], heads=options["num_heads"],
+                     kv_heads=options["num_kv_heads"], batch=len(lengths), q_lens=lengths, kv_lens=lengths,
+                     scale=options["scale_value"], mask=mask)
+    return out.reshape(options["out"].shape)
+
+
+def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale_value: Any, num_heads: Any,
+                           num_kv_heads: Any, out: Any) -> None:
+    """The wrapper checks _npu_flash_attention and its unpadded form share (no tensor metadata)."""
+    require_tensors(query=query, key=key, value=value, seq_len=seq_len, out=out)
+    require_float("scale_value", scale_value)
+    _check_heads(num_heads, num_kv_heads)
+
+
+@npu_op(
+    "(Tensor query, Tensor key, Tensor value, Tensor mask, Tensor seq_len, float scale_value, int num_heads, "
+    "int num_kv_heads, Tensor out) -> Tensor",
+    source=SOURCE.format("SelfAttentionAtb", "SelfAttentionOperation", "flash_attention"),
+    meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention, args, kwargs),
+    kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention, args, kwargs),
+    writes_back={"out": 0},
+    returns_none=True,
+)
+def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                         seq_len: torch.Tensor, scale_value: float, num_heads: int, num_kv_heads: int,
+                         out: torch.Tensor) -> None:
+    """Masked self-attention of packed variable-length sequences (prefill without cache); writes ``out``.
+
+    Source: op-plugin ``op_plugin/ops/atb/SelfAttentionAtb.cpp`` (ATB SelfAttentionOperation, calc type
+    PA_ENCODER, mask type NORM, BSND layout, ``qkScale = scale_value``) and op-plugin's reference in
+    ``test/test_custom_ops/test_atb_flash_attention.py``.
+
+    * ``query`` ``[T, num_heads, D]`` (or ``[T, num_heads x D]``), ``key`` / ``value`` ``[T, num_kv_heads, D|Dv]``
+      float16/bfloat16; ``seq_len`` int ``[B]``: sequence b is the next ``seq_len[b]`` tokens of query, key
+      and value (GQA: query head h reads KV head ``h // (num_heads / num_kv_heads)``).
+    * ``mask`` ``[max_seq, max_seq]`` (or ``[1, max_seq, max_seq]``): sequence b uses its top-left
+      ``[seq_len[b], seq_len[b]]`` corner; a nonzero entry means "do not attend". The reference adds
+      -10000 / -inf there (fp16 callers), vllm-ascend's bfloat16 masks hold 1; both mark masked positions,
+      and exp(-10000) is exactly 0 in float32, so the two readings agree. A general additive bias is not
+      modeled.
+    * ``out`` (query's dtype, T x num_heads x Dv elements) receives ``softmax(scale_value * q k^T) v``;
+      rows after the last sequence get 0. Returns None.
+    """
+    require_tensors(mask=mask)
+    _check_encoder_scalars(query, key, value, seq_len, scale_value, num_heads, num_kv_heads, out)
+
+
+@npu_op(
+    "(Tensor query, Tensor key, Tensor value, Tensor seq_len, float scale_value, int num_heads, int num_kv_heads, "
+    "Tensor out) -> Tensor",
+    source=SOURCE.format("SelfAttentionUnpadAtb", "SelfAttentionOperation", "flash_attention_unpad"),
+    meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention_unpad, args, kwargs),
+    kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention_unpad, args, kwargs),
+    writes_back={"out": 0},
+    returns_none=True,
+)
+def _npu_flash_attention_unpad(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seq_len: torch.Tensor,
+                               scale_value: float, num_heads: int, num_kv_heads: int, out: torch.Tensor) -> None:
+    """Unmasked self-attention of packed variable-length sequences (vision encoders); writes ``out``.
+
+    Source: op-plugin ``op_plugin/ops/atb/SelfAttentionUnpadAtb.cpp`` (ATB SelfAttentionOperation, calc type
+    PA_ENCODER, mask type UNDEFINED: no mask) and ``test/test_custom_ops/test_atb_flash_attention_unpad.py``.
+    :func:`_npu_flash_attention` without a mask: every token of sequence b attends to every token of b.
+    Returns None.
+    """
+    _check_encoder_scalars(query, key, value, seq_len, scale_value, num_heads, num_kv_heads, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# _npu_flash_attention_qlens (SelfAttentionOperation, PREFIX_ENCODER) and _npu_paged_attention
+# ---------------------------------------------------------------------------------------------
+
+
+def _require_compressed_causal(mask: torch.Tensor) -> None:
+    """MASK_TYPE_NORM_COMPRESS with isTriuMask: the mask is an upper-triangular marker (nonzero above the
+    diagonal), e.g. op-plugin's ``triu(ones(128, 128), 1)``; causality itself comes from the mode."""
+    size = mask.shape[-1]
+    expected = torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
+    if mask.dim() not in (2, 3) or not torch.equal(mask.reshape(-1, size, size)[0] != 0, expected):
+        raise ValueError("mask must be the compressed causal mask: nonzero exactly above the diagonal, "
+                         "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype")
+
+
+def _qlens_meta(*args: Any, **kwargs: Any) -> Out:
+    options = arguments(_npu_flash_attention_qlens, args, kwargs)
+    query, seq_len, table = options["query"], options["seq_len"], options["block_table"]
+    _check_lengths("seq_len", seq_len)
+    _check_lengths("context_lens", options["context_lens"], seq_len.shape[0])
+    _check_mask_table(options["mask"])
+    _, geo = _attend(query, options["key_cache"], options["value_cache"], heads=options["num_heads"],
+                     kv_heads=options["num_kv_heads"], batch=seq_len.shape[0], block_table=table)
+    return _check_out(options["out"], query, query.shape[0], geo.heads, geo.value_dim)
+
+
+def _qlens_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+    options = arguments(_npu_flash_attention_qlens, args, kwargs)
+    _require_compressed_causal(options["mask"])
+    q_lens, kv_lens = _lengths(options["seq_len"]), _lengths(options["context_lens"])
+    if any(q > kv for q, kv in zip(q_lens, kv_lens)):
+        raise ValueError(f"seq_len={q_lens} (new tokens) must not exceed context_lens={kv_lens} (all tokens)")
+    out, _ = _attend(options["query"], options["key_cache"], options["value_cache"], heads=options["num_heads"],
+                     kv_heads=options["num_kv_heads"], batch=len(q_lens), block_table=options["block_table"],
+                     q_lens=q_lens, kv_lens=kv_lens, scale=options["scale_value"], mode=RIGHT_DOWN_CAUSAL)
+    return out.reshape(options["out"].shape)
+
+
+@npu_op(
+    "(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor mask, Tensor seq_len, "
+    "Tensor context_lens, int num_kv_heads, int num_heads, float scale_value, Tensor out) -> Tensor",
+    source=SOURCE.format("SelfAttentionQlensAtb", "SelfAttentionOperation", "flash_attention_qlens"),
+    meta=_qlens_meta,
+    kernel=_qlens_kernel,
+    writes_back={"out": 0},
+    returns_none=True,
+)
+def _npu_flash_attention_qlens(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                               block_table: torch.Tensor, mask: torch.Tensor, seq_len: torch.Tensor,
+                               context_lens: torch.Tensor, num_kv_heads: int, num_heads: int, scale_value: float,
+                               out: torch.Tensor) -> None:
+    """Causal attention of new tokens over a paged KV cache that already holds them and their prefix
+    (prefill with a cache hit, chunked prefill); writes ``out``.
+
+    Source: op-plugin ``op_plugin/ops/atb/SelfAttentionQlensAtb.cpp`` (ATB SelfAttentionOperation, calc type
+    PREFIX_ENCODER, mask type NORM_COMPRESS with ``isTriuMask``) and op-plugin's reference in
+    ``test/test_custom_ops/test_atb_flash_attention_qlens.py``.
+
+    * ``query`` ``[T, num_heads, D]`` or ``[T, num_heads x D]``: sequence b's ``seq_len[b]`` new tokens, packed.
+    * ``key_cache`` / ``value_cache`` ``[blocks, block_size, num_kv_heads, D|Dv]``; ``block_table`` int32
+      ``[B, max blocks]``; ``context_lens[b]`` is sequence b's whole length (prefix plus new tokens), read
+      through its blocks in table order.
+    * New token i of sequence b sits at position ``context_lens[b] - seq_len[b] + i`` and attends to the
+      cache positions up to it (the reference's mask rows ``[context - q, context)``). ``mask`` is the
+      compressed causal marker (nonzero exactly above the diagonal, checked).
+    * ``out`` receives ``[T, num_heads, Dv]`` in query's dtype (any shape with that many elements). Returns None.
+    """
+    require_tensors(query=query, key_cache=key_cache, value_cache=value_cache, block_table=block_table, mask=mask,
+                    seq_len=seq_len, context_lens=context_lens, out=out)
+    require_float("scale_value", scale_value)
+    _check_heads(num_heads, num_kv_heads)
+
+
+def _paged_meta(*args: Any, **kwargs: Any) -> Out:
+    options = arguments(_npu_paged_attention, args, kwargs)
+    query, context_lens = options["query"], options["context_lens"]
+    _check_lengths("context_lens", context_lens, _tokens("query", query, options["num_heads"]).shape[0])
+    _, geo = _attend(query, options["key_cache"], options["value_cache"], heads=options["num_heads"],
+                     kv_heads=options["num_kv_heads"], batch=context_lens.shape[0], block_table=options["block_table"])
+    return _check_out(options["out"], query, context_lens.shape[0], geo.heads, geo.value_dim)
+
+
+def _paged_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+    options = arguments(_npu_paged_attention, args, kwargs)
+    kv_lens = _lengths(options["context_lens"])
+    out, _ = _attend(options["query"], options["key_cache"], options["value_cache"], heads=options["num_heads"],
+                     kv_heads=options["num_kv_heads"], batch=len(kv_lens), block_table=options["block_table"],
+                     q_lens=[1] * len(kv_lens), kv_lens=kv_lens, scale=options["scale_value"])
+    return out.reshape(options["out"].shape)
+
+
+@npu_op(
+    "(Tensor query, Tensor key_cache, Tensor value_cache, int num_kv_heads, int num_heads, float scale_value, "
+    "Tensor block_table, Tensor context_lens, Tensor out, *, Tensor? workspace=None) -> Tensor",
+    source=SOURCE.format("PagedAttentionAtb", "PagedAttentionOperation", "paged_attention"),
+    meta=_paged_meta,
+    kernel=_paged_kernel,
+    writes_back={"out": 0},
+    returns_none=True,
+)
+def _npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, num_kv_heads: int,
+                         num_heads: int, scale_value: float, block_table: torch.Tensor, context_lens: torch.Tensor,
+                         out: torch.Tensor, *, workspace: Optional[torch.Tensor] = None) -> None:
+    """Decode attention over a paged KV cache, one query token per sequence; writes ``out``.
+
+    Source: op-plugin ``op_plugin/ops/atb/PagedAttentionAtb.cpp`` (ATB PagedAttentionOperation: no mask,
+    ``qkScale = scale_value``, BSND) and op-plugin's reference in ``test/test_custom_ops/test_atb_paged_attention.py``.
+
+    * ``query`` ``[B, num_heads, D]`` (or ``[B, num_heads x D]``); ``key_cache`` / ``value_cache``
+      ``[blocks, block_size, num_kv_heads, D|Dv]``; ``block_table`` int32 ``[B, max blocks]``;
+      ``context_lens`` int ``[B]``: sequence b attends to its first ``context_lens[b]`` cached tokens.
+    * ``out`` receives ``[B, num_heads, Dv]`` in query's dtype. ``workspace`` (a device scratch buffer from
+      ``_npu_paged_attention_get_workspace``) does not change values and is ignored. Returns None.
+    """
+    require_tensors(query=query, key_cache=key_cache, value_cache=value_cache, block_table=block_table,
+                    context_lens=context_lens, out=out, workspace=workspace)
+    require_float("scale_value", scale_value)
+    _check_heads(num_heads, num_kv_heads)
+
+
+# ---------------------------------------------------------------------------------------------
+# _npu_reshape_and_cache (ReshapeAndCacheOperation)
+# ---------------------------------------------------------------------------------------------
+
+
+def _cache_write_meta(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                      slot_indices: torch.Tensor) -> tuple[Out, Out]:
+    require_dtype("slot_indices", slot_indices, LENGTH_DTYPES)
+    for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
+        require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
+        if cache.dim() != 4 or rows.dim() != 3 or tuple(rows.shape[1:]) != tuple(cache.shape[2:]):
+            raise ValueError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
+                             "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
+    require_shape("slot_indices", slot_indices, ((key.shape[0],),))
+    require_shape("value", value, ((key.shape[0], *value.shape[1:]),))
+    return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
+
+
+def _write_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """A copy of ``cache`` with ``rows`` in the flat (block x block_size) slots; a repeated slot keeps its
+    last row (memory.py's scatter, bounds-checked)."""
+    flat = cache.reshape(-1, *cache.shape[2:]).clone()
+    _scatter_nd_into(flat, slots.reshape(-1, 1), rows)
+    return flat.reshape(cache.shape)
+
+
+def _cache_write_kernel(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                        slot_indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _write_slots(key_cache, key, slot_indices), _write_slots(value_cache, value, slot_indices)
+
+
+@npu_op(
+    "(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_indices) -> (Tensor, Tensor)",
+    source=SOURCE.format("ReshapeAndCachAtb", "ReshapeAndCacheOperation", "reshape_and_cache"),
+    meta=_cache_write_meta,
+    kernel=_cache_write_kernel,
+    writes_back={"key_cache": 0, "value_cache": 1},
+    returns_none=True,
+)
+def _npu_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                           slot_indices: torch.Tensor) -> None:
+    """Write each token's key and value rows into its cache slot, in place; returns None.
+
+    Source: op-plugin ``op_plugin/ops/atb/ReshapeAndCachAtb.cpp`` (ATB ReshapeAndCacheOperation, ND caches:
+    ``K_CACHE_V_CACHE``) and op-plugin's reference in ``test/test_custom_ops/test_atb_reshape_and_cache.py``.
+    ``key`` / ``value`` ``[T, kv_heads, D|Dv]``, caches ``[blocks, block_size, kv_heads, D|Dv]`` in the same
+    dtypes; token t goes to block ``slot_indices[t] // block_size``, offset ``slot_indices[t] % block_size``.
+    Slots must lie in the cache (checked); when two tokens name one slot, the later token's row stays
+    (the reference writes tokens in order).
+    """
+    require_tensors(key=key, value=value, key_cache=key_cache, value_cache=value_cache, slot_indices=slot_indices)
