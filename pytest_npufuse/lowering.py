@@ -220,6 +220,7 @@ class _ProgramBuilder:
         self.prefetched: set[str] = set()
         self.stream_scopes: list[StreamScope] = []
         self.open_uses: list[tuple[str, str, str, int] | None] = []
+        self.open_sources: list[str] = []
         self.scope_uses: list[ScopeUse] = []
         self.frames: dict[tuple[str, str], ModuleFrame] = {}
         self.native_superkernels: list[torch.fx.Node] = []
@@ -254,8 +255,11 @@ class _ProgramBuilder:
         open_scopes = self.stack.open_scopes()
         if open_scopes:
             raise CaptureError(
-                f"{open_scopes[-1]} is entered but never exited in the captured graph. Use scopes only as "
-                "`with` blocks, and keep graph breaks (print, .item(), data-dependent if) out of them."
+                f"{open_scopes[-1]}{f' entered at {self.open_sources[-1]}' if self.open_sources[-1] else ''} is never "
+                "exited in the captured "
+                "graph: a graph break inside the block (print, .item(), a data-dependent if) ended the graph there. "
+                "Use scopes only as `with` blocks and keep graph breaks out of them (torch.compile(fullgraph=True) "
+                "names the break)."
             )
         program = Program(
             tuple(self.kernels),
@@ -302,6 +306,7 @@ class _ProgramBuilder:
         elif node.target is scopes.SCOPE_ENTER:
             keys, values = node.args[:2]
             self.stack.enter(keys, values)
+            self.open_sources.append(source_line(node))
             attrs = dict(zip(keys, values))
             stream = attrs.get(scopes.STREAM_LABEL)
             self.open_streams.append((stream, len(self.kernels)) if stream else None)
@@ -314,6 +319,7 @@ class _ProgramBuilder:
                 self._sync_point("noop", "", "npu_stream_switch(enable_inner_parallel=False)", node)
         else:
             self.stack.exit(f"the graph at {source_line(node) or 'the model'}")
+            self.open_sources.pop()
             opened = self.open_streams.pop()
             if opened is not None:
                 self.stream_scopes.append(StreamScope(opened[0], opened[1], len(self.kernels)))

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
+from torch._dynamo.exc import BackendCompilerFailed
+
 from . import fusion
 from .pipeline import CompiledGraph, NpuBackend
 from .errors import NpufuseError
@@ -160,8 +162,12 @@ def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> i
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except NpufuseError as exc:
-        print(f"npufuse run: {script}: {type(exc).__name__}: {exc}{_user_line(exc, script)}", file=out)
+    except (NpufuseError, BackendCompilerFailed) as exc:
+        error = _npufuse_error(exc)
+        if error is None:
+            traceback.print_exc()
+        else:
+            print(f"npufuse run: {script}: {type(error).__name__}: {error}{_user_line(exc, script)}", file=out)
         status = 1
     except Exception:  # noqa: BLE001 - the script's own error is shown as Python would, then the summary
         traceback.print_exc()
@@ -174,6 +180,14 @@ def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> i
         print(line, file=out)
     _SESSION = None
     return status
+
+
+def _npufuse_error(exc: BaseException) -> NpufuseError | None:
+    """The npufuse error itself, also when Dynamo wrapped it while compiling a graph."""
+    if isinstance(exc, BackendCompilerFailed):
+        inner = exc.inner_exception
+        return inner if isinstance(inner, NpufuseError) else None
+    return exc if isinstance(exc, NpufuseError) else None
 
 
 def _user_line(exc: BaseException, script: Path) -> str:

@@ -585,6 +585,25 @@ def test_run_command_names_the_users_line_of_an_op_that_fails_on_its_values(tmp_
     assert "Traceback" not in text
 
 
+def test_run_command_reports_a_graph_break_inside_a_scope_without_a_torch_traceback(tmp_path):
+    script = tmp_path / "breaks.py"
+    script.write_text(
+        "import torch, torchair\n"
+        "def f(x):\n"
+        "    with torchair.scope.super_kernel('sp1'):\n"
+        "        y = x @ x\n"
+        "        print(float(y.sum()))\n"
+        "        return y @ x\n"
+        "g = torch.compile(f, backend=torchair.get_npu_backend())\n"
+        "g(torch.ones(4, 4))\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == 1
+    text = out.getvalue()
+    assert "CaptureError: super_kernel('sp1')" in text and "a graph break inside the block" in text
+    assert f"(at {script}:8: g(torch.ones(4, 4)))" in text and "BackendCompilerFailed" not in text
+
+
 def test_run_command_runs_seed001_unchanged():
     out = io.StringIO()
     with warnings.catch_warnings():

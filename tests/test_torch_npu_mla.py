@@ -115,6 +115,16 @@ def test_mla_prolog_v3_is_v2s_computation_with_query_norm_and_in_place_caches() 
     _close(kr3.reshape(-1, DR)[INDEX], ref["k_rope"], torch.bfloat16)
 
 
+def test_mla_prolog_v3_scale_corrections_multiply_the_normed_latents() -> None:
+    x = _inputs(quantised=False)
+    ref = _reference(x, {}, quantised=False)
+    kv_cache, kr_cache = _caches()
+    *_, query_norm, _ = torch_npu.npu_mla_prolog_v3(*x.values(), kv_cache, kr_cache, cache_index=INDEX,
+                                                  query_norm_flag=True, qc_qr_scale=0.5, kc_scale=0.25)
+    _close(query_norm, ref["c_q"] * 0.5, torch.bfloat16)
+    _close(kv_cache.reshape(-1, HCKV)[INDEX], ref["c_kv"] * 0.25, torch.bfloat16)
+
+
 def test_mla_prolog_v3_bsnd_caches_hold_the_tokens_rows() -> None:
     x = _inputs(quantised=False)
     x = {name: v.reshape(1, T, *v.shape[1:]) if name in ("token_x", "rope_sin", "rope_cos") else v for name, v in x.items()}
@@ -186,7 +196,6 @@ def test_mla_prolog_v3_weight_uq_qr_int8_with_per_channel_int8_caches() -> None:
         ({"kv_cache_quant_mode": 3}, "kv_cache_quant_mode=3 is not implemented"),
         ({"query_quant_mode": 1}, "query_quant_mode=1 needs weight_quant_mode=2"),
         ({"cache_mode": "PA_BLK_NZ"}, "cache_mode=PA_BLK_NZ is not implemented"),
-        ({"kc_scale": 0.5}, "kc_scale=0.5 is not implemented"),
         ({"cache_mode": "TND"}, r"kv_cache has shape \[2, 16, 1, 32\]; cache_mode 'TND' needs \[3, 1, 32\]"),
         ({"quant_scale_ckv": torch.ones(1, HCKV)}, "quant_scale_ckv is given"),
     ],

@@ -482,7 +482,10 @@ MLA_PROLOG_V3_ARGUMENTS = (
     "float qc_qr_scale=1.0, float kc_scale=1.0, int? token_x_dtype=None, int? weight_dq_dtype=None, "
     "int? weight_uq_qr_dtype=None, int? weight_dkv_kr_dtype=None, int? kv_cache_dtype=None)"
 )
-MLA_PROLOG_V3_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_mla_prolog_v3.md; hicann/ops-transformer attention/mla_prolog"
+MLA_PROLOG_V3_DOC = (
+    "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_mla_prolog_v3.md; hicann/ops-transformer attention/mla_prolog; "
+    "CANN aclnnMlaPrologV3WeightNz"
+)
 MLA_PAGED_MODES = ("PA_BSND", "PA_NZ")
 MLA_V3_CACHE_MODES = ("PA_BSND", "PA_NZ", "BSND", "TND")
 NZ_FRACTAL_BYTES = 32  # FRACTAL_NZ stores 32-byte runs of a row: 16 bfloat16 or 32 int8 values
@@ -750,7 +753,7 @@ def _mla_compute(arguments: Mapping[str, Any], scenario: MlaScenario, dims: MlaD
         query, query_scale = levels.to(torch.int8), scale.unsqueeze(-1)
     c_kv, k_pe = kv.split([dims.hckv, dims.rope_dim], dim=-1)
     c_kv = rms_normalise(c_kv, arguments["rmsnorm_gamma_ckv"], float(arguments["rmsnorm_epsilon_ckv"]))[0]
-    kv_rows = c_kv.to(torch.bfloat16)
+    kv_rows = (c_kv * float(arguments.get("kc_scale", 1.0))).to(torch.bfloat16)
     kr_rows = interleave_rope(k_pe.unsqueeze(1), cos, sin).squeeze(1)
     if scenario.kv_cache:
         kv_rows = round_to_int8(kv_rows.to(torch.float32) * arguments["quant_scale_ckv"].reshape(1, -1))
@@ -1016,15 +1019,16 @@ def npu_mla_prolog_v3(
     * ``query_norm_flag=True`` returns c_Q as ``query_norm`` [.., Hcq] (its int8 per-token levels
       and ``dequant_scale_q_norm`` [T, 1] when weight_uq_qr is int8; DeepSeek-V3.2's indexer reads
       them); otherwise both are one-element placeholders (the meta's [1]);
-    * ``qc_qr_scale`` multiplies c_Q after its RmsNorm (README: c^Q = alpha_q * RmsNorm(x W^DQ));
+    * ``qc_qr_scale`` multiplies c_Q after its RmsNorm (README: c^Q = alpha_q * RmsNorm(x W^DQ)), and
+      ``kc_scale`` c_KV after its RmsNorm, before the cache (CANN aclnnMlaPrologV3WeightNz: the key
+      path is multiplied by the key scale correction factor before it enters the cache);
     * cache modes PA_BSND and PA_NZ (paged, ``cache_index`` [T] or [B, S]) and BSND / TND, where
       the caches have the tokens' shape [B, S, 1, *] / [T, 1, *] and no index is passed.
 
     Not implemented (ValueError naming the argument): the FP8/MXFP8/HiF8 modes 3-5 (not on
     A2/A3), the per-token-per-group kv cache (mode 3, ``tile_size``, ``k_nope_clip_alpha``),
     merged cache/scale storage (``ckvkr_repo_mode``/``quant_scale_repo_mode`` 1), the PA_BLK modes
-    (``actual_seq_len``), and ``kc_scale`` other than 1.0 (the README names alpha_kv but this
-    model has no formula placing it).
+    (``actual_seq_len``).
     """
     _check_mla_arguments("npu_mla_prolog_v3", locals(), MLA_V3_CACHE_MODES)
     require_bool("query_norm_flag", query_norm_flag)
@@ -1036,7 +1040,7 @@ def npu_mla_prolog_v3(
     require_choice("ckvkr_repo_mode", ckvkr_repo_mode, (0,), "separate kv_cache and kr_cache")
     require_choice("quant_scale_repo_mode", quant_scale_repo_mode, (0,), "scales stored apart from the data")
     require_float("qc_qr_scale", qc_qr_scale)
-    require_choice("kc_scale", require_float("kc_scale", kc_scale), (1.0,), "no key scale correction")
+    require_float("kc_scale", kc_scale)
     require_tensors(actual_seq_len=actual_seq_len, k_nope_clip_alpha=k_nope_clip_alpha)
     require_unused("npu_mla_prolog_v3 (PA_BLK modes, per-tile kv cache)", actual_seq_len=actual_seq_len,
                    k_nope_clip_alpha=k_nope_clip_alpha, token_x_dtype=token_x_dtype, weight_dq_dtype=weight_dq_dtype,
