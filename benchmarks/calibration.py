@@ -199,6 +199,28 @@ def _index_copy():
     return b.build()
 
 
+def _linear(form):
+    """nn.Linear on an input op-plugin casts to FRACTAL_NZ (K below 128, no multiple of 16), against
+    torch.addmm(bias, x, w.t()): the same MatMul, priced by the call the user wrote."""
+    def build():
+        b = ProgramBuilder()
+        bias, x, w_t = b.input("bias", (4096,)), b.input("x", (8192, 100)), b.input("w_t", (100, 4096))
+        b.op("aten::addmm", [bias, x, w_t], (8192, 4096), form=form)
+        return b.build()
+    return build
+
+
+def _repeat_interleave(form):
+    """torch.repeat_interleave(x, 8) against x.unsqueeze(-1).expand(-1, 8).reshape(-1): Dynamo gives
+    both as one copy of the expanded tensor; torch_npu runs the first as RepeatInterleave."""
+    def build():
+        b = ProgramBuilder()
+        expanded = b.input("expanded", (1048576, 8))
+        b.op("aten::clone", [expanded], (1048576, 8), form=form)
+        return b.build()
+    return build
+
+
 def seed_003_rows() -> list[Row]:
     one_hot_ms, scatter_ms = one_hot_sum_vs_scatter(A2)
     return [Row("one_hot+sum / zeros+scatter time, 2.2 ms / 0.08 ms (seed 003)", 2.2 / 0.08, one_hot_ms / scatter_ms, "x",
@@ -212,6 +234,9 @@ def seed_003_forms() -> list[tuple[str, float]]:
         ("GatherElements / GatherV2 (gather -> index_select)", form_pair(_gather_elements, _index_select)),
         ("BatchMatMul to [b,1,1] / MatMul to [b,1] (merge b into M)", form_pair(_bmm_b11, _mm_b1)),
         ("IndexPutV2 / InplaceIndexCopy (same rows written)", form_pair(_index_put, _index_copy)),
+        ("nn.Linear / torch.addmm (input cast to FRACTAL_NZ)", form_pair(_linear("Linear"), _linear("addmm"))),
+        ("repeat_interleave(x, 8) / unsqueeze+expand+reshape", form_pair(_repeat_interleave("repeat_interleave"),
+                                                                      _repeat_interleave("reshape"))),
     ]
 
 

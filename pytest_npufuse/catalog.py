@@ -141,13 +141,19 @@ def _one_of(value: str, rules: Sequence[str], key: str, where: str) -> str:
 class OpCatalog:
     """Look-ups by op type, with one warning per op type the catalog does not know."""
 
-    def __init__(self, entries: Mapping[str, OpInfo], digest: str) -> None:
+    def __init__(self, entries: Mapping[str, OpInfo], digest: str, forms: Mapping[tuple[str, str], OpInfo] | None = None) -> None:
         self.entries = MappingProxyType(dict(entries))
+        self.forms = MappingProxyType(dict(forms or {}))
         self.digest = digest
         self._warned: set[str] = set()
 
-    def lookup(self, op_type: str) -> OpInfo:
-        info = self.entries.get(op_type)
+    def lookup(self, op_type: str, form: str = "") -> OpInfo:
+        """How ``op_type`` runs; ``form`` is the torch call the user wrote (``Kernel.call``): where the
+        NPU runs one form of the same aten op differently (seed 003: ``nn.Linear`` vs ``torch.addmm``),
+        the catalog has an entry ``"op_type@form"`` for it."""
+        info = self.forms.get((op_type, form)) if form else None
+        if info is None:
+            info = self.entries.get(op_type)
         if info is not None:
             return info
         if op_type not in self._warned:
@@ -165,7 +171,14 @@ def load_catalog(extra: Mapping[str, Any] | None = None, extra_source: str = "[t
     """The built-in catalog, overlaid with user entries (which win for the same op type)."""
     path: Path = DATA_DIR / "ops.toml"
     data = read_toml(path)
-    entries = {op: _entry(op, table, str(path)) for op, table in data.items()}
-    entries.update({op: _entry(op, table, extra_source) for op, table in (extra or {}).items()})
-    digest = hashlib.sha256(repr(sorted(entries.items())).encode()).hexdigest()[:16]
-    return OpCatalog(entries, digest)
+    entries: dict[str, OpInfo] = {}
+    forms: dict[tuple[str, str], OpInfo] = {}
+    for tables, where in ((data, str(path)), (extra or {}, extra_source)):
+        for key, table in tables.items():
+            op, _, form = key.partition("@")
+            if form:
+                forms[(op, form)] = _entry(op, table, where)
+            else:
+                entries[op] = _entry(op, table, where)
+    digest = hashlib.sha256(repr((sorted(entries.items()), sorted(forms.items()))).encode()).hexdigest()[:16]
+    return OpCatalog(entries, digest, forms)

@@ -447,7 +447,8 @@ class _ProgramBuilder:
         inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers)
         input_specs = [self.buffers[name].spec for name in inputs]
         compute_dtype = compute_dtype_of(input_specs, output_specs)
-        info = self.catalog.lookup(op_type).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
+        call = call_name(node)
+        info = self.catalog.lookup(op_type, call).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
         flops, nbytes = cost.kernel_work(info, input_specs, output_specs, [self._storage(n) for n in inputs], self.prefetched)
         if info.cost == "prefetch":
@@ -474,7 +475,7 @@ class _ProgramBuilder:
                 source=source_line(node),
                 input_specs=tuple(input_specs),
                 modules=self._modules(node),
-                call=call_name(node),
+                call=call,
             )
         )
 

@@ -56,14 +56,16 @@ class ProgramBuilder:
         priority: int = 0,
         scope: str | None = None,
         flops: float | None = None,
+        form: str = "",
     ) -> str:
         """One kernel of ``op_type`` reading ``inputs`` and writing one tensor of ``shape``.
 
-        ``flops`` replaces the catalog's flops rule (e.g. a matmul whose K the shapes do not show).
+        ``flops`` replaces the catalog's flops rule (e.g. a matmul whose K the shapes do not show);
+        ``form`` is the torch call it was lowered from (``Linear``), as capture records it.
         """
         input_specs = [self.buffers[name].spec for name in inputs]
         output = spec(shape, dtype)
-        info = self.catalog.lookup(op_type).for_dtypes([*(s.dtype for s in input_specs), dtype])
+        info = self.catalog.lookup(op_type, form).for_dtypes([*(s.dtype for s in input_specs), dtype])
         count = self._names.get(info.kernel_type, 0)
         self._names[info.kernel_type] = count + 1
         name = info.kernel_type if count == 0 else f"{info.kernel_type}_{count}"
@@ -82,6 +84,7 @@ class ProgramBuilder:
                 compute_dtype=compute_dtype_of(input_specs, [output]),
                 source="",
                 input_specs=tuple(input_specs),
+                call=form,
             )
         )
         return buffer

@@ -168,7 +168,7 @@ def _one_hot_check(graph: _Graph, match: Match) -> str:
 
 def _find_linear(graph: _Graph) -> Iterable[Match]:
     for kernel in graph.program.kernels:
-        if kernel.call == "Linear" and kernel.op_type in ("aten::addmm", "aten::mm", "aten::linear"):
+        if kernel.call in ("Linear", "linear") and kernel.op_type in ("aten::addmm", "aten::mm", "aten::linear"):
             yield Match((kernel,))
 
 
@@ -199,17 +199,36 @@ def _find_bmm_b11(graph: _Graph) -> Iterable[Match]:
             yield Match((kernel,))
 
 
+def _shared_rhs(graph: _Graph, kernel: Kernel) -> bool:
+    """The right operand is one ``[n, 1]`` matrix broadcast over the batch (an expand of it): seed 003's
+    case, where b merges into the rows of one MatMul."""
+    rhs = graph.spec(kernel.inputs[-1])
+    stored = graph.spec(graph.program.storage(kernel.inputs[-1]))
+    return math.prod(stored.shape) == math.prod(rhs.shape[-2:]) < math.prod(rhs.shape)
+
+
 def _bmm_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
-    a, b = graph.input_specs(match.kernels[0])[-2:]
-    out = match.kernels[0].output_specs[0]
-    product = _spec((a.shape[0], a.shape[-1]), a.dtype, a)
-    return [NewKernel("aten::mul", (product, product), product), NewKernel("aten::sum", (product,), out)]
+    """Seed 003's rewrite: a shared ``[n, 1]`` right operand merges b into M (one MatMul ``[b, n] x
+    [n, 1]``); per-batch vectors become a dot product (mul + sum)."""
+    kernel = match.kernels[0]
+    a, b = graph.input_specs(kernel)[-2:]
+    out = kernel.output_specs[0]
+    rows = _spec((a.shape[0], a.shape[-1]), a.dtype, a)
+    if _shared_rhs(graph, kernel):
+        return [NewKernel("aten::mm", (rows, _spec(b.shape[-2:], b.dtype, b)), _spec((a.shape[0], 1), out.dtype, out))]
+    return [NewKernel("aten::mul", (rows, rows), rows), NewKernel("aten::sum", (rows,), out)]
 
 
 def _bmm_check(graph: _Graph, match: Match) -> str:
-    a_spec, b_spec = graph.input_specs(match.kernels[0])[-2:]
+    kernel = match.kernels[0]
+    a_spec, b_spec = graph.input_specs(kernel)[-2:]
     gen = torch.Generator().manual_seed(0)
-    a, b = _random(a_spec, gen), _random(b_spec, gen)
+    a = _random(a_spec, gen)
+    if _shared_rhs(graph, kernel):
+        w = _random(TensorSpec(b_spec.shape[-2:], b_spec.dtype, 0), gen)
+        merged = (a.view(a.shape[0], -1) @ w).view(-1, 1, 1)
+        return _compare(torch.bmm(a, w.expand(a.shape[0], -1, -1)), merged)
+    b = _random(b_spec, gen)
     dot = (a.squeeze(-2) * b.squeeze(-1)).sum(-1).view(-1, 1, 1)
     return _compare(torch.bmm(a, b), dot)
 
@@ -405,32 +424,78 @@ def _swiglu_check(graph: _Graph, match: Match) -> str:
     return _compare(F.silu(a) * b, npu_swiglu(torch.cat((a, b), dim=-1)))
 
 
-def _not_checked(reason: str) -> Callable[[_Graph, Match], str]:
-    return lambda graph, match: f"not checked: {reason}"
+def _scaled_masked_softmax_check(graph: _Graph, match: Match) -> str:
+    from ..torch_npu import npu_scaled_masked_softmax
+
+    scores = match.kernels[-1].output_specs[0]
+    if len(scores.shape) > 4:
+        return "not checked: npu_scaled_masked_softmax takes 4-D scores"
+    shape = (1,) * (4 - len(scores.shape)) + scores.shape
+    gen = torch.Generator().manual_seed(0)
+    x = _random(TensorSpec(shape, scores.dtype, 0), gen)
+    mask = torch.rand(1, 1, *shape[2:], generator=gen) > 0.5
+    try:
+        fused = npu_scaled_masked_softmax(x, mask, 0.125)
+    except ValueError as exc:
+        return f"not checked: the fused op does not take these scores ({exc})"
+    unfused = torch.softmax((x * 0.125).masked_fill(mask, -10000.0), dim=-1)
+    return f"{_compare(unfused, fused)} (mask filled with -10000, as the fused op does)"
+
+
+def _flash_attention_check(graph: _Graph, match: Match) -> str:
+    from ..torch_npu import npu_fusion_attention
+
+    first = match.kernels[0]
+    q_spec, kt_spec = graph.input_specs(first)[:2]
+    v_spec = graph.input_specs(match.kernels[-1])[-1]
+    if not 3 <= len(q_spec.shape) <= 4 or q_spec.dtype not in ("float16", "bfloat16", "float32"):
+        return "not checked: only [B, S, D] and [B, N, S, D] scores have a BNSD rewrite"
+    four = (lambda shape: shape if len(shape) == 4 else (shape[0], 1, *shape[1:]))
+    gen = torch.Generator().manual_seed(0)
+    q = _random(TensorSpec(four(q_spec.shape), q_spec.dtype, 0), gen)
+    k = _random(TensorSpec(four(kt_spec.shape), kt_spec.dtype, 0), gen).transpose(-1, -2)
+    v = _random(TensorSpec(four(v_spec.shape), v_spec.dtype, 0), gen)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    unfused = torch.softmax((q.float() @ k.float().transpose(-1, -2)) * scale, dim=-1) @ v.float()
+    fused = npu_fusion_attention(q, k.contiguous(), v, q.shape[1], "BNSD", scale=scale)[0]
+    return f"{_compare(unfused.to(q.dtype), fused)} (no mask)"
+
+
+def _matmul_all_reduce_check(graph: _Graph, match: Match) -> str:
+    from ..exact import cube_matmul
+    from ..torch_npu import npu_mm_all_reduce_base
+
+    x_spec, w_spec = [s for s in graph.input_specs(match.kernels[0]) if len(s.shape) >= 2][:2]
+    if x_spec.dtype not in ("float16", "bfloat16"):
+        return f"not checked: npu_mm_all_reduce_base takes float16/bfloat16 x1, not {x_spec.dtype}"
+    gen = torch.Generator().manual_seed(0)
+    x, w = _random(x_spec, gen), _random(w_spec, gen)
+    verdict = _compare(cube_matmul(x, w), npu_mm_all_reduce_base(x, w, "world"))
+    return f"{verdict} on one rank (the all-reduce of the other ranks' partial products is not simulated)"
 
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern("one_hot+sum", "zeros + scatter_ (seed 003: 2.2 ms -> 0.08 ms)", _find_one_hot_sum, _one_hot_replacement, _one_hot_check),
     Pattern("nn.Linear", "torch.addmm(bias, x, weight.t())", _find_linear, _same_kernels, _linear_check,
-            "the captured graph already lowers Linear to addmm; the rewrite matters where torch_npu runs Linear op by op"),
+            "torch_npu casts a Linear input to FRACTAL_NZ first unless the Cube reads it as ND (op-plugin npu_linear)"),
     Pattern("bmm [b,n,1] -> [b,1,1]", "merge b into the rows: a dot product (mul + sum) or one MatMul",
             _find_bmm_b11, _bmm_replacement, _bmm_check),
     Pattern("repeat_interleave(scalar)", "x.unsqueeze(-1).expand(-1, r).reshape(-1)", _find_repeat_interleave,
             _same_kernels, _repeat_check,
-            "Dynamo already decomposes it to expand+clone; the slow RepeatInterleave branch is the op-by-op one"),
+            "with a scalar count torch_npu runs RepeatInterleave's slow branch; the rewrite is a plain copy"),
     Pattern("gather (GatherElements)", "torch.index_select / row indexing (GatherV2)", _find_gather, _gather_replacement, _gather_check),
     Pattern("index_put (IndexPutV2)", "masked_fill / torch.where", _find_index_put, _index_put_replacement, _index_put_check),
     Pattern("RotaryMul (unfused)", "torch_npu.npu_rotary_mul(x, cos, sin)", _find_rotary, _fused("npu::npu_rotary_mul"),
             _rotary_check),
     Pattern("RmsNorm (unfused)", "torch_npu.npu_rms_norm(x, gamma, eps)", _find_rms_norm, _fused("npu::npu_rms_norm"), _rms_norm_check),
     Pattern("ScaledMaskedSoftmax (unfused)", "torch_npu.npu_scaled_masked_softmax(x, mask, scale)", _find_softmax,
-            _fused("npu::npu_scaled_masked_softmax"), _not_checked("npu_scaled_masked_softmax has no CPU reference here")),
+            _fused("npu::npu_scaled_masked_softmax"), _scaled_masked_softmax_check),
     Pattern("SwiGlu (unfused)", "torch_npu.npu_swiglu(torch.cat((a, b), -1))", _find_swiglu, _fused("npu::npu_swiglu"), _swiglu_check),
     Pattern("FlashAttentionScore (unfused)", "torch_npu.npu_fused_infer_attention_score / npu_fusion_attention",
             _find_flash_attention, _fused("npu::npu_fused_infer_attention_score"),
-            _not_checked("the fused op accumulates in another order (online softmax)")),
+            _flash_attention_check),
     Pattern("MatmulAllReduce (unfused)", "torch_npu.npu_mm_all_reduce_base(x, w, group)", _find_matmul_all_reduce,
-            _fused("npu::npu_mm_all_reduce_base"), _not_checked("a collective needs the other ranks")),
+            _fused("npu::npu_mm_all_reduce_base"), _matmul_all_reduce_check),
 )
 
 

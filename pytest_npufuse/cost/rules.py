@@ -15,6 +15,10 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
   not the whole table; an element gather or scatter pays ``access_bytes`` per element it addresses (one
   memory transaction each: GatherElements vs GatherV2, seed 003); an input a prefetch put in L2 costs no
   HBM traffic.
+- **forms** (seed 003): the same aten op priced by the torch call it came from (catalog entries
+  ``"op@form"``): ``nn.Linear`` pays a TransData of its input to FRACTAL_NZ where op-plugin casts it
+  (``linear``); ``repeat_interleave`` with a scalar runs RepeatInterleave's per-element branch
+  (``gather_elements`` with ``access_bytes``) where unsqueeze/expand/reshape is a plain copy.
 - **collectives** (``[comm]``): ring algorithms over ``ranks`` dies, ``(n-1)/n`` of the message per
   pass (two passes for AllReduce) at ``link_gbps x efficiency``, plus ``latency_us`` per step.
 - **MC2** matmul + all-reduce: the longer of the matmul's roofline and the ring AllReduce of its output
@@ -192,6 +196,32 @@ def combine_bytes(work: Work) -> int:
     return sum(spec.nbytes for spec in work.inputs[:1])
 
 
+# op-plugin's op_plugin::utils::is_nd_to_nz_on_fly: the Cube reads ND operands directly when both are
+# small (at most 65535 elements) or the inner axis is in [128, 65535], or below 128 and a multiple of 16.
+_ON_FLY_SMALL, _ON_FLY_MIN, _ON_FLY_MAX, _NZ_ROWS, _NZ_BYTES = 65535, 128, 65535, 16, 32
+
+
+def _reads_nd(m: int, n: int, k: int) -> bool:
+    if m * k <= _ON_FLY_SMALL and n * k <= _ON_FLY_SMALL:
+        return True
+    return _ON_FLY_MIN <= k <= _ON_FLY_MAX or (k < _ON_FLY_MIN and k % 16 == 0)
+
+
+def linear_bytes(work: Work) -> int:
+    """``nn.Linear`` / ``F.linear`` as torch_npu runs them (op-plugin ``LinearKernelNpu.cpp``,
+    ``npu_linear``): MatMulV2 with the weight transposed, after a TransData that casts the input to
+    FRACTAL_NZ unless the Cube can read it as ND (:func:`_reads_nd`, op-plugin's
+    ``is_nd_to_nz_on_fly`` on input ``[M, K]`` and weight ``[N, K]``). ``torch.addmm(bias, x, w.t())``
+    (``AddmmKernelNpu.cpp``) runs MatMul on the ND input with a transpose attribute and no cast. The
+    cast reads the input and writes it in 16-row x 32-byte fractals; its own launch is not counted."""
+    batch, m, n, k = _matmul_dims(work.inputs, work.outputs)
+    if _reads_nd(batch * m, n, k):
+        return io_bytes(work)
+    item = next((spec.nbytes // max(1, _elements(spec)) for spec in work.inputs if spec.shape[-1:] == (k,)), 2)
+    padded = _ceil(batch * m, _NZ_ROWS) * _ceil(k * item, _NZ_BYTES)
+    return io_bytes(work) + batch * m * k * item + padded
+
+
 def prefetch_bytes(work: Work) -> int:
     """An L2 prefetch streams the tensor it is given (its first input) from HBM."""
     return sum(spec.nbytes for spec in work.inputs[:1])
@@ -308,6 +338,7 @@ def prefetch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float
 # ---------------------------------------------------------------- the registry entries
 
 register_cost_rule("matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
+register_cost_rule("linear", block_dim=matmul_block_dim, flops=matmul_flops, bytes=linear_bytes, body_us=roofline_us, tiling="complex")
 register_cost_rule(
     "grouped_matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=grouped_matmul_bytes, body_us=roofline_us,
     tiling="complex",

@@ -5,7 +5,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``
-* :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``
+* :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
+  ``npu_scaled_masked_softmax``
 * :mod:`.rope` - ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
   ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
 * :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
@@ -56,7 +57,9 @@ from .moe_routing import (
     npu_moe_compute_expert_tokens, npu_moe_finalize_routing, npu_moe_gating_top_k_softmax, npu_moe_init_routing,
     npu_moe_init_routing_quant, npu_moe_init_routing_v2, npu_moe_re_routing,
 )
-from .norm import npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm
+from .norm import (
+    npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm, npu_scaled_masked_softmax,
+)
 from .quant import (
     npu_dequant_swiglu_quant, npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_swiglu,
     npu_weight_quant_batchmatmul,
@@ -112,6 +115,7 @@ __all__ = [
     "npu_quantize",
     "npu_rms_norm",
     "npu_rotary_mul",
+    "npu_scaled_masked_softmax",
     "npu_scatter_nd_update",
     "npu_scatter_nd_update_",
     "npu_swiglu",

@@ -341,3 +341,78 @@ def npu_layer_norm_eval(
     require_int_list("normalized_shape", normalized_shape)
     require_tensors(weight=weight, bias=bias)
     require_float("eps", eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_scaled_masked_softmax
+# ---------------------------------------------------------------------------------------------
+
+SCALED_MASKED_SOFTMAX_DOC = (
+    "torch_npu.npu_scaled_masked_softmax, Ascend Extension for PyTorch API reference (ptaoplist_000833) and "
+    "performance_tuning_0025 (ScaledMaskedSoftmax); CANN opp impl/dynamic/scaled_masked_softmax.py"
+)
+_SOFTMAX_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_MASKED_VALUE = -10000.0  # the CANN kernel fills masked positions with -10000 ("fill ... with -10000")
+_SOFTMAX_MIN, _SOFTMAX_MAX, _SOFTMAX_STEP = 32, 4096, 32
+
+
+def _scaled_masked_softmax_meta(
+    x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
+) -> Out:
+    """y like x. The documented constraints: x 4-D with its last two dims in [32, 4096] and multiples of
+    32; a bool mask of 4 dims that broadcasts to x (ignored when ``fixed_triu_mask``)."""
+    require_dtype("x", x, _SOFTMAX_DTYPES)
+    if x.dim() != 4:
+        raise ValueError(f"x has {x.dim()} dims; npu_scaled_masked_softmax takes a 4-D x [N, C, H, W]")
+    for axis in (2, 3):
+        size = x.shape[axis]
+        if not (_SOFTMAX_MIN <= size <= _SOFTMAX_MAX and size % _SOFTMAX_STEP == 0):
+            raise ValueError(
+                f"x.shape[{axis}] is {size}; npu_scaled_masked_softmax needs H and W in [32, 4096] and "
+                "divisible by 32 (pad the scores, or use torch.softmax)"
+            )
+    require_dtype("mask", mask, (torch.bool,))
+    if mask.dim() != 4 or any(m not in (1, s) for m, s in zip(mask.shape, x.shape)):
+        raise ValueError(f"mask has shape {list(mask.shape)}; it must be 4-D and broadcast to x's {list(x.shape)}")
+    return Out(list(x.shape), x.dtype)
+
+
+def _scaled_masked_softmax_kernel(
+    x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
+) -> torch.Tensor:
+    """As the CANN kernel: scale, fill masked positions with -10000, subtract the row max, exp, divide by
+    the row sum. float16 input is scaled, filled and shifted in float16 (the kernel's fp16 path), the
+    rest in float32; bfloat16 and float32 input are computed in float32. The row sum is a fixed
+    pairwise sum."""
+    if fixed_triu_mask:
+        rows, cols = x.shape[-2:]
+        mask = torch.ones(rows, cols, dtype=torch.bool).triu(1).expand(x.shape)
+    work = x if x.dtype == torch.float16 else x.to(torch.float32)
+    values = (work * torch.tensor(scale, dtype=work.dtype)).masked_fill(mask, _MASKED_VALUE)
+    shifted = (values - values.amax(dim=-1, keepdim=True)).to(torch.float32)
+    exps = torch.exp(shifted)
+    return (exps / pairwise_sum(exps, dim=-1, keepdim=True)).to(x.dtype)
+
+
+@npu_op(
+    "(Tensor x, Tensor mask, float scale=1.0, bool fixed_triu_mask=False) -> Tensor",
+    source=SCALED_MASKED_SOFTMAX_DOC,
+    meta=_scaled_masked_softmax_meta,
+    kernel=_scaled_masked_softmax_kernel,
+)
+def npu_scaled_masked_softmax(
+    x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
+) -> torch.Tensor:
+    """``softmax(x * scale, masked)`` over the last dim, one fused ScaledMaskedSoftmax kernel.
+
+    Sources: torch_npu.npu_scaled_masked_softmax (API reference: x float16/bfloat16/float32, 4-D with H
+    and W in [32, 4096] and divisible by 32; mask bool, broadcastable to x; output like x) and the
+    ScaledMaskedSoftmax tuning page of seed 003, which gives the unfused form it replaces
+    (``x * scale``, ``masked_fill``, ``softmax(dim=-1)``). The CANN kernel (opp
+    ``impl/dynamic/scaled_masked_softmax.py``) fills masked positions with -10000 and, with
+    ``fixed_triu_mask``, masks the upper triangle above the diagonal itself.
+    """
+    require_tensor("x", x)
+    require_tensor("mask", mask)
+    require_float("scale", scale)
+    require_bool("fixed_triu_mask", fixed_triu_mask)

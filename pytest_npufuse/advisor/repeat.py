@@ -1,0 +1,409 @@
+"""Capture of a model whose decoder layers repeat: two short captures instead of one long one.
+
+Dynamo and AOT trace every op of every layer, so one capture of a 61-layer decode step costs tens of
+seconds although its layers are the same code on the same shapes. When the layer stack is provably
+repeated, the advisor captures the model with only its first 2 and first 3 layers and extrapolates the
+N-layer program from the two. What has to hold, or the full capture is taken instead:
+
+- the model holds an ``nn.ModuleList``/``nn.Sequential`` of at least :data:`MIN_LAYERS` layers of one
+  class with the same parameter and buffer names, shapes and dtypes, the same plain attributes (an int
+  attribute may also be the layer's own index, as ``layer_idx`` is in the public LLaMA code) and no hooks;
+- both short captures succeed (a forward that indexes layers by a configured count fails and falls back);
+- the captured programs are one prefix, one period per layer and one suffix: the kernels of layer ``j``
+  (by their ``nn_module_stack`` path ``<stack>.<j>``) start one fixed period after those of layer
+  ``j - 1``, and 3 layers have exactly one period more than 2;
+- everything the two captures record is the same up to the numbers in it (kernel and buffer names,
+  indices, module paths, sync positions), which are affine in the layer index ``j`` and the layer
+  count ``N``: FX and GE number names by counters, so layer ``j`` of ``N`` is layer 1 of 3 moved by
+  ``j - 1`` periods and ``N - 3`` extra layers. The first layer is taken as captured (the first use of an
+  op name carries no counter) and so are the prefix and suffix, moved by the extra layers.
+
+The result equals the full capture field by field (tests/test_advisor_repeat.py compares them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from ..program import Annotations, Buffer, Kernel, ModuleFrame, Program, StreamScope, SyncPoint, TensorSpec
+
+MIN_LAYERS = 6
+"""Below this a full capture traces no more layers than the two short ones (2 + 3) together."""
+
+SHORT = (2, 3)
+"""The layer counts of the two short captures."""
+
+Capturer = Callable[[Any, Sequence[Any]], Program]
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The repeated layers: ``parent.<attr>`` is the container; ``path`` its module path in kernels."""
+
+    parent: torch.nn.Module
+    attr: str
+    path: str
+    layers: int
+
+
+def layer_stack(model: Any) -> Stack | None:
+    """The model's longest container of provably identical layers (None when there is none worth it)."""
+    if not isinstance(model, torch.nn.Module):
+        return None
+    best: Stack | None = None
+    for path, module in model.named_modules():
+        if not path or not isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
+            continue
+        if len(module) < MIN_LAYERS or (best is not None and len(module) <= best.layers):
+            continue
+        if _identical(list(module)):
+            parent_path, _, attr = path.rpartition(".")
+            best = Stack(model.get_submodule(parent_path), attr, path, len(module))
+    return best
+
+
+def _identical(layers: Sequence[torch.nn.Module]) -> bool:
+    """Same class, parameters, buffers, submodules and plain attributes; no hooks anywhere."""
+    shapes = [_shape_of(layer) for layer in layers]
+    if any(shape is None or shape != shapes[0] for shape in shapes):
+        return False
+    numbers = [_int_attributes(layer) for layer in layers]
+    for key in numbers[0]:
+        values = [attributes[key] for attributes in numbers]
+        if len(set(values)) > 1 and values != list(range(len(layers))):
+            return False
+    return True
+
+
+def _shape_of(layer: torch.nn.Module) -> tuple[Any, ...] | None:
+    """What a trace of ``layer`` depends on apart from int attributes; None when it has hooks."""
+    parts: list[Any] = []
+    for name, module in layer.named_modules():
+        if module._forward_hooks or module._forward_pre_hooks:
+            return None
+        plain = tuple(sorted((key, _plain(value)) for key, value in vars(module).items()
+                             if not key.startswith("_") and key != "training" and not _is_int(value)))
+        parts.append((name, type(module), plain))
+    parts += [(name, tuple(p.shape), p.dtype, p.requires_grad) for name, p in layer.named_parameters()]
+    parts += [(name, tuple(b.shape), b.dtype) for name, b in layer.named_buffers()]
+    return tuple(parts)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_attributes(layer: torch.nn.Module) -> dict[str, int]:
+    return {f"{name}.{key}": value for name, module in layer.named_modules()
+            for key, value in vars(module).items() if not key.startswith("_") and _is_int(value)}
+
+
+def _plain(value: Any) -> Any:
+    """An attribute as the comparison sees it: plain values and containers of them by value, tensors by
+    shape and dtype, anything else (functions, configs, helpers) by identity, so layers match only when
+    they share it."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_plain(v) for v in value))
+    return ("object", id(value))
+
+
+@contextlib.contextmanager
+def first_layers(stack: Stack, count: int) -> Iterator[None]:
+    """The model with only its first ``count`` layers, restored afterwards whatever happens."""
+    full = getattr(stack.parent, stack.attr)
+    setattr(stack.parent, stack.attr, full[:count])
+    try:
+        yield
+    finally:
+        setattr(stack.parent, stack.attr, full)
+
+
+def repeated_program(model: Any, inputs: Sequence[Any], capture: Capturer) -> Program | None:
+    """The program of ``model`` extrapolated from captures of its first 2 and 3 layers, or None when
+    its layers are not provably repeated (then the caller captures it whole)."""
+    stack = layer_stack(model)
+    if stack is None:
+        return None
+    short = []
+    for count in SHORT:
+        with first_layers(stack, count):
+            try:
+                short.append(capture(model, inputs))
+            except Exception:  # noqa: BLE001 - any failure of a short capture means: capture the model whole
+                return None
+    return extrapolate(short[0], short[1], stack.path, stack.layers)
+
+
+# -- extrapolation -------------------------------------------------------------------------------------
+
+PREFIX, SUFFIX = -1, 1 << 30  # segment labels around the layer blocks 0..N-1
+_PROGRAM_FIELDS = ("kernels", "buffers", "inputs", "outputs", "syncs", "stream_scopes")
+
+
+def extrapolate(two: Program, three: Program, path: str, layers: int) -> Program | None:
+    """The ``layers``-layer program from the 2- and 3-layer ones, or None when they are not one prefix,
+    one period per layer and one suffix with affine numbers (see the module docstring)."""
+    if tuple(f.name for f in fields(Program)) != _PROGRAM_FIELDS:
+        return None  # a Program field this module does not rebuild: never drop it silently
+    cut2, cut3 = _Cut.of(two, path, 2), _Cut.of(three, path, 3)
+    if cut2 is None or cut3 is None or cut2.start != cut3.start or cut2.period != cut3.period:
+        return None
+    built: dict[str, list[Any]] = {}
+    for sequence in _SEQUENCES:
+        records2, records3 = cut2.segments(sequence), cut3.segments(sequence)
+        grown = None if records2 is None or records3 is None else _grow(records2, records3, layers)
+        if grown is None:
+            return None
+        built[sequence] = grown
+    (outputs,) = built["outputs"]
+    buffers = [*built["input_buffers"], *built["buffers"]]
+    program = Program(
+        tuple(built["kernels"]), MappingProxyType({b.name: b for b in buffers}), tuple(built["inputs"]),
+        outputs, tuple(built["syncs"]), tuple(built["stream_scopes"]),
+    )
+    consistent = (
+        [k.index for k in program.kernels] == list(range(len(program.kernels)))
+        and len(program.by_name) == len(program.kernels) and len(program.buffers) == len(buffers)
+    )
+    return program if consistent else None
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """Where the layer blocks of one captured program lie: kernels [start + j*period, start + (j+1)*period)."""
+
+    program: Program
+    start: int
+    period: int
+    layers: int
+    input_buffers: int
+
+    @classmethod
+    def of(cls, program: Program, path: str, layers: int) -> _Cut | None:
+        pattern = re.compile(re.escape(path) + r"\.(\d+)")
+        firsts: dict[int, int] = {}
+        owner: list[int | None] = []
+        for kernel in program.kernels:
+            layer = next((int(m.group(1)) for f in kernel.modules if (m := pattern.fullmatch(f.path))), None)
+            owner.append(layer)
+            if layer is not None:
+                firsts.setdefault(layer, kernel.index)
+        if sorted(firsts) != list(range(layers)):
+            return None
+        inputs = [name for name in program.inputs if name in program.buffers]
+        if list(program.buffers)[:len(inputs)] != inputs:
+            return None  # graph inputs are not the first buffers: the program could not be put back in order
+        start, period = firsts[0], firsts[1] - firsts[0]
+        cut = cls(program, start, period, layers, len(inputs))
+        if any(firsts[j] != start + j * period for j in firsts):
+            return None
+        if any(layer is not None and cut.label(i) != layer for i, layer in enumerate(owner)):
+            return None
+        return cut
+
+    def label(self, position: int) -> int:
+        """The segment of the kernel at ``position`` (``len(kernels)`` is past the end: the suffix)."""
+        if position < self.start:
+            return PREFIX
+        block = (position - self.start) // self.period
+        return block if block < self.layers else SUFFIX
+
+    def segments(self, sequence: str) -> dict[int, list[Any]] | None:
+        """The records of ``sequence`` by segment, in order; None when a segment is not contiguous."""
+        labelled = list(_LABELLERS[sequence](self))
+        order = [label for label, _ in labelled]
+        if order != sorted(order):
+            return None
+        grouped: dict[int, list[Any]] = {}
+        for label, record in labelled:
+            grouped.setdefault(label, []).append(record)
+        return grouped
+
+
+def _kernels(cut: _Cut) -> Iterator[tuple[int, Any]]:
+    for kernel in cut.program.kernels:
+        yield cut.label(kernel.index), kernel
+
+
+def _first_uses(program: Program) -> dict[str, int]:
+    """The first kernel reading each buffer's memory (through any view of it)."""
+    uses: dict[str, int] = {}
+    for kernel in program.kernels:
+        for name in kernel.inputs:
+            uses.setdefault(program.storage(name), kernel.index)
+    return uses
+
+
+def _inputs(cut: _Cut) -> Iterator[tuple[int, Any]]:
+    """Graph inputs (parameters and user inputs, numbered by first use); an unused one goes with the one before."""
+    uses, label = _first_uses(cut.program), PREFIX
+    for name in cut.program.inputs:
+        label = cut.label(uses[name]) if name in uses else label
+        yield label, name
+
+
+def _input_buffers(cut: _Cut) -> Iterator[tuple[int, Any]]:
+    """The buffers of graph inputs, labelled as :func:`_inputs` (they come first in graph order)."""
+    labels = dict((name, label) for label, name in _inputs(cut))
+    for name in cut.program.inputs:
+        if name in cut.program.buffers:
+            yield labels[name], cut.program.buffers[name]
+
+
+def _buffers(cut: _Cut) -> Iterator[tuple[int, Any]]:
+    """Every other buffer with the kernel that writes it; a view (or constant) with the next kernel in
+    graph order."""
+    program = cut.program
+    written = {name: kernel.index for kernel in program.kernels for name in (kernel.node, *kernel.outputs)}
+    pending: list[Buffer] = []
+    for buffer in list(program.buffers.values())[cut.input_buffers:]:
+        if buffer.name in written:
+            label = cut.label(written[buffer.name])
+            yield from ((label, view) for view in pending)
+            pending = []
+            yield label, buffer
+        else:
+            pending.append(buffer)
+    yield from ((SUFFIX, view) for view in pending)
+
+
+def _syncs(cut: _Cut) -> Iterator[tuple[int, Any]]:
+    for point in cut.program.syncs:
+        yield cut.label(point.position), point
+
+
+def _stream_scopes(cut: _Cut) -> Iterator[tuple[int, Any]]:
+    for scope in cut.program.stream_scopes:
+        yield cut.label(scope.enter), scope
+
+
+def _outputs(cut: _Cut) -> Iterator[tuple[int, Any]]:
+    yield SUFFIX, cut.program.outputs
+
+
+_LABELLERS: dict[str, Callable[[_Cut], Iterator[tuple[int, Any]]]] = {
+    "kernels": _kernels, "inputs": _inputs, "input_buffers": _input_buffers, "buffers": _buffers, "syncs": _syncs,
+    "stream_scopes": _stream_scopes, "outputs": _outputs,
+}
+_SEQUENCES = tuple(_LABELLERS)
+
+
+def _grow(two: dict[int, list[Any]], three: dict[int, list[Any]], layers: int) -> list[Any] | None:
+    """One sequence of the ``layers``-layer program: prefix, layer 0 and suffix moved by the extra layers;
+    layer ``j >= 1`` is layer 1 of three moved by ``j - 1`` periods and by the extra layers."""
+    moved: dict[int, _Numbers] = {}
+    for label in (PREFIX, 0, 1, SUFFIX):
+        a, b = _Numbers.of(two.get(label, [])), _Numbers.of(three.get(label, []))
+        if a.skeleton != b.skeleton:
+            return None
+        moved[label] = b.plus(b.minus(a), layers - 3)
+    last = _Numbers.of(three.get(2, []))
+    if last.skeleton != moved[1].skeleton:
+        return None
+    period = last.minus(_Numbers.of(three.get(1, [])))
+    blocks = [moved[PREFIX], moved[0], *(moved[1].plus(period, j - 1) for j in range(1, layers)), moved[SUFFIX]]
+    out: list[Any] = []
+    for block in blocks:
+        records = block.build()
+        if records is None:
+            return None
+        out += records
+    return out
+
+
+# -- records as a skeleton and the numbers in it ----------------------------------------------------
+
+_DIGITS = re.compile(r"(\d+)")
+_COUNTER = re.compile(r"(.*)_(\d+)", re.DOTALL)
+_RECORDS = (Kernel, Buffer, TensorSpec, ModuleFrame, Annotations, SyncPoint, StreamScope)
+
+
+@dataclass(frozen=True)
+class _Numbers:
+    """Records split into what must match exactly (the skeleton) and the ints in them, in order."""
+
+    records: tuple[Any, ...]
+    skeleton: tuple[Any, ...]
+    values: tuple[int, ...]
+
+    @classmethod
+    def of(cls, records: Sequence[Any]) -> _Numbers:
+        values: list[int] = []
+        skeleton = tuple(_skeleton(record, values) for record in records)
+        return cls(tuple(records), skeleton, tuple(values))
+
+    def minus(self, other: _Numbers) -> tuple[int, ...]:
+        return tuple(a - b for a, b in zip(self.values, other.values))
+
+    def plus(self, delta: tuple[int, ...], times: int) -> _Numbers:
+        return _Numbers(self.records, self.skeleton, tuple(v + d * times for v, d in zip(self.values, delta)))
+
+    def build(self) -> list[Any] | None:
+        """The records with these numbers; None when a number in a name would go negative."""
+        if any(v < 0 for v in self.values):
+            return None
+        numbers = iter(self.values)
+        frames: dict[ModuleFrame, ModuleFrame] = {}
+        return [_rebuild(record, numbers, frames) for record in self.records]
+
+
+def _skeleton(value: Any, values: list[int]) -> Any:
+    if isinstance(value, str):
+        base, counter, _ = _counted(value)
+        parts = _DIGITS.split(base)
+        for i in range(1, len(parts), 2):
+            if _is_number(parts[i]):
+                values.append(int(parts[i]))
+                parts[i] = ""
+        values.append(counter)
+        return ("str", tuple(parts))
+    if _is_int(value):
+        values.append(value)
+        return ("int",)
+    if isinstance(value, _RECORDS):
+        return (type(value), tuple(_skeleton(getattr(value, f.name), values) for f in fields(value)))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_skeleton(item, values) for item in value))
+    return ("atom", value)  # compared as a whole: catalog entries, floats, flags
+
+
+def _counted(name: str) -> tuple[str, int, bool]:
+    """A name as FX and GE number it: base, counter and whether the counter is written. The first use
+    of a name has none (``add``, then ``add_1``), so it counts as 0 and a counted name matches it."""
+    match = _COUNTER.fullmatch(name)
+    if match is None or not _is_number(match.group(2)):
+        return name, 0, False
+    return match.group(1), int(match.group(2)), True
+
+
+def _is_number(digits: str) -> bool:
+    """Digits that a counter wrote: no leading zero (``007`` is text)."""
+    return digits == "0" or not digits.startswith("0")
+
+
+def _rebuild(value: Any, numbers: Iterator[int], frames: dict[ModuleFrame, ModuleFrame]) -> Any:
+    if isinstance(value, str):
+        base, _, explicit = _counted(value)
+        parts = _DIGITS.split(base)
+        for i in range(1, len(parts), 2):
+            parts[i] = str(next(numbers)) if _is_number(parts[i]) else parts[i]
+        counter = next(numbers)
+        return "".join(parts) + (f"_{counter}" if explicit or counter else "")
+    if _is_int(value):
+        return next(numbers)
+    if isinstance(value, _RECORDS):
+        rebuilt = type(value)(**{f.name: _rebuild(getattr(value, f.name), numbers, frames) for f in fields(value)})
+        return frames.setdefault(rebuilt, rebuilt) if isinstance(rebuilt, ModuleFrame) else rebuilt
+    if isinstance(value, tuple):
+        return tuple(_rebuild(item, numbers, frames) for item in value)
+    return value
