@@ -849,7 +849,7 @@ def _fia(**overrides: object) -> Callable[[], object]:
         (_fia(kv=torch.zeros(1, 3, 12, dtype=torch.bfloat16)), ValueError, "query head dim 8 and key head dim 6 differ"),
         (_fia(kv=torch.zeros(1, 3, 15, dtype=torch.bfloat16)), ValueError, r"key has shape \[1, 3, 15\]"),
         (_fia(sparse_mode=3), ValueError, "needs the compressed causal mask"),
-        (_fia(sparse_mode=4), ValueError, "sparse_mode=4 is not implemented"),
+        (_fia(sparse_mode=5), ValueError, "sparse_mode=5 is not implemented"),
         (_fia(sparse_mode=1), ValueError, "needs the full atten_mask"),
         (_fia(atten_mask=torch.zeros(1, 4, dtype=torch.bool)), ValueError, r"atten_mask has shape \[1, 4\]"),
         (_fia(atten_mask=torch.zeros(1, 3)), ValueError, "atten_mask has dtype torch.float32"),

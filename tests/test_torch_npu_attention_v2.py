@@ -66,3 +66,32 @@ def test_v2_refuses_quantisation_and_sinks_by_name() -> None:
         torch_npu.npu_fused_infer_attention_score_v2(q, q, q, query_quant_mode=3)
     with pytest.raises(ValueError, match="input_layout='NTD_TND'"):
         torch_npu.npu_fused_infer_attention_score_v2(q, q, q, input_layout="NTD_TND")
+
+
+def test_band_mode_4_keeps_the_window_from_each_batch_bottom_right() -> None:
+    """vllm-ascend's sliding-window prefill: sparse_mode=4, pre_tokens=window, next_tokens=0 (TND)."""
+    gen = _gen()
+    heads, d, window = 2, 8, 2
+    q_lens, kv_lens = [3, 4], [5, 4]
+    q = torch.randn(sum(q_lens), heads, d, generator=gen).to(torch.bfloat16)
+    k, v = (torch.randn(sum(kv_lens), heads, d, generator=gen).to(torch.bfloat16) for _ in range(2))
+    ends = lambda lens: torch.tensor(lens).cumsum(0).tolist()  # noqa: E731
+    out, _ = torch_npu.npu_fused_infer_attention_score_v2(
+        q, k, v, num_query_heads=heads, input_layout="TND", actual_seq_qlen=ends(q_lens),
+        actual_seq_kvlen=ends(kv_lens), sparse_mode=4, atten_mask=CAUSAL, pre_tokens=window, next_tokens=0,
+        softmax_scale=0.5)
+    q_start = kv_start = 0
+    for sq, skv in zip(q_lens, kv_lens):
+        row = torch.arange(sq).reshape(-1, 1) + (skv - sq)  # each query's position in its key sequence
+        col = torch.arange(skv).reshape(1, -1)
+        visible = (col <= row) & (row - col <= window)
+        qq = q[q_start:q_start + sq].double().transpose(0, 1)
+        kk, vv = (t[kv_start:kv_start + skv].double().transpose(0, 1) for t in (k, v))
+        probs = torch.softmax((qq @ kk.transpose(-1, -2) * 0.5).masked_fill(~visible, float("-inf")), dim=-1)
+        expected = (probs @ vv).transpose(0, 1)
+        torch.testing.assert_close(out[q_start:q_start + sq].double(), expected.to(torch.bfloat16).double(),
+                                   rtol=2e-2, atol=2e-2)
+        q_start, kv_start = q_start + sq, kv_start + skv
+    with pytest.raises(ValueError, match="pre_tokens \\+ next_tokens >= 0"):
+        torch_npu.npu_fused_infer_attention_score_v2(q, k, v, num_query_heads=heads, sparse_mode=4,
+                                                     pre_tokens=-3, next_tokens=1)

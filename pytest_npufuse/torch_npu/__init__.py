@@ -3,6 +3,7 @@
 To model an Ascend NPU on a machine without one, this package provides torch_npu's fused operators with
 the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
 
+* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``
 * :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
@@ -34,6 +35,7 @@ add the op.
 from __future__ import annotations
 
 from ..errors import NpufuseError
+from .activation import fast_gelu, npu_fast_gelu, npu_gelu
 from .attention import (
     npu_fused_infer_attention_score, npu_fused_infer_attention_score_v2, npu_fusion_attention, npu_incre_flash_attention,
     npu_prompt_flash_attention,
@@ -71,6 +73,9 @@ from .rope import (
 )
 
 __all__ = [
+    "fast_gelu",
+    "npu_fast_gelu",
+    "npu_gelu",
     "_npu_flash_attention",
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",

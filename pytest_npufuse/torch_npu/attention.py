@@ -43,7 +43,8 @@ MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
 NO_BAND = 2147483647  # pre_tokens/next_tokens: no band limit
 CAUSAL_MASK_SIZE = 2048  # sparse_mode 2/3 take this fixed upper-triangular mask
 MASK_ONLY, ALL_MASK, LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL = 0, 1, 2, 3
-CAUSAL_MODES = (LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL)
+BAND = 4  # pre/next-token band from the bottom-right corner (ops-transformer sparse_mode introduction)
+CAUSAL_MODES = (LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL, BAND)  # the modes that take the compressed 2048 x 2048 mask
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,9 @@ def _visible(q_lens: list[int], kv_lens: list[int], q_len: int, kv_len: int, mas
         return visible & (kv_pos <= q_pos)
     if sparse_mode == RIGHT_DOWN_CAUSAL:
         return visible & (kv_pos <= q_pos + (kv_valid - q_valid))
+    if sparse_mode == BAND:
+        shift = kv_pos - q_pos - (kv_valid - q_valid)  # 0 on each batch's bottom-right diagonal
+        return visible & (shift <= next_tokens) & (-shift <= pre_tokens)
     if mask is None:
         return visible
     visible = visible & ~_user_mask(mask, len(q_lens), q_len, kv_len)
@@ -482,8 +486,11 @@ def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mo
     kv_heads = num_key_value_heads or num_heads
     if kv_heads < 0 or num_heads % kv_heads != 0:
         raise ValueError(f"num_key_value_heads={num_key_value_heads} must divide num_heads={num_heads} (GQA groups)")
-    require_choice("sparse_mode", sparse_mode, (MASK_ONLY, ALL_MASK, LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL),
-                   "0 mask with pre/next-token band, 1 mask only, 2/3 causal (band mode 4 and 5-8 are not modeled)")
+    require_choice("sparse_mode", sparse_mode, (MASK_ONLY, ALL_MASK, LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL, BAND),
+                   "0 mask with pre/next-token band, 1 mask only, 2/3 causal, 4 band from the bottom right "
+                   "(prefix, global, dilated and block-local modes 5-8 are not modeled)")
+    if sparse_mode == BAND and pre_tokens + next_tokens < 0:
+        raise ValueError(f"sparse_mode=4 (band) needs pre_tokens + next_tokens >= 0, got {pre_tokens} + {next_tokens}")
     require_choice("inner_precise", inner_precise, (0, 1, 2, 3),
                    "precision/performance and invalid-row modes; the CPU model computes one way")
 
@@ -570,13 +577,15 @@ def npu_fused_infer_attention_score(
     * ``sparse_mode`` 0: ``atten_mask`` (bool/int8/uint8, nonzero = masked) ``[Sq, Skv]``, ``[B, Skv]`` for
       decode, ``[B|1, Sq, Skv]`` or ``[B|1, 1, Sq, Skv]``, and with a mask the band
       ``-pre_tokens <= j - i <= next_tokens``; no mask means full attention. 1: the mask only. 2: causal
-      from the top left (``j <= i``); 3: from the bottom right (``j <= i + Skv_b - Sq_b``); both need the
-      documented compressed mask ``triu(ones(2048, 2048), 1)`` and check it.
+      from the top left (``j <= i``); 3: from the bottom right (``j <= i + Skv_b - Sq_b``); 4: the band
+      ``-pre_tokens <= j - (i + Skv_b - Sq_b) <= next_tokens`` from the bottom right (ops-transformer's
+      sparse_mode introduction; ``pre_tokens + next_tokens >= 0``); 2-4 need the documented compressed mask
+      ``triu(ones(2048, 2048), 1)`` and check it.
     * ``softmax_lse`` float32 ``[B, N, Sq, 1]`` (TND: ``[T, N, 1]``) with ``softmax_lse_flag``, else an
       empty ``[0]`` (the meta function's shape).
 
     Refused with the argument's name: quantised or pseudo-quantised inputs, pse_shift, left padding, shared
-    prefixes, the other ``X_Y`` layouts (``*_NBSD``, ``NTD``, ``TND_NTD``) and sparse modes 4-8. ``inner_precise`` and the antiquant modes
+    prefixes, the other ``X_Y`` layouts (``*_NBSD``, ``NTD``, ``TND_NTD``) and sparse modes 5-8. ``inner_precise`` and the antiquant modes
     only select device paths and are accepted.
     """
     options = {name: value for name, value in locals().items() if name in FIA_UNMODELED}
@@ -758,10 +767,10 @@ def npu_prompt_flash_attention(
     The computation of :func:`npu_fused_infer_attention_score` (dense layouts, see below) with the
     scale named ``scale_value``. Note this op's default ``next_tokens=0``: with ``sparse_mode=0`` and a mask,
     a query attends only to keys ``j`` with ``i - pre_tokens <= j <= i + next_tokens``, i.e. causally by
-    default; without a mask the page says pre/next tokens are ignored. Modes 1/2/3 as in the fused op.
+    default; without a mask the page says pre/next tokens are ignored. Modes 1-4 as in the fused op.
 
     Layouts BSH, BSND, BNSD and BNSD_BSND (BNSD in, BSND out, as the meta function shapes it).
-    Refused: quantised inputs/outputs, pse_shift, the TND layout and sparse modes 4-8;
+    Refused: quantised inputs/outputs, pse_shift, the TND layout and sparse modes 5-8;
     ``padding_mask`` is reserved by the page.
     """
     options = {name: value for name, value in locals().items() if name in PFA_UNMODELED}
@@ -947,8 +956,8 @@ def npu_fusion_attention(
       dim than key. float16, bfloat16 and float32.
     * ``atten_mask`` (bool/uint8, 1 = masked): modes 0/1 take BNSS, B1SS, 11SS or SS (TND: ``[max Sq,
       max Skv]``); mode 0 also applies the band ``-pre_tockens <= j - i <= next_tockens``; modes 2/3 are
-      causal from the top left / bottom right of each batch and take the compressed
-      ``triu(ones(2048, 2048), 1)``. Without a mask the page says mode and band have no effect: full
+      causal from the top left / bottom right of each batch and mode 4 is the band between pre_tockens and
+      next_tockens from the bottom right; 2-4 take the compressed ``triu(ones(2048, 2048), 1)``. Without a mask the page says mode and band have no effect: full
       attention.
     * ``softmax_max`` / ``softmax_sum``: float32 ``[B, N, Sq, 8]`` (TND ``[T, N, 8]``), the row max of the
       scaled scores and the sum of ``exp(score - max)``, repeated over the last dim (the meta shape; the
@@ -956,7 +965,7 @@ def npu_fusion_attention(
       Without dropout there is no random mask, so seed, offset and numels are 0.
 
     Refused with the argument's name: ``keep_prob != 1`` (dropout is random), pse, prefix, sink,
-    dropout_mask, sparse modes 4-8. ``padding_mask`` is not supported by the page either.
+    dropout_mask, sparse modes 5-8. ``padding_mask`` is not supported by the page either.
     """
     options = {name: value_ for name, value_ in locals().items() if name in FA_UNMODELED}
     require_tensors(query=query, key=key, value=value, atten_mask=atten_mask)
@@ -1086,7 +1095,7 @@ def npu_fused_infer_attention_score_v2(
     (v1 ``num_heads``), ``softmax_scale`` (``scale``), ``actual_seq_qlen`` / ``actual_seq_kvlen``
     (``actual_seq_lengths`` / ``actual_seq_lengths_kv``: per-batch lengths, cumulative ends with TND),
     ``return_softmax_lse`` (``softmax_lse_flag``). The computation is v1's, with every v1 mode: paged KV
-    through ``block_table``, MLA ``query_rope`` / ``key_rope``, sparse modes 0-3.
+    through ``block_table``, MLA ``query_rope`` / ``key_rope``, sparse modes 0-4.
 
     Layouts: v1's, plus the page's output layouts NBSD (``BSH_NBSD``, ``BSND_NBSD``, ``BNSD_NBSD``: output
     ``[N, B, S, D]``) and NTD (``TND_NTD``: output ``[N, T, D]``).
