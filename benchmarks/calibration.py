@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_npufuse.fusion import BASELINE, SyncEdge  # noqa: E402
+from pytest_npufuse.events import Event  # noqa: E402
+from pytest_npufuse.fusion import BASELINE  # noqa: E402
 from pytest_npufuse.hardware import load_profile  # noqa: E402
 from pytest_npufuse.host import HostConfig  # noqa: E402
 from pytest_npufuse.simulate import simulate  # noqa: E402
@@ -330,7 +331,7 @@ class DeepSeekDecode:
         }
         cache = b.input("kv_cache", (self.batch, self.context, self.kv_bytes), "int8")
         x = b.input("x", (t, hidden))
-        syncs: list[SyncEdge] = []
+        syncs: list[Event] = []
         for layer in range(self.layers + (1 if self.mtp else 0)):
             scope = "decode_layer" if self.superkernel else None
             x = self._attention(b, weights, cache, x, scope)
@@ -387,7 +388,7 @@ class DeepSeekDecode:
         out = b.op("aten::add", [comb, sd], (t, hidden))
         if side:
             names = {kernel.node: kernel.name for kernel in b.kernels}
-            syncs += [SyncEdge(f"h{layer}", names[hq], names[su]), SyncEdge(f"s{layer}", names[sd], names[out])]
+            syncs += [Event(f"h{layer}", names[hq], names[su]), Event(f"s{layer}", names[sd], names[out])]
         return b.op("aten::add", [x, out], (t, hidden))
 
     def run(self, profile=A3, variant: str = "variant"):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_npufuse.fusion import SyncEdge  # noqa: E402
+from pytest_npufuse.events import Event  # noqa: E402
 from pytest_npufuse.hardware import load_profile  # noqa: E402
 from pytest_npufuse.simulate import simulate  # noqa: E402
 from pytest_npufuse.synthetic import ProgramBuilder, plan_program  # noqa: E402
@@ -43,7 +43,7 @@ def decode_graph(layers: int):
     w = b.input("w", (HIDDEN, HIDDEN))
     w_up = b.input("w_up", (HIDDEN, INTER))
     w_down = b.input("w_down", (INTER, HIDDEN))
-    syncs: list[SyncEdge] = []
+    syncs: list[Event] = []
     for layer in range(layers):
         scope = f"moe{layer}"
         h = b.op("npu::npu_rms_norm", [x], (TOKENS, HIDDEN))
@@ -70,7 +70,7 @@ def decode_graph(layers: int):
         combined = b.op("_c10d_functional::all_to_all_single", [down], (TOKENS, HIDDEN), stream="comm")
         x = b.op("aten::add", [combined, shared], (TOKENS, HIDDEN))
         syncs += [
-            SyncEdge(f"{event}{layer}", b.buffers[after].producer, b.buffers[before].producer)
+            Event(f"{event}{layer}", b.buffers[after].producer, b.buffers[before].producer)
             for event, after, before in (
                 ("h", h, shared_up), ("d", h, dispatched), ("g", dispatched, first_up), ("c", down, combined),
                 ("j", combined, x), ("s", shared, x),

@@ -24,6 +24,7 @@ from operator import itemgetter
 from typing import NamedTuple, Sequence
 
 from .errors import ModeledDeadlockError, NpufuseError
+from .events import Event
 
 POOLS = ("aic", "aiv", "aicpu", "comm", "dma", "hbm")
 HBM_POOL = 5
@@ -47,19 +48,14 @@ class DeviceTask(NamedTuple):
     records: tuple[int, ...] = ()
 
 
-class DeviceEvent(NamedTuple):
-    """An event between streams; ``recorder`` is the task after which it is recorded (None: never)."""
-
-    name: str
-    recorder: int | None
-
-
 class DeviceModel:
     """A resumable discrete-event run of tasks over streams and core pools.
 
     The host model releases tasks as it launches them (:meth:`release`) and may run the device until a
     given task ends (:meth:`run` with ``until``) when it must wait for a value; graph-sink modes release
-    everything at once.
+    everything at once. ``events`` are the plan's events between tasks; a task's ``waits`` and
+    ``records`` index them, which is all the scheduling loop reads. :meth:`timed_events` gives them
+    back on the timeline.
     """
 
     def __init__(
@@ -67,7 +63,7 @@ class DeviceModel:
         tasks: Sequence[DeviceTask],
         streams: Sequence[str],
         capacity: Sequence[int],
-        events: Sequence[DeviceEvent] = (),
+        events: Sequence[Event] = (),
         event_record_us: float = 0.0,
         event_wait_us: float = 0.0,
         task_gap_us: float = 0.0,
@@ -256,7 +252,7 @@ class DeviceModel:
             task = self.tasks[index]
             if self._release[index] is None:
                 raise NpufuseError(f"internal error: task {task.name} was never launched by the host model")
-            missing = [self.events[e] for e in task.waits if self.recorded[e] is None]
+            missing = [e for e in task.waits if self.recorded[e] is None]
             lines.append(
                 f"stream '{self.streams[stream]}' waits before {task.name} on "
                 + ", ".join(self._describe(event) for event in missing)
@@ -266,11 +262,22 @@ class DeviceModel:
             "that is waited on, before the wait in program order, on another stream."
         )
 
-    def _describe(self, event: DeviceEvent) -> str:
-        if event.recorder is None:
-            return f"event '{event.name}', which is never recorded"
-        recorder = self.tasks[event.recorder]
+    def _describe(self, number: int) -> str:
+        """Why event ``number`` is not recorded: no device task records it, or the one that does never runs."""
+        event = self.events[number]
+        if not any(number in task.records for task in self.tasks):
+            return f"event '{event.event}', which is never recorded"
         return (
-            f"event '{event.name}', recorded after {recorder.name} on stream '{self.streams[recorder.stream]}', "
+            f"event '{event.event}', recorded after {event.record_task} on stream '{event.record_stream}', "
             "which itself never runs"
+        )
+
+    def timed_events(self) -> tuple[Event, ...]:
+        """The events on the timeline of the finished run (:meth:`Event.timed`): a record takes
+        ``event_record_us`` up to when the event is recorded, a wait ``event_wait_us`` from when its
+        stream starts waiting."""
+        record_us, wait_us = self._record_us, self._wait_us
+        return tuple(
+            event.timed(recorded - record_us, recorded, waited, waited + wait_us)
+            for event, recorded, waited in zip(self.events, self.recorded, self.waited)
         )

@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from . import cost
-from .errors import OptionsError, ScopeError
+from .errors import NpufuseError, OptionsError, ScopeError
+from .events import Event
 from .hardware import HardwareProfile
 from .plog import LogRecord
 from .program import Kernel, Program
@@ -133,24 +134,13 @@ class Task:
 
 
 @dataclass(frozen=True)
-class SyncEdge:
-    """A cross-stream event: recorded on the stream of ``record_after`` once that task ends, waited on
-    the stream of ``wait_before`` before that task starts (either may name a kernel: its task counts). ``record_after=None`` is an event nobody
-    records: the device would wait forever, and the simulator reports a modeled deadlock."""
-
-    event: str
-    record_after: str | None
-    wait_before: str
-
-
-@dataclass(frozen=True)
 class Plan:
     """The tasks of one variant in issue order (each stream runs its own tasks in this order), the
     events between streams, the fate of every SuperKernel scope, and the plog lines.
 
     ``failure`` is set when the variant cannot run to completion on the device: a compile abort, a
     modeled hang or a modeled deadlock. ``streams`` is the kernel-level stream plan the sanitizer
-    checks; ``syncs`` are its events between device tasks.
+    checks; ``syncs`` are its events between device tasks (:func:`between_tasks`).
     """
 
     variant: str
@@ -159,7 +149,7 @@ class Plan:
     scopes: tuple[ScopePlan, ...]
     log: tuple[LogRecord, ...] = ()
     failure: str | None = None
-    syncs: tuple[SyncEdge, ...] = ()
+    syncs: tuple[Event, ...] = ()
     streams: StreamPlan | None = None
 
     def scope(self, name: str) -> ScopePlan | None:
@@ -553,7 +543,7 @@ def plan(
         unread.update({s: ScopePlan(s, o.text, ScopeOutcome.UNSUPPORTED, (), (), reason) for s, o in scope_options.items()})
         scopes = tuple(unread[s] for s in members)
         tasks = fused_tasks(program, {}, profile, multistream)
-        return Plan(variant, mode, tasks, scopes, notes, syncs=_device_syncs(streams, tasks), streams=streams)
+        return Plan(variant, mode, tasks, scopes, notes, syncs=between_tasks(streams.edges, tasks), streams=streams)
     segments, breaks = _segment_scopes(program, profile)
     results = {
         s: _plan_scope(s, o, members[s], segments[s], breaks[s], program, profile, streams) for s, o in scope_options.items()
@@ -563,24 +553,29 @@ def plan(
     failure = next((f"{s.scope}: {s.reason}" for s in scopes if s.outcome in (ScopeOutcome.ABORTED, ScopeOutcome.HANG)), None)
     fused = {s.scope: list(s.segments) for s in scopes if s.outcome in (ScopeOutcome.FUSED, ScopeOutcome.HANG)}
     tasks = fused_tasks(program, fused, profile, multistream)
-    return Plan(variant, mode, tasks, scopes, log, failure, _device_syncs(streams, tasks), streams)
+    return Plan(variant, mode, tasks, scopes, log, failure, between_tasks(streams.edges, tasks), streams)
 
 
-def _device_syncs(streams: StreamPlan, tasks: Sequence[Task]) -> tuple[SyncEdge, ...]:
-    """The stream plan's events as the device scheduler takes them: between tasks, dropping those that
-    order kernels of one SuperKernel (it syncs inside itself) and waits at a stream's end, which only
-    join work the run's makespan already covers. A wait whose event is never recorded keeps
-    ``record_after=None``, so the device reports the deadlock too."""
-    task_of = {kernel: task.name for task in tasks for kernel in task.kernels}
-    edges = []
-    for edge in streams.edges:
+def between_tasks(edges: Sequence[Event], tasks: Sequence[Task]) -> tuple[Event, ...]:
+    """Events between kernels as the device scheduler takes them: between the tasks those kernels run
+    in, on those tasks' streams (:meth:`Event.on_tasks`). Dropped: events that order kernels of one
+    SuperKernel (it syncs inside itself) and waits at a stream's end, which only join work the run's
+    makespan already covers. A wait whose event is never recorded keeps no recording task, so the
+    device reports the deadlock too."""
+    task_of = {kernel: task for task in tasks for kernel in task.kernels}
+    events = []
+    for edge in edges:
         if edge.wait_before is None:
             continue
-        recorder = None if edge.never_recorded else edge.record_after
-        if recorder is not None and task_of[recorder] == task_of[edge.wait_before]:
-            continue
-        edges.append(SyncEdge(edge.event, recorder, edge.wait_before))
-    return tuple(edges)
+        for kernel in (edge.record_after, edge.wait_before):
+            if kernel is not None and kernel not in task_of:
+                raise NpufuseError(f"event '{edge.event}' names kernel '{kernel}', which is not a kernel of the program.")
+        waiter = task_of[edge.wait_before]
+        if edge.record_after is None:
+            events.append(edge.on_tasks(None, None, waiter.name, waiter.stream))
+        elif (recorder := task_of[edge.record_after]) is not waiter:
+            events.append(edge.on_tasks(recorder.name, recorder.stream, waiter.name, waiter.stream))
+    return tuple(events)
 
 
 def segment_scopes(program: Program, profile: HardwareProfile) -> Mapping[str, list[Segment]]:

@@ -31,7 +31,8 @@ from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 from . import cost, scopes, syncs
 from .catalog import OpCatalog
 from .errors import ArgumentError, CaptureError, NotModeledError, NpufuseError, OptionsError, ScopeError
-from .program import Buffer, Kernel, ModuleFrame, Program, StreamScope, SyncPoint, TensorSpec
+from .events import Event, EventKind
+from .program import Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
@@ -214,7 +215,7 @@ class _ProgramBuilder:
         self.index_of_name: dict[str, int] = {}
         self.recorded_after: set[str] = set()
         self.names: dict[str, int] = {}
-        self.syncs: list[SyncPoint] = []
+        self.syncs: list[Event] = []
         self.record_tokens: dict[str, str] = {}
         self.open_streams: list[tuple[str, int] | None] = []
         self.prefetched: set[str] = set()
@@ -314,9 +315,9 @@ class _ProgramBuilder:
             use = (scope, attrs.get(scopes.SK_OPTIONS, ""), source_line(node), len(self.kernels))
             self.open_uses.append(use if scope else None)
             if scopes.NATIVE_STREAM in attrs:
-                self._sync_point("noop", "", "torch.npu.stream", node)
+                self._sync_point(EventKind.NOOP, "", "torch.npu.stream", node)
             if attrs.get(scopes.INNER_PARALLEL) == "False":
-                self._sync_point("noop", "", "npu_stream_switch(enable_inner_parallel=False)", node)
+                self._sync_point(EventKind.NOOP, "", "npu_stream_switch(enable_inner_parallel=False)", node)
         else:
             self.stack.exit(f"the graph at {source_line(node) or 'the model'}")
             self.open_sources.pop()
@@ -332,9 +333,14 @@ class _ProgramBuilder:
     def _current_stream(self) -> str:
         return self.stack.resolve().stream or "default"
 
-    def _sync_point(self, kind: str, event: str, api: str, node: torch.fx.Node, **extra: Any) -> None:
-        stream = extra.pop("stream", None) or self._current_stream()
-        self.syncs.append(SyncPoint(kind, stream, len(self.kernels), event, api, source_line(node), **extra))
+    def _sync_point(
+        self, kind: EventKind, event: str, api: str, node: torch.fx.Node, stream: str | None = None, buffer: str | None = None
+    ) -> None:
+        """An event request at the current point of the issue order, on ``stream`` (default: the current one)."""
+        self.syncs.append(Event(
+            event, kind=kind, stream=stream or self._current_stream(), position=len(self.kernels), api=api,
+            source=source_line(node), buffer=buffer,
+        ))
 
     def _storage(self, name: str) -> str:
         """The buffer that owns the memory ``name`` lives in (itself unless it is a view)."""
@@ -345,31 +351,33 @@ class _ProgramBuilder:
     def _wait_for(self, dependency: torch.fx.Node, api: str, node: torch.fx.Node) -> None:
         """Wait for a ``record()`` token, or for the kernel that produced a tensor (after it ends)."""
         if dependency.name in self.record_tokens:
-            self._sync_point("wait", self.record_tokens[dependency.name], api, node)
+            self._sync_point(EventKind.WAIT, self.record_tokens[dependency.name], api, node)
             return
         storage = self._storage(dependency.name) if dependency.name in self.buffers else None
         producer = None if storage is None else self.buffers[storage].producer
         if producer is None:
             # A graph input is ready before the graph starts: nothing to wait for, but the API was used.
-            self._sync_point("noop", "", api, node)
+            self._sync_point(EventKind.NOOP, "", api, node)
             return
         kernel = self.kernels[self.index_of_name[producer]]
         event = f"after:{kernel.name}"
         if event not in self.recorded_after:
             self.recorded_after.add(event)
-            self.syncs.append(SyncPoint("record", kernel.stream, kernel.index + 1, event, api, kernel.source))
-        self._sync_point("wait", event, api, node)
+            self.syncs.append(
+                Event(event, kind=EventKind.RECORD, stream=kernel.stream, position=kernel.index + 1, api=api, source=kernel.source)
+            )
+        self._sync_point(EventKind.WAIT, event, api, node)
 
     def _sync(self, node: torch.fx.Node) -> None:
         """Turn a synchronisation op into sync points at the current place of the issue order."""
         target = node.target
         if target is syncs.TAGGED_RECORD:
-            self._sync_point("record", f"tag:{node.args[0]}", "npu_tagged_event_record", node)
+            self._sync_point(EventKind.RECORD, f"tag:{node.args[0]}", "npu_tagged_event_record", node)
         elif target is syncs.TAGGED_WAIT:
-            self._sync_point("wait", f"tag:{node.args[0]}", "npu_tagged_event_wait", node)
+            self._sync_point(EventKind.WAIT, f"tag:{node.args[0]}", "npu_tagged_event_wait", node)
         elif target is syncs.RECORD:
             self.record_tokens[node.name] = f"record:{node.name}"
-            self._sync_point("record", f"record:{node.name}", "record", node)
+            self._sync_point(EventKind.RECORD, f"record:{node.name}", "record", node)
         elif target is syncs.WAIT:
             for dependency in _tensor_nodes(node.args):
                 self._wait_for(dependency, "wait", node)
@@ -378,14 +386,17 @@ class _ProgramBuilder:
             self._add_buffer(node, producer=None, alias_of=node.args[0].name if node.args[0].name in self.buffers else None)
         elif target is syncs.RECORD_STREAM:
             buffer, tag = node.args
-            self._sync_point("keep_alive", "", "npu_record_tagged_stream", node, stream=tag, buffer=buffer.name)
+            self._sync_point(EventKind.KEEP_ALIVE, "", "npu_record_tagged_stream", node, stream=tag, buffer=buffer.name)
         elif target in (syncs.EVENT_RECORD, syncs.EVENT_WAIT):
             tag, stream = node.args
-            kind, api = ("record", "torch.npu.Event.record") if target is syncs.EVENT_RECORD else ("wait", "torch.npu.Event.wait")
+            kind, api = (
+                (EventKind.RECORD, "torch.npu.Event.record") if target is syncs.EVENT_RECORD
+                else (EventKind.WAIT, "torch.npu.Event.wait")
+            )
             self._sync_point(kind, f"event:{tag}", api, node, stream=stream or None)
         elif target is syncs.NATIVE_RECORD_STREAM:
             buffer, stream = node.args
-            self._sync_point("keep_alive", "", "Tensor.record_stream", node, stream=stream, buffer=buffer.name)
+            self._sync_point(EventKind.KEEP_ALIVE, "", "Tensor.record_stream", node, stream=stream, buffer=buffer.name)
 
     def _add_buffer(self, node: torch.fx.Node, producer: str | None, alias_of: str | None = None) -> None:
         value = node.meta.get("val")
@@ -518,7 +529,7 @@ def _check_kept_alive_streams(program: Program) -> None:
     """``npu_record_tagged_stream(t, tag)`` for a stream no op runs on would keep nothing alive."""
     streams = set(program.streams()) | {scope.stream for scope in program.stream_scopes}
     for point in program.syncs:
-        if point.kind == "keep_alive" and point.stream not in streams:
+        if point.kind == EventKind.KEEP_ALIVE and point.stream not in streams:
             raise ScopeError(
                 f"npu_record_tagged_stream(..., {point.stream!r}) at {point.source or 'the model'}: no op runs on a "
                 f"stream {point.stream!r} (streams: {', '.join(sorted(streams))}); name the tag of the "

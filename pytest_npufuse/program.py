@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Mapping
 
 from .catalog import OpInfo
+from .events import Event
 
 
 @dataclass(frozen=True)
@@ -103,27 +104,6 @@ class Kernel:
 
 
 @dataclass(frozen=True)
-class SyncPoint:
-    """A synchronisation the model asked for, at a point of the program's issue order.
-
-    ``position`` counts the kernels issued before it. ``record``: the event is recorded on ``stream``
-    after the stream's work issued so far. ``wait``: the stream's kernels issued from here on wait for
-    the event. ``keep_alive``: ``buffer`` must outlive the work issued so far on ``stream``
-    (``npu_record_tagged_stream``). ``noop``: an ordering request with nothing to wait for (on a graph
-    input), kept so the mode rules still apply. ``api`` names the user-facing call, for mode rules and
-    messages.
-    """
-
-    kind: str
-    stream: str
-    position: int
-    event: str
-    api: str
-    source: str
-    buffer: str | None = None
-
-
-@dataclass(frozen=True)
 class StreamScope:
     """One ``npu_stream_switch`` block: kernels issued in [enter, exit) run on ``stream``."""
 
@@ -135,13 +115,14 @@ class StreamScope:
 @dataclass(frozen=True)
 class Program:
     """The kernels of one captured graph in program order, with every buffer they touch and every
-    synchronisation the model asked for."""
+    synchronisation the model asked for (``syncs``: :class:`~pytest_npufuse.events.Event` requests at
+    points of the issue order, as captured)."""
 
     kernels: tuple[Kernel, ...]
     buffers: Mapping[str, Buffer]
     inputs: tuple[str, ...]
     outputs: tuple[str | None, ...]
-    syncs: tuple[SyncPoint, ...] = ()
+    syncs: tuple[Event, ...] = ()
     stream_scopes: tuple[StreamScope, ...] = ()
 
     @cached_property

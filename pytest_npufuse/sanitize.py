@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from .events import Event, EventKind
 from .program import Kernel, Program, TensorSpec
-from .streams import MAX_AUTOTUNE, StreamPlan, EventEdge
+from .streams import MAX_AUTOTUNE, StreamPlan
 from .vocabulary import Vocabulary
 
 
@@ -119,12 +120,12 @@ class _Sanitizer:
         self.plan = plan
         self.streams = list(plan.streams)
         self.queues = {s: [k for k in program.kernels if plan.kernel_stream[k.name] == s] for s in self.streams}
-        self.waits: dict[str | None, list[EventEdge]] = {}
-        self.end_waits: dict[str, list[EventEdge]] = {s: [] for s in self.streams}
-        self.records: dict[str, list[EventEdge]] = {}
+        self.waits: dict[str | None, list[Event]] = {}
+        self.end_waits: dict[str, list[Event]] = {s: [] for s in self.streams}
+        self.records: dict[str, list[Event]] = {}
         for edge in plan.edges:
             if edge.wait_before is None:
-                self.end_waits.setdefault(edge.wait_stream, []).append(edge)
+                self.end_waits.setdefault(edge.stream, []).append(edge)
             else:
                 self.waits.setdefault(edge.wait_before, []).append(edge)
             if edge.record_after is not None:
@@ -138,7 +139,7 @@ class _Sanitizer:
         self.races: list[Race] = []
         self.order: list[str] = []
 
-    def _ready(self, edges: Sequence[EventEdge]) -> bool:
+    def _ready(self, edges: Sequence[Event]) -> bool:
         return all(not e.never_recorded and id(e) in self.snapshots for e in edges)
 
     def run(self) -> SanitizerReport:
@@ -254,7 +255,7 @@ class _Sanitizer:
         return Deadlock(tuple(text for _, text in sorted(blocked, key=lambda item: item[0]))) if blocked else None
 
 
-def _why(edges: Sequence[EventEdge]) -> str:
+def _why(edges: Sequence[Event]) -> str:
     parts = []
     for edge in edges:
         event = edge.event.split(":", 1)[-1] if edge.event.startswith("tag:") else edge.event
@@ -272,7 +273,7 @@ def _allocate(program: Program, plan: StreamPlan) -> dict[str, str]:
     for kernel in program.kernels:
         for buffer in kernel.inputs:
             last_use[program.storage(buffer)] = kernel.index
-    pinned = {program.storage(p.buffer) for p in program.syncs if p.kind == "keep_alive" and p.buffer is not None}
+    pinned = {program.storage(p.buffer) for p in program.syncs if p.kind == EventKind.KEEP_ALIVE and p.buffer is not None}
     outputs = {program.storage(name) for name in program.outputs if name is not None}
     freed_after: dict[int, list[str]] = {}
     for storage, last in last_use.items():

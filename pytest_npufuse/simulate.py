@@ -23,8 +23,9 @@ from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from . import cost
-from .device import HBM_POOL, HBM_UNITS, DeviceEvent, DeviceModel, DeviceTask
+from .device import HBM_POOL, HBM_UNITS, DeviceModel, DeviceTask
 from .errors import NpufuseError
+from .events import Event
 from .fusion import Plan, Segment, Task
 from .hardware import HardwareProfile
 from .host import GRAPH_SINK, HOST_SCHEDULED, EAGER, HostConfig, HostSlice, execution_of, kept_on_host, schedule
@@ -52,19 +53,6 @@ class KernelRun(NamedTuple):
     @property
     def duration_us(self) -> float:
         return self.end_us - self.start_us
-
-
-class EventRun(NamedTuple):
-    """One cross-stream event: recorded on one stream, waited on another (a flow arrow in the trace).
-    A named tuple, as :class:`KernelRun`: a report may hold thousands."""
-
-    event: str
-    record_stream: str
-    record_start_us: float
-    record_end_us: float
-    wait_stream: str
-    wait_start_us: float
-    wait_end_us: float
 
 
 class Bound(Vocabulary):
@@ -95,7 +83,7 @@ class RunReport:
     execution: str = GRAPH_SINK
     host_threads: int = 1
     host: tuple[HostSlice, ...] = ()
-    events: tuple[EventRun, ...] = ()
+    events: tuple[Event, ...] = ()
     streams: tuple[str, ...] = ("default",)
     failure: str | None = None
 
@@ -297,28 +285,15 @@ class _DeviceBuild:
         stream_index = {name: i for i, name in enumerate(self.streams)}
         device_tasks = [task for task in plan.tasks if task.name not in on_host] if on_host else plan.tasks
         self.index = dict(zip(map(_NAME_OF, device_tasks), count()))
-        # Events may name a task or a kernel inside it (a SuperKernel's sub-kernel; an ordinary task is
-        # named after its one kernel).
-        owner = dict(self.index)
-        inside = {name for edge in plan.syncs for name in (edge.record_after, edge.wait_before) if name}.difference(owner)
-        if inside:
-            for i, task in enumerate(device_tasks):
-                if task.segment is not None:
-                    owner.update(dict.fromkeys(inside.intersection(task.kernels), i))
-        self.events = tuple(
-            DeviceEvent(edge.event, owner.get(edge.record_after) if edge.record_after else None)
-            for edge in plan.syncs
-        )
-        self.waiters: list[int] = []
+        self.events = plan.syncs
         waits: list[tuple[int, ...]] = [()] * len(device_tasks)
         records: list[tuple[int, ...]] = [()] * len(device_tasks)
-        for number, edge in enumerate(plan.syncs):
-            if edge.wait_before not in owner:
-                raise NpufuseError(f"event '{edge.event}' is waited on before '{edge.wait_before}', which is not a device task of the plan.")
-            waiter = owner[edge.wait_before]
-            self.waiters.append(waiter)
+        for number, event in enumerate(plan.syncs):
+            waiter = self.index.get(event.wait_task)
+            if waiter is None:
+                raise NpufuseError(f"event '{event.event}' is waited on before '{event.wait_before}', which is not a device task of the plan.")
             waits[waiter] += (number,)
-            recorder = self.events[number].recorder
+            recorder = self.index.get(event.record_task)
             if recorder is not None:
                 records[recorder] += (number,)
         facts = _Facts(profile)
@@ -367,19 +342,6 @@ class _DeviceBuild:
                     )
                 ]
         return tuple(runs)
-
-    def event_runs(self, device: DeviceModel, profile: HardwareProfile) -> tuple[EventRun, ...]:
-        record_us, wait_us = profile.overhead_us["event_record"], profile.overhead_us["event_wait"]
-        runs = []
-        for number, (event, waiter) in enumerate(zip(self.events, self.waiters)):
-            recorded, waited = device.recorded[number], device.waited[number]
-            recorder = self.tasks[event.recorder]
-            runs.append(
-                EventRun(event.name, self.streams[recorder.stream], recorded - record_us, recorded,
-                         self.streams[self.tasks[waiter].stream], waited, waited + wait_us)
-            )
-        return tuple(runs)
-
 
 def _joined_end(device: DeviceModel, profile: HardwareProfile) -> float:
     """When the run is over: the main stream's last task, or later, each side stream's last task plus
@@ -451,6 +413,6 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
         execution=execution,
         host_threads=host.threads if execution == HOST_SCHEDULED else 1,
         host=slices,
-        events=build.event_runs(device, profile),
+        events=device.timed_events(),
         streams=build.streams,
     )

@@ -1,7 +1,7 @@
 """The stream plan: which stream each kernel runs on, and the events that order streams.
 
-It turns the sync points the model asked for (see :class:`~pytest_npufuse.program.SyncPoint`) into
-edges between kernels, adding what the compiler adds in each mode:
+It binds the event requests the model made (:class:`~pytest_npufuse.events.Event`, as captured) into
+events between kernels, adding what the compiler adds in each mode:
 
 - max-autotune (GE graph sink): GE inserts an event for every data dependency between streams
   (research/ascend_hw_and_usage.md §2.4), so only control order needs ``npu_wait_tensor`` or
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .errors import ScopeError
-from .program import Kernel, Program, SyncPoint
+from .events import Event, EventKind
+from .program import Kernel, Program
 from .vocabulary import Mode
 
 MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
@@ -41,28 +42,14 @@ _NATIVE = {"torch.npu.stream", "torch.npu.Event.record", "torch.npu.Event.wait",
 
 
 @dataclass(frozen=True)
-class EventEdge:
-    """An event between kernels: recorded on ``record_after``'s stream when it ends (None: nothing to
-    wait for, the event is satisfied from the start; see ``never_recorded``), waited on before
-    ``wait_before`` starts (None: at the end of ``wait_stream``, before the graph's outputs)."""
-
-    event: str
-    record_after: str | None
-    wait_before: str | None
-    wait_stream: str
-    api: str
-    source: str
-    never_recorded: bool = False
-
-
-@dataclass(frozen=True)
 class StreamPlan:
-    """Streams of the VARIANT, kernel by kernel, and the events between them."""
+    """Streams of the VARIANT, kernel by kernel, and the events between them (``edges``: each a wait
+    bound to its record, :meth:`Event.bound`)."""
 
     mode: str
     streams: tuple[str, ...]
     kernel_stream: Mapping[str, str]
-    edges: tuple[EventEdge, ...]
+    edges: tuple[Event, ...]
 
 
 def _check_mode(program: Program, mode: str) -> None:
@@ -101,15 +88,15 @@ class _Issue:
         return self.by_stream[stream][at].name if at < len(indices) else None
 
 
-def _bind_waits(points: Sequence[SyncPoint], issue: _Issue) -> list[EventEdge]:
+def _bind_waits(points: Sequence[Event], issue: _Issue) -> list[Event]:
     """Pair each wait with the record it waits for, by issue order."""
     records: dict[str, list[int]] = {}
     for index, point in enumerate(points):
-        if point.kind == "record":
+        if point.kind == EventKind.RECORD:
             records.setdefault(point.event, []).append(index)
-    edges: list[EventEdge] = []
+    edges: list[Event] = []
     for index, point in enumerate(points):
-        if point.kind != "wait":
+        if point.kind != EventKind.WAIT:
             continue
         of_event = records.get(point.event, [])
         at = bisect.bisect_left(of_event, index)
@@ -119,40 +106,44 @@ def _bind_waits(points: Sequence[SyncPoint], issue: _Issue) -> list[EventEdge]:
         recorder = None if record is None else issue.last_before(record.stream, record.position)
         if record is not None and recorder is None:
             continue
-        edges.append(
-            EventEdge(point.event, recorder, wait_before, point.stream, point.api, point.source, never_recorded=record is None)
-        )
+        edges.append(point.bound(recorder, wait_before))
     return edges
 
 
-def _closure_points(program: Program) -> list[SyncPoint]:
+def _closure_point(kind: EventKind, stream: str, position: int, event: str) -> Event:
+    """A request the aclgraph capture inserts, as if the model had made it at ``position``."""
+    return Event(event, kind=kind, stream=stream, position=position, api="fork/join closure")
+
+
+def _closure_points(program: Program) -> list[Event]:
     """TorchAir's fork/join closure for aclgraph capture: one start event, one exit event per scope."""
     if not program.stream_scopes:
         return []
-    points = [SyncPoint("record", "default", 0, "closure:start", "fork/join closure", "")]
+    record, wait = EventKind.RECORD, EventKind.WAIT
+    points = [_closure_point(record, "default", 0, "closure:start")]
     for number, scope in enumerate(program.stream_scopes):
         exit_event = f"closure:exit:{scope.stream}:{number}"
-        points.append(SyncPoint("wait", scope.stream, scope.enter, "closure:start", "fork/join closure", ""))
-        points.append(SyncPoint("record", scope.stream, scope.exit, exit_event, "fork/join closure", ""))
-        points.append(SyncPoint("wait", "default", len(program.kernels), exit_event, "fork/join closure", ""))
+        points.append(_closure_point(wait, scope.stream, scope.enter, "closure:start"))
+        points.append(_closure_point(record, scope.stream, scope.exit, exit_event))
+        points.append(_closure_point(wait, "default", len(program.kernels), exit_event))
     return points
 
 
-def _ge_data_edges(program: Program) -> list[EventEdge]:
+def _ge_data_edges(program: Program) -> list[Event]:
     """GE orders every cross-stream data dependency with an event of its own."""
-    edges: dict[tuple[str, str], EventEdge] = {}
+    edges: dict[tuple[str, str], Event] = {}
     for kernel in program.kernels:
         for buffer in kernel.inputs:
             producer = program.producer(buffer)
             if producer is not None and producer.stream != kernel.stream:
                 edges.setdefault(
                     (producer.name, kernel.name),
-                    EventEdge(f"ge:{producer.name}->{kernel.name}", producer.name, kernel.name, kernel.stream, "GE data edge", ""),
+                    Event(f"ge:{producer.name}->{kernel.name}", producer.name, kernel.name, stream=kernel.stream, api="GE data edge"),
                 )
     return list(edges.values())
 
 
-def _issue_sorted(points: Sequence[SyncPoint]) -> list[SyncPoint]:
+def _issue_sorted(points: Sequence[Event]) -> list[Event]:
     """Stable by position, so closure points interleave with the user's as the compiler inserts them."""
     return sorted(points, key=lambda p: p.position)
 
@@ -164,7 +155,7 @@ def stream_plan(program: Program, mode: str, *, multistream: bool = True) -> Str
         return StreamPlan(mode, ("default",), kernel_stream, ())
     _check_mode(program, mode)
     issue = _Issue(program.kernels)
-    user = [p for p in program.syncs if p.kind in ("record", "wait")]
+    user = [p for p in program.syncs if p.kind in (EventKind.RECORD, EventKind.WAIT)]
     points = _issue_sorted(user + _closure_points(program)) if Mode(mode).aclgraph else user
     edges = _bind_waits(points, issue)
     if mode == MAX_AUTOTUNE:

@@ -16,6 +16,7 @@ from . import cost, fusion
 from .attribution import attribute
 from .lowering import compute_dtype_of
 from .catalog import OpCatalog, load_catalog
+from .events import Event
 from .hardware import HardwareProfile
 from .program import Annotations, Buffer, Kernel, Program, TensorSpec
 from .report import CaseReport, ScopeReport
@@ -99,21 +100,19 @@ def plan_program(
     *,
     variant: str = fusion.VARIANT,
     mode: str = fusion.MAX_AUTOTUNE,
-    syncs: Sequence[fusion.SyncEdge] = (),
+    syncs: Sequence[Event] = (),
 ) -> fusion.Plan:
     """Plan a hand-built program: the VARIANT honours its scopes and streams, the BASELINE runs every
-    kernel alone on the default stream (and then carries no events)."""
+    kernel alone on the default stream (and then carries no events). ``syncs`` are events between
+    kernels, ``Event(name, record_after, wait_before)``, as a stream plan binds them."""
     if variant == fusion.BASELINE:
         return fusion.plan(program, profile, variant=variant, mode=mode)
     segments = fusion.segment_scopes(program, profile)
     tasks = fusion.fused_tasks(program, segments, profile, multistream=True)
-    task_of = {kernel: task.name for task in tasks for kernel in task.kernels}
-    # An event between two kernels that one SuperKernel fused orders nothing between tasks.
-    kept = tuple(edge for edge in syncs if edge.record_after is None or task_of[edge.record_after] != task_of[edge.wait_before])
-    return fusion.Plan(variant, mode, tasks, (), syncs=kept)
+    return fusion.Plan(variant, mode, tasks, (), syncs=fusion.between_tasks(syncs, tasks))
 
 
-def case_report(program: Program, profile: HardwareProfile, syncs: Sequence[fusion.SyncEdge] = ()) -> CaseReport:
+def case_report(program: Program, profile: HardwareProfile, syncs: Sequence[Event] = ()) -> CaseReport:
     """A hand-built program's BASELINE and VARIANT, simulated, as a CaseReport.
 
     Timelines only: a hand-built program has no tensors, so there are no outputs to compare and no

@@ -2,6 +2,7 @@
 
 import tomllib
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from pytest_npufuse.catalog import UnknownOpWarning, load_catalog
 from pytest_npufuse.errors import OptionsError, ProfileError
 from pytest_npufuse.hardware import DATA_DIR, load_profile, target_tables
 from pytest_npufuse.skoptions import parse_options
+from pytest_npufuse.synthetic import ProgramBuilder
 from pytest_npufuse.userconfig import load_user_config
 
 
@@ -86,6 +88,22 @@ def test_catalog_knows_real_code_index_arithmetic_and_slice_writes():
         warnings.simplefilter("error", UnknownOpWarning)
         kinds = [catalog.lookup(op).kernel_type for op in ops]
     assert kinds == ["FloorDiv", "FloorMod", "ViewCopy"]
+
+
+def test_int_mm_is_a_cube_matmul_priced_at_the_int8_rate():
+    """``torch._int_mm`` (int8 x int8 -> int32) is described like ``aten::mm``, not an unknown Vector op,
+    and a kernel of it does a matmul's work in int8."""
+    catalog = load_catalog()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownOpWarning)
+        int_mm = catalog.lookup("aten::_int_mm")
+    mm = catalog.lookup("aten::mm")
+    assert replace(int_mm, op_type="aten::mm") == mm and int_mm.engine == "cube" and int_mm.fusable
+    builder = ProgramBuilder(catalog)
+    a, b = builder.input("a", (64, 256), "int8"), builder.input("b", (256, 128), "int8")
+    builder.op("aten::_int_mm", [a, b], (64, 128), "int32")
+    (kernel,) = builder.build().kernels
+    assert (kernel.name, kernel.flops, kernel.compute_dtype) == ("MatMulV3", 2 * 64 * 256 * 128, "int8")
 
 
 def _common_decoder_ops(x, mask):

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from pytest_npufuse.errors import ModeledDeadlockError, NpufuseError
-from pytest_npufuse.fusion import BASELINE, SyncEdge
+from pytest_npufuse.events import Event
+from pytest_npufuse.fusion import BASELINE
 from pytest_npufuse.hardware import load_profile
 from pytest_npufuse.host import HostConfig
 from pytest_npufuse.simulate import simulate
@@ -60,7 +61,7 @@ def test_stream_priority_orders_contention():
 
 def test_event_orders_a_wait_after_its_record_and_costs_both_sides():
     program = two_streams("aten::mm", "aten::add")
-    report = run(program, [SyncEdge("e1", "MatMulV3", "Add")])
+    report = run(program, [Event("e1", "MatMulV3", "Add")])
     mm, add = by_name(report)["MatMulV3"], by_name(report)["Add"]
     (event,) = report.events
     overhead = A3.overhead_us
@@ -74,7 +75,7 @@ def test_event_orders_a_wait_after_its_record_and_costs_both_sides():
 def test_wait_on_an_event_never_recorded_is_a_modeled_deadlock():
     program = two_streams("aten::mm", "aten::add")
     with pytest.raises(ModeledDeadlockError, match=r"stream 's1' waits before Add on event 'lost', which is never recorded"):
-        run(program, [SyncEdge("lost", None, "Add")])
+        run(program, [Event("lost", None, "Add")])
 
 
 def test_a_cycle_of_waits_is_a_modeled_deadlock_not_a_hang():
@@ -84,7 +85,7 @@ def test_a_cycle_of_waits_is_a_modeled_deadlock_not_a_hang():
     builder.op("aten::add", [x, x], BIG, stream="s1")
     builder.op("aten::mul", [x, x], BIG)
     builder.op("aten::sub", [x, x], BIG, stream="s1")
-    syncs = [SyncEdge("a", "Sub", "MatMulV3"), SyncEdge("b", "Mul", "Add")]
+    syncs = [Event("a", "Sub", "MatMulV3"), Event("b", "Mul", "Add")]
     with pytest.raises(ModeledDeadlockError) as info:
         run(builder.build(), syncs)
     assert "event 'a', recorded after Sub on stream 's1', which itself never runs" in str(info.value)
@@ -203,7 +204,7 @@ def test_three_host_threads_pipeline_the_host_kernels():
 
 
 _PRINT_MULTISTREAM = """
-from pytest_npufuse.fusion import SyncEdge
+from pytest_npufuse.events import Event
 from pytest_npufuse.hardware import load_profile
 from pytest_npufuse.host import HostConfig
 from pytest_npufuse.simulate import simulate
@@ -215,7 +216,7 @@ for i in range(6):
     b.op("aten::mm", [x, x], (2048, 2048), stream=("s%d" % (i % 3)) if i % 2 else None)
     b.op("aten::add", [x, x], (2048, 2048), stream="side", scope="sp")
 program = b.build()
-plan = plan_program(program, p, syncs=[SyncEdge("e", "MatMulV3_1", "Add_3")])
+plan = plan_program(program, p, syncs=[Event("e", "MatMulV3_1", "Add_3")])
 print(repr(simulate(program, plan, p)))
 print(repr(simulate(program, plan, p, dynamic=True, host=HostConfig(threads=3))))
 """
@@ -230,7 +231,7 @@ def test_multistream_run_is_identical_twice_and_in_another_process():
         printed: list[str] = []
         exec(_PRINT_MULTISTREAM, {"print": printed.append})
         runs.append("\n".join(printed) + "\n")
-    assert runs[0] == runs[1] == other and "EventRun(event='e'" in other
+    assert runs[0] == runs[1] == other and "Event(event='e'" in other
 
 
 def test_a_task_wider_than_the_hardware_is_refused_not_left_waiting():

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_npufuse.catalog import default_op
-from pytest_npufuse.program import Buffer, Kernel, Program, SyncPoint, TensorSpec
+from pytest_npufuse.events import Event, EventKind
+from pytest_npufuse.program import Buffer, Kernel, Program, TensorSpec
 from pytest_npufuse.sanitize import _allocate, sanitize
 from pytest_npufuse.scopes import Annotations
 from pytest_npufuse.streams import stream_plan
@@ -36,9 +37,9 @@ def programs(draw):
         )
     syncs = []
     for _ in range(draw(st.integers(0, 5))):
-        kind = draw(st.sampled_from(("record", "wait")))
-        syncs.append(SyncPoint(kind, draw(st.sampled_from(STREAMS)), draw(st.integers(0, len(kernels))),
-                               f"tag:{draw(st.sampled_from('ab'))}", f"npu_tagged_event_{kind}", ""))
+        kind = draw(st.sampled_from((EventKind.RECORD, EventKind.WAIT)))
+        syncs.append(Event(kind=kind, stream=draw(st.sampled_from(STREAMS)), position=draw(st.integers(0, len(kernels))),
+                           event=f"tag:{draw(st.sampled_from('ab'))}", api=f"npu_tagged_event_{kind}", source=""))
     outputs = (kernels[-1].outputs[0],)
     return Program(tuple(kernels), MappingProxyType(buffers), ("in0", "in1"), outputs, tuple(syncs))
 

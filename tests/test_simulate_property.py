@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_npufuse.errors import ModeledDeadlockError
-from pytest_npufuse.fusion import SyncEdge
+from pytest_npufuse.events import Event
 from pytest_npufuse.hardware import load_profile
 from pytest_npufuse.simulate import simulate
 from pytest_npufuse.synthetic import ProgramBuilder, plan_program
@@ -30,7 +30,7 @@ def plans(draw):
     program = builder.build()
     names = [kernel.name for kernel in program.kernels]
     syncs = [
-        SyncEdge(f"e{i}", draw(st.sampled_from([None, *names])), draw(st.sampled_from(names)))
+        Event(f"e{i}", draw(st.sampled_from([None, *names])), draw(st.sampled_from(names)))
         for i in range(draw(st.integers(0, 4)))
     ]
     return program, plan_program(program, A3, syncs=syncs)

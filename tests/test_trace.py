@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pytest_npufuse import NpufuseError, compare, torchair
-from pytest_npufuse.fusion import SyncEdge
+from pytest_npufuse.events import Event
 from pytest_npufuse.hardware import load_profile
 from pytest_npufuse.host import HostConfig
 from pytest_npufuse.simulate import simulate
@@ -26,7 +26,7 @@ def multistream_run(**kwargs):
     builder.op("npu::npu_dequant_swiglu_quant", [q], (864, 2048), "int8", scope="sp1")
     builder.op("aten::add", [q, q], (864, 4096), stream="side")
     program = builder.build()
-    plan = plan_program(program, A3, syncs=[SyncEdge("qmm_done", program.kernels[0].name, "Add")])
+    plan = plan_program(program, A3, syncs=[Event("qmm_done", program.kernels[0].name, "Add")])
     return simulate(program, plan, A3, **kwargs)
 
 

@@ -26,12 +26,14 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, fields
+from enum import Enum
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ..program import Annotations, Buffer, Kernel, ModuleFrame, Program, StreamScope, SyncPoint, TensorSpec
+from ..events import Event
+from ..program import Annotations, Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec
 
 MIN_LAYERS = 6
 """Below this a full capture traces no more layers than the two short ones (2 + 3) together."""
@@ -325,7 +327,7 @@ def _grow(two: dict[int, list[Any]], three: dict[int, list[Any]], layers: int) -
 
 _DIGITS = re.compile(r"(\d+)")
 _COUNTER = re.compile(r"(.*)_(\d+)", re.DOTALL)
-_RECORDS = (Kernel, Buffer, TensorSpec, ModuleFrame, Annotations, SyncPoint, StreamScope)
+_RECORDS = (Kernel, Buffer, TensorSpec, ModuleFrame, Annotations, Event, StreamScope)
 
 
 @dataclass(frozen=True)
@@ -358,6 +360,8 @@ class _Numbers:
 
 
 def _skeleton(value: Any, values: list[int]) -> Any:
+    if isinstance(value, Enum):
+        return ("atom", value)  # a vocabulary word (an event's kind) is a str, but never numbered
     if isinstance(value, str):
         base, counter, _ = _counted(value)
         parts = _DIGITS.split(base)
@@ -392,6 +396,8 @@ def _is_number(digits: str) -> bool:
 
 
 def _rebuild(value: Any, numbers: Iterator[int], frames: dict[ModuleFrame, ModuleFrame]) -> Any:
+    if isinstance(value, Enum):
+        return value
     if isinstance(value, str):
         base, _, explicit = _counted(value)
         parts = _DIGITS.split(base)

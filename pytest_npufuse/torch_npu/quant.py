@@ -943,3 +943,83 @@ def npu_weight_quant_batchmatmul(
     if require_int("antiquant_group_size", antiquant_group_size) < 0:
         raise ValueError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
     require_choice("inner_precise", require_int("inner_precise", inner_precise), (0, 1), "device precision modes")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_trans_quant_param
+# ---------------------------------------------------------------------------------------------
+
+TRANS_QUANT_PARAM_DOC = "torch_npu.npu_trans_quant_param API reference; hicann/ops-nn quant/trans_quant_param_v2/README.md"
+FP19_DROPPED_BITS = 13  # float32 keeps sign, exponent and 10 mantissa bits: the low 13 bits go
+
+
+def _round_to_fp19(scale: torch.Tensor) -> torch.Tensor:
+    """float32 rounded to 19 bits (1 sign, 8 exponent, 10 mantissa), to nearest with ties to even, in
+    float32 layout: round_mode=1 of TransQuantParamV2 (a carry into the exponent is the correct rounding)."""
+    bits = scale.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    half = (1 << (FP19_DROPPED_BITS - 1)) - 1
+    rounded = (bits + half + ((bits >> FP19_DROPPED_BITS) & 1)) & 0xFFFFE000
+    return wrap_to_int32(rounded).view(torch.float32)
+
+
+def _trans_quant_param_shape(scale: torch.Tensor, offset: Optional[torch.Tensor]) -> list[int]:
+    """scale's shape; a 1-D scale with an offset gives the longer of the two (t = 1 or n)."""
+    if scale.dim() == 1 and offset is not None:
+        return [max(scale.shape[0], offset.shape[0])]
+    return list(scale.shape)
+
+
+def _mismatched(t_scale: int, t_offset: int) -> bool:
+    """Lengths t of a 1-D scale and offset that do not pair (each is 1 or n)."""
+    return t_scale != t_offset and 1 not in (t_scale, t_offset)
+
+
+def _trans_quant_param_meta(
+    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
+) -> Out:
+    require_dtype("scale", scale, (torch.float32,))
+    if scale.dim() not in (1, 2) or (scale.dim() == 2 and scale.shape[0] != 1):
+        raise ValueError(f"scale has shape {list(scale.shape)}; expected (t,) or (1, n)")
+    if offset is not None:
+        require_dtype("offset", offset, (torch.float32,))
+        if scale.dim() == 2 and offset.shape != scale.shape:
+            raise ValueError(f"offset has shape {list(offset.shape)}; with a (1, n) scale it must be {list(scale.shape)}")
+        if scale.dim() == 1 and (offset.dim() != 1 or _mismatched(scale.shape[0], offset.shape[0])):
+            raise ValueError(f"offset has shape {list(offset.shape)}; with scale (t,) it must be (1,) or (t,)")
+    return Out(_trans_quant_param_shape(scale, offset), torch.int64)
+
+
+def _trans_quant_param_kernel(
+    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
+) -> torch.Tensor:
+    shape = _trans_quant_param_shape(scale, offset)
+    values = _round_to_fp19(scale) if round_mode == 1 else scale
+    rounded_offset = None if offset is None else torch.round(offset).expand(shape)  # ties to even
+    return encode_quant_param(values.expand(shape), rounded_offset)
+
+
+@npu_op(
+    "(Tensor scale, Tensor? offset=None, int? round_mode=0) -> Tensor",
+    source=TRANS_QUANT_PARAM_DOC,
+    meta=_trans_quant_param_meta,
+    kernel=_trans_quant_param_kernel,
+)
+def npu_trans_quant_param(
+    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
+) -> torch.Tensor:
+    """The int64 "quant param" npu_quant_matmul and npu_grouped_matmul take as an int64 ``scale``.
+
+    Sources: torch_npu.npu_trans_quant_param (schema ``npu_trans_quant_param(Tensor scale, Tensor?
+    offset=None, int? round_mode=0) -> Tensor``) and TransQuantParamV2 (hicann/ops-nn
+    quant/trans_quant_param_v2/README.md):
+
+    * ``scale`` float32 (t,) or (1, n), t = 1 or n; ``offset`` float32 of the same form.
+    * The scale's float32 bits keep their top 19 bits (``round_mode=0`` truncates, ``1`` rounds to
+      nearest even first), bit 46 is set, and the offset, rounded to nearest even and clamped to
+      [-256, 255], is stored as 9 bits at 37..45 (:mod:`.quant_param`).
+    * The device returns uint64; torch has none, so the result is int64 with the same bits.
+    """
+    require_tensor("scale", scale)
+    require_tensors(offset=offset)
+    mode = 0 if round_mode is None else require_int("round_mode", round_mode)
+    require_choice("round_mode", mode, (0, 1), "truncate or round to nearest even")
