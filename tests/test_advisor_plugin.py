@@ -22,6 +22,17 @@ class Router(torch.nn.Module):
 
 def idx():
     return torch.rand(16, 8, generator=torch.Generator().manual_seed(0)).argsort(-1)[:, :2]
+
+
+class Projection(torch.nn.Module):
+    """An nn.Linear whose input the Cube reads as ND: the form, but nothing to gain on the NPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.proj(x)
 '''
 
 
@@ -43,6 +54,16 @@ def test_rewritten(npufuse):
 ''')
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*npu_affinity: 1 known-slow op pattern(s)*one_hot+sum at models.py:*zeros + scatter_*"])
+
+
+def test_npu_affinity_counts_only_forms_that_cost_time_on_the_target(pytester):
+    result = _run(pytester, '''
+@pytest.mark.npu_affinity(max_findings=0)
+def test_aligned_linear(npufuse):
+    (finding,) = npufuse.check(Projection(), torch.randn(16, 64)).findings
+    assert finding.pattern == "nn.Linear" and finding.gain_us == 0
+''')
+    result.assert_outcomes(passed=1)
 
 
 def test_npu_affinity_rejects_a_bad_argument(pytester):
