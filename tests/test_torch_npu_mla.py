@@ -218,7 +218,7 @@ def test_mla_prolog_v3_compiles_to_one_functional_node_and_updates_the_callers_c
     graphs: list[torch.fx.GraphModule] = []
     eager = step(*eager_caches)
     compiled = _compile_recording(step, graphs)(*compiled_caches)
-    assert _npu_targets(graphs) == ["npu.npu_mla_prolog_v3.default"]
+    assert _npu_targets(graphs) == ["npu.npu_mla_prolog_v3_functional.default"]
     for a, b in zip([*eager, *eager_caches], [*compiled, *compiled_caches], strict=True):
         assert torch.equal(a, b)
     assert compiled_caches[0].abs().sum() > 0
@@ -251,3 +251,28 @@ def test_kv_rmsnorm_rope_cache_v2_refuses_v() -> None:
             kv, _rnd(32, seed=51), _rnd(1, 1, 1, 16), _rnd(1, 1, 1, 16), torch.tensor([0]),
             torch.zeros(1, 16, 1, 16, dtype=torch.bfloat16), torch.zeros(1, 16, 1, 32, dtype=torch.bfloat16), v=kv,
         )
+
+
+def test_torch_ops_spelling_has_torch_npus_in_place_schema_eager_and_compiled() -> None:
+    """cann-recipes' DeepSeek-R1 calls ``torch.ops.npu.npu_mla_prolog_v3`` directly and unpacks five outputs."""
+    x = _inputs(quantised=False)
+
+    def step(kv_cache: torch.Tensor, kr_cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q_nope, q_pe, dequant_scale_q_nope, _, _ = torch.ops.npu.npu_mla_prolog_v3(
+            token_x=x["token_x"], weight_dq=x["weight_dq"], weight_uq_qr=x["weight_uq_qr"], weight_uk=x["weight_uk"],
+            weight_dkv_kr=x["weight_dkv_kr"], rmsnorm_gamma_cq=x["rmsnorm_gamma_cq"],
+            rmsnorm_gamma_ckv=x["rmsnorm_gamma_ckv"], rope_sin=x["rope_sin"], rope_cos=x["rope_cos"],
+            cache_index=INDEX, kv_cache=kv_cache, kr_cache=kr_cache, cache_mode="PA_NZ",
+        )
+        return q_nope, q_pe
+
+    reference_caches, eager_caches, compiled_caches = _caches(), _caches(), _caches()
+    reference = torch_npu.npu_mla_prolog_v3(*x.values(), *reference_caches, cache_index=INDEX, cache_mode="PA_NZ")
+    eager = step(*eager_caches)
+    graphs: list[torch.fx.GraphModule] = []
+    compiled = _compile_recording(step, graphs)(*compiled_caches)
+    assert _npu_targets(graphs) == ["npu.npu_mla_prolog_v3_functional.default"]
+    for a, b, c in zip([*reference[:2], *reference_caches], [*eager, *eager_caches], [*compiled, *compiled_caches],
+                       strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    assert reference_caches[0].abs().sum() > 0

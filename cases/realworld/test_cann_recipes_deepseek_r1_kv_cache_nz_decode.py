@@ -85,4 +85,4 @@ def decode_step():
 
 def test_deepseek_r1_decode_writes_nz_kv_caches(npufuse):
     report = npufuse.check(DeepseekR1PagedDecode(), *decode_step())
-    assert [k.op_type for k in report.variant.kernels].count("npu::npu_kv_rmsnorm_rope_cache_v2") == 1
+    assert [k.op_type for k in report.variant.kernels].count("npu::npu_kv_rmsnorm_rope_cache_v2_functional") == 1

@@ -91,4 +91,4 @@ def decode_step():
 
 def test_dsv32_decode_mla_prolog_v3(npufuse):
     report = npufuse.check(Dsv32MlaPrologDecode(), *decode_step())
-    assert [k.op_type for k in report.variant.kernels].count("npu::npu_mla_prolog_v3") == 1
+    assert [k.op_type for k in report.variant.kernels].count("npu::npu_mla_prolog_v3_functional") == 1

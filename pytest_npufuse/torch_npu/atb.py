@@ -72,33 +72,37 @@ def _check_out(out: torch.Tensor, query: torch.Tensor, tokens: int, heads: int, 
     return Out(list(out.shape), out.dtype)
 
 
-def _attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, heads: int, kv_heads: int,
-            batch: int, block_table: Optional[torch.Tensor] = None,
-            q_lens: Optional[list[int]] = None, kv_lens: Optional[list[int]] = None, scale: float = 1.0,
-            mode: int = MASK_ONLY, mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Any]:
-    """Validate (lengths None: metadata only) and, with lengths, compute [tokens, heads, value_dim]."""
+def _attend(options: dict[str, Any], batch: int, q_lens: Optional[list[int]] = None,
+            kv_lens: Optional[list[int]] = None, mode: int = MASK_ONLY,
+            mask: Optional[torch.Tensor] = None) -> tuple[Optional[torch.Tensor], Any]:
+    """One call's attention from its bound arguments (``key``/``value``, or ``key_cache``/``value_cache``
+    with ``block_table``): validates from metadata, and with lengths also computes [tokens, heads, value_dim]."""
+    query, table = options["query"], options.get("block_table")
+    heads, kv_heads = options["num_heads"], options["num_kv_heads"]
     require_dtype("query", query, HALF_DTYPES)
     q = _tokens("query", query, heads)
-    if block_table is None:
-        k, v, block_size = _tokens("key", key, kv_heads), _tokens("value", value, kv_heads), 0
+    if table is None:
+        k, v, block_size = _tokens("key", options["key"], kv_heads), _tokens("value", options["value"], kv_heads), 0
     else:
-        k, v = _blocks("key_cache", key, kv_heads), _blocks("value_cache", value, kv_heads)
+        k = _blocks("key_cache", options["key_cache"], kv_heads)
+        v = _blocks("value_cache", options["value_cache"], kv_heads)
         block_size = k.shape[1]
     for name, tensor in (("key", k), ("value", v)):
         require_dtype(name, tensor, (query.dtype,), "(query's dtype)")
     ends = list(itertools.accumulate(q_lens)) if q_lens is not None else [0] * batch
-    geo = _geometry(q, k, v, "TND", heads, kv_heads, block_table, block_size, ends)
+    geo = _geometry(q, k, v, "TND", heads, kv_heads, table, block_size, ends)
     if q_lens is None:
         return None, geo
-    if sum(q_lens) > q.shape[0] or (block_table is None and sum(kv_lens) > k.shape[0]):
+    if sum(q_lens) > q.shape[0] or (table is None and sum(kv_lens) > k.shape[0]):
         raise ValueError(f"the sequence lengths {q_lens} / {kv_lens} add up to more tokens than query "
                          f"({q.shape[0]}) or key ({k.shape[0]}) holds")
-    if block_table is not None and max(kv_lens, default=0) > geo.kv_len:
+    if table is not None and max(kv_lens, default=0) > geo.kv_len:
         raise ValueError(f"context lengths {kv_lens} exceed the {geo.kv_len} tokens block_table addresses")
     if mask is not None:
         mask = mask.reshape(mask.shape[-2:])[: max(q_lens, default=0), : max(kv_lens, default=0)]
-    call = _Call(geo, q_lens, kv_lens, float(scale), mode, NO_BAND, NO_BAND)
-    return _run(call, q, k, v, mask, block_table, None, None)[0], geo
+    call = _Call(geo, q_lens, kv_lens, float(options["scale_value"]), mode, NO_BAND, NO_BAND)
+    out = _run(call, q, k, v, mask, table, None, None)[0]
+    return out.reshape(options["out"].shape), geo
 
 
 def _lengths(tensor: torch.Tensor) -> list[int]:
@@ -125,8 +129,7 @@ def _encoder_meta(op: Any, args: tuple, kwargs: dict) -> Out:
     _check_lengths("seq_len", seq_len)
     if options.get("mask") is not None:
         _check_mask_table(options["mask"])
-    _, geo = _attend(query, options["key"], options["value"], heads=options["num_heads"],
-                     kv_heads=options["num_kv_heads"], batch=seq_len.shape[0])
+    _, geo = _attend(options, seq_len.shape[0])
     return _check_out(options["out"], query, query.shape[0], geo.heads, geo.value_dim)
 
 
@@ -135,10 +138,7 @@ def _encoder_kernel(op: Any, args: tuple, kwargs: dict) -> torch.Tensor:
     lengths, mask = _lengths(options["seq_len"]), options.get("mask")
     if mask is not None and mask.shape[-1] < max(lengths, default=0):
         raise ValueError(f"mask is {list(mask.shape)}; it must cover the longest sequence ({max(lengths)})")
-    out, _ = _attend(options["query"], options["key"], options["value"], heads=options["num_heads"],
-                     kv_heads=options["num_kv_heads"], batch=len(lengths), q_lens=lengths, kv_lens=lengths,
-                     scale=options["scale_value"], mask=mask)
-    return out.reshape(options["out"].shape)
+    return _attend(options, len(lengths), lengths, lengths, mask=mask)[0]
 
 
 def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale_value: Any, num_heads: Any,
@@ -220,12 +220,11 @@ def _require_compressed_causal(mask: torch.Tensor) -> None:
 
 def _qlens_meta(*args: Any, **kwargs: Any) -> Out:
     options = arguments(_npu_flash_attention_qlens, args, kwargs)
-    query, seq_len, table = options["query"], options["seq_len"], options["block_table"]
+    query, seq_len = options["query"], options["seq_len"]
     _check_lengths("seq_len", seq_len)
     _check_lengths("context_lens", options["context_lens"], seq_len.shape[0])
     _check_mask_table(options["mask"])
-    _, geo = _attend(query, options["key_cache"], options["value_cache"], heads=options["num_heads"],
-                     kv_heads=options["num_kv_heads"], batch=seq_len.shape[0], block_table=table)
+    _, geo = _attend(options, seq_len.shape[0])
     return _check_out(options["out"], query, query.shape[0], geo.heads, geo.value_dim)
 
 
@@ -235,10 +234,7 @@ def _qlens_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
     q_lens, kv_lens = _lengths(options["seq_len"]), _lengths(options["context_lens"])
     if any(q > kv for q, kv in zip(q_lens, kv_lens)):
         raise ValueError(f"seq_len={q_lens} (new tokens) must not exceed context_lens={kv_lens} (all tokens)")
-    out, _ = _attend(options["query"], options["key_cache"], options["value_cache"], heads=options["num_heads"],
-                     kv_heads=options["num_kv_heads"], batch=len(q_lens), block_table=options["block_table"],
-                     q_lens=q_lens, kv_lens=kv_lens, scale=options["scale_value"], mode=RIGHT_DOWN_CAUSAL)
-    return out.reshape(options["out"].shape)
+    return _attend(options, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
 
 
 @npu_op(
@@ -280,18 +276,14 @@ def _paged_meta(*args: Any, **kwargs: Any) -> Out:
     options = arguments(_npu_paged_attention, args, kwargs)
     query, context_lens = options["query"], options["context_lens"]
     _check_lengths("context_lens", context_lens, _tokens("query", query, options["num_heads"]).shape[0])
-    _, geo = _attend(query, options["key_cache"], options["value_cache"], heads=options["num_heads"],
-                     kv_heads=options["num_kv_heads"], batch=context_lens.shape[0], block_table=options["block_table"])
+    _, geo = _attend(options, context_lens.shape[0])
     return _check_out(options["out"], query, context_lens.shape[0], geo.heads, geo.value_dim)
 
 
 def _paged_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
     options = arguments(_npu_paged_attention, args, kwargs)
     kv_lens = _lengths(options["context_lens"])
-    out, _ = _attend(options["query"], options["key_cache"], options["value_cache"], heads=options["num_heads"],
-                     kv_heads=options["num_kv_heads"], batch=len(kv_lens), block_table=options["block_table"],
-                     q_lens=[1] * len(kv_lens), kv_lens=kv_lens, scale=options["scale_value"])
-    return out.reshape(options["out"].shape)
+    return _attend(options, len(kv_lens), [1] * len(kv_lens), kv_lens)[0]
 
 
 @npu_op(

@@ -26,7 +26,7 @@ import inspect
 import sys
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -58,11 +58,12 @@ class NpuOp:
     family: str
     schema: str
     source: str
+    graph_name: str = ""  # the registered op a traced graph holds, when not ``name`` (``<name>_functional``)
 
     @property
     def op_type(self) -> str:
-        """The op-catalog key, ``npu::<name>``."""
-        return f"{NAMESPACE}::{self.name}"
+        """The op-catalog key of the graph node, ``npu::<name>`` (or ``npu::<name>_functional``)."""
+        return f"{NAMESPACE}::{self.graph_name or self.name}"
 
 
 _OPS: dict[str, NpuOp] = {}
@@ -150,7 +151,7 @@ def npu_op(
     meta: Callable[..., Outputs],
     kernel: Callable[..., Any],
     writes_back: Mapping[str, int] = MappingProxyType({}),
-    returns_written: bool = True,
+    mutating_schema: Optional[str] = None,
     side_effect: bool = False,
     returns_none: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -161,10 +162,13 @@ def npu_op(
     ``writes_back`` maps each argument a torch_npu op updates in place to the output holding its new
     value: the registered op stays functional (one opaque node whose outputs are the new values) and
     the wrapper copies those outputs into the arguments and returns the arguments in their place, so
-    callers see torch_npu's in-place behaviour.  ``returns_written=False`` is for torch_npu ops whose
-    schema marks those arguments ``Tensor(a!)`` and returns only the other outputs (e.g.
-    npu_mla_prolog_v3): the registered op is then their functional form, which op-plugin also
-    declares as ``<name>_functional`` with the updated arguments as extra outputs.
+    callers see torch_npu's in-place behaviour.  ``mutating_schema`` is for torch_npu ops whose schema
+    marks those arguments ``Tensor(a!)`` and returns only the other outputs (e.g. npu_mla_prolog_v3):
+    ``schema`` is then op-plugin's ``<name>_functional`` (the updated arguments as extra outputs), the
+    op a traced graph holds, and ``torch.ops.npu.<name>`` gets ``mutating_schema`` with a
+    CompositeImplicitAutograd kernel (the functional op, then the write-back), so code calling
+    ``torch.ops.npu.<name>`` directly sees torch_npu's outputs and in-place updates, and a traced graph
+    still holds one functional node plus the input copies of any in-place update.
     A schema returning ``()`` has meta and kernel return ``()`` and the op returns None; ``side_effect``
     marks such an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it
     although nothing reads its result. ``returns_none`` is for torch_npu ops whose only results are
@@ -174,7 +178,8 @@ def npu_op(
     schema_returns_none = schema.rsplit("->", 1)[1].strip() == "()"
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
-        name = checks.__name__
+        public_name = checks.__name__
+        name = public_name if mutating_schema is None else f"{public_name}_functional"
         op_type = f"{NAMESPACE}::{name}"
         if op_type not in _catalog_types():
             raise ProfileError(f"{op_type} is declared in {checks.__module__} but has no entry in data/ops.toml")
@@ -199,19 +204,28 @@ def npu_op(
             torch.fx.node.has_side_effect(packet.default)
         returns_list = schema.rstrip().endswith("Tensor[]")
         params = list(inspect.signature(checks).parameters)
-        slots = tuple((name, params.index(name), position) for name, position in writes_back.items())
+        slots = tuple((arg, params.index(arg), position) for arg, position in writes_back.items())
+        returns_written = mutating_schema is None
+
+        def in_place(*args: Any, **kwargs: Any) -> Any:
+            return _write_back(slots, args, kwargs, packet(*args, **kwargs), returns_written)
+
+        if mutating_schema is not None:
+            _LIB.define(f"{public_name}{mutating_schema}")
+            _LIB.impl(public_name, in_place, "CompositeImplicitAutograd")
 
         @functools.wraps(checks)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            result = packet(*args, **kwargs)
             if slots:
-                written = _write_back(slots, args, kwargs, result, returns_written)
+                written = in_place(*args, **kwargs)
                 return None if returns_none else written
+            result = packet(*args, **kwargs)
             return list(result) if returns_list else result
 
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
-        _OPS[name] = NpuOp(name, family, f"{name}{schema}", source)
+        declared = f"{public_name}{mutating_schema or schema}"
+        _OPS[public_name] = NpuOp(public_name, family, declared, source, "" if name == public_name else name)
         return wrapper
 
     return declare

@@ -380,6 +380,12 @@ def _check_kv_rmsnorm_rope_cache_arguments(op: str, arguments: Mapping[str, Any]
     require_bool("is_output_kv", arguments["is_output_kv"])
 
 
+KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS = (
+    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
+    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
+    "Tensor? v=None, float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False, int? k_cache_dtype=None, "
+    "int? ckv_cache_dtype=None)"
+)
 KV_RMSNORM_ROPE_CACHE_V2_DOC = (
     "op-plugin op_plugin/config/op_plugin_functions.yaml and meta function npu_kv_rmsnorm_rope_cache_v2; "
     "semantics of docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
@@ -403,15 +409,14 @@ def _kv_rmsnorm_rope_cache_v2_kernel(*args: Any, **options: Any) -> tuple[torch.
 
 
 @npu_op(
-    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
-    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
-    "Tensor? v=None, float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False, int? k_cache_dtype=None, "
-    "int? ckv_cache_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)",
+    KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor)",
     source=KV_RMSNORM_ROPE_CACHE_V2_DOC,
     meta=_kv_rmsnorm_rope_cache_v2_meta,
     kernel=_kv_rmsnorm_rope_cache_v2_kernel,
     writes_back={"k_cache": 2, "ckv_cache": 3},
-    returns_written=False,
+    mutating_schema=KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS.replace(
+        "Tensor k_cache, Tensor ckv_cache", "Tensor(a!) k_cache, Tensor(b!) ckv_cache"
+    ) + " -> (Tensor, Tensor)",
 )
 def npu_kv_rmsnorm_rope_cache_v2(
     kv: torch.Tensor,
@@ -961,7 +966,9 @@ def _mla_prolog_v3_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]
     meta=_mla_prolog_v3_meta,
     kernel=_mla_prolog_v3_kernel,
     writes_back={"kv_cache": 5, "kr_cache": 6},
-    returns_written=False,
+    mutating_schema=MLA_PROLOG_V3_ARGUMENTS.replace(
+        "Tensor kv_cache, Tensor kr_cache", "Tensor(a!) kv_cache, Tensor(b!) kr_cache"
+    ) + " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
 )
 def npu_mla_prolog_v3(
     token_x: torch.Tensor,
@@ -1011,8 +1018,9 @@ def npu_mla_prolog_v3(
     The computation is :func:`npu_mla_prolog_v2`'s (one shared kernel) with these v3 additions:
 
     * ``kv_cache``/``kr_cache`` come before the keyword-only ``cache_index`` and are updated in
-      place; the op returns only the five other outputs (op-plugin's ``_functional`` form, with
-      the two caches as extra outputs, is the node the graph holds);
+      place; the op returns only the five other outputs.  A traced graph holds op-plugin's
+      ``npu_mla_prolog_v3_functional`` (the two caches as extra outputs); ``torch.ops.npu.npu_mla_prolog_v3``
+      has torch_npu's in-place schema and decomposes into it, so both spellings behave as torch_npu's;
     * the scenario is stated by ``weight_quant_mode`` (0, 1 = int8 weight_uq_qr, 2 = int8
       token_x and weights), ``kv_cache_quant_mode`` (0, 1 per tensor, 2 per channel) and
       ``query_quant_mode`` (1 = int8 query with per-token-head scale, only with 2 + 1);
