@@ -37,11 +37,13 @@ from __future__ import annotations
 from ..errors import NpufuseError
 from .activation import fast_gelu, npu_fast_gelu, npu_gelu
 from .attention import (
+    _npu_fused_infer_attention_score_get_max_workspace, _npu_fused_infer_attention_score_v2_get_max_workspace,
     npu_fused_infer_attention_score, npu_fused_infer_attention_score_v2, npu_fusion_attention, npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
 from .atb import (
     _npu_flash_attention, _npu_flash_attention_qlens, _npu_flash_attention_unpad, _npu_paged_attention,
+    _npu_paged_attention_get_workspace,
     _npu_reshape_and_cache,
 )
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
@@ -73,6 +75,8 @@ from .rope import (
 )
 
 __all__ = [
+    "_npu_fused_infer_attention_score_get_max_workspace",
+    "_npu_fused_infer_attention_score_v2_get_max_workspace",
     "fast_gelu",
     "npu_fast_gelu",
     "npu_gelu",
@@ -80,6 +84,7 @@ __all__ = [
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",
     "_npu_paged_attention",
+    "_npu_paged_attention_get_workspace",
     "_npu_reshape_and_cache",
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
