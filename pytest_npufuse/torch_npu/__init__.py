@@ -28,6 +28,10 @@ kernel, op-catalog entry), so ``torch.compile(..., fullgraph=True)`` leaves one 
 ``npu.<name>.default`` node per call, which is what a scope or fusion pass needs to see.  The kernels
 are bit-deterministic on CPU, whatever the thread count (see :mod:`.fixedorder`).
 
+The graph-capture helpers of the attention ops (their ``.out`` forms and the ``_npu_*_get_max_workspace`` /
+``_npu_paged_attention_get_workspace`` queries) are attributes here but not ops of their own (they run
+the declared op, or return the empty scratch the CPU kernels need), so ``__all__`` lists only ops.
+
 An attribute torch_npu has but this package lacks raises :class:`MissingOpError`, which says how to
 add the op.
 """
@@ -75,8 +79,6 @@ from .rope import (
 )
 
 __all__ = [
-    "_npu_fused_infer_attention_score_get_max_workspace",
-    "_npu_fused_infer_attention_score_v2_get_max_workspace",
     "fast_gelu",
     "npu_fast_gelu",
     "npu_gelu",
@@ -84,7 +86,6 @@ __all__ = [
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",
     "_npu_paged_attention",
-    "_npu_paged_attention_get_workspace",
     "_npu_reshape_and_cache",
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
