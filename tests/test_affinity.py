@@ -171,3 +171,14 @@ def test_fused_rewrites_outside_the_ops_limits_say_why_they_are_not_checked(slow
     assert "does not take these scores" in slow_findings["ScaledMaskedSoftmax (unfused)"].exactness
     assert slow_findings["MatmulAllReduce (unfused)"].exactness.startswith("not checked: npu_mm_all_reduce_base takes")
     assert slow_findings["FlashAttentionScore (unfused)"].exactness.startswith(("bit-exact", "not bit-exact: max |diff|"))
+
+
+def test_matmul_all_reduce_rewrite_is_checked_on_one_rank(world):
+    class Reduced(torch.nn.Module):
+        def forward(self, x, w):
+            return fc.all_reduce(x @ w, "sum", world)
+
+    program = capture_program(Reduced(), torch.randn(N, H).to(torch.bfloat16), torch.randn(H, 32).to(torch.bfloat16))
+    (finding,) = find_affinity(program, load_profile("a3"), load_catalog())
+    assert finding.pattern == "MatmulAllReduce (unfused)" and finding.gain_us > 0
+    assert finding.exactness.startswith("bit-exact on one rank"), finding.exactness

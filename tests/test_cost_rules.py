@@ -91,6 +91,31 @@ def test_forms_of_the_same_work_are_priced_differently():
     assert ms(gather) > ms(select) and ms(bmm) > ms(mm) and ms(put) > 2 * ms(copy)
 
 
+def test_the_call_the_user_wrote_prices_forms_aten_cannot_tell_apart():
+    """Seed 003: nn.Linear vs torch.addmm and repeat_interleave(x, int) vs unsqueeze/expand/reshape lower
+    to the same aten kernels; the catalog's "op@form" entries price them by the call. Linear pays
+    op-plugin's FRACTAL_NZ cast only when the Cube cannot read its input as ND (is_nd_to_nz_on_fly)."""
+
+    def linear(form, k):
+        builder = ProgramBuilder()
+        bias, x, w_t = builder.input("b", (4096,)), builder.input("x", (8192, k)), builder.input("w", (k, 4096))
+        return kernel_of(builder, builder.op("aten::addmm", [bias, x, w_t], (8192, 4096), form=form))
+
+    cast, plain = linear("Linear", 100), linear("addmm", 100)
+    assert (cast.info.kernel_type, plain.info.kernel_type) == ("MatMulV2", "MatMulV3") and cast.call == "Linear"
+    assert cast.bytes - plain.bytes == 8192 * 100 * 2 + 8192 * 224  # read x, write it in 16 x 32 B fractals
+    assert linear("Linear", 128).bytes == linear("addmm", 128).bytes  # K in [128, 65535]: read as ND
+    assert linear("linear", 96).bytes == linear("addmm", 96).bytes  # K < 128, a multiple of 16
+
+    def copy(form):
+        builder = ProgramBuilder()
+        return kernel_of(builder, builder.op("aten::clone", [builder.input("e", (65536, 8))], (65536, 8), form=form))
+
+    repeat, reshape = copy("repeat_interleave"), copy("reshape")
+    assert repeat.info.kernel_type == "RepeatInterleave" and reshape.info.kernel_type == "TensorMove"
+    assert cost.body_us(repeat, 1, A3) > cost.body_us(reshape, 1, A3)
+
+
 def test_collective_time_follows_message_size_and_link_bandwidth():
     def all_reduce(n):
         builder = ProgramBuilder()
