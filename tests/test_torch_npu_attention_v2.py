@@ -95,3 +95,28 @@ def test_band_mode_4_keeps_the_window_from_each_batch_bottom_right() -> None:
     with pytest.raises(ValueError, match="pre_tokens \\+ next_tokens >= 0"):
         torch_npu.npu_fused_infer_attention_score_v2(q, k, v, num_query_heads=heads, sparse_mode=4,
                                                      pre_tokens=-3, next_tokens=1)
+
+
+def test_out_forms_write_the_preallocated_outputs_and_workspaces_are_empty_scratch() -> None:
+    """sglang's / vllm-ascend's graph-capture calls: get_max_workspace, then ``.out(..., workspace=, out=[o, lse])``."""
+    gen = _gen()
+    q = torch.randn(3, 1, 32, generator=gen).to(torch.float16)
+    cache = torch.randn(4, 16, 32, generator=gen).to(torch.float16)
+    options = dict(block_table=torch.tensor([[0], [1], [3]], dtype=torch.int32), block_size=16, num_heads=2,
+                   num_key_value_heads=2, input_layout="BSH", scale=0.1, actual_seq_lengths_kv=[3, 5, 16])
+    workspace = torch_npu._npu_fused_infer_attention_score_get_max_workspace(q, cache, cache, **options)
+    assert workspace.shape == (0,) and workspace.dtype == torch.uint8
+    out, placeholder = torch.empty(3, 1, 32, dtype=torch.float16), torch.full((1,), 7.0, dtype=torch.float16)
+    returned = torch_npu.npu_fused_infer_attention_score.out(q, cache, cache, workspace=workspace,
+                                                             out=[out, placeholder], **options)
+    expected, _ = torch_npu.npu_fused_infer_attention_score(q, cache, cache, **options)
+    assert returned[0] is out and torch.equal(out, expected) and float(placeholder) == 7.0
+    lse = torch.empty(3, 2, 1, 1, dtype=torch.float32)
+    torch_npu.npu_fused_infer_attention_score.out(q, cache, cache, out=[out, lse], softmax_lse_flag=True, **options)
+    assert torch.equal(lse, torch_npu.npu_fused_infer_attention_score(q, cache, cache, softmax_lse_flag=True,
+                                                                      **options)[1])
+    with pytest.raises(ValueError, match=r"out\[0\] is torch.float16 \[3, 32\]"):
+        torch_npu.npu_fused_infer_attention_score.out(q, cache, cache, out=[out.view(3, 32), placeholder], **options)
+    with pytest.raises(ValueError, match="must divide num_heads"):
+        torch_npu._npu_fused_infer_attention_score_v2_get_max_workspace(q, cache, cache, num_query_heads=2,
+                                                                        num_key_value_heads=3)

@@ -28,6 +28,10 @@ kernel, op-catalog entry), so ``torch.compile(..., fullgraph=True)`` leaves one 
 ``npu.<name>.default`` node per call, which is what a scope or fusion pass needs to see.  The kernels
 are bit-deterministic on CPU, whatever the thread count (see :mod:`.fixedorder`).
 
+The graph-capture helpers of the attention ops (their ``.out`` forms and the ``_npu_*_get_max_workspace`` /
+``_npu_paged_attention_get_workspace`` queries) are attributes here but not ops of their own (they run
+the declared op, or return the empty scratch the CPU kernels need), so ``__all__`` lists only ops.
+
 An attribute torch_npu has but this package lacks raises :class:`MissingOpError`, which says how to
 add the op.
 """
@@ -37,11 +41,13 @@ from __future__ import annotations
 from ..errors import NpufuseError
 from .activation import fast_gelu, npu_fast_gelu, npu_gelu
 from .attention import (
+    _npu_fused_infer_attention_score_get_max_workspace, _npu_fused_infer_attention_score_v2_get_max_workspace,
     npu_fused_infer_attention_score, npu_fused_infer_attention_score_v2, npu_fusion_attention, npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
 from .atb import (
     _npu_flash_attention, _npu_flash_attention_qlens, _npu_flash_attention_unpad, _npu_paged_attention,
+    _npu_paged_attention_get_workspace,
     _npu_reshape_and_cache,
 )
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul

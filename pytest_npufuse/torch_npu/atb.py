@@ -366,3 +366,12 @@ def _npu_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: to
     (the reference writes tokens in order).
     """
     require_tensors(key=key, value=value, key_cache=key_cache, value_cache=value_cache, slot_indices=slot_indices)
+
+
+def _npu_paged_attention_get_workspace(*args: Any, **kwargs: Any) -> torch.Tensor:
+    """torch_npu's workspace query for :func:`_npu_paged_attention` (same arguments, without ``workspace``;
+    op-plugin PagedAttentionAtb.cpp sizes the ATB operation's device scratch). The CPU kernel needs no
+    scratch, so after the op's argument checks this returns an empty uint8 tensor, which
+    ``_npu_paged_attention(..., workspace=...)`` accepts and ignores."""
+    _npu_paged_attention.__wrapped__(*args, **kwargs)
+    return arguments(_npu_paged_attention, args, kwargs)["query"].new_empty(0, dtype=torch.uint8)

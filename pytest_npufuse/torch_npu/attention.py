@@ -28,8 +28,7 @@ import torch
 from ..exact import cube_matmul
 from .checks import (
     require_bool, require_choice, require_dtype, require_float, require_int, require_int_list, require_ints,
-    require_shape,
-    require_tensors, require_unused,
+    require_shape, require_tensor_list, require_tensors, require_unused,
 )
 from .fixedorder import pairwise_sum
 from .registry import Out, arguments, npu_op
@@ -1120,3 +1119,59 @@ def npu_fused_infer_attention_score_v2(
     if not isinstance(input_layout, str) or input_layout not in FIA_V2_LAYOUTS:
         raise ValueError(
             f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_V2_LAYOUTS)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The ``.out`` forms and workspace queries of graph-capture code (vllm-ascend, sglang)
+# ---------------------------------------------------------------------------------------------
+
+
+def _out_form(op: Any) -> Any:
+    """torch_npu's ``op.out(query, key, value, *, workspace=None, out=[attention_out, softmax_lse], ...)``.
+
+    Graph-capture code preallocates both outputs and a workspace (op-plugin's ``.out`` schema writes
+    ``Tensor(a!) attention_out, Tensor(b!) softmax_lse``). Here the op runs as usual and its results are
+    copied into the given tensors: ``attention_out`` must have the op's output shape and dtype; the lse is
+    written when the op returns one (with the lse flag; callers that do not ask pass a 1-element
+    placeholder, left as given). ``workspace`` is device scratch and changes no value.
+    """
+
+    def out_form(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *,
+                 workspace: Optional[torch.Tensor] = None, out: Sequence[torch.Tensor], **options: Any) -> tuple[
+        torch.Tensor, torch.Tensor
+    ]:
+        require_tensors(workspace=workspace)
+        attention_out, softmax_lse = require_tensor_list("out", out)
+        result, lse = op(query, key, value, **options)
+        for name, target, value_ in (("out[0]", attention_out, result), ("out[1]", softmax_lse, lse)):
+            if value_.numel() == 0 and name == "out[1]":
+                continue
+            if tuple(target.shape) != tuple(value_.shape) or target.dtype != value_.dtype:
+                raise ValueError(f"{name} is {target.dtype} {list(target.shape)}; {op.__name__} writes "
+                                 f"{value_.dtype} {list(value_.shape)} there")
+            target.copy_(value_)
+        return attention_out, softmax_lse
+
+    out_form.__name__ = out_form.__qualname__ = f"{op.__name__}.out"
+    return out_form
+
+
+npu_fused_infer_attention_score.out = _out_form(npu_fused_infer_attention_score)
+npu_fused_infer_attention_score_v2.out = _out_form(npu_fused_infer_attention_score_v2)
+
+
+def _workspace_query(op: Any) -> Any:
+    """torch_npu's ``_<op>_get_max_workspace``: the device scratch the op's ``.out`` form needs for these
+    arguments. The CPU kernels need none, so after the op's argument checks it returns an empty uint8
+    tensor, which the ``.out`` form accepts and ignores."""
+
+    def get_max_workspace(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> torch.Tensor:
+        op.__wrapped__(query, key, value, **options)
+        return query.new_empty(0, dtype=torch.uint8)
+
+    get_max_workspace.__name__ = get_max_workspace.__qualname__ = f"_{op.__name__}_get_max_workspace"
+    return get_max_workspace
+
+
+_npu_fused_infer_attention_score_get_max_workspace = _workspace_query(npu_fused_infer_attention_score)
+_npu_fused_infer_attention_score_v2_get_max_workspace = _workspace_query(npu_fused_infer_attention_score_v2)
