@@ -1,9 +1,9 @@
 """Closed vocabularies shared by several stages: the modes a graph runs in and the engines a kernel runs on.
 
 Every vocabulary of the project (these, and the stage-owned ones such as ``fusion.ScopeOutcome``,
-``sanitize.RaceKind`` and ``simulate.Bound``) is a :class:`Vocabulary`: a ``str`` enum whose members
-compare equal to, print as and serialise to JSON as their string values, so reports, baseline files and
-user code that compare with plain strings see exactly the words they saw before.
+``sanitize.RaceKind``, ``simulate.Bound`` and ``events.EventKind``) is a :class:`Vocabulary`: a ``str``
+enum whose members compare equal to, print as and serialise to JSON as their string values, so reports,
+baseline files and user code that compare with plain strings see exactly the words they saw before.
 """
 
 from __future__ import annotations
