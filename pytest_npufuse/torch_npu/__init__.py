@@ -8,7 +8,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``
 * :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax``
-* :mod:`.rope` - ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
+* :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
   ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
 * :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
@@ -75,7 +75,7 @@ from .quant import (
 from .registry import OPS
 from .rope import (
     npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_kv_rmsnorm_rope_cache_v2,
-    npu_mla_prolog, npu_mla_prolog_v2, npu_mla_prolog_v3, npu_rotary_mul,
+    npu_mla_prolog, npu_mla_prolog_v2, npu_mla_prolog_v3, npu_mrope, npu_rotary_mul,
 )
 
 __all__ = [
@@ -125,6 +125,7 @@ __all__ = [
     "npu_quant_matmul",
     "npu_quantize",
     "npu_rms_norm",
+    "npu_mrope",
     "npu_rotary_mul",
     "npu_scaled_masked_softmax",
     "npu_scatter_nd_update",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
@@ -1055,3 +1056,112 @@ def npu_mla_prolog_v3(
                    weight_uq_qr_dtype=weight_uq_qr_dtype, weight_dkv_kr_dtype=weight_dkv_kr_dtype,
                    kv_cache_dtype=kv_cache_dtype)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_mrope
+# ---------------------------------------------------------------------------------------------
+
+MROPE_DOC = (
+    "hicann/ops-transformer posembedding/rope_with_sin_cos_cache README (RopeWithSinCosCache, mrope mode); "
+    "op-plugin test/test_custom_ops/test_npu_mrope.py golden"
+)
+MROPE_SECTIONS = (3, 4)  # rows of a multimodal positions tensor (t, h, w[, extra])
+
+
+def _mrope_meta(
+    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int,
+    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: str = "half", cache_mode: str = "default",
+) -> tuple[Out, Out]:
+    """query [T, Nq x head_size] and key [T, Nk x head_size] keep their shapes; the cache is
+    [max_position, rotary_dim] with rotary_dim even and at most head_size, in the query's dtype."""
+    require_dtype("positions", positions, (torch.int32, torch.int64))
+    for name, tensor in (("query", query), ("key", key), ("cos_sin_cache", cos_sin_cache)):
+        require_dtype(name, tensor, FLOAT_DTYPES if name == "query" else (query.dtype,), "(query's dtype)")
+    if positions.dim() not in (1, 2) or (positions.dim() == 2 and positions.shape[0] not in MROPE_SECTIONS):
+        raise ValueError(f"positions has shape {list(positions.shape)}; expected [tokens] or [3 or 4, tokens]")
+    tokens = positions.shape[-1]
+    for name, tensor in (("query", query), ("key", key)):
+        if tensor.dim() != 2 or tensor.shape[0] != tokens or tensor.shape[1] % head_size != 0:
+            raise ValueError(
+                f"{name} has shape {list(tensor.shape)}; expected [{tokens}, heads x {head_size}] (flatten the heads)"
+            )
+    rotary_dim = cos_sin_cache.shape[-1] if cos_sin_cache.dim() == 2 else -1
+    if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_size:
+        raise ValueError(
+            f"cos_sin_cache has shape {list(cos_sin_cache.shape)}; expected [max_position, rotary_dim] with an even "
+            f"rotary_dim <= head_size {head_size} (cos in the first half, sin in the second)"
+        )
+    sections = list(mrope_section or [])
+    if positions.dim() == 2 and (len(sections) != positions.shape[0] or sum(sections) != rotary_dim // 2):
+        raise ValueError(
+            f"mrope_section={sections} must give one width per positions row ({positions.shape[0]}) summing to "
+            f"rotary_dim / 2 = {rotary_dim // 2}"
+        )
+    return Out(list(query.shape), query.dtype), Out(list(key.shape), key.dtype)
+
+
+def _mrope_tables(positions: torch.Tensor, cache: torch.Tensor, sections: Sequence[int]) -> tuple[torch.Tensor, ...]:
+    """Per token, the cos and sin halves [T, rotary_dim / 2]: rows of the cache at the positions; with
+    multimodal positions, section i of the width comes from positions row i."""
+    half = cache.shape[-1] // 2
+    rows = cache.to(torch.float32)[positions.reshape(-1).long()].reshape(*positions.shape, 2 * half)
+    cos, sin = rows[..., :half], rows[..., half:]
+    if positions.dim() == 1:
+        return cos, sin
+    bounds = [0, *itertools.accumulate(sections)]
+    pick = [(row, start, end) for row, (start, end) in enumerate(zip(bounds, bounds[1:]))]
+    return tuple(torch.cat([table[row, :, start:end] for row, start, end in pick], dim=-1) for table in (cos, sin))
+
+
+def _mrope_heads(x: torch.Tensor, head_size: int, cos: torch.Tensor, sin: torch.Tensor, rotary_mode: str) -> torch.Tensor:
+    """RoPE on the first rotary_dim of every head of ``x`` [T, heads x head_size]; the rest passes through."""
+    heads = x.reshape(x.shape[0], -1, head_size)
+    widen = (lambda t: torch.cat((t, t), -1)) if rotary_mode == "half" else (lambda t: t.repeat_interleave(2, -1))
+    rotary_dim = 2 * cos.shape[-1]
+    rotated = rope(heads[..., :rotary_dim], widen(cos)[:, None, :], widen(sin)[:, None, :], rotary_mode)
+    return torch.cat((rotated, heads[..., rotary_dim:]), dim=-1).reshape(x.shape)
+
+
+def _mrope_kernel(
+    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int,
+    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: str = "half", cache_mode: str = "default",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    cos, sin = _mrope_tables(positions, cos_sin_cache, list(mrope_section or []))
+    return _mrope_heads(query, head_size, cos, sin, rotary_mode), _mrope_heads(key, head_size, cos, sin, rotary_mode)
+
+
+@npu_op(
+    "(Tensor positions, Tensor query, Tensor key, Tensor cos_sin_cache, int head_size, *, int[]? mrope_section=None, "
+    "str? rotary_mode='half', str? cache_mode='default') -> (Tensor, Tensor)",
+    source=MROPE_DOC,
+    meta=_mrope_meta,
+    kernel=_mrope_kernel,
+)
+def npu_mrope(
+    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int,
+    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: str = "half", cache_mode: str = "default",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE from a cos/sin cache (RopeWithSinCosCache), plain or multimodal: returns new ``(query, key)``.
+
+    Sources: the RopeWithSinCosCache README (hicann/ops-transformer, posembedding/rope_with_sin_cos_cache)
+    and op-plugin's golden for torch_npu.npu_mrope. vllm-ascend's Qwen2.5-VL M-RoPE and sglang's NPU
+    rotary embedding (every RoPE, with ``mrope_section=[0, 0, 0]`` and 1-D positions) call it.
+
+    * ``positions`` int32/int64 [T] (plain RoPE) or [3 or 4, T] (M-RoPE: one row per section);
+      ``query`` [T, Nq x head_size], ``key`` [T, Nk x head_size]; ``cos_sin_cache`` [max_position,
+      rotary_dim] in the query's dtype, cos in its first half and sin in its second.
+    * Each token's cos/sin are the cache rows at its positions; with M-RoPE, the first
+      ``mrope_section[0]`` columns come from row 0 of positions, the next ``mrope_section[1]`` from
+      row 1, and so on (the sections sum to rotary_dim / 2).
+    * The first rotary_dim of each head is rotated, ``rotary_mode="half"`` (NeoX halves) or
+      ``"interleave"`` (even/odd pairs); the rest of the head passes through. float32 math, one
+      rounding to the query's dtype. ``cache_mode="interleave"`` (Qwen3-VL's interleaved sections)
+      is not implemented.
+    """
+    for name, value in (("positions", positions), ("query", query), ("key", key), ("cos_sin_cache", cos_sin_cache)):
+        require_tensor(name, value)
+    if require_int("head_size", head_size) <= 0:
+        raise ValueError(f"head_size={head_size} must be positive")
+    require_choice("rotary_mode", rotary_mode, ROTARY_MODES, "NeoX halves or even/odd pairs")
+    require_choice("cache_mode", cache_mode, ("default",), "sections taken in order")
