@@ -5,6 +5,8 @@
 1. Seed 000 at the seed's shapes (m=864, k=7168, n=4096; the SuperKernel model, BASELINE = its scopes
    ignored): wall time of one ``compare`` divided by (one Dynamo + AOT capture of the same model + one
    exact int8 product of that shape through ``exact.int_matmul``), captures per check, kernels executed.
+   Each side is timed ``SEED_ROUNDS`` times, interleaved, after a warm-up capture of the model, and its
+   best time counts (as ``timeit`` reports): one sub-second run is too noisy for a 1.5x bound.
 2. A DeepSeek-V3-style decode layer at real hidden sizes (hidden 7168, MLA with q_lora 1536, kv_lora 512,
    128 heads of 128 + 64 rope dims over a 512-token latent cache; MoE with 8 routed experts and one shared
    expert of intermediate 2048; bf16; batch 16): wall time of one check, captures, kernels executed.
@@ -50,6 +52,7 @@ from test_superkernel_seed import ModelSuperKernel, seed_inputs  # noqa: E402
 
 SEED_RATIO_TARGET = 1.5
 DECODE_SECONDS_TARGET = 10.0
+SEED_ROUNDS = 3  # the seed sides are each timed this often, interleaved; the best counts (timing noise only adds)
 CI_SPEEDUP_TARGET = 2.0
 RSS_RATIO_TARGET = 3.0
 
@@ -182,8 +185,11 @@ def decode_inputs() -> tuple[torch.Tensor, ...]:
 
 
 def warm_up() -> None:
-    """One tiny check, so Dynamo's and AOT's first-use imports are not charged to the measured checks."""
+    """One tiny check and one capture of the seed model, so first-use costs (Dynamo's and AOT's imports,
+    the first trace of the torch_npu ops' wrappers and fake kernels) are charged to neither side of the
+    seed ratio: the check is timed first, so without this it alone would pay them."""
     pipeline.compare(lambda a, b: torch.relu(a @ b), torch.ones(4, 4), torch.ones(4, 4))
+    pipeline.capture(ModelSuperKernel(), *seed_inputs())
 
 
 def measure_seed() -> bool:
@@ -191,18 +197,23 @@ def measure_seed() -> bool:
     x1, x2 = inputs[0], inputs[1]
     with Counting() as counts:
         check_s, check_cpu, report = cpu_timed(lambda: pipeline.compare(ModelSuperKernel(), *inputs))
+    checks_made = counts.captures
     capture_s, capture_cpu, _ = cpu_timed(lambda: pipeline.capture(ModelSuperKernel(), *inputs))
     product_s, product_cpu, _ = cpu_timed(lambda: int_matmul(x1, x2))
+    for _ in range(SEED_ROUNDS - 1):  # each side's best of the rounds, interleaved, as timeit reports
+        check_s, check_cpu = min((check_s, check_cpu), cpu_timed(lambda: pipeline.compare(ModelSuperKernel(), *inputs))[:2])
+        capture_s, capture_cpu = min((capture_s, capture_cpu), cpu_timed(lambda: pipeline.capture(ModelSuperKernel(), *inputs))[:2])
+        product_s, product_cpu = min((product_s, product_cpu), cpu_timed(lambda: int_matmul(x1, x2))[:2])
     ratio = check_s / (capture_s + product_s)
     print(f"seed 000 (m={x1.shape[0]}, k={x1.shape[1]}, n={x2.shape[1]}): check {check_s:.2f} s ({check_cpu:.2f} s CPU); "
           f"capture {capture_s:.2f} s ({capture_cpu:.2f} s CPU) + exact int8 product {product_s:.2f} s ({product_cpu:.2f} s CPU)")
-    print(f"  captures per check {counts.captures}, kernels executed {report.kernels_executed} "
+    print(f"  best of {SEED_ROUNDS} rounds each; captures per check {checks_made}, kernels executed {report.kernels_executed} "
           f"(BASELINE tasks {report.baseline.tasks}), bit-exact {report.bit_exact}")
     ok_ratio = ratio <= SEED_RATIO_TARGET
-    ok_captures = counts.captures == 1
+    ok_captures = checks_made == 1
     print(f"{verdict(ok_ratio)} seed check / (capture + product) = {ratio:.2f} by wall time, "
           f"{check_cpu / (capture_cpu + product_cpu):.2f} by CPU time (target <= {SEED_RATIO_TARGET})")
-    print(f"{verdict(ok_captures)} seed captures per check = {counts.captures} (target 1)")
+    print(f"{verdict(ok_captures)} seed captures per check = {checks_made} (target 1)")
     return ok_ratio and ok_captures
 
 
