@@ -115,6 +115,7 @@ def _common_decoder_ops(x, mask):
         torch.cos(x), torch.sin(x), torch.argmax(x, -1), values, indices, padded, torch.cumsum(x, -1), extremes,
         torch.log_softmax(x, -1), torch.triu(x) + torch.tril(x), torch.zeros_like(x), torch.full_like(x, 2),
         x.new_zeros(3), torch.logical_not(mask), torch.erf(x), torch.sign(x), x.repeat(2, 1), 1.0 - x,
+        x * torch.tensor([2.0]),
     )
 
 
