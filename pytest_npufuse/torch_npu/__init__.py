@@ -21,7 +21,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
-  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_confusion_transpose``, ``scatter_update``, ``scatter_update_``
+  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``, ``scatter_update``, ``scatter_update_``
 
 Each op is declared once through :func:`.registry.npu_op` (schema, argument checks, CPU kernel, fake
 kernel, op-catalog entry), so ``torch.compile(..., fullgraph=True)`` leaves one opaque
@@ -54,7 +54,7 @@ from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
     scatter_update, scatter_update_,
     npu_confusion_transpose, npu_format_cast, npu_prefetch, npu_scatter_nd_update, npu_scatter_nd_update_,
-    npu_top_k_top_p,
+    npu_scatter_pa_kv_cache, npu_top_k_top_p,
 )
 from .moe import npu_grouped_matmul, npu_grouped_matmul_finalize_routing, npu_moe_gating_top_k
 from .moe_distribute import (
@@ -130,6 +130,7 @@ __all__ = [
     "npu_scaled_masked_softmax",
     "npu_scatter_nd_update",
     "npu_scatter_nd_update_",
+    "npu_scatter_pa_kv_cache",
     "npu_swiglu",
     "npu_top_k_top_p",
     "npu_transpose_batchmatmul",

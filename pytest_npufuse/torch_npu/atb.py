@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 
 from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _Call, _geometry, _run
-from .memory import _scatter_nd_into
+from .memory import write_slots
 from .checks import HALF_DTYPES, require_dtype, require_float, require_int, require_shape, require_tensors
 from .registry import Out, arguments, npu_op
 
@@ -333,17 +333,9 @@ def _cache_write_meta(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
 
 
-def _write_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """A copy of ``cache`` with ``rows`` in the flat (block x block_size) slots; a repeated slot keeps its
-    last row (memory.py's scatter, bounds-checked)."""
-    flat = cache.reshape(-1, *cache.shape[2:]).clone()
-    _scatter_nd_into(flat, slots.reshape(-1, 1), rows)
-    return flat.reshape(cache.shape)
-
-
 def _cache_write_kernel(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                         slot_indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _write_slots(key_cache, key, slot_indices), _write_slots(value_cache, value, slot_indices)
+    return write_slots(key_cache, key, slot_indices), write_slots(value_cache, value, slot_indices)
 
 
 @npu_op(

@@ -9,8 +9,8 @@ from typing import Optional, Sequence
 import torch
 
 from .checks import (
-    FLOAT_DTYPES, require_bool, require_dtype, require_int, require_int_list, require_shape, require_tensor,
-    require_tensors,
+    FLOAT_DTYPES, require_bool, require_choice, require_dtype, require_int, require_int_list, require_shape,
+    require_tensor, require_tensors, require_unused,
 )
 from .fixedorder import softmax
 from .registry import Out, npu_op
@@ -93,6 +93,14 @@ def _scatter_nd_into(target: torch.Tensor, indices: torch.Tensor, updates: torch
     last = torch.full((flat_target.shape[0],), -1, dtype=torch.int64).scatter_reduce(0, rows, order, "amax")
     keep = last[rows] == order
     flat_target[rows[keep]] = flat_updates[keep]
+
+
+def write_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """A copy of a paged ``cache`` [blocks, block_size, ...] with ``rows`` in the flat (block x block_size)
+    slots; a repeated slot keeps its last row (the scatter above, bounds-checked)."""
+    flat = cache.reshape(-1, *cache.shape[2:]).clone()
+    _scatter_nd_into(flat, slots.reshape(-1, 1), rows)
+    return flat.reshape(cache.shape)
 
 
 def _scatter_nd_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
@@ -377,3 +385,122 @@ def scatter_update_(self: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     """
     require_tensors(data=self, indices=indices, updates=updates)
     require_int("axis", axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_scatter_pa_kv_cache
+# ---------------------------------------------------------------------------------------------
+
+SCATTER_PA_KV_CACHE_DOC = (
+    "hicann/ops-transformer attention/scatter_pa_kv_cache README and aclnnScatterPaKvCache (scenarios 1 and 2); "
+    "op-plugin op_plugin/ops/opapi/ScatterPaKvCacheNpuOpApi.cpp"
+)
+NZ_RUN_BYTES = 32  # a FRACTAL_NZ run of a cache row: last_dim = 32 / sizeof(dtype)
+CACHE_MODES = ("Norm", "PA_NZ")
+
+
+def _is_norm_cache(rows: torch.Tensor, cache: torch.Tensor) -> bool:
+    """Scenario 2's ND cache [blocks, block_size, heads, head_size], told from scenario 1's by its shape
+    (the doc picks the scenario from how the arguments are built)."""
+    return cache.dim() == 4 and tuple(cache.shape[2:]) == tuple(rows.shape[1:])
+
+
+def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, int]:
+    """(runs per token row, values per run) of a PA_NZ cache: [blocks, heads x size / c, block_size, c] or
+    [blocks, heads, size / c, block_size, c] with c = 32 bytes of values."""
+    run = NZ_RUN_BYTES // cache.element_size()
+    features = rows.shape[1] * rows.shape[2]
+    expected = {4: (features // run, run), 5: (rows.shape[1], rows.shape[2] // run, run)}
+    layout = cache.shape[1:-2] + cache.shape[-1:] if cache.dim() in expected else None
+    if rows.shape[2] * rows.element_size() % NZ_RUN_BYTES or layout is None or tuple(layout) != expected[cache.dim()]:
+        raise ValueError(
+            f"{name}_cache has shape {list(cache.shape)}; for {name} {list(rows.shape)} expected [blocks, block_size, "
+            f"{rows.shape[1]}, {rows.shape[2]}] (Norm) or the PA_NZ [blocks, {features // run}, block_size, {run}] "
+            f"(head size x dtype size a multiple of {NZ_RUN_BYTES} bytes)"
+        )
+    return features // run, run
+
+
+def _pa_cache_mode(key: torch.Tensor, key_cache: torch.Tensor, cache_mode: Optional[str]) -> str:
+    return cache_mode or ("Norm" if _is_norm_cache(key, key_cache) else "PA_NZ")
+
+
+def _scatter_pa_kv_cache_meta(
+    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor, *, compress_lens: Optional[torch.Tensor] = None,
+    compress_seq_offset: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
+    cache_mode: Optional[str] = None,
+) -> tuple[Out, Out]:
+    require_dtype("slot_mapping", slot_mapping, (torch.int32, torch.int64))
+    require_shape("slot_mapping", slot_mapping, ((key.shape[0],),))
+    mode = _pa_cache_mode(key, key_cache, cache_mode)
+    for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
+        require_dtype(name, rows, (torch.float16, torch.bfloat16, torch.int8))
+        require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
+        if rows.dim() != 3 or rows.shape[0] != key.shape[0]:
+            raise ValueError(f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]")
+        if mode == "Norm" and not _is_norm_cache(rows, cache):
+            raise ValueError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
+                             f"{rows.shape[1]}, {rows.shape[2]}]")
+        if mode == "PA_NZ":
+            _nz_runs(name, rows, cache)
+    return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
+
+
+def _write_nz_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Scenario 1: each token row, cut into 32-byte runs, lands at its slot's (block, offset) of every run."""
+    runs, run = _nz_runs("", rows, cache)
+    blocks, block_size = cache.shape[0], cache.shape[-2]
+    by_slot = cache.reshape(blocks, runs, block_size, run).permute(0, 2, 1, 3)  # [blocks, block_size, runs, run]
+    written = write_slots(by_slot, rows.reshape(rows.shape[0], runs, run), slots)
+    return written.permute(0, 2, 1, 3).reshape(cache.shape)
+
+
+def _scatter_pa_kv_cache_kernel(
+    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor, *, compress_lens: Optional[torch.Tensor] = None,
+    compress_seq_offset: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
+    cache_mode: Optional[str] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    write = write_slots if _pa_cache_mode(key, key_cache, cache_mode) == "Norm" else _write_nz_slots
+    return write(key_cache, key, slot_mapping), write(value_cache, value, slot_mapping)
+
+
+@npu_op(
+    "(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_mapping, *, "
+    "Tensor? compress_lens=None, Tensor? compress_seq_offset=None, Tensor? seq_lens=None, str? cache_mode=None) "
+    "-> (Tensor, Tensor)",
+    source=SCATTER_PA_KV_CACHE_DOC,
+    meta=_scatter_pa_kv_cache_meta,
+    kernel=_scatter_pa_kv_cache_kernel,
+    writes_back={"key_cache": 0, "value_cache": 1},
+    returns_none=True,
+)
+def npu_scatter_pa_kv_cache(
+    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor, *, compress_lens: Optional[torch.Tensor] = None,
+    compress_seq_offset: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
+    cache_mode: Optional[str] = None,
+) -> None:
+    """Write each token's key and value into its paged-cache slot, in place (ScatterPaKvCache); returns None.
+
+    Sources: ScatterPaKvCache's README (hicann/ops-transformer attention/scatter_pa_kv_cache) and
+    aclnnScatterPaKvCache, scenarios 1 and 2, the ones Atlas A2/A3 callers use (vllm-ascend's KV write,
+    omni-infer's NZ caches):
+
+    * ``key`` [T, heads, k_head_size] and ``value`` [T, heads, v_head_size], float16, bfloat16 or int8
+      (their dtypes may differ), each cache in its row's dtype; ``slot_mapping`` int32/int64 [T]: token t
+      goes to block ``slot // block_size``, offset ``slot % block_size``.
+    * ``cache_mode="Norm"`` (scenario 2): caches [blocks, block_size, heads, head_size].
+    * ``cache_mode="PA_NZ"`` (scenario 1): caches [blocks, heads x head_size / c, block_size, c] or
+      [blocks, heads, head_size / c, block_size, c], c = 32 bytes of values (16 fp16/bf16, 32 int8); a token's
+      row is cut into runs of c values, run r stored at [block, r, offset].
+    * Without ``cache_mode`` the scenario follows the caches' shapes, as the doc says it does.
+    * Slots must lie in the cache (checked); when two tokens name one slot, the later token's row stays.
+      The compression scenarios (``compress_lens``, ``compress_seq_offset``, ``seq_lens``) are not modeled.
+    """
+    require_tensors(key=key, value=value, key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping)
+    require_unused("npu_scatter_pa_kv_cache (the compression scenarios)", compress_lens=compress_lens,
+                   compress_seq_offset=compress_seq_offset, seq_lens=seq_lens)
+    if cache_mode is not None:
+        require_choice("cache_mode", cache_mode, CACHE_MODES, "ND or FRACTAL_NZ caches")
