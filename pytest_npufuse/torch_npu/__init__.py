@@ -5,7 +5,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 
 * :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
-  ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``
+  ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
 * :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax``
 * :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
@@ -69,7 +69,7 @@ from .norm import (
     npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm, npu_scaled_masked_softmax,
 )
 from .quant import (
-    npu_dequant_swiglu_quant, npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_swiglu,
+    npu_anti_quant, npu_dequant_swiglu_quant, npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_swiglu,
     npu_trans_quant_param, npu_weight_quant_batchmatmul,
 )
 from .registry import OPS
@@ -135,6 +135,7 @@ __all__ = [
     "npu_top_k_top_p",
     "npu_transpose_batchmatmul",
     "npu_trans_quant_param",
+    "npu_anti_quant",
     "npu_weight_quant_batchmatmul",
     "scatter_update",
     "scatter_update_",

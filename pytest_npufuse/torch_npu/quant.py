@@ -1023,3 +1023,72 @@ def npu_trans_quant_param(
     require_tensors(offset=offset)
     mode = 0 if round_mode is None else require_int("round_mode", round_mode)
     require_choice("round_mode", mode, (0, 1), "truncate or round to nearest even")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_anti_quant
+# ---------------------------------------------------------------------------------------------
+
+ANTI_QUANT_DOC = "op-plugin docs/context/torch_npu-npu_anti_quant.md (AscendAntiQuant: out = (x + offset) * scale)"
+ANTI_QUANT_DST = (torch.float16, torch.bfloat16)
+ANTI_QUANT_SRC = (torch.int8, torch.quint4x2)
+
+
+def _anti_quant_values(x: torch.Tensor) -> torch.Tensor:
+    """The integers x holds: int8 as is, int32 words as eight int4 values each."""
+    return unpack_int4(x) if x.dtype == torch.int32 else x
+
+
+def _anti_quant_meta(
+    x: torch.Tensor, scale: torch.Tensor, *, offset: Optional[torch.Tensor] = None,
+    dst_dtype: Optional[torch.dtype] = None, src_dtype: Optional[torch.dtype] = None,
+) -> Out:
+    """out like x (int32 words widened eight times), in dst_dtype (float16 by default)."""
+    require_dtype("x", x, (torch.int8, torch.int32))
+    if (x.dtype == torch.int32) != (src_dtype == torch.quint4x2):
+        raise ValueError(f"x is {x.dtype} but src_dtype is {src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2")
+    width = x.shape[-1] * (INT4_PER_INT32 if x.dtype == torch.int32 else 1) if x.dim() else 1
+    require_dtype("scale", scale, (torch.float32, torch.bfloat16))
+    if scale.dim() != 1 or scale.shape[0] not in (1, width):
+        raise ValueError(f"scale has shape {list(scale.shape)}; expected (1,) or ({width},), x's last dim in values")
+    if offset is not None and (offset.dtype != scale.dtype or offset.shape != scale.shape):
+        raise ValueError(f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})")
+    return Out([*x.shape[:-1], width] if x.dim() else [], dst_dtype or torch.float16)
+
+
+def _anti_quant_kernel(
+    x: torch.Tensor, scale: torch.Tensor, *, offset: Optional[torch.Tensor] = None,
+    dst_dtype: Optional[torch.dtype] = None, src_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    values = _anti_quant_values(x).to(torch.float32)
+    if offset is not None:
+        values = values + offset.to(torch.float32)
+    return (values * scale.to(torch.float32)).to(dst_dtype or torch.float16)
+
+
+@npu_op(
+    "(Tensor x, Tensor scale, *, Tensor? offset=None, ScalarType? dst_dtype=None, ScalarType? src_dtype=None) -> Tensor",
+    source=ANTI_QUANT_DOC,
+    meta=_anti_quant_meta,
+    kernel=_anti_quant_kernel,
+)
+def npu_anti_quant(
+    x: torch.Tensor, scale: torch.Tensor, *, offset: Optional[torch.Tensor] = None,
+    dst_dtype: Optional[torch.dtype] = None, src_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """Dequantise integers to float16/bfloat16: ``out = dst((x + offset) * scale)``.
+
+    Source: torch_npu.npu_anti_quant (op-plugin docs/context/torch_npu-npu_anti_quant.md).
+
+    * ``x`` int8, or int32 words of eight int4 values with ``src_dtype=torch.quint4x2`` (element 0 in the
+      low nibble: the packing order :func:`unpack_int4` assumes); ``scale`` float32/bfloat16 (n,) with
+      n = 1 or x's last dim in values; ``offset`` like scale; ``dst_dtype`` float16 (default) or bfloat16.
+    * The sum and product are float32, rounded once to ``dst_dtype``.
+    """
+    require_tensor("x", x)
+    require_tensor("scale", scale)
+    require_tensors(offset=offset)
+    if dst_dtype is not None:
+        require_choice("dst_dtype", dst_dtype, ANTI_QUANT_DST, "the float outputs")
+    if src_dtype is not None:
+        require_choice("src_dtype", src_dtype, ANTI_QUANT_SRC, "int8 or packed int4")
