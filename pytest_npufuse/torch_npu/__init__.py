@@ -6,7 +6,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
-* :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
+* :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_layer_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax``
 * :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
   ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
@@ -66,7 +66,8 @@ from .moe_routing import (
     npu_moe_init_routing_quant, npu_moe_init_routing_v2, npu_moe_re_routing,
 )
 from .norm import (
-    npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm, npu_scaled_masked_softmax,
+    npu_add_layer_norm, npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm,
+    npu_scaled_masked_softmax,
 )
 from .quant import (
     npu_anti_quant, npu_dequant_swiglu_quant, npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_swiglu,
@@ -87,6 +88,7 @@ __all__ = [
     "_npu_flash_attention_unpad",
     "_npu_paged_attention",
     "_npu_reshape_and_cache",
+    "npu_add_layer_norm",
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
     "npu_apply_rotary_pos_emb",

@@ -292,6 +292,17 @@ def _layer_norm_eval_meta(
     return Out(list(input.shape), input.dtype)
 
 
+def _row_moments(values: torch.Tensor, norm_dims: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row of the trailing ``norm_dims`` dims of float32 ``values``: the mean, the centred values and
+    the biased variance ([rows, 1], [rows, width], [rows, 1]), by fixed pairwise sums."""
+    lead = values.shape[: values.dim() - norm_dims]
+    rows = values.reshape(math.prod(lead), -1)
+    width = rows.shape[-1]
+    mean = pairwise_sum(rows, dim=-1, keepdim=True) / width
+    centred = rows - mean
+    return mean, centred, pairwise_sum(centred * centred, dim=-1, keepdim=True) / width
+
+
 def _layer_norm_eval_kernel(
     input: torch.Tensor,
     normalized_shape: Sequence[int],
@@ -299,11 +310,7 @@ def _layer_norm_eval_kernel(
     bias: Optional[torch.Tensor] = None,
     eps: float = 1e-5,
 ) -> torch.Tensor:
-    lead = input.shape[: input.dim() - len(normalized_shape)]
-    rows = input.to(torch.float32).reshape(math.prod(lead), -1)
-    width = rows.shape[-1]
-    centred = rows - pairwise_sum(rows, dim=-1, keepdim=True) / width
-    variance = pairwise_sum(centred * centred, dim=-1, keepdim=True) / width
+    _, centred, variance = _row_moments(input.to(torch.float32), len(normalized_shape))
     y = (centred / torch.sqrt(variance + eps)).reshape(input.shape)
     if weight is not None:
         y = y * weight.to(torch.float32)
@@ -416,3 +423,73 @@ def npu_scaled_masked_softmax(
     require_tensor("mask", mask)
     require_float("scale", scale)
     require_bool("fixed_triu_mask", fixed_triu_mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_add_layer_norm
+# ---------------------------------------------------------------------------------------------
+
+ADD_LAYER_NORM_DOC = "hicann/ops-nn norm/add_layer_norm (aclnnAddLayerNorm); op-plugin AddLayerNormKernelNpuOpApi.cpp"
+
+
+def _add_layer_norm_stat_shape(x1: torch.Tensor, gamma: torch.Tensor) -> list[int]:
+    """mean and rstd: x1's leading dims and one trailing 1 (op-plugin's output shape)."""
+    return [*x1.shape[: x1.dim() - gamma.dim()], 1]
+
+
+def _add_layer_norm_meta(
+    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, epsilon: float = 1e-5,
+    additional_output: bool = False,
+) -> tuple[Out, Out, Out, Out]:
+    """y and x like x1; mean and rstd float32 with the normalised dims folded into one 1."""
+    require_dtype("x1", x1, FLOAT_DTYPES)
+    require_dtype("x2", x2, (x1.dtype,), "(x1's dtype)")
+    if x2.shape != x1.shape:
+        raise ValueError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
+    for name, param in (("gamma", gamma), ("beta", beta)):
+        require_dtype(name, param, (x1.dtype, torch.float32), "(x1's dtype or float32)")
+        require_trailing(name, param, "x1", x1)
+    stat = Out(_add_layer_norm_stat_shape(x1, gamma), torch.float32)
+    like_x = Out(list(x1.shape), x1.dtype)
+    return like_x, stat, stat, like_x
+
+
+def _add_layer_norm_kernel(
+    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, epsilon: float = 1e-5,
+    additional_output: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = _residual_sum(x1, x2)
+    mean, centred, variance = _row_moments(x.to(torch.float32), gamma.dim())
+    rstd = 1.0 / torch.sqrt(variance + epsilon)
+    y = (centred * rstd).reshape(x1.shape) * gamma.to(torch.float32) + beta.to(torch.float32)
+    stat_shape = _add_layer_norm_stat_shape(x1, gamma)
+    return y.to(x1.dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape), x
+
+
+@npu_op(
+    "(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, bool additional_output=False) "
+    "-> (Tensor, Tensor, Tensor, Tensor)",
+    source=ADD_LAYER_NORM_DOC,
+    meta=_add_layer_norm_meta,
+    kernel=_add_layer_norm_kernel,
+)
+def npu_add_layer_norm(
+    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, epsilon: float = 1e-5,
+    additional_output: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Residual add fused with LayerNorm: returns ``(y, mean, rstd, x)`` with ``x = x1 + x2``.
+
+    Sources: aclnnAddLayerNorm (hicann/ops-nn norm/add_layer_norm): ``x = x1 + x2``,
+    ``rstd = 1 / sqrt(Var(x) + epsilon)``, ``y = (x - E(x)) * rstd * gamma + beta``; op-plugin's
+    npu_add_layer_norm fixes the outputs: mean and rstd float32 of x1's leading dims and one trailing 1.
+
+    * ``x1``/``x2`` same shape and dtype (float16, bfloat16, float32); ``gamma``/``beta`` the trailing
+      dims of x1, in x1's dtype or float32.
+    * ``x`` is x1's dtype and the statistics are taken from that rounded sum, as npu_add_rms_norm here;
+      the variance is the biased one; float32 math with fixed pairwise sums, one rounding of ``y``.
+    * ``additional_output`` asks the device to also store ``x``; the model always returns it.
+    """
+    for name, value in (("x1", x1), ("x2", x2), ("gamma", gamma), ("beta", beta)):
+        require_tensor(name, value)
+    require_float("epsilon", epsilon)
+    require_bool("additional_output", additional_output)
