@@ -103,6 +103,24 @@ def write_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) ->
     return flat.reshape(cache.shape)
 
 
+NZ_RUN_BYTES = 32  # FRACTAL_NZ stores 32-byte runs of a row: 16 float16/bfloat16 or 32 int8 values
+
+
+def nz_run(cache: torch.Tensor) -> int:
+    """Values per FRACTAL_NZ run of a cache row."""
+    return NZ_RUN_BYTES // cache.element_size()
+
+
+def write_nz_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, block_size: int) -> torch.Tensor:
+    """:func:`write_slots` for a paged cache whose blocks are stored FRACTAL_NZ: whatever shape the caller
+    gives the cache, block b's memory is [row width / c, block_size, c] (c = :func:`nz_run` values), so a
+    token's row [width] is cut into runs of c values and run r lands at [b, r, offset]."""
+    run = nz_run(cache)
+    by_slot = cache.reshape(cache.shape[0], -1, block_size, run).permute(0, 2, 1, 3)  # [blocks, block_size, runs, c]
+    written = write_slots(by_slot, rows.reshape(rows.shape[0], -1, run), slots)
+    return written.permute(0, 2, 1, 3).contiguous().view(cache.shape)
+
+
 def _scatter_nd_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
     out = self.clone(memory_format=torch.contiguous_format)
     _scatter_nd_into(out, indices, updates)
@@ -395,7 +413,6 @@ SCATTER_PA_KV_CACHE_DOC = (
     "hicann/ops-transformer attention/scatter_pa_kv_cache README and aclnnScatterPaKvCache (scenarios 1 and 2); "
     "op-plugin op_plugin/ops/opapi/ScatterPaKvCacheNpuOpApi.cpp"
 )
-NZ_RUN_BYTES = 32  # a FRACTAL_NZ run of a cache row: last_dim = 32 / sizeof(dtype)
 CACHE_MODES = ("Norm", "PA_NZ")
 
 
@@ -408,7 +425,7 @@ def _is_norm_cache(rows: torch.Tensor, cache: torch.Tensor) -> bool:
 def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, int]:
     """(runs per token row, values per run) of a PA_NZ cache: [blocks, heads x size / c, block_size, c] or
     [blocks, heads, size / c, block_size, c] with c = 32 bytes of values."""
-    run = NZ_RUN_BYTES // cache.element_size()
+    run = nz_run(cache)
     features = rows.shape[1] * rows.shape[2]
     expected = {4: (features // run, run), 5: (rows.shape[1], rows.shape[2] // run, run)}
     layout = cache.shape[1:-2] + cache.shape[-1:] if cache.dim() in expected else None
@@ -447,13 +464,9 @@ def _scatter_pa_kv_cache_meta(
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
 
 
-def _write_nz_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """Scenario 1: each token row, cut into 32-byte runs, lands at its slot's (block, offset) of every run."""
-    runs, run = _nz_runs("", rows, cache)
-    blocks, block_size = cache.shape[0], cache.shape[-2]
-    by_slot = cache.reshape(blocks, runs, block_size, run).permute(0, 2, 1, 3)  # [blocks, block_size, runs, run]
-    written = write_slots(by_slot, rows.reshape(rows.shape[0], runs, run), slots)
-    return written.permute(0, 2, 1, 3).reshape(cache.shape)
+def _write_nz_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Scenario 1: token rows [T, heads, size] into a 4-D or 5-D PA_NZ cache (block_size second to last)."""
+    return write_nz_slots(cache, rows.reshape(rows.shape[0], -1), slots, cache.shape[-2])
 
 
 def _scatter_pa_kv_cache_kernel(
@@ -462,7 +475,7 @@ def _scatter_pa_kv_cache_kernel(
     compress_seq_offset: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
     cache_mode: Optional[str] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    write = write_slots if _pa_cache_mode(key, key_cache, cache_mode) == "Norm" else _write_nz_slots
+    write = write_slots if _pa_cache_mode(key, key_cache, cache_mode) == "Norm" else _write_nz_rows
     return write(key_cache, key, slot_mapping), write(value_cache, value, slot_mapping)
 
 

@@ -16,6 +16,7 @@ from .checks import (
     require_shape, require_tensor, require_tensors, require_unused,
 )
 from .fixedorder import round_to_int8
+from .memory import nz_run, write_nz_slots, write_slots
 from .norm import rms_normalise
 from .quant import symmetric_levels
 from .registry import Out, arguments, npu_op
@@ -238,7 +239,7 @@ def _kv_cache_shapes(
         if cache_mode == "Norm":
             ok = cache.dim() == 4 and cache.shape[0] == batch and cache.shape[1] == 1 and cache.shape[2] >= seq
         else:
-            ok = cache.dim() == 4 and cache.shape[2] == 1 and (cache_mode != "PA_NZ" or width % nz_fractal(cache) == 0)
+            ok = cache.dim() == 4 and cache.shape[2] == 1 and (cache_mode != "PA_NZ" or width % nz_run(cache) == 0)
         if not ok or cache.shape[-1] != width:
             layout = f"[{batch}, 1, cache_length >= {seq}, {width}]" if cache_mode == "Norm" else f"[block_num, block_size, 1, {width}]"
             raise ValueError(f"{name} has shape {list(cache.shape)}; cache_mode {cache_mode!r} needs {layout}")
@@ -285,13 +286,11 @@ def _scatter_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor, 
     """A copy of ``cache`` with each token's row written at its index (per batch for Norm, global slots otherwise)."""
     if cache_mode != "Norm":
         return write_paged_rows(cache, rows, index.reshape(-1), cache_mode)
-    updated = cache.clone()
     width, limit = cache.shape[-1], cache.shape[2]
     if bool(((index < 0) | (index >= limit)).any()):
         raise ValueError(f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache")
     slots = (index + torch.arange(cache.shape[0]).unsqueeze(-1) * limit).reshape(-1)
-    updated.view(-1, width)[slots] = rows.reshape(-1, width)
-    return updated
+    return write_slots(cache.reshape(-1, 1, width), rows.reshape(-1, 1, width), slots).view(cache.shape)
 
 
 def _kv_rmsnorm_rope_cache_kernel(
@@ -494,7 +493,6 @@ MLA_PROLOG_V3_DOC = (
 )
 MLA_PAGED_MODES = ("PA_BSND", "PA_NZ")
 MLA_V3_CACHE_MODES = ("PA_BSND", "PA_NZ", "BSND", "TND")
-NZ_FRACTAL_BYTES = 32  # FRACTAL_NZ stores 32-byte runs of a row: 16 bfloat16 or 32 int8 values
 INT8_LEVEL_MAX = 127.0
 
 
@@ -637,8 +635,8 @@ def _check_mla_caches(arguments: Mapping[str, Any], scenario: MlaScenario, dims:
             layout = f"[BlockNum, BlockSize, 1, {width}]"
             ok = cache.dim() == 4 and cache.shape[2] == 1 and cache.shape[3] == width
             if ok and scenario.cache_mode == "PA_NZ":
-                ok = width % nz_fractal(cache) == 0
-                layout += f" with {width} a multiple of {nz_fractal(cache)} (FRACTAL_NZ)"
+                ok = width % nz_run(cache) == 0
+                layout += f" with {width} a multiple of {nz_run(cache)} (FRACTAL_NZ)"
         else:
             shape = (*dims.lead, 1, width)
             layout = str(list(shape))
@@ -673,11 +671,6 @@ def _mla_outputs(arguments: Mapping[str, Any], scenario: MlaScenario) -> tuple[M
     return dims, outputs
 
 
-def nz_fractal(cache: torch.Tensor) -> int:
-    """Values per FRACTAL_NZ run of a cache row: 32 bytes, i.e. 16 bfloat16/float16 or 32 int8."""
-    return NZ_FRACTAL_BYTES // cache.element_size()
-
-
 def write_paged_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, cache_mode: str) -> torch.Tensor:
     """A copy of a [BlockNum, BlockSize, 1, D] cache with row ``i`` stored at global slot ``slots[i]``.
 
@@ -691,15 +684,9 @@ def write_paged_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tenso
     limit = blocks * block_size
     if bool(((slots < 0) | (slots >= limit)).any()):
         raise ValueError(f"the cache index holds {slots.tolist()}; every value must be a slot in [0, {limit})")
-    updated = cache.clone()
-    rows = rows.reshape(-1, width)
     if cache_mode == "PA_NZ":
-        fractal = nz_fractal(cache)
-        nz_blocks = updated.view(blocks, width // fractal, block_size, fractal)
-        nz_blocks[slots // block_size, :, slots % block_size, :] = rows.reshape(-1, width // fractal, fractal)
-    else:
-        updated.view(-1, width)[slots] = rows
-    return updated
+        return write_nz_slots(cache, rows.reshape(-1, width), slots, block_size)
+    return write_slots(cache, rows.reshape(-1, 1, width), slots)
 
 
 def _dequant_int8_matmul(
