@@ -13,7 +13,7 @@ from .checks import (
     require_optional_dtype, require_shape, require_tensor, require_tensors, require_unused,
 )
 from .fixedorder import round_to_int8, swiglu
-from .quant_param import decode_quant_param, encode_quant_param
+from .quant_param import decode_quant_param, encode_quant_param, round_scale_to_fp19
 from .registry import Out, npu_op
 
 DYNAMIC_QUANT_MAX = 127.0
@@ -950,18 +950,6 @@ def npu_weight_quant_batchmatmul(
 # ---------------------------------------------------------------------------------------------
 
 TRANS_QUANT_PARAM_DOC = "torch_npu.npu_trans_quant_param API reference; hicann/ops-nn quant/trans_quant_param_v2/README.md"
-FP19_DROPPED_BITS = 13  # float32 keeps sign, exponent and 10 mantissa bits: the low 13 bits go
-
-
-def _round_to_fp19(scale: torch.Tensor) -> torch.Tensor:
-    """float32 rounded to 19 bits (1 sign, 8 exponent, 10 mantissa), to nearest with ties to even, in
-    float32 layout: round_mode=1 of TransQuantParamV2 (a carry into the exponent is the correct rounding)."""
-    bits = scale.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    half = (1 << (FP19_DROPPED_BITS - 1)) - 1
-    rounded = (bits + half + ((bits >> FP19_DROPPED_BITS) & 1)) & 0xFFFFE000
-    return wrap_to_int32(rounded).view(torch.float32)
-
-
 def _trans_quant_param_shape(scale: torch.Tensor, offset: Optional[torch.Tensor]) -> list[int]:
     """scale's shape; a 1-D scale with an offset gives the longer of the two (t = 1 or n)."""
     if scale.dim() == 1 and offset is not None:
@@ -993,7 +981,7 @@ def _trans_quant_param_kernel(
     scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
 ) -> torch.Tensor:
     shape = _trans_quant_param_shape(scale, offset)
-    values = _round_to_fp19(scale) if round_mode == 1 else scale
+    values = round_scale_to_fp19(scale) if round_mode == 1 else scale
     rounded_offset = None if offset is None else torch.round(offset).expand(shape)  # ties to even
     return encode_quant_param(values.expand(shape), rounded_offset)
 

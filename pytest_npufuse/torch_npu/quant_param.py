@@ -15,6 +15,7 @@ from ..exact import wrap_to_int32
 
 # Layout of the int64 "quant param" built by npu_trans_quant_param / TransQuantParamV2.
 SCALE_FIELD_MASK = 0xFFFFE000  # float32 bits of the scale, cut to its top 19 bits
+SCALE_FIELD_BITS_DROPPED = 13  # the low mantissa bits the mask clears
 LOW32_MASK = 0xFFFFFFFF
 QUANT_PARAM_FLAG = 1 << 46
 OFFSET_SHIFT = 37
@@ -37,6 +38,16 @@ def encode_quant_param(scale: torch.Tensor, offset: Optional[torch.Tensor]) -> t
     rounded = torch.sign(offset) * torch.floor(offset.abs() + 0.5)
     off9 = rounded.clamp(OFFSET_MIN, OFFSET_MAX).to(torch.int64) & OFFSET_FIELD_MASK
     return packed | (off9 << OFFSET_SHIFT)
+
+
+def round_scale_to_fp19(scale: torch.Tensor) -> torch.Tensor:
+    """float32 rounded to the 19 bits the quant param keeps (TransQuantParamV2's ``round_mode=1``): to
+    nearest with ties to even at the lowest kept bit, in float32 layout, so :func:`encode_quant_param`'s
+    truncation then drops only zeros. A carry into the exponent is the correct rounding."""
+    bits = scale.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & LOW32_MASK
+    dropped = SCALE_FIELD_BITS_DROPPED
+    rounded = (bits + (1 << (dropped - 1)) - 1 + ((bits >> dropped) & 1)) & SCALE_FIELD_MASK
+    return wrap_to_int32(rounded).view(torch.float32)
 
 
 def decode_quant_param(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
