@@ -15,7 +15,8 @@ import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from .lowering import (
-    build_program, call_compiled, check_outputs_used, compile_static, input_sizes, input_symbols, is_dynamic,
+    InputSymbol, build_program, call_compiled, check_outputs_used, compile_static, input_sizes, input_symbols,
+    is_dynamic,
 )
 from .catalog import OpCatalog
 from .errors import CaptureError, NotModeledError
@@ -59,38 +60,39 @@ class CaptureBackend:
         return aot_module_simplified(gm, example_inputs, fw_compiler=self._capture, keep_inference_input_mutations=True)
 
     def _capture(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
-        if is_dynamic(gm):
-            return self._per_call_sizes(gm)
+        symbols = input_symbols(gm)
+        if is_dynamic(symbols):
+            return self._per_call_sizes(gm, symbols)
         return self._keep(CapturedGraph(gm, build_program(gm, self.catalog)))
 
     def _keep(self, graph: CapturedGraph) -> GraphRunner:
         self.graphs.append(graph)
         return self.on_graph(graph)
 
-    def _per_call_sizes(self, gm: torch.fx.GraphModule) -> GraphRunner:
+    def _per_call_sizes(self, gm: torch.fx.GraphModule, symbols: Sequence[InputSymbol]) -> GraphRunner:
         """A dynamic-shape graph costs what its call's sizes cost: its program is built when it is
         called, once for every distinct set of input sizes (the device runs one graph and tiles each
         call on the host; the model prices each call at its own sizes)."""
         runners: dict[tuple[tuple[str, int], ...], GraphRunner] = {}
 
         def run(*args: Any) -> list[Any]:
-            sizes = input_sizes(gm, args)
+            sizes = input_sizes(symbols, args)
             key = tuple(sorted((str(symbol), int(value)) for symbol, value in sizes.items()))
             if key not in runners:
                 program = build_program(gm, self.catalog, sizes)
-                runners[key] = self._keep(CapturedGraph(gm, program, dynamic=not _on_gears(gm, args)))
+                runners[key] = self._keep(CapturedGraph(gm, program, dynamic=not _on_gears(symbols, args)))
             return runners[key](*args)
 
         return run
 
 
-def _on_gears(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
+def _on_gears(symbols: Sequence[InputSymbol], args: Sequence[Any]) -> bool:
     """Whether every symbolic input size of this call is a dim given gears by ``set_dim_gears``: GE
     compiled a static graph per gear and runs that one. A size that is no gear fails as on the device."""
-    symbols: set[Any] = set()
+    free: set[Any] = set()
     geared: set[Any] = set()
-    for position, dim, expr in input_symbols(gm):
-        symbols |= expr.free_symbols
+    for position, dim, expr in symbols:
+        free |= expr.free_symbols
         gears = gears_of(args[position]) if dim is not None else None
         if gears is None or dim not in gears:
             continue
@@ -101,7 +103,7 @@ def _on_gears(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
                 "(torchair.inference.set_dim_gears); pad the input to a gear or add the size to the gears."
             )
         geared |= expr.free_symbols
-    return symbols <= geared
+    return free <= geared
 
 
 class _Captured(Exception):

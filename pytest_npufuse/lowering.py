@@ -574,30 +574,34 @@ def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes | N
     return _ProgramBuilder(gm, catalog, sizes or {}).build()
 
 
-def input_symbols(gm: torch.fx.GraphModule) -> Iterator[tuple[int, int | None, sympy.Expr]]:
+InputSymbol = tuple[int, "int | None", sympy.Expr]  # (input position, dim or None for an int input, size)
+
+
+def input_symbols(gm: torch.fx.GraphModule) -> tuple[InputSymbol, ...]:
     """(input position, dim or None for a symbolic int input, its size expression) of every input
-    size that is symbolic: what ``torch.compile(dynamic=True)`` leaves open until a call."""
+    size that is symbolic: what ``torch.compile(dynamic=True)`` leaves open until a call. Read once per
+    graph; each call then only indexes its arguments (:func:`input_sizes`)."""
+    found: list[InputSymbol] = []
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     for position, node in enumerate(placeholders):
         value = node.meta.get("val")
         if isinstance(value, torch.SymInt):
-            yield position, None, value.node.expr
+            found.append((position, None, value.node.expr))
         elif isinstance(value, torch.Tensor):
-            for dim, size in enumerate(value.shape):
-                if isinstance(size, torch.SymInt):
-                    yield position, dim, size.node.expr
+            found += [(position, dim, size.node.expr) for dim, size in enumerate(value.shape) if isinstance(size, torch.SymInt)]
+    return tuple(found)
 
 
-def is_dynamic(gm: torch.fx.GraphModule) -> bool:
-    """Whether the graph was compiled for symbolic input sizes, so each call has its own costs."""
-    return any(expr.free_symbols for _, _, expr in input_symbols(gm))
+def is_dynamic(symbols: Sequence[InputSymbol]) -> bool:
+    """Whether a graph with these input sizes was compiled for symbolic sizes, so each call has its own costs."""
+    return any(expr.free_symbols for _, _, expr in symbols)
 
 
-def input_sizes(gm: torch.fx.GraphModule, args: Sequence[Any]) -> dict[sympy.Symbol, sympy.Integer]:
+def input_sizes(symbols: Sequence[InputSymbol], args: Sequence[Any]) -> dict[sympy.Symbol, sympy.Integer]:
     """The value of each symbolic input size in one call of a dynamic-shape graph, read from the
     call's arguments, as the device reads the shapes of the tensors it is launched with."""
     sizes: dict[sympy.Symbol, sympy.Integer] = {}
-    for position, dim, expr in input_symbols(gm):
+    for position, dim, expr in symbols:
         if isinstance(expr, sympy.Symbol):
             arg = args[position]
             sizes[expr] = sympy.Integer(int(arg) if dim is None else arg.shape[dim])
