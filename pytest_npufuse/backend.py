@@ -99,7 +99,8 @@ def _on_gears(symbols: Sequence[InputSymbol], args: Sequence[Any]) -> bool:
         size = int(args[position].shape[dim])
         if size not in gears[dim]:
             raise CaptureError(
-                f"input {position} has size {size} in dim {dim}, which is not one of its gears {list(gears[dim])} "
+                f"an input of shape {list(args[position].shape)} has size {size} in dim {dim}, which is not one of "
+                f"its gears {list(gears[dim])} "
                 "(torchair.inference.set_dim_gears); pad the input to a gear or add the size to the gears."
             )
         geared |= expr.free_symbols
