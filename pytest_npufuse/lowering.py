@@ -201,6 +201,14 @@ def compute_dtype_of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
     return outputs[0].dtype if outputs else "float32"
 
 
+class _Entered(NamedTuple):
+    """A scope entered and not yet exited: its attributes, the user's line, the kernels issued before it."""
+
+    attrs: Mapping[str, str]
+    source: str
+    first: int
+
+
 class _ProgramBuilder:
     """Walks an aten graph once in program order, keeping the scope stack as TorchAir's converter does."""
 
@@ -217,11 +225,9 @@ class _ProgramBuilder:
         self.names: dict[str, int] = {}
         self.syncs: list[Event] = []
         self.record_tokens: dict[str, str] = {}
-        self.open_streams: list[tuple[str, int] | None] = []
         self.prefetched: set[str] = set()
         self.stream_scopes: list[StreamScope] = []
-        self.open_uses: list[tuple[str, str, str, int] | None] = []
-        self.open_sources: list[str] = []
+        self.entered: list[_Entered] = []
         self.scope_uses: list[ScopeUse] = []
         self.frames: dict[tuple[str, str], ModuleFrame] = {}
         self.native_superkernels: list[torch.fx.Node] = []
@@ -256,7 +262,7 @@ class _ProgramBuilder:
         open_scopes = self.stack.open_scopes()
         if open_scopes:
             raise CaptureError(
-                f"{open_scopes[-1]}{f' entered at {self.open_sources[-1]}' if self.open_sources[-1] else ''} is never "
+                f"{open_scopes[-1]}{f' entered at {self.entered[-1].source}' if self.entered[-1].source else ''} is never "
                 "exited in the captured "
                 "graph: a graph break inside the block (print, .item(), a data-dependent if) ended the graph there. "
                 "Use scopes only as `with` blocks and keep graph breaks out of them (torch.compile(fullgraph=True) "
@@ -307,28 +313,26 @@ class _ProgramBuilder:
         elif node.target is scopes.SCOPE_ENTER:
             keys, values = node.args[:2]
             self.stack.enter(keys, values)
-            self.open_sources.append(source_line(node))
             attrs = dict(zip(keys, values))
-            stream = attrs.get(scopes.STREAM_LABEL)
-            self.open_streams.append((stream, len(self.kernels)) if stream else None)
-            scope = attrs.get(scopes.SK_SCOPE)
-            use = (scope, attrs.get(scopes.SK_OPTIONS, ""), source_line(node), len(self.kernels))
-            self.open_uses.append(use if scope else None)
+            self.entered.append(_Entered(attrs, source_line(node), len(self.kernels)))
             if scopes.NATIVE_STREAM in attrs:
                 self._sync_point(EventKind.NOOP, "", "torch.npu.stream", node)
             if attrs.get(scopes.INNER_PARALLEL) == "False":
                 self._sync_point(EventKind.NOOP, "", "npu_stream_switch(enable_inner_parallel=False)", node)
         else:
             self.stack.exit(f"the graph at {source_line(node) or 'the model'}")
-            self.open_sources.pop()
-            opened = self.open_streams.pop()
-            if opened is not None:
-                self.stream_scopes.append(StreamScope(opened[0], opened[1], len(self.kernels)))
-            use = self.open_uses.pop()
-            if use is not None:
-                name, options, line, first = use
-                kernels = sum(1 for kernel in self.kernels[first:] if kernel.annotations.sk_scope == name)
-                self.scope_uses.append(ScopeUse(name, options, line, kernels))
+            self._close(self.entered.pop())
+
+    def _close(self, entered: _Entered) -> None:
+        """A scope exited: its stream scope spans the kernels issued inside it; a SuperKernel scope
+        records how many of them it holds."""
+        stream = entered.attrs.get(scopes.STREAM_LABEL)
+        if stream:
+            self.stream_scopes.append(StreamScope(stream, entered.first, len(self.kernels)))
+        name = entered.attrs.get(scopes.SK_SCOPE)
+        if name:
+            kernels = sum(1 for kernel in self.kernels[entered.first :] if kernel.annotations.sk_scope == name)
+            self.scope_uses.append(ScopeUse(name, entered.attrs.get(scopes.SK_OPTIONS, ""), entered.source, kernels))
 
     def _current_stream(self) -> str:
         return self.stack.resolve().stream or "default"
