@@ -26,6 +26,7 @@ from .syncs import EVENTS
 from .torchair.configs.compiler_config import CompilerConfig
 
 DEFAULT_TARGET = "a3"
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 @dataclass
@@ -162,15 +163,12 @@ def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> i
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except (NpufuseError, BackendCompilerFailed) as exc:
-        error = _npufuse_error(exc)
-        if error is None:
+    except Exception as exc:  # noqa: BLE001 - reported below, then the summary
+        error = _reportable(exc)
+        if error is None:  # the script's own error is shown as Python would
             traceback.print_exc()
         else:
             print(f"npufuse run: {script}: {type(error).__name__}: {error}{_user_line(exc, script)}", file=out)
-        status = 1
-    except Exception:  # noqa: BLE001 - the script's own error is shown as Python would, then the summary
-        traceback.print_exc()
         status = 1
     finally:
         sys.argv = saved_argv
@@ -182,12 +180,17 @@ def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> i
     return status
 
 
-def _npufuse_error(exc: BaseException) -> NpufuseError | None:
-    """The npufuse error itself, also when Dynamo wrapped it while compiling a graph."""
+def _reportable(exc: BaseException) -> BaseException | None:
+    """The error to show as one line at the user's line, or None for the script's own error: an npufuse
+    error (also when Dynamo wrapped it while compiling a graph), or a ValueError / TypeError raised by one
+    of this package's argument checks (a torch_npu op's or TorchAir API's, as the real ones raise them)."""
     if isinstance(exc, BackendCompilerFailed):
-        inner = exc.inner_exception
-        return inner if isinstance(inner, NpufuseError) else None
-    return exc if isinstance(exc, NpufuseError) else None
+        exc = exc.inner_exception
+    if isinstance(exc, NpufuseError):
+        return exc
+    frames = traceback.extract_tb(exc.__traceback__)
+    raised_here = bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(PACKAGE_DIR)
+    return exc if raised_here and isinstance(exc, (ValueError, TypeError)) else None
 
 
 def _user_line(exc: BaseException, script: Path) -> str:

@@ -604,6 +604,19 @@ def test_run_command_reports_a_graph_break_inside_a_scope_without_a_torch_traceb
     assert f"(at {script}:8: g(torch.ones(4, 4)))" in text and "BackendCompilerFailed" not in text
 
 
+def test_run_command_shows_an_api_check_at_the_users_line_and_the_scripts_own_error_as_python_does(tmp_path):
+    checked = tmp_path / "gears.py"
+    checked.write_text("import torch, torchair\ntorchair.inference.set_dim_gears(torch.ones(2, 2), {0: [2]})\n")
+    out = io.StringIO()
+    assert main(["run", str(checked)], out) == 1
+    assert f"ValueError: set_dim_gears: dim 0 has gears [2]; give at least two sizes. (at {checked}:2:" in out.getvalue()
+    own = tmp_path / "own.py"
+    own.write_text("raise ValueError('the script says no')\n")
+    out = io.StringIO()
+    assert main(["run", str(own)], out) == 1
+    assert "the script says no" not in out.getvalue()  # Python's traceback on stderr, not a one-line report
+
+
 def test_run_command_runs_seed001_unchanged():
     out = io.StringIO()
     with warnings.catch_warnings():
