@@ -45,9 +45,10 @@ sys.path.insert(0, str(ROOT / "cases"))
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from pytest_npufuse import backend, pipeline  # noqa: E402
-from pytest_npufuse.exact import int_matmul  # noqa: E402
-from pytest_npufuse.report import CaseReport  # noqa: E402
+from pytest_npufuse.frontend import backend  # noqa: E402
+from pytest_npufuse.pipeline.chain import chain as pipeline  # noqa: E402
+from pytest_npufuse.numerics.exact import int_matmul  # noqa: E402
+from pytest_npufuse.report.case import CaseReport  # noqa: E402
 from test_superkernel_seed import ModelSuperKernel, seed_inputs  # noqa: E402
 
 SEED_RATIO_TARGET = 1.5

@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_npufuse.events import Event  # noqa: E402
-from pytest_npufuse.hardware import load_profile  # noqa: E402
-from pytest_npufuse.simulate import simulate  # noqa: E402
-from pytest_npufuse.synthetic import ProgramBuilder, plan_program  # noqa: E402
+from pytest_npufuse.ir.events import Event  # noqa: E402
+from pytest_npufuse.target.profile import load_profile  # noqa: E402
+from pytest_npufuse.simulate.timeline import simulate  # noqa: E402
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program  # noqa: E402
 
 TOKENS, HIDDEN, INTER = 16, 7168, 2048
 EXPERT_GROUPS = 20  # routed experts in groups of GMM, SwiGlu, GMM inside the layer's SuperKernel scope
@@ -164,7 +164,7 @@ def capture_share() -> tuple[float, float, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cases"))
     from test_superkernel_seed import ModelOrigin, ModelSuperKernel, seed_inputs  # noqa: PLC0415
 
-    import pytest_npufuse.pipeline as pipeline  # noqa: PLC0415
+    import pytest_npufuse.pipeline.chain as pipeline  # noqa: PLC0415
 
     spent = [0.0]
     original = pipeline.simulate

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pytest_npufuse import advise, compare, superkernel_scope
-from pytest_npufuse.__main__ import main
+from pytest_npufuse.cli.main import main
 from pytest_npufuse.advisor import Family, Layout, Role, advice
 from pytest_npufuse.advisor.advice import capture_program
 from pytest_npufuse.advisor.structure import structure_of

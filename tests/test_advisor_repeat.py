@@ -9,8 +9,8 @@ import torch
 
 from pytest_npufuse.advisor import repeat
 from pytest_npufuse.advisor.advice import capture_program
-from pytest_npufuse.backend import Capture
-from pytest_npufuse.catalog import load_catalog
+from pytest_npufuse.frontend.backend import Capture
+from pytest_npufuse.target.catalog import load_catalog
 
 CASES = Path(__file__).parents[1] / "cases"
 sys.path.insert(0, str(CASES))

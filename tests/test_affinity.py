@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from pytest_npufuse import compare, torch_npu
 from pytest_npufuse.advisor import PATTERNS, find_affinity
 from pytest_npufuse.advisor.advice import capture_program
-from pytest_npufuse.catalog import load_catalog
-from pytest_npufuse.hardware import load_profile
+from pytest_npufuse.target.catalog import load_catalog
+from pytest_npufuse.target.profile import load_profile
 
 N, H, C = 16, 64, 8
 # A Linear input torch_npu casts to FRACTAL_NZ first: K below 128 and no multiple of 16, M x K > 65535.

@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from pytest_npufuse import compare, install_shims, torch_npu, torchair, uninstall_shims
-from pytest_npufuse.__main__ import main
+from pytest_npufuse.cli.main import main
 from pytest_npufuse.errors import CaptureError, NotModeledError, OptionsError, ScopeError, UnknownOptionError
-from pytest_npufuse.fusion import ScopeIgnoredWarning
+from pytest_npufuse.errors import ScopeIgnoredWarning
 from pytest_npufuse.shim import state
-from pytest_npufuse.skoptions import OPTIONS, OptionsWarning, ParserPath, parse_options
+from pytest_npufuse.plan.options import OPTIONS, parse_options, ParserPath
+from pytest_npufuse.errors import OptionsWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = Path("/work/shared/seeds")
@@ -413,7 +414,7 @@ def test_native_streams_events_and_record_stream_are_captured_in_npugraph_ex(shi
 
 
 def _program(model, mode):
-    from pytest_npufuse.pipeline import compile_model
+    from pytest_npufuse.pipeline.chain import compile_model
 
     compiled, backend = compile_model(model, mode=mode)
     torch._dynamo.reset()
@@ -428,7 +429,7 @@ def test_native_streams_run_in_the_eager_reference_mode(shim):
 
 
 def test_streams_created_in_forward_compile_once(shim):
-    from pytest_npufuse import scriptrun
+    from pytest_npufuse.cli import run as scriptrun
 
     scriptrun._SESSION = session = scriptrun.ScriptSession(scriptrun.load_profile("a3"))
     try:
@@ -467,7 +468,7 @@ def _npugraph_ex(model, *inputs, **options):
 
 
 def test_npugraph_ex_backend_fuses_native_superkernel_scopes(shim):
-    from pytest_npufuse import scriptrun
+    from pytest_npufuse.cli import run as scriptrun
 
     session = scriptrun.ScriptSession(scriptrun.load_profile("a3"))
     scriptrun._SESSION = session

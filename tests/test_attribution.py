@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from pytest_npufuse import compare, torchair
-from pytest_npufuse.attribution import OP_STATISTIC_COLUMNS, attribute
-from pytest_npufuse.lowering import module_path
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.simulate import simulate
-from pytest_npufuse.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.report.attribution import OP_STATISTIC_COLUMNS, attribute
+from pytest_npufuse.frontend.lower import module_path
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "cases"))
 from decoder_layers import Decoder, decode_inputs  # noqa: E402

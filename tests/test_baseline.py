@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_npufuse import baseline
-from pytest_npufuse.atomic import write_text_atomic
-from pytest_npufuse.catalog import load_catalog
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.modelversion import ModelIdentity
+from pytest_npufuse.gate import baseline
+from pytest_npufuse.files.atomic import write_text_atomic
+from pytest_npufuse.target.catalog import load_catalog
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.version import ModelIdentity
 
 
 def entry(variant_us: float, model_version: str = "m1") -> baseline.Entry:

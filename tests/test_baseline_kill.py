@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_npufuse.atomic import remove_stale_temporaries, write_text_atomic
-from pytest_npufuse.baseline import Entry, Results, dumps, load_baseline, write_baseline
+from pytest_npufuse.files.atomic import remove_stale_temporaries, write_text_atomic
+from pytest_npufuse.gate.baseline import Entry, Results, dumps, load_baseline, write_baseline
 
 KILLS = 40
 
@@ -26,8 +26,8 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from pytest_npufuse.atomic import write_text_atomic
-    from pytest_npufuse.baseline import Entry, Results, dumps
+    from pytest_npufuse.files.atomic import write_text_atomic
+    from pytest_npufuse.gate.baseline import Entry, Results, dumps
 
     def version(n):
         entry = Entry("max-autotune", 100.0 + n, 90.0 + n, 1.1, 1, 1, "v")

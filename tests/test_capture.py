@@ -4,9 +4,10 @@ import pytest
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from pytest_npufuse import NpufuseError, compare, scopes, torchair
-from pytest_npufuse.lowering import build_program
-from pytest_npufuse.catalog import load_catalog
+from pytest_npufuse import NpufuseError, compare, torchair
+from pytest_npufuse.frontend import scopes
+from pytest_npufuse.frontend.lower import build_program
+from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.errors import CaptureError, ScopeError
 
 

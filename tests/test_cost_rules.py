@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from pytest_npufuse import capture, cost
-from pytest_npufuse.catalog import load_catalog
+from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.errors import ProfileError
-from pytest_npufuse.fusion import BASELINE
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.simulate import simulate
-from pytest_npufuse.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.plan.tasks import Variant
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 
 A3 = load_profile("a3")
 
@@ -66,7 +66,7 @@ def test_a_tensor_passed_twice_is_read_once_and_a_row_gather_reads_rows_not_the_
 
 def ms(build):
     program = build()
-    report = simulate(program, plan_program(program, A3, variant=BASELINE), A3)
+    report = simulate(program, plan_program(program, A3, variant=Variant.BASELINE), A3)
     return sum(k.duration_us for k in report.kernels)
 
 

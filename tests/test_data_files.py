@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from pytest_npufuse import capture
-from pytest_npufuse.catalog import UnknownOpWarning, load_catalog
+from pytest_npufuse.errors import UnknownOpWarning
+from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.errors import OptionsError, ProfileError
-from pytest_npufuse.hardware import DATA_DIR, load_profile, target_tables
-from pytest_npufuse.skoptions import parse_options
-from pytest_npufuse.synthetic import ProgramBuilder
-from pytest_npufuse.userconfig import load_user_config
+from pytest_npufuse.target.profile import DATA_DIR, load_profile, target_tables
+from pytest_npufuse.plan.options import parse_options
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder
+from pytest_npufuse.target.userconfig import load_user_config
 
 
 def test_builtin_profiles_load_with_cited_numbers():

@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 
 from pytest_npufuse.errors import ModeledDeadlockError, NpufuseError
-from pytest_npufuse.events import Event
-from pytest_npufuse.fusion import BASELINE
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.host import HostConfig
-from pytest_npufuse.simulate import simulate
-from pytest_npufuse.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.ir.events import Event
+from pytest_npufuse.plan.tasks import Variant
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.host import HostConfig
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 
 A3 = load_profile("a3")
 BIG = (4096, 4096)
@@ -110,7 +110,7 @@ def test_superkernel_is_one_task_holding_its_widest_pools():
 
 def test_baseline_of_a_multistream_program_runs_on_one_stream():
     program = two_streams("aten::mm", "aten::add")
-    report = simulate(program, plan_program(program, A3, variant=BASELINE), A3)
+    report = simulate(program, plan_program(program, A3, variant=Variant.BASELINE), A3)
     assert {k.stream for k in report.kernels} == {"default"} and report.streams == ("default",)
 
 
@@ -204,11 +204,11 @@ def test_three_host_threads_pipeline_the_host_kernels():
 
 
 _PRINT_MULTISTREAM = """
-from pytest_npufuse.events import Event
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.host import HostConfig
-from pytest_npufuse.simulate import simulate
-from pytest_npufuse.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.ir.events import Event
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.host import HostConfig
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 p = load_profile("a3")
 b = ProgramBuilder()
 x = b.input("x", (2048, 2048))

@@ -8,12 +8,13 @@ import torch
 
 from pytest_npufuse import capture
 from pytest_npufuse import torchair as tng
-from pytest_npufuse.events import Event, EventKind
-from pytest_npufuse.fusion import VARIANT, plan
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.simulate import simulate
-from pytest_npufuse.syncs import EVENTS
-from pytest_npufuse.trace import trace_events
+from pytest_npufuse.ir.events import Event, EventKind
+from pytest_npufuse.plan.tasks import Variant
+from pytest_npufuse.plan.superkernel import plan_variant
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.frontend.syncs import EVENTS
+from pytest_npufuse.report.trace import trace_events
 
 A3 = load_profile("a3")
 MODE = "reduce-overhead"
@@ -57,7 +58,7 @@ def test_capture_records_each_request_with_its_kind(program):
 
 
 def test_each_stage_adds_fields_to_the_events_of_the_stage_before(program):
-    variant = plan(program, A3, variant=VARIANT, mode=MODE)
+    variant = plan_variant(program, A3, variant=Variant.VARIANT, mode=MODE)
     run = simulate(program, variant, A3)
     waits = {point.event: point for point in program.syncs if point.kind is EventKind.WAIT}
     user_edges = [edge for edge in variant.streams.edges if not edge.event.startswith("closure:")]
@@ -71,7 +72,7 @@ def test_each_stage_adds_fields_to_the_events_of_the_stage_before(program):
 
 
 def test_the_trace_draws_each_timed_event_as_record_wait_and_flow(program):
-    run = simulate(program, plan(program, A3, variant=VARIANT, mode=MODE), A3)
+    run = simulate(program, plan_variant(program, A3, variant=Variant.VARIANT, mode=MODE), A3)
     slices = [(e["name"], e["args"]["event"], e["ts"]) for e in trace_events(run) if e.get("cat") == "event" and e["ph"] == "X"]
     expected = []
     for event in run.events:

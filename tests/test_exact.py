@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_npufuse.exact import (
-    INT8_K_CHUNK,
-    INT32_SAFE_K,
-    cube_addmm,
-    cube_baddbmm,
-    cube_matmul,
-    int_matmul,
-    wrap_to_int32,
+from pytest_npufuse.numerics.exact import (
+    INT8_K_CHUNK, INT32_SAFE_K, cube_addmm, cube_baddbmm, cube_matmul, int_matmul, wrap_to_int32,
 )
 
 GEN_SEED = 7
@@ -188,7 +182,7 @@ def test_cube_column_blocks_are_deterministic_and_agree_to_fp32_rounding(monkeyp
     a = torch.randn(6, 512, generator=gen).to(torch.bfloat16)
     b = torch.randn(512, 96, generator=gen).to(torch.bfloat16)
     whole = cube_matmul(a, b, out_dtype=torch.float32)
-    monkeypatch.setattr("pytest_npufuse.exact.CUBE_BLOCK_BYTES", 4 * 512 * 7)  # 7 columns at a time
+    monkeypatch.setattr("pytest_npufuse.numerics.exact.CUBE_BLOCK_BYTES", 4 * 512 * 7)  # 7 columns at a time
     blocked = cube_matmul(a, b, out_dtype=torch.float32)
     assert torch.equal(cube_matmul(a, b, out_dtype=torch.float32), blocked)
     assert torch.allclose(blocked, whole, rtol=1e-5, atol=1e-5)

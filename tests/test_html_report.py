@@ -16,10 +16,10 @@ import torch
 
 from browser import Chromium, Element, find_chromium, parse_dom
 from pytest_npufuse import compare
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.host import HostConfig
-from pytest_npufuse.htmlreport import case_view, render_page, write_html_report
-from pytest_npufuse.synthetic import ProgramBuilder, case_report
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.host import HostConfig
+from pytest_npufuse.report.html import case_view, render_page, write_html_report
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, case_report
 
 MODELS = '''
 import torch

@@ -2,7 +2,7 @@
 
 import torch
 
-from pytest_npufuse.numerics import compare_output, compare_outputs
+from pytest_npufuse.numerics.compare import compare_output, compare_outputs
 
 
 def test_identical_tensors_match():

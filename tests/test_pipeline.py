@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import pytest_npufuse
-from pytest_npufuse import backend, compare
+from pytest_npufuse.frontend import backend
+from pytest_npufuse import compare
 from pytest_npufuse import torchair as tng
-from pytest_npufuse.exact import cube_matmul, int_matmul
-from pytest_npufuse.program import Program
-from pytest_npufuse.syncs import EVENTS
+from pytest_npufuse.numerics.exact import cube_matmul, int_matmul
+from pytest_npufuse.ir.program import Program
+from pytest_npufuse.frontend.syncs import EVENTS
 
 
 @pytest.fixture(autouse=True)
@@ -167,7 +168,7 @@ class BlockTorch:
             raise ImportError("torch is blocked in this process")
 
 sys.meta_path.insert(0, BlockTorch())
-import pytest_npufuse.program, pytest_npufuse.fusion, pytest_npufuse.simulate, pytest_npufuse.sanitize
+import pytest_npufuse.ir.program, pytest_npufuse.plan.superkernel, pytest_npufuse.simulate.timeline, pytest_npufuse.sanitize.checker
 print("imported without torch")
 """
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_npufuse.hardware import load_profile
+from pytest_npufuse.target.profile import load_profile
 
 MODELS = '''
 from pathlib import Path

@@ -5,22 +5,22 @@ import torch
 
 from pytest_npufuse import compare
 from pytest_npufuse import torchair as tng
-from pytest_npufuse.pipeline import NpuBackend
-from pytest_npufuse.lowering import compile_once
+from pytest_npufuse.pipeline.chain import NpuBackend
+from pytest_npufuse.frontend.lower import compile_once
 from pytest_npufuse.errors import ScopeError
-from pytest_npufuse.execute import poison
-from pytest_npufuse.fusion import VARIANT
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.sanitize import sanitize
-from pytest_npufuse.streams import stream_plan
-from pytest_npufuse.syncs import EVENTS
+from pytest_npufuse.execute.graph import poison
+from pytest_npufuse.plan.tasks import Variant
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.sanitize.checker import sanitize
+from pytest_npufuse.plan.streams import stream_plan
+from pytest_npufuse.frontend.syncs import EVENTS
 
 
 def capture(model, *inputs, mode="reduce-overhead"):
     config = tng.CompilerConfig()
     config.mode = mode
     torch._dynamo.reset()
-    backend = NpuBackend(config, load_profile("a3"), VARIANT, multistream=False)
+    backend = NpuBackend(config, load_profile("a3"), Variant.VARIANT, multistream=False)
     compile_once(model, inputs, backend)
     return backend.graphs[0].program
 

@@ -7,12 +7,12 @@ from types import MappingProxyType
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_npufuse.catalog import default_op
-from pytest_npufuse.events import Event, EventKind
-from pytest_npufuse.program import Buffer, Kernel, Program, TensorSpec
-from pytest_npufuse.sanitize import _allocate, sanitize
-from pytest_npufuse.scopes import Annotations
-from pytest_npufuse.streams import stream_plan
+from pytest_npufuse.target.catalog import default_op
+from pytest_npufuse.ir.events import Event, EventKind
+from pytest_npufuse.ir.program import Buffer, Kernel, Program, TensorSpec
+from pytest_npufuse.sanitize.checker import _allocate, sanitize
+from pytest_npufuse.frontend.scopes import Annotations
+from pytest_npufuse.plan.streams import stream_plan
 
 STREAMS = ("default", "1", "2")
 SPEC = TensorSpec((4,), "float32", 16)

@@ -10,9 +10,9 @@ import torch
 from pytest_npufuse import compare, torch_npu, torchair
 from dataclasses import replace
 
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.simulate import simulate
-from pytest_npufuse.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 
 
 class Chain(torch.nn.Module):

@@ -5,10 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_npufuse.errors import ModeledDeadlockError
-from pytest_npufuse.events import Event
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.simulate import simulate
-from pytest_npufuse.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.ir.events import Event
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 
 A3 = load_profile("a3")
 OPS = ("aten::mm", "aten::add", "npu::npu_rms_norm", "aten::mul")

@@ -11,13 +11,13 @@ reports give the old digest 162cf73cd051463a, so no modeled number moved.
 import hashlib
 from dataclasses import replace
 
-from pytest_npufuse.catalog import load_catalog
-from pytest_npufuse.events import Event
-from pytest_npufuse.fusion import BASELINE, Plan
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.host import HostConfig
-from pytest_npufuse.simulate import simulate
-from pytest_npufuse.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.target.catalog import load_catalog
+from pytest_npufuse.ir.events import Event
+from pytest_npufuse.plan.tasks import Plan, Variant
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.simulate.host import HostConfig
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 
 A3 = load_profile("a3")
 # graph sink, host-scheduled (3 threads), two lanes with feed-sync-all, eager BASELINE
@@ -75,6 +75,6 @@ def test_modeled_times_are_unchanged_in_every_execution_mode():
     graph_sink = simulate(program, plan, A3)
     host_scheduled = simulate(program, plan, A3, dynamic=True, host=HostConfig(threads=3))
     lanes = simulate(program, with_lanes(plan), A3)
-    baseline = simulate(program, plan_program(program, A3, variant=BASELINE, mode="eager"), A3)
+    baseline = simulate(program, plan_program(program, A3, variant=Variant.BASELINE, mode="eager"), A3)
     assert (graph_sink.time_us, host_scheduled.time_us, lanes.time_us, baseline.time_us) == PINNED_TIMES
     assert digest(graph_sink, host_scheduled, lanes, baseline) == PINNED_DIGEST

@@ -9,10 +9,10 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
 
 from pytest_npufuse import compare, torchair
-from pytest_npufuse.catalog import load_catalog
+from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.errors import OptionsError
-from pytest_npufuse.fusion import OptionsWarning
-from pytest_npufuse.hardware import load_profile
+from pytest_npufuse.errors import OptionsWarning
+from pytest_npufuse.target.profile import load_profile
 
 SYNC_ALL_CATALOG = {
     "aten::mul": {"engine": "vector", "fusable": True, "sync_all": True, "block_dim": 4, "flops": "elementwise"},

@@ -895,7 +895,7 @@ def test_metadata_checks_run_in_the_fake_kernel() -> None:
 
 
 def test_every_op_is_declared_once_with_a_catalog_entry_and_a_public_wrapper() -> None:
-    from pytest_npufuse.catalog import load_catalog
+    from pytest_npufuse.target.catalog import load_catalog
 
     catalog = load_catalog()
     assert set(torch_npu.OPS) == set(torch_npu.__all__)
@@ -919,7 +919,7 @@ def test_missing_op_is_one_error_naming_it_with_the_steps_to_add_it() -> None:
 def test_ops_command_lists_every_op_with_engine_fusable_flag_and_source() -> None:
     import io
 
-    from pytest_npufuse.__main__ import main
+    from pytest_npufuse.cli.main import main
 
     out = io.StringIO()
     assert main(["ops"], out=out) == 0

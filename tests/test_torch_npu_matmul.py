@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from pytest_npufuse import cost, torch_npu
-from pytest_npufuse.hardware import load_profile
-from pytest_npufuse.synthetic import ProgramBuilder
+from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 
 A3 = load_profile("a3")
 

@@ -328,7 +328,7 @@ def test_fake_kernels_match_eager_shapes() -> None:
 def test_ep_moe_layer_runs_through_the_pipeline_with_comm_and_prefetch_tasks() -> None:
     """dispatch -> bfloat16 grouped matmul -> combine, with a weight prefetch and a KV-cache write, modeled
     end to end: the MC2 ops run on the Vector cores, the prefetch stays as a DMA task, the outputs agree."""
-    from pytest_npufuse.pipeline import compare
+    from pytest_npufuse.pipeline.chain import compare
 
     class Layer(torch.nn.Module):
         def forward(self, x, ids, weights, w, cache, slots):

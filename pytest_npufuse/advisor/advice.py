@@ -16,21 +16,23 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .. import fusion
-from ..attribution import Attribution, attribute
-from ..backend import Capture
-from ..catalog import OpCatalog, load_catalog
-from ..hardware import HardwareProfile, load_profile
-from ..program import ModuleFrame, Program
-from ..sanitize import sanitize
-from ..simulate import simulate
-from ..skoptions import parse_options
-from ..streams import stream_plan
+from ..plan.superkernel import plan_variant
+from ..plan.tasks import Variant
+from ..report.attribution import Attribution, attribute
+from ..frontend.backend import Capture
+from ..target.catalog import OpCatalog, load_catalog
+from ..target.profile import HardwareProfile, load_profile
+from ..ir.program import ModuleFrame, Program
+from ..sanitize.checker import sanitize
+from ..simulate.timeline import simulate
+from ..plan.options import parse_options
+from ..plan.streams import stream_plan
 from .affinity import Finding, find_affinity, findings_json
 from .candidates import Candidate, Evaluator, Layout, assignments, with_scopes
 from .decision import Recommendation, recommend, top_down
 from .repeat import repeated_program
 from .structure import Layer, Role, Structure, structure_of
+from ..vocabulary import Mode
 
 _TABLE_HEADER = ("rank", "layout", "scopes", "segments", "breaking ops", "outcome", "bit-exact", "time us", "gain")
 
@@ -205,7 +207,7 @@ def advise(
     parse_options("advise", options)
     program = capture_program(model, *inputs, catalog=catalog)
     plain = with_scopes(program, {}, "")
-    streams = stream_plan(plain, fusion.MAX_AUTOTUNE)
+    streams = stream_plan(plain, Mode.MAX_AUTOTUNE)
     evaluator = Evaluator(plain, profile, options, sanitize(plain, streams))
     structure = structure_of(program)
     layouts = assignments(structure, program)
@@ -216,7 +218,7 @@ def advise(
     path, shrunk = top_down(evaluator, layouts, found)
     if shrunk is not None:
         found[Layout.TOP_DOWN] = shrunk
-    attribution = attribute(plain, simulate(plain, fusion.plan(plain, profile, variant=fusion.BASELINE), profile))
+    attribution = attribute(plain, simulate(plain, plan_variant(plain, profile, variant=Variant.BASELINE), profile))
     module_us: Mapping[str, float] = {row.path: row.total_us for row in attribution.modules}
     recommendation = recommend(structure, found, module_us, reference.time_us)
     ranked = _rank([*found.values(), reference])

@@ -24,12 +24,14 @@ from typing import Callable, Iterable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from .. import cost, fusion
-from ..lowering import compute_dtype_of
-from ..catalog import OpCatalog
-from ..hardware import HardwareProfile
-from ..program import Buffer, Kernel, Program, TensorSpec
-from ..simulate import simulate
+from .. import cost
+from ..plan.superkernel import plan_variant
+from ..plan.tasks import Variant
+from ..frontend.lower import compute_dtype_of
+from ..target.catalog import OpCatalog
+from ..target.profile import HardwareProfile
+from ..ir.program import Buffer, Kernel, Program, TensorSpec
+from ..simulate.timeline import simulate
 
 
 @dataclass(frozen=True)
@@ -462,7 +464,7 @@ def _flash_attention_check(graph: _Graph, match: Match) -> str:
 
 
 def _matmul_all_reduce_check(graph: _Graph, match: Match) -> str:
-    from ..exact import cube_matmul
+    from ..numerics.exact import cube_matmul
     from ..torch_npu import npu_mm_all_reduce_base
 
     x_spec, w_spec = [s for s in graph.input_specs(match.kernels[0]) if len(s.shape) >= 2][:2]
@@ -530,7 +532,7 @@ def _substitute(program: Program, matches: Sequence[tuple[Match, list[NewKernel]
 
 
 def _time(program: Program, profile: HardwareProfile) -> float:
-    return simulate(program, fusion.plan(program, profile, variant=fusion.BASELINE), profile).time_us
+    return simulate(program, plan_variant(program, profile, variant=Variant.BASELINE), profile).time_us
 
 
 def find_affinity(program: Program, profile: HardwareProfile, catalog: OpCatalog) -> tuple[Finding, ...]:

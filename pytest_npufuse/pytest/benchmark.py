@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from .. import modeledclock
-from ..baseline import Entry
-from ..report import CaseReport
+from ..simulate import clock as modeledclock
+from ..gate.baseline import Entry
+from ..report.case import CaseReport
 
 _CLOCK = pytest.StashKey["modeledclock.ModeledClock | None"]()
 

@@ -7,13 +7,14 @@ from typing import Any, Callable
 
 import pytest
 
-from .. import pipeline
+from ..pipeline import chain as pipeline
 from ..advisor import Advice, advise
-from ..baseline import BaselineWarning, Change, Entry
-from ..hardware import HardwareProfile
-from ..host import HostConfig
-from ..htmlreport import case_view
-from ..report import CaseReport
+from ..errors import BaselineWarning
+from ..gate.baseline import Change, Entry
+from ..target.profile import HardwareProfile
+from ..simulate.host import HostConfig
+from ..report.html import case_view
+from ..report.case import CaseReport
 from . import benchmark, recorder
 from .failure import or_fail
 from .markers import checked, expectations_of

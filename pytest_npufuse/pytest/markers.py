@@ -11,18 +11,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from ..expectations import (
-    AffinityExpectation,
-    MultiStreamExpectation,
-    SuperKernelExpectation,
-    parse_affinity,
-    parse_multistream,
-    parse_npu_target,
-    parse_superkernels,
-    precision_failures,
-    run_failures,
+from ..gate.expectations import (
+    AffinityExpectation, MultiStreamExpectation, SuperKernelExpectation, parse_affinity, parse_multistream,
+    parse_npu_target, parse_superkernels, precision_failures, run_failures,
 )
-from ..report import CaseReport
+from ..report.case import CaseReport
 from .settings import settings_of
 
 MARKERS = (

@@ -15,10 +15,10 @@ import pytest
 
 from ..advisor.affinity import findings_json
 from ..errors import NpufuseError
-from ..baseline import Change, Entry, finite_us, model_notice, write_baseline
-from ..htmlreport import write_html_report
-from ..report import CaseReport
-from ..runreport import entries_of, run_document, write_run_report
+from ..gate.baseline import Change, Entry, finite_us, model_notice, write_baseline
+from ..report.html import write_html_report
+from ..report.case import CaseReport
+from ..report.run import entries_of, run_document, write_run_report
 from . import terminal
 from .settings import settings_of
 
@@ -38,7 +38,7 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "host_us": round(report.variant.host_us, 3),
         "device_us": finite_us(report.variant.device_us),
         "bound": str(report.variant.bound),
-        "attribution": {variant: attribution.to_json() for variant, attribution in report.attribution.items()},
+        "attribution": {str(variant): attribution.to_json() for variant, attribution in report.attribution.items()},
         "affinity": findings_json(report.findings),
     }
     if change is not None:

@@ -158,7 +158,7 @@ def _patch_dynamo_record_stream() -> None:
 def _register_npugraph_ex() -> None:
     from torch._dynamo.backends import registry
 
-    from ..scriptrun import npugraph_ex_backend
+    from ..cli.run import npugraph_ex_backend
 
     if NPUGRAPH_EX in registry._COMPILER_FNS:
         return

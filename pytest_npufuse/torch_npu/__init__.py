@@ -38,7 +38,7 @@ add the op.
 
 from __future__ import annotations
 
-from ..errors import NpufuseError
+from ..errors import MissingOpError
 from .activation import fast_gelu, npu_fast_gelu, npu_gelu
 from .attention import (
     _npu_fused_infer_attention_score_get_max_workspace, _npu_fused_infer_attention_score_v2_get_max_workspace,
@@ -144,13 +144,6 @@ __all__ = [
 ]
 
 README_SECTION = "README.md, section 'Op library' (#op-library)"
-
-
-class MissingOpError(NpufuseError, AttributeError):
-    """A torch_npu op the model calls is not among the provided CPU kernels.
-
-    An AttributeError too, so ``hasattr(torch_npu, name)`` and ``getattr(..., default)`` keep working.
-    """
 
 
 def missing_op_message(name: str) -> str:

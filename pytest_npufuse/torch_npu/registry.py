@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
-from ..catalog import load_catalog
+from ..target.catalog import load_catalog
 from ..errors import ProfileError
 
 NAMESPACE = "npu"

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from ..exact import cube_matmul, int_matmul
+from ..numerics.exact import cube_matmul, int_matmul
 from .checks import (
     FLOAT_DTYPES, HALF_DTYPES, require_bool, require_choice, require_dtype, require_float, require_int, require_ints,
     require_shape, require_tensor, require_tensors, require_unused,

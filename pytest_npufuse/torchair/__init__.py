@@ -29,7 +29,7 @@ _NOT_MODELED = frozenset(
 def get_npu_backend(*, compiler_config: CompilerConfig | None = None, target: str | None = None) -> Any:
     """A ``torch.compile`` backend that models the NPU ``target`` (default: the target of the current
     ``python -m pytest_npufuse run``, else ``a3``) with scopes and streams honoured."""
-    from ..scriptrun import backend_for
+    from ..cli.run import backend_for
 
     config = compiler_config or CompilerConfig()
     if config.run_mode == "reduce-overhead":

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import NotModeledError, ScopeError
-from ..syncs import EVENTS, TaggedEvent
+from ..frontend.syncs import EVENTS, TaggedEvent
 
 __all__ = [
     "record",

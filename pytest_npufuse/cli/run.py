@@ -1,0 +1,202 @@
+"""Scripts written for a real NPU, run on the CPU model: ``python -m pytest_npufuse run SCRIPT``.
+
+The script runs unchanged under the shim (:mod:`pytest_npufuse.shim`): its ``torchair.get_npu_backend()``
+and ``torch.compile(backend="npugraph_ex")`` calls get backends that model the chosen target, and each
+graph they compile is remembered. After the script's own output comes a summary of every modeled graph:
+its mode, SuperKernel scopes and streams, and its modeled time beside the same graph with its scopes
+ignored (the BASELINE plan of the same program, priced on the same profile).
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, TextIO
+
+from torch._dynamo.exc import BackendCompilerFailed
+
+from ..plan.tasks import ScopePlan
+from ..pipeline.chain import CompiledGraph, NpuBackend
+from ..errors import PACKAGE_DIR, NpufuseError
+from ..target.profile import HardwareProfile, load_profile
+from ..frontend.syncs import EVENTS
+from ..torchair.configs.compiler_config import CompilerConfig
+
+DEFAULT_TARGET = "a3"
+
+
+@dataclass
+class ScriptSession:
+    """The target a script's backends model, and the backends it created (in order)."""
+
+    profile: HardwareProfile
+    backends: list[NpuBackend] = field(default_factory=list)
+
+    def graphs(self) -> list[CompiledGraph]:
+        return [graph for backend in self.backends for graph in backend.graphs]
+
+
+_SESSION: ScriptSession | None = None
+
+
+def current_profile(target: str | None = None) -> HardwareProfile:
+    """``target``'s profile; by default the running script's target, else a3."""
+    if target is not None or _SESSION is None:
+        return load_profile(target or DEFAULT_TARGET)
+    return _SESSION.profile
+
+
+def backend_for(config: CompilerConfig, target: str | None) -> NpuBackend:
+    """A backend for ``config`` on ``target`` (default: the running script's target, else a3); inside
+    ``python -m pytest_npufuse run`` it is remembered for the summary."""
+    backend = NpuBackend(config, current_profile(target))
+    if _SESSION is not None:
+        _SESSION.backends.append(backend)
+    return backend
+
+
+# npugraph_ex's options -> CompilerConfig paths (torchair: python/torchair/configs/npugraphex_config.py);
+# the inverted ones say "do the pass" where the config says "disable it".
+NPUGRAPH_EX_OPTIONS: Mapping[str, str] = {
+    "static_kernel_compile": "experimental_config.aclgraph._aclnn_static_shape_kernel",
+    "super_kernel_optimize": "experimental_config.aclgraph._super_kernel_optimize",
+    "super_kernel_optimize_options": "experimental_config.aclgraph._super_kernel_optimize_options",
+    "super_kernel_debug_options": "experimental_config.aclgraph._super_kernel_debug_options",
+    "_vllm_aclnn_static_kernel_sym_index": "experimental_config.aclgraph._aclnn_static_shape_kernel_sym_index",
+    "_vllm_aclnn_static_kernel_sym_range": "experimental_config.aclgraph._aclnn_static_shape_kernel_sym_value_range",
+    "inplace_pass": "debug.aclgraph.disable_reinplace_inplaceable_ops_pass",
+    "input_inplace_pass": "debug.aclgraph.disable_reinplace_input_mutated_ops_pass",
+    "remove_noop_ops": "experimental_config.remove_noop_ops",
+    "remove_cat_ops": "debug.aclgraph.remove_cat_ops",
+    "force_eager": "debug.run_eagerly",
+    "pattern_fusion_pass": "experimental_config.pattern_fusion_pass",
+    "clone_input": "debug.aclgraph.clone_input",
+    "frozen_parameter": "experimental_config.frozen_parameter",
+    "post_grad_custom_pre_pass": "post_grad_custom_pre_pass",
+    "post_grad_custom_post_pass": "post_grad_custom_post_pass",
+    "use_graph_pool": "aclgraph_config.use_custom_pool",
+    "reuse_graph_pool_in_same_fx": "debug.aclgraph.disable_mempool_reuse_in_same_fx",
+    "capture_limit": "debug.aclgraph.static_capture_size_limit",
+    "clone_output": "debug.aclgraph.enable_output_clone",
+    "dump_tensor_data": "dump_config.enable_dump",
+    "data_dump_stage": "dump_config.data_dump_stage",
+    "data_dump_dir": "dump_config.dump_path",
+}
+_INVERTED = frozenset({"inplace_pass", "input_inplace_pass", "reuse_graph_pool_in_same_fx"})
+
+
+def npugraph_ex_config(options: Mapping[str, Any] | None) -> CompilerConfig:
+    """The TorchAir config an npugraph_ex ``options={...}`` dict stands for; an unknown key is
+    TorchAir's ValueError."""
+    config = CompilerConfig()
+    config.mode = "npugraph_ex"
+    for key, value in (options or {}).items():
+        if key not in NPUGRAPH_EX_OPTIONS:
+            raise ValueError(f"Invalid option '{key}', allowed options: {sorted(NPUGRAPH_EX_OPTIONS)}")
+        *parents, leaf = NPUGRAPH_EX_OPTIONS[key].split(".")
+        node: Any = config
+        for part in parents:
+            node = getattr(node, part)
+        setattr(node, leaf, (not value) if key in _INVERTED and isinstance(value, bool) else value)
+    return config
+
+
+def npugraph_ex_backend(gm: Any, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    """``torch.compile(model, backend="npugraph_ex", options={...})`` under the shim."""
+    return backend_for(npugraph_ex_config(options), None)(gm, example_inputs)
+
+
+def _scope_line(scope: ScopePlan) -> str:
+    detail = f"{len(scope.segments)} segment(s), block dim {scope.block_dim}" if scope.segments else scope.reason
+    breaks = f"; split by {', '.join(b.describe() for b in scope.breaks)}" if scope.breaks else ""
+    return f"    SuperKernel scope {scope.scope!r}: {scope.outcome} ({detail}){breaks}"
+
+
+def _graph_lines(number: int, graph: CompiledGraph) -> list[str]:
+    """One graph: its modeled time against the same program with scopes ignored, its scopes and streams."""
+    baseline = graph.scopes_ignored()
+    run = graph.run
+    streams = graph.plan.streams.streams if graph.plan.streams is not None else ("default",)
+    timing = (
+        f"{run.time_us:.1f} us modeled ({run.bound}-bound), {baseline.time_us:.1f} us with scopes ignored, "
+        f"speedup {baseline.time_us / run.time_us:.3f}x" if run.failure is None else f"does not finish: {run.failure}"
+    )
+    lines = [
+        f"  graph {number}: {graph.plan.mode}, {len(graph.program.kernels)} kernels in {run.tasks} tasks on "
+        f"{len(streams)} stream(s); {timing}"
+    ]
+    lines += [_scope_line(scope) for scope in graph.plan.scopes]
+    races = graph.sanitizer.races if graph.sanitizer is not None else ()
+    if races:
+        lines.append(f"    {len(races)} cross-stream race(s): {races[0].describe()}")
+    return lines
+
+
+def summary(session: ScriptSession) -> list[str]:
+    graphs = session.graphs()
+    head = f"npufuse run: {len(graphs)} graph(s) modeled on {session.profile.name} ({session.profile.product})"
+    lines = [head]
+    for number, graph in enumerate(graphs, 1):
+        lines += _graph_lines(number, graph)
+    if not graphs:
+        lines.append("  no graph was compiled with torchair.get_npu_backend() or backend=\"npugraph_ex\"")
+    return lines
+
+
+def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> int:
+    """Run ``script`` as ``__main__`` under the shim, then print the summary; 0 when the script ends
+    normally, its exit status when it calls ``sys.exit``, 1 when it raises."""
+    from ..shim import install_shims
+
+    global _SESSION
+    state = install_shims()
+    _SESSION = ScriptSession(load_profile(target))
+    EVENTS.reset()  # a script starts with no tagged events, as a fresh process does
+    saved_argv = sys.argv
+    sys.argv = [str(script), *argv]
+    status = 0
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:  # noqa: BLE001 - reported below, then the summary
+        error = _reportable(exc)
+        if error is None:  # the script's own error is shown as Python would
+            traceback.print_exc()
+        else:
+            print(f"npufuse run: {script}: {type(error).__name__}: {error}{_user_line(exc, script)}", file=out)
+        status = 1
+    finally:
+        sys.argv = saved_argv
+    out.flush()
+    print(f"npufuse run: {state.describe()}", file=out)
+    for line in summary(_SESSION):
+        print(line, file=out)
+    _SESSION = None
+    return status
+
+
+def _reportable(exc: BaseException) -> BaseException | None:
+    """The error to show as one line at the user's line, or None for the script's own error: an npufuse
+    error (also when Dynamo wrapped it while compiling a graph), or a ValueError / TypeError raised by one
+    of this package's argument checks (a torch_npu op's or TorchAir API's, as the real ones raise them)."""
+    if isinstance(exc, BackendCompilerFailed):
+        exc = exc.inner_exception
+    if isinstance(exc, NpufuseError):
+        return exc
+    frames = traceback.extract_tb(exc.__traceback__)
+    raised_here = bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(PACKAGE_DIR)
+    return exc if raised_here and isinstance(exc, (ValueError, TypeError)) else None
+
+
+def _user_line(exc: BaseException, script: Path) -> str:
+    """Where in the user's script the error was raised (its innermost frame in the script)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == script.resolve()]
+    if not frames or f"{frames[-1].filename}:" in str(exc):  # the error names its own line in the script
+        return ""
+    # A compiled function's frame shows its ``def`` line; the call that ran it says more.
+    frame = frames[-2] if len(frames) > 1 and (frames[-1].line or "").startswith("def ") else frames[-1]
+    return f" (at {frame.filename}:{frame.lineno}: {frame.line})"
