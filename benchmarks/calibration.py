@@ -29,11 +29,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_npufuse.ir.events import Event  # noqa: E402
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program  # noqa: E402
 from pytest_npufuse.plan.tasks import Variant  # noqa: E402
-from pytest_npufuse.target.profile import load_profile  # noqa: E402
 from pytest_npufuse.simulate.host import HostConfig  # noqa: E402
 from pytest_npufuse.simulate.timeline import simulate  # noqa: E402
-from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program  # noqa: E402
+from pytest_npufuse.target.profile import load_profile  # noqa: E402
 
 A2 = load_profile("a2")
 A3 = load_profile("a3")

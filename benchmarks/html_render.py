@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests" / "report")]
 
 from browser import Chromium, find_chromium  # noqa: E402
 from simulator_speed import decode_graph  # noqa: E402
 
-from pytest_npufuse.target.profile import load_profile  # noqa: E402
-from pytest_npufuse.report.html import case_view, write_html_report  # noqa: E402
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, case_report  # noqa: E402
+from pytest_npufuse.report.html import case_view, write_html_report  # noqa: E402
+from pytest_npufuse.target.profile import load_profile  # noqa: E402
 
 TARGET_S = 2.0
 ROUNDS = 3

@@ -12,7 +12,8 @@ from .errors import NpufuseError
 if TYPE_CHECKING:
     from .advisor import Advice, advise
     from .gating import superkernel_scope
-    from .pipeline.chain import capture, compare, compile_model
+    from .pipeline.backend import compile_model
+    from .pipeline.chain import capture, compare
     from .report.case import CaseReport, ScopeReport
 
 __all__ = [
@@ -23,7 +24,7 @@ __all__ = [
 # The pipeline needs torch, which takes seconds to import; loading it on first use keeps
 # `python -m pytest_npufuse compare` (two JSON files, no model) quick in a CI step.
 _LAZY = {
-    "capture": "pipeline.chain", "compare": "pipeline.chain", "compile_model": "pipeline.chain",
+    "capture": "pipeline.chain", "compare": "pipeline.chain", "compile_model": "pipeline.backend",
     "CaseReport": "report.case", "ScopeReport": "report.case",
     "advise": "advisor", "Advice": "advisor", "superkernel_scope": "gating",
     "install_shims": "shim", "uninstall_shims": "shim",

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from .frontend.tagged_events import EVENTS
 from .pytest import benchmark, markers, options, settings, shim, targets
 from .pytest.failure import or_fail
 from .pytest.fixture import npu_target, npufuse  # noqa: F401 - pytest finds fixtures on the plugin module
 from .pytest.recorder import RunRecorder
-from .frontend.syncs import EVENTS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -11,28 +11,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from ..frontend.backend import Capture
+from ..ir.program import ModuleFrame, Program
+from ..plan.options import parse_options
+from ..plan.streams import stream_plan
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import Attribution, attribute
-from ..frontend.backend import Capture
-from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import HardwareProfile, load_profile
-from ..ir.program import ModuleFrame, Program
+from ..report.findings import Finding, findings_json
 from ..sanitize.checker import sanitize
 from ..simulate.timeline import simulate
-from ..plan.options import parse_options
-from ..plan.streams import stream_plan
-from .affinity import Finding, find_affinity, findings_json
+from ..target.catalog import OpCatalog, load_catalog
+from ..target.profile import HardwareProfile, resolve_profile
+from ..vocabulary import Mode
+from .affinity import find_affinity
 from .candidates import Candidate, Evaluator, Layout, assignments, with_scopes
 from .decision import Recommendation, recommend, top_down
 from .repeat import repeated_program
 from .structure import Layer, Role, Structure, structure_of
-from ..vocabulary import Mode
 
 _TABLE_HEADER = ("rank", "layout", "scopes", "segments", "breaking ops", "outcome", "bit-exact", "time us", "gain")
 
@@ -192,7 +192,7 @@ def _rank(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
 def advise(
     model: Callable[..., Any],
     *inputs: Any,
-    target: str | HardwareProfile = "a3",
+    target: str | HardwareProfile | None = None,
     options: str = "",
     catalog: OpCatalog | None = None,
 ) -> Advice:
@@ -202,7 +202,7 @@ def advise(
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
     ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).
     """
-    profile = target if isinstance(target, HardwareProfile) else load_profile(target)
+    profile = resolve_profile(target)
     catalog = catalog or load_catalog()
     parse_options("advise", options)
     program = capture_program(model, *inputs, catalog=catalog)

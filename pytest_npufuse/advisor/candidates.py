@@ -13,13 +13,13 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
+from ..errors import NpufuseError
+from ..ir.program import Program
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import ScopePlan, Variant
-from ..errors import NpufuseError
-from ..target.profile import HardwareProfile
-from ..ir.program import Program
 from ..sanitize.checker import SanitizerReport
 from ..simulate.timeline import RunReport, simulate
+from ..target.profile import HardwareProfile
 from .structure import Role, Structure
 
 

@@ -18,11 +18,19 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
+from ..errors import NpufuseError
 from ..gate.baseline import (
-    IMPROVED, REGRESSED, Change, Entry, aligned, compare_results, count_line, model_notice, parse_percent,
+    IMPROVED,
+    REGRESSED,
+    Change,
+    Entry,
+    aligned,
+    compare_results,
+    count_line,
+    model_notice,
+    parse_percent,
     read_results,
 )
-from ..errors import NpufuseError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 

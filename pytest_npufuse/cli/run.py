@@ -12,101 +12,17 @@ from __future__ import annotations
 import runpy
 import sys
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Sequence, TextIO
 
 from torch._dynamo.exc import BackendCompilerFailed
 
-from ..plan.tasks import ScopePlan
-from ..pipeline.chain import CompiledGraph, NpuBackend
 from ..errors import PACKAGE_DIR, NpufuseError
-from ..target.profile import HardwareProfile, load_profile
-from ..frontend.syncs import EVENTS
-from ..torchair.configs.compiler_config import CompilerConfig
-
-DEFAULT_TARGET = "a3"
-
-
-@dataclass
-class ScriptSession:
-    """The target a script's backends model, and the backends it created (in order)."""
-
-    profile: HardwareProfile
-    backends: list[NpuBackend] = field(default_factory=list)
-
-    def graphs(self) -> list[CompiledGraph]:
-        return [graph for backend in self.backends for graph in backend.graphs]
-
-
-_SESSION: ScriptSession | None = None
-
-
-def current_profile(target: str | None = None) -> HardwareProfile:
-    """``target``'s profile; by default the running script's target, else a3."""
-    if target is not None or _SESSION is None:
-        return load_profile(target or DEFAULT_TARGET)
-    return _SESSION.profile
-
-
-def backend_for(config: CompilerConfig, target: str | None) -> NpuBackend:
-    """A backend for ``config`` on ``target`` (default: the running script's target, else a3); inside
-    ``python -m pytest_npufuse run`` it is remembered for the summary."""
-    backend = NpuBackend(config, current_profile(target))
-    if _SESSION is not None:
-        _SESSION.backends.append(backend)
-    return backend
-
-
-# npugraph_ex's options -> CompilerConfig paths (torchair: python/torchair/configs/npugraphex_config.py);
-# the inverted ones say "do the pass" where the config says "disable it".
-NPUGRAPH_EX_OPTIONS: Mapping[str, str] = {
-    "static_kernel_compile": "experimental_config.aclgraph._aclnn_static_shape_kernel",
-    "super_kernel_optimize": "experimental_config.aclgraph._super_kernel_optimize",
-    "super_kernel_optimize_options": "experimental_config.aclgraph._super_kernel_optimize_options",
-    "super_kernel_debug_options": "experimental_config.aclgraph._super_kernel_debug_options",
-    "_vllm_aclnn_static_kernel_sym_index": "experimental_config.aclgraph._aclnn_static_shape_kernel_sym_index",
-    "_vllm_aclnn_static_kernel_sym_range": "experimental_config.aclgraph._aclnn_static_shape_kernel_sym_value_range",
-    "inplace_pass": "debug.aclgraph.disable_reinplace_inplaceable_ops_pass",
-    "input_inplace_pass": "debug.aclgraph.disable_reinplace_input_mutated_ops_pass",
-    "remove_noop_ops": "experimental_config.remove_noop_ops",
-    "remove_cat_ops": "debug.aclgraph.remove_cat_ops",
-    "force_eager": "debug.run_eagerly",
-    "pattern_fusion_pass": "experimental_config.pattern_fusion_pass",
-    "clone_input": "debug.aclgraph.clone_input",
-    "frozen_parameter": "experimental_config.frozen_parameter",
-    "post_grad_custom_pre_pass": "post_grad_custom_pre_pass",
-    "post_grad_custom_post_pass": "post_grad_custom_post_pass",
-    "use_graph_pool": "aclgraph_config.use_custom_pool",
-    "reuse_graph_pool_in_same_fx": "debug.aclgraph.disable_mempool_reuse_in_same_fx",
-    "capture_limit": "debug.aclgraph.static_capture_size_limit",
-    "clone_output": "debug.aclgraph.enable_output_clone",
-    "dump_tensor_data": "dump_config.enable_dump",
-    "data_dump_stage": "dump_config.data_dump_stage",
-    "data_dump_dir": "dump_config.dump_path",
-}
-_INVERTED = frozenset({"inplace_pass", "input_inplace_pass", "reuse_graph_pool_in_same_fx"})
-
-
-def npugraph_ex_config(options: Mapping[str, Any] | None) -> CompilerConfig:
-    """The TorchAir config an npugraph_ex ``options={...}`` dict stands for; an unknown key is
-    TorchAir's ValueError."""
-    config = CompilerConfig()
-    config.mode = "npugraph_ex"
-    for key, value in (options or {}).items():
-        if key not in NPUGRAPH_EX_OPTIONS:
-            raise ValueError(f"Invalid option '{key}', allowed options: {sorted(NPUGRAPH_EX_OPTIONS)}")
-        *parents, leaf = NPUGRAPH_EX_OPTIONS[key].split(".")
-        node: Any = config
-        for part in parents:
-            node = getattr(node, part)
-        setattr(node, leaf, (not value) if key in _INVERTED and isinstance(value, bool) else value)
-    return config
-
-
-def npugraph_ex_backend(gm: Any, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None) -> Callable[..., Any]:
-    """``torch.compile(model, backend="npugraph_ex", options={...})`` under the shim."""
-    return backend_for(npugraph_ex_config(options), None)(gm, example_inputs)
+from ..frontend.tagged_events import EVENTS
+from ..pipeline.backend import ModeledRun, end_run, start_run
+from ..pipeline.chain import CompiledGraph
+from ..plan.tasks import ScopePlan
+from ..target.profile import load_profile
 
 
 def _scope_line(scope: ScopePlan) -> str:
@@ -135,9 +51,9 @@ def _graph_lines(number: int, graph: CompiledGraph) -> list[str]:
     return lines
 
 
-def summary(session: ScriptSession) -> list[str]:
-    graphs = session.graphs()
-    head = f"npufuse run: {len(graphs)} graph(s) modeled on {session.profile.name} ({session.profile.product})"
+def summary(run: ModeledRun) -> list[str]:
+    graphs = run.graphs()
+    head = f"npufuse run: {len(graphs)} graph(s) modeled on {run.profile.name} ({run.profile.product})"
     lines = [head]
     for number, graph in enumerate(graphs, 1):
         lines += _graph_lines(number, graph)
@@ -151,9 +67,8 @@ def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> i
     normally, its exit status when it calls ``sys.exit``, 1 when it raises."""
     from ..shim import install_shims
 
-    global _SESSION
     state = install_shims()
-    _SESSION = ScriptSession(load_profile(target))
+    run = start_run(load_profile(target))
     EVENTS.reset()  # a script starts with no tagged events, as a fresh process does
     saved_argv = sys.argv
     sys.argv = [str(script), *argv]
@@ -173,9 +88,9 @@ def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> i
         sys.argv = saved_argv
     out.flush()
     print(f"npufuse run: {state.describe()}", file=out)
-    for line in summary(_SESSION):
+    for line in summary(run):
         print(line, file=out)
-    _SESSION = None
+    end_run()
     return status
 
 

@@ -21,9 +21,10 @@ import torch
 import torch.fx
 
 from ..errors import KernelError, NpufuseError
-from ..frontend.lower import mutated_arguments, op_type_of, source_line
-from ..numerics.exact import cube_addmm, cube_baddbmm, cube_matmul, int_matmul
+from ..frontend.lower import mutated_arguments, op_type_of
+from ..frontend.source import source_line
 from ..ir.program import Program
+from ..numerics.exact import cube_addmm, cube_baddbmm, cube_matmul, int_matmul
 
 _ATEN = torch.ops.aten
 _LOW_PRECISION = (torch.float16, torch.bfloat16)

@@ -14,14 +14,12 @@ import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from .lower import (
-    InputSymbol, build_program, call_compiled, check_outputs_used, compile_static, input_sizes, input_symbols,
-    is_dynamic,
-)
-from ..target.catalog import OpCatalog
 from ..errors import CaptureError, NotModeledError
 from ..ir.program import Program
-from ..torchair.inference import gears_of
+from ..target.catalog import OpCatalog
+from .dynamo import call_compiled, check_outputs_used, compile_static
+from .lower import build_program
+from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from ..files.atomic import write_text_atomic
 from ..errors import BaselineError
+from ..files.atomic import write_text_atomic
 from ..simulate.version import ModelIdentity
 
 if TYPE_CHECKING:  # the report module needs torch; the compare command must start without it

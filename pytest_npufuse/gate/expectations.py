@@ -10,11 +10,13 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import MarkerError
 from ..plan.tasks import ScopeOutcome
-from ..report.case import CaseReport
+
+if TYPE_CHECKING:
+    from ..report.case import CaseReport
 
 OUTCOMES = tuple(ScopeOutcome)
 _SUPERKERNEL_KWARGS = ("scope", "min_speedup", "segments", "outcome", "breaks", "options")

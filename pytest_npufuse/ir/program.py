@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..target.catalog import OpInfo
 from .events import Event
@@ -157,3 +157,11 @@ class Program:
         """Stream tags the program asks for, the default stream first."""
         tags = {kernel.annotations.stream for kernel in self.kernels if kernel.annotations.stream is not None}
         return ("default", *sorted(tags - {"default"}))
+
+
+def compute_dtype_of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
+    """The dtype a kernel computes in: its first matrix/tensor input, else its first output."""
+    for spec in (*inputs, *outputs):
+        if spec.shape:
+            return spec.dtype
+    return outputs[0].dtype if outputs else "float32"

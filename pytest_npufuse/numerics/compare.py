@@ -6,31 +6,13 @@ a SuperKernel must change none of the bits, so we compare the raw bits of every 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
+from ..report.findings import Mismatch
+
 _SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """The first difference found in one output."""
-
-    output: str
-    index: tuple[int, ...] | None
-    baseline: str
-    variant: str
-    differing: int
-
-    def describe(self) -> str:
-        if self.index is None:
-            return f"{self.output}: baseline {self.baseline}, variant {self.variant}"
-        return (
-            f"{self.output}: {self.differing} element(s) differ; first at index {list(self.index)}: "
-            f"baseline {self.baseline}, variant {self.variant}"
-        )
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:

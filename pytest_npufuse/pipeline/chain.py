@@ -17,7 +17,7 @@ second model for the BASELINE.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -25,42 +25,25 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from ..advisor.affinity import find_affinity
+from ..errors import ArgumentError, CaptureError
+from ..execute.graph import Execution, inputs_of, racy_cone, run_graph, writes_inputs
+from ..frontend.backend import Capture, CapturedGraph
+from ..ir.program import Program
+from ..numerics.compare import compare_outputs
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import Plan, Variant
-from ..advisor.affinity import find_affinity
 from ..report.attribution import attribute
-from ..frontend.backend import Capture, CaptureBackend, CapturedGraph
-from ..frontend.lower import compile_static
-from ..simulate.clock import DEVICE_CLOCK
-from ..target.catalog import OpCatalog, load_catalog
-from ..errors import CaptureError
-from ..execute.graph import Execution, inputs_of, racy_cone, run_graph, writes_inputs
-from ..target.profile import HardwareProfile, load_profile
-from ..simulate.host import EAGER, HostConfig, host_config
-from ..numerics.compare import compare_outputs
-from ..report.plog import write_plog
-from ..ir.program import Program
 from ..report.case import CaseReport, ScopeReport
-from ..sanitize.checker import SanitizerReport, sanitize
-from ..simulate.timeline import RunReport, simulate
+from ..report.plog import write_plog
 from ..report.trace import write_case_traces
-from ..torchair.configs.compiler_config import CompilerConfig
-
-
-def _config(mode: str | None) -> tuple[CompilerConfig, str | None]:
-    """TorchAir's config for ``mode``, and the mode override for the ``"eager"`` single-op reference,
-    which is not a TorchAir mode (the config then stays at its default)."""
-    config = CompilerConfig()
-    if mode == EAGER:
-        return config, EAGER
-    if mode is not None:
-        config.mode = mode
-    return config, None
-
-
-def _profile(target: str | HardwareProfile) -> HardwareProfile:
-    """A profile given as itself, or by a built-in target name or a profile file path."""
-    return target if isinstance(target, HardwareProfile) else load_profile(target)
+from ..sanitize.checker import SanitizerReport, sanitize
+from ..simulate.clock import DEVICE_CLOCK
+from ..simulate.host import HostConfig, host_config
+from ..simulate.timeline import RunReport, simulate
+from ..target.catalog import OpCatalog, load_catalog
+from ..target.profile import HardwareProfile, resolve_profile
+from ..vocabulary import Mode
 
 
 def _fresh(inputs: Sequence[Any]) -> list[Any]:
@@ -72,6 +55,30 @@ def _output_names(outputs: Any) -> tuple[list[str], list[Any]]:
     """Flatten the model's outputs and name each leaf by its path, e.g. ``output[0][1]``."""
     leaves, _ = pytree.tree_flatten_with_path(outputs)
     return ["output" + pytree.keystr(path) for path, _ in leaves], [leaf for _, leaf in leaves]
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    """What a compile configuration decides about how its graphs are modeled: the mode, whether every
+    kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
+    text when aclgraph SuperKernel is switched on. TorchAir's ``CompilerConfig`` gives one through
+    ``graph_options()``; the library's ``mode=`` arguments through :func:`graph_options`."""
+
+    mode: Mode = Mode.MAX_AUTOTUNE
+    single_stream: bool = False
+    aclgraph_superkernel: str | None = None
+
+
+def graph_options(mode: str | None) -> GraphOptions:
+    """The options of a ``mode=`` argument: one of TorchAir's modes or the ``eager`` reference (default
+    max-autotune)."""
+    if mode is None:
+        return GraphOptions()
+    if mode not in set(Mode):
+        raise ArgumentError(
+            f"mode={mode!r} is not a mode that can be modeled; use one of {', '.join(repr(m.value) for m in Mode)}."
+        )
+    return GraphOptions(Mode(mode))
 
 
 @dataclass(frozen=True)
@@ -145,45 +152,7 @@ def model_graph(
     return CompiledGraph(graph.gm, graph.program, plan, run, settings, plog and str(plog), checked)
 
 
-@dataclass
-class NpuBackend:
-    """A ``torch.compile`` backend bound to one target, mode and variant (scopes honoured or ignored):
-    it captures each graph and models it through :func:`model_graph`; ``graphs`` keeps the results."""
-
-    config: CompilerConfig
-    profile: HardwareProfile
-    variant: str = Variant.VARIANT
-    catalog: OpCatalog = field(default_factory=load_catalog)
-    options: Mapping[str, str] = field(default_factory=dict)
-    multistream: bool = True
-    mode: str | None = None
-    dynamic: bool = False
-    host: HostConfig = field(default_factory=HostConfig)
-    graphs: list[CompiledGraph] = field(default_factory=list)
-
-    @property
-    def run_mode(self) -> str:
-        """The mode runs are modeled in: ``mode`` when set (``"eager"``), else the config's."""
-        return self.mode or self.config.run_mode
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        return CaptureBackend(self.catalog, self._model)(gm, example_inputs)
-
-    def _model(self, graph: CapturedGraph) -> CompiledGraph:
-        settings = Settings(self.profile, self.run_mode, self.dynamic or graph.dynamic, self.host)
-        single_stream = bool(self.config.ge_config.enable_single_stream.value)
-        compiled = model_graph(
-            graph, settings, self.variant, self.options, self.multistream and not single_stream,
-            self.config.superkernel_options(),
-        )
-        self.graphs.append(compiled)
-        return compiled
-
-    def __repr__(self) -> str:
-        return f"NpuBackend({self.profile.name}, {self.run_mode}, {self.variant})"
-
-
-def _streams_used(graph: CompiledGraph) -> tuple[str, ...]:
+def streams_used(graph: CompiledGraph) -> tuple[str, ...]:
     """Streams the VARIANT's kernels ran on, the default first (sub-kernels of a SuperKernel that fuses
     two streams count for their own stream)."""
     plan = graph.plan.streams
@@ -195,34 +164,6 @@ def capture(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None =
     """The program IR of ``model`` on ``inputs``: one Dynamo + AOT capture, no numerics."""
     torch._dynamo.reset()
     return Capture(model, inputs, catalog or load_catalog()).graph.program
-
-
-def compile_model(
-    model: Callable[..., Any],
-    *,
-    target: str | HardwareProfile = "a3",
-    mode: str | None = None,
-    superkernel: bool = True,
-    multistream: bool = True,
-    catalog: OpCatalog | None = None,
-    dynamic: bool = False,
-    host: HostConfig | None = None,
-) -> tuple[Callable[..., Any], NpuBackend]:
-    """``torch.compile`` the model for ``target``; the backend keeps each graph's plan and modeled run.
-
-    ``superkernel=False`` gives the BASELINE plan (scopes ignored); ``multistream=False`` keeps the
-    VARIANT on one stream. ``mode="eager"`` models torch_npu's op-by-op execution, ``dynamic=True``
-    the host scheduling of a dynamic-shape max-autotune graph; ``host`` sets the host threads
-    (``MAX_RUNTIME_CORE_NUMBER``) and GE's host optimisations.
-    """
-    profile = _profile(target)
-    variant = Variant.VARIANT if superkernel else Variant.BASELINE
-    config, override = _config(mode)
-    backend = NpuBackend(
-        config, profile, variant, catalog or load_catalog(), multistream=multistream, mode=override,
-        dynamic=dynamic, host=host_config(host),
-    )
-    return compile_static(model, backend), backend
 
 
 @dataclass(frozen=True)
@@ -266,7 +207,7 @@ def _execute(model: Capture, reference: Capture, variant: CompiledGraph, inputs:
 def compare(
     model: Callable[..., Any],
     *inputs: Any,
-    target: str | HardwareProfile = "a3",
+    target: str | HardwareProfile | None = None,
     mode: str | None = None,
     reference: Callable[..., Any] | None = None,
     options: Mapping[str, str] | None = None,
@@ -286,8 +227,7 @@ def compare(
     the seed-003 affinity-op findings of the model's graph (``report.findings``).
     """
     catalog = catalog or load_catalog()
-    config, override = _config(mode)
-    settings = Settings(_profile(target), override or config.run_mode, dynamic, host_config(host))
+    settings = Settings(resolve_profile(target), graph_options(mode).mode, dynamic, host_config(host))
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()
@@ -310,7 +250,7 @@ def compare(
         variant=variant_graph.run,
         mismatches=compare_outputs(names, baseline_leaves, variant_leaves),
         superkernels={scope.scope: ScopeReport.from_plan(scope) for scope in variant_graph.plan.scopes},
-        streams=_streams_used(variant_graph),
+        streams=streams_used(variant_graph),
         races=variant_graph.sanitizer.races if variant_graph.sanitizer is not None else (),
         outputs=tuple(names),
         plog_path=variant_graph.plog_path,

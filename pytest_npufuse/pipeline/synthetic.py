@@ -13,16 +13,22 @@ from types import MappingProxyType
 from typing import Sequence
 
 from .. import cost
-from ..plan.superkernel import fused_tasks, plan_variant, segment_scopes
-from ..plan.tasks import between_tasks, Plan, ScopePlan, Variant
-from ..report.attribution import attribute
-from ..frontend.lower import compute_dtype_of
-from ..target.catalog import OpCatalog, load_catalog
 from ..ir.events import Event
-from ..target.profile import HardwareProfile
-from ..ir.program import Annotations, Buffer, Kernel, Program, TensorSpec
+from ..ir.program import (
+    Annotations,
+    Buffer,
+    Kernel,
+    Program,
+    TensorSpec,
+    compute_dtype_of,
+)
+from ..plan.superkernel import fused_tasks, plan_variant, segment_scopes
+from ..plan.tasks import Plan, ScopePlan, Variant, between_tasks
+from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
 from ..simulate.timeline import simulate
+from ..target.catalog import OpCatalog, load_catalog
+from ..target.profile import HardwareProfile
 from ..vocabulary import Mode
 
 _ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "int32": 4, "int64": 8, "bool": 1}

@@ -8,13 +8,15 @@ immutable data for the BASELINE (scopes ignored) and the VARIANT (scopes honoure
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import NpufuseError
-from ..ir.events import Event
 from ..vocabulary import Vocabulary
-from .options import SuperKernelOptions
-from .streams import StreamPlan
+
+if TYPE_CHECKING:
+    from ..ir.events import Event
+    from .options import SuperKernelOptions
+    from .streams import StreamPlan
 
 
 class Variant(Vocabulary):

@@ -3,11 +3,15 @@ so pytest-benchmark's save/compare/compare-fail gate on modeled device time."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from ..simulate import clock as modeledclock
-from ..gate.baseline import Entry
-from ..report.case import CaseReport
+
+if TYPE_CHECKING:
+    from ..gate.baseline import Entry
+    from ..report.case import CaseReport
 
 _CLOCK = pytest.StashKey["modeledclock.ModeledClock | None"]()
 

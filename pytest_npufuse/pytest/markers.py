@@ -8,15 +8,25 @@ the item's stash.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ..gate.expectations import (
-    AffinityExpectation, MultiStreamExpectation, SuperKernelExpectation, parse_affinity, parse_multistream,
-    parse_npu_target, parse_superkernels, precision_failures, run_failures,
+    AffinityExpectation,
+    MultiStreamExpectation,
+    SuperKernelExpectation,
+    parse_affinity,
+    parse_multistream,
+    parse_npu_target,
+    parse_superkernels,
+    precision_failures,
+    run_failures,
 )
-from ..report.case import CaseReport
 from .settings import settings_of
+
+if TYPE_CHECKING:
+    from ..report.case import CaseReport
 
 MARKERS = (
     "superkernel(scope, *, min_speedup=None, segments=None, outcome='fused', breaks=None, options=None): "

@@ -12,12 +12,12 @@ from typing import Mapping
 
 import pytest
 
+from ..errors import NpufuseError
 from ..files.atomic import check_outputs
 from ..gate.baseline import Gate, parse_percent
-from ..target.catalog import OpCatalog
-from ..errors import NpufuseError
-from ..target.profile import BUILTIN_TARGETS, HardwareProfile
 from ..simulate.version import ModelIdentity
+from ..target.catalog import OpCatalog
+from ..target.profile import BUILTIN_TARGETS, HardwareProfile
 from ..target.userconfig import UserConfig, load_user_config
 from .options import is_set, path_setting, setting
 

@@ -6,12 +6,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..advisor.affinity import Finding
-from .attribution import Attribution
 from ..plan.tasks import ScopeBreak, ScopePlan
-from ..numerics.compare import Mismatch
 from ..sanitize.checker import Race
 from ..simulate.timeline import RunReport
+from .attribution import Attribution
+from .findings import Finding, Mismatch
 
 
 @dataclass(frozen=True)

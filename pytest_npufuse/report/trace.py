@@ -16,11 +16,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..files.atomic import write_text_atomic
-from .attribution import accelerator_core
 from ..errors import NpufuseError
-from .case import CaseReport
+from ..files.atomic import write_text_atomic
 from ..simulate.timeline import RunReport
+from .attribution import accelerator_core
+from .case import CaseReport
 
 HOST_PID = 1
 NPU_PID = 2

@@ -13,7 +13,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 from types import ModuleType
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -57,3 +57,42 @@ class AliasFinder(importlib.abc.MetaPathFinder):
         """Forget the imported aliases, so a later import finds a real package again."""
         for name in [n for n in sys.modules if n.partition(".")[0] in self.roots]:
             del sys.modules[name]
+
+
+class _ThenLoader(importlib.abc.Loader):
+    """Loads a module with its own loader, then calls ``then`` once the module has run."""
+
+    def __init__(self, loader: importlib.abc.Loader, then: Callable[[], None]) -> None:
+        self.loader = loader
+        self.then = then
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.then()
+
+
+class PostImportHook(importlib.abc.MetaPathFinder):
+    """Calls ``then`` right after the module ``name`` is first imported (and removes itself)."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        self.remove()
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _ThenLoader(spec.loader, self.then)
+        return spec
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from ..frontend import scopes
 from ..errors import NotModeledError, ScopeError
+from ..frontend import scopes
 from ..simulate.clock import DEVICE_CLOCK
 from ..torchair import scope as _torchair_scope
 from .devices import check_index
@@ -216,7 +216,7 @@ def current_device() -> int:
 
 def get_device_name(device: object = None) -> str:
     """The SoC of the modeled target (its CANN platform name, e.g. ``Ascend910_9391`` for an A3 die)."""
-    from ..cli.run import current_profile
+    from ..pipeline.backend import current_profile
 
     check_index(device, "torch.npu.get_device_name")
     return current_profile().soc

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 
 from .. import cost
-from .device import DeviceModel
 from ..errors import ArgumentError, NpufuseError
+from ..ir.program import Kernel, Program
 from ..plan.tasks import Plan
 from ..target.profile import HardwareProfile
-from ..ir.program import Kernel, Program
 from ..vocabulary import Mode
+from .device import DeviceModel
 
 GRAPH_SINK = "graph-sink"
 GRAPH_REPLAY = "graph-replay"

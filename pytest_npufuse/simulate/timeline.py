@@ -23,14 +23,23 @@ from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from .. import cost
-from .device import HBM_POOL, HBM_UNITS, DeviceModel, DeviceTask
 from ..errors import NpufuseError
 from ..ir.events import Event
+from ..ir.program import Kernel, Program
 from ..plan.tasks import Plan, Segment, Task
 from ..target.profile import HardwareProfile
-from .host import GRAPH_SINK, HOST_SCHEDULED, EAGER, HostConfig, HostSlice, execution_of, kept_on_host, schedule
-from ..ir.program import Kernel, Program
 from ..vocabulary import Vocabulary
+from .device import HBM_POOL, HBM_UNITS, DeviceModel, DeviceTask
+from .host import (
+    EAGER,
+    GRAPH_SINK,
+    HOST_SCHEDULED,
+    HostConfig,
+    HostSlice,
+    execution_of,
+    kept_on_host,
+    schedule,
+)
 
 
 class KernelRun(NamedTuple):

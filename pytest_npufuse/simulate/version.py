@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..target.catalog import OpCatalog
 from ..errors import BaselineError
+from ..target.catalog import OpCatalog
 from ..target.profile import HardwareProfile
 
 SIMULATOR_VERSION = "2"

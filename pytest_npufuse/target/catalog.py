@@ -16,9 +16,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .. import cost
 from ..errors import ProfileError, UnknownOpWarning
-from .profile import DATA_DIR, ENGINES
-from ..vocabulary import Engine
 from ..files.toml import read_toml, typed_value
+from ..vocabulary import Engine
+from .profile import DATA_DIR, ENGINES
 
 # "auto": the cost rule decides; "cube_tiles" and "vector_bytes" are the older names for the same.
 BLOCK_DIM_RULES = ("auto", "cube_tiles", "vector_bytes", "one")

@@ -19,6 +19,8 @@ from ..vocabulary import Engine
 
 DATA_DIR = Path(__file__).parent / "data"
 BUILTIN_TARGETS = ("a2", "a3")
+# The target of every entry point when none is named: the Atlas A3 the seed documents target.
+DEFAULT_TARGET = "a3"
 ENGINES = tuple(Engine)
 
 
@@ -302,3 +304,11 @@ def load_profile(target: str, user_targets: Mapping[str, TargetTable] | None = N
         f"unknown NPU target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}{users}, "
         "or give the path of a profile .toml file."
     )
+
+
+def resolve_profile(target: "str | HardwareProfile | None" = None) -> HardwareProfile:
+    """A profile given as itself, by a built-in target name or a profile file path, or by default
+    (:data:`DEFAULT_TARGET`): the one resolver every library entry point uses."""
+    if isinstance(target, HardwareProfile):
+        return target
+    return load_profile(target or DEFAULT_TARGET)

@@ -23,10 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .catalog import OpCatalog, load_catalog
 from ..errors import ProfileError
-from .profile import HardwareProfile, TargetTable, load_profile, profile_file_targets, target_tables
 from ..files.toml import read_toml
+from .catalog import OpCatalog, load_catalog
+from .profile import (
+    HardwareProfile,
+    TargetTable,
+    load_profile,
+    profile_file_targets,
+    target_tables,
+)
 
 
 @dataclass(frozen=True)

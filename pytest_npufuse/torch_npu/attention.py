@@ -27,8 +27,17 @@ import torch
 
 from ..numerics.exact import cube_matmul
 from .checks import (
-    require_bool, require_choice, require_dtype, require_float, require_int, require_int_list, require_ints,
-    require_shape, require_tensor_list, require_tensors, require_unused,
+    require_bool,
+    require_choice,
+    require_dtype,
+    require_float,
+    require_int,
+    require_int_list,
+    require_ints,
+    require_shape,
+    require_tensor_list,
+    require_tensors,
+    require_unused,
 )
 from .fixedorder import pairwise_sum
 from .registry import Out, arguments, npu_op

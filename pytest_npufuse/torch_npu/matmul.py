@@ -14,8 +14,16 @@ import torch
 
 from ..numerics.exact import cube_addmm, cube_matmul
 from .checks import (
-    FLOAT_DTYPES, HALF_DTYPES, require_choice, require_dtype, require_int, require_int_list, require_shape,
-    require_tensor, require_tensors, require_unused,
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    require_choice,
+    require_dtype,
+    require_int,
+    require_int_list,
+    require_shape,
+    require_tensor,
+    require_tensors,
+    require_unused,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
 from .registry import Out, arguments, npu_op

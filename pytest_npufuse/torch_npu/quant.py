@@ -9,8 +9,18 @@ import torch
 
 from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
-    FLOAT_DTYPES, HALF_DTYPES, dtype_names, require_bool, require_choice, require_dtype, require_int,
-    require_optional_dtype, require_shape, require_tensor, require_tensors, require_unused,
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    dtype_names,
+    require_bool,
+    require_choice,
+    require_dtype,
+    require_int,
+    require_optional_dtype,
+    require_shape,
+    require_tensor,
+    require_tensors,
+    require_unused,
 )
 from .fixedorder import round_to_int8, swiglu
 from .quant_param import decode_quant_param, encode_quant_param, round_scale_to_fp19

@@ -7,13 +7,13 @@ not model is an error that names it, never a silent no-op.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from ..errors import NotModeledError
 from . import configs, core, ge, inference, ops, scope
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
+from .npu_fx_compiler import get_npu_backend
 
 __all__ = ["ops", "scope", "ge", "configs", "core", "inference", "CompilerConfig", "get_npu_backend", "logger"]
 
@@ -24,21 +24,6 @@ _NOT_MODELED = frozenset(
         "patch_for_hcom", "register_replacement", "npu_format_cast_via_cpu", "llm_datadist",
     }
 )
-
-
-def get_npu_backend(*, compiler_config: CompilerConfig | None = None, target: str | None = None) -> Any:
-    """A ``torch.compile`` backend that models the NPU ``target`` (default: the target of the current
-    ``python -m pytest_npufuse run``, else ``a3``) with scopes and streams honoured."""
-    from ..cli.run import backend_for
-
-    config = compiler_config or CompilerConfig()
-    if config.run_mode == "reduce-overhead":
-        warnings.warn(
-            'The "reduce-overhead" mode configuration will be deprecated. Please use the "npugraph_ex" backend.',
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    return backend_for(config, target)
 
 
 def __getattr__(name: str) -> Any:

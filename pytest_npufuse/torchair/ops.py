@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import NotModeledError, ScopeError
-from ..frontend.syncs import EVENTS, TaggedEvent
+from ..frontend.tagged_events import EVENTS, TaggedEvent
 
 __all__ = [
     "record",

@@ -12,8 +12,8 @@ from types import TracebackType
 
 import torch
 
-from ..frontend import scopes, syncs
 from ..errors import ScopeError
+from ..frontend import scopes, syncs
 
 __all__ = ["super_kernel", "npu_stream_switch", "limit_core_num", "npu_wait_tensor", "op_never_timeout", "data_dump"]
 

@@ -11,10 +11,10 @@ import json
 import math
 from typing import Any, Mapping
 
-from ..attribution import Attribution
-from ..case import CaseReport
 from ...sanitize.checker import Access
 from ...simulate.timeline import RunReport
+from ..attribution import Attribution
+from ..case import CaseReport
 from ..trace import host_thread_label
 
 # Column order of a kernel row in a run view.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ...pipeline.chain import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
 from .options import ConfigNode, OptionValue, int_range, of_type
 
@@ -149,6 +150,10 @@ class CompilerConfig(ConfigNode):
     @property
     def run_mode(self) -> str:
         return self.mode.value
+
+    def graph_options(self) -> GraphOptions:
+        """What this config decides about how its graphs are modeled."""
+        return GraphOptions(Mode(self.run_mode), bool(self.ge_config.enable_single_stream.value), self.superkernel_options())
 
     def superkernel_options(self) -> str | None:
         """The aclgraph SuperKernel options text CANN receives (``k=v:k=v``, as TorchAir formats the
