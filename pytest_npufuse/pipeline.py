@@ -32,6 +32,7 @@ from .backend import Capture, CaptureBackend, CapturedGraph
 from .lowering import compile_static
 from .modeledclock import DEVICE_CLOCK
 from .catalog import OpCatalog, load_catalog
+from .datadump import DataDump, plan_dump
 from .errors import CaptureError
 from .execute import Execution, inputs_of, racy_cone, run_graph, writes_inputs
 from .hardware import HardwareProfile, load_profile
@@ -94,6 +95,7 @@ class CompiledGraph:
     settings: Settings
     plog_path: str | None = None
     sanitizer: SanitizerReport | None = None
+    dump: DataDump | None = None
 
     def scopes_ignored(self) -> RunReport:
         """The same program with its SuperKernel scopes ignored (the BASELINE plan), priced with the
@@ -111,8 +113,10 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> list[Any]:
         """The outputs a device would produce: kernels in issue order (always a legal order for the
         data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
-        device clock advances by the graph's modeled time."""
-        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads()).outputs
+        device clock advances by the graph's modeled time. With a data dump, the dumped tensors are
+        written as the graph runs."""
+        observe = self.dump.for_call() if self.dump is not None else None
+        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
         DEVICE_CLOCK.run(self.run.time_us * 1e-6)
         return outputs
 
@@ -159,6 +163,7 @@ class NpuBackend:
     dynamic: bool = False
     host: HostConfig = field(default_factory=HostConfig)
     graphs: list[CompiledGraph] = field(default_factory=list)
+    decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
 
     @property
     def run_mode(self) -> str:
@@ -166,7 +171,15 @@ class NpuBackend:
         return self.mode or self.config.run_mode
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        return CaptureBackend(self.catalog, self._model)(gm, example_inputs)
+        return self._capturer()(gm, example_inputs)
+
+    def compile_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        """Model an aten graph AOTAutograd already produced (a user's own ``aot_module_simplified`` with
+        this as its ``fw_compiler``)."""
+        return self._capturer().capture_aten(gm, example_inputs)
+
+    def _capturer(self) -> CaptureBackend:
+        return CaptureBackend(self.catalog, self._model, decompositions=self.decompositions)
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
         settings = Settings(self.profile, self.run_mode, self.dynamic or graph.dynamic, self.host)
@@ -175,6 +188,8 @@ class NpuBackend:
             graph, settings, self.variant, self.options, self.multistream and not single_stream,
             self.config.superkernel_options(),
         )
+        stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
+        compiled = replace(compiled, dump=plan_dump(self.config, settings.mode, graph.gm, graph.program, stream_of))
         self.graphs.append(compiled)
         return compiled
 

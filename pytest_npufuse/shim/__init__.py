@@ -25,7 +25,11 @@ import torch
 
 from . import devices
 
-ROOTS = {"torchair": "pytest_npufuse.torchair", "torch_npu": "pytest_npufuse.torch_npu"}
+ROOTS = {
+    "torchair": "pytest_npufuse.torchair",
+    "torch_npu": "pytest_npufuse.torch_npu",
+    "npugraph_ex": "pytest_npufuse.npugraph_ex",
+}
 EXACT = {"torch_npu.npu": "pytest_npufuse.shim.npu"}
 NPUGRAPH_EX = "npugraph_ex"
 
@@ -100,10 +104,12 @@ def _install_devices() -> None:
     _patch(torch.Tensor, "to", devices.wrap_to(torch.Tensor.to))
     _patch(torch.nn.Module, "to", devices.wrap_to(torch.nn.Module.to))
     _patch(torch.Tensor, "npu", devices.tensor_npu)
+    _patch(torch.Tensor, "is_npu", devices.tensor_is_npu)
     _patch(torch.nn.Module, "npu", devices.module_npu)
     _patch(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream))
     _patch(torch, "npu", npu)
     _patch_module_entry("torch.npu", npu)
+    _patch(torch, "_register_device_module", _share_device_module(torch._register_device_module))
     _patch_dynamo_record_stream()
     _register_npugraph_ex()
 
@@ -119,6 +125,42 @@ def _patch_module_entry(name: str, module: Any) -> None:
             sys.modules[name] = previous
 
     _UNDO.append(undo)
+
+
+def _share_device_module(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch._register_device_module("npu", module)`` from a test that fakes the NPU runtime itself
+    (TorchAir's own CPU tests do, after ``torch.utils.rename_privateuse1_backend("npu")``). Torch refuses a
+    second ``npu`` module, so the shim steps aside: the caller's module becomes ``torch.npu``, and the
+    names it lacks are still the shim's (its own names win), so streams, events and seeds keep working.
+    With the backend renamed to ``npu`` and no runtime behind it, the shim provides the runtime torch then
+    asks for (:func:`devices.provide_privateuse1_runtime`). Any other device goes to torch unchanged."""
+    from . import npu
+
+    def register_device_module(device_type: str, module: Any) -> None:
+        if str(device_type).split(":")[0] != "npu" or getattr(torch, "npu", None) is not npu:
+            return original(device_type, module)
+        if "__getattr__" not in vars(module):
+            module.__getattr__ = _fallback_to(npu)
+            _UNDO.append(lambda: delattr(module, "__getattr__"))
+        setattr(torch, "npu", module)
+        sys.modules["torch.npu"] = module
+        if torch._C._get_privateuse1_backend_name() == "npu":
+            devices.provide_privateuse1_runtime()
+        return None
+
+    register_device_module.__doc__ = original.__doc__
+    return register_device_module
+
+
+def _fallback_to(owner: Any) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that reads a name the module lacks from ``owner``."""
+
+    def fallback(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(owner, name)
+
+    return fallback
 
 
 def _record_stream(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -158,7 +200,7 @@ def _patch_dynamo_record_stream() -> None:
 def _register_npugraph_ex() -> None:
     from torch._dynamo.backends import registry
 
-    from ..scriptrun import npugraph_ex_backend
+    from ..npugraph_ex.npu_fx_compiler import npugraph_ex_backend
 
     if NPUGRAPH_EX in registry._COMPILER_FNS:
         return

@@ -7,41 +7,29 @@ not model is an error that names it, never a silent no-op.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-from ..errors import NotModeledError
-from . import configs, core, ge, inference, ops, scope
+from ..errors import NotModeledAttributeError
+from . import configs, core, ge, ge_concrete_graph, inference, npu_fx_compiler, ops, scope
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
+from .npu_fx_compiler import get_compiler, get_npu_backend
 
-__all__ = ["ops", "scope", "ge", "configs", "core", "inference", "CompilerConfig", "get_npu_backend", "logger"]
+__all__ = ["get_compiler", "get_npu_backend", "CompilerConfig", "logger"]
 
 # TorchAir's public names we do not model (torchair.__all__ and its submodules); each is refused by name.
 _NOT_MODELED = frozenset(
     {
-        "get_compiler", "dynamo_export", "use_internal_format_weight", "register_fx_node_ge_converter",
+        "dynamo_export", "use_internal_format_weight", "register_fx_node_ge_converter",
         "patch_for_hcom", "register_replacement", "npu_format_cast_via_cpu", "llm_datadist",
     }
 )
 
 
-def get_npu_backend(*, compiler_config: CompilerConfig | None = None, target: str | None = None) -> Any:
-    """A ``torch.compile`` backend that models the NPU ``target`` (default: the target of the current
-    ``python -m pytest_npufuse run``, else ``a3``) with scopes and streams honoured."""
-    from ..scriptrun import backend_for
-
-    config = compiler_config or CompilerConfig()
-    if config.run_mode == "reduce-overhead":
-        warnings.warn(
-            'The "reduce-overhead" mode configuration will be deprecated. Please use the "npugraph_ex" backend.',
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    return backend_for(config, target)
-
-
 def __getattr__(name: str) -> Any:
     if name in _NOT_MODELED:
-        raise NotModeledError(f"torchair.{name} is not modeled by pytest-npufuse; only {', '.join(__all__)} are.")
+        raise NotModeledAttributeError(
+            f"torchair.{name} is not modeled by pytest-npufuse; it models {', '.join(__all__)} and the modules "
+            "configs, core, ge, ge_concrete_graph, inference, npu_fx_compiler, ops and scope."
+        )
     raise AttributeError(f"module 'torchair' has no attribute {name!r}")

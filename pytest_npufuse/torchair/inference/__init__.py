@@ -17,8 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import NotModeledError
-from .configs.compiler_config import CompilerConfig
+from ...errors import NotModeledError
+from ..configs.compiler_config import CompilerConfig
 
 __all__ = ["cache_compile", "set_dim_gears", "readable_cache"]
 
@@ -44,7 +44,7 @@ def cache_compile(
     ``experimental_config.frozen_parameter`` is refused. ``fullgraph`` may be passed as in
     ``torch.compile``. The ranks only name the cache directory on a device, so they change nothing here.
     """
-    from . import get_npu_backend
+    from .. import get_npu_backend
 
     if not isinstance(func, types.MethodType) or not isinstance(func.__self__, torch.nn.Module):
         raise ValueError(
