@@ -24,16 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SEEDS = Path("/work/shared/seeds")
 
 
-@pytest.fixture
-def shim():
-    """The shim installed for one test, and removed after it unless it was already on."""
-    was_active = state().active
-    installed = install_shims()
-    yield installed
-    if not was_active:
-        uninstall_shims()
-
-
 # ---------------------------------------------------------------- SuperKernel options (CANN's parser)
 
 VALID = {
