@@ -36,6 +36,12 @@ class NotModeledError(NpufuseError):
     """The model uses a feature this version does not model yet; refusing beats a silent wrong answer."""
 
 
+class NotModeledAttributeError(NotModeledError, AttributeError):
+    """A name a modeled namespace (``torch.npu``, ``torchair``, ``torchair.ge``, ``npugraph_ex``) has on a
+    real NPU but the model does not provide. An AttributeError too, so ``hasattr(torch.npu, name)`` is False
+    and ``getattr(torch.npu, name, None)`` is None, as for a real module; the message names what is modeled."""
+
+
 class ModeledDeadlockError(NpufuseError):
     """The modeled device would wait forever (an event waited on but never recorded, or a cycle of
     waits); reported with the streams, tasks and events involved instead of hanging."""

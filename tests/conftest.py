@@ -7,9 +7,11 @@ reference kernels are imported here for the same reason: a second import would d
 ops again.
 """
 
+import pytest
 import torch
 
-from pytest_npufuse import compare, torch_npu, torchair  # noqa: F401 - torch_npu: see above
+from pytest_npufuse import compare, install_shims, torch_npu, torchair, uninstall_shims  # noqa: F401 - torch_npu: see above
+from pytest_npufuse.shim import state
 
 
 class _Warm(torch.nn.Module):
@@ -19,3 +21,13 @@ class _Warm(torch.nn.Module):
 
 
 compare(_Warm(), torch.ones(2, 2))
+
+
+@pytest.fixture
+def shim():
+    """The shim installed for one test, and removed after it unless it was already on."""
+    was_active = state().active
+    installed = install_shims()
+    yield installed
+    if not was_active:
+        uninstall_shims()

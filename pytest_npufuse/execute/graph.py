@@ -112,6 +112,10 @@ def writes_inputs(gm: torch.fx.GraphModule) -> bool:
     return any(set(mutated_arguments(node)) & placeholders for node in gm.graph.nodes if node.op == "call_function")
 
 
+# Handed each input and computed node of a run right after it has its value, with the tensors it read.
+Observer = Callable[[torch.fx.Node, Sequence[Any], Any], None]
+
+
 def run_graph(
     gm: torch.fx.GraphModule,
     program: Program,
@@ -121,13 +125,15 @@ def run_graph(
     keep: frozenset[str] = frozenset(),
     only: frozenset[str] | None = None,
     given: Mapping[str, Any] | None = None,
+    observe: Observer | None = None,
 ) -> Execution:
     """The graph's outputs for ``args``. ``stale_reads`` maps a kernel to the input tensors it reads in
     a race (found by the sanitizer); those reads get poisoned memory.
 
     ``keep`` names node values to return for a later cone run. ``only`` restricts the run to those nodes;
     every other node's value is taken from ``given`` (an earlier run's kept values). A value is dropped
-    once its last reader ran, so a run holds only live tensors.
+    once its last reader ran, so a run holds only live tensors. ``observe`` is handed each input and
+    computed node right after it has its value, with the tensors it read (a data dump writes them).
     """
     stale_of_node = {kernel.node: stale_reads[kernel.name] for kernel in program.kernels if kernel.name in stale_reads}
     kernel_nodes = {kernel.node for kernel in program.kernels}
@@ -140,6 +146,8 @@ def run_graph(
     for position, node in enumerate(gm.graph.nodes):
         if node.op == "placeholder":
             env[node.name] = next(inputs)
+            if observe is not None:
+                observe(node, (), env[node.name])
         elif node.op == "get_attr":
             env[node.name] = getattr(gm, str(node.target))
         elif node.op == "output":
@@ -149,6 +157,9 @@ def run_graph(
         else:
             env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()))
             computed += node.name in kernel_nodes
+            if observe is not None:
+                read = [env[arg.name] for arg in node.all_input_nodes if isinstance(env.get(arg.name), torch.Tensor)]
+                observe(node, read, env[node.name])
         if node.name in keep:
             kept[node.name] = env[node.name]
         for done in last_use.get(position, ()):

@@ -8,7 +8,7 @@ pipeline's ``NpuBackend`` models every graph a user's ``torch.compile`` produces
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.fx
@@ -43,21 +43,29 @@ class CaptureBackend:
     """A Dynamo backend that lowers each graph to aten (input mutations stay in the graph as ``copy_``
     kernels, where a device would run them), builds its program and keeps it in ``graphs``.
 
-    ``on_graph`` turns a captured graph into the callable Dynamo runs for it.
+    ``on_graph`` turns a captured graph into the callable Dynamo runs for it. ``decompositions`` are
+    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``).
     """
 
     catalog: OpCatalog
     on_graph: Callable[[CapturedGraph], GraphRunner]
     graphs: list[CapturedGraph] = field(default_factory=list)
+    decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in example_inputs):
             raise NotModeledError(
                 "training graphs are not modeled; run the model under torch.no_grad() or torch.inference_mode()."
             )
-        return aot_module_simplified(gm, example_inputs, fw_compiler=self._capture, keep_inference_input_mutations=True)
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=self.capture_aten, decompositions=dict(self.decompositions) or None,
+            keep_inference_input_mutations=True,
+        )
 
-    def _capture(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+    def capture_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+        """Capture an aten graph AOTAutograd produced (what AOT hands its ``fw_compiler``): also the entry
+        of TorchAir's ``get_compiler()`` and npugraph_ex's ``compile_fx``, which users put under their own
+        ``aot_module_simplified``."""
         symbols = input_symbols(gm)
         if is_dynamic(symbols):
             return self._per_call_sizes(gm, symbols)

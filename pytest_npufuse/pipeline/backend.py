@@ -9,7 +9,7 @@ written for a real NPU gets its backend through :func:`backend_for` (``torchair.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -39,6 +39,7 @@ class NpuBackend:
     dynamic: bool = False
     host: HostConfig = field(default_factory=HostConfig)
     graphs: list[CompiledGraph] = field(default_factory=list)
+    decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
 
     @property
     def run_mode(self) -> str:
@@ -46,12 +47,23 @@ class NpuBackend:
         return self.config.mode
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        return CaptureBackend(self.catalog, self._model)(gm, example_inputs)
+        return self._capturer()(gm, example_inputs)
+
+    def compile_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        """Model an aten graph AOTAutograd already produced (a user's own ``aot_module_simplified`` with
+        this as its ``fw_compiler``)."""
+        return self._capturer().capture_aten(gm, example_inputs)
+
+    def _capturer(self) -> CaptureBackend:
+        return CaptureBackend(self.catalog, self._model, decompositions=self.decompositions)
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
         settings = Settings(self.profile, self.config.mode, self.dynamic or graph.dynamic, self.host)
         multistream = self.multistream and not self.config.single_stream
         compiled = model_graph(graph, settings, self.variant, self.options, multistream, self.config.aclgraph_superkernel)
+        if self.config.watch is not None:
+            stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
+            compiled = replace(compiled, dump=self.config.watch(settings.mode, graph.gm, graph.program, stream_of))
         self.graphs.append(compiled)
         return compiled
 
@@ -118,10 +130,13 @@ def current_profile(target: str | None = None) -> HardwareProfile:
     return _RUN.profile
 
 
-def backend_for(options: GraphOptions, target: str | None) -> NpuBackend:
+def backend_for(
+    options: GraphOptions, target: str | None, decompositions: Mapping[Any, Callable[..., Any]] | None = None
+) -> NpuBackend:
     """A backend for ``options`` on ``target`` (default: the running script's target, else the default
-    target); inside ``python -m pytest_npufuse run`` it is remembered for the summary."""
-    backend = NpuBackend(options, current_profile(target))
+    target), applying ``decompositions`` when lowering to aten; inside ``python -m pytest_npufuse run``
+    it is remembered for the summary."""
+    backend = NpuBackend(options, current_profile(target), decompositions=dict(decompositions or {}))
     if _RUN is not None:
         _RUN.backends.append(backend)
     return backend

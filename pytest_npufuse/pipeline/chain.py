@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 import torch.fx
@@ -27,7 +27,14 @@ import torch.utils._pytree as pytree
 
 from ..advisor.affinity import find_affinity
 from ..errors import ArgumentError, CaptureError
-from ..execute.graph import Execution, inputs_of, racy_cone, run_graph, writes_inputs
+from ..execute.graph import (
+    Execution,
+    Observer,
+    inputs_of,
+    racy_cone,
+    run_graph,
+    writes_inputs,
+)
 from ..frontend.backend import Capture, CapturedGraph
 from ..ir.program import Program
 from ..numerics.compare import compare_outputs
@@ -57,16 +64,28 @@ def _output_names(outputs: Any) -> tuple[list[str], list[Any]]:
     return ["output" + pytree.keystr(path) for path, _ in leaves], [leaf for _, leaf in leaves]
 
 
+class CallWatcher(Protocol):
+    """What sees the tensors of each call of a compiled graph (TorchAir's data dump is one)."""
+
+    def for_call(self) -> Observer | None: ...
+
+
+# Plans the watcher of one modeled graph from its mode, aten graph, program and each kernel's stream.
+WatchPlanner = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], "CallWatcher | None"]
+
+
 @dataclass(frozen=True)
 class GraphOptions:
     """What a compile configuration decides about how its graphs are modeled: the mode, whether every
     kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
-    text when aclgraph SuperKernel is switched on. TorchAir's ``CompilerConfig`` gives one through
-    ``graph_options()``; the library's ``mode=`` arguments through :func:`graph_options`."""
+    text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
+    config's data dump). TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the
+    library's ``mode=`` arguments through :func:`graph_options`."""
 
     mode: Mode = Mode.MAX_AUTOTUNE
     single_stream: bool = False
     aclgraph_superkernel: str | None = None
+    watch: WatchPlanner | None = None
 
 
 def graph_options(mode: str | None) -> GraphOptions:
@@ -102,6 +121,7 @@ class CompiledGraph:
     settings: Settings
     plog_path: str | None = None
     sanitizer: SanitizerReport | None = None
+    dump: CallWatcher | None = None
 
     def scopes_ignored(self) -> RunReport:
         """The same program with its SuperKernel scopes ignored (the BASELINE plan), priced with the
@@ -119,8 +139,10 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> list[Any]:
         """The outputs a device would produce: kernels in issue order (always a legal order for the
         data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
-        device clock advances by the graph's modeled time."""
-        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads()).outputs
+        device clock advances by the graph's modeled time. With a data dump, the dumped tensors are
+        written as the graph runs."""
+        observe = self.dump.for_call() if self.dump is not None else None
+        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
         DEVICE_CLOCK.run(self.run.time_us * 1e-6)
         return outputs
 

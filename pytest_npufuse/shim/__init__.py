@@ -23,7 +23,11 @@ from dataclasses import dataclass
 from .imports import AliasFinder, PostImportHook
 from .undo import UNDO
 
-ROOTS = {"torchair": "pytest_npufuse.torchair", "torch_npu": "pytest_npufuse.torch_npu"}
+ROOTS = {
+    "torchair": "pytest_npufuse.torchair",
+    "torch_npu": "pytest_npufuse.torch_npu",
+    "npugraph_ex": "pytest_npufuse.npugraph_ex",
+}
 EXACT = {"torch_npu.npu": "pytest_npufuse.shim.npu"}
 
 
@@ -87,9 +91,11 @@ def install_shims(*, defer_torch: bool = False) -> ShimState:
 
     def remove_finder() -> None:
         # Every finder of ours, not just this one: pytester restores sys.meta_path snapshots, which can
-        # bring back one installed before.
+        # bring back one installed before (and the names it presented since).
+        ours = [f for f in sys.meta_path if isinstance(f, AliasFinder)]
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, AliasFinder)]
-        finder.remove_aliases()
+        for each in {id(f): f for f in [*ours, finder]}.values():
+            each.remove_aliases()
 
     UNDO.append(remove_finder)
     torch_loaded = "torch" in sys.modules

@@ -84,7 +84,48 @@ def tensor_npu(self: torch.Tensor, device: object = None, non_blocking: bool = F
     return self
 
 
+@property  # type: ignore[misc]
+def tensor_is_npu(self: torch.Tensor) -> bool:
+    """``Tensor.is_npu``: True, since every tensor already lives where the model computes (``.npu()``
+    returns the tensor itself). Torch also expects it once its PrivateUse1 backend is named ``npu``."""
+    return True
+
+
 def module_npu(self: torch.nn.Module, device: object = None) -> torch.nn.Module:
     """``Module.npu()``: parameters already live where the model computes."""
     check_index(device, "Module.npu")
     return self
+
+
+class _NpuHooks(torch._C._acc.PrivateUse1Hooks):
+    """The PrivateUse1 runtime hooks torch_npu's C++ backend registers: the one modeled device is there."""
+
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, device_index: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _NpuGuard(torch._C._acc.DeviceGuard):
+    """The PrivateUse1 device guard: device 0 and its default stream, all torch asks of it."""
+
+    def type_(self) -> Any:
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def provide_privateuse1_runtime() -> None:
+    """Once ``torch.utils.rename_privateuse1_backend("npu")`` made ``npu`` torch's accelerator, torch and
+    Dynamo ask its runtime for the current device and stream, which the real torch_npu answers from C++.
+    Without a runtime behind the name every ``torch.compile`` fails (``PyTorch is not linked with support
+    for npu devices``), so the shim registers Python hooks and a device guard answering for the one
+    modeled device. Torch keeps these for the process (they cannot be unregistered); a runtime that is
+    already there is left alone."""
+    try:
+        torch.accelerator.current_stream()
+    except RuntimeError:
+        torch._C._acc.register_python_privateuseone_hook(_NpuHooks())
+        torch._C._acc.register_python_privateuseone_device_guard(_NpuGuard())

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import itertools
 from types import SimpleNamespace, TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from ..errors import NotModeledError, ScopeError
+from .. import npugraph_ex as _npugraph_ex
+from ..errors import NotModeledAttributeError, NotModeledError, ScopeError
 from ..frontend import scopes
 from ..simulate.clock import DEVICE_CLOCK
-from ..torchair import scope as _torchair_scope
 from .devices import check_index
 
 DEFAULT_STREAM = "default"
@@ -83,7 +83,7 @@ class Stream:
 
 
 _DEFAULT = Stream._named(DEFAULT_STREAM)
-_CURRENT: list[Stream] = []
+_CURRENT: list["_Switch"] = []  # the stream switches in effect, innermost last
 
 
 def _tag_of(stream: object, api: str) -> str:
@@ -136,6 +136,26 @@ class Event:
         return f"torch.npu.Event({self.tag!r})"
 
 
+class _Switch(NamedTuple):
+    """One stream switch in effect: the stream, and whether ``torch.npu.set_stream`` made it (rather than
+    a ``with torch.npu.stream(s):`` block)."""
+
+    stream: Stream
+    by_set_stream: bool
+
+
+def _enter(stream: Stream, by_set_stream: bool) -> None:
+    _CURRENT.append(_Switch(stream, by_set_stream))
+    torch.ops.npufuse.scope_enter(
+        [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.NATIVE_STREAM], [stream.tag, str(stream.priority), "1"]
+    )
+
+
+def _leave() -> None:
+    torch.ops.npufuse.scope_exit()
+    _CURRENT.pop()
+
+
 class _StreamContext:
     """``with torch.npu.stream(s):`` -- the ops inside run on ``s`` (a stream scope in the graph)."""
 
@@ -144,19 +164,21 @@ class _StreamContext:
 
     def __enter__(self) -> Stream | None:
         if self.stream is not None:
-            _CURRENT.append(self.stream)
-            torch.ops.npufuse.scope_enter(
-                [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.NATIVE_STREAM],
-                [self.stream.tag, str(self.stream.priority), "1"],
-            )
+            _enter(self.stream, by_set_stream=False)
         return self.stream
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self.stream is not None:
-            torch.ops.npufuse.scope_exit()
-            _CURRENT.pop()
+        if self.stream is None:
+            return
+        if _CURRENT and _CURRENT[-1].by_set_stream:
+            raise ScopeError(
+                f"torch.npu.set_stream({_CURRENT[-1].stream!r}) inside `with torch.npu.stream({self.stream!r}):` is "
+                "still in effect where the block ends; set the stream back (torch.npu.set_stream with the stream "
+                "the block runs on) before leaving it."
+            )
+        _leave()
 
 
 def stream(stream: Stream | None) -> _StreamContext:
@@ -167,7 +189,7 @@ def stream(stream: Stream | None) -> _StreamContext:
 
 def current_stream(device: object = None) -> Stream:
     check_index(device, "torch.npu.current_stream")
-    return _CURRENT[-1] if _CURRENT else _DEFAULT
+    return _CURRENT[-1].stream if _CURRENT else _DEFAULT
 
 
 def default_stream(device: object = None) -> Stream:
@@ -176,10 +198,19 @@ def default_stream(device: object = None) -> Stream:
 
 
 def set_stream(stream: Stream) -> None:
-    raise NotModeledError(
-        "torch.npu.set_stream is not modeled: use `with torch.npu.stream(s):`, which npugraph_ex requires to "
-        "return to the original stream anyway."
-    )
+    """``torch.npu.set_stream(s)``: the ops issued after it run on ``s`` until the next ``set_stream``.
+
+    Inside a compiled function this is a stream scope from this call to the next switch, as npugraph_ex
+    turns it into one (torchair: npugraph_ex/_acl_concrete_graph/replace_stream_event.py). As there, the
+    function must set the stream back to the one it began on before it returns; otherwise the scope is
+    left open and capture fails naming the stream."""
+    if stream is None:
+        raise ScopeError("torch.npu.set_stream(stream) takes a torch.npu.Stream, got None.")
+    _tag_of(stream, "torch.npu.set_stream(stream)")
+    while _CURRENT and _CURRENT[-1].by_set_stream:
+        _leave()
+    if stream != current_stream():
+        _enter(stream, by_set_stream=True)
 
 
 def _scope_name(scope_name: object, api: str) -> None:
@@ -253,8 +284,8 @@ def set_compile_mode(jit_compile: bool = False) -> None:
 
 # ``torch.npu.config.allow_internal_format = ...``: a layout switch with no effect on the values.
 config = SimpleNamespace(allow_internal_format=False)
-# ``torch.npu.npugraph_ex.scope.limit_core_num``: npugraph_ex's core-limit scope is TorchAir's.
-npugraph_ex = SimpleNamespace(scope=SimpleNamespace(limit_core_num=_torchair_scope.limit_core_num))
+# ``torch.npu.npugraph_ex``: the npugraph_ex package (``compile_fx``, ``inference``, ``scope.limit_core_num``).
+npugraph_ex = _npugraph_ex
 
 
 def record_stream(tensor: torch.Tensor, stream: Stream) -> None:
@@ -265,12 +296,14 @@ def record_stream(tensor: torch.Tensor, stream: Stream) -> None:
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    raise NotModeledError(f"torch.npu.{name} is not modeled by pytest-npufuse (its CPU torch.npu has: {', '.join(PROVIDED)}).")
+    raise NotModeledAttributeError(
+        f"torch.npu.{name} is not modeled by pytest-npufuse (its CPU torch.npu has: {', '.join(PROVIDED)})."
+    )
 
 
 PROVIDED = (
     "Stream", "Event", "stream", "current_stream", "default_stream", "super_kernel_scope_begin",
-    "super_kernel_scope_end", "is_available", "device_count", "current_device", "get_device_name",
+    "super_kernel_scope_end", "set_stream", "is_available", "device_count", "current_device", "get_device_name",
     "is_bf16_supported", "set_device", "synchronize",
     "manual_seed", "manual_seed_all", "empty_cache", "set_compile_mode", "config", "npugraph_ex",
 )

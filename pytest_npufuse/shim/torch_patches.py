@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 
 from .. import torch_npu
-from ..torchair.configs.npugraphex_config import npugraph_ex_backend
+from ..npugraph_ex.npu_fx_compiler import npugraph_ex_backend
 from ..vocabulary import Mode
 from . import devices, npu
 from .undo import UNDO, patch
@@ -33,10 +33,12 @@ def install_devices() -> None:
     patch(torch.Tensor, "to", devices.wrap_to(torch.Tensor.to))
     patch(torch.nn.Module, "to", devices.wrap_to(torch.nn.Module.to))
     patch(torch.Tensor, "npu", devices.tensor_npu)
+    patch(torch.Tensor, "is_npu", devices.tensor_is_npu)
     patch(torch.nn.Module, "npu", devices.module_npu)
     patch(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream))
     patch(torch, "npu", npu)
     _patch_module_entry("torch.npu", npu)
+    patch(torch, "_register_device_module", _share_device_module(torch._register_device_module))
     _patch_dynamo_record_stream()
     _register_npugraph_ex()
 
@@ -52,6 +54,41 @@ def _patch_module_entry(name: str, module: Any) -> None:
             sys.modules[name] = previous
 
     UNDO.append(undo)
+
+
+def _share_device_module(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch._register_device_module("npu", module)`` from a test that fakes the NPU runtime itself
+    (TorchAir's own CPU tests do, after ``torch.utils.rename_privateuse1_backend("npu")``). Torch refuses a
+    second ``npu`` module, so the shim steps aside: the caller's module becomes ``torch.npu``, and the
+    names it lacks are still the shim's (its own names win), so streams, events and seeds keep working.
+    With the backend renamed to ``npu`` and no runtime behind it, the shim provides the runtime torch then
+    asks for (:func:`devices.provide_privateuse1_runtime`). Any other device goes to torch unchanged."""
+
+    def register_device_module(device_type: str, module: Any) -> None:
+        if str(device_type).split(":")[0] != "npu" or getattr(torch, "npu", None) is not npu:
+            return original(device_type, module)
+        if "__getattr__" not in vars(module):
+            module.__getattr__ = _fallback_to(npu)
+            UNDO.append(lambda: delattr(module, "__getattr__"))
+        setattr(torch, "npu", module)
+        sys.modules["torch.npu"] = module
+        if torch._C._get_privateuse1_backend_name() == "npu":
+            devices.provide_privateuse1_runtime()
+        return None
+
+    register_device_module.__doc__ = original.__doc__
+    return register_device_module
+
+
+def _fallback_to(owner: Any) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that reads a name the module lacks from ``owner``."""
+
+    def fallback(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(owner, name)
+
+    return fallback
 
 
 def _record_stream(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -19,6 +19,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_prompt_flash_attention``, ``npu_fusion_attention``, ``npu_fused_infer_attention_score_v2``
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
+* :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``, ``scatter_update``, ``scatter_update_``
@@ -57,6 +58,7 @@ from .attention import (
     npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
+from .dump import save_npugraph_tensor
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
     npu_confusion_transpose,
@@ -180,6 +182,7 @@ __all__ = [
     "npu_trans_quant_param",
     "npu_anti_quant",
     "npu_weight_quant_batchmatmul",
+    "save_npugraph_tensor",
     "scatter_update",
     "scatter_update_",
 ]

@@ -9,18 +9,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import NotModeledError
-from . import configs, core, ge, inference, ops, scope
+from ..errors import NotModeledAttributeError
+from . import (
+    configs,
+    core,
+    ge,
+    ge_concrete_graph,
+    inference,
+    npu_fx_compiler,
+    ops,
+    scope,
+)
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
-from .npu_fx_compiler import get_npu_backend
+from .npu_fx_compiler import get_compiler, get_npu_backend
 
-__all__ = ["ops", "scope", "ge", "configs", "core", "inference", "CompilerConfig", "get_npu_backend", "logger"]
+__all__ = ["get_compiler", "get_npu_backend", "CompilerConfig", "logger"]
 
 # TorchAir's public names we do not model (torchair.__all__ and its submodules); each is refused by name.
 _NOT_MODELED = frozenset(
     {
-        "get_compiler", "dynamo_export", "use_internal_format_weight", "register_fx_node_ge_converter",
+        "dynamo_export", "use_internal_format_weight", "register_fx_node_ge_converter",
         "patch_for_hcom", "register_replacement", "npu_format_cast_via_cpu", "llm_datadist",
     }
 )
@@ -28,5 +37,8 @@ _NOT_MODELED = frozenset(
 
 def __getattr__(name: str) -> Any:
     if name in _NOT_MODELED:
-        raise NotModeledError(f"torchair.{name} is not modeled by pytest-npufuse; only {', '.join(__all__)} are.")
+        raise NotModeledAttributeError(
+            f"torchair.{name} is not modeled by pytest-npufuse; it models {', '.join(__all__)} and the modules "
+            "configs, core, ge, ge_concrete_graph, inference, npu_fx_compiler, ops and scope."
+        )
     raise AttributeError(f"module 'torchair' has no attribute {name!r}")

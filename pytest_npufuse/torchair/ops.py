@@ -1,6 +1,7 @@
 """``torchair.ops``: explicit stream synchronisation, with TorchAir's names and errors.
 
-``record()``/``wait([...])`` work in every mode; the tagged-event API and ``npu_record_tagged_stream``
+``npu_print`` prints tensors from inside the graph (:mod:`.printing`). ``record()``/``wait([...])`` work
+in every mode; the tagged-event API and ``npu_record_tagged_stream``
 work in the aclgraph modes only, which the backend checks once it knows the mode.
 
 TorchAir also exposes some torch_npu ops here (``torchair.ops.npu_fused_infer_attention_score``); they
@@ -14,10 +15,12 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import NotModeledError, ScopeError
+from ..errors import NotModeledAttributeError, ScopeError
 from ..frontend.tagged_events import EVENTS, TaggedEvent
+from .printing import npu_print
 
 __all__ = [
+    "npu_print",
     "record",
     "wait",
     "npu_create_tagged_event",
@@ -74,8 +77,6 @@ def npu_record_tagged_stream(input: torch.Tensor, tagged_stream: str) -> None:
 
 # torch_npu ops TorchAir re-exports from torchair.ops (torchair: python/torchair/ops/__init__.py).
 TORCH_NPU_OPS = ("npu_fused_infer_attention_score", "npu_fused_infer_attention_score_v2")
-# torchair.ops names that are no torch_npu op and are not modeled.
-_NOT_MODELED = {"npu_print": "it prints device tensors from inside a GE graph"}
 
 
 def __getattr__(name: str) -> Any:
@@ -83,6 +84,8 @@ def __getattr__(name: str) -> Any:
         from .. import torch_npu
 
         return getattr(torch_npu, name)
-    if name in _NOT_MODELED:
-        raise NotModeledError(f"torchair.ops.{name} is not modeled by pytest-npufuse: {_NOT_MODELED[name]}.")
-    raise AttributeError(f"module 'torchair.ops' has no attribute {name!r}")
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise NotModeledAttributeError(
+        f"torchair.ops.{name} is not modeled by pytest-npufuse; torchair.ops has {', '.join(__all__ + list(TORCH_NPU_OPS))}."
+    )

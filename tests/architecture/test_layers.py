@@ -40,6 +40,7 @@ LAYERS: tuple[str, ...] = (
     "advisor",
     "pipeline",
     "torchair",
+    "npugraph_ex",
     "gating",
     "shim",
     "cli",

@@ -2,16 +2,28 @@
 
 TorchAir's logger is a standard :mod:`logging` logger named ``torchair`` (level from ``TNG_LOG_LEVEL``,
 default ERROR); ours is the same, so ``logger.info(...)`` and ``logger.setLevel(...)`` behave alike.
+TorchAir adds a level ``EVENT`` (35, between WARNING and ERROR) for its compile and cache milestones,
+logged with ``logger.event(msg)``; tests filter on it with ``assertLogs(logger, level=EVENT_LEVEL)``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
 _LEVELS = {"0": logging.DEBUG, "1": logging.INFO, "2": logging.WARNING, "3": logging.ERROR}
+EVENT_LEVEL = 35
+logging.addLevelName(EVENT_LEVEL, "EVENT")
 
-logger = logging.getLogger("torchair")
+
+def with_event_level(logger: logging.Logger) -> logging.Logger:
+    """``logger`` with TorchAir's ``event(msg, *args)`` method (a log record at :data:`EVENT_LEVEL`)."""
+    logger.event = functools.partial(logger.log, EVENT_LEVEL)  # type: ignore[attr-defined]
+    return logger
+
+
+logger = with_event_level(logging.getLogger("torchair"))
 logger.setLevel(_LEVELS.get(os.environ.get("TNG_LOG_LEVEL", "3"), logging.ERROR))
 
-__all__ = ["logger"]
+__all__ = ["logger", "EVENT_LEVEL"]

@@ -17,10 +17,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import NotModeledError
-from ..frontend.shapes import GEARS_ATTRIBUTE
-from .configs.compiler_config import CompilerConfig
-from .npu_fx_compiler import get_npu_backend
+from ...errors import NotModeledError
+from ...frontend.shapes import GEARS_ATTRIBUTE
+from ..configs.compiler_config import CompilerConfig
+from ..npu_fx_compiler import get_npu_backend
 
 __all__ = ["cache_compile", "set_dim_gears", "readable_cache"]
 

@@ -1,0 +1,37 @@
+"""``import npugraph_ex``: TorchAir's successor backend as its own package (also ``torch.npu.npugraph_ex``).
+
+npugraph_ex captures a model as an aclgraph (torchair: npugraph_ex/npugraph_ex/, snapshot fced8842). Under
+the shim (:mod:`pytest_npufuse.shim`) ``import npugraph_ex`` is this package, and
+``torch.compile(model, backend="npugraph_ex", options={...})`` uses :func:`.npu_fx_compiler.npugraph_ex_backend`.
+Its public names:
+
+- ``get_npu_backend(compiler_config=..., custom_decompositions=...)``, ``get_compiler(config)``,
+  ``compile_fx(gm, example_inputs, options)`` (:mod:`.npu_fx_compiler`);
+- ``CompilerConfig`` (:mod:`.configs.compiler_config`), whose options are the ``options={...}`` keys;
+- ``logger`` (:mod:`.core.utils`), ``inference.cache_compile`` / ``readable_cache``, ``scope.limit_core_num``.
+
+``register_replacement`` (a user's own pattern-fusion rule, applied by npugraph_ex's FX passes) is not
+modeled: reading it is an error naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import NotModeledAttributeError
+from . import configs, core, inference, npu_fx_compiler, scope
+from .configs.compiler_config import CompilerConfig
+from .core.utils import logger
+from .npu_fx_compiler import compile_fx, get_compiler, get_npu_backend
+
+__all__ = ["get_npu_backend", "get_compiler", "compile_fx", "CompilerConfig", "logger"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "register_replacement":
+        raise NotModeledAttributeError(
+            "npugraph_ex.register_replacement is not modeled by pytest-npufuse: the model captures the graph the "
+            f"user wrote, without pattern-fusion passes; it models {', '.join(__all__)} and the modules "
+            "configs, core, inference, npu_fx_compiler and scope."
+        )
+    raise AttributeError(f"module 'npugraph_ex' has no attribute {name!r}")

@@ -1,0 +1,48 @@
+"""``npugraph_ex.npu_fx_compiler``: npugraph_ex's backend, its FX compiler and ``compile_fx``.
+
+``get_npu_backend()`` is a ``torch.compile`` backend in npugraph_ex mode; ``get_compiler()`` and
+``compile_fx(gm, example_inputs, options)`` compile an aten graph that the user's own backend produced
+with ``aot_module_simplified`` (torchair: npugraph_ex/npugraph_ex/npu_fx_compiler.py; the npugraph_ex
+docs build custom backends this way, docs/zh/npugraph_ex/api/npugraph_ex/compile_fx.md). Each models
+the NPU of the current ``python -m pytest_npufuse run`` (else a3).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from ..pipeline.backend import backend_for
+from .configs.compiler_config import CompilerConfig
+
+__all__ = ["get_npu_backend", "get_compiler", "compile_fx"]
+
+
+def get_npu_backend(
+    *,
+    compiler_config: CompilerConfig | None = None,
+    custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+) -> Any:
+    """A ``torch.compile`` backend for ``compiler_config`` (npugraph_ex's flat config)."""
+    return backend_for((compiler_config or CompilerConfig()).torchair_config().graph_options(), None, custom_decompositions)
+
+
+def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[..., Any]:
+    """The compiler of an aten graph (the ``fw_compiler`` of a user's ``aot_module_simplified``)."""
+    return backend_for((compiler_config or CompilerConfig()).torchair_config().graph_options(), None).compile_aten
+
+
+def compile_fx(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = None, options: Mapping[str, Any] | None = None
+) -> Callable[..., Any]:
+    """The aten graph ``gm`` compiled with npugraph_ex ``options`` (the keys of ``torch.compile(...,
+    options=)``); calling the result runs the modeled graph."""
+    return get_compiler(CompilerConfig().update(options))(gm, list(example_inputs or ()))
+
+
+def npugraph_ex_backend(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None
+) -> Callable[..., Any]:
+    """``torch.compile(model, backend="npugraph_ex", options={...})``: the backend the shim registers."""
+    return get_npu_backend(compiler_config=CompilerConfig().update(options))(gm, example_inputs)

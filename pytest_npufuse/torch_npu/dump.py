@@ -1,0 +1,62 @@
+"""``torch_npu.save_npugraph_tensor``: save a tensor to a file from eager code or inside a graph.
+
+A ``print`` or ``torch.save`` inside a compiled function breaks the graph; this op stays in it and, on a
+device, runs as a host function launched on the stream (aclrtLaunchHostFunc), so an aclgraph replay
+saves the tensor each time it passes. The file is ``torch.save`` of the tensor at ``save_path`` with the
+device and a running count before the suffix: ``./x.pt`` -> ``./x_device_0_0.pt``, then ``_1`` on the
+next save to the same path (Ascend/torchair docs/zh/npugraph_ex/dfx/data_dump.md; Ascend Extension for
+PyTorch API reference, torch_npu.save_npugraph_tensor). The suffix is ``.pt`` or ``.bin``; without a path
+the file is ``tensor_<timestamp>`` in the working directory. TorchAir's aclgraph data dump
+(``dump_config.enable_dump``) skips a node that is already saved this way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterator, Optional
+
+import torch
+
+from .checks import require_tensor
+from .registry import npu_op
+
+SOURCE = "torch_npu.save_npugraph_tensor, Ascend Extension for PyTorch API reference"
+SUFFIXES = (".pt", ".bin")
+DEVICE = 0  # the model has one device
+_COUNTS: defaultdict[Path, Iterator[int]] = defaultdict(itertools.count)
+
+
+def saved_path(save_path: Optional[str]) -> Path:
+    """The file the next save to ``save_path`` writes (the count advances)."""
+    path = Path(save_path) if save_path is not None else Path(f"tensor_{time.strftime('%Y%m%d%H%M%S')}.pt")
+    return path.with_name(f"{path.stem}_device_{DEVICE}_{next(_COUNTS[path])}{path.suffix}")
+
+
+def _check_path(save_path: Optional[str]) -> None:
+    if save_path is None:
+        return
+    if not isinstance(save_path, str):
+        raise TypeError(f"save_npugraph_tensor(save_path=...) takes a str, got {type(save_path).__name__}")
+    if Path(save_path).suffix not in SUFFIXES:
+        raise ValueError(f"save_npugraph_tensor(save_path={save_path!r}): the file suffix must be .pt or .bin")
+
+
+def _meta(self: torch.Tensor, *, save_path: Optional[str] = None) -> tuple:
+    return ()
+
+
+def _kernel(self: torch.Tensor, *, save_path: Optional[str] = None) -> tuple:
+    path = saved_path(save_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(self.detach().clone(), path)
+    return ()
+
+
+@npu_op("(Tensor self, *, str? save_path=None) -> ()", source=SOURCE, meta=_meta, kernel=_kernel, side_effect=True)
+def save_npugraph_tensor(self: torch.Tensor, *, save_path: Optional[str] = None) -> None:
+    """Save ``self`` to ``save_path`` (see the module doc for the file name) when this point runs."""
+    require_tensor("self", self)
+    _check_path(save_path)
