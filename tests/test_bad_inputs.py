@@ -33,20 +33,22 @@ from pytest_npufuse.plan.tasks import LogRecord
 from pytest_npufuse.report.plog import write_plog
 from pytest_npufuse.simulate.host import HostConfig
 from pytest_npufuse.target.catalog import load_catalog
-from pytest_npufuse.target.profile import DATA_DIR, load_profile
+from pytest_npufuse.target.profile import builtin_profile_text, load_profile
 from pytest_npufuse.target.userconfig import user_config_from_table
 
 Action = Callable[[Path], Any]
 
 
 def profile_with(line: str, replacement: str) -> Action:
-    """Load a copy of the built-in a3 profile with one line replaced."""
+    """Load a copy of the built-in a3 profile with the first ``key = value`` line of ``line``'s key
+    replaced (whatever value the shipped profile has: a fit may move it)."""
+    key = line.split("=")[0].strip()
 
     def load(tmp: Path) -> Any:
         path = tmp / "custom.toml"
-        text = (DATA_DIR / "a3.toml").read_text()
-        assert line in text, line
-        path.write_text(text.replace(line, replacement, 1))
+        text, count = re.subn(rf"^{re.escape(key)} = \S+", replacement, builtin_profile_text("a3"), count=1, flags=re.M)
+        assert count == 1, line
+        path.write_text(text)
         return load_profile(str(path))
 
     return load

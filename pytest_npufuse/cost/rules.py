@@ -32,8 +32,9 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
+from .cube import Gemm, Tiling, cann_tiling, cube_us, output_tiles, split_k, tile_count
 from .registry import Work, register_cost_rule
 
 if TYPE_CHECKING:
@@ -230,19 +231,59 @@ def prefetch_bytes(work: Work) -> int:
 # ---------------------------------------------------------------- block dim
 
 
-def matmul_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
-    """Output tiles of ``cube_tile_m x cube_tile_n``; when they cannot fill the Cube cores, the decode
-    tiling splits N to ``decode_tile_n`` and then K to ``decode_tile_k`` slices (split-N / split-K)."""
+_ITEM_BYTES = {"int8": 1, "uint8": 1, "bool": 1, "float16": 2, "bfloat16": 2, "int16": 2, "float32": 4, "int32": 4,
+               "int64": 8, "float64": 8}
+
+
+def _gemm(kernel: "Kernel") -> Gemm:
+    """The matmul a Cube kernel does, from its output and its flops (which carry K, padded to the
+    fractal, whatever the inputs' layout): a capture-time count or a builder's override alike."""
+    out = kernel.output_specs[0].shape if kernel.output_specs else (1,)
+    n = out[-1] if out else 1
+    m = out[-2] if len(out) > 1 else 1
+    batch = math.prod(out[:-2]) if len(out) > 2 else 1
+    k = max(1, round(kernel.flops / (2.0 * batch * _ceil(m, 16) * _ceil(n, 16)))) if kernel.flops else 1
+    item_out = kernel.output_specs[0].nbytes / max(1, math.prod(out)) if kernel.output_specs else 2
+    return Gemm(batch, m, n, k, _ITEM_BYTES.get(kernel.compute_dtype, 2), item_out)
+
+
+def _shape_gemm(kernel: "Kernel") -> Gemm:
+    """The same from the kernel's input shapes (planning reads shapes, not flops)."""
     batch, m, n, k = _matmul_dims(kernel.input_specs, kernel.output_specs)
-    rows = batch * -(-m // profile.cube_tile_m)
-    tiles = rows * -(-n // profile.cube_tile_n)
-    cores = profile.cores("cube")
-    if tiles >= cores:
-        return tiles
-    split_n = rows * -(-n // profile.decode_tile_n)
-    if split_n >= cores:
-        return split_n
-    return split_n * -(-k // profile.decode_tile_k)
+    return Gemm(batch, m, n, k, 2, 2)
+
+
+Strategy = Callable[[Gemm, "HardwareProfile"], Tiling]
+
+
+def _tiles_strategy(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
+    return output_tiles(profile)
+
+
+def tiled_block_dim(strategy: Strategy) -> Callable[["Kernel", "HardwareProfile"], int]:
+    """Launch as many cores as the tiling has tiles (capped later by the core count)."""
+
+    def block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
+        gemm = _shape_gemm(kernel)
+        return tile_count(gemm, strategy(gemm, profile))
+
+    return block_dim
+
+
+def tiled_body(strategy: Strategy) -> Callable[["Kernel", int, "HardwareProfile"], float]:
+    """The Cube time of the tiling ``strategy`` (:func:`pytest_npufuse.cost.cube.cube_us`), plus a SyncAll
+    if the kernel uses one."""
+
+    def body_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+        gemm = _gemm(kernel)
+        sync_us = profile.overhead_us["sync_all"] if kernel.info.sync_all else 0.0
+        return sync_us + cube_us(gemm, strategy(gemm, profile), dim, kernel.bytes, _peak_tflops(kernel, profile), profile)
+
+    return body_us
+
+
+matmul_block_dim = tiled_block_dim(cann_tiling)
+matmul_us = tiled_body(cann_tiling)
 
 
 def vector_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
@@ -317,17 +358,26 @@ def matmul_all_reduce_us(kernel: "Kernel", dim: int, profile: "HardwareProfile")
     ``ranks`` dies (two passes, as ``all_reduce``). The API page says the fused op pipelines computation
     and communication, so the body is the longer of the two (estimate: pipeline fill not counted)."""
     message = sum(spec.nbytes for spec in kernel.output_specs)
-    return max(roofline_us(kernel, dim, profile), _ring_us(2 * message, 2, profile))
+    return max(matmul_us(kernel, dim, profile), _ring_us(2 * message, 2, profile))
+
+
+def _mc2_phase_us(profile: "HardwareProfile") -> float:
+    """One handshake phase of an MC2 kernel: a fixed part and a part per peer rank whose flag it writes
+    and polls."""
+    return profile.mc2_phase_us + profile.mc2_rank_us * (profile.comm_ranks - 1)
 
 
 def mc2_dispatch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
-    """Dispatch exchanges token counts, then the tokens: two handshake phases and the message."""
-    return 2 * profile.mc2_phase_us + _link_us(kernel.bytes, profile)
+    """Dispatch exchanges token counts, then the tokens: two handshake phases and the (n-1)/n of the
+    message that leaves the die, so it grows with ranks and with tokens x top-k x hidden."""
+    ranks = profile.comm_ranks
+    return 2 * _mc2_phase_us(profile) + _link_us(kernel.bytes * (ranks - 1) / ranks, profile)
 
 
 def mc2_combine_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
-    """Combine sends the expert outputs back: one handshake phase and the message."""
-    return profile.mc2_phase_us + _link_us(kernel.bytes, profile)
+    """Combine sends the expert outputs back: one handshake phase and the message that leaves the die."""
+    ranks = profile.comm_ranks
+    return _mc2_phase_us(profile) + _link_us(kernel.bytes * (ranks - 1) / ranks, profile)
 
 
 def prefetch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
@@ -337,17 +387,27 @@ def prefetch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float
 
 # ---------------------------------------------------------------- the registry entries
 
-register_cost_rule("matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
-register_cost_rule("linear", block_dim=matmul_block_dim, flops=matmul_flops, bytes=linear_bytes, body_us=roofline_us, tiling="complex")
+register_cost_rule("matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=matmul_us, tiling="complex")
 register_cost_rule(
-    "grouped_matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=grouped_matmul_bytes, body_us=roofline_us,
+    "matmul_tiles", block_dim=tiled_block_dim(_tiles_strategy), flops=matmul_flops, bytes=io_bytes,
+    body_us=tiled_body(_tiles_strategy), tiling="complex",
+)
+register_cost_rule(
+    "matmul_split_k", block_dim=tiled_block_dim(split_k), flops=matmul_flops, bytes=io_bytes, body_us=tiled_body(split_k),
+    tiling="complex",
+)
+register_cost_rule("linear", block_dim=matmul_block_dim, flops=matmul_flops, bytes=linear_bytes, body_us=matmul_us, tiling="complex")
+register_cost_rule(
+    "grouped_matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=grouped_matmul_bytes, body_us=matmul_us,
     tiling="complex",
 )
 register_cost_rule("attention", block_dim=all_cores, flops=attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
 register_cost_rule(
     "bnsd_attention", block_dim=all_cores, flops=bnsd_attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex"
 )
-register_cost_rule("elementwise", block_dim=vector_block_dim, flops=elementwise_flops, bytes=io_bytes, body_us=roofline_us)
+register_cost_rule(
+    "elementwise", block_dim=vector_block_dim, flops=elementwise_flops, bytes=io_bytes, body_us=roofline_us, pointwise=True
+)
 register_cost_rule("reduction", block_dim=vector_block_dim, flops=reduction_flops, bytes=io_bytes, body_us=roofline_us)
 register_cost_rule("copy", block_dim=vector_block_dim, flops=no_flops, bytes=io_bytes, body_us=roofline_us)
 register_cost_rule("fill", block_dim=vector_block_dim, flops=no_flops, bytes=output_bytes, body_us=roofline_us)
@@ -360,8 +420,8 @@ register_cost_rule(
     "matmul_all_reduce", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=matmul_all_reduce_us,
     tiling="complex",
 )
-register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us)
-register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us)
-register_cost_rule("mc2_dispatch", block_dim=all_cores, flops=no_flops, bytes=dispatch_bytes, body_us=mc2_dispatch_us, tiling="complex")
-register_cost_rule("mc2_combine", block_dim=all_cores, flops=no_flops, bytes=combine_bytes, body_us=mc2_combine_us, tiling="complex")
+register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us, hbm=False)
+register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us, hbm=False)
+register_cost_rule("mc2_dispatch", block_dim=all_cores, flops=no_flops, bytes=dispatch_bytes, body_us=mc2_dispatch_us, tiling="complex", hbm=False)
+register_cost_rule("mc2_combine", block_dim=all_cores, flops=no_flops, bytes=combine_bytes, body_us=mc2_combine_us, tiling="complex", hbm=False)
 register_cost_rule("prefetch", block_dim=one_core, flops=no_flops, bytes=prefetch_bytes, body_us=prefetch_us)

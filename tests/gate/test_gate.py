@@ -18,7 +18,7 @@ from pytest_npufuse.cli.main import main as cli
 from pytest_npufuse.gate import baseline
 from pytest_npufuse.simulate.version import ModelIdentity
 from pytest_npufuse.target.catalog import load_catalog
-from pytest_npufuse.target.profile import DATA_DIR, load_profile
+from pytest_npufuse.target.profile import builtin_profile_text, load_profile
 
 MODELS = '''
 import torch
@@ -224,7 +224,7 @@ def test_bad_gate_options_are_usage_errors(run):
 
 def test_model_change_says_rebaseline_once_instead_of_failing(seed, run, pytester):
     before = seed(test_a="Fast", test_b="Fast").read_text()
-    a3 = (DATA_DIR / "a3.toml").read_text()
+    a3 = builtin_profile_text("a3")
     assert "model_launch = 20.0" in a3
     (pytester.path / "a3_faster_launch.toml").write_text(a3.replace("model_launch = 20.0", "model_launch = 18.0"))
     changed = ("--npufuse-baseline=base.json", "--npu-target=a3_faster_launch.toml")
