@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fidelity import fit as fitting  # noqa: E402
+from fidelity import host_rows  # noqa: E402
 from fidelity.evaluate import evaluate  # noqa: E402
 from fidelity.metrics import HEADER, summarize  # noqa: E402
 from fidelity.rows import Profiles, load_rows  # noqa: E402
@@ -41,6 +42,7 @@ def main() -> None:
     parser.add_argument("--fit", action="store_true", help="fit the estimates on the training rows and print them")
     parser.add_argument("--folds", type=int, default=5, help="k of the k-fold cross-validation (0: skip it)")
     parser.add_argument("--rows", action="store_true", help="print every row")
+    parser.add_argument("--sweep", action="store_true", help="seed 002's size sweep of the tiling cache (captures three models)")
     args = parser.parse_args()
     rows = load_rows()
     profiles = Profiles()
@@ -65,9 +67,21 @@ def main() -> None:
             print("  " + row_line(outcome))
     if args.fit:
         values = fitting.fit([row for row in rows if row.split == "train"], evaluator)
-        print("\nfitted on the training rows (write these into the profiles):")
+        print("\nfitted on the training rows (write these into dav_c220.toml):")
         for (section, key), value in sorted(values.items()):
             print(f"  [{section}] {key} = {value:.4g}")
+        fitted = evaluator.outcomes(values, rows)
+        print(HEADER)
+        print(summarize([o for o in fitted if o.row.split == "validation"]).line("validation (fitted)"))
+        print(summarize([o for o in fitted if o.row.split == "train"]).line("in-sample (fitted)"))
+        if args.rows:
+            for outcome in fitted:
+                print(row_line(outcome))
+    if args.sweep:
+        print("\nseed 002: the tiling cache by model size (captured LLaMA-shaped decode steps, host scheduling, one thread)")
+        print(f"  {'model':<34} {'layers':>6} {'first-iteration Tiling cut':>27} {'step gain of the cache':>23} {'GE size ops':>12}")
+        for name, layers, cut, gain, size_ops in host_rows.size_sweep(Profiles().get("910b2")):
+            print(f"  {name:<34} {layers:>6} {cut:>26.1f}% {gain:>22.1f}% {size_ops:>12}")
 
 
 if __name__ == "__main__":

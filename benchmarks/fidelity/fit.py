@@ -23,6 +23,7 @@ PARAMETERS = (
     ("efficiency", "compute", 0.7, 0.3, 1.0),
     ("efficiency", "memory", 0.8, 0.3, 1.0),
     ("efficiency", "pipeline_overlap", 0.5, 0.0, 1.0),
+    ("core_memory", "ddr_bytes_per_cycle", 32.0, 8.0, 110.0),
     ("overhead_us", "kernel_head", 2.0, 0.0, 30.0),
     ("overhead_us", "cold_start", 0.0, 0.0, 40.0),
     ("overhead_us", "fetch_per_core", 0.04, 0.0, 1.0),
@@ -31,6 +32,7 @@ PARAMETERS = (
     ("mc2", "phase_us", 40.0, 0.0, 100.0),
     ("mc2", "rank_us", 0.0, 0.0, 5.0),
     ("aicpu", "gflops_per_core", 2.0, 0.05, 50.0),
+    ("aicpu", "bytes_per_us_per_core", 2000.0, 50.0, 20000.0),
     ("host_us", "eager_dispatch", 10.0, 0.0, 300.0),
 )
 STEPS = (0.5, 0.7, 0.85, 1.2, 1.4, 2.0)

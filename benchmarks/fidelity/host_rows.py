@@ -1,57 +1,62 @@
-"""Seed 002's host-scheduling row: LLaMA-2 under GE host scheduling, small-shape ops on device or on host."""
+"""Seed 002's host rows: a captured LLaMA-2 decode step under GE host scheduling.
+
+The small-shape row compares the step with GE's small-shape ops launched on the device (before) and
+computed on the host (after); the size sweep checks the seed's claim that the tiling cache helps larger
+models more ("模型参数量越大，优化效果越显著", pangu-38B its example), with LLaMA-shaped models of growing size.
+"""
 
 from __future__ import annotations
 
-from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
+from typing import Mapping
+
+from pytest_npufuse.pipeline.synthetic import plan_program
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.host import HostConfig
 from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.target.profile import HardwareProfile
 
+from .llama import captured_llama
 from .rows import Profiles, Row
 
-SHAPE_OPS_PER_LAYER = 21  # seed 002: "650+" Pack/Gather/Concat ops over LLaMA2's 32 layers
+# (name, hidden, layers, heads, ffn, vocab): LLaMA-2 7B and 13B (HF configs), and a 33B-class model with
+# LLaMA-1 33B's published dims standing in for pangu-38B, whose config is not public.
+SIZES = (
+    ("LLaMA-2 7B", 4096, 32, 32, 11008, 32000),
+    ("LLaMA-2 13B", 5120, 40, 40, 13824, 32000),
+    ("33B-class (pangu-38B stand-in)", 6656, 60, 52, 17920, 32000),
+)
 
 
-def llama2_host_scheduled(config, tokens: int = 1):
-    """A LLaMA2 forward as GE host-schedules it with dynamic shapes: per layer ~20 device ops and a chain
-    of small int64 shape ops (Pack, Gather, Concat) whose result a value-dependent op reads."""
-    hidden, ffn, layers = config["hidden"], config["ffn"], config["layers"]
-    b = ProgramBuilder()
-    x = b.input("x", (tokens, hidden))
-    wq = b.input("wq", (hidden, hidden))
-    wf = b.input("wf", (hidden, ffn))
-    wd = b.input("wd", (ffn, hidden))
-    shape = b.input("shape", (4,), "int64")
-    for _ in range(layers):
-        s = shape
-        for index in range(SHAPE_OPS_PER_LAYER):
-            op = ("aten::stack", "aten::index_select", "aten::cat")[index % 3]
-            s = b.op(op, [s, shape], (4,), "int64")
-        b.op("aten::_local_scalar_dense", [s], (), "int64")
-        h = b.op("npu::npu_rms_norm", [x], (tokens, hidden))
-        q, k, v = (b.op("aten::mm", [h, wq], (tokens, hidden)) for _ in range(3))
-        for t in (q, k):
-            for op in ("aten::mul", "aten::neg", "aten::mul", "aten::add"):
-                t = b.op(op, [t, t], (tokens, hidden))
-        a = b.op("aten::bmm", [q, k], (32, tokens, 1024))
-        a = b.op("aten::_softmax", [a], (32, tokens, 1024))
-        a = b.op("aten::bmm", [a, v], (tokens, hidden))
-        x = b.op("aten::add", [x, b.op("aten::mm", [a, wq], (tokens, hidden))], (tokens, hidden))
-        h = b.op("npu::npu_rms_norm", [x], (tokens, hidden))
-        g = b.op("aten::silu", [b.op("aten::mm", [h, wf], (tokens, ffn))], (tokens, ffn))
-        u = b.op("aten::mul", [g, b.op("aten::mm", [h, wf], (tokens, ffn))], (tokens, ffn))
-        x = b.op("aten::add", [x, b.op("aten::mm", [u, wd], (tokens, hidden))], (tokens, hidden))
-    return b.build()
+def _run(program, profile: HardwareProfile, **host):
+    plan = plan_program(program, profile, variant=Variant.BASELINE)
+    return simulate(program, plan, profile, dynamic=True, host=HostConfig(**{"threads": 1, **host}))
+
+
+def _program(model: Mapping):
+    return captured_llama(model["hidden"], model["layers"], model["heads"], model["ffn"], model["vocab"])
 
 
 def host_pair(row: Row, profiles: Profiles) -> tuple[float, float]:
-    """End-to-end time with the small-shape ops launched on the device (before) and computed on the host
-    (after), one host thread, warm tiling cache."""
-    profile = profiles.for_row(row)
-    program = llama2_host_scheduled(row.model)
-    plan = plan_program(program, profile, variant=Variant.BASELINE)
+    """End-to-end step time with the small-shape ops launched on the device (before) and computed on the
+    host (after), one host thread, warm tiling cache."""
+    profile, program = profiles.for_row(row), _program(row.model)
+    return _run(program, profile, small_shape_on_host=False).time_us, _run(program, profile).time_us
 
-    def run(on_host: bool) -> float:
-        return simulate(program, plan, profile, dynamic=True, host=HostConfig(threads=1, small_shape_on_host=on_host)).time_us
 
-    return run(False), run(True)
+def _tiling_us(report) -> float:
+    return sum(s.end_us - s.start_us for s in report.host if s.name in ("Tiling", "TilingCacheHit"))
+
+
+def size_sweep(profile: HardwareProfile) -> list[tuple[str, int, float, float, int]]:
+    """Per model size: the first iteration's host Tiling time cut by the cache (%), the steady-state step
+    gain of the cache (%), and how many of GE's size ops the capture found."""
+    rows = []
+    for name, hidden, layers, heads, ffn, vocab in SIZES:
+        program = captured_llama(hidden, layers, heads, ffn, vocab)
+        cold = _tiling_us(_run(program, profile, warm_tiling_cache=False))
+        uncached = _run(program, profile, tiling_cache=False)
+        cut = 100 * (1 - cold / _tiling_us(uncached))
+        gain = 100 * (uncached.time_us / _run(program, profile).time_us - 1)
+        size_ops = sum(kernel.info.ge_shape for kernel in program.kernels)
+        rows.append((name, layers, cut, gain, size_ops))
+    return rows

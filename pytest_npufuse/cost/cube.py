@@ -98,21 +98,39 @@ def hbm_traffic(gemm: Gemm, tiling: Tiling, dim: int, unique_bytes: float, l2_by
     return unique_bytes + max(0.0, reread)
 
 
+def _last_round_rows(gemm: Gemm, tiling: Tiling, tiles: int, dim: int) -> int:
+    """Rows of the tiles in the last round. Tiles are handed out row by row, so when the last round
+    holds no more tiles than a row of tiles and M leaves a short last row, it runs only short tiles
+    (CATLASS's 160 x 6144 case: 48 tiles on 20 cores, the last 8 are 32 rows high)."""
+    full = min(tiling.tile_m, _pad(gemm.m))
+    rest = gemm.m - (-(-gemm.m // tiling.tile_m) - 1) * tiling.tile_m
+    last = tiles - (-(-tiles // dim) - 1) * dim
+    per_row = -(-gemm.n // tiling.tile_n) * tiling.split_k
+    if gemm.batch == 1 and rest < tiling.tile_m and last <= per_row:
+        return _pad(rest)
+    return full
+
+
 def cube_us(gemm: Gemm, tiling: Tiling, dim: int, unique_bytes: float, peak_tflops: float, profile: "HardwareProfile") -> float:
     """Body time of a tiled matmul on ``dim`` Cube cores (see the module docstring)."""
     dim = max(1, dim)
-    rounds = -(-tile_count(gemm, tiling) // dim)
+    tiles = tile_count(gemm, tiling)
+    rounds = -(-tiles // dim)
     m_t, n_t = min(tiling.tile_m, _pad(gemm.m)), min(tiling.tile_n, _pad(gemm.n))
     k_t = -(-_pad(gemm.k) // tiling.split_k)
-    core_tflops = peak_tflops / profile.cores("cube")
-    compute = 2.0 * m_t * n_t * k_t / (core_tflops * 1e6 * profile.compute_efficiency)
     load = (m_t + n_t) * k_t * gemm.item_in + m_t * n_t * (4 if tiling.split_k > 1 else gemm.item_out)
     traffic = hbm_traffic(gemm, tiling, dim, unique_bytes, profile.l2_mib * 2**20)
     from_hbm = min(1.0, traffic / max(1.0, rounds * dim * load))
     per_byte = (from_hbm / profile.core_ddr_bytes_per_cycle + (1 - from_hbm) / profile.core_l2_bytes_per_cycle) / profile.cube_mhz
-    move = load * per_byte
-    tile_us = max(compute, move) + (1.0 - profile.pipeline_overlap) * min(compute, move)
+    core_tflops = peak_tflops / profile.cores("cube")
+
+    def tile_us(rows: int) -> float:
+        compute = 2.0 * rows * n_t * k_t / (core_tflops * 1e6 * profile.compute_efficiency)
+        move = ((rows + n_t) * k_t * gemm.item_in + rows * n_t * (4 if tiling.split_k > 1 else gemm.item_out)) * per_byte
+        return max(compute, move) + (1.0 - profile.pipeline_overlap) * min(compute, move)
+
     fill = (m_t + n_t) * min(profile.cube_k_block, k_t) * gemm.item_in * per_byte
+    body = fill + (rounds - 1) * tile_us(m_t) + tile_us(_last_round_rows(gemm, tiling, tiles, dim))
     partials = 2.0 * tiling.split_k * gemm.batch * gemm.m * gemm.n * 4 if tiling.split_k > 1 else 0.0
     hbm_us = (traffic + partials) / (profile.hbm_gbps * profile.memory_efficiency * 1e3)
-    return max(fill + rounds * tile_us, hbm_us)
+    return max(body, hbm_us)

@@ -119,16 +119,20 @@ def _small(kernel: Kernel, program: Program, limit: int) -> bool:
 
 
 def kept_on_host(program: Program, plan: Plan, profile: HardwareProfile, execution: str, config: HostConfig) -> frozenset[str]:
-    """Tasks that never reach the device: host-engine ops always, and in host scheduling the small
+    """Tasks that never reach the device: host-engine ops always, GE's size ops (``ge_shape``) outside
+    host scheduling (a sunk or replayed graph knows its sizes), and in host scheduling the small
     ``host_small`` ops whose inputs are graph inputs or were themselves computed on the host."""
     on_host: set[str] = set()
     host_buffers = set(program.inputs)
-    small_ops = execution == HOST_SCHEDULED and config.small_shape_on_host
+    scheduled = execution == HOST_SCHEDULED
+    small_ops = scheduled and config.small_shape_on_host
     for task in plan.tasks:
-        if task.segment is not None or not (small_ops or task.engine == "host"):
+        if task.segment is not None:
             continue
         kernel = program.by_name[task.kernels[0]]
-        eligible = task.engine == "host" or (
+        if not (small_ops or task.engine == "host" or (kernel.info.ge_shape and not scheduled)):
+            continue
+        eligible = task.engine == "host" or (kernel.info.ge_shape and not scheduled) or (
             kernel.info.host_small
             and all(program.storage(name) in host_buffers for name in kernel.inputs)
             and _small(kernel, program, profile.small_shape_max_elements)
@@ -170,7 +174,11 @@ def _tiling_key(kernel: Kernel, program: Program) -> tuple:
 def host_fed(program: Program) -> tuple[str, ...]:
     """The graph inputs a step copies from host memory: integer tensors (token ids, positions, shape and
     index tensors a serving loop feeds each step). Parameters and caches are float and stay on the device."""
-    return tuple(name for name in program.inputs if program.buffers[name].spec.dtype in _HOST_FED_DTYPES)
+    buffers = program.buffers
+    return tuple(
+        name for name in program.inputs
+        if name in buffers and buffers[name].producer is None and buffers[name].spec.dtype in _HOST_FED_DTYPES
+    )
 
 
 def _h2d(nbytes: int, profile: HardwareProfile) -> float:
@@ -242,6 +250,8 @@ def schedule(
     launched = 0.0
     for position, task in enumerate(plan.tasks):
         kernel = program.kernel(task.kernels[0])
+        if eager and kernel.info.ge_shape:
+            continue  # eager computes sizes in Python
         after = _value_sync(kernel, program, task_of, device, device_index, host["stream_sync"], threads)
         if task.name in device_index and config.ge_fusion and not eager and _fused_into_previous(kernel, previous, program):
             device.release(device_index[task.name], launched)

@@ -55,6 +55,7 @@ class OpInfo:
     aicpu_dtypes: tuple[str, ...] = ()
     cost: str = "elementwise"
     access_bytes: int = 0
+    ge_shape: bool = False
 
     def for_dtypes(self, dtypes: Iterable[str]) -> "OpInfo":
         """The op as it runs on tensors of ``dtypes``: an AI CPU kernel (never fusable) when one of
@@ -115,12 +116,13 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         aicpu_dtypes=tuple(_optional(table, "aicpu_dtypes", list, [], entry_where)),
         cost=rule,
         access_bytes=_optional(table, "access_bytes", int, 0, entry_where),
+        ge_shape=_optional(table, "ge_shape", bool, False, entry_where),
     )
 
 
 _ENTRY_KEYS = frozenset(
     {"engine", "fusable", "sync_all", "block_dim", "flops", "flops_per_element", "kernel_type", "bytes",
-     "host_small", "value_dependent", "aicpu_dtypes", "cost", "access_bytes"}
+     "host_small", "value_dependent", "aicpu_dtypes", "cost", "access_bytes", "ge_shape"}
 )
 
 
