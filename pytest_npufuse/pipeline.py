@@ -33,6 +33,7 @@ from .lowering import compile_static
 from .modeledclock import DEVICE_CLOCK
 from .catalog import OpCatalog, load_catalog
 from .datadump import DataDump, plan_dump
+from .graphdump import write_graph_dump
 from .errors import CaptureError
 from .execute import Execution, inputs_of, racy_cone, run_graph, writes_inputs
 from .hardware import HardwareProfile, load_profile
@@ -190,6 +191,7 @@ class NpuBackend:
         )
         stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
         compiled = replace(compiled, dump=plan_dump(self.config, settings.mode, graph.gm, graph.program, stream_of))
+        write_graph_dump(self.config, settings.mode, graph.gm, graph.program, compiled.plan)
         self.graphs.append(compiled)
         return compiled
 
