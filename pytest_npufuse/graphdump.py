@@ -75,7 +75,8 @@ def graph_text(program: Program, plan: Plan, name: str) -> str:
     for index, buffer in enumerate(program.inputs):
         source[buffer] = f"{buffer}:0"
         lines += ["op {", f'  name: "{buffer}"', '  type: "Data"', f"  attr {{ key: \"index\" value {{ i: {index} }} }}"]
-        lines += _desc(program.buffers[buffer].spec, "  ") + ["}"]
+        spec = program.buffers.get(buffer)  # a symbolic-size input has no tensor buffer
+        lines += (_desc(spec.spec, "  ") if spec is not None else []) + ["}"]
     streams = plan.streams.kernel_stream if plan.streams is not None else {}
     for kernel in program.kernels:
         for position, output in enumerate(kernel.outputs):

@@ -406,6 +406,17 @@ def test_graph_dump_pbtxt_writes_the_modeled_graph_in_ges_text_form(shim, tmp_pa
     assert "shape { dim: 8 }" in relu and text.rstrip().endswith('input: "Relu:0"\n}')
 
 
+def test_graph_dump_of_a_dynamic_shape_graph_lists_its_size_inputs(shim, tmp_path):
+    config = torchair.CompilerConfig()
+    config.debug.graph_dump.type = "txt"
+    config.debug.graph_dump.path = str(tmp_path)
+    model = torch.compile(_AddMm(), backend=torchair.get_npu_backend(compiler_config=config), dynamic=True)
+    model(torch.randn(3, 3), torch.randn(3, 3))
+    (dump,) = tmp_path.iterdir()
+    text = dump.read_text()
+    assert dump.suffix == ".txt" and text.count('type: "Data"') == 3  # the symbolic size, then x and y
+
+
 def test_graph_dump_types_a_mode_cannot_write_are_refused(shim, tmp_path):
     (dump,) = _graph_dump("py", "npugraph_ex", tmp_path)
     assert dump.name.startswith("dynamo_optimized_graph_") and "torch.ops.aten.mm.default" in dump.read_text()
