@@ -28,12 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_npufuse.events import Event  # noqa: E402
-from pytest_npufuse.fusion import BASELINE  # noqa: E402
-from pytest_npufuse.hardware import load_profile  # noqa: E402
-from pytest_npufuse.host import HostConfig  # noqa: E402
-from pytest_npufuse.simulate import simulate  # noqa: E402
-from pytest_npufuse.synthetic import ProgramBuilder, plan_program  # noqa: E402
+from pytest_npufuse.ir.events import Event  # noqa: E402
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program  # noqa: E402
+from pytest_npufuse.plan.tasks import Variant  # noqa: E402
+from pytest_npufuse.simulate.host import HostConfig  # noqa: E402
+from pytest_npufuse.simulate.timeline import simulate  # noqa: E402
+from pytest_npufuse.target.profile import load_profile  # noqa: E402
 
 A2 = load_profile("a2")
 A3 = load_profile("a3")
@@ -102,7 +102,7 @@ def llama2_host_scheduled(tokens: int = 1):
 
 
 def host_run(program, profile, **host):
-    plan = plan_program(program, profile, variant=BASELINE)
+    plan = plan_program(program, profile, variant=Variant.BASELINE)
     return simulate(program, plan, profile, dynamic=True, host=HostConfig(**{"threads": 1, **host}))
 
 
@@ -149,7 +149,7 @@ def one_hot_sum_vs_scatter(profile) -> tuple[float, float]:
 
 
 def kernel_ms(program, profile) -> float:
-    report = simulate(program, plan_program(program, profile, variant=BASELINE), profile)
+    report = simulate(program, plan_program(program, profile, variant=Variant.BASELINE), profile)
     return sum(k.duration_us for k in report.kernels) / 1000
 
 
@@ -272,7 +272,7 @@ def superkernel_sample(profile):
             k.op_type == "npufuse::superkernel" or k.kernel_type in ("GroupedMatmul", "MoeGatingTopK", "DequantSwigluQuant")))
         return ops, fused
 
-    return op_time(BASELINE), op_time("variant")
+    return op_time(Variant.BASELINE), op_time("variant")
 
 
 def superkernel_sample_rows() -> list[Row]:
@@ -393,8 +393,8 @@ class DeepSeekDecode:
 
     def run(self, profile=A3, variant: str = "variant"):
         program, syncs = self.build()
-        plan = plan_program(program, profile, variant=variant, syncs=syncs if variant != BASELINE else ())
-        if (self.superkernel or self.per_moe_scope) and self.shared_stream and variant != BASELINE:
+        plan = plan_program(program, profile, variant=variant, syncs=syncs if variant != Variant.BASELINE else ())
+        if (self.superkernel or self.per_moe_scope) and self.shared_stream and variant != Variant.BASELINE:
             plan = _dual_stream(plan, program)
         return program, simulate(program, plan, profile)
 
@@ -432,7 +432,7 @@ def deepseek_rows() -> list[Row]:
     # Omni-Infer + CANN on A3: 1D32 (64 dies), ~3168 concurrent -> ~50 per die, mean context ~4.1K
     # (3.5K in, 1.2K out), EP64 (4 routed experts per die), bf16 MLA cache (assumed), no MTP (assumed).
     omni = DeepSeekDecode(tokens=50, context=4100, batch=50, local_experts=4, kv_bytes=1152)
-    _, before = omni.run(variant=BASELINE)
+    _, before = omni.run(variant=Variant.BASELINE)
     rows.append(Row("DeepSeek-R1 decode TPOT, ~50/die, no SK (Omni-Infer A3 blog: 50 ms)", 50.0, before.time_us / 1000, "ms",
                     lacks="expert load imbalance across the 64 dies"))
     _, after = DeepSeekDecode(tokens=50, context=4100, batch=50, local_experts=4, kv_bytes=1152, superkernel=True).run()
@@ -440,7 +440,7 @@ def deepseek_rows() -> list[Row]:
                     lacks="expert load imbalance across the 64 dies"))
     # Learning hub: DeepSeek-V3, batch 96, sequence 3K: ~18 us of task wait per layer, 1.1 ms over 61.
     hub = DeepSeekDecode(tokens=96, context=3072, batch=96)
-    _, plain = hub.run(variant=BASELINE)
+    _, plain = hub.run(variant=Variant.BASELINE)
     rows.append(Row("DeepSeek-V3 task wait per layer, BS 96, 3K (learning hub: ~18 us)", 18.0,
                     task_wait_per_layer(plain, hub.layers), "us", lacks="the scheduler's queueing when tasks are short"))
     _, fused = DeepSeekDecode(tokens=96, context=3072, batch=96, superkernel=True).run()
@@ -469,7 +469,7 @@ def mc2_rows() -> list[Row]:
     disp = b.op("npu::npu_moe_distribute_dispatch", [x, topk], (128 * 8, 7168), "int8")
     comb = b.op("npu::npu_moe_distribute_combine", [b.input("y", (128 * 8, 7168)), topk], (128, 7168))
     program = b.build()
-    report = simulate(program, plan_program(program, A3, variant=BASELINE), A3)
+    report = simulate(program, plan_program(program, A3, variant=Variant.BASELINE), A3)
     times = {k.name: k.duration_us for k in report.kernels}
     names = {k.node: k.name for k in program.kernels}
     return [

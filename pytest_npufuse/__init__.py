@@ -12,8 +12,9 @@ from .errors import NpufuseError
 if TYPE_CHECKING:
     from .advisor import Advice, advise
     from .gating import superkernel_scope
-    from .pipeline import capture, compare, compile_model
-    from .report import CaseReport, ScopeReport
+    from .pipeline.backend import compile_model
+    from .pipeline.chain import capture, compare
+    from .report.case import CaseReport, ScopeReport
 
 __all__ = [
     "capture", "compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise", "Advice", "superkernel_scope",
@@ -23,7 +24,8 @@ __all__ = [
 # The pipeline needs torch, which takes seconds to import; loading it on first use keeps
 # `python -m pytest_npufuse compare` (two JSON files, no model) quick in a CI step.
 _LAZY = {
-    "capture": "pipeline", "compare": "pipeline", "compile_model": "pipeline", "CaseReport": "report", "ScopeReport": "report",
+    "capture": "pipeline.chain", "compare": "pipeline.chain", "compile_model": "pipeline.backend",
+    "CaseReport": "report.case", "ScopeReport": "report.case",
     "advise": "advisor", "Advice": "advisor", "superkernel_scope": "gating",
     "install_shims": "shim", "uninstall_shims": "shim",
 }

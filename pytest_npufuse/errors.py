@@ -5,6 +5,12 @@ Every stage raises a subclass of :class:`NpufuseError` whose message names the t
 diagnosis instead of a traceback from deep inside torch.
 """
 
+from pathlib import Path
+
+# Frames of a traceback under this directory are never the user's code: an error names the innermost
+# frame outside it as the user's line.
+PACKAGE_DIR = Path(__file__).resolve().parent
+
 
 class NpufuseError(Exception):
     """Base class of every error pytest-npufuse raises on purpose."""
@@ -67,3 +73,34 @@ class UnknownOptionError(NpufuseError, AttributeError, ValueError):
 class KernelError(NpufuseError):
     """An op of the model failed on the values that reached it while its outputs were computed (an index
     out of range, a NaN turned into an index): the model's own error, named at the user's source line."""
+
+
+class MarkerError(NpufuseError):
+    """A marker was given an argument it does not take, or a value of the wrong kind."""
+
+
+class MissingOpError(NpufuseError, AttributeError):
+    """A torch_npu op the model calls is not among the provided CPU kernels.
+
+    An AttributeError too, so ``hasattr(torch_npu, name)`` and ``getattr(..., default)`` keep working.
+    """
+
+
+# Warnings: the run goes on, but the user should know.
+
+
+class ScopeIgnoredWarning(UserWarning):
+    """A SuperKernel scope the mode does not read (e.g. ``torchair.scope.super_kernel`` in reduce-overhead)."""
+
+
+class OptionsWarning(UserWarning):
+    """A SuperKernel option that cannot do anything here: an entry without ``=`` (skipped, as CANN does),
+    or a valid option with nothing to act on (e.g. a dcci op type that is not in the scope)."""
+
+
+class UnknownOpWarning(UserWarning):
+    """An op type the catalog does not know was priced with the documented default."""
+
+
+class BaselineWarning(UserWarning):
+    """A checked case had no baseline entry; its numbers were recorded as the new baseline."""

@@ -1,6 +1,6 @@
 """The pytest plugin's hook entry points (entry point ``pytest11: npufuse = pytest_npufuse.plugin``).
 
-Everything that models the NPU lives in the library (:mod:`pytest_npufuse.pipeline`); the pytest side
+Everything that models the NPU lives in the library (:mod:`pytest_npufuse.pipeline.chain`); the pytest side
 lives in :mod:`pytest_npufuse.pytest`, one module per job. This module only ties them to pytest's hooks.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from .frontend.tagged_events import EVENTS
 from .pytest import benchmark, markers, options, settings, shim, targets
 from .pytest.failure import or_fail
 from .pytest.fixture import npu_target, npufuse  # noqa: F401 - pytest finds fixtures on the plugin module
 from .pytest.recorder import RunRecorder
-from .syncs import EVENTS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -17,17 +17,24 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from pytest_npufuse import baseline, compare, torchair
-from pytest_npufuse.__main__ import main as cli
-from pytest_npufuse.atomic import check_outputs, write_text_atomic
-from pytest_npufuse.catalog import load_catalog
+from pytest_npufuse import compare, torchair
+from pytest_npufuse.cli.main import main as cli
 from pytest_npufuse.errors import NpufuseError
-from pytest_npufuse.expectations import parse_multistream, parse_npu_target, parse_superkernel, parse_superkernels
-from pytest_npufuse.hardware import DATA_DIR, load_profile
-from pytest_npufuse.host import HostConfig
-from pytest_npufuse.plog import write_plog, LogRecord
-from pytest_npufuse.skoptions import parse_options
-from pytest_npufuse.userconfig import user_config_from_table
+from pytest_npufuse.files.atomic import check_outputs, write_text_atomic
+from pytest_npufuse.gate import baseline
+from pytest_npufuse.gate.expectations import (
+    parse_multistream,
+    parse_npu_target,
+    parse_superkernel,
+    parse_superkernels,
+)
+from pytest_npufuse.plan.options import parse_options
+from pytest_npufuse.plan.tasks import LogRecord
+from pytest_npufuse.report.plog import write_plog
+from pytest_npufuse.simulate.host import HostConfig
+from pytest_npufuse.target.catalog import load_catalog
+from pytest_npufuse.target.profile import DATA_DIR, load_profile
+from pytest_npufuse.target.userconfig import user_config_from_table
 
 Action = Callable[[Path], Any]
 

@@ -4,11 +4,11 @@ to have been checked on rows it never saw (issue 21)."""
 
 import hashlib
 import re
-import tomllib
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import tomllib
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
 

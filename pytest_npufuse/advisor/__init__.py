@@ -2,8 +2,9 @@
 
 Both read one captured program of the model and never edit the model."""
 
+from ..report.findings import Finding
 from .advice import Advice, advise
-from .affinity import PATTERNS, Finding, find_affinity
+from .affinity import PATTERNS, find_affinity
 from .candidates import Candidate, Layout
 from .structure import Family, Role
 

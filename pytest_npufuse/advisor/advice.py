@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .. import fusion
-from ..attribution import Attribution, attribute
-from ..backend import Capture
-from ..catalog import OpCatalog, load_catalog
-from ..hardware import HardwareProfile, load_profile
-from ..program import ModuleFrame, Program
-from ..sanitize import sanitize
-from ..simulate import simulate
-from ..skoptions import parse_options
-from ..streams import stream_plan
-from .affinity import Finding, find_affinity, findings_json
+from ..frontend.backend import Capture
+from ..ir.program import ModuleFrame, Program
+from ..plan.options import parse_options
+from ..plan.streams import stream_plan
+from ..plan.superkernel import plan_variant
+from ..plan.tasks import Variant
+from ..report.attribution import Attribution, attribute
+from ..report.findings import Finding, findings_json
+from ..sanitize.checker import sanitize
+from ..simulate.timeline import simulate
+from ..target.catalog import OpCatalog, load_catalog
+from ..target.profile import HardwareProfile, resolve_profile
+from ..vocabulary import Mode
+from .affinity import find_affinity
 from .candidates import Candidate, Evaluator, Layout, assignments, with_scopes
 from .decision import Recommendation, recommend, top_down
 from .repeat import repeated_program
@@ -190,7 +192,7 @@ def _rank(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
 def advise(
     model: Callable[..., Any],
     *inputs: Any,
-    target: str | HardwareProfile = "a3",
+    target: str | HardwareProfile | None = None,
     options: str = "",
     catalog: OpCatalog | None = None,
 ) -> Advice:
@@ -200,12 +202,12 @@ def advise(
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
     ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).
     """
-    profile = target if isinstance(target, HardwareProfile) else load_profile(target)
+    profile = resolve_profile(target)
     catalog = catalog or load_catalog()
     parse_options("advise", options)
     program = capture_program(model, *inputs, catalog=catalog)
     plain = with_scopes(program, {}, "")
-    streams = stream_plan(plain, fusion.MAX_AUTOTUNE)
+    streams = stream_plan(plain, Mode.MAX_AUTOTUNE)
     evaluator = Evaluator(plain, profile, options, sanitize(plain, streams))
     structure = structure_of(program)
     layouts = assignments(structure, program)
@@ -216,7 +218,7 @@ def advise(
     path, shrunk = top_down(evaluator, layouts, found)
     if shrunk is not None:
         found[Layout.TOP_DOWN] = shrunk
-    attribution = attribute(plain, simulate(plain, fusion.plan(plain, profile, variant=fusion.BASELINE), profile))
+    attribution = attribute(plain, simulate(plain, plan_variant(plain, profile, variant=Variant.BASELINE), profile))
     module_us: Mapping[str, float] = {row.path: row.total_us for row in attribution.modules}
     recommendation = recommend(structure, found, module_us, reference.time_us)
     ranked = _rank([*found.values(), reference])

@@ -19,17 +19,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from .. import cost, fusion
-from ..lowering import compute_dtype_of
-from ..catalog import OpCatalog
-from ..hardware import HardwareProfile
-from ..program import Buffer, Kernel, Program, TensorSpec
-from ..simulate import simulate
+from .. import cost
+from ..ir.program import Buffer, Kernel, Program, TensorSpec, compute_dtype_of
+from ..plan.superkernel import plan_variant
+from ..plan.tasks import Variant
+from ..report.findings import Finding
+from ..simulate.timeline import simulate
+from ..target.catalog import OpCatalog
+from ..target.profile import HardwareProfile
 
 
 @dataclass(frozen=True)
@@ -39,27 +41,6 @@ class NewKernel:
     op_type: str
     inputs: tuple[TensorSpec, ...]
     output: TensorSpec
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One site of a slow form: the pattern, where the user wrote it, how often it runs, the rewrite,
-    what the rewrite saves on the target, and whether it changes the numbers."""
-
-    pattern: str
-    source: str
-    occurrences: int
-    kernels: tuple[str, ...]
-    rewrite: str
-    gain_us: float
-    exactness: str
-    note: str = ""
-
-    def describe(self) -> str:
-        where = self.source.rsplit("/", 1)[-1] if self.source else "?"
-        times = f" x{self.occurrences}" if self.occurrences > 1 else ""
-        note = f"; {self.note}" if self.note else ""
-        return f"{self.pattern} at {where}{times}: {self.rewrite}; modeled gain {self.gain_us:.2f} us; {self.exactness}{note}"
 
 
 class _Graph:
@@ -462,7 +443,7 @@ def _flash_attention_check(graph: _Graph, match: Match) -> str:
 
 
 def _matmul_all_reduce_check(graph: _Graph, match: Match) -> str:
-    from ..exact import cube_matmul
+    from ..numerics.exact import cube_matmul
     from ..torch_npu import npu_mm_all_reduce_base
 
     x_spec, w_spec = [s for s in graph.input_specs(match.kernels[0]) if len(s.shape) >= 2][:2]
@@ -530,7 +511,7 @@ def _substitute(program: Program, matches: Sequence[tuple[Match, list[NewKernel]
 
 
 def _time(program: Program, profile: HardwareProfile) -> float:
-    return simulate(program, fusion.plan(program, profile, variant=fusion.BASELINE), profile).time_us
+    return simulate(program, plan_variant(program, profile, variant=Variant.BASELINE), profile).time_us
 
 
 def find_affinity(program: Program, profile: HardwareProfile, catalog: OpCatalog) -> tuple[Finding, ...]:
@@ -558,9 +539,3 @@ def find_affinity(program: Program, profile: HardwareProfile, catalog: OpCatalog
     return tuple(findings)
 
 
-def findings_json(findings: Sequence[Finding]) -> list[Mapping[str, object]]:
-    return [
-        {"pattern": f.pattern, "source": f.source, "occurrences": f.occurrences, "kernels": list(f.kernels),
-         "rewrite": f.rewrite, "gain_us": round(f.gain_us, 3), "exactness": f.exactness, "note": f.note}
-        for f in findings
-    ]

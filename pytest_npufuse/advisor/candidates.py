@@ -13,12 +13,13 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from .. import fusion
 from ..errors import NpufuseError
-from ..hardware import HardwareProfile
-from ..program import Program
-from ..sanitize import SanitizerReport
-from ..simulate import RunReport, simulate
+from ..ir.program import Program
+from ..plan.superkernel import plan_variant
+from ..plan.tasks import ScopePlan, Variant
+from ..sanitize.checker import SanitizerReport
+from ..simulate.timeline import RunReport, simulate
+from ..target.profile import HardwareProfile
 from .structure import Role, Structure
 
 
@@ -141,7 +142,7 @@ def assignments(structure: Structure, program: Program) -> dict[Layout, dict[str
     return layouts
 
 
-def _break_sites(scopes: tuple[fusion.ScopePlan, ...]) -> tuple[BreakSite, ...]:
+def _break_sites(scopes: tuple[ScopePlan, ...]) -> tuple[BreakSite, ...]:
     counts: dict[tuple[str, str], int] = {}
     for scope in scopes:
         for found in scope.breaks:
@@ -172,7 +173,7 @@ class Evaluator:
     def run(self, layout: Layout, program: Program, note: str = "") -> Candidate:
         """Plan and simulate ``program`` as it is annotated."""
         try:
-            plan = fusion.plan(program, self.profile, variant=fusion.VARIANT)
+            plan = plan_variant(program, self.profile, variant=Variant.VARIANT)
         except NpufuseError as exc:
             labels = program.superkernel_scopes()
             return Candidate(layout, labels, 0, (), "error", self.bit_exact, float("inf"), str(exc), labels, note)

@@ -18,7 +18,7 @@ N-layer program from the two. What has to hold, or the full capture is taken ins
   ``j - 1`` periods and ``N - 3`` extra layers. The first layer is taken as captured (the first use of an
   op name carries no counter) and so are the prefix and suffix, moved by the extra layers.
 
-The result equals the full capture field by field (tests/test_advisor_repeat.py compares them).
+The result equals the full capture field by field (tests/advisor/test_repeat.py compares them).
 """
 
 from __future__ import annotations
@@ -32,8 +32,16 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ..events import Event
-from ..program import Annotations, Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec
+from ..ir.events import Event
+from ..ir.program import (
+    Annotations,
+    Buffer,
+    Kernel,
+    ModuleFrame,
+    Program,
+    StreamScope,
+    TensorSpec,
+)
 
 MIN_LAYERS = 6
 """Below this a full capture traces no more layers than the two short ones (2 + 3) together."""

@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ..program import Kernel, ModuleFrame, Program
+from ..ir.program import Kernel, ModuleFrame, Program
 
 
 class Role(str, enum.Enum):

@@ -14,9 +14,9 @@ from . import rules as _builtin_rules  # noqa: F401  (registers the built-in rul
 from .registry import CostRule, Work, cost_rule, register_cost_rule, rule_names
 
 if TYPE_CHECKING:
-    from ..catalog import OpInfo
-    from ..hardware import HardwareProfile
-    from ..program import Kernel, TensorSpec
+    from ..ir.program import Kernel, TensorSpec
+    from ..target.catalog import OpInfo
+    from ..target.profile import HardwareProfile
 
 __all__ = [
     "CostRule", "Work", "block_dim", "body_us", "core_cap", "cost_rule", "kernel_work", "register_cost_rule",

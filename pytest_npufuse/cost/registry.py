@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 from ..errors import ProfileError
 
 if TYPE_CHECKING:
-    from ..hardware import HardwareProfile
-    from ..program import Kernel, TensorSpec
+    from ..ir.program import Kernel, TensorSpec
+    from ..target.profile import HardwareProfile
 
 
 class Work(NamedTuple):

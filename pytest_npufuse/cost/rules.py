@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Sequence
 from .registry import Work, register_cost_rule
 
 if TYPE_CHECKING:
-    from ..hardware import HardwareProfile
-    from ..program import Kernel, TensorSpec
+    from ..ir.program import Kernel, TensorSpec
+    from ..target.profile import HardwareProfile
 
 
 def _elements(spec: "TensorSpec") -> int:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from ..pipeline.backend import backend_for
 from .configs.compiler_config import CompilerConfig
 
 __all__ = ["get_npu_backend", "get_compiler", "compile_fx"]
@@ -24,16 +25,12 @@ def get_npu_backend(
     custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> Any:
     """A ``torch.compile`` backend for ``compiler_config`` (npugraph_ex's flat config)."""
-    from ..scriptrun import backend_for
-
-    return backend_for((compiler_config or CompilerConfig()).torchair_config(), None, custom_decompositions)
+    return backend_for((compiler_config or CompilerConfig()).torchair_config().graph_options(), None, custom_decompositions)
 
 
 def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[..., Any]:
     """The compiler of an aten graph (the ``fw_compiler`` of a user's ``aot_module_simplified``)."""
-    from ..scriptrun import backend_for
-
-    return backend_for((compiler_config or CompilerConfig()).torchair_config(), None).compile_aten
+    return backend_for((compiler_config or CompilerConfig()).torchair_config().graph_options(), None).compile_aten
 
 
 def compile_fx(

@@ -3,11 +3,15 @@ so pytest-benchmark's save/compare/compare-fail gate on modeled device time."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from .. import modeledclock
-from ..baseline import Entry
-from ..report import CaseReport
+from ..simulate import clock as modeledclock
+
+if TYPE_CHECKING:
+    from ..gate.baseline import Entry
+    from ..report.case import CaseReport
 
 _CLOCK = pytest.StashKey["modeledclock.ModeledClock | None"]()
 

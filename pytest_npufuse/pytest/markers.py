@@ -8,10 +8,11 @@ the item's stash.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
-from ..expectations import (
+from ..gate.expectations import (
     AffinityExpectation,
     MultiStreamExpectation,
     SuperKernelExpectation,
@@ -22,8 +23,10 @@ from ..expectations import (
     precision_failures,
     run_failures,
 )
-from ..report import CaseReport
 from .settings import settings_of
+
+if TYPE_CHECKING:
+    from ..report.case import CaseReport
 
 MARKERS = (
     "superkernel(scope, *, min_speedup=None, segments=None, outcome='fused', breaks=None, options=None): "

@@ -9,18 +9,19 @@ run).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from ..advisor.affinity import findings_json
 from ..errors import NpufuseError
-from ..baseline import Change, Entry, finite_us, model_notice, write_baseline
-from ..htmlreport import write_html_report
-from ..report import CaseReport
-from ..runreport import entries_of, run_document, write_run_report
+from ..gate.baseline import Change, Entry, finite_us, model_notice, write_baseline
+from ..gate.run_document import entries_of, run_document, write_run_report
+from ..report.findings import findings_json
 from . import terminal
 from .settings import settings_of
+
+if TYPE_CHECKING:
+    from ..report.case import CaseReport
 
 _RECORD = "npufuse"
 _JUNIT_PROPERTIES = ("target", "baseline_us", "variant_us", "speedup", "segments", "streams", "gate")
@@ -38,7 +39,7 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "host_us": round(report.variant.host_us, 3),
         "device_us": finite_us(report.variant.device_us),
         "bound": str(report.variant.bound),
-        "attribution": {variant: attribution.to_json() for variant, attribution in report.attribution.items()},
+        "attribution": {str(variant): attribution.to_json() for variant, attribution in report.attribution.items()},
         "affinity": findings_json(report.findings),
     }
     if change is not None:
@@ -126,7 +127,7 @@ class RunRecorder:
         if self.json_path is not None and not self.errors:
             self._write(self.json_path, lambda: write_run_report(self.json_path, self._document()))
         if self.html_path is not None and not self.errors:
-            self._write(self.html_path, lambda: write_html_report(self.html_path, self._views()))
+            self._write(self.html_path, lambda: _html_writer()(self.html_path, self._views()))
         if self.errors and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -178,3 +179,11 @@ class RunRecorder:
         if settings_of(config).advise:
             terminal.advise_section(terminalreporter, self.tests)
         terminal.gate_section(terminalreporter, settings_of(config).gate, self.changes, self.lines, self.errors)
+
+
+def _html_writer() -> Callable[[Path, Any], None]:
+    """The HTML report's writer, loaded only for a run that asks for the report (the plugin loads on
+    every pytest run and keeps its start-up cost near zero)."""
+    from ..report.html import write_html_report
+
+    return write_html_report

@@ -12,13 +12,13 @@ from typing import Mapping
 
 import pytest
 
-from ..atomic import check_outputs
-from ..baseline import Gate, parse_percent
-from ..catalog import OpCatalog
 from ..errors import NpufuseError
-from ..hardware import BUILTIN_TARGETS, HardwareProfile
-from ..modelversion import ModelIdentity
-from ..userconfig import UserConfig, load_user_config
+from ..files.atomic import check_outputs
+from ..gate.baseline import Gate, parse_percent
+from ..simulate.version import ModelIdentity
+from ..target.catalog import OpCatalog
+from ..target.profile import BUILTIN_TARGETS, HardwareProfile
+from ..target.userconfig import UserConfig, load_user_config
 from .options import is_set, path_setting, setting
 
 

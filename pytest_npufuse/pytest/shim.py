@@ -25,7 +25,7 @@ def configure(config: pytest.Config) -> None:
     wanted = mode == "true" or (mode == "auto" and not real_packages())
     config.stash[_INSTALLED] = wanted and not state().active
     if wanted:
-        install_shims()
+        install_shims(defer_torch=True)
 
 
 def unconfigure(config: pytest.Config) -> None:

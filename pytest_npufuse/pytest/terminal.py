@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..baseline import Change, Gate, aligned, count_line
+from ..gate.baseline import Change, Gate, aligned, count_line
 
 _HEADER = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "bound", "verdict")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
-import inspect
 import importlib.machinery
+import inspect
 import sys
 from types import ModuleType
 from typing import Callable, Mapping, Sequence
@@ -28,11 +28,12 @@ def _public_names(module: ModuleType) -> list[str]:
 
 def present_as(module: ModuleType, name: str) -> list[Callable[[], None]]:
     """Give the public functions and classes defined in ``module`` the ``__module__`` ``name``; returns
-    the undo of each change."""
+    the undo of each change. A name an earlier shim left presented (one whose undo was lost with its
+    finder, e.g. when pytester restored ``sys.meta_path``) is taken over, so this undo restores it."""
     undo: list[Callable[[], None]] = []
     for attribute in _public_names(module):
         value = vars(module).get(attribute)
-        if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__:
+        if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ in (module.__name__, name):
             value.__module__ = name
             undo.append(lambda value=value, own=module.__name__: setattr(value, "__module__", own))
     return undo
@@ -98,3 +99,42 @@ class AliasFinder(importlib.abc.MetaPathFinder):
         self.presented.clear()
         for name in [n for n in sys.modules if n.partition(".")[0] in self.roots]:
             del sys.modules[name]
+
+
+class _ThenLoader(importlib.abc.Loader):
+    """Loads a module with its own loader, then calls ``then`` once the module has run."""
+
+    def __init__(self, loader: importlib.abc.Loader, then: Callable[[], None]) -> None:
+        self.loader = loader
+        self.then = then
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.then()
+
+
+class PostImportHook(importlib.abc.MetaPathFinder):
+    """Calls ``then`` right after the module ``name`` is first imported (and removes itself)."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        self.remove()
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _ThenLoader(spec.loader, self.then)
+        return spec
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)

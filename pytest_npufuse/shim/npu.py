@@ -18,9 +18,9 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import npugraph_ex as _npugraph_ex
-from .. import scopes
 from ..errors import NotModeledAttributeError, NotModeledError, ScopeError
-from ..modeledclock import DEVICE_CLOCK
+from ..frontend import scopes
+from ..simulate.clock import DEVICE_CLOCK
 from .devices import check_index
 
 DEFAULT_STREAM = "default"
@@ -247,7 +247,7 @@ def current_device() -> int:
 
 def get_device_name(device: object = None) -> str:
     """The SoC of the modeled target (its CANN platform name, e.g. ``Ascend910_9391`` for an A3 die)."""
-    from ..scriptrun import current_profile
+    from ..pipeline.backend import current_profile
 
     check_index(device, "torch.npu.get_device_name")
     return current_profile().soc

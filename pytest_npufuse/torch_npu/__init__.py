@@ -39,46 +39,87 @@ add the op.
 
 from __future__ import annotations
 
-from ..errors import NpufuseError
+from ..errors import MissingOpError
 from .activation import fast_gelu, npu_fast_gelu, npu_gelu
-from .attention import (
-    _npu_fused_infer_attention_score_get_max_workspace, _npu_fused_infer_attention_score_v2_get_max_workspace,
-    npu_fused_infer_attention_score, npu_fused_infer_attention_score_v2, npu_fusion_attention, npu_incre_flash_attention,
-    npu_prompt_flash_attention,
-)
 from .atb import (
-    _npu_flash_attention, _npu_flash_attention_qlens, _npu_flash_attention_unpad, _npu_paged_attention,
+    _npu_flash_attention,
+    _npu_flash_attention_qlens,
+    _npu_flash_attention_unpad,
+    _npu_paged_attention,
     _npu_paged_attention_get_workspace,
     _npu_reshape_and_cache,
+)
+from .attention import (
+    _npu_fused_infer_attention_score_get_max_workspace,
+    _npu_fused_infer_attention_score_v2_get_max_workspace,
+    npu_fused_infer_attention_score,
+    npu_fused_infer_attention_score_v2,
+    npu_fusion_attention,
+    npu_incre_flash_attention,
+    npu_prompt_flash_attention,
 )
 from .dump import save_npugraph_tensor
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
-    scatter_update, scatter_update_,
-    npu_confusion_transpose, npu_format_cast, npu_prefetch, npu_scatter_nd_update, npu_scatter_nd_update_,
-    npu_scatter_pa_kv_cache, npu_top_k_top_p,
+    npu_confusion_transpose,
+    npu_format_cast,
+    npu_prefetch,
+    npu_scatter_nd_update,
+    npu_scatter_nd_update_,
+    npu_scatter_pa_kv_cache,
+    npu_top_k_top_p,
+    scatter_update,
+    scatter_update_,
 )
-from .moe import npu_grouped_matmul, npu_grouped_matmul_finalize_routing, npu_moe_gating_top_k
+from .moe import (
+    npu_grouped_matmul,
+    npu_grouped_matmul_finalize_routing,
+    npu_moe_gating_top_k,
+)
 from .moe_distribute import (
-    npu_moe_distribute_combine, npu_moe_distribute_combine_v2, npu_moe_distribute_dispatch,
+    npu_moe_distribute_combine,
+    npu_moe_distribute_combine_v2,
+    npu_moe_distribute_dispatch,
     npu_moe_distribute_dispatch_v2,
 )
 from .moe_routing import (
-    npu_moe_compute_expert_tokens, npu_moe_finalize_routing, npu_moe_gating_top_k_softmax, npu_moe_init_routing,
-    npu_moe_init_routing_quant, npu_moe_init_routing_v2, npu_moe_re_routing,
+    npu_moe_compute_expert_tokens,
+    npu_moe_finalize_routing,
+    npu_moe_gating_top_k_softmax,
+    npu_moe_init_routing,
+    npu_moe_init_routing_quant,
+    npu_moe_init_routing_v2,
+    npu_moe_re_routing,
 )
 from .norm import (
-    npu_add_layer_norm, npu_add_rms_norm, npu_add_rms_norm_quant, npu_layer_norm_eval, npu_rms_norm,
+    npu_add_layer_norm,
+    npu_add_rms_norm,
+    npu_add_rms_norm_quant,
+    npu_layer_norm_eval,
+    npu_rms_norm,
     npu_scaled_masked_softmax,
 )
 from .quant import (
-    npu_anti_quant, npu_dequant_swiglu_quant, npu_dynamic_quant, npu_quant_matmul, npu_quantize, npu_swiglu,
-    npu_trans_quant_param, npu_weight_quant_batchmatmul,
+    npu_anti_quant,
+    npu_dequant_swiglu_quant,
+    npu_dynamic_quant,
+    npu_quant_matmul,
+    npu_quantize,
+    npu_swiglu,
+    npu_trans_quant_param,
+    npu_weight_quant_batchmatmul,
 )
 from .registry import OPS
 from .rope import (
-    npu_apply_rotary_pos_emb, npu_interleave_rope, npu_kv_rmsnorm_rope_cache, npu_kv_rmsnorm_rope_cache_v2,
-    npu_mla_prolog, npu_mla_prolog_v2, npu_mla_prolog_v3, npu_mrope, npu_rotary_mul,
+    npu_apply_rotary_pos_emb,
+    npu_interleave_rope,
+    npu_kv_rmsnorm_rope_cache,
+    npu_kv_rmsnorm_rope_cache_v2,
+    npu_mla_prolog,
+    npu_mla_prolog_v2,
+    npu_mla_prolog_v3,
+    npu_mrope,
+    npu_rotary_mul,
 )
 
 __all__ = [
@@ -147,13 +188,6 @@ __all__ = [
 ]
 
 README_SECTION = "README.md, section 'Op library' (#op-library)"
-
-
-class MissingOpError(NpufuseError, AttributeError):
-    """A torch_npu op the model calls is not among the provided CPU kernels.
-
-    An AttributeError too, so ``hasattr(torch_npu, name)`` and ``getattr(..., default)`` keep working.
-    """
 
 
 def missing_op_message(name: str) -> str:

@@ -8,7 +8,7 @@ through ``block_table``, and MLA's rope parts are appended to the head dim of qu
 ``q.k + q_rope.k_rope``). Then, per batch and head, in float32:
 
 1. ``scores = (q @ k^T) * scale`` -- the Cube product of the input-dtype values, accumulated in fp32
-   (:func:`~pytest_npufuse.exact.cube_matmul`; products of fp16/bf16 values are exact in fp32);
+   (:func:`~pytest_npufuse.numerics.exact.cube_matmul`; products of fp16/bf16 values are exact in fp32);
 2. masked positions (mask, causal mode, band, invalid lengths) become -inf;
 3. ``p = exp(scores - rowmax) / pairwise_sum(exp(...))`` (fixed-order sum);
 4. ``out = p @ v`` in fp32 (:func:`cube_matmul` of fp32 operands), then **one rounding** to the query's dtype.
@@ -25,10 +25,19 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from ..exact import cube_matmul
+from ..numerics.exact import cube_matmul
 from .checks import (
-    require_bool, require_choice, require_dtype, require_float, require_int, require_int_list, require_ints,
-    require_shape, require_tensor_list, require_tensors, require_unused,
+    require_bool,
+    require_choice,
+    require_dtype,
+    require_float,
+    require_int,
+    require_int_list,
+    require_ints,
+    require_shape,
+    require_tensor_list,
+    require_tensors,
+    require_unused,
 )
 from .fixedorder import pairwise_sum
 from .memory import nz_run

@@ -5,7 +5,7 @@ thread count on CPU, because they split reductions across threads or send tail e
 path.  The float kernels therefore use only element-wise IEEE operations (+, -, *, /, sqrt, which are
 correctly rounded on every code path), exp and log (vector and scalar paths agree, checked on this
 torch build by the thread-count tests), max, stable sorts and copies, and build every sum as a fixed
-pairwise tree.  Matrix products go through :mod:`pytest_npufuse.exact` instead (exact integer products,
+pairwise tree.  Matrix products go through :mod:`pytest_npufuse.numerics.exact` instead (exact integer products,
 the Cube's fp32 accumulation on single-threaded BLAS).
 """
 

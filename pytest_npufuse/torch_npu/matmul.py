@@ -1,6 +1,6 @@
 """Matmul ops: the fused matmul + all-reduce of tensor parallelism and the transposing batched matmul of MLA.
 
-Both multiply through :mod:`pytest_npufuse.exact` (the Cube: fp32 products and accumulation, one rounding).
+Both multiply through :mod:`pytest_npufuse.numerics.exact` (the Cube: fp32 products and accumulation, one rounding).
 ``npu_mm_all_reduce_base`` computes the numbers of a tensor-parallel world of one rank (its all-reduce is
 the identity on one rank); the op catalog prices its all-reduce on the profile's communication link for
 the configured world (``[comm] ranks``), so a larger world costs more, as on the device.
@@ -12,10 +12,18 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from ..exact import cube_addmm, cube_matmul
+from ..numerics.exact import cube_addmm, cube_matmul
 from .checks import (
-    FLOAT_DTYPES, HALF_DTYPES, require_choice, require_dtype, require_int, require_int_list, require_shape,
-    require_tensor, require_tensors, require_unused,
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    require_choice,
+    require_dtype,
+    require_int,
+    require_int_list,
+    require_shape,
+    require_tensor,
+    require_tensors,
+    require_unused,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
 from .registry import Out, arguments, npu_op
@@ -219,7 +227,7 @@ def npu_transpose_batchmatmul(
       (``perm_x1=(1, 0, 2)``); ``weight`` ``[B, K, N]`` (``perm_x2=(0, 1, 2)``) or ``[B, N, K]``
       (``(0, 2, 1)``, newer CANN per the meta function); ``perm_y`` only ``(1, 0, 2)``: the output is
       ``[M, B, N]`` in input's dtype. float16, bfloat16, float32.
-    * The Cube's numerics: fp32 products and accumulation, one rounding (:func:`~pytest_npufuse.exact.cube_matmul`).
+    * The Cube's numerics: fp32 products and accumulation, one rounding (:func:`~pytest_npufuse.numerics.exact.cube_matmul`).
 
     Refused with the argument's name: ``bias`` (the page: not supported yet), ``scale`` (int8 output
     quantisation), ``batch_split_factor > 1`` (the page gives the output shape but not the element order).

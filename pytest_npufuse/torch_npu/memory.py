@@ -9,8 +9,16 @@ from typing import Optional, Sequence
 import torch
 
 from .checks import (
-    FLOAT_DTYPES, require_bool, require_choice, require_dtype, require_int, require_int_list, require_shape,
-    require_tensor, require_tensors, require_unused,
+    FLOAT_DTYPES,
+    require_bool,
+    require_choice,
+    require_dtype,
+    require_int,
+    require_int_list,
+    require_shape,
+    require_tensor,
+    require_tensors,
+    require_unused,
 )
 from .fixedorder import softmax
 from .registry import Out, npu_op

@@ -11,12 +11,24 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
-    FLOAT_DTYPES, HALF_DTYPES, require_bool, require_choice, require_dtype, require_float, require_int, require_int_list,
-    require_optional_dtype, require_optional_int, require_optional_tensor, require_shape, require_tensor,
-    require_tensor_list, require_unused,
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    require_bool,
+    require_choice,
+    require_dtype,
+    require_float,
+    require_int,
+    require_int_list,
+    require_optional_dtype,
+    require_optional_int,
+    require_optional_tensor,
+    require_shape,
+    require_tensor,
+    require_tensor_list,
+    require_unused,
 )
-from ..exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
 from .quant import antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param

@@ -28,7 +28,15 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .checks import HALF_DTYPES, require_choice, require_dtype, require_int, require_shape, require_tensors, require_unused
+from .checks import (
+    HALF_DTYPES,
+    require_choice,
+    require_dtype,
+    require_int,
+    require_shape,
+    require_tensors,
+    require_unused,
+)
 from .fixedorder import round_to_int8
 from .registry import Out, npu_op
 

@@ -16,8 +16,15 @@ from typing import Optional, Sequence
 import torch
 
 from .checks import (
-    FLOAT_DTYPES, require_bool, require_choice, require_dtype, require_int, require_int_list, require_ints,
-    require_shape, require_tensor, require_tensors,
+    FLOAT_DTYPES,
+    require_bool,
+    require_choice,
+    require_dtype,
+    require_int,
+    require_int_list,
+    require_ints,
+    require_shape,
+    require_tensors,
 )
 from .fixedorder import round_to_int8, softmax
 from .registry import Out, npu_op

@@ -8,8 +8,16 @@ from typing import Optional, Sequence
 import torch
 
 from .checks import (
-    FLOAT_DTYPES, require_bool, require_dtype, require_float, require_int, require_int_list, require_shape,
-    require_tensor, require_tensors, require_trailing,
+    FLOAT_DTYPES,
+    require_bool,
+    require_dtype,
+    require_float,
+    require_int,
+    require_int_list,
+    require_shape,
+    require_tensor,
+    require_tensors,
+    require_trailing,
 )
 from .fixedorder import pairwise_sum, round_to_int8
 from .registry import Out, npu_op

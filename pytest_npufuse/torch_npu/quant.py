@@ -7,10 +7,20 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
+from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
-    FLOAT_DTYPES, HALF_DTYPES, dtype_names, require_bool, require_choice, require_dtype, require_int,
-    require_optional_dtype, require_shape, require_tensor, require_tensors, require_unused,
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    dtype_names,
+    require_bool,
+    require_choice,
+    require_dtype,
+    require_int,
+    require_optional_dtype,
+    require_shape,
+    require_tensor,
+    require_tensors,
+    require_unused,
 )
 from .fixedorder import round_to_int8, swiglu
 from .quant_param import decode_quant_param, encode_quant_param, round_scale_to_fp19
@@ -223,7 +233,7 @@ def npu_quant_matmul(
     the QuantBatchMatmulV4 formulas (hicann/ops-nn, matmul/quant_batch_matmul_v4/README.md) and
     the TransQuantParamV2 bit layout (hicann/ops-nn, quant/trans_quant_param_v2/README.md).
 
-    Semantics, with ``acc = x1 @ x2`` accumulated exactly in int32 (:func:`pytest_npufuse.exact.int_matmul`):
+    Semantics, with ``acc = x1 @ x2`` accumulated exactly in int32 (:func:`pytest_npufuse.numerics.exact.int_matmul`):
 
     * without pertoken_scale: ``out = (acc [+ int32 bias]) * scale [+ float bias] [+ offset]``
     * with pertoken_scale [m]: ``out = (acc [+ int32 bias]) * scale * pertoken_scale[:, None]
@@ -931,7 +941,7 @@ def npu_weight_quant_batchmatmul(
       > 0.  ``bias`` [n] or [1, n]: float16 for float16 x, float32 for bfloat16 x (doc).
     * The dequantised weight is computed in float32 and rounded once to x's dtype (the Cube
       multiplies fp16/bf16 operands); the product accumulates in float32 with the bias
-      (x's dtype or float32) added before one rounding (:func:`pytest_npufuse.exact.cube_addmm`).
+      (x's dtype or float32) added before one rounding (:func:`pytest_npufuse.numerics.exact.cube_addmm`).
     * Not implemented (ValueError): int4 weights (int32-packed), int64 (trans_quant_param)
       antiquant scales, and the int8 output quantisation ``quant_scale``/``quant_offset``.  ``inner_precise`` selects a device
       precision/performance mode and does not change this model's values.

@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from ..exact import wrap_to_int32
+from ..numerics.exact import wrap_to_int32
 
 # Layout of the int64 "quant param" built by npu_trans_quant_param / TransQuantParamV2.
 SCALE_FIELD_MASK = 0xFFFFE000  # float32 bits of the scale, cut to its top 19 bits

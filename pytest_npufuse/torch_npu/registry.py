@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
-from ..catalog import load_catalog
 from ..errors import ProfileError
+from ..target.catalog import load_catalog
 
 NAMESPACE = "npu"
 

@@ -10,10 +10,20 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from ..exact import cube_matmul, int_matmul
+from ..numerics.exact import cube_matmul, int_matmul
 from .checks import (
-    FLOAT_DTYPES, HALF_DTYPES, require_bool, require_choice, require_dtype, require_float, require_int, require_ints,
-    require_shape, require_tensor, require_tensors, require_unused,
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    require_bool,
+    require_choice,
+    require_dtype,
+    require_float,
+    require_int,
+    require_ints,
+    require_shape,
+    require_tensor,
+    require_tensors,
+    require_unused,
 )
 from .fixedorder import round_to_int8
 from .memory import nz_run, write_nz_slots, write_slots

@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Mapping
 
+from ..pipeline.backend import backend_for
 from .configs.compiler_config import CompilerConfig
 
 __all__ = ["get_npu_backend", "get_compiler"]
@@ -24,8 +25,6 @@ def get_npu_backend(
 ) -> Any:
     """A ``torch.compile`` backend for ``compiler_config``; ``custom_decompositions`` (aten op ->
     function) are applied when the graph is lowered to aten, as TorchAir passes them to AOTAutograd."""
-    from ..scriptrun import backend_for
-
     config = compiler_config or CompilerConfig()
     if config.run_mode == "reduce-overhead":
         warnings.warn(
@@ -33,12 +32,10 @@ def get_npu_backend(
             DeprecationWarning,
             stacklevel=2,
         )
-    return backend_for(config, target, custom_decompositions)
+    return backend_for(config.graph_options(), target, custom_decompositions)
 
 
 def get_compiler(compiler_config: CompilerConfig | None = None, *, target: str | None = None) -> Callable[..., Any]:
     """The compiler of an aten graph (``fw_compiler`` of a user's ``aot_module_simplified``), modeling it
     as ``get_npu_backend(compiler_config=...)`` would."""
-    from ..scriptrun import backend_for
-
-    return backend_for(compiler_config or CompilerConfig(), target).compile_aten
+    return backend_for((compiler_config or CompilerConfig()).graph_options(), target).compile_aten

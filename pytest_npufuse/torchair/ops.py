@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import NotModeledAttributeError, ScopeError
-from ..syncs import EVENTS, TaggedEvent
+from ..frontend.tagged_events import EVENTS, TaggedEvent
 from .printing import npu_print
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Each scope pushes a list of (key, value) attributes through the side-effecting ``npufuse::scope_enter``
 op and pops it with ``npufuse::scope_exit``; the backend resolves nesting per kernel (see
-:mod:`pytest_npufuse.scopes`). Names and signatures follow TorchAir so model code moves between a CPU CI
+:mod:`pytest_npufuse.frontend.scopes`). Names and signatures follow TorchAir so model code moves between a CPU CI
 and a real NPU by changing one import.
 """
 
@@ -12,8 +12,8 @@ from types import TracebackType
 
 import torch
 
-from .. import scopes, syncs
 from ..errors import ScopeError
+from ..frontend import scopes, syncs
 
 __all__ = ["super_kernel", "npu_stream_switch", "limit_core_num", "npu_wait_tensor", "op_never_timeout", "data_dump"]
 

@@ -18,9 +18,12 @@ paths, passes and caches change nothing a CPU model can observe.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Mapping
 
+from ...pipeline.chain import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
+from ..datadump import plan_dump
 from .options import ConfigNode, OptionValue, int_range, of_type
 
 INT64_MAX = 2**63 - 1
@@ -149,6 +152,14 @@ class CompilerConfig(ConfigNode):
     @property
     def run_mode(self) -> str:
         return self.mode.value
+
+    def graph_options(self) -> GraphOptions:
+        """What this config decides about how its graphs are modeled; its data dump, when enabled,
+        watches each call of every graph (:mod:`pytest_npufuse.torchair.datadump`)."""
+        watch = partial(plan_dump, self) if self.dump_config.enable_dump.value else None
+        return GraphOptions(
+            Mode(self.run_mode), bool(self.ge_config.enable_single_stream.value), self.superkernel_options(), watch
+        )
 
     def superkernel_options(self) -> str | None:
         """The aclgraph SuperKernel options text CANN receives (``k=v:k=v``, as TorchAir formats the

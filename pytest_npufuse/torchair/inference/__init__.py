@@ -18,11 +18,12 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ...errors import NotModeledError
+from ...frontend.shapes import GEARS_ATTRIBUTE
 from ..configs.compiler_config import CompilerConfig
+from ..npu_fx_compiler import get_npu_backend
 
 __all__ = ["cache_compile", "set_dim_gears", "readable_cache"]
 
-GEARS_ATTRIBUTE = "dim_gears"  # where TorchAir keeps a tensor's gears, read again when the graph is called
 
 
 def cache_compile(
@@ -44,8 +45,6 @@ def cache_compile(
     ``experimental_config.frozen_parameter`` is refused. ``fullgraph`` may be passed as in
     ``torch.compile``. The ranks only name the cache directory on a device, so they change nothing here.
     """
-    from .. import get_npu_backend
-
     if not isinstance(func, types.MethodType) or not isinstance(func.__self__, torch.nn.Module):
         raise ValueError(
             f"cache_compile caches a method of a torch.nn.Module (e.g. model.forward), got {func!r}; "
@@ -90,11 +89,6 @@ def _check_gears(t: torch.Tensor, dim: Any, gears: Any) -> None:
         raise ValueError(f"set_dim_gears: the gears of dim {dim} must be a list of ints, got {gears!r}.")
     if len(gears) < 2:
         raise ValueError(f"set_dim_gears: dim {dim} has gears {list(gears)}; give at least two sizes.")
-
-
-def gears_of(value: Any) -> Mapping[int, tuple[int, ...]] | None:
-    """The gears ``set_dim_gears`` gave a tensor, if any."""
-    return getattr(value, GEARS_ATTRIBUTE, None) if isinstance(value, torch.Tensor) else None
 
 
 def readable_cache(cache_bin: str, print_output: bool = True, file: Any = None) -> str:

@@ -1,0 +1,235 @@
+"""Command line: ``python -m pytest_npufuse <command>``, for people and CI steps outside pytest.
+
+    python -m pytest_npufuse compare OLD.json NEW.json --fail-above 2
+    python -m pytest_npufuse advise cases/decoder_layers.py:advisor_case --npu-target=a3
+    python -m pytest_npufuse ops
+    python -m pytest_npufuse run SCRIPT [--npu-target=a3] [-- SCRIPT ARGS]
+
+Each command is a subparser with its own ``run`` function; exit codes follow pytest's spirit:
+0 fine, 1 a regression, 2 bad usage or an unreadable file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence, TextIO
+
+from ..errors import NpufuseError
+from ..gate.baseline import (
+    IMPROVED,
+    REGRESSED,
+    Change,
+    Entry,
+    aligned,
+    compare_results,
+    count_line,
+    model_notice,
+    parse_percent,
+    read_results,
+)
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+
+
+def _percent(text: str) -> float:
+    value = parse_percent(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage >= 0")
+    return value
+
+
+def _us(entry: Entry | None) -> str:
+    """A VARIANT time for the table: '-' when absent, 'never' when the VARIANT does not finish."""
+    if entry is None:
+        return "-"
+    return "never" if entry.variant_us is None else f"{entry.variant_us:.3f}"
+
+
+def _table(changes: Sequence[Change]) -> list[str]:
+    """Aligned rows: test, target, old and new variant time, change, speedups, status."""
+    header = ("test", "target", "old us", "new us", "change", "old speedup", "new speedup", "status")
+    rows = [header]
+    for c in changes:
+        pct = c.change_pct
+        rows.append((
+            c.key,
+            c.target,
+            _us(c.before),
+            _us(c.after),
+            f"{pct:+.2f}%" if pct is not None else "-",
+            f"{c.before.speedup:.3f}x" if c.before else "-",
+            f"{c.after.speedup:.3f}x" if c.after else "-",
+            c.status,
+        ))
+    return aligned(rows)
+
+
+def compare(args: argparse.Namespace, out: TextIO) -> int:
+    """Compare two baselines or run reports; non-zero exit when a case got slower than ``--fail-above``."""
+    try:
+        _, old = read_results(args.old)
+        _, new = read_results(args.new)
+    except (NpufuseError, OSError) as exc:
+        print(f"npufuse compare: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    changes = compare_results(old, new, args.fail_above)
+    for line in _table(changes):
+        print(line, file=out)
+    regressed = [c for c in changes if c.status == REGRESSED]
+    print(count_line(changes) or "no entries on either side", file=out)
+    notice = model_notice(changes, new.model, old.model) if new.model else None
+    if notice:
+        print(f"{notice}; produce {args.old} again with the new model.", file=out)
+    if regressed:
+        print(
+            f"FAILED: {len(regressed)} case(s) slower than {args.fail_above:g}% over {args.old}: "
+            + "; ".join(c.describe() for c in regressed),
+            file=out,
+        )
+        return EXIT_REGRESSION
+    if any(c.status == IMPROVED for c in changes):
+        print(f"improvements found; refresh {args.old} to lock them in.", file=out)
+    return EXIT_OK
+
+
+def _import_module(where: str) -> Any:
+    """The module ``where`` names; a module that is not there at all is the user's typo, so it is a
+    clear error, while a module the user's own code fails to import keeps its own traceback."""
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (where == exc.name or where.startswith(exc.name + ".")):
+            raise
+        raise NpufuseError(
+            f"no module named {exc.name!r} (from {where!r}); give a .py file path or a module importable "
+            "from the current directory, e.g. cases/decoder_layers.py:advisor_case"
+        ) from None
+
+
+def _factory(spec: str) -> Callable[[], Any]:
+    """The callable ``MODULE_OR_FILE:FACTORY`` names; a file's directory goes on ``sys.path`` first, so
+    the file imports its neighbours as it does under pytest."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise NpufuseError(f"{spec!r} is not MODULE_OR_FILE:FACTORY, e.g. cases/decoder_layers.py:advisor_case")
+    path = Path(where)
+    if where.endswith(".py") or path.exists():
+        if not path.is_file():
+            raise NpufuseError(f"{where} is not a file; give a Python file or an importable module")
+        sys.path.insert(0, str(path.resolve().parent))
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module
+        module_spec.loader.exec_module(module)
+    else:
+        module = _import_module(where)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise NpufuseError(f"{where} has no callable {name!r}; FACTORY must return (model, inputs)")
+    return factory
+
+
+def advise(args: argparse.Namespace, out: TextIO) -> int:
+    """Rank SuperKernel scope layouts for the model FACTORY returns and print the recommendation."""
+    from ..advisor import advise as run_advisor
+
+    try:
+        made = _factory(args.factory)()
+        if not (isinstance(made, (tuple, list)) and len(made) == 2):
+            raise NpufuseError(f"{args.factory} returned {type(made).__name__}; it must return (model, inputs)")
+        model, inputs = made
+        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        advice = run_advisor(model, *inputs, target=args.npu_target, options=args.options)
+    except NpufuseError as exc:
+        print(f"npufuse advise: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(advice, file=out)
+    return EXIT_OK
+
+
+def ops(args: argparse.Namespace, out: TextIO) -> int:
+    """List the torch_npu ops with a CPU kernel: family, engine, fusable flag and the document they follow."""
+    from ..target.catalog import load_catalog
+    from ..torch_npu import OPS
+
+    catalog = load_catalog()
+    rows = [("op", "family", "engine", "fusable", "source")]
+    for op in sorted(OPS.values(), key=lambda op: (op.family, op.name)):
+        info = catalog.lookup(op.op_type)
+        rows.append((op.op_type, op.family, info.engine, "yes" if info.fusable else "no", op.source))
+    for line in aligned(rows):
+        print(line, file=out)
+    print(f"{len(OPS)} ops", file=out)
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Run a script written for a real NPU under the shim and summarise the modeled run after its output."""
+    from .run import run_script
+
+    if not args.script.is_file():
+        print(f"npufuse run: {args.script}: no such script", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run_script(args.script, args.script_args, args.npu_target, out)
+    except NpufuseError as exc:
+        print(f"npufuse run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(prog="python -m pytest_npufuse", description=__doc__.split("\n\n")[0])
+    commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cmp = commands.add_parser(
+        "compare",
+        help="compare two baseline files or --npufuse-json run reports",
+        description="Print old against new modeled variant time per test and target; exit 1 if any case is "
+        "slower than --fail-above percent. Entries measured with another model version are reported, not failed.",
+    )
+    cmp.add_argument("old", type=Path, metavar="OLD.json", help="the reference: a baseline file or run report")
+    cmp.add_argument("new", type=Path, metavar="NEW.json", help="the candidate: a baseline file or run report")
+    cmp.add_argument("--fail-above", type=_percent, default=0.0, metavar="PCT",
+                     help="percent a case may get slower before the command fails (default 0)")
+    cmp.set_defaults(run=compare)
+    adv = commands.add_parser(
+        "advise",
+        help="rank SuperKernel scope layouts for a model and recommend one",
+        description="Capture the model FACTORY returns once, plan and simulate every scope layout of seed 004 "
+        "(attention, MoE/FFN, decoder layer, per layer, all layers, top-down) on the target, print the ranked "
+        "table and a line starting 'recommend' with the with-lines to paste.",
+    )
+    adv.add_argument("factory", metavar="MODULE_OR_FILE:FACTORY", help="a callable returning (model, inputs)")
+    adv.add_argument("--npu-target", default="a3", help="target profile: a2, a3 or a profile file (default a3)")
+    adv.add_argument("--options", default="", help="SuperKernel options every candidate scope gets, e.g. "
+                     "strict-scope-check=abort")
+    adv.set_defaults(run=advise)
+    listing = commands.add_parser(
+        "ops",
+        help="list the torch_npu ops pytest-npufuse provides CPU kernels for",
+        description="Print every provided torch_npu op with its family, engine, fusable flag and source document.",
+    )
+    listing.set_defaults(run=ops)
+    script = commands.add_parser(
+        "run",
+        help="run a script written for a real NPU on the CPU model and summarise the modeled run",
+        description="Run SCRIPT as __main__ with import torchair / import torch_npu / torch.npu mapped to "
+        "pytest-npufuse, then print each compiled graph's modeled time, SuperKernel scopes and streams. "
+        "Arguments after -- go to the script.",
+    )
+    script.add_argument("script", type=Path, metavar="SCRIPT", help="the Python script to run")
+    script.add_argument("--npu-target", default="a3", metavar="TARGET",
+                        help="built-in target (a2, a3) or a profile .toml file (default a3)")
+    script.set_defaults(run=run)
+    return main
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser().parse_args(argv[:cut])
+    args.script_args = argv[cut + 1:]
+    return args.run(args, out or sys.stdout)

@@ -1,0 +1,117 @@
+"""Scripts written for a real NPU, run on the CPU model: ``python -m pytest_npufuse run SCRIPT``.
+
+The script runs unchanged under the shim (:mod:`pytest_npufuse.shim`): its ``torchair.get_npu_backend()``
+and ``torch.compile(backend="npugraph_ex")`` calls get backends that model the chosen target, and each
+graph they compile is remembered. After the script's own output comes a summary of every modeled graph:
+its mode, SuperKernel scopes and streams, and its modeled time beside the same graph with its scopes
+ignored (the BASELINE plan of the same program, priced on the same profile).
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import traceback
+from pathlib import Path
+from typing import Sequence, TextIO
+
+from torch._dynamo.exc import BackendCompilerFailed
+
+from ..errors import PACKAGE_DIR, NpufuseError
+from ..frontend.tagged_events import EVENTS
+from ..pipeline.backend import ModeledRun, end_run, start_run
+from ..pipeline.chain import CompiledGraph
+from ..plan.tasks import ScopePlan
+from ..target.profile import load_profile
+
+
+def _scope_line(scope: ScopePlan) -> str:
+    detail = f"{len(scope.segments)} segment(s), block dim {scope.block_dim}" if scope.segments else scope.reason
+    breaks = f"; split by {', '.join(b.describe() for b in scope.breaks)}" if scope.breaks else ""
+    return f"    SuperKernel scope {scope.scope!r}: {scope.outcome} ({detail}){breaks}"
+
+
+def _graph_lines(number: int, graph: CompiledGraph) -> list[str]:
+    """One graph: its modeled time against the same program with scopes ignored, its scopes and streams."""
+    baseline = graph.scopes_ignored()
+    run = graph.run
+    streams = graph.plan.streams.streams if graph.plan.streams is not None else ("default",)
+    timing = (
+        f"{run.time_us:.1f} us modeled ({run.bound}-bound), {baseline.time_us:.1f} us with scopes ignored, "
+        f"speedup {baseline.time_us / run.time_us:.3f}x" if run.failure is None else f"does not finish: {run.failure}"
+    )
+    lines = [
+        f"  graph {number}: {graph.plan.mode}, {len(graph.program.kernels)} kernels in {run.tasks} tasks on "
+        f"{len(streams)} stream(s); {timing}"
+    ]
+    lines += [_scope_line(scope) for scope in graph.plan.scopes]
+    races = graph.sanitizer.races if graph.sanitizer is not None else ()
+    if races:
+        lines.append(f"    {len(races)} cross-stream race(s): {races[0].describe()}")
+    return lines
+
+
+def summary(run: ModeledRun) -> list[str]:
+    graphs = run.graphs()
+    head = f"npufuse run: {len(graphs)} graph(s) modeled on {run.profile.name} ({run.profile.product})"
+    lines = [head]
+    for number, graph in enumerate(graphs, 1):
+        lines += _graph_lines(number, graph)
+    if not graphs:
+        lines.append("  no graph was compiled with torchair.get_npu_backend() or backend=\"npugraph_ex\"")
+    return lines
+
+
+def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> int:
+    """Run ``script`` as ``__main__`` under the shim, then print the summary; 0 when the script ends
+    normally, its exit status when it calls ``sys.exit``, 1 when it raises."""
+    from ..shim import install_shims
+
+    state = install_shims()
+    run = start_run(load_profile(target))
+    EVENTS.reset()  # a script starts with no tagged events, as a fresh process does
+    saved_argv = sys.argv
+    sys.argv = [str(script), *argv]
+    status = 0
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:  # noqa: BLE001 - reported below, then the summary
+        error = _reportable(exc)
+        if error is None:  # the script's own error is shown as Python would
+            traceback.print_exc()
+        else:
+            print(f"npufuse run: {script}: {type(error).__name__}: {error}{_user_line(exc, script)}", file=out)
+        status = 1
+    finally:
+        sys.argv = saved_argv
+    out.flush()
+    print(f"npufuse run: {state.describe()}", file=out)
+    for line in summary(run):
+        print(line, file=out)
+    end_run()
+    return status
+
+
+def _reportable(exc: BaseException) -> BaseException | None:
+    """The error to show as one line at the user's line, or None for the script's own error: an npufuse
+    error (also when Dynamo wrapped it while compiling a graph), or a ValueError / TypeError raised by one
+    of this package's argument checks (a torch_npu op's or TorchAir API's, as the real ones raise them)."""
+    if isinstance(exc, BackendCompilerFailed):
+        exc = exc.inner_exception
+    if isinstance(exc, NpufuseError):
+        return exc
+    frames = traceback.extract_tb(exc.__traceback__)
+    raised_here = bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(PACKAGE_DIR)
+    return exc if raised_here and isinstance(exc, (ValueError, TypeError)) else None
+
+
+def _user_line(exc: BaseException, script: Path) -> str:
+    """Where in the user's script the error was raised (its innermost frame in the script)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == script.resolve()]
+    if not frames or f"{frames[-1].filename}:" in str(exc):  # the error names its own line in the script
+        return ""
+    # A compiled function's frame shows its ``def`` line; the call that ran it says more.
+    frame = frames[-2] if len(frames) > 1 and (frames[-1].line or "").startswith("def ") else frames[-1]
+    return f" (at {frame.filename}:{frame.lineno}: {frame.line})"

@@ -1,0 +1,201 @@
+"""Run a captured graph on the CPU to get the numbers a device would produce.
+
+The aten graph is interpreted node by node in its own order, which is the program's issue order and
+always a legal order for the data; scope and sync markers are no-ops. Each read the sanitizer found
+racing sees poisoned memory instead of its value, so a race changes the numbers as it could on a device.
+
+Matmuls on low-precision or int8 inputs run as the modeled Cube computes them (``CUBE_KERNELS``, built on
+:mod:`pytest_npufuse.numerics.exact`), never through torch's CPU bf16 kernel or ``torch._int_mm``.
+
+Both variants of a check run the same kernels on the same inputs, so a kernel is computed once: the
+BASELINE run keeps the values the VARIANT needs, and the VARIANT recomputes only the *cone* of its racy
+reads (the kernels that read poisoned memory and everything downstream of them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.fx
+
+from ..errors import KernelError, NpufuseError
+from ..frontend.lower import mutated_arguments, op_type_of
+from ..frontend.source import source_line
+from ..ir.program import Program
+from ..numerics.exact import cube_addmm, cube_baddbmm, cube_matmul, int_matmul
+
+_ATEN = torch.ops.aten
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _low_precision(*tensors: torch.Tensor) -> bool:
+    return all(isinstance(t, torch.Tensor) and t.dtype in _LOW_PRECISION for t in tensors)
+
+
+def _product(op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A two-operand matmul overload: the Cube's semantics for fp16/bf16 inputs, else the aten op."""
+
+    def run(a: Any, b: Any) -> torch.Tensor:
+        return cube_matmul(a, b) if _low_precision(a, b) else op(a, b)
+
+    return run
+
+
+def _biased(op: Callable[..., torch.Tensor], cube: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``addmm``/``baddbmm``: the bias joins the fp32 accumulator before the one rounding."""
+
+    def run(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> torch.Tensor:
+        if _low_precision(a, b) and isinstance(bias, torch.Tensor) and bias.dtype == a.dtype:
+            return cube(bias, a, b, beta=beta, alpha=alpha)
+        return op(bias, a, b, beta=beta, alpha=alpha)
+
+    return run
+
+
+CUBE_KERNELS: Mapping[Any, Callable[..., Any]] = {
+    _ATEN.mm.default: _product(_ATEN.mm.default),
+    _ATEN.bmm.default: _product(_ATEN.bmm.default),
+    _ATEN.matmul.default: _product(_ATEN.matmul.default),
+    _ATEN.addmm.default: _biased(_ATEN.addmm.default, cube_addmm),
+    _ATEN.baddbmm.default: _biased(_ATEN.baddbmm.default, cube_baddbmm),
+    _ATEN._int_mm.default: int_matmul,
+}
+"""The Cube's matmuls by aten overload. ``linear`` reaches the executor decomposed into these (AOT lowers
+it to ``t`` + ``mm``/``addmm``); fp32 inputs keep torch's own kernel."""
+
+
+def poison(value: torch.Tensor) -> torch.Tensor:
+    """What fresh device memory may hold: NaN for floats, the byte pattern 0x5A for everything else."""
+    if value.is_floating_point() or value.is_complex():
+        return torch.full_like(value, float("nan"))
+    raw = torch.full((value.numel() * value.element_size(),), 0x5A, dtype=torch.uint8)
+    return raw.view(value.dtype).reshape(value.shape) if value.dtype != torch.bool else raw.bool().reshape(value.shape)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One run of a graph: its flat outputs, the node values kept for a later cone run, and how many
+    kernels it computed."""
+
+    outputs: list[Any]
+    kept: Mapping[str, Any] = field(default_factory=dict)
+    kernels_run: int = 0
+
+
+def racy_cone(gm: torch.fx.GraphModule, stale_reads: Mapping[str, frozenset[str]], program: Program) -> frozenset[str]:
+    """The nodes whose values can differ from a race-free run: each node with a poisoned read and every
+    node downstream of one. When the cone is not empty, in-place writes join it as well, because a
+    recomputed node must see the memory they leave behind in this run's own tensors."""
+    seeds = {kernel.node for kernel in program.kernels if kernel.name in stale_reads}
+    if not seeds:
+        return frozenset()
+    cone: set[str] = set()
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr", "output"):
+            continue
+        upstream = (arg.name for arg in node.all_input_nodes)
+        if node.name in seeds or any(name in cone for name in upstream) or mutated_arguments(node):
+            cone.add(node.name)
+    return frozenset(cone)
+
+
+def inputs_of(gm: torch.fx.GraphModule, nodes: frozenset[str]) -> frozenset[str]:
+    """Values that ``nodes`` read from outside themselves: what a BASELINE run keeps for a cone run."""
+    return frozenset(arg.name for node in gm.graph.nodes if node.name in nodes for arg in node.all_input_nodes) - nodes
+
+
+def writes_inputs(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph writes into one of its inputs (a mutated input kept as an in-place kernel)."""
+    placeholders = {node.name for node in gm.graph.nodes if node.op == "placeholder"}
+    return any(set(mutated_arguments(node)) & placeholders for node in gm.graph.nodes if node.op == "call_function")
+
+
+# Handed each input and computed node of a run right after it has its value, with the tensors it read.
+Observer = Callable[[torch.fx.Node, Sequence[Any], Any], None]
+
+
+def run_graph(
+    gm: torch.fx.GraphModule,
+    program: Program,
+    args: Sequence[Any],
+    stale_reads: Mapping[str, frozenset[str]],
+    *,
+    keep: frozenset[str] = frozenset(),
+    only: frozenset[str] | None = None,
+    given: Mapping[str, Any] | None = None,
+    observe: Observer | None = None,
+) -> Execution:
+    """The graph's outputs for ``args``. ``stale_reads`` maps a kernel to the input tensors it reads in
+    a race (found by the sanitizer); those reads get poisoned memory.
+
+    ``keep`` names node values to return for a later cone run. ``only`` restricts the run to those nodes;
+    every other node's value is taken from ``given`` (an earlier run's kept values). A value is dropped
+    once its last reader ran, so a run holds only live tensors. ``observe`` is handed each input and
+    computed node right after it has its value, with the tensors it read (a data dump writes them).
+    """
+    stale_of_node = {kernel.node: stale_reads[kernel.name] for kernel in program.kernels if kernel.name in stale_reads}
+    kernel_nodes = {kernel.node for kernel in program.kernels}
+    last_use = _last_uses(gm)
+    held = keep | {arg.name for arg in gm.graph.output_node().all_input_nodes}
+    inputs = iter(args)
+    env: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
+    computed = 0
+    for position, node in enumerate(gm.graph.nodes):
+        if node.op == "placeholder":
+            env[node.name] = next(inputs)
+            if observe is not None:
+                observe(node, (), env[node.name])
+        elif node.op == "get_attr":
+            env[node.name] = getattr(gm, str(node.target))
+        elif node.op == "output":
+            break
+        elif only is not None and node.name not in only:
+            env[node.name] = given[node.name] if given is not None and node.name in given else None
+        else:
+            env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()))
+            computed += node.name in kernel_nodes
+            if observe is not None:
+                read = [env[arg.name] for arg in node.all_input_nodes if isinstance(env.get(arg.name), torch.Tensor)]
+                observe(node, read, env[node.name])
+        if node.name in keep:
+            kept[node.name] = env[node.name]
+        for done in last_use.get(position, ()):
+            if done not in held:
+                env.pop(done, None)
+    outputs = list(torch.fx.node.map_arg(gm.graph.output_node().args[0], lambda arg: env[arg.name]))
+    return Execution(outputs, kept, computed)
+
+
+def _call(node: torch.fx.Node, env: Mapping[str, Any], stale: frozenset[str]) -> Any:
+    """One node's value: its Cube kernel or aten op, with poisoned memory for its racy reads."""
+
+    def read(arg: torch.fx.Node) -> Any:
+        value = env[arg.name]
+        return poison(value) if arg.name in stale and isinstance(value, torch.Tensor) else value
+
+    kernel = CUBE_KERNELS.get(node.target, node.target)
+    try:
+        return kernel(*torch.fx.node.map_arg(node.args, read), **torch.fx.node.map_arg(node.kwargs, read))
+    except NpufuseError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of the op is reported at the user's line
+        raise KernelError(
+            f"{op_type_of(node)} at {source_line(node) or 'the model'} failed on the values that reached it: "
+            f"{type(exc).__name__}: {exc}. The op computes what the device would from these inputs; check the "
+            "values flowing into it (an index out of range, or a NaN or infinity turned into an index)."
+        ) from exc
+
+
+def _last_uses(gm: torch.fx.GraphModule) -> dict[int, list[str]]:
+    """For each node position, the values whose last reader is that node."""
+    last: dict[str, int] = {}
+    for position, node in enumerate(gm.graph.nodes):
+        for arg in node.all_input_nodes:
+            last[arg.name] = position
+    by_position: dict[int, list[str]] = {}
+    for name, position in last.items():
+        by_position.setdefault(position, []).append(name)
+    return by_position

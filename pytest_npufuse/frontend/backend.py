@@ -1,0 +1,170 @@
+"""The ``torch.compile`` backend that captures: Dynamo graph -> AOTAutograd aten graph -> program IR.
+
+It only captures. What happens when the captured graph is called is decided by whoever asked for the
+capture: :class:`Capture` (one model captured once for a check) binds the executor of each run, and the
+pipeline's ``NpuBackend`` models every graph a user's ``torch.compile`` produces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.fx
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from ..errors import CaptureError, NotModeledError
+from ..ir.program import Program
+from ..target.catalog import OpCatalog
+from .dynamo import call_compiled, check_outputs_used, compile_static
+from .lower import build_program
+from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
+
+
+@dataclass(frozen=True)
+class CapturedGraph:
+    """One captured aten graph and its program IR.
+
+    ``dynamic``: the graph was compiled for symbolic input sizes (``torch.compile(dynamic=True)``);
+    its program holds the sizes of one call, and the host tiles every call anew.
+    """
+
+    gm: torch.fx.GraphModule
+    program: Program
+    dynamic: bool = False
+
+
+GraphRunner = Callable[..., list[Any]]
+
+
+@dataclass
+class CaptureBackend:
+    """A Dynamo backend that lowers each graph to aten (input mutations stay in the graph as ``copy_``
+    kernels, where a device would run them), builds its program and keeps it in ``graphs``.
+
+    ``on_graph`` turns a captured graph into the callable Dynamo runs for it. ``decompositions`` are
+    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``).
+    """
+
+    catalog: OpCatalog
+    on_graph: Callable[[CapturedGraph], GraphRunner]
+    graphs: list[CapturedGraph] = field(default_factory=list)
+    decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in example_inputs):
+            raise NotModeledError(
+                "training graphs are not modeled; run the model under torch.no_grad() or torch.inference_mode()."
+            )
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=self.capture_aten, decompositions=dict(self.decompositions) or None,
+            keep_inference_input_mutations=True,
+        )
+
+    def capture_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+        """Capture an aten graph AOTAutograd produced (what AOT hands its ``fw_compiler``): also the entry
+        of TorchAir's ``get_compiler()`` and npugraph_ex's ``compile_fx``, which users put under their own
+        ``aot_module_simplified``."""
+        symbols = input_symbols(gm)
+        if is_dynamic(symbols):
+            return self._per_call_sizes(gm, symbols)
+        return self._keep(CapturedGraph(gm, build_program(gm, self.catalog)))
+
+    def _keep(self, graph: CapturedGraph) -> GraphRunner:
+        self.graphs.append(graph)
+        return self.on_graph(graph)
+
+    def _per_call_sizes(self, gm: torch.fx.GraphModule, symbols: Sequence[InputSymbol]) -> GraphRunner:
+        """A dynamic-shape graph costs what its call's sizes cost: its program is built when it is
+        called, once for every distinct set of input sizes (the device runs one graph and tiles each
+        call on the host; the model prices each call at its own sizes)."""
+        runners: dict[tuple[tuple[str, int], ...], GraphRunner] = {}
+
+        def run(*args: Any) -> list[Any]:
+            sizes = input_sizes(symbols, args)
+            key = tuple(sorted((str(symbol), int(value)) for symbol, value in sizes.items()))
+            if key not in runners:
+                program = build_program(gm, self.catalog, sizes)
+                runners[key] = self._keep(CapturedGraph(gm, program, dynamic=not _on_gears(symbols, args)))
+            return runners[key](*args)
+
+        return run
+
+
+def _on_gears(symbols: Sequence[InputSymbol], args: Sequence[Any]) -> bool:
+    """Whether every symbolic input size of this call is a dim given gears by ``set_dim_gears``: GE
+    compiled a static graph per gear and runs that one. A size that is no gear fails as on the device."""
+    free: set[Any] = set()
+    geared: set[Any] = set()
+    for position, dim, expr in symbols:
+        free |= expr.free_symbols
+        gears = gears_of(args[position]) if dim is not None else None
+        if gears is None or dim not in gears:
+            continue
+        size = int(args[position].shape[dim])
+        if size not in gears[dim]:
+            raise CaptureError(
+                f"an input of shape {list(args[position].shape)} has size {size} in dim {dim}, which is not one of "
+                f"its gears {list(gears[dim])} "
+                "(torchair.inference.set_dim_gears); pad the input to a gear or add the size to the gears."
+            )
+        geared |= expr.free_symbols
+    return free <= geared
+
+
+class _Captured(Exception):
+    """Raised by the graph on the capturing call: capture needs the graph, not its values."""
+
+
+class Capture:
+    """A model captured once (one Dynamo + AOT pass). :meth:`run` calls the compiled model again with an
+    executor bound to the graph; Dynamo's cached graph is reused, and its wrappers rebuild the model's
+    own output structure (nested tuples, dicts, outputs that alias inputs) around the executor's values."""
+
+    def __init__(self, model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog) -> None:
+        self._executor: Callable[[list[Any]], list[Any]] | None = None
+        self._backend = CaptureBackend(catalog, self._runner)
+        self._compiled = compile_static(model, self._backend)
+        try:
+            call_compiled(model, self._compiled, inputs)
+        except _Captured:
+            pass
+        if len(self._backend.graphs) != 1:
+            name = getattr(type(model), "__name__", repr(model))
+            raise CaptureError(
+                f"{name} compiled into {len(self._backend.graphs)} graphs, expected exactly one; "
+                "a model with no tensor operations, or one Dynamo could not trace, cannot be modeled."
+            )
+        self.graph = self._backend.graphs[0]
+        check_outputs_used(self.graph.program)
+
+    def run(self, inputs: Sequence[Any], execute: Callable[[list[Any]], Any]) -> tuple[Any, Any]:
+        """The model's outputs for ``inputs`` with the graph computed by ``execute`` (flat graph inputs ->
+        a result whose ``outputs`` are the flat graph outputs), and that result."""
+        results: list[Any] = []
+
+        def bound(args: list[Any]) -> list[Any]:
+            results.append(execute(args))
+            return results[-1].outputs
+
+        self._executor = bound
+        try:
+            with torch.no_grad():
+                outputs = self._compiled(*inputs)
+        finally:
+            self._executor = None
+        if len(self._backend.graphs) != 1 or len(results) != 1:
+            raise CaptureError(
+                "the model was captured again when run a second time on copies of its inputs (Dynamo "
+                "recompiled it); a modeled model must be a pure function of its inputs and parameters."
+            )
+        return outputs, results[0]
+
+    def _runner(self, graph: CapturedGraph) -> GraphRunner:
+        def run(*args: Any) -> list[Any]:
+            if self._executor is None:
+                raise _Captured()
+            return self._executor(list(args))
+
+        return run

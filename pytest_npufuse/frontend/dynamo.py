@@ -1,0 +1,218 @@
+"""Driving Dynamo: a model compiled as one static graph, and Dynamo's failures turned into errors a user can act on.
+
+A graph break names the scope it split; an error of the model's own call to our API gets the user's line;
+a model that fails without compilation too reports that failure, not Dynamo's account of tracing it."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import re
+import textwrap
+import traceback
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.fx
+from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
+
+from ..errors import ArgumentError, CaptureError, NpufuseError, ScopeError
+from ..ir.program import Program
+from . import scopes
+from .source import user_frame
+
+
+@contextlib.contextmanager
+def value_dependent_capture() -> Iterator[None]:
+    """Let Dynamo keep value-dependent ops in the graph (``.item()``, ``torch.nonzero``, masks) instead
+    of breaking it: GE runs them too, with a host stream sync (seed 002), which the host model prices."""
+    with torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
+        yield
+
+
+def compile_static(model: Callable[..., Any], backend: Callable[..., Any]) -> Callable[..., Any]:
+    """``model`` compiled by ``backend`` as one static graph (compiled on its first call), with
+    value-dependent ops kept in the graph whenever it is called."""
+    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with value_dependent_capture():
+            return compiled(*args, **kwargs)
+
+    return run
+
+
+def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Callable[..., Any]) -> Any:
+    """Compile and run ``model`` with ``backend`` as one static graph; errors as :func:`call_compiled`."""
+    return call_compiled(model, compile_static(model, backend), inputs)
+
+
+def call_compiled(model: Callable[..., Any], compiled: Callable[..., Any], inputs: Sequence[Any]) -> Any:
+    """Run ``compiled`` (``model`` compiled), turning Dynamo failures into errors a user can act on (a
+    graph break names the scope it split); the model and its inputs are checked first."""
+    check_call(model, inputs)
+    try:
+        with torch.no_grad():
+            return compiled(*inputs)
+    except NpufuseError as exc:
+        raise _located(exc, model, inputs) from None
+    except BackendCompilerFailed as exc:
+        raise _root_cause(exc) from None
+    except TorchDynamoException as exc:
+        ours = _root_cause(exc)
+        if isinstance(ours, NpufuseError):
+            raise _located(ours, model, inputs) from None
+        raised = _eager_error(model, inputs)
+        raise (raised or CaptureError(_graph_break_message(model, inputs, exc))) from None
+
+
+def check_outputs_used(program: Program) -> None:
+    """A graph that returns no tensor had every op removed as dead code: nothing could be compared."""
+    if not any(name is not None for name in program.outputs):
+        raise CaptureError(
+            "the model returns no tensor (its outputs are None or not tensors), so every op in it is dead code a "
+            "compiler removes and nothing can be compared; return the tensors it computes."
+        )
+
+
+def check_call(model: Callable[..., Any], inputs: Sequence[Any]) -> None:
+    """The model is something to call and takes these inputs: otherwise a plain TypeError would
+    surface from inside Dynamo."""
+    if isinstance(model, type):
+        raise ArgumentError(
+            f"got the class {model.__name__}, not a model; pass an instance, e.g. check({model.__name__}(), *inputs)."
+        )
+    if not callable(model):
+        raise ArgumentError(f"the model {model!r} is not callable; pass an nn.Module instance or a function.")
+    function = model.forward if isinstance(model, torch.nn.Module) else model
+    _check_scopes_entered(function)
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*inputs)
+    except TypeError as exc:
+        name = getattr(function, "__qualname__", "model")
+        raise ArgumentError(
+            f"{name}{signature} cannot take the {len(inputs)} input(s) given: {exc}; pass every input of forward, in order."
+        ) from None
+
+
+_SCOPES = frozenset({"super_kernel", "npu_stream_switch", "limit_core_num"})
+
+
+def _check_scopes_entered(function: Callable[..., Any]) -> None:
+    """A scope called as a plain statement (``super_kernel("sp1")`` without ``with``) marks no op and
+    would be ignored without a word; the model's source shows it, so it is refused before capture."""
+    try:
+        lines, first = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        path = inspect.getsourcefile(function)
+    except (OSError, TypeError, SyntaxError):
+        return  # no source to read (a lambda in a REPL, a compiled module): nothing to check
+    for node in ast.walk(tree):
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if name in _SCOPES:
+                raise ScopeError(
+                    f"{name}(...) at {path}:{first + node.lineno - 1} is called but not entered, so it marks no op; "
+                    f"use it as a with block: `with torchair.scope.{name}(...):`."
+                )
+
+
+def _located(error: NpufuseError, model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseError:
+    """An error the model's own call to our API raised while Dynamo traced it, with the user's line
+    added (Dynamo's traceback shows its interpreter, so the line may come from running the model eagerly)."""
+    located = _at_user_line(error)
+    if located is not error or _HAS_LINE.search(str(error)):
+        return located
+    eager = _eager_error(model, inputs)
+    return eager if eager is not None and str(eager).startswith(str(error).rstrip(".")) else error
+
+
+_HAS_LINE = re.compile(r"\.py:\d+")
+
+
+def _at_user_line(error: NpufuseError) -> NpufuseError:
+    """``error`` with ``(at path:line)`` of the innermost user frame of its traceback, if it names none."""
+    frame = user_frame("".join(traceback.format_tb(error.__traceback__)))
+    if not frame or _HAS_LINE.search(str(error)):
+        return error
+    return type(error)(f"{str(error).rstrip('.')} (at {frame}).")
+
+
+def _eager_error(model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseError | None:
+    """Run the model uncompiled: when it fails there too (a bad argument to an op or a scope), that
+    error, with the model's own message, is the one to show, not Dynamo's account of tracing it."""
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    except NpufuseError as exc:
+        return _at_user_line(exc)
+    except Exception as exc:  # noqa: BLE001 - any error of the user's model is reported, not hidden
+        frame = user_frame("".join(traceback.format_tb(exc.__traceback__)))
+        at = f" at {frame}" if frame else ""
+        return CaptureError(f"the model raises {type(exc).__name__}: {exc}{at}; it fails without compilation too.")
+    return None
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The first NpufuseError in the chain Dynamo wrapped, else the innermost exception.
+
+    An error of ours raised inside the backend reaches the caller wrapped in BackendCompilerFailed;
+    any other exception there is a bug in the backend and is re-raised as itself, traceback intact.
+    """
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        if isinstance(current, NpufuseError):
+            return current
+        seen.append(current)
+        current = getattr(current, "inner_exception", None) or current.__cause__ or current.__context__
+    return seen[-1]
+
+
+def _graph_break_message(model: Callable[..., Any], inputs: Sequence[Any], exc: Exception) -> str:
+    """Say where the graph broke and which scope it split, found by compiling again without fullgraph."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=record, fullgraph=False, dynamic=False)(*inputs)
+    except Exception:  # noqa: BLE001 - the diagnosis is best effort; the original reason is reported anyway
+        pass
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    frame = user_frame(text)
+    at = f" at {frame}" if frame else ""
+    split = _scope_split_by_break(graphs)
+    where = f"inside {split}" if split else "in the model"
+    return (
+        f"graph break {where}{at}: {reason.rstrip('. ')}. npufuse captures the model as one static graph, as TorchAir "
+        "max-autotune does; a scope cannot span a graph break. Move the breaking code (print, .item(), "
+        "data-dependent control flow, unsupported calls) out of the scope, or make it traceable."
+    )
+
+
+def _scope_split_by_break(graphs: Sequence[torch.fx.GraphModule]) -> str | None:
+    """The innermost scope left open at the end of a graph: the one a graph break cut in two."""
+    for gm in graphs:
+        stack = scopes.ScopeStack()
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node.target in (scopes.SCOPE_ENTER, torch.ops.npufuse.scope_enter):
+                stack.enter(*node.args[:2])
+            elif node.target in (scopes.SCOPE_EXIT, torch.ops.npufuse.scope_exit) and stack.open_scopes():
+                stack.exit("graph")
+        if stack.open_scopes():
+            return stack.open_scopes()[-1]
+    return None

@@ -1,0 +1,376 @@
+"""The CI performance gate: baseline files of modeled times, and the judgement of a new time against them.
+
+Modeled times are deterministic, so the gate can be exact: a case is slower or it is not. A baseline
+file is one sorted JSON document, so a re-baseline shows up in review as a readable diff::
+
+    {
+      "entries": {"cases/test_x.py::test_sp1": {"a3": {"baseline_us": 134.6, "variant_us": 133.6, ...}}},
+      "kind": "baseline",
+      "model": {"catalog": "...", "profiles": {"a3": "..."}, "simulator": "1"},
+      "model_version": "...",
+      "schema_version": 1,
+      "tool": "pytest-npufuse"
+    }
+
+Each entry carries the model version it was measured with, so an entry from an older model is reported
+as "model changed, re-baseline" instead of as a regression. A run report (``--npufuse-json``) carries
+entries of the same shape, so ``python -m pytest_npufuse compare`` reads either kind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from ..errors import BaselineError
+from ..files.atomic import write_text_atomic
+from ..simulate.version import ModelIdentity
+
+if TYPE_CHECKING:  # the report module needs torch; the compare command must start without it
+    from ..report.case import CaseReport
+
+SCHEMA_VERSION = 1
+TOOL = "pytest-npufuse"
+KINDS = ("baseline", "run")
+
+REGRESSED = "regressed"
+IMPROVED = "improved"
+UNCHANGED = "unchanged"
+NEW = "new"
+REMOVED = "removed"
+MODEL_CHANGED = "model changed"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The modeled numbers of one test on one target, as a baseline records them."""
+
+    mode: str
+    baseline_us: float
+    variant_us: float | None
+    speedup: float
+    segments: int
+    streams: int
+    model_version: str
+
+    @classmethod
+    def of(cls, report: CaseReport, model_version: str) -> "Entry":
+        """Rounded so that the JSON text, and a diff of it, shows no float noise."""
+        return cls(
+            mode=str(report.mode),
+            baseline_us=round(report.baseline.time_us, 3),
+            variant_us=finite_us(report.variant.time_us),
+            speedup=round(report.speedup, 4),
+            segments=report.segments,
+            streams=len(report.streams),
+            model_version=model_version,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "baseline_us": self.baseline_us,
+            "variant_us": self.variant_us,
+            "speedup": self.speedup,
+            "segments": self.segments,
+            "streams": self.streams,
+            "model_version": self.model_version,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> "Entry":
+        """Validate one entry; extra keys are ignored so a run report's rows read as entries too."""
+        if not isinstance(data, Mapping):
+            raise BaselineError(f"{where}: an entry must be an object, got {type(data).__name__}.")
+        kinds = {"mode": str, "baseline_us": float, "variant_us": float, "speedup": float, "segments": int,
+                 "streams": int, "model_version": str}
+        values = {}
+        for key, kind in kinds.items():
+            value = data.get(key)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if key == "variant_us" and value is None:
+                values[key] = None
+            elif kind is float and number and math.isfinite(value) and (value > 0 or key == "speedup" and value == 0):
+                values[key] = float(value)
+            elif kind is int and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                values[key] = value
+            elif kind is str and isinstance(value, str):
+                values[key] = value
+            else:
+                expected = {float: "a positive number", int: "an integer >= 0", str: "a string"}[kind]
+                expected += " or null (a VARIANT that cannot finish)" if key == "variant_us" else ""
+                raise BaselineError(f"{where}: '{key}' is {value!r}, expected {expected}.")
+        return cls(**values)
+
+
+Entries = Mapping[str, Mapping[str, Entry]]
+
+
+@dataclass(frozen=True)
+class Results:
+    """The entries of a baseline file or a run report, and the model that measured them.
+
+    ``entries`` maps a test key (its node id without the target) to target name to :class:`Entry`.
+    """
+
+    model: ModelIdentity | None
+    entries: Entries
+
+    def get(self, key: str, target: str) -> Entry | None:
+        return self.entries.get(key, {}).get(target)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (test key, target), sorted."""
+        return sorted((key, target) for key, targets in self.entries.items() for target in targets)
+
+    def with_entries(self, new: Iterable[tuple[str, str, Entry]], model: ModelIdentity) -> "Results":
+        """These results with ``new`` entries written over, every other entry kept."""
+        entries = {key: dict(targets) for key, targets in self.entries.items()}
+        for key, target, entry in new:
+            entries.setdefault(key, {})[target] = entry
+        return Results(model.merged_over(self.model), entries)
+
+    def to_json(self, kind: str) -> dict[str, Any]:
+        """The document for ``kind`` (baseline or run); a run report adds its own keys to it."""
+        model = self.model.to_json() if self.model else None
+        return {
+            "tool": TOOL,
+            "kind": kind,
+            "schema_version": SCHEMA_VERSION,
+            "model_version": self.model.version if self.model else None,
+            "model": model,
+            "entries": {
+                key: {target: entry.to_json() for target, entry in targets.items()}
+                for key, targets in self.entries.items()
+            },
+        }
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Text rows with every column padded to its widest cell, for the terminal tables."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def count_line(changes: Sequence[Change]) -> str:
+    """How many changes have each status, e.g. ``1 regressed, 3 unchanged`` ('' when there are none)."""
+    counts: dict[str, int] = {}
+    for change in changes:
+        counts[change.status] = counts.get(change.status, 0) + 1
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+
+
+def parse_percent(text: str) -> float | None:
+    """A tolerance written ``2.5`` or ``2.5%``; None when it is not a finite percentage >= 0."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def finite_us(value: float) -> float | None:
+    """A modeled time as stored: rounded to the nanosecond, or None for a run that never finishes (JSON
+    has no infinity)."""
+    return round(value, 3) if math.isfinite(value) else None
+
+
+def dumps(document: Mapping[str, Any]) -> str:
+    """Sorted keys, one value per line and a final newline: stable bytes and readable diffs. A stray
+    infinity or nan is an error here rather than invalid JSON in the user's file."""
+    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _document(path: Path) -> dict[str, Any]:
+    """Parse ``path`` and check it is a pytest-npufuse document of a schema this version reads."""
+    fix = "fix or delete the file, or give another path (under pytest, with --npufuse-baseline)"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except IsADirectoryError:
+        raise BaselineError(f"{path}: is a directory; give the path of a JSON file.") from None
+    except UnicodeDecodeError:
+        raise BaselineError(f"{path}: not a text file, so not a pytest-npufuse file; {fix}.") from None
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"{path}: corrupt JSON ({exc}); {fix}. The file was left untouched.") from None
+    if not isinstance(data, dict) or data.get("tool") != TOOL or data.get("kind") not in KINDS:
+        raise BaselineError(
+            f"{path}: not a pytest-npufuse baseline or run report (no \"tool\": \"{TOOL}\" with a kind of "
+            f"{' or '.join(KINDS)}); {fix}. The file was left untouched."
+        )
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise BaselineError(
+            f"{path}: schema_version {version!r}, but this pytest-npufuse reads schema_version {SCHEMA_VERSION}; "
+            "use the pytest-npufuse version that wrote it, or re-baseline into a new file."
+        )
+    return data
+
+
+def read_results(path: Path) -> tuple[str, Results]:
+    """The kind and the results of a baseline file or run report; any defect is a BaselineError."""
+    data = _document(path)
+    model = None if data.get("model") is None else ModelIdentity.from_json(data["model"], str(path))
+    entries = data.get("entries")
+    if not isinstance(entries, Mapping) or not all(isinstance(t, Mapping) for t in entries.values()):
+        raise BaselineError(f"{path}: 'entries' must be an object of test -> target -> entry.")
+    parsed = {
+        key: {target: Entry.from_json(entry, f"{path} entry {key!r} [{target}]") for target, entry in targets.items()}
+        for key, targets in entries.items()
+    }
+    return data["kind"], Results(model, parsed)
+
+
+def load_baseline(path: Path) -> Results:
+    """A baseline file's results; a file that does not exist yet is an empty baseline."""
+    if not path.exists():
+        return Results(None, {})
+    kind, results = read_results(path)
+    if kind != "baseline":
+        raise BaselineError(
+            f"{path}: is a pytest-npufuse {kind} report, not a baseline; point --npufuse-baseline at a baseline "
+            "file (a new path creates one). The file was left untouched."
+        )
+    return results
+
+
+def write_baseline(path: Path, results: Results) -> None:
+    write_text_atomic(path, dumps(results.to_json("baseline")), "baseline")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One test on one target, before (the baseline) and after (this run)."""
+
+    key: str
+    target: str
+    status: str
+    before: Entry | None
+    after: Entry | None
+
+    @property
+    def change_pct(self) -> float | None:
+        """Percent change of the VARIANT time; None when a side is missing or does not finish."""
+        if self.before is None or self.after is None or None in (self.before.variant_us, self.after.variant_us):
+            return None
+        return (self.after.variant_us / self.before.variant_us - 1.0) * 100.0
+
+    def numbers(self) -> str:
+        """Before and after, in the units a person compares: variant time, change and speedup."""
+        if self.before is None or self.after is None:
+            only = self.after or self.before
+            assert only is not None
+            return f"variant {_time(only.variant_us)}, speedup {only.speedup:.3f}x"
+        change = f" ({self.change_pct:+.2f}%)" if self.change_pct is not None else ""
+        return (
+            f"variant {_time(self.before.variant_us)} -> {_time(self.after.variant_us)}{change}, "
+            f"speedup {self.before.speedup:.3f}x -> {self.after.speedup:.3f}x"
+        )
+
+    def describe(self) -> str:
+        return f"{self.key} [{self.target}]: {self.numbers()}"
+
+
+def _time(variant_us: float | None) -> str:
+    return "does not finish" if variant_us is None else f"{variant_us:.3f} us"
+
+
+def _slower(before: float | None, after: float | None, tolerance_pct: float) -> bool:
+    """A VARIANT that stopped finishing is slower; one that still does not finish is not."""
+    if after is None or before is None:
+        return after is None and before is not None
+    return after > before * (1.0 + tolerance_pct / 100.0)
+
+
+def judge(key: str, target: str, before: Entry | None, after: Entry | None, tolerance_pct: float) -> Change:
+    """Compare one entry: slower than ``tolerance_pct`` allows is a regression, any speed-up an improvement.
+
+    Entries measured with different model versions are not compared at all: their difference says
+    nothing about the code under test.
+    """
+    if before is None:
+        status = NEW
+    elif after is None:
+        status = REMOVED
+    elif before.model_version != after.model_version:
+        status = MODEL_CHANGED
+    elif _slower(before.variant_us, after.variant_us, tolerance_pct):
+        status = REGRESSED
+    elif _slower(after.variant_us, before.variant_us, 0.0):
+        status = IMPROVED
+    else:
+        status = UNCHANGED
+    return Change(key, target, status, before, after)
+
+
+def compare_results(old: Results, new: Results, tolerance_pct: float) -> list[Change]:
+    """Every test and target of either side, sorted, judged old against new."""
+    pairs = sorted(set(old.pairs()) | set(new.pairs()))
+    return [judge(key, target, old.get(key, target), new.get(key, target), tolerance_pct) for key, target in pairs]
+
+
+def model_notice(changes: Iterable[Change], current: ModelIdentity, stored: ModelIdentity | None) -> str | None:
+    """The single "model changed, re-baseline" message of a run, or None if every entry's model matched."""
+    stale = [change for change in changes if change.status == MODEL_CHANGED]
+    if not stale:
+        return None
+    what = current.changes_from(stored) if stored else []
+    because = f" ({'; '.join(what)})" if what else ""
+    return (
+        f"model changed, re-baseline: {len(stale)} entr{'y was' if len(stale) == 1 else 'ies were'} measured with "
+        f"another model version{because}, so they were not compared"
+    )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The baseline gate of one pytest run.
+
+    Every process (the controller and each xdist worker) reads the file once, read-only, so a test can
+    judge its own numbers while it runs and fail by itself; only the controller writes, after the run.
+    """
+
+    path: Path
+    tolerance_pct: float
+    update: bool
+    model: ModelIdentity
+    stored: Results
+
+    @classmethod
+    def open(cls, path: Path, tolerance_pct: float, update: bool, model: ModelIdentity) -> "Gate":
+        return cls(path, tolerance_pct, update, model, load_baseline(path))
+
+    def judge(self, key: str, target: str, after: Entry) -> Change:
+        return judge(key, target, self.stored.get(key, target), after, self.tolerance_pct)
+
+    def failure(self, change: Change) -> str | None:
+        """Why the test fails, naming before and after; None unless it regressed outside an update."""
+        if change.status != REGRESSED or self.update:
+            return None
+        return (
+            f"modeled time regressed on {change.target} against the baseline {self.path} "
+            f"(tolerance {self.tolerance_pct:g}%): {change.numbers()}. If the slowdown is intended, "
+            "re-baseline with --npufuse-update-baseline."
+        )
+
+    def missing(self, change: Change) -> str:
+        assert change.after is not None
+        return (
+            f"npufuse: no baseline entry for {change.key} [{change.target}] in {self.path}; recording "
+            f"variant {_time(change.after.variant_us)} as its baseline if the test passes. Commit the file to gate on it."
+        )
+
+    def updated(self, changes: Iterable[Change]) -> Results | None:
+        """The baseline after the run, or None if the file need not change.
+
+        Missing entries are always recorded; with ``update`` every entry of the run is rewritten.
+        Entries of tests that did not run are kept either way.
+        """
+        changes = list(changes)
+        written = [c for c in changes if c.after is not None and (self.update or c.status == NEW)]
+        if not written:
+            return None
+        results = self.stored.with_entries(((c.key, c.target, c.after) for c in written), self.model)
+        return None if results == self.stored else results

@@ -1,0 +1,283 @@
+"""Expectations a test states about a case (the ``superkernel`` marker), checked against a CaseReport.
+
+Parsing validates every argument up front, so a typo in a marker is a usage error naming the argument,
+never a silent pass; checking returns one sentence per unmet expectation, naming the scope, the op and
+the number.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from ..errors import MarkerError
+from ..plan.tasks import ScopeOutcome
+
+if TYPE_CHECKING:
+    from ..report.case import CaseReport
+
+OUTCOMES = tuple(ScopeOutcome)
+_SUPERKERNEL_KWARGS = ("scope", "min_speedup", "segments", "outcome", "breaks", "options")
+
+
+@dataclass(frozen=True)
+class SuperKernelExpectation:
+    """``@pytest.mark.superkernel(scope, *, min_speedup, segments, outcome, breaks, options)``."""
+
+    scope: str
+    min_speedup: float | None = None
+    segments: int | None = None
+    outcome: str = "fused"
+    breaks: tuple[str, ...] | None = None
+    options: str | None = None
+
+    def failures(self, report: CaseReport) -> list[str]:
+        """Each unmet expectation as a sentence; empty when the case meets them all."""
+        scope = report.superkernels.get(self.scope)
+        if scope is None:
+            seen = ", ".join(repr(name) for name in report.superkernels) or "none"
+            return [
+                f"super_kernel scope '{self.scope}' was not found in the captured graph (scopes seen: {seen}); "
+                "check the scope name in the model and in the marker."
+            ]
+        failures: list[str] = []
+        if scope.outcome != self.outcome:
+            why = f" ({scope.reason})" if scope.reason else ""
+            failures.append(f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'.")
+        if self.segments is not None and scope.segments != self.segments:
+            failures.append(self._segments_failure(scope.segments, scope.break_sites, scope.splits))
+        if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
+            found = ", ".join(scope.break_sites) or "no op"
+            failures.append(f"scope '{self.scope}' was broken by {found}; expected breaks={list(self.breaks)}.")
+        failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup))
+        return failures
+
+    def _segments_failure(self, actual: int, sites: Sequence[str], splits: Sequence[str] = ()) -> str:
+        broken = f"; it was broken by {', '.join(sites)}" if sites else ""
+        split = f"; it was split by {'; '.join(splits)}" if splits else ""
+        return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}{split}."
+
+
+def _speedup_failure(subject: str, report: CaseReport, minimum: float | None) -> list[str]:
+    """The min_speedup check both markers share, with both modeled times."""
+    if minimum is None or report.speedup >= minimum:
+        return []
+    return [
+        f"{subject}: modeled speedup {report.speedup:.4f}x on {report.target} is below min_speedup={minimum}x "
+        f"(baseline {report.baseline.time_us:.2f} us, variant {report.variant.time_us:.2f} us)."
+    ]
+
+
+def _check_arguments(marker: str, kwargs: Mapping[str, Any], known: Sequence[str]) -> None:
+    """An unknown marker argument is a usage error that suggests the nearest known one."""
+    unknown = [key for key in kwargs if key not in known]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        raise MarkerError(f"{marker} marker: unknown argument '{unknown[0]}'.{hint} It takes {', '.join(known)}.")
+
+
+def _number(name: str, value: Any, kind: type, minimum: float, marker: str = "superkernel") -> Any:
+    """A finite number (nan compares false with everything, so a nan minimum would never fail)."""
+    number = not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else int)
+    if not number or not math.isfinite(value) or value < minimum:
+        what = "a finite number" if kind is float else "an integer"
+        raise MarkerError(f"{marker} marker: {name}={value!r} must be {what} >= {minimum}.")
+    return kind(value)
+
+
+# Outcomes in which the scope forms no SuperKernel segment; "fused" and "hang" form at least one.
+_NO_SEGMENTS = ("unfused", "bypassed", "aborted", "unsupported")
+
+
+def _check_consistent(scope: str, outcome: str, segments: int | None) -> None:
+    """An expectation no run could meet is a usage error, not a test that can only fail."""
+    if segments is None:
+        return
+    if outcome in _NO_SEGMENTS and segments != 0:
+        raise MarkerError(
+            f"superkernel marker for scope '{scope}': outcome='{outcome}' forms no SuperKernel, so segments={segments} "
+            "can never hold; drop segments= or use segments=0."
+        )
+    if outcome not in _NO_SEGMENTS and segments == 0:
+        raise MarkerError(
+            f"superkernel marker for scope '{scope}': outcome='{outcome}' forms at least one segment, so segments=0 "
+            "can never hold; expect outcome='unfused' or segments >= 1."
+        )
+
+
+def _op_types(value: Any) -> tuple[str, ...]:
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) and "::" in i for i in items):
+        raise MarkerError(
+            f"superkernel marker: breaks={value!r} must be a list of op types written 'namespace::name', "
+            "e.g. breaks=['aten::add']."
+        )
+    return tuple(items)
+
+
+def parse_superkernel(args: Sequence[Any], kwargs: Mapping[str, Any]) -> SuperKernelExpectation:
+    """Build an expectation from marker arguments, rejecting anything it cannot honour."""
+    if len(args) > 1:
+        raise MarkerError(f"superkernel marker takes one positional argument (the scope), got {len(args)}: {args!r}.")
+    _check_arguments("superkernel", kwargs, _SUPERKERNEL_KWARGS)
+    scope = args[0] if args else kwargs.get("scope")
+    if not isinstance(scope, str) or not scope:
+        raise MarkerError(f"superkernel marker needs scope='<name>' as in super_kernel('<name>'), got {scope!r}.")
+    outcome = kwargs.get("outcome", "fused")
+    if outcome not in OUTCOMES:
+        raise MarkerError(f"superkernel marker: outcome={outcome!r} is not one of {', '.join(OUTCOMES)}.")
+    options = kwargs.get("options")
+    if options is not None and not isinstance(options, str):
+        raise MarkerError(f"superkernel marker: options={options!r} must be a string like 'feed-sync-all=1'.")
+    min_speedup = kwargs.get("min_speedup")
+    segments = None if kwargs.get("segments") is None else _number("segments", kwargs["segments"], int, 0)
+    _check_consistent(scope, outcome, segments)
+    breaks = kwargs.get("breaks")
+    return SuperKernelExpectation(
+        scope=scope,
+        min_speedup=None if min_speedup is None else _number("min_speedup", min_speedup, float, 0),
+        segments=segments,
+        outcome=outcome,
+        breaks=None if breaks is None else _op_types(breaks),
+        options=options,
+    )
+
+
+def parse_superkernels(markers: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[SuperKernelExpectation]:
+    """Every superkernel marker of a test; two markers about one scope would contradict or repeat each
+    other, so they are an error naming the scope."""
+    expectations = [parse_superkernel(args, kwargs) for args, kwargs in markers]
+    seen: set[str] = set()
+    for expectation in expectations:
+        if expectation.scope in seen:
+            raise MarkerError(
+                f"two superkernel markers for scope '{expectation.scope}'; merge them into one marker "
+                "(stack markers only for different scopes)."
+            )
+        seen.add(expectation.scope)
+    return expectations
+
+
+def parse_npu_target(args: Sequence[Any], known: Iterable[str]) -> tuple[str, ...]:
+    """The targets of ``@pytest.mark.npu_target(...)``; a name that is no target (``"A3"``, a typo)
+    would skip the test everywhere without a word, so it is an error with the nearest name."""
+    if not args or not all(isinstance(arg, str) and arg for arg in args):
+        raise MarkerError(f"npu_target marker needs target names, e.g. @pytest.mark.npu_target('a3'); got {tuple(args)!r}.")
+    names = sorted(set(known))
+    for arg in args:
+        if arg not in names:
+            near = [name for name in names if name.lower() == arg.lower()] or difflib.get_close_matches(arg, names, n=1)
+            hint = f"; did you mean '{near[0]}'? (target names are case-sensitive)" if near else ""
+            raise MarkerError(f"npu_target marker: '{arg}' is not a known target ({', '.join(names)}){hint}.")
+    return tuple(args)
+
+
+_MULTISTREAM_KWARGS = ("streams", "min_speedup", "race_free")
+
+
+@dataclass(frozen=True)
+class MultiStreamExpectation:
+    """``@pytest.mark.multistream(*, streams, min_speedup, race_free=True)``.
+
+    ``race_free=False`` states that the case is known to be unsafe: the sanitizer must then find a race,
+    a lifetime hazard or a deadlock, and the corrupted outputs that follow are expected.
+    """
+
+    streams: int | None = None
+    min_speedup: float | None = None
+    race_free: bool = True
+
+    def expects_hazard(self, report: CaseReport) -> bool:
+        return not self.race_free and bool(report.races or report.deadlock)
+
+    def failures(self, report: CaseReport) -> list[str]:
+        failures: list[str] = []
+        used = ", ".join(f"'{s}'" for s in report.streams)
+        if self.streams is not None and len(report.streams) != self.streams:
+            failures.append(f"multistream: the VARIANT ran on {len(report.streams)} stream(s) ({used}), expected streams={self.streams}.")
+        if self.race_free and report.races:
+            failures.extend(f"multistream: {race.describe()}" for race in report.races)
+        if not self.race_free and not (report.races or report.deadlock):
+            failures.append(
+                "multistream: race_free=False expects the sanitizer to find a race, a lifetime hazard or a deadlock, "
+                "but every cross-stream access is ordered."
+            )
+        failures.extend(_speedup_failure(f"multistream with streams {used}", report, self.min_speedup))
+        return failures
+
+
+def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiStreamExpectation:
+    """Build the multi-stream expectation from marker arguments, rejecting anything it cannot honour."""
+    if args:
+        raise MarkerError(f"multistream marker takes keyword arguments only ({', '.join(_MULTISTREAM_KWARGS)}), got {args!r}.")
+    _check_arguments("multistream", kwargs, _MULTISTREAM_KWARGS)
+    race_free = kwargs.get("race_free", True)
+    if not isinstance(race_free, bool):
+        raise MarkerError(f"multistream marker: race_free={race_free!r} must be True or False.")
+    streams, min_speedup = kwargs.get("streams"), kwargs.get("min_speedup")
+    return MultiStreamExpectation(
+        streams=None if streams is None else _number("streams", streams, int, 1, "multistream"),
+        min_speedup=None if min_speedup is None else _number("min_speedup", min_speedup, float, 0, "multistream"),
+        race_free=race_free,
+    )
+
+
+@dataclass(frozen=True)
+class AffinityExpectation:
+    """``@pytest.mark.npu_affinity(max_findings=0)``: at most this many seed-003 slow-form sites in the
+    model's graph whose rewrite saves modeled time on the target (a test that reintroduces a known-slow
+    pattern fails, naming it and its rewrite). A form that costs nothing here, such as an ``nn.Linear``
+    whose input the Cube reads as ND, is still reported but does not count."""
+
+    max_findings: int = 0
+
+    def failures(self, report: CaseReport) -> list[str]:
+        slow = [finding for finding in report.findings if finding.gain_us > 0]
+        if len(slow) <= self.max_findings:
+            return []
+        listed = "; ".join(finding.describe() for finding in slow)
+        return [
+            f"npu_affinity: {len(slow)} known-slow op pattern(s) (seed 003), at most "
+            f"max_findings={self.max_findings} allowed: {listed}."
+        ]
+
+
+def parse_affinity(args: Sequence[Any], kwargs: Mapping[str, Any]) -> AffinityExpectation:
+    """Build the affinity expectation from marker arguments, rejecting anything it cannot honour."""
+    if args:
+        raise MarkerError(f"npu_affinity marker takes keyword arguments only (max_findings), got {args!r}.")
+    _check_arguments("npu_affinity", kwargs, ("max_findings",))
+    return AffinityExpectation(_number("max_findings", kwargs.get("max_findings", 0), int, 0, "npu_affinity"))
+
+
+def run_failures(
+    report: CaseReport,
+    expectations: Sequence[SuperKernelExpectation],
+    multistream: MultiStreamExpectation | None = None,
+) -> list[str]:
+    """A VARIANT that cannot finish (compile abort, modeled hang or deadlock) fails the test unless a
+    marker speaks about its cause (a superkernel marker on that scope, whose outcome then decides, or
+    ``multistream(race_free=False)`` for a deadlock): on hardware it would be a crash or a timeout."""
+    failure = report.variant.failure
+    if failure is None or (report.deadlock and multistream is not None and multistream.expects_hazard(report)):
+        return []
+    failing = {name for name, scope in report.superkernels.items() if scope.outcome in ("aborted", "hang")}
+    if failing & {e.scope for e in expectations}:
+        return []
+    log = f" (plog: {report.plog_path})" if report.plog_path else ""
+    return [f"the VARIANT cannot run on {report.target}: {failure}{log}"]
+
+
+def precision_failures(report: CaseReport, multistream: MultiStreamExpectation | None = None) -> list[str]:
+    """Outputs that differ bit for bit between BASELINE and VARIANT: a failure, unless the case is
+    declared unsafe (``race_free=False``) and the sanitizer found the hazard that explains them."""
+    if report.bit_exact or (multistream is not None and multistream.expects_hazard(report)):
+        return []
+    lines = [m.describe() for m in report.mismatches]
+    return [
+        f"precision: {len(report.mismatches)} of {len(report.outputs)} output(s) are not bit-identical between "
+        "BASELINE and VARIANT:\n  " + "\n  ".join(lines)
+    ]

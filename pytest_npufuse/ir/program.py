@@ -1,0 +1,167 @@
+"""The program IR: what the captured graph asks the device to do, independent of any target.
+
+Kernels carry their op type, the buffers they read and write, and the scope annotations resolved for
+them; view ops are aliases of a buffer, not kernels. Everything is immutable so that the planner, the
+simulator and the sanitizer can share one program without copying, and plain data: the IR, the planner
+and the simulator import without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Mapping, Sequence
+
+from ..target.catalog import OpInfo
+from .events import Event
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """The scope attributes that apply to one kernel after nesting is resolved (see :mod:`.scopes`)."""
+
+    sk_scope: str | None = None
+    sk_options: str = ""
+    stream: str | None = None
+    stream_priority: int = 0
+    aicore_limit: int | None = None
+    vectorcore_limit: int | None = None
+    sk_native: bool = False
+    never_timeout: bool | None = None
+    data_dump: bool = False
+
+
+NO_ANNOTATIONS = Annotations()
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape and dtype of one tensor value; ``nbytes`` is what a kernel moves to read or write it."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A tensor value in the graph. ``alias_of`` names the buffer a view shares memory with."""
+
+    name: str
+    spec: TensorSpec
+    producer: str | None
+    alias_of: str | None = None
+
+
+@dataclass(frozen=True)
+class ModuleFrame:
+    """One ``nn.Module`` call a kernel was traced inside, as Dynamo records it (``nn_module_stack``):
+    ``path`` is the attribute path from the compiled model (``layers.0.attn``; ``""`` is the model
+    itself) and ``type`` the module's class name; ``call_site`` is the user's line that called it
+    (``path:line``, ``""`` when unknown). Time attribution and the scope advisor group kernels by these
+    frames, so neither needs the model's source."""
+
+    path: str
+    type: str
+    call_site: str = ""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One device kernel: a non-view op of the captured graph. ``flops`` and ``bytes`` are priced once,
+    at capture, by the op's cost rule (:mod:`pytest_npufuse.cost`); ``input_specs`` are the shapes of
+    ``inputs``, which tiling rules read. ``modules`` are the module calls it was
+    traced inside, outermost first (empty for hand-built programs and the model's own top level);
+    ``call`` is the torch-level call it was lowered from (``one_hot``, ``repeat_interleave``, ``Linear``;
+    ``""`` when unknown), which tells the affinity advisor what the user wrote."""
+
+    index: int
+    name: str
+    node: str
+    op_type: str
+    info: OpInfo
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    output_specs: tuple[TensorSpec, ...]
+    annotations: Annotations
+    flops: float
+    bytes: int
+    compute_dtype: str
+    source: str
+    input_specs: tuple[TensorSpec, ...] = ()
+    modules: tuple[ModuleFrame, ...] = ()
+    call: str = ""
+
+    @property
+    def module(self) -> str:
+        """The innermost module path the kernel was traced in; ``""`` for the model's top level."""
+        return self.modules[-1].path if self.modules else ""
+
+    @property
+    def stream(self) -> str:
+        """The stream tag the kernel was issued on; ``default`` outside any ``npu_stream_switch``."""
+        return self.annotations.stream or "default"
+
+
+@dataclass(frozen=True)
+class StreamScope:
+    """One ``npu_stream_switch`` block: kernels issued in [enter, exit) run on ``stream``."""
+
+    stream: str
+    enter: int
+    exit: int
+
+
+@dataclass(frozen=True)
+class Program:
+    """The kernels of one captured graph in program order, with every buffer they touch and every
+    synchronisation the model asked for (``syncs``: :class:`~pytest_npufuse.ir.events.Event` requests at
+    points of the issue order, as captured)."""
+
+    kernels: tuple[Kernel, ...]
+    buffers: Mapping[str, Buffer]
+    inputs: tuple[str, ...]
+    outputs: tuple[str | None, ...]
+    syncs: tuple[Event, ...] = ()
+    stream_scopes: tuple[StreamScope, ...] = ()
+
+    @cached_property
+    def by_name(self) -> Mapping[str, Kernel]:
+        """Every kernel by its GE-style name, built once (hot loops index it directly)."""
+        return {kernel.name: kernel for kernel in self.kernels}
+
+    def kernel(self, name: str) -> Kernel:
+        """The kernel called ``name`` (GE-style kernel name)."""
+        return self.by_name[name]
+
+    def producer(self, buffer: str) -> Kernel | None:
+        """The kernel that wrote the memory ``buffer`` lives in, or None for graph inputs."""
+        name = self.buffers[self.storage(buffer)].producer
+        return None if name is None else self.kernel(name)
+
+    def storage(self, buffer: str) -> str:
+        """The buffer that owns the memory ``buffer`` lives in (itself unless it is a view)."""
+        while (alias := self.buffers[buffer].alias_of) is not None:
+            buffer = alias
+        return buffer
+
+    def superkernel_scopes(self) -> tuple[str, ...]:
+        """SuperKernel scope names in order of first use."""
+        seen: dict[str, None] = {}
+        for kernel in self.kernels:
+            if kernel.annotations.sk_scope is not None:
+                seen.setdefault(kernel.annotations.sk_scope, None)
+        return tuple(seen)
+
+    def streams(self) -> tuple[str, ...]:
+        """Stream tags the program asks for, the default stream first."""
+        tags = {kernel.annotations.stream for kernel in self.kernels if kernel.annotations.stream is not None}
+        return ("default", *sorted(tags - {"default"}))
+
+
+def compute_dtype_of(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str:
+    """The dtype a kernel computes in: its first matrix/tensor input, else its first output."""
+    for spec in (*inputs, *outputs):
+        if spec.shape:
+            return spec.dtype
+    return outputs[0].dtype if outputs else "float32"

@@ -1,0 +1,1 @@
+"""Exact numeric helpers shared by every reference kernel, and the bit-exact comparison of outputs."""

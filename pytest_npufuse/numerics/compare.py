@@ -1,0 +1,61 @@
+"""Bit-exact comparison of two runs' outputs.
+
+``torch.equal`` fails on NaN and ``assert_close`` treats 0.0 and -0.0 as equal and ignores NaN payloads;
+a SuperKernel must change none of the bits, so we compare the raw bits of every output.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ..report.findings import Mismatch
+
+_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits as integers of the same width (bool and complex included)."""
+    flat = tensor.detach().contiguous()
+    if flat.dtype == torch.bool:
+        return flat.view(torch.uint8)
+    if flat.is_complex():
+        flat = torch.view_as_real(flat)
+    return flat.view(_SAME_WIDTH_INT[flat.element_size()])
+
+
+def _show(tensor: torch.Tensor, index: tuple[int, ...]) -> str:
+    value = tensor[index]
+    if value.is_complex():
+        return repr(value.item())
+    width = value.element_size()
+    raw = _bits(value.reshape(1))[0].item() % (1 << (8 * width))
+    return f"{value.item()!r} (bits 0x{raw:0{2 * width}x})"
+
+
+def compare_output(name: str, baseline: Any, variant: Any) -> Mismatch | None:
+    """The first bit difference between two values of one output, or None when identical."""
+    if not isinstance(baseline, torch.Tensor) or not isinstance(variant, torch.Tensor):
+        # Plain values (ints, floats, None, or a tensor on one side only) compare by type and repr, which
+        # is exact for floats (nan equals nan) and never asks a tensor for its truth value.
+        same = type(baseline) is type(variant) and repr(baseline) == repr(variant)
+        return None if same else Mismatch(name, None, repr(baseline), repr(variant), 1)
+    if baseline.dtype != variant.dtype or baseline.shape != variant.shape:
+        return Mismatch(
+            name, None, f"{baseline.dtype} {list(baseline.shape)}", f"{variant.dtype} {list(variant.shape)}", 1
+        )
+    differ = _bits(baseline) != _bits(variant)
+    if baseline.is_complex():
+        differ = differ.any(dim=-1)
+    count = int(differ.sum())
+    if count == 0:
+        return None
+    index = tuple(int(i) for i in differ.nonzero()[0])
+    return Mismatch(name, index, _show(baseline, index), _show(variant, index), count)
+
+
+def compare_outputs(names: Sequence[str], baseline: Sequence[Any], variant: Sequence[Any]) -> tuple[Mismatch, ...]:
+    """Every output that differs, in output order."""
+    found = (compare_output(name, b, v) for name, b, v in zip(names, baseline, variant))
+    return tuple(m for m in found if m is not None)

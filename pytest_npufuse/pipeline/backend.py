@@ -1,0 +1,142 @@
+"""The one home of the ``torch.compile`` backends that model the NPU, and the run that collects them.
+
+:class:`NpuBackend` captures each graph a user's ``torch.compile`` produces and models it through the
+chain (:func:`~.chain.model_graph`); :func:`compile_model` is the library's way to get one. Code
+written for a real NPU gets its backend through :func:`backend_for` (``torchair.get_npu_backend()`` and
+``backend="npugraph_ex"`` call it), which remembers every backend of the current
+``python -m pytest_npufuse run`` for its summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.fx
+
+from ..frontend.backend import CaptureBackend, CapturedGraph
+from ..frontend.dynamo import compile_static
+from ..plan.tasks import Variant
+from ..simulate.host import HostConfig, host_config
+from ..target.catalog import OpCatalog, load_catalog
+from ..target.profile import HardwareProfile, resolve_profile
+from .chain import CompiledGraph, GraphOptions, Settings, graph_options, model_graph
+
+
+@dataclass
+class NpuBackend:
+    """A ``torch.compile`` backend bound to one target, graph options and variant (scopes honoured or
+    ignored): it captures each graph and models it through :func:`~.chain.model_graph`; ``graphs``
+    keeps the results."""
+
+    config: GraphOptions
+    profile: HardwareProfile
+    variant: Variant = Variant.VARIANT
+    catalog: OpCatalog = field(default_factory=load_catalog)
+    options: Mapping[str, str] = field(default_factory=dict)
+    multistream: bool = True
+    dynamic: bool = False
+    host: HostConfig = field(default_factory=HostConfig)
+    graphs: list[CompiledGraph] = field(default_factory=list)
+    decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
+
+    @property
+    def run_mode(self) -> str:
+        """The mode runs are modeled in."""
+        return self.config.mode
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        return self._capturer()(gm, example_inputs)
+
+    def compile_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        """Model an aten graph AOTAutograd already produced (a user's own ``aot_module_simplified`` with
+        this as its ``fw_compiler``)."""
+        return self._capturer().capture_aten(gm, example_inputs)
+
+    def _capturer(self) -> CaptureBackend:
+        return CaptureBackend(self.catalog, self._model, decompositions=self.decompositions)
+
+    def _model(self, graph: CapturedGraph) -> CompiledGraph:
+        settings = Settings(self.profile, self.config.mode, self.dynamic or graph.dynamic, self.host)
+        multistream = self.multistream and not self.config.single_stream
+        compiled = model_graph(graph, settings, self.variant, self.options, multistream, self.config.aclgraph_superkernel)
+        if self.config.watch is not None:
+            stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
+            compiled = replace(compiled, dump=self.config.watch(settings.mode, graph.gm, graph.program, stream_of))
+        self.graphs.append(compiled)
+        return compiled
+
+    def __repr__(self) -> str:
+        return f"NpuBackend({self.profile.name}, {self.run_mode}, {self.variant})"
+
+
+def compile_model(
+    model: Callable[..., Any],
+    *,
+    target: str | HardwareProfile | None = None,
+    mode: str | None = None,
+    superkernel: bool = True,
+    multistream: bool = True,
+    catalog: OpCatalog | None = None,
+    dynamic: bool = False,
+    host: HostConfig | None = None,
+) -> tuple[Callable[..., Any], NpuBackend]:
+    """``torch.compile`` the model for ``target``; the backend keeps each graph's plan and modeled run.
+
+    ``superkernel=False`` gives the BASELINE plan (scopes ignored); ``multistream=False`` keeps the
+    VARIANT on one stream. ``mode="eager"`` models torch_npu's op-by-op execution, ``dynamic=True``
+    the host scheduling of a dynamic-shape max-autotune graph; ``host`` sets the host threads
+    (``MAX_RUNTIME_CORE_NUMBER``) and GE's host optimisations.
+    """
+    variant = Variant.VARIANT if superkernel else Variant.BASELINE
+    backend = NpuBackend(
+        graph_options(mode), resolve_profile(target), variant, catalog or load_catalog(), multistream=multistream,
+        dynamic=dynamic, host=host_config(host),
+    )
+    return compile_static(model, backend), backend
+
+
+@dataclass
+class ModeledRun:
+    """The target a script's backends model, and the backends it created (in order)."""
+
+    profile: HardwareProfile
+    backends: list[NpuBackend] = field(default_factory=list)
+
+    def graphs(self) -> list[CompiledGraph]:
+        return [graph for backend in self.backends for graph in backend.graphs]
+
+
+_RUN: ModeledRun | None = None
+
+
+def start_run(profile: HardwareProfile) -> ModeledRun:
+    """Begin collecting the backends of one ``python -m pytest_npufuse run``."""
+    global _RUN
+    _RUN = ModeledRun(profile)
+    return _RUN
+
+
+def end_run() -> None:
+    global _RUN
+    _RUN = None
+
+
+def current_profile(target: str | None = None) -> HardwareProfile:
+    """``target``'s profile; by default the running script's target, else the default target."""
+    if target is not None or _RUN is None:
+        return resolve_profile(target)
+    return _RUN.profile
+
+
+def backend_for(
+    options: GraphOptions, target: str | None, decompositions: Mapping[Any, Callable[..., Any]] | None = None
+) -> NpuBackend:
+    """A backend for ``options`` on ``target`` (default: the running script's target, else the default
+    target), applying ``decompositions`` when lowering to aten; inside ``python -m pytest_npufuse run``
+    it is remembered for the summary."""
+    backend = NpuBackend(options, current_profile(target), decompositions=dict(decompositions or {}))
+    if _RUN is not None:
+        _RUN.backends.append(backend)
+    return backend

@@ -1,0 +1,111 @@
+"""What the ``npufuse`` fixture returns: the library bound to one test's target and markers.
+
+Imported only when a test asks for the fixture (see :mod:`.fixture`): it loads torch and the pipeline.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import pytest
+
+from ..advisor import Advice, advise
+from ..errors import BaselineWarning
+from ..gate.baseline import Change, Entry
+from ..pipeline.backend import compile_model
+from ..pipeline.chain import compare
+from ..report.case import CaseReport
+from ..report.html import case_view
+from ..simulate.host import HostConfig
+from ..target.profile import HardwareProfile
+from . import benchmark, recorder
+from .failure import or_fail
+from .markers import checked, expectations_of
+from .settings import settings_of
+from .targets import item_key
+
+
+class NpuFuse:
+    """The ``npufuse`` fixture: the library bound to the current target and the test's markers."""
+
+    def __init__(self, request: pytest.FixtureRequest, target: str) -> None:
+        self._request = request
+        self._settings = settings_of(request.config)
+        self.target: HardwareProfile = self._settings.profiles[target]
+        self._expectations = or_fail(lambda: expectations_of(request.node))
+        self._key = item_key(request.node)
+        self._checks = 0
+
+    def check(
+        self,
+        model: Callable[..., Any],
+        *inputs: Any,
+        mode: str | None = None,
+        reference: Callable[..., Any] | None = None,
+        dynamic: bool = False,
+        host: HostConfig | None = None,
+    ) -> CaseReport:
+        """Compile BASELINE and VARIANT, run both, compare every output bit for bit, apply the markers.
+
+        ``mode`` is a TorchAir mode or ``"eager"``; ``dynamic=True`` models host scheduling and
+        ``host`` its threads and optimisations. Any unmet expectation fails the test with a diagnosis
+        naming the scope, the op and the number.
+        """
+        settings = self._settings
+        checked(self._request.node)
+        report = or_fail(
+            lambda: compare(
+                model, *inputs, target=self.target, mode=mode, reference=reference,
+                options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
+                trace_dir=settings.trace_dir, case=self._request.node.nodeid,
+                affinity=self._expectations.affinity is not None or settings.advise,
+            )
+        )
+        entry, change = self._record(report)
+        failures = self._expectations.failures(report)
+        if settings.gate is not None and change is not None:
+            regression = settings.gate.failure(change)
+            failures.extend([regression] if regression else [])
+        if benchmark.is_mirrored(self._request.node):
+            benchmark.mirror(self._request, report, entry, self._checks)
+        if failures:
+            pytest.fail(f"npufuse ({report.summary()}):\n" + "\n".join(f"- {f}" for f in failures), pytrace=False)
+        return report
+
+    def compile(self, model: Callable[..., Any], *, mode: str | None = None, superkernel: bool = True, multistream: bool = True) -> Callable[..., Any]:
+        """A compiled callable for finer tests; its backend is at ``.npufuse_backend``."""
+        compiled, backend = or_fail(
+            lambda: compile_model(
+                model, target=self.target, mode=mode, superkernel=superkernel, multistream=multistream,
+                catalog=self._settings.catalog,
+            )
+        )
+        compiled.npufuse_backend = backend
+        return compiled
+
+    def advise(self, model: Callable[..., Any], *inputs: Any, options: str = "") -> Advice:
+        """Rank SuperKernel scope layouts for ``model`` on this test's target and list the affinity-op
+        findings (see :func:`pytest_npufuse.advise`); ``options`` go to every candidate scope."""
+        return or_fail(lambda: advise(model, *inputs, target=self.target, options=options, catalog=self._settings.catalog))
+
+    def _record(self, report: CaseReport) -> tuple[Entry, Change | None]:
+        """Attach this check's row to the item and judge it against the baseline if there is one."""
+        self._checks += 1
+        key = self._key if self._checks == 1 else f"{self._key} (check {self._checks})"
+        entry = Entry.of(report, self._settings.model.for_target(report.target))
+        gate = self._settings.gate
+        change = gate.judge(key, report.target, entry) if gate is not None else None
+        if gate is not None and change is not None and change.before is None and not gate.update:
+            warnings.warn(BaselineWarning(gate.missing(change)), stacklevel=3)
+        recorder.attach(self._request.node, recorder.check_row(key, report, entry, change))
+        if self._settings.html_path is not None:
+            self._keep_view(report, change)
+        return entry, change
+
+    def _keep_view(self, report: CaseReport, change: Change | None) -> None:
+        """Hand the check's timelines to the run recorder for the HTML report."""
+        nodeid = self._request.node.nodeid
+        case = nodeid if self._checks == 1 else f"{nodeid} (check {self._checks})"
+        gate = {"status": change.status, "text": change.describe()} if change is not None else None
+        recorder.RunRecorder.of(self._request.config).add_view(nodeid, case_view(report, case, gate))

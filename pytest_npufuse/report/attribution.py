@@ -1,0 +1,264 @@
+"""Where a modeled run spends its time: per module path, per op type, and compute / communication / free.
+
+An Ascend engineer reads a profile in three tables, and this module gives the same three for a modeled
+run, so the first question of seed 003 ("is the step computing, communicating or idle, and which op
+dominates?") and of seed 004's profiler-driven scope choice ("which module is the bottleneck?") are
+answered on a CPU:
+
+- per module path: device time of the kernels traced inside each ``nn.Module`` call (inclusive of its
+  children, and its own ``self`` share), from the ``nn_module_stack`` Dynamo records on every node. A
+  SuperKernel's sub-kernels count for their own modules; its own cost beyond them (head, calls,
+  intra-kernel syncs) counts for the innermost module all its sub-kernels share;
+- per op type: msprof's ``op_statistic.csv`` (OP Type, Core Type, Count, Total/Min/Avg/Max Time, Ratio),
+  over device tasks as msprof counts them (a SuperKernel is one task of type ``SuperKernel``);
+- overlap: msprof's overlap analysis (seed 003, figure 1): the share of the run's span that is
+  computing, communication not hidden under computing, and free (the device idle).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from ..ir.program import ModuleFrame, Program
+from ..simulate.timeline import SUPERKERNEL_OP, KernelRun, RunReport
+
+OP_STATISTIC_COLUMNS = (
+    "OP Type", "Core Type", "Count", "Total Time(us)", "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)",
+)
+MODEL_PATH = ""
+
+
+def accelerator_core(engine: str, op_type: str) -> str:
+    """The core type msprof reports for a kernel of ``engine`` (``Accelerator Core`` / ``Core Type``)."""
+    if op_type == SUPERKERNEL_OP:
+        return "MIX_AIC" if engine == "cube" else "MIX_AIV"
+    return {"cube": "AI_CORE", "vector": "AI_VECTOR_CORE", "aicpu": "AI_CPU", "comm": "HCCL"}.get(engine, "HOST")
+
+
+@dataclass(frozen=True)
+class OpStatistic:
+    """One row of ``op_statistic.csv``: every device task of one op type on one core type."""
+
+    op_type: str
+    core_type: str
+    count: int
+    total_us: float
+    min_us: float
+    max_us: float
+    ratio_pct: float
+
+    @property
+    def avg_us(self) -> float:
+        return self.total_us / self.count
+
+    def row(self) -> tuple[Any, ...]:
+        return (
+            self.op_type, self.core_type, self.count, f"{self.total_us:.3f}", f"{self.min_us:.3f}",
+            f"{self.avg_us:.3f}", f"{self.max_us:.3f}", f"{self.ratio_pct:.2f}",
+        )
+
+
+@dataclass(frozen=True)
+class ModuleTime:
+    """Device time of the kernels traced inside one module call path (``""`` is the whole model).
+
+    ``total_us`` includes the module's children, ``self_us`` only kernels directly in it; ``depth``
+    is the nesting level, for indenting a tree.
+    """
+
+    path: str
+    type: str
+    depth: int
+    kernels: int
+    total_us: float
+    self_us: float
+    ratio_pct: float
+
+    @property
+    def label(self) -> str:
+        return self.path or "(model)"
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """msprof's overlap analysis of one run: over ``span_us``, the time some compute kernel runs,
+    communication runs with no compute beside it, and the device is idle (the three add up to the span)."""
+
+    span_us: float
+    computing_us: float
+    communication_us: float
+    exposed_communication_us: float
+    free_us: float
+
+    def shares(self) -> dict[str, float]:
+        """Percent of the span, by msprof's column names."""
+        span = self.span_us or 1.0
+        return {
+            "Computing": 100.0 * self.computing_us / span,
+            "Communication(Not Overlapped)": 100.0 * self.exposed_communication_us / span,
+            "Free": 100.0 * self.free_us / span,
+        }
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The three summaries of one modeled run (``variant`` is ``baseline`` or ``variant``)."""
+
+    variant: str
+    modules: tuple[ModuleTime, ...]
+    op_types: tuple[OpStatistic, ...]
+    overlap: Overlap
+
+    def module(self, path: str) -> ModuleTime | None:
+        return next((row for row in self.modules if row.path == path), None)
+
+    def op_statistic_csv(self) -> str:
+        """The rows of msprof's ``op_statistic.csv``, slowest op type first."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(OP_STATISTIC_COLUMNS)
+        writer.writerows(row.row() for row in self.op_types)
+        return buffer.getvalue()
+
+    def module_csv(self) -> str:
+        """Per module path: kernels, inclusive and self time, share of all device time."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(("Module", "Type", "Depth", "Kernels", "Total Time(us)", "Self Time(us)", "Ratio(%)"))
+        writer.writerows(
+            (row.label, row.type, row.depth, row.kernels, f"{row.total_us:.3f}", f"{row.self_us:.3f}", f"{row.ratio_pct:.2f}")
+            for row in self.modules
+        )
+        return buffer.getvalue()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "modules": [
+                {"path": row.path, "type": row.type, "depth": row.depth, "kernels": row.kernels,
+                 "total_us": round(row.total_us, 3), "self_us": round(row.self_us, 3), "ratio_pct": round(row.ratio_pct, 2)}
+                for row in self.modules
+            ],
+            "op_statistic": [dict(zip(OP_STATISTIC_COLUMNS, row.row())) for row in self.op_types],
+            "overlap": {
+                "span_us": round(self.overlap.span_us, 3),
+                **{name: round(share, 2) for name, share in self.overlap.shares().items()},
+            },
+        }
+
+    def lines(self, top: int = 8) -> list[str]:
+        """A short text summary: the overlap shares, the slowest op types and the slowest modules."""
+        shares = ", ".join(f"{name} {share:.1f}%" for name, share in self.overlap.shares().items())
+        ops = ", ".join(f"{row.op_type} {row.ratio_pct:.1f}%" for row in self.op_types[:top])
+        leaves = sorted((row for row in self.modules if row.path), key=lambda row: (-row.self_us, row.path))
+        modules = ", ".join(f"{row.path} {row.self_us:.1f} us" for row in leaves[:top])
+        return [f"{self.variant}: {shares}", f"  op types: {ops}", f"  modules (by self time): {modules}"]
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: Sequence[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _intersection(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    """Total length of the overlap of two sorted, disjoint interval lists."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def overlap_of(run: RunReport) -> Overlap:
+    """Computing, exposed communication and free time over the run (zero for a run that never ends)."""
+    tasks = [kernel for kernel in run.kernels if kernel.parent is None]
+    span = run.time_us if math.isfinite(run.time_us) else 0.0
+    computing = _union((k.start_us, k.end_us) for k in tasks if k.engine != "comm")
+    communication = _union((k.start_us, k.end_us) for k in tasks if k.engine == "comm")
+    exposed = _length(communication) - _intersection(computing, communication)
+    busy = _length(computing) + exposed
+    return Overlap(span, _length(computing), _length(communication), exposed, max(0.0, span - busy))
+
+
+def op_statistics(run: RunReport) -> tuple[OpStatistic, ...]:
+    """Device tasks grouped by op type and core type, slowest total first (ties by name)."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for kernel in run.kernels:
+        if kernel.parent is None:
+            op_type = "SuperKernel" if kernel.op_type == SUPERKERNEL_OP else kernel.kernel_type or kernel.op_type
+            groups.setdefault((op_type, accelerator_core(kernel.engine, kernel.op_type)), []).append(kernel.duration_us)
+    grand = sum(sum(times) for times in groups.values()) or 1.0
+    rows = [
+        OpStatistic(op_type, core, len(times), sum(times), min(times), max(times), 100.0 * sum(times) / grand)
+        for (op_type, core), times in groups.items()
+    ]
+    return tuple(sorted(rows, key=lambda row: (-row.total_us, row.op_type, row.core_type)))
+
+
+def _common(stacks: Sequence[tuple[ModuleFrame, ...]]) -> tuple[ModuleFrame, ...]:
+    """The module frames every stack starts with."""
+    shared = stacks[0]
+    for stack in stacks[1:]:
+        length = next((i for i, (a, b) in enumerate(zip(shared, stack)) if a != b), min(len(shared), len(stack)))
+        shared = shared[:length]
+    return shared
+
+
+def _charges(program: Program, run: RunReport) -> list[tuple[tuple[ModuleFrame, ...], float, int]]:
+    """(module stack, device time, kernels) charged for each kernel run: a kernel's own duration, and
+    for a SuperKernel the time its sub-kernels do not cover, to the modules they all share."""
+    by_name = program.by_name
+    children: dict[str, list[KernelRun]] = {}
+    for kernel in run.kernels:
+        if kernel.parent is not None:
+            children.setdefault(kernel.parent, []).append(kernel)
+    charges = []
+    for kernel in run.kernels:
+        if kernel.op_type == SUPERKERNEL_OP:
+            subs = children.get(kernel.name, [])
+            covered = _length(_union((sub.start_us, sub.end_us) for sub in subs))
+            stacks = [by_name[sub.name].modules for sub in subs if sub.name in by_name]
+            charges.append((_common(stacks) if stacks else (), max(0.0, kernel.duration_us - covered), 0))
+        elif kernel.name in by_name:
+            charges.append((by_name[kernel.name].modules, kernel.duration_us, 1))
+    return charges
+
+
+def module_times(program: Program, run: RunReport) -> tuple[ModuleTime, ...]:
+    """Per module path in order of first use: inclusive and self device time (the model first)."""
+    totals: dict[str, list[float]] = {MODEL_PATH: [0.0, 0.0, 0]}
+    kinds: dict[str, tuple[str, int]] = {MODEL_PATH: ("", 0)}
+    for stack, time_us, count in _charges(program, run):
+        paths = [MODEL_PATH, *(frame.path for frame in stack if frame.path)]
+        for depth, frame in enumerate(stack, start=1):
+            kinds.setdefault(frame.path, (frame.type, depth))
+        for path in paths:
+            row = totals.setdefault(path, [0.0, 0.0, 0])
+            row[0] += time_us
+            row[2] += count
+        totals[paths[-1]][1] += time_us
+    grand = totals[MODEL_PATH][0] or 1.0
+    return tuple(
+        ModuleTime(path, kinds[path][0], kinds[path][1], int(count), total, own, 100.0 * total / grand)
+        for path, (total, own, count) in totals.items()
+    )
+
+
+def attribute(program: Program, run: RunReport) -> Attribution:
+    """The three summaries of ``run``, a modeled run of ``program``."""
+    return Attribution(run.variant, module_times(program, run), op_statistics(run), overlap_of(run))

@@ -1,0 +1,106 @@
+"""The case report: everything a test or a CI gate needs to know about one compared case."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..plan.tasks import ScopeBreak, ScopePlan
+from ..sanitize.checker import Race
+from ..simulate.timeline import RunReport
+from .attribution import Attribution
+from .findings import Finding, Mismatch
+
+
+@dataclass(frozen=True)
+class ScopeReport:
+    """The outcome of one SuperKernel scope in the VARIANT."""
+
+    scope: str
+    outcome: str
+    segments: int
+    block_dim: int
+    breaks: tuple[str, ...]
+    break_sites: tuple[str, ...]
+    names: tuple[str, ...]
+    kernel_names: tuple[str, ...]
+    kernel_type: str
+    options: str
+    reason: str
+    break_points: tuple[ScopeBreak, ...] = ()
+    splits: tuple[str, ...] = ()
+
+    @classmethod
+    def from_plan(cls, scope: ScopePlan) -> "ScopeReport":
+        return cls(
+            scope=scope.scope,
+            outcome=scope.outcome,
+            segments=len(scope.segments),
+            block_dim=scope.block_dim,
+            breaks=tuple(b.op_type for b in scope.breaks),
+            break_sites=tuple(b.describe() for b in scope.breaks),
+            names=tuple(segment.name for segment in scope.segments),
+            kernel_names=tuple(segment.te_name for segment in scope.segments),
+            kernel_type=scope.segments[0].kernel_type if scope.segments else "",
+            options=scope.options,
+            reason=scope.reason,
+            break_points=scope.breaks,
+            splits=scope.splits,
+        )
+
+
+@dataclass(frozen=True)
+class CaseReport:
+    """BASELINE (scopes ignored) against VARIANT (scopes honoured) for one model on one target.
+
+    ``attribution`` summarises each run (keyed ``baseline`` / ``variant``) per module path, per op type
+    and by overlap (:mod:`~pytest_npufuse.report.attribution`); ``findings`` are the seed-003 affinity-op
+    findings when they were asked for.
+    """
+
+    target: str
+    mode: str
+    baseline: RunReport
+    variant: RunReport
+    mismatches: tuple[Mismatch, ...]
+    superkernels: Mapping[str, ScopeReport]
+    streams: tuple[str, ...]
+    races: tuple[Race, ...]
+    outputs: tuple[str, ...]
+    trace_path: str | None = None
+    plog_path: str | None = None
+    deadlock: str | None = None
+    captures: int = 1
+    """Dynamo + AOT captures the check made: one per model (two with a ``reference=`` model)."""
+    kernels_executed: int = 0
+    """Kernels the numerics computed: the BASELINE's, plus the VARIANT's racy cone (or, with a
+    ``reference=`` model, the whole VARIANT)."""
+    attribution: Mapping[str, Attribution] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def speedup(self) -> float:
+        """Baseline time over variant time: above 1 means the scopes pay off. Two runs that take no
+        modeled time at all (a profile whose costs are all zero) are equally fast, 1.0."""
+        if self.variant.time_us == 0:
+            return 1.0 if self.baseline.time_us == 0 else math.inf
+        return self.baseline.time_us / self.variant.time_us
+
+    @property
+    def bit_exact(self) -> bool:
+        return not self.mismatches
+
+    @property
+    def segments(self) -> int:
+        """SuperKernel segments formed over all scopes."""
+        return sum(scope.segments for scope in self.superkernels.values())
+
+    def summary(self) -> str:
+        """One line a person reads first."""
+        return (
+            f"{self.target} {self.mode}: baseline {self.baseline.time_us:.1f} us, variant {self.variant.time_us:.1f} us, "
+            f"speedup {self.speedup:.3f}x, {self.segments} SuperKernel segment(s), "
+            f"{'bit-exact' if self.bit_exact else f'{len(self.mismatches)} output(s) differ'}"
+            + (f", {len(self.streams)} streams, {len(self.races)} race(s)" if len(self.streams) > 1 else "")
+        )

@@ -1,0 +1,240 @@
+"""The whole report page: a sortable summary table, then per case its facts, timelines and time tables.
+
+Everything is inline (styles, the small sorting script, SVG), so the file opens offline and can be
+attached to a CI job as it is. The page records in ``data-rendered-ms`` on ``<html>`` how long the
+browser took from navigation start to a laid-out page, which the browser test and the render
+benchmark read.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ...files.atomic import write_text_atomic
+from .timeline import case_svg
+
+_STYLE = """
+body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:16px;color:#222;background:#fff}
+h1{font-size:20px;margin:0 0 8px}h2{font-size:15px;margin:24px 0 6px;font-family:monospace}
+table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
+th{background:#f0f0f0;cursor:pointer;user-select:none;white-space:nowrap}td{white-space:nowrap}
+td:first-child,th:first-child{text-align:left}#summary td:first-child{white-space:normal;overflow-wrap:anywhere;max-width:460px}
+th.sorted-asc::after{content:" \\25B2"}th.sorted-desc::after{content:" \\25BC"}
+.v-passed,.g-unchanged,.g-improved{color:#1a7f37}.v-failed,.v-error,.g-regressed{color:#c62828;font-weight:600}
+.v-skipped,.v-xfailed,.g-new{color:#8a6d00}
+.facts span{margin-right:14px}.note{color:#555}
+.timeline{display:block;margin:8px 0;border:1px solid #ddd}
+.lane-bg{fill:#fafafa;stroke:#eee}.lane-label{font:11px monospace;fill:#333}.run-title{font:bold 12px sans-serif;fill:#111}
+.grid{stroke:#e4e4e4}.tick{font:10px sans-serif;fill:#666;text-anchor:middle}
+.k,.sub{stroke:#fff;stroke-width:.3}.e-cube{fill:#4e79a7}.e-vector{fill:#59a14f}.e-aicpu{fill:#f28e2b}.e-comm{fill:#b07aa1}
+.e-host{fill:#9c755f}.host{fill:#9c755f}.agg{opacity:.7}.agg.host{fill:#b9a08e}
+.sk{fill:#fff4c2;stroke:#6b5300;stroke-width:1.2}.break{stroke:#e00000;stroke-width:2.5}
+.arrow{fill:none;stroke-width:1.6}.event{stroke:#1f4e9c;stroke-dasharray:4 2;stroke-width:1;opacity:.8}.race{stroke:#e00000;stroke-width:2.2}
+.hazard{stroke:#d1006f;stroke-width:2.2;stroke-dasharray:6 3}
+.head-event{fill:#1f4e9c}.head-race{fill:#e00000}.head-hazard{fill:#d1006f}
+.legend span{display:inline-block;margin-right:12px}.legend i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
+code{background:#f4f4f4;padding:0 3px}
+.below{display:flex;gap:24px;flex-wrap:wrap;align-items:flex-start}.findings{flex:1 1 480px;min-width:360px}
+.findings ul{margin:4px 0;padding-left:20px}h3{font-size:13px;margin:8px 0 4px}
+"""
+
+_SCRIPT = """
+(function(){
+  function value(cell){var v=cell.getAttribute('data-v');var n=parseFloat(v);return isNaN(n)?v:n;}
+  function sortBy(table,column,descending){
+    var body=table.tBodies[0];var rows=Array.prototype.slice.call(body.rows);
+    rows.sort(function(a,b){var x=value(a.cells[column]),y=value(b.cells[column]);
+      var c=(typeof x==='number'&&typeof y==='number')?x-y:String(x).localeCompare(String(y));return descending?-c:c;});
+    rows.forEach(function(r){body.appendChild(r);});
+    Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
+      th.className=i===column?(descending?'sorted-desc':'sorted-asc'):'';});
+  }
+  document.querySelectorAll('table.sortable').forEach(function(table){
+    Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
+      th.addEventListener('click',function(){sortBy(table,i,th.className==='sorted-asc');});});
+  });
+  var wanted=/^#sort=([a-z_]+)(-desc)?$/.exec(location.hash);
+  var summary=document.getElementById('summary');
+  if(wanted&&summary){var ths=summary.tHead.rows[0].cells;
+    for(var i=0;i<ths.length;i++){if(ths[i].getAttribute('data-key')===wanted[1]){sortBy(summary,i,!!wanted[2]);}}}
+  document.body.getBoundingClientRect();
+  document.documentElement.setAttribute('data-rendered-ms',performance.now().toFixed(1));
+})();
+"""
+
+_SUMMARY_COLUMNS = (
+    ("case", "case"), ("target", "target"), ("mode", "mode"), ("baseline_us", "baseline us"),
+    ("variant_us", "variant us"), ("speedup", "speedup"), ("segments", "SK segments"), ("streams", "streams"),
+    ("races", "races"), ("precision", "precision"), ("gate", "gate"), ("verdict", "verdict"),
+)
+
+
+def _cell(value: Any, text: str | None = None, cls: str = "") -> str:
+    shown = escape(text if text is not None else ("" if value is None else str(value)))
+    sort = escape("" if value is None else str(value))
+    attribute = f' class="{cls}"' if cls else ""
+    return f'<td data-v="{sort}"{attribute}>{shown}</td>'
+
+
+def _time(value: float | None) -> str:
+    return "does not finish" if value is None else f"{value:.1f}"
+
+
+def _summary_row(index: int, view: Mapping[str, Any]) -> str:
+    baseline, variant = view["runs"]
+    gate = view["gate"]["status"] if view["gate"] else ""
+    verdict = view.get("verdict", "")
+    cells = [
+        f'<td data-v="{escape(view["case"])}"><a href="#case-{index}">{escape(view["case"])}</a></td>',
+        _cell(view["target"]), _cell(view["mode"]),
+        _cell(baseline["time_us"], _time(baseline["time_us"])), _cell(variant["time_us"], _time(variant["time_us"])),
+        _cell(view["speedup"], "" if view["speedup"] is None else f"{view['speedup']:.3f}x"),
+        _cell(view["segments"]), _cell(len(view["streams"])), _cell(len(view["races"])),
+        _cell("bit-exact" if view["bit_exact"] else "differs"),
+        _cell(gate, cls=f"g-{gate}" if gate else ""), _cell(verdict, cls=f"v-{verdict}" if verdict else ""),
+    ]
+    return f'<tr data-case="{index}">{"".join(cells)}</tr>'
+
+
+def _summary(views: Sequence[Mapping[str, Any]]) -> str:
+    head = "".join(f'<th data-key="{key}">{escape(label)}</th>' for key, label in _SUMMARY_COLUMNS)
+    rows = "".join(_summary_row(i, view) for i, view in enumerate(views))
+    return f'<table id="summary" class="sortable"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+_OPEN_LIMIT = 12  # longer lists of scopes or races start folded, so the timelines stay in view
+
+
+def _scopes(view: Mapping[str, Any]) -> str:
+    if not view["scopes"]:
+        return ""
+    items = []
+    for scope in view["scopes"]:
+        text = (f'<b>{escape(scope["scope"])}</b>: {escape(scope["outcome"])}, {scope["segments"]} segment(s), '
+                f'block dim {scope["block_dim"]}')
+        if scope["reason"]:
+            text += f' — {escape(scope["reason"])}'
+        breaks = "".join(_break_site(b) for b in scope["breaks"])
+        items.append(f'<li class="scope" data-scope="{escape(scope["scope"])}">{text}{f"<ul>{breaks}</ul>" if breaks else ""}</li>')
+    shown = " open" if len(items) <= _OPEN_LIMIT else ""
+    return (f'<details class="scopes-block"{shown}><summary><b>SuperKernel scopes</b> ({len(items)})</summary>'
+            f'<ul class="scopes">{"".join(items)}</ul></details>')
+
+
+def _break_site(site: Mapping[str, str]) -> str:
+    """The op that broke a scope, with the user's source line it came from."""
+    where = f" at <code>{escape(site['source'])}</code>" if site["source"] else ""
+    return f'<li class="break-site">broken by <b>{escape(site["op_type"])}</b> ({escape(site["kernel"])}){where}</li>'
+
+
+def _races(view: Mapping[str, Any]) -> str:
+    lines = [f'<li class="race-item">{escape(race["text"])}</li>' for race in view["races"]]
+    if view["deadlock"]:
+        lines.append(f'<li class="race-item">{escape(view["deadlock"])}</li>')
+    if not lines:
+        return ""
+    shown = " open" if len(lines) <= _OPEN_LIMIT else ""
+    return (f'<details class="races-block"{shown}><summary><b>Races and lifetime hazards</b> ({len(lines)})</summary>'
+            f'<ul>{"".join(lines)}</ul></details>')
+
+
+def _side_by_side(
+    view: Mapping[str, Any], table: str, key: Callable[[Mapping[str, Any]], str], columns: Sequence[tuple[str, str]]
+) -> list[tuple[str, list[str]]]:
+    """Rows of one time table for both runs, matched by ``key``: per row its BASELINE and VARIANT cells."""
+    baseline, variant = ({key(row): row for row in run[table]} for run in view["runs"])
+    keys = list(variant) + [k for k in baseline if k not in variant]
+    rows = []
+    for name in keys:
+        cells = []
+        for side in (baseline, variant):
+            row = side.get(name)
+            cells += [_cell(row[c], fmt.format(row[c])) for c, fmt in columns] if row else [_cell(None)] * len(columns)
+        rows.append((name, cells))
+    return rows
+
+
+def _table(title: str, cls: str, head: Sequence[str], rows: Sequence[str]) -> str:
+    if not rows:
+        return ""
+    heads = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return (f'<div><h3>{escape(title)}</h3><table class="sortable {cls}"><thead><tr>{heads}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _op_types(view: Mapping[str, Any]) -> str:
+    """Device time per op type and core type (msprof's op_statistic), BASELINE beside VARIANT."""
+    columns = (("count", "{}"), ("total_us", "{:.2f}"), ("ratio_pct", "{:.1f}%"))
+    matched = _side_by_side(view, "op_types", lambda row: f'{row["op_type"]} ({row["core_type"]})', columns)
+    rows = [f"<tr>{_cell(name)}{''.join(cells)}</tr>" for name, cells in matched]
+    head = ("op type (core)", "baseline tasks", "baseline us", "share", "variant tasks", "variant us", "share")
+    return _table("Device time per op type", "op-types", head, rows)
+
+
+def _modules(view: Mapping[str, Any]) -> str:
+    """Device time per module path (inclusive and self), BASELINE beside VARIANT, as an indented tree."""
+    columns = (("total_us", "{:.2f}"), ("self_us", "{:.2f}"), ("ratio_pct", "{:.1f}%"))
+    depth = {row["path"]: row["depth"] for run in view["runs"] for row in run["modules"]}
+    rows = [
+        f'<tr><td data-v="{escape(path)}" style="padding-left:{6 + 12 * depth[path]}px">{escape(path)}</td>{"".join(cells)}</tr>'
+        for path, cells in _side_by_side(view, "modules", lambda row: row["path"], columns)
+    ]
+    head = ("module", "baseline us", "self", "share", "variant us", "self", "share")
+    return _table("Device time per module", "modules", head, rows)
+
+
+def _overlap(view: Mapping[str, Any]) -> str:
+    """msprof's overlap analysis of each run, on one line."""
+    parts = [f'{run["variant"].upper()}: ' + ", ".join(f"{name} {share:.1f}%" for name, share in run["overlap"].items())
+             for run in view["runs"] if run["overlap"]]
+    return f'<p class="overlap">{escape("; ".join(parts))}</p>' if parts else ""
+
+
+_LEGEND = (
+    '<div class="legend"><span><i style="background:#4e79a7"></i>Cube</span>'
+    '<span><i style="background:#59a14f"></i>Vector</span><span><i style="background:#f28e2b"></i>AI CPU</span>'
+    '<span><i style="background:#b07aa1"></i>communication</span><span><i style="background:#9c755f"></i>host</span>'
+    '<span><i style="background:#fff4c2;border:1px solid #6b5300"></i>SuperKernel (sub-kernels inside)</span>'
+    '<span><i style="background:#fff;border:2px solid #e00000"></i>op that broke a scope</span>'
+    '<span><i style="background:#4e79a7;opacity:.7"></i>kernels narrower than a pixel, merged</span>'
+    '<span style="color:#1f4e9c">⇢ record→wait</span><span style="color:#e00000">→ race</span>'
+    '<span style="color:#d1006f">⇢ lifetime hazard</span></div>'
+)
+
+
+def _case(index: int, view: Mapping[str, Any]) -> str:
+    gate = view["gate"]
+    facts = [f"<span>{escape(view['summary'])}</span>"]
+    if view.get("verdict"):
+        facts.append(f'<span class="v-{escape(view["verdict"])}">test {escape(view["verdict"])}</span>')
+    if gate:
+        facts.append(f'<span class="gate g-{escape(gate["status"])}">gate: {escape(gate["status"])} — {escape(gate["text"])}</span>')
+    mismatches = "".join(f"<li>{escape(m)}</li>" for m in view["mismatches"])
+    failures = "".join(f'<p class="failure"><b>{run["variant"].upper()} does not finish:</b> {escape(run["failure"])}</p>'
+                       for run in view["runs"] if run["failure"])
+    return (
+        f'<section class="case" id="case-{index}" data-case="{escape(view["case"])}">'
+        f'<h2>{escape(view["case"])}</h2><div class="facts">{"".join(facts)}</div>'
+        f'{case_svg(view)}<div class="below"><div class="findings">{failures}{_scopes(view)}{_races(view)}'
+        f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}</div>'
+        f'{_op_types(view)}{_modules(view)}</div>{_overlap(view)}</section>'
+    )
+
+
+def render_page(views: Sequence[Mapping[str, Any]], title: str = "pytest-npufuse: modeled NPU run") -> str:
+    """The report of ``views`` (from :func:`~.view.case_view`, each with an optional ``verdict``)."""
+    cases = "".join(_case(i, view) for i, view in enumerate(views))
+    empty = "" if views else '<p class="note">No npufuse.check() ran in this session.</p>'
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{_STYLE}</style></head><body><h1>{escape(title)}</h1>"
+        f'<p class="note">{len(views)} check(s). Times are modeled, in microseconds; click a column to sort.</p>'
+        f"{_summary(views)}{empty}{_LEGEND}{cases}<script>{_SCRIPT}</script></body></html>\n"
+    )
+
+
+def write_html_report(path: Path, views: Sequence[Mapping[str, Any]]) -> None:
+    """Write the page atomically: a reader sees the previous report or this one, never half a file."""
+    write_text_atomic(path, render_page(views))

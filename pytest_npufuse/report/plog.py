@@ -1,0 +1,64 @@
+"""CANN-style plog files, where TorchAir users look for SuperKernel scope diagnostics.
+
+CANN writes one file per process, ``plog-<pid>_<timestamp>.log``, under ``$ASCEND_PROCESS_LOG_PATH`` if set,
+else ``$HOME/ascend/log/run/plog/``; users grep it for the keyword ``super_kernel_scope``. We write the same
+lines to the same place so their habits (and scripts) carry over. The timestamp only names the file and
+stamps lines; no modeled number depends on it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import OutputFileError
+from ..plan.tasks import LogRecord
+
+_FILES: dict[int, Path] = {}
+
+
+def plog_dir() -> Path:
+    """Where CANN puts run logs: ``$ASCEND_PROCESS_LOG_PATH``, else ``$HOME/ascend/log/run/plog``."""
+    override = os.environ.get("ASCEND_PROCESS_LOG_PATH")
+    if override:
+        return Path(override)
+    return Path(os.environ.get("HOME", str(Path.home()))) / "ascend" / "log" / "run" / "plog"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now()
+
+
+def plog_path() -> Path:
+    """This process's plog file, named when first needed, as CANN does (pid and start time)."""
+    pid = os.getpid()
+    directory = plog_dir()
+    cached = _FILES.get(pid)
+    if cached is None or cached.parent != directory:
+        stamp = _now().strftime("%Y%m%d%H%M%S%f")[:-3]
+        cached = directory / f"plog-{pid}_{stamp}.log"
+        _FILES[pid] = cached
+    return cached
+
+
+def write_plog(records: Iterable[LogRecord]) -> Path | None:
+    """Append ``records`` to this process's plog file; returns its path, or None when there was nothing."""
+    records = list(records)
+    if not records:
+        return None
+    path = plog_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        where = "ASCEND_PROCESS_LOG_PATH" if os.environ.get("ASCEND_PROCESS_LOG_PATH") else "the plog directory"
+        raise OutputFileError(
+            f"{where} {path.parent} is a file (or lies under one), so the plog cannot be written there; "
+            "point ASCEND_PROCESS_LOG_PATH at a directory."
+        ) from None
+    stamp = _now().strftime("%Y-%m-%d-%H:%M:%S.%f")
+    with path.open("a", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(f"[{record.level}] GE({os.getpid()},python):{stamp} [{record.keyword}] {record.message}\n")
+    return path

@@ -1,0 +1,135 @@
+"""The shim's changes to torch: ``torch.npu`` on the CPU, ``"npu"`` devices, ``.npu()``,
+``Tensor.record_stream`` for our streams (also under Dynamo) and the ``npugraph_ex`` backend.
+
+Each change is undone by :func:`pytest_npufuse.uninstall_shims` (they are recorded in its undo list).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+
+from .. import torch_npu
+from ..npugraph_ex.npu_fx_compiler import npugraph_ex_backend
+from ..vocabulary import Mode
+from . import devices, npu
+from .undo import UNDO, patch
+
+NPUGRAPH_EX = Mode.NPUGRAPH_EX.value  # the torch.compile backend name TorchAir registers
+
+
+def install_devices() -> None:
+    """torch.npu, npu device strings, .npu(), Tensor.record_stream and the npugraph_ex backend."""
+    patch(torch_npu, "npu", npu)
+    for name in devices.FACTORIES:
+        factory = devices.wrap_factory(getattr(torch, name))
+        # Dynamo lists torch's functions once, by identity: a wrapper installed after that (a second
+        # install in one process) would be inlined into a call of the builtin it wraps, which Dynamo
+        # cannot trace. Allowed in the graph, it is a call there that AOT traces into aten ops.
+        torch._dynamo.allow_in_graph(factory)
+        patch(torch, name, factory)
+    patch(torch.Tensor, "to", devices.wrap_to(torch.Tensor.to))
+    patch(torch.nn.Module, "to", devices.wrap_to(torch.nn.Module.to))
+    patch(torch.Tensor, "npu", devices.tensor_npu)
+    patch(torch.Tensor, "is_npu", devices.tensor_is_npu)
+    patch(torch.nn.Module, "npu", devices.module_npu)
+    patch(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream))
+    patch(torch, "npu", npu)
+    _patch_module_entry("torch.npu", npu)
+    patch(torch, "_register_device_module", _share_device_module(torch._register_device_module))
+    _patch_dynamo_record_stream()
+    _register_npugraph_ex()
+
+
+def _patch_module_entry(name: str, module: Any) -> None:
+    previous = sys.modules.get(name)
+    sys.modules[name] = module
+
+    def undo() -> None:
+        if previous is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = previous
+
+    UNDO.append(undo)
+
+
+def _share_device_module(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch._register_device_module("npu", module)`` from a test that fakes the NPU runtime itself
+    (TorchAir's own CPU tests do, after ``torch.utils.rename_privateuse1_backend("npu")``). Torch refuses a
+    second ``npu`` module, so the shim steps aside: the caller's module becomes ``torch.npu``, and the
+    names it lacks are still the shim's (its own names win), so streams, events and seeds keep working.
+    With the backend renamed to ``npu`` and no runtime behind it, the shim provides the runtime torch then
+    asks for (:func:`devices.provide_privateuse1_runtime`). Any other device goes to torch unchanged."""
+
+    def register_device_module(device_type: str, module: Any) -> None:
+        if str(device_type).split(":")[0] != "npu" or getattr(torch, "npu", None) is not npu:
+            return original(device_type, module)
+        if "__getattr__" not in vars(module):
+            module.__getattr__ = _fallback_to(npu)
+            UNDO.append(lambda: delattr(module, "__getattr__"))
+        setattr(torch, "npu", module)
+        sys.modules["torch.npu"] = module
+        if torch._C._get_privateuse1_backend_name() == "npu":
+            devices.provide_privateuse1_runtime()
+        return None
+
+    register_device_module.__doc__ = original.__doc__
+    return register_device_module
+
+
+def _fallback_to(owner: Any) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that reads a name the module lacks from ``owner``."""
+
+    def fallback(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(owner, name)
+
+    return fallback
+
+
+def _record_stream(original: Callable[..., Any]) -> Callable[..., Any]:
+    def record_stream(self: torch.Tensor, stream: Any) -> None:
+        if isinstance(stream, npu.Stream):
+            npu.record_stream(self, stream)
+            return None
+        return original(self, stream)
+
+    record_stream.__doc__ = original.__doc__
+    return record_stream
+
+
+def _patch_dynamo_record_stream() -> None:
+    """Dynamo traces ``Tensor.record_stream`` itself and accepts only ``torch.Stream`` objects; for our
+    streams it must emit our op instead, with the stream's tag read from the traced object."""
+    from torch._dynamo.variables.tensor import TensorVariable
+
+    original = TensorVariable.method_record_stream
+
+    def method_record_stream(self: Any, tx: Any, stream: Any) -> Any:
+        if getattr(stream, "python_type", lambda: None)() is npu.Stream:
+            from torch._dynamo.variables import ConstantVariable
+
+            tag = stream.var_getattr(tx, "tag").as_python_constant()
+            tx.output.create_proxy("call_function", torch.ops.npufuse.record_stream.default, (self.as_proxy(), tag), {})
+            return ConstantVariable.create(None)
+        return original(self, tx, stream)
+
+    patch(TensorVariable, "method_record_stream", method_record_stream)
+
+
+def _register_npugraph_ex() -> None:
+    from torch._dynamo.backends import registry
+
+    if NPUGRAPH_EX in registry._COMPILER_FNS:
+        return
+    registry.register_backend(npugraph_ex_backend, name=NPUGRAPH_EX)
+
+    def unregister() -> None:
+        registry._COMPILER_FNS.pop(NPUGRAPH_EX, None)
+        registry._BACKENDS.pop(NPUGRAPH_EX, None)
+
+    UNDO.append(unregister)

@@ -1,0 +1,280 @@
+"""The host model: how the host CPU gets a plan's tasks onto the device in each execution mode.
+
+Seed 002 describes two GE schedules. In *graph sink* (max-autotune, static shapes) and in captured
+*graph replay* (reduce-overhead) the host issues one call and the device runs the whole graph. In *host
+scheduling* (dynamic shapes) every op passes through host kernels: InferShape, Tiling (skipped on a hit
+in the tiling cache, keyed on the op's runtime arguments), device memory allocation and Launch. With
+``MAX_RUNTIME_CORE_NUMBER=3`` these are three pipelined threads (ordinary, memory, launch); with one
+thread they run back to back. Small-shape ops whose inputs live on the host (Pack, Gather, Concat, ...)
+are computed on the host instead of launched, and an op whose InferShape/Tiling reads input *values*
+(value-dependent) makes the host wait for the device and copy the value back when that input was computed
+on the device. The *eager* reference runs every op through torch_npu's single-op path on one thread.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple
+
+from .. import cost
+from ..errors import ArgumentError, NpufuseError
+from ..ir.program import Kernel, Program
+from ..plan.tasks import Plan
+from ..target.profile import HardwareProfile
+from ..vocabulary import Mode
+from .device import DeviceModel
+
+GRAPH_SINK = "graph-sink"
+GRAPH_REPLAY = "graph-replay"
+HOST_SCHEDULED = "host-scheduled"
+EAGER = Mode.EAGER
+MODES = tuple(mode.value for mode in Mode)
+
+
+def execution_of(mode: str, dynamic: bool) -> str:
+    """How a TorchAir mode runs: max-autotune sinks a static graph and host-schedules a dynamic one;
+    reduce-overhead and npugraph_ex replay their captured graph (recaptured per shape); eager launches
+    op by op."""
+    if mode == EAGER:
+        return EAGER
+    if Mode(mode).aclgraph:
+        return GRAPH_REPLAY
+    return HOST_SCHEDULED if dynamic else GRAPH_SINK
+
+
+THREADS_ENV = "MAX_RUNTIME_CORE_NUMBER"
+
+
+def threads_from_environment() -> int:
+    """GE's host thread count from ``MAX_RUNTIME_CORE_NUMBER`` (seed 002: set it to 3), 1 when unset."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return 1
+    if not value.isdigit() or int(value) < 1:
+        raise NpufuseError(
+            f"environment variable {THREADS_ENV}={value!r} is not a positive integer; GE reads it as the number of "
+            f"host threads (seed 002 recommends 3). Set e.g. {THREADS_ENV}=3 or unset it."
+        )
+    return int(value)
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Host-side settings of a run.
+
+    ``threads`` is GE's ``MAX_RUNTIME_CORE_NUMBER``, read from the environment as GE does (seed 002
+    recommends 3); ``tiling_cache`` and ``small_shape_on_host`` are GE optimisations that are on by
+    default and can be turned off to measure them. ``warm_tiling_cache`` models a steady-state
+    iteration: the tiling cache keeps what earlier iterations computed, so only ops never seen before
+    tile (False: the first iteration, cache empty). Eager runs on one thread without GE's optimisations
+    whatever is set here.
+    """
+
+    threads: int = field(default_factory=threads_from_environment)
+    tiling_cache: bool = True
+    small_shape_on_host: bool = True
+    warm_tiling_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ArgumentError(
+                f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int >= 1 "
+                "(seed 002 recommends 3)."
+            )
+        for name in ("tiling_cache", "small_shape_on_host"):
+            if not isinstance(getattr(self, name), bool):
+                raise ArgumentError(f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.")
+
+
+def host_config(value: object) -> HostConfig:
+    """The ``host=`` argument of a run: a :class:`HostConfig`, or None for the defaults."""
+    if value is None:
+        return HostConfig()
+    if not isinstance(value, HostConfig):
+        raise ArgumentError(
+            f"host={value!r} must be a HostConfig, e.g. host=HostConfig(threads=3) "
+            "(from pytest_npufuse.simulate.host import HostConfig), or None."
+        )
+    return value
+
+
+class HostSlice(NamedTuple):
+    """One host kernel on the modeled timeline (thread 0 is the ordinary thread); a named tuple, as
+    :class:`~pytest_npufuse.simulate.timeline.KernelRun`, since host scheduling gives several per op."""
+
+    name: str
+    thread: int
+    start_us: float
+    end_us: float
+    kernel: str
+
+
+def _small(kernel: Kernel, program: Program, limit: int) -> bool:
+    specs = [*kernel.output_specs, *(program.buffers[name].spec for name in kernel.inputs)]
+    return all(math.prod(spec.shape) <= limit for spec in specs)
+
+
+def kept_on_host(program: Program, plan: Plan, profile: HardwareProfile, execution: str, config: HostConfig) -> frozenset[str]:
+    """Tasks that never reach the device: host-engine ops always, and in host scheduling the small
+    ``host_small`` ops whose inputs are graph inputs or were themselves computed on the host."""
+    on_host: set[str] = set()
+    host_buffers = set(program.inputs)
+    small_ops = execution == HOST_SCHEDULED and config.small_shape_on_host
+    for task in plan.tasks:
+        if task.segment is not None or not (small_ops or task.engine == "host"):
+            continue
+        kernel = program.by_name[task.kernels[0]]
+        eligible = task.engine == "host" or (
+            kernel.info.host_small
+            and all(program.storage(name) in host_buffers for name in kernel.inputs)
+            and _small(kernel, program, profile.small_shape_max_elements)
+        )
+        if eligible:
+            on_host.add(task.name)
+            host_buffers.update(kernel.outputs)
+    return frozenset(on_host)
+
+
+class _Threads:
+    """Host threads as clocks; stage ``s`` of an op runs on thread ``min(s, threads - 1)``."""
+
+    def __init__(self, threads: int) -> None:
+        self.clock = [0.0] * threads
+        self.slices: list[HostSlice] = []
+
+    def run(self, stage: int, after: float, steps: list[tuple[str, float]], kernel: str) -> float:
+        thread = min(stage, len(self.clock) - 1)
+        clock = max(self.clock[thread], after)
+        for name, cost in steps:
+            self.slices.append(HostSlice(name, thread, clock, clock + cost, kernel))
+            clock += cost
+        self.clock[thread] = clock
+        return clock
+
+
+# The host_us key of each tiling class (seed 002: simple ops tile in a few us, complex ones in tens).
+_TILING_COST = {"simple": "tiling", "complex": "tiling_complex"}
+
+
+def _tiling_key(kernel: Kernel, program: Program) -> tuple:
+    """The runtime arguments tiling depends on: op type and input/output shapes and dtypes."""
+    inputs = tuple((program.buffers[name].spec.shape, program.buffers[name].spec.dtype) for name in kernel.inputs)
+    outputs = tuple((spec.shape, spec.dtype) for spec in kernel.output_specs)
+    return (kernel.op_type, inputs, outputs)
+
+
+def schedule(
+    program: Program,
+    plan: Plan,
+    profile: HardwareProfile,
+    execution: str,
+    config: HostConfig,
+    device: DeviceModel,
+    device_index: Mapping[str, int],
+) -> tuple[tuple[HostSlice, ...], float]:
+    """Drive ``device`` as the host would and return the host's slices and when its last one ends: one
+    launch call for a sunk or replayed graph, else every op through the host kernels."""
+    task_of = {name: task.name for task in plan.tasks for name in task.kernels}
+    if execution in (GRAPH_SINK, GRAPH_REPLAY):
+        return _launch_graph(program, plan, profile, execution, device, device_index, task_of)
+    host = profile.host_us
+    eager = execution == EAGER
+    threads = _Threads(1 if eager else max(1, config.threads))
+    tiled: set[tuple] = set()
+    if config.tiling_cache and config.warm_tiling_cache and not eager:
+        tiled.update(_tiling_key(program.kernel(task.kernels[0]), program) for task in plan.tasks)
+    for task in plan.tasks:
+        kernel = program.kernel(task.kernels[0])
+        after = _value_sync(kernel, program, task_of, device, device_index, host["stream_sync"], threads)
+        first = [("EagerDispatch", host["eager_dispatch"])] if eager else []
+        first.append(("InferShape", host["infer_shape"]))
+        if task.name not in device_index:
+            threads.run(0, after, [*first, ("HostCompute", host["host_op"])], task.name)
+            continue
+        key = _tiling_key(kernel, program)
+        hit = config.tiling_cache and key in tiled
+        tiled.add(key)
+        first.append(("TilingCacheHit", host["tiling_cache_hit"]) if hit else ("Tiling", host[_TILING_COST[cost.tiling_class(kernel.info)]]))
+        ready = threads.run(0, after, first, task.name)
+        ready = threads.run(1, ready, [("AllocMem", host["alloc"])], task.name)
+        launched = threads.run(2, ready, [("Launch", host["launch"])], task.name)
+        device.release(device_index[task.name], launched)
+    slices = tuple(threads.slices)
+    return slices, max((s.end_us for s in slices), default=0.0)
+
+
+def _launch_graph(
+    program: Program,
+    plan: Plan,
+    profile: HardwareProfile,
+    execution: str,
+    device: DeviceModel,
+    device_index: Mapping[str, int],
+    task_of: Mapping[str, str],
+) -> tuple[tuple[HostSlice, ...], float]:
+    """A sunk or replayed graph: one launch call runs it all, unless a value-dependent op (``.item()``,
+    ``torch.nonzero``) reads a value the device computed. Then, as seed 002 says, the host must wait:
+    the graph runs up to that value, the host syncs the stream and copies it back, and launches the
+    rest, so each such op costs a stream sync plus a launch, and the device idles meanwhile."""
+    key = "model_launch" if execution == GRAPH_SINK else "replay_launch"
+    launch = profile.overhead_us[key]
+    name = "ModelExecute" if execution == GRAPH_SINK else "GraphReplay"
+    slices = [HostSlice(name, 0, 0.0, launch, plan.variant)]
+    clock, released = launch, 0
+    for position, task in enumerate(plan.tasks):
+        producers = _device_producers(program.kernel(task.kernels[0]), program, task_of, device_index)
+        if not producers:
+            continue
+        for earlier in plan.tasks[released:position]:
+            if earlier.name in device_index:
+                device.release(device_index[earlier.name], clock)
+        released = position
+        done = max(clock, _run_until(device, producers))
+        sync_end = done + profile.host_us["stream_sync"]
+        slices.append(HostSlice("StreamSync", 0, done, sync_end, task.name))
+        slices.append(HostSlice(name, 0, sync_end, sync_end + launch, task.name))
+        clock = sync_end + launch
+    for task in plan.tasks[released:]:
+        if task.name in device_index:
+            device.release(device_index[task.name], clock)
+    return tuple(slices), clock
+
+
+def _device_producers(
+    kernel: Kernel, program: Program, task_of: Mapping[str, str], device_index: Mapping[str, int]
+) -> list[int]:
+    """The device tasks whose outputs a value-dependent ``kernel`` reads on the host (none for an
+    ordinary kernel, or when its inputs were computed on the host)."""
+    if not kernel.info.value_dependent:
+        return []
+    return sorted({
+        device_index[task_of[producer.name]]
+        for name in kernel.inputs
+        if (producer := program.producer(name)) is not None and task_of.get(producer.name) in device_index
+    })
+
+
+def _run_until(device: DeviceModel, producers: list[int]) -> float:
+    """Run the device until every task in ``producers`` has ended; when the last one ends."""
+    for index in producers:
+        device.run(until=index)
+    return max(device.end[index] for index in producers)
+
+
+def _value_sync(
+    kernel: Kernel,
+    program: Program,
+    task_of: Mapping[str, str],
+    device: DeviceModel,
+    device_index: Mapping[str, int],
+    sync_us: float,
+    threads: _Threads,
+) -> float:
+    """When a value-dependent op reads a tensor the device computed, the host waits for that task to
+    end, then pays a stream sync and copy; returns the earliest time its InferShape may start."""
+    producers = _device_producers(kernel, program, task_of, device_index)
+    if not producers:
+        return 0.0
+    return threads.run(0, _run_until(device, producers), [("StreamSync", sync_us)], kernel.name)

@@ -1,0 +1,314 @@
+"""Hardware profiles: the facts about one Ascend target, read from TOML data.
+
+Numbers live in ``data/<target>.toml`` with a source comment each; this module only knows their shape.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import ProfileError
+from ..files.toml import read_toml, typed_value
+from ..vocabulary import Engine
+
+DATA_DIR = Path(__file__).parent / "data"
+BUILTIN_TARGETS = ("a2", "a3")
+# The target of every entry point when none is named: the Atlas A3 the seed documents target.
+DEFAULT_TARGET = "a3"
+ENGINES = tuple(Engine)
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """One die of an Ascend target as the cost model sees it."""
+
+    name: str
+    product: str
+    soc: str
+    aic: int
+    aiv: int
+    cube_mhz: float
+    vector_mhz: float
+    cube_tflops: Mapping[str, float]
+    vector_tflops: Mapping[str, float]
+    hbm_gbps: float
+    l2_mib: float
+    core_ddr_bytes_per_cycle: float
+    compute_efficiency: float
+    memory_efficiency: float
+    cube_tile_m: int
+    cube_tile_n: int
+    vector_block_bytes: int
+    cube_fractal: int
+    decode_tile_n: int
+    decode_tile_k: int
+    overhead_us: Mapping[str, float]
+    aicpu: int
+    comm_gbps: float
+    comm_latency_us: float
+    comm_efficiency: float
+    comm_ranks: int
+    mc2_phase_us: float
+    aicpu_gflops_per_core: float
+    aicpu_bytes_per_us_per_core: float
+    host_us: Mapping[str, float]
+    small_shape_max_elements: int
+    superkernel_supported: bool
+    superkernel_max_streams: int
+    source: str
+    digest: str
+
+    def cores(self, engine: str) -> int:
+        """How many cores of the kind ``engine`` runs on; collectives, DMA (L2 prefetch) and host ops run
+        as one block."""
+        if engine == "cube":
+            return self.aic
+        if engine == "vector":
+            return self.aiv
+        if engine == "aicpu":
+            return self.aicpu
+        return 1
+
+    def dispatch_us(self, engine: str) -> float:
+        """Device task-scheduler cost of one task on ``engine`` (host ops pay nothing on the device)."""
+        return 0.0 if engine == "host" else self.overhead_us[f"dispatch_{engine}"]
+
+
+_OVERHEAD_KEYS = (
+    "dispatch_cube",
+    "dispatch_vector",
+    "dispatch_comm",
+    "dispatch_aicpu",
+    "kernel_head",
+    "sk_subkernel_call",
+    "sk_sync",
+    "sync_all",
+    "model_launch",
+    "replay_launch",
+    "event_record",
+    "event_wait",
+    "dispatch_dma",
+    "task_gap",
+    "icache_miss",
+    "task_flush",
+    "dcci_flush",
+    "fetch_per_core",
+    "early_start_overlap",
+)
+# Costs and limits that may be zero; every other number is a count, rate or size the model divides by.
+_ZERO_ALLOWED = {("comm", "latency_us"), ("host", "small_shape_max_elements")}
+_ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
+# Shares of a peak that a kernel reaches: above 1 would model a chip faster than its own peak.
+_FRACTIONS = {("efficiency", "compute"), ("efficiency", "memory"), ("comm", "efficiency")}
+_HOST_KEYS = ("infer_shape", "tiling", "tiling_complex", "tiling_cache_hit", "alloc", "launch", "host_op", "stream_sync", "eager_dispatch")
+
+
+def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
+    """Validate parsed TOML and build the profile; every error names ``source``, the key and the type."""
+
+    def section(name: str) -> dict[str, Any]:
+        return typed_value(data, name, dict, source)
+
+    read: set[tuple[str, str]] = set()
+
+    def get(name: str, key: str, kind: type) -> Any:
+        read.add((name, key))
+        value = typed_value(section(name), key, kind, f"{source} [{name}]")
+        if kind in (int, float):
+            _check_range(value, name, key, f"{source} [{name}]")
+        return value
+
+    def rates(name: str) -> Mapping[str, float]:
+        table = section(name)
+        if not table:
+            raise ProfileError(f"{source} [{name}]: needs at least one dtype = TFLOPS entry.")
+        return MappingProxyType({key: get(name, key, float) for key in sorted(table)})
+
+
+    canonical = repr(sorted(_flatten(data)))
+    profile = HardwareProfile(
+        name=get("target", "name", str),
+        product=get("target", "product", str),
+        soc=get("target", "soc", str),
+        aic=get("cores", "aic", int),
+        aiv=get("cores", "aiv", int),
+        cube_mhz=get("clock", "cube_mhz", float),
+        vector_mhz=get("clock", "vector_mhz", float),
+        cube_tflops=rates("cube_tflops"),
+        vector_tflops=rates("vector_tflops"),
+        hbm_gbps=get("memory", "hbm_gbps", float),
+        l2_mib=get("memory", "l2_mib", float),
+        core_ddr_bytes_per_cycle=get("memory", "core_ddr_bytes_per_cycle", float),
+        compute_efficiency=get("efficiency", "compute", float),
+        memory_efficiency=get("efficiency", "memory", float),
+        cube_tile_m=get("tiling", "cube_tile_m", int),
+        cube_tile_n=get("tiling", "cube_tile_n", int),
+        vector_block_bytes=get("tiling", "vector_block_bytes", int),
+        cube_fractal=get("tiling", "cube_fractal", int),
+        decode_tile_n=get("tiling", "decode_tile_n", int),
+        decode_tile_k=get("tiling", "decode_tile_k", int),
+        overhead_us=MappingProxyType({key: get("overhead_us", key, float) for key in _OVERHEAD_KEYS}),
+        aicpu=get("cores", "aicpu", int),
+        comm_gbps=get("comm", "link_gbps", float),
+        comm_latency_us=get("comm", "latency_us", float),
+        comm_efficiency=get("comm", "efficiency", float),
+        comm_ranks=get("comm", "ranks", int),
+        mc2_phase_us=get("comm", "mc2_phase_us", float),
+        aicpu_gflops_per_core=get("aicpu", "gflops_per_core", float),
+        aicpu_bytes_per_us_per_core=get("aicpu", "bytes_per_us_per_core", float),
+        host_us=MappingProxyType({key: get("host_us", key, float) for key in _HOST_KEYS}),
+        small_shape_max_elements=get("host", "small_shape_max_elements", int),
+        superkernel_supported=get("superkernel", "supported", bool),
+        superkernel_max_streams=get("superkernel", "max_streams", int),
+        source=source,
+        digest=hashlib.sha256(canonical.encode()).hexdigest()[:16],
+    )
+    _reject_unknown_keys(data, read, source)
+    return profile
+
+
+def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], source: str) -> None:
+    """A misspelt key in an override would otherwise be ignored silently and the built-in value kept."""
+    sections = {name for name, _ in read}
+    for name in sorted(data):
+        if name not in sections:
+            hint = difflib.get_close_matches(name, sorted(sections), n=1)
+            raise ProfileError(f"{source}: unknown section [{name}]" + (f"; did you mean [{hint[0]}]?" if hint else "."))
+        keys = sorted(key for section, key in read if section == name)
+        for key in sorted(data[name]):
+            if key not in keys:
+                hint = difflib.get_close_matches(key, keys, n=1)
+                raise ProfileError(
+                    f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ".")
+                )
+
+
+def _check_range(value: float, section: str, key: str, where: str) -> None:
+    """Every number of a profile is finite (a nan never compares, so the device model would wait for a
+    time that never comes) and not negative; a count or rate of zero would divide by zero later, and an
+    efficiency is a share of the peak, at most 1."""
+    may_be_zero = section in _ZERO_ALLOWED_SECTIONS or (section, key) in _ZERO_ALLOWED
+    fraction = (section, key) in _FRACTIONS
+    bad = not math.isfinite(value) or value < 0 or (value == 0 and not may_be_zero) or (fraction and value > 1)
+    if bad:
+        expected = "a number in (0, 1]" if fraction else "zero or more" if may_be_zero else "more than zero"
+        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {expected} (finite); fix it in that table.")
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Key paths and values, so the digest ignores formatting and comments but not numbers."""
+    items: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            items.extend(_flatten(value, f"{prefix}{key}."))
+        else:
+            items.append((f"{prefix}{key}", value))
+    return items
+
+
+def merge_tables(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` laid over it, table by table, so a user can change one key of a
+    built-in profile (``[tool.npufuse.targets.a3.overhead_us] kernel_head = 3.0``) and keep the rest."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_tables(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+@dataclass(frozen=True)
+class TargetTable:
+    """A user's profile data for one target name, where it was written, and the built-in it overrides."""
+
+    data: Mapping[str, Any]
+    source: str
+    base: str | None
+
+
+def _base_of(data: Mapping[str, Any], implicit: str | None, source: str) -> str | None:
+    base = data.get("base", implicit)
+    if base is not None and base not in BUILTIN_TARGETS:
+        raise ProfileError(f"{source}: key 'base' is {base!r}, expected one of {', '.join(BUILTIN_TARGETS)}.")
+    return base
+
+
+def target_tables(table: Mapping[str, Any], source: str) -> dict[str, TargetTable]:
+    """The ``[...targets.NAME]`` tables of a pyproject section or profile file. A table named like a
+    built-in target (or with ``base = "a3"``) overrides that built-in key by key."""
+    tables: dict[str, TargetTable] = {}
+    for name in sorted(table):
+        where = f"{source} [targets.{name}]"
+        if not isinstance(table[name], dict):
+            raise ProfileError(f"{where}: must be a table of profile sections, got {table[name]!r}.")
+        implicit = name if name in BUILTIN_TARGETS else None
+        tables[name] = TargetTable(table[name], where, _base_of(table[name], implicit, where))
+    return tables
+
+
+def profile_file_targets(path: Path) -> dict[str, TargetTable]:
+    """The targets a profile file defines: its ``[targets.NAME]`` tables, or the whole file as one
+    complete profile named by ``[target] name`` (partial only with a top-level ``base = "a3"``)."""
+    data = read_toml(path)
+    if "targets" in data:
+        return target_tables(typed_value(data, "targets", dict, str(path)), str(path))
+    target = data.get("target")
+    base = _base_of(data, None, str(path))
+    if base is None and not isinstance(target, dict):
+        raise ProfileError(
+            f"{path}: neither a complete profile (it has no [target] table) nor a partial one; add "
+            f'base = "{BUILTIN_TARGETS[-1]}" at the top to lay its keys over a built-in target, or '
+            "[targets.NAME] tables."
+        )
+    name = target.get("name") if isinstance(target, dict) else None
+    return {str(name or path.stem): TargetTable(data, str(path), base)}
+
+
+def _builtin_data(target: str) -> dict[str, Any]:
+    return read_toml(DATA_DIR / f"{target}.toml")
+
+
+def _user_profile(name: str, table: TargetTable) -> HardwareProfile:
+    """The profile of a user's target, named as the user named the target (a complete profile copied
+    from a built-in file keeps that file's ``[target] name`` otherwise)."""
+    data = {key: value for key, value in table.data.items() if key != "base"}
+    if table.base is not None:
+        data = merge_tables(_builtin_data(table.base), data)
+    if isinstance(data.get("target"), dict):
+        data["target"] = merge_tables(data["target"], {"name": name})
+    return profile_from_data(data, table.source)
+
+
+def load_profile(target: str, user_targets: Mapping[str, TargetTable] | None = None) -> HardwareProfile:
+    """Load a target: a user table (``user_targets``, from pyproject.toml or a profile file) wins, then
+    a built-in target (``a2``, ``a3``), then a profile TOML file given by path."""
+    if user_targets and target in user_targets:
+        return _user_profile(target, user_targets[target])
+    if target in BUILTIN_TARGETS:
+        return profile_from_data(_builtin_data(target), str(DATA_DIR / f"{target}.toml"))
+    if target.endswith(".toml"):
+        tables = profile_file_targets(Path(target))
+        if len(tables) != 1:
+            raise ProfileError(f"{target}: defines targets {', '.join(tables)}; pass it with --npufuse-profile and name one.")
+        ((name, table),) = tables.items()
+        return _user_profile(name, table)
+    users = f"; user targets are {', '.join(sorted(user_targets))}" if user_targets else ""
+    raise ProfileError(
+        f"unknown NPU target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}{users}, "
+        "or give the path of a profile .toml file."
+    )
+
+
+def resolve_profile(target: "str | HardwareProfile | None" = None) -> HardwareProfile:
+    """A profile given as itself, by a built-in target name or a profile file path, or by default
+    (:data:`DEFAULT_TARGET`): the one resolver every library entry point uses."""
+    if isinstance(target, HardwareProfile):
+        return target
+    return load_profile(target or DEFAULT_TARGET)

@@ -1,0 +1,170 @@
+"""TorchAir's data dump, written from the modeled run: the tensors of a graph's ops, where TorchAir puts them.
+
+``dump_config.enable_dump = True`` (npugraph_ex: ``options={"dump_tensor_data": True}``) makes every
+call of a compiled graph write files under ``<dump_path>/worldsize1_global_rank0/`` (one modeled rank).
+The layout depends on the mode, as on a device:
+
+- aclgraph modes (``reduce-overhead``, ``npugraph_ex``): TorchAir puts a ``save_npugraph_tensor`` after
+  every tensor of the FX graph (inputs included) and the files are ``<node name>_device_0_<count>.pt``,
+  ``torch.save`` of the tensor (torchair: python/torchair/_acl_concrete_graph/utils.py
+  insert_save_npugraph_tensor; docs/zh/npugraph_ex/dfx/data_dump.md). A tensor the model already saves
+  with ``torch_npu.save_npugraph_tensor`` is skipped. With ``super_kernel_optimize`` on, TorchAir turns
+  the dump off with a warning, and so does the model.
+- max-autotune (GE): GE writes one file per op under ``<timestamp>/0/graph_<id>/1/<iteration>/``, named
+  ``<op type>.<op name>.<task id>.<stream id>.<timestamp>`` (docs/zh/ascend_ir/features/advanced/
+  data_dump.md). The model writes the same names with ``.pt``: ``torch.save`` of ``{"input": [...],
+  "output": [...]}`` (``dump_mode`` picks which), since GE's own binary format carries device
+  addresses the model has not got. ``dump_layer`` (op names, space separated) and ``torchair.scope.
+  data_dump()`` pick the ops (their union; neither: every op); ``dump_step`` (``"0|3-5"``) the calls.
+
+``dump_data = "stats"`` and ``dump_config_path`` are refused by name: they select outputs (csv
+statistics, a JSON-driven dump) the model does not write. The dump changes no modeled time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+import torch
+import torch.fx
+
+from ..errors import NotModeledError
+from ..execute.graph import Observer
+from ..ir.program import Program
+from ..torch_npu.dump import saved_path
+
+if TYPE_CHECKING:
+    from .configs.compiler_config import CompilerConfig
+
+RANK_DIR = "worldsize1_global_rank0"
+GE_MODE = "max-autotune"
+ACLGRAPH_MODES = ("reduce-overhead", "npugraph_ex")
+_GE_GRAPH_IDS = itertools.count(1)
+_SAVE = torch.ops.npu.save_npugraph_tensor.default
+
+
+@dataclass(frozen=True)
+class DumpedOp:
+    """One op GE dumps: its graph node and the file name GE gives it (without the call's timestamp)."""
+
+    node: str
+    name: str
+
+
+@dataclass(frozen=True)
+class DataDump:
+    """What one compiled graph dumps and where. Each call of the graph asks :meth:`for_call` for the
+    observer the executor hands every node as it runs (``calls`` numbers the calls, for ``dump_step``)."""
+
+    directory: Path
+    aclgraph_nodes: frozenset[str] = frozenset()
+    ge_ops: Mapping[str, DumpedOp] = field(default_factory=dict)
+    dump_inputs: bool = True
+    dump_outputs: bool = True
+    steps: frozenset[int] | None = None
+    calls: Iterator[int] = field(default_factory=itertools.count, compare=False)
+
+    def for_call(self) -> Observer | None:
+        """The observer of the next call of the graph, or None when ``dump_step`` leaves this call out."""
+        call = next(self.calls)
+        if self.steps is not None and call not in self.steps:
+            return None
+        return lambda node, inputs, value: self._write(node, inputs, value, call)
+
+    def _write(self, node: torch.fx.Node, inputs: Sequence[Any], value: Any, call: int) -> None:
+        """Write the files of ``node`` (its tensor ``inputs`` and its result ``value``) for this call."""
+        if node.name in self.aclgraph_nodes and isinstance(value, torch.Tensor):
+            path = saved_path(str(self.directory / f"{node.name}.pt"))
+            torch.save(value.detach().clone(), path)
+        dumped = self.ge_ops.get(node.name)
+        if dumped is not None:
+            outputs = [v for v in (value if isinstance(value, (tuple, list)) else (value,)) if isinstance(v, torch.Tensor)]
+            record = {
+                "input": [t.detach().clone() for t in inputs] if self.dump_inputs else [],
+                "output": [t.detach().clone() for t in outputs] if self.dump_outputs else [],
+            }
+            folder = self.directory / str(call)
+            folder.mkdir(parents=True, exist_ok=True)
+            torch.save(record, folder / f"{dumped.name}.{int(time.time() * 1e6)}.pt")
+
+
+def _steps(text: str) -> frozenset[int] | None:
+    """``dump_step`` as a set of call indexes: ``"0|3-5"``; empty: every call."""
+    if not text:
+        return None
+    steps: set[int] = set()
+    for part in text.split("|"):
+        low, _, high = part.strip().partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise NotModeledError(f"dump_config.dump_step = {text!r}: write call numbers and ranges like '0|3-5'.")
+        steps.update(range(int(low), int(high or low) + 1))
+    return frozenset(steps)
+
+
+def _aclgraph_nodes(gm: torch.fx.GraphModule) -> frozenset[str]:
+    """Every tensor node TorchAir puts a save after: not the output, not a save, not a tensor already saved."""
+    nodes = set()
+    for node in gm.graph.nodes:
+        if node.op == "output" or node.target is _SAVE:
+            continue
+        if any(user.target is _SAVE for user in node.users):
+            continue
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            nodes.add(node.name)
+    return frozenset(nodes)
+
+
+def _ge_ops(program: Program, stream_of: Mapping[str, str], layer: str) -> dict[str, DumpedOp]:
+    """The kernels GE dumps: those named in ``dump_layer`` or inside ``data_dump()``; all without either."""
+    named = set(layer.split())
+    chosen = [k for k in program.kernels if k.name in named or k.annotations.data_dump] or list(program.kernels)
+    streams = {stream: index for index, stream in enumerate(dict.fromkeys(stream_of.values()))}
+    return {
+        k.node: DumpedOp(k.node, f"{k.info.kernel_type}.{k.name}.{k.index}.{streams.get(stream_of.get(k.name, ''), 0)}")
+        for k in chosen
+    }
+
+
+def plan_dump(
+    config: CompilerConfig, mode: str, gm: torch.fx.GraphModule, program: Program, stream_of: Mapping[str, str]
+) -> DataDump | None:
+    """The dump one graph writes under ``config`` in ``mode`` (``stream_of``: kernel -> stream), or None."""
+    dump = config.dump_config
+    if not dump.enable_dump.value:
+        return None
+    if dump.dump_data.value == "stats":
+        raise NotModeledError(
+            "dump_config.dump_data = 'stats' (per-op statistics in csv) is not modeled by pytest-npufuse; "
+            "dump_data = 'tensor' writes the modeled tensors."
+        )
+    if dump.dump_config_path.value is not None:
+        raise NotModeledError(
+            f"dump_config.dump_config_path = {dump.dump_config_path.value!r}: a JSON-configured dump (acl.json) is "
+            "not modeled by pytest-npufuse; set dump_mode, dump_layer and dump_step on the config instead."
+        )
+    root = Path(dump.dump_path.value) / RANK_DIR
+    if mode in ACLGRAPH_MODES:
+        if config.experimental_config.aclgraph._super_kernel_optimize.value:
+            warnings.warn(
+                "When super_kernel_optimize is enabled, the dump_config.enable_dump configuration becomes invalid.",
+                stacklevel=2,
+            )
+            return None
+        root.mkdir(parents=True, exist_ok=True)
+        return DataDump(root, aclgraph_nodes=_aclgraph_nodes(gm))
+    if mode != GE_MODE:
+        return None
+    folder = root / time.strftime("%Y%m%d%H%M%S") / "0" / f"graph_{next(_GE_GRAPH_IDS)}" / "1"
+    return DataDump(
+        folder,
+        ge_ops=_ge_ops(program, stream_of, dump.dump_layer.value or ""),
+        dump_inputs=dump.dump_mode.value in ("input", "all"),
+        dump_outputs=dump.dump_mode.value in ("output", "all"),
+        steps=_steps(dump.dump_step.value or ""),
+    )
+

@@ -1,0 +1,119 @@
+"""The scope advisor: layouts built from the module hierarchy, capture once / plan many, seed 004's
+decision tree, top-down shrinking, the command line and the prefill/decode gating helper."""
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_npufuse import advise, compare, superkernel_scope
+from pytest_npufuse.advisor import Family, Layout, Role, advice
+from pytest_npufuse.advisor.advice import capture_program
+from pytest_npufuse.advisor.structure import structure_of
+from pytest_npufuse.cli.main import main
+
+CASES = Path(__file__).parents[2] / "cases"
+sys.path.insert(0, str(CASES))
+from decoder_layers import Decoder, decode_inputs  # noqa: E402
+from llama_layers import LlamaModel, llama_inputs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    return advise(Decoder(layers=2), *decode_inputs())
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return advise(LlamaModel(layers=2), *llama_inputs())
+
+
+def test_structure_finds_layers_and_their_blocks(deepseek, llama):
+    assert deepseek.structure.family is Family.MOE and len(deepseek.structure.layers) == 2
+    assert [b.role for b in deepseek.structure.layers[0].blocks] == [Role.ATTENTION, Role.MOE]
+    assert deepseek.structure.layers[1].frame.path == "layers.1"
+    assert llama.structure.family is Family.STANDARD
+    assert {b.frame.path for b in llama.structure.layers[0].blocks} == {"layers.0.self_attn", "layers.0.mlp"}
+
+
+def test_deepseek_recommendation_follows_the_moe_branch(deepseek):
+    rec = deepseek.recommendation
+    assert rec.layout is Layout.DECODER_LAYER
+    assert "MoE is the bottleneck" in rec.reason and "pursuing the best performance" in rec.reason
+    moe = deepseek.candidate(Layout.MOE)
+    assert moe.valid and moe.gain_pct(deepseek.reference_us) > 0
+    assert rec.gain_pct == pytest.approx(deepseek.candidate(Layout.DECODER_LAYER).gain_pct(deepseek.reference_us))
+    assert any(line.strip() == 'with torchair.scope.super_kernel("decoder_layer", ""):' for line in deepseek.paste)
+
+
+def test_llama_recommendation_follows_the_standard_branch(llama):
+    rec = llama.recommendation
+    assert rec.steps[1] == "first attempt -> attention only"
+    assert rec.layout in (Layout.DECODER_LAYER, Layout.ATTENTION)
+    assert any(line.startswith("recommend decoder_layer") for line in str(llama).splitlines())
+
+
+def test_every_layout_is_ranked_with_its_gain(deepseek):
+    layouts = {c.layout for c in deepseek.candidates}
+    assert {Layout.NONE, Layout.ATTENTION, Layout.MOE, Layout.MODULES, Layout.DECODER_LAYER, Layout.PER_LAYER,
+            Layout.ALL_LAYERS} <= layouts
+    valid = [c for c in deepseek.candidates if c.valid]
+    assert [c.time_us for c in valid] == sorted(c.time_us for c in valid)
+    moe = deepseek.candidate(Layout.MOE)
+    assert moe.breaks[0].op_type == "aten::_to_copy" and moe.breaks[0].count == 2
+    path, line = moe.breaks[0].source.rsplit(":", 1)
+    assert ".long()" in Path(path).read_text().splitlines()[int(line) - 1]
+    assert deepseek.to_json()["recommendation"]["layout"] == "decoder_layer"
+
+
+def test_a_layout_times_the_same_as_the_model_with_that_scope_written_in(deepseek):
+    """Capture once, plan many: re-annotating the captured program gives the run of the edited model."""
+    written = compare(Decoder(layers=2, scope="layer"), *decode_inputs())
+    candidate = deepseek.candidate(Layout.DECODER_LAYER)
+    assert candidate.time_us == pytest.approx(written.variant.time_us)
+    assert candidate.segments == written.segments
+    assert deepseek.reference_us == pytest.approx(written.baseline.time_us)
+
+
+def test_strict_scope_check_shrinks_top_down_and_keeps_superkernel_off(monkeypatch):
+    captures = []
+    real = advice.capture_program
+    monkeypatch.setattr(advice, "capture_program", lambda *a, **k: captures.append(1) or real(*a, **k))
+    result = advise(Decoder(layers=1), *decode_inputs(), options="strict-scope-check=abort")
+    assert captures == [1]
+    assert result.candidate(Layout.ALL_LAYERS).outcome == "aborted"
+    assert result.top_down.startswith("all_layers aborted -> decoder_layer aborted -> attention + moe/ffn aborted")
+    assert result.recommendation.layout is Layout.NONE and result.paste == ()
+
+
+def test_command_line_prints_the_table_and_a_recommend_line():
+    out = io.StringIO()
+    assert main(["advise", f"{CASES / 'llama_layers.py'}:advisor_case", "--npu-target=a3"], out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("npufuse advise (a3): standard Transformer")
+    assert any(line.startswith("recommend ") for line in lines)
+
+
+@pytest.mark.parametrize("spec", ["nowhere.py:f", "cases_missing_colon", "json:nothing_here"])
+def test_command_line_names_a_bad_factory(spec, capsys):
+    assert main(["advise", spec]) == 2
+    assert "npufuse advise:" in capsys.readouterr().err
+
+
+class Gated(torch.nn.Module):
+    def __init__(self, is_prefill):
+        super().__init__()
+        self.is_prefill = is_prefill
+
+    def forward(self, a, b):
+        with superkernel_scope(not self.is_prefill, "decode_only", "feed-sync-all=1"):
+            return (a @ b) @ b
+
+
+def test_superkernel_scope_gates_prefill_off():
+    a, b = torch.ones(16, 32), torch.ones(32, 32)
+    assert capture_program(Gated(False), a, b).superkernel_scopes() == ("decode_only",)
+    assert capture_program(Gated(True), a, b).superkernel_scopes() == ()
+    assert structure_of(capture_program(Gated(False), a, b)).family is Family.OTHER

@@ -1,0 +1,114 @@
+"""The gate's library pieces without pytest runs: judging, merging, atomic writes, the model version."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_npufuse.files.atomic import write_text_atomic
+from pytest_npufuse.gate import baseline
+from pytest_npufuse.simulate.version import ModelIdentity
+from pytest_npufuse.target.catalog import load_catalog
+from pytest_npufuse.target.profile import load_profile
+
+
+def entry(variant_us: float, model_version: str = "m1") -> baseline.Entry:
+    return baseline.Entry("max-autotune", 100.0, variant_us, round(100.0 / variant_us, 4), 1, 1, model_version)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "tolerance", "status"),
+    [
+        (100.0, 100.0, 0.0, baseline.UNCHANGED),
+        (100.0, 100.001, 0.0, baseline.REGRESSED),
+        (100.0, 105.0, 5.0, baseline.UNCHANGED),
+        (100.0, 105.001, 5.0, baseline.REGRESSED),
+        (100.0, 99.999, 5.0, baseline.IMPROVED),
+    ],
+)
+def test_judge_is_exact_at_the_tolerance(before, after, tolerance, status):
+    assert baseline.judge("t", "a3", entry(before), entry(after), tolerance).status == status
+
+
+def test_judge_never_compares_across_model_versions_and_names_missing_sides():
+    assert baseline.judge("t", "a3", entry(100.0, "m1"), entry(200.0, "m2"), 0.0).status == baseline.MODEL_CHANGED
+    assert baseline.judge("t", "a3", None, entry(1.0), 0.0).status == baseline.NEW
+    assert baseline.judge("t", "a3", entry(1.0), None, 0.0).status == baseline.REMOVED
+
+
+def test_model_version_follows_profile_catalog_and_simulator():
+    a2, a3, catalog = load_profile("a2"), load_profile("a3"), load_catalog()
+    both = ModelIdentity.of([a3, a2], catalog)
+    assert both == ModelIdentity.of([a2, a3], catalog) and len(both.version) == 16
+    assert both.for_target("a3") == ModelIdentity.of([a3], catalog).version != both.for_target("a2")
+    bumped = str(int(both.simulator) + 1)
+    newer = ModelIdentity(bumped, both.catalog, both.profiles)
+    assert newer.for_target("a3") != both.for_target("a3")
+    assert newer.changes_from(both) == [f"simulator version {both.simulator} -> {bumped}"]
+    assert ModelIdentity.from_json(both.to_json(), "x") == both
+
+
+def test_results_round_trip_and_update_keeps_entries_not_run(tmp_path):
+    model = ModelIdentity.of([load_profile("a3")], load_catalog())
+    old = baseline.Results(None, {}).with_entries([("t1", "a3", entry(1.0)), ("t2", "a3", entry(2.0))], model)
+    path = tmp_path / "b.json"
+    baseline.write_baseline(path, old)
+    assert baseline.load_baseline(path) == old
+    gate = baseline.Gate.open(path, 0.0, True, model)
+    change = gate.judge("t1", "a3", entry(3.0))
+    assert change.status == baseline.REGRESSED and gate.failure(change) is None
+    updated = gate.updated([change])
+    assert updated is not None and updated.get("t1", "a3") == entry(3.0) and updated.get("t2", "a3") == entry(2.0)
+    assert baseline.Gate.open(path, 0.0, False, model).updated([change]) is None
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    path = tmp_path / "b.json"
+    path.write_text("old")
+
+    def broken(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_text_atomic(path, "new")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
+
+
+def test_atomic_write_keeps_a_files_permissions_and_gives_a_new_one_the_usual_ones(tmp_path):
+    kept = tmp_path / "kept.json"
+    kept.write_text("old")
+    kept.chmod(0o640)
+    write_text_atomic(kept, "new")
+    assert kept.stat().st_mode & 0o777 == 0o640
+    mask = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "new.json", "new")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_directory_is_refused_with_the_fix(tmp_path: Path):
+    with pytest.raises(baseline.BaselineError, match="is a directory; give the path of a JSON file"):
+        baseline.load_baseline(tmp_path)
+
+
+def never_finishes(model_version: str = "m1") -> baseline.Entry:
+    """A VARIANT that cannot finish (compile abort, modeled hang or deadlock)."""
+    return baseline.Entry("max-autotune", 100.0, None, 0.0, 0, 1, model_version)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "status", "numbers"),
+    [
+        (entry(100.0), never_finishes(), baseline.REGRESSED, "variant 100.000 us -> does not finish, speedup 1.000x -> 0.000x"),
+        (never_finishes(), entry(100.0), baseline.IMPROVED, "variant does not finish -> 100.000 us, speedup 0.000x -> 1.000x"),
+        (never_finishes(), never_finishes(), baseline.UNCHANGED, "variant does not finish -> does not finish, speedup 0.000x -> 0.000x"),
+    ],
+)
+def test_a_variant_that_does_not_finish_is_judged_and_stored_as_null(tmp_path, before, after, status, numbers):
+    change = baseline.judge("t", "a3", before, after, 0.0)
+    assert (change.status, change.numbers()) == (status, numbers)
+    assert baseline.Entry.from_json(never_finishes().to_json(), "here") == never_finishes()
+    assert never_finishes().to_json()["variant_us"] is None

@@ -1,0 +1,101 @@
+"""Matmul-family ops (npu_mm_all_reduce_base, npu_transpose_batchmatmul) against float64 formulas, and the
+MatmulAllReduce cost: the all-reduce of its output is priced on the link for the profile's world."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from pytest_npufuse import cost, torch_npu
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder
+from pytest_npufuse.target.profile import load_profile
+
+A3 = load_profile("a3")
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(5)
+
+
+def _rounded(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The float64 reference rounded once to the output dtype: what fp32 accumulation must match closely."""
+    return reference.to(dtype)
+
+
+def test_mm_all_reduce_is_the_one_rank_product_with_bias_and_x3() -> None:
+    gen = _gen()
+    x1 = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16)
+    x2 = torch.randn(16, 64, generator=gen).to(torch.bfloat16).t()  # a transposed [k, n] view, as callers pass
+    bias = torch.randn(16, generator=gen).to(torch.bfloat16)
+    x3 = torch.randn(2, 3, 16, generator=gen).to(torch.bfloat16)
+    out = torch_npu.npu_mm_all_reduce_base(x1, x2, "hcom_tp", reduce_op="sum", bias=bias, x3=x3)
+    reference = x1.double() @ x2.double() + bias.double() + x3.double()
+    assert out.shape == (2, 3, 16) and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), _rounded(reference, torch.bfloat16).double(), rtol=8e-3, atol=1e-2)
+
+
+def test_mm_all_reduce_dequantises_an_int8_weight_per_group() -> None:
+    gen = _gen()
+    k, n, group = 64, 8, 32
+    x1 = torch.randn(4, k, generator=gen).to(torch.float16)
+    x2 = torch.randint(-8, 8, (k, n), generator=gen, dtype=torch.int8)
+    scale = (torch.rand(k // group, n, generator=gen) / 8).to(torch.float16)
+    offset = torch.randint(-2, 2, (k // group, n), generator=gen).to(torch.float16)
+    out = torch_npu.npu_mm_all_reduce_base(x1, x2, "hcom", antiquant_scale=scale, antiquant_offset=offset,
+                                           antiquant_group_size=group)
+    weight = ((x2.double() + offset.double().repeat_interleave(group, 0)) * scale.double().repeat_interleave(group, 0))
+    reference = x1.double() @ weight.to(torch.float16).double()
+    torch.testing.assert_close(out.double(), reference.to(torch.float16).double(), rtol=2e-3, atol=2e-3)
+
+
+def test_mm_all_reduce_refuses_full_quantisation_and_other_reduce_ops() -> None:
+    x = torch.zeros(2, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="dequant_scale is not implemented"):
+        torch_npu.npu_mm_all_reduce_base(x, x.t(), "h", dequant_scale=torch.ones(8))
+    with pytest.raises(ValueError, match="reduce_op=max is not implemented"):
+        torch_npu.npu_mm_all_reduce_base(x, x.t(), "h", reduce_op="max")
+    with pytest.raises(TypeError, match="hcom must be a str"):
+        torch_npu.npu_mm_all_reduce_base(x, x.t(), 0)
+
+
+def _mm_all_reduce_kernel(m: int, k: int, n: int):
+    builder = ProgramBuilder()
+    x, w = builder.input("x", (m, k), "bfloat16"), builder.input("w", (k, n), "bfloat16")
+    out = builder.op("npu::npu_mm_all_reduce_base", [x, w], (m, n), "bfloat16")
+    return next(kernel for kernel in builder.kernels if kernel.node == out)
+
+
+def test_mm_all_reduce_costs_the_longer_of_matmul_and_the_ring_all_reduce_of_its_world() -> None:
+    kernel = _mm_all_reduce_kernel(4096, 1024, 7168)
+    dim = cost.block_dim(kernel, A3)
+    alone = cost.body_us(kernel, dim, dataclasses.replace(A3, comm_ranks=1))
+    assert alone == pytest.approx(cost.rules.roofline_us(kernel, dim, A3))
+    eight, sixteen = (cost.body_us(kernel, dim, dataclasses.replace(A3, comm_ranks=r)) for r in (8, 16))
+    message = 4096 * 7168 * 2
+    link = A3.comm_gbps * A3.comm_efficiency * 1e3
+    assert sixteen > eight > alone
+    assert sixteen == pytest.approx(2 * 15 * A3.comm_latency_us + 2 * message * 15 / 16 / link)
+
+
+def test_transpose_batchmatmul_permutes_input_weight_and_output() -> None:
+    gen = _gen()
+    heads, tokens, k, n = 4, 3, 32, 16
+    x = torch.randn(tokens, heads, k, generator=gen).to(torch.bfloat16)  # [M, B, K]
+    w = torch.randn(heads, n, k, generator=gen).to(torch.bfloat16)  # [B, N, K]
+    out = torch_npu.npu_transpose_batchmatmul(x, w, bias=None, scale=None, perm_x1=(1, 0, 2), perm_x2=(0, 2, 1),
+                                              perm_y=(1, 0, 2))
+    reference = (x.double().transpose(0, 1) @ w.double().transpose(1, 2)).transpose(0, 1)
+    assert out.shape == (tokens, heads, n)
+    torch.testing.assert_close(out.double(), reference.to(torch.bfloat16).double(), rtol=8e-3, atol=1e-2)
+    default = torch_npu.npu_transpose_batchmatmul(x.transpose(0, 1), w.transpose(1, 2))
+    assert torch.equal(default, out)
+
+
+def test_transpose_batchmatmul_refuses_undocumented_permutations_and_scale() -> None:
+    x = torch.zeros(2, 3, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"perm_y=\(0, 1, 2\) is not implemented"):
+        torch_npu.npu_transpose_batchmatmul(x, x.transpose(1, 2), perm_y=(0, 1, 2))
+    with pytest.raises(ValueError, match="scale is not implemented"):
+        torch_npu.npu_transpose_batchmatmul(x, x.transpose(1, 2), scale=torch.ones(2, dtype=torch.int64))

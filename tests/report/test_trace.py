@@ -1,0 +1,111 @@
+"""Timelines: the Perfetto trace and kernel_details.csv parse and show streams, SuperKernels and events."""
+
+import csv
+import io
+import json
+
+import pytest
+import torch
+
+from pytest_npufuse import NpufuseError, compare, torchair
+from pytest_npufuse.ir.events import Event
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.report.trace import (
+    CSV_COLUMNS,
+    HOST_PID,
+    NPU_PID,
+    kernel_details_csv,
+    trace_json,
+)
+from pytest_npufuse.simulate.host import HostConfig
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.target.profile import load_profile
+
+A3 = load_profile("a3")
+
+
+def multistream_run(**kwargs):
+    builder = ProgramBuilder()
+    x = builder.input("x", (864, 7168), "int8")
+    w = builder.input("w", (7168, 4096), "int8")
+    q = builder.op("npu::npu_quant_matmul", [x, w], (864, 4096), scope="sp1")
+    builder.op("npu::npu_dequant_swiglu_quant", [q], (864, 2048), "int8", scope="sp1")
+    builder.op("aten::add", [q, q], (864, 4096), stream="side")
+    program = builder.build()
+    plan = plan_program(program, A3, syncs=[Event("qmm_done", program.kernels[0].name, "Add")])
+    return simulate(program, plan, A3, **kwargs)
+
+
+def slices(trace, pid=NPU_PID):
+    return [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == pid]
+
+
+def test_trace_has_a_track_per_stream_and_host_thread():
+    trace = json.loads(trace_json(multistream_run()))
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert names[(NPU_PID, 0)] == "Stream 0 (default)" and names[(NPU_PID, 1)] == "Stream 1 (side)"
+    assert names[(HOST_PID, 0)].startswith("host thread 0")
+    assert [e["name"] for e in slices(trace, HOST_PID)] == ["ModelExecute"]
+
+
+def test_superkernel_is_a_parent_slice_holding_its_sub_kernels():
+    trace = json.loads(trace_json(multistream_run()))
+    kernels = [e for e in slices(trace) if e["cat"] == "kernel"]
+    (parent,) = [e for e in kernels if e["name"].startswith("te_superkernel_")]
+    children = [e for e in kernels if e["args"].get("superkernel") == parent["name"]]
+    assert len(children) == 2
+    for child in children:
+        assert child["tid"] == parent["tid"]
+        assert parent["ts"] <= child["ts"] and child["ts"] + child["dur"] <= parent["ts"] + parent["dur"] + 1e-6
+
+
+def test_each_event_is_a_flow_arrow_from_record_to_wait():
+    trace = json.loads(trace_json(multistream_run()))
+    starts = [e for e in trace["traceEvents"] if e["ph"] == "s"]
+    ends = [e for e in trace["traceEvents"] if e["ph"] == "f"]
+    assert len(starts) == len(ends) == 1 and starts[0]["id"] == ends[0]["id"]
+    assert (starts[0]["tid"], ends[0]["tid"]) == (0, 1) and starts[0]["ts"] <= ends[0]["ts"]
+    record = next(e for e in slices(trace) if e["name"] == "EventRecord")
+    assert record["ts"] == starts[0]["ts"]
+
+
+def test_host_scheduled_trace_shows_host_kernels_on_three_threads():
+    trace = json.loads(trace_json(multistream_run(dynamic=True, host=HostConfig(threads=3, warm_tiling_cache=False))))
+    host = slices(trace, HOST_PID)
+    assert {e["tid"] for e in host} == {0, 1, 2}
+    assert {"InferShape", "Tiling", "AllocMem", "Launch"} <= {e["name"] for e in host}
+
+
+def test_kernel_details_csv_has_msprof_columns():
+    run = multistream_run()
+    rows = list(csv.DictReader(io.StringIO(kernel_details_csv(run))))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    by_name = {row["Name"]: row for row in rows}
+    add = by_name["Add"]
+    assert (add["Type"], add["Accelerator Core"], add["Stream ID"]) == ("Add", "AI_VECTOR_CORE", "1")
+    parent = next(row for row in rows if row["Type"] == "SuperKernel")
+    assert parent["Accelerator Core"] == "MIX_AIC" and int(parent["Block Dim"]) >= 1
+    qmm = by_name["QuantBatchMatmulV3"]
+    assert qmm["Parent"] == parent["Name"] and qmm["Accelerator Core"] == "AI_CORE"
+    assert float(qmm["Start Time(us)"]) >= float(parent["Start Time(us)"])
+
+
+def test_compare_writes_both_variants_and_names_the_directory(tmp_path):
+    class Chain(torch.nn.Module):
+        def forward(self, a, b):
+            with torchair.scope.super_kernel("sp1", ""):
+                return (a @ b) @ b
+
+    report = compare(Chain(), torch.ones(64, 64), torch.ones(64, 64), trace_dir=tmp_path, case="tests/x.py::test_y[a3]")
+    assert report.trace_path == str(tmp_path / "tests_x.py_test_y_a3")
+    for variant in ("baseline", "variant"):
+        trace = json.loads((tmp_path / "tests_x.py_test_y_a3" / variant / "trace_view.json").read_text())
+        assert any(e["ph"] == "X" and e["cat"] == "kernel" for e in trace["traceEvents"])
+
+
+def test_a_trace_directory_that_is_a_file_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "traces"
+    blocker.write_text("not a directory")
+    with pytest.raises(NpufuseError, match=r"cannot write traces under .*traces: Not a directory .*give a directory"):
+        compare(lambda a, b: a @ b, torch.ones(8, 8), torch.ones(8, 8), trace_dir=blocker)
+    assert blocker.read_text() == "not a directory"

@@ -1,0 +1,671 @@
+"""TorchAir and torch.npu API parity: option strings, the CompilerConfig tree, scopes, torchair.ops,
+the import shim, torch.npu on the CPU, npugraph_ex, and ``python -m pytest_npufuse run``."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_npufuse import compare, install_shims, torch_npu, torchair, uninstall_shims
+from pytest_npufuse.cli.main import main
+from pytest_npufuse.errors import (
+    CaptureError,
+    NotModeledError,
+    OptionsError,
+    OptionsWarning,
+    ScopeError,
+    ScopeIgnoredWarning,
+    UnknownOptionError,
+)
+from pytest_npufuse.pipeline.backend import end_run, start_run
+from pytest_npufuse.plan.options import OPTIONS, ParserPath, parse_options
+from pytest_npufuse.shim import state
+from pytest_npufuse.target.profile import load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+SEEDS = Path("/work/shared/seeds")
+
+
+# ---------------------------------------------------------------- SuperKernel options (CANN's parser)
+
+VALID = {
+    "stream-fusion": "1", "feed-sync-all": "1", "strict-scope-check": "bypass", "dcci-before-kernel-start": "GroupedMatmul",
+    "dcci-after-kernel-end": "A,B", "dcci-disable-on-kernel": "C", "debug-aic-num": "12", "debug-aiv-num": "24",
+    "early-start": "2", "preload-code": "max", "split-mode": "64", "func-align": "0", "debug-dcci-all": "1",
+    "debug-sync-all": "1", "profiling": "1", "compile-options": "-g",
+}
+
+
+def test_every_cann_option_key_parses():
+    assert set(VALID) == set(OPTIONS) and len(OPTIONS) == 16
+    parsed = parse_options("sp1", ":".join(f"{k}={v}" for k, v in VALID.items()))
+    assert dict(parsed.values) == VALID
+    assert parse_options("sp1", "").get("early-start") == "1" and parse_options("sp1", "").get("split-mode") == "4"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("early-start=3", "early-start='3' is not allowed; early-start use one of 0, 1, 2"),
+        ("preload-code=all", "use one of per-func, max, none"),
+        ("split-mode=0", r"split-mode must be an integer in \[1, 64\]"),
+        ("split-mode=65", r"must be an integer in \[1, 64\]"),
+        ("func-align=3", "func-align must be 0 or a power of two"),
+        ("func-align=1", "func-align must be 0 or a power of two"),
+        ("profiling=yes", "use one of 0, 1"),
+        ("compile-options=-g,,-O2", "comma list of compiler flags"),
+        ("early-strat=1", r"early-strat option is not supported .*Did you mean 'early-start'"),
+        ("profiling=1:profiling=0", "profiling option has been set"),
+        ("split-mode=", "The key-value pair is missing"),
+    ],
+)
+def test_bad_values_are_cann_errors_naming_the_scope(text, message):
+    with pytest.raises(OptionsError, match=message) as info:
+        parse_options("sp1", text)
+    assert "super_kernel scope 'sp1': [Super Kernel] Invalid compile option" in str(info.value)
+
+
+def test_an_entry_without_equals_warns_and_is_skipped():
+    with pytest.warns(OptionsWarning, match="stream-fusion do not match option=\\{value\\}; skipped"):
+        parsed = parse_options("sp1", "stream-fusion:feed-sync-all=1")
+    assert dict(parsed.values) == {"feed-sync-all": "1"} and len(parsed.notes) == 1
+
+
+def test_aclgraph_path_keeps_its_subset_and_drops_the_rest_with_a_note():
+    parsed = parse_options("sk1", "early_start=0:debug-sync-all=1:dcci_after_kernel_end=.*:split-mode=9:bogus=1", ParserPath.ACLGRAPH)
+    assert dict(parsed.values) == {"early-start": "0", "debug-sync-all": "1", "dcci-after-kernel-end": ".*"}
+    assert [n.split(": ")[-1] for n in parsed.notes] == ["split-mode; dropped.", "bogus; dropped."]
+    with pytest.raises(OptionsError, match="early-start='2' is not allowed"):
+        parse_options("sk1", "early-start=2", ParserPath.ACLGRAPH)
+
+
+class _TwoMatmuls(torch.nn.Module):
+    def __init__(self, options: str = "", scope: str = "proj") -> None:
+        super().__init__()
+        self.options, self.scope = options, scope
+
+    def forward(self, x):
+        with torchair.scope.super_kernel(self.scope, self.options):
+            return (x @ x) @ x
+
+
+def test_parsed_options_reach_the_segments():
+    backend = torchair.get_npu_backend()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_TwoMatmuls("early-start=0:preload-code=none:split-mode=8"), backend=backend, fullgraph=True)(torch.ones(8, 8))
+    (segment,) = backend.graphs[0].plan.scope("proj").segments
+    assert segment.options.get("preload-code") == "none" and segment.options.get("split-mode") == "8"
+    assert segment.early_start is False and segment.code_copies == 8 and not segment.preload
+
+
+def test_reduce_overhead_ignores_the_scope_once_without_checking_its_options():
+    with pytest.warns(ScopeIgnoredWarning, match="'?proj'? ignored in reduce-overhead mode") as caught:
+        report = compare(_TwoMatmuls("not an option=at all:x"), torch.ones(8, 8), mode="reduce-overhead")
+    assert len([w for w in caught if w.category is ScopeIgnoredWarning]) == 1
+    assert report.superkernels["proj"].outcome == "unsupported"
+    assert "only in max-autotune" in report.superkernels["proj"].reason
+
+
+# ---------------------------------------------------------------- CompilerConfig tree
+
+def test_compiler_config_tree_accepts_what_real_code_sets():
+    config = torchair.CompilerConfig()
+    config.mode = "npugraph_ex"
+    config.debug.graph_dump.type = "pbtxt"
+    config.debug.aclgraph.clone_input = False
+    config.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True
+    config.experimental_config.frozen_parameter = True
+    config.experimental_config.enable_view_optimize = False
+    config.experimental_config.topology_sorting_strategy = "StableRDFS"
+    config.experimental_config.aclgraph._super_kernel_optimize = True
+    config.ge_config.enable_single_stream = True
+    config.ge_config.aicore_num = "24|48"
+    config.export.experimental.enable_lite_export = True
+    config.dump_config.dump_layer = " Test1 Test2 "
+    config.aclgraph_config.use_custom_pool = None
+    assert config.run_mode == "npugraph_ex" and config.leaves()["config.ge_config.aicore_num"] == "24|48"
+
+
+def test_misspelt_config_option_names_the_nearest_real_one():
+    config = torchair.CompilerConfig()
+    with pytest.raises(AttributeError, match=r"config.experimental_config has no option enable_view_optimise.*did you mean config.experimental_config.enable_view_optimize"):
+        config.experimental_config.enable_view_optimise = False
+    with pytest.raises(ValueError, match="did you mean config.debug.graph_dump"):
+        config.debug.grahp_dump.type = "txt"
+    with pytest.raises(UnknownOptionError):
+        config.aclgraph_config.use_custom_poll = None
+
+
+def test_bad_config_values_use_torchairs_words():
+    config = torchair.CompilerConfig()
+    with pytest.raises(ValueError, match=r"Value 'turbo' \(type: <class 'str'>\) not in optional list"):
+        config.mode = "turbo"
+    with pytest.raises(ValueError, match=r"Please set value in \[1, "):
+        config.debug.aclgraph.static_capture_size_limit = 0
+
+
+def test_single_stream_config_keeps_every_kernel_on_one_stream():
+    class Side(torch.nn.Module):
+        def forward(self, x):
+            y = x @ x
+            with torchair.scope.npu_stream_switch("1"):
+                z = x + 1
+            return y, z
+
+    config = torchair.CompilerConfig()
+    config.ge_config.enable_single_stream = True
+    backend = torchair.get_npu_backend(compiler_config=config)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(Side(), backend=backend, fullgraph=True)(torch.ones(4, 4))
+    assert set(backend.graphs[0].plan.streams.kernel_stream.values()) == {"default"}
+
+
+# ---------------------------------------------------------------- scopes of today
+
+class _Switch(torch.nn.Module):
+    def __init__(self, **kwargs) -> None:
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, x):
+        y = x + 1
+        with torchair.scope.npu_stream_switch("1", 0, **self.kwargs):
+            z = x @ x
+        return y, z
+
+
+def test_npu_stream_switch_takes_enable_inner_parallel_in_max_autotune():
+    report = compare(_Switch(enable_inner_parallel=False), torch.ones(4, 4))
+    assert report.streams == ("default", "1")
+    with pytest.raises(ScopeError, match=r"npu_stream_switch\(enable_inner_parallel=False\) at .*test_api.py:\d+ is not supported in reduce-overhead mode"):
+        compare(_Switch(enable_inner_parallel=False), torch.ones(4, 4), mode="reduce-overhead")
+    with pytest.raises(ScopeError, match="enable_inner_parallel=...\\) takes a bool"):
+        torchair.scope.npu_stream_switch("1", 0, "yes")
+
+
+class _Marked(torch.nn.Module):
+    def __init__(self, marked: bool) -> None:
+        super().__init__()
+        self.marked = marked
+
+    def forward(self, x):
+        if not self.marked:
+            return (x @ x) + 1
+        with torchair.scope.op_never_timeout(True), torchair.scope.data_dump():
+            y = x @ x
+        with torchair.scope.op_never_timeout(False):
+            return y + 1
+
+
+def test_op_never_timeout_and_data_dump_are_recorded_without_numeric_effect():
+    backend = torchair.get_npu_backend()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(_Marked(True), backend=backend, fullgraph=True)(torch.ones(4, 4))
+    first, second = backend.graphs[0].program.kernels
+    assert (first.annotations.never_timeout, first.annotations.data_dump) == (True, True)
+    assert (second.annotations.never_timeout, second.annotations.data_dump) == (False, False)
+    plain = compare(_Marked(False), torch.ones(4, 4))
+    assert torch.equal(out, _Marked(False)(torch.ones(4, 4)))
+    assert backend.graphs[0].run.time_us == plain.variant.time_us
+    with pytest.raises(TypeError, match="op_never_timeout\\(\\) argument 'enable' must be bool, but got int"):
+        torchair.scope.op_never_timeout(1)
+
+
+def test_torchair_ops_reexports_torch_npu_ops_by_name():
+    assert torchair.ops.npu_fused_infer_attention_score is torch_npu.npu_fused_infer_attention_score
+    if not hasattr(torch_npu, "npu_fused_infer_attention_score_v2"):
+        with pytest.raises(AttributeError, match="torch_npu.npu_fused_infer_attention_score_v2 is not among the CPU kernels"):
+            torchair.ops.npu_fused_infer_attention_score_v2  # noqa: B018
+    with pytest.raises(NotModeledError, match="torchair.ops.npu_sort_v3 is not modeled.*torchair.ops has npu_print"):
+        torchair.ops.npu_sort_v3  # noqa: B018
+    with pytest.raises(NotModeledError, match="torchair.dynamo_export is not modeled"):
+        torchair.dynamo_export  # noqa: B018
+    assert not hasattr(torchair, "dynamo_export") and getattr(torchair.ops, "npu_sort_v3", None) is None
+
+
+# ---------------------------------------------------------------- the shim
+
+def test_shim_maps_torchair_and_torch_npu_and_their_submodules(shim):
+    import torch_npu as shimmed_npu
+    import torchair as shimmed
+    from torchair.configs.compiler_config import CompilerConfig
+    from torchair.core.utils import logger
+
+    assert shimmed is torchair and shimmed_npu is torch_npu
+    assert CompilerConfig is torchair.CompilerConfig and logger.name == "torchair"
+    assert importlib.import_module("torchair.scope") is torchair.scope and shimmed_npu.npu is torch.npu
+    assert importlib.import_module("torchair.npu_fx_compiler").get_npu_backend is torchair.get_npu_backend
+    with pytest.raises(ModuleNotFoundError, match="shim does not model torchair._acl_concrete_graph"):
+        importlib.import_module("torchair._acl_concrete_graph")
+    with pytest.raises(NotModeledError, match="torchair.ge.Tensor is not modeled"):
+        importlib.import_module("torchair.ge").Tensor  # noqa: B018
+    assert "shim active: torchair -> pytest_npufuse.torchair" in shim.describe()
+
+
+def test_shim_never_shadows_a_real_package(tmp_path, monkeypatch):
+    was_active = state().active
+    uninstall_shims()
+    assert not hasattr(torch, "npu") and "npugraph_ex" not in torch._dynamo.list_backends()
+    (tmp_path / "torchair").mkdir()
+    (tmp_path / "torchair" / "__init__.py").write_text("REAL = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    installed = install_shims()
+    try:
+        assert installed.modules == ("torch_npu", "npugraph_ex") and installed.real == ("torchair",)
+        assert importlib.import_module("torchair").REAL is True
+    finally:
+        uninstall_shims()
+        sys.modules.pop("torchair", None)
+        monkeypatch.undo()
+        if was_active:
+            install_shims()
+
+
+def test_torch_npu_on_the_cpu(shim):
+    x = torch.ones(2, 3, device="npu")
+    assert x.device.type == "cpu" and torch.zeros(2, device="npu:0").device.type == "cpu"
+    assert x.npu() is x and x.to("npu").device.type == "cpu" and x.to(device="npu", dtype=torch.float16).dtype == torch.float16
+    assert torch.nn.Linear(2, 2).to("npu").npu().weight.device.type == "cpu"
+    assert (torch.npu.is_available(), torch.npu.device_count(), torch.npu.current_device()) == (True, 1, 0)
+    torch.npu.set_device(0)
+    torch.npu.synchronize()
+    with pytest.raises(NotModeledError, match="'npu:1': pytest-npufuse models one NPU"):
+        torch.ones(2, device="npu:1")
+    with pytest.raises(NotModeledError, match=r"torch.npu.set_device\(1\)"):
+        torch.npu.set_device(1)
+    with pytest.raises(NotModeledError, match="torch.npu.mem_get_info is not modeled"):
+        torch.npu.mem_get_info  # noqa: B018
+
+
+def test_device_queries_name_the_modeled_targets_soc(shim, tmp_path, capsys):
+    assert torch.npu.get_device_name(0) == "Ascend910_9391" and torch.npu.is_bf16_supported()
+    script = tmp_path / "name.py"
+    script.write_text("import torch, torch_npu\nprint('device', torch.npu.get_device_name())\n")
+    out = io.StringIO()
+    assert main(["run", str(script), "--npu-target=a2"], out) == 0
+    assert "device Ascend910B2" in capsys.readouterr().out
+
+
+def test_eager_streams_and_events_are_already_satisfied_on_the_cpu(shim):
+    side = torch.npu.Stream()
+    event = torch.npu.Event()
+    assert torch.npu.current_stream() == torch.npu.default_stream()
+    event.record()
+    with torch.npu.stream(side):
+        assert torch.npu.current_stream() is side
+        event.wait(side)
+        y = torch.ones(2, device="npu") * 2
+        y.record_stream(side)
+    side.wait_stream(torch.npu.current_stream())
+    assert event.query() and side.query() and torch.equal(y, torch.full((2,), 2.0))
+    event.synchronize()
+    with pytest.raises(ValueError, match="enable_timing=True"):
+        event.elapsed_time(event)
+
+
+class _Step(torch.nn.Module):
+    """A decode step whose token count is dynamic: two matmuls in one SuperKernel scope."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1024, 1024, dtype=torch.float16), requires_grad=False)
+
+    def forward(self, x):
+        with torchair.scope.super_kernel("decode"):
+            return (x @ self.w) @ self.w
+
+
+def test_event_elapsed_time_reads_the_modeled_time_of_the_graphs_called_between_the_records(shim):
+    backend = torchair.get_npu_backend()
+    step = torch.compile(_Step(), backend=backend, dynamic=False)
+    begin, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+    x = torch.ones(64, 1024, dtype=torch.float16, device="npu")
+    begin.record()
+    step(x)
+    step(x)
+    end.record()
+    torch.npu.synchronize()
+    (graph,) = backend.graphs
+    assert begin.elapsed_time(end) == pytest.approx(2 * graph.run.time_us / 1e3, rel=1e-9)
+    with pytest.raises(ValueError, match="both events recorded"):
+        torch.npu.Event(enable_timing=True).elapsed_time(end)
+
+
+def test_cache_compile_compiles_a_module_method_with_torchairs_checks(shim):
+    model = _Step()
+    with pytest.raises(ValueError, match="caches a method of a torch.nn.Module"):
+        torchair.inference.cache_compile(lambda x: x)
+    config = torchair.CompilerConfig()
+    config.experimental_config.frozen_parameter = True
+    with pytest.raises(ValueError, match="only one of them"):
+        torchair.inference.cache_compile(model.forward, config=config, ge_cache=True)
+    step = torchair.inference.cache_compile(model.forward, config=config, dynamic=False, fullgraph=True)
+    x = torch.ones(8, 1024, dtype=torch.float16)
+    assert torch.equal(step(x), model(x))
+
+
+def test_dim_gears_make_each_gear_a_static_graph_and_refuse_other_sizes(shim):
+    backend = torchair.get_npu_backend()
+    step = torch.compile(_Step(), backend=backend, dynamic=True)
+    for tokens in (8, 512):
+        x = torch.ones(tokens, 1024, dtype=torch.float16)
+        torchair.inference.set_dim_gears(x, {0: [8, 512]})
+        step(x)
+    assert [graph.program.kernels[0].output_specs[0].shape for graph in backend.graphs] == [(8, 1024), (512, 1024)]
+    assert all(graph.plan.scopes[0].outcome == "fused" for graph in backend.graphs)  # static per gear
+    odd = torch.ones(100, 1024, dtype=torch.float16)
+    torchair.inference.set_dim_gears(odd, {0: [8, 512]})
+    with pytest.raises(CaptureError, match=r"size 100 in dim 0, which is not one of its gears \[8, 512\]"):
+        step(odd)
+    with pytest.raises(ValueError, match="give at least two sizes"):
+        torchair.inference.set_dim_gears(torch.ones(2, 2), {0: [2]})
+    with pytest.raises(ValueError, match="is not a dim of a 2-d tensor"):
+        torchair.inference.set_dim_gears(torch.ones(2, 2), {2: [1, 2]})
+
+
+class _NativeStreams(torch.nn.Module):
+    """npugraph_ex's multi-stream example: streams and events created in forward, B kept alive on s1."""
+
+    def __init__(self, wait: bool = True) -> None:
+        super().__init__()
+        self.wait = wait
+
+    def forward(self, in1, in2, in3, in4):
+        stream1 = torch.npu.Stream()
+        stream2 = torch.npu.Stream()
+        event1 = torch.npu.Event()
+        event2 = torch.npu.Event()
+        add_result = torch.add(in1, in2)
+        b = in3 + in4
+        event1.record()
+        with torch.npu.stream(stream1):
+            if self.wait:
+                event1.wait(stream1)
+            mm_result = torch.mm(b, in4)
+            event2.record()
+            b.record_stream(stream1)
+        mm1 = torch.mm(in3, in4)
+        with torch.npu.stream(stream2):
+            event2.wait(stream2)
+            add2 = torch.add(in3, in4)
+        return add_result, mm_result, mm1, add2
+
+
+def _native_inputs():
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(16, 16, generator=gen) for _ in range(4)]
+
+
+def test_native_streams_events_and_record_stream_are_captured_in_npugraph_ex(shim):
+    report = compare(_NativeStreams(), *_native_inputs(), mode="npugraph_ex")
+    assert report.bit_exact and not report.races and len(report.streams) == 3
+    apis = {point.api for point in _program(_NativeStreams(), "npugraph_ex").syncs}
+    assert {"torch.npu.Event.record", "torch.npu.Event.wait", "Tensor.record_stream", "torch.npu.stream"} <= apis
+
+
+def _program(model, mode):
+    from pytest_npufuse.pipeline.backend import compile_model
+
+    compiled, backend = compile_model(model, mode=mode)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled(*_native_inputs())
+    return backend.graphs[0].program
+
+
+def test_native_streams_run_in_the_eager_reference_mode(shim):
+    report = compare(_NativeStreams(), *_native_inputs(), mode="eager")
+    assert report.bit_exact and not report.races and report.variant.execution == "eager"
+
+
+def test_streams_created_in_forward_compile_once(shim):
+    session = start_run(load_profile("a3"))
+    try:
+        compiled = torch.compile(_NativeStreams(), backend="npugraph_ex", dynamic=False)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            first, second = compiled(*_native_inputs()), compiled(*_native_inputs())
+    finally:
+        end_run()
+    assert len(session.graphs()) == 1 and all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_a_missing_native_event_wait_is_a_race(shim):
+    report = compare(_NativeStreams(wait=False), *_native_inputs(), mode="npugraph_ex")
+    assert report.races and "b" in report.races[0].describe().lower()
+
+
+def test_native_streams_are_refused_in_max_autotune(shim):
+    with pytest.raises(ScopeError, match=r"torch.npu.Event.record at .*test_api.py:\d+ works only in the aclgraph modes"):
+        compare(_NativeStreams(), *_native_inputs())
+
+
+class _NativeSuperKernel(torch.nn.Module):
+    def forward(self, x):
+        torch.npu.super_kernel_scope_begin("sk1")
+        y = (x @ x) @ x
+        torch.npu.super_kernel_scope_end("sk1")
+        return y + 1
+
+
+def _npugraph_ex(model, *inputs, **options):
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="npugraph_ex", fullgraph=True, dynamic=False, options=options)(*inputs)
+    return out
+
+
+def test_npugraph_ex_backend_fuses_native_superkernel_scopes(shim):
+    session = start_run(load_profile("a3"))
+    try:
+        _npugraph_ex(
+            _NativeSuperKernel(), torch.ones(8, 8), static_kernel_compile=True, super_kernel_optimize=True,
+            super_kernel_optimize_options={"early_start": 0, "dcci_after_kernel_end": [".*"], "split-mode": 4},
+        )
+        with pytest.warns(ScopeIgnoredWarning, match="SuperKernel optimisation is off"):
+            _npugraph_ex(_NativeSuperKernel(), torch.ones(8, 8))
+    finally:
+        end_run()
+    on, off = (graph.plan.scope("sk1") for graph in session.graphs())
+    assert on.outcome == "fused" and on.segments[0].early_start is False
+    assert dict(on.segments[0].options.values) == {"early-start": "0", "dcci-after-kernel-end": ".*"}
+    assert off.outcome == "unsupported" and session.graphs()[0].plan.mode == "npugraph_ex"
+    with pytest.raises(Exception, match="Invalid option 'super_kernel_optimise' \\(did you mean 'super_kernel_optimize'\\?\\)"):
+        _npugraph_ex(_NativeSuperKernel(), torch.ones(8, 8), super_kernel_optimise=True)
+
+
+def test_unmatched_native_superkernel_end_uses_torchairs_words(shim):
+    class Unmatched(torch.nn.Module):
+        def forward(self, x):
+            torch.npu.super_kernel_scope_begin("sk1")
+            y = x @ x
+            torch.npu.super_kernel_scope_end("sk2")
+            return y
+
+    with pytest.raises(Exception, match="No matching torch.npu.super_kernel_scope_begin found; available unmatched scope_names are: \\['sk1'\\]"):
+        compare(Unmatched(), torch.ones(4, 4), mode="npugraph_ex")
+
+
+def test_a2_keeps_superkernel_unsupported_and_a_user_profile_turns_it_on(tmp_path):
+    profile = tmp_path / "a2sk.toml"
+    profile.write_text('base = "a2"\n[target]\nname = "a2sk"\n[superkernel]\nsupported = true\n')
+    assert compare(_TwoMatmuls(), torch.ones(8, 8), target="a2").superkernels["proj"].outcome == "unsupported"
+    report = compare(_TwoMatmuls(), torch.ones(8, 8), target=str(profile))
+    assert report.target == "a2sk" and report.superkernels["proj"].outcome == "fused"
+
+
+# ---------------------------------------------------------------- python -m pytest_npufuse run
+
+def _seed_code(number: str) -> list[str]:
+    (seed,) = SEEDS.glob(f"{number}_*.txt")
+    line = next(text for text in seed.read_text().splitlines() if text.startswith("1 2 3 "))
+    return line.split(" | ", 1)[1].rsplit(" |", 1)[0].split()
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed documents are not on this machine")
+@pytest.mark.parametrize("number", ["000", "001"])
+def test_seed_scripts_are_the_seed_examples_token_for_token(number):
+    assert (ROOT / "cases" / "scripts" / f"seed{number}.py").read_text().split() == _seed_code(number)
+
+
+def test_run_command_runs_a_script_and_summarises_the_modeled_run(tmp_path):
+    script = tmp_path / "model.py"
+    script.write_text(
+        "import sys, torch, torchair\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        with torchair.scope.super_kernel('sp1', 'early-start=0'):\n"
+        "            return (x @ x) @ x\n"
+        "m = torch.compile(M(), backend=torchair.get_npu_backend(), dynamic=False)\n"
+        "print('out', m(torch.ones(8, 8, device='npu')).sum().item(), sys.argv[1:])\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script), "--npu-target=a3", "--", "--flag"], out) == 0
+    text = out.getvalue()
+    assert re.search(r"npufuse run: 1 graph\(s\) modeled on a3", text)
+    assert re.search(r"graph 1: max-autotune, 2 kernels in 1 tasks on 1 stream\(s\); [\d.]+ us modeled", text)
+    assert "SuperKernel scope 'sp1': fused (1 segment(s)" in text
+
+
+def test_run_command_reports_an_error_at_the_users_line(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("import torchair\nwith torchair.scope.super_kernel(''):\n    pass\n")
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == 1
+    assert f"(at {script}:2: with torchair.scope.super_kernel(''):)" in out.getvalue()
+
+
+def test_run_command_prices_each_call_of_a_dynamic_shape_graph_at_its_own_sizes(tmp_path):
+    script = tmp_path / "dynamic.py"
+    script.write_text(
+        "import torch, torchair\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x, w):\n"
+        "        with torchair.scope.super_kernel('sp1'):\n"
+        "            return torch.relu(x @ w) @ w\n"
+        "m = torch.compile(M(), backend=torchair.get_npu_backend(), dynamic=True)\n"
+        "w = torch.ones(1024, 1024, dtype=torch.float16)\n"
+        "for tokens in (8, 8192):\n"
+        "    m(torch.ones(tokens, 1024, dtype=torch.float16), w)\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script), "--npu-target=a3"], out) == 0
+    times = [float(t) for t in re.findall(r"; ([\d.]+) us modeled", out.getvalue())]
+    assert "2 graph(s) modeled" in out.getvalue() and len(times) == 2
+    assert times[1] > 2 * times[0]  # 1024x the tokens: priced at each call's sizes, not the first call's
+
+
+def test_run_command_names_the_users_line_of_an_op_that_fails_on_its_values(tmp_path):
+    script = tmp_path / "lookup.py"
+    script.write_text(
+        "import torch, torchair\n"
+        "def f(table, ids):\n"
+        "    return torch.embedding(table, ids + 100)\n"
+        "g = torch.compile(f, backend=torchair.get_npu_backend())\n"
+        "g(torch.ones(4, 8), torch.zeros(3, dtype=torch.long))\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == 1
+    text = out.getvalue()
+    assert f"KernelError: aten::embedding at {script}:3 failed on the values that reached it: IndexError" in text
+    assert "Traceback" not in text
+
+
+def test_run_command_reports_a_graph_break_inside_a_scope_without_a_torch_traceback(tmp_path):
+    script = tmp_path / "breaks.py"
+    script.write_text(
+        "import torch, torchair\n"
+        "def f(x):\n"
+        "    with torchair.scope.super_kernel('sp1'):\n"
+        "        y = x @ x\n"
+        "        print(float(y.sum()))\n"
+        "        return y @ x\n"
+        "g = torch.compile(f, backend=torchair.get_npu_backend())\n"
+        "g(torch.ones(4, 4))\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == 1
+    text = out.getvalue()
+    assert "CaptureError: super_kernel('sp1')" in text and "a graph break inside the block" in text
+    assert f"(at {script}:8: g(torch.ones(4, 4)))" in text and "BackendCompilerFailed" not in text
+
+
+def test_run_command_shows_an_api_check_at_the_users_line_and_the_scripts_own_error_as_python_does(tmp_path):
+    checked = tmp_path / "gears.py"
+    checked.write_text("import torch, torchair\ntorchair.inference.set_dim_gears(torch.ones(2, 2), {0: [2]})\n")
+    out = io.StringIO()
+    assert main(["run", str(checked)], out) == 1
+    assert f"ValueError: set_dim_gears: dim 0 has gears [2]; give at least two sizes. (at {checked}:2:" in out.getvalue()
+    own = tmp_path / "own.py"
+    own.write_text("raise ValueError('the script says no')\n")
+    out = io.StringIO()
+    assert main(["run", str(own)], out) == 1
+    assert "the script says no" not in out.getvalue()  # Python's traceback on stderr, not a one-line report
+
+
+def test_run_command_runs_seed001_unchanged():
+    out = io.StringIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert main(["run", str(ROOT / "cases" / "scripts" / "seed001.py"), "--npu-target=a3"], out) == 0
+    text = out.getvalue()
+    assert "graph 1: reduce-overhead, 7 kernels in 7 tasks on 3 stream(s)" in text and "race" not in text
+
+
+# ---------------------------------------------------------------- the plugin
+
+SHIMMED_TEST = '''
+import torch
+import torch_npu
+import torchair
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        with torchair.scope.super_kernel("sp1", "early-start=0"):
+            return torch_npu.npu_swiglu(x @ torch.ones(8, 8, device="npu"))
+
+
+def test_unchanged_npu_code(npufuse):
+    report = npufuse.check(Model(), torch.ones(4, 8).npu())
+    assert report.superkernels["sp1"].outcome == "fused" and torch.npu.is_available()
+'''
+
+
+@pytest.mark.parametrize("ini", ["", "npufuse_shim_modules = auto", "npufuse_shim_modules = true"])
+def test_plugin_installs_the_shim_and_says_so_in_the_header(pytester, ini):
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_shimmed=SHIMMED_TEST)
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["npufuse: shim active: torchair -> pytest_npufuse.torchair, torch_npu -> *"])
+
+
+def test_plugin_shim_off_leaves_imports_alone(pytester):
+    was_active = state().active
+    uninstall_shims()
+    pytester.makeini("[pytest]\nnpufuse_shim_modules = false\n")
+    pytester.makepyfile(test_plain="def test_no_torchair():\n    import torchair\n")
+    try:
+        result = pytester.runpytest("-p", "no:randomly")
+    finally:
+        if was_active:
+            install_shims()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["npufuse: shim off", "*ModuleNotFoundError: No module named 'torchair'*"])
+
+
+def test_plugin_refuses_a_bad_shim_setting(pytester):
+    pytester.makeini("[pytest]\nnpufuse_shim_modules = maybe\n")
+    result = pytester.runpytest()
+    result.stderr.fnmatch_lines(["*npufuse_shim_modules = 'maybe': use one of auto, true, false*"])
