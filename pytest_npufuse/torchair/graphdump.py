@@ -21,13 +21,15 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
 
 import torch.fx
 
-from .errors import NotModeledError
-from .fusion import Plan
-from .program import Kernel, Program, TensorSpec
-from .torchair.configs.compiler_config import CompilerConfig
+from ..errors import NotModeledError
+from ..ir.program import Kernel, Program, TensorSpec
+
+if TYPE_CHECKING:
+    from .configs.compiler_config import CompilerConfig
 
 _GRAPH_IDS = itertools.count(1)
 _GE_DTYPES = {
@@ -68,8 +70,9 @@ def _attrs(kernel: Kernel, stream: str) -> list[tuple[str, str]]:
     return attrs
 
 
-def graph_text(program: Program, plan: Plan, name: str) -> str:
-    """``program`` as GE's graph in protobuf text form (see the module doc)."""
+def graph_text(program: Program, stream_of: Mapping[str, str], name: str) -> str:
+    """``program`` as GE's graph in protobuf text form (see the module doc); ``stream_of`` maps each
+    kernel to the stream it was planned on."""
     source: dict[str, str] = {}
     lines = [f'name: "{name}"']
     for index, buffer in enumerate(program.inputs):
@@ -77,13 +80,12 @@ def graph_text(program: Program, plan: Plan, name: str) -> str:
         lines += ["op {", f'  name: "{buffer}"', '  type: "Data"', f"  attr {{ key: \"index\" value {{ i: {index} }} }}"]
         spec = program.buffers.get(buffer)  # a symbolic-size input has no tensor buffer
         lines += (_desc(spec.spec, "  ") if spec is not None else []) + ["}"]
-    streams = plan.streams.kernel_stream if plan.streams is not None else {}
     for kernel in program.kernels:
         for position, output in enumerate(kernel.outputs):
             source[output] = f"{kernel.name}:{position}"
         lines += ["op {", f'  name: "{kernel.name}"', f'  type: "{kernel.info.kernel_type}"']
         lines += [f'  input: "{source.get(program.storage(b), program.storage(b) + ":0")}"' for b in kernel.inputs]
-        attrs = _attrs(kernel, streams.get(kernel.name, kernel.stream))
+        attrs = _attrs(kernel, stream_of.get(kernel.name, kernel.stream))
         lines += [f'  attr {{ key: "{key}" value {{ s: {json.dumps(value)} }} }}' for key, value in attrs]
         for spec in kernel.output_specs:
             lines += _desc(spec, "  ")
@@ -93,8 +95,11 @@ def graph_text(program: Program, plan: Plan, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_graph_dump(config: CompilerConfig, mode: str, gm: torch.fx.GraphModule, program: Program, plan: Plan) -> Path | None:
-    """Write the graph dump ``config`` asks for, or None when it asks for none."""
+def write_graph_dump(
+    config: "CompilerConfig", mode: str, gm: torch.fx.GraphModule, program: Program, stream_of: Mapping[str, str]
+) -> Path | None:
+    """Write the graph dump ``config`` asks for (``stream_of``: each kernel's planned stream), or None when
+    it asks for none."""
     kind = config.debug.graph_dump.type.value
     if kind is None:
         return None
@@ -115,5 +120,5 @@ def write_graph_dump(config: CompilerConfig, mode: str, gm: torch.fx.GraphModule
             "pytest-npufuse does not build; 'txt' or 'pbtxt' write the modeled graph in GE's text form."
         )
     target = _file(path, "original", graph_id, kind)
-    target.write_text(graph_text(program, plan, f"graph_{graph_id}"))
+    target.write_text(graph_text(program, stream_of, f"graph_{graph_id}"))
     return target
