@@ -9,7 +9,7 @@ token-major tensors ``[tokens, heads, head_dim]`` (or ``[tokens, heads x head_di
 as int tensors (not cumulative), caches ``[blocks, block_size, kv_heads, head_dim]``, and write a caller's
 ``out`` tensor (or the caches) in place and return None. Here each is one functional op that returns the
 new values; the public wrapper copies them into ``out`` / the caches and returns None (the registry's
-``writes_back`` with ``returns_none``), so a traced graph has one opaque node per call.
+``writes_back`` on a wrapper annotated ``-> None``), so a traced graph has one opaque node per call.
 
 The attention itself is :mod:`.attention`'s computation (fp32 Cube products, fixed-order softmax, one
 rounding), on the variable-length token layout with per-sequence lengths.
@@ -157,13 +157,10 @@ def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, Tensor mask, Tensor seq_len, float scale_value, int num_heads, "
-    "int num_kv_heads, Tensor out) -> Tensor",
     source=SOURCE.format("SelfAttentionAtb", "SelfAttentionOperation", "flash_attention"),
     meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention, args, kwargs),
     kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention, args, kwargs),
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
                          seq_len: torch.Tensor, scale_value: float, num_heads: int, num_kv_heads: int,
@@ -190,13 +187,10 @@ def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, Tensor seq_len, float scale_value, int num_heads, int num_kv_heads, "
-    "Tensor out) -> Tensor",
     source=SOURCE.format("SelfAttentionUnpadAtb", "SelfAttentionOperation", "flash_attention_unpad"),
     meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention_unpad, args, kwargs),
     kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention_unpad, args, kwargs),
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_flash_attention_unpad(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seq_len: torch.Tensor,
                                scale_value: float, num_heads: int, num_kv_heads: int, out: torch.Tensor) -> None:
@@ -245,13 +239,10 @@ def _qlens_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 @npu_op(
-    "(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor mask, Tensor seq_len, "
-    "Tensor context_lens, int num_kv_heads, int num_heads, float scale_value, Tensor out) -> Tensor",
     source=SOURCE.format("SelfAttentionQlensAtb", "SelfAttentionOperation", "flash_attention_qlens"),
     meta=_qlens_meta,
     kernel=_qlens_kernel,
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_flash_attention_qlens(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                                block_table: torch.Tensor, mask: torch.Tensor, seq_len: torch.Tensor,
@@ -294,13 +285,10 @@ def _paged_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 @npu_op(
-    "(Tensor query, Tensor key_cache, Tensor value_cache, int num_kv_heads, int num_heads, float scale_value, "
-    "Tensor block_table, Tensor context_lens, Tensor out, *, Tensor? workspace=None) -> Tensor",
     source=SOURCE.format("PagedAttentionAtb", "PagedAttentionOperation", "paged_attention"),
     meta=_paged_meta,
     kernel=_paged_kernel,
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, num_kv_heads: int,
                          num_heads: int, scale_value: float, block_table: torch.Tensor, context_lens: torch.Tensor,
@@ -346,12 +334,10 @@ def _cache_write_kernel(key: torch.Tensor, value: torch.Tensor, key_cache: torch
 
 
 @npu_op(
-    "(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_indices) -> (Tensor, Tensor)",
     source=SOURCE.format("ReshapeAndCachAtb", "ReshapeAndCacheOperation", "reshape_and_cache"),
     meta=_cache_write_meta,
     kernel=_cache_write_kernel,
     writes_back={"key_cache": 0, "value_cache": 1},
-    returns_none=True,
 )
 def _npu_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                            slot_indices: torch.Tensor) -> None:

@@ -41,6 +41,7 @@ from .checks import (
 )
 from .fixedorder import pairwise_sum
 from .registry import Out, arguments, npu_op
+from .schema import SymInt
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
@@ -504,18 +505,6 @@ def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mo
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, Tensor? atten_mask=None, "
-    "SymInt[]? actual_seq_lengths=None, SymInt[]? actual_seq_lengths_kv=None, Tensor? dequant_scale1=None, "
-    "Tensor? quant_scale1=None, Tensor? dequant_scale2=None, Tensor? quant_scale2=None, "
-    "Tensor? quant_offset2=None, Tensor? antiquant_scale=None, Tensor? antiquant_offset=None, "
-    "Tensor? key_antiquant_scale=None, Tensor? key_antiquant_offset=None, Tensor? value_antiquant_scale=None, "
-    "Tensor? value_antiquant_offset=None, Tensor? block_table=None, Tensor? query_padding_size=None, "
-    "Tensor? kv_padding_size=None, Tensor? key_shared_prefix=None, Tensor? value_shared_prefix=None, "
-    "SymInt[]? actual_shared_prefix_len=None, Tensor? query_rope=None, Tensor? key_rope=None, "
-    "Tensor? key_rope_antiquant_scale=None, int num_heads=1, float scale=1.0, int pre_tokens=2147483647, "
-    "int next_tokens=2147483647, str input_layout=\"BSH\", int num_key_value_heads=0, int sparse_mode=0, "
-    "int inner_precise=0, int block_size=0, int antiquant_mode=0, int key_antiquant_mode=0, "
-    "int value_antiquant_mode=0, bool softmax_lse_flag=False) -> (Tensor, Tensor)",
     source=DOCS.format("npu_fused_infer_attention_score"),
     meta=_fia_meta,
     kernel=_fia_kernel,
@@ -527,8 +516,8 @@ def npu_fused_infer_attention_score(
     *,
     pse_shift: Optional[torch.Tensor] = None,
     atten_mask: Optional[torch.Tensor] = None,
-    actual_seq_lengths: Optional[Sequence[int]] = None,
-    actual_seq_lengths_kv: Optional[Sequence[int]] = None,
+    actual_seq_lengths: Optional[Sequence[SymInt]] = None,
+    actual_seq_lengths_kv: Optional[Sequence[SymInt]] = None,
     dequant_scale1: Optional[torch.Tensor] = None,
     quant_scale1: Optional[torch.Tensor] = None,
     dequant_scale2: Optional[torch.Tensor] = None,
@@ -545,7 +534,7 @@ def npu_fused_infer_attention_score(
     kv_padding_size: Optional[torch.Tensor] = None,
     key_shared_prefix: Optional[torch.Tensor] = None,
     value_shared_prefix: Optional[torch.Tensor] = None,
-    actual_shared_prefix_len: Optional[Sequence[int]] = None,
+    actual_shared_prefix_len: Optional[Sequence[SymInt]] = None,
     query_rope: Optional[torch.Tensor] = None,
     key_rope: Optional[torch.Tensor] = None,
     key_rope_antiquant_scale: Optional[torch.Tensor] = None,
@@ -663,12 +652,6 @@ def _ifa_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **o
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, Tensor? atten_mask=None, "
-    "Tensor? pse_shift=None, SymInt[]? actual_seq_lengths=None, Tensor? antiquant_scale=None, "
-    "Tensor? antiquant_offset=None, Tensor? block_table=None, Tensor? dequant_scale1=None, "
-    "Tensor? quant_scale1=None, Tensor? dequant_scale2=None, Tensor? quant_scale2=None, "
-    "Tensor? quant_offset2=None, Tensor? kv_padding_size=None, int num_heads=1, float scale_value=1.0, "
-    "str input_layout=\"BSH\", int num_key_value_heads=0, int block_size=0, int inner_precise=1) -> Tensor",
     source=DOCS.format("npu_incre_flash_attention"),
     meta=_ifa_meta,
     kernel=_ifa_kernel,
@@ -681,7 +664,7 @@ def npu_incre_flash_attention(
     padding_mask: Optional[torch.Tensor] = None,
     atten_mask: Optional[torch.Tensor] = None,
     pse_shift: Optional[torch.Tensor] = None,
-    actual_seq_lengths: Optional[Sequence[int]] = None,
+    actual_seq_lengths: Optional[Sequence[SymInt]] = None,
     antiquant_scale: Optional[torch.Tensor] = None,
     antiquant_offset: Optional[torch.Tensor] = None,
     block_table: Optional[torch.Tensor] = None,
@@ -737,11 +720,6 @@ def _pfa_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **o
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, Tensor? atten_mask=None, "
-    "Tensor? pse_shift=None, int[]? actual_seq_lengths=None, Tensor? deq_scale1=None, Tensor? quant_scale1=None, "
-    "Tensor? deq_scale2=None, Tensor? quant_scale2=None, Tensor? quant_offset2=None, int num_heads=1, "
-    "float scale_value=1.0, int pre_tokens=2147483647, int next_tokens=0, str input_layout=\"BSH\", "
-    "int num_key_value_heads=0, int[]? actual_seq_lengths_kv=None, int sparse_mode=0) -> Tensor",
     source=DOCS.format("npu_prompt_flash_attention"),
     meta=_pfa_meta,
     kernel=_pfa_kernel,
@@ -915,12 +893,6 @@ def _fa_kernel(*args: Any, **kwargs: Any) -> tuple:
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, Tensor? pse=None, "
-    "Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., float keep_prob=1., "
-    "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, int[]? prefix=None, "
-    "int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, "
-    "bool sync=False, str softmax_layout=\"\", Tensor? sink=None, Tensor? dropout_mask=None, int seed=0, "
-    "int offset=0) -> (Tensor, Tensor, Tensor, Tensor, int, int, int)",
     source=DOCS.format("npu_fusion_attention"),
     meta=_fa_meta,
     kernel=_fa_kernel,
@@ -950,7 +922,7 @@ def npu_fusion_attention(
     dropout_mask: Optional[torch.Tensor] = None,
     seed: int = 0,
     offset: int = 0,
-) -> tuple:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int, int]:
     """FlashAttentionScore: ``softmax(mask(scale * q k^T)) v``; returns torch_npu's seven outputs
     ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``.
 
@@ -1029,20 +1001,6 @@ def _fia_v2_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, *, Tensor? query_rope=None, Tensor? key_rope=None, "
-    "Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_qlen=None, "
-    "SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? dequant_scale_query=None, "
-    "Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? dequant_scale_value=None, "
-    "Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, Tensor? quant_scale_out=None, "
-    "Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? learnable_sink=None, "
-    "int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, int pre_tokens=2147483647, "
-    "int next_tokens=2147483647, str input_layout=\"BSH\", int sparse_mode=0, int block_size=0, "
-    "int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, int inner_precise=0, "
-    "bool return_softmax_lse=False, int? query_dtype=None, int? key_dtype=None, int? value_dtype=None, "
-    "int? query_rope_dtype=None, int? key_rope_dtype=None, int? key_shared_prefix_dtype=None, "
-    "int? value_shared_prefix_dtype=None, int? dequant_scale_query_dtype=None, int? dequant_scale_key_dtype=None, "
-    "int? dequant_scale_value_dtype=None, int? dequant_scale_key_rope_dtype=None, int? out_dtype=None) "
-    "-> (Tensor, Tensor)",
     source=DOCS.format("npu_fused_infer_attention_score_v2"),
     meta=_fia_v2_meta,
     kernel=_fia_v2_kernel,
@@ -1056,8 +1014,8 @@ def npu_fused_infer_attention_score_v2(
     key_rope: Optional[torch.Tensor] = None,
     pse_shift: Optional[torch.Tensor] = None,
     atten_mask: Optional[torch.Tensor] = None,
-    actual_seq_qlen: Optional[Sequence[int]] = None,
-    actual_seq_kvlen: Optional[Sequence[int]] = None,
+    actual_seq_qlen: Optional[Sequence[SymInt]] = None,
+    actual_seq_kvlen: Optional[Sequence[SymInt]] = None,
     block_table: Optional[torch.Tensor] = None,
     dequant_scale_query: Optional[torch.Tensor] = None,
     dequant_scale_key: Optional[torch.Tensor] = None,

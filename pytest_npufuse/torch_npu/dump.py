@@ -55,7 +55,7 @@ def _kernel(self: torch.Tensor, *, save_path: Optional[str] = None) -> tuple:
     return ()
 
 
-@npu_op("(Tensor self, *, str? save_path=None) -> ()", source=SOURCE, meta=_meta, kernel=_kernel, side_effect=True)
+@npu_op(source=SOURCE, meta=_meta, kernel=_kernel, side_effect=True)
 def save_npugraph_tensor(self: torch.Tensor, *, save_path: Optional[str] = None) -> None:
     """Save ``self`` to ``save_path`` (see the module doc for the file name) when this point runs."""
     require_tensor("self", self)

@@ -82,12 +82,6 @@ def _mm_all_reduce_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, str hcom, *, str reduce_op=\"sum\", Tensor? bias=None, Tensor? antiquant_scale=None, "
-    "Tensor? antiquant_offset=None, Tensor? x3=None, Tensor? dequant_scale=None, Tensor? pertoken_scale=None, "
-    "Tensor? comm_quant_scale_1=None, Tensor? comm_quant_scale_2=None, int antiquant_group_size=0, "
-    "int comm_turn=0, int[]? group_sizes=None, int? y_dtype=None, int? x1_dtype=None, int? x2_dtype=None, "
-    "int? dequant_scale_dtype=None, int? pertoken_scale_dtype=None, int comm_quant_mode=0, "
-    "str? comm_mode=None) -> Tensor",
     source=DOCS.format("npu_mm_all_reduce_base"),
     meta=_mm_all_reduce_meta,
     kernel=_mm_all_reduce_kernel,
@@ -199,8 +193,6 @@ def _tbmm_kernel(input: torch.Tensor, weight: torch.Tensor, *, bias: Optional[to
 
 
 @npu_op(
-    "(Tensor input, Tensor weight, *, Tensor? bias=None, Tensor? scale=None, int[]? perm_x1=None, "
-    "int[]? perm_x2=None, int[]? perm_y=None, int? batch_split_factor=1) -> Tensor",
     source=DOCS.format("npu_transpose_batchmatmul"),
     meta=_tbmm_meta,
     kernel=_tbmm_kernel,

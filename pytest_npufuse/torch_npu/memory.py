@@ -36,7 +36,7 @@ def _format_cast_kernel(x: torch.Tensor, acl_format: int) -> torch.Tensor:
     return x.clone()
 
 
-@npu_op("(Tensor x, int acl_format) -> Tensor", source=FORMAT_CAST_DOC, meta=_format_cast_meta,
+@npu_op(source=FORMAT_CAST_DOC, meta=_format_cast_meta,
         kernel=_format_cast_kernel)
 def npu_format_cast(x: torch.Tensor, acl_format: int) -> torch.Tensor:
     """Change the device memory format of ``x``; on CPU this returns a copy equal to ``x``.
@@ -136,7 +136,6 @@ def _scatter_nd_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates) -> Tensor",
     source=DOCS.format("npu_scatter_nd_update"),
     meta=_scatter_nd_meta,
     kernel=_scatter_nd_update_kernel,
@@ -154,7 +153,6 @@ def npu_scatter_nd_update(self: torch.Tensor, indices: torch.Tensor, updates: to
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates) -> Tensor",
     source=DOCS.format("npu_scatter_nd_update_"),
     meta=_scatter_nd_meta,
     kernel=_scatter_nd_update_kernel,
@@ -185,7 +183,6 @@ def _prefetch_kernel(self: torch.Tensor, dependency: Optional[torch.Tensor], max
 
 
 @npu_op(
-    "(Tensor self, Tensor? dependency, int max_size, int offset=0) -> ()",
     source=DOCS.format("npu_prefetch"),
     meta=_prefetch_meta,
     kernel=_prefetch_kernel,
@@ -250,7 +247,6 @@ def _top_k_top_p_kernel(logits: torch.Tensor, p: Optional[torch.Tensor] = None,
 
 
 @npu_op(
-    "(Tensor logits, Tensor? p=None, Tensor? k=None) -> Tensor",
     source=DOCS.format("npu_top_k_top_p"),
     meta=_top_k_top_p_meta,
     kernel=_top_k_top_p_kernel,
@@ -302,7 +298,6 @@ def _confusion_transpose_kernel(self: torch.Tensor, perm: Sequence[int], shape: 
 
 
 @npu_op(
-    "(Tensor self, int[] perm, int[] shape, bool transpose_first) -> Tensor",
     source=DOCS.format("npu_confusion_transpose") + " ((beta), to be replaced by view + permute)",
     meta=_confusion_transpose_meta,
     kernel=_confusion_transpose_kernel,
@@ -373,7 +368,6 @@ def _scatter_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: t
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates, int axis) -> Tensor",
     source=SCATTER_UPDATE_DOCS,
     meta=_scatter_update_meta,
     kernel=_scatter_update_kernel,
@@ -396,7 +390,6 @@ def scatter_update(self: torch.Tensor, indices: torch.Tensor, updates: torch.Ten
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates, int axis) -> Tensor",
     source=DOCS.format("scatter_update_"),
     meta=_scatter_update_meta,
     kernel=_scatter_update_kernel,
@@ -488,14 +481,10 @@ def _scatter_pa_kv_cache_kernel(
 
 
 @npu_op(
-    "(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_mapping, *, "
-    "Tensor? compress_lens=None, Tensor? compress_seq_offset=None, Tensor? seq_lens=None, str? cache_mode=None) "
-    "-> (Tensor, Tensor)",
     source=SCATTER_PA_KV_CACHE_DOC,
     meta=_scatter_pa_kv_cache_meta,
     kernel=_scatter_pa_kv_cache_kernel,
     writes_back={"key_cache": 0, "value_cache": 1},
-    returns_none=True,
 )
 def npu_scatter_pa_kv_cache(
     key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

@@ -123,9 +123,6 @@ def _moe_gating_top_k_kernel(
 
 
 @npu_op(
-    "(Tensor x, int k, *, Tensor? bias=None, int k_group=1, int group_count=1, int group_select_mode=0, "
-    "int renorm=0, int norm_type=0, bool out_flag=False, float routed_scaling_factor=1.0, float eps=1e-20) "
-    "-> (Tensor, Tensor, Tensor)",
     source=MOE_GATING_TOP_K_DOC,
     meta=_moe_gating_top_k_meta,
     kernel=_moe_gating_top_k_kernel,
@@ -516,11 +513,6 @@ def _grouped_matmul_kernel(x: Sequence[torch.Tensor], weight: Sequence[torch.Ten
 
 
 @npu_op(
-    "(Tensor[] x, Tensor[] weight, *, Tensor[]? bias=None, Tensor[]? scale=None, Tensor[]? offset=None, "
-    "Tensor[]? antiquant_scale=None, Tensor[]? antiquant_offset=None, Tensor[]? per_token_scale=None, "
-    "Tensor? group_list=None, Tensor[]? activation_input=None, Tensor[]? activation_quant_scale=None, "
-    "Tensor[]? activation_quant_offset=None, int? split_item=0, int? group_type=None, int? group_list_type=0, "
-    "int? act_type=0, int[]? tuning_config=None, ScalarType? output_dtype=None) -> Tensor[]",
     source=GROUPED_MATMUL_DOC,
     meta=_grouped_matmul_meta,
     kernel=_grouped_matmul_kernel,
@@ -665,11 +657,6 @@ def _gmm_finalize_routing_kernel(x: torch.Tensor, w: torch.Tensor, group_list: t
 
 
 @npu_op(
-    "(Tensor x, Tensor w, Tensor group_list, *, Tensor? scale=None, Tensor? bias=None, Tensor? offset=None, "
-    "Tensor? pertoken_scale=None, Tensor? shared_input=None, Tensor? logit=None, Tensor? row_index=None, "
-    "ScalarType? dtype=None, float? shared_input_weight=1.0, int? shared_input_offset=0, int? output_bs=0, "
-    "int? group_list_type=1, int[]? tuning_config=None, int? x_dtype=None, int? w_dtype=None, int? scale_dtype=None, "
-    "int? pertoken_scale_dtype=None) -> Tensor",
     source=GMM_FINALIZE_ROUTING_DOC,
     meta=_gmm_finalize_routing_meta,
     kernel=_gmm_finalize_routing_kernel,

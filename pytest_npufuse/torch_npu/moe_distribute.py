@@ -266,7 +266,6 @@ DISPATCH_OUTPUTS = " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)
 
 
 @npu_op(
-    DISPATCH_SCHEMA_HEAD + DISPATCH_SCHEMA_TAIL + ")" + DISPATCH_OUTPUTS,
     source=DOCS.format("npu_moe_distribute_dispatch"),
     meta=_dispatch_v1_meta,
     kernel=_dispatch_v1_kernel,
@@ -291,7 +290,7 @@ def npu_moe_distribute_dispatch(
     quant_mode: int = 0,
     global_bs: int = 0,
     expert_token_nums_type: int = 1,
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Send each token to the ranks of its top-K experts (MC2): returns ``(expand_x, dynamic_scales,
     expand_idx, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales)``.
 
@@ -323,9 +322,6 @@ def npu_moe_distribute_dispatch(
 
 
 @npu_op(
-    DISPATCH_SCHEMA_HEAD + "Tensor? elastic_info=None, Tensor? performance_info=None, " + DISPATCH_SCHEMA_TAIL
-    + ", str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, int const_expert_num=0, "
-    "int? y_dtype=None, int? x_dtype=None, int? scales_dtype=None)" + DISPATCH_OUTPUTS,
     source=DOCS.format("npu_moe_distribute_dispatch_v2"),
     meta=_dispatch_v2_meta,
     kernel=_dispatch_v2_kernel,
@@ -359,7 +355,7 @@ def npu_moe_distribute_dispatch_v2(
     y_dtype: Optional[int] = None,
     x_dtype: Optional[int] = None,
     scales_dtype: Optional[int] = None,
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`npu_moe_distribute_dispatch` of the v2 interface: the third output is
     ``assist_info_for_combine`` (int32 ``[max(BS*K, A*128)]``, the first ``BS*K`` entries as v1's
     ``expand_idx``) for :func:`npu_moe_distribute_combine_v2`.
@@ -469,10 +465,6 @@ def _check_combine_scalars(comm_quant_mode: int, **common: Any) -> None:
 
 
 @npu_op(
-    COMBINE_SCHEMA_HEAD.format(idx="expand_idx")
-    + "Tensor? activation_scale=None, Tensor? weight_scale=None, Tensor? group_list=None, "
-    "Tensor? expand_scales=None, Tensor? shared_expert_x=None, " + COMBINE_SCHEMA_SHARED
-    + "int out_dtype=0, int comm_quant_mode=0, int group_list_type=0) -> Tensor",
     source=DOCS.format("npu_moe_distribute_combine"),
     meta=_combine_adapter_meta,
     kernel=_combine_adapter_kernel,
@@ -537,12 +529,6 @@ def npu_moe_distribute_combine(
 
 
 @npu_op(
-    COMBINE_SCHEMA_HEAD.format(idx="assist_info_for_combine")
-    + "Tensor? expand_scales=None, Tensor? shared_expert_x=None, Tensor? elastic_info=None, Tensor? ori_x=None, "
-    "Tensor? const_expert_alpha_1=None, Tensor? const_expert_alpha_2=None, Tensor? const_expert_v=None, "
-    "Tensor? performance_info=None, " + COMBINE_SCHEMA_SHARED
-    + "int comm_quant_mode=0, str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, "
-    "int const_expert_num=0) -> Tensor",
     source=DOCS.format("npu_moe_distribute_combine_v2"),
     meta=_combine_adapter_meta,
     kernel=_combine_adapter_kernel,

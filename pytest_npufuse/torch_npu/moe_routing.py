@@ -11,7 +11,7 @@ output shapes.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Annotated, Optional, Sequence
 
 import torch
 
@@ -64,7 +64,6 @@ def _gating_top_k_softmax_kernel(
 
 
 @npu_op(
-    "(Tensor x, Tensor? finished=None, int k=1) -> (Tensor, Tensor, Tensor)",
     source=OP_PLUGIN_DOCS.format("npu_moe_gating_top_k_softmax"),
     meta=_gating_top_k_softmax_meta,
     kernel=_gating_top_k_softmax_kernel,
@@ -135,7 +134,6 @@ def _init_routing_kernel(x: torch.Tensor, row_idx: torch.Tensor, expert_idx: tor
 
 
 @npu_op(
-    "(Tensor x, Tensor row_idx, Tensor expert_idx, int active_num) -> (Tensor, Tensor, Tensor)",
     source=OP_PLUGIN_DOCS.format("npu_moe_init_routing"),
     meta=_init_routing_meta,
     kernel=_init_routing_kernel,
@@ -358,10 +356,6 @@ def _init_routing_v2_kernel(
 
 
 @npu_op(
-    "(Tensor x, Tensor expert_idx, *, Tensor? scale=None, Tensor? offset=None, int active_num=-1, "
-    "int expert_capacity=-1, int expert_num=-1, int drop_pad_mode=0, int expert_tokens_num_type=0, "
-    "bool expert_tokens_num_flag=False, int quant_mode=-1, int[2] active_expert_range=[], int row_idx_type=0) "
-    "-> (Tensor, Tensor, Tensor, Tensor)",
     source=OP_PLUGIN_DOCS.format("npu_moe_init_routing_v2"),
     meta=_init_routing_v2_meta,
     kernel=_init_routing_v2_kernel,
@@ -379,7 +373,7 @@ def npu_moe_init_routing_v2(
     expert_tokens_num_type: int = 0,
     expert_tokens_num_flag: bool = False,
     quant_mode: int = -1,
-    active_expert_range: Sequence[int] = (),
+    active_expert_range: Annotated[Sequence[int], 2] = (),
     row_idx_type: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Route tokens to experts (optionally quantising them): returns
@@ -445,7 +439,6 @@ def _compute_expert_tokens_kernel(sorted_expert_for_source_row: torch.Tensor, nu
 
 
 @npu_op(
-    "(Tensor sorted_expert_for_source_row, int num_expert) -> Tensor",
     source=OP_PLUGIN_DOCS.format("npu_moe_compute_expert_tokens"),
     meta=_compute_expert_tokens_meta,
     kernel=_compute_expert_tokens_kernel,
@@ -554,8 +547,6 @@ def _finalize_routing_kernel(
 
 
 @npu_op(
-    "(Tensor expanded_permuted_rows, Tensor? skip1, Tensor? skip2, Tensor? bias, Tensor? scales, "
-    "Tensor expanded_src_to_dst_row, Tensor? export_for_source_row, int? drop_pad_mode=0, int? k=1) -> Tensor",
     source=OP_PLUGIN_DOCS.format("npu_moe_finalize_routing"),
     meta=_finalize_routing_meta,
     kernel=_finalize_routing_kernel,
@@ -660,9 +651,6 @@ def _init_routing_quant_kernel(x: torch.Tensor, expert_idx: torch.Tensor, **opti
 
 
 @npu_op(
-    "(Tensor x, Tensor expert_idx, *, Tensor? scale=None, Tensor? offset=None, int active_num=1024, "
-    "int expert_capacity=0, int expert_num=256, int drop_pad_mode=0, int expert_tokens_num_mode=0, "
-    "bool expert_tokens_before_capacity_flag=False, int quant_mode=1) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     source=INIT_ROUTING_QUANT_DOC,
     meta=_init_routing_quant_meta,
     kernel=_init_routing_quant_kernel,
@@ -751,8 +739,6 @@ def _re_routing_kernel(tokens: torch.Tensor, expert_token_num_per_rank: torch.Te
 
 
 @npu_op(
-    "(Tensor tokens, Tensor expert_token_num_per_rank, *, Tensor? per_token_scales=None, int expert_token_num_type=1, "
-    "int idx_type=0, int? tokens_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)",
     source=OP_PLUGIN_DOCS.format("npu_moe_re_routing"),
     meta=_re_routing_meta,
     kernel=_re_routing_kernel,

@@ -57,8 +57,8 @@ def _rms_norm_kernel(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
 
 
 @npu_op(
-    "(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
     source=RMS_NORM_DOC,
+    self_name="x",
     meta=_rms_norm_meta,
     kernel=_rms_norm_kernel,
 )
@@ -123,7 +123,6 @@ def _add_rms_norm_kernel(
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor, Tensor)",
     source=ADD_RMS_NORM_DOC,
     meta=_add_rms_norm_meta,
     kernel=_add_rms_norm_kernel,
@@ -227,9 +226,6 @@ def _add_rms_norm_quant_kernel(
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor gamma, Tensor scales1, Tensor? zero_points1=None, Tensor? scales2=None, "
-    "Tensor? zero_points2=None, int axis=-1, float epsilon=1e-06, bool div_mode=True, Tensor? beta=None) "
-    "-> (Tensor, Tensor, Tensor)",
     source=ADD_RMS_NORM_QUANT_DOC,
     meta=_add_rms_norm_quant_meta,
     kernel=_add_rms_norm_quant_kernel,
@@ -328,7 +324,6 @@ def _layer_norm_eval_kernel(
 
 
 @npu_op(
-    "(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
     source=LAYER_NORM_EVAL_DOC,
     meta=_layer_norm_eval_meta,
     kernel=_layer_norm_eval_kernel,
@@ -410,7 +405,6 @@ def _scaled_masked_softmax_kernel(
 
 
 @npu_op(
-    "(Tensor x, Tensor mask, float scale=1.0, bool fixed_triu_mask=False) -> Tensor",
     source=SCALED_MASKED_SOFTMAX_DOC,
     meta=_scaled_masked_softmax_meta,
     kernel=_scaled_masked_softmax_kernel,
@@ -475,8 +469,6 @@ def _add_layer_norm_kernel(
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, bool additional_output=False) "
-    "-> (Tensor, Tensor, Tensor, Tensor)",
     source=ADD_LAYER_NORM_DOC,
     meta=_add_layer_norm_meta,
     kernel=_add_layer_norm_kernel,

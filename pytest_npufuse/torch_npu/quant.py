@@ -210,8 +210,6 @@ def _quant_matmul_kernel(
     return _cast_quant_matmul_output(values, offset_f32, out_dtype)
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor scale, *, Tensor? offset=None, Tensor? pertoken_scale=None, "
-    "Tensor? bias=None, ScalarType? output_dtype=None) -> Tensor",
     source=QUANT_MATMUL_DOC,
     meta=_quant_matmul_meta,
     kernel=_quant_matmul_kernel,
@@ -471,9 +469,6 @@ def _dequant_swiglu_quant_kernel(
         y[:covered] = _static_quant(activated, row_group, quant_scale, quant_offset)
     return y.reshape(*x.shape[:-1], two_h // 2), scale.reshape(x.shape[:-1])
 @npu_op(
-    "(Tensor x, *, Tensor? weight_scale=None, Tensor? activation_scale=None, Tensor? bias=None, "
-    "Tensor? quant_scale=None, Tensor? quant_offset=None, Tensor? group_index=None, bool activate_left=False, "
-    "int quant_mode=0) -> (Tensor, Tensor)",
     source=DEQUANT_SWIGLU_QUANT_DOC,
     meta=_dequant_swiglu_quant_meta,
     kernel=_dequant_swiglu_quant_kernel,
@@ -563,7 +558,7 @@ def _swiglu_kernel(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return swiglu(x.to(torch.float32), activate_left=True, dim=dim).to(x.dtype)
 
 
-@npu_op("(Tensor self, int dim=-1) -> Tensor", source=SWIGLU_DOC, meta=_swiglu_meta, kernel=_swiglu_kernel)
+@npu_op(source=SWIGLU_DOC, meta=_swiglu_meta, kernel=_swiglu_kernel, self_name="x")
 def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """SwiGLU: split ``x`` in halves A (first) and B (second) along ``dim``; return ``swish(A) * B``.
 
@@ -687,8 +682,6 @@ def _dynamic_quant_kernel(
 
 
 @npu_op(
-    "(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, ScalarType? dst_type=None) "
-    "-> (Tensor, Tensor)",
     source=DYNAMIC_QUANT_DOC,
     meta=_dynamic_quant_meta,
     kernel=_dynamic_quant_kernel,
@@ -803,7 +796,6 @@ def _quantize_kernel(
 
 
 @npu_op(
-    "(Tensor input, Tensor scales, Tensor? zero_points, ScalarType dtype, int axis=1, bool div_mode=True) -> Tensor",
     source=QUANTIZE_DOC,
     meta=_quantize_meta,
     kernel=_quantize_kernel,
@@ -913,8 +905,6 @@ def _weight_quant_batchmatmul_kernel(
 
 
 @npu_op(
-    "(Tensor x, Tensor weight, Tensor antiquant_scale, Tensor? antiquant_offset=None, Tensor? quant_scale=None, "
-    "Tensor? quant_offset=None, Tensor? bias=None, int antiquant_group_size=0, int inner_precise=0) -> Tensor",
     source=WEIGHT_QUANT_BATCHMATMUL_DOC,
     meta=_weight_quant_batchmatmul_meta,
     kernel=_weight_quant_batchmatmul_kernel,
@@ -997,13 +987,12 @@ def _trans_quant_param_kernel(
 
 
 @npu_op(
-    "(Tensor scale, Tensor? offset=None, int? round_mode=0) -> Tensor",
     source=TRANS_QUANT_PARAM_DOC,
     meta=_trans_quant_param_meta,
     kernel=_trans_quant_param_kernel,
 )
 def npu_trans_quant_param(
-    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
+    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: Optional[int] = 0
 ) -> torch.Tensor:
     """The int64 "quant param" npu_quant_matmul and npu_grouped_matmul take as an int64 ``scale``.
 
@@ -1065,7 +1054,6 @@ def _anti_quant_kernel(
 
 
 @npu_op(
-    "(Tensor x, Tensor scale, *, Tensor? offset=None, ScalarType? dst_dtype=None, ScalarType? src_dtype=None) -> Tensor",
     source=ANTI_QUANT_DOC,
     meta=_anti_quant_meta,
     kernel=_anti_quant_kernel,

@@ -94,8 +94,8 @@ def _rotary_mul_kernel(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, 
 
 
 @npu_op(
-    "(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor",
     source=ROTARY_MUL_DOC,
+    self_name="input",
     meta=_rotary_mul_meta,
     kernel=_rotary_mul_kernel,
 )
@@ -155,7 +155,6 @@ def _apply_rotary_pos_emb_kernel(
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor cos, Tensor sin, str layout='BSH', str rotary_mode='half') -> (Tensor, Tensor)",
     source=APPLY_ROTARY_POS_EMB_DOC,
     meta=_apply_rotary_pos_emb_meta,
     kernel=_apply_rotary_pos_emb_kernel,
@@ -214,7 +213,6 @@ def _interleave_rope_kernel(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
 
 
 @npu_op(
-    "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
     source=INTERLEAVE_ROPE_DOC,
     meta=_interleave_rope_meta,
     kernel=_interleave_rope_kernel,
@@ -327,9 +325,6 @@ def _kv_rmsnorm_rope_cache_kernel(
 
 
 @npu_op(
-    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
-    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
-    "float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False) -> (Tensor, Tensor, Tensor, Tensor)",
     source=KV_RMSNORM_ROPE_CACHE_DOC,
     meta=_kv_rmsnorm_rope_cache_meta,
     kernel=_kv_rmsnorm_rope_cache_kernel,
@@ -390,12 +385,6 @@ def _check_kv_rmsnorm_rope_cache_arguments(op: str, arguments: Mapping[str, Any]
     require_bool("is_output_kv", arguments["is_output_kv"])
 
 
-KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS = (
-    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
-    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
-    "Tensor? v=None, float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False, int? k_cache_dtype=None, "
-    "int? ckv_cache_dtype=None)"
-)
 KV_RMSNORM_ROPE_CACHE_V2_DOC = (
     "op-plugin op_plugin/config/op_plugin_functions.yaml and meta function npu_kv_rmsnorm_rope_cache_v2; "
     "semantics of docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
@@ -419,14 +408,11 @@ def _kv_rmsnorm_rope_cache_v2_kernel(*args: Any, **options: Any) -> tuple[torch.
 
 
 @npu_op(
-    KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor)",
     source=KV_RMSNORM_ROPE_CACHE_V2_DOC,
     meta=_kv_rmsnorm_rope_cache_v2_meta,
     kernel=_kv_rmsnorm_rope_cache_v2_kernel,
     writes_back={"k_cache": 2, "ckv_cache": 3},
-    mutating_schema=KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS.replace(
-        "Tensor k_cache, Tensor ckv_cache", "Tensor(a!) k_cache, Tensor(b!) ckv_cache"
-    ) + " -> (Tensor, Tensor)",
+    schema_mutates=True,
 )
 def npu_kv_rmsnorm_rope_cache_v2(
     kv: torch.Tensor,
@@ -475,27 +461,6 @@ MLA_TENSORS = (
 MLA_SCALES = (
     "dequant_scale_x", "dequant_scale_w_dq", "dequant_scale_w_uq_qr", "dequant_scale_w_dkv_kr", "quant_scale_ckv",
     "quant_scale_ckr", "smooth_scales_cq",
-)
-MLA_SCALE_ARGUMENTS = (
-    "Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, Tensor? dequant_scale_w_uq_qr=None, "
-    "Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, Tensor? quant_scale_ckr=None, "
-    "Tensor? smooth_scales_cq=None, "
-)
-MLA_PROLOG_ARGUMENTS = (
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
-    "Tensor kv_cache, Tensor kr_cache, *, " + MLA_SCALE_ARGUMENTS + "float rmsnorm_epsilon_cq=1e-05, "
-    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\")"
-)
-MLA_PROLOG_V3_ARGUMENTS = (
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor kv_cache, "
-    "Tensor kr_cache, *, Tensor? cache_index=None, " + MLA_SCALE_ARGUMENTS + "Tensor? actual_seq_len=None, "
-    "Tensor? k_nope_clip_alpha=None, float rmsnorm_epsilon_cq=1e-05, float rmsnorm_epsilon_ckv=1e-05, "
-    "str cache_mode=\"PA_BSND\", bool query_norm_flag=False, int weight_quant_mode=0, int kv_cache_quant_mode=0, "
-    "int query_quant_mode=0, int ckvkr_repo_mode=0, int quant_scale_repo_mode=0, int tile_size=128, "
-    "float qc_qr_scale=1.0, float kc_scale=1.0, int? token_x_dtype=None, int? weight_dq_dtype=None, "
-    "int? weight_uq_qr_dtype=None, int? weight_dkv_kr_dtype=None, int? kv_cache_dtype=None)"
 )
 MLA_PROLOG_V3_DOC = (
     "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_mla_prolog_v3.md; hicann/ops-transformer attention/mla_prolog; "
@@ -799,7 +764,6 @@ def _mla_prolog_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
 
 
 @npu_op(
-    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_DOC,
     meta=_mla_prolog_meta,
     kernel=_mla_prolog_kernel,
@@ -902,7 +866,6 @@ npu_mla_prolog_v2.__signature__ = inspect.signature(npu_mla_prolog.__wrapped__).
     return_annotation="tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"
 )
 npu_mla_prolog_v2 = npu_op(
-    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_V2_DOC,
     meta=_mla_prolog_v2_meta,
     kernel=_mla_prolog_v2_kernel,
@@ -959,14 +922,11 @@ def _mla_prolog_v3_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]
 
 
 @npu_op(
-    MLA_PROLOG_V3_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_V3_DOC,
     meta=_mla_prolog_v3_meta,
     kernel=_mla_prolog_v3_kernel,
     writes_back={"kv_cache": 5, "kr_cache": 6},
-    mutating_schema=MLA_PROLOG_V3_ARGUMENTS.replace(
-        "Tensor kv_cache, Tensor kr_cache", "Tensor(a!) kv_cache, Tensor(b!) kr_cache"
-    ) + " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    schema_mutates=True,
 )
 def npu_mla_prolog_v3(
     token_x: torch.Tensor,
@@ -1129,15 +1089,14 @@ def _mrope_kernel(
 
 
 @npu_op(
-    "(Tensor positions, Tensor query, Tensor key, Tensor cos_sin_cache, int head_size, *, int[]? mrope_section=None, "
-    "str? rotary_mode='half', str? cache_mode='default') -> (Tensor, Tensor)",
     source=MROPE_DOC,
     meta=_mrope_meta,
     kernel=_mrope_kernel,
 )
 def npu_mrope(
     positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int,
-    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: str = "half", cache_mode: str = "default",
+    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: Optional[str] = "half",
+    cache_mode: Optional[str] = "default",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE from a cos/sin cache (RopeWithSinCosCache), plain or multimodal: returns new ``(query, key)``.
 
