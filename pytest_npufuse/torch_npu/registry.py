@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
-from ..errors import ProfileError
+from ..errors import OpTypeError, ProfileError
 from ..target.catalog import load_catalog
 from .schema import annotated_returns, format_arguments, format_returns
 
@@ -84,7 +84,7 @@ def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
             for item in value:
                 if isinstance(item, torch.Tensor):
                     return item
-    raise TypeError("an npu op needs at least one tensor argument")
+    raise OpTypeError("an npu op needs at least one tensor argument")
 
 
 def _allocate(outputs: Outputs, like: torch.Tensor) -> Any:

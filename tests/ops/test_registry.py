@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_npufuse import torch_npu  # noqa: F401 - declares the ops
+from pytest_npufuse import torch_npu
 from pytest_npufuse.torch_npu.registry import NAMESPACE, OPS
 
 TORCH_NPU_SCHEMAS = {
@@ -41,3 +41,14 @@ def test_every_recorded_schema_is_declared() -> None:
 def test_ops_command_shows_the_derived_public_schema() -> None:
     for op in OPS.values():
         assert str(torch._C.parse_schema(op.schema)) == str(torch._C.parse_schema(TORCH_NPU_SCHEMAS[op.name]))
+
+
+def test_argument_errors_are_package_errors_and_still_value_and_type_errors() -> None:
+    from pytest_npufuse.errors import NpufuseError, OpArgumentError, OpTypeError
+
+    with pytest.raises(OpArgumentError, match="x has dtype torch.int32") as bad_value:
+        torch_npu.npu_rms_norm(torch.ones(2, 4, dtype=torch.int32), torch.ones(4))
+    with pytest.raises(OpTypeError, match="epsilon must be a float") as bad_type:
+        torch_npu.npu_rms_norm(torch.ones(2, 4), torch.ones(4), epsilon="1e-6")
+    assert isinstance(bad_value.value, ValueError) and isinstance(bad_value.value, NpufuseError)
+    assert isinstance(bad_type.value, TypeError) and isinstance(bad_type.value, NpufuseError)
