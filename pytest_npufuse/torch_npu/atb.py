@@ -39,7 +39,7 @@ def _tokens(name: str, tensor: torch.Tensor, heads: int) -> torch.Tensor:
     if tensor.dim() == 2 and tensor.shape[1] % heads == 0:
         return tensor.reshape(tensor.shape[0], heads, tensor.shape[1] // heads)
     raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [tokens, {heads}, head_dim] or "
-                     f"[tokens, {heads} x head_dim]")
+                          f"[tokens, {heads} x head_dim]")
 
 
 def _blocks(name: str, cache: torch.Tensor, kv_heads: int) -> torch.Tensor:
@@ -69,7 +69,7 @@ def _check_out(out: torch.Tensor, query: torch.Tensor, tokens: int, heads: int, 
     require_dtype("out", out, (query.dtype,), "(query's dtype)")
     if out.numel() != tokens * heads * value_dim:
         raise OpArgumentError(f"out has shape {list(out.shape)}; it must hold [{tokens}, {heads}, {value_dim}] "
-                         "(tokens, heads, value head dim)")
+                              "(tokens, heads, value head dim)")
     return Out(list(out.shape), out.dtype)
 
 
@@ -96,7 +96,7 @@ def _attend(options: dict[str, Any], batch: int, q_lens: Optional[list[int]] = N
         return None, geo
     if sum(q_lens) > q.shape[0] or (table is None and sum(kv_lens) > k.shape[0]):
         raise OpArgumentError(f"the sequence lengths {q_lens} / {kv_lens} add up to more tokens than query "
-                         f"({q.shape[0]}) or key ({k.shape[0]}) holds")
+                              f"({q.shape[0]}) or key ({k.shape[0]}) holds")
     if table is not None and max(kv_lens, default=0) > geo.kv_len:
         raise OpArgumentError(f"context lengths {kv_lens} exceed the {geo.kv_len} tokens block_table addresses")
     if mask is not None:
@@ -121,7 +121,9 @@ def _lengths(tensor: torch.Tensor) -> list[int]:
 def _check_mask_table(mask: torch.Tensor) -> None:
     require_dtype("mask", mask, (torch.float16, torch.bfloat16, torch.float32, torch.bool))
     if mask.dim() not in (2, 3) or (mask.dim() == 3 and mask.shape[0] != 1) or mask.shape[-1] != mask.shape[-2]:
-        raise OpArgumentError(f"mask has shape {list(mask.shape)}; expected [max_seq, max_seq] or [1, max_seq, max_seq]")
+        raise OpArgumentError(
+            f"mask has shape {list(mask.shape)}; expected [max_seq, max_seq] or [1, max_seq, max_seq]"
+        )
 
 
 def _encoder_meta(op: Any, args: tuple, kwargs: dict) -> Out:
@@ -210,7 +212,7 @@ def _require_compressed_causal(mask: torch.Tensor) -> None:
     expected = torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
     if mask.dim() not in (2, 3) or not torch.equal(mask.reshape(-1, size, size)[0] != 0, expected):
         raise OpArgumentError("mask must be the compressed causal mask: nonzero exactly above the diagonal, "
-                         "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype")
+                              "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype")
 
 
 def _qlens_meta(*args: Any, **kwargs: Any) -> Out:
@@ -316,7 +318,7 @@ def _cache_write_meta(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if cache.dim() != 4 or rows.dim() != 3 or tuple(rows.shape[1:]) != tuple(cache.shape[2:]):
             raise OpArgumentError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
-                             "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
+                                  "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
     require_shape("slot_indices", slot_indices, ((key.shape[0],),))
     require_shape("value", value, ((key.shape[0], *value.shape[1:]),))
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)

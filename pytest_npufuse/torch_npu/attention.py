@@ -136,7 +136,9 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
     paged = block_table is not None
     if layout == "TND":
         if q_lens is None:
-            raise OpArgumentError("input_layout='TND' needs actual_seq_lengths: the cumulative query token ends per batch")
+            raise OpArgumentError(
+                "input_layout='TND' needs actual_seq_lengths: the cumulative query token ends per batch"
+            )
         q_len, head_dim = _tnd_sizes("query", query, heads)
         batch = len(q_lens)
     else:
@@ -144,7 +146,9 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
     if paged:
         require_dtype("block_table", block_table, (torch.int32,))
         if block_table.dim() != 2 or block_table.shape[0] != batch:
-            raise OpArgumentError(f"block_table has shape {list(block_table.shape)}; expected [B={batch}, max blocks per sequence]")
+            raise OpArgumentError(
+                f"block_table has shape {list(block_table.shape)}; expected [B={batch}, max blocks per sequence]"
+            )
         if block_size <= 0:
             raise OpArgumentError("block_table needs block_size > 0 (the tokens per cache block)")
         key_dim = _paged_sizes("key", key, layout, kv_heads, block_size)
@@ -180,7 +184,7 @@ def _check_rope(query_rope: Optional[torch.Tensor], key_rope: Optional[torch.Ten
         if rope.dim() != base.dim() or tuple(rope.shape[:-1]) != tuple(base.shape[:-1]):
             if not (base.dim() == 3 and rope.dim() == 3 and rope.shape[:2] == base.shape[:2]):
                 raise OpArgumentError(f"{name} has shape {list(rope.shape)}; it must match {list(base.shape)} except "
-                                 "the last dim (the rope head dim)")
+                                      "the last dim (the rope head dim)")
 
 
 def _seq_lengths(name: str, values: Optional[Sequence[int]], batch: int, limit: int) -> list[int]:
@@ -495,12 +499,16 @@ def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mo
         raise OpArgumentError(f"num_heads={num_heads} must be >= 1")
     kv_heads = num_key_value_heads or num_heads
     if kv_heads < 0 or num_heads % kv_heads != 0:
-        raise OpArgumentError(f"num_key_value_heads={num_key_value_heads} must divide num_heads={num_heads} (GQA groups)")
+        raise OpArgumentError(
+            f"num_key_value_heads={num_key_value_heads} must divide num_heads={num_heads} (GQA groups)"
+        )
     require_choice("sparse_mode", sparse_mode, (MASK_ONLY, ALL_MASK, LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL, BAND),
                    "0 mask with pre/next-token band, 1 mask only, 2/3 causal, 4 band from the bottom right "
                    "(prefix, global, dilated and block-local modes 5-8 are not modeled)")
     if sparse_mode == BAND and pre_tokens + next_tokens < 0:
-        raise OpArgumentError(f"sparse_mode=4 (band) needs pre_tokens + next_tokens >= 0, got {pre_tokens} + {next_tokens}")
+        raise OpArgumentError(
+            f"sparse_mode=4 (band) needs pre_tokens + next_tokens >= 0, got {pre_tokens} + {next_tokens}"
+        )
     require_choice("inner_precise", inner_precise, (0, 1, 2, 3),
                    "precision/performance and invalid-row modes; the CPU model computes one way")
 
@@ -600,7 +608,9 @@ def npu_fused_infer_attention_score(
     _check_attention_scalars(num_heads, num_key_value_heads, sparse_mode, inner_precise, pre_tokens, next_tokens,
                              block_size)
     if not isinstance(input_layout, str) or input_layout not in FIA_LAYOUTS:
-        raise OpArgumentError(f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}")
+        raise OpArgumentError(
+            f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -627,7 +637,9 @@ def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     geo = _geometry(query, key, value, layout, num_heads, num_key_value_heads or num_heads, block_table, block_size,
                     None)
     if geo.value_dim != geo.head_dim:
-        raise OpArgumentError(f"value head dim {geo.value_dim} must equal the query's {geo.head_dim} (output is like query)")
+        raise OpArgumentError(
+            f"value head dim {geo.value_dim} must equal the query's {geo.head_dim} (output is like query)"
+        )
     return geo
 
 
@@ -637,7 +649,7 @@ def _ifa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, bl
                            DENSE_LAYOUTS)
     if geo.q_len != 1:
         raise OpArgumentError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
-                         "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
+                              "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
     _check_mask(atten_mask, MASK_ONLY, geo)
     kv_lens = _kv_lengths(geo, actual_seq_lengths, key, "actual_seq_lengths")
     return _Call(geo, [1] * geo.batch, kv_lens, float(scale_value), MASK_ONLY, NO_BAND, NO_BAND)
@@ -785,7 +797,7 @@ def _fa_kv_heads(query: torch.Tensor, key: torch.Tensor, layout: str, head_num: 
     if layout in ("BSH", "SBH"):
         if query.dim() != 3 or key.dim() != 3 or query.shape[2] % head_num:
             raise OpArgumentError(f"query {list(query.shape)} and key {list(key.shape)} must be 3-D in {layout} with "
-                             f"query's hidden size a multiple of head_num={head_num}")
+                                  f"query's hidden size a multiple of head_num={head_num}")
         dim = query.shape[2] // head_num
         if dim == 0 or key.shape[2] % dim:
             raise OpArgumentError(f"key's hidden size {key.shape[2]} is not a multiple of the head dim {dim}")
@@ -836,20 +848,24 @@ def _fa_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_n
         raise OpArgumentError(f"key has {kv_heads} heads; they must divide head_num={head_num} (GQA groups)")
     if input_layout == "TND":
         if actual_seq_qlen is None or actual_seq_kvlen is None:
-            raise OpArgumentError("input_layout='TND' needs actual_seq_qlen and actual_seq_kvlen (cumulative token ends)")
+            raise OpArgumentError(
+                "input_layout='TND' needs actual_seq_qlen and actual_seq_kvlen (cumulative token ends)"
+            )
         geo = _geometry(query, key, value, "TND", head_num, kv_heads, None, 0, actual_seq_qlen)
         q_lens = _varlen_lengths("actual_seq_qlen", actual_seq_qlen, query.shape[0])
         kv_lens = _varlen_lengths("actual_seq_kvlen", actual_seq_kvlen, key.shape[0])
         if len(kv_lens) != len(q_lens):
             raise OpArgumentError(f"actual_seq_qlen has {len(q_lens)} values and actual_seq_kvlen {len(kv_lens)}; "
-                             "TND needs one per batch in both")
+                                  "TND needs one per batch in both")
     else:
         layout = "BSH" if input_layout == "SBH" else input_layout
         q, k, v = (t.transpose(0, 1) for t in (query, key, value)) if input_layout == "SBH" else (query, key, value)
         geo = _geometry(q, k, v, layout, head_num, kv_heads, None, 0, None)
         q_lens, kv_lens = [geo.q_len] * geo.batch, [geo.kv_len] * geo.batch
     if geo.value_dim > geo.head_dim:
-        raise OpArgumentError(f"value head dim {geo.value_dim} exceeds the key's {geo.head_dim} (the page needs Dk >= Dv)")
+        raise OpArgumentError(
+            f"value head dim {geo.value_dim} exceeds the key's {geo.head_dim} (the page needs Dk >= Dv)"
+        )
     mode = sparse_mode if atten_mask is not None else MASK_ONLY  # without a mask: full attention (the page)
     _fa_check_mask(atten_mask, mode, geo, q_lens, kv_lens)
     return _Call(geo, q_lens, kv_lens, float(scale), mode, pre_tockens, next_tockens)
@@ -961,10 +977,12 @@ def npu_fusion_attention(
     require_ints(seed=seed, offset=offset)
     if keep_prob != 1:
         raise OpArgumentError(f"keep_prob={keep_prob} is not implemented: dropout is random; only keep_prob=1 "
-                         "(inference, no dropout) is modeled")
+                              "(inference, no dropout) is modeled")
     _check_attention_scalars(head_num, 0, sparse_mode, inner_precise, pre_tockens, next_tockens, 0)
     if not isinstance(input_layout, str) or input_layout not in FA_LAYOUTS:
-        raise OpArgumentError(f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}")
+        raise OpArgumentError(
+            f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}"
+        )
     require_choice("softmax_layout", softmax_layout, ("",), "the default softmax statistics layout")
 
 
@@ -1116,7 +1134,7 @@ def _out_form(op: Any) -> Any:
                 continue
             if tuple(target.shape) != tuple(value_.shape) or target.dtype != value_.dtype:
                 raise OpArgumentError(f"{name} is {target.dtype} {list(target.shape)}; {op.__name__} writes "
-                                 f"{value_.dtype} {list(value_.shape)} there")
+                                      f"{value_.dtype} {list(value_.shape)} there")
             target.copy_(value_)
         return attention_out, softmax_lse
 

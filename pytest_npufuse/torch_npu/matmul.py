@@ -54,7 +54,9 @@ def _mm_all_reduce_meta(*args: Any, **kwargs: Any) -> Out:
     out_shape = [*x1.shape[:-1], n]
     scale, offset, group = options["antiquant_scale"], options["antiquant_offset"], options["antiquant_group_size"]
     if antiquant != (scale is not None):
-        raise OpArgumentError("an int8 x2 needs antiquant_scale (weight-only quantisation), and only an int8 x2 takes it")
+        raise OpArgumentError(
+            "an int8 x2 needs antiquant_scale (weight-only quantisation), and only an int8 x2 takes it"
+        )
     for name, param in (("antiquant_scale", scale), ("antiquant_offset", offset)):
         if param is not None:
             require_dtype(name, param, (x1.dtype,), "(x1's dtype)")
@@ -173,7 +175,7 @@ def _tbmm_operands(input: torch.Tensor, weight: torch.Tensor, perm_x1: Optional[
     rhs = weight.permute(*_perm(perm_x2, PERM_X2[0]))
     if lhs.shape[0] != rhs.shape[0] or lhs.shape[2] != rhs.shape[1]:
         raise OpArgumentError(f"after perm_x1/perm_x2, input is {list(lhs.shape)} and weight {list(rhs.shape)}; they "
-                         "must be [B, M, K] and [B, K, N]")
+                              "must be [B, M, K] and [B, K, N]")
     return lhs, rhs
 
 

@@ -74,7 +74,7 @@ def _scatter_nd_meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.T
     depth = indices.shape[-1] if indices.dim() else 0
     if indices.dim() < 2 or not 1 <= depth <= self.dim():
         raise OpArgumentError(f"indices has shape {list(indices.shape)}; it needs >= 2 dims and a last dim in "
-                         f"[1, {self.dim()}] (the number of leading input dims it addresses)")
+                              f"[1, {self.dim()}] (the number of leading input dims it addresses)")
     expected = (*indices.shape[:-1], *self.shape[depth:])
     require_shape("updates", updates, (expected,))
     return Out(list(self.shape), self.dtype)
@@ -87,7 +87,7 @@ def _scatter_nd_rows(self: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     idx = indices.reshape(-1, depth).to(torch.int64)
     if bool(((idx < 0) | (idx >= lead)).any()):
         raise OpArgumentError(f"indices hold values outside input's leading dims {list(self.shape[:depth])} "
-                         "(the doc: out-of-range indices are not supported)")
+                              "(the doc: out-of-range indices are not supported)")
     strides = torch.tensor([math.prod(self.shape[d + 1 : depth]) for d in range(depth)], dtype=torch.int64)
     return (idx * strides).sum(dim=-1)
 
@@ -204,7 +204,9 @@ def npu_prefetch(self: torch.Tensor, dependency: Optional[torch.Tensor], max_siz
     if max_size <= 0:
         raise OpArgumentError(f"max_size={max_size} must be > 0 (bytes to prefetch)")
     if offset < 0 or offset >= max(1, self.numel() * self.element_size()):
-        raise OpArgumentError(f"offset={offset} must be >= 0 and inside the weight ({self.numel() * self.element_size()} bytes)")
+        raise OpArgumentError(
+            f"offset={offset} must be >= 0 and inside the weight ({self.numel() * self.element_size()} bytes)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,8 +289,10 @@ def _confusion_transpose_meta(self: torch.Tensor, perm: Sequence[int], shape: Se
         out_shape = _confusion_shape(self, perm, shape, transpose_first)
     except RuntimeError as err:
         first = "permute by perm, then reshape" if transpose_first else "reshape, then permute by perm"
-        raise OpArgumentError(f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(perm)}, "
-                         f"shape={list(shape)}: {err}") from None
+        raise OpArgumentError(
+            f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(perm)}, "
+            f"shape={list(shape)}: {err}"
+        ) from None
     return Out(out_shape, self.dtype)
 
 
@@ -330,7 +334,9 @@ def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
     """``axis`` as a non-negative dim of data; dim 0 is the batch the indices run over, so it cannot be it."""
     dim = axis + data.dim() if axis < 0 else axis
     if not 1 <= dim < data.dim():
-        raise OpArgumentError(f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)")
+        raise OpArgumentError(
+            f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)"
+        )
     return dim
 
 
@@ -340,16 +346,20 @@ def _scatter_update_meta(self: torch.Tensor, indices: torch.Tensor, updates: tor
     require_dtype("indices", indices, (torch.int32, torch.int64))
     low, high = SCATTER_UPDATE_RANKS
     if not low <= self.dim() <= high or updates.dim() != self.dim():
-        raise OpArgumentError(f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8")
+        raise OpArgumentError(
+            f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8"
+        )
     dim = _scatter_update_axis(self, axis)
     if indices.dim() != 1:
         raise OpArgumentError(f"indices has shape {list(indices.shape)}; only 1-D indices (one offset per batch) are "
-                         "implemented (the documentation does not describe the 2-D form)")
+                              "implemented (the documentation does not describe the 2-D form)")
     require_shape("indices", indices, ((self.shape[0],),))
     expected = [*self.shape[:dim], updates.shape[dim], *self.shape[dim + 1:]]
     if list(updates.shape) != expected or updates.shape[dim] > self.shape[dim]:
-        raise OpArgumentError(f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
-                         f"along axis {axis}, where it holds at most {self.shape[dim]} entries")
+        raise OpArgumentError(
+            f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
+            f"along axis {axis}, where it holds at most {self.shape[dim]} entries"
+        )
     return Out(list(self.shape), self.dtype)
 
 
@@ -359,7 +369,7 @@ def _scatter_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: t
     starts = indices.to(torch.int64)
     if bool(((starts < 0) | (starts + count > self.shape[dim])).any()):
         raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
-                         f"(size {self.shape[dim]}); the op does not check bounds on the device")
+                              f"(size {self.shape[dim]}); the op does not check bounds on the device")
     along = [1] * self.dim()
     along[dim] = count
     batch = [1] * self.dim()
@@ -457,10 +467,12 @@ def _scatter_pa_kv_cache_meta(
         require_dtype(name, rows, (torch.float16, torch.bfloat16, torch.int8))
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if rows.dim() != 3 or rows.shape[0] != key.shape[0]:
-            raise OpArgumentError(f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]")
+            raise OpArgumentError(
+                f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]"
+            )
         if mode == "Norm" and not _is_norm_cache(rows, cache):
             raise OpArgumentError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
-                             f"{rows.shape[1]}, {rows.shape[2]}]")
+                                  f"{rows.shape[1]}, {rows.shape[2]}]")
         if mode == "PA_NZ":
             _nz_runs(name, rows, cache)
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)

@@ -51,7 +51,9 @@ def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, g
             "(the experts left after group selection)"
         )
     if group_count > 1 and group_select_mode == 1 and per_group < 2:
-        raise OpArgumentError("group_select_mode=1 scores a group by its two best experts; each group needs >= 2 experts")
+        raise OpArgumentError(
+            "group_select_mode=1 scores a group by its two best experts; each group needs >= 2 experts"
+        )
 
 
 def _moe_gating_top_k_meta(
@@ -261,7 +263,9 @@ def _per_group(name: str, value: object, weights: Sequence[torch.Tensor],
     if len(tensors) == 1 and tensors[0].dim() == 2 and tensors[0].shape[0] == len(weights):
         tensors = list(tensors[0].unbind(0))
     if len(tensors) != len(weights):
-        raise OpArgumentError(f"{name} has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group")
+        raise OpArgumentError(
+            f"{name} has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group"
+        )
     for i, (t, w) in enumerate(zip(tensors, weights, strict=True)):
         require_dtype(f"{name}[{i}]", t, dtypes)
         require_shape(f"{name}[{i}]", t, ((w.shape[1],),))
@@ -303,7 +307,7 @@ def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype],
     require_choice("output_dtype", out, QUANT_OUTPUT_DTYPES, "int8 x: int8, int32 (raw accumulator), bf16, fp16, fp32")
     if (out == torch.int32) == has_scale:
         raise OpArgumentError("int8 x: output_dtype=torch.int32 returns the raw int32 accumulator and takes no scale; "
-                         "every other output dtype needs scale (one [N] per group, or one [E, N])")
+                              "every other output dtype needs scale (one [N] per group, or one [E, N])")
     return out
 
 
@@ -385,7 +389,9 @@ def _gmm_multi_x_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tenso
     if split not in SPLIT_OUTPUT_ITEMS:
         return shapes
     if any(xi.dim() != 2 for xi in x) or len({s[-1] for s in shapes}) != 1:
-        raise OpArgumentError("split_item 2/3 concatenates rows: every x must be 2-D and every weight must have the same N")
+        raise OpArgumentError(
+            "split_item 2/3 concatenates rows: every x must be 2-D and every weight must have the same N"
+        )
     return [[sum(s[0] for s in shapes), shapes[0][1]]]
 
 
@@ -629,7 +635,7 @@ def _gmm_finalize_routing_meta(x: torch.Tensor, w: torch.Tensor, group_list: tor
         offset = int(options.get("shared_input_offset") or 0)
         if shared.dim() != 2 or shared.shape[1] != n or offset + shared.shape[0] > out_rows:
             raise OpArgumentError(f"shared_input has shape {list(shared.shape)}; expected [rows, {n}] fitting in the "
-                             f"{out_rows} output rows from shared_input_offset={offset}")
+                                  f"{out_rows} output rows from shared_input_offset={offset}")
     return Out([out_rows, n], torch.float32)
 
 
@@ -651,7 +657,9 @@ def _gmm_finalize_routing_kernel(x: torch.Tensor, w: torch.Tensor, group_list: t
             rows = rows * logit[start:stop].reshape(-1, 1)
         targets = torch.arange(start, stop) if row_index is None else row_index[start:stop].to(torch.int64)
         if bool(((targets < 0) | (targets >= out.shape[0])).any()):
-            raise OpArgumentError(f"row_index holds {targets.tolist()}; every value must be an output row in [0, {out.shape[0]})")
+            raise OpArgumentError(
+                f"row_index holds {targets.tolist()}; every value must be an output row in [0, {out.shape[0]})"
+            )
         out.index_add_(0, targets, rows)
         start = stop
     return out

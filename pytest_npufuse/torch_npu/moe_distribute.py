@@ -183,7 +183,9 @@ def _dispatch_kernel(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: i
     tokens, slots, experts = pairs[order.indices, 0], pairs[order.indices, 1], order.values
     received = len(tokens)
     if received > world.recv_rows:
-        raise OpArgumentError(f"{received} routed tokens exceed the {world.recv_rows} rows expand_x holds; raise global_bs")
+        raise OpArgumentError(
+            f"{received} routed tokens exceed the {world.recv_rows} rows expand_x holds; raise global_bs"
+        )
     expand_x, dynamic_scales, expand_idx, _, _, tp_recv, expand_scales = (torch.zeros(o.shape, dtype=o.dtype)
                                                                           for o in outputs)
     rows = x[tokens]
@@ -393,7 +395,7 @@ def _combine_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scale
                    moe_expert_num, global_bs)
     if expand_x.dim() != 2 or expand_x.shape[0] < world.recv_rows:
         raise OpArgumentError(f"expand_x has shape {list(expand_x.shape)}; expected [A >= {world.recv_rows}, H] "
-                         "(dispatch's expand_x after the experts)")
+                              "(dispatch's expand_x after the experts)")
     require_shape("expert_scales", expert_scales, (tuple(expert_ids.shape),))
     if expand_idx.dim() != 1 or expand_idx.shape[0] < expert_ids.numel():
         raise OpArgumentError(f"expand_idx has shape {list(expand_idx.shape)}; pass dispatch's third output unchanged")

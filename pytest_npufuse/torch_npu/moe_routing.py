@@ -127,7 +127,7 @@ def _init_routing_kernel(x: torch.Tensor, row_idx: torch.Tensor, expert_idx: tor
     dst_to_src = row_idx.reshape(-1).to(torch.int64)[order.indices]
     if rows * k and not bool(((dst_to_src >= 0) & (dst_to_src < rows * k)).all()):
         raise OpArgumentError(f"row_idx values must lie in [0, NUM_ROWS * K) = [0, {rows * k}); build it as "
-                         "npu_moe_gating_top_k_softmax does")
+                              "npu_moe_gating_top_k_softmax does")
     expanded_row_idx = torch.zeros(rows * k, dtype=torch.int32)
     expanded_row_idx[dst_to_src] = torch.arange(rows * k, dtype=torch.int32)
     expanded_x = x[dst_to_src[: min(rows, active_num) * k] % rows]
@@ -166,7 +166,9 @@ def _expert_range(active_expert_range: Sequence[int], expert_num: int) -> tuple[
     if not active_expert_range:
         return 0, expert_num
     if len(active_expert_range) != 2 or not 0 <= active_expert_range[0] < active_expert_range[1]:
-        raise OpArgumentError(f"active_expert_range={list(active_expert_range)} must be [start, end) with 0 <= start < end")
+        raise OpArgumentError(
+            f"active_expert_range={list(active_expert_range)} must be [start, end) with 0 <= start < end"
+        )
     return active_expert_range[0], active_expert_range[1]
 
 
@@ -209,7 +211,7 @@ def _init_routing_v2_meta(
     require_dtype("x", x, (*FLOAT_DTYPES, torch.int8))
     if x.dtype == torch.int8 and quant_mode != NO_QUANT:
         raise OpArgumentError("x is already int8 (quantised before routing): use quant_mode=-1, with its per-row "
-                         "scales as scale [NUM_ROWS] to carry them to the expanded rows")
+                              "scales as scale [NUM_ROWS] to carry them to the expanded rows")
     require_dtype("expert_idx", expert_idx, (torch.int32,))
     if x.dim() != 2 or expert_idx.dim() != 2 or expert_idx.shape[0] != x.shape[0]:
         raise OpArgumentError(
@@ -221,14 +223,18 @@ def _init_routing_v2_meta(
     needs_experts = drop_pad_mode == DROP_PAD or expert_tokens_num_flag or quant_mode == DYNAMIC_QUANT
     if needs_experts and expert_num <= 0 and not active_expert_range:
         raise OpArgumentError("expert_num must be > 0 (or active_expert_range given) for drop_pad_mode=1, "
-                         "expert_tokens_num_flag=True or quant_mode=1")
+                              "expert_tokens_num_flag=True or quant_mode=1")
     _check_init_routing_v2_scale(x, scale, offset, quant_mode, end - start)
     out_dtype = x.dtype if quant_mode == NO_QUANT else torch.int8
     if drop_pad_mode == DROP_PAD:
         if not 0 < expert_capacity <= rows:
-            raise OpArgumentError(f"expert_capacity={expert_capacity} must be in (0, NUM_ROWS={rows}] for drop_pad_mode=1")
+            raise OpArgumentError(
+                f"expert_capacity={expert_capacity} must be in (0, NUM_ROWS={rows}] for drop_pad_mode=1"
+            )
         if active_expert_range and (start, end) != (0, expert_num):
-            raise OpArgumentError("drop_pad_mode=1 routes every expert: active_expert_range must be [] or [0, expert_num]")
+            raise OpArgumentError(
+                "drop_pad_mode=1 routes every expert: active_expert_range must be [] or [0, expert_num]"
+            )
         x_shape, scale_shape = [expert_num, expert_capacity, h], [expert_num * expert_capacity]
     else:
         expanded = rows * k if active_num <= 0 else min(active_num, rows * k)
@@ -427,7 +433,7 @@ def _compute_expert_tokens_meta(sorted_expert_for_source_row: torch.Tensor, num_
     require_dtype("sorted_expert_for_source_row", sorted_expert_for_source_row, (torch.int32,))
     if sorted_expert_for_source_row.dim() != 1:
         raise OpArgumentError(f"sorted_expert_for_source_row has shape {list(sorted_expert_for_source_row.shape)}; "
-                         "expected 1-D (the sorted experts of npu_moe_init_routing)")
+                              "expected 1-D (the sorted experts of npu_moe_init_routing)")
     return Out([num_expert], torch.int32)
 
 
@@ -484,7 +490,7 @@ def _finalize_routing_meta(
     expected_dims = 3 if mode in FINALIZE_DROP_MODES else 2
     if rows.dim() != expected_dims:
         raise OpArgumentError(f"expanded_permuted_rows has shape {list(rows.shape)}; drop_pad_mode={mode} needs "
-                         f"{'[E, C, H]' if expected_dims == 3 else '[NUM_ROWS * K, H]'}")
+                              f"{'[E, C, H]' if expected_dims == 3 else '[NUM_ROWS * K, H]'}")
     if expanded_src_to_dst_row.dim() != 1:
         raise OpArgumentError("expanded_src_to_dst_row must be 1-D [NUM_ROWS * K]")
     routes = expanded_src_to_dst_row.shape[0]
@@ -711,7 +717,7 @@ def _re_routing_meta(tokens: torch.Tensor, expert_token_num_per_rank: torch.Tens
     require_dtype("expert_token_num_per_rank", expert_token_num_per_rank, TOKEN_COUNT_DTYPES)
     if tokens.dim() != 2 or expert_token_num_per_rank.dim() != 2:
         raise OpArgumentError(f"tokens {list(tokens.shape)} and expert_token_num_per_rank "
-                         f"{list(expert_token_num_per_rank.shape)} must be [A, H] and [ranks, experts]")
+                              f"{list(expert_token_num_per_rank.shape)} must be [A, H] and [ranks, experts]")
     rows = tokens.shape[0]
     scales = options.get("per_token_scales")
     if scales is not None:
@@ -729,7 +735,7 @@ def _re_routing_kernel(tokens: torch.Tensor, expert_token_num_per_rank: torch.Te
     counts = expert_token_num_per_rank.to(torch.int64)
     if bool((counts < 0).any()) or int(counts.sum()) != tokens.shape[0]:
         raise OpArgumentError(f"expert_token_num_per_rank {counts.tolist()} must be non-negative counts summing to "
-                         f"the {tokens.shape[0]} token rows")
+                              f"the {tokens.shape[0]} token rows")
     ranks, experts = counts.shape
     source_start = torch.cumsum(counts.reshape(-1), 0) - counts.reshape(-1)  # rank-major: where (i, j) rows start
     order = torch.cat([torch.arange(int(source_start[i * experts + j]), int(source_start[i * experts + j] + counts[i, j]))

@@ -164,7 +164,9 @@ def _check_quant_params(name: str, param: Optional[torch.Tensor], gamma: torch.T
         return
     require_dtype(name, param, dtypes)
     if tuple(param.shape) not in (tuple(gamma.shape), (1,)):
-        raise OpArgumentError(f"{name} has shape {list(param.shape)}; expected gamma's shape {list(gamma.shape)} or [1]")
+        raise OpArgumentError(
+            f"{name} has shape {list(param.shape)}; expected gamma's shape {list(gamma.shape)} or [1]"
+        )
 
 
 def _add_rms_norm_quant_meta(

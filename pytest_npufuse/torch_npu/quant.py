@@ -972,7 +972,9 @@ def _trans_quant_param_meta(
     if offset is not None:
         require_dtype("offset", offset, (torch.float32,))
         if scale.dim() == 2 and offset.shape != scale.shape:
-            raise OpArgumentError(f"offset has shape {list(offset.shape)}; with a (1, n) scale it must be {list(scale.shape)}")
+            raise OpArgumentError(
+                f"offset has shape {list(offset.shape)}; with a (1, n) scale it must be {list(scale.shape)}"
+            )
         if scale.dim() == 1 and (offset.dim() != 1 or _mismatched(scale.shape[0], offset.shape[0])):
             raise OpArgumentError(f"offset has shape {list(offset.shape)}; with scale (t,) it must be (1,) or (t,)")
     return Out(_trans_quant_param_shape(scale, offset), torch.int64)
@@ -1034,13 +1036,19 @@ def _anti_quant_meta(
     """out like x (int32 words widened eight times), in dst_dtype (float16 by default)."""
     require_dtype("x", x, (torch.int8, torch.int32))
     if (x.dtype == torch.int32) != (src_dtype == torch.quint4x2):
-        raise OpArgumentError(f"x is {x.dtype} but src_dtype is {src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2")
+        raise OpArgumentError(
+            f"x is {x.dtype} but src_dtype is {src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2"
+        )
     width = x.shape[-1] * (INT4_PER_INT32 if x.dtype == torch.int32 else 1) if x.dim() else 1
     require_dtype("scale", scale, (torch.float32, torch.bfloat16))
     if scale.dim() != 1 or scale.shape[0] not in (1, width):
-        raise OpArgumentError(f"scale has shape {list(scale.shape)}; expected (1,) or ({width},), x's last dim in values")
+        raise OpArgumentError(
+            f"scale has shape {list(scale.shape)}; expected (1,) or ({width},), x's last dim in values"
+        )
     if offset is not None and (offset.dtype != scale.dtype or offset.shape != scale.shape):
-        raise OpArgumentError(f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})")
+        raise OpArgumentError(
+            f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})"
+        )
     return Out([*x.shape[:-1], width] if x.dim() else [], dst_dtype or torch.float16)
 
 

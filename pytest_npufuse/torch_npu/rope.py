@@ -194,7 +194,9 @@ def npu_apply_rotary_pos_emb(
 def _interleave_rope_meta(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Out:
     _check_rope_input("x", x, HALF_DTYPES)
     if x.dim() != 4:
-        raise OpArgumentError(f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, D] (D = 64 on the device)")
+        raise OpArgumentError(
+            f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, D] (D = 64 on the device)"
+        )
     for name, table in (("cos", cos), ("sin", sin)):
         require_dtype(name, table, (x.dtype,), "(x's dtype)")
         if table.dim() != 4 or table.shape[1] != 1 or table.shape[2] not in (1, x.shape[2]):
@@ -297,7 +299,9 @@ def _scatter_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor, 
         return write_paged_rows(cache, rows, index.reshape(-1), cache_mode)
     width, limit = cache.shape[-1], cache.shape[2]
     if bool(((index < 0) | (index >= limit)).any()):
-        raise OpArgumentError(f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache")
+        raise OpArgumentError(
+            f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache"
+        )
     slots = (index + torch.arange(cache.shape[0]).unsqueeze(-1) * limit).reshape(-1)
     return write_slots(cache.reshape(-1, 1, width), rows.reshape(-1, 1, width), slots).view(cache.shape)
 
@@ -553,7 +557,9 @@ def _mla_dims(arguments: Mapping[str, Any], scenario: MlaScenario) -> MlaDims:
     qr_dtype = torch.int8 if scenario.weights else torch.bfloat16
     qr_width = _require_matrix("weight_uq_qr", arguments["weight_uq_qr"], hcq, qr_dtype)
     if qr_width % heads != 0 or qr_width // heads <= head_dim:
-        raise OpArgumentError(f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}")
+        raise OpArgumentError(
+            f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}"
+        )
     rope_dim = qr_width // heads - head_dim
     if _require_matrix("weight_dkv_kr", arguments["weight_dkv_kr"], hidden, full) != hckv + rope_dim:
         raise OpArgumentError(
@@ -618,7 +624,9 @@ def _check_mla_caches(arguments: Mapping[str, Any], scenario: MlaScenario, dims:
             layout = str(list(shape))
             ok = tuple(cache.shape) == shape
         if not ok:
-            raise OpArgumentError(f"{name} has shape {list(cache.shape)}; cache_mode {scenario.cache_mode!r} needs {layout}")
+            raise OpArgumentError(
+                f"{name} has shape {list(cache.shape)}; cache_mode {scenario.cache_mode!r} needs {layout}"
+            )
     index = arguments["cache_index"]
     if scenario.cache_mode not in MLA_PAGED_MODES:
         if index is not None:
@@ -752,7 +760,9 @@ def _mla_prolog_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
     call = arguments(npu_mla_prolog, args, kwargs)
     scenario = _scenario_from_dtypes(call)
     if scenario.query:
-        raise OpArgumentError("npu_mla_prolog has no dequant_scale_q_nope output for an int8 query; use npu_mla_prolog_v2")
+        raise OpArgumentError(
+            "npu_mla_prolog has no dequant_scale_q_nope output for an int8 query; use npu_mla_prolog_v2"
+        )
     _, outputs = _mla_outputs(call, scenario)
     return tuple(outputs[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
@@ -882,7 +892,9 @@ def _v3_scenario(arguments: Mapping[str, Any]) -> MlaScenario:
     """The explicit v3 modes, checked against the scenario table's combinations."""
     scenario = _scenario_from_modes(arguments)
     if scenario.query == 1 and not (scenario.weights == 2 and scenario.kv_cache == 1):
-        raise OpArgumentError("query_quant_mode=1 needs weight_quant_mode=2 and kv_cache_quant_mode=1 (the int8 full-quantisation row)")
+        raise OpArgumentError(
+            "query_quant_mode=1 needs weight_quant_mode=2 and kv_cache_quant_mode=1 (the int8 full-quantisation row)"
+        )
     if scenario.kv_cache == 1 and scenario.weights != 2 or scenario.kv_cache == 2 and scenario.weights != 1:
         raise OpArgumentError(
             f"kv_cache_quant_mode={scenario.kv_cache} with weight_quant_mode={scenario.weights} is not a documented "

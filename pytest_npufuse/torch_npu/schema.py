@@ -31,7 +31,6 @@ from typing import Any, Callable, Collection, Optional, Sequence, Union
 
 import torch
 
-
 # A size that may be symbolic under ``dynamic=True`` (schema ``SymInt``): torch's own stubs spell it so.
 SymInt = Union[int, torch.SymInt]
 
