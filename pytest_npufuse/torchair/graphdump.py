@@ -77,7 +77,8 @@ def graph_text(program: Program, stream_of: Mapping[str, str], name: str) -> str
     lines = [f'name: "{name}"']
     for index, buffer in enumerate(program.inputs):
         source[buffer] = f"{buffer}:0"
-        lines += ["op {", f'  name: "{buffer}"', '  type: "Data"', f"  attr {{ key: \"index\" value {{ i: {index} }} }}"]
+        lines += ["op {", f'  name: "{buffer}"', '  type: "Data"']
+        lines.append(f'  attr {{ key: "index" value {{ i: {index} }} }}')
         spec = program.buffers.get(buffer)  # a symbolic-size input has no tensor buffer
         lines += (_desc(spec.spec, "  ") if spec is not None else []) + ["}"]
     for kernel in program.kernels:

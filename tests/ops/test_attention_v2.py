@@ -163,7 +163,8 @@ def test_v2_reads_fractal_nz_paged_caches_as_their_nd_blocks() -> None:
     expected = _mla_decode_reference(q_nope[:, 0], q_pe[:, 0], k_nope[:, 0], k_pe[:, 0], table, seq_lens, scale)
     torch.testing.assert_close(nz.double(), expected.to(torch.bfloat16).double(), rtol=2e-2, atol=2e-2)
     with pytest.raises(ValueError, match="input_layout BNSD does not read NZ caches"):
-        torch_npu.npu_fused_infer_attention_score_v2(q_nope.transpose(1, 2), _nz(k_nope), _nz(k_nope), query_rope=q_pe.transpose(1, 2),
+        torch_npu.npu_fused_infer_attention_score_v2(q_nope.transpose(1, 2), _nz(k_nope), _nz(k_nope),
+                                                     query_rope=q_pe.transpose(1, 2),
                                                      key_rope=_nz(k_pe), **{**options, "input_layout": "BNSD_NBSD"})
     with pytest.raises(ValueError, match=r"FRACTAL_NZ paged cache of torch.bfloat16 is \[blocks, 1, D / 16, 16, 16\]"):
         torch_npu.npu_fused_infer_attention_score_v2(q_nope, _nz(k_nope).transpose(2, 3), _nz(k_nope), query_rope=q_pe,

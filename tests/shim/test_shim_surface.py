@@ -193,7 +193,7 @@ def test_torchair_module_tree_and_compatibility_names(shim):
     assert importlib.import_module("torchair.inference").__path__
     with pytest.raises(ModuleNotFoundError, match="does not model torchair.inference._cache_compiler"):
         importlib.import_module("torchair.inference._cache_compiler")
-    with pytest.raises(NotModeledError, match="torchair.ge_concrete_graph.fx2ge_converter.register_fx_node_ge_converter"):
+    with pytest.raises(NotModeledError, match="ge_concrete_graph.fx2ge_converter.register_fx_node_ge_converter"):
         register_fx_node_ge_converter(torch.ops.aten.add.Tensor)
     with pytest.raises(NotModeledError, match="torchair.ge_concrete_graph.ge_graph.Tensor.dtype is not modeled"):
         Tensor.dtype  # noqa: B018
@@ -364,7 +364,8 @@ def test_save_npugraph_tensor_counts_saves_per_path_and_keeps_a_saved_tensor_out
 
     x = torch.randn(2, 2)
     torch_npu.save_npugraph_tensor(x, save_path=str(tmp_path / "x.bin"))
-    model = torch.compile(Model(), backend="npugraph_ex", options={"dump_tensor_data": True, "data_dump_dir": str(tmp_path)})
+    options = {"dump_tensor_data": True, "data_dump_dir": str(tmp_path)}
+    model = torch.compile(Model(), backend="npugraph_ex", options=options)
     model(x)
     model(x)
     assert torch.equal(torch.load(tmp_path / "x_device_0_0.bin"), x)
