@@ -27,14 +27,7 @@ import torch.utils._pytree as pytree
 
 from ..advisor.affinity import find_affinity
 from ..errors import ArgumentError, CaptureError
-from ..execute.graph import (
-    Execution,
-    Observer,
-    inputs_of,
-    racy_cone,
-    run_graph,
-    writes_inputs,
-)
+from ..execute.graph import Execution, Observer, inputs_of, racy_cone, run_graph, writes_inputs
 from ..frontend.backend import Capture, CapturedGraph
 from ..ir.program import Program
 from ..numerics.compare import compare_outputs

@@ -23,14 +23,7 @@ from typing import Any, Optional
 import torch
 
 from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _Call, _geometry, _run
-from .checks import (
-    HALF_DTYPES,
-    require_dtype,
-    require_float,
-    require_int,
-    require_shape,
-    require_tensors,
-)
+from .checks import HALF_DTYPES, require_dtype, require_float, require_int, require_shape, require_tensors
 from .memory import write_slots
 from .registry import Out, arguments, npu_op
 
