@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -134,15 +134,58 @@ def _write_back(
     return outputs[0] if single else tuple(outputs)
 
 
-def arguments(op: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Every argument of a call of the public wrapper ``op``, by name, defaults filled in.
+@dataclass(frozen=True)
+class Arguments:
+    """Every argument of one call of an op, by its name in the public wrapper, defaults filled in.
 
-    The dispatcher hands a kernel the schema's positional arguments positionally, so a meta function or
-    kernel of an op with many positional arguments reads them through this instead of restating the
-    signature."""
+    An op's meta function and kernel each take this one record (``call.x``, ``call.epsilon``) instead of
+    restating the wrapper's signature: the registry binds each call once, against that signature (the
+    dispatcher hands a kernel the schema's positional arguments positionally). Each op has its own
+    record type, a frozen dataclass with one field per parameter; :func:`bind` makes one for any op."""
+
+
+_BINDERS: dict[str, Callable[..., Arguments]] = {}
+
+
+def _binder(checks: Callable[..., Any]) -> Callable[..., Arguments]:
+    """A function that binds a call of ``checks`` (the public wrapper's body) into its op's record."""
+    signature = inspect.signature(checks)
+    fields = [
+        (name, Any, field() if parameter.default is parameter.empty else field(default=parameter.default))
+        for name, parameter in signature.parameters.items()
+    ]
+    record = make_dataclass(f"{checks.__name__}_arguments", fields, bases=(Arguments,), frozen=True, kw_only=True)
+
+    def make(*args: Any, **kwargs: Any) -> Arguments:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return record(**bound.arguments)
+
+    return make
+
+
+def _taking_record(fn: Callable[..., Any], checks: Callable[..., Any]) -> Callable[[Arguments], Any]:
+    """TRANSITIONAL, while op families move to the record: a meta function or kernel that takes the
+    wrapper's arguments as the dispatcher passes them (positional ones by position), called from the record."""
+    if list(inspect.signature(fn).parameters) == ["call"]:
+        return fn
+    parameters = inspect.signature(checks).parameters.values()
+    positional = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+    keywords = [p.name for p in parameters if p.kind is p.KEYWORD_ONLY]
+    return lambda call: fn(*(getattr(call, n) for n in positional), **{n: getattr(call, n) for n in keywords})
+
+
+def arguments(op: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
+    """TRANSITIONAL (attention's old convention): every argument of a call of ``op``, by name."""
     bound = inspect.signature(op).bind(*args, **kwargs)
     bound.apply_defaults()
     return bound.arguments
+
+
+def bind(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Arguments:
+    """The record of a call of the declared op ``op`` (its public wrapper) with these arguments, e.g. to run
+    one op's meta function on a call of another op that takes the same arguments under other names."""
+    return _BINDERS[op.__name__](*args, **kwargs)
 
 
 def _registered_returns(
@@ -164,8 +207,8 @@ def _registered_returns(
 def npu_op(
     *,
     source: str,
-    meta: Callable[..., Outputs],
-    kernel: Callable[..., Any],
+    meta: Callable[[Any], Outputs],
+    kernel: Callable[[Any], Any],
     writes_back: Mapping[str, int] = MappingProxyType({}),
     schema_mutates: bool = False,
     self_name: Optional[str] = None,
@@ -205,16 +248,20 @@ def npu_op(
         _LIB.define(f"{name}{schema}")
         returns_nothing = not returns
 
+        make = _BINDERS[public_name] = _binder(checks)
+        meta_, kernel_ = _taking_record(meta, checks), _taking_record(kernel, checks)
+
         def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            outputs = meta(*args, **kwargs)
-            result = kernel(*args, **kwargs)
+            call = make(*args, **kwargs)
+            outputs = meta_(call)
+            result = kernel_(call)
             _check_result(name, result, outputs)
             return None if returns_nothing else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            outputs = meta(*args, **kwargs)
+            outputs = meta_(make(*args, **kwargs))
             return None if returns_nothing else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
