@@ -33,17 +33,7 @@ from ..target.profile import HardwareProfile
 from ..vocabulary import Vocabulary
 from .l2 import effective_bytes
 from .device import HBM_POOL, HBM_UNITS, DeviceModel, DeviceTask
-from .host import (
-    EAGER,
-    GRAPH_REPLAY,
-    GRAPH_SINK,
-    HOST_SCHEDULED,
-    HostConfig,
-    HostSlice,
-    execution_of,
-    kept_on_host,
-    schedule,
-)
+from .host import EAGER, GRAPH_REPLAY, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
 
 
 class KernelRun(NamedTuple):
