@@ -13,7 +13,7 @@ from typing import Callable
 
 from pytest_npufuse.plan.tasks import Variant
 
-from . import host_rows, kernels, models, pairs
+from . import host_rows, kernels, pairs
 from .rows import Profiles, Row
 
 

@@ -29,22 +29,32 @@ def _rule(name: str, fallback: str) -> str:
 
 
 def _entry(engine: str, rule: str, kernel_type: str, **keys: Any) -> dict[str, Any]:
-    return {"engine": engine, "fusable": False, "sync_all": False, "block_dim": "auto", "cost": rule,
-            "kernel_type": kernel_type, **keys}
+    return {
+        "engine": engine,
+        "fusable": False,
+        "sync_all": False,
+        "block_dim": "auto",
+        "cost": rule,
+        "kernel_type": kernel_type,
+        **keys,
+    }
 
 
 @functools.cache
 def library_catalog():
     """Catalog entries of the library kernels the kernel rows measure."""
     tiles, split_k = _rule("matmul_tiles", "matmul"), _rule("matmul_split_k", "matmul")
-    return load_catalog({
-        "catlass::matmul": _entry("cube", tiles, "Matmul"),
-        "catlass::quant_matmul": _entry("cube", tiles, "QuantMatmul"),
-        "catlass::quant_matmul_split_k": _entry("cube", split_k, "QuantMultiCoreSplitkMatmul"),
-        "bench::empty_kernel": {**_entry("vector", "fill", "EmptyKernel"), "block_dim": 4096},
-        "pypto::fused_recurrent_kda": _entry("vector", "elementwise", "FusedRecurrentKda", flops_per_element=6),
-        "cann::sparse_flash_attention": {**_entry("cube", "attention", "SparseFlashAttention"), "block_dim": 1},
-    }, "benchmarks/fidelity/kernels.py")
+    return load_catalog(
+        {
+            "catlass::matmul": _entry("cube", tiles, "Matmul"),
+            "catlass::quant_matmul": _entry("cube", tiles, "QuantMatmul"),
+            "catlass::quant_matmul_split_k": _entry("cube", split_k, "QuantMultiCoreSplitkMatmul"),
+            "bench::empty_kernel": {**_entry("vector", "fill", "EmptyKernel"), "block_dim": 4096},
+            "pypto::fused_recurrent_kda": _entry("vector", "elementwise", "FusedRecurrentKda", flops_per_element=6),
+            "cann::sparse_flash_attention": {**_entry("cube", "attention", "SparseFlashAttention"), "block_dim": 1},
+        },
+        "benchmarks/fidelity/kernels.py",
+    )
 
 
 def task_duration_us(program, profile: HardwareProfile) -> float:
@@ -83,7 +93,9 @@ def _empty(row: Row, builder: ProgramBuilder) -> None:
 def _recurrent_kda(row: Row, builder: ProgramBuilder) -> None:
     """One decode step of the KDA recurrence: the fp32 state [seq, heads, d, d] is read, decayed, updated
     by k v^T and read out by q, then written back."""
-    q, k, v, state = (builder.input(name, tensor["shape"], tensor["dtype"]) for name, tensor in zip("qkvs", row.get("inputs")))
+    q, k, v, state = (
+        builder.input(name, tensor["shape"], tensor["dtype"]) for name, tensor in zip("qkvs", row.get("inputs"))
+    )
     builder.op("pypto::fused_recurrent_kda", [q, k, v, state], row.get("inputs")[3]["shape"], "float32")
 
 

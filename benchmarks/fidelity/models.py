@@ -30,21 +30,54 @@ from .rows import Row
 # kv_lora 512, qk 128+64, v 256, 256 experts top-8 of 2048, one shared, dense FFN 12288, vocab 154880);
 # its DSA indexer is assumed to be DeepSeek-V3.2-Exp's (64 heads of 128, top-2048).
 _GLM5 = {
-    "family": "deepseek_v3", "hidden": 6144, "layers": 78, "dense_layers": 3, "heads": 64, "q_lora_rank": 2048,
-    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 256, "ffn": 12288,
-    "moe_ffn": 2048, "experts": 256, "shared_experts": 1, "top_k": 8, "vocab": 154880, "index_heads": 64,
-    "index_head_dim": 128, "index_topk": 2048, "mtp_layers": 1,
+    "family": "deepseek_v3",
+    "hidden": 6144,
+    "layers": 78,
+    "dense_layers": 3,
+    "heads": 64,
+    "q_lora_rank": 2048,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 256,
+    "ffn": 12288,
+    "moe_ffn": 2048,
+    "experts": 256,
+    "shared_experts": 1,
+    "top_k": 8,
+    "vocab": 154880,
+    "index_heads": 64,
+    "index_head_dim": 128,
+    "index_topk": 2048,
+    "mtp_layers": 1,
 }
 # DeepSeek-V4-Flash: the defaults of cann-recipes-infer's DeepSeek-V4 configuration class
-# (hicann/cann-recipes-infer models/deepseek_v4/models/configuration_deepseek.py @ba83ab4aecb8969c831d28abd02de159d279917b:
+# (hicann/cann-recipes-infer models/deepseek_v4/models/configuration_deepseek.py
+# @ba83ab4aecb8969c831d28abd02de159d279917b:
 # hidden 4096, 43 layers, 64 heads, 256 experts top-6 of 2048, one shared, q_lora 1536, kv_lora 512, 64-head
 # top-2048 indexer). Its compressed sparse attention (CSA/HCA) and mHC are approximated by that indexer over
 # an MLA cache: an assumption, named in the table.
 _V4_FLASH = {
-    "family": "deepseek_v4", "hidden": 4096, "layers": 43, "dense_layers": 0, "heads": 64, "q_lora_rank": 1536,
-    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "ffn": 18432,
-    "moe_ffn": 2048, "experts": 256, "shared_experts": 1, "top_k": 6, "vocab": 129280, "index_heads": 64,
-    "index_head_dim": 128, "index_topk": 2048, "mtp_layers": 1,
+    "family": "deepseek_v4",
+    "hidden": 4096,
+    "layers": 43,
+    "dense_layers": 0,
+    "heads": 64,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "ffn": 18432,
+    "moe_ffn": 2048,
+    "experts": 256,
+    "shared_experts": 1,
+    "top_k": 6,
+    "vocab": 129280,
+    "index_heads": 64,
+    "index_head_dim": 128,
+    "index_topk": 2048,
+    "mtp_layers": 1,
 }
 KNOWN_CONFIGS: Mapping[str, Mapping[str, Any]] = {"GLM-5": _GLM5, "GLM-5.2": _GLM5, "DeepSeek-V4-Flash": _V4_FLASH}
 # The executor's default prompt (models/qwen configs: dataset "default", truncated at 4096) is not given
@@ -107,8 +140,17 @@ class Decoder:
 
     # ------------------------------------------------------------------ building blocks
 
-    def linear(self, x: str, w: _Weights, name: str, k: int, n: int, scope: str | None, stream: str | None = None,
-               bits: int | None = None) -> str:
+    def linear(
+        self,
+        x: str,
+        w: _Weights,
+        name: str,
+        k: int,
+        n: int,
+        scope: str | None,
+        stream: str | None = None,
+        bits: int | None = None,
+    ) -> str:
         """``x [tokens, k] @ W [k, n]``: MatMul in bf16, or DynamicQuant then QuantMatmul in w8a8."""
         t = self.d.tokens
         if self.d.quant == "bf16" and bits is None:
@@ -141,11 +183,21 @@ class Decoder:
         if c.get("index_topk"):
             read = min(d.context, c["index_topk"])
             self.indexer(qa, h, w, scope)
-        qn = self.b.op("aten::bmm", [q, w.get("uk", (heads, nope, latent), "bfloat16")], (heads, t, latent),
-                       flops=2.0 * heads * t * nope * latent, scope=scope)
+        qn = self.b.op(
+            "aten::bmm",
+            [q, w.get("uk", (heads, nope, latent), "bfloat16")],
+            (heads, t, latent),
+            flops=2.0 * heads * t * nope * latent,
+            scope=scope,
+        )
         attended = self.attention(qn, heads, read, latent + rope, latent + rope, latent, scope)
-        o = self.b.op("aten::bmm", [attended, w.get("uv", (heads, latent, v_dim), "bfloat16")], (heads, t, v_dim),
-                      flops=2.0 * heads * t * latent * v_dim, scope=scope)
+        o = self.b.op(
+            "aten::bmm",
+            [attended, w.get("uv", (heads, latent, v_dim), "bfloat16")],
+            (heads, t, v_dim),
+            flops=2.0 * heads * t * latent * v_dim,
+            scope=scope,
+        )
         o = self.all_reduce(self.linear(o, w, "o", heads * v_dim, hidden, scope), hidden, d.attn_tp)
         return self.b.op("aten::add", [x, o], (t, hidden), scope=scope)
 
@@ -157,11 +209,14 @@ class Decoder:
         iq = self.linear(qa, w, "index_q", c["q_lora_rank"], heads * dim, scope)
         self.linear(h, w, "index_k", c["hidden"], dim, scope)
         keys = w.get("index_cache", (d.sequences, d.context, dim), "int8")
-        scores = self.b.op("aten::bmm", [iq, keys], (t, d.context), "float32",
-                           flops=2.0 * t * heads * dim * d.context, scope=scope)
+        scores = self.b.op(
+            "aten::bmm", [iq, keys], (t, d.context), "float32", flops=2.0 * t * heads * dim * d.context, scope=scope
+        )
         self.b.op("aten::topk", [scores], (t, c["index_topk"]), "int32", scope=scope)
 
-    def attention(self, q: str, heads: int, read: int, width: int, key_dim: int, value_dim: int, scope: str | None) -> str:
+    def attention(
+        self, q: str, heads: int, read: int, width: int, key_dim: int, value_dim: int, scope: str | None
+    ) -> str:
         """Fused attention: each of ``tokens`` queries of ``heads`` heads against ``read`` cached tokens of
         its sequence (``width`` cached values each: K and V, or MLA's shared latent); prefill is causal
         over the prompt (half of its L x L products per sequence)."""
@@ -172,9 +227,12 @@ class Decoder:
             read = length
         else:
             flops = 2.0 * heads * t * read * (key_dim + value_dim)
-        cached = self.b.input(f"kv_read{len(self.b.kernels)}", (d.sequences, read, width),
-                              "int8" if d.kv_bytes == 1 else "bfloat16")
-        return self.b.op("npu::npu_fused_infer_attention_score", [q, cached], (t, heads, value_dim), flops=flops, scope=scope)
+        cached = self.b.input(
+            f"kv_read{len(self.b.kernels)}", (d.sequences, read, width), "int8" if d.kv_bytes == 1 else "bfloat16"
+        )
+        return self.b.op(
+            "npu::npu_fused_infer_attention_score", [q, cached], (t, heads, value_dim), flops=flops, scope=scope
+        )
 
     def gqa(self, x: str, w: _Weights, layer: int, scope: str | None) -> str:
         c, d, t = self.c, self.d, self.d.tokens
@@ -205,7 +263,7 @@ class Decoder:
     # ------------------------------------------------------------------ feed-forward
 
     def dense_ffn(self, x: str, w: _Weights, ffn: int, scope: str | None, tp: int) -> str:
-        c, t, hidden = self.c, self.d.tokens, self.c["hidden"]
+        t, hidden = self.d.tokens, self.c["hidden"]
         part = max(1, ffn // tp)
         h = self.norm(x, hidden, scope)
         gu = self.linear(h, w, "gate_up", hidden, 2 * part, scope)
@@ -219,7 +277,9 @@ class Decoder:
         scope = f"moe{layer}" if d.superkernel == "moe" else scope
         side = "shared" if d.shared_stream else None
         h = self.norm(x, hidden, scope)
-        logits = self.b.op("aten::mm", [h, w.get("router", (hidden, experts), "float32")], (t, experts), "float32", scope=scope)
+        logits = self.b.op(
+            "aten::mm", [h, w.get("router", (hidden, experts), "float32")], (t, experts), "float32", scope=scope
+        )
         topk = self.b.op("npu::npu_moe_gating_top_k", [logits], (t, top_k), "int32", scope=scope)
         shared = None
         shared_ffn = c.get("shared_expert_ffn") or c.get("shared_experts", 0) * ffn
@@ -239,13 +299,16 @@ class Decoder:
         if d.ep > 1:
             xq = self.exchange(xq, topk, routed, "int8" if d.quant != "bf16" else "bfloat16", scope, back=False)
         w1 = w.get("experts_up", (local, hidden // k_scale, 2 * ffn), weight_dtype)
-        g1 = self.b.op("npu::npu_grouped_matmul", [xq, w1], (routed, 2 * ffn), scope=scope,
-                       flops=2.0 * routed * hidden * 2 * ffn)
+        g1 = self.b.op(
+            "npu::npu_grouped_matmul", [xq, w1], (routed, 2 * ffn), scope=scope, flops=2.0 * routed * hidden * 2 * ffn
+        )
         if d.prefill and d.ep > 1 and d.microbatches > 1:
             self.after(xq, g1)
         a1 = self.b.op("npu::npu_swiglu", [g1], (routed, ffn), scope=scope)
         w2 = w.get("experts_down", (local, ffn // k_scale, hidden), weight_dtype)
-        g2 = self.b.op("npu::npu_grouped_matmul", [a1, w2], (routed, hidden), scope=scope, flops=2.0 * routed * ffn * hidden)
+        g2 = self.b.op(
+            "npu::npu_grouped_matmul", [a1, w2], (routed, hidden), scope=scope, flops=2.0 * routed * ffn * hidden
+        )
         if d.ep > 1:
             out = self.exchange(g2, topk, t, "bfloat16", scope, back=True)
         else:
@@ -304,8 +367,11 @@ class Decoder:
         x = xs[-1]
         rows = d.sequences * (1 + d.drafts) if not d.prefill else d.sequences
         head = self.b.op("npu::npu_rms_norm", [x], (rows, c["hidden"]))
-        self.b.op("aten::mm", [head, self.b.input("lm_head", (c["hidden"], c["vocab"] // max(1, d.attn_tp)))],
-                  (rows, c["vocab"] // max(1, d.attn_tp)))
+        self.b.op(
+            "aten::mm",
+            [head, self.b.input("lm_head", (c["hidden"], c["vocab"] // max(1, d.attn_tp)))],
+            (rows, c["vocab"] // max(1, d.attn_tp)),
+        )
         return self.b.build(), self.syncs
 
 
@@ -347,12 +413,21 @@ def deployment_of(row: Row, config: Mapping[str, Any], prefill: bool = False, **
     quant = str(row.get("quant", "bf16")).lower()
     context = row.get("kv_len") or row.get("seq") or ASSUMED_DECODE_CONTEXT
     tokens = sequences * (row.get("seq") or ASSUMED_PROMPT) if prefill else sequences * (1 + drafts)
-    return replace(Deployment(
-        tokens=tokens, sequences=sequences, context=context, attn_tp=tp, ep=ep, prefill=prefill,
-        quant="bf16" if quant.startswith("bf16") or "bfloat16" in quant else "w8a8",
-        moe_bits=4 if "w4a8" in quant else 8 if quant != "bf16" else 16,
-        kv_bytes=1 if re.search(r"c8\b", quant) else 2, drafts=drafts,
-    ), **changes)
+    return replace(
+        Deployment(
+            tokens=tokens,
+            sequences=sequences,
+            context=context,
+            attn_tp=tp,
+            ep=ep,
+            prefill=prefill,
+            quant="bf16" if quant.startswith("bf16") or "bfloat16" in quant else "w8a8",
+            moe_bits=4 if "w4a8" in quant else 8 if quant != "bf16" else 16,
+            kv_bytes=1 if re.search(r"c8\b", quant) else 2,
+            drafts=drafts,
+        ),
+        **changes,
+    )
 
 
 @functools.cache
@@ -377,7 +452,14 @@ def step_report(row: Row, profile: HardwareProfile, deployment: Deployment, mode
     """Simulate one step of the row's model under ``deployment`` in ``mode`` (ge_graph, aclgraph,
     npugraph_ex or eager)."""
     program, syncs = program_of(row, deployment)
-    run_mode = {"ge_graph": "max-autotune", "aclgraph": "npugraph_ex", "npugraph_ex": "npugraph_ex", "eager": "eager",
-                "inductor": "npugraph_ex"}[mode]
-    plan = plan_program(program, profile, variant=variant, mode=run_mode, syncs=syncs if variant != Variant.BASELINE else ())
+    run_mode = {
+        "ge_graph": "max-autotune",
+        "aclgraph": "npugraph_ex",
+        "npugraph_ex": "npugraph_ex",
+        "eager": "eager",
+        "inductor": "npugraph_ex",
+    }[mode]
+    plan = plan_program(
+        program, profile, variant=variant, mode=run_mode, syncs=syncs if variant != Variant.BASELINE else ()
+    )
     return simulate(program, plan, profile, host=HostConfig(threads=1))

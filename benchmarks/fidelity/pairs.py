@@ -151,8 +151,10 @@ def _superkernel_sample(row: Row, profiles: Profiles) -> tuple[float, float]:
     def op_time(variant: str) -> float:
         report = simulate(program, plan_program(program, profile, variant=variant), profile)
         return sum(
-            k.duration_us for k in report.kernels
-            if k.parent is None and (not only_fused or k.op_type == "npufuse::superkernel" or k.kernel_type in fused_types)
+            k.duration_us
+            for k in report.kernels
+            if k.parent is None
+            and (not only_fused or k.op_type == "npufuse::superkernel" or k.kernel_type in fused_types)
         )
 
     return op_time(Variant.BASELINE), op_time(Variant.VARIANT)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+import tomllib
 
 from pytest_npufuse.target.profile import BUILTIN_TARGETS, HardwareProfile, TargetTable, load_profile
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from ..target.profile import HardwareProfile
 
 __all__ = [
-    "CostRule", "Work", "block_dim", "body_us", "core_cap", "cost_rule", "kernel_work", "pointwise", "reads_hbm", "register_cost_rule",
+    "CostRule", "Work", "block_dim", "body_us", "core_cap", "cost_rule", "kernel_work", "pointwise", "reads_hbm",
+    "register_cost_rule",
     "rule_names", "tiling_class",
 ]
 

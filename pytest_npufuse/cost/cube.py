@@ -111,7 +111,9 @@ def _last_round_rows(gemm: Gemm, tiling: Tiling, tiles: int, dim: int) -> int:
     return full
 
 
-def cube_us(gemm: Gemm, tiling: Tiling, dim: int, unique_bytes: float, peak_tflops: float, profile: "HardwareProfile") -> float:
+def cube_us(
+    gemm: Gemm, tiling: Tiling, dim: int, unique_bytes: float, peak_tflops: float, profile: "HardwareProfile"
+) -> float:
     """Body time of a tiled matmul on ``dim`` Cube cores (see the module docstring)."""
     dim = max(1, dim)
     tiles = tile_count(gemm, tiling)
@@ -121,12 +123,16 @@ def cube_us(gemm: Gemm, tiling: Tiling, dim: int, unique_bytes: float, peak_tflo
     load = (m_t + n_t) * k_t * gemm.item_in + m_t * n_t * (4 if tiling.split_k > 1 else gemm.item_out)
     traffic = hbm_traffic(gemm, tiling, dim, unique_bytes, profile.l2_mib * 2**20)
     from_hbm = min(1.0, traffic / max(1.0, rounds * dim * load))
-    per_byte = (from_hbm / profile.core_ddr_bytes_per_cycle + (1 - from_hbm) / profile.core_l2_bytes_per_cycle) / profile.cube_mhz
+    per_byte = (
+        from_hbm / profile.core_ddr_bytes_per_cycle + (1 - from_hbm) / profile.core_l2_bytes_per_cycle
+    ) / profile.cube_mhz
     core_tflops = peak_tflops / profile.cores("cube")
 
     def tile_us(rows: int) -> float:
         compute = 2.0 * rows * n_t * k_t / (core_tflops * 1e6 * profile.compute_efficiency)
-        move = ((rows + n_t) * k_t * gemm.item_in + rows * n_t * (4 if tiling.split_k > 1 else gemm.item_out)) * per_byte
+        move = (
+            (rows + n_t) * k_t * gemm.item_in + rows * n_t * (4 if tiling.split_k > 1 else gemm.item_out)
+        ) * per_byte
         return max(compute, move) + (1.0 - profile.pipeline_overlap) * min(compute, move)
 
     fill = (m_t + n_t) * min(profile.cube_k_block, k_t) * gemm.item_in * per_byte

@@ -69,8 +69,8 @@ _RULES: dict[str, CostRule] = {}
 
 
 def register_cost_rule(
-    name: str, *, block_dim: BlockDim, flops: Flops, bytes: Bytes, body_us: Body, tiling: str = "simple", hbm: bool = True,
-    pointwise: bool = False,
+    name: str, *, block_dim: BlockDim, flops: Flops, bytes: Bytes, body_us: Body, tiling: str = "simple",
+    hbm: bool = True, pointwise: bool = False,
 ) -> CostRule:
     """Register the rule ``name`` (an op catalog entry selects it with ``cost = "name"``). Registering
     a name twice is an error: two homes for one rule would silently disagree."""

@@ -277,7 +277,8 @@ def tiled_body(strategy: Strategy) -> Callable[["Kernel", int, "HardwareProfile"
     def body_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
         gemm = _gemm(kernel)
         sync_us = profile.overhead_us["sync_all"] if kernel.info.sync_all else 0.0
-        return sync_us + cube_us(gemm, strategy(gemm, profile), dim, kernel.bytes, _peak_tflops(kernel, profile), profile)
+        peak = _peak_tflops(kernel, profile)
+        return sync_us + cube_us(gemm, strategy(gemm, profile), dim, kernel.bytes, peak, profile)
 
     return body_us
 
@@ -387,16 +388,20 @@ def prefetch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float
 
 # ---------------------------------------------------------------- the registry entries
 
-register_cost_rule("matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=matmul_us, tiling="complex")
+register_cost_rule(
+    "matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=matmul_us, tiling="complex"
+)
 register_cost_rule(
     "matmul_tiles", block_dim=tiled_block_dim(_tiles_strategy), flops=matmul_flops, bytes=io_bytes,
     body_us=tiled_body(_tiles_strategy), tiling="complex",
 )
 register_cost_rule(
-    "matmul_split_k", block_dim=tiled_block_dim(split_k), flops=matmul_flops, bytes=io_bytes, body_us=tiled_body(split_k),
-    tiling="complex",
+    "matmul_split_k", block_dim=tiled_block_dim(split_k), flops=matmul_flops, bytes=io_bytes,
+    body_us=tiled_body(split_k), tiling="complex",
 )
-register_cost_rule("linear", block_dim=matmul_block_dim, flops=matmul_flops, bytes=linear_bytes, body_us=matmul_us, tiling="complex")
+register_cost_rule(
+    "linear", block_dim=matmul_block_dim, flops=matmul_flops, bytes=linear_bytes, body_us=matmul_us, tiling="complex"
+)
 register_cost_rule(
     "grouped_matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=grouped_matmul_bytes, body_us=matmul_us,
     tiling="complex",
@@ -406,7 +411,8 @@ register_cost_rule(
     "bnsd_attention", block_dim=all_cores, flops=bnsd_attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex"
 )
 register_cost_rule(
-    "elementwise", block_dim=vector_block_dim, flops=elementwise_flops, bytes=io_bytes, body_us=roofline_us, pointwise=True
+    "elementwise", block_dim=vector_block_dim, flops=elementwise_flops, bytes=io_bytes, body_us=roofline_us,
+    pointwise=True,
 )
 register_cost_rule("reduction", block_dim=vector_block_dim, flops=reduction_flops, bytes=io_bytes, body_us=roofline_us)
 register_cost_rule("copy", block_dim=vector_block_dim, flops=no_flops, bytes=io_bytes, body_us=roofline_us)
@@ -422,6 +428,12 @@ register_cost_rule(
 )
 register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us, hbm=False)
 register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us, hbm=False)
-register_cost_rule("mc2_dispatch", block_dim=all_cores, flops=no_flops, bytes=dispatch_bytes, body_us=mc2_dispatch_us, tiling="complex", hbm=False)
-register_cost_rule("mc2_combine", block_dim=all_cores, flops=no_flops, bytes=combine_bytes, body_us=mc2_combine_us, tiling="complex", hbm=False)
+register_cost_rule(
+    "mc2_dispatch", block_dim=all_cores, flops=no_flops, bytes=dispatch_bytes, body_us=mc2_dispatch_us,
+    tiling="complex", hbm=False,
+)
+register_cost_rule(
+    "mc2_combine", block_dim=all_cores, flops=no_flops, bytes=combine_bytes, body_us=mc2_combine_us, tiling="complex",
+    hbm=False,
+)
 register_cost_rule("prefetch", block_dim=one_core, flops=no_flops, bytes=prefetch_bytes, body_us=prefetch_us)

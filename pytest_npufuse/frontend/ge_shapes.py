@@ -42,7 +42,9 @@ def _items(args: Any) -> Iterator[Any]:
 
 def size_arguments(node: torch.fx.Node) -> list[str]:
     """The symbolic sizes among ``node``'s arguments, each once, in argument order."""
-    names = [arg.name for arg in _items((node.args, node.kwargs)) if isinstance(arg, torch.fx.Node) and is_symbolic(arg)]
+    names = [
+        arg.name for arg in _items((node.args, node.kwargs)) if isinstance(arg, torch.fx.Node) and is_symbolic(arg)
+    ]
     return list(dict.fromkeys(names))
 
 
@@ -50,6 +52,8 @@ def packed_length(node: torch.fx.Node) -> int:
     """How many sizes the shape tensor of ``node`` holds: the length of the size list that carries a
     symbolic size (``view(x, [s0, 4096])`` packs two), else the symbolic arguments themselves."""
     for arg in (*node.args, *node.kwargs.values()):
-        if isinstance(arg, (list, tuple)) and any(isinstance(item, torch.fx.Node) and is_symbolic(item) for item in arg):
+        if isinstance(arg, (list, tuple)) and any(
+            isinstance(item, torch.fx.Node) and is_symbolic(item) for item in arg
+        ):
             return len(arg)
     return max(1, len(size_arguments(node)))

@@ -367,9 +367,12 @@ class _ProgramBuilder:
         sizes = self._sizes_of(node)
         if not sizes:
             return ()
-        return (self._ge_kernel(ge_shapes.PACK, sizes, f"{node.name}_sizes", node, length=ge_shapes.packed_length(node)),)
+        length = ge_shapes.packed_length(node)
+        return (self._ge_kernel(ge_shapes.PACK, sizes, f"{node.name}_sizes", node, length=length),)
 
-    def _ge_kernel(self, op_type: str, inputs: tuple[str, ...], buffer: str, node: torch.fx.Node, length: int = 1) -> str:
+    def _ge_kernel(
+        self, op_type: str, inputs: tuple[str, ...], buffer: str, node: torch.fx.Node, length: int = 1
+    ) -> str:
         """One of GE's size kernels (:mod:`.ge_shapes`) writing the int64 buffer ``buffer``."""
         info = self.catalog.lookup(op_type)
         name = self._kernel_name(info.kernel_type)
@@ -378,8 +381,8 @@ class _ProgramBuilder:
         flops, nbytes = cost.kernel_work(info, input_specs, [output], list(inputs))
         self.buffers[buffer] = Buffer(buffer, output, name)
         self.kernels.append(Kernel(
-            index=len(self.kernels), name=name, node=buffer, op_type=op_type, info=info, inputs=inputs, outputs=(buffer,),
-            output_specs=(output,), annotations=self._annotations(), flops=flops, bytes=nbytes, compute_dtype="int64",
+            index=len(self.kernels), name=name, node=buffer, op_type=op_type, info=info, inputs=inputs,
+            outputs=(buffer,), output_specs=(output,), annotations=self._annotations(), flops=flops, bytes=nbytes, compute_dtype="int64",
             source=source_line(node), input_specs=tuple(input_specs), modules=self._modules(node),
         ))
         self.index_of_name[name] = len(self.kernels) - 1
@@ -513,7 +516,9 @@ def mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:
     return tuple(written)
 
 
-def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes | None = None, size_ops: bool = False) -> Program:
+def build_program(
+    gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes | None = None, size_ops: bool = False
+) -> Program:
     """The program IR of one aten graph; ``sizes`` gives the symbolic input sizes of a dynamic-shape
     graph their values for one call (see :func:`input_sizes`); ``size_ops`` adds the size kernels GE
     runs for a graph it host-schedules (:mod:`.ge_shapes`; a graph on gears is static per gear)."""

@@ -253,7 +253,8 @@ def schedule(
         if eager and kernel.info.ge_shape:
             continue  # eager computes sizes in Python
         after = _value_sync(kernel, program, task_of, device, device_index, host["stream_sync"], threads)
-        if task.name in device_index and config.ge_fusion and not eager and _fused_into_previous(kernel, previous, program):
+        fused = config.ge_fusion and not eager and _fused_into_previous(kernel, previous, program)
+        if task.name in device_index and fused:
             device.release(device_index[task.name], launched)
             previous = kernel
             continue

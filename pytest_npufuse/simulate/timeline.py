@@ -33,7 +33,9 @@ from ..target.profile import HardwareProfile
 from ..vocabulary import Vocabulary
 from .l2 import effective_bytes
 from .device import HBM_POOL, HBM_UNITS, DeviceModel, DeviceTask
-from .host import EAGER, GRAPH_REPLAY, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
+from .host import (
+    EAGER, GRAPH_REPLAY, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
+)
 
 
 class KernelRun(NamedTuple):
@@ -209,7 +211,9 @@ class _Facts:
                 for kernel, key in zip(kernels, keys)
             )
             layout = self._lay_out(subs, segment, block_dim)
-            nbytes = sum(kernel.bytes for kernel in kernels if kernel.info.engine in _HBM_ENGINES and cost.reads_hbm(kernel.info))
+            nbytes = sum(
+                kernel.bytes for kernel in kernels if kernel.info.engine in _HBM_ENGINES and cost.reads_hbm(kernel.info)
+            )
             layout = self._layouts[key] = layout._replace(needs=layout.needs + self.hbm_share(nbytes, layout.duration_us))
         return layout
 
@@ -352,7 +356,8 @@ class _DeviceBuild:
         for task, shape, start, cold in zip(self.tasks, self.shapes, device.start, device.cold):
             stream = self.streams[task.stream]
             name, op_type, end, dim, engine, kernel_type = shape.row
-            append(_new_tuple(KernelRun, (name, op_type, stream, start + 0.0, start + cold + end, dim, engine, None, kernel_type)))
+            row = (name, op_type, stream, start + 0.0, start + cold + end, dim, engine, None, kernel_type)
+            append(_new_tuple(KernelRun, row))
             start += cold
             layout = shape.layout
             if layout is not None:

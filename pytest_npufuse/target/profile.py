@@ -132,8 +132,8 @@ _FRACTIONS = {
 }
 _ZERO_FRACTIONS = {("efficiency", "pipeline_overlap")}
 _HOST_KEYS = (
-    "infer_shape", "tiling", "tiling_complex", "tiling_cache_hit", "alloc", "free", "launch", "h2d_copy", "host_op", "stream_sync",
-    "eager_dispatch",
+    "infer_shape", "tiling", "tiling_complex", "tiling_cache_hit", "alloc", "free", "launch", "h2d_copy", "host_op",
+    "stream_sync", "eager_dispatch",
 )
 
 
@@ -227,7 +227,9 @@ def _check_range(value: float, section: str, key: str, where: str) -> None:
     """Every number of a profile is finite (a nan never compares, so the device model would wait for a
     time that never comes) and not negative; a count or rate of zero would divide by zero later, and an
     efficiency is a share of the peak, at most 1."""
-    may_be_zero = section in _ZERO_ALLOWED_SECTIONS or (section, key) in _ZERO_ALLOWED or (section, key) in _ZERO_FRACTIONS
+    may_be_zero = (
+        section in _ZERO_ALLOWED_SECTIONS or (section, key) in _ZERO_ALLOWED or (section, key) in _ZERO_FRACTIONS
+    )
     fraction = (section, key) in _FRACTIONS
     bad = not math.isfinite(value) or value < 0 or (value == 0 and not may_be_zero) or (fraction and value > 1)
     if bad:

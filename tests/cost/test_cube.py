@@ -2,8 +2,6 @@
 
 from dataclasses import replace
 
-import pytest
-
 from pytest_npufuse import cost
 from pytest_npufuse.cost.cube import Gemm, Tiling, cube_us, hbm_traffic
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
@@ -11,10 +9,24 @@ from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.target.profile import load_profile
 
 B3 = load_profile("910b3")  # 20 Cube cores
-CATALOG = load_catalog({
-    "t::tiles": {"engine": "cube", "fusable": False, "sync_all": False, "block_dim": "auto", "cost": "matmul_tiles"},
-    "t::split_k": {"engine": "cube", "fusable": False, "sync_all": False, "block_dim": "auto", "cost": "matmul_split_k"},
-})
+CATALOG = load_catalog(
+    {
+        "t::tiles": {
+            "engine": "cube",
+            "fusable": False,
+            "sync_all": False,
+            "block_dim": "auto",
+            "cost": "matmul_tiles",
+        },
+        "t::split_k": {
+            "engine": "cube",
+            "fusable": False,
+            "sync_all": False,
+            "block_dim": "auto",
+            "cost": "matmul_split_k",
+        },
+    }
+)
 
 
 def matmul(op, m, n, k, dtype="float16"):
@@ -50,7 +62,10 @@ def test_a_one_tile_matmul_walks_k_on_one_core_and_split_k_spreads_it():
 
 def test_the_pipeline_hides_loads_under_the_cube_only_as_far_as_it_overlaps():
     kernel = matmul("t::tiles", 2048, 2048, 4096)
-    serial, overlapped = body(kernel, replace(B3, pipeline_overlap=0.0)), body(kernel, replace(B3, pipeline_overlap=1.0))
+    serial, overlapped = (
+        body(kernel, replace(B3, pipeline_overlap=0.0)),
+        body(kernel, replace(B3, pipeline_overlap=1.0)),
+    )
     assert serial > 1.3 * overlapped
 
 

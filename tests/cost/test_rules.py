@@ -44,7 +44,8 @@ def test_decode_matmul_splits_n_and_k_over_every_cube_core():
     assert cost.block_dim(kernel, A3) == A3.aic
     body = cost.body_us(kernel, A3.aic, A3)
     # the weights stream through every core's DDR path: no faster than that path or HBM allow
-    streaming = kernel.bytes / (min(A3.hbm_gbps * A3.memory_efficiency, A3.core_ddr_bytes_per_cycle * A3.cube_mhz * 24 / 1000) * 1e3)
+    core_path = A3.core_ddr_bytes_per_cycle * A3.cube_mhz * 24 / 1000
+    streaming = kernel.bytes / (min(A3.hbm_gbps * A3.memory_efficiency, core_path) * 1e3)
     assert streaming <= body <= 1.5 * streaming  # plus the pipeline fill and the activation slices each tile reads
 
 
@@ -127,11 +128,13 @@ def test_mc2_dispatch_and_combine_scale_with_tokens_and_ranks():
     def dispatch(tokens, ranks):
         builder = ProgramBuilder()
         x, topk = builder.input("x", (tokens, 7168), "int8"), builder.input("topk", (tokens, 8), "int32")
-        kernel = kernel_of(builder, builder.op("npu::npu_moe_distribute_dispatch", [x, topk], (tokens * 8, 7168), "int8"))
+        out = builder.op("npu::npu_moe_distribute_dispatch", [x, topk], (tokens * 8, 7168), "int8")
+        kernel = kernel_of(builder, out)
         return cost.body_us(kernel, A3.aiv, replace(A3, comm_ranks=ranks, mc2_rank_us=0.5))
 
     assert dispatch(16, 16) < dispatch(128, 16) < dispatch(512, 16)
-    assert dispatch(128, 32) - dispatch(128, 8) == pytest.approx(2 * 0.5 * 24 + 7168 * 1024 * (31 / 32 - 7 / 8) / (A3.comm_gbps * A3.comm_efficiency * 1e3))
+    link = A3.comm_gbps * A3.comm_efficiency * 1e3
+    assert dispatch(128, 32) - dispatch(128, 8) == pytest.approx(2 * 0.5 * 24 + 7168 * 1024 * (31 / 32 - 7 / 8) / link)
 
 
 def test_collective_time_follows_message_size_and_link_bandwidth():

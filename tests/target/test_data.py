@@ -41,14 +41,17 @@ def test_every_sku_is_a_builtin_target_with_its_own_cores_clock_and_memory():
     re-clocked A2; a2 and a3 are aliases of one SKU each and keep their own names."""
     profiles = {name: load_profile(name) for name in SKU_TARGETS}
     assert {name: (p.aic, p.cube_mhz) for name, p in profiles.items()} == {
-        "910b1": (24, 1850.0), "910b2": (24, 1800.0), "910b3": (20, 1800.0), "910b4": (20, 1500.0), "910c": (24, 1850.0),
+        "910b1": (24, 1850.0), "910b2": (24, 1800.0), "910b3": (20, 1800.0), "910b4": (20, 1500.0),
+        "910c": (24, 1850.0),
     }
     assert profiles["910b4"].hbm_gbps < profiles["910b2"].hbm_gbps / 1.9 and profiles["910b4"].l2_mib == 96
     assert all(p.aicpu == 4 for p in profiles.values())
-    assert profiles["910b3"].cube_tflops["int8"] == pytest.approx(2 * profiles["910b3"].cube_tflops["bfloat16"], abs=0.1)
+    b3 = profiles["910b3"].cube_tflops
+    assert b3["int8"] == pytest.approx(2 * b3["bfloat16"], abs=0.1)
     for alias, sku in TARGET_ALIASES.items():
         aliased, real = load_profile(alias), profiles[sku]
-        assert aliased.name == alias and (aliased.soc, aliased.aic, aliased.cube_mhz) == (real.soc, real.aic, real.cube_mhz)
+        assert aliased.name == alias
+        assert (aliased.soc, aliased.aic, aliased.cube_mhz) == (real.soc, real.aic, real.cube_mhz)
     assert set(BUILTIN_TARGETS) == {*SKU_TARGETS, "a2", "a3"}
 
 
