@@ -382,7 +382,8 @@ class _ProgramBuilder:
         self.buffers[buffer] = Buffer(buffer, output, name)
         self.kernels.append(Kernel(
             index=len(self.kernels), name=name, node=buffer, op_type=op_type, info=info, inputs=inputs,
-            outputs=(buffer,), output_specs=(output,), annotations=self._annotations(), flops=flops, bytes=nbytes, compute_dtype="int64",
+            outputs=(buffer,), output_specs=(output,), annotations=self._annotations(), flops=flops, bytes=nbytes,
+            compute_dtype="int64",
             source=source_line(node), input_specs=tuple(input_specs), modules=self._modules(node),
         ))
         self.index_of_name[name] = len(self.kernels) - 1
