@@ -291,7 +291,9 @@ class Decoder:
                 names = {kernel.node: kernel.name for kernel in self.b.kernels}
                 self.syncs.append(Event(f"h{layer}", names[h], names[su]))
         local = max(1, experts // d.ep)
-        routed = t * top_k
+        # each token's top_k copies land on the dies holding those experts: a die receives its tokens' worth
+        # under data-parallel attention, its 1/attn_tp share when attn_tp dies hold the same tokens
+        routed = max(1, t * top_k // d.attn_tp) if d.ep > 1 else t * top_k
         weight_dtype, k_scale = ("int8", 1) if d.quant != "bf16" else ("bfloat16", 1)
         if d.moe_bits == 4:
             weight_dtype, k_scale = "int8", 2  # two int4 weights per byte
@@ -422,7 +424,7 @@ def deployment_of(row: Row, config: Mapping[str, Any], prefill: bool = False, **
             ep=ep,
             prefill=prefill,
             quant="bf16" if quant.startswith("bf16") or "bfloat16" in quant else "w8a8",
-            moe_bits=4 if "w4a8" in quant else 8 if quant != "bf16" else 16,
+            moe_bits=4 if "w4a8" in quant or "int4" in quant else 8 if quant != "bf16" else 16,
             kv_bytes=1 if re.search(r"c8\b", quant) else 2,
             drafts=drafts,
         ),

@@ -10,7 +10,8 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
   so a skinny decode matmul streams its weights over every core at HBM speed. The Cube works on
   ``cube_fractal``-sized fractals, so an output of ``[b, 1, 1]`` costs a full fractal per batch (seed
   003's BatchMatMul degradation).
-- **bytes touched**: a tensor passed twice is read once; a grouped matmul reads only the experts its
+- **bytes touched**: a tensor passed twice is read once; an in-place cache update (``cache_update``) writes
+  its slots, not the cache; a grouped matmul reads only the experts its
   rows hit (expected distinct experts under uniform routing); a row gather reads the rows it returns,
   not the whole table; an element gather or scatter pays ``access_bytes`` per element it addresses (one
   memory transaction each: GatherElements vs GatherV2, seed 003); an input a prefetch put in L2 costs no
@@ -173,6 +174,22 @@ def scatter_bytes(work: Work) -> int:
     return io_bytes(work) + indices * work.access_bytes
 
 
+def _updates(work: Work, destination: int) -> int:
+    """Bytes of the values an in-place update writes: every non-index input but the destination."""
+    return sum(
+        spec.nbytes for position, spec in enumerate(work.inputs)
+        if position != destination and spec.dtype not in ("int32", "int64")
+    )
+
+
+def cache_update_bytes(work: Work) -> int:
+    """An in-place scatter into a cache (ScatterNdUpdate or Scatter writing a KV cache) reads its indices
+    and updates and writes the updated slots; the cache itself (its largest input) is neither read nor
+    rewritten, whatever size the op's result is declared with."""
+    destination = _largest(work)
+    return _read(work, skip=destination) + _updates(work, destination)
+
+
 def _message(work: Work) -> int:
     return max(sum(spec.nbytes for spec in work.inputs), _written(work))
 
@@ -293,6 +310,14 @@ def vector_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
     written = sum(spec.nbytes for spec in kernel.output_specs)
     read = sum(spec.nbytes for spec in kernel.input_specs)
     return -(-max(read, written) // profile.vector_block_bytes)
+
+
+def cache_update_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
+    """One Vector block per ``vector_block_bytes`` of the slots written (not of the cache)."""
+    specs = kernel.input_specs
+    destination = max(range(len(specs)), key=lambda i: specs[i].nbytes, default=-1)
+    moved = sum(spec.nbytes for i, spec in enumerate(specs) if i != destination)
+    return max(1, -(-moved // profile.vector_block_bytes))
 
 
 def all_cores(kernel: "Kernel", profile: "HardwareProfile") -> int:
@@ -416,6 +441,9 @@ register_cost_rule(
 )
 register_cost_rule("reduction", block_dim=vector_block_dim, flops=reduction_flops, bytes=io_bytes, body_us=roofline_us)
 register_cost_rule("copy", block_dim=vector_block_dim, flops=no_flops, bytes=io_bytes, body_us=roofline_us)
+register_cost_rule(
+    "cache_update", block_dim=cache_update_block_dim, flops=no_flops, bytes=cache_update_bytes, body_us=roofline_us
+)
 register_cost_rule("fill", block_dim=vector_block_dim, flops=no_flops, bytes=output_bytes, body_us=roofline_us)
 register_cost_rule("gather_rows", block_dim=vector_block_dim, flops=no_flops, bytes=gather_rows_bytes, body_us=roofline_us)
 register_cost_rule("gather_elements", block_dim=vector_block_dim, flops=no_flops, bytes=gather_elements_bytes, body_us=roofline_us)

@@ -183,3 +183,12 @@ def test_scaled_dot_product_attention_is_flash_attention_priced_by_its_arithmeti
         (kernel,) = [k for k in program.kernels if k.info.kernel_type == "FlashAttentionScore"]
         flops[rows] = kernel.flops
     assert flops[1] == 4 * 8 * 128 * 512 and flops[512] == 512 * flops[1]
+
+
+def test_an_in_place_cache_update_touches_the_slots_it_writes_not_the_cache():
+    builder = ProgramBuilder()
+    cache, idx = builder.input("cache", (48, 4096, 576), "int8"), builder.input("idx", (48, 1), "int64")
+    rows = builder.input("rows", (48, 576), "int8")
+    kernel = kernel_of(builder, builder.op("npu::npu_scatter_nd_update", [cache, idx, rows], (48, 4096, 576), "int8"))
+    assert kernel.bytes == 48 * 8 + 2 * 48 * 576
+    assert cost.block_dim(kernel, A3) == -(-(48 * 8 + 48 * 576) // A3.vector_block_bytes)  # blocks of the slots, not the cache
