@@ -11,9 +11,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from pytest_npufuse.plan.tasks import Variant
-
 from . import host_rows, kernels, pairs
+from .gaps import gap_of
 from .rows import Profiles, Row
 
 
@@ -65,7 +64,14 @@ _PAIRS: dict[str, Callable[[Row, Profiles], tuple[float, float]]] = {
 
 
 def evaluate(row: Row, profiles: Profiles) -> Outcome:
-    """The row's published and modeled numbers."""
+    """The row's published and modeled numbers; a row outside +-30% names what the model lacks for it."""
+    outcome = _evaluate(row, profiles)
+    if outcome.modeled is not None and abs(outcome.error) > 0.3:
+        return replace(outcome, lacks=gap_of(row.id))
+    return outcome
+
+
+def _evaluate(row: Row, profiles: Profiles) -> Outcome:
     try:
         if not row.is_pair:
             return Outcome(row, row.get("value"), _value(row, profiles))
@@ -80,8 +86,3 @@ def evaluate(row: Row, profiles: Profiles) -> Outcome:
     return Outcome(row, row.get("before") / row.get("after"), before / after, (published_gain, before - after))
 
 
-def with_lacks(outcome: Outcome, lacks: str) -> Outcome:
-    return replace(outcome, lacks=lacks)
-
-
-BASELINE = Variant.BASELINE

@@ -35,7 +35,7 @@ PARAMETERS = (
     ("aicpu", "bytes_per_us_per_core", 2000.0, 50.0, 20000.0),
     ("host_us", "eager_dispatch", 10.0, 0.0, 300.0),
 )
-STEPS = (0.5, 0.7, 0.85, 1.2, 1.4, 2.0)
+STEPS = (0.5, 0.75, 1.33, 2.0)
 # A constant whose prior is zero starts from these shares of its range.
 FROM_ZERO = (0.02, 0.1, 0.3)
 CAP = math.log(4.0)

@@ -450,18 +450,26 @@ def program_of(row: Row, deployment: Deployment):
     return _PROGRAMS[key]
 
 
+# What a plan reads of a profile: core counts, tile shapes, SuperKernel support and the collective group.
+# The fit moves none of these, so a plan is reused across its trials.
+_PLAN_FIELDS = (
+    "aic", "aiv", "cube_tile_m", "cube_tile_n", "decode_tile_n", "decode_tile_k", "vector_block_bytes",
+    "superkernel_supported", "superkernel_max_streams", "comm_ranks",
+)
+_PLANS: dict[tuple, object] = {}
+_MODES = {"ge_graph": "max-autotune", "aclgraph": "npugraph_ex", "npugraph_ex": "npugraph_ex", "eager": "eager",
+          "inductor": "npugraph_ex"}
+
+
 def step_report(row: Row, profile: HardwareProfile, deployment: Deployment, mode: str, variant: str = Variant.VARIANT):
     """Simulate one step of the row's model under ``deployment`` in ``mode`` (ge_graph, aclgraph,
     npugraph_ex or eager)."""
     program, syncs = program_of(row, deployment)
-    run_mode = {
-        "ge_graph": "max-autotune",
-        "aclgraph": "npugraph_ex",
-        "npugraph_ex": "npugraph_ex",
-        "eager": "eager",
-        "inductor": "npugraph_ex",
-    }[mode]
-    plan = plan_program(
-        program, profile, variant=variant, mode=run_mode, syncs=syncs if variant != Variant.BASELINE else ()
-    )
+    run_mode = _MODES[mode]
+    key = (row.id, deployment, run_mode, variant, profile.name, *(getattr(profile, name) for name in _PLAN_FIELDS))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = plan_program(
+            program, profile, variant=variant, mode=run_mode, syncs=syncs if variant != Variant.BASELINE else ()
+        )
     return simulate(program, plan, profile, host=HostConfig(threads=1))

@@ -32,23 +32,19 @@ def effective_bytes(program: Program, profile: HardwareProfile) -> dict[str, int
     l2_rate = profile.core_l2_bytes_per_cycle * profile.vector_mhz * (profile.aic + profile.aiv) / 1000.0
     saving = max(0.0, 1.0 - profile.hbm_gbps / l2_rate)
     everything = _footprint(program) <= capacity
+    buffers = program.buffers
     written = 0
     produced_at: dict[str, int] = {}
     result: dict[str, int] = {}
-    for kernel in program.kernels:
+    for kernel, reads in zip(program.kernels, program.reads):
         fresh = 0
-        seen: set[str] = set()
-        for name in kernel.inputs:
-            storage = program.storage(name)
-            if storage in seen:
-                continue
-            seen.add(storage)
+        for storage in reads:
             at = produced_at.get(storage)
             if everything or (at is not None and written - at <= capacity):
-                fresh += program.buffers[storage].spec.nbytes
+                fresh += buffers[storage].spec.nbytes
         if fresh and kernel.bytes and cost.reads_hbm(kernel.info):
             result[kernel.name] = max(0, round(kernel.bytes - min(fresh, kernel.bytes) * saving))
-        for name in kernel.outputs:
-            produced_at[program.storage(name)] = written
-        written += sum(spec.nbytes for spec in kernel.output_specs)
+        for spec, name in zip(kernel.output_specs, kernel.outputs):
+            produced_at[name] = written
+            written += spec.nbytes
     return result

@@ -19,7 +19,6 @@ import gc
 import math
 from dataclasses import dataclass
 from itertools import count, repeat
-from dataclasses import replace
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
@@ -169,7 +168,7 @@ class _Facts:
         """The kernel with the HBM bytes it really pulls, once L2-resident inputs are taken out
         (:mod:`~pytest_npufuse.simulate.l2`)."""
         nbytes = self.effective.get(kernel.name)
-        return kernel if nbytes is None else replace(kernel, bytes=nbytes)
+        return kernel if nbytes is None else kernel.with_bytes(nbytes)
 
     def body_us(self, kernel: Kernel, dim: int) -> float:
         info = kernel.info
