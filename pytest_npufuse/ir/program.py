@@ -142,9 +142,19 @@ class Program:
         return self.by_name[name]
 
     @cached_property
-    def reads(self) -> tuple[tuple[str, ...], ...]:
-        """Per kernel, the buffers whose memory it reads (views resolved to what they alias), each once."""
-        return tuple(tuple(dict.fromkeys(self.storage(name) for name in kernel.inputs)) for kernel in self.kernels)
+    def reads(self) -> tuple[tuple[tuple[str, int], ...], ...]:
+        """Per kernel, the buffers whose memory it reads (views resolved to what they alias), each once,
+        with their sizes in bytes."""
+        buffers = self.buffers
+        return tuple(
+            tuple((storage, buffers[storage].spec.nbytes) for storage in dict.fromkeys(map(self.storage, kernel.inputs)))
+            for kernel in self.kernels
+        )
+
+    @cached_property
+    def footprint(self) -> int:
+        """Bytes of every buffer that owns memory (views excluded): what one run touches at most."""
+        return sum(buffer.spec.nbytes for buffer in self.buffers.values() if buffer.alias_of is None)
 
     def producer(self, buffer: str) -> Kernel | None:
         """The kernel that wrote the memory ``buffer`` lives in, or None for graph inputs."""

@@ -21,28 +21,31 @@ from ..ir.program import Program
 from ..target.profile import HardwareProfile
 
 
-def _footprint(program: Program) -> int:
-    return sum(buffer.spec.nbytes for buffer in program.buffers.values() if buffer.alias_of is None)
-
-
 def effective_bytes(program: Program, profile: HardwareProfile) -> dict[str, int]:
     """Kernel name -> HBM bytes once L2-resident inputs are priced at the L2 rate (kernels with none
     are absent)."""
     capacity = profile.l2_mib * 2**20 * profile.l2_activation_share
     l2_rate = profile.core_l2_bytes_per_cycle * profile.vector_mhz * (profile.aic + profile.aiv) / 1000.0
     saving = max(0.0, 1.0 - profile.hbm_gbps / l2_rate)
-    everything = _footprint(program) <= capacity
-    buffers = program.buffers
+    everything = program.footprint <= capacity
     written = 0
     produced_at: dict[str, int] = {}
     result: dict[str, int] = {}
+    streams_hbm: dict[int, bool] = {}
     for kernel, reads in zip(program.kernels, program.reads):
         fresh = 0
-        for storage in reads:
+        for storage, nbytes in reads:
+            if everything:
+                fresh += nbytes
+                continue
             at = produced_at.get(storage)
-            if everything or (at is not None and written - at <= capacity):
-                fresh += buffers[storage].spec.nbytes
-        if fresh and kernel.bytes and cost.reads_hbm(kernel.info):
+            if at is not None and written - at <= capacity:
+                fresh += nbytes
+        info = kernel.info
+        hbm = streams_hbm.get(id(info))
+        if hbm is None:
+            hbm = streams_hbm[id(info)] = cost.reads_hbm(info)
+        if fresh and kernel.bytes and hbm:
             result[kernel.name] = max(0, round(kernel.bytes - min(fresh, kernel.bytes) * saving))
         for spec, name in zip(kernel.output_specs, kernel.outputs):
             produced_at[name] = written

@@ -205,6 +205,7 @@ class _Facts:
                segment.code_copies, segment.flush_before, segment.flush_after, block_dim)
         layout = self._layouts.get(key)
         if layout is None:
+            kernels = tuple(map(self.priced, kernels)) if self.effective else kernels
             subs = tuple(
                 (key[1], self.body_us(kernel, key[1]), kernel.info.engine, kernel.info.sync_all, kernel.info.kernel_type)
                 for kernel, key in zip(kernels, keys)
@@ -269,12 +270,12 @@ def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
     kernels = itemgetter(*names)(program.by_name) if len(names) > 1 else (program.by_name[names[0]],)
     cap = task.block_dim
     vector_cap = cap * _AIV_PER_AIC.get(task.segment.kernel_type, 1)
-    if facts.effective:
-        kernels = tuple(facts.priced(kernel) for kernel in kernels)
+    effective = facts.effective
     keys = []
     for kernel, dim in zip(kernels, task.segment.kernel_dims):
         limit = vector_cap if kernel.info.engine == "vector" else cap
-        keys.append((id(kernel.info), dim if dim < limit else limit, kernel.flops, kernel.bytes, kernel.compute_dtype))
+        nbytes = effective.get(kernel.name, kernel.bytes) if effective else kernel.bytes
+        keys.append((id(kernel.info), dim if dim < limit else limit, kernel.flops, nbytes, kernel.compute_dtype))
     layout = facts.superkernel(kernels, tuple(keys), task.segment, cap)
     row = (task.name, SUPERKERNEL_OP, layout.duration_us, cap, task.engine, "SuperKernel")
     return _new_tuple(_Shape, (layout.duration_us, layout.needs, row, kernels, layout))
@@ -319,16 +320,15 @@ class _DeviceBuild:
         dispatch_us = {engine: profile.dispatch_us(engine) for engine in _POOL_OF}
         self.shapes: list[_Shape] = []
         self.tasks: list[DeviceTask] = []
-        by_name, timings = program.by_name, facts.timings
+        by_name, timings, effective = program.by_name, facts.timings, facts.effective
         for task, task_waits, task_records in zip(device_tasks, waits, records):
             if task.segment is None:
                 # An ordinary kernel, inline: most tasks are one, and a call per task shows in the run time.
                 kernel = by_name[task.kernels[0]]
-                if facts.effective:
-                    kernel = facts.priced(kernel)
                 info, dim = kernel.info, task.block_dim
-                key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype, kernel.output_specs)
-                end, needs = timings.get(key) or facts.timing(kernel, dim, key)
+                nbytes = effective.get(kernel.name, kernel.bytes) if effective else kernel.bytes
+                key = (id(info), dim, kernel.flops, nbytes, kernel.compute_dtype, kernel.output_specs)
+                end, needs = timings.get(key) or facts.timing(facts.priced(kernel), dim, key)
                 row = (kernel.name, kernel.op_type, end, dim, info.engine, info.kernel_type)
                 shape = _new_tuple(_Shape, (end, needs, row, (), None))
             else:
