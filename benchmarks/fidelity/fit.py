@@ -2,7 +2,8 @@
 
 Only constants marked ``estimate`` are fitted (cited hardware facts never move). The objective is the
 mean of |log(modeled / published)| over the rows, capped at log(4) so one row the model cannot explain
-does not drag every constant, plus a penalty per gain whose sign comes out wrong. The search is a
+does not drag every constant, plus a penalty per gain whose sign comes out wrong; each row weighs
+1/sqrt(rows of its kind) (:func:`loss`). The search is a
 deterministic coordinate descent over a multiplicative grid, in a fixed order: the same rows give the same
 constants on every machine.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from typing import Iterable, Sequence
 
 from .evaluate import Outcome, evaluate
@@ -43,15 +45,22 @@ SIGN_PENALTY = 1.0
 
 
 def loss(outcomes: Sequence[Outcome]) -> float:
-    total = 0.0
+    """Weighted mean of the capped |log ratio| (plus the sign penalty). A row weighs 1/sqrt(rows of its
+    kind), so the 38 kernel rows of a few CATLASS tables do not outvote the steps, the SuperKernel and
+    stream pairs and the collectives, while a kind with more rows still counts for more."""
+    kinds = Counter(outcome.row.kind for outcome in outcomes)
+    total = weights = 0.0
     for outcome in outcomes:
         if outcome.modeled is None:
             continue
+        weight = 1.0 / math.sqrt(kinds[outcome.row.kind])
         ratio = outcome.modeled / outcome.published
-        total += CAP if ratio <= 0 else min(CAP, abs(math.log(ratio)))
+        error = CAP if ratio <= 0 else min(CAP, abs(math.log(ratio)))
         if outcome.sign_right is False:
-            total += SIGN_PENALTY
-    return total / max(1, len(outcomes))
+            error += SIGN_PENALTY
+        total += weight * error
+        weights += weight
+    return total / max(weights, 1e-9)
 
 
 Values = dict[tuple[str, str], float]
