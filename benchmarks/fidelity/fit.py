@@ -23,6 +23,7 @@ from .rows import Profiles, Row
 # notes of the first cost model): every fit, the shipped one and each k-fold one, starts there.
 PARAMETERS = (
     ("efficiency", "compute", 0.7, 0.3, 1.0),
+    ("efficiency", "compute_int8", 0.7, 0.2, 1.0),
     ("efficiency", "memory", 0.8, 0.3, 1.0),
     ("efficiency", "pipeline_overlap", 0.5, 0.0, 1.0),
     ("core_memory", "ddr_bytes_per_cycle", 32.0, 8.0, 110.0),
@@ -37,7 +38,7 @@ PARAMETERS = (
     ("aicpu", "bytes_per_us_per_core", 2000.0, 50.0, 20000.0),
     ("host_us", "eager_dispatch", 10.0, 0.0, 300.0),
 )
-STEPS = (0.5, 0.75, 1.33, 2.0)
+STEPS = (0.25, 0.5, 0.75, 1.33, 2.0, 4.0)
 # A constant whose prior is zero starts from these shares of its range.
 FROM_ZERO = (0.02, 0.1, 0.3)
 CAP = math.log(4.0)

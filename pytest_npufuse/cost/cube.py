@@ -3,7 +3,8 @@
 A matmul on the Cube is cut into output tiles of ``cube_tile_m x cube_tile_n`` (and, with split-K, into
 K slices); each core takes one tile at a time, so ``tiles`` over ``dim`` cores run in ``ceil(tiles / dim)``
 rounds: 24 tiles on 20 cores take two rounds, 20 take one (CATLASS's tuning guide measures exactly that).
-Inside a tile the core loads K blocks of A and B and multiplies them; the two overlap by
+Inside a tile the core loads K blocks of A and B and multiplies them at ``[efficiency] compute`` of the
+per-core peak (``compute_int8`` for int8 operands); the two overlap by
 ``[efficiency] pipeline_overlap`` (double buffering) and the first block's load is not hidden at all
 (pipeline fill, ``cube_k_block`` deep). A tile's loads come through L2: at the per-core L2 rate when
 another core of the same round already brought the panel, at the per-core DDR rate for bytes that come
@@ -127,9 +128,10 @@ def cube_us(
         from_hbm / profile.core_ddr_bytes_per_cycle + (1 - from_hbm) / profile.core_l2_bytes_per_cycle
     ) / profile.cube_mhz
     core_tflops = peak_tflops / profile.cores("cube")
+    efficiency = profile.compute_int8_efficiency if gemm.item_in == 1 else profile.compute_efficiency
 
     def tile_us(rows: int) -> float:
-        compute = 2.0 * rows * n_t * k_t / (core_tflops * 1e6 * profile.compute_efficiency)
+        compute = 2.0 * rows * n_t * k_t / (core_tflops * 1e6 * efficiency)
         move = (
             (rows + n_t) * k_t * gemm.item_in + rows * n_t * (4 if tiling.split_k > 1 else gemm.item_out)
         ) * per_byte

@@ -55,6 +55,7 @@ class HardwareProfile:
     core_ddr_bytes_per_cycle: float
     core_l2_bytes_per_cycle: float
     compute_efficiency: float
+    compute_int8_efficiency: float
     memory_efficiency: float
     pipeline_overlap: float
     l2_activation_share: float
@@ -127,8 +128,8 @@ _ZERO_ALLOWED = {("comm", "latency_us"), ("host", "small_shape_max_elements"), (
 _ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
 # Shares of a peak that a kernel reaches: above 1 would model a chip faster than its own peak.
 _FRACTIONS = {
-    ("efficiency", "compute"), ("efficiency", "memory"), ("efficiency", "pipeline_overlap"), ("comm", "efficiency"),
-    ("efficiency", "l2_activation_share"),
+    ("efficiency", "compute"), ("efficiency", "compute_int8"), ("efficiency", "memory"),
+    ("efficiency", "pipeline_overlap"), ("efficiency", "l2_activation_share"), ("comm", "efficiency"),
 }
 _ZERO_FRACTIONS = {("efficiency", "pipeline_overlap")}
 _HOST_KEYS = (
@@ -175,6 +176,7 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
         core_ddr_bytes_per_cycle=get("core_memory", "ddr_bytes_per_cycle", float),
         core_l2_bytes_per_cycle=get("core_memory", "l2_bytes_per_cycle", float),
         compute_efficiency=get("efficiency", "compute", float),
+        compute_int8_efficiency=get("efficiency", "compute_int8", float),
         memory_efficiency=get("efficiency", "memory", float),
         pipeline_overlap=get("efficiency", "pipeline_overlap", float),
         l2_activation_share=get("efficiency", "l2_activation_share", float),
