@@ -20,7 +20,7 @@ from torch._dynamo.exc import BackendCompilerFailed
 from ..errors import PACKAGE_DIR, NpufuseError
 from ..frontend.tagged_events import EVENTS
 from ..pipeline.backend import ModeledRun, end_run, start_run
-from ..pipeline.chain import CompiledGraph
+from ..pipeline.graph import CompiledGraph
 from ..plan.tasks import ScopePlan
 from ..target.profile import load_profile
 

@@ -21,7 +21,7 @@ from ..plan.tasks import Variant
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
-from .chain import CompiledGraph, GraphOptions, Settings, graph_options, model_graph
+from .graph import CompiledGraph, GraphOptions, Settings, graph_options, mode_of_phase, model_graph
 
 
 @dataclass
@@ -58,7 +58,7 @@ class NpuBackend:
         return CaptureBackend(self.catalog, self._model, decompositions=self.decompositions)
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
-        settings = Settings(self.profile, self.config.mode, self.dynamic or graph.dynamic, self.host)
+        settings = Settings(self.profile, mode_of_phase(self.config.mode, graph.phase), self.dynamic or graph.dynamic, self.host)
         multistream = self.multistream and not self.config.single_stream
         compiled = model_graph(graph, settings, self.variant, self.options, multistream, self.config.aclgraph_superkernel)
         if self.config.watch is not None:

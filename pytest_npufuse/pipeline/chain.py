@@ -16,170 +16,36 @@ second model for the BASELINE.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
-import torch.fx
-import torch.utils._pytree as pytree
 
 from ..advisor.affinity import find_affinity
 from ..errors import ArgumentError, CaptureError
-from ..execute.graph import (
-    Execution,
-    Observer,
-    inputs_of,
-    racy_cone,
-    run_graph,
-    writes_inputs,
-)
-from ..frontend.backend import Capture, CapturedGraph
+from ..execute.graph import Execution, inputs_of, racy_cone, run_graph, writes_inputs
+from ..frontend.backend import Capture
 from ..ir.program import Program
 from ..numerics.compare import compare_outputs
-from ..plan.superkernel import plan_variant
-from ..plan.tasks import Plan, Variant
+from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
-from ..report.plog import write_plog
 from ..report.trace import write_case_traces
-from ..sanitize.checker import SanitizerReport, sanitize
-from ..simulate.clock import DEVICE_CLOCK
 from ..simulate.host import HostConfig, host_config
-from ..simulate.timeline import RunReport, simulate
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
-from ..vocabulary import Mode
-
-
-def _fresh(inputs: Sequence[Any]) -> list[Any]:
-    """Independent copies, so a model that writes to its inputs cannot leak one run into the other."""
-    return [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
-def _output_names(outputs: Any) -> tuple[list[str], list[Any]]:
-    """Flatten the model's outputs and name each leaf by its path, e.g. ``output[0][1]``."""
-    leaves, _ = pytree.tree_flatten_with_path(outputs)
-    return ["output" + pytree.keystr(path) for path, _ in leaves], [leaf for _, leaf in leaves]
-
-
-class CallWatcher(Protocol):
-    """What sees the tensors of each call of a compiled graph (TorchAir's data dump is one)."""
-
-    def for_call(self) -> Observer | None: ...
-
-
-# Plans the watcher of one modeled graph from its mode, aten graph, program and each kernel's stream.
-WatchPlanner = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], "CallWatcher | None"]
-
-
-@dataclass(frozen=True)
-class GraphOptions:
-    """What a compile configuration decides about how its graphs are modeled: the mode, whether every
-    kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
-    text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
-    config's data dump). TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the
-    library's ``mode=`` arguments through :func:`graph_options`."""
-
-    mode: Mode = Mode.MAX_AUTOTUNE
-    single_stream: bool = False
-    aclgraph_superkernel: str | None = None
-    watch: WatchPlanner | None = None
-
-
-def graph_options(mode: str | None) -> GraphOptions:
-    """The options of a ``mode=`` argument: one of TorchAir's modes or the ``eager`` reference (default
-    max-autotune)."""
-    if mode is None:
-        return GraphOptions()
-    if mode not in set(Mode):
-        raise ArgumentError(
-            f"mode={mode!r} is not a mode that can be modeled; use one of {', '.join(repr(m.value) for m in Mode)}."
-        )
-    return GraphOptions(Mode(mode))
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How a graph is planned and simulated: the target, the modeled mode and the host."""
-
-    profile: HardwareProfile
-    mode: str
-    dynamic: bool = False
-    host: HostConfig = HostConfig()
-
-
-@dataclass(frozen=True)
-class CompiledGraph:
-    """One captured graph planned, checked and simulated; calling it computes the outputs."""
-
-    gm: torch.fx.GraphModule
-    program: Program
-    plan: Plan
-    run: RunReport
-    settings: Settings
-    plog_path: str | None = None
-    sanitizer: SanitizerReport | None = None
-    dump: CallWatcher | None = None
-
-    def scopes_ignored(self) -> RunReport:
-        """The same program with its SuperKernel scopes ignored (the BASELINE plan), priced with the
-        same settings (mode, dynamic-shape host scheduling, host threads)."""
-        settings = self.settings
-        plan = plan_variant(
-            self.program, settings.profile, variant=Variant.BASELINE, mode=self.plan.mode, dynamic=settings.dynamic
-        )
-        return simulate(self.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host)
-
-    def poisoned_reads(self) -> Mapping[str, frozenset[str]]:
-        """Per kernel, the inputs it reads in a race (none without a sanitizer run)."""
-        return self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
-
-    def __call__(self, *args: Any) -> list[Any]:
-        """The outputs a device would produce: kernels in issue order (always a legal order for the
-        data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
-        device clock advances by the graph's modeled time. With a data dump, the dumped tensors are
-        written as the graph runs."""
-        observe = self.dump.for_call() if self.dump is not None else None
-        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
-        DEVICE_CLOCK.run(self.run.time_us * 1e-6)
-        return outputs
-
-
-def model_graph(
-    graph: CapturedGraph,
-    settings: Settings,
-    variant: str,
-    options: Mapping[str, str] | None = None,
-    multistream: bool = True,
-    aclgraph_options: str | None = None,
-) -> CompiledGraph:
-    """plan -> sanitize -> simulate for one captured graph (the stages between capture and execute);
-    ``aclgraph_options`` is the aclgraph SuperKernel options text when that is switched on."""
-    plan = plan_variant(
-        graph.program,
-        settings.profile,
-        variant=variant,
-        mode=settings.mode,
-        dynamic=settings.dynamic,
-        options=options,
-        multistream=multistream,
-        aclgraph_options=aclgraph_options,
-    )
-    plog = write_plog(plan.log)
-    checked = sanitize(graph.program, plan.streams) if plan.streams is not None else None
-    deadlock = checked.deadlock.describe() if checked is not None and checked.deadlock is not None else None
-    run = simulate(graph.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
-    return CompiledGraph(graph.gm, graph.program, plan, run, settings, plog and str(plog), checked)
-
-
-def streams_used(graph: CompiledGraph) -> tuple[str, ...]:
-    """Streams the VARIANT's kernels ran on, the default first (sub-kernels of a SuperKernel that fuses
-    two streams count for their own stream)."""
-    plan = graph.plan.streams
-    used = set(plan.kernel_stream.values()) if plan is not None else {task.stream for task in graph.plan.tasks}
-    return tuple(stream for stream in graph.program.streams() if stream in used) or ("default",)
+from .graph import (  # noqa: F401  (GraphOptions and the per-graph names are importable from the chain too)
+    CompiledGraph,
+    GraphOptions,
+    Settings,
+    fresh,
+    graph_options,
+    model_graph,
+    output_names,
+    streams_used,
+)
+from .training import compare_step
 
 
 def capture(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
@@ -200,7 +66,7 @@ class _Outputs:
 def _inputs_for(captured: Capture, inputs: Sequence[Any]) -> Sequence[Any]:
     """The inputs to run on: copies when the graph writes into its inputs, so no run sees another's
     writes and the caller's tensors stay untouched; the caller's own tensors otherwise."""
-    return _fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
+    return fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
 
 
 def _execute(model: Capture, reference: Capture, variant: CompiledGraph, inputs: Sequence[Any]) -> _Outputs:
@@ -239,6 +105,8 @@ def compare(
     trace_dir: str | Path | None = None,
     case: str = "case",
     affinity: bool = False,
+    loss: Callable[[Any], Any] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> CaseReport:
     """Compile and run BASELINE (``reference`` or ``model`` with scopes ignored) and VARIANT, and report.
 
@@ -247,9 +115,24 @@ def compare(
     Perfetto trace and a ``kernel_details.csv`` of each variant are written under
     ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory. ``affinity=True`` adds
     the seed-003 affinity-op findings of the model's graph (``report.findings``).
+
+    ``loss`` makes the check a training step (:mod:`.training`): ``loss(outputs)`` is the scalar the
+    backward starts from, and ``optimizer`` (built over ``model.parameters()``, optional) is stepped; the
+    outputs, the loss, every gradient and every updated parameter are compared bit for bit. The
+    user's model and optimizer are never changed: each run works on a copy.
     """
     catalog = catalog or load_catalog()
     settings = Settings(resolve_profile(target), graph_options(mode).mode, dynamic, host_config(host))
+    if loss is not None:
+        return compare_step(
+            model, inputs, loss=loss, optimizer=optimizer, settings=settings, catalog=catalog, reference=reference,
+            options=options, trace_dir=trace_dir, case=case, affinity=affinity,
+        )
+    if optimizer is not None:
+        raise ArgumentError(
+            "optimizer= needs loss=: a training step runs backward from the loss before the optimizer steps; pass "
+            "loss=lambda outputs: <the scalar loss>."
+        )
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()
@@ -258,8 +141,8 @@ def compare(
     baseline_graph = model_graph(reference_capture.graph, settings, Variant.BASELINE)
     variant_graph = model_graph(captured.graph, settings, Variant.VARIANT, dict(options or {}))
     outputs = _execute(captured, reference_capture, variant_graph, inputs)
-    names, baseline_leaves = _output_names(outputs.baseline)
-    _, variant_leaves = _output_names(outputs.variant)
+    names, baseline_leaves = output_names(outputs.baseline)
+    _, variant_leaves = output_names(outputs.variant)
     if len(baseline_leaves) != len(variant_leaves):
         raise CaptureError(
             f"the reference returns {len(baseline_leaves)} outputs but the model returns {len(variant_leaves)}; "

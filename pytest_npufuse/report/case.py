@@ -78,6 +78,10 @@ class CaseReport:
     ``reference=`` model, the whole VARIANT)."""
     attribution: Mapping[str, Attribution] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
+    phases: tuple[str, ...] = ()
+    """A training step's graphs in the order they ran (``forward``, ``backward``, ``optimizer``); empty
+    for an inference check. Gradients and updated parameters are among ``outputs`` (``grad[<name>]``,
+    ``param[<name>]``)."""
 
     @property
     def speedup(self) -> float:
