@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT / "cases"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from decoder_layers import Decoder, decode_inputs  # noqa: E402
+from timing import check, timed  # noqa: E402
 
 from pytest_npufuse.advisor import advice  # noqa: E402
-from timing import check, timed  # noqa: E402
 
 LAYERS = 61
 TARGET_S = 10.0

@@ -44,12 +44,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from test_superkernel_seed import ModelSuperKernel, seed_inputs  # noqa: E402
+from timing import best_of, timed, timed_command  # noqa: E402
 
 from pytest_npufuse.frontend import backend  # noqa: E402
 from pytest_npufuse.numerics.exact import int_matmul  # noqa: E402
 from pytest_npufuse.pipeline import chain as pipeline  # noqa: E402
 from pytest_npufuse.report.case import CaseReport  # noqa: E402
-from timing import best_of, timed, timed_command  # noqa: E402
 
 SEED_RATIO_TARGET = 1.5
 DECODE_SECONDS_TARGET = 10.0

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests" / "report")]
 
 from browser import Chromium, find_chromium  # noqa: E402
-from timing import check, timed  # noqa: E402
 from simulator_speed import decode_graph  # noqa: E402
+from timing import check, timed  # noqa: E402
 
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, case_report  # noqa: E402
 from pytest_npufuse.report.html import case_view, write_html_report  # noqa: E402

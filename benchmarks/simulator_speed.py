@@ -27,11 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from timing import best_of, check, timed  # noqa: E402
+
 from pytest_npufuse.ir.events import Event  # noqa: E402
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program  # noqa: E402
 from pytest_npufuse.simulate.timeline import simulate  # noqa: E402
 from pytest_npufuse.target.profile import load_profile  # noqa: E402
-from timing import best_of, check, timed  # noqa: E402
 
 TOKENS, HIDDEN, INTER = 16, 7168, 2048
 EXPERT_GROUPS = 20  # routed experts in groups of GMM, SwiGlu, GMM inside the layer's SuperKernel scope

@@ -23,15 +23,7 @@ import torch.fx
 from .. import cost
 from ..errors import CaptureError, NotModeledError, OptionsError, ScopeError
 from ..ir.events import Event, EventKind
-from ..ir.program import (
-    Buffer,
-    Kernel,
-    ModuleFrame,
-    Program,
-    StreamScope,
-    TensorSpec,
-    compute_dtype_of,
-)
+from ..ir.program import Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec, compute_dtype_of
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from . import scopes, syncs

@@ -58,7 +58,8 @@ class NpuBackend:
         return CaptureBackend(self.catalog, self._model, decompositions=self.decompositions)
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
-        settings = Settings(self.profile, mode_of_phase(self.config.mode, graph.phase), self.dynamic or graph.dynamic, self.host)
+        mode = mode_of_phase(self.config.mode, graph.phase)
+        settings = Settings(self.profile, mode, self.dynamic or graph.dynamic, self.host)
         multistream = self.multistream and not self.config.single_stream
         compiled = model_graph(graph, settings, self.variant, self.options, multistream, self.config.aclgraph_superkernel)
         if self.config.watch is not None:

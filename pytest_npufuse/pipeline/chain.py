@@ -35,16 +35,7 @@ from ..report.trace import write_case_traces
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
-from .graph import (  # noqa: F401  (GraphOptions and the per-graph names are importable from the chain too)
-    CompiledGraph,
-    GraphOptions,
-    Settings,
-    fresh,
-    graph_options,
-    model_graph,
-    output_names,
-    streams_used,
-)
+from .graph import CompiledGraph, GraphOptions, Settings, fresh, graph_options, model_graph, output_names, streams_used  # noqa: F401  (GraphOptions and the per-graph names are importable from the chain too)
 from .training import compare_step
 
 

@@ -116,11 +116,13 @@ def compare_step(
     base_graphs = [baseline.of(graph) for graph in ref_graphs]
     var_graphs = [variant.of(graph) for graph in graphs]
     report = _report(settings, base_graphs, var_graphs, names, baseline_leaves, variant_leaves)
+    executed = sum(result.kernels_run for result in baseline_values.results)
+    if variant_values is not baseline_values:
+        executed += sum(result.kernels_run for result in variant_values.results)
     report = replace(
         report,
         captures=len(step.graphs) + (len(ref_step.graphs) if reference is not None else 0),
-        kernels_executed=sum(result.kernels_run for result in baseline_values.results)
-        + (sum(result.kernels_run for result in variant_values.results) if variant_values is not baseline_values else 0),
+        kernels_executed=executed,
         findings=find_affinity(var_graphs[0].program, settings.profile, catalog) if affinity else (),
     )
     if trace_dir is None:

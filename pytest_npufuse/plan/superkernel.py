@@ -33,17 +33,7 @@ from ..target.profile import HardwareProfile
 from ..vocabulary import Engine, Mode
 from .options import ParserPath, SuperKernelOptions, parse_options
 from .streams import StreamPlan, stream_plan
-from .tasks import (
-    LogRecord,
-    Plan,
-    ScopeBreak,
-    ScopeOutcome,
-    ScopePlan,
-    Segment,
-    Task,
-    Variant,
-    between_tasks,
-)
+from .tasks import LogRecord, Plan, ScopeBreak, ScopeOutcome, ScopePlan, Segment, Task, Variant, between_tasks
 
 # debug-aic-num : debug-aiv-num ratio -> SuperKernel kernel type (TorchAir option table, torchair §2.4).
 _DEBUG_RATIOS = {(1, 0): "MIX_AIC_1_0", (0, 1): "MIX_AIV_1_0", (1, 1): "MIX_AIC_1_1", (1, 2): "MIX_AIC_1_2"}

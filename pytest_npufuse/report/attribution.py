@@ -136,10 +136,10 @@ class Attribution:
         rows = [row for row in self.op_types if row.op_type == name]
         if len(rows) <= 1:
             return rows[0] if rows else None
-        return OpStatistic(
-            name, rows[0].core_type, sum(r.count for r in rows), sum(r.total_us for r in rows), min(r.min_us for r in rows),
-            max(r.max_us for r in rows), sum(r.ratio_pct for r in rows), sum(r.backward_us for r in rows),
-        )
+        total, backward = sum(r.total_us for r in rows), sum(r.backward_us for r in rows)
+        count, ratio = sum(r.count for r in rows), sum(r.ratio_pct for r in rows)
+        low, high = min(r.min_us for r in rows), max(r.max_us for r in rows)
+        return OpStatistic(name, rows[0].core_type, count, total, low, high, ratio, backward)
 
     def op_statistic_csv(self) -> str:
         """The rows of msprof's ``op_statistic.csv``, slowest op type first (a training step's with the
@@ -169,15 +169,16 @@ class Attribution:
                  "total_us": round(row.total_us, 3), "self_us": round(row.self_us, 3), "ratio_pct": round(row.ratio_pct, 2)}
                 for row in self.modules
             ],
-            "op_statistic": [
-                {**dict(zip(OP_STATISTIC_COLUMNS, row.row())), **({BACKWARD_COLUMN: f"{row.backward_us:.3f}"} if self.step else {})}
-                for row in self.op_types
-            ],
+            "op_statistic": [self._op_row(row) for row in self.op_types],
             "overlap": {
                 "span_us": round(self.overlap.span_us, 3),
                 **{name: round(share, 2) for name, share in self.overlap.shares().items()},
             },
         }
+
+    def _op_row(self, row: OpStatistic) -> dict[str, Any]:
+        extra = {BACKWARD_COLUMN: f"{row.backward_us:.3f}"} if self.step else {}
+        return {**dict(zip(OP_STATISTIC_COLUMNS, row.row())), **extra}
 
     def lines(self, top: int = 8) -> list[str]:
         """A short text summary: the overlap shares, the slowest op types and the slowest modules."""

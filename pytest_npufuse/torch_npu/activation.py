@@ -25,7 +25,7 @@ def _gelu_kernel(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return torch.nn.functional.gelu(x.to(torch.float32), approximate=approximate).to(x.dtype)
 
 
-@npu_op("(Tensor input, *, str approximate='none') -> Tensor", source=GELU_DOC, meta=_like_input_meta, kernel=_gelu_kernel)
+@npu_op(source=GELU_DOC, meta=_like_input_meta, kernel=_gelu_kernel)
 def npu_gelu(input: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:  # noqa: A002 - torch_npu's name
     """GELU ``x * Phi(x)`` with ``Phi`` the standard normal CDF (``approximate="none"``, erf) or its tanh
     approximation (``"tanh"``).
@@ -44,7 +44,7 @@ def _fast_gelu_kernel(x: torch.Tensor) -> torch.Tensor:
     return (values * torch.sigmoid(FAST_GELU_SLOPE * values)).to(x.dtype)
 
 
-@npu_op("(Tensor self) -> Tensor", source=FAST_GELU_DOC, meta=_like_input_meta, kernel=_fast_gelu_kernel)
+@npu_op(source=FAST_GELU_DOC, meta=_like_input_meta, kernel=_fast_gelu_kernel)
 def npu_fast_gelu(self: torch.Tensor) -> torch.Tensor:
     """FastGelu: ``x * sigmoid(1.702 x)``, computed in float32 and rounded once to the input's dtype.
 
@@ -55,7 +55,7 @@ def npu_fast_gelu(self: torch.Tensor) -> torch.Tensor:
     require_tensor("self", self)
 
 
-@npu_op("(Tensor self) -> Tensor", source=FAST_GELU_DOC, meta=_like_input_meta, kernel=_fast_gelu_kernel)
+@npu_op(source=FAST_GELU_DOC, meta=_like_input_meta, kernel=_fast_gelu_kernel)
 def fast_gelu(self: torch.Tensor) -> torch.Tensor:
     """The older name of :func:`npu_fast_gelu` (``torch_npu.fast_gelu(self) -> Tensor``), the same op."""
     require_tensor("self", self)

@@ -9,7 +9,7 @@ token-major tensors ``[tokens, heads, head_dim]`` (or ``[tokens, heads x head_di
 as int tensors (not cumulative), caches ``[blocks, block_size, kv_heads, head_dim]``, and write a caller's
 ``out`` tensor (or the caches) in place and return None. Here each is one functional op that returns the
 new values; the public wrapper copies them into ``out`` / the caches and returns None (the registry's
-``writes_back`` with ``returns_none``), so a traced graph has one opaque node per call.
+``writes_back`` on a wrapper annotated ``-> None``), so a traced graph has one opaque node per call.
 
 The attention itself is :mod:`.attention`'s computation (fp32 Cube products, fixed-order softmax, one
 rounding), on the variable-length token layout with per-sequence lengths.
@@ -22,15 +22,9 @@ from typing import Any, Optional
 
 import torch
 
+from ..errors import OpArgumentError
 from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _Call, _geometry, _run
-from .checks import (
-    HALF_DTYPES,
-    require_dtype,
-    require_float,
-    require_int,
-    require_shape,
-    require_tensors,
-)
+from .checks import HALF_DTYPES, require_dtype, require_float, require_int, require_shape, require_tensors
 from .memory import write_slots
 from .registry import Out, arguments, npu_op
 
@@ -44,8 +38,8 @@ def _tokens(name: str, tensor: torch.Tensor, heads: int) -> torch.Tensor:
         return tensor
     if tensor.dim() == 2 and tensor.shape[1] % heads == 0:
         return tensor.reshape(tensor.shape[0], heads, tensor.shape[1] // heads)
-    raise ValueError(f"{name} has shape {list(tensor.shape)}; expected [tokens, {heads}, head_dim] or "
-                     f"[tokens, {heads} x head_dim]")
+    raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [tokens, {heads}, head_dim] or "
+                          f"[tokens, {heads} x head_dim]")
 
 
 def _blocks(name: str, cache: torch.Tensor, kv_heads: int) -> torch.Tensor:
@@ -54,28 +48,28 @@ def _blocks(name: str, cache: torch.Tensor, kv_heads: int) -> torch.Tensor:
         return cache.reshape(cache.shape[0], cache.shape[1], -1)
     if cache.dim() == 3 and cache.shape[2] % kv_heads == 0:
         return cache
-    raise ValueError(f"{name} has shape {list(cache.shape)}; expected [blocks, block_size, {kv_heads}, head_dim]")
+    raise OpArgumentError(f"{name} has shape {list(cache.shape)}; expected [blocks, block_size, {kv_heads}, head_dim]")
 
 
 def _check_lengths(name: str, lengths: torch.Tensor, batch: Optional[int] = None) -> None:
     require_dtype(name, lengths, LENGTH_DTYPES)
     if lengths.dim() != 1 or (batch is not None and lengths.shape[0] != batch):
         expected = f"[{batch}]" if batch is not None else "1-D [batch]"
-        raise ValueError(f"{name} has shape {list(lengths.shape)}; expected {expected} (one length per sequence)")
+        raise OpArgumentError(f"{name} has shape {list(lengths.shape)}; expected {expected} (one length per sequence)")
 
 
 def _check_heads(num_heads: int, num_kv_heads: int) -> None:
     require_int("num_heads", num_heads)
     require_int("num_kv_heads", num_kv_heads)
     if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
-        raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (GQA groups)")
+        raise OpArgumentError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (GQA groups)")
 
 
 def _check_out(out: torch.Tensor, query: torch.Tensor, tokens: int, heads: int, value_dim: int) -> Out:
     require_dtype("out", out, (query.dtype,), "(query's dtype)")
     if out.numel() != tokens * heads * value_dim:
-        raise ValueError(f"out has shape {list(out.shape)}; it must hold [{tokens}, {heads}, {value_dim}] "
-                         "(tokens, heads, value head dim)")
+        raise OpArgumentError(f"out has shape {list(out.shape)}; it must hold [{tokens}, {heads}, {value_dim}] "
+                              "(tokens, heads, value head dim)")
     return Out(list(out.shape), out.dtype)
 
 
@@ -101,10 +95,10 @@ def _attend(options: dict[str, Any], batch: int, q_lens: Optional[list[int]] = N
     if q_lens is None:
         return None, geo
     if sum(q_lens) > q.shape[0] or (table is None and sum(kv_lens) > k.shape[0]):
-        raise ValueError(f"the sequence lengths {q_lens} / {kv_lens} add up to more tokens than query "
-                         f"({q.shape[0]}) or key ({k.shape[0]}) holds")
+        raise OpArgumentError(f"the sequence lengths {q_lens} / {kv_lens} add up to more tokens than query "
+                              f"({q.shape[0]}) or key ({k.shape[0]}) holds")
     if table is not None and max(kv_lens, default=0) > geo.kv_len:
-        raise ValueError(f"context lengths {kv_lens} exceed the {geo.kv_len} tokens block_table addresses")
+        raise OpArgumentError(f"context lengths {kv_lens} exceed the {geo.kv_len} tokens block_table addresses")
     if mask is not None:
         mask = mask.reshape(mask.shape[-2:])[: max(q_lens, default=0), : max(kv_lens, default=0)]
     call = _Call(geo, q_lens, kv_lens, float(options["scale_value"]), mode, NO_BAND, NO_BAND)
@@ -115,7 +109,7 @@ def _attend(options: dict[str, Any], batch: int, q_lens: Optional[list[int]] = N
 def _lengths(tensor: torch.Tensor) -> list[int]:
     values = [int(v) for v in tensor.tolist()]
     if any(v < 0 for v in values):
-        raise ValueError(f"sequence lengths {values} must be >= 0")
+        raise OpArgumentError(f"sequence lengths {values} must be >= 0")
     return values
 
 
@@ -127,7 +121,9 @@ def _lengths(tensor: torch.Tensor) -> list[int]:
 def _check_mask_table(mask: torch.Tensor) -> None:
     require_dtype("mask", mask, (torch.float16, torch.bfloat16, torch.float32, torch.bool))
     if mask.dim() not in (2, 3) or (mask.dim() == 3 and mask.shape[0] != 1) or mask.shape[-1] != mask.shape[-2]:
-        raise ValueError(f"mask has shape {list(mask.shape)}; expected [max_seq, max_seq] or [1, max_seq, max_seq]")
+        raise OpArgumentError(
+            f"mask has shape {list(mask.shape)}; expected [max_seq, max_seq] or [1, max_seq, max_seq]"
+        )
 
 
 def _encoder_meta(op: Any, args: tuple, kwargs: dict) -> Out:
@@ -144,7 +140,7 @@ def _encoder_kernel(op: Any, args: tuple, kwargs: dict) -> torch.Tensor:
     options = arguments(op, args, kwargs)
     lengths, mask = _lengths(options["seq_len"]), options.get("mask")
     if mask is not None and mask.shape[-1] < max(lengths, default=0):
-        raise ValueError(f"mask is {list(mask.shape)}; it must cover the longest sequence ({max(lengths)})")
+        raise OpArgumentError(f"mask is {list(mask.shape)}; it must cover the longest sequence ({max(lengths)})")
     return _attend(options, len(lengths), lengths, lengths, mask=mask)[0]
 
 
@@ -157,13 +153,10 @@ def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, Tensor mask, Tensor seq_len, float scale_value, int num_heads, "
-    "int num_kv_heads, Tensor out) -> Tensor",
     source=SOURCE.format("SelfAttentionAtb", "SelfAttentionOperation", "flash_attention"),
     meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention, args, kwargs),
     kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention, args, kwargs),
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
                          seq_len: torch.Tensor, scale_value: float, num_heads: int, num_kv_heads: int,
@@ -190,13 +183,10 @@ def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, Tensor seq_len, float scale_value, int num_heads, int num_kv_heads, "
-    "Tensor out) -> Tensor",
     source=SOURCE.format("SelfAttentionUnpadAtb", "SelfAttentionOperation", "flash_attention_unpad"),
     meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention_unpad, args, kwargs),
     kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention_unpad, args, kwargs),
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_flash_attention_unpad(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seq_len: torch.Tensor,
                                scale_value: float, num_heads: int, num_kv_heads: int, out: torch.Tensor) -> None:
@@ -221,8 +211,8 @@ def _require_compressed_causal(mask: torch.Tensor) -> None:
     size = mask.shape[-1]
     expected = torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
     if mask.dim() not in (2, 3) or not torch.equal(mask.reshape(-1, size, size)[0] != 0, expected):
-        raise ValueError("mask must be the compressed causal mask: nonzero exactly above the diagonal, "
-                         "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype")
+        raise OpArgumentError("mask must be the compressed causal mask: nonzero exactly above the diagonal, "
+                              "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype")
 
 
 def _qlens_meta(*args: Any, **kwargs: Any) -> Out:
@@ -240,18 +230,15 @@ def _qlens_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
     _require_compressed_causal(options["mask"])
     q_lens, kv_lens = _lengths(options["seq_len"]), _lengths(options["context_lens"])
     if any(q > kv for q, kv in zip(q_lens, kv_lens)):
-        raise ValueError(f"seq_len={q_lens} (new tokens) must not exceed context_lens={kv_lens} (all tokens)")
+        raise OpArgumentError(f"seq_len={q_lens} (new tokens) must not exceed context_lens={kv_lens} (all tokens)")
     return _attend(options, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
 
 
 @npu_op(
-    "(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor mask, Tensor seq_len, "
-    "Tensor context_lens, int num_kv_heads, int num_heads, float scale_value, Tensor out) -> Tensor",
     source=SOURCE.format("SelfAttentionQlensAtb", "SelfAttentionOperation", "flash_attention_qlens"),
     meta=_qlens_meta,
     kernel=_qlens_kernel,
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_flash_attention_qlens(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                                block_table: torch.Tensor, mask: torch.Tensor, seq_len: torch.Tensor,
@@ -294,13 +281,10 @@ def _paged_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 @npu_op(
-    "(Tensor query, Tensor key_cache, Tensor value_cache, int num_kv_heads, int num_heads, float scale_value, "
-    "Tensor block_table, Tensor context_lens, Tensor out, *, Tensor? workspace=None) -> Tensor",
     source=SOURCE.format("PagedAttentionAtb", "PagedAttentionOperation", "paged_attention"),
     meta=_paged_meta,
     kernel=_paged_kernel,
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, num_kv_heads: int,
                          num_heads: int, scale_value: float, block_table: torch.Tensor, context_lens: torch.Tensor,
@@ -333,8 +317,8 @@ def _cache_write_meta(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
     for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if cache.dim() != 4 or rows.dim() != 3 or tuple(rows.shape[1:]) != tuple(cache.shape[2:]):
-            raise ValueError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
-                             "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
+            raise OpArgumentError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
+                                  "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
     require_shape("slot_indices", slot_indices, ((key.shape[0],),))
     require_shape("value", value, ((key.shape[0], *value.shape[1:]),))
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
@@ -346,12 +330,10 @@ def _cache_write_kernel(key: torch.Tensor, value: torch.Tensor, key_cache: torch
 
 
 @npu_op(
-    "(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_indices) -> (Tensor, Tensor)",
     source=SOURCE.format("ReshapeAndCachAtb", "ReshapeAndCacheOperation", "reshape_and_cache"),
     meta=_cache_write_meta,
     kernel=_cache_write_kernel,
     writes_back={"key_cache": 0, "value_cache": 1},
-    returns_none=True,
 )
 def _npu_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                            slot_indices: torch.Tensor) -> None:

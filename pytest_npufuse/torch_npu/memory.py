@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     require_bool,
@@ -36,7 +37,7 @@ def _format_cast_kernel(x: torch.Tensor, acl_format: int) -> torch.Tensor:
     return x.clone()
 
 
-@npu_op("(Tensor x, int acl_format) -> Tensor", source=FORMAT_CAST_DOC, meta=_format_cast_meta,
+@npu_op(source=FORMAT_CAST_DOC, meta=_format_cast_meta,
         kernel=_format_cast_kernel)
 def npu_format_cast(x: torch.Tensor, acl_format: int) -> torch.Tensor:
     """Change the device memory format of ``x``; on CPU this returns a copy equal to ``x``.
@@ -69,11 +70,11 @@ def _scatter_nd_meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.T
     require_dtype("indices", indices, (torch.int32, torch.int64))
     require_dtype("updates", updates, (self.dtype,), "(input's dtype)")
     if not 1 <= self.dim() <= SCATTER_ND_MAX_DIMS:
-        raise ValueError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}")
+        raise OpArgumentError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}")
     depth = indices.shape[-1] if indices.dim() else 0
     if indices.dim() < 2 or not 1 <= depth <= self.dim():
-        raise ValueError(f"indices has shape {list(indices.shape)}; it needs >= 2 dims and a last dim in "
-                         f"[1, {self.dim()}] (the number of leading input dims it addresses)")
+        raise OpArgumentError(f"indices has shape {list(indices.shape)}; it needs >= 2 dims and a last dim in "
+                              f"[1, {self.dim()}] (the number of leading input dims it addresses)")
     expected = (*indices.shape[:-1], *self.shape[depth:])
     require_shape("updates", updates, (expected,))
     return Out(list(self.shape), self.dtype)
@@ -85,8 +86,8 @@ def _scatter_nd_rows(self: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     lead = torch.tensor(self.shape[:depth])
     idx = indices.reshape(-1, depth).to(torch.int64)
     if bool(((idx < 0) | (idx >= lead)).any()):
-        raise ValueError(f"indices hold values outside input's leading dims {list(self.shape[:depth])} "
-                         "(the doc: out-of-range indices are not supported)")
+        raise OpArgumentError(f"indices hold values outside input's leading dims {list(self.shape[:depth])} "
+                              "(the doc: out-of-range indices are not supported)")
     strides = torch.tensor([math.prod(self.shape[d + 1 : depth]) for d in range(depth)], dtype=torch.int64)
     return (idx * strides).sum(dim=-1)
 
@@ -136,7 +137,6 @@ def _scatter_nd_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates) -> Tensor",
     source=DOCS.format("npu_scatter_nd_update"),
     meta=_scatter_nd_meta,
     kernel=_scatter_nd_update_kernel,
@@ -154,7 +154,6 @@ def npu_scatter_nd_update(self: torch.Tensor, indices: torch.Tensor, updates: to
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates) -> Tensor",
     source=DOCS.format("npu_scatter_nd_update_"),
     meta=_scatter_nd_meta,
     kernel=_scatter_nd_update_kernel,
@@ -185,7 +184,6 @@ def _prefetch_kernel(self: torch.Tensor, dependency: Optional[torch.Tensor], max
 
 
 @npu_op(
-    "(Tensor self, Tensor? dependency, int max_size, int offset=0) -> ()",
     source=DOCS.format("npu_prefetch"),
     meta=_prefetch_meta,
     kernel=_prefetch_kernel,
@@ -204,9 +202,11 @@ def npu_prefetch(self: torch.Tensor, dependency: Optional[torch.Tensor], max_siz
     require_int("max_size", max_size)
     require_int("offset", offset)
     if max_size <= 0:
-        raise ValueError(f"max_size={max_size} must be > 0 (bytes to prefetch)")
+        raise OpArgumentError(f"max_size={max_size} must be > 0 (bytes to prefetch)")
     if offset < 0 or offset >= max(1, self.numel() * self.element_size()):
-        raise ValueError(f"offset={offset} must be >= 0 and inside the weight ({self.numel() * self.element_size()} bytes)")
+        raise OpArgumentError(
+            f"offset={offset} must be >= 0 and inside the weight ({self.numel() * self.element_size()} bytes)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ TOP_K_MAX = 1024  # k in [1, 1024] (API page)
 def _top_k_top_p_meta(logits: torch.Tensor, p: Optional[torch.Tensor] = None, k: Optional[torch.Tensor] = None) -> Out:
     require_dtype("logits", logits, FLOAT_DTYPES)
     if logits.dim() != 2:
-        raise ValueError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]")
+        raise OpArgumentError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]")
     if p is not None:
         require_dtype("p", p, (logits.dtype,), "(logits' dtype)")
         require_shape("p", p, ((logits.shape[0],),))
@@ -237,7 +237,7 @@ def _top_k_top_p_kernel(logits: torch.Tensor, p: Optional[torch.Tensor] = None,
     if k is not None:
         kk = k.to(torch.int64)
         if bool(((kk < 1) | (kk > min(TOP_K_MAX, vocab))).any()):
-            raise ValueError(f"k values must be in [1, min(1024, vocab={vocab})]")
+            raise OpArgumentError(f"k values must be in [1, min(1024, vocab={vocab})]")
         threshold = values.gather(-1, (vocab - kk).unsqueeze(-1))
         values = values.masked_fill(values < threshold, float("-inf"))
     if p is not None:
@@ -250,7 +250,6 @@ def _top_k_top_p_kernel(logits: torch.Tensor, p: Optional[torch.Tensor] = None,
 
 
 @npu_op(
-    "(Tensor logits, Tensor? p=None, Tensor? k=None) -> Tensor",
     source=DOCS.format("npu_top_k_top_p"),
     meta=_top_k_top_p_meta,
     kernel=_top_k_top_p_kernel,
@@ -290,8 +289,10 @@ def _confusion_transpose_meta(self: torch.Tensor, perm: Sequence[int], shape: Se
         out_shape = _confusion_shape(self, perm, shape, transpose_first)
     except RuntimeError as err:
         first = "permute by perm, then reshape" if transpose_first else "reshape, then permute by perm"
-        raise ValueError(f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(perm)}, "
-                         f"shape={list(shape)}: {err}") from None
+        raise OpArgumentError(
+            f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(perm)}, "
+            f"shape={list(shape)}: {err}"
+        ) from None
     return Out(out_shape, self.dtype)
 
 
@@ -302,7 +303,6 @@ def _confusion_transpose_kernel(self: torch.Tensor, perm: Sequence[int], shape: 
 
 
 @npu_op(
-    "(Tensor self, int[] perm, int[] shape, bool transpose_first) -> Tensor",
     source=DOCS.format("npu_confusion_transpose") + " ((beta), to be replaced by view + permute)",
     meta=_confusion_transpose_meta,
     kernel=_confusion_transpose_kernel,
@@ -334,7 +334,9 @@ def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
     """``axis`` as a non-negative dim of data; dim 0 is the batch the indices run over, so it cannot be it."""
     dim = axis + data.dim() if axis < 0 else axis
     if not 1 <= dim < data.dim():
-        raise ValueError(f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)")
+        raise OpArgumentError(
+            f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)"
+        )
     return dim
 
 
@@ -344,16 +346,20 @@ def _scatter_update_meta(self: torch.Tensor, indices: torch.Tensor, updates: tor
     require_dtype("indices", indices, (torch.int32, torch.int64))
     low, high = SCATTER_UPDATE_RANKS
     if not low <= self.dim() <= high or updates.dim() != self.dim():
-        raise ValueError(f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8")
+        raise OpArgumentError(
+            f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8"
+        )
     dim = _scatter_update_axis(self, axis)
     if indices.dim() != 1:
-        raise ValueError(f"indices has shape {list(indices.shape)}; only 1-D indices (one offset per batch) are "
-                         "implemented (the documentation does not describe the 2-D form)")
+        raise OpArgumentError(f"indices has shape {list(indices.shape)}; only 1-D indices (one offset per batch) are "
+                              "implemented (the documentation does not describe the 2-D form)")
     require_shape("indices", indices, ((self.shape[0],),))
     expected = [*self.shape[:dim], updates.shape[dim], *self.shape[dim + 1:]]
     if list(updates.shape) != expected or updates.shape[dim] > self.shape[dim]:
-        raise ValueError(f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
-                         f"along axis {axis}, where it holds at most {self.shape[dim]} entries")
+        raise OpArgumentError(
+            f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
+            f"along axis {axis}, where it holds at most {self.shape[dim]} entries"
+        )
     return Out(list(self.shape), self.dtype)
 
 
@@ -362,8 +368,8 @@ def _scatter_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: t
     count = updates.shape[dim]
     starts = indices.to(torch.int64)
     if bool(((starts < 0) | (starts + count > self.shape[dim])).any()):
-        raise ValueError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
-                         f"(size {self.shape[dim]}); the op does not check bounds on the device")
+        raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
+                              f"(size {self.shape[dim]}); the op does not check bounds on the device")
     along = [1] * self.dim()
     along[dim] = count
     batch = [1] * self.dim()
@@ -373,7 +379,6 @@ def _scatter_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: t
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates, int axis) -> Tensor",
     source=SCATTER_UPDATE_DOCS,
     meta=_scatter_update_meta,
     kernel=_scatter_update_kernel,
@@ -396,7 +401,6 @@ def scatter_update(self: torch.Tensor, indices: torch.Tensor, updates: torch.Ten
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates, int axis) -> Tensor",
     source=DOCS.format("scatter_update_"),
     meta=_scatter_update_meta,
     kernel=_scatter_update_kernel,
@@ -438,7 +442,7 @@ def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, i
     expected = {4: (features // run, run), 5: (rows.shape[1], rows.shape[2] // run, run)}
     layout = cache.shape[1:-2] + cache.shape[-1:] if cache.dim() in expected else None
     if rows.shape[2] * rows.element_size() % NZ_RUN_BYTES or layout is None or tuple(layout) != expected[cache.dim()]:
-        raise ValueError(
+        raise OpArgumentError(
             f"{name}_cache has shape {list(cache.shape)}; for {name} {list(rows.shape)} expected [blocks, block_size, "
             f"{rows.shape[1]}, {rows.shape[2]}] (Norm) or the PA_NZ [blocks, {features // run}, block_size, {run}] "
             f"(head size x dtype size a multiple of {NZ_RUN_BYTES} bytes)"
@@ -463,10 +467,12 @@ def _scatter_pa_kv_cache_meta(
         require_dtype(name, rows, (torch.float16, torch.bfloat16, torch.int8))
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if rows.dim() != 3 or rows.shape[0] != key.shape[0]:
-            raise ValueError(f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]")
+            raise OpArgumentError(
+                f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]"
+            )
         if mode == "Norm" and not _is_norm_cache(rows, cache):
-            raise ValueError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
-                             f"{rows.shape[1]}, {rows.shape[2]}]")
+            raise OpArgumentError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
+                                  f"{rows.shape[1]}, {rows.shape[2]}]")
         if mode == "PA_NZ":
             _nz_runs(name, rows, cache)
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
@@ -488,14 +494,10 @@ def _scatter_pa_kv_cache_kernel(
 
 
 @npu_op(
-    "(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_mapping, *, "
-    "Tensor? compress_lens=None, Tensor? compress_seq_offset=None, Tensor? seq_lens=None, str? cache_mode=None) "
-    "-> (Tensor, Tensor)",
     source=SCATTER_PA_KV_CACHE_DOC,
     meta=_scatter_pa_kv_cache_meta,
     kernel=_scatter_pa_kv_cache_kernel,
     writes_back={"key_cache": 0, "value_cache": 1},
-    returns_none=True,
 )
 def npu_scatter_pa_kv_cache(
     key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..errors import OpArgumentError, OpTypeError
 from .checks import (
     HALF_DTYPES,
     require_choice,
@@ -67,13 +68,13 @@ def _world(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int, ep_ran
            global_bs: int) -> _World:
     bs, k = expert_ids.shape
     if x.dim() != 2 or expert_ids.dim() != 2 or x.shape[0] != bs:
-        raise ValueError(f"x {list(x.shape)} and expert_ids {list(expert_ids.shape)} must be [BS, H] and [BS, K]")
+        raise OpArgumentError(f"x {list(x.shape)} and expert_ids {list(expert_ids.shape)} must be [BS, H] and [BS, K]")
     if not 0 <= ep_rank_id < ep_world_size:
-        raise ValueError(f"ep_rank_id={ep_rank_id} must be in [0, ep_world_size={ep_world_size})")
+        raise OpArgumentError(f"ep_rank_id={ep_rank_id} must be in [0, ep_world_size={ep_world_size})")
     if moe_expert_num % ep_world_size:
-        raise ValueError(f"moe_expert_num={moe_expert_num} must be a multiple of ep_world_size={ep_world_size}")
+        raise OpArgumentError(f"moe_expert_num={moe_expert_num} must be a multiple of ep_world_size={ep_world_size}")
     if not 0 < k <= moe_expert_num:
-        raise ValueError(f"K={k} (expert_ids' second dim) must be in (0, moe_expert_num={moe_expert_num}]")
+        raise OpArgumentError(f"K={k} (expert_ids' second dim) must be in (0, moe_expert_num={moe_expert_num}]")
     local = moe_expert_num // ep_world_size
     rows = global_bs if global_bs else bs * ep_world_size
     return _World(ep_world_size, ep_rank_id, local, rows, rows * min(local, k))
@@ -83,14 +84,14 @@ def _check_common(group_ep: str, ep_world_size: int, ep_rank_id: int, moe_expert
                   expert_shard_type: int, shared_expert_rank_num: int, global_bs: int) -> None:
     """The scalar arguments both dispatch and combine (v1 and v2) take."""
     if not isinstance(group_ep, str):
-        raise TypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
+        raise OpTypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
     for name, value in (("ep_world_size", ep_world_size), ("ep_rank_id", ep_rank_id),
                         ("moe_expert_num", moe_expert_num), ("tp_world_size", tp_world_size),
                         ("expert_shard_type", expert_shard_type), ("shared_expert_rank_num", shared_expert_rank_num),
                         ("global_bs", global_bs)):
         require_int(name, value)
     if ep_world_size < 1 or moe_expert_num < 1:
-        raise ValueError(f"ep_world_size={ep_world_size} and moe_expert_num={moe_expert_num} must be >= 1")
+        raise OpArgumentError(f"ep_world_size={ep_world_size} and moe_expert_num={moe_expert_num} must be >= 1")
     require_choice("tp_world_size", tp_world_size, (0, 1), "TP-domain communication is not modeled; 0 or 1 mean none")
     require_choice("shared_expert_rank_num", shared_expert_rank_num, (0,),
                    "ranks dedicated to shared experts are not modeled; compute the shared expert yourself")
@@ -143,7 +144,7 @@ def _dispatch_meta(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int
     _check_mask(x_active_mask, expert_ids)
     if scales is not None:
         if quant_mode != DYNAMIC_QUANT:
-            raise ValueError("scales (smoothing factors) are only for quant_mode=2 (dynamic int8 quantisation)")
+            raise OpArgumentError("scales (smoothing factors) are only for quant_mode=2 (dynamic int8 quantisation)")
         require_dtype("scales", scales, (torch.float32,))
         require_shape("scales", scales, ((moe_expert_num, x.shape[1]),))
     recv_counts = world.ranks * world.local_experts
@@ -172,7 +173,7 @@ def _dispatch_kernel(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: i
                      expert_token_nums_type: int, outputs: tuple[Out, ...]) -> tuple[torch.Tensor, ...]:
     world = _world(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, global_bs)
     if bool(((expert_ids < 0) | (expert_ids >= moe_expert_num)).any()):
-        raise ValueError(f"expert_ids values must lie in [0, moe_expert_num={moe_expert_num})")
+        raise OpArgumentError(f"expert_ids values must lie in [0, moe_expert_num={moe_expert_num})")
     k = expert_ids.shape[1]
     local = expert_ids.to(torch.int64) - world.first_expert
     active = _active_routes(expert_ids, x_active_mask)
@@ -182,7 +183,9 @@ def _dispatch_kernel(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: i
     tokens, slots, experts = pairs[order.indices, 0], pairs[order.indices, 1], order.values
     received = len(tokens)
     if received > world.recv_rows:
-        raise ValueError(f"{received} routed tokens exceed the {world.recv_rows} rows expand_x holds; raise global_bs")
+        raise OpArgumentError(
+            f"{received} routed tokens exceed the {world.recv_rows} rows expand_x holds; raise global_bs"
+        )
     expand_x, dynamic_scales, expand_idx, _, _, tp_recv, expand_scales = (torch.zeros(o.shape, dtype=o.dtype)
                                                                           for o in outputs)
     rows = x[tokens]
@@ -266,7 +269,6 @@ DISPATCH_OUTPUTS = " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)
 
 
 @npu_op(
-    DISPATCH_SCHEMA_HEAD + DISPATCH_SCHEMA_TAIL + ")" + DISPATCH_OUTPUTS,
     source=DOCS.format("npu_moe_distribute_dispatch"),
     meta=_dispatch_v1_meta,
     kernel=_dispatch_v1_kernel,
@@ -291,7 +293,7 @@ def npu_moe_distribute_dispatch(
     quant_mode: int = 0,
     global_bs: int = 0,
     expert_token_nums_type: int = 1,
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Send each token to the ranks of its top-K experts (MC2): returns ``(expand_x, dynamic_scales,
     expand_idx, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales)``.
 
@@ -323,9 +325,6 @@ def npu_moe_distribute_dispatch(
 
 
 @npu_op(
-    DISPATCH_SCHEMA_HEAD + "Tensor? elastic_info=None, Tensor? performance_info=None, " + DISPATCH_SCHEMA_TAIL
-    + ", str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, int const_expert_num=0, "
-    "int? y_dtype=None, int? x_dtype=None, int? scales_dtype=None)" + DISPATCH_OUTPUTS,
     source=DOCS.format("npu_moe_distribute_dispatch_v2"),
     meta=_dispatch_v2_meta,
     kernel=_dispatch_v2_kernel,
@@ -359,7 +358,7 @@ def npu_moe_distribute_dispatch_v2(
     y_dtype: Optional[int] = None,
     x_dtype: Optional[int] = None,
     scales_dtype: Optional[int] = None,
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`npu_moe_distribute_dispatch` of the v2 interface: the third output is
     ``assist_info_for_combine`` (int32 ``[max(BS*K, A*128)]``, the first ``BS*K`` entries as v1's
     ``expand_idx``) for :func:`npu_moe_distribute_combine_v2`.
@@ -395,19 +394,19 @@ def _combine_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scale
     world = _world(expert_ids.new_empty(expert_ids.shape[0], 1), expert_ids, ep_world_size, ep_rank_id,
                    moe_expert_num, global_bs)
     if expand_x.dim() != 2 or expand_x.shape[0] < world.recv_rows:
-        raise ValueError(f"expand_x has shape {list(expand_x.shape)}; expected [A >= {world.recv_rows}, H] "
-                         "(dispatch's expand_x after the experts)")
+        raise OpArgumentError(f"expand_x has shape {list(expand_x.shape)}; expected [A >= {world.recv_rows}, H] "
+                              "(dispatch's expand_x after the experts)")
     require_shape("expert_scales", expert_scales, (tuple(expert_ids.shape),))
     if expand_idx.dim() != 1 or expand_idx.shape[0] < expert_ids.numel():
-        raise ValueError(f"expand_idx has shape {list(expand_idx.shape)}; pass dispatch's third output unchanged")
+        raise OpArgumentError(f"expand_idx has shape {list(expand_idx.shape)}; pass dispatch's third output unchanged")
     if ep_send_counts.dim() != 1 or ep_send_counts.shape[0] < world.ranks * world.local_experts:
-        raise ValueError(f"ep_send_counts has shape {list(ep_send_counts.shape)}; pass dispatch's ep_recv_counts")
+        raise OpArgumentError(f"ep_send_counts has shape {list(ep_send_counts.shape)}; pass dispatch's ep_recv_counts")
     _check_mask(x_active_mask, expert_ids)
     tokens, h = expert_ids.shape[0], expand_x.shape[1]
     if shared_expert_x is not None:
         require_dtype("shared_expert_x", shared_expert_x, (expand_x.dtype,))
         if shared_expert_x.numel() != tokens * h or shared_expert_x.shape[-1] != h:
-            raise ValueError(f"shared_expert_x has shape {list(shared_expert_x.shape)}; expected [{tokens}, {h}]")
+            raise OpArgumentError(f"shared_expert_x has shape {list(shared_expert_x.shape)}; expected [{tokens}, {h}]")
     return Out([tokens, h], expand_x.dtype)
 
 
@@ -423,7 +422,7 @@ def _combine_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_sca
     starts = torch.where(block > 0, counts[(block - 1).clamp(min=0)], 0)
     rows = starts + expand_idx[: tokens * k].to(torch.int64).reshape(tokens, k)
     if bool(((rows < 0) | (rows >= expand_x.shape[0]))[routed].any()):
-        raise ValueError("expand_idx / ep_send_counts point outside expand_x; pass dispatch's outputs unchanged")
+        raise OpArgumentError("expand_idx / ep_send_counts point outside expand_x; pass dispatch's outputs unchanged")
     source = expand_x.to(torch.float32)
     out = torch.zeros(tokens, expand_x.shape[1], dtype=torch.float32)
     for slot in range(k):
@@ -469,10 +468,6 @@ def _check_combine_scalars(comm_quant_mode: int, **common: Any) -> None:
 
 
 @npu_op(
-    COMBINE_SCHEMA_HEAD.format(idx="expand_idx")
-    + "Tensor? activation_scale=None, Tensor? weight_scale=None, Tensor? group_list=None, "
-    "Tensor? expand_scales=None, Tensor? shared_expert_x=None, " + COMBINE_SCHEMA_SHARED
-    + "int out_dtype=0, int comm_quant_mode=0, int group_list_type=0) -> Tensor",
     source=DOCS.format("npu_moe_distribute_combine"),
     meta=_combine_adapter_meta,
     kernel=_combine_adapter_kernel,
@@ -537,12 +532,6 @@ def npu_moe_distribute_combine(
 
 
 @npu_op(
-    COMBINE_SCHEMA_HEAD.format(idx="assist_info_for_combine")
-    + "Tensor? expand_scales=None, Tensor? shared_expert_x=None, Tensor? elastic_info=None, Tensor? ori_x=None, "
-    "Tensor? const_expert_alpha_1=None, Tensor? const_expert_alpha_2=None, Tensor? const_expert_v=None, "
-    "Tensor? performance_info=None, " + COMBINE_SCHEMA_SHARED
-    + "int comm_quant_mode=0, str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, "
-    "int const_expert_num=0) -> Tensor",
     source=DOCS.format("npu_moe_distribute_combine_v2"),
     meta=_combine_adapter_meta,
     kernel=_combine_adapter_kernel,

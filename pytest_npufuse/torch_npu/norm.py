@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     require_bool,
@@ -57,8 +58,8 @@ def _rms_norm_kernel(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
 
 
 @npu_op(
-    "(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
     source=RMS_NORM_DOC,
+    self_name="x",
     meta=_rms_norm_meta,
     kernel=_rms_norm_kernel,
 )
@@ -95,7 +96,7 @@ def _add_rms_norm_meta(
     require_dtype("x1", x1, FLOAT_DTYPES)
     require_dtype("x2", x2, (x1.dtype,), "(x2 must have x1's dtype)")
     if x2.shape != x1.shape:
-        raise ValueError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
+        raise OpArgumentError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
     require_dtype("gamma", gamma, (x1.dtype, torch.float32), "(x1's dtype or float32)")
     require_trailing("gamma", gamma, "x1", x1)
     like_x = Out(list(x1.shape), x1.dtype)
@@ -123,7 +124,6 @@ def _add_rms_norm_kernel(
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor, Tensor)",
     source=ADD_RMS_NORM_DOC,
     meta=_add_rms_norm_meta,
     kernel=_add_rms_norm_kernel,
@@ -164,7 +164,9 @@ def _check_quant_params(name: str, param: Optional[torch.Tensor], gamma: torch.T
         return
     require_dtype(name, param, dtypes)
     if tuple(param.shape) not in (tuple(gamma.shape), (1,)):
-        raise ValueError(f"{name} has shape {list(param.shape)}; expected gamma's shape {list(gamma.shape)} or [1]")
+        raise OpArgumentError(
+            f"{name} has shape {list(param.shape)}; expected gamma's shape {list(gamma.shape)} or [1]"
+        )
 
 
 def _add_rms_norm_quant_meta(
@@ -190,7 +192,7 @@ def _add_rms_norm_quant_meta(
         require_dtype("beta", beta, (x1.dtype, torch.float32), "(x1's dtype or float32)")
         require_shape("beta", beta, (tuple(gamma.shape),))
     if zero_points2 is not None and scales2 is None:
-        raise ValueError("zero_points2 needs scales2 (it belongs to the second quantised output)")
+        raise OpArgumentError("zero_points2 needs scales2 (it belongs to the second quantised output)")
     quantised = Out(list(x1.shape), torch.int8)
     return quantised, quantised, Out(list(x1.shape), x1.dtype)
 
@@ -227,9 +229,6 @@ def _add_rms_norm_quant_kernel(
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor gamma, Tensor scales1, Tensor? zero_points1=None, Tensor? scales2=None, "
-    "Tensor? zero_points2=None, int axis=-1, float epsilon=1e-06, bool div_mode=True, Tensor? beta=None) "
-    "-> (Tensor, Tensor, Tensor)",
     source=ADD_RMS_NORM_QUANT_DOC,
     meta=_add_rms_norm_quant_meta,
     kernel=_add_rms_norm_quant_kernel,
@@ -269,7 +268,7 @@ def npu_add_rms_norm_quant(
         require_tensor(name, value)
     require_tensors(zero_points1=zero_points1, scales2=scales2, zero_points2=zero_points2, beta=beta)
     if require_int("axis", axis) != -1:
-        raise ValueError(f"axis={axis} is not implemented; torch_npu documents only -1 (the last dim)")
+        raise OpArgumentError(f"axis={axis} is not implemented; torch_npu documents only -1 (the last dim)")
     require_float("epsilon", epsilon)
     require_bool("div_mode", div_mode)
 
@@ -289,14 +288,14 @@ def _layer_norm_eval_meta(
     require_dtype("input", input, FLOAT_DTYPES)
     dims = len(normalized_shape)
     if not 1 <= dims <= input.dim() or tuple(input.shape[input.dim() - dims :]) != tuple(normalized_shape):
-        raise ValueError(
+        raise OpArgumentError(
             f"normalized_shape={list(normalized_shape)} must equal the trailing dims of input {list(input.shape)}"
         )
     for name, param in (("weight", weight), ("bias", bias)):
         if param is not None:
             require_dtype(name, param, (input.dtype, torch.float32), "(input's dtype or float32)")
             if tuple(param.shape) != tuple(normalized_shape):
-                raise ValueError(f"{name} has shape {list(param.shape)}; expected {list(normalized_shape)}")
+                raise OpArgumentError(f"{name} has shape {list(param.shape)}; expected {list(normalized_shape)}")
     return Out(list(input.shape), input.dtype)
 
 
@@ -328,7 +327,6 @@ def _layer_norm_eval_kernel(
 
 
 @npu_op(
-    "(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
     source=LAYER_NORM_EVAL_DOC,
     meta=_layer_norm_eval_meta,
     kernel=_layer_norm_eval_kernel,
@@ -378,17 +376,17 @@ def _scaled_masked_softmax_meta(
     32; a bool mask of 4 dims that broadcasts to x (ignored when ``fixed_triu_mask``)."""
     require_dtype("x", x, _SOFTMAX_DTYPES)
     if x.dim() != 4:
-        raise ValueError(f"x has {x.dim()} dims; npu_scaled_masked_softmax takes a 4-D x [N, C, H, W]")
+        raise OpArgumentError(f"x has {x.dim()} dims; npu_scaled_masked_softmax takes a 4-D x [N, C, H, W]")
     for axis in (2, 3):
         size = x.shape[axis]
         if not (_SOFTMAX_MIN <= size <= _SOFTMAX_MAX and size % _SOFTMAX_STEP == 0):
-            raise ValueError(
+            raise OpArgumentError(
                 f"x.shape[{axis}] is {size}; npu_scaled_masked_softmax needs H and W in [32, 4096] and "
                 "divisible by 32 (pad the scores, or use torch.softmax)"
             )
     require_dtype("mask", mask, (torch.bool,))
     if mask.dim() != 4 or any(m not in (1, s) for m, s in zip(mask.shape, x.shape)):
-        raise ValueError(f"mask has shape {list(mask.shape)}; it must be 4-D and broadcast to x's {list(x.shape)}")
+        raise OpArgumentError(f"mask has shape {list(mask.shape)}; it must be 4-D and broadcast to x's {list(x.shape)}")
     return Out(list(x.shape), x.dtype)
 
 
@@ -410,7 +408,6 @@ def _scaled_masked_softmax_kernel(
 
 
 @npu_op(
-    "(Tensor x, Tensor mask, float scale=1.0, bool fixed_triu_mask=False) -> Tensor",
     source=SCALED_MASKED_SOFTMAX_DOC,
     meta=_scaled_masked_softmax_meta,
     kernel=_scaled_masked_softmax_kernel,
@@ -453,7 +450,7 @@ def _add_layer_norm_meta(
     require_dtype("x1", x1, FLOAT_DTYPES)
     require_dtype("x2", x2, (x1.dtype,), "(x1's dtype)")
     if x2.shape != x1.shape:
-        raise ValueError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
+        raise OpArgumentError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
     for name, param in (("gamma", gamma), ("beta", beta)):
         require_dtype(name, param, (x1.dtype, torch.float32), "(x1's dtype or float32)")
         require_trailing(name, param, "x1", x1)
@@ -475,8 +472,6 @@ def _add_layer_norm_kernel(
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, bool additional_output=False) "
-    "-> (Tensor, Tensor, Tensor, Tensor)",
     source=ADD_LAYER_NORM_DOC,
     meta=_add_layer_norm_meta,
     kernel=_add_layer_norm_kernel,

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError, OpTypeError
 from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
     FLOAT_DTYPES,
@@ -45,7 +46,7 @@ def _broadcast_batch(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
     try:
         return list(torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]))
     except RuntimeError as err:
-        raise ValueError(
+        raise OpArgumentError(
             f"x1 batch dims {list(x1.shape[:-2])} and x2 batch dims {list(x2.shape[:-2])} do not broadcast"
         ) from err
 
@@ -55,7 +56,7 @@ def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
     if output_dtype is None:
         return torch.int8
     if output_dtype not in QMM_OUTPUT_DTYPES:
-        raise ValueError(
+        raise OpArgumentError(
             f"output_dtype={output_dtype} is not implemented; expected None or one of {dtype_names(QMM_OUTPUT_DTYPES)}"
         )
     return output_dtype
@@ -64,12 +65,12 @@ def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
 def _check_qmm_operands(x1: torch.Tensor, x2: torch.Tensor) -> None:
     for name, tensor in (("x1", x1), ("x2", x2)):
         if tensor.dtype == torch.int32:
-            raise ValueError(f"{name} is int32 (int4 packed 8 per int32); only int8 x int8 is implemented")
+            raise OpArgumentError(f"{name} is int32 (int4 packed 8 per int32); only int8 x int8 is implemented")
         require_dtype(name, tensor, (torch.int8,))
         if not QMM_MIN_RANK <= tensor.dim() <= QMM_MAX_RANK:
-            raise ValueError(f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims")
+            raise OpArgumentError(f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims")
     if x1.shape[-1] != x2.shape[-2]:
-        raise ValueError(
+        raise OpArgumentError(
             f"x1 has k={x1.shape[-1]} (shape {list(x1.shape)}) but x2 has k={x2.shape[-2]} "
             f"(shape {list(x2.shape)}); x2 must be [..., k, n]"
         )
@@ -90,9 +91,9 @@ def _check_qmm_offset(offset: Optional[torch.Tensor], scale: torch.Tensor, n: in
     if offset is None:
         return
     if out_dtype != torch.int8:
-        raise ValueError(f"offset is only allowed for an int8 output, got output_dtype={out_dtype}")
+        raise OpArgumentError(f"offset is only allowed for an int8 output, got output_dtype={out_dtype}")
     if scale.dtype == torch.int64:
-        raise ValueError("offset must be None when scale is int64: the offset is already packed into scale")
+        raise OpArgumentError("offset must be None when scale is int64: the offset is already packed into scale")
     require_dtype("offset", offset, (torch.float32,))
     require_shape("offset", offset, ((1,), (n,)))
 
@@ -101,7 +102,7 @@ def _check_qmm_pertoken(pertoken_scale: Optional[torch.Tensor], m: int, out_dtyp
     if pertoken_scale is None:
         return
     if out_dtype in (torch.int8, torch.int32):
-        raise ValueError(f"pertoken_scale is only allowed for float16/bfloat16 outputs, got a {out_dtype} output")
+        raise OpArgumentError(f"pertoken_scale is only allowed for float16/bfloat16 outputs, got a {out_dtype} output")
     require_dtype("pertoken_scale", pertoken_scale, (torch.float32,))
     require_shape("pertoken_scale", pertoken_scale, ((m,),))
 
@@ -210,8 +211,6 @@ def _quant_matmul_kernel(
     return _cast_quant_matmul_output(values, offset_f32, out_dtype)
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor scale, *, Tensor? offset=None, Tensor? pertoken_scale=None, "
-    "Tensor? bias=None, ScalarType? output_dtype=None) -> Tensor",
     source=QUANT_MATMUL_DOC,
     meta=_quant_matmul_meta,
     kernel=_quant_matmul_kernel,
@@ -290,16 +289,16 @@ def _dsq_group_count(group_index: Optional[torch.Tensor]) -> int:
         return 1
     require_dtype("group_index", group_index, (torch.int32, torch.int64))
     if group_index.dim() != 1 or group_index.shape[0] < 1:
-        raise ValueError(f"group_index has shape {list(group_index.shape)}; expected a non-empty 1-D [groupNum]")
+        raise OpArgumentError(f"group_index has shape {list(group_index.shape)}; expected a non-empty 1-D [groupNum]")
     return group_index.shape[0]
 
 
 def _check_dsq_x(x: torch.Tensor) -> None:
     require_dtype("x", x, (torch.int32, *HALF_DTYPES))
     if x.dim() < 2:
-        raise ValueError(f"x has rank {x.dim()} (shape {list(x.shape)}); expected at least 2 dims")
+        raise OpArgumentError(f"x has rank {x.dim()} (shape {list(x.shape)}); expected at least 2 dims")
     if x.shape[-1] % 2 != 0:
-        raise ValueError(f"x has last dim {x.shape[-1]}; it must be even (it is split in two halves)")
+        raise OpArgumentError(f"x has last dim {x.shape[-1]}; it must be even (it is split in two halves)")
 
 
 def _check_dsq_dequant_inputs(
@@ -312,7 +311,7 @@ def _check_dsq_dequant_inputs(
     """Dequantisation inputs, checked only for an int32 ``x`` (ignored for float ``x``)."""
     two_h = x.shape[-1]
     if weight_scale is None:
-        raise ValueError("weight_scale is required when x is int32 (it marks the dequantisation)")
+        raise OpArgumentError("weight_scale is required when x is int32 (it marks the dequantisation)")
     require_dtype("weight_scale", weight_scale, (torch.float32,))
     require_shape("weight_scale", weight_scale, ((two_h,), (1, two_h), (groups, two_h)))
     if activation_scale is not None:
@@ -339,7 +338,7 @@ def _check_dsq_quant_inputs(
         require_shape("quant_scale", quant_scale, shapes)
     if quant_offset is not None:
         if quant_mode == 1:
-            raise ValueError("quant_offset is only used by static quantisation (quant_mode=0), got quant_mode=1")
+            raise OpArgumentError("quant_offset is only used by static quantisation (quant_mode=0), got quant_mode=1")
         require_dtype("quant_offset", quant_offset, (torch.float32,))
         require_shape("quant_offset", quant_offset, shapes)
 
@@ -375,9 +374,9 @@ def _row_groups(group_index: Optional[torch.Tensor], rows: int) -> torch.Tensor:
         return torch.zeros(rows, dtype=torch.int64)
     counts = group_index.to(torch.int64)
     if bool((counts < 0).any()):
-        raise ValueError(f"group_index holds negative token counts: {counts.tolist()}")
+        raise OpArgumentError(f"group_index holds negative token counts: {counts.tolist()}")
     if int(counts.sum()) > rows:
-        raise ValueError(f"group_index counts sum to {int(counts.sum())} but x has only {rows} token rows")
+        raise OpArgumentError(f"group_index counts sum to {int(counts.sum())} but x has only {rows} token rows")
     return torch.repeat_interleave(torch.arange(counts.shape[0]), counts)
 
 
@@ -471,9 +470,6 @@ def _dequant_swiglu_quant_kernel(
         y[:covered] = _static_quant(activated, row_group, quant_scale, quant_offset)
     return y.reshape(*x.shape[:-1], two_h // 2), scale.reshape(x.shape[:-1])
 @npu_op(
-    "(Tensor x, *, Tensor? weight_scale=None, Tensor? activation_scale=None, Tensor? bias=None, "
-    "Tensor? quant_scale=None, Tensor? quant_offset=None, Tensor? group_index=None, bool activate_left=False, "
-    "int quant_mode=0) -> (Tensor, Tensor)",
     source=DEQUANT_SWIGLU_QUANT_DOC,
     meta=_dequant_swiglu_quant_meta,
     kernel=_dequant_swiglu_quant_kernel,
@@ -539,7 +535,7 @@ def npu_dequant_swiglu_quant(
     )
     require_bool("activate_left", activate_left)
     if require_int("quant_mode", quant_mode) not in (0, 1):
-        raise ValueError(f"quant_mode={quant_mode} is not supported; expected 0 (static) or 1 (dynamic)")
+        raise OpArgumentError(f"quant_mode={quant_mode} is not supported; expected 0 (static) or 1 (dynamic)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,9 +547,9 @@ def _swiglu_meta(x: torch.Tensor, dim: int = -1) -> Out:
     """Validate the npu_swiglu input: x's dtype, ``dim`` halved."""
     require_dtype("x", x, FLOAT_DTYPES)
     if x.dim() == 0 or not -x.dim() <= dim < x.dim():
-        raise ValueError(f"dim={dim} is out of range for x of shape {list(x.shape)}")
+        raise OpArgumentError(f"dim={dim} is out of range for x of shape {list(x.shape)}")
     if x.shape[dim] % 2 != 0:
-        raise ValueError(f"x has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)")
+        raise OpArgumentError(f"x has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)")
     shape = list(x.shape)
     shape[dim] //= 2
     return Out(shape, x.dtype)
@@ -563,7 +559,7 @@ def _swiglu_kernel(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return swiglu(x.to(torch.float32), activate_left=True, dim=dim).to(x.dtype)
 
 
-@npu_op("(Tensor self, int dim=-1) -> Tensor", source=SWIGLU_DOC, meta=_swiglu_meta, kernel=_swiglu_kernel)
+@npu_op(source=SWIGLU_DOC, meta=_swiglu_meta, kernel=_swiglu_kernel, self_name="x")
 def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """SwiGLU: split ``x`` in halves A (first) and B (second) along ``dim``; return ``swish(A) * B``.
 
@@ -608,7 +604,7 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 
 def _check_int4_width(name: str, x: torch.Tensor) -> None:
     if x.shape[-1] % INT4_PER_INT32 != 0:
-        raise ValueError(f"{name} has last dim {x.shape[-1]}; a quint4x2 output packs 8 values per int32")
+        raise OpArgumentError(f"{name} has last dim {x.shape[-1]}; a quint4x2 output packs 8 values per int32")
 
 
 def _packed_shape(x: torch.Tensor) -> list[int]:
@@ -633,18 +629,18 @@ def _dynamic_quant_meta(
     """y int8 like input (int32 [..., H/8] for quint4x2), scale float32 [...]."""
     require_dtype("input", input, HALF_DTYPES)
     if input.dim() < 2:
-        raise ValueError(f"input has rank {input.dim()}; npu_dynamic_quant needs at least 2 dims")
+        raise OpArgumentError(f"input has rank {input.dim()}; npu_dynamic_quant needs at least 2 dims")
     hidden = input.shape[-1]
     if group_index is None and smooth_scales is not None:
         require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
         require_shape("smooth_scales", smooth_scales, ((hidden,),))
     if group_index is not None:
         if smooth_scales is None:
-            raise ValueError("group_index selects rows of smooth_scales; pass smooth_scales [groups, H] with it")
+            raise OpArgumentError("group_index selects rows of smooth_scales; pass smooth_scales [groups, H] with it")
         require_dtype("group_index", group_index, (torch.int32, torch.int64))
         require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
         if group_index.dim() != 1 or smooth_scales.dim() != 2 or tuple(smooth_scales.shape) != (group_index.shape[0], hidden):
-            raise ValueError(
+            raise OpArgumentError(
                 f"with group_index {list(group_index.shape)}, smooth_scales must be [groups, {hidden}], "
                 f"got {list(smooth_scales.shape)}"
             )
@@ -659,7 +655,7 @@ def _group_rows(group_index: torch.Tensor, rows: int) -> torch.Tensor:
     """Group id of each row from cumulative row ends (npu_dynamic_quant's MoE group_index)."""
     ends = [int(v) for v in group_index.tolist()]
     if any(b < a for a, b in zip([0, *ends], ends)) or (ends and ends[-1] != rows):
-        raise ValueError(
+        raise OpArgumentError(
             f"group_index {ends} must be non-decreasing cumulative row ends whose last value is the row count {rows}"
         )
     counts = torch.tensor([b - a for a, b in zip([0, *ends], ends)], dtype=torch.int64)
@@ -687,8 +683,6 @@ def _dynamic_quant_kernel(
 
 
 @npu_op(
-    "(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, ScalarType? dst_type=None) "
-    "-> (Tensor, Tensor)",
     source=DYNAMIC_QUANT_DOC,
     meta=_dynamic_quant_meta,
     kernel=_dynamic_quant_kernel,
@@ -742,7 +736,7 @@ def _quantize_axis(input: torch.Tensor, axis: int, div_mode: bool) -> int:
     if not div_mode:
         return input.dim() - 2 if axis == -2 else input.dim() - 1
     if not -input.dim() <= axis < input.dim():
-        raise ValueError(f"axis={axis} is out of range for input of shape {list(input.shape)}")
+        raise OpArgumentError(f"axis={axis} is out of range for input of shape {list(input.shape)}")
     return axis % input.dim()
 
 
@@ -755,7 +749,7 @@ def _broadcast_param(param: torch.Tensor, input: torch.Tensor, dim: int) -> torc
 
 def _check_quantize_param(name: str, param: torch.Tensor, input: torch.Tensor, dim: int) -> None:
     if param.numel() not in (1, input.shape[dim]) or param.dim() not in (1, input.dim()):
-        raise ValueError(
+        raise OpArgumentError(
             f"{name} has shape {list(param.shape)}; expected [{input.shape[dim]}] or [1] (the size of input's axis {dim})"
         )
 
@@ -777,7 +771,7 @@ def _quantize_meta(
         _check_quantize_param("zero_points", zero_points, input, dim)
     if dtype == torch.quint4x2:
         if div_mode:
-            raise ValueError("dtype=torch.quint4x2 needs div_mode=False (doc)")
+            raise OpArgumentError("dtype=torch.quint4x2 needs div_mode=False (doc)")
         _check_int4_width("input", input)
         return Out(_packed_shape(input), torch.int32)
     return Out(list(input.shape), QUANTIZE_OUTPUTS[dtype][0])
@@ -803,7 +797,6 @@ def _quantize_kernel(
 
 
 @npu_op(
-    "(Tensor input, Tensor scales, Tensor? zero_points, ScalarType dtype, int axis=1, bool div_mode=True) -> Tensor",
     source=QUANTIZE_DOC,
     meta=_quantize_meta,
     kernel=_quantize_kernel,
@@ -831,7 +824,7 @@ def npu_quantize(
         require_tensor(name, value)
     require_tensors(zero_points=zero_points)
     if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype such as torch.qint8, got {type(dtype).__name__}")
+        raise OpTypeError(f"dtype must be a torch.dtype such as torch.qint8, got {type(dtype).__name__}")
     require_choice("dtype", dtype, tuple(QUANTIZE_OUTPUTS), "the output types torch_npu documents")
     require_int("axis", axis)
     require_bool("div_mode", div_mode)
@@ -866,7 +859,7 @@ def _weight_quant_batchmatmul_meta(
     require_dtype("x", x, HALF_DTYPES)
     require_dtype("weight", weight, (torch.int8,), "(int4 packed in int32 is not implemented)")
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[0]:
-        raise ValueError(f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]")
+        raise OpArgumentError(f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]")
     k, n = weight.shape
     shapes = antiquant_param_shapes(k, n, antiquant_group_size)
     for name, param in (("antiquant_scale", antiquant_scale), ("antiquant_offset", antiquant_offset)):
@@ -913,8 +906,6 @@ def _weight_quant_batchmatmul_kernel(
 
 
 @npu_op(
-    "(Tensor x, Tensor weight, Tensor antiquant_scale, Tensor? antiquant_offset=None, Tensor? quant_scale=None, "
-    "Tensor? quant_offset=None, Tensor? bias=None, int antiquant_group_size=0, int inner_precise=0) -> Tensor",
     source=WEIGHT_QUANT_BATCHMATMUL_DOC,
     meta=_weight_quant_batchmatmul_meta,
     kernel=_weight_quant_batchmatmul_kernel,
@@ -951,7 +942,7 @@ def npu_weight_quant_batchmatmul(
     require_tensors(antiquant_offset=antiquant_offset, bias=bias)
     require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=quant_scale, quant_offset=quant_offset)
     if require_int("antiquant_group_size", antiquant_group_size) < 0:
-        raise ValueError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
+        raise OpArgumentError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
     require_choice("inner_precise", require_int("inner_precise", inner_precise), (0, 1), "device precision modes")
 
 
@@ -977,13 +968,15 @@ def _trans_quant_param_meta(
 ) -> Out:
     require_dtype("scale", scale, (torch.float32,))
     if scale.dim() not in (1, 2) or (scale.dim() == 2 and scale.shape[0] != 1):
-        raise ValueError(f"scale has shape {list(scale.shape)}; expected (t,) or (1, n)")
+        raise OpArgumentError(f"scale has shape {list(scale.shape)}; expected (t,) or (1, n)")
     if offset is not None:
         require_dtype("offset", offset, (torch.float32,))
         if scale.dim() == 2 and offset.shape != scale.shape:
-            raise ValueError(f"offset has shape {list(offset.shape)}; with a (1, n) scale it must be {list(scale.shape)}")
+            raise OpArgumentError(
+                f"offset has shape {list(offset.shape)}; with a (1, n) scale it must be {list(scale.shape)}"
+            )
         if scale.dim() == 1 and (offset.dim() != 1 or _mismatched(scale.shape[0], offset.shape[0])):
-            raise ValueError(f"offset has shape {list(offset.shape)}; with scale (t,) it must be (1,) or (t,)")
+            raise OpArgumentError(f"offset has shape {list(offset.shape)}; with scale (t,) it must be (1,) or (t,)")
     return Out(_trans_quant_param_shape(scale, offset), torch.int64)
 
 
@@ -997,13 +990,12 @@ def _trans_quant_param_kernel(
 
 
 @npu_op(
-    "(Tensor scale, Tensor? offset=None, int? round_mode=0) -> Tensor",
     source=TRANS_QUANT_PARAM_DOC,
     meta=_trans_quant_param_meta,
     kernel=_trans_quant_param_kernel,
 )
 def npu_trans_quant_param(
-    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
+    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: Optional[int] = 0
 ) -> torch.Tensor:
     """The int64 "quant param" npu_quant_matmul and npu_grouped_matmul take as an int64 ``scale``.
 
@@ -1044,13 +1036,19 @@ def _anti_quant_meta(
     """out like x (int32 words widened eight times), in dst_dtype (float16 by default)."""
     require_dtype("x", x, (torch.int8, torch.int32))
     if (x.dtype == torch.int32) != (src_dtype == torch.quint4x2):
-        raise ValueError(f"x is {x.dtype} but src_dtype is {src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2")
+        raise OpArgumentError(
+            f"x is {x.dtype} but src_dtype is {src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2"
+        )
     width = x.shape[-1] * (INT4_PER_INT32 if x.dtype == torch.int32 else 1) if x.dim() else 1
     require_dtype("scale", scale, (torch.float32, torch.bfloat16))
     if scale.dim() != 1 or scale.shape[0] not in (1, width):
-        raise ValueError(f"scale has shape {list(scale.shape)}; expected (1,) or ({width},), x's last dim in values")
+        raise OpArgumentError(
+            f"scale has shape {list(scale.shape)}; expected (1,) or ({width},), x's last dim in values"
+        )
     if offset is not None and (offset.dtype != scale.dtype or offset.shape != scale.shape):
-        raise ValueError(f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})")
+        raise OpArgumentError(
+            f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})"
+        )
     return Out([*x.shape[:-1], width] if x.dim() else [], dst_dtype or torch.float16)
 
 
@@ -1065,7 +1063,6 @@ def _anti_quant_kernel(
 
 
 @npu_op(
-    "(Tensor x, Tensor scale, *, Tensor? offset=None, ScalarType? dst_dtype=None, ScalarType? src_dtype=None) -> Tensor",
     source=ANTI_QUANT_DOC,
     meta=_anti_quant_meta,
     kernel=_anti_quant_kernel,

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError
 from ..numerics.exact import cube_matmul, int_matmul
 from .checks import (
     FLOAT_DTYPES,
@@ -63,7 +64,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_mode: str
 def _check_broadcast(name: str, table: torch.Tensor, x_name: str, x: torch.Tensor) -> None:
     """cos/sin must broadcast to x without changing its shape (e.g. [1, S, 1, D] for BSND x)."""
     if table.dim() != x.dim() or any(t not in (1, s) for t, s in zip(table.shape, x.shape)) or table.shape[-1] != x.shape[-1]:
-        raise ValueError(
+        raise OpArgumentError(
             f"{name} has shape {list(table.shape)}; it must broadcast to {x_name} {list(x.shape)} with the same head dim"
         )
 
@@ -71,7 +72,7 @@ def _check_broadcast(name: str, table: torch.Tensor, x_name: str, x: torch.Tenso
 def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> None:
     require_dtype(name, x, dtypes)
     if x.shape[-1] % 2 != 0:
-        raise ValueError(f"{name} has head dim {x.shape[-1]}; RoPE rotates pairs, so it must be even")
+        raise OpArgumentError(f"{name} has head dim {x.shape[-1]}; RoPE rotates pairs, so it must be even")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,7 +83,7 @@ def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...
 def _rotary_mul_meta(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half") -> Out:
     _check_rope_input("input", input, FLOAT_DTYPES)
     if input.dim() != 4:
-        raise ValueError(f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND tensors")
+        raise OpArgumentError(f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND tensors")
     for name, table in (("r1", r1), ("r2", r2)):
         require_dtype(name, table, (input.dtype,), "(input's dtype)")
         _check_broadcast(name, table, "input", input)
@@ -94,8 +95,8 @@ def _rotary_mul_kernel(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, 
 
 
 @npu_op(
-    "(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor",
     source=ROTARY_MUL_DOC,
+    self_name="input",
     meta=_rotary_mul_meta,
     kernel=_rotary_mul_kernel,
 )
@@ -135,7 +136,7 @@ def _apply_rotary_pos_emb_meta(
     expected_rank = 3 if layout == "TND" else 4
     for name, x in (("query", query), ("key", key)):
         if x.dim() != expected_rank:
-            raise ValueError(f"{name} has shape {list(x.shape)}; layout {layout!r} needs {expected_rank} dims")
+            raise OpArgumentError(f"{name} has shape {list(x.shape)}; layout {layout!r} needs {expected_rank} dims")
     for name, table in (("cos", cos), ("sin", sin)):
         require_dtype(name, table, (query.dtype,), "(query's dtype)")
         _check_broadcast(name, table, "query", query)
@@ -155,7 +156,6 @@ def _apply_rotary_pos_emb_kernel(
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor cos, Tensor sin, str layout='BSH', str rotary_mode='half') -> (Tensor, Tensor)",
     source=APPLY_ROTARY_POS_EMB_DOC,
     meta=_apply_rotary_pos_emb_meta,
     kernel=_apply_rotary_pos_emb_kernel,
@@ -194,11 +194,13 @@ def npu_apply_rotary_pos_emb(
 def _interleave_rope_meta(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Out:
     _check_rope_input("x", x, HALF_DTYPES)
     if x.dim() != 4:
-        raise ValueError(f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, D] (D = 64 on the device)")
+        raise OpArgumentError(
+            f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, D] (D = 64 on the device)"
+        )
     for name, table in (("cos", cos), ("sin", sin)):
         require_dtype(name, table, (x.dtype,), "(x's dtype)")
         if table.dim() != 4 or table.shape[1] != 1 or table.shape[2] not in (1, x.shape[2]):
-            raise ValueError(f"{name} has shape {list(table.shape)}; expected [B, 1, S or 1, D]")
+            raise OpArgumentError(f"{name} has shape {list(table.shape)}; expected [B, 1, S or 1, D]")
         _check_broadcast(name, table, "x", x)
     return Out(list(x.shape), x.dtype)
 
@@ -214,7 +216,6 @@ def _interleave_rope_kernel(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
 
 
 @npu_op(
-    "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
     source=INTERLEAVE_ROPE_DOC,
     meta=_interleave_rope_meta,
     kernel=_interleave_rope_kernel,
@@ -252,7 +253,7 @@ def _kv_cache_shapes(
             ok = cache.dim() == 4 and cache.shape[2] == 1 and (cache_mode != "PA_NZ" or width % nz_run(cache) == 0)
         if not ok or cache.shape[-1] != width:
             layout = f"[{batch}, 1, cache_length >= {seq}, {width}]" if cache_mode == "Norm" else f"[block_num, block_size, 1, {width}]"
-            raise ValueError(f"{name} has shape {list(cache.shape)}; cache_mode {cache_mode!r} needs {layout}")
+            raise OpArgumentError(f"{name} has shape {list(cache.shape)}; cache_mode {cache_mode!r} needs {layout}")
 
 
 def _kv_rmsnorm_rope_cache_meta(
@@ -268,7 +269,7 @@ def _kv_rmsnorm_rope_cache_meta(
     """The updated caches (like the inputs), k_embed [B, 1, S, 64] and y [B, 1, S, 512] in kv's dtype."""
     require_dtype("kv", kv, HALF_DTYPES)
     if kv.dim() != 4 or kv.shape[1] != 1 or cos.dim() != 4 or not 0 < cos.shape[-1] < kv.shape[-1]:
-        raise ValueError(
+        raise OpArgumentError(
             f"kv has shape {list(kv.shape)} and cos {list(cos.shape)}; expected kv [batch, 1, seq_len, rms + rope] "
             f"and cos [batch, 1, seq_len, rope] (the device supports rms {MLA_RMS_SIZE}, rope {MLA_ROPE_SIZE})"
         )
@@ -298,7 +299,9 @@ def _scatter_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor, 
         return write_paged_rows(cache, rows, index.reshape(-1), cache_mode)
     width, limit = cache.shape[-1], cache.shape[2]
     if bool(((index < 0) | (index >= limit)).any()):
-        raise ValueError(f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache")
+        raise OpArgumentError(
+            f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache"
+        )
     slots = (index + torch.arange(cache.shape[0]).unsqueeze(-1) * limit).reshape(-1)
     return write_slots(cache.reshape(-1, 1, width), rows.reshape(-1, 1, width), slots).view(cache.shape)
 
@@ -327,9 +330,6 @@ def _kv_rmsnorm_rope_cache_kernel(
 
 
 @npu_op(
-    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
-    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
-    "float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False) -> (Tensor, Tensor, Tensor, Tensor)",
     source=KV_RMSNORM_ROPE_CACHE_DOC,
     meta=_kv_rmsnorm_rope_cache_meta,
     kernel=_kv_rmsnorm_rope_cache_kernel,
@@ -390,12 +390,6 @@ def _check_kv_rmsnorm_rope_cache_arguments(op: str, arguments: Mapping[str, Any]
     require_bool("is_output_kv", arguments["is_output_kv"])
 
 
-KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS = (
-    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
-    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
-    "Tensor? v=None, float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False, int? k_cache_dtype=None, "
-    "int? ckv_cache_dtype=None)"
-)
 KV_RMSNORM_ROPE_CACHE_V2_DOC = (
     "op-plugin op_plugin/config/op_plugin_functions.yaml and meta function npu_kv_rmsnorm_rope_cache_v2; "
     "semantics of docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
@@ -419,14 +413,11 @@ def _kv_rmsnorm_rope_cache_v2_kernel(*args: Any, **options: Any) -> tuple[torch.
 
 
 @npu_op(
-    KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor)",
     source=KV_RMSNORM_ROPE_CACHE_V2_DOC,
     meta=_kv_rmsnorm_rope_cache_v2_meta,
     kernel=_kv_rmsnorm_rope_cache_v2_kernel,
     writes_back={"k_cache": 2, "ckv_cache": 3},
-    mutating_schema=KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS.replace(
-        "Tensor k_cache, Tensor ckv_cache", "Tensor(a!) k_cache, Tensor(b!) ckv_cache"
-    ) + " -> (Tensor, Tensor)",
+    schema_mutates=True,
 )
 def npu_kv_rmsnorm_rope_cache_v2(
     kv: torch.Tensor,
@@ -475,27 +466,6 @@ MLA_TENSORS = (
 MLA_SCALES = (
     "dequant_scale_x", "dequant_scale_w_dq", "dequant_scale_w_uq_qr", "dequant_scale_w_dkv_kr", "quant_scale_ckv",
     "quant_scale_ckr", "smooth_scales_cq",
-)
-MLA_SCALE_ARGUMENTS = (
-    "Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, Tensor? dequant_scale_w_uq_qr=None, "
-    "Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, Tensor? quant_scale_ckr=None, "
-    "Tensor? smooth_scales_cq=None, "
-)
-MLA_PROLOG_ARGUMENTS = (
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
-    "Tensor kv_cache, Tensor kr_cache, *, " + MLA_SCALE_ARGUMENTS + "float rmsnorm_epsilon_cq=1e-05, "
-    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\")"
-)
-MLA_PROLOG_V3_ARGUMENTS = (
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor kv_cache, "
-    "Tensor kr_cache, *, Tensor? cache_index=None, " + MLA_SCALE_ARGUMENTS + "Tensor? actual_seq_len=None, "
-    "Tensor? k_nope_clip_alpha=None, float rmsnorm_epsilon_cq=1e-05, float rmsnorm_epsilon_ckv=1e-05, "
-    "str cache_mode=\"PA_BSND\", bool query_norm_flag=False, int weight_quant_mode=0, int kv_cache_quant_mode=0, "
-    "int query_quant_mode=0, int ckvkr_repo_mode=0, int quant_scale_repo_mode=0, int tile_size=128, "
-    "float qc_qr_scale=1.0, float kc_scale=1.0, int? token_x_dtype=None, int? weight_dq_dtype=None, "
-    "int? weight_uq_qr_dtype=None, int? weight_dkv_kr_dtype=None, int? kv_cache_dtype=None)"
 )
 MLA_PROLOG_V3_DOC = (
     "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_mla_prolog_v3.md; hicann/ops-transformer attention/mla_prolog; "
@@ -567,7 +537,7 @@ def _require_matrix(name: str, tensor: torch.Tensor, rows: Any, dtype: torch.dty
     """A [rows, cols] weight in ``dtype``; returns cols."""
     require_dtype(name, tensor, (dtype,), "(as the quantisation scenario requires)")
     if tensor.dim() != 2 or tensor.shape[0] != rows:
-        raise ValueError(f"{name} has shape {list(tensor.shape)}; expected [{rows}, ...]")
+        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [{rows}, ...]")
     return tensor.shape[1]
 
 
@@ -577,20 +547,22 @@ def _mla_dims(arguments: Mapping[str, Any], scenario: MlaScenario) -> MlaDims:
     full = torch.int8 if scenario.weights == 2 else torch.bfloat16
     require_dtype("token_x", token_x, (full,), f"(weight_quant_mode {scenario.weights})")
     if token_x.dim() not in (2, 3):
-        raise ValueError(f"token_x has shape {list(token_x.shape)}; expected [T, He] or [B, S, He]")
+        raise OpArgumentError(f"token_x has shape {list(token_x.shape)}; expected [T, He] or [B, S, He]")
     hidden = token_x.shape[-1]
     hcq = _require_matrix("weight_dq", arguments["weight_dq"], hidden, full)
     require_dtype("weight_uk", weight_uk, (torch.bfloat16,))
     if weight_uk.dim() != 3:
-        raise ValueError(f"weight_uk has shape {list(weight_uk.shape)}; expected [N, D, Hckv]")
+        raise OpArgumentError(f"weight_uk has shape {list(weight_uk.shape)}; expected [N, D, Hckv]")
     heads, head_dim, hckv = weight_uk.shape
     qr_dtype = torch.int8 if scenario.weights else torch.bfloat16
     qr_width = _require_matrix("weight_uq_qr", arguments["weight_uq_qr"], hcq, qr_dtype)
     if qr_width % heads != 0 or qr_width // heads <= head_dim:
-        raise ValueError(f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}")
+        raise OpArgumentError(
+            f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}"
+        )
     rope_dim = qr_width // heads - head_dim
     if _require_matrix("weight_dkv_kr", arguments["weight_dkv_kr"], hidden, full) != hckv + rope_dim:
-        raise ValueError(
+        raise OpArgumentError(
             f"weight_dkv_kr has shape {list(arguments['weight_dkv_kr'].shape)}; expected [{hidden}, {hckv + rope_dim}]"
         )
     lead = tuple(token_x.shape[:-1])
@@ -618,16 +590,16 @@ def _check_mla_scales(arguments: Mapping[str, Any], scenario: MlaScenario, dims:
         value = arguments[name]
         if shapes is None:
             if value is not None:
-                raise ValueError(f"{name} is given but this call is not in a scenario that uses it; pass None")
+                raise OpArgumentError(f"{name} is given but this call is not in a scenario that uses it; pass None")
             continue
         if value is None:
-            raise ValueError(f"{name} is required when the inputs are quantised this way (see the scenario table)")
+            raise OpArgumentError(f"{name} is required when the inputs are quantised this way (see the scenario table)")
         require_dtype(name, value, (torch.float32,))
         require_shape(name, value, shapes)
     smooth = arguments["smooth_scales_cq"]
     if smooth is not None:
         if not scenario.weights:
-            raise ValueError("smooth_scales_cq is only used when weight_uq_qr is int8; pass None")
+            raise OpArgumentError("smooth_scales_cq is only used when weight_uq_qr is int8; pass None")
         require_dtype("smooth_scales_cq", smooth, (torch.float32,))
         require_shape("smooth_scales_cq", smooth, ((1, dims.hcq),))
 
@@ -652,14 +624,16 @@ def _check_mla_caches(arguments: Mapping[str, Any], scenario: MlaScenario, dims:
             layout = str(list(shape))
             ok = tuple(cache.shape) == shape
         if not ok:
-            raise ValueError(f"{name} has shape {list(cache.shape)}; cache_mode {scenario.cache_mode!r} needs {layout}")
+            raise OpArgumentError(
+                f"{name} has shape {list(cache.shape)}; cache_mode {scenario.cache_mode!r} needs {layout}"
+            )
     index = arguments["cache_index"]
     if scenario.cache_mode not in MLA_PAGED_MODES:
         if index is not None:
-            raise ValueError(f"cache_index is not used with cache_mode {scenario.cache_mode!r}; pass None")
+            raise OpArgumentError(f"cache_index is not used with cache_mode {scenario.cache_mode!r}; pass None")
         return
     if index is None:
-        raise ValueError(f"cache_mode {scenario.cache_mode!r} needs cache_index (one slot per token)")
+        raise OpArgumentError(f"cache_mode {scenario.cache_mode!r} needs cache_index (one slot per token)")
     require_dtype("cache_index", index, (torch.int64,))
     require_shape("cache_index", index, (dims.lead,))
 
@@ -693,7 +667,7 @@ def write_paged_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tenso
     blocks, block_size, _, width = cache.shape
     limit = blocks * block_size
     if bool(((slots < 0) | (slots >= limit)).any()):
-        raise ValueError(f"the cache index holds {slots.tolist()}; every value must be a slot in [0, {limit})")
+        raise OpArgumentError(f"the cache index holds {slots.tolist()}; every value must be a slot in [0, {limit})")
     if cache_mode == "PA_NZ":
         return write_nz_slots(cache, rows.reshape(-1, width), slots, block_size)
     return write_slots(cache, rows.reshape(-1, 1, width), slots)
@@ -786,7 +760,9 @@ def _mla_prolog_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
     call = arguments(npu_mla_prolog, args, kwargs)
     scenario = _scenario_from_dtypes(call)
     if scenario.query:
-        raise ValueError("npu_mla_prolog has no dequant_scale_q_nope output for an int8 query; use npu_mla_prolog_v2")
+        raise OpArgumentError(
+            "npu_mla_prolog has no dequant_scale_q_nope output for an int8 query; use npu_mla_prolog_v2"
+        )
     _, outputs = _mla_outputs(call, scenario)
     return tuple(outputs[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
@@ -799,7 +775,6 @@ def _mla_prolog_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
 
 
 @npu_op(
-    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_DOC,
     meta=_mla_prolog_meta,
     kernel=_mla_prolog_kernel,
@@ -902,7 +877,6 @@ npu_mla_prolog_v2.__signature__ = inspect.signature(npu_mla_prolog.__wrapped__).
     return_annotation="tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"
 )
 npu_mla_prolog_v2 = npu_op(
-    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_V2_DOC,
     meta=_mla_prolog_v2_meta,
     kernel=_mla_prolog_v2_kernel,
@@ -918,9 +892,11 @@ def _v3_scenario(arguments: Mapping[str, Any]) -> MlaScenario:
     """The explicit v3 modes, checked against the scenario table's combinations."""
     scenario = _scenario_from_modes(arguments)
     if scenario.query == 1 and not (scenario.weights == 2 and scenario.kv_cache == 1):
-        raise ValueError("query_quant_mode=1 needs weight_quant_mode=2 and kv_cache_quant_mode=1 (the int8 full-quantisation row)")
+        raise OpArgumentError(
+            "query_quant_mode=1 needs weight_quant_mode=2 and kv_cache_quant_mode=1 (the int8 full-quantisation row)"
+        )
     if scenario.kv_cache == 1 and scenario.weights != 2 or scenario.kv_cache == 2 and scenario.weights != 1:
-        raise ValueError(
+        raise OpArgumentError(
             f"kv_cache_quant_mode={scenario.kv_cache} with weight_quant_mode={scenario.weights} is not a documented "
             "scenario (per-tensor kv_cache goes with mode 2, per-channel with mode 1)"
         )
@@ -959,14 +935,11 @@ def _mla_prolog_v3_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]
 
 
 @npu_op(
-    MLA_PROLOG_V3_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_V3_DOC,
     meta=_mla_prolog_v3_meta,
     kernel=_mla_prolog_v3_kernel,
     writes_back={"kv_cache": 5, "kr_cache": 6},
-    mutating_schema=MLA_PROLOG_V3_ARGUMENTS.replace(
-        "Tensor kv_cache, Tensor kr_cache", "Tensor(a!) kv_cache, Tensor(b!) kr_cache"
-    ) + " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    schema_mutates=True,
 )
 def npu_mla_prolog_v3(
     token_x: torch.Tensor,
@@ -1076,22 +1049,22 @@ def _mrope_meta(
     for name, tensor in (("query", query), ("key", key), ("cos_sin_cache", cos_sin_cache)):
         require_dtype(name, tensor, FLOAT_DTYPES if name == "query" else (query.dtype,), "(query's dtype)")
     if positions.dim() not in (1, 2) or (positions.dim() == 2 and positions.shape[0] not in MROPE_SECTIONS):
-        raise ValueError(f"positions has shape {list(positions.shape)}; expected [tokens] or [3 or 4, tokens]")
+        raise OpArgumentError(f"positions has shape {list(positions.shape)}; expected [tokens] or [3 or 4, tokens]")
     tokens = positions.shape[-1]
     for name, tensor in (("query", query), ("key", key)):
         if tensor.dim() != 2 or tensor.shape[0] != tokens or tensor.shape[1] % head_size != 0:
-            raise ValueError(
+            raise OpArgumentError(
                 f"{name} has shape {list(tensor.shape)}; expected [{tokens}, heads x {head_size}] (flatten the heads)"
             )
     rotary_dim = cos_sin_cache.shape[-1] if cos_sin_cache.dim() == 2 else -1
     if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_size:
-        raise ValueError(
+        raise OpArgumentError(
             f"cos_sin_cache has shape {list(cos_sin_cache.shape)}; expected [max_position, rotary_dim] with an even "
             f"rotary_dim <= head_size {head_size} (cos in the first half, sin in the second)"
         )
     sections = list(mrope_section or [])
     if positions.dim() == 2 and (len(sections) != positions.shape[0] or sum(sections) != rotary_dim // 2):
-        raise ValueError(
+        raise OpArgumentError(
             f"mrope_section={sections} must give one width per positions row ({positions.shape[0]}) summing to "
             f"rotary_dim / 2 = {rotary_dim // 2}"
         )
@@ -1129,15 +1102,14 @@ def _mrope_kernel(
 
 
 @npu_op(
-    "(Tensor positions, Tensor query, Tensor key, Tensor cos_sin_cache, int head_size, *, int[]? mrope_section=None, "
-    "str? rotary_mode='half', str? cache_mode='default') -> (Tensor, Tensor)",
     source=MROPE_DOC,
     meta=_mrope_meta,
     kernel=_mrope_kernel,
 )
 def npu_mrope(
     positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int,
-    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: str = "half", cache_mode: str = "default",
+    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: Optional[str] = "half",
+    cache_mode: Optional[str] = "default",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE from a cos/sin cache (RopeWithSinCosCache), plain or multimodal: returns new ``(query, key)``.
 
@@ -1159,6 +1131,6 @@ def npu_mrope(
     for name, value in (("positions", positions), ("query", query), ("key", key), ("cos_sin_cache", cos_sin_cache)):
         require_tensor(name, value)
     if require_int("head_size", head_size) <= 0:
-        raise ValueError(f"head_size={head_size} must be positive")
+        raise OpArgumentError(f"head_size={head_size} must be positive")
     require_choice("rotary_mode", rotary_mode, ROTARY_MODES, "NeoX halves or even/odd pairs")
     require_choice("cache_mode", cache_mode, ("default",), "sections taken in order")

@@ -163,7 +163,8 @@ def test_npugraph_ex_runs_its_backward_op_by_op():
 
 def test_attribution_shows_the_backward_share_of_each_op_type():
     model, (x, y) = Mlp(), data()
-    report = compare(model, x, loss=lambda out: F.cross_entropy(out, y), optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = compare(model, x, loss=lambda out: F.cross_entropy(out, y), optimizer=sgd)
     table = report.attribution["variant"]
     matmul = table.op_type("MatMulV3")
     assert matmul is not None and 0 < matmul.backward_us <= matmul.total_us

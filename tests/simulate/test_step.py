@@ -11,7 +11,8 @@ from pytest_npufuse.simulate.timeline import Bound, KernelRun, RunReport
 
 def run(time_us: float, host_us: float, *names: str) -> RunReport:
     kernels = tuple(KernelRun(name, "aten::mm", "default", 1.0 + i, 2.0 + i, 1, "cube") for i, name in enumerate(names))
-    return RunReport("variant", "a3", "max-autotune", time_us, time_us - host_us, host_us, Bound.DEVICE, len(names), kernels)
+    device_us = time_us - host_us
+    return RunReport("variant", "a3", "max-autotune", time_us, device_us, host_us, Bound.DEVICE, len(names), kernels)
 
 
 def test_graphs_run_back_to_back():
