@@ -149,7 +149,7 @@ def repeated_program(model: Any, inputs: Sequence[Any], capture: Capturer) -> Pr
 # -- extrapolation -------------------------------------------------------------------------------------
 
 PREFIX, SUFFIX = -1, 1 << 30  # segment labels around the layer blocks 0..N-1
-_PROGRAM_FIELDS = ("kernels", "buffers", "inputs", "outputs", "syncs", "stream_scopes")
+_PROGRAM_FIELDS = ("kernels", "buffers", "inputs", "outputs", "syncs", "stream_scopes", "phase")
 
 
 def extrapolate(two: Program, three: Program, path: str, layers: int) -> Program | None:
@@ -157,6 +157,8 @@ def extrapolate(two: Program, three: Program, path: str, layers: int) -> Program
     one period per layer and one suffix with affine numbers (see the module docstring)."""
     if tuple(f.name for f in fields(Program)) != _PROGRAM_FIELDS:
         return None  # a Program field this module does not rebuild: never drop it silently
+    if two.phase != three.phase:
+        return None
     cut2, cut3 = _Cut.of(two, path, 2), _Cut.of(three, path, 3)
     if cut2 is None or cut3 is None or cut2.start != cut3.start or cut2.period != cut3.period:
         return None
@@ -171,7 +173,7 @@ def extrapolate(two: Program, three: Program, path: str, layers: int) -> Program
     buffers = [*built["input_buffers"], *built["buffers"]]
     program = Program(
         tuple(built["kernels"]), MappingProxyType({b.name: b for b in buffers}), tuple(built["inputs"]),
-        outputs, tuple(built["syncs"]), tuple(built["stream_scopes"]),
+        outputs, tuple(built["syncs"]), tuple(built["stream_scopes"]), three.phase,
     )
     consistent = (
         [k.index for k in program.kernels] == list(range(len(program.kernels)))
