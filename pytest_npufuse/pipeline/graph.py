@@ -47,6 +47,8 @@ class CallWatcher(Protocol):
 
 # Plans the watcher of one modeled graph from its mode, aten graph, program and each kernel's stream.
 WatchPlanner = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], "CallWatcher | None"]
+# Writes a file describing one modeled graph, from the same four (the config's graph dump).
+GraphDumper = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], object]
 
 
 @dataclass(frozen=True)
@@ -54,13 +56,15 @@ class GraphOptions:
     """What a compile configuration decides about how its graphs are modeled: the mode, whether every
     kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
     text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
-    config's data dump). TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the
-    library's ``mode=`` arguments through :func:`graph_options`."""
+    config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump).
+    TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the library's ``mode=``
+    arguments through :func:`graph_options`."""
 
     mode: Mode = Mode.MAX_AUTOTUNE
     single_stream: bool = False
     aclgraph_superkernel: str | None = None
     watch: WatchPlanner | None = None
+    dump_graph: GraphDumper | None = None
 
 
 def graph_options(mode: str | None) -> GraphOptions:

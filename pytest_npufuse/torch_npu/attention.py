@@ -41,6 +41,7 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import pairwise_sum
+from .memory import nz_run
 from .registry import Out, arguments, npu_op
 from .schema import SymInt
 
@@ -112,11 +113,30 @@ def _tnd_sizes(name: str, tensor: torch.Tensor, heads: int) -> tuple[int, int]:
 HEADS_FIRST_CACHE_LAYOUTS = ("BNSD", "TND")  # their 4-D paged caches are [blocks, N_kv, block_size, D]
 
 
+def _is_nz(cache: torch.Tensor) -> bool:
+    """A 5-D paged cache is FRACTAL_NZ: [blocks, N_kv, D / c, block_size, c], c = 32 bytes of values."""
+    return cache.dim() == 5
+
+
 def _paged_sizes(name: str, cache: torch.Tensor, layout: str, kv_heads: int, block_size: int) -> int:
     """Head dim of a paged cache. The page's PageAttention table: BSH/BSND read BnBsH caches, given as
     [blocks, block_size, N_kv x D] or [blocks, block_size, N_kv, D]; BNSD/TND also read BnNBsD,
-    [blocks, N_kv, block_size, D] (their 4-D form)."""
+    [blocks, N_kv, block_size, D] (their 4-D form). Every layout but BNSD also reads FRACTAL_NZ blocks,
+    [blocks, N_kv, D / 16, block_size, 16] for float16/bfloat16 and [blocks, N_kv, D / 32, block_size, 32]
+    for int8 (the op-plugin page of npu_fused_infer_attention_score_v2, MLA constraints: "当数据格式为NZ时
+    input_layout不支持BNSD、BNSD_NBSD"); vllm-ascend's MLA decode reads its caches this way."""
     heads_first = layout in HEADS_FIRST_CACHE_LAYOUTS
+    if _is_nz(cache):
+        run = nz_run(cache)
+        if layout == "BNSD":
+            raise OpArgumentError(
+                f"{name} is a FRACTAL_NZ cache {list(cache.shape)}; input_layout BNSD does not read NZ caches")
+        if (cache.shape[1], cache.shape[3], cache.shape[4]) == (kv_heads, block_size, run):
+            return cache.shape[2] * run
+        raise OpArgumentError(
+            f"{name} has shape {list(cache.shape)}; a FRACTAL_NZ paged cache of {cache.dtype} is "
+            f"[blocks, {kv_heads}, D / {run}, {block_size}, {run}] (block_size={block_size}, N_kv={kv_heads})"
+        )
     if cache.dim() == 3 and cache.shape[1] == block_size and cache.shape[2] % kv_heads == 0:
         return cache.shape[2] // kv_heads
     if cache.dim() == 4 and (cache.shape[1], cache.shape[2]) == ((kv_heads, block_size) if heads_first
@@ -125,7 +145,8 @@ def _paged_sizes(name: str, cache: torch.Tensor, layout: str, kv_heads: int, blo
     four_d = f"[blocks, {kv_heads}, {block_size}, D]" if heads_first else f"[blocks, {block_size}, {kv_heads}, D]"
     raise OpArgumentError(
         f"{name} has shape {list(cache.shape)}; with block_table and input_layout={layout!r} the KV cache is "
-        f"[blocks, {block_size}, {kv_heads} x D] or {four_d} (block_size={block_size}, N_kv={kv_heads})"
+        f"[blocks, {block_size}, {kv_heads} x D], {four_d} or FRACTAL_NZ [blocks, {kv_heads}, D / c, {block_size}, c] "
+        f"(block_size={block_size}, N_kv={kv_heads})"
     )
 
 
@@ -172,16 +193,27 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
     return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged, out_layout or layout)
 
 
+def _head_dim_free(tensor: torch.Tensor) -> tuple[int, ...]:
+    """The dims other than the head dim: all but the last, or for a FRACTAL_NZ cache all but D / c and c."""
+    shape = tuple(tensor.shape)
+    return (*shape[:2], shape[3]) if _is_nz(tensor) else shape[:-1]
+
+
 def _check_rope(query_rope: Optional[torch.Tensor], key_rope: Optional[torch.Tensor], query: torch.Tensor,
-                key: torch.Tensor) -> None:
-    """MLA: query_rope / key_rope come together, in query's / key's dtype and shape but their own last dim."""
+                key: torch.Tensor, quantised: bool = False) -> None:
+    """MLA: query_rope / key_rope come together, in query's / key's dtype and shape but their own head dim
+    (with int8 query and key, the rope parts are float16/bfloat16, one dtype)."""
     if (query_rope is None) != (key_rope is None):
         raise OpArgumentError("query_rope and key_rope must be given together (MLA) or not at all")
+    if quantised and query_rope is None:
+        raise OpArgumentError("int8 query, key and value (query_quant_mode=3) are MLA's: pass query_rope and key_rope")
     for name, rope, base in (("query_rope", query_rope, query), ("key_rope", key_rope, key)):
         if rope is None:
             continue
-        require_dtype(name, rope, (base.dtype,))
-        if rope.dim() != base.dim() or tuple(rope.shape[:-1]) != tuple(base.shape[:-1]):
+        require_dtype(name, rope, ATTENTION_DTYPES if quantised else (base.dtype,))
+        if quantised and rope.dtype != query_rope.dtype:
+            raise OpArgumentError(f"query_rope is {query_rope.dtype} but key_rope is {rope.dtype}; they share a dtype")
+        if rope.dim() != base.dim() or _head_dim_free(rope) != _head_dim_free(base):
             if not (base.dim() == 3 and rope.dim() == 3 and rope.shape[:2] == base.shape[:2]):
                 raise OpArgumentError(f"{name} has shape {list(rope.shape)}; it must match {list(base.shape)} except "
                                       "the last dim (the rope head dim)")
@@ -265,7 +297,10 @@ def _tnd_to_bnsd(tensor: torch.Tensor, lengths: list[int], width: int) -> torch.
 
 def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, layout: str, kv_heads: int) -> torch.Tensor:
     """float32 [B, N_kv, blocks x block_size, D]: each sequence's blocks, in block_table order."""
-    if cache.dim() == 3 or layout not in HEADS_FIRST_CACHE_LAYOUTS:  # BnBsH: [blocks, block_size, N_kv(, D)]
+    if _is_nz(cache):  # [blocks, N_kv, D / c, block_size, c] -> [blocks, N_kv, block_size, D]
+        blocks, heads, runs, size, run = cache.shape
+        cache = cache.permute(0, 1, 3, 2, 4).reshape(blocks, heads, size, runs * run)
+    elif cache.dim() == 3 or layout not in HEADS_FIRST_CACHE_LAYOUTS:  # BnBsH: [blocks, block_size, N_kv(, D)]
         cache = cache.reshape(cache.shape[0], cache.shape[1], kv_heads, -1).transpose(1, 2)
     blocks = cache.shape[0]
     table = block_table.to(torch.int64)
@@ -360,21 +395,42 @@ class _Softmax:
         return torch.where(has_mass, self.max + torch.log(torch.where(has_mass, self.sum, 1.0)), float("inf"))
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float) -> tuple[
-    torch.Tensor, _Softmax
-]:
+@dataclass(frozen=True)
+class _Dequant:
+    """Full int8 quantisation of MLA attention (v2, ``query_quant_mode=3``): the int8 query's per-token,
+    per-head scales [B, N, Sq, 1], the per-tensor key and value scales, and the rope parts [B, N(_kv), S, Dr]
+    in float32, which are not quantised and add to the dequantised nope scores."""
+
+    query: torch.Tensor
+    key: float
+    value: float
+    query_rope: torch.Tensor
+    key_rope: torch.Tensor
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
+               dequant: Optional[_Dequant] = None) -> tuple[torch.Tensor, _Softmax]:
     """softmax(scale * q k^T, masked) v in float32; returns (out [B, N, Sq, Dv], its softmax statistics).
 
     q is [B, N, Sq, D]; k / v are [B, N_kv, Skv, *] and query head ``h`` reads KV head ``h // (N / N_kv)``
     (GQA, MQA and MLA's single KV head). The query heads of one KV head are multiplied as one matrix, so K
     and V are never copied per query head (MLA decode has 128 query heads on one KV head). ``visible`` is
     [B or 1, 1 or N, Sq, Skv].
+
+    With ``dequant`` q, k and v hold int8 values: ``q k^T`` is their exact integer product (fp32 is exact
+    here: |sum| <= D x 127^2 < 2^24 for D <= 1024), scaled by the query's and key's scales, plus the rope
+    scores; the output is ``probs v`` scaled by the value's scale.
     """
     batch, heads, q_len, dim = q.shape
     kv_heads = k.shape[1]
     group = heads // kv_heads
     grouped = q.reshape(batch, kv_heads, group * q_len, dim)
-    scores = cube_matmul(grouped, k.transpose(-1, -2)).reshape(batch, kv_heads, group, q_len, -1) * scale
+    scores = cube_matmul(grouped, k.transpose(-1, -2))
+    if dequant is not None:
+        q_scale = dequant.query.reshape(batch, kv_heads, group * q_len, 1)
+        rope = dequant.query_rope.reshape(batch, kv_heads, group * q_len, -1)
+        scores = scores * q_scale * dequant.key + cube_matmul(rope, dequant.key_rope.transpose(-1, -2))
+    scores = scores.reshape(batch, kv_heads, group, q_len, -1) * scale
     if visible.shape[1] == heads:
         visible = visible.reshape(visible.shape[0], kv_heads, group, q_len, -1)
     else:
@@ -385,6 +441,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
     denom = pairwise_sum(exps, dim=-1, keepdim=True)
     probs = exps / torch.where(denom > 0, denom, 1.0)
     out = cube_matmul(probs.reshape(batch, kv_heads, group * q_len, -1), v)
+    if dequant is not None:
+        out = out * dequant.value
     stats = _Softmax(row_max.reshape(batch, heads, q_len, 1), denom.reshape(batch, heads, q_len, 1))
     return out.reshape(batch, heads, q_len, -1), stats
 
@@ -404,21 +462,30 @@ class _Call:
 
 def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
          block_table: Optional[torch.Tensor], query_rope: Optional[torch.Tensor],
-         key_rope: Optional[torch.Tensor]) -> tuple[torch.Tensor, _Softmax]:
-    """(attention_out in the query's layout and dtype, its softmax statistics [B, N, Sq, 1] padded)."""
+         key_rope: Optional[torch.Tensor], scales: Optional["QuantScales"] = None) -> tuple[torch.Tensor, _Softmax]:
+    """(attention_out in the output dtype and layout, its softmax statistics [B, N, Sq, 1] padded).
+    ``scales``: the dequant scales of an int8 query, key and value (:class:`QuantScales`)."""
     geo = call.geo
     if mask is not None and call.sparse_mode in CAUSAL_MODES:
         _require_causal_mask(mask)
     q = _q_to_bnsd(query, geo, call.q_lens)
     k = _kv_to_bnsd(key, geo, block_table, call.kv_lens)
-    if query_rope is not None:
+    dequant = None
+    if scales is not None:
+        per_token = scales.query if geo.layout == "BSH" else scales.query.unsqueeze(-1)
+        dequant = _Dequant(
+            _q_to_bnsd(per_token, geo, call.q_lens), float(scales.key), float(scales.value),
+            _q_to_bnsd(query_rope, geo, call.q_lens), _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens),
+        )
+    elif query_rope is not None:
         q = torch.cat([q, _q_to_bnsd(query_rope, geo, call.q_lens)], dim=-1)
         k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens)], dim=-1)
     v = _kv_to_bnsd(value, geo, block_table, call.kv_lens)
     visible = _visible(call.q_lens, call.kv_lens, q.shape[2], k.shape[2], mask, call.sparse_mode,
                        call.pre_tokens, call.next_tokens)
-    out, stats = _attention(q, k, v, visible, call.scale)
-    return _bnsd_to_layout(out, geo.out_layout, call.q_lens, query.shape[0]).to(query.dtype), stats
+    out, stats = _attention(q, k, v, visible, call.scale, dequant)
+    out_dtype = query_rope.dtype if scales is not None else query.dtype
+    return _bnsd_to_layout(out, geo.out_layout, call.q_lens, query.shape[0]).to(out_dtype), stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,15 +517,19 @@ def _kv_lengths(geo: _Geometry, values: Optional[Sequence[int]], key: torch.Tens
 def _fia_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, atten_mask=None,
               actual_seq_lengths=None, actual_seq_lengths_kv=None, block_table=None, query_rope=None, key_rope=None,
               num_heads=1, scale=1.0, pre_tokens=NO_BAND, next_tokens=NO_BAND, input_layout="BSH",
-              num_key_value_heads=0, sparse_mode=0, block_size=0, **_: object) -> _Call:
-    """Validate the tensors from metadata and resolve lengths; shared by the meta function and the kernel."""
+              num_key_value_heads=0, sparse_mode=0, block_size=0, quantised=False, **_: object) -> _Call:
+    """Validate the tensors from metadata and resolve lengths; shared by the meta function and the kernel.
+    ``quantised``: query, key and value are int8 (v2's full quantisation, :class:`QuantScales`)."""
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_dtype(name, tensor, ATTENTION_DTYPES, "(int8/int4 quantised attention is not implemented)")
+        if quantised:
+            require_dtype(name, tensor, (torch.int8,), "(query_quant_mode=3 takes int8 query, key and value)")
+        else:
+            require_dtype(name, tensor, ATTENTION_DTYPES, "(int8 attention needs v2's query_quant_mode=3)")
     if key.dtype != query.dtype or value.dtype != query.dtype:
         raise OpArgumentError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
     kv_heads = num_key_value_heads or num_heads
     geo = _geometry(query, key, value, input_layout, num_heads, kv_heads, block_table, block_size, actual_seq_lengths)
-    _check_rope(query_rope, key_rope, query, key)
+    _check_rope(query_rope, key_rope, query, key, quantised)
     _check_mask(atten_mask, sparse_mode, geo)
     if geo.layout == "TND":
         q_lens = _cumulative_lengths("actual_seq_lengths", actual_seq_lengths, geo.q_len)
@@ -996,27 +1067,83 @@ FIA_V2_RENAMED = {
     "actual_seq_kvlen": "actual_seq_lengths_kv", "return_softmax_lse": "softmax_lse_flag",
 }
 FIA_V2_UNMODELED = (
-    "pse_shift", "dequant_scale_query", "dequant_scale_key", "dequant_offset_key", "dequant_scale_value",
-    "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_out", "quant_offset_out", "quant_scale_p",
+    "pse_shift", "dequant_offset_key", "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_out",
+    "quant_offset_out", "quant_scale_p",
     "learnable_sink", "query_dtype", "key_dtype", "value_dtype", "query_rope_dtype", "key_rope_dtype",
     "key_shared_prefix_dtype", "value_shared_prefix_dtype", "dequant_scale_query_dtype", "dequant_scale_key_dtype",
     "dequant_scale_value_dtype", "dequant_scale_key_rope_dtype", "out_dtype",
 )
 
 
-def _as_v1(options: dict[str, Any]) -> dict[str, Any]:
-    """v2's keywords under the names the fused op's computation reads."""
-    return {FIA_V2_RENAMED.get(name, name): value for name, value in options.items()}
+PER_TOKEN_PER_HEAD = 3  # query_quant_mode: the only query mode the page lists
+
+
+@dataclass(frozen=True)
+class QuantScales:
+    """v2's full quantisation of MLA attention (the page's "全量化场景"): int8 query, key and value with
+    float16/bfloat16 rope parts and output, ``query_quant_mode=3`` (``dequant_scale_query`` per token and
+    head: the query's layout with N in place of N x D, e.g. [B, S, N] for BSND, [T, N] for TND) and
+    ``key_quant_mode=value_quant_mode=0`` (``dequant_scale_key`` / ``_value`` per tensor, one value), all
+    float32. vllm-ascend's MLA decode with ``fa_quant`` calls it so (attention/mla_v1.py)."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+
+
+def _quant_scales(query: torch.Tensor, head_dim: int, options: dict[str, Any]) -> Optional[QuantScales]:
+    """The scales of a fully quantised call, checked against the query; None for a float call."""
+    if options.get("query_quant_mode", 0) != PER_TOKEN_PER_HEAD:
+        return None
+    if options.get("key_quant_mode", 0) != 0 or options.get("value_quant_mode", 0) != 0:
+        raise OpArgumentError(
+            "query_quant_mode=3 takes key_quant_mode=0 and value_quant_mode=0 (per-tensor key and value)")
+    if options.get("return_softmax_lse", False):
+        raise OpArgumentError(
+            "return_softmax_lse is not supported with int8 query, key and value (the page's MLA limits)")
+    scales = {name: options.get(f"dequant_scale_{name}") for name in ("query", "key", "value")}
+    for name, scale in scales.items():
+        if scale is None:
+            raise OpArgumentError(f"query_quant_mode=3 needs dequant_scale_{name} (float32)")
+        require_dtype(f"dequant_scale_{name}", scale, (torch.float32,))
+    if scales["query"].numel() * head_dim != query.numel():
+        raise OpArgumentError(
+            f"dequant_scale_query has shape {list(scales['query'].shape)}; per token and head it has one value per "
+            f"query row of {head_dim}, {query.numel() // head_dim} values")
+    for name in ("key", "value"):
+        if scales[name].numel() != 1:
+            raise OpArgumentError(
+                f"dequant_scale_{name} has {scales[name].numel()} values; key_quant_mode=0 here is per tensor (1)")
+    return QuantScales(**scales)
+
+
+def _as_v1(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           options: dict[str, Any]) -> tuple[dict[str, Any], Optional[QuantScales]]:
+    """v2's keywords under the names the fused op's computation reads, and the quant scales if any."""
+    renamed = {FIA_V2_RENAMED.get(name, name): value_ for name, value_ in options.items()}
+    renamed["quantised"] = options.get("query_quant_mode", 0) == PER_TOKEN_PER_HEAD
+    if not renamed["quantised"]:
+        return renamed, None
+    head_dim = _fia_call(query, key, value, **renamed).geo.head_dim
+    return renamed, _quant_scales(query, head_dim, options)
 
 
 def _fia_v2_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[Out, Out]:
-    return _fia_meta(query, key, value, **_as_v1(options))
+    renamed, scales = _as_v1(query, key, value, options)
+    attention_out, lse = _fia_meta(query, key, value, **renamed)
+    return (Out(attention_out.shape, options["query_rope"].dtype) if scales else attention_out), lse
 
 
 def _fia_v2_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[
     torch.Tensor, torch.Tensor
 ]:
-    return _fia_kernel(query, key, value, **_as_v1(options))
+    renamed, scales = _as_v1(query, key, value, options)
+    if scales is None:
+        return _fia_kernel(query, key, value, **renamed)
+    call = _fia_call(query, key, value, **renamed)
+    out, stats = _run(call, query, key, value, options.get("atten_mask"), options.get("block_table"),
+                      options.get("query_rope"), options.get("key_rope"), scales)
+    return out, stats.sum.new_zeros(0)
 
 
 @npu_op(
@@ -1083,23 +1210,36 @@ def npu_fused_infer_attention_score_v2(
     through ``block_table``, MLA ``query_rope`` / ``key_rope``, sparse modes 0-4.
 
     Layouts: v1's, plus the page's output layouts NBSD (``BSH_NBSD``, ``BSND_NBSD``, ``BNSD_NBSD``: output
-    ``[N, B, S, D]``) and NTD (``TND_NTD``: output ``[N, T, D]``).
+    ``[N, B, S, D]``) and NTD (``TND_NTD``: output ``[N, T, D]``). Paged caches may be FRACTAL_NZ blocks,
+    ``[blocks, N_kv, D / 16, block_size, 16]`` (``/ 32`` and ``32`` for int8), with any layout but BNSD.
 
-    Refused with the argument's name: quantised inputs and outputs (the ``dequant_*`` / ``quant_*`` tensors,
-    non-zero ``*_quant_mode``, the ``*_dtype`` codes), pse_shift, and ``learnable_sink`` (the page describes
-    the sink as absorbing attention scores but gives no formula).
+    Full quantisation (:class:`QuantScales`): int8 query, key and value with ``query_quant_mode=3`` and the
+    three float32 ``dequant_scale_query`` / ``_key`` / ``_value``; the rope parts and the output are
+    float16/bfloat16, and no lse is returned.
+
+    Refused with the argument's name: the other quantised forms (dequant offsets, ``quant_*_out``,
+    ``quant_scale_p``, non-zero key/value quant modes, the ``*_dtype`` codes), pse_shift, and
+    ``learnable_sink`` (the page describes the sink as absorbing attention scores but gives no formula).
     """
     options = {name: value_ for name, value_ in locals().items() if name in FIA_V2_UNMODELED}
     require_tensors(query=query, key=key, value=value, atten_mask=atten_mask, block_table=block_table,
-                    query_rope=query_rope, key_rope=key_rope)
+                    query_rope=query_rope, key_rope=key_rope, dequant_scale_query=dequant_scale_query,
+                    dequant_scale_key=dequant_scale_key, dequant_scale_value=dequant_scale_value)
     require_unused("npu_fused_infer_attention_score_v2", **options)
     require_int_list("actual_seq_qlen", actual_seq_qlen)
     require_int_list("actual_seq_kvlen", actual_seq_kvlen)
     require_float("softmax_scale", softmax_scale)
     require_bool("return_softmax_lse", return_softmax_lse)
-    for name, mode in (("query_quant_mode", query_quant_mode), ("key_quant_mode", key_quant_mode),
-                       ("value_quant_mode", value_quant_mode)):
-        require_choice(name, require_int(name, mode), (0,), "quantised attention is not implemented")
+    require_choice("query_quant_mode", require_int("query_quant_mode", query_quant_mode), (0, PER_TOKEN_PER_HEAD),
+                   "0 (float query) or 3 (int8 per token and head; the page's full quantisation)")
+    for name, mode in (("key_quant_mode", key_quant_mode), ("value_quant_mode", value_quant_mode)):
+        require_choice(name, require_int(name, mode), (0,), "other KV quant modes are not implemented")
+    if query_quant_mode == 0:
+        for name, scale in (("dequant_scale_query", dequant_scale_query), ("dequant_scale_key", dequant_scale_key),
+                            ("dequant_scale_value", dequant_scale_value)):
+            if scale is not None:
+                raise OpArgumentError(
+                    f"{name} is given but query_quant_mode=0: the dequant scales go with int8 inputs (mode 3)")
     _check_attention_scalars(num_query_heads, num_key_value_heads, sparse_mode, inner_precise, pre_tokens,
                              next_tokens, block_size)
     if not isinstance(input_layout, str) or input_layout not in FIA_V2_LAYOUTS:
