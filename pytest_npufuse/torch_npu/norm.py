@@ -473,7 +473,7 @@ def _scaled_masked_softmax_kernel(
 
 
 def _scaled_masked_softmax_backward_meta(
-    y_grad: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
+    y_grad: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, scale: float, fixed_triu_mask: bool
 ) -> Out:
     """x's gradient like y (the forward's output); y_grad like y."""
     require_dtype("y", y, _SOFTMAX_DTYPES)
@@ -484,7 +484,7 @@ def _scaled_masked_softmax_backward_meta(
 
 
 def _scaled_masked_softmax_backward_kernel(
-    y_grad: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
+    y_grad: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, scale: float, fixed_triu_mask: bool
 ) -> torch.Tensor:
     """``scale * y * (dy - sum(dy * y))`` over the last dim in float32 (a fixed pairwise sum), zero where
     the forward filled the score with a constant (the mask, or the upper triangle with
@@ -503,7 +503,7 @@ def _scaled_masked_softmax_backward_kernel(
     kernel=_scaled_masked_softmax_backward_kernel,
 )
 def npu_scaled_masked_softmax_backward(
-    y_grad: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
+    y_grad: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, scale: float, fixed_triu_mask: bool
 ) -> torch.Tensor:
     """ScaledMaskedSoftmaxGrad: the gradient of :func:`npu_scaled_masked_softmax`'s ``x`` from its output
     ``y`` and ``y``'s gradient. torch_npu's schema ``npu_scaled_masked_softmax_backward(Tensor y_grad,
