@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "cases"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from test_superkernel_seed import ModelSuperKernel, seed_inputs  # noqa: E402
+from test_superkernel_example import ModelSuperKernel, seed_inputs  # noqa: E402
 
 from pytest_npufuse.frontend import backend  # noqa: E402
 from pytest_npufuse.numerics.exact import int_matmul  # noqa: E402

@@ -23,3 +23,9 @@ def test_setup_and_test_are_two_commands_that_ci_runs_word_for_word():
     ci = [line.split(" || ")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert install in ci and test in ci
     assert ci.index(install) < ci.index(test)
+
+
+def test_readme_is_one_screen_that_points_to_the_docs():
+    assert len(README.splitlines()) <= 150
+    links = re.findall(r"\]\((docs/[^)#]+)", README)
+    assert "docs/index.md" in links and all((ROOT / link).is_file() for link in links)
