@@ -26,13 +26,7 @@ from typing import Any, Mapping
 from ..errors import ProfileError
 from ..files.toml import read_toml
 from .catalog import OpCatalog, load_catalog
-from .profile import (
-    HardwareProfile,
-    TargetTable,
-    load_profile,
-    profile_file_targets,
-    target_tables,
-)
+from .profile import HardwareProfile, TargetTable, load_profile, profile_file_targets, target_tables
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,7 @@ import torch
 from pytest_npufuse import NpufuseError, compare, torchair
 from pytest_npufuse.ir.events import Event
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
-from pytest_npufuse.report.trace import (
-    CSV_COLUMNS,
-    HOST_PID,
-    NPU_PID,
-    kernel_details_csv,
-    trace_json,
-)
+from pytest_npufuse.report.trace import CSV_COLUMNS, HOST_PID, NPU_PID, kernel_details_csv, trace_json
 from pytest_npufuse.simulate.host import HostConfig
 from pytest_npufuse.simulate.timeline import simulate
 from pytest_npufuse.target.profile import load_profile
