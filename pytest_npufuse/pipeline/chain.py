@@ -35,6 +35,7 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Plan, Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
+from ..report.explain import stream_uses
 from ..report.plog import write_plog
 from ..report.trace import write_case_traces
 from ..sanitize.checker import SanitizerReport, sanitize
@@ -281,6 +282,7 @@ def compare(
             graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline_graph, variant_graph)
         },
         findings=find_affinity(variant_graph.program, settings.profile, catalog) if affinity else (),
+        stream_uses=stream_uses(variant_graph.plan),
     )
     if trace_dir is None:
         return report
