@@ -31,6 +31,7 @@ from ..numerics.compare import compare_outputs
 from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
+from ..report.explain import stream_uses
 from ..report.trace import write_case_traces
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
@@ -159,6 +160,7 @@ def compare(
             graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline_graph, variant_graph)
         },
         findings=find_affinity(variant_graph.program, settings.profile, catalog) if affinity else (),
+        stream_uses=stream_uses(variant_graph.plan),
     )
     if trace_dir is None:
         return report

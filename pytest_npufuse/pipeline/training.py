@@ -34,6 +34,7 @@ from ..numerics.compare import compare_outputs
 from ..plan.tasks import Variant
 from ..report.attribution import attribute_step
 from ..report.case import CaseReport, ScopeReport
+from ..report.explain import stream_uses
 from ..report.trace import write_case_traces
 from ..simulate.step import chain_runs
 from ..target.catalog import OpCatalog
@@ -162,4 +163,5 @@ def _report(
             variant_run.variant: attribute_step([graph.program for graph in var_graphs], variant_run),
         },
         phases=tuple(str(graph.program.phase) for graph in var_graphs),
+        stream_uses=tuple(use for graph in var_graphs for use in stream_uses(graph.plan)),
     )

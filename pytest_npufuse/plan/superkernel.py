@@ -151,7 +151,10 @@ def _segment_scopes(program: Program, profile: HardwareProfile) -> tuple[dict[st
             run.append(kernel)
         else:
             close()
-            breaks[scope].append(ScopeBreak(kernel.op_type, kernel.name, kernel.source, kernel.info.engine))
+            info = kernel.info
+            breaks[scope].append(
+                ScopeBreak(kernel.op_type, kernel.name, kernel.source, info.engine, info.unfusable or "", info.why_unfusable)
+            )
     close()
     return segments, breaks
 

@@ -23,10 +23,10 @@ from typing import Any, Optional
 import torch
 
 from ..errors import OpArgumentError
-from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _Call, _geometry, _run
+from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _geometry, _run, _Setup
 from .checks import HALF_DTYPES, require_dtype, require_float, require_int, require_shape, require_tensors
 from .memory import write_slots
-from .registry import Out, arguments, npu_op
+from .registry import Arguments, Out, bind, npu_op
 
 SOURCE = "op-plugin op_plugin/ops/atb/{}.cpp (ATB {}) and test/test_custom_ops/test_atb_{}.py"
 LENGTH_DTYPES = (torch.int32, torch.int64)
@@ -73,20 +73,20 @@ def _check_out(out: torch.Tensor, query: torch.Tensor, tokens: int, heads: int, 
     return Out(list(out.shape), out.dtype)
 
 
-def _attend(options: dict[str, Any], batch: int, q_lens: Optional[list[int]] = None,
+def _attend(call: Arguments, batch: int, q_lens: Optional[list[int]] = None,
             kv_lens: Optional[list[int]] = None, mode: int = MASK_ONLY,
             mask: Optional[torch.Tensor] = None) -> tuple[Optional[torch.Tensor], Any]:
-    """One call's attention from its bound arguments (``key``/``value``, or ``key_cache``/``value_cache``
-    with ``block_table``): validates from metadata, and with lengths also computes [tokens, heads, value_dim]."""
-    query, table = options["query"], options.get("block_table")
-    heads, kv_heads = options["num_heads"], options["num_kv_heads"]
+    """One call's attention from its record (``key``/``value``, or ``key_cache``/``value_cache`` with
+    ``block_table``): validates from metadata, and with lengths also computes [tokens, heads, value_dim]."""
+    query, table = call.query, getattr(call, "block_table", None)
+    heads, kv_heads = call.num_heads, call.num_kv_heads
     require_dtype("query", query, HALF_DTYPES)
     q = _tokens("query", query, heads)
     if table is None:
-        k, v, block_size = _tokens("key", options["key"], kv_heads), _tokens("value", options["value"], kv_heads), 0
+        k, v, block_size = _tokens("key", call.key, kv_heads), _tokens("value", call.value, kv_heads), 0
     else:
-        k = _blocks("key_cache", options["key_cache"], kv_heads)
-        v = _blocks("value_cache", options["value_cache"], kv_heads)
+        k = _blocks("key_cache", call.key_cache, kv_heads)
+        v = _blocks("value_cache", call.value_cache, kv_heads)
         block_size = k.shape[1]
     for name, tensor in (("key", k), ("value", v)):
         require_dtype(name, tensor, (query.dtype,), "(query's dtype)")
@@ -101,9 +101,9 @@ def _attend(options: dict[str, Any], batch: int, q_lens: Optional[list[int]] = N
         raise OpArgumentError(f"context lengths {kv_lens} exceed the {geo.kv_len} tokens block_table addresses")
     if mask is not None:
         mask = mask.reshape(mask.shape[-2:])[: max(q_lens, default=0), : max(kv_lens, default=0)]
-    call = _Call(geo, q_lens, kv_lens, float(options["scale_value"]), mode, NO_BAND, NO_BAND)
-    out = _run(call, q, k, v, mask, table, None, None)[0]
-    return out.reshape(options["out"].shape), geo
+    setup = _Setup(geo, q_lens, kv_lens, float(call.scale_value), mode, NO_BAND, NO_BAND)
+    out = _run(setup, q, k, v, mask, table, None, None)[0]
+    return out.reshape(call.out.shape), geo
 
 
 def _lengths(tensor: torch.Tensor) -> list[int]:
@@ -126,22 +126,20 @@ def _check_mask_table(mask: torch.Tensor) -> None:
         )
 
 
-def _encoder_meta(op: Any, args: tuple, kwargs: dict) -> Out:
-    options = arguments(op, args, kwargs)
-    query, seq_len = options["query"], options["seq_len"]
+def _encoder_meta(call: Arguments) -> Out:
+    query, seq_len, mask = call.query, call.seq_len, getattr(call, "mask", None)
     _check_lengths("seq_len", seq_len)
-    if options.get("mask") is not None:
-        _check_mask_table(options["mask"])
-    _, geo = _attend(options, seq_len.shape[0])
-    return _check_out(options["out"], query, query.shape[0], geo.heads, geo.value_dim)
+    if mask is not None:
+        _check_mask_table(mask)
+    _, geo = _attend(call, seq_len.shape[0])
+    return _check_out(call.out, query, query.shape[0], geo.heads, geo.value_dim)
 
 
-def _encoder_kernel(op: Any, args: tuple, kwargs: dict) -> torch.Tensor:
-    options = arguments(op, args, kwargs)
-    lengths, mask = _lengths(options["seq_len"]), options.get("mask")
+def _encoder_kernel(call: Arguments) -> torch.Tensor:
+    lengths, mask = _lengths(call.seq_len), getattr(call, "mask", None)
     if mask is not None and mask.shape[-1] < max(lengths, default=0):
         raise OpArgumentError(f"mask is {list(mask.shape)}; it must cover the longest sequence ({max(lengths)})")
-    return _attend(options, len(lengths), lengths, lengths, mask=mask)[0]
+    return _attend(call, len(lengths), lengths, lengths, mask=mask)[0]
 
 
 def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale_value: Any, num_heads: Any,
@@ -154,8 +152,8 @@ def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale
 
 @npu_op(
     source=SOURCE.format("SelfAttentionAtb", "SelfAttentionOperation", "flash_attention"),
-    meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention, args, kwargs),
-    kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention, args, kwargs),
+    meta=_encoder_meta,
+    kernel=_encoder_kernel,
     writes_back={"out": 0},
 )
 def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
@@ -184,8 +182,8 @@ def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
 
 @npu_op(
     source=SOURCE.format("SelfAttentionUnpadAtb", "SelfAttentionOperation", "flash_attention_unpad"),
-    meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention_unpad, args, kwargs),
-    kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention_unpad, args, kwargs),
+    meta=_encoder_meta,
+    kernel=_encoder_kernel,
     writes_back={"out": 0},
 )
 def _npu_flash_attention_unpad(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seq_len: torch.Tensor,
@@ -215,23 +213,21 @@ def _require_compressed_causal(mask: torch.Tensor) -> None:
                               "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype")
 
 
-def _qlens_meta(*args: Any, **kwargs: Any) -> Out:
-    options = arguments(_npu_flash_attention_qlens, args, kwargs)
-    query, seq_len = options["query"], options["seq_len"]
+def _qlens_meta(call: Arguments) -> Out:
+    query, seq_len = call.query, call.seq_len
     _check_lengths("seq_len", seq_len)
-    _check_lengths("context_lens", options["context_lens"], seq_len.shape[0])
-    _check_mask_table(options["mask"])
-    _, geo = _attend(options, seq_len.shape[0])
-    return _check_out(options["out"], query, query.shape[0], geo.heads, geo.value_dim)
+    _check_lengths("context_lens", call.context_lens, seq_len.shape[0])
+    _check_mask_table(call.mask)
+    _, geo = _attend(call, seq_len.shape[0])
+    return _check_out(call.out, query, query.shape[0], geo.heads, geo.value_dim)
 
 
-def _qlens_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
-    options = arguments(_npu_flash_attention_qlens, args, kwargs)
-    _require_compressed_causal(options["mask"])
-    q_lens, kv_lens = _lengths(options["seq_len"]), _lengths(options["context_lens"])
+def _qlens_kernel(call: Arguments) -> torch.Tensor:
+    _require_compressed_causal(call.mask)
+    q_lens, kv_lens = _lengths(call.seq_len), _lengths(call.context_lens)
     if any(q > kv for q, kv in zip(q_lens, kv_lens)):
         raise OpArgumentError(f"seq_len={q_lens} (new tokens) must not exceed context_lens={kv_lens} (all tokens)")
-    return _attend(options, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
+    return _attend(call, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
 
 
 @npu_op(
@@ -266,18 +262,16 @@ def _npu_flash_attention_qlens(query: torch.Tensor, key_cache: torch.Tensor, val
     _check_heads(num_heads, num_kv_heads)
 
 
-def _paged_meta(*args: Any, **kwargs: Any) -> Out:
-    options = arguments(_npu_paged_attention, args, kwargs)
-    query, context_lens = options["query"], options["context_lens"]
-    _check_lengths("context_lens", context_lens, _tokens("query", query, options["num_heads"]).shape[0])
-    _, geo = _attend(options, context_lens.shape[0])
-    return _check_out(options["out"], query, context_lens.shape[0], geo.heads, geo.value_dim)
+def _paged_meta(call: Arguments) -> Out:
+    query, context_lens = call.query, call.context_lens
+    _check_lengths("context_lens", context_lens, _tokens("query", query, call.num_heads).shape[0])
+    _, geo = _attend(call, context_lens.shape[0])
+    return _check_out(call.out, query, context_lens.shape[0], geo.heads, geo.value_dim)
 
 
-def _paged_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
-    options = arguments(_npu_paged_attention, args, kwargs)
-    kv_lens = _lengths(options["context_lens"])
-    return _attend(options, len(kv_lens), [1] * len(kv_lens), kv_lens)[0]
+def _paged_kernel(call: Arguments) -> torch.Tensor:
+    kv_lens = _lengths(call.context_lens)
+    return _attend(call, len(kv_lens), [1] * len(kv_lens), kv_lens)[0]
 
 
 @npu_op(
@@ -311,21 +305,22 @@ def _npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cac
 # ---------------------------------------------------------------------------------------------
 
 
-def _cache_write_meta(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                      slot_indices: torch.Tensor) -> tuple[Out, Out]:
-    require_dtype("slot_indices", slot_indices, LENGTH_DTYPES)
+def _cache_write_meta(call: Arguments) -> tuple[Out, Out]:
+    key, value, key_cache, value_cache = call.key, call.value, call.key_cache, call.value_cache
+    require_dtype("slot_indices", call.slot_indices, LENGTH_DTYPES)
     for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if cache.dim() != 4 or rows.dim() != 3 or tuple(rows.shape[1:]) != tuple(cache.shape[2:]):
             raise OpArgumentError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
                                   "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
-    require_shape("slot_indices", slot_indices, ((key.shape[0],),))
+    require_shape("slot_indices", call.slot_indices, ((key.shape[0],),))
     require_shape("value", value, ((key.shape[0], *value.shape[1:]),))
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
 
 
-def _cache_write_kernel(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                        slot_indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _cache_write_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    key, value, key_cache, value_cache = call.key, call.value, call.key_cache, call.value_cache
+    slot_indices = call.slot_indices
     return write_slots(key_cache, key, slot_indices), write_slots(value_cache, value, slot_indices)
 
 
@@ -355,4 +350,4 @@ def _npu_paged_attention_get_workspace(*args: Any, **kwargs: Any) -> torch.Tenso
     scratch, so after the op's argument checks this returns an empty uint8 tensor, which
     ``_npu_paged_attention(..., workspace=...)`` accepts and ignores."""
     _npu_paged_attention.__wrapped__(*args, **kwargs)
-    return arguments(_npu_paged_attention, args, kwargs)["query"].new_empty(0, dtype=torch.uint8)
+    return bind(_npu_paged_attention, *args, **kwargs).query.new_empty(0, dtype=torch.uint8)

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import OpArgumentError, OpTypeError
 from .checks import require_tensor
-from .registry import npu_op
+from .registry import Arguments, npu_op
 
 SOURCE = "torch_npu.save_npugraph_tensor, Ascend Extension for PyTorch API reference"
 SUFFIXES = (".pt", ".bin")
@@ -45,14 +45,14 @@ def _check_path(save_path: Optional[str]) -> None:
         raise OpArgumentError(f"save_npugraph_tensor(save_path={save_path!r}): the file suffix must be .pt or .bin")
 
 
-def _meta(self: torch.Tensor, *, save_path: Optional[str] = None) -> tuple:
+def _meta(call: Arguments) -> tuple:
     return ()
 
 
-def _kernel(self: torch.Tensor, *, save_path: Optional[str] = None) -> tuple:
-    path = saved_path(save_path)
+def _kernel(call: Arguments) -> tuple:
+    path = saved_path(call.save_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(self.detach().clone(), path)
+    torch.save(call.self.detach().clone(), path)
     return ()
 
 

@@ -8,7 +8,7 @@ the configured world (``[comm] ranks``), so a larger world costs more, as on the
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -27,7 +27,7 @@ from .checks import (
     require_unused,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
-from .registry import Out, arguments, npu_op
+from .registry import Arguments, Out, npu_op
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 
@@ -41,10 +41,9 @@ MM_ALL_REDUCE_UNMODELED = (
 )
 
 
-def _mm_all_reduce_meta(*args: Any, **kwargs: Any) -> Out:
+def _mm_all_reduce_meta(call: Arguments) -> Out:
     """Shapes and dtypes of the non-quantised and weight-only-quantised (antiquant) rows of the page."""
-    options = arguments(npu_mm_all_reduce_base, args, kwargs)
-    x1, x2 = options["x1"], options["x2"]
+    x1, x2 = call.x1, call.x2
     require_dtype("x1", x1, HALF_DTYPES, "(int8 x1, the fully quantised mode, is not implemented)")
     antiquant = x2.dtype == torch.int8
     require_dtype("x2", x2, (x1.dtype, torch.int8), "(x1's dtype, or int8 with antiquant_scale)")
@@ -52,7 +51,7 @@ def _mm_all_reduce_meta(*args: Any, **kwargs: Any) -> Out:
         raise OpArgumentError(f"x1 {list(x1.shape)} and x2 {list(x2.shape)} must be [m, k] or [b, s, k] and [k, n]")
     k, n = x2.shape
     out_shape = [*x1.shape[:-1], n]
-    scale, offset, group = options["antiquant_scale"], options["antiquant_offset"], options["antiquant_group_size"]
+    scale, offset, group = call.antiquant_scale, call.antiquant_offset, call.antiquant_group_size
     if antiquant != (scale is not None):
         raise OpArgumentError(
             "an int8 x2 needs antiquant_scale (weight-only quantisation), and only an int8 x2 takes it"
@@ -61,21 +60,20 @@ def _mm_all_reduce_meta(*args: Any, **kwargs: Any) -> Out:
         if param is not None:
             require_dtype(name, param, (x1.dtype,), "(x1's dtype)")
             require_shape(name, param, antiquant_param_shapes(k, n, group))
-    if options["bias"] is not None:
-        require_dtype("bias", options["bias"], (x1.dtype,), "(x1's dtype)")
-        require_shape("bias", options["bias"], ((n,),))
-    if options["x3"] is not None:
-        require_dtype("x3", options["x3"], (x1.dtype,), "(the output's dtype)")
-        require_shape("x3", options["x3"], (out_shape,))
+    if call.bias is not None:
+        require_dtype("bias", call.bias, (x1.dtype,), "(x1's dtype)")
+        require_shape("bias", call.bias, ((n,),))
+    if call.x3 is not None:
+        require_dtype("x3", call.x3, (x1.dtype,), "(the output's dtype)")
+        require_shape("x3", call.x3, (out_shape,))
     return Out(out_shape, x1.dtype)
 
 
-def _mm_all_reduce_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
-    options = arguments(npu_mm_all_reduce_base, args, kwargs)
-    x1, x2, bias, x3 = options["x1"], options["x2"], options["bias"], options["x3"]
+def _mm_all_reduce_kernel(call: Arguments) -> torch.Tensor:
+    x1, x2, bias, x3 = call.x1, call.x2, call.bias, call.x3
     if x2.dtype == torch.int8:
-        x2 = antiquant_weight(x2, options["antiquant_scale"], options["antiquant_offset"],
-                               options["antiquant_group_size"], x1.dtype)
+        x2 = antiquant_weight(x2, call.antiquant_scale, call.antiquant_offset,
+                               call.antiquant_group_size, x1.dtype)
     rows = x1.reshape(-1, x1.shape[-1])
     addend = torch.zeros(x2.shape[1], dtype=torch.float32) if bias is None else bias.to(torch.float32)
     if x3 is not None:
@@ -179,19 +177,13 @@ def _tbmm_operands(input: torch.Tensor, weight: torch.Tensor, perm_x1: Optional[
     return lhs, rhs
 
 
-def _tbmm_meta(input: torch.Tensor, weight: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
-               scale: Optional[torch.Tensor] = None, perm_x1: Optional[Sequence[int]] = None,
-               perm_x2: Optional[Sequence[int]] = None, perm_y: Optional[Sequence[int]] = None,
-               batch_split_factor: Optional[int] = 1) -> Out:
-    lhs, rhs = _tbmm_operands(input, weight, perm_x1, perm_x2)
-    return Out([lhs.shape[1], lhs.shape[0], rhs.shape[2]], input.dtype)
+def _tbmm_meta(call: Arguments) -> Out:
+    lhs, rhs = _tbmm_operands(call.input, call.weight, call.perm_x1, call.perm_x2)
+    return Out([lhs.shape[1], lhs.shape[0], rhs.shape[2]], call.input.dtype)
 
 
-def _tbmm_kernel(input: torch.Tensor, weight: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
-                 scale: Optional[torch.Tensor] = None, perm_x1: Optional[Sequence[int]] = None,
-                 perm_x2: Optional[Sequence[int]] = None, perm_y: Optional[Sequence[int]] = None,
-                 batch_split_factor: Optional[int] = 1) -> torch.Tensor:
-    lhs, rhs = _tbmm_operands(input, weight, perm_x1, perm_x2)
+def _tbmm_kernel(call: Arguments) -> torch.Tensor:
+    lhs, rhs = _tbmm_operands(call.input, call.weight, call.perm_x1, call.perm_x2)
     return cube_matmul(lhs, rhs).transpose(0, 1).contiguous()
 
 

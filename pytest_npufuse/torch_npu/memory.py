@@ -22,19 +22,19 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import softmax
-from .registry import Out, npu_op
+from .registry import Arguments, Out, npu_op
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 
 FORMAT_CAST_DOC = "torch_npu.npu_format_cast, Ascend Extension for PyTorch API reference"
 
 
-def _format_cast_meta(x: torch.Tensor, acl_format: int) -> Out:
-    return Out(list(x.shape), x.dtype)
+def _format_cast_meta(call: Arguments) -> Out:
+    return Out(list(call.x.shape), call.x.dtype)
 
 
-def _format_cast_kernel(x: torch.Tensor, acl_format: int) -> torch.Tensor:
-    return x.clone()
+def _format_cast_kernel(call: Arguments) -> torch.Tensor:
+    return call.x.clone()
 
 
 @npu_op(source=FORMAT_CAST_DOC, meta=_format_cast_meta,
@@ -65,10 +65,11 @@ SCATTER_ND_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.bool, t
 SCATTER_ND_MAX_DIMS = 8
 
 
-def _scatter_nd_meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> Out:
+def _scatter_nd_meta(call: Arguments) -> Out:
+    self, indices = call.self, call.indices
     require_dtype("input", self, SCATTER_ND_DTYPES)
     require_dtype("indices", indices, (torch.int32, torch.int64))
-    require_dtype("updates", updates, (self.dtype,), "(input's dtype)")
+    require_dtype("updates", call.updates, (self.dtype,), "(input's dtype)")
     if not 1 <= self.dim() <= SCATTER_ND_MAX_DIMS:
         raise OpArgumentError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}")
     depth = indices.shape[-1] if indices.dim() else 0
@@ -76,7 +77,7 @@ def _scatter_nd_meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.T
         raise OpArgumentError(f"indices has shape {list(indices.shape)}; it needs >= 2 dims and a last dim in "
                               f"[1, {self.dim()}] (the number of leading input dims it addresses)")
     expected = (*indices.shape[:-1], *self.shape[depth:])
-    require_shape("updates", updates, (expected,))
+    require_shape("updates", call.updates, (expected,))
     return Out(list(self.shape), self.dtype)
 
 
@@ -130,9 +131,9 @@ def write_nz_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor,
     return written.permute(0, 2, 1, 3).contiguous().view(cache.shape)
 
 
-def _scatter_nd_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
-    out = self.clone(memory_format=torch.contiguous_format)
-    _scatter_nd_into(out, indices, updates)
+def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
+    out = call.self.clone(memory_format=torch.contiguous_format)
+    _scatter_nd_into(out, call.indices, call.updates)
     return out
 
 
@@ -175,11 +176,11 @@ def npu_scatter_nd_update_(self: torch.Tensor, indices: torch.Tensor, updates: t
 # ---------------------------------------------------------------------------------------------
 
 
-def _prefetch_meta(self: torch.Tensor, dependency: Optional[torch.Tensor], max_size: int, offset: int = 0) -> tuple:
+def _prefetch_meta(call: Arguments) -> tuple:
     return ()
 
 
-def _prefetch_kernel(self: torch.Tensor, dependency: Optional[torch.Tensor], max_size: int, offset: int = 0) -> tuple:
+def _prefetch_kernel(call: Arguments) -> tuple:
     return ()
 
 
@@ -216,7 +217,8 @@ def npu_prefetch(self: torch.Tensor, dependency: Optional[torch.Tensor], max_siz
 TOP_K_MAX = 1024  # k in [1, 1024] (API page)
 
 
-def _top_k_top_p_meta(logits: torch.Tensor, p: Optional[torch.Tensor] = None, k: Optional[torch.Tensor] = None) -> Out:
+def _top_k_top_p_meta(call: Arguments) -> Out:
+    logits, p, k = call.logits, call.p, call.k
     require_dtype("logits", logits, FLOAT_DTYPES)
     if logits.dim() != 2:
         raise OpArgumentError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]")
@@ -229,21 +231,20 @@ def _top_k_top_p_meta(logits: torch.Tensor, p: Optional[torch.Tensor] = None, k:
     return Out(list(logits.shape), logits.dtype)
 
 
-def _top_k_top_p_kernel(logits: torch.Tensor, p: Optional[torch.Tensor] = None,
-                        k: Optional[torch.Tensor] = None) -> torch.Tensor:
-    ordered = torch.sort(logits, dim=-1, stable=True)  # ascending
+def _top_k_top_p_kernel(call: Arguments) -> torch.Tensor:
+    ordered = torch.sort(call.logits, dim=-1, stable=True)  # ascending
     values = ordered.values
-    vocab = logits.shape[-1]
-    if k is not None:
-        kk = k.to(torch.int64)
+    vocab = call.logits.shape[-1]
+    if call.k is not None:
+        kk = call.k.to(torch.int64)
         if bool(((kk < 1) | (kk > min(TOP_K_MAX, vocab))).any()):
             raise OpArgumentError(f"k values must be in [1, min(1024, vocab={vocab})]")
         threshold = values.gather(-1, (vocab - kk).unsqueeze(-1))
         values = values.masked_fill(values < threshold, float("-inf"))
-    if p is not None:
+    if call.p is not None:
         probs = softmax(values.to(torch.float32))
         cumulative = torch.cumsum(probs, dim=-1)
-        drop = cumulative <= (1.0 - p.to(torch.float32)).unsqueeze(-1)
+        drop = cumulative <= (1.0 - call.p.to(torch.float32)).unsqueeze(-1)
         drop[:, -1] = False
         values = values.masked_fill(drop, float("-inf"))
     return torch.empty_like(values).scatter_(-1, ordered.indices, values)
@@ -283,21 +284,21 @@ def _confusion_shape(self: torch.Tensor, perm: Sequence[int], shape: Sequence[in
     return list(probe.reshape(*shape).permute(*perm).shape)
 
 
-def _confusion_transpose_meta(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
-                              transpose_first: bool) -> Out:
+def _confusion_transpose_meta(call: Arguments) -> Out:
+    self = call.self
     try:
-        out_shape = _confusion_shape(self, perm, shape, transpose_first)
+        out_shape = _confusion_shape(self, call.perm, call.shape, call.transpose_first)
     except RuntimeError as err:
-        first = "permute by perm, then reshape" if transpose_first else "reshape, then permute by perm"
+        first = "permute by perm, then reshape" if call.transpose_first else "reshape, then permute by perm"
         raise OpArgumentError(
-            f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(perm)}, "
-            f"shape={list(shape)}: {err}"
+            f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(call.perm)}, "
+            f"shape={list(call.shape)}: {err}"
         ) from None
     return Out(out_shape, self.dtype)
 
 
-def _confusion_transpose_kernel(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
-                                transpose_first: bool) -> torch.Tensor:
+def _confusion_transpose_kernel(call: Arguments) -> torch.Tensor:
+    self, perm, shape, transpose_first = call.self, call.perm, call.shape, call.transpose_first
     moved = self.permute(*perm).reshape(*shape) if transpose_first else self.reshape(*shape).permute(*perm)
     return moved.clone(memory_format=torch.contiguous_format)
 
@@ -340,7 +341,8 @@ def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
     return dim
 
 
-def _scatter_update_meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> Out:
+def _scatter_update_meta(call: Arguments) -> Out:
+    self, indices, updates = call.self, call.indices, call.updates
     require_dtype("data", self, SCATTER_UPDATE_DTYPES)
     require_dtype("updates", updates, (self.dtype,), "(data's dtype)")
     require_dtype("indices", indices, (torch.int32, torch.int64))
@@ -349,7 +351,7 @@ def _scatter_update_meta(self: torch.Tensor, indices: torch.Tensor, updates: tor
         raise OpArgumentError(
             f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8"
         )
-    dim = _scatter_update_axis(self, axis)
+    dim = _scatter_update_axis(self, call.axis)
     if indices.dim() != 1:
         raise OpArgumentError(f"indices has shape {list(indices.shape)}; only 1-D indices (one offset per batch) are "
                               "implemented (the documentation does not describe the 2-D form)")
@@ -358,15 +360,16 @@ def _scatter_update_meta(self: torch.Tensor, indices: torch.Tensor, updates: tor
     if list(updates.shape) != expected or updates.shape[dim] > self.shape[dim]:
         raise OpArgumentError(
             f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
-            f"along axis {axis}, where it holds at most {self.shape[dim]} entries"
+            f"along axis {call.axis}, where it holds at most {self.shape[dim]} entries"
         )
     return Out(list(self.shape), self.dtype)
 
 
-def _scatter_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> torch.Tensor:
+def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
+    self, updates, axis = call.self, call.updates, call.axis
     dim = _scatter_update_axis(self, axis)
     count = updates.shape[dim]
-    starts = indices.to(torch.int64)
+    starts = call.indices.to(torch.int64)
     if bool(((starts < 0) | (starts + count > self.shape[dim])).any()):
         raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
                               f"(size {self.shape[dim]}); the op does not check bounds on the device")
@@ -454,16 +457,12 @@ def _pa_cache_mode(key: torch.Tensor, key_cache: torch.Tensor, cache_mode: Optio
     return cache_mode or ("Norm" if _is_norm_cache(key, key_cache) else "PA_NZ")
 
 
-def _scatter_pa_kv_cache_meta(
-    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor, *, compress_lens: Optional[torch.Tensor] = None,
-    compress_seq_offset: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
-    cache_mode: Optional[str] = None,
-) -> tuple[Out, Out]:
-    require_dtype("slot_mapping", slot_mapping, (torch.int32, torch.int64))
-    require_shape("slot_mapping", slot_mapping, ((key.shape[0],),))
-    mode = _pa_cache_mode(key, key_cache, cache_mode)
-    for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
+def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
+    key, key_cache, value_cache = call.key, call.key_cache, call.value_cache
+    require_dtype("slot_mapping", call.slot_mapping, (torch.int32, torch.int64))
+    require_shape("slot_mapping", call.slot_mapping, ((key.shape[0],),))
+    mode = _pa_cache_mode(key, key_cache, call.cache_mode)
+    for name, rows, cache in (("key", key, key_cache), ("value", call.value, value_cache)):
         require_dtype(name, rows, (torch.float16, torch.bfloat16, torch.int8))
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if rows.dim() != 3 or rows.shape[0] != key.shape[0]:
@@ -483,14 +482,9 @@ def _write_nz_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor)
     return write_nz_slots(cache, rows.reshape(rows.shape[0], -1), slots, cache.shape[-2])
 
 
-def _scatter_pa_kv_cache_kernel(
-    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor, *, compress_lens: Optional[torch.Tensor] = None,
-    compress_seq_offset: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
-    cache_mode: Optional[str] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    write = write_slots if _pa_cache_mode(key, key_cache, cache_mode) == "Norm" else _write_nz_rows
-    return write(key_cache, key, slot_mapping), write(value_cache, value, slot_mapping)
+def _scatter_pa_kv_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    write = write_slots if _pa_cache_mode(call.key, call.key_cache, call.cache_mode) == "Norm" else _write_nz_rows
+    return write(call.key_cache, call.key, call.slot_mapping), write(call.value_cache, call.value, call.slot_mapping)
 
 
 @npu_op(

@@ -7,7 +7,7 @@ Token routing around the experts is in :mod:`.moe_routing`, expert-parallel comm
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -33,7 +33,7 @@ from .checks import (
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
 from .quant import antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
-from .registry import Out, npu_op
+from .registry import Arguments, Out, npu_op
 
 MOE_GATING_TOP_K_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html"
 GROUPED_MATMUL_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grouped_matmul.md"
@@ -56,21 +56,9 @@ def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, g
         )
 
 
-def _moe_gating_top_k_meta(
-    x: torch.Tensor,
-    k: int,
-    *,
-    bias: Optional[torch.Tensor] = None,
-    k_group: int = 1,
-    group_count: int = 1,
-    group_select_mode: int = 0,
-    renorm: int = 0,
-    norm_type: int = 0,
-    out_flag: bool = False,
-    routed_scaling_factor: float = 1.0,
-    eps: float = 1e-20,
-) -> tuple[Out, Out, Out]:
+def _moe_gating_top_k_meta(call: Arguments) -> tuple[Out, Out, Out]:
     """Validate the npu_moe_gating_top_k tensors: y [T, k] in x's dtype, expert_idx int32 [T, k], out float32 [T, E]."""
+    x, k, bias = call.x, call.k, call.bias
     require_dtype("x", x, FLOAT_DTYPES)
     if x.dim() != 2:
         raise OpArgumentError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts]")
@@ -78,7 +66,7 @@ def _moe_gating_top_k_meta(
     if bias is not None:
         require_dtype("bias", bias, (x.dtype,), "(bias must have x's dtype)")
         require_shape("bias", bias, ((experts,),))
-    _check_gating_groups(experts, k, k_group, group_count, group_select_mode)
+    _check_gating_groups(experts, k, call.k_group, call.group_count, call.group_select_mode)
     return Out([tokens, k], x.dtype), Out([tokens, k], torch.int32), Out([tokens, experts], torch.float32)
 
 
@@ -96,32 +84,19 @@ def _keep_best_groups(values: torch.Tensor, k_group: int, group_count: int, grou
     return grouped.masked_fill(~keep.unsqueeze(-1), float("-inf")).reshape(tokens, experts)
 
 
-def _moe_gating_top_k_kernel(
-    x: torch.Tensor,
-    k: int,
-    *,
-    bias: Optional[torch.Tensor] = None,
-    k_group: int = 1,
-    group_count: int = 1,
-    group_select_mode: int = 0,
-    renorm: int = 0,
-    norm_type: int = 0,
-    out_flag: bool = False,
-    routed_scaling_factor: float = 1.0,
-    eps: float = 1e-20,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    values = x.to(torch.float32)
-    norm_out = softmax(values) if norm_type == 0 else sigmoid(values)
-    select = norm_out if bias is None else norm_out + bias.to(torch.float32)
-    if group_count > 1:
-        select = _keep_best_groups(select, k_group, group_count, group_select_mode)
-    expert_idx = top_indices(select, k)
+def _moe_gating_top_k_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    values = call.x.to(torch.float32)
+    norm_out = softmax(values) if call.norm_type == 0 else sigmoid(values)
+    select = norm_out if call.bias is None else norm_out + call.bias.to(torch.float32)
+    if call.group_count > 1:
+        select = _keep_best_groups(select, call.k_group, call.group_count, call.group_select_mode)
+    expert_idx = top_indices(select, call.k)
     weights = norm_out.gather(1, expert_idx)
-    if norm_type == 1 or renorm == 1:
-        weights = weights / (pairwise_sum(weights, dim=-1, keepdim=True) + eps)
-    y = weights * routed_scaling_factor
-    out = norm_out if out_flag else torch.zeros_like(norm_out)
-    return y.to(x.dtype), expert_idx.to(torch.int32), out
+    if call.norm_type == 1 or call.renorm == 1:
+        weights = weights / (pairwise_sum(weights, dim=-1, keepdim=True) + call.eps)
+    y = weights * call.routed_scaling_factor
+    out = norm_out if call.out_flag else torch.zeros_like(norm_out)
+    return y.to(call.x.dtype), expert_idx.to(torch.int32), out
 
 
 
@@ -395,50 +370,35 @@ def _gmm_multi_x_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tenso
     return [[sum(s[0] for s in shapes), shapes[0][1]]]
 
 
-def _grouped_matmul_layout(
-    x: Sequence[torch.Tensor],
-    weight: Sequence[torch.Tensor],
-    *,
-    bias: Optional[Sequence[torch.Tensor]] = None,
-    scale: Optional[Sequence[torch.Tensor]] = None,
-    per_token_scale: Optional[Sequence[torch.Tensor]] = None,
-    antiquant_scale: Optional[Sequence[torch.Tensor]] = None,
-    antiquant_offset: Optional[Sequence[torch.Tensor]] = None,
-    group_list: Optional[torch.Tensor] = None,
-    split_item: Optional[int] = 0,
-    group_type: Optional[int] = None,
-    group_list_type: Optional[int] = 0,
-    act_type: Optional[int] = 0,
-    output_dtype: Optional[torch.dtype] = None,
-    **unmodeled_and_tuning: object,
-) -> tuple[list[list[int]], _GmmParams, int]:
+def _grouped_matmul_layout(call: Arguments) -> tuple[list[list[int]], _GmmParams, int]:
     """Validate the npu_grouped_matmul tensors from metadata; return (output shapes, operands, group_list_type).
 
     The wrapper has already refused the unmodeled inputs (offset, activation); ``tuning_config`` does not
     change values.
     """
-    xs = list(x)
+    xs = list(call.x)
     dtype = xs[0].dtype
     for i, xi in enumerate(xs):
         require_dtype(f"x[{i}]", xi, GMM_X_DTYPES, "(int4 grouped matmul is not implemented)")
         if xi.dtype != dtype or xi.dim() < 2:
             raise OpArgumentError(f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype")
-    params = _gmm_params(xs, weight, bias, scale, per_token_scale, output_dtype, antiquant_scale, antiquant_offset)
+    params = _gmm_params(xs, call.weight, call.bias, call.scale, call.per_token_scale, call.output_dtype,
+                         call.antiquant_scale, call.antiquant_offset)
     pairs = zip(xs, params.weights) if len(xs) == len(params.weights) else ((xs[0], w) for w in params.weights)
     for i, (xi, w) in enumerate(pairs):
         if xi.shape[-1] != w.shape[0]:
             raise OpArgumentError(f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]")
-    split, list_type = _check_gmm_modes(split_item, group_type, group_list_type, act_type)
-    if group_list is not None:
-        shapes = _gmm_single_x_shape(xs, params.weights, group_list, group_type, split, list_type)
+    split, list_type = _check_gmm_modes(call.split_item, call.group_type, call.group_list_type, call.act_type)
+    if call.group_list is not None:
+        shapes = _gmm_single_x_shape(xs, params.weights, call.group_list, call.group_type, split, list_type)
     else:
         shapes = _gmm_multi_x_shapes(xs, params.weights, split)
     return shapes, params, list_type
 
 
-def _grouped_matmul_meta(x: Sequence[torch.Tensor], weight: Sequence[torch.Tensor], **options: Any) -> list[Out]:
+def _grouped_matmul_meta(call: Arguments) -> list[Out]:
     """The output list from the split mode and the x/weight shapes."""
-    shapes, params, _ = _grouped_matmul_layout(x, weight, **options)
+    shapes, params, _ = _grouped_matmul_layout(call)
     return [Out(shape, params.out_dtype) for shape in shapes]
 
 
@@ -501,9 +461,9 @@ def _group_product(x: torch.Tensor, g: int, params: _GmmParams, per_token: Optio
     return _quant_group(x, params.weights[g], bias, scale, per_token, params.out_dtype)
 
 
-def _grouped_matmul_kernel(x: Sequence[torch.Tensor], weight: Sequence[torch.Tensor], **options: Any) -> list[torch.Tensor]:
-    shapes, params, list_type = _grouped_matmul_layout(x, weight, **options)
-    group_list = options.get("group_list")
+def _grouped_matmul_kernel(call: Arguments) -> list[torch.Tensor]:
+    shapes, params, list_type = _grouped_matmul_layout(call)
+    x, group_list = call.x, call.group_list
     per_token = params.per_token
     if group_list is not None:
         rows = x[0]
@@ -609,8 +569,9 @@ def npu_grouped_matmul(
 GMM_FINALIZE_ROUTING_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grouped_matmul_finalize_routing.md"
 
 
-def _gmm_finalize_routing_meta(x: torch.Tensor, w: torch.Tensor, group_list: torch.Tensor, **options: Any) -> Out:
+def _gmm_finalize_routing_meta(call: Arguments) -> Out:
     """y float32 [output_bs or m, n] (op-plugin meta); the A8W8 inputs of the doc's data-type table."""
+    x, w, group_list = call.x, call.w, call.group_list
     require_dtype("x", x, (torch.int8,))
     require_dtype("w", w, (torch.int8,), "(the A8W4 int4 weights are not implemented)")
     if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
@@ -618,39 +579,38 @@ def _gmm_finalize_routing_meta(x: torch.Tensor, w: torch.Tensor, group_list: tor
     rows, experts, n = x.shape[0], w.shape[0], w.shape[2]
     require_dtype("group_list", group_list, (torch.int64,))
     require_shape("group_list", group_list, ((experts,),))
-    scale, pertoken_scale = options.get("scale"), options.get("pertoken_scale")
+    scale, pertoken_scale = call.scale, call.pertoken_scale
     if scale is None or pertoken_scale is None:
         raise OpArgumentError("A8W8 needs scale [e, n] (per channel) and pertoken_scale [m] (per token), float32")
     for name, value, shape in (("scale", scale, (experts, n)), ("pertoken_scale", pertoken_scale, (rows,)),
-                               ("logit", options.get("logit"), (rows,)), ("row_index", options.get("row_index"), (rows,))):
+                               ("logit", call.logit, (rows,)), ("row_index", call.row_index, (rows,))):
         if value is None:
             continue
         require_dtype(name, value, (torch.int64, torch.int32) if name == "row_index" else (torch.float32,))
         require_shape(name, value, (shape,))
-    output_bs = int(options.get("output_bs") or 0)
+    output_bs = int(call.output_bs or 0)
     out_rows = output_bs if output_bs else rows
-    shared = options.get("shared_input")
+    shared = call.shared_input
     if shared is not None:
         require_dtype("shared_input", shared, (torch.bfloat16,))
-        offset = int(options.get("shared_input_offset") or 0)
+        offset = int(call.shared_input_offset or 0)
         if shared.dim() != 2 or shared.shape[1] != n or offset + shared.shape[0] > out_rows:
             raise OpArgumentError(f"shared_input has shape {list(shared.shape)}; expected [rows, {n}] fitting in the "
                                   f"{out_rows} output rows from shared_input_offset={offset}")
     return Out([out_rows, n], torch.float32)
 
 
-def _gmm_finalize_routing_kernel(x: torch.Tensor, w: torch.Tensor, group_list: torch.Tensor, **options: Any) -> torch.Tensor:
-    list_type = int(options.get("group_list_type", 1))
-    scale, pertoken_scale, logit = options["scale"], options["pertoken_scale"], options.get("logit")
-    row_index = options.get("row_index")
-    out = torch.zeros(_gmm_finalize_routing_meta(x, w, group_list, **options).shape, dtype=torch.float32)
-    shared = options.get("shared_input")
+def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
+    x, w, scale, pertoken_scale, logit = call.x, call.w, call.scale, call.pertoken_scale, call.logit
+    row_index = call.row_index
+    out = torch.zeros(_gmm_finalize_routing_meta(call).shape, dtype=torch.float32)
+    shared = call.shared_input
     if shared is not None:
-        offset = int(options.get("shared_input_offset") or 0)
-        weight = float(options.get("shared_input_weight", 1.0))
+        offset = int(call.shared_input_offset or 0)
+        weight = float(call.shared_input_weight)
         out[offset:offset + shared.shape[0]] = shared.to(torch.float32) * weight
     start = 0
-    for group, count in _group_row_counts(group_list, list_type, x.shape[0]):
+    for group, count in _group_row_counts(call.group_list, int(call.group_list_type), x.shape[0]):
         stop = start + count
         rows = _quant_group(x[start:stop], w[group], None, scale[group], pertoken_scale[start:stop], torch.float32)
         if logit is not None:

@@ -25,7 +25,7 @@ from .checks import (
 )
 from .fixedorder import round_to_int8, swiglu
 from .quant_param import decode_quant_param, encode_quant_param, round_scale_to_fp19
-from .registry import Out, npu_op
+from .registry import Arguments, Out, npu_op
 
 DYNAMIC_QUANT_MAX = 127.0
 INT4_MAX = 7.0
@@ -134,25 +134,16 @@ def _qmm_output_shape(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
     return [*_broadcast_batch(x1, x2), x1.shape[-2], x2.shape[-1]]
 
 
-def _quant_matmul_meta(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    scale: torch.Tensor,
-    *,
-    offset: Optional[torch.Tensor] = None,
-    pertoken_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    output_dtype: Optional[torch.dtype] = None,
-) -> Out:
+def _quant_matmul_meta(call: Arguments) -> Out:
     """Validate the npu_quant_matmul tensors from metadata: ``[batch..., m, n]`` in the output dtype."""
-    out_dtype = _resolve_output_dtype(output_dtype)
-    _check_qmm_operands(x1, x2)
-    out_shape = _qmm_output_shape(x1, x2)
-    has_pertoken = pertoken_scale is not None
-    _check_qmm_scale(scale, out_shape[-1], out_dtype, has_pertoken)
-    _check_qmm_offset(offset, scale, out_shape[-1], out_dtype)
-    _check_qmm_pertoken(pertoken_scale, out_shape[-2], out_dtype)
-    _check_qmm_bias(bias, out_shape, out_dtype, has_pertoken)
+    out_dtype = _resolve_output_dtype(call.output_dtype)
+    _check_qmm_operands(call.x1, call.x2)
+    out_shape = _qmm_output_shape(call.x1, call.x2)
+    has_pertoken = call.pertoken_scale is not None
+    _check_qmm_scale(call.scale, out_shape[-1], out_dtype, has_pertoken)
+    _check_qmm_offset(call.offset, call.scale, out_shape[-1], out_dtype)
+    _check_qmm_pertoken(call.pertoken_scale, out_shape[-2], out_dtype)
+    _check_qmm_bias(call.bias, out_shape, out_dtype, has_pertoken)
     return Out(out_shape, out_dtype)
 
 
@@ -185,24 +176,16 @@ def _cast_quant_matmul_output(
     return round_to_int8(values)
 
 
-def _quant_matmul_kernel(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    scale: torch.Tensor,
-    *,
-    offset: Optional[torch.Tensor] = None,
-    pertoken_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    output_dtype: Optional[torch.dtype] = None,
-) -> torch.Tensor:
+def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
     """acc = x1 @ x2 (int32); [+ int32 bias]; * scale; [* pertoken]; [+ float bias]; [+ offset]."""
-    out_dtype = _resolve_output_dtype(output_dtype)
-    acc = int_matmul(x1, x2)
+    pertoken_scale, bias = call.pertoken_scale, call.bias
+    out_dtype = _resolve_output_dtype(call.output_dtype)
+    acc = int_matmul(call.x1, call.x2)
     if bias is not None and bias.dtype == torch.int32:
         acc = acc + bias
     if out_dtype == torch.int32:
         return acc
-    scale_f32, offset_f32 = _dequant_params(scale, offset, out_dtype, pertoken_scale is not None)
+    scale_f32, offset_f32 = _dequant_params(call.scale, call.offset, out_dtype, pertoken_scale is not None)
     values = acc.to(torch.float32) * scale_f32
     if pertoken_scale is not None:
         values = values * pertoken_scale.unsqueeze(-1)
@@ -343,24 +326,14 @@ def _check_dsq_quant_inputs(
         require_shape("quant_offset", quant_offset, shapes)
 
 
-def _dequant_swiglu_quant_meta(
-    x: torch.Tensor,
-    *,
-    weight_scale: Optional[torch.Tensor] = None,
-    activation_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    activate_left: bool = False,
-    quant_mode: int = 0,
-) -> tuple[Out, Out]:
+def _dequant_swiglu_quant_meta(call: Arguments) -> tuple[Out, Out]:
     """Validate the npu_dequant_swiglu_quant tensors: y int8 ``[..., H]``, scale float32 ``[...]``."""
+    x = call.x
     _check_dsq_x(x)
-    groups = _dsq_group_count(group_index)
+    groups = _dsq_group_count(call.group_index)
     if x.dtype == torch.int32:
-        _check_dsq_dequant_inputs(x, weight_scale, activation_scale, bias, groups)
-    _check_dsq_quant_inputs(x, quant_scale, quant_offset, quant_mode, groups)
+        _check_dsq_dequant_inputs(x, call.weight_scale, call.activation_scale, call.bias, groups)
+    _check_dsq_quant_inputs(x, call.quant_scale, call.quant_offset, call.quant_mode, groups)
     tokens = list(x.shape[:-1])
     return Out([*tokens, x.shape[-1] // 2], torch.int8), Out(tokens, torch.float32)
 
@@ -443,31 +416,21 @@ def _static_quant(
     return round_to_int8(values)
 
 
-def _dequant_swiglu_quant_kernel(
-    x: torch.Tensor,
-    *,
-    weight_scale: Optional[torch.Tensor] = None,
-    activation_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    activate_left: bool = False,
-    quant_mode: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _dequant_swiglu_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    x = call.x
     two_h = x.shape[-1]
     x_rows = x.reshape(-1, two_h)
     rows = x_rows.shape[0]
-    row_group = _row_groups(group_index, rows)
+    row_group = _row_groups(call.group_index, rows)
     covered = row_group.shape[0]
-    values = _dequantize(x_rows[:covered], row_group, weight_scale, activation_scale, bias)
-    activated = swiglu(values, activate_left)
+    values = _dequantize(x_rows[:covered], row_group, call.weight_scale, call.activation_scale, call.bias)
+    activated = swiglu(values, call.activate_left)
     y = torch.zeros(rows, two_h // 2, dtype=torch.int8)
     scale = torch.zeros(rows, dtype=torch.float32)
-    if quant_mode == 1:
-        y[:covered], scale[:covered] = _dynamic_quant(activated, row_group, quant_scale)
+    if call.quant_mode == 1:
+        y[:covered], scale[:covered] = _dynamic_quant(activated, row_group, call.quant_scale)
     else:
-        y[:covered] = _static_quant(activated, row_group, quant_scale, quant_offset)
+        y[:covered] = _static_quant(activated, row_group, call.quant_scale, call.quant_offset)
     return y.reshape(*x.shape[:-1], two_h // 2), scale.reshape(x.shape[:-1])
 @npu_op(
     source=DEQUANT_SWIGLU_QUANT_DOC,
@@ -543,8 +506,9 @@ def npu_dequant_swiglu_quant(
 # ---------------------------------------------------------------------------------------------
 
 
-def _swiglu_meta(x: torch.Tensor, dim: int = -1) -> Out:
+def _swiglu_meta(call: Arguments) -> Out:
     """Validate the npu_swiglu input: x's dtype, ``dim`` halved."""
+    x, dim = call.x, call.dim
     require_dtype("x", x, FLOAT_DTYPES)
     if x.dim() == 0 or not -x.dim() <= dim < x.dim():
         raise OpArgumentError(f"dim={dim} is out of range for x of shape {list(x.shape)}")
@@ -555,8 +519,8 @@ def _swiglu_meta(x: torch.Tensor, dim: int = -1) -> Out:
     return Out(shape, x.dtype)
 
 
-def _swiglu_kernel(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    return swiglu(x.to(torch.float32), activate_left=True, dim=dim).to(x.dtype)
+def _swiglu_kernel(call: Arguments) -> torch.Tensor:
+    return swiglu(call.x.to(torch.float32), activate_left=True, dim=call.dim).to(call.x.dtype)
 
 
 @npu_op(source=SWIGLU_DOC, meta=_swiglu_meta, kernel=_swiglu_kernel, self_name="x")
@@ -619,14 +583,9 @@ DYNAMIC_QUANT_DOC = "op-plugin docs/context/torch_npu-npu_dynamic_quant.md"
 DYNAMIC_QUANT_DST = (torch.int8, torch.quint4x2)
 
 
-def _dynamic_quant_meta(
-    input: torch.Tensor,
-    *,
-    smooth_scales: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    dst_type: Optional[torch.dtype] = None,
-) -> tuple[Out, Out]:
+def _dynamic_quant_meta(call: Arguments) -> tuple[Out, Out]:
     """y int8 like input (int32 [..., H/8] for quint4x2), scale float32 [...]."""
+    input, smooth_scales, group_index = call.input, call.smooth_scales, call.group_index
     require_dtype("input", input, HALF_DTYPES)
     if input.dim() < 2:
         raise OpArgumentError(f"input has rank {input.dim()}; npu_dynamic_quant needs at least 2 dims")
@@ -645,7 +604,7 @@ def _dynamic_quant_meta(
                 f"got {list(smooth_scales.shape)}"
             )
     scale = Out(list(input.shape[:-1]), torch.float32)
-    if dst_type == torch.quint4x2:
+    if call.dst_type == torch.quint4x2:
         _check_int4_width("input", input)
         return Out(_packed_shape(input), torch.int32), scale
     return Out(list(input.shape), torch.int8), scale
@@ -662,20 +621,15 @@ def _group_rows(group_index: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(len(ends)), counts)
 
 
-def _dynamic_quant_kernel(
-    input: torch.Tensor,
-    *,
-    smooth_scales: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    dst_type: Optional[torch.dtype] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _dynamic_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    input = call.input
     rows = input.reshape(-1, input.shape[-1]).to(torch.float32)
-    if smooth_scales is not None:
-        row_group = torch.zeros(rows.shape[0], dtype=torch.int64) if group_index is None else _group_rows(
-            group_index, rows.shape[0]
+    if call.smooth_scales is not None:
+        row_group = torch.zeros(rows.shape[0], dtype=torch.int64) if call.group_index is None else _group_rows(
+            call.group_index, rows.shape[0]
         )
-        rows = rows * _per_row(smooth_scales, row_group)
-    int4 = dst_type == torch.quint4x2
+        rows = rows * _per_row(call.smooth_scales, row_group)
+    int4 = call.dst_type == torch.quint4x2
     levels, scale = symmetric_levels(rows, INT4_MAX if int4 else DYNAMIC_QUANT_MAX)
     levels = levels.reshape(input.shape)
     y = _pack_int4(levels) if int4 else levels.to(torch.int8)
@@ -754,46 +708,34 @@ def _check_quantize_param(name: str, param: torch.Tensor, input: torch.Tensor, d
         )
 
 
-def _quantize_meta(
-    input: torch.Tensor,
-    scales: torch.Tensor,
-    zero_points: Optional[torch.Tensor],
-    dtype: torch.dtype,
-    axis: int = 1,
-    div_mode: bool = True,
-) -> Out:
+def _quantize_meta(call: Arguments) -> Out:
+    input, zero_points = call.input, call.zero_points
     require_dtype("input", input, FLOAT_DTYPES)
-    require_dtype("scales", scales, FLOAT_DTYPES)
-    dim = _quantize_axis(input, axis, div_mode)
-    _check_quantize_param("scales", scales, input, dim)
+    require_dtype("scales", call.scales, FLOAT_DTYPES)
+    dim = _quantize_axis(input, call.axis, call.div_mode)
+    _check_quantize_param("scales", call.scales, input, dim)
     if zero_points is not None:
         require_dtype("zero_points", zero_points, (torch.int8, torch.uint8, torch.int32, *FLOAT_DTYPES))
         _check_quantize_param("zero_points", zero_points, input, dim)
-    if dtype == torch.quint4x2:
-        if div_mode:
+    if call.dtype == torch.quint4x2:
+        if call.div_mode:
             raise OpArgumentError("dtype=torch.quint4x2 needs div_mode=False (doc)")
         _check_int4_width("input", input)
         return Out(_packed_shape(input), torch.int32)
-    return Out(list(input.shape), QUANTIZE_OUTPUTS[dtype][0])
+    return Out(list(input.shape), QUANTIZE_OUTPUTS[call.dtype][0])
 
 
-def _quantize_kernel(
-    input: torch.Tensor,
-    scales: torch.Tensor,
-    zero_points: Optional[torch.Tensor],
-    dtype: torch.dtype,
-    axis: int = 1,
-    div_mode: bool = True,
-) -> torch.Tensor:
-    dim = _quantize_axis(input, axis, div_mode)
-    scale = _broadcast_param(scales, input, dim)
+def _quantize_kernel(call: Arguments) -> torch.Tensor:
+    input = call.input
+    dim = _quantize_axis(input, call.axis, call.div_mode)
+    scale = _broadcast_param(call.scales, input, dim)
     values = input.to(torch.float32)
-    values = values / scale if div_mode else values * scale
-    if zero_points is not None:
-        values = values + _broadcast_param(zero_points, input, dim)
-    out_dtype, low, high = QUANTIZE_OUTPUTS[dtype]
+    values = values / scale if call.div_mode else values * scale
+    if call.zero_points is not None:
+        values = values + _broadcast_param(call.zero_points, input, dim)
+    out_dtype, low, high = QUANTIZE_OUTPUTS[call.dtype]
     levels = torch.round(values).clamp_(low, high)
-    return _pack_int4(levels) if dtype == torch.quint4x2 else levels.to(out_dtype)
+    return _pack_int4(levels) if call.dtype == torch.quint4x2 else levels.to(out_dtype)
 
 
 @npu_op(
@@ -845,24 +787,15 @@ def antiquant_param_shapes(k: int, n: int, group_size: int) -> tuple[tuple[int, 
     return ((1,), (1, 1), (n,), (1, n))
 
 
-def _weight_quant_batchmatmul_meta(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    antiquant_scale: torch.Tensor,
-    antiquant_offset: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    antiquant_group_size: int = 0,
-    inner_precise: int = 0,
-) -> Out:
+def _weight_quant_batchmatmul_meta(call: Arguments) -> Out:
+    x, weight, bias = call.x, call.weight, call.bias
     require_dtype("x", x, HALF_DTYPES)
     require_dtype("weight", weight, (torch.int8,), "(int4 packed in int32 is not implemented)")
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[0]:
         raise OpArgumentError(f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]")
     k, n = weight.shape
-    shapes = antiquant_param_shapes(k, n, antiquant_group_size)
-    for name, param in (("antiquant_scale", antiquant_scale), ("antiquant_offset", antiquant_offset)):
+    shapes = antiquant_param_shapes(k, n, call.antiquant_group_size)
+    for name, param in (("antiquant_scale", call.antiquant_scale), ("antiquant_offset", call.antiquant_offset)):
         if param is not None:
             require_dtype(name, param, (x.dtype,), "(x's dtype)")
             require_shape(name, param, shapes)
@@ -888,21 +821,12 @@ def antiquant_weight(
     return (values * expand(scale)).to(dtype)
 
 
-def _weight_quant_batchmatmul_kernel(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    antiquant_scale: torch.Tensor,
-    antiquant_offset: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    antiquant_group_size: int = 0,
-    inner_precise: int = 0,
-) -> torch.Tensor:
-    w = antiquant_weight(weight, antiquant_scale, antiquant_offset, antiquant_group_size, x.dtype)
-    if bias is None:
+def _weight_quant_batchmatmul_kernel(call: Arguments) -> torch.Tensor:
+    x = call.x
+    w = antiquant_weight(call.weight, call.antiquant_scale, call.antiquant_offset, call.antiquant_group_size, x.dtype)
+    if call.bias is None:
         return cube_matmul(x, w)
-    return cube_addmm(bias.reshape(-1), x, w)
+    return cube_addmm(call.bias.reshape(-1), x, w)
 
 
 @npu_op(
@@ -963,9 +887,8 @@ def _mismatched(t_scale: int, t_offset: int) -> bool:
     return t_scale != t_offset and 1 not in (t_scale, t_offset)
 
 
-def _trans_quant_param_meta(
-    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
-) -> Out:
+def _trans_quant_param_meta(call: Arguments) -> Out:
+    scale, offset = call.scale, call.offset
     require_dtype("scale", scale, (torch.float32,))
     if scale.dim() not in (1, 2) or (scale.dim() == 2 and scale.shape[0] != 1):
         raise OpArgumentError(f"scale has shape {list(scale.shape)}; expected (t,) or (1, n)")
@@ -980,11 +903,10 @@ def _trans_quant_param_meta(
     return Out(_trans_quant_param_shape(scale, offset), torch.int64)
 
 
-def _trans_quant_param_kernel(
-    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
-) -> torch.Tensor:
+def _trans_quant_param_kernel(call: Arguments) -> torch.Tensor:
+    scale, offset = call.scale, call.offset
     shape = _trans_quant_param_shape(scale, offset)
-    values = round_scale_to_fp19(scale) if round_mode == 1 else scale
+    values = round_scale_to_fp19(scale) if call.round_mode == 1 else scale
     rounded_offset = None if offset is None else torch.round(offset).expand(shape)  # ties to even
     return encode_quant_param(values.expand(shape), rounded_offset)
 
@@ -1029,15 +951,13 @@ def _anti_quant_values(x: torch.Tensor) -> torch.Tensor:
     return unpack_int4(x) if x.dtype == torch.int32 else x
 
 
-def _anti_quant_meta(
-    x: torch.Tensor, scale: torch.Tensor, *, offset: Optional[torch.Tensor] = None,
-    dst_dtype: Optional[torch.dtype] = None, src_dtype: Optional[torch.dtype] = None,
-) -> Out:
+def _anti_quant_meta(call: Arguments) -> Out:
     """out like x (int32 words widened eight times), in dst_dtype (float16 by default)."""
+    x, scale, offset = call.x, call.scale, call.offset
     require_dtype("x", x, (torch.int8, torch.int32))
-    if (x.dtype == torch.int32) != (src_dtype == torch.quint4x2):
+    if (x.dtype == torch.int32) != (call.src_dtype == torch.quint4x2):
         raise OpArgumentError(
-            f"x is {x.dtype} but src_dtype is {src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2"
+            f"x is {x.dtype} but src_dtype is {call.src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2"
         )
     width = x.shape[-1] * (INT4_PER_INT32 if x.dtype == torch.int32 else 1) if x.dim() else 1
     require_dtype("scale", scale, (torch.float32, torch.bfloat16))
@@ -1049,17 +969,14 @@ def _anti_quant_meta(
         raise OpArgumentError(
             f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})"
         )
-    return Out([*x.shape[:-1], width] if x.dim() else [], dst_dtype or torch.float16)
+    return Out([*x.shape[:-1], width] if x.dim() else [], call.dst_dtype or torch.float16)
 
 
-def _anti_quant_kernel(
-    x: torch.Tensor, scale: torch.Tensor, *, offset: Optional[torch.Tensor] = None,
-    dst_dtype: Optional[torch.dtype] = None, src_dtype: Optional[torch.dtype] = None,
-) -> torch.Tensor:
-    values = _anti_quant_values(x).to(torch.float32)
-    if offset is not None:
-        values = values + offset.to(torch.float32)
-    return (values * scale.to(torch.float32)).to(dst_dtype or torch.float16)
+def _anti_quant_kernel(call: Arguments) -> torch.Tensor:
+    values = _anti_quant_values(call.x).to(torch.float32)
+    if call.offset is not None:
+        values = values + call.offset.to(torch.float32)
+    return (values * call.scale.to(torch.float32)).to(call.dst_dtype or torch.float16)
 
 
 @npu_op(

@@ -1,8 +1,10 @@
 """The one place a torch_npu op is declared: schema, argument checks, CPU kernel, fake kernel, catalog entry.
 
 An op is the public wrapper decorated with :func:`npu_op`.  The wrapper carries torch_npu's exact Python
-signature, defaults and docstring, the one statement of the op's schema (:mod:`.schema` derives it); its body holds the checks that need no tensor metadata (argument types,
-scalar ranges).  The decorator adds the rest from two functions with the same signature:
+signature, defaults and docstring, the one statement of the op's arguments: the schema is derived from it
+(:mod:`.schema`), and each call is bound against it into one :class:`Arguments` record.  The wrapper's body
+holds the checks that need no tensor metadata (argument types, scalar ranges).  The decorator adds the
+rest from two functions of that record:
 
 * ``meta`` validates tensor metadata (shapes, dtypes) and returns the outputs as :class:`Out` specs;
 * ``kernel`` computes the outputs on CPU.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -134,15 +136,40 @@ def _write_back(
     return outputs[0] if single else tuple(outputs)
 
 
-def arguments(op: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Every argument of a call of the public wrapper ``op``, by name, defaults filled in.
+@dataclass(frozen=True)
+class Arguments:
+    """Every argument of one call of an op, by its name in the public wrapper, defaults filled in.
 
-    The dispatcher hands a kernel the schema's positional arguments positionally, so a meta function or
-    kernel of an op with many positional arguments reads them through this instead of restating the
-    signature."""
-    bound = inspect.signature(op).bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound.arguments
+    An op's meta function and kernel each take this one record (``call.x``, ``call.epsilon``) instead of
+    restating the wrapper's signature: the registry binds each call once, against that signature (the
+    dispatcher hands a kernel the schema's positional arguments positionally). Each op has its own
+    record type, a frozen dataclass with one field per parameter; :func:`bind` makes one for any op."""
+
+
+_BINDERS: dict[str, Callable[..., Arguments]] = {}
+
+
+def _binder(checks: Callable[..., Any]) -> Callable[..., Arguments]:
+    """A function that binds a call of ``checks`` (the public wrapper's body) into its op's record."""
+    signature = inspect.signature(checks)
+    fields = [
+        (name, Any, field() if parameter.default is parameter.empty else field(default=parameter.default))
+        for name, parameter in signature.parameters.items()
+    ]
+    record = make_dataclass(f"{checks.__name__}_arguments", fields, bases=(Arguments,), frozen=True, kw_only=True)
+
+    def make(*args: Any, **kwargs: Any) -> Arguments:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return record(**bound.arguments)
+
+    return make
+
+
+def bind(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Arguments:
+    """The record of a call of the declared op ``op`` (its public wrapper) with these arguments, e.g. to run
+    one op's meta function on a call of another op that takes the same arguments under other names."""
+    return _BINDERS[op.__name__](*args, **kwargs)
 
 
 def _registered_returns(
@@ -176,8 +203,8 @@ class Derivative:
 def npu_op(
     *,
     source: str,
-    meta: Callable[..., Outputs],
-    kernel: Callable[..., Any],
+    meta: Callable[[Arguments], Outputs],
+    kernel: Callable[[Arguments], Any],
     writes_back: Mapping[str, int] = MappingProxyType({}),
     schema_mutates: bool = False,
     self_name: Optional[str] = None,
@@ -214,21 +241,27 @@ def npu_op(
         op_type = f"{NAMESPACE}::{name}"
         if op_type not in _catalog_types():
             raise ProfileError(f"{op_type} is declared in {checks.__module__} but has no entry in data/ops.toml")
+        for role, function in (("meta function", meta), ("kernel", kernel)):
+            if len(inspect.signature(function).parameters) != 1:
+                raise TypeError(f"npufuse bug: the {role} of {op_type} takes one parameter, the call's Arguments")
         returns, single = _registered_returns(checks, writes_back, schema_mutates)
         schema = f"{format_arguments(checks, self_name=self_name)} -> {format_returns(returns, single)}"
         _LIB.define(f"{name}{schema}")
         returns_nothing = not returns
 
+        make = _BINDERS[public_name] = _binder(checks)
+
         def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            outputs = meta(*args, **kwargs)
-            result = kernel(*args, **kwargs)
+            call = make(*args, **kwargs)
+            outputs = meta(call)
+            result = kernel(call)
             _check_result(name, result, outputs)
             return None if returns_nothing else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            outputs = meta(*args, **kwargs)
+            outputs = meta(make(*args, **kwargs))
             return None if returns_nothing else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
