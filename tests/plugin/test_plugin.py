@@ -1,6 +1,7 @@
 """End-to-end runs of the plugin on temporary test files, through ``pytester``."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -426,7 +427,7 @@ def test_sp1(npufuse):
     )
     result.assert_outcomes(passed=1)
     (case_dir,) = (pytester.path / "traces").iterdir()
-    assert case_dir.name == "test_case.py_test_sp1"
+    assert re.fullmatch(r"test_case\.py_test_sp1-[0-9a-f]{10}", case_dir.name)
     assert sorted(p.name for p in (case_dir / "baseline").iterdir()) == [
         "kernel_details.csv", "module_statistic.csv", "op_statistic.csv", "trace_view.json",
     ]
