@@ -70,13 +70,16 @@ def read_bytes(path: Path | str, role: FileRole = FileRole()) -> bytes:
         handle = os.open(path, _O_FLAGS)
     except OSError as exc:
         raise role.fail(path, f"cannot be opened ({exc.strerror})") from None
+    too_large = role.fail(path, f"is larger than {role.limit // (1024 * 1024)} MiB, more than any {role.what} can be")
     with os.fdopen(handle, "rb") as stream:
-        opened = kind_of_mode(os.fstat(stream.fileno()).st_mode)
-        if opened is not Kind.REGULAR:  # replaced between the check and the open
-            raise refuse_kind(path, opened, role)
-        data = stream.read(role.limit + 1)
+        opened = os.fstat(stream.fileno())
+        if kind_of_mode(opened.st_mode) is not Kind.REGULAR:  # replaced between the check and the open
+            raise refuse_kind(path, kind_of_mode(opened.st_mode), role)
+        if opened.st_size > role.limit:
+            raise too_large
+        data = stream.read(role.limit + 1)  # the file may have grown since
     if len(data) > role.limit:
-        raise role.fail(path, f"is larger than {role.limit // (1024 * 1024)} MiB, more than any {role.what} can be")
+        raise too_large
     return data
 
 
