@@ -8,6 +8,7 @@ comes near these bounds: a baseline of 3,000 cases is about 1 MB and nests 5 dee
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Callable
 
@@ -49,7 +50,11 @@ def deepest(text: str, tokens: re.Pattern[str], limit: int = MAX_DEPTH) -> int |
 
 
 def bounded_number(text: str, convert: Callable[[str], object], fail: Callable[[str], Exception]) -> object:
-    """``convert(text)`` for a number literal no longer than :data:`MAX_NUMBER_CHARS`."""
+    """``convert(text)`` for a number literal no longer than :data:`MAX_NUMBER_CHARS` whose value is finite
+    (``1e999`` would read as infinity, which JSON cannot hold)."""
     if len(text) > MAX_NUMBER_CHARS:
         raise fail(f"a number {len(text)} characters long ({text[:12]}...); numbers are at most {MAX_NUMBER_CHARS}")
-    return convert(text)
+    value = convert(text)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise fail(f"the number {text} is out of the range of a double")
+    return value

@@ -91,8 +91,11 @@ def _open(sidecar: Path, what: str, path: Path) -> int:
             f"{what} {path}: updating a shared file safely needs fcntl.flock (Linux or macOS); this platform "
             "has none, so nothing was written."
         )
-    if kind_of(sidecar) not in (Kind.REGULAR, Kind.MISSING):
-        raise OutputFileError(f"{what} {path}: its lock file {sidecar} is {kind_of(sidecar).value}; remove it.")
+    kind = kind_of(sidecar)
+    if kind is Kind.UNDER_FILE:
+        raise OutputFileError(f"{what} {path}: {sidecar.parent} is a file (or lies under one); give a path in a directory.")
+    if kind not in (Kind.REGULAR, Kind.MISSING):
+        raise OutputFileError(f"{what} {path}: its lock file {sidecar} is {kind.value}; remove it.")
     try:
         sidecar.parent.mkdir(parents=True, exist_ok=True)
         return os.open(sidecar, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0), 0o666)
