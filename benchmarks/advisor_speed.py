@@ -17,14 +17,15 @@ the wall clock. The exit status is 1 when the target is missed.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "cases"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from decoder_layers import Decoder, decode_inputs  # noqa: E402
+from timing import check, timed  # noqa: E402
 
 from pytest_npufuse.advisor import advice  # noqa: E402
 
@@ -38,26 +39,22 @@ def main() -> int:
     capture = advice.capture_program
 
     def timed_capture(*args, **kwargs):
-        start, cpu = time.perf_counter(), time.process_time()
-        program = capture(*args, **kwargs)
-        captured["seconds"], captured["cpu"] = time.perf_counter() - start, time.process_time() - cpu
-        captured["kernels"] = len(program.kernels)
-        return program
+        run = timed(lambda: capture(*args, **kwargs))
+        captured["seconds"], captured["cpu"], captured["kernels"] = run.wall, run.cpu, len(run.value.kernels)
+        return run.value
 
     advice.capture_program = timed_capture
-    start, cpu = time.perf_counter(), time.process_time()
-    result = advice.advise(model, *inputs, target="a3")
-    total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
+    run = timed(lambda: advice.advise(model, *inputs, target="a3"))
+    result, total, total_cpu = run.value, run.wall, run.cpu
     advice.capture_program = capture
     print("\n".join(result.lines()[:12]))
     print(f"kernels: {captured['kernels']}, layouts: {len(result.candidates)}, affinity findings: {len(result.findings)}")
     print(f"capture {captured['seconds']:.2f} s (cpu {captured['cpu']:.2f} s), planning and simulating every layout "
           f"and the affinity rewrites {total - captured['seconds']:.2f} s (cpu {total_cpu - captured['cpu']:.2f} s), "
           f"advise {total:.2f} s (cpu {total_cpu:.2f} s)")
-    verdict = "PASS" if total <= TARGET_S else "FAIL"
-    print(f"{verdict}: advise of a {LAYERS}-layer decode model in {total:.2f} s (target <= {TARGET_S:.0f} s, "
-          f"ratio {total / TARGET_S:.2f})")
-    return 0 if verdict == "PASS" else 1
+    passed = check(total <= TARGET_S, f"advise of a {LAYERS}-layer decode model in {total:.2f} s "
+                   f"(target <= {TARGET_S:.0f} s, ratio {total / TARGET_S:.2f})")
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

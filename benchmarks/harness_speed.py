@@ -29,22 +29,22 @@ import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "cases"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from test_superkernel_seed import ModelSuperKernel, seed_inputs  # noqa: E402
+from timing import best_of, timed, timed_command  # noqa: E402
 
 from pytest_npufuse.frontend import backend  # noqa: E402
 from pytest_npufuse.numerics.exact import int_matmul  # noqa: E402
@@ -95,19 +95,6 @@ class Counting:
 
     def __exit__(self, *exc: object) -> None:
         backend.build_program, pipeline.compare = self._build, self._compare
-
-
-def timed(call: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    result = call()
-    return time.perf_counter() - start, result
-
-
-def cpu_timed(call: Callable[[], Any]) -> tuple[float, float, Any]:
-    """Wall and process CPU seconds of ``call`` (CPU time is what a loaded machine inflates least)."""
-    cpu = time.process_time()
-    wall, result = timed(call)
-    return wall, time.process_time() - cpu, result
 
 
 def verdict(ok: bool) -> str:
@@ -197,14 +184,16 @@ def measure_seed() -> bool:
     inputs = seed_inputs()
     x1, x2 = inputs[0], inputs[1]
     with Counting() as counts:
-        check_s, check_cpu, report = cpu_timed(lambda: pipeline.compare(ModelSuperKernel(), *inputs))
+        report = pipeline.compare(ModelSuperKernel(), *inputs)
     checks_made = counts.captures
-    capture_s, capture_cpu, _ = cpu_timed(lambda: pipeline.capture(ModelSuperKernel(), *inputs))
-    product_s, product_cpu, _ = cpu_timed(lambda: int_matmul(x1, x2))
-    for _ in range(SEED_ROUNDS - 1):  # each side's best of the rounds, interleaved, as timeit reports
-        check_s, check_cpu = min((check_s, check_cpu), cpu_timed(lambda: pipeline.compare(ModelSuperKernel(), *inputs))[:2])
-        capture_s, capture_cpu = min((capture_s, capture_cpu), cpu_timed(lambda: pipeline.capture(ModelSuperKernel(), *inputs))[:2])
-        product_s, product_cpu = min((product_s, product_cpu), cpu_timed(lambda: int_matmul(x1, x2))[:2])
+    check, capture, product = best_of(SEED_ROUNDS, [  # each side's best of the rounds, interleaved, as timeit reports
+        lambda: timed(lambda: pipeline.compare(ModelSuperKernel(), *inputs)),
+        lambda: timed(lambda: pipeline.capture(ModelSuperKernel(), *inputs)),
+        lambda: timed(lambda: int_matmul(x1, x2)),
+    ])
+    check_s, check_cpu = check.wall, check.cpu
+    capture_s, capture_cpu = capture.wall, capture.cpu
+    product_s, product_cpu = product.wall, product.cpu
     ratio = check_s / (capture_s + product_s)
     print(f"seed 000 (m={x1.shape[0]}, k={x1.shape[1]}, n={x2.shape[1]}): check {check_s:.2f} s ({check_cpu:.2f} s CPU); "
           f"capture {capture_s:.2f} s ({capture_cpu:.2f} s CPU) + exact int8 product {product_s:.2f} s ({product_cpu:.2f} s CPU)")
@@ -219,10 +208,12 @@ def measure_seed() -> bool:
 
 
 def measure_decode() -> bool:
-    setup_s, (layer, inputs) = timed(lambda: (DecodeLayer(), decode_inputs()))
+    setup = timed(lambda: (DecodeLayer(), decode_inputs()))
+    setup_s, (layer, inputs) = setup.wall, setup.value
     params = sum(p.numel() for p in layer.parameters())
     with Counting() as counts:
-        check_s, check_cpu, report = cpu_timed(lambda: pipeline.compare(layer, *inputs))
+        check = timed(lambda: pipeline.compare(layer, *inputs))
+    check_s, check_cpu, report = check.wall, check.cpu, check.value
     print(f"DeepSeek-V3-style decode layer: {params / 1e6:.0f} M bf16 parameters (built in {setup_s:.1f} s), "
           f"{len(report.baseline.kernels)} kernels; captures per check {counts.captures}, "
           f"kernels executed {report.kernels_executed}, bit-exact {report.bit_exact}")
@@ -234,7 +225,8 @@ def measure_decode() -> bool:
 
 def measure_suite() -> None:
     with Counting() as counts:
-        suite_s, status = timed(lambda: pytest.main([str(ROOT / "cases"), "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]))
+        suite = timed(lambda: pytest.main([str(ROOT / "cases"), "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]))
+    suite_s, status = suite.wall, suite.value
     checks = max(1, counts.checks)
     print(f"bundled suite (cases/, exit {int(status)}): {suite_s:.1f} s, {counts.checks} checks, "
           f"{counts.captures / checks:.2f} captures per check, {counts.kernels / checks:.1f} kernels executed per check")
@@ -257,13 +249,9 @@ def measure_ci(commit: str) -> bool:
 
 def _time_tests(checkout: Path) -> tuple[float, float]:
     """Wall and CPU seconds of the README's test command in ``checkout`` (children's CPU included)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=checkout,
-                   env={**os.environ, "PYTHONPATH": str(checkout)}, stdout=subprocess.DEVNULL, check=False)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    run = timed_command([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=checkout,
+                        env={**os.environ, "PYTHONPATH": str(checkout)})
+    return run.wall, run.cpu
 
 
 def measure_rss() -> bool:

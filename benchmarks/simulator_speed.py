@@ -25,6 +25,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import best_of, check, timed  # noqa: E402
 
 from pytest_npufuse.ir.events import Event  # noqa: E402
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program  # noqa: E402
@@ -79,33 +82,10 @@ def decode_graph(layers: int):
     return b.build(), syncs
 
 
-def timed(function):
-    start = time.perf_counter()
-    value = function()
-    return value, time.perf_counter() - start
-
-
 REPEATS = 5
 TARGET_KERNELS_PER_S = 200_000
 TARGET_SHARE = 0.10
 SCALE_LAYERS = (12, 120, 1200)
-
-
-def best_in_rounds(repeats: int, functions: list) -> list[tuple[object, float]]:
-    """The value and the shortest wall time of each function over ``repeats`` rounds, each round calling
-    every function once: a slow spell of a shared machine then falls on all of them alike instead of on
-    one size, and a loaded machine only ever adds time."""
-    best = [(None, math.inf)] * len(functions)
-    for _ in range(repeats):
-        for position, function in enumerate(functions):
-            value, seconds = timed(function)
-            best[position] = (value, min(seconds, best[position][1]))
-    return best
-
-
-def check(passed: bool, what: str) -> bool:
-    print(f"  {'PASS' if passed else 'FAIL'}  {what}")
-    return passed
 
 
 def simulation_of(layers: int, profile):
@@ -120,8 +100,9 @@ def main() -> int:
     cases = [simulation_of(layers, profile) for layers in (61, *SCALE_LAYERS)]
     _, program, plan, syncs = cases[0]
     planning = lambda: plan_program(program, profile, syncs=syncs)  # noqa: E731
-    *timings, (_, plan_seconds) = best_in_rounds(REPEATS, [*(case[0] for case in cases), planning])
-    report, seconds = timings[0]
+    *timings, planned = best_of(REPEATS, [*(lambda run=case[0]: timed(run) for case in cases), lambda: timed(planning)])
+    plan_seconds = planned.wall
+    report, seconds = timings[0].value, timings[0].wall
     kernels = len(report.kernels)
     rate = kernels / seconds
     print(f"61-layer decode graph: {len(program.kernels)} kernels, {len(plan.tasks)} tasks, "
@@ -133,7 +114,7 @@ def main() -> int:
 
     print(f"scale (single decode graphs of growing depth, 3 streams, SuperKernels; best of {REPEATS}):")
     sizes = []
-    for report, seconds in timings[1:]:
+    for report, seconds in ((t.value, t.wall) for t in timings[1:]):
         n = len(report.kernels)
         sizes.append((n, seconds))
         print(f"  {n:>7,} kernels: {seconds:7.3f} s, {seconds / n * 1e6:6.2f} us/kernel, {n / seconds:,.0f} kernels/s")
@@ -182,7 +163,7 @@ def capture_share() -> tuple[float, float, float]:
     runs = []
     for _ in range(REPEATS):
         spent[0] = 0.0
-        _, total = timed(lambda: compare(ModelSuperKernel(), *inputs, reference=ModelOrigin()))
+        total = timed(lambda: compare(ModelSuperKernel(), *inputs, reference=ModelOrigin())).wall
         runs.append((spent[0] / total, spent[0], total))
     pipeline.simulate = original
     share, simulated, total = min(runs)

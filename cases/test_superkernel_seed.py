@@ -59,3 +59,20 @@ def test_sp1_fuses_quant_matmul_and_dequant_swiglu_quant(npufuse):
 def test_sp1_is_unsupported_on_a2(npufuse):
     report = npufuse.check(ModelSuperKernel(), *seed_inputs(), reference=ModelOrigin())
     assert report.variant.time_us == report.baseline.time_us
+
+
+def test_seed_config_dumps_the_scoped_graph_as_pbtxt(tmp_path, monkeypatch):
+    """The seed's script sets ``config.debug.graph_dump.type = "pbtxt"`` before compiling both models: the
+    dump of ModelSuperKernel shows both ops in scope sp1, where TorchAir writes it (the working directory)."""
+    monkeypatch.chdir(tmp_path)
+    config = torchair.CompilerConfig()
+    config.debug.graph_dump.type = "pbtxt"
+    npu_backend = torchair.get_npu_backend(compiler_config=config)
+    model_sk = torch.compile(ModelSuperKernel(), backend=npu_backend, dynamic=False)
+    with torch.no_grad():
+        model_sk(*seed_inputs())
+    (dump,) = tmp_path.glob("dynamo_original_graph_*_rank_0_pid_*_ts_*.pbtxt")
+    text = dump.read_text()
+    for op in ("QuantBatchMatmulV3", "DequantSwigluQuant"):
+        block = text[text.index(f'type: "{op}"'):]
+        assert 'attr { key: "_super_kernel_scope" value { s: "sp1" } }' in block.split("op {")[0]

@@ -85,6 +85,17 @@ class KernelError(NpufuseError):
     out of range, a NaN turned into an index): the model's own error, named at the user's source line."""
 
 
+class OpArgumentError(NpufuseError, ValueError):
+    """An argument of a torch_npu op or of a TorchAir / ``torch.npu`` API call has a value the real library
+    rejects, or one the model does not implement; the message names the argument. A ValueError too, as the
+    real libraries raise one, so scripts that catch ValueError keep working."""
+
+
+class OpTypeError(NpufuseError, TypeError):
+    """An argument of a torch_npu op or of a TorchAir / ``torch.npu`` API call has the wrong type (a list
+    where a tensor goes, an int for a bool). A TypeError too, as the real libraries raise one."""
+
+
 class MarkerError(NpufuseError):
     """A marker was given an argument it does not take, or a value of the wrong kind."""
 

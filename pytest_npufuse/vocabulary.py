@@ -49,3 +49,24 @@ class Engine(Vocabulary):
     HOST = "host"
     COMM = "comm"
     DMA = "dma"
+
+
+class Unfusable(Vocabulary):
+    """Why a SuperKernel cannot call an op as a sub-kernel (the op catalog's ``unfusable`` key).
+
+    A SuperKernel calls already-compiled Ascend C AI Core kernels; an op that is anything else splits
+    the scope (torchair §2.3, hw §4.1). An unfusable entry without the key gets its engine's reason
+    (:func:`~pytest_npufuse.target.catalog.unfusable_reason`), and a Cube or Vector one is a TBE kernel.
+    """
+
+    TBE = "tbe"
+    COPY = "copy"
+    AICPU = "aicpu"
+    AICPU_DTYPE = "aicpu-dtype"
+    HOST = "host"
+    COMM = "comm"
+    MC2 = "mc2"
+    ATB = "atb"
+    PENDING = "pending"
+    UNVERIFIED = "unverified"
+    UNKNOWN = "unknown"

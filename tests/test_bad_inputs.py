@@ -23,12 +23,7 @@ from pytest_npufuse.cli.main import main as cli
 from pytest_npufuse.errors import NpufuseError
 from pytest_npufuse.files.atomic import check_outputs, write_text_atomic
 from pytest_npufuse.gate import baseline
-from pytest_npufuse.gate.expectations import (
-    parse_multistream,
-    parse_npu_target,
-    parse_superkernel,
-    parse_superkernels,
-)
+from pytest_npufuse.gate.expectations import parse_multistream, parse_npu_target, parse_superkernel, parse_superkernels
 from pytest_npufuse.plan.options import parse_options
 from pytest_npufuse.plan.tasks import LogRecord
 from pytest_npufuse.report.plog import write_plog

@@ -33,15 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ..ir.events import Event
-from ..ir.program import (
-    Annotations,
-    Buffer,
-    Kernel,
-    ModuleFrame,
-    Program,
-    StreamScope,
-    TensorSpec,
-)
+from ..ir.program import Annotations, Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec
 
 MIN_LAYERS = 6
 """Below this a full capture traces no more layers than the two short ones (2 + 3) together."""

@@ -17,7 +17,7 @@ from typing import Sequence, TextIO
 
 from torch._dynamo.exc import BackendCompilerFailed
 
-from ..errors import PACKAGE_DIR, NpufuseError
+from ..errors import NpufuseError, OpArgumentError, OpTypeError
 from ..frontend.tagged_events import EVENTS
 from ..pipeline.backend import ModeledRun, end_run, start_run
 from ..pipeline.chain import CompiledGraph
@@ -86,7 +86,7 @@ def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> i
         if error is None:  # the script's own error is shown as Python would
             traceback.print_exc()
         else:
-            print(f"npufuse run: {script}: {type(error).__name__}: {error}{_user_line(exc, script)}", file=out)
+            print(f"npufuse run: {script}: {_error_name(error)}: {error}{_user_line(exc, script)}", file=out)
         status = 1
     finally:
         sys.argv = saved_argv
@@ -113,15 +113,20 @@ def _exit_status(code: object) -> int:
 
 def _reportable(exc: BaseException) -> BaseException | None:
     """The error to show as one line at the user's line, or None for the script's own error: an npufuse
-    error (also when Dynamo wrapped it while compiling a graph), or a ValueError / TypeError raised by one
-    of this package's argument checks (a torch_npu op's or TorchAir API's, as the real ones raise them)."""
+    error (also when Dynamo wrapped it while compiling a graph), among them the argument errors of a
+    torch_npu op or TorchAir API (:class:`OpArgumentError`, :class:`OpTypeError`)."""
     if isinstance(exc, BackendCompilerFailed):
         exc = exc.inner_exception
-    if isinstance(exc, NpufuseError):
-        return exc
-    frames = traceback.extract_tb(exc.__traceback__)
-    raised_here = bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(PACKAGE_DIR)
-    return exc if raised_here and isinstance(exc, (ValueError, TypeError)) else None
+    return exc if isinstance(exc, NpufuseError) else None
+
+
+def _error_name(error: BaseException) -> str:
+    """An argument error is named as the real torch_npu or TorchAir raises it (ValueError, TypeError)."""
+    if isinstance(error, OpArgumentError):
+        return "ValueError"
+    if isinstance(error, OpTypeError):
+        return "TypeError"
+    return type(error).__name__
 
 
 def _user_line(exc: BaseException, script: Path) -> str:

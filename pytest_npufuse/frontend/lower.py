@@ -23,15 +23,7 @@ import torch.fx
 from .. import cost
 from ..errors import CaptureError, NotModeledError, OptionsError, ScopeError
 from ..ir.events import Event, EventKind
-from ..ir.program import (
-    Buffer,
-    Kernel,
-    ModuleFrame,
-    Program,
-    StreamScope,
-    TensorSpec,
-    compute_dtype_of,
-)
+from ..ir.program import Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec, compute_dtype_of
 from ..target.catalog import OpCatalog
 from . import scopes, syncs
 from .source import call_name, call_site, module_path, source_line

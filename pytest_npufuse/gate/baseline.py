@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import BaselineError
 from ..files import FileRole, locked, present, read_json, write_text
+from ..report.explain import break_key
 from ..simulate.version import ModelIdentity
 
 if TYPE_CHECKING:  # the report module needs torch; the compare command must start without it
@@ -46,7 +47,13 @@ MODEL_CHANGED = "model changed"
 
 @dataclass(frozen=True)
 class Entry:
-    """The modeled numbers of one test on one target, as a baseline records them."""
+    """The modeled numbers of one test on one target, as a baseline records them.
+
+    ``breaks`` lists, per SuperKernel scope that unfusable ops split, those ops as ``"aten::add at
+    models.py:12"`` (:func:`~pytest_npufuse.report.explain.break_key`), so a later failure can say which
+    breaking op is new; scopes that are not split are left out. It is None for a case without scopes
+    and in entries written before breaks were recorded (then no op is called new).
+    """
 
     mode: str
     baseline_us: float
@@ -55,10 +62,15 @@ class Entry:
     segments: int
     streams: int
     model_version: str
+    breaks: tuple[tuple[str, tuple[str, ...]], ...] | None = None
 
     @classmethod
     def of(cls, report: CaseReport, model_version: str) -> "Entry":
         """Rounded so that the JSON text, and a diff of it, shows no float noise."""
+        breaks = tuple(
+            (scope.scope, tuple(break_key(site) for site in scope.break_points))
+            for scope in report.superkernels.values() if scope.break_points
+        ) if report.superkernels else None
         return cls(
             mode=str(report.mode),
             baseline_us=round(report.baseline.time_us, 3),
@@ -67,10 +79,15 @@ class Entry:
             segments=report.segments,
             streams=len(report.streams),
             model_version=model_version,
+            breaks=breaks,
         )
 
+    def break_keys(self) -> dict[str, tuple[str, ...]] | None:
+        """The recorded breaking ops by scope; None when the entry did not record them."""
+        return None if self.breaks is None else dict(self.breaks)
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "mode": self.mode,
             "baseline_us": self.baseline_us,
             "variant_us": self.variant_us,
@@ -79,6 +96,9 @@ class Entry:
             "streams": self.streams,
             "model_version": self.model_version,
         }
+        if self.breaks is not None:
+            data["breaks"] = {scope: list(sites) for scope, sites in self.breaks}
+        return data
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> "Entry":
@@ -87,7 +107,7 @@ class Entry:
             raise BaselineError(f"{where}: an entry must be an object, got {type(data).__name__}.")
         kinds = {"mode": str, "baseline_us": float, "variant_us": float, "speedup": float, "segments": int,
                  "streams": int, "model_version": str}
-        values = {}
+        values: dict[str, Any] = {}
         for key, kind in kinds.items():
             value = data.get(key)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -103,7 +123,16 @@ class Entry:
                 expected = {float: "a positive number", int: "an integer >= 0", str: "a string"}[kind]
                 expected += " or null (a VARIANT that cannot finish)" if key == "variant_us" else ""
                 raise BaselineError(f"{where}: '{key}' is {value!r}, expected {expected}.")
-        return cls(**values)
+        return cls(**values, breaks=_breaks(data["breaks"], where) if "breaks" in data else None)
+
+
+def _breaks(value: Any, where: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """An entry's ``breaks``: scope -> list of op descriptions."""
+    if not isinstance(value, Mapping) or not all(
+        isinstance(sites, list) and all(isinstance(site, str) for site in sites) for sites in value.values()
+    ):
+        raise BaselineError(f"{where}: 'breaks' is {value!r}, expected an object of scope -> list of strings.")
+    return tuple((scope, tuple(sites)) for scope, sites in value.items())
 
 
 Entries = Mapping[str, Mapping[str, Entry]]

@@ -25,7 +25,8 @@ def get_npu_backend(
     custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> Any:
     """A ``torch.compile`` backend for ``compiler_config`` (npugraph_ex's flat config)."""
-    return backend_for((compiler_config or CompilerConfig()).torchair_config().graph_options(), None, custom_decompositions)
+    options = (compiler_config or CompilerConfig()).torchair_config().graph_options()
+    return backend_for(options, None, custom_decompositions)
 
 
 def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[..., Any]:

@@ -34,6 +34,8 @@ from typing import Optional
 
 import torch
 
+from ..errors import OpArgumentError, OpTypeError
+
 INT8_K_CHUNK = 1024
 """Largest k summed in one fp32 BLAS call by int_matmul.
 
@@ -131,7 +133,7 @@ def cube_baddbmm(
 ) -> torch.Tensor:
     """Batched :func:`cube_addmm` for 3-D ``a [B, m, k]`` and ``b [B, k, n]``, like ``torch.baddbmm``."""
     if a.dim() != 3 or b.dim() != 3:
-        raise ValueError(
+        raise OpArgumentError(
             f"cube_baddbmm takes 3-D batches, got a{tuple(a.shape)} and b{tuple(b.shape)}; use cube_addmm for other ranks"
         )
     return _cube(bias, a, b, beta, alpha, out_dtype, "cube_baddbmm")
@@ -172,7 +174,7 @@ def _require_dtypes(name: str, a: torch.Tensor, b: torch.Tensor, allowed: tuple[
     """Both operands must share one dtype from ``allowed`` (the Cube has no mixed-dtype product)."""
     if a.dtype != b.dtype or a.dtype not in allowed:
         names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
-        raise TypeError(
+        raise OpTypeError(
             f"{name} takes two tensors of one dtype among ({names}), got {a.dtype} and {b.dtype}; "
             "cast the operands first"
         )
@@ -180,7 +182,7 @@ def _require_dtypes(name: str, a: torch.Tensor, b: torch.Tensor, allowed: tuple[
 
 def _require_inner(name: str, left: torch.Tensor, right: torch.Tensor) -> None:
     if left.shape[-1] != right.shape[-2]:
-        raise ValueError(
+        raise OpArgumentError(
             f"{name}: inner dimensions differ ({tuple(left.shape)} @ {tuple(right.shape)}); "
             "the last dim of a must equal the second-to-last dim of b"
         )
@@ -189,7 +191,7 @@ def _require_inner(name: str, left: torch.Tensor, right: torch.Tensor) -> None:
 def _as_matrices(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
     """Promote 1-D operands to matrices as ``torch.matmul`` does; return the dims to squeeze after."""
     if a.dim() == 0 or b.dim() == 0:
-        raise ValueError("matmul operands must have at least one dimension, got a 0-d tensor")
+        raise OpArgumentError("matmul operands must have at least one dimension, got a 0-d tensor")
     squeeze: tuple[int, ...] = ()
     if b.dim() == 1:
         b, squeeze = b.unsqueeze(-1), (-1,)

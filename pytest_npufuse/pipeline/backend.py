@@ -62,9 +62,11 @@ class NpuBackend:
         settings = Settings(self.profile, self.config.mode, self.dynamic or graph.dynamic, self.host)
         multistream = self.multistream and not self.config.single_stream
         compiled = model_graph(graph, settings, self.variant, self.options, multistream, self.config.aclgraph_superkernel)
+        stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
         if self.config.watch is not None:
-            stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
             compiled = replace(compiled, dump=self.config.watch(settings.mode, graph.gm, graph.program, stream_of))
+        if self.config.dump_graph is not None:
+            self.config.dump_graph(settings.mode, graph.gm, graph.program, stream_of)
         self.graphs.append(compiled)
         return compiled
 

@@ -26,14 +26,7 @@ import torch.fx
 
 from ..advisor.affinity import find_affinity
 from ..errors import ArgumentError, CaptureError
-from ..execute.graph import (
-    Execution,
-    Observer,
-    inputs_of,
-    racy_cone,
-    run_graph,
-    writes_inputs,
-)
+from ..execute.graph import Execution, Observer, inputs_of, racy_cone, run_graph, writes_inputs
 from ..frontend.backend import Capture, CapturedGraph
 from ..ir.program import Program
 from ..numerics.compare import compare_outputs, named_leaves
@@ -41,6 +34,7 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Plan, Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
+from ..report.explain import stream_uses
 from ..report.plog import write_plog
 from ..report.trace import write_case_traces
 from ..sanitize.checker import SanitizerReport, sanitize
@@ -68,6 +62,8 @@ class CallWatcher(Protocol):
 
 # Plans the watcher of one modeled graph from its mode, aten graph, program and each kernel's stream.
 WatchPlanner = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], "CallWatcher | None"]
+# Writes a file describing one modeled graph, from the same four (the config's graph dump).
+GraphDumper = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], object]
 
 
 @dataclass(frozen=True)
@@ -75,13 +71,14 @@ class GraphOptions:
     """What a compile configuration decides about how its graphs are modeled: the mode, whether every
     kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
     text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
-    config's data dump). TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the
+    config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump). TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the
     library's ``mode=`` arguments through :func:`graph_options`."""
 
     mode: Mode = Mode.MAX_AUTOTUNE
     single_stream: bool = False
     aclgraph_superkernel: str | None = None
     watch: WatchPlanner | None = None
+    dump_graph: GraphDumper | None = None
 
 
 def graph_options(mode: str | None) -> GraphOptions:
@@ -281,6 +278,7 @@ def compare(
             graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline_graph, variant_graph)
         },
         findings=find_affinity(variant_graph.program, settings.profile, catalog) if affinity else (),
+        stream_uses=stream_uses(variant_graph.plan),
     )
     if trace_dir is None:
         return report

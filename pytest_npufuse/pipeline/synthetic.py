@@ -14,14 +14,7 @@ from typing import Sequence
 
 from .. import cost
 from ..ir.events import Event
-from ..ir.program import (
-    Annotations,
-    Buffer,
-    Kernel,
-    Program,
-    TensorSpec,
-    compute_dtype_of,
-)
+from ..ir.program import Annotations, Buffer, Kernel, Program, TensorSpec, compute_dtype_of
 from ..plan.superkernel import fused_tasks, plan_variant, segment_scopes
 from ..plan.tasks import Plan, ScopePlan, Variant, between_tasks
 from ..report.attribution import attribute

@@ -82,7 +82,7 @@ class OptionRule:
 # strict-scope-check values from TorchAir's option table, torchair_facts.md §2.4).
 OPTIONS: Mapping[str, OptionRule] = MappingProxyType(
     {
-        "stream-fusion": OptionRule(_one_of("0", "1"), "0", meaning="sub-kernels of two streams run in parallel"),
+        "stream-fusion": OptionRule(_one_of("0", "1"), "0", meaning="sub-kernels of one or more streams run in parallel (0: at most two streams, in issue order)"),
         "feed-sync-all": OptionRule(_one_of("0", "1"), "0", meaning="SyncAll on the SuperKernel's extra cores"),
         "strict-scope-check": OptionRule(_one_of("bypass", "abort"), "", meaning="what a split scope does"),
         "dcci-before-kernel-start": OptionRule(_op_types, "", aclgraph=True, meaning="flush the data cache before these ops"),

@@ -33,17 +33,7 @@ from ..target.profile import HardwareProfile
 from ..vocabulary import Engine, Mode
 from .options import ParserPath, SuperKernelOptions, parse_options
 from .streams import StreamPlan, stream_plan
-from .tasks import (
-    LogRecord,
-    Plan,
-    ScopeBreak,
-    ScopeOutcome,
-    ScopePlan,
-    Segment,
-    Task,
-    Variant,
-    between_tasks,
-)
+from .tasks import LogRecord, Plan, ScopeBreak, ScopeOutcome, ScopePlan, Segment, Task, Variant, between_tasks
 
 # debug-aic-num : debug-aiv-num ratio -> SuperKernel kernel type (TorchAir option table, torchair §2.4).
 _DEBUG_RATIOS = {(1, 0): "MIX_AIC_1_0", (0, 1): "MIX_AIV_1_0", (1, 1): "MIX_AIC_1_1", (1, 2): "MIX_AIC_1_2"}
@@ -161,7 +151,10 @@ def _segment_scopes(program: Program, profile: HardwareProfile) -> tuple[dict[st
             run.append(kernel)
         else:
             close()
-            breaks[scope].append(ScopeBreak(kernel.op_type, kernel.name, kernel.source, kernel.info.engine))
+            info = kernel.info
+            breaks[scope].append(
+                ScopeBreak(kernel.op_type, kernel.name, kernel.source, info.engine, info.unfusable or "", info.why_unfusable)
+            )
     close()
     return segments, breaks
 
@@ -309,23 +302,28 @@ class _ScopeResult:
     log: LogRecord | None = None
 
 
-def _stream_fusion(segment: Segment, options: SuperKernelOptions, streams: StreamPlan, profile: HardwareProfile) -> Segment:
-    """Sub-kernels from several streams in one SuperKernel (TorchAir's ``stream-fusion`` option).
+def _stream_fusion(
+    segment: Segment, options: SuperKernelOptions, streams: StreamPlan, profile: HardwareProfile, kernels: Sequence[Kernel]
+) -> Segment:
+    """Sub-kernels from several streams in one SuperKernel (TorchAir's ``stream-fusion`` option; seed 000).
 
-    With ``stream-fusion=0`` they stay in issue order, and the streams must be linked by an event, else
-    the scope is an error. With ``=1`` the SuperKernel runs them on lanes, up to the profile's stream
-    count, so a Cube and a Vector sub-kernel on different streams overlap.
+    With ``stream-fusion=0`` (the default) a SuperKernel takes ops of at most two streams
+    (``profile.superkernel_max_streams``), kept in issue order, and the streams must be linked by an
+    event, else the scope is an error. With ``=1`` the ops may sit on one or more streams, each a lane
+    of the SuperKernel, so a Cube and a Vector sub-kernel on different streams overlap. The seed advises
+    against ``=1`` in a MicroBatch layout (streams bound to their own cores with ``limit_core_num``):
+    that is a warning.
     """
     lanes = tuple(streams.kernel_stream[name] for name in segment.kernels)
     tags = sorted(set(lanes))
     if len(tags) == 1:
         return segment
     fused = options.get("stream-fusion") == "1"
-    if len(tags) > profile.superkernel_max_streams:
+    if not fused and len(tags) > profile.superkernel_max_streams:
         raise ScopeError(
             f"super_kernel scope '{segment.scope}' has ops on {len(tags)} streams ({', '.join(tags)}) in "
-            f"{segment.name}; a SuperKernel runs at most {profile.superkernel_max_streams}. Split the scope or "
-            "move ops to fewer streams."
+            f"{segment.name}; with stream-fusion=0 a SuperKernel takes at most {profile.superkernel_max_streams}. "
+            "Set stream-fusion=1 (one or more streams), split the scope or move ops to fewer streams."
         )
     inside = set(segment.kernels)
     linked = any(
@@ -339,7 +337,27 @@ def _stream_fusion(segment: Segment, options: SuperKernelOptions, streams: Strea
             "event between them; with stream-fusion=0 add an event (npu_wait_tensor or record/wait) between the "
             "streams, or set stream-fusion=1 to let the SuperKernel run them in parallel."
         )
-    return replace(segment, lanes=lanes, early_start=False) if fused else segment
+    if not fused:
+        return segment
+    _warn_micro_batch(segment, tags, [k for k in kernels if k.name in inside])
+    return replace(segment, lanes=lanes, early_start=False)
+
+
+def _warn_micro_batch(segment: Segment, tags: Sequence[str], kernels: Sequence[Kernel]) -> None:
+    """stream-fusion=1 over in-graph streams that are bound to their own cores (``limit_core_num`` on the
+    streams: a MicroBatch layout). The seed: there each stream owns its cores, so express the streams
+    with the in-graph multi-stream API (max-autotune) and do not also set stream-fusion=1."""
+    bound = sorted({k.stream for k in kernels if k.annotations.aicore_limit is not None or k.annotations.vectorcore_limit is not None})
+    if len(bound) < 2:
+        return
+    warnings.warn(
+        f"super_kernel scope '{segment.scope}' sets stream-fusion=1 over streams {', '.join(tags)}, and streams "
+        f"{', '.join(bound)} are bound to their own cores with limit_core_num (a MicroBatch layout). TorchAir "
+        "advises against stream-fusion=1 there: keep the in-graph streams (npu_stream_switch) and drop "
+        "stream-fusion=1 from the scope's options.",
+        OptionsWarning,
+        stacklevel=4,
+    )
 
 
 def _plan_scope(
@@ -358,7 +376,7 @@ def _plan_scope(
         outcome, record = strict
         return _ScopeResult(ScopePlan(scope, options.text, outcome, (), tuple(breaks), record.message), record)
     formed = tuple(
-        _stream_fusion(_finish_segment(segment, options, program, profile), options, streams, profile)
+        _stream_fusion(_finish_segment(segment, options, program, profile), options, streams, profile, kernels)
         for segment in segments
     )
     hangs = [reason for seg in formed if (reason := _hang(seg, [program.kernel(n) for n in seg.kernels]))]

@@ -68,12 +68,15 @@ class Segment:
 
 @dataclass(frozen=True)
 class ScopeBreak:
-    """An unfusable op inside a scope that split it and ran as an ordinary task."""
+    """An unfusable op inside a scope that split it and ran as an ordinary task. ``unfusable`` is the
+    catalog's reason word (:class:`~pytest_npufuse.vocabulary.Unfusable`) and ``why`` its sentence."""
 
     op_type: str
     kernel: str
     source: str
     engine: str
+    unfusable: str = ""
+    why: str = ""
 
     def describe(self) -> str:
         return f"{self.op_type} ({self.kernel}{' at ' + self.source if self.source else ''})"

@@ -26,8 +26,6 @@ def npu_target(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def npufuse(request: pytest.FixtureRequest, npu_target: str) -> NpuFuse:
     """Compile, run and check models against the modeled target; see NpuFuse.check."""
-    from .library import (
-        NpuFuse,  # first use: loads torch and the pipeline (see the module docstring)
-    )
+    from .library import NpuFuse  # first use: loads torch and the pipeline (see the module docstring)
 
     return NpuFuse(request, npu_target)

@@ -16,6 +16,7 @@ from ..gate.baseline import Change, Entry
 from ..pipeline.backend import compile_model
 from ..pipeline.chain import compare
 from ..report.case import CaseReport
+from ..report.explain import failure_text
 from ..report.html import case_view
 from ..simulate.host import HostConfig
 from ..target.profile import HardwareProfile
@@ -64,13 +65,14 @@ class NpuFuse:
         )
         entry, change = self._record(report)
         failures = self._expectations.failures(report)
-        if settings.gate is not None and change is not None:
-            regression = settings.gate.failure(change)
-            failures.extend([regression] if regression else [])
+        regression = settings.gate.failure(change) if settings.gate is not None and change is not None else None
+        failures.extend([regression] if regression else [])
         if benchmark.is_mirrored(self._request.node):
             benchmark.mirror(self._request, report, entry, self._checks)
         if failures:
-            pytest.fail(f"npufuse ({report.summary()}):\n" + "\n".join(f"- {f}" for f in failures), pytrace=False)
+            known = change.before.break_keys() if change is not None and change.before is not None else None
+            explain = bool(regression) or self._expectations.about_scopes_or_time(report)
+            pytest.fail(failure_text(report, failures, known, explain), pytrace=False)
         return report
 
     def compile(self, model: Callable[..., Any], *, mode: str | None = None, superkernel: bool = True, multistream: bool = True) -> Callable[..., Any]:

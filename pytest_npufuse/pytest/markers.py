@@ -73,6 +73,13 @@ class ItemExpectations:
         """Markers that only npufuse.check() applies: a test that never calls it would pass unchecked."""
         return bool(self.superkernels) or self.multistream != MultiStreamExpectation()
 
+    def about_scopes_or_time(self, report: CaseReport) -> bool:
+        """Whether a SuperKernel expectation or a min_speedup is unmet: then the failure explains the
+        scope breaks (why each op cannot fuse and the fixes)."""
+        return any(e.failures(report) for e in self.superkernels) or (
+            self.multistream.min_speedup is not None and report.speedup < self.multistream.min_speedup
+        )
+
     def failures(self, report: CaseReport) -> list[str]:
         """Each unmet expectation as a sentence: the run itself, precision, streams, then each scope."""
         streams = self.multistream

@@ -10,6 +10,7 @@ from ..plan.tasks import ScopeBreak, ScopePlan
 from ..sanitize.checker import Race
 from ..simulate.timeline import RunReport
 from .attribution import Attribution
+from .explain import StreamUse
 from .findings import Finding, Mismatch
 
 
@@ -78,6 +79,8 @@ class CaseReport:
     ``reference=`` model, the whole VARIANT)."""
     attribution: Mapping[str, Attribution] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
+    stream_uses: tuple[StreamUse, ...] = ()
+    """Per stream of the VARIANT, its kernels and those a SuperKernel on another stream took in."""
 
     @property
     def speedup(self) -> float:
@@ -96,11 +99,20 @@ class CaseReport:
         """SuperKernel segments formed over all scopes."""
         return sum(scope.segments for scope in self.superkernels.values())
 
+    def stream_notes(self) -> list[str]:
+        """Where the kernels of a stream went when the timeline shows no lane (or a short one) for it."""
+        return [note for use in self.stream_uses if (note := use.note())]
+
+    def _fused_streams(self) -> str:
+        """How many streams run (wholly) inside a SuperKernel on another stream, for the summary."""
+        inside = sum(1 for use in self.stream_uses if use.kernels and use.fused_elsewhere == use.kernels)
+        return f" ({inside} inside a SuperKernel)" if inside else ""
+
     def summary(self) -> str:
         """One line a person reads first."""
         return (
             f"{self.target} {self.mode}: baseline {self.baseline.time_us:.1f} us, variant {self.variant.time_us:.1f} us, "
             f"speedup {self.speedup:.3f}x, {self.segments} SuperKernel segment(s), "
             f"{'bit-exact' if self.bit_exact else f'{len(self.mismatches)} output(s) differ'}"
-            + (f", {len(self.streams)} streams, {len(self.races)} race(s)" if len(self.streams) > 1 else "")
+            + (f", {len(self.streams)} streams{self._fused_streams()}, {len(self.races)} race(s)" if len(self.streams) > 1 else "")
         )

@@ -111,9 +111,7 @@ def install_shims(*, defer_torch: bool = False) -> ShimState:
 
 
 def _patch_torch() -> None:
-    from .torch_patches import (
-        install_devices,  # torch is loaded by now: patching it needs it
-    )
+    from .torch_patches import install_devices  # torch is loaded by now: patching it needs it
 
     install_devices()
 

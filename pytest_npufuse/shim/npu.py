@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..errors import NotModeledAttributeError, NotModeledError, ScopeError
+from ..errors import NotModeledAttributeError, NotModeledError, OpArgumentError, ScopeError
 from ..frontend import scopes
 from ..simulate.clock import DEVICE_CLOCK
 from .devices import check_index
@@ -124,9 +124,9 @@ class Event:
         """Milliseconds of modeled device time between this record and ``end_event``'s: the modeled time
         of the graphs called in between (eager ops outside a compiled graph take no modeled time)."""
         if not (self.enable_timing and end_event.enable_timing):
-            raise ValueError("elapsed_time needs both events created with torch.npu.Event(enable_timing=True).")
+            raise OpArgumentError("elapsed_time needs both events created with torch.npu.Event(enable_timing=True).")
         if self.recorded_s is None or end_event.recorded_s is None:
-            raise ValueError(
+            raise OpArgumentError(
                 "elapsed_time needs both events recorded outside the compiled function (event.record() around the call)."
             )
         return (end_event.recorded_s - self.recorded_s) * 1e3

@@ -30,16 +30,7 @@ from ..plan.tasks import Plan, Segment, Task
 from ..target.profile import HardwareProfile
 from ..vocabulary import Vocabulary
 from .device import HBM_POOL, HBM_UNITS, DeviceModel, DeviceTask
-from .host import (
-    EAGER,
-    GRAPH_SINK,
-    HOST_SCHEDULED,
-    HostConfig,
-    HostSlice,
-    execution_of,
-    kept_on_host,
-    schedule,
-)
+from .host import EAGER, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
 
 
 class KernelRun(NamedTuple):

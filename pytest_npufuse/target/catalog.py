@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .. import cost
 from ..errors import ProfileError, UnknownOpWarning
 from ..files.toml import read_toml, typed_value
-from ..vocabulary import Engine
+from ..vocabulary import Engine, Unfusable
 from .profile import DATA_DIR, ENGINES
 
 # "auto": the cost rule decides; "cube_tiles" and "vector_bytes" are the older names for the same.
@@ -55,13 +55,49 @@ class OpInfo:
     aicpu_dtypes: tuple[str, ...] = ()
     cost: str = "elementwise"
     access_bytes: int = 0
+    unfusable: Unfusable | None = None
+    """Why a SuperKernel cannot call it (None for a fusable op)."""
 
     def for_dtypes(self, dtypes: Iterable[str]) -> "OpInfo":
         """The op as it runs on tensors of ``dtypes``: an AI CPU kernel (never fusable) when one of
         them is a dtype the AI Core implementation lacks, else itself."""
         if any(dtype in self.aicpu_dtypes for dtype in dtypes):
-            return replace(self, engine=Engine.AICPU, fusable=False, block_dim="auto", cost="aicpu")
+            return replace(
+                self, engine=Engine.AICPU, fusable=False, block_dim="auto", cost="aicpu", unfusable=Unfusable.AICPU_DTYPE
+            )
         return self
+
+    @property
+    def why_unfusable(self) -> str:
+        """Why a SuperKernel cannot call this op, in words a user can act on ('' when it can)."""
+        if self.unfusable is None:
+            return ""
+        reason = _UNFUSABLE_WHY[self.unfusable]
+        return reason.format(kernel=self.kernel_type, op=self.op_type, dtypes="/".join(self.aicpu_dtypes) or "its dtype")
+
+
+# What each Unfusable reason means (torchair §2.3, hw §4.1 and §4.3; the catalog's entries cite theirs).
+_UNFUSABLE_WHY = {
+    Unfusable.TBE: "{kernel} is a TBE kernel, and a SuperKernel calls only Ascend C kernels",
+    Unfusable.COPY: "{kernel} is a data copy, not an Ascend C compute kernel",
+    Unfusable.AICPU: "{kernel} runs on the AI CPU, and a SuperKernel runs only on the AI Cores",
+    Unfusable.AICPU_DTYPE: "{kernel} has no AI Core kernel for {dtypes}, so it runs on the AI CPU, outside any SuperKernel",
+    Unfusable.HOST: "{kernel} has no device kernel (the host does it: an allocation, a constant or a scalar read)",
+    Unfusable.COMM: "{kernel} is a collective, and a SuperKernel fuses only AllReduce, ReduceScatter, AllGather and AlltoAll",
+    Unfusable.MC2: "{kernel} is an MC2 op that drives HCCL from inside its kernel; it is not known to run in a SuperKernel",
+    Unfusable.ATB: "{kernel} is an ATB operation, launched by the ATB runtime rather than as a GE sub-kernel",
+    Unfusable.PENDING: "{kernel} is not supported inside a SuperKernel yet (attention kernels wait for support)",
+    Unfusable.UNVERIFIED: "there is no evidence that {kernel} runs as a SuperKernel sub-kernel, so the catalog keeps it unfusable",
+    Unfusable.UNKNOWN: "{op} is not in the op catalog, which models an unknown op as an unfusable Vector kernel",
+}
+
+
+def default_unfusable(engine: str, fusable: bool) -> Unfusable | None:
+    """The reason an unfusable entry without an ``unfusable`` key gets: its engine's, and for an AI
+    Core (Cube or Vector) kernel, TBE (an Ascend C one would be fusable)."""
+    if fusable:
+        return None
+    return {"aicpu": Unfusable.AICPU, "host": Unfusable.HOST, "comm": Unfusable.COMM}.get(engine, Unfusable.TBE)
 
 
 def default_op(op_type: str) -> OpInfo:
@@ -72,7 +108,9 @@ def default_op(op_type: str) -> OpInfo:
     """
     name = op_type.split("::")[-1]
     kernel_type = "".join(part.capitalize() for part in name.strip("_").split("_")) or "Op"
-    return OpInfo(op_type, Engine.VECTOR, False, False, "auto", "elementwise", 1.0, kernel_type, known=False)
+    return OpInfo(
+        op_type, Engine.VECTOR, False, False, "auto", "elementwise", 1.0, kernel_type, known=False, unfusable=Unfusable.UNKNOWN
+    )
 
 
 def _entry(op_type: str, table: Any, where: str) -> OpInfo:
@@ -97,13 +135,15 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
     bytes_rule = _one_of(_optional(table, "bytes", str, "io", entry_where), BYTES_RULES, "bytes", entry_where)
     rule = _optional(table, "cost", str, legacy_cost(engine, flops, bytes_rule), entry_where)
     cost.cost_rule(rule, entry_where)
+    fusable = typed_value(table, "fusable", bool, entry_where)
+    unfusable = _unfusable(table, engine, fusable, entry_where)
     unknown = sorted(set(table) - _ENTRY_KEYS)
     if unknown:
         raise ProfileError(f"{entry_where}: unknown key '{unknown[0]}'; the keys are {', '.join(sorted(_ENTRY_KEYS))}.")
     return OpInfo(
         op_type=op_type,
         engine=Engine(engine),
-        fusable=typed_value(table, "fusable", bool, entry_where),
+        fusable=fusable,
         sync_all=typed_value(table, "sync_all", bool, entry_where),
         block_dim=block_dim,
         flops=flops,
@@ -115,12 +155,23 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         aicpu_dtypes=tuple(_optional(table, "aicpu_dtypes", list, [], entry_where)),
         cost=rule,
         access_bytes=_optional(table, "access_bytes", int, 0, entry_where),
+        unfusable=unfusable,
     )
+
+
+def _unfusable(table: dict[str, Any], engine: str, fusable: bool, where: str) -> Unfusable | None:
+    """The entry's reason for being unfusable: its ``unfusable`` key, else its engine's default."""
+    if "unfusable" not in table:
+        return default_unfusable(engine, fusable)
+    value = _one_of(typed_value(table, "unfusable", str, where), tuple(Unfusable), "unfusable", where)
+    if fusable:
+        raise ProfileError(f"{where}: unfusable '{value}' says why an op cannot be fused, but fusable = true; drop one.")
+    return Unfusable(value)
 
 
 _ENTRY_KEYS = frozenset(
     {"engine", "fusable", "sync_all", "block_dim", "flops", "flops_per_element", "kernel_type", "bytes",
-     "host_small", "value_dependent", "aicpu_dtypes", "cost", "access_bytes"}
+     "host_small", "value_dependent", "aicpu_dtypes", "cost", "access_bytes", "unfusable"}
 )
 
 

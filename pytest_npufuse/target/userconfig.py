@@ -27,13 +27,7 @@ from ..errors import ProfileError
 from ..files import present
 from ..files.toml import PROFILE_FILE, read_toml
 from .catalog import OpCatalog, load_catalog
-from .profile import (
-    HardwareProfile,
-    TargetTable,
-    load_profile,
-    profile_file_targets,
-    target_tables,
-)
+from .profile import HardwareProfile, TargetTable, load_profile, profile_file_targets, target_tables
 
 
 @dataclass(frozen=True)

@@ -71,11 +71,7 @@ from .memory import (
     scatter_update,
     scatter_update_,
 )
-from .moe import (
-    npu_grouped_matmul,
-    npu_grouped_matmul_finalize_routing,
-    npu_moe_gating_top_k,
-)
+from .moe import npu_grouped_matmul, npu_grouped_matmul_finalize_routing, npu_moe_gating_top_k
 from .moe_distribute import (
     npu_moe_distribute_combine,
     npu_moe_distribute_combine_v2,

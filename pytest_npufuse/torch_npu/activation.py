@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .checks import FLOAT_DTYPES, require_choice, require_dtype, require_tensor
-from .registry import Out, npu_op
+from .registry import Arguments, Out, npu_op
 
 GELU_DOC = "op-plugin docs/context/torch_npu-npu_gelu.md (Ascend Extension for PyTorch 7.2 API reference)"
 FAST_GELU_DOC = "torch_npu.npu_fast_gelu and torch_npu.fast_gelu (Ascend Extension for PyTorch 6.0/7.0 API reference)"
@@ -15,17 +15,21 @@ GELU_APPROXIMATIONS = ("none", "tanh")
 FAST_GELU_SLOPE = 1.702
 
 
-def _like_input_meta(x: torch.Tensor, *_: object, **__: object) -> Out:
+def _like(x: torch.Tensor) -> Out:
     """An activation's output: the input's shape and dtype (float16, bfloat16 or float32)."""
     require_dtype("input", x, FLOAT_DTYPES)
     return Out(list(x.shape), x.dtype)
 
 
-def _gelu_kernel(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    return torch.nn.functional.gelu(x.to(torch.float32), approximate=approximate).to(x.dtype)
+def _gelu_meta(call: Arguments) -> Out:
+    return _like(call.input)
 
 
-@npu_op("(Tensor input, *, str approximate='none') -> Tensor", source=GELU_DOC, meta=_like_input_meta, kernel=_gelu_kernel)
+def _gelu_kernel(call: Arguments) -> torch.Tensor:
+    return torch.nn.functional.gelu(call.input.to(torch.float32), approximate=call.approximate).to(call.input.dtype)
+
+
+@npu_op(source=GELU_DOC, meta=_gelu_meta, kernel=_gelu_kernel)
 def npu_gelu(input: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:  # noqa: A002 - torch_npu's name
     """GELU ``x * Phi(x)`` with ``Phi`` the standard normal CDF (``approximate="none"``, erf) or its tanh
     approximation (``"tanh"``).
@@ -39,12 +43,16 @@ def npu_gelu(input: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
     require_choice("approximate", approximate, GELU_APPROXIMATIONS, "erf or its tanh approximation")
 
 
-def _fast_gelu_kernel(x: torch.Tensor) -> torch.Tensor:
-    values = x.to(torch.float32)
-    return (values * torch.sigmoid(FAST_GELU_SLOPE * values)).to(x.dtype)
+def _fast_gelu_meta(call: Arguments) -> Out:
+    return _like(call.self)
 
 
-@npu_op("(Tensor self) -> Tensor", source=FAST_GELU_DOC, meta=_like_input_meta, kernel=_fast_gelu_kernel)
+def _fast_gelu_kernel(call: Arguments) -> torch.Tensor:
+    values = call.self.to(torch.float32)
+    return (values * torch.sigmoid(FAST_GELU_SLOPE * values)).to(call.self.dtype)
+
+
+@npu_op(source=FAST_GELU_DOC, meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
 def npu_fast_gelu(self: torch.Tensor) -> torch.Tensor:
     """FastGelu: ``x * sigmoid(1.702 x)``, computed in float32 and rounded once to the input's dtype.
 
@@ -55,7 +63,7 @@ def npu_fast_gelu(self: torch.Tensor) -> torch.Tensor:
     require_tensor("self", self)
 
 
-@npu_op("(Tensor self) -> Tensor", source=FAST_GELU_DOC, meta=_like_input_meta, kernel=_fast_gelu_kernel)
+@npu_op(source=FAST_GELU_DOC, meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
 def fast_gelu(self: torch.Tensor) -> torch.Tensor:
     """The older name of :func:`npu_fast_gelu` (``torch_npu.fast_gelu(self) -> Tensor``), the same op."""
     require_tensor("self", self)

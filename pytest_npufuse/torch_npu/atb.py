@@ -9,7 +9,7 @@ token-major tensors ``[tokens, heads, head_dim]`` (or ``[tokens, heads x head_di
 as int tensors (not cumulative), caches ``[blocks, block_size, kv_heads, head_dim]``, and write a caller's
 ``out`` tensor (or the caches) in place and return None. Here each is one functional op that returns the
 new values; the public wrapper copies them into ``out`` / the caches and returns None (the registry's
-``writes_back`` with ``returns_none``), so a traced graph has one opaque node per call.
+``writes_back`` on a wrapper annotated ``-> None``), so a traced graph has one opaque node per call.
 
 The attention itself is :mod:`.attention`'s computation (fp32 Cube products, fixed-order softmax, one
 rounding), on the variable-length token layout with per-sequence lengths.
@@ -22,17 +22,11 @@ from typing import Any, Optional
 
 import torch
 
+from ..errors import OpArgumentError
 from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _Call, _geometry, _run
-from .checks import (
-    HALF_DTYPES,
-    require_dtype,
-    require_float,
-    require_int,
-    require_shape,
-    require_tensors,
-)
+from .checks import HALF_DTYPES, require_dtype, require_float, require_int, require_shape, require_tensors
 from .memory import write_slots
-from .registry import Out, arguments, npu_op
+from .registry import Arguments, Out, bind, npu_op
 
 SOURCE = "op-plugin op_plugin/ops/atb/{}.cpp (ATB {}) and test/test_custom_ops/test_atb_{}.py"
 LENGTH_DTYPES = (torch.int32, torch.int64)
@@ -44,8 +38,8 @@ def _tokens(name: str, tensor: torch.Tensor, heads: int) -> torch.Tensor:
         return tensor
     if tensor.dim() == 2 and tensor.shape[1] % heads == 0:
         return tensor.reshape(tensor.shape[0], heads, tensor.shape[1] // heads)
-    raise ValueError(f"{name} has shape {list(tensor.shape)}; expected [tokens, {heads}, head_dim] or "
-                     f"[tokens, {heads} x head_dim]")
+    raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [tokens, {heads}, head_dim] or "
+                          f"[tokens, {heads} x head_dim]")
 
 
 def _blocks(name: str, cache: torch.Tensor, kv_heads: int) -> torch.Tensor:
@@ -54,45 +48,45 @@ def _blocks(name: str, cache: torch.Tensor, kv_heads: int) -> torch.Tensor:
         return cache.reshape(cache.shape[0], cache.shape[1], -1)
     if cache.dim() == 3 and cache.shape[2] % kv_heads == 0:
         return cache
-    raise ValueError(f"{name} has shape {list(cache.shape)}; expected [blocks, block_size, {kv_heads}, head_dim]")
+    raise OpArgumentError(f"{name} has shape {list(cache.shape)}; expected [blocks, block_size, {kv_heads}, head_dim]")
 
 
 def _check_lengths(name: str, lengths: torch.Tensor, batch: Optional[int] = None) -> None:
     require_dtype(name, lengths, LENGTH_DTYPES)
     if lengths.dim() != 1 or (batch is not None and lengths.shape[0] != batch):
         expected = f"[{batch}]" if batch is not None else "1-D [batch]"
-        raise ValueError(f"{name} has shape {list(lengths.shape)}; expected {expected} (one length per sequence)")
+        raise OpArgumentError(f"{name} has shape {list(lengths.shape)}; expected {expected} (one length per sequence)")
 
 
 def _check_heads(num_heads: int, num_kv_heads: int) -> None:
     require_int("num_heads", num_heads)
     require_int("num_kv_heads", num_kv_heads)
     if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
-        raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (GQA groups)")
+        raise OpArgumentError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (GQA groups)")
 
 
 def _check_out(out: torch.Tensor, query: torch.Tensor, tokens: int, heads: int, value_dim: int) -> Out:
     require_dtype("out", out, (query.dtype,), "(query's dtype)")
     if out.numel() != tokens * heads * value_dim:
-        raise ValueError(f"out has shape {list(out.shape)}; it must hold [{tokens}, {heads}, {value_dim}] "
-                         "(tokens, heads, value head dim)")
+        raise OpArgumentError(f"out has shape {list(out.shape)}; it must hold [{tokens}, {heads}, {value_dim}] "
+                              "(tokens, heads, value head dim)")
     return Out(list(out.shape), out.dtype)
 
 
-def _attend(options: dict[str, Any], batch: int, q_lens: Optional[list[int]] = None,
+def _attend(call: Arguments, batch: int, q_lens: Optional[list[int]] = None,
             kv_lens: Optional[list[int]] = None, mode: int = MASK_ONLY,
             mask: Optional[torch.Tensor] = None) -> tuple[Optional[torch.Tensor], Any]:
-    """One call's attention from its bound arguments (``key``/``value``, or ``key_cache``/``value_cache``
-    with ``block_table``): validates from metadata, and with lengths also computes [tokens, heads, value_dim]."""
-    query, table = options["query"], options.get("block_table")
-    heads, kv_heads = options["num_heads"], options["num_kv_heads"]
+    """One call's attention from its record (``key``/``value``, or ``key_cache``/``value_cache`` with
+    ``block_table``): validates from metadata, and with lengths also computes [tokens, heads, value_dim]."""
+    query, table = call.query, getattr(call, "block_table", None)
+    heads, kv_heads = call.num_heads, call.num_kv_heads
     require_dtype("query", query, HALF_DTYPES)
     q = _tokens("query", query, heads)
     if table is None:
-        k, v, block_size = _tokens("key", options["key"], kv_heads), _tokens("value", options["value"], kv_heads), 0
+        k, v, block_size = _tokens("key", call.key, kv_heads), _tokens("value", call.value, kv_heads), 0
     else:
-        k = _blocks("key_cache", options["key_cache"], kv_heads)
-        v = _blocks("value_cache", options["value_cache"], kv_heads)
+        k = _blocks("key_cache", call.key_cache, kv_heads)
+        v = _blocks("value_cache", call.value_cache, kv_heads)
         block_size = k.shape[1]
     for name, tensor in (("key", k), ("value", v)):
         require_dtype(name, tensor, (query.dtype,), "(query's dtype)")
@@ -101,21 +95,21 @@ def _attend(options: dict[str, Any], batch: int, q_lens: Optional[list[int]] = N
     if q_lens is None:
         return None, geo
     if sum(q_lens) > q.shape[0] or (table is None and sum(kv_lens) > k.shape[0]):
-        raise ValueError(f"the sequence lengths {q_lens} / {kv_lens} add up to more tokens than query "
-                         f"({q.shape[0]}) or key ({k.shape[0]}) holds")
+        raise OpArgumentError(f"the sequence lengths {q_lens} / {kv_lens} add up to more tokens than query "
+                              f"({q.shape[0]}) or key ({k.shape[0]}) holds")
     if table is not None and max(kv_lens, default=0) > geo.kv_len:
-        raise ValueError(f"context lengths {kv_lens} exceed the {geo.kv_len} tokens block_table addresses")
+        raise OpArgumentError(f"context lengths {kv_lens} exceed the {geo.kv_len} tokens block_table addresses")
     if mask is not None:
         mask = mask.reshape(mask.shape[-2:])[: max(q_lens, default=0), : max(kv_lens, default=0)]
-    call = _Call(geo, q_lens, kv_lens, float(options["scale_value"]), mode, NO_BAND, NO_BAND)
-    out = _run(call, q, k, v, mask, table, None, None)[0]
-    return out.reshape(options["out"].shape), geo
+    attention = _Call(geo, q_lens, kv_lens, float(call.scale_value), mode, NO_BAND, NO_BAND)
+    out = _run(attention, q, k, v, mask, table, None, None)[0]
+    return out.reshape(call.out.shape), geo
 
 
 def _lengths(tensor: torch.Tensor) -> list[int]:
     values = [int(v) for v in tensor.tolist()]
     if any(v < 0 for v in values):
-        raise ValueError(f"sequence lengths {values} must be >= 0")
+        raise OpArgumentError(f"sequence lengths {values} must be >= 0")
     return values
 
 
@@ -127,25 +121,25 @@ def _lengths(tensor: torch.Tensor) -> list[int]:
 def _check_mask_table(mask: torch.Tensor) -> None:
     require_dtype("mask", mask, (torch.float16, torch.bfloat16, torch.float32, torch.bool))
     if mask.dim() not in (2, 3) or (mask.dim() == 3 and mask.shape[0] != 1) or mask.shape[-1] != mask.shape[-2]:
-        raise ValueError(f"mask has shape {list(mask.shape)}; expected [max_seq, max_seq] or [1, max_seq, max_seq]")
+        raise OpArgumentError(
+            f"mask has shape {list(mask.shape)}; expected [max_seq, max_seq] or [1, max_seq, max_seq]"
+        )
 
 
-def _encoder_meta(op: Any, args: tuple, kwargs: dict) -> Out:
-    options = arguments(op, args, kwargs)
-    query, seq_len = options["query"], options["seq_len"]
+def _encoder_meta(call: Arguments) -> Out:
+    query, seq_len, mask = call.query, call.seq_len, getattr(call, "mask", None)
     _check_lengths("seq_len", seq_len)
-    if options.get("mask") is not None:
-        _check_mask_table(options["mask"])
-    _, geo = _attend(options, seq_len.shape[0])
-    return _check_out(options["out"], query, query.shape[0], geo.heads, geo.value_dim)
+    if mask is not None:
+        _check_mask_table(mask)
+    _, geo = _attend(call, seq_len.shape[0])
+    return _check_out(call.out, query, query.shape[0], geo.heads, geo.value_dim)
 
 
-def _encoder_kernel(op: Any, args: tuple, kwargs: dict) -> torch.Tensor:
-    options = arguments(op, args, kwargs)
-    lengths, mask = _lengths(options["seq_len"]), options.get("mask")
+def _encoder_kernel(call: Arguments) -> torch.Tensor:
+    lengths, mask = _lengths(call.seq_len), getattr(call, "mask", None)
     if mask is not None and mask.shape[-1] < max(lengths, default=0):
-        raise ValueError(f"mask is {list(mask.shape)}; it must cover the longest sequence ({max(lengths)})")
-    return _attend(options, len(lengths), lengths, lengths, mask=mask)[0]
+        raise OpArgumentError(f"mask is {list(mask.shape)}; it must cover the longest sequence ({max(lengths)})")
+    return _attend(call, len(lengths), lengths, lengths, mask=mask)[0]
 
 
 def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale_value: Any, num_heads: Any,
@@ -157,13 +151,10 @@ def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, Tensor mask, Tensor seq_len, float scale_value, int num_heads, "
-    "int num_kv_heads, Tensor out) -> Tensor",
     source=SOURCE.format("SelfAttentionAtb", "SelfAttentionOperation", "flash_attention"),
-    meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention, args, kwargs),
-    kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention, args, kwargs),
+    meta=_encoder_meta,
+    kernel=_encoder_kernel,
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
                          seq_len: torch.Tensor, scale_value: float, num_heads: int, num_kv_heads: int,
@@ -190,13 +181,10 @@ def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, Tensor seq_len, float scale_value, int num_heads, int num_kv_heads, "
-    "Tensor out) -> Tensor",
     source=SOURCE.format("SelfAttentionUnpadAtb", "SelfAttentionOperation", "flash_attention_unpad"),
-    meta=lambda *args, **kwargs: _encoder_meta(_npu_flash_attention_unpad, args, kwargs),
-    kernel=lambda *args, **kwargs: _encoder_kernel(_npu_flash_attention_unpad, args, kwargs),
+    meta=_encoder_meta,
+    kernel=_encoder_kernel,
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_flash_attention_unpad(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seq_len: torch.Tensor,
                                scale_value: float, num_heads: int, num_kv_heads: int, out: torch.Tensor) -> None:
@@ -221,37 +209,32 @@ def _require_compressed_causal(mask: torch.Tensor) -> None:
     size = mask.shape[-1]
     expected = torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
     if mask.dim() not in (2, 3) or not torch.equal(mask.reshape(-1, size, size)[0] != 0, expected):
-        raise ValueError("mask must be the compressed causal mask: nonzero exactly above the diagonal, "
-                         "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype")
+        raise OpArgumentError("mask must be the compressed causal mask: nonzero exactly above the diagonal, "
+                              "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype")
 
 
-def _qlens_meta(*args: Any, **kwargs: Any) -> Out:
-    options = arguments(_npu_flash_attention_qlens, args, kwargs)
-    query, seq_len = options["query"], options["seq_len"]
+def _qlens_meta(call: Arguments) -> Out:
+    query, seq_len = call.query, call.seq_len
     _check_lengths("seq_len", seq_len)
-    _check_lengths("context_lens", options["context_lens"], seq_len.shape[0])
-    _check_mask_table(options["mask"])
-    _, geo = _attend(options, seq_len.shape[0])
-    return _check_out(options["out"], query, query.shape[0], geo.heads, geo.value_dim)
+    _check_lengths("context_lens", call.context_lens, seq_len.shape[0])
+    _check_mask_table(call.mask)
+    _, geo = _attend(call, seq_len.shape[0])
+    return _check_out(call.out, query, query.shape[0], geo.heads, geo.value_dim)
 
 
-def _qlens_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
-    options = arguments(_npu_flash_attention_qlens, args, kwargs)
-    _require_compressed_causal(options["mask"])
-    q_lens, kv_lens = _lengths(options["seq_len"]), _lengths(options["context_lens"])
+def _qlens_kernel(call: Arguments) -> torch.Tensor:
+    _require_compressed_causal(call.mask)
+    q_lens, kv_lens = _lengths(call.seq_len), _lengths(call.context_lens)
     if any(q > kv for q, kv in zip(q_lens, kv_lens)):
-        raise ValueError(f"seq_len={q_lens} (new tokens) must not exceed context_lens={kv_lens} (all tokens)")
-    return _attend(options, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
+        raise OpArgumentError(f"seq_len={q_lens} (new tokens) must not exceed context_lens={kv_lens} (all tokens)")
+    return _attend(call, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
 
 
 @npu_op(
-    "(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor mask, Tensor seq_len, "
-    "Tensor context_lens, int num_kv_heads, int num_heads, float scale_value, Tensor out) -> Tensor",
     source=SOURCE.format("SelfAttentionQlensAtb", "SelfAttentionOperation", "flash_attention_qlens"),
     meta=_qlens_meta,
     kernel=_qlens_kernel,
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_flash_attention_qlens(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                                block_table: torch.Tensor, mask: torch.Tensor, seq_len: torch.Tensor,
@@ -279,28 +262,23 @@ def _npu_flash_attention_qlens(query: torch.Tensor, key_cache: torch.Tensor, val
     _check_heads(num_heads, num_kv_heads)
 
 
-def _paged_meta(*args: Any, **kwargs: Any) -> Out:
-    options = arguments(_npu_paged_attention, args, kwargs)
-    query, context_lens = options["query"], options["context_lens"]
-    _check_lengths("context_lens", context_lens, _tokens("query", query, options["num_heads"]).shape[0])
-    _, geo = _attend(options, context_lens.shape[0])
-    return _check_out(options["out"], query, context_lens.shape[0], geo.heads, geo.value_dim)
+def _paged_meta(call: Arguments) -> Out:
+    query, context_lens = call.query, call.context_lens
+    _check_lengths("context_lens", context_lens, _tokens("query", query, call.num_heads).shape[0])
+    _, geo = _attend(call, context_lens.shape[0])
+    return _check_out(call.out, query, context_lens.shape[0], geo.heads, geo.value_dim)
 
 
-def _paged_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
-    options = arguments(_npu_paged_attention, args, kwargs)
-    kv_lens = _lengths(options["context_lens"])
-    return _attend(options, len(kv_lens), [1] * len(kv_lens), kv_lens)[0]
+def _paged_kernel(call: Arguments) -> torch.Tensor:
+    kv_lens = _lengths(call.context_lens)
+    return _attend(call, len(kv_lens), [1] * len(kv_lens), kv_lens)[0]
 
 
 @npu_op(
-    "(Tensor query, Tensor key_cache, Tensor value_cache, int num_kv_heads, int num_heads, float scale_value, "
-    "Tensor block_table, Tensor context_lens, Tensor out, *, Tensor? workspace=None) -> Tensor",
     source=SOURCE.format("PagedAttentionAtb", "PagedAttentionOperation", "paged_attention"),
     meta=_paged_meta,
     kernel=_paged_kernel,
     writes_back={"out": 0},
-    returns_none=True,
 )
 def _npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, num_kv_heads: int,
                          num_heads: int, scale_value: float, block_table: torch.Tensor, context_lens: torch.Tensor,
@@ -327,31 +305,30 @@ def _npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cac
 # ---------------------------------------------------------------------------------------------
 
 
-def _cache_write_meta(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                      slot_indices: torch.Tensor) -> tuple[Out, Out]:
-    require_dtype("slot_indices", slot_indices, LENGTH_DTYPES)
+def _cache_write_meta(call: Arguments) -> tuple[Out, Out]:
+    key, value, key_cache, value_cache = call.key, call.value, call.key_cache, call.value_cache
+    require_dtype("slot_indices", call.slot_indices, LENGTH_DTYPES)
     for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if cache.dim() != 4 or rows.dim() != 3 or tuple(rows.shape[1:]) != tuple(cache.shape[2:]):
-            raise ValueError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
-                             "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
-    require_shape("slot_indices", slot_indices, ((key.shape[0],),))
+            raise OpArgumentError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
+                                  "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
+    require_shape("slot_indices", call.slot_indices, ((key.shape[0],),))
     require_shape("value", value, ((key.shape[0], *value.shape[1:]),))
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
 
 
-def _cache_write_kernel(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                        slot_indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _cache_write_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    key, value, key_cache, value_cache = call.key, call.value, call.key_cache, call.value_cache
+    slot_indices = call.slot_indices
     return write_slots(key_cache, key, slot_indices), write_slots(value_cache, value, slot_indices)
 
 
 @npu_op(
-    "(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_indices) -> (Tensor, Tensor)",
     source=SOURCE.format("ReshapeAndCachAtb", "ReshapeAndCacheOperation", "reshape_and_cache"),
     meta=_cache_write_meta,
     kernel=_cache_write_kernel,
     writes_back={"key_cache": 0, "value_cache": 1},
-    returns_none=True,
 )
 def _npu_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                            slot_indices: torch.Tensor) -> None:
@@ -373,4 +350,4 @@ def _npu_paged_attention_get_workspace(*args: Any, **kwargs: Any) -> torch.Tenso
     scratch, so after the op's argument checks this returns an empty uint8 tensor, which
     ``_npu_paged_attention(..., workspace=...)`` accepts and ignores."""
     _npu_paged_attention.__wrapped__(*args, **kwargs)
-    return arguments(_npu_paged_attention, args, kwargs)["query"].new_empty(0, dtype=torch.uint8)
+    return bind(_npu_paged_attention, *args, **kwargs).query.new_empty(0, dtype=torch.uint8)

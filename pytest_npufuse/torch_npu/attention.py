@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError
 from ..numerics.exact import cube_matmul
 from .checks import (
     require_bool,
@@ -40,7 +41,9 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import pairwise_sum
+from .memory import nz_run
 from .registry import Out, arguments, npu_op
+from .schema import SymInt
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
@@ -89,11 +92,11 @@ def _dense_sizes(name: str, tensor: torch.Tensor, layout: str, heads: int) -> tu
     """(batch, sequence, head dim) of a BSH / BSND / BNSD tensor with ``heads`` heads."""
     if layout == "BSH":
         if tensor.dim() != 3 or tensor.shape[2] % heads != 0:
-            raise ValueError(f"{name} has shape {list(tensor.shape)}; BSH needs [B, S, {heads} x D]")
+            raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; BSH needs [B, S, {heads} x D]")
         return tensor.shape[0], tensor.shape[1], tensor.shape[2] // heads
     heads_dim = 2 if layout == "BSND" else 1
     if tensor.dim() != 4 or tensor.shape[heads_dim] != heads:
-        raise ValueError(
+        raise OpArgumentError(
             f"{name} has shape {list(tensor.shape)}; {layout} needs 4 dims with {heads} heads at dim {heads_dim}"
         )
     seq = tensor.shape[1] if layout == "BSND" else tensor.shape[2]
@@ -103,27 +106,47 @@ def _dense_sizes(name: str, tensor: torch.Tensor, layout: str, heads: int) -> tu
 def _tnd_sizes(name: str, tensor: torch.Tensor, heads: int) -> tuple[int, int]:
     """(tokens T, head dim) of a TND tensor."""
     if tensor.dim() != 3 or tensor.shape[1] != heads:
-        raise ValueError(f"{name} has shape {list(tensor.shape)}; TND needs [T, {heads}, D]")
+        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; TND needs [T, {heads}, D]")
     return tensor.shape[0], tensor.shape[2]
 
 
 HEADS_FIRST_CACHE_LAYOUTS = ("BNSD", "TND")  # their 4-D paged caches are [blocks, N_kv, block_size, D]
 
 
+def _is_nz(cache: torch.Tensor) -> bool:
+    """A 5-D paged cache is FRACTAL_NZ: [blocks, N_kv, D / c, block_size, c], c = 32 bytes of values."""
+    return cache.dim() == 5
+
+
 def _paged_sizes(name: str, cache: torch.Tensor, layout: str, kv_heads: int, block_size: int) -> int:
     """Head dim of a paged cache. The page's PageAttention table: BSH/BSND read BnBsH caches, given as
     [blocks, block_size, N_kv x D] or [blocks, block_size, N_kv, D]; BNSD/TND also read BnNBsD,
-    [blocks, N_kv, block_size, D] (their 4-D form)."""
+    [blocks, N_kv, block_size, D] (their 4-D form). Every layout but BNSD also reads FRACTAL_NZ blocks,
+    [blocks, N_kv, D / 16, block_size, 16] for float16/bfloat16 and [blocks, N_kv, D / 32, block_size, 32]
+    for int8 (the op-plugin page of npu_fused_infer_attention_score_v2, MLA constraints: "当数据格式为NZ时
+    input_layout不支持BNSD、BNSD_NBSD"); vllm-ascend's MLA decode reads its caches this way."""
     heads_first = layout in HEADS_FIRST_CACHE_LAYOUTS
+    if _is_nz(cache):
+        run = nz_run(cache)
+        if layout == "BNSD":
+            raise OpArgumentError(
+                f"{name} is a FRACTAL_NZ cache {list(cache.shape)}; input_layout BNSD does not read NZ caches")
+        if (cache.shape[1], cache.shape[3], cache.shape[4]) == (kv_heads, block_size, run):
+            return cache.shape[2] * run
+        raise OpArgumentError(
+            f"{name} has shape {list(cache.shape)}; a FRACTAL_NZ paged cache of {cache.dtype} is "
+            f"[blocks, {kv_heads}, D / {run}, {block_size}, {run}] (block_size={block_size}, N_kv={kv_heads})"
+        )
     if cache.dim() == 3 and cache.shape[1] == block_size and cache.shape[2] % kv_heads == 0:
         return cache.shape[2] // kv_heads
     if cache.dim() == 4 and (cache.shape[1], cache.shape[2]) == ((kv_heads, block_size) if heads_first
                                                                   else (block_size, kv_heads)):
         return cache.shape[3]
     four_d = f"[blocks, {kv_heads}, {block_size}, D]" if heads_first else f"[blocks, {block_size}, {kv_heads}, D]"
-    raise ValueError(
+    raise OpArgumentError(
         f"{name} has shape {list(cache.shape)}; with block_table and input_layout={layout!r} the KV cache is "
-        f"[blocks, {block_size}, {kv_heads} x D] or {four_d} (block_size={block_size}, N_kv={kv_heads})"
+        f"[blocks, {block_size}, {kv_heads} x D], {four_d} or FRACTAL_NZ [blocks, {kv_heads}, D / c, {block_size}, c] "
+        f"(block_size={block_size}, N_kv={kv_heads})"
     )
 
 
@@ -134,7 +157,9 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
     paged = block_table is not None
     if layout == "TND":
         if q_lens is None:
-            raise ValueError("input_layout='TND' needs actual_seq_lengths: the cumulative query token ends per batch")
+            raise OpArgumentError(
+                "input_layout='TND' needs actual_seq_lengths: the cumulative query token ends per batch"
+            )
         q_len, head_dim = _tnd_sizes("query", query, heads)
         batch = len(q_lens)
     else:
@@ -142,9 +167,11 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
     if paged:
         require_dtype("block_table", block_table, (torch.int32,))
         if block_table.dim() != 2 or block_table.shape[0] != batch:
-            raise ValueError(f"block_table has shape {list(block_table.shape)}; expected [B={batch}, max blocks per sequence]")
+            raise OpArgumentError(
+                f"block_table has shape {list(block_table.shape)}; expected [B={batch}, max blocks per sequence]"
+            )
         if block_size <= 0:
-            raise ValueError("block_table needs block_size > 0 (the tokens per cache block)")
+            raise OpArgumentError("block_table needs block_size > 0 (the tokens per cache block)")
         key_dim = _paged_sizes("key", key, layout, kv_heads, block_size)
         value_dim = _paged_sizes("value", value, layout, kv_heads, block_size)
         kv_len = block_table.shape[1] * block_size
@@ -152,33 +179,44 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
         kv_len, key_dim = _tnd_sizes("key", key, kv_heads)
         value_len, value_dim = _tnd_sizes("value", value, kv_heads)
         if value_len != kv_len:
-            raise ValueError(f"key has {kv_len} tokens but value has {value_len}")
+            raise OpArgumentError(f"key has {kv_len} tokens but value has {value_len}")
     else:
         key_batch, kv_len, key_dim = _dense_sizes("key", key, layout, kv_heads)
         value_batch, value_len, value_dim = _dense_sizes("value", value, layout, kv_heads)
         if (key_batch, value_batch) != (batch, batch) or value_len != kv_len:
-            raise ValueError(
+            raise OpArgumentError(
                 f"query {list(query.shape)}, key {list(key.shape)} and value {list(value.shape)} do not match in "
                 f"{layout}: batch and KV sequence must agree"
             )
     if key_dim != head_dim:
-        raise ValueError(f"query head dim {head_dim} and key head dim {key_dim} differ")
+        raise OpArgumentError(f"query head dim {head_dim} and key head dim {key_dim} differ")
     return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged, out_layout or layout)
 
 
+def _head_dim_free(tensor: torch.Tensor) -> tuple[int, ...]:
+    """The dims other than the head dim: all but the last, or for a FRACTAL_NZ cache all but D / c and c."""
+    shape = tuple(tensor.shape)
+    return (*shape[:2], shape[3]) if _is_nz(tensor) else shape[:-1]
+
+
 def _check_rope(query_rope: Optional[torch.Tensor], key_rope: Optional[torch.Tensor], query: torch.Tensor,
-                key: torch.Tensor) -> None:
-    """MLA: query_rope / key_rope come together, in query's / key's dtype and shape but their own last dim."""
+                key: torch.Tensor, quantised: bool = False) -> None:
+    """MLA: query_rope / key_rope come together, in query's / key's dtype and shape but their own head dim
+    (with int8 query and key, the rope parts are float16/bfloat16, one dtype)."""
     if (query_rope is None) != (key_rope is None):
-        raise ValueError("query_rope and key_rope must be given together (MLA) or not at all")
+        raise OpArgumentError("query_rope and key_rope must be given together (MLA) or not at all")
+    if quantised and query_rope is None:
+        raise OpArgumentError("int8 query, key and value (query_quant_mode=3) are MLA's: pass query_rope and key_rope")
     for name, rope, base in (("query_rope", query_rope, query), ("key_rope", key_rope, key)):
         if rope is None:
             continue
-        require_dtype(name, rope, (base.dtype,))
-        if rope.dim() != base.dim() or tuple(rope.shape[:-1]) != tuple(base.shape[:-1]):
+        require_dtype(name, rope, ATTENTION_DTYPES if quantised else (base.dtype,))
+        if quantised and rope.dtype != query_rope.dtype:
+            raise OpArgumentError(f"query_rope is {query_rope.dtype} but key_rope is {rope.dtype}; they share a dtype")
+        if rope.dim() != base.dim() or _head_dim_free(rope) != _head_dim_free(base):
             if not (base.dim() == 3 and rope.dim() == 3 and rope.shape[:2] == base.shape[:2]):
-                raise ValueError(f"{name} has shape {list(rope.shape)}; it must match {list(base.shape)} except "
-                                 "the last dim (the rope head dim)")
+                raise OpArgumentError(f"{name} has shape {list(rope.shape)}; it must match {list(base.shape)} except "
+                                      "the last dim (the rope head dim)")
 
 
 def _seq_lengths(name: str, values: Optional[Sequence[int]], batch: int, limit: int) -> list[int]:
@@ -189,7 +227,7 @@ def _seq_lengths(name: str, values: Optional[Sequence[int]], batch: int, limit: 
     if len(lengths) == 1:
         lengths = lengths * batch
     if len(lengths) < batch or any(not 0 <= v <= limit for v in lengths[:batch]):
-        raise ValueError(f"{name}={lengths} must hold 1 or >= {batch} (batch) values between 0 and {limit}")
+        raise OpArgumentError(f"{name}={lengths} must hold 1 or >= {batch} (batch) values between 0 and {limit}")
     return lengths[:batch]
 
 
@@ -198,19 +236,19 @@ def _cumulative_lengths(name: str, ends: Sequence[int], total: int) -> list[int]
     ends = [int(require_int(f"{name}[{i}]", v)) for i, v in enumerate(ends)]
     starts = [0, *ends[:-1]]
     if any(e < s for s, e in zip(starts, ends)) or (ends and ends[-1] > total):
-        raise ValueError(f"{name}={ends} must be non-decreasing cumulative token ends <= {total} (TND layout)")
+        raise OpArgumentError(f"{name}={ends} must be non-decreasing cumulative token ends <= {total} (TND layout)")
     return [e - s for s, e in zip(starts, ends)]
 
 
 def _check_mask(mask: Optional[torch.Tensor], sparse_mode: int, geo: _Geometry) -> None:
     if mask is None:
         if sparse_mode in CAUSAL_MODES:
-            raise ValueError(
+            raise OpArgumentError(
                 f"sparse_mode={sparse_mode} needs the compressed causal mask atten_mask="
                 f"torch.triu(torch.ones({CAUSAL_MASK_SIZE}, {CAUSAL_MASK_SIZE}, dtype=torch.bool), diagonal=1)"
             )
         if sparse_mode == ALL_MASK:
-            raise ValueError("sparse_mode=1 (allMask) needs the full atten_mask")
+            raise OpArgumentError("sparse_mode=1 (allMask) needs the full atten_mask")
         return
     require_dtype("atten_mask", mask, MASK_DTYPES)
     size = CAUSAL_MASK_SIZE
@@ -218,7 +256,7 @@ def _check_mask(mask: Optional[torch.Tensor], sparse_mode: int, geo: _Geometry) 
         require_shape("atten_mask", mask, ((size, size), (1, size, size), (1, 1, size, size)))
         return
     if geo.layout == "TND":
-        raise ValueError("with input_layout='TND' only the causal sparse modes 2/3 (compressed mask) are modeled")
+        raise OpArgumentError("with input_layout='TND' only the causal sparse modes 2/3 (compressed mask) are modeled")
     b, sq, skv = geo.batch, geo.q_len, geo.kv_len
     shapes = [(b, sq, skv), (1, sq, skv), (b, 1, sq, skv), (1, 1, sq, skv), (b, 1, skv), (b, skv) if sq == 1 else (sq, skv)]
     require_shape("atten_mask", mask, shapes)
@@ -228,7 +266,7 @@ def _require_causal_mask(mask: torch.Tensor) -> None:
     """sparse_mode 2/3 read causality from the mode; the mask must still be the documented one."""
     expected = torch.ones(CAUSAL_MASK_SIZE, CAUSAL_MASK_SIZE, dtype=torch.bool).triu(diagonal=1)
     if not torch.equal(mask.reshape(CAUSAL_MASK_SIZE, CAUSAL_MASK_SIZE) != 0, expected):
-        raise ValueError(
+        raise OpArgumentError(
             "sparse_mode 2/3 need atten_mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)"
         )
 
@@ -259,12 +297,15 @@ def _tnd_to_bnsd(tensor: torch.Tensor, lengths: list[int], width: int) -> torch.
 
 def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, layout: str, kv_heads: int) -> torch.Tensor:
     """float32 [B, N_kv, blocks x block_size, D]: each sequence's blocks, in block_table order."""
-    if cache.dim() == 3 or layout not in HEADS_FIRST_CACHE_LAYOUTS:  # BnBsH: [blocks, block_size, N_kv(, D)]
+    if _is_nz(cache):  # [blocks, N_kv, D / c, block_size, c] -> [blocks, N_kv, block_size, D]
+        blocks, heads, runs, size, run = cache.shape
+        cache = cache.permute(0, 1, 3, 2, 4).reshape(blocks, heads, size, runs * run)
+    elif cache.dim() == 3 or layout not in HEADS_FIRST_CACHE_LAYOUTS:  # BnBsH: [blocks, block_size, N_kv(, D)]
         cache = cache.reshape(cache.shape[0], cache.shape[1], kv_heads, -1).transpose(1, 2)
     blocks = cache.shape[0]
     table = block_table.to(torch.int64)
     if bool(((table < 0) | (table >= blocks)).any()):
-        raise ValueError(f"block_table holds block ids outside [0, {blocks}) (the cache's block count)")
+        raise OpArgumentError(f"block_table holds block ids outside [0, {blocks}) (the cache's block count)")
     gathered = cache[table]  # [B, max_blocks, N_kv, block_size, D]
     batch, count, _, size, dim = gathered.shape
     return gathered.permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, count * size, dim).to(torch.float32)
@@ -354,21 +395,42 @@ class _Softmax:
         return torch.where(has_mass, self.max + torch.log(torch.where(has_mass, self.sum, 1.0)), float("inf"))
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float) -> tuple[
-    torch.Tensor, _Softmax
-]:
+@dataclass(frozen=True)
+class _Dequant:
+    """Full int8 quantisation of MLA attention (v2, ``query_quant_mode=3``): the int8 query's per-token,
+    per-head scales [B, N, Sq, 1], the per-tensor key and value scales, and the rope parts [B, N(_kv), S, Dr]
+    in float32, which are not quantised and add to the dequantised nope scores."""
+
+    query: torch.Tensor
+    key: float
+    value: float
+    query_rope: torch.Tensor
+    key_rope: torch.Tensor
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
+               dequant: Optional[_Dequant] = None) -> tuple[torch.Tensor, _Softmax]:
     """softmax(scale * q k^T, masked) v in float32; returns (out [B, N, Sq, Dv], its softmax statistics).
 
     q is [B, N, Sq, D]; k / v are [B, N_kv, Skv, *] and query head ``h`` reads KV head ``h // (N / N_kv)``
     (GQA, MQA and MLA's single KV head). The query heads of one KV head are multiplied as one matrix, so K
     and V are never copied per query head (MLA decode has 128 query heads on one KV head). ``visible`` is
     [B or 1, 1 or N, Sq, Skv].
+
+    With ``dequant`` q, k and v hold int8 values: ``q k^T`` is their exact integer product (fp32 is exact
+    here: |sum| <= D x 127^2 < 2^24 for D <= 1024), scaled by the query's and key's scales, plus the rope
+    scores; the output is ``probs v`` scaled by the value's scale.
     """
     batch, heads, q_len, dim = q.shape
     kv_heads = k.shape[1]
     group = heads // kv_heads
     grouped = q.reshape(batch, kv_heads, group * q_len, dim)
-    scores = cube_matmul(grouped, k.transpose(-1, -2)).reshape(batch, kv_heads, group, q_len, -1) * scale
+    scores = cube_matmul(grouped, k.transpose(-1, -2))
+    if dequant is not None:
+        q_scale = dequant.query.reshape(batch, kv_heads, group * q_len, 1)
+        rope = dequant.query_rope.reshape(batch, kv_heads, group * q_len, -1)
+        scores = scores * q_scale * dequant.key + cube_matmul(rope, dequant.key_rope.transpose(-1, -2))
+    scores = scores.reshape(batch, kv_heads, group, q_len, -1) * scale
     if visible.shape[1] == heads:
         visible = visible.reshape(visible.shape[0], kv_heads, group, q_len, -1)
     else:
@@ -379,6 +441,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
     denom = pairwise_sum(exps, dim=-1, keepdim=True)
     probs = exps / torch.where(denom > 0, denom, 1.0)
     out = cube_matmul(probs.reshape(batch, kv_heads, group * q_len, -1), v)
+    if dequant is not None:
+        out = out * dequant.value
     stats = _Softmax(row_max.reshape(batch, heads, q_len, 1), denom.reshape(batch, heads, q_len, 1))
     return out.reshape(batch, heads, q_len, -1), stats
 
@@ -398,21 +462,30 @@ class _Call:
 
 def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
          block_table: Optional[torch.Tensor], query_rope: Optional[torch.Tensor],
-         key_rope: Optional[torch.Tensor]) -> tuple[torch.Tensor, _Softmax]:
-    """(attention_out in the query's layout and dtype, its softmax statistics [B, N, Sq, 1] padded)."""
+         key_rope: Optional[torch.Tensor], scales: Optional["QuantScales"] = None) -> tuple[torch.Tensor, _Softmax]:
+    """(attention_out in the output dtype and layout, its softmax statistics [B, N, Sq, 1] padded).
+    ``scales``: the dequant scales of an int8 query, key and value (:class:`QuantScales`)."""
     geo = call.geo
     if mask is not None and call.sparse_mode in CAUSAL_MODES:
         _require_causal_mask(mask)
     q = _q_to_bnsd(query, geo, call.q_lens)
     k = _kv_to_bnsd(key, geo, block_table, call.kv_lens)
-    if query_rope is not None:
+    dequant = None
+    if scales is not None:
+        per_token = scales.query if geo.layout == "BSH" else scales.query.unsqueeze(-1)
+        dequant = _Dequant(
+            _q_to_bnsd(per_token, geo, call.q_lens), float(scales.key), float(scales.value),
+            _q_to_bnsd(query_rope, geo, call.q_lens), _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens),
+        )
+    elif query_rope is not None:
         q = torch.cat([q, _q_to_bnsd(query_rope, geo, call.q_lens)], dim=-1)
         k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens)], dim=-1)
     v = _kv_to_bnsd(value, geo, block_table, call.kv_lens)
     visible = _visible(call.q_lens, call.kv_lens, q.shape[2], k.shape[2], mask, call.sparse_mode,
                        call.pre_tokens, call.next_tokens)
-    out, stats = _attention(q, k, v, visible, call.scale)
-    return _bnsd_to_layout(out, geo.out_layout, call.q_lens, query.shape[0]).to(query.dtype), stats
+    out, stats = _attention(q, k, v, visible, call.scale, dequant)
+    out_dtype = query_rope.dtype if scales is not None else query.dtype
+    return _bnsd_to_layout(out, geo.out_layout, call.q_lens, query.shape[0]).to(out_dtype), stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,13 +503,13 @@ FIA_UNMODELED = (
 def _kv_lengths(geo: _Geometry, values: Optional[Sequence[int]], key: torch.Tensor, name: str) -> list[int]:
     """Per-batch KV lengths: cumulative ends for non-paged TND, plain lengths otherwise (required when paged)."""
     if geo.paged and values is None:
-        raise ValueError(f"block_table (paged KV) needs {name}: the valid KV length of each batch")
+        raise OpArgumentError(f"block_table (paged KV) needs {name}: the valid KV length of each batch")
     if geo.layout == "TND" and not geo.paged:
         if values is None:
-            raise ValueError(f"input_layout='TND' needs {name}: the cumulative KV token ends per batch")
+            raise OpArgumentError(f"input_layout='TND' needs {name}: the cumulative KV token ends per batch")
         lengths = _cumulative_lengths(name, values, key.shape[0])
         if len(lengths) != geo.batch:
-            raise ValueError(f"{name} has {len(lengths)} values; TND needs one per batch ({geo.batch})")
+            raise OpArgumentError(f"{name} has {len(lengths)} values; TND needs one per batch ({geo.batch})")
         return lengths
     return _seq_lengths(name, values, geo.batch, geo.kv_len)
 
@@ -444,15 +517,19 @@ def _kv_lengths(geo: _Geometry, values: Optional[Sequence[int]], key: torch.Tens
 def _fia_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, atten_mask=None,
               actual_seq_lengths=None, actual_seq_lengths_kv=None, block_table=None, query_rope=None, key_rope=None,
               num_heads=1, scale=1.0, pre_tokens=NO_BAND, next_tokens=NO_BAND, input_layout="BSH",
-              num_key_value_heads=0, sparse_mode=0, block_size=0, **_: object) -> _Call:
-    """Validate the tensors from metadata and resolve lengths; shared by the meta function and the kernel."""
+              num_key_value_heads=0, sparse_mode=0, block_size=0, quantised=False, **_: object) -> _Call:
+    """Validate the tensors from metadata and resolve lengths; shared by the meta function and the kernel.
+    ``quantised``: query, key and value are int8 (v2's full quantisation, :class:`QuantScales`)."""
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_dtype(name, tensor, ATTENTION_DTYPES, "(int8/int4 quantised attention is not implemented)")
+        if quantised:
+            require_dtype(name, tensor, (torch.int8,), "(query_quant_mode=3 takes int8 query, key and value)")
+        else:
+            require_dtype(name, tensor, ATTENTION_DTYPES, "(int8 attention needs v2's query_quant_mode=3)")
     if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise ValueError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+        raise OpArgumentError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
     kv_heads = num_key_value_heads or num_heads
     geo = _geometry(query, key, value, input_layout, num_heads, kv_heads, block_table, block_size, actual_seq_lengths)
-    _check_rope(query_rope, key_rope, query, key)
+    _check_rope(query_rope, key_rope, query, key, quantised)
     _check_mask(atten_mask, sparse_mode, geo)
     if geo.layout == "TND":
         q_lens = _cumulative_lengths("actual_seq_lengths", actual_seq_lengths, geo.q_len)
@@ -490,32 +567,24 @@ def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mo
                         ("next_tokens", next_tokens), ("block_size", block_size)):
         require_int(name, value)
     if num_heads < 1:
-        raise ValueError(f"num_heads={num_heads} must be >= 1")
+        raise OpArgumentError(f"num_heads={num_heads} must be >= 1")
     kv_heads = num_key_value_heads or num_heads
     if kv_heads < 0 or num_heads % kv_heads != 0:
-        raise ValueError(f"num_key_value_heads={num_key_value_heads} must divide num_heads={num_heads} (GQA groups)")
+        raise OpArgumentError(
+            f"num_key_value_heads={num_key_value_heads} must divide num_heads={num_heads} (GQA groups)"
+        )
     require_choice("sparse_mode", sparse_mode, (MASK_ONLY, ALL_MASK, LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL, BAND),
                    "0 mask with pre/next-token band, 1 mask only, 2/3 causal, 4 band from the bottom right "
                    "(prefix, global, dilated and block-local modes 5-8 are not modeled)")
     if sparse_mode == BAND and pre_tokens + next_tokens < 0:
-        raise ValueError(f"sparse_mode=4 (band) needs pre_tokens + next_tokens >= 0, got {pre_tokens} + {next_tokens}")
+        raise OpArgumentError(
+            f"sparse_mode=4 (band) needs pre_tokens + next_tokens >= 0, got {pre_tokens} + {next_tokens}"
+        )
     require_choice("inner_precise", inner_precise, (0, 1, 2, 3),
                    "precision/performance and invalid-row modes; the CPU model computes one way")
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, Tensor? atten_mask=None, "
-    "SymInt[]? actual_seq_lengths=None, SymInt[]? actual_seq_lengths_kv=None, Tensor? dequant_scale1=None, "
-    "Tensor? quant_scale1=None, Tensor? dequant_scale2=None, Tensor? quant_scale2=None, "
-    "Tensor? quant_offset2=None, Tensor? antiquant_scale=None, Tensor? antiquant_offset=None, "
-    "Tensor? key_antiquant_scale=None, Tensor? key_antiquant_offset=None, Tensor? value_antiquant_scale=None, "
-    "Tensor? value_antiquant_offset=None, Tensor? block_table=None, Tensor? query_padding_size=None, "
-    "Tensor? kv_padding_size=None, Tensor? key_shared_prefix=None, Tensor? value_shared_prefix=None, "
-    "SymInt[]? actual_shared_prefix_len=None, Tensor? query_rope=None, Tensor? key_rope=None, "
-    "Tensor? key_rope_antiquant_scale=None, int num_heads=1, float scale=1.0, int pre_tokens=2147483647, "
-    "int next_tokens=2147483647, str input_layout=\"BSH\", int num_key_value_heads=0, int sparse_mode=0, "
-    "int inner_precise=0, int block_size=0, int antiquant_mode=0, int key_antiquant_mode=0, "
-    "int value_antiquant_mode=0, bool softmax_lse_flag=False) -> (Tensor, Tensor)",
     source=DOCS.format("npu_fused_infer_attention_score"),
     meta=_fia_meta,
     kernel=_fia_kernel,
@@ -527,8 +596,8 @@ def npu_fused_infer_attention_score(
     *,
     pse_shift: Optional[torch.Tensor] = None,
     atten_mask: Optional[torch.Tensor] = None,
-    actual_seq_lengths: Optional[Sequence[int]] = None,
-    actual_seq_lengths_kv: Optional[Sequence[int]] = None,
+    actual_seq_lengths: Optional[Sequence[SymInt]] = None,
+    actual_seq_lengths_kv: Optional[Sequence[SymInt]] = None,
     dequant_scale1: Optional[torch.Tensor] = None,
     quant_scale1: Optional[torch.Tensor] = None,
     dequant_scale2: Optional[torch.Tensor] = None,
@@ -545,7 +614,7 @@ def npu_fused_infer_attention_score(
     kv_padding_size: Optional[torch.Tensor] = None,
     key_shared_prefix: Optional[torch.Tensor] = None,
     value_shared_prefix: Optional[torch.Tensor] = None,
-    actual_shared_prefix_len: Optional[Sequence[int]] = None,
+    actual_shared_prefix_len: Optional[Sequence[SymInt]] = None,
     query_rope: Optional[torch.Tensor] = None,
     key_rope: Optional[torch.Tensor] = None,
     key_rope_antiquant_scale: Optional[torch.Tensor] = None,
@@ -610,7 +679,9 @@ def npu_fused_infer_attention_score(
     _check_attention_scalars(num_heads, num_key_value_heads, sparse_mode, inner_precise, pre_tokens, next_tokens,
                              block_size)
     if not isinstance(input_layout, str) or input_layout not in FIA_LAYOUTS:
-        raise ValueError(f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}")
+        raise OpArgumentError(
+            f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -629,15 +700,17 @@ def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                      layouts: Sequence[str]) -> _Geometry:
     """IFA/PFA: dense layouts, and the output has the query's shape (their meta functions)."""
     if layout not in layouts:
-        raise ValueError(f"input_layout={layout!r} is not implemented; expected one of {', '.join(layouts)}")
+        raise OpArgumentError(f"input_layout={layout!r} is not implemented; expected one of {', '.join(layouts)}")
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_dtype(name, tensor, ATTENTION_DTYPES, "(int8 quantised attention is not implemented)")
     if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise ValueError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+        raise OpArgumentError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
     geo = _geometry(query, key, value, layout, num_heads, num_key_value_heads or num_heads, block_table, block_size,
                     None)
     if geo.value_dim != geo.head_dim:
-        raise ValueError(f"value head dim {geo.value_dim} must equal the query's {geo.head_dim} (output is like query)")
+        raise OpArgumentError(
+            f"value head dim {geo.value_dim} must equal the query's {geo.head_dim} (output is like query)"
+        )
     return geo
 
 
@@ -646,8 +719,8 @@ def _ifa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, bl
     geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, block_table, block_size,
                            DENSE_LAYOUTS)
     if geo.q_len != 1:
-        raise ValueError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
-                         "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
+        raise OpArgumentError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
+                              "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
     _check_mask(atten_mask, MASK_ONLY, geo)
     kv_lens = _kv_lengths(geo, actual_seq_lengths, key, "actual_seq_lengths")
     return _Call(geo, [1] * geo.batch, kv_lens, float(scale_value), MASK_ONLY, NO_BAND, NO_BAND)
@@ -663,12 +736,6 @@ def _ifa_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **o
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, Tensor? atten_mask=None, "
-    "Tensor? pse_shift=None, SymInt[]? actual_seq_lengths=None, Tensor? antiquant_scale=None, "
-    "Tensor? antiquant_offset=None, Tensor? block_table=None, Tensor? dequant_scale1=None, "
-    "Tensor? quant_scale1=None, Tensor? dequant_scale2=None, Tensor? quant_scale2=None, "
-    "Tensor? quant_offset2=None, Tensor? kv_padding_size=None, int num_heads=1, float scale_value=1.0, "
-    "str input_layout=\"BSH\", int num_key_value_heads=0, int block_size=0, int inner_precise=1) -> Tensor",
     source=DOCS.format("npu_incre_flash_attention"),
     meta=_ifa_meta,
     kernel=_ifa_kernel,
@@ -681,7 +748,7 @@ def npu_incre_flash_attention(
     padding_mask: Optional[torch.Tensor] = None,
     atten_mask: Optional[torch.Tensor] = None,
     pse_shift: Optional[torch.Tensor] = None,
-    actual_seq_lengths: Optional[Sequence[int]] = None,
+    actual_seq_lengths: Optional[Sequence[SymInt]] = None,
     antiquant_scale: Optional[torch.Tensor] = None,
     antiquant_offset: Optional[torch.Tensor] = None,
     block_table: Optional[torch.Tensor] = None,
@@ -737,11 +804,6 @@ def _pfa_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **o
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, Tensor? atten_mask=None, "
-    "Tensor? pse_shift=None, int[]? actual_seq_lengths=None, Tensor? deq_scale1=None, Tensor? quant_scale1=None, "
-    "Tensor? deq_scale2=None, Tensor? quant_scale2=None, Tensor? quant_offset2=None, int num_heads=1, "
-    "float scale_value=1.0, int pre_tokens=2147483647, int next_tokens=0, str input_layout=\"BSH\", "
-    "int num_key_value_heads=0, int[]? actual_seq_lengths_kv=None, int sparse_mode=0) -> Tensor",
     source=DOCS.format("npu_prompt_flash_attention"),
     meta=_pfa_meta,
     kernel=_pfa_kernel,
@@ -805,15 +867,15 @@ def _fa_kv_heads(query: torch.Tensor, key: torch.Tensor, layout: str, head_num: 
     """N_kv from key's shape (FlashAttentionScore has no KV-head argument): H_kv / D for BSH/SBH."""
     if layout in ("BSH", "SBH"):
         if query.dim() != 3 or key.dim() != 3 or query.shape[2] % head_num:
-            raise ValueError(f"query {list(query.shape)} and key {list(key.shape)} must be 3-D in {layout} with "
-                             f"query's hidden size a multiple of head_num={head_num}")
+            raise OpArgumentError(f"query {list(query.shape)} and key {list(key.shape)} must be 3-D in {layout} with "
+                                  f"query's hidden size a multiple of head_num={head_num}")
         dim = query.shape[2] // head_num
         if dim == 0 or key.shape[2] % dim:
-            raise ValueError(f"key's hidden size {key.shape[2]} is not a multiple of the head dim {dim}")
+            raise OpArgumentError(f"key's hidden size {key.shape[2]} is not a multiple of the head dim {dim}")
         return key.shape[2] // dim
     heads_dim = {"BSND": 2, "BNSD": 1, "TND": 1}[layout]
     if key.dim() <= heads_dim:
-        raise ValueError(f"key has shape {list(key.shape)}; {layout} needs {3 if layout == 'TND' else 4} dims")
+        raise OpArgumentError(f"key has shape {list(key.shape)}; {layout} needs {3 if layout == 'TND' else 4} dims")
     return key.shape[heads_dim]
 
 
@@ -849,28 +911,32 @@ def _fa_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_n
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_dtype(name, tensor, FA_DTYPES)
     if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise ValueError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+        raise OpArgumentError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
     if tuple(key.shape[:-1]) != tuple(value.shape[:-1]) and input_layout not in ("BSH", "SBH"):
-        raise ValueError(f"key {list(key.shape)} and value {list(value.shape)} must agree except the head dim")
+        raise OpArgumentError(f"key {list(key.shape)} and value {list(value.shape)} must agree except the head dim")
     kv_heads = _fa_kv_heads(query, key, input_layout, head_num)
     if kv_heads < 1 or head_num % kv_heads:
-        raise ValueError(f"key has {kv_heads} heads; they must divide head_num={head_num} (GQA groups)")
+        raise OpArgumentError(f"key has {kv_heads} heads; they must divide head_num={head_num} (GQA groups)")
     if input_layout == "TND":
         if actual_seq_qlen is None or actual_seq_kvlen is None:
-            raise ValueError("input_layout='TND' needs actual_seq_qlen and actual_seq_kvlen (cumulative token ends)")
+            raise OpArgumentError(
+                "input_layout='TND' needs actual_seq_qlen and actual_seq_kvlen (cumulative token ends)"
+            )
         geo = _geometry(query, key, value, "TND", head_num, kv_heads, None, 0, actual_seq_qlen)
         q_lens = _varlen_lengths("actual_seq_qlen", actual_seq_qlen, query.shape[0])
         kv_lens = _varlen_lengths("actual_seq_kvlen", actual_seq_kvlen, key.shape[0])
         if len(kv_lens) != len(q_lens):
-            raise ValueError(f"actual_seq_qlen has {len(q_lens)} values and actual_seq_kvlen {len(kv_lens)}; "
-                             "TND needs one per batch in both")
+            raise OpArgumentError(f"actual_seq_qlen has {len(q_lens)} values and actual_seq_kvlen {len(kv_lens)}; "
+                                  "TND needs one per batch in both")
     else:
         layout = "BSH" if input_layout == "SBH" else input_layout
         q, k, v = (t.transpose(0, 1) for t in (query, key, value)) if input_layout == "SBH" else (query, key, value)
         geo = _geometry(q, k, v, layout, head_num, kv_heads, None, 0, None)
         q_lens, kv_lens = [geo.q_len] * geo.batch, [geo.kv_len] * geo.batch
     if geo.value_dim > geo.head_dim:
-        raise ValueError(f"value head dim {geo.value_dim} exceeds the key's {geo.head_dim} (the page needs Dk >= Dv)")
+        raise OpArgumentError(
+            f"value head dim {geo.value_dim} exceeds the key's {geo.head_dim} (the page needs Dk >= Dv)"
+        )
     mode = sparse_mode if atten_mask is not None else MASK_ONLY  # without a mask: full attention (the page)
     _fa_check_mask(atten_mask, mode, geo, q_lens, kv_lens)
     return _Call(geo, q_lens, kv_lens, float(scale), mode, pre_tockens, next_tockens)
@@ -915,12 +981,6 @@ def _fa_kernel(*args: Any, **kwargs: Any) -> tuple:
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, Tensor? pse=None, "
-    "Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., float keep_prob=1., "
-    "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, int[]? prefix=None, "
-    "int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, "
-    "bool sync=False, str softmax_layout=\"\", Tensor? sink=None, Tensor? dropout_mask=None, int seed=0, "
-    "int offset=0) -> (Tensor, Tensor, Tensor, Tensor, int, int, int)",
     source=DOCS.format("npu_fusion_attention"),
     meta=_fa_meta,
     kernel=_fa_kernel,
@@ -950,7 +1010,7 @@ def npu_fusion_attention(
     dropout_mask: Optional[torch.Tensor] = None,
     seed: int = 0,
     offset: int = 0,
-) -> tuple:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int, int]:
     """FlashAttentionScore: ``softmax(mask(scale * q k^T)) v``; returns torch_npu's seven outputs
     ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``.
 
@@ -987,11 +1047,13 @@ def npu_fusion_attention(
         require_bool(name, flag)
     require_ints(seed=seed, offset=offset)
     if keep_prob != 1:
-        raise ValueError(f"keep_prob={keep_prob} is not implemented: dropout is random; only keep_prob=1 "
-                         "(inference, no dropout) is modeled")
+        raise OpArgumentError(f"keep_prob={keep_prob} is not implemented: dropout is random; only keep_prob=1 "
+                              "(inference, no dropout) is modeled")
     _check_attention_scalars(head_num, 0, sparse_mode, inner_precise, pre_tockens, next_tockens, 0)
     if not isinstance(input_layout, str) or input_layout not in FA_LAYOUTS:
-        raise ValueError(f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}")
+        raise OpArgumentError(
+            f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}"
+        )
     require_choice("softmax_layout", softmax_layout, ("",), "the default softmax statistics layout")
 
 
@@ -1005,44 +1067,86 @@ FIA_V2_RENAMED = {
     "actual_seq_kvlen": "actual_seq_lengths_kv", "return_softmax_lse": "softmax_lse_flag",
 }
 FIA_V2_UNMODELED = (
-    "pse_shift", "dequant_scale_query", "dequant_scale_key", "dequant_offset_key", "dequant_scale_value",
-    "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_out", "quant_offset_out", "quant_scale_p",
+    "pse_shift", "dequant_offset_key", "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_out",
+    "quant_offset_out", "quant_scale_p",
     "learnable_sink", "query_dtype", "key_dtype", "value_dtype", "query_rope_dtype", "key_rope_dtype",
     "key_shared_prefix_dtype", "value_shared_prefix_dtype", "dequant_scale_query_dtype", "dequant_scale_key_dtype",
     "dequant_scale_value_dtype", "dequant_scale_key_rope_dtype", "out_dtype",
 )
 
 
-def _as_v1(options: dict[str, Any]) -> dict[str, Any]:
-    """v2's keywords under the names the fused op's computation reads."""
-    return {FIA_V2_RENAMED.get(name, name): value for name, value in options.items()}
+PER_TOKEN_PER_HEAD = 3  # query_quant_mode: the only query mode the page lists
+
+
+@dataclass(frozen=True)
+class QuantScales:
+    """v2's full quantisation of MLA attention (the page's "全量化场景"): int8 query, key and value with
+    float16/bfloat16 rope parts and output, ``query_quant_mode=3`` (``dequant_scale_query`` per token and
+    head: the query's layout with N in place of N x D, e.g. [B, S, N] for BSND, [T, N] for TND) and
+    ``key_quant_mode=value_quant_mode=0`` (``dequant_scale_key`` / ``_value`` per tensor, one value), all
+    float32. vllm-ascend's MLA decode with ``fa_quant`` calls it so (attention/mla_v1.py)."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+
+
+def _quant_scales(query: torch.Tensor, head_dim: int, options: dict[str, Any]) -> Optional[QuantScales]:
+    """The scales of a fully quantised call, checked against the query; None for a float call."""
+    if options.get("query_quant_mode", 0) != PER_TOKEN_PER_HEAD:
+        return None
+    if options.get("key_quant_mode", 0) != 0 or options.get("value_quant_mode", 0) != 0:
+        raise OpArgumentError(
+            "query_quant_mode=3 takes key_quant_mode=0 and value_quant_mode=0 (per-tensor key and value)")
+    if options.get("return_softmax_lse", False):
+        raise OpArgumentError(
+            "return_softmax_lse is not supported with int8 query, key and value (the page's MLA limits)")
+    scales = {name: options.get(f"dequant_scale_{name}") for name in ("query", "key", "value")}
+    for name, scale in scales.items():
+        if scale is None:
+            raise OpArgumentError(f"query_quant_mode=3 needs dequant_scale_{name} (float32)")
+        require_dtype(f"dequant_scale_{name}", scale, (torch.float32,))
+    if scales["query"].numel() * head_dim != query.numel():
+        raise OpArgumentError(
+            f"dequant_scale_query has shape {list(scales['query'].shape)}; per token and head it has one value per "
+            f"query row of {head_dim}, {query.numel() // head_dim} values")
+    for name in ("key", "value"):
+        if scales[name].numel() != 1:
+            raise OpArgumentError(
+                f"dequant_scale_{name} has {scales[name].numel()} values; key_quant_mode=0 here is per tensor (1)")
+    return QuantScales(**scales)
+
+
+def _as_v1(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           options: dict[str, Any]) -> tuple[dict[str, Any], Optional[QuantScales]]:
+    """v2's keywords under the names the fused op's computation reads, and the quant scales if any."""
+    renamed = {FIA_V2_RENAMED.get(name, name): value_ for name, value_ in options.items()}
+    renamed["quantised"] = options.get("query_quant_mode", 0) == PER_TOKEN_PER_HEAD
+    if not renamed["quantised"]:
+        return renamed, None
+    head_dim = _fia_call(query, key, value, **renamed).geo.head_dim
+    return renamed, _quant_scales(query, head_dim, options)
 
 
 def _fia_v2_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[Out, Out]:
-    return _fia_meta(query, key, value, **_as_v1(options))
+    renamed, scales = _as_v1(query, key, value, options)
+    attention_out, lse = _fia_meta(query, key, value, **renamed)
+    return (Out(attention_out.shape, options["query_rope"].dtype) if scales else attention_out), lse
 
 
 def _fia_v2_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[
     torch.Tensor, torch.Tensor
 ]:
-    return _fia_kernel(query, key, value, **_as_v1(options))
+    renamed, scales = _as_v1(query, key, value, options)
+    if scales is None:
+        return _fia_kernel(query, key, value, **renamed)
+    call = _fia_call(query, key, value, **renamed)
+    out, stats = _run(call, query, key, value, options.get("atten_mask"), options.get("block_table"),
+                      options.get("query_rope"), options.get("key_rope"), scales)
+    return out, stats.sum.new_zeros(0)
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor value, *, Tensor? query_rope=None, Tensor? key_rope=None, "
-    "Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_qlen=None, "
-    "SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? dequant_scale_query=None, "
-    "Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? dequant_scale_value=None, "
-    "Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, Tensor? quant_scale_out=None, "
-    "Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? learnable_sink=None, "
-    "int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, int pre_tokens=2147483647, "
-    "int next_tokens=2147483647, str input_layout=\"BSH\", int sparse_mode=0, int block_size=0, "
-    "int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, int inner_precise=0, "
-    "bool return_softmax_lse=False, int? query_dtype=None, int? key_dtype=None, int? value_dtype=None, "
-    "int? query_rope_dtype=None, int? key_rope_dtype=None, int? key_shared_prefix_dtype=None, "
-    "int? value_shared_prefix_dtype=None, int? dequant_scale_query_dtype=None, int? dequant_scale_key_dtype=None, "
-    "int? dequant_scale_value_dtype=None, int? dequant_scale_key_rope_dtype=None, int? out_dtype=None) "
-    "-> (Tensor, Tensor)",
     source=DOCS.format("npu_fused_infer_attention_score_v2"),
     meta=_fia_v2_meta,
     kernel=_fia_v2_kernel,
@@ -1056,8 +1160,8 @@ def npu_fused_infer_attention_score_v2(
     key_rope: Optional[torch.Tensor] = None,
     pse_shift: Optional[torch.Tensor] = None,
     atten_mask: Optional[torch.Tensor] = None,
-    actual_seq_qlen: Optional[Sequence[int]] = None,
-    actual_seq_kvlen: Optional[Sequence[int]] = None,
+    actual_seq_qlen: Optional[Sequence[SymInt]] = None,
+    actual_seq_kvlen: Optional[Sequence[SymInt]] = None,
     block_table: Optional[torch.Tensor] = None,
     dequant_scale_query: Optional[torch.Tensor] = None,
     dequant_scale_key: Optional[torch.Tensor] = None,
@@ -1106,27 +1210,40 @@ def npu_fused_infer_attention_score_v2(
     through ``block_table``, MLA ``query_rope`` / ``key_rope``, sparse modes 0-4.
 
     Layouts: v1's, plus the page's output layouts NBSD (``BSH_NBSD``, ``BSND_NBSD``, ``BNSD_NBSD``: output
-    ``[N, B, S, D]``) and NTD (``TND_NTD``: output ``[N, T, D]``).
+    ``[N, B, S, D]``) and NTD (``TND_NTD``: output ``[N, T, D]``). Paged caches may be FRACTAL_NZ blocks,
+    ``[blocks, N_kv, D / 16, block_size, 16]`` (``/ 32`` and ``32`` for int8), with any layout but BNSD.
 
-    Refused with the argument's name: quantised inputs and outputs (the ``dequant_*`` / ``quant_*`` tensors,
-    non-zero ``*_quant_mode``, the ``*_dtype`` codes), pse_shift, and ``learnable_sink`` (the page describes
-    the sink as absorbing attention scores but gives no formula).
+    Full quantisation (:class:`QuantScales`): int8 query, key and value with ``query_quant_mode=3`` and the
+    three float32 ``dequant_scale_query`` / ``_key`` / ``_value``; the rope parts and the output are
+    float16/bfloat16, and no lse is returned.
+
+    Refused with the argument's name: the other quantised forms (dequant offsets, ``quant_*_out``,
+    ``quant_scale_p``, non-zero key/value quant modes, the ``*_dtype`` codes), pse_shift, and
+    ``learnable_sink`` (the page describes the sink as absorbing attention scores but gives no formula).
     """
     options = {name: value_ for name, value_ in locals().items() if name in FIA_V2_UNMODELED}
     require_tensors(query=query, key=key, value=value, atten_mask=atten_mask, block_table=block_table,
-                    query_rope=query_rope, key_rope=key_rope)
+                    query_rope=query_rope, key_rope=key_rope, dequant_scale_query=dequant_scale_query,
+                    dequant_scale_key=dequant_scale_key, dequant_scale_value=dequant_scale_value)
     require_unused("npu_fused_infer_attention_score_v2", **options)
     require_int_list("actual_seq_qlen", actual_seq_qlen)
     require_int_list("actual_seq_kvlen", actual_seq_kvlen)
     require_float("softmax_scale", softmax_scale)
     require_bool("return_softmax_lse", return_softmax_lse)
-    for name, mode in (("query_quant_mode", query_quant_mode), ("key_quant_mode", key_quant_mode),
-                       ("value_quant_mode", value_quant_mode)):
-        require_choice(name, require_int(name, mode), (0,), "quantised attention is not implemented")
+    require_choice("query_quant_mode", require_int("query_quant_mode", query_quant_mode), (0, PER_TOKEN_PER_HEAD),
+                   "0 (float query) or 3 (int8 per token and head; the page's full quantisation)")
+    for name, mode in (("key_quant_mode", key_quant_mode), ("value_quant_mode", value_quant_mode)):
+        require_choice(name, require_int(name, mode), (0,), "other KV quant modes are not implemented")
+    if query_quant_mode == 0:
+        for name, scale in (("dequant_scale_query", dequant_scale_query), ("dequant_scale_key", dequant_scale_key),
+                            ("dequant_scale_value", dequant_scale_value)):
+            if scale is not None:
+                raise OpArgumentError(
+                    f"{name} is given but query_quant_mode=0: the dequant scales go with int8 inputs (mode 3)")
     _check_attention_scalars(num_query_heads, num_key_value_heads, sparse_mode, inner_precise, pre_tokens,
                              next_tokens, block_size)
     if not isinstance(input_layout, str) or input_layout not in FIA_V2_LAYOUTS:
-        raise ValueError(
+        raise OpArgumentError(
             f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_V2_LAYOUTS)}")
 
 
@@ -1156,8 +1273,8 @@ def _out_form(op: Any) -> Any:
             if value_.numel() == 0 and name == "out[1]":
                 continue
             if tuple(target.shape) != tuple(value_.shape) or target.dtype != value_.dtype:
-                raise ValueError(f"{name} is {target.dtype} {list(target.shape)}; {op.__name__} writes "
-                                 f"{value_.dtype} {list(value_.shape)} there")
+                raise OpArgumentError(f"{name} is {target.dtype} {list(target.shape)}; {op.__name__} writes "
+                                      f"{value_.dtype} {list(value_.shape)} there")
             target.copy_(value_)
         return attention_out, softmax_lse
 

@@ -12,6 +12,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError, OpTypeError
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -23,7 +25,7 @@ def dtype_names(dtypes: Sequence[torch.dtype]) -> str:
 def require_tensor(name: str, value: object) -> torch.Tensor:
     """Return ``value`` if it is a tensor, otherwise raise a TypeError naming the argument."""
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        raise OpTypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     return value
 
 
@@ -41,26 +43,26 @@ def require_tensors(**values: object) -> None:
 
 def require_tensor_list(name: str, value: object) -> list[torch.Tensor]:
     if not isinstance(value, (list, tuple)) or len(value) == 0:
-        raise TypeError(f"{name} must be a non-empty list of tensors, got {type(value).__name__}")
+        raise OpTypeError(f"{name} must be a non-empty list of tensors, got {type(value).__name__}")
     return [require_tensor(f"{name}[{i}]", item) for i, item in enumerate(value)]
 
 
 def require_dtype(name: str, tensor: torch.Tensor, allowed: Sequence[torch.dtype], why: str = "") -> None:
     if tensor.dtype not in allowed:
         context = f" {why}" if why else ""
-        raise ValueError(f"{name} has dtype {tensor.dtype}; expected one of {dtype_names(allowed)}{context}")
+        raise OpArgumentError(f"{name} has dtype {tensor.dtype}; expected one of {dtype_names(allowed)}{context}")
 
 
 def require_shape(name: str, tensor: torch.Tensor, allowed: Sequence[Sequence[int]]) -> None:
     shapes = [tuple(s) for s in allowed]
     if tuple(tensor.shape) not in shapes:
         expected = " or ".join(str(list(s)) for s in shapes)
-        raise ValueError(f"{name} has shape {list(tensor.shape)}; expected {expected}")
+        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected {expected}")
 
 
 def require_int(name: str, value: object) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        raise OpTypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -75,14 +77,14 @@ def require_ints(**values: object) -> None:
 
 def require_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+        raise OpTypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     return value
 
 
 def require_float(name: str, value: object) -> Any:
     """A Python int or float (a schema ``float``); bools are refused as in :func:`require_int`."""
     if isinstance(value, bool) or not isinstance(value, (int, float, torch.SymInt, torch.SymFloat)):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
+        raise OpTypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -91,35 +93,35 @@ def require_int_list(name: str, value: object) -> None:
     if value is None:
         return
     if not isinstance(value, (list, tuple)):
-        raise TypeError(f"{name} must be a list of ints or None, got {type(value).__name__}")
+        raise OpTypeError(f"{name} must be a list of ints or None, got {type(value).__name__}")
     for i, item in enumerate(value):
         require_int(f"{name}[{i}]", item)
 
 
 def require_optional_dtype(name: str, value: object) -> None:
     if value is not None and not isinstance(value, torch.dtype):
-        raise TypeError(f"{name} must be a torch.dtype or None, got {type(value).__name__}")
+        raise OpTypeError(f"{name} must be a torch.dtype or None, got {type(value).__name__}")
 
 
 def require_choice(name: str, value: Any, allowed: Sequence[Any], meaning: str) -> None:
     """An argument limited to the listed values; ``meaning`` says what the values select."""
     if value not in allowed:
         choices = ", ".join(str(v) for v in allowed)
-        raise ValueError(f"{name}={value} is not implemented; expected one of {choices} ({meaning})")
+        raise OpArgumentError(f"{name}={value} is not implemented; expected one of {choices} ({meaning})")
 
 
 def require_unused(op: str, **values: object) -> None:
     """Refuse optional inputs of a feature the CPU model does not implement (None or [] pass)."""
     for name, value in values.items():
         if value is not None and not (isinstance(value, (list, tuple)) and len(value) == 0):
-            raise ValueError(f"{name} is not implemented by the CPU model of {op}; pass None")
+            raise OpArgumentError(f"{name} is not implemented by the CPU model of {op}; pass None")
 
 
 def require_trailing(name: str, tensor: torch.Tensor, x_name: str, x: torch.Tensor) -> None:
     """``tensor`` (e.g. a norm's gamma) must equal the trailing dims of ``x``."""
     dims = tensor.dim()
     if not 1 <= dims <= x.dim() or tuple(x.shape[x.dim() - dims :]) != tuple(tensor.shape):
-        raise ValueError(
+        raise OpArgumentError(
             f"{name} has shape {list(tensor.shape)}; it must equal the trailing dims of {x_name} "
             f"(shape {list(x.shape)}), usually [{x.shape[-1] if x.dim() else 'H'}]"
         )

@@ -21,9 +21,10 @@ from typing import Iterator, Optional
 
 import torch
 
+from ..errors import OpArgumentError, OpTypeError
 from ..files import write_bytes
 from .checks import require_tensor
-from .registry import npu_op
+from .registry import Arguments, npu_op
 
 SOURCE = "torch_npu.save_npugraph_tensor, Ascend Extension for PyTorch API reference"
 SUFFIXES = (".pt", ".bin")
@@ -49,21 +50,21 @@ def _check_path(save_path: Optional[str]) -> None:
     if save_path is None:
         return
     if not isinstance(save_path, str):
-        raise TypeError(f"save_npugraph_tensor(save_path=...) takes a str, got {type(save_path).__name__}")
+        raise OpTypeError(f"save_npugraph_tensor(save_path=...) takes a str, got {type(save_path).__name__}")
     if Path(save_path).suffix not in SUFFIXES:
-        raise ValueError(f"save_npugraph_tensor(save_path={save_path!r}): the file suffix must be .pt or .bin")
+        raise OpArgumentError(f"save_npugraph_tensor(save_path={save_path!r}): the file suffix must be .pt or .bin")
 
 
-def _meta(self: torch.Tensor, *, save_path: Optional[str] = None) -> tuple:
+def _meta(call: Arguments) -> tuple:
     return ()
 
 
-def _kernel(self: torch.Tensor, *, save_path: Optional[str] = None) -> tuple:
-    save_file(self.detach().clone(), saved_path(save_path), "save_npugraph_tensor file")
+def _kernel(call: Arguments) -> tuple:
+    save_file(call.self.detach().clone(), saved_path(call.save_path), "save_npugraph_tensor file")
     return ()
 
 
-@npu_op("(Tensor self, *, str? save_path=None) -> ()", source=SOURCE, meta=_meta, kernel=_kernel, side_effect=True)
+@npu_op(source=SOURCE, meta=_meta, kernel=_kernel, side_effect=True)
 def save_npugraph_tensor(self: torch.Tensor, *, save_path: Optional[str] = None) -> None:
     """Save ``self`` to ``save_path`` (see the module doc for the file name) when this point runs."""
     require_tensor("self", self)

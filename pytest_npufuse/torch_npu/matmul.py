@@ -8,10 +8,11 @@ the configured world (``[comm] ranks``), so a larger world costs more, as on the
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError, OpTypeError
 from ..numerics.exact import cube_addmm, cube_matmul
 from .checks import (
     FLOAT_DTYPES,
@@ -26,7 +27,7 @@ from .checks import (
     require_unused,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
-from .registry import Out, arguments, npu_op
+from .registry import Arguments, Out, npu_op
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 
@@ -40,39 +41,39 @@ MM_ALL_REDUCE_UNMODELED = (
 )
 
 
-def _mm_all_reduce_meta(*args: Any, **kwargs: Any) -> Out:
+def _mm_all_reduce_meta(call: Arguments) -> Out:
     """Shapes and dtypes of the non-quantised and weight-only-quantised (antiquant) rows of the page."""
-    options = arguments(npu_mm_all_reduce_base, args, kwargs)
-    x1, x2 = options["x1"], options["x2"]
+    x1, x2 = call.x1, call.x2
     require_dtype("x1", x1, HALF_DTYPES, "(int8 x1, the fully quantised mode, is not implemented)")
     antiquant = x2.dtype == torch.int8
     require_dtype("x2", x2, (x1.dtype, torch.int8), "(x1's dtype, or int8 with antiquant_scale)")
     if x1.dim() not in (2, 3) or x2.dim() != 2 or x1.shape[-1] != x2.shape[0]:
-        raise ValueError(f"x1 {list(x1.shape)} and x2 {list(x2.shape)} must be [m, k] or [b, s, k] and [k, n]")
+        raise OpArgumentError(f"x1 {list(x1.shape)} and x2 {list(x2.shape)} must be [m, k] or [b, s, k] and [k, n]")
     k, n = x2.shape
     out_shape = [*x1.shape[:-1], n]
-    scale, offset, group = options["antiquant_scale"], options["antiquant_offset"], options["antiquant_group_size"]
+    scale, offset, group = call.antiquant_scale, call.antiquant_offset, call.antiquant_group_size
     if antiquant != (scale is not None):
-        raise ValueError("an int8 x2 needs antiquant_scale (weight-only quantisation), and only an int8 x2 takes it")
+        raise OpArgumentError(
+            "an int8 x2 needs antiquant_scale (weight-only quantisation), and only an int8 x2 takes it"
+        )
     for name, param in (("antiquant_scale", scale), ("antiquant_offset", offset)):
         if param is not None:
             require_dtype(name, param, (x1.dtype,), "(x1's dtype)")
             require_shape(name, param, antiquant_param_shapes(k, n, group))
-    if options["bias"] is not None:
-        require_dtype("bias", options["bias"], (x1.dtype,), "(x1's dtype)")
-        require_shape("bias", options["bias"], ((n,),))
-    if options["x3"] is not None:
-        require_dtype("x3", options["x3"], (x1.dtype,), "(the output's dtype)")
-        require_shape("x3", options["x3"], (out_shape,))
+    if call.bias is not None:
+        require_dtype("bias", call.bias, (x1.dtype,), "(x1's dtype)")
+        require_shape("bias", call.bias, ((n,),))
+    if call.x3 is not None:
+        require_dtype("x3", call.x3, (x1.dtype,), "(the output's dtype)")
+        require_shape("x3", call.x3, (out_shape,))
     return Out(out_shape, x1.dtype)
 
 
-def _mm_all_reduce_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
-    options = arguments(npu_mm_all_reduce_base, args, kwargs)
-    x1, x2, bias, x3 = options["x1"], options["x2"], options["bias"], options["x3"]
+def _mm_all_reduce_kernel(call: Arguments) -> torch.Tensor:
+    x1, x2, bias, x3 = call.x1, call.x2, call.bias, call.x3
     if x2.dtype == torch.int8:
-        x2 = antiquant_weight(x2, options["antiquant_scale"], options["antiquant_offset"],
-                               options["antiquant_group_size"], x1.dtype)
+        x2 = antiquant_weight(x2, call.antiquant_scale, call.antiquant_offset,
+                               call.antiquant_group_size, x1.dtype)
     rows = x1.reshape(-1, x1.shape[-1])
     addend = torch.zeros(x2.shape[1], dtype=torch.float32) if bias is None else bias.to(torch.float32)
     if x3 is not None:
@@ -82,12 +83,6 @@ def _mm_all_reduce_kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, str hcom, *, str reduce_op=\"sum\", Tensor? bias=None, Tensor? antiquant_scale=None, "
-    "Tensor? antiquant_offset=None, Tensor? x3=None, Tensor? dequant_scale=None, Tensor? pertoken_scale=None, "
-    "Tensor? comm_quant_scale_1=None, Tensor? comm_quant_scale_2=None, int antiquant_group_size=0, "
-    "int comm_turn=0, int[]? group_sizes=None, int? y_dtype=None, int? x1_dtype=None, int? x2_dtype=None, "
-    "int? dequant_scale_dtype=None, int? pertoken_scale_dtype=None, int comm_quant_mode=0, "
-    "str? comm_mode=None) -> Tensor",
     source=DOCS.format("npu_mm_all_reduce_base"),
     meta=_mm_all_reduce_meta,
     kernel=_mm_all_reduce_kernel,
@@ -146,12 +141,12 @@ def npu_mm_all_reduce_base(
     require_tensors(bias=bias, antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, x3=x3)
     require_unused("npu_mm_all_reduce_base", **options)
     if not isinstance(hcom, str):
-        raise TypeError(f"hcom must be a str (the communication domain's name), got {type(hcom).__name__}")
+        raise OpTypeError(f"hcom must be a str (the communication domain's name), got {type(hcom).__name__}")
     require_choice("reduce_op", reduce_op, ("sum",), "the only documented reduce operation")
     require_choice("comm_turn", require_int("comm_turn", comm_turn), (0,), "the only supported split")
     require_choice("comm_quant_mode", require_int("comm_quant_mode", comm_quant_mode), (0,), "no comm quantisation")
     if require_int("antiquant_group_size", antiquant_group_size) < 0:
-        raise ValueError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
+        raise OpArgumentError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,34 +168,26 @@ def _tbmm_operands(input: torch.Tensor, weight: torch.Tensor, perm_x1: Optional[
     require_dtype("input", input, FLOAT_DTYPES)
     require_dtype("weight", weight, (input.dtype,), "(input's dtype)")
     if input.dim() != 3 or weight.dim() != 3:
-        raise ValueError(f"input {list(input.shape)} and weight {list(weight.shape)} must both be 3-D")
+        raise OpArgumentError(f"input {list(input.shape)} and weight {list(weight.shape)} must both be 3-D")
     lhs = input.permute(*_perm(perm_x1, PERM_X1[0]))
     rhs = weight.permute(*_perm(perm_x2, PERM_X2[0]))
     if lhs.shape[0] != rhs.shape[0] or lhs.shape[2] != rhs.shape[1]:
-        raise ValueError(f"after perm_x1/perm_x2, input is {list(lhs.shape)} and weight {list(rhs.shape)}; they "
-                         "must be [B, M, K] and [B, K, N]")
+        raise OpArgumentError(f"after perm_x1/perm_x2, input is {list(lhs.shape)} and weight {list(rhs.shape)}; they "
+                              "must be [B, M, K] and [B, K, N]")
     return lhs, rhs
 
 
-def _tbmm_meta(input: torch.Tensor, weight: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
-               scale: Optional[torch.Tensor] = None, perm_x1: Optional[Sequence[int]] = None,
-               perm_x2: Optional[Sequence[int]] = None, perm_y: Optional[Sequence[int]] = None,
-               batch_split_factor: Optional[int] = 1) -> Out:
-    lhs, rhs = _tbmm_operands(input, weight, perm_x1, perm_x2)
-    return Out([lhs.shape[1], lhs.shape[0], rhs.shape[2]], input.dtype)
+def _tbmm_meta(call: Arguments) -> Out:
+    lhs, rhs = _tbmm_operands(call.input, call.weight, call.perm_x1, call.perm_x2)
+    return Out([lhs.shape[1], lhs.shape[0], rhs.shape[2]], call.input.dtype)
 
 
-def _tbmm_kernel(input: torch.Tensor, weight: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
-                 scale: Optional[torch.Tensor] = None, perm_x1: Optional[Sequence[int]] = None,
-                 perm_x2: Optional[Sequence[int]] = None, perm_y: Optional[Sequence[int]] = None,
-                 batch_split_factor: Optional[int] = 1) -> torch.Tensor:
-    lhs, rhs = _tbmm_operands(input, weight, perm_x1, perm_x2)
+def _tbmm_kernel(call: Arguments) -> torch.Tensor:
+    lhs, rhs = _tbmm_operands(call.input, call.weight, call.perm_x1, call.perm_x2)
     return cube_matmul(lhs, rhs).transpose(0, 1).contiguous()
 
 
 @npu_op(
-    "(Tensor input, Tensor weight, *, Tensor? bias=None, Tensor? scale=None, int[]? perm_x1=None, "
-    "int[]? perm_x2=None, int[]? perm_y=None, int? batch_split_factor=1) -> Tensor",
     source=DOCS.format("npu_transpose_batchmatmul"),
     meta=_tbmm_meta,
     kernel=_tbmm_kernel,

@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     require_bool,
@@ -21,22 +22,22 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import softmax
-from .registry import Out, npu_op
+from .registry import Arguments, Out, npu_op
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 
 FORMAT_CAST_DOC = "torch_npu.npu_format_cast, Ascend Extension for PyTorch API reference"
 
 
-def _format_cast_meta(x: torch.Tensor, acl_format: int) -> Out:
-    return Out(list(x.shape), x.dtype)
+def _format_cast_meta(call: Arguments) -> Out:
+    return Out(list(call.x.shape), call.x.dtype)
 
 
-def _format_cast_kernel(x: torch.Tensor, acl_format: int) -> torch.Tensor:
-    return x.clone()
+def _format_cast_kernel(call: Arguments) -> torch.Tensor:
+    return call.x.clone()
 
 
-@npu_op("(Tensor x, int acl_format) -> Tensor", source=FORMAT_CAST_DOC, meta=_format_cast_meta,
+@npu_op(source=FORMAT_CAST_DOC, meta=_format_cast_meta,
         kernel=_format_cast_kernel)
 def npu_format_cast(x: torch.Tensor, acl_format: int) -> torch.Tensor:
     """Change the device memory format of ``x``; on CPU this returns a copy equal to ``x``.
@@ -64,18 +65,19 @@ SCATTER_ND_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.bool, t
 SCATTER_ND_MAX_DIMS = 8
 
 
-def _scatter_nd_meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> Out:
+def _scatter_nd_meta(call: Arguments) -> Out:
+    self, indices = call.self, call.indices
     require_dtype("input", self, SCATTER_ND_DTYPES)
     require_dtype("indices", indices, (torch.int32, torch.int64))
-    require_dtype("updates", updates, (self.dtype,), "(input's dtype)")
+    require_dtype("updates", call.updates, (self.dtype,), "(input's dtype)")
     if not 1 <= self.dim() <= SCATTER_ND_MAX_DIMS:
-        raise ValueError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}")
+        raise OpArgumentError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}")
     depth = indices.shape[-1] if indices.dim() else 0
     if indices.dim() < 2 or not 1 <= depth <= self.dim():
-        raise ValueError(f"indices has shape {list(indices.shape)}; it needs >= 2 dims and a last dim in "
-                         f"[1, {self.dim()}] (the number of leading input dims it addresses)")
+        raise OpArgumentError(f"indices has shape {list(indices.shape)}; it needs >= 2 dims and a last dim in "
+                              f"[1, {self.dim()}] (the number of leading input dims it addresses)")
     expected = (*indices.shape[:-1], *self.shape[depth:])
-    require_shape("updates", updates, (expected,))
+    require_shape("updates", call.updates, (expected,))
     return Out(list(self.shape), self.dtype)
 
 
@@ -85,8 +87,8 @@ def _scatter_nd_rows(self: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     lead = torch.tensor(self.shape[:depth])
     idx = indices.reshape(-1, depth).to(torch.int64)
     if bool(((idx < 0) | (idx >= lead)).any()):
-        raise ValueError(f"indices hold values outside input's leading dims {list(self.shape[:depth])} "
-                         "(the doc: out-of-range indices are not supported)")
+        raise OpArgumentError(f"indices hold values outside input's leading dims {list(self.shape[:depth])} "
+                              "(the doc: out-of-range indices are not supported)")
     strides = torch.tensor([math.prod(self.shape[d + 1 : depth]) for d in range(depth)], dtype=torch.int64)
     return (idx * strides).sum(dim=-1)
 
@@ -129,14 +131,13 @@ def write_nz_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor,
     return written.permute(0, 2, 1, 3).contiguous().view(cache.shape)
 
 
-def _scatter_nd_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
-    out = self.clone(memory_format=torch.contiguous_format)
-    _scatter_nd_into(out, indices, updates)
+def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
+    out = call.self.clone(memory_format=torch.contiguous_format)
+    _scatter_nd_into(out, call.indices, call.updates)
     return out
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates) -> Tensor",
     source=DOCS.format("npu_scatter_nd_update"),
     meta=_scatter_nd_meta,
     kernel=_scatter_nd_update_kernel,
@@ -154,7 +155,6 @@ def npu_scatter_nd_update(self: torch.Tensor, indices: torch.Tensor, updates: to
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates) -> Tensor",
     source=DOCS.format("npu_scatter_nd_update_"),
     meta=_scatter_nd_meta,
     kernel=_scatter_nd_update_kernel,
@@ -176,16 +176,15 @@ def npu_scatter_nd_update_(self: torch.Tensor, indices: torch.Tensor, updates: t
 # ---------------------------------------------------------------------------------------------
 
 
-def _prefetch_meta(self: torch.Tensor, dependency: Optional[torch.Tensor], max_size: int, offset: int = 0) -> tuple:
+def _prefetch_meta(call: Arguments) -> tuple:
     return ()
 
 
-def _prefetch_kernel(self: torch.Tensor, dependency: Optional[torch.Tensor], max_size: int, offset: int = 0) -> tuple:
+def _prefetch_kernel(call: Arguments) -> tuple:
     return ()
 
 
 @npu_op(
-    "(Tensor self, Tensor? dependency, int max_size, int offset=0) -> ()",
     source=DOCS.format("npu_prefetch"),
     meta=_prefetch_meta,
     kernel=_prefetch_kernel,
@@ -204,9 +203,11 @@ def npu_prefetch(self: torch.Tensor, dependency: Optional[torch.Tensor], max_siz
     require_int("max_size", max_size)
     require_int("offset", offset)
     if max_size <= 0:
-        raise ValueError(f"max_size={max_size} must be > 0 (bytes to prefetch)")
+        raise OpArgumentError(f"max_size={max_size} must be > 0 (bytes to prefetch)")
     if offset < 0 or offset >= max(1, self.numel() * self.element_size()):
-        raise ValueError(f"offset={offset} must be >= 0 and inside the weight ({self.numel() * self.element_size()} bytes)")
+        raise OpArgumentError(
+            f"offset={offset} must be >= 0 and inside the weight ({self.numel() * self.element_size()} bytes)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,10 +217,11 @@ def npu_prefetch(self: torch.Tensor, dependency: Optional[torch.Tensor], max_siz
 TOP_K_MAX = 1024  # k in [1, 1024] (API page)
 
 
-def _top_k_top_p_meta(logits: torch.Tensor, p: Optional[torch.Tensor] = None, k: Optional[torch.Tensor] = None) -> Out:
+def _top_k_top_p_meta(call: Arguments) -> Out:
+    logits, p, k = call.logits, call.p, call.k
     require_dtype("logits", logits, FLOAT_DTYPES)
     if logits.dim() != 2:
-        raise ValueError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]")
+        raise OpArgumentError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]")
     if p is not None:
         require_dtype("p", p, (logits.dtype,), "(logits' dtype)")
         require_shape("p", p, ((logits.shape[0],),))
@@ -229,28 +231,26 @@ def _top_k_top_p_meta(logits: torch.Tensor, p: Optional[torch.Tensor] = None, k:
     return Out(list(logits.shape), logits.dtype)
 
 
-def _top_k_top_p_kernel(logits: torch.Tensor, p: Optional[torch.Tensor] = None,
-                        k: Optional[torch.Tensor] = None) -> torch.Tensor:
-    ordered = torch.sort(logits, dim=-1, stable=True)  # ascending
+def _top_k_top_p_kernel(call: Arguments) -> torch.Tensor:
+    ordered = torch.sort(call.logits, dim=-1, stable=True)  # ascending
     values = ordered.values
-    vocab = logits.shape[-1]
-    if k is not None:
-        kk = k.to(torch.int64)
+    vocab = call.logits.shape[-1]
+    if call.k is not None:
+        kk = call.k.to(torch.int64)
         if bool(((kk < 1) | (kk > min(TOP_K_MAX, vocab))).any()):
-            raise ValueError(f"k values must be in [1, min(1024, vocab={vocab})]")
+            raise OpArgumentError(f"k values must be in [1, min(1024, vocab={vocab})]")
         threshold = values.gather(-1, (vocab - kk).unsqueeze(-1))
         values = values.masked_fill(values < threshold, float("-inf"))
-    if p is not None:
+    if call.p is not None:
         probs = softmax(values.to(torch.float32))
         cumulative = torch.cumsum(probs, dim=-1)
-        drop = cumulative <= (1.0 - p.to(torch.float32)).unsqueeze(-1)
+        drop = cumulative <= (1.0 - call.p.to(torch.float32)).unsqueeze(-1)
         drop[:, -1] = False
         values = values.masked_fill(drop, float("-inf"))
     return torch.empty_like(values).scatter_(-1, ordered.indices, values)
 
 
 @npu_op(
-    "(Tensor logits, Tensor? p=None, Tensor? k=None) -> Tensor",
     source=DOCS.format("npu_top_k_top_p"),
     meta=_top_k_top_p_meta,
     kernel=_top_k_top_p_kernel,
@@ -284,25 +284,26 @@ def _confusion_shape(self: torch.Tensor, perm: Sequence[int], shape: Sequence[in
     return list(probe.reshape(*shape).permute(*perm).shape)
 
 
-def _confusion_transpose_meta(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
-                              transpose_first: bool) -> Out:
+def _confusion_transpose_meta(call: Arguments) -> Out:
+    self = call.self
     try:
-        out_shape = _confusion_shape(self, perm, shape, transpose_first)
+        out_shape = _confusion_shape(self, call.perm, call.shape, call.transpose_first)
     except RuntimeError as err:
-        first = "permute by perm, then reshape" if transpose_first else "reshape, then permute by perm"
-        raise ValueError(f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(perm)}, "
-                         f"shape={list(shape)}: {err}") from None
+        first = "permute by perm, then reshape" if call.transpose_first else "reshape, then permute by perm"
+        raise OpArgumentError(
+            f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(call.perm)}, "
+            f"shape={list(call.shape)}: {err}"
+        ) from None
     return Out(out_shape, self.dtype)
 
 
-def _confusion_transpose_kernel(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
-                                transpose_first: bool) -> torch.Tensor:
+def _confusion_transpose_kernel(call: Arguments) -> torch.Tensor:
+    self, perm, shape, transpose_first = call.self, call.perm, call.shape, call.transpose_first
     moved = self.permute(*perm).reshape(*shape) if transpose_first else self.reshape(*shape).permute(*perm)
     return moved.clone(memory_format=torch.contiguous_format)
 
 
 @npu_op(
-    "(Tensor self, int[] perm, int[] shape, bool transpose_first) -> Tensor",
     source=DOCS.format("npu_confusion_transpose") + " ((beta), to be replaced by view + permute)",
     meta=_confusion_transpose_meta,
     kernel=_confusion_transpose_kernel,
@@ -334,36 +335,44 @@ def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
     """``axis`` as a non-negative dim of data; dim 0 is the batch the indices run over, so it cannot be it."""
     dim = axis + data.dim() if axis < 0 else axis
     if not 1 <= dim < data.dim():
-        raise ValueError(f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)")
+        raise OpArgumentError(
+            f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)"
+        )
     return dim
 
 
-def _scatter_update_meta(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> Out:
+def _scatter_update_meta(call: Arguments) -> Out:
+    self, indices, updates = call.self, call.indices, call.updates
     require_dtype("data", self, SCATTER_UPDATE_DTYPES)
     require_dtype("updates", updates, (self.dtype,), "(data's dtype)")
     require_dtype("indices", indices, (torch.int32, torch.int64))
     low, high = SCATTER_UPDATE_RANKS
     if not low <= self.dim() <= high or updates.dim() != self.dim():
-        raise ValueError(f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8")
-    dim = _scatter_update_axis(self, axis)
+        raise OpArgumentError(
+            f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8"
+        )
+    dim = _scatter_update_axis(self, call.axis)
     if indices.dim() != 1:
-        raise ValueError(f"indices has shape {list(indices.shape)}; only 1-D indices (one offset per batch) are "
-                         "implemented (the documentation does not describe the 2-D form)")
+        raise OpArgumentError(f"indices has shape {list(indices.shape)}; only 1-D indices (one offset per batch) are "
+                              "implemented (the documentation does not describe the 2-D form)")
     require_shape("indices", indices, ((self.shape[0],),))
     expected = [*self.shape[:dim], updates.shape[dim], *self.shape[dim + 1:]]
     if list(updates.shape) != expected or updates.shape[dim] > self.shape[dim]:
-        raise ValueError(f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
-                         f"along axis {axis}, where it holds at most {self.shape[dim]} entries")
+        raise OpArgumentError(
+            f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
+            f"along axis {call.axis}, where it holds at most {self.shape[dim]} entries"
+        )
     return Out(list(self.shape), self.dtype)
 
 
-def _scatter_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> torch.Tensor:
+def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
+    self, updates, axis = call.self, call.updates, call.axis
     dim = _scatter_update_axis(self, axis)
     count = updates.shape[dim]
-    starts = indices.to(torch.int64)
+    starts = call.indices.to(torch.int64)
     if bool(((starts < 0) | (starts + count > self.shape[dim])).any()):
-        raise ValueError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
-                         f"(size {self.shape[dim]}); the op does not check bounds on the device")
+        raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
+                              f"(size {self.shape[dim]}); the op does not check bounds on the device")
     along = [1] * self.dim()
     along[dim] = count
     batch = [1] * self.dim()
@@ -373,7 +382,6 @@ def _scatter_update_kernel(self: torch.Tensor, indices: torch.Tensor, updates: t
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates, int axis) -> Tensor",
     source=SCATTER_UPDATE_DOCS,
     meta=_scatter_update_meta,
     kernel=_scatter_update_kernel,
@@ -396,7 +404,6 @@ def scatter_update(self: torch.Tensor, indices: torch.Tensor, updates: torch.Ten
 
 
 @npu_op(
-    "(Tensor self, Tensor indices, Tensor updates, int axis) -> Tensor",
     source=DOCS.format("scatter_update_"),
     meta=_scatter_update_meta,
     kernel=_scatter_update_kernel,
@@ -438,7 +445,7 @@ def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, i
     expected = {4: (features // run, run), 5: (rows.shape[1], rows.shape[2] // run, run)}
     layout = cache.shape[1:-2] + cache.shape[-1:] if cache.dim() in expected else None
     if rows.shape[2] * rows.element_size() % NZ_RUN_BYTES or layout is None or tuple(layout) != expected[cache.dim()]:
-        raise ValueError(
+        raise OpArgumentError(
             f"{name}_cache has shape {list(cache.shape)}; for {name} {list(rows.shape)} expected [blocks, block_size, "
             f"{rows.shape[1]}, {rows.shape[2]}] (Norm) or the PA_NZ [blocks, {features // run}, block_size, {run}] "
             f"(head size x dtype size a multiple of {NZ_RUN_BYTES} bytes)"
@@ -450,23 +457,21 @@ def _pa_cache_mode(key: torch.Tensor, key_cache: torch.Tensor, cache_mode: Optio
     return cache_mode or ("Norm" if _is_norm_cache(key, key_cache) else "PA_NZ")
 
 
-def _scatter_pa_kv_cache_meta(
-    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor, *, compress_lens: Optional[torch.Tensor] = None,
-    compress_seq_offset: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
-    cache_mode: Optional[str] = None,
-) -> tuple[Out, Out]:
-    require_dtype("slot_mapping", slot_mapping, (torch.int32, torch.int64))
-    require_shape("slot_mapping", slot_mapping, ((key.shape[0],),))
-    mode = _pa_cache_mode(key, key_cache, cache_mode)
-    for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
+def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
+    key, key_cache, value_cache = call.key, call.key_cache, call.value_cache
+    require_dtype("slot_mapping", call.slot_mapping, (torch.int32, torch.int64))
+    require_shape("slot_mapping", call.slot_mapping, ((key.shape[0],),))
+    mode = _pa_cache_mode(key, key_cache, call.cache_mode)
+    for name, rows, cache in (("key", key, key_cache), ("value", call.value, value_cache)):
         require_dtype(name, rows, (torch.float16, torch.bfloat16, torch.int8))
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if rows.dim() != 3 or rows.shape[0] != key.shape[0]:
-            raise ValueError(f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]")
+            raise OpArgumentError(
+                f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]"
+            )
         if mode == "Norm" and not _is_norm_cache(rows, cache):
-            raise ValueError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
-                             f"{rows.shape[1]}, {rows.shape[2]}]")
+            raise OpArgumentError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
+                                  f"{rows.shape[1]}, {rows.shape[2]}]")
         if mode == "PA_NZ":
             _nz_runs(name, rows, cache)
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
@@ -477,25 +482,16 @@ def _write_nz_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor)
     return write_nz_slots(cache, rows.reshape(rows.shape[0], -1), slots, cache.shape[-2])
 
 
-def _scatter_pa_kv_cache_kernel(
-    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor, *, compress_lens: Optional[torch.Tensor] = None,
-    compress_seq_offset: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
-    cache_mode: Optional[str] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    write = write_slots if _pa_cache_mode(key, key_cache, cache_mode) == "Norm" else _write_nz_rows
-    return write(key_cache, key, slot_mapping), write(value_cache, value, slot_mapping)
+def _scatter_pa_kv_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    write = write_slots if _pa_cache_mode(call.key, call.key_cache, call.cache_mode) == "Norm" else _write_nz_rows
+    return write(call.key_cache, call.key, call.slot_mapping), write(call.value_cache, call.value, call.slot_mapping)
 
 
 @npu_op(
-    "(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_mapping, *, "
-    "Tensor? compress_lens=None, Tensor? compress_seq_offset=None, Tensor? seq_lens=None, str? cache_mode=None) "
-    "-> (Tensor, Tensor)",
     source=SCATTER_PA_KV_CACHE_DOC,
     meta=_scatter_pa_kv_cache_meta,
     kernel=_scatter_pa_kv_cache_kernel,
     writes_back={"key_cache": 0, "value_cache": 1},
-    returns_none=True,
 )
 def npu_scatter_pa_kv_cache(
     key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

@@ -7,10 +7,11 @@ Token routing around the experts is in :mod:`.moe_routing`, expert-parallel comm
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError, OpTypeError
 from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
     FLOAT_DTYPES,
@@ -32,7 +33,7 @@ from .checks import (
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
 from .quant import antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
-from .registry import Out, npu_op
+from .registry import Arguments, Out, npu_op
 
 MOE_GATING_TOP_K_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html"
 GROUPED_MATMUL_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grouped_matmul.md"
@@ -40,42 +41,32 @@ GROUPED_MATMUL_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grou
 def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, group_select_mode: int) -> None:
     """Group arguments: group_count divides the experts, 1 <= k_group <= group_count, k fits the kept groups."""
     if group_count < 1 or experts % group_count != 0:
-        raise ValueError(f"group_count={group_count} must be >= 1 and divide the expert count {experts}")
+        raise OpArgumentError(f"group_count={group_count} must be >= 1 and divide the expert count {experts}")
     if not 1 <= k_group <= group_count:
-        raise ValueError(f"k_group={k_group} must be between 1 and group_count={group_count}")
+        raise OpArgumentError(f"k_group={k_group} must be between 1 and group_count={group_count}")
     per_group = experts // group_count
     if not 1 <= k <= per_group * k_group:
-        raise ValueError(
+        raise OpArgumentError(
             f"k={k} must be between 1 and experts / group_count * k_group = {per_group * k_group} "
             "(the experts left after group selection)"
         )
     if group_count > 1 and group_select_mode == 1 and per_group < 2:
-        raise ValueError("group_select_mode=1 scores a group by its two best experts; each group needs >= 2 experts")
+        raise OpArgumentError(
+            "group_select_mode=1 scores a group by its two best experts; each group needs >= 2 experts"
+        )
 
 
-def _moe_gating_top_k_meta(
-    x: torch.Tensor,
-    k: int,
-    *,
-    bias: Optional[torch.Tensor] = None,
-    k_group: int = 1,
-    group_count: int = 1,
-    group_select_mode: int = 0,
-    renorm: int = 0,
-    norm_type: int = 0,
-    out_flag: bool = False,
-    routed_scaling_factor: float = 1.0,
-    eps: float = 1e-20,
-) -> tuple[Out, Out, Out]:
+def _moe_gating_top_k_meta(call: Arguments) -> tuple[Out, Out, Out]:
     """Validate the npu_moe_gating_top_k tensors: y [T, k] in x's dtype, expert_idx int32 [T, k], out float32 [T, E]."""
+    x, k, bias = call.x, call.k, call.bias
     require_dtype("x", x, FLOAT_DTYPES)
     if x.dim() != 2:
-        raise ValueError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts]")
+        raise OpArgumentError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts]")
     tokens, experts = x.shape
     if bias is not None:
         require_dtype("bias", bias, (x.dtype,), "(bias must have x's dtype)")
         require_shape("bias", bias, ((experts,),))
-    _check_gating_groups(experts, k, k_group, group_count, group_select_mode)
+    _check_gating_groups(experts, k, call.k_group, call.group_count, call.group_select_mode)
     return Out([tokens, k], x.dtype), Out([tokens, k], torch.int32), Out([tokens, experts], torch.float32)
 
 
@@ -93,39 +84,23 @@ def _keep_best_groups(values: torch.Tensor, k_group: int, group_count: int, grou
     return grouped.masked_fill(~keep.unsqueeze(-1), float("-inf")).reshape(tokens, experts)
 
 
-def _moe_gating_top_k_kernel(
-    x: torch.Tensor,
-    k: int,
-    *,
-    bias: Optional[torch.Tensor] = None,
-    k_group: int = 1,
-    group_count: int = 1,
-    group_select_mode: int = 0,
-    renorm: int = 0,
-    norm_type: int = 0,
-    out_flag: bool = False,
-    routed_scaling_factor: float = 1.0,
-    eps: float = 1e-20,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    values = x.to(torch.float32)
-    norm_out = softmax(values) if norm_type == 0 else sigmoid(values)
-    select = norm_out if bias is None else norm_out + bias.to(torch.float32)
-    if group_count > 1:
-        select = _keep_best_groups(select, k_group, group_count, group_select_mode)
-    expert_idx = top_indices(select, k)
+def _moe_gating_top_k_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    values = call.x.to(torch.float32)
+    norm_out = softmax(values) if call.norm_type == 0 else sigmoid(values)
+    select = norm_out if call.bias is None else norm_out + call.bias.to(torch.float32)
+    if call.group_count > 1:
+        select = _keep_best_groups(select, call.k_group, call.group_count, call.group_select_mode)
+    expert_idx = top_indices(select, call.k)
     weights = norm_out.gather(1, expert_idx)
-    if norm_type == 1 or renorm == 1:
-        weights = weights / (pairwise_sum(weights, dim=-1, keepdim=True) + eps)
-    y = weights * routed_scaling_factor
-    out = norm_out if out_flag else torch.zeros_like(norm_out)
-    return y.to(x.dtype), expert_idx.to(torch.int32), out
+    if call.norm_type == 1 or call.renorm == 1:
+        weights = weights / (pairwise_sum(weights, dim=-1, keepdim=True) + call.eps)
+    y = weights * call.routed_scaling_factor
+    out = norm_out if call.out_flag else torch.zeros_like(norm_out)
+    return y.to(call.x.dtype), expert_idx.to(torch.int32), out
 
 
 
 @npu_op(
-    "(Tensor x, int k, *, Tensor? bias=None, int k_group=1, int group_count=1, int group_select_mode=0, "
-    "int renorm=0, int norm_type=0, bool out_flag=False, float routed_scaling_factor=1.0, float eps=1e-20) "
-    "-> (Tensor, Tensor, Tensor)",
     source=MOE_GATING_TOP_K_DOC,
     meta=_moe_gating_top_k_meta,
     kernel=_moe_gating_top_k_kernel,
@@ -215,7 +190,7 @@ def _gmm_weights(weight: object, dtypes: Sequence[torch.dtype], why: str) -> lis
     for i, w in enumerate(tensors):
         require_dtype(f"weight[{i}]", w, dtypes, why)
         if w.dim() != 2:
-            raise ValueError(f"weight[{i}] has shape {list(w.shape)}; expected [K, N] (or one [E, K, N] tensor)")
+            raise OpArgumentError(f"weight[{i}] has shape {list(w.shape)}; expected [K, N] (or one [E, K, N] tensor)")
     return tensors
 
 
@@ -225,7 +200,7 @@ def _group_tensors(name: str, value: object, groups: int) -> list[torch.Tensor]:
     if len(tensors) == 1 and (groups > 1 or tensors[0].dim() == 3):
         tensors = list(tensors[0].unbind(0))
     if len(tensors) != groups:
-        raise ValueError(f"{name} has {len(tensors)} tensors for {groups} weight groups; give one per group")
+        raise OpArgumentError(f"{name} has {len(tensors)} tensors for {groups} weight groups; give one per group")
     return tensors
 
 
@@ -235,7 +210,7 @@ def _antiquant_weights(weight: object, antiquant_scale: object, antiquant_offset
     weight becomes ``(w + antiquant_offset) * antiquant_scale`` in x's dtype; scales per channel [N] or,
     for int4, per group [G, N] over K / G consecutive rows (:func:`.quant.antiquant_weight`)."""
     if dtype not in HALF_DTYPES:
-        raise ValueError("antiquant_scale (weight-only quantisation) needs float16 or bfloat16 x")
+        raise OpArgumentError("antiquant_scale (weight-only quantisation) needs float16 or bfloat16 x")
     raw = _gmm_weights(weight, (torch.int8, torch.int32), "(weight-only quantisation: int8, or int4 packed in int32)")
     scales = _group_tensors("antiquant_scale", antiquant_scale, len(raw))
     offsets = None if _empty(antiquant_offset) else _group_tensors("antiquant_offset", antiquant_offset, len(raw))
@@ -263,7 +238,9 @@ def _per_group(name: str, value: object, weights: Sequence[torch.Tensor],
     if len(tensors) == 1 and tensors[0].dim() == 2 and tensors[0].shape[0] == len(weights):
         tensors = list(tensors[0].unbind(0))
     if len(tensors) != len(weights):
-        raise ValueError(f"{name} has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group")
+        raise OpArgumentError(
+            f"{name} has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group"
+        )
     for i, (t, w) in enumerate(zip(tensors, weights, strict=True)):
         require_dtype(f"{name}[{i}]", t, dtypes)
         require_shape(f"{name}[{i}]", t, ((w.shape[1],),))
@@ -276,7 +253,7 @@ def _per_token(value: object, xs: Sequence[torch.Tensor]) -> Optional[list[torch
         return None
     tensors = require_tensor_list("per_token_scale", value)
     if len(tensors) != len(xs):
-        raise ValueError(f"per_token_scale has {len(tensors)} tensors for {len(xs)} x; give one [M] per x")
+        raise OpArgumentError(f"per_token_scale has {len(tensors)} tensors for {len(xs)} x; give one [M] per x")
     for i, (t, xi) in enumerate(zip(tensors, xs, strict=True)):
         require_dtype(f"per_token_scale[{i}]", t, (torch.float32,))
         require_shape(f"per_token_scale[{i}]", t, ((xi.shape[0],),))
@@ -299,13 +276,13 @@ def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype],
     need a scale (the doc's data-type table)."""
     if x_dtype != torch.int8:
         if output_dtype is not None and output_dtype != x_dtype:
-            raise ValueError(f"output_dtype={output_dtype} is only for int8 x; use None (x's dtype {x_dtype})")
+            raise OpArgumentError(f"output_dtype={output_dtype} is only for int8 x; use None (x's dtype {x_dtype})")
         return x_dtype
     out = torch.int8 if output_dtype is None else output_dtype
     require_choice("output_dtype", out, QUANT_OUTPUT_DTYPES, "int8 x: int8, int32 (raw accumulator), bf16, fp16, fp32")
     if (out == torch.int32) == has_scale:
-        raise ValueError("int8 x: output_dtype=torch.int32 returns the raw int32 accumulator and takes no scale; "
-                         "every other output dtype needs scale (one [N] per group, or one [E, N])")
+        raise OpArgumentError("int8 x: output_dtype=torch.int32 returns the raw int32 accumulator and takes no scale; "
+                              "every other output dtype needs scale (one [N] per group, or one [E, N])")
     return out
 
 
@@ -315,19 +292,19 @@ def _gmm_params(xs: Sequence[torch.Tensor], weight: object, bias: object, scale:
     dtype = xs[0].dtype
     if _empty(antiquant_scale):
         if not _empty(antiquant_offset):
-            raise ValueError("antiquant_offset needs antiquant_scale (weight-only quantisation)")
+            raise OpArgumentError("antiquant_offset needs antiquant_scale (weight-only quantisation)")
         weights = _gmm_weights(weight, (dtype,), "(the weights must have x's dtype; int8 x needs int8 weights)")
     else:
         weights = _antiquant_weights(weight, antiquant_scale, antiquant_offset, dtype)
     quantised = dtype == torch.int8
     biases = _per_group("bias", bias, weights, QUANT_BIAS_DTYPES if quantised else (GMM_BIAS_DTYPES[dtype],))
     if not quantised and not (_empty(scale) and _empty(per_token_scale)):
-        raise ValueError("scale and per_token_scale dequantise int8 products; float x takes neither")
+        raise OpArgumentError("scale and per_token_scale dequantise int8 products; float x takes neither")
     scales = _per_group("scale", scale, weights, QUANT_SCALE_DTYPES) if quantised else None
     per_token = _per_token(per_token_scale, xs) if quantised else None
     out_dtype = _gmm_output_dtype(dtype, output_dtype, scales is not None)
     if out_dtype == torch.int32 and (per_token is not None or (biases and biases[0].dtype != torch.int32)):
-        raise ValueError("output_dtype=torch.int32 takes no per_token_scale and only an int32 bias")
+        raise OpArgumentError("output_dtype=torch.int32 takes no per_token_scale and only an int32 bias")
     return _GmmParams(weights, biases, scales, per_token, out_dtype)
 
 
@@ -338,7 +315,7 @@ def _check_gmm_modes(
     split = 0 if split_item is None else require_int("split_item", split_item)
     require_choice("split_item", split, (0, 1, 2, 3), "0/1 one output per group, 2/3 one output")
     if group_type is None:
-        raise ValueError(
+        raise OpArgumentError(
             "group_type is required (torch_npu refuses None too): pass 0 to split x by rows with "
             "group_list, or -1 for one x per weight"
         )
@@ -356,85 +333,72 @@ def _gmm_single_x_shape(
 ) -> list[list[int]]:
     """The MoE form: one [M, K] x split by group_list rows, one weight per group, one [M, N] output."""
     if group_type != 0:
-        raise ValueError(f"group_list needs group_type=0 (split x by rows), got group_type={group_type}")
+        raise OpArgumentError(f"group_list needs group_type=0 (split x by rows), got group_type={group_type}")
     if len(x) != 1 or x[0].dim() != 2:
-        raise ValueError("group_list needs x to be a list of one 2-D [M, K] tensor")
+        raise OpArgumentError("group_list needs x to be a list of one 2-D [M, K] tensor")
     require_dtype("group_list", group_list, (torch.int64,))
     if list_type == GROUP_PAIRS:
         if x[0].dtype != torch.int8:
-            raise ValueError("group_list_type=2 ([E, 2] (group, size) pairs) is for int8 x only (the API page)")
+            raise OpArgumentError("group_list_type=2 ([E, 2] (group, size) pairs) is for int8 x only (the API page)")
         require_shape("group_list", group_list, ((len(weights), 2),))
     else:
         require_shape("group_list", group_list, ((len(weights),),))
     if split not in SPLIT_OUTPUT_ITEMS:
-        raise ValueError(
+        raise OpArgumentError(
             f"split_item={split} with group_list gives one output per group whose row counts are the "
             "values of group_list, which a traced graph cannot know; use split_item=2 or 3 (one [M, N] output)"
         )
     widths = {w.shape[1] for w in weights}
     if len(widths) != 1:
-        raise ValueError(f"all weights must have the same N for a single output, got N values {sorted(widths)}")
+        raise OpArgumentError(f"all weights must have the same N for a single output, got N values {sorted(widths)}")
     return [[x[0].shape[0], weights[0].shape[1]]]
 
 
 def _gmm_multi_x_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], split: int) -> list[list[int]]:
     """One x per weight: per-group outputs (split_item 0/1) or their rows concatenated (2/3)."""
     if len(x) != len(weights):
-        raise ValueError(
+        raise OpArgumentError(
             f"without group_list, x needs one tensor per weight: got {len(x)} x and {len(weights)} weights"
         )
     shapes = [[*xi.shape[:-1], w.shape[1]] for xi, w in zip(x, weights, strict=True)]
     if split not in SPLIT_OUTPUT_ITEMS:
         return shapes
     if any(xi.dim() != 2 for xi in x) or len({s[-1] for s in shapes}) != 1:
-        raise ValueError("split_item 2/3 concatenates rows: every x must be 2-D and every weight must have the same N")
+        raise OpArgumentError(
+            "split_item 2/3 concatenates rows: every x must be 2-D and every weight must have the same N"
+        )
     return [[sum(s[0] for s in shapes), shapes[0][1]]]
 
 
-def _grouped_matmul_layout(
-    x: Sequence[torch.Tensor],
-    weight: Sequence[torch.Tensor],
-    *,
-    bias: Optional[Sequence[torch.Tensor]] = None,
-    scale: Optional[Sequence[torch.Tensor]] = None,
-    per_token_scale: Optional[Sequence[torch.Tensor]] = None,
-    antiquant_scale: Optional[Sequence[torch.Tensor]] = None,
-    antiquant_offset: Optional[Sequence[torch.Tensor]] = None,
-    group_list: Optional[torch.Tensor] = None,
-    split_item: Optional[int] = 0,
-    group_type: Optional[int] = None,
-    group_list_type: Optional[int] = 0,
-    act_type: Optional[int] = 0,
-    output_dtype: Optional[torch.dtype] = None,
-    **unmodeled_and_tuning: object,
-) -> tuple[list[list[int]], _GmmParams, int]:
+def _grouped_matmul_layout(call: Arguments) -> tuple[list[list[int]], _GmmParams, int]:
     """Validate the npu_grouped_matmul tensors from metadata; return (output shapes, operands, group_list_type).
 
     The wrapper has already refused the unmodeled inputs (offset, activation); ``tuning_config`` does not
     change values.
     """
-    xs = list(x)
+    xs = list(call.x)
     dtype = xs[0].dtype
     for i, xi in enumerate(xs):
         require_dtype(f"x[{i}]", xi, GMM_X_DTYPES, "(int4 grouped matmul is not implemented)")
         if xi.dtype != dtype or xi.dim() < 2:
-            raise ValueError(f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype")
-    params = _gmm_params(xs, weight, bias, scale, per_token_scale, output_dtype, antiquant_scale, antiquant_offset)
+            raise OpArgumentError(f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype")
+    params = _gmm_params(xs, call.weight, call.bias, call.scale, call.per_token_scale, call.output_dtype,
+                         call.antiquant_scale, call.antiquant_offset)
     pairs = zip(xs, params.weights) if len(xs) == len(params.weights) else ((xs[0], w) for w in params.weights)
     for i, (xi, w) in enumerate(pairs):
         if xi.shape[-1] != w.shape[0]:
-            raise ValueError(f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]")
-    split, list_type = _check_gmm_modes(split_item, group_type, group_list_type, act_type)
-    if group_list is not None:
-        shapes = _gmm_single_x_shape(xs, params.weights, group_list, group_type, split, list_type)
+            raise OpArgumentError(f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]")
+    split, list_type = _check_gmm_modes(call.split_item, call.group_type, call.group_list_type, call.act_type)
+    if call.group_list is not None:
+        shapes = _gmm_single_x_shape(xs, params.weights, call.group_list, call.group_type, split, list_type)
     else:
         shapes = _gmm_multi_x_shapes(xs, params.weights, split)
     return shapes, params, list_type
 
 
-def _grouped_matmul_meta(x: Sequence[torch.Tensor], weight: Sequence[torch.Tensor], **options: Any) -> list[Out]:
+def _grouped_matmul_meta(call: Arguments) -> list[Out]:
     """The output list from the split mode and the x/weight shapes."""
-    shapes, params, _ = _grouped_matmul_layout(x, weight, **options)
+    shapes, params, _ = _grouped_matmul_layout(call)
     return [Out(shape, params.out_dtype) for shape in shapes]
 
 
@@ -445,15 +409,15 @@ def _group_row_counts(group_list: torch.Tensor, list_type: int, rows: int) -> li
     if list_type == GROUP_PAIRS:
         groups, counts = [int(g) for g, _ in values], [int(c) for _, c in values]
         if any(not 0 <= g < len(values) for g in groups):
-            raise ValueError(f"group_list pairs {values} name groups outside [0, {len(values)})")
+            raise OpArgumentError(f"group_list pairs {values} name groups outside [0, {len(values)})")
     else:
         groups = list(range(len(values)))
         counts = values if list_type == 1 else [end - start for start, end in zip([0, *values[:-1]], values)]
     if any(c < 0 for c in counts):
         kind = {0: "cumulative row ends (non-decreasing)", 1: "counts", 2: "(group, size) pairs"}[list_type]
-        raise ValueError(f"group_list {values} is not valid {kind} for group_list_type={list_type}")
+        raise OpArgumentError(f"group_list {values} is not valid {kind} for group_list_type={list_type}")
     if sum(counts) > rows:
-        raise ValueError(f"group_list covers {sum(counts)} rows but x has only {rows}")
+        raise OpArgumentError(f"group_list covers {sum(counts)} rows but x has only {rows}")
     return list(zip(groups, counts))
 
 
@@ -497,9 +461,9 @@ def _group_product(x: torch.Tensor, g: int, params: _GmmParams, per_token: Optio
     return _quant_group(x, params.weights[g], bias, scale, per_token, params.out_dtype)
 
 
-def _grouped_matmul_kernel(x: Sequence[torch.Tensor], weight: Sequence[torch.Tensor], **options: Any) -> list[torch.Tensor]:
-    shapes, params, list_type = _grouped_matmul_layout(x, weight, **options)
-    group_list = options.get("group_list")
+def _grouped_matmul_kernel(call: Arguments) -> list[torch.Tensor]:
+    shapes, params, list_type = _grouped_matmul_layout(call)
+    x, group_list = call.x, call.group_list
     per_token = params.per_token
     if group_list is not None:
         rows = x[0]
@@ -516,11 +480,6 @@ def _grouped_matmul_kernel(x: Sequence[torch.Tensor], weight: Sequence[torch.Ten
 
 
 @npu_op(
-    "(Tensor[] x, Tensor[] weight, *, Tensor[]? bias=None, Tensor[]? scale=None, Tensor[]? offset=None, "
-    "Tensor[]? antiquant_scale=None, Tensor[]? antiquant_offset=None, Tensor[]? per_token_scale=None, "
-    "Tensor? group_list=None, Tensor[]? activation_input=None, Tensor[]? activation_quant_scale=None, "
-    "Tensor[]? activation_quant_offset=None, int? split_item=0, int? group_type=None, int? group_list_type=0, "
-    "int? act_type=0, int[]? tuning_config=None, ScalarType? output_dtype=None) -> Tensor[]",
     source=GROUPED_MATMUL_DOC,
     meta=_grouped_matmul_meta,
     kernel=_grouped_matmul_kernel,
@@ -586,7 +545,7 @@ def npu_grouped_matmul(
     ``tuning_config`` is a tiling hint and is ignored.
     """
     if isinstance(group_list, (list, tuple)):
-        raise TypeError("group_list must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
+        raise OpTypeError("group_list must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
     require_tensor_list("x", x)
     require_tensor_list("weight", weight)
     for name, value in (("bias", bias), ("scale", scale), ("per_token_scale", per_token_scale),
@@ -610,66 +569,63 @@ def npu_grouped_matmul(
 GMM_FINALIZE_ROUTING_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grouped_matmul_finalize_routing.md"
 
 
-def _gmm_finalize_routing_meta(x: torch.Tensor, w: torch.Tensor, group_list: torch.Tensor, **options: Any) -> Out:
+def _gmm_finalize_routing_meta(call: Arguments) -> Out:
     """y float32 [output_bs or m, n] (op-plugin meta); the A8W8 inputs of the doc's data-type table."""
+    x, w, group_list = call.x, call.w, call.group_list
     require_dtype("x", x, (torch.int8,))
     require_dtype("w", w, (torch.int8,), "(the A8W4 int4 weights are not implemented)")
     if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
-        raise ValueError(f"x {list(x.shape)} and w {list(w.shape)} must be [m, k] and [e, k, n] (logical shape)")
+        raise OpArgumentError(f"x {list(x.shape)} and w {list(w.shape)} must be [m, k] and [e, k, n] (logical shape)")
     rows, experts, n = x.shape[0], w.shape[0], w.shape[2]
     require_dtype("group_list", group_list, (torch.int64,))
     require_shape("group_list", group_list, ((experts,),))
-    scale, pertoken_scale = options.get("scale"), options.get("pertoken_scale")
+    scale, pertoken_scale = call.scale, call.pertoken_scale
     if scale is None or pertoken_scale is None:
-        raise ValueError("A8W8 needs scale [e, n] (per channel) and pertoken_scale [m] (per token), float32")
+        raise OpArgumentError("A8W8 needs scale [e, n] (per channel) and pertoken_scale [m] (per token), float32")
     for name, value, shape in (("scale", scale, (experts, n)), ("pertoken_scale", pertoken_scale, (rows,)),
-                               ("logit", options.get("logit"), (rows,)), ("row_index", options.get("row_index"), (rows,))):
+                               ("logit", call.logit, (rows,)), ("row_index", call.row_index, (rows,))):
         if value is None:
             continue
         require_dtype(name, value, (torch.int64, torch.int32) if name == "row_index" else (torch.float32,))
         require_shape(name, value, (shape,))
-    output_bs = int(options.get("output_bs") or 0)
+    output_bs = int(call.output_bs or 0)
     out_rows = output_bs if output_bs else rows
-    shared = options.get("shared_input")
+    shared = call.shared_input
     if shared is not None:
         require_dtype("shared_input", shared, (torch.bfloat16,))
-        offset = int(options.get("shared_input_offset") or 0)
+        offset = int(call.shared_input_offset or 0)
         if shared.dim() != 2 or shared.shape[1] != n or offset + shared.shape[0] > out_rows:
-            raise ValueError(f"shared_input has shape {list(shared.shape)}; expected [rows, {n}] fitting in the "
-                             f"{out_rows} output rows from shared_input_offset={offset}")
+            raise OpArgumentError(f"shared_input has shape {list(shared.shape)}; expected [rows, {n}] fitting in the "
+                                  f"{out_rows} output rows from shared_input_offset={offset}")
     return Out([out_rows, n], torch.float32)
 
 
-def _gmm_finalize_routing_kernel(x: torch.Tensor, w: torch.Tensor, group_list: torch.Tensor, **options: Any) -> torch.Tensor:
-    list_type = int(options.get("group_list_type", 1))
-    scale, pertoken_scale, logit = options["scale"], options["pertoken_scale"], options.get("logit")
-    row_index = options.get("row_index")
-    out = torch.zeros(_gmm_finalize_routing_meta(x, w, group_list, **options).shape, dtype=torch.float32)
-    shared = options.get("shared_input")
+def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
+    x, w, scale, pertoken_scale, logit = call.x, call.w, call.scale, call.pertoken_scale, call.logit
+    row_index = call.row_index
+    out = torch.zeros(_gmm_finalize_routing_meta(call).shape, dtype=torch.float32)
+    shared = call.shared_input
     if shared is not None:
-        offset = int(options.get("shared_input_offset") or 0)
-        weight = float(options.get("shared_input_weight", 1.0))
+        offset = int(call.shared_input_offset or 0)
+        weight = float(call.shared_input_weight)
         out[offset:offset + shared.shape[0]] = shared.to(torch.float32) * weight
     start = 0
-    for group, count in _group_row_counts(group_list, list_type, x.shape[0]):
+    for group, count in _group_row_counts(call.group_list, int(call.group_list_type), x.shape[0]):
         stop = start + count
         rows = _quant_group(x[start:stop], w[group], None, scale[group], pertoken_scale[start:stop], torch.float32)
         if logit is not None:
             rows = rows * logit[start:stop].reshape(-1, 1)
         targets = torch.arange(start, stop) if row_index is None else row_index[start:stop].to(torch.int64)
         if bool(((targets < 0) | (targets >= out.shape[0])).any()):
-            raise ValueError(f"row_index holds {targets.tolist()}; every value must be an output row in [0, {out.shape[0]})")
+            raise OpArgumentError(
+                f"row_index holds {targets.tolist()}; every value must be an output row in [0, {out.shape[0]})"
+            )
         out.index_add_(0, targets, rows)
         start = stop
     return out
 
 
 @npu_op(
-    "(Tensor x, Tensor w, Tensor group_list, *, Tensor? scale=None, Tensor? bias=None, Tensor? offset=None, "
-    "Tensor? pertoken_scale=None, Tensor? shared_input=None, Tensor? logit=None, Tensor? row_index=None, "
-    "ScalarType? dtype=None, float? shared_input_weight=1.0, int? shared_input_offset=0, int? output_bs=0, "
-    "int? group_list_type=1, int[]? tuning_config=None, int? x_dtype=None, int? w_dtype=None, int? scale_dtype=None, "
-    "int? pertoken_scale_dtype=None) -> Tensor",
     source=GMM_FINALIZE_ROUTING_DOC,
     meta=_gmm_finalize_routing_meta,
     kernel=_gmm_finalize_routing_kernel,

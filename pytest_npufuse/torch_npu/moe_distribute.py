@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..errors import OpArgumentError, OpTypeError
 from .checks import (
     HALF_DTYPES,
     require_choice,
@@ -38,7 +39,7 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import round_to_int8
-from .registry import Out, npu_op
+from .registry import Arguments, Out, npu_op
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 NO_QUANT, DYNAMIC_QUANT = 0, 2
@@ -63,19 +64,21 @@ class _World:
         return self.rank * self.local_experts
 
 
-def _world(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int, ep_rank_id: int, moe_expert_num: int,
-           global_bs: int) -> _World:
+def _world(call: Arguments, x: torch.Tensor) -> _World:
+    """The EP geometry of a dispatch or combine call; ``x`` is the tokens (``[BS, H]``) the call routes."""
+    expert_ids, ep_world_size, ep_rank_id = call.expert_ids, call.ep_world_size, call.ep_rank_id
+    moe_expert_num = call.moe_expert_num
     bs, k = expert_ids.shape
     if x.dim() != 2 or expert_ids.dim() != 2 or x.shape[0] != bs:
-        raise ValueError(f"x {list(x.shape)} and expert_ids {list(expert_ids.shape)} must be [BS, H] and [BS, K]")
+        raise OpArgumentError(f"x {list(x.shape)} and expert_ids {list(expert_ids.shape)} must be [BS, H] and [BS, K]")
     if not 0 <= ep_rank_id < ep_world_size:
-        raise ValueError(f"ep_rank_id={ep_rank_id} must be in [0, ep_world_size={ep_world_size})")
+        raise OpArgumentError(f"ep_rank_id={ep_rank_id} must be in [0, ep_world_size={ep_world_size})")
     if moe_expert_num % ep_world_size:
-        raise ValueError(f"moe_expert_num={moe_expert_num} must be a multiple of ep_world_size={ep_world_size}")
+        raise OpArgumentError(f"moe_expert_num={moe_expert_num} must be a multiple of ep_world_size={ep_world_size}")
     if not 0 < k <= moe_expert_num:
-        raise ValueError(f"K={k} (expert_ids' second dim) must be in (0, moe_expert_num={moe_expert_num}]")
+        raise OpArgumentError(f"K={k} (expert_ids' second dim) must be in (0, moe_expert_num={moe_expert_num}]")
     local = moe_expert_num // ep_world_size
-    rows = global_bs if global_bs else bs * ep_world_size
+    rows = call.global_bs if call.global_bs else bs * ep_world_size
     return _World(ep_world_size, ep_rank_id, local, rows, rows * min(local, k))
 
 
@@ -83,14 +86,14 @@ def _check_common(group_ep: str, ep_world_size: int, ep_rank_id: int, moe_expert
                   expert_shard_type: int, shared_expert_rank_num: int, global_bs: int) -> None:
     """The scalar arguments both dispatch and combine (v1 and v2) take."""
     if not isinstance(group_ep, str):
-        raise TypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
+        raise OpTypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
     for name, value in (("ep_world_size", ep_world_size), ("ep_rank_id", ep_rank_id),
                         ("moe_expert_num", moe_expert_num), ("tp_world_size", tp_world_size),
                         ("expert_shard_type", expert_shard_type), ("shared_expert_rank_num", shared_expert_rank_num),
                         ("global_bs", global_bs)):
         require_int(name, value)
     if ep_world_size < 1 or moe_expert_num < 1:
-        raise ValueError(f"ep_world_size={ep_world_size} and moe_expert_num={moe_expert_num} must be >= 1")
+        raise OpArgumentError(f"ep_world_size={ep_world_size} and moe_expert_num={moe_expert_num} must be >= 1")
     require_choice("tp_world_size", tp_world_size, (0, 1), "TP-domain communication is not modeled; 0 or 1 mean none")
     require_choice("shared_expert_rank_num", shared_expert_rank_num, (0,),
                    "ranks dedicated to shared experts are not modeled; compute the shared expert yourself")
@@ -133,19 +136,19 @@ def _recv_offsets(counts: torch.Tensor, world: _World) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-def _dispatch_meta(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int, ep_rank_id: int,
-                   moe_expert_num: int, scales: Optional[torch.Tensor], x_active_mask: Optional[torch.Tensor],
-                   expert_scales: Optional[torch.Tensor], quant_mode: int, global_bs: int, tp_world_size: int,
-                   idx_entries) -> tuple[Out, ...]:
+def _dispatch_meta(call: Arguments, idx_entries: Callable[[int, int], int]) -> tuple[Out, ...]:
+    """The seven outputs of a dispatch; ``idx_entries`` sizes the third (v1's expand_idx, v2's assist info)."""
+    x, expert_ids, scales, expert_scales = call.x, call.expert_ids, call.scales, call.expert_scales
+    quant_mode = call.quant_mode
     require_dtype("x", x, HALF_DTYPES)
     require_dtype("expert_ids", expert_ids, (torch.int32,))
-    world = _world(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, global_bs)
-    _check_mask(x_active_mask, expert_ids)
+    world = _world(call, x)
+    _check_mask(call.x_active_mask, expert_ids)
     if scales is not None:
         if quant_mode != DYNAMIC_QUANT:
-            raise ValueError("scales (smoothing factors) are only for quant_mode=2 (dynamic int8 quantisation)")
+            raise OpArgumentError("scales (smoothing factors) are only for quant_mode=2 (dynamic int8 quantisation)")
         require_dtype("scales", scales, (torch.float32,))
-        require_shape("scales", scales, ((moe_expert_num, x.shape[1]),))
+        require_shape("scales", scales, ((call.moe_expert_num, x.shape[1]),))
     recv_counts = world.ranks * world.local_experts
     expand_scales: list[int] = [0]
     if expert_scales is not None:
@@ -161,32 +164,31 @@ def _dispatch_meta(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int
         Out([idx_entries(expert_ids.numel(), a)], torch.int32),
         Out([world.local_experts], torch.int64),
         Out([recv_counts], torch.int32),
-        Out([tp_world_size], torch.int32),
+        Out([call.tp_world_size], torch.int32),
         Out(expand_scales, torch.float32),
     )
 
 
-def _dispatch_kernel(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: int, ep_rank_id: int,
-                     moe_expert_num: int, scales: Optional[torch.Tensor], x_active_mask: Optional[torch.Tensor],
-                     expert_scales: Optional[torch.Tensor], quant_mode: int, global_bs: int, tp_world_size: int,
-                     expert_token_nums_type: int, outputs: tuple[Out, ...]) -> tuple[torch.Tensor, ...]:
-    world = _world(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, global_bs)
+def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...]) -> tuple[torch.Tensor, ...]:
+    x, expert_ids, scales, moe_expert_num = call.x, call.expert_ids, call.scales, call.moe_expert_num
+    world = _world(call, x)
     if bool(((expert_ids < 0) | (expert_ids >= moe_expert_num)).any()):
-        raise ValueError(f"expert_ids values must lie in [0, moe_expert_num={moe_expert_num})")
-    k = expert_ids.shape[1]
+        raise OpArgumentError(f"expert_ids values must lie in [0, moe_expert_num={moe_expert_num})")
     local = expert_ids.to(torch.int64) - world.first_expert
-    active = _active_routes(expert_ids, x_active_mask)
+    active = _active_routes(expert_ids, call.x_active_mask)
     routed = active & (local >= 0) & (local < world.local_experts)
     pairs = torch.nonzero(routed)  # (token, slot), token-major
     order = torch.sort(local[routed], stable=True)  # by local expert, then token
     tokens, slots, experts = pairs[order.indices, 0], pairs[order.indices, 1], order.values
     received = len(tokens)
     if received > world.recv_rows:
-        raise ValueError(f"{received} routed tokens exceed the {world.recv_rows} rows expand_x holds; raise global_bs")
+        raise OpArgumentError(
+            f"{received} routed tokens exceed the {world.recv_rows} rows expand_x holds; raise global_bs"
+        )
     expand_x, dynamic_scales, expand_idx, _, _, tp_recv, expand_scales = (torch.zeros(o.shape, dtype=o.dtype)
                                                                           for o in outputs)
     rows = x[tokens]
-    if quant_mode == DYNAMIC_QUANT:
+    if call.quant_mode == DYNAMIC_QUANT:
         values = rows.to(torch.float32)
         if scales is not None:
             values = values * scales[experts + world.first_expert]
@@ -196,10 +198,10 @@ def _dispatch_kernel(x: torch.Tensor, expert_ids: torch.Tensor, ep_world_size: i
         dynamic_scales[:received] = scale
     expand_x[:received] = rows
     expand_idx[: expert_ids.numel()] = _send_ranks(expert_ids, active, moe_expert_num)
-    if expert_scales is not None:
-        expand_scales[:received] = expert_scales[tokens, slots]
+    if call.expert_scales is not None:
+        expand_scales[:received] = call.expert_scales[tokens, slots]
     counts = torch.bincount(experts, minlength=world.local_experts).to(torch.int64)
-    token_nums = counts if expert_token_nums_type == TOKENS_COUNT else torch.cumsum(counts, 0)
+    token_nums = counts if call.expert_token_nums_type == TOKENS_COUNT else torch.cumsum(counts, 0)
     recv_counts = torch.zeros(outputs[4].shape, dtype=torch.int32)
     recv_counts[: world.ranks * world.local_experts] = _recv_offsets(counts, world)
     return expand_x, dynamic_scales, expand_idx, token_nums, recv_counts, tp_recv, expand_scales
@@ -234,18 +236,11 @@ def _v2_idx_entries(pairs: int, recv_rows: int) -> int:
 def _dispatch_functions(idx_entries: Callable[[int, int], int]) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The meta function and kernel of one dispatch interface, which differ only in the expand_idx size."""
 
-    def meta(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
-             x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
-             **_: object) -> tuple[Out, ...]:
-        return _dispatch_meta(x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask,
-                              expert_scales, quant_mode, global_bs, tp_world_size, idx_entries)
+    def meta(call: Arguments) -> tuple[Out, ...]:
+        return _dispatch_meta(call, idx_entries)
 
-    def kernel(x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
-               x_active_mask=None, expert_scales=None, quant_mode=0, global_bs=0, tp_world_size=0,
-               expert_token_nums_type=1, **_: object) -> tuple[torch.Tensor, ...]:
-        args = (x, expert_ids, ep_world_size, ep_rank_id, moe_expert_num, scales, x_active_mask, expert_scales,
-                quant_mode, global_bs, tp_world_size)
-        return _dispatch_kernel(*args, expert_token_nums_type, _dispatch_meta(*args, idx_entries))
+    def kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
+        return _dispatch_kernel(call, _dispatch_meta(call, idx_entries))
 
     return meta, kernel
 
@@ -254,19 +249,7 @@ _dispatch_v1_meta, _dispatch_v1_kernel = _dispatch_functions(_v1_idx_entries)
 _dispatch_v2_meta, _dispatch_v2_kernel = _dispatch_functions(_v2_idx_entries)
 
 
-DISPATCH_SCHEMA_HEAD = (
-    "(Tensor x, Tensor expert_ids, str group_ep, int ep_world_size, int ep_rank_id, int moe_expert_num, *, "
-    "Tensor? scales=None, Tensor? x_active_mask=None, Tensor? expert_scales=None, "
-)
-DISPATCH_SCHEMA_TAIL = (
-    "str group_tp=\"\", int tp_world_size=0, int tp_rank_id=0, int expert_shard_type=0, int shared_expert_num=1, "
-    "int shared_expert_rank_num=0, int quant_mode=0, int global_bs=0, int expert_token_nums_type=1"
-)
-DISPATCH_OUTPUTS = " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
-
-
 @npu_op(
-    DISPATCH_SCHEMA_HEAD + DISPATCH_SCHEMA_TAIL + ")" + DISPATCH_OUTPUTS,
     source=DOCS.format("npu_moe_distribute_dispatch"),
     meta=_dispatch_v1_meta,
     kernel=_dispatch_v1_kernel,
@@ -291,7 +274,7 @@ def npu_moe_distribute_dispatch(
     quant_mode: int = 0,
     global_bs: int = 0,
     expert_token_nums_type: int = 1,
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Send each token to the ranks of its top-K experts (MC2): returns ``(expand_x, dynamic_scales,
     expand_idx, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales)``.
 
@@ -323,9 +306,6 @@ def npu_moe_distribute_dispatch(
 
 
 @npu_op(
-    DISPATCH_SCHEMA_HEAD + "Tensor? elastic_info=None, Tensor? performance_info=None, " + DISPATCH_SCHEMA_TAIL
-    + ", str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, int const_expert_num=0, "
-    "int? y_dtype=None, int? x_dtype=None, int? scales_dtype=None)" + DISPATCH_OUTPUTS,
     source=DOCS.format("npu_moe_distribute_dispatch_v2"),
     meta=_dispatch_v2_meta,
     kernel=_dispatch_v2_kernel,
@@ -359,7 +339,7 @@ def npu_moe_distribute_dispatch_v2(
     y_dtype: Optional[int] = None,
     x_dtype: Optional[int] = None,
     scales_dtype: Optional[int] = None,
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`npu_moe_distribute_dispatch` of the v2 interface: the third output is
     ``assist_info_for_combine`` (int32 ``[max(BS*K, A*128)]``, the first ``BS*K`` entries as v1's
     ``expand_idx``) for :func:`npu_moe_distribute_combine_v2`.
@@ -385,81 +365,70 @@ def npu_moe_distribute_dispatch_v2(
 # ---------------------------------------------------------------------------------------------
 
 
-def _combine_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size, ep_rank_id,
-                  moe_expert_num, x_active_mask, shared_expert_x, global_bs) -> Out:
+def _combine_meta(call: Arguments, expand_idx: torch.Tensor) -> Out:
+    """The combined tokens; ``expand_idx`` is dispatch's third output (v2's assist_info_for_combine)."""
+    expand_x, expert_ids, ep_send_counts = call.expand_x, call.expert_ids, call.ep_send_counts
+    expert_scales = call.expert_scales
     require_dtype("expand_x", expand_x, HALF_DTYPES, "(int32 expert outputs with dequant scales are not modeled)")
     require_dtype("expert_ids", expert_ids, (torch.int32,))
     require_dtype("expand_idx", expand_idx, (torch.int32,))
     require_dtype("ep_send_counts", ep_send_counts, (torch.int32,))
     require_dtype("expert_scales", expert_scales, (torch.float32,))
-    world = _world(expert_ids.new_empty(expert_ids.shape[0], 1), expert_ids, ep_world_size, ep_rank_id,
-                   moe_expert_num, global_bs)
+    world = _world(call, expert_ids.new_empty(expert_ids.shape[0], 1))
     if expand_x.dim() != 2 or expand_x.shape[0] < world.recv_rows:
-        raise ValueError(f"expand_x has shape {list(expand_x.shape)}; expected [A >= {world.recv_rows}, H] "
-                         "(dispatch's expand_x after the experts)")
+        raise OpArgumentError(f"expand_x has shape {list(expand_x.shape)}; expected [A >= {world.recv_rows}, H] "
+                              "(dispatch's expand_x after the experts)")
     require_shape("expert_scales", expert_scales, (tuple(expert_ids.shape),))
     if expand_idx.dim() != 1 or expand_idx.shape[0] < expert_ids.numel():
-        raise ValueError(f"expand_idx has shape {list(expand_idx.shape)}; pass dispatch's third output unchanged")
+        raise OpArgumentError(f"expand_idx has shape {list(expand_idx.shape)}; pass dispatch's third output unchanged")
     if ep_send_counts.dim() != 1 or ep_send_counts.shape[0] < world.ranks * world.local_experts:
-        raise ValueError(f"ep_send_counts has shape {list(ep_send_counts.shape)}; pass dispatch's ep_recv_counts")
-    _check_mask(x_active_mask, expert_ids)
-    tokens, h = expert_ids.shape[0], expand_x.shape[1]
+        raise OpArgumentError(f"ep_send_counts has shape {list(ep_send_counts.shape)}; pass dispatch's ep_recv_counts")
+    _check_mask(call.x_active_mask, expert_ids)
+    tokens, h, shared_expert_x = expert_ids.shape[0], expand_x.shape[1], call.shared_expert_x
     if shared_expert_x is not None:
         require_dtype("shared_expert_x", shared_expert_x, (expand_x.dtype,))
         if shared_expert_x.numel() != tokens * h or shared_expert_x.shape[-1] != h:
-            raise ValueError(f"shared_expert_x has shape {list(shared_expert_x.shape)}; expected [{tokens}, {h}]")
+            raise OpArgumentError(f"shared_expert_x has shape {list(shared_expert_x.shape)}; expected [{tokens}, {h}]")
     return Out([tokens, h], expand_x.dtype)
 
 
-def _combine_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size, ep_rank_id,
-                    moe_expert_num, x_active_mask, shared_expert_x, global_bs) -> torch.Tensor:
-    world = _world(expert_ids.new_empty(expert_ids.shape[0], 1), expert_ids, ep_world_size, ep_rank_id,
-                   moe_expert_num, global_bs)
+def _combine_kernel(call: Arguments, expand_idx: torch.Tensor) -> torch.Tensor:
+    expand_x, expert_ids, expert_scales = call.expand_x, call.expert_ids, call.expert_scales
+    world = _world(call, expert_ids.new_empty(expert_ids.shape[0], 1))
     tokens, k = expert_ids.shape
     local = expert_ids.to(torch.int64) - world.first_expert
-    routed = _active_routes(expert_ids, x_active_mask) & (local >= 0) & (local < world.local_experts)
+    routed = _active_routes(expert_ids, call.x_active_mask) & (local >= 0) & (local < world.local_experts)
     block = local.clamp(0, world.local_experts - 1) * world.ranks + world.rank
-    counts = ep_send_counts.to(torch.int64)
+    counts = call.ep_send_counts.to(torch.int64)
     starts = torch.where(block > 0, counts[(block - 1).clamp(min=0)], 0)
     rows = starts + expand_idx[: tokens * k].to(torch.int64).reshape(tokens, k)
     if bool(((rows < 0) | (rows >= expand_x.shape[0]))[routed].any()):
-        raise ValueError("expand_idx / ep_send_counts point outside expand_x; pass dispatch's outputs unchanged")
+        raise OpArgumentError("expand_idx / ep_send_counts point outside expand_x; pass dispatch's outputs unchanged")
     source = expand_x.to(torch.float32)
     out = torch.zeros(tokens, expand_x.shape[1], dtype=torch.float32)
     for slot in range(k):
         picked = source[rows[:, slot].clamp(0, expand_x.shape[0] - 1)]
         weighted = expert_scales[:, slot].unsqueeze(-1) * picked
         out = out + torch.where(routed[:, slot].unsqueeze(-1), weighted, 0.0)
-    if shared_expert_x is not None:
-        out = out + shared_expert_x.reshape(tokens, -1).to(torch.float32)
+    if call.shared_expert_x is not None:
+        out = out + call.shared_expert_x.reshape(tokens, -1).to(torch.float32)
     return out.to(expand_x.dtype)
 
 
-def _combine_adapter_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, group_ep, ep_world_size,
-                          ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None, global_bs=0,
-                          **_: object) -> Out:
-    """Meta function of both combine interfaces (the third argument is expand_idx or assist_info_for_combine)."""
-    return _combine_meta(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size,
-                         ep_rank_id, moe_expert_num, x_active_mask, shared_expert_x, global_bs)
+def _combine_functions(index: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The meta function and kernel of one combine interface: ``index`` names its third argument."""
+
+    def meta(call: Arguments) -> Out:
+        return _combine_meta(call, getattr(call, index))
+
+    def kernel(call: Arguments) -> torch.Tensor:
+        return _combine_kernel(call, getattr(call, index))
+
+    return meta, kernel
 
 
-def _combine_adapter_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, group_ep,
-                            ep_world_size, ep_rank_id, moe_expert_num, *, x_active_mask=None, shared_expert_x=None,
-                            global_bs=0, **_: object) -> torch.Tensor:
-    """CPU kernel of both combine interfaces."""
-    return _combine_kernel(expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, ep_world_size,
-                           ep_rank_id, moe_expert_num, x_active_mask, shared_expert_x, global_bs)
-
-
-COMBINE_SCHEMA_HEAD = (
-    "(Tensor expand_x, Tensor expert_ids, Tensor {idx}, Tensor ep_send_counts, Tensor expert_scales, str group_ep, "
-    "int ep_world_size, int ep_rank_id, int moe_expert_num, *, Tensor? tp_send_counts=None, "
-    "Tensor? x_active_mask=None, "
-)
-COMBINE_SCHEMA_SHARED = (
-    "str group_tp=\"\", int tp_world_size=0, int tp_rank_id=0, int expert_shard_type=0, int shared_expert_num=1, "
-    "int shared_expert_rank_num=0, int global_bs=0, "
-)
+_combine_v1_meta, _combine_v1_kernel = _combine_functions("expand_idx")
+_combine_v2_meta, _combine_v2_kernel = _combine_functions("assist_info_for_combine")
 
 
 def _check_combine_scalars(comm_quant_mode: int, **common: Any) -> None:
@@ -469,13 +438,9 @@ def _check_combine_scalars(comm_quant_mode: int, **common: Any) -> None:
 
 
 @npu_op(
-    COMBINE_SCHEMA_HEAD.format(idx="expand_idx")
-    + "Tensor? activation_scale=None, Tensor? weight_scale=None, Tensor? group_list=None, "
-    "Tensor? expand_scales=None, Tensor? shared_expert_x=None, " + COMBINE_SCHEMA_SHARED
-    + "int out_dtype=0, int comm_quant_mode=0, int group_list_type=0) -> Tensor",
     source=DOCS.format("npu_moe_distribute_combine"),
-    meta=_combine_adapter_meta,
-    kernel=_combine_adapter_kernel,
+    meta=_combine_v1_meta,
+    kernel=_combine_v1_kernel,
 )
 def npu_moe_distribute_combine(
     expand_x: torch.Tensor,
@@ -537,15 +502,9 @@ def npu_moe_distribute_combine(
 
 
 @npu_op(
-    COMBINE_SCHEMA_HEAD.format(idx="assist_info_for_combine")
-    + "Tensor? expand_scales=None, Tensor? shared_expert_x=None, Tensor? elastic_info=None, Tensor? ori_x=None, "
-    "Tensor? const_expert_alpha_1=None, Tensor? const_expert_alpha_2=None, Tensor? const_expert_v=None, "
-    "Tensor? performance_info=None, " + COMBINE_SCHEMA_SHARED
-    + "int comm_quant_mode=0, str comm_alg=\"\", int zero_expert_num=0, int copy_expert_num=0, "
-    "int const_expert_num=0) -> Tensor",
     source=DOCS.format("npu_moe_distribute_combine_v2"),
-    meta=_combine_adapter_meta,
-    kernel=_combine_adapter_kernel,
+    meta=_combine_v2_meta,
+    kernel=_combine_v2_kernel,
 )
 def npu_moe_distribute_combine_v2(
     expand_x: torch.Tensor,

@@ -11,10 +11,11 @@ output shapes.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Annotated, Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     require_bool,
@@ -27,7 +28,7 @@ from .checks import (
     require_tensors,
 )
 from .fixedorder import round_to_int8, softmax
-from .registry import Out, npu_op
+from .registry import Arguments, Out, bind, npu_op
 
 OP_PLUGIN_DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 NO_QUANT, STATIC_QUANT, DYNAMIC_QUANT = -1, 0, 1
@@ -43,19 +44,19 @@ TOP_K_LIMIT = 1024  # gating_top_k_softmax: k <= 1024 (API page)
 # ---------------------------------------------------------------------------------------------
 
 
-def _gating_top_k_softmax_meta(x: torch.Tensor, finished: Optional[torch.Tensor] = None, k: int = 1) -> tuple[Out, ...]:
+def _gating_top_k_softmax_meta(call: Arguments) -> tuple[Out, ...]:
+    x, k = call.x, call.k
     require_dtype("x", x, FLOAT_DTYPES)
     if x.dim() not in (2, 3):
-        raise ValueError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts] or 3-D [B, S, experts]")
+        raise OpArgumentError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts] or 3-D [B, S, experts]")
     if not 0 < k <= min(x.shape[-1], TOP_K_LIMIT):
-        raise ValueError(f"k={k} must satisfy 0 < k <= experts ({x.shape[-1]}) and k <= {TOP_K_LIMIT}")
+        raise OpArgumentError(f"k={k} must satisfy 0 < k <= experts ({x.shape[-1]}) and k <= {TOP_K_LIMIT}")
     shape = [*x.shape[:-1], k]
     return Out(shape, x.dtype), Out(shape, torch.int32), Out(shape, torch.int32)
 
 
-def _gating_top_k_softmax_kernel(
-    x: torch.Tensor, finished: Optional[torch.Tensor] = None, k: int = 1
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _gating_top_k_softmax_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x, k = call.x, call.k
     probs = softmax(x.to(torch.float32))
     best = torch.sort(probs, dim=-1, descending=True, stable=True)
     rows = math.prod(x.shape[:-1])
@@ -64,7 +65,6 @@ def _gating_top_k_softmax_kernel(
 
 
 @npu_op(
-    "(Tensor x, Tensor? finished=None, int k=1) -> (Tensor, Tensor, Tensor)",
     source=OP_PLUGIN_DOCS.format("npu_moe_gating_top_k_softmax"),
     meta=_gating_top_k_softmax_meta,
     kernel=_gating_top_k_softmax_kernel,
@@ -89,7 +89,7 @@ def npu_moe_gating_top_k_softmax(
     require_tensors(x=x, finished=finished)
     require_int("k", k)
     if finished is not None:
-        raise ValueError(
+        raise OpArgumentError(
             "finished is not implemented by the CPU model of npu_moe_gating_top_k_softmax (the API page does "
             "not define a finished row's outputs); pass None"
         )
@@ -100,42 +100,42 @@ def npu_moe_gating_top_k_softmax(
 # ---------------------------------------------------------------------------------------------
 
 
-def _init_routing_meta(x: torch.Tensor, row_idx: torch.Tensor, expert_idx: torch.Tensor, active_num: int) -> tuple[
+def _init_routing_meta(call: Arguments) -> tuple[
     Out, ...
 ]:
+    x, expert_idx, active_num = call.x, call.expert_idx, call.active_num
     require_dtype("x", x, FLOAT_DTYPES)
-    require_dtype("row_idx", row_idx, (torch.int32,))
+    require_dtype("row_idx", call.row_idx, (torch.int32,))
     require_dtype("expert_idx", expert_idx, (torch.int32,))
     if x.dim() != 2 or expert_idx.dim() != 2 or expert_idx.shape[0] != x.shape[0]:
-        raise ValueError(
+        raise OpArgumentError(
             f"x {list(x.shape)} and expert_idx {list(expert_idx.shape)} must be [NUM_ROWS, H] and [NUM_ROWS, K]"
         )
-    require_shape("row_idx", row_idx, (tuple(expert_idx.shape),))
+    require_shape("row_idx", call.row_idx, (tuple(expert_idx.shape),))
     if active_num < 0:
-        raise ValueError(f"active_num={active_num} must be >= 0 (the rows of x to route)")
+        raise OpArgumentError(f"active_num={active_num} must be >= 0 (the rows of x to route)")
     rows, k = expert_idx.shape
     return Out([min(rows, active_num) * k, x.shape[1]], x.dtype), Out([rows * k], torch.int32), Out(
         [rows * k], torch.int32
     )
 
 
-def _init_routing_kernel(x: torch.Tensor, row_idx: torch.Tensor, expert_idx: torch.Tensor, active_num: int) -> tuple[
+def _init_routing_kernel(call: Arguments) -> tuple[
     torch.Tensor, torch.Tensor, torch.Tensor
 ]:
-    rows, k = expert_idx.shape
-    order = torch.sort(expert_idx.reshape(-1), stable=True)
-    dst_to_src = row_idx.reshape(-1).to(torch.int64)[order.indices]
+    rows, k = call.expert_idx.shape
+    order = torch.sort(call.expert_idx.reshape(-1), stable=True)
+    dst_to_src = call.row_idx.reshape(-1).to(torch.int64)[order.indices]
     if rows * k and not bool(((dst_to_src >= 0) & (dst_to_src < rows * k)).all()):
-        raise ValueError(f"row_idx values must lie in [0, NUM_ROWS * K) = [0, {rows * k}); build it as "
-                         "npu_moe_gating_top_k_softmax does")
+        raise OpArgumentError(f"row_idx values must lie in [0, NUM_ROWS * K) = [0, {rows * k}); build it as "
+                              "npu_moe_gating_top_k_softmax does")
     expanded_row_idx = torch.zeros(rows * k, dtype=torch.int32)
     expanded_row_idx[dst_to_src] = torch.arange(rows * k, dtype=torch.int32)
-    expanded_x = x[dst_to_src[: min(rows, active_num) * k] % rows]
+    expanded_x = call.x[dst_to_src[: min(rows, call.active_num) * k] % rows]
     return expanded_x, expanded_row_idx, order.values
 
 
 @npu_op(
-    "(Tensor x, Tensor row_idx, Tensor expert_idx, int active_num) -> (Tensor, Tensor, Tensor)",
     source=OP_PLUGIN_DOCS.format("npu_moe_init_routing"),
     meta=_init_routing_meta,
     kernel=_init_routing_kernel,
@@ -167,7 +167,9 @@ def _expert_range(active_expert_range: Sequence[int], expert_num: int) -> tuple[
     if not active_expert_range:
         return 0, expert_num
     if len(active_expert_range) != 2 or not 0 <= active_expert_range[0] < active_expert_range[1]:
-        raise ValueError(f"active_expert_range={list(active_expert_range)} must be [start, end) with 0 <= start < end")
+        raise OpArgumentError(
+            f"active_expert_range={list(active_expert_range)} must be [start, end) with 0 <= start < end"
+        )
     return active_expert_range[0], active_expert_range[1]
 
 
@@ -176,12 +178,12 @@ def _check_init_routing_v2_scale(
 ) -> None:
     if quant_mode == STATIC_QUANT:
         if scale is None or offset is None:
-            raise ValueError("quant_mode=0 (static quantisation) needs scale and offset, float32 of shape [1]")
+            raise OpArgumentError("quant_mode=0 (static quantisation) needs scale and offset, float32 of shape [1]")
         require_shape("scale", scale, ((1,),))
         require_shape("offset", offset, ((1,),))
         return
     if offset is not None:
-        raise ValueError(f"offset is only for quant_mode=0 (static quantisation), got quant_mode={quant_mode}")
+        raise OpArgumentError(f"offset is only for quant_mode=0 (static quantisation), got quant_mode={quant_mode}")
     if scale is None:
         return
     require_dtype("scale", scale, (torch.float32,))
@@ -191,54 +193,45 @@ def _check_init_routing_v2_scale(
         require_shape("scale", scale, ((experts, x.shape[1]), (1, x.shape[1])))
 
 
-def _init_routing_v2_meta(
-    x: torch.Tensor,
-    expert_idx: torch.Tensor,
-    *,
-    scale: Optional[torch.Tensor] = None,
-    offset: Optional[torch.Tensor] = None,
-    active_num: int = -1,
-    expert_capacity: int = -1,
-    expert_num: int = -1,
-    drop_pad_mode: int = 0,
-    expert_tokens_num_type: int = 0,
-    expert_tokens_num_flag: bool = False,
-    quant_mode: int = -1,
-    active_expert_range: Sequence[int] = (),
-    row_idx_type: int = 0,
-) -> tuple[Out, ...]:
+def _init_routing_v2_meta(call: Arguments) -> tuple[Out, ...]:
+    x, expert_idx, expert_capacity, expert_num = call.x, call.expert_idx, call.expert_capacity, call.expert_num
+    quant_mode, active_expert_range = call.quant_mode, call.active_expert_range
     require_dtype("x", x, (*FLOAT_DTYPES, torch.int8))
     if x.dtype == torch.int8 and quant_mode != NO_QUANT:
-        raise ValueError("x is already int8 (quantised before routing): use quant_mode=-1, with its per-row "
-                         "scales as scale [NUM_ROWS] to carry them to the expanded rows")
+        raise OpArgumentError("x is already int8 (quantised before routing): use quant_mode=-1, with its per-row "
+                              "scales as scale [NUM_ROWS] to carry them to the expanded rows")
     require_dtype("expert_idx", expert_idx, (torch.int32,))
     if x.dim() != 2 or expert_idx.dim() != 2 or expert_idx.shape[0] != x.shape[0]:
-        raise ValueError(
+        raise OpArgumentError(
             f"x {list(x.shape)} and expert_idx {list(expert_idx.shape)} must be [NUM_ROWS, H] and [NUM_ROWS, K]"
         )
     rows, k = expert_idx.shape
     h = x.shape[1]
     start, end = _expert_range(active_expert_range, expert_num)
-    needs_experts = drop_pad_mode == DROP_PAD or expert_tokens_num_flag or quant_mode == DYNAMIC_QUANT
+    needs_experts = call.drop_pad_mode == DROP_PAD or call.expert_tokens_num_flag or quant_mode == DYNAMIC_QUANT
     if needs_experts and expert_num <= 0 and not active_expert_range:
-        raise ValueError("expert_num must be > 0 (or active_expert_range given) for drop_pad_mode=1, "
-                         "expert_tokens_num_flag=True or quant_mode=1")
-    _check_init_routing_v2_scale(x, scale, offset, quant_mode, end - start)
+        raise OpArgumentError("expert_num must be > 0 (or active_expert_range given) for drop_pad_mode=1, "
+                              "expert_tokens_num_flag=True or quant_mode=1")
+    _check_init_routing_v2_scale(x, call.scale, call.offset, quant_mode, end - start)
     out_dtype = x.dtype if quant_mode == NO_QUANT else torch.int8
-    if drop_pad_mode == DROP_PAD:
+    if call.drop_pad_mode == DROP_PAD:
         if not 0 < expert_capacity <= rows:
-            raise ValueError(f"expert_capacity={expert_capacity} must be in (0, NUM_ROWS={rows}] for drop_pad_mode=1")
+            raise OpArgumentError(
+                f"expert_capacity={expert_capacity} must be in (0, NUM_ROWS={rows}] for drop_pad_mode=1"
+            )
         if active_expert_range and (start, end) != (0, expert_num):
-            raise ValueError("drop_pad_mode=1 routes every expert: active_expert_range must be [] or [0, expert_num]")
+            raise OpArgumentError(
+                "drop_pad_mode=1 routes every expert: active_expert_range must be [] or [0, expert_num]"
+            )
         x_shape, scale_shape = [expert_num, expert_capacity, h], [expert_num * expert_capacity]
     else:
-        expanded = rows * k if active_num <= 0 else min(active_num, rows * k)
+        expanded = rows * k if call.active_num <= 0 else min(call.active_num, rows * k)
         x_shape, scale_shape = [expanded, h], [expanded]
     if quant_mode == STATIC_QUANT:
         scale_shape = []
-    if not expert_tokens_num_flag:
+    if not call.expert_tokens_num_flag:
         tokens_shape: list[int] = []
-    elif expert_tokens_num_type == TOKENS_KEY_VALUE:
+    elif call.expert_tokens_num_type == TOKENS_KEY_VALUE:
         tokens_shape = [expert_num, 2]
     else:
         tokens_shape = [end - start]
@@ -298,28 +291,15 @@ def _quantize(rows: torch.Tensor, quant_mode: int, scale: Optional[torch.Tensor]
     return round_to_int8(values / safe.unsqueeze(-1)), dynamic
 
 
-def _init_routing_v2_kernel(
-    x: torch.Tensor,
-    expert_idx: torch.Tensor,
-    *,
-    scale: Optional[torch.Tensor] = None,
-    offset: Optional[torch.Tensor] = None,
-    active_num: int = -1,
-    expert_capacity: int = -1,
-    expert_num: int = -1,
-    drop_pad_mode: int = 0,
-    expert_tokens_num_type: int = 0,
-    expert_tokens_num_flag: bool = False,
-    quant_mode: int = -1,
-    active_expert_range: Sequence[int] = (),
-    row_idx_type: int = 0,
-) -> tuple[torch.Tensor, ...]:
-    rows, k = expert_idx.shape
-    start, end = _expert_range(active_expert_range, expert_num)
+def _init_routing_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
+    x, scale, active_num, expert_capacity = call.x, call.scale, call.active_num, call.expert_capacity
+    expert_num, quant_mode = call.expert_num, call.quant_mode
+    rows, k = call.expert_idx.shape
+    start, end = _expert_range(call.active_expert_range, expert_num)
     end = end if end > 0 else torch.iinfo(torch.int32).max
-    sorted_experts, positions, inside = _sorted_routes(expert_idx, start, end)
+    sorted_experts, positions, inside = _sorted_routes(call.expert_idx, start, end)
     expanded_row_idx = torch.full((rows * k,), -1, dtype=torch.int32)
-    if drop_pad_mode == DROP_PAD:
+    if call.drop_pad_mode == DROP_PAD:
         slots = _drop_pad_slots(sorted_experts, inside, expert_capacity)
         kept = slots >= 0
         target, source, experts = slots[kept], positions[kept], sorted_experts[kept]
@@ -328,7 +308,7 @@ def _init_routing_v2_kernel(
     else:
         valid = inside if active_num <= 0 else min(active_num, inside)
         target, source, experts = torch.arange(valid), positions[:valid], sorted_experts[:valid]
-        if row_idx_type == SCATTER_INDEX:
+        if call.row_idx_type == SCATTER_INDEX:
             expanded_row_idx = positions.to(torch.int32)
         else:
             expanded_row_idx[positions[:inside]] = torch.arange(inside, dtype=torch.int32)
@@ -343,25 +323,21 @@ def _init_routing_v2_kernel(
         row_scale = None
         if scale is not None:
             row_scale = scale if scale.shape[0] == 1 else scale[experts - start]
-        values, dynamic = _quantize(gathered, quant_mode, scale, offset, row_scale)
+        values, dynamic = _quantize(gathered, quant_mode, scale, call.offset, row_scale)
         if dynamic is not None:
             expanded_scale[target] = dynamic
     expanded_x = torch.zeros(total, x.shape[1], dtype=values.dtype)
     expanded_x[target] = values
-    if drop_pad_mode == DROP_PAD:
+    if call.drop_pad_mode == DROP_PAD:
         expanded_x = expanded_x.reshape(expert_num, expert_capacity, x.shape[1])
-    tokens = (_expert_tokens(sorted_experts[:inside], start, end, expert_num, expert_tokens_num_type)
-              if expert_tokens_num_flag else torch.zeros((), dtype=torch.int64))
+    tokens = (_expert_tokens(sorted_experts[:inside], start, end, expert_num, call.expert_tokens_num_type)
+              if call.expert_tokens_num_flag else torch.zeros((), dtype=torch.int64))
     if quant_mode == STATIC_QUANT:
         expanded_scale = torch.zeros((), dtype=torch.float32)
     return expanded_x, expanded_row_idx, tokens, expanded_scale
 
 
 @npu_op(
-    "(Tensor x, Tensor expert_idx, *, Tensor? scale=None, Tensor? offset=None, int active_num=-1, "
-    "int expert_capacity=-1, int expert_num=-1, int drop_pad_mode=0, int expert_tokens_num_type=0, "
-    "bool expert_tokens_num_flag=False, int quant_mode=-1, int[2] active_expert_range=[], int row_idx_type=0) "
-    "-> (Tensor, Tensor, Tensor, Tensor)",
     source=OP_PLUGIN_DOCS.format("npu_moe_init_routing_v2"),
     meta=_init_routing_v2_meta,
     kernel=_init_routing_v2_kernel,
@@ -379,7 +355,7 @@ def npu_moe_init_routing_v2(
     expert_tokens_num_type: int = 0,
     expert_tokens_num_flag: bool = False,
     quant_mode: int = -1,
-    active_expert_range: Sequence[int] = (),
+    active_expert_range: Annotated[Sequence[int], 2] = (),
     row_idx_type: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Route tokens to experts (optionally quantising them): returns
@@ -428,24 +404,24 @@ def npu_moe_init_routing_v2(
 EXPERT_TOKENS_MAX_EXPERTS = 2048  # num_expert in (0, 2048] (API page)
 
 
-def _compute_expert_tokens_meta(sorted_expert_for_source_row: torch.Tensor, num_expert: int) -> Out:
+def _compute_expert_tokens_meta(call: Arguments) -> Out:
+    sorted_expert_for_source_row = call.sorted_expert_for_source_row
     require_dtype("sorted_expert_for_source_row", sorted_expert_for_source_row, (torch.int32,))
     if sorted_expert_for_source_row.dim() != 1:
-        raise ValueError(f"sorted_expert_for_source_row has shape {list(sorted_expert_for_source_row.shape)}; "
-                         "expected 1-D (the sorted experts of npu_moe_init_routing)")
-    return Out([num_expert], torch.int32)
+        raise OpArgumentError(f"sorted_expert_for_source_row has shape {list(sorted_expert_for_source_row.shape)}; "
+                              "expected 1-D (the sorted experts of npu_moe_init_routing)")
+    return Out([call.num_expert], torch.int32)
 
 
-def _compute_expert_tokens_kernel(sorted_expert_for_source_row: torch.Tensor, num_expert: int) -> torch.Tensor:
-    experts = sorted_expert_for_source_row
+def _compute_expert_tokens_kernel(call: Arguments) -> torch.Tensor:
+    experts = call.sorted_expert_for_source_row
     if experts.numel() and bool((experts[1:] < experts[:-1]).any()):
-        raise ValueError("sorted_expert_for_source_row must be non-decreasing (sorted by expert)")
-    bounds = torch.arange(num_expert, dtype=torch.int32)
+        raise OpArgumentError("sorted_expert_for_source_row must be non-decreasing (sorted by expert)")
+    bounds = torch.arange(call.num_expert, dtype=torch.int32)
     return torch.searchsorted(experts, bounds, right=True).to(torch.int32)
 
 
 @npu_op(
-    "(Tensor sorted_expert_for_source_row, int num_expert) -> Tensor",
     source=OP_PLUGIN_DOCS.format("npu_moe_compute_expert_tokens"),
     meta=_compute_expert_tokens_meta,
     kernel=_compute_expert_tokens_kernel,
@@ -461,7 +437,7 @@ def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, nu
     require_tensors(sorted_expert_for_source_row=sorted_expert_for_source_row)
     require_int("num_expert", num_expert)
     if not 0 < num_expert <= EXPERT_TOKENS_MAX_EXPERTS:
-        raise ValueError(f"num_expert={num_expert} must be in (0, {EXPERT_TOKENS_MAX_EXPERTS}]")
+        raise OpArgumentError(f"num_expert={num_expert} must be in (0, {EXPERT_TOKENS_MAX_EXPERTS}]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -472,81 +448,64 @@ FINALIZE_DROP_MODES = (1, 3)  # expanded rows are [E, C, H]
 FINALIZE_ROW_MAJOR = (2, 3)  # expanded_src_to_dst_row indexed token-major (i * K + k)
 
 
-def _finalize_routing_meta(
-    expanded_permuted_rows: torch.Tensor,
-    skip1: Optional[torch.Tensor],
-    skip2: Optional[torch.Tensor],
-    bias: Optional[torch.Tensor],
-    scales: Optional[torch.Tensor],
-    expanded_src_to_dst_row: torch.Tensor,
-    export_for_source_row: Optional[torch.Tensor],
-    drop_pad_mode: Optional[int] = 0,
-    k: Optional[int] = 1,
-) -> Out:
-    rows = expanded_permuted_rows
+def _finalize_routing_meta(call: Arguments) -> Out:
+    bias, scales, expanded_src_to_dst_row = call.bias, call.scales, call.expanded_src_to_dst_row
+    export_for_source_row = call.export_for_source_row
+    rows = call.expanded_permuted_rows
     require_dtype("expanded_permuted_rows", rows, FLOAT_DTYPES)
     require_dtype("expanded_src_to_dst_row", expanded_src_to_dst_row, (torch.int32,))
-    mode = drop_pad_mode or 0
+    mode = call.drop_pad_mode or 0
     expected_dims = 3 if mode in FINALIZE_DROP_MODES else 2
     if rows.dim() != expected_dims:
-        raise ValueError(f"expanded_permuted_rows has shape {list(rows.shape)}; drop_pad_mode={mode} needs "
-                         f"{'[E, C, H]' if expected_dims == 3 else '[NUM_ROWS * K, H]'}")
+        raise OpArgumentError(f"expanded_permuted_rows has shape {list(rows.shape)}; drop_pad_mode={mode} needs "
+                              f"{'[E, C, H]' if expected_dims == 3 else '[NUM_ROWS * K, H]'}")
     if expanded_src_to_dst_row.dim() != 1:
-        raise ValueError("expanded_src_to_dst_row must be 1-D [NUM_ROWS * K]")
+        raise OpArgumentError("expanded_src_to_dst_row must be 1-D [NUM_ROWS * K]")
     routes = expanded_src_to_dst_row.shape[0]
-    top_k = scales.shape[1] if scales is not None and scales.dim() == 2 else (k or 1)
+    top_k = scales.shape[1] if scales is not None and scales.dim() == 2 else (call.k or 1)
     if top_k <= 0 or routes % top_k:
-        raise ValueError(f"expanded_src_to_dst_row has {routes} entries, not a multiple of K={top_k}")
+        raise OpArgumentError(f"expanded_src_to_dst_row has {routes} entries, not a multiple of K={top_k}")
     tokens, h = routes // top_k, rows.shape[-1]
-    for name, tensor in (("skip1", skip1), ("skip2", skip2)):
+    for name, tensor in (("skip1", call.skip1), ("skip2", call.skip2)):
         if tensor is not None:
             require_dtype(name, tensor, (rows.dtype,), "(expanded_permuted_rows' dtype)")
             require_shape(name, tensor, ((tokens, h),))
-    if skip1 is None and skip2 is not None:
-        raise ValueError("skip2 needs skip1 (the API page: when skip1 is None, skip2 must be None too)")
+    if call.skip1 is None and call.skip2 is not None:
+        raise OpArgumentError("skip2 needs skip1 (the API page: when skip1 is None, skip2 must be None too)")
     if scales is not None:
         require_dtype("scales", scales, (rows.dtype,), "(expanded_permuted_rows' dtype)")
         require_shape("scales", scales, ((tokens, top_k),))
     if bias is not None:
         require_dtype("bias", bias, (rows.dtype,), "(expanded_permuted_rows' dtype)")
         if bias.dim() != 2 or bias.shape[1] != h:
-            raise ValueError(f"bias has shape {list(bias.shape)}; expected [E, {h}]")
+            raise OpArgumentError(f"bias has shape {list(bias.shape)}; expected [E, {h}]")
         if export_for_source_row is None:
-            raise ValueError("bias needs export_for_source_row (the expert of each (token, k)) to pick its row")
+            raise OpArgumentError("bias needs export_for_source_row (the expert of each (token, k)) to pick its row")
     if export_for_source_row is not None:
         require_dtype("export_for_source_row", export_for_source_row, (torch.int32,))
         require_shape("export_for_source_row", export_for_source_row, ((tokens, top_k),))
     return Out([tokens, h], rows.dtype)
 
 
-def _finalize_routing_kernel(
-    expanded_permuted_rows: torch.Tensor,
-    skip1: Optional[torch.Tensor],
-    skip2: Optional[torch.Tensor],
-    bias: Optional[torch.Tensor],
-    scales: Optional[torch.Tensor],
-    expanded_src_to_dst_row: torch.Tensor,
-    export_for_source_row: Optional[torch.Tensor],
-    drop_pad_mode: Optional[int] = 0,
-    k: Optional[int] = 1,
-) -> torch.Tensor:
-    mode = drop_pad_mode or 0
+def _finalize_routing_kernel(call: Arguments) -> torch.Tensor:
+    expanded_permuted_rows, skip1, scales = call.expanded_permuted_rows, call.skip1, call.scales
+    mode = call.drop_pad_mode or 0
     h = expanded_permuted_rows.shape[-1]
     source = expanded_permuted_rows.reshape(-1, h).to(torch.float32)
-    routes = expanded_src_to_dst_row.shape[0]
-    top_k = scales.shape[1] if scales is not None else (k or 1)
+    routes = call.expanded_src_to_dst_row.shape[0]
+    top_k = scales.shape[1] if scales is not None else (call.k or 1)
     tokens = routes // top_k
-    dst = expanded_src_to_dst_row.to(torch.int64)
+    dst = call.expanded_src_to_dst_row.to(torch.int64)
     dst = dst.reshape(tokens, top_k) if mode in FINALIZE_ROW_MAJOR else dst.reshape(top_k, tokens).t()
     if bool(((dst < -1) | (dst >= source.shape[0])).any()):
-        raise ValueError(f"expanded_src_to_dst_row values must lie in [-1, {source.shape[0]}) (-1: dropped)")
+        raise OpArgumentError(f"expanded_src_to_dst_row values must lie in [-1, {source.shape[0]}) (-1: dropped)")
     out = torch.zeros(tokens, h, dtype=torch.float32)
     if skip1 is not None:
-        out = skip1.to(torch.float32) if skip2 is None else skip1.to(torch.float32) + skip2.to(torch.float32)
+        out = skip1.to(torch.float32) if call.skip2 is None else skip1.to(torch.float32) + call.skip2.to(torch.float32)
     for slot in range(top_k):
         rows = torch.where((dst[:, slot] >= 0).unsqueeze(-1), source[dst[:, slot].clamp(min=0)], 0.0)
-        if bias is not None:
-            rows = rows + bias.to(torch.float32)[export_for_source_row[:, slot].to(torch.int64)]
+        if call.bias is not None:
+            rows = rows + call.bias.to(torch.float32)[call.export_for_source_row[:, slot].to(torch.int64)]
         if scales is not None:
             rows = scales[:, slot].to(torch.float32).unsqueeze(-1) * rows
         out = out + rows
@@ -554,8 +513,6 @@ def _finalize_routing_kernel(
 
 
 @npu_op(
-    "(Tensor expanded_permuted_rows, Tensor? skip1, Tensor? skip2, Tensor? bias, Tensor? scales, "
-    "Tensor expanded_src_to_dst_row, Tensor? export_for_source_row, int? drop_pad_mode=0, int? k=1) -> Tensor",
     source=OP_PLUGIN_DOCS.format("npu_moe_finalize_routing"),
     meta=_finalize_routing_meta,
     kernel=_finalize_routing_kernel,
@@ -606,36 +563,36 @@ INIT_ROUTING_QUANT_DOC = (
 QUANT_TOKENS_NONE, QUANT_TOKENS_CUMSUM, QUANT_TOKENS_COUNT = 0, 1, 2
 
 
-def _init_routing_quant_as_v2(options: dict) -> dict:
-    """The npu_moe_init_routing_v2 arguments computing the same routing (every expert active, gather index)."""
-    mode = options.get("expert_tokens_num_mode", QUANT_TOKENS_NONE)
-    drop = options.get("drop_pad_mode", DROPLESS) == DROP_PAD
-    before_capacity = drop and options.get("expert_tokens_before_capacity_flag", False)
-    return {
-        "scale": options.get("scale"), "offset": options.get("offset"), "active_num": options.get("active_num", 1024),
-        "expert_capacity": options.get("expert_capacity", 0), "expert_num": options.get("expert_num", 256),
-        "drop_pad_mode": options.get("drop_pad_mode", DROPLESS),
-        "expert_tokens_num_type": TOKENS_CUMSUM if mode == QUANT_TOKENS_CUMSUM and not drop else TOKENS_COUNT,
-        "expert_tokens_num_flag": before_capacity or (mode != QUANT_TOKENS_NONE and not drop),
-        "quant_mode": options.get("quant_mode", DYNAMIC_QUANT), "row_idx_type": GATHER_INDEX,
-    }
+def _init_routing_quant_as_v2(call: Arguments) -> Arguments:
+    """The npu_moe_init_routing_v2 call computing the same routing (every expert active, gather index)."""
+    mode = call.expert_tokens_num_mode
+    drop = call.drop_pad_mode == DROP_PAD
+    before_capacity = drop and call.expert_tokens_before_capacity_flag
+    return bind(
+        npu_moe_init_routing_v2, call.x, call.expert_idx, scale=call.scale, offset=call.offset,
+        active_num=call.active_num, expert_capacity=call.expert_capacity, expert_num=call.expert_num,
+        drop_pad_mode=call.drop_pad_mode,
+        expert_tokens_num_type=TOKENS_CUMSUM if mode == QUANT_TOKENS_CUMSUM and not drop else TOKENS_COUNT,
+        expert_tokens_num_flag=before_capacity or (mode != QUANT_TOKENS_NONE and not drop),
+        quant_mode=call.quant_mode, row_idx_type=GATHER_INDEX,
+    )
 
 
-def _init_routing_quant_wanted(v2: dict) -> tuple[bool, bool, bool]:
+def _init_routing_quant_wanted(v2: Arguments) -> tuple[bool, bool, bool]:
     """Which optional outputs the call asks for: token counts (dropless), counts before capacity (drop/pad), scales."""
-    drop = v2["drop_pad_mode"] == DROP_PAD
-    flag = v2["expert_tokens_num_flag"]
-    return flag and not drop, flag and drop, v2["quant_mode"] == DYNAMIC_QUANT
+    drop = v2.drop_pad_mode == DROP_PAD
+    flag = v2.expert_tokens_num_flag
+    return flag and not drop, flag and drop, v2.quant_mode == DYNAMIC_QUANT
 
 
-def _init_routing_quant_meta(x: torch.Tensor, expert_idx: torch.Tensor, **options: object) -> tuple[Out, ...]:
+def _init_routing_quant_meta(call: Arguments) -> tuple[Out, ...]:
     """expanded_x int8, expanded_row_idx int32 [N*K], token counts and counts before capacity (int32
     [expert_num] when their mode asks for them, else empty), dynamic scales float32 (quant_mode=1)."""
-    require_dtype("x", x, FLOAT_DTYPES, "(the op quantises float tokens)")
-    v2 = _init_routing_quant_as_v2(options)
-    expanded_x, row_idx, _, scale = _init_routing_v2_meta(x, expert_idx, **v2)
+    require_dtype("x", call.x, FLOAT_DTYPES, "(the op quantises float tokens)")
+    v2 = _init_routing_quant_as_v2(call)
+    expanded_x, row_idx, _, scale = _init_routing_v2_meta(v2)
     counts, before_capacity, scales = _init_routing_quant_wanted(v2)
-    experts = v2["expert_num"]
+    experts = v2.expert_num
     return (
         expanded_x,
         row_idx,
@@ -645,9 +602,9 @@ def _init_routing_quant_meta(x: torch.Tensor, expert_idx: torch.Tensor, **option
     )
 
 
-def _init_routing_quant_kernel(x: torch.Tensor, expert_idx: torch.Tensor, **options: object) -> tuple[torch.Tensor, ...]:
-    v2 = _init_routing_quant_as_v2(options)
-    expanded_x, row_idx, tokens, scale = _init_routing_v2_kernel(x, expert_idx, **v2)
+def _init_routing_quant_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
+    v2 = _init_routing_quant_as_v2(call)
+    expanded_x, row_idx, tokens, scale = _init_routing_v2_kernel(v2)
     counts, before_capacity, scales = _init_routing_quant_wanted(v2)
     empty = torch.zeros(0, dtype=torch.int32)
     return (
@@ -660,9 +617,6 @@ def _init_routing_quant_kernel(x: torch.Tensor, expert_idx: torch.Tensor, **opti
 
 
 @npu_op(
-    "(Tensor x, Tensor expert_idx, *, Tensor? scale=None, Tensor? offset=None, int active_num=1024, "
-    "int expert_capacity=0, int expert_num=256, int drop_pad_mode=0, int expert_tokens_num_mode=0, "
-    "bool expert_tokens_before_capacity_flag=False, int quant_mode=1) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     source=INIT_ROUTING_QUANT_DOC,
     meta=_init_routing_quant_meta,
     kernel=_init_routing_quant_kernel,
@@ -716,15 +670,16 @@ def npu_moe_init_routing_quant(
 TOKEN_COUNT_DTYPES = (torch.int32, torch.int64)
 
 
-def _re_routing_meta(tokens: torch.Tensor, expert_token_num_per_rank: torch.Tensor, **options: object) -> tuple[Out, ...]:
+def _re_routing_meta(call: Arguments) -> tuple[Out, ...]:
     """permute_tokens [A, H], scales [A] float32, permute_token_idx int32 [A], expert_token_num [E] (op-plugin meta)."""
+    tokens, expert_token_num_per_rank = call.tokens, call.expert_token_num_per_rank
     require_dtype("tokens", tokens, (torch.float16, torch.bfloat16, torch.int8))
     require_dtype("expert_token_num_per_rank", expert_token_num_per_rank, TOKEN_COUNT_DTYPES)
     if tokens.dim() != 2 or expert_token_num_per_rank.dim() != 2:
-        raise ValueError(f"tokens {list(tokens.shape)} and expert_token_num_per_rank "
-                         f"{list(expert_token_num_per_rank.shape)} must be [A, H] and [ranks, experts]")
+        raise OpArgumentError(f"tokens {list(tokens.shape)} and expert_token_num_per_rank "
+                              f"{list(expert_token_num_per_rank.shape)} must be [A, H] and [ranks, experts]")
     rows = tokens.shape[0]
-    scales = options.get("per_token_scales")
+    scales = call.per_token_scales
     if scales is not None:
         require_dtype("per_token_scales", scales, (torch.float32,))
         require_shape("per_token_scales", scales, ((rows,),))
@@ -736,23 +691,22 @@ def _re_routing_meta(tokens: torch.Tensor, expert_token_num_per_rank: torch.Tens
     )
 
 
-def _re_routing_kernel(tokens: torch.Tensor, expert_token_num_per_rank: torch.Tensor, **options: object) -> tuple[torch.Tensor, ...]:
+def _re_routing_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
+    tokens, expert_token_num_per_rank = call.tokens, call.expert_token_num_per_rank
     counts = expert_token_num_per_rank.to(torch.int64)
     if bool((counts < 0).any()) or int(counts.sum()) != tokens.shape[0]:
-        raise ValueError(f"expert_token_num_per_rank {counts.tolist()} must be non-negative counts summing to "
-                         f"the {tokens.shape[0]} token rows")
+        raise OpArgumentError(f"expert_token_num_per_rank {counts.tolist()} must be non-negative counts summing to "
+                              f"the {tokens.shape[0]} token rows")
     ranks, experts = counts.shape
     source_start = torch.cumsum(counts.reshape(-1), 0) - counts.reshape(-1)  # rank-major: where (i, j) rows start
     order = torch.cat([torch.arange(int(source_start[i * experts + j]), int(source_start[i * experts + j] + counts[i, j]))
                        for j in range(experts) for i in range(ranks)]) if tokens.shape[0] else torch.zeros(0, dtype=torch.int64)
-    scales = options.get("per_token_scales")
+    scales = call.per_token_scales
     permuted_scales = scales[order] if scales is not None else torch.zeros(tokens.shape[0], dtype=torch.float32)
     return tokens[order], permuted_scales, order.to(torch.int32), counts.sum(0).to(expert_token_num_per_rank.dtype)
 
 
 @npu_op(
-    "(Tensor tokens, Tensor expert_token_num_per_rank, *, Tensor? per_token_scales=None, int expert_token_num_type=1, "
-    "int idx_type=0, int? tokens_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)",
     source=OP_PLUGIN_DOCS.format("npu_moe_re_routing"),
     meta=_re_routing_meta,
     kernel=_re_routing_kernel,

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     require_bool,
@@ -20,7 +21,7 @@ from .checks import (
     require_trailing,
 )
 from .fixedorder import pairwise_sum, round_to_int8
-from .registry import Out, npu_op
+from .registry import Arguments, Out, npu_op
 
 RMS_NORM_DOC = "torch_npu.npu_rms_norm, Ascend Extension for PyTorch API reference; op-plugin meta function"
 ADD_RMS_NORM_DOC = "op-plugin docs/context/torch_npu-npu_add_rms_norm.md; hicann/ops-nn norm/add_rms_norm"
@@ -41,24 +42,25 @@ def _rstd(values: torch.Tensor, norm_dims: int, epsilon: float) -> torch.Tensor:
     return (1.0 / torch.sqrt(mean_square + epsilon)).reshape(shape)
 
 
-def _rms_norm_meta(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[Out, Out]:
+def _rms_norm_meta(call: Arguments) -> tuple[Out, Out]:
     """Validate the npu_rms_norm tensors: y like x, rstd float32 with the normalised dims kept as 1."""
+    x, gamma = call.x, call.gamma
     require_dtype("x", x, FLOAT_DTYPES)
     require_dtype("gamma", gamma, (x.dtype, torch.float32), "(x's dtype or float32)")
     require_trailing("gamma", gamma, "x", x)
     return Out(list(x.shape), x.dtype), Out(_rstd_shape(x, gamma.dim()), torch.float32)
 
 
-def _rms_norm_kernel(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    values = x.to(torch.float32)
-    rstd = _rstd(values, gamma.dim(), epsilon)
-    y = values * rstd * gamma.to(torch.float32)
-    return y.to(x.dtype), rstd
+def _rms_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    values = call.x.to(torch.float32)
+    rstd = _rstd(values, call.gamma.dim(), call.epsilon)
+    y = values * rstd * call.gamma.to(torch.float32)
+    return y.to(call.x.dtype), rstd
 
 
 @npu_op(
-    "(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
     source=RMS_NORM_DOC,
+    self_name="x",
     meta=_rms_norm_meta,
     kernel=_rms_norm_kernel,
 )
@@ -88,14 +90,13 @@ def npu_rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def _add_rms_norm_meta(
-    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
-) -> tuple[Out, Out, Out]:
+def _add_rms_norm_meta(call: Arguments) -> tuple[Out, Out, Out]:
     """y and x like x1, rstd float32 with the normalised dims kept as 1."""
+    x1, x2, gamma = call.x1, call.x2, call.gamma
     require_dtype("x1", x1, FLOAT_DTYPES)
     require_dtype("x2", x2, (x1.dtype,), "(x2 must have x1's dtype)")
     if x2.shape != x1.shape:
-        raise ValueError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
+        raise OpArgumentError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
     require_dtype("gamma", gamma, (x1.dtype, torch.float32), "(x1's dtype or float32)")
     require_trailing("gamma", gamma, "x1", x1)
     like_x = Out(list(x1.shape), x1.dtype)
@@ -114,16 +115,13 @@ def rms_normalise(x: torch.Tensor, gamma: torch.Tensor, epsilon: float) -> tuple
     return values * rstd * gamma.to(torch.float32), rstd
 
 
-def _add_rms_norm_kernel(
-    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x = _residual_sum(x1, x2)
-    y, rstd = rms_normalise(x, gamma, epsilon)
-    return y.to(x1.dtype), rstd, x
+def _add_rms_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = _residual_sum(call.x1, call.x2)
+    y, rstd = rms_normalise(x, call.gamma, call.epsilon)
+    return y.to(call.x1.dtype), rstd, x
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor, Tensor)",
     source=ADD_RMS_NORM_DOC,
     meta=_add_rms_norm_meta,
     kernel=_add_rms_norm_kernel,
@@ -164,33 +162,24 @@ def _check_quant_params(name: str, param: Optional[torch.Tensor], gamma: torch.T
         return
     require_dtype(name, param, dtypes)
     if tuple(param.shape) not in (tuple(gamma.shape), (1,)):
-        raise ValueError(f"{name} has shape {list(param.shape)}; expected gamma's shape {list(gamma.shape)} or [1]")
+        raise OpArgumentError(
+            f"{name} has shape {list(param.shape)}; expected gamma's shape {list(gamma.shape)} or [1]"
+        )
 
 
-def _add_rms_norm_quant_meta(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    gamma: torch.Tensor,
-    scales1: torch.Tensor,
-    zero_points1: Optional[torch.Tensor] = None,
-    scales2: Optional[torch.Tensor] = None,
-    zero_points2: Optional[torch.Tensor] = None,
-    axis: int = -1,
-    epsilon: float = 1e-6,
-    div_mode: bool = True,
-    beta: Optional[torch.Tensor] = None,
-) -> tuple[Out, Out, Out]:
+def _add_rms_norm_quant_meta(call: Arguments) -> tuple[Out, Out, Out]:
     """y1 and y2 int8 like x1, x like x1."""
-    _add_rms_norm_meta(x1, x2, gamma, epsilon)
-    _check_quant_params("scales1", scales1, gamma, QUANT_PARAM_DTYPES)
-    _check_quant_params("scales2", scales2, gamma, QUANT_PARAM_DTYPES)
-    _check_quant_params("zero_points1", zero_points1, gamma, ZERO_POINT_DTYPES)
-    _check_quant_params("zero_points2", zero_points2, gamma, ZERO_POINT_DTYPES)
+    x1, gamma, beta = call.x1, call.gamma, call.beta
+    _add_rms_norm_meta(call)
+    _check_quant_params("scales1", call.scales1, gamma, QUANT_PARAM_DTYPES)
+    _check_quant_params("scales2", call.scales2, gamma, QUANT_PARAM_DTYPES)
+    _check_quant_params("zero_points1", call.zero_points1, gamma, ZERO_POINT_DTYPES)
+    _check_quant_params("zero_points2", call.zero_points2, gamma, ZERO_POINT_DTYPES)
     if beta is not None:
         require_dtype("beta", beta, (x1.dtype, torch.float32), "(x1's dtype or float32)")
         require_shape("beta", beta, (tuple(gamma.shape),))
-    if zero_points2 is not None and scales2 is None:
-        raise ValueError("zero_points2 needs scales2 (it belongs to the second quantised output)")
+    if call.zero_points2 is not None and call.scales2 is None:
+        raise OpArgumentError("zero_points2 needs scales2 (it belongs to the second quantised output)")
     quantised = Out(list(x1.shape), torch.int8)
     return quantised, quantised, Out(list(x1.shape), x1.dtype)
 
@@ -204,32 +193,17 @@ def _quantise(y: torch.Tensor, scales: torch.Tensor, zero_points: Optional[torch
     return round_to_int8(values)
 
 
-def _add_rms_norm_quant_kernel(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    gamma: torch.Tensor,
-    scales1: torch.Tensor,
-    zero_points1: Optional[torch.Tensor] = None,
-    scales2: Optional[torch.Tensor] = None,
-    zero_points2: Optional[torch.Tensor] = None,
-    axis: int = -1,
-    epsilon: float = 1e-6,
-    div_mode: bool = True,
-    beta: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x = _residual_sum(x1, x2)
-    y, _ = rms_normalise(x, gamma, epsilon)
-    if beta is not None:
-        y = y + beta.to(torch.float32)
-    y1 = _quantise(y, scales1, zero_points1, div_mode)
-    y2 = torch.zeros_like(y1) if scales2 is None else _quantise(y, scales2, zero_points2, div_mode)
+def _add_rms_norm_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = _residual_sum(call.x1, call.x2)
+    y, _ = rms_normalise(x, call.gamma, call.epsilon)
+    if call.beta is not None:
+        y = y + call.beta.to(torch.float32)
+    y1 = _quantise(y, call.scales1, call.zero_points1, call.div_mode)
+    y2 = torch.zeros_like(y1) if call.scales2 is None else _quantise(y, call.scales2, call.zero_points2, call.div_mode)
     return y1, y2, x
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor gamma, Tensor scales1, Tensor? zero_points1=None, Tensor? scales2=None, "
-    "Tensor? zero_points2=None, int axis=-1, float epsilon=1e-06, bool div_mode=True, Tensor? beta=None) "
-    "-> (Tensor, Tensor, Tensor)",
     source=ADD_RMS_NORM_QUANT_DOC,
     meta=_add_rms_norm_quant_meta,
     kernel=_add_rms_norm_quant_kernel,
@@ -269,7 +243,7 @@ def npu_add_rms_norm_quant(
         require_tensor(name, value)
     require_tensors(zero_points1=zero_points1, scales2=scales2, zero_points2=zero_points2, beta=beta)
     if require_int("axis", axis) != -1:
-        raise ValueError(f"axis={axis} is not implemented; torch_npu documents only -1 (the last dim)")
+        raise OpArgumentError(f"axis={axis} is not implemented; torch_npu documents only -1 (the last dim)")
     require_float("epsilon", epsilon)
     require_bool("div_mode", div_mode)
 
@@ -279,24 +253,19 @@ def npu_add_rms_norm_quant(
 # ---------------------------------------------------------------------------------------------
 
 
-def _layer_norm_eval_meta(
-    input: torch.Tensor,
-    normalized_shape: Sequence[int],
-    weight: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    eps: float = 1e-5,
-) -> Out:
+def _layer_norm_eval_meta(call: Arguments) -> Out:
+    input, normalized_shape = call.input, call.normalized_shape
     require_dtype("input", input, FLOAT_DTYPES)
     dims = len(normalized_shape)
     if not 1 <= dims <= input.dim() or tuple(input.shape[input.dim() - dims :]) != tuple(normalized_shape):
-        raise ValueError(
+        raise OpArgumentError(
             f"normalized_shape={list(normalized_shape)} must equal the trailing dims of input {list(input.shape)}"
         )
-    for name, param in (("weight", weight), ("bias", bias)):
+    for name, param in (("weight", call.weight), ("bias", call.bias)):
         if param is not None:
             require_dtype(name, param, (input.dtype, torch.float32), "(input's dtype or float32)")
             if tuple(param.shape) != tuple(normalized_shape):
-                raise ValueError(f"{name} has shape {list(param.shape)}; expected {list(normalized_shape)}")
+                raise OpArgumentError(f"{name} has shape {list(param.shape)}; expected {list(normalized_shape)}")
     return Out(list(input.shape), input.dtype)
 
 
@@ -311,24 +280,18 @@ def _row_moments(values: torch.Tensor, norm_dims: int) -> tuple[torch.Tensor, to
     return mean, centred, pairwise_sum(centred * centred, dim=-1, keepdim=True) / width
 
 
-def _layer_norm_eval_kernel(
-    input: torch.Tensor,
-    normalized_shape: Sequence[int],
-    weight: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    _, centred, variance = _row_moments(input.to(torch.float32), len(normalized_shape))
-    y = (centred / torch.sqrt(variance + eps)).reshape(input.shape)
-    if weight is not None:
-        y = y * weight.to(torch.float32)
-    if bias is not None:
-        y = y + bias.to(torch.float32)
+def _layer_norm_eval_kernel(call: Arguments) -> torch.Tensor:
+    input = call.input
+    _, centred, variance = _row_moments(input.to(torch.float32), len(call.normalized_shape))
+    y = (centred / torch.sqrt(variance + call.eps)).reshape(input.shape)
+    if call.weight is not None:
+        y = y * call.weight.to(torch.float32)
+    if call.bias is not None:
+        y = y + call.bias.to(torch.float32)
     return y.to(input.dtype)
 
 
 @npu_op(
-    "(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
     source=LAYER_NORM_EVAL_DOC,
     meta=_layer_norm_eval_meta,
     kernel=_layer_norm_eval_kernel,
@@ -371,46 +334,43 @@ _MASKED_VALUE = -10000.0  # the CANN kernel fills masked positions with -10000 (
 _SOFTMAX_MIN, _SOFTMAX_MAX, _SOFTMAX_STEP = 32, 4096, 32
 
 
-def _scaled_masked_softmax_meta(
-    x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
-) -> Out:
+def _scaled_masked_softmax_meta(call: Arguments) -> Out:
     """y like x. The documented constraints: x 4-D with its last two dims in [32, 4096] and multiples of
     32; a bool mask of 4 dims that broadcasts to x (ignored when ``fixed_triu_mask``)."""
+    x, mask = call.x, call.mask
     require_dtype("x", x, _SOFTMAX_DTYPES)
     if x.dim() != 4:
-        raise ValueError(f"x has {x.dim()} dims; npu_scaled_masked_softmax takes a 4-D x [N, C, H, W]")
+        raise OpArgumentError(f"x has {x.dim()} dims; npu_scaled_masked_softmax takes a 4-D x [N, C, H, W]")
     for axis in (2, 3):
         size = x.shape[axis]
         if not (_SOFTMAX_MIN <= size <= _SOFTMAX_MAX and size % _SOFTMAX_STEP == 0):
-            raise ValueError(
+            raise OpArgumentError(
                 f"x.shape[{axis}] is {size}; npu_scaled_masked_softmax needs H and W in [32, 4096] and "
                 "divisible by 32 (pad the scores, or use torch.softmax)"
             )
     require_dtype("mask", mask, (torch.bool,))
     if mask.dim() != 4 or any(m not in (1, s) for m, s in zip(mask.shape, x.shape)):
-        raise ValueError(f"mask has shape {list(mask.shape)}; it must be 4-D and broadcast to x's {list(x.shape)}")
+        raise OpArgumentError(f"mask has shape {list(mask.shape)}; it must be 4-D and broadcast to x's {list(x.shape)}")
     return Out(list(x.shape), x.dtype)
 
 
-def _scaled_masked_softmax_kernel(
-    x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
-) -> torch.Tensor:
+def _scaled_masked_softmax_kernel(call: Arguments) -> torch.Tensor:
     """As the CANN kernel: scale, fill masked positions with -10000, subtract the row max, exp, divide by
     the row sum. float16 input is scaled, filled and shifted in float16 (the kernel's fp16 path), the
     rest in float32; bfloat16 and float32 input are computed in float32. The row sum is a fixed
     pairwise sum."""
-    if fixed_triu_mask:
+    x, mask = call.x, call.mask
+    if call.fixed_triu_mask:
         rows, cols = x.shape[-2:]
         mask = torch.ones(rows, cols, dtype=torch.bool).triu(1).expand(x.shape)
     work = x if x.dtype == torch.float16 else x.to(torch.float32)
-    values = (work * torch.tensor(scale, dtype=work.dtype)).masked_fill(mask, _MASKED_VALUE)
+    values = (work * torch.tensor(call.scale, dtype=work.dtype)).masked_fill(mask, _MASKED_VALUE)
     shifted = (values - values.amax(dim=-1, keepdim=True)).to(torch.float32)
     exps = torch.exp(shifted)
     return (exps / pairwise_sum(exps, dim=-1, keepdim=True)).to(x.dtype)
 
 
 @npu_op(
-    "(Tensor x, Tensor mask, float scale=1.0, bool fixed_triu_mask=False) -> Tensor",
     source=SCALED_MASKED_SOFTMAX_DOC,
     meta=_scaled_masked_softmax_meta,
     kernel=_scaled_masked_softmax_kernel,
@@ -445,38 +405,32 @@ def _add_layer_norm_stat_shape(x1: torch.Tensor, gamma: torch.Tensor) -> list[in
     return [*x1.shape[: x1.dim() - gamma.dim()], 1]
 
 
-def _add_layer_norm_meta(
-    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, epsilon: float = 1e-5,
-    additional_output: bool = False,
-) -> tuple[Out, Out, Out, Out]:
+def _add_layer_norm_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
     """y and x like x1; mean and rstd float32 with the normalised dims folded into one 1."""
+    x1, x2 = call.x1, call.x2
     require_dtype("x1", x1, FLOAT_DTYPES)
     require_dtype("x2", x2, (x1.dtype,), "(x1's dtype)")
     if x2.shape != x1.shape:
-        raise ValueError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
-    for name, param in (("gamma", gamma), ("beta", beta)):
+        raise OpArgumentError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
+    for name, param in (("gamma", call.gamma), ("beta", call.beta)):
         require_dtype(name, param, (x1.dtype, torch.float32), "(x1's dtype or float32)")
         require_trailing(name, param, "x1", x1)
-    stat = Out(_add_layer_norm_stat_shape(x1, gamma), torch.float32)
+    stat = Out(_add_layer_norm_stat_shape(x1, call.gamma), torch.float32)
     like_x = Out(list(x1.shape), x1.dtype)
     return like_x, stat, stat, like_x
 
 
-def _add_layer_norm_kernel(
-    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, epsilon: float = 1e-5,
-    additional_output: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    x = _residual_sum(x1, x2)
+def _add_layer_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    x1, gamma = call.x1, call.gamma
+    x = _residual_sum(x1, call.x2)
     mean, centred, variance = _row_moments(x.to(torch.float32), gamma.dim())
-    rstd = 1.0 / torch.sqrt(variance + epsilon)
-    y = (centred * rstd).reshape(x1.shape) * gamma.to(torch.float32) + beta.to(torch.float32)
+    rstd = 1.0 / torch.sqrt(variance + call.epsilon)
+    y = (centred * rstd).reshape(x1.shape) * gamma.to(torch.float32) + call.beta.to(torch.float32)
     stat_shape = _add_layer_norm_stat_shape(x1, gamma)
     return y.to(x1.dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape), x
 
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, bool additional_output=False) "
-    "-> (Tensor, Tensor, Tensor, Tensor)",
     source=ADD_LAYER_NORM_DOC,
     meta=_add_layer_norm_meta,
     kernel=_add_layer_norm_kernel,

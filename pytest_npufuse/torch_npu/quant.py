@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError, OpTypeError
 from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
     FLOAT_DTYPES,
@@ -24,7 +25,7 @@ from .checks import (
 )
 from .fixedorder import round_to_int8, swiglu
 from .quant_param import decode_quant_param, encode_quant_param, round_scale_to_fp19
-from .registry import Out, npu_op
+from .registry import Arguments, Out, npu_op
 
 DYNAMIC_QUANT_MAX = 127.0
 INT4_MAX = 7.0
@@ -45,7 +46,7 @@ def _broadcast_batch(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
     try:
         return list(torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]))
     except RuntimeError as err:
-        raise ValueError(
+        raise OpArgumentError(
             f"x1 batch dims {list(x1.shape[:-2])} and x2 batch dims {list(x2.shape[:-2])} do not broadcast"
         ) from err
 
@@ -55,7 +56,7 @@ def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
     if output_dtype is None:
         return torch.int8
     if output_dtype not in QMM_OUTPUT_DTYPES:
-        raise ValueError(
+        raise OpArgumentError(
             f"output_dtype={output_dtype} is not implemented; expected None or one of {dtype_names(QMM_OUTPUT_DTYPES)}"
         )
     return output_dtype
@@ -64,12 +65,12 @@ def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
 def _check_qmm_operands(x1: torch.Tensor, x2: torch.Tensor) -> None:
     for name, tensor in (("x1", x1), ("x2", x2)):
         if tensor.dtype == torch.int32:
-            raise ValueError(f"{name} is int32 (int4 packed 8 per int32); only int8 x int8 is implemented")
+            raise OpArgumentError(f"{name} is int32 (int4 packed 8 per int32); only int8 x int8 is implemented")
         require_dtype(name, tensor, (torch.int8,))
         if not QMM_MIN_RANK <= tensor.dim() <= QMM_MAX_RANK:
-            raise ValueError(f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims")
+            raise OpArgumentError(f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims")
     if x1.shape[-1] != x2.shape[-2]:
-        raise ValueError(
+        raise OpArgumentError(
             f"x1 has k={x1.shape[-1]} (shape {list(x1.shape)}) but x2 has k={x2.shape[-2]} "
             f"(shape {list(x2.shape)}); x2 must be [..., k, n]"
         )
@@ -90,9 +91,9 @@ def _check_qmm_offset(offset: Optional[torch.Tensor], scale: torch.Tensor, n: in
     if offset is None:
         return
     if out_dtype != torch.int8:
-        raise ValueError(f"offset is only allowed for an int8 output, got output_dtype={out_dtype}")
+        raise OpArgumentError(f"offset is only allowed for an int8 output, got output_dtype={out_dtype}")
     if scale.dtype == torch.int64:
-        raise ValueError("offset must be None when scale is int64: the offset is already packed into scale")
+        raise OpArgumentError("offset must be None when scale is int64: the offset is already packed into scale")
     require_dtype("offset", offset, (torch.float32,))
     require_shape("offset", offset, ((1,), (n,)))
 
@@ -101,7 +102,7 @@ def _check_qmm_pertoken(pertoken_scale: Optional[torch.Tensor], m: int, out_dtyp
     if pertoken_scale is None:
         return
     if out_dtype in (torch.int8, torch.int32):
-        raise ValueError(f"pertoken_scale is only allowed for float16/bfloat16 outputs, got a {out_dtype} output")
+        raise OpArgumentError(f"pertoken_scale is only allowed for float16/bfloat16 outputs, got a {out_dtype} output")
     require_dtype("pertoken_scale", pertoken_scale, (torch.float32,))
     require_shape("pertoken_scale", pertoken_scale, ((m,),))
 
@@ -133,25 +134,16 @@ def _qmm_output_shape(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
     return [*_broadcast_batch(x1, x2), x1.shape[-2], x2.shape[-1]]
 
 
-def _quant_matmul_meta(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    scale: torch.Tensor,
-    *,
-    offset: Optional[torch.Tensor] = None,
-    pertoken_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    output_dtype: Optional[torch.dtype] = None,
-) -> Out:
+def _quant_matmul_meta(call: Arguments) -> Out:
     """Validate the npu_quant_matmul tensors from metadata: ``[batch..., m, n]`` in the output dtype."""
-    out_dtype = _resolve_output_dtype(output_dtype)
-    _check_qmm_operands(x1, x2)
-    out_shape = _qmm_output_shape(x1, x2)
-    has_pertoken = pertoken_scale is not None
-    _check_qmm_scale(scale, out_shape[-1], out_dtype, has_pertoken)
-    _check_qmm_offset(offset, scale, out_shape[-1], out_dtype)
-    _check_qmm_pertoken(pertoken_scale, out_shape[-2], out_dtype)
-    _check_qmm_bias(bias, out_shape, out_dtype, has_pertoken)
+    out_dtype = _resolve_output_dtype(call.output_dtype)
+    _check_qmm_operands(call.x1, call.x2)
+    out_shape = _qmm_output_shape(call.x1, call.x2)
+    has_pertoken = call.pertoken_scale is not None
+    _check_qmm_scale(call.scale, out_shape[-1], out_dtype, has_pertoken)
+    _check_qmm_offset(call.offset, call.scale, out_shape[-1], out_dtype)
+    _check_qmm_pertoken(call.pertoken_scale, out_shape[-2], out_dtype)
+    _check_qmm_bias(call.bias, out_shape, out_dtype, has_pertoken)
     return Out(out_shape, out_dtype)
 
 
@@ -184,24 +176,16 @@ def _cast_quant_matmul_output(
     return round_to_int8(values)
 
 
-def _quant_matmul_kernel(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    scale: torch.Tensor,
-    *,
-    offset: Optional[torch.Tensor] = None,
-    pertoken_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    output_dtype: Optional[torch.dtype] = None,
-) -> torch.Tensor:
+def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
     """acc = x1 @ x2 (int32); [+ int32 bias]; * scale; [* pertoken]; [+ float bias]; [+ offset]."""
-    out_dtype = _resolve_output_dtype(output_dtype)
-    acc = int_matmul(x1, x2)
+    pertoken_scale, bias = call.pertoken_scale, call.bias
+    out_dtype = _resolve_output_dtype(call.output_dtype)
+    acc = int_matmul(call.x1, call.x2)
     if bias is not None and bias.dtype == torch.int32:
         acc = acc + bias
     if out_dtype == torch.int32:
         return acc
-    scale_f32, offset_f32 = _dequant_params(scale, offset, out_dtype, pertoken_scale is not None)
+    scale_f32, offset_f32 = _dequant_params(call.scale, call.offset, out_dtype, pertoken_scale is not None)
     values = acc.to(torch.float32) * scale_f32
     if pertoken_scale is not None:
         values = values * pertoken_scale.unsqueeze(-1)
@@ -210,8 +194,6 @@ def _quant_matmul_kernel(
     return _cast_quant_matmul_output(values, offset_f32, out_dtype)
 
 @npu_op(
-    "(Tensor x1, Tensor x2, Tensor scale, *, Tensor? offset=None, Tensor? pertoken_scale=None, "
-    "Tensor? bias=None, ScalarType? output_dtype=None) -> Tensor",
     source=QUANT_MATMUL_DOC,
     meta=_quant_matmul_meta,
     kernel=_quant_matmul_kernel,
@@ -290,16 +272,16 @@ def _dsq_group_count(group_index: Optional[torch.Tensor]) -> int:
         return 1
     require_dtype("group_index", group_index, (torch.int32, torch.int64))
     if group_index.dim() != 1 or group_index.shape[0] < 1:
-        raise ValueError(f"group_index has shape {list(group_index.shape)}; expected a non-empty 1-D [groupNum]")
+        raise OpArgumentError(f"group_index has shape {list(group_index.shape)}; expected a non-empty 1-D [groupNum]")
     return group_index.shape[0]
 
 
 def _check_dsq_x(x: torch.Tensor) -> None:
     require_dtype("x", x, (torch.int32, *HALF_DTYPES))
     if x.dim() < 2:
-        raise ValueError(f"x has rank {x.dim()} (shape {list(x.shape)}); expected at least 2 dims")
+        raise OpArgumentError(f"x has rank {x.dim()} (shape {list(x.shape)}); expected at least 2 dims")
     if x.shape[-1] % 2 != 0:
-        raise ValueError(f"x has last dim {x.shape[-1]}; it must be even (it is split in two halves)")
+        raise OpArgumentError(f"x has last dim {x.shape[-1]}; it must be even (it is split in two halves)")
 
 
 def _check_dsq_dequant_inputs(
@@ -312,7 +294,7 @@ def _check_dsq_dequant_inputs(
     """Dequantisation inputs, checked only for an int32 ``x`` (ignored for float ``x``)."""
     two_h = x.shape[-1]
     if weight_scale is None:
-        raise ValueError("weight_scale is required when x is int32 (it marks the dequantisation)")
+        raise OpArgumentError("weight_scale is required when x is int32 (it marks the dequantisation)")
     require_dtype("weight_scale", weight_scale, (torch.float32,))
     require_shape("weight_scale", weight_scale, ((two_h,), (1, two_h), (groups, two_h)))
     if activation_scale is not None:
@@ -339,29 +321,19 @@ def _check_dsq_quant_inputs(
         require_shape("quant_scale", quant_scale, shapes)
     if quant_offset is not None:
         if quant_mode == 1:
-            raise ValueError("quant_offset is only used by static quantisation (quant_mode=0), got quant_mode=1")
+            raise OpArgumentError("quant_offset is only used by static quantisation (quant_mode=0), got quant_mode=1")
         require_dtype("quant_offset", quant_offset, (torch.float32,))
         require_shape("quant_offset", quant_offset, shapes)
 
 
-def _dequant_swiglu_quant_meta(
-    x: torch.Tensor,
-    *,
-    weight_scale: Optional[torch.Tensor] = None,
-    activation_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    activate_left: bool = False,
-    quant_mode: int = 0,
-) -> tuple[Out, Out]:
+def _dequant_swiglu_quant_meta(call: Arguments) -> tuple[Out, Out]:
     """Validate the npu_dequant_swiglu_quant tensors: y int8 ``[..., H]``, scale float32 ``[...]``."""
+    x = call.x
     _check_dsq_x(x)
-    groups = _dsq_group_count(group_index)
+    groups = _dsq_group_count(call.group_index)
     if x.dtype == torch.int32:
-        _check_dsq_dequant_inputs(x, weight_scale, activation_scale, bias, groups)
-    _check_dsq_quant_inputs(x, quant_scale, quant_offset, quant_mode, groups)
+        _check_dsq_dequant_inputs(x, call.weight_scale, call.activation_scale, call.bias, groups)
+    _check_dsq_quant_inputs(x, call.quant_scale, call.quant_offset, call.quant_mode, groups)
     tokens = list(x.shape[:-1])
     return Out([*tokens, x.shape[-1] // 2], torch.int8), Out(tokens, torch.float32)
 
@@ -375,9 +347,9 @@ def _row_groups(group_index: Optional[torch.Tensor], rows: int) -> torch.Tensor:
         return torch.zeros(rows, dtype=torch.int64)
     counts = group_index.to(torch.int64)
     if bool((counts < 0).any()):
-        raise ValueError(f"group_index holds negative token counts: {counts.tolist()}")
+        raise OpArgumentError(f"group_index holds negative token counts: {counts.tolist()}")
     if int(counts.sum()) > rows:
-        raise ValueError(f"group_index counts sum to {int(counts.sum())} but x has only {rows} token rows")
+        raise OpArgumentError(f"group_index counts sum to {int(counts.sum())} but x has only {rows} token rows")
     return torch.repeat_interleave(torch.arange(counts.shape[0]), counts)
 
 
@@ -444,36 +416,23 @@ def _static_quant(
     return round_to_int8(values)
 
 
-def _dequant_swiglu_quant_kernel(
-    x: torch.Tensor,
-    *,
-    weight_scale: Optional[torch.Tensor] = None,
-    activation_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    activate_left: bool = False,
-    quant_mode: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _dequant_swiglu_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    x = call.x
     two_h = x.shape[-1]
     x_rows = x.reshape(-1, two_h)
     rows = x_rows.shape[0]
-    row_group = _row_groups(group_index, rows)
+    row_group = _row_groups(call.group_index, rows)
     covered = row_group.shape[0]
-    values = _dequantize(x_rows[:covered], row_group, weight_scale, activation_scale, bias)
-    activated = swiglu(values, activate_left)
+    values = _dequantize(x_rows[:covered], row_group, call.weight_scale, call.activation_scale, call.bias)
+    activated = swiglu(values, call.activate_left)
     y = torch.zeros(rows, two_h // 2, dtype=torch.int8)
     scale = torch.zeros(rows, dtype=torch.float32)
-    if quant_mode == 1:
-        y[:covered], scale[:covered] = _dynamic_quant(activated, row_group, quant_scale)
+    if call.quant_mode == 1:
+        y[:covered], scale[:covered] = _dynamic_quant(activated, row_group, call.quant_scale)
     else:
-        y[:covered] = _static_quant(activated, row_group, quant_scale, quant_offset)
+        y[:covered] = _static_quant(activated, row_group, call.quant_scale, call.quant_offset)
     return y.reshape(*x.shape[:-1], two_h // 2), scale.reshape(x.shape[:-1])
 @npu_op(
-    "(Tensor x, *, Tensor? weight_scale=None, Tensor? activation_scale=None, Tensor? bias=None, "
-    "Tensor? quant_scale=None, Tensor? quant_offset=None, Tensor? group_index=None, bool activate_left=False, "
-    "int quant_mode=0) -> (Tensor, Tensor)",
     source=DEQUANT_SWIGLU_QUANT_DOC,
     meta=_dequant_swiglu_quant_meta,
     kernel=_dequant_swiglu_quant_kernel,
@@ -539,7 +498,7 @@ def npu_dequant_swiglu_quant(
     )
     require_bool("activate_left", activate_left)
     if require_int("quant_mode", quant_mode) not in (0, 1):
-        raise ValueError(f"quant_mode={quant_mode} is not supported; expected 0 (static) or 1 (dynamic)")
+        raise OpArgumentError(f"quant_mode={quant_mode} is not supported; expected 0 (static) or 1 (dynamic)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -547,23 +506,24 @@ def npu_dequant_swiglu_quant(
 # ---------------------------------------------------------------------------------------------
 
 
-def _swiglu_meta(x: torch.Tensor, dim: int = -1) -> Out:
+def _swiglu_meta(call: Arguments) -> Out:
     """Validate the npu_swiglu input: x's dtype, ``dim`` halved."""
+    x, dim = call.x, call.dim
     require_dtype("x", x, FLOAT_DTYPES)
     if x.dim() == 0 or not -x.dim() <= dim < x.dim():
-        raise ValueError(f"dim={dim} is out of range for x of shape {list(x.shape)}")
+        raise OpArgumentError(f"dim={dim} is out of range for x of shape {list(x.shape)}")
     if x.shape[dim] % 2 != 0:
-        raise ValueError(f"x has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)")
+        raise OpArgumentError(f"x has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)")
     shape = list(x.shape)
     shape[dim] //= 2
     return Out(shape, x.dtype)
 
 
-def _swiglu_kernel(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    return swiglu(x.to(torch.float32), activate_left=True, dim=dim).to(x.dtype)
+def _swiglu_kernel(call: Arguments) -> torch.Tensor:
+    return swiglu(call.x.to(torch.float32), activate_left=True, dim=call.dim).to(call.x.dtype)
 
 
-@npu_op("(Tensor self, int dim=-1) -> Tensor", source=SWIGLU_DOC, meta=_swiglu_meta, kernel=_swiglu_kernel)
+@npu_op(source=SWIGLU_DOC, meta=_swiglu_meta, kernel=_swiglu_kernel, self_name="x")
 def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """SwiGLU: split ``x`` in halves A (first) and B (second) along ``dim``; return ``swish(A) * B``.
 
@@ -608,7 +568,7 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 
 def _check_int4_width(name: str, x: torch.Tensor) -> None:
     if x.shape[-1] % INT4_PER_INT32 != 0:
-        raise ValueError(f"{name} has last dim {x.shape[-1]}; a quint4x2 output packs 8 values per int32")
+        raise OpArgumentError(f"{name} has last dim {x.shape[-1]}; a quint4x2 output packs 8 values per int32")
 
 
 def _packed_shape(x: torch.Tensor) -> list[int]:
@@ -623,33 +583,28 @@ DYNAMIC_QUANT_DOC = "op-plugin docs/context/torch_npu-npu_dynamic_quant.md"
 DYNAMIC_QUANT_DST = (torch.int8, torch.quint4x2)
 
 
-def _dynamic_quant_meta(
-    input: torch.Tensor,
-    *,
-    smooth_scales: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    dst_type: Optional[torch.dtype] = None,
-) -> tuple[Out, Out]:
+def _dynamic_quant_meta(call: Arguments) -> tuple[Out, Out]:
     """y int8 like input (int32 [..., H/8] for quint4x2), scale float32 [...]."""
+    input, smooth_scales, group_index = call.input, call.smooth_scales, call.group_index
     require_dtype("input", input, HALF_DTYPES)
     if input.dim() < 2:
-        raise ValueError(f"input has rank {input.dim()}; npu_dynamic_quant needs at least 2 dims")
+        raise OpArgumentError(f"input has rank {input.dim()}; npu_dynamic_quant needs at least 2 dims")
     hidden = input.shape[-1]
     if group_index is None and smooth_scales is not None:
         require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
         require_shape("smooth_scales", smooth_scales, ((hidden,),))
     if group_index is not None:
         if smooth_scales is None:
-            raise ValueError("group_index selects rows of smooth_scales; pass smooth_scales [groups, H] with it")
+            raise OpArgumentError("group_index selects rows of smooth_scales; pass smooth_scales [groups, H] with it")
         require_dtype("group_index", group_index, (torch.int32, torch.int64))
         require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
         if group_index.dim() != 1 or smooth_scales.dim() != 2 or tuple(smooth_scales.shape) != (group_index.shape[0], hidden):
-            raise ValueError(
+            raise OpArgumentError(
                 f"with group_index {list(group_index.shape)}, smooth_scales must be [groups, {hidden}], "
                 f"got {list(smooth_scales.shape)}"
             )
     scale = Out(list(input.shape[:-1]), torch.float32)
-    if dst_type == torch.quint4x2:
+    if call.dst_type == torch.quint4x2:
         _check_int4_width("input", input)
         return Out(_packed_shape(input), torch.int32), scale
     return Out(list(input.shape), torch.int8), scale
@@ -659,27 +614,22 @@ def _group_rows(group_index: torch.Tensor, rows: int) -> torch.Tensor:
     """Group id of each row from cumulative row ends (npu_dynamic_quant's MoE group_index)."""
     ends = [int(v) for v in group_index.tolist()]
     if any(b < a for a, b in zip([0, *ends], ends)) or (ends and ends[-1] != rows):
-        raise ValueError(
+        raise OpArgumentError(
             f"group_index {ends} must be non-decreasing cumulative row ends whose last value is the row count {rows}"
         )
     counts = torch.tensor([b - a for a, b in zip([0, *ends], ends)], dtype=torch.int64)
     return torch.repeat_interleave(torch.arange(len(ends)), counts)
 
 
-def _dynamic_quant_kernel(
-    input: torch.Tensor,
-    *,
-    smooth_scales: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    dst_type: Optional[torch.dtype] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _dynamic_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    input = call.input
     rows = input.reshape(-1, input.shape[-1]).to(torch.float32)
-    if smooth_scales is not None:
-        row_group = torch.zeros(rows.shape[0], dtype=torch.int64) if group_index is None else _group_rows(
-            group_index, rows.shape[0]
+    if call.smooth_scales is not None:
+        row_group = torch.zeros(rows.shape[0], dtype=torch.int64) if call.group_index is None else _group_rows(
+            call.group_index, rows.shape[0]
         )
-        rows = rows * _per_row(smooth_scales, row_group)
-    int4 = dst_type == torch.quint4x2
+        rows = rows * _per_row(call.smooth_scales, row_group)
+    int4 = call.dst_type == torch.quint4x2
     levels, scale = symmetric_levels(rows, INT4_MAX if int4 else DYNAMIC_QUANT_MAX)
     levels = levels.reshape(input.shape)
     y = _pack_int4(levels) if int4 else levels.to(torch.int8)
@@ -687,8 +637,6 @@ def _dynamic_quant_kernel(
 
 
 @npu_op(
-    "(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, ScalarType? dst_type=None) "
-    "-> (Tensor, Tensor)",
     source=DYNAMIC_QUANT_DOC,
     meta=_dynamic_quant_meta,
     kernel=_dynamic_quant_kernel,
@@ -742,7 +690,7 @@ def _quantize_axis(input: torch.Tensor, axis: int, div_mode: bool) -> int:
     if not div_mode:
         return input.dim() - 2 if axis == -2 else input.dim() - 1
     if not -input.dim() <= axis < input.dim():
-        raise ValueError(f"axis={axis} is out of range for input of shape {list(input.shape)}")
+        raise OpArgumentError(f"axis={axis} is out of range for input of shape {list(input.shape)}")
     return axis % input.dim()
 
 
@@ -755,55 +703,42 @@ def _broadcast_param(param: torch.Tensor, input: torch.Tensor, dim: int) -> torc
 
 def _check_quantize_param(name: str, param: torch.Tensor, input: torch.Tensor, dim: int) -> None:
     if param.numel() not in (1, input.shape[dim]) or param.dim() not in (1, input.dim()):
-        raise ValueError(
+        raise OpArgumentError(
             f"{name} has shape {list(param.shape)}; expected [{input.shape[dim]}] or [1] (the size of input's axis {dim})"
         )
 
 
-def _quantize_meta(
-    input: torch.Tensor,
-    scales: torch.Tensor,
-    zero_points: Optional[torch.Tensor],
-    dtype: torch.dtype,
-    axis: int = 1,
-    div_mode: bool = True,
-) -> Out:
+def _quantize_meta(call: Arguments) -> Out:
+    input, zero_points = call.input, call.zero_points
     require_dtype("input", input, FLOAT_DTYPES)
-    require_dtype("scales", scales, FLOAT_DTYPES)
-    dim = _quantize_axis(input, axis, div_mode)
-    _check_quantize_param("scales", scales, input, dim)
+    require_dtype("scales", call.scales, FLOAT_DTYPES)
+    dim = _quantize_axis(input, call.axis, call.div_mode)
+    _check_quantize_param("scales", call.scales, input, dim)
     if zero_points is not None:
         require_dtype("zero_points", zero_points, (torch.int8, torch.uint8, torch.int32, *FLOAT_DTYPES))
         _check_quantize_param("zero_points", zero_points, input, dim)
-    if dtype == torch.quint4x2:
-        if div_mode:
-            raise ValueError("dtype=torch.quint4x2 needs div_mode=False (doc)")
+    if call.dtype == torch.quint4x2:
+        if call.div_mode:
+            raise OpArgumentError("dtype=torch.quint4x2 needs div_mode=False (doc)")
         _check_int4_width("input", input)
         return Out(_packed_shape(input), torch.int32)
-    return Out(list(input.shape), QUANTIZE_OUTPUTS[dtype][0])
+    return Out(list(input.shape), QUANTIZE_OUTPUTS[call.dtype][0])
 
 
-def _quantize_kernel(
-    input: torch.Tensor,
-    scales: torch.Tensor,
-    zero_points: Optional[torch.Tensor],
-    dtype: torch.dtype,
-    axis: int = 1,
-    div_mode: bool = True,
-) -> torch.Tensor:
-    dim = _quantize_axis(input, axis, div_mode)
-    scale = _broadcast_param(scales, input, dim)
+def _quantize_kernel(call: Arguments) -> torch.Tensor:
+    input = call.input
+    dim = _quantize_axis(input, call.axis, call.div_mode)
+    scale = _broadcast_param(call.scales, input, dim)
     values = input.to(torch.float32)
-    values = values / scale if div_mode else values * scale
-    if zero_points is not None:
-        values = values + _broadcast_param(zero_points, input, dim)
-    out_dtype, low, high = QUANTIZE_OUTPUTS[dtype]
+    values = values / scale if call.div_mode else values * scale
+    if call.zero_points is not None:
+        values = values + _broadcast_param(call.zero_points, input, dim)
+    out_dtype, low, high = QUANTIZE_OUTPUTS[call.dtype]
     levels = torch.round(values).clamp_(low, high)
-    return _pack_int4(levels) if dtype == torch.quint4x2 else levels.to(out_dtype)
+    return _pack_int4(levels) if call.dtype == torch.quint4x2 else levels.to(out_dtype)
 
 
 @npu_op(
-    "(Tensor input, Tensor scales, Tensor? zero_points, ScalarType dtype, int axis=1, bool div_mode=True) -> Tensor",
     source=QUANTIZE_DOC,
     meta=_quantize_meta,
     kernel=_quantize_kernel,
@@ -831,7 +766,7 @@ def npu_quantize(
         require_tensor(name, value)
     require_tensors(zero_points=zero_points)
     if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype such as torch.qint8, got {type(dtype).__name__}")
+        raise OpTypeError(f"dtype must be a torch.dtype such as torch.qint8, got {type(dtype).__name__}")
     require_choice("dtype", dtype, tuple(QUANTIZE_OUTPUTS), "the output types torch_npu documents")
     require_int("axis", axis)
     require_bool("div_mode", div_mode)
@@ -852,24 +787,15 @@ def antiquant_param_shapes(k: int, n: int, group_size: int) -> tuple[tuple[int, 
     return ((1,), (1, 1), (n,), (1, n))
 
 
-def _weight_quant_batchmatmul_meta(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    antiquant_scale: torch.Tensor,
-    antiquant_offset: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    antiquant_group_size: int = 0,
-    inner_precise: int = 0,
-) -> Out:
+def _weight_quant_batchmatmul_meta(call: Arguments) -> Out:
+    x, weight, bias = call.x, call.weight, call.bias
     require_dtype("x", x, HALF_DTYPES)
     require_dtype("weight", weight, (torch.int8,), "(int4 packed in int32 is not implemented)")
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[0]:
-        raise ValueError(f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]")
+        raise OpArgumentError(f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]")
     k, n = weight.shape
-    shapes = antiquant_param_shapes(k, n, antiquant_group_size)
-    for name, param in (("antiquant_scale", antiquant_scale), ("antiquant_offset", antiquant_offset)):
+    shapes = antiquant_param_shapes(k, n, call.antiquant_group_size)
+    for name, param in (("antiquant_scale", call.antiquant_scale), ("antiquant_offset", call.antiquant_offset)):
         if param is not None:
             require_dtype(name, param, (x.dtype,), "(x's dtype)")
             require_shape(name, param, shapes)
@@ -895,26 +821,15 @@ def antiquant_weight(
     return (values * expand(scale)).to(dtype)
 
 
-def _weight_quant_batchmatmul_kernel(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    antiquant_scale: torch.Tensor,
-    antiquant_offset: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    antiquant_group_size: int = 0,
-    inner_precise: int = 0,
-) -> torch.Tensor:
-    w = antiquant_weight(weight, antiquant_scale, antiquant_offset, antiquant_group_size, x.dtype)
-    if bias is None:
+def _weight_quant_batchmatmul_kernel(call: Arguments) -> torch.Tensor:
+    x = call.x
+    w = antiquant_weight(call.weight, call.antiquant_scale, call.antiquant_offset, call.antiquant_group_size, x.dtype)
+    if call.bias is None:
         return cube_matmul(x, w)
-    return cube_addmm(bias.reshape(-1), x, w)
+    return cube_addmm(call.bias.reshape(-1), x, w)
 
 
 @npu_op(
-    "(Tensor x, Tensor weight, Tensor antiquant_scale, Tensor? antiquant_offset=None, Tensor? quant_scale=None, "
-    "Tensor? quant_offset=None, Tensor? bias=None, int antiquant_group_size=0, int inner_precise=0) -> Tensor",
     source=WEIGHT_QUANT_BATCHMATMUL_DOC,
     meta=_weight_quant_batchmatmul_meta,
     kernel=_weight_quant_batchmatmul_kernel,
@@ -951,7 +866,7 @@ def npu_weight_quant_batchmatmul(
     require_tensors(antiquant_offset=antiquant_offset, bias=bias)
     require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=quant_scale, quant_offset=quant_offset)
     if require_int("antiquant_group_size", antiquant_group_size) < 0:
-        raise ValueError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
+        raise OpArgumentError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
     require_choice("inner_precise", require_int("inner_precise", inner_precise), (0, 1), "device precision modes")
 
 
@@ -972,38 +887,37 @@ def _mismatched(t_scale: int, t_offset: int) -> bool:
     return t_scale != t_offset and 1 not in (t_scale, t_offset)
 
 
-def _trans_quant_param_meta(
-    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
-) -> Out:
+def _trans_quant_param_meta(call: Arguments) -> Out:
+    scale, offset = call.scale, call.offset
     require_dtype("scale", scale, (torch.float32,))
     if scale.dim() not in (1, 2) or (scale.dim() == 2 and scale.shape[0] != 1):
-        raise ValueError(f"scale has shape {list(scale.shape)}; expected (t,) or (1, n)")
+        raise OpArgumentError(f"scale has shape {list(scale.shape)}; expected (t,) or (1, n)")
     if offset is not None:
         require_dtype("offset", offset, (torch.float32,))
         if scale.dim() == 2 and offset.shape != scale.shape:
-            raise ValueError(f"offset has shape {list(offset.shape)}; with a (1, n) scale it must be {list(scale.shape)}")
+            raise OpArgumentError(
+                f"offset has shape {list(offset.shape)}; with a (1, n) scale it must be {list(scale.shape)}"
+            )
         if scale.dim() == 1 and (offset.dim() != 1 or _mismatched(scale.shape[0], offset.shape[0])):
-            raise ValueError(f"offset has shape {list(offset.shape)}; with scale (t,) it must be (1,) or (t,)")
+            raise OpArgumentError(f"offset has shape {list(offset.shape)}; with scale (t,) it must be (1,) or (t,)")
     return Out(_trans_quant_param_shape(scale, offset), torch.int64)
 
 
-def _trans_quant_param_kernel(
-    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
-) -> torch.Tensor:
+def _trans_quant_param_kernel(call: Arguments) -> torch.Tensor:
+    scale, offset = call.scale, call.offset
     shape = _trans_quant_param_shape(scale, offset)
-    values = round_scale_to_fp19(scale) if round_mode == 1 else scale
+    values = round_scale_to_fp19(scale) if call.round_mode == 1 else scale
     rounded_offset = None if offset is None else torch.round(offset).expand(shape)  # ties to even
     return encode_quant_param(values.expand(shape), rounded_offset)
 
 
 @npu_op(
-    "(Tensor scale, Tensor? offset=None, int? round_mode=0) -> Tensor",
     source=TRANS_QUANT_PARAM_DOC,
     meta=_trans_quant_param_meta,
     kernel=_trans_quant_param_kernel,
 )
 def npu_trans_quant_param(
-    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: int = 0
+    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: Optional[int] = 0
 ) -> torch.Tensor:
     """The int64 "quant param" npu_quant_matmul and npu_grouped_matmul take as an int64 ``scale``.
 
@@ -1037,35 +951,35 @@ def _anti_quant_values(x: torch.Tensor) -> torch.Tensor:
     return unpack_int4(x) if x.dtype == torch.int32 else x
 
 
-def _anti_quant_meta(
-    x: torch.Tensor, scale: torch.Tensor, *, offset: Optional[torch.Tensor] = None,
-    dst_dtype: Optional[torch.dtype] = None, src_dtype: Optional[torch.dtype] = None,
-) -> Out:
+def _anti_quant_meta(call: Arguments) -> Out:
     """out like x (int32 words widened eight times), in dst_dtype (float16 by default)."""
+    x, scale, offset = call.x, call.scale, call.offset
     require_dtype("x", x, (torch.int8, torch.int32))
-    if (x.dtype == torch.int32) != (src_dtype == torch.quint4x2):
-        raise ValueError(f"x is {x.dtype} but src_dtype is {src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2")
+    if (x.dtype == torch.int32) != (call.src_dtype == torch.quint4x2):
+        raise OpArgumentError(
+            f"x is {x.dtype} but src_dtype is {call.src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2"
+        )
     width = x.shape[-1] * (INT4_PER_INT32 if x.dtype == torch.int32 else 1) if x.dim() else 1
     require_dtype("scale", scale, (torch.float32, torch.bfloat16))
     if scale.dim() != 1 or scale.shape[0] not in (1, width):
-        raise ValueError(f"scale has shape {list(scale.shape)}; expected (1,) or ({width},), x's last dim in values")
+        raise OpArgumentError(
+            f"scale has shape {list(scale.shape)}; expected (1,) or ({width},), x's last dim in values"
+        )
     if offset is not None and (offset.dtype != scale.dtype or offset.shape != scale.shape):
-        raise ValueError(f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})")
-    return Out([*x.shape[:-1], width] if x.dim() else [], dst_dtype or torch.float16)
+        raise OpArgumentError(
+            f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})"
+        )
+    return Out([*x.shape[:-1], width] if x.dim() else [], call.dst_dtype or torch.float16)
 
 
-def _anti_quant_kernel(
-    x: torch.Tensor, scale: torch.Tensor, *, offset: Optional[torch.Tensor] = None,
-    dst_dtype: Optional[torch.dtype] = None, src_dtype: Optional[torch.dtype] = None,
-) -> torch.Tensor:
-    values = _anti_quant_values(x).to(torch.float32)
-    if offset is not None:
-        values = values + offset.to(torch.float32)
-    return (values * scale.to(torch.float32)).to(dst_dtype or torch.float16)
+def _anti_quant_kernel(call: Arguments) -> torch.Tensor:
+    values = _anti_quant_values(call.x).to(torch.float32)
+    if call.offset is not None:
+        values = values + call.offset.to(torch.float32)
+    return (values * call.scale.to(torch.float32)).to(call.dst_dtype or torch.float16)
 
 
 @npu_op(
-    "(Tensor x, Tensor scale, *, Tensor? offset=None, ScalarType? dst_dtype=None, ScalarType? src_dtype=None) -> Tensor",
     source=ANTI_QUANT_DOC,
     meta=_anti_quant_meta,
     kernel=_anti_quant_kernel,

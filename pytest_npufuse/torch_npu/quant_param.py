@@ -11,6 +11,7 @@ from typing import Optional
 
 import torch
 
+from ..errors import OpArgumentError
 from ..numerics.exact import wrap_to_int32
 
 # Layout of the int64 "quant param" built by npu_trans_quant_param / TransQuantParamV2.
@@ -53,7 +54,7 @@ def round_scale_to_fp19(scale: torch.Tensor) -> torch.Tensor:
 def decode_quant_param(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Unpack an int64 quant param into (float32 scale, float32 integer offset)."""
     if not bool(((packed & QUANT_PARAM_FLAG) != 0).all()):
-        raise ValueError(
+        raise OpArgumentError(
             "scale is int64 but bit 46 is not set in every element; an int64 scale must be "
             "produced by npu_trans_quant_param"
         )

@@ -1,7 +1,7 @@
 """The one place a torch_npu op is declared: schema, argument checks, CPU kernel, fake kernel, catalog entry.
 
 An op is the public wrapper decorated with :func:`npu_op`.  The wrapper carries torch_npu's exact Python
-signature, defaults and docstring; its body holds the checks that need no tensor metadata (argument types,
+signature, defaults and docstring, the one statement of the op's schema (:mod:`.schema` derives it); its body holds the checks that need no tensor metadata (argument types,
 scalar ranges).  The decorator adds the rest from two functions with the same signature:
 
 * ``meta`` validates tensor metadata (shapes, dtypes) and returns the outputs as :class:`Out` specs;
@@ -24,14 +24,15 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
-from ..errors import ProfileError
+from ..errors import OpTypeError, ProfileError
 from ..target.catalog import load_catalog
+from .schema import annotated_returns, format_arguments, format_returns
 
 NAMESPACE = "npu"
 
@@ -83,7 +84,7 @@ def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
             for item in value:
                 if isinstance(item, torch.Tensor):
                     return item
-    raise TypeError("an npu op needs at least one tensor argument")
+    raise OpTypeError("an npu op needs at least one tensor argument")
 
 
 def _allocate(outputs: Outputs, like: torch.Tensor) -> Any:
@@ -133,86 +134,156 @@ def _write_back(
     return outputs[0] if single else tuple(outputs)
 
 
-def arguments(op: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Every argument of a call of the public wrapper ``op``, by name, defaults filled in.
+@dataclass(frozen=True)
+class Arguments:
+    """Every argument of one call of an op, by its name in the public wrapper, defaults filled in.
 
-    The dispatcher hands a kernel the schema's positional arguments positionally, so a meta function or
-    kernel of an op with many positional arguments reads them through this instead of restating the
-    signature."""
+    An op's meta function and kernel each take this one record (``call.x``, ``call.epsilon``) instead of
+    restating the wrapper's signature: the registry binds each call once, against that signature (the
+    dispatcher hands a kernel the schema's positional arguments positionally). Each op has its own
+    record type, a frozen dataclass with one field per parameter; :func:`bind` makes one for any op."""
+
+
+_BINDERS: dict[str, Callable[..., Arguments]] = {}
+
+
+def _binder(checks: Callable[..., Any]) -> Callable[..., Arguments]:
+    """A function that binds a call of ``checks`` (the public wrapper's body) into its op's record."""
+    signature = inspect.signature(checks)
+    fields = [
+        (name, Any, field() if parameter.default is parameter.empty else field(default=parameter.default))
+        for name, parameter in signature.parameters.items()
+    ]
+    record = make_dataclass(f"{checks.__name__}_arguments", fields, bases=(Arguments,), frozen=True, kw_only=True)
+
+    def make(*args: Any, **kwargs: Any) -> Arguments:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return record(**bound.arguments)
+
+    return make
+
+
+def _taking_record(fn: Callable[..., Any], checks: Callable[..., Any]) -> Callable[[Arguments], Any]:
+    """TRANSITIONAL, while op families move to the record: a meta function or kernel that takes the
+    wrapper's arguments as the dispatcher passes them (positional ones by position), called from the record."""
+    if list(inspect.signature(fn).parameters) == ["call"]:
+        return fn
+    parameters = inspect.signature(checks).parameters.values()
+    positional = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+    keywords = [p.name for p in parameters if p.kind is p.KEYWORD_ONLY]
+    return lambda call: fn(*(getattr(call, n) for n in positional), **{n: getattr(call, n) for n in keywords})
+
+
+def arguments(op: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
+    """TRANSITIONAL (attention's old convention): every argument of a call of ``op``, by name."""
     bound = inspect.signature(op).bind(*args, **kwargs)
     bound.apply_defaults()
     return bound.arguments
 
 
+def bind(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Arguments:
+    """The record of a call of the declared op ``op`` (its public wrapper) with these arguments, e.g. to run
+    one op's meta function on a call of another op that takes the same arguments under other names."""
+    return _BINDERS[op.__name__](*args, **kwargs)
+
+
+def _registered_returns(
+    checks: Callable[..., Any], writes_back: Mapping[str, int], schema_mutates: bool
+) -> tuple[tuple[str, ...], bool]:
+    """The outputs of the registered (functional) op: the wrapper's annotated returns, plus the new values
+    of the arguments it writes back where torch_npu's op returns only the others."""
+    returns, single = annotated_returns(checks)
+    if writes_back and not returns:  # torch_npu returns nothing: the op returns the new values
+        return ("Tensor",) * len(writes_back), True
+    if schema_mutates:
+        merged = list(returns)
+        for position in sorted(writes_back.values()):
+            merged.insert(position, "Tensor")
+        return tuple(merged), False
+    return returns, single
+
+
 def npu_op(
-    schema: str,
     *,
     source: str,
-    meta: Callable[..., Outputs],
-    kernel: Callable[..., Any],
+    meta: Callable[[Any], Outputs],
+    kernel: Callable[[Any], Any],
     writes_back: Mapping[str, int] = MappingProxyType({}),
-    mutating_schema: Optional[str] = None,
+    schema_mutates: bool = False,
+    self_name: Optional[str] = None,
     side_effect: bool = False,
-    returns_none: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
 
-    ``schema`` is torch_npu's schema without the name, e.g. ``"(Tensor self, float eps=1e-06) -> Tensor"``;
+    The schema is derived from the wrapper's annotated signature (:mod:`.schema`), so torch_npu's
+    signature is written once; ``self_name`` is the parameter torch_npu's schema calls ``self`` (PyTorch
+    presents it as ``input``; torch_npu documents some as ``x``).
     ``source`` names the document whose semantics the kernel implements (shown by the ops command).
     ``writes_back`` maps each argument a torch_npu op updates in place to the output holding its new
     value: the registered op stays functional (one opaque node whose outputs are the new values) and
     the wrapper copies those outputs into the arguments and returns the arguments in their place, so
-    callers see torch_npu's in-place behaviour.  ``mutating_schema`` is for torch_npu ops whose schema
-    marks those arguments ``Tensor(a!)`` and returns only the other outputs (e.g. npu_mla_prolog_v3):
-    ``schema`` is then op-plugin's ``<name>_functional`` (the updated arguments as extra outputs), the
-    op a traced graph holds, and ``torch.ops.npu.<name>`` gets ``mutating_schema`` with a
-    CompositeImplicitAutograd kernel (the functional op, then the write-back), so code calling
-    ``torch.ops.npu.<name>`` directly sees torch_npu's outputs and in-place updates, and a traced graph
-    still holds one functional node plus the input copies of any in-place update.
-    A schema returning ``()`` has meta and kernel return ``()`` and the op returns None; ``side_effect``
-    marks such an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it
-    although nothing reads its result. ``returns_none`` is for torch_npu ops whose only results are
-    the arguments they overwrite (ATB ops with ``Tensor(a!) out`` and ``-> ()``): the registered op
-    returns the new values, and the wrapper writes them back and returns None, as torch_npu does.
+    callers see torch_npu's in-place behaviour. A wrapper annotated ``-> None`` (ATB ops with
+    ``Tensor(a!) out`` and ``-> ()``) returns None after the write-back, as torch_npu does; the registered
+    op returns the new values. ``schema_mutates`` is for torch_npu ops whose schema marks those arguments
+    ``Tensor(a!)`` and returns only the other outputs (e.g. npu_mla_prolog_v3): the op a traced graph
+    holds is then op-plugin's ``<name>_functional`` (the updated arguments as extra outputs), and
+    ``torch.ops.npu.<name>`` gets the mutating schema with a CompositeImplicitAutograd kernel (the
+    functional op, then the write-back), so code calling ``torch.ops.npu.<name>`` directly sees
+    torch_npu's outputs and in-place updates, and a traced graph still holds one functional node plus
+    the input copies of any in-place update.
+    An op without outputs has meta and kernel return ``()`` and returns None; ``side_effect`` marks such
+    an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it although nothing
+    reads its result.
     """
-    schema_returns_none = schema.rsplit("->", 1)[1].strip() == "()"
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
         public_name = checks.__name__
-        name = public_name if mutating_schema is None else f"{public_name}_functional"
+        name = f"{public_name}_functional" if schema_mutates else public_name
         op_type = f"{NAMESPACE}::{name}"
         if op_type not in _catalog_types():
             raise ProfileError(f"{op_type} is declared in {checks.__module__} but has no entry in data/ops.toml")
+        returns, single = _registered_returns(checks, writes_back, schema_mutates)
+        schema = f"{format_arguments(checks, self_name=self_name)} -> {format_returns(returns, single)}"
         _LIB.define(f"{name}{schema}")
+        returns_nothing = not returns
+
+        make = _BINDERS[public_name] = _binder(checks)
+        meta_, kernel_ = _taking_record(meta, checks), _taking_record(kernel, checks)
 
         def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            outputs = meta(*args, **kwargs)
-            result = kernel(*args, **kwargs)
+            call = make(*args, **kwargs)
+            outputs = meta_(call)
+            result = kernel_(call)
             _check_result(name, result, outputs)
-            return None if schema_returns_none else result
+            return None if returns_nothing else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            outputs = meta(*args, **kwargs)
-            return None if schema_returns_none else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
+            outputs = meta_(make(*args, **kwargs))
+            return None if returns_nothing else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
         if side_effect:
             torch.fx.node.has_side_effect(packet.default)
-        returns_list = schema.rstrip().endswith("Tensor[]")
+        returns_list = returns == ("Tensor[]",)
         params = list(inspect.signature(checks).parameters)
         slots = tuple((arg, params.index(arg), position) for arg, position in writes_back.items())
-        returns_written = mutating_schema is None
 
         def in_place(*args: Any, **kwargs: Any) -> Any:
-            return _write_back(slots, args, kwargs, packet(*args, **kwargs), returns_written)
+            return _write_back(slots, args, kwargs, packet(*args, **kwargs), not schema_mutates)
 
-        if mutating_schema is not None:
-            _LIB.define(f"{public_name}{mutating_schema}")
+        declared = f"{public_name}{schema}"
+        if schema_mutates:
+            public_returns, public_single = annotated_returns(checks)
+            mutating = format_arguments(checks, self_name=self_name, mutated=writes_back)
+            declared = f"{public_name}{mutating} -> {format_returns(public_returns, public_single)}"
+            _LIB.define(declared)
             _LIB.impl(public_name, in_place, "CompositeImplicitAutograd")
+        returns_none = bool(slots) and not annotated_returns(checks)[0]
 
         @functools.wraps(checks)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -224,7 +295,6 @@ def npu_op(
             return list(result) if returns_list else result
 
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
-        declared = f"{public_name}{mutating_schema or schema}"
         _OPS[public_name] = NpuOp(public_name, family, declared, source, "" if name == public_name else name)
         return wrapper
 

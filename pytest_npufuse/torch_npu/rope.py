@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
+from ..errors import OpArgumentError
 from ..numerics.exact import cube_matmul, int_matmul
 from .checks import (
     FLOAT_DTYPES,
@@ -29,7 +30,7 @@ from .fixedorder import round_to_int8
 from .memory import nz_run, write_nz_slots, write_slots
 from .norm import rms_normalise
 from .quant import symmetric_levels
-from .registry import Out, arguments, npu_op
+from .registry import Arguments, Out, bind, npu_op
 
 ROTARY_MUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000141.html"
 APPLY_ROTARY_POS_EMB_DOC = "op-plugin op_plugin/ops/opapi/ApplyRotaryPosEmbNpuOpApi.cpp (aclnnApplyRotaryPosEmb)"
@@ -63,7 +64,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_mode: str
 def _check_broadcast(name: str, table: torch.Tensor, x_name: str, x: torch.Tensor) -> None:
     """cos/sin must broadcast to x without changing its shape (e.g. [1, S, 1, D] for BSND x)."""
     if table.dim() != x.dim() or any(t not in (1, s) for t, s in zip(table.shape, x.shape)) or table.shape[-1] != x.shape[-1]:
-        raise ValueError(
+        raise OpArgumentError(
             f"{name} has shape {list(table.shape)}; it must broadcast to {x_name} {list(x.shape)} with the same head dim"
         )
 
@@ -71,7 +72,7 @@ def _check_broadcast(name: str, table: torch.Tensor, x_name: str, x: torch.Tenso
 def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> None:
     require_dtype(name, x, dtypes)
     if x.shape[-1] % 2 != 0:
-        raise ValueError(f"{name} has head dim {x.shape[-1]}; RoPE rotates pairs, so it must be even")
+        raise OpArgumentError(f"{name} has head dim {x.shape[-1]}; RoPE rotates pairs, so it must be even")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,23 +80,24 @@ def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...
 # ---------------------------------------------------------------------------------------------
 
 
-def _rotary_mul_meta(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half") -> Out:
+def _rotary_mul_meta(call: Arguments) -> Out:
+    input = call.input
     _check_rope_input("input", input, FLOAT_DTYPES)
     if input.dim() != 4:
-        raise ValueError(f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND tensors")
-    for name, table in (("r1", r1), ("r2", r2)):
+        raise OpArgumentError(f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND tensors")
+    for name, table in (("r1", call.r1), ("r2", call.r2)):
         require_dtype(name, table, (input.dtype,), "(input's dtype)")
         _check_broadcast(name, table, "input", input)
     return Out(list(input.shape), input.dtype)
 
 
-def _rotary_mul_kernel(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half") -> torch.Tensor:
-    return rope(input, r1, r2, rotary_mode)
+def _rotary_mul_kernel(call: Arguments) -> torch.Tensor:
+    return rope(call.input, call.r1, call.r2, call.rotary_mode)
 
 
 @npu_op(
-    "(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor",
     source=ROTARY_MUL_DOC,
+    self_name="input",
     meta=_rotary_mul_meta,
     kernel=_rotary_mul_kernel,
 )
@@ -122,40 +124,26 @@ def npu_rotary_mul(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rota
 # ---------------------------------------------------------------------------------------------
 
 
-def _apply_rotary_pos_emb_meta(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    layout: str = "BSH",
-    rotary_mode: str = "half",
-) -> tuple[Out, Out]:
+def _apply_rotary_pos_emb_meta(call: Arguments) -> tuple[Out, Out]:
+    query, key, layout = call.query, call.key, call.layout
     _check_rope_input("query", query, FLOAT_DTYPES)
     require_dtype("key", key, (query.dtype,), "(query's dtype)")
     expected_rank = 3 if layout == "TND" else 4
     for name, x in (("query", query), ("key", key)):
         if x.dim() != expected_rank:
-            raise ValueError(f"{name} has shape {list(x.shape)}; layout {layout!r} needs {expected_rank} dims")
-    for name, table in (("cos", cos), ("sin", sin)):
+            raise OpArgumentError(f"{name} has shape {list(x.shape)}; layout {layout!r} needs {expected_rank} dims")
+    for name, table in (("cos", call.cos), ("sin", call.sin)):
         require_dtype(name, table, (query.dtype,), "(query's dtype)")
         _check_broadcast(name, table, "query", query)
         _check_broadcast(name, table, "key", key)
     return Out(list(query.shape), query.dtype), Out(list(key.shape), key.dtype)
 
 
-def _apply_rotary_pos_emb_kernel(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    layout: str = "BSH",
-    rotary_mode: str = "half",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return rope(query, cos, sin, rotary_mode), rope(key, cos, sin, rotary_mode)
+def _apply_rotary_pos_emb_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    return rope(call.query, call.cos, call.sin, call.rotary_mode), rope(call.key, call.cos, call.sin, call.rotary_mode)
 
 
 @npu_op(
-    "(Tensor query, Tensor key, Tensor cos, Tensor sin, str layout='BSH', str rotary_mode='half') -> (Tensor, Tensor)",
     source=APPLY_ROTARY_POS_EMB_DOC,
     meta=_apply_rotary_pos_emb_meta,
     kernel=_apply_rotary_pos_emb_kernel,
@@ -191,14 +179,17 @@ def npu_apply_rotary_pos_emb(
 # ---------------------------------------------------------------------------------------------
 
 
-def _interleave_rope_meta(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Out:
+def _interleave_rope_meta(call: Arguments) -> Out:
+    x = call.x
     _check_rope_input("x", x, HALF_DTYPES)
     if x.dim() != 4:
-        raise ValueError(f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, D] (D = 64 on the device)")
-    for name, table in (("cos", cos), ("sin", sin)):
+        raise OpArgumentError(
+            f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, D] (D = 64 on the device)"
+        )
+    for name, table in (("cos", call.cos), ("sin", call.sin)):
         require_dtype(name, table, (x.dtype,), "(x's dtype)")
         if table.dim() != 4 or table.shape[1] != 1 or table.shape[2] not in (1, x.shape[2]):
-            raise ValueError(f"{name} has shape {list(table.shape)}; expected [B, 1, S or 1, D]")
+            raise OpArgumentError(f"{name} has shape {list(table.shape)}; expected [B, 1, S or 1, D]")
         _check_broadcast(name, table, "x", x)
     return Out(list(x.shape), x.dtype)
 
@@ -209,12 +200,11 @@ def interleave_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> to
     return rope(pairs_first, cos, sin, "half")
 
 
-def _interleave_rope_kernel(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return interleave_rope(x, cos, sin)
+def _interleave_rope_kernel(call: Arguments) -> torch.Tensor:
+    return interleave_rope(call.x, call.cos, call.sin)
 
 
 @npu_op(
-    "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
     source=INTERLEAVE_ROPE_DOC,
     meta=_interleave_rope_meta,
     kernel=_interleave_rope_kernel,
@@ -252,36 +242,29 @@ def _kv_cache_shapes(
             ok = cache.dim() == 4 and cache.shape[2] == 1 and (cache_mode != "PA_NZ" or width % nz_run(cache) == 0)
         if not ok or cache.shape[-1] != width:
             layout = f"[{batch}, 1, cache_length >= {seq}, {width}]" if cache_mode == "Norm" else f"[block_num, block_size, 1, {width}]"
-            raise ValueError(f"{name} has shape {list(cache.shape)}; cache_mode {cache_mode!r} needs {layout}")
+            raise OpArgumentError(f"{name} has shape {list(cache.shape)}; cache_mode {cache_mode!r} needs {layout}")
 
 
-def _kv_rmsnorm_rope_cache_meta(
-    kv: torch.Tensor,
-    gamma: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    index: torch.Tensor,
-    k_cache: torch.Tensor,
-    ckv_cache: torch.Tensor,
-    **options: object,
-) -> tuple[Out, Out, Out, Out]:
-    """The updated caches (like the inputs), k_embed [B, 1, S, 64] and y [B, 1, S, 512] in kv's dtype."""
+def _kv_rmsnorm_rope_cache_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
+    """The updated caches (like the inputs), k_embed [B, 1, S, 64] and y [B, 1, S, 512] in kv's dtype (v2's
+    record too: it has v1's arguments, and the wrapper refused v2's own)."""
+    kv, cos, index, k_cache, ckv_cache = call.kv, call.cos, call.index, call.k_cache, call.ckv_cache
     require_dtype("kv", kv, HALF_DTYPES)
     if kv.dim() != 4 or kv.shape[1] != 1 or cos.dim() != 4 or not 0 < cos.shape[-1] < kv.shape[-1]:
-        raise ValueError(
+        raise OpArgumentError(
             f"kv has shape {list(kv.shape)} and cos {list(cos.shape)}; expected kv [batch, 1, seq_len, rms + rope] "
             f"and cos [batch, 1, seq_len, rope] (the device supports rms {MLA_RMS_SIZE}, rope {MLA_ROPE_SIZE})"
         )
     batch, _, seq, _ = kv.shape
     rope_size = cos.shape[-1]
     rms_size = kv.shape[-1] - rope_size
-    require_dtype("gamma", gamma, (kv.dtype,), "(kv's dtype)")
-    require_shape("gamma", gamma, ((rms_size,),))
-    for name, table in (("cos", cos), ("sin", sin)):
+    require_dtype("gamma", call.gamma, (kv.dtype,), "(kv's dtype)")
+    require_shape("gamma", call.gamma, ((rms_size,),))
+    for name, table in (("cos", cos), ("sin", call.sin)):
         require_dtype(name, table, (kv.dtype,), "(kv's dtype)")
         require_shape(name, table, ((batch, 1, seq, rope_size),))
     require_dtype("index", index, (torch.int64,))
-    cache_mode = options.get("cache_mode", "Norm")
+    cache_mode = call.cache_mode
     require_shape("index", index, ((batch, seq),) if cache_mode == "Norm" else ((batch * seq,),))
     _kv_cache_shapes(kv, cache_mode, (k_cache, rope_size), (ckv_cache, rms_size))
     return (
@@ -298,38 +281,27 @@ def _scatter_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor, 
         return write_paged_rows(cache, rows, index.reshape(-1), cache_mode)
     width, limit = cache.shape[-1], cache.shape[2]
     if bool(((index < 0) | (index >= limit)).any()):
-        raise ValueError(f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache")
+        raise OpArgumentError(
+            f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache"
+        )
     slots = (index + torch.arange(cache.shape[0]).unsqueeze(-1) * limit).reshape(-1)
     return write_slots(cache.reshape(-1, 1, width), rows.reshape(-1, 1, width), slots).view(cache.shape)
 
 
-def _kv_rmsnorm_rope_cache_kernel(
-    kv: torch.Tensor,
-    gamma: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    index: torch.Tensor,
-    k_cache: torch.Tensor,
-    ckv_cache: torch.Tensor,
-    **options: object,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    cache_mode = str(options.get("cache_mode", "Norm"))
-    epsilon = float(options.get("epsilon", 1e-5))
+def _kv_rmsnorm_rope_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    kv, cos, index, cache_mode = call.kv, call.cos, call.index, str(call.cache_mode)
     rms_in, rope_in = kv.split([kv.shape[-1] - cos.shape[-1], cos.shape[-1]], dim=-1)
-    y = rms_normalise(rms_in, gamma, epsilon)[0].to(kv.dtype)
-    k_embed = interleave_rope(rope_in, cos, sin)
+    y = rms_normalise(rms_in, call.gamma, float(call.epsilon))[0].to(kv.dtype)
+    k_embed = interleave_rope(rope_in, cos, call.sin)
     return (
-        _scatter_rows(k_cache, k_embed, index, cache_mode),
-        _scatter_rows(ckv_cache, y, index, cache_mode),
+        _scatter_rows(call.k_cache, k_embed, index, cache_mode),
+        _scatter_rows(call.ckv_cache, y, index, cache_mode),
         k_embed,
         y,
     )
 
 
 @npu_op(
-    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
-    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
-    "float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False) -> (Tensor, Tensor, Tensor, Tensor)",
     source=KV_RMSNORM_ROPE_CACHE_DOC,
     meta=_kv_rmsnorm_rope_cache_meta,
     kernel=_kv_rmsnorm_rope_cache_kernel,
@@ -390,43 +362,29 @@ def _check_kv_rmsnorm_rope_cache_arguments(op: str, arguments: Mapping[str, Any]
     require_bool("is_output_kv", arguments["is_output_kv"])
 
 
-KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS = (
-    "(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, Tensor ckv_cache, *, "
-    "Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, Tensor? c_kv_offset=None, "
-    "Tensor? v=None, float epsilon=1e-05, str cache_mode='Norm', bool is_output_kv=False, int? k_cache_dtype=None, "
-    "int? ckv_cache_dtype=None)"
-)
 KV_RMSNORM_ROPE_CACHE_V2_DOC = (
     "op-plugin op_plugin/config/op_plugin_functions.yaml and meta function npu_kv_rmsnorm_rope_cache_v2; "
     "semantics of docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
 )
 
 
-def _kv_v1_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The v1 keyword arguments of a v2 call (v2 adds ``v`` and the cache dtype hints, refused when set)."""
-    return {name: value for name, value in options.items() if name not in ("v", "k_cache_dtype", "ckv_cache_dtype")}
-
-
-def _kv_rmsnorm_rope_cache_v2_meta(*args: Any, **options: Any) -> tuple[Out, ...]:
+def _kv_rmsnorm_rope_cache_v2_meta(call: Arguments) -> tuple[Out, ...]:
     """k_embed [B, 1, S, rope] and y [B, 1, S, rms], then the two updated caches (the functional form)."""
-    k_cache, ckv_cache, k_embed, y = _kv_rmsnorm_rope_cache_meta(*args, **_kv_v1_options(options))
+    k_cache, ckv_cache, k_embed, y = _kv_rmsnorm_rope_cache_meta(call)
     return k_embed, y, k_cache, ckv_cache
 
 
-def _kv_rmsnorm_rope_cache_v2_kernel(*args: Any, **options: Any) -> tuple[torch.Tensor, ...]:
-    k_cache, ckv_cache, k_embed, y = _kv_rmsnorm_rope_cache_kernel(*args, **_kv_v1_options(options))
+def _kv_rmsnorm_rope_cache_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
+    k_cache, ckv_cache, k_embed, y = _kv_rmsnorm_rope_cache_kernel(call)
     return k_embed, y, k_cache, ckv_cache
 
 
 @npu_op(
-    KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor)",
     source=KV_RMSNORM_ROPE_CACHE_V2_DOC,
     meta=_kv_rmsnorm_rope_cache_v2_meta,
     kernel=_kv_rmsnorm_rope_cache_v2_kernel,
     writes_back={"k_cache": 2, "ckv_cache": 3},
-    mutating_schema=KV_RMSNORM_ROPE_CACHE_V2_ARGUMENTS.replace(
-        "Tensor k_cache, Tensor ckv_cache", "Tensor(a!) k_cache, Tensor(b!) ckv_cache"
-    ) + " -> (Tensor, Tensor)",
+    schema_mutates=True,
 )
 def npu_kv_rmsnorm_rope_cache_v2(
     kv: torch.Tensor,
@@ -476,27 +434,6 @@ MLA_SCALES = (
     "dequant_scale_x", "dequant_scale_w_dq", "dequant_scale_w_uq_qr", "dequant_scale_w_dkv_kr", "quant_scale_ckv",
     "quant_scale_ckr", "smooth_scales_cq",
 )
-MLA_SCALE_ARGUMENTS = (
-    "Tensor? dequant_scale_x=None, Tensor? dequant_scale_w_dq=None, Tensor? dequant_scale_w_uq_qr=None, "
-    "Tensor? dequant_scale_w_dkv_kr=None, Tensor? quant_scale_ckv=None, Tensor? quant_scale_ckr=None, "
-    "Tensor? smooth_scales_cq=None, "
-)
-MLA_PROLOG_ARGUMENTS = (
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor cache_index, "
-    "Tensor kv_cache, Tensor kr_cache, *, " + MLA_SCALE_ARGUMENTS + "float rmsnorm_epsilon_cq=1e-05, "
-    "float rmsnorm_epsilon_ckv=1e-05, str cache_mode=\"PA_BSND\")"
-)
-MLA_PROLOG_V3_ARGUMENTS = (
-    "(Tensor token_x, Tensor weight_dq, Tensor weight_uq_qr, Tensor weight_uk, Tensor weight_dkv_kr, "
-    "Tensor rmsnorm_gamma_cq, Tensor rmsnorm_gamma_ckv, Tensor rope_sin, Tensor rope_cos, Tensor kv_cache, "
-    "Tensor kr_cache, *, Tensor? cache_index=None, " + MLA_SCALE_ARGUMENTS + "Tensor? actual_seq_len=None, "
-    "Tensor? k_nope_clip_alpha=None, float rmsnorm_epsilon_cq=1e-05, float rmsnorm_epsilon_ckv=1e-05, "
-    "str cache_mode=\"PA_BSND\", bool query_norm_flag=False, int weight_quant_mode=0, int kv_cache_quant_mode=0, "
-    "int query_quant_mode=0, int ckvkr_repo_mode=0, int quant_scale_repo_mode=0, int tile_size=128, "
-    "float qc_qr_scale=1.0, float kc_scale=1.0, int? token_x_dtype=None, int? weight_dq_dtype=None, "
-    "int? weight_uq_qr_dtype=None, int? weight_dkv_kr_dtype=None, int? kv_cache_dtype=None)"
-)
 MLA_PROLOG_V3_DOC = (
     "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_mla_prolog_v3.md; hicann/ops-transformer attention/mla_prolog; "
     "CANN aclnnMlaPrologV3WeightNz"
@@ -523,19 +460,19 @@ class MlaScenario:
     cache_mode: str
 
 
-def _scenario_from_dtypes(arguments: Mapping[str, Any]) -> MlaScenario:
+def _scenario_from_dtypes(call: Arguments) -> MlaScenario:
     """npu_mla_prolog(_v2) read the scenario from the dtypes, as their scenario tables do."""
-    weights = 2 if arguments["token_x"].dtype == torch.int8 else 1 if arguments["weight_uq_qr"].dtype == torch.int8 else 0
-    kv_cache = 0 if arguments["kv_cache"].dtype != torch.int8 else 1 if weights == 2 else 2
-    query = 1 if weights == 2 and arguments.get("quant_scale_ckv") is not None else 0
-    return MlaScenario(weights, kv_cache, query, str(arguments["cache_mode"]))
+    weights = 2 if call.token_x.dtype == torch.int8 else 1 if call.weight_uq_qr.dtype == torch.int8 else 0
+    kv_cache = 0 if call.kv_cache.dtype != torch.int8 else 1 if weights == 2 else 2
+    query = 1 if weights == 2 and call.quant_scale_ckv is not None else 0
+    return MlaScenario(weights, kv_cache, query, str(call.cache_mode))
 
 
-def _scenario_from_modes(arguments: Mapping[str, Any]) -> MlaScenario:
+def _scenario_from_modes(call: Arguments) -> MlaScenario:
     """npu_mla_prolog_v3 states the scenario in weight_quant_mode / kv_cache_quant_mode / query_quant_mode."""
     return MlaScenario(
-        int(arguments["weight_quant_mode"]), int(arguments["kv_cache_quant_mode"]), int(arguments["query_quant_mode"]),
-        str(arguments["cache_mode"]),
+        int(call.weight_quant_mode), int(call.kv_cache_quant_mode), int(call.query_quant_mode),
+        str(call.cache_mode),
     )
 
 
@@ -567,43 +504,45 @@ def _require_matrix(name: str, tensor: torch.Tensor, rows: Any, dtype: torch.dty
     """A [rows, cols] weight in ``dtype``; returns cols."""
     require_dtype(name, tensor, (dtype,), "(as the quantisation scenario requires)")
     if tensor.dim() != 2 or tensor.shape[0] != rows:
-        raise ValueError(f"{name} has shape {list(tensor.shape)}; expected [{rows}, ...]")
+        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [{rows}, ...]")
     return tensor.shape[1]
 
 
-def _mla_dims(arguments: Mapping[str, Any], scenario: MlaScenario) -> MlaDims:
+def _mla_dims(call: Arguments, scenario: MlaScenario) -> MlaDims:
     """Validate the weights and norms against token_x and return the sizes."""
-    token_x, weight_uk = arguments["token_x"], arguments["weight_uk"]
+    token_x, weight_uk = call.token_x, call.weight_uk
     full = torch.int8 if scenario.weights == 2 else torch.bfloat16
     require_dtype("token_x", token_x, (full,), f"(weight_quant_mode {scenario.weights})")
     if token_x.dim() not in (2, 3):
-        raise ValueError(f"token_x has shape {list(token_x.shape)}; expected [T, He] or [B, S, He]")
+        raise OpArgumentError(f"token_x has shape {list(token_x.shape)}; expected [T, He] or [B, S, He]")
     hidden = token_x.shape[-1]
-    hcq = _require_matrix("weight_dq", arguments["weight_dq"], hidden, full)
+    hcq = _require_matrix("weight_dq", call.weight_dq, hidden, full)
     require_dtype("weight_uk", weight_uk, (torch.bfloat16,))
     if weight_uk.dim() != 3:
-        raise ValueError(f"weight_uk has shape {list(weight_uk.shape)}; expected [N, D, Hckv]")
+        raise OpArgumentError(f"weight_uk has shape {list(weight_uk.shape)}; expected [N, D, Hckv]")
     heads, head_dim, hckv = weight_uk.shape
     qr_dtype = torch.int8 if scenario.weights else torch.bfloat16
-    qr_width = _require_matrix("weight_uq_qr", arguments["weight_uq_qr"], hcq, qr_dtype)
+    qr_width = _require_matrix("weight_uq_qr", call.weight_uq_qr, hcq, qr_dtype)
     if qr_width % heads != 0 or qr_width // heads <= head_dim:
-        raise ValueError(f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}")
+        raise OpArgumentError(
+            f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}"
+        )
     rope_dim = qr_width // heads - head_dim
-    if _require_matrix("weight_dkv_kr", arguments["weight_dkv_kr"], hidden, full) != hckv + rope_dim:
-        raise ValueError(
-            f"weight_dkv_kr has shape {list(arguments['weight_dkv_kr'].shape)}; expected [{hidden}, {hckv + rope_dim}]"
+    if _require_matrix("weight_dkv_kr", call.weight_dkv_kr, hidden, full) != hckv + rope_dim:
+        raise OpArgumentError(
+            f"weight_dkv_kr has shape {list(call.weight_dkv_kr.shape)}; expected [{hidden}, {hckv + rope_dim}]"
         )
     lead = tuple(token_x.shape[:-1])
     for name, width in (("rmsnorm_gamma_cq", hcq), ("rmsnorm_gamma_ckv", hckv)):
-        require_dtype(name, arguments[name], (torch.bfloat16,))
-        require_shape(name, arguments[name], ((width,),))
+        require_dtype(name, getattr(call, name), (torch.bfloat16,))
+        require_shape(name, getattr(call, name), ((width,),))
     for name in ("rope_sin", "rope_cos"):
-        require_dtype(name, arguments[name], (torch.bfloat16,))
-        require_shape(name, arguments[name], ((*lead, rope_dim),))
+        require_dtype(name, getattr(call, name), (torch.bfloat16,))
+        require_shape(name, getattr(call, name), ((*lead, rope_dim),))
     return MlaDims(lead, hidden, hcq, heads, head_dim, rope_dim, hckv)
 
 
-def _check_mla_scales(arguments: Mapping[str, Any], scenario: MlaScenario, dims: MlaDims) -> None:
+def _check_mla_scales(call: Arguments, scenario: MlaScenario, dims: MlaDims) -> None:
     """Each scenario's scale inputs: present with the documented shape, or absent."""
     tokens = math.prod(dims.lead)
     expected = {
@@ -615,31 +554,31 @@ def _check_mla_scales(arguments: Mapping[str, Any], scenario: MlaScenario, dims:
         "quant_scale_ckr": ((1, dims.rope_dim),) if scenario.kv_cache == 2 else None,
     }
     for name, shapes in expected.items():
-        value = arguments[name]
+        value = getattr(call, name)
         if shapes is None:
             if value is not None:
-                raise ValueError(f"{name} is given but this call is not in a scenario that uses it; pass None")
+                raise OpArgumentError(f"{name} is given but this call is not in a scenario that uses it; pass None")
             continue
         if value is None:
-            raise ValueError(f"{name} is required when the inputs are quantised this way (see the scenario table)")
+            raise OpArgumentError(f"{name} is required when the inputs are quantised this way (see the scenario table)")
         require_dtype(name, value, (torch.float32,))
         require_shape(name, value, shapes)
-    smooth = arguments["smooth_scales_cq"]
+    smooth = call.smooth_scales_cq
     if smooth is not None:
         if not scenario.weights:
-            raise ValueError("smooth_scales_cq is only used when weight_uq_qr is int8; pass None")
+            raise OpArgumentError("smooth_scales_cq is only used when weight_uq_qr is int8; pass None")
         require_dtype("smooth_scales_cq", smooth, (torch.float32,))
         require_shape("smooth_scales_cq", smooth, ((1, dims.hcq),))
 
 
-def _check_mla_caches(arguments: Mapping[str, Any], scenario: MlaScenario, dims: MlaDims) -> None:
+def _check_mla_caches(call: Arguments, scenario: MlaScenario, dims: MlaDims) -> None:
     """Cache shapes of the cache mode and dtypes of the kv-cache scenario; cache_index where it is used."""
     cache_dtypes = {
         "kv_cache": torch.int8 if scenario.kv_cache else torch.bfloat16,
         "kr_cache": torch.int8 if scenario.kv_cache == 2 else torch.bfloat16,
     }
     for name, width in (("kv_cache", dims.hckv), ("kr_cache", dims.rope_dim)):
-        cache = arguments[name]
+        cache = getattr(call, name)
         require_dtype(name, cache, (cache_dtypes[name],), f"(kv_cache_quant_mode {scenario.kv_cache})")
         if scenario.cache_mode in MLA_PAGED_MODES:
             layout = f"[BlockNum, BlockSize, 1, {width}]"
@@ -652,31 +591,33 @@ def _check_mla_caches(arguments: Mapping[str, Any], scenario: MlaScenario, dims:
             layout = str(list(shape))
             ok = tuple(cache.shape) == shape
         if not ok:
-            raise ValueError(f"{name} has shape {list(cache.shape)}; cache_mode {scenario.cache_mode!r} needs {layout}")
-    index = arguments["cache_index"]
+            raise OpArgumentError(
+                f"{name} has shape {list(cache.shape)}; cache_mode {scenario.cache_mode!r} needs {layout}"
+            )
+    index = call.cache_index
     if scenario.cache_mode not in MLA_PAGED_MODES:
         if index is not None:
-            raise ValueError(f"cache_index is not used with cache_mode {scenario.cache_mode!r}; pass None")
+            raise OpArgumentError(f"cache_index is not used with cache_mode {scenario.cache_mode!r}; pass None")
         return
     if index is None:
-        raise ValueError(f"cache_mode {scenario.cache_mode!r} needs cache_index (one slot per token)")
+        raise OpArgumentError(f"cache_mode {scenario.cache_mode!r} needs cache_index (one slot per token)")
     require_dtype("cache_index", index, (torch.int64,))
     require_shape("cache_index", index, (dims.lead,))
 
 
-def _mla_outputs(arguments: Mapping[str, Any], scenario: MlaScenario) -> tuple[MlaDims, dict[str, Out]]:
+def _mla_outputs(call: Arguments, scenario: MlaScenario) -> tuple[MlaDims, dict[str, Out]]:
     """Validate one call and declare every output the versions pick from (op-plugin meta functions)."""
-    dims = _mla_dims(arguments, scenario)
-    _check_mla_scales(arguments, scenario, dims)
-    _check_mla_caches(arguments, scenario, dims)
+    dims = _mla_dims(call, scenario)
+    _check_mla_scales(call, scenario, dims)
+    _check_mla_caches(call, scenario, dims)
     tokens = math.prod(dims.lead)
     quantised_query = scenario.query == 1
     outputs = {
         "query": Out([*dims.lead, dims.heads, dims.hckv], torch.int8 if quantised_query else torch.bfloat16),
         "query_rope": Out([*dims.lead, dims.heads, dims.rope_dim], torch.bfloat16),
         "dequant_scale_q_nope": Out([tokens, dims.heads, 1] if quantised_query else [1], torch.float32),
-        "kv_cache": Out(list(arguments["kv_cache"].shape), arguments["kv_cache"].dtype),
-        "kr_cache": Out(list(arguments["kr_cache"].shape), arguments["kr_cache"].dtype),
+        "kv_cache": Out(list(call.kv_cache.shape), call.kv_cache.dtype),
+        "kr_cache": Out(list(call.kr_cache.shape), call.kr_cache.dtype),
     }
     return dims, outputs
 
@@ -693,7 +634,7 @@ def write_paged_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tenso
     blocks, block_size, _, width = cache.shape
     limit = blocks * block_size
     if bool(((slots < 0) | (slots >= limit)).any()):
-        raise ValueError(f"the cache index holds {slots.tolist()}; every value must be a slot in [0, {limit})")
+        raise OpArgumentError(f"the cache index holds {slots.tolist()}; every value must be a slot in [0, {limit})")
     if cache_mode == "PA_NZ":
         return write_nz_slots(cache, rows.reshape(-1, width), slots, block_size)
     return write_slots(cache, rows.reshape(-1, 1, width), slots)
@@ -707,19 +648,19 @@ def _dequant_int8_matmul(
     return (accumulator * row_scale.reshape(-1, 1) * column_scale.reshape(1, -1)).to(torch.bfloat16)
 
 
-def _mla_down_projections(arguments: Mapping[str, Any], scenario: MlaScenario, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _mla_down_projections(call: Arguments, scenario: MlaScenario, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``x @ W^DQ`` and ``x @ [W^DKV | W^KR]`` in bfloat16 (dequantised per token and channel when int8)."""
     if scenario.weights == 2:
-        x_scale = arguments["dequant_scale_x"]
+        x_scale = call.dequant_scale_x
         return (
-            _dequant_int8_matmul(x, arguments["weight_dq"], x_scale, arguments["dequant_scale_w_dq"]),
-            _dequant_int8_matmul(x, arguments["weight_dkv_kr"], x_scale, arguments["dequant_scale_w_dkv_kr"]),
+            _dequant_int8_matmul(x, call.weight_dq, x_scale, call.dequant_scale_w_dq),
+            _dequant_int8_matmul(x, call.weight_dkv_kr, x_scale, call.dequant_scale_w_dkv_kr),
         )
-    return cube_matmul(x, arguments["weight_dq"]), cube_matmul(x, arguments["weight_dkv_kr"])
+    return cube_matmul(x, call.weight_dq), cube_matmul(x, call.weight_dkv_kr)
 
 
 def _mla_query_up(
-    arguments: Mapping[str, Any], scenario: MlaScenario, c_q: torch.Tensor
+    call: Arguments, scenario: MlaScenario, c_q: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """``c_Q @ [W^UQ | W^QR]`` and the query_norm output (c_Q, or its int8 levels and per-token scale).
 
@@ -728,78 +669,77 @@ def _mla_query_up(
     dequantised by that scale and dequant_scale_w_uq_qr.
     """
     if not scenario.weights:
-        return cube_matmul(c_q, arguments["weight_uq_qr"]), c_q, None
+        return cube_matmul(c_q, call.weight_uq_qr), c_q, None
     values = c_q.to(torch.float32)
-    smooth = arguments["smooth_scales_cq"]
+    smooth = call.smooth_scales_cq
     if smooth is not None:
         values = values * smooth.reshape(1, -1)
     levels, scale = symmetric_levels(values, INT8_LEVEL_MAX)
     levels = levels.to(torch.int8)
-    q = _dequant_int8_matmul(levels, arguments["weight_uq_qr"], scale, arguments["dequant_scale_w_uq_qr"])
+    q = _dequant_int8_matmul(levels, call.weight_uq_qr, scale, call.dequant_scale_w_uq_qr)
     return q, levels, scale.reshape(-1, 1)
 
 
-def _mla_compute(arguments: Mapping[str, Any], scenario: MlaScenario, dims: MlaDims) -> dict[str, torch.Tensor]:
+def _mla_compute(call: Arguments, scenario: MlaScenario, dims: MlaDims) -> dict[str, torch.Tensor]:
     """The four paths of the MlaProlog docs (plus the query quantisation), every output by name."""
-    x = arguments["token_x"].reshape(-1, dims.hidden)
-    cos = arguments["rope_cos"].reshape(-1, 1, dims.rope_dim)
-    sin = arguments["rope_sin"].reshape(-1, 1, dims.rope_dim)
-    cq_in, kv = _mla_down_projections(arguments, scenario, x)
-    c_q = rms_normalise(cq_in, arguments["rmsnorm_gamma_cq"], float(arguments["rmsnorm_epsilon_cq"]))[0]
-    c_q = (c_q * float(arguments.get("qc_qr_scale", 1.0))).to(torch.bfloat16)
-    q, query_norm, query_norm_scale = _mla_query_up(arguments, scenario, c_q)
+    x = call.token_x.reshape(-1, dims.hidden)
+    cos = call.rope_cos.reshape(-1, 1, dims.rope_dim)
+    sin = call.rope_sin.reshape(-1, 1, dims.rope_dim)
+    cq_in, kv = _mla_down_projections(call, scenario, x)
+    c_q = rms_normalise(cq_in, call.rmsnorm_gamma_cq, float(call.rmsnorm_epsilon_cq))[0]
+    c_q = (c_q * float(getattr(call, "qc_qr_scale", 1.0))).to(torch.bfloat16)
+    q, query_norm, query_norm_scale = _mla_query_up(call, scenario, c_q)
     q_nope, q_pe = q.reshape(x.shape[0], dims.heads, -1).split([dims.head_dim, dims.rope_dim], dim=-1)
-    query = cube_matmul(q_nope.transpose(0, 1), arguments["weight_uk"]).transpose(0, 1)
+    query = cube_matmul(q_nope.transpose(0, 1), call.weight_uk).transpose(0, 1)
     query_scale = torch.zeros(1, dtype=torch.float32)
     if scenario.query == 1:
         levels, scale = symmetric_levels(query.to(torch.float32), INT8_LEVEL_MAX)
         query, query_scale = levels.to(torch.int8), scale.unsqueeze(-1)
     c_kv, k_pe = kv.split([dims.hckv, dims.rope_dim], dim=-1)
-    c_kv = rms_normalise(c_kv, arguments["rmsnorm_gamma_ckv"], float(arguments["rmsnorm_epsilon_ckv"]))[0]
-    kv_rows = (c_kv * float(arguments.get("kc_scale", 1.0))).to(torch.bfloat16)
+    c_kv = rms_normalise(c_kv, call.rmsnorm_gamma_ckv, float(call.rmsnorm_epsilon_ckv))[0]
+    kv_rows = (c_kv * float(getattr(call, "kc_scale", 1.0))).to(torch.bfloat16)
     kr_rows = interleave_rope(k_pe.unsqueeze(1), cos, sin).squeeze(1)
     if scenario.kv_cache:
-        kv_rows = round_to_int8(kv_rows.to(torch.float32) * arguments["quant_scale_ckv"].reshape(1, -1))
+        kv_rows = round_to_int8(kv_rows.to(torch.float32) * call.quant_scale_ckv.reshape(1, -1))
     if scenario.kv_cache == 2:
-        kr_rows = round_to_int8(kr_rows.to(torch.float32) * arguments["quant_scale_ckr"].reshape(1, -1))
+        kr_rows = round_to_int8(kr_rows.to(torch.float32) * call.quant_scale_ckr.reshape(1, -1))
     return {
         "query": query.reshape(*dims.lead, dims.heads, dims.hckv),
         "query_rope": interleave_rope(q_pe, cos, sin).reshape(*dims.lead, dims.heads, dims.rope_dim),
         "dequant_scale_q_nope": query_scale,
         "query_norm": query_norm.reshape(*dims.lead, dims.hcq),
         "dequant_scale_q_norm": query_norm_scale,
-        "kv_cache": _store_mla_rows(arguments, "kv_cache", kv_rows, scenario.cache_mode),
-        "kr_cache": _store_mla_rows(arguments, "kr_cache", kr_rows, scenario.cache_mode),
+        "kv_cache": _store_mla_rows(call, "kv_cache", kv_rows, scenario.cache_mode),
+        "kr_cache": _store_mla_rows(call, "kr_cache", kr_rows, scenario.cache_mode),
     }
 
 
-def _store_mla_rows(arguments: Mapping[str, Any], name: str, rows: torch.Tensor, cache_mode: str) -> torch.Tensor:
+def _store_mla_rows(call: Arguments, name: str, rows: torch.Tensor, cache_mode: str) -> torch.Tensor:
     """The updated cache: rows scattered to cache_index slots (paged modes) or the token-shaped cache itself (BSND/TND)."""
-    cache = arguments[name]
+    cache = getattr(call, name)
     if cache_mode in MLA_PAGED_MODES:
-        return write_paged_rows(cache, rows, arguments["cache_index"].reshape(-1), cache_mode)
+        return write_paged_rows(cache, rows, call.cache_index.reshape(-1), cache_mode)
     return rows.reshape(cache.shape).to(cache.dtype)
 
 
-def _mla_prolog_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
+def _mla_prolog_meta(call: Arguments) -> tuple[Out, ...]:
     """query, query_rope and the two updated caches (npu_mla_prolog's four outputs)."""
-    call = arguments(npu_mla_prolog, args, kwargs)
     scenario = _scenario_from_dtypes(call)
     if scenario.query:
-        raise ValueError("npu_mla_prolog has no dequant_scale_q_nope output for an int8 query; use npu_mla_prolog_v2")
+        raise OpArgumentError(
+            "npu_mla_prolog has no dequant_scale_q_nope output for an int8 query; use npu_mla_prolog_v2"
+        )
     _, outputs = _mla_outputs(call, scenario)
     return tuple(outputs[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
 
-def _mla_prolog_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    call = arguments(npu_mla_prolog, args, kwargs)
+def _mla_prolog_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     scenario = _scenario_from_dtypes(call)
     result = _mla_compute(call, scenario, _mla_dims(call, scenario))
     return tuple(result[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
 
 @npu_op(
-    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_DOC,
     meta=_mla_prolog_meta,
     kernel=_mla_prolog_kernel,
@@ -865,15 +805,13 @@ def npu_mla_prolog(
 V2_OUTPUTS = ("query", "query_rope", "kv_cache", "kr_cache", "dequant_scale_q_nope")
 
 
-def _mla_prolog_v2_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
+def _mla_prolog_v2_meta(call: Arguments) -> tuple[Out, ...]:
     """npu_mla_prolog's outputs and dequant_scale_q_nope (op-plugin meta: [T, N, 1] for an int8 query, else [1])."""
-    call = arguments(npu_mla_prolog, args, kwargs)
     _, outputs = _mla_outputs(call, _scenario_from_dtypes(call))
     return tuple(outputs[name] for name in V2_OUTPUTS)
 
 
-def _mla_prolog_v2_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    call = arguments(npu_mla_prolog, args, kwargs)
+def _mla_prolog_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     scenario = _scenario_from_dtypes(call)
     result = _mla_compute(call, scenario, _mla_dims(call, scenario))
     return tuple(result[name] for name in V2_OUTPUTS)
@@ -894,7 +832,7 @@ def npu_mla_prolog_v2(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     formula, rounding half to even).  Otherwise ``dequant_scale_q_nope`` is float32 [1] (the
     meta's shape; its value is not specified and this model returns 0).
     """
-    _check_mla_arguments("npu_mla_prolog_v2", arguments(npu_mla_prolog, args, kwargs), MLA_PAGED_MODES)
+    _check_mla_arguments("npu_mla_prolog_v2", vars(bind(npu_mla_prolog, *args, **kwargs)), MLA_PAGED_MODES)
 
 
 # torch_npu's v2 takes exactly v1's arguments: the signature is stated once, on npu_mla_prolog.
@@ -902,7 +840,6 @@ npu_mla_prolog_v2.__signature__ = inspect.signature(npu_mla_prolog.__wrapped__).
     return_annotation="tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"
 )
 npu_mla_prolog_v2 = npu_op(
-    MLA_PROLOG_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_V2_DOC,
     meta=_mla_prolog_v2_meta,
     kernel=_mla_prolog_v2_kernel,
@@ -914,59 +851,56 @@ V3_OUTPUTS = ("query", "query_rope", "dequant_scale_q_nope", "query_norm", "dequ
 V3_SUPPORTED_MODES = {"weight_quant_mode": (0, 1, 2), "kv_cache_quant_mode": (0, 1, 2), "query_quant_mode": (0, 1)}
 
 
-def _v3_scenario(arguments: Mapping[str, Any]) -> MlaScenario:
+def _v3_scenario(call: Arguments) -> MlaScenario:
     """The explicit v3 modes, checked against the scenario table's combinations."""
-    scenario = _scenario_from_modes(arguments)
+    scenario = _scenario_from_modes(call)
     if scenario.query == 1 and not (scenario.weights == 2 and scenario.kv_cache == 1):
-        raise ValueError("query_quant_mode=1 needs weight_quant_mode=2 and kv_cache_quant_mode=1 (the int8 full-quantisation row)")
+        raise OpArgumentError(
+            "query_quant_mode=1 needs weight_quant_mode=2 and kv_cache_quant_mode=1 (the int8 full-quantisation row)"
+        )
     if scenario.kv_cache == 1 and scenario.weights != 2 or scenario.kv_cache == 2 and scenario.weights != 1:
-        raise ValueError(
+        raise OpArgumentError(
             f"kv_cache_quant_mode={scenario.kv_cache} with weight_quant_mode={scenario.weights} is not a documented "
             "scenario (per-tensor kv_cache goes with mode 2, per-channel with mode 1)"
         )
     return scenario
 
 
-def _v3_query_norm_outputs(arguments: Mapping[str, Any], scenario: MlaScenario, dims: MlaDims) -> dict[str, Out]:
+def _v3_query_norm_outputs(call: Arguments, scenario: MlaScenario, dims: MlaDims) -> dict[str, Out]:
     """query_norm [.., Hcq] in weight_uq_qr's dtype and its scale [T, 1] (float32 [1] each when not requested)."""
-    if not arguments["query_norm_flag"]:
-        return {"query_norm": Out([1], arguments["weight_uq_qr"].dtype), "dequant_scale_q_norm": Out([1], torch.float32)}
+    if not call.query_norm_flag:
+        return {"query_norm": Out([1], call.weight_uq_qr.dtype), "dequant_scale_q_norm": Out([1], torch.float32)}
     scale_shape = [math.prod(dims.lead), 1] if scenario.weights else [1]
     return {
-        "query_norm": Out([*dims.lead, dims.hcq], arguments["weight_uq_qr"].dtype),
+        "query_norm": Out([*dims.lead, dims.hcq], call.weight_uq_qr.dtype),
         "dequant_scale_q_norm": Out(scale_shape, torch.float32),
     }
 
 
-def _mla_prolog_v3_meta(*args: Any, **kwargs: Any) -> tuple[Out, ...]:
+def _mla_prolog_v3_meta(call: Arguments) -> tuple[Out, ...]:
     """The five v3 outputs followed by the two updated caches (op-plugin's npu_mla_prolog_v3_functional)."""
-    call = arguments(npu_mla_prolog_v3, args, kwargs)
     scenario = _v3_scenario(call)
     dims, outputs = _mla_outputs(call, scenario)
     outputs |= _v3_query_norm_outputs(call, scenario, dims)
     return tuple(outputs[name] for name in V3_OUTPUTS)
 
 
-def _mla_prolog_v3_kernel(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    call = arguments(npu_mla_prolog_v3, args, kwargs)
+def _mla_prolog_v3_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     scenario = _v3_scenario(call)
     result = _mla_compute(call, scenario, _mla_dims(call, scenario))
-    if not call["query_norm_flag"]:
-        result["query_norm"] = torch.zeros(1, dtype=call["weight_uq_qr"].dtype)
-    if not call["query_norm_flag"] or not scenario.weights:
+    if not call.query_norm_flag:
+        result["query_norm"] = torch.zeros(1, dtype=call.weight_uq_qr.dtype)
+    if not call.query_norm_flag or not scenario.weights:
         result["dequant_scale_q_norm"] = torch.zeros(1, dtype=torch.float32)
     return tuple(result[name] for name in V3_OUTPUTS)
 
 
 @npu_op(
-    MLA_PROLOG_V3_ARGUMENTS + " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
     source=MLA_PROLOG_V3_DOC,
     meta=_mla_prolog_v3_meta,
     kernel=_mla_prolog_v3_kernel,
     writes_back={"kv_cache": 5, "kr_cache": 6},
-    mutating_schema=MLA_PROLOG_V3_ARGUMENTS.replace(
-        "Tensor kv_cache, Tensor kr_cache", "Tensor(a!) kv_cache, Tensor(b!) kr_cache"
-    ) + " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    schema_mutates=True,
 )
 def npu_mla_prolog_v3(
     token_x: torch.Tensor,
@@ -1066,32 +1000,31 @@ MROPE_DOC = (
 MROPE_SECTIONS = (3, 4)  # rows of a multimodal positions tensor (t, h, w[, extra])
 
 
-def _mrope_meta(
-    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int,
-    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: str = "half", cache_mode: str = "default",
-) -> tuple[Out, Out]:
+def _mrope_meta(call: Arguments) -> tuple[Out, Out]:
     """query [T, Nq x head_size] and key [T, Nk x head_size] keep their shapes; the cache is
     [max_position, rotary_dim] with rotary_dim even and at most head_size, in the query's dtype."""
+    positions, query, key, cos_sin_cache = call.positions, call.query, call.key, call.cos_sin_cache
+    head_size = call.head_size
     require_dtype("positions", positions, (torch.int32, torch.int64))
     for name, tensor in (("query", query), ("key", key), ("cos_sin_cache", cos_sin_cache)):
         require_dtype(name, tensor, FLOAT_DTYPES if name == "query" else (query.dtype,), "(query's dtype)")
     if positions.dim() not in (1, 2) or (positions.dim() == 2 and positions.shape[0] not in MROPE_SECTIONS):
-        raise ValueError(f"positions has shape {list(positions.shape)}; expected [tokens] or [3 or 4, tokens]")
+        raise OpArgumentError(f"positions has shape {list(positions.shape)}; expected [tokens] or [3 or 4, tokens]")
     tokens = positions.shape[-1]
     for name, tensor in (("query", query), ("key", key)):
         if tensor.dim() != 2 or tensor.shape[0] != tokens or tensor.shape[1] % head_size != 0:
-            raise ValueError(
+            raise OpArgumentError(
                 f"{name} has shape {list(tensor.shape)}; expected [{tokens}, heads x {head_size}] (flatten the heads)"
             )
     rotary_dim = cos_sin_cache.shape[-1] if cos_sin_cache.dim() == 2 else -1
     if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_size:
-        raise ValueError(
+        raise OpArgumentError(
             f"cos_sin_cache has shape {list(cos_sin_cache.shape)}; expected [max_position, rotary_dim] with an even "
             f"rotary_dim <= head_size {head_size} (cos in the first half, sin in the second)"
         )
-    sections = list(mrope_section or [])
+    sections = list(call.mrope_section or [])
     if positions.dim() == 2 and (len(sections) != positions.shape[0] or sum(sections) != rotary_dim // 2):
-        raise ValueError(
+        raise OpArgumentError(
             f"mrope_section={sections} must give one width per positions row ({positions.shape[0]}) summing to "
             f"rotary_dim / 2 = {rotary_dim // 2}"
         )
@@ -1120,24 +1053,21 @@ def _mrope_heads(x: torch.Tensor, head_size: int, cos: torch.Tensor, sin: torch.
     return torch.cat((rotated, heads[..., rotary_dim:]), dim=-1).reshape(x.shape)
 
 
-def _mrope_kernel(
-    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int,
-    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: str = "half", cache_mode: str = "default",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    cos, sin = _mrope_tables(positions, cos_sin_cache, list(mrope_section or []))
+def _mrope_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    query, key, head_size, rotary_mode = call.query, call.key, call.head_size, call.rotary_mode
+    cos, sin = _mrope_tables(call.positions, call.cos_sin_cache, list(call.mrope_section or []))
     return _mrope_heads(query, head_size, cos, sin, rotary_mode), _mrope_heads(key, head_size, cos, sin, rotary_mode)
 
 
 @npu_op(
-    "(Tensor positions, Tensor query, Tensor key, Tensor cos_sin_cache, int head_size, *, int[]? mrope_section=None, "
-    "str? rotary_mode='half', str? cache_mode='default') -> (Tensor, Tensor)",
     source=MROPE_DOC,
     meta=_mrope_meta,
     kernel=_mrope_kernel,
 )
 def npu_mrope(
     positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int,
-    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: str = "half", cache_mode: str = "default",
+    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: Optional[str] = "half",
+    cache_mode: Optional[str] = "default",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE from a cos/sin cache (RopeWithSinCosCache), plain or multimodal: returns new ``(query, key)``.
 
@@ -1159,6 +1089,6 @@ def npu_mrope(
     for name, value in (("positions", positions), ("query", query), ("key", key), ("cos_sin_cache", cos_sin_cache)):
         require_tensor(name, value)
     if require_int("head_size", head_size) <= 0:
-        raise ValueError(f"head_size={head_size} must be positive")
+        raise OpArgumentError(f"head_size={head_size} must be positive")
     require_choice("rotary_mode", rotary_mode, ROTARY_MODES, "NeoX halves or even/odd pairs")
     require_choice("cache_mode", cache_mode, ("default",), "sections taken in order")

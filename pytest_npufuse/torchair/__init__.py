@@ -10,16 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NotModeledAttributeError
-from . import (
-    configs,
-    core,
-    ge,
-    ge_concrete_graph,
-    inference,
-    npu_fx_compiler,
-    ops,
-    scope,
-)
+from . import configs, core, ge, ge_concrete_graph, inference, npu_fx_compiler, ops, scope
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
 from .npu_fx_compiler import get_compiler, get_npu_backend

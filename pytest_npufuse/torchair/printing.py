@@ -16,6 +16,8 @@ from typing import Any, Sequence
 import torch
 from torch.fx.node import has_side_effect
 
+from ..errors import OpArgumentError, OpTypeError
+
 _LIB = torch.library.Library("air", "FRAGMENT")
 _LIB.define("print(Tensor[] tensors, str msg_format, str placeholder, int summarize_size, bool tensor_detail) -> ()")
 
@@ -68,18 +70,18 @@ has_side_effect(torch.ops.air.print.default)
 def _check(args: Sequence[Any], summarize_size: Any, tensor_detail: Any) -> None:
     for position, arg in enumerate(args):
         if not isinstance(arg, _PRINTABLE):
-            raise TypeError(
+            raise OpTypeError(
                 "position arguments of npu_print() must be torch.Tensor or basic type in (str, bool, float, int), "
                 f"but got '{type(arg).__name__}' at position {position}"
             )
     if not any(isinstance(arg, torch.Tensor) for arg in args):
-        raise ValueError("npu_print() requires at least one tensor input")
+        raise OpArgumentError("npu_print() requires at least one tensor input")
     if not isinstance(summarize_size, int) or isinstance(summarize_size, bool):
-        raise TypeError(f"summarize_size must be int, got {type(summarize_size).__name__}")
+        raise OpTypeError(f"summarize_size must be int, got {type(summarize_size).__name__}")
     if summarize_size < -1 or summarize_size == 0:
-        raise ValueError(f"summarize_size must be positive or -1 for all elements, got {summarize_size}")
+        raise OpArgumentError(f"summarize_size must be positive or -1 for all elements, got {summarize_size}")
     if not isinstance(tensor_detail, bool):
-        raise TypeError(f"tensor_detail must be bool, got {type(tensor_detail).__name__}")
+        raise OpTypeError(f"tensor_detail must be bool, got {type(tensor_detail).__name__}")
 
 
 def npu_print(*args: Any, summarize_size: int = 3, tensor_detail: bool = False) -> None:

@@ -13,7 +13,7 @@ from types import TracebackType
 
 import torch
 
-from ..errors import OptionsWarning, ScopeError
+from ..errors import OpTypeError, OptionsWarning, ScopeError
 from ..frontend import scopes, syncs
 
 __all__ = ["super_kernel", "npu_stream_switch", "limit_core_num", "npu_wait_tensor", "op_never_timeout", "data_dump"]
@@ -114,11 +114,12 @@ def op_never_timeout(enable: bool = True) -> _Scope:
     """Mark the ops inside as never timing out (``_op_exec_never_timeout``). Recorded on each kernel; it
     changes no modeled number, and, as TorchAir documents, a SuperKernel does not inherit it."""
     if not isinstance(enable, bool):
-        raise TypeError(f"op_never_timeout() argument 'enable' must be bool, but got {type(enable).__name__}.")
+        raise OpTypeError(f"op_never_timeout() argument 'enable' must be bool, but got {type(enable).__name__}.")
     return _Scope([scopes.NEVER_TIMEOUT], [str(enable)])
 
 
 def data_dump() -> _Scope:
-    """Dump the inputs and outputs of the ops inside (with ``dump_config.enable_dump``). Recorded on each
-    kernel; the CPU model writes no dump and its numbers do not change."""
+    """Dump the inputs and outputs of the ops inside (with ``dump_config.enable_dump``, max-autotune; the
+    ops of ``dump_layer`` too). Recorded on each kernel; :mod:`pytest_npufuse.datadump` writes the files,
+    and the numbers do not change."""
     return _Scope([scopes.DATA_DUMP], ["True"])

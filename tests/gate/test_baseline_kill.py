@@ -18,13 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_npufuse.files.atomic import remove_stale_temporaries, write_text_atomic
-from pytest_npufuse.gate.baseline import (
-    Entry,
-    Results,
-    dumps,
-    load_baseline,
-    write_baseline,
-)
+from pytest_npufuse.gate.baseline import Entry, Results, dumps, load_baseline, write_baseline
 
 KILLS = 40
 

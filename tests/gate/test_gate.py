@@ -130,7 +130,8 @@ def test_first_run_records_missing_entries_with_a_warning_and_the_next_run_passe
     assert data["schema_version"] == 1 and data["kind"] == "baseline" and len(data["model_version"]) == 16
     entry = data["entries"]["test_case.py::test_a"]["a3"]
     assert entry["variant_us"] == float(FAST_US) and entry["segments"] == 1 and entry["streams"] == 1
-    assert set(entry) == {"mode", "baseline_us", "variant_us", "speedup", "segments", "streams", "model_version"}
+    assert set(entry) == {"mode", "baseline_us", "variant_us", "speedup", "segments", "streams", "model_version", "breaks"}
+    assert entry["breaks"] == {}  # the scope is whole; a later failure names any breaking op as new
     # The other tests seed baselines through the library: it must write exactly what a first run records.
     assert seed("seeded.json", test_a="Fast", test_b="Fast").read_text() == text
 
@@ -147,7 +148,7 @@ def test_slowed_case_fails_that_test_with_before_and_after(seed, run, pytester):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
         "*test_a*",
-        f"*- modeled time regressed on a3 against the baseline base.json (tolerance 0%): variant {FAST_US} us -> "
+        f"npufuse: modeled time regressed on a3 against the baseline base.json (tolerance 0%): variant {FAST_US} us -> "
         f"{SLOW_US} us (+25.81%), speedup 1.090x -> 0.992x. If the slowdown is intended, re-baseline with "
         "--npufuse-update-baseline.",
     ])
@@ -155,8 +156,16 @@ def test_slowed_case_fails_that_test_with_before_and_after(seed, run, pytester):
         f"regressed     test_case.py::test_a [a3]: variant {FAST_US} us -> {SLOW_US} us (+25.81%), speedup 1.090x -> 0.992x",
         "1 regressed, 1 unchanged",
     ]
+    # The add that slows it down is the op new against the baseline, with why it cannot be fused.
+    result.stdout.fnmatch_lines([
+        "scope 'sp1' is split into 2 SuperKernel segment(s) by:",
+        "  aten::add (Add at *models.py:*) [[]NEW: not in the baseline[]]: Add is a TBE kernel, and a SuperKernel "
+        "calls only Ascend C kernels",
+        "  fix for aten::add: move the op before or after the scope*",
+    ])
     result.stdout.no_fnmatch_line("*Traceback*")
-    result.stdout.fnmatch_lines(["FAILED test_case.py::test_a - Failed: npufuse*", "*1 failed, 1 passed*"])
+    # The short summary carries the finding, not the run's numbers.
+    result.stdout.fnmatch_lines(["FAILED test_case.py::test_a - Failed: npufuse: modeled time regressed on a3*", "*1 failed, 1 passed*"])
     assert (pytester.path / "base.json").read_text() == before
 
 

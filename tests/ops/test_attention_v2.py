@@ -62,8 +62,10 @@ def test_v2_refuses_quantisation_and_sinks_by_name() -> None:
         torch_npu.npu_fused_infer_attention_score_v2(q, q, q, num_query_heads=2, input_layout="TND",
                                                      actual_seq_qlen=[2], actual_seq_kvlen=[2],
                                                      learnable_sink=torch.zeros(2, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="query_quant_mode=3 is not implemented"):
-        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, query_quant_mode=3)
+    with pytest.raises(ValueError, match="key_quant_mode=1 is not implemented"):
+        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, query_quant_mode=3, key_quant_mode=1)
+    with pytest.raises(ValueError, match="dequant_scale_key is given but query_quant_mode=0"):
+        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, dequant_scale_key=torch.ones(1))
     with pytest.raises(ValueError, match="input_layout='NTD_TND'"):
         torch_npu.npu_fused_infer_attention_score_v2(q, q, q, input_layout="NTD_TND")
 
@@ -120,3 +122,87 @@ def test_out_forms_write_the_preallocated_outputs_and_workspaces_are_empty_scrat
     with pytest.raises(ValueError, match="must divide num_heads"):
         torch_npu._npu_fused_infer_attention_score_v2_get_max_workspace(q, cache, cache, num_query_heads=2,
                                                                         num_key_value_heads=3)
+
+
+def _nz(cache: torch.Tensor) -> torch.Tensor:
+    """An ND paged cache [blocks, N, block_size, D] stored as FRACTAL_NZ [blocks, N, D / c, block_size, c]."""
+    run = 32 // cache.element_size()
+    blocks, heads, size, dim = cache.shape
+    return cache.reshape(blocks, heads, size, dim // run, run).permute(0, 1, 3, 2, 4).contiguous()
+
+
+def _mla_decode_reference(q_nope, q_pe, k_nope, k_pe, table, seq_lens, scale):
+    """float64 MLA decode per batch through the block table: [N, B, 1, D] (NBSD), keys = [nope | rope]."""
+    out = []
+    for b, length in enumerate(seq_lens):
+        nope, pe = (c[table[b]].reshape(-1, c.shape[-1])[:length].double() for c in (k_nope, k_pe))
+        scores = (q_nope[b].double() @ nope.t() + q_pe[b].double() @ pe.t()) * scale
+        out.append(torch.softmax(scores, dim=-1) @ nope)
+    return torch.stack(out, dim=1).unsqueeze(2)
+
+
+def test_v2_reads_fractal_nz_paged_caches_as_their_nd_blocks() -> None:
+    """vllm-ascend's MLA decode with enable_kv_nz: BSND_NBSD query, k_nope / k_pe viewed as NZ blocks
+    ``(-1, kv_heads, D // 16, block_size, 16)`` (attention/mla_v1.py _forward_decode)."""
+    gen = _gen()
+    tokens, heads, rank, rope, block, blocks, scale = 3, 8, 64, 32, 16, 5, 0.1
+    q_nope = torch.randn(tokens, 1, heads, rank, generator=gen).to(torch.bfloat16)
+    q_pe = torch.randn(tokens, 1, heads, rope, generator=gen).to(torch.bfloat16)
+    k_nope = torch.randn(blocks, 1, block, rank, generator=gen).to(torch.bfloat16)
+    k_pe = torch.randn(blocks, 1, block, rope, generator=gen).to(torch.bfloat16)
+    table = torch.tensor([[4, 0], [1, 2], [3, 4]], dtype=torch.int32)
+    seq_lens = [17, 32, 5]
+    options = dict(num_query_heads=heads, num_key_value_heads=1, input_layout="BSND_NBSD", softmax_scale=scale,
+                   block_table=table, block_size=block, actual_seq_kvlen=seq_lens)
+    nz, _ = torch_npu.npu_fused_infer_attention_score_v2(q_nope, _nz(k_nope), _nz(k_nope), query_rope=q_pe,
+                                                         key_rope=_nz(k_pe), **options)
+    bsnd = [c.transpose(1, 2) for c in (k_nope, k_pe)]  # BSND reads ND blocks as [blocks, block_size, N, D]
+    nd, _ = torch_npu.npu_fused_infer_attention_score_v2(q_nope, bsnd[0], bsnd[0], query_rope=q_pe,
+                                                         key_rope=bsnd[1], **options)
+    assert nz.shape == (heads, tokens, 1, rank) and torch.equal(nz, nd)
+    expected = _mla_decode_reference(q_nope[:, 0], q_pe[:, 0], k_nope[:, 0], k_pe[:, 0], table, seq_lens, scale)
+    torch.testing.assert_close(nz.double(), expected.to(torch.bfloat16).double(), rtol=2e-2, atol=2e-2)
+    with pytest.raises(ValueError, match="input_layout BNSD does not read NZ caches"):
+        torch_npu.npu_fused_infer_attention_score_v2(q_nope.transpose(1, 2), _nz(k_nope), _nz(k_nope),
+                                                     query_rope=q_pe.transpose(1, 2),
+                                                     key_rope=_nz(k_pe), **{**options, "input_layout": "BNSD_NBSD"})
+    with pytest.raises(ValueError, match=r"FRACTAL_NZ paged cache of torch.bfloat16 is \[blocks, 1, D / 16, 16, 16\]"):
+        torch_npu.npu_fused_infer_attention_score_v2(q_nope, _nz(k_nope).transpose(2, 3), _nz(k_nope), query_rope=q_pe,
+                                                     key_rope=_nz(k_pe), **options)
+
+
+def test_v2_full_int8_quantised_mla_decode_against_a_float64_reference() -> None:
+    """vllm-ascend's fa_quant MLA decode (attention/mla_v1.py, quantization/methods/kv_c8.py): int8 q_nope from
+    mla_prolog_v2 with per-token-per-head dequant scales, an int8 k_nope NZ cache (runs of 32) and a bfloat16
+    k_pe NZ cache, query_quant_mode=3, per-tensor fak_descale_float for key and value."""
+    gen = _gen()
+    tokens, heads, rank, rope, block, blocks, scale = 2, 4, 64, 32, 16, 4, 0.05
+    q_nope = torch.randint(-127, 128, (tokens, 1, heads, rank), generator=gen, dtype=torch.int8)
+    q_pe = torch.randn(tokens, 1, heads, rope, generator=gen).to(torch.bfloat16)
+    k_nope = torch.randint(-127, 128, (blocks, 1, block, rank), generator=gen, dtype=torch.int8)
+    k_pe = torch.randn(blocks, 1, block, rope, generator=gen).to(torch.bfloat16)
+    q_scale = torch.rand(tokens, 1, heads, generator=gen) / 500
+    kv_scale = torch.tensor([0.004])
+    table = torch.tensor([[2, 0], [3, 1]], dtype=torch.int32)
+    seq_lens = [20, 9]
+    out, lse = torch_npu.npu_fused_infer_attention_score_v2(
+        q_nope, _nz(k_nope), _nz(k_nope), query_rope=q_pe, key_rope=_nz(k_pe), num_query_heads=heads,
+        num_key_value_heads=1, input_layout="BSND_NBSD", softmax_scale=scale, block_table=table, block_size=block,
+        actual_seq_kvlen=seq_lens, query_quant_mode=3, key_quant_mode=0, value_quant_mode=0,
+        dequant_scale_query=q_scale, dequant_scale_key=kv_scale, dequant_scale_value=kv_scale)
+    assert out.dtype == torch.bfloat16 and out.shape == (heads, tokens, 1, rank) and lse.shape == (0,)
+    q_float = q_nope[:, 0].double() * q_scale[:, 0].double().unsqueeze(-1)
+    k_float = k_nope.double() * float(kv_scale)
+    expected = _mla_decode_reference(q_float, q_pe[:, 0], k_float[:, 0], k_pe[:, 0], table, seq_lens, scale)
+    torch.testing.assert_close(out.double(), expected.to(torch.bfloat16).double(), rtol=2e-2, atol=2e-2)
+    with pytest.raises(ValueError, match="query_quant_mode=3 needs dequant_scale_value"):
+        torch_npu.npu_fused_infer_attention_score_v2(
+            q_nope, _nz(k_nope), _nz(k_nope), query_rope=q_pe, key_rope=_nz(k_pe), num_query_heads=heads,
+            num_key_value_heads=1, input_layout="BSND_NBSD", block_table=table, block_size=block,
+            actual_seq_kvlen=seq_lens, query_quant_mode=3, dequant_scale_query=q_scale, dequant_scale_key=kv_scale)
+    with pytest.raises(ValueError, match="dequant_scale_query has shape \\[2, 2\\]; per token and head"):
+        torch_npu.npu_fused_infer_attention_score_v2(
+            q_nope, _nz(k_nope), _nz(k_nope), query_rope=q_pe, key_rope=_nz(k_pe), num_query_heads=heads,
+            num_key_value_heads=1, input_layout="BSND_NBSD", block_table=table, block_size=block,
+            actual_seq_kvlen=seq_lens, query_quant_mode=3, dequant_scale_query=q_scale[:, 0, :2].contiguous(),
+            dequant_scale_key=kv_scale, dequant_scale_value=kv_scale)

@@ -13,13 +13,7 @@ from pytest_npufuse import NpufuseError, compare, torchair
 from pytest_npufuse.ir.events import Event
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 from pytest_npufuse.report.trace import (
-    case_directory_name,
-    write_case_traces,
-    CSV_COLUMNS,
-    HOST_PID,
-    NPU_PID,
-    kernel_details_csv,
-    trace_json,
+    CSV_COLUMNS, HOST_PID, NPU_PID, case_directory_name, kernel_details_csv, trace_json, write_case_traces,
 )
 from pytest_npufuse.simulate.host import HostConfig
 from pytest_npufuse.simulate.timeline import simulate

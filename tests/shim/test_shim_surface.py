@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -192,7 +193,7 @@ def test_torchair_module_tree_and_compatibility_names(shim):
     assert importlib.import_module("torchair.inference").__path__
     with pytest.raises(ModuleNotFoundError, match="does not model torchair.inference._cache_compiler"):
         importlib.import_module("torchair.inference._cache_compiler")
-    with pytest.raises(NotModeledError, match="torchair.ge_concrete_graph.fx2ge_converter.register_fx_node_ge_converter"):
+    with pytest.raises(NotModeledError, match="ge_concrete_graph.fx2ge_converter.register_fx_node_ge_converter"):
         register_fx_node_ge_converter(torch.ops.aten.add.Tensor)
     with pytest.raises(NotModeledError, match="torchair.ge_concrete_graph.ge_graph.Tensor.dtype is not modeled"):
         Tensor.dtype  # noqa: B018
@@ -363,7 +364,8 @@ def test_save_npugraph_tensor_counts_saves_per_path_and_keeps_a_saved_tensor_out
 
     x = torch.randn(2, 2)
     torch_npu.save_npugraph_tensor(x, save_path=str(tmp_path / "x.bin"))
-    model = torch.compile(Model(), backend="npugraph_ex", options={"dump_tensor_data": True, "data_dump_dir": str(tmp_path)})
+    options = {"dump_tensor_data": True, "data_dump_dir": str(tmp_path)}
+    model = torch.compile(Model(), backend="npugraph_ex", options=options)
     model(x)
     model(x)
     assert torch.equal(torch.load(tmp_path / "x_device_0_0.bin"), x)
@@ -372,3 +374,57 @@ def test_save_npugraph_tensor_counts_saves_per_path_and_keeps_a_saved_tensor_out
     assert dumped == {"arg0_1", "pow_1"}  # not mm: the model saves it itself
     with pytest.raises(ValueError, match="the file suffix must be .pt or .bin"):
         torch_npu.save_npugraph_tensor(x, save_path=str(tmp_path / "x.npy"))
+
+
+# ---------------------------------------------------------------- graph dump
+
+class _Scoped(torch.nn.Module):
+    def forward(self, x, w):
+        with torchair.scope.super_kernel("sp1", "stream-fusion=1"):
+            y = torch.mm(x, w)
+            with torchair.scope.npu_stream_switch("2"):
+                z = torch.relu(y.view(-1))
+        return z
+
+
+def _graph_dump(kind, mode, tmp_path):
+    config = torchair.CompilerConfig()
+    config.mode = mode
+    config.debug.graph_dump.type = kind
+    config.debug.graph_dump.path = str(tmp_path)
+    backend = torchair.get_npu_backend(compiler_config=config)
+    torch.compile(_Scoped(), backend=backend, dynamic=False)(torch.randn(2, 3), torch.randn(3, 4))
+    return list(tmp_path.iterdir())
+
+
+def test_graph_dump_pbtxt_writes_the_modeled_graph_in_ges_text_form(shim, tmp_path):
+    (dump,) = _graph_dump("pbtxt", "max-autotune", tmp_path)
+    assert re.fullmatch(r"dynamo_original_graph_\d+_rank_0_pid_\d+_ts_\d+\.pbtxt", dump.name)
+    text = dump.read_text()
+    relu = text[text.index('name: "Relu"'):]
+    assert 'type: "Data"' in text and 'input: "MatMulV3:0"' in relu  # the view reads the mm's memory
+    assert 'attr { key: "_user_stream_label" value { s: "2" } }' in relu
+    assert 'attr { key: "_super_kernel_options" value { s: "stream-fusion=1" } }' in relu
+    assert "shape { dim: 8 }" in relu and text.rstrip().endswith('input: "Relu:0"\n}')
+
+
+def test_graph_dump_of_a_dynamic_shape_graph_lists_its_size_inputs(shim, tmp_path):
+    config = torchair.CompilerConfig()
+    config.debug.graph_dump.type = "txt"
+    config.debug.graph_dump.path = str(tmp_path)
+    torch._dynamo.reset()
+    model = torch.compile(_AddMm(), backend=torchair.get_npu_backend(compiler_config=config), dynamic=True)
+    model(torch.randn(3, 5), torch.randn(5, 3))
+    (dump,) = tmp_path.iterdir()
+    data = [op for op in dump.read_text().split("op {")[1:] if 'type: "Data"' in op]
+    assert dump.suffix == ".txt" and len(data) > 2  # the symbolic sizes, then x and y
+    assert sum("output_desc" in op for op in data) == 2  # only the tensors have a desc
+
+
+def test_graph_dump_types_a_mode_cannot_write_are_refused(shim, tmp_path):
+    (dump,) = _graph_dump("py", "npugraph_ex", tmp_path)
+    assert dump.name.startswith("dynamo_optimized_graph_") and "torch.ops.aten.mm.default" in dump.read_text()
+    with pytest.raises(Exception, match="Graph dump for aclGraph only support 'py' type, but got: pbtxt"):
+        _graph_dump("pbtxt", "reduce-overhead", tmp_path)
+    with pytest.raises(Exception, match="graph_dump.type = 'py' dumps the Python that builds TorchAir's GE graph"):
+        _graph_dump("py", "max-autotune", tmp_path)

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 from ...pipeline.chain import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
 from ..datadump import plan_dump
+from ..graphdump import write_graph_dump
 from .options import ConfigNode, OptionValue, int_range, of_type
 
 INT64_MAX = 2**63 - 1
@@ -155,10 +156,13 @@ class CompilerConfig(ConfigNode):
 
     def graph_options(self) -> GraphOptions:
         """What this config decides about how its graphs are modeled; its data dump, when enabled,
-        watches each call of every graph (:mod:`pytest_npufuse.torchair.datadump`)."""
+        watches each call of every graph (:mod:`pytest_npufuse.torchair.datadump`), and its graph dump
+        writes each graph (:mod:`pytest_npufuse.torchair.graphdump`)."""
         watch = partial(plan_dump, self) if self.dump_config.enable_dump.value else None
+        dump_graph = partial(write_graph_dump, self) if self.debug.graph_dump.type.value is not None else None
         return GraphOptions(
-            Mode(self.run_mode), bool(self.ge_config.enable_single_stream.value), self.superkernel_options(), watch
+            Mode(self.run_mode), bool(self.ge_config.enable_single_stream.value), self.superkernel_options(), watch,
+            dump_graph,
         )
 
     def superkernel_options(self) -> str | None:

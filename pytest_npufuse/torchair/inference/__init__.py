@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ...errors import NotModeledError
+from ...errors import NotModeledError, OpArgumentError, OpTypeError
 from ...frontend.shapes import GEARS_ATTRIBUTE
 from ..configs.compiler_config import CompilerConfig
 from ..npu_fx_compiler import get_npu_backend
@@ -46,19 +46,19 @@ def cache_compile(
     ``torch.compile``. The ranks only name the cache directory on a device, so they change nothing here.
     """
     if not isinstance(func, types.MethodType) or not isinstance(func.__self__, torch.nn.Module):
-        raise ValueError(
+        raise OpArgumentError(
             f"cache_compile caches a method of a torch.nn.Module (e.g. model.forward), got {func!r}; "
             "pass the bound method."
         )
     config = config or CompilerConfig()
     if ge_cache and config.experimental_config.frozen_parameter.value:
-        raise ValueError(
+        raise OpArgumentError(
             "cache_compile(ge_cache=True) with config.experimental_config.frozen_parameter = True: TorchAir "
             "allows only one of them; turn one off."
         )
     fullgraph = bool(kwargs.pop("fullgraph", False))
     if kwargs:
-        raise TypeError(f"cache_compile() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
+        raise OpTypeError(f"cache_compile() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
     return torch.compile(func, backend=get_npu_backend(compiler_config=config), dynamic=dynamic, fullgraph=fullgraph)
 
 
@@ -69,12 +69,12 @@ def set_dim_gears(t: torch.Tensor, dim_gears: Mapping[int, Sequence[int]]) -> No
     not a gear is an error when the graph is called, and every call is priced as a static graph.
     """
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"set_dim_gears(t, ...) takes a tensor, got {type(t).__name__}")
+        raise OpTypeError(f"set_dim_gears(t, ...) takes a tensor, got {type(t).__name__}")
     if not isinstance(dim_gears, Mapping):
-        raise TypeError(f"set_dim_gears(t, dim_gears): dim_gears maps a dim to its sizes, got {dim_gears!r}")
+        raise OpTypeError(f"set_dim_gears(t, dim_gears): dim_gears maps a dim to its sizes, got {dim_gears!r}")
     previous = getattr(t, GEARS_ATTRIBUTE, None)
     if previous is not None and previous != dim_gears:
-        raise ValueError(f"set_dim_gears: the tensor already has gears {previous}; they cannot be set again.")
+        raise OpArgumentError(f"set_dim_gears: the tensor already has gears {previous}; they cannot be set again.")
     for dim, gears in dim_gears.items():
         _check_gears(t, dim, gears)
     for dim in dim_gears:
@@ -84,11 +84,11 @@ def set_dim_gears(t: torch.Tensor, dim_gears: Mapping[int, Sequence[int]]) -> No
 
 def _check_gears(t: torch.Tensor, dim: Any, gears: Any) -> None:
     if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < t.dim():
-        raise ValueError(f"set_dim_gears: dim {dim!r} is not a dim of a {t.dim()}-d tensor; use 0..{t.dim() - 1}.")
+        raise OpArgumentError(f"set_dim_gears: dim {dim!r} is not a dim of a {t.dim()}-d tensor; use 0..{t.dim() - 1}.")
     if not isinstance(gears, (list, tuple)) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gears):
-        raise ValueError(f"set_dim_gears: the gears of dim {dim} must be a list of ints, got {gears!r}.")
+        raise OpArgumentError(f"set_dim_gears: the gears of dim {dim} must be a list of ints, got {gears!r}.")
     if len(gears) < 2:
-        raise ValueError(f"set_dim_gears: dim {dim} has gears {list(gears)}; give at least two sizes.")
+        raise OpArgumentError(f"set_dim_gears: dim {dim} has gears {list(gears)}; give at least two sizes.")
 
 
 def readable_cache(cache_bin: str, print_output: bool = True, file: Any = None) -> str:

@@ -1,0 +1,174 @@
+"""Explanations a failing check prints after its findings, so a user can act without opening a trace:
+
+- each op that split a SuperKernel scope, why a SuperKernel cannot call it (its catalog entry's
+  ``unfusable`` reason: a plain residual ``aten::add`` is a TBE kernel), the usual fixes, and which of
+  the ops are new against the baseline file when there is one;
+- where a side stream's kernels went when the timeline shows no lane for it: into a SuperKernel on
+  another stream (``stream-fusion=1`` runs them there side by side).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from ..plan.tasks import ScopeBreak
+from ..vocabulary import Unfusable
+
+if TYPE_CHECKING:
+    from ..plan.tasks import Plan
+    from .case import CaseReport
+
+# The usual ways out, by the catalog's reason.
+_FIXES = {
+    Unfusable.TBE: "move the op before or after the scope, or use a fused Ascend C op that does its work (a residual add "
+    "before RMSNorm: torch_npu.npu_add_rms_norm)",
+    Unfusable.COPY: "avoid the copy inside the scope (a contiguous() or clone() the graph does not need, a dtype or "
+    "format change); do it before the scope",
+    Unfusable.AICPU: "move it out of the scope",
+    Unfusable.AICPU_DTYPE: "give it a dtype its AI Core kernel takes (e.g. int32 instead of int64), or move it out of "
+    "the scope",
+    Unfusable.HOST: "compute it before the graph or outside the scope (an allocation, a Python scalar or a .item())",
+    Unfusable.COMM: "use AllReduce, ReduceScatter, AllGather or AlltoAll, or end the scope before the collective",
+    Unfusable.MC2: "end the scope before it and start another after it",
+    Unfusable.ATB: "use the GE op of the same computation (e.g. npu_fused_infer_attention_score) or keep it outside",
+    Unfusable.PENDING: "keep it outside the scope (the layout CANN's own recipes use) and scope the ops around it",
+    Unfusable.UNVERIFIED: "keep it outside the scope; if your CANN fuses it, declare it in pyproject.toml "
+    "[tool.npufuse.ops.\"{op}\"] with fusable = true",
+    Unfusable.UNKNOWN: "describe it in pyproject.toml [tool.npufuse.ops.\"{op}\"] (engine, fusable, ...); if it is an "
+    "Ascend C kernel, fusable = true",
+}
+_ACCEPT = (
+    "if the split is intended, say so: @pytest.mark.superkernel('{scope}', segments={segments}, breaks={breaks}); "
+    "strict-scope-check=abort in the scope options makes any split a compile error"
+)
+
+
+def break_key(site: ScopeBreak) -> str:
+    """How a baseline file records a breaking op: its op type and the file name and line it came from
+    (no directory, so shards checked out in different places record the same text)."""
+    where = site.source.rsplit("/", 1)[-1]
+    return f"{site.op_type} at {where}" if where else site.op_type
+
+
+def new_breaks(sites: Sequence[ScopeBreak], known: Sequence[str]) -> list[bool]:
+    """Which of ``sites`` a baseline that recorded ``known`` (see :func:`break_key`) did not have.
+
+    An op at the same line is the same op; an op whose line moved (code added above it) is matched
+    to a recorded op of the same type that is left over; what remains is new."""
+    left = list(known)
+    matched = [False] * len(sites)
+    for index, site in enumerate(sites):
+        if break_key(site) in left:
+            left.remove(break_key(site))
+            matched[index] = True
+    for index, site in enumerate(sites):
+        if not matched[index]:
+            same_type = next((k for k in left if k.split(" at ", 1)[0] == site.op_type), None)
+            if same_type is not None:
+                left.remove(same_type)
+                matched[index] = True
+    return [not m for m in matched]
+
+
+def break_lines(report: CaseReport, known: Mapping[str, Sequence[str]] | None) -> list[str]:
+    """Per broken scope: each breaking op with why it cannot be fused, whether it is new against the
+    baseline (``known``: the baseline's break keys per scope, None without a baseline entry), and the fixes."""
+    lines: list[str] = []
+    for scope in report.superkernels.values():
+        sites = scope.break_points
+        if not sites:
+            continue
+        fresh = new_breaks(sites, known.get(scope.scope, ())) if known is not None else [False] * len(sites)
+        lines.append(f"scope '{scope.scope}' is split into {scope.segments} SuperKernel segment(s) by:")
+        fixes: dict[str, list[str]] = {}
+        for site, is_new in zip(sites, fresh):
+            mark = " [NEW: not in the baseline]" if is_new else ""
+            why = f": {site.why}" if site.why else ""
+            lines.append(f"  {site.describe()}{mark}{why}")
+            if site.unfusable in _FIXES:
+                ops = fixes.setdefault(_FIXES[site.unfusable], [])
+                ops.extend([site.op_type] if site.op_type not in ops else [])
+        for fix, ops in fixes.items():
+            lines.append(f"  fix for {', '.join(ops)}: {fix.format(op=ops[0])}")
+        breaks = sorted({site.op_type for site in sites})
+        lines.append("  " + _ACCEPT.format(scope=scope.scope, segments=scope.segments, breaks=breaks))
+    return lines
+
+
+@dataclass(frozen=True)
+class StreamUse:
+    """One stream of the VARIANT: its kernels, and those of them that run inside a SuperKernel issued
+    on another stream (``superkernels`` names those SuperKernels; ``side_by_side`` says whether
+    ``stream-fusion=1`` runs them on a lane of their own inside it)."""
+
+    stream: str
+    kernels: int
+    fused_elsewhere: int
+    superkernels: tuple[str, ...]
+    host_stream: str
+    side_by_side: bool
+
+    def note(self) -> str:
+        """One sentence on where this stream's kernels went; '' when they all run on it."""
+        if not self.fused_elsewhere:
+            return ""
+        which = ", ".join(self.superkernels)
+        how = (
+            "stream-fusion=1 runs them side by side with the other stream's sub-kernels"
+            if self.side_by_side
+            else "stream-fusion=0: one after another, in issue order"
+        )
+        if self.fused_elsewhere == self.kernels:
+            return (
+                f"stream '{self.stream}' has no lane of its own on the timeline: all its {self.kernels} kernel(s) run "
+                f"inside SuperKernel {which} on stream '{self.host_stream}' ({how})"
+            )
+        return (
+            f"{self.fused_elsewhere} of stream '{self.stream}''s {self.kernels} kernels run inside SuperKernel "
+            f"{which} on stream '{self.host_stream}' ({how})"
+        )
+
+
+def stream_uses(plan: Plan) -> tuple[StreamUse, ...]:
+    """Each stream of the VARIANT's plan, with the kernels that a SuperKernel on another stream took in."""
+    if plan.streams is None:
+        return ()
+    kernel_stream = plan.streams.kernel_stream
+    counts: dict[str, int] = {}
+    for stream in kernel_stream.values():
+        counts[stream] = counts.get(stream, 0) + 1
+    moved: dict[str, list[tuple[str, str, bool]]] = {}
+    for task in plan.tasks:
+        if task.segment is None:
+            continue
+        for kernel in task.kernels:
+            own = kernel_stream.get(kernel, task.stream)
+            if own != task.stream:
+                moved.setdefault(own, []).append((task.segment.name, task.stream, bool(task.segment.lanes)))
+    uses = []
+    for stream in plan.streams.streams:
+        if stream not in counts:
+            continue
+        into = moved.get(stream, [])
+        names = tuple(dict.fromkeys(name for name, _, _ in into))
+        host = into[0][1] if into else stream
+        uses.append(StreamUse(stream, counts[stream], len(into), names, host, any(lanes for _, _, lanes in into)))
+    return tuple(uses)
+
+
+def failure_text(
+    report: CaseReport,
+    failures: Sequence[str],
+    known_breaks: Mapping[str, Sequence[str]] | None = None,
+    explain_breaks: bool = False,
+) -> str:
+    """The message of a failed check. Its first line is the first finding, since pytest's short test
+    summary shows only that line; the other findings follow, then the case's numbers, then why each
+    breaking op splits its scope (when a finding is about scopes or time) and where side streams went."""
+    first, *rest = failures
+    lines = [f"npufuse: {first}", *(f"- {failure}" for failure in rest), f"case: {report.summary()}"]
+    if explain_breaks:
+        lines += break_lines(report, known_breaks)
+    lines += [f"note: {note}" for note in report.stream_notes()]
+    return "\n".join(lines)

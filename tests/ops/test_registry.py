@@ -1,0 +1,54 @@
+"""Each op's schema is derived from its public wrapper's signature; it must stay torch_npu's.
+
+``torch_npu_schemas.txt`` holds torch_npu's schema of every declared op (op-plugin's
+``op_plugin_functions.yaml`` and the API pages; one line per registered op, ``<name>_functional`` included),
+as the op declarations wrote them by hand before the registry derived them. A wrapper whose signature
+drifts from torch_npu's (a renamed keyword, a default, ``int`` for ``SymInt``) fails here, and so does an
+op added without its torch_npu schema.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_npufuse import torch_npu
+from pytest_npufuse.torch_npu.registry import NAMESPACE, OPS
+
+TORCH_NPU_SCHEMAS = {
+    line.split("(", 1)[0]: line
+    for line in (Path(__file__).parent / "torch_npu_schemas.txt").read_text().splitlines()
+    if line
+}
+
+
+def _registered_names() -> list[str]:
+    return [name for op in OPS.values() for name in dict.fromkeys((op.name, op.graph_name or op.name))]
+
+
+@pytest.mark.parametrize("name", _registered_names())
+def test_derived_schema_is_torch_npus(name: str) -> None:
+    assert name in TORCH_NPU_SCHEMAS, f"add torch_npu's schema of {name} to torch_npu_schemas.txt"
+    registered = getattr(getattr(torch.ops, NAMESPACE), name).default._schema
+    expected = torch._C.parse_schema(f"{NAMESPACE}::{TORCH_NPU_SCHEMAS[name]}")
+    assert str(registered) == str(expected)
+
+
+def test_every_recorded_schema_is_declared() -> None:
+    assert sorted(TORCH_NPU_SCHEMAS) == sorted(_registered_names())
+
+
+def test_ops_command_shows_the_derived_public_schema() -> None:
+    for op in OPS.values():
+        assert str(torch._C.parse_schema(op.schema)) == str(torch._C.parse_schema(TORCH_NPU_SCHEMAS[op.name]))
+
+
+def test_argument_errors_are_package_errors_and_still_value_and_type_errors() -> None:
+    from pytest_npufuse.errors import NpufuseError, OpArgumentError, OpTypeError
+
+    with pytest.raises(OpArgumentError, match="x has dtype torch.int32") as bad_value:
+        torch_npu.npu_rms_norm(torch.ones(2, 4, dtype=torch.int32), torch.ones(4))
+    with pytest.raises(OpTypeError, match="epsilon must be a float") as bad_type:
+        torch_npu.npu_rms_norm(torch.ones(2, 4), torch.ones(4), epsilon="1e-6")
+    assert isinstance(bad_value.value, ValueError) and isinstance(bad_value.value, NpufuseError)
+    assert isinstance(bad_type.value, TypeError) and isinstance(bad_type.value, NpufuseError)
