@@ -21,6 +21,23 @@ from .toml import parse_toml, read_toml
 from .writing import append_text, ensure_directory, write_bytes, write_text
 
 __all__ = [
-    "FileRole", "append_text", "ensure_directory", "Kind", "check_outputs", "kind_of", "locked", "locked_output", "parse_json", "parse_toml", "present", "read_bytes",
-    "read_json", "read_text", "read_toml", "write_bytes", "write_bytes_atomic", "write_text", "write_text_atomic",
+    "FileRole",
+    "append_text",
+    "ensure_directory",
+    "Kind",
+    "check_outputs",
+    "kind_of",
+    "locked",
+    "locked_output",
+    "parse_json",
+    "parse_toml",
+    "present",
+    "read_bytes",
+    "read_json",
+    "read_text",
+    "read_toml",
+    "write_bytes",
+    "write_bytes_atomic",
+    "write_text",
+    "write_text_atomic",
 ]

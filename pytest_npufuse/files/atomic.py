@@ -55,7 +55,9 @@ def check_writable(path: Path, what: str) -> Path:
     return target
 
 
-def check_outputs(outputs: Mapping[str, Path | None], kept: Collection[str] = (), streams: Collection[str] = ()) -> None:
+def check_outputs(
+    outputs: Mapping[str, Path | None], kept: Collection[str] = (), streams: Collection[str] = ()
+) -> None:
     """Each named output is writable and no two of them are the same file (after symlinks): one would
     silently overwrite the other, e.g. a run report written over the baseline. Outputs named in
     ``kept`` are written only if needed, so a read-only one is refused only when a write comes. Outputs
@@ -98,7 +100,9 @@ def write_bytes_atomic(path: Path, data: bytes, what: str = "output") -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise OutputFileError(f"{what} {path}: {target.parent} is a file (or lies under one); give a path in a directory.") from None
+        raise OutputFileError(
+            f"{what} {path}: {target.parent} is a file (or lies under one); give a path in a directory."
+        ) from None
     remove_stale_temporaries(target)
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
     temporary, handle = _create_temporary(target)
@@ -123,7 +127,9 @@ def _create_temporary(target: Path) -> tuple[Path, int]:
             return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
-    raise OutputFileError(f"{target}: could not create a temporary file beside it; remove the .{target.name}.npufuse-*.tmp files.")
+    raise OutputFileError(
+        f"{target}: could not create a temporary file beside it; remove the .{target.name}.npufuse-*.tmp files."
+    )
 
 
 def remove_stale_temporaries(target: Path) -> list[Path]:

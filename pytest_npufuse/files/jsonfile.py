@@ -18,13 +18,16 @@ from .reading import FileRole, decode, read_bytes
 
 def parse_json(text: str, source: Path | str, role: FileRole = FileRole()) -> Any:
     """The value of the JSON ``text`` read from ``source`` (named in errors)."""
+
     def fail(problem: str) -> Exception:
         return role.fail(source, problem)
 
     too_deep = deepest(text, JSON_TOKENS)
     if too_deep is not None:
-        raise fail(f"nests arrays and objects deeper than {MAX_DEPTH} levels (at {_place(text, too_deep)}), "
-                   f"deeper than any {role.what} can be")
+        raise fail(
+            f"nests arrays and objects deeper than {MAX_DEPTH} levels (at {_place(text, too_deep)}), "
+            f"deeper than any {role.what} can be"
+        )
     try:
         return json.loads(
             text,
@@ -56,8 +59,10 @@ def _unique_keys(fail: Callable[[str], Exception]) -> Callable[[list[tuple[str, 
         result: dict[str, Any] = {}
         for key, value in pairs:
             if key in result:
-                raise fail(f"key {key!r} appears twice in one object (JSON keeps only the last copy, so the other "
-                           "would be lost silently; a bad merge does this); keep one copy")
+                raise fail(
+                    f"key {key!r} appears twice in one object (JSON keeps only the last copy, so the other "
+                    "would be lost silently; a bad merge does this); keep one copy"
+                )
             result[key] = value
         return result
 

@@ -46,7 +46,9 @@ def lock_path(path: Path, directory: bool = False) -> Path:
 
 
 @contextmanager
-def locked(path: Path, what: str = "output", *, directory: bool = False, timeout_s: float = TIMEOUT_S) -> Iterator[None]:
+def locked(
+    path: Path, what: str = "output", *, directory: bool = False, timeout_s: float = TIMEOUT_S
+) -> Iterator[None]:
     """Hold the lock of ``path`` (a file, or with ``directory`` a directory of files written together)
     for the ``with`` block; wait for another process's turn at most ``timeout_s`` seconds, then fail
     naming the holder."""
@@ -93,12 +95,16 @@ def _open(sidecar: Path, what: str, path: Path) -> int:
         )
     kind = kind_of(sidecar)
     if kind is Kind.UNDER_FILE:
-        raise OutputFileError(f"{what} {path}: {sidecar.parent} is a file (or lies under one); give a path in a directory.")
+        raise OutputFileError(
+            f"{what} {path}: {sidecar.parent} is a file (or lies under one); give a path in a directory."
+        )
     if kind not in (Kind.REGULAR, Kind.MISSING):
         raise OutputFileError(f"{what} {path}: its lock file {sidecar} is {kind.value}; remove it.")
     try:
         sidecar.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(sidecar, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        return os.open(
+            sidecar, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0), 0o666
+        )
     except OSError as exc:
         raise OutputFileError(
             f"{what} {path}: cannot create its lock file {sidecar} ({exc.strerror}); the directory must be writable."

@@ -39,11 +39,14 @@ def refuse_kind(path: Path | str, kind: Kind, role: FileRole) -> NpufuseError:
     if kind is Kind.MISSING:
         return role.error(f"{path}: file not found.")
     if kind is Kind.LOOP:
-        return role.fail(path, "is a symlink loop (a link that leads back to itself), not a file; fix or remove the link")
+        return role.fail(
+            path, "is a symlink loop (a link that leads back to itself), not a file; fix or remove the link"
+        )
     if kind.special:
         return role.fail(
-            path, f"is {kind.value}, not a regular file; pytest-npufuse reads a {role.what} only from a regular "
-            "file (reading this could wait forever or never end). Save the content to a file and give its path"
+            path,
+            f"is {kind.value}, not a regular file; pytest-npufuse reads a {role.what} only from a regular "
+            "file (reading this could wait forever or never end). Save the content to a file and give its path",
         )
     if kind is Kind.DIRECTORY:
         return role.fail(path, f"is a directory; give the path of a {role.what} file")
@@ -91,8 +94,9 @@ def decode(data: bytes, path: Path | str, role: FileRole = FileRole()) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise role.fail(
-            path, f"not UTF-8 text: byte {exc.start} (line {line}) is 0x{data[exc.start]:02x} ({exc.reason}), so "
-            f"not a {role.what} file; save it as UTF-8"
+            path,
+            f"not UTF-8 text: byte {exc.start} (line {line}) is 0x{data[exc.start]:02x} ({exc.reason}), so "
+            f"not a {role.what} file; save it as UTF-8",
         ) from None
 
 

@@ -34,7 +34,9 @@ def parse_toml(text: str, source: Path | str, role: FileRole = PROFILE_FILE) -> 
     except tomllib.TOMLDecodeError as exc:
         raise role.error(f"{source}: not valid TOML: {exc}. Fix the syntax at that line.") from None
     except ValueError:  # Python's limit on the digits of an int (4300), which tomllib does not catch
-        raise role.fail(source, "holds an integer thousands of digits long, far outside TOML's signed 64-bit range") from None
+        raise role.fail(
+            source, "holds an integer thousands of digits long, far outside TOML's signed 64-bit range"
+        ) from None
     except RecursionError:
         raise role.fail(source, "nests arrays and tables too deeply to parse") from None
     _check_integers(data, source, role)
@@ -59,7 +61,11 @@ def _check_integers(data: dict[str, Any], source: Path | str, role: FileRole) ->
             pending.extend((item, f"{where}.{key}" if where else str(key), depth + 1) for key, item in value.items())
         elif isinstance(value, list):
             pending.extend((item, f"{where}[{index}]", depth + 1) for index, item in enumerate(value))
-        elif isinstance(value, int) and not isinstance(value, bool) and not TOML_INT_RANGE[0] <= value <= TOML_INT_RANGE[1]:
+        elif (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and not TOML_INT_RANGE[0] <= value <= TOML_INT_RANGE[1]
+        ):
             raise role.fail(source, f"key {where} is an integer outside TOML's signed 64-bit range")
 
 

@@ -55,7 +55,9 @@ def ensure_directory(path: Path, what: str = "output directory") -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise OutputFileError(f"{what} {path}: lies under a file, not a directory; give the path of a directory.") from None
+        raise OutputFileError(
+            f"{what} {path}: lies under a file, not a directory; give the path of a directory."
+        ) from None
     except OSError as exc:
         raise OutputFileError(f"{what} {path}: could not be created ({exc.strerror}).") from None
     return path
@@ -66,7 +68,9 @@ def append_text(path: Path, text: str, what: str = "log") -> None:
     device, a directory or a symlink loop there is refused, never written to."""
     kind = kind_of(path)
     if kind not in (Kind.REGULAR, Kind.MISSING):
-        raise OutputFileError(f"{what} {path}: is {kind.value}, not a regular file, so nothing was written to it; remove it.")
+        raise OutputFileError(
+            f"{what} {path}: is {kind.value}, not a regular file, so nothing was written to it; remove it."
+        )
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         handle = os.open(path, flags, 0o666)
@@ -75,7 +79,9 @@ def append_text(path: Path, text: str, what: str = "log") -> None:
     try:
         opened = kind_of_mode(os.fstat(handle).st_mode)
         if opened is not Kind.REGULAR:  # replaced between the check and the open
-            raise OutputFileError(f"{what} {path}: is {opened.value}, not a regular file, so nothing was written to it.")
+            raise OutputFileError(
+                f"{what} {path}: is {opened.value}, not a regular file, so nothing was written to it."
+            )
         _write_all(handle, text.encode("utf-8"))
     finally:
         os.close(handle)
@@ -114,4 +120,4 @@ def _write_through(path: Path, data: bytes, what: str) -> None:
 def _write_all(descriptor: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(descriptor, view):]
+        view = view[os.write(descriptor, view) :]

@@ -278,7 +278,9 @@ class BaselineUpdate:
     conflicts: tuple[str, ...] = ()
 
 
-def update_baseline(path: Path, read: Results, written: Sequence[tuple[str, str, Entry]], model: ModelIdentity) -> BaselineUpdate:
+def update_baseline(
+    path: Path, read: Results, written: Sequence[tuple[str, str, Entry]], model: ModelIdentity
+) -> BaselineUpdate:
     """Write ``written`` (test key, target, entry) into the baseline at ``path`` without losing anything
     another process wrote since this run ``read`` the file: under the file's lock it is read again,
     merged and rewritten, so runs updating disjoint entries all keep theirs. An entry that changed
@@ -424,7 +426,9 @@ class Gate:
         Missing entries are always recorded; with ``update`` every entry of the run is rewritten.
         Entries of tests that did not run, and those other processes wrote meanwhile, are kept.
         """
-        written = [(c.key, c.target, c.after) for c in changes if c.after is not None and (self.update or c.status == NEW)]
+        written = [
+            (c.key, c.target, c.after) for c in changes if c.after is not None and (self.update or c.status == NEW)
+        ]
         if not written:
             return BaselineUpdate(None)
         return update_baseline(self.path, self.stored, written, self.model)

@@ -25,8 +25,10 @@ Tests = Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]
 def entries_of(rows: Sequence[Mapping[str, Any]], where: str) -> list[tuple[str, str, Entry]]:
     """(test key, target, entry) for each check record."""
     for row in rows:
-        if not isinstance(row, Mapping) or not isinstance(row.get("key"), str) or not isinstance(row.get("target"), str):
-            raise BaselineError(f"{where}: a check record must be an object with string 'key' and 'target', got {row!r:.80}.")
+        if not (isinstance(row, Mapping) and isinstance(row.get("key"), str) and isinstance(row.get("target"), str)):
+            raise BaselineError(
+                f"{where}: a check record must be an object with string 'key' and 'target', got {row!r:.80}."
+            )
     return [(row["key"], row["target"], Entry.from_json(row, f"{where} {row['key']!r}")) for row in rows]
 
 
@@ -67,7 +69,9 @@ def read_run_tests(path: Path) -> tuple[ModelIdentity | None, dict[str, tuple[st
         outcome = test.get("outcome") if isinstance(test, Mapping) else None
         records = test.get("npufuse") if isinstance(test, Mapping) else None
         if outcome not in OUTCOMES or not isinstance(records, list):
-            raise DOCUMENT.fail(path, f"test {nodeid!r} must have an 'outcome' of {', '.join(OUTCOMES)} and an 'npufuse' list")
+            raise DOCUMENT.fail(
+                path, f"test {nodeid!r} must have an 'outcome' of {', '.join(OUTCOMES)} and an 'npufuse' list"
+            )
         entries_of(records, f"{path} test {nodeid!r}")
         parsed[nodeid] = (outcome, records)
     model = None if data.get("model") is None else ModelIdentity.from_json(data["model"], str(path))
@@ -95,11 +99,15 @@ def save_run_report(
             except NpufuseError as exc:
                 notes.append(f"replaced {path}, which was not a readable run report ({exc})")
         if concurrent and theirs:
-            clashes = sorted(nodeid for nodeid in tests if nodeid in theirs and theirs[nodeid] != (tests[nodeid][0], list(tests[nodeid][1])))
+            clashes = sorted(
+                nodeid for nodeid, (outcome, rows) in tests.items()
+                if nodeid in theirs and theirs[nodeid] != (outcome, list(rows))
+            )
             model = model.merged_over(their_model)
             tests = {**theirs, **tests}
             notes.append(
-                f"merged the run report {path} with the one another process wrote during this run ({len(theirs)} test(s))"
+                f"merged the run report {path} with the one another process wrote during this run "
+                f"({len(theirs)} test(s))"
                 + (f"; this run's results replaced theirs for {', '.join(clashes)}" if clashes else "")
             )
         elif theirs:

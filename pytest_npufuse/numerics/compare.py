@@ -65,8 +65,8 @@ def _flatten(prefix: str, value: Any, what: str, names: list[str], leaves: list[
                 _flatten(f"{name}.{field.name}", getattr(leaf, field.name), what, names, leaves)
         elif isinstance(leaf, Iterator):
             raise CaptureError(
-                f"{what} returns an iterator ({type(leaf).__name__}) at {name}: a generator or iterator cannot be compared "
-                "without consuming it, so no output would be checked; return a tuple or list "
+                f"{what} returns an iterator ({type(leaf).__name__}) at {name}: a generator or iterator cannot be "
+                "compared without consuming it, so no output would be checked; return a tuple or list "
                 "(e.g. tuple(...)) of its tensors."
             )
         elif isinstance(leaf, (torch.Tensor, *_PLAIN)):

@@ -148,8 +148,11 @@ def parse_options(scope: str, text: str, path: ParserPath = ParserPath.GE) -> Su
     body = text.strip().strip('"')
     items = [part.strip() for part in body.split(":")] if body.strip() else []
     if "" in items:  # an entry without '=' to CANN, which skips it; said once, not once per colon
-        note = (f"super_kernel scope '{scope}': {items.count('')} empty option entr{'y' if items.count('') == 1 else 'ies'} "
-                f"(a doubled, leading or trailing ':') in {text!r}; skipped.")
+        empty = items.count("")
+        note = (
+            f"super_kernel scope '{scope}': {empty} empty option entr{'y' if empty == 1 else 'ies'} "
+            f"(a doubled, leading or trailing ':') in {text!r}; skipped."
+        )
         warnings.warn(note, OptionsWarning, stacklevel=3)
         notes.append(note)
     for item in filter(None, items):

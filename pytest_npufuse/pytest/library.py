@@ -108,7 +108,8 @@ class NpuFuse:
     def _keep_view(self, report: CaseReport, change: Change | None) -> None:
         """Hand the check's timelines to the run recorder for the HTML report."""
         gate = {"status": change.status, "text": change.describe()} if change is not None else None
-        recorder.RunRecorder.of(self._request.config).add_view(self._request.node.nodeid, case_view(report, self._case(self._checks), gate))
+        view = case_view(report, self._case(self._checks), gate)
+        recorder.RunRecorder.of(self._request.config).add_view(self._request.node.nodeid, view)
 
     def _case(self, number: int) -> str:
         """The name of the test's ``number``-th check in traces and the HTML report: each check its own."""

@@ -150,7 +150,8 @@ class RunRecorder:
         notice = model_notice(self.changes, gate.model, gate.stored.model)
         if notice and not gate.update:
             self.lines.append(f"{notice}; run with --npufuse-update-baseline and commit {gate.path}.")
-        self._write(gate.path, lambda: self._save_baseline([change for outcome, change in judged if outcome == "passed"]))
+        passed = [change for outcome, change in judged if outcome == "passed"]
+        self._write(gate.path, lambda: self._save_baseline(passed))
 
     def _save_baseline(self, changes: list[Change]) -> None:
         gate = settings_of(self.config).gate
@@ -180,7 +181,8 @@ class RunRecorder:
         if gate is not None:
             described = {"file": str(gate.path), "tolerance_pct": gate.tolerance_pct, "update": gate.update}
         assert self.json_path is not None
-        self.notes.extend(save_run_report(self.json_path, settings.model, self.tests, described, self.seen[self.json_path]))
+        seen = self.seen[self.json_path]
+        self.notes.extend(save_run_report(self.json_path, settings.model, self.tests, described, seen))
 
     def _write_html(self) -> None:
         """An HTML page cannot be merged: one another process wrote during this run is replaced, saying so."""

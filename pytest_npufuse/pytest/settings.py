@@ -100,7 +100,9 @@ def _trace_dir(config: pytest.Config) -> Path | None:
     kind = kind_of(trace_dir) if trace_dir is not None else Kind.MISSING
     if kind not in (Kind.MISSING, Kind.DIRECTORY):
         what = "a file" if kind is Kind.REGULAR else kind.value
-        raise pytest.UsageError(f"--npufuse-trace-dir {trace_dir}: is {what}; give a directory (it is created if missing).")
+        raise pytest.UsageError(
+            f"--npufuse-trace-dir {trace_dir}: is {what}; give a directory (it is created if missing)."
+        )
     return trace_dir
 
 

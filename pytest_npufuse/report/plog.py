@@ -59,6 +59,8 @@ def write_plog(records: Iterable[LogRecord]) -> Path | None:
             "point ASCEND_PROCESS_LOG_PATH at a directory."
         ) from None
     stamp = _now().strftime("%Y-%m-%d-%H:%M:%S.%f")
-    lines = "".join(f"[{record.level}] GE({os.getpid()},python):{stamp} [{record.keyword}] {record.message}\n" for record in records)
+    lines = "".join(
+        f"[{record.level}] GE({os.getpid()},python):{stamp} [{record.keyword}] {record.message}\n" for record in records
+    )
     append_text(path, lines, "plog")
     return path

@@ -129,7 +129,8 @@ def write_case_traces(report: CaseReport, directory: Path, case: str) -> Path:
                 files = {"trace_view.json": trace_json(run), "kernel_details.csv": kernel_details_csv(run)}
                 attribution = report.attribution.get(run.variant)
                 if attribution is not None:
-                    files.update({"op_statistic.csv": attribution.op_statistic_csv(), "module_statistic.csv": attribution.module_csv()})
+                    files["op_statistic.csv"] = attribution.op_statistic_csv()
+                    files["module_statistic.csv"] = attribution.module_csv()
                 for name, text in files.items():
                     write_text(root / run.variant / name, text, "trace file")
     except OSError as exc:

@@ -88,7 +88,8 @@ class DataDump:
                 "input": [t.detach().clone() for t in inputs] if self.dump_inputs else [],
                 "output": [t.detach().clone() for t in outputs] if self.dump_outputs else [],
             }
-            save_file(record, self.directory / str(call) / f"{dumped.name}.{int(time.time() * 1e6)}.pt", "data dump file")
+            path = self.directory / str(call) / f"{dumped.name}.{int(time.time() * 1e6)}.pt"
+            save_file(record, path, "data dump file")
 
 
 def _steps(text: str) -> frozenset[int] | None:

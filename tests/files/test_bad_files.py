@@ -171,15 +171,30 @@ DEEP = 100_000
 JSON_CONTENT: dict[str, tuple[bytes | Callable[[Path], None], str]] = {
     "a 5,000-digit integer": (_doc(extra='"n": 1' + "0" * 4999 + ", "), r"a number 5000 characters long"),
     "a 5,000-digit float": (_doc(extra='"n": 1.' + "0" * 4998 + ", "), r"a number 5000 characters long"),
-    "1e99999 (overflows to infinity)": (_doc(extra='"n": 1e99999, '), r"the number 1e99999 is out of the range of a double"),
-    "100,000 nested lists": (b"[" * DEEP + b"]" * DEEP, r"nests arrays and objects deeper than 64 levels \(at line 1 column 65 \(byte 64\)\)"),
+    "1e99999 (overflows to infinity)": (
+        _doc(extra='"n": 1e99999, '),
+        r"the number 1e99999 is out of the range of a double",
+    ),
+    "100,000 nested lists": (
+        b"[" * DEEP + b"]" * DEEP,
+        r"nests arrays and objects deeper than 64 levels \(at line 1 column 65 \(byte 64\)\)",
+    ),
     "100,000 nested objects": (b'{"a":' * DEEP + b"1" + b"}" * DEEP, r"nests arrays and objects deeper than 64 levels"),
     "NaN": (_doc(extra='"n": NaN, '), r"NaN is not a JSON number"),
     "Infinity": (_doc(extra='"n": Infinity, '), r"Infinity is not a JSON number"),
     "-Infinity": (_doc(extra='"n": -Infinity, '), r"-Infinity is not a JSON number"),
-    '"entries" twice (a bad merge)': (_doc(extra='"entries": {}, '), r"key 'entries' appears twice in one object .*keep one copy"),
-    "a case twice": (_doc('{"t::a": {"a3": ' + ENTRY + '}, "t::a": {"a3": ' + ENTRY + "}}"), r"key 't::a' appears twice"),
-    "a target twice in one case": (_doc('{"t::a": {"a3": ' + ENTRY + ', "a3": ' + ENTRY + "}}"), r"key 'a3' appears twice"),
+    '"entries" twice (a bad merge)': (
+        _doc(extra='"entries": {}, '),
+        r"key 'entries' appears twice in one object .*keep one copy",
+    ),
+    "a case twice": (
+        _doc('{"t::a": {"a3": ' + ENTRY + '}, "t::a": {"a3": ' + ENTRY + "}}"),
+        r"key 't::a' appears twice",
+    ),
+    "a target twice in one case": (
+        _doc('{"t::a": {"a3": ' + ENTRY + ', "a3": ' + ENTRY + "}}"),
+        r"key 'a3' appears twice",
+    ),
     "a byte that is not UTF-8": (b'{"tool": "pytest-npufuse\xff"}', r"not UTF-8 text: byte 24 \(line 1\) is 0xff"),
     "UTF-16 with a byte-order mark": ('{"tool": 1}'.encode("utf-16"), r"not UTF-8 text: byte 0 \(line 1\) is 0xff"),
     "a bad byte on line 3": (b'{\n"a": 1,\n"b": "\xc3\x28"}', r"not UTF-8 text: byte 16 \(line 3\) is 0xc3"),
@@ -192,13 +207,22 @@ JSON_CONTENT: dict[str, tuple[bytes | Callable[[Path], None], str]] = {
 
 DEEP_TOML = 3000
 TOML_CONTENT: dict[str, tuple[bytes | Callable[[Path], None], str]] = {
-    "3,000 nested arrays": (b"a = " + b"[" * DEEP_TOML + b"]" * DEEP_TOML, r"nests arrays and tables deeper than 64 levels \(line 1\)"),
-    "3,000 nested inline tables": (b"a = " + b"{b = " * DEEP_TOML + b"1" + b"}" * DEEP_TOML, r"nests arrays and tables deeper than 64 levels"),
+    "3,000 nested arrays": (
+        b"a = " + b"[" * DEEP_TOML + b"]" * DEEP_TOML,
+        r"nests arrays and tables deeper than 64 levels \(line 1\)",
+    ),
+    "3,000 nested inline tables": (
+        b"a = " + b"{b = " * DEEP_TOML + b"1" + b"}" * DEEP_TOML,
+        r"nests arrays and tables deeper than 64 levels",
+    ),
     "3,000 dotted keys": (b"a" + b".a" * DEEP_TOML + b" = 1", r"nests tables deeper than 64 levels"),
     "3,000 dotted table headers": (b"[a" + b".a" * DEEP_TOML + b"]\nx = 1", r"nests tables deeper than 64 levels"),
-    "a 5,000-digit integer": (b"a = 1" + b"0" * 4999, r"an integer thousands of digits long, far outside TOML's signed 64-bit range"),
+    "a 5,000-digit integer": (
+        b"a = 1" + b"0" * 4999,
+        r"an integer thousands of digits long, far outside TOML's signed 64-bit range",
+    ),
     "2**63": (f"[t]\na = {2**63}".encode(), r"key t.a is an integer outside TOML's signed 64-bit range"),
-    "-2**63 - 1": (f"a = [1, {-2**63 - 1}]".encode(), r"key a\[1\] is an integer outside"),
+    "-2**63 - 1": (f"a = [1, {-(2**63) - 1}]".encode(), r"key a\[1\] is an integer outside"),
     "a byte that is not UTF-8": (b'a = "caf\xe9"', r"not UTF-8 text: byte 8 \(line 1\) is 0xe9"),
     "a key twice": (b"a = 1\na = 2\n", r"not valid TOML: Cannot overwrite a value.*line"),
     "a table twice": (b"[t]\na = 1\n[t]\nb = 2\n", r"not valid TOML: .*line 3"),
@@ -213,11 +237,20 @@ def _reader_rows() -> list[tuple[str, str, Action, str]]:
         for reader_name, reader in readers.items():
             for kind, (make, pattern) in SPECIAL.items():
                 rows.append(("special file", f"{reader_name}: {kind}", special_reader(reader, name, make), pattern))
-            rows.append(("special file", f"{reader_name}: a path under a file", under_file_reader(reader, name), r"under a file"))
+            rows.append(
+                (
+                    "special file",
+                    f"{reader_name}: a path under a file",
+                    under_file_reader(reader, name),
+                    r"under a file",
+                )
+            )
     for readers, contents, name in ((JSON_READERS, JSON_CONTENT, "x.json"), (TOML_READERS, TOML_CONTENT, "x.toml")):
         for reader_name, reader in readers.items():
             for given, (content, pattern) in contents.items():
-                rows.append(("hostile content", f"{reader_name}: {given}", content_reader(reader, name, content), pattern))
+                rows.append(
+                    ("hostile content", f"{reader_name}: {given}", content_reader(reader, name, content), pattern)
+                )
     return rows
 
 
@@ -260,9 +293,15 @@ def lock_held_elsewhere(tmp: Path) -> Any:
     import sys
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from pytest_npufuse.files import locked\n"
-         "with locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(30)", str(tmp / "b.json")],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from pytest_npufuse.files import locked\n"
+            "with locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(30)",
+            str(tmp / "b.json"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
@@ -274,27 +313,129 @@ def lock_held_elsewhere(tmp: Path) -> Any:
 
 
 WRITER_ROWS: list[tuple[str, str, Action, str]] = [
-    ("special output", "trace file is a FIFO", kept_special(fifo, "t.json", lambda p: write_text(p, "x", "trace file")), r"trace file .*t.json: is a FIFO \(named pipe\), and pytest-npufuse writes this file only as a regular file"),
-    ("special output", "trace file is /dev/zero", kept_special(dev_zero, "t.json", lambda p: write_text(p, "x", "trace file")), r"is a character device, and pytest-npufuse writes this file only as a regular file"),
-    ("special output", "named output is a FIFO nobody reads", kept_special(fifo, "r.json", lambda p: write_text(p, "x", "run report", named=True)), r"run report .*r.json: could not be opened for writing .*no process is reading the FIFO; start the reader first"),
-    ("special output", "named output is a socket", kept_special(unix_socket, "r.json", lambda p: write_text(p, "x", "run report", named=True)), r"is a socket, which pytest-npufuse never replaces"),
-    ("special output", "atomic write over /dev/zero", kept_special(dev_zero, "b.json", lambda p: write_text_atomic(p, "x", "baseline")), r"baseline .*b.json: is a character device, which pytest-npufuse never replaces"),
-    ("special output", "atomic write over a FIFO", kept_special(fifo, "b.json", lambda p: write_text_atomic(p, "x", "baseline")), r"is a FIFO \(named pipe\), which pytest-npufuse never replaces"),
-    ("special output", "write over a symlink loop", kept_special(loop, "b.json", lambda p: write_text(p, "x", "baseline")), r"baseline .*b.json: is a symlink loop, so it was not replaced; fix or remove the link"),
-    ("special output", "named write over a symlink loop", kept_special(loop, "r.json", lambda p: write_text(p, "x", "run report", named=True)), r"is a symlink loop, so it was not replaced"),
-    ("special output", "write over a directory", kept_special(directory, "b.json", lambda p: write_text(p, "x", "baseline")), r"is a directory; give the path of a file"),
-    ("special output", "plog is a FIFO", kept_special(fifo, "plog.log", lambda p: append_text(p, "x", "plog")), r"plog .*plog.log: is a FIFO \(named pipe\), not a regular file, so nothing was written"),
-    ("special output", "plog is /dev/zero", kept_special(dev_zero, "plog.log", lambda p: append_text(p, "x", "plog")), r"is a character device, not a regular file"),
-    ("special output", "plog is a directory", kept_special(directory, "plog.log", lambda p: append_text(p, "x", "plog")), r"is a directory, not a regular file"),
-    ("special output", "dump directory is a FIFO", kept_special(fifo, "dump", lambda p: ensure_directory(p, "dump_config.dump_path")), r"dump_config.dump_path .*dump: is a FIFO \(named pipe\), not a directory"),
-    ("special output", "dump directory under a file", lambda t: ensure_directory(under_a_file(t / "dump"), "dump_config.dump_path"), r"dump_config.dump_path .*dump: is under a file, not a directory"),
+    (
+        "special output",
+        "trace file is a FIFO",
+        kept_special(fifo, "t.json", lambda p: write_text(p, "x", "trace file")),
+        r"trace file .*t.json: is a FIFO \(named pipe\), and pytest-npufuse writes this file only as a regular file",
+    ),
+    (
+        "special output",
+        "trace file is /dev/zero",
+        kept_special(dev_zero, "t.json", lambda p: write_text(p, "x", "trace file")),
+        r"is a character device, and pytest-npufuse writes this file only as a regular file",
+    ),
+    (
+        "special output",
+        "named output is a FIFO nobody reads",
+        kept_special(fifo, "r.json", lambda p: write_text(p, "x", "run report", named=True)),
+        r"run report .*r.json: could not be opened for writing .*no process is reading the FIFO; start the reader first",
+    ),
+    (
+        "special output",
+        "named output is a socket",
+        kept_special(unix_socket, "r.json", lambda p: write_text(p, "x", "run report", named=True)),
+        r"is a socket, which pytest-npufuse never replaces",
+    ),
+    (
+        "special output",
+        "atomic write over /dev/zero",
+        kept_special(dev_zero, "b.json", lambda p: write_text_atomic(p, "x", "baseline")),
+        r"baseline .*b.json: is a character device, which pytest-npufuse never replaces",
+    ),
+    (
+        "special output",
+        "atomic write over a FIFO",
+        kept_special(fifo, "b.json", lambda p: write_text_atomic(p, "x", "baseline")),
+        r"is a FIFO \(named pipe\), which pytest-npufuse never replaces",
+    ),
+    (
+        "special output",
+        "write over a symlink loop",
+        kept_special(loop, "b.json", lambda p: write_text(p, "x", "baseline")),
+        r"baseline .*b.json: is a symlink loop, so it was not replaced; fix or remove the link",
+    ),
+    (
+        "special output",
+        "named write over a symlink loop",
+        kept_special(loop, "r.json", lambda p: write_text(p, "x", "run report", named=True)),
+        r"is a symlink loop, so it was not replaced",
+    ),
+    (
+        "special output",
+        "write over a directory",
+        kept_special(directory, "b.json", lambda p: write_text(p, "x", "baseline")),
+        r"is a directory; give the path of a file",
+    ),
+    (
+        "special output",
+        "plog is a FIFO",
+        kept_special(fifo, "plog.log", lambda p: append_text(p, "x", "plog")),
+        r"plog .*plog.log: is a FIFO \(named pipe\), not a regular file, so nothing was written",
+    ),
+    (
+        "special output",
+        "plog is /dev/zero",
+        kept_special(dev_zero, "plog.log", lambda p: append_text(p, "x", "plog")),
+        r"is a character device, not a regular file",
+    ),
+    (
+        "special output",
+        "plog is a directory",
+        kept_special(directory, "plog.log", lambda p: append_text(p, "x", "plog")),
+        r"is a directory, not a regular file",
+    ),
+    (
+        "special output",
+        "dump directory is a FIFO",
+        kept_special(fifo, "dump", lambda p: ensure_directory(p, "dump_config.dump_path")),
+        r"dump_config.dump_path .*dump: is a FIFO \(named pipe\), not a directory",
+    ),
+    (
+        "special output",
+        "dump directory under a file",
+        lambda t: ensure_directory(under_a_file(t / "dump"), "dump_config.dump_path"),
+        r"dump_config.dump_path .*dump: is under a file, not a directory",
+    ),
     ("special output", "a trace file is a FIFO", trace_over_fifo, r"trace file .*trace_view.json: is a FIFO"),
-    ("special output", "--npufuse-baseline is '-'", lambda t: check_outputs({"--npufuse-baseline": Path("-")}), r"--npufuse-baseline -: names a stream, but the --npufuse-baseline must be a file"),
-    ("special output", "--npufuse-baseline is a FIFO (updating)", kept_special(fifo, "b.json", lambda p: check_outputs({"--npufuse-baseline": p})), r"is a FIFO \(named pipe\), which pytest-npufuse never replaces"),
-    ("special output", "--npufuse-json is a socket", kept_special(unix_socket, "r.json", lambda p: check_outputs({"--npufuse-json": p}, streams=("--npufuse-json",))), r"is a socket, which pytest-npufuse never replaces"),
-    ("lock", "the lock file is a FIFO", lock_is_a_fifo, r"its lock file .*\.b\.json\.npufuse-lock is a FIFO \(named pipe\); remove it"),
-    ("lock", "another process holds the lock too long", lock_held_elsewhere, r"baseline .*b.json: another process \(pid \d+\) has held its lock .* for 0.3 s; nothing was written"),
-    ("lock", "a lock for a path under a file", lambda t: locked(under_a_file(t / "b.json")).__enter__(), r"output .*plain/b.json: .*plain is a file \(or lies under one\); give a path in a directory"),
+    (
+        "special output",
+        "--npufuse-baseline is '-'",
+        lambda t: check_outputs({"--npufuse-baseline": Path("-")}),
+        r"--npufuse-baseline -: names a stream, but the --npufuse-baseline must be a file",
+    ),
+    (
+        "special output",
+        "--npufuse-baseline is a FIFO (updating)",
+        kept_special(fifo, "b.json", lambda p: check_outputs({"--npufuse-baseline": p})),
+        r"is a FIFO \(named pipe\), which pytest-npufuse never replaces",
+    ),
+    (
+        "special output",
+        "--npufuse-json is a socket",
+        kept_special(
+            unix_socket, "r.json", lambda p: check_outputs({"--npufuse-json": p}, streams=("--npufuse-json",))
+        ),
+        r"is a socket, which pytest-npufuse never replaces",
+    ),
+    (
+        "lock",
+        "the lock file is a FIFO",
+        lock_is_a_fifo,
+        r"its lock file .*\.b\.json\.npufuse-lock is a FIFO \(named pipe\); remove it",
+    ),
+    (
+        "lock",
+        "another process holds the lock too long",
+        lock_held_elsewhere,
+        r"baseline .*b.json: another process \(pid \d+\) has held its lock .* for 0.3 s; nothing was written",
+    ),
+    (
+        "lock",
+        "a lock for a path under a file",
+        lambda t: locked(under_a_file(t / "b.json")).__enter__(),
+        r"output .*plain/b.json: .*plain is a file \(or lies under one\); give a path in a directory",
+    ),
 ]
 
 
@@ -326,10 +467,30 @@ class MapIterator(torch.nn.Module):
 
 X = torch.ones(4, 4)
 OUTPUT_ROWS: list[tuple[str, str, Action, str]] = [
-    ("odd output", "a generator of tensors", lambda t: compare(Generator(), X), r"the model returns an iterator \(\w+\) at output: a generator or iterator cannot be compared without consuming it.*return a tuple or list"),
-    ("odd output", "an iterator of tensors", lambda t: compare(Iterating(), X), r"returns an iterator \(\w+\) at output"),
-    ("odd output", "an object pytree cannot open", lambda t: compare(ReturnsOpaque(), X), r"returns a .*Opaque at output\[1\], which pytest-npufuse cannot look inside.*register_pytree_node"),
-    ("odd output", "a reference returning a generator", lambda t: compare(lambda x: (x * 2,), X, reference=lambda x: (v for v in (x * 2,))), r"the reference returns an iterator"),
+    (
+        "odd output",
+        "a generator of tensors",
+        lambda t: compare(Generator(), X),
+        r"the model returns an iterator \(\w+\) at output: a generator or iterator cannot be compared without consuming it.*return a tuple or list",
+    ),
+    (
+        "odd output",
+        "an iterator of tensors",
+        lambda t: compare(Iterating(), X),
+        r"returns an iterator \(\w+\) at output",
+    ),
+    (
+        "odd output",
+        "an object pytree cannot open",
+        lambda t: compare(ReturnsOpaque(), X),
+        r"returns a .*Opaque at output\[1\], which pytest-npufuse cannot look inside.*register_pytree_node",
+    ),
+    (
+        "odd output",
+        "a reference returning a generator",
+        lambda t: compare(lambda x: (x * 2,), X, reference=lambda x: (v for v in (x * 2,))),
+        r"the reference returns an iterator",
+    ),
 ]
 
 ROWS = _reader_rows() + WRITER_ROWS + OUTPUT_ROWS
@@ -361,7 +522,9 @@ def _message(action: Action, tmp: Path, capsys: pytest.CaptureFixture[str]) -> s
     return capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("kind", "given", "action", "pattern"), ROWS, ids=[f"{kind}: {given}" for kind, given, _, _ in ROWS])
+@pytest.mark.parametrize(
+    ("kind", "given", "action", "pattern"), ROWS, ids=[f"{kind}: {given}" for kind, given, _, _ in ROWS]
+)
 def test_bad_file_gives_a_clear_error_and_is_left_as_it_was(kind, given, action, pattern, tmp_path, capsys):
     message = _message(action, tmp_path, capsys)
     assert re.search(pattern, message, re.S), message
@@ -468,21 +631,68 @@ SAFE_ROWS: list[tuple[str, Action]] = [
     ("a symlink to /dev/null named as the run report", named_dev_null),
     ("'-' writes to standard output", stdout_dash),
     ("a dangling symlink as the baseline", dangling_symlink_baseline),
-    ("a JSON baseline with a UTF-8 byte-order mark", reads("b.json", b"\xef\xbb\xbf" + _doc(), baseline.load_baseline, lambda r: r.entries == {})),
-    ("a TOML file with a UTF-8 byte-order mark", reads("p.toml", b"\xef\xbb\xbfa = 1\n", read_toml, lambda d: d == {"a": 1})),
-    ("1,000 brackets inside a JSON string", reads("x.json", b'{"a": "' + b"[" * 1000 + b'"}', read_json, lambda d: d == {"a": "[" * 1000})),
-    ("1,000 brackets in TOML strings and comments", reads("x.toml", b"a = '" + b"[" * 1000 + b"' # " + b"{" * 1000 + b'\nb = """' + b"[" * 1000 + b'"""\n', read_toml, lambda d: d["a"] == "[" * 1000)),
-    ("64 nested JSON lists (the limit)", reads("x.json", b"[" * 64 + b"]" * 64, read_json, lambda d: isinstance(d, list))),
-    ("an escaped quote before brackets in JSON", reads("x.json", b'{"a\\"": "[[[", "b": [1]}', read_json, lambda d: d == {'a"': "[[[", "b": [1]})),
+    (
+        "a JSON baseline with a UTF-8 byte-order mark",
+        reads("b.json", b"\xef\xbb\xbf" + _doc(), baseline.load_baseline, lambda r: r.entries == {}),
+    ),
+    (
+        "a TOML file with a UTF-8 byte-order mark",
+        reads("p.toml", b"\xef\xbb\xbfa = 1\n", read_toml, lambda d: d == {"a": 1}),
+    ),
+    (
+        "1,000 brackets inside a JSON string",
+        reads("x.json", b'{"a": "' + b"[" * 1000 + b'"}', read_json, lambda d: d == {"a": "[" * 1000}),
+    ),
+    (
+        "1,000 brackets in TOML strings and comments",
+        reads(
+            "x.toml",
+            b"a = '" + b"[" * 1000 + b"' # " + b"{" * 1000 + b'\nb = """' + b"[" * 1000 + b'"""\n',
+            read_toml,
+            lambda d: d["a"] == "[" * 1000,
+        ),
+    ),
+    (
+        "64 nested JSON lists (the limit)",
+        reads("x.json", b"[" * 64 + b"]" * 64, read_json, lambda d: isinstance(d, list)),
+    ),
+    (
+        "an escaped quote before brackets in JSON",
+        reads("x.json", b'{"a\\"": "[[[", "b": [1]}', read_json, lambda d: d == {'a"': "[[[", "b": [1]}),
+    ),
     ("ids differing only in punctuation", distinct_directories("a/b", "a b", "a_b", "a:b", "a.b", "a-b")),
     ("ids differing only in case", distinct_directories("t::Test", "t::test", "t::TEST")),
-    ("ids differing only in unicode", distinct_directories("t[café]", "t[cafe\u0301]", "t[cafe]", "t[caf\u0435]", "t[\u00e9]")),
+    (
+        "ids differing only in unicode",
+        distinct_directories("t[café]", "t[cafe\u0301]", "t[cafe]", "t[caf\u0435]", "t[\u00e9]"),
+    ),
     ("ids that are hidden or empty names", distinct_directories("", ".", "..", "...", "_")),
     ("ids longer than a file name", distinct_directories("x" * 300, "x" * 301, "x" * 300 + "/")),
     ("ids of parametrized tests", distinct_directories("t::f[1-2]", "t::f[1 2]", "t::f[1_2]", "t::f[12]")),
-    ("a dataclass output", outputs_named(lambda x: Hidden(x * 2, (x + 1, 3)), "output.states", "output.extra[0]", "output.extra[1]")),
-    ("a namedtuple of a dict of lists", outputs_named(lambda x: Pair(x * 2, {"k": [x + 1, (x - 1,)]}), "output.first", "output.second['k'][0]", "output.second['k'][1][0]")),
-    ("a dict with plain values", outputs_named(lambda x: {"a": x * 2, "n": 3, "s": "text", "none": None, "dtype": x.dtype}, "output['a']", "output['n']", "output['s']", "output['none']", "output['dtype']")),
+    (
+        "a dataclass output",
+        outputs_named(lambda x: Hidden(x * 2, (x + 1, 3)), "output.states", "output.extra[0]", "output.extra[1]"),
+    ),
+    (
+        "a namedtuple of a dict of lists",
+        outputs_named(
+            lambda x: Pair(x * 2, {"k": [x + 1, (x - 1,)]}),
+            "output.first",
+            "output.second['k'][0]",
+            "output.second['k'][1][0]",
+        ),
+    ),
+    (
+        "a dict with plain values",
+        outputs_named(
+            lambda x: {"a": x * 2, "n": 3, "s": "text", "none": None, "dtype": x.dtype},
+            "output['a']",
+            "output['n']",
+            "output['s']",
+            "output['none']",
+            "output['dtype']",
+        ),
+    ),
 ]
 
 

@@ -42,7 +42,9 @@ WRITER = textwrap.dedent(
 
 def test_eight_processes_updating_disjoint_entries_keep_all_eight_in_each_of_100_baselines(tmp_path):
     writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(me), str(ROUNDS)], stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path), str(me), str(ROUNDS)], stderr=subprocess.PIPE, text=True
+        )
         for me in range(WRITERS)
     ]
     time.sleep(0.5)  # let every writer get to the start line
@@ -66,7 +68,9 @@ MODEL = ModelIdentity("1", "catalog", (("a3", "profile"),))
 
 def test_an_entry_another_process_changed_meanwhile_is_reported_as_a_conflict(tmp_path):
     path = tmp_path / "b.json"
-    baseline.update_baseline(path, baseline.Results(None, {}), [("t", "a3", _entry(1.0)), ("u", "a3", _entry(1.0))], MODEL)
+    baseline.update_baseline(
+        path, baseline.Results(None, {}), [("t", "a3", _entry(1.0)), ("u", "a3", _entry(1.0))], MODEL
+    )
     read = baseline.load_baseline(path)  # this run starts
     baseline.update_baseline(path, read, [("t", "a3", _entry(2.0))], MODEL)  # another run writes t
     update = baseline.update_baseline(path, read, [("t", "a3", _entry(3.0)), ("u", "a3", _entry(1.0))], MODEL)
@@ -112,9 +116,25 @@ def test_concurrent_pytest_runs_updating_one_baseline_and_report_keep_every_test
     pytester.makepyfile(test_case=CASES)
     runs = [
         subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-k", f"test_{n}",
-             "--npufuse-baseline=b.json", "--npufuse-update-baseline", "--npufuse-json=r.json"],
-            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:randomly",
+                "-k",
+                f"test_{n}",
+                "--npufuse-baseline=b.json",
+                "--npufuse-update-baseline",
+                "--npufuse-json=r.json",
+            ],
+            cwd=pytester.path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for n in range(3)
     ]

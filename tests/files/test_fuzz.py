@@ -47,7 +47,9 @@ def mutations(seed: bytes) -> st.SearchStrategy[bytes]:
     return st.one_of(
         st.tuples(spot, st.integers(0, 255)).map(lambda c: seed[: c[0]] + bytes([c[1]]) + seed[c[0] + 1 :]),
         st.tuples(spot, spot).map(lambda c: seed[: min(c)] + seed[max(c) :]),
-        st.tuples(spot, spot, st.integers(2, 400)).map(lambda c: seed[: min(c[:2])] + seed[min(c[:2]) : max(c[:2])] * c[2] + seed[max(c[:2]) :]),
+        st.tuples(spot, spot, st.integers(2, 400)).map(
+            lambda c: seed[: min(c[:2])] + seed[min(c[:2]) : max(c[:2])] * c[2] + seed[max(c[:2]) :]
+        ),
     )
 
 
@@ -124,8 +126,26 @@ def test_the_profile_loader_gives_a_profile_or_our_error(data):
     value_or_our_error(lambda path: load_profile(str(path)), data, "p.toml")
 
 
-OPTION_PIECES = [*OPTIONS, *(name.replace("-", "_") for name in OPTIONS), "=", ":", ",", '"', " ", "0", "1", "2",
-                 "abort", "bypass", "max", "-g", "GroupedMatmul", "", "x", "=="]
+OPTION_PIECES = [
+    *OPTIONS,
+    *(name.replace("-", "_") for name in OPTIONS),
+    "=",
+    ":",
+    ",",
+    '"',
+    " ",
+    "0",
+    "1",
+    "2",
+    "abort",
+    "bypass",
+    "max",
+    "-g",
+    "GroupedMatmul",
+    "",
+    "x",
+    "==",
+]
 
 
 @FUZZ

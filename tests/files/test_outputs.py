@@ -9,7 +9,9 @@ import stat
 
 import pytest
 
-GOOD_REPORT = '{"tool": "pytest-npufuse", "kind": "run", "schema_version": 1, "model": null, "entries": {}, "tests": {}}'
+GOOD_REPORT = (
+    '{"tool": "pytest-npufuse", "kind": "run", "schema_version": 1, "model": null, "entries": {}, "tests": {}}'
+)
 HTML = "<html>the last real report</html>"
 
 PLAIN_TESTS = "def test_one():\n    pass\n\n\ndef test_two():\n    pass\n"
@@ -52,7 +54,9 @@ def test_a_run_that_produces_nothing_leaves_the_reports_as_they_were(pytester, r
     pytester.makepyfile(test_plain=PLAIN_TESTS)
     result = pytester.runpytest_inprocess("--npufuse-json=r.json", "--npufuse-html=r.html", *args)
     _untouched(reports)
-    result.stdout.fnmatch_lines([f"--npufuse-json r.json was left as it was: {why}*", f"--npufuse-html r.html was left as it was: {why}*"])
+    result.stdout.fnmatch_lines(
+        [f"--npufuse-json r.json was left as it was: {why}*", f"--npufuse-html r.html was left as it was: {why}*"]
+    )
 
 
 def test_a_run_without_checks_still_writes_a_report_that_did_not_exist(pytester):
@@ -65,7 +69,9 @@ def test_a_partial_run_says_it_replaced_a_report_of_more_tests(pytester):
     pytester.makepyfile(test_case=CHECKED_TESTS)
     pytester.runpytest_inprocess("--npufuse-json=r.json").assert_outcomes(passed=2)
     result = pytester.runpytest_inprocess("--npufuse-json=r.json", "-k", "checked")
-    result.stdout.fnmatch_lines(["replaced the run report r.json; it held 1 test(s) this run did not run", "wrote r.json"])
+    result.stdout.fnmatch_lines(
+        ["replaced the run report r.json; it held 1 test(s) this run did not run", "wrote r.json"]
+    )
     assert list(json.loads((pytester.path / "r.json").read_text())["tests"]) == ["test_case.py::test_checked"]
 
 
@@ -82,22 +88,54 @@ def test_a_fifo_nobody_reads_as_the_json_report_fails_the_run_without_hanging(py
     os.mkfifo(pytester.path / "r.json")
     result = pytester.runpytest_inprocess("--npufuse-json=r.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["npufuse error: run report r.json: could not be opened for writing*no process is reading the FIFO*"])
+    result.stdout.fnmatch_lines(
+        ["npufuse error: run report r.json: could not be opened for writing*no process is reading the FIFO*"]
+    )
     assert stat.S_ISFIFO(os.lstat(pytester.path / "r.json").st_mode)
 
 
 @pytest.mark.parametrize(
     ("given", "make", "args", "message"),
     [
-        ("--npufuse-baseline is a FIFO", "fifo", ("--npufuse-baseline=x.json",), r"x.json: is a FIFO \(named pipe\), not a regular file"),
-        ("--npufuse-baseline is /dev/zero", "zero", ("--npufuse-baseline=x.json",), r"x.json: is a character device, not a regular file"),
+        (
+            "--npufuse-baseline is a FIFO",
+            "fifo",
+            ("--npufuse-baseline=x.json",),
+            r"x.json: is a FIFO \(named pipe\), not a regular file",
+        ),
+        (
+            "--npufuse-baseline is /dev/zero",
+            "zero",
+            ("--npufuse-baseline=x.json",),
+            r"x.json: is a character device, not a regular file",
+        ),
         ("--npufuse-baseline is a symlink loop", "loop", ("--npufuse-baseline=x.json",), r"x.json: is a symlink loop"),
-        ("--npufuse-baseline=/dev/null (updating)", None, ("--npufuse-baseline=/dev/null", "--npufuse-update-baseline"), r"/dev/null: is a character device"),
+        (
+            "--npufuse-baseline=/dev/null (updating)",
+            None,
+            ("--npufuse-baseline=/dev/null", "--npufuse-update-baseline"),
+            r"/dev/null: is a character device",
+        ),
         ("--npufuse-profile is a FIFO", "fifo", ("--npufuse-profile=x.json",), r"--npufuse-profile|x.json: is a FIFO"),
         ("--npu-target is a FIFO profile", "fifo-toml", ("--npu-target=x.toml",), r"x.toml: is a FIFO \(named pipe\)"),
-        ("--npufuse-trace-dir is a FIFO", "fifo", ("--npufuse-trace-dir=x.json",), r"--npufuse-trace-dir x.json: is a FIFO \(named pipe\); give a directory"),
-        ("--npufuse-json is a socket", "socket", ("--npufuse-json=x.json",), r"x.json: is a socket, which pytest-npufuse never replaces"),
-        ("--npufuse-baseline is '-'", None, ("--npufuse-baseline=-", "--npufuse-update-baseline"), r"-: (file not found|names a stream)"),
+        (
+            "--npufuse-trace-dir is a FIFO",
+            "fifo",
+            ("--npufuse-trace-dir=x.json",),
+            r"--npufuse-trace-dir x.json: is a FIFO \(named pipe\); give a directory",
+        ),
+        (
+            "--npufuse-json is a socket",
+            "socket",
+            ("--npufuse-json=x.json",),
+            r"x.json: is a socket, which pytest-npufuse never replaces",
+        ),
+        (
+            "--npufuse-baseline is '-'",
+            None,
+            ("--npufuse-baseline=-", "--npufuse-update-baseline"),
+            r"-: (file not found|names a stream)",
+        ),
     ],
 )
 def test_a_special_file_given_as_an_option_stops_the_run_before_any_test(pytester, given, make, args, message):
