@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import stat
 import threading
 from collections import namedtuple
@@ -25,6 +24,7 @@ from typing import Any, Callable
 
 import pytest
 import torch
+from special import close_sockets, dev_zero, directory, fifo, loop, under_a_file, unix_socket
 
 from pytest_npufuse import compare
 from pytest_npufuse.cli.main import main as cli
@@ -47,39 +47,6 @@ from pytest_npufuse.target.userconfig import UserConfig, load_user_config
 
 Action = Callable[[Path], Any]
 ALARM_S = 20
-
-
-# ----------------------------------------------------------------------------- what is put at a path
-def fifo(path: Path) -> None:
-    os.mkfifo(path)
-
-
-def dev_zero(path: Path) -> None:
-    path.symlink_to("/dev/zero")
-
-
-def directory(path: Path) -> None:
-    path.mkdir()
-
-
-def loop(path: Path) -> None:
-    other = path.with_name(path.name + ".other")
-    path.symlink_to(other)
-    other.symlink_to(path)
-
-
-def unix_socket(path: Path) -> None:
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    _SOCKETS.append(server)
-
-
-_SOCKETS: list[socket.socket] = []
-
-
-def under_a_file(path: Path) -> Path:
-    path.parent.joinpath("plain").write_text("x")
-    return path.parent / "plain" / path.name
 
 
 SPECIAL: dict[str, tuple[Callable[[Path], Any], str]] = {
@@ -516,8 +483,7 @@ def _message(action: Action, tmp: Path, capsys: pytest.CaptureFixture[str]) -> s
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-        while _SOCKETS:
-            _SOCKETS.pop().close()
+        close_sockets()
     assert isinstance(code, int) and not isinstance(code, bool) and code != 0, f"no error; returned {code!r}"
     return capsys.readouterr().err
 

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 from pytest_npufuse.gate import baseline
 from pytest_npufuse.gate.run_document import read_run_tests, save_run_report

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 
 import pytest
+from special import close_sockets, dev_zero, fifo, loop, unix_socket
 
 GOOD_REPORT = (
     '{"tool": "pytest-npufuse", "kind": "run", "schema_version": 1, "model": null, "entries": {}, "tests": {}}'
@@ -139,27 +141,15 @@ def test_a_fifo_nobody_reads_as_the_json_report_fails_the_run_without_hanging(py
     ],
 )
 def test_a_special_file_given_as_an_option_stops_the_run_before_any_test(pytester, given, make, args, message):
-    import re
-    import socket
-
     path = pytester.path / ("x.toml" if make == "fifo-toml" else "x.json")
-    server = None
-    if make in ("fifo", "fifo-toml"):
-        os.mkfifo(path)
-    elif make == "zero":
-        path.symlink_to("/dev/zero")
-    elif make == "loop":
-        path.symlink_to(pytester.path / "y.json")
-        (pytester.path / "y.json").symlink_to(path)
-    elif make == "socket":
-        server = socket.socket(socket.AF_UNIX)
-        server.bind(str(path))
+    makers = {"fifo": fifo, "fifo-toml": fifo, "zero": dev_zero, "loop": loop, "socket": unix_socket}
+    if make is not None:
+        makers[make](path)
     pytester.makepyfile(test_plain=PLAIN_TESTS)
     try:
         result = pytester.runpytest_inprocess(*args)
     finally:
-        if server is not None:
-            server.close()
+        close_sockets()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     assert re.search(message, result.stderr.str()), result.stderr.str()
     assert "Traceback" not in result.stderr.str()
