@@ -18,7 +18,6 @@ from .pytest.failure import or_fail
 from .pytest.fixture import npu_target, npufuse  # noqa: F401 - pytest finds fixtures on the plugin module
 from .pytest.recorder import RunRecorder
 
-
 ENTRY_POINT = "npufuse"
 # Warnings about how the plugin was loaded, shown once the run is configured.
 _LOAD_NOTES: list[str] = []
@@ -33,7 +32,8 @@ def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: pytest.Pyte
         manager.set_blocked(ENTRY_POINT)  # loaded by -p first: the entry point must not load it again
         return
     wanted = getattr(plugin, "pytest_plugins", ()) if isinstance(plugin, ModuleType) else ()
-    if plugin is not me and __name__ in ([wanted] if isinstance(wanted, str) else wanted) and manager.is_registered(me):
+    listed = __name__ in ([wanted] if isinstance(wanted, str) else wanted)
+    if plugin is not me and listed and manager.is_registered(me):
         manager.set_blocked(__name__)
         _LOAD_NOTES.append(
             f"{getattr(plugin, '__file__', plugin_name)} lists {__name__!r} in pytest_plugins, but pytest-npufuse is "
@@ -55,8 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """pytest's logging plugin exists by now (it registers as the last configure step)."""
+    """pytest's logging plugin exists by now (it registers as the last configure step). A session starts
+    with no tagged events, as a fresh process does."""
     torch_trace.filter_pytest_handlers(session.config)
+    EVENTS.clear()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -75,11 +77,6 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     targets.parametrize(metafunc)
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """A session starts with no tagged events, as a fresh process does."""
-    EVENTS.clear()
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
