@@ -27,7 +27,7 @@ from ..errors import ArgumentError, CaptureError
 from ..execute.graph import Execution, inputs_of, racy_cone, run_graph, writes_inputs
 from ..frontend.backend import Capture
 from ..ir.program import Program
-from ..numerics.compare import compare_outputs
+from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
@@ -36,7 +36,7 @@ from ..report.trace import write_case_traces
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
-from .graph import CompiledGraph, GraphOptions, Settings, fresh, graph_options, model_graph, output_names, streams_used  # noqa: F401  (GraphOptions and the per-graph names are importable from the chain too)
+from .graph import CompiledGraph, GraphOptions, Settings, fresh, graph_options, model_graph, streams_used  # noqa: F401  (GraphOptions and the per-graph names are importable from the chain too)
 from .training import compare_step
 
 
@@ -133,8 +133,8 @@ def compare(
     baseline_graph = model_graph(reference_capture.graph, settings, Variant.BASELINE)
     variant_graph = model_graph(captured.graph, settings, Variant.VARIANT, dict(options or {}))
     outputs = _execute(captured, reference_capture, variant_graph, inputs)
-    names, baseline_leaves = output_names(outputs.baseline)
-    _, variant_leaves = output_names(outputs.variant)
+    names, baseline_leaves = named_leaves(outputs.baseline, "the reference" if reference is not None else "the model")
+    _, variant_leaves = named_leaves(outputs.variant)
     if len(baseline_leaves) != len(variant_leaves):
         raise CaptureError(
             f"the reference returns {len(baseline_leaves)} outputs but the model returns {len(variant_leaves)}; "

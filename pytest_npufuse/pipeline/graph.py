@@ -11,7 +11,6 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
 from ..errors import ArgumentError
 from ..execute.graph import Observer, run_graph
@@ -29,14 +28,11 @@ from ..vocabulary import Mode, Phase
 
 
 def fresh(inputs: Sequence[Any]) -> list[Any]:
-    """Independent copies, so a model that writes to its inputs cannot leak one run into the other."""
-    return [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
-def output_names(outputs: Any) -> tuple[list[str], list[Any]]:
-    """Flatten the model's outputs and name each leaf by its path, e.g. ``output[0][1]``."""
-    leaves, _ = pytree.tree_flatten_with_path(outputs)
-    return ["output" + pytree.keystr(path) for path, _ in leaves], [leaf for _, leaf in leaves]
+    """Copies, so a model that writes to its inputs cannot leak one run into the other. One copy memo
+    for all of them keeps inputs that alias (the same tensor twice, a tensor and its view) aliased, as
+    Dynamo's guards on the captured graph require."""
+    memo: dict[int, Any] = {}
+    return [copy.deepcopy(x, memo) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
 class CallWatcher(Protocol):

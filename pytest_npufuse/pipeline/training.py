@@ -30,7 +30,7 @@ from ..errors import CaptureError
 from ..execute.graph import Execution, run_graph
 from ..frontend.backend import CapturedGraph
 from ..frontend.step import StepCapture, StepValues
-from ..numerics.compare import compare_outputs
+from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.tasks import Variant
 from ..report.attribution import attribute_step
 from ..report.case import CaseReport, ScopeReport
@@ -38,7 +38,7 @@ from ..report.explain import stream_uses
 from ..report.trace import write_case_traces
 from ..simulate.step import chain_runs
 from ..target.catalog import OpCatalog
-from .graph import CompiledGraph, Settings, mode_of_phase, model_graph, output_names, streams_used
+from .graph import CompiledGraph, Settings, mode_of_phase, model_graph, streams_used
 
 
 @dataclass
@@ -68,7 +68,7 @@ class _Modeled:
 
 def _values(values: StepValues, with_params: bool) -> tuple[list[str], list[Any]]:
     """Every compared value of a step, named: outputs, ``loss``, ``grad[<param>]``, ``param[<param>]``."""
-    names, leaves = output_names(values.outputs)
+    names, leaves = named_leaves(values.outputs)
     names, leaves = [*names, "loss"], [*leaves, values.loss]
     names += [f"grad[{name}]" for name, _ in values.grads]
     leaves += [grad for _, grad in values.grads]
