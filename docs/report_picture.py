@@ -1,6 +1,6 @@
-"""Make the README's picture of the HTML report the way the browser tests see it.
+"""Make the docs' picture of the HTML report (docs/html_report.png) the way the browser tests see it.
 
-Runs a few bundled cases (a scope split by an Add, seed 001 with a wait removed, a missing
+Runs a few bundled cases (a scope split by an Add, the multi-stream example with a wait removed, a missing
 ``record_stream``) with ``--npufuse-html``, then has headless Chromium take a
 screenshot of the report. Run from the repository root: ``python docs/report_picture.py``.
 """

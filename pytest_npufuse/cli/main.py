@@ -12,13 +12,16 @@ Each command is a subparser with its own ``run`` function; exit codes follow pyt
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
 from ..errors import NpufuseError
+from ..files import Kind, kind_of
 from ..gate.baseline import (
     IMPROVED,
     REGRESSED,
@@ -31,6 +34,7 @@ from ..gate.baseline import (
     parse_percent,
     read_results,
 )
+from ..target.profile import DEFAULT_TARGET
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -117,20 +121,35 @@ def _factory(spec: str) -> Callable[[], Any]:
     if not where or not name:
         raise NpufuseError(f"{spec!r} is not MODULE_OR_FILE:FACTORY, e.g. cases/decoder_layers.py:advisor_case")
     path = Path(where)
-    if where.endswith(".py") or path.exists():
-        if not path.is_file():
-            raise NpufuseError(f"{where} is not a file; give a Python file or an importable module")
-        sys.path.insert(0, str(path.resolve().parent))
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[path.stem] = module
-        module_spec.loader.exec_module(module)
+    if where.endswith(".py") or kind_of(path) is not Kind.MISSING:
+        module = _load_file(path, where)
     else:
         module = _import_module(where)
     factory = getattr(module, name, None)
     if not callable(factory):
         raise NpufuseError(f"{where} has no callable {name!r}; FACTORY must return (model, inputs)")
     return factory
+
+
+def _load_file(path: Path, where: str) -> Any:
+    """The module of the Python file ``path``, loaded under a name of its own. The file's stem is not
+    used as the module name: ``sub/torch.py`` would replace ``sys.modules["torch"]`` and ``sub/json.py``
+    the standard library's json for the rest of the process. Its directory goes at the end of
+    ``sys.path``, so it finds its neighbours without any of them hiding an installed module."""
+    kind = kind_of(path)
+    if kind is not Kind.REGULAR:
+        what = "missing" if kind is Kind.MISSING else f"{kind.value}, not a file"
+        raise NpufuseError(f"{where} is {what}; give a Python file or an importable module")
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    digest = hashlib.sha256(str(path.resolve()).encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    name = "npufuse_user_" + re.sub(r"\W", "_", path.stem) + "_" + digest
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return module
 
 
 def advise(args: argparse.Namespace, out: TextIO) -> int:
@@ -151,8 +170,9 @@ def advise(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def ops(args: argparse.Namespace, out: TextIO) -> int:
-    """List the torch_npu ops with a CPU kernel: family, engine, fusable flag and the document they follow."""
+def op_rows() -> list[tuple[str, ...]]:
+    """A header and one row per torch_npu op with a CPU kernel: its op type, family, engine, fusable flag
+    and the document it follows (also the op table of the docs site)."""
     from ..target.catalog import load_catalog
     from ..torch_npu import OPS
 
@@ -161,9 +181,15 @@ def ops(args: argparse.Namespace, out: TextIO) -> int:
     for op in sorted(OPS.values(), key=lambda op: (op.family, op.name)):
         info = catalog.lookup(op.op_type)
         rows.append((op.op_type, op.family, info.engine, "yes" if info.fusable else "no", op.source))
+    return rows
+
+
+def ops(args: argparse.Namespace, out: TextIO) -> int:
+    """List the torch_npu ops with a CPU kernel: family, engine, fusable flag and the document they follow."""
+    rows = op_rows()
     for line in aligned(rows):
         print(line, file=out)
-    print(f"{len(OPS)} ops", file=out)
+    print(f"{len(rows) - 1} ops", file=out)
     return EXIT_OK
 
 
@@ -171,8 +197,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Run a script written for a real NPU under the shim and summarise the modeled run after its output."""
     from .run import run_script
 
-    if not args.script.is_file():
-        print(f"npufuse run: {args.script}: no such script", file=sys.stderr)
+    kind = kind_of(args.script)
+    if kind is not Kind.REGULAR:
+        problem = "no such script" if kind is Kind.MISSING else f"is {kind.value}, not a script file"
+        print(f"npufuse run: {args.script}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return run_script(args.script, args.script_args, args.npu_target, out)
@@ -198,12 +226,13 @@ def parser() -> argparse.ArgumentParser:
     adv = commands.add_parser(
         "advise",
         help="rank SuperKernel scope layouts for a model and recommend one",
-        description="Capture the model FACTORY returns once, plan and simulate every scope layout of seed 004 "
-        "(attention, MoE/FFN, decoder layer, per layer, all layers, top-down) on the target, print the ranked "
-        "table and a line starting 'recommend' with the with-lines to paste.",
+        description="Capture the model FACTORY returns once, plan and simulate every scope layout of the "
+        "SuperKernel scope analysis guide (attention, MoE/FFN, decoder layer, per layer, all layers, top-down) "
+        "on the target, print the ranked table and a line starting 'recommend' with the with-lines to paste.",
     )
     adv.add_argument("factory", metavar="MODULE_OR_FILE:FACTORY", help="a callable returning (model, inputs)")
-    adv.add_argument("--npu-target", default="a3", help="target profile: a2, a3 or a profile file (default a3)")
+    adv.add_argument("--npu-target", default=DEFAULT_TARGET,
+                     help=f"target profile: a2, a3 or a profile file (default {DEFAULT_TARGET})")
     adv.add_argument("--options", default="", help="SuperKernel options every candidate scope gets, e.g. "
                      "strict-scope-check=abort")
     adv.set_defaults(run=advise)
@@ -221,8 +250,8 @@ def parser() -> argparse.ArgumentParser:
         "Arguments after -- go to the script.",
     )
     script.add_argument("script", type=Path, metavar="SCRIPT", help="the Python script to run")
-    script.add_argument("--npu-target", default="a3", metavar="TARGET",
-                        help="built-in target (a2, a3) or a profile .toml file (default a3)")
+    script.add_argument("--npu-target", default=DEFAULT_TARGET, metavar="TARGET",
+                        help=f"built-in target (a2, a3) or a profile .toml file (default {DEFAULT_TARGET})")
     script.set_defaults(run=run)
     return main
 

@@ -40,7 +40,7 @@ def results_table(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence
 
 def advise_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
     """``--npufuse-advise``: per check, where the VARIANT's modeled time goes and each affinity-op finding."""
-    terminalreporter.section("npufuse: advisors (time attribution, seed-003 affinity ops)")
+    terminalreporter.section("npufuse: advisors (time attribution, known-slow op forms)")
     findings = 0
     for nodeid in sorted(tests):
         for row in tests[nodeid][1]:
@@ -78,3 +78,12 @@ def gate_section(
         terminalreporter.write_line(line)
     for error in errors:
         terminalreporter.write_line(f"npufuse error: {error}", red=True)
+
+
+def notes_section(terminalreporter: Any, notes: Sequence[str]) -> None:
+    """What happened to the report files: written, merged with another run's, or left as they were."""
+    if not notes:
+        return
+    terminalreporter.section("npufuse: reports")
+    for note in notes:
+        terminalreporter.write_line(note)
