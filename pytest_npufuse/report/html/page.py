@@ -12,7 +12,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ...files.atomic import write_text_atomic
+from ...files import write_text
 from .timeline import case_svg
 
 _STYLE = """
@@ -236,5 +236,6 @@ def render_page(views: Sequence[Mapping[str, Any]], title: str = "pytest-npufuse
 
 
 def write_html_report(path: Path, views: Sequence[Mapping[str, Any]]) -> None:
-    """Write the page atomically: a reader sees the previous report or this one, never half a file."""
-    write_text_atomic(path, render_page(views))
+    """Write the page atomically (a reader sees the previous report or this one, never half a file), or
+    through to the stream, FIFO or device the user named."""
+    write_text(path, render_page(views), "HTML report", named=True)
