@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 from ..errors import ArgumentError
-from ..execute.graph import Observer, run_graph
+from ..execute.graph import Observer, is_weightless, run_graph, weightless_outputs
 from ..frontend.backend import CapturedGraph
 from ..ir.program import Program
 from ..plan.superkernel import plan_variant
@@ -52,9 +52,8 @@ class GraphOptions:
     """What a compile configuration decides about how its graphs are modeled: the mode, whether every
     kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
     text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
-    config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump).
-    TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the library's ``mode=``
-    arguments through :func:`graph_options`."""
+    config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump). TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the
+    library's ``mode=`` arguments through :func:`graph_options`."""
 
     mode: Mode = Mode.MAX_AUTOTUNE
     single_stream: bool = False
@@ -116,10 +115,28 @@ class CompiledGraph:
         data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
         device clock advances by the graph's modeled time. With a data dump, the dumped tensors are
         written as the graph runs."""
-        observe = self.dump.for_call() if self.dump is not None else None
-        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
+        if is_weightless(args):
+            outputs = weightless_outputs(self.gm, self.program)
+        else:
+            observe = self.dump.for_call() if self.dump is not None else None
+            outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
         DEVICE_CLOCK.run(self.run.time_us * 1e-6)
         return outputs
+
+
+@dataclass(frozen=True)
+class ModeledProgram:
+    """One program planned, checked and simulated: what a report needs of it, with or without a graph."""
+
+    program: Program
+    plan: Plan
+    run: RunReport
+    sanitizer: SanitizerReport | None = None
+    plog_path: str | None = None
+
+    def poisoned_reads(self) -> Mapping[str, frozenset[str]]:
+        """Per kernel, the inputs it reads in a race (none without a sanitizer run)."""
+        return self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
 
 
 def model_graph(
@@ -132,8 +149,21 @@ def model_graph(
 ) -> CompiledGraph:
     """plan -> sanitize -> simulate for one captured graph (the stages between capture and execute);
     ``aclgraph_options`` is the aclgraph SuperKernel options text when that is switched on."""
+    modeled = model_program(graph.program, settings, variant, options, multistream, aclgraph_options)
+    return CompiledGraph(graph.gm, graph.program, modeled.plan, modeled.run, settings, modeled.plog_path, modeled.sanitizer)
+
+
+def model_program(
+    program: Program,
+    settings: Settings,
+    variant: str,
+    options: Mapping[str, str] | None = None,
+    multistream: bool = True,
+    aclgraph_options: str | None = None,
+) -> ModeledProgram:
+    """plan -> sanitize -> simulate for one program, as :func:`model_graph`."""
     plan = plan_variant(
-        graph.program,
+        program,
         settings.profile,
         variant=variant,
         mode=settings.mode,
@@ -143,18 +173,19 @@ def model_graph(
         aclgraph_options=aclgraph_options,
     )
     plog = write_plog(plan.log)
-    checked = sanitize(graph.program, plan.streams) if plan.streams is not None else None
+    checked = sanitize(program, plan.streams) if plan.streams is not None else None
     deadlock = checked.deadlock.describe() if checked is not None and checked.deadlock is not None else None
-    run = simulate(graph.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
-    return CompiledGraph(graph.gm, graph.program, plan, run, settings, plog and str(plog), checked)
+    run = simulate(program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
+    return ModeledProgram(program, plan, run, checked, plog and str(plog))
 
 
-def streams_used(graph: CompiledGraph) -> tuple[str, ...]:
+def streams_used(graph: ModeledProgram) -> tuple[str, ...]:
     """Streams the VARIANT's kernels ran on, the default first (sub-kernels of a SuperKernel that fuses
     two streams count for their own stream)."""
     plan = graph.plan.streams
     used = set(plan.kernel_stream.values()) if plan is not None else {task.stream for task in graph.plan.tasks}
     return tuple(stream for stream in graph.program.streams() if stream in used) or ("default",)
+
 
 
 def mode_of_phase(mode: str, phase: Phase) -> str:
