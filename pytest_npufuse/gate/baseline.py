@@ -213,7 +213,7 @@ def dumps(document: Mapping[str, Any]) -> str:
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def _document(path: Path) -> dict[str, Any]:
+def read_document(path: Path) -> dict[str, Any]:
     """Parse ``path`` and check it is a pytest-npufuse document of a schema this version reads."""
     fix = "fix or delete the file, or give another path (under pytest, with --npufuse-baseline)"
     try:
@@ -240,7 +240,7 @@ def _document(path: Path) -> dict[str, Any]:
 
 def read_results(path: Path) -> tuple[str, Results]:
     """The kind and the results of a baseline file or run report; any defect is a BaselineError."""
-    data = _document(path)
+    data = read_document(path)
     model = None if data.get("model") is None else ModelIdentity.from_json(data["model"], str(path))
     entries = data.get("entries")
     if not isinstance(entries, Mapping) or not all(isinstance(t, Mapping) for t in entries.values()):
