@@ -12,9 +12,14 @@ quant_scale_ckv=ckv_scale_reci, quant_scale_ckr=None, smooth_scales_cq=None, rms
 rmsnorm_epsilon_ckv=..., cache_mode="PA_NZ", weight_quant_mode=2, kv_cache_quant_mode=1,
 query_quant_mode=1)`` unpacked as ``q_nope, q_pe, dequant_scale_q_nope, _, _``; the caches viewed as NZ
 blocks ``(block_num, 1, D // (16 * factor), block_size, 16 * factor)`` with factor 2 for the int8 nope cache
-and 1 for the rope cache, and ``dequant_scale_q_nope.view(num_tokens, -1)`` for the attention. The original
-continues with ``npu_fused_infer_attention_score_v2`` (TND_NTD, query_quant_mode=3); the fragment stops before
-it. Scaffolding: the layer's quantised projections are plain int8 parameters with per-channel scales.
+and 1 for the rope cache, and ``dequant_scale_q_nope.view(num_tokens, -1)`` for the attention, then
+``self.fa_ops.npu_fused_infer_attention_score_v2(q_nope, k_nope, k_nope, query_rope=q_pe, key_rope=k_rope,
+atten_mask=None, actual_seq_kvlen=..., actual_seq_qlen=..., block_table=..., dequant_scale_query=...,
+dequant_scale_key=self.ckv_scale, dequant_scale_value=self.ckv_scale, num_query_heads, num_key_value_heads,
+softmax_scale, input_layout="TND_NTD", sparse_mode=0, block_size, query_quant_mode=3, key_quant_mode=0,
+value_quant_mode=0)`` with ``fa_ops = torch.ops.npu`` and a per-tensor float32 ``ckv_scale`` of shape [1].
+Scaffolding: the layer's quantised projections are plain int8 parameters with per-channel scales; four
+one-token decode requests with their block table and KV lengths.
 Shrunk: hidden 256, q_lora 64, 4 heads, nope 32, rope 32, kv_lora 64.
 """
 
@@ -24,6 +29,8 @@ import torch_npu
 
 HIDDEN, Q_LORA, HEADS, NOPE, ROPE, KV_LORA = 256, 64, 4, 32, 32, 64
 BLOCKS, BLOCK_SIZE, TOKENS = 3, 16, 4
+Q_ENDS = [1, 2, 3, 4]  # one token per request, cumulative as TND wants
+KV_LENS = [4, 3, 14, 13]  # each request's tokens up to its slot (3, 18, 29, 44) in its block
 EPS = 1e-6
 
 
@@ -49,9 +56,11 @@ class DeepseekR1MlaPrologInt8(torch.nn.Module):
                                                 requires_grad=False)
         self.q_a_layernorm_weight = torch.nn.Parameter(torch.ones(Q_LORA, dtype=torch.bfloat16), requires_grad=False)
         self.kv_a_layernorm_weight = torch.nn.Parameter(torch.ones(KV_LORA, dtype=torch.bfloat16), requires_grad=False)
-        self.ckv_scale_reci = torch.full((1,), 40.0)
+        self.ckv_scale = torch.full((1,), 1 / 40.0)
+        self.ckv_scale_reci = torch.reciprocal(self.ckv_scale)
+        self.fa_ops = torch.ops.npu
 
-    def forward(self, hidden_states, cos, sin, slot_mapping, nope_cache, rope_cache):
+    def forward(self, hidden_states, cos, sin, slot_mapping, nope_cache, rope_cache, block_table):
         num_tokens = hidden_states.shape[0]
         cos = cos.view(-1, ROPE)
         sin = sin.view(-1, ROPE)
@@ -88,7 +97,26 @@ class DeepseekR1MlaPrologInt8(torch.nn.Module):
         k_nope = k_nope.view(block_num, 1, KV_LORA // (KV_CACHE_NZ_DIM * factor), block_size, KV_CACHE_NZ_DIM * factor)
         k_rope = k_rope.view(block_num, 1, ROPE // KV_CACHE_NZ_DIM, block_size, KV_CACHE_NZ_DIM)
         dequant_scale_query = dequant_scale_q_nope.view(num_tokens, -1)
-        return q_nope, q_pe, k_nope, k_rope, dequant_scale_query
+        attn_output, _ = self.fa_ops.npu_fused_infer_attention_score_v2(
+            q_nope, k_nope, k_nope,
+            query_rope=q_pe, key_rope=k_rope,
+            atten_mask=None,
+            actual_seq_kvlen=KV_LENS,
+            actual_seq_qlen=Q_ENDS,
+            block_table=block_table,
+            dequant_scale_query=dequant_scale_query,
+            dequant_scale_key=self.ckv_scale,
+            dequant_scale_value=self.ckv_scale,
+            num_query_heads=HEADS,
+            num_key_value_heads=1,
+            softmax_scale=(NOPE + ROPE) ** -0.5,
+            input_layout="TND_NTD",
+            sparse_mode=0,
+            block_size=block_size,
+            query_quant_mode=3,
+            key_quant_mode=0, value_quant_mode=0,
+        )
+        return attn_output
 
 
 def decode_step():
@@ -98,9 +126,15 @@ def decode_step():
     slot_mapping = torch.tensor([3, 18, 29, 44], dtype=torch.int64).npu()
     nope_cache = torch.zeros(BLOCKS, BLOCK_SIZE, 1, KV_LORA, dtype=torch.int8).npu()
     rope_cache = torch.zeros(BLOCKS, BLOCK_SIZE, 1, ROPE, dtype=torch.bfloat16).npu()
-    return hidden, angles.cos().bfloat16().npu(), angles.sin().bfloat16().npu(), slot_mapping, nope_cache, rope_cache
+    block_table = torch.tensor([[0], [1], [1], [2]], dtype=torch.int32).npu()
+    cos, sin = angles.cos().bfloat16().npu(), angles.sin().bfloat16().npu()
+    return hidden, cos, sin, slot_mapping, nope_cache, rope_cache, block_table
 
 
 def test_deepseek_r1_mla_prolog_v3_int8_nz_decode(npufuse):
     report = npufuse.check(DeepseekR1MlaPrologInt8(), *decode_step())
-    assert [k.op_type for k in report.variant.kernels].count("npu::npu_mla_prolog_v3_functional") == 1
+    kernels = [k.op_type for k in report.variant.kernels]
+    assert kernels.count("npu::npu_mla_prolog_v3_functional") == 1
+    assert kernels.count("npu::npu_fused_infer_attention_score_v2") == 1
+    out = DeepseekR1MlaPrologInt8()(*decode_step())
+    assert out.shape == (HEADS, TOKENS, KV_LORA) and out.dtype == torch.bfloat16 and bool(out.isfinite().all())
