@@ -9,7 +9,7 @@ from ..gate.baseline import Change, Gate, aligned, count_line
 WIDTH = 120
 """The table's width at default verbosity; ``-v`` prints every column at full width."""
 
-_SHORT = ("case", "target", "baseline us", "variant us", "speedup", "SK", "streams", "gate", "verdict")
+_SHORT = ("case", "target", "mode", "baseline us", "variant us", "speedup", "SK", "streams", "gate", "verdict")
 _LONG = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "host us",
          "device us", "bound", "precision", "gate", "verdict")
 # Worst first: a failed test, then a regression, then the lowest speedup.
@@ -47,15 +47,22 @@ def _worst_first(item: tuple[str, Mapping[str, Any], str]) -> tuple[Any, ...]:
 
 
 def shorten(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters: directories dropped first, then the middle cut."""
+    """``text`` in at most ``width`` characters: directories dropped first, then the middle cut (a
+    trailing ``(check N)`` is kept whole, it tells a test's checks apart)."""
     if len(text) <= width:
         return text
     path, sep, rest = text.partition("::")
     text = path.rsplit("/", 1)[-1] + sep + rest
     if len(text) <= width:
         return text
-    head = (width - 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+    at = text.rfind(" (check ")
+    body, suffix = (text[:at], text[at:]) if at > 0 and text.endswith(")") else (text, "")
+    room = width - len(suffix) - 1
+    name, bracket, param = body.partition("[")
+    if bracket and len(name) + 6 <= room:  # the test's name whole, its parameters' end
+        return name + "[…" + param[len(param) - (room - len(name) - 1):] + suffix
+    head = room // 2
+    return body[:head] + "…" + body[len(body) - (room - head):] + suffix
 
 
 def _fit(rows: list[tuple[str, ...]], width: int) -> list[tuple[str, ...]]:
