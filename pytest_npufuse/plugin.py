@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from .frontend.tagged_events import EVENTS
-from .pytest import benchmark, markers, options, settings, shim, targets
+from .pytest import benchmark, markers, options, settings, shim, targets, torch_trace
 from .pytest.failure import or_fail
 from .pytest.fixture import npu_target, npufuse  # noqa: F401 - pytest finds fixtures on the plugin module
 from .pytest.recorder import RunRecorder
@@ -24,6 +24,11 @@ def pytest_configure(config: pytest.Config) -> None:
     run = settings.configure(config)
     shim.configure(config)
     config.pluginmanager.register(RunRecorder(config, run.json_path, run.html_path), RunRecorder.NAME)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """pytest's logging plugin exists by now (it registers as the last configure step)."""
+    torch_trace.filter_pytest_handlers(session.config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

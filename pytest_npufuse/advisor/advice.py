@@ -85,7 +85,7 @@ class Advice:
         lines.append(f"recommend {rec.layout.value} (modeled gain {rec.gain_pct:+.1f}%): {rec.reason}")
         lines += self.paste
         if self.findings:
-            lines.append(f"affinity ops (seed 003): {len(self.findings)} finding(s)")
+            lines.append(f"known-slow op forms (affinity ops): {len(self.findings)} finding(s)")
             lines += [f"  {finding.describe()}" for finding in self.findings]
         return lines
 

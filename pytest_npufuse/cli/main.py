@@ -162,8 +162,9 @@ def advise(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def ops(args: argparse.Namespace, out: TextIO) -> int:
-    """List the torch_npu ops with a CPU kernel: family, engine, fusable flag and the document they follow."""
+def op_rows() -> list[tuple[str, ...]]:
+    """A header and one row per torch_npu op with a CPU kernel: its op type, family, engine, fusable flag
+    and the document it follows (also the op table of the docs site)."""
     from ..target.catalog import load_catalog
     from ..torch_npu import OPS
 
@@ -172,9 +173,15 @@ def ops(args: argparse.Namespace, out: TextIO) -> int:
     for op in sorted(OPS.values(), key=lambda op: (op.family, op.name)):
         info = catalog.lookup(op.op_type)
         rows.append((op.op_type, op.family, info.engine, "yes" if info.fusable else "no", op.source))
+    return rows
+
+
+def ops(args: argparse.Namespace, out: TextIO) -> int:
+    """List the torch_npu ops with a CPU kernel: family, engine, fusable flag and the document they follow."""
+    rows = op_rows()
     for line in aligned(rows):
         print(line, file=out)
-    print(f"{len(OPS)} ops", file=out)
+    print(f"{len(rows) - 1} ops", file=out)
     return EXIT_OK
 
 
@@ -214,9 +221,9 @@ def parser() -> argparse.ArgumentParser:
     adv = commands.add_parser(
         "advise",
         help="rank SuperKernel scope layouts for a model and recommend one",
-        description="Capture the model FACTORY returns once, plan and simulate every scope layout of seed 004 "
-        "(attention, MoE/FFN, decoder layer, per layer, all layers, top-down) on the target, print the ranked "
-        "table and a line starting 'recommend' with the with-lines to paste.",
+        description="Capture the model FACTORY returns once, plan and simulate every scope layout of the "
+        "SuperKernel scope analysis guide (attention, MoE/FFN, decoder layer, per layer, all layers, top-down) "
+        "on the target, print the ranked table and a line starting 'recommend' with the with-lines to paste.",
     )
     adv.add_argument("factory", metavar="MODULE_OR_FILE:FACTORY", help="a callable returning (model, inputs)")
     adv.add_argument("--npu-target", default="a3", help="target profile: a2, a3 or a profile file (default a3)")

@@ -112,7 +112,7 @@ def results_table(
 
 def advise_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
     """``--npufuse-advise``: per check, where the VARIANT's modeled time goes and each affinity-op finding."""
-    terminalreporter.section("npufuse: advisors (time attribution, seed-003 affinity ops)")
+    terminalreporter.section("npufuse: advisors (time attribution, known-slow op forms)")
     findings = 0
     for nodeid in sorted(tests):
         for row in tests[nodeid][1]:

@@ -183,7 +183,7 @@ __all__ = [
     "scatter_update_",
 ]
 
-README_SECTION = "README.md, section 'Op library' (#op-library)"
+DOCS_SECTION = "docs/howto/write-a-case.md, section 'An op pytest-npufuse does not provide'"
 
 
 def missing_op_message(name: str) -> str:
@@ -199,7 +199,7 @@ def missing_op_message(name: str) -> str:
         f"     and call it where the model calls torch_npu.{name};\n"
         f'  2. describe it in pyproject.toml under [tool.npufuse.ops."mylib::{name}"] '
         f"(engine, fusable, sync_all, block_dim).\n"
-        f"See {README_SECTION}."
+        f"See {DOCS_SECTION}."
     )
 
 

@@ -1,4 +1,4 @@
-"""Headless Chromium for the HTML report's tests, its render benchmark and the README picture.
+"""Headless Chromium for the HTML report's tests, its render benchmark and the docs' pictures.
 
 No driver and no Python dependency: Chromium's own ``--dump-dom`` (the DOM after the page's scripts
 ran) and ``--screenshot`` are enough, and the stdlib HTML parser reads the dumped DOM. Every launch

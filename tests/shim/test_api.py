@@ -513,9 +513,9 @@ def _seed_code(number: str) -> list[str]:
 
 
 @pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed documents are not on this machine")
-@pytest.mark.parametrize("number", ["000", "001"])
-def test_seed_scripts_are_the_seed_examples_token_for_token(number):
-    assert (ROOT / "cases" / "scripts" / f"seed{number}.py").read_text().split() == _seed_code(number)
+@pytest.mark.parametrize("number, script", [("000", "superkernel_example.py"), ("001", "multistream_example.py")])
+def test_example_scripts_are_the_feature_documents_examples_token_for_token(number, script):
+    assert (ROOT / "cases" / "scripts" / script).read_text().split() == _seed_code(number)
 
 
 def test_run_command_runs_a_script_and_summarises_the_modeled_run(tmp_path):
@@ -613,11 +613,11 @@ def test_run_command_shows_an_api_check_at_the_users_line_and_the_scripts_own_er
     assert "the script says no" not in out.getvalue()  # Python's traceback on stderr, not a one-line report
 
 
-def test_run_command_runs_seed001_unchanged():
+def test_run_command_runs_the_multistream_example_unchanged():
     out = io.StringIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        assert main(["run", str(ROOT / "cases" / "scripts" / "seed001.py"), "--npu-target=a3"], out) == 0
+        assert main(["run", str(ROOT / "cases" / "scripts" / "multistream_example.py"), "--npu-target=a3"], out) == 0
     text = out.getvalue()
     assert "graph 1: reduce-overhead, 7 kernels in 7 tasks on 3 stream(s)" in text and "race" not in text
 
