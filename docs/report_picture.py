@@ -1,7 +1,7 @@
 """Make the pictures of the HTML report the way the browser tests see it.
 
 ``docs/html_report.png``: a few bundled cases (a scope split by an Add, the multi-stream example with a
-wait removed, a missing ``record_stream``). ``docs/html_failure.png`` and ``docs/html_zoomed.png``: a test
+wait removed, a missing ``record_stream``). ``docs/img/html_failure.png`` and ``docs/img/html_zoomed.png``: a test
 whose scope an Add and a clone split, failing its ``segments=1`` expectation, with the failure message
 and, zoomed in on the VARIANT's SuperKernels, the timeline with its kernel names. Each report is
 rendered with ``--npufuse-html`` and photographed by headless Chromium. Run from the repository root:
