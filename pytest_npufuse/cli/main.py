@@ -25,6 +25,7 @@ from ..gate import comparison_formats as formats
 from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
 from ..gate.merge import merge_documents
+from ..target.profile import DEFAULT_TARGET
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -226,7 +227,8 @@ def parser() -> argparse.ArgumentParser:
         "on the target, print the ranked table and a line starting 'recommend' with the with-lines to paste.",
     )
     adv.add_argument("factory", metavar="MODULE_OR_FILE:FACTORY", help="a callable returning (model, inputs)")
-    adv.add_argument("--npu-target", default="a3", help="target profile: a2, a3 or a profile file (default a3)")
+    adv.add_argument("--npu-target", default=DEFAULT_TARGET,
+                     help=f"target profile: a2, a3 or a profile file (default {DEFAULT_TARGET})")
     adv.add_argument("--options", default="", help="SuperKernel options every candidate scope gets, e.g. "
                      "strict-scope-check=abort")
     adv.set_defaults(run=advise)
@@ -244,8 +246,8 @@ def parser() -> argparse.ArgumentParser:
         "Arguments after -- go to the script.",
     )
     script.add_argument("script", type=Path, metavar="SCRIPT", help="the Python script to run")
-    script.add_argument("--npu-target", default="a3", metavar="TARGET",
-                        help="built-in target (a2, a3) or a profile .toml file (default a3)")
+    script.add_argument("--npu-target", default=DEFAULT_TARGET, metavar="TARGET",
+                        help=f"built-in target (a2, a3) or a profile .toml file (default {DEFAULT_TARGET})")
     script.set_defaults(run=run)
     joined = commands.add_parser(
         "merge",

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ..target.profile import DEFAULT_TARGET
+
 
 class Kind(Enum):
     """How an option's value is read: as text, as a file path (ini values relative to the ini file), or as a
@@ -49,8 +51,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "npu_target",
         "NPU target(s) to model: a2, a3, a profile .toml path, or a comma list such as a2,a3 that runs every "
-        "npufuse test once per target (default a3)",
-        default="a3",
+        f"npufuse test once per target (default {DEFAULT_TARGET})",
+        default=DEFAULT_TARGET,
     ),
     Option(
         "npufuse_trace_dir",
