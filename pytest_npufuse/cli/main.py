@@ -13,14 +13,16 @@ Each command is a subparser with its own ``run`` function; exit codes follow pyt
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
 from ..errors import NpufuseError
-from ..files.atomic import check_outputs, write_text_atomic
+from ..files import Kind, check_outputs, kind_of, write_text
 from ..gate import comparison_formats as formats
 from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
@@ -69,7 +71,7 @@ def compare(args: argparse.Namespace, out: TextIO) -> int:
         path = getattr(args, name)
         if path is not None:
             try:
-                write_text_atomic(path, render(comparison), f"{what} file")
+                write_text(path, render(comparison), f"{what} file", named=True)
             except (NpufuseError, OSError) as exc:
                 print(f"npufuse compare: {exc}", file=sys.stderr)
                 return EXIT_USAGE
@@ -97,7 +99,7 @@ def merge(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_USAGE
     try:
         document = merge_documents(args.inputs, as_baseline=args.baseline)
-        write_text_atomic(args.out, dumps(document), "merged file")
+        write_text(args.out, dumps(document), "merged file", named=True)
     except (NpufuseError, OSError) as exc:
         print(f"npufuse merge: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -129,20 +131,35 @@ def _factory(spec: str) -> Callable[[], Any]:
     if not where or not name:
         raise NpufuseError(f"{spec!r} is not MODULE_OR_FILE:FACTORY, e.g. cases/decoder_layers.py:advisor_case")
     path = Path(where)
-    if where.endswith(".py") or path.exists():
-        if not path.is_file():
-            raise NpufuseError(f"{where} is not a file; give a Python file or an importable module")
-        sys.path.insert(0, str(path.resolve().parent))
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[path.stem] = module
-        module_spec.loader.exec_module(module)
+    if where.endswith(".py") or kind_of(path) is not Kind.MISSING:
+        module = _load_file(path, where)
     else:
         module = _import_module(where)
     factory = getattr(module, name, None)
     if not callable(factory):
         raise NpufuseError(f"{where} has no callable {name!r}; FACTORY must return (model, inputs)")
     return factory
+
+
+def _load_file(path: Path, where: str) -> Any:
+    """The module of the Python file ``path``, loaded under a name of its own. The file's stem is not
+    used as the module name: ``sub/torch.py`` would replace ``sys.modules["torch"]`` and ``sub/json.py``
+    the standard library's json for the rest of the process. Its directory goes at the end of
+    ``sys.path``, so it finds its neighbours without any of them hiding an installed module."""
+    kind = kind_of(path)
+    if kind is not Kind.REGULAR:
+        what = "missing" if kind is Kind.MISSING else f"{kind.value}, not a file"
+        raise NpufuseError(f"{where} is {what}; give a Python file or an importable module")
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    digest = hashlib.sha256(str(path.resolve()).encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    name = "npufuse_user_" + re.sub(r"\W", "_", path.stem) + "_" + digest
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return module
 
 
 def advise(args: argparse.Namespace, out: TextIO) -> int:
@@ -190,8 +207,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Run a script written for a real NPU under the shim and summarise the modeled run after its output."""
     from .run import run_script
 
-    if not args.script.is_file():
-        print(f"npufuse run: {args.script}: no such script", file=sys.stderr)
+    kind = kind_of(args.script)
+    if kind is not Kind.REGULAR:
+        problem = "no such script" if kind is Kind.MISSING else f"is {kind.value}, not a script file"
+        print(f"npufuse run: {args.script}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return run_script(args.script, args.script_args, args.npu_target, out)

@@ -117,6 +117,23 @@ class _Captured(Exception):
     """Raised by the graph on the capturing call: capture needs the graph, not its values."""
 
 
+def _aliasing(inputs: Sequence[Any]) -> str:
+    """Which tensor inputs alias (share memory), worded for the "captured again" error: Dynamo guards on
+    aliasing, so a model that writes in place into aliased inputs is the usual cause."""
+    tensors = [(index, x) for index, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    pairs = [
+        f"{a} and {b}" for n, (a, x) in enumerate(tensors) for b, y in tensors[n + 1:]
+        if x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    ]
+    if not pairs:
+        return ""
+    return (
+        f"; inputs {', '.join(pairs)} are aliases (they share memory), and Dynamo guards on aliasing, so writing "
+        "in place into aliased inputs recaptures the graph: pass separate tensors (x.clone()) to model the "
+        "unaliased case"
+    )
+
+
 class Capture:
     """A model captured once (one Dynamo + AOT pass). :meth:`run` calls the compiled model again with an
     executor bound to the graph; Dynamo's cached graph is reused, and its wrappers rebuild the model's
@@ -157,7 +174,8 @@ class Capture:
         if len(self._backend.graphs) != 1 or len(results) != 1:
             raise CaptureError(
                 "the model was captured again when run a second time on copies of its inputs (Dynamo "
-                "recompiled it); a modeled model must be a pure function of its inputs and parameters."
+                f"recompiled it){_aliasing(inputs)}; a modeled model must be a pure function of its inputs and "
+                "parameters."
             )
         return outputs, results[0]
 

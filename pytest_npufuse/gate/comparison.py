@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .baseline import REGRESSED, Change, Results, compare_results, read_document, read_results
+from .baseline import REGRESSED, Change, Results, compare_results, read_results
+from .run_document import read_run_tests
 
 Row = Mapping[str, Any]
 
@@ -36,11 +37,8 @@ def read_run(path: Path) -> Run:
     kind, results = read_results(path)
     records: dict[tuple[str, str], Row] = {}
     if kind == "run":
-        tests = read_document(path).get("tests", {})
-        for test in tests.values() if isinstance(tests, Mapping) else ():
-            for record in test.get("npufuse", []) if isinstance(test, Mapping) else ():
-                if isinstance(record, Mapping) and "key" in record and "target" in record:
-                    records[(record["key"], record["target"])] = record
+        for _, rows in read_run_tests(path)[1].values():
+            records.update(((row["key"], row["target"]), row) for row in rows)
     return Run(path, path.name.removesuffix(".json"), kind, results, records)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import BaselineError
 from ..simulate.version import ModelIdentity
 from .baseline import Entry, Results, read_document, read_results
-from .run_document import run_document
+from .run_document import read_run_tests, run_document
 
 
 @dataclass(frozen=True)
@@ -32,15 +32,10 @@ class _Shard:
 
 def _read(path: Path) -> _Shard:
     kind, results = read_results(path)
-    data = read_document(path)
-    tests = data.get("tests", {}) if kind == "run" else {}
-    if not isinstance(tests, Mapping) or not all(isinstance(t, Mapping) for t in tests.values()):
-        raise BaselineError(f"{path}: 'tests' must be an object of node id -> outcome and check records.")
-    return _Shard(
-        path, kind, results,
-        {nodeid: (str(test.get("outcome", "")), list(test.get("npufuse", []))) for nodeid, test in tests.items()},
-        data.get("gate"),
-    )
+    if kind != "run":
+        return _Shard(path, kind, results, {}, None)
+    _, tests = read_run_tests(path)
+    return _Shard(path, kind, results, tests, read_document(path).get("gate"))
 
 
 def _model(shards: Sequence[_Shard]) -> ModelIdentity | None:

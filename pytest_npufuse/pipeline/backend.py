@@ -9,6 +9,7 @@ written for a real NPU gets its backend through :func:`backend_for` (``torchair.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -20,7 +21,7 @@ from ..frontend.dynamo import compile_static
 from ..plan.tasks import Variant
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import HardwareProfile, resolve_profile
+from ..target.profile import CHILD_TARGET_VARIABLE, HardwareProfile, resolve_profile
 from .chain import CompiledGraph, GraphOptions, Settings, graph_options, model_graph
 
 
@@ -126,9 +127,10 @@ def end_run() -> None:
 
 
 def current_profile(target: str | None = None) -> HardwareProfile:
-    """``target``'s profile; by default the running script's target, else the default target."""
+    """``target``'s profile; by default the running script's target (in a process the script started,
+    the target its ``run`` named), else the default target."""
     if target is not None or _RUN is None:
-        return resolve_profile(target)
+        return resolve_profile(target or os.environ.get(CHILD_TARGET_VARIABLE) or None)
     return _RUN.profile
 
 

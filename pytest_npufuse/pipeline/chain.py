@@ -23,14 +23,13 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
 from ..advisor.affinity import find_affinity
 from ..errors import ArgumentError, CaptureError
 from ..execute.graph import Execution, Observer, inputs_of, racy_cone, run_graph, writes_inputs
 from ..frontend.backend import Capture, CapturedGraph
 from ..ir.program import Program
-from ..numerics.compare import compare_outputs
+from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import Plan, Variant
 from ..report.attribution import attribute
@@ -48,14 +47,11 @@ from ..vocabulary import Mode
 
 
 def _fresh(inputs: Sequence[Any]) -> list[Any]:
-    """Independent copies, so a model that writes to its inputs cannot leak one run into the other."""
-    return [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
-def _output_names(outputs: Any) -> tuple[list[str], list[Any]]:
-    """Flatten the model's outputs and name each leaf by its path, e.g. ``output[0][1]``."""
-    leaves, _ = pytree.tree_flatten_with_path(outputs)
-    return ["output" + pytree.keystr(path) for path, _ in leaves], [leaf for _, leaf in leaves]
+    """Copies, so a model that writes to its inputs cannot leak one run into the other. One copy memo
+    for all of them keeps inputs that alias (the same tensor twice, a tensor and its view) aliased, as
+    Dynamo's guards on the captured graph require."""
+    memo: dict[int, Any] = {}
+    return [copy.deepcopy(x, memo) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
 class CallWatcher(Protocol):
@@ -255,8 +251,8 @@ def compare(
     baseline_graph = model_graph(reference_capture.graph, settings, Variant.BASELINE)
     variant_graph = model_graph(captured.graph, settings, Variant.VARIANT, dict(options or {}))
     outputs = _execute(captured, reference_capture, variant_graph, inputs)
-    names, baseline_leaves = _output_names(outputs.baseline)
-    _, variant_leaves = _output_names(outputs.variant)
+    names, baseline_leaves = named_leaves(outputs.baseline, "the reference" if reference is not None else "the model")
+    _, variant_leaves = named_leaves(outputs.variant)
     if len(baseline_leaves) != len(variant_leaves):
         raise CaptureError(
             f"the reference returns {len(baseline_leaves)} outputs but the model returns {len(variant_leaves)}; "

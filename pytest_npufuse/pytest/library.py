@@ -59,7 +59,7 @@ class NpuFuse:
             lambda: compare(
                 model, *inputs, target=self.target, mode=mode, reference=reference,
                 options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
-                trace_dir=settings.trace_dir, case=self._request.node.nodeid,
+                trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
                 affinity=self._expectations.affinity is not None or settings.advise,
             )
         )
@@ -107,7 +107,11 @@ class NpuFuse:
 
     def _keep_view(self, report: CaseReport, change: Change | None) -> None:
         """Hand the check's timelines to the run recorder for the HTML report."""
-        nodeid = self._request.node.nodeid
-        case = nodeid if self._checks == 1 else f"{nodeid} (check {self._checks})"
         gate = {"status": change.status, "text": change.describe()} if change is not None else None
-        recorder.RunRecorder.of(self._request.config).add_view(nodeid, case_view(report, case, gate))
+        view = case_view(report, self._case(self._checks), gate)
+        recorder.RunRecorder.of(self._request.config).add_view(self._request.node.nodeid, view)
+
+    def _case(self, number: int) -> str:
+        """The name of the test's ``number``-th check in traces and the HTML report: each check its own."""
+        nodeid = self._request.node.nodeid
+        return nodeid if number == 1 else f"{nodeid} (check {number})"

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from ..errors import NpufuseError
-from ..gate.baseline import Change, Entry, finite_us, model_notice, write_baseline
-from ..gate.run_document import entries_of, run_document, write_run_report
+from ..files import locked_output
+from ..files.kinds import fingerprint
+from ..gate.baseline import Change, Entry, finite_us, model_notice
+from ..gate.run_document import entries_of, save_run_report
 from ..report.attribution import longest_tasks
 from ..report.findings import findings_json
 from . import terminal
@@ -95,7 +97,10 @@ class RunRecorder:
         self.views: dict[str, list[dict[str, Any]]] = {}
         self.changes: list[Change] = []
         self.lines: list[str] = []
+        self.notes: list[str] = []
         self.errors: list[str] = []
+        # The outputs as they were when the run started: one changed since was written by another process.
+        self.seen = {path: fingerprint(path) for path in (json_path, html_path) if path is not None}
 
     @classmethod
     def of(cls, config: pytest.Config) -> RunRecorder:
@@ -132,10 +137,14 @@ class RunRecorder:
             return
         if not self.errors:
             self._finish_gate()
-        if self.json_path is not None and not self.errors:
-            self._write(self.json_path, lambda: write_run_report(self.json_path, self._document()))
-        if self.html_path is not None and not self.errors:
-            self._write(self.html_path, self._write_html)
+        for flag, path, write in (("--npufuse-json", self.json_path, self._write_json),
+                                  ("--npufuse-html", self.html_path, self._write_html)):
+            if path is not None and not self.errors:
+                why_not = self._nothing_to_write(path)
+                if why_not:
+                    self.notes.append(f"{flag} {path} was left as it was: {why_not}")
+                else:
+                    self._write(path, write)
         if self.errors and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -149,18 +158,60 @@ class RunRecorder:
         notice = model_notice(self.changes, gate.model, gate.stored.model)
         if notice and not gate.update:
             self.lines.append(f"{notice}; run with --npufuse-update-baseline and commit {gate.path}.")
-        updated = gate.updated([change for outcome, change in judged if outcome == "passed"])
-        if updated is not None:
-            self._write(gate.path, lambda: write_baseline(gate.path, updated))
+        passed = [change for outcome, change in judged if outcome == "passed"]
+        self._write(gate.path, lambda: self._save_baseline(passed))
+
+    def _save_baseline(self, changes: list[Change]) -> None:
+        gate = settings_of(self.config).gate
+        assert gate is not None
+        update = gate.save(changes)
+        if update.conflicts:
+            self.lines.append(
+                f"another process changed {', '.join(update.conflicts)} in {gate.path} during this run; this run's "
+                "values were written over theirs"
+            )
+        if update.results is not None:
             self.lines.append(f"wrote {gate.path}")
 
-    def _document(self) -> dict[str, Any]:
+    def _nothing_to_write(self, path: Path) -> str | None:
+        """Why this run must leave the report at ``path`` alone: a run that ran nothing (collect-only, every
+        test deselected) or checked nothing would otherwise replace the last real report with an empty one."""
+        if not self.tests:
+            return "no test ran (collect-only, or every test deselected or skipped at collection)"
+        if not any(rows for _, rows in self.tests.values()) and fingerprint(path) is not None:
+            return "no test called npufuse.check(), so there was nothing to report"
+        return None
+
+    def _write_json(self) -> None:
         settings = settings_of(self.config)
         gate = settings.gate
         described = None
         if gate is not None:
             described = {"file": str(gate.path), "tolerance_pct": gate.tolerance_pct, "update": gate.update}
-        return run_document(settings.model, self.tests, described)
+        assert self.json_path is not None
+        seen = self.seen[self.json_path]
+        self.notes.extend(save_run_report(self.json_path, settings.model, self.tests, described, seen))
+
+    def _write_html(self) -> None:
+        """The HTML report: every check, the tests that made none (skipped ones with their reason), and
+        the environment that produced the numbers. An HTML page cannot be merged: one another process
+        wrote during this run is replaced, saying so."""
+        path = self.html_path
+        assert path is not None
+        others = [
+            {"nodeid": nodeid, "outcome": outcome, "message": self.messages.get(nodeid, "")}
+            for nodeid, (outcome, _) in sorted(self.tests.items()) if nodeid not in self.views
+        ]
+        settings = settings_of(self.config)
+        environment = run_environment(Path(self.config.rootpath), dict(settings.profiles), settings.model)
+        with locked_output(path, "HTML report") as regular:
+            if regular and fingerprint(path) not in (None, self.seen[path]):
+                self.notes.append(
+                    f"replaced the HTML report {path}, which another process wrote during this run (HTML reports "
+                    "are not merged; give each run its own --npufuse-html, or merge --npufuse-json reports)"
+                )
+            _html_writer()(path, self._views(), others, environment)
+        self.notes.append(f"wrote {path}")
 
     def _views(self) -> list[dict[str, Any]]:
         """Every check's view, sorted by test, with its test's outcome and failure message: a serial run
@@ -169,17 +220,6 @@ class RunRecorder:
             {**view, "verdict": self.tests.get(nodeid, ("unknown", []))[0], "message": self.messages.get(nodeid, "")}
             for nodeid in sorted(self.views) for view in self.views[nodeid]
         ]
-
-    def _write_html(self) -> None:
-        """The HTML report: every check, the tests that made none (skipped ones with their reason), and
-        the environment that produced the numbers."""
-        others = [
-            {"nodeid": nodeid, "outcome": outcome, "message": self.messages.get(nodeid, "")}
-            for nodeid, (outcome, _) in sorted(self.tests.items()) if nodeid not in self.views
-        ]
-        settings = settings_of(self.config)
-        environment = run_environment(Path(self.config.rootpath), dict(settings.profiles), settings.model)
-        _html_writer()(self.html_path, self._views(), others, environment)
 
     def _write(self, path: Path, write: Callable[[], None]) -> None:
         """Write one output; a failure is reported in the summary and fails the run, never a traceback
@@ -198,6 +238,7 @@ class RunRecorder:
         if settings_of(config).advise:
             terminal.advise_section(terminalreporter, self.tests)
         terminal.gate_section(terminalreporter, settings_of(config).gate, self.changes, self.lines, self.errors)
+        terminal.notes_section(terminalreporter, self.notes)
 
 
 # pytest-xdist opens a worker's failure text with the worker and its Python; the report names neither.

@@ -150,3 +150,12 @@ def gate_section(
         terminalreporter.write_line(line)
     for error in errors:
         terminalreporter.write_line(f"npufuse error: {error}", red=True)
+
+
+def notes_section(terminalreporter: Any, notes: Sequence[str]) -> None:
+    """What happened to the report files: written, merged with another run's, or left as they were."""
+    if not notes:
+        return
+    terminalreporter.section("npufuse: reports")
+    for note in notes:
+        terminalreporter.write_line(note)

@@ -7,12 +7,11 @@ Each change is undone by :func:`pytest_npufuse.uninstall_shims` (they are record
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from .. import torch_npu
-from ..npugraph_ex.npu_fx_compiler import npugraph_ex_backend
 from ..vocabulary import Mode
 from . import devices, npu
 from .undo import UNDO, patch
@@ -121,12 +120,23 @@ def _patch_dynamo_record_stream() -> None:
     patch(TensorVariable, "method_record_stream", method_record_stream)
 
 
+def _npugraph_ex(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None
+) -> Callable[..., Any]:
+    """``torch.compile(backend="npugraph_ex")``: the npugraph_ex package's backend, imported at the first
+    compile. torch is patched the moment it is imported, which may be in the middle of ``import torchair``
+    (a script's first line), and the npugraph_ex package builds on torchair's config module."""
+    from ..npugraph_ex.npu_fx_compiler import npugraph_ex_backend
+
+    return npugraph_ex_backend(gm, example_inputs, options)
+
+
 def _register_npugraph_ex() -> None:
     from torch._dynamo.backends import registry
 
     if NPUGRAPH_EX in registry._COMPILER_FNS:
         return
-    registry.register_backend(npugraph_ex_backend, name=NPUGRAPH_EX)
+    registry.register_backend(_npugraph_ex, name=NPUGRAPH_EX)
 
     def unregister() -> None:
         registry._COMPILER_FNS.pop(NPUGRAPH_EX, None)

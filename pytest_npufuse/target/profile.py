@@ -21,6 +21,8 @@ DATA_DIR = Path(__file__).parent / "data"
 BUILTIN_TARGETS = ("a2", "a3")
 # The target of every entry point when none is named: the Atlas A3 the seed documents target.
 DEFAULT_TARGET = "a3"
+# Set by ``python -m pytest_npufuse run`` for the processes a script starts: the target they model.
+CHILD_TARGET_VARIABLE = "NPUFUSE_CHILD_TARGET"
 ENGINES = tuple(Engine)
 
 

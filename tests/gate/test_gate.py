@@ -205,7 +205,7 @@ def test_update_rewrites_run_entries_and_keeps_the_others(seed, run, pytester):
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "*base.json: corrupt JSON (*); fix or delete the file*The file was left untouched.*"),
+        ("{not json", "*base.json: corrupt JSON (*line 1 column 2 (byte 1)); fix or delete the file*the file was left untouched.*"),
         ('{"benchmarks": []}', '*base.json: not a pytest-npufuse baseline or run report (no "tool": "pytest-npufuse"*'),
         ('{"tool": "pytest-npufuse", "kind": "baseline", "schema_version": 99, "entries": {}}',
          "*base.json: schema_version 99, but this pytest-npufuse reads schema_version 1*"),

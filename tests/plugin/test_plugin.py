@@ -1,6 +1,7 @@
 """End-to-end runs of the plugin on temporary test files, through ``pytester``."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -426,7 +427,7 @@ def test_sp1(npufuse):
     )
     result.assert_outcomes(passed=1)
     (case_dir,) = (pytester.path / "traces").iterdir()
-    assert case_dir.name == "test_case.py_test_sp1"
+    assert re.fullmatch(r"test_case\.py_test_sp1-[0-9a-f]{10}", case_dir.name)
     assert sorted(p.name for p in (case_dir / "baseline").iterdir()) == [
         "kernel_details.csv", "module_statistic.csv", "op_statistic.csv", "trace_view.json",
     ]
@@ -550,6 +551,53 @@ def test_parametrized_tests_may_build_the_same_tagged_events(run):
         "--npu-target=a2,a3",
     )
     result.assert_outcomes(passed=4)
+
+
+MODULE_EVENT = """
+from pytest_npufuse import torchair as tng
+
+EVENT = tng.ops.npu_create_tagged_event("shared")
+
+
+class UsesModuleEvent(torch.nn.Module):
+    def forward(self, a, b):
+        x = a + b
+        tng.ops.npu_tagged_event_record(EVENT)
+        with tng.scope.npu_stream_switch("1"):
+            tng.ops.npu_tagged_event_wait(EVENT)
+            return x @ b
+
+
+def test_first(npufuse):
+    npufuse.check(UsesModuleEvent(), torch.ones(8, 8), torch.ones(8, 8), mode="reduce-overhead")
+
+
+def test_later(npufuse):
+    npufuse.check(UsesModuleEvent(), torch.ones(8, 8), torch.ones(8, 8), mode="reduce-overhead")
+
+
+def test_a_test_may_not_take_the_module_events_tag():
+    with pytest.raises(Exception, match="tagged event tag shared is already in use"):
+        tng.ops.npu_create_tagged_event("shared")
+"""
+
+
+def test_a_tagged_event_created_at_module_import_works_in_every_later_test(run):
+    run(MODULE_EVENT).assert_outcomes(passed=3)
+
+
+def test_a_conftest_listing_the_plugin_gets_a_warning_instead_of_pluggys_error(pytester):
+    pytester.makeconftest('pytest_plugins = ["pytest_npufuse.plugin"]\n')
+    pytester.makepyfile("def test_one(npu_target):\n    assert npu_target == 'a3'\n")
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*conftest.py lists 'pytest_npufuse.plugin' in pytest_plugins, but pytest-npufuse is already loaded*"])
+    assert "already registered" not in result.stdout.str() + result.stderr.str()
+
+
+def test_the_plugin_named_with_dash_p_loads_once(pytester):
+    pytester.makepyfile("def test_one(npu_target):\n    assert npu_target == 'a3'\n")
+    pytester.runpytest_subprocess("-p", "pytest_npufuse.plugin").assert_outcomes(passed=1)
 
 
 def test_duplicate_tag_within_one_test_is_an_error(run):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
 import re
 import sys
 import warnings
@@ -669,3 +670,49 @@ def test_plugin_refuses_a_bad_shim_setting(pytester):
     pytester.makeini("[pytest]\nnpufuse_shim_modules = maybe\n")
     result = pytester.runpytest()
     result.stderr.fnmatch_lines(["*npufuse_shim_modules = 'maybe': use one of auto, true, false*"])
+
+
+@pytest.mark.parametrize(
+    ("ending", "status", "stderr"),
+    [("sys.exit('bad input: x.csv')", 1, "bad input: x.csv\n"), ("sys.exit(3)", 3, ""), ("sys.exit()", 0, ""),
+     ("sys.exit(None)", 0, ""), ("raise SystemExit(['a', 1])", 1, "['a', 1]\n")],
+)
+def test_run_command_forwards_a_scripts_exit_message_and_code_as_python_does(tmp_path, capsys, ending, status, stderr):
+    script = tmp_path / "exits.py"
+    script.write_text(f"import sys\nprint('before')\n{ending}\n")
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == status
+    captured = capsys.readouterr()
+    assert captured.err == stderr and captured.out == "before\n"
+
+
+SPAWNING = """
+import multiprocessing as mp
+import os
+
+
+def child(queue):
+    import torchair
+    queue.put((torchair.__name__, os.environ.get("NPUFUSE_CHILD_TARGET")))
+
+
+if __name__ == "__main__":
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    print("child:", queue.get(timeout=120))
+    process.join()
+    import sys
+    sys.exit(process.exitcode)
+"""
+
+
+def test_run_command_gives_spawned_children_the_shim_and_the_target(tmp_path, capfd):
+    script = tmp_path / "spawns.py"
+    script.write_text(SPAWNING)
+    out = io.StringIO()
+    assert main(["run", str(script), "--npu-target=a2"], out) == 0
+    assert "child: ('pytest_npufuse.torchair', 'a2')" in capfd.readouterr().out
+    assert "processes the script starts get the shim too" in out.getvalue()
+    assert "NPUFUSE_CHILD_TARGET" not in os.environ and str(tmp_path) not in os.environ.get("PYTHONPATH", "")

@@ -12,7 +12,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ...files.atomic import write_text_atomic
+from ...files import write_text
 from .assets import SCRIPT, STYLE
 from .timeline import case_svg
 
@@ -255,5 +255,6 @@ def write_html_report(
     tests: Sequence[Mapping[str, str]] = (),
     environment: Mapping[str, str] | None = None,
 ) -> None:
-    """Write the page atomically: a reader sees the previous report or this one, never half a file."""
-    write_text_atomic(path, render_page(views, tests=tests, environment=environment))
+    """Write the page atomically (a reader sees the previous report or this one, never half a file), or
+    through to the stream, FIFO or device the user named."""
+    write_text(path, render_page(views, tests=tests, environment=environment), "HTML report", named=True)
