@@ -129,6 +129,7 @@ def cost_rules() -> str:
     return _table(("rule", "host tiling", "catalog entries using it"), rows)
 
 
+CATALOG_FILE = "ops.toml"  # the op catalog's file beside the profiles (target/catalog.py reads it)
 _LINE = re.compile(r"^\s*(\w+)\s*=\s*(.+?)\s*(?:#\s*(.*))?$")
 _SECTION = re.compile(r"^\s*\[(\w+)\]\s*(?:#.*)?$")
 
@@ -153,17 +154,18 @@ def _profile_lines(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def profiles() -> str:
-    """Every key of the built-in hardware profiles, each target's value and the source each cites."""
-    from pytest_npufuse.target.profile import BUILTIN_TARGETS, DATA_DIR
+    """Every built-in profile file (``target/data/*.toml`` but the op catalog): each key, its value and the
+    source it cites. One table per file, as the files are: a target that lays its keys over another
+    file's lists only its own."""
+    from pytest_npufuse.target.profile import DATA_DIR
 
-    values = {target: _profile_lines(DATA_DIR / f"{target}.toml") for target in BUILTIN_TARGETS}
-    keys = list(dict.fromkeys(key for target in BUILTIN_TARGETS for key in values[target]))
-    rows = []
-    for key in keys:
-        cells = [f"`{values[t][key][0]}`" if key in values[t] else "-" for t in BUILTIN_TARGETS]
-        sources = dict.fromkeys(values[t][key][1] for t in BUILTIN_TARGETS if key in values[t] and values[t][key][1])
-        rows.append((f"`{key}`", *cells, " / ".join(sources)))
-    return _table(("key", *BUILTIN_TARGETS, "source (built-in files)"), rows)
+    sections = []
+    for path in sorted(DATA_DIR.glob("*.toml")):
+        if path.name == CATALOG_FILE:
+            continue
+        rows = [(f"`{key}`", f"`{value}`", source) for key, (value, source) in _profile_lines(path).items()]
+        sections.append(f"### `{path.name}`\n\n" + _table(("key", "value", "source"), rows))
+    return "\n\n".join(sections)
 
 
 ROOT = Path(__file__).resolve().parents[2]

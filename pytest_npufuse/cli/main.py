@@ -219,6 +219,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_USAGE
 
 
+def _add_target(command: argparse.ArgumentParser) -> None:
+    """The ``--npu-target`` option of the commands that model a target (as the pytest option spells it)."""
+    command.add_argument("--npu-target", default=DEFAULT_TARGET, metavar="TARGET",
+                         help=f"built-in target (a2, a3) or a profile .toml file (default {DEFAULT_TARGET})")
+
+
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="python -m pytest_npufuse", description=__doc__.split("\n\n")[0])
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -246,8 +252,7 @@ def parser() -> argparse.ArgumentParser:
         "on the target, print the ranked table and a line starting 'recommend' with the with-lines to paste.",
     )
     adv.add_argument("factory", metavar="MODULE_OR_FILE:FACTORY", help="a callable returning (model, inputs)")
-    adv.add_argument("--npu-target", default=DEFAULT_TARGET,
-                     help=f"target profile: a2, a3 or a profile file (default {DEFAULT_TARGET})")
+    _add_target(adv)
     adv.add_argument("--options", default="", help="SuperKernel options every candidate scope gets, e.g. "
                      "strict-scope-check=abort")
     adv.set_defaults(run=advise)
@@ -265,8 +270,7 @@ def parser() -> argparse.ArgumentParser:
         "Arguments after -- go to the script.",
     )
     script.add_argument("script", type=Path, metavar="SCRIPT", help="the Python script to run")
-    script.add_argument("--npu-target", default=DEFAULT_TARGET, metavar="TARGET",
-                        help=f"built-in target (a2, a3) or a profile .toml file (default {DEFAULT_TARGET})")
+    _add_target(script)
     script.set_defaults(run=run)
     joined = commands.add_parser(
         "merge",
