@@ -51,6 +51,14 @@ class Engine(Vocabulary):
     DMA = "dma"
 
 
+class NumericsStatus(Vocabulary):
+    """How much of a model's numbers a check computed (DESIGN §10: a report's ``numerics``)."""
+
+    COMPUTED = "computed"
+    SAMPLED = "sampled"
+    NOT_COMPUTED = "not computed"
+
+
 class Unfusable(Vocabulary):
     """Why a SuperKernel cannot call an op as a sub-kernel (the op catalog's ``unfusable`` key).
 

@@ -18,6 +18,7 @@ from typing import Sequence, TextIO
 from torch._dynamo.exc import BackendCompilerFailed
 
 from ..errors import NpufuseError, OpArgumentError, OpTypeError
+from ..frontend.meta import traced_on_meta
 from ..frontend.tagged_events import EVENTS
 from ..pipeline.backend import ModeledRun, end_run, start_run
 from ..pipeline.chain import CompiledGraph
@@ -44,6 +45,8 @@ def _graph_lines(number: int, graph: CompiledGraph) -> list[str]:
         f"  graph {number}: {graph.plan.mode}, {len(graph.program.kernels)} kernels in {run.tasks} tasks on "
         f"{len(streams)} stream(s); {timing}"
     ]
+    if traced_on_meta(graph.gm):
+        lines.append("    numerics not computed (timing only: the model is on the meta device)")
     lines += [_scope_line(scope) for scope in graph.plan.scopes]
     races = graph.sanitizer.races if graph.sanitizer is not None else ()
     if races:

@@ -7,6 +7,7 @@ pipeline's ``NpuBackend`` models every graph a user's ``torch.compile`` produces
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -19,6 +20,7 @@ from ..ir.program import Program
 from ..target.catalog import OpCatalog
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
+from .meta import on_meta, weightless
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
 
@@ -137,14 +139,25 @@ def _aliasing(inputs: Sequence[Any]) -> str:
 class Capture:
     """A model captured once (one Dynamo + AOT pass). :meth:`run` calls the compiled model again with an
     executor bound to the graph; Dynamo's cached graph is reused, and its wrappers rebuild the model's
-    own output structure (nested tuples, dicts, outputs that alias inputs) around the executor's values."""
+    own output structure (nested tuples, dicts, outputs that alias inputs) around the executor's values.
+
+    A weightless model (a parameter, buffer or input on the meta device, :mod:`.meta`) is captured on
+    meta copies of its inputs: ``inputs`` are what it was captured on, ``real_inputs`` maps each meta copy
+    back to the real tensor it stands for."""
 
     def __init__(self, model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog) -> None:
         self._executor: Callable[[list[Any]], list[Any]] | None = None
         self._backend = CaptureBackend(catalog, self._runner)
         self._compiled = compile_static(model, self._backend)
+        self.weightless = weightless(model, inputs)
+        self.real_inputs: dict[int, Any] = {}
+        if self.weightless:
+            inputs, self.real_inputs = on_meta(inputs)
+        self.inputs = list(inputs)
         try:
-            call_compiled(model, self._compiled, inputs)
+            # A timing-only model's forward creates its own tensors (torch.zeros(n)) on the meta device too.
+            with torch.device("meta") if self.weightless else contextlib.nullcontext():
+                call_compiled(model, self._compiled, inputs, self.weightless)
         except _Captured:
             pass
         if len(self._backend.graphs) != 1:
@@ -162,12 +175,14 @@ class Capture:
         results: list[Any] = []
 
         def bound(args: list[Any]) -> list[Any]:
-            results.append(execute(args))
+            # The executor computes on the CPU, also under the meta device a timing-only model runs in.
+            with torch.device("cpu") if self.weightless else contextlib.nullcontext():
+                results.append(execute(args))
             return results[-1].outputs
 
         self._executor = bound
         try:
-            with torch.no_grad():
+            with torch.no_grad(), torch.device("meta") if self.weightless else contextlib.nullcontext():
                 outputs = self._compiled(*inputs)
         finally:
             self._executor = None

@@ -12,6 +12,12 @@ When BASELINE and VARIANT come from one model they share one capture and one num
 recomputes only the kernels downstream of a racy read (none when the sanitizer finds no race), and every
 other value is the BASELINE's. Outputs are still compared bit for bit. ``reference=`` captures and runs a
 second model for the BASELINE.
+
+Numerics are computed on every layer (``numerics="all"``, the default for a model with weights), on a
+sample of layers (``"sample"``, :mod:`.sample`) or not at all (``"none"``, the default for a timing-only
+model whose weights are on the meta device). Without the full numerics only the program is needed, so
+the model is captured as :func:`~pytest_npufuse.frontend.repeat.capture_program` does (a repeated layer
+stack from 2 and 3 of its layers).
 """
 
 from __future__ import annotations
@@ -26,8 +32,11 @@ import torch.fx
 
 from ..advisor.affinity import find_affinity
 from ..errors import ArgumentError, CaptureError
-from ..execute.graph import Execution, Observer, inputs_of, racy_cone, run_graph, writes_inputs
+from ..execute.graph import Execution, Observer, cone_run, is_weightless, run_graph, weightless_outputs, writes_inputs
+from ..execute.sample import sample_numerics
 from ..frontend.backend import Capture, CapturedGraph
+from ..frontend.meta import weightless
+from ..frontend.repeat import capture_program
 from ..ir.program import Program
 from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.superkernel import plan_variant
@@ -35,6 +44,7 @@ from ..plan.tasks import Plan, Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
 from ..report.explain import stream_uses
+from ..report.numerics import Numerics, stand_ins
 from ..report.plog import write_plog
 from ..report.trace import write_case_traces
 from ..sanitize.checker import SanitizerReport, sanitize
@@ -43,7 +53,10 @@ from ..simulate.host import HostConfig, host_config
 from ..simulate.timeline import RunReport, simulate
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
-from ..vocabulary import Mode
+from ..vocabulary import Mode, NumericsStatus
+
+NUMERICS = ("all", "sample", "none")
+"""What ``numerics=`` may ask for: every layer computed, a sample of layers, or timing only."""
 
 
 def _fresh(inputs: Sequence[Any]) -> list[Any]:
@@ -134,10 +147,28 @@ class CompiledGraph:
         data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
         device clock advances by the graph's modeled time. With a data dump, the dumped tensors are
         written as the graph runs."""
-        observe = self.dump.for_call() if self.dump is not None else None
-        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
+        if is_weightless(args):
+            outputs = weightless_outputs(self.gm, self.program)
+        else:
+            observe = self.dump.for_call() if self.dump is not None else None
+            outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
         DEVICE_CLOCK.run(self.run.time_us * 1e-6)
         return outputs
+
+
+@dataclass(frozen=True)
+class ModeledProgram:
+    """One program planned, checked and simulated: what a report needs of it, with or without a graph."""
+
+    program: Program
+    plan: Plan
+    run: RunReport
+    sanitizer: SanitizerReport | None = None
+    plog_path: str | None = None
+
+    def poisoned_reads(self) -> Mapping[str, frozenset[str]]:
+        """Per kernel, the inputs it reads in a race (none without a sanitizer run)."""
+        return self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
 
 
 def model_graph(
@@ -150,8 +181,21 @@ def model_graph(
 ) -> CompiledGraph:
     """plan -> sanitize -> simulate for one captured graph (the stages between capture and execute);
     ``aclgraph_options`` is the aclgraph SuperKernel options text when that is switched on."""
+    modeled = model_program(graph.program, settings, variant, options, multistream, aclgraph_options)
+    return CompiledGraph(graph.gm, graph.program, modeled.plan, modeled.run, settings, modeled.plog_path, modeled.sanitizer)
+
+
+def model_program(
+    program: Program,
+    settings: Settings,
+    variant: str,
+    options: Mapping[str, str] | None = None,
+    multistream: bool = True,
+    aclgraph_options: str | None = None,
+) -> ModeledProgram:
+    """plan -> sanitize -> simulate for one program, as :func:`model_graph`."""
     plan = plan_variant(
-        graph.program,
+        program,
         settings.profile,
         variant=variant,
         mode=settings.mode,
@@ -161,13 +205,13 @@ def model_graph(
         aclgraph_options=aclgraph_options,
     )
     plog = write_plog(plan.log)
-    checked = sanitize(graph.program, plan.streams) if plan.streams is not None else None
+    checked = sanitize(program, plan.streams) if plan.streams is not None else None
     deadlock = checked.deadlock.describe() if checked is not None and checked.deadlock is not None else None
-    run = simulate(graph.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
-    return CompiledGraph(graph.gm, graph.program, plan, run, settings, plog and str(plog), checked)
+    run = simulate(program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
+    return ModeledProgram(program, plan, run, checked, plog and str(plog))
 
 
-def streams_used(graph: CompiledGraph) -> tuple[str, ...]:
+def streams_used(graph: ModeledProgram) -> tuple[str, ...]:
     """Streams the VARIANT's kernels ran on, the default first (sub-kernels of a SuperKernel that fuses
     two streams count for their own stream)."""
     plan = graph.plan.streams
@@ -176,9 +220,9 @@ def streams_used(graph: CompiledGraph) -> tuple[str, ...]:
 
 
 def capture(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
-    """The program IR of ``model`` on ``inputs``: one Dynamo + AOT capture, no numerics."""
-    torch._dynamo.reset()
-    return Capture(model, inputs, catalog or load_catalog()).graph.program
+    """The program IR of ``model`` on ``inputs``, no numerics: one Dynamo + AOT capture, or two short ones
+    for a long stack of identical layers; a timing-only model (meta device) is captured the same way."""
+    return capture_program(model, *inputs, catalog=catalog)
 
 
 @dataclass(frozen=True)
@@ -196,13 +240,12 @@ def _inputs_for(captured: Capture, inputs: Sequence[Any]) -> Sequence[Any]:
     return _fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
 
 
-def _execute(model: Capture, reference: Capture, variant: CompiledGraph, inputs: Sequence[Any]) -> _Outputs:
+def _execute(model: Capture, reference: Capture, variant: ModeledProgram, inputs: Sequence[Any]) -> _Outputs:
     """BASELINE and VARIANT numerics with each kernel computed once when both come from one capture."""
     stale = variant.poisoned_reads()
     gm, program = model.graph.gm, model.graph.program
     shared = reference is model
-    cone = racy_cone(gm, stale, program) if shared else frozenset()
-    keep = inputs_of(gm, cone) | {arg.name for arg in gm.graph.output_node().all_input_nodes} if cone else frozenset()
+    cone, keep = cone_run(gm, stale, program) if shared else (frozenset(), frozenset())
     ref = reference.graph
     baseline, base_run = reference.run(
         _inputs_for(reference, inputs), lambda args: run_graph(ref.gm, ref.program, args, {}, keep=keep)
@@ -232,6 +275,7 @@ def compare(
     trace_dir: str | Path | None = None,
     case: str = "case",
     affinity: bool = False,
+    numerics: str | None = None,
 ) -> CaseReport:
     """Compile and run BASELINE (``reference`` or ``model`` with scopes ignored) and VARIANT, and report.
 
@@ -239,18 +283,54 @@ def compare(
     ``mode``, ``dynamic`` and ``host`` are as for :func:`compile_model`. With ``trace_dir``, a
     Perfetto trace and a ``kernel_details.csv`` of each variant are written under
     ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory. ``affinity=True`` adds
-    the seed-003 affinity-op findings of the model's graph (``report.findings``).
+    the seed-003 affinity-op findings of the model's graph (``report.findings``). ``numerics`` is
+    ``"all"`` (every output computed and compared; the default with weights), ``"sample"`` (a few layers
+    computed at their real sizes, seeded weights where the model has none) or ``"none"`` (timing only;
+    the default for a model on the meta device); ``report.numerics`` says which.
     """
     catalog = catalog or load_catalog()
     settings = Settings(resolve_profile(target), graph_options(mode).mode, dynamic, host_config(host))
+    choice = _numerics(numerics, model, inputs, reference)
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()
+    if choice != "all":
+        report = _timing_report(model, inputs, reference, settings, options, catalog, affinity, choice)
+    else:
+        report = _computed_report(model, inputs, reference, settings, options, catalog, affinity)
+    if trace_dir is None:
+        return report
+    return replace(report, trace_path=str(write_case_traces(report, Path(trace_dir), case)))
+
+
+def _numerics(numerics: str | None, model: Callable[..., Any], inputs: Sequence[Any], reference: Any) -> str:
+    """The numerics a check computes: as asked, else all of them unless the model has no weights."""
+    if numerics is not None and numerics not in NUMERICS:
+        raise ArgumentError(f"numerics={numerics!r} is not a choice; use one of {', '.join(map(repr, NUMERICS))}.")
+    empty = weightless(model, inputs)
+    if numerics == "all" and empty:
+        raise ArgumentError(
+            "numerics='all' needs weights, but the model's parameters or inputs are on the meta device; use "
+            "numerics='sample' (a few layers computed with seeded weights) or 'none' (timing only)."
+        )
+    if numerics == "sample" and reference is not None:
+        raise ArgumentError(
+            "numerics='sample' compares the model's layers with their scopes ignored and honoured; it takes no "
+            "reference= model. Drop reference=, or compute every layer (numerics='all')."
+        )
+    return numerics or ("none" if empty else "all")
+
+
+def _computed_report(
+    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, settings: Settings,
+    options: Mapping[str, str] | None, catalog: OpCatalog, affinity: bool,
+) -> CaseReport:
+    """Every output of both runs computed and compared bit for bit."""
     captured = Capture(model, inputs, catalog)
     reference_capture = Capture(reference, inputs, catalog) if reference is not None else captured
-    baseline_graph = model_graph(reference_capture.graph, settings, Variant.BASELINE)
-    variant_graph = model_graph(captured.graph, settings, Variant.VARIANT, dict(options or {}))
-    outputs = _execute(captured, reference_capture, variant_graph, inputs)
+    baseline = model_program(reference_capture.graph.program, settings, Variant.BASELINE)
+    variant = model_program(captured.graph.program, settings, Variant.VARIANT, dict(options or {}))
+    outputs = _execute(captured, reference_capture, variant, inputs)
     names, baseline_leaves = named_leaves(outputs.baseline, "the reference" if reference is not None else "the model")
     _, variant_leaves = named_leaves(outputs.variant)
     if len(baseline_leaves) != len(variant_leaves):
@@ -258,28 +338,63 @@ def compare(
             f"the reference returns {len(baseline_leaves)} outputs but the model returns {len(variant_leaves)}; "
             "they must return the same structure to be compared."
         )
-    report = CaseReport(
+    return _report(
+        settings, baseline, variant, catalog, affinity,
+        mismatches=compare_outputs(names, baseline_leaves, variant_leaves), outputs=tuple(names),
+        captures=1 if reference is None else 2, kernels_executed=outputs.kernels_executed,
+    )
+
+
+def _timing_report(
+    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, settings: Settings,
+    options: Mapping[str, str] | None, catalog: OpCatalog, affinity: bool, choice: str,
+) -> CaseReport:
+    """The program priced in full; numerics on a sample of layers or none."""
+    program = capture_program(model, *inputs, catalog=catalog)
+    reference_program = capture_program(reference, *inputs, catalog=catalog) if reference is not None else program
+    baseline = model_program(reference_program, settings, Variant.BASELINE)
+    variant = model_program(program, settings, Variant.VARIANT, dict(options or {}))
+    outputs = tuple(f"output[{position}]" for position, name in enumerate(program.outputs) if name is not None)
+    if choice == "none":
+        numerics = Numerics(NumericsStatus.NOT_COMPUTED, stand_ins=stand_ins(program))
+        return _report(settings, baseline, variant, catalog, affinity, outputs=outputs, numerics=numerics,
+                       captures=1 if reference is None else 2)
+    sample = sample_numerics(model, inputs, catalog, _racy_reads(settings, dict(options or {})))
+    numerics = Numerics(NumericsStatus.SAMPLED, sample.layers, sample.weights, stand_ins(program))
+    return _report(settings, baseline, variant, catalog, affinity, mismatches=sample.mismatches,
+                   outputs=sample.outputs, numerics=numerics, captures=1 + len(sample.layers),
+                   kernels_executed=sample.kernels_executed)
+
+
+def _racy_reads(settings: Settings, options: Mapping[str, str]) -> Callable[[Program], Mapping[str, frozenset[str]]]:
+    """Per program, the reads its VARIANT plan makes in a race (plan and sanitizer, no timeline)."""
+
+    def reads(program: Program) -> Mapping[str, frozenset[str]]:
+        plan = plan_variant(program, settings.profile, variant=Variant.VARIANT, mode=settings.mode,
+                            dynamic=settings.dynamic, options=options)
+        return sanitize(program, plan.streams).poisoned_reads() if plan.streams is not None else {}
+
+    return reads
+
+
+def _report(
+    settings: Settings, baseline: ModeledProgram, variant: ModeledProgram, catalog: OpCatalog, affinity: bool,
+    **fields: Any,
+) -> CaseReport:
+    """The case report of two modeled programs; ``fields`` are the numerics' (mismatches, outputs, ...)."""
+    sanitizer = variant.sanitizer
+    return CaseReport(
         target=settings.profile.name,
         mode=settings.mode,
-        baseline=baseline_graph.run,
-        variant=variant_graph.run,
-        mismatches=compare_outputs(names, baseline_leaves, variant_leaves),
-        superkernels={scope.scope: ScopeReport.from_plan(scope) for scope in variant_graph.plan.scopes},
-        streams=streams_used(variant_graph),
-        races=variant_graph.sanitizer.races if variant_graph.sanitizer is not None else (),
-        outputs=tuple(names),
-        plog_path=variant_graph.plog_path,
-        deadlock=variant_graph.sanitizer.deadlock.describe()
-        if variant_graph.sanitizer is not None and variant_graph.sanitizer.deadlock is not None
-        else None,
-        captures=1 if reference is None else 2,
-        kernels_executed=outputs.kernels_executed,
-        attribution={
-            graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline_graph, variant_graph)
-        },
-        findings=find_affinity(variant_graph.program, settings.profile, catalog) if affinity else (),
-        stream_uses=stream_uses(variant_graph.plan),
+        baseline=baseline.run,
+        variant=variant.run,
+        superkernels={scope.scope: ScopeReport.from_plan(scope) for scope in variant.plan.scopes},
+        streams=streams_used(variant),
+        races=sanitizer.races if sanitizer is not None else (),
+        plog_path=variant.plog_path,
+        deadlock=sanitizer.deadlock.describe() if sanitizer is not None and sanitizer.deadlock is not None else None,
+        attribution={graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline, variant)},
+        findings=find_affinity(variant.program, settings.profile, catalog) if affinity else (),
+        stream_uses=stream_uses(variant.plan),
+        **{"mismatches": (), **fields},
     )
-    if trace_dir is None:
-        return report
-    return replace(report, trace_path=str(write_case_traces(report, Path(trace_dir), case)))

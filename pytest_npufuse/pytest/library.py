@@ -46,12 +46,14 @@ class NpuFuse:
         reference: Callable[..., Any] | None = None,
         dynamic: bool = False,
         host: HostConfig | None = None,
+        numerics: str | None = None,
     ) -> CaseReport:
         """Compile BASELINE and VARIANT, run both, compare every output bit for bit, apply the markers.
 
         ``mode`` is a TorchAir mode or ``"eager"``; ``dynamic=True`` models host scheduling and
-        ``host`` its threads and optimisations. Any unmet expectation fails the test with a diagnosis
-        naming the scope, the op and the number.
+        ``host`` its threads and optimisations. ``numerics`` is as for :func:`~pytest_npufuse.compare`: a
+        model on the meta device is timed without numerics, or with ``numerics="sample"`` on a few layers.
+        Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
         """
         settings = self._settings
         checked(self._request.node)
@@ -60,7 +62,7 @@ class NpuFuse:
                 model, *inputs, target=self.target, mode=mode, reference=reference,
                 options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
                 trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
-                affinity=self._expectations.affinity is not None or settings.advise,
+                affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics,
             )
         )
         entry, change = self._record(report)

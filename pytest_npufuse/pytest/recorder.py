@@ -41,6 +41,7 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "target": report.target,
         **entry.to_json(),
         "bit_exact": report.bit_exact,
+        "numerics": report.numerics.to_json(),
         "host_us": round(report.variant.host_us, 3),
         "device_us": finite_us(report.variant.device_us),
         "bound": str(report.variant.bound),

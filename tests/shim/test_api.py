@@ -538,6 +538,32 @@ def test_run_command_runs_a_script_and_summarises_the_modeled_run(tmp_path):
     assert "SuperKernel scope 'sp1': fused (1 segment(s)" in text
 
 
+def test_run_command_models_a_script_whose_model_has_no_weights(tmp_path, capsys):
+    """A full-size layer built under init_empty_weights(): npu tensors stay on the meta device, the graph
+    is priced, its call returns meta tensors, and the summary says the numerics were not computed."""
+    script = tmp_path / "empty.py"
+    script.write_text(
+        "import torch, torchair, pytest_npufuse\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.w = torch.nn.Parameter(torch.randn(7168, 18432, dtype=torch.bfloat16), requires_grad=False)\n"
+        "    def forward(self, x):\n"
+        "        return torch.relu(x @ self.w)\n"
+        "with pytest_npufuse.init_empty_weights():\n"
+        "    model = M().to('npu')\n"
+        "    x = torch.ones(48, 7168, dtype=torch.bfloat16, device='npu')\n"
+        "m = torch.compile(model, backend=torchair.get_npu_backend(), dynamic=False)\n"
+        "out = m(x)\n"
+        "print('out', out.device, tuple(out.shape), x.device, model.w.to('npu').device)\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == 0
+    text = out.getvalue()
+    assert "out meta (48, 18432) meta meta" in capsys.readouterr().out
+    assert "numerics not computed (timing only: the model is on the meta device)" in text
+
+
 def test_run_command_reports_an_error_at_the_users_line(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text("import torchair\nwith torchair.scope.super_kernel(''):\n    pass\n")

@@ -34,6 +34,15 @@ def _time(value: float | None) -> str:
     return "does not finish" if value is None else f"{value:.1f}"
 
 
+def _precision(view: Mapping[str, Any]) -> str:
+    """The precision cell: bit-exact or differs, or what the numerics rest on when not all were computed."""
+    numerics = view.get("numerics") or {}
+    if numerics.get("status") == "not computed":
+        return "not computed"
+    exact = "bit-exact" if view["bit_exact"] else "differs"
+    return f"{exact} (sampled)" if numerics.get("status") == "sampled" else exact
+
+
 def _summary_row(index: int, view: Mapping[str, Any]) -> str:
     baseline, variant = view["runs"]
     gate = view["gate"]["status"] if view["gate"] else ""
@@ -44,7 +53,7 @@ def _summary_row(index: int, view: Mapping[str, Any]) -> str:
         _cell(baseline["time_us"], _time(baseline["time_us"])), _cell(variant["time_us"], _time(variant["time_us"])),
         _cell(view["speedup"], "" if view["speedup"] is None else f"{view['speedup']:.3f}x"),
         _cell(view["segments"]), _cell(len(view["streams"])), _cell(len(view["races"])),
-        _cell("bit-exact" if view["bit_exact"] else "differs"),
+        _cell(_precision(view)),
         _cell(gate, cls=f"g-{gate}" if gate else ""), _cell(verdict, cls=f"v-{verdict}" if verdict else ""),
     ]
     return f'<tr data-case="{escape(view["case"])}" data-status="{_status(view)}">{"".join(cells)}</tr>'

@@ -97,6 +97,7 @@ def case_view(report: CaseReport, case: str, gate: Mapping[str, str] | None = No
         "segments": report.segments,
         "streams": list(report.streams),
         "bit_exact": report.bit_exact,
+        "numerics": report.numerics.to_json(),
         "mismatches": [mismatch.describe() for mismatch in report.mismatches],
         "deadlock": report.deadlock,
         "stream_notes": report.stream_notes(),
