@@ -301,6 +301,20 @@ def _module_times(by_name: Mapping[str, Kernel], run: RunReport) -> tuple[Module
     )
 
 
+LONGEST_TASKS = 50
+"""Device tasks a check's record keeps by name: enough to say which kernels got slower, bounded so a
+record stays small (it travels in ``user_properties``, which JUnit XML copies)."""
+
+
+def longest_tasks(run: RunReport, limit: int = LONGEST_TASKS) -> list[list[Any]]:
+    """``[name, kernel type, duration us]`` of the run's ``limit`` longest device tasks (a SuperKernel
+    is one task, named as GE names it), longest first, ties by name."""
+    tasks = [kernel for kernel in run.kernels if kernel.parent is None]
+    tasks.sort(key=lambda kernel: (-kernel.duration_us, kernel.name))
+    return [[k.name, "SuperKernel" if k.op_type == SUPERKERNEL_OP else k.kernel_type or k.op_type, round(k.duration_us, 3)]
+            for k in tasks[:limit]]
+
+
 def attribute(program: Program, run: RunReport) -> Attribution:
     """The three summaries of ``run``, a modeled run of ``program``."""
     return Attribution(run.variant, module_times(program, run), op_statistics(run), overlap_of(run))
