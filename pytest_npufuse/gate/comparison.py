@@ -94,6 +94,8 @@ class CaseHistory:
 
     change: Change
     variant_us: tuple[float | None, ...]
+    present: tuple[bool, ...]
+    """Whether each run has the case (a present case with no time never finishes)."""
     speedup: tuple[float | None, ...]
     op_types: tuple[Delta, ...]
     kernels: tuple[Delta, ...]
@@ -102,6 +104,11 @@ class CaseHistory:
     @property
     def label(self) -> str:
         return f"{self.change.key} [{self.change.target}]"
+
+    def times(self) -> list[str]:
+        """Each run's VARIANT time as the tables show it: '-' where the run lacks the case, 'never'
+        where its VARIANT does not finish."""
+        return ["-" if not here else "never" if us is None else f"{us:.3f}" for us, here in zip(self.variant_us, self.present)]
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,7 @@ def compare_runs(runs: Sequence[Run], tolerance_pct: float) -> Comparison:
         cases.append(CaseHistory(
             change,
             tuple(entry.variant_us if entry else None for entry in entries),
+            tuple(entry is not None for entry in entries),
             tuple(entry.speedup if entry else None for entry in entries),
             tuple(_deltas(_op_types(before), _op_types(after), counted=True)),
             tuple(_deltas(_kernels(before), _kernels(after), counted=False)),

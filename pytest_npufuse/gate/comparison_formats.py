@@ -79,7 +79,7 @@ def text_table(comparison: Comparison) -> list[str]:
     rows: list[tuple[str, ...]] = [header]
     for case in sorted(comparison.cases, key=lambda c: (c.change.key, c.change.target)):
         speedups = (case.speedup[-2], case.speedup[-1]) if two else (case.speedup[-1],)
-        rows.append((case.change.key, case.change.target, *map(_us, case.variant_us), _pct(case),
+        rows.append((case.change.key, case.change.target, *case.times(), _pct(case),
                      *map(_speedup, speedups), case.change.status))
     return aligned(rows)
 
@@ -114,7 +114,7 @@ def markdown(comparison: Comparison) -> str:
              "|---|---|" + "---:|" * len(heads) + "---:|---:|---|"]
     interesting = [case for case in ordered(comparison) if case.change.status not in ("unchanged", "absent")]
     for case in ordered(comparison):
-        table.append(f"| `{_md(case.change.key)}` | {case.change.target} | " + " | ".join(map(_us, case.variant_us))
+        table.append(f"| `{_md(case.change.key)}` | {case.change.target} | " + " | ".join(case.times())
                      + f" | {_pct(case)} | {_speedup(case.speedup[-1])} | {case.change.status} |")
     if interesting:
         lines += ["### Changed cases", ""]
@@ -187,7 +187,7 @@ def html(comparison: Comparison) -> str:
     heads = "".join(f"<th>{escape(h)}</th>" for h in _headers(comparison))
     rows = "".join(
         f'<tr data-status="{escape(c.change.status)}"><td><a href="#trend-{i}">{escape(c.change.key)}</a></td>'
-        f"<td>{escape(c.change.target)}</td>" + "".join(f"<td>{_us(v)}</td>" for v in c.variant_us)
+        f"<td>{escape(c.change.target)}</td>" + "".join(f"<td>{t}</td>" for t in c.times())
         + f'<td>{_pct(c)}</td><td class="g-{escape(c.change.status)}">{escape(c.change.status)}</td></tr>'
         for i, c in enumerate(ordered(comparison))
     )

@@ -113,6 +113,15 @@ def test_a_history_of_runs_plots_each_case_and_judges_the_newest_against_the_one
     assert circles(page, "t.py::test_other [a3]") == ['class="missing"'] * 3 + ['data-us="30"']
 
 
+def test_a_variant_that_stops_finishing_reads_never_and_regresses(tmp_path, capsys):
+    old = report(tmp_path / "old.json", fast())
+    hung = fast()
+    hung["variant_us"] = None
+    new = report(tmp_path / "new.json", hung)
+    assert cli(["compare", str(old), str(new)]) == 1
+    assert capsys.readouterr().out.splitlines()[1].split()[:5] == ["t.py::test_a", "a3", "30.000", "never", "-"]
+
+
 def test_compare_needs_two_files_and_never_writes_over_an_input(tmp_path, capsys):
     old = report(tmp_path / "old.json", fast())
     new = report(tmp_path / "new.json", slow())
