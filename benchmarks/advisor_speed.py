@@ -4,7 +4,7 @@
 
 The bundled DeepSeek-style decoder (cases/decoder_layers.py) with 61 layers is advised once, as
 ``python -m pytest_npufuse advise`` would: the capture (its 61 identical layers are captured as the
-first 2 and the first 3 layers and the 61-layer program extrapolated, pytest_npufuse/advisor/repeat.py;
+first 2 and the first 3 layers and the 61-layer program extrapolated, pytest_npufuse/frontend/repeat.py;
 the result equals a full capture), then every candidate layout planned and simulated from that one
 program, the affinity-op findings priced, and the recommendation. Printed side by side: the capture
 time, the planning of all layouts (capture once, plan many) and the whole advise.

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from test_superkernel_seed import ModelSuperKernel, seed_inputs  # noqa: E402
+from test_superkernel_example import ModelSuperKernel, seed_inputs  # noqa: E402
 from timing import best_of, timed, timed_command  # noqa: E402
 
 from pytest_npufuse.frontend import backend  # noqa: E402

@@ -143,7 +143,7 @@ def capture_share() -> tuple[float, float, float]:
     from pytest_npufuse import compare  # noqa: PLC0415
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cases"))
-    from test_superkernel_seed import ModelOrigin, ModelSuperKernel, seed_inputs  # noqa: PLC0415
+    from test_superkernel_example import ModelOrigin, ModelSuperKernel, seed_inputs  # noqa: PLC0415
 
     import pytest_npufuse.pipeline.chain as pipeline  # noqa: PLC0415
 

@@ -4,7 +4,7 @@ import pytest
 import torch.distributed as dist
 
 # Scripts written for a real NPU (run with `python -m pytest_npufuse run`), not test modules: importing
-# seed001.py would run it.
+# multistream_example.py would run it.
 collect_ignore = ["scripts"]
 
 

@@ -1,4 +1,4 @@
-"""SuperKernel scope layouts of a decoder layer (seed 004, the scope analysis guide).
+"""SuperKernel scope layouts of a decoder layer, as the SuperKernel scope analysis guide lists them.
 
 Each layout is one case: the marker states how many SuperKernels form, which ops break the scope and
 the modeled gain that a regression must not lose. The layer is DeepSeek-like: RMSNorm, Q projection,

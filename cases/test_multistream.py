@@ -1,4 +1,4 @@
-"""In-graph multi-stream (seed 001) and the stream sanitizer.
+"""TorchAir's in-graph multi-stream example, and the stream sanitizer on each of its syncs.
 
 Seed 001's example runs as written in reduce-overhead mode. Its syncs order ops that share no data,
 so removing one changes timing, not results; the ``Dependent`` variant makes each side-stream op read
@@ -76,13 +76,13 @@ def seed_inputs():
 
 
 @pytest.mark.multistream(streams=3, race_free=True, min_speedup=1.2)
-def test_seed_001_as_written(npufuse):
+def test_multistream_example_as_written(npufuse):
     report = npufuse.check(Seed001(), *seed_inputs(), mode="reduce-overhead")
     assert report.streams == ("default", "1", "2") and report.bit_exact
 
 
 @pytest.mark.multistream(streams=3, race_free=True)
-def test_seed_001_with_data_along_its_syncs(npufuse):
+def test_multistream_example_with_data_along_its_syncs(npufuse):
     npufuse.check(Dependent(), *seed_inputs(), mode="reduce-overhead")
 
 

@@ -1,4 +1,4 @@
-"""How SuperKernel scopes resolve and break (seed 000, TorchAir's SuperKernel option table).
+"""How SuperKernel scopes resolve and break (TorchAir's SuperKernel feature document and option table).
 
 Each case states, through its marker, what a real Atlas A3 compilation would do with the scope.
 """
@@ -10,6 +10,7 @@ import torch
 import torch.distributed._functional_collectives as fc
 
 from pytest_npufuse import torchair
+from pytest_npufuse.errors import ScopeIgnoredWarning
 
 TOKENS, HIDDEN, INTER = 128, 1024, 2048
 
@@ -88,7 +89,8 @@ def test_debug_aic_num_forces_fewer_cores(npufuse):
 @pytest.mark.npu_target("a3")  # where SuperKernel exists at all; on a2 the scope is unsupported for that reason
 @pytest.mark.superkernel(scope="proj", outcome="unsupported")
 def test_reduce_overhead_ignores_superkernel_scopes(npufuse):
-    report = npufuse.check(TwoMatmuls(), hidden(), mode="reduce-overhead")
+    with pytest.warns(ScopeIgnoredWarning, match="SuperKernel scope.s. proj ignored in reduce-overhead mode"):
+        report = npufuse.check(TwoMatmuls(), hidden(), mode="reduce-overhead")
     assert "only in max-autotune" in report.superkernels["proj"].reason
 
 

@@ -11,6 +11,7 @@ from .errors import NpufuseError
 
 if TYPE_CHECKING:
     from .advisor import Advice, advise
+    from .frontend.meta import init_empty_weights
     from .gating import superkernel_scope
     from .pipeline.backend import compile_model
     from .pipeline.chain import capture, compare
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "capture", "compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise", "Advice", "superkernel_scope",
-    "install_shims", "uninstall_shims",
+    "install_shims", "uninstall_shims", "init_empty_weights",
 ]
 
 # The pipeline needs torch, which takes seconds to import; loading it on first use keeps
@@ -27,7 +28,7 @@ _LAZY = {
     "capture": "pipeline.chain", "compare": "pipeline.chain", "compile_model": "pipeline.backend",
     "CaseReport": "report.case", "ScopeReport": "report.case",
     "advise": "advisor", "Advice": "advisor", "superkernel_scope": "gating",
-    "install_shims": "shim", "uninstall_shims": "shim",
+    "install_shims": "shim", "uninstall_shims": "shim", "init_empty_weights": "frontend.meta",
 }
 
 

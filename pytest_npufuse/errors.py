@@ -56,9 +56,19 @@ class ArgumentError(NpufuseError):
     ``check(Model, x)`` with the class instead of an instance)."""
 
 
+class InputFileError(NpufuseError):
+    """A file pytest-npufuse was asked to read cannot be read safely: it is missing, not a regular file (a
+    FIFO, a device, a directory, a symlink loop), too large, not UTF-8, nested too deeply, holds a number
+    too long or a key twice, or is not valid JSON or TOML. Nothing was read past the problem and nothing
+    was written. The readers of :mod:`pytest_npufuse.files` raise it, or the error class of the file's
+    role (:class:`BaselineError`, :class:`ProfileError`) when the caller names one."""
+
+
 class OutputFileError(NpufuseError):
-    """A file pytest-npufuse was asked to write cannot be written safely (read-only, a directory, the
-    same path as another output); nothing was written."""
+    """A file pytest-npufuse was asked to write cannot be written safely (read-only, a directory, a special
+    file it was not asked to write through to, the same path as another output, a lock another process
+    holds too long); nothing was written."""
+
 
 
 class ConfigError(NpufuseError, ValueError):

@@ -6,13 +6,39 @@ lives in :mod:`pytest_npufuse.pytest`, one module per job. This module only ties
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
+from typing import Any
+
 import pytest
 
 from .frontend.tagged_events import EVENTS
-from .pytest import benchmark, markers, options, settings, shim, targets
+from .pytest import benchmark, markers, options, settings, shim, targets, torch_trace
 from .pytest.failure import or_fail
 from .pytest.fixture import npu_target, npufuse  # noqa: F401 - pytest finds fixtures on the plugin module
 from .pytest.recorder import RunRecorder
+
+ENTRY_POINT = "npufuse"
+# Warnings about how the plugin was loaded, shown once the run is configured.
+_LOAD_NOTES: list[str] = []
+
+
+def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: pytest.PytestPluginManager) -> None:
+    """Load this plugin once however it is named. pytest loads it as the ``npufuse`` entry point; a
+    ``conftest.py`` listing it in ``pytest_plugins``, or ``-p pytest_npufuse.plugin``, would register the
+    same module again, which pluggy refuses with a raw "Plugin already registered" ValueError."""
+    me = sys.modules[__name__]
+    if plugin is me and plugin_name != ENTRY_POINT:
+        manager.set_blocked(ENTRY_POINT)  # loaded by -p first: the entry point must not load it again
+        return
+    wanted = getattr(plugin, "pytest_plugins", ()) if isinstance(plugin, ModuleType) else ()
+    listed = __name__ in ([wanted] if isinstance(wanted, str) else wanted)
+    if plugin is not me and listed and manager.is_registered(me):
+        manager.set_blocked(__name__)
+        _LOAD_NOTES.append(
+            f"{getattr(plugin, '__file__', plugin_name)} lists {__name__!r} in pytest_plugins, but pytest-npufuse is "
+            f"already loaded (it is the '{ENTRY_POINT}' pytest11 entry point); remove it from pytest_plugins."
+        )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -20,10 +46,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    while _LOAD_NOTES:
+        config.issue_config_time_warning(pytest.PytestConfigWarning(_LOAD_NOTES.pop(0)), stacklevel=2)
     markers.register(config)
     run = settings.configure(config)
     shim.configure(config)
     config.pluginmanager.register(RunRecorder(config, run.json_path, run.html_path), RunRecorder.NAME)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """pytest's logging plugin exists by now (it registers as the last configure step). A session starts
+    with no tagged events, as a fresh process does."""
+    torch_trace.filter_pytest_handlers(session.config)
+    EVENTS.clear()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -42,6 +77,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     targets.parametrize(metafunc)
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    EVENTS.end_test()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -301,7 +302,7 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("op", "unknown key fuseable", op_entry(fuseable=True), r"unknown key 'fuseable'"),
     ("op", "op name without namespace", lambda t: load_catalog({"my_op": {}}, "pyproject.toml"), r"op type 'my_op' must be written 'namespace::name'"),
     # baseline and report files
-    ("baseline", "corrupt JSON", baseline_file("{not json"), r"corrupt JSON .* The file was left untouched"),
+    ("baseline", "corrupt JSON", baseline_file("{not json"), r"corrupt JSON \(.* at line 1 column 2 \(byte 1\)\).* the file was left untouched"),
     ("baseline", "a JSON list", baseline_file("[]"), r"not a pytest-npufuse baseline or run report"),
     ("baseline", "another tool's JSON", baseline_file('{"tool": "other"}'), r"not a pytest-npufuse baseline"),
     ("baseline", "schema_version 99", baseline_file(GOOD_BASELINE.replace('"schema_version": 1', '"schema_version": 99')), r"schema_version 99, but this pytest-npufuse reads schema_version 1"),
@@ -310,7 +311,7 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("baseline", "entry variant_us = -1", entry_file(variant_us=-1), r"'variant_us' is -1, expected a positive number"),
     ("baseline", "entry segments = 1.5", entry_file(segments=1.5), r"'segments' is 1.5, expected an integer >= 0"),
     ("baseline", "entry without mode", entry_file(mode=None), r"'mode' is None, expected a string"),
-    ("baseline", "binary file", lambda t: (t / "b.json").write_bytes(b"\xff\xfe\x00") and baseline.load_baseline(t / "b.json"), r"not a text file"),
+    ("baseline", "binary file", lambda t: (t / "b.json").write_bytes(b"\xff\xfe\x00") and baseline.load_baseline(t / "b.json"), r"not UTF-8 text: byte 0 \(line 1\) is 0xff"),
     ("baseline", "a directory", lambda t: (t / "d.json").mkdir() or baseline.load_baseline(t / "d.json"), r"is a directory"),
     ("baseline", "read-only file to replace", read_only_file, r"baseline.json: the file is read-only, so it was not replaced"),
     ("baseline", "two outputs, one through a symlink", two_outputs_via_symlink, r"--npufuse-baseline and --npufuse-json are the same file"),
@@ -320,7 +321,7 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("cli", "compare with a missing file", compare_cli("compare", "TMP/none.json", "TMP/none2.json"), r"file not found|No such file"),
     ("cli", "compare --fail-above=-1", compare_cli("compare", "a", "b", "--fail-above=-1"), r"'-1' is not a percentage >= 0"),
     ("cli", "compare --fail-above=nan", compare_cli("compare", "a", "b", "--fail-above=nan"), r"'nan' is not a percentage >= 0"),
-    ("cli", "compare with one file", compare_cli("compare", "a"), r"required: NEW.json"),
+    ("cli", "compare with one file", compare_cli("compare", "a"), r"give at least two files, oldest first"),
     ("cli", "unknown command", compare_cli("comapre"), r"invalid choice: 'comapre'"),
     ("cli", "advise a module that does not exist", compare_cli("advise", "no_such_module_here:factory"), r"no module named 'no_such_module_here'.*give a .py file path"),
     ("cli", "advise a spec without FACTORY", compare_cli("advise", "cases/decoder_layers.py"), r"is not MODULE_OR_FILE:FACTORY"),
@@ -474,10 +475,23 @@ def test_bad_markers_fail_their_tests_with_the_reason(pytester):
     assert "torch.__trace" not in output and "Traceback" not in output
 
 
-def test_the_table_has_at_least_80_rows():
-    assert len(ROWS) + len(CONFIG_ROWS) + len(MARKER_ROWS) >= 80
+def _file_table() -> Any:
+    """tests/files/test_bad_files.py, the table of files given to every reader and writer."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("npufuse_bad_files_table", Path(__file__).parent / "files" / "test_bad_files.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_tables_have_at_least_200_rows_over_every_class_of_input():
+    files = _file_table()
+    assert len(ROWS) + len(CONFIG_ROWS) + len(MARKER_ROWS) + len(files.ROWS) + len(files.SAFE_ROWS) >= 200
     assert {kind for kind, *_ in ROWS} >= {"options", "scope", "marker", "profile", "op", "baseline", "cli", "model",
                                            "stream", "value"}
+    assert {kind for kind, *_ in files.ROWS} >= {"special file", "hostile content", "special output", "lock", "odd output"}
 
 
 class _NestedScopes(torch.nn.Module):

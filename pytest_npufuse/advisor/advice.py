@@ -13,10 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
 
-from ..frontend.backend import Capture
-from ..ir.program import ModuleFrame, Program
+from ..frontend.repeat import capture_program
+from ..ir.program import ModuleFrame
 from ..plan.options import parse_options
 from ..plan.streams import stream_plan
 from ..plan.superkernel import plan_variant
@@ -31,7 +30,6 @@ from ..vocabulary import Mode
 from .affinity import find_affinity
 from .candidates import Candidate, Evaluator, Layout, assignments, with_scopes
 from .decision import Recommendation, recommend, top_down
-from .repeat import repeated_program
 from .structure import Layer, Role, Structure, structure_of
 
 _TABLE_HEADER = ("rank", "layout", "scopes", "segments", "breaking ops", "outcome", "bit-exact", "time us", "gain")
@@ -85,7 +83,7 @@ class Advice:
         lines.append(f"recommend {rec.layout.value} (modeled gain {rec.gain_pct:+.1f}%): {rec.reason}")
         lines += self.paste
         if self.findings:
-            lines.append(f"affinity ops (seed 003): {len(self.findings)} finding(s)")
+            lines.append(f"known-slow op forms (affinity ops): {len(self.findings)} finding(s)")
             lines += [f"  {finding.describe()}" for finding in self.findings]
         return lines
 
@@ -170,19 +168,6 @@ def _paste_lines(layout: Layout, structure: Structure, options: str) -> tuple[st
                 f'    with torchair.scope.super_kernel("{role.value}", {opts}):',
             ]
     return tuple(lines)
-
-
-def capture_program(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
-    """The program of ``model`` on ``inputs``, captured once (one Dynamo + AOT trace, no numerics). A model
-    with a long stack of provably identical layers is captured with its first 2 and 3 layers and the
-    rest extrapolated (:mod:`.repeat`: the same program, a fraction of the tracing)."""
-    catalog = catalog or load_catalog()
-
-    def capture(model: Callable[..., Any], inputs: Sequence[Any]) -> Program:
-        torch._dynamo.reset()
-        return Capture(model, inputs, catalog).graph.program
-
-    return repeated_program(model, inputs, capture) or capture(model, inputs)
 
 
 def _rank(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:

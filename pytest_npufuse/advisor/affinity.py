@@ -456,7 +456,7 @@ def _matmul_all_reduce_check(graph: _Graph, match: Match) -> str:
 
 
 PATTERNS: tuple[Pattern, ...] = (
-    Pattern("one_hot+sum", "zeros + scatter_ (seed 003: 2.2 ms -> 0.08 ms)", _find_one_hot_sum, _one_hot_replacement, _one_hot_check),
+    Pattern("one_hot+sum", "zeros + scatter_ (2.2 ms -> 0.08 ms in Ascend's affinity-op guide)", _find_one_hot_sum, _one_hot_replacement, _one_hot_check),
     Pattern("nn.Linear", "torch.addmm(bias, x, weight.t())", _find_linear, _same_kernels, _linear_check,
             "torch_npu casts a Linear input to FRACTAL_NZ first unless the Cube reads it as ND (op-plugin npu_linear)"),
     Pattern("bmm [b,n,1] -> [b,1,1]", "merge b into the rows: a dot product (mul + sum) or one MatMul",

@@ -18,9 +18,10 @@ from typing import Sequence, TextIO
 from torch._dynamo.exc import BackendCompilerFailed
 
 from ..errors import NpufuseError, OpArgumentError, OpTypeError
+from ..frontend.meta import traced_on_meta
 from ..frontend.tagged_events import EVENTS
 from ..pipeline.backend import ModeledRun, end_run, start_run
-from ..pipeline.chain import CompiledGraph
+from ..pipeline.graph import CompiledGraph
 from ..plan.tasks import ScopePlan
 from ..target.profile import load_profile
 
@@ -44,6 +45,8 @@ def _graph_lines(number: int, graph: CompiledGraph) -> list[str]:
         f"  graph {number}: {graph.plan.mode}, {len(graph.program.kernels)} kernels in {run.tasks} tasks on "
         f"{len(streams)} stream(s); {timing}"
     ]
+    if traced_on_meta(graph.gm):
+        lines.append("    numerics not computed (timing only: the model is on the meta device)")
     lines += [_scope_line(scope) for scope in graph.plan.scopes]
     races = graph.sanitizer.races if graph.sanitizer is not None else ()
     if races:
@@ -64,19 +67,23 @@ def summary(run: ModeledRun) -> list[str]:
 
 def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> int:
     """Run ``script`` as ``__main__`` under the shim, then print the summary; 0 when the script ends
-    normally, its exit status when it calls ``sys.exit``, 1 when it raises."""
+    normally, its exit status when it calls ``sys.exit`` (a message given to ``sys.exit`` is printed
+    to stderr with status 1, as Python does), 1 when it raises. Python processes the script starts
+    (``multiprocessing`` spawn, ``subprocess``) get the shim and the target too."""
     from ..shim import install_shims
+    from ..shim.children import shim_in_children
 
     state = install_shims()
     run = start_run(load_profile(target))
-    EVENTS.reset()  # a script starts with no tagged events, as a fresh process does
+    EVENTS.clear()  # a script starts with no tagged events, as a fresh process does
     saved_argv = sys.argv
     sys.argv = [str(script), *argv]
     status = 0
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with shim_in_children(target):
+            runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        status = _exit_status(exc.code)
     except Exception as exc:  # noqa: BLE001 - reported below, then the summary
         error = _reportable(exc)
         if error is None:  # the script's own error is shown as Python would
@@ -87,11 +94,24 @@ def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> i
     finally:
         sys.argv = saved_argv
     out.flush()
-    print(f"npufuse run: {state.describe()}", file=out)
+    print(f"npufuse run: {state.describe()}; processes the script starts get the shim too (their graphs are "
+          "modeled there, not summarised here)", file=out)
     for line in summary(run):
         print(line, file=out)
     end_run()
     return status
+
+
+def _exit_status(code: object) -> int:
+    """The status ``sys.exit(code)`` gives, as the interpreter computes it: None is 0, an int is itself,
+    anything else is printed to stderr and is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")
+    sys.stderr.flush()
+    return 1
 
 
 def _reportable(exc: BaseException) -> BaseException | None:

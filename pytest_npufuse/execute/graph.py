@@ -106,6 +106,36 @@ def inputs_of(gm: torch.fx.GraphModule, nodes: frozenset[str]) -> frozenset[str]
     return frozenset(arg.name for node in gm.graph.nodes if node.name in nodes for arg in node.all_input_nodes) - nodes
 
 
+def cone_run(
+    gm: torch.fx.GraphModule, stale_reads: Mapping[str, frozenset[str]], program: Program
+) -> tuple[frozenset[str], frozenset[str]]:
+    """The racy cone of a VARIANT that shares its BASELINE's numerics, and the values the BASELINE run
+    keeps for it (the cone's inputs and the graph's outputs; nothing when the cone is empty)."""
+    cone = racy_cone(gm, stale_reads, program)
+    if not cone:
+        return cone, frozenset()
+    return cone, inputs_of(gm, cone) | {arg.name for arg in gm.graph.output_node().all_input_nodes}
+
+
+def is_weightless(args: Sequence[Any]) -> bool:
+    """Whether a call's arguments include a meta tensor: a timing-only model has no values to compute."""
+    return any(isinstance(arg, torch.Tensor) and arg.is_meta for arg in args)
+
+
+def weightless_outputs(gm: torch.fx.GraphModule, program: Program) -> list[Any]:
+    """A timing-only call's outputs: meta tensors of the shapes and dtypes the capture recorded (a size a
+    value decides at its upper bound, as it is priced), so the code after the call can go on."""
+    def empty(arg: torch.fx.Node) -> Any:
+        value = arg.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            return value
+        buffer = program.buffers.get(arg.name)
+        shape = buffer.spec.shape if buffer is not None else tuple(value.shape)
+        return torch.empty(shape, dtype=value.dtype, device="meta")
+
+    return list(torch.fx.node.map_arg(gm.graph.output_node().args[0], empty))
+
+
 def writes_inputs(gm: torch.fx.GraphModule) -> bool:
     """Whether the graph writes into one of its inputs (a mutated input kept as an in-place kernel)."""
     placeholders = {node.name for node in gm.graph.nodes if node.op == "placeholder"}
@@ -126,6 +156,7 @@ def run_graph(
     only: frozenset[str] | None = None,
     given: Mapping[str, Any] | None = None,
     observe: Observer | None = None,
+    traced_on_meta: bool = False,
 ) -> Execution:
     """The graph's outputs for ``args``. ``stale_reads`` maps a kernel to the input tensors it reads in
     a race (found by the sanitizer); those reads get poisoned memory.
@@ -134,6 +165,8 @@ def run_graph(
     every other node's value is taken from ``given`` (an earlier run's kept values). A value is dropped
     once its last reader ran, so a run holds only live tensors. ``observe`` is handed each input and
     computed node right after it has its value, with the tensors it read (a data dump writes them).
+    ``traced_on_meta``: the graph is a timing-only model's, whose own tensors (``torch.zeros(n)`` in its
+    forward) were traced on the meta device; computed, they are created on the CPU.
     """
     stale_of_node = {kernel.node: stale_reads[kernel.name] for kernel in program.kernels if kernel.name in stale_reads}
     kernel_nodes = {kernel.node for kernel in program.kernels}
@@ -155,7 +188,7 @@ def run_graph(
         elif only is not None and node.name not in only:
             env[node.name] = given[node.name] if given is not None and node.name in given else None
         else:
-            env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()))
+            env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), traced_on_meta)
             computed += node.name in kernel_nodes
             if observe is not None:
                 read = [env[arg.name] for arg in node.all_input_nodes if isinstance(env.get(arg.name), torch.Tensor)]
@@ -169,7 +202,10 @@ def run_graph(
     return Execution(outputs, kept, computed)
 
 
-def _call(node: torch.fx.Node, env: Mapping[str, Any], stale: frozenset[str]) -> Any:
+_META = torch.device("meta")
+
+
+def _call(node: torch.fx.Node, env: Mapping[str, Any], stale: frozenset[str], traced_on_meta: bool = False) -> Any:
     """One node's value: its Cube kernel or aten op, with poisoned memory for its racy reads."""
 
     def read(arg: torch.fx.Node) -> Any:
@@ -177,8 +213,11 @@ def _call(node: torch.fx.Node, env: Mapping[str, Any], stale: frozenset[str]) ->
         return poison(value) if arg.name in stale and isinstance(value, torch.Tensor) else value
 
     kernel = CUBE_KERNELS.get(node.target, node.target)
+    kwargs = torch.fx.node.map_arg(node.kwargs, read)
+    if traced_on_meta and kwargs.get("device") == _META:
+        kwargs = {**kwargs, "device": torch.device("cpu")}
     try:
-        return kernel(*torch.fx.node.map_arg(node.args, read), **torch.fx.node.map_arg(node.kwargs, read))
+        return kernel(*torch.fx.node.map_arg(node.args, read), **kwargs)
     except NpufuseError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure of the op is reported at the user's line

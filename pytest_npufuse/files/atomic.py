@@ -6,7 +6,8 @@ snapshot tools follow: two outputs never share a path; a symlink is written thro
 link stays a link); a read-only file is refused, not replaced behind the user's back; the new text goes
 to a temporary file of our own naming that is renamed over the old one, so a reader (or a run killed
 with ``kill -9`` at any instant) sees the old file or the new one, never a mix; and temporary files left
-by a killed writer are removed by the next write.
+by a killed writer are removed by the next write. A special file (FIFO, device, socket) or a symlink
+loop is never replaced: :mod:`.writing` writes through to the FIFOs and devices the user named.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from pathlib import Path
 from typing import Collection, Mapping
 
 from ..errors import OutputFileError
+from .kinds import Kind, descriptor_named, kind_of
 
+# What an output the user named may be besides a regular file: written through, never replaced.
+THROUGH_KINDS = (Kind.FIFO, Kind.CHAR_DEVICE)
 # ``.<name>.npufuse-<pid>-<n>.tmp``: the pid tells a live writer's file from a dead one's.
 _TEMP = ".{name}.npufuse-{pid}-{n}.tmp"
 
@@ -30,7 +34,16 @@ def write_target(path: Path) -> Path:
 def check_writable(path: Path, what: str) -> Path:
     """Refuse, before anything is written, a path that cannot take ``what`` safely; returns the file
     the write will change (a symlink's target). A file without write permission bits counts as
-    read-only even for root, who could replace it: the user marked it so on purpose."""
+    read-only even for root, who could replace it: the user marked it so on purpose. A FIFO, device
+    or socket is never replaced (as root, a rename over a device node destroys it)."""
+    kind = kind_of(path)
+    if kind is Kind.LOOP:
+        raise OutputFileError(f"{what} {path}: is a symlink loop, so it was not replaced; fix or remove the link.")
+    if kind.special:
+        raise OutputFileError(
+            f"{what} {path}: is {kind.value}, which pytest-npufuse never replaces; give the path of a regular file"
+            " (only an output you name, such as --npufuse-json, is written through to a FIFO or device)."
+        )
     target = write_target(path)
     if target.is_dir():
         raise OutputFileError(f"{what} {path}: is a directory; give the path of a file.")
@@ -42,14 +55,22 @@ def check_writable(path: Path, what: str) -> Path:
     return target
 
 
-def check_outputs(outputs: Mapping[str, Path | None], kept: Collection[str] = ()) -> None:
+def check_outputs(
+    outputs: Mapping[str, Path | None], kept: Collection[str] = (), streams: Collection[str] = ()
+) -> None:
     """Each named output is writable and no two of them are the same file (after symlinks): one would
     silently overwrite the other, e.g. a run report written over the baseline. Outputs named in
-    ``kept`` are written only if needed, so a read-only one is refused only when a write comes."""
+    ``kept`` are written only if needed, so a read-only one is refused only when a write comes. Outputs
+    named in ``streams`` may be a stream (``-``, ``/dev/stdout``), a FIFO or a character device, which
+    are written through (several may share one); any other output must be a regular file."""
     seen: dict[Path, str] = {}
     for what, path in outputs.items():
         if path is None:
             continue
+        if what in streams and (descriptor_named(path) is not None or kind_of(path) in THROUGH_KINDS):
+            continue
+        if descriptor_named(path) is not None:
+            raise OutputFileError(f"{what} {path}: names a stream, but the {what} must be a file; give a file path.")
         target = write_target(path) if what in kept else check_writable(path, what)
         parent = next((p for p in (target.parent, *target.parent.parents) if p.exists()), None)
         if parent is not None and not parent.is_dir():
@@ -64,20 +85,30 @@ def check_outputs(outputs: Mapping[str, Path | None], kept: Collection[str] = ()
 
 
 def write_text_atomic(path: Path, text: str, what: str = "output") -> None:
-    """Write ``text`` to ``path`` (through a symlink to its target) atomically, after removing stale
+    """Write ``text`` to the regular file ``path`` as UTF-8 (see :func:`write_bytes_atomic`)."""
+    write_bytes_atomic(path, text.encode("utf-8"), what)
+
+
+def write_bytes_atomic(path: Path, data: bytes, what: str = "output") -> None:
+    """Write ``data`` to ``path`` (through a symlink to its target) atomically, after removing stale
     temporary files a killed writer left beside it.
 
     The file keeps its permissions, or gets the ones an ordinary write would give (a CI step run by
     another user must be able to read the result).
     """
     target = check_writable(path, what)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise OutputFileError(
+            f"{what} {path}: {target.parent} is a file (or lies under one); give a path in a directory."
+        ) from None
     remove_stale_temporaries(target)
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
     temporary, handle = _create_temporary(target)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)
@@ -96,7 +127,9 @@ def _create_temporary(target: Path) -> tuple[Path, int]:
             return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
-    raise OutputFileError(f"{target}: could not create a temporary file beside it; remove the .{target.name}.npufuse-*.tmp files.")
+    raise OutputFileError(
+        f"{target}: could not create a temporary file beside it; remove the .{target.name}.npufuse-*.tmp files."
+    )
 
 
 def remove_stale_temporaries(target: Path) -> list[Path]:

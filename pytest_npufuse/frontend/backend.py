@@ -1,5 +1,11 @@
 """The ``torch.compile`` backend that captures: Dynamo graph -> AOTAutograd aten graph -> program IR.
 
+A graph that needs gradients (parameters that require grad, outside ``torch.no_grad()``) is split by
+AOTAutograd into a forward and the backward it derives; both come through here, each as its own program
+(``Phase.FORWARD`` / ``Phase.BACKWARD``), as TorchAir's ``_compile_graph_with_aot`` hands the same
+compiler both (``fw_compiler`` and ``bw_compiler``, Ascend/torchair ``python/torchair/npu_fx_compiler.py``).
+The backward is compiled when autograd first runs it.
+
 It only captures. What happens when the captured graph is called is decided by whoever asked for the
 capture: :class:`Capture` (one model captured once for a check) binds the executor of each run, and the
 pipeline's ``NpuBackend`` models every graph a user's ``torch.compile`` produces.
@@ -7,18 +13,22 @@ pipeline's ``NpuBackend`` models every graph a user's ``torch.compile`` produces
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.fx
+from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from ..errors import CaptureError, NotModeledError
+from ..errors import CaptureError
 from ..ir.program import Program
 from ..target.catalog import OpCatalog
+from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
+from .meta import on_meta, weightless
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
 
@@ -34,6 +44,10 @@ class CapturedGraph:
     program: Program
     dynamic: bool = False
 
+    @property
+    def phase(self) -> Phase:
+        return self.program.phase
+
 
 GraphRunner = Callable[..., list[Any]]
 
@@ -44,38 +58,47 @@ class CaptureBackend:
     kernels, where a device would run them), builds its program and keeps it in ``graphs``.
 
     ``on_graph`` turns a captured graph into the callable Dynamo runs for it. ``decompositions`` are
-    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``).
+    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``). ``phase`` is what the
+    graphs AOT hands its forward compiler are (a compiled optimizer step is ``Phase.OPTIMIZER``); a
+    backward is always ``Phase.BACKWARD``.
     """
 
     catalog: OpCatalog
     on_graph: Callable[[CapturedGraph], GraphRunner]
     graphs: list[CapturedGraph] = field(default_factory=list)
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
+    phase: Phase = Phase.FORWARD
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in example_inputs):
-            raise NotModeledError(
-                "training graphs are not modeled; run the model under torch.no_grad() or torch.inference_mode()."
-            )
         return aot_module_simplified(
-            gm, example_inputs, fw_compiler=self.capture_aten, decompositions=dict(self.decompositions) or None,
-            keep_inference_input_mutations=True,
+            gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
+            decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,
         )
 
-    def capture_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+    def capture_aten(
+        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], phase: Phase | None = None
+    ) -> GraphRunner:
         """Capture an aten graph AOTAutograd produced (what AOT hands its ``fw_compiler``): also the entry
         of TorchAir's ``get_compiler()`` and npugraph_ex's ``compile_fx``, which users put under their own
         ``aot_module_simplified``."""
+        phase = phase or self.phase
         symbols = input_symbols(gm)
         if is_dynamic(symbols):
-            return self._per_call_sizes(gm, symbols)
-        return self._keep(CapturedGraph(gm, build_program(gm, self.catalog)))
+            return self._per_call_sizes(gm, symbols, phase)
+        return self._keep(CapturedGraph(gm, build_program(gm, self.catalog, phase=phase)))
+
+    def capture_backward(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+        """The backward graph AOTAutograd derived (its ``bw_compiler``), compiled on the first backward.
+        AOT calls a backward with its arguments in one list it may free early (boxed). A second-order
+        backward through it is refused by torch itself ("torch.compile with aot_autograd does not
+        currently support double backward")."""
+        return make_boxed_func(self.capture_aten(gm, example_inputs, Phase.BACKWARD))
 
     def _keep(self, graph: CapturedGraph) -> GraphRunner:
         self.graphs.append(graph)
         return self.on_graph(graph)
 
-    def _per_call_sizes(self, gm: torch.fx.GraphModule, symbols: Sequence[InputSymbol]) -> GraphRunner:
+    def _per_call_sizes(self, gm: torch.fx.GraphModule, symbols: Sequence[InputSymbol], phase: Phase) -> GraphRunner:
         """A dynamic-shape graph costs what its call's sizes cost: its program is built when it is
         called, once for every distinct set of input sizes (the device runs one graph and tiles each
         call on the host; the model prices each call at its own sizes)."""
@@ -86,7 +109,7 @@ class CaptureBackend:
             key = tuple(sorted((str(symbol), int(value)) for symbol, value in sizes.items()))
             if key not in runners:
                 dynamic = not _on_gears(symbols, args)
-                program = build_program(gm, self.catalog, sizes, size_ops=dynamic)
+                program = build_program(gm, self.catalog, sizes, phase, size_ops=dynamic)
                 runners[key] = self._keep(CapturedGraph(gm, program, dynamic=dynamic))
             return runners[key](*args)
 
@@ -118,17 +141,45 @@ class _Captured(Exception):
     """Raised by the graph on the capturing call: capture needs the graph, not its values."""
 
 
+def _aliasing(inputs: Sequence[Any]) -> str:
+    """Which tensor inputs alias (share memory), worded for the "captured again" error: Dynamo guards on
+    aliasing, so a model that writes in place into aliased inputs is the usual cause."""
+    tensors = [(index, x) for index, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    pairs = [
+        f"{a} and {b}" for n, (a, x) in enumerate(tensors) for b, y in tensors[n + 1:]
+        if x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    ]
+    if not pairs:
+        return ""
+    return (
+        f"; inputs {', '.join(pairs)} are aliases (they share memory), and Dynamo guards on aliasing, so writing "
+        "in place into aliased inputs recaptures the graph: pass separate tensors (x.clone()) to model the "
+        "unaliased case"
+    )
+
+
 class Capture:
     """A model captured once (one Dynamo + AOT pass). :meth:`run` calls the compiled model again with an
     executor bound to the graph; Dynamo's cached graph is reused, and its wrappers rebuild the model's
-    own output structure (nested tuples, dicts, outputs that alias inputs) around the executor's values."""
+    own output structure (nested tuples, dicts, outputs that alias inputs) around the executor's values.
+
+    A weightless model (a parameter, buffer or input on the meta device, :mod:`.meta`) is captured on
+    meta copies of its inputs: ``inputs`` are what it was captured on, ``real_inputs`` maps each meta copy
+    back to the real tensor it stands for."""
 
     def __init__(self, model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog) -> None:
         self._executor: Callable[[list[Any]], list[Any]] | None = None
         self._backend = CaptureBackend(catalog, self._runner)
         self._compiled = compile_static(model, self._backend)
+        self.weightless = weightless(model, inputs)
+        self.real_inputs: dict[int, Any] = {}
+        if self.weightless:
+            inputs, self.real_inputs = on_meta(inputs)
+        self.inputs = list(inputs)
         try:
-            call_compiled(model, self._compiled, inputs)
+            # A timing-only model's forward creates its own tensors (torch.zeros(n)) on the meta device too.
+            with torch.device("meta") if self.weightless else contextlib.nullcontext():
+                call_compiled(model, self._compiled, inputs, self.weightless)
         except _Captured:
             pass
         if len(self._backend.graphs) != 1:
@@ -146,19 +197,22 @@ class Capture:
         results: list[Any] = []
 
         def bound(args: list[Any]) -> list[Any]:
-            results.append(execute(args))
+            # The executor computes on the CPU, also under the meta device a timing-only model runs in.
+            with torch.device("cpu") if self.weightless else contextlib.nullcontext():
+                results.append(execute(args))
             return results[-1].outputs
 
         self._executor = bound
         try:
-            with torch.no_grad():
+            with torch.no_grad(), torch.device("meta") if self.weightless else contextlib.nullcontext():
                 outputs = self._compiled(*inputs)
         finally:
             self._executor = None
         if len(self._backend.graphs) != 1 or len(results) != 1:
             raise CaptureError(
                 "the model was captured again when run a second time on copies of its inputs (Dynamo "
-                "recompiled it); a modeled model must be a pure function of its inputs and parameters."
+                f"recompiled it){_aliasing(inputs)}; a modeled model must be a pure function of its inputs and "
+                "parameters."
             )
         return outputs, results[0]
 

@@ -48,23 +48,51 @@ def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Call
     return call_compiled(model, compile_static(model, backend), inputs)
 
 
-def call_compiled(model: Callable[..., Any], compiled: Callable[..., Any], inputs: Sequence[Any]) -> Any:
+def call_compiled(
+    model: Callable[..., Any], compiled: Callable[..., Any], inputs: Sequence[Any], weightless: bool = False, *,
+    grad: bool = False,
+) -> Any:
     """Run ``compiled`` (``model`` compiled), turning Dynamo failures into errors a user can act on (a
-    graph break names the scope it split); the model and its inputs are checked first."""
+    graph break names the scope it split); the model and its inputs are checked first. A ``weightless``
+    model (on the meta device) is never run uncompiled to diagnose a failure: it has no values to run on.
+    ``grad``: run with gradients on (a training step's forward), else under ``torch.no_grad()``."""
     check_call(model, inputs)
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(grad):
             return compiled(*inputs)
     except NpufuseError as exc:
-        raise _located(exc, model, inputs) from None
+        raise (_at_user_line(exc) if weightless else _located(exc, model, inputs)) from None
     except BackendCompilerFailed as exc:
-        raise _root_cause(exc) from None
+        raise root_cause(exc) from None
     except TorchDynamoException as exc:
-        ours = _root_cause(exc)
+        ours = root_cause(exc)
         if isinstance(ours, NpufuseError):
-            raise _located(ours, model, inputs) from None
+            raise (_at_user_line(ours) if weightless else _located(ours, model, inputs)) from None
+        if weightless:
+            raise CaptureError(_weightless_break_message(exc)) from None
         raised = _eager_error(model, inputs)
         raise (raised or CaptureError(_graph_break_message(model, inputs, exc))) from None
+
+
+def _weightless_break_message(exc: Exception) -> str:
+    """Why a timing-only model could not be captured whole: most often it decides something from a tensor's
+    value, which a meta tensor does not have."""
+    text = str(exc).strip()
+    reason = text.splitlines()[0].rstrip(". ") if text else type(exc).__name__
+    frame = user_frame(text)
+    at = f" at {frame}" if frame else ""
+    if "device" in reason.lower():
+        return (
+            f"the model is timing-only (parameters or inputs on the meta device), but an op{at} mixes a meta tensor "
+            f"with a tensor on another device ({reason}). Create the model's tensors on the meta device too: build "
+            "them under init_empty_weights(), or derive their device from an input (device=x.device)."
+        )
+    return (
+        f"the model is timing-only (parameters or inputs on the meta device) and cannot be captured as one graph{at}: "
+        f"{reason}. A meta tensor has a shape and a dtype but no value, so code that decides something from a value "
+        "(`if tensor...:`, `int(tensor)`, `.tolist()`) cannot run. Make the decision depend on shapes or configuration "
+        "(or keep it on the device: torch.where, torch.cond), or give the model real weights."
+    )
 
 
 def check_outputs_used(program: Program) -> None:
@@ -159,7 +187,7 @@ def _eager_error(model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseErr
     return None
 
 
-def _root_cause(exc: BaseException) -> BaseException:
+def root_cause(exc: BaseException) -> BaseException:
     """The first NpufuseError in the chain Dynamo wrapped, else the innermost exception.
 
     An error of ours raised inside the backend reaches the caller wrapped in BackendCompilerFailed;

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import BaselineError
-from ..files.atomic import write_text_atomic
+from ..files import FileRole, locked, present, read_json, write_text
 from ..report.explain import break_key
 from ..simulate.version import ModelIdentity
 
@@ -213,21 +213,20 @@ def dumps(document: Mapping[str, Any]) -> str:
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def _document(path: Path) -> dict[str, Any]:
+# Baselines and run reports: errors are BaselineErrors that say the file was not changed.
+DOCUMENT = FileRole(
+    "pytest-npufuse JSON", BaselineError,
+    "fix or delete the file, or give another path (under pytest, with --npufuse-baseline); the file was left untouched",
+)
+
+
+def read_document(path: Path) -> dict[str, Any]:
     """Parse ``path`` and check it is a pytest-npufuse document of a schema this version reads."""
-    fix = "fix or delete the file, or give another path (under pytest, with --npufuse-baseline)"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except IsADirectoryError:
-        raise BaselineError(f"{path}: is a directory; give the path of a JSON file.") from None
-    except UnicodeDecodeError:
-        raise BaselineError(f"{path}: not a text file, so not a pytest-npufuse file; {fix}.") from None
-    except json.JSONDecodeError as exc:
-        raise BaselineError(f"{path}: corrupt JSON ({exc}); {fix}. The file was left untouched.") from None
+    data = read_json(path, DOCUMENT)
     if not isinstance(data, dict) or data.get("tool") != TOOL or data.get("kind") not in KINDS:
-        raise BaselineError(
-            f"{path}: not a pytest-npufuse baseline or run report (no \"tool\": \"{TOOL}\" with a kind of "
-            f"{' or '.join(KINDS)}); {fix}. The file was left untouched."
+        raise DOCUMENT.fail(
+            path, f"not a pytest-npufuse baseline or run report (no \"tool\": \"{TOOL}\" with a kind of "
+            f"{' or '.join(KINDS)})"
         )
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
@@ -240,7 +239,7 @@ def _document(path: Path) -> dict[str, Any]:
 
 def read_results(path: Path) -> tuple[str, Results]:
     """The kind and the results of a baseline file or run report; any defect is a BaselineError."""
-    data = _document(path)
+    data = read_document(path)
     model = None if data.get("model") is None else ModelIdentity.from_json(data["model"], str(path))
     entries = data.get("entries")
     if not isinstance(entries, Mapping) or not all(isinstance(t, Mapping) for t in entries.values()):
@@ -253,8 +252,9 @@ def read_results(path: Path) -> tuple[str, Results]:
 
 
 def load_baseline(path: Path) -> Results:
-    """A baseline file's results; a file that does not exist yet is an empty baseline."""
-    if not path.exists():
+    """A baseline file's results; a file that does not exist yet is an empty baseline (a FIFO, a device
+    or a symlink loop there is an error, never taken for a missing file and replaced)."""
+    if not present(path, DOCUMENT):
         return Results(None, {})
     kind, results = read_results(path)
     if kind != "baseline":
@@ -266,7 +266,36 @@ def load_baseline(path: Path) -> Results:
 
 
 def write_baseline(path: Path, results: Results) -> None:
-    write_text_atomic(path, dumps(results.to_json("baseline")), "baseline")
+    write_text(path, dumps(results.to_json("baseline")), "baseline")
+
+
+@dataclass(frozen=True)
+class BaselineUpdate:
+    """What one run's update of a baseline did: the results written (None when the file already held
+    them), and the entries another process changed in the meantime that this run wrote over."""
+
+    results: Results | None
+    conflicts: tuple[str, ...] = ()
+
+
+def update_baseline(
+    path: Path, read: Results, written: Sequence[tuple[str, str, Entry]], model: ModelIdentity
+) -> BaselineUpdate:
+    """Write ``written`` (test key, target, entry) into the baseline at ``path`` without losing anything
+    another process wrote since this run ``read`` the file: under the file's lock it is read again,
+    merged and rewritten, so runs updating disjoint entries all keep theirs. An entry that changed
+    since it was read, to another value than this run's, is a conflict: this run's value wins, named."""
+    with locked(path, "baseline"):
+        current = load_baseline(path)
+        conflicts = tuple(
+            f"{key} [{target}]" for key, target, entry in written
+            if current.get(key, target) not in (read.get(key, target), entry)
+        )
+        results = current.with_entries(written, model)
+        if results == current:
+            return BaselineUpdate(None, conflicts)
+        write_baseline(path, results)
+        return BaselineUpdate(results, conflicts)
 
 
 @dataclass(frozen=True)
@@ -391,15 +420,15 @@ class Gate:
             f"variant {_time(change.after.variant_us)} as its baseline if the test passes. Commit the file to gate on it."
         )
 
-    def updated(self, changes: Iterable[Change]) -> Results | None:
-        """The baseline after the run, or None if the file need not change.
+    def save(self, changes: Iterable[Change]) -> BaselineUpdate:
+        """Write the run's entries into the baseline file, merged with what is there now.
 
         Missing entries are always recorded; with ``update`` every entry of the run is rewritten.
-        Entries of tests that did not run are kept either way.
+        Entries of tests that did not run, and those other processes wrote meanwhile, are kept.
         """
-        changes = list(changes)
-        written = [c for c in changes if c.after is not None and (self.update or c.status == NEW)]
+        written = [
+            (c.key, c.target, c.after) for c in changes if c.after is not None and (self.update or c.status == NEW)
+        ]
         if not written:
-            return None
-        results = self.stored.with_entries(((c.key, c.target, c.after) for c in written), self.model)
-        return None if results == self.stored else results
+            return BaselineUpdate(None)
+        return update_baseline(self.path, self.stored, written, self.model)

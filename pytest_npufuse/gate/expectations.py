@@ -240,7 +240,7 @@ class AffinityExpectation:
             return []
         listed = "; ".join(finding.describe() for finding in slow)
         return [
-            f"npu_affinity: {len(slow)} known-slow op pattern(s) (seed 003), at most "
+            f"npu_affinity: {len(slow)} known-slow op form(s) (Ascend's affinity-op guide), at most "
             f"max_findings={self.max_findings} allowed: {listed}."
         ]
 

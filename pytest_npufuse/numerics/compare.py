@@ -6,10 +6,16 @@ a SuperKernel must change none of the bits, so we compare the raw bits of every 
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import numbers
+from collections.abc import Iterator
 from typing import Any, Sequence
 
 import torch
+import torch.utils._pytree as pytree
 
+from ..errors import CaptureError
 from ..report.findings import Mismatch
 
 _SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -32,6 +38,46 @@ def _show(tensor: torch.Tensor, index: tuple[int, ...]) -> str:
     width = value.element_size()
     raw = _bits(value.reshape(1))[0].item() % (1 << (8 * width))
     return f"{value.item()!r} (bits 0x{raw:0{2 * width}x})"
+
+
+# Leaves compared by type and repr besides tensors: values whose repr is the value.
+_PLAIN = (type(None), bool, numbers.Number, str, bytes, enum.Enum, torch.dtype, torch.device, torch.layout,
+          torch.memory_format, torch.SymInt, torch.SymFloat, torch.SymBool, type(Ellipsis))
+
+
+def named_leaves(outputs: Any, what: str = "the model") -> tuple[list[str], list[Any]]:
+    """Flatten outputs of any structure torch's pytree knows (tuples, lists, dicts, namedtuples, and
+    registered types) plus dataclasses, and name each leaf by its path, e.g. ``output[0].hidden``.
+
+    A generator or iterator is refused: comparing it would compare nothing, since running it would
+    consume it. So is a leaf of any other unknown type, whose repr may hide its tensors."""
+    names: list[str] = []
+    leaves: list[Any] = []
+    _flatten("output", outputs, what, names, leaves)
+    return names, leaves
+
+
+def _flatten(prefix: str, value: Any, what: str, names: list[str], leaves: list[Any]) -> None:
+    for path, leaf in pytree.tree_flatten_with_path(value)[0]:
+        name = prefix + pytree.keystr(path)
+        if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+            for field in dataclasses.fields(leaf):
+                _flatten(f"{name}.{field.name}", getattr(leaf, field.name), what, names, leaves)
+        elif isinstance(leaf, Iterator):
+            raise CaptureError(
+                f"{what} returns an iterator ({type(leaf).__name__}) at {name}: a generator or iterator cannot be "
+                "compared without consuming it, so no output would be checked; return a tuple or list "
+                "(e.g. tuple(...)) of its tensors."
+            )
+        elif isinstance(leaf, (torch.Tensor, *_PLAIN)):
+            names.append(name)
+            leaves.append(leaf)
+        else:
+            raise CaptureError(
+                f"{what} returns a {type(leaf).__module__}.{type(leaf).__qualname__} at {name}, which pytest-npufuse "
+                "cannot look inside; return its tensors in tuples, lists, dicts, namedtuples or dataclasses, or "
+                "register the type with torch.utils._pytree.register_pytree_node."
+            )
 
 
 def compare_output(name: str, baseline: Any, variant: Any) -> Mismatch | None:

@@ -9,6 +9,7 @@ written for a real NPU gets its backend through :func:`backend_for` (``torchair.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -20,8 +21,8 @@ from ..frontend.dynamo import compile_static
 from ..plan.tasks import Variant
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import HardwareProfile, resolve_profile
-from .chain import CompiledGraph, GraphOptions, Settings, graph_options, model_graph
+from ..target.profile import CHILD_TARGET_VARIABLE, HardwareProfile, resolve_profile
+from .graph import CompiledGraph, GraphOptions, Settings, graph_options, mode_of_phase, model_graph
 
 
 @dataclass
@@ -58,7 +59,8 @@ class NpuBackend:
         return CaptureBackend(self.catalog, self._model, decompositions=self.decompositions)
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
-        settings = Settings(self.profile, self.config.mode, self.dynamic or graph.dynamic, self.host)
+        mode = mode_of_phase(self.config.mode, graph.phase)
+        settings = Settings(self.profile, mode, self.dynamic or graph.dynamic, self.host)
         multistream = self.multistream and not self.config.single_stream
         compiled = model_graph(graph, settings, self.variant, self.options, multistream, self.config.aclgraph_superkernel)
         stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
@@ -126,9 +128,10 @@ def end_run() -> None:
 
 
 def current_profile(target: str | None = None) -> HardwareProfile:
-    """``target``'s profile; by default the running script's target, else the default target."""
+    """``target``'s profile; by default the running script's target (in a process the script started,
+    the target its ``run`` named), else the default target."""
     if target is not None or _RUN is None:
-        return resolve_profile(target)
+        return resolve_profile(target or os.environ.get(CHILD_TARGET_VARIABLE) or None)
     return _RUN.profile
 
 

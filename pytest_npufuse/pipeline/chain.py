@@ -12,177 +12,64 @@ When BASELINE and VARIANT come from one model they share one capture and one num
 recomputes only the kernels downstream of a racy read (none when the sanitizer finds no race), and every
 other value is the BASELINE's. Outputs are still compared bit for bit. ``reference=`` captures and runs a
 second model for the BASELINE.
+
+Numerics are computed on every layer (``numerics="all"``, the default for a model with weights), on a
+sample of layers (``"sample"``, :mod:`.sample`) or not at all (``"none"``, the default for a timing-only
+model whose weights are on the meta device). Without the full numerics only the program is needed, so
+the model is captured as :func:`~pytest_npufuse.frontend.repeat.capture_program` does (a repeated layer
+stack from 2 and 3 of its layers).
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
-import torch.fx
-import torch.utils._pytree as pytree
 
 from ..advisor.affinity import find_affinity
 from ..errors import ArgumentError, CaptureError
-from ..execute.graph import Execution, Observer, inputs_of, racy_cone, run_graph, writes_inputs
-from ..frontend.backend import Capture, CapturedGraph
+from ..execute.graph import Execution, cone_run, run_graph, writes_inputs
+from ..execute.sample import sample_numerics
+from ..frontend.backend import Capture
+from ..frontend.meta import weightless
+from ..frontend.repeat import capture_program
 from ..ir.program import Program
-from ..numerics.compare import compare_outputs
+from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.superkernel import plan_variant
-from ..plan.tasks import Plan, Variant
+from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
 from ..report.explain import stream_uses
-from ..report.plog import write_plog
+from ..report.numerics import Numerics, stand_ins
 from ..report.trace import write_case_traces
-from ..sanitize.checker import SanitizerReport, sanitize
-from ..simulate.clock import DEVICE_CLOCK
+from ..sanitize.checker import sanitize
 from ..simulate.host import HostConfig, host_config
-from ..simulate.timeline import RunReport, simulate
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
-from ..vocabulary import Mode
+from ..vocabulary import NumericsStatus
+from .graph import (  # noqa: F401  (the per-graph names are importable from the chain too)
+    CompiledGraph,
+    GraphOptions,
+    ModeledProgram,
+    Settings,
+    fresh,
+    graph_options,
+    model_graph,
+    model_program,
+    streams_used,
+)
+from .training import compare_step
 
-
-def _fresh(inputs: Sequence[Any]) -> list[Any]:
-    """Independent copies, so a model that writes to its inputs cannot leak one run into the other."""
-    return [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
-def _output_names(outputs: Any) -> tuple[list[str], list[Any]]:
-    """Flatten the model's outputs and name each leaf by its path, e.g. ``output[0][1]``."""
-    leaves, _ = pytree.tree_flatten_with_path(outputs)
-    return ["output" + pytree.keystr(path) for path, _ in leaves], [leaf for _, leaf in leaves]
-
-
-class CallWatcher(Protocol):
-    """What sees the tensors of each call of a compiled graph (TorchAir's data dump is one)."""
-
-    def for_call(self) -> Observer | None: ...
-
-
-# Plans the watcher of one modeled graph from its mode, aten graph, program and each kernel's stream.
-WatchPlanner = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], "CallWatcher | None"]
-# Writes a file describing one modeled graph, from the same four (the config's graph dump).
-GraphDumper = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], object]
-
-
-@dataclass(frozen=True)
-class GraphOptions:
-    """What a compile configuration decides about how its graphs are modeled: the mode, whether every
-    kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
-    text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
-    config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump). TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the
-    library's ``mode=`` arguments through :func:`graph_options`."""
-
-    mode: Mode = Mode.MAX_AUTOTUNE
-    single_stream: bool = False
-    aclgraph_superkernel: str | None = None
-    watch: WatchPlanner | None = None
-    dump_graph: GraphDumper | None = None
-
-
-def graph_options(mode: str | None) -> GraphOptions:
-    """The options of a ``mode=`` argument: one of TorchAir's modes or the ``eager`` reference (default
-    max-autotune)."""
-    if mode is None:
-        return GraphOptions()
-    if mode not in set(Mode):
-        raise ArgumentError(
-            f"mode={mode!r} is not a mode that can be modeled; use one of {', '.join(repr(m.value) for m in Mode)}."
-        )
-    return GraphOptions(Mode(mode))
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How a graph is planned and simulated: the target, the modeled mode and the host."""
-
-    profile: HardwareProfile
-    mode: str
-    dynamic: bool = False
-    host: HostConfig = HostConfig()
-
-
-@dataclass(frozen=True)
-class CompiledGraph:
-    """One captured graph planned, checked and simulated; calling it computes the outputs."""
-
-    gm: torch.fx.GraphModule
-    program: Program
-    plan: Plan
-    run: RunReport
-    settings: Settings
-    plog_path: str | None = None
-    sanitizer: SanitizerReport | None = None
-    dump: CallWatcher | None = None
-
-    def scopes_ignored(self) -> RunReport:
-        """The same program with its SuperKernel scopes ignored (the BASELINE plan), priced with the
-        same settings (mode, dynamic-shape host scheduling, host threads)."""
-        settings = self.settings
-        plan = plan_variant(
-            self.program, settings.profile, variant=Variant.BASELINE, mode=self.plan.mode, dynamic=settings.dynamic
-        )
-        return simulate(self.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host)
-
-    def poisoned_reads(self) -> Mapping[str, frozenset[str]]:
-        """Per kernel, the inputs it reads in a race (none without a sanitizer run)."""
-        return self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
-
-    def __call__(self, *args: Any) -> list[Any]:
-        """The outputs a device would produce: kernels in issue order (always a legal order for the
-        data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
-        device clock advances by the graph's modeled time. With a data dump, the dumped tensors are
-        written as the graph runs."""
-        observe = self.dump.for_call() if self.dump is not None else None
-        outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
-        DEVICE_CLOCK.run(self.run.time_us * 1e-6)
-        return outputs
-
-
-def model_graph(
-    graph: CapturedGraph,
-    settings: Settings,
-    variant: str,
-    options: Mapping[str, str] | None = None,
-    multistream: bool = True,
-    aclgraph_options: str | None = None,
-) -> CompiledGraph:
-    """plan -> sanitize -> simulate for one captured graph (the stages between capture and execute);
-    ``aclgraph_options`` is the aclgraph SuperKernel options text when that is switched on."""
-    plan = plan_variant(
-        graph.program,
-        settings.profile,
-        variant=variant,
-        mode=settings.mode,
-        dynamic=settings.dynamic,
-        options=options,
-        multistream=multistream,
-        aclgraph_options=aclgraph_options,
-    )
-    plog = write_plog(plan.log)
-    checked = sanitize(graph.program, plan.streams) if plan.streams is not None else None
-    deadlock = checked.deadlock.describe() if checked is not None and checked.deadlock is not None else None
-    run = simulate(graph.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
-    return CompiledGraph(graph.gm, graph.program, plan, run, settings, plog and str(plog), checked)
-
-
-def streams_used(graph: CompiledGraph) -> tuple[str, ...]:
-    """Streams the VARIANT's kernels ran on, the default first (sub-kernels of a SuperKernel that fuses
-    two streams count for their own stream)."""
-    plan = graph.plan.streams
-    used = set(plan.kernel_stream.values()) if plan is not None else {task.stream for task in graph.plan.tasks}
-    return tuple(stream for stream in graph.program.streams() if stream in used) or ("default",)
+NUMERICS = ("all", "sample", "none")
+"""What ``numerics=`` may ask for: every layer computed, a sample of layers, or timing only."""
 
 
 def capture(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
-    """The program IR of ``model`` on ``inputs``: one Dynamo + AOT capture, no numerics."""
-    torch._dynamo.reset()
-    return Capture(model, inputs, catalog or load_catalog()).graph.program
+    """The program IR of ``model`` on ``inputs``, no numerics: one Dynamo + AOT capture, or two short ones
+    for a long stack of identical layers; a timing-only model (meta device) is captured the same way."""
+    return capture_program(model, *inputs, catalog=catalog)
 
 
 @dataclass(frozen=True)
@@ -197,16 +84,15 @@ class _Outputs:
 def _inputs_for(captured: Capture, inputs: Sequence[Any]) -> Sequence[Any]:
     """The inputs to run on: copies when the graph writes into its inputs, so no run sees another's
     writes and the caller's tensors stay untouched; the caller's own tensors otherwise."""
-    return _fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
+    return fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
 
 
-def _execute(model: Capture, reference: Capture, variant: CompiledGraph, inputs: Sequence[Any]) -> _Outputs:
+def _execute(model: Capture, reference: Capture, variant: ModeledProgram, inputs: Sequence[Any]) -> _Outputs:
     """BASELINE and VARIANT numerics with each kernel computed once when both come from one capture."""
     stale = variant.poisoned_reads()
     gm, program = model.graph.gm, model.graph.program
     shared = reference is model
-    cone = racy_cone(gm, stale, program) if shared else frozenset()
-    keep = inputs_of(gm, cone) | {arg.name for arg in gm.graph.output_node().all_input_nodes} if cone else frozenset()
+    cone, keep = cone_run(gm, stale, program) if shared else (frozenset(), frozenset())
     ref = reference.graph
     baseline, base_run = reference.run(
         _inputs_for(reference, inputs), lambda args: run_graph(ref.gm, ref.program, args, {}, keep=keep)
@@ -236,6 +122,9 @@ def compare(
     trace_dir: str | Path | None = None,
     case: str = "case",
     affinity: bool = False,
+    numerics: str | None = None,
+    loss: Callable[[Any], Any] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> CaseReport:
     """Compile and run BASELINE (``reference`` or ``model`` with scopes ignored) and VARIANT, and report.
 
@@ -243,47 +132,138 @@ def compare(
     ``mode``, ``dynamic`` and ``host`` are as for :func:`compile_model`. With ``trace_dir``, a
     Perfetto trace and a ``kernel_details.csv`` of each variant are written under
     ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory. ``affinity=True`` adds
-    the seed-003 affinity-op findings of the model's graph (``report.findings``).
+    the seed-003 affinity-op findings of the model's graph (``report.findings``). ``numerics`` is
+    ``"all"`` (every output computed and compared; the default with weights), ``"sample"`` (a few layers
+    computed at their real sizes, seeded weights where the model has none) or ``"none"`` (timing only;
+    the default for a model on the meta device); ``report.numerics`` says which.
+
+    ``loss`` makes the check a training step (:mod:`.training`): ``loss(outputs)`` is the scalar the
+    backward starts from, and ``optimizer`` (built over ``model.parameters()``, optional) is stepped; the
+    outputs, the loss, every gradient and every updated parameter are compared bit for bit. The
+    user's model and optimizer are never changed: each run works on a copy.
     """
     catalog = catalog or load_catalog()
     settings = Settings(resolve_profile(target), graph_options(mode).mode, dynamic, host_config(host))
+    if loss is not None:
+        if numerics not in (None, "all"):
+            raise ArgumentError(
+                f"numerics={numerics!r} with loss=: a training step computes every value it compares (the loss, "
+                "each gradient, each updated parameter); drop numerics= or pass numerics='all'."
+            )
+        return compare_step(
+            model, inputs, loss=loss, optimizer=optimizer, settings=settings, catalog=catalog, reference=reference,
+            options=options, trace_dir=trace_dir, case=case, affinity=affinity,
+        )
+    if optimizer is not None:
+        raise ArgumentError(
+            "optimizer= needs loss=: a training step runs backward from the loss before the optimizer steps; pass "
+            "loss=lambda outputs: <the scalar loss>."
+        )
+    choice = _numerics(numerics, model, inputs, reference)
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()
+    if choice != "all":
+        report = _timing_report(model, inputs, reference, settings, options, catalog, affinity, choice)
+    else:
+        report = _computed_report(model, inputs, reference, settings, options, catalog, affinity)
+    if trace_dir is None:
+        return report
+    return replace(report, trace_path=str(write_case_traces(report, Path(trace_dir), case)))
+
+
+def _numerics(numerics: str | None, model: Callable[..., Any], inputs: Sequence[Any], reference: Any) -> str:
+    """The numerics a check computes: as asked, else all of them unless the model has no weights."""
+    if numerics is not None and numerics not in NUMERICS:
+        raise ArgumentError(f"numerics={numerics!r} is not a choice; use one of {', '.join(map(repr, NUMERICS))}.")
+    empty = weightless(model, inputs)
+    if numerics == "all" and empty:
+        raise ArgumentError(
+            "numerics='all' needs weights, but the model's parameters or inputs are on the meta device; use "
+            "numerics='sample' (a few layers computed with seeded weights) or 'none' (timing only)."
+        )
+    if numerics == "sample" and reference is not None:
+        raise ArgumentError(
+            "numerics='sample' compares the model's layers with their scopes ignored and honoured; it takes no "
+            "reference= model. Drop reference=, or compute every layer (numerics='all')."
+        )
+    return numerics or ("none" if empty else "all")
+
+
+def _computed_report(
+    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, settings: Settings,
+    options: Mapping[str, str] | None, catalog: OpCatalog, affinity: bool,
+) -> CaseReport:
+    """Every output of both runs computed and compared bit for bit."""
     captured = Capture(model, inputs, catalog)
     reference_capture = Capture(reference, inputs, catalog) if reference is not None else captured
-    baseline_graph = model_graph(reference_capture.graph, settings, Variant.BASELINE)
-    variant_graph = model_graph(captured.graph, settings, Variant.VARIANT, dict(options or {}))
-    outputs = _execute(captured, reference_capture, variant_graph, inputs)
-    names, baseline_leaves = _output_names(outputs.baseline)
-    _, variant_leaves = _output_names(outputs.variant)
+    baseline = model_program(reference_capture.graph.program, settings, Variant.BASELINE)
+    variant = model_program(captured.graph.program, settings, Variant.VARIANT, dict(options or {}))
+    outputs = _execute(captured, reference_capture, variant, inputs)
+    names, baseline_leaves = named_leaves(outputs.baseline, "the reference" if reference is not None else "the model")
+    _, variant_leaves = named_leaves(outputs.variant)
     if len(baseline_leaves) != len(variant_leaves):
         raise CaptureError(
             f"the reference returns {len(baseline_leaves)} outputs but the model returns {len(variant_leaves)}; "
             "they must return the same structure to be compared."
         )
-    report = CaseReport(
+    return _report(
+        settings, baseline, variant, catalog, affinity,
+        mismatches=compare_outputs(names, baseline_leaves, variant_leaves), outputs=tuple(names),
+        captures=1 if reference is None else 2, kernels_executed=outputs.kernels_executed,
+    )
+
+
+def _timing_report(
+    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, settings: Settings,
+    options: Mapping[str, str] | None, catalog: OpCatalog, affinity: bool, choice: str,
+) -> CaseReport:
+    """The program priced in full; numerics on a sample of layers or none."""
+    program = capture_program(model, *inputs, catalog=catalog)
+    reference_program = capture_program(reference, *inputs, catalog=catalog) if reference is not None else program
+    baseline = model_program(reference_program, settings, Variant.BASELINE)
+    variant = model_program(program, settings, Variant.VARIANT, dict(options or {}))
+    outputs = tuple(f"output[{position}]" for position, name in enumerate(program.outputs) if name is not None)
+    if choice == "none":
+        numerics = Numerics(NumericsStatus.NOT_COMPUTED, stand_ins=stand_ins(program))
+        return _report(settings, baseline, variant, catalog, affinity, outputs=outputs, numerics=numerics,
+                       captures=1 if reference is None else 2)
+    sample = sample_numerics(model, inputs, catalog, _racy_reads(settings, dict(options or {})))
+    numerics = Numerics(NumericsStatus.SAMPLED, sample.layers, sample.weights, stand_ins(program))
+    return _report(settings, baseline, variant, catalog, affinity, mismatches=sample.mismatches,
+                   outputs=sample.outputs, numerics=numerics, captures=1 + len(sample.layers),
+                   kernels_executed=sample.kernels_executed)
+
+
+def _racy_reads(settings: Settings, options: Mapping[str, str]) -> Callable[[Program], Mapping[str, frozenset[str]]]:
+    """Per program, the reads its VARIANT plan makes in a race (plan and sanitizer, no timeline)."""
+
+    def reads(program: Program) -> Mapping[str, frozenset[str]]:
+        plan = plan_variant(program, settings.profile, variant=Variant.VARIANT, mode=settings.mode,
+                            dynamic=settings.dynamic, options=options)
+        return sanitize(program, plan.streams).poisoned_reads() if plan.streams is not None else {}
+
+    return reads
+
+
+def _report(
+    settings: Settings, baseline: ModeledProgram, variant: ModeledProgram, catalog: OpCatalog, affinity: bool,
+    **fields: Any,
+) -> CaseReport:
+    """The case report of two modeled programs; ``fields`` are the numerics' (mismatches, outputs, ...)."""
+    sanitizer = variant.sanitizer
+    return CaseReport(
         target=settings.profile.name,
         mode=settings.mode,
-        baseline=baseline_graph.run,
-        variant=variant_graph.run,
-        mismatches=compare_outputs(names, baseline_leaves, variant_leaves),
-        superkernels={scope.scope: ScopeReport.from_plan(scope) for scope in variant_graph.plan.scopes},
-        streams=streams_used(variant_graph),
-        races=variant_graph.sanitizer.races if variant_graph.sanitizer is not None else (),
-        outputs=tuple(names),
-        plog_path=variant_graph.plog_path,
-        deadlock=variant_graph.sanitizer.deadlock.describe()
-        if variant_graph.sanitizer is not None and variant_graph.sanitizer.deadlock is not None
-        else None,
-        captures=1 if reference is None else 2,
-        kernels_executed=outputs.kernels_executed,
-        attribution={
-            graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline_graph, variant_graph)
-        },
-        findings=find_affinity(variant_graph.program, settings.profile, catalog) if affinity else (),
-        stream_uses=stream_uses(variant_graph.plan),
+        baseline=baseline.run,
+        variant=variant.run,
+        superkernels={scope.scope: ScopeReport.from_plan(scope) for scope in variant.plan.scopes},
+        streams=streams_used(variant),
+        races=sanitizer.races if sanitizer is not None else (),
+        plog_path=variant.plog_path,
+        deadlock=sanitizer.deadlock.describe() if sanitizer is not None and sanitizer.deadlock is not None else None,
+        attribution={graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline, variant)},
+        findings=find_affinity(variant.program, settings.profile, catalog) if affinity else (),
+        stream_uses=stream_uses(variant.plan),
+        **{"mismatches": (), **fields},
     )
-    if trace_dir is None:
-        return report
-    return replace(report, trace_path=str(write_case_traces(report, Path(trace_dir), case)))

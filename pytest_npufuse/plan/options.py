@@ -145,7 +145,17 @@ def parse_options(scope: str, text: str, path: ParserPath = ParserPath.GE) -> Su
     """
     values: dict[str, str] = {}
     notes: list[str] = []
-    for item in filter(None, (part.strip() for part in text.strip('"').split(":"))):
+    body = text.strip().strip('"')
+    items = [part.strip() for part in body.split(":")] if body.strip() else []
+    if "" in items:  # an entry without '=' to CANN, which skips it; said once, not once per colon
+        empty = items.count("")
+        note = (
+            f"super_kernel scope '{scope}': {empty} empty option entr{'y' if empty == 1 else 'ies'} "
+            f"(a doubled, leading or trailing ':') in {text!r}; skipped."
+        )
+        warnings.warn(note, OptionsWarning, stacklevel=3)
+        notes.append(note)
+    for item in filter(None, items):
         if "=" not in item:
             note = f"super_kernel scope '{scope}': Invalid compile option: {item} do not match option={{value}}; skipped."
             warnings.warn(note, OptionsWarning, stacklevel=3)

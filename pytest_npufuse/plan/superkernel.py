@@ -249,18 +249,13 @@ def _hang(segment: Segment, kernels: Sequence[Kernel]) -> str:
     return ""
 
 
-def _option(options: SuperKernelOptions, name: str, default: str) -> str:
-    """An option's value as the user set it, else CANN's default (torchair_2026 §1)."""
-    return options.values.get(name, default)
-
-
 def _flushes(options: SuperKernelOptions, kernels: Sequence[Kernel]) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
     """Which sub-kernels get a data-cache flush before and after them: the op types the
     ``dcci-before-kernel-start`` / ``dcci-after-kernel-end`` options name, and after every one with
     ``debug-dcci-all=1``."""
-    before = set(filter(None, _option(options, "dcci-before-kernel-start", "").split(",")))
-    after = set(filter(None, _option(options, "dcci-after-kernel-end", "").split(",")))
-    every = _option(options, "debug-dcci-all", "0") == "1"
+    before = set(filter(None, options.get("dcci-before-kernel-start").split(",")))
+    after = set(filter(None, options.get("dcci-after-kernel-end").split(",")))
+    every = options.get("debug-dcci-all") == "1"
     types = [kernel.info.kernel_type for kernel in kernels]
     return tuple(t in before for t in types), tuple(every or t in after for t in types)
 
@@ -272,9 +267,9 @@ def _finish_segment(segment: Segment, options: SuperKernelOptions, program: Prog
         segment,
         feed_sync_all=options.get("feed-sync-all") == "1",
         options=options,
-        early_start=_option(options, "early-start", "1") != "0",
-        preload=_option(options, "preload-code", "per-func") != "none",
-        code_copies=int(_option(options, "split-mode", "4")),
+        early_start=options.get("early-start") != "0",
+        preload=options.get("preload-code") != "none",
+        code_copies=int(options.get("split-mode")),
         flush_before=flush_before if any(flush_before) else (),
         flush_after=flush_after if any(flush_after) else (),
     )

@@ -46,12 +46,18 @@ class NpuFuse:
         reference: Callable[..., Any] | None = None,
         dynamic: bool = False,
         host: HostConfig | None = None,
+        loss: Callable[[Any], Any] | None = None,
+        optimizer: Any = None,
+        numerics: str | None = None,
     ) -> CaseReport:
         """Compile BASELINE and VARIANT, run both, compare every output bit for bit, apply the markers.
 
         ``mode`` is a TorchAir mode or ``"eager"``; ``dynamic=True`` models host scheduling and
-        ``host`` its threads and optimisations. Any unmet expectation fails the test with a diagnosis
-        naming the scope, the op and the number.
+        ``host`` its threads and optimisations. ``numerics`` is as for :func:`~pytest_npufuse.compare`: a
+        model on the meta device is timed without numerics, or with ``numerics="sample"`` on a few layers.
+        ``loss`` (the outputs -> the scalar loss) makes it a training step, with ``optimizer`` (over the
+        model's parameters) stepped after the backward; the gradients and updated parameters are compared
+        too. Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
         """
         settings = self._settings
         checked(self._request.node)
@@ -59,8 +65,9 @@ class NpuFuse:
             lambda: compare(
                 model, *inputs, target=self.target, mode=mode, reference=reference,
                 options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
-                trace_dir=settings.trace_dir, case=self._request.node.nodeid,
-                affinity=self._expectations.affinity is not None or settings.advise,
+                trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
+                affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics, loss=loss,
+                optimizer=optimizer,
             )
         )
         entry, change = self._record(report)
@@ -107,7 +114,11 @@ class NpuFuse:
 
     def _keep_view(self, report: CaseReport, change: Change | None) -> None:
         """Hand the check's timelines to the run recorder for the HTML report."""
-        nodeid = self._request.node.nodeid
-        case = nodeid if self._checks == 1 else f"{nodeid} (check {self._checks})"
         gate = {"status": change.status, "text": change.describe()} if change is not None else None
-        recorder.RunRecorder.of(self._request.config).add_view(nodeid, case_view(report, case, gate))
+        view = case_view(report, self._case(self._checks), gate)
+        recorder.RunRecorder.of(self._request.config).add_view(self._request.node.nodeid, view)
+
+    def _case(self, number: int) -> str:
+        """The name of the test's ``number``-th check in traces and the HTML report: each check its own."""
+        nodeid = self._request.node.nodeid
+        return nodeid if number == 1 else f"{nodeid} (check {number})"

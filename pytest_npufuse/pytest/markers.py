@@ -36,7 +36,7 @@ MARKERS = (
     "multistream(*, streams=None, min_speedup=None, race_free=True): expectations about in-graph multi-stream "
     "execution, checked by npufuse.check().",
     "npu_target(*names): run this test only on these NPU targets (e.g. 'a3'); it is skipped on the others.",
-    "npu_affinity(*, max_findings=0): npufuse.check() also looks for seed 003's known-slow op forms (one_hot+sum, "
+    "npu_affinity(*, max_findings=0): npufuse.check() also looks for the op forms Ascend's affinity-op guide names as slow (one_hot+sum, "
     "nn.Linear, bmm to [b,1,1], repeat_interleave with a scalar, gather, IndexPutV2, unfused RotaryMul / RmsNorm / "
     "ScaledMaskedSoftmax / SwiGlu / FlashAttentionScore / MatmulAllReduce) and fails when more than max_findings "
     "sites are found, naming each with its source line, rewrite and modeled gain.",

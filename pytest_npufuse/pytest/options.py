@@ -89,7 +89,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "npufuse_advise",
-        "add the advisors' findings to the terminal summary: each check's seed-003 affinity-op findings "
+        "add the advisors' findings to the terminal summary: each check's known-slow op forms (Ascend's affinity-op guide) "
         "(slow forms, rewrite, modeled gain) and where its modeled time goes (overlap shares, top op types)",
         Kind.SWITCH,
         default=False,

@@ -13,7 +13,7 @@ from typing import Mapping
 import pytest
 
 from ..errors import NpufuseError
-from ..files.atomic import check_outputs
+from ..files import Kind, check_outputs, kind_of
 from ..gate.baseline import Gate, parse_percent
 from ..simulate.version import ModelIdentity
 from ..target.catalog import OpCatalog
@@ -97,8 +97,12 @@ def _user_config(config: pytest.Config) -> UserConfig:
 
 def _trace_dir(config: pytest.Config) -> Path | None:
     trace_dir = path_setting(config, "npufuse_trace_dir")
-    if trace_dir is not None and trace_dir.exists() and not trace_dir.is_dir():
-        raise pytest.UsageError(f"--npufuse-trace-dir {trace_dir}: is a file; give a directory (it is created if missing).")
+    kind = kind_of(trace_dir) if trace_dir is not None else Kind.MISSING
+    if kind not in (Kind.MISSING, Kind.DIRECTORY):
+        what = "a file" if kind is Kind.REGULAR else kind.value
+        raise pytest.UsageError(
+            f"--npufuse-trace-dir {trace_dir}: is {what}; give a directory (it is created if missing)."
+        )
     return trace_dir
 
 
@@ -127,6 +131,7 @@ def _check_outputs(gate: Gate | None, json_path: Path | None, html_path: Path | 
         check_outputs(
             {"--npufuse-baseline": baseline, "--npufuse-json": json_path, "--npufuse-html": html_path},
             kept=() if gate is not None and gate.update else ("--npufuse-baseline",),
+            streams=("--npufuse-json", "--npufuse-html"),
         )
     except NpufuseError as exc:
         raise pytest.UsageError(f"npufuse: {exc}") from None

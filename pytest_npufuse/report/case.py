@@ -12,6 +12,7 @@ from ..simulate.timeline import RunReport
 from .attribution import Attribution
 from .explain import StreamUse
 from .findings import Finding, Mismatch
+from .numerics import Numerics
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,13 @@ class CaseReport:
     findings: tuple[Finding, ...] = ()
     stream_uses: tuple[StreamUse, ...] = ()
     """Per stream of the VARIANT, its kernels and those a SuperKernel on another stream took in."""
+    numerics: Numerics = field(default_factory=Numerics)
+    """Which outputs were computed (all, a sample of layers, none: a timing-only model) and the stand-in
+    values the timing used where none were computed."""
+    phases: tuple[str, ...] = ()
+    """A training step's graphs in the order they ran (``forward``, ``backward``, ``optimizer``); empty
+    for an inference check. Gradients and updated parameters are among ``outputs`` (``grad[<name>]``,
+    ``param[<name>]``)."""
 
     @property
     def speedup(self) -> float:
@@ -92,6 +100,7 @@ class CaseReport:
 
     @property
     def bit_exact(self) -> bool:
+        """No computed output differs (true when nothing was computed: see ``numerics``)."""
         return not self.mismatches
 
     @property
@@ -108,11 +117,16 @@ class CaseReport:
         inside = sum(1 for use in self.stream_uses if use.kernels and use.fused_elsewhere == use.kernels)
         return f" ({inside} inside a SuperKernel)" if inside else ""
 
+    def _precision(self) -> str:
+        if not self.numerics.computed:
+            return self.numerics.describe()
+        exact = "bit-exact" if self.bit_exact else f"{len(self.mismatches)} output(s) differ"
+        return exact if self.numerics.status == "computed" else f"{exact} ({self.numerics.describe()})"
+
     def summary(self) -> str:
         """One line a person reads first."""
         return (
             f"{self.target} {self.mode}: baseline {self.baseline.time_us:.1f} us, variant {self.variant.time_us:.1f} us, "
-            f"speedup {self.speedup:.3f}x, {self.segments} SuperKernel segment(s), "
-            f"{'bit-exact' if self.bit_exact else f'{len(self.mismatches)} output(s) differ'}"
+            f"speedup {self.speedup:.3f}x, {self.segments} SuperKernel segment(s), {self._precision()}"
             + (f", {len(self.streams)} streams{self._fused_streams()}, {len(self.races)} race(s)" if len(self.streams) > 1 else "")
         )

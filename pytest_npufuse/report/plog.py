@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import OutputFileError
+from ..files import append_text
 from ..plan.tasks import LogRecord
 
 _FILES: dict[int, Path] = {}
@@ -58,7 +59,8 @@ def write_plog(records: Iterable[LogRecord]) -> Path | None:
             "point ASCEND_PROCESS_LOG_PATH at a directory."
         ) from None
     stamp = _now().strftime("%Y-%m-%d-%H:%M:%S.%f")
-    with path.open("a", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(f"[{record.level}] GE({os.getpid()},python):{stamp} [{record.keyword}] {record.message}\n")
+    lines = "".join(
+        f"[{record.level}] GE({os.getpid()},python):{stamp} [{record.keyword}] {record.message}\n" for record in records
+    )
+    append_text(path, lines, "plog")
     return path

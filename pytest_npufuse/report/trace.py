@@ -10,6 +10,7 @@ atomically, so a reader never sees half a file.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NpufuseError
-from ..files.atomic import write_text_atomic
+from ..files import locked, write_text
 from ..simulate.timeline import RunReport
 from .attribution import accelerator_core
 from .case import CaseReport
@@ -100,23 +101,38 @@ def kernel_details_csv(run: RunReport) -> str:
     return buffer.getvalue()
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_LONGEST = 100
+
+
 def case_directory_name(case: str) -> str:
-    """A file-system-safe directory name for a case id such as ``tests/x.py::test_y[a3]``."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", case).strip("_") or "case"
+    """A file-system-safe directory name for a case id such as ``tests/x.py::test_y[a3]``, different for
+    different ids: when making it safe loses information (a character replaced, an upper-case letter a
+    case-insensitive file system would fold, a name cut short), a hash of the whole id is appended, so
+    ``a/b``, ``a b``, ``a_b`` and ``A_b`` get four directories instead of overwriting one."""
+    safe = _UNSAFE.sub("_", case).strip("_.") or "case"
+    if safe == case and case == case.lower() and len(case) <= _LONGEST:
+        return safe
+    digest = hashlib.sha256(case.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{safe[:_LONGEST]}-{digest}"
 
 
 def write_case_traces(report: CaseReport, directory: Path, case: str) -> Path:
     """Write ``<variant>/trace_view.json``, ``kernel_details.csv``, ``op_statistic.csv`` and
-    ``module_statistic.csv`` for both variants."""
+    ``module_statistic.csv`` for both variants. The case's directory is locked while they are written,
+    so two processes writing one case leave one run's complete set, never a mix."""
     root = directory / case_directory_name(case)
     try:
-        for run in (report.baseline, report.variant):
-            write_text_atomic(root / run.variant / "trace_view.json", trace_json(run))
-            write_text_atomic(root / run.variant / "kernel_details.csv", kernel_details_csv(run))
-            attribution = report.attribution.get(run.variant)
-            if attribution is not None:
-                write_text_atomic(root / run.variant / "op_statistic.csv", attribution.op_statistic_csv())
-                write_text_atomic(root / run.variant / "module_statistic.csv", attribution.module_csv())
+        root.mkdir(parents=True, exist_ok=True)
+        with locked(root, "trace directory", directory=True):
+            for run in (report.baseline, report.variant):
+                files = {"trace_view.json": trace_json(run), "kernel_details.csv": kernel_details_csv(run)}
+                attribution = report.attribution.get(run.variant)
+                if attribution is not None:
+                    files["op_statistic.csv"] = attribution.op_statistic_csv()
+                    files["module_statistic.csv"] = attribution.module_csv()
+                for name, text in files.items():
+                    write_text(root / run.variant / name, text, "trace file")
     except OSError as exc:
         raise NpufuseError(
             f"cannot write traces under {directory}: {exc.strerror or exc} ({exc.filename}); give a directory "

@@ -7,6 +7,10 @@ one device) and everything else is passed through untouched. The check is a stri
 ``device`` argument alone, so a test suite that never says ``npu`` pays one attribute lookup per call.
 ``torch.device("npu")`` stays unknown to torch (making it known would register an accelerator that
 Dynamo then tries to drive); write the device as a string.
+
+A timing-only model lives on the meta device: inside ``init_empty_weights()`` an ``npu`` device means
+``meta``, and moving a meta tensor or module "to the NPU" keeps it on the meta device (it has no values
+to copy).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import NotModeledError
+from ..frontend.meta import creating_empty
 
 # torch factories that take ``device=`` (torch.* functions that allocate a new tensor).
 FACTORIES = (
@@ -50,12 +55,26 @@ def check_index(device: object, api: str) -> None:
     raise NotModeledError(f"{api}({device!r}): pytest-npufuse models one NPU, device 0 ('npu' or 'npu:0').")
 
 
+def _on_meta(obj: Any) -> bool:
+    """A meta tensor, or a module whose parameters are on the meta device."""
+    if isinstance(obj, torch.Tensor):
+        return obj.is_meta
+    return any(p.is_meta for p in obj.parameters()) if isinstance(obj, torch.nn.Module) else False
+
+
+def npu_device(device: str, meta: bool = False) -> str:
+    """Where an ``npu`` device string puts a tensor: the CPU, or the meta device for a timing-only model
+    (``meta``, or inside ``init_empty_weights()``)."""
+    target = cpu_device(device)
+    return "meta" if meta or creating_empty() else target
+
+
 def wrap_factory(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``original`` with an ``npu`` device mapped to the CPU."""
+    """``original`` with an ``npu`` device mapped to the CPU (the meta device in ``init_empty_weights()``)."""
 
     def factory(*args: Any, **kwargs: Any) -> Any:
         if _is_npu(kwargs.get("device")):
-            kwargs["device"] = cpu_device(kwargs["device"])
+            kwargs["device"] = npu_device(kwargs["device"])
         return original(*args, **kwargs)
 
     factory.__name__ = factory.__qualname__ = original.__name__
@@ -68,9 +87,9 @@ def wrap_to(original: Callable[..., Any]) -> Callable[..., Any]:
 
     def to(self: Any, *args: Any, **kwargs: Any) -> Any:
         if args and _is_npu(args[0]):
-            args = (cpu_device(args[0]), *args[1:])
+            args = (npu_device(args[0], _on_meta(self)), *args[1:])
         if _is_npu(kwargs.get("device")):
-            kwargs["device"] = cpu_device(kwargs["device"])
+            kwargs["device"] = npu_device(kwargs["device"], _on_meta(self))
         return original(self, *args, **kwargs)
 
     to.__name__ = to.__qualname__ = "to"

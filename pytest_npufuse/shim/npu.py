@@ -17,7 +17,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import npugraph_ex as _npugraph_ex
 from ..errors import NotModeledAttributeError, NotModeledError, OpArgumentError, ScopeError
 from ..frontend import scopes
 from ..simulate.clock import DEVICE_CLOCK
@@ -284,8 +283,6 @@ def set_compile_mode(jit_compile: bool = False) -> None:
 
 # ``torch.npu.config.allow_internal_format = ...``: a layout switch with no effect on the values.
 config = SimpleNamespace(allow_internal_format=False)
-# ``torch.npu.npugraph_ex``: the npugraph_ex package (``compile_fx``, ``inference``, ``scope.limit_core_num``).
-npugraph_ex = _npugraph_ex
 
 
 def record_stream(tensor: torch.Tensor, stream: Stream) -> None:
@@ -294,6 +291,13 @@ def record_stream(tensor: torch.Tensor, stream: Stream) -> None:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "npugraph_ex":
+        # ``torch.npu.npugraph_ex``: the npugraph_ex package (``compile_fx``, ``inference``,
+        # ``scope.limit_core_num``), imported when first asked for: torch.npu is installed the moment torch
+        # is imported, which may be in the middle of ``import torchair``, whose config npugraph_ex uses.
+        from .. import npugraph_ex
+
+        return npugraph_ex
     if name.startswith("__"):
         raise AttributeError(name)
     raise NotModeledAttributeError(

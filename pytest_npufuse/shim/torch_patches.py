@@ -7,12 +7,11 @@ Each change is undone by :func:`pytest_npufuse.uninstall_shims` (they are record
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from .. import torch_npu
-from ..npugraph_ex.npu_fx_compiler import npugraph_ex_backend
 from ..vocabulary import Mode
 from . import devices, npu
 from .undo import UNDO, patch
@@ -23,13 +22,25 @@ NPUGRAPH_EX = Mode.NPUGRAPH_EX.value  # the torch.compile backend name TorchAir 
 def install_devices() -> None:
     """torch.npu, npu device strings, .npu(), Tensor.record_stream and the npugraph_ex backend."""
     patch(torch_npu, "npu", npu)
+    # torch.device("meta") as a context (a timing-only model) redirects the factories it lists, by
+    # identity, when they are called eagerly and when Dynamo traces them (Dynamo keeps its own copy of
+    # the list): the lists hold the originals, which the wrappers call eagerly, and the wrappers, which
+    # Dynamo sees.
+    from torch._dynamo.variables.torch import get_overridable_functions
+
+    lists = (torch.utils._device._device_constructors(), get_overridable_functions())
     for name in devices.FACTORIES:
-        factory = devices.wrap_factory(getattr(torch, name))
+        original = getattr(torch, name)
+        factory = devices.wrap_factory(original)
         # Dynamo lists torch's functions once, by identity: a wrapper installed after that (a second
         # install in one process) would be inlined into a call of the builtin it wraps, which Dynamo
         # cannot trace. Allowed in the graph, it is a call there that AOT traces into aten ops.
         torch._dynamo.allow_in_graph(factory)
         patch(torch, name, factory)
+        if original in lists[0]:
+            for listed in lists:
+                listed.add(factory)
+                UNDO.append(lambda listed=listed, factory=factory: listed.discard(factory))
     patch(torch.Tensor, "to", devices.wrap_to(torch.Tensor.to))
     patch(torch.nn.Module, "to", devices.wrap_to(torch.nn.Module.to))
     patch(torch.Tensor, "npu", devices.tensor_npu)
@@ -121,12 +132,23 @@ def _patch_dynamo_record_stream() -> None:
     patch(TensorVariable, "method_record_stream", method_record_stream)
 
 
+def _npugraph_ex(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None
+) -> Callable[..., Any]:
+    """``torch.compile(backend="npugraph_ex")``: the npugraph_ex package's backend, imported at the first
+    compile. torch is patched the moment it is imported, which may be in the middle of ``import torchair``
+    (a script's first line), and the npugraph_ex package builds on torchair's config module."""
+    from ..npugraph_ex.npu_fx_compiler import npugraph_ex_backend
+
+    return npugraph_ex_backend(gm, example_inputs, options)
+
+
 def _register_npugraph_ex() -> None:
     from torch._dynamo.backends import registry
 
     if NPUGRAPH_EX in registry._COMPILER_FNS:
         return
-    registry.register_backend(npugraph_ex_backend, name=NPUGRAPH_EX)
+    registry.register_backend(_npugraph_ex, name=NPUGRAPH_EX)
 
     def unregister() -> None:
         registry._COMPILER_FNS.pop(NPUGRAPH_EX, None)

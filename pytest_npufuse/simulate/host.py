@@ -56,7 +56,7 @@ def threads_from_environment() -> int:
     if not value.isdigit() or int(value) < 1:
         raise NpufuseError(
             f"environment variable {THREADS_ENV}={value!r} is not a positive integer; GE reads it as the number of "
-            f"host threads (seed 002 recommends 3). Set e.g. {THREADS_ENV}=3 or unset it."
+            f"host threads (CANN's dynamic-shape scheduling article recommends 3). Set e.g. {THREADS_ENV}=3 or unset it."
         )
     return int(value)
 
@@ -83,7 +83,7 @@ class HostConfig:
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ArgumentError(
                 f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int >= 1 "
-                "(seed 002 recommends 3)."
+                "(CANN's dynamic-shape scheduling article recommends 3)."
             )
         for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "ge_fusion"):
             if not isinstance(getattr(self, name), bool):

@@ -34,6 +34,8 @@ TARGET_HELP = (
     + ", ".join(f"{alias} = {sku}" for alias, sku in TARGET_ALIASES.items())
     + f") or a profile .toml file (default {DEFAULT_TARGET})"
 )
+# Set by ``python -m pytest_npufuse run`` for the processes a script starts: the target they model.
+CHILD_TARGET_VARIABLE = "NPUFUSE_CHILD_TARGET"
 ENGINES = tuple(Engine)
 
 

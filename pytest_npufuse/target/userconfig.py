@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ProfileError
-from ..files.toml import read_toml
+from ..files import present
+from ..files.toml import PROFILE_FILE, read_toml
 from .catalog import OpCatalog, load_catalog
 from .profile import HardwareProfile, TargetTable, load_profile, profile_file_targets, target_tables
 
@@ -74,7 +75,7 @@ def user_config_from_table(table: Mapping[str, Any], source: str) -> UserConfig:
 
 def load_user_config(pyproject: Path | None) -> UserConfig:
     """Settings from ``pyproject`` (a missing file or section means none)."""
-    if pyproject is None or not pyproject.is_file():
+    if pyproject is None or not present(pyproject, PROFILE_FILE):
         return UserConfig()
     table = read_toml(pyproject).get("tool", {}).get("npufuse", {})
     if not isinstance(table, dict):

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 
 from ..errors import OpArgumentError
-from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _Call, _geometry, _run
+from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _geometry, _run, _Setup
 from .checks import HALF_DTYPES, require_dtype, require_float, require_int, require_shape, require_tensors
 from .memory import write_slots
 from .registry import Arguments, Out, bind, npu_op
@@ -101,8 +101,8 @@ def _attend(call: Arguments, batch: int, q_lens: Optional[list[int]] = None,
         raise OpArgumentError(f"context lengths {kv_lens} exceed the {geo.kv_len} tokens block_table addresses")
     if mask is not None:
         mask = mask.reshape(mask.shape[-2:])[: max(q_lens, default=0), : max(kv_lens, default=0)]
-    attention = _Call(geo, q_lens, kv_lens, float(call.scale_value), mode, NO_BAND, NO_BAND)
-    out = _run(attention, q, k, v, mask, table, None, None)[0]
+    setup = _Setup(geo, q_lens, kv_lens, float(call.scale_value), mode, NO_BAND, NO_BAND)
+    out = _run(setup, q, k, v, mask, table, None, None)[0]
     return out.reshape(call.out.shape), geo
 
 

@@ -20,7 +20,8 @@ order differs from this in the last bits, and both variants of a case run this s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, fields
 from typing import Any, Optional, Sequence
 
 import torch
@@ -42,7 +43,7 @@ from .checks import (
 )
 from .fixedorder import pairwise_sum
 from .memory import nz_run
-from .registry import Out, arguments, npu_op
+from .registry import Arguments, Derivative, Out, bind, npu_op
 from .schema import SymInt
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
@@ -448,8 +449,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
 
 
 @dataclass(frozen=True)
-class _Call:
-    """Everything one attention computation needs besides the tensors."""
+class _Setup:
+    """Everything one attention computation needs besides the tensors, resolved from a call's arguments."""
 
     geo: _Geometry
     q_lens: list[int]
@@ -460,32 +461,32 @@ class _Call:
     next_tokens: int
 
 
-def _run(call: _Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
+def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
          block_table: Optional[torch.Tensor], query_rope: Optional[torch.Tensor],
          key_rope: Optional[torch.Tensor], scales: Optional["QuantScales"] = None) -> tuple[torch.Tensor, _Softmax]:
     """(attention_out in the output dtype and layout, its softmax statistics [B, N, Sq, 1] padded).
     ``scales``: the dequant scales of an int8 query, key and value (:class:`QuantScales`)."""
-    geo = call.geo
-    if mask is not None and call.sparse_mode in CAUSAL_MODES:
+    geo = setup.geo
+    if mask is not None and setup.sparse_mode in CAUSAL_MODES:
         _require_causal_mask(mask)
-    q = _q_to_bnsd(query, geo, call.q_lens)
-    k = _kv_to_bnsd(key, geo, block_table, call.kv_lens)
+    q = _q_to_bnsd(query, geo, setup.q_lens)
+    k = _kv_to_bnsd(key, geo, block_table, setup.kv_lens)
     dequant = None
     if scales is not None:
         per_token = scales.query if geo.layout == "BSH" else scales.query.unsqueeze(-1)
         dequant = _Dequant(
-            _q_to_bnsd(per_token, geo, call.q_lens), float(scales.key), float(scales.value),
-            _q_to_bnsd(query_rope, geo, call.q_lens), _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens),
+            _q_to_bnsd(per_token, geo, setup.q_lens), float(scales.key), float(scales.value),
+            _q_to_bnsd(query_rope, geo, setup.q_lens), _kv_to_bnsd(key_rope, geo, block_table, setup.kv_lens),
         )
     elif query_rope is not None:
-        q = torch.cat([q, _q_to_bnsd(query_rope, geo, call.q_lens)], dim=-1)
-        k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, call.kv_lens)], dim=-1)
-    v = _kv_to_bnsd(value, geo, block_table, call.kv_lens)
-    visible = _visible(call.q_lens, call.kv_lens, q.shape[2], k.shape[2], mask, call.sparse_mode,
-                       call.pre_tokens, call.next_tokens)
-    out, stats = _attention(q, k, v, visible, call.scale, dequant)
+        q = torch.cat([q, _q_to_bnsd(query_rope, geo, setup.q_lens)], dim=-1)
+        k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, setup.kv_lens)], dim=-1)
+    v = _kv_to_bnsd(value, geo, block_table, setup.kv_lens)
+    visible = _visible(setup.q_lens, setup.kv_lens, q.shape[2], k.shape[2], mask, setup.sparse_mode,
+                       setup.pre_tokens, setup.next_tokens)
+    out, stats = _attention(q, k, v, visible, setup.scale, dequant)
     out_dtype = query_rope.dtype if scales is not None else query.dtype
-    return _bnsd_to_layout(out, geo.out_layout, call.q_lens, query.shape[0]).to(out_dtype), stats
+    return _bnsd_to_layout(out, geo.out_layout, setup.q_lens, query.shape[0]).to(out_dtype), stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,12 +515,10 @@ def _kv_lengths(geo: _Geometry, values: Optional[Sequence[int]], key: torch.Tens
     return _seq_lengths(name, values, geo.batch, geo.kv_len)
 
 
-def _fia_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, atten_mask=None,
-              actual_seq_lengths=None, actual_seq_lengths_kv=None, block_table=None, query_rope=None, key_rope=None,
-              num_heads=1, scale=1.0, pre_tokens=NO_BAND, next_tokens=NO_BAND, input_layout="BSH",
-              num_key_value_heads=0, sparse_mode=0, block_size=0, quantised=False, **_: object) -> _Call:
-    """Validate the tensors from metadata and resolve lengths; shared by the meta function and the kernel.
+def _fia_call(call: Arguments, quantised: bool = False) -> _Setup:
+    """Validate a call's tensors from metadata and resolve lengths; shared by the meta function and the kernel.
     ``quantised``: query, key and value are int8 (v2's full quantisation, :class:`QuantScales`)."""
+    query, key, value, actual_seq_lengths = call.query, call.key, call.value, call.actual_seq_lengths
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if quantised:
             require_dtype(name, tensor, (torch.int8,), "(query_quant_mode=3 takes int8 query, key and value)")
@@ -527,35 +526,34 @@ def _fia_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, at
             require_dtype(name, tensor, ATTENTION_DTYPES, "(int8 attention needs v2's query_quant_mode=3)")
     if key.dtype != query.dtype or value.dtype != query.dtype:
         raise OpArgumentError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
-    kv_heads = num_key_value_heads or num_heads
-    geo = _geometry(query, key, value, input_layout, num_heads, kv_heads, block_table, block_size, actual_seq_lengths)
-    _check_rope(query_rope, key_rope, query, key, quantised)
-    _check_mask(atten_mask, sparse_mode, geo)
+    kv_heads = call.num_key_value_heads or call.num_heads
+    geo = _geometry(query, key, value, call.input_layout, call.num_heads, kv_heads, call.block_table, call.block_size,
+                    actual_seq_lengths)
+    _check_rope(call.query_rope, call.key_rope, query, key, quantised)
+    _check_mask(call.atten_mask, call.sparse_mode, geo)
     if geo.layout == "TND":
         q_lens = _cumulative_lengths("actual_seq_lengths", actual_seq_lengths, geo.q_len)
     else:
         q_lens = _seq_lengths("actual_seq_lengths", actual_seq_lengths, geo.batch, geo.q_len)
-    kv_lens = _kv_lengths(geo, actual_seq_lengths_kv, key, "actual_seq_lengths_kv")
-    return _Call(geo, q_lens, kv_lens, float(scale), sparse_mode, pre_tokens, next_tokens)
+    kv_lens = _kv_lengths(geo, call.actual_seq_lengths_kv, key, "actual_seq_lengths_kv")
+    return _Setup(geo, q_lens, kv_lens, float(call.scale), call.sparse_mode, call.pre_tokens, call.next_tokens)
 
 
-def _fia_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[Out, Out]:
-    geo = _fia_call(query, key, value, **options).geo
-    lse = geo.lse_shape() if options.get("softmax_lse_flag", False) else [0]
-    return Out(geo.out_shape(), query.dtype), Out(lse, torch.float32)
+def _fia_meta(call: Arguments) -> tuple[Out, Out]:
+    geo = _fia_call(call).geo
+    lse = geo.lse_shape() if call.softmax_lse_flag else [0]
+    return Out(geo.out_shape(), call.query.dtype), Out(lse, torch.float32)
 
 
-def _fia_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[
-    torch.Tensor, torch.Tensor
-]:
-    call = _fia_call(query, key, value, **options)
-    out, stats = _run(call, query, key, value, options.get("atten_mask"), options.get("block_table"),
-                      options.get("query_rope"), options.get("key_rope"))
-    if not options.get("softmax_lse_flag", False):
+def _fia_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    setup = _fia_call(call)
+    out, stats = _run(setup, call.query, call.key, call.value, call.atten_mask, call.block_table, call.query_rope,
+                      call.key_rope)
+    if not call.softmax_lse_flag:
         return out, stats.sum.new_zeros(0)
     lse = stats.lse()
-    if call.geo.layout == "TND":
-        lse = _bnsd_to_layout(lse, "TND", call.q_lens, query.shape[0]).contiguous()
+    if setup.geo.layout == "TND":
+        lse = _bnsd_to_layout(lse, "TND", setup.q_lens, call.query.shape[0]).contiguous()
     return out, lse
 
 
@@ -714,25 +712,23 @@ def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return geo
 
 
-def _ifa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, block_table=None, num_heads=1,
-              scale_value=1.0, input_layout="BSH", num_key_value_heads=0, block_size=0, **_: object) -> _Call:
-    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, block_table, block_size,
-                           DENSE_LAYOUTS)
+def _ifa_call(call: Arguments) -> _Setup:
+    geo = _same_shape_call(call.query, call.key, call.value, call.input_layout, call.num_heads,
+                           call.num_key_value_heads, call.block_table, call.block_size, DENSE_LAYOUTS)
     if geo.q_len != 1:
         raise OpArgumentError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
                               "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
-    _check_mask(atten_mask, MASK_ONLY, geo)
-    kv_lens = _kv_lengths(geo, actual_seq_lengths, key, "actual_seq_lengths")
-    return _Call(geo, [1] * geo.batch, kv_lens, float(scale_value), MASK_ONLY, NO_BAND, NO_BAND)
+    _check_mask(call.atten_mask, MASK_ONLY, geo)
+    kv_lens = _kv_lengths(geo, call.actual_seq_lengths, call.key, "actual_seq_lengths")
+    return _Setup(geo, [1] * geo.batch, kv_lens, float(call.scale_value), MASK_ONLY, NO_BAND, NO_BAND)
 
 
-def _ifa_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> Out:
-    return Out(_ifa_call(query, key, value, **options).geo.out_shape(), query.dtype)
+def _ifa_meta(call: Arguments) -> Out:
+    return Out(_ifa_call(call).geo.out_shape(), call.query.dtype)
 
 
-def _ifa_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> torch.Tensor:
-    call = _ifa_call(query, key, value, **options)
-    return _run(call, query, key, value, options.get("atten_mask"), options.get("block_table"), None, None)[0]
+def _ifa_kernel(call: Arguments) -> torch.Tensor:
+    return _run(_ifa_call(call), call.query, call.key, call.value, call.atten_mask, call.block_table, None, None)[0]
 
 
 @npu_op(
@@ -784,23 +780,21 @@ def npu_incre_flash_attention(
     _check_attention_scalars(num_heads, num_key_value_heads, MASK_ONLY, inner_precise, NO_BAND, NO_BAND, block_size)
 
 
-def _pfa_call(query, key, value, *, atten_mask=None, actual_seq_lengths=None, num_heads=1, scale_value=1.0,
-              pre_tokens=NO_BAND, next_tokens=0, input_layout="BSH", num_key_value_heads=0,
-              actual_seq_lengths_kv=None, sparse_mode=0, **_: object) -> _Call:
-    geo = _same_shape_call(query, key, value, input_layout, num_heads, num_key_value_heads, None, 0, PFA_LAYOUTS)
-    _check_mask(atten_mask, sparse_mode, geo)
-    q_lens = _seq_lengths("actual_seq_lengths", actual_seq_lengths, geo.batch, geo.q_len)
-    kv_lens = _seq_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, geo.batch, geo.kv_len)
-    return _Call(geo, q_lens, kv_lens, float(scale_value), sparse_mode, pre_tokens, next_tokens)
+def _pfa_call(call: Arguments) -> _Setup:
+    geo = _same_shape_call(call.query, call.key, call.value, call.input_layout, call.num_heads,
+                           call.num_key_value_heads, None, 0, PFA_LAYOUTS)
+    _check_mask(call.atten_mask, call.sparse_mode, geo)
+    q_lens = _seq_lengths("actual_seq_lengths", call.actual_seq_lengths, geo.batch, geo.q_len)
+    kv_lens = _seq_lengths("actual_seq_lengths_kv", call.actual_seq_lengths_kv, geo.batch, geo.kv_len)
+    return _Setup(geo, q_lens, kv_lens, float(call.scale_value), call.sparse_mode, call.pre_tokens, call.next_tokens)
 
 
-def _pfa_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> Out:
-    return Out(_pfa_call(query, key, value, **options).geo.out_shape(), query.dtype)
+def _pfa_meta(call: Arguments) -> Out:
+    return Out(_pfa_call(call).geo.out_shape(), call.query.dtype)
 
 
-def _pfa_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> torch.Tensor:
-    call = _pfa_call(query, key, value, **options)
-    return _run(call, query, key, value, options.get("atten_mask"), None, None, None)[0]
+def _pfa_kernel(call: Arguments) -> torch.Tensor:
+    return _run(_pfa_call(call), call.query, call.key, call.value, call.atten_mask, None, None, None)[0]
 
 
 @npu_op(
@@ -904,10 +898,10 @@ def _fa_check_mask(mask: Optional[torch.Tensor], sparse_mode: int, geo: _Geometr
     require_shape("atten_mask", mask, ((b, n, sq, skv), (b, 1, sq, skv), (1, 1, sq, skv), (sq, skv)))
 
 
-def _fa_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int, input_layout: str, *,
-             atten_mask=None, scale=1.0, pre_tockens=NO_BAND, next_tockens=NO_BAND, actual_seq_qlen=None,
-             actual_seq_kvlen=None, sparse_mode=0, **_: object) -> _Call:
+def _fa_call(call: Arguments) -> _Setup:
     """Validate from metadata (SBH is read as its BSH transpose) and resolve lengths and the mode."""
+    query, key, value, head_num, input_layout = call.query, call.key, call.value, call.head_num, call.input_layout
+    actual_seq_qlen, actual_seq_kvlen, atten_mask = call.actual_seq_qlen, call.actual_seq_kvlen, call.atten_mask
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_dtype(name, tensor, FA_DTYPES)
     if key.dtype != query.dtype or value.dtype != query.dtype:
@@ -937,53 +931,196 @@ def _fa_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_n
         raise OpArgumentError(
             f"value head dim {geo.value_dim} exceeds the key's {geo.head_dim} (the page needs Dk >= Dv)"
         )
-    mode = sparse_mode if atten_mask is not None else MASK_ONLY  # without a mask: full attention (the page)
+    mode = call.sparse_mode if atten_mask is not None else MASK_ONLY  # without a mask: full attention (the page)
     _fa_check_mask(atten_mask, mode, geo, q_lens, kv_lens)
-    return _Call(geo, q_lens, kv_lens, float(scale), mode, pre_tockens, next_tockens)
+    return _Setup(geo, q_lens, kv_lens, float(call.scale), mode, call.pre_tockens, call.next_tockens)
 
 
-def _fa_stats_shape(call: _Call, query: torch.Tensor) -> list[int]:
-    if call.geo.layout == "TND":
-        return [query.shape[0], call.geo.heads, FA_STAT_COPIES]
-    return [call.geo.batch, call.geo.heads, call.geo.q_len, FA_STAT_COPIES]
+def _fa_stats_shape(setup: _Setup, query: torch.Tensor) -> list[int]:
+    if setup.geo.layout == "TND":
+        return [query.shape[0], setup.geo.heads, FA_STAT_COPIES]
+    return [setup.geo.batch, setup.geo.heads, setup.geo.q_len, FA_STAT_COPIES]
 
 
-def _fa_out_shape(call: _Call, input_layout: str) -> list[int]:
-    shape = call.geo.out_shape()
+def _fa_out_shape(setup: _Setup, input_layout: str) -> list[int]:
+    shape = setup.geo.out_shape()
     return [shape[1], shape[0], shape[2]] if input_layout == "SBH" else shape
 
 
-def _fa_meta(*args: Any, **kwargs: Any) -> tuple:
-    options = arguments(npu_fusion_attention, args, kwargs)
-    call, query = _fa_call(**options), options["query"]
-    stats = Out(_fa_stats_shape(call, query), torch.float32)
-    return Out(_fa_out_shape(call, options["input_layout"]), query.dtype), stats, stats, Out([0], query.dtype), 0, 0, 0
+def _fa_meta(call: Arguments) -> tuple:
+    setup, query = _fa_call(call), call.query
+    stats = Out(_fa_stats_shape(setup, query), torch.float32)
+    return Out(_fa_out_shape(setup, call.input_layout), query.dtype), stats, stats, Out([0], query.dtype), 0, 0, 0
 
 
-def _fa_stat(values: torch.Tensor, call: _Call, query: torch.Tensor) -> torch.Tensor:
+def _fa_stat(values: torch.Tensor, setup: _Setup, query: torch.Tensor) -> torch.Tensor:
     """A [B, N, Sq, 1] statistic in the meta layout, repeated over the last dim of 8."""
-    if call.geo.layout == "TND":
-        values = _bnsd_to_layout(values, "TND", call.q_lens, query.shape[0])
+    if setup.geo.layout == "TND":
+        values = _bnsd_to_layout(values, "TND", setup.q_lens, query.shape[0])
     return values.expand(*values.shape[:-1], FA_STAT_COPIES).contiguous()
 
 
-def _fa_kernel(*args: Any, **kwargs: Any) -> tuple:
-    options = arguments(npu_fusion_attention, args, kwargs)
-    call = _fa_call(**options)
-    query, key, value = options["query"], options["key"], options["value"]
-    sbh = options["input_layout"] == "SBH"
+def _fa_kernel(call: Arguments) -> tuple:
+    setup = _fa_call(call)
+    query, key, value = call.query, call.key, call.value
+    sbh = call.input_layout == "SBH"
     if sbh:
         query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-    out, stats = _run(call, query, key, value, options["atten_mask"], None, None, None)
+    out, stats = _run(setup, query, key, value, call.atten_mask, None, None, None)
     if sbh:
         out = out.transpose(0, 1).contiguous()
-    return (out, _fa_stat(stats.max, call, query), _fa_stat(stats.sum, call, query), query.new_zeros(0), 0, 0, 0)
+    return (out, _fa_stat(stats.max, setup, query), _fa_stat(stats.sum, setup, query), query.new_zeros(0), 0, 0, 0)
+
+
+def _attention_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
+                    dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`_attention` (no dequant) for the output gradient ``dout`` [B, N, Sq, Dv], in
+    float32 BNSD: the probabilities are recomputed from q and k, as FlashAttentionScoreGrad does, then
+    ``dV = P^T dO``, ``dS = P * (dO V^T - rowsum(dO * O))``, ``dQ = scale dS K`` and ``dK = scale dS^T Q``,
+    the query heads of one KV head summed into its dK and dV (GQA)."""
+    batch, heads, q_len, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    grouped = q.reshape(batch, kv_heads, group * q_len, dim)
+    scores = cube_matmul(grouped, k.transpose(-1, -2)).reshape(batch, kv_heads, group, q_len, -1) * scale
+    visible = visible.reshape(visible.shape[0], kv_heads, group, q_len, -1) if visible.shape[1] == heads else (
+        visible.unsqueeze(2))
+    scores = scores.masked_fill(~visible, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    exps = torch.exp(scores - torch.where(row_max > float("-inf"), row_max, 0.0))
+    denom = pairwise_sum(exps, dim=-1, keepdim=True)
+    probs = (exps / torch.where(denom > 0, denom, 1.0)).reshape(batch, kv_heads, group * q_len, -1)
+    grads = dout.reshape(batch, kv_heads, group * q_len, -1)
+    dv = cube_matmul(probs.transpose(-1, -2), grads)
+    dprobs = cube_matmul(grads, v.transpose(-1, -2))
+    dscores = probs * (dprobs - pairwise_sum(dprobs * probs, dim=-1, keepdim=True)) * scale
+    dq = cube_matmul(dscores, k).reshape(batch, heads, q_len, dim)
+    dk = cube_matmul(dscores.transpose(-1, -2), grouped)
+    return dq, dk, dv
+
+
+def _fa_forward_call(call: Arguments) -> Arguments:
+    """The forward's record of the call a grad op's arguments describe (``scale_value`` is its ``scale``)."""
+    return bind(
+        npu_fusion_attention, call.query, call.key, call.value, call.head_num, call.input_layout,
+        atten_mask=call.atten_mask, scale=call.scale_value, pre_tockens=call.pre_tockens,
+        next_tockens=call.next_tockens, actual_seq_qlen=call.actual_seq_qlen, actual_seq_kvlen=call.actual_seq_kvlen,
+        sparse_mode=call.sparse_mode,
+    )
+
+
+def _fa_grad_meta(call: Arguments) -> tuple:
+    query, key, value, dy = call.query, call.key, call.value, call.dy
+    setup = _fa_call(_fa_forward_call(call))
+    require_dtype("dy", dy, (query.dtype,), "(query's dtype)")
+    require_shape("dy", dy, (tuple(_fa_out_shape(setup, call.input_layout)),))
+    return (
+        Out(list(query.shape), query.dtype), Out(list(key.shape), key.dtype), Out(list(value.shape), value.dtype),
+        Out([0], query.dtype),
+    )
+
+
+def _fa_grad_kernel(call: Arguments) -> tuple:
+    query, key, value, dy = call.query, call.key, call.value, call.dy
+    setup = _fa_call(_fa_forward_call(call))
+    sbh = call.input_layout == "SBH"
+    if sbh:
+        query, key, value, dy = (t.transpose(0, 1) for t in (query, key, value, dy))
+    geo = setup.geo
+    if call.atten_mask is not None and setup.sparse_mode in CAUSAL_MODES:
+        _require_causal_mask(call.atten_mask)
+    q, k = _q_to_bnsd(query, geo, setup.q_lens).float(), _kv_to_bnsd(key, geo, None, setup.kv_lens).float()
+    v, dout = _kv_to_bnsd(value, geo, None, setup.kv_lens).float(), _q_to_bnsd(dy, geo, setup.q_lens).float()
+    visible = _visible(setup.q_lens, setup.kv_lens, q.shape[2], k.shape[2], call.atten_mask, setup.sparse_mode,
+                       setup.pre_tokens, setup.next_tokens)
+    dq, dk, dv = _attention_grad(q, k, v, visible, setup.scale, dout)
+    grads = (
+        _bnsd_to_layout(dq, geo.layout, setup.q_lens, query.shape[0]).to(query.dtype),
+        _bnsd_to_layout(dk, geo.layout, setup.kv_lens, key.shape[0]).to(key.dtype),
+        _bnsd_to_layout(dv, geo.layout, setup.kv_lens, value.shape[0]).to(value.dtype),
+    )
+    if sbh:
+        grads = tuple(grad.transpose(0, 1).contiguous() for grad in grads)
+    return (*grads, query.new_zeros(0))
+
+
+@npu_op(
+    source="op-plugin derivatives.yaml (npu_fusion_attention -> npu_fusion_attention_grad) and the "
+    + DOCS.format("npu_fusion_attention_grad"),
+    meta=_fa_grad_meta,
+    kernel=_fa_grad_kernel,
+)
+def npu_fusion_attention_grad(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    dy: torch.Tensor,
+    head_num: int,
+    input_layout: str,
+    *,
+    pse: Optional[torch.Tensor] = None,
+    padding_mask: Optional[torch.Tensor] = None,
+    atten_mask: Optional[torch.Tensor] = None,
+    softmax_max: Optional[torch.Tensor] = None,
+    softmax_sum: Optional[torch.Tensor] = None,
+    softmax_in: Optional[torch.Tensor] = None,
+    attention_in: Optional[torch.Tensor] = None,
+    scale_value: float = 1.0,
+    keep_prob: float = 1.0,
+    pre_tockens: int = NO_BAND,
+    next_tockens: int = NO_BAND,
+    inner_precise: int = 0,
+    seed: int = 0,
+    offset: int = 0,
+    numels: int = 0,
+    prefix: Optional[Sequence[int]] = None,
+    actual_seq_qlen: Optional[Sequence[int]] = None,
+    actual_seq_kvlen: Optional[Sequence[int]] = None,
+    sparse_mode: int = 0,
+    gen_mask_parallel: bool = True,
+    sync: bool = False,
+    softmax_layout: str = "",
+    sink: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashAttentionScoreGrad: the gradients ``(dq, dk, dv, dpse)`` of :func:`npu_fusion_attention` from
+    the output's gradient ``dy``, in the forward's layouts, masks and sparse modes. The probabilities are
+    recomputed from query and key, as the kernel does (``softmax_max`` / ``softmax_sum`` /
+    ``attention_in`` carry no information the recomputation lacks). ``dpse`` is empty: pse is not
+    modeled, as in the forward."""
+    require_tensors(query=query, key=key, value=value, dy=dy, atten_mask=atten_mask)
+    require_unused("npu_fusion_attention_grad", pse=pse, padding_mask=padding_mask, prefix=prefix, sink=sink)
+    require_int("head_num", head_num)
+    require_float("scale_value", scale_value)
+    if keep_prob != 1:
+        raise OpArgumentError(
+            f"keep_prob={keep_prob} is not implemented: dropout is random; only keep_prob=1 is modeled"
+        )
+
+
+def _fa_setup(ctx: object, inputs: tuple, output: tuple) -> None:
+    call = bind(npu_fusion_attention, *inputs)
+    ctx.save_for_backward(call.query, call.key, call.value, call.atten_mask, *output[:3])
+    ctx.call = call
+
+
+def _fa_backward(ctx: object, dy: torch.Tensor, *_unused: Any) -> tuple:
+    """op-plugin's formula: only attention_out's gradient flows back (the statistics are intermediates)."""
+    query, key, value, mask, out, softmax_max, softmax_sum = ctx.saved_tensors
+    call = ctx.call
+    dq, dk, dv, _ = torch.ops.npu.npu_fusion_attention_grad(
+        query, key, value, dy, call.head_num, call.input_layout, atten_mask=mask, softmax_max=softmax_max,
+        softmax_sum=softmax_sum, attention_in=out, scale_value=call.scale, pre_tockens=call.pre_tockens,
+        next_tockens=call.next_tockens, actual_seq_qlen=call.actual_seq_qlen, actual_seq_kvlen=call.actual_seq_kvlen,
+        sparse_mode=call.sparse_mode,
+    )
+    return (dq, dk, dv, *([None] * (len(vars(call)) - 3)))
 
 
 @npu_op(
     source=DOCS.format("npu_fusion_attention"),
     meta=_fa_meta,
     kernel=_fa_kernel,
+    derivative=Derivative(_fa_setup, _fa_backward),
 )
 def npu_fusion_attention(
     query: torch.Tensor,
@@ -1062,6 +1199,7 @@ def npu_fusion_attention(
 # ---------------------------------------------------------------------------------------------
 
 FIA_V2_LAYOUTS = (*FIA_LAYOUTS, "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "TND_NTD")
+FIA_V1 = frozenset(inspect.signature(npu_fused_infer_attention_score).parameters)  # what v2's keywords map onto
 FIA_V2_RENAMED = {
     "num_query_heads": "num_heads", "softmax_scale": "scale", "actual_seq_qlen": "actual_seq_lengths",
     "actual_seq_kvlen": "actual_seq_lengths_kv", "return_softmax_lse": "softmax_lse_flag",
@@ -1091,25 +1229,23 @@ class QuantScales:
     value: torch.Tensor
 
 
-def _quant_scales(query: torch.Tensor, head_dim: int, options: dict[str, Any]) -> Optional[QuantScales]:
-    """The scales of a fully quantised call, checked against the query; None for a float call."""
-    if options.get("query_quant_mode", 0) != PER_TOKEN_PER_HEAD:
-        return None
-    if options.get("key_quant_mode", 0) != 0 or options.get("value_quant_mode", 0) != 0:
+def _quant_scales(call: Arguments, head_dim: int) -> QuantScales:
+    """The scales of a fully quantised v2 call, checked against the query."""
+    if call.key_quant_mode != 0 or call.value_quant_mode != 0:
         raise OpArgumentError(
             "query_quant_mode=3 takes key_quant_mode=0 and value_quant_mode=0 (per-tensor key and value)")
-    if options.get("return_softmax_lse", False):
+    if call.return_softmax_lse:
         raise OpArgumentError(
             "return_softmax_lse is not supported with int8 query, key and value (the page's MLA limits)")
-    scales = {name: options.get(f"dequant_scale_{name}") for name in ("query", "key", "value")}
+    scales = {name: getattr(call, f"dequant_scale_{name}") for name in ("query", "key", "value")}
     for name, scale in scales.items():
         if scale is None:
             raise OpArgumentError(f"query_quant_mode=3 needs dequant_scale_{name} (float32)")
         require_dtype(f"dequant_scale_{name}", scale, (torch.float32,))
-    if scales["query"].numel() * head_dim != query.numel():
+    if scales["query"].numel() * head_dim != call.query.numel():
         raise OpArgumentError(
             f"dequant_scale_query has shape {list(scales['query'].shape)}; per token and head it has one value per "
-            f"query row of {head_dim}, {query.numel() // head_dim} values")
+            f"query row of {head_dim}, {call.query.numel() // head_dim} values")
     for name in ("key", "value"):
         if scales[name].numel() != 1:
             raise OpArgumentError(
@@ -1117,32 +1253,30 @@ def _quant_scales(query: torch.Tensor, head_dim: int, options: dict[str, Any]) -
     return QuantScales(**scales)
 
 
-def _as_v1(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-           options: dict[str, Any]) -> tuple[dict[str, Any], Optional[QuantScales]]:
-    """v2's keywords under the names the fused op's computation reads, and the quant scales if any."""
-    renamed = {FIA_V2_RENAMED.get(name, name): value_ for name, value_ in options.items()}
-    renamed["quantised"] = options.get("query_quant_mode", 0) == PER_TOKEN_PER_HEAD
-    if not renamed["quantised"]:
-        return renamed, None
-    head_dim = _fia_call(query, key, value, **renamed).geo.head_dim
-    return renamed, _quant_scales(query, head_dim, options)
+def _as_v1(call: Arguments) -> tuple[Arguments, Optional[QuantScales]]:
+    """A v2 call as the fused op's call (its keywords under v1's names), and the quant scales if any."""
+    renamed = {FIA_V2_RENAMED.get(item.name, item.name): getattr(call, item.name) for item in fields(call)}
+    v1 = bind(npu_fused_infer_attention_score, **{name: value for name, value in renamed.items() if name in FIA_V1})
+    if call.query_quant_mode != PER_TOKEN_PER_HEAD:
+        return v1, None
+    return v1, _quant_scales(call, _fia_call(v1, quantised=True).geo.head_dim)
 
 
-def _fia_v2_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[Out, Out]:
-    renamed, scales = _as_v1(query, key, value, options)
-    attention_out, lse = _fia_meta(query, key, value, **renamed)
-    return (Out(attention_out.shape, options["query_rope"].dtype) if scales else attention_out), lse
-
-
-def _fia_v2_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> tuple[
-    torch.Tensor, torch.Tensor
-]:
-    renamed, scales = _as_v1(query, key, value, options)
+def _fia_v2_meta(call: Arguments) -> tuple[Out, Out]:
+    v1, scales = _as_v1(call)
     if scales is None:
-        return _fia_kernel(query, key, value, **renamed)
-    call = _fia_call(query, key, value, **renamed)
-    out, stats = _run(call, query, key, value, options.get("atten_mask"), options.get("block_table"),
-                      options.get("query_rope"), options.get("key_rope"), scales)
+        return _fia_meta(v1)
+    geo = _fia_call(v1, quantised=True).geo
+    return Out(geo.out_shape(), call.query_rope.dtype), Out([0], torch.float32)
+
+
+def _fia_v2_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    v1, scales = _as_v1(call)
+    if scales is None:
+        return _fia_kernel(v1)
+    setup = _fia_call(v1, quantised=True)
+    out, stats = _run(setup, call.query, call.key, call.value, call.atten_mask, call.block_table, call.query_rope,
+                      call.key_rope, scales)
     return out, stats.sum.new_zeros(0)
 
 

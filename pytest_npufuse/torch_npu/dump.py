@@ -12,6 +12,7 @@ the file is ``tensor_<timestamp>`` in the working directory. TorchAir's aclgraph
 
 from __future__ import annotations
 
+import io
 import itertools
 import time
 from collections import defaultdict
@@ -21,6 +22,7 @@ from typing import Iterator, Optional
 import torch
 
 from ..errors import OpArgumentError, OpTypeError
+from ..files import write_bytes
 from .checks import require_tensor
 from .registry import Arguments, npu_op
 
@@ -34,6 +36,14 @@ def saved_path(save_path: Optional[str]) -> Path:
     """The file the next save to ``save_path`` writes (the count advances)."""
     path = Path(save_path) if save_path is not None else Path(f"tensor_{time.strftime('%Y%m%d%H%M%S')}.pt")
     return path.with_name(f"{path.stem}_device_{DEVICE}_{next(_COUNTS[path])}{path.suffix}")
+
+
+def save_file(value: object, path: Path, what: str) -> None:
+    """``torch.save`` of ``value`` to ``path`` through the file layer: the file appears whole (written
+    atomically), and a FIFO or device found at its path is refused instead of written to."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    write_bytes(path, buffer.getvalue(), what)
 
 
 def _check_path(save_path: Optional[str]) -> None:
@@ -50,9 +60,7 @@ def _meta(call: Arguments) -> tuple:
 
 
 def _kernel(call: Arguments) -> tuple:
-    path = saved_path(call.save_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(call.self.detach().clone(), path)
+    save_file(call.self.detach().clone(), saved_path(call.save_path), "save_npugraph_tensor file")
     return ()
 
 

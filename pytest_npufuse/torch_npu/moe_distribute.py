@@ -82,9 +82,9 @@ def _world(call: Arguments, x: torch.Tensor) -> _World:
     return _World(ep_world_size, ep_rank_id, local, rows, rows * min(local, k))
 
 
-def _check_common(group_ep: str, ep_world_size: int, ep_rank_id: int, moe_expert_num: int, tp_world_size: int,
-                  expert_shard_type: int, shared_expert_rank_num: int, global_bs: int) -> None:
-    """The scalar arguments both dispatch and combine (v1 and v2) take."""
+def _check_common(*, group_ep: str, ep_world_size: int, ep_rank_id: int, moe_expert_num: int, tp_world_size: int,
+                  expert_shard_type: int, shared_expert_rank_num: int, global_bs: int, **_: object) -> None:
+    """The scalar arguments both dispatch and combine (v1 and v2) take; a wrapper passes ``**locals()``."""
     if not isinstance(group_ep, str):
         raise OpTypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
     for name, value in (("ep_world_size", ep_world_size), ("ep_rank_id", ep_rank_id),
@@ -215,12 +215,16 @@ def _check_no_special_experts(zero_expert_num: int, copy_expert_num: int, const_
         require_choice(name, value, (0,), "zero/copy/constant experts are not modeled")
 
 
-def _check_dispatch_scalars(quant_mode: int, expert_token_nums_type: int, **common: Any) -> None:
-    _check_common(**common)
+def _check_dispatch(*, x: Any, expert_ids: Any, scales: Any, x_active_mask: Any, expert_scales: Any, quant_mode: int,
+                    expert_token_nums_type: int, **arguments: Any) -> None:
+    """The checks both dispatch interfaces make; a wrapper passes ``**locals()``."""
+    require_tensors(x=x, expert_ids=expert_ids, scales=scales, x_active_mask=x_active_mask, expert_scales=expert_scales)
+    _check_common(**arguments)
     require_int("quant_mode", quant_mode)
     require_choice("quant_mode", quant_mode, (NO_QUANT, DYNAMIC_QUANT), "0 none, 2 dynamic per-token int8")
     require_int("expert_token_nums_type", expert_token_nums_type)
-    require_choice("expert_token_nums_type", expert_token_nums_type, (TOKENS_CUMSUM, TOKENS_COUNT), "0 cumsum, 1 counts")
+    require_choice("expert_token_nums_type", expert_token_nums_type, (TOKENS_CUMSUM, TOKENS_COUNT),
+                   "0 cumsum, 1 counts")
 
 
 def _v1_idx_entries(pairs: int, recv_rows: int) -> int:
@@ -297,12 +301,7 @@ def npu_moe_distribute_dispatch(
     Refused: ranks dedicated to shared experts (``shared_expert_rank_num != 0``), TP-domain sends
     (``tp_world_size > 1``) and other quant modes.
     """
-    require_tensors(x=x, expert_ids=expert_ids, scales=scales, x_active_mask=x_active_mask,
-                    expert_scales=expert_scales)
-    _check_dispatch_scalars(quant_mode, expert_token_nums_type, group_ep=group_ep, ep_world_size=ep_world_size,
-                            ep_rank_id=ep_rank_id, moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
-                            expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
-                            global_bs=global_bs)
+    _check_dispatch(**locals())
 
 
 @npu_op(
@@ -349,12 +348,7 @@ def npu_moe_distribute_dispatch_v2(
     expert placement (``elastic_info``), ``performance_info``, zero/copy/constant experts and the
     ``y_dtype``/``x_dtype``/``scales_dtype`` overrides (FP8/MX outputs).
     """
-    require_tensors(x=x, expert_ids=expert_ids, scales=scales, x_active_mask=x_active_mask,
-                    expert_scales=expert_scales)
-    _check_dispatch_scalars(quant_mode, expert_token_nums_type, group_ep=group_ep, ep_world_size=ep_world_size,
-                            ep_rank_id=ep_rank_id, moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
-                            expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
-                            global_bs=global_bs)
+    _check_dispatch(**locals())
     require_unused("npu_moe_distribute_dispatch_v2", elastic_info=elastic_info, performance_info=performance_info,
                    y_dtype=y_dtype, x_dtype=x_dtype, scales_dtype=scales_dtype)
     _check_no_special_experts(zero_expert_num, copy_expert_num, const_expert_num)
@@ -431,8 +425,14 @@ _combine_v1_meta, _combine_v1_kernel = _combine_functions("expand_idx")
 _combine_v2_meta, _combine_v2_kernel = _combine_functions("assist_info_for_combine")
 
 
-def _check_combine_scalars(comm_quant_mode: int, **common: Any) -> None:
-    _check_common(**common)
+def _check_combine(*, expand_x: Any, expert_ids: Any, ep_send_counts: Any, expert_scales: Any, tp_send_counts: Any,
+                   x_active_mask: Any, shared_expert_x: Any, expand_scales: Any, comm_quant_mode: int,
+                   **arguments: Any) -> None:
+    """The checks both combine interfaces make; a wrapper passes ``**locals()``."""
+    require_tensors(expand_x=expand_x, expert_ids=expert_ids, ep_send_counts=ep_send_counts,
+                    expert_scales=expert_scales, tp_send_counts=tp_send_counts, x_active_mask=x_active_mask,
+                    shared_expert_x=shared_expert_x, expand_scales=expand_scales)
+    _check_common(**arguments)
     require_int("comm_quant_mode", comm_quant_mode)
     require_choice("comm_quant_mode", comm_quant_mode, (0,), "quantised communication is not modeled")
 
@@ -487,14 +487,8 @@ def npu_moe_distribute_combine(
     Refused: the int32-output dequant path (``activation_scale``, ``weight_scale``, ``group_list``) and
     quantised communication.
     """
-    require_tensors(expand_x=expand_x, expert_ids=expert_ids, expand_idx=expand_idx, ep_send_counts=ep_send_counts,
-                    expert_scales=expert_scales, tp_send_counts=tp_send_counts, x_active_mask=x_active_mask,
-                    shared_expert_x=shared_expert_x)
-    _check_combine_scalars(comm_quant_mode, group_ep=group_ep, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
-                           moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
-                           expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
-                           global_bs=global_bs)
-    require_tensors(expand_scales=expand_scales)
+    require_tensors(expand_idx=expand_idx)
+    _check_combine(**locals())
     require_unused("npu_moe_distribute_combine", activation_scale=activation_scale, weight_scale=weight_scale,
                    group_list=group_list)
     require_int("out_dtype", out_dtype)
@@ -546,14 +540,8 @@ def npu_moe_distribute_combine_v2(
     Source: torch_npu.npu_moe_distribute_combine_v2 (op-plugin API page; meta function). ``expand_scales``
     is accepted as in v1. Refused: elastic placement, ``ori_x`` and the constant/zero/copy experts.
     """
-    require_tensors(expand_x=expand_x, expert_ids=expert_ids, assist_info_for_combine=assist_info_for_combine,
-                    ep_send_counts=ep_send_counts, expert_scales=expert_scales, tp_send_counts=tp_send_counts,
-                    x_active_mask=x_active_mask, shared_expert_x=shared_expert_x)
-    _check_combine_scalars(comm_quant_mode, group_ep=group_ep, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
-                           moe_expert_num=moe_expert_num, tp_world_size=tp_world_size,
-                           expert_shard_type=expert_shard_type, shared_expert_rank_num=shared_expert_rank_num,
-                           global_bs=global_bs)
-    require_tensors(expand_scales=expand_scales)
+    require_tensors(assist_info_for_combine=assist_info_for_combine)
+    _check_combine(**locals())
     require_unused("npu_moe_distribute_combine_v2", elastic_info=elastic_info,
                    ori_x=ori_x, const_expert_alpha_1=const_expert_alpha_1, const_expert_alpha_2=const_expert_alpha_2,
                    const_expert_v=const_expert_v, performance_info=performance_info)

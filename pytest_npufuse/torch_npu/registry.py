@@ -1,8 +1,10 @@
 """The one place a torch_npu op is declared: schema, argument checks, CPU kernel, fake kernel, catalog entry.
 
 An op is the public wrapper decorated with :func:`npu_op`.  The wrapper carries torch_npu's exact Python
-signature, defaults and docstring, the one statement of the op's schema (:mod:`.schema` derives it); its body holds the checks that need no tensor metadata (argument types,
-scalar ranges).  The decorator adds the rest from two functions with the same signature:
+signature, defaults and docstring, the one statement of the op's arguments: the schema is derived from it
+(:mod:`.schema`), and each call is bound against it into one :class:`Arguments` record.  The wrapper's body
+holds the checks that need no tensor metadata (argument types, scalar ranges).  The decorator adds the
+rest from two functions of that record:
 
 * ``meta`` validates tensor metadata (shapes, dtypes) and returns the outputs as :class:`Out` specs;
 * ``kernel`` computes the outputs on CPU.
@@ -164,24 +166,6 @@ def _binder(checks: Callable[..., Any]) -> Callable[..., Arguments]:
     return make
 
 
-def _taking_record(fn: Callable[..., Any], checks: Callable[..., Any]) -> Callable[[Arguments], Any]:
-    """TRANSITIONAL, while op families move to the record: a meta function or kernel that takes the
-    wrapper's arguments as the dispatcher passes them (positional ones by position), called from the record."""
-    if list(inspect.signature(fn).parameters) == ["call"]:
-        return fn
-    parameters = inspect.signature(checks).parameters.values()
-    positional = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
-    keywords = [p.name for p in parameters if p.kind is p.KEYWORD_ONLY]
-    return lambda call: fn(*(getattr(call, n) for n in positional), **{n: getattr(call, n) for n in keywords})
-
-
-def arguments(op: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
-    """TRANSITIONAL (attention's old convention): every argument of a call of ``op``, by name."""
-    bound = inspect.signature(op).bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound.arguments
-
-
 def bind(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Arguments:
     """The record of a call of the declared op ``op`` (its public wrapper) with these arguments, e.g. to run
     one op's meta function on a call of another op that takes the same arguments under other names."""
@@ -204,15 +188,28 @@ def _registered_returns(
     return returns, single
 
 
+@dataclass(frozen=True)
+class Derivative:
+    """How autograd differentiates an op, as op-plugin's ``derivatives.yaml`` declares it for torch_npu:
+    ``setup_context(ctx, inputs, output)`` keeps what the backward needs (``inputs`` are the op's
+    arguments in schema order) and ``backward(ctx, *grads)`` returns one gradient per argument. The
+    backward calls the op's registered backward op (``torch.ops.npu.npu_rms_norm_backward``, ...), so a
+    backward graph AOTAutograd traces holds that one opaque node, the kernel msprof would show."""
+
+    setup_context: Callable[[Any, tuple, Any], None]
+    backward: Callable[..., Any]
+
+
 def npu_op(
     *,
     source: str,
-    meta: Callable[[Any], Outputs],
-    kernel: Callable[[Any], Any],
+    meta: Callable[[Arguments], Outputs],
+    kernel: Callable[[Arguments], Any],
     writes_back: Mapping[str, int] = MappingProxyType({}),
     schema_mutates: bool = False,
     self_name: Optional[str] = None,
     side_effect: bool = False,
+    derivative: Optional[Derivative] = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
 
@@ -234,7 +231,8 @@ def npu_op(
     the input copies of any in-place update.
     An op without outputs has meta and kernel return ``()`` and returns None; ``side_effect`` marks such
     an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it although nothing
-    reads its result.
+    reads its result. ``derivative`` makes the op differentiable (:class:`Derivative`); an op without
+    one has no gradient, as in torch_npu.
     """
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
@@ -243,29 +241,35 @@ def npu_op(
         op_type = f"{NAMESPACE}::{name}"
         if op_type not in _catalog_types():
             raise ProfileError(f"{op_type} is declared in {checks.__module__} but has no entry in data/ops.toml")
+        for role, function in (("meta function", meta), ("kernel", kernel)):
+            if len(inspect.signature(function).parameters) != 1:
+                raise TypeError(f"npufuse bug: the {role} of {op_type} takes one parameter, the call's Arguments")
         returns, single = _registered_returns(checks, writes_back, schema_mutates)
         schema = f"{format_arguments(checks, self_name=self_name)} -> {format_returns(returns, single)}"
         _LIB.define(f"{name}{schema}")
         returns_nothing = not returns
 
         make = _BINDERS[public_name] = _binder(checks)
-        meta_, kernel_ = _taking_record(meta, checks), _taking_record(kernel, checks)
 
         def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
             call = make(*args, **kwargs)
-            outputs = meta_(call)
-            result = kernel_(call)
+            outputs = meta(call)
+            result = kernel(call)
             _check_result(name, result, outputs)
             return None if returns_nothing else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
             checks(*args, **kwargs)
-            outputs = meta_(make(*args, **kwargs))
+            outputs = meta(make(*args, **kwargs))
             return None if returns_nothing else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
+        if derivative is not None:
+            torch.library.register_autograd(
+                op_type, derivative.backward, setup_context=derivative.setup_context, lib=_LIB
+            )
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
         if side_effect:
             torch.fx.node.has_side_effect(packet.default)

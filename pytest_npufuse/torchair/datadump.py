@@ -35,8 +35,9 @@ import torch.fx
 
 from ..errors import NotModeledError
 from ..execute.graph import Observer
+from ..files import ensure_directory
 from ..ir.program import Program
-from ..torch_npu.dump import saved_path
+from ..torch_npu.dump import save_file, saved_path
 
 if TYPE_CHECKING:
     from .configs.compiler_config import CompilerConfig
@@ -79,8 +80,7 @@ class DataDump:
     def _write(self, node: torch.fx.Node, inputs: Sequence[Any], value: Any, call: int) -> None:
         """Write the files of ``node`` (its tensor ``inputs`` and its result ``value``) for this call."""
         if node.name in self.aclgraph_nodes and isinstance(value, torch.Tensor):
-            path = saved_path(str(self.directory / f"{node.name}.pt"))
-            torch.save(value.detach().clone(), path)
+            save_file(value.detach().clone(), saved_path(str(self.directory / f"{node.name}.pt")), "data dump file")
         dumped = self.ge_ops.get(node.name)
         if dumped is not None:
             outputs = [v for v in (value if isinstance(value, (tuple, list)) else (value,)) if isinstance(v, torch.Tensor)]
@@ -88,9 +88,8 @@ class DataDump:
                 "input": [t.detach().clone() for t in inputs] if self.dump_inputs else [],
                 "output": [t.detach().clone() for t in outputs] if self.dump_outputs else [],
             }
-            folder = self.directory / str(call)
-            folder.mkdir(parents=True, exist_ok=True)
-            torch.save(record, folder / f"{dumped.name}.{int(time.time() * 1e6)}.pt")
+            path = self.directory / str(call) / f"{dumped.name}.{int(time.time() * 1e6)}.pt"
+            save_file(record, path, "data dump file")
 
 
 def _steps(text: str) -> frozenset[int] | None:
@@ -155,7 +154,7 @@ def plan_dump(
                 stacklevel=2,
             )
             return None
-        root.mkdir(parents=True, exist_ok=True)
+        ensure_directory(root, "dump_config.dump_path")
         return DataDump(root, aclgraph_nodes=_aclgraph_nodes(gm))
     if mode != GE_MODE:
         return None

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Mapping
 import torch.fx
 
 from ..errors import NotModeledError
+from ..files import ensure_directory, write_text
 from ..ir.program import Kernel, Program, TensorSpec
 
 if TYPE_CHECKING:
@@ -41,8 +42,7 @@ _GE_DTYPES = {
 
 def _file(path: str | None, stage: str, graph_id: int, suffix: str) -> Path:
     stamp = time.strftime("%Y%m%d%H%M%S") + f"{time.time_ns() // 1000 % 1_000_000:06d}"
-    folder = Path(path or ".")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = ensure_directory(Path(path or "."), "config.debug.graph_dump.path")
     return folder / f"dynamo_{stage}_graph_{graph_id}_rank_0_pid_{os.getpid()}_ts_{stamp}.{suffix}"
 
 
@@ -113,7 +113,7 @@ def write_graph_dump(
                 "setting: config.debug.graph_dump.type (TorchAir's own refusal, kept by pytest-npufuse)."
             )
         target = _file(path, "optimized", graph_id, "py")
-        target.write_text(gm.code)
+        write_text(target, gm.code, "graph dump")
         return target
     if kind == "py":
         raise NotModeledError(
@@ -121,5 +121,5 @@ def write_graph_dump(
             "pytest-npufuse does not build; 'txt' or 'pbtxt' write the modeled graph in GE's text form."
         )
     target = _file(path, "original", graph_id, kind)
-    target.write_text(graph_text(program, stream_of, f"graph_{graph_id}"))
+    write_text(target, graph_text(program, stream_of, f"graph_{graph_id}"), "graph dump")
     return target

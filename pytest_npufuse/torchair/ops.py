@@ -11,6 +11,7 @@ reachable, and one it does not provide is an error naming it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import torch
@@ -48,7 +49,7 @@ def npu_create_tagged_event(tag: str) -> TaggedEvent:
     """Create the event named ``tag``; a tag may be created once per test (per process in TorchAir)."""
     if not isinstance(tag, str) or not tag:
         raise ScopeError(f"npu_create_tagged_event(tag=...) takes a non-empty str, got {tag!r}.")
-    return EVENTS.create(tag)
+    return EVENTS.create(tag, at_module_level=sys._getframe(1).f_code.co_name == "<module>")
 
 
 def _tag(event: object, api: str) -> str:

@@ -8,11 +8,12 @@ and a real NPU by changing one import.
 
 from __future__ import annotations
 
+import warnings
 from types import TracebackType
 
 import torch
 
-from ..errors import OpTypeError, ScopeError
+from ..errors import OpTypeError, OptionsWarning, ScopeError
 from ..frontend import scopes, syncs
 
 __all__ = ["super_kernel", "npu_stream_switch", "limit_core_num", "npu_wait_tensor", "op_never_timeout", "data_dump"]
@@ -51,6 +52,13 @@ def super_kernel(scope: str | None, options: str = "") -> _Scope:
     if not isinstance(options, str):
         raise ScopeError(
             f"super_kernel({scope!r}, options=...) takes a str like 'stream-fusion=1:feed-sync-all=1', got {options!r}."
+        )
+    if scope is None and options.strip():
+        warnings.warn(
+            f"super_kernel(None, {options!r}): None turns SuperKernel off for the ops inside, so the options are "
+            "never read; drop them, or name a scope to apply them.",
+            OptionsWarning,
+            stacklevel=2,
         )
     return _Scope([scopes.SK_SCOPE, scopes.SK_OPTIONS], ["" if scope is None else scope, options])
 

@@ -102,6 +102,29 @@ def test_command_line_names_a_bad_factory(spec, capsys):
     assert "npufuse advise:" in capsys.readouterr().err
 
 
+def test_command_line_loads_a_file_named_like_a_module_without_shadowing_it(tmp_path, monkeypatch):
+    """``advise sub/torch.py:f``: the file is not registered as ``torch``, and its directory (with a
+    ``colorsys.py`` beside it) hides no installed module; its neighbours are still importable."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "torch.py").write_text(
+        "import torch\nimport colorsys\nfrom npufuse_neighbour import model\n\n\ndef f():\n"
+        "    return model(), (torch.ones(8, 8),)\n"
+    )
+    (sub / "npufuse_neighbour.py").write_text("def model():\n    return lambda a: (a @ a) @ a\n")
+    (sub / "colorsys.py").write_text("raise RuntimeError('the standard library colorsys was shadowed')\n")
+    real_torch = sys.modules["torch"]
+    out = io.StringIO()
+    assert main(["advise", f"{sub / 'torch.py'}:f"], out) == 0
+    assert sys.modules["torch"] is real_torch and "recommend" in out.getvalue()
+    loaded = [name for name, module in sys.modules.items() if getattr(module, "__file__", None) == str(sub / "torch.py")]
+    assert len(loaded) == 1 and loaded[0].startswith("npufuse_user_torch_")
+    for name in (*loaded, "npufuse_neighbour"):
+        sys.modules.pop(name, None)
+
+
 class Gated(torch.nn.Module):
     def __init__(self, is_prefill):
         super().__init__()

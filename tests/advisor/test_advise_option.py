@@ -53,7 +53,7 @@ def test_rewritten(npufuse):
     assert npufuse.check(Router(True), idx()).findings == ()
 ''')
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*npu_affinity: 1 known-slow op pattern(s)*one_hot+sum at models.py:*zeros + scatter_*"])
+    result.stdout.fnmatch_lines(["*npu_affinity: 1 known-slow op form(s)*one_hot+sum at models.py:*zeros + scatter_*"])
 
 
 def test_npu_affinity_counts_only_forms_that_cost_time_on_the_target(pytester):

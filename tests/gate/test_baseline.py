@@ -57,9 +57,10 @@ def test_results_round_trip_and_update_keeps_entries_not_run(tmp_path):
     gate = baseline.Gate.open(path, 0.0, True, model)
     change = gate.judge("t1", "a3", entry(3.0))
     assert change.status == baseline.REGRESSED and gate.failure(change) is None
-    updated = gate.updated([change])
+    updated = gate.save([change]).results
     assert updated is not None and updated.get("t1", "a3") == entry(3.0) and updated.get("t2", "a3") == entry(2.0)
-    assert baseline.Gate.open(path, 0.0, False, model).updated([change]) is None
+    assert baseline.load_baseline(path) == updated
+    assert baseline.Gate.open(path, 0.0, False, model).save([change]).results is None
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
@@ -90,7 +91,7 @@ def test_atomic_write_keeps_a_files_permissions_and_gives_a_new_one_the_usual_on
 
 
 def test_a_directory_is_refused_with_the_fix(tmp_path: Path):
-    with pytest.raises(baseline.BaselineError, match="is a directory; give the path of a JSON file"):
+    with pytest.raises(baseline.BaselineError, match="is a directory; give the path of a pytest-npufuse JSON file"):
         baseline.load_baseline(tmp_path)
 
 

@@ -205,7 +205,7 @@ def test_update_rewrites_run_entries_and_keeps_the_others(seed, run, pytester):
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "*base.json: corrupt JSON (*); fix or delete the file*The file was left untouched.*"),
+        ("{not json", "*base.json: corrupt JSON (*line 1 column 2 (byte 1)); fix or delete the file*the file was left untouched.*"),
         ('{"benchmarks": []}', '*base.json: not a pytest-npufuse baseline or run report (no "tool": "pytest-npufuse"*'),
         ('{"tool": "pytest-npufuse", "kind": "baseline", "schema_version": 99, "entries": {}}',
          "*base.json: schema_version 99, but this pytest-npufuse reads schema_version 1*"),
@@ -363,10 +363,12 @@ def test_compare_command_runs_as_a_module_and_rejects_bad_files(seed, pytester):
 
 
 def test_readme_benchmark_mirror_example_measures_modeled_time(outside_xdist, pytester):
-    """The README's benchmark test, with the model of its first example, times modeled device time."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    """The CI guide's benchmark test, with the model of the README's example, times modeled device time."""
+    root = Path(__file__).parents[2]
+    readme = (root / "README.md").read_text()
+    guide = (root / "docs" / "howto" / "gate-ci.md").read_text()
     model = readme.split("## A test", 1)[1].split("```python", 1)[1].split("```", 1)[0]
-    mirror = readme.split("## Use in CI", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    mirror = guide.split("## pytest-benchmark as a mirror", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     pytester.makepyfile(test_readme=model + mirror)
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "-k", "test_sp1_time", "--benchmark-json=bench.json", "--npufuse-json=run.json"

@@ -52,3 +52,18 @@ def test_argument_errors_are_package_errors_and_still_value_and_type_errors() ->
         torch_npu.npu_rms_norm(torch.ones(2, 4), torch.ones(4), epsilon="1e-6")
     assert isinstance(bad_value.value, ValueError) and isinstance(bad_value.value, NpufuseError)
     assert isinstance(bad_type.value, TypeError) and isinstance(bad_type.value, NpufuseError)
+
+
+def test_a_call_is_bound_once_into_one_record_with_the_wrappers_names_and_defaults() -> None:
+    from dataclasses import FrozenInstanceError
+
+    from pytest_npufuse.torch_npu.registry import bind
+
+    x, gamma = torch.ones(2, 4), torch.ones(4)
+    positional, by_keyword = bind(torch_npu.npu_rms_norm, x, gamma), bind(torch_npu.npu_rms_norm, gamma=gamma, x=x)
+    for call in (positional, by_keyword):
+        assert call.x is x and call.gamma is gamma and call.epsilon == 1e-6
+    keyword_only = bind(torch_npu.npu_fused_infer_attention_score, x, x, x, num_heads=2)
+    assert keyword_only.num_heads == 2 and keyword_only.input_layout == "BSH" and keyword_only.atten_mask is None
+    with pytest.raises(FrozenInstanceError):
+        positional.epsilon = 1e-5

@@ -29,9 +29,9 @@ def captures(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     build = backend.build_program
 
-    def counted(gm, catalog):
+    def counted(gm, catalog, *args, **kwargs):
         seen.append(gm.__class__.__name__)
-        return build(gm, catalog)
+        return build(gm, catalog, *args, **kwargs)
 
     monkeypatch.setattr(backend, "build_program", counted)
     return seen
@@ -178,3 +178,32 @@ def test_ir_planner_and_simulator_import_without_torch() -> None:
     done = subprocess.run([sys.executable, "-c", _BLOCK_TORCH], cwd=root, capture_output=True, text=True, env={"PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "imported without torch"
+
+
+class WritesIntoAliases(torch.nn.Module):
+    def forward(self, x, y):
+        x.add_(1)
+        return x * y
+
+
+def test_aliased_inputs_written_in_place_stay_aliased_in_the_copies_each_run_gets():
+    x = torch.ones(4, 4)
+    report = compare(WritesIntoAliases(), x, x)
+    assert report.bit_exact and torch.equal(x, torch.ones(4, 4))
+
+
+def test_a_recapture_caused_by_aliasing_is_named_as_aliasing():
+    from pytest_npufuse.errors import CaptureError
+    from pytest_npufuse.execute.graph import run_graph
+    from pytest_npufuse.target.catalog import load_catalog
+
+    torch._dynamo.reset()
+    captured = backend.Capture(WritesIntoAliases(), [torch.ones(4, 4), torch.ones(4, 4)], load_catalog())
+    graphs = captured._backend.graphs  # the recapture lands here; the run executes the newest graph
+
+    def execute(args):
+        return run_graph(graphs[-1].gm, graphs[-1].program, args, {})
+
+    same = torch.ones(4, 4)
+    with pytest.raises(CaptureError, match=r"captured again .*inputs 0 and 1 are aliases \(they share memory\), and Dynamo guards on aliasing"):
+        captured.run([same, same], execute)

@@ -201,3 +201,24 @@ def test_non_contiguous_uses_of_one_name_are_one_scope_in_several_segments():
     report = compare(Split(), *data())
     assert list(report.superkernels) == ["sp1"]
     assert (report.superkernels["sp1"].segments, report.superkernels["sp1"].breaks) == (2, ())
+
+
+def test_empty_option_entries_warn_once_as_cann_skips_them():
+    from pytest_npufuse.plan.options import parse_options
+
+    with pytest.warns(OptionsWarning, match=r"scope 'sp1': 4 empty option entries \(a doubled, leading or trailing ':'\)") as caught:
+        options = parse_options("sp1", "::feed-sync-all=1::")
+    assert len(caught) == 1 and dict(options.values) == {"feed-sync-all": "1"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert parse_options("sp1", "").values == {} and parse_options("sp1", "feed-sync-all=1").notes == ()
+
+
+def test_options_on_a_scope_that_turns_superkernel_off_warn_at_the_users_line():
+    with pytest.warns(OptionsWarning, match=r"super_kernel\(None, 'bogus=1'\): None turns SuperKernel off .* the options are never read") as caught:
+        torchair.scope.super_kernel(None, "bogus=1")
+    assert caught[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torchair.scope.super_kernel(None)
+        torchair.scope.super_kernel(None, "")

@@ -1,6 +1,7 @@
 """End-to-end runs of the plugin on temporary test files, through ``pytester``."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -426,7 +427,7 @@ def test_sp1(npufuse):
     )
     result.assert_outcomes(passed=1)
     (case_dir,) = (pytester.path / "traces").iterdir()
-    assert case_dir.name == "test_case.py_test_sp1"
+    assert re.fullmatch(r"test_case\.py_test_sp1-[0-9a-f]{10}", case_dir.name)
     assert sorted(p.name for p in (case_dir / "baseline").iterdir()) == [
         "kernel_details.csv", "module_statistic.csv", "op_statistic.csv", "trace_view.json",
     ]
@@ -552,6 +553,53 @@ def test_parametrized_tests_may_build_the_same_tagged_events(run):
     result.assert_outcomes(passed=4)
 
 
+MODULE_EVENT = """
+from pytest_npufuse import torchair as tng
+
+EVENT = tng.ops.npu_create_tagged_event("shared")
+
+
+class UsesModuleEvent(torch.nn.Module):
+    def forward(self, a, b):
+        x = a + b
+        tng.ops.npu_tagged_event_record(EVENT)
+        with tng.scope.npu_stream_switch("1"):
+            tng.ops.npu_tagged_event_wait(EVENT)
+            return x @ b
+
+
+def test_first(npufuse):
+    npufuse.check(UsesModuleEvent(), torch.ones(8, 8), torch.ones(8, 8), mode="reduce-overhead")
+
+
+def test_later(npufuse):
+    npufuse.check(UsesModuleEvent(), torch.ones(8, 8), torch.ones(8, 8), mode="reduce-overhead")
+
+
+def test_a_test_may_not_take_the_module_events_tag():
+    with pytest.raises(Exception, match="tagged event tag shared is already in use"):
+        tng.ops.npu_create_tagged_event("shared")
+"""
+
+
+def test_a_tagged_event_created_at_module_import_works_in_every_later_test(run):
+    run(MODULE_EVENT).assert_outcomes(passed=3)
+
+
+def test_a_conftest_listing_the_plugin_gets_a_warning_instead_of_pluggys_error(pytester):
+    pytester.makeconftest('pytest_plugins = ["pytest_npufuse.plugin"]\n')
+    pytester.makepyfile("def test_one(npu_target):\n    assert npu_target == 'a3'\n")
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*conftest.py lists 'pytest_npufuse.plugin' in pytest_plugins, but pytest-npufuse is already loaded*"])
+    assert "already registered" not in result.stdout.str() + result.stderr.str()
+
+
+def test_the_plugin_named_with_dash_p_loads_once(pytester):
+    pytester.makepyfile("def test_one(npu_target):\n    assert npu_target == 'a3'\n")
+    pytester.runpytest_subprocess("-p", "pytest_npufuse.plugin").assert_outcomes(passed=1)
+
+
 def test_duplicate_tag_within_one_test_is_an_error(run):
     result = run(STREAMS + "\n\ndef test_streams(npufuse):\n    Racy()\n    Racy()\n")
     result.assert_outcomes(failed=1)
@@ -578,3 +626,46 @@ def test_sp1(npufuse):
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*scope 'sp1' was broken by aten::add (Add at *models.py:*); expected breaks=[[]'aten::mul'[]].*"])
+
+
+def results_table(result) -> list[str]:
+    """The lines of the modeled-results section, without its title."""
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if "npufuse: modeled NPU results" in line)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
+    return [line for line in lines[start + 1 : end] if line]
+
+
+TABLE = '''
+@pytest.mark.parametrize("name", ["a_parameter_long_enough_to_push_the_case_column_well_past_the_usual_width"])
+def test_long(npufuse, name):
+    npufuse.check(Fused(), *inputs())
+    npufuse.check(Broken(), *inputs())
+
+
+def test_slowest(npufuse):
+    npufuse.check(Broken(), *inputs())
+    assert False, "fails after its check"
+'''
+
+
+def test_results_table_fits_120_columns_worst_first_with_totals_and_tells_two_checks_apart(run):
+    result = run(TABLE)
+    result.assert_outcomes(passed=1, failed=1)
+    table = results_table(result)
+    assert all(len(line) <= 120 for line in table)
+    assert table[0].split() == ["case", "target", "mode", "baseline", "us", "variant", "us", "speedup", "SK", "streams", "verdict"]
+    cases = [line.split()[0] for line in table[1:4]]
+    assert cases[0] == "test_case.py::test_slowest" and table[1].split()[-1] == "failed"
+    # The Broken check (speedup below 1) comes before the Fused one; both are shortened, the second marked.
+    assert "…" in cases[1] and cases[1].endswith("width]") and "] (check 2)  a3 " in table[2]
+    assert "…" in cases[2] and "(check" not in table[3]
+    assert cases[1].startswith("test_case.py::test_long[…")
+    speedups = [float(line.split()[-4].rstrip("x")) for line in table[2:4]]
+    assert speedups == sorted(speedups)
+    assert table[4].startswith("total: 3 check(s) (1 failed, 2 passed); baseline ") and "speedup" in table[4]
+
+    verbose = results_table(run(TABLE, "-v"))
+    assert verbose[0].split()[:3] == ["case", "target", "mode"] and "precision" in verbose[0] and "host us" in verbose[0]
+    assert any(line.startswith("test_case.py::test_long[a_parameter_long_enough_to_push_the_case_column_well")
+               for line in verbose)

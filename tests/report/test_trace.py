@@ -3,6 +3,8 @@
 import csv
 import io
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +12,9 @@ import torch
 from pytest_npufuse import NpufuseError, compare, torchair
 from pytest_npufuse.ir.events import Event
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
-from pytest_npufuse.report.trace import CSV_COLUMNS, HOST_PID, NPU_PID, kernel_details_csv, trace_json
+from pytest_npufuse.report.trace import (
+    CSV_COLUMNS, HOST_PID, NPU_PID, case_directory_name, kernel_details_csv, trace_json, write_case_traces,
+)
 from pytest_npufuse.simulate.host import HostConfig
 from pytest_npufuse.simulate.timeline import simulate
 from pytest_npufuse.target.profile import load_profile
@@ -91,10 +95,35 @@ def test_compare_writes_both_variants_and_names_the_directory(tmp_path):
                 return (a @ b) @ b
 
     report = compare(Chain(), torch.ones(64, 64), torch.ones(64, 64), trace_dir=tmp_path, case="tests/x.py::test_y[a3]")
-    assert report.trace_path == str(tmp_path / "tests_x.py_test_y_a3")
+    directory = Path(report.trace_path)
+    assert directory.parent == tmp_path and re.fullmatch(r"tests_x\.py_test_y_a3-[0-9a-f]{10}", directory.name)
     for variant in ("baseline", "variant"):
-        trace = json.loads((tmp_path / "tests_x.py_test_y_a3" / variant / "trace_view.json").read_text())
+        trace = json.loads((directory / variant / "trace_view.json").read_text())
         assert any(e["ph"] == "X" and e["cat"] == "kernel" for e in trace["traceEvents"])
+
+
+# Ids that one sanitising rule maps to the same text: punctuation, case, unicode (two normal forms of
+# one letter, a look-alike), length, and a hidden name.
+CLASHING_IDS = [
+    "a/b", "a b", "a_b", "a:b", "a-b", "A_b", "a_B", "café", "cafe\u0301", "cafe", "caf\u0435", "\u00e9",
+    ".", "..", "", "x" * 300, "x" * 301, "t::test[1]", "t::test[1 ]", "t::test_1_",
+]
+
+
+def test_case_directories_of_ids_differing_only_in_punctuation_case_or_unicode_never_collide():
+    names = [case_directory_name(case) for case in CLASHING_IDS]
+    assert len(set(names)) == len(names), names
+    assert len({name.lower() for name in names}) == len(names), "two names that a case-insensitive file system folds"
+    for name in names:
+        assert re.fullmatch(r"[A-Za-z0-9_.-]{1,111}", name) and not name.startswith(".")
+    assert case_directory_name("plain_name") == "plain_name"
+
+
+def test_traces_of_clashing_ids_land_in_their_own_directories(tmp_path):
+    report = compare(lambda a, b: a @ b, torch.ones(8, 8), torch.ones(8, 8))
+    roots = [write_case_traces(report, tmp_path, case) for case in ("a/b", "a b", "a_b")]
+    assert len(set(roots)) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(root.name for root in roots)
 
 
 def test_a_trace_directory_that_is_a_file_is_a_clear_error(tmp_path):

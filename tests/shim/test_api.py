@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
 import re
 import sys
 import warnings
@@ -513,9 +514,9 @@ def _seed_code(number: str) -> list[str]:
 
 
 @pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed documents are not on this machine")
-@pytest.mark.parametrize("number", ["000", "001"])
-def test_seed_scripts_are_the_seed_examples_token_for_token(number):
-    assert (ROOT / "cases" / "scripts" / f"seed{number}.py").read_text().split() == _seed_code(number)
+@pytest.mark.parametrize("number, script", [("000", "superkernel_example.py"), ("001", "multistream_example.py")])
+def test_example_scripts_are_the_feature_documents_examples_token_for_token(number, script):
+    assert (ROOT / "cases" / "scripts" / script).read_text().split() == _seed_code(number)
 
 
 def test_run_command_runs_a_script_and_summarises_the_modeled_run(tmp_path):
@@ -535,6 +536,32 @@ def test_run_command_runs_a_script_and_summarises_the_modeled_run(tmp_path):
     assert re.search(r"npufuse run: 1 graph\(s\) modeled on a3", text)
     assert re.search(r"graph 1: max-autotune, 2 kernels in 1 tasks on 1 stream\(s\); [\d.]+ us modeled", text)
     assert "SuperKernel scope 'sp1': fused (1 segment(s)" in text
+
+
+def test_run_command_models_a_script_whose_model_has_no_weights(tmp_path, capsys):
+    """A full-size layer built under init_empty_weights(): npu tensors stay on the meta device, the graph
+    is priced, its call returns meta tensors, and the summary says the numerics were not computed."""
+    script = tmp_path / "empty.py"
+    script.write_text(
+        "import torch, torchair, pytest_npufuse\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.w = torch.nn.Parameter(torch.randn(7168, 18432, dtype=torch.bfloat16), requires_grad=False)\n"
+        "    def forward(self, x):\n"
+        "        return torch.relu(x @ self.w)\n"
+        "with pytest_npufuse.init_empty_weights():\n"
+        "    model = M().to('npu')\n"
+        "    x = torch.ones(48, 7168, dtype=torch.bfloat16, device='npu')\n"
+        "m = torch.compile(model, backend=torchair.get_npu_backend(), dynamic=False)\n"
+        "out = m(x)\n"
+        "print('out', out.device, tuple(out.shape), x.device, model.w.to('npu').device)\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == 0
+    text = out.getvalue()
+    assert "out meta (48, 18432) meta meta" in capsys.readouterr().out
+    assert "numerics not computed (timing only: the model is on the meta device)" in text
 
 
 def test_run_command_reports_an_error_at_the_users_line(tmp_path):
@@ -613,11 +640,11 @@ def test_run_command_shows_an_api_check_at_the_users_line_and_the_scripts_own_er
     assert "the script says no" not in out.getvalue()  # Python's traceback on stderr, not a one-line report
 
 
-def test_run_command_runs_seed001_unchanged():
+def test_run_command_runs_the_multistream_example_unchanged():
     out = io.StringIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        assert main(["run", str(ROOT / "cases" / "scripts" / "seed001.py"), "--npu-target=a3"], out) == 0
+        assert main(["run", str(ROOT / "cases" / "scripts" / "multistream_example.py"), "--npu-target=a3"], out) == 0
     text = out.getvalue()
     assert "graph 1: reduce-overhead, 7 kernels in 7 tasks on 3 stream(s)" in text and "race" not in text
 
@@ -669,3 +696,49 @@ def test_plugin_refuses_a_bad_shim_setting(pytester):
     pytester.makeini("[pytest]\nnpufuse_shim_modules = maybe\n")
     result = pytester.runpytest()
     result.stderr.fnmatch_lines(["*npufuse_shim_modules = 'maybe': use one of auto, true, false*"])
+
+
+@pytest.mark.parametrize(
+    ("ending", "status", "stderr"),
+    [("sys.exit('bad input: x.csv')", 1, "bad input: x.csv\n"), ("sys.exit(3)", 3, ""), ("sys.exit()", 0, ""),
+     ("sys.exit(None)", 0, ""), ("raise SystemExit(['a', 1])", 1, "['a', 1]\n")],
+)
+def test_run_command_forwards_a_scripts_exit_message_and_code_as_python_does(tmp_path, capsys, ending, status, stderr):
+    script = tmp_path / "exits.py"
+    script.write_text(f"import sys\nprint('before')\n{ending}\n")
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == status
+    captured = capsys.readouterr()
+    assert captured.err == stderr and captured.out == "before\n"
+
+
+SPAWNING = """
+import multiprocessing as mp
+import os
+
+
+def child(queue):
+    import torchair
+    queue.put((torchair.__name__, os.environ.get("NPUFUSE_CHILD_TARGET")))
+
+
+if __name__ == "__main__":
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    print("child:", queue.get(timeout=120))
+    process.join()
+    import sys
+    sys.exit(process.exitcode)
+"""
+
+
+def test_run_command_gives_spawned_children_the_shim_and_the_target(tmp_path, capfd):
+    script = tmp_path / "spawns.py"
+    script.write_text(SPAWNING)
+    out = io.StringIO()
+    assert main(["run", str(script), "--npu-target=a2"], out) == 0
+    assert "child: ('pytest_npufuse.torchair', 'a2')" in capfd.readouterr().out
+    assert "processes the script starts get the shim too" in out.getvalue()
+    assert "NPUFUSE_CHILD_TARGET" not in os.environ and str(tmp_path) not in os.environ.get("PYTHONPATH", "")

@@ -18,7 +18,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from pytest_npufuse import torch_npu, torchair
-from pytest_npufuse.errors import ConfigError, NotModeledError, ScopeError
+from pytest_npufuse.errors import ConfigError, NotModeledError, ScopeError, ScopeIgnoredWarning
 from pytest_npufuse.pipeline.backend import end_run, start_run
 from pytest_npufuse.target.profile import load_profile
 
@@ -422,9 +422,13 @@ def test_graph_dump_of_a_dynamic_shape_graph_lists_its_size_inputs(shim, tmp_pat
 
 
 def test_graph_dump_types_a_mode_cannot_write_are_refused(shim, tmp_path):
-    (dump,) = _graph_dump("py", "npugraph_ex", tmp_path)
+    """The aclgraph modes ignore the model's super_kernel scope, and say so."""
+    with pytest.warns(ScopeIgnoredWarning, match="ignored in npugraph_ex mode"):
+        (dump,) = _graph_dump("py", "npugraph_ex", tmp_path)
     assert dump.name.startswith("dynamo_optimized_graph_") and "torch.ops.aten.mm.default" in dump.read_text()
-    with pytest.raises(Exception, match="Graph dump for aclGraph only support 'py' type, but got: pbtxt"):
-        _graph_dump("pbtxt", "reduce-overhead", tmp_path)
+    with pytest.warns(ScopeIgnoredWarning, match="ignored in reduce-overhead mode"):
+        with pytest.warns(DeprecationWarning, match='"reduce-overhead" mode configuration will be deprecated'):
+            with pytest.raises(Exception, match="Graph dump for aclGraph only support 'py' type, but got: pbtxt"):
+                _graph_dump("pbtxt", "reduce-overhead", tmp_path)
     with pytest.raises(Exception, match="graph_dump.type = 'py' dumps the Python that builds TorchAir's GE graph"):
         _graph_dump("py", "max-autotune", tmp_path)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_npufuse.advisor import repeat
-from pytest_npufuse.advisor.advice import capture_program
+from pytest_npufuse.frontend import repeat
+from pytest_npufuse.frontend.repeat import capture_program
 from pytest_npufuse.frontend.backend import Capture
 from pytest_npufuse.target.catalog import load_catalog
 
@@ -50,13 +50,13 @@ def test_extrapolated_program_equals_the_full_capture(build):
 def test_extrapolation_is_what_the_advisor_captures(monkeypatch):
     model, inputs = Decoder(layers=LAYERS), decode_inputs()
     layer_counts = []
-    real = repeat.first_layers
+    real = repeat.short_stack
 
     def counted(stack, count):
         layer_counts.append(count)
         return real(stack, count)
 
-    monkeypatch.setattr(repeat, "first_layers", counted)
+    monkeypatch.setattr(repeat, "short_stack", counted)
     program = capture_program(model, *inputs)
     assert layer_counts == list(repeat.SHORT)
     assert len(model.layers) == LAYERS  # the model has all its layers back
@@ -116,3 +116,19 @@ def test_layers_holding_different_functions_are_captured_whole():
     for i, layer in enumerate(model.layers):
         layer.act = torch.tanh if i == LAYERS - 1 else torch.relu
     assert repeat.layer_stack(model) is None
+
+
+def test_layers_before_the_run_are_kept_and_the_run_extrapolated():
+    """DeepSeek-V3's shape: a few dense layers, then a long run of MoE layers (here wider ones first)."""
+    model, inputs = _Stack([16] * 3 + [8] * LAYERS), (torch.ones(2, 8),)
+    stack = repeat.layer_stack(model)
+    assert (stack.start, stack.layers, stack.size) == (3, LAYERS, 3 + LAYERS)
+    assert stack.kinds() == (tuple(range(3)), tuple(range(3, 3 + LAYERS)))
+    _same(repeat.repeated_program(model, inputs, _full), _full(model, inputs))
+
+
+def test_layers_after_the_run_are_kept_and_the_run_extrapolated():
+    model, inputs = _Stack([8] * LAYERS + [16] * 2), (torch.ones(2, 8),)
+    stack = repeat.layer_stack(model)
+    assert (stack.start, stack.layers) == (0, LAYERS)
+    _same(repeat.repeated_program(model, inputs, _full), _full(model, inputs))

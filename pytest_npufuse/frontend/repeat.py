@@ -1,24 +1,28 @@
 """Capture of a model whose decoder layers repeat: two short captures instead of one long one.
 
 Dynamo and AOT trace every op of every layer, so one capture of a 61-layer decode step costs tens of
-seconds although its layers are the same code on the same shapes. When the layer stack is provably
-repeated, the advisor captures the model with only its first 2 and first 3 layers and extrapolates the
-N-layer program from the two. What has to hold, or the full capture is taken instead:
+seconds although its layers are the same code on the same shapes. When the layer stack holds a long
+run of provably identical layers, the model is captured with only 2 and only 3 layers of that run (the
+layers before and after the run kept, e.g. DeepSeek-V3's 3 dense layers before its 58 MoE layers) and
+the full program is extrapolated from the two. Every entry point that only needs the program
+(``capture``, ``advise``, and the timing of ``compare`` when numerics are not computed on every layer)
+captures this way. What has to hold, or the full capture is taken instead:
 
-- the model holds an ``nn.ModuleList``/``nn.Sequential`` of at least :data:`MIN_LAYERS` layers of one
-  class with the same parameter and buffer names, shapes and dtypes, the same plain attributes (an int
-  attribute may also be the layer's own index, as ``layer_idx`` is in the public LLaMA code) and no hooks;
+- the model holds an ``nn.ModuleList``/``nn.Sequential`` with a run of at least :data:`MIN_LAYERS`
+  consecutive layers of one class with the same parameter and buffer names, shapes and dtypes, the same
+  plain attributes (an int attribute may also be the layer's own index in the container, as ``layer_idx``
+  is in the public LLaMA code) and no hooks;
 - both short captures succeed (a forward that indexes layers by a configured count fails and falls back);
-- the captured programs are one prefix, one period per layer and one suffix: the kernels of layer ``j``
-  (by their ``nn_module_stack`` path ``<stack>.<j>``) start one fixed period after those of layer
-  ``j - 1``, and 3 layers have exactly one period more than 2;
+- the captured programs are one prefix, one period per layer of the run and one suffix: the kernels of
+  run layer ``j`` (by their ``nn_module_stack`` path ``<stack>.<index>``) start one fixed period after
+  those of layer ``j - 1``, and 3 run layers have exactly one period more than 2;
 - everything the two captures record is the same up to the numbers in it (kernel and buffer names,
   indices, module paths, sync positions), which are affine in the layer index ``j`` and the layer
   count ``N``: FX and GE number names by counters, so layer ``j`` of ``N`` is layer 1 of 3 moved by
-  ``j - 1`` periods and ``N - 3`` extra layers. The first layer is taken as captured (the first use of an
-  op name carries no counter) and so are the prefix and suffix, moved by the extra layers.
+  ``j - 1`` periods and ``N - 3`` extra layers. The first run layer is taken as captured (the first use
+  of an op name carries no counter) and so are the prefix and suffix, moved by the extra layers.
 
-The result equals the full capture field by field (tests/advisor/test_repeat.py compares them).
+The result equals the full capture field by field (tests/frontend/test_repeat.py compares them).
 """
 
 from __future__ import annotations
@@ -34,53 +38,103 @@ import torch
 
 from ..ir.events import Event
 from ..ir.program import Annotations, Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec
+from ..target.catalog import OpCatalog, load_catalog
+from .backend import Capture
 
 MIN_LAYERS = 6
 """Below this a full capture traces no more layers than the two short ones (2 + 3) together."""
 
 SHORT = (2, 3)
-"""The layer counts of the two short captures."""
+"""The run lengths of the two short captures."""
 
 Capturer = Callable[[Any, Sequence[Any]], Program]
 
 
 @dataclass(frozen=True)
 class Stack:
-    """The repeated layers: ``parent.<attr>`` is the container; ``path`` its module path in kernels."""
+    """The repeated layers: ``parent.<attr>`` is the container, ``path`` its module path in kernels;
+    ``layers`` identical layers start at index ``start`` of its ``size`` layers."""
 
     parent: torch.nn.Module
     attr: str
     path: str
     layers: int
+    start: int = 0
+    size: int = 0
+
+    @property
+    def container(self) -> Sequence[torch.nn.Module]:
+        return getattr(self.parent, self.attr)
+
+    def kinds(self) -> tuple[tuple[int, ...], ...]:
+        """The container's layers grouped by kind (provably identical layers), each group its indices."""
+        return layer_kinds(list(self.container))
 
 
 def layer_stack(model: Any) -> Stack | None:
-    """The model's longest container of provably identical layers (None when there is none worth it)."""
-    if not isinstance(model, torch.nn.Module):
-        return None
+    """The model's longest run of provably identical layers in one container (None when none is worth it)."""
     best: Stack | None = None
-    for path, module in model.named_modules():
-        if not path or not isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
-            continue
-        if len(module) < MIN_LAYERS or (best is not None and len(module) <= best.layers):
-            continue
-        if _identical(list(module)):
-            parent_path, _, attr = path.rpartition(".")
-            best = Stack(model.get_submodule(parent_path), attr, path, len(module))
+    for stack in _containers(model):
+        if stack.layers >= MIN_LAYERS and (best is None or stack.layers > best.layers):
+            best = stack
     return best
 
 
-def _identical(layers: Sequence[torch.nn.Module]) -> bool:
-    """Same class, parameters, buffers, submodules and plain attributes; no hooks anywhere."""
+def layer_container(model: Any) -> Stack | None:
+    """The model's container of the most layers (at least :data:`MIN_LAYERS`), with its longest run: the
+    decoder stack, whether or not its layers repeat."""
+    best: Stack | None = None
+    for stack in _containers(model):
+        if best is None or stack.size > best.size:
+            best = stack
+    return best
+
+
+def _containers(model: Any) -> Iterator[Stack]:
+    """Every ``ModuleList``/``Sequential`` of at least :data:`MIN_LAYERS` layers, with its longest run."""
+    if not isinstance(model, torch.nn.Module):
+        return
+    for path, module in model.named_modules():
+        if path and isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)) and len(module) >= MIN_LAYERS:
+            start, length = _longest_run(list(module))
+            parent_path, _, attr = path.rpartition(".")
+            yield Stack(model.get_submodule(parent_path), attr, path, length, start, len(module))
+
+
+def _longest_run(layers: Sequence[torch.nn.Module]) -> tuple[int, int]:
+    """(start, length) of the longest run of consecutive identical layers (the first of equal ones)."""
     shapes = [_shape_of(layer) for layer in layers]
-    if any(shape is None or shape != shapes[0] for shape in shapes):
-        return False
     numbers = [_int_attributes(layer) for layer in layers]
-    for key in numbers[0]:
-        values = [attributes[key] for attributes in numbers]
-        if len(set(values)) > 1 and values != list(range(len(layers))):
+    best, start = (0, 0), 0
+    for end in range(1, len(layers) + 1):
+        if end == len(layers) or shapes[end] is None or shapes[end] != shapes[start] or not _same_ints(numbers, start, end):
+            if shapes[start] is not None and end - start > best[1]:
+                best = (start, end - start)
+            start = end
+    return best
+
+
+def _same_ints(numbers: Sequence[dict[str, int]], start: int, end: int) -> bool:
+    """Whether layer ``end`` continues the run from ``start``: each int attribute keeps the run's value,
+    or is each layer's own index in the container."""
+    for key, value in numbers[start].items():
+        other = numbers[end].get(key)
+        if other == value and all(numbers[i].get(key) == value for i in range(start + 1, end)):
+            continue
+        if not all(numbers[i].get(key) == i for i in range(start, end + 1)):
             return False
-    return True
+    return numbers[end].keys() == numbers[start].keys()
+
+
+def layer_kinds(layers: Sequence[torch.nn.Module]) -> tuple[tuple[int, ...], ...]:
+    """Indices of ``layers`` grouped by kind, in order of first appearance: two layers are of one kind when
+    they are the same code on the same parameter shapes (:func:`_shape_of`; a layer with hooks is a kind
+    of its own)."""
+    kinds: dict[Any, list[int]] = {}
+    for index, layer in enumerate(layers):
+        shape = _shape_of(layer)
+        kinds.setdefault(("hooked", index) if shape is None else shape, []).append(index)
+    return tuple(tuple(kind) for kind in kinds.values())
 
 
 def _shape_of(layer: torch.nn.Module) -> tuple[Any, ...] | None:
@@ -120,10 +174,24 @@ def _plain(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def first_layers(stack: Stack, count: int) -> Iterator[None]:
-    """The model with only its first ``count`` layers, restored afterwards whatever happens."""
-    full = getattr(stack.parent, stack.attr)
-    setattr(stack.parent, stack.attr, full[:count])
+def short_stack(stack: Stack, count: int) -> Iterator[None]:
+    """The model with only ``count`` layers of its run (the layers around the run kept), restored
+    afterwards whatever happens."""
+    full = stack.container
+    end = stack.start + stack.layers
+    setattr(stack.parent, stack.attr, full[: stack.start + count] + full[end:] if end < len(full) else full[: stack.start + count])
+    try:
+        yield
+    finally:
+        setattr(stack.parent, stack.attr, full)
+
+
+@contextlib.contextmanager
+def only_layers(stack: Stack, indices: Sequence[int]) -> Iterator[None]:
+    """The model with only the container's layers at ``indices``, in order, restored afterwards."""
+    full = stack.container
+    setattr(stack.parent, stack.attr, type(full)(*[full[i] for i in indices]) if isinstance(full, torch.nn.Sequential)
+            else torch.nn.ModuleList([full[i] for i in indices]))
     try:
         yield
     finally:
@@ -131,33 +199,49 @@ def first_layers(stack: Stack, count: int) -> Iterator[None]:
 
 
 def repeated_program(model: Any, inputs: Sequence[Any], capture: Capturer) -> Program | None:
-    """The program of ``model`` extrapolated from captures of its first 2 and 3 layers, or None when
-    its layers are not provably repeated (then the caller captures it whole)."""
+    """The program of ``model`` extrapolated from captures with 2 and 3 layers of its run, or None
+    when its layers are not provably repeated (then the caller captures it whole)."""
     stack = layer_stack(model)
     if stack is None:
         return None
     short = []
     for count in SHORT:
-        with first_layers(stack, count):
+        with short_stack(stack, count):
             try:
                 short.append(capture(model, inputs))
             except Exception:  # noqa: BLE001 - any failure of a short capture means: capture the model whole
                 return None
-    return extrapolate(short[0], short[1], stack.path, stack.layers)
+    return extrapolate(short[0], short[1], stack.path, stack.layers, stack.start)
+
+
+def capture_program(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
+    """The program of ``model`` on ``inputs``, captured once (one Dynamo + AOT trace, no numerics). A model
+    with a long run of provably identical layers is captured with 2 and 3 layers of the run and the
+    rest extrapolated: the same program, a fraction of the tracing."""
+    catalog = catalog or load_catalog()
+
+    def capture(model: Callable[..., Any], inputs: Sequence[Any]) -> Program:
+        torch._dynamo.reset()
+        return Capture(model, inputs, catalog).graph.program
+
+    return repeated_program(model, inputs, capture) or capture(model, inputs)
 
 
 # -- extrapolation -------------------------------------------------------------------------------------
 
 PREFIX, SUFFIX = -1, 1 << 30  # segment labels around the layer blocks 0..N-1
-_PROGRAM_FIELDS = ("kernels", "buffers", "inputs", "outputs", "syncs", "stream_scopes")
+_PROGRAM_FIELDS = ("kernels", "buffers", "inputs", "outputs", "syncs", "stream_scopes", "phase")
 
 
-def extrapolate(two: Program, three: Program, path: str, layers: int) -> Program | None:
-    """The ``layers``-layer program from the 2- and 3-layer ones, or None when they are not one prefix,
-    one period per layer and one suffix with affine numbers (see the module docstring)."""
+def extrapolate(two: Program, three: Program, path: str, layers: int, first: int = 0) -> Program | None:
+    """The program with ``layers`` run layers from the ones with 2 and 3, or None when they are not one
+    prefix, one period per layer and one suffix with affine numbers (see the module docstring); the
+    run starts at index ``first`` of the container at ``path``."""
     if tuple(f.name for f in fields(Program)) != _PROGRAM_FIELDS:
         return None  # a Program field this module does not rebuild: never drop it silently
-    cut2, cut3 = _Cut.of(two, path, 2), _Cut.of(three, path, 3)
+    if two.phase != three.phase:
+        return None
+    cut2, cut3 = _Cut.of(two, path, 2, first), _Cut.of(three, path, 3, first)
     if cut2 is None or cut3 is None or cut2.start != cut3.start or cut2.period != cut3.period:
         return None
     built: dict[str, list[Any]] = {}
@@ -171,7 +255,7 @@ def extrapolate(two: Program, three: Program, path: str, layers: int) -> Program
     buffers = [*built["input_buffers"], *built["buffers"]]
     program = Program(
         tuple(built["kernels"]), MappingProxyType({b.name: b for b in buffers}), tuple(built["inputs"]),
-        outputs, tuple(built["syncs"]), tuple(built["stream_scopes"]),
+        outputs, tuple(built["syncs"]), tuple(built["stream_scopes"]), three.phase,
     )
     consistent = (
         [k.index for k in program.kernels] == list(range(len(program.kernels)))
@@ -191,23 +275,26 @@ class _Cut:
     input_buffers: int
 
     @classmethod
-    def of(cls, program: Program, path: str, layers: int) -> _Cut | None:
+    def of(cls, program: Program, path: str, layers: int, first: int = 0) -> _Cut | None:
+        """The cut of ``program`` whose run holds ``layers`` layers from index ``first`` of the container;
+        layers before the run belong to the prefix, layers after it to the suffix."""
         pattern = re.compile(re.escape(path) + r"\.(\d+)")
         firsts: dict[int, int] = {}
         owner: list[int | None] = []
         for kernel in program.kernels:
-            layer = next((int(m.group(1)) for f in kernel.modules if (m := pattern.fullmatch(f.path))), None)
+            index = next((int(m.group(1)) for f in kernel.modules if (m := pattern.fullmatch(f.path))), None)
+            layer = None if index is None else (PREFIX if index < first else SUFFIX if index >= first + layers else index - first)
             owner.append(layer)
             if layer is not None:
                 firsts.setdefault(layer, kernel.index)
-        if sorted(firsts) != list(range(layers)):
+        if sorted(set(firsts) - {PREFIX, SUFFIX}) != list(range(layers)):
             return None
         inputs = [name for name in program.inputs if name in program.buffers]
         if list(program.buffers)[:len(inputs)] != inputs:
             return None  # graph inputs are not the first buffers: the program could not be put back in order
         start, period = firsts[0], firsts[1] - firsts[0]
         cut = cls(program, start, period, layers, len(inputs))
-        if any(firsts[j] != start + j * period for j in firsts):
+        if any(firsts[j] != start + j * period for j in range(layers)):
             return None
         if any(layer is not None and cut.label(i) != layer for i, layer in enumerate(owner)):
             return None

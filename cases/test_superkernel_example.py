@@ -1,4 +1,4 @@
-"""Seed 000 (图内标定SuperKernel范围): quant matmul + dequant-swiglu-quant fused as SuperKernel ``sp1``.
+"""TorchAir's SuperKernel example (图内标定SuperKernel范围): quant matmul + dequant-swiglu-quant fused as ``sp1``.
 
 The feature document compiles the same two ops once without a scope (``ModelOrigin``) and once inside
 ``super_kernel("sp1", "")`` (``ModelSuperKernel``), with m=864, k=7168, n=4096, and requires every

@@ -1,0 +1,137 @@
+"""Numerics on a sample of layers: bit-exactness of a deep model checked on the layers that stand for it.
+
+A decoder stack repeats a few kinds of layer (DeepSeek-V3: 3 dense, then 58 MoE). Whether a scope or a
+second stream changes the numbers is a property of a layer's code, so checking the first layer, the
+last one and the first of each kind not yet among them covers every kind at its real size without
+computing (or holding) them all. Each sampled layer is captured and computed on its own: the model with
+that one layer in its stack (everything around the stack kept: embedding, final norm, head), its
+BASELINE and its VARIANT with racy reads poisoned, every output compared bit for bit. A layer of a
+timing-only model gets seeded weights (:mod:`.seeded`), one layer at a time, so the memory a sample
+needs is that of the largest sampled layer, not of the model.
+
+The layers are those of the model's decoder stack (its longest ``ModuleList``, repeated or not); a
+model without one is computed whole, in the same way (seeded weights where it has none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from ..frontend.backend import Capture
+from ..frontend.repeat import Stack, layer_container, only_layers
+from ..ir.program import Program
+from ..numerics.compare import compare_outputs
+from ..report.findings import Mismatch
+from ..target.catalog import OpCatalog
+from .graph import Execution, cone_run, run_graph, writes_inputs
+from .seeded import seeded_like
+
+# The racy reads of a program's VARIANT plan: what the chain's sanitizer run found for it.
+StaleReads = Callable[[Program], Mapping[str, frozenset[str]]]
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """The computed layers (module paths), every output compared, the first difference of each that
+    differs, and the kernels the numerics computed."""
+
+    layers: tuple[str, ...]
+    outputs: tuple[str, ...]
+    mismatches: tuple[Mismatch, ...]
+    kernels_executed: int
+    weights: str
+
+
+def sampled_layers(stack: Stack) -> tuple[int, ...]:
+    """The first layer, the last, and the first of each kind neither of them is: e.g. (0, 60) for
+    DeepSeek-V3, whose layer 0 is dense and layer 60 MoE."""
+    size = len(stack.container)
+    picked = {0, size - 1}
+    for kind in stack.kinds():
+        if not picked & set(kind):
+            picked.add(kind[0])
+    return tuple(sorted(picked))
+
+
+def sample_numerics(
+    model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, stale_reads: StaleReads
+) -> Sampled:
+    """Compute and compare the sampled layers of ``model`` (or the whole model when it has no repeated
+    stack), each on its own capture."""
+    stack = layer_container(model)
+    runs: list[tuple[str, _Run]] = []
+    if stack is None:
+        runs.append(("model", _run_layer(model, inputs, catalog, stale_reads, seed=0)))
+    else:
+        for index in sampled_layers(stack):
+            with only_layers(stack, [index]):
+                runs.append((f"{stack.path}.{index}", _run_layer(model, inputs, catalog, stale_reads, seed=index + 1)))
+    names = tuple(f"{layer}:{name}" for layer, run in runs for name in run.names)
+    mismatches = tuple(m for layer, run in runs for m in compare_outputs([f"{layer}:{n}" for n in run.names], run.baseline, run.variant))
+    seeded = any(run.seeded for _, run in runs)
+    return Sampled(tuple(layer for layer, _ in runs), names, mismatches, sum(run.kernels for _, run in runs),
+                   "seeded" if seeded else "model")
+
+
+@dataclass(frozen=True)
+class _Run:
+    names: tuple[str, ...]
+    baseline: list[Any]
+    variant: list[Any]
+    kernels: int
+    seeded: bool
+
+
+def _run_layer(
+    model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, stale_reads: StaleReads, seed: int
+) -> _Run:
+    """One capture of ``model`` as it stands (one sampled layer in its stack), computed twice: BASELINE
+    and the VARIANT's racy cone, on the real tensors it has and seeded ones for its meta tensors."""
+    torch._dynamo.reset()
+    captured = Capture(model, inputs, catalog)
+    gm, program = captured.graph.gm, captured.graph.program
+    stale = stale_reads(program)
+    cone, keep = cone_run(gm, stale, program)
+    copies = writes_inputs(gm)
+    seeded: list[bool] = []
+
+    def execute(args: list[Any]) -> _Both:
+        real = [_value(arg, position, seed, captured.real_inputs, seeded) for position, arg in enumerate(args)]
+        on_meta = captured.weightless
+        base = run_graph(gm, program, [_copy(a) for a in real] if copies else real, {}, keep=keep, traced_on_meta=on_meta)
+        if not cone:
+            return _Both(base.outputs, base)
+        return _Both(base.outputs, base, run_graph(gm, program, real, stale, only=cone, given=base.kept, traced_on_meta=on_meta))
+
+    _, both = captured.run(captured.inputs, execute)
+    variant = both.variant or both.baseline
+    kernels = both.baseline.kernels_run + (both.variant.kernels_run if both.variant else 0)
+    return _Run(tuple(f"output[{i}]" for i in range(len(both.outputs))), both.outputs, variant.outputs, kernels, any(seeded))
+
+
+@dataclass(frozen=True)
+class _Both:
+    """What one call of the sampled graph computed: the BASELINE run (whose flat ``outputs`` the capture
+    hands back to the model's code) and the VARIANT's cone run, if it has a cone."""
+
+    outputs: list[Any]
+    baseline: Execution
+    variant: Execution | None = None
+
+
+def _value(arg: Any, position: int, seed: int, real_inputs: Mapping[int, Any], seeded: list[bool]) -> Any:
+    """A graph argument's value: the real tensor a meta copy stands for, seeded values for a meta tensor
+    that stands for none (a weight of a timing-only model), the argument itself otherwise."""
+    if not isinstance(arg, torch.Tensor) or not arg.is_meta:
+        return arg
+    if id(arg) in real_inputs:
+        return real_inputs[id(arg)]
+    seeded.append(True)
+    return seeded_like(arg, seed * 1_000_003 + position)
+
+
+def _copy(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value

@@ -1,0 +1,164 @@
+"""Timing-only models (weights on the meta device): the same modeled report as with weights, numerics
+not computed or computed on a sample of layers, and clear errors where a model needs values."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_npufuse import advise, compare, init_empty_weights
+from pytest_npufuse.errors import ArgumentError, CaptureError
+from pytest_npufuse.execute.sample import sampled_layers
+from pytest_npufuse.execute.seeded import seeded_like
+from pytest_npufuse.frontend.repeat import layer_container
+from pytest_npufuse.vocabulary import NumericsStatus
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "cases"))
+from decoder_layers import Decoder, decode_inputs  # noqa: E402
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, width) / 4)
+        self.v = torch.nn.Parameter(torch.randn(width, 16) / 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(x @ self.w) @ self.v
+
+
+class _Stack(torch.nn.Module):
+    """Two wide layers, then a run of narrow ones: DeepSeek-V3's dense-then-MoE shape, in small."""
+
+    def __init__(self, wide: int = 2, narrow: int = 6) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Layer(64) for _ in range(wide)] + [_Layer(32) for _ in range(narrow)])
+        self.norm = torch.nn.Parameter(torch.ones(16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x * self.norm
+
+
+def _empty(build):
+    with init_empty_weights():
+        return build()
+
+
+def test_init_empty_weights_allocates_nothing():
+    model = _empty(lambda: _Stack())
+    assert all(p.is_meta for p in model.parameters())
+    assert torch.empty(3).device.type == "cpu"  # the block is closed again
+
+
+def test_a_meta_model_gets_the_report_of_the_model_with_weights():
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    real = compare(_Stack(), x)
+    empty = compare(_empty(_Stack), x)
+    assert real.numerics.status is NumericsStatus.COMPUTED
+    assert empty.numerics.status is NumericsStatus.NOT_COMPUTED
+    assert (empty.baseline.time_us, empty.variant.time_us) == (real.baseline.time_us, real.variant.time_us)
+    assert [k.name for k in empty.variant.kernels] == [k.name for k in real.variant.kernels]
+    assert "numerics not computed (timing only)" in empty.summary()
+    assert empty.kernels_executed == 0
+
+
+def test_meta_inputs_and_multistream_layers_are_priced_in_full():
+    model, inputs = Decoder(layers=6, shared_stream="shared"), decode_inputs()
+    real = compare(model, *inputs)
+    empty = compare(_empty(lambda: Decoder(layers=6, shared_stream="shared")), *[x.to("meta") for x in inputs])
+    assert empty.variant.time_us == real.variant.time_us
+    assert empty.streams == real.streams and empty.races == real.races
+    assert any(line.startswith("routing: uniform") for line in empty.numerics.stand_ins)
+
+
+def test_sampled_numerics_compute_the_first_last_and_one_layer_per_kind():
+    model = _empty(lambda: _Stack(wide=2, narrow=6))
+    stack = layer_container(model)
+    assert sampled_layers(stack) == (0, 7)  # layer 0 is wide, layer 7 narrow: both kinds covered
+    report = compare(model, torch.randn(4, 16), numerics="sample")
+    assert report.numerics.status is NumericsStatus.SAMPLED
+    assert report.numerics.layers == ("layers.0", "layers.7") and report.numerics.weights == "seeded"
+    assert report.outputs == ("layers.0:output[0]", "layers.7:output[0]")
+    assert report.bit_exact and report.kernels_executed > 0
+    assert all(p.is_meta for p in model.parameters())  # the seeded weights were never put in the model
+    assert len(model.layers) == 8
+
+
+def test_a_kind_between_first_and_last_is_sampled_too():
+    model = _empty(lambda: _Stack(wide=0, narrow=6))
+    model.layers.insert(3, _Layer(64))
+    assert sampled_layers(layer_container(model)) == (0, 3, 6)
+
+
+def test_a_sample_of_a_model_with_weights_uses_them():
+    report = compare(_Stack(), torch.randn(4, 16), numerics="sample")
+    assert report.numerics.weights == "model" and report.bit_exact
+
+
+def test_seeded_values_are_deterministic_and_fill_any_size():
+    meta = torch.empty(3, 70_001, dtype=torch.bfloat16, device="meta")
+    a, b = seeded_like(meta, 5), seeded_like(meta, 5)
+    assert torch.equal(a, b) and not torch.equal(a, seeded_like(meta, 6))
+    assert a.shape == meta.shape and a.dtype == torch.bfloat16 and torch.isfinite(a.float()).all()
+    weights = seeded_like(torch.empty(4, 100, dtype=torch.int8, device="meta"), 1)
+    assert weights.min() >= -127 and weights.max() <= 127 and weights.abs().sum() > 0
+    assert not seeded_like(torch.empty(5, dtype=torch.int64, device="meta"), 1).any()
+
+
+def test_advise_takes_a_meta_model():
+    advice = advise(_empty(lambda: Decoder(layers=6)), *decode_inputs())
+    assert advice.candidates and advice.reference_us > 0
+
+
+class _Branching(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x @ self.w
+        if y.sum() > 0:
+            return y * 2
+        return y
+
+
+def test_a_meta_model_that_branches_on_a_value_names_the_line_and_the_fix():
+    with pytest.raises(CaptureError) as error:
+        compare(_empty(_Branching), torch.randn(4, 16))
+    message = str(error.value)
+    assert "timing-only" in message and "test_timing_only.py:" in message and "torch.where" in message
+    assert "Traceback" not in message
+
+
+class _CpuTensorInForward(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w + torch.ones(16, device="cpu")
+
+
+def test_a_meta_model_mixing_devices_says_where_and_how_to_fix():
+    with pytest.raises(CaptureError, match=r"mixes a meta tensor.*init_empty_weights\(\)"):
+        compare(_empty(_CpuTensorInForward), torch.randn(4, 16))
+
+
+def test_numerics_choices_are_checked():
+    with pytest.raises(ArgumentError, match="numerics='all' needs weights"):
+        compare(_empty(_Stack), torch.randn(4, 16), numerics="all")
+    with pytest.raises(ArgumentError, match="'all', 'sample', 'none'"):
+        compare(_Stack(), torch.randn(4, 16), numerics="some")
+    with pytest.raises(ArgumentError, match="no reference= model"):
+        compare(_Stack(), torch.randn(4, 16), numerics="sample", reference=_Stack())
+
+
+def test_a_model_with_weights_can_be_timed_without_numerics():
+    report = compare(_Stack(), torch.randn(4, 16), numerics="none")
+    assert report.numerics.status is NumericsStatus.NOT_COMPUTED and report.kernels_executed == 0
