@@ -200,7 +200,9 @@ def _table(
         for cells in reader:
             if not any(cell.strip() for cell in cells):
                 continue
-            if len(cells) < len(header):
+            while len(cells) > len(header) and not cells[-1].strip():
+                cells = cells[:-1]  # a separator at the end of the row
+            if len(cells) != len(header):
                 raise CalibrationError(
                     f"{path} line {reader.line_num}: has {len(cells)} fields where the header has {len(header)} "
                     f"(separated by {delimiter!r}); a field holding the separator must be quoted. {_FIX_SENTENCE}."
@@ -281,3 +283,27 @@ def _shapes(path: Path, line: int, value: str) -> tuple[Shape, ...] | None:
                 "profiler output."
             ) from None
     return tuple(shapes)
+
+
+def disagreements(profile: MeasuredProfile) -> list[str]:
+    """Where op_statistic.csv and kernel_details.csv disagree on an op type's call count or summed time
+    (more than 1%): msprof writes both from one run, so a disagreement means files of two runs (or a file
+    cut short); the kernels of kernel_details.csv are what is fitted."""
+    counts: dict[str, int] = {}
+    totals: dict[str, float] = {}
+    for kernel in profile.kernels:
+        counts[kernel.op_type] = counts.get(kernel.op_type, 0) + 1
+        totals[kernel.op_type] = totals.get(kernel.op_type, 0.0) + kernel.duration_us
+    stated: dict[str, tuple[int, int, float]] = {}
+    for row in profile.statistics:
+        line, count, total = stated.get(row.op_type, (row.line, 0, 0.0))
+        stated[row.op_type] = (line, count + row.count, total + row.total_us)
+    notes = []
+    for op_type, (line, count, total) in stated.items():
+        seen, summed = counts.get(op_type, 0), totals.get(op_type, 0.0)
+        if count != seen or abs(total - summed) > 0.01 * max(total, summed):
+            notes.append(
+                f"{STATISTIC_FILE} line {line}: {op_type} has Count {count}, Total Time {total:g} us, but "
+                f"{KERNEL_FILE} has {seen} kernel(s), {summed:g} us; are the two files of one run?"
+            )
+    return notes

@@ -88,6 +88,18 @@ def _sections(calibration: Calibration) -> Iterable[tuple[str, list[str]]]:
 TARGETS_TABLE = ("tool", "npufuse", "targets")
 
 
+def check_target_name(name: str) -> None:
+    """A calibrated target's name is a bare TOML key and not a built-in target's (a table named ``a3``
+    would change the built-in a3 for every run of the project)."""
+    if name in BUILTIN_TARGETS:
+        raise ProfileError(
+            f"--name {name}: is a built-in target, and a table of that name would change it for every run of this "
+            "project; choose another name (e.g. the model and SKU: llama-910b3)."
+        )
+    if not _NAME.fullmatch(name):
+        raise ProfileError(f"--name {name!r}: use letters, digits, '-' and '_' only (a bare TOML key).")
+
+
 def write_target(calibration: Calibration, pyproject: Path, source: str, *, force: bool = False) -> bool:
     """Write the calibrated target into ``pyproject`` as ``[tool.npufuse.targets.NAME]``, atomically and
     under the file's lock, every other byte of the file kept; an existing table of that name is replaced

@@ -205,10 +205,15 @@ def advise(args: argparse.Namespace, out: TextIO) -> int:
 def calibrate(args: argparse.Namespace, out: TextIO) -> int:
     """Fit a target to an msprof profile of the model FACTORY returns and write it into pyproject.toml."""
     from ..calibrate import calibrate as fit_target, match, read_profile, write_target
+    from ..calibrate.msprof import disagreements
+    from ..calibrate.table import check_target_name
     from ..pipeline.chain import capture
 
     try:
+        check_target_name(args.name)
         profile = read_profile(args.profile)
+        for note in disagreements(profile):
+            print(f"npufuse calibrate: note: {note}", file=out)
         model, inputs = _model_and_inputs(args.factory)
         program = capture(model, *inputs, catalog=_user_config().catalog())
         matching = match(profile, program, args.factory)

@@ -357,17 +357,20 @@ def _builtin_data(target: str) -> dict[str, Any]:
 def builtin_data(target: str) -> dict[str, Any]:
     """The tables of a built-in target (its SKU file over the architecture file), to read a constant's
     value or lay a fit over it; an unknown name is an error listing the built-in targets."""
+    _check_builtin(target)
+    return _builtin_data(target)
+
+
+def _check_builtin(target: str) -> None:
     if target not in BUILTIN_TARGETS:
         raise ProfileError(f"unknown built-in target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}.")
-    return _builtin_data(target)
 
 
 def builtin_profile_text(target: str) -> str:
     """The complete TOML text of a built-in target, with its source comments: the architecture file then
     the SKU's (they share no table). Copy it to start a profile file of your own; an alias's text names
     its SKU."""
-    if target not in BUILTIN_TARGETS:
-        raise ProfileError(f"unknown built-in target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}.")
+    _check_builtin(target)
     return (DATA_DIR / ARCHITECTURE_FILE).read_text() + "\n" + _sku_path(target).read_text()
 
 
