@@ -69,6 +69,13 @@ class Calibration:
     kernels: tuple[KernelFit, ...]
     matching: Matching
 
+    def at_bound(self, section: str, key: str) -> bool:
+        """Whether the fit moved the constant as far as it may: the profile shows something the model
+        lacks, and the op types' corrections carry the rest."""
+        estimate = next(e for e in KERNEL_ESTIMATES if e.name == (section, key))
+        value = self.moved[(section, key)][1]
+        return value in (round4(estimate.low), round4(estimate.high))
+
     def overrides(self) -> dict[str, dict[str, float]]:
         """The calibrated target's tables over its base: moved constants and corrections."""
         found = tables({name: new for name, (_, new) in self.moved.items()})

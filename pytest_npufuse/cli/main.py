@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
@@ -234,8 +235,11 @@ def _print_calibration(result: Any, out: TextIO) -> None:
 
     matching = result.matching
     total = len(matching.matched) + len(matching.unmatched)
+    missing = Counter(kernel.info.kernel_type for kernel in matching.unmeasured)
+    listed = ", ".join(f"{op} x{count}" for op, count in sorted(missing.items()))
     print(f"npufuse calibrate ({result.base} -> {result.name}): {len(matching.matched)} of {total} profiled kernels "
-          f"matched; {len(matching.unmeasured)} kernel(s) of the model not in the profile", file=out)
+          f"matched; {len(matching.unmeasured)} kernel(s) of the model not in the profile"
+          + (f" ({listed})" if listed else ""), file=out)
     if matching.unmatched:
         print(f"not matched ({len(matching.unmatched)}), left out of the fit:", file=out)
         for item in matching.unmatched[:_LISTED]:
@@ -243,7 +247,8 @@ def _print_calibration(result: Any, out: TextIO) -> None:
         if len(matching.unmatched) > _LISTED:
             print(f"  ... and {len(matching.unmatched) - _LISTED} more", file=out)
     for (section, key), (old, new) in sorted(result.moved.items()):
-        print(f"  [{section}] {key}: {old:g} -> {new:g}", file=out)
+        bound = " (at the fit's bound)" if result.at_bound(section, key) else ""
+        print(f"  [{section}] {key}: {old:g} -> {new:g}{bound}", file=out)
     for op, (factor, count) in sorted(result.corrections.items()):
         print(f"  [corrections] {op}: x{factor:g} ({count} kernel(s))", file=out)
     for line in aligned(error_rows(result.kernels)):
