@@ -1,7 +1,7 @@
 """Matching a profile's kernels to the captured model's: by op type, launch order and input shapes.
 
-Each profiled step (``Step Id``; the whole file when it has none) is aligned with the model's device
-kernels in launch order as two sequences of (op type, input shapes) keys, by the longest matching blocks
+Each profiled step (``Step Id``; the whole file when it has none, as many runs of the model as its
+length holds) is aligned with the model's device kernels in launch order as two sequences of (op type, input shapes) keys, by the longest matching blocks
 (:class:`difflib.SequenceMatcher`, deterministic). A profiled kernel is matched only to a model kernel
 of the same op type and the same input shapes at the aligned position; anything else is listed as
 unmatched with the reason (another op type there, other shapes, no kernel left in the model), never
@@ -76,14 +76,15 @@ def match(profile: MeasuredProfile, program: Program, model: str) -> Matching:
     measured: set[int] = set()
     for step in _steps(profile.kernels):
         step_keys = [(p.op_type, p.shapes if with_shapes else None) for p in step]
-        blocks = difflib.SequenceMatcher(None, model_keys, step_keys, autojunk=False).get_opcodes()
+        runs = max(1, round(len(step) / len(kernels)))  # iterations profiled back to back without a Step Id
+        blocks = difflib.SequenceMatcher(None, model_keys * runs, step_keys, autojunk=False).get_opcodes()
         for tag, m0, m1, p0, p1 in blocks:
             if tag == "equal":
-                matched += [Matched(p, kernels[m]) for p, m in zip(step[p0:p1], range(m0, m1))]
-                measured.update(range(m0, m1))
+                matched += [Matched(p, kernels[m % len(kernels)]) for p, m in zip(step[p0:p1], range(m0, m1))]
+                measured.update(m % len(kernels) for m in range(m0, m1))
                 continue
             for offset, profiled in enumerate(step[p0:p1]):
-                there = kernels[m0 + offset] if m0 + offset < m1 else None
+                there = kernels[(m0 + offset) % len(kernels)] if m0 + offset < m1 else None
                 unmatched.append(Unmatched(profiled, _reason(profiled, there)))
     result = Matching(tuple(matched), tuple(unmatched), tuple(k for i, k in enumerate(kernels) if i not in measured))
     _check_same_model(result, profile, model)
@@ -102,7 +103,10 @@ def _reason(profiled: ProfiledKernel, there: Kernel | None) -> str:
     if there is None:
         return "the model launches no kernel at this position (the profile has a kernel more here)"
     if there.info.kernel_type != profiled.op_type:
-        return f"the model's kernel at this position is {_describe(there)}"
+        same = profiled.shapes is not None and profiled.shapes == shapes_of(there)
+        hint = (f"; if it is the same op, give its catalog entry kernel_type = \"{profiled.op_type}\" in "
+                "[tool.npufuse.ops]") if same else ""
+        return f"the model's kernel at this position is {_describe(there)}{hint}"
     return f"the model's {profiled.op_type} at this position has other input shapes: {_describe(there)}"
 
 

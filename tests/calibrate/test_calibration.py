@@ -77,6 +77,26 @@ def test_without_an_input_shapes_column_type_and_order_decide():
     assert len(found.matched) == len(prog.kernels)
 
 
+def test_iterations_profiled_back_to_back_without_a_step_id_each_match():
+    prog = program()
+    times = kernel_times(prog, on("910b3"))
+    once = profiled(prog, times, step="").kernels
+    found = match(MeasuredProfile("profile", once * 3), prog, "model.py:factory")
+    assert len(found.matched) == 3 * len(prog.kernels) and found.unmatched == ()
+
+
+def test_another_name_for_a_kernel_of_the_same_shapes_says_how_to_name_it():
+    prog = program()
+    times = kernel_times(prog, on("910b3"))
+    kernels = [k if k.op_type != "MatMulV3" else ProfiledKernel(k.line, k.step, k.name, "MatMulV2", k.core,
+                                                                  k.duration_us, k.shapes)
+               for k in profiled(prog, times).kernels]
+    found = match(MeasuredProfile("profile", tuple(kernels)), prog, "model.py:factory")  # the RmsNorms match
+    assert len(found.unmatched) == len(SHAPES)
+    assert all('give its catalog entry kernel_type = "MatMulV2" in [tool.npufuse.ops]' in u.reason
+               for u in found.unmatched)
+
+
 def test_a_kernel_the_model_lacks_is_listed_with_what_the_model_has_there():
     prog = program()
     times = kernel_times(prog, on("910b3"))
