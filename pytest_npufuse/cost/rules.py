@@ -393,7 +393,7 @@ def ring_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
 
 
 def matmul_all_reduce_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
-    """MatmulAllReduce (MC2): the matmul's roofline on its cores and a ring AllReduce of its output over
+    """MatmulAllReduce (MC2): the matmul's Cube time on its cores (as ``matmul``) and a ring AllReduce of its output over
     ``ranks`` dies (two passes, as ``all_reduce``). The API page says the fused op pipelines computation
     and communication, so the body is the longer of the two (estimate: pipeline fill not counted)."""
     message = sum(spec.nbytes for spec in kernel.output_specs)
