@@ -100,6 +100,16 @@ def check_target_name(name: str) -> None:
         raise ProfileError(f"--name {name!r}: use letters, digits, '-' and '_' only (a bare TOML key).")
 
 
+def check_destination(pyproject: Path, name: str, *, force: bool = False) -> None:
+    """Refuse, before any capture or fit, what :func:`write_target` would refuse: a bad name, a
+    ``pyproject`` that is not a regular file or not valid TOML, and a table ``name`` already there
+    (without ``force``) or written in a form the edit cannot replace."""
+    check_target_name(name)
+    if present(pyproject, PROFILE_FILE):
+        parts = (*TARGETS_TABLE, name)
+        with_table(read_text(pyproject, PROFILE_FILE), parts, f"[{'.'.join(parts)}]\n", pyproject, replace=force)
+
+
 def write_target(calibration: Calibration, pyproject: Path, source: str, *, force: bool = False) -> bool:
     """Write the calibrated target into ``pyproject`` as ``[tool.npufuse.targets.NAME]``, atomically and
     under the file's lock, every other byte of the file kept; an existing table of that name is replaced

@@ -207,11 +207,11 @@ def calibrate(args: argparse.Namespace, out: TextIO) -> int:
     """Fit a target to an msprof profile of the model FACTORY returns and write it into pyproject.toml."""
     from ..calibrate import calibrate as fit_target, match, read_profile, write_target
     from ..calibrate.msprof import disagreements
-    from ..calibrate.table import check_target_name
+    from ..calibrate.table import check_destination
     from ..pipeline.chain import capture
 
     try:
-        check_target_name(args.name)
+        check_destination(args.pyproject, args.name, force=args.force)
         profile = read_profile(args.profile)
         for note in disagreements(profile):
             print(f"npufuse calibrate: note: {note}", file=out)

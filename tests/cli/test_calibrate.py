@@ -118,7 +118,22 @@ def test_hostile_profiles_exit_2_with_the_line_and_the_fix(tmp_path, capsys, edi
     assert not (tmp_path / "pyproject.toml").exists()
 
 
-def test_a_built_in_name_is_refused(tmp_path, capsys):
-    status, _ = calibrate(str(DATA), MODEL, "--name", "a3", "--npu-target", "910b3", "--pyproject",
-                          str(tmp_path / "pyproject.toml"))
-    assert status == 2 and "--name a3: is a built-in target" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("name", "pyproject", "message"),
+    [
+        ("a3", "", "--name a3: is a built-in target"),
+        ("my target", "", "--name 'my target': use letters, digits"),
+        ("old", USER, "already has [tool.npufuse.targets.old]; choose another name, or pass --force"),
+        ("new", "[tool.npufuse\n", "not valid TOML"),
+    ],
+    ids=["built-in", "not-a-key", "exists", "broken-pyproject"],
+)
+def test_a_destination_that_would_be_refused_is_refused_before_the_capture(tmp_path, capsys, monkeypatch, name,
+                                                                          pyproject, message):
+    monkeypatch.setattr("pytest_npufuse.pipeline.chain.capture", lambda *a, **k: pytest.fail("captured"))
+    path = tmp_path / "pyproject.toml"
+    if pyproject:
+        path.write_text(pyproject)
+    status, _ = calibrate(str(DATA), MODEL, "--name", name, "--npu-target", "910b3", "--pyproject", str(path))
+    assert status == 2 and message in capsys.readouterr().err
+    assert path.read_text() == pyproject if pyproject else not path.exists()
