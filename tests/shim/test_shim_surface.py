@@ -418,7 +418,9 @@ def test_graph_dump_of_a_dynamic_shape_graph_lists_its_size_inputs(shim, tmp_pat
     (dump,) = tmp_path.iterdir()
     data = [op for op in dump.read_text().split("op {")[1:] if 'type: "Data"' in op]
     assert dump.suffix == ".txt" and len(data) > 2  # the symbolic sizes, then x and y
-    assert sum("output_desc" in op for op in data) == 2  # only the tensors have a desc
+    # The symbolic sizes are int64 Data ops fed from the host (TorchAir's sym inputs), then x and y.
+    assert ["DT_INT64" in op for op in data] == [True] * (len(data) - 2) + [False, False]
+    assert all("DT_FLOAT" in op for op in data[-2:])
 
 
 def test_graph_dump_types_a_mode_cannot_write_are_refused(shim, tmp_path):
