@@ -29,7 +29,7 @@ from ..gate import comparison_formats as formats
 from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
 from ..gate.merge import merge_documents
-from ..target.profile import DEFAULT_TARGET, TARGET_HELP
+from ..target.profile import BUILTIN_TARGETS, DEFAULT_TARGET, TARGET_HELP
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -347,8 +347,8 @@ def parser() -> argparse.ArgumentParser:
                      "model and inputs that were profiled")
     cal.add_argument("--name", required=True, help="the new target's name, for --npu-target=NAME afterwards")
     cal.add_argument("--npu-target", default=DEFAULT_TARGET, metavar="TARGET",
-                     help=f"the built-in target the profile was measured on, which the fit starts from (default "
-                     f"{DEFAULT_TARGET}): " + TARGET_HELP.split(" or a profile")[0])
+                     help=f"the built-in target the profile was measured on, which the fit starts from: one of "
+                     f"{', '.join(BUILTIN_TARGETS)} (default {DEFAULT_TARGET})")
     cal.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), metavar="FILE",
                      help="the file to write the target into (default pyproject.toml, created if missing)")
     cal.add_argument("--force", action="store_true", help="replace an existing [tool.npufuse.targets.NAME] table")
