@@ -8,8 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npufuse import compare
-from pytest_npufuse.ir.program import Buffer, Program, TensorSpec
+from pytest_npufuse.gate.baseline import Entry
+from pytest_npufuse.ir.program import NO_ANNOTATIONS, Buffer, Kernel, Program, TensorSpec
+from pytest_npufuse.pytest.recorder import check_row
 from pytest_npufuse.report.memory import live_peak
+from pytest_npufuse.simulate.version import ModelIdentity
+from pytest_npufuse.target.catalog import load_catalog
+from pytest_npufuse.target.profile import load_profile
 
 
 def spec(nbytes):
@@ -17,9 +22,6 @@ def spec(nbytes):
 
 
 def test_live_peak_counts_each_storage_from_its_writer_to_its_last_reader():
-    from pytest_npufuse.ir.program import NO_ANNOTATIONS, Kernel
-    from pytest_npufuse.target.catalog import load_catalog
-
     info = load_catalog().lookup("aten::add")
     buffers = {"x": Buffer("x", spec(100), None), "a": Buffer("a", spec(10), "k0"), "b": Buffer("b", spec(20), "k1"),
                "c": Buffer("c", spec(40), "k2")}
@@ -50,21 +52,17 @@ def test_a_step_reports_its_memory():
     assert memory.to_json()["peak"] == memory.peak and memory.to_json()["peak_phase"] in memory.live
 
 
-def test_the_json_record_of_a_training_check_carries_its_memory(pytester):
-    pytester.makepyfile(test_step='''
-import torch
-import torch.nn.functional as F
 
-
-def test_step(npufuse):
+def test_the_check_record_carries_the_memory_of_a_training_step_only():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
-    npufuse.check(model, x, loss=lambda out: F.cross_entropy(out, y))
-''')
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--npufuse-json=run.json")
-    result.assert_outcomes(passed=1)
-    (record,) = json.loads((pytester.path / "run.json").read_text())["tests"]["test_step.py::test_step"]["npufuse"]
-    memory = record["memory"]
+    identity = ModelIdentity.of([load_profile("a3")], load_catalog()).for_target("a3")
+
+    def record(report):
+        return json.loads(json.dumps(check_row("case", report, Entry.of(report, identity), None)))
+
+    memory = record(compare(model, x, loss=lambda out: F.cross_entropy(out, y), target="a3"))["memory"]
     assert memory["parameters"] == (16 * 32 + 32 + 32 * 4 + 4) * 4 and memory["optimizer_state"] == 0
     assert memory["peak"] >= memory["parameters"] + memory["activations"] > memory["parameters"]
+    assert "memory" not in record(compare(model, x, target="a3"))
