@@ -6,8 +6,9 @@ last one and the first of each kind not yet among them covers every kind at its 
 computing (or holding) them all. Each sampled layer is captured and computed on its own: the model with
 that one layer in its stack (everything around the stack kept: embedding, final norm, head), its
 BASELINE and its VARIANT with racy reads poisoned, every output compared bit for bit. A layer of a
-timing-only model gets seeded weights (:mod:`.seeded`), one layer at a time, so the memory a sample
-needs is that of the largest sampled layer, not of the model.
+timing-only model gets seeded weights (:mod:`.seeded`), each made when the graph first reads it and
+dropped after its last read, so a sample holds about one layer's weights (or the embedding or head
+while they run), not the model's.
 
 The layers are those of the model's decoder stack (its longest ``ModuleList``, repeated or not); a
 model without one is computed whole, in the same way (seeded weights where it has none).
@@ -98,13 +99,20 @@ def _run_layer(
     copies = writes_inputs(gm)
     seeded: list[bool] = []
 
+    def materialize(position: int, meta: torch.Tensor) -> torch.Tensor:
+        """A meta graph input's values: the real input it stands for, else seeded values (a weight)."""
+        if id(meta) in captured.real_inputs:
+            real = captured.real_inputs[id(meta)]
+            return real.clone() if copies else real  # each run writes into its own copy
+        seeded.append(True)
+        return seeded_like(meta, seed * 1_000_003 + position)
+
     def execute(args: list[Any]) -> _Both:
-        real = [_value(arg, position, seed, captured.real_inputs, seeded) for position, arg in enumerate(args)]
-        on_meta = captured.weightless
-        base = run_graph(gm, program, [_copy(a) for a in real] if copies else real, {}, keep=keep, traced_on_meta=on_meta)
+        lazy = materialize if captured.weightless else None
+        base = run_graph(gm, program, [_copy(a) for a in args] if copies else args, {}, keep=keep, materialize=lazy)
         if not cone:
             return _Both(base.outputs, base)
-        return _Both(base.outputs, base, run_graph(gm, program, real, stale, only=cone, given=base.kept, traced_on_meta=on_meta))
+        return _Both(base.outputs, base, run_graph(gm, program, args, stale, only=cone, given=base.kept, materialize=lazy))
 
     _, both = captured.run(captured.inputs, execute)
     variant = both.variant or both.baseline
@@ -122,16 +130,6 @@ class _Both:
     variant: Execution | None = None
 
 
-def _value(arg: Any, position: int, seed: int, real_inputs: Mapping[int, Any], seeded: list[bool]) -> Any:
-    """A graph argument's value: the real tensor a meta copy stands for, seeded values for a meta tensor
-    that stands for none (a weight of a timing-only model), the argument itself otherwise."""
-    if not isinstance(arg, torch.Tensor) or not arg.is_meta:
-        return arg
-    if id(arg) in real_inputs:
-        return real_inputs[id(arg)]
-    seeded.append(True)
-    return seeded_like(arg, seed * 1_000_003 + position)
-
-
 def _copy(value: Any) -> Any:
-    return value.clone() if isinstance(value, torch.Tensor) else value
+    """A copy of a real input a graph writes into; a meta one is materialized afresh on each run."""
+    return value.clone() if isinstance(value, torch.Tensor) and not value.is_meta else value
