@@ -3,9 +3,9 @@
 A decoder stack repeats a few kinds of layer (DeepSeek-V3: 3 dense, then 58 MoE). Whether a scope or a
 second stream changes the numbers is a property of a layer's code, so checking the first layer, the
 last one and the first of each kind not yet among them covers every kind at its real size without
-computing (or holding) them all. Each sampled layer is captured and computed on its own: the model with
-that one layer in its stack (everything around the stack kept: embedding, final norm, head), its
-BASELINE and its VARIANT with racy reads poisoned, every output compared bit for bit. A layer of a
+computing (or holding) them all. The sample is captured and computed once: the model with only the
+sampled layers in its stack, in order (everything around the stack kept: embedding, final norm, head),
+its BASELINE and its VARIANT with racy reads poisoned, every output compared bit for bit. A layer of a
 timing-only model gets seeded weights (:mod:`.seeded`), each made when the graph first reads it and
 dropped after its last read, so a sample holds about one layer's weights (or the embedding or head
 while they run), not the model's.
@@ -60,21 +60,19 @@ def sampled_layers(stack: Stack) -> tuple[int, ...]:
 def sample_numerics(
     model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, stale_reads: StaleReads
 ) -> Sampled:
-    """Compute and compare the sampled layers of ``model`` (or the whole model when it has no repeated
-    stack), each on its own capture."""
+    """Compute and compare ``model`` with only its sampled layers in its stack (the whole model when it
+    has no decoder stack): one capture, its BASELINE and its VARIANT."""
     stack = layer_container(model)
-    runs: list[tuple[str, _Run]] = []
     if stack is None:
-        runs.append(("model", _run_layer(model, inputs, catalog, stale_reads, seed=0)))
+        run = _run(model, inputs, catalog, stale_reads)
+        layers = ("model",)
     else:
-        for index in sampled_layers(stack):
-            with only_layers(stack, [index]):
-                runs.append((f"{stack.path}.{index}", _run_layer(model, inputs, catalog, stale_reads, seed=index + 1)))
-    names = tuple(f"{layer}:{name}" for layer, run in runs for name in run.names)
-    mismatches = tuple(m for layer, run in runs for m in compare_outputs([f"{layer}:{n}" for n in run.names], run.baseline, run.variant))
-    seeded = any(run.seeded for _, run in runs)
-    return Sampled(tuple(layer for layer, _ in runs), names, mismatches, sum(run.kernels for _, run in runs),
-                   "seeded" if seeded else "model")
+        picks = sampled_layers(stack)
+        with only_layers(stack, picks):
+            run = _run(model, inputs, catalog, stale_reads)
+        layers = tuple(f"{stack.path}.{index}" for index in picks)
+    return Sampled(layers, run.names, tuple(compare_outputs(list(run.names), run.baseline, run.variant)), run.kernels,
+                   "seeded" if run.seeded else "model")
 
 
 @dataclass(frozen=True)
@@ -86,10 +84,8 @@ class _Run:
     seeded: bool
 
 
-def _run_layer(
-    model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, stale_reads: StaleReads, seed: int
-) -> _Run:
-    """One capture of ``model`` as it stands (one sampled layer in its stack), computed twice: BASELINE
+def _run(model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, stale_reads: StaleReads) -> _Run:
+    """One capture of ``model`` as it stands (its sampled layers in its stack), computed twice: BASELINE
     and the VARIANT's racy cone, on the real tensors it has and seeded ones for its meta tensors."""
     torch._dynamo.reset()
     captured = Capture(model, inputs, catalog)
@@ -105,7 +101,7 @@ def _run_layer(
             real = captured.real_inputs[id(meta)]
             return real.clone() if copies else real  # each run writes into its own copy
         seeded.append(True)
-        return seeded_like(meta, seed * 1_000_003 + position)
+        return seeded_like(meta, position)
 
     def execute(args: list[Any]) -> _Both:
         lazy = materialize if captured.weightless else None

@@ -20,7 +20,7 @@ from ..ir.program import Program
 from ..target.catalog import OpCatalog
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
-from .meta import on_meta, weightless
+from .meta import npu_is_meta, on_meta, weightless
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
 
@@ -155,8 +155,8 @@ class Capture:
             inputs, self.real_inputs = on_meta(inputs)
         self.inputs = list(inputs)
         try:
-            # A timing-only model's forward creates its own tensors (torch.zeros(n)) on the meta device too.
-            with torch.device("meta") if self.weightless else contextlib.nullcontext():
+            # A timing-only model's forward puts the tensors it creates "on the NPU" on the meta device too.
+            with npu_is_meta() if self.weightless else contextlib.nullcontext():
                 call_compiled(model, self._compiled, inputs, self.weightless)
         except _Captured:
             pass
@@ -175,14 +175,12 @@ class Capture:
         results: list[Any] = []
 
         def bound(args: list[Any]) -> list[Any]:
-            # The executor computes on the CPU, also under the meta device a timing-only model runs in.
-            with torch.device("cpu") if self.weightless else contextlib.nullcontext():
-                results.append(execute(args))
+            results.append(execute(args))
             return results[-1].outputs
 
         self._executor = bound
         try:
-            with torch.no_grad(), torch.device("meta") if self.weightless else contextlib.nullcontext():
+            with torch.no_grad(), npu_is_meta() if self.weightless else contextlib.nullcontext():
                 outputs = self._compiled(*inputs)
         finally:
             self._executor = None
