@@ -27,12 +27,9 @@ from ..ir.program import Program
 from ..numerics.compare import compare_outputs
 from ..report.findings import Mismatch
 from ..target.catalog import OpCatalog
-from .graph import Execution, cone_run, run_graph, writes_inputs
+from .graph import cone_run, run_graph, writes_inputs
+from .routing import ExpertCounts
 from .seeded import seeded_like
-
-# The racy reads of a program's VARIANT plan: what the chain's sanitizer run found for it.
-StaleReads = Callable[[Program], Mapping[str, frozenset[str]]]
-
 
 @dataclass(frozen=True)
 class Sampled:
@@ -44,6 +41,7 @@ class Sampled:
     mismatches: tuple[Mismatch, ...]
     kernels_executed: int
     weights: str
+    experts: tuple[int, ...] = ()
 
 
 def sampled_layers(stack: Stack) -> tuple[int, ...]:
@@ -57,40 +55,36 @@ def sampled_layers(stack: Stack) -> tuple[int, ...]:
     return tuple(sorted(picked))
 
 
-def sample_numerics(
-    model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, stale_reads: StaleReads
-) -> Sampled:
-    """Compute and compare ``model`` with only its sampled layers in its stack (the whole model when it
-    has no decoder stack): one capture, its BASELINE and its VARIANT."""
+@dataclass(frozen=True)
+class SampleGraph:
+    """The captured sample: the model with only its sampled layers, its graph and the flat inputs it runs on."""
+
+    layers: tuple[str, ...]
+    capture: Capture
+
+    @property
+    def program(self) -> Program:
+        return self.capture.graph.program
+
+
+def capture_sample(model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog) -> SampleGraph:
+    """Capture ``model`` with only its sampled layers in its stack (the whole model when it has no decoder
+    stack); the model has all its layers back afterwards."""
+    torch._dynamo.reset()
     stack = layer_container(model)
     if stack is None:
-        run = _run(model, inputs, catalog, stale_reads)
-        layers = ("model",)
-    else:
-        picks = sampled_layers(stack)
-        with only_layers(stack, picks):
-            run = _run(model, inputs, catalog, stale_reads)
-        layers = tuple(f"{stack.path}.{index}" for index in picks)
-    return Sampled(layers, run.names, tuple(compare_outputs(list(run.names), run.baseline, run.variant)), run.kernels,
-                   "seeded" if run.seeded else "model")
+        return SampleGraph(("model",), Capture(model, inputs, catalog))
+    picks = sampled_layers(stack)
+    with only_layers(stack, picks):
+        return SampleGraph(tuple(f"{stack.path}.{index}" for index in picks), Capture(model, inputs, catalog))
 
 
-@dataclass(frozen=True)
-class _Run:
-    names: tuple[str, ...]
-    baseline: list[Any]
-    variant: list[Any]
-    kernels: int
-    seeded: bool
-
-
-def _run(model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, stale_reads: StaleReads) -> _Run:
-    """One capture of ``model`` as it stands (its sampled layers in its stack), computed twice: BASELINE
-    and the VARIANT's racy cone, on the real tensors it has and seeded ones for its meta tensors."""
-    torch._dynamo.reset()
-    captured = Capture(model, inputs, catalog)
+def compute_sample(sample: SampleGraph, stale: Mapping[str, frozenset[str]]) -> Sampled:
+    """BASELINE and VARIANT numerics of the captured sample, every output compared bit for bit. Runs the
+    graph directly on the capture's inputs (no Dynamo), so it may run on another thread while a capture
+    runs on this one."""
+    captured = sample.capture
     gm, program = captured.graph.gm, captured.graph.program
-    stale = stale_reads(program)
     cone, keep = cone_run(gm, stale, program)
     copies = writes_inputs(gm)
     seeded: list[bool] = []
@@ -103,27 +97,17 @@ def _run(model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, s
         seeded.append(True)
         return seeded_like(meta, position)
 
-    def execute(args: list[Any]) -> _Both:
-        lazy = materialize if captured.weightless else None
-        base = run_graph(gm, program, [_copy(a) for a in args] if copies else args, {}, keep=keep, materialize=lazy)
-        if not cone:
-            return _Both(base.outputs, base)
-        return _Both(base.outputs, base, run_graph(gm, program, args, stale, only=cone, given=base.kept, materialize=lazy))
-
-    _, both = captured.run(captured.inputs, execute)
-    variant = both.variant or both.baseline
-    kernels = both.baseline.kernels_run + (both.variant.kernels_run if both.variant else 0)
-    return _Run(tuple(f"output[{i}]" for i in range(len(both.outputs))), both.outputs, variant.outputs, kernels, any(seeded))
-
-
-@dataclass(frozen=True)
-class _Both:
-    """What one call of the sampled graph computed: the BASELINE run (whose flat ``outputs`` the capture
-    hands back to the model's code) and the VARIANT's cone run, if it has a cone."""
-
-    outputs: list[Any]
-    baseline: Execution
-    variant: Execution | None = None
+    lazy = materialize if captured.weightless else None
+    args = captured.graph_args
+    experts = ExpertCounts(program)
+    with torch.no_grad():
+        base = run_graph(gm, program, [_copy(a) for a in args] if copies else args, {}, keep=keep, materialize=lazy,
+                         observe=experts)
+        variant = run_graph(gm, program, args, stale, only=cone, given=base.kept, materialize=lazy) if cone else base
+    names = tuple(f"output[{i}]" for i in range(len(base.outputs)))
+    mismatches = tuple(compare_outputs(list(names), base.outputs, variant.outputs))
+    kernels = base.kernels_run + (variant.kernels_run if cone else 0)
+    return Sampled(sample.layers, names, mismatches, kernels, "seeded" if seeded else "model", experts.shares())
 
 
 def _copy(value: Any) -> Any:

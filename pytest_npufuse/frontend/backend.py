@@ -143,7 +143,8 @@ class Capture:
 
     A weightless model (a parameter, buffer or input on the meta device, :mod:`.meta`) is captured on
     meta copies of its inputs: ``inputs`` are what it was captured on, ``real_inputs`` maps each meta copy
-    back to the real tensor it stands for."""
+    back to the real tensor it stands for. ``graph_args`` are the flat graph inputs (parameters and
+    inputs) of the capturing call: what the graph computes on, without calling the model again."""
 
     def __init__(self, model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog) -> None:
         self._executor: Callable[[list[Any]], list[Any]] | None = None
@@ -154,6 +155,7 @@ class Capture:
         if self.weightless:
             inputs, self.real_inputs = on_meta(inputs)
         self.inputs = list(inputs)
+        self.graph_args: list[Any] = []
         try:
             # A timing-only model's forward puts the tensors it creates "on the NPU" on the meta device too.
             with npu_is_meta() if self.weightless else contextlib.nullcontext():
@@ -195,6 +197,7 @@ class Capture:
     def _runner(self, graph: CapturedGraph) -> GraphRunner:
         def run(*args: Any) -> list[Any]:
             if self._executor is None:
+                self.graph_args = list(args)
                 raise _Captured()
             return self._executor(list(args))
 

@@ -457,6 +457,7 @@ def _grow_region(two: dict[int, list[Any]], three: dict[int, list[Any]], layers:
 _DIGITS = re.compile(r"(\d+)")
 _COUNTER = re.compile(r"(.*)_(\d+)", re.DOTALL)
 _RECORDS = (Kernel, Buffer, TensorSpec, ModuleFrame, Annotations, Event, StreamScope)
+_ATOMS = frozenset({"attrs"})  # record fields compared whole: a call's scalar arguments are the same in every layer
 
 
 @dataclass(frozen=True)
@@ -504,7 +505,10 @@ def _skeleton(value: Any, values: list[int]) -> Any:
         values.append(value)
         return ("int",)
     if isinstance(value, _RECORDS):
-        return (type(value), tuple(_skeleton(getattr(value, f.name), values) for f in fields(value)))
+        return (type(value), tuple(
+            ("atom", getattr(value, f.name)) if f.name in _ATOMS else _skeleton(getattr(value, f.name), values)
+            for f in fields(value)
+        ))
     if isinstance(value, tuple):
         return ("tuple", tuple(_skeleton(item, values) for item in value))
     return ("atom", value)  # compared as a whole: catalog entries, floats, flags
@@ -537,7 +541,10 @@ def _rebuild(value: Any, numbers: Iterator[int], frames: dict[ModuleFrame, Modul
     if _is_int(value):
         return next(numbers)
     if isinstance(value, _RECORDS):
-        rebuilt = type(value)(**{f.name: _rebuild(getattr(value, f.name), numbers, frames) for f in fields(value)})
+        rebuilt = type(value)(**{
+            f.name: getattr(value, f.name) if f.name in _ATOMS else _rebuild(getattr(value, f.name), numbers, frames)
+            for f in fields(value)
+        })
         return frames.setdefault(rebuilt, rebuilt) if isinstance(rebuilt, ModuleFrame) else rebuilt
     if isinstance(value, tuple):
         return tuple(_rebuild(item, numbers, frames) for item in value)
