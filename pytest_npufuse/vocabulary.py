@@ -1,4 +1,5 @@
-"""Closed vocabularies shared by several stages: the modes a graph runs in and the engines a kernel runs on.
+"""Closed vocabularies shared by several stages: the modes a graph runs in, the engines a kernel runs on and
+the phases of a training step.
 
 Every vocabulary of the project (these, and the stage-owned ones such as ``fusion.ScopeOutcome``,
 ``sanitize.RaceKind``, ``simulate.Bound`` and ``events.EventKind``) is a :class:`Vocabulary`: a ``str``
@@ -78,3 +79,12 @@ class Unfusable(Vocabulary):
     PENDING = "pending"
     UNVERIFIED = "unverified"
     UNKNOWN = "unknown"
+
+
+class Phase(Vocabulary):
+    """Which part of a step a captured graph is (DESIGN §10, training): the forward (with the loss), the
+    backward AOTAutograd derives from it, or a compiled optimizer step. An inference graph is a forward."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"

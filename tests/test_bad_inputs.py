@@ -319,7 +319,7 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("cli", "compare with a missing file", compare_cli("compare", "TMP/none.json", "TMP/none2.json"), r"file not found|No such file"),
     ("cli", "compare --fail-above=-1", compare_cli("compare", "a", "b", "--fail-above=-1"), r"'-1' is not a percentage >= 0"),
     ("cli", "compare --fail-above=nan", compare_cli("compare", "a", "b", "--fail-above=nan"), r"'nan' is not a percentage >= 0"),
-    ("cli", "compare with one file", compare_cli("compare", "a"), r"required: NEW.json"),
+    ("cli", "compare with one file", compare_cli("compare", "a"), r"give at least two files, oldest first"),
     ("cli", "unknown command", compare_cli("comapre"), r"invalid choice: 'comapre'"),
     ("cli", "advise a module that does not exist", compare_cli("advise", "no_such_module_here:factory"), r"no module named 'no_such_module_here'.*give a .py file path"),
     ("cli", "advise a spec without FACTORY", compare_cli("advise", "cases/decoder_layers.py"), r"is not MODULE_OR_FILE:FACTORY"),

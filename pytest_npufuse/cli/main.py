@@ -1,9 +1,10 @@
 """Command line: ``python -m pytest_npufuse <command>``, for people and CI steps outside pytest.
 
-    python -m pytest_npufuse compare OLD.json NEW.json --fail-above 2
+    python -m pytest_npufuse compare OLD.json NEW.json --fail-above 2 [--markdown FILE --json FILE --csv FILE --html FILE]
     python -m pytest_npufuse advise cases/decoder_layers.py:advisor_case --npu-target=a3
     python -m pytest_npufuse ops
     python -m pytest_npufuse run SCRIPT [--npu-target=a3] [-- SCRIPT ARGS]
+    python -m pytest_npufuse merge OUT.json SHARD.json... [--baseline] [--force]
 
 Each command is a subparser with its own ``run`` function; exit codes follow pytest's spirit:
 0 fine, 1 a regression, 2 bad usage or an unreadable file.
@@ -21,19 +22,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
 from ..errors import NpufuseError
-from ..files import Kind, kind_of
-from ..gate.baseline import (
-    IMPROVED,
-    REGRESSED,
-    Change,
-    Entry,
-    aligned,
-    compare_results,
-    count_line,
-    model_notice,
-    parse_percent,
-    read_results,
-)
+from ..files import Kind, check_outputs, kind_of, write_text
+from ..gate import comparison_formats as formats
+from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
+from ..gate.comparison import compare_runs, read_run
+from ..gate.merge import merge_documents
 from ..target.profile import DEFAULT_TARGET
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -46,57 +39,74 @@ def _percent(text: str) -> float:
     return value
 
 
-def _us(entry: Entry | None) -> str:
-    """A VARIANT time for the table: '-' when absent, 'never' when the VARIANT does not finish."""
-    if entry is None:
-        return "-"
-    return "never" if entry.variant_us is None else f"{entry.variant_us:.3f}"
-
-
-def _table(changes: Sequence[Change]) -> list[str]:
-    """Aligned rows: test, target, old and new variant time, change, speedups, status."""
-    header = ("test", "target", "old us", "new us", "change", "old speedup", "new speedup", "status")
-    rows = [header]
-    for c in changes:
-        pct = c.change_pct
-        rows.append((
-            c.key,
-            c.target,
-            _us(c.before),
-            _us(c.after),
-            f"{pct:+.2f}%" if pct is not None else "-",
-            f"{c.before.speedup:.3f}x" if c.before else "-",
-            f"{c.after.speedup:.3f}x" if c.after else "-",
-            c.status,
-        ))
-    return aligned(rows)
+_FORMATS = (("markdown", "markdown (PR comment)", formats.markdown), ("json", "JSON", lambda c: dumps(formats.to_json(c))),
+            ("csv", "CSV", formats.to_csv), ("html", "HTML", formats.html))
 
 
 def compare(args: argparse.Namespace, out: TextIO) -> int:
-    """Compare two baselines or run reports; non-zero exit when a case got slower than ``--fail-above``."""
+    """Compare baselines or run reports, oldest first; exit 1 when the newest is slower than the one
+    before it by more than ``--fail-above`` percent on any case."""
+    if len(args.runs) < 2:
+        print("npufuse compare: give at least two files, oldest first (OLD.json NEW.json)", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        _, old = read_results(args.old)
-        _, new = read_results(args.new)
+        runs = [read_run(path) for path in args.runs]
+        inputs = {f"input {path}": path for path in args.runs}
+        check_outputs({**inputs, **{f"--{name}": getattr(args, name) for name, _, _ in _FORMATS}}, kept=inputs)
     except (NpufuseError, OSError) as exc:
         print(f"npufuse compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    changes = compare_results(old, new, args.fail_above)
-    for line in _table(changes):
+    comparison = compare_runs(runs, args.fail_above)
+    old, new = runs[-2], runs[-1]
+    changes = comparison.changes
+    for line in formats.text_table(comparison):
         print(line, file=out)
-    regressed = [c for c in changes if c.status == REGRESSED]
     print(count_line(changes) or "no entries on either side", file=out)
-    notice = model_notice(changes, new.model, old.model) if new.model else None
+    notice = model_notice(changes, new.results.model, old.results.model) if new.results.model else None
     if notice:
-        print(f"{notice}; produce {args.old} again with the new model.", file=out)
+        print(f"{notice}; produce {old.path} again with the new model.", file=out)
+    for line in formats.text_deltas(comparison):
+        print(line, file=out)
+    for name, what, render in _FORMATS:
+        path = getattr(args, name)
+        if path is not None:
+            try:
+                write_text(path, render(comparison), f"{what} file", named=True)
+            except (NpufuseError, OSError) as exc:
+                print(f"npufuse compare: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            print(f"wrote {path}", file=out)
+    regressed = comparison.regressed
     if regressed:
         print(
-            f"FAILED: {len(regressed)} case(s) slower than {args.fail_above:g}% over {args.old}: "
+            f"FAILED: {len(regressed)} case(s) slower than {args.fail_above:g}% over {old.path}: "
             + "; ".join(c.describe() for c in regressed),
             file=out,
         )
         return EXIT_REGRESSION
     if any(c.status == IMPROVED for c in changes):
-        print(f"improvements found; refresh {args.old} to lock them in.", file=out)
+        print(f"improvements found; refresh {old.path} to lock them in.", file=out)
+    return EXIT_OK
+
+
+def merge(args: argparse.Namespace, out: TextIO) -> int:
+    """Combine the run reports (or baselines) of several CI shards into OUT; exit 2, writing nothing,
+    on mixed kinds, another model version or a test found in two shards."""
+    inputs = [path.resolve() for path in args.inputs]
+    if args.out.exists() and args.out.resolve() not in inputs and not args.force:
+        print(f"npufuse merge: {args.out} exists and is not one of the inputs; give a new path, or --force to "
+              "replace it (did you forget OUT? the first path is the file written).", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        document = merge_documents(args.inputs, as_baseline=args.baseline)
+        write_text(args.out, dumps(document), "merged file", named=True)
+    except (NpufuseError, OSError) as exc:
+        print(f"npufuse merge: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    entries = sum(len(targets) for targets in document["entries"].values())
+    tests = f", {len(document['tests'])} test(s)" if "tests" in document else ""
+    print(f"wrote {args.out}: {document['kind']} of {entries} entr{'y' if entries == 1 else 'ies'}{tests} "
+          f"from {len(args.inputs)} file(s)", file=out)
     return EXIT_OK
 
 
@@ -220,14 +230,19 @@ def parser() -> argparse.ArgumentParser:
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cmp = commands.add_parser(
         "compare",
-        help="compare two baseline files or --npufuse-json run reports",
-        description="Print old against new modeled variant time per test and target; exit 1 if any case is "
-        "slower than --fail-above percent. Entries measured with another model version are reported, not failed.",
+        help="compare baseline files or --npufuse-json run reports (two, or a history of several)",
+        description="Print each case's modeled VARIANT time in every run (oldest first) and judge the newest against "
+        "the one before it: exit 1 if any case is slower than --fail-above percent. Between two run reports, also "
+        "print the op types and kernels behind each change. Entries measured with another model version are "
+        "reported, not failed. --markdown, --json, --csv and --html write the comparison for a pull-request comment, "
+        "tools, spreadsheets and people (the HTML plots each case's trend over the runs).",
     )
-    cmp.add_argument("old", type=Path, metavar="OLD.json", help="the reference: a baseline file or run report")
-    cmp.add_argument("new", type=Path, metavar="NEW.json", help="the candidate: a baseline file or run report")
+    cmp.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",
+                     help="baseline files or run reports, oldest first: OLD.json NEW.json, or a history")
     cmp.add_argument("--fail-above", type=_percent, default=0.0, metavar="PCT",
                      help="percent a case may get slower before the command fails (default 0)")
+    for name, what, _ in _FORMATS:
+        cmp.add_argument(f"--{name}", type=Path, metavar="FILE", help=f"also write the comparison as {what} to FILE")
     cmp.set_defaults(run=compare)
     adv = commands.add_parser(
         "advise",
@@ -257,6 +272,20 @@ def parser() -> argparse.ArgumentParser:
     script.add_argument("script", type=Path, metavar="SCRIPT", help="the Python script to run")
     _add_target(script)
     script.set_defaults(run=run)
+    joined = commands.add_parser(
+        "merge",
+        help="combine the --npufuse-json run reports (or baselines) of several CI shards into one file",
+        description="Write OUT, the run report (or baseline) of all SHARD files together, so one compare gates a "
+        "suite split over several machines. Refused, with nothing written: files of two kinds, shards measured "
+        "with another model version, and a test or entry found in two shards.",
+    )
+    joined.add_argument("out", type=Path, metavar="OUT.json", help="the file to write")
+    joined.add_argument("inputs", type=Path, nargs="+", metavar="SHARD.json",
+                        help="run reports (--npufuse-json) or baseline files of the shards")
+    joined.add_argument("--baseline", action="store_true",
+                        help="write OUT as a baseline file (for --npufuse-baseline) even from run reports")
+    joined.add_argument("--force", action="store_true", help="replace OUT if it exists and is not an input")
+    joined.set_defaults(run=merge)
     return main
 
 

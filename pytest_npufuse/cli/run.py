@@ -21,7 +21,7 @@ from ..errors import NpufuseError, OpArgumentError, OpTypeError
 from ..frontend.meta import traced_on_meta
 from ..frontend.tagged_events import EVENTS
 from ..pipeline.backend import ModeledRun, end_run, start_run
-from ..pipeline.chain import CompiledGraph
+from ..pipeline.graph import CompiledGraph
 from ..plan.tasks import ScopePlan
 from ..target.profile import load_profile
 

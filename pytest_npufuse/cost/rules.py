@@ -13,8 +13,9 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
 - **bytes touched**: a tensor passed twice is read once; a grouped matmul reads only the experts its
   rows hit (expected distinct experts under uniform routing); a row gather reads the rows it returns,
   not the whole table; an element gather or scatter pays ``access_bytes`` per element it addresses (one
-  memory transaction each: GatherElements vs GatherV2, seed 003); an input a prefetch put in L2 costs no
-  HBM traffic.
+  memory transaction each: GatherElements vs GatherV2, seed 003); IndexPutV2 with a boolean mask
+  first expands the mask into int64 indices (NonZero) and then addresses every selected element; an
+  input a prefetch put in L2 costs no HBM traffic.
 - **forms** (seed 003): the same aten op priced by the torch call it came from (catalog entries
   ``"op@form"``): ``nn.Linear`` pays a TransData of its input to FRACTAL_NZ where op-plugin casts it
   (``linear``); ``repeat_interleave`` with a scalar runs RepeatInterleave's per-element branch
@@ -170,6 +171,18 @@ def scatter_bytes(work: Work) -> int:
     own: one ``access_bytes`` transaction per index element."""
     indices = sum(_elements(spec) for spec in work.inputs if spec.dtype in ("int64", "int32"))
     return io_bytes(work) + indices * work.access_bytes
+
+
+def index_put_bytes(work: Work) -> int:
+    """IndexPutV2 (``x[indices] = values``, and the backward of advanced indexing): as :func:`scatter_bytes`,
+    and a boolean mask index is first turned into int64 indices by NonZero (op-plugin
+    ``AdvanceIndex::npu_expand_tensors``: one index tensor per mask dim), priced at its upper bound, every
+    element selected: the int64 indices written and read back, and one ``access_bytes`` transaction per
+    selected element."""
+    masks = [spec for spec in work.inputs if spec.dtype == "bool"]
+    selected = sum(_elements(mask) for mask in masks)
+    expanded = sum(_elements(mask) * len(mask.shape) * 8 for mask in masks)
+    return scatter_bytes(work) + 2 * expanded + selected * work.access_bytes
 
 
 def _message(work: Work) -> int:
@@ -354,6 +367,7 @@ register_cost_rule("fill", block_dim=vector_block_dim, flops=no_flops, bytes=out
 register_cost_rule("gather_rows", block_dim=vector_block_dim, flops=no_flops, bytes=gather_rows_bytes, body_us=roofline_us)
 register_cost_rule("gather_elements", block_dim=vector_block_dim, flops=no_flops, bytes=gather_elements_bytes, body_us=roofline_us)
 register_cost_rule("scatter", block_dim=vector_block_dim, flops=elementwise_flops, bytes=scatter_bytes, body_us=roofline_us)
+register_cost_rule("index_put", block_dim=vector_block_dim, flops=elementwise_flops, bytes=index_put_bytes, body_us=roofline_us)
 register_cost_rule("host", block_dim=one_core, flops=no_flops, bytes=no_bytes, body_us=no_time)
 register_cost_rule("aicpu", block_dim=all_cores, flops=elementwise_flops, bytes=io_bytes, body_us=aicpu_us)
 register_cost_rule(

@@ -1,5 +1,11 @@
 """The ``torch.compile`` backend that captures: Dynamo graph -> AOTAutograd aten graph -> program IR.
 
+A graph that needs gradients (parameters that require grad, outside ``torch.no_grad()``) is split by
+AOTAutograd into a forward and the backward it derives; both come through here, each as its own program
+(``Phase.FORWARD`` / ``Phase.BACKWARD``), as TorchAir's ``_compile_graph_with_aot`` hands the same
+compiler both (``fw_compiler`` and ``bw_compiler``, Ascend/torchair ``python/torchair/npu_fx_compiler.py``).
+The backward is compiled when autograd first runs it.
+
 It only captures. What happens when the captured graph is called is decided by whoever asked for the
 capture: :class:`Capture` (one model captured once for a check) binds the executor of each run, and the
 pipeline's ``NpuBackend`` models every graph a user's ``torch.compile`` produces.
@@ -13,11 +19,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.fx
+from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from ..errors import CaptureError, NotModeledError
+from ..errors import CaptureError
 from ..ir.program import Program
 from ..target.catalog import OpCatalog
+from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
@@ -36,6 +44,10 @@ class CapturedGraph:
     program: Program
     dynamic: bool = False
 
+    @property
+    def phase(self) -> Phase:
+        return self.program.phase
+
 
 GraphRunner = Callable[..., list[Any]]
 
@@ -46,38 +58,47 @@ class CaptureBackend:
     kernels, where a device would run them), builds its program and keeps it in ``graphs``.
 
     ``on_graph`` turns a captured graph into the callable Dynamo runs for it. ``decompositions`` are
-    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``).
+    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``). ``phase`` is what the
+    graphs AOT hands its forward compiler are (a compiled optimizer step is ``Phase.OPTIMIZER``); a
+    backward is always ``Phase.BACKWARD``.
     """
 
     catalog: OpCatalog
     on_graph: Callable[[CapturedGraph], GraphRunner]
     graphs: list[CapturedGraph] = field(default_factory=list)
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
+    phase: Phase = Phase.FORWARD
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in example_inputs):
-            raise NotModeledError(
-                "training graphs are not modeled; run the model under torch.no_grad() or torch.inference_mode()."
-            )
         return aot_module_simplified(
-            gm, example_inputs, fw_compiler=self.capture_aten, decompositions=dict(self.decompositions) or None,
-            keep_inference_input_mutations=True,
+            gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
+            decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,
         )
 
-    def capture_aten(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+    def capture_aten(
+        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], phase: Phase | None = None
+    ) -> GraphRunner:
         """Capture an aten graph AOTAutograd produced (what AOT hands its ``fw_compiler``): also the entry
         of TorchAir's ``get_compiler()`` and npugraph_ex's ``compile_fx``, which users put under their own
         ``aot_module_simplified``."""
+        phase = phase or self.phase
         symbols = input_symbols(gm)
         if is_dynamic(symbols):
-            return self._per_call_sizes(gm, symbols)
-        return self._keep(CapturedGraph(gm, build_program(gm, self.catalog)))
+            return self._per_call_sizes(gm, symbols, phase)
+        return self._keep(CapturedGraph(gm, build_program(gm, self.catalog, phase=phase)))
+
+    def capture_backward(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+        """The backward graph AOTAutograd derived (its ``bw_compiler``), compiled on the first backward.
+        AOT calls a backward with its arguments in one list it may free early (boxed). A second-order
+        backward through it is refused by torch itself ("torch.compile with aot_autograd does not
+        currently support double backward")."""
+        return make_boxed_func(self.capture_aten(gm, example_inputs, Phase.BACKWARD))
 
     def _keep(self, graph: CapturedGraph) -> GraphRunner:
         self.graphs.append(graph)
         return self.on_graph(graph)
 
-    def _per_call_sizes(self, gm: torch.fx.GraphModule, symbols: Sequence[InputSymbol]) -> GraphRunner:
+    def _per_call_sizes(self, gm: torch.fx.GraphModule, symbols: Sequence[InputSymbol], phase: Phase) -> GraphRunner:
         """A dynamic-shape graph costs what its call's sizes cost: its program is built when it is
         called, once for every distinct set of input sizes (the device runs one graph and tiles each
         call on the host; the model prices each call at its own sizes)."""
@@ -87,7 +108,7 @@ class CaptureBackend:
             sizes = input_sizes(symbols, args)
             key = tuple(sorted((str(symbol), int(value)) for symbol, value in sizes.items()))
             if key not in runners:
-                program = build_program(gm, self.catalog, sizes)
+                program = build_program(gm, self.catalog, sizes, phase)
                 runners[key] = self._keep(CapturedGraph(gm, program, dynamic=not _on_gears(symbols, args)))
             return runners[key](*args)
 

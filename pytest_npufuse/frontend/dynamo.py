@@ -49,21 +49,23 @@ def compile_once(model: Callable[..., Any], inputs: Sequence[Any], backend: Call
 
 
 def call_compiled(
-    model: Callable[..., Any], compiled: Callable[..., Any], inputs: Sequence[Any], weightless: bool = False
+    model: Callable[..., Any], compiled: Callable[..., Any], inputs: Sequence[Any], weightless: bool = False, *,
+    grad: bool = False,
 ) -> Any:
     """Run ``compiled`` (``model`` compiled), turning Dynamo failures into errors a user can act on (a
     graph break names the scope it split); the model and its inputs are checked first. A ``weightless``
-    model (on the meta device) is never run uncompiled to diagnose a failure: it has no values to run on."""
+    model (on the meta device) is never run uncompiled to diagnose a failure: it has no values to run on.
+    ``grad``: run with gradients on (a training step's forward), else under ``torch.no_grad()``."""
     check_call(model, inputs)
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(grad):
             return compiled(*inputs)
     except NpufuseError as exc:
         raise (_at_user_line(exc) if weightless else _located(exc, model, inputs)) from None
     except BackendCompilerFailed as exc:
-        raise _root_cause(exc) from None
+        raise root_cause(exc) from None
     except TorchDynamoException as exc:
-        ours = _root_cause(exc)
+        ours = root_cause(exc)
         if isinstance(ours, NpufuseError):
             raise (_at_user_line(ours) if weightless else _located(ours, model, inputs)) from None
         if weightless:
@@ -185,7 +187,7 @@ def _eager_error(model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseErr
     return None
 
 
-def _root_cause(exc: BaseException) -> BaseException:
+def root_cause(exc: BaseException) -> BaseException:
     """The first NpufuseError in the chain Dynamo wrapped, else the innermost exception.
 
     An error of ours raised inside the backend reaches the caller wrapped in BackendCompilerFailed;

@@ -25,6 +25,7 @@ from ..errors import CaptureError, NotModeledError, OptionsError, ScopeError
 from ..ir.events import Event, EventKind
 from ..ir.program import Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec, compute_dtype_of
 from ..target.catalog import OpCatalog
+from ..vocabulary import Phase
 from . import scopes, syncs
 from .source import call_name, call_site, module_path, source_line
 
@@ -117,10 +118,11 @@ class _Entered(NamedTuple):
 class _ProgramBuilder:
     """Walks an aten graph once in program order, keeping the scope stack as TorchAir's converter does."""
 
-    def __init__(self, gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes, phase: Phase) -> None:
         self.gm = gm
         self.catalog = catalog
         self.sizes = sizes
+        self.phase = phase
         self.stack = scopes.ScopeStack()
         self.buffers: dict[str, Buffer] = {}
         self.kernels: list[Kernel] = []
@@ -180,8 +182,9 @@ class _ProgramBuilder:
             outputs,
             tuple(self.syncs),
             tuple(sorted(self.stream_scopes, key=lambda scope: (scope.enter, scope.exit))),
+            self.phase,
         )
-        check_scope_uses(self.scope_uses)
+        check_scope_uses(self.scope_uses, copies_allowed=self.phase != Phase.FORWARD)
         _check_kept_alive_streams(program)
         return program
 
@@ -335,7 +338,7 @@ class _ProgramBuilder:
         """The module calls ``node`` was traced inside, outermost first; one frame object per module,
         shared by all its kernels (a 61-layer model has thousands)."""
         frames = []
-        for key, owner in (node.meta.get("nn_module_stack") or {}).values():
+        for key, owner in (node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}).values():
             path = module_path(key)
             kind = (owner if isinstance(owner, str) else getattr(owner, "__name__", str(owner))).rsplit(".", 1)[-1]
             frame = self.frames.get((path, kind))
@@ -346,9 +349,12 @@ class _ProgramBuilder:
         return tuple(frames)
 
     def _kernel_name(self, kernel_type: str) -> str:
+        """GE-style: the kernel type, numbered from its second use; a backward or optimizer graph's
+        kernels carry the phase (``backward/MatMulV3_2``), so one step's kernels never share a name."""
         count = self.names.get(kernel_type, 0)
         self.names[kernel_type] = count + 1
-        return kernel_type if count == 0 else f"{kernel_type}_{count}"
+        name = kernel_type if count == 0 else f"{kernel_type}_{count}"
+        return name if self.phase == Phase.FORWARD else f"{self.phase}/{name}"
 
     def _add_kernel(self, node: torch.fx.Node) -> None:
         op_type = op_type_of(node)
@@ -368,7 +374,10 @@ class _ProgramBuilder:
         input_specs = [self.buffers[name].spec for name in inputs]
         compute_dtype = compute_dtype_of(input_specs, output_specs)
         call = call_name(node)
-        info = self.catalog.lookup(op_type, call).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
+        # A form (seed 003: nn.Linear's cast to FRACTAL_NZ) is how torch_npu runs the user's forward call;
+        # the backward of that call is other kernels, priced as their own op types.
+        form = call if self.phase == Phase.FORWARD else ""
+        info = self.catalog.lookup(op_type, form).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
         flops, nbytes = cost.kernel_work(info, input_specs, output_specs, [self._storage(n) for n in inputs], self.prefetched)
         if info.cost == "prefetch":
@@ -410,16 +419,20 @@ class ScopeUse(NamedTuple):
     kernels: int
 
 
-def check_scope_uses(uses: Sequence[ScopeUse]) -> None:
+def check_scope_uses(uses: Sequence[ScopeUse], copies_allowed: bool = False) -> None:
     """Options that would be ignored without a word are errors: options on a scope that encloses no
-    kernel, and different options on a later use of a scope name (a scope takes its first use's)."""
+    kernel, and different options on a later use of a scope name (a scope takes its first use's).
+
+    ``copies_allowed``: AOTAutograd's partitioner copies the forward's scope markers, which nothing
+    consumes, to the start of the backward graph, where they enclose no kernel (the forward was
+    checked already)."""
     by_scope: dict[str, list[ScopeUse]] = {}
     for use in uses:
         by_scope.setdefault(use.scope, []).append(use)
     for scope, group in by_scope.items():
         first = group[0]
         with_options = [use for use in group if use.options]
-        if with_options and not any(use.kernels for use in group):
+        if with_options and not any(use.kernels for use in group) and not copies_allowed:
             use = with_options[0]
             raise OptionsError(
                 f"super_kernel({scope!r}, {use.options!r}) at {use.line or 'the model'} encloses no kernel (only views, "
@@ -501,9 +514,12 @@ def mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:
     return tuple(written)
 
 
-def build_program(gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes | None = None) -> Program:
+def build_program(
+    gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes | None = None, phase: Phase = Phase.FORWARD
+) -> Program:
     """The program IR of one aten graph; ``sizes`` gives the symbolic input sizes of a dynamic-shape
-    graph their values for one call (see :func:`input_sizes`)."""
-    return _ProgramBuilder(gm, catalog, sizes or {}).build()
+    graph their values for one call (see :func:`input_sizes`); ``phase`` is the graph's part of a
+    training step."""
+    return _ProgramBuilder(gm, catalog, sizes or {}, phase).build()
 
 

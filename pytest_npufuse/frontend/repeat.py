@@ -233,7 +233,7 @@ PREFIX, SUFFIX = -1, 1 << 30  # slots around the layer blocks 0..N-1
 MAIN, WRITEBACK = 0, 1
 """Regions of a program: the kernels in program order, then the copies that write each mutated graph input
 back (a KV cache a layer updates in place), in the order of the layers that own those inputs."""
-_PROGRAM_FIELDS = ("kernels", "buffers", "inputs", "outputs", "syncs", "stream_scopes")
+_PROGRAM_FIELDS = ("kernels", "buffers", "inputs", "outputs", "syncs", "stream_scopes", "phase")
 Label = tuple[int, int]  # (region, slot)
 
 
@@ -243,6 +243,8 @@ def extrapolate(two: Program, three: Program, path: str, layers: int, first: int
     run starts at index ``first`` of the container at ``path``."""
     if tuple(f.name for f in fields(Program)) != _PROGRAM_FIELDS:
         return None  # a Program field this module does not rebuild: never drop it silently
+    if two.phase != three.phase:
+        return None
     cut2, cut3 = _Cut.of(two, path, 2, first), _Cut.of(three, path, 3, first)
     if cut2 is None or cut3 is None or cut2.start != cut3.start or cut2.period != cut3.period:
         return None
@@ -257,7 +259,7 @@ def extrapolate(two: Program, three: Program, path: str, layers: int, first: int
     buffers = [*built["input_buffers"], *built["buffers"]]
     program = Program(
         tuple(built["kernels"]), MappingProxyType({b.name: b for b in buffers}), tuple(built["inputs"]),
-        outputs, tuple(built["syncs"]), tuple(built["stream_scopes"]),
+        outputs, tuple(built["syncs"]), tuple(built["stream_scopes"]), three.phase,
     )
     consistent = (
         [k.index for k in program.kernels] == list(range(len(program.kernels)))

@@ -85,9 +85,10 @@ def module_path(key: str) -> str:
 
 
 def call_name(node: torch.fx.Node) -> str:
-    """The torch-level call Dynamo lowered ``node`` from (its ``source_fn_stack``): a function's or a
-    module class's name, or the method name; ``""`` when not recorded."""
-    stack = node.meta.get("source_fn_stack") or ()
+    """The torch-level call Dynamo lowered ``node`` from (its ``source_fn_stack``; a backward node
+    carries its forward op's as ``fwd_source_fn_stack``): a function's or a module class's name, or the
+    method name; ``""`` when not recorded."""
+    stack = node.meta.get("source_fn_stack") or node.meta.get("fwd_source_fn_stack") or ()
     if not stack:
         return ""
     target = stack[-1][1]

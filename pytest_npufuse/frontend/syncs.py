@@ -54,6 +54,15 @@ for _name, _kernel in (
 ):
     _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
 torch.library.register_fake("npufuse::wait_tensor", lambda self, dependency: torch.empty_like(self), lib=_LIB)
+
+
+def _wait_tensor_backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    """``wait_tensor`` passes ``self`` through unchanged, so its gradient passes back unchanged; the
+    dependency only orders work and gets none."""
+    return grad, None
+
+
+torch.library.register_autograd("npufuse::wait_tensor", _wait_tensor_backward, lib=_LIB)
 torch.library.register_fake("npufuse::record", lambda: torch.empty(0), lib=_LIB)
 for _name in ("wait", "tagged_event_record", "tagged_event_wait", "record_tagged_stream", "event_record", "event_wait", "record_stream"):
     torch.library.register_fake(f"npufuse::{_name}", _no_op, lib=_LIB)

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Mapping, Sequence, Union
 
 from ..target.catalog import OpInfo
+from ..vocabulary import Phase
 from .events import Event
 
 
@@ -126,7 +127,8 @@ class StreamScope:
 class Program:
     """The kernels of one captured graph in program order, with every buffer they touch and every
     synchronisation the model asked for (``syncs``: :class:`~pytest_npufuse.ir.events.Event` requests at
-    points of the issue order, as captured)."""
+    points of the issue order, as captured). ``phase`` says which part of a training step the graph is
+    (an inference graph is a forward)."""
 
     kernels: tuple[Kernel, ...]
     buffers: Mapping[str, Buffer]
@@ -134,6 +136,7 @@ class Program:
     outputs: tuple[str | None, ...]
     syncs: tuple[Event, ...] = ()
     stream_scopes: tuple[StreamScope, ...] = ()
+    phase: Phase = Phase.FORWARD
 
     @cached_property
     def by_name(self) -> Mapping[str, Kernel]:

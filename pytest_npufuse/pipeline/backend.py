@@ -22,7 +22,7 @@ from ..plan.tasks import Variant
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import CHILD_TARGET_VARIABLE, HardwareProfile, resolve_profile
-from .chain import CompiledGraph, GraphOptions, Settings, graph_options, model_graph
+from .graph import CompiledGraph, GraphOptions, Settings, graph_options, mode_of_phase, model_graph
 
 
 @dataclass
@@ -59,7 +59,8 @@ class NpuBackend:
         return CaptureBackend(self.catalog, self._model, decompositions=self.decompositions)
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
-        settings = Settings(self.profile, self.config.mode, self.dynamic or graph.dynamic, self.host)
+        mode = mode_of_phase(self.config.mode, graph.phase)
+        settings = Settings(self.profile, mode, self.dynamic or graph.dynamic, self.host)
         multistream = self.multistream and not self.config.single_stream
         compiled = model_graph(graph, settings, self.variant, self.options, multistream, self.config.aclgraph_superkernel)
         stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}

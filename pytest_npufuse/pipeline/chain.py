@@ -22,205 +22,52 @@ stack from 2 and 3 of its layers).
 
 from __future__ import annotations
 
-import copy
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
-import torch.fx
 
 from ..advisor.affinity import find_affinity
 from ..errors import ArgumentError, CaptureError
-from ..execute.graph import Execution, Observer, cone_run, is_weightless, run_graph, weightless_outputs, writes_inputs
+from ..execute.graph import Execution, cone_run, run_graph, writes_inputs
 from ..execute.routing import ExpertCounts
 from ..execute.sample import capture_sample, compute_sample
-from ..frontend.backend import Capture, CapturedGraph
+from ..frontend.backend import Capture
 from ..frontend.meta import weightless
 from ..frontend.repeat import capture_program
 from ..ir.program import Program
 from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.superkernel import plan_variant
-from ..plan.tasks import Plan, Variant
+from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
 from ..report.explain import stream_uses
 from ..report.numerics import Numerics, stand_ins
-from ..report.plog import write_plog
 from ..report.trace import write_case_traces
-from ..sanitize.checker import SanitizerReport, sanitize
-from ..simulate.clock import DEVICE_CLOCK
+from ..sanitize.checker import sanitize
 from ..simulate.host import HostConfig, host_config
 from ..simulate.routing import routed_program, routing_of
-from ..simulate.timeline import RunReport, simulate
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
-from ..vocabulary import Mode, NumericsStatus
+from ..vocabulary import NumericsStatus
+from .graph import (  # noqa: F401  (the per-graph names are importable from the chain too)
+    CompiledGraph,
+    GraphOptions,
+    ModeledProgram,
+    Settings,
+    fresh,
+    graph_options,
+    model_graph,
+    model_program,
+    streams_used,
+)
 from .deployment import rank_view, ranked
+from .training import compare_step
 
 NUMERICS = ("all", "sample", "none")
 """What ``numerics=`` may ask for: every layer computed, a sample of layers, or timing only."""
-
-
-def _fresh(inputs: Sequence[Any]) -> list[Any]:
-    """Copies, so a model that writes to its inputs cannot leak one run into the other. One copy memo
-    for all of them keeps inputs that alias (the same tensor twice, a tensor and its view) aliased, as
-    Dynamo's guards on the captured graph require."""
-    memo: dict[int, Any] = {}
-    return [copy.deepcopy(x, memo) if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
-class CallWatcher(Protocol):
-    """What sees the tensors of each call of a compiled graph (TorchAir's data dump is one)."""
-
-    def for_call(self) -> Observer | None: ...
-
-
-# Plans the watcher of one modeled graph from its mode, aten graph, program and each kernel's stream.
-WatchPlanner = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], "CallWatcher | None"]
-# Writes a file describing one modeled graph, from the same four (the config's graph dump).
-GraphDumper = Callable[[str, torch.fx.GraphModule, Program, Mapping[str, str]], object]
-
-
-@dataclass(frozen=True)
-class GraphOptions:
-    """What a compile configuration decides about how its graphs are modeled: the mode, whether every
-    kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
-    text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
-    config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump). TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the
-    library's ``mode=`` arguments through :func:`graph_options`."""
-
-    mode: Mode = Mode.MAX_AUTOTUNE
-    single_stream: bool = False
-    aclgraph_superkernel: str | None = None
-    watch: WatchPlanner | None = None
-    dump_graph: GraphDumper | None = None
-
-
-def graph_options(mode: str | None) -> GraphOptions:
-    """The options of a ``mode=`` argument: one of TorchAir's modes or the ``eager`` reference (default
-    max-autotune)."""
-    if mode is None:
-        return GraphOptions()
-    if mode not in set(Mode):
-        raise ArgumentError(
-            f"mode={mode!r} is not a mode that can be modeled; use one of {', '.join(repr(m.value) for m in Mode)}."
-        )
-    return GraphOptions(Mode(mode))
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How a graph is planned and simulated: the target, the modeled mode and the host."""
-
-    profile: HardwareProfile
-    mode: str
-    dynamic: bool = False
-    host: HostConfig = HostConfig()
-
-
-@dataclass(frozen=True)
-class CompiledGraph:
-    """One captured graph planned, checked and simulated; calling it computes the outputs."""
-
-    gm: torch.fx.GraphModule
-    program: Program
-    plan: Plan
-    run: RunReport
-    settings: Settings
-    plog_path: str | None = None
-    sanitizer: SanitizerReport | None = None
-    dump: CallWatcher | None = None
-
-    def scopes_ignored(self) -> RunReport:
-        """The same program with its SuperKernel scopes ignored (the BASELINE plan), priced with the
-        same settings (mode, dynamic-shape host scheduling, host threads)."""
-        settings = self.settings
-        plan = plan_variant(
-            self.program, settings.profile, variant=Variant.BASELINE, mode=self.plan.mode, dynamic=settings.dynamic
-        )
-        return simulate(self.program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host)
-
-    def poisoned_reads(self) -> Mapping[str, frozenset[str]]:
-        """Per kernel, the inputs it reads in a race (none without a sanitizer run)."""
-        return self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
-
-    def __call__(self, *args: Any) -> list[Any]:
-        """The outputs a device would produce: kernels in issue order (always a legal order for the
-        data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
-        device clock advances by the graph's modeled time. With a data dump, the dumped tensors are
-        written as the graph runs."""
-        if is_weightless(args):
-            outputs = weightless_outputs(self.gm, self.program)
-        else:
-            observe = self.dump.for_call() if self.dump is not None else None
-            outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
-        DEVICE_CLOCK.run(self.run.time_us * 1e-6)
-        return outputs
-
-
-@dataclass(frozen=True)
-class ModeledProgram:
-    """One program planned, checked and simulated: what a report needs of it, with or without a graph."""
-
-    program: Program
-    plan: Plan
-    run: RunReport
-    sanitizer: SanitizerReport | None = None
-    plog_path: str | None = None
-
-    def poisoned_reads(self) -> Mapping[str, frozenset[str]]:
-        """Per kernel, the inputs it reads in a race (none without a sanitizer run)."""
-        return self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
-
-
-def model_graph(
-    graph: CapturedGraph,
-    settings: Settings,
-    variant: str,
-    options: Mapping[str, str] | None = None,
-    multistream: bool = True,
-    aclgraph_options: str | None = None,
-) -> CompiledGraph:
-    """plan -> sanitize -> simulate for one captured graph (the stages between capture and execute);
-    ``aclgraph_options`` is the aclgraph SuperKernel options text when that is switched on."""
-    modeled = model_program(graph.program, settings, variant, options, multistream, aclgraph_options)
-    return CompiledGraph(graph.gm, graph.program, modeled.plan, modeled.run, settings, modeled.plog_path, modeled.sanitizer)
-
-
-def model_program(
-    program: Program,
-    settings: Settings,
-    variant: str,
-    options: Mapping[str, str] | None = None,
-    multistream: bool = True,
-    aclgraph_options: str | None = None,
-) -> ModeledProgram:
-    """plan -> sanitize -> simulate for one program, as :func:`model_graph`."""
-    plan = plan_variant(
-        program,
-        settings.profile,
-        variant=variant,
-        mode=settings.mode,
-        dynamic=settings.dynamic,
-        options=options,
-        multistream=multistream,
-        aclgraph_options=aclgraph_options,
-    )
-    plog = write_plog(plan.log)
-    checked = sanitize(program, plan.streams) if plan.streams is not None else None
-    deadlock = checked.deadlock.describe() if checked is not None and checked.deadlock is not None else None
-    run = simulate(program, plan, settings.profile, dynamic=settings.dynamic, host=settings.host, deadlock=deadlock)
-    return ModeledProgram(program, plan, run, checked, plog and str(plog))
-
-
-def streams_used(graph: ModeledProgram) -> tuple[str, ...]:
-    """Streams the VARIANT's kernels ran on, the default first (sub-kernels of a SuperKernel that fuses
-    two streams count for their own stream)."""
-    plan = graph.plan.streams
-    used = set(plan.kernel_stream.values()) if plan is not None else {task.stream for task in graph.plan.tasks}
-    return tuple(stream for stream in graph.program.streams() if stream in used) or ("default",)
 
 
 def capture(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
@@ -242,7 +89,7 @@ class _Outputs:
 def _inputs_for(captured: Capture, inputs: Sequence[Any]) -> Sequence[Any]:
     """The inputs to run on: copies when the graph writes into its inputs, so no run sees another's
     writes and the caller's tensors stay untouched; the caller's own tensors otherwise."""
-    return _fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
+    return fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
 
 
 def _execute(model: Capture, reference: Capture, stale: Mapping[str, frozenset[str]], inputs: Sequence[Any]) -> _Outputs:
@@ -284,6 +131,8 @@ def compare(
     numerics: str | None = None,
     routing: str | Sequence[float] | None = None,
     ranks: int | None = None,
+    loss: Callable[[Any], Any] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> CaseReport:
     """Compile and run BASELINE (``reference`` or ``model`` with scopes ignored) and VARIANT, and report.
 
@@ -300,11 +149,36 @@ def compare(
     ``"uniform"``, the default; ``"zipf:S"``; ``"computed"``, the model's own gating where computed; or one
     weight per expert). ``ranks=N`` models N ranks of the deployment, joined at every collective, with
     collectives over N ranks: ``report.ranks`` has each rank's step and the imbalance cost.
+
+    ``loss`` makes the check a training step (:mod:`.training`): ``loss(outputs)`` is the scalar the
+    backward starts from, and ``optimizer`` (built over ``model.parameters()``, optional) is stepped; the
+    outputs, the loss, every gradient and every updated parameter are compared bit for bit. The
+    user's model and optimizer are never changed: each run works on a copy.
     """
     catalog = catalog or load_catalog()
     profile = resolve_profile(target)
     settings = Settings(profile if ranks is None else ranked(profile, ranks), graph_options(mode).mode, dynamic,
                         host_config(host))
+    if loss is not None:
+        if routing is not None or ranks is not None:
+            raise ArgumentError(
+                "routing= and ranks= model a decode deployment's MoE ranks; a training step (loss=) is modeled on "
+                "one rank. Drop routing=/ranks=, or check the forward without loss=."
+            )
+        if numerics not in (None, "all"):
+            raise ArgumentError(
+                f"numerics={numerics!r} with loss=: a training step computes every value it compares (the loss, "
+                "each gradient, each updated parameter); drop numerics= or pass numerics='all'."
+            )
+        return compare_step(
+            model, inputs, loss=loss, optimizer=optimizer, settings=settings, catalog=catalog, reference=reference,
+            options=options, trace_dir=trace_dir, case=case, affinity=affinity,
+        )
+    if optimizer is not None:
+        raise ArgumentError(
+            "optimizer= needs loss=: a training step runs backward from the loss before the optimizer steps; pass "
+            "loss=lambda outputs: <the scalar loss>."
+        )
     choice = _numerics(numerics, model, inputs, reference)
     if routing is not None and routing != "computed":
         routing_of(routing)  # a bad routing is refused before anything is captured

@@ -19,7 +19,7 @@ from ..simulate.routing import Routing
 from ..target.profile import HardwareProfile
 
 if TYPE_CHECKING:
-    from .chain import Settings
+    from .graph import Settings
 
 MAX_RANKS = 4096
 

@@ -46,6 +46,8 @@ class NpuFuse:
         reference: Callable[..., Any] | None = None,
         dynamic: bool = False,
         host: HostConfig | None = None,
+        loss: Callable[[Any], Any] | None = None,
+        optimizer: Any = None,
         numerics: str | None = None,
     ) -> CaseReport:
         """Compile BASELINE and VARIANT, run both, compare every output bit for bit, apply the markers.
@@ -53,7 +55,9 @@ class NpuFuse:
         ``mode`` is a TorchAir mode or ``"eager"``; ``dynamic=True`` models host scheduling and
         ``host`` its threads and optimisations. ``numerics`` is as for :func:`~pytest_npufuse.compare`: a
         model on the meta device is timed without numerics, or with ``numerics="sample"`` on a few layers.
-        Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
+        ``loss`` (the outputs -> the scalar loss) makes it a training step, with ``optimizer`` (over the
+        model's parameters) stepped after the backward; the gradients and updated parameters are compared
+        too. Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
         """
         settings = self._settings
         checked(self._request.node)
@@ -62,7 +66,8 @@ class NpuFuse:
                 model, *inputs, target=self.target, mode=mode, reference=reference,
                 options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
                 trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
-                affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics,
+                affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics, loss=loss,
+                optimizer=optimizer,
             )
         )
         entry, change = self._record(report)

@@ -8,6 +8,7 @@ run).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -18,8 +19,10 @@ from ..files import locked_output
 from ..files.kinds import fingerprint
 from ..gate.baseline import Change, Entry, finite_us, model_notice
 from ..gate.run_document import entries_of, save_run_report
+from ..report.attribution import longest_tasks
 from ..report.findings import findings_json
 from . import terminal
+from .environment import run_environment
 from .settings import settings_of
 
 if TYPE_CHECKING:
@@ -44,6 +47,7 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "bound": str(report.variant.bound),
         "attribution": {str(variant): attribution.to_json() for variant, attribution in report.attribution.items()},
         "affinity": findings_json(report.findings),
+        "kernels": longest_tasks(report.variant),
     }
     if change is not None:
         row["gate"] = change.status
@@ -90,6 +94,7 @@ class RunRecorder:
         self.json_path = json_path
         self.html_path = html_path
         self.tests: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        self.messages: dict[str, str] = {}
         self.views: dict[str, list[dict[str, Any]]] = {}
         self.changes: list[Change] = []
         self.lines: list[str] = []
@@ -109,6 +114,9 @@ class RunRecorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         previous, rows = self.tests.get(report.nodeid, ("passed", []))
         self.tests[report.nodeid] = (_outcome(report, previous), _records(report) or rows)
+        message = _message(report)
+        if message and report.nodeid not in self.messages:
+            self.messages[report.nodeid] = message
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -186,23 +194,31 @@ class RunRecorder:
         self.notes.extend(save_run_report(self.json_path, settings.model, self.tests, described, seen))
 
     def _write_html(self) -> None:
-        """An HTML page cannot be merged: one another process wrote during this run is replaced, saying so."""
+        """The HTML report: every check, the tests that made none (skipped ones with their reason), and
+        the environment that produced the numbers. An HTML page cannot be merged: one another process
+        wrote during this run is replaced, saying so."""
         path = self.html_path
         assert path is not None
+        others = [
+            {"nodeid": nodeid, "outcome": outcome, "message": self.messages.get(nodeid, "")}
+            for nodeid, (outcome, _) in sorted(self.tests.items()) if nodeid not in self.views
+        ]
+        settings = settings_of(self.config)
+        environment = run_environment(Path(self.config.rootpath), dict(settings.profiles), settings.model)
         with locked_output(path, "HTML report") as regular:
             if regular and fingerprint(path) not in (None, self.seen[path]):
                 self.notes.append(
                     f"replaced the HTML report {path}, which another process wrote during this run (HTML reports "
                     "are not merged; give each run its own --npufuse-html, or merge --npufuse-json reports)"
                 )
-            _html_writer()(path, self._views())
+            _html_writer()(path, self._views(), others, environment)
         self.notes.append(f"wrote {path}")
 
     def _views(self) -> list[dict[str, Any]]:
-        """Every check's view, sorted by test, with its test's outcome: a serial run and a pytest-xdist
-        run write the same page."""
+        """Every check's view, sorted by test, with its test's outcome and failure message: a serial run
+        and a pytest-xdist run write the same page."""
         return [
-            {**view, "verdict": self.tests.get(nodeid, ("unknown", []))[0]}
+            {**view, "verdict": self.tests.get(nodeid, ("unknown", []))[0], "message": self.messages.get(nodeid, "")}
             for nodeid in sorted(self.views) for view in self.views[nodeid]
         ]
 
@@ -219,14 +235,29 @@ class RunRecorder:
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if hasattr(config, "workerinput"):
             return
-        terminal.results_table(terminalreporter, self.tests)
+        terminal.results_table(terminalreporter, self.tests, verbose=config.option.verbose > 0)
         if settings_of(config).advise:
             terminal.advise_section(terminalreporter, self.tests)
         terminal.gate_section(terminalreporter, settings_of(config).gate, self.changes, self.lines, self.errors)
         terminal.notes_section(terminalreporter, self.notes)
 
 
-def _html_writer() -> Callable[[Path, Any], None]:
+# pytest-xdist opens a worker's failure text with the worker and its Python; the report names neither.
+_XDIST_HEADER = re.compile(r"\A\[gw\d+\] .* -- Python .*\n")
+
+
+def _message(report: pytest.TestReport) -> str:
+    """What a person needs from a phase report: a failure's text, a skip's or an xfail's reason."""
+    if report.failed:
+        return _XDIST_HEADER.sub("", report.longreprtext, count=1)
+    if hasattr(report, "wasxfail"):
+        return f"xfail: {report.wasxfail}" if report.wasxfail else "xfail"
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    return ""
+
+
+def _html_writer() -> Callable[..., None]:
     """The HTML report's writer, loaded only for a run that asks for the report (the plugin loads on
     every pytest run and keeps its start-up cost near zero)."""
     from ..report.html import write_html_report

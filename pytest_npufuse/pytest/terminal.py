@@ -6,36 +6,108 @@ from typing import Any, Mapping, Sequence
 
 from ..gate.baseline import Change, Gate, aligned, count_line
 
-_HEADER = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "bound", "verdict")
+WIDTH = 120
+"""The table's width at default verbosity; ``-v`` prints every column at full width."""
+
+_SHORT = ("case", "target", "mode", "baseline us", "variant us", "speedup", "SK", "streams", "gate", "verdict")
+_LONG = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "host us",
+         "device us", "bound", "precision", "gate", "verdict")
+# Worst first: a failed test, then a regression, then the lowest speedup.
+_VERDICT_RANK = {"failed": 0, "error": 0, "xpassed": 1}
+_GATE_RANK = {"regressed": 0, "model changed": 1, "new": 2, "removed": 2}
 
 
-def _cells(row: Mapping[str, Any]) -> tuple[str, ...]:
-    return (
-        row["case"],
-        row["target"],
-        row["mode"],
-        f"{row['baseline_us']:.1f}",
-        "inf" if row["variant_us"] is None else f"{row['variant_us']:.1f}",
-        f"{row['speedup']:.3f}x",
-        str(row["segments"]),
-        str(row["streams"]),
-        row["bound"],
-        row["verdict"],
+def _us(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f}"
+
+
+def _label(nodeid: str, row: Mapping[str, Any]) -> str:
+    """The test's node id, with ``(check N)`` for a test's second and later checks."""
+    key = row["key"]
+    at = key.rfind(" (check ")
+    return nodeid + (key[at:] if at >= 0 and key.endswith(")") else "")
+
+
+def _cells(label: str, row: Mapping[str, Any], verdict: str, long: bool) -> tuple[str, ...]:
+    values = {
+        "case": label, "target": row["target"], "mode": row["mode"], "baseline us": _us(row["baseline_us"]),
+        "variant us": _us(row["variant_us"]), "speedup": f"{row['speedup']:.3f}x", "segments": str(row["segments"]),
+        "SK": str(row["segments"]), "streams": str(row["streams"]), "host us": _us(row.get("host_us")),
+        "device us": _us(row.get("device_us")), "bound": row.get("bound", ""),
+        "precision": "bit-exact" if row.get("bit_exact", True) else "differs", "gate": row.get("gate", ""),
+        "verdict": verdict,
+    }
+    return tuple(values[column] for column in (_LONG if long else _SHORT))
+
+
+def _worst_first(item: tuple[str, Mapping[str, Any], str]) -> tuple[Any, ...]:
+    label, row, verdict = item
+    speedup = -1.0 if row["variant_us"] is None else row["speedup"]
+    return (_VERDICT_RANK.get(verdict, 2), _GATE_RANK.get(row.get("gate", ""), 3), speedup, label, row["target"])
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: directories dropped first, then the middle cut (a
+    trailing ``(check N)`` is kept whole, it tells a test's checks apart)."""
+    if len(text) <= width:
+        return text
+    path, sep, rest = text.partition("::")
+    text = path.rsplit("/", 1)[-1] + sep + rest
+    if len(text) <= width:
+        return text
+    at = text.rfind(" (check ")
+    body, suffix = (text[:at], text[at:]) if at > 0 and text.endswith(")") else (text, "")
+    room = width - len(suffix) - 1
+    name, bracket, param = body.partition("[")
+    if bracket and len(name) + 6 <= room:  # the test's name whole, its parameters' end
+        return name + "[…" + param[len(param) - (room - len(name) - 1):] + suffix
+    head = room // 2
+    return body[:head] + "…" + body[len(body) - (room - head):] + suffix
+
+
+def _fit(rows: list[tuple[str, ...]], width: int) -> list[tuple[str, ...]]:
+    """Rows whose first column is shortened so the aligned table is at most ``width`` wide."""
+    others = sum(max(len(row[i]) for row in rows) + 2 for i in range(1, len(rows[0])))
+    room = max(width - others, 24)
+    return [(shorten(row[0], room), *row[1:]) for row in rows]
+
+
+def _totals(items: Sequence[tuple[str, Mapping[str, Any], str]]) -> str:
+    """One line: checks and their verdicts, summed modeled times and the overall speedup."""
+    verdicts: dict[str, int] = {}
+    for _, _, verdict in items:
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
+    finite = [row for _, row, _ in items if row["variant_us"] is not None]
+    base = sum(row["baseline_us"] for row in finite)
+    variant = sum(row["variant_us"] for row in finite)
+    never = len(items) - len(finite)
+    counts = ", ".join(f"{n} {verdict}" for verdict, n in sorted(verdicts.items(), key=lambda kv: (_VERDICT_RANK.get(kv[0], 2), kv[0])))
+    speedup = f", speedup {base / variant:.3f}x" if variant else ""
+    unfinished = f"; {never} never finish" if never else ""
+    return f"total: {len(items)} check(s) ({counts}); baseline {base:.1f} us, variant {variant:.1f} us{speedup}{unfinished}"
+
+
+def results_table(
+    terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]], verbose: bool = False
+) -> None:
+    """One row per check, worst first (failed, regressed, lowest speedup), then the totals. At default
+    verbosity the table fits in :data:`WIDTH` columns (long test ids are shortened); ``verbose`` adds
+    mode, host/device time, bound and precision, at full width. The order depends only on the rows, so
+    a pytest-xdist run, whose reports arrive in any order, prints the same table."""
+    items = sorted(
+        ((_label(nodeid, row), row, tests[nodeid][0]) for nodeid in tests for row in tests[nodeid][1]), key=_worst_first
     )
-
-
-def results_table(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
-    """One row per check, with its test's outcome; sorted by test, so a pytest-xdist run, whose
-    reports arrive in any order, prints the same table."""
-    rows = [
-        _cells({"case": nodeid, **row, "verdict": tests[nodeid][0]})
-        for nodeid in sorted(tests) for row in tests[nodeid][1]
-    ]
-    if not rows:
+    if not items:
         return
+    header = _LONG if verbose else _SHORT
+    rows = [header, *(_cells(label, row, verdict, verbose) for label, row, verdict in items)]
+    if not any(row.get("gate") for _, row, _ in items):
+        gate = header.index("gate")
+        rows = [row[:gate] + row[gate + 1 :] for row in rows]
     terminalreporter.section("npufuse: modeled NPU results")
-    for line in aligned([_HEADER, *rows]):
+    for line in aligned(rows if verbose else _fit(rows, WIDTH)):
         terminalreporter.write_line(line)
+    terminalreporter.write_line(_totals(items))
 
 
 def advise_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:

@@ -13,6 +13,10 @@ answered on a CPU:
   over device tasks as msprof counts them (a SuperKernel is one task of type ``SuperKernel``);
 - overlap: msprof's overlap analysis (seed 003, figure 1): the share of the run's span that is
   computing, communication not hidden under computing, and free (the device idle).
+
+A training step (:func:`attribute_step`) is attributed over all its graphs at once, and each op type's
+row also says how much of its time the backward spends (seed 003's profile: IndexPutV2, a backward op,
+took 75% of the step), as an extra ``Backward Time(us)`` column after msprof's.
 """
 
 from __future__ import annotations
@@ -21,14 +25,16 @@ import csv
 import io
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from ..ir.program import ModuleFrame, Program
+from ..ir.program import Kernel, ModuleFrame, Program
 from ..simulate.timeline import SUPERKERNEL_OP, KernelRun, RunReport
+from ..vocabulary import Phase
 
 OP_STATISTIC_COLUMNS = (
     "OP Type", "Core Type", "Count", "Total Time(us)", "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)",
 )
+BACKWARD_COLUMN = "Backward Time(us)"
 MODEL_PATH = ""
 
 
@@ -50,10 +56,17 @@ class OpStatistic:
     min_us: float
     max_us: float
     ratio_pct: float
+    backward_us: float = 0.0
+    """Of ``total_us``, the time of tasks in a training step's backward graph."""
 
     @property
     def avg_us(self) -> float:
         return self.total_us / self.count
+
+    @property
+    def backward_pct(self) -> float:
+        """The share of this op type's time spent in the backward."""
+        return 100.0 * self.backward_us / self.total_us if self.total_us else 0.0
 
     def row(self) -> tuple[Any, ...]:
         return (
@@ -112,16 +125,30 @@ class Attribution:
     modules: tuple[ModuleTime, ...]
     op_types: tuple[OpStatistic, ...]
     overlap: Overlap
+    step: bool = False
+    """Attributes a training step (its rows carry the backward's time)."""
 
     def module(self, path: str) -> ModuleTime | None:
         return next((row for row in self.modules if row.path == path), None)
 
+    def op_type(self, name: str) -> OpStatistic | None:
+        """The row of op type ``name`` (all core types of it summed when it runs on several)."""
+        rows = [row for row in self.op_types if row.op_type == name]
+        if len(rows) <= 1:
+            return rows[0] if rows else None
+        total, backward = sum(r.total_us for r in rows), sum(r.backward_us for r in rows)
+        count, ratio = sum(r.count for r in rows), sum(r.ratio_pct for r in rows)
+        low, high = min(r.min_us for r in rows), max(r.max_us for r in rows)
+        return OpStatistic(name, rows[0].core_type, count, total, low, high, ratio, backward)
+
     def op_statistic_csv(self) -> str:
-        """The rows of msprof's ``op_statistic.csv``, slowest op type first."""
+        """The rows of msprof's ``op_statistic.csv``, slowest op type first (a training step's with the
+        backward's time after msprof's columns)."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(OP_STATISTIC_COLUMNS)
-        writer.writerows(row.row() for row in self.op_types)
+        extra = (BACKWARD_COLUMN,) if self.step else ()
+        writer.writerow(OP_STATISTIC_COLUMNS + extra)
+        writer.writerows(row.row() + ((f"{row.backward_us:.3f}",) if self.step else ()) for row in self.op_types)
         return buffer.getvalue()
 
     def module_csv(self) -> str:
@@ -142,12 +169,16 @@ class Attribution:
                  "total_us": round(row.total_us, 3), "self_us": round(row.self_us, 3), "ratio_pct": round(row.ratio_pct, 2)}
                 for row in self.modules
             ],
-            "op_statistic": [dict(zip(OP_STATISTIC_COLUMNS, row.row())) for row in self.op_types],
+            "op_statistic": [self._op_row(row) for row in self.op_types],
             "overlap": {
                 "span_us": round(self.overlap.span_us, 3),
                 **{name: round(share, 2) for name, share in self.overlap.shares().items()},
             },
         }
+
+    def _op_row(self, row: OpStatistic) -> dict[str, Any]:
+        extra = {BACKWARD_COLUMN: f"{row.backward_us:.3f}"} if self.step else {}
+        return {**dict(zip(OP_STATISTIC_COLUMNS, row.row())), **extra}
 
     def lines(self, top: int = 8) -> list[str]:
         """A short text summary: the overlap shares, the slowest op types and the slowest modules."""
@@ -195,16 +226,24 @@ def overlap_of(run: RunReport) -> Overlap:
     return Overlap(span, _length(computing), _length(communication), exposed, max(0.0, span - busy))
 
 
-def op_statistics(run: RunReport) -> tuple[OpStatistic, ...]:
-    """Device tasks grouped by op type and core type, slowest total first (ties by name)."""
+def op_statistics(run: RunReport, backward: frozenset[str] = frozenset()) -> tuple[OpStatistic, ...]:
+    """Device tasks grouped by op type and core type, slowest total first (ties by name); ``backward``
+    names the tasks of a training step's backward graph."""
     groups: dict[tuple[str, str], list[float]] = {}
+    in_backward: dict[tuple[str, str], float] = {}
     for kernel in run.kernels:
         if kernel.parent is None:
             op_type = "SuperKernel" if kernel.op_type == SUPERKERNEL_OP else kernel.kernel_type or kernel.op_type
-            groups.setdefault((op_type, accelerator_core(kernel.engine, kernel.op_type)), []).append(kernel.duration_us)
+            key = (op_type, accelerator_core(kernel.engine, kernel.op_type))
+            groups.setdefault(key, []).append(kernel.duration_us)
+            if kernel.name in backward:
+                in_backward[key] = in_backward.get(key, 0.0) + kernel.duration_us
     grand = sum(sum(times) for times in groups.values()) or 1.0
     rows = [
-        OpStatistic(op_type, core, len(times), sum(times), min(times), max(times), 100.0 * sum(times) / grand)
+        OpStatistic(
+            op_type, core, len(times), sum(times), min(times), max(times), 100.0 * sum(times) / grand,
+            in_backward.get((op_type, core), 0.0),
+        )
         for (op_type, core), times in groups.items()
     ]
     return tuple(sorted(rows, key=lambda row: (-row.total_us, row.op_type, row.core_type)))
@@ -219,10 +258,9 @@ def _common(stacks: Sequence[tuple[ModuleFrame, ...]]) -> tuple[ModuleFrame, ...
     return shared
 
 
-def _charges(program: Program, run: RunReport) -> list[tuple[tuple[ModuleFrame, ...], float, int]]:
+def _charges(by_name: Mapping[str, Kernel], run: RunReport) -> list[tuple[tuple[ModuleFrame, ...], float, int]]:
     """(module stack, device time, kernels) charged for each kernel run: a kernel's own duration, and
     for a SuperKernel the time its sub-kernels do not cover, to the modules they all share."""
-    by_name = program.by_name
     children: dict[str, list[KernelRun]] = {}
     for kernel in run.kernels:
         if kernel.parent is not None:
@@ -241,9 +279,13 @@ def _charges(program: Program, run: RunReport) -> list[tuple[tuple[ModuleFrame, 
 
 def module_times(program: Program, run: RunReport) -> tuple[ModuleTime, ...]:
     """Per module path in order of first use: inclusive and self device time (the model first)."""
+    return _module_times(program.by_name, run)
+
+
+def _module_times(by_name: Mapping[str, Kernel], run: RunReport) -> tuple[ModuleTime, ...]:
     totals: dict[str, list[float]] = {MODEL_PATH: [0.0, 0.0, 0]}
     kinds: dict[str, tuple[str, int]] = {MODEL_PATH: ("", 0)}
-    for stack, time_us, count in _charges(program, run):
+    for stack, time_us, count in _charges(by_name, run):
         paths = [MODEL_PATH, *(frame.path for frame in stack if frame.path)]
         for depth, frame in enumerate(stack, start=1):
             kinds.setdefault(frame.path, (frame.type, depth))
@@ -259,6 +301,36 @@ def module_times(program: Program, run: RunReport) -> tuple[ModuleTime, ...]:
     )
 
 
+LONGEST_TASKS = 50
+"""Device tasks a check's record keeps by name: enough to say which kernels got slower, bounded so a
+record stays small (it travels in ``user_properties``, which JUnit XML copies)."""
+
+
+def longest_tasks(run: RunReport, limit: int = LONGEST_TASKS) -> list[list[Any]]:
+    """``[name, kernel type, duration us]`` of the run's ``limit`` longest device tasks (a SuperKernel
+    is one task, named as GE names it), longest first, ties by name."""
+    tasks = [kernel for kernel in run.kernels if kernel.parent is None]
+    tasks.sort(key=lambda kernel: (-kernel.duration_us, kernel.name))
+    return [[k.name, "SuperKernel" if k.op_type == SUPERKERNEL_OP else k.kernel_type or k.op_type, round(k.duration_us, 3)]
+            for k in tasks[:limit]]
+
+
 def attribute(program: Program, run: RunReport) -> Attribution:
     """The three summaries of ``run``, a modeled run of ``program``."""
     return Attribution(run.variant, module_times(program, run), op_statistics(run), overlap_of(run))
+
+
+def attribute_step(programs: Sequence[Program], run: RunReport) -> Attribution:
+    """The three summaries of a training step's ``run`` (its graphs' runs chained), whose kernels come
+    from ``programs``; backward kernels count for the modules whose forward they differentiate (AOT
+    keeps the forward's module stack on them). A SuperKernel task belongs to its sub-kernels' graph."""
+    by_name: dict[str, Kernel] = {}
+    backward: set[str] = set()
+    for program in programs:
+        by_name.update(program.by_name)
+        if program.phase == Phase.BACKWARD:
+            backward.update(program.by_name)
+    backward.update(kernel.parent for kernel in run.kernels if kernel.parent is not None and kernel.name in backward)
+    return Attribution(
+        run.variant, _module_times(by_name, run), op_statistics(run, frozenset(backward)), overlap_of(run), step=True
+    )

@@ -88,6 +88,10 @@ class CaseReport:
     numerics: Numerics = field(default_factory=Numerics)
     """Which outputs were computed (all, a sample of layers, none: a timing-only model) and the stand-in
     values the timing used where none were computed."""
+    phases: tuple[str, ...] = ()
+    """A training step's graphs in the order they ran (``forward``, ``backward``, ``optimizer``); empty
+    for an inference check. Gradients and updated parameters are among ``outputs`` (``grad[<name>]``,
+    ``param[<name>]``)."""
 
     @property
     def speedup(self) -> float:

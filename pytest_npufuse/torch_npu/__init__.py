@@ -6,9 +6,11 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
-* :mod:`.norm` - ``npu_rms_norm``, ``npu_add_rms_norm``, ``npu_add_layer_norm``, ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
-  ``npu_scaled_masked_softmax``
-* :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul``, ``npu_apply_rotary_pos_emb``, ``npu_interleave_rope``,
+* :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``,
+  ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
+  ``npu_scaled_masked_softmax`` (and ``npu_scaled_masked_softmax_backward``)
+* :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul`` (and ``npu_rotary_mul_backward``), ``npu_apply_rotary_pos_emb``,
+  ``npu_interleave_rope``,
   ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
 * :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
@@ -16,13 +18,15 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_moe_re_routing``
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
-  ``npu_prompt_flash_attention``, ``npu_fusion_attention``, ``npu_fused_infer_attention_score_v2``
+  ``npu_prompt_flash_attention``, ``npu_fusion_attention`` (and ``npu_fusion_attention_grad``),
+  ``npu_fused_infer_attention_score_v2``
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
-  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``, ``scatter_update``, ``scatter_update_``
+  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``,
+  ``scatter_update``, ``scatter_update_``
 
 Each op is declared once through :func:`.registry.npu_op` (schema, argument checks, CPU kernel, fake
 kernel, op-catalog entry), so ``torch.compile(..., fullgraph=True)`` leaves one opaque
@@ -55,6 +59,7 @@ from .attention import (
     npu_fused_infer_attention_score,
     npu_fused_infer_attention_score_v2,
     npu_fusion_attention,
+    npu_fusion_attention_grad,
     npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
@@ -93,7 +98,9 @@ from .norm import (
     npu_add_rms_norm_quant,
     npu_layer_norm_eval,
     npu_rms_norm,
+    npu_rms_norm_backward,
     npu_scaled_masked_softmax,
+    npu_scaled_masked_softmax_backward,
 )
 from .quant import (
     npu_anti_quant,
@@ -116,6 +123,7 @@ from .rope import (
     npu_mla_prolog_v3,
     npu_mrope,
     npu_rotary_mul,
+    npu_rotary_mul_backward,
 )
 
 __all__ = [
@@ -138,6 +146,7 @@ __all__ = [
     "npu_fused_infer_attention_score",
     "npu_fused_infer_attention_score_v2",
     "npu_fusion_attention",
+    "npu_fusion_attention_grad",
     "npu_grouped_matmul",
     "npu_grouped_matmul_finalize_routing",
     "npu_incre_flash_attention",
@@ -166,9 +175,12 @@ __all__ = [
     "npu_quant_matmul",
     "npu_quantize",
     "npu_rms_norm",
+    "npu_rms_norm_backward",
     "npu_mrope",
     "npu_rotary_mul",
+    "npu_rotary_mul_backward",
     "npu_scaled_masked_softmax",
+    "npu_scaled_masked_softmax_backward",
     "npu_scatter_nd_update",
     "npu_scatter_nd_update_",
     "npu_scatter_pa_kv_cache",

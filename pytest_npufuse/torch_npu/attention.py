@@ -43,7 +43,7 @@ from .checks import (
 )
 from .fixedorder import pairwise_sum
 from .memory import nz_run
-from .registry import Arguments, Out, bind, npu_op
+from .registry import Arguments, Derivative, Out, bind, npu_op
 from .schema import SymInt
 
 DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
@@ -972,10 +972,155 @@ def _fa_kernel(call: Arguments) -> tuple:
     return (out, _fa_stat(stats.max, setup, query), _fa_stat(stats.sum, setup, query), query.new_zeros(0), 0, 0, 0)
 
 
+def _attention_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
+                    dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`_attention` (no dequant) for the output gradient ``dout`` [B, N, Sq, Dv], in
+    float32 BNSD: the probabilities are recomputed from q and k, as FlashAttentionScoreGrad does, then
+    ``dV = P^T dO``, ``dS = P * (dO V^T - rowsum(dO * O))``, ``dQ = scale dS K`` and ``dK = scale dS^T Q``,
+    the query heads of one KV head summed into its dK and dV (GQA)."""
+    batch, heads, q_len, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    grouped = q.reshape(batch, kv_heads, group * q_len, dim)
+    scores = cube_matmul(grouped, k.transpose(-1, -2)).reshape(batch, kv_heads, group, q_len, -1) * scale
+    visible = visible.reshape(visible.shape[0], kv_heads, group, q_len, -1) if visible.shape[1] == heads else (
+        visible.unsqueeze(2))
+    scores = scores.masked_fill(~visible, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    exps = torch.exp(scores - torch.where(row_max > float("-inf"), row_max, 0.0))
+    denom = pairwise_sum(exps, dim=-1, keepdim=True)
+    probs = (exps / torch.where(denom > 0, denom, 1.0)).reshape(batch, kv_heads, group * q_len, -1)
+    grads = dout.reshape(batch, kv_heads, group * q_len, -1)
+    dv = cube_matmul(probs.transpose(-1, -2), grads)
+    dprobs = cube_matmul(grads, v.transpose(-1, -2))
+    dscores = probs * (dprobs - pairwise_sum(dprobs * probs, dim=-1, keepdim=True)) * scale
+    dq = cube_matmul(dscores, k).reshape(batch, heads, q_len, dim)
+    dk = cube_matmul(dscores.transpose(-1, -2), grouped)
+    return dq, dk, dv
+
+
+def _fa_forward_call(call: Arguments) -> Arguments:
+    """The forward's record of the call a grad op's arguments describe (``scale_value`` is its ``scale``)."""
+    return bind(
+        npu_fusion_attention, call.query, call.key, call.value, call.head_num, call.input_layout,
+        atten_mask=call.atten_mask, scale=call.scale_value, pre_tockens=call.pre_tockens,
+        next_tockens=call.next_tockens, actual_seq_qlen=call.actual_seq_qlen, actual_seq_kvlen=call.actual_seq_kvlen,
+        sparse_mode=call.sparse_mode,
+    )
+
+
+def _fa_grad_meta(call: Arguments) -> tuple:
+    query, key, value, dy = call.query, call.key, call.value, call.dy
+    setup = _fa_call(_fa_forward_call(call))
+    require_dtype("dy", dy, (query.dtype,), "(query's dtype)")
+    require_shape("dy", dy, (tuple(_fa_out_shape(setup, call.input_layout)),))
+    return (
+        Out(list(query.shape), query.dtype), Out(list(key.shape), key.dtype), Out(list(value.shape), value.dtype),
+        Out([0], query.dtype),
+    )
+
+
+def _fa_grad_kernel(call: Arguments) -> tuple:
+    query, key, value, dy = call.query, call.key, call.value, call.dy
+    setup = _fa_call(_fa_forward_call(call))
+    sbh = call.input_layout == "SBH"
+    if sbh:
+        query, key, value, dy = (t.transpose(0, 1) for t in (query, key, value, dy))
+    geo = setup.geo
+    if call.atten_mask is not None and setup.sparse_mode in CAUSAL_MODES:
+        _require_causal_mask(call.atten_mask)
+    q, k = _q_to_bnsd(query, geo, setup.q_lens).float(), _kv_to_bnsd(key, geo, None, setup.kv_lens).float()
+    v, dout = _kv_to_bnsd(value, geo, None, setup.kv_lens).float(), _q_to_bnsd(dy, geo, setup.q_lens).float()
+    visible = _visible(setup.q_lens, setup.kv_lens, q.shape[2], k.shape[2], call.atten_mask, setup.sparse_mode,
+                       setup.pre_tokens, setup.next_tokens)
+    dq, dk, dv = _attention_grad(q, k, v, visible, setup.scale, dout)
+    grads = (
+        _bnsd_to_layout(dq, geo.layout, setup.q_lens, query.shape[0]).to(query.dtype),
+        _bnsd_to_layout(dk, geo.layout, setup.kv_lens, key.shape[0]).to(key.dtype),
+        _bnsd_to_layout(dv, geo.layout, setup.kv_lens, value.shape[0]).to(value.dtype),
+    )
+    if sbh:
+        grads = tuple(grad.transpose(0, 1).contiguous() for grad in grads)
+    return (*grads, query.new_zeros(0))
+
+
+@npu_op(
+    source="op-plugin derivatives.yaml (npu_fusion_attention -> npu_fusion_attention_grad) and the "
+    + DOCS.format("npu_fusion_attention_grad"),
+    meta=_fa_grad_meta,
+    kernel=_fa_grad_kernel,
+)
+def npu_fusion_attention_grad(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    dy: torch.Tensor,
+    head_num: int,
+    input_layout: str,
+    *,
+    pse: Optional[torch.Tensor] = None,
+    padding_mask: Optional[torch.Tensor] = None,
+    atten_mask: Optional[torch.Tensor] = None,
+    softmax_max: Optional[torch.Tensor] = None,
+    softmax_sum: Optional[torch.Tensor] = None,
+    softmax_in: Optional[torch.Tensor] = None,
+    attention_in: Optional[torch.Tensor] = None,
+    scale_value: float = 1.0,
+    keep_prob: float = 1.0,
+    pre_tockens: int = NO_BAND,
+    next_tockens: int = NO_BAND,
+    inner_precise: int = 0,
+    seed: int = 0,
+    offset: int = 0,
+    numels: int = 0,
+    prefix: Optional[Sequence[int]] = None,
+    actual_seq_qlen: Optional[Sequence[int]] = None,
+    actual_seq_kvlen: Optional[Sequence[int]] = None,
+    sparse_mode: int = 0,
+    gen_mask_parallel: bool = True,
+    sync: bool = False,
+    softmax_layout: str = "",
+    sink: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashAttentionScoreGrad: the gradients ``(dq, dk, dv, dpse)`` of :func:`npu_fusion_attention` from
+    the output's gradient ``dy``, in the forward's layouts, masks and sparse modes. The probabilities are
+    recomputed from query and key, as the kernel does (``softmax_max`` / ``softmax_sum`` /
+    ``attention_in`` carry no information the recomputation lacks). ``dpse`` is empty: pse is not
+    modeled, as in the forward."""
+    require_tensors(query=query, key=key, value=value, dy=dy, atten_mask=atten_mask)
+    require_unused("npu_fusion_attention_grad", pse=pse, padding_mask=padding_mask, prefix=prefix, sink=sink)
+    require_int("head_num", head_num)
+    require_float("scale_value", scale_value)
+    if keep_prob != 1:
+        raise OpArgumentError(
+            f"keep_prob={keep_prob} is not implemented: dropout is random; only keep_prob=1 is modeled"
+        )
+
+
+def _fa_setup(ctx: object, inputs: tuple, output: tuple) -> None:
+    call = bind(npu_fusion_attention, *inputs)
+    ctx.save_for_backward(call.query, call.key, call.value, call.atten_mask, *output[:3])
+    ctx.call = call
+
+
+def _fa_backward(ctx: object, dy: torch.Tensor, *_unused: Any) -> tuple:
+    """op-plugin's formula: only attention_out's gradient flows back (the statistics are intermediates)."""
+    query, key, value, mask, out, softmax_max, softmax_sum = ctx.saved_tensors
+    call = ctx.call
+    dq, dk, dv, _ = torch.ops.npu.npu_fusion_attention_grad(
+        query, key, value, dy, call.head_num, call.input_layout, atten_mask=mask, softmax_max=softmax_max,
+        softmax_sum=softmax_sum, attention_in=out, scale_value=call.scale, pre_tockens=call.pre_tockens,
+        next_tockens=call.next_tockens, actual_seq_qlen=call.actual_seq_qlen, actual_seq_kvlen=call.actual_seq_kvlen,
+        sparse_mode=call.sparse_mode,
+    )
+    return (dq, dk, dv, *([None] * (len(vars(call)) - 3)))
+
+
 @npu_op(
     source=DOCS.format("npu_fusion_attention"),
     meta=_fa_meta,
     kernel=_fa_kernel,
+    derivative=Derivative(_fa_setup, _fa_backward),
 )
 def npu_fusion_attention(
     query: torch.Tensor,

@@ -21,9 +21,13 @@ from .checks import (
     require_trailing,
 )
 from .fixedorder import pairwise_sum, round_to_int8
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Derivative, Out, bind, npu_op
 
 RMS_NORM_DOC = "torch_npu.npu_rms_norm, Ascend Extension for PyTorch API reference; op-plugin meta function"
+RMS_NORM_GRAD_DOC = (
+    "op-plugin derivatives.yaml (npu_rms_norm -> npu_rms_norm_backward(grads[0], self, gamma, result1)) and meta "
+    "function (dx like self, dgamma like gamma); hicann/ops-nn norm/rms_norm_grad (aclnnRmsNormGrad)"
+)
 ADD_RMS_NORM_DOC = "op-plugin docs/context/torch_npu-npu_add_rms_norm.md; hicann/ops-nn norm/add_rms_norm"
 ADD_RMS_NORM_QUANT_DOC = "hicann/ops-nn norm/add_rms_norm_quant/README.md and add_rms_norm_quant_v2 (beta)"
 LAYER_NORM_EVAL_DOC = "torch_npu.npu_layer_norm_eval, Ascend Extension for PyTorch API reference"
@@ -58,11 +62,66 @@ def _rms_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return y.to(call.x.dtype), rstd
 
 
+def _rms_norm_backward_meta(call: Arguments) -> tuple[Out, Out]:
+    """dx like x, dgamma like gamma (op-plugin's meta function); dy is x's gradient, rstd the forward's."""
+    dy, x, gamma, rstd = call.dy, call.x, call.gamma, call.rstd
+    require_dtype("x", x, FLOAT_DTYPES)
+    require_dtype("dy", dy, (x.dtype,), "(x's dtype)")
+    require_shape("dy", dy, (tuple(x.shape),))
+    require_trailing("gamma", gamma, "x", x)
+    require_dtype("rstd", rstd, (torch.float32,))
+    require_shape("rstd", rstd, (tuple(_rstd_shape(x, gamma.dim())),))
+    return Out(list(x.shape), x.dtype), Out(list(gamma.shape), gamma.dtype)
+
+
+def _rms_norm_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    """With ``g = dy * gamma`` over the n normalised elements of a row:
+    ``dx = rstd * g - x * rstd**3 * sum(g * x) / n`` and ``dgamma = sum over rows of dy * x * rstd``,
+    float32 with fixed pairwise sums, each rounded once to its output's dtype."""
+    dy, x, gamma, rstd = call.dy, call.x, call.gamma, call.rstd
+    rows = math.prod(rstd.shape)
+    values, grads = x.to(torch.float32).reshape(rows, -1), dy.to(torch.float32).reshape(rows, -1)
+    scale = rstd.reshape(rows, 1)
+    weighted = grads * gamma.to(torch.float32).reshape(1, -1)
+    dot = pairwise_sum(weighted * values, dim=-1, keepdim=True) / values.shape[-1]
+    dx = scale * weighted - values * scale.pow(3) * dot
+    dgamma = pairwise_sum(grads * values * scale, dim=0)
+    return dx.reshape(x.shape).to(x.dtype), dgamma.reshape(gamma.shape).to(gamma.dtype)
+
+
+@npu_op(
+    source=RMS_NORM_GRAD_DOC,
+    self_name="x",
+    meta=_rms_norm_backward_meta,
+    kernel=_rms_norm_backward_kernel,
+)
+def npu_rms_norm_backward(
+    dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RmsNormGrad: the gradients of :func:`npu_rms_norm`'s ``x`` and ``gamma`` from ``y``'s gradient
+    ``dy`` and the forward's ``rstd``; returns ``(dx, dgamma)``. torch_npu's schema
+    ``npu_rms_norm_backward(Tensor dy, Tensor self, Tensor gamma, Tensor rstd) -> (Tensor, Tensor)``."""
+    require_tensors(dy=dy, x=x, gamma=gamma, rstd=rstd)
+
+
+def _rms_norm_setup(ctx: object, inputs: tuple, output: tuple) -> None:
+    x, gamma = inputs[:2]
+    ctx.save_for_backward(x, gamma, output[1])
+
+
+def _rms_norm_backward(ctx: object, dy: torch.Tensor, _drstd: torch.Tensor) -> tuple:
+    """op-plugin's formula: only ``y``'s gradient flows back (rstd is an intermediate)."""
+    x, gamma, rstd = ctx.saved_tensors
+    dx, dgamma = torch.ops.npu.npu_rms_norm_backward(dy, x, gamma, rstd)
+    return dx, dgamma, None
+
+
 @npu_op(
     source=RMS_NORM_DOC,
     self_name="x",
     meta=_rms_norm_meta,
     kernel=_rms_norm_kernel,
+    derivative=Derivative(_rms_norm_setup, _rms_norm_backward),
 )
 def npu_rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     """RMS normalisation over the trailing ``gamma.dim()`` dims of ``x``: returns ``(y, rstd)``.
@@ -329,6 +388,10 @@ SCALED_MASKED_SOFTMAX_DOC = (
     "torch_npu.npu_scaled_masked_softmax, Ascend Extension for PyTorch API reference (ptaoplist_000833) and "
     "performance_tuning_0025 (ScaledMaskedSoftmax); CANN opp impl/dynamic/scaled_masked_softmax.py"
 )
+SCALED_MASKED_SOFTMAX_GRAD_DOC = (
+    "op-plugin derivatives.yaml (npu_scaled_masked_softmax -> npu_scaled_masked_softmax_backward); hicann/ops-nn "
+    "vfusion/scaled_masked_softmax_grad_v2 (aclnnScaledMaskedSoftmaxBackward)"
+)
 _SOFTMAX_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MASKED_VALUE = -10000.0  # the CANN kernel fills masked positions with -10000 ("fill ... with -10000")
 _SOFTMAX_MIN, _SOFTMAX_MAX, _SOFTMAX_STEP = 32, 4096, 32
@@ -370,10 +433,62 @@ def _scaled_masked_softmax_kernel(call: Arguments) -> torch.Tensor:
     return (exps / pairwise_sum(exps, dim=-1, keepdim=True)).to(x.dtype)
 
 
+def _scaled_masked_softmax_backward_meta(call: Arguments) -> Out:
+    """x's gradient like y (the forward's output); y_grad like y."""
+    y_grad, y, mask = call.y_grad, call.y, call.mask
+    require_dtype("y", y, _SOFTMAX_DTYPES)
+    require_dtype("y_grad", y_grad, (y.dtype,), "(y's dtype)")
+    require_shape("y_grad", y_grad, (tuple(y.shape),))
+    require_dtype("mask", mask, (torch.bool,))
+    return Out(list(y.shape), y.dtype)
+
+
+def _scaled_masked_softmax_backward_kernel(call: Arguments) -> torch.Tensor:
+    """``scale * y * (dy - sum(dy * y))`` over the last dim in float32 (a fixed pairwise sum), zero where
+    the forward filled the score with a constant (the mask, or the upper triangle with
+    ``fixed_triu_mask``)."""
+    y_grad, y, mask = call.y_grad, call.y, call.mask
+    if call.fixed_triu_mask:
+        rows, cols = y.shape[-2:]
+        mask = torch.ones(rows, cols, dtype=torch.bool).triu(1).expand(y.shape)
+    probs, grads = y.to(torch.float32), y_grad.to(torch.float32)
+    dx = probs * (grads - pairwise_sum(grads * probs, dim=-1, keepdim=True)) * call.scale
+    return dx.masked_fill(mask, 0.0).to(y.dtype)
+
+
+@npu_op(
+    source=SCALED_MASKED_SOFTMAX_GRAD_DOC,
+    meta=_scaled_masked_softmax_backward_meta,
+    kernel=_scaled_masked_softmax_backward_kernel,
+)
+def npu_scaled_masked_softmax_backward(
+    y_grad: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, scale: float, fixed_triu_mask: bool
+) -> torch.Tensor:
+    """ScaledMaskedSoftmaxGrad: the gradient of :func:`npu_scaled_masked_softmax`'s ``x`` from its output
+    ``y`` and ``y``'s gradient. torch_npu's schema ``npu_scaled_masked_softmax_backward(Tensor y_grad,
+    Tensor y, Tensor mask, Scalar scale, bool fixed_triu_mask) -> Tensor``."""
+    require_tensors(y_grad=y_grad, y=y, mask=mask)
+    require_float("scale", scale)
+    require_bool("fixed_triu_mask", fixed_triu_mask)
+
+
+def _scaled_masked_softmax_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
+    call = bind(npu_scaled_masked_softmax, *inputs)
+    ctx.save_for_backward(output, call.mask)
+    ctx.scale, ctx.fixed_triu_mask = call.scale, call.fixed_triu_mask
+
+
+def _scaled_masked_softmax_grad(ctx: object, y_grad: torch.Tensor) -> tuple:
+    y, mask = ctx.saved_tensors
+    dx = torch.ops.npu.npu_scaled_masked_softmax_backward(y_grad, y, mask, ctx.scale, ctx.fixed_triu_mask)
+    return dx, None, None, None
+
+
 @npu_op(
     source=SCALED_MASKED_SOFTMAX_DOC,
     meta=_scaled_masked_softmax_meta,
     kernel=_scaled_masked_softmax_kernel,
+    derivative=Derivative(_scaled_masked_softmax_setup, _scaled_masked_softmax_grad),
 )
 def npu_scaled_masked_softmax(
     x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False

@@ -188,6 +188,18 @@ def _registered_returns(
     return returns, single
 
 
+@dataclass(frozen=True)
+class Derivative:
+    """How autograd differentiates an op, as op-plugin's ``derivatives.yaml`` declares it for torch_npu:
+    ``setup_context(ctx, inputs, output)`` keeps what the backward needs (``inputs`` are the op's
+    arguments in schema order) and ``backward(ctx, *grads)`` returns one gradient per argument. The
+    backward calls the op's registered backward op (``torch.ops.npu.npu_rms_norm_backward``, ...), so a
+    backward graph AOTAutograd traces holds that one opaque node, the kernel msprof would show."""
+
+    setup_context: Callable[[Any, tuple, Any], None]
+    backward: Callable[..., Any]
+
+
 def npu_op(
     *,
     source: str,
@@ -197,6 +209,7 @@ def npu_op(
     schema_mutates: bool = False,
     self_name: Optional[str] = None,
     side_effect: bool = False,
+    derivative: Optional[Derivative] = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
 
@@ -218,7 +231,8 @@ def npu_op(
     the input copies of any in-place update.
     An op without outputs has meta and kernel return ``()`` and returns None; ``side_effect`` marks such
     an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it although nothing
-    reads its result.
+    reads its result. ``derivative`` makes the op differentiable (:class:`Derivative`); an op without
+    one has no gradient, as in torch_npu.
     """
 
     def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
@@ -252,6 +266,10 @@ def npu_op(
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
+        if derivative is not None:
+            torch.library.register_autograd(
+                op_type, derivative.backward, setup_context=derivative.setup_context, lib=_LIB
+            )
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
         if side_effect:
             torch.fx.node.has_side_effect(packet.default)

@@ -26,11 +26,11 @@ from .checks import (
     require_tensors,
     require_unused,
 )
-from .fixedorder import round_to_int8
+from .fixedorder import pairwise_sum, round_to_int8
 from .memory import nz_run, write_nz_slots, write_slots
 from .norm import rms_normalise
 from .quant import symmetric_levels
-from .registry import Arguments, Out, bind, npu_op
+from .registry import Arguments, Derivative, Out, bind, npu_op
 
 ROTARY_MUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000141.html"
 APPLY_ROTARY_POS_EMB_DOC = "op-plugin op_plugin/ops/opapi/ApplyRotaryPosEmbNpuOpApi.cpp (aclnnApplyRotaryPosEmb)"
@@ -95,11 +95,74 @@ def _rotary_mul_kernel(call: Arguments) -> torch.Tensor:
     return rope(call.input, call.r1, call.r2, call.rotary_mode)
 
 
+ROTARY_MUL_GRAD_DOC = (
+    "op-plugin derivatives.yaml (npu_rotary_mul -> npu_rotary_mul_backward(grad, self, r1, r2, rotary_mode)) "
+    "and its sharding strategy (outputs dx, d_r1, d_r2); TorchAir's converter maps it to GE RotaryMulGrad"
+)
+
+
+def _unbroadcast(values: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """``values`` summed over the dims a ``shape`` tensor was broadcast along (a fixed pairwise sum)."""
+    for dim, size in enumerate(shape):
+        if size == 1 and values.shape[dim] != 1:
+            values = pairwise_sum(values, dim=dim, keepdim=True)
+    return values
+
+
+def _rotary_mul_backward_meta(call: Arguments) -> tuple[Out, Out, Out]:
+    grad, input, r1, r2 = call.grad, call.input, call.r1, call.r2
+    _rotary_mul_meta(bind(npu_rotary_mul, input, r1, r2, call.rotary_mode))
+    require_dtype("grad", grad, (input.dtype,), "(input's dtype)")
+    require_shape("grad", grad, (tuple(input.shape),))
+    return Out(list(input.shape), input.dtype), Out(list(r1.shape), r1.dtype), Out(list(r2.shape), r2.dtype)
+
+
+def _rotary_mul_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``y = x * r1 + rotate(x) * r2`` and rotate's transpose is ``-rotate``, so
+    ``dx = dy * r1 - rotate(dy * r2)``, ``dr1 = dy * x`` and ``dr2 = dy * rotate(x)``, each summed over
+    the dims r1/r2 were broadcast along; float32, one rounding per output."""
+    input, r1, r2, rotary_mode = call.input, call.r1, call.r2, call.rotary_mode
+    dy, x = call.grad.to(torch.float32), input.to(torch.float32)
+    dx = dy * r1.to(torch.float32) - rotate(dy * r2.to(torch.float32), rotary_mode)
+    dr1 = _unbroadcast(dy * x, r1.shape)
+    dr2 = _unbroadcast(dy * rotate(x, rotary_mode), r2.shape)
+    return dx.to(input.dtype), dr1.to(r1.dtype), dr2.to(r2.dtype)
+
+
+@npu_op(
+    source=ROTARY_MUL_GRAD_DOC,
+    self_name="input",
+    meta=_rotary_mul_backward_meta,
+    kernel=_rotary_mul_backward_kernel,
+)
+def npu_rotary_mul_backward(
+    grad: torch.Tensor, input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """RotaryMulGrad: the gradients of :func:`npu_rotary_mul`'s ``input``, ``r1`` and ``r2`` from the
+    output's gradient ``grad``; returns ``(dx, dr1, dr2)`` (torch_npu's schema
+    ``npu_rotary_mul_backward(Tensor grad, Tensor self, Tensor r1, Tensor r2, str rotary_mode='half')``)."""
+    require_tensors(grad=grad, input=input, r1=r1, r2=r2)
+    require_choice("rotary_mode", rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
+
+
+def _rotary_mul_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
+    call = bind(npu_rotary_mul, *inputs)
+    ctx.save_for_backward(call.input, call.r1, call.r2)
+    ctx.rotary_mode = call.rotary_mode
+
+
+def _rotary_mul_grad(ctx: object, grad: torch.Tensor) -> tuple:
+    x, r1, r2 = ctx.saved_tensors
+    dx, dr1, dr2 = torch.ops.npu.npu_rotary_mul_backward(grad, x, r1, r2, ctx.rotary_mode)
+    return dx, dr1, dr2, None
+
+
 @npu_op(
     source=ROTARY_MUL_DOC,
     self_name="input",
     meta=_rotary_mul_meta,
     kernel=_rotary_mul_kernel,
+    derivative=Derivative(_rotary_mul_setup, _rotary_mul_grad),
 )
 def npu_rotary_mul(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half") -> torch.Tensor:
     """RoPE on one 4-D tensor: ``r1 * input + r2 * rotate(input)``.

@@ -152,9 +152,13 @@ def test_get_npu_backend_compiles_and_reports():
     assert graph.run.target == "a3"
 
 
-def test_training_graphs_are_refused_clearly():
+def test_a_graph_with_parameters_is_captured_as_forward_and_backward():
     weight = torch.nn.Parameter(torch.ones(2, 2))
     backend = torchair.get_npu_backend()
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="training graphs are not modeled"):
-        torch.compile(lambda x: x @ weight, backend=backend, fullgraph=True)(torch.ones(2, 2))
+    out = torch.compile(lambda x: x @ weight, backend=backend, fullgraph=True)(torch.ones(2, 2))
+    out.sum().backward()
+    assert torch.equal(weight.grad, torch.full((2, 2), 2.0))
+    forward, backward = backend.graphs
+    assert (forward.program.phase, backward.program.phase) == ("forward", "backward")
+    assert all(kernel.name.startswith("backward/") for kernel in backward.program.kernels)

@@ -29,9 +29,9 @@ def captures(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     build = backend.build_program
 
-    def counted(gm, catalog):
+    def counted(gm, catalog, *args, **kwargs):
         seen.append(gm.__class__.__name__)
-        return build(gm, catalog)
+        return build(gm, catalog, *args, **kwargs)
 
     monkeypatch.setattr(backend, "build_program", counted)
     return seen

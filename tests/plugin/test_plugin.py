@@ -626,3 +626,46 @@ def test_sp1(npufuse):
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*scope 'sp1' was broken by aten::add (Add at *models.py:*); expected breaks=[[]'aten::mul'[]].*"])
+
+
+def results_table(result) -> list[str]:
+    """The lines of the modeled-results section, without its title."""
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if "npufuse: modeled NPU results" in line)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
+    return [line for line in lines[start + 1 : end] if line]
+
+
+TABLE = '''
+@pytest.mark.parametrize("name", ["a_parameter_long_enough_to_push_the_case_column_well_past_the_usual_width"])
+def test_long(npufuse, name):
+    npufuse.check(Fused(), *inputs())
+    npufuse.check(Broken(), *inputs())
+
+
+def test_slowest(npufuse):
+    npufuse.check(Broken(), *inputs())
+    assert False, "fails after its check"
+'''
+
+
+def test_results_table_fits_120_columns_worst_first_with_totals_and_tells_two_checks_apart(run):
+    result = run(TABLE)
+    result.assert_outcomes(passed=1, failed=1)
+    table = results_table(result)
+    assert all(len(line) <= 120 for line in table)
+    assert table[0].split() == ["case", "target", "mode", "baseline", "us", "variant", "us", "speedup", "SK", "streams", "verdict"]
+    cases = [line.split()[0] for line in table[1:4]]
+    assert cases[0] == "test_case.py::test_slowest" and table[1].split()[-1] == "failed"
+    # The Broken check (speedup below 1) comes before the Fused one; both are shortened, the second marked.
+    assert "…" in cases[1] and cases[1].endswith("width]") and "] (check 2)  a3 " in table[2]
+    assert "…" in cases[2] and "(check" not in table[3]
+    assert cases[1].startswith("test_case.py::test_long[…")
+    speedups = [float(line.split()[-4].rstrip("x")) for line in table[2:4]]
+    assert speedups == sorted(speedups)
+    assert table[4].startswith("total: 3 check(s) (1 failed, 2 passed); baseline ") and "speedup" in table[4]
+
+    verbose = results_table(run(TABLE, "-v"))
+    assert verbose[0].split()[:3] == ["case", "target", "mode"] and "precision" in verbose[0] and "host us" in verbose[0]
+    assert any(line.startswith("test_case.py::test_long[a_parameter_long_enough_to_push_the_case_column_well")
+               for line in verbose)

@@ -108,6 +108,6 @@ class Chromium:
         """The page's DOM after its scripts ran, parsed."""
         return parse_dom(self._run(page.resolve().as_uri() + fragment, "--dump-dom").stdout)
 
-    def screenshot(self, page: Path, png: Path, width: int = 1280, height: int = 900) -> Path:
-        self._run(page.resolve().as_uri(), f"--window-size={width},{height}", f"--screenshot={png.resolve()}")
+    def screenshot(self, page: Path, png: Path, width: int = 1280, height: int = 900, fragment: str = "") -> Path:
+        self._run(page.resolve().as_uri() + fragment, f"--window-size={width},{height}", f"--screenshot={png.resolve()}")
         return png

@@ -13,56 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ...files import write_text
+from .assets import SCRIPT, STYLE
 from .timeline import case_svg
-
-_STYLE = """
-body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:16px;color:#222;background:#fff}
-h1{font-size:20px;margin:0 0 8px}h2{font-size:15px;margin:24px 0 6px;font-family:monospace}
-table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
-th{background:#f0f0f0;cursor:pointer;user-select:none;white-space:nowrap}td{white-space:nowrap}
-td:first-child,th:first-child{text-align:left}#summary td:first-child{white-space:normal;overflow-wrap:anywhere;max-width:460px}
-th.sorted-asc::after{content:" \\25B2"}th.sorted-desc::after{content:" \\25BC"}
-.v-passed,.g-unchanged,.g-improved{color:#1a7f37}.v-failed,.v-error,.g-regressed{color:#c62828;font-weight:600}
-.v-skipped,.v-xfailed,.g-new{color:#8a6d00}
-.facts span{margin-right:14px}.note{color:#555}
-.timeline{display:block;margin:8px 0;border:1px solid #ddd}
-.lane-bg{fill:#fafafa;stroke:#eee}.lane-label{font:11px monospace;fill:#333}.run-title{font:bold 12px sans-serif;fill:#111}
-.grid{stroke:#e4e4e4}.tick{font:10px sans-serif;fill:#666;text-anchor:middle}
-.k,.sub{stroke:#fff;stroke-width:.3}.e-cube{fill:#4e79a7}.e-vector{fill:#59a14f}.e-aicpu{fill:#f28e2b}.e-comm{fill:#b07aa1}
-.e-host{fill:#9c755f}.host{fill:#9c755f}.agg{opacity:.7}.agg.host{fill:#b9a08e}
-.sk{fill:#fff4c2;stroke:#6b5300;stroke-width:1.2}.break{stroke:#e00000;stroke-width:2.5}
-.arrow{fill:none;stroke-width:1.6}.event{stroke:#1f4e9c;stroke-dasharray:4 2;stroke-width:1;opacity:.8}.race{stroke:#e00000;stroke-width:2.2}
-.hazard{stroke:#d1006f;stroke-width:2.2;stroke-dasharray:6 3}
-.head-event{fill:#1f4e9c}.head-race{fill:#e00000}.head-hazard{fill:#d1006f}
-.legend span{display:inline-block;margin-right:12px}.legend i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
-code{background:#f4f4f4;padding:0 3px}
-.below{display:flex;gap:24px;flex-wrap:wrap;align-items:flex-start}.findings{flex:1 1 480px;min-width:360px}
-.findings ul{margin:4px 0;padding-left:20px}h3{font-size:13px;margin:8px 0 4px}
-"""
-
-_SCRIPT = """
-(function(){
-  function value(cell){var v=cell.getAttribute('data-v');var n=parseFloat(v);return isNaN(n)?v:n;}
-  function sortBy(table,column,descending){
-    var body=table.tBodies[0];var rows=Array.prototype.slice.call(body.rows);
-    rows.sort(function(a,b){var x=value(a.cells[column]),y=value(b.cells[column]);
-      var c=(typeof x==='number'&&typeof y==='number')?x-y:String(x).localeCompare(String(y));return descending?-c:c;});
-    rows.forEach(function(r){body.appendChild(r);});
-    Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
-      th.className=i===column?(descending?'sorted-desc':'sorted-asc'):'';});
-  }
-  document.querySelectorAll('table.sortable').forEach(function(table){
-    Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th,i){
-      th.addEventListener('click',function(){sortBy(table,i,th.className==='sorted-asc');});});
-  });
-  var wanted=/^#sort=([a-z_]+)(-desc)?$/.exec(location.hash);
-  var summary=document.getElementById('summary');
-  if(wanted&&summary){var ths=summary.tHead.rows[0].cells;
-    for(var i=0;i<ths.length;i++){if(ths[i].getAttribute('data-key')===wanted[1]){sortBy(summary,i,!!wanted[2]);}}}
-  document.body.getBoundingClientRect();
-  document.documentElement.setAttribute('data-rendered-ms',performance.now().toFixed(1));
-})();
-"""
 
 _SUMMARY_COLUMNS = (
     ("case", "case"), ("target", "target"), ("mode", "mode"), ("baseline_us", "baseline us"),
@@ -104,7 +56,27 @@ def _summary_row(index: int, view: Mapping[str, Any]) -> str:
         _cell(_precision(view)),
         _cell(gate, cls=f"g-{gate}" if gate else ""), _cell(verdict, cls=f"v-{verdict}" if verdict else ""),
     ]
-    return f'<tr data-case="{index}">{"".join(cells)}</tr>'
+    return f'<tr data-case="{escape(view["case"])}" data-status="{_status(view)}">{"".join(cells)}</tr>'
+
+
+def _status(view: Mapping[str, Any]) -> str:
+    """The words the summary's filter buttons match: the test's verdict and the gate's status."""
+    gate = view["gate"]["status"] if view["gate"] else ""
+    return escape(" ".join(word for word in (view.get("verdict", ""), gate) if word))
+
+
+def _toolbar(views: Sequence[Mapping[str, Any]]) -> str:
+    """Counts per verdict and gate status, each a button that shows only those checks, and a search
+    box over the case ids."""
+    counts: dict[str, int] = {}
+    for view in views:
+        for word in _status(view).split():
+            counts[word] = counts.get(word, 0) + 1
+    buttons = "".join(
+        f'<button type="button" data-filter="{escape(word)}">{n} {escape(word)}</button>' for word, n in sorted(counts.items())
+    )
+    return (f'<div class="toolbar"><span id="shown">{len(views)}</span> of {len(views)} check(s) shown {buttons}'
+            '<input id="search" type="search" placeholder="search case ids" aria-label="search case ids"></div>')
 
 
 def _summary(views: Sequence[Mapping[str, Any]]) -> str:
@@ -133,9 +105,10 @@ def _scopes(view: Mapping[str, Any]) -> str:
 
 
 def _break_site(site: Mapping[str, str]) -> str:
-    """The op that broke a scope, with the user's source line it came from."""
+    """The op that broke a scope, with the user's source line it came from and why it cannot be fused."""
     where = f" at <code>{escape(site['source'])}</code>" if site["source"] else ""
-    return f'<li class="break-site">broken by <b>{escape(site["op_type"])}</b> ({escape(site["kernel"])}){where}</li>'
+    why = f'<div class="note why">{escape(site["why"])}</div>' if site.get("why") else ""
+    return f'<li class="break-site">broken by <b>{escape(site["op_type"])}</b> ({escape(site["kernel"])}){where}{why}</li>'
 
 
 def _races(view: Mapping[str, Any]) -> str:
@@ -223,28 +196,74 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
     mismatches = "".join(f"<li>{escape(m)}</li>" for m in view["mismatches"])
     failures = "".join(f'<p class="failure"><b>{run["variant"].upper()} does not finish:</b> {escape(run["failure"])}</p>'
                        for run in view["runs"] if run["failure"])
+    failures += "".join(f'<p class="note stream-note">{escape(note)}</p>' for note in view.get("stream_notes", ()))
+    message = f'<pre class="message">{escape(view["message"])}</pre>' if view.get("message") else ""
     return (
-        f'<section class="case" id="case-{index}" data-case="{escape(view["case"])}">'
-        f'<h2>{escape(view["case"])}</h2><div class="facts">{"".join(facts)}</div>'
-        f'{case_svg(view)}<div class="below"><div class="findings">{failures}{_scopes(view)}{_races(view)}'
+        f'<section class="case" id="case-{index}" data-case="{escape(view["case"])}" data-status="{_status(view)}">'
+        f'<h2>{escape(view["case"])}</h2><div class="facts">{"".join(facts)}</div>{message}'
+        f'{case_svg(view, str(index))}{_ZOOM_BAR}<div class="below"><div class="findings">{failures}{_scopes(view)}{_races(view)}'
         f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}</div>'
         f'{_op_types(view)}{_modules(view)}</div>{_overlap(view)}</section>'
     )
 
 
-def render_page(views: Sequence[Mapping[str, Any]], title: str = "pytest-npufuse: modeled NPU run") -> str:
-    """The report of ``views`` (from :func:`~.view.case_view`, each with an optional ``verdict``)."""
+_ZOOM_BAR = (
+    '<div class="zoom-bar"><button type="button" data-zoom="in">zoom in</button><button type="button" '
+    'data-zoom="out">zoom out</button><button type="button" data-zoom="reset">whole run</button> '
+    '<span class="range"></span> — wheel to zoom, drag to pan, double-click for the whole run</div>'
+)
+
+
+def _environment(environment: Mapping[str, str]) -> str:
+    """What produced the numbers: versions, profile digests, model version, commit."""
+    if not environment:
+        return ""
+    rows = "".join(f"<dt>{escape(name)}</dt><dd>{escape(value)}</dd>" for name, value in environment.items())
+    return f'<details class="environment" open><summary><b>Environment</b></summary><dl class="env">{rows}</dl></details>'
+
+
+def _other_tests(tests: Sequence[Mapping[str, str]]) -> str:
+    """Tests that made no check (skipped ones with their reason, failures before a check), so the
+    report accounts for the whole run."""
+    if not tests:
+        return ""
+    rows = "".join(
+        f'<tr data-case="{escape(test["nodeid"])}" data-status="{escape(test["outcome"])}">'
+        f'<td data-v="{escape(test["nodeid"])}">{escape(test["nodeid"])}</td>'
+        f'{_cell(test["outcome"], cls="v-" + test["outcome"])}'
+        f'<td class="reason" data-v="{escape(test["message"])}"><pre>{escape(test["message"])}</pre></td></tr>'
+        for test in tests
+    )
+    return (f'<h2 id="other-tests">Tests without a check ({len(tests)})</h2><table id="other" class="sortable">'
+            f'<thead><tr><th>test</th><th>outcome</th><th>reason or message</th></tr></thead><tbody>{rows}</tbody></table>')
+
+
+def render_page(
+    views: Sequence[Mapping[str, Any]],
+    title: str = "pytest-npufuse: modeled NPU run",
+    tests: Sequence[Mapping[str, str]] = (),
+    environment: Mapping[str, str] | None = None,
+) -> str:
+    """The report of ``views`` (from :func:`~.view.case_view`, each with an optional ``verdict`` and
+    failure ``message``), the ``tests`` that made no check (``nodeid``, ``outcome``, ``message``: a
+    skip reason or a failure), and the ``environment`` that produced the numbers."""
     cases = "".join(_case(i, view) for i, view in enumerate(views))
     empty = "" if views else '<p class="note">No npufuse.check() ran in this session.</p>'
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-        f"<style>{_STYLE}</style></head><body><h1>{escape(title)}</h1>"
+        f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>{_environment(environment or {})}"
         f'<p class="note">{len(views)} check(s). Times are modeled, in microseconds; click a column to sort.</p>'
-        f"{_summary(views)}{empty}{_LEGEND}{cases}<script>{_SCRIPT}</script></body></html>\n"
+        f"{_toolbar(views)}{_summary(views)}{empty}{_other_tests(tests)}{_LEGEND}{cases}"
+        f"<script>{SCRIPT}</script></body></html>\n"
     )
 
 
-def write_html_report(path: Path, views: Sequence[Mapping[str, Any]]) -> None:
+def write_html_report(
+    path: Path,
+    views: Sequence[Mapping[str, Any]],
+    tests: Sequence[Mapping[str, str]] = (),
+    environment: Mapping[str, str] | None = None,
+) -> None:
     """Write the page atomically (a reader sees the previous report or this one, never half a file), or
     through to the stream, FIFO or device the user named."""
-    write_text(path, render_page(views), "HTML report", named=True)
+    write_text(path, render_page(views, tests=tests, environment=environment), "HTML report", named=True)

@@ -96,8 +96,10 @@ def _group(spans: Iterable[tuple[float, float, int]], keep: set[int]) -> list[tu
 class _RunDrawing:
     """The SVG elements of one run, laid out from ``top``."""
 
-    def __init__(self, run: dict[str, Any], scale: Scale, top: float, marked: set[str]) -> None:
+    def __init__(self, run: dict[str, Any], scale: Scale, top: float, marked: set[str], clip: str) -> None:
         self.run = run
+        self.clip = clip
+        self._named: list[tuple[str, float, float, float, bool]] = []
         self.scale = scale
         self.top = top
         self.kernels: list[list[Any]] = run["kernels"]
@@ -133,9 +135,12 @@ class _RunDrawing:
             parts.append(f'<g class="lane" data-kind="{info["kind"]}" data-label="{escape(info["label"])}">')
             parts.append(f'<rect x="0" y="{_fmt(y)}" width="{LABEL_PX + AXIS_PX}" height="{LANE_PX}" class="lane-bg"/>')
             parts.append(f'<text x="8" y="{_fmt(y + LANE_PX - 7)}" class="lane-label">{escape(info["label"])}</text>')
+            parts.append(f'<g clip-path="url(#{self.clip})"><g class="zoomable">')
             parts.extend(self._lane_kernels(lane, y, breaks_by_kernel))
             parts.extend(self._lane_host(lane, y))
-            parts.append("</g>")
+            parts.append('</g></g><g class="names">')
+            parts.extend(self._names())
+            parts.append("</g></g>")
         parts.append("</g>")
         return parts
 
@@ -151,6 +156,17 @@ class _RunDrawing:
     def _spans(self, indices: Iterable[int]) -> list[tuple[float, float, int]]:
         x = self.scale.x
         return sorted((x(self.kernels[i][3]), x(self.kernels[i][4]), i) for i in indices)
+
+    def _names(self) -> list[str]:
+        """A name for every kernel the lane drew on its own (sub-kernels inside their SuperKernel). The
+        page's script shows each one that fits its box at the current zoom, cut with '…' if needed."""
+        parts = [
+            f'<text class="name{" sub-name" if sub else ""}" y="{_fmt(baseline)}" data-x0="{_fmt(x0)}" '
+            f'data-x1="{_fmt(x1)}">{escape(name)}</text>'
+            for name, x0, x1, baseline, sub in self._named
+        ]
+        self._named.clear()
+        return parts
 
     def _lane_kernels(self, lane: int, y: float, breaks_by_kernel: dict[str, str]) -> list[str]:
         top_level = [i for i, k in enumerate(self.kernels) if k[2] == lane and k[7] < 0]
@@ -190,6 +206,7 @@ class _RunDrawing:
             classes += " break"
             tip += f" — breaks scope {breaks_by_kernel[name]}"
         width = max(x1 - x0, 2.0 if name in self.keep else MIN_PX)
+        self._named.append((name, x0, x1, y + h - (3 if cls == "sub" else 5), cls == "sub"))
         return (f'<rect x="{_fmt(x0)}" y="{_fmt(y)}" width="{width:.2f}" height="{h}" class="{classes}" '
                 f'data-name="{escape(name)}"><title>{escape(tip)}</title></rect>')
 
@@ -258,25 +275,31 @@ _DEFS = (
 )
 
 
-def case_svg(view: dict[str, Any]) -> str:
-    """Both runs of a case, BASELINE above VARIANT, on one time axis; races drawn in the VARIANT."""
+def case_svg(view: dict[str, Any], key: str = "0") -> str:
+    """Both runs of a case, BASELINE above VARIANT, on one time axis; races drawn in the VARIANT.
+
+    ``key`` makes the drawing's element ids unique in the page. Everything drawn against time sits in
+    ``g.zoomable`` groups clipped to the plot area, which the page's script scales and shifts to zoom
+    and pan (``data-span-us``, ``data-left`` and ``data-width`` give it the axis)."""
     runs = view["runs"]
     scale = Scale(case_span(runs))
     breaks_by_kernel = {b["kernel"]: s["scope"] for s in view["scopes"] for b in s["breaks"]}
     marked = set(breaks_by_kernel) | {r[side]["kernel"] for r in view["races"] for side in ("first", "second")}
     drawings, top = [], float(AXIS_TOP_PX)
     for run in runs:
-        drawings.append(_RunDrawing(run, scale, top, marked))
+        drawings.append(_RunDrawing(run, scale, top, marked, f"plot-{key}"))
         top += drawings[-1].height + 8
     height = top
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{LABEL_PX + AXIS_PX + 10}" '
-             f'height="{_fmt(height)}" viewBox="0 0 {LABEL_PX + AXIS_PX + 10} {_fmt(height)}">', _DEFS]
+             f'height="{_fmt(height)}" viewBox="0 0 {LABEL_PX + AXIS_PX + 10} {_fmt(height)}" '
+             f'data-span-us="{scale.span_us:g}" data-left="{LABEL_PX}" data-width="{AXIS_PX}">', _DEFS,
+             f'<clipPath id="plot-{key}"><rect x="{LABEL_PX}" y="0" width="{AXIS_PX + 10}" height="{_fmt(height)}"/></clipPath>']
     parts.extend(_axis(scale, height))
     for drawing in drawings:
         parts.extend(drawing.draw(breaks_by_kernel if drawing is drawings[-1] else {}))
-    parts.append('<g class="arrows">')
+    parts.append(f'<g clip-path="url(#plot-{key})"><g class="arrows zoomable">')
     for drawing in drawings:
         parts.extend(drawing.event_arrows())
     parts.extend(_race_arrows(drawings[-1], view["races"]))
-    parts.append("</g></svg>")
+    parts.append("</g></g></svg>")
     return "".join(parts)

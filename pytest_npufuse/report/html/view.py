@@ -100,11 +100,13 @@ def case_view(report: CaseReport, case: str, gate: Mapping[str, str] | None = No
         "numerics": report.numerics.to_json(),
         "mismatches": [mismatch.describe() for mismatch in report.mismatches],
         "deadlock": report.deadlock,
+        "stream_notes": report.stream_notes(),
         "gate": dict(gate) if gate is not None else None,
         "scopes": [
             {"scope": scope.scope, "outcome": scope.outcome, "segments": scope.segments, "block_dim": scope.block_dim,
              "reason": scope.reason, "names": list(scope.kernel_names),
-             "breaks": [{"kernel": b.kernel, "op_type": b.op_type, "source": b.source} for b in scope.break_points]}
+             "breaks": [{"kernel": b.kernel, "op_type": b.op_type, "source": b.source, "why": b.why}
+                        for b in scope.break_points]}
             for scope in report.superkernels.values()
         ],
         "races": [

@@ -21,7 +21,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Mapping
 
-from ...pipeline.chain import GraphOptions
+from ...pipeline.graph import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
 from ..datadump import plan_dump
 from ..graphdump import write_graph_dump
