@@ -16,7 +16,7 @@ from pytest_npufuse.cli.main import main
 
 CASES = Path(__file__).parents[2] / "cases"
 sys.path.insert(0, str(CASES))
-from decoder_layers import Decoder, decode_inputs  # noqa: E402
+from decoder_layers import Decoder, DecoderLayer, decode_inputs  # noqa: E402
 from llama_layers import LlamaModel, llama_inputs  # noqa: E402
 
 
@@ -53,6 +53,22 @@ def test_llama_recommendation_follows_the_standard_branch(llama):
     assert rec.steps[1] == "first attempt -> attention only"
     assert rec.layout in (Layout.DECODER_LAYER, Layout.ATTENTION)
     assert any(line.startswith("recommend decoder_layer") for line in str(llama).splitlines())
+
+
+class Qwen3MoeDecoderLayer(DecoderLayer):
+    """The attention + MoE layer under the class name Qwen's public MoE code gives its layer."""
+
+
+def test_a_qwen_model_gets_the_guide_s_attention_only_template(deepseek):
+    model = Decoder(layers=2)
+    gen = torch.Generator().manual_seed(11)
+    model.layers = torch.nn.ModuleList(Qwen3MoeDecoderLayer(gen) for _ in range(2))
+    qwen = advise(model, *decode_inputs())
+    rec = qwen.recommendation
+    assert deepseek.recommendation.layout is Layout.DECODER_LAYER  # the same layers under another name
+    assert rec.layout is Layout.ATTENTION and qwen.candidate(Layout.ATTENTION).pays(qwen.reference_us)
+    assert "Qwen series template: attention -> attention" in rec.reason and "instead of decoder_layer" in rec.reason
+    assert any(line.strip() == 'with torchair.scope.super_kernel("attention", ""):' for line in qwen.paste)
 
 
 def test_every_layout_is_ranked_with_its_gain(deepseek):
