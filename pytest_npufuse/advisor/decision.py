@@ -174,7 +174,9 @@ def top_down(
     """Seed 004's method two: the widest of all layers, per layer, per module whose scopes all work;
     at the module level a scope that still fails is dropped (a new candidate, ``top-down``). Returns
     the path taken and that candidate, or the layout it stopped at (then no new candidate)."""
-    order: Sequence[Layout] = (Layout.ALL_LAYERS, Layout.PER_LAYER, Layout.DECODER_LAYER, Layout.MODULES)
+    order: Sequence[Layout] = (
+        Layout.WHOLE_FORWARD, Layout.ALL_LAYERS, Layout.PER_LAYER, Layout.DECODER_LAYER, Layout.MODULES, Layout.PER_MODULE,
+    )
     tried = []
     for layout in order:
         candidate = candidates.get(layout)
@@ -183,10 +185,11 @@ def top_down(
         if candidate.outcome not in FAILED and candidate.bit_exact:
             return " -> ".join(tried + [f"{layout.value} works"]), None
         tried.append(f"{layout.value} {candidate.outcome if candidate.bit_exact else 'loses precision'}")
-    if Layout.MODULES not in candidates:
+    modules = next((layout for layout in (Layout.MODULES, Layout.PER_MODULE) if layout in candidates), None)
+    if modules is None:
         return " -> ".join(tried or ["no layers found"]), None
-    failed = set(candidates[Layout.MODULES].failed_scopes)
-    kept = {name: label for name, label in layouts[Layout.MODULES].items() if label not in failed}
+    failed = set(candidates[modules].failed_scopes)
+    kept = {name: label for name, label in layouts[modules].items() if label not in failed}
     if not kept:
         return " -> ".join(tried + ["every module scope fails: no scope"]), None
     note = " -> ".join(tried + [f"modules without {', '.join(sorted(failed))}"])

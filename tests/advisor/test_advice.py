@@ -71,6 +71,40 @@ def test_a_qwen_model_gets_the_guide_s_attention_only_template(deepseek):
     assert any(line.strip() == 'with torchair.scope.super_kernel("attention", ""):' for line in qwen.paste)
 
 
+class Projection(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(256, 256, dtype=torch.bfloat16)
+
+    def forward(self, x):
+        return self.fc(self.fc(x))
+
+
+class Tower(torch.nn.Module):
+    """No decoder layers: three modules called one after another, inside a wrapper module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = torch.nn.ModuleDict({"stem": Projection(), "body": Projection(), "head": Projection()})
+
+    def forward(self, x):
+        for name in ("stem", "body", "head"):
+            x = self.encoder[name](x)
+        return x
+
+
+def test_a_model_without_decoder_layers_gets_whole_forward_and_per_module_layouts():
+    result = advise(Tower(), torch.randn(64, 256, dtype=torch.bfloat16))
+    assert result.structure.family is Family.OTHER
+    per_module, whole = result.candidate(Layout.PER_MODULE), result.candidate(Layout.WHOLE_FORWARD)
+    assert per_module.scopes == ("encoder_stem", "encoder_body", "encoder_head") and per_module.valid
+    assert whole.scopes == ("forward",) and whole.segments == 1 and whole.time_us < per_module.time_us
+    assert result.recommendation.layout is Layout.WHOLE_FORWARD and "automatic analysis" in result.recommendation.reason
+    assert result.top_down == "whole forward works"
+    assert result.paste[-1].strip() == 'with torchair.scope.super_kernel("forward", ""):'
+
+
 def test_every_layout_is_ranked_with_its_gain(deepseek):
     layouts = {c.layout for c in deepseek.candidates}
     assert {Layout.NONE, Layout.ATTENTION, Layout.MOE, Layout.MODULES, Layout.DECODER_LAYER, Layout.PER_LAYER,
