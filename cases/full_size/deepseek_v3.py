@@ -21,14 +21,15 @@ Sizes come from the config dict (:mod:`.configs`); build it under ``init_empty_w
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 
 from pytest_npufuse import torch_npu, torchair
 
 from .configs import Deployment
-from .parts import RMSNorm, RoutedExperts, W8A8Linear, W8A8SwigluMLP, decode_tables, parameter
+from .decoder import Decoder
+from .parts import RoutedExperts, W8A8Linear, W8A8SwigluMLP, decode_tables, parameter
 
 NZ = 16  # KV_CACHE_NZ_DIM: 32 bytes of an NZ fractal row in bf16
 
@@ -122,51 +123,17 @@ class MoE(torch.nn.Module):
         return routed + shared
 
 
-class DecoderLayer(torch.nn.Module):
-    def __init__(self, config: Mapping[str, Any], deployment: Deployment, layer_idx: int) -> None:
-        super().__init__()
-        self.layer_idx = layer_idx
-        hidden, eps = config["hidden_size"], config["rms_norm_eps"]
-        self.input_layernorm = RMSNorm(hidden, eps)
-        self.self_attn = Attention(config, deployment, layer_idx)
-        self.post_attention_layernorm = RMSNorm(hidden, eps)
-        dense = layer_idx < config["first_k_dense_replace"]
-        self.mlp = W8A8SwigluMLP(hidden, config["intermediate_size"]) if dense else MoE(config, deployment)
+def DeepseekV3(config: Mapping[str, Any], deployment: Deployment) -> Decoder:
+    """One decode step of ``deployment.batch`` sequences on one rank: MLA attention in every layer, the dense
+    MLP in the first ``first_k_dense_replace`` layers and the MoE in the rest."""
 
-    def forward(self, x, residual, cos, sin, slots, block_table, caches):
-        nope_cache, rope_cache = caches[self.layer_idx]
-        h, residual = self.input_layernorm(x, residual)
-        h = self.self_attn(h, cos, sin, slots, block_table, nope_cache, rope_cache)
-        h, residual = self.post_attention_layernorm(h, residual)
-        return self.mlp(h), residual
+    def mlp(layer: int) -> torch.nn.Module:
+        if layer < config["first_k_dense_replace"]:
+            return W8A8SwigluMLP(config["hidden_size"], config["intermediate_size"])
+        return MoE(config, deployment)
 
-
-class DeepseekV3(torch.nn.Module):
-    """Embedding, decoder layers in the ``decode_layer`` scope, final norm and LM head: one decode step of
-    ``deployment.batch`` sequences on one rank."""
-
-    def __init__(self, config: Mapping[str, Any], deployment: Deployment) -> None:
-        super().__init__()
-        self.config, self.deployment = dict(config), deployment
-        hidden = config["hidden_size"]
-        self.embed_tokens = torch.nn.Embedding(config["vocab_size"], hidden, dtype=torch.bfloat16)
-        self.rope_cos = parameter(config["max_position_embeddings"], config["qk_rope_head_dim"])
-        self.rope_sin = parameter(config["max_position_embeddings"], config["qk_rope_head_dim"])
-        self.layers = torch.nn.ModuleList(DecoderLayer(config, deployment, i) for i in range(config["num_hidden_layers"]))
-        self.norm = RMSNorm(hidden, config["rms_norm_eps"])
-        self.lm_head = parameter(config["vocab_size"], hidden)
-
-    def forward(self, input_ids, positions, slots, block_table, caches: Sequence[tuple[torch.Tensor, torch.Tensor]]):
-        x = self.embed_tokens(input_ids)
-        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
-        residual = None
-        deployment = self.deployment
-        scope = torchair.scope.super_kernel(deployment.superkernel, deployment.sk_options) if deployment.superkernel else contextlib.nullcontext()
-        with scope:
-            for layer in self.layers:
-                x, residual = layer(x, residual, cos, sin, slots, block_table, caches)
-        x, _ = self.norm(x, residual)
-        return x @ self.lm_head.t()
+    return Decoder(config, deployment, lambda layer: Attention(config, deployment, layer), mlp,
+                   rope_dim=config["qk_rope_head_dim"])
 
 
 def decode_inputs(config: Mapping[str, Any], deployment: Deployment) -> tuple[Any, ...]:

@@ -13,18 +13,17 @@ W8A8 or bf16 weights and whether a projection ends in a tensor-parallel all-redu
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import torch
 
-from pytest_npufuse import torch_npu, torchair
+from pytest_npufuse import torch_npu
 
 from .configs import Deployment
-from .parts import RMSNorm, decode_tables, parameter
+from .decoder import Block, Decoder
+from .parts import RMSNorm, decode_tables
 
 Projection = Callable[[int, int], torch.nn.Module]  # (in features, out features) -> a module with .project
-MLP = Callable[[int], torch.nn.Module]  # layer index -> the layer's MLP (dense or MoE)
 
 
 class Attention(torch.nn.Module):
@@ -46,6 +45,7 @@ class Attention(torch.nn.Module):
 
     def forward(self, x, cos, sin, slots, block_table, k_cache, v_cache):
         tokens = x.shape[0]
+        cos, sin = cos.view(tokens, 1, -1), sin.view(tokens, 1, -1)  # TND: one head of tables per token
         qkv = self.merged_qkv_proj.project(x)
         q, k, v = qkv.split((self.heads * self.head_dim, self.kv_heads * self.head_dim,
                              self.kv_heads * self.head_dim), dim=1)
@@ -66,58 +66,13 @@ class Attention(torch.nn.Module):
         return self.o_proj.project(attn.reshape(tokens, -1))
 
 
-class DecoderLayer(torch.nn.Module):
-    def __init__(self, config: Mapping[str, Any], attention: Attention, mlp: torch.nn.Module) -> None:
-        super().__init__()
-        self.layer_idx = attention.layer_idx
-        hidden, eps = config["hidden_size"], config["rms_norm_eps"]
-        self.input_layernorm = RMSNorm(hidden, eps)
-        self.self_attn = attention
-        self.post_attention_layernorm = RMSNorm(hidden, eps)
-        self.mlp = mlp
-
-    def forward(self, x, residual, cos, sin, slots, block_table, caches):
-        k_cache, v_cache = caches[self.layer_idx]
-        h, residual = self.input_layernorm(x, residual)
-        h = self.self_attn(h, cos, sin, slots, block_table, k_cache, v_cache)
-        h, residual = self.post_attention_layernorm(h, residual)
-        return self.mlp(h), residual
-
-
-class Decoder(torch.nn.Module):
-    """Embedding, the decoder layers in the deployment's SuperKernel scope, final norm and LM head: one decode
-    step of ``deployment.batch`` sequences on one rank."""
-
-    def __init__(self, config: Mapping[str, Any], deployment: Deployment, projection: Projection, output: Projection,
-                 mlp: MLP, qk_norm: bool) -> None:
-        super().__init__()
-        self.config, self.deployment = dict(config), deployment
-        hidden = config["hidden_size"]
-        head_dim = config.get("head_dim", hidden // config["num_attention_heads"])
-        self.embed_tokens = torch.nn.Embedding(config["vocab_size"], hidden, dtype=torch.bfloat16)
-        self.rope_cos = parameter(config["max_position_embeddings"], head_dim)
-        self.rope_sin = parameter(config["max_position_embeddings"], head_dim)
-        self.layers = torch.nn.ModuleList(
-            DecoderLayer(config, Attention(config, deployment, i, projection, output, qk_norm), mlp(i))
-            for i in range(config["num_hidden_layers"])
-        )
-        self.norm = RMSNorm(hidden, config["rms_norm_eps"])
-        self.lm_head = parameter(config["vocab_size"], hidden)
-
-    def forward(self, input_ids, positions, slots, block_table, caches: Sequence[tuple[torch.Tensor, torch.Tensor]]):
-        x = self.embed_tokens(input_ids)
-        tokens = x.shape[0]
-        cos = self.rope_cos[positions].view(tokens, 1, -1)
-        sin = self.rope_sin[positions].view(tokens, 1, -1)
-        residual = None
-        deployment = self.deployment
-        scope = (torchair.scope.super_kernel(deployment.superkernel, deployment.sk_options) if deployment.superkernel
-                 else contextlib.nullcontext())
-        with scope:
-            for layer in self.layers:
-                x, residual = layer(x, residual, cos, sin, slots, block_table, caches)
-        x, _ = self.norm(x, residual)
-        return x @ self.lm_head.t()
+def gqa_decoder(config: Mapping[str, Any], deployment: Deployment, projection: Projection, output: Projection,
+                mlp: Block, qk_norm: bool) -> Decoder:
+    """The decode step of a GQA model: :class:`Attention` in every layer, ``mlp(layer)`` after it."""
+    hidden = config["hidden_size"]
+    head_dim = config.get("head_dim", hidden // config["num_attention_heads"])
+    return Decoder(config, deployment, lambda layer: Attention(config, deployment, layer, projection, output, qk_norm),
+                   mlp, rope_dim=head_dim)
 
 
 def decode_inputs(config: Mapping[str, Any], deployment: Deployment) -> tuple[Any, ...]:

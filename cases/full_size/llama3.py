@@ -16,7 +16,8 @@ import torch
 from pytest_npufuse import torch_npu
 
 from .configs import Deployment
-from .gqa import Decoder, decode_inputs  # noqa: F401  (decode_inputs: the model's inputs)
+from .decoder import Decoder
+from .gqa import decode_inputs, gqa_decoder  # noqa: F401  (decode_inputs: the model's inputs)
 from .parts import parameter
 
 
@@ -47,6 +48,6 @@ class MLP(torch.nn.Module):
 def Llama3(config: Mapping[str, Any], deployment: Deployment) -> Decoder:
     """The decode model of a Llama config (HF ``config.json`` keys) on one TP rank of ``deployment``."""
     intermediate = config["intermediate_size"] // deployment.tp
-    return Decoder(config, deployment, projection=Linear,
+    return gqa_decoder(config, deployment, projection=Linear,
                    output=lambda k, n: Linear(k, n, all_reduce=deployment.tp > 1),
                    mlp=lambda layer: MLP(config["hidden_size"], intermediate), qk_norm=False)

@@ -17,7 +17,8 @@ import torch
 from pytest_npufuse import torch_npu
 
 from .configs import Deployment
-from .gqa import Decoder, decode_inputs  # noqa: F401  (decode_inputs: the model's inputs)
+from .decoder import Decoder
+from .gqa import decode_inputs, gqa_decoder  # noqa: F401  (decode_inputs: the model's inputs)
 from .parts import RoutedExperts, W8A8Linear, parameter
 
 
@@ -38,5 +39,5 @@ class SparseMoeBlock(torch.nn.Module):
 
 def Qwen3Moe(config: Mapping[str, Any], deployment: Deployment) -> Decoder:
     """The decode model of a Qwen3-MoE config (HF ``config.json`` keys) on one rank of ``deployment``."""
-    return Decoder(config, deployment, projection=W8A8Linear, output=W8A8Linear,
+    return gqa_decoder(config, deployment, projection=W8A8Linear, output=W8A8Linear,
                    mlp=lambda layer: SparseMoeBlock(config, deployment), qk_norm=True)
