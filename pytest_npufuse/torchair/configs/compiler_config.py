@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from ...pipeline.graph import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
+from ..core.utils import logger
 from ..datadump import plan_dump
 from ..graphdump import write_graph_dump
 from .options import ConfigNode, OptionValue, int_range, of_type
@@ -157,12 +158,13 @@ class CompilerConfig(ConfigNode):
     def graph_options(self) -> GraphOptions:
         """What this config decides about how its graphs are modeled; its data dump, when enabled,
         watches each call of every graph (:mod:`pytest_npufuse.torchair.datadump`), and its graph dump
-        writes each graph (:mod:`pytest_npufuse.torchair.graphdump`)."""
+        writes each graph (:mod:`pytest_npufuse.torchair.graphdump`); compiles and calls are logged to
+        the ``torchair`` logger, as TorchAir logs them."""
         watch = partial(plan_dump, self) if self.dump_config.enable_dump.value else None
         dump_graph = partial(write_graph_dump, self) if self.debug.graph_dump.type.value is not None else None
         return GraphOptions(
             Mode(self.run_mode), bool(self.ge_config.enable_single_stream.value), self.superkernel_options(), watch,
-            dump_graph,
+            dump_graph, logger,
         )
 
     def superkernel_options(self) -> str | None:
