@@ -38,8 +38,11 @@ def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[...,
 
 def _graph_options(compiler_config: CompilerConfig | None) -> GraphOptions:
     """The graph options of ``compiler_config`` (through TorchAir's tree), logging to the
-    ``npugraph_ex`` logger as npugraph_ex does."""
-    return replace((compiler_config or CompilerConfig()).torchair_config().graph_options(), log=logger)
+    ``npugraph_ex`` logger as npugraph_ex does; its FX passes are handed ``compiler_config`` itself."""
+    config = compiler_config or CompilerConfig()
+    torchair_config = config.torchair_config()
+    options = torchair_config.graph_options()
+    return replace(options, log=logger, graph_passes=(torchair_config.fx_passes(config),))
 
 
 def compile_fx(

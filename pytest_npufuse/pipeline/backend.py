@@ -56,7 +56,9 @@ class NpuBackend:
         return self._capturer().capture_aten(gm, example_inputs)
 
     def _capturer(self) -> CaptureBackend:
-        return CaptureBackend(self.catalog, self._model, decompositions=self.decompositions)
+        return CaptureBackend(
+            self.catalog, self._model, decompositions=self.decompositions, graph_passes=self.config.graph_passes
+        )
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
         mode = mode_of_phase(self.config.mode, graph.phase)

@@ -15,7 +15,7 @@ import torch.fx
 
 from ..errors import ArgumentError
 from ..execute.graph import Observer, is_weightless, run_graph, weightless_outputs
-from ..frontend.backend import CapturedGraph
+from ..frontend.backend import CapturedGraph, GraphPass
 from ..ir.program import Program
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import Plan, Variant
@@ -54,6 +54,7 @@ class GraphOptions:
     kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
     text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
     config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump).
+    ``graph_passes`` edit each aten graph before its program is built (the config's FX passes).
     ``log`` is the logger each compile and each call of a graph report to, as TorchAir's and
     npugraph_ex's FX compilers report to their own loggers (:func:`log_compile`, :func:`log_call`).
     TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the library's ``mode=``
@@ -65,6 +66,7 @@ class GraphOptions:
     watch: WatchPlanner | None = None
     dump_graph: GraphDumper | None = None
     log: logging.Logger | None = None
+    graph_passes: tuple[GraphPass, ...] = ()
 
 
 def graph_options(mode: str | None) -> GraphOptions:
