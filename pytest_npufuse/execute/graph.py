@@ -144,6 +144,8 @@ def writes_inputs(gm: torch.fx.GraphModule) -> bool:
 
 # Handed each input and computed node of a run right after it has its value, with the tensors it read.
 Observer = Callable[[torch.fx.Node, Sequence[Any], Any], None]
+# The values of a meta graph input, from its position among the graph's inputs and the meta tensor.
+Materialize = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 def run_graph(
@@ -156,7 +158,7 @@ def run_graph(
     only: frozenset[str] | None = None,
     given: Mapping[str, Any] | None = None,
     observe: Observer | None = None,
-    traced_on_meta: bool = False,
+    materialize: Materialize | None = None,
 ) -> Execution:
     """The graph's outputs for ``args``. ``stale_reads`` maps a kernel to the input tensors it reads in
     a race (found by the sanitizer); those reads get poisoned memory.
@@ -165,20 +167,25 @@ def run_graph(
     every other node's value is taken from ``given`` (an earlier run's kept values). A value is dropped
     once its last reader ran, so a run holds only live tensors. ``observe`` is handed each input and
     computed node right after it has its value, with the tensors it read (a data dump writes them).
-    ``traced_on_meta``: the graph is a timing-only model's, whose own tensors (``torch.zeros(n)`` in its
-    forward) were traced on the meta device; computed, they are created on the CPU.
+    ``materialize`` computes a timing-only model's graph: each meta input gets its values (``materialize(
+    input position, meta tensor)``) when it is first read, and is dropped after its last read like any
+    value, so a run holds one layer's weights at a time, not the model's; the model's own tensors
+    (``torch.zeros(n)`` in its forward), traced on the meta device, are created on the CPU.
     """
     stale_of_node = {kernel.node: stale_reads[kernel.name] for kernel in program.kernels if kernel.name in stale_reads}
     kernel_nodes = {kernel.node for kernel in program.kernels}
     last_use = _last_uses(gm)
     held = keep | {arg.name for arg in gm.graph.output_node().all_input_nodes}
-    inputs = iter(args)
+    inputs = iter(enumerate(args))
     env: dict[str, Any] = {}
     kept: dict[str, Any] = {}
+    pending: dict[str, int] = {}
     computed = 0
     for position, node in enumerate(gm.graph.nodes):
         if node.op == "placeholder":
-            env[node.name] = next(inputs)
+            index, env[node.name] = next(inputs)
+            if materialize is not None and isinstance(env[node.name], torch.Tensor) and env[node.name].is_meta:
+                pending[node.name] = index
             if observe is not None:
                 observe(node, (), env[node.name])
         elif node.op == "get_attr":
@@ -188,7 +195,11 @@ def run_graph(
         elif only is not None and node.name not in only:
             env[node.name] = given[node.name] if given is not None and node.name in given else None
         else:
-            env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), traced_on_meta)
+            if pending:
+                for arg in node.all_input_nodes:
+                    if arg.name in pending:
+                        env[arg.name] = materialize(pending.pop(arg.name), env[arg.name])
+            env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), materialize is not None)
             computed += node.name in kernel_nodes
             if observe is not None:
                 read = [env[arg.name] for arg in node.all_input_nodes if isinstance(env.get(arg.name), torch.Tensor)]
@@ -198,7 +209,10 @@ def run_graph(
         for done in last_use.get(position, ()):
             if done not in held:
                 env.pop(done, None)
-    outputs = list(torch.fx.node.map_arg(gm.graph.output_node().args[0], lambda arg: env[arg.name]))
+    def output(arg: torch.fx.Node) -> Any:
+        return materialize(pending[arg.name], env[arg.name]) if arg.name in pending else env[arg.name]
+
+    outputs = list(torch.fx.node.map_arg(gm.graph.output_node().args[0], output))
     return Execution(outputs, kept, computed)
 
 

@@ -405,6 +405,7 @@ class _ProgramBuilder:
                 input_specs=tuple(input_specs),
                 modules=self._modules(node),
                 call=call,
+                attrs=scalar_arguments(node),
             )
         )
 
@@ -475,6 +476,29 @@ def _draws_random(node: torch.fx.Node) -> bool:
 def _is_scalar(value: Any) -> bool:
     """A Python number or symbolic number: what size arithmetic on the host produces."""
     return isinstance(value, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def scalar_arguments(node: torch.fx.Node) -> tuple[tuple[str, Any], ...]:
+    """The call's non-tensor arguments by schema name: numbers, flags, strings and tuples of them (what
+    decides the sizes and the work beyond the tensors, e.g. an MC2 dispatch's EP world size)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return ()
+    values = {argument.name: value for argument, value in zip(schema.arguments, node.args)}
+    values.update(node.kwargs)
+    return tuple((name, plain) for name, value in values.items() if (plain := _plain_scalar(value)) is not _NOT_SCALAR)
+
+
+_NOT_SCALAR = object()
+
+
+def _plain_scalar(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = tuple(_plain_scalar(item) for item in value)
+        return _NOT_SCALAR if any(item is _NOT_SCALAR for item in items) else items
+    return _NOT_SCALAR
 
 
 def mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -39,6 +40,9 @@ from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from .backend import CaptureBackend, CapturedGraph, GraphRunner
 from .dynamo import call_compiled, root_cause, value_dependent_capture
+
+# torch's warning when anything touches torch.jit.script_method (Dynamo does, tracing an optimizer).
+JIT_DEPRECATION = r"`torch\.jit\.script_method` is deprecated"
 
 # A graph's inputs -> a result whose ``outputs`` are the graph's flat outputs (an ``Execution``).
 GraphExecutor = Callable[[CapturedGraph, list[Any]], Any]
@@ -131,7 +135,10 @@ class StepCapture:
 
     def _call_step(self, optimizer: torch.optim.Optimizer) -> None:
         try:
-            with value_dependent_capture():
+            with value_dependent_capture(), warnings.catch_warnings():
+                # Dynamo, tracing through torch.optim, touches torch.jit.script_method and so raises torch's
+                # own deprecation warning on every capture: noise the user's step did not cause.
+                warnings.filterwarnings("ignore", message=JIT_DEPRECATION, category=DeprecationWarning)
                 self._step(optimizer)
         except NpufuseError:
             raise

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from itertools import count, repeat
 from operator import attrgetter, itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .. import cost
 from ..errors import NpufuseError
@@ -318,12 +318,14 @@ class _DeviceBuild:
                 shape.duration_us, task_waits, task_records,
             )))
 
-    def model(self, profile: HardwareProfile) -> DeviceModel:
+    def model(self, profile: HardwareProfile, tasks: list[DeviceTask] | None = None,
+              device: type[DeviceModel] = DeviceModel, **extra: Any) -> DeviceModel:
+        """The device model of these tasks (or of ``tasks``, the same ones with other durations)."""
         capacity = (profile.aic, profile.aiv, profile.aicpu, 1, 1, HBM_UNITS)
         overhead = profile.overhead_us
-        return DeviceModel(
-            self.tasks, self.streams, capacity, self.events, overhead["event_record"], overhead["event_wait"],
-            overhead["task_gap"],
+        return device(
+            self.tasks if tasks is None else tasks, self.streams, capacity, self.events, overhead["event_record"],
+            overhead["event_wait"], overhead["task_gap"], **extra,
         )
 
     def kernels(self, device: DeviceModel) -> tuple[KernelRun, ...]:
