@@ -59,6 +59,10 @@ class StepValues:
     grads: tuple[tuple[str, torch.Tensor | None], ...]
     params: tuple[tuple[str, torch.Tensor], ...]
     results: tuple[Any, ...]
+    parameter_bytes: int = 0
+    gradient_bytes: int = 0
+    state_bytes: int = 0
+    """The device memory the step keeps: parameters, their gradients, the optimizer's state after it."""
 
 
 def _forward_with_loss(model: torch.nn.Module, loss: Callable[[Any], Any], *inputs: Any) -> tuple[Any, Any]:
@@ -116,7 +120,12 @@ class StepCapture:
         finally:
             self._execute = None
         params = tuple((name, p.detach()) for name, p in model.named_parameters())
-        return StepValues(outputs, loss.detach(), grads, params, tuple(self._results))
+        return StepValues(
+            outputs, loss.detach(), grads, params, tuple(self._results),
+            parameter_bytes=sum(_nbytes(p) for _, p in params),
+            gradient_bytes=sum(_nbytes(g) for _, g in grads if g is not None),
+            state_bytes=_state_bytes(optimizer),
+        )
 
     def _call_forward(self, model: torch.nn.Module, inputs: Sequence[Any]) -> tuple[Any, torch.Tensor]:
         compiled = functools.partial(self._forward, model, self.loss)
@@ -163,6 +172,23 @@ class StepCapture:
             return result.outputs
 
         return run
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
+    """Bytes of the optimizer's tensors after its step: its state, and what a fused optimizer combined."""
+    if optimizer is None:
+        return 0
+    tensors = {id(t): t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)}
+    for parts in getattr(optimizer, "combined", ()):
+        for part in parts:
+            for name in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+                if isinstance(part.get(name), torch.Tensor):
+                    tensors[id(part[name])] = part[name]
+    return sum(_nbytes(t) for t in tensors.values())
 
 
 def _describe(value: Any) -> str:

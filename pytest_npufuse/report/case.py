@@ -13,6 +13,7 @@ from ..simulate.timeline import RunReport
 from .attribution import Attribution
 from .explain import StreamUse
 from .findings import Finding, Mismatch
+from .memory import StepMemory
 from .numerics import Numerics
 
 
@@ -88,6 +89,8 @@ class CaseReport:
     numerics: Numerics = field(default_factory=Numerics)
     """Which outputs were computed (all, a sample of layers, none: a timing-only model) and the stand-in
     values the timing used where none were computed."""
+    memory: StepMemory | None = None
+    """A training step's modeled device memory (:mod:`.memory`); None for an inference check."""
     phases: tuple[str, ...] = ()
     """A training step's graphs in the order they ran (``forward``, ``backward``, ``optimizer``); empty
     for an inference check. Gradients and updated parameters are among ``outputs`` (``grad[<name>]``,
