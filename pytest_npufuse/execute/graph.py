@@ -34,19 +34,35 @@ def _low_precision(*tensors: torch.Tensor) -> bool:
     return all(isinstance(t, torch.Tensor) and t.dtype in _LOW_PRECISION for t in tensors)
 
 
+# fp16 and fp32 operands of one matmul: aclnnMm/Addmm/Bmm promote them to fp32 (CANN's type-promotion
+# table, "互推导关系": f16 with f32 gives f32) and compute there; torch's CPU kernels refuse the mix.
+_PROMOTED_PAIR = frozenset({torch.float16, torch.float32})
+
+
+def _mixed(a: Any, b: Any) -> bool:
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and {a.dtype, b.dtype} == _PROMOTED_PAIR
+
+
 def _product(op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """A two-operand matmul overload: the Cube's semantics for fp16/bf16 inputs, else the aten op."""
+    """A two-operand matmul overload: the Cube's semantics for fp16/bf16 inputs, else the aten op. An
+    fp16 x fp32 product is computed in fp32 and stored in the first operand's dtype, the dtype the
+    captured graph gave its result."""
 
     def run(a: Any, b: Any) -> torch.Tensor:
+        if _mixed(a, b):
+            return op(a.float(), b.float()).to(a.dtype)
         return cube_matmul(a, b) if _low_precision(a, b) else op(a, b)
 
     return run
 
 
 def _biased(op: Callable[..., torch.Tensor], cube: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """``addmm``/``baddbmm``: the bias joins the fp32 accumulator before the one rounding."""
+    """``addmm``/``baddbmm``: the bias joins the fp32 accumulator before the one rounding. fp16 and fp32
+    operands are computed in fp32 and stored in the bias's dtype, the captured graph's."""
 
     def run(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> torch.Tensor:
+        if _mixed(a, b) and isinstance(bias, torch.Tensor) and bias.dtype in _PROMOTED_PAIR:
+            return op(bias.float(), a.float(), b.float(), beta=beta, alpha=alpha).to(bias.dtype)
         if _low_precision(a, b) and isinstance(bias, torch.Tensor) and bias.dtype == a.dtype:
             return cube(bias, a, b, beta=beta, alpha=alpha)
         return op(bias, a, b, beta=beta, alpha=alpha)

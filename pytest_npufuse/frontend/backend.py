@@ -50,6 +50,9 @@ class CapturedGraph:
 
 
 GraphRunner = Callable[..., list[Any]]
+# A pass over an aten graph before its program is built: it edits the graph in place (the graph and its
+# example inputs; what it returns is ignored), as TorchAir's post-grad FX passes do.
+GraphPass = Callable[[torch.fx.GraphModule, Sequence[Any]], object]
 
 
 @dataclass
@@ -58,7 +61,8 @@ class CaptureBackend:
     kernels, where a device would run them), builds its program and keeps it in ``graphs``.
 
     ``on_graph`` turns a captured graph into the callable Dynamo runs for it. ``decompositions`` are
-    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``). ``phase`` is what the
+    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``); ``graph_passes`` edit
+    each aten graph, in order, before its program is built (TorchAir's FX passes). ``phase`` is what the
     graphs AOT hands its forward compiler are (a compiled optimizer step is ``Phase.OPTIMIZER``); a
     backward is always ``Phase.BACKWARD``.
     """
@@ -68,6 +72,7 @@ class CaptureBackend:
     graphs: list[CapturedGraph] = field(default_factory=list)
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
     phase: Phase = Phase.FORWARD
+    graph_passes: Sequence[GraphPass] = ()
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         return aot_module_simplified(
@@ -82,6 +87,8 @@ class CaptureBackend:
         of TorchAir's ``get_compiler()`` and npugraph_ex's ``compile_fx``, which users put under their own
         ``aot_module_simplified``."""
         phase = phase or self.phase
+        for graph_pass in self.graph_passes:
+            graph_pass(gm, example_inputs)
         symbols = input_symbols(gm)
         if is_dynamic(symbols):
             return self._per_call_sizes(gm, symbols, phase)
