@@ -77,7 +77,7 @@ class MoE(torch.nn.Module):
         shared = self.shared(x, logits)
         weights, experts, _ = torch_npu.npu_moe_gating_top_k(logits, TOP_K, norm_type=1)
         flat = experts.reshape(-1).long()
-        counts = torch.zeros(EXPERTS, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))
+        counts = torch.zeros(EXPERTS, dtype=torch.int64, device=x.device).scatter_add_(0, flat, torch.ones_like(flat))
         order = torch.argsort(flat, stable=True)
         routed = x.repeat_interleave(TOP_K, dim=0)[order]
         (gate_up,) = torch_npu.npu_grouped_matmul(

@@ -17,54 +17,18 @@ of the op catalog.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from .. import cost
-from ..ir.program import Buffer, Kernel, Program, TensorSpec, compute_dtype_of
-from ..plan.superkernel import plan_variant
-from ..plan.tasks import Variant
+from ..ir.program import Kernel, Program, TensorSpec
 from ..report.findings import Finding
-from ..simulate.timeline import simulate
 from ..target.catalog import OpCatalog
 from ..target.profile import HardwareProfile
-
-
-@dataclass(frozen=True)
-class NewKernel:
-    """One kernel of a rewrite: its op type, what it reads and the tensor it writes."""
-
-    op_type: str
-    inputs: tuple[TensorSpec, ...]
-    output: TensorSpec
-
-
-class _Graph:
-    """Data flow between the captured kernels: who wrote a buffer's memory, who reads it."""
-
-    def __init__(self, program: Program) -> None:
-        self.program = program
-        self.readers: dict[str, list[Kernel]] = {}
-        for kernel in program.kernels:
-            for name in kernel.inputs:
-                self.readers.setdefault(program.storage(name), []).append(kernel)
-
-    def producers(self, kernel: Kernel) -> list[Kernel]:
-        found = (self.program.producer(name) for name in kernel.inputs)
-        return [k for k in found if k is not None]
-
-    def consumers(self, kernel: Kernel) -> list[Kernel]:
-        return [k for name in kernel.outputs for k in self.readers.get(self.program.storage(name), [])]
-
-    def spec(self, name: str) -> TensorSpec:
-        return self.program.buffers[name].spec
-
-    def input_specs(self, kernel: Kernel) -> list[TensorSpec]:
-        return [self.spec(name) for name in kernel.inputs]
+from ..vocabulary import Phase
+from .rewrite import DataFlow, Match, NewKernel, fuse, program_time, substitute
 
 
 def _spec(shape: Sequence[int], dtype: str, like: TensorSpec) -> TensorSpec:
@@ -91,28 +55,25 @@ def _random(spec: TensorSpec, gen: torch.Generator) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Match:
-    """The kernels of one occurrence, the last of which writes the result the rest of the graph reads."""
-
-    kernels: tuple[Kernel, ...]
-
-
-@dataclass(frozen=True)
 class Pattern:
     """One of seed 003's forms: how to find it, what replaces it, and how the rewrite's numerics compare."""
 
     name: str
     rewrite: str
-    find: Callable[[_Graph], Iterable[Match]]
-    replacement: Callable[[_Graph, Match], list[NewKernel]]
-    check: Callable[[_Graph, Match], str]
+    find: Callable[[DataFlow], Iterable[Match]]
+    replacement: Callable[[DataFlow, Match], list[NewKernel]]
+    check: Callable[[DataFlow, Match], str]
     note: str = ""
+    grad_op: str = ""
+    """In a training step, the op the backward kernels of a site's lines become with the rewrite (a fused
+    op's Grad kernel, index_add for index_select); empty when the pattern's own search finds its backward
+    kernels (IndexPutV2) or the rewrite leaves the backward as it is."""
 
 
 # --- one_hot + sum -> zeros + scatter --------------------------------------------------------------
 
 
-def _find_one_hot_sum(graph: _Graph) -> Iterable[Match]:
+def _find_one_hot_sum(graph: DataFlow) -> Iterable[Match]:
     for kernel in graph.program.kernels:
         if kernel.op_type == "aten::sum" and any(p.call == "one_hot" for p in graph.producers(kernel)):
             line = next(p.source for p in graph.producers(kernel) if p.call == "one_hot")
@@ -120,20 +81,20 @@ def _find_one_hot_sum(graph: _Graph) -> Iterable[Match]:
             yield Match((*parts, kernel))
 
 
-def _one_hot_shapes(graph: _Graph, match: Match) -> tuple[TensorSpec, int, TensorSpec]:
+def _one_hot_shapes(graph: DataFlow, match: Match) -> tuple[TensorSpec, int, TensorSpec]:
     eq = next(k for k in match.kernels if k.op_type == "aten::eq")
     index = next(s for s in graph.input_specs(eq) if len(s.shape) >= 2)
     classes = eq.output_specs[0].shape[-1]
     return index, classes, match.kernels[-1].output_specs[0]
 
 
-def _one_hot_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+def _one_hot_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
     index, _, out = _one_hot_shapes(graph, match)
     zeros = NewKernel("aten::zeros", (), out)
     return [zeros, NewKernel("aten::scatter", (out, index), out)]
 
 
-def _one_hot_check(graph: _Graph, match: Match) -> str:
+def _one_hot_check(graph: DataFlow, match: Match) -> str:
     index, classes, _ = _one_hot_shapes(graph, match)
     rows, picks = math.prod(index.shape[:-1]), index.shape[-1]
     gen = torch.Generator().manual_seed(0)
@@ -147,17 +108,17 @@ def _one_hot_check(graph: _Graph, match: Match) -> str:
 # --- nn.Linear -> addmm -----------------------------------------------------------------------------
 
 
-def _find_linear(graph: _Graph) -> Iterable[Match]:
+def _find_linear(graph: DataFlow) -> Iterable[Match]:
     for kernel in graph.program.kernels:
         if kernel.call in ("Linear", "linear") and kernel.op_type in ("aten::addmm", "aten::mm", "aten::linear"):
             yield Match((kernel,))
 
 
-def _same_kernels(graph: _Graph, match: Match) -> list[NewKernel]:
+def _same_kernels(graph: DataFlow, match: Match) -> list[NewKernel]:
     return [NewKernel(k.op_type, tuple(graph.input_specs(k)), k.output_specs[0]) for k in match.kernels]
 
 
-def _linear_check(graph: _Graph, match: Match) -> str:
+def _linear_check(graph: DataFlow, match: Match) -> str:
     specs = graph.input_specs(match.kernels[0])
     matrices = [s for s in specs if len(s.shape) == 2]
     if len(matrices) != 2:
@@ -174,13 +135,13 @@ def _linear_check(graph: _Graph, match: Match) -> str:
 # --- bmm with an output [b, 1, 1] -> dot product ---------------------------------------------------------
 
 
-def _find_bmm_b11(graph: _Graph) -> Iterable[Match]:
+def _find_bmm_b11(graph: DataFlow) -> Iterable[Match]:
     for kernel in graph.program.kernels:
         if kernel.op_type in ("aten::bmm", "aten::baddbmm") and kernel.output_specs[0].shape[-2:] == (1, 1):
             yield Match((kernel,))
 
 
-def _shared_rhs(graph: _Graph, kernel: Kernel) -> bool:
+def _shared_rhs(graph: DataFlow, kernel: Kernel) -> bool:
     """The right operand is one ``[n, 1]`` matrix broadcast over the batch (an expand of it): seed 003's
     case, where b merges into the rows of one MatMul."""
     rhs = graph.spec(kernel.inputs[-1])
@@ -188,7 +149,7 @@ def _shared_rhs(graph: _Graph, kernel: Kernel) -> bool:
     return math.prod(stored.shape) == math.prod(rhs.shape[-2:]) < math.prod(rhs.shape)
 
 
-def _bmm_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+def _bmm_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
     """Seed 003's rewrite: a shared ``[n, 1]`` right operand merges b into M (one MatMul ``[b, n] x
     [n, 1]``); per-batch vectors become a dot product (mul + sum)."""
     kernel = match.kernels[0]
@@ -200,7 +161,7 @@ def _bmm_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
     return [NewKernel("aten::mul", (rows, rows), rows), NewKernel("aten::sum", (rows,), out)]
 
 
-def _bmm_check(graph: _Graph, match: Match) -> str:
+def _bmm_check(graph: DataFlow, match: Match) -> str:
     kernel = match.kernels[0]
     a_spec, b_spec = graph.input_specs(kernel)[-2:]
     gen = torch.Generator().manual_seed(0)
@@ -217,7 +178,7 @@ def _bmm_check(graph: _Graph, match: Match) -> str:
 # --- repeat_interleave with a scalar -> unsqueeze / expand / reshape ------------------------------------
 
 
-def _find_repeat_interleave(graph: _Graph) -> Iterable[Match]:
+def _find_repeat_interleave(graph: DataFlow) -> Iterable[Match]:
     lines: dict[str, list[Kernel]] = {}
     for kernel in graph.program.kernels:
         if kernel.call == "repeat_interleave":
@@ -227,7 +188,7 @@ def _find_repeat_interleave(graph: _Graph) -> Iterable[Match]:
             yield Match(tuple(kernels))
 
 
-def _repeat_check(graph: _Graph, match: Match) -> str:
+def _repeat_check(graph: DataFlow, match: Match) -> str:
     out = match.kernels[-1].output_specs[0]
     source = graph.input_specs(match.kernels[0])[0]
     repeats = max(1, math.prod(out.shape) // max(1, math.prod(source.shape)))
@@ -239,61 +200,88 @@ def _repeat_check(graph: _Graph, match: Match) -> str:
 # --- gather -> index_select / indexing -------------------------------------------------------------------
 
 
-def _find_gather(graph: _Graph) -> Iterable[Match]:
+def _find_gather(graph: DataFlow) -> Iterable[Match]:
     return (Match((k,)) for k in graph.program.kernels if k.op_type == "aten::gather")
 
 
-def _gather_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+def _gather_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
     kernel = match.kernels[0]
     specs = tuple(graph.input_specs(kernel))
     op = "aten::index_select" if len(specs[0].shape) == 1 else "aten::index"
     return [NewKernel(op, specs, kernel.output_specs[0])]
 
 
-def _gather_check(graph: _Graph, match: Match) -> str:
+def _gather_check(graph: DataFlow, match: Match) -> str:
     source, index = graph.input_specs(match.kernels[0])[:2]
     gen = torch.Generator().manual_seed(0)
-    values = _random(source, gen)
+    values = _random(source, gen).float().requires_grad_()
     if len(source.shape) == 1:
         picks = torch.randint(0, source.shape[0], index.shape, generator=gen)
-        return _compare(values.gather(0, picks), torch.index_select(values, 0, picks))
+        return _compare_with_grads(values, values.gather(0, picks), torch.index_select(values, 0, picks), gen)
     if len(source.shape) == 2 and index.shape[1:] == (1,):
         picks = torch.randint(0, source.shape[1], index.shape, generator=gen)
         rows = torch.arange(source.shape[0])
-        return _compare(values.gather(1, picks).view(-1), values[rows, picks.squeeze(1)])
+        return _compare_with_grads(values, values.gather(1, picks).view(-1), values[rows, picks.squeeze(1)], gen)
     return "not checked (only 1-D and row-wise gathers have a documented rewrite)"
 
 
 # --- IndexPutV2 -> masked_fill -----------------------------------------------------------------------
 
 
-def _find_index_put(graph: _Graph) -> Iterable[Match]:
+def _find_index_put(graph: DataFlow) -> Iterable[Match]:
     return (Match((k,)) for k in graph.program.kernels if k.op_type == "aten::index_put")
 
 
-def _index_put_replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+def _index_put_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
+    """A boolean mask becomes ``masked_fill`` (SelectV2); integer indices (advanced indexing, whose
+    backward accumulates with IndexPutV2) become ``index_select`` on the flattened rows, whose backward
+    is ``index_add`` (InplaceScatterAdd), so the IndexPutV2 of that line is an index_add."""
     kernel = match.kernels[0]
-    return [NewKernel("aten::where", tuple(graph.input_specs(kernel)), kernel.output_specs[0])]
+    specs = tuple(graph.input_specs(kernel))
+    op_type = "aten::where" if any(spec.dtype == "bool" for spec in specs[1:]) else "aten::index_add"
+    return [NewKernel(op_type, specs, kernel.output_specs[0])]
 
 
-def _index_put_check(graph: _Graph, match: Match) -> str:
+def _index_put_check(graph: DataFlow, match: Match) -> str:
+    """The rewrite's values and its input's gradient against IndexPutV2's, on random data of the
+    captured shapes."""
     specs = graph.input_specs(match.kernels[0])
     target = specs[0]
     mask = next((s for s in specs[1:] if s.dtype == "bool" and s.shape == target.shape), None)
-    if mask is None:
-        return "not checked (a bool mask of the target's shape has the masked_fill rewrite)"
     gen = torch.Generator().manual_seed(0)
-    values = _random(target, gen)
-    where = torch.rand(target.shape, generator=gen) > 0.5
-    original = values.clone()
-    original[where] = 0
-    return _compare(original, values.masked_fill(where, 0))
+    if mask is not None:
+        values = _random(target, gen).float().requires_grad_()
+        where = torch.rand(target.shape, generator=gen) > 0.5
+        original = values.clone()
+        original[where] = 0
+        return _compare_with_grads(values, original, values.masked_fill(where, 0), gen)
+    if len(target.shape) != 2 or not any(s.dtype in ("int64", "int32") for s in specs[1:]):
+        return "not checked (a bool mask, or row indices into a 2-D tensor, have a documented rewrite)"
+    rows = torch.randint(0, target.shape[0], (max(1, target.shape[0] // 2),), generator=gen)
+    updates = _random(TensorSpec((rows.numel(), target.shape[1]), target.dtype, 0), gen).float()
+    base = _random(target, gen).float()
+    original = base.index_put((rows,), updates, accumulate=True)
+    verdict = _compare(original, base.index_add(0, rows, updates))
+    return f"{verdict} (accumulating rows; repeated rows may add in another order)"
+
+
+def _compare_with_grads(
+    leaf: torch.Tensor, original: torch.Tensor, rewritten: torch.Tensor, gen: torch.Generator
+) -> str:
+    """``_compare`` of the values and of ``leaf``'s gradient through each, for one random output gradient."""
+    grad = torch.randn(original.shape, generator=gen)
+    (before,) = torch.autograd.grad(original, leaf, grad)
+    (after,) = torch.autograd.grad(rewritten, leaf, grad)
+    values, grads = _compare(original.detach(), rewritten.detach()), _compare(before, after)
+    if values == grads == "bit-exact":
+        return "bit-exact (values and gradient)"
+    return f"{values} (gradient {grads})"
 
 
 # --- unfused sequences a fused op replaces ---------------------------------------------------------------
 
 
-def _chain(graph: _Graph, start: Kernel, ops: Sequence[str]) -> list[Kernel] | None:
+def _chain(graph: DataFlow, start: Kernel, ops: Sequence[str]) -> list[Kernel] | None:
     """``start`` and then, for each op type in ``ops``, a consumer of the previous kernel of that type."""
     found = [start]
     for op in ops:
@@ -304,7 +292,7 @@ def _chain(graph: _Graph, start: Kernel, ops: Sequence[str]) -> list[Kernel] | N
     return found
 
 
-def _find_rotary(graph: _Graph) -> Iterable[Match]:
+def _find_rotary(graph: DataFlow) -> Iterable[Match]:
     for kernel in graph.program.kernels:
         if kernel.op_type == "aten::neg":
             chain = _chain(graph, kernel, ("aten::cat", "aten::mul", "aten::add"))
@@ -313,7 +301,7 @@ def _find_rotary(graph: _Graph) -> Iterable[Match]:
                 yield Match(tuple(sorted({*chain, *other}, key=lambda k: k.index)))
 
 
-def _find_rms_norm(graph: _Graph) -> Iterable[Match]:
+def _find_rms_norm(graph: DataFlow) -> Iterable[Match]:
     for kernel in graph.program.kernels:
         if kernel.op_type == "aten::pow":
             chain = _chain(graph, kernel, ("aten::mean", "aten::add", "aten::rsqrt", "aten::mul"))
@@ -322,7 +310,7 @@ def _find_rms_norm(graph: _Graph) -> Iterable[Match]:
                 yield Match(tuple(chain + ([scale] if scale is not None else [])))
 
 
-def _find_softmax(graph: _Graph) -> Iterable[Match]:
+def _find_softmax(graph: DataFlow) -> Iterable[Match]:
     for kernel in graph.program.kernels:
         if kernel.op_type == "aten::_softmax":
             masks = [p for p in graph.producers(kernel) if p.op_type in ("aten::masked_fill", "aten::add", "aten::where")]
@@ -331,7 +319,7 @@ def _find_softmax(graph: _Graph) -> Iterable[Match]:
                 yield Match((scales[0], masks[0], kernel))
 
 
-def _find_swiglu(graph: _Graph) -> Iterable[Match]:
+def _find_swiglu(graph: DataFlow) -> Iterable[Match]:
     for kernel in graph.program.kernels:
         if kernel.op_type == "aten::silu":
             product = next((k for k in graph.consumers(kernel) if k.op_type == "aten::mul"), None)
@@ -339,7 +327,7 @@ def _find_swiglu(graph: _Graph) -> Iterable[Match]:
                 yield Match((kernel, product))
 
 
-def _find_flash_attention(graph: _Graph) -> Iterable[Match]:
+def _find_flash_attention(graph: DataFlow) -> Iterable[Match]:
     matmuls = ("aten::bmm", "aten::mm", "aten::baddbmm")
     for kernel in graph.program.kernels:
         if kernel.op_type != "aten::_softmax":
@@ -353,7 +341,7 @@ def _find_flash_attention(graph: _Graph) -> Iterable[Match]:
             yield Match(tuple(sorted({*before, kernel, after}, key=lambda k: k.index)))
 
 
-def _find_matmul_all_reduce(graph: _Graph) -> Iterable[Match]:
+def _find_matmul_all_reduce(graph: DataFlow) -> Iterable[Match]:
     for kernel in graph.program.kernels:
         if kernel.op_type == "_c10d_functional::all_reduce":
             mm = next((p for p in graph.producers(kernel) if p.op_type in ("aten::mm", "aten::addmm")), None)
@@ -361,10 +349,10 @@ def _find_matmul_all_reduce(graph: _Graph) -> Iterable[Match]:
                 yield Match((mm, kernel))
 
 
-def _fused(op_type: str) -> Callable[[_Graph, Match], list[NewKernel]]:
+def _fused(op_type: str) -> Callable[[DataFlow, Match], list[NewKernel]]:
     """One fused kernel reading what the sequence read from outside and writing its result."""
 
-    def replacement(graph: _Graph, match: Match) -> list[NewKernel]:
+    def replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
         inside = {name for k in match.kernels for name in k.outputs}
         external = {name for k in match.kernels for name in k.inputs if name not in inside}
         specs = tuple(graph.spec(name) for name in sorted(external))
@@ -373,7 +361,7 @@ def _fused(op_type: str) -> Callable[[_Graph, Match], list[NewKernel]]:
     return replacement
 
 
-def _rms_norm_check(graph: _Graph, match: Match) -> str:
+def _rms_norm_check(graph: DataFlow, match: Match) -> str:
     from ..torch_npu import npu_rms_norm
 
     x_spec = graph.input_specs(match.kernels[0])[0]
@@ -384,7 +372,7 @@ def _rms_norm_check(graph: _Graph, match: Match) -> str:
     return _compare(unfused, npu_rms_norm(x, gamma, 1e-6)[0])
 
 
-def _rotary_check(graph: _Graph, match: Match) -> str:
+def _rotary_check(graph: DataFlow, match: Match) -> str:
     from ..torch_npu import npu_rotary_mul
 
     x_spec = next(k for k in match.kernels if k.op_type == "aten::cat").output_specs[0]
@@ -396,7 +384,7 @@ def _rotary_check(graph: _Graph, match: Match) -> str:
     return _compare(unfused, npu_rotary_mul(x, cos, sin))
 
 
-def _swiglu_check(graph: _Graph, match: Match) -> str:
+def _swiglu_check(graph: DataFlow, match: Match) -> str:
     from ..torch_npu import npu_swiglu
 
     a_spec = graph.input_specs(match.kernels[0])[0]
@@ -405,7 +393,7 @@ def _swiglu_check(graph: _Graph, match: Match) -> str:
     return _compare(F.silu(a) * b, npu_swiglu(torch.cat((a, b), dim=-1)))
 
 
-def _scaled_masked_softmax_check(graph: _Graph, match: Match) -> str:
+def _scaled_masked_softmax_check(graph: DataFlow, match: Match) -> str:
     from ..torch_npu import npu_scaled_masked_softmax
 
     scores = match.kernels[-1].output_specs[0]
@@ -423,7 +411,7 @@ def _scaled_masked_softmax_check(graph: _Graph, match: Match) -> str:
     return f"{_compare(unfused, fused)} (mask filled with -10000, as the fused op does)"
 
 
-def _flash_attention_check(graph: _Graph, match: Match) -> str:
+def _flash_attention_check(graph: DataFlow, match: Match) -> str:
     from ..torch_npu import npu_fusion_attention
 
     first = match.kernels[0]
@@ -442,7 +430,7 @@ def _flash_attention_check(graph: _Graph, match: Match) -> str:
     return f"{_compare(unfused.to(q.dtype), fused)} (no mask)"
 
 
-def _matmul_all_reduce_check(graph: _Graph, match: Match) -> str:
+def _matmul_all_reduce_check(graph: DataFlow, match: Match) -> str:
     from ..numerics.exact import cube_matmul
     from ..torch_npu import npu_mm_all_reduce_base
 
@@ -464,78 +452,74 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("repeat_interleave(scalar)", "x.unsqueeze(-1).expand(-1, r).reshape(-1)", _find_repeat_interleave,
             _same_kernels, _repeat_check,
             "with a scalar count torch_npu runs RepeatInterleave's slow branch; the rewrite is a plain copy"),
-    Pattern("gather (GatherElements)", "torch.index_select / row indexing (GatherV2)", _find_gather, _gather_replacement, _gather_check),
-    Pattern("index_put (IndexPutV2)", "masked_fill / torch.where", _find_index_put, _index_put_replacement, _index_put_check),
+    Pattern("gather (GatherElements)", "torch.index_select / row indexing (GatherV2)", _find_gather,
+            _gather_replacement, _gather_check, grad_op="aten::index_add"),
+    Pattern("index_put (IndexPutV2)", "masked_fill / torch.where (a mask); index_select on flattened rows (indices)",
+            _find_index_put, _index_put_replacement, _index_put_check),
     Pattern("RotaryMul (unfused)", "torch_npu.npu_rotary_mul(x, cos, sin)", _find_rotary, _fused("npu::npu_rotary_mul"),
-            _rotary_check),
-    Pattern("RmsNorm (unfused)", "torch_npu.npu_rms_norm(x, gamma, eps)", _find_rms_norm, _fused("npu::npu_rms_norm"), _rms_norm_check),
+            _rotary_check, grad_op="npu::npu_rotary_mul_backward"),
+    Pattern("RmsNorm (unfused)", "torch_npu.npu_rms_norm(x, gamma, eps)", _find_rms_norm, _fused("npu::npu_rms_norm"),
+            _rms_norm_check, grad_op="npu::npu_rms_norm_backward"),
     Pattern("ScaledMaskedSoftmax (unfused)", "torch_npu.npu_scaled_masked_softmax(x, mask, scale)", _find_softmax,
-            _fused("npu::npu_scaled_masked_softmax"), _scaled_masked_softmax_check),
+            _fused("npu::npu_scaled_masked_softmax"), _scaled_masked_softmax_check,
+            grad_op="npu::npu_scaled_masked_softmax_backward"),
     Pattern("SwiGlu (unfused)", "torch_npu.npu_swiglu(torch.cat((a, b), -1))", _find_swiglu, _fused("npu::npu_swiglu"), _swiglu_check),
     Pattern("FlashAttentionScore (unfused)", "torch_npu.npu_fused_infer_attention_score / npu_fusion_attention",
             _find_flash_attention, _fused("npu::npu_fused_infer_attention_score"),
-            _flash_attention_check),
+            _flash_attention_check, grad_op="npu::npu_fusion_attention_grad"),
     Pattern("MatmulAllReduce (unfused)", "torch_npu.npu_mm_all_reduce_base(x, w, group)", _find_matmul_all_reduce,
             _fused("npu::npu_mm_all_reduce_base"), _matmul_all_reduce_check),
 )
 
 
-def _substitute(program: Program, matches: Sequence[tuple[Match, list[NewKernel]]], catalog: OpCatalog) -> Program:
-    """``program`` with each match's kernels replaced by its rewrite (at the match's last kernel, whose
-    output buffer the last new kernel writes, so the rest of the graph reads it unchanged)."""
-    removed = {k.name for match, _ in matches for k in match.kernels}
-    at = {match.kernels[-1].name: (match, new) for match, new in matches}
-    buffers = dict(program.buffers)
-    kernels: list[Kernel] = []
-    for kernel in program.kernels:
-        if kernel.name in at:
-            match, new = at[kernel.name]
-            for position, spec in enumerate(new):
-                info = catalog.lookup(spec.op_type).for_dtypes([*(s.dtype for s in spec.inputs), spec.output.dtype])
-                last = position == len(new) - 1
-                output = kernel.outputs[0] if last and kernel.outputs else f"{kernel.name}_rewrite{position}"
-                name = f"{kernel.name}_rewrite{position}"
-                if not last or not kernel.outputs:
-                    buffers[output] = Buffer(output, spec.output, name)
-                inputs = tuple(n for k in match.kernels for n in k.inputs if n in buffers)[: len(spec.inputs)]
-                work = cost.kernel_work(info, spec.inputs, [spec.output])
-                kernels.append(replace(
-                    kernel, index=len(kernels), name=name, op_type=spec.op_type, info=info, inputs=inputs,
-                    outputs=(output,), output_specs=(spec.output,),
-                    flops=work[0], bytes=work[1], input_specs=tuple(spec.inputs),
-                    compute_dtype=compute_dtype_of(spec.inputs, [spec.output]),
-                ))
-        elif kernel.name not in removed:
-            kernels.append(replace(kernel, index=len(kernels)) if kernel.index != len(kernels) else kernel)
-    return replace(program, kernels=tuple(kernels), buffers=MappingProxyType(buffers))
-
-
-def _time(program: Program, profile: HardwareProfile) -> float:
-    return simulate(program, plan_variant(program, profile, variant=Variant.BASELINE), profile).time_us
-
-
-def find_affinity(program: Program, profile: HardwareProfile, catalog: OpCatalog) -> tuple[Finding, ...]:
-    """Every seed-003 pattern in ``program``, one finding per pattern and source line, each priced by
-    simulating the program with that line's occurrences rewritten (BASELINE plan, so no SuperKernel
-    or stream effect blurs the op's own cost)."""
-    graph = _Graph(program)
-    before = _time(program, profile)
-    findings = []
-    for pattern in PATTERNS:
-        sites: dict[str, list[Match]] = {}
+def _sites(pattern: Pattern, flows: Sequence[DataFlow]) -> dict[str, list[tuple[int, Match]]]:
+    """The pattern's occurrences in each graph (by its index), grouped by the source line of the kernel
+    that writes each one's result; a kernel belongs to one occurrence at most."""
+    sites: dict[str, list[tuple[int, Match]]] = {}
+    for index, flow in enumerate(flows):
         claimed: set[str] = set()
-        for match in pattern.find(graph):
+        for match in pattern.find(flow):
             names = {k.name for k in match.kernels}
             if names & claimed:
                 continue
             claimed |= names
-            sites.setdefault(match.kernels[-1].source, []).append(match)
-        for source, matches in sites.items():
-            rewritten = _substitute(program, [(m, pattern.replacement(graph, m)) for m in matches], catalog)
+            sites.setdefault(match.kernels[-1].source, []).append((index, match))
+    return sites
+
+
+def find_affinity(
+    programs: Program | Sequence[Program], profile: HardwareProfile, catalog: OpCatalog
+) -> tuple[Finding, ...]:
+    """Every seed-003 pattern in ``programs`` (one graph, or a training step's graphs), one finding per
+    pattern and source line, each priced by simulating the graphs with that line's occurrences
+    rewritten (BASELINE plans, so no SuperKernel or stream effect blurs the op's own cost), the gain
+    summed over the step's graphs.
+
+    In a training step a site's backward changes with it. AOTAutograd keeps the forward's source line
+    on every backward kernel, so an occurrence found in the backward graph (IndexPutV2 is both
+    ``x[mask] = v`` and the backward of advanced indexing) joins its line's site, and a pattern whose
+    rewrite has a backward op of its own (:attr:`Pattern.grad_op`) has the backward kernels of the
+    site's lines replaced by that one kernel."""
+    steps = (programs,) if isinstance(programs, Program) else tuple(programs)
+    flows = [DataFlow(program) for program in steps]
+    times = [program_time(program, profile) for program in steps]
+    backward = next((i for i, program in enumerate(steps) if program.phase == Phase.BACKWARD), None)
+    findings = []
+    for pattern in PATTERNS:
+        for source, located in _sites(pattern, flows).items():
+            rewritten: dict[int, Program] = {}
+            for index in dict.fromkeys(i for i, _ in located):
+                matches = [(m, pattern.replacement(flows[index], m)) for i, m in located if i == index]
+                rewritten[index] = substitute(steps[index], matches, catalog)
+            if pattern.grad_op and backward is not None and backward not in rewritten:
+                lines = {k.source for _, match in located for k in match.kernels if k.source}
+                group = [k for k in steps[backward].kernels if k.source in lines]
+                if group:
+                    rewritten[backward] = fuse(steps[backward], group, pattern.grad_op, catalog)
+            gain = sum(times[i] - program_time(program, profile) for i, program in rewritten.items())
+            index, first = located[0]
             findings.append(Finding(
-                pattern.name, source, len(matches), tuple(k.name for k in matches[0].kernels), pattern.rewrite,
-                before - _time(rewritten, profile), pattern.check(graph, matches[0]), pattern.note,
+                pattern.name, source, len(located), tuple(k.name for k in first.kernels), pattern.rewrite, gain,
+                pattern.check(flows[index], first), pattern.note,
             ))
     return tuple(findings)
-
-

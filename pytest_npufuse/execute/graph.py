@@ -34,19 +34,35 @@ def _low_precision(*tensors: torch.Tensor) -> bool:
     return all(isinstance(t, torch.Tensor) and t.dtype in _LOW_PRECISION for t in tensors)
 
 
+# fp16 and fp32 operands of one matmul: aclnnMm/Addmm/Bmm promote them to fp32 (CANN's type-promotion
+# table, "互推导关系": f16 with f32 gives f32) and compute there; torch's CPU kernels refuse the mix.
+_PROMOTED_PAIR = frozenset({torch.float16, torch.float32})
+
+
+def _mixed(a: Any, b: Any) -> bool:
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and {a.dtype, b.dtype} == _PROMOTED_PAIR
+
+
 def _product(op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """A two-operand matmul overload: the Cube's semantics for fp16/bf16 inputs, else the aten op."""
+    """A two-operand matmul overload: the Cube's semantics for fp16/bf16 inputs, else the aten op. An
+    fp16 x fp32 product is computed in fp32 and stored in the first operand's dtype, the dtype the
+    captured graph gave its result."""
 
     def run(a: Any, b: Any) -> torch.Tensor:
+        if _mixed(a, b):
+            return op(a.float(), b.float()).to(a.dtype)
         return cube_matmul(a, b) if _low_precision(a, b) else op(a, b)
 
     return run
 
 
 def _biased(op: Callable[..., torch.Tensor], cube: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """``addmm``/``baddbmm``: the bias joins the fp32 accumulator before the one rounding."""
+    """``addmm``/``baddbmm``: the bias joins the fp32 accumulator before the one rounding. fp16 and fp32
+    operands are computed in fp32 and stored in the bias's dtype, the captured graph's."""
 
     def run(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> torch.Tensor:
+        if _mixed(a, b) and isinstance(bias, torch.Tensor) and bias.dtype in _PROMOTED_PAIR:
+            return op(bias.float(), a.float(), b.float(), beta=beta, alpha=alpha).to(bias.dtype)
         if _low_precision(a, b) and isinstance(bias, torch.Tensor) and bias.dtype == a.dtype:
             return cube(bias, a, b, beta=beta, alpha=alpha)
         return op(bias, a, b, beta=beta, alpha=alpha)
@@ -144,6 +160,8 @@ def writes_inputs(gm: torch.fx.GraphModule) -> bool:
 
 # Handed each input and computed node of a run right after it has its value, with the tensors it read.
 Observer = Callable[[torch.fx.Node, Sequence[Any], Any], None]
+# The values of a meta graph input, from its position among the graph's inputs and the meta tensor.
+Materialize = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 def run_graph(
@@ -156,7 +174,7 @@ def run_graph(
     only: frozenset[str] | None = None,
     given: Mapping[str, Any] | None = None,
     observe: Observer | None = None,
-    traced_on_meta: bool = False,
+    materialize: Materialize | None = None,
 ) -> Execution:
     """The graph's outputs for ``args``. ``stale_reads`` maps a kernel to the input tensors it reads in
     a race (found by the sanitizer); those reads get poisoned memory.
@@ -165,20 +183,25 @@ def run_graph(
     every other node's value is taken from ``given`` (an earlier run's kept values). A value is dropped
     once its last reader ran, so a run holds only live tensors. ``observe`` is handed each input and
     computed node right after it has its value, with the tensors it read (a data dump writes them).
-    ``traced_on_meta``: the graph is a timing-only model's, whose own tensors (``torch.zeros(n)`` in its
-    forward) were traced on the meta device; computed, they are created on the CPU.
+    ``materialize`` computes a timing-only model's graph: each meta input gets its values (``materialize(
+    input position, meta tensor)``) when it is first read, and is dropped after its last read like any
+    value, so a run holds one layer's weights at a time, not the model's; the model's own tensors
+    (``torch.zeros(n)`` in its forward), traced on the meta device, are created on the CPU.
     """
     stale_of_node = {kernel.node: stale_reads[kernel.name] for kernel in program.kernels if kernel.name in stale_reads}
     kernel_nodes = {kernel.node for kernel in program.kernels}
     last_use = _last_uses(gm)
     held = keep | {arg.name for arg in gm.graph.output_node().all_input_nodes}
-    inputs = iter(args)
+    inputs = iter(enumerate(args))
     env: dict[str, Any] = {}
     kept: dict[str, Any] = {}
+    pending: dict[str, int] = {}
     computed = 0
     for position, node in enumerate(gm.graph.nodes):
         if node.op == "placeholder":
-            env[node.name] = next(inputs)
+            index, env[node.name] = next(inputs)
+            if materialize is not None and isinstance(env[node.name], torch.Tensor) and env[node.name].is_meta:
+                pending[node.name] = index
             if observe is not None:
                 observe(node, (), env[node.name])
         elif node.op == "get_attr":
@@ -188,7 +211,11 @@ def run_graph(
         elif only is not None and node.name not in only:
             env[node.name] = given[node.name] if given is not None and node.name in given else None
         else:
-            env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), traced_on_meta)
+            if pending:
+                for arg in node.all_input_nodes:
+                    if arg.name in pending:
+                        env[arg.name] = materialize(pending.pop(arg.name), env[arg.name])
+            env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), materialize is not None)
             computed += node.name in kernel_nodes
             if observe is not None:
                 read = [env[arg.name] for arg in node.all_input_nodes if isinstance(env.get(arg.name), torch.Tensor)]
@@ -198,7 +225,10 @@ def run_graph(
         for done in last_use.get(position, ()):
             if done not in held:
                 env.pop(done, None)
-    outputs = list(torch.fx.node.map_arg(gm.graph.output_node().args[0], lambda arg: env[arg.name]))
+    def output(arg: torch.fx.Node) -> Any:
+        return materialize(pending[arg.name], env[arg.name]) if arg.name in pending else env[arg.name]
+
+    outputs = list(torch.fx.node.map_arg(gm.graph.output_node().args[0], output))
     return Execution(outputs, kept, computed)
 
 

@@ -3,11 +3,12 @@
 A decoder stack repeats a few kinds of layer (DeepSeek-V3: 3 dense, then 58 MoE). Whether a scope or a
 second stream changes the numbers is a property of a layer's code, so checking the first layer, the
 last one and the first of each kind not yet among them covers every kind at its real size without
-computing (or holding) them all. Each sampled layer is captured and computed on its own: the model with
-that one layer in its stack (everything around the stack kept: embedding, final norm, head), its
-BASELINE and its VARIANT with racy reads poisoned, every output compared bit for bit. A layer of a
-timing-only model gets seeded weights (:mod:`.seeded`), one layer at a time, so the memory a sample
-needs is that of the largest sampled layer, not of the model.
+computing (or holding) them all. The sample is captured and computed once: the model with only the
+sampled layers in its stack, in order (everything around the stack kept: embedding, final norm, head),
+its BASELINE and its VARIANT with racy reads poisoned, every output compared bit for bit. A layer of a
+timing-only model gets seeded weights (:mod:`.seeded`), each made when the graph first reads it and
+dropped after its last read, so a sample holds about one layer's weights (or the embedding or head
+while they run), not the model's.
 
 The layers are those of the model's decoder stack (its longest ``ModuleList``, repeated or not); a
 model without one is computed whole, in the same way (seeded weights where it has none).
@@ -26,12 +27,9 @@ from ..ir.program import Program
 from ..numerics.compare import compare_outputs
 from ..report.findings import Mismatch
 from ..target.catalog import OpCatalog
-from .graph import Execution, cone_run, run_graph, writes_inputs
+from .graph import cone_run, run_graph, writes_inputs
+from .routing import ExpertCounts
 from .seeded import seeded_like
-
-# The racy reads of a program's VARIANT plan: what the chain's sanitizer run found for it.
-StaleReads = Callable[[Program], Mapping[str, frozenset[str]]]
-
 
 @dataclass(frozen=True)
 class Sampled:
@@ -43,6 +41,7 @@ class Sampled:
     mismatches: tuple[Mismatch, ...]
     kernels_executed: int
     weights: str
+    experts: tuple[int, ...] = ()
 
 
 def sampled_layers(stack: Stack) -> tuple[int, ...]:
@@ -56,82 +55,61 @@ def sampled_layers(stack: Stack) -> tuple[int, ...]:
     return tuple(sorted(picked))
 
 
-def sample_numerics(
-    model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, stale_reads: StaleReads
-) -> Sampled:
-    """Compute and compare the sampled layers of ``model`` (or the whole model when it has no repeated
-    stack), each on its own capture."""
-    stack = layer_container(model)
-    runs: list[tuple[str, _Run]] = []
-    if stack is None:
-        runs.append(("model", _run_layer(model, inputs, catalog, stale_reads, seed=0)))
-    else:
-        for index in sampled_layers(stack):
-            with only_layers(stack, [index]):
-                runs.append((f"{stack.path}.{index}", _run_layer(model, inputs, catalog, stale_reads, seed=index + 1)))
-    names = tuple(f"{layer}:{name}" for layer, run in runs for name in run.names)
-    mismatches = tuple(m for layer, run in runs for m in compare_outputs([f"{layer}:{n}" for n in run.names], run.baseline, run.variant))
-    seeded = any(run.seeded for _, run in runs)
-    return Sampled(tuple(layer for layer, _ in runs), names, mismatches, sum(run.kernels for _, run in runs),
-                   "seeded" if seeded else "model")
-
-
 @dataclass(frozen=True)
-class _Run:
-    names: tuple[str, ...]
-    baseline: list[Any]
-    variant: list[Any]
-    kernels: int
-    seeded: bool
+class SampleGraph:
+    """The captured sample: the model with only its sampled layers, its graph and the flat inputs it runs on."""
+
+    layers: tuple[str, ...]
+    capture: Capture
+
+    @property
+    def program(self) -> Program:
+        return self.capture.graph.program
 
 
-def _run_layer(
-    model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog, stale_reads: StaleReads, seed: int
-) -> _Run:
-    """One capture of ``model`` as it stands (one sampled layer in its stack), computed twice: BASELINE
-    and the VARIANT's racy cone, on the real tensors it has and seeded ones for its meta tensors."""
+def capture_sample(model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog) -> SampleGraph:
+    """Capture ``model`` with only its sampled layers in its stack (the whole model when it has no decoder
+    stack); the model has all its layers back afterwards."""
     torch._dynamo.reset()
-    captured = Capture(model, inputs, catalog)
+    stack = layer_container(model)
+    if stack is None:
+        return SampleGraph(("model",), Capture(model, inputs, catalog))
+    picks = sampled_layers(stack)
+    with only_layers(stack, picks):
+        return SampleGraph(tuple(f"{stack.path}.{index}" for index in picks), Capture(model, inputs, catalog))
+
+
+def compute_sample(sample: SampleGraph, stale: Mapping[str, frozenset[str]]) -> Sampled:
+    """BASELINE and VARIANT numerics of the captured sample, every output compared bit for bit. Runs the
+    graph directly on the capture's inputs (no Dynamo), so it may run on another thread while a capture
+    runs on this one."""
+    captured = sample.capture
     gm, program = captured.graph.gm, captured.graph.program
-    stale = stale_reads(program)
     cone, keep = cone_run(gm, stale, program)
     copies = writes_inputs(gm)
     seeded: list[bool] = []
 
-    def execute(args: list[Any]) -> _Both:
-        real = [_value(arg, position, seed, captured.real_inputs, seeded) for position, arg in enumerate(args)]
-        on_meta = captured.weightless
-        base = run_graph(gm, program, [_copy(a) for a in real] if copies else real, {}, keep=keep, traced_on_meta=on_meta)
-        if not cone:
-            return _Both(base.outputs, base)
-        return _Both(base.outputs, base, run_graph(gm, program, real, stale, only=cone, given=base.kept, traced_on_meta=on_meta))
+    def materialize(position: int, meta: torch.Tensor) -> torch.Tensor:
+        """A meta graph input's values: the real input it stands for, else seeded values (a weight)."""
+        if id(meta) in captured.real_inputs:
+            real = captured.real_inputs[id(meta)]
+            return real.clone() if copies else real  # each run writes into its own copy
+        seeded.append(True)
+        return seeded_like(meta, position)
 
-    _, both = captured.run(captured.inputs, execute)
-    variant = both.variant or both.baseline
-    kernels = both.baseline.kernels_run + (both.variant.kernels_run if both.variant else 0)
-    return _Run(tuple(f"output[{i}]" for i in range(len(both.outputs))), both.outputs, variant.outputs, kernels, any(seeded))
-
-
-@dataclass(frozen=True)
-class _Both:
-    """What one call of the sampled graph computed: the BASELINE run (whose flat ``outputs`` the capture
-    hands back to the model's code) and the VARIANT's cone run, if it has a cone."""
-
-    outputs: list[Any]
-    baseline: Execution
-    variant: Execution | None = None
-
-
-def _value(arg: Any, position: int, seed: int, real_inputs: Mapping[int, Any], seeded: list[bool]) -> Any:
-    """A graph argument's value: the real tensor a meta copy stands for, seeded values for a meta tensor
-    that stands for none (a weight of a timing-only model), the argument itself otherwise."""
-    if not isinstance(arg, torch.Tensor) or not arg.is_meta:
-        return arg
-    if id(arg) in real_inputs:
-        return real_inputs[id(arg)]
-    seeded.append(True)
-    return seeded_like(arg, seed * 1_000_003 + position)
+    lazy = materialize if captured.weightless else None
+    args = captured.graph_args
+    experts = ExpertCounts(program)
+    with torch.no_grad():
+        base = run_graph(gm, program, [_copy(a) for a in args] if copies else args, {}, keep=keep, materialize=lazy,
+                         observe=experts)
+        variant = run_graph(gm, program, args, stale, only=cone, given=base.kept, materialize=lazy) if cone else base
+    names = tuple(f"output[{i}]" for i in range(len(base.outputs)))
+    mismatches = tuple(compare_outputs(list(names), base.outputs, variant.outputs))
+    kernels = base.kernels_run + (variant.kernels_run if cone else 0)
+    return Sampled(sample.layers, names, mismatches, kernels, "seeded" if seeded else "model", experts.shares())
 
 
 def _copy(value: Any) -> Any:
-    return value.clone() if isinstance(value, torch.Tensor) else value
+    """A copy of a real input a graph writes into; a meta one is materialized afresh on each run."""
+    return value.clone() if isinstance(value, torch.Tensor) and not value.is_meta else value

@@ -28,7 +28,7 @@ from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
-from .meta import on_meta, weightless
+from .meta import npu_is_meta, on_meta, weightless
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
 
@@ -50,6 +50,9 @@ class CapturedGraph:
 
 
 GraphRunner = Callable[..., list[Any]]
+# A pass over an aten graph before its program is built: it edits the graph in place (the graph and its
+# example inputs; what it returns is ignored), as TorchAir's post-grad FX passes do.
+GraphPass = Callable[[torch.fx.GraphModule, Sequence[Any]], object]
 
 
 @dataclass
@@ -58,7 +61,8 @@ class CaptureBackend:
     kernels, where a device would run them), builds its program and keeps it in ``graphs``.
 
     ``on_graph`` turns a captured graph into the callable Dynamo runs for it. ``decompositions`` are
-    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``). ``phase`` is what the
+    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``); ``graph_passes`` edit
+    each aten graph, in order, before its program is built (TorchAir's FX passes). ``phase`` is what the
     graphs AOT hands its forward compiler are (a compiled optimizer step is ``Phase.OPTIMIZER``); a
     backward is always ``Phase.BACKWARD``.
     """
@@ -68,6 +72,7 @@ class CaptureBackend:
     graphs: list[CapturedGraph] = field(default_factory=list)
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
     phase: Phase = Phase.FORWARD
+    graph_passes: Sequence[GraphPass] = ()
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         return aot_module_simplified(
@@ -82,6 +87,8 @@ class CaptureBackend:
         of TorchAir's ``get_compiler()`` and npugraph_ex's ``compile_fx``, which users put under their own
         ``aot_module_simplified``."""
         phase = phase or self.phase
+        for graph_pass in self.graph_passes:
+            graph_pass(gm, example_inputs)
         symbols = input_symbols(gm)
         if is_dynamic(symbols):
             return self._per_call_sizes(gm, symbols, phase)
@@ -165,7 +172,8 @@ class Capture:
 
     A weightless model (a parameter, buffer or input on the meta device, :mod:`.meta`) is captured on
     meta copies of its inputs: ``inputs`` are what it was captured on, ``real_inputs`` maps each meta copy
-    back to the real tensor it stands for."""
+    back to the real tensor it stands for. ``graph_args`` are the flat graph inputs (parameters and
+    inputs) of the capturing call: what the graph computes on, without calling the model again."""
 
     def __init__(self, model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog) -> None:
         self._executor: Callable[[list[Any]], list[Any]] | None = None
@@ -176,9 +184,10 @@ class Capture:
         if self.weightless:
             inputs, self.real_inputs = on_meta(inputs)
         self.inputs = list(inputs)
+        self.graph_args: list[Any] = []
         try:
-            # A timing-only model's forward creates its own tensors (torch.zeros(n)) on the meta device too.
-            with torch.device("meta") if self.weightless else contextlib.nullcontext():
+            # A timing-only model's forward puts the tensors it creates "on the NPU" on the meta device too.
+            with npu_is_meta() if self.weightless else contextlib.nullcontext():
                 call_compiled(model, self._compiled, inputs, self.weightless)
         except _Captured:
             pass
@@ -197,14 +206,12 @@ class Capture:
         results: list[Any] = []
 
         def bound(args: list[Any]) -> list[Any]:
-            # The executor computes on the CPU, also under the meta device a timing-only model runs in.
-            with torch.device("cpu") if self.weightless else contextlib.nullcontext():
-                results.append(execute(args))
+            results.append(execute(args))
             return results[-1].outputs
 
         self._executor = bound
         try:
-            with torch.no_grad(), torch.device("meta") if self.weightless else contextlib.nullcontext():
+            with torch.no_grad(), npu_is_meta() if self.weightless else contextlib.nullcontext():
                 outputs = self._compiled(*inputs)
         finally:
             self._executor = None
@@ -219,6 +226,7 @@ class Capture:
     def _runner(self, graph: CapturedGraph) -> GraphRunner:
         def run(*args: Any) -> list[Any]:
             if self._executor is None:
+                self.graph_args = list(args)
                 raise _Captured()
             return self._executor(list(args))
 

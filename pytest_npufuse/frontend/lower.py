@@ -68,6 +68,15 @@ def _spec(value: Any, node: torch.fx.Node, sizes: Sizes) -> TensorSpec:
     return TensorSpec(shape, str(value.dtype).removeprefix("torch."), math.prod(shape) * value.element_size())
 
 
+_UNBOUNDED_FIX = {
+    # torch_npu computes the output size of repeat_interleave with a repeats tensor on the host (a sum
+    # of the repeats read back from the device) unless output_size is given; the aclnnRepeatInterleave
+    # APIs take it as an argument.
+    "aten::repeat_interleave": "pass output_size= (the sum of the repeats, e.g. x.shape[0] * r), as the aclnn "
+    "RepeatInterleave APIs take it and torch_npu otherwise syncs to read it back,",
+}
+
+
 def _static_dim(dim: Any, node: torch.fx.Node, sizes: Sizes) -> int:
     """A dimension as the cost model sees it. A size that follows from the inputs' sizes (a graph
     compiled with ``dynamic=True``) is its value for the call being modeled, ``sizes``. A size a
@@ -81,10 +90,11 @@ def _static_dim(dim: Any, node: torch.fx.Node, sizes: Sizes) -> int:
         return int(expr)
     upper = dim.node.shape_env.bound_sympy(expr).upper
     if not isinstance(upper, sympy.Integer):  # torch's integer infinity is no sympy Integer
+        op_type = op_type_of(node)
+        fix = _UNBOUNDED_FIX.get(op_type, "derive the size from input shapes, or clamp it (torch._check(n <= LIMIT))")
         raise CaptureError(
-            f"{op_type_of(node)} at {source_line(node) or 'the model'} has a size that depends on tensor values "
-            f"({expr}) with no upper bound, so its cost cannot be modeled; derive the size from input shapes, "
-            "or clamp it (torch._check(n <= LIMIT)) so npufuse can price the worst case."
+            f"{op_type} at {source_line(node) or 'the model'} has a size that depends on tensor values "
+            f"({expr}) with no upper bound, so its cost cannot be modeled; {fix} so npufuse can price the worst case."
         )
     return int(upper)
 
@@ -447,6 +457,7 @@ class _ProgramBuilder:
                 input_specs=tuple(input_specs),
                 modules=self._modules(node),
                 call=call,
+                attrs=scalar_arguments(node),
             )
         )
 
@@ -517,6 +528,29 @@ def _draws_random(node: torch.fx.Node) -> bool:
 def _is_scalar(value: Any) -> bool:
     """A Python number or symbolic number: what size arithmetic on the host produces."""
     return isinstance(value, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def scalar_arguments(node: torch.fx.Node) -> tuple[tuple[str, Any], ...]:
+    """The call's non-tensor arguments by schema name: numbers, flags, strings and tuples of them (what
+    decides the sizes and the work beyond the tensors, e.g. an MC2 dispatch's EP world size)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return ()
+    values = {argument.name: value for argument, value in zip(schema.arguments, node.args)}
+    values.update(node.kwargs)
+    return tuple((name, plain) for name, value in values.items() if (plain := _plain_scalar(value)) is not _NOT_SCALAR)
+
+
+_NOT_SCALAR = object()
+
+
+def _plain_scalar(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = tuple(_plain_scalar(item) for item in value)
+        return _NOT_SCALAR if any(item is _NOT_SCALAR for item in items) else items
+    return _NOT_SCALAR
 
 
 def mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:

@@ -21,7 +21,18 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-_EMPTY = [0]  # nesting depth of init_empty_weights blocks
+_EMPTY = [0]  # nesting depth of npu_is_meta blocks
+
+
+@contextlib.contextmanager
+def npu_is_meta() -> Iterator[None]:
+    """Inside, the shim puts a tensor created "on the NPU" (``device="npu"``, ``.to("npu")``) on the meta
+    device: a timing-only model's forward creates its tensors where its weights are."""
+    _EMPTY[0] += 1
+    try:
+        yield
+    finally:
+        _EMPTY[0] -= 1
 
 
 @contextlib.contextmanager
@@ -32,16 +43,13 @@ def init_empty_weights() -> Iterator[None]:
     arguments) and pass it to ``compare``, ``npufuse.check`` or ``advise``: it is priced in full and its
     report says its numerics were not computed (or computed on a sample of layers, ``numerics="sample"``).
     """
-    _EMPTY[0] += 1
-    try:
-        with torch.device("meta"):
-            yield
-    finally:
-        _EMPTY[0] -= 1
+    with npu_is_meta(), torch.device("meta"):
+        yield
 
 
 def creating_empty() -> bool:
-    """Whether an :func:`init_empty_weights` block is open (the shim then maps ``npu`` to ``meta``)."""
+    """Whether an :func:`init_empty_weights` or :func:`npu_is_meta` block is open (the shim then maps
+    ``npu`` to ``meta``)."""
     return _EMPTY[0] > 0
 
 

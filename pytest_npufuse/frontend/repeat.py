@@ -229,8 +229,12 @@ def capture_program(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog 
 
 # -- extrapolation -------------------------------------------------------------------------------------
 
-PREFIX, SUFFIX = -1, 1 << 30  # segment labels around the layer blocks 0..N-1
+PREFIX, SUFFIX = -1, 1 << 30  # slots around the layer blocks 0..N-1
+MAIN, WRITEBACK = 0, 1
+"""Regions of a program: the kernels in program order, then the copies that write each mutated graph input
+back (a KV cache a layer updates in place), in the order of the layers that own those inputs."""
 _PROGRAM_FIELDS = ("kernels", "buffers", "inputs", "outputs", "syncs", "stream_scopes", "phase")
+Label = tuple[int, int]  # (region, slot)
 
 
 def extrapolate(two: Program, three: Program, path: str, layers: int, first: int = 0) -> Program | None:
@@ -266,13 +270,16 @@ def extrapolate(two: Program, three: Program, path: str, layers: int, first: int
 
 @dataclass(frozen=True)
 class _Cut:
-    """Where the layer blocks of one captured program lie: kernels [start + j*period, start + (j+1)*period)."""
+    """Where the layer blocks of one captured program lie: kernels [start + j*period, start + (j+1)*period),
+    and from ``writebacks`` on, the copies back into mutated graph inputs, labelled by their owners."""
 
     program: Program
     start: int
     period: int
     layers: int
     input_buffers: int
+    writebacks: int
+    labels: tuple[Label, ...]
 
     @classmethod
     def of(cls, program: Program, path: str, layers: int, first: int = 0) -> _Cut | None:
@@ -293,33 +300,57 @@ class _Cut:
         if list(program.buffers)[:len(inputs)] != inputs:
             return None  # graph inputs are not the first buffers: the program could not be put back in order
         start, period = firsts[0], firsts[1] - firsts[0]
-        cut = cls(program, start, period, layers, len(inputs))
         if any(firsts[j] != start + j * period for j in range(layers)):
             return None
-        if any(layer is not None and cut.label(i) != layer for i, layer in enumerate(owner)):
+        writebacks = _writebacks_from(program)
+        main = [_main_slot(i, start, period, layers) for i in range(writebacks)]
+        if any(layer is not None and main[i] != layer for i, layer in enumerate(owner[:writebacks])):
             return None
-        return cut
+        uses = _first_uses(program)
+        tail = []
+        for kernel in program.kernels[writebacks:]:
+            used = uses.get(program.storage(kernel.node))
+            tail.append((WRITEBACK, main[used] if used is not None and used < writebacks else SUFFIX))
+        labels = tuple((MAIN, slot) for slot in main) + tuple(tail)
+        return cls(program, start, period, layers, len(inputs), writebacks, labels)
 
-    def label(self, position: int) -> int:
-        """The segment of the kernel at ``position`` (``len(kernels)`` is past the end: the suffix)."""
-        if position < self.start:
-            return PREFIX
-        block = (position - self.start) // self.period
-        return block if block < self.layers else SUFFIX
+    def label(self, position: int) -> Label:
+        """The segment of the kernel at ``position`` (``len(kernels)`` is past the end: the last segment)."""
+        if position < len(self.labels):
+            return self.labels[position]
+        return self.labels[-1] if self.labels else (MAIN, SUFFIX)
 
-    def segments(self, sequence: str) -> dict[int, list[Any]] | None:
+    def segments(self, sequence: str) -> dict[Label, list[Any]] | None:
         """The records of ``sequence`` by segment, in order; None when a segment is not contiguous."""
         labelled = list(_LABELLERS[sequence](self))
         order = [label for label, _ in labelled]
         if order != sorted(order):
             return None
-        grouped: dict[int, list[Any]] = {}
+        grouped: dict[Label, list[Any]] = {}
         for label, record in labelled:
             grouped.setdefault(label, []).append(record)
         return grouped
 
 
-def _kernels(cut: _Cut) -> Iterator[tuple[int, Any]]:
+def _main_slot(position: int, start: int, period: int, layers: int) -> int:
+    if position < start:
+        return PREFIX
+    block = (position - start) // period
+    return block if block < layers else SUFFIX
+
+
+def _writebacks_from(program: Program) -> int:
+    """Where the trailing copies back into mutated graph inputs begin (``len(kernels)`` when there are none):
+    AOT ends a graph that mutates its inputs with one ``copy_`` per mutated input."""
+    inputs = set(program.inputs)
+    position = len(program.kernels)
+    while position and (written := program.buffers.get(program.kernels[position - 1].node)) is not None \
+            and written.alias_of in inputs:
+        position -= 1
+    return position
+
+
+def _kernels(cut: _Cut) -> Iterator[tuple[Label, Any]]:
     for kernel in cut.program.kernels:
         yield cut.label(kernel.index), kernel
 
@@ -333,15 +364,15 @@ def _first_uses(program: Program) -> dict[str, int]:
     return uses
 
 
-def _inputs(cut: _Cut) -> Iterator[tuple[int, Any]]:
+def _inputs(cut: _Cut) -> Iterator[tuple[Label, Any]]:
     """Graph inputs (parameters and user inputs, numbered by first use); an unused one goes with the one before."""
-    uses, label = _first_uses(cut.program), PREFIX
+    uses, label = _first_uses(cut.program), (MAIN, PREFIX)
     for name in cut.program.inputs:
-        label = cut.label(uses[name]) if name in uses else label
+        label = (MAIN, cut.label(uses[name])[1]) if name in uses else label
         yield label, name
 
 
-def _input_buffers(cut: _Cut) -> Iterator[tuple[int, Any]]:
+def _input_buffers(cut: _Cut) -> Iterator[tuple[Label, Any]]:
     """The buffers of graph inputs, labelled as :func:`_inputs` (they come first in graph order)."""
     labels = dict((name, label) for label, name in _inputs(cut))
     for name in cut.program.inputs:
@@ -349,7 +380,7 @@ def _input_buffers(cut: _Cut) -> Iterator[tuple[int, Any]]:
             yield labels[name], cut.program.buffers[name]
 
 
-def _buffers(cut: _Cut) -> Iterator[tuple[int, Any]]:
+def _buffers(cut: _Cut) -> Iterator[tuple[Label, Any]]:
     """Every other buffer with the kernel that writes it; a view (or constant) with the next kernel in
     graph order."""
     program = cut.program
@@ -363,33 +394,46 @@ def _buffers(cut: _Cut) -> Iterator[tuple[int, Any]]:
             yield label, buffer
         else:
             pending.append(buffer)
-    yield from ((SUFFIX, view) for view in pending)
+    yield from ((cut.label(len(program.kernels)), view) for view in pending)
 
 
-def _syncs(cut: _Cut) -> Iterator[tuple[int, Any]]:
+def _syncs(cut: _Cut) -> Iterator[tuple[Label, Any]]:
     for point in cut.program.syncs:
         yield cut.label(point.position), point
 
 
-def _stream_scopes(cut: _Cut) -> Iterator[tuple[int, Any]]:
+def _stream_scopes(cut: _Cut) -> Iterator[tuple[Label, Any]]:
     for scope in cut.program.stream_scopes:
         yield cut.label(scope.enter), scope
 
 
-def _outputs(cut: _Cut) -> Iterator[tuple[int, Any]]:
-    yield SUFFIX, cut.program.outputs
+def _outputs(cut: _Cut) -> Iterator[tuple[Label, Any]]:
+    yield (MAIN, SUFFIX), cut.program.outputs
 
 
-_LABELLERS: dict[str, Callable[[_Cut], Iterator[tuple[int, Any]]]] = {
+_LABELLERS: dict[str, Callable[[_Cut], Iterator[tuple[Label, Any]]]] = {
     "kernels": _kernels, "inputs": _inputs, "input_buffers": _input_buffers, "buffers": _buffers, "syncs": _syncs,
     "stream_scopes": _stream_scopes, "outputs": _outputs,
 }
 _SEQUENCES = tuple(_LABELLERS)
 
 
-def _grow(two: dict[int, list[Any]], three: dict[int, list[Any]], layers: int) -> list[Any] | None:
-    """One sequence of the ``layers``-layer program: prefix, layer 0 and suffix moved by the extra layers;
-    layer ``j >= 1`` is layer 1 of three moved by ``j - 1`` periods and by the extra layers."""
+def _grow(two: dict[Label, list[Any]], three: dict[Label, list[Any]], layers: int) -> list[Any] | None:
+    """One sequence of the ``layers``-layer program, region by region: prefix, layer 0 and suffix moved by
+    the extra layers; layer ``j >= 1`` is layer 1 of three moved by ``j - 1`` periods and by the extra layers."""
+    out: list[Any] = []
+    for region in sorted({label[0] for label in (*two, *three)}):
+        grown = _grow_region(
+            {slot: records for (r, slot), records in two.items() if r == region},
+            {slot: records for (r, slot), records in three.items() if r == region}, layers,
+        )
+        if grown is None:
+            return None
+        out += grown
+    return out
+
+
+def _grow_region(two: dict[int, list[Any]], three: dict[int, list[Any]], layers: int) -> list[Any] | None:
     moved: dict[int, _Numbers] = {}
     for label in (PREFIX, 0, 1, SUFFIX):
         a, b = _Numbers.of(two.get(label, [])), _Numbers.of(three.get(label, []))
@@ -415,6 +459,7 @@ def _grow(two: dict[int, list[Any]], three: dict[int, list[Any]], layers: int) -
 _DIGITS = re.compile(r"(\d+)")
 _COUNTER = re.compile(r"(.*)_(\d+)", re.DOTALL)
 _RECORDS = (Kernel, Buffer, TensorSpec, ModuleFrame, Annotations, Event, StreamScope)
+_ATOMS = frozenset({"attrs"})  # record fields compared whole: a call's scalar arguments are the same in every layer
 
 
 @dataclass(frozen=True)
@@ -462,7 +507,10 @@ def _skeleton(value: Any, values: list[int]) -> Any:
         values.append(value)
         return ("int",)
     if isinstance(value, _RECORDS):
-        return (type(value), tuple(_skeleton(getattr(value, f.name), values) for f in fields(value)))
+        return (type(value), tuple(
+            ("atom", getattr(value, f.name)) if f.name in _ATOMS else _skeleton(getattr(value, f.name), values)
+            for f in fields(value)
+        ))
     if isinstance(value, tuple):
         return ("tuple", tuple(_skeleton(item, values) for item in value))
     return ("atom", value)  # compared as a whole: catalog entries, floats, flags
@@ -495,7 +543,10 @@ def _rebuild(value: Any, numbers: Iterator[int], frames: dict[ModuleFrame, Modul
     if _is_int(value):
         return next(numbers)
     if isinstance(value, _RECORDS):
-        rebuilt = type(value)(**{f.name: _rebuild(getattr(value, f.name), numbers, frames) for f in fields(value)})
+        rebuilt = type(value)(**{
+            f.name: getattr(value, f.name) if f.name in _ATOMS else _rebuild(getattr(value, f.name), numbers, frames)
+            for f in fields(value)
+        })
         return frames.setdefault(rebuilt, rebuilt) if isinstance(rebuilt, ModuleFrame) else rebuilt
     if isinstance(value, tuple):
         return tuple(_rebuild(item, numbers, frames) for item in value)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -39,6 +40,9 @@ from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from .backend import CaptureBackend, CapturedGraph, GraphRunner
 from .dynamo import call_compiled, root_cause, value_dependent_capture
+
+# torch's warning when anything touches torch.jit.script_method (Dynamo does, tracing an optimizer).
+JIT_DEPRECATION = r"`torch\.jit\.script_method` is deprecated"
 
 # A graph's inputs -> a result whose ``outputs`` are the graph's flat outputs (an ``Execution``).
 GraphExecutor = Callable[[CapturedGraph, list[Any]], Any]
@@ -55,6 +59,10 @@ class StepValues:
     grads: tuple[tuple[str, torch.Tensor | None], ...]
     params: tuple[tuple[str, torch.Tensor], ...]
     results: tuple[Any, ...]
+    parameter_bytes: int = 0
+    gradient_bytes: int = 0
+    state_bytes: int = 0
+    """The device memory the step keeps: parameters, their gradients, the optimizer's state after it."""
 
 
 def _forward_with_loss(model: torch.nn.Module, loss: Callable[[Any], Any], *inputs: Any) -> tuple[Any, Any]:
@@ -112,7 +120,12 @@ class StepCapture:
         finally:
             self._execute = None
         params = tuple((name, p.detach()) for name, p in model.named_parameters())
-        return StepValues(outputs, loss.detach(), grads, params, tuple(self._results))
+        return StepValues(
+            outputs, loss.detach(), grads, params, tuple(self._results),
+            parameter_bytes=sum(_nbytes(p) for _, p in params),
+            gradient_bytes=sum(_nbytes(g) for _, g in grads if g is not None),
+            state_bytes=_state_bytes(optimizer),
+        )
 
     def _call_forward(self, model: torch.nn.Module, inputs: Sequence[Any]) -> tuple[Any, torch.Tensor]:
         compiled = functools.partial(self._forward, model, self.loss)
@@ -131,7 +144,10 @@ class StepCapture:
 
     def _call_step(self, optimizer: torch.optim.Optimizer) -> None:
         try:
-            with value_dependent_capture():
+            with value_dependent_capture(), warnings.catch_warnings():
+                # Dynamo, tracing through torch.optim, touches torch.jit.script_method and so raises torch's
+                # own deprecation warning on every capture: noise the user's step did not cause.
+                warnings.filterwarnings("ignore", message=JIT_DEPRECATION, category=DeprecationWarning)
                 self._step(optimizer)
         except NpufuseError:
             raise
@@ -156,6 +172,23 @@ class StepCapture:
             return result.outputs
 
         return run
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
+    """Bytes of the optimizer's tensors after its step: its state, and what a fused optimizer combined."""
+    if optimizer is None:
+        return 0
+    tensors = {id(t): t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)}
+    for parts in getattr(optimizer, "combined", ()):
+        for part in parts:
+            for name in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+                if isinstance(part.get(name), torch.Tensor):
+                    tensors[id(part[name])] = part[name]
+    return sum(_nbytes(t) for t in tensors.values())
 
 
 def _describe(value: Any) -> str:

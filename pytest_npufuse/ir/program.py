@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, Union
 
 from ..target.catalog import OpInfo
 from ..vocabulary import Phase
@@ -67,6 +67,9 @@ class ModuleFrame:
     call_site: str = ""
 
 
+Scalar = Union[int, float, bool, str, None, tuple]
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One device kernel: a non-view op of the captured graph. ``flops`` and ``bytes`` are priced once,
@@ -92,6 +95,13 @@ class Kernel:
     input_specs: tuple[TensorSpec, ...] = ()
     modules: tuple[ModuleFrame, ...] = ()
     call: str = ""
+    attrs: tuple[tuple[str, Scalar], ...] = ()
+    """The call's scalar arguments by schema name (ints, floats, bools, strings, tuples of them), e.g. an
+    MC2 dispatch's ``ep_world_size``: what the rank model needs to know beyond the tensors' shapes."""
+
+    def attr(self, name: str, default: "Scalar" = None) -> "Scalar":
+        """The scalar argument ``name`` of the call (``default`` when it was not passed)."""
+        return next((value for key, value in self.attrs if key == name), default)
 
     @property
     def module(self) -> str:

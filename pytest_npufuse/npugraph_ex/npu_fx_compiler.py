@@ -9,12 +9,15 @@ the NPU of the current ``python -m pytest_npufuse run`` (else a3).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from ..pipeline.backend import backend_for
+from ..pipeline.graph import GraphOptions
 from .configs.compiler_config import CompilerConfig
+from .core.utils import logger
 
 __all__ = ["get_npu_backend", "get_compiler", "compile_fx"]
 
@@ -25,13 +28,21 @@ def get_npu_backend(
     custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> Any:
     """A ``torch.compile`` backend for ``compiler_config`` (npugraph_ex's flat config)."""
-    options = (compiler_config or CompilerConfig()).torchair_config().graph_options()
-    return backend_for(options, None, custom_decompositions)
+    return backend_for(_graph_options(compiler_config), None, custom_decompositions)
 
 
 def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[..., Any]:
     """The compiler of an aten graph (the ``fw_compiler`` of a user's ``aot_module_simplified``)."""
-    return backend_for((compiler_config or CompilerConfig()).torchair_config().graph_options(), None).compile_aten
+    return backend_for(_graph_options(compiler_config), None).compile_aten
+
+
+def _graph_options(compiler_config: CompilerConfig | None) -> GraphOptions:
+    """The graph options of ``compiler_config`` (through TorchAir's tree), logging to the
+    ``npugraph_ex`` logger as npugraph_ex does; its FX passes are handed ``compiler_config`` itself."""
+    config = compiler_config or CompilerConfig()
+    torchair_config = config.torchair_config()
+    options = torchair_config.graph_options()
+    return replace(options, log=logger, graph_passes=(torchair_config.fx_passes(config),))
 
 
 def compile_fx(

@@ -22,7 +22,7 @@ from ..plan.tasks import Variant
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import CHILD_TARGET_VARIABLE, HardwareProfile, resolve_profile
-from .graph import CompiledGraph, GraphOptions, Settings, graph_options, mode_of_phase, model_graph
+from .graph import CompiledGraph, GraphOptions, Settings, graph_options, log_compile, mode_of_phase, model_graph
 
 
 @dataclass
@@ -56,13 +56,18 @@ class NpuBackend:
         return self._capturer().capture_aten(gm, example_inputs)
 
     def _capturer(self) -> CaptureBackend:
-        return CaptureBackend(self.catalog, self._model, decompositions=self.decompositions)
+        return CaptureBackend(
+            self.catalog, self._model, decompositions=self.decompositions, graph_passes=self.config.graph_passes
+        )
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
         mode = mode_of_phase(self.config.mode, graph.phase)
         settings = Settings(self.profile, mode, self.dynamic or graph.dynamic, self.host)
         multistream = self.multistream and not self.config.single_stream
         compiled = model_graph(graph, settings, self.variant, self.options, multistream, self.config.aclgraph_superkernel)
+        if self.config.log is not None:
+            log_compile(self.config.log, graph.gm)
+            compiled = replace(compiled, log=self.config.log)
         stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
         if self.config.watch is not None:
             compiled = replace(compiled, dump=self.config.watch(settings.mode, graph.gm, graph.program, stream_of))

@@ -22,6 +22,8 @@ stack from 2 and 3 of its layers).
 
 from __future__ import annotations
 
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -31,7 +33,8 @@ import torch
 from ..advisor.affinity import find_affinity
 from ..errors import ArgumentError, CaptureError
 from ..execute.graph import Execution, cone_run, run_graph, writes_inputs
-from ..execute.sample import sample_numerics
+from ..execute.routing import ExpertCounts
+from ..execute.sample import capture_sample, compute_sample
 from ..frontend.backend import Capture
 from ..frontend.meta import weightless
 from ..frontend.repeat import capture_program
@@ -46,6 +49,7 @@ from ..report.numerics import Numerics, stand_ins
 from ..report.trace import write_case_traces
 from ..sanitize.checker import sanitize
 from ..simulate.host import HostConfig, host_config
+from ..simulate.routing import routed_program, routing_of
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
 from ..vocabulary import NumericsStatus
@@ -60,6 +64,7 @@ from .graph import (  # noqa: F401  (the per-graph names are importable from the
     model_program,
     streams_used,
 )
+from .deployment import rank_view, ranked
 from .training import compare_step
 
 NUMERICS = ("all", "sample", "none")
@@ -74,11 +79,12 @@ def capture(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None =
 
 @dataclass(frozen=True)
 class _Outputs:
-    """Both runs' model-level outputs and the work the numerics did."""
+    """Both runs' model-level outputs, the work the numerics did and the experts the MoE routed to."""
 
     baseline: Any
     variant: Any
     kernels_executed: int
+    experts: tuple[int, ...] = ()
 
 
 def _inputs_for(captured: Capture, inputs: Sequence[Any]) -> Sequence[Any]:
@@ -87,18 +93,19 @@ def _inputs_for(captured: Capture, inputs: Sequence[Any]) -> Sequence[Any]:
     return fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
 
 
-def _execute(model: Capture, reference: Capture, variant: ModeledProgram, inputs: Sequence[Any]) -> _Outputs:
-    """BASELINE and VARIANT numerics with each kernel computed once when both come from one capture."""
-    stale = variant.poisoned_reads()
+def _execute(model: Capture, reference: Capture, stale: Mapping[str, frozenset[str]], inputs: Sequence[Any]) -> _Outputs:
+    """BASELINE and VARIANT numerics with each kernel computed once when both come from one capture;
+    ``stale`` are the VARIANT's racy reads."""
     gm, program = model.graph.gm, model.graph.program
     shared = reference is model
     cone, keep = cone_run(gm, stale, program) if shared else (frozenset(), frozenset())
     ref = reference.graph
+    experts = ExpertCounts(ref.program)
     baseline, base_run = reference.run(
-        _inputs_for(reference, inputs), lambda args: run_graph(ref.gm, ref.program, args, {}, keep=keep)
+        _inputs_for(reference, inputs), lambda args: run_graph(ref.gm, ref.program, args, {}, keep=keep, observe=experts)
     )
     if shared and not cone:
-        return _Outputs(baseline, baseline, base_run.kernels_run)
+        return _Outputs(baseline, baseline, base_run.kernels_run, experts.shares())
 
     def execute(args: list[Any]) -> Execution:
         if shared:
@@ -106,7 +113,7 @@ def _execute(model: Capture, reference: Capture, variant: ModeledProgram, inputs
         return run_graph(gm, program, args, stale)
 
     variant_out, variant_run = model.run(_inputs_for(model, inputs), execute)
-    return _Outputs(baseline, variant_out, base_run.kernels_run + variant_run.kernels_run)
+    return _Outputs(baseline, variant_out, base_run.kernels_run + variant_run.kernels_run, experts.shares())
 
 
 def compare(
@@ -123,6 +130,8 @@ def compare(
     case: str = "case",
     affinity: bool = False,
     numerics: str | None = None,
+    routing: str | Sequence[float] | None = None,
+    ranks: int | None = None,
     loss: Callable[[Any], Any] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> CaseReport:
@@ -137,14 +146,26 @@ def compare(
     computed at their real sizes, seeded weights where the model has none) or ``"none"`` (timing only;
     the default for a model on the meta device); ``report.numerics`` says which.
 
+    ``routing`` prices MoE layers by the rows each EP rank receives (:mod:`~pytest_npufuse.simulate.routing`:
+    ``"uniform"``, the default; ``"zipf:S"``; ``"computed"``, the model's own gating where computed; or one
+    weight per expert). ``ranks=N`` models N ranks of the deployment, joined at every collective, with
+    collectives over N ranks: ``report.ranks`` has each rank's step and the imbalance cost.
+
     ``loss`` makes the check a training step (:mod:`.training`): ``loss(outputs)`` is the scalar the
     backward starts from, and ``optimizer`` (built over ``model.parameters()``, optional) is stepped; the
     outputs, the loss, every gradient and every updated parameter are compared bit for bit. The
     user's model and optimizer are never changed: each run works on a copy.
     """
     catalog = catalog or load_catalog()
-    settings = Settings(resolve_profile(target), graph_options(mode).mode, dynamic, host_config(host))
+    profile = resolve_profile(target)
+    settings = Settings(profile if ranks is None else ranked(profile, ranks), graph_options(mode).mode, dynamic,
+                        host_config(host))
     if loss is not None:
+        if routing is not None or ranks is not None:
+            raise ArgumentError(
+                "routing= and ranks= model a decode deployment's MoE ranks; a training step (loss=) is modeled on "
+                "one rank. Drop routing=/ranks=, or check the forward without loss=."
+            )
         if numerics not in (None, "all"):
             raise ArgumentError(
                 f"numerics={numerics!r} with loss=: a training step computes every value it compares (the loss, "
@@ -160,13 +181,24 @@ def compare(
             "loss=lambda outputs: <the scalar loss>."
         )
     choice = _numerics(numerics, model, inputs, reference)
+    if routing is not None and routing != "computed":
+        routing_of(routing)  # a bad routing is refused before anything is captured
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()
+    racy = _racy_reads(settings, dict(options or {}))
     if choice != "all":
-        report = _timing_report(model, inputs, reference, settings, options, catalog, affinity, choice)
+        programs, found = _timed(model, inputs, reference, catalog, choice, racy)
     else:
-        report = _computed_report(model, inputs, reference, settings, options, catalog, affinity)
+        programs, found = _computed(model, inputs, reference, catalog, racy)
+    route = routing_of(routing, found.pop("experts"))
+    baseline = model_program(routed_program(programs[0], route), settings, Variant.BASELINE)
+    variant = model_program(routed_program(programs[1], route), settings, Variant.VARIANT, dict(options or {}))
+    if found["numerics"].status is not NumericsStatus.COMPUTED:
+        found["numerics"] = replace(found["numerics"], stand_ins=stand_ins(programs[1], route.describe()))
+    if ranks is not None:
+        found["ranks"] = rank_view(programs[1], ranks, route, settings, dict(options or {}))
+    report = _report(settings, baseline, variant, catalog, affinity, **found)
     if trace_dir is None:
         return report
     return replace(report, trace_path=str(write_case_traces(report, Path(trace_dir), case)))
@@ -190,16 +222,18 @@ def _numerics(numerics: str | None, model: Callable[..., Any], inputs: Sequence[
     return numerics or ("none" if empty else "all")
 
 
-def _computed_report(
-    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, settings: Settings,
-    options: Mapping[str, str] | None, catalog: OpCatalog, affinity: bool,
-) -> CaseReport:
+Programs = tuple[Program, Program]  # the BASELINE's (the reference's) and the VARIANT's, as captured
+RacyReads = Callable[[Program], Mapping[str, frozenset[str]]]
+
+
+def _computed(
+    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, catalog: OpCatalog,
+    racy: RacyReads,
+) -> tuple[Programs, dict[str, Any]]:
     """Every output of both runs computed and compared bit for bit."""
     captured = Capture(model, inputs, catalog)
     reference_capture = Capture(reference, inputs, catalog) if reference is not None else captured
-    baseline = model_program(reference_capture.graph.program, settings, Variant.BASELINE)
-    variant = model_program(captured.graph.program, settings, Variant.VARIANT, dict(options or {}))
-    outputs = _execute(captured, reference_capture, variant, inputs)
+    outputs = _execute(captured, reference_capture, racy(captured.graph.program), inputs)
     names, baseline_leaves = named_leaves(outputs.baseline, "the reference" if reference is not None else "the model")
     _, variant_leaves = named_leaves(outputs.variant)
     if len(baseline_leaves) != len(variant_leaves):
@@ -207,40 +241,51 @@ def _computed_report(
             f"the reference returns {len(baseline_leaves)} outputs but the model returns {len(variant_leaves)}; "
             "they must return the same structure to be compared."
         )
-    return _report(
-        settings, baseline, variant, catalog, affinity,
-        mismatches=compare_outputs(names, baseline_leaves, variant_leaves), outputs=tuple(names),
-        captures=1 if reference is None else 2, kernels_executed=outputs.kernels_executed,
-    )
+    found = {
+        "mismatches": compare_outputs(names, baseline_leaves, variant_leaves), "outputs": tuple(names),
+        "captures": 1 if reference is None else 2, "kernels_executed": outputs.kernels_executed,
+        "numerics": Numerics(), "experts": outputs.experts,
+    }
+    return (reference_capture.graph.program, captured.graph.program), found
 
 
-def _timing_report(
-    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, settings: Settings,
-    options: Mapping[str, str] | None, catalog: OpCatalog, affinity: bool, choice: str,
-) -> CaseReport:
-    """The program priced in full; numerics on a sample of layers or none."""
-    program = capture_program(model, *inputs, catalog=catalog)
-    reference_program = capture_program(reference, *inputs, catalog=catalog) if reference is not None else program
-    baseline = model_program(reference_program, settings, Variant.BASELINE)
-    variant = model_program(program, settings, Variant.VARIANT, dict(options or {}))
-    outputs = tuple(f"output[{position}]" for position, name in enumerate(program.outputs) if name is not None)
-    if choice == "none":
-        numerics = Numerics(NumericsStatus.NOT_COMPUTED, stand_ins=stand_ins(program))
-        return _report(settings, baseline, variant, catalog, affinity, outputs=outputs, numerics=numerics,
-                       captures=1 if reference is None else 2)
-    sample = sample_numerics(model, inputs, catalog, _racy_reads(settings, dict(options or {})))
-    numerics = Numerics(NumericsStatus.SAMPLED, sample.layers, sample.weights, stand_ins(program))
-    return _report(settings, baseline, variant, catalog, affinity, mismatches=sample.mismatches,
-                   outputs=sample.outputs, numerics=numerics, captures=1 + len(sample.layers),
-                   kernels_executed=sample.kernels_executed)
+def _timed(
+    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, catalog: OpCatalog,
+    choice: str, racy: RacyReads,
+) -> tuple[Programs, dict[str, Any]]:
+    """The program, for pricing in full; numerics on a sample of layers or none. The sample is captured
+    first and computed on a worker thread while the model is captured for its timing: the numbers are
+    mostly torch's kernels, which leave the interpreter to the tracing, so the two share the cores."""
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        sampled = None
+        if choice == "sample":
+            sample = capture_sample(model, inputs, catalog)
+            sampled = worker.submit(compute_sample, sample, racy(sample.program))
+        program = capture_program(model, *inputs, catalog=catalog)
+        reference_program = capture_program(reference, *inputs, catalog=catalog) if reference is not None else program
+        result = sampled.result() if sampled is not None else None
+    programs = (reference_program, program)
+    if result is None:
+        outputs = tuple(f"output[{position}]" for position, name in enumerate(program.outputs) if name is not None)
+        return programs, {"outputs": outputs, "numerics": Numerics(NumericsStatus.NOT_COMPUTED),
+                          "captures": 1 if reference is None else 2, "experts": ()}
+    return programs, {
+        "mismatches": result.mismatches, "outputs": result.outputs, "captures": 2,
+        "kernels_executed": result.kernels_executed, "experts": result.experts,
+        "numerics": Numerics(NumericsStatus.SAMPLED, result.layers, result.weights),
+    }
 
 
-def _racy_reads(settings: Settings, options: Mapping[str, str]) -> Callable[[Program], Mapping[str, frozenset[str]]]:
-    """Per program, the reads its VARIANT plan makes in a race (plan and sanitizer, no timeline)."""
+def _racy_reads(settings: Settings, options: Mapping[str, str]) -> RacyReads:
+    """Per program, the reads its VARIANT plan makes in a race (plan and sanitizer, no timeline). The numerics
+    need them before the timing's own plan of the program, which warns about the scopes and options: this
+    early plan keeps quiet so each warning is given once."""
 
     def reads(program: Program) -> Mapping[str, frozenset[str]]:
-        plan = plan_variant(program, settings.profile, variant=Variant.VARIANT, mode=settings.mode,
-                            dynamic=settings.dynamic, options=options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            plan = plan_variant(program, settings.profile, variant=Variant.VARIANT, mode=settings.mode,
+                                dynamic=settings.dynamic, options=options)
         return sanitize(program, plan.streams).poisoned_reads() if plan.streams is not None else {}
 
     return reads

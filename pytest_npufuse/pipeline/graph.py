@@ -6,6 +6,7 @@ user's ``torch.compile`` produces."""
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -14,7 +15,7 @@ import torch.fx
 
 from ..errors import ArgumentError
 from ..execute.graph import Observer, is_weightless, run_graph, weightless_outputs
-from ..frontend.backend import CapturedGraph
+from ..frontend.backend import CapturedGraph, GraphPass
 from ..ir.program import Program
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import Plan, Variant
@@ -52,14 +53,20 @@ class GraphOptions:
     """What a compile configuration decides about how its graphs are modeled: the mode, whether every
     kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
     text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
-    config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump). TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the
-    library's ``mode=`` arguments through :func:`graph_options`."""
+    config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump).
+    ``graph_passes`` edit each aten graph before its program is built (the config's FX passes).
+    ``log`` is the logger each compile and each call of a graph report to, as TorchAir's and
+    npugraph_ex's FX compilers report to their own loggers (:func:`log_compile`, :func:`log_call`).
+    TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the library's ``mode=``
+    arguments through :func:`graph_options`."""
 
     mode: Mode = Mode.MAX_AUTOTUNE
     single_stream: bool = False
     aclgraph_superkernel: str | None = None
     watch: WatchPlanner | None = None
     dump_graph: GraphDumper | None = None
+    log: logging.Logger | None = None
+    graph_passes: tuple[GraphPass, ...] = ()
 
 
 def graph_options(mode: str | None) -> GraphOptions:
@@ -96,6 +103,7 @@ class CompiledGraph:
     plog_path: str | None = None
     sanitizer: SanitizerReport | None = None
     dump: CallWatcher | None = None
+    log: logging.Logger | None = None
 
     def scopes_ignored(self) -> RunReport:
         """The same program with its SuperKernel scopes ignored (the BASELINE plan), priced with the
@@ -114,14 +122,47 @@ class CompiledGraph:
         """The outputs a device would produce: kernels in issue order (always a legal order for the
         data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
         device clock advances by the graph's modeled time. With a data dump, the dumped tensors are
-        written as the graph runs."""
+        written as the graph runs; with a logger at DEBUG, the call's inputs and outputs are logged."""
+        log_call(self.log, "runtime inputs", "input", args)
         if is_weightless(args):
             outputs = weightless_outputs(self.gm, self.program)
         else:
             observe = self.dump.for_call() if self.dump is not None else None
             outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
         DEVICE_CLOCK.run(self.run.time_us * 1e-6)
+        log_call(self.log, "runtime outputs", "output", outputs)
         return outputs
+
+
+def describe_value(value: Any) -> str:
+    """One graph input or output in a log line: a tensor by its type, shape, dtype and layout (its
+    values would flood the log), anything else by its value."""
+    if isinstance(value, torch.Tensor):
+        return f"{type(value)}({value.size()}, {value.dtype}, contiguous={value.is_contiguous()})"
+    return f"{type(value)}({value})"
+
+
+def log_compile(log: logging.Logger | None, gm: torch.fx.GraphModule) -> None:
+    """Report one compile as TorchAir's FX compiler does: its inputs and graph at INFO, the aten
+    graph the model runs at DEBUG (TorchAir's graph after its FX passes)."""
+    if log is None:
+        return
+    if log.isEnabledFor(logging.INFO):
+        log.info("compiler inputs")
+        placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+        for index, node in enumerate(placeholders):
+            log.info("  input %s: %s", index, node.meta.get("val", node.name))
+        log.info("  graph: %s", gm.graph)
+    log.debug("after fx graph optimization, graph is %s", gm.graph)
+
+
+def log_call(log: logging.Logger | None, title: str, kind: str, values: Sequence[Any]) -> None:
+    """Report a call's inputs or outputs at DEBUG (TorchAir logs each call of a compiled graph so)."""
+    if log is None or not log.isEnabledFor(logging.DEBUG):
+        return
+    log.debug(title)
+    for index, value in enumerate(values):
+        log.debug("  %s %s: %s", kind, index, describe_value(value))
 
 
 @dataclass(frozen=True)

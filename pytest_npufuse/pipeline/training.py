@@ -15,6 +15,10 @@ are the BASELINE's; otherwise (or with ``reference=``) the whole step runs again
 model and optimizer, each graph's racy reads poisoned, because a wrong value in the forward reaches the
 backward and the update. Compared bit for bit: the model's outputs, the loss, every parameter's
 gradient and, with an optimizer, every parameter after the update.
+
+The report also carries the step's modeled device memory (:mod:`~pytest_npufuse.report.memory`: resident
+parameters and optimizer state, gradients, the activations the backward keeps, and the peak) and, with
+``affinity=True``, seed 003's forms found in every graph of the step and priced on the whole step.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from ..plan.tasks import Variant
 from ..report.attribution import attribute_step
 from ..report.case import CaseReport, ScopeReport
 from ..report.explain import stream_uses
+from ..report.memory import step_memory
 from ..report.trace import write_case_traces
 from ..simulate.step import chain_runs
 from ..target.catalog import OpCatalog
@@ -124,7 +129,11 @@ def compare_step(
         report,
         captures=len(step.graphs) + (len(ref_step.graphs) if reference is not None else 0),
         kernels_executed=executed,
-        findings=find_affinity(var_graphs[0].program, settings.profile, catalog) if affinity else (),
+        findings=find_affinity([graph.program for graph in var_graphs], settings.profile, catalog) if affinity else (),
+        memory=step_memory(
+            [graph.program for graph in var_graphs], variant_values.parameter_bytes, variant_values.gradient_bytes,
+            variant_values.state_bytes,
+        ),
     )
     if trace_dir is None:
         return report

@@ -8,10 +8,12 @@ from typing import Mapping
 
 from ..plan.tasks import ScopeBreak, ScopePlan
 from ..sanitize.checker import Race
+from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
 from .attribution import Attribution
 from .explain import StreamUse
 from .findings import Finding, Mismatch
+from .memory import StepMemory
 from .numerics import Numerics
 
 
@@ -82,9 +84,13 @@ class CaseReport:
     findings: tuple[Finding, ...] = ()
     stream_uses: tuple[StreamUse, ...] = ()
     """Per stream of the VARIANT, its kernels and those a SuperKernel on another stream took in."""
+    ranks: RanksReport | None = None
+    """With ``ranks=N``: each rank's step of the deployment and the cost of routing imbalance."""
     numerics: Numerics = field(default_factory=Numerics)
     """Which outputs were computed (all, a sample of layers, none: a timing-only model) and the stand-in
     values the timing used where none were computed."""
+    memory: StepMemory | None = None
+    """A training step's modeled device memory (:mod:`.memory`); None for an inference check."""
     phases: tuple[str, ...] = ()
     """A training step's graphs in the order they ran (``forward``, ``backward``, ``optimizer``); empty
     for an inference check. Gradients and updated parameters are among ``outputs`` (``grad[<name>]``,
@@ -129,4 +135,5 @@ class CaseReport:
             f"{self.target} {self.mode}: baseline {self.baseline.time_us:.1f} us, variant {self.variant.time_us:.1f} us, "
             f"speedup {self.speedup:.3f}x, {self.segments} SuperKernel segment(s), {self._precision()}"
             + (f", {len(self.streams)} streams{self._fused_streams()}, {len(self.races)} race(s)" if len(self.streams) > 1 else "")
+            + (f"; {self.ranks.describe()}" if self.ranks is not None else "")
         )

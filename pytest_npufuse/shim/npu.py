@@ -51,6 +51,21 @@ class Stream:
         stream.tag, stream.priority = tag, 0
         return stream
 
+    @property
+    def stream_id(self) -> int:
+        """torch_npu's stream id: 0 for the default stream, then one number per stream made."""
+        return _STREAM_IDS.setdefault(self.tag, len(_STREAM_IDS))
+
+    @property
+    def device_index(self) -> int:
+        """The one modeled NPU."""
+        return 0
+
+    @property
+    def device_type(self) -> int:
+        """torch's device type of ``npu`` streams (PrivateUse1), as torch_npu reports it."""
+        return int(torch._C._autograd.DeviceType.PrivateUse1)
+
     def wait_event(self, event: "Event") -> None:
         event.wait(self)
 
@@ -81,6 +96,7 @@ class Stream:
         return f"torch.npu.Stream({self.tag!r}, priority={self.priority})"
 
 
+_STREAM_IDS: dict[str, int] = {DEFAULT_STREAM: 0}
 _DEFAULT = Stream._named(DEFAULT_STREAM)
 _CURRENT: list["_Switch"] = []  # the stream switches in effect, innermost last
 

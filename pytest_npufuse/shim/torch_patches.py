@@ -22,25 +22,16 @@ NPUGRAPH_EX = Mode.NPUGRAPH_EX.value  # the torch.compile backend name TorchAir 
 def install_devices() -> None:
     """torch.npu, npu device strings, .npu(), Tensor.record_stream and the npugraph_ex backend."""
     patch(torch_npu, "npu", npu)
-    # torch.device("meta") as a context (a timing-only model) redirects the factories it lists, by
-    # identity, when they are called eagerly and when Dynamo traces them (Dynamo keeps its own copy of
-    # the list): the lists hold the originals, which the wrappers call eagerly, and the wrappers, which
-    # Dynamo sees.
-    from torch._dynamo.variables.torch import get_overridable_functions
-
-    lists = (torch.utils._device._device_constructors(), get_overridable_functions())
+    # torch.device("meta") as a context (init_empty_weights) redirects the factories it lists, by identity,
+    # on their first use: list them before they are wrapped, so the wrappers' calls are still redirected.
+    torch.utils._device._device_constructors()
     for name in devices.FACTORIES:
-        original = getattr(torch, name)
-        factory = devices.wrap_factory(original)
+        factory = devices.wrap_factory(getattr(torch, name))
         # Dynamo lists torch's functions once, by identity: a wrapper installed after that (a second
         # install in one process) would be inlined into a call of the builtin it wraps, which Dynamo
         # cannot trace. Allowed in the graph, it is a call there that AOT traces into aten ops.
         torch._dynamo.allow_in_graph(factory)
         patch(torch, name, factory)
-        if original in lists[0]:
-            for listed in lists:
-                listed.add(factory)
-                UNDO.append(lambda listed=listed, factory=factory: listed.discard(factory))
     patch(torch.Tensor, "to", devices.wrap_to(torch.Tensor.to))
     patch(torch.nn.Module, "to", devices.wrap_to(torch.nn.Module.to))
     patch(torch.Tensor, "npu", devices.tensor_npu)

@@ -142,10 +142,20 @@ class DeviceModel:
         if dispatched > ready:
             ready = dispatched
         self._busy[stream] = True
-        heapq.heappush(self._ready, (ready, task.priority, stream, index))
+        self._enqueue(ready, task.priority, stream, index)
 
-    def run(self, until: int | None = None) -> None:
-        """Advance until ``until`` has a known end (it has started), or until nothing more can run.
+    def _enqueue(self, ready: float, priority: int, stream: int, index: int) -> None:
+        """The stream's next task is ready at ``ready``: it starts as soon as its cores are free (a model of
+        several ranks holds a collective back here until every rank is ready for it)."""
+        heapq.heappush(self._ready, (ready, priority, stream, index))
+
+    def released_at(self, task: int) -> float | None:
+        """When the host launched ``task`` (None: not yet)."""
+        return self._release[task]
+
+    def run(self, until: int | None = None, check: bool = True) -> None:
+        """Advance until ``until`` has a known end (it has started), or until nothing more can run; then,
+        unless ``check`` is off (a task is held back on purpose), every task must have run.
 
         Each stream has at most one task in flight, so both heaps hold at most one entry per stream.
         This loop runs twice per task, so it works on local names and handles inline what happens to
@@ -197,7 +207,7 @@ class DeviceModel:
                     self._begin(index, task, now)
             elif waiting:
                 self._start_waiting(now)
-        if until is None:
+        if until is None and check:
             self._check_finished()
 
     def _start_waiting(self, now: float) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import count, repeat
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from .. import cost
 from ..errors import NpufuseError
@@ -339,14 +339,16 @@ class _DeviceBuild:
                 shape.duration_us, task_waits, task_records, facts.cold_us if task.engine in _AI_CORE else 0.0,
             )))
 
-    def model(self, profile: HardwareProfile, execution: str) -> DeviceModel:
-        """The scheduler of these tasks; a replayed aclgraph waits ``replay_task`` longer between tasks
-        than GE's sunk graph."""
+    def model(self, profile: HardwareProfile, tasks: list[DeviceTask] | None = None,
+              device: type[DeviceModel] = DeviceModel, execution: str = GRAPH_SINK, **extra: Any) -> DeviceModel:
+        """The device model of these tasks (or of ``tasks``, the same ones with other durations); a replayed
+        aclgraph waits ``replay_task`` longer between tasks than GE's sunk graph."""
         capacity = (profile.aic, profile.aiv, profile.aicpu, 1, 1, HBM_UNITS)
         overhead = profile.overhead_us
         gap = overhead["task_gap"] + (overhead["replay_task"] if execution == GRAPH_REPLAY else 0.0)
-        return DeviceModel(
-            self.tasks, self.streams, capacity, self.events, overhead["event_record"], overhead["event_wait"], gap,
+        return device(
+            self.tasks if tasks is None else tasks, self.streams, capacity, self.events, overhead["event_record"],
+            overhead["event_wait"], gap, **extra,
         )
 
     def kernels(self, device: DeviceModel) -> tuple[KernelRun, ...]:
@@ -414,12 +416,12 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
     execution = execution_of(plan.mode, dynamic)
     on_host = kept_on_host(program, plan, profile, execution, host)
     build = _DeviceBuild(program, plan, profile, on_host)
-    device = build.model(profile, execution)
+    device = build.model(profile, execution=execution)
     slices, host_us = schedule(program, plan, profile, execution, host, device, build.index)
     device.run()
     last = _joined_end(device, profile)
     if execution in (HOST_SCHEDULED, EAGER):
-        alone = build.model(profile, execution)
+        alone = build.model(profile, execution=execution)
         alone.release_all(0.0)
         alone.run()
         device_us = max((end for end in alone.end if end is not None), default=0.0)

@@ -132,3 +132,38 @@ def test_layers_after_the_run_are_kept_and_the_run_extrapolated():
     stack = repeat.layer_stack(model)
     assert (stack.start, stack.layers) == (0, LAYERS)
     _same(repeat.repeated_program(model, inputs, _full), _full(model, inputs))
+
+
+class _CachedLayer(torch.nn.Module):
+    """A layer that writes its token into its own KV cache in place, as a decode layer does."""
+
+    def __init__(self, width: int, index: int) -> None:
+        super().__init__()
+        self.layer_idx = index
+        self.w = torch.nn.Parameter(torch.full((width, 8), 0.5))
+
+    def forward(self, x: torch.Tensor, caches) -> torch.Tensor:
+        caches[self.layer_idx].index_copy_(0, torch.zeros(1, dtype=torch.int64), x[:1])
+        return torch.relu(x @ self.w[:8]) + caches[self.layer_idx].sum(0)
+
+
+class _CachedStack(torch.nn.Module):
+    def __init__(self, widths) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_CachedLayer(w, i) for i, w in enumerate(widths))
+
+    def forward(self, x: torch.Tensor, caches) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, caches)
+        return x.sum()
+
+
+def test_layers_that_write_their_caches_in_place_are_extrapolated():
+    """The graph ends with one copy back into each mutated input (each layer's cache): a second region of
+    per-layer records after the suffix."""
+    widths = [16] * 2 + [8] * LAYERS
+    model = _CachedStack(widths)
+    inputs = (torch.ones(2, 8), [torch.zeros(4, 8) for _ in widths])
+    full = _full(model, inputs)
+    assert sum(k.op_type == "aten::copy_" for k in full.kernels) == len(widths)
+    _same(repeat.repeated_program(model, inputs, _full), full)

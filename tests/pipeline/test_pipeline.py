@@ -140,6 +140,22 @@ def test_low_precision_matmuls_run_as_the_cube_computes_them() -> None:
     assert torch.equal(compiled_without_bias(x, weight), cube_matmul(x, weight.t()))
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_an_fp16_input_to_fp32_weights_is_computed_in_fp32_as_aclnn_promotes_it(bias) -> None:
+    """``Linear`` left in fp32 on an fp16 input (TorchAir's smoke tests do this): the device promotes the
+    pair to fp32 (aclnnMm's type promotion) where torch's CPU matmul refuses mixed dtypes; the result
+    has the dtype the captured graph gave it."""
+    linear = torch.nn.Linear(3, 2, bias=bias)
+    x = torch.randn(4, 3, dtype=torch.float16)
+    compiled, _ = pytest_npufuse.compile_model(linear)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = compiled(x)
+        expected = torch.nn.functional.linear(x.float(), linear.weight, linear.bias)
+    assert out.dtype == (torch.float32 if bias else torch.float16)
+    assert torch.equal(out, expected.to(out.dtype))
+
+
 def compiled_without_bias(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     compiled, _ = pytest_npufuse.compile_model(_Linear(weight, None))
     torch._dynamo.reset()

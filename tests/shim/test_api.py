@@ -314,6 +314,15 @@ def test_eager_streams_and_events_are_already_satisfied_on_the_cpu(shim):
         event.elapsed_time(event)
 
 
+def test_streams_report_torch_npus_id_device_index_and_type(shim):
+    """torch_npu's Stream attributes, which scripts print or pass on (TorchAir's smoke tests print
+    ``stream.stream_id``): the default stream is 0, every other stream its own number, on device 0."""
+    first, second = torch.npu.Stream(priority=-1), torch.npu.Stream()
+    ids = {torch.npu.default_stream().stream_id, first.stream_id, second.stream_id}
+    assert torch.npu.default_stream().stream_id == 0 and len(ids) == 3 and first.stream_id == first.stream_id
+    assert (first.device_index, first.device_type) == (0, int(torch._C._autograd.DeviceType.PrivateUse1))
+
+
 class _Step(torch.nn.Module):
     """A decode step whose token count is dynamic: two matmuls in one SuperKernel scope."""
 

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import unittest
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,8 @@ def test_npugraph_ex_backend_compiler_and_compile_fx_model_the_graph(session):
     assert [k.op_type for k in session.graphs()[1].program.kernels] == ["aten::mm", "aten::add"]
 
 
-def test_custom_decompositions_are_applied_when_lowering(session):
+@pytest.mark.parametrize("entry", ["get_npu_backend", "cache_compile"])
+def test_custom_decompositions_are_applied_when_lowering(session, entry):
     def addmm_as_two_ops(bias, a, b, beta=1, alpha=1):
         return torch.ops.aten.mul.Tensor(torch.ops.aten.mm.default(a, b), alpha) + bias
 
@@ -99,9 +101,14 @@ def test_custom_decompositions_are_applied_when_lowering(session):
         def forward(self, bias, a, b):
             return torch.addmm(bias, a, b)
 
-    backend = torchair.get_npu_backend(custom_decompositions={torch.ops.aten.addmm.default: addmm_as_two_ops})
+    decompositions = {torch.ops.aten.addmm.default: addmm_as_two_ops}
+    if entry == "get_npu_backend":
+        backend = torchair.get_npu_backend(custom_decompositions=decompositions)
+        compiled = torch.compile(Linear(), backend=backend, fullgraph=True, dynamic=False)
+    else:
+        compiled = torchair.inference.cache_compile(Linear().forward, custom_decompositions=decompositions, dynamic=False)
     inputs = (torch.randn(4), torch.randn(3, 2), torch.randn(2, 4))
-    out = torch.compile(Linear(), backend=backend, fullgraph=True, dynamic=False)(*inputs)
+    out = compiled(*inputs)
     assert torch.allclose(out, torch.addmm(*inputs))
     assert "aten::addmm" not in {k.op_type for k in session.graphs()[0].program.kernels}
 
@@ -117,7 +124,9 @@ def test_npugraph_ex_inference_cache_compile_takes_its_config(session):
     config = npugraph_ex.CompilerConfig()
     config.force_eager = True
     compiled = npugraph_ex.inference.cache_compile(model.forward, config=config, dynamic=False)
-    assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 2.0))
+    with unittest.TestCase().assertLogs(npugraph_ex.core.utils.logger, level="INFO") as seen:
+        assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 2.0))
+    assert seen.records[0].getMessage() == "compiler inputs"  # npugraph_ex's backend compiled it
     graph = session.graphs()[0]
     assert graph.plan.mode == "npugraph_ex"
 
@@ -434,3 +443,30 @@ def test_graph_dump_types_a_mode_cannot_write_are_refused(shim, tmp_path):
                 _graph_dump("pbtxt", "reduce-overhead", tmp_path)
     with pytest.raises(Exception, match="graph_dump.type = 'py' dumps the Python that builds TorchAir's GE graph"):
         _graph_dump("py", "max-autotune", tmp_path)
+
+
+# ---------------------------------------------------------------- what the FX compilers log
+
+@pytest.mark.parametrize("backend_name", ["torchair", "npugraph_ex"])
+def test_compiles_and_calls_are_logged_to_the_backends_logger_as_torchair_logs_them(shim, backend_name):
+    """TorchAir's and npugraph_ex's FX compilers log each compile (INFO: inputs and graph; DEBUG: the
+    optimised graph) and each call of a compiled graph (DEBUG: its inputs and outputs) to their own
+    loggers; scripts and TorchAir's tests read them with ``assertLogs(logger, level="DEBUG")``."""
+    import npugraph_ex
+
+    log = logging.getLogger(backend_name)
+    backend = torchair.get_npu_backend() if backend_name == "torchair" else npugraph_ex.get_npu_backend()
+    compiled = torch.compile(lambda x: x * 2, backend=backend, dynamic=False)
+    before = log.level
+    log.setLevel(logging.DEBUG)
+    try:
+        with unittest.TestCase().assertLogs(log, level="DEBUG") as seen:
+            compiled(torch.ones(2, 3))
+            compiled(torch.ones(2, 3))
+    finally:
+        log.setLevel(before)
+    messages = [record.getMessage() for record in seen.records]
+    assert messages[0] == "compiler inputs" and "aten.mul.Tensor" in messages[2]
+    assert messages[3].startswith("after fx graph optimization, graph is graph():")
+    assert messages.count("runtime inputs") == 2 and messages.count("runtime outputs") == 2
+    assert "  input 0: <class 'torch.Tensor'>(torch.Size([2, 3]), torch.float32, contiguous=True)" in messages

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from ...errors import ConfigError
 from ...torchair.configs.compiler_config import CompilerConfig as TorchairConfig
-from ...torchair.configs.options import ConfigNode, OptionValue, int_range, of_type
+from ...torchair.configs.options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
 
 __all__ = ["CompilerConfig"]
 
@@ -64,10 +64,6 @@ def _existing_dir(value: Any) -> str:
     return ""
 
 
-def _callable(value: Any) -> str:
-    return "" if value is None or callable(value) else f"value must be Callable or None, got {type(value)}"
-
-
 def _int_list(value: Any) -> str:
     if value is not None and not (isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value)):
         return f"the set value must be an int list or None, got {value!r}"
@@ -95,8 +91,8 @@ class CompilerConfig(ConfigNode):
             inplace_pass=OptionValue(True, _BOOL),
             input_inplace_pass=OptionValue(True, _BOOL),
             pattern_fusion_pass=OptionValue(True, _BOOL),
-            post_grad_custom_pre_pass=OptionValue(None, check=_callable),
-            post_grad_custom_post_pass=OptionValue(None, check=_callable),
+            post_grad_custom_pre_pass=OptionValue(None, check=callable_or_none),
+            post_grad_custom_post_pass=OptionValue(None, check=callable_or_none),
             dump_tensor_data=OptionValue(False, _BOOL),
             data_dump_stage=OptionValue("optimized", ["original", "optimized"]),
             data_dump_dir=OptionValue("./", check=_existing_dir),

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from ...torchair import inference as _torchair_inference
 from ..configs.compiler_config import CompilerConfig
+from ..npu_fx_compiler import get_npu_backend
 
 __all__ = ["cache_compile", "readable_cache"]
 
@@ -23,11 +24,9 @@ def cache_compile(
     pp_rank: int | None = None,
     **kwargs: Any,
 ) -> Callable[..., Any]:
-    """``func`` (a bound method of an ``nn.Module``) compiled in npugraph_ex mode with ``config``."""
-    return _torchair_inference.cache_compile(
-        func, config=(config or CompilerConfig()).torchair_config(), dynamic=dynamic, cache_dir=cache_dir,
-        global_rank=global_rank, tp_rank=tp_rank, pp_rank=pp_rank, **kwargs,
-    )
+    """``func`` (a bound method of an ``nn.Module``) compiled with npugraph_ex's backend for ``config``
+    (so its compiles and calls log to the ``npugraph_ex`` logger)."""
+    return _torchair_inference._compile_method(func, get_npu_backend(compiler_config=config), dynamic, kwargs)
 
 
 readable_cache = _torchair_inference.readable_cache

@@ -19,13 +19,15 @@ paths, passes and caches change nothing a CPU model can observe.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ...pipeline.graph import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
+from ..core.utils import logger
 from ..datadump import plan_dump
+from ..fxpass import run_passes
 from ..graphdump import write_graph_dump
-from .options import ConfigNode, OptionValue, int_range, of_type
+from .options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
 
 INT64_MAX = 2**63 - 1
 _BOOL = [True, False]
@@ -146,8 +148,8 @@ class CompilerConfig(ConfigNode):
             ge_config=_ge_config("config.ge_config"),
             aclgraph_config=ConfigNode("config.aclgraph_config", use_custom_pool=None),
             mode=OptionValue(Mode.MAX_AUTOTUNE.value, list(CONFIG_MODES)),
-            post_grad_custom_pre_pass=None,
-            post_grad_custom_post_pass=None,
+            post_grad_custom_pre_pass=OptionValue(None, check=callable_or_none),
+            post_grad_custom_post_pass=OptionValue(None, check=callable_or_none),
         )
 
     @property
@@ -157,13 +159,20 @@ class CompilerConfig(ConfigNode):
     def graph_options(self) -> GraphOptions:
         """What this config decides about how its graphs are modeled; its data dump, when enabled,
         watches each call of every graph (:mod:`pytest_npufuse.torchair.datadump`), and its graph dump
-        writes each graph (:mod:`pytest_npufuse.torchair.graphdump`)."""
+        writes each graph (:mod:`pytest_npufuse.torchair.graphdump`); compiles and calls are logged to
+        the ``torchair`` logger, as TorchAir logs them; its FX passes edit each aten graph
+        (:mod:`pytest_npufuse.torchair.fxpass`)."""
         watch = partial(plan_dump, self) if self.dump_config.enable_dump.value else None
         dump_graph = partial(write_graph_dump, self) if self.debug.graph_dump.type.value is not None else None
         return GraphOptions(
             Mode(self.run_mode), bool(self.ge_config.enable_single_stream.value), self.superkernel_options(), watch,
-            dump_graph,
+            dump_graph, logger, (self.fx_passes(self),),
         )
+
+    def fx_passes(self, handed: Any) -> Callable[[Any, Any], None]:
+        """The graph pass running this config's ``post_grad_custom_pre_pass`` and ``_post_pass``, each
+        handed ``handed`` as its config (npugraph_ex hands its own)."""
+        return partial(run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed)
 
     def superkernel_options(self) -> str | None:
         """The aclgraph SuperKernel options text CANN receives (``k=v:k=v``, as TorchAir formats the

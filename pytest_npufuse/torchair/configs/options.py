@@ -64,6 +64,11 @@ def of_type(*types: type) -> Callable[[Any], str]:
     return check
 
 
+def callable_or_none(value: Any) -> str:
+    """TorchAir's ``CallableValue`` rule (its FX pass options): a function, or None."""
+    return "" if value is None or callable(value) else f"value must be Callable or None, got {type(value)}"
+
+
 class ConfigNode:
     """A node of the config tree. Its options are fixed at construction; assigning a leaf checks the
     value, assigning or reading an unknown name raises :class:`UnknownOptionError` with the nearest one."""

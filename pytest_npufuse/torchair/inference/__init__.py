@@ -43,7 +43,8 @@ def cache_compile(
 
     As TorchAir: only a module's method can be cached, and ``ge_cache`` with
     ``experimental_config.frozen_parameter`` is refused. ``fullgraph`` may be passed as in
-    ``torch.compile``. The ranks only name the cache directory on a device, so they change nothing here.
+    ``torch.compile``; ``custom_decompositions`` are applied when lowering, as in ``get_npu_backend``. The
+    ranks only name the cache directory on a device, so they change nothing here.
     """
     if not isinstance(func, types.MethodType) or not isinstance(func.__self__, torch.nn.Module):
         raise OpArgumentError(
@@ -56,10 +57,22 @@ def cache_compile(
             "cache_compile(ge_cache=True) with config.experimental_config.frozen_parameter = True: TorchAir "
             "allows only one of them; turn one off."
         )
+    backend = get_npu_backend(compiler_config=config, custom_decompositions=custom_decompositions)
+    return _compile_method(func, backend, dynamic, kwargs)
+
+
+def _compile_method(func: Callable[..., Any], backend: Any, dynamic: bool, kwargs: dict[str, Any]) -> Callable[..., Any]:
+    """``func`` compiled with ``backend``, after TorchAir's checks: a bound method of an ``nn.Module``,
+    and no keyword argument but ``fullgraph``. npugraph_ex's ``cache_compile`` shares it."""
+    if not isinstance(func, types.MethodType) or not isinstance(func.__self__, torch.nn.Module):
+        raise OpArgumentError(
+            f"cache_compile caches a method of a torch.nn.Module (e.g. model.forward), got {func!r}; "
+            "pass the bound method."
+        )
     fullgraph = bool(kwargs.pop("fullgraph", False))
     if kwargs:
         raise OpTypeError(f"cache_compile() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
-    return torch.compile(func, backend=get_npu_backend(compiler_config=config), dynamic=dynamic, fullgraph=fullgraph)
+    return torch.compile(func, backend=backend, dynamic=dynamic, fullgraph=fullgraph)
 
 
 def set_dim_gears(t: torch.Tensor, dim_gears: Mapping[int, Sequence[int]]) -> None:

@@ -1,0 +1,119 @@
+"""A training step's device memory, modeled from its graphs: what stays resident and the peak the step
+reaches. Ascend training runs are often bound by device memory before they are bound by time.
+
+- resident for the whole step: the parameters and the optimizer's state;
+- gradients: written by the backward, read by the optimizer step;
+- activations kept for the backward: the forward's outputs the backward graph takes as inputs
+  (AOTAutograd's saved tensors), live from the forward until their last read in the backward;
+- each graph's own intermediates, live from the kernel that writes them to their last reader in the
+  issue order (a view shares its base's memory; a graph's outputs live to its end).
+
+The peak is the resident memory plus the largest of the forward's live memory (its intermediates and
+the activations it keeps), the backward's (activations freed at their last read, gradients written, its
+intermediates) and the optimizer's (gradients and its intermediates). Not modeled: the caching
+allocator's rounding and fragmentation, and op workspaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ..ir.program import Program
+from ..vocabulary import Phase
+
+_GB = 1024**3
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """Bytes of one training step on the device (see the module docstring); ``live`` is each graph's
+    largest live memory beyond the resident parameters and optimizer state, by phase."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    live: Mapping[str, int]
+
+    @property
+    def peak(self) -> int:
+        return self.parameters + self.optimizer_state + max(self.live.values(), default=0)
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.live, key=lambda phase: self.live[phase]) if self.live else ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Bytes by part, the peak and the phase it is reached in, and each phase's live bytes."""
+        return {
+            "parameters": self.parameters, "gradients": self.gradients, "optimizer_state": self.optimizer_state,
+            "activations": self.activations, "peak": self.peak, "peak_phase": self.peak_phase,
+            "live": dict(self.live),
+        }
+
+    def describe(self) -> str:
+        return (
+            f"peak {self.peak / _GB:.3f} GB (in the {self.peak_phase}): parameters {self.parameters / _GB:.3f} GB, "
+            f"gradients {self.gradients / _GB:.3f} GB, optimizer state {self.optimizer_state / _GB:.3f} GB, "
+            f"activations kept for the backward {self.activations / _GB:.3f} GB"
+        )
+
+
+def live_peak(program: Program, resident: frozenset[str]) -> int:
+    """The largest number of bytes live at once over the program's kernels: every storage from the
+    kernel that writes it (a graph input not in ``resident``: from the start) to its last reader (a
+    graph output: to the end)."""
+    end = len(program.kernels)
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for name in program.inputs:
+        storage = program.storage(name) if name in program.buffers else None
+        if storage is not None and storage not in resident:
+            first.setdefault(storage, 0)
+    for kernel in program.kernels:
+        for name in kernel.outputs:
+            first.setdefault(program.storage(name), kernel.index)
+        for name in kernel.inputs:
+            last[program.storage(name)] = kernel.index
+    for name in program.outputs:
+        if name is not None and name in program.buffers:
+            last[program.storage(name)] = end
+    change = [0] * (end + 2)
+    for storage, start in first.items():
+        nbytes = program.buffers[storage].spec.nbytes
+        change[start] += nbytes
+        change[last.get(storage, start) + 1] -= nbytes
+    peak = live = 0
+    for delta in change:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+def saved_activations(forward: Program, backward: Program) -> frozenset[str]:
+    """The backward's inputs that are the forward's outputs (AOTAutograd names them alike), except the
+    forward's own inputs it passes on (``primals_*``: parameters and user inputs)."""
+    kept = {name for name in forward.outputs if name is not None} - set(forward.inputs)
+    return frozenset(name for name in backward.inputs if name in kept and name in backward.buffers)
+
+
+def step_memory(
+    programs: Sequence[Program], parameters: int, gradients: int, optimizer_state: int
+) -> StepMemory:
+    """The memory of a step whose graphs are ``programs`` (forward first); the resident sizes come from
+    the model and optimizer the step ran on."""
+    by_phase = {program.phase: program for program in programs}
+    forward, backward = by_phase.get(Phase.FORWARD), by_phase.get(Phase.BACKWARD)
+    saved = saved_activations(forward, backward) if forward is not None and backward is not None else frozenset()
+    activations = sum(backward.buffers[name].spec.nbytes for name in saved) if backward is not None else 0
+    live: dict[str, int] = {}
+    for program in programs:
+        inputs = frozenset(program.storage(n) for n in program.inputs if n in program.buffers)
+        if program.phase == Phase.BACKWARD:
+            live[str(program.phase)] = live_peak(program, inputs - {program.storage(n) for n in saved})
+        elif program.phase == Phase.OPTIMIZER:
+            live[str(program.phase)] = gradients + live_peak(program, inputs)
+        else:
+            live[str(program.phase)] = live_peak(program, inputs)
+    return StepMemory(parameters, gradients, optimizer_state, activations, live)

@@ -1,0 +1,68 @@
+"""The affinity advisor on a training step: seed 003's forms found in the forward and the backward and
+priced on the whole step."""
+
+import inspect
+
+import torch
+
+from pytest_npufuse import compare
+
+
+class MaskedScores(torch.nn.Module):
+    """``x[~mask] = value`` (IndexPutV2 in the forward and again in the backward), advanced indexing
+    (an accumulating IndexPutV2 in the backward) and an element gather (GatherElements, whose backward is
+    a scatter-add)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.Linear(64, 64)
+
+    def forward(self, x, mask, rows, target):
+        scores = self.proj(x)
+        scores[~mask] = -1e6
+        picked = scores.softmax(-1)[rows]
+        return picked.gather(1, target).sum()
+
+
+def line_of(text: str) -> str:
+    """``test_step_affinity.py:<line>`` of the model's line containing ``text``."""
+    lines, first = inspect.getsourcelines(MaskedScores)
+    return f"test_step_affinity.py:{first + next(i for i, line in enumerate(lines) if text in line)}"
+
+
+def inputs():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2048, 64, generator=gen)
+    mask = torch.rand(2048, 64, generator=gen) > 0.3
+    rows = torch.randint(0, 2048, (1536,), generator=gen)
+    target = torch.randint(0, 64, (1536, 1), generator=gen)
+    return x, mask, rows, target
+
+
+def test_index_put_sites_join_their_backward_and_are_priced_on_the_step():
+    report = compare(MaskedScores(), *inputs(), loss=lambda out: out, affinity=True)
+    assert report.bit_exact
+    by_pattern = {}
+    for finding in report.findings:
+        by_pattern.setdefault(finding.pattern, []).append(finding)
+    masked = next(f for f in by_pattern["index_put (IndexPutV2)"] if f.source.endswith(line_of("scores[~mask]")))
+    assert masked.occurrences == 2  # the forward's write and the backward's
+    assert masked.gain_us > 0 and masked.exactness == "bit-exact (values and gradient)"
+    indexing = next(f for f in by_pattern["index_put (IndexPutV2)"] if f.source.endswith(line_of("[rows]")))
+    assert indexing.occurrences == 1 and indexing.kernels[0].startswith("backward/") and indexing.gain_us > 0
+    (gather,) = by_pattern["gather (GatherElements)"]
+    assert gather.gain_us > 0 and "gradient" in gather.exactness
+
+
+def test_a_forward_only_finding_is_the_inference_advisor_s():
+    class Forward(torch.nn.Module):
+        def forward(self, x, mask):
+            x = x.clone()
+            x[~mask] = 0.0
+            return x
+
+    x, mask, _, _ = inputs()
+    inference = compare(Forward(), x, mask, affinity=True)
+    (finding,) = [f for f in inference.findings if f.pattern == "index_put (IndexPutV2)"]
+    assert finding.occurrences == 1 and finding.gain_us > 0

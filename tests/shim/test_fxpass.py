@@ -1,0 +1,116 @@
+"""A config's own FX passes (``post_grad_custom_pre_pass`` / ``_post_pass``): run on each aten graph
+with the user's config, and the stream markers they insert (``air::`` for TorchAir, ``npugraph_ex::``
+for npugraph_ex) planned as the scopes' own streams and events. The model and pass follow TorchAir's
+post_grad_custom_pass documents (Ascend/torchair docs/zh/ascend_ir/features/basic/post_grad_custom_pass.md,
+docs/zh/npugraph_ex/advanced/post_grad_custom_pass.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_npufuse import torchair
+from pytest_npufuse.errors import ConfigError
+from pytest_npufuse.pipeline.backend import end_run, start_run
+from pytest_npufuse.target.profile import load_profile
+
+
+@pytest.fixture
+def session(shim):
+    yield start_run(load_profile("a3"))
+    end_run()
+
+
+class _Model(torch.nn.Module):
+    def forward(self, x):
+        mm = torch.mm(x, x)
+        abs_res = torch.abs(mm)
+        add = torch.add(abs_res, 1)
+        sub = torch.sub(x, mm)
+        return add, sub
+
+
+def _stream_pass(namespace: str, seen: list):
+    """The documents' pass: mm and abs on stream ``stream_1``, sub after abs through record/wait."""
+    ops = getattr(torch.ops, namespace)
+
+    def custom_pass(gm, example_inputs, config):
+        seen.append((config, len(example_inputs)))
+        graph = gm.graph
+        for node in graph.nodes:
+            if node.op == "call_function" and node.target == torch.ops.aten.mm.default:
+                with graph.inserting_before(node):
+                    graph.call_function(ops.scope_enter.default, args=(["_user_stream_label"], ["stream_1"]))
+            if node.op == "call_function" and node.target == torch.ops.aten.abs.default:
+                with graph.inserting_after(node):
+                    record = graph.call_function(ops.record.default, args=())
+                with graph.inserting_after(record):
+                    graph.call_function(ops.scope_exit.default, args=())
+            if node.op == "call_function" and node.target == torch.ops.aten.sub.Tensor:
+                with graph.inserting_before(node):
+                    graph.call_function(ops.wait.default, args=([record],))
+
+    return custom_pass
+
+
+def _check_streams_and_event(graph) -> None:
+    assert graph.plan.streams.kernel_stream == {"MatMulV3": "stream_1", "Abs": "stream_1", "Add": "default", "Sub": "default"}
+    record, wait = graph.program.syncs
+    assert (record.kind, record.stream, record.position) == ("record", "stream_1", 2)  # after abs
+    assert (wait.kind, wait.stream, wait.position, wait.event) == ("wait", "default", 3, record.event)  # before sub
+
+
+@pytest.mark.parametrize("stage", ["post_grad_custom_pre_pass", "post_grad_custom_post_pass"])
+def test_a_torchair_configs_pass_places_ops_on_streams_with_air_markers(session, stage):
+    seen: list = []
+    config = torchair.CompilerConfig()
+    setattr(config, stage, _stream_pass("air", seen))
+    x = torch.randn(3, 3)
+    add, sub = torch.compile(_Model(), backend=torchair.get_npu_backend(compiler_config=config), dynamic=False)(x)
+    assert torch.allclose(add, torch.abs(x @ x) + 1) and torch.allclose(sub, x - x @ x)
+    assert seen == [(config, 1)]  # the user's own config and the graph's example inputs
+    graph = session.graphs()[0]
+    _check_streams_and_event(graph)
+    assert graph.sanitizer.races == ()  # GE orders the cross-stream reads by their data
+
+
+def test_an_npugraph_ex_options_pass_places_ops_on_streams_and_its_unsynchronised_read_races(session):
+    """In npugraph_ex's captured graph only events order streams (GE derives cross-stream edges from the
+    data, an aclgraph does not): the document's ``add`` reads ``abs`` from ``stream_1`` with no wait
+    before it, a race the sanitizer names; ``sub`` waits and is right."""
+    import npugraph_ex
+
+    seen: list = []
+    options = {"post_grad_custom_pre_pass": _stream_pass("npugraph_ex", seen)}
+    x = torch.randn(3, 3)
+    add, sub = torch.compile(_Model(), backend="npugraph_ex", options=options, dynamic=False)(x)
+    assert torch.allclose(sub, x - x @ x) and torch.isnan(add).all()
+    assert isinstance(seen[0][0], npugraph_ex.CompilerConfig) and seen[0][0].post_grad_custom_pre_pass is not None
+    graph = session.graphs()[0]
+    _check_streams_and_event(graph)
+    (race,) = graph.sanitizer.races
+    assert (race.first.kernel, race.first.stream, race.second.kernel, race.second.stream) == ("Abs", "stream_1", "Add", "default")
+
+
+def test_pre_pass_runs_before_post_pass_and_a_failing_pass_stops_the_compile(shim):
+    order: list[str] = []
+    config = torchair.CompilerConfig()
+    config.post_grad_custom_post_pass = lambda gm, inputs, cfg: order.append("post")
+    config.post_grad_custom_pre_pass = lambda gm, inputs, cfg: order.append("pre")
+    torch.compile(lambda x: x + 1, backend=torchair.get_npu_backend(compiler_config=config))(torch.ones(2))
+    assert order == ["pre", "post"]
+
+    def refuses(gm, inputs, cfg):
+        raise RuntimeError("pattern not supported")
+
+    config.post_grad_custom_pre_pass = refuses
+    with pytest.raises(Exception, match="pattern not supported"):
+        torch.compile(lambda x: x * 3, backend=torchair.get_npu_backend(compiler_config=config))(torch.ones(2))
+
+
+def test_a_pass_option_takes_a_function_or_none(shim):
+    config = torchair.CompilerConfig()
+    with pytest.raises(ConfigError, match="value must be Callable or None"):
+        config.post_grad_custom_pre_pass = "my_pass"
+    config.post_grad_custom_pre_pass = None
+    assert config.post_grad_custom_pre_pass.value is None
