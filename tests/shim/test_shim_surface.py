@@ -19,7 +19,9 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from pytest_npufuse import torch_npu, torchair
-from pytest_npufuse.errors import ConfigError, NotModeledError, ScopeError, ScopeIgnoredWarning
+from pytest_npufuse.errors import (
+    ConfigError, NotModeledError, OpArgumentError, OptionsWarning, ScopeError, ScopeIgnoredWarning,
+)
 from pytest_npufuse.pipeline.backend import end_run, start_run
 from pytest_npufuse.target.profile import load_profile
 
@@ -129,6 +131,26 @@ def test_npugraph_ex_inference_cache_compile_takes_its_config(session):
     assert seen.records[0].getMessage() == "compiler inputs"  # npugraph_ex's backend compiled it
     graph = session.graphs()[0]
     assert graph.plan.mode == "npugraph_ex"
+
+
+def test_npugraph_ex_cache_compile_takes_a_backend_and_warns_about_keywords_it_ignores(session):
+    """npugraph_ex's cache_compile accepts a backend or a config, and accepts and ignores any other
+    keyword (its smoke tests pass ``options={...}``): the model names what it ignores."""
+    import npugraph_ex
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    model = Model()
+    with pytest.warns(OptionsWarning, match="ignores options=, as npugraph_ex does"):
+        compiled = npugraph_ex.inference.cache_compile(model.forward, options={"force_eager": True})
+    assert torch.equal(compiled(torch.zeros(2)), torch.ones(2))
+    backend = npugraph_ex.get_npu_backend()
+    assert torch.equal(npugraph_ex.inference.cache_compile(model.forward, backend=backend)(torch.ones(2)), torch.full((2,), 2.0))
+    assert backend.graphs and backend.run_mode == "npugraph_ex"
+    with pytest.raises(OpArgumentError, match="either backend= or config="):
+        npugraph_ex.inference.cache_compile(model.forward, backend=backend, config=npugraph_ex.CompilerConfig())
 
 
 # ---------------------------------------------------------------- native streams switched with set_stream
