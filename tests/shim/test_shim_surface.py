@@ -183,6 +183,30 @@ def test_set_stream_inside_a_compiled_function_is_a_stream_scope(session):
     assert torch.npu.current_stream() == torch.npu.default_stream()
 
 
+def test_streams_passed_in_to_a_dynamic_shape_function_stay_its_stream_scopes(session):
+    """Streams made outside and passed as arguments with ``dynamic=True`` (npugraph_ex's smoke test of
+    cat across streams): Dynamo makes int attributes of inputs symbolic there, and a stream's priority
+    must stay a constant of the graph, or the stream block breaks the graph. The cat on ``stream2``
+    reads what the default stream and ``stream1`` wrote with no event between: both reads race."""
+    stream1, stream2 = torch.npu.Stream(), torch.npu.Stream(priority=-1)
+
+    def f(x, stream1, stream2):
+        output1 = x.exp()
+        with torch.npu.stream(stream1):
+            output2 = x.exp()
+        with torch.npu.stream(stream2):
+            output3 = x.exp()
+            result = torch.cat([output1, output2, output3], dim=0)
+        return result
+
+    x = torch.randn(8)
+    out = torch.compile(f, backend="npugraph_ex", dynamic=True)(x, stream1, stream2)
+    assert torch.isnan(out[:16]).all() and torch.allclose(out[16:], x.exp()) and stream2.priority == -1
+    graph = session.graphs()[0]
+    assert [k.annotations.stream for k in graph.program.kernels] == [None, stream1.tag, stream2.tag, stream2.tag]
+    assert sorted(race.first.stream for race in graph.sanitizer.races) == sorted(["default", stream1.tag])
+
+
 def test_set_stream_left_switched_at_the_end_names_the_open_stream(shim):
     def leaves_it(t):
         torch.npu.set_stream(torch.npu.Stream())
