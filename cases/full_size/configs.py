@@ -67,7 +67,7 @@ DEEPSEEK_V3_DECODE = Deployment(batch=48, context=4096, ep=128, shared_stream="2
 # hicann/cann-recipes-infer integration/sglang/qwen3-moe/README.md (the published.toml row
 # qwen3-235b-a3-w8a8-sglang-gbs256): W8A8, EP 64 on 64 dies, global batch 256 (4 sequences per die),
 # SuperKernel on; max prompt 5120. Attention is data-parallel per die here (the README runs TP 4 inside
-# DP 16: see docs/full-size.md). The MoE path is models/qwen3_moe/models/modeling_qwen3_moe.py's decode
+# DP 16 on 64 dies; one die's attention is modeled). The MoE path is models/qwen3_moe/models/modeling_qwen3_moe.py's decode
 # path: npu_moe_gating_top_k_softmax, MC2 dispatch_v2/combine_v2.
 QWEN3_235B_DECODE = Deployment(batch=4, context=5120, ep=64)
 

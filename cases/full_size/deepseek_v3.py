@@ -21,14 +21,15 @@ Sizes come from the config dict (:mod:`.configs`); build it under ``init_empty_w
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 
 from pytest_npufuse import torch_npu, torchair
 
 from .configs import Deployment
-from .parts import RMSNorm, W8A8Linear, W8A8SwigluMLP, decode_tables, parameter
+from .decoder import Decoder
+from .parts import RoutedExperts, W8A8Linear, W8A8SwigluMLP, decode_tables, parameter
 
 NZ = 16  # KV_CACHE_NZ_DIM: 32 bytes of an NZ fractal row in bf16
 
@@ -91,15 +92,10 @@ class MoE(torch.nn.Module):
         self.experts_total, self.top_k = config["n_routed_experts"], config["num_experts_per_tok"]
         self.n_group, self.topk_group = config["n_group"], config["topk_group"]
         self.scaling = config["routed_scaling_factor"]
-        self.ep = deployment.ep
         self.stream = deployment.shared_stream
-        local = self.experts_total // deployment.ep
         self.gate = parameter(hidden, self.experts_total, dtype=torch.float32)
         self.e_score_correction_bias = parameter(self.experts_total, dtype=torch.float32)
-        self.w13 = parameter(local, hidden, 2 * inter, dtype=torch.int8)
-        self.w13_scale = parameter(local, 2 * inter, dtype=torch.float32)
-        self.w2 = parameter(local, inter, hidden, dtype=torch.int8)
-        self.w2_scale = parameter(local, hidden)
+        self.experts = RoutedExperts(hidden, inter, self.experts_total, deployment.ep)
         self.shared_experts = W8A8SwigluMLP(hidden, inter * config["n_shared_experts"])
 
     def _side(self):
@@ -116,74 +112,28 @@ class MoE(torch.nn.Module):
         ids = ids.to(torch.int32)
         with self._side():
             merged, shared_scale = self.shared_experts.gate_up(self._wait(x, ids))
-        mc2 = dict(group_ep="ep", ep_world_size=self.ep, ep_rank_id=0, moe_expert_num=self.experts_total,
-                   group_tp="ep", tp_world_size=1, tp_rank_id=0, expert_shard_type=0, shared_expert_rank_num=0,
-                   global_bs=0)
-        expand_x, dynamic_scale, expand_idx, counts, ep_recv, tp_recv = torch_npu.npu_moe_distribute_dispatch_v2(
-            x=x, expert_ids=ids, scales=None, quant_mode=2, **mc2)[:6]
+        dispatched = self.experts.dispatch(x, ids)
+        expand_x, dynamic_scale, counts = dispatched[0], dispatched[1], dispatched[3]
         with self._side():
             act, act_scale = self.shared_experts.act(self._wait(merged, expand_x), shared_scale)
-        up = torch_npu.npu_grouped_matmul([expand_x], [self.w13], split_item=3, group_list_type=1, group_type=0,
-                                          group_list=counts, output_dtype=torch.int32)[0]
-        routed_act, routed_scale = torch_npu.npu_dequant_swiglu_quant(
-            up, weight_scale=self.w13_scale, activation_scale=dynamic_scale, group_index=counts, activate_left=True,
-            quant_mode=1)
-        down = torch_npu.npu_grouped_matmul([routed_act], [self.w2], scale=[self.w2_scale],
-                                            per_token_scale=[routed_scale], split_item=2, group_list_type=1,
-                                            group_type=0, group_list=counts, output_dtype=torch.bfloat16)[0]
-        routed = torch_npu.npu_moe_distribute_combine_v2(
-            expand_x=down, expert_ids=ids, assist_info_for_combine=expand_idx, ep_send_counts=ep_recv,
-            tp_send_counts=tp_recv, expert_scales=weights.to(torch.float32), **mc2)
+        down = self.experts.compute(expand_x, dynamic_scale, counts)
+        routed = self.experts.combine(down, ids, weights, dispatched)
         with self._side():
             shared = self.shared_experts.down(self._wait(act, down), act_scale)
         return routed + shared
 
 
-class DecoderLayer(torch.nn.Module):
-    def __init__(self, config: Mapping[str, Any], deployment: Deployment, layer_idx: int) -> None:
-        super().__init__()
-        self.layer_idx = layer_idx
-        hidden, eps = config["hidden_size"], config["rms_norm_eps"]
-        self.input_layernorm = RMSNorm(hidden, eps)
-        self.self_attn = Attention(config, deployment, layer_idx)
-        self.post_attention_layernorm = RMSNorm(hidden, eps)
-        dense = layer_idx < config["first_k_dense_replace"]
-        self.mlp = W8A8SwigluMLP(hidden, config["intermediate_size"]) if dense else MoE(config, deployment)
+def DeepseekV3(config: Mapping[str, Any], deployment: Deployment) -> Decoder:
+    """One decode step of ``deployment.batch`` sequences on one rank: MLA attention in every layer, the dense
+    MLP in the first ``first_k_dense_replace`` layers and the MoE in the rest."""
 
-    def forward(self, x, residual, cos, sin, slots, block_table, caches):
-        nope_cache, rope_cache = caches[self.layer_idx]
-        h, residual = self.input_layernorm(x, residual)
-        h = self.self_attn(h, cos, sin, slots, block_table, nope_cache, rope_cache)
-        h, residual = self.post_attention_layernorm(h, residual)
-        return self.mlp(h), residual
+    def mlp(layer: int) -> torch.nn.Module:
+        if layer < config["first_k_dense_replace"]:
+            return W8A8SwigluMLP(config["hidden_size"], config["intermediate_size"])
+        return MoE(config, deployment)
 
-
-class DeepseekV3(torch.nn.Module):
-    """Embedding, decoder layers in the ``decode_layer`` scope, final norm and LM head: one decode step of
-    ``deployment.batch`` sequences on one rank."""
-
-    def __init__(self, config: Mapping[str, Any], deployment: Deployment) -> None:
-        super().__init__()
-        self.config, self.deployment = dict(config), deployment
-        hidden = config["hidden_size"]
-        self.embed_tokens = torch.nn.Embedding(config["vocab_size"], hidden, dtype=torch.bfloat16)
-        self.rope_cos = parameter(config["max_position_embeddings"], config["qk_rope_head_dim"])
-        self.rope_sin = parameter(config["max_position_embeddings"], config["qk_rope_head_dim"])
-        self.layers = torch.nn.ModuleList(DecoderLayer(config, deployment, i) for i in range(config["num_hidden_layers"]))
-        self.norm = RMSNorm(hidden, config["rms_norm_eps"])
-        self.lm_head = parameter(config["vocab_size"], hidden)
-
-    def forward(self, input_ids, positions, slots, block_table, caches: Sequence[tuple[torch.Tensor, torch.Tensor]]):
-        x = self.embed_tokens(input_ids)
-        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
-        residual = None
-        deployment = self.deployment
-        scope = torchair.scope.super_kernel(deployment.superkernel, deployment.sk_options) if deployment.superkernel else contextlib.nullcontext()
-        with scope:
-            for layer in self.layers:
-                x, residual = layer(x, residual, cos, sin, slots, block_table, caches)
-        x, _ = self.norm(x, residual)
-        return x @ self.lm_head.t()
+    return Decoder(config, deployment, lambda layer: Attention(config, deployment, layer), mlp,
+                   rope_dim=config["qk_rope_head_dim"])
 
 
 def decode_inputs(config: Mapping[str, Any], deployment: Deployment) -> tuple[Any, ...]:

@@ -6,7 +6,7 @@ Imported only when a test asks for the fixture (see :mod:`.fixture`): it loads t
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pytest
 
@@ -49,12 +49,15 @@ class NpuFuse:
         loss: Callable[[Any], Any] | None = None,
         optimizer: Any = None,
         numerics: str | None = None,
+        routing: str | Sequence[float] | None = None,
+        ranks: int | None = None,
     ) -> CaseReport:
         """Compile BASELINE and VARIANT, run both, compare every output bit for bit, apply the markers.
 
         ``mode`` is a TorchAir mode or ``"eager"``; ``dynamic=True`` models host scheduling and
         ``host`` its threads and optimisations. ``numerics`` is as for :func:`~pytest_npufuse.compare`: a
         model on the meta device is timed without numerics, or with ``numerics="sample"`` on a few layers.
+        ``routing`` and ``ranks`` model the MoE routing and N ranks of the deployment, as for ``compare``.
         ``loss`` (the outputs -> the scalar loss) makes it a training step, with ``optimizer`` (over the
         model's parameters) stepped after the backward; the gradients and updated parameters are compared
         too. Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
@@ -67,7 +70,7 @@ class NpuFuse:
                 options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
                 trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
                 affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics, loss=loss,
-                optimizer=optimizer,
+                optimizer=optimizer, routing=routing, ranks=ranks,
             )
         )
         entry, change = self._record(report)

@@ -49,6 +49,8 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "affinity": findings_json(report.findings),
         "kernels": longest_tasks(report.variant),
     }
+    if report.ranks is not None:
+        row["ranks"] = report.ranks.to_json()
     if report.memory is not None:
         row["memory"] = report.memory.to_json()
     if change is not None:

@@ -59,7 +59,7 @@ class Routing:
 
     def describe(self) -> str:
         if self.name == "uniform":
-            return "uniform over the experts (stand-in: every rank receives its own BS x K rows on average)"
+            return "uniform over the experts (every rank receives its own BS x K rows on average)"
         if self.zipf:
             return f"Zipf, exponent {self.zipf:g}, hottest experts on rank 0"
         return self.name

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from pytest_npufuse import compare, init_empty_weights
 from pytest_npufuse.errors import ArgumentError
@@ -89,3 +90,24 @@ def test_bad_rank_counts_and_routings_fail_before_capture(moe_layer):
         compare(model, *inputs, ranks=0)
     with pytest.raises(ArgumentError, match="routing='skewed' is not a routing"):
         compare(model, *inputs, routing="skewed")
+
+
+# A narrow DeepSeek-V3 MoE layer (32 experts over EP 4) whose numerics are cheap enough to compute.
+NARROW = dict(TINY, hidden_size=1024, moe_intermediate_size=256, num_attention_heads=8, n_routed_experts=32,
+              q_lora_rank=256)
+
+
+def test_computed_routing_prices_each_rank_by_the_gating_the_sample_computed():
+    with init_empty_weights():
+        model = DeepseekV3(NARROW, EP4)
+    report = compare(model, *decode_inputs(NARROW, EP4), numerics="sample", routing="computed", ranks=4)
+    ranks = report.ranks
+    assert ranks.routing.startswith("computed from the gating values")
+    assert sum(run.routed_rows for run in ranks.ranks) == 8 * 4 * 8  # every (token, expert) pair of the 4 ranks
+    assert len({run.routed_rows for run in ranks.ranks}) > 1 and ranks.imbalance_us >= 0
+    assert report.numerics.stand_ins[0].startswith("routing: computed")
+
+
+def test_a_training_step_is_modeled_on_one_rank():
+    with pytest.raises(ArgumentError, match="routing= and ranks= model a decode deployment"):
+        compare(torch.nn.Linear(4, 4), torch.randn(2, 4), loss=lambda out: out.sum(), ranks=2)
