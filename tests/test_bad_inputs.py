@@ -143,6 +143,11 @@ class UnboundedSize(torch.nn.Module):
         return torch.zeros(int(x.max().item())) + 1
 
 
+class RepeatsTensor(torch.nn.Module):
+    def forward(self, x):
+        return torch.repeat_interleave(x.reshape(-1), torch.full((x.numel(),), 3))
+
+
 class ValueBranch(torch.nn.Module):
     def forward(self, x):
         with torchair.scope.super_kernel("sp1"):
@@ -349,6 +354,8 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("stream", "npu_wait_tensor(1, 2)", lambda t: torchair.scope.npu_wait_tensor(1, 2), r"takes two tensors"),
     # value-dependent ops
     ("value", "a size from .item() with no bound", model_call(UnboundedSize(), X), r"aten::zeros at .*test_bad_inputs.py:\d+ has a size that depends on tensor values .* no upper bound"),
+    ("value", "repeat_interleave with a repeats tensor and no output_size", model_call(RepeatsTensor(), X),
+     r"aten::repeat_interleave at .*test_bad_inputs.py:\d+ has a size that depends on tensor values .* pass output_size="),
     ("value", "a branch on a tensor's value in a scope", model_call(ValueBranch(), X), r"test_bad_inputs.py:\d+"),
 ]
 

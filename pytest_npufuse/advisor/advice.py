@@ -28,7 +28,7 @@ from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
 from ..vocabulary import Mode
 from .affinity import find_affinity
-from .candidates import Candidate, Evaluator, Layout, assignments, with_scopes
+from .candidates import Candidate, Evaluator, Layout, assignments, top_modules, with_scopes
 from .decision import Recommendation, recommend, top_down
 from .structure import Layer, Role, Structure, structure_of
 
@@ -133,6 +133,23 @@ def _attribute_name(frame: ModuleFrame) -> str:
     return frame.path.rsplit(".", 1)[-1]
 
 
+def _other_paste(layout: Layout, modules: Sequence[ModuleFrame], options: str) -> tuple[str, ...]:
+    """The ``with`` lines of a layout for a model without decoder layers: around the forward's body, or
+    around the call of each outermost module."""
+    if layout is Layout.WHOLE_FORWARD:
+        return ("  in the model's forward, around its whole body:", f'    with torchair.scope.super_kernel("forward", "{options}"):')
+    if layout is not Layout.PER_MODULE:
+        return ()
+    lines: list[str] = []
+    for frame in modules:
+        label = frame.path.replace(".", "_")
+        lines += [
+            f"  at {_short(frame.call_site)}, around self.{frame.path}(...):",
+            f'    with torchair.scope.super_kernel("{label}", "{options}"):',
+        ]
+    return tuple(lines)
+
+
 def _paste_lines(layout: Layout, structure: Structure, options: str) -> tuple[str, ...]:
     """Where to put which ``with`` line for ``layout``: at the call of the module each scope wraps (its
     call site in the first layer), decode only through :func:`~pytest_npufuse.superkernel_scope`."""
@@ -207,8 +224,11 @@ def advise(
     module_us: Mapping[str, float] = {row.path: row.total_us for row in attribution.modules}
     recommendation = recommend(structure, found, module_us, reference.time_us)
     ranked = _rank([*found.values(), reference])
+    paste = (
+        _paste_lines(recommendation.layout, structure, options) if structure.layers
+        else _other_paste(recommendation.layout, tuple(top_modules(program)), options)
+    )
     return Advice(
-        profile.name, structure, reference.time_us, ranked, recommendation,
-        _paste_lines(recommendation.layout, structure, options), path, attribution,
+        profile.name, structure, reference.time_us, ranked, recommendation, paste, path, attribution,
         find_affinity(plain, profile, catalog),
     )

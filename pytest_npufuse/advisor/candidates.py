@@ -4,7 +4,8 @@ A candidate is a scope label for some kernels. Scopes only ever annotate kernels
 is the same whatever they are), so a candidate is the captured program with other annotations: the
 model is captured once and every layout is planned and simulated from that one program. The layouts are
 those of seed 004 (bottom-up: attention only, MoE / FFN only, the whole decoder layer, all layers;
-top-down: all layers, then one scope per layer, then per module), plus the reference with no scope.
+top-down: all layers, then one scope per layer, then per module), plus the reference with no scope; a
+model without decoder layers gets one scope per outermost module and one over the whole forward.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from ..errors import NpufuseError
-from ..ir.program import Program
+from ..ir.program import ModuleFrame, Program
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import ScopePlan, Variant
 from ..sanitize.checker import SanitizerReport
@@ -31,10 +32,12 @@ class Layout(str, enum.Enum):
     ATTENTION = "attention"
     MOE = "moe"
     FFN = "ffn"
+    PER_MODULE = "per module"
     MODULES = "attention + moe/ffn"
     DECODER_LAYER = "decoder_layer"
     PER_LAYER = "per-layer"
     ALL_LAYERS = "all_layers"
+    WHOLE_FORWARD = "whole forward"
     TOP_DOWN = "top-down"
 
 
@@ -125,10 +128,41 @@ def _all_layers(structure: Structure, program: Program) -> dict[str, str]:
     return {kernel.name: "all_layers" for kernel in program.kernels[min(indices): max(indices) + 1]}
 
 
+def top_modules(program: Program) -> dict[ModuleFrame, list[str]]:
+    """The model's outermost module calls that split its kernels, each with its kernels: the first
+    module call each kernel was traced in, or the next one down while a single call (a wrapper such as
+    ``model.encoder``) holds every kernel."""
+    depth = 0
+    while True:
+        children: dict[ModuleFrame, list[str]] = {}
+        for kernel in program.kernels:
+            frames = [frame for frame in kernel.modules if frame.path]
+            if len(frames) > depth:
+                children.setdefault(frames[depth], []).append(kernel.name)
+        only = next(iter(children)) if len(children) == 1 else None
+        if only is None or len(children[only]) < len(program.kernels):
+            return children
+        depth += 1
+
+
+def _other_model(program: Program) -> dict[Layout, dict[str, str]]:
+    """Seed 004's "other models" branch (no decoder layers): one scope per outermost module, and one
+    scope over the whole forward, for the automatic analysis to choose from."""
+    layouts: dict[Layout, dict[str, str]] = {}
+    modules = top_modules(program)
+    if len(modules) > 1:
+        layouts[Layout.PER_MODULE] = {
+            name: frame.path.replace(".", "_") for frame, names in modules.items() for name in names
+        }
+    if program.kernels:
+        layouts[Layout.WHOLE_FORWARD] = {kernel.name: "forward" for kernel in program.kernels}
+    return layouts
+
+
 def assignments(structure: Structure, program: Program) -> dict[Layout, dict[str, str]]:
     """The bottom-up and top-down layouts this model's structure allows, smallest first."""
     if not structure.layers:
-        return {}
+        return _other_model(program)
     roles = structure.roles()
     layouts: dict[Layout, dict[str, str]] = {}
     for role in roles:

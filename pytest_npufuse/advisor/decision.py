@@ -8,6 +8,10 @@ The tree (scope analysis guide, "Scope 范围决策树"):
   decoder layer; pursuing the best performance -> the automatic analysis (the best valid layout).
 - Other models: the automatic analysis or a custom scope.
 
+The guide's per-series suggestions (:data:`TEMPLATES`) then bound the choice: a Qwen model gets attention
+only, a LLaMA model attention or the decoder layer(s), a DeepSeek-V3 model MoE or the decoder layer,
+whichever of them pays best, when the tree went wider.
+
 "Validated" is the guide's own test of a scope (compiles, no timeout, precision identical); a wider scope
 is taken only when it is valid and faster than the one it widens. The guide calls a gain above 10% clear
 (its Q1), so a smaller one is said to be small. Top-down (method two): try all layers; when that breaks,
@@ -24,6 +28,56 @@ from .candidates import FAILED, Candidate, Evaluator, Layout
 from .structure import Family, Role, Structure
 
 CLEAR_GAIN_PCT = 10.0
+
+
+@dataclass(frozen=True)
+class Template:
+    """The guide's scope suggestion for one model series ("不同模型的 Scope 建议"): the layouts it
+    recommends, recognised by the decoder layer's class name (``LlamaDecoderLayer``, ``Qwen2DecoderLayer``,
+    ``DeepseekV3DecoderLayer`` in the public model code)."""
+
+    series: str
+    hints: tuple[str, ...]
+    layouts: tuple[Layout, ...]
+
+    def describe(self) -> str:
+        return f"{self.series} template: {' or '.join(layout.value for layout in self.layouts)}"
+
+
+# The guide's per-series suggestions: LLaMA attention only or the whole decoder layer(s); DeepSeek-V3 MoE
+# only or attention + MoE in one scope (its code wraps the decoder layer); Qwen attention only.
+TEMPLATES: tuple[Template, ...] = (
+    Template("LLaMA series", ("llama",), (Layout.ATTENTION, Layout.DECODER_LAYER, Layout.ALL_LAYERS)),
+    Template("DeepSeek-V3 series", ("deepseek",), (Layout.MOE, Layout.DECODER_LAYER)),
+    Template("Qwen series", ("qwen",), (Layout.ATTENTION,)),
+)
+
+
+def template_of(structure: Structure) -> Template | None:
+    """The series template whose hint the decoder layer's class name holds, if any."""
+    if not structure.layers:
+        return None
+    name = structure.layers[0].frame.type.lower()
+    return next((t for t in TEMPLATES if any(hint in name for hint in t.hints)), None)
+
+
+def _within_template(
+    chosen: Candidate | None, template: Template, candidates: Mapping[Layout, Candidate], steps: list[str],
+    reference_us: float,
+) -> Candidate | None:
+    """The tree's choice when the series template has it; otherwise the fastest paying layout of the
+    template (the guide's suggestion for the series wins over a wider scope); the tree's choice when
+    none of the template's layouts pays."""
+    if chosen is None or chosen.layout in template.layouts:
+        return chosen
+    paying = [c for layout in template.layouts if (c := candidates.get(layout)) is not None and c.pays(reference_us)]
+    if not paying:
+        steps.append(f"{template.describe()}; none of them pays, keep {chosen.layout.value}")
+        return chosen
+    pick = min(paying, key=lambda c: c.rank_key)
+    steps.append(f"{template.describe()} -> {pick.layout.value} ({pick.gain_pct(reference_us):+.1f}%) "
+                 f"instead of {chosen.layout.value}")
+    return pick
 
 
 @dataclass(frozen=True)
@@ -102,6 +156,9 @@ def recommend(
     else:
         steps.append("automatic analysis: the fastest valid layout")
         chosen = best
+    template = template_of(structure)
+    if template is not None:
+        chosen = _within_template(chosen, template, candidates, steps, reference_us)
     if chosen is None or not chosen.pays(reference_us):
         steps.append("no layout is valid and faster than none: keep SuperKernel off")
         return Recommendation(Layout.NONE, tuple(steps), 0.0)
@@ -117,7 +174,9 @@ def top_down(
     """Seed 004's method two: the widest of all layers, per layer, per module whose scopes all work;
     at the module level a scope that still fails is dropped (a new candidate, ``top-down``). Returns
     the path taken and that candidate, or the layout it stopped at (then no new candidate)."""
-    order: Sequence[Layout] = (Layout.ALL_LAYERS, Layout.PER_LAYER, Layout.DECODER_LAYER, Layout.MODULES)
+    order: Sequence[Layout] = (
+        Layout.WHOLE_FORWARD, Layout.ALL_LAYERS, Layout.PER_LAYER, Layout.DECODER_LAYER, Layout.MODULES, Layout.PER_MODULE,
+    )
     tried = []
     for layout in order:
         candidate = candidates.get(layout)
@@ -126,10 +185,11 @@ def top_down(
         if candidate.outcome not in FAILED and candidate.bit_exact:
             return " -> ".join(tried + [f"{layout.value} works"]), None
         tried.append(f"{layout.value} {candidate.outcome if candidate.bit_exact else 'loses precision'}")
-    if Layout.MODULES not in candidates:
+    modules = next((layout for layout in (Layout.MODULES, Layout.PER_MODULE) if layout in candidates), None)
+    if modules is None:
         return " -> ".join(tried or ["no layers found"]), None
-    failed = set(candidates[Layout.MODULES].failed_scopes)
-    kept = {name: label for name, label in layouts[Layout.MODULES].items() if label not in failed}
+    failed = set(candidates[modules].failed_scopes)
+    kept = {name: label for name, label in layouts[modules].items() if label not in failed}
     if not kept:
         return " -> ".join(tried + ["every module scope fails: no scope"]), None
     note = " -> ".join(tried + [f"modules without {', '.join(sorted(failed))}"])

@@ -165,18 +165,26 @@ def _load_file(path: Path, where: str) -> Any:
 def advise(args: argparse.Namespace, out: TextIO) -> int:
     """Rank SuperKernel scope layouts for the model FACTORY returns and print the recommendation."""
     from ..advisor import advise as run_advisor
+    from ..advisor.attempts import attempt_of, earlier_attempts, record_attempt
 
     try:
+        if args.json is not None:  # a bad record or output fails before the model runs
+            check_outputs({"--json": args.json}, streams=("--json",))
+            if kind_of(args.json) is Kind.REGULAR:
+                earlier_attempts(args.json)
         made = _factory(args.factory)()
         if not (isinstance(made, (tuple, list)) and len(made) == 2):
             raise NpufuseError(f"{args.factory} returned {type(made).__name__}; it must return (model, inputs)")
         model, inputs = made
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         advice = run_advisor(model, *inputs, target=args.npu_target, options=args.options)
+        print(advice, file=out)
+        if args.json is not None:
+            count = record_attempt(args.json, attempt_of(advice, args.factory, args.options))
+            print(f"recorded attempt {count} in {args.json}", file=sys.stderr)
     except NpufuseError as exc:
         print(f"npufuse advise: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(advice, file=out)
     return EXIT_OK
 
 
@@ -255,6 +263,8 @@ def parser() -> argparse.ArgumentParser:
     _add_target(adv)
     adv.add_argument("--options", default="", help="SuperKernel options every candidate scope gets, e.g. "
                      "strict-scope-check=abort")
+    adv.add_argument("--json", type=Path, metavar="FILE", help="also record this attempt in FILE: each run appends "
+                     "its factory, options, ranked layouts, recommendation and findings to the attempts there")
     adv.set_defaults(run=advise)
     listing = commands.add_parser(
         "ops",

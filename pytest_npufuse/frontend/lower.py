@@ -68,6 +68,15 @@ def _spec(value: Any, node: torch.fx.Node, sizes: Sizes) -> TensorSpec:
     return TensorSpec(shape, str(value.dtype).removeprefix("torch."), math.prod(shape) * value.element_size())
 
 
+_UNBOUNDED_FIX = {
+    # torch_npu computes the output size of repeat_interleave with a repeats tensor on the host (a sum
+    # of the repeats read back from the device) unless output_size is given; the aclnnRepeatInterleave
+    # APIs take it as an argument.
+    "aten::repeat_interleave": "pass output_size= (the sum of the repeats, e.g. x.shape[0] * r), as the aclnn "
+    "RepeatInterleave APIs take it and torch_npu otherwise syncs to read it back,",
+}
+
+
 def _static_dim(dim: Any, node: torch.fx.Node, sizes: Sizes) -> int:
     """A dimension as the cost model sees it. A size that follows from the inputs' sizes (a graph
     compiled with ``dynamic=True``) is its value for the call being modeled, ``sizes``. A size a
@@ -81,10 +90,11 @@ def _static_dim(dim: Any, node: torch.fx.Node, sizes: Sizes) -> int:
         return int(expr)
     upper = dim.node.shape_env.bound_sympy(expr).upper
     if not isinstance(upper, sympy.Integer):  # torch's integer infinity is no sympy Integer
+        op_type = op_type_of(node)
+        fix = _UNBOUNDED_FIX.get(op_type, "derive the size from input shapes, or clamp it (torch._check(n <= LIMIT))")
         raise CaptureError(
-            f"{op_type_of(node)} at {source_line(node) or 'the model'} has a size that depends on tensor values "
-            f"({expr}) with no upper bound, so its cost cannot be modeled; derive the size from input shapes, "
-            "or clamp it (torch._check(n <= LIMIT)) so npufuse can price the worst case."
+            f"{op_type} at {source_line(node) or 'the model'} has a size that depends on tensor values "
+            f"({expr}) with no upper bound, so its cost cannot be modeled; {fix} so npufuse can price the worst case."
         )
     return int(upper)
 

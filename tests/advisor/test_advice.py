@@ -16,7 +16,7 @@ from pytest_npufuse.cli.main import main
 
 CASES = Path(__file__).parents[2] / "cases"
 sys.path.insert(0, str(CASES))
-from decoder_layers import Decoder, decode_inputs  # noqa: E402
+from decoder_layers import Decoder, DecoderLayer, decode_inputs  # noqa: E402
 from llama_layers import LlamaModel, llama_inputs  # noqa: E402
 
 
@@ -53,6 +53,56 @@ def test_llama_recommendation_follows_the_standard_branch(llama):
     assert rec.steps[1] == "first attempt -> attention only"
     assert rec.layout in (Layout.DECODER_LAYER, Layout.ATTENTION)
     assert any(line.startswith("recommend decoder_layer") for line in str(llama).splitlines())
+
+
+class Qwen3MoeDecoderLayer(DecoderLayer):
+    """The attention + MoE layer under the class name Qwen's public MoE code gives its layer."""
+
+
+def test_a_qwen_model_gets_the_guide_s_attention_only_template(deepseek):
+    model = Decoder(layers=2)
+    gen = torch.Generator().manual_seed(11)
+    model.layers = torch.nn.ModuleList(Qwen3MoeDecoderLayer(gen) for _ in range(2))
+    qwen = advise(model, *decode_inputs())
+    rec = qwen.recommendation
+    assert deepseek.recommendation.layout is Layout.DECODER_LAYER  # the same layers under another name
+    assert rec.layout is Layout.ATTENTION and qwen.candidate(Layout.ATTENTION).pays(qwen.reference_us)
+    assert "Qwen series template: attention -> attention" in rec.reason and "instead of decoder_layer" in rec.reason
+    assert any(line.strip() == 'with torchair.scope.super_kernel("attention", ""):' for line in qwen.paste)
+
+
+class Projection(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(256, 256, dtype=torch.bfloat16)
+
+    def forward(self, x):
+        return self.fc(self.fc(x))
+
+
+class Tower(torch.nn.Module):
+    """No decoder layers: three modules called one after another, inside a wrapper module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = torch.nn.ModuleDict({"stem": Projection(), "body": Projection(), "head": Projection()})
+
+    def forward(self, x):
+        for name in ("stem", "body", "head"):
+            x = self.encoder[name](x)
+        return x
+
+
+def test_a_model_without_decoder_layers_gets_whole_forward_and_per_module_layouts():
+    result = advise(Tower(), torch.randn(64, 256, dtype=torch.bfloat16))
+    assert result.structure.family is Family.OTHER
+    per_module, whole = result.candidate(Layout.PER_MODULE), result.candidate(Layout.WHOLE_FORWARD)
+    assert per_module.scopes == ("encoder_stem", "encoder_body", "encoder_head") and per_module.valid
+    assert whole.scopes == ("forward",) and whole.segments == 1 and whole.time_us < per_module.time_us
+    assert result.recommendation.layout is Layout.WHOLE_FORWARD and "automatic analysis" in result.recommendation.reason
+    assert result.top_down == "whole forward works"
+    assert result.paste[-1].strip() == 'with torchair.scope.super_kernel("forward", ""):'
 
 
 def test_every_layout_is_ranked_with_its_gain(deepseek):

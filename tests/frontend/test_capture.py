@@ -85,6 +85,20 @@ def test_kernels_are_named_like_ge_nodes():
     assert [k.name for k in program.kernels] == ["MatMulV3", "MatMulV3_1", "MatMulV3_2", "MatMulV3_3", "MatMulV3_4"]
 
 
+class RepeatsTensor(torch.nn.Module):
+    """The affinity guide's fast RepeatInterleave branch: a 1-D repeats tensor, with its output size."""
+
+    def forward(self, lens):
+        return torch.repeat_interleave(lens, torch.full(lens.shape, 8), output_size=lens.shape[0] * 8)
+
+
+def test_repeat_interleave_with_a_repeats_tensor_is_a_known_op():
+    program, _ = aten_program(RepeatsTensor(), torch.arange(16.0))
+    (repeat,) = [k for k in program.kernels if k.op_type == "aten::repeat_interleave"]
+    assert repeat.info.kernel_type == "RepeatInterleave" and repeat.output_specs[0].shape == (128,)
+    assert repeat.info.known
+
+
 class Unbalanced(torch.nn.Module):
     def forward(self, a):
         torch.ops.npufuse.scope_enter(["_super_kernel_scope", "_super_kernel_options"], ["sp1", ""])
