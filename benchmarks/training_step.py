@@ -85,6 +85,11 @@ def main() -> int:
     report = seed.value
     print(f"\nd2l BERT at seed 003's scale (2 x 128, seq 64, batch 512) on {report.target}: {seed.wall:.1f} s wall")
     print("  " + "\n  ".join(report.attribution["variant"].op_statistic_csv().splitlines()[:6]))
+    print("  the affinity advisor on the step (pattern at line x occurrences: modeled gain on the step; check):")
+    for finding in sorted(report.findings, key=lambda f: -f.gain_us):
+        print(f"    {finding.pattern} at {finding.source.rsplit('/', 1)[-1]} x{finding.occurrences}: "
+              f"{finding.gain_us:.1f} us; {finding.exactness}")
+    print(f"  memory: {report.memory.describe()}")
     share = report.attribution["variant"].op_type("IndexPutV2")
     modeled = share.ratio_pct if share is not None else 0.0
     ok &= check(within(modeled, SEED_INDEX_PUT_SHARE),

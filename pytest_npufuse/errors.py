@@ -120,8 +120,9 @@ class ScopeIgnoredWarning(UserWarning):
 
 
 class OptionsWarning(UserWarning):
-    """A SuperKernel option that cannot do anything here: an entry without ``=`` (skipped, as CANN does),
-    or a valid option with nothing to act on (e.g. a dcci op type that is not in the scope)."""
+    """An option that cannot do anything here: a SuperKernel entry without ``=`` (skipped, as CANN does),
+    a valid option with nothing to act on (e.g. a dcci op type that is not in the scope), or a keyword
+    the real API accepts and ignores (npugraph_ex's ``cache_compile(options=...)``)."""
 
 
 class UnknownOpWarning(UserWarning):

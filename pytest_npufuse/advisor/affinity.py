@@ -255,13 +255,19 @@ def _index_put_check(graph: DataFlow, match: Match) -> str:
         original = values.clone()
         original[where] = 0
         return _compare_with_grads(values, original, values.masked_fill(where, 0), gen)
-    if len(target.shape) != 2 or not any(s.dtype in ("int64", "int32") for s in specs[1:]):
-        return "not checked (a bool mask, or row indices into a 2-D tensor, have a documented rewrite)"
-    rows = torch.randint(0, target.shape[0], (max(1, target.shape[0] // 2),), generator=gen)
-    updates = _random(TensorSpec((rows.numel(), target.shape[1]), target.dtype, 0), gen).float()
-    base = _random(target, gen).float()
-    original = base.index_put((rows,), updates, accumulate=True)
-    verdict = _compare(original, base.index_add(0, rows, updates))
+    indexed = sum(s.dtype in ("int64", "int32") for s in specs[1:])
+    if not 0 < indexed < len(target.shape):
+        return "not checked (a bool mask, or integer indices into the leading axes, have a documented rewrite)"
+    # k index tensors into the leading k axes address rows of the tensor flattened to [rows, the rest]
+    lead = target.shape[:indexed]
+    flat = (math.prod(lead), math.prod(target.shape[indexed:]))
+    rows = torch.randint(0, flat[0], (max(1, flat[0] // 2),), generator=gen)
+    updates = _random(TensorSpec((rows.numel(), flat[1]), target.dtype, 0), gen).float()
+    base = _random(TensorSpec(flat, target.dtype, 0), gen).float()
+    original = base.view(target.shape).index_put(
+        torch.unravel_index(rows, lead), updates.view(rows.numel(), *target.shape[indexed:]), accumulate=True
+    )
+    verdict = _compare(original.view(flat), base.index_add(0, rows, updates))
     return f"{verdict} (accumulating rows; repeated rows may add in another order)"
 
 

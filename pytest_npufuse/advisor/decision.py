@@ -5,7 +5,9 @@ The tree (scope analysis guide, "Scope 范围决策树"):
 - MoE model: MoE the bottleneck? yes -> MoE only, no -> attention only; pursuing the best performance ->
   try the whole decoder layer.
 - Standard Transformer: first attempt -> attention only; attention validated -> widen to the whole
-  decoder layer; pursuing the best performance -> the automatic analysis (the best valid layout).
+  decoder layer; pursuing the best performance -> the automatic analysis (the best valid layout). The
+  guide's method three (profile, then scope the bottleneck) starts from the FFN instead when the FFN
+  takes more of the run than the attention and its scope pays more.
 - Other models: the automatic analysis or a custom scope.
 
 The guide's per-series suggestions (:data:`TEMPLATES`) then bound the choice: a Qwen model gets attention
@@ -93,14 +95,16 @@ class Recommendation:
         return "; ".join(self.steps)
 
 
-def _bottleneck(structure: Structure, module_us: Mapping[str, float]) -> tuple[Role, str]:
-    """MoE or attention, whichever takes more baseline time over all layers, with the numbers."""
+def _bottleneck(structure: Structure, module_us: Mapping[str, float], block: Role) -> tuple[Role, str]:
+    """``block`` (MoE or FFN) or attention, whichever takes more baseline time over all layers (the
+    guide's method three: the profile's per-module table), with the numbers; a tie goes to ``block``."""
     totals = {
-        role: sum(module_us.get(block.frame.path, 0.0) for _, block in structure.kernels_of(role))
-        for role in (Role.MOE, Role.ATTENTION)
+        role: sum(module_us.get(found.frame.path, 0.0) for _, found in structure.kernels_of(role))
+        for role in (block, Role.ATTENTION)
     }
-    role = Role.MOE if totals[Role.MOE] >= totals[Role.ATTENTION] else Role.ATTENTION
-    return role, f"MoE {totals[Role.MOE]:.1f} us vs attention {totals[Role.ATTENTION]:.1f} us of the run without scopes"
+    role = block if totals[block] >= totals[Role.ATTENTION] else Role.ATTENTION
+    name = "MoE" if block is Role.MOE else "FFN"
+    return role, f"{name} {totals[block]:.1f} us vs attention {totals[Role.ATTENTION]:.1f} us of the run without scopes"
 
 
 def _failure(candidate: Candidate | None, reference_us: float) -> str:
@@ -133,7 +137,7 @@ def recommend(
     best = min(valid, key=lambda c: c.rank_key, default=None)
     chosen: Candidate | None
     if structure.family is Family.MOE:
-        role, numbers = _bottleneck(structure, module_us)
+        role, numbers = _bottleneck(structure, module_us, Role.MOE)
         first = Layout.MOE if role is Role.MOE else Layout.ATTENTION
         steps.append(f"MoE is {'' if role is Role.MOE else 'not '}the bottleneck ({numbers}) -> {first.value} only")
         chosen = candidates.get(first)
@@ -143,15 +147,22 @@ def recommend(
             steps.append(f"{first.value} only {_failure(chosen, reference_us)}; automatic analysis instead")
             chosen = best
     elif structure.family is Family.STANDARD:
-        chosen = candidates.get(Layout.ATTENTION)
+        role, numbers = _bottleneck(structure, module_us, Role.FFN)
+        first = Layout.ATTENTION
         steps.append("first attempt -> attention only")
+        if role is Role.FFN and (ffn := candidates.get(Layout.FFN)) is not None and ffn.pays(reference_us):
+            attention = candidates.get(Layout.ATTENTION)
+            if attention is None or not attention.pays(reference_us) or ffn.time_us < attention.time_us:
+                first = Layout.FFN
+                steps.append(f"profile: FFN is the bottleneck ({numbers}) and ffn only pays more -> ffn only")
+        chosen = candidates.get(first)
         if chosen is not None and chosen.pays(reference_us):
-            steps.append(f"attention validated ({chosen.gain_pct(reference_us):+.1f}%)")
+            steps.append(f"{first.value} validated ({chosen.gain_pct(reference_us):+.1f}%)")
             chosen = _widen(chosen, candidates.get(Layout.DECODER_LAYER), "widen to the whole decoder layer", steps, reference_us)
             if best is not None:
                 chosen = _widen(chosen, best, "pursuing the best performance, automatic analysis", steps, reference_us)
         else:
-            steps.append(f"attention only {_failure(chosen, reference_us)}; automatic analysis instead")
+            steps.append(f"{first.value} only {_failure(chosen, reference_us)}; automatic analysis instead")
             chosen = best
     else:
         steps.append("automatic analysis: the fastest valid layout")

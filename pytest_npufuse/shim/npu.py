@@ -43,13 +43,19 @@ class Stream:
         if kwargs:
             raise NotModeledError(f"torch.npu.Stream({', '.join(kwargs)}=...) is not modeled; pass device and priority.")
         self.tag = _new_tag("stream")
-        self.priority = priority
+        # Kept as text: Dynamo makes an int attribute of a compiled function's input a symbolic size under
+        # dynamic=True, and a stream passed in must stay a constant label of the graph.
+        self._priority = str(int(priority))
 
     @classmethod
     def _named(cls, tag: str) -> "Stream":
         stream = cls.__new__(cls)
-        stream.tag, stream.priority = tag, 0
+        stream.tag, stream._priority = tag, "0"
         return stream
+
+    @property
+    def priority(self) -> int:
+        return int(self._priority)
 
     @property
     def stream_id(self) -> int:
@@ -162,7 +168,7 @@ class _Switch(NamedTuple):
 def _enter(stream: Stream, by_set_stream: bool) -> None:
     _CURRENT.append(_Switch(stream, by_set_stream))
     torch.ops.npufuse.scope_enter(
-        [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.NATIVE_STREAM], [stream.tag, str(stream.priority), "1"]
+        [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.NATIVE_STREAM], [stream.tag, stream._priority, "1"]
     )
 
 

@@ -17,6 +17,7 @@ from pytest_npufuse.cli.main import main
 CASES = Path(__file__).parents[2] / "cases"
 sys.path.insert(0, str(CASES))
 from decoder_layers import Decoder, DecoderLayer, decode_inputs  # noqa: E402
+import llama_layers  # noqa: E402
 from llama_layers import LlamaModel, llama_inputs  # noqa: E402
 
 
@@ -53,6 +54,27 @@ def test_llama_recommendation_follows_the_standard_branch(llama):
     assert rec.steps[1] == "first attempt -> attention only"
     assert rec.layout in (Layout.DECODER_LAYER, Layout.ATTENTION)
     assert any(line.startswith("recommend decoder_layer") for line in str(llama).splitlines())
+
+
+class WideMLP(llama_layers.LlamaMLP):
+    """An FFN wide enough to take more of the run than the attention."""
+
+    def __init__(self, gen: torch.Generator) -> None:
+        torch.nn.Module.__init__(self)
+        self.gate_up_proj = llama_layers._param(gen, llama_layers.HIDDEN, 128 * llama_layers.INTER)
+        self.down_proj = llama_layers._param(gen, 64 * llama_layers.INTER, llama_layers.HIDDEN)
+
+
+def test_a_standard_model_whose_ffn_is_the_bottleneck_starts_from_the_ffn(llama):
+    model = LlamaModel(layers=2)
+    gen = torch.Generator().manual_seed(5)
+    for layer in model.layers:
+        layer.mlp = WideMLP(gen)
+    wide = advise(model, *llama_inputs())
+    steps = wide.recommendation.steps
+    assert steps[2].startswith("profile: FFN is the bottleneck (FFN ") and steps[2].endswith("-> ffn only")
+    assert steps[3].startswith("ffn validated") and steps[4].startswith("widen to the whole decoder layer")
+    assert not any(step.startswith("profile:") for step in llama.recommendation.steps)  # attention dominates there
 
 
 class Qwen3MoeDecoderLayer(DecoderLayer):

@@ -21,34 +21,31 @@ def session(shim):
     end_run()
 
 
-class _Model(torch.nn.Module):
-    def forward(self, x):
-        mm = torch.mm(x, x)
-        abs_res = torch.abs(mm)
-        add = torch.add(abs_res, 1)
-        sub = torch.sub(x, mm)
-        return add, sub
+def _model(x):
+    """The documents' model (mm, abs, add, sub) as one function."""
+    mm = torch.mm(x, x)
+    return torch.abs(mm) + 1, x - mm
 
 
 def _stream_pass(namespace: str, seen: list):
-    """The documents' pass: mm and abs on stream ``stream_1``, sub after abs through record/wait."""
+    """The documents' pass: mm and abs on stream ``stream_1``, sub after abs through record/wait
+    (cases/realworld/test_torchair_post_grad_custom_pass_streams.py writes it as the documents do)."""
     ops = getattr(torch.ops, namespace)
+    aten = torch.ops.aten
 
     def custom_pass(gm, example_inputs, config):
         seen.append((config, len(example_inputs)))
         graph = gm.graph
-        for node in graph.nodes:
-            if node.op == "call_function" and node.target == torch.ops.aten.mm.default:
-                with graph.inserting_before(node):
-                    graph.call_function(ops.scope_enter.default, args=(["_user_stream_label"], ["stream_1"]))
-            if node.op == "call_function" and node.target == torch.ops.aten.abs.default:
-                with graph.inserting_after(node):
-                    record = graph.call_function(ops.record.default, args=())
-                with graph.inserting_after(record):
-                    graph.call_function(ops.scope_exit.default, args=())
-            if node.op == "call_function" and node.target == torch.ops.aten.sub.Tensor:
-                with graph.inserting_before(node):
-                    graph.call_function(ops.wait.default, args=([record],))
+        by_target = {node.target: node for node in graph.nodes if node.op == "call_function"}
+        first, last, waiter = by_target[aten.mm.default], by_target[aten.abs.default], by_target[aten.sub.Tensor]
+        with graph.inserting_before(first):
+            graph.call_function(ops.scope_enter.default, (["_user_stream_label"], ["stream_1"]))
+        with graph.inserting_after(last):
+            record = graph.call_function(ops.record.default, ())
+        with graph.inserting_after(record):
+            graph.call_function(ops.scope_exit.default, ())
+        with graph.inserting_before(waiter):
+            graph.call_function(ops.wait.default, ([record],))
 
     return custom_pass
 
@@ -66,7 +63,7 @@ def test_a_torchair_configs_pass_places_ops_on_streams_with_air_markers(session,
     config = torchair.CompilerConfig()
     setattr(config, stage, _stream_pass("air", seen))
     x = torch.randn(3, 3)
-    add, sub = torch.compile(_Model(), backend=torchair.get_npu_backend(compiler_config=config), dynamic=False)(x)
+    add, sub = torch.compile(_model, backend=torchair.get_npu_backend(compiler_config=config), dynamic=False)(x)
     assert torch.allclose(add, torch.abs(x @ x) + 1) and torch.allclose(sub, x - x @ x)
     assert seen == [(config, 1)]  # the user's own config and the graph's example inputs
     graph = session.graphs()[0]
@@ -83,7 +80,7 @@ def test_an_npugraph_ex_options_pass_places_ops_on_streams_and_its_unsynchronise
     seen: list = []
     options = {"post_grad_custom_pre_pass": _stream_pass("npugraph_ex", seen)}
     x = torch.randn(3, 3)
-    add, sub = torch.compile(_Model(), backend="npugraph_ex", options=options, dynamic=False)(x)
+    add, sub = torch.compile(_model, backend="npugraph_ex", options=options, dynamic=False)(x)
     assert torch.allclose(sub, x - x @ x) and torch.isnan(add).all()
     assert isinstance(seen[0][0], npugraph_ex.CompilerConfig) and seen[0][0].post_grad_custom_pre_pass is not None
     graph = session.graphs()[0]

@@ -19,7 +19,9 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from pytest_npufuse import torch_npu, torchair
-from pytest_npufuse.errors import ConfigError, NotModeledError, ScopeError, ScopeIgnoredWarning
+from pytest_npufuse.errors import (
+    ConfigError, NotModeledError, OpArgumentError, OptionsWarning, ScopeError, ScopeIgnoredWarning,
+)
 from pytest_npufuse.pipeline.backend import end_run, start_run
 from pytest_npufuse.target.profile import load_profile
 
@@ -107,9 +109,11 @@ def test_custom_decompositions_are_applied_when_lowering(session, entry):
         compiled = torch.compile(Linear(), backend=backend, fullgraph=True, dynamic=False)
     else:
         compiled = torchair.inference.cache_compile(Linear().forward, custom_decompositions=decompositions, dynamic=False)
-    inputs = (torch.randn(4), torch.randn(3, 2), torch.randn(2, 4))
+    generator = torch.Generator().manual_seed(0)
+    inputs = tuple(torch.randn(shape, generator=generator) for shape in ((4,), (3, 2), (2, 4)))
     out = compiled(*inputs)
-    assert torch.allclose(out, torch.addmm(*inputs))
+    # mm then add rounds twice where addmm rounds once: equal to within float32 rounding, not bit for bit.
+    torch.testing.assert_close(out, torch.addmm(*inputs), rtol=1e-5, atol=1e-6)
     assert "aten::addmm" not in {k.op_type for k in session.graphs()[0].program.kernels}
 
 
@@ -129,6 +133,26 @@ def test_npugraph_ex_inference_cache_compile_takes_its_config(session):
     assert seen.records[0].getMessage() == "compiler inputs"  # npugraph_ex's backend compiled it
     graph = session.graphs()[0]
     assert graph.plan.mode == "npugraph_ex"
+
+
+def test_npugraph_ex_cache_compile_takes_a_backend_and_warns_about_keywords_it_ignores(session):
+    """npugraph_ex's cache_compile accepts a backend or a config, and accepts and ignores any other
+    keyword (its smoke tests pass ``options={...}``): the model names what it ignores."""
+    import npugraph_ex
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    model = Model()
+    with pytest.warns(OptionsWarning, match="ignores options=, as npugraph_ex does"):
+        compiled = npugraph_ex.inference.cache_compile(model.forward, options={"force_eager": True})
+    assert torch.equal(compiled(torch.zeros(2)), torch.ones(2))
+    backend = npugraph_ex.get_npu_backend()
+    assert torch.equal(npugraph_ex.inference.cache_compile(model.forward, backend=backend)(torch.ones(2)), torch.full((2,), 2.0))
+    assert backend.graphs and backend.run_mode == "npugraph_ex"
+    with pytest.raises(OpArgumentError, match="either backend= or config="):
+        npugraph_ex.inference.cache_compile(model.forward, backend=backend, config=npugraph_ex.CompilerConfig())
 
 
 # ---------------------------------------------------------------- native streams switched with set_stream
@@ -159,6 +183,29 @@ def test_set_stream_inside_a_compiled_function_is_a_stream_scope(session):
     streams = [k.annotations.stream for k in program.kernels]
     assert streams[0] is None and streams[1] == streams[1] and streams[1] != streams[2] and None not in streams[1:]
     assert torch.npu.current_stream() == torch.npu.default_stream()
+
+
+def test_streams_passed_in_to_a_dynamic_shape_function_stay_its_stream_scopes(session):
+    """Streams made outside and passed as arguments with ``dynamic=True`` (as npugraph_ex's smoke test of
+    cat across streams does): Dynamo makes int attributes of inputs symbolic there, and a stream's
+    priority must stay a constant of the graph, or the stream block breaks the graph
+    (cases/realworld/test_npugraph_ex_cat_across_streams_dynamic.py has that test's own function)."""
+    side, low = torch.npu.Stream(), torch.npu.Stream(priority=-1)
+
+    def doubled_and_shifted(x, first, second):
+        with torch.npu.stream(first):
+            doubled = x * 2
+        with torch.npu.stream(second):
+            shifted = x + 1
+        return doubled, shifted
+
+    x = torch.randn(8)
+    doubled, shifted = torch.compile(doubled_and_shifted, backend="npugraph_ex", dynamic=True)(x, side, low)
+    assert torch.equal(doubled, x * 2) and torch.equal(shifted, x + 1) and low.priority == -1
+    graph = session.graphs()[0]
+    ops = [k for k in graph.program.kernels if not k.info.ge_shape]  # GE's size ops of the dynamic graph aside
+    assert [k.annotations.stream for k in ops] == [side.tag, low.tag]
+    assert [k.annotations.stream_priority for k in ops] == [0, -1]
 
 
 def test_set_stream_left_switched_at_the_end_names_the_open_stream(shim):

@@ -1,10 +1,19 @@
 """``npugraph_ex.inference``: ``cache_compile`` and ``readable_cache`` with npugraph_ex's config, the
 same behaviour as :mod:`pytest_npufuse.torchair.inference` (the model compiles afresh in every process
-and writes no cache)."""
+and writes no cache).
+
+npugraph_ex's ``cache_compile`` (npugraph_ex/npugraph_ex/inference/_cache_compiler.py at fced8842) takes
+``config`` or a ``backend`` made by ``get_npu_backend``, ``custom_decompositions`` and ``ge_cache``, and
+accepts any other keyword without using it; its own smoke tests pass ``options={...}`` that way. The
+model does the same, with an :class:`~pytest_npufuse.errors.OptionsWarning` naming what is ignored.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import warnings
+from typing import Any, Callable, Mapping
+
+from ...errors import OpArgumentError, OptionsWarning
 
 from ...torchair import inference as _torchair_inference
 from ..configs.compiler_config import CompilerConfig
@@ -22,11 +31,28 @@ def cache_compile(
     global_rank: int | None = None,
     tp_rank: int | None = None,
     pp_rank: int | None = None,
+    backend: Any = None,
+    custom_decompositions: Mapping[Any, Any] | None = None,
+    ge_cache: bool = False,
     **kwargs: Any,
 ) -> Callable[..., Any]:
-    """``func`` (a bound method of an ``nn.Module``) compiled with npugraph_ex's backend for ``config``
-    (so its compiles and calls log to the ``npugraph_ex`` logger)."""
-    return _torchair_inference._compile_method(func, get_npu_backend(compiler_config=config), dynamic, kwargs)
+    """``func`` (a bound method of an ``nn.Module``) compiled with ``backend``, else npugraph_ex's backend
+    for ``config`` (its compiles and calls log to the ``npugraph_ex`` logger)."""
+    if backend is not None and (config is not None or custom_decompositions is not None):
+        raise OpArgumentError(
+            "npugraph_ex.inference.cache_compile: pass either backend= or config=/custom_decompositions=; the "
+            "backend already carries its config and decompositions."
+        )
+    if kwargs:
+        warnings.warn(
+            f"npugraph_ex.inference.cache_compile ignores {', '.join(f'{k}=' for k in sorted(kwargs))}, as npugraph_ex "
+            "does; set options on npugraph_ex.CompilerConfig() and pass config=.",
+            OptionsWarning,
+            stacklevel=2,
+        )
+    if backend is None:
+        backend = get_npu_backend(compiler_config=config, custom_decompositions=custom_decompositions)
+    return _torchair_inference._compile_method(func, backend, dynamic, {})
 
 
 readable_cache = _torchair_inference.readable_cache
