@@ -20,6 +20,7 @@ a shared machine stretches the wall clock (check ``uptime``). The exit status is
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -81,7 +82,7 @@ def child(name: str) -> None:
 
 def measure(name: str) -> dict:
     done = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": ""}, check=False)
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
