@@ -29,20 +29,23 @@ from pytest_npufuse.plan.tasks import LogRecord
 from pytest_npufuse.report.plog import write_plog
 from pytest_npufuse.simulate.host import HostConfig
 from pytest_npufuse.target.catalog import load_catalog
-from pytest_npufuse.target.profile import DATA_DIR, load_profile
+from pytest_npufuse.target.profile import builtin_profile_text, load_profile
 from pytest_npufuse.target.userconfig import user_config_from_table
 
 Action = Callable[[Path], Any]
 
 
 def profile_with(line: str, replacement: str) -> Action:
-    """Load a copy of the built-in a3 profile with one line replaced."""
+    """Load a copy of the built-in a3 profile with the first ``key = value`` line of ``line``'s key
+    replaced (whatever value the shipped profile has: a fit may move it), or a ``[section]`` header."""
+    key = line.split("=")[0].strip()
+    pattern = rf"^{re.escape(key)} = \S+" if "=" in line else rf"^{re.escape(line)}"
 
     def load(tmp: Path) -> Any:
         path = tmp / "custom.toml"
-        text = (DATA_DIR / "a3.toml").read_text()
-        assert line in text, line
-        path.write_text(text.replace(line, replacement, 1))
+        text, count = re.subn(pattern, replacement, builtin_profile_text("a3"), count=1, flags=re.M)
+        assert count == 1, line
+        path.write_text(text)
         return load_profile(str(path))
 
     return load
@@ -292,7 +295,7 @@ ROWS: list[tuple[str, str, Action, str]] = [
     ("profile", "not TOML", profile_with("[cores]", "[cores"), r"not valid TOML.*line"),
     ("profile", "misspelt [tool.npufuse.target]", lambda t: user_config_from_table({"target": {"a3": {}}}, "pyproject.toml"), r"unknown table \[tool.npufuse.target\]; did you mean \[tool.npufuse.targets\]"),
     ("profile", "[tool.npufuse.targets] not a table", lambda t: user_config_from_table({"targets": 3}, "pyproject.toml"), r"\[tool.npufuse.targets\] must be a table"),
-    ("profile", "base = 'a9'", lambda t: user_config_from_table({"targets": {"b4": {"base": "a9"}}}, "pyproject.toml"), r"key 'base' is 'a9', expected one of a2, a3"),
+    ("profile", "base = 'a9'", lambda t: user_config_from_table({"targets": {"b4": {"base": "a9"}}}, "pyproject.toml"), r"key 'base' is 'a9', expected one of 910b1, 910b2, 910b3, 910b4, 910c, a2, a3"),
     ("profile", "unknown target name", lambda t: load_profile("a5"), r"unknown NPU target 'a5'"),
     # op TOML
     ("op", "block_dim = 0", op_entry(block_dim=0), r"\[\"acc::my_op\"\]: block_dim 0 must be at least 1"),
@@ -461,7 +464,7 @@ def test_nan_speedup(npufuse):
 
 # (test, the pattern its failure must show): the marker rows, one grouped session.
 MARKER_ROWS = [
-    ("test_upper_case_target", r"'A3' is not a known target \(a2, a3\); did you mean 'a3'\?"),
+    ("test_upper_case_target", r"'A3' is not a known target \(910b1, 910b2, 910b3, 910b4, 910c, a2, a3\); did you mean 'a3'\?"),
     ("test_marker_but_no_check", r"has superkernel/multistream markers but never called npufuse.check\(\)"),
     ("test_two_markers_on_one_scope", r"two superkernel markers for scope 'sp1'; merge them"),
     ("test_contradiction", r"outcome='unfused' forms no SuperKernel, so segments=1 can never hold"),

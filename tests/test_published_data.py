@@ -188,3 +188,21 @@ def test_sku_facts_agree_with_the_derived_peaks():
         assert table["cube_bf16_tflops_derived"]["value"] == pytest.approx(derived, abs=0.05)
         if sku != "910c":  # msmodeling gives the A3 die the 1.8 GHz figure although its .ini says 1850 MHz
             assert table["cube_bf16_tflops"]["value"] == pytest.approx(derived, abs=0.1), sku
+
+
+def test_a_row_builds_its_workload_from_its_own_fields(monkeypatch):
+    """The calibration benchmark builds each row from the row (benchmarks/fidelity/); one kernel row and
+    one collective row are cheap enough to check here (the benchmark itself is not a test)."""
+    monkeypatch.syspath_prepend(str(DATA.parent))
+    from fidelity.evaluate import evaluate
+    from fidelity.rows import Profiles, load_rows, sku_target
+
+    rows = {row.id: row for row in load_rows()}
+    assert len(rows) >= 100
+    profiles = Profiles()
+    tiles = rows["catlass-mm-20aic-1024x576x6144-balanced"]
+    assert sku_target(tiles) == "910b3"  # "20 AIC cores" in its sku_note
+    outcome = evaluate(tiles, profiles)
+    assert outcome.published == 48.6 and outcome.modeled > 0 and abs(outcome.error) < 1
+    dispatch = evaluate(rows["deepep-ll-dispatch-a3-ep16"], profiles)
+    assert dispatch.modeled > 0 and dispatch.gain is None

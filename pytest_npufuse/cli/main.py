@@ -27,7 +27,7 @@ from ..gate import comparison_formats as formats
 from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
 from ..gate.merge import merge_documents
-from ..target.profile import DEFAULT_TARGET
+from ..target.profile import DEFAULT_TARGET, TARGET_HELP
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -229,8 +229,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
 def _add_target(command: argparse.ArgumentParser) -> None:
     """The ``--npu-target`` option of the commands that model a target (as the pytest option spells it)."""
-    command.add_argument("--npu-target", default=DEFAULT_TARGET, metavar="TARGET",
-                         help=f"built-in target (a2, a3) or a profile .toml file (default {DEFAULT_TARGET})")
+    command.add_argument("--npu-target", default=DEFAULT_TARGET, metavar="TARGET", help=TARGET_HELP)
 
 
 def parser() -> argparse.ArgumentParser:

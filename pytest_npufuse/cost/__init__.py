@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from ..target.profile import HardwareProfile
 
 __all__ = [
-    "CostRule", "Work", "block_dim", "body_us", "core_cap", "cost_rule", "kernel_work", "register_cost_rule",
+    "CostRule", "Work", "block_dim", "body_us", "core_cap", "cost_rule", "kernel_work", "pointwise", "reads_hbm",
+    "register_cost_rule",
     "rule_names", "tiling_class",
 ]
 
@@ -72,6 +73,16 @@ def kernel_work(
                 info.flops_per_element, info.access_bytes)
     rule = cost_rule(info.cost)
     return rule.flops(work), rule.bytes(work)
+
+
+def pointwise(info: "OpInfo") -> bool:
+    """Whether GE's fusion pass may merge the op with a pointwise producer."""
+    return cost_rule(info.cost).pointwise
+
+
+def reads_hbm(info: "OpInfo") -> bool:
+    """Whether the op's ``bytes`` are HBM traffic (not a message over the link)."""
+    return cost_rule(info.cost).hbm
 
 
 def tiling_class(info: "OpInfo") -> str:

@@ -49,7 +49,10 @@ Body = Callable[["Kernel", int, "HardwareProfile"], float]
 @dataclass(frozen=True)
 class CostRule:
     """How one kind of kernel costs time; ``tiling`` is its host tiling class (``simple`` or
-    ``complex``, seed 002: complex ops tile for tens of microseconds)."""
+    ``complex``, seed 002: complex ops tile for tens of microseconds); ``hbm`` says whether its ``bytes``
+    are HBM traffic (False for collectives and MC2, whose bytes cross the link), which L2 residency and
+    the HBM-bandwidth pool apply to; ``pointwise`` marks element-by-element ops GE's fusion pass may merge
+    with a pointwise producer."""
 
     name: str
     block_dim: BlockDim
@@ -57,6 +60,8 @@ class CostRule:
     bytes: Bytes
     body_us: Body
     tiling: str = "simple"
+    hbm: bool = True
+    pointwise: bool = False
 
 
 TILING_CLASSES = ("simple", "complex")
@@ -64,7 +69,8 @@ _RULES: dict[str, CostRule] = {}
 
 
 def register_cost_rule(
-    name: str, *, block_dim: BlockDim, flops: Flops, bytes: Bytes, body_us: Body, tiling: str = "simple"
+    name: str, *, block_dim: BlockDim, flops: Flops, bytes: Bytes, body_us: Body, tiling: str = "simple",
+    hbm: bool = True, pointwise: bool = False,
 ) -> CostRule:
     """Register the rule ``name`` (an op catalog entry selects it with ``cost = "name"``). Registering
     a name twice is an error: two homes for one rule would silently disagree."""
@@ -72,7 +78,7 @@ def register_cost_rule(
         raise ValueError(f"cost rule '{name}' is already registered")
     if tiling not in TILING_CLASSES:
         raise ValueError(f"cost rule '{name}': tiling class '{tiling}' is not one of {', '.join(TILING_CLASSES)}")
-    rule = _RULES[name] = CostRule(name, block_dim, flops, bytes, body_us, tiling)
+    rule = _RULES[name] = CostRule(name, block_dim, flops, bytes, body_us, tiling, hbm, pointwise)
     return rule
 
 

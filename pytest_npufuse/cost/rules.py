@@ -10,7 +10,8 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
   so a skinny decode matmul streams its weights over every core at HBM speed. The Cube works on
   ``cube_fractal``-sized fractals, so an output of ``[b, 1, 1]`` costs a full fractal per batch (seed
   003's BatchMatMul degradation).
-- **bytes touched**: a tensor passed twice is read once; a grouped matmul reads only the experts its
+- **bytes touched**: a tensor passed twice is read once; an in-place cache update (``cache_update``) writes
+  its slots, not the cache; a grouped matmul reads only the experts its
   rows hit (expected distinct experts under uniform routing); a row gather reads the rows it returns,
   not the whole table; an element gather or scatter pays ``access_bytes`` per element it addresses (one
   memory transaction each: GatherElements vs GatherV2, seed 003); IndexPutV2 with a boolean mask
@@ -33,8 +34,9 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
+from .cube import Gemm, Tiling, cann_tiling, cube_us, output_tiles, split_k, tile_count
 from .registry import Work, register_cost_rule
 
 if TYPE_CHECKING:
@@ -173,6 +175,22 @@ def scatter_bytes(work: Work) -> int:
     return io_bytes(work) + indices * work.access_bytes
 
 
+def _updates(work: Work, destination: int) -> int:
+    """Bytes of the values an in-place update writes: every non-index input but the destination."""
+    return sum(
+        spec.nbytes for position, spec in enumerate(work.inputs)
+        if position != destination and spec.dtype not in ("int32", "int64")
+    )
+
+
+def cache_update_bytes(work: Work) -> int:
+    """An in-place scatter into a cache (ScatterNdUpdate or Scatter writing a KV cache) reads its indices
+    and updates and writes the updated slots; the cache itself (its largest input) is neither read nor
+    rewritten, whatever size the op's result is declared with."""
+    destination = _largest(work)
+    return _read(work, skip=destination) + _updates(work, destination)
+
+
 def index_put_bytes(work: Work) -> int:
     """IndexPutV2 (``x[indices] = values``, and the backward of advanced indexing): as :func:`scatter_bytes`,
     and a boolean mask index is first turned into int64 indices by NonZero (op-plugin
@@ -243,19 +261,60 @@ def prefetch_bytes(work: Work) -> int:
 # ---------------------------------------------------------------- block dim
 
 
-def matmul_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
-    """Output tiles of ``cube_tile_m x cube_tile_n``; when they cannot fill the Cube cores, the decode
-    tiling splits N to ``decode_tile_n`` and then K to ``decode_tile_k`` slices (split-N / split-K)."""
+_ITEM_BYTES = {"int8": 1, "uint8": 1, "bool": 1, "float16": 2, "bfloat16": 2, "int16": 2, "float32": 4, "int32": 4,
+               "int64": 8, "float64": 8}
+
+
+def _gemm(kernel: "Kernel") -> Gemm:
+    """The matmul a Cube kernel does, from its output and its flops (which carry K, padded to the
+    fractal, whatever the inputs' layout): a capture-time count or a builder's override alike."""
+    out = kernel.output_specs[0].shape if kernel.output_specs else (1,)
+    n = out[-1] if out else 1
+    m = out[-2] if len(out) > 1 else 1
+    batch = math.prod(out[:-2]) if len(out) > 2 else 1
+    k = max(1, round(kernel.flops / (2.0 * batch * _ceil(m, 16) * _ceil(n, 16)))) if kernel.flops else 1
+    item_out = kernel.output_specs[0].nbytes / max(1, math.prod(out)) if kernel.output_specs else 2
+    return Gemm(batch, m, n, k, _ITEM_BYTES.get(kernel.compute_dtype, 2), item_out)
+
+
+def _shape_gemm(kernel: "Kernel") -> Gemm:
+    """The same from the kernel's input shapes (planning reads shapes, not flops)."""
     batch, m, n, k = _matmul_dims(kernel.input_specs, kernel.output_specs)
-    rows = batch * -(-m // profile.cube_tile_m)
-    tiles = rows * -(-n // profile.cube_tile_n)
-    cores = profile.cores("cube")
-    if tiles >= cores:
-        return tiles
-    split_n = rows * -(-n // profile.decode_tile_n)
-    if split_n >= cores:
-        return split_n
-    return split_n * -(-k // profile.decode_tile_k)
+    return Gemm(batch, m, n, k, 2, 2)
+
+
+Strategy = Callable[[Gemm, "HardwareProfile"], Tiling]
+
+
+def _tiles_strategy(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
+    return output_tiles(profile)
+
+
+def tiled_block_dim(strategy: Strategy) -> Callable[["Kernel", "HardwareProfile"], int]:
+    """Launch as many cores as the tiling has tiles (capped later by the core count)."""
+
+    def block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
+        gemm = _shape_gemm(kernel)
+        return tile_count(gemm, strategy(gemm, profile))
+
+    return block_dim
+
+
+def tiled_body(strategy: Strategy) -> Callable[["Kernel", int, "HardwareProfile"], float]:
+    """The Cube time of the tiling ``strategy`` (:func:`pytest_npufuse.cost.cube.cube_us`), plus a SyncAll
+    if the kernel uses one."""
+
+    def body_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+        gemm = _gemm(kernel)
+        sync_us = profile.overhead_us["sync_all"] if kernel.info.sync_all else 0.0
+        peak = _peak_tflops(kernel, profile)
+        return sync_us + cube_us(gemm, strategy(gemm, profile), dim, kernel.bytes, peak, profile)
+
+    return body_us
+
+
+matmul_block_dim = tiled_block_dim(cann_tiling)
+matmul_us = tiled_body(cann_tiling)
 
 
 def vector_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
@@ -264,6 +323,14 @@ def vector_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
     written = sum(spec.nbytes for spec in kernel.output_specs)
     read = sum(spec.nbytes for spec in kernel.input_specs)
     return -(-max(read, written) // profile.vector_block_bytes)
+
+
+def cache_update_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
+    """One Vector block per ``vector_block_bytes`` of the slots written (not of the cache)."""
+    specs = kernel.input_specs
+    destination = max(range(len(specs)), key=lambda i: specs[i].nbytes, default=-1)
+    moved = sum(spec.nbytes for i, spec in enumerate(specs) if i != destination)
+    return max(1, -(-moved // profile.vector_block_bytes))
 
 
 def all_cores(kernel: "Kernel", profile: "HardwareProfile") -> int:
@@ -326,21 +393,30 @@ def ring_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
 
 
 def matmul_all_reduce_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
-    """MatmulAllReduce (MC2): the matmul's roofline on its cores and a ring AllReduce of its output over
+    """MatmulAllReduce (MC2): the matmul's Cube time on its cores (as ``matmul``) and a ring AllReduce of its output over
     ``ranks`` dies (two passes, as ``all_reduce``). The API page says the fused op pipelines computation
     and communication, so the body is the longer of the two (estimate: pipeline fill not counted)."""
     message = sum(spec.nbytes for spec in kernel.output_specs)
-    return max(roofline_us(kernel, dim, profile), _ring_us(2 * message, 2, profile))
+    return max(matmul_us(kernel, dim, profile), _ring_us(2 * message, 2, profile))
+
+
+def _mc2_phase_us(profile: "HardwareProfile") -> float:
+    """One handshake phase of an MC2 kernel: a fixed part and a part per peer rank whose flag it writes
+    and polls."""
+    return profile.mc2_phase_us + profile.mc2_rank_us * (profile.comm_ranks - 1)
 
 
 def mc2_dispatch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
-    """Dispatch exchanges token counts, then the tokens: two handshake phases and the message."""
-    return 2 * profile.mc2_phase_us + _link_us(kernel.bytes, profile)
+    """Dispatch exchanges token counts, then the tokens: two handshake phases and the (n-1)/n of the
+    message that leaves the die, so it grows with ranks and with tokens x top-k x hidden."""
+    ranks = profile.comm_ranks
+    return 2 * _mc2_phase_us(profile) + _link_us(kernel.bytes * (ranks - 1) / ranks, profile)
 
 
 def mc2_combine_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
-    """Combine sends the expert outputs back: one handshake phase and the message."""
-    return profile.mc2_phase_us + _link_us(kernel.bytes, profile)
+    """Combine sends the expert outputs back: one handshake phase and the message that leaves the die."""
+    ranks = profile.comm_ranks
+    return _mc2_phase_us(profile) + _link_us(kernel.bytes * (ranks - 1) / ranks, profile)
 
 
 def prefetch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
@@ -350,19 +426,37 @@ def prefetch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float
 
 # ---------------------------------------------------------------- the registry entries
 
-register_cost_rule("matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
-register_cost_rule("linear", block_dim=matmul_block_dim, flops=matmul_flops, bytes=linear_bytes, body_us=roofline_us, tiling="complex")
 register_cost_rule(
-    "grouped_matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=grouped_matmul_bytes, body_us=roofline_us,
+    "matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=matmul_us, tiling="complex"
+)
+register_cost_rule(
+    "matmul_tiles", block_dim=tiled_block_dim(_tiles_strategy), flops=matmul_flops, bytes=io_bytes,
+    body_us=tiled_body(_tiles_strategy), tiling="complex",
+)
+register_cost_rule(
+    "matmul_split_k", block_dim=tiled_block_dim(split_k), flops=matmul_flops, bytes=io_bytes,
+    body_us=tiled_body(split_k), tiling="complex",
+)
+register_cost_rule(
+    "linear", block_dim=matmul_block_dim, flops=matmul_flops, bytes=linear_bytes, body_us=matmul_us, tiling="complex"
+)
+register_cost_rule(
+    "grouped_matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=grouped_matmul_bytes, body_us=matmul_us,
     tiling="complex",
 )
 register_cost_rule("attention", block_dim=all_cores, flops=attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
 register_cost_rule(
     "bnsd_attention", block_dim=all_cores, flops=bnsd_attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex"
 )
-register_cost_rule("elementwise", block_dim=vector_block_dim, flops=elementwise_flops, bytes=io_bytes, body_us=roofline_us)
+register_cost_rule(
+    "elementwise", block_dim=vector_block_dim, flops=elementwise_flops, bytes=io_bytes, body_us=roofline_us,
+    pointwise=True,
+)
 register_cost_rule("reduction", block_dim=vector_block_dim, flops=reduction_flops, bytes=io_bytes, body_us=roofline_us)
 register_cost_rule("copy", block_dim=vector_block_dim, flops=no_flops, bytes=io_bytes, body_us=roofline_us)
+register_cost_rule(
+    "cache_update", block_dim=cache_update_block_dim, flops=no_flops, bytes=cache_update_bytes, body_us=roofline_us
+)
 register_cost_rule("fill", block_dim=vector_block_dim, flops=no_flops, bytes=output_bytes, body_us=roofline_us)
 register_cost_rule("gather_rows", block_dim=vector_block_dim, flops=no_flops, bytes=gather_rows_bytes, body_us=roofline_us)
 register_cost_rule("gather_elements", block_dim=vector_block_dim, flops=no_flops, bytes=gather_elements_bytes, body_us=roofline_us)
@@ -374,8 +468,14 @@ register_cost_rule(
     "matmul_all_reduce", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=matmul_all_reduce_us,
     tiling="complex",
 )
-register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us)
-register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us)
-register_cost_rule("mc2_dispatch", block_dim=all_cores, flops=no_flops, bytes=dispatch_bytes, body_us=mc2_dispatch_us, tiling="complex")
-register_cost_rule("mc2_combine", block_dim=all_cores, flops=no_flops, bytes=combine_bytes, body_us=mc2_combine_us, tiling="complex")
+register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us, hbm=False)
+register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us, hbm=False)
+register_cost_rule(
+    "mc2_dispatch", block_dim=all_cores, flops=no_flops, bytes=dispatch_bytes, body_us=mc2_dispatch_us,
+    tiling="complex", hbm=False,
+)
+register_cost_rule(
+    "mc2_combine", block_dim=all_cores, flops=no_flops, bytes=combine_bytes, body_us=mc2_combine_us, tiling="complex",
+    hbm=False,
+)
 register_cost_rule("prefetch", block_dim=one_core, flops=no_flops, bytes=prefetch_bytes, body_us=prefetch_us)

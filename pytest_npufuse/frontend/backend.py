@@ -115,8 +115,9 @@ class CaptureBackend:
             sizes = input_sizes(symbols, args)
             key = tuple(sorted((str(symbol), int(value)) for symbol, value in sizes.items()))
             if key not in runners:
-                program = build_program(gm, self.catalog, sizes, phase)
-                runners[key] = self._keep(CapturedGraph(gm, program, dynamic=not _on_gears(symbols, args)))
+                dynamic = not _on_gears(symbols, args)
+                program = build_program(gm, self.catalog, sizes, phase, size_ops=dynamic)
+                runners[key] = self._keep(CapturedGraph(gm, program, dynamic=dynamic))
             return runners[key](*args)
 
         return run

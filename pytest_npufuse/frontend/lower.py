@@ -26,7 +26,7 @@ from ..ir.events import Event, EventKind
 from ..ir.program import Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec, compute_dtype_of
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
-from . import scopes, syncs
+from . import ge_shapes, scopes, syncs
 from .source import call_name, call_site, module_path, source_line
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
@@ -128,11 +128,14 @@ class _Entered(NamedTuple):
 class _ProgramBuilder:
     """Walks an aten graph once in program order, keeping the scope stack as TorchAir's converter does."""
 
-    def __init__(self, gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes, phase: Phase) -> None:
+    def __init__(
+        self, gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes, phase: Phase, size_ops: bool = False
+    ) -> None:
         self.gm = gm
         self.catalog = catalog
         self.sizes = sizes
         self.phase = phase
+        self.size_ops = size_ops
         self.stack = scopes.ScopeStack()
         self.buffers: dict[str, Buffer] = {}
         self.kernels: list[Kernel] = []
@@ -152,10 +155,14 @@ class _ProgramBuilder:
     def build(self) -> Program:
         inputs: list[str] = []
         outputs: tuple[str | None, ...] = ()
+        dynamic = self.size_ops
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 self._add_buffer(node, producer=None)
                 inputs.append(node.name)
+                if dynamic and ge_shapes.is_symbolic(node):
+                    shape = self._ge_kernel(ge_shapes.SHAPE, (), f"{node.name}_shape", node)
+                    self._ge_kernel(ge_shapes.SIZE, (shape,), node.name, node)
             elif node.op == "get_attr":
                 self._add_buffer(node, producer=None)
             elif node.op == "output":
@@ -164,10 +171,14 @@ class _ProgramBuilder:
                 self._scope_marker(node)
             elif syncs.is_sync_node(node):
                 self._sync(node)
+            elif dynamic and ge_shapes.is_symbolic(node):
+                self._ge_kernel(ge_shapes.ARITHMETIC, self._sizes_of(node), node.name, node)
             elif is_view(node):
+                if dynamic:
+                    self._pack(node)
                 self._add_view(node)
             else:
-                self._add_kernel(node)
+                self._add_kernel(node, self._pack(node) if dynamic else ())
         if self.native_superkernels:
             names = [n.args[0] if n.args else None for n in self.native_superkernels]
             raise CaptureError(
@@ -374,7 +385,37 @@ class _ProgramBuilder:
         name = kernel_type if count == 0 else f"{kernel_type}_{count}"
         return name if self.phase == Phase.FORWARD else f"{self.phase}/{name}"
 
-    def _add_kernel(self, node: torch.fx.Node) -> None:
+    def _sizes_of(self, node: torch.fx.Node) -> tuple[str, ...]:
+        return tuple(name for name in ge_shapes.size_arguments(node) if name in self.buffers)
+
+    def _pack(self, node: torch.fx.Node) -> tuple[str, ...]:
+        """GE's Pack of the symbolic sizes ``node`` is given; the shape tensor it reads (none without)."""
+        sizes = self._sizes_of(node)
+        if not sizes:
+            return ()
+        length = ge_shapes.packed_length(node)
+        return (self._ge_kernel(ge_shapes.PACK, sizes, f"{node.name}_sizes", node, length=length),)
+
+    def _ge_kernel(
+        self, op_type: str, inputs: tuple[str, ...], buffer: str, node: torch.fx.Node, length: int = 1
+    ) -> str:
+        """One of GE's size kernels (:mod:`.ge_shapes`) writing the int64 buffer ``buffer``."""
+        info = self.catalog.lookup(op_type)
+        name = self._kernel_name(info.kernel_type)
+        output = TensorSpec((length,), "int64", 8 * length)
+        input_specs = [self.buffers[n].spec for n in inputs]
+        flops, nbytes = cost.kernel_work(info, input_specs, [output], list(inputs))
+        self.buffers[buffer] = Buffer(buffer, output, name)
+        self.kernels.append(Kernel(
+            index=len(self.kernels), name=name, node=buffer, op_type=op_type, info=info, inputs=inputs,
+            outputs=(buffer,), output_specs=(output,), annotations=self._annotations(), flops=flops, bytes=nbytes,
+            compute_dtype="int64",
+            source=source_line(node), input_specs=tuple(input_specs), modules=self._modules(node),
+        ))
+        self.index_of_name[name] = len(self.kernels) - 1
+        return buffer
+
+    def _add_kernel(self, node: torch.fx.Node, shape_inputs: tuple[str, ...] = ()) -> None:
         op_type = op_type_of(node)
         value = node.meta.get("val")
         known = self.catalog.entries.get(op_type)
@@ -388,7 +429,8 @@ class _ProgramBuilder:
             )
         values = value if isinstance(value, (tuple, list)) else (value,)
         output_specs = tuple(_spec(v, node, self.sizes) for v in values if isinstance(v, torch.Tensor))
-        inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers)
+        inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers
+                       and not ge_shapes.is_symbolic(n)) + shape_inputs
         input_specs = [self.buffers[name].spec for name in inputs]
         compute_dtype = compute_dtype_of(input_specs, output_specs)
         call = call_name(node)
@@ -533,11 +575,16 @@ def mutated_arguments(node: torch.fx.Node) -> tuple[str, ...]:
 
 
 def build_program(
-    gm: torch.fx.GraphModule, catalog: OpCatalog, sizes: Sizes | None = None, phase: Phase = Phase.FORWARD
+    gm: torch.fx.GraphModule,
+    catalog: OpCatalog,
+    sizes: Sizes | None = None,
+    phase: Phase = Phase.FORWARD,
+    size_ops: bool = False,
 ) -> Program:
     """The program IR of one aten graph; ``sizes`` gives the symbolic input sizes of a dynamic-shape
     graph their values for one call (see :func:`input_sizes`); ``phase`` is the graph's part of a
-    training step."""
-    return _ProgramBuilder(gm, catalog, sizes or {}, phase).build()
+    training step; ``size_ops`` adds the size kernels GE runs for a graph it host-schedules
+    (:mod:`.ge_shapes`; a graph on gears is static per gear)."""
+    return _ProgramBuilder(gm, catalog, sizes or {}, phase, size_ops).build()
 
 

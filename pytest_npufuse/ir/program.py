@@ -113,6 +113,13 @@ class Kernel:
         """The stream tag the kernel was issued on; ``default`` outside any ``npu_stream_switch``."""
         return self.annotations.stream or "default"
 
+    def with_bytes(self, nbytes: int) -> "Kernel":
+        """The same kernel pulling ``nbytes`` from HBM (L2 residency, simulate/l2.py). A field copy rather
+        than ``dataclasses.replace``, which re-runs ``__init__``: the simulator prices thousands per run."""
+        copy = object.__new__(Kernel)
+        copy.__dict__.update(self.__dict__, bytes=nbytes)
+        return copy
+
 
 @dataclass(frozen=True)
 class StreamScope:
@@ -146,6 +153,21 @@ class Program:
     def kernel(self, name: str) -> Kernel:
         """The kernel called ``name`` (GE-style kernel name)."""
         return self.by_name[name]
+
+    @cached_property
+    def reads(self) -> tuple[tuple[tuple[str, int], ...], ...]:
+        """Per kernel, the buffers whose memory it reads (views resolved to what they alias), each once,
+        with their sizes in bytes."""
+        buffers = self.buffers
+        return tuple(
+            tuple((storage, buffers[storage].spec.nbytes) for storage in dict.fromkeys(map(self.storage, kernel.inputs)))
+            for kernel in self.kernels
+        )
+
+    @cached_property
+    def footprint(self) -> int:
+        """Bytes of every buffer that owns memory (views excluded): what one run touches at most."""
+        return sum(buffer.spec.nbytes for buffer in self.buffers.values() if buffer.alias_of is None)
 
     def producer(self, buffer: str) -> Kernel | None:
         """The kernel that wrote the memory ``buffer`` lives in, or None for graph inputs."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..target.profile import DEFAULT_TARGET
+from ..target.profile import DEFAULT_TARGET, TARGET_HELP
 
 
 class Kind(Enum):
@@ -50,8 +50,8 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option(
         "npu_target",
-        "NPU target(s) to model: a2, a3, a profile .toml path, or a comma list such as a2,a3 that runs every "
-        f"npufuse test once per target (default {DEFAULT_TARGET})",
+        f"NPU target(s) to model: {TARGET_HELP}, or a comma list such as a2,a3 that runs every npufuse test once "
+        "per target",
         default=DEFAULT_TARGET,
     ),
     Option(

@@ -46,6 +46,7 @@ class DeviceTask(NamedTuple):
     duration_us: float
     waits: tuple[int, ...] = ()
     records: tuple[int, ...] = ()
+    cold_us: float = 0.0
 
 
 class DeviceModel:
@@ -86,6 +87,8 @@ class DeviceModel:
         self._release: list[float | None] = [None] * len(tasks)
         self.start: list[float | None] = [None] * len(tasks)
         self.end: list[float | None] = [None] * len(tasks)
+        self.cold = [0.0] * len(tasks)
+        self._arrived_late = [False] * len(tasks)
         self.recorded: list[float | None] = [None] * len(events)
         self.waited: list[float | None] = [None] * len(events)
         self._blocked: dict[int, list[int]] = {}
@@ -117,7 +120,8 @@ class DeviceModel:
         if release is None:
             return
         task = self.tasks[index]
-        ready = self._stream_free[stream] + (self._gap_us if position else 0.0)
+        idle_from = self._stream_free[stream] + (self._gap_us if position else 0.0)
+        ready = idle_from
         waits = task.waits
         if waits:
             recorded = self.recorded
@@ -134,6 +138,7 @@ class DeviceModel:
         dispatched = self._dispatched[stream]
         dispatched = (release if release > dispatched else dispatched) + task.dispatch_us
         self._dispatched[stream] = dispatched
+        self._arrived_late[index] = position == 0 or dispatched > idle_from
         if dispatched > ready:
             ready = dispatched
         self._busy[stream] = True
@@ -231,7 +236,9 @@ class DeviceModel:
         for pool, count in task.needs:
             free[pool] -= count
         self.start[index] = now
-        self.end[index] = finish = now + task.duration_us
+        cold = task.cold_us if self._arrived_late[index] else 0.0
+        self.cold[index] = cold
+        self.end[index] = finish = now + task.duration_us + cold
         heapq.heappush(self._running, (finish, index))
 
     def _check_fits(self, task: DeviceTask) -> None:

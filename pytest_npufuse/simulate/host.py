@@ -31,6 +31,7 @@ GRAPH_REPLAY = "graph-replay"
 HOST_SCHEDULED = "host-scheduled"
 EAGER = Mode.EAGER
 MODES = tuple(mode.value for mode in Mode)
+_HOST_FED_DTYPES = frozenset({"int32", "int64"})
 
 
 def execution_of(mode: str, dynamic: bool) -> str:
@@ -65,8 +66,8 @@ class HostConfig:
     """Host-side settings of a run.
 
     ``threads`` is GE's ``MAX_RUNTIME_CORE_NUMBER``, read from the environment as GE does (seed 002
-    recommends 3); ``tiling_cache`` and ``small_shape_on_host`` are GE optimisations that are on by
-    default and can be turned off to measure them. ``warm_tiling_cache`` models a steady-state
+    recommends 3); ``tiling_cache``, ``small_shape_on_host`` and ``ge_fusion`` are GE optimisations that
+    are on by default and can be turned off to measure them. ``warm_tiling_cache`` models a steady-state
     iteration: the tiling cache keeps what earlier iterations computed, so only ops never seen before
     tile (False: the first iteration, cache empty). Eager runs on one thread without GE's optimisations
     whatever is set here.
@@ -76,6 +77,7 @@ class HostConfig:
     tiling_cache: bool = True
     small_shape_on_host: bool = True
     warm_tiling_cache: bool = True
+    ge_fusion: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
@@ -83,7 +85,7 @@ class HostConfig:
                 f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int >= 1 "
                 "(CANN's dynamic-shape scheduling article recommends 3)."
             )
-        for name in ("tiling_cache", "small_shape_on_host"):
+        for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "ge_fusion"):
             if not isinstance(getattr(self, name), bool):
                 raise ArgumentError(f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.")
 
@@ -117,16 +119,20 @@ def _small(kernel: Kernel, program: Program, limit: int) -> bool:
 
 
 def kept_on_host(program: Program, plan: Plan, profile: HardwareProfile, execution: str, config: HostConfig) -> frozenset[str]:
-    """Tasks that never reach the device: host-engine ops always, and in host scheduling the small
+    """Tasks that never reach the device: host-engine ops always, GE's size ops (``ge_shape``) outside
+    host scheduling (a sunk or replayed graph knows its sizes), and in host scheduling the small
     ``host_small`` ops whose inputs are graph inputs or were themselves computed on the host."""
     on_host: set[str] = set()
     host_buffers = set(program.inputs)
-    small_ops = execution == HOST_SCHEDULED and config.small_shape_on_host
+    scheduled = execution == HOST_SCHEDULED
+    small_ops = scheduled and config.small_shape_on_host
     for task in plan.tasks:
-        if task.segment is not None or not (small_ops or task.engine == "host"):
+        if task.segment is not None:
             continue
         kernel = program.by_name[task.kernels[0]]
-        eligible = task.engine == "host" or (
+        if not (small_ops or task.engine == "host" or (kernel.info.ge_shape and not scheduled)):
+            continue
+        eligible = task.engine == "host" or (kernel.info.ge_shape and not scheduled) or (
             kernel.info.host_small
             and all(program.storage(name) in host_buffers for name in kernel.inputs)
             and _small(kernel, program, profile.small_shape_max_elements)
@@ -165,6 +171,51 @@ def _tiling_key(kernel: Kernel, program: Program) -> tuple:
     return (kernel.op_type, inputs, outputs)
 
 
+def host_fed(program: Program) -> tuple[str, ...]:
+    """The graph inputs a step copies from host memory: integer tensors (token ids, positions, shape and
+    index tensors a serving loop feeds each step). Parameters and caches are float and stay on the device."""
+    buffers = program.buffers
+    return tuple(
+        name for name in program.inputs
+        if name in buffers and buffers[name].producer is None and buffers[name].spec.dtype in _HOST_FED_DTYPES
+    )
+
+
+def _h2d(nbytes: int, profile: HardwareProfile) -> float:
+    """One host-to-device copy: a fixed call cost and the bytes over PCIe."""
+    return profile.host_us["h2d_copy"] + nbytes / (profile.h2d_gbps * 1e3)
+
+
+def _last_uses(program: Program, plan: Plan, on_device: Mapping[str, int]) -> dict[int, list[str]]:
+    """Task position -> device-produced buffers whose last reader it is (freed once it is launched)."""
+    last: dict[str, int] = {}
+    task_of = {name: position for position, task in enumerate(plan.tasks) for name in task.kernels}
+    for kernel in program.kernels:
+        position = task_of.get(kernel.name)
+        if position is None or plan.tasks[position].name not in on_device:
+            continue
+        for name in kernel.inputs:
+            storage = program.storage(name)
+            producer = program.buffers[storage].producer
+            if producer is not None and producer in task_of and plan.tasks[task_of[producer]].name in on_device:
+                last[storage] = position
+    by_task: dict[int, list[str]] = {}
+    for storage, position in sorted(last.items(), key=lambda item: item[1]):
+        by_task.setdefault(position, []).append(storage)
+    return by_task
+
+
+def _fused_into_previous(kernel: Kernel, previous: Kernel | None, program: Program) -> bool:
+    """GE's automatic fusion: a pointwise op that reads the previous pointwise op's output, with the same
+    output shape, becomes part of the previous op, so it passes the host kernels only once (seed 002, "other
+    techniques": fusion reduces the host kernels to issue)."""
+    if previous is None or not (cost.pointwise(kernel.info) and cost.pointwise(previous.info)):
+        return False
+    if kernel.output_specs[:1] != previous.output_specs[:1]:
+        return False
+    return any(program.storage(name) in previous.outputs for name in kernel.inputs)
+
+
 def schedule(
     program: Program,
     plan: Plan,
@@ -175,7 +226,13 @@ def schedule(
     device_index: Mapping[str, int],
 ) -> tuple[tuple[HostSlice, ...], float]:
     """Drive ``device`` as the host would and return the host's slices and when its last one ends: one
-    launch call for a sunk or replayed graph, else every op through the host kernels."""
+    launch call for a sunk or replayed graph, else every op through the host kernels.
+
+    Host scheduling (seed 002, section 4): the ordinary thread runs InferShape and Tiling, the memory
+    thread allocates an op's output and frees the buffers whose last reader it launched, the launch thread
+    copies host tensors the op reads to the device (graph inputs fed from the host, values a small-shape op
+    computed on the host) and launches it. GE's fusion lets a pointwise op ride on its producer's host
+    kernels. Eager runs every op on one thread through torch_npu's dispatch, without GE's optimisations."""
     task_of = {name: task.name for task in plan.tasks for name in task.kernels}
     if execution in (GRAPH_SINK, GRAPH_REPLAY):
         return _launch_graph(program, plan, profile, execution, device, device_index, task_of)
@@ -185,13 +242,27 @@ def schedule(
     tiled: set[tuple] = set()
     if config.tiling_cache and config.warm_tiling_cache and not eager:
         tiled.update(_tiling_key(program.kernel(task.kernels[0]), program) for task in plan.tasks)
-    for task in plan.tasks:
+    on_host = set(host_fed(program)) | {name for task in plan.tasks if task.name not in device_index
+                                        for kernel_name in task.kernels for name in program.kernel(kernel_name).outputs}
+    copied: set[str] = set()
+    frees = _last_uses(program, plan, device_index)
+    previous: Kernel | None = None
+    launched = 0.0
+    for position, task in enumerate(plan.tasks):
         kernel = program.kernel(task.kernels[0])
+        if eager and kernel.info.ge_shape:
+            continue  # eager computes sizes in Python
         after = _value_sync(kernel, program, task_of, device, device_index, host["stream_sync"], threads)
+        fused = config.ge_fusion and not eager and _fused_into_previous(kernel, previous, program)
+        if task.name in device_index and fused:
+            device.release(device_index[task.name], launched)
+            previous = kernel
+            continue
         first = [("EagerDispatch", host["eager_dispatch"])] if eager else []
         first.append(("InferShape", host["infer_shape"]))
         if task.name not in device_index:
             threads.run(0, after, [*first, ("HostCompute", host["host_op"])], task.name)
+            previous = None
             continue
         key = _tiling_key(kernel, program)
         hit = config.tiling_cache and key in tiled
@@ -199,8 +270,14 @@ def schedule(
         first.append(("TilingCacheHit", host["tiling_cache_hit"]) if hit else ("Tiling", host[_TILING_COST[cost.tiling_class(kernel.info)]]))
         ready = threads.run(0, after, first, task.name)
         ready = threads.run(1, ready, [("AllocMem", host["alloc"])], task.name)
-        launched = threads.run(2, ready, [("Launch", host["launch"])], task.name)
+        copies = [program.storage(name) for name in kernel.inputs if program.storage(name) in on_host - copied]
+        copied.update(copies)
+        steps = [("MemcpyH2D", _h2d(program.buffers[name].spec.nbytes, profile)) for name in dict.fromkeys(copies)]
+        launched = threads.run(2, ready, [*steps, ("Launch", host["launch"])], task.name)
         device.release(device_index[task.name], launched)
+        if position in frees and not eager:
+            threads.run(1, launched, [("FreeMem", host["free"])] * len(frees[position]), task.name)
+        previous = kernel
     slices = tuple(threads.slices)
     return slices, max((s.end_us for s in slices), default=0.0)
 
@@ -221,8 +298,13 @@ def _launch_graph(
     key = "model_launch" if execution == GRAPH_SINK else "replay_launch"
     launch = profile.overhead_us[key]
     name = "ModelExecute" if execution == GRAPH_SINK else "GraphReplay"
-    slices = [HostSlice(name, 0, 0.0, launch, plan.variant)]
-    clock, released = launch, 0
+    slices, clock = [], 0.0
+    for fed in host_fed(program):
+        copy = _h2d(program.buffers[fed].spec.nbytes, profile)
+        slices.append(HostSlice("MemcpyH2D", 0, clock, clock + copy, fed))
+        clock += copy
+    slices.append(HostSlice(name, 0, clock, clock + launch, plan.variant))
+    clock, released = clock + launch, 0
     for position, task in enumerate(plan.tasks):
         producers = _device_producers(program.kernel(task.kernels[0]), program, task_of, device_index)
         if not producers:

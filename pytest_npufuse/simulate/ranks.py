@@ -158,13 +158,14 @@ def _lockstep(
             "scopes (superkernel=False) or with a routing whose rows keep the same plan."
         )
     launches = _launch_times(first_program, first_plan, first, profile, host, dynamic)
+    execution = execution_of(first_plan.mode, dynamic)
     held = _collectives(first_program, first_plan, first)
     tasks = [build.tasks for _, _, build in builds]
     slowest = {index: max(rank_tasks[index].duration_us for rank_tasks in tasks) for index in held}
     devices = []
     for (_, _, build), rank_tasks in zip(builds, tasks):
         joined = [task._replace(duration_us=slowest[i]) if i in slowest else task for i, task in enumerate(rank_tasks)]
-        device = build.model(profile, joined, _HeldDevice, held=frozenset(held))
+        device = build.model(profile, joined, _HeldDevice, execution, held=frozenset(held))
         for index, at in enumerate(launches):
             if at is not None:
                 device.release(index, at)
@@ -200,7 +201,8 @@ def _launch_times(
     program: Program, plan: Plan, build: _DeviceBuild, profile: HardwareProfile, host: HostConfig, dynamic: bool,
 ) -> list[float | None]:
     """When the host launches each device task: rank 0's host schedule, which every rank runs alike."""
-    device = build.model(profile)
-    schedule(program, plan, profile, execution_of(plan.mode, dynamic), host, device, build.index)
+    execution = execution_of(plan.mode, dynamic)
+    device = build.model(profile, execution=execution)
+    schedule(program, plan, profile, execution, host, device, build.index)
     return [device.released_at(index) for index in range(len(build.tasks))]
 

@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass
 from itertools import count, repeat
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from types import MappingProxyType
+from typing import Any, Mapping, NamedTuple
 
 from .. import cost
 from ..errors import NpufuseError
@@ -29,8 +30,11 @@ from ..ir.program import Kernel, Program
 from ..plan.tasks import Plan, Segment, Task
 from ..target.profile import HardwareProfile
 from ..vocabulary import Vocabulary
+from .l2 import effective_bytes
 from .device import HBM_POOL, HBM_UNITS, DeviceModel, DeviceTask
-from .host import EAGER, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
+from .host import (
+    EAGER, GRAPH_REPLAY, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
+)
 
 
 class KernelRun(NamedTuple):
@@ -95,6 +99,8 @@ _AIV_PER_AIC = {"MIX_AIC_1_2": 2}
 # Engines whose kernels stream HBM through the AI Cores or the DMA engine (collectives and AI CPU move
 # their bytes over other paths).
 _HBM_ENGINES = frozenset({"cube", "vector", "dma"})
+# Engines whose kernels start AI Cores and so pay a cold start on an idle stream.
+_AI_CORE = frozenset({"cube", "vector"})
 _new_tuple = tuple.__new__
 _NAME_OF = attrgetter("name")
 _STREAM_OF = attrgetter("stream")
@@ -139,8 +145,9 @@ class _Facts:
     are built in plain loops: CPython specialises those, and they beat ``map`` chains of builtins.
     """
 
-    def __init__(self, profile: HardwareProfile) -> None:
+    def __init__(self, profile: HardwareProfile, effective: Mapping[str, int] = MappingProxyType({})) -> None:
         self.profile = profile
+        self.effective = effective
         overhead = profile.overhead_us
         self.head_us = overhead["kernel_head"]
         self.icache_us = overhead["icache_miss"]
@@ -151,10 +158,17 @@ class _Facts:
         self.sk_sync_us = overhead["sk_sync"]
         self.early_us = overhead["early_start_overlap"]
         self.sync_all_us = overhead["sync_all"]
+        self.cold_us = overhead["cold_start"]
         self.hbm_bytes_per_us = profile.hbm_gbps * 1e3
         self._bodies: dict[tuple, float] = {}
         self.timings: dict[tuple, tuple[float, tuple[tuple[int, int], ...]]] = {}
         self._layouts: dict[tuple, _Layout] = {}
+
+    def priced(self, kernel: Kernel) -> Kernel:
+        """The kernel with the HBM bytes it really pulls, once L2-resident inputs are taken out
+        (:mod:`~pytest_npufuse.simulate.l2`)."""
+        nbytes = self.effective.get(kernel.name)
+        return kernel if nbytes is None else kernel.with_bytes(nbytes)
 
     def body_us(self, kernel: Kernel, dim: int) -> float:
         info = kernel.info
@@ -173,7 +187,8 @@ class _Facts:
         start_us = self.head_us + self.icache_us + self.fetch_us * dim + self.flush_us
         duration = start_us + body if engine in _HBM_ENGINES or engine == "aicpu" else body
         needs = ((_POOL_OF[engine], dim),) if engine != "host" else ()
-        timing = self.timings[key] = (duration, needs + self.hbm_share(kernel.bytes if engine in _HBM_ENGINES else 0, duration))
+        streamed = kernel.bytes if engine in _HBM_ENGINES and cost.reads_hbm(kernel.info) else 0
+        timing = self.timings[key] = (duration, needs + self.hbm_share(streamed, duration))
         return timing
 
     def hbm_share(self, nbytes: float, duration: float) -> tuple[tuple[int, int], ...]:
@@ -190,12 +205,15 @@ class _Facts:
                segment.code_copies, segment.flush_before, segment.flush_after, block_dim)
         layout = self._layouts.get(key)
         if layout is None:
+            kernels = tuple(map(self.priced, kernels)) if self.effective else kernels
             subs = tuple(
                 (key[1], self.body_us(kernel, key[1]), kernel.info.engine, kernel.info.sync_all, kernel.info.kernel_type)
                 for kernel, key in zip(kernels, keys)
             )
             layout = self._lay_out(subs, segment, block_dim)
-            nbytes = sum(kernel.bytes for kernel in kernels if kernel.info.engine in _HBM_ENGINES)
+            nbytes = sum(
+                kernel.bytes for kernel in kernels if kernel.info.engine in _HBM_ENGINES and cost.reads_hbm(kernel.info)
+            )
             layout = self._layouts[key] = layout._replace(needs=layout.needs + self.hbm_share(nbytes, layout.duration_us))
         return layout
 
@@ -252,10 +270,12 @@ def _superkernel_shape(program: Program, task: Task, facts: _Facts) -> _Shape:
     kernels = itemgetter(*names)(program.by_name) if len(names) > 1 else (program.by_name[names[0]],)
     cap = task.block_dim
     vector_cap = cap * _AIV_PER_AIC.get(task.segment.kernel_type, 1)
+    effective = facts.effective
     keys = []
     for kernel, dim in zip(kernels, task.segment.kernel_dims):
         limit = vector_cap if kernel.info.engine == "vector" else cap
-        keys.append((id(kernel.info), dim if dim < limit else limit, kernel.flops, kernel.bytes, kernel.compute_dtype))
+        nbytes = effective.get(kernel.name, kernel.bytes) if effective else kernel.bytes
+        keys.append((id(kernel.info), dim if dim < limit else limit, kernel.flops, nbytes, kernel.compute_dtype))
     layout = facts.superkernel(kernels, tuple(keys), task.segment, cap)
     row = (task.name, SUPERKERNEL_OP, layout.duration_us, cap, task.engine, "SuperKernel")
     return _new_tuple(_Shape, (layout.duration_us, layout.needs, row, kernels, layout))
@@ -296,18 +316,19 @@ class _DeviceBuild:
             recorder = self.index.get(event.record_task)
             if recorder is not None:
                 records[recorder] += (number,)
-        facts = _Facts(profile)
+        facts = _Facts(profile, effective_bytes(program, profile))
         dispatch_us = {engine: profile.dispatch_us(engine) for engine in _POOL_OF}
         self.shapes: list[_Shape] = []
         self.tasks: list[DeviceTask] = []
-        by_name, timings = program.by_name, facts.timings
+        by_name, timings, effective = program.by_name, facts.timings, facts.effective
         for task, task_waits, task_records in zip(device_tasks, waits, records):
             if task.segment is None:
                 # An ordinary kernel, inline: most tasks are one, and a call per task shows in the run time.
                 kernel = by_name[task.kernels[0]]
                 info, dim = kernel.info, task.block_dim
-                key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype, kernel.output_specs)
-                end, needs = timings.get(key) or facts.timing(kernel, dim, key)
+                nbytes = effective.get(kernel.name, kernel.bytes) if effective else kernel.bytes
+                key = (id(info), dim, kernel.flops, nbytes, kernel.compute_dtype, kernel.output_specs)
+                end, needs = timings.get(key) or facts.timing(facts.priced(kernel), dim, key)
                 row = (kernel.name, kernel.op_type, end, dim, info.engine, info.kernel_type)
                 shape = _new_tuple(_Shape, (end, needs, row, (), None))
             else:
@@ -315,26 +336,30 @@ class _DeviceBuild:
             self.shapes.append(shape)
             self.tasks.append(_new_tuple(DeviceTask, (
                 task.name, stream_index[task.stream], task.priority, shape.needs, dispatch_us[task.engine],
-                shape.duration_us, task_waits, task_records,
+                shape.duration_us, task_waits, task_records, facts.cold_us if task.engine in _AI_CORE else 0.0,
             )))
 
     def model(self, profile: HardwareProfile, tasks: list[DeviceTask] | None = None,
-              device: type[DeviceModel] = DeviceModel, **extra: Any) -> DeviceModel:
-        """The device model of these tasks (or of ``tasks``, the same ones with other durations)."""
+              device: type[DeviceModel] = DeviceModel, execution: str = GRAPH_SINK, **extra: Any) -> DeviceModel:
+        """The device model of these tasks (or of ``tasks``, the same ones with other durations); a replayed
+        aclgraph waits ``replay_task`` longer between tasks than GE's sunk graph."""
         capacity = (profile.aic, profile.aiv, profile.aicpu, 1, 1, HBM_UNITS)
         overhead = profile.overhead_us
+        gap = overhead["task_gap"] + (overhead["replay_task"] if execution == GRAPH_REPLAY else 0.0)
         return device(
             self.tasks if tasks is None else tasks, self.streams, capacity, self.events, overhead["event_record"],
-            overhead["event_wait"], overhead["task_gap"], **extra,
+            overhead["event_wait"], gap, **extra,
         )
 
     def kernels(self, device: DeviceModel) -> tuple[KernelRun, ...]:
         runs = []
         append = runs.append
-        for task, shape, start in zip(self.tasks, self.shapes, device.start):
+        for task, shape, start, cold in zip(self.tasks, self.shapes, device.start, device.cold):
             stream = self.streams[task.stream]
             name, op_type, end, dim, engine, kernel_type = shape.row
-            append(_new_tuple(KernelRun, (name, op_type, stream, start + 0.0, start + end, dim, engine, None, kernel_type)))
+            row = (name, op_type, stream, start + 0.0, start + cold + end, dim, engine, None, kernel_type)
+            append(_new_tuple(KernelRun, row))
+            start += cold
             layout = shape.layout
             if layout is not None:
                 runs += [
@@ -391,12 +416,12 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
     execution = execution_of(plan.mode, dynamic)
     on_host = kept_on_host(program, plan, profile, execution, host)
     build = _DeviceBuild(program, plan, profile, on_host)
-    device = build.model(profile)
+    device = build.model(profile, execution=execution)
     slices, host_us = schedule(program, plan, profile, execution, host, device, build.index)
     device.run()
     last = _joined_end(device, profile)
     if execution in (HOST_SCHEDULED, EAGER):
-        alone = build.model(profile)
+        alone = build.model(profile, execution=execution)
         alone.release_all(0.0)
         alone.run()
         device_us = max((end for end in alone.end if end is not None), default=0.0)

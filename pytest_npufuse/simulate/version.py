@@ -18,7 +18,7 @@ from ..errors import BaselineError
 from ..target.catalog import OpCatalog
 from ..target.profile import HardwareProfile
 
-SIMULATOR_VERSION = "2"
+SIMULATOR_VERSION = "3"
 
 
 def _digest(data: Any) -> str:

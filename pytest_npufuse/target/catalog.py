@@ -57,6 +57,7 @@ class OpInfo:
     access_bytes: int = 0
     unfusable: Unfusable | None = None
     """Why a SuperKernel cannot call it (None for a fusable op)."""
+    ge_shape: bool = False
 
     def for_dtypes(self, dtypes: Iterable[str]) -> "OpInfo":
         """The op as it runs on tensors of ``dtypes``: an AI CPU kernel (never fusable) when one of
@@ -156,6 +157,7 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         cost=rule,
         access_bytes=_optional(table, "access_bytes", int, 0, entry_where),
         unfusable=unfusable,
+        ge_shape=_optional(table, "ge_shape", bool, False, entry_where),
     )
 
 
@@ -171,7 +173,7 @@ def _unfusable(table: dict[str, Any], engine: str, fusable: bool, where: str) ->
 
 _ENTRY_KEYS = frozenset(
     {"engine", "fusable", "sync_all", "block_dim", "flops", "flops_per_element", "kernel_type", "bytes",
-     "host_small", "value_dependent", "aicpu_dtypes", "cost", "access_bytes", "unfusable"}
+     "host_small", "value_dependent", "aicpu_dtypes", "cost", "access_bytes", "unfusable", "ge_shape"}
 )
 
 

@@ -18,9 +18,22 @@ from ..files.toml import read_toml, typed_value
 from ..vocabulary import Engine
 
 DATA_DIR = Path(__file__).parent / "data"
-BUILTIN_TARGETS = ("a2", "a3")
+# What every A2/A3 die shares (the dav-c220 AI Core, CANN's runtime and host path); each SKU file is laid over it.
+ARCHITECTURE_FILE = "dav_c220.toml"
+# The Atlas A2 bins and one Atlas A3 die, each a TOML file over the architecture file.
+SKU_TARGETS = ("910b1", "910b2", "910b3", "910b4", "910c")
+# Names kept from the first profiles: a2 is the 910B2 bin (the 24-core 1.8 GHz part whose peaks Huawei's own
+# performance model uses for Atlas A2, and the part the a2 profile always described), a3 one 910C die.
+TARGET_ALIASES = MappingProxyType({"a2": "910b2", "a3": "910c"})
+BUILTIN_TARGETS = (*SKU_TARGETS, *TARGET_ALIASES)
 # The target of every entry point when none is named: the Atlas A3 the seed documents target.
 DEFAULT_TARGET = "a3"
+# How command lines name a target (the CLI's and the plugin's --npu-target help).
+TARGET_HELP = (
+    f"a built-in target ({', '.join(SKU_TARGETS)}; "
+    + ", ".join(f"{alias} = {sku}" for alias, sku in TARGET_ALIASES.items())
+    + f") or a profile .toml file (default {DEFAULT_TARGET})"
+)
 # Set by ``python -m pytest_npufuse run`` for the processes a script starts: the target they model.
 CHILD_TARGET_VARIABLE = "NPUFUSE_CHILD_TARGET"
 ENGINES = tuple(Engine)
@@ -42,12 +55,17 @@ class HardwareProfile:
     hbm_gbps: float
     l2_mib: float
     core_ddr_bytes_per_cycle: float
+    core_l2_bytes_per_cycle: float
     compute_efficiency: float
+    compute_int8_efficiency: float
     memory_efficiency: float
+    pipeline_overlap: float
+    l2_activation_share: float
     cube_tile_m: int
     cube_tile_n: int
     vector_block_bytes: int
     cube_fractal: int
+    cube_k_block: int
     decode_tile_n: int
     decode_tile_k: int
     overhead_us: Mapping[str, float]
@@ -57,10 +75,12 @@ class HardwareProfile:
     comm_efficiency: float
     comm_ranks: int
     mc2_phase_us: float
+    mc2_rank_us: float
     aicpu_gflops_per_core: float
     aicpu_bytes_per_us_per_core: float
     host_us: Mapping[str, float]
     small_shape_max_elements: int
+    h2d_gbps: float
     superkernel_supported: bool
     superkernel_max_streams: int
     source: str
@@ -102,13 +122,22 @@ _OVERHEAD_KEYS = (
     "dcci_flush",
     "fetch_per_core",
     "early_start_overlap",
+    "cold_start",
+    "replay_task",
 )
 # Costs and limits that may be zero; every other number is a count, rate or size the model divides by.
-_ZERO_ALLOWED = {("comm", "latency_us"), ("host", "small_shape_max_elements")}
+_ZERO_ALLOWED = {("comm", "latency_us"), ("host", "small_shape_max_elements"), ("mc2", "rank_us")}
 _ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
 # Shares of a peak that a kernel reaches: above 1 would model a chip faster than its own peak.
-_FRACTIONS = {("efficiency", "compute"), ("efficiency", "memory"), ("comm", "efficiency")}
-_HOST_KEYS = ("infer_shape", "tiling", "tiling_complex", "tiling_cache_hit", "alloc", "launch", "host_op", "stream_sync", "eager_dispatch")
+_FRACTIONS = {
+    ("efficiency", "compute"), ("efficiency", "compute_int8"), ("efficiency", "memory"),
+    ("efficiency", "pipeline_overlap"), ("efficiency", "l2_activation_share"), ("comm", "efficiency"),
+}
+_ZERO_FRACTIONS = {("efficiency", "pipeline_overlap")}
+_HOST_KEYS = (
+    "infer_shape", "tiling", "tiling_complex", "tiling_cache_hit", "alloc", "free", "launch", "h2d_copy", "host_op",
+    "stream_sync", "eager_dispatch",
+)
 
 
 def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
@@ -146,13 +175,18 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
         vector_tflops=rates("vector_tflops"),
         hbm_gbps=get("memory", "hbm_gbps", float),
         l2_mib=get("memory", "l2_mib", float),
-        core_ddr_bytes_per_cycle=get("memory", "core_ddr_bytes_per_cycle", float),
+        core_ddr_bytes_per_cycle=get("core_memory", "ddr_bytes_per_cycle", float),
+        core_l2_bytes_per_cycle=get("core_memory", "l2_bytes_per_cycle", float),
         compute_efficiency=get("efficiency", "compute", float),
+        compute_int8_efficiency=get("efficiency", "compute_int8", float),
         memory_efficiency=get("efficiency", "memory", float),
+        pipeline_overlap=get("efficiency", "pipeline_overlap", float),
+        l2_activation_share=get("efficiency", "l2_activation_share", float),
         cube_tile_m=get("tiling", "cube_tile_m", int),
         cube_tile_n=get("tiling", "cube_tile_n", int),
         vector_block_bytes=get("tiling", "vector_block_bytes", int),
         cube_fractal=get("tiling", "cube_fractal", int),
+        cube_k_block=get("tiling", "cube_k_block", int),
         decode_tile_n=get("tiling", "decode_tile_n", int),
         decode_tile_k=get("tiling", "decode_tile_k", int),
         overhead_us=MappingProxyType({key: get("overhead_us", key, float) for key in _OVERHEAD_KEYS}),
@@ -161,11 +195,13 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
         comm_latency_us=get("comm", "latency_us", float),
         comm_efficiency=get("comm", "efficiency", float),
         comm_ranks=get("comm", "ranks", int),
-        mc2_phase_us=get("comm", "mc2_phase_us", float),
+        mc2_phase_us=get("mc2", "phase_us", float),
+        mc2_rank_us=get("mc2", "rank_us", float),
         aicpu_gflops_per_core=get("aicpu", "gflops_per_core", float),
         aicpu_bytes_per_us_per_core=get("aicpu", "bytes_per_us_per_core", float),
         host_us=MappingProxyType({key: get("host_us", key, float) for key in _HOST_KEYS}),
         small_shape_max_elements=get("host", "small_shape_max_elements", int),
+        h2d_gbps=get("host", "h2d_gbps", float),
         superkernel_supported=get("superkernel", "supported", bool),
         superkernel_max_streams=get("superkernel", "max_streams", int),
         source=source,
@@ -195,11 +231,14 @@ def _check_range(value: float, section: str, key: str, where: str) -> None:
     """Every number of a profile is finite (a nan never compares, so the device model would wait for a
     time that never comes) and not negative; a count or rate of zero would divide by zero later, and an
     efficiency is a share of the peak, at most 1."""
-    may_be_zero = section in _ZERO_ALLOWED_SECTIONS or (section, key) in _ZERO_ALLOWED
+    may_be_zero = (
+        section in _ZERO_ALLOWED_SECTIONS or (section, key) in _ZERO_ALLOWED or (section, key) in _ZERO_FRACTIONS
+    )
     fraction = (section, key) in _FRACTIONS
     bad = not math.isfinite(value) or value < 0 or (value == 0 and not may_be_zero) or (fraction and value > 1)
     if bad:
-        expected = "a number in (0, 1]" if fraction else "zero or more" if may_be_zero else "more than zero"
+        expected = ("a number in [0, 1]" if may_be_zero else "a number in (0, 1]") if fraction else (
+            "zero or more" if may_be_zero else "more than zero")
         raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {expected} (finite); fix it in that table.")
 
 
@@ -273,8 +312,26 @@ def profile_file_targets(path: Path) -> dict[str, TargetTable]:
     return {str(name or path.stem): TargetTable(data, str(path), base)}
 
 
+def _sku_path(target: str) -> Path:
+    return DATA_DIR / f"{TARGET_ALIASES.get(target, target)}.toml"
+
+
 def _builtin_data(target: str) -> dict[str, Any]:
-    return read_toml(DATA_DIR / f"{target}.toml")
+    """A built-in target's data: its SKU file laid over the architecture file; an alias keeps its own
+    name, which reports, markers and baselines use."""
+    data = merge_tables(read_toml(DATA_DIR / ARCHITECTURE_FILE), read_toml(_sku_path(target)))
+    if target in TARGET_ALIASES:
+        data["target"] = merge_tables(data["target"], {"name": target})
+    return data
+
+
+def builtin_profile_text(target: str) -> str:
+    """The complete TOML text of a built-in target, with its source comments: the architecture file then
+    the SKU's (they share no table). Copy it to start a profile file of your own; an alias's text names
+    its SKU."""
+    if target not in BUILTIN_TARGETS:
+        raise ProfileError(f"unknown built-in target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}.")
+    return (DATA_DIR / ARCHITECTURE_FILE).read_text() + "\n" + _sku_path(target).read_text()
 
 
 def _user_profile(name: str, table: TargetTable) -> HardwareProfile:
@@ -290,11 +347,12 @@ def _user_profile(name: str, table: TargetTable) -> HardwareProfile:
 
 def load_profile(target: str, user_targets: Mapping[str, TargetTable] | None = None) -> HardwareProfile:
     """Load a target: a user table (``user_targets``, from pyproject.toml or a profile file) wins, then
-    a built-in target (``a2``, ``a3``), then a profile TOML file given by path."""
+    a built-in target (:data:`BUILTIN_TARGETS`: a SKU or an alias of one), then a profile TOML file given
+    by path."""
     if user_targets and target in user_targets:
         return _user_profile(target, user_targets[target])
     if target in BUILTIN_TARGETS:
-        return profile_from_data(_builtin_data(target), str(DATA_DIR / f"{target}.toml"))
+        return profile_from_data(_builtin_data(target), str(_sku_path(target)))
     if target.endswith(".toml"):
         tables = profile_file_targets(Path(target))
         if len(tables) != 1:

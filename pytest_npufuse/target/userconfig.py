@@ -3,9 +3,9 @@
     [tool.npufuse.targets.a3.overhead_us]      # override one key of the built-in a3
     kernel_head = 3.0
 
-    [tool.npufuse.targets.b4]                  # a new target laid over a built-in one
-    base = "a2"
-    cores = { aic = 20, aiv = 40 }
+    [tool.npufuse.targets.b4-lowclock]         # a new target laid over a built-in one
+    base = "910b4"
+    clock = { cube_mhz = 1300, vector_mhz = 1300 }
 
     [tool.npufuse.ops."acc::my_op"]            # a custom op for the catalog
     engine = "vector"

@@ -23,7 +23,7 @@ from pytest_npufuse.files import read_json, read_toml
 from pytest_npufuse.gate.baseline import load_baseline
 from pytest_npufuse.gate.run_document import read_run_tests
 from pytest_npufuse.plan.options import OPTIONS, ParserPath, parse_options
-from pytest_npufuse.target.profile import DATA_DIR, load_profile
+from pytest_npufuse.target.profile import builtin_profile_text, load_profile
 
 FUZZ = settings(max_examples=120, deadline=3000, suppress_health_check=[HealthCheck.too_slow], database=None)
 
@@ -38,7 +38,7 @@ VALID_RUN = (
     b'"baseline_us": 2.0, "variant_us": 1.0, "speedup": 2.0, "segments": 1, "streams": 1, "model_version": "v"}], '
     b'"outcome": "passed"}}, "tool": "pytest-npufuse"}'
 )
-VALID_PROFILE = (DATA_DIR / "a3.toml").read_bytes()
+VALID_PROFILE = builtin_profile_text("a3").encode("utf-8")
 VALID_TOML = VALID_PROFILE[:3000]
 
 

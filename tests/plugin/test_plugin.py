@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_npufuse.target.profile import load_profile
+from pytest_npufuse.target.profile import builtin_profile_text
 
 MODELS = '''
 from pathlib import Path
@@ -296,7 +296,7 @@ def test_sp1(npufuse):
 def test_unknown_target_is_a_usage_error(run):
     result = run("def test_t():\n    pass\n", "--npu-target=a9")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*unknown NPU target 'a9'; built-in targets are a2, a3*"])
+    result.stderr.fnmatch_lines(["*unknown NPU target 'a9'; built-in targets are 910b1, 910b2, 910b3, 910b4, 910c, a2, a3*"])
 
 
 def test_markers_are_documented(pytester):
@@ -462,15 +462,15 @@ def test_a_broken_profile_file_or_trace_dir_is_a_usage_error_even_if_unused(run,
 
 
 def test_a_target_given_as_a_profile_path_is_known_by_its_own_name(run, pytester):
-    pytester.makefile(".toml", mine=Path(load_profile("a3").source).read_text())
+    pytester.makefile(".toml", mine=builtin_profile_text("910c"))
     body = (
-        "@pytest.mark.npu_target('a3')\n"
-        "def test_t(npufuse, npu_target):\n    assert npufuse.target.name == npu_target == 'a3'\n"
+        "@pytest.mark.npu_target('910c')\n"
+        "def test_t(npufuse, npu_target):\n    assert npufuse.target.name == npu_target == '910c'\n"
     )
     run(body, "--npu-target=mine.toml").assert_outcomes(passed=1)
-    result = run(body, "--npu-target=mine.toml,a3")
+    result = run(body, "--npu-target=mine.toml,910c")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--npu-target: 'a3' is target 'a3' again; give each target once." in result.stderr.str()
+    assert "--npu-target: '910c' is target '910c' again; give each target once." in result.stderr.str()
 
 STREAMS = """
 from pytest_npufuse import torchair as tng

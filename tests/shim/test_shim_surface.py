@@ -109,9 +109,11 @@ def test_custom_decompositions_are_applied_when_lowering(session, entry):
         compiled = torch.compile(Linear(), backend=backend, fullgraph=True, dynamic=False)
     else:
         compiled = torchair.inference.cache_compile(Linear().forward, custom_decompositions=decompositions, dynamic=False)
-    inputs = (torch.randn(4), torch.randn(3, 2), torch.randn(2, 4))
+    generator = torch.Generator().manual_seed(0)
+    inputs = tuple(torch.randn(shape, generator=generator) for shape in ((4,), (3, 2), (2, 4)))
     out = compiled(*inputs)
-    assert torch.allclose(out, torch.addmm(*inputs))
+    # mm then add rounds twice where addmm rounds once: equal to within float32 rounding, not bit for bit.
+    torch.testing.assert_close(out, torch.addmm(*inputs), rtol=1e-5, atol=1e-6)
     assert "aten::addmm" not in {k.op_type for k in session.graphs()[0].program.kernels}
 
 
@@ -201,8 +203,9 @@ def test_streams_passed_in_to_a_dynamic_shape_function_stay_its_stream_scopes(se
     doubled, shifted = torch.compile(doubled_and_shifted, backend="npugraph_ex", dynamic=True)(x, side, low)
     assert torch.equal(doubled, x * 2) and torch.equal(shifted, x + 1) and low.priority == -1
     graph = session.graphs()[0]
-    assert [k.annotations.stream for k in graph.program.kernels] == [side.tag, low.tag]
-    assert [k.annotations.stream_priority for k in graph.program.kernels] == [0, -1]
+    ops = [k for k in graph.program.kernels if not k.info.ge_shape]  # GE's size ops of the dynamic graph aside
+    assert [k.annotations.stream for k in ops] == [side.tag, low.tag]
+    assert [k.annotations.stream_priority for k in ops] == [0, -1]
 
 
 def test_set_stream_left_switched_at_the_end_names_the_open_stream(shim):
@@ -474,7 +477,9 @@ def test_graph_dump_of_a_dynamic_shape_graph_lists_its_size_inputs(shim, tmp_pat
     (dump,) = tmp_path.iterdir()
     data = [op for op in dump.read_text().split("op {")[1:] if 'type: "Data"' in op]
     assert dump.suffix == ".txt" and len(data) > 2  # the symbolic sizes, then x and y
-    assert sum("output_desc" in op for op in data) == 2  # only the tensors have a desc
+    # The symbolic sizes are int64 Data ops fed from the host (TorchAir's sym inputs), then x and y.
+    assert ["DT_INT64" in op for op in data] == [True] * (len(data) - 2) + [False, False]
+    assert all("DT_FLOAT" in op for op in data[-2:])
 
 
 def test_graph_dump_types_a_mode_cannot_write_are_refused(shim, tmp_path):

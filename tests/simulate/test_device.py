@@ -132,8 +132,10 @@ def decode_like(layers: int = 4, value_dependent: bool = True):
 
 def test_graph_sink_launches_once_and_is_device_bound():
     report = run(decode_like(value_dependent=False))
-    assert report.execution == "graph-sink" and report.host_us == A3.overhead_us["model_launch"]
-    assert [s.name for s in report.host] == ["ModelExecute"]
+    copies = [s for s in report.host if s.name == "MemcpyH2D"]  # the step's integer inputs come from the host
+    assert report.execution == "graph-sink"
+    assert report.host_us == pytest.approx(A3.overhead_us["model_launch"] + sum(s.end_us - s.start_us for s in copies))
+    assert [s.name for s in report.host if s not in copies] == ["ModelExecute"]
     assert report.bound == "device"
     assert report.time_us == pytest.approx(report.host_us + report.device_us)
 
@@ -142,7 +144,8 @@ def test_a_value_dependent_op_in_a_sunk_graph_costs_a_stream_sync_and_a_relaunch
     """Seed 002: the host must read the device's value, so the graph runs up to it, the host syncs
     the stream, and launches the rest; each nonzero of the four layers pays that once."""
     static, synced = run(decode_like(value_dependent=False)), run(decode_like())
-    assert [s.name for s in synced.host] == ["ModelExecute"] + ["StreamSync", "ModelExecute"] * 4
+    launches = [s.name for s in synced.host if s.name != "MemcpyH2D"]
+    assert launches == ["ModelExecute"] + ["StreamSync", "ModelExecute"] * 4
     per_sync = A3.host_us["stream_sync"] + A3.overhead_us["model_launch"]
     assert synced.host_us >= A3.overhead_us["model_launch"] + 4 * per_sync
     # The device keeps running what was launched before each sync, so only part of it shows end to end.
@@ -177,7 +180,8 @@ def test_a_warm_tiling_cache_tiles_nothing_in_a_steady_iteration():
 def test_complex_ops_tile_longer_than_simple_ones():
     report = run(decode_like(1), dynamic=True, host=HostConfig(tiling_cache=False, small_shape_on_host=False))
     tiling = {s.kernel: s.end_us - s.start_us for s in report.host if s.name == "Tiling"}
-    assert tiling["MatMulV3"] == A3.host_us["tiling_complex"] and tiling["Add"] == A3.host_us["tiling"]
+    assert tiling["MatMulV3"] == pytest.approx(A3.host_us["tiling_complex"])
+    assert tiling["Add"] == pytest.approx(A3.host_us["tiling"])
 
 
 def test_host_threads_come_from_max_runtime_core_number(monkeypatch):

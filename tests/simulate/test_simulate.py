@@ -133,8 +133,11 @@ def test_cube_kernel_time_follows_int8_peak():
     report = compare(lambda a, b, s: torch_npu.npu_quant_matmul(a, b, s, output_dtype=torch.bfloat16), x1, x2, torch.ones(n))
     (kernel,) = report.baseline.kernels
     profile = load_profile("a3")
-    compute_us = 2 * m * n * k / (profile.cube_tflops["int8"] * 1e6 * profile.compute_efficiency)
-    assert kernel.duration_us == pytest.approx(_task_overhead(profile.overhead_us, kernel.block_dim) + compute_us)
+    # alone on its stream, it pays its cold start; its body is the tiled Cube time at the int8 peak
+    overhead = _task_overhead(profile.overhead_us, kernel.block_dim) + profile.overhead_us["cold_start"]
+    body = kernel.duration_us - overhead
+    at_peak = 2 * m * n * k / (profile.cube_tflops["int8"] * 1e6)
+    assert at_peak / profile.compute_efficiency < body < 2 * at_peak / profile.compute_efficiency
 
 
 _PRINT_TIMES = """

@@ -12,7 +12,15 @@ from pytest_npufuse.errors import OptionsError, ProfileError, UnknownOpWarning
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.plan.options import parse_options
 from pytest_npufuse.target.catalog import load_catalog
-from pytest_npufuse.target.profile import DATA_DIR, load_profile, target_tables
+from pytest_npufuse.target.profile import (
+    BUILTIN_TARGETS,
+    DATA_DIR,
+    SKU_TARGETS,
+    TARGET_ALIASES,
+    builtin_profile_text,
+    load_profile,
+    target_tables,
+)
 from pytest_npufuse.target.userconfig import load_user_config
 
 
@@ -21,9 +29,38 @@ def test_builtin_profiles_load_with_cited_numbers():
     assert (a3.aic, a3.aiv, a3.cube_mhz) == (24, 48, 1850.0)
     assert a3.superkernel_supported and not a2.superkernel_supported
     assert a2.cube_tflops["bfloat16"] == 353.9
-    for path in DATA_DIR.glob("a*.toml"):
+    for path in DATA_DIR.glob("*.toml"):
+        if path.name == "ops.toml":
+            continue
         numeric = [line for line in path.read_text().splitlines() if "=" in line and line.split("=")[1].strip()[:1].isdigit()]
         assert all("#" in line for line in numeric), f"{path.name}: every number needs a source or 'estimate'"
+
+
+def test_every_sku_is_a_builtin_target_with_its_own_cores_clock_and_memory():
+    """Issue 21: the A2 bins differ among themselves (cores, clock, HBM, L2) and an A3 die is not a
+    re-clocked A2; a2 and a3 are aliases of one SKU each and keep their own names."""
+    profiles = {name: load_profile(name) for name in SKU_TARGETS}
+    assert {name: (p.aic, p.cube_mhz) for name, p in profiles.items()} == {
+        "910b1": (24, 1850.0), "910b2": (24, 1800.0), "910b3": (20, 1800.0), "910b4": (20, 1500.0),
+        "910c": (24, 1850.0),
+    }
+    assert profiles["910b4"].hbm_gbps < profiles["910b2"].hbm_gbps / 1.9 and profiles["910b4"].l2_mib == 96
+    assert all(p.aicpu == 4 for p in profiles.values())
+    b3 = profiles["910b3"].cube_tflops
+    assert b3["int8"] == pytest.approx(2 * b3["bfloat16"], abs=0.1)
+    for alias, sku in TARGET_ALIASES.items():
+        aliased, real = load_profile(alias), profiles[sku]
+        assert aliased.name == alias
+        assert (aliased.soc, aliased.aic, aliased.cube_mhz) == (real.soc, real.aic, real.cube_mhz)
+    assert set(BUILTIN_TARGETS) == {*SKU_TARGETS, "a2", "a3"}
+
+
+def test_a_builtin_profile_text_is_one_complete_profile(tmp_path):
+    """The architecture file and a SKU file share no table, so their texts together load as a profile."""
+    path = tmp_path / "copy.toml"
+    path.write_text(builtin_profile_text("910b4"))
+    copy = load_profile(str(path))
+    assert (copy.name, copy.digest) == ("910b4", load_profile("910b4").digest)
 
 
 def test_unknown_target_names_the_choices():
@@ -52,18 +89,18 @@ def test_malformed_profile_names_file_and_line(tmp_path):
 )
 def test_bad_key_names_file_key_and_type(tmp_path, line, replacement, message):
     path = tmp_path / "custom.toml"
-    path.write_text((DATA_DIR / "a3.toml").read_text().replace(line, replacement))
+    path.write_text(builtin_profile_text("a3").replace(line, replacement))
     with pytest.raises(ProfileError, match=message):
         load_profile(str(path))
 
 
 def test_profile_digest_follows_numbers_not_comments(tmp_path):
-    text = (DATA_DIR / "a3.toml").read_text()
+    text = builtin_profile_text("910c")
     same, changed = tmp_path / "same.toml", tmp_path / "changed.toml"
-    same.write_text(text.replace("# Atlas A3", "# a comment changed\n# Atlas A3"))
-    changed.write_text(text.replace("kernel_head = 2.0", "kernel_head = 2.5"))
-    assert load_profile(str(same)).digest == load_profile("a3").digest
-    assert load_profile(str(changed)).digest != load_profile("a3").digest
+    same.write_text(text.replace("# One Atlas A3", "# a comment changed\n# One Atlas A3"))
+    changed.write_text(text.replace("dcci_flush = 2.5", "dcci_flush = 2.75"))
+    assert load_profile(str(same)).digest == load_profile("910c").digest
+    assert load_profile(str(changed)).digest != load_profile("910c").digest
 
 
 def test_catalog_knows_seed_ops_and_warns_once_for_unknown():
@@ -180,7 +217,7 @@ def test_pyproject_partial_override_merges_onto_builtin_and_base_adds_targets(tm
 
 
 def test_a_complete_profile_under_a_new_target_name_takes_that_name():
-    table = tomllib.loads((DATA_DIR / "a2.toml").read_text())
+    table = tomllib.loads(builtin_profile_text("a2"))
     assert load_profile("b4", target_tables({"b4": table}, "pyproject.toml")).name == "b4"
 
 
@@ -189,7 +226,7 @@ def test_a_complete_profile_under_a_new_target_name_takes_that_name():
     [
         ("[tool.npufuse.targets.a3.overhead_us]\nkernel_haed = 3.0\n", r"\[overhead_us\]: unknown key 'kernel_haed'; did you mean 'kernel_head'"),
         ("[tool.npufuse.targets.a3.cores]\naic = 2.5\n", r"\[targets.a3\] \[cores\]: key 'aic' is 2.5, expected an integer"),
-        ('[tool.npufuse.targets.x]\nbase = "a9"\n', r"key 'base' is 'a9', expected one of a2, a3"),
+        ('[tool.npufuse.targets.x]\nbase = "a9"\n', r"key 'base' is 'a9', expected one of 910b1, .*, a2, a3"),
         ("[tool.npufuse.targets.a3.clocks]\ncube_mhz = 1\n", r"unknown section \[clocks\]; did you mean \[clock\]"),
     ],
 )

@@ -1,0 +1,164 @@
+"""Kernel and collective rows: one kernel (or the few kernels of one torch call) built from the row's op,
+inputs and attrs, timed as msprof's TaskDuration (the kernels' own time, no dispatch gaps).
+
+Library kernels (CATLASS, PyPTO, TileLang) are catalog entries of their own here, each naming the cost
+rule of the tiling it uses: CATLASS's basic kernels tile the output only (``matmul_tiles``), its split-K
+examples split K over the cores (``matmul_split_k``); the catalog's ``matmul`` rule is CANN's own choice
+between them. A row that names its tile shape (``attrs.tiles``) runs with that tile.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from pytest_npufuse import cost
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.plan.tasks import Variant
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.target.catalog import load_catalog
+from pytest_npufuse.target.profile import HardwareProfile
+
+from .rows import Profiles, Row
+
+
+def _rule(name: str, fallback: str) -> str:
+    """A cost rule by name, or ``fallback`` in a model that lacks it (the before table)."""
+    return name if name in cost.rule_names() else fallback
+
+
+def _entry(engine: str, rule: str, kernel_type: str, **keys: Any) -> dict[str, Any]:
+    return {
+        "engine": engine,
+        "fusable": False,
+        "sync_all": False,
+        "block_dim": "auto",
+        "cost": rule,
+        "kernel_type": kernel_type,
+        **keys,
+    }
+
+
+@functools.cache
+def library_catalog():
+    """Catalog entries of the library kernels the kernel rows measure."""
+    tiles, split_k = _rule("matmul_tiles", "matmul"), _rule("matmul_split_k", "matmul")
+    return load_catalog(
+        {
+            "catlass::matmul": _entry("cube", tiles, "Matmul"),
+            "catlass::quant_matmul": _entry("cube", tiles, "QuantMatmul"),
+            "catlass::quant_matmul_split_k": _entry("cube", split_k, "QuantMultiCoreSplitkMatmul"),
+            "bench::empty_kernel": {**_entry("vector", "fill", "EmptyKernel"), "block_dim": 4096},
+            "pypto::fused_recurrent_kda": _entry("vector", "elementwise", "FusedRecurrentKda", flops_per_element=6),
+            "cann::sparse_flash_attention": {**_entry("cube", "attention", "SparseFlashAttention"), "block_dim": 1},
+        },
+        "benchmarks/fidelity/kernels.py",
+    )
+
+
+def task_duration_us(program, profile: HardwareProfile) -> float:
+    """The summed kernel time of a program run once, op by op (op_statistic's Total Time)."""
+    report = simulate(program, plan_program(program, profile, variant=Variant.BASELINE), profile)
+    return sum(k.duration_us for k in report.kernels if k.parent is None)
+
+
+def _tile_changes(row: Row) -> dict[str, int]:
+    """The tile a CATLASS tuning-guide row names (``L1 128x256x256``): output tile and K depth."""
+    match = re.search(r"L1 (\d+)x(\d+)x(\d+)", row.get("attrs", {}).get("tiles", ""))
+    if not match:
+        return {}
+    m, n, k = map(int, match.groups())
+    return {"cube_tile_m": m, "cube_tile_n": n, "cube_k_block": k}
+
+
+def _matmul(row: Row, builder: ProgramBuilder) -> None:
+    attrs, op = row.get("attrs"), row.get("op")
+    m, n, k = attrs["m"], attrs["n"], attrs["k"]
+    dtype = row.get("inputs")[0]["dtype"]
+    a, b = builder.input("a", (m, k), dtype), builder.input("b", (k, n), dtype)
+    out_dtype = attrs.get("out_dtype", dtype)
+    if dtype == "int8":
+        scales = [builder.input("scale", (n,), "float32"), builder.input("token_scale", (m,), "float32")]
+        kind = "catlass::quant_matmul_split_k" if "Splitk" in op else "catlass::quant_matmul"
+        builder.op(kind, [a, b, *scales], (m, n), out_dtype)
+    else:
+        builder.op("catlass::matmul", [a, b], (m, n), out_dtype)
+
+
+def _empty(row: Row, builder: ProgramBuilder) -> None:
+    builder.op("bench::empty_kernel", [], (1,), "float16")
+
+
+def _recurrent_kda(row: Row, builder: ProgramBuilder) -> None:
+    """One decode step of the KDA recurrence: the fp32 state [seq, heads, d, d] is read, decayed, updated
+    by k v^T and read out by q, then written back."""
+    q, k, v, state = (
+        builder.input(name, tensor["shape"], tensor["dtype"]) for name, tensor in zip("qkvs", row.get("inputs"))
+    )
+    builder.op("pypto::fused_recurrent_kda", [q, k, v, state], row.get("inputs")[3]["shape"], "float32")
+
+
+def _sparse_attention(row: Row, builder: ProgramBuilder) -> None:
+    """Sparse MLA decode attention: the selected ``sparse_size`` cached rows (latent plus rope part) are
+    gathered and attended by every query head; one sequence with one KV head is one block of work."""
+    attrs = row.get("attrs")
+    heads, topk, d, rope = attrs["q_heads"], attrs["sparse_size"], attrs["d"], attrs["d_rope"]
+    q = builder.input("q", (attrs["batch"], attrs["q_tokens"], heads, d + rope))
+    selected = builder.input("kv_selected", (topk, d + rope))
+    flops = 2.0 * attrs["batch"] * attrs["q_tokens"] * heads * topk * (d + rope + d)
+    builder.op("cann::sparse_flash_attention", [q, selected], (attrs["batch"], heads, d), flops=flops)
+
+
+def _one_hot_sum(row: Row, builder: ProgramBuilder) -> None:
+    """Seed 003's router mask as one_hot(indices, E).sum(1): an int64 one-hot, so Cast and ReduceSum run
+    on AI CPU."""
+    tokens, top_k, experts = (row.get("attrs")[key] for key in ("tokens", "top_k", "experts"))
+    idx = builder.input("idx", (tokens, top_k), "int64")
+    arange = builder.op("aten::arange", [], (experts,), "int64")
+    eq = builder.op("aten::eq", [idx, arange], (tokens, top_k, experts), "bool")
+    cast = builder.op("aten::_to_copy", [eq], (tokens, top_k, experts), "int64")
+    builder.op("aten::sum", [cast], (tokens, experts), "int64")
+
+
+def _zeros_scatter(row: Row, builder: ProgramBuilder) -> None:
+    tokens, top_k, experts = (row.get("attrs")[key] for key in ("tokens", "top_k", "experts"))
+    idx = builder.input("idx", (tokens, top_k), "int64")
+    zeros = builder.op("aten::zeros", [], (tokens, experts))
+    builder.op("aten::scatter", [zeros, idx], (tokens, experts))
+
+
+_KERNELS = (
+    (re.compile(r"Matmul"), _matmul),
+    (re.compile(r"^empty kernel"), _empty),
+    (re.compile(r"^fused_recurrent_kda"), _recurrent_kda),
+    (re.compile(r"^SparseFlashAttention"), _sparse_attention),
+    (re.compile(r"^OneHot"), _one_hot_sum),
+    (re.compile(r"^ZerosLike"), _zeros_scatter),
+)
+
+
+def kernel_us(row: Row, profiles: Profiles) -> float:
+    """The modeled TaskDuration of a kernel row."""
+    builder = ProgramBuilder(library_catalog())
+    build = next((build for pattern, build in _KERNELS if pattern.search(row.get("op"))), None)
+    if build is None:
+        raise NotImplementedError(f"no builder for kernel op {row.get('op')!r}")
+    build(row, builder)
+    return task_duration_us(builder.build(), profiles.for_row(row, **_tile_changes(row)))
+
+
+def collective_us(row: Row, profiles: Profiles) -> float:
+    """DeepEP-Ascend low-latency dispatch (int8 tokens out) or combine (bf16 expert outputs back) of
+    ``tokens`` per rank, ``top_k`` copies each, over ``ranks`` dies."""
+    attrs = row.get("attrs")
+    tokens, hidden, top_k = row.get("tokens"), attrs["hidden"], attrs["top_k"]
+    builder = ProgramBuilder()
+    topk = builder.input("topk", (tokens, top_k), "int32")
+    if "Dispatch" in row.get("op"):
+        x = builder.input("x", (tokens, hidden), "int8")
+        builder.op("npu::npu_moe_distribute_dispatch", [x, topk], (tokens * top_k, hidden), "int8")
+    else:
+        y = builder.input("y", (tokens * top_k, hidden), attrs["dtype"])
+        builder.op("npu::npu_moe_distribute_combine", [y, topk], (tokens, hidden), attrs["dtype"])
+    return task_duration_us(builder.build(), profiles.for_row(row, comm_ranks=row.get("ranks")))

@@ -1,0 +1,90 @@
+"""The published rows and the target each one ran on."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import tomllib
+
+from pytest_npufuse.target.profile import BUILTIN_TARGETS, HardwareProfile, TargetTable, load_profile
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "published.toml"
+PAIR_KINDS = ("superkernel", "multistream", "graph_mode")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published measurement: its id, kind, split, SKU and unit, and every field of the row."""
+
+    id: str
+    kind: str
+    split: str
+    sku: str
+    unit: str
+    fields: Mapping[str, Any]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key, default)
+
+    @property
+    def model(self) -> Mapping[str, Any]:
+        return self.fields.get("model", {})
+
+    @property
+    def is_pair(self) -> bool:
+        """A before/after (or saved-time) row rather than one value."""
+        return "value" not in self.fields
+
+    @property
+    def group(self) -> str:
+        return self.fields.get("group", self.id)
+
+
+def load_rows(path: Path = DATA) -> list[Row]:
+    with open(path, "rb") as handle:
+        data = tomllib.load(handle)
+    return [Row(r["id"], r["kind"], r["split"], r["sku"], r["unit"], r) for r in data["row"]]
+
+
+def sku_target(row: Row) -> str:
+    """The built-in target of the row's SKU. A row on an unnamed A2 bin (``910b``) runs on the bin its
+    ``sku_note`` implies by core count (20 AIC: 910B3, the 1.8 GHz one of the two 20-core bins; else the
+    24-core 910B2, which ``a2`` also names)."""
+    if row.sku != "910b":
+        return row.sku
+    return "910b3" if re.search(r"\b20 AIC", row.get("sku_note", "")) else "910b2"
+
+
+def base_target(row: Row) -> str:
+    """The target the row is modeled on; a checkout without per-SKU targets falls back to a2/a3."""
+    target = sku_target(row)
+    if target in BUILTIN_TARGETS:
+        return target
+    return "a3" if target == "910c" else "a2"
+
+
+class Profiles:
+    """Profiles per target with a set of overrides laid over the built-in data (the fit's trial values),
+    memoised: a fit asks for the same few profiles thousands of times."""
+
+    def __init__(self, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.overrides = overrides or {}
+        self._cache: dict[str, HardwareProfile] = {}
+
+    def get(self, target: str) -> HardwareProfile:
+        profile = self._cache.get(target)
+        if profile is None:
+            table = TargetTable(self.overrides, "calibration overrides", target)
+            profile = self._cache[target] = load_profile(target, {target: table} if self.overrides else None)
+        return profile
+
+    def for_row(self, row: Row, **changes: Any) -> HardwareProfile:
+        """The row's profile, with ``changes`` (ranks of the row's deployment, tile shapes it names) that
+        the profile has (an older model may lack one)."""
+        profile = self.get(base_target(row))
+        known = {f.name for f in fields(profile)}
+        changes = {key: value for key, value in changes.items() if key in known}
+        return replace(profile, **changes) if changes else profile

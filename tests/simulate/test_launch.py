@@ -1,0 +1,44 @@
+"""How tasks start (issue 21): a kernel on an idle stream pays its cold start, one queued behind another
+has it hidden; a replayed aclgraph waits longer between tasks than GE's sunk graph."""
+
+from dataclasses import replace
+
+import pytest
+
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.plan.tasks import Variant
+from pytest_npufuse.simulate.timeline import simulate
+from pytest_npufuse.target.profile import load_profile
+
+A3 = replace(load_profile("a3"), overhead_us={**load_profile("a3").overhead_us, "cold_start": 12.0, "replay_task": 3.0})
+
+
+def program(kernels: int):
+    builder = ProgramBuilder()
+    x = builder.input("x", (64, 4096))
+    for _ in range(kernels):
+        x = builder.op("aten::mul", [x, x], (64, 4096))
+    return builder.build()
+
+
+def run(kernels: int, mode: str = "max-autotune"):
+    built = program(kernels)
+    return simulate(built, plan_program(built, A3, variant=Variant.BASELINE, mode=mode), A3)
+
+
+def test_only_the_first_of_back_to_back_kernels_pays_the_cold_start():
+    one, ten = run(1), run(10)
+    durations = [k.duration_us for k in ten.kernels]
+    assert durations[0] == pytest.approx(one.kernels[0].duration_us)
+    assert all(d == pytest.approx(durations[0] - 12.0) for d in durations[1:])
+
+
+def test_every_eager_kernel_waits_for_the_host_and_starts_cold():
+    eager = run(10, "eager")
+    assert eager.bound == "host"
+    assert all(k.duration_us == pytest.approx(eager.kernels[0].duration_us) for k in eager.kernels)
+
+
+def test_an_aclgraph_replay_waits_longer_between_tasks_than_a_sunk_graph():
+    sunk, replayed = run(10), run(10, "npugraph_ex")
+    assert replayed.time_us - sunk.time_us == pytest.approx(9 * 3.0, abs=1e-6)
