@@ -32,6 +32,11 @@ class ProfileError(NpufuseError):
     """A hardware profile or op catalog file is missing, malformed or has a wrong-typed key."""
 
 
+class CalibrationError(NpufuseError):
+    """A profile measured on hardware cannot calibrate a target: a file or column is missing, a number is
+    written in another locale, or the profile's kernels are not the captured model's."""
+
+
 class NotModeledError(NpufuseError):
     """The model uses a feature this version does not model yet; refusing beats a silent wrong answer."""
 

@@ -2,6 +2,7 @@
 
     python -m pytest_npufuse compare OLD.json NEW.json --fail-above 2 [--markdown FILE --json FILE --csv FILE --html FILE]
     python -m pytest_npufuse advise cases/decoder_layers.py:advisor_case --npu-target=a3
+    python -m pytest_npufuse calibrate PROFILE_DIR model.py:factory --name mine --npu-target=910b3 [--force]
     python -m pytest_npufuse ops
     python -m pytest_npufuse run SCRIPT [--npu-target=a3] [-- SCRIPT ARGS]
     python -m pytest_npufuse merge OUT.json SHARD.json... [--baseline] [--force]
@@ -18,6 +19,7 @@ import importlib
 import importlib.util
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
@@ -27,7 +29,7 @@ from ..gate import comparison_formats as formats
 from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
 from ..gate.merge import merge_documents
-from ..target.profile import DEFAULT_TARGET, TARGET_HELP
+from ..target.profile import BUILTIN_TARGETS, DEFAULT_TARGET, TARGET_HELP
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -162,6 +164,30 @@ def _load_file(path: Path, where: str) -> Any:
     return module
 
 
+def _model_and_inputs(spec: str) -> tuple[Any, tuple[Any, ...]]:
+    """The model and inputs the ``MODULE_OR_FILE:FACTORY`` named by ``spec`` returns (the capture path of
+    every command that models a user's model)."""
+    made = _factory(spec)()
+    if not (isinstance(made, (tuple, list)) and len(made) == 2):
+        raise NpufuseError(f"{spec} returned {type(made).__name__}; it must return (model, inputs)")
+    model, inputs = made
+    return model, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+
+def _user_config() -> Any:
+    """The project's ``[tool.npufuse]`` settings (targets, ops) from ``pyproject.toml`` in the current
+    directory, as the plugin reads them from its rootdir."""
+    from ..target.userconfig import load_user_config
+
+    return load_user_config(Path("pyproject.toml"))
+
+
+def _target(name: str) -> Any:
+    """A target by name: a table of the project's pyproject.toml (a calibrated target), a built-in one or a
+    profile file."""
+    return _user_config().profile(name)
+
+
 def advise(args: argparse.Namespace, out: TextIO) -> int:
     """Rank SuperKernel scope layouts for the model FACTORY returns and print the recommendation."""
     from ..advisor import advise as run_advisor
@@ -172,12 +198,9 @@ def advise(args: argparse.Namespace, out: TextIO) -> int:
             check_outputs({"--json": args.json}, streams=("--json",))
             if kind_of(args.json) is Kind.REGULAR:
                 earlier_attempts(args.json)
-        made = _factory(args.factory)()
-        if not (isinstance(made, (tuple, list)) and len(made) == 2):
-            raise NpufuseError(f"{args.factory} returned {type(made).__name__}; it must return (model, inputs)")
-        model, inputs = made
-        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-        advice = run_advisor(model, *inputs, target=args.npu_target, options=args.options)
+        model, inputs = _model_and_inputs(args.factory)
+        advice = run_advisor(model, *inputs, target=_target(args.npu_target), options=args.options,
+                             catalog=_user_config().catalog())
         print(advice, file=out)
         if args.json is not None:
             count = record_attempt(args.json, attempt_of(advice, args.factory, args.options))
@@ -186,6 +209,61 @@ def advise(args: argparse.Namespace, out: TextIO) -> int:
         print(f"npufuse advise: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return EXIT_OK
+
+
+def calibrate(args: argparse.Namespace, out: TextIO) -> int:
+    """Fit a target to an msprof profile of the model FACTORY returns and write it into pyproject.toml."""
+    from ..calibrate import calibrate as fit_target, match, read_profile, write_target
+    from ..calibrate.msprof import disagreements
+    from ..calibrate.table import check_destination
+    from ..pipeline.chain import capture
+
+    try:
+        check_destination(args.pyproject, args.name, force=args.force)
+        profile = read_profile(args.profile)
+        for note in disagreements(profile):
+            print(f"npufuse calibrate: note: {note}", file=out)
+        model, inputs = _model_and_inputs(args.factory)
+        program = capture(model, *inputs, catalog=_user_config().catalog())
+        matching = match(profile, program, args.factory)
+        result = fit_target(program, matching, args.npu_target, args.name)
+        _print_calibration(result, out)
+        created = write_target(result, args.pyproject, profile.source, force=args.force)
+    except (NpufuseError, OSError) as exc:
+        print(f"npufuse calibrate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{'created' if created else 'wrote'} [tool.npufuse.targets.{args.name}] in {args.pyproject}; use it with "
+          f"--npu-target={args.name}", file=out)
+    return EXIT_OK
+
+
+def _print_calibration(result: Any, out: TextIO) -> None:
+    """The matching, what moved and the per-op-type error before and after."""
+    from ..calibrate import error_rows
+
+    matching = result.matching
+    total = len(matching.matched) + len(matching.unmatched)
+    missing = Counter(kernel.info.kernel_type for kernel in matching.unmeasured)
+    listed = ", ".join(f"{op} x{count}" for op, count in sorted(missing.items()))
+    print(f"npufuse calibrate ({result.base} -> {result.name}): {len(matching.matched)} of {total} profiled kernels "
+          f"matched; {len(matching.unmeasured)} kernel(s) of the model not in the profile"
+          + (f" ({listed})" if listed else ""), file=out)
+    if matching.unmatched:
+        print(f"not matched ({len(matching.unmatched)}), left out of the fit:", file=out)
+        for item in matching.unmatched[:_LISTED]:
+            print(f"  {item.describe()}", file=out)
+        if len(matching.unmatched) > _LISTED:
+            print(f"  ... and {len(matching.unmatched) - _LISTED} more", file=out)
+    for (section, key), (old, new) in sorted(result.moved.items()):
+        bound = " (at the fit's bound)" if result.at_bound(section, key) else ""
+        print(f"  [{section}] {key}: {old:g} -> {new:g}{bound}", file=out)
+    for op, (factor, count) in sorted(result.corrections.items()):
+        print(f"  [corrections] {op}: x{factor:g} ({count} kernel(s))", file=out)
+    for line in aligned(error_rows(result.kernels)):
+        print(line, file=out)
+
+
+_LISTED = 20
 
 
 def op_rows() -> list[tuple[str, ...]]:
@@ -265,6 +343,26 @@ def parser() -> argparse.ArgumentParser:
     adv.add_argument("--json", type=Path, metavar="FILE", help="also record this attempt in FILE: each run appends "
                      "its factory, options, ranked layouts, recommendation and findings to the attempts there")
     adv.set_defaults(run=advise)
+    cal = commands.add_parser(
+        "calibrate",
+        help="fit a target to an msprof profile of your model and write it into pyproject.toml",
+        description="Read PROFILE (msprof's kernel_details.csv and op_statistic.csv, or the ASCEND_PROFILER_OUTPUT "
+        "directory holding them), capture the model FACTORY returns, match the profiled kernels to the model's by op "
+        "type, order and input shapes, fit the target's estimate constants and a correction per op type, print the "
+        "per-op-type error before and after, and write [tool.npufuse.targets.NAME] into pyproject.toml (an existing "
+        "table of that name only with --force). Kernels that cannot be matched are listed and left out.",
+    )
+    cal.add_argument("profile", type=Path, metavar="PROFILE", help="kernel_details.csv or the profiler's output directory")
+    cal.add_argument("factory", metavar="MODULE_OR_FILE:FACTORY", help="a callable returning (model, inputs), the "
+                     "model and inputs that were profiled")
+    cal.add_argument("--name", required=True, help="the new target's name, for --npu-target=NAME afterwards")
+    cal.add_argument("--npu-target", default=DEFAULT_TARGET, metavar="TARGET",
+                     help=f"the built-in target the profile was measured on, which the fit starts from: one of "
+                     f"{', '.join(BUILTIN_TARGETS)} (default {DEFAULT_TARGET})")
+    cal.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), metavar="FILE",
+                     help="the file to write the target into (default pyproject.toml, created if missing)")
+    cal.add_argument("--force", action="store_true", help="replace an existing [tool.npufuse.targets.NAME] table")
+    cal.set_defaults(run=calibrate)
     listing = commands.add_parser(
         "ops",
         help="list the torch_npu ops pytest-npufuse provides CPU kernels for",

@@ -49,8 +49,11 @@ def block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
 
 
 def body_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
-    """On-core time of the kernel body (without dispatch, head or gaps) on ``dim`` cores."""
-    return cost_rule(kernel.info.cost).body_us(kernel, dim, profile)
+    """On-core time of the kernel body (without dispatch, head or gaps) on ``dim`` cores: the cost rule's,
+    times the profile's correction for the op type (``[corrections]``, fitted by ``calibrate`` to a
+    team's own profile; 1 when the profile has none)."""
+    body = cost_rule(kernel.info.cost).body_us(kernel, dim, profile)
+    return body * profile.corrections.get(kernel.info.kernel_type, 1.0)
 
 
 def kernel_work(

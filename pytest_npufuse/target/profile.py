@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -85,6 +85,9 @@ class HardwareProfile:
     superkernel_max_streams: int
     source: str
     digest: str
+    corrections: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """Per-op-type factors on a kernel's modeled body (``[corrections]``, written by ``calibrate``): what
+    a team's own profile measured for that op type over what the cost rules predict."""
 
     def cores(self, engine: str) -> int:
         """How many cores of the kind ``engine`` runs on; collectives, DMA (L2 prefetch) and host ops run
@@ -162,6 +165,7 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
         return MappingProxyType({key: get(name, key, float) for key in sorted(table)})
 
 
+    corrections = _corrections(data.get("corrections", {}), f"{source} [corrections]")
     canonical = repr(sorted(_flatten(data)))
     profile = HardwareProfile(
         name=get("target", "name", str),
@@ -206,9 +210,34 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
         superkernel_max_streams=get("superkernel", "max_streams", int),
         source=source,
         digest=hashlib.sha256(canonical.encode()).hexdigest()[:16],
+        corrections=corrections,
     )
-    _reject_unknown_keys(data, read, source)
+    _reject_unknown_keys({key: value for key, value in data.items() if key != "corrections"}, read, source)
     return profile
+
+
+# A correction is a measured share of a modeled time: outside these bounds it is a unit slip or a profile of
+# something else, not a calibration.
+CORRECTION_RANGE = (0.05, 20.0)
+
+
+def _corrections(table: Any, where: str) -> Mapping[str, float]:
+    """The ``[corrections]`` table: op type (msprof's OP Type, the catalog's ``kernel_type``) = factor.
+    Whether each name is an op type of the catalog is checked where the catalog is known
+    (:meth:`pytest_npufuse.target.userconfig.UserConfig.profile`)."""
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where}: must be a table of OP_TYPE = factor, got {table!r}.")
+    low, high = CORRECTION_RANGE
+    factors: dict[str, float] = {}
+    for name in sorted(table):
+        value = typed_value(table, name, float, where)
+        if not math.isfinite(value) or not low <= value <= high:
+            raise ProfileError(
+                f"{where}: key '{name}' is {value!r}, expected a factor in [{low:g}, {high:g}] (measured over "
+                "modeled time of that op type); fix it in that table or calibrate again."
+            )
+        factors[name] = value
+    return MappingProxyType(factors)
 
 
 def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], source: str) -> None:
@@ -325,12 +354,23 @@ def _builtin_data(target: str) -> dict[str, Any]:
     return data
 
 
+def builtin_data(target: str) -> dict[str, Any]:
+    """The tables of a built-in target (its SKU file over the architecture file), to read a constant's
+    value or lay a fit over it; an unknown name is an error listing the built-in targets."""
+    _check_builtin(target)
+    return _builtin_data(target)
+
+
+def _check_builtin(target: str) -> None:
+    if target not in BUILTIN_TARGETS:
+        raise ProfileError(f"unknown built-in target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}.")
+
+
 def builtin_profile_text(target: str) -> str:
     """The complete TOML text of a built-in target, with its source comments: the architecture file then
     the SKU's (they share no table). Copy it to start a profile file of your own; an alias's text names
     its SKU."""
-    if target not in BUILTIN_TARGETS:
-        raise ProfileError(f"unknown built-in target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}.")
+    _check_builtin(target)
     return (DATA_DIR / ARCHITECTURE_FILE).read_text() + "\n" + _sku_path(target).read_text()
 
 

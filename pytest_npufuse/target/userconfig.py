@@ -39,7 +39,20 @@ class UserConfig:
     ops_source: str = "[tool.npufuse.ops]"
 
     def profile(self, target: str) -> HardwareProfile:
-        return load_profile(target, self.targets)
+        """The profile of ``target``; its ``[corrections]`` may name only op types of this catalog (a
+        misspelt one would leave its kernels uncorrected without a word)."""
+        profile = load_profile(target, self.targets)
+        if profile.corrections:
+            known = sorted({info.kernel_type for info in self.catalog().entries.values()})
+            for name in profile.corrections:
+                if name not in known:
+                    hint = difflib.get_close_matches(name, known, n=1)
+                    raise ProfileError(
+                        f"{profile.source} [corrections]: unknown op type '{name}'"
+                        + (f"; did you mean '{hint[0]}'?" if hint else "; use an OP Type of the op catalog "
+                           "(python -m pytest_npufuse ops) or of [tool.npufuse.ops].")
+                    )
+        return profile
 
     def check_targets(self) -> None:
         """Load every target the user declared, so that a broken one is reported even when this run does

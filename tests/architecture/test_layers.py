@@ -33,6 +33,7 @@ LAYERS: tuple[str, ...] = (
     "simulate",
     "report",
     "gate",
+    "calibrate",
     "numerics",
     "torch_npu",
     "frontend",
@@ -49,7 +50,7 @@ LAYERS: tuple[str, ...] = (
     "__main__",
     "__init__",
 )
-TORCH_FREE = LAYERS[: LAYERS.index("gate") + 1] + ("frontend.tagged_events",)
+TORCH_FREE = LAYERS[: LAYERS.index("calibrate") + 1] + ("frontend.tagged_events",)
 
 
 def _modules() -> dict[str, Path]:

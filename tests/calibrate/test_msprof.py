@@ -1,0 +1,128 @@
+"""Reading msprof's kernel_details.csv and op_statistic.csv, and refusing what msprof never writes.
+
+The profile in ``data/`` is the CATLASS 910B3 quant-matmul table (hicann/catlass, rows catlass-qmm-910b3-*
+of benchmarks/data/published.toml) written as msprof writes a profile of ``data/quant_model.py``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_npufuse.calibrate.msprof import disagreements, read_kernels, read_profile
+from pytest_npufuse.errors import CalibrationError
+
+DATA = Path(__file__).parent / "data"
+HEADER = "Step Id,Name,Type,Accelerator Core,Duration(us),Input Shapes"
+
+
+def write(tmp_path: Path, text: str, name: str = "kernel_details.csv", encoding: str = "utf-8") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+def test_the_published_profile_reads_kernel_by_kernel_with_shapes_and_statistics():
+    profile = read_profile(DATA)
+    assert [k.duration_us for k in profile.kernels] == [18.64, 23.23, 32.97, 47.73, 78.52, 75.39, 77.35]
+    first = profile.kernels[0]
+    assert (first.line, first.step, first.op_type, first.core) == (2, "1", "QuantBatchMatmulV3", "AI_CORE")
+    assert first.shapes == ((128, 1024), (1024, 256), (256,), (128,))
+    assert [(s.op_type, s.count, s.total_us) for s in profile.statistics] == [("QuantBatchMatmulV3", 7, 353.83)]
+    assert disagreements(profile) == []
+
+
+def test_the_profiler_output_directory_is_found_one_or_two_levels_down(tmp_path):
+    output = tmp_path / "host_123_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    output.mkdir(parents=True)
+    for name in ("kernel_details.csv", "op_statistic.csv"):
+        shutil.copy(DATA / name, output / name)
+    assert len(read_profile(tmp_path).kernels) == 7
+    assert len(read_profile(tmp_path / "host_123_ascend_pt").kernels) == 7
+    second = tmp_path / "host_456_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    second.mkdir(parents=True)
+    shutil.copy(DATA / "kernel_details.csv", second)
+    with pytest.raises(CalibrationError, match="holds 2 profiles .*give the one to calibrate from"):
+        read_profile(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CalibrationError, match="holds no kernel_details.csv .*torch_npu.profiler"):
+        read_profile(tmp_path / "empty")
+
+
+def test_a_spreadsheets_semicolons_and_byte_order_mark_read_the_same_kernels(tmp_path):
+    text = (DATA / "kernel_details.csv").read_text()
+    resaved = write(tmp_path, "\ufeff" + _semicolon_csv(text))
+    assert resaved.read_bytes().startswith(b"\xef\xbb\xbfStep Id;")
+    assert read_kernels(resaved) == read_kernels(DATA / "kernel_details.csv")
+
+
+def _semicolon_csv(text: str) -> str:
+    """``text`` as a European spreadsheet saves it: ';' between fields, shapes quoted."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter=";", lineterminator="\r\n")
+    writer.writerows(csv.reader(io.StringIO(text)))
+    return out.getvalue()
+
+
+def test_an_op_summary_csv_reads_with_msprofs_own_column_names(tmp_path):
+    path = write(tmp_path, 'Op Name,OP Type,Task Type,Task Duration(us),Input Shapes\nmm,MatMulV2,AI_CORE,12.5,"4,8;8,16"\n',
+                 name="op_summary_0_1.csv")
+    (kernel,) = read_kernels(path)
+    assert (kernel.name, kernel.op_type, kernel.duration_us, kernel.shapes) == ("mm", "MatMulV2", 12.5, ((4, 8), (8, 16)))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Step Id,Name,Type,Accelerator Core,Input Shapes\n1,mm,MatMulV2,AI_CORE,\"4,8\"\n",
+         r"line 1: no column 'Duration\(us\)'.*Export it again with the Ascend PyTorch profiler"),
+        ("Name,Type,Duration (us)\nmm,MatMulV2,12.5\n", r"no column 'Duration\(us\)' \('Duration \(us\)' is close"),
+        ("Name,Kind,Duration(us)\nmm,MatMulV2,12.5\n", r"no column 'Type'"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,\"1.234,5\",\"4,8\"\n",
+         r"line 2: column 'Duration\(us\)' is '1.234,5', a number in another locale's format.*1234.5"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"4,8\"\n1,mm,MatMulV2,AI_CORE,\"1,234.5\",\"4,8\"\n",
+         r"line 3: column 'Duration\(us\)' is '1,234.5', a number in another locale"),
+        ("Name;Type;Duration(us)\nmm;MatMulV2;18,64\n", r"line 2: column 'Duration\(us\)' is '18,64', a number in another"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,N/A,\"4,8\"\n", r"line 2: column 'Duration\(us\)' is 'N/A', not a number"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,-3,\"4,8\"\n", r"line 2: .*finite number >= 0"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,nan,\"4,8\"\n", r"line 2: column 'Duration\(us\)' is 'nan', not a number"),
+        (f"{HEADER}\n1,mm,,AI_CORE,12.5,\"4,8\"\n", r"line 2: column 'Type' is empty"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"4x8\"\n", r"line 2: column 'Input Shapes' is '4x8'.*separated by ','"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5\n", r"line 2: has 5 fields where the header has 6"),
+        ("Step Id;Name;Type;Accelerator Core;Duration(us);Input Shapes\n1;mm;MatMulV2;AI_CORE;12.5;4,8;8,16\n",
+         r"line 2: .*a field holding the separator must be quoted"),
+        (f"{HEADER}\n", r"has a header but no kernel rows"),
+        ("", r"line 1: no column 'Type'"),
+    ],
+    ids=["no-duration", "near-name", "no-type", "decimal-comma", "thousands", "semicolon-locale", "n/a", "negative",
+         "nan", "empty-type", "bad-shapes", "short-row", "unquoted-shapes", "no-rows", "empty-file"],
+)
+def test_hostile_kernel_details_are_clear_errors_naming_the_line_and_the_fix(tmp_path, text, message):
+    with pytest.raises(CalibrationError, match=message) as caught:
+        read_kernels(write(tmp_path, text))
+    assert str(tmp_path / "kernel_details.csv") in str(caught.value)
+
+
+def test_a_file_that_is_not_utf8_or_not_a_file_is_refused_by_name(tmp_path):
+    latin = tmp_path / "kernel_details.csv"
+    latin.write_bytes("Name,Type,Duration(us)\nm\u00e9,MatMulV2,1\n".encode("latin-1"))
+    with pytest.raises(CalibrationError, match=r"not UTF-8 text: byte \d+ \(line 2\)"):
+        read_kernels(latin)
+    with pytest.raises(CalibrationError, match="no such profile"):
+        read_profile(tmp_path / "missing")
+
+
+def test_op_statistic_disagreeing_with_kernel_details_is_reported(tmp_path):
+    shutil.copy(DATA / "kernel_details.csv", tmp_path)
+    write(tmp_path, "OP Type,Core Type,Count,Total Time(us)\nQuantBatchMatmulV3,AI_CORE,9,400\n", "op_statistic.csv")
+    (note,) = disagreements(read_profile(tmp_path))
+    assert note.startswith("op_statistic.csv line 2: QuantBatchMatmulV3 has Count 9, Total Time 400 us, but "
+                           "kernel_details.csv has 7 kernel(s)")
+    write(tmp_path, "OP Type,Core Type,Count,Total Time(us)\nQuantBatchMatmulV3,AI_CORE,7.5,400\n", "op_statistic.csv")
+    with pytest.raises(CalibrationError, match=r"op_statistic.csv line 2: column 'Count' is '7.5', not a whole number"):
+        read_profile(tmp_path)
