@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 GAPS = (
+    (r"^catlass-a2-empty-kernel", "a lone kernel's start-up on every core (the cold_start estimate)"),
     (r"^pypto-fused-recurrent-kda", "the recurrence's serial dependence inside the kernel (a latency-bound loop; the "
      "source reports 26% and 63% core utilisation); the model prices its bytes and flops only"),
     (r"^sfa-a3-", "sparse attention's gather of the selected KV blocks and its softmax pipeline on one sequence and "
@@ -23,8 +24,13 @@ GAPS = (
      "tile's reach, which the model does not price"),
     (r"^catlass-", "the kernel's own tile order and epilogue (the tuning guide calls its times for reference only)"),
     (r"^qwen3-8b-.*-prefill", "the executor's default prompt length, which no source gives (1024 tokens assumed)"),
+    (r"^seed003-moe-mask-zeros-scatter", "the guide gives neither shapes (16k tokens, top-8 of 64 assumed) nor how its "
+     "0.08 ms splits between ZerosLike and ScatterElements; the model prices a memset and one 32 B transaction per "
+     "scattered element"),
     (r"^seed003-", "a measured AI CPU rate for int64 Cast/ReduceSum, and the seed's shapes (not given; 16k tokens, "
      "top-8 of 64 assumed)"),
+    (r"^dsv3-a3-task-wait", "what a Task wait is made of beyond the dispatch gap the fit sets (the fitted task_gap "
+     "trades this row for the training steps' launch costs)"),
     (r"^glm52-", "npugraph_ex's own kernel choices and the KV offload's host traffic in the offload configs"),
     (r"^dsv4flash-", "DeepSeek-V4's compressed sparse attention (CSA/HCA) and mHC, approximated by DSA-style MLA"),
     (r"^omni-dsv3-", "the vendor's batch and deployment (not given; Omni-Infer's 50 sequences per die on 64 dies "
