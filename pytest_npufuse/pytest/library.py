@@ -13,6 +13,7 @@ import pytest
 from ..advisor import Advice, advise
 from ..errors import BaselineWarning
 from ..gate.baseline import Change, Entry
+from ..gate.check_record import check_row
 from ..pipeline.backend import compile_model
 from ..pipeline.chain import compare
 from ..report.case import CaseReport
@@ -110,7 +111,7 @@ class NpuFuse:
         change = gate.judge(key, report.target, entry) if gate is not None else None
         if gate is not None and change is not None and change.before is None and not gate.update:
             warnings.warn(BaselineWarning(gate.missing(change)), stacklevel=3)
-        recorder.attach(self._request.node, recorder.check_row(key, report, entry, change))
+        recorder.attach(self._request.node, check_row(key, report, entry, change))
         if self._settings.html_path is not None:
             self._keep_view(report, change)
         return entry, change

@@ -10,52 +10,21 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import pytest
 
 from ..errors import NpufuseError
 from ..files import locked_output
 from ..files.kinds import fingerprint
-from ..gate.baseline import Change, Entry, finite_us, model_notice
+from ..gate.baseline import Change, model_notice
 from ..gate.run_document import entries_of, save_run_report
-from ..report.attribution import longest_tasks
-from ..report.findings import findings_json
 from . import terminal
 from .environment import run_environment
 from .settings import settings_of
 
-if TYPE_CHECKING:
-    from ..report.case import CaseReport
-
 _RECORD = "npufuse"
 _JUNIT_PROPERTIES = ("target", "baseline_us", "variant_us", "speedup", "segments", "streams", "gate")
-
-
-def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None) -> dict[str, Any]:
-    """The record of one check: its baseline entry, precision, host/device split and gate verdict.
-
-    Plain builtins only (``str()`` of a vocabulary member): pytest-xdist's wire format refuses enums."""
-    row: dict[str, Any] = {
-        "key": key,
-        "target": report.target,
-        **entry.to_json(),
-        "bit_exact": report.bit_exact,
-        "numerics": report.numerics.to_json(),
-        "host_us": round(report.variant.host_us, 3),
-        "device_us": finite_us(report.variant.device_us),
-        "bound": str(report.variant.bound),
-        "attribution": {str(variant): attribution.to_json() for variant, attribution in report.attribution.items()},
-        "affinity": findings_json(report.findings),
-        "kernels": longest_tasks(report.variant),
-    }
-    if report.ranks is not None:
-        row["ranks"] = report.ranks.to_json()
-    if report.memory is not None:
-        row["memory"] = report.memory.to_json()
-    if change is not None:
-        row["gate"] = change.status
-    return row
 
 
 def attach(item: pytest.Item, row: dict[str, Any]) -> None:
@@ -128,8 +97,10 @@ class RunRecorder:
         for nodeid, views in output.get(self._WORKER_VIEWS, {}).items():
             self.views.setdefault(nodeid, []).extend(views)
         model = output.get(self._WORKER_MODEL)
+        if model is None:  # the worker checked nothing, so modeled nothing
+            return
         mine = settings_of(self.config).model.to_json()
-        if model is not None and model != mine:
+        if model != mine:
             self.errors.append(
                 f"xdist worker {node.gateway.id} modeled with {model}, the controller with {mine}; "
                 "workers must see the same profiles and op catalog (same rootdir and pyproject.toml)."
@@ -137,7 +108,8 @@ class RunRecorder:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(self.config, "workerinput"):
-            self.config.workeroutput[self._WORKER_MODEL] = settings_of(self.config).model.to_json()
+            if any(rows for _, rows in self.tests.values()):
+                self.config.workeroutput[self._WORKER_MODEL] = settings_of(self.config).model.to_json()
             self.config.workeroutput[self._WORKER_VIEWS] = self.views
             return
         if not self.errors:

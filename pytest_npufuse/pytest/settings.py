@@ -7,6 +7,7 @@ baseline file, a trace directory that is a file.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Mapping
 
@@ -23,19 +24,55 @@ from .options import is_set, path_setting, setting
 
 
 @dataclass(frozen=True)
+class GateRequest:
+    """The baseline options as given: the file, the tolerance in percent and whether to rewrite it."""
+
+    path: Path
+    tolerance_pct: float
+    update: bool
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """What every hook and fixture of the run reads: the targets by name (the first is the default), the
-    op catalog, the model identity, the baseline gate and the output locations."""
+    user's settings, the output locations, and on first use the op catalog, the model identity and the
+    baseline gate.
+
+    The catalog is read when something needs it (a check, a report, the gate), not at start-up: parsing
+    the op table is most of what the plugin would otherwise cost a run that never models anything. A
+    run that names a baseline or declares its own ops reads it at once, so a bad file still stops the
+    run before any test."""
 
     profiles: Mapping[str, HardwareProfile]
-    catalog: OpCatalog
-    model: ModelIdentity
-    gate: Gate | None
+    user: UserConfig
+    gate_request: GateRequest | None
     trace_dir: Path | None
     json_path: Path | None
     html_path: Path | None
     known_targets: tuple[str, ...] = ()
     advise: bool = False
+
+    @cached_property
+    def catalog(self) -> OpCatalog:
+        try:
+            return self.user.catalog()
+        except NpufuseError as exc:
+            raise pytest.UsageError(f"npufuse: {exc}") from None
+
+    @cached_property
+    def model(self) -> ModelIdentity:
+        return ModelIdentity.of(self.profiles.values(), self.catalog)
+
+    @cached_property
+    def gate(self) -> Gate | None:
+        """The baseline, read once, read-only, in every process."""
+        request = self.gate_request
+        if request is None:
+            return None
+        try:
+            return Gate.open(request.path, request.tolerance_pct, request.update, self.model)
+        except NpufuseError as exc:
+            raise pytest.UsageError(f"--npufuse-baseline: {exc}") from None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -46,18 +83,24 @@ class RunSettings:
             user = _user_config(config)
             user.check_targets()
             profiles = _by_name([user.profile(name) for name in names], names)
-            catalog = user.catalog()
         except NpufuseError as exc:
             raise pytest.UsageError(f"npufuse: {exc}") from None
-        model = ModelIdentity.of(profiles.values(), catalog)
-        gate = _open_gate(config, model)
+        request = _gate_request(config)
         json_path, html_path = path_setting(config, "npufuse_json"), _output_file(config, "npufuse_html")
-        _check_outputs(gate, json_path, html_path)
+        _check_outputs(request, json_path, html_path)
         known = tuple(sorted({*BUILTIN_TARGETS, *user.targets, *profiles}))
-        return cls(
-            profiles, catalog, model, gate, _trace_dir(config), json_path, html_path, known,
+        settings = cls(
+            profiles, user, request, _trace_dir(config), json_path, html_path, known,
             bool(setting(config, "npufuse_advise")),
         )
+        if user.ops or request is not None:  # a bad [tool.npufuse.ops] or baseline must stop the run at once
+            settings.read_files()
+        return settings
+
+    def read_files(self) -> None:
+        """Read the op catalog and the baseline now instead of on first use."""
+        for lazy in ("catalog", "model", "gate"):
+            getattr(self, lazy)
 
     @property
     def default_target(self) -> str:
@@ -123,7 +166,7 @@ def _tolerance(config: pytest.Config) -> float:
     return value
 
 
-def _check_outputs(gate: Gate | None, json_path: Path | None, html_path: Path | None) -> None:
+def _check_outputs(gate: GateRequest | None, json_path: Path | None, html_path: Path | None) -> None:
     """Refuse, before any test runs, outputs that share a file or cannot be written. A baseline is
     rewritten for sure only with --npufuse-update-baseline; a read-only one may still gate a run."""
     baseline = gate.path if gate is not None else None
@@ -137,8 +180,8 @@ def _check_outputs(gate: Gate | None, json_path: Path | None, html_path: Path | 
         raise pytest.UsageError(f"npufuse: {exc}") from None
 
 
-def _open_gate(config: pytest.Config, model: ModelIdentity) -> Gate | None:
-    """Read the baseline once, read-only, in every process; a bad file stops the run before any test."""
+def _gate_request(config: pytest.Config) -> GateRequest | None:
+    """The baseline options, checked together: the tolerance and the update flag need a baseline."""
     path = path_setting(config, "npufuse_baseline")
     update = bool(setting(config, "npufuse_update_baseline"))
     tolerance = _tolerance(config)
@@ -150,7 +193,4 @@ def _open_gate(config: pytest.Config, model: ModelIdentity) -> Gate | None:
                 "--npufuse-tolerance needs --npufuse-baseline FILE: a tolerance applies to the baseline gate only."
             )
         return None
-    try:
-        return Gate.open(path, tolerance, update, model)
-    except NpufuseError as exc:
-        raise pytest.UsageError(f"--npufuse-baseline: {exc}") from None
+    return GateRequest(path, tolerance, update)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from ..errors import BaselineError
-from ..target.catalog import OpCatalog
-from ..target.profile import HardwareProfile
+
+if TYPE_CHECKING:
+    from ..target.catalog import OpCatalog
+    from ..target.profile import HardwareProfile
 
 SIMULATOR_VERSION = "3"
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from pytest_npufuse import compare
 from pytest_npufuse.gate.baseline import Entry
 from pytest_npufuse.ir.program import NO_ANNOTATIONS, Buffer, Kernel, Program, TensorSpec
-from pytest_npufuse.pytest.recorder import check_row
+from pytest_npufuse.gate.check_record import check_row
 from pytest_npufuse.report.memory import live_peak
 from pytest_npufuse.simulate.version import ModelIdentity
 from pytest_npufuse.target.catalog import load_catalog
