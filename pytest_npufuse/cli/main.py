@@ -299,7 +299,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         print(f"npufuse run: {args.script}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return run_script(args.script, args.script_args, args.npu_target, out)
+        return run_script(args.script, args.script_args, args.npu_target, out, Path("pyproject.toml"))
     except NpufuseError as exc:
         print(f"npufuse run: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -24,6 +24,7 @@ from ..pipeline.backend import ModeledRun, end_run, start_run
 from ..pipeline.graph import CompiledGraph
 from ..plan.tasks import ScopePlan
 from ..target.profile import load_profile
+from ..target.userconfig import load_user_config
 
 
 def _scope_line(scope: ScopePlan) -> str:
@@ -65,22 +66,26 @@ def summary(run: ModeledRun) -> list[str]:
     return lines
 
 
-def run_script(script: Path, argv: Sequence[str], target: str, out: TextIO) -> int:
+def run_script(
+    script: Path, argv: Sequence[str], target: str, out: TextIO, pyproject: Path | None = None
+) -> int:
     """Run ``script`` as ``__main__`` under the shim, then print the summary; 0 when the script ends
     normally, its exit status when it calls ``sys.exit`` (a message given to ``sys.exit`` is printed
     to stderr with status 1, as Python does), 1 when it raises. Python processes the script starts
-    (``multiprocessing`` spawn, ``subprocess``) get the shim and the target too."""
+    (``multiprocessing`` spawn, ``subprocess``) get the shim and the target too. ``target`` is looked up
+    among ``pyproject``'s own targets first (a calibrated one), in the script and in those processes."""
     from ..shim import install_shims
     from ..shim.children import shim_in_children
 
+    profile = load_user_config(pyproject).profile(target) if pyproject is not None else load_profile(target)
     state = install_shims()
-    run = start_run(load_profile(target))
+    run = start_run(profile)
     EVENTS.clear()  # a script starts with no tagged events, as a fresh process does
     saved_argv = sys.argv
     sys.argv = [str(script), *argv]
     status = 0
     try:
-        with shim_in_children(target):
+        with shim_in_children(target, pyproject):
             runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         status = _exit_status(exc.code)

@@ -188,6 +188,14 @@ class _ProgramBuilder:
                 "Call super_kernel_scope_end(name) for each, and keep graph breaks out of the range."
             )
         open_scopes = self.stack.open_scopes()
+        if open_scopes and self.stack.switched_by_set_stream():
+            raise CaptureError(
+                "When use npugraph_ex, you must make sure at the end of your code set stream to the same stream as "
+                f"the begin of your code: {open_scopes[-1]}"
+                f"{f' at {self.entered[-1].source}' if self.entered[-1].source else ''} is still in effect where the "
+                "function returns. Call torch.npu.set_stream with the stream current when the function began "
+                "(torch.npu.current_stream() read first) before returning."
+            )
         if open_scopes:
             raise CaptureError(
                 f"{open_scopes[-1]}{f' entered at {self.entered[-1].source}' if self.entered[-1].source else ''} is never "

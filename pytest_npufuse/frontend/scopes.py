@@ -25,8 +25,11 @@ VECTORCORE_NUM = "_op_vectorcore_num"
 INNER_PARALLEL = "_enable_inner_parallel"
 NEVER_TIMEOUT = "_op_exec_never_timeout"
 DATA_DUMP = "torchair_enable_data_dump"
-# Set by ``with torch.npu.stream(s)`` (native API) beside the stream label, so mode rules can name it.
+# Set by ``with torch.npu.stream(s)`` or ``torch.npu.set_stream(s)`` (native API) beside the stream label,
+# so mode rules and errors can name the call; its value says which of the two made the switch.
 NATIVE_STREAM = "_npufuse_native_stream"
+BY_WITH_BLOCK = "with"
+BY_SET_STREAM = "set_stream"
 
 _LIB = torch.library.Library("npufuse", "FRAGMENT")
 _LIB.define("scope_enter(str[] keys, str[] values) -> ()")
@@ -80,7 +83,8 @@ def describe_scope(attrs: dict[str, str]) -> str:
     if SK_SCOPE in attrs:
         return f"super_kernel({attrs[SK_SCOPE] or None!r})"
     if NATIVE_STREAM in attrs:
-        return f"torch.npu.stream({attrs[STREAM_LABEL]!r})"
+        api = "torch.npu.set_stream" if attrs[NATIVE_STREAM] == BY_SET_STREAM else "torch.npu.stream"
+        return f"{api}({attrs[STREAM_LABEL]!r})"
     if STREAM_LABEL in attrs:
         return f"npu_stream_switch({attrs[STREAM_LABEL]!r})"
     if AICORE_NUM in attrs:
@@ -111,6 +115,10 @@ class ScopeStack:
 
     def open_scopes(self) -> list[str]:
         return [describe_scope(frame) for frame in self._frames]
+
+    def switched_by_set_stream(self) -> bool:
+        """Whether the innermost open scope is a ``torch.npu.set_stream`` switch (not a block)."""
+        return bool(self._frames) and self._frames[-1].get(NATIVE_STREAM) == BY_SET_STREAM
 
     def resolve(self) -> Annotations:
         """Apply the frames outermost first, as TorchAir does.

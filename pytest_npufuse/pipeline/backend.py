@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -21,7 +22,8 @@ from ..frontend.dynamo import compile_static
 from ..plan.tasks import Variant
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import CHILD_TARGET_VARIABLE, HardwareProfile, resolve_profile
+from ..target.profile import CHILD_PYPROJECT_VARIABLE, CHILD_TARGET_VARIABLE, HardwareProfile, resolve_profile
+from ..target.userconfig import load_user_config
 from .graph import CompiledGraph, GraphOptions, Settings, graph_options, log_compile, mode_of_phase, model_graph
 
 
@@ -135,9 +137,21 @@ def end_run() -> None:
 def current_profile(target: str | None = None) -> HardwareProfile:
     """``target``'s profile; by default the running script's target (in a process the script started,
     the target its ``run`` named), else the default target."""
-    if target is not None or _RUN is None:
-        return resolve_profile(target or os.environ.get(CHILD_TARGET_VARIABLE) or None)
+    if target is not None:
+        return resolve_profile(target)
+    if _RUN is None:
+        return _child_profile()
     return _RUN.profile
+
+
+def _child_profile() -> HardwareProfile:
+    """The target a process started by ``run`` was given (a project's own target read from the same
+    pyproject.toml as in its parent), or the default target outside ``run``."""
+    name = os.environ.get(CHILD_TARGET_VARIABLE) or None
+    pyproject = os.environ.get(CHILD_PYPROJECT_VARIABLE)
+    if name is None or not pyproject:
+        return resolve_profile(name)
+    return load_user_config(Path(pyproject)).profile(name)
 
 
 def backend_for(

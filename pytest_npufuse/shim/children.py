@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..files import write_text
-from ..target.profile import CHILD_TARGET_VARIABLE as TARGET_VARIABLE
+from ..target.profile import CHILD_PYPROJECT_VARIABLE, CHILD_TARGET_VARIABLE
 
 _SITECUSTOMIZE = '''"""Written by ``python -m pytest_npufuse run``: a process the script starts gets the shim too."""
 import importlib.machinery
@@ -41,14 +41,17 @@ if _SPEC is not None:  # the sitecustomize this one stands in front of
 
 
 @contextmanager
-def shim_in_children(target: str) -> Iterator[Path]:
-    """Within the block, Python processes started from this one install the shim and model ``target``;
-    yields the directory put on ``PYTHONPATH``. The environment is restored afterwards."""
-    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", TARGET_VARIABLE)}
+def shim_in_children(target: str, pyproject: Path | None = None) -> Iterator[Path]:
+    """Within the block, Python processes started from this one install the shim and model ``target``,
+    looked up among ``pyproject``'s own targets first when one is given; yields the directory put on
+    ``PYTHONPATH``. The environment is restored afterwards."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", CHILD_TARGET_VARIABLE, CHILD_PYPROJECT_VARIABLE)}
     with tempfile.TemporaryDirectory(prefix="npufuse-shim-") as folder:
-        write_text(Path(folder) / "sitecustomize.py", _SITECUSTOMIZE.format(variable=TARGET_VARIABLE), "child shim")
+        write_text(Path(folder) / "sitecustomize.py", _SITECUSTOMIZE.format(variable=CHILD_TARGET_VARIABLE), "child shim")
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (folder, saved["PYTHONPATH"])))
-        os.environ[TARGET_VARIABLE] = target
+        os.environ[CHILD_TARGET_VARIABLE] = target
+        if pyproject is not None:
+            os.environ[CHILD_PYPROJECT_VARIABLE] = str(pyproject.resolve())
         try:
             yield Path(folder)
         finally:

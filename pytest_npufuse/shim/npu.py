@@ -168,7 +168,7 @@ class _Switch(NamedTuple):
 def _enter(stream: Stream, by_set_stream: bool) -> None:
     _CURRENT.append(_Switch(stream, by_set_stream))
     torch.ops.npufuse.scope_enter(
-        [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.NATIVE_STREAM], [stream.tag, stream._priority, "1"]
+        [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.NATIVE_STREAM], [stream.tag, stream._priority, scopes.BY_SET_STREAM if by_set_stream else scopes.BY_WITH_BLOCK]
     )
 
 

@@ -36,6 +36,9 @@ TARGET_HELP = (
 )
 # Set by ``python -m pytest_npufuse run`` for the processes a script starts: the target they model.
 CHILD_TARGET_VARIABLE = "NPUFUSE_CHILD_TARGET"
+# The pyproject.toml whose [tool.npufuse.targets] such a child reads, so a project's own (e.g. calibrated)
+# target resolves there by name as it does in the process that started it.
+CHILD_PYPROJECT_VARIABLE = "NPUFUSE_CHILD_PYPROJECT"
 ENGINES = tuple(Engine)
 
 

@@ -751,3 +751,38 @@ def test_run_command_gives_spawned_children_the_shim_and_the_target(tmp_path, ca
     assert "child: ('pytest_npufuse.torchair', 'a2')" in capfd.readouterr().out
     assert "processes the script starts get the shim too" in out.getvalue()
     assert "NPUFUSE_CHILD_TARGET" not in os.environ and str(tmp_path) not in os.environ.get("PYTHONPATH", "")
+
+
+DEVICE_NAMES = """
+import multiprocessing as mp
+
+import torch
+import torch_npu  # noqa: F401  (the shim's torch.npu)
+
+
+def child(queue):
+    import torch
+    import torch_npu  # noqa: F401
+
+    queue.put(torch.npu.get_device_name())
+
+
+if __name__ == "__main__":
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    print("parent:", torch.npu.get_device_name(), "child:", queue.get(timeout=120))
+    process.join()
+"""
+
+
+def test_run_command_models_a_projects_own_target_in_the_script_and_its_children(tmp_path, monkeypatch, capfd):
+    (tmp_path / "pyproject.toml").write_text('[tool.npufuse.targets.mine]\nbase = "910b3"\n')
+    script = tmp_path / "names.py"
+    script.write_text(DEVICE_NAMES)
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    assert main(["run", str(script), "--npu-target=mine"], out) == 0
+    assert "parent: Ascend910B3 child: Ascend910B3" in capfd.readouterr().out
+    assert "NPUFUSE_CHILD_PYPROJECT" not in os.environ
