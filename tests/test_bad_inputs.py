@@ -487,7 +487,10 @@ def _file_table() -> Any:
     """tests/files/test_bad_files.py, the table of files given to every reader and writer."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("npufuse_bad_files_table", Path(__file__).parent / "files" / "test_bad_files.py")
+    folder = Path(__file__).parent / "files"
+    if str(folder) not in sys.path:  # it imports its helpers (special.py) from beside it, as pytest lets it
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location("npufuse_bad_files_table", folder / "test_bad_files.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
