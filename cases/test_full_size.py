@@ -21,7 +21,11 @@ def test_a_full_size_decode_step_is_priced_in_every_layer_without_weights(npufus
     report = npufuse.check(model, *inputs)
     assert report.numerics.status is NumericsStatus.NOT_COMPUTED and report.kernels_executed == 0
     assert _count(report, ATTENTION) == case.layers  # every layer priced, though captured from 2 and 3
-    assert "decode_layer" in report.superkernels and report.variant.time_us < report.baseline.time_us
+    scope = report.superkernels["decode_layer"]
+    if npufuse.target.superkernel_supported:
+        assert report.variant.time_us < report.baseline.time_us
+    else:  # an A2 runs the scope's kernels one by one; only a side stream (DeepSeek's shared expert) can gain
+        assert str(scope.outcome) == "unsupported" and report.variant.time_us <= report.baseline.time_us
     moe_layers = {DEEPSEEK_V3_CASE.name: case.layers - case.config.get("first_k_dense_replace", 0),
                   QWEN3_235B_CASE.name: case.layers}.get(case.name, 0)
     assert _count(report, DISPATCH) == moe_layers
