@@ -23,7 +23,6 @@ from ..frontend.tagged_events import EVENTS
 from ..pipeline.backend import ModeledRun, end_run, start_run
 from ..pipeline.graph import CompiledGraph
 from ..plan.tasks import ScopePlan
-from ..target.profile import load_profile
 from ..target.userconfig import load_user_config
 
 
@@ -77,7 +76,7 @@ def run_script(
     from ..shim import install_shims
     from ..shim.children import shim_in_children
 
-    profile = load_user_config(pyproject).profile(target) if pyproject is not None else load_profile(target)
+    profile = load_user_config(pyproject).profile(target)
     state = install_shims()
     run = start_run(profile)
     EVENTS.clear()  # a script starts with no tagged events, as a fresh process does

@@ -22,7 +22,13 @@ from ..frontend.dynamo import compile_static
 from ..plan.tasks import Variant
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import CHILD_PYPROJECT_VARIABLE, CHILD_TARGET_VARIABLE, HardwareProfile, resolve_profile
+from ..target.profile import (
+    CHILD_PYPROJECT_VARIABLE,
+    CHILD_TARGET_VARIABLE,
+    DEFAULT_TARGET,
+    HardwareProfile,
+    resolve_profile,
+)
 from ..target.userconfig import load_user_config
 from .graph import CompiledGraph, GraphOptions, Settings, graph_options, log_compile, mode_of_phase, model_graph
 
@@ -147,11 +153,9 @@ def current_profile(target: str | None = None) -> HardwareProfile:
 def _child_profile() -> HardwareProfile:
     """The target a process started by ``run`` was given (a project's own target read from the same
     pyproject.toml as in its parent), or the default target outside ``run``."""
-    name = os.environ.get(CHILD_TARGET_VARIABLE) or None
     pyproject = os.environ.get(CHILD_PYPROJECT_VARIABLE)
-    if name is None or not pyproject:
-        return resolve_profile(name)
-    return load_user_config(Path(pyproject)).profile(name)
+    user = load_user_config(Path(pyproject) if pyproject else None)
+    return user.profile(os.environ.get(CHILD_TARGET_VARIABLE) or DEFAULT_TARGET)
 
 
 def backend_for(
