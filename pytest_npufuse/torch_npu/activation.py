@@ -27,10 +27,7 @@ def _gelu_kernel(call: Arguments) -> torch.Tensor:
     return torch.nn.functional.gelu(call.input.to(torch.float32), approximate=call.approximate).to(call.input.dtype)
 
 
-@npu_op(
-    meta=_gelu_meta,
-    kernel=_gelu_kernel,
-)
+@npu_op(meta=_gelu_meta, kernel=_gelu_kernel)
 def npu_gelu(call: Arguments) -> None:
     """GELU ``x * Phi(x)`` with ``Phi`` the standard normal CDF (``approximate="none"``, erf) or its tanh
     approximation (``"tanh"``).
@@ -52,10 +49,7 @@ def _fast_gelu_kernel(call: Arguments) -> torch.Tensor:
     return (values * torch.sigmoid(FAST_GELU_SLOPE * values)).to(call.self.dtype)
 
 
-@npu_op(
-    meta=_fast_gelu_meta,
-    kernel=_fast_gelu_kernel,
-)
+@npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
 def npu_fast_gelu(call: Arguments) -> None:
     """FastGelu: ``x * sigmoid(1.702 x)``, computed in float32 and rounded once to the input's dtype.
 
@@ -65,9 +59,6 @@ def npu_fast_gelu(call: Arguments) -> None:
     """
 
 
-@npu_op(
-    meta=_fast_gelu_meta,
-    kernel=_fast_gelu_kernel,
-)
+@npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
 def fast_gelu(call: Arguments) -> None:
     """The older name of :func:`npu_fast_gelu` (``torch_npu.fast_gelu(self) -> Tensor``), the same op."""

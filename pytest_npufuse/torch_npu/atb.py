@@ -24,7 +24,7 @@ import torch
 
 from ..errors import OpArgumentError
 from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _geometry, _run, _Setup
-from .checks import HALF_DTYPES, require_dtype, require_float, require_int, require_shape, require_tensors
+from .checks import HALF_DTYPES, require_dtype, require_shape
 from .memory import write_slots
 from .registry import Arguments, Out, bind, check, npu_op
 
@@ -58,8 +58,6 @@ def _check_lengths(name: str, lengths: torch.Tensor, batch: Optional[int] = None
 
 
 def _check_heads(num_heads: int, num_kv_heads: int) -> None:
-    require_int("num_heads", num_heads)
-    require_int("num_kv_heads", num_kv_heads)
     if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
         raise OpArgumentError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (GQA groups)")
 
@@ -141,19 +139,7 @@ def _encoder_kernel(call: Arguments) -> torch.Tensor:
     return _attend(call, len(lengths), lengths, lengths, mask=mask)[0]
 
 
-def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale_value: Any, num_heads: Any,
-                           num_kv_heads: Any, out: Any) -> None:
-    """The wrapper checks _npu_flash_attention and its unpadded form share (no tensor metadata)."""
-    require_tensors(query=query, key=key, value=value, seq_len=seq_len, out=out)
-    require_float("scale_value", scale_value)
-    _check_heads(num_heads, num_kv_heads)
-
-
-@npu_op(
-    meta=_encoder_meta,
-    kernel=_encoder_kernel,
-    writes_back={"out": 0},
-)
+@npu_op(meta=_encoder_meta, kernel=_encoder_kernel, writes_back={"out": 0})
 def _npu_flash_attention(call: Arguments) -> None:
     """Masked self-attention of packed variable-length sequences (prefill without cache); writes ``out``.
 
@@ -172,14 +158,10 @@ def _npu_flash_attention(call: Arguments) -> None:
     * ``out`` (query's dtype, T x num_heads x Dv elements) receives ``softmax(scale_value * q k^T) v``;
       rows after the last sequence get 0. Returns None.
     """
-    _check_encoder_scalars(call.query, call.key, call.value, call.seq_len, call.scale_value, call.num_heads, call.num_kv_heads, call.out)
+    _check_heads(call.num_heads, call.num_kv_heads)
 
 
-@npu_op(
-    meta=_encoder_meta,
-    kernel=_encoder_kernel,
-    writes_back={"out": 0},
-)
+@npu_op(meta=_encoder_meta, kernel=_encoder_kernel, writes_back={"out": 0})
 def _npu_flash_attention_unpad(call: Arguments) -> None:
     """Unmasked self-attention of packed variable-length sequences (vision encoders); writes ``out``.
 
@@ -188,7 +170,7 @@ def _npu_flash_attention_unpad(call: Arguments) -> None:
     :func:`_npu_flash_attention` without a mask: every token of sequence b attends to every token of b.
     Returns None.
     """
-    _check_encoder_scalars(call.query, call.key, call.value, call.seq_len, call.scale_value, call.num_heads, call.num_kv_heads, call.out)
+    _check_heads(call.num_heads, call.num_kv_heads)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,11 +205,7 @@ def _qlens_kernel(call: Arguments) -> torch.Tensor:
     return _attend(call, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
 
 
-@npu_op(
-    meta=_qlens_meta,
-    kernel=_qlens_kernel,
-    writes_back={"out": 0},
-)
+@npu_op(meta=_qlens_meta, kernel=_qlens_kernel, writes_back={"out": 0})
 def _npu_flash_attention_qlens(call: Arguments) -> None:
     """Causal attention of new tokens over a paged KV cache that already holds them and their prefix
     (prefill with a cache hit, chunked prefill); writes ``out``.
@@ -260,11 +238,7 @@ def _paged_kernel(call: Arguments) -> torch.Tensor:
     return _attend(call, len(kv_lens), [1] * len(kv_lens), kv_lens)[0]
 
 
-@npu_op(
-    meta=_paged_meta,
-    kernel=_paged_kernel,
-    writes_back={"out": 0},
-)
+@npu_op(meta=_paged_meta, kernel=_paged_kernel, writes_back={"out": 0})
 def _npu_paged_attention(call: Arguments) -> None:
     """Decode attention over a paged KV cache, one query token per sequence; writes ``out``.
 
@@ -304,11 +278,7 @@ def _cache_write_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return write_slots(key_cache, key, slot_indices), write_slots(value_cache, value, slot_indices)
 
 
-@npu_op(
-    meta=_cache_write_meta,
-    kernel=_cache_write_kernel,
-    writes_back={"key_cache": 0, "value_cache": 1},
-)
+@npu_op(meta=_cache_write_meta, kernel=_cache_write_kernel, writes_back={"key_cache": 0, "value_cache": 1})
 def _npu_reshape_and_cache(call: Arguments) -> None:
     """Write each token's key and value rows into its cache slot, in place; returns None.
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, fields
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -552,11 +552,7 @@ def _fia_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mode: int, inner_precise: int,
                              pre_tokens: int, next_tokens: int, block_size: int) -> None:
-    """Scalar options shared by the three attention ops."""
-    for name, value in (("num_heads", num_heads), ("num_key_value_heads", num_key_value_heads),
-                        ("sparse_mode", sparse_mode), ("inner_precise", inner_precise), ("pre_tokens", pre_tokens),
-                        ("next_tokens", next_tokens), ("block_size", block_size)):
-        require_int(name, value)
+    """Scalar options shared by the attention ops (their schema types are checked already)."""
     if num_heads < 1:
         raise OpArgumentError(f"num_heads={num_heads} must be >= 1")
     kv_heads = num_key_value_heads or num_heads
@@ -575,11 +571,7 @@ def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mo
                    "precision/performance and invalid-row modes; the CPU model computes one way")
 
 
-@npu_op(
-    meta=_fia_meta,
-    kernel=_fia_kernel,
-    unmodeled=FIA_UNMODELED,
-)
+@npu_op(meta=_fia_meta, kernel=_fia_kernel, unmodeled=FIA_UNMODELED)
 def npu_fused_infer_attention_score(call: Arguments) -> None:
     """Inference attention (prefill and decode): returns ``(attention_out, softmax_lse)``.
 
@@ -614,7 +606,8 @@ def npu_fused_infer_attention_score(call: Arguments) -> None:
     prefixes, the other ``X_Y`` layouts (``*_NBSD``, ``NTD``, ``TND_NTD``) and sparse modes 5-8. ``inner_precise`` and the antiquant modes
     only select device paths and are accepted.
     """
-    _check_attention_scalars(call.num_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise, call.pre_tokens, call.next_tokens,
+    _check_attention_scalars(call.num_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise,
+                             call.pre_tokens, call.next_tokens,
                              call.block_size)
     if not isinstance(call.input_layout, str) or call.input_layout not in FIA_LAYOUTS:
         raise OpArgumentError(
@@ -663,19 +656,24 @@ def _ifa_call(call: Arguments) -> _Setup:
     return _Setup(geo, [1] * geo.batch, kv_lens, float(call.scale_value), MASK_ONLY, NO_BAND, NO_BAND)
 
 
-def _ifa_meta(call: Arguments) -> Out:
-    return Out(_ifa_call(call).geo.out_shape(), call.query.dtype)
+def _like_query(setup: Callable[[Arguments], _Setup], block_table: Callable[[Arguments], Optional[torch.Tensor]]
+                ) -> tuple[Callable[[Arguments], Out], Callable[[Arguments], torch.Tensor]]:
+    """The meta function and kernel of IFA or PFA (one output shaped like the query), from its setup and
+    its paged-KV table (PFA has none)."""
+
+    def meta(call: Arguments) -> Out:
+        return Out(setup(call).geo.out_shape(), call.query.dtype)
+
+    def kernel(call: Arguments) -> torch.Tensor:
+        return _run(setup(call), call.query, call.key, call.value, call.atten_mask, block_table(call), None, None)[0]
+
+    return meta, kernel
 
 
-def _ifa_kernel(call: Arguments) -> torch.Tensor:
-    return _run(_ifa_call(call), call.query, call.key, call.value, call.atten_mask, call.block_table, None, None)[0]
+_ifa_meta, _ifa_kernel = _like_query(_ifa_call, lambda call: call.block_table)
 
 
-@npu_op(
-    meta=_ifa_meta,
-    kernel=_ifa_kernel,
-    unmodeled=IFA_UNMODELED,
-)
+@npu_op(meta=_ifa_meta, kernel=_ifa_kernel, unmodeled=IFA_UNMODELED)
 def npu_incre_flash_attention(call: Arguments) -> None:
     """Decode attention (one query token per batch): returns ``attention_out`` shaped like ``query``.
 
@@ -688,7 +686,8 @@ def npu_incre_flash_attention(call: Arguments) -> None:
 
     Refused: quantised/antiquant inputs, pse_shift, kv left padding; ``padding_mask`` is reserved by the page.
     """
-    _check_attention_scalars(call.num_heads, call.num_key_value_heads, MASK_ONLY, call.inner_precise, NO_BAND, NO_BAND, call.block_size)
+    _check_attention_scalars(call.num_heads, call.num_key_value_heads, MASK_ONLY, call.inner_precise, NO_BAND, NO_BAND,
+                             call.block_size)
 
 
 def _pfa_call(call: Arguments) -> _Setup:
@@ -700,19 +699,10 @@ def _pfa_call(call: Arguments) -> _Setup:
     return _Setup(geo, q_lens, kv_lens, float(call.scale_value), call.sparse_mode, call.pre_tokens, call.next_tokens)
 
 
-def _pfa_meta(call: Arguments) -> Out:
-    return Out(_pfa_call(call).geo.out_shape(), call.query.dtype)
+_pfa_meta, _pfa_kernel = _like_query(_pfa_call, lambda call: None)
 
 
-def _pfa_kernel(call: Arguments) -> torch.Tensor:
-    return _run(_pfa_call(call), call.query, call.key, call.value, call.atten_mask, None, None, None)[0]
-
-
-@npu_op(
-    meta=_pfa_meta,
-    kernel=_pfa_kernel,
-    unmodeled=PFA_UNMODELED,
-)
+@npu_op(meta=_pfa_meta, kernel=_pfa_kernel, unmodeled=PFA_UNMODELED)
 def npu_prompt_flash_attention(call: Arguments) -> None:
     """Prefill attention: returns ``attention_out`` shaped like ``query``.
 
@@ -726,7 +716,8 @@ def npu_prompt_flash_attention(call: Arguments) -> None:
     Refused: quantised inputs/outputs, pse_shift, the TND layout and sparse modes 5-8;
     ``padding_mask`` is reserved by the page.
     """
-    _check_attention_scalars(call.num_heads, call.num_key_value_heads, call.sparse_mode, 0, call.pre_tokens, call.next_tokens, 0)
+    _check_attention_scalars(call.num_heads, call.num_key_value_heads, call.sparse_mode, 0, call.pre_tokens,
+                             call.next_tokens, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -927,11 +918,7 @@ def _fa_grad_kernel(call: Arguments) -> tuple:
     return (*grads, query.new_zeros(0))
 
 
-@npu_op(
-    meta=_fa_grad_meta,
-    kernel=_fa_grad_kernel,
-    unmodeled=("pse", "padding_mask", "prefix", "sink"),
-)
+@npu_op(meta=_fa_grad_meta, kernel=_fa_grad_kernel, unmodeled=("pse", "padding_mask", "prefix", "sink"))
 def npu_fusion_attention_grad(call: Arguments) -> None:
     """FlashAttentionScoreGrad: the gradients ``(dq, dk, dv, dpse)`` of :func:`npu_fusion_attention` from
     the output's gradient ``dy``, in the forward's layouts, masks and sparse modes. The probabilities are
@@ -963,12 +950,7 @@ def _fa_backward(ctx: object, dy: torch.Tensor, *_unused: Any) -> tuple:
     return (dq, dk, dv, *([None] * (len(vars(call)) - 3)))
 
 
-@npu_op(
-    meta=_fa_meta,
-    kernel=_fa_kernel,
-    derivative=Derivative(_fa_setup, _fa_backward),
-    unmodeled=FA_UNMODELED,
-)
+@npu_op(meta=_fa_meta, kernel=_fa_kernel, derivative=Derivative(_fa_setup, _fa_backward), unmodeled=FA_UNMODELED)
 def npu_fusion_attention(call: Arguments) -> None:
     """FlashAttentionScore: ``softmax(mask(scale * q k^T)) v``; returns torch_npu's seven outputs
     ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``.
@@ -997,7 +979,8 @@ def npu_fusion_attention(call: Arguments) -> None:
     if call.keep_prob != 1:
         raise OpArgumentError(f"keep_prob={call.keep_prob} is not implemented: dropout is random; only keep_prob=1 "
                               "(inference, no dropout) is modeled")
-    _check_attention_scalars(call.head_num, 0, call.sparse_mode, call.inner_precise, call.pre_tockens, call.next_tockens, 0)
+    _check_attention_scalars(call.head_num, 0, call.sparse_mode, call.inner_precise, call.pre_tockens,
+                             call.next_tockens, 0)
     if not isinstance(call.input_layout, str) or call.input_layout not in FA_LAYOUTS:
         raise OpArgumentError(
             f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}"
@@ -1091,11 +1074,7 @@ def _fia_v2_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return out, stats.sum.new_zeros(0)
 
 
-@npu_op(
-    meta=_fia_v2_meta,
-    kernel=_fia_v2_kernel,
-    unmodeled=FIA_V2_UNMODELED,
-)
+@npu_op(meta=_fia_v2_meta, kernel=_fia_v2_kernel, unmodeled=FIA_V2_UNMODELED)
 def npu_fused_infer_attention_score_v2(call: Arguments) -> None:
     """The fused inference attention of :func:`npu_fused_infer_attention_score` under v2's keywords; returns
     ``(attention_out, softmax_lse)``.
@@ -1119,17 +1098,19 @@ def npu_fused_infer_attention_score_v2(call: Arguments) -> None:
     ``quant_scale_p``, non-zero key/value quant modes, the ``*_dtype`` codes), pse_shift, and
     ``learnable_sink`` (the page describes the sink as absorbing attention scores but gives no formula).
     """
-    require_choice("query_quant_mode", require_int("query_quant_mode", call.query_quant_mode), (0, PER_TOKEN_PER_HEAD),
+    require_choice("query_quant_mode", call.query_quant_mode, (0, PER_TOKEN_PER_HEAD),
                    "0 (float query) or 3 (int8 per token and head; the page's full quantisation)")
     for name, mode in (("key_quant_mode", call.key_quant_mode), ("value_quant_mode", call.value_quant_mode)):
-        require_choice(name, require_int(name, mode), (0,), "other KV quant modes are not implemented")
+        require_choice(name, mode, (0,), "other KV quant modes are not implemented")
     if call.query_quant_mode == 0:
-        for name, scale in (("dequant_scale_query", call.dequant_scale_query), ("dequant_scale_key", call.dequant_scale_key),
+        for name, scale in (("dequant_scale_query", call.dequant_scale_query),
+                            ("dequant_scale_key", call.dequant_scale_key),
                             ("dequant_scale_value", call.dequant_scale_value)):
             if scale is not None:
                 raise OpArgumentError(
                     f"{name} is given but query_quant_mode=0: the dequant scales go with int8 inputs (mode 3)")
-    _check_attention_scalars(call.num_query_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise, call.pre_tokens,
+    _check_attention_scalars(call.num_query_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise,
+                             call.pre_tokens,
                              call.next_tokens, call.block_size)
     if not isinstance(call.input_layout, str) or call.input_layout not in FIA_V2_LAYOUTS:
         raise OpArgumentError(

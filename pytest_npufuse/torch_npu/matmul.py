@@ -78,11 +78,7 @@ def _mm_all_reduce_kernel(call: Arguments) -> torch.Tensor:
     return out.reshape(*x1.shape[:-1], x2.shape[1])
 
 
-@npu_op(
-    meta=_mm_all_reduce_meta,
-    kernel=_mm_all_reduce_kernel,
-    unmodeled=MM_ALL_REDUCE_UNMODELED,
-)
+@npu_op(meta=_mm_all_reduce_meta, kernel=_mm_all_reduce_kernel, unmodeled=MM_ALL_REDUCE_UNMODELED)
 def npu_mm_all_reduce_base(call: Arguments) -> None:
     """MatmulAllReduce (tensor parallelism): ``allreduce(x1 @ ((x2 + antiquant_offset) * antiquant_scale) + bias
     + x3)`` over the communication domain ``hcom``.
@@ -110,8 +106,8 @@ def npu_mm_all_reduce_base(call: Arguments) -> None:
     if not isinstance(call.hcom, str):
         raise OpTypeError(f"hcom must be a str (the communication domain's name), got {type(call.hcom).__name__}")
     require_choice("reduce_op", call.reduce_op, ("sum",), "the only documented reduce operation")
-    require_choice("comm_turn", require_int("comm_turn", call.comm_turn), (0,), "the only supported split")
-    require_choice("comm_quant_mode", require_int("comm_quant_mode", call.comm_quant_mode), (0,), "no comm quantisation")
+    require_choice("comm_turn", call.comm_turn, (0,), "the only supported split")
+    require_choice("comm_quant_mode", call.comm_quant_mode, (0,), "no comm quantisation")
     if require_int("antiquant_group_size", call.antiquant_group_size) < 0:
         raise OpArgumentError(f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)")
 
@@ -154,11 +150,7 @@ def _tbmm_kernel(call: Arguments) -> torch.Tensor:
     return cube_matmul(lhs, rhs).transpose(0, 1).contiguous()
 
 
-@npu_op(
-    meta=_tbmm_meta,
-    kernel=_tbmm_kernel,
-    unmodeled=("bias", "scale"),
-)
+@npu_op(meta=_tbmm_meta, kernel=_tbmm_kernel, unmodeled=("bias", "scale"))
 def npu_transpose_batchmatmul(call: Arguments) -> None:
     """TransposeBatchMatMul: ``Y = (input^{perm_x1} @ weight^{perm_x2})^{perm_y}`` per batch (dim 0 after the
     permutation is the batch).

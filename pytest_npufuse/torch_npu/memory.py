@@ -18,7 +18,7 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import softmax
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Out, no_outputs, npu_op
 
 
 
@@ -31,10 +31,7 @@ def _format_cast_kernel(call: Arguments) -> torch.Tensor:
     return call.x.clone()
 
 
-@npu_op(
-    meta=_format_cast_meta,
-    kernel=_format_cast_kernel,
-)
+@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel)
 def npu_format_cast(call: Arguments) -> None:
     """Change the device memory format of ``x``; on CPU this returns a copy equal to ``x``.
 
@@ -131,10 +128,7 @@ def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
     return out
 
 
-@npu_op(
-    meta=_scatter_nd_meta,
-    kernel=_scatter_nd_update_kernel,
-)
+@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel)
 def npu_scatter_nd_update(call: Arguments) -> None:
     """A copy of ``input`` with the slices at ``indices`` replaced by ``updates`` (input unchanged).
 
@@ -147,11 +141,7 @@ def npu_scatter_nd_update(call: Arguments) -> None:
     require_tensors(input=call.self, indices=call.indices, updates=call.updates)
 
 
-@npu_op(
-    meta=_scatter_nd_meta,
-    kernel=_scatter_nd_update_kernel,
-    writes_back={"self": 0},
-)
+@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, writes_back={"self": 0})
 def npu_scatter_nd_update_(call: Arguments) -> None:
     """In-place :func:`npu_scatter_nd_update`: writes into ``input`` and returns it (the KV-cache write of
     the public decode code, e.g. ``npu_scatter_nd_update_(kv_cache, slots, key)``).
@@ -168,19 +158,7 @@ def npu_scatter_nd_update_(call: Arguments) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _prefetch_meta(call: Arguments) -> tuple:
-    return ()
-
-
-def _prefetch_kernel(call: Arguments) -> tuple:
-    return ()
-
-
-@npu_op(
-    meta=_prefetch_meta,
-    kernel=_prefetch_kernel,
-    side_effect=True,
-)
+@npu_op(meta=no_outputs, kernel=no_outputs, side_effect=True)
 def npu_prefetch(call: Arguments) -> None:
     """Prefetch up to ``max_size`` bytes of the weight ``input`` (from ``offset``) into L2 once ``dependency``
     is computed. Returns None and changes no value: on CPU the op exists only as a task for the cost model.
@@ -195,7 +173,8 @@ def npu_prefetch(call: Arguments) -> None:
         raise OpArgumentError(f"max_size={call.max_size} must be > 0 (bytes to prefetch)")
     if call.offset < 0 or call.offset >= max(1, call.self.numel() * call.self.element_size()):
         raise OpArgumentError(
-            f"offset={call.offset} must be >= 0 and inside the weight ({call.self.numel() * call.self.element_size()} bytes)"
+            f"offset={call.offset} must be >= 0 and inside the weight "
+            f"({call.self.numel() * call.self.element_size()} bytes)"
         )
 
 
@@ -239,10 +218,7 @@ def _top_k_top_p_kernel(call: Arguments) -> torch.Tensor:
     return torch.empty_like(values).scatter_(-1, ordered.indices, values)
 
 
-@npu_op(
-    meta=_top_k_top_p_meta,
-    kernel=_top_k_top_p_kernel,
-)
+@npu_op(meta=_top_k_top_p_meta, kernel=_top_k_top_p_kernel)
 def npu_top_k_top_p(call: Arguments) -> None:
     """Sampling filter: logits outside the top-k and the top-p nucleus become -inf; the rest are unchanged.
 
@@ -289,10 +265,7 @@ def _confusion_transpose_kernel(call: Arguments) -> torch.Tensor:
     return moved.clone(memory_format=torch.contiguous_format)
 
 
-@npu_op(
-    meta=_confusion_transpose_meta,
-    kernel=_confusion_transpose_kernel,
-)
+@npu_op(meta=_confusion_transpose_meta, kernel=_confusion_transpose_kernel)
 def npu_confusion_transpose(call: Arguments) -> None:
     """Reshape and transpose in one op: ``x.permute(perm).reshape(shape)`` when ``transpose_first``, else
     ``x.reshape(shape).permute(perm)``; the result is a new contiguous tensor.
@@ -361,10 +334,7 @@ def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
     return self.clone(memory_format=torch.contiguous_format).scatter_(dim, positions, updates)
 
 
-@npu_op(
-    meta=_scatter_update_meta,
-    kernel=_scatter_update_kernel,
-)
+@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel)
 def scatter_update(call: Arguments) -> None:
     """A copy of ``data`` whose batch b has ``updates[b]`` written from offset ``indices[b]`` along ``axis``.
 
@@ -381,11 +351,7 @@ def scatter_update(call: Arguments) -> None:
     require_tensors(data=call.self, indices=call.indices, updates=call.updates)
 
 
-@npu_op(
-    meta=_scatter_update_meta,
-    kernel=_scatter_update_kernel,
-    writes_back={"self": 0},
-)
+@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"self": 0})
 def scatter_update_(call: Arguments) -> None:
     """In-place :func:`scatter_update`: writes into ``data`` and returns it (cann-recipes' decode KV-cache
     write ``scatter_update_(past_key, kv_len, key_states, -2)``).

@@ -93,10 +93,7 @@ def _moe_gating_top_k_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tenso
 
 
 
-@npu_op(
-    meta=_moe_gating_top_k_meta,
-    kernel=_moe_gating_top_k_kernel,
-)
+@npu_op(meta=_moe_gating_top_k_meta, kernel=_moe_gating_top_k_kernel)
 def npu_moe_gating_top_k(call: Arguments) -> None:
     """MoE routing: score experts, keep the best groups, pick the top ``k``: returns ``(y, expert_idx, out)``.
 
@@ -570,10 +567,7 @@ def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     return out
 
 
-@npu_op(
-    meta=_gmm_finalize_routing_meta,
-    kernel=_gmm_finalize_routing_kernel,
-)
+@npu_op(meta=_gmm_finalize_routing_meta, kernel=_gmm_finalize_routing_kernel)
 def npu_grouped_matmul_finalize_routing(call: Arguments) -> None:
     """W8A8 grouped matmul of the routed rows, then finalize routing: ``y [output_bs, n]`` float32.
 
@@ -595,9 +589,11 @@ def npu_grouped_matmul_finalize_routing(call: Arguments) -> None:
     ``offset`` and int64 scales, ``dtype`` other than float32 (the doc allows only float32), and the
     hifloat8/FP4 dtype hints; ``tuning_config`` is a tiling hint and is ignored.
     """
-    require_unused("npu_grouped_matmul_finalize_routing (A8W4 and non-native dtypes)", bias=call.bias, offset=call.offset,
-                   x_dtype=call.x_dtype, w_dtype=call.w_dtype, scale_dtype=call.scale_dtype, pertoken_scale_dtype=call.pertoken_scale_dtype)
-    require_choice("dtype", torch.float32 if call.dtype is None else call.dtype, (torch.float32,), "the output is float32")
+    require_unused("npu_grouped_matmul_finalize_routing (A8W4 and non-native dtypes)", bias=call.bias,
+                   offset=call.offset, x_dtype=call.x_dtype, w_dtype=call.w_dtype, scale_dtype=call.scale_dtype,
+                   pertoken_scale_dtype=call.pertoken_scale_dtype)
+    require_choice("dtype", torch.float32 if call.dtype is None else call.dtype, (torch.float32,),
+                   "the output is float32")
     if call.shared_input_weight is not None:
         require_float("shared_input_weight", call.shared_input_weight)
     list_type = 1 if call.group_list_type is None else require_int("group_list_type", call.group_list_type)

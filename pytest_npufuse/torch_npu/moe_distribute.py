@@ -241,10 +241,7 @@ _dispatch_v1_meta, _dispatch_v1_kernel = _dispatch_functions(_v1_idx_entries)
 _dispatch_v2_meta, _dispatch_v2_kernel = _dispatch_functions(_v2_idx_entries)
 
 
-@npu_op(
-    meta=_dispatch_v1_meta,
-    kernel=_dispatch_v1_kernel,
-)
+@npu_op(meta=_dispatch_v1_meta, kernel=_dispatch_v1_kernel)
 def npu_moe_distribute_dispatch(call: Arguments) -> None:
     """Send each token to the ranks of its top-K experts (MC2): returns ``(expand_x, dynamic_scales,
     expand_idx, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales)``.
@@ -367,11 +364,7 @@ def _check_combine(call: Arguments) -> None:
     require_choice("comm_quant_mode", call.comm_quant_mode, (0,), "quantised communication is not modeled")
 
 
-@npu_op(
-    meta=_combine_v1_meta,
-    kernel=_combine_v1_kernel,
-    unmodeled=("activation_scale", "weight_scale", "group_list"),
-)
+@npu_op(meta=_combine_v1_meta, kernel=_combine_v1_kernel, unmodeled=("activation_scale", "weight_scale", "group_list"))
 def npu_moe_distribute_combine(call: Arguments) -> None:
     """Return the experts' outputs to their tokens and sum them with the routing weights: ``x`` ``[BS, H]``.
 
@@ -395,7 +388,9 @@ def npu_moe_distribute_combine(call: Arguments) -> None:
 @npu_op(
     meta=_combine_v2_meta,
     kernel=_combine_v2_kernel,
-    unmodeled=("elastic_info", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2", "const_expert_v", "performance_info"),
+    unmodeled=(
+        "elastic_info", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2", "const_expert_v", "performance_info",
+    ),
 )
 def npu_moe_distribute_combine_v2(call: Arguments) -> None:
     """:func:`npu_moe_distribute_combine` of the v2 interface, reading dispatch_v2's

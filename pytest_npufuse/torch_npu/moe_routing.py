@@ -60,10 +60,7 @@ def _gating_top_k_softmax_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     return best.values[..., :k].to(x.dtype), best.indices[..., :k].to(torch.int32), row_idx.contiguous()
 
 
-@npu_op(
-    meta=_gating_top_k_softmax_meta,
-    kernel=_gating_top_k_softmax_kernel,
-)
+@npu_op(meta=_gating_top_k_softmax_meta, kernel=_gating_top_k_softmax_kernel)
 def npu_moe_gating_top_k_softmax(call: Arguments) -> None:
     """Softmax over the experts, then the top ``k``: returns ``(y, expert_idx, row_idx)``.
 
@@ -126,10 +123,7 @@ def _init_routing_kernel(call: Arguments) -> tuple[
     return expanded_x, expanded_row_idx, order.values
 
 
-@npu_op(
-    meta=_init_routing_meta,
-    kernel=_init_routing_kernel,
-)
+@npu_op(meta=_init_routing_meta, kernel=_init_routing_kernel)
 def npu_moe_init_routing(call: Arguments) -> None:
     """Sort the (token, slot) pairs by expert: returns ``(expanded_x, expanded_row_idx, expanded_expert_idx)``.
 
@@ -323,10 +317,7 @@ def _init_routing_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return expanded_x, expanded_row_idx, tokens, expanded_scale
 
 
-@npu_op(
-    meta=_init_routing_v2_meta,
-    kernel=_init_routing_v2_kernel,
-)
+@npu_op(meta=_init_routing_v2_meta, kernel=_init_routing_v2_kernel)
 def npu_moe_init_routing_v2(call: Arguments) -> None:
     """Route tokens to experts (optionally quantising them): returns
     ``(expanded_x, expanded_row_idx, expert_token_cumsum_or_count, expanded_scale)``.
@@ -355,9 +346,11 @@ def npu_moe_init_routing_v2(call: Arguments) -> None:
     modes (2-17), which have no CPU dtype here.
     """
     require_int_list("active_expert_range", call.active_expert_range)
-    require_choice("drop_pad_mode", call.drop_pad_mode, (DROPLESS, DROP_PAD), "0 dropless, 1 drop/pad to expert_capacity")
+    require_choice("drop_pad_mode", call.drop_pad_mode, (DROPLESS, DROP_PAD),
+                   "0 dropless, 1 drop/pad to expert_capacity")
     require_choice("expert_tokens_num_type", call.expert_tokens_num_type, (0, 1, 2), "0 cumsum, 1 count, 2 key-value")
-    require_choice("quant_mode", call.quant_mode, (NO_QUANT, STATIC_QUANT, DYNAMIC_QUANT), "-1 none, 0 static, 1 dynamic int8")
+    require_choice("quant_mode", call.quant_mode, (NO_QUANT, STATIC_QUANT, DYNAMIC_QUANT),
+                   "-1 none, 0 static, 1 dynamic int8")
     require_choice("row_idx_type", call.row_idx_type, (GATHER_INDEX, SCATTER_INDEX), "0 gather index, 1 scatter index")
 
 
@@ -385,10 +378,7 @@ def _compute_expert_tokens_kernel(call: Arguments) -> torch.Tensor:
     return torch.searchsorted(experts, bounds, right=True).to(torch.int32)
 
 
-@npu_op(
-    meta=_compute_expert_tokens_meta,
-    kernel=_compute_expert_tokens_kernel,
-)
+@npu_op(meta=_compute_expert_tokens_meta, kernel=_compute_expert_tokens_kernel)
 def npu_moe_compute_expert_tokens(call: Arguments) -> None:
     """Per expert ``i``, the end of its rows in the expert-sorted rows (a binary search): int32 ``[num_expert]``.
 
@@ -473,10 +463,7 @@ def _finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     return out.to(expanded_permuted_rows.dtype)
 
 
-@npu_op(
-    meta=_finalize_routing_meta,
-    kernel=_finalize_routing_kernel,
-)
+@npu_op(meta=_finalize_routing_meta, kernel=_finalize_routing_kernel)
 def npu_moe_finalize_routing(call: Arguments) -> None:
     """Combine the experts' outputs per token: returns ``out`` ``[NUM_ROWS, H]`` in the rows' dtype.
 
@@ -560,10 +547,7 @@ def _init_routing_quant_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     )
 
 
-@npu_op(
-    meta=_init_routing_quant_meta,
-    kernel=_init_routing_quant_kernel,
-)
+@npu_op(meta=_init_routing_quant_meta, kernel=_init_routing_quant_kernel)
 def npu_moe_init_routing_quant(call: Arguments) -> None:
     """Route tokens to experts and quantise them to int8: ``(expanded_x, expanded_row_idx,
     expert_token_cumsum_or_count, expert_tokens_before_capacity, expanded_scale)``.
@@ -584,7 +568,8 @@ def npu_moe_init_routing_quant(call: Arguments) -> None:
 
     vllm-ascend's W8A8 all-to-all EP path calls it dropless, dynamic, with counts (mode 2).
     """
-    require_choice("drop_pad_mode", call.drop_pad_mode, (DROPLESS, DROP_PAD), "0 dropless, 1 drop/pad to expert_capacity")
+    require_choice("drop_pad_mode", call.drop_pad_mode, (DROPLESS, DROP_PAD),
+                   "0 dropless, 1 drop/pad to expert_capacity")
     require_choice("expert_tokens_num_mode", call.expert_tokens_num_mode, (0, 1, 2), "0 none, 1 cumsum, 2 count")
     require_choice("quant_mode", call.quant_mode, (STATIC_QUANT, DYNAMIC_QUANT), "0 static, 1 dynamic int8")
 
@@ -632,10 +617,7 @@ def _re_routing_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tokens[order], permuted_scales, order.to(torch.int32), counts.sum(0).to(expert_token_num_per_rank.dtype)
 
 
-@npu_op(
-    meta=_re_routing_meta,
-    kernel=_re_routing_kernel,
-)
+@npu_op(meta=_re_routing_meta, kernel=_re_routing_kernel)
 def npu_moe_re_routing(call: Arguments) -> None:
     """Reorder tokens received from the EP ranks from rank-major to expert-major: returns
     ``(permute_tokens, permute_per_token_scales, permute_token_idx, expert_token_num)``.
@@ -655,7 +637,7 @@ def npu_moe_re_routing(call: Arguments) -> None:
     The doc supports only ``expert_token_num_type=1`` and ``idx_type=0``; other values and the
     ``tokens_dtype`` hint (hifloat8) are refused.
     """
-    require_choice("expert_token_num_type", require_int("expert_token_num_type", call.expert_token_num_type), (1,),
+    require_choice("expert_token_num_type", call.expert_token_num_type, (1,),
                    "1 count mode (the only one the doc supports)")
-    require_choice("idx_type", require_int("idx_type", call.idx_type), (0,), "0 gather index (the only one the doc supports)")
+    require_choice("idx_type", call.idx_type, (0,), "0 gather index (the only one the doc supports)")
     require_choice("tokens_dtype", call.tokens_dtype, (None,), "native token dtypes only")

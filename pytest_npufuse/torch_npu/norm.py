@@ -76,10 +76,7 @@ def _rms_norm_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tens
     return dx.reshape(x.shape).to(x.dtype), dgamma.reshape(gamma.shape).to(gamma.dtype)
 
 
-@npu_op(
-    meta=_rms_norm_backward_meta,
-    kernel=_rms_norm_backward_kernel,
-)
+@npu_op(meta=_rms_norm_backward_meta, kernel=_rms_norm_backward_kernel)
 def npu_rms_norm_backward(call: Arguments) -> None:
     """RmsNormGrad: the gradients of :func:`npu_rms_norm`'s ``x`` and ``gamma`` from ``y``'s gradient
     ``dy`` and the forward's ``rstd``; returns ``(dx, dgamma)``. torch_npu's schema
@@ -98,11 +95,7 @@ def _rms_norm_backward(ctx: object, dy: torch.Tensor, _drstd: torch.Tensor) -> t
     return dx, dgamma, None
 
 
-@npu_op(
-    meta=_rms_norm_meta,
-    kernel=_rms_norm_kernel,
-    derivative=Derivative(_rms_norm_setup, _rms_norm_backward),
-)
+@npu_op(meta=_rms_norm_meta, kernel=_rms_norm_kernel, derivative=Derivative(_rms_norm_setup, _rms_norm_backward))
 def npu_rms_norm(call: Arguments) -> None:
     """RMS normalisation over the trailing ``gamma.dim()`` dims of ``x``: returns ``(y, rstd)``.
 
@@ -157,10 +150,7 @@ def _add_rms_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, t
     return y.to(call.x1.dtype), rstd, x
 
 
-@npu_op(
-    meta=_add_rms_norm_meta,
-    kernel=_add_rms_norm_kernel,
-)
+@npu_op(meta=_add_rms_norm_meta, kernel=_add_rms_norm_kernel)
 def npu_add_rms_norm(call: Arguments) -> None:
     """Residual add fused with RMSNorm: returns ``(y, rstd, x)`` with ``x = x1 + x2``.
 
@@ -233,10 +223,7 @@ def _add_rms_norm_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Ten
     return y1, y2, x
 
 
-@npu_op(
-    meta=_add_rms_norm_quant_meta,
-    kernel=_add_rms_norm_quant_kernel,
-)
+@npu_op(meta=_add_rms_norm_quant_meta, kernel=_add_rms_norm_quant_kernel)
 def npu_add_rms_norm_quant(call: Arguments) -> None:
     """Residual add, RMSNorm and static int8 quantisation in one kernel: returns ``(y1, y2, x)``.
 
@@ -303,10 +290,7 @@ def _layer_norm_eval_kernel(call: Arguments) -> torch.Tensor:
     return y.to(input.dtype)
 
 
-@npu_op(
-    meta=_layer_norm_eval_meta,
-    kernel=_layer_norm_eval_kernel,
-)
+@npu_op(meta=_layer_norm_eval_meta, kernel=_layer_norm_eval_kernel)
 def npu_layer_norm_eval(call: Arguments) -> None:
     """Inference LayerNorm over the trailing ``normalized_shape`` dims (no mean/rstd outputs).
 
@@ -390,10 +374,7 @@ def _scaled_masked_softmax_backward_kernel(call: Arguments) -> torch.Tensor:
     return dx.masked_fill(mask, 0.0).to(y.dtype)
 
 
-@npu_op(
-    meta=_scaled_masked_softmax_backward_meta,
-    kernel=_scaled_masked_softmax_backward_kernel,
-)
+@npu_op(meta=_scaled_masked_softmax_backward_meta, kernel=_scaled_masked_softmax_backward_kernel)
 def npu_scaled_masked_softmax_backward(call: Arguments) -> None:
     """ScaledMaskedSoftmaxGrad: the gradient of :func:`npu_scaled_masked_softmax`'s ``x`` from its output
     ``y`` and ``y``'s gradient. torch_npu's schema ``npu_scaled_masked_softmax_backward(Tensor y_grad,
@@ -465,10 +446,7 @@ def _add_layer_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor,
     return y.to(x1.dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape), x
 
 
-@npu_op(
-    meta=_add_layer_norm_meta,
-    kernel=_add_layer_norm_kernel,
-)
+@npu_op(meta=_add_layer_norm_meta, kernel=_add_layer_norm_kernel)
 def npu_add_layer_norm(call: Arguments) -> None:
     """Residual add fused with LayerNorm: returns ``(y, mean, rstd, x)`` with ``x = x1 + x2``.
 

@@ -184,10 +184,7 @@ def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
         values = values + bias.to(torch.float32)
     return _cast_quant_matmul_output(values, offset_f32, out_dtype)
 
-@npu_op(
-    meta=_quant_matmul_meta,
-    kernel=_quant_matmul_kernel,
-)
+@npu_op(meta=_quant_matmul_meta, kernel=_quant_matmul_kernel)
 def npu_quant_matmul(call: Arguments) -> None:
     """Quantised matmul: int8 ``x1 [..., m, k]`` times int8 ``x2 [..., k, n]``, then dequantise.
 
@@ -409,10 +406,7 @@ def _dequant_swiglu_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     else:
         y[:covered] = _static_quant(activated, row_group, call.quant_scale, call.quant_offset)
     return y.reshape(*x.shape[:-1], two_h // 2), scale.reshape(x.shape[:-1])
-@npu_op(
-    meta=_dequant_swiglu_quant_meta,
-    kernel=_dequant_swiglu_quant_kernel,
-)
+@npu_op(meta=_dequant_swiglu_quant_meta, kernel=_dequant_swiglu_quant_kernel)
 def npu_dequant_swiglu_quant(call: Arguments) -> None:
     """Dequantise, apply SwiGLU over the last dim, then quantise to int8: returns ``(y, scale)``.
 
@@ -482,10 +476,7 @@ def _swiglu_kernel(call: Arguments) -> torch.Tensor:
     return swiglu(call.x.to(torch.float32), activate_left=True, dim=call.dim).to(call.x.dtype)
 
 
-@npu_op(
-    meta=_swiglu_meta,
-    kernel=_swiglu_kernel,
-)
+@npu_op(meta=_swiglu_meta, kernel=_swiglu_kernel)
 def npu_swiglu(call: Arguments) -> None:
     """SwiGLU: split ``x`` in halves A (first) and B (second) along ``dim``; return ``swish(A) * B``.
 
@@ -595,10 +586,7 @@ def _dynamic_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return y, scale.reshape(input.shape[:-1])
 
 
-@npu_op(
-    meta=_dynamic_quant_meta,
-    kernel=_dynamic_quant_kernel,
-)
+@npu_op(meta=_dynamic_quant_meta, kernel=_dynamic_quant_kernel)
 def npu_dynamic_quant(call: Arguments) -> None:
     """Per-token symmetric dynamic quantisation: returns ``(y, scale)``.
 
@@ -686,10 +674,7 @@ def _quantize_kernel(call: Arguments) -> torch.Tensor:
     return _pack_int4(levels) if call.dtype == torch.quint4x2 else levels.to(out_dtype)
 
 
-@npu_op(
-    meta=_quantize_meta,
-    kernel=_quantize_kernel,
-)
+@npu_op(meta=_quantize_meta, kernel=_quantize_kernel)
 def npu_quantize(call: Arguments) -> None:
     """Static quantisation: ``round(input / scales + zero_points)`` (``input * scales`` when not div_mode).
 
@@ -763,10 +748,7 @@ def _weight_quant_batchmatmul_kernel(call: Arguments) -> torch.Tensor:
     return cube_addmm(call.bias.reshape(-1), x, w)
 
 
-@npu_op(
-    meta=_weight_quant_batchmatmul_meta,
-    kernel=_weight_quant_batchmatmul_kernel,
-)
+@npu_op(meta=_weight_quant_batchmatmul_meta, kernel=_weight_quant_batchmatmul_kernel)
 def npu_weight_quant_batchmatmul(call: Arguments) -> None:
     """Weight-only quantised matmul (W8A16): ``y = x @ ((weight + antiquant_offset) * antiquant_scale) + bias``.
 
@@ -784,10 +766,11 @@ def npu_weight_quant_batchmatmul(call: Arguments) -> None:
       antiquant scales, and the int8 output quantisation ``quant_scale``/``quant_offset``.  ``inner_precise`` selects a device
       precision/performance mode and does not change this model's values.
     """
-    require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=call.quant_scale, quant_offset=call.quant_offset)
+    require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=call.quant_scale,
+                   quant_offset=call.quant_offset)
     if require_int("antiquant_group_size", call.antiquant_group_size) < 0:
         raise OpArgumentError(f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)")
-    require_choice("inner_precise", require_int("inner_precise", call.inner_precise), (0, 1), "device precision modes")
+    require_choice("inner_precise", call.inner_precise, (0, 1), "device precision modes")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -830,10 +813,7 @@ def _trans_quant_param_kernel(call: Arguments) -> torch.Tensor:
     return encode_quant_param(values.expand(shape), rounded_offset)
 
 
-@npu_op(
-    meta=_trans_quant_param_meta,
-    kernel=_trans_quant_param_kernel,
-)
+@npu_op(meta=_trans_quant_param_meta, kernel=_trans_quant_param_kernel)
 def npu_trans_quant_param(call: Arguments) -> None:
     """The int64 "quant param" npu_quant_matmul and npu_grouped_matmul take as an int64 ``scale``.
 
@@ -892,10 +872,7 @@ def _anti_quant_kernel(call: Arguments) -> torch.Tensor:
     return (values * call.scale.to(torch.float32)).to(call.dst_dtype or torch.float16)
 
 
-@npu_op(
-    meta=_anti_quant_meta,
-    kernel=_anti_quant_kernel,
-)
+@npu_op(meta=_anti_quant_meta, kernel=_anti_quant_kernel)
 def npu_anti_quant(call: Arguments) -> None:
     """Dequantise integers to float16/bfloat16: ``out = dst((x + offset) * scale)``.
 

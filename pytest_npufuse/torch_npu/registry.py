@@ -74,6 +74,11 @@ class NpuOp:
         return f"{NAMESPACE}::{self.graph_name or self.name}"
 
 
+def no_outputs(call: Arguments) -> tuple:
+    """The meta function (and kernel) of an op with no outputs, whose only effect is on the device."""
+    return ()
+
+
 _OPS: dict[str, NpuOp] = {}
 OPS = MappingProxyType(_OPS)  # name -> NpuOp, in declaration order
 
@@ -349,7 +354,8 @@ def npu_op(
         public.__module__, public.__doc__ = checks.__module__, checks.__doc__
         public.__signature__ = declaration.signature()
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
-        _OPS[public_name] = NpuOp(public_name, family, declared, declaration.source, "" if name == public_name else name)
+        graph_name = "" if name == public_name else name
+        _OPS[public_name] = NpuOp(public_name, family, declared, declaration.source, graph_name)
         return public
 
     return declare

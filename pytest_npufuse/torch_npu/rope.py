@@ -113,10 +113,7 @@ def _rotary_mul_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Te
     return dx.to(input.dtype), dr1.to(r1.dtype), dr2.to(r2.dtype)
 
 
-@npu_op(
-    meta=_rotary_mul_backward_meta,
-    kernel=_rotary_mul_backward_kernel,
-)
+@npu_op(meta=_rotary_mul_backward_meta, kernel=_rotary_mul_backward_kernel)
 def npu_rotary_mul_backward(call: Arguments) -> None:
     """RotaryMulGrad: the gradients of :func:`npu_rotary_mul`'s ``input``, ``r1`` and ``r2`` from the
     output's gradient ``grad``; returns ``(dx, dr1, dr2)`` (torch_npu's schema
@@ -136,11 +133,7 @@ def _rotary_mul_grad(ctx: object, grad: torch.Tensor) -> tuple:
     return dx, dr1, dr2, None
 
 
-@npu_op(
-    meta=_rotary_mul_meta,
-    kernel=_rotary_mul_kernel,
-    derivative=Derivative(_rotary_mul_setup, _rotary_mul_grad),
-)
+@npu_op(meta=_rotary_mul_meta, kernel=_rotary_mul_kernel, derivative=Derivative(_rotary_mul_setup, _rotary_mul_grad))
 def npu_rotary_mul(call: Arguments) -> None:
     """RoPE on one 4-D tensor: ``r1 * input + r2 * rotate(input)``.
 
@@ -181,11 +174,7 @@ def _apply_rotary_pos_emb_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     return rope(call.query, call.cos, call.sin, call.rotary_mode), rope(call.key, call.cos, call.sin, call.rotary_mode)
 
 
-@npu_op(
-    meta=_apply_rotary_pos_emb_meta,
-    kernel=_apply_rotary_pos_emb_kernel,
-    writes_back={"query": 0, "key": 1},
-)
+@npu_op(meta=_apply_rotary_pos_emb_meta, kernel=_apply_rotary_pos_emb_kernel, writes_back={"query": 0, "key": 1})
 def npu_apply_rotary_pos_emb(call: Arguments) -> None:
     """RoPE on query and key in place: returns ``(query, key)`` after ``x = x * cos + rotate(x) * sin``.
 
@@ -232,10 +221,7 @@ def _interleave_rope_kernel(call: Arguments) -> torch.Tensor:
     return interleave_rope(call.x, call.cos, call.sin)
 
 
-@npu_op(
-    meta=_interleave_rope_meta,
-    kernel=_interleave_rope_kernel,
-)
+@npu_op(meta=_interleave_rope_meta, kernel=_interleave_rope_kernel)
 def npu_interleave_rope(call: Arguments) -> None:
     """RoPE on a tensor whose head dim is stored interleaved (DeepSeek MLA's rope part).
 
@@ -362,7 +348,8 @@ def _check_kv_rmsnorm_rope_cache_arguments(op: str, call: Arguments) -> None:
     """The argument checks npu_kv_rmsnorm_rope_cache and its _v2 share."""
     scales = ("k_rope_scale", "c_kv_scale", "k_rope_offset", "c_kv_offset")
     require_unused(f"{op} (int8 caches)", **{name: getattr(call, name) for name in scales})
-    require_choice("cache_mode", call.cache_mode, KV_CACHE_MODES, "Norm per-batch caches, PA/PA_BNSD/PA_NZ paged caches")
+    require_choice("cache_mode", call.cache_mode, KV_CACHE_MODES,
+                   "Norm per-batch caches, PA/PA_BNSD/PA_NZ paged caches")
 
 
 
@@ -700,11 +687,7 @@ def _mla_prolog_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tuple(result[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
 
-@npu_op(
-    meta=_mla_prolog_meta,
-    kernel=_mla_prolog_kernel,
-    writes_back={"kv_cache": 2, "kr_cache": 3},
-)
+@npu_op(meta=_mla_prolog_meta, kernel=_mla_prolog_kernel, writes_back={"kv_cache": 2, "kr_cache": 3})
 def npu_mla_prolog(call: Arguments) -> None:
     """MLA preprocessing (DeepSeek-V2/V3): returns ``(query, query_rope, kv_cache, kr_cache)``.
 
@@ -753,11 +736,7 @@ def _mla_prolog_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tuple(result[name] for name in V2_OUTPUTS)
 
 
-@npu_op(
-    meta=_mla_prolog_v2_meta,
-    kernel=_mla_prolog_v2_kernel,
-    writes_back={"kv_cache": 2, "kr_cache": 3},
-)
+@npu_op(meta=_mla_prolog_v2_meta, kernel=_mla_prolog_v2_kernel, writes_back={"kv_cache": 2, "kr_cache": 3})
 def npu_mla_prolog_v2(call: Arguments) -> None:
     """npu_mla_prolog with a fifth output, ``dequant_scale_q_nope``: ``(query, query_rope, kv_cache, kr_cache, scale)``.
 
@@ -866,9 +845,9 @@ def npu_mla_prolog_v3(call: Arguments) -> None:
     require_choice("ckvkr_repo_mode", call.ckvkr_repo_mode, (0,), "separate kv_cache and kr_cache")
     require_choice("quant_scale_repo_mode", call.quant_scale_repo_mode, (0,), "scales stored apart from the data")
     require_unused("npu_mla_prolog_v3 (PA_BLK modes, per-tile kv cache)", actual_seq_len=call.actual_seq_len,
-                   k_nope_clip_alpha=call.k_nope_clip_alpha, token_x_dtype=call.token_x_dtype, weight_dq_dtype=call.weight_dq_dtype,
-                   weight_uq_qr_dtype=call.weight_uq_qr_dtype, weight_dkv_kr_dtype=call.weight_dkv_kr_dtype,
-                   kv_cache_dtype=call.kv_cache_dtype)
+                   k_nope_clip_alpha=call.k_nope_clip_alpha, token_x_dtype=call.token_x_dtype,
+                   weight_dq_dtype=call.weight_dq_dtype, weight_uq_qr_dtype=call.weight_uq_qr_dtype,
+                   weight_dkv_kr_dtype=call.weight_dkv_kr_dtype, kv_cache_dtype=call.kv_cache_dtype)
 
 
 
@@ -938,10 +917,7 @@ def _mrope_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return _mrope_heads(query, head_size, cos, sin, rotary_mode), _mrope_heads(key, head_size, cos, sin, rotary_mode)
 
 
-@npu_op(
-    meta=_mrope_meta,
-    kernel=_mrope_kernel,
-)
+@npu_op(meta=_mrope_meta, kernel=_mrope_kernel)
 def npu_mrope(call: Arguments) -> None:
     """RoPE from a cos/sin cache (RopeWithSinCosCache), plain or multimodal: returns new ``(query, key)``.
 

@@ -26,20 +26,20 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Collection, Mapping, Optional, Sequence, Union
 
 import torch
 
 from ..errors import ProfileError
+from ..files.toml import read_toml
 
 # A size that may be symbolic under ``dynamic=True`` (schema ``SymInt``): torch's own stubs spell it so.
 SymInt = Union[int, torch.SymInt]
 
-SCHEMAS_FILE = "schemas.toml"
+SCHEMAS_FILE = Path(__file__).parent / "schemas.toml"
 
 _SCALARS: dict[str, Any] = {
     "Tensor": torch.Tensor,
@@ -178,7 +178,7 @@ def parse(name: str, table: Mapping[str, str]) -> Declaration:
     """The declaration of ``name`` from its table (``schema``, ``source``, and ``self`` where renamed)."""
     match = _SCHEMA.fullmatch(table["schema"])
     if match is None or match["name"] != name:
-        raise ProfileError(f"{SCHEMAS_FILE} [{name}]: schema must read '{name}(<arguments>) -> <returns>'")
+        raise ProfileError(f"{SCHEMAS_FILE.name} [{name}]: schema must read '{name}(<arguments>) -> <returns>'")
     returns = match["returns"]
     single = not returns.startswith("(")
     types = (returns,) if single else tuple(_split(returns[1:-1]))
@@ -188,5 +188,4 @@ def parse(name: str, table: Mapping[str, str]) -> Declaration:
 @functools.cache
 def declarations() -> Mapping[str, Declaration]:
     """Every op of ``schemas.toml``, by its public name."""
-    text = resources.files(__package__).joinpath(SCHEMAS_FILE).read_text(encoding="utf-8")
-    return MappingProxyType({name: parse(name, table) for name, table in tomllib.loads(text).items()})
+    return MappingProxyType({name: parse(name, table) for name, table in read_toml(SCHEMAS_FILE).items()})
