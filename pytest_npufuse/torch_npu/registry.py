@@ -159,23 +159,38 @@ class Arguments:
 _BINDERS: dict[str, Callable[..., Arguments]] = {}
 
 
-def _binder(declaration: Declaration) -> Callable[..., Arguments]:
-    """A function that binds a call of the declared op into its op's record, or raises the TypeError Python
-    raises for a call that does not fit the signature (``npu_rms_norm() missing a required argument: 'x'``)."""
+Binder = Callable[[tuple, Mapping[str, Any]], tuple[Arguments, dict[str, Any]]]
+
+
+def _binder(declaration: Declaration) -> Binder:
+    """A function from a call's positional and keyword arguments to its op's record and the arguments given,
+    by name (the others are at their declared defaults), or the TypeError Python raises for a call that does
+    not fit the signature (``npu_rms_norm() missing a required argument: 'x'``). Set operations decide that a
+    call fits, and ``inspect.Signature.bind`` only words the error: Dynamo traces the public callable, and
+    tracing ``bind`` on every call of an op would multiply the time a model takes to compile."""
     signature = declaration.signature()
+    positional = tuple(parameter.name for parameter in declaration.parameters if not parameter.keyword_only)
+    known = frozenset(signature.parameters)
+    required = frozenset(
+        name for name, parameter in signature.parameters.items() if parameter.default is parameter.empty
+    )
     fields = [
         (name, Any, field() if parameter.default is parameter.empty else field(default=parameter.default))
         for name, parameter in signature.parameters.items()
     ]
     record = make_dataclass(f"{declaration.name}_arguments", fields, bases=(Arguments,), frozen=True, kw_only=True)
 
-    def make(*args: Any, **kwargs: Any) -> Arguments:
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as error:
-            raise TypeError(f"{declaration.name}() {error}") from None
-        bound.apply_defaults()
-        return record(**bound.arguments)
+    def make(args: tuple, kwargs: Mapping[str, Any]) -> tuple[Arguments, dict[str, Any]]:
+        given = dict(zip(positional, args))
+        named = set(kwargs)
+        fits = len(args) <= len(positional) and named <= known and not named & set(given)
+        if not fits or not required <= named | set(given):
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as error:
+                raise TypeError(f"{declaration.name}() {error}") from None
+        given.update(kwargs)
+        return record(**given), given
 
     return make
 
@@ -183,16 +198,17 @@ def _binder(declaration: Declaration) -> Callable[..., Arguments]:
 def bind(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Arguments:
     """The record of a call of the declared op ``op`` (its public callable) with these arguments, e.g. to run
     one op's meta function on a call of another op that takes the same arguments under other names."""
-    return _BINDERS[op.__name__](*args, **kwargs)
+    return _BINDERS[op.__name__](args, kwargs)[0]
 
 
-_VALIDATORS: dict[str, Callable[[Arguments], None]] = {}
+Validator = Callable[[Arguments, Mapping[str, Any]], None]
+_VALIDATORS: dict[str, Validator] = {}
 
 
 def check(op: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """Run the declared op's argument checks (no tensor metadata) on a call, without running the op: for the
     forms torch_npu adds around an op (``.out``, workspace queries) that refuse what the op refuses."""
-    _VALIDATORS[op.__name__](bind(op, *args, **kwargs))
+    _VALIDATORS[op.__name__](*_BINDERS[op.__name__](args, kwargs))
 
 
 ArgumentCheck = Callable[[str, object], Any]
@@ -203,19 +219,22 @@ def _validator(
     checks: Callable[[Arguments], None],
     unmodeled: Sequence[str],
     argument_checks: Mapping[str, ArgumentCheck],
-) -> Callable[[Arguments], None]:
-    """The checks of a call that need no tensor metadata: the unmodeled inputs left None, each argument of its
-    schema type (as the dispatcher would demand, but naming the argument; ``argument_checks`` replaces that
-    check where an op's message says more), then the op's own ``checks``."""
-    typed = tuple(
-        (parameter.name, argument_checks.get(parameter.name) or type_check(parameter.type))
+) -> Validator:
+    """The checks of a call that need no tensor metadata: each argument given is of its schema type (as the
+    dispatcher would demand, but naming the argument; ``argument_checks`` replaces that check where an op's
+    message says more) and, if ``unmodeled``, None; then the op's own ``checks`` of the whole record. An
+    argument left out holds its declared default, which needs no check."""
+    typed = {
+        parameter.name: argument_checks.get(parameter.name) or type_check(parameter.type)
         for parameter in declaration.parameters
-    )
+    }
+    refused = frozenset(unmodeled)
 
-    def validate(call: Arguments) -> None:
-        require_unused(declaration.name, **{name: getattr(call, name) for name in unmodeled})
-        for name, require in typed:
-            require(name, getattr(call, name))
+    def validate(call: Arguments, given: Mapping[str, Any]) -> None:
+        for name, value in given.items():
+            if name in refused:
+                require_unused(declaration.name, **{name: value})
+            typed[name](name, value)
         checks(call)
 
     return validate
@@ -304,16 +323,16 @@ def npu_op(
         validate = _VALIDATORS[public_name] = _validator(declaration, checks, unmodeled, argument_checks)
 
         def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
-            call = make(*args, **kwargs)
-            validate(call)
+            call, given = make(args, kwargs)
+            validate(call, given)
             outputs = meta(call)
             result = kernel(call)
             _check_result(name, result, outputs)
             return None if returns_nothing else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
-            call = make(*args, **kwargs)
-            validate(call)
+            call, given = make(args, kwargs)
+            validate(call, given)
             outputs = meta(call)
             return None if returns_nothing else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
@@ -343,7 +362,7 @@ def npu_op(
         returns_none = bool(slots) and not declaration.returns
 
         def public(*args: Any, **kwargs: Any) -> Any:
-            validate(make(*args, **kwargs))
+            validate(*make(args, kwargs))
             if slots:
                 written = in_place(*args, **kwargs)
                 return None if returns_none else written
