@@ -14,6 +14,7 @@ Each command is a subparser with its own ``run`` function; exit codes follow pyt
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -25,6 +26,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 from ..errors import NpufuseError
 from ..files import Kind, check_outputs, kind_of, write_text
+from ..files.toml import read_toml
 from ..gate import comparison_formats as formats
 from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
@@ -310,48 +312,36 @@ def _add_target(command: argparse.ArgumentParser) -> None:
     command.add_argument("--npu-target", default=DEFAULT_TARGET, metavar="TARGET", help=TARGET_HELP)
 
 
+@functools.cache
+def _command_texts() -> dict[str, dict[str, str]]:
+    return read_toml(Path(__file__).parent / "commands.toml")
+
+
+def _command(commands: Any, run: Callable[[argparse.Namespace, TextIO], int]) -> argparse.ArgumentParser:
+    """The subcommand that ``run`` carries out, named after it; its help texts are in ``commands.toml``."""
+    command = commands.add_parser(run.__name__, **_command_texts()[run.__name__])
+    command.set_defaults(run=run)
+    return command
+
+
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="python -m pytest_npufuse", description=__doc__.split("\n\n")[0])
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    cmp = commands.add_parser(
-        "compare",
-        help="compare baseline files or --npufuse-json run reports (two, or a history of several)",
-        description="Print each case's modeled VARIANT time in every run (oldest first) and judge the newest against "
-        "the one before it: exit 1 if any case is slower than --fail-above percent. Between two run reports, also "
-        "print the op types and kernels behind each change. Entries measured with another model version are "
-        "reported, not failed. --markdown, --json, --csv and --html write the comparison for a pull-request comment, "
-        "tools, spreadsheets and people (the HTML plots each case's trend over the runs).",
-    )
+    cmp = _command(commands, compare)
     cmp.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",
                      help="baseline files or run reports, oldest first: OLD.json NEW.json, or a history")
     cmp.add_argument("--fail-above", type=_percent, default=0.0, metavar="PCT",
                      help="percent a case may get slower before the command fails (default 0)")
     for name, what, _ in _FORMATS:
         cmp.add_argument(f"--{name}", type=Path, metavar="FILE", help=f"also write the comparison as {what} to FILE")
-    cmp.set_defaults(run=compare)
-    adv = commands.add_parser(
-        "advise",
-        help="rank SuperKernel scope layouts for a model and recommend one",
-        description="Capture the model FACTORY returns once, plan and simulate every scope layout of the "
-        "SuperKernel scope analysis guide (attention, MoE/FFN, decoder layer, per layer, all layers, top-down) "
-        "on the target, print the ranked table and a line starting 'recommend' with the with-lines to paste.",
-    )
+    adv = _command(commands, advise)
     adv.add_argument("factory", metavar="MODULE_OR_FILE:FACTORY", help="a callable returning (model, inputs)")
     _add_target(adv)
     adv.add_argument("--options", default="", help="SuperKernel options every candidate scope gets, e.g. "
                      "strict-scope-check=abort")
     adv.add_argument("--json", type=Path, metavar="FILE", help="also record this attempt in FILE: each run appends "
                      "its factory, options, ranked layouts, recommendation and findings to the attempts there")
-    adv.set_defaults(run=advise)
-    cal = commands.add_parser(
-        "calibrate",
-        help="fit a target to an msprof profile of your model and write it into pyproject.toml",
-        description="Read PROFILE (msprof's kernel_details.csv and op_statistic.csv, or the ASCEND_PROFILER_OUTPUT "
-        "directory holding them), capture the model FACTORY returns, match the profiled kernels to the model's by op "
-        "type, order and input shapes, fit the target's estimate constants and a correction per op type, print the "
-        "per-op-type error before and after, and write [tool.npufuse.targets.NAME] into pyproject.toml (an existing "
-        "table of that name only with --force). Kernels that cannot be matched are listed and left out.",
-    )
+    cal = _command(commands, calibrate)
     cal.add_argument("profile", type=Path, metavar="PROFILE", help="kernel_details.csv or the profiler's output directory")
     cal.add_argument("factory", metavar="MODULE_OR_FILE:FACTORY", help="a callable returning (model, inputs), the "
                      "model and inputs that were profiled")
@@ -362,37 +352,17 @@ def parser() -> argparse.ArgumentParser:
     cal.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), metavar="FILE",
                      help="the file to write the target into (default pyproject.toml, created if missing)")
     cal.add_argument("--force", action="store_true", help="replace an existing [tool.npufuse.targets.NAME] table")
-    cal.set_defaults(run=calibrate)
-    listing = commands.add_parser(
-        "ops",
-        help="list the torch_npu ops pytest-npufuse provides CPU kernels for",
-        description="Print every provided torch_npu op with its family, engine, fusable flag and source document.",
-    )
-    listing.set_defaults(run=ops)
-    script = commands.add_parser(
-        "run",
-        help="run a script written for a real NPU on the CPU model and summarise the modeled run",
-        description="Run SCRIPT as __main__ with import torchair / import torch_npu / torch.npu mapped to "
-        "pytest-npufuse, then print each compiled graph's modeled time, SuperKernel scopes and streams. "
-        "Arguments after -- go to the script.",
-    )
+    _command(commands, ops)
+    script = _command(commands, run)
     script.add_argument("script", type=Path, metavar="SCRIPT", help="the Python script to run")
     _add_target(script)
-    script.set_defaults(run=run)
-    joined = commands.add_parser(
-        "merge",
-        help="combine the --npufuse-json run reports (or baselines) of several CI shards into one file",
-        description="Write OUT, the run report (or baseline) of all SHARD files together, so one compare gates a "
-        "suite split over several machines. Refused, with nothing written: files of two kinds, shards measured "
-        "with another model version, and a test or entry found in two shards.",
-    )
+    joined = _command(commands, merge)
     joined.add_argument("out", type=Path, metavar="OUT.json", help="the file to write")
     joined.add_argument("inputs", type=Path, nargs="+", metavar="SHARD.json",
                         help="run reports (--npufuse-json) or baseline files of the shards")
     joined.add_argument("--baseline", action="store_true",
                         help="write OUT as a baseline file (for --npufuse-baseline) even from run reports")
     joined.add_argument("--force", action="store_true", help="replace OUT if it exists and is not an input")
-    joined.set_defaults(run=merge)
     return main
 
 

@@ -29,13 +29,14 @@ def is_symbolic(node: torch.fx.Node) -> bool:
     return symbolic(node.meta.get("val"))
 
 
-def _items(args: Any) -> Iterator[Any]:
+def leaves(args: Any) -> Iterator[Any]:
+    """Every value in a node's nested arguments (lists, tuples and dicts opened), in order."""
     if isinstance(args, (list, tuple)):
         for arg in args:
-            yield from _items(arg)
+            yield from leaves(arg)
     elif isinstance(args, dict):
         for arg in args.values():
-            yield from _items(arg)
+            yield from leaves(arg)
     else:
         yield args
 
@@ -43,7 +44,7 @@ def _items(args: Any) -> Iterator[Any]:
 def size_arguments(node: torch.fx.Node) -> list[str]:
     """The symbolic sizes among ``node``'s arguments, each once, in argument order."""
     names = [
-        arg.name for arg in _items((node.args, node.kwargs)) if isinstance(arg, torch.fx.Node) and is_symbolic(arg)
+        arg.name for arg in leaves((node.args, node.kwargs)) if isinstance(arg, torch.fx.Node) and is_symbolic(arg)
     ]
     return list(dict.fromkeys(names))
 

@@ -101,20 +101,9 @@ def _static_dim(dim: Any, node: torch.fx.Node, sizes: Sizes) -> int:
 
 def _tensor_nodes(args: Any) -> Iterator[torch.fx.Node]:
     """Every graph node among (possibly nested) call arguments, in argument order."""
-    for arg in _flatten(args):
+    for arg in ge_shapes.leaves(args):
         if isinstance(arg, torch.fx.Node):
             yield arg
-
-
-def _flatten(args: Any) -> Iterator[Any]:
-    if isinstance(args, (list, tuple)):
-        for arg in args:
-            yield from _flatten(arg)
-    elif isinstance(args, dict):
-        for arg in args.values():
-            yield from _flatten(arg)
-    else:
-        yield args
 
 
 class _Entered(NamedTuple):
@@ -166,7 +155,9 @@ class _ProgramBuilder:
             elif node.op == "get_attr":
                 self._add_buffer(node, producer=None)
             elif node.op == "output":
-                outputs = tuple(n.name if isinstance(n, torch.fx.Node) else None for n in _flatten(node.args[0]))
+                outputs = tuple(
+                    n.name if isinstance(n, torch.fx.Node) else None for n in ge_shapes.leaves(node.args[0])
+                )
             elif scopes.is_scope_node(node):
                 self._scope_marker(node)
             elif syncs.is_sync_node(node):

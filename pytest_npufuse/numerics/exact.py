@@ -123,15 +123,10 @@ def cube_addmm(
     return _cube(bias, a, b, beta, alpha, out_dtype, "cube_addmm")
 
 
-def cube_baddbmm(
-    bias: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    beta: float = 1,
-    alpha: float = 1,
-    out_dtype: Optional[torch.dtype] = None,
-) -> torch.Tensor:
-    """Batched :func:`cube_addmm` for 3-D ``a [B, m, k]`` and ``b [B, k, n]``, like ``torch.baddbmm``."""
+def cube_baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: float = 1, alpha: float = 1,
+                 out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Batched :func:`cube_addmm` (its arguments, as ``torch.baddbmm`` has ``torch.addmm``'s) for 3-D
+    ``a [B, m, k]`` and ``b [B, k, n]``."""
     if a.dim() != 3 or b.dim() != 3:
         raise OpArgumentError(
             f"cube_baddbmm takes 3-D batches, got a{tuple(a.shape)} and b{tuple(b.shape)}; use cube_addmm for other ranks"

@@ -1,7 +1,7 @@
 """The one home of the ``torch.compile`` backends that model the NPU, and the run that collects them.
 
 :class:`NpuBackend` captures each graph a user's ``torch.compile`` produces and models it through the
-chain (:func:`~.chain.model_graph`); :func:`compile_model` is the library's way to get one. Code
+chain (:func:`~.chain.model_program`); :func:`compile_model` is the library's way to get one. Code
 written for a real NPU gets its backend through :func:`backend_for` (``torchair.get_npu_backend()`` and
 ``backend="npugraph_ex"`` call it), which remembers every backend of the current
 ``python -m pytest_npufuse run`` for its summary.
@@ -30,13 +30,22 @@ from ..target.profile import (
     resolve_profile,
 )
 from ..target.userconfig import load_user_config
-from .graph import CompiledGraph, GraphOptions, Settings, graph_options, log_compile, mode_of_phase, model_graph
+from .graph import (
+    CompiledGraph,
+    GraphOptions,
+    Settings,
+    compiled_graph,
+    graph_options,
+    log_compile,
+    mode_of_phase,
+    model_program,
+)
 
 
 @dataclass
 class NpuBackend:
     """A ``torch.compile`` backend bound to one target, graph options and variant (scopes honoured or
-    ignored): it captures each graph and models it through :func:`~.chain.model_graph`; ``graphs``
+    ignored): it captures each graph and models it through :func:`~.chain.model_program`; ``graphs``
     keeps the results."""
 
     config: GraphOptions
@@ -72,7 +81,9 @@ class NpuBackend:
         mode = mode_of_phase(self.config.mode, graph.phase)
         settings = Settings(self.profile, mode, self.dynamic or graph.dynamic, self.host)
         multistream = self.multistream and not self.config.single_stream
-        compiled = model_graph(graph, settings, self.variant, self.options, multistream, self.config.aclgraph_superkernel)
+        modeled = model_program(graph.program, settings, self.variant, self.options, multistream,
+                                self.config.aclgraph_superkernel)
+        compiled = compiled_graph(graph, modeled, settings)
         if self.config.log is not None:
             log_compile(self.config.log, graph.gm)
             compiled = replace(compiled, log=self.config.log)

@@ -58,9 +58,9 @@ from .graph import (  # noqa: F401  (the per-graph names are importable from the
     GraphOptions,
     ModeledProgram,
     Settings,
+    compiled_graph,
     fresh,
     graph_options,
-    model_graph,
     model_program,
     streams_used,
 )

@@ -1,6 +1,6 @@
 """One captured graph modeled: planned (BASELINE or VARIANT), sanitized and simulated, and called to
 compute what a device would. The chain (:mod:`.chain`) and the training step (:mod:`.training`) both
-model their graphs through :func:`model_graph`; the backends (:mod:`.backend`) call it for every graph a
+model their graphs through :func:`model_program`; the backends (:mod:`.backend`) call it for every graph a
 user's ``torch.compile`` produces."""
 
 from __future__ import annotations
@@ -180,18 +180,11 @@ class ModeledProgram:
         return self.sanitizer.poisoned_reads() if self.sanitizer is not None else {}
 
 
-def model_graph(
-    graph: CapturedGraph,
-    settings: Settings,
-    variant: str,
-    options: Mapping[str, str] | None = None,
-    multistream: bool = True,
-    aclgraph_options: str | None = None,
-) -> CompiledGraph:
-    """plan -> sanitize -> simulate for one captured graph (the stages between capture and execute);
-    ``aclgraph_options`` is the aclgraph SuperKernel options text when that is switched on."""
-    modeled = model_program(graph.program, settings, variant, options, multistream, aclgraph_options)
-    return CompiledGraph(graph.gm, graph.program, modeled.plan, modeled.run, settings, modeled.plog_path, modeled.sanitizer)
+def compiled_graph(graph: CapturedGraph, modeled: ModeledProgram, settings: Settings) -> CompiledGraph:
+    """A captured graph with its program modeled under ``settings`` (:func:`model_program`), as the backend
+    hands it on."""
+    return CompiledGraph(graph.gm, graph.program, modeled.plan, modeled.run, settings, modeled.plog_path,
+                         modeled.sanitizer)
 
 
 def model_program(
@@ -202,7 +195,8 @@ def model_program(
     multistream: bool = True,
     aclgraph_options: str | None = None,
 ) -> ModeledProgram:
-    """plan -> sanitize -> simulate for one program, as :func:`model_graph`."""
+    """plan -> sanitize -> simulate for one program (the stages between capture and execute);
+    ``aclgraph_options`` is the aclgraph SuperKernel options text when that is switched on."""
     plan = plan_variant(
         program,
         settings.profile,

@@ -43,7 +43,7 @@ from ..report.memory import step_memory
 from ..report.trace import write_case_traces
 from ..simulate.step import chain_runs
 from ..target.catalog import OpCatalog
-from .graph import CompiledGraph, Settings, mode_of_phase, model_graph, streams_used
+from .graph import CompiledGraph, Settings, compiled_graph, mode_of_phase, model_program, streams_used
 
 
 @dataclass
@@ -60,7 +60,8 @@ class _Modeled:
         key = id(graph)
         if key not in self.graphs:
             settings = replace(self.settings, mode=mode_of_phase(self.settings.mode, graph.phase))
-            self.graphs[key] = model_graph(graph, settings, self.variant, self.options)
+            modeled = model_program(graph.program, settings, self.variant, self.options)
+            self.graphs[key] = compiled_graph(graph, modeled, settings)
         return self.graphs[key]
 
     def execute(self, graph: CapturedGraph, args: list[Any]) -> Execution:

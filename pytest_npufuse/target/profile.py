@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -146,6 +146,42 @@ _HOST_KEYS = (
 )
 
 
+def _same(*names: str) -> dict[str, str]:
+    return {name: name for name in names}
+
+
+# Where each scalar field of HardwareProfile is read from: [section] -> {field: key in that section}; a field's
+# type is its annotation. The rate tables and overhead_us / host_us are read as tables.
+_SCALAR_KEYS: Mapping[str, Mapping[str, str]] = {
+    "target": _same("name", "product", "soc"),
+    "cores": _same("aic", "aiv", "aicpu"),
+    "clock": _same("cube_mhz", "vector_mhz"),
+    "memory": _same("hbm_gbps", "l2_mib"),
+    "core_memory": {"core_ddr_bytes_per_cycle": "ddr_bytes_per_cycle", "core_l2_bytes_per_cycle": "l2_bytes_per_cycle"},
+    "efficiency": {"compute_efficiency": "compute", "compute_int8_efficiency": "compute_int8",
+                   "memory_efficiency": "memory", **_same("pipeline_overlap", "l2_activation_share")},
+    "tiling": _same("cube_tile_m", "cube_tile_n", "vector_block_bytes", "cube_fractal", "cube_k_block",
+                    "decode_tile_n", "decode_tile_k"),
+    "comm": {"comm_gbps": "link_gbps", "comm_latency_us": "latency_us", "comm_efficiency": "efficiency",
+             "comm_ranks": "ranks"},
+    "mc2": {"mc2_phase_us": "phase_us", "mc2_rank_us": "rank_us"},
+    "aicpu": {"aicpu_gflops_per_core": "gflops_per_core", "aicpu_bytes_per_us_per_core": "bytes_per_us_per_core"},
+    "host": _same("small_shape_max_elements", "h2d_gbps"),
+    "superkernel": {"superkernel_supported": "supported", "superkernel_max_streams": "max_streams"},
+}
+_KINDS = {"str": str, "int": int, "float": float, "bool": bool}
+_FIELD_KINDS = {item.name: item.type for item in fields(HardwareProfile)}
+# field -> (section, key, annotation), in the order of the dataclass (the order errors are found in)
+_SCALARS = dict(sorted(
+    (
+        (name, (section, key, _FIELD_KINDS[name]))
+        for section, keys in _SCALAR_KEYS.items()
+        for name, key in keys.items()
+    ),
+    key=lambda item: list(_FIELD_KINDS).index(item[0]),
+))
+
+
 def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
     """Validate parsed TOML and build the profile; every error names ``source``, the key and the type."""
 
@@ -171,46 +207,11 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
     corrections = _corrections(data.get("corrections", {}), f"{source} [corrections]")
     canonical = repr(sorted(_flatten(data)))
     profile = HardwareProfile(
-        name=get("target", "name", str),
-        product=get("target", "product", str),
-        soc=get("target", "soc", str),
-        aic=get("cores", "aic", int),
-        aiv=get("cores", "aiv", int),
-        cube_mhz=get("clock", "cube_mhz", float),
-        vector_mhz=get("clock", "vector_mhz", float),
+        **{name: get(section, key, _KINDS[kind]) for name, (section, key, kind) in _SCALARS.items()},
         cube_tflops=rates("cube_tflops"),
         vector_tflops=rates("vector_tflops"),
-        hbm_gbps=get("memory", "hbm_gbps", float),
-        l2_mib=get("memory", "l2_mib", float),
-        core_ddr_bytes_per_cycle=get("core_memory", "ddr_bytes_per_cycle", float),
-        core_l2_bytes_per_cycle=get("core_memory", "l2_bytes_per_cycle", float),
-        compute_efficiency=get("efficiency", "compute", float),
-        compute_int8_efficiency=get("efficiency", "compute_int8", float),
-        memory_efficiency=get("efficiency", "memory", float),
-        pipeline_overlap=get("efficiency", "pipeline_overlap", float),
-        l2_activation_share=get("efficiency", "l2_activation_share", float),
-        cube_tile_m=get("tiling", "cube_tile_m", int),
-        cube_tile_n=get("tiling", "cube_tile_n", int),
-        vector_block_bytes=get("tiling", "vector_block_bytes", int),
-        cube_fractal=get("tiling", "cube_fractal", int),
-        cube_k_block=get("tiling", "cube_k_block", int),
-        decode_tile_n=get("tiling", "decode_tile_n", int),
-        decode_tile_k=get("tiling", "decode_tile_k", int),
         overhead_us=MappingProxyType({key: get("overhead_us", key, float) for key in _OVERHEAD_KEYS}),
-        aicpu=get("cores", "aicpu", int),
-        comm_gbps=get("comm", "link_gbps", float),
-        comm_latency_us=get("comm", "latency_us", float),
-        comm_efficiency=get("comm", "efficiency", float),
-        comm_ranks=get("comm", "ranks", int),
-        mc2_phase_us=get("mc2", "phase_us", float),
-        mc2_rank_us=get("mc2", "rank_us", float),
-        aicpu_gflops_per_core=get("aicpu", "gflops_per_core", float),
-        aicpu_bytes_per_us_per_core=get("aicpu", "bytes_per_us_per_core", float),
         host_us=MappingProxyType({key: get("host_us", key, float) for key in _HOST_KEYS}),
-        small_shape_max_elements=get("host", "small_shape_max_elements", int),
-        h2d_gbps=get("host", "h2d_gbps", float),
-        superkernel_supported=get("superkernel", "supported", bool),
-        superkernel_max_streams=get("superkernel", "max_streams", int),
         source=source,
         digest=hashlib.sha256(canonical.encode()).hexdigest()[:16],
         corrections=corrections,

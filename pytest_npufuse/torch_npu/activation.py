@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from .checks import FLOAT_DTYPES, require_choice, require_dtype, require_tensor
+from .checks import FLOAT_DTYPES, require_choice, require_dtype
 from .registry import Arguments, Out, npu_op
 
-GELU_DOC = "op-plugin docs/context/torch_npu-npu_gelu.md (Ascend Extension for PyTorch 7.2 API reference)"
-FAST_GELU_DOC = "torch_npu.npu_fast_gelu and torch_npu.fast_gelu (Ascend Extension for PyTorch 6.0/7.0 API reference)"
 GELU_APPROXIMATIONS = ("none", "tanh")
 # FastGelu's constant: both documented forms, x / (1 + exp(-1.702|x|)) * exp(0.851 (x - |x|)) and the A2/A3
 # one, equal x * sigmoid(1.702 x) for every x.
@@ -29,8 +27,8 @@ def _gelu_kernel(call: Arguments) -> torch.Tensor:
     return torch.nn.functional.gelu(call.input.to(torch.float32), approximate=call.approximate).to(call.input.dtype)
 
 
-@npu_op(source=GELU_DOC, meta=_gelu_meta, kernel=_gelu_kernel)
-def npu_gelu(input: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:  # noqa: A002 - torch_npu's name
+@npu_op(meta=_gelu_meta, kernel=_gelu_kernel)
+def npu_gelu(call: Arguments) -> None:
     """GELU ``x * Phi(x)`` with ``Phi`` the standard normal CDF (``approximate="none"``, erf) or its tanh
     approximation (``"tanh"``).
 
@@ -39,8 +37,7 @@ def npu_gelu(input: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
     erf calls this. float16, bfloat16 or float32, any shape; the output has the input's shape and dtype.
     Computed in float32 and rounded once to the input's dtype.
     """
-    require_tensor("input", input)
-    require_choice("approximate", approximate, GELU_APPROXIMATIONS, "erf or its tanh approximation")
+    require_choice("approximate", call.approximate, GELU_APPROXIMATIONS, "erf or its tanh approximation")
 
 
 def _fast_gelu_meta(call: Arguments) -> Out:
@@ -52,18 +49,16 @@ def _fast_gelu_kernel(call: Arguments) -> torch.Tensor:
     return (values * torch.sigmoid(FAST_GELU_SLOPE * values)).to(call.self.dtype)
 
 
-@npu_op(source=FAST_GELU_DOC, meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
-def npu_fast_gelu(self: torch.Tensor) -> torch.Tensor:
+@npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
+def npu_fast_gelu(call: Arguments) -> None:
     """FastGelu: ``x * sigmoid(1.702 x)``, computed in float32 and rounded once to the input's dtype.
 
     Source: torch_npu.npu_fast_gelu (Ascend Extension for PyTorch API reference; schema
     ``npu_fast_gelu(Tensor self) -> Tensor``). The doc gives two forms, one per product family; both are
     this function. float16, bfloat16 or float32, any shape (at most 8 dims).
     """
-    require_tensor("self", self)
 
 
-@npu_op(source=FAST_GELU_DOC, meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
-def fast_gelu(self: torch.Tensor) -> torch.Tensor:
+@npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
+def fast_gelu(call: Arguments) -> None:
     """The older name of :func:`npu_fast_gelu` (``torch_npu.fast_gelu(self) -> Tensor``), the same op."""
-    require_tensor("self", self)

@@ -9,7 +9,7 @@ token-major tensors ``[tokens, heads, head_dim]`` (or ``[tokens, heads x head_di
 as int tensors (not cumulative), caches ``[blocks, block_size, kv_heads, head_dim]``, and write a caller's
 ``out`` tensor (or the caches) in place and return None. Here each is one functional op that returns the
 new values; the public wrapper copies them into ``out`` / the caches and returns None (the registry's
-``writes_back`` on a wrapper annotated ``-> None``), so a traced graph has one opaque node per call.
+``writes_back`` on an op declared ``-> ()``), so a traced graph has one opaque node per call.
 
 The attention itself is :mod:`.attention`'s computation (fp32 Cube products, fixed-order softmax, one
 rounding), on the variable-length token layout with per-sequence lengths.
@@ -24,11 +24,10 @@ import torch
 
 from ..errors import OpArgumentError
 from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _geometry, _run, _Setup
-from .checks import HALF_DTYPES, require_dtype, require_float, require_int, require_shape, require_tensors
+from .checks import HALF_DTYPES, require_dtype, require_shape
 from .memory import write_slots
-from .registry import Arguments, Out, bind, npu_op
+from .registry import Arguments, Out, bind, check, npu_op
 
-SOURCE = "op-plugin op_plugin/ops/atb/{}.cpp (ATB {}) and test/test_custom_ops/test_atb_{}.py"
 LENGTH_DTYPES = (torch.int32, torch.int64)
 
 
@@ -59,8 +58,6 @@ def _check_lengths(name: str, lengths: torch.Tensor, batch: Optional[int] = None
 
 
 def _check_heads(num_heads: int, num_kv_heads: int) -> None:
-    require_int("num_heads", num_heads)
-    require_int("num_kv_heads", num_kv_heads)
     if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
         raise OpArgumentError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (GQA groups)")
 
@@ -142,23 +139,8 @@ def _encoder_kernel(call: Arguments) -> torch.Tensor:
     return _attend(call, len(lengths), lengths, lengths, mask=mask)[0]
 
 
-def _check_encoder_scalars(query: Any, key: Any, value: Any, seq_len: Any, scale_value: Any, num_heads: Any,
-                           num_kv_heads: Any, out: Any) -> None:
-    """The wrapper checks _npu_flash_attention and its unpadded form share (no tensor metadata)."""
-    require_tensors(query=query, key=key, value=value, seq_len=seq_len, out=out)
-    require_float("scale_value", scale_value)
-    _check_heads(num_heads, num_kv_heads)
-
-
-@npu_op(
-    source=SOURCE.format("SelfAttentionAtb", "SelfAttentionOperation", "flash_attention"),
-    meta=_encoder_meta,
-    kernel=_encoder_kernel,
-    writes_back={"out": 0},
-)
-def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
-                         seq_len: torch.Tensor, scale_value: float, num_heads: int, num_kv_heads: int,
-                         out: torch.Tensor) -> None:
+@npu_op(meta=_encoder_meta, kernel=_encoder_kernel, writes_back={"out": 0})
+def _npu_flash_attention(call: Arguments) -> None:
     """Masked self-attention of packed variable-length sequences (prefill without cache); writes ``out``.
 
     Source: op-plugin ``op_plugin/ops/atb/SelfAttentionAtb.cpp`` (ATB SelfAttentionOperation, calc type
@@ -176,18 +158,11 @@ def _npu_flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     * ``out`` (query's dtype, T x num_heads x Dv elements) receives ``softmax(scale_value * q k^T) v``;
       rows after the last sequence get 0. Returns None.
     """
-    require_tensors(mask=mask)
-    _check_encoder_scalars(query, key, value, seq_len, scale_value, num_heads, num_kv_heads, out)
+    _check_heads(call.num_heads, call.num_kv_heads)
 
 
-@npu_op(
-    source=SOURCE.format("SelfAttentionUnpadAtb", "SelfAttentionOperation", "flash_attention_unpad"),
-    meta=_encoder_meta,
-    kernel=_encoder_kernel,
-    writes_back={"out": 0},
-)
-def _npu_flash_attention_unpad(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seq_len: torch.Tensor,
-                               scale_value: float, num_heads: int, num_kv_heads: int, out: torch.Tensor) -> None:
+@npu_op(meta=_encoder_meta, kernel=_encoder_kernel, writes_back={"out": 0})
+def _npu_flash_attention_unpad(call: Arguments) -> None:
     """Unmasked self-attention of packed variable-length sequences (vision encoders); writes ``out``.
 
     Source: op-plugin ``op_plugin/ops/atb/SelfAttentionUnpadAtb.cpp`` (ATB SelfAttentionOperation, calc type
@@ -195,7 +170,7 @@ def _npu_flash_attention_unpad(query: torch.Tensor, key: torch.Tensor, value: to
     :func:`_npu_flash_attention` without a mask: every token of sequence b attends to every token of b.
     Returns None.
     """
-    _check_encoder_scalars(query, key, value, seq_len, scale_value, num_heads, num_kv_heads, out)
+    _check_heads(call.num_heads, call.num_kv_heads)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,16 +205,8 @@ def _qlens_kernel(call: Arguments) -> torch.Tensor:
     return _attend(call, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
 
 
-@npu_op(
-    source=SOURCE.format("SelfAttentionQlensAtb", "SelfAttentionOperation", "flash_attention_qlens"),
-    meta=_qlens_meta,
-    kernel=_qlens_kernel,
-    writes_back={"out": 0},
-)
-def _npu_flash_attention_qlens(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                               block_table: torch.Tensor, mask: torch.Tensor, seq_len: torch.Tensor,
-                               context_lens: torch.Tensor, num_kv_heads: int, num_heads: int, scale_value: float,
-                               out: torch.Tensor) -> None:
+@npu_op(meta=_qlens_meta, kernel=_qlens_kernel, writes_back={"out": 0})
+def _npu_flash_attention_qlens(call: Arguments) -> None:
     """Causal attention of new tokens over a paged KV cache that already holds them and their prefix
     (prefill with a cache hit, chunked prefill); writes ``out``.
 
@@ -256,10 +223,7 @@ def _npu_flash_attention_qlens(query: torch.Tensor, key_cache: torch.Tensor, val
       compressed causal marker (nonzero exactly above the diagonal, checked).
     * ``out`` receives ``[T, num_heads, Dv]`` in query's dtype (any shape with that many elements). Returns None.
     """
-    require_tensors(query=query, key_cache=key_cache, value_cache=value_cache, block_table=block_table, mask=mask,
-                    seq_len=seq_len, context_lens=context_lens, out=out)
-    require_float("scale_value", scale_value)
-    _check_heads(num_heads, num_kv_heads)
+    _check_heads(call.num_heads, call.num_kv_heads)
 
 
 def _paged_meta(call: Arguments) -> Out:
@@ -274,15 +238,8 @@ def _paged_kernel(call: Arguments) -> torch.Tensor:
     return _attend(call, len(kv_lens), [1] * len(kv_lens), kv_lens)[0]
 
 
-@npu_op(
-    source=SOURCE.format("PagedAttentionAtb", "PagedAttentionOperation", "paged_attention"),
-    meta=_paged_meta,
-    kernel=_paged_kernel,
-    writes_back={"out": 0},
-)
-def _npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, num_kv_heads: int,
-                         num_heads: int, scale_value: float, block_table: torch.Tensor, context_lens: torch.Tensor,
-                         out: torch.Tensor, *, workspace: Optional[torch.Tensor] = None) -> None:
+@npu_op(meta=_paged_meta, kernel=_paged_kernel, writes_back={"out": 0})
+def _npu_paged_attention(call: Arguments) -> None:
     """Decode attention over a paged KV cache, one query token per sequence; writes ``out``.
 
     Source: op-plugin ``op_plugin/ops/atb/PagedAttentionAtb.cpp`` (ATB PagedAttentionOperation: no mask,
@@ -294,10 +251,7 @@ def _npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cac
     * ``out`` receives ``[B, num_heads, Dv]`` in query's dtype. ``workspace`` (a device scratch buffer from
       ``_npu_paged_attention_get_workspace``) does not change values and is ignored. Returns None.
     """
-    require_tensors(query=query, key_cache=key_cache, value_cache=value_cache, block_table=block_table,
-                    context_lens=context_lens, out=out, workspace=workspace)
-    require_float("scale_value", scale_value)
-    _check_heads(num_heads, num_kv_heads)
+    _check_heads(call.num_heads, call.num_kv_heads)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,14 +278,8 @@ def _cache_write_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return write_slots(key_cache, key, slot_indices), write_slots(value_cache, value, slot_indices)
 
 
-@npu_op(
-    source=SOURCE.format("ReshapeAndCachAtb", "ReshapeAndCacheOperation", "reshape_and_cache"),
-    meta=_cache_write_meta,
-    kernel=_cache_write_kernel,
-    writes_back={"key_cache": 0, "value_cache": 1},
-)
-def _npu_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                           slot_indices: torch.Tensor) -> None:
+@npu_op(meta=_cache_write_meta, kernel=_cache_write_kernel, writes_back={"key_cache": 0, "value_cache": 1})
+def _npu_reshape_and_cache(call: Arguments) -> None:
     """Write each token's key and value rows into its cache slot, in place; returns None.
 
     Source: op-plugin ``op_plugin/ops/atb/ReshapeAndCachAtb.cpp`` (ATB ReshapeAndCacheOperation, ND caches:
@@ -341,7 +289,6 @@ def _npu_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: to
     Slots must lie in the cache (checked); when two tokens name one slot, the later token's row stays
     (the reference writes tokens in order).
     """
-    require_tensors(key=key, value=value, key_cache=key_cache, value_cache=value_cache, slot_indices=slot_indices)
 
 
 def _npu_paged_attention_get_workspace(*args: Any, **kwargs: Any) -> torch.Tensor:
@@ -349,5 +296,5 @@ def _npu_paged_attention_get_workspace(*args: Any, **kwargs: Any) -> torch.Tenso
     op-plugin PagedAttentionAtb.cpp sizes the ATB operation's device scratch). The CPU kernel needs no
     scratch, so after the op's argument checks this returns an empty uint8 tensor, which
     ``_npu_paged_attention(..., workspace=...)`` accepts and ignores."""
-    _npu_paged_attention.__wrapped__(*args, **kwargs)
+    check(_npu_paged_attention, *args, **kwargs)
     return bind(_npu_paged_attention, *args, **kwargs).query.new_empty(0, dtype=torch.uint8)

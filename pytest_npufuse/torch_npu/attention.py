@@ -22,31 +22,24 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, fields
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from ..errors import OpArgumentError
 from ..numerics.exact import cube_matmul
 from .checks import (
-    require_bool,
     require_choice,
     require_dtype,
-    require_float,
     require_int,
-    require_int_list,
-    require_ints,
     require_shape,
     require_tensor_list,
     require_tensors,
-    require_unused,
 )
 from .fixedorder import pairwise_sum
 from .memory import nz_run
-from .registry import Arguments, Derivative, Out, bind, npu_op
-from .schema import SymInt
+from .registry import Arguments, Derivative, Out, bind, check, npu_op
 
-DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
 FIA_LAYOUTS = (*DENSE_LAYOUTS, "TND", "BNSD_BSND")
 PFA_LAYOUTS = (*DENSE_LAYOUTS, "BNSD_BSND")
@@ -559,11 +552,7 @@ def _fia_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mode: int, inner_precise: int,
                              pre_tokens: int, next_tokens: int, block_size: int) -> None:
-    """Scalar options shared by the three attention ops."""
-    for name, value in (("num_heads", num_heads), ("num_key_value_heads", num_key_value_heads),
-                        ("sparse_mode", sparse_mode), ("inner_precise", inner_precise), ("pre_tokens", pre_tokens),
-                        ("next_tokens", next_tokens), ("block_size", block_size)):
-        require_int(name, value)
+    """Scalar options shared by the attention ops (their schema types are checked already)."""
     if num_heads < 1:
         raise OpArgumentError(f"num_heads={num_heads} must be >= 1")
     kv_heads = num_key_value_heads or num_heads
@@ -582,54 +571,8 @@ def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mo
                    "precision/performance and invalid-row modes; the CPU model computes one way")
 
 
-@npu_op(
-    source=DOCS.format("npu_fused_infer_attention_score"),
-    meta=_fia_meta,
-    kernel=_fia_kernel,
-)
-def npu_fused_infer_attention_score(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    *,
-    pse_shift: Optional[torch.Tensor] = None,
-    atten_mask: Optional[torch.Tensor] = None,
-    actual_seq_lengths: Optional[Sequence[SymInt]] = None,
-    actual_seq_lengths_kv: Optional[Sequence[SymInt]] = None,
-    dequant_scale1: Optional[torch.Tensor] = None,
-    quant_scale1: Optional[torch.Tensor] = None,
-    dequant_scale2: Optional[torch.Tensor] = None,
-    quant_scale2: Optional[torch.Tensor] = None,
-    quant_offset2: Optional[torch.Tensor] = None,
-    antiquant_scale: Optional[torch.Tensor] = None,
-    antiquant_offset: Optional[torch.Tensor] = None,
-    key_antiquant_scale: Optional[torch.Tensor] = None,
-    key_antiquant_offset: Optional[torch.Tensor] = None,
-    value_antiquant_scale: Optional[torch.Tensor] = None,
-    value_antiquant_offset: Optional[torch.Tensor] = None,
-    block_table: Optional[torch.Tensor] = None,
-    query_padding_size: Optional[torch.Tensor] = None,
-    kv_padding_size: Optional[torch.Tensor] = None,
-    key_shared_prefix: Optional[torch.Tensor] = None,
-    value_shared_prefix: Optional[torch.Tensor] = None,
-    actual_shared_prefix_len: Optional[Sequence[SymInt]] = None,
-    query_rope: Optional[torch.Tensor] = None,
-    key_rope: Optional[torch.Tensor] = None,
-    key_rope_antiquant_scale: Optional[torch.Tensor] = None,
-    num_heads: int = 1,
-    scale: float = 1.0,
-    pre_tokens: int = NO_BAND,
-    next_tokens: int = NO_BAND,
-    input_layout: str = "BSH",
-    num_key_value_heads: int = 0,
-    sparse_mode: int = 0,
-    inner_precise: int = 0,
-    block_size: int = 0,
-    antiquant_mode: int = 0,
-    key_antiquant_mode: int = 0,
-    value_antiquant_mode: int = 0,
-    softmax_lse_flag: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@npu_op(meta=_fia_meta, kernel=_fia_kernel, unmodeled=FIA_UNMODELED)
+def npu_fused_infer_attention_score(call: Arguments) -> None:
     """Inference attention (prefill and decode): returns ``(attention_out, softmax_lse)``.
 
     Source: torch_npu.npu_fused_infer_attention_score (op-plugin API page: layouts, PageAttention, MLA and
@@ -663,22 +606,12 @@ def npu_fused_infer_attention_score(
     prefixes, the other ``X_Y`` layouts (``*_NBSD``, ``NTD``, ``TND_NTD``) and sparse modes 5-8. ``inner_precise`` and the antiquant modes
     only select device paths and are accepted.
     """
-    options = {name: value for name, value in locals().items() if name in FIA_UNMODELED}
-    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask, block_table=block_table,
-                    query_rope=query_rope, key_rope=key_rope)
-    require_unused("npu_fused_infer_attention_score", **options)
-    require_int_list("actual_seq_lengths", actual_seq_lengths)
-    require_int_list("actual_seq_lengths_kv", actual_seq_lengths_kv)
-    require_float("scale", scale)
-    require_bool("softmax_lse_flag", softmax_lse_flag)
-    for name, value_ in (("antiquant_mode", antiquant_mode), ("key_antiquant_mode", key_antiquant_mode),
-                         ("value_antiquant_mode", value_antiquant_mode)):
-        require_int(name, value_)
-    _check_attention_scalars(num_heads, num_key_value_heads, sparse_mode, inner_precise, pre_tokens, next_tokens,
-                             block_size)
-    if not isinstance(input_layout, str) or input_layout not in FIA_LAYOUTS:
+    _check_attention_scalars(call.num_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise,
+                             call.pre_tokens, call.next_tokens,
+                             call.block_size)
+    if not isinstance(call.input_layout, str) or call.input_layout not in FIA_LAYOUTS:
         raise OpArgumentError(
-            f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}"
+            f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}"
         )
 
 
@@ -723,44 +656,25 @@ def _ifa_call(call: Arguments) -> _Setup:
     return _Setup(geo, [1] * geo.batch, kv_lens, float(call.scale_value), MASK_ONLY, NO_BAND, NO_BAND)
 
 
-def _ifa_meta(call: Arguments) -> Out:
-    return Out(_ifa_call(call).geo.out_shape(), call.query.dtype)
+def _like_query(setup: Callable[[Arguments], _Setup], block_table: Callable[[Arguments], Optional[torch.Tensor]]
+                ) -> tuple[Callable[[Arguments], Out], Callable[[Arguments], torch.Tensor]]:
+    """The meta function and kernel of IFA or PFA (one output shaped like the query), from its setup and
+    its paged-KV table (PFA has none)."""
+
+    def meta(call: Arguments) -> Out:
+        return Out(setup(call).geo.out_shape(), call.query.dtype)
+
+    def kernel(call: Arguments) -> torch.Tensor:
+        return _run(setup(call), call.query, call.key, call.value, call.atten_mask, block_table(call), None, None)[0]
+
+    return meta, kernel
 
 
-def _ifa_kernel(call: Arguments) -> torch.Tensor:
-    return _run(_ifa_call(call), call.query, call.key, call.value, call.atten_mask, call.block_table, None, None)[0]
+_ifa_meta, _ifa_kernel = _like_query(_ifa_call, lambda call: call.block_table)
 
 
-@npu_op(
-    source=DOCS.format("npu_incre_flash_attention"),
-    meta=_ifa_meta,
-    kernel=_ifa_kernel,
-)
-def npu_incre_flash_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    *,
-    padding_mask: Optional[torch.Tensor] = None,
-    atten_mask: Optional[torch.Tensor] = None,
-    pse_shift: Optional[torch.Tensor] = None,
-    actual_seq_lengths: Optional[Sequence[SymInt]] = None,
-    antiquant_scale: Optional[torch.Tensor] = None,
-    antiquant_offset: Optional[torch.Tensor] = None,
-    block_table: Optional[torch.Tensor] = None,
-    dequant_scale1: Optional[torch.Tensor] = None,
-    quant_scale1: Optional[torch.Tensor] = None,
-    dequant_scale2: Optional[torch.Tensor] = None,
-    quant_scale2: Optional[torch.Tensor] = None,
-    quant_offset2: Optional[torch.Tensor] = None,
-    kv_padding_size: Optional[torch.Tensor] = None,
-    num_heads: int = 1,
-    scale_value: float = 1.0,
-    input_layout: str = "BSH",
-    num_key_value_heads: int = 0,
-    block_size: int = 0,
-    inner_precise: int = 1,
-) -> torch.Tensor:
+@npu_op(meta=_ifa_meta, kernel=_ifa_kernel, unmodeled=IFA_UNMODELED)
+def npu_incre_flash_attention(call: Arguments) -> None:
     """Decode attention (one query token per batch): returns ``attention_out`` shaped like ``query``.
 
     Source: torch_npu.npu_incre_flash_attention (op-plugin API page; meta function: output like query).
@@ -772,12 +686,8 @@ def npu_incre_flash_attention(
 
     Refused: quantised/antiquant inputs, pse_shift, kv left padding; ``padding_mask`` is reserved by the page.
     """
-    options = {name: value for name, value in locals().items() if name in IFA_UNMODELED}
-    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask, block_table=block_table)
-    require_unused("npu_incre_flash_attention", **options)
-    require_int_list("actual_seq_lengths", actual_seq_lengths)
-    require_float("scale_value", scale_value)
-    _check_attention_scalars(num_heads, num_key_value_heads, MASK_ONLY, inner_precise, NO_BAND, NO_BAND, block_size)
+    _check_attention_scalars(call.num_heads, call.num_key_value_heads, MASK_ONLY, call.inner_precise, NO_BAND, NO_BAND,
+                             call.block_size)
 
 
 def _pfa_call(call: Arguments) -> _Setup:
@@ -789,42 +699,11 @@ def _pfa_call(call: Arguments) -> _Setup:
     return _Setup(geo, q_lens, kv_lens, float(call.scale_value), call.sparse_mode, call.pre_tokens, call.next_tokens)
 
 
-def _pfa_meta(call: Arguments) -> Out:
-    return Out(_pfa_call(call).geo.out_shape(), call.query.dtype)
+_pfa_meta, _pfa_kernel = _like_query(_pfa_call, lambda call: None)
 
 
-def _pfa_kernel(call: Arguments) -> torch.Tensor:
-    return _run(_pfa_call(call), call.query, call.key, call.value, call.atten_mask, None, None, None)[0]
-
-
-@npu_op(
-    source=DOCS.format("npu_prompt_flash_attention"),
-    meta=_pfa_meta,
-    kernel=_pfa_kernel,
-)
-def npu_prompt_flash_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    *,
-    padding_mask: Optional[torch.Tensor] = None,
-    atten_mask: Optional[torch.Tensor] = None,
-    pse_shift: Optional[torch.Tensor] = None,
-    actual_seq_lengths: Optional[Sequence[int]] = None,
-    deq_scale1: Optional[torch.Tensor] = None,
-    quant_scale1: Optional[torch.Tensor] = None,
-    deq_scale2: Optional[torch.Tensor] = None,
-    quant_scale2: Optional[torch.Tensor] = None,
-    quant_offset2: Optional[torch.Tensor] = None,
-    num_heads: int = 1,
-    scale_value: float = 1.0,
-    pre_tokens: int = NO_BAND,
-    next_tokens: int = 0,
-    input_layout: str = "BSH",
-    num_key_value_heads: int = 0,
-    actual_seq_lengths_kv: Optional[Sequence[int]] = None,
-    sparse_mode: int = 0,
-) -> torch.Tensor:
+@npu_op(meta=_pfa_meta, kernel=_pfa_kernel, unmodeled=PFA_UNMODELED)
+def npu_prompt_flash_attention(call: Arguments) -> None:
     """Prefill attention: returns ``attention_out`` shaped like ``query``.
 
     Source: torch_npu.npu_prompt_flash_attention (op-plugin API page; meta function: output like query).
@@ -837,13 +716,8 @@ def npu_prompt_flash_attention(
     Refused: quantised inputs/outputs, pse_shift, the TND layout and sparse modes 5-8;
     ``padding_mask`` is reserved by the page.
     """
-    options = {name: value for name, value in locals().items() if name in PFA_UNMODELED}
-    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask)
-    require_unused("npu_prompt_flash_attention", **options)
-    require_int_list("actual_seq_lengths", actual_seq_lengths)
-    require_int_list("actual_seq_lengths_kv", actual_seq_lengths_kv)
-    require_float("scale_value", scale_value)
-    _check_attention_scalars(num_heads, num_key_value_heads, sparse_mode, 0, pre_tokens, next_tokens, 0)
+    _check_attention_scalars(call.num_heads, call.num_key_value_heads, call.sparse_mode, 0, call.pre_tokens,
+                             call.next_tokens, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1044,56 +918,16 @@ def _fa_grad_kernel(call: Arguments) -> tuple:
     return (*grads, query.new_zeros(0))
 
 
-@npu_op(
-    source="op-plugin derivatives.yaml (npu_fusion_attention -> npu_fusion_attention_grad) and the "
-    + DOCS.format("npu_fusion_attention_grad"),
-    meta=_fa_grad_meta,
-    kernel=_fa_grad_kernel,
-)
-def npu_fusion_attention_grad(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    dy: torch.Tensor,
-    head_num: int,
-    input_layout: str,
-    *,
-    pse: Optional[torch.Tensor] = None,
-    padding_mask: Optional[torch.Tensor] = None,
-    atten_mask: Optional[torch.Tensor] = None,
-    softmax_max: Optional[torch.Tensor] = None,
-    softmax_sum: Optional[torch.Tensor] = None,
-    softmax_in: Optional[torch.Tensor] = None,
-    attention_in: Optional[torch.Tensor] = None,
-    scale_value: float = 1.0,
-    keep_prob: float = 1.0,
-    pre_tockens: int = NO_BAND,
-    next_tockens: int = NO_BAND,
-    inner_precise: int = 0,
-    seed: int = 0,
-    offset: int = 0,
-    numels: int = 0,
-    prefix: Optional[Sequence[int]] = None,
-    actual_seq_qlen: Optional[Sequence[int]] = None,
-    actual_seq_kvlen: Optional[Sequence[int]] = None,
-    sparse_mode: int = 0,
-    gen_mask_parallel: bool = True,
-    sync: bool = False,
-    softmax_layout: str = "",
-    sink: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_fa_grad_meta, kernel=_fa_grad_kernel, unmodeled=("pse", "padding_mask", "prefix", "sink"))
+def npu_fusion_attention_grad(call: Arguments) -> None:
     """FlashAttentionScoreGrad: the gradients ``(dq, dk, dv, dpse)`` of :func:`npu_fusion_attention` from
     the output's gradient ``dy``, in the forward's layouts, masks and sparse modes. The probabilities are
     recomputed from query and key, as the kernel does (``softmax_max`` / ``softmax_sum`` /
     ``attention_in`` carry no information the recomputation lacks). ``dpse`` is empty: pse is not
     modeled, as in the forward."""
-    require_tensors(query=query, key=key, value=value, dy=dy, atten_mask=atten_mask)
-    require_unused("npu_fusion_attention_grad", pse=pse, padding_mask=padding_mask, prefix=prefix, sink=sink)
-    require_int("head_num", head_num)
-    require_float("scale_value", scale_value)
-    if keep_prob != 1:
+    if call.keep_prob != 1:
         raise OpArgumentError(
-            f"keep_prob={keep_prob} is not implemented: dropout is random; only keep_prob=1 is modeled"
+            f"keep_prob={call.keep_prob} is not implemented: dropout is random; only keep_prob=1 is modeled"
         )
 
 
@@ -1116,38 +950,8 @@ def _fa_backward(ctx: object, dy: torch.Tensor, *_unused: Any) -> tuple:
     return (dq, dk, dv, *([None] * (len(vars(call)) - 3)))
 
 
-@npu_op(
-    source=DOCS.format("npu_fusion_attention"),
-    meta=_fa_meta,
-    kernel=_fa_kernel,
-    derivative=Derivative(_fa_setup, _fa_backward),
-)
-def npu_fusion_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    head_num: int,
-    input_layout: str,
-    pse: Optional[torch.Tensor] = None,
-    padding_mask: Optional[torch.Tensor] = None,
-    atten_mask: Optional[torch.Tensor] = None,
-    scale: float = 1.0,
-    keep_prob: float = 1.0,
-    pre_tockens: int = NO_BAND,
-    next_tockens: int = NO_BAND,
-    inner_precise: int = 0,
-    prefix: Optional[Sequence[int]] = None,
-    actual_seq_qlen: Optional[Sequence[int]] = None,
-    actual_seq_kvlen: Optional[Sequence[int]] = None,
-    sparse_mode: int = 0,
-    gen_mask_parallel: bool = True,
-    sync: bool = False,
-    softmax_layout: str = "",
-    sink: Optional[torch.Tensor] = None,
-    dropout_mask: Optional[torch.Tensor] = None,
-    seed: int = 0,
-    offset: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int, int]:
+@npu_op(meta=_fa_meta, kernel=_fa_kernel, derivative=Derivative(_fa_setup, _fa_backward), unmodeled=FA_UNMODELED)
+def npu_fusion_attention(call: Arguments) -> None:
     """FlashAttentionScore: ``softmax(mask(scale * q k^T)) v``; returns torch_npu's seven outputs
     ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``.
 
@@ -1172,26 +976,16 @@ def npu_fusion_attention(
     Refused with the argument's name: ``keep_prob != 1`` (dropout is random), pse, prefix, sink,
     dropout_mask, sparse modes 5-8. ``padding_mask`` is not supported by the page either.
     """
-    options = {name: value_ for name, value_ in locals().items() if name in FA_UNMODELED}
-    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask)
-    require_unused("npu_fusion_attention", **options)
-    require_int("head_num", head_num)
-    require_int_list("actual_seq_qlen", actual_seq_qlen)
-    require_int_list("actual_seq_kvlen", actual_seq_kvlen)
-    require_float("scale", scale)
-    require_float("keep_prob", keep_prob)
-    for name, flag in (("gen_mask_parallel", gen_mask_parallel), ("sync", sync)):
-        require_bool(name, flag)
-    require_ints(seed=seed, offset=offset)
-    if keep_prob != 1:
-        raise OpArgumentError(f"keep_prob={keep_prob} is not implemented: dropout is random; only keep_prob=1 "
+    if call.keep_prob != 1:
+        raise OpArgumentError(f"keep_prob={call.keep_prob} is not implemented: dropout is random; only keep_prob=1 "
                               "(inference, no dropout) is modeled")
-    _check_attention_scalars(head_num, 0, sparse_mode, inner_precise, pre_tockens, next_tockens, 0)
-    if not isinstance(input_layout, str) or input_layout not in FA_LAYOUTS:
+    _check_attention_scalars(call.head_num, 0, call.sparse_mode, call.inner_precise, call.pre_tockens,
+                             call.next_tockens, 0)
+    if not isinstance(call.input_layout, str) or call.input_layout not in FA_LAYOUTS:
         raise OpArgumentError(
-            f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}"
+            f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}"
         )
-    require_choice("softmax_layout", softmax_layout, ("",), "the default softmax statistics layout")
+    require_choice("softmax_layout", call.softmax_layout, ("",), "the default softmax statistics layout")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1280,59 +1074,8 @@ def _fia_v2_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return out, stats.sum.new_zeros(0)
 
 
-@npu_op(
-    source=DOCS.format("npu_fused_infer_attention_score_v2"),
-    meta=_fia_v2_meta,
-    kernel=_fia_v2_kernel,
-)
-def npu_fused_infer_attention_score_v2(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    *,
-    query_rope: Optional[torch.Tensor] = None,
-    key_rope: Optional[torch.Tensor] = None,
-    pse_shift: Optional[torch.Tensor] = None,
-    atten_mask: Optional[torch.Tensor] = None,
-    actual_seq_qlen: Optional[Sequence[SymInt]] = None,
-    actual_seq_kvlen: Optional[Sequence[SymInt]] = None,
-    block_table: Optional[torch.Tensor] = None,
-    dequant_scale_query: Optional[torch.Tensor] = None,
-    dequant_scale_key: Optional[torch.Tensor] = None,
-    dequant_offset_key: Optional[torch.Tensor] = None,
-    dequant_scale_value: Optional[torch.Tensor] = None,
-    dequant_offset_value: Optional[torch.Tensor] = None,
-    dequant_scale_key_rope: Optional[torch.Tensor] = None,
-    quant_scale_out: Optional[torch.Tensor] = None,
-    quant_offset_out: Optional[torch.Tensor] = None,
-    quant_scale_p: Optional[torch.Tensor] = None,
-    learnable_sink: Optional[torch.Tensor] = None,
-    num_query_heads: int = 1,
-    num_key_value_heads: int = 0,
-    softmax_scale: float = 1.0,
-    pre_tokens: int = NO_BAND,
-    next_tokens: int = NO_BAND,
-    input_layout: str = "BSH",
-    sparse_mode: int = 0,
-    block_size: int = 0,
-    query_quant_mode: int = 0,
-    key_quant_mode: int = 0,
-    value_quant_mode: int = 0,
-    inner_precise: int = 0,
-    return_softmax_lse: bool = False,
-    query_dtype: Optional[int] = None,
-    key_dtype: Optional[int] = None,
-    value_dtype: Optional[int] = None,
-    query_rope_dtype: Optional[int] = None,
-    key_rope_dtype: Optional[int] = None,
-    key_shared_prefix_dtype: Optional[int] = None,
-    value_shared_prefix_dtype: Optional[int] = None,
-    dequant_scale_query_dtype: Optional[int] = None,
-    dequant_scale_key_dtype: Optional[int] = None,
-    dequant_scale_value_dtype: Optional[int] = None,
-    dequant_scale_key_rope_dtype: Optional[int] = None,
-    out_dtype: Optional[int] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@npu_op(meta=_fia_v2_meta, kernel=_fia_v2_kernel, unmodeled=FIA_V2_UNMODELED)
+def npu_fused_infer_attention_score_v2(call: Arguments) -> None:
     """The fused inference attention of :func:`npu_fused_infer_attention_score` under v2's keywords; returns
     ``(attention_out, softmax_lse)``.
 
@@ -1355,30 +1098,23 @@ def npu_fused_infer_attention_score_v2(
     ``quant_scale_p``, non-zero key/value quant modes, the ``*_dtype`` codes), pse_shift, and
     ``learnable_sink`` (the page describes the sink as absorbing attention scores but gives no formula).
     """
-    options = {name: value_ for name, value_ in locals().items() if name in FIA_V2_UNMODELED}
-    require_tensors(query=query, key=key, value=value, atten_mask=atten_mask, block_table=block_table,
-                    query_rope=query_rope, key_rope=key_rope, dequant_scale_query=dequant_scale_query,
-                    dequant_scale_key=dequant_scale_key, dequant_scale_value=dequant_scale_value)
-    require_unused("npu_fused_infer_attention_score_v2", **options)
-    require_int_list("actual_seq_qlen", actual_seq_qlen)
-    require_int_list("actual_seq_kvlen", actual_seq_kvlen)
-    require_float("softmax_scale", softmax_scale)
-    require_bool("return_softmax_lse", return_softmax_lse)
-    require_choice("query_quant_mode", require_int("query_quant_mode", query_quant_mode), (0, PER_TOKEN_PER_HEAD),
+    require_choice("query_quant_mode", call.query_quant_mode, (0, PER_TOKEN_PER_HEAD),
                    "0 (float query) or 3 (int8 per token and head; the page's full quantisation)")
-    for name, mode in (("key_quant_mode", key_quant_mode), ("value_quant_mode", value_quant_mode)):
-        require_choice(name, require_int(name, mode), (0,), "other KV quant modes are not implemented")
-    if query_quant_mode == 0:
-        for name, scale in (("dequant_scale_query", dequant_scale_query), ("dequant_scale_key", dequant_scale_key),
-                            ("dequant_scale_value", dequant_scale_value)):
+    for name, mode in (("key_quant_mode", call.key_quant_mode), ("value_quant_mode", call.value_quant_mode)):
+        require_choice(name, mode, (0,), "other KV quant modes are not implemented")
+    if call.query_quant_mode == 0:
+        for name, scale in (("dequant_scale_query", call.dequant_scale_query),
+                            ("dequant_scale_key", call.dequant_scale_key),
+                            ("dequant_scale_value", call.dequant_scale_value)):
             if scale is not None:
                 raise OpArgumentError(
                     f"{name} is given but query_quant_mode=0: the dequant scales go with int8 inputs (mode 3)")
-    _check_attention_scalars(num_query_heads, num_key_value_heads, sparse_mode, inner_precise, pre_tokens,
-                             next_tokens, block_size)
-    if not isinstance(input_layout, str) or input_layout not in FIA_V2_LAYOUTS:
+    _check_attention_scalars(call.num_query_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise,
+                             call.pre_tokens,
+                             call.next_tokens, call.block_size)
+    if not isinstance(call.input_layout, str) or call.input_layout not in FIA_V2_LAYOUTS:
         raise OpArgumentError(
-            f"input_layout={input_layout!r} is not implemented; expected one of {', '.join(FIA_V2_LAYOUTS)}")
+            f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FIA_V2_LAYOUTS)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1426,7 +1162,7 @@ def _workspace_query(op: Any) -> Any:
     tensor, which the ``.out`` form accepts and ignores."""
 
     def get_max_workspace(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **options: Any) -> torch.Tensor:
-        op.__wrapped__(query, key, value, **options)
+        check(op, query, key, value, **options)
         return query.new_empty(0, dtype=torch.uint8)
 
     get_max_workspace.__name__ = get_max_workspace.__qualname__ = f"_{op.__name__}_get_max_workspace"

@@ -8,7 +8,7 @@ are accepted as such.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -125,3 +125,58 @@ def require_trailing(name: str, tensor: torch.Tensor, x_name: str, x: torch.Tens
             f"{name} has shape {list(tensor.shape)}; it must equal the trailing dims of {x_name} "
             f"(shape {list(x.shape)}), usually [{x.shape[-1] if x.dim() else 'H'}]"
         )
+
+
+def require_str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise OpTypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+    return value
+
+
+def require_dtype_value(name: str, value: object) -> torch.dtype:
+    if not isinstance(value, torch.dtype):
+        raise OpTypeError(f"{name} must be a torch.dtype, got {type(value).__name__}")
+    return value
+
+
+def _require_list(element: Callable[[str, object], Any], what: str) -> Callable[[str, object], None]:
+    """A check of a schema list: a list or tuple whose every item passes ``element``."""
+
+    def require(name: str, value: object) -> None:
+        if not isinstance(value, (list, tuple)):
+            raise OpTypeError(f"{name} must be a list of {what}, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            element(f"{name}[{i}]", item)
+
+    return require
+
+
+def _optional(require: Callable[[str, object], Any]) -> Callable[[str, object], None]:
+    def require_optional(name: str, value: object) -> None:
+        if value is not None:
+            require(name, value)
+
+    return require_optional
+
+
+_TYPE_CHECKS: dict[str, Callable[[str, object], Any]] = {
+    "Tensor": require_tensor,
+    "int": require_int,
+    "SymInt": require_int,
+    "float": require_float,
+    "bool": require_bool,
+    "str": require_str,
+    "ScalarType": require_dtype_value,
+}
+_ELEMENT_NAMES = {"Tensor": "tensors", "int": "ints", "SymInt": "ints", "float": "floats", "bool": "bools"}
+
+
+def type_check(schema_type: str) -> Callable[[str, object], Any]:
+    """The check of one argument of this schema type (``Tensor?``, ``int[]``, ...): what the dispatcher would
+    refuse, refused here first with the argument's name instead of a dispatcher traceback."""
+    if schema_type.endswith("?"):
+        return _optional(type_check(schema_type[:-1]))
+    if schema_type.endswith("]"):
+        element = schema_type.partition("[")[0]
+        return _require_list(_TYPE_CHECKS[element], _ELEMENT_NAMES[element])
+    return _TYPE_CHECKS[schema_type]

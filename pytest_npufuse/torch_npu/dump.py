@@ -23,10 +23,8 @@ import torch
 
 from ..errors import OpArgumentError, OpTypeError
 from ..files import write_bytes
-from .checks import require_tensor
-from .registry import Arguments, npu_op
+from .registry import Arguments, no_outputs, npu_op
 
-SOURCE = "torch_npu.save_npugraph_tensor, Ascend Extension for PyTorch API reference"
 SUFFIXES = (".pt", ".bin")
 DEVICE = 0  # the model has one device
 _COUNTS: defaultdict[Path, Iterator[int]] = defaultdict(itertools.count)
@@ -55,17 +53,12 @@ def _check_path(save_path: Optional[str]) -> None:
         raise OpArgumentError(f"save_npugraph_tensor(save_path={save_path!r}): the file suffix must be .pt or .bin")
 
 
-def _meta(call: Arguments) -> tuple:
-    return ()
-
-
 def _kernel(call: Arguments) -> tuple:
     save_file(call.self.detach().clone(), saved_path(call.save_path), "save_npugraph_tensor file")
     return ()
 
 
-@npu_op(source=SOURCE, meta=_meta, kernel=_kernel, side_effect=True)
-def save_npugraph_tensor(self: torch.Tensor, *, save_path: Optional[str] = None) -> None:
+@npu_op(meta=no_outputs, kernel=_kernel, side_effect=True)
+def save_npugraph_tensor(call: Arguments) -> None:
     """Save ``self`` to ``save_path`` (see the module doc for the file name) when this point runs."""
-    require_tensor("self", self)
-    _check_path(save_path)
+    _check_path(call.save_path)

@@ -22,14 +22,10 @@ from .checks import (
     require_int,
     require_int_list,
     require_shape,
-    require_tensor,
-    require_tensors,
-    require_unused,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
 from .registry import Arguments, Out, npu_op
 
-DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 
 # ---------------------------------------------------------------------------------------------
 # npu_mm_all_reduce_base (MatmulAllReduce)
@@ -82,36 +78,8 @@ def _mm_all_reduce_kernel(call: Arguments) -> torch.Tensor:
     return out.reshape(*x1.shape[:-1], x2.shape[1])
 
 
-@npu_op(
-    source=DOCS.format("npu_mm_all_reduce_base"),
-    meta=_mm_all_reduce_meta,
-    kernel=_mm_all_reduce_kernel,
-)
-def npu_mm_all_reduce_base(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    hcom: str,
-    *,
-    reduce_op: str = "sum",
-    bias: Optional[torch.Tensor] = None,
-    antiquant_scale: Optional[torch.Tensor] = None,
-    antiquant_offset: Optional[torch.Tensor] = None,
-    x3: Optional[torch.Tensor] = None,
-    dequant_scale: Optional[torch.Tensor] = None,
-    pertoken_scale: Optional[torch.Tensor] = None,
-    comm_quant_scale_1: Optional[torch.Tensor] = None,
-    comm_quant_scale_2: Optional[torch.Tensor] = None,
-    antiquant_group_size: int = 0,
-    comm_turn: int = 0,
-    group_sizes: Optional[Sequence[int]] = None,
-    y_dtype: Optional[int] = None,
-    x1_dtype: Optional[int] = None,
-    x2_dtype: Optional[int] = None,
-    dequant_scale_dtype: Optional[int] = None,
-    pertoken_scale_dtype: Optional[int] = None,
-    comm_quant_mode: int = 0,
-    comm_mode: Optional[str] = None,
-) -> torch.Tensor:
+@npu_op(meta=_mm_all_reduce_meta, kernel=_mm_all_reduce_kernel, unmodeled=MM_ALL_REDUCE_UNMODELED)
+def npu_mm_all_reduce_base(call: Arguments) -> None:
     """MatmulAllReduce (tensor parallelism): ``allreduce(x1 @ ((x2 + antiquant_offset) * antiquant_scale) + bias
     + x3)`` over the communication domain ``hcom``.
 
@@ -135,18 +103,13 @@ def npu_mm_all_reduce_base(
     communication quantisation, ``reduce_op`` other than ``"sum"`` (the only documented value) and
     ``comm_turn != 0`` (the only supported value).
     """
-    options = {name: value for name, value in locals().items() if name in MM_ALL_REDUCE_UNMODELED}
-    require_tensor("x1", x1)
-    require_tensor("x2", x2)
-    require_tensors(bias=bias, antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset, x3=x3)
-    require_unused("npu_mm_all_reduce_base", **options)
-    if not isinstance(hcom, str):
-        raise OpTypeError(f"hcom must be a str (the communication domain's name), got {type(hcom).__name__}")
-    require_choice("reduce_op", reduce_op, ("sum",), "the only documented reduce operation")
-    require_choice("comm_turn", require_int("comm_turn", comm_turn), (0,), "the only supported split")
-    require_choice("comm_quant_mode", require_int("comm_quant_mode", comm_quant_mode), (0,), "no comm quantisation")
-    if require_int("antiquant_group_size", antiquant_group_size) < 0:
-        raise OpArgumentError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
+    if not isinstance(call.hcom, str):
+        raise OpTypeError(f"hcom must be a str (the communication domain's name), got {type(call.hcom).__name__}")
+    require_choice("reduce_op", call.reduce_op, ("sum",), "the only documented reduce operation")
+    require_choice("comm_turn", call.comm_turn, (0,), "the only supported split")
+    require_choice("comm_quant_mode", call.comm_quant_mode, (0,), "no comm quantisation")
+    if require_int("antiquant_group_size", call.antiquant_group_size) < 0:
+        raise OpArgumentError(f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,22 +150,8 @@ def _tbmm_kernel(call: Arguments) -> torch.Tensor:
     return cube_matmul(lhs, rhs).transpose(0, 1).contiguous()
 
 
-@npu_op(
-    source=DOCS.format("npu_transpose_batchmatmul"),
-    meta=_tbmm_meta,
-    kernel=_tbmm_kernel,
-)
-def npu_transpose_batchmatmul(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    *,
-    bias: Optional[torch.Tensor] = None,
-    scale: Optional[torch.Tensor] = None,
-    perm_x1: Optional[Sequence[int]] = None,
-    perm_x2: Optional[Sequence[int]] = None,
-    perm_y: Optional[Sequence[int]] = None,
-    batch_split_factor: Optional[int] = 1,
-) -> torch.Tensor:
+@npu_op(meta=_tbmm_meta, kernel=_tbmm_kernel, unmodeled=("bias", "scale"))
+def npu_transpose_batchmatmul(call: Arguments) -> None:
     """TransposeBatchMatMul: ``Y = (input^{perm_x1} @ weight^{perm_x2})^{perm_y}`` per batch (dim 0 after the
     permutation is the batch).
 
@@ -219,11 +168,8 @@ def npu_transpose_batchmatmul(
     Refused with the argument's name: ``bias`` (the page: not supported yet), ``scale`` (int8 output
     quantisation), ``batch_split_factor > 1`` (the page gives the output shape but not the element order).
     """
-    require_tensor("input", input)
-    require_tensor("weight", weight)
-    require_unused("npu_transpose_batchmatmul", bias=bias, scale=scale)
-    for name, value, allowed in (("perm_x1", perm_x1, PERM_X1), ("perm_x2", perm_x2, PERM_X2),
-                                 ("perm_y", perm_y, PERM_Y)):
+    for name, value, allowed in (("perm_x1", call.perm_x1, PERM_X1), ("perm_x2", call.perm_x2, PERM_X2),
+                                 ("perm_y", call.perm_y, PERM_Y)):
         require_int_list(name, value)
         require_choice(name, _perm(value, allowed[0]), allowed, "the documented permutations")
-    require_choice("batch_split_factor", batch_split_factor, (1, None), "no split of the output's N dim")
+    require_choice("batch_split_factor", call.batch_split_factor, (1, None), "no split of the output's N dim")

@@ -11,22 +11,16 @@ import torch
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
-    require_bool,
     require_choice,
     require_dtype,
-    require_int,
-    require_int_list,
     require_shape,
-    require_tensor,
     require_tensors,
     require_unused,
 )
 from .fixedorder import softmax
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Out, no_outputs, npu_op
 
-DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 
-FORMAT_CAST_DOC = "torch_npu.npu_format_cast, Ascend Extension for PyTorch API reference"
 
 
 def _format_cast_meta(call: Arguments) -> Out:
@@ -37,9 +31,8 @@ def _format_cast_kernel(call: Arguments) -> torch.Tensor:
     return call.x.clone()
 
 
-@npu_op(source=FORMAT_CAST_DOC, meta=_format_cast_meta,
-        kernel=_format_cast_kernel)
-def npu_format_cast(x: torch.Tensor, acl_format: int) -> torch.Tensor:
+@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel)
+def npu_format_cast(call: Arguments) -> None:
     """Change the device memory format of ``x``; on CPU this returns a copy equal to ``x``.
 
     Source: torch_npu.npu_format_cast (Ascend Extension for PyTorch API reference) and the
@@ -53,8 +46,6 @@ def npu_format_cast(x: torch.Tensor, acl_format: int) -> torch.Tensor:
     ``x`` itself because an op without alias annotations may not return its input, and the real op
     also returns a new tensor.  ``acl_format`` must be an int, as in the real schema.
     """
-    require_tensor("x", x)
-    require_int("acl_format", acl_format)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,12 +128,8 @@ def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
     return out
 
 
-@npu_op(
-    source=DOCS.format("npu_scatter_nd_update"),
-    meta=_scatter_nd_meta,
-    kernel=_scatter_nd_update_kernel,
-)
-def npu_scatter_nd_update(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel)
+def npu_scatter_nd_update(call: Arguments) -> None:
     """A copy of ``input`` with the slices at ``indices`` replaced by ``updates`` (input unchanged).
 
     Source: torch_npu.npu_scatter_nd_update (op-plugin API page). ``indices`` (int32/int64, >= 2-D) ends in
@@ -151,16 +138,11 @@ def npu_scatter_nd_update(self: torch.Tensor, indices: torch.Tensor, updates: to
     A repeated index is written by its last update (the page leaves the order open; this keeps the result a
     function of the inputs). dtypes float32/float16/bfloat16/bool/int64/int8.
     """
-    require_tensors(input=self, indices=indices, updates=updates)
+    require_tensors(input=call.self, indices=call.indices, updates=call.updates)
 
 
-@npu_op(
-    source=DOCS.format("npu_scatter_nd_update_"),
-    meta=_scatter_nd_meta,
-    kernel=_scatter_nd_update_kernel,
-    writes_back={"self": 0},
-)
-def npu_scatter_nd_update_(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, writes_back={"self": 0})
+def npu_scatter_nd_update_(call: Arguments) -> None:
     """In-place :func:`npu_scatter_nd_update`: writes into ``input`` and returns it (the KV-cache write of
     the public decode code, e.g. ``npu_scatter_nd_update_(kv_cache, slots, key)``).
 
@@ -168,7 +150,7 @@ def npu_scatter_nd_update_(self: torch.Tensor, indices: torch.Tensor, updates: t
     ``npu::npu_scatter_nd_update_`` is functional (the registry's ``writes_back``); this wrapper copies its
     result into ``input`` and returns ``input``, as torch_npu does.
     """
-    require_tensors(input=self, indices=indices, updates=updates)
+    require_tensors(input=call.self, indices=call.indices, updates=call.updates)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,21 +158,8 @@ def npu_scatter_nd_update_(self: torch.Tensor, indices: torch.Tensor, updates: t
 # ---------------------------------------------------------------------------------------------
 
 
-def _prefetch_meta(call: Arguments) -> tuple:
-    return ()
-
-
-def _prefetch_kernel(call: Arguments) -> tuple:
-    return ()
-
-
-@npu_op(
-    source=DOCS.format("npu_prefetch"),
-    meta=_prefetch_meta,
-    kernel=_prefetch_kernel,
-    side_effect=True,
-)
-def npu_prefetch(self: torch.Tensor, dependency: Optional[torch.Tensor], max_size: int, offset: int = 0) -> None:
+@npu_op(meta=no_outputs, kernel=no_outputs, side_effect=True)
+def npu_prefetch(call: Arguments) -> None:
     """Prefetch up to ``max_size`` bytes of the weight ``input`` (from ``offset``) into L2 once ``dependency``
     is computed. Returns None and changes no value: on CPU the op exists only as a task for the cost model.
 
@@ -199,14 +168,13 @@ def npu_prefetch(self: torch.Tensor, dependency: Optional[torch.Tensor], max_siz
     side-effecting (op-plugin marks it ``has_side_effect``), so a traced graph keeps it although nothing
     reads its result. The op catalog prices it (``npu::npu_prefetch``).
     """
-    require_tensors(input=self, dependency=dependency)
-    require_int("max_size", max_size)
-    require_int("offset", offset)
-    if max_size <= 0:
-        raise OpArgumentError(f"max_size={max_size} must be > 0 (bytes to prefetch)")
-    if offset < 0 or offset >= max(1, self.numel() * self.element_size()):
+    require_tensors(input=call.self, dependency=call.dependency)
+    if call.max_size <= 0:
+        raise OpArgumentError(f"max_size={call.max_size} must be > 0 (bytes to prefetch)")
+    if call.offset < 0 or call.offset >= max(1, call.self.numel() * call.self.element_size()):
         raise OpArgumentError(
-            f"offset={offset} must be >= 0 and inside the weight ({self.numel() * self.element_size()} bytes)"
+            f"offset={call.offset} must be >= 0 and inside the weight "
+            f"({call.self.numel() * call.self.element_size()} bytes)"
         )
 
 
@@ -250,13 +218,8 @@ def _top_k_top_p_kernel(call: Arguments) -> torch.Tensor:
     return torch.empty_like(values).scatter_(-1, ordered.indices, values)
 
 
-@npu_op(
-    source=DOCS.format("npu_top_k_top_p"),
-    meta=_top_k_top_p_meta,
-    kernel=_top_k_top_p_kernel,
-)
-def npu_top_k_top_p(logits: torch.Tensor, p: Optional[torch.Tensor] = None,
-                    k: Optional[torch.Tensor] = None) -> torch.Tensor:
+@npu_op(meta=_top_k_top_p_meta, kernel=_top_k_top_p_kernel)
+def npu_top_k_top_p(call: Arguments) -> None:
     """Sampling filter: logits outside the top-k and the top-p nucleus become -inf; the rest are unchanged.
 
     Source: torch_npu.npu_top_k_top_p (op-plugin API page formula, followed step by step). ``logits``
@@ -268,7 +231,6 @@ def npu_top_k_top_p(logits: torch.Tensor, p: Optional[torch.Tensor] = None,
     ``<= 1 - p`` becomes -inf, except the largest. 4. Scatter back to the original order. A None ``p`` or
     ``k`` skips its step.
     """
-    require_tensors(logits=logits, p=p, k=k)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,23 +265,15 @@ def _confusion_transpose_kernel(call: Arguments) -> torch.Tensor:
     return moved.clone(memory_format=torch.contiguous_format)
 
 
-@npu_op(
-    source=DOCS.format("npu_confusion_transpose") + " ((beta), to be replaced by view + permute)",
-    meta=_confusion_transpose_meta,
-    kernel=_confusion_transpose_kernel,
-)
-def npu_confusion_transpose(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
-                            transpose_first: bool) -> torch.Tensor:
+@npu_op(meta=_confusion_transpose_meta, kernel=_confusion_transpose_kernel)
+def npu_confusion_transpose(call: Arguments) -> None:
     """Reshape and transpose in one op: ``x.permute(perm).reshape(shape)`` when ``transpose_first``, else
     ``x.reshape(shape).permute(perm)``; the result is a new contiguous tensor.
 
     Source: torch_npu.npu_confusion_transpose (op-plugin API page, marked beta and to be replaced by
     ``view`` + ``permute``).
     """
-    require_tensors(input=self)
-    require_int_list("perm", perm)
-    require_int_list("shape", shape)
-    require_bool("transpose_first", transpose_first)
+    require_tensors(input=call.self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,7 +282,6 @@ def npu_confusion_transpose(self: torch.Tensor, perm: Sequence[int], shape: Sequ
 
 SCATTER_UPDATE_DTYPES = (torch.int8, torch.float16, torch.float32, torch.bfloat16, torch.int32)
 SCATTER_UPDATE_RANKS = (2, 8)
-SCATTER_UPDATE_DOCS = DOCS.format("scatter_update") + " and CANN ops-nn index/scatter README (1-D indices)"
 
 
 def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
@@ -381,12 +334,8 @@ def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
     return self.clone(memory_format=torch.contiguous_format).scatter_(dim, positions, updates)
 
 
-@npu_op(
-    source=SCATTER_UPDATE_DOCS,
-    meta=_scatter_update_meta,
-    kernel=_scatter_update_kernel,
-)
-def scatter_update(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> torch.Tensor:
+@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel)
+def scatter_update(call: Arguments) -> None:
     """A copy of ``data`` whose batch b has ``updates[b]`` written from offset ``indices[b]`` along ``axis``.
 
     Source: torch_npu.scatter_update (op-plugin API page: dtypes, ranks, "data unchanged") and CANN
@@ -399,35 +348,24 @@ def scatter_update(self: torch.Tensor, indices: torch.Tensor, updates: torch.Ten
       does not check).
     * Refused: 2-D indices (the documentation does not describe them).
     """
-    require_tensors(data=self, indices=indices, updates=updates)
-    require_int("axis", axis)
+    require_tensors(data=call.self, indices=call.indices, updates=call.updates)
 
 
-@npu_op(
-    source=DOCS.format("scatter_update_"),
-    meta=_scatter_update_meta,
-    kernel=_scatter_update_kernel,
-    writes_back={"self": 0},
-)
-def scatter_update_(self: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, axis: int) -> torch.Tensor:
+@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"self": 0})
+def scatter_update_(call: Arguments) -> None:
     """In-place :func:`scatter_update`: writes into ``data`` and returns it (cann-recipes' decode KV-cache
     write ``scatter_update_(past_key, kv_len, key_states, -2)``).
 
     Source: torch_npu.scatter_update_ (op-plugin API page). The registered op is functional (the
     registry's ``writes_back``); this wrapper copies its result into ``data`` and returns ``data``.
     """
-    require_tensors(data=self, indices=indices, updates=updates)
-    require_int("axis", axis)
+    require_tensors(data=call.self, indices=call.indices, updates=call.updates)
 
 
 # ---------------------------------------------------------------------------------------------
 # npu_scatter_pa_kv_cache
 # ---------------------------------------------------------------------------------------------
 
-SCATTER_PA_KV_CACHE_DOC = (
-    "hicann/ops-transformer attention/scatter_pa_kv_cache README and aclnnScatterPaKvCache (scenarios 1 and 2); "
-    "op-plugin op_plugin/ops/opapi/ScatterPaKvCacheNpuOpApi.cpp"
-)
 CACHE_MODES = ("Norm", "PA_NZ")
 
 
@@ -488,17 +426,11 @@ def _scatter_pa_kv_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Te
 
 
 @npu_op(
-    source=SCATTER_PA_KV_CACHE_DOC,
     meta=_scatter_pa_kv_cache_meta,
     kernel=_scatter_pa_kv_cache_kernel,
     writes_back={"key_cache": 0, "value_cache": 1},
 )
-def npu_scatter_pa_kv_cache(
-    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor, *, compress_lens: Optional[torch.Tensor] = None,
-    compress_seq_offset: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
-    cache_mode: Optional[str] = None,
-) -> None:
+def npu_scatter_pa_kv_cache(call: Arguments) -> None:
     """Write each token's key and value into its paged-cache slot, in place (ScatterPaKvCache); returns None.
 
     Sources: ScatterPaKvCache's README (hicann/ops-transformer attention/scatter_pa_kv_cache) and
@@ -516,8 +448,7 @@ def npu_scatter_pa_kv_cache(
     * Slots must lie in the cache (checked); when two tokens name one slot, the later token's row stays.
       The compression scenarios (``compress_lens``, ``compress_seq_offset``, ``seq_lens``) are not modeled.
     """
-    require_tensors(key=key, value=value, key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping)
-    require_unused("npu_scatter_pa_kv_cache (the compression scenarios)", compress_lens=compress_lens,
-                   compress_seq_offset=compress_seq_offset, seq_lens=seq_lens)
-    if cache_mode is not None:
-        require_choice("cache_mode", cache_mode, CACHE_MODES, "ND or FRACTAL_NZ caches")
+    require_unused("npu_scatter_pa_kv_cache (the compression scenarios)", compress_lens=call.compress_lens,
+                   compress_seq_offset=call.compress_seq_offset, seq_lens=call.seq_lens)
+    if call.cache_mode is not None:
+        require_choice("cache_mode", call.cache_mode, CACHE_MODES, "ND or FRACTAL_NZ caches")

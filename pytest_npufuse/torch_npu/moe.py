@@ -16,17 +16,12 @@ from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
-    require_bool,
     require_choice,
     require_dtype,
     require_float,
     require_int,
-    require_int_list,
-    require_optional_dtype,
-    require_optional_int,
     require_optional_tensor,
     require_shape,
-    require_tensor,
     require_tensor_list,
     require_unused,
 )
@@ -35,8 +30,6 @@ from .quant import antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
 from .registry import Arguments, Out, npu_op
 
-MOE_GATING_TOP_K_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002365.html"
-GROUPED_MATMUL_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grouped_matmul.md"
 
 def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, group_select_mode: int) -> None:
     """Group arguments: group_count divides the experts, 1 <= k_group <= group_count, k fits the kept groups."""
@@ -100,25 +93,8 @@ def _moe_gating_top_k_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tenso
 
 
 
-@npu_op(
-    source=MOE_GATING_TOP_K_DOC,
-    meta=_moe_gating_top_k_meta,
-    kernel=_moe_gating_top_k_kernel,
-)
-def npu_moe_gating_top_k(
-    x: torch.Tensor,
-    k: int,
-    *,
-    bias: Optional[torch.Tensor] = None,
-    k_group: int = 1,
-    group_count: int = 1,
-    group_select_mode: int = 0,
-    renorm: int = 0,
-    norm_type: int = 0,
-    out_flag: bool = False,
-    routed_scaling_factor: float = 1.0,
-    eps: float = 1e-20,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_moe_gating_top_k_meta, kernel=_moe_gating_top_k_kernel)
+def npu_moe_gating_top_k(call: Arguments) -> None:
     """MoE routing: score experts, keep the best groups, pick the top ``k``: returns ``(y, expert_idx, out)``.
 
     Sources: torch_npu.npu_moe_gating_top_k (API reference 7.0,
@@ -151,18 +127,9 @@ def npu_moe_gating_top_k(
     device limits of A2/A3 (E = 256, k_group = 4, k <= 32) are not imposed, so small test
     shapes work.
     """
-    require_tensor("x", x)
-    require_optional_tensor("bias", bias)
-    for name, value in (("k", k), ("k_group", k_group), ("group_count", group_count)):
-        require_int(name, value)
-    for name, value in (("group_select_mode", group_select_mode), ("renorm", renorm), ("norm_type", norm_type)):
-        require_int(name, value)
-    require_bool("out_flag", out_flag)
-    require_float("routed_scaling_factor", routed_scaling_factor)
-    require_float("eps", eps)
-    require_choice("norm_type", norm_type, (0, 1), "0 softmax, 1 sigmoid")
-    require_choice("group_select_mode", group_select_mode, (0, 1), "0 group max, 1 sum of the group's top two")
-    require_choice("renorm", renorm, (0, 1), "1 renormalises softmax weights after top-k")
+    require_choice("norm_type", call.norm_type, (0, 1), "0 softmax, 1 sigmoid")
+    require_choice("group_select_mode", call.group_select_mode, (0, 1), "0 group max, 1 sum of the group's top two")
+    require_choice("renorm", call.renorm, (0, 1), "1 renormalises softmax weights after top-k")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,32 +446,19 @@ def _grouped_matmul_kernel(call: Arguments) -> list[torch.Tensor]:
     return [torch.cat(outs)] if len(shapes) == 1 and len(outs) > 1 else outs
 
 
+def _require_group_list(name: str, value: object) -> None:
+    """group_list is an int64 tensor; a Python list of counts, the common mistake, is named as such."""
+    if isinstance(value, (list, tuple)):
+        raise OpTypeError(f"{name} must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
+    require_optional_tensor(name, value)
+
+
 @npu_op(
-    source=GROUPED_MATMUL_DOC,
     meta=_grouped_matmul_meta,
     kernel=_grouped_matmul_kernel,
+    argument_checks={"x": require_tensor_list, "weight": require_tensor_list, "group_list": _require_group_list},
 )
-def npu_grouped_matmul(
-    x: list[torch.Tensor],
-    weight: list[torch.Tensor],
-    *,
-    bias: Optional[list[torch.Tensor]] = None,
-    scale: Optional[list[torch.Tensor]] = None,
-    offset: Optional[list[torch.Tensor]] = None,
-    antiquant_scale: Optional[list[torch.Tensor]] = None,
-    antiquant_offset: Optional[list[torch.Tensor]] = None,
-    per_token_scale: Optional[list[torch.Tensor]] = None,
-    group_list: Optional[torch.Tensor] = None,
-    activation_input: Optional[list[torch.Tensor]] = None,
-    activation_quant_scale: Optional[list[torch.Tensor]] = None,
-    activation_quant_offset: Optional[list[torch.Tensor]] = None,
-    split_item: Optional[int] = 0,
-    group_type: Optional[int] = None,
-    group_list_type: Optional[int] = 0,
-    act_type: Optional[int] = 0,
-    tuning_config: Optional[list[int]] = None,
-    output_dtype: Optional[torch.dtype] = None,
-) -> list[torch.Tensor]:
+def npu_grouped_matmul(call: Arguments) -> None:
     """Grouped matmul: group ``g`` multiplies its rows of x by ``weight[g]`` ([K, N]); returns a list.
 
     Sources: torch_npu.npu_grouped_matmul (op-plugin API page: formulas 1-3, the data-type table for a
@@ -544,29 +498,17 @@ def npu_grouped_matmul(
     Python list as group_list is refused with TypeError (the schema takes an int64 tensor).
     ``tuning_config`` is a tiling hint and is ignored.
     """
-    if isinstance(group_list, (list, tuple)):
-        raise OpTypeError("group_list must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
-    require_tensor_list("x", x)
-    require_tensor_list("weight", weight)
-    for name, value in (("bias", bias), ("scale", scale), ("per_token_scale", per_token_scale),
-                        ("antiquant_scale", antiquant_scale), ("antiquant_offset", antiquant_offset)):
-        if not _empty(value):
-            require_tensor_list(name, value)
-    require_optional_tensor("group_list", group_list)
     require_unused(
-        "npu_grouped_matmul (offset and activation inputs)", offset=offset, activation_input=activation_input,
-        activation_quant_scale=activation_quant_scale, activation_quant_offset=activation_quant_offset,
+        "npu_grouped_matmul (offset and activation inputs)", offset=call.offset, activation_input=call.activation_input,
+        activation_quant_scale=call.activation_quant_scale, activation_quant_offset=call.activation_quant_offset,
     )
-    _check_gmm_modes(split_item, group_type, group_list_type, act_type)
-    require_int_list("tuning_config", tuning_config)
-    require_optional_dtype("output_dtype", output_dtype)
+    _check_gmm_modes(call.split_item, call.group_type, call.group_list_type, call.act_type)
 
 
 # ---------------------------------------------------------------------------------------------
 # npu_grouped_matmul_finalize_routing
 # ---------------------------------------------------------------------------------------------
 
-GMM_FINALIZE_ROUTING_DOC = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grouped_matmul_finalize_routing.md"
 
 
 def _gmm_finalize_routing_meta(call: Arguments) -> Out:
@@ -625,34 +567,8 @@ def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     return out
 
 
-@npu_op(
-    source=GMM_FINALIZE_ROUTING_DOC,
-    meta=_gmm_finalize_routing_meta,
-    kernel=_gmm_finalize_routing_kernel,
-)
-def npu_grouped_matmul_finalize_routing(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    group_list: torch.Tensor,
-    *,
-    scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    offset: Optional[torch.Tensor] = None,
-    pertoken_scale: Optional[torch.Tensor] = None,
-    shared_input: Optional[torch.Tensor] = None,
-    logit: Optional[torch.Tensor] = None,
-    row_index: Optional[torch.Tensor] = None,
-    dtype: Optional[torch.dtype] = None,
-    shared_input_weight: Optional[float] = 1.0,
-    shared_input_offset: Optional[int] = 0,
-    output_bs: Optional[int] = 0,
-    group_list_type: Optional[int] = 1,
-    tuning_config: Optional[list[int]] = None,
-    x_dtype: Optional[int] = None,
-    w_dtype: Optional[int] = None,
-    scale_dtype: Optional[int] = None,
-    pertoken_scale_dtype: Optional[int] = None,
-) -> torch.Tensor:
+@npu_op(meta=_gmm_finalize_routing_meta, kernel=_gmm_finalize_routing_kernel)
+def npu_grouped_matmul_finalize_routing(call: Arguments) -> None:
     """W8A8 grouped matmul of the routed rows, then finalize routing: ``y [output_bs, n]`` float32.
 
     Source: torch_npu.npu_grouped_matmul_finalize_routing (op-plugin docs/zh/custom_APIs/torch_npu/
@@ -673,19 +589,12 @@ def npu_grouped_matmul_finalize_routing(
     ``offset`` and int64 scales, ``dtype`` other than float32 (the doc allows only float32), and the
     hifloat8/FP4 dtype hints; ``tuning_config`` is a tiling hint and is ignored.
     """
-    for name, value in (("x", x), ("w", w), ("group_list", group_list)):
-        require_tensor(name, value)
-    for name, value in (("scale", scale), ("pertoken_scale", pertoken_scale), ("shared_input", shared_input),
-                        ("logit", logit), ("row_index", row_index)):
-        require_optional_tensor(name, value)
-    require_unused("npu_grouped_matmul_finalize_routing (A8W4 and non-native dtypes)", bias=bias, offset=offset,
-                   x_dtype=x_dtype, w_dtype=w_dtype, scale_dtype=scale_dtype, pertoken_scale_dtype=pertoken_scale_dtype)
-    require_optional_dtype("dtype", dtype)
-    require_choice("dtype", torch.float32 if dtype is None else dtype, (torch.float32,), "the output is float32")
-    if shared_input_weight is not None:
-        require_float("shared_input_weight", shared_input_weight)
-    require_optional_int("shared_input_offset", shared_input_offset)
-    require_optional_int("output_bs", output_bs)
-    list_type = 1 if group_list_type is None else require_int("group_list_type", group_list_type)
+    require_unused("npu_grouped_matmul_finalize_routing (A8W4 and non-native dtypes)", bias=call.bias,
+                   offset=call.offset, x_dtype=call.x_dtype, w_dtype=call.w_dtype, scale_dtype=call.scale_dtype,
+                   pertoken_scale_dtype=call.pertoken_scale_dtype)
+    require_choice("dtype", torch.float32 if call.dtype is None else call.dtype, (torch.float32,),
+                   "the output is float32")
+    if call.shared_input_weight is not None:
+        require_float("shared_input_weight", call.shared_input_weight)
+    list_type = 1 if call.group_list_type is None else require_int("group_list_type", call.group_list_type)
     require_choice("group_list_type", list_type, (0, 1), "0 cumulative row ends, 1 row counts")
-    require_int_list("tuning_config", tuning_config)

@@ -28,20 +28,17 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..errors import OpArgumentError, OpTypeError
+from ..errors import OpArgumentError
 from .checks import (
     HALF_DTYPES,
     require_choice,
     require_dtype,
     require_int,
     require_shape,
-    require_tensors,
-    require_unused,
 )
 from .fixedorder import round_to_int8
 from .registry import Arguments, Out, npu_op
 
-DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 NO_QUANT, DYNAMIC_QUANT = 0, 2
 TOKENS_CUMSUM, TOKENS_COUNT = 0, 1
 DYNAMIC_QUANT_MAX = 127.0
@@ -82,22 +79,17 @@ def _world(call: Arguments, x: torch.Tensor) -> _World:
     return _World(ep_world_size, ep_rank_id, local, rows, rows * min(local, k))
 
 
-def _check_common(*, group_ep: str, ep_world_size: int, ep_rank_id: int, moe_expert_num: int, tp_world_size: int,
-                  expert_shard_type: int, shared_expert_rank_num: int, global_bs: int, **_: object) -> None:
-    """The scalar arguments both dispatch and combine (v1 and v2) take; a wrapper passes ``**locals()``."""
-    if not isinstance(group_ep, str):
-        raise OpTypeError(f"group_ep must be a str (the EP communication domain), got {type(group_ep).__name__}")
-    for name, value in (("ep_world_size", ep_world_size), ("ep_rank_id", ep_rank_id),
-                        ("moe_expert_num", moe_expert_num), ("tp_world_size", tp_world_size),
-                        ("expert_shard_type", expert_shard_type), ("shared_expert_rank_num", shared_expert_rank_num),
-                        ("global_bs", global_bs)):
-        require_int(name, value)
-    if ep_world_size < 1 or moe_expert_num < 1:
-        raise OpArgumentError(f"ep_world_size={ep_world_size} and moe_expert_num={moe_expert_num} must be >= 1")
-    require_choice("tp_world_size", tp_world_size, (0, 1), "TP-domain communication is not modeled; 0 or 1 mean none")
-    require_choice("shared_expert_rank_num", shared_expert_rank_num, (0,),
+def _check_common(call: Arguments) -> None:
+    """The scalar arguments both dispatch and combine (v1 and v2) take, beyond their schema types."""
+    if call.ep_world_size < 1 or call.moe_expert_num < 1:
+        raise OpArgumentError(
+            f"ep_world_size={call.ep_world_size} and moe_expert_num={call.moe_expert_num} must be >= 1")
+    require_choice("tp_world_size", call.tp_world_size, (0, 1),
+                   "TP-domain communication is not modeled; 0 or 1 mean none")
+    require_choice("shared_expert_rank_num", call.shared_expert_rank_num, (0,),
                    "ranks dedicated to shared experts are not modeled; compute the shared expert yourself")
-    require_choice("expert_shard_type", expert_shard_type, (0,), "0: shared-expert ranks first (the only documented value)")
+    require_choice("expert_shard_type", call.expert_shard_type, (0,),
+                   "0: shared-expert ranks first (the only documented value)")
 
 
 def _active_routes(expert_ids: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
@@ -215,15 +207,11 @@ def _check_no_special_experts(zero_expert_num: int, copy_expert_num: int, const_
         require_choice(name, value, (0,), "zero/copy/constant experts are not modeled")
 
 
-def _check_dispatch(*, x: Any, expert_ids: Any, scales: Any, x_active_mask: Any, expert_scales: Any, quant_mode: int,
-                    expert_token_nums_type: int, **arguments: Any) -> None:
-    """The checks both dispatch interfaces make; a wrapper passes ``**locals()``."""
-    require_tensors(x=x, expert_ids=expert_ids, scales=scales, x_active_mask=x_active_mask, expert_scales=expert_scales)
-    _check_common(**arguments)
-    require_int("quant_mode", quant_mode)
-    require_choice("quant_mode", quant_mode, (NO_QUANT, DYNAMIC_QUANT), "0 none, 2 dynamic per-token int8")
-    require_int("expert_token_nums_type", expert_token_nums_type)
-    require_choice("expert_token_nums_type", expert_token_nums_type, (TOKENS_CUMSUM, TOKENS_COUNT),
+def _check_dispatch(call: Arguments) -> None:
+    """The checks both dispatch interfaces make."""
+    _check_common(call)
+    require_choice("quant_mode", call.quant_mode, (NO_QUANT, DYNAMIC_QUANT), "0 none, 2 dynamic per-token int8")
+    require_choice("expert_token_nums_type", call.expert_token_nums_type, (TOKENS_CUMSUM, TOKENS_COUNT),
                    "0 cumsum, 1 counts")
 
 
@@ -253,32 +241,8 @@ _dispatch_v1_meta, _dispatch_v1_kernel = _dispatch_functions(_v1_idx_entries)
 _dispatch_v2_meta, _dispatch_v2_kernel = _dispatch_functions(_v2_idx_entries)
 
 
-@npu_op(
-    source=DOCS.format("npu_moe_distribute_dispatch"),
-    meta=_dispatch_v1_meta,
-    kernel=_dispatch_v1_kernel,
-)
-def npu_moe_distribute_dispatch(
-    x: torch.Tensor,
-    expert_ids: torch.Tensor,
-    group_ep: str,
-    ep_world_size: int,
-    ep_rank_id: int,
-    moe_expert_num: int,
-    *,
-    scales: Optional[torch.Tensor] = None,
-    x_active_mask: Optional[torch.Tensor] = None,
-    expert_scales: Optional[torch.Tensor] = None,
-    group_tp: str = "",
-    tp_world_size: int = 0,
-    tp_rank_id: int = 0,
-    expert_shard_type: int = 0,
-    shared_expert_num: int = 1,
-    shared_expert_rank_num: int = 0,
-    quant_mode: int = 0,
-    global_bs: int = 0,
-    expert_token_nums_type: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_dispatch_v1_meta, kernel=_dispatch_v1_kernel)
+def npu_moe_distribute_dispatch(call: Arguments) -> None:
     """Send each token to the ranks of its top-K experts (MC2): returns ``(expand_x, dynamic_scales,
     expand_idx, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales)``.
 
@@ -301,44 +265,15 @@ def npu_moe_distribute_dispatch(
     Refused: ranks dedicated to shared experts (``shared_expert_rank_num != 0``), TP-domain sends
     (``tp_world_size > 1``) and other quant modes.
     """
-    _check_dispatch(**locals())
+    _check_dispatch(call)
 
 
 @npu_op(
-    source=DOCS.format("npu_moe_distribute_dispatch_v2"),
     meta=_dispatch_v2_meta,
     kernel=_dispatch_v2_kernel,
+    unmodeled=("elastic_info", "performance_info", "y_dtype", "x_dtype", "scales_dtype"),
 )
-def npu_moe_distribute_dispatch_v2(
-    x: torch.Tensor,
-    expert_ids: torch.Tensor,
-    group_ep: str,
-    ep_world_size: int,
-    ep_rank_id: int,
-    moe_expert_num: int,
-    *,
-    scales: Optional[torch.Tensor] = None,
-    x_active_mask: Optional[torch.Tensor] = None,
-    expert_scales: Optional[torch.Tensor] = None,
-    elastic_info: Optional[torch.Tensor] = None,
-    performance_info: Optional[torch.Tensor] = None,
-    group_tp: str = "",
-    tp_world_size: int = 0,
-    tp_rank_id: int = 0,
-    expert_shard_type: int = 0,
-    shared_expert_num: int = 1,
-    shared_expert_rank_num: int = 0,
-    quant_mode: int = 0,
-    global_bs: int = 0,
-    expert_token_nums_type: int = 1,
-    comm_alg: str = "",
-    zero_expert_num: int = 0,
-    copy_expert_num: int = 0,
-    const_expert_num: int = 0,
-    y_dtype: Optional[int] = None,
-    x_dtype: Optional[int] = None,
-    scales_dtype: Optional[int] = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def npu_moe_distribute_dispatch_v2(call: Arguments) -> None:
     """:func:`npu_moe_distribute_dispatch` of the v2 interface: the third output is
     ``assist_info_for_combine`` (int32 ``[max(BS*K, A*128)]``, the first ``BS*K`` entries as v1's
     ``expand_idx``) for :func:`npu_moe_distribute_combine_v2`.
@@ -348,10 +283,8 @@ def npu_moe_distribute_dispatch_v2(
     expert placement (``elastic_info``), ``performance_info``, zero/copy/constant experts and the
     ``y_dtype``/``x_dtype``/``scales_dtype`` overrides (FP8/MX outputs).
     """
-    _check_dispatch(**locals())
-    require_unused("npu_moe_distribute_dispatch_v2", elastic_info=elastic_info, performance_info=performance_info,
-                   y_dtype=y_dtype, x_dtype=x_dtype, scales_dtype=scales_dtype)
-    _check_no_special_experts(zero_expert_num, copy_expert_num, const_expert_num)
+    _check_dispatch(call)
+    _check_no_special_experts(call.zero_expert_num, call.copy_expert_num, call.const_expert_num)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,52 +358,14 @@ _combine_v1_meta, _combine_v1_kernel = _combine_functions("expand_idx")
 _combine_v2_meta, _combine_v2_kernel = _combine_functions("assist_info_for_combine")
 
 
-def _check_combine(*, expand_x: Any, expert_ids: Any, ep_send_counts: Any, expert_scales: Any, tp_send_counts: Any,
-                   x_active_mask: Any, shared_expert_x: Any, expand_scales: Any, comm_quant_mode: int,
-                   **arguments: Any) -> None:
-    """The checks both combine interfaces make; a wrapper passes ``**locals()``."""
-    require_tensors(expand_x=expand_x, expert_ids=expert_ids, ep_send_counts=ep_send_counts,
-                    expert_scales=expert_scales, tp_send_counts=tp_send_counts, x_active_mask=x_active_mask,
-                    shared_expert_x=shared_expert_x, expand_scales=expand_scales)
-    _check_common(**arguments)
-    require_int("comm_quant_mode", comm_quant_mode)
-    require_choice("comm_quant_mode", comm_quant_mode, (0,), "quantised communication is not modeled")
+def _check_combine(call: Arguments) -> None:
+    """The checks both combine interfaces make."""
+    _check_common(call)
+    require_choice("comm_quant_mode", call.comm_quant_mode, (0,), "quantised communication is not modeled")
 
 
-@npu_op(
-    source=DOCS.format("npu_moe_distribute_combine"),
-    meta=_combine_v1_meta,
-    kernel=_combine_v1_kernel,
-)
-def npu_moe_distribute_combine(
-    expand_x: torch.Tensor,
-    expert_ids: torch.Tensor,
-    expand_idx: torch.Tensor,
-    ep_send_counts: torch.Tensor,
-    expert_scales: torch.Tensor,
-    group_ep: str,
-    ep_world_size: int,
-    ep_rank_id: int,
-    moe_expert_num: int,
-    *,
-    tp_send_counts: Optional[torch.Tensor] = None,
-    x_active_mask: Optional[torch.Tensor] = None,
-    activation_scale: Optional[torch.Tensor] = None,
-    weight_scale: Optional[torch.Tensor] = None,
-    group_list: Optional[torch.Tensor] = None,
-    expand_scales: Optional[torch.Tensor] = None,
-    shared_expert_x: Optional[torch.Tensor] = None,
-    group_tp: str = "",
-    tp_world_size: int = 0,
-    tp_rank_id: int = 0,
-    expert_shard_type: int = 0,
-    shared_expert_num: int = 1,
-    shared_expert_rank_num: int = 0,
-    global_bs: int = 0,
-    out_dtype: int = 0,
-    comm_quant_mode: int = 0,
-    group_list_type: int = 0,
-) -> torch.Tensor:
+@npu_op(meta=_combine_v1_meta, kernel=_combine_v1_kernel, unmodeled=("activation_scale", "weight_scale", "group_list"))
+def npu_moe_distribute_combine(call: Arguments) -> None:
     """Return the experts' outputs to their tokens and sum them with the routing weights: ``x`` ``[BS, H]``.
 
     Source: torch_npu.npu_moe_distribute_combine (op-plugin API page:
@@ -487,62 +382,22 @@ def npu_moe_distribute_combine(
     Refused: the int32-output dequant path (``activation_scale``, ``weight_scale``, ``group_list``) and
     quantised communication.
     """
-    require_tensors(expand_idx=expand_idx)
-    _check_combine(**locals())
-    require_unused("npu_moe_distribute_combine", activation_scale=activation_scale, weight_scale=weight_scale,
-                   group_list=group_list)
-    require_int("out_dtype", out_dtype)
-    require_int("group_list_type", group_list_type)
+    _check_combine(call)
 
 
 @npu_op(
-    source=DOCS.format("npu_moe_distribute_combine_v2"),
     meta=_combine_v2_meta,
     kernel=_combine_v2_kernel,
+    unmodeled=(
+        "elastic_info", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2", "const_expert_v", "performance_info",
+    ),
 )
-def npu_moe_distribute_combine_v2(
-    expand_x: torch.Tensor,
-    expert_ids: torch.Tensor,
-    assist_info_for_combine: torch.Tensor,
-    ep_send_counts: torch.Tensor,
-    expert_scales: torch.Tensor,
-    group_ep: str,
-    ep_world_size: int,
-    ep_rank_id: int,
-    moe_expert_num: int,
-    *,
-    tp_send_counts: Optional[torch.Tensor] = None,
-    x_active_mask: Optional[torch.Tensor] = None,
-    expand_scales: Optional[torch.Tensor] = None,
-    shared_expert_x: Optional[torch.Tensor] = None,
-    elastic_info: Optional[torch.Tensor] = None,
-    ori_x: Optional[torch.Tensor] = None,
-    const_expert_alpha_1: Optional[torch.Tensor] = None,
-    const_expert_alpha_2: Optional[torch.Tensor] = None,
-    const_expert_v: Optional[torch.Tensor] = None,
-    performance_info: Optional[torch.Tensor] = None,
-    group_tp: str = "",
-    tp_world_size: int = 0,
-    tp_rank_id: int = 0,
-    expert_shard_type: int = 0,
-    shared_expert_num: int = 1,
-    shared_expert_rank_num: int = 0,
-    global_bs: int = 0,
-    comm_quant_mode: int = 0,
-    comm_alg: str = "",
-    zero_expert_num: int = 0,
-    copy_expert_num: int = 0,
-    const_expert_num: int = 0,
-) -> torch.Tensor:
+def npu_moe_distribute_combine_v2(call: Arguments) -> None:
     """:func:`npu_moe_distribute_combine` of the v2 interface, reading dispatch_v2's
     ``assist_info_for_combine``; ``shared_expert_x`` (``[BS, H]`` or ``[B, S, H]``) is added unweighted.
 
     Source: torch_npu.npu_moe_distribute_combine_v2 (op-plugin API page; meta function). ``expand_scales``
     is accepted as in v1. Refused: elastic placement, ``ori_x`` and the constant/zero/copy experts.
     """
-    require_tensors(assist_info_for_combine=assist_info_for_combine)
-    _check_combine(**locals())
-    require_unused("npu_moe_distribute_combine_v2", elastic_info=elastic_info,
-                   ori_x=ori_x, const_expert_alpha_1=const_expert_alpha_1, const_expert_alpha_2=const_expert_alpha_2,
-                   const_expert_v=const_expert_v, performance_info=performance_info)
-    _check_no_special_experts(zero_expert_num, copy_expert_num, const_expert_num)
+    _check_combine(call)
+    _check_no_special_experts(call.zero_expert_num, call.copy_expert_num, call.const_expert_num)

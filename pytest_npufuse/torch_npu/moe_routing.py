@@ -11,26 +11,22 @@ output shapes.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
-    require_bool,
     require_choice,
     require_dtype,
     require_int,
     require_int_list,
-    require_ints,
     require_shape,
-    require_tensors,
 )
 from .fixedorder import round_to_int8, softmax
 from .registry import Arguments, Out, bind, npu_op
 
-OP_PLUGIN_DOCS = "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-{}.md"
 NO_QUANT, STATIC_QUANT, DYNAMIC_QUANT = -1, 0, 1
 DROPLESS, DROP_PAD = 0, 1
 TOKENS_CUMSUM, TOKENS_COUNT, TOKENS_KEY_VALUE = 0, 1, 2
@@ -64,14 +60,8 @@ def _gating_top_k_softmax_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     return best.values[..., :k].to(x.dtype), best.indices[..., :k].to(torch.int32), row_idx.contiguous()
 
 
-@npu_op(
-    source=OP_PLUGIN_DOCS.format("npu_moe_gating_top_k_softmax"),
-    meta=_gating_top_k_softmax_meta,
-    kernel=_gating_top_k_softmax_kernel,
-)
-def npu_moe_gating_top_k_softmax(
-    x: torch.Tensor, finished: Optional[torch.Tensor] = None, k: int = 1
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_gating_top_k_softmax_meta, kernel=_gating_top_k_softmax_kernel)
+def npu_moe_gating_top_k_softmax(call: Arguments) -> None:
     """Softmax over the experts, then the top ``k``: returns ``(y, expert_idx, row_idx)``.
 
     Source: torch_npu.npu_moe_gating_top_k_softmax (op-plugin API page; aclnnMoeGatingTopKSoftmax).
@@ -86,9 +76,7 @@ def npu_moe_gating_top_k_softmax(
     ``finished`` (rows that skip the computation) is refused: the page does not say what such a row
     outputs, and the public MoE code passes None.
     """
-    require_tensors(x=x, finished=finished)
-    require_int("k", k)
-    if finished is not None:
+    if call.finished is not None:
         raise OpArgumentError(
             "finished is not implemented by the CPU model of npu_moe_gating_top_k_softmax (the API page does "
             "not define a finished row's outputs); pass None"
@@ -135,14 +123,8 @@ def _init_routing_kernel(call: Arguments) -> tuple[
     return expanded_x, expanded_row_idx, order.values
 
 
-@npu_op(
-    source=OP_PLUGIN_DOCS.format("npu_moe_init_routing"),
-    meta=_init_routing_meta,
-    kernel=_init_routing_kernel,
-)
-def npu_moe_init_routing(
-    x: torch.Tensor, row_idx: torch.Tensor, expert_idx: torch.Tensor, active_num: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_init_routing_meta, kernel=_init_routing_kernel)
+def npu_moe_init_routing(call: Arguments) -> None:
     """Sort the (token, slot) pairs by expert: returns ``(expanded_x, expanded_row_idx, expanded_expert_idx)``.
 
     Source: torch_npu.npu_moe_init_routing (op-plugin API page, whose numpy "equivalent computation"
@@ -153,8 +135,6 @@ def npu_moe_init_routing(
     * ``dst_to_src = row_idx.flat[sort order]``; ``expanded_row_idx[dst_to_src[i]] = i``.
     * ``expanded_x[i] = x[dst_to_src[i] % N]`` for the first ``min(N, active_num) * K`` rows.
     """
-    require_tensors(x=x, row_idx=row_idx, expert_idx=expert_idx)
-    require_int("active_num", active_num)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,27 +317,8 @@ def _init_routing_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return expanded_x, expanded_row_idx, tokens, expanded_scale
 
 
-@npu_op(
-    source=OP_PLUGIN_DOCS.format("npu_moe_init_routing_v2"),
-    meta=_init_routing_v2_meta,
-    kernel=_init_routing_v2_kernel,
-)
-def npu_moe_init_routing_v2(
-    x: torch.Tensor,
-    expert_idx: torch.Tensor,
-    *,
-    scale: Optional[torch.Tensor] = None,
-    offset: Optional[torch.Tensor] = None,
-    active_num: int = -1,
-    expert_capacity: int = -1,
-    expert_num: int = -1,
-    drop_pad_mode: int = 0,
-    expert_tokens_num_type: int = 0,
-    expert_tokens_num_flag: bool = False,
-    quant_mode: int = -1,
-    active_expert_range: Annotated[Sequence[int], 2] = (),
-    row_idx_type: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_init_routing_v2_meta, kernel=_init_routing_v2_kernel)
+def npu_moe_init_routing_v2(call: Arguments) -> None:
     """Route tokens to experts (optionally quantising them): returns
     ``(expanded_x, expanded_row_idx, expert_token_cumsum_or_count, expanded_scale)``.
 
@@ -384,17 +345,13 @@ def npu_moe_init_routing_v2(
     ``quant_mode=-1`` applies and ``scale`` carries their per-row scales. Refused: the FP8/HIF8/MX/int4 quant
     modes (2-17), which have no CPU dtype here.
     """
-    require_tensors(x=x, expert_idx=expert_idx, scale=scale, offset=offset)
-    for name, value in (("active_num", active_num), ("expert_capacity", expert_capacity), ("expert_num", expert_num),
-                        ("drop_pad_mode", drop_pad_mode), ("expert_tokens_num_type", expert_tokens_num_type),
-                        ("quant_mode", quant_mode), ("row_idx_type", row_idx_type)):
-        require_int(name, value)
-    require_bool("expert_tokens_num_flag", expert_tokens_num_flag)
-    require_int_list("active_expert_range", active_expert_range)
-    require_choice("drop_pad_mode", drop_pad_mode, (DROPLESS, DROP_PAD), "0 dropless, 1 drop/pad to expert_capacity")
-    require_choice("expert_tokens_num_type", expert_tokens_num_type, (0, 1, 2), "0 cumsum, 1 count, 2 key-value")
-    require_choice("quant_mode", quant_mode, (NO_QUANT, STATIC_QUANT, DYNAMIC_QUANT), "-1 none, 0 static, 1 dynamic int8")
-    require_choice("row_idx_type", row_idx_type, (GATHER_INDEX, SCATTER_INDEX), "0 gather index, 1 scatter index")
+    require_int_list("active_expert_range", call.active_expert_range)
+    require_choice("drop_pad_mode", call.drop_pad_mode, (DROPLESS, DROP_PAD),
+                   "0 dropless, 1 drop/pad to expert_capacity")
+    require_choice("expert_tokens_num_type", call.expert_tokens_num_type, (0, 1, 2), "0 cumsum, 1 count, 2 key-value")
+    require_choice("quant_mode", call.quant_mode, (NO_QUANT, STATIC_QUANT, DYNAMIC_QUANT),
+                   "-1 none, 0 static, 1 dynamic int8")
+    require_choice("row_idx_type", call.row_idx_type, (GATHER_INDEX, SCATTER_INDEX), "0 gather index, 1 scatter index")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,12 +378,8 @@ def _compute_expert_tokens_kernel(call: Arguments) -> torch.Tensor:
     return torch.searchsorted(experts, bounds, right=True).to(torch.int32)
 
 
-@npu_op(
-    source=OP_PLUGIN_DOCS.format("npu_moe_compute_expert_tokens"),
-    meta=_compute_expert_tokens_meta,
-    kernel=_compute_expert_tokens_kernel,
-)
-def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, num_expert: int) -> torch.Tensor:
+@npu_op(meta=_compute_expert_tokens_meta, kernel=_compute_expert_tokens_kernel)
+def npu_moe_compute_expert_tokens(call: Arguments) -> None:
     """Per expert ``i``, the end of its rows in the expert-sorted rows (a binary search): int32 ``[num_expert]``.
 
     Source: torch_npu.npu_moe_compute_expert_tokens (op-plugin API page:
@@ -434,10 +387,8 @@ def npu_moe_compute_expert_tokens(sorted_expert_for_source_row: torch.Tensor, nu
     expert handles"). The result is the count of rows with expert <= i, i.e. the cumulative row ends
     that ``npu_grouped_matmul`` takes with ``group_list_type=0``.
     """
-    require_tensors(sorted_expert_for_source_row=sorted_expert_for_source_row)
-    require_int("num_expert", num_expert)
-    if not 0 < num_expert <= EXPERT_TOKENS_MAX_EXPERTS:
-        raise OpArgumentError(f"num_expert={num_expert} must be in (0, {EXPERT_TOKENS_MAX_EXPERTS}]")
+    if not 0 < call.num_expert <= EXPERT_TOKENS_MAX_EXPERTS:
+        raise OpArgumentError(f"num_expert={call.num_expert} must be in (0, {EXPERT_TOKENS_MAX_EXPERTS}]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,22 +463,8 @@ def _finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     return out.to(expanded_permuted_rows.dtype)
 
 
-@npu_op(
-    source=OP_PLUGIN_DOCS.format("npu_moe_finalize_routing"),
-    meta=_finalize_routing_meta,
-    kernel=_finalize_routing_kernel,
-)
-def npu_moe_finalize_routing(
-    expanded_permuted_rows: torch.Tensor,
-    skip1: Optional[torch.Tensor],
-    skip2: Optional[torch.Tensor],
-    bias: Optional[torch.Tensor],
-    scales: Optional[torch.Tensor],
-    expanded_src_to_dst_row: torch.Tensor,
-    export_for_source_row: Optional[torch.Tensor],
-    drop_pad_mode: Optional[int] = 0,
-    k: Optional[int] = 1,
-) -> torch.Tensor:
+@npu_op(meta=_finalize_routing_meta, kernel=_finalize_routing_kernel)
+def npu_moe_finalize_routing(call: Arguments) -> None:
     """Combine the experts' outputs per token: returns ``out`` ``[NUM_ROWS, H]`` in the rows' dtype.
 
     Source: torch_npu.npu_moe_finalize_routing (op-plugin API page, formula and numpy model) and its
@@ -542,24 +479,18 @@ def npu_moe_finalize_routing(
     * Float32 arithmetic in this order: ``skip1 + skip2``, then slot by slot ``+ scale * (row + bias)``;
       one rounding to the rows' dtype at the end.
     """
-    require_tensors(expanded_permuted_rows=expanded_permuted_rows, skip1=skip1, skip2=skip2, bias=bias, scales=scales,
-                    expanded_src_to_dst_row=expanded_src_to_dst_row, export_for_source_row=export_for_source_row)
-    if drop_pad_mode is not None:
-        require_int("drop_pad_mode", drop_pad_mode)
-        require_choice("drop_pad_mode", drop_pad_mode, (0, 1, 2, 3),
+    if call.drop_pad_mode is not None:
+        require_int("drop_pad_mode", call.drop_pad_mode)
+        require_choice("drop_pad_mode", call.drop_pad_mode, (0, 1, 2, 3),
                        "0/2 dropless, 1/3 drop-pad; 0/1 column-ordered, 2/3 row-ordered expanded_src_to_dst_row")
-    if k is not None:
-        require_int("k", k)
+    if call.k is not None:
+        require_int("k", call.k)
 
 
 # ---------------------------------------------------------------------------------------------
 # npu_moe_init_routing_quant
 # ---------------------------------------------------------------------------------------------
 
-INIT_ROUTING_QUANT_DOC = (
-    "CANN aclnnMoeInitRoutingQuantV2 (hiascend aolapi); op-plugin MoeInitRoutingQuantKernelNpuOpApi.cpp and "
-    "test/test_custom_ops/test_npu_moe_init_routing_quant.py"
-)
 QUANT_TOKENS_NONE, QUANT_TOKENS_CUMSUM, QUANT_TOKENS_COUNT = 0, 1, 2
 
 
@@ -616,25 +547,8 @@ def _init_routing_quant_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     )
 
 
-@npu_op(
-    source=INIT_ROUTING_QUANT_DOC,
-    meta=_init_routing_quant_meta,
-    kernel=_init_routing_quant_kernel,
-)
-def npu_moe_init_routing_quant(
-    x: torch.Tensor,
-    expert_idx: torch.Tensor,
-    *,
-    scale: Optional[torch.Tensor] = None,
-    offset: Optional[torch.Tensor] = None,
-    active_num: int = 1024,
-    expert_capacity: int = 0,
-    expert_num: int = 256,
-    drop_pad_mode: int = 0,
-    expert_tokens_num_mode: int = 0,
-    expert_tokens_before_capacity_flag: bool = False,
-    quant_mode: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_init_routing_quant_meta, kernel=_init_routing_quant_kernel)
+def npu_moe_init_routing_quant(call: Arguments) -> None:
     """Route tokens to experts and quantise them to int8: ``(expanded_x, expanded_row_idx,
     expert_token_cumsum_or_count, expert_tokens_before_capacity, expanded_scale)``.
 
@@ -654,13 +568,10 @@ def npu_moe_init_routing_quant(
 
     vllm-ascend's W8A8 all-to-all EP path calls it dropless, dynamic, with counts (mode 2).
     """
-    require_tensors(x=x, expert_idx=expert_idx, scale=scale, offset=offset)
-    require_ints(active_num=active_num, expert_capacity=expert_capacity, expert_num=expert_num,
-                 drop_pad_mode=drop_pad_mode, expert_tokens_num_mode=expert_tokens_num_mode, quant_mode=quant_mode)
-    require_bool("expert_tokens_before_capacity_flag", expert_tokens_before_capacity_flag)
-    require_choice("drop_pad_mode", drop_pad_mode, (DROPLESS, DROP_PAD), "0 dropless, 1 drop/pad to expert_capacity")
-    require_choice("expert_tokens_num_mode", expert_tokens_num_mode, (0, 1, 2), "0 none, 1 cumsum, 2 count")
-    require_choice("quant_mode", quant_mode, (STATIC_QUANT, DYNAMIC_QUANT), "0 static, 1 dynamic int8")
+    require_choice("drop_pad_mode", call.drop_pad_mode, (DROPLESS, DROP_PAD),
+                   "0 dropless, 1 drop/pad to expert_capacity")
+    require_choice("expert_tokens_num_mode", call.expert_tokens_num_mode, (0, 1, 2), "0 none, 1 cumsum, 2 count")
+    require_choice("quant_mode", call.quant_mode, (STATIC_QUANT, DYNAMIC_QUANT), "0 static, 1 dynamic int8")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -706,20 +617,8 @@ def _re_routing_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tokens[order], permuted_scales, order.to(torch.int32), counts.sum(0).to(expert_token_num_per_rank.dtype)
 
 
-@npu_op(
-    source=OP_PLUGIN_DOCS.format("npu_moe_re_routing"),
-    meta=_re_routing_meta,
-    kernel=_re_routing_kernel,
-)
-def npu_moe_re_routing(
-    tokens: torch.Tensor,
-    expert_token_num_per_rank: torch.Tensor,
-    *,
-    per_token_scales: Optional[torch.Tensor] = None,
-    expert_token_num_type: int = 1,
-    idx_type: int = 0,
-    tokens_dtype: Optional[int] = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_re_routing_meta, kernel=_re_routing_kernel)
+def npu_moe_re_routing(call: Arguments) -> None:
     """Reorder tokens received from the EP ranks from rank-major to expert-major: returns
     ``(permute_tokens, permute_per_token_scales, permute_token_idx, expert_token_num)``.
 
@@ -738,8 +637,7 @@ def npu_moe_re_routing(
     The doc supports only ``expert_token_num_type=1`` and ``idx_type=0``; other values and the
     ``tokens_dtype`` hint (hifloat8) are refused.
     """
-    require_tensors(tokens=tokens, expert_token_num_per_rank=expert_token_num_per_rank, per_token_scales=per_token_scales)
-    require_choice("expert_token_num_type", require_int("expert_token_num_type", expert_token_num_type), (1,),
+    require_choice("expert_token_num_type", call.expert_token_num_type, (1,),
                    "1 count mode (the only one the doc supports)")
-    require_choice("idx_type", require_int("idx_type", idx_type), (0,), "0 gather index (the only one the doc supports)")
-    require_choice("tokens_dtype", tokens_dtype, (None,), "native token dtypes only")
+    require_choice("idx_type", call.idx_type, (0,), "0 gather index (the only one the doc supports)")
+    require_choice("tokens_dtype", call.tokens_dtype, (None,), "native token dtypes only")

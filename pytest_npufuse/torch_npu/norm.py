@@ -10,27 +10,14 @@ import torch
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
-    require_bool,
     require_dtype,
-    require_float,
     require_int,
-    require_int_list,
     require_shape,
-    require_tensor,
-    require_tensors,
     require_trailing,
 )
 from .fixedorder import pairwise_sum, round_to_int8
 from .registry import Arguments, Derivative, Out, bind, npu_op
 
-RMS_NORM_DOC = "torch_npu.npu_rms_norm, Ascend Extension for PyTorch API reference; op-plugin meta function"
-RMS_NORM_GRAD_DOC = (
-    "op-plugin derivatives.yaml (npu_rms_norm -> npu_rms_norm_backward(grads[0], self, gamma, result1)) and meta "
-    "function (dx like self, dgamma like gamma); hicann/ops-nn norm/rms_norm_grad (aclnnRmsNormGrad)"
-)
-ADD_RMS_NORM_DOC = "op-plugin docs/context/torch_npu-npu_add_rms_norm.md; hicann/ops-nn norm/add_rms_norm"
-ADD_RMS_NORM_QUANT_DOC = "hicann/ops-nn norm/add_rms_norm_quant/README.md and add_rms_norm_quant_v2 (beta)"
-LAYER_NORM_EVAL_DOC = "torch_npu.npu_layer_norm_eval, Ascend Extension for PyTorch API reference"
 
 
 def _rstd_shape(x: torch.Tensor, norm_dims: int) -> list[int]:
@@ -89,19 +76,11 @@ def _rms_norm_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tens
     return dx.reshape(x.shape).to(x.dtype), dgamma.reshape(gamma.shape).to(gamma.dtype)
 
 
-@npu_op(
-    source=RMS_NORM_GRAD_DOC,
-    self_name="x",
-    meta=_rms_norm_backward_meta,
-    kernel=_rms_norm_backward_kernel,
-)
-def npu_rms_norm_backward(
-    dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+@npu_op(meta=_rms_norm_backward_meta, kernel=_rms_norm_backward_kernel)
+def npu_rms_norm_backward(call: Arguments) -> None:
     """RmsNormGrad: the gradients of :func:`npu_rms_norm`'s ``x`` and ``gamma`` from ``y``'s gradient
     ``dy`` and the forward's ``rstd``; returns ``(dx, dgamma)``. torch_npu's schema
     ``npu_rms_norm_backward(Tensor dy, Tensor self, Tensor gamma, Tensor rstd) -> (Tensor, Tensor)``."""
-    require_tensors(dy=dy, x=x, gamma=gamma, rstd=rstd)
 
 
 def _rms_norm_setup(ctx: object, inputs: tuple, output: tuple) -> None:
@@ -116,14 +95,8 @@ def _rms_norm_backward(ctx: object, dy: torch.Tensor, _drstd: torch.Tensor) -> t
     return dx, dgamma, None
 
 
-@npu_op(
-    source=RMS_NORM_DOC,
-    self_name="x",
-    meta=_rms_norm_meta,
-    kernel=_rms_norm_kernel,
-    derivative=Derivative(_rms_norm_setup, _rms_norm_backward),
-)
-def npu_rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+@npu_op(meta=_rms_norm_meta, kernel=_rms_norm_kernel, derivative=Derivative(_rms_norm_setup, _rms_norm_backward))
+def npu_rms_norm(call: Arguments) -> None:
     """RMS normalisation over the trailing ``gamma.dim()`` dims of ``x``: returns ``(y, rstd)``.
 
     Sources: torch_npu.npu_rms_norm (Ascend Extension for PyTorch API reference; schema
@@ -139,9 +112,6 @@ def npu_rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) ->
     All math is float32; the mean of squares is a fixed pairwise sum, so the bits do not
     depend on the thread count.
     """
-    require_tensor("x", x)
-    require_tensor("gamma", gamma)
-    require_float("epsilon", epsilon)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,14 +150,8 @@ def _add_rms_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, t
     return y.to(call.x1.dtype), rstd, x
 
 
-@npu_op(
-    source=ADD_RMS_NORM_DOC,
-    meta=_add_rms_norm_meta,
-    kernel=_add_rms_norm_kernel,
-)
-def npu_add_rms_norm(
-    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_add_rms_norm_meta, kernel=_add_rms_norm_kernel)
+def npu_add_rms_norm(call: Arguments) -> None:
     """Residual add fused with RMSNorm: returns ``(y, rstd, x)`` with ``x = x1 + x2``.
 
     Sources: torch_npu.npu_add_rms_norm (op-plugin docs/context/torch_npu-npu_add_rms_norm.md;
@@ -202,9 +166,6 @@ def npu_add_rms_norm(
       float32 with the normalised dims kept as 1; ``y`` is cast once to x1's dtype.
     * float32 math, a fixed pairwise mean of squares, so the bits do not depend on threads.
     """
-    for name, value in (("x1", x1), ("x2", x2), ("gamma", gamma)):
-        require_tensor(name, value)
-    require_float("epsilon", epsilon)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,24 +223,8 @@ def _add_rms_norm_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Ten
     return y1, y2, x
 
 
-@npu_op(
-    source=ADD_RMS_NORM_QUANT_DOC,
-    meta=_add_rms_norm_quant_meta,
-    kernel=_add_rms_norm_quant_kernel,
-)
-def npu_add_rms_norm_quant(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    gamma: torch.Tensor,
-    scales1: torch.Tensor,
-    zero_points1: Optional[torch.Tensor] = None,
-    scales2: Optional[torch.Tensor] = None,
-    zero_points2: Optional[torch.Tensor] = None,
-    axis: int = -1,
-    epsilon: float = 1e-6,
-    div_mode: bool = True,
-    beta: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_add_rms_norm_quant_meta, kernel=_add_rms_norm_quant_kernel)
+def npu_add_rms_norm_quant(call: Arguments) -> None:
     """Residual add, RMSNorm and static int8 quantisation in one kernel: returns ``(y1, y2, x)``.
 
     Sources: the AddRmsNormQuant formulas (hicann/ops-nn norm/add_rms_norm_quant/README.md and
@@ -298,13 +243,8 @@ def npu_add_rms_norm_quant(
       channel (gamma's shape) or one value.  Without ``scales2``, ``y2`` is zeros (the device
       leaves it unspecified).  ``axis`` is accepted as in torch_npu (only -1 is documented).
     """
-    for name, value in (("x1", x1), ("x2", x2), ("gamma", gamma), ("scales1", scales1)):
-        require_tensor(name, value)
-    require_tensors(zero_points1=zero_points1, scales2=scales2, zero_points2=zero_points2, beta=beta)
-    if require_int("axis", axis) != -1:
-        raise OpArgumentError(f"axis={axis} is not implemented; torch_npu documents only -1 (the last dim)")
-    require_float("epsilon", epsilon)
-    require_bool("div_mode", div_mode)
+    if require_int("axis", call.axis) != -1:
+        raise OpArgumentError(f"axis={call.axis} is not implemented; torch_npu documents only -1 (the last dim)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,18 +290,8 @@ def _layer_norm_eval_kernel(call: Arguments) -> torch.Tensor:
     return y.to(input.dtype)
 
 
-@npu_op(
-    source=LAYER_NORM_EVAL_DOC,
-    meta=_layer_norm_eval_meta,
-    kernel=_layer_norm_eval_kernel,
-)
-def npu_layer_norm_eval(
-    input: torch.Tensor,
-    normalized_shape: Sequence[int],
-    weight: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
+@npu_op(meta=_layer_norm_eval_meta, kernel=_layer_norm_eval_kernel)
+def npu_layer_norm_eval(call: Arguments) -> None:
     """Inference LayerNorm over the trailing ``normalized_shape`` dims (no mean/rstd outputs).
 
     Source: torch_npu.npu_layer_norm_eval (Ascend Extension for PyTorch API reference; schema
@@ -374,24 +304,12 @@ def npu_layer_norm_eval(
     mean and variance are fixed pairwise sums (two passes), so the bits do not depend on the
     thread count; the result is cast once to input's dtype.
     """
-    require_tensor("input", input)
-    require_int_list("normalized_shape", normalized_shape)
-    require_tensors(weight=weight, bias=bias)
-    require_float("eps", eps)
 
 
 # ---------------------------------------------------------------------------------------------
 # npu_scaled_masked_softmax
 # ---------------------------------------------------------------------------------------------
 
-SCALED_MASKED_SOFTMAX_DOC = (
-    "torch_npu.npu_scaled_masked_softmax, Ascend Extension for PyTorch API reference (ptaoplist_000833) and "
-    "performance_tuning_0025 (ScaledMaskedSoftmax); CANN opp impl/dynamic/scaled_masked_softmax.py"
-)
-SCALED_MASKED_SOFTMAX_GRAD_DOC = (
-    "op-plugin derivatives.yaml (npu_scaled_masked_softmax -> npu_scaled_masked_softmax_backward); hicann/ops-nn "
-    "vfusion/scaled_masked_softmax_grad_v2 (aclnnScaledMaskedSoftmaxBackward)"
-)
 _SOFTMAX_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MASKED_VALUE = -10000.0  # the CANN kernel fills masked positions with -10000 ("fill ... with -10000")
 _SOFTMAX_MIN, _SOFTMAX_MAX, _SOFTMAX_STEP = 32, 4096, 32
@@ -456,20 +374,11 @@ def _scaled_masked_softmax_backward_kernel(call: Arguments) -> torch.Tensor:
     return dx.masked_fill(mask, 0.0).to(y.dtype)
 
 
-@npu_op(
-    source=SCALED_MASKED_SOFTMAX_GRAD_DOC,
-    meta=_scaled_masked_softmax_backward_meta,
-    kernel=_scaled_masked_softmax_backward_kernel,
-)
-def npu_scaled_masked_softmax_backward(
-    y_grad: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, scale: float, fixed_triu_mask: bool
-) -> torch.Tensor:
+@npu_op(meta=_scaled_masked_softmax_backward_meta, kernel=_scaled_masked_softmax_backward_kernel)
+def npu_scaled_masked_softmax_backward(call: Arguments) -> None:
     """ScaledMaskedSoftmaxGrad: the gradient of :func:`npu_scaled_masked_softmax`'s ``x`` from its output
     ``y`` and ``y``'s gradient. torch_npu's schema ``npu_scaled_masked_softmax_backward(Tensor y_grad,
     Tensor y, Tensor mask, Scalar scale, bool fixed_triu_mask) -> Tensor``."""
-    require_tensors(y_grad=y_grad, y=y, mask=mask)
-    require_float("scale", scale)
-    require_bool("fixed_triu_mask", fixed_triu_mask)
 
 
 def _scaled_masked_softmax_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
@@ -485,14 +394,11 @@ def _scaled_masked_softmax_grad(ctx: object, y_grad: torch.Tensor) -> tuple:
 
 
 @npu_op(
-    source=SCALED_MASKED_SOFTMAX_DOC,
     meta=_scaled_masked_softmax_meta,
     kernel=_scaled_masked_softmax_kernel,
     derivative=Derivative(_scaled_masked_softmax_setup, _scaled_masked_softmax_grad),
 )
-def npu_scaled_masked_softmax(
-    x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0, fixed_triu_mask: bool = False
-) -> torch.Tensor:
+def npu_scaled_masked_softmax(call: Arguments) -> None:
     """``softmax(x * scale, masked)`` over the last dim, one fused ScaledMaskedSoftmax kernel.
 
     Sources: torch_npu.npu_scaled_masked_softmax (API reference: x float16/bfloat16/float32, 4-D with H
@@ -502,17 +408,12 @@ def npu_scaled_masked_softmax(
     ``impl/dynamic/scaled_masked_softmax.py``) fills masked positions with -10000 and, with
     ``fixed_triu_mask``, masks the upper triangle above the diagonal itself.
     """
-    require_tensor("x", x)
-    require_tensor("mask", mask)
-    require_float("scale", scale)
-    require_bool("fixed_triu_mask", fixed_triu_mask)
 
 
 # ---------------------------------------------------------------------------------------------
 # npu_add_layer_norm
 # ---------------------------------------------------------------------------------------------
 
-ADD_LAYER_NORM_DOC = "hicann/ops-nn norm/add_layer_norm (aclnnAddLayerNorm); op-plugin AddLayerNormKernelNpuOpApi.cpp"
 
 
 def _add_layer_norm_stat_shape(x1: torch.Tensor, gamma: torch.Tensor) -> list[int]:
@@ -545,15 +446,8 @@ def _add_layer_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor,
     return y.to(x1.dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape), x
 
 
-@npu_op(
-    source=ADD_LAYER_NORM_DOC,
-    meta=_add_layer_norm_meta,
-    kernel=_add_layer_norm_kernel,
-)
-def npu_add_layer_norm(
-    x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, epsilon: float = 1e-5,
-    additional_output: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_add_layer_norm_meta, kernel=_add_layer_norm_kernel)
+def npu_add_layer_norm(call: Arguments) -> None:
     """Residual add fused with LayerNorm: returns ``(y, mean, rstd, x)`` with ``x = x1 + x2``.
 
     Sources: aclnnAddLayerNorm (hicann/ops-nn norm/add_layer_norm): ``x = x1 + x2``,
@@ -566,7 +460,3 @@ def npu_add_layer_norm(
       the variance is the biased one; float32 math with fixed pairwise sums, one rounding of ``y``.
     * ``additional_output`` asks the device to also store ``x``; the model always returns it.
     """
-    for name, value in (("x1", x1), ("x2", x2), ("gamma", gamma), ("beta", beta)):
-        require_tensor(name, value)
-    require_float("epsilon", epsilon)
-    require_bool("additional_output", additional_output)

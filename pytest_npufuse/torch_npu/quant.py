@@ -13,14 +13,10 @@ from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
     dtype_names,
-    require_bool,
     require_choice,
     require_dtype,
     require_int,
-    require_optional_dtype,
     require_shape,
-    require_tensor,
-    require_tensors,
     require_unused,
 )
 from .fixedorder import round_to_int8, swiglu
@@ -34,11 +30,6 @@ QMM_MIN_RANK = 2
 QMM_MAX_RANK = 6
 
 QMM_OUTPUT_DTYPES = (torch.int8, torch.float16, torch.bfloat16, torch.int32)
-DEQUANT_SWIGLU_QUANT_DOC = (
-    "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_002367.html"
-)
-SWIGLU_DOC = "torch_npu.npu_swiglu, Ascend Extension for PyTorch API reference 6.0 and 7.2"
-QUANT_MATMUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000172.html"
 
 
 def _broadcast_batch(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
@@ -193,21 +184,8 @@ def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
         values = values + bias.to(torch.float32)
     return _cast_quant_matmul_output(values, offset_f32, out_dtype)
 
-@npu_op(
-    source=QUANT_MATMUL_DOC,
-    meta=_quant_matmul_meta,
-    kernel=_quant_matmul_kernel,
-)
-def npu_quant_matmul(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    scale: torch.Tensor,
-    *,
-    offset: Optional[torch.Tensor] = None,
-    pertoken_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    output_dtype: Optional[torch.dtype] = None,
-) -> torch.Tensor:
+@npu_op(meta=_quant_matmul_meta, kernel=_quant_matmul_kernel)
+def npu_quant_matmul(call: Arguments) -> None:
     """Quantised matmul: int8 ``x1 [..., m, k]`` times int8 ``x2 [..., k, n]``, then dequantise.
 
     Source: torch_npu.npu_quant_matmul (Ascend Extension for PyTorch API reference, 6.0/7.0,
@@ -256,10 +234,6 @@ def npu_quant_matmul(
     * int4 inputs (int32 packed, with the per-group ``group_sizes`` scales of newer releases)
       are not implemented and raise ValueError.
     """
-    for name, value in (("x1", x1), ("x2", x2), ("scale", scale)):
-        require_tensor(name, value)
-    require_tensors(offset=offset, pertoken_scale=pertoken_scale, bias=bias)
-    require_optional_dtype("output_dtype", output_dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,23 +406,8 @@ def _dequant_swiglu_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     else:
         y[:covered] = _static_quant(activated, row_group, call.quant_scale, call.quant_offset)
     return y.reshape(*x.shape[:-1], two_h // 2), scale.reshape(x.shape[:-1])
-@npu_op(
-    source=DEQUANT_SWIGLU_QUANT_DOC,
-    meta=_dequant_swiglu_quant_meta,
-    kernel=_dequant_swiglu_quant_kernel,
-)
-def npu_dequant_swiglu_quant(
-    x: torch.Tensor,
-    *,
-    weight_scale: Optional[torch.Tensor] = None,
-    activation_scale: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    activate_left: bool = False,
-    quant_mode: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@npu_op(meta=_dequant_swiglu_quant_meta, kernel=_dequant_swiglu_quant_kernel)
+def npu_dequant_swiglu_quant(call: Arguments) -> None:
     """Dequantise, apply SwiGLU over the last dim, then quantise to int8: returns ``(y, scale)``.
 
     Sources: torch_npu.npu_dequant_swiglu_quant (API reference 7.0,
@@ -491,14 +450,8 @@ def npu_dequant_swiglu_quant(
     Rows are independent, and the only float reduction is a max, so the result does not
     depend on the thread count.
     """
-    require_tensor("x", x)
-    require_tensors(
-        weight_scale=weight_scale, activation_scale=activation_scale, bias=bias, quant_scale=quant_scale,
-        quant_offset=quant_offset, group_index=group_index,
-    )
-    require_bool("activate_left", activate_left)
-    if require_int("quant_mode", quant_mode) not in (0, 1):
-        raise OpArgumentError(f"quant_mode={quant_mode} is not supported; expected 0 (static) or 1 (dynamic)")
+    if require_int("quant_mode", call.quant_mode) not in (0, 1):
+        raise OpArgumentError(f"quant_mode={call.quant_mode} is not supported; expected 0 (static) or 1 (dynamic)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -523,8 +476,8 @@ def _swiglu_kernel(call: Arguments) -> torch.Tensor:
     return swiglu(call.x.to(torch.float32), activate_left=True, dim=call.dim).to(call.x.dtype)
 
 
-@npu_op(source=SWIGLU_DOC, meta=_swiglu_meta, kernel=_swiglu_kernel, self_name="x")
-def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+@npu_op(meta=_swiglu_meta, kernel=_swiglu_kernel)
+def npu_swiglu(call: Arguments) -> None:
     """SwiGLU: split ``x`` in halves A (first) and B (second) along ``dim``; return ``swish(A) * B``.
 
     Source: torch_npu.npu_swiglu (Ascend Extension for PyTorch API reference, 6.0 and 7.2;
@@ -536,8 +489,6 @@ def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     and half that size.  Swish is computed in float32 as ``a / (1 + exp(-a))`` (the form the
     dequant-swiglu-quant golden model uses), then multiplied by B and cast to x's dtype.
     """
-    require_tensor("x", x)
-    require_int("dim", dim)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -579,7 +530,6 @@ def _packed_shape(x: torch.Tensor) -> list[int]:
 # npu_dynamic_quant
 # ---------------------------------------------------------------------------------------------
 
-DYNAMIC_QUANT_DOC = "op-plugin docs/context/torch_npu-npu_dynamic_quant.md"
 DYNAMIC_QUANT_DST = (torch.int8, torch.quint4x2)
 
 
@@ -636,18 +586,8 @@ def _dynamic_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return y, scale.reshape(input.shape[:-1])
 
 
-@npu_op(
-    source=DYNAMIC_QUANT_DOC,
-    meta=_dynamic_quant_meta,
-    kernel=_dynamic_quant_kernel,
-)
-def npu_dynamic_quant(
-    input: torch.Tensor,
-    *,
-    smooth_scales: Optional[torch.Tensor] = None,
-    group_index: Optional[torch.Tensor] = None,
-    dst_type: Optional[torch.dtype] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@npu_op(meta=_dynamic_quant_meta, kernel=_dynamic_quant_kernel)
+def npu_dynamic_quant(call: Arguments) -> None:
     """Per-token symmetric dynamic quantisation: returns ``(y, scale)``.
 
     Source: torch_npu.npu_dynamic_quant (op-plugin docs/context/torch_npu-npu_dynamic_quant.md):
@@ -663,18 +603,14 @@ def npu_dynamic_quant(
     * float32 math, round half to even.  An all-zero row gets scale 1 and y 0 (the device
       divides by zero there; the value it writes is not documented).
     """
-    require_tensor("input", input)
-    require_tensors(smooth_scales=smooth_scales, group_index=group_index)
-    require_optional_dtype("dst_type", dst_type)
-    if dst_type is not None:
-        require_choice("dst_type", dst_type, DYNAMIC_QUANT_DST, "int8, or quint4x2 for packed int4")
+    if call.dst_type is not None:
+        require_choice("dst_type", call.dst_type, DYNAMIC_QUANT_DST, "int8, or quint4x2 for packed int4")
 
 
 # ---------------------------------------------------------------------------------------------
 # npu_quantize
 # ---------------------------------------------------------------------------------------------
 
-QUANTIZE_DOC = "op-plugin docs/context/torch_npu-npu_quantize.md"
 QUANTIZE_OUTPUTS = {
     torch.qint8: (torch.int8, -128.0, 127.0),
     torch.quint8: (torch.uint8, 0.0, 255.0),
@@ -738,19 +674,8 @@ def _quantize_kernel(call: Arguments) -> torch.Tensor:
     return _pack_int4(levels) if call.dtype == torch.quint4x2 else levels.to(out_dtype)
 
 
-@npu_op(
-    source=QUANTIZE_DOC,
-    meta=_quantize_meta,
-    kernel=_quantize_kernel,
-)
-def npu_quantize(
-    input: torch.Tensor,
-    scales: torch.Tensor,
-    zero_points: Optional[torch.Tensor],
-    dtype: torch.dtype,
-    axis: int = 1,
-    div_mode: bool = True,
-) -> torch.Tensor:
+@npu_op(meta=_quantize_meta, kernel=_quantize_kernel)
+def npu_quantize(call: Arguments) -> None:
     """Static quantisation: ``round(input / scales + zero_points)`` (``input * scales`` when not div_mode).
 
     Source: torch_npu.npu_quantize (op-plugin docs/context/torch_npu-npu_quantize.md).
@@ -762,21 +687,15 @@ def npu_quantize(
       torch.quint4x2 (div_mode=False only) -> int4 levels packed eight per int32.
     * float32 math, round half to even, saturated to the output range.
     """
-    for name, value in (("input", input), ("scales", scales)):
-        require_tensor(name, value)
-    require_tensors(zero_points=zero_points)
-    if not isinstance(dtype, torch.dtype):
-        raise OpTypeError(f"dtype must be a torch.dtype such as torch.qint8, got {type(dtype).__name__}")
-    require_choice("dtype", dtype, tuple(QUANTIZE_OUTPUTS), "the output types torch_npu documents")
-    require_int("axis", axis)
-    require_bool("div_mode", div_mode)
+    if not isinstance(call.dtype, torch.dtype):
+        raise OpTypeError(f"dtype must be a torch.dtype such as torch.qint8, got {type(call.dtype).__name__}")
+    require_choice("dtype", call.dtype, tuple(QUANTIZE_OUTPUTS), "the output types torch_npu documents")
 
 
 # ---------------------------------------------------------------------------------------------
 # npu_weight_quant_batchmatmul
 # ---------------------------------------------------------------------------------------------
 
-WEIGHT_QUANT_BATCHMATMUL_DOC = "op-plugin docs/context/torch_npu-npu_weight_quant_batchmatmul.md"
 WQBMM_BIAS_DTYPES = {torch.float16: torch.float16, torch.bfloat16: torch.float32}
 
 
@@ -829,22 +748,8 @@ def _weight_quant_batchmatmul_kernel(call: Arguments) -> torch.Tensor:
     return cube_addmm(call.bias.reshape(-1), x, w)
 
 
-@npu_op(
-    source=WEIGHT_QUANT_BATCHMATMUL_DOC,
-    meta=_weight_quant_batchmatmul_meta,
-    kernel=_weight_quant_batchmatmul_kernel,
-)
-def npu_weight_quant_batchmatmul(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    antiquant_scale: torch.Tensor,
-    antiquant_offset: Optional[torch.Tensor] = None,
-    quant_scale: Optional[torch.Tensor] = None,
-    quant_offset: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    antiquant_group_size: int = 0,
-    inner_precise: int = 0,
-) -> torch.Tensor:
+@npu_op(meta=_weight_quant_batchmatmul_meta, kernel=_weight_quant_batchmatmul_kernel)
+def npu_weight_quant_batchmatmul(call: Arguments) -> None:
     """Weight-only quantised matmul (W8A16): ``y = x @ ((weight + antiquant_offset) * antiquant_scale) + bias``.
 
     Source: torch_npu.npu_weight_quant_batchmatmul (op-plugin
@@ -861,20 +766,17 @@ def npu_weight_quant_batchmatmul(
       antiquant scales, and the int8 output quantisation ``quant_scale``/``quant_offset``.  ``inner_precise`` selects a device
       precision/performance mode and does not change this model's values.
     """
-    for name, value in (("x", x), ("weight", weight), ("antiquant_scale", antiquant_scale)):
-        require_tensor(name, value)
-    require_tensors(antiquant_offset=antiquant_offset, bias=bias)
-    require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=quant_scale, quant_offset=quant_offset)
-    if require_int("antiquant_group_size", antiquant_group_size) < 0:
-        raise OpArgumentError(f"antiquant_group_size={antiquant_group_size} must be >= 0 (0: no groups)")
-    require_choice("inner_precise", require_int("inner_precise", inner_precise), (0, 1), "device precision modes")
+    require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=call.quant_scale,
+                   quant_offset=call.quant_offset)
+    if require_int("antiquant_group_size", call.antiquant_group_size) < 0:
+        raise OpArgumentError(f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)")
+    require_choice("inner_precise", call.inner_precise, (0, 1), "device precision modes")
 
 
 # ---------------------------------------------------------------------------------------------
 # npu_trans_quant_param
 # ---------------------------------------------------------------------------------------------
 
-TRANS_QUANT_PARAM_DOC = "torch_npu.npu_trans_quant_param API reference; hicann/ops-nn quant/trans_quant_param_v2/README.md"
 def _trans_quant_param_shape(scale: torch.Tensor, offset: Optional[torch.Tensor]) -> list[int]:
     """scale's shape; a 1-D scale with an offset gives the longer of the two (t = 1 or n)."""
     if scale.dim() == 1 and offset is not None:
@@ -911,14 +813,8 @@ def _trans_quant_param_kernel(call: Arguments) -> torch.Tensor:
     return encode_quant_param(values.expand(shape), rounded_offset)
 
 
-@npu_op(
-    source=TRANS_QUANT_PARAM_DOC,
-    meta=_trans_quant_param_meta,
-    kernel=_trans_quant_param_kernel,
-)
-def npu_trans_quant_param(
-    scale: torch.Tensor, offset: Optional[torch.Tensor] = None, round_mode: Optional[int] = 0
-) -> torch.Tensor:
+@npu_op(meta=_trans_quant_param_meta, kernel=_trans_quant_param_kernel)
+def npu_trans_quant_param(call: Arguments) -> None:
     """The int64 "quant param" npu_quant_matmul and npu_grouped_matmul take as an int64 ``scale``.
 
     Sources: torch_npu.npu_trans_quant_param (schema ``npu_trans_quant_param(Tensor scale, Tensor?
@@ -931,9 +827,7 @@ def npu_trans_quant_param(
       [-256, 255], is stored as 9 bits at 37..45 (:mod:`.quant_param`).
     * The device returns uint64; torch has none, so the result is int64 with the same bits.
     """
-    require_tensor("scale", scale)
-    require_tensors(offset=offset)
-    mode = 0 if round_mode is None else require_int("round_mode", round_mode)
+    mode = 0 if call.round_mode is None else require_int("round_mode", call.round_mode)
     require_choice("round_mode", mode, (0, 1), "truncate or round to nearest even")
 
 
@@ -941,7 +835,6 @@ def npu_trans_quant_param(
 # npu_anti_quant
 # ---------------------------------------------------------------------------------------------
 
-ANTI_QUANT_DOC = "op-plugin docs/context/torch_npu-npu_anti_quant.md (AscendAntiQuant: out = (x + offset) * scale)"
 ANTI_QUANT_DST = (torch.float16, torch.bfloat16)
 ANTI_QUANT_SRC = (torch.int8, torch.quint4x2)
 
@@ -979,15 +872,8 @@ def _anti_quant_kernel(call: Arguments) -> torch.Tensor:
     return (values * call.scale.to(torch.float32)).to(call.dst_dtype or torch.float16)
 
 
-@npu_op(
-    source=ANTI_QUANT_DOC,
-    meta=_anti_quant_meta,
-    kernel=_anti_quant_kernel,
-)
-def npu_anti_quant(
-    x: torch.Tensor, scale: torch.Tensor, *, offset: Optional[torch.Tensor] = None,
-    dst_dtype: Optional[torch.dtype] = None, src_dtype: Optional[torch.dtype] = None,
-) -> torch.Tensor:
+@npu_op(meta=_anti_quant_meta, kernel=_anti_quant_kernel)
+def npu_anti_quant(call: Arguments) -> None:
     """Dequantise integers to float16/bfloat16: ``out = dst((x + offset) * scale)``.
 
     Source: torch_npu.npu_anti_quant (op-plugin docs/context/torch_npu-npu_anti_quant.md).
@@ -997,10 +883,7 @@ def npu_anti_quant(
       n = 1 or x's last dim in values; ``offset`` like scale; ``dst_dtype`` float16 (default) or bfloat16.
     * The sum and product are float32, rounded once to ``dst_dtype``.
     """
-    require_tensor("x", x)
-    require_tensor("scale", scale)
-    require_tensors(offset=offset)
-    if dst_dtype is not None:
-        require_choice("dst_dtype", dst_dtype, ANTI_QUANT_DST, "the float outputs")
-    if src_dtype is not None:
-        require_choice("src_dtype", src_dtype, ANTI_QUANT_SRC, "int8 or packed int4")
+    if call.dst_dtype is not None:
+        require_choice("dst_dtype", call.dst_dtype, ANTI_QUANT_DST, "the float outputs")
+    if call.src_dtype is not None:
+        require_choice("src_dtype", call.src_dtype, ANTI_QUANT_SRC, "int8 or packed int4")

@@ -1,22 +1,26 @@
 """The one place a torch_npu op is declared: schema, argument checks, CPU kernel, fake kernel, catalog entry.
 
-An op is the public wrapper decorated with :func:`npu_op`.  The wrapper carries torch_npu's exact Python
-signature, defaults and docstring, the one statement of the op's arguments: the schema is derived from it
-(:mod:`.schema`), and each call is bound against it into one :class:`Arguments` record.  The wrapper's body
-holds the checks that need no tensor metadata (argument types, scalar ranges).  The decorator adds the
-rest from two functions of that record:
+An op's signature is stated once, as data: torch_npu's schema in ``schemas.toml`` (:mod:`.schema`). Its
+behaviour is the function of that name decorated with :func:`npu_op`, holding the op's docstring and the
+checks that need no tensor metadata beyond the schema's types (scalar ranges, modes), plus two functions
+the decorator takes. Each call is bound against the schema's signature into one :class:`Arguments`
+record, which all three take:
 
+* ``checks`` (the decorated function) refuses what the schema's types allow but the op does not;
 * ``meta`` validates tensor metadata (shapes, dtypes) and returns the outputs as :class:`Out` specs;
 * ``kernel`` computes the outputs on CPU.
 
+The decorator returns the public callable, with torch_npu's ``inspect.signature``, the docstring, name
+and module of the decorated function: it checks every argument against its schema type (an error naming
+the argument, not a dispatcher traceback), then runs the op.
 From these it defines ``torch.ops.npu.<name>`` with torch_npu's schema (keyword-only markers included, so
 traced graphs carry the same arguments as with the real torch_npu; ``torch.library.custom_op`` cannot
 express keyword-only tensors, hence a FRAGMENT library), registers a CPU kernel (checks, meta, kernel,
 and a check that the result matches the meta) and a fake kernel (checks, meta, empty outputs), and
 verifies that the op catalog (``data/ops.toml``) has an entry for ``npu::<name>``.
 
-Why the wrapper checks always run, also while Dynamo traces: a scalar argument never reaches a fake
-kernel as a tensor, so the only place that sees ``out_flag=1`` for what it is is the wrapper.  Tensor
+Why the public callable's checks always run, also while Dynamo traces: a scalar argument never reaches a
+fake kernel as a tensor, so the only place that sees ``out_flag=1`` for what it is is the public callable.  Tensor
 metadata checks run in the fake kernel during tracing and in the CPU kernel eagerly, so they run once
 per call either way.
 """
@@ -34,7 +38,8 @@ import torch
 
 from ..errors import OpTypeError, ProfileError
 from ..target.catalog import load_catalog
-from .schema import annotated_returns, format_arguments, format_returns
+from .checks import require_unused, type_check
+from .schema import Declaration, declarations, format_returns
 
 NAMESPACE = "npu"
 
@@ -67,6 +72,11 @@ class NpuOp:
     def op_type(self) -> str:
         """The op-catalog key of the graph node, ``npu::<name>`` (or ``npu::<name>_functional``)."""
         return f"{NAMESPACE}::{self.graph_name or self.name}"
+
+
+def no_outputs(call: Arguments) -> tuple:
+    """The meta function (and kernel) of an op with no outputs, whose only effect is on the device."""
+    return ()
 
 
 _OPS: dict[str, NpuOp] = {}
@@ -138,10 +148,10 @@ def _write_back(
 
 @dataclass(frozen=True)
 class Arguments:
-    """Every argument of one call of an op, by its name in the public wrapper, defaults filled in.
+    """Every argument of one call of an op, by its Python name in the declared signature, defaults filled in.
 
-    An op's meta function and kernel each take this one record (``call.x``, ``call.epsilon``) instead of
-    restating the wrapper's signature: the registry binds each call once, against that signature (the
+    An op's checks, meta function and kernel each take this one record (``call.x``, ``call.epsilon``)
+    instead of restating the signature: the registry binds each call once, against that signature (the
     dispatcher hands a kernel the schema's positional arguments positionally). Each op has its own
     record type, a frozen dataclass with one field per parameter; :func:`bind` makes one for any op."""
 
@@ -149,35 +159,93 @@ class Arguments:
 _BINDERS: dict[str, Callable[..., Arguments]] = {}
 
 
-def _binder(checks: Callable[..., Any]) -> Callable[..., Arguments]:
-    """A function that binds a call of ``checks`` (the public wrapper's body) into its op's record."""
-    signature = inspect.signature(checks)
+Binder = Callable[[tuple, Mapping[str, Any]], tuple[Arguments, dict[str, Any]]]
+
+
+def _binder(declaration: Declaration) -> Binder:
+    """A function from a call's positional and keyword arguments to its op's record and the arguments given,
+    by name (the others are at their declared defaults), or the TypeError Python raises for a call that does
+    not fit the signature (``npu_rms_norm() missing a required argument: 'x'``). Set operations decide that a
+    call fits, and ``inspect.Signature.bind`` only words the error: Dynamo traces the public callable, and
+    tracing ``bind`` on every call of an op would multiply the time a model takes to compile."""
+    signature = declaration.signature()
+    positional = tuple(parameter.name for parameter in declaration.parameters if not parameter.keyword_only)
+    known = frozenset(signature.parameters)
+    required = frozenset(
+        name for name, parameter in signature.parameters.items() if parameter.default is parameter.empty
+    )
     fields = [
         (name, Any, field() if parameter.default is parameter.empty else field(default=parameter.default))
         for name, parameter in signature.parameters.items()
     ]
-    record = make_dataclass(f"{checks.__name__}_arguments", fields, bases=(Arguments,), frozen=True, kw_only=True)
+    record = make_dataclass(f"{declaration.name}_arguments", fields, bases=(Arguments,), frozen=True, kw_only=True)
 
-    def make(*args: Any, **kwargs: Any) -> Arguments:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return record(**bound.arguments)
+    def make(args: tuple, kwargs: Mapping[str, Any]) -> tuple[Arguments, dict[str, Any]]:
+        given = dict(zip(positional, args))
+        named = set(kwargs)
+        fits = len(args) <= len(positional) and named <= known and not named & set(given)
+        if not fits or not required <= named | set(given):
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as error:
+                raise TypeError(f"{declaration.name}() {error}") from None
+        given.update(kwargs)
+        return record(**given), given
 
     return make
 
 
 def bind(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Arguments:
-    """The record of a call of the declared op ``op`` (its public wrapper) with these arguments, e.g. to run
+    """The record of a call of the declared op ``op`` (its public callable) with these arguments, e.g. to run
     one op's meta function on a call of another op that takes the same arguments under other names."""
-    return _BINDERS[op.__name__](*args, **kwargs)
+    return _BINDERS[op.__name__](args, kwargs)[0]
+
+
+Validator = Callable[[Arguments, Mapping[str, Any]], None]
+_VALIDATORS: dict[str, Validator] = {}
+
+
+def check(op: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Run the declared op's argument checks (no tensor metadata) on a call, without running the op: for the
+    forms torch_npu adds around an op (``.out``, workspace queries) that refuse what the op refuses."""
+    _VALIDATORS[op.__name__](*_BINDERS[op.__name__](args, kwargs))
+
+
+ArgumentCheck = Callable[[str, object], Any]
+
+
+def _validator(
+    declaration: Declaration,
+    checks: Callable[[Arguments], None],
+    unmodeled: Sequence[str],
+    argument_checks: Mapping[str, ArgumentCheck],
+) -> Validator:
+    """The checks of a call that need no tensor metadata: each argument given is of its schema type (as the
+    dispatcher would demand, but naming the argument; ``argument_checks`` replaces that check where an op's
+    message says more) and, if ``unmodeled``, None; then the op's own ``checks`` of the whole record. An
+    argument left out holds its declared default, which needs no check."""
+    typed = {
+        parameter.name: argument_checks.get(parameter.name) or type_check(parameter.type)
+        for parameter in declaration.parameters
+    }
+    refused = frozenset(unmodeled)
+
+    def validate(call: Arguments, given: Mapping[str, Any]) -> None:
+        for name, value in given.items():
+            if name in refused:
+                require_unused(declaration.name, **{name: value})
+            typed[name](name, value)
+        checks(call)
+
+    return validate
 
 
 def _registered_returns(
-    checks: Callable[..., Any], writes_back: Mapping[str, int], schema_mutates: bool
+    declaration: Declaration, writes_back: Mapping[str, int], schema_mutates: bool
 ) -> tuple[tuple[str, ...], bool]:
-    """The outputs of the registered (functional) op: the wrapper's annotated returns, plus the new values
-    of the arguments it writes back where torch_npu's op returns only the others."""
-    returns, single = annotated_returns(checks)
+    """The outputs of the registered (functional) op: the declared returns, plus the new values of the
+    arguments it writes back where torch_npu's op returns only the others."""
+    returns, single = declaration.returns, declaration.single
     if writes_back and not returns:  # torch_npu returns nothing: the op returns the new values
         return ("Tensor",) * len(writes_back), True
     if schema_mutates:
@@ -202,26 +270,27 @@ class Derivative:
 
 def npu_op(
     *,
-    source: str,
     meta: Callable[[Arguments], Outputs],
     kernel: Callable[[Arguments], Any],
     writes_back: Mapping[str, int] = MappingProxyType({}),
     schema_mutates: bool = False,
-    self_name: Optional[str] = None,
+    unmodeled: Sequence[str] = (),
+    argument_checks: Mapping[str, ArgumentCheck] = MappingProxyType({}),
     side_effect: bool = False,
     derivative: Optional[Derivative] = None,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare the decorated public wrapper as ``torch.ops.npu.<its name>``.
+) -> Callable[[Callable[[Arguments], None]], Callable[..., Any]]:
+    """Declare ``torch.ops.npu.<name>`` and its public callable, ``<name>`` being the decorated function's.
 
-    The schema is derived from the wrapper's annotated signature (:mod:`.schema`), so torch_npu's
-    signature is written once; ``self_name`` is the parameter torch_npu's schema calls ``self`` (PyTorch
-    presents it as ``input``; torch_npu documents some as ``x``).
-    ``source`` names the document whose semantics the kernel implements (shown by the ops command).
+    The decorated function holds the op's docstring and the checks of a call that need no tensor metadata
+    (scalar ranges, modes, argument combinations), on the call's :class:`Arguments`. The signature is the
+    one ``schemas.toml`` declares for the op (:mod:`.schema`), which also names the document the kernel
+    follows; each name in ``unmodeled`` (inputs of features the CPU model does not implement) must be None,
+    and every argument is checked against its schema type, or by its entry in ``argument_checks``.
     ``writes_back`` maps each argument a torch_npu op updates in place to the output holding its new
     value: the registered op stays functional (one opaque node whose outputs are the new values) and
-    the wrapper copies those outputs into the arguments and returns the arguments in their place, so
-    callers see torch_npu's in-place behaviour. A wrapper annotated ``-> None`` (ATB ops with
-    ``Tensor(a!) out`` and ``-> ()``) returns None after the write-back, as torch_npu does; the registered
+    the public callable copies those outputs into the arguments and returns the arguments in their place,
+    so callers see torch_npu's in-place behaviour. An op declared ``-> ()`` (ATB ops with
+    ``Tensor(a!) out``) returns None after the write-back, as torch_npu does; the registered
     op returns the new values. ``schema_mutates`` is for torch_npu ops whose schema marks those arguments
     ``Tensor(a!)`` and returns only the other outputs (e.g. npu_mla_prolog_v3): the op a traced graph
     holds is then op-plugin's ``<name>_functional`` (the updated arguments as extra outputs), and
@@ -235,33 +304,36 @@ def npu_op(
     one has no gradient, as in torch_npu.
     """
 
-    def declare(checks: Callable[..., Any]) -> Callable[..., Any]:
+    def declare(checks: Callable[[Arguments], None]) -> Callable[..., Any]:
         public_name = checks.__name__
+        declaration = declarations()[public_name]
         name = f"{public_name}_functional" if schema_mutates else public_name
         op_type = f"{NAMESPACE}::{name}"
         if op_type not in _catalog_types():
             raise ProfileError(f"{op_type} is declared in {checks.__module__} but has no entry in data/ops.toml")
-        for role, function in (("meta function", meta), ("kernel", kernel)):
+        for role, function in (("checks", checks), ("meta function", meta), ("kernel", kernel)):
             if len(inspect.signature(function).parameters) != 1:
                 raise TypeError(f"npufuse bug: the {role} of {op_type} takes one parameter, the call's Arguments")
-        returns, single = _registered_returns(checks, writes_back, schema_mutates)
-        schema = f"{format_arguments(checks, self_name=self_name)} -> {format_returns(returns, single)}"
+        returns, single = _registered_returns(declaration, writes_back, schema_mutates)
+        schema = f"{declaration.arguments()} -> {format_returns(returns, single)}"
         _LIB.define(f"{name}{schema}")
         returns_nothing = not returns
 
-        make = _BINDERS[public_name] = _binder(checks)
+        make = _BINDERS[public_name] = _binder(declaration)
+        validate = _VALIDATORS[public_name] = _validator(declaration, checks, unmodeled, argument_checks)
 
         def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
-            checks(*args, **kwargs)
-            call = make(*args, **kwargs)
+            call, given = make(args, kwargs)
+            validate(call, given)
             outputs = meta(call)
             result = kernel(call)
             _check_result(name, result, outputs)
             return None if returns_nothing else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
-            checks(*args, **kwargs)
-            outputs = meta(make(*args, **kwargs))
+            call, given = make(args, kwargs)
+            validate(call, given)
+            outputs = meta(call)
             return None if returns_nothing else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
@@ -274,7 +346,7 @@ def npu_op(
         if side_effect:
             torch.fx.node.has_side_effect(packet.default)
         returns_list = returns == ("Tensor[]",)
-        params = list(inspect.signature(checks).parameters)
+        params = [parameter.name for parameter in declaration.parameters]
         slots = tuple((arg, params.index(arg), position) for arg, position in writes_back.items())
 
         def in_place(*args: Any, **kwargs: Any) -> Any:
@@ -282,24 +354,27 @@ def npu_op(
 
         declared = f"{public_name}{schema}"
         if schema_mutates:
-            public_returns, public_single = annotated_returns(checks)
-            mutating = format_arguments(checks, self_name=self_name, mutated=writes_back)
-            declared = f"{public_name}{mutating} -> {format_returns(public_returns, public_single)}"
+            declared = f"{public_name}{declaration.arguments(mutated=writes_back)} -> " + format_returns(
+                declaration.returns, declaration.single
+            )
             _LIB.define(declared)
             _LIB.impl(public_name, in_place, "CompositeImplicitAutograd")
-        returns_none = bool(slots) and not annotated_returns(checks)[0]
+        returns_none = bool(slots) and not declaration.returns
 
-        @functools.wraps(checks)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            checks(*args, **kwargs)
+        def public(*args: Any, **kwargs: Any) -> Any:
+            validate(*make(args, kwargs))
             if slots:
                 written = in_place(*args, **kwargs)
                 return None if returns_none else written
             result = packet(*args, **kwargs)
             return list(result) if returns_list else result
 
+        public.__name__ = public.__qualname__ = public_name
+        public.__module__, public.__doc__ = checks.__module__, checks.__doc__
+        public.__signature__ = declaration.signature()
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
-        _OPS[public_name] = NpuOp(public_name, family, declared, source, "" if name == public_name else name)
-        return wrapper
+        graph_name = "" if name == public_name else name
+        _OPS[public_name] = NpuOp(public_name, family, declared, declaration.source, graph_name)
+        return public
 
     return declare

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -15,15 +14,10 @@ from ..numerics.exact import cube_matmul, int_matmul
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
-    require_bool,
     require_choice,
     require_dtype,
-    require_float,
     require_int,
-    require_ints,
     require_shape,
-    require_tensor,
-    require_tensors,
     require_unused,
 )
 from .fixedorder import pairwise_sum, round_to_int8
@@ -32,17 +26,11 @@ from .norm import rms_normalise
 from .quant import symmetric_levels
 from .registry import Arguments, Derivative, Out, bind, npu_op
 
-ROTARY_MUL_DOC = "https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000141.html"
-APPLY_ROTARY_POS_EMB_DOC = "op-plugin op_plugin/ops/opapi/ApplyRotaryPosEmbNpuOpApi.cpp (aclnnApplyRotaryPosEmb)"
-INTERLEAVE_ROPE_DOC = "op-plugin docs/context/torch_npu-npu_interleave_rope.md"
 ROTARY_MODES = ("half", "interleave")
 APPLY_ROPE_LAYOUTS = ("BSH", "BSND", "SBND", "BNSD", "TND")
-KV_RMSNORM_ROPE_CACHE_DOC = "op-plugin docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
 MLA_RMS_SIZE = 512  # the doc's rms_size (compressed KV width), the only value it supports
 MLA_ROPE_SIZE = 64  # the doc's rope_size
 KV_CACHE_MODES = ("Norm", "PA", "PA_BNSD", "PA_NZ")
-MLA_PROLOG_DOC = "op-plugin docs/context/torch_npu-npu_mla_prolog.md"
-MLA_PROLOG_V2_DOC = "op-plugin docs: torch_npu-npu_mla_prolog_v2.md (return values, shapes)"
 
 
 def rotate(values: torch.Tensor, rotary_mode: str) -> torch.Tensor:
@@ -95,10 +83,6 @@ def _rotary_mul_kernel(call: Arguments) -> torch.Tensor:
     return rope(call.input, call.r1, call.r2, call.rotary_mode)
 
 
-ROTARY_MUL_GRAD_DOC = (
-    "op-plugin derivatives.yaml (npu_rotary_mul -> npu_rotary_mul_backward(grad, self, r1, r2, rotary_mode)) "
-    "and its sharding strategy (outputs dx, d_r1, d_r2); TorchAir's converter maps it to GE RotaryMulGrad"
-)
 
 
 def _unbroadcast(values: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
@@ -129,20 +113,12 @@ def _rotary_mul_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Te
     return dx.to(input.dtype), dr1.to(r1.dtype), dr2.to(r2.dtype)
 
 
-@npu_op(
-    source=ROTARY_MUL_GRAD_DOC,
-    self_name="input",
-    meta=_rotary_mul_backward_meta,
-    kernel=_rotary_mul_backward_kernel,
-)
-def npu_rotary_mul_backward(
-    grad: torch.Tensor, input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half"
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_rotary_mul_backward_meta, kernel=_rotary_mul_backward_kernel)
+def npu_rotary_mul_backward(call: Arguments) -> None:
     """RotaryMulGrad: the gradients of :func:`npu_rotary_mul`'s ``input``, ``r1`` and ``r2`` from the
     output's gradient ``grad``; returns ``(dx, dr1, dr2)`` (torch_npu's schema
     ``npu_rotary_mul_backward(Tensor grad, Tensor self, Tensor r1, Tensor r2, str rotary_mode='half')``)."""
-    require_tensors(grad=grad, input=input, r1=r1, r2=r2)
-    require_choice("rotary_mode", rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
+    require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
 
 
 def _rotary_mul_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
@@ -157,14 +133,8 @@ def _rotary_mul_grad(ctx: object, grad: torch.Tensor) -> tuple:
     return dx, dr1, dr2, None
 
 
-@npu_op(
-    source=ROTARY_MUL_DOC,
-    self_name="input",
-    meta=_rotary_mul_meta,
-    kernel=_rotary_mul_kernel,
-    derivative=Derivative(_rotary_mul_setup, _rotary_mul_grad),
-)
-def npu_rotary_mul(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half") -> torch.Tensor:
+@npu_op(meta=_rotary_mul_meta, kernel=_rotary_mul_kernel, derivative=Derivative(_rotary_mul_setup, _rotary_mul_grad))
+def npu_rotary_mul(call: Arguments) -> None:
     """RoPE on one 4-D tensor: ``r1 * input + r2 * rotate(input)``.
 
     Source: torch_npu.npu_rotary_mul (API reference 7.0, ptaoplist_000141, and op-plugin
@@ -177,9 +147,7 @@ def npu_rotary_mul(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rota
     (cos) and ``r2`` (sin) in input's dtype broadcast to it (e.g. [1, 1, S, D]).  Math is float32
     with one rounding to input's dtype.
     """
-    for name, value in (("input", input), ("r1", r1), ("r2", r2)):
-        require_tensor(name, value)
-    require_choice("rotary_mode", rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
+    require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,20 +174,8 @@ def _apply_rotary_pos_emb_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     return rope(call.query, call.cos, call.sin, call.rotary_mode), rope(call.key, call.cos, call.sin, call.rotary_mode)
 
 
-@npu_op(
-    source=APPLY_ROTARY_POS_EMB_DOC,
-    meta=_apply_rotary_pos_emb_meta,
-    kernel=_apply_rotary_pos_emb_kernel,
-    writes_back={"query": 0, "key": 1},
-)
-def npu_apply_rotary_pos_emb(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    layout: str = "BSH",
-    rotary_mode: str = "half",
-) -> tuple[torch.Tensor, torch.Tensor]:
+@npu_op(meta=_apply_rotary_pos_emb_meta, kernel=_apply_rotary_pos_emb_kernel, writes_back={"query": 0, "key": 1})
+def npu_apply_rotary_pos_emb(call: Arguments) -> None:
     """RoPE on query and key in place: returns ``(query, key)`` after ``x = x * cos + rotate(x) * sin``.
 
     Sources: op-plugin's ApplyRotaryPosEmbNpuOpApi.cpp (aclnnApplyRotaryPosEmb updates query and
@@ -231,10 +187,8 @@ def npu_apply_rotary_pos_emb(
     ``npu.npu_apply_rotary_pos_emb`` node; the wrapper copies its outputs into query and key, as
     the real op writes them.
     """
-    for name, value in (("query", query), ("key", key), ("cos", cos), ("sin", sin)):
-        require_tensor(name, value)
-    require_choice("layout", layout, APPLY_ROPE_LAYOUTS, "the layouts aclnnApplyRotaryPosEmb accepts")
-    require_choice("rotary_mode", rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
+    require_choice("layout", call.layout, APPLY_ROPE_LAYOUTS, "the layouts aclnnApplyRotaryPosEmb accepts")
+    require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,12 +221,8 @@ def _interleave_rope_kernel(call: Arguments) -> torch.Tensor:
     return interleave_rope(call.x, call.cos, call.sin)
 
 
-@npu_op(
-    source=INTERLEAVE_ROPE_DOC,
-    meta=_interleave_rope_meta,
-    kernel=_interleave_rope_kernel,
-)
-def npu_interleave_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+@npu_op(meta=_interleave_rope_meta, kernel=_interleave_rope_kernel)
+def npu_interleave_rope(call: Arguments) -> None:
     """RoPE on a tensor whose head dim is stored interleaved (DeepSeek MLA's rope part).
 
     Source: torch_npu.npu_interleave_rope (op-plugin docs/context/torch_npu-npu_interleave_rope.md):
@@ -283,8 +233,6 @@ def npu_interleave_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -
     then applies ``q * cos + RotateHalf(q) * sin`` with RotateHalf moving the negated second half
     to the front.  This is DeepSeek-V2/V3's ``apply_rotary_pos_emb``.  float32 math, one rounding.
     """
-    for name, value in (("x", x), ("cos", cos), ("sin", sin)):
-        require_tensor(name, value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,28 +313,11 @@ def _kv_rmsnorm_rope_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.
 
 
 @npu_op(
-    source=KV_RMSNORM_ROPE_CACHE_DOC,
     meta=_kv_rmsnorm_rope_cache_meta,
     kernel=_kv_rmsnorm_rope_cache_kernel,
     writes_back={"k_cache": 0, "ckv_cache": 1},
 )
-def npu_kv_rmsnorm_rope_cache(
-    kv: torch.Tensor,
-    gamma: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    index: torch.Tensor,
-    k_cache: torch.Tensor,
-    ckv_cache: torch.Tensor,
-    *,
-    k_rope_scale: Optional[torch.Tensor] = None,
-    c_kv_scale: Optional[torch.Tensor] = None,
-    k_rope_offset: Optional[torch.Tensor] = None,
-    c_kv_offset: Optional[torch.Tensor] = None,
-    epsilon: float = 1e-5,
-    cache_mode: str = "Norm",
-    is_output_kv: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def npu_kv_rmsnorm_rope_cache(call: Arguments) -> None:
     """MLA's KV path: RMSNorm the latent, RoPE the key part, scatter both into their caches in place.
 
     Source: torch_npu.npu_kv_rmsnorm_rope_cache (op-plugin
@@ -410,25 +341,17 @@ def npu_kv_rmsnorm_rope_cache(
     offsets), PA_BLK_NZ and PA_BLK_BNSD.  An index outside the cache is refused (the doc leaves
     repeated or out-of-range indexes undefined).
     """
-    _check_kv_rmsnorm_rope_cache_arguments("npu_kv_rmsnorm_rope_cache", locals())
+    _check_kv_rmsnorm_rope_cache_arguments("npu_kv_rmsnorm_rope_cache", call)
 
 
-def _check_kv_rmsnorm_rope_cache_arguments(op: str, arguments: Mapping[str, Any]) -> None:
+def _check_kv_rmsnorm_rope_cache_arguments(op: str, call: Arguments) -> None:
     """The argument checks npu_kv_rmsnorm_rope_cache and its _v2 share."""
-    for name in ("kv", "gamma", "cos", "sin", "index", "k_cache", "ckv_cache"):
-        require_tensor(name, arguments[name])
-    scales = {name: arguments[name] for name in ("k_rope_scale", "c_kv_scale", "k_rope_offset", "c_kv_offset")}
-    require_tensors(**scales)
-    require_unused(f"{op} (int8 caches)", **scales)
-    require_float("epsilon", arguments["epsilon"])
-    require_choice("cache_mode", arguments["cache_mode"], KV_CACHE_MODES, "Norm per-batch caches, PA/PA_BNSD/PA_NZ paged caches")
-    require_bool("is_output_kv", arguments["is_output_kv"])
+    scales = ("k_rope_scale", "c_kv_scale", "k_rope_offset", "c_kv_offset")
+    require_unused(f"{op} (int8 caches)", **{name: getattr(call, name) for name in scales})
+    require_choice("cache_mode", call.cache_mode, KV_CACHE_MODES,
+                   "Norm per-batch caches, PA/PA_BNSD/PA_NZ paged caches")
 
 
-KV_RMSNORM_ROPE_CACHE_V2_DOC = (
-    "op-plugin op_plugin/config/op_plugin_functions.yaml and meta function npu_kv_rmsnorm_rope_cache_v2; "
-    "semantics of docs/context/torch_npu-npu_kv_rmsnorm_rope_cache.md"
-)
 
 
 def _kv_rmsnorm_rope_cache_v2_meta(call: Arguments) -> tuple[Out, ...]:
@@ -443,32 +366,13 @@ def _kv_rmsnorm_rope_cache_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...
 
 
 @npu_op(
-    source=KV_RMSNORM_ROPE_CACHE_V2_DOC,
     meta=_kv_rmsnorm_rope_cache_v2_meta,
     kernel=_kv_rmsnorm_rope_cache_v2_kernel,
     writes_back={"k_cache": 2, "ckv_cache": 3},
     schema_mutates=True,
+    unmodeled=("v", "k_cache_dtype", "ckv_cache_dtype"),
 )
-def npu_kv_rmsnorm_rope_cache_v2(
-    kv: torch.Tensor,
-    gamma: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    index: torch.Tensor,
-    k_cache: torch.Tensor,
-    ckv_cache: torch.Tensor,
-    *,
-    k_rope_scale: Optional[torch.Tensor] = None,
-    c_kv_scale: Optional[torch.Tensor] = None,
-    k_rope_offset: Optional[torch.Tensor] = None,
-    c_kv_offset: Optional[torch.Tensor] = None,
-    v: Optional[torch.Tensor] = None,
-    epsilon: float = 1e-5,
-    cache_mode: str = "Norm",
-    is_output_kv: bool = False,
-    k_cache_dtype: Optional[int] = None,
-    ckv_cache_dtype: Optional[int] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def npu_kv_rmsnorm_rope_cache_v2(call: Arguments) -> None:
     """npu_kv_rmsnorm_rope_cache with in-place caches: returns ``(k_embed, y)``, updates k_cache and ckv_cache.
 
     Source: op-plugin's schema of npu_kv_rmsnorm_rope_cache_v2 (``Tensor(a!) k_cache, Tensor(b!)
@@ -479,9 +383,7 @@ def npu_kv_rmsnorm_rope_cache_v2(
     Not implemented (ValueError): ``v`` (the meta shows it replaces the rms part's width; no
     document defines its computation), the hifloat8 dtype hints and the int8 caches.
     """
-    _check_kv_rmsnorm_rope_cache_arguments("npu_kv_rmsnorm_rope_cache_v2", locals())
-    require_tensors(v=v)
-    require_unused("npu_kv_rmsnorm_rope_cache_v2", v=v, k_cache_dtype=k_cache_dtype, ckv_cache_dtype=ckv_cache_dtype)
+    _check_kv_rmsnorm_rope_cache_arguments("npu_kv_rmsnorm_rope_cache_v2", call)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -489,18 +391,6 @@ def npu_kv_rmsnorm_rope_cache_v2(
 # ---------------------------------------------------------------------------------------------
 
 
-MLA_TENSORS = (
-    "token_x", "weight_dq", "weight_uq_qr", "weight_uk", "weight_dkv_kr", "rmsnorm_gamma_cq", "rmsnorm_gamma_ckv",
-    "rope_sin", "rope_cos", "kv_cache", "kr_cache",
-)
-MLA_SCALES = (
-    "dequant_scale_x", "dequant_scale_w_dq", "dequant_scale_w_uq_qr", "dequant_scale_w_dkv_kr", "quant_scale_ckv",
-    "quant_scale_ckr", "smooth_scales_cq",
-)
-MLA_PROLOG_V3_DOC = (
-    "op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_mla_prolog_v3.md; hicann/ops-transformer attention/mla_prolog; "
-    "CANN aclnnMlaPrologV3WeightNz"
-)
 MLA_PAGED_MODES = ("PA_BSND", "PA_NZ")
 MLA_V3_CACHE_MODES = ("PA_BSND", "PA_NZ", "BSND", "TND")
 INT8_LEVEL_MAX = 127.0
@@ -552,14 +442,9 @@ class MlaDims:
     hckv: Any
 
 
-def _check_mla_arguments(op: str, arguments: Mapping[str, Any], cache_modes: Sequence[str]) -> None:
-    """The argument checks every MlaProlog version shares (the tensors and scalars, no metadata)."""
-    for name in MLA_TENSORS:
-        require_tensor(name, arguments[name])
-    require_tensors(**{name: arguments[name] for name in MLA_SCALES})
-    require_float("rmsnorm_epsilon_cq", arguments["rmsnorm_epsilon_cq"])
-    require_float("rmsnorm_epsilon_ckv", arguments["rmsnorm_epsilon_ckv"])
-    require_choice("cache_mode", arguments["cache_mode"], cache_modes,
+def _check_mla_cache_mode(op: str, call: Arguments, cache_modes: Sequence[str]) -> None:
+    """The argument check every MlaProlog version shares beyond the schema's types."""
+    require_choice("cache_mode", call.cache_mode, cache_modes,
                    f"{op}: paged caches in ND (PA_BSND) or FRACTAL_NZ (PA_NZ) blocks")
 
 
@@ -802,37 +687,8 @@ def _mla_prolog_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tuple(result[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
 
-@npu_op(
-    source=MLA_PROLOG_DOC,
-    meta=_mla_prolog_meta,
-    kernel=_mla_prolog_kernel,
-    writes_back={"kv_cache": 2, "kr_cache": 3},
-)
-def npu_mla_prolog(
-    token_x: torch.Tensor,
-    weight_dq: torch.Tensor,
-    weight_uq_qr: torch.Tensor,
-    weight_uk: torch.Tensor,
-    weight_dkv_kr: torch.Tensor,
-    rmsnorm_gamma_cq: torch.Tensor,
-    rmsnorm_gamma_ckv: torch.Tensor,
-    rope_sin: torch.Tensor,
-    rope_cos: torch.Tensor,
-    cache_index: torch.Tensor,
-    kv_cache: torch.Tensor,
-    kr_cache: torch.Tensor,
-    *,
-    dequant_scale_x: Optional[torch.Tensor] = None,
-    dequant_scale_w_dq: Optional[torch.Tensor] = None,
-    dequant_scale_w_uq_qr: Optional[torch.Tensor] = None,
-    dequant_scale_w_dkv_kr: Optional[torch.Tensor] = None,
-    quant_scale_ckv: Optional[torch.Tensor] = None,
-    quant_scale_ckr: Optional[torch.Tensor] = None,
-    smooth_scales_cq: Optional[torch.Tensor] = None,
-    rmsnorm_epsilon_cq: float = 1e-5,
-    rmsnorm_epsilon_ckv: float = 1e-5,
-    cache_mode: str = "PA_BSND",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@npu_op(meta=_mla_prolog_meta, kernel=_mla_prolog_kernel, writes_back={"kv_cache": 2, "kr_cache": 3})
+def npu_mla_prolog(call: Arguments) -> None:
     """MLA preprocessing (DeepSeek-V2/V3): returns ``(query, query_rope, kv_cache, kr_cache)``.
 
     Source: torch_npu.npu_mla_prolog (op-plugin docs/context/torch_npu-npu_mla_prolog.md) and the
@@ -862,7 +718,7 @@ def npu_mla_prolog(
     it from the reciprocal of the dequant scale).  Every stage output is rounded to bfloat16 before
     the next stage quantises it (assumption: the fused kernel's internal precision is not documented).
     """
-    _check_mla_arguments("npu_mla_prolog", locals(), MLA_PAGED_MODES)
+    _check_mla_cache_mode("npu_mla_prolog", call, MLA_PAGED_MODES)
 
 
 V2_OUTPUTS = ("query", "query_rope", "kv_cache", "kr_cache", "dequant_scale_q_nope")
@@ -880,7 +736,8 @@ def _mla_prolog_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tuple(result[name] for name in V2_OUTPUTS)
 
 
-def npu_mla_prolog_v2(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+@npu_op(meta=_mla_prolog_v2_meta, kernel=_mla_prolog_v2_kernel, writes_back={"kv_cache": 2, "kr_cache": 3})
+def npu_mla_prolog_v2(call: Arguments) -> None:
     """npu_mla_prolog with a fifth output, ``dequant_scale_q_nope``: ``(query, query_rope, kv_cache, kr_cache, scale)``.
 
     Source: torch_npu.npu_mla_prolog_v2 (op-plugin docs/zh/custom_APIs/torch_npu/
@@ -895,19 +752,7 @@ def npu_mla_prolog_v2(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     formula, rounding half to even).  Otherwise ``dequant_scale_q_nope`` is float32 [1] (the
     meta's shape; its value is not specified and this model returns 0).
     """
-    _check_mla_arguments("npu_mla_prolog_v2", vars(bind(npu_mla_prolog, *args, **kwargs)), MLA_PAGED_MODES)
-
-
-# torch_npu's v2 takes exactly v1's arguments: the signature is stated once, on npu_mla_prolog.
-npu_mla_prolog_v2.__signature__ = inspect.signature(npu_mla_prolog.__wrapped__).replace(
-    return_annotation="tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"
-)
-npu_mla_prolog_v2 = npu_op(
-    source=MLA_PROLOG_V2_DOC,
-    meta=_mla_prolog_v2_meta,
-    kernel=_mla_prolog_v2_kernel,
-    writes_back={"kv_cache": 2, "kr_cache": 3},
-)(npu_mla_prolog_v2)
+    _check_mla_cache_mode("npu_mla_prolog_v2", call, MLA_PAGED_MODES)
 
 
 V3_OUTPUTS = ("query", "query_rope", "dequant_scale_q_nope", "query_norm", "dequant_scale_q_norm", "kv_cache", "kr_cache")
@@ -959,53 +804,12 @@ def _mla_prolog_v3_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
 
 
 @npu_op(
-    source=MLA_PROLOG_V3_DOC,
     meta=_mla_prolog_v3_meta,
     kernel=_mla_prolog_v3_kernel,
     writes_back={"kv_cache": 5, "kr_cache": 6},
     schema_mutates=True,
 )
-def npu_mla_prolog_v3(
-    token_x: torch.Tensor,
-    weight_dq: torch.Tensor,
-    weight_uq_qr: torch.Tensor,
-    weight_uk: torch.Tensor,
-    weight_dkv_kr: torch.Tensor,
-    rmsnorm_gamma_cq: torch.Tensor,
-    rmsnorm_gamma_ckv: torch.Tensor,
-    rope_sin: torch.Tensor,
-    rope_cos: torch.Tensor,
-    kv_cache: torch.Tensor,
-    kr_cache: torch.Tensor,
-    *,
-    cache_index: Optional[torch.Tensor] = None,
-    dequant_scale_x: Optional[torch.Tensor] = None,
-    dequant_scale_w_dq: Optional[torch.Tensor] = None,
-    dequant_scale_w_uq_qr: Optional[torch.Tensor] = None,
-    dequant_scale_w_dkv_kr: Optional[torch.Tensor] = None,
-    quant_scale_ckv: Optional[torch.Tensor] = None,
-    quant_scale_ckr: Optional[torch.Tensor] = None,
-    smooth_scales_cq: Optional[torch.Tensor] = None,
-    actual_seq_len: Optional[torch.Tensor] = None,
-    k_nope_clip_alpha: Optional[torch.Tensor] = None,
-    rmsnorm_epsilon_cq: float = 1e-5,
-    rmsnorm_epsilon_ckv: float = 1e-5,
-    cache_mode: str = "PA_BSND",
-    query_norm_flag: bool = False,
-    weight_quant_mode: int = 0,
-    kv_cache_quant_mode: int = 0,
-    query_quant_mode: int = 0,
-    ckvkr_repo_mode: int = 0,
-    quant_scale_repo_mode: int = 0,
-    tile_size: int = 128,
-    qc_qr_scale: float = 1.0,
-    kc_scale: float = 1.0,
-    token_x_dtype: Optional[int] = None,
-    weight_dq_dtype: Optional[int] = None,
-    weight_uq_qr_dtype: Optional[int] = None,
-    weight_dkv_kr_dtype: Optional[int] = None,
-    kv_cache_dtype: Optional[int] = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def npu_mla_prolog_v3(call: Arguments) -> None:
     """MlaProlog v3: ``(query, query_rope, dequant_scale_q_nope, query_norm, dequant_scale_q_norm)``; caches in place.
 
     Source: torch_npu.npu_mla_prolog_v3 (op-plugin docs/zh/custom_APIs/torch_npu/
@@ -1033,22 +837,17 @@ def npu_mla_prolog_v3(
     merged cache/scale storage (``ckvkr_repo_mode``/``quant_scale_repo_mode`` 1), the PA_BLK modes
     (``actual_seq_len``).
     """
-    _check_mla_arguments("npu_mla_prolog_v3", locals(), MLA_V3_CACHE_MODES)
-    require_bool("query_norm_flag", query_norm_flag)
-    require_ints(ckvkr_repo_mode=ckvkr_repo_mode, quant_scale_repo_mode=quant_scale_repo_mode, tile_size=tile_size)
-    modes = {"weight_quant_mode": weight_quant_mode, "kv_cache_quant_mode": kv_cache_quant_mode,
-             "query_quant_mode": query_quant_mode}
+    _check_mla_cache_mode("npu_mla_prolog_v3", call, MLA_V3_CACHE_MODES)
+    modes = {"weight_quant_mode": call.weight_quant_mode, "kv_cache_quant_mode": call.kv_cache_quant_mode,
+             "query_quant_mode": call.query_quant_mode}
     for name, allowed in V3_SUPPORTED_MODES.items():
         require_choice(name, require_int(name, modes[name]), allowed, "the int8 / bfloat16 scenarios of Atlas A2/A3")
-    require_choice("ckvkr_repo_mode", ckvkr_repo_mode, (0,), "separate kv_cache and kr_cache")
-    require_choice("quant_scale_repo_mode", quant_scale_repo_mode, (0,), "scales stored apart from the data")
-    require_float("qc_qr_scale", qc_qr_scale)
-    require_float("kc_scale", kc_scale)
-    require_tensors(actual_seq_len=actual_seq_len, k_nope_clip_alpha=k_nope_clip_alpha)
-    require_unused("npu_mla_prolog_v3 (PA_BLK modes, per-tile kv cache)", actual_seq_len=actual_seq_len,
-                   k_nope_clip_alpha=k_nope_clip_alpha, token_x_dtype=token_x_dtype, weight_dq_dtype=weight_dq_dtype,
-                   weight_uq_qr_dtype=weight_uq_qr_dtype, weight_dkv_kr_dtype=weight_dkv_kr_dtype,
-                   kv_cache_dtype=kv_cache_dtype)
+    require_choice("ckvkr_repo_mode", call.ckvkr_repo_mode, (0,), "separate kv_cache and kr_cache")
+    require_choice("quant_scale_repo_mode", call.quant_scale_repo_mode, (0,), "scales stored apart from the data")
+    require_unused("npu_mla_prolog_v3 (PA_BLK modes, per-tile kv cache)", actual_seq_len=call.actual_seq_len,
+                   k_nope_clip_alpha=call.k_nope_clip_alpha, token_x_dtype=call.token_x_dtype,
+                   weight_dq_dtype=call.weight_dq_dtype, weight_uq_qr_dtype=call.weight_uq_qr_dtype,
+                   weight_dkv_kr_dtype=call.weight_dkv_kr_dtype, kv_cache_dtype=call.kv_cache_dtype)
 
 
 
@@ -1056,10 +855,6 @@ def npu_mla_prolog_v3(
 # npu_mrope
 # ---------------------------------------------------------------------------------------------
 
-MROPE_DOC = (
-    "hicann/ops-transformer posembedding/rope_with_sin_cos_cache README (RopeWithSinCosCache, mrope mode); "
-    "op-plugin test/test_custom_ops/test_npu_mrope.py golden"
-)
 MROPE_SECTIONS = (3, 4)  # rows of a multimodal positions tensor (t, h, w[, extra])
 
 
@@ -1122,16 +917,8 @@ def _mrope_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return _mrope_heads(query, head_size, cos, sin, rotary_mode), _mrope_heads(key, head_size, cos, sin, rotary_mode)
 
 
-@npu_op(
-    source=MROPE_DOC,
-    meta=_mrope_meta,
-    kernel=_mrope_kernel,
-)
-def npu_mrope(
-    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int,
-    *, mrope_section: Optional[Sequence[int]] = None, rotary_mode: Optional[str] = "half",
-    cache_mode: Optional[str] = "default",
-) -> tuple[torch.Tensor, torch.Tensor]:
+@npu_op(meta=_mrope_meta, kernel=_mrope_kernel)
+def npu_mrope(call: Arguments) -> None:
     """RoPE from a cos/sin cache (RopeWithSinCosCache), plain or multimodal: returns new ``(query, key)``.
 
     Sources: the RopeWithSinCosCache README (hicann/ops-transformer, posembedding/rope_with_sin_cos_cache)
@@ -1149,9 +936,7 @@ def npu_mrope(
       rounding to the query's dtype. ``cache_mode="interleave"`` (Qwen3-VL's interleaved sections)
       is not implemented.
     """
-    for name, value in (("positions", positions), ("query", query), ("key", key), ("cos_sin_cache", cos_sin_cache)):
-        require_tensor(name, value)
-    if require_int("head_size", head_size) <= 0:
-        raise OpArgumentError(f"head_size={head_size} must be positive")
-    require_choice("rotary_mode", rotary_mode, ROTARY_MODES, "NeoX halves or even/odd pairs")
-    require_choice("cache_mode", cache_mode, ("default",), "sections taken in order")
+    if require_int("head_size", call.head_size) <= 0:
+        raise OpArgumentError(f"head_size={call.head_size} must be positive")
+    require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "NeoX halves or even/odd pairs")
+    require_choice("cache_mode", call.cache_mode, ("default",), "sections taken in order")

@@ -1,90 +1,102 @@
-"""An op's ``torch.ops`` schema, derived from the annotated Python signature of its public wrapper.
+"""torch_npu's op schemas, each stated once in ``schemas.toml`` and read here into what the registry builds.
 
-As ``torch.library.infer_schema`` does, but for torch_npu's schemas, which that function cannot spell:
-it maps every ``int`` to ``SymInt`` and has no fixed-size lists, no ``int?`` with a non-None default,
-no ``Tensor(a!)`` alias names and no ``self`` argument. Here each annotation maps to one schema type:
+As PyTorch's ``native_functions.yaml`` declares each ATen op once, ``schemas.toml`` holds one table per op:
+torch_npu's schema of the public op in torch's schema syntax, the Python name of the argument torch_npu's
+schema calls ``self`` (PyTorch presents it as ``input``; torch_npu documents some as ``x``), and the document
+the CPU kernel follows. From that one statement come the public callable's ``inspect.signature``, each
+call's bound :class:`~.registry.Arguments` record, the argument type checks and the registered
+``torch.ops.npu`` schema. Each schema type has one Python annotation:
 
 ==========================================  ===============================
-annotation                                   schema type
+schema type                                  annotation
 ==========================================  ===============================
-``torch.Tensor``                             ``Tensor``
-``int`` / ``SymInt`` (below)                 ``int`` / ``SymInt``
+``Tensor``                                   ``torch.Tensor``
+``int`` / ``SymInt``                         ``int`` / :data:`SymInt`
 ``float``, ``bool``, ``str``                 ``float``, ``bool``, ``str``
-``torch.dtype``                              ``ScalarType``
-``Optional[T]``                              ``T?``
-``Sequence[T]`` / ``list[T]``                ``T[]``
-``Annotated[Sequence[T], n]``                ``T[n]`` (a list of ``n`` values)
-``tuple[T1, T2]`` (return)                   ``(T1, T2)``
-``None`` (return)                            ``()``
+``ScalarType``                               ``torch.dtype``
+``T?``                                       ``Optional[T]``
+``T[]``                                      ``Sequence[T]`` (a returned list: ``list[T]``)
+``T[n]``                                     ``Annotated[Sequence[T], n]`` (a list of ``n`` values)
+``(T1, T2)`` / ``()`` (returns)              ``tuple[T1, T2]`` / ``None``
 ==========================================  ===============================
-
-A default is written as the schema writes it (``None``, ``True``, ``1e-06``, ``"BSH"``, ``[]``).
 """
 
 from __future__ import annotations
 
-import collections.abc
+import functools
 import inspect
-import sys
-import typing
-from typing import Any, Callable, Collection, Optional, Sequence, Union
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Any, Collection, Mapping, Optional, Sequence, Union
 
 import torch
+
+from ..errors import ProfileError
+from ..files.toml import read_toml
 
 # A size that may be symbolic under ``dynamic=True`` (schema ``SymInt``): torch's own stubs spell it so.
 SymInt = Union[int, torch.SymInt]
 
-_SCALARS: dict[Any, str] = {
-    torch.Tensor: "Tensor",
-    int: "int",
-    SymInt: "SymInt",
-    float: "float",
-    bool: "bool",
-    str: "str",
-    torch.dtype: "ScalarType",
+SCHEMAS_FILE = Path(__file__).parent / "schemas.toml"
+
+_SCALARS: dict[str, Any] = {
+    "Tensor": torch.Tensor,
+    "int": int,
+    "SymInt": SymInt,
+    "float": float,
+    "bool": bool,
+    "str": str,
+    "ScalarType": torch.dtype,
 }
-_LISTS = (list, collections.abc.Sequence)
+_SCHEMA = re.compile(r"(?P<name>\w+)\((?P<arguments>.*)\) -> (?P<returns>.+)")
 
 
-def _resolve(annotation: Any, fn: Callable[..., Any]) -> Any:
-    """An annotation written as a string (``from __future__ import annotations``), evaluated in ``fn``'s module."""
-    if isinstance(annotation, str):
-        return eval(annotation, vars(sys.modules[fn.__module__]))  # noqa: S307 - the package's own annotations
-    return annotation
+def annotation(schema_type: str, *, returned: bool = False) -> Any:
+    """The Python annotation of one schema type (see the module's table)."""
+    if schema_type.endswith("?"):
+        return Optional[annotation(schema_type[:-1], returned=returned)]
+    if schema_type.endswith("]"):
+        element, _, size = schema_type[:-1].partition("[")
+        if returned:
+            return list[annotation(element)]
+        listed = Sequence[annotation(element)]
+        return Annotated[listed, int(size)] if size else listed
+    return _SCALARS[schema_type]
 
 
-def schema_type(annotation: Any) -> str:
-    """The schema type of one parameter annotation (see the module's table)."""
-    if annotation in _SCALARS:
-        return _SCALARS[annotation]
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is typing.Annotated and typing.get_origin(args[0]) in _LISTS and isinstance(args[1], int):
-        return f"{schema_type(typing.get_args(args[0])[0])}[{args[1]}]"
-    if origin is Union and type(None) in args:
-        rest = [arg for arg in args if arg is not type(None)]
-        return f"{schema_type(Union[tuple(rest)] if len(rest) > 1 else rest[0])}?"
-    if origin in _LISTS:
-        return f"{schema_type(args[0])}[]"
-    raise TypeError(f"npufuse bug: no schema type for the annotation {annotation!r}")
+def _split(text: str) -> list[str]:
+    """The comma-separated items of an argument list, commas inside ``[...]`` / ``(...)`` kept."""
+    items, depth, start = [], 0, 0
+    for position, char in enumerate(text):
+        if char in "[(":
+            depth += 1
+        elif char in "])":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(text[start:position].strip())
+            start = position + 1
+    rest = text[start:].strip()
+    return [*items, rest] if rest else items
 
 
-def _default(value: Any) -> str:
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, (list, tuple)):
-        return f"[{', '.join(_default(item) for item in value)}]"
-    if isinstance(value, torch.dtype):
-        return str(value).removeprefix("torch.")
-    return str(value)
+@dataclass(frozen=True)
+class Parameter:
+    """One argument of an op: its Python name, schema name and type, and its default (as written and as a value)."""
 
+    name: str
+    schema_name: str
+    type: str
+    default_text: Optional[str]
+    default: Any
+    keyword_only: bool
 
-def return_types(annotation: Any) -> tuple[str, ...]:
-    """The schema types of a return annotation: one per output (``None`` is no output)."""
-    if annotation is None:
-        return ()
-    if typing.get_origin(annotation) is tuple:
-        return tuple(schema_type(arg) for arg in typing.get_args(annotation))
-    return (schema_type(annotation),)
+    def formatted(self, mutated_alias: str = "") -> str:
+        """The argument as the schema writes it; ``mutated_alias`` marks its tensor ``Tensor(a!)``."""
+        kind = self.type.replace("Tensor", f"Tensor({mutated_alias}!)", 1) if mutated_alias else self.type
+        default = "" if self.default_text is None else f"={self.default_text}"
+        return f"{kind} {self.schema_name}{default}"
 
 
 def format_returns(types: Sequence[str], single: bool) -> str:
@@ -92,26 +104,88 @@ def format_returns(types: Sequence[str], single: bool) -> str:
     return types[0] if single and len(types) == 1 else f"({', '.join(types)})"
 
 
-def format_arguments(
-    fn: Callable[..., Any], *, self_name: Optional[str] = None, mutated: Collection[str] = ()
-) -> str:
-    """``(Tensor x, *, float eps=1e-06)`` from ``fn``'s signature: ``self_name`` is the parameter torch_npu's
-    schema calls ``self``; each ``mutated`` parameter is marked ``Tensor(a!)``, ``Tensor(b!)``, ... in order."""
-    parts: list[str] = []
-    aliases = iter("abcdefghijklmnopqrstuvwxyz")
-    for parameter in inspect.signature(fn).parameters.values():
-        if parameter.kind is parameter.KEYWORD_ONLY and "*" not in parts:
-            parts.append("*")
-        kind = schema_type(_resolve(parameter.annotation, fn))
-        if parameter.name in mutated:
-            kind = kind.replace("Tensor", f"Tensor({next(aliases)}!)", 1)
-        name = "self" if parameter.name == self_name else parameter.name
-        default = "" if parameter.default is parameter.empty else f"={_default(parameter.default)}"
-        parts.append(f"{kind} {name}{default}")
-    return f"({', '.join(parts)})"
+@dataclass(frozen=True)
+class Declaration:
+    """One op as ``schemas.toml`` declares it."""
+
+    name: str
+    parameters: tuple[Parameter, ...]
+    returns: tuple[str, ...]
+    single: bool  # one output, returned bare (not a one-element tuple)
+    source: str
+
+    def arguments(self, mutated: Collection[str] = ()) -> str:
+        """``(Tensor self, *, float eps=1e-06)``; each ``mutated`` parameter is marked ``Tensor(a!)``,
+        ``Tensor(b!)``, ... in order."""
+        parts: list[str] = []
+        aliases = iter("abcdefghijklmnopqrstuvwxyz")
+        for parameter in self.parameters:
+            if parameter.keyword_only and "*" not in parts:
+                parts.append("*")
+            parts.append(parameter.formatted(next(aliases) if parameter.name in mutated else ""))
+        return f"({', '.join(parts)})"
+
+    @property
+    def schema(self) -> str:
+        return f"{self.name}{self.arguments()} -> {format_returns(self.returns, self.single)}"
+
+    def signature(self) -> inspect.Signature:
+        """The public callable's signature: torch_npu's Python names, kinds, defaults and annotations."""
+        parameters = [
+            inspect.Parameter(
+                parameter.name,
+                inspect.Parameter.KEYWORD_ONLY if parameter.keyword_only else inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=parameter.default,
+                annotation=annotation(parameter.type),
+            )
+            for parameter in self.parameters
+        ]
+        if not self.returns:
+            returned: Any = None
+        elif self.single:
+            returned = annotation(self.returns[0], returned=True)
+        else:
+            returned = tuple[tuple(annotation(kind, returned=True) for kind in self.returns)]
+        return inspect.Signature(parameters, return_annotation=returned)
 
 
-def annotated_returns(fn: Callable[..., Any]) -> tuple[tuple[str, ...], bool]:
-    """The schema types ``fn``'s return annotation declares, and whether it is one output returned bare."""
-    annotation = _resolve(inspect.signature(fn).return_annotation, fn)
-    return return_types(annotation), annotation is not None and typing.get_origin(annotation) is not tuple
+def _immutable(default: Any) -> Any:
+    """A list default as a tuple: a signature's default is shared by every call, so it must not be mutable."""
+    return tuple(default) if isinstance(default, list) else default
+
+
+def _parameters(schema: str, self_name: Optional[str]) -> tuple[Parameter, ...]:
+    """The parameters of ``schema``; torch's own parser reads the default values."""
+    match = _SCHEMA.fullmatch(schema)
+    parsed = torch._C.parse_schema(schema)
+    written = [item for item in _split(match["arguments"]) if item != "*"]
+    parameters = []
+    for text, argument in zip(written, parsed.arguments, strict=True):
+        declared, _, default_text = text.partition("=")
+        kind, schema_name = declared.split()
+        parameters.append(Parameter(
+            name=self_name if schema_name == "self" and self_name else schema_name,
+            schema_name=schema_name,
+            type=kind,
+            default_text=default_text or None,
+            default=_immutable(argument.default_value) if argument.has_default_value() else inspect.Parameter.empty,
+            keyword_only=argument.kwarg_only,
+        ))
+    return tuple(parameters)
+
+
+def parse(name: str, table: Mapping[str, str]) -> Declaration:
+    """The declaration of ``name`` from its table (``schema``, ``source``, and ``self`` where renamed)."""
+    match = _SCHEMA.fullmatch(table["schema"])
+    if match is None or match["name"] != name:
+        raise ProfileError(f"{SCHEMAS_FILE.name} [{name}]: schema must read '{name}(<arguments>) -> <returns>'")
+    returns = match["returns"]
+    single = not returns.startswith("(")
+    types = (returns,) if single else tuple(_split(returns[1:-1]))
+    return Declaration(name, _parameters(table["schema"], table.get("self")), types, single, table["source"])
+
+
+@functools.cache
+def declarations() -> Mapping[str, Declaration]:
+    """Every op of ``schemas.toml``, by its public name."""
+    return MappingProxyType({name: parse(name, table) for name, table in read_toml(SCHEMAS_FILE).items()})

@@ -1,8 +1,8 @@
-"""Each op's schema is derived from its public wrapper's signature; it must stay torch_npu's.
+"""Each op's schema is declared once in torch_npu/schemas.toml; what the registry registers must stay torch_npu's.
 
 ``torch_npu_schemas.txt`` holds torch_npu's schema of every declared op (op-plugin's
 ``op_plugin_functions.yaml`` and the API pages; one line per registered op, ``<name>_functional`` included),
-as the op declarations wrote them by hand before the registry derived them. A wrapper whose signature
+as the op declarations wrote them by hand before the registry derived them. A declaration whose signature
 drifts from torch_npu's (a renamed keyword, a default, ``int`` for ``SymInt``) fails here, and so does an
 op added without its torch_npu schema.
 """

@@ -22,30 +22,32 @@ from ..npu_fx_compiler import get_npu_backend
 __all__ = ["cache_compile", "readable_cache"]
 
 
+# The keywords of TorchAir's cache_compile that npugraph_ex's takes too and that change nothing here (they name
+# and key the cache, which the model never writes): accepted silently, unlike any other keyword.
+CACHE_KEYWORDS = frozenset({"cache_dir", "global_rank", "tp_rank", "pp_rank", "ge_cache"})
+
+
 def cache_compile(
     func: Callable[..., Any],
     *,
     config: CompilerConfig | None = None,
     dynamic: bool = True,
-    cache_dir: str | None = None,
-    global_rank: int | None = None,
-    tp_rank: int | None = None,
-    pp_rank: int | None = None,
     backend: Any = None,
     custom_decompositions: Mapping[Any, Any] | None = None,
-    ge_cache: bool = False,
     **kwargs: Any,
 ) -> Callable[..., Any]:
     """``func`` (a bound method of an ``nn.Module``) compiled with ``backend``, else npugraph_ex's backend
-    for ``config`` (its compiles and calls log to the ``npugraph_ex`` logger)."""
+    for ``config`` (its compiles and calls log to the ``npugraph_ex`` logger); :data:`CACHE_KEYWORDS` are
+    accepted and unused."""
     if backend is not None and (config is not None or custom_decompositions is not None):
         raise OpArgumentError(
             "npugraph_ex.inference.cache_compile: pass either backend= or config=/custom_decompositions=; the "
             "backend already carries its config and decompositions."
         )
-    if kwargs:
+    ignored = sorted(set(kwargs) - CACHE_KEYWORDS)
+    if ignored:
         warnings.warn(
-            f"npugraph_ex.inference.cache_compile ignores {', '.join(f'{k}=' for k in sorted(kwargs))}, as npugraph_ex "
+            f"npugraph_ex.inference.cache_compile ignores {', '.join(f'{k}=' for k in ignored)}, as npugraph_ex "
             "does; set options on npugraph_ex.CompilerConfig() and pass config=.",
             OptionsWarning,
             stacklevel=2,
