@@ -32,6 +32,10 @@ from .source import call_name, call_site, module_path, source_line
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
 _METADATA_ONLY = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "_c10d_functional::wait_tensor"})
+# ``node.meta`` key: the op type whose catalog entry prices a node a graph pass retargeted to another op
+# that runs the same device kernel (TorchAir's reinplacing turns ``npu_mla_prolog_v3_functional`` into
+# ``npu_mla_prolog_v3``: one aclnn kernel, which then writes the caches in place).
+PRICED_AS = "npufuse_priced_as"
 
 
 def op_type_of(node: torch.fx.Node) -> str:
@@ -138,6 +142,7 @@ class _ProgramBuilder:
         self.size_ops = size_ops
         self.stack = scopes.ScopeStack()
         self.buffers: dict[str, Buffer] = {}
+        self.in_place_writes: list[tuple[str, str]] = []  # (kernel's node, buffer it writes in place)
         self.kernels: list[Kernel] = []
         self.index_of_node: dict[str, int] = {}
         self.index_of_name: dict[str, int] = {}
@@ -179,6 +184,8 @@ class _ProgramBuilder:
                 self._add_view(node)
             else:
                 self._add_kernel(node, self._pack(node) if dynamic else ())
+        for kernel_node, buffer in self.in_place_writes:
+            self._attach_output(kernel_node, buffer)
         if self.native_superkernels:
             names = [n.args[0] if n.args else None for n in self.native_superkernels]
             raise CaptureError(
@@ -437,7 +444,8 @@ class _ProgramBuilder:
         # A form (seed 003: nn.Linear's cast to FRACTAL_NZ) is how torch_npu runs the user's forward call;
         # the backward of that call is other kernels, priced as their own op types.
         form = call if self.phase == Phase.FORWARD else ""
-        info = self.catalog.lookup(op_type, form).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
+        priced_as = node.meta.get(PRICED_AS, op_type)
+        info = self.catalog.lookup(priced_as, form).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
         flops, nbytes = cost.kernel_work(info, input_specs, output_specs, [self._storage(n) for n in inputs], self.prefetched)
         if info.cost == "prefetch":
@@ -468,6 +476,17 @@ class _ProgramBuilder:
                 attrs=scalar_arguments(node),
             )
         )
+        if mutated and not single:
+            self._write_in_place(node, mutated)
+
+    def _write_in_place(self, node: torch.fx.Node, mutated: tuple[str, ...]) -> None:
+        """A multi-output in-place op (a reinplaced ``npu_mla_prolog_v3``) writes each argument it updates:
+        one output buffer per argument, aliasing it, so the sanitizer sees the writes. They are attached
+        after the op's other outputs (:meth:`build`), in the order its functional form returns them."""
+        for argument in (name for name in mutated if name in self.buffers):
+            buffer = f"{node.name}.{argument}"
+            self.buffers[buffer] = Buffer(buffer, self.buffers[argument].spec, None, argument)
+            self.in_place_writes.append((node.name, buffer))
 
 
 class ScopeUse(NamedTuple):

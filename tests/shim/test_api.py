@@ -246,8 +246,10 @@ def test_shim_maps_torchair_and_torch_npu_and_their_submodules(shim):
     assert CompilerConfig is torchair.CompilerConfig and logger.name == "torchair"
     assert importlib.import_module("torchair.scope") is torchair.scope and shimmed_npu.npu is torch.npu
     assert importlib.import_module("torchair.npu_fx_compiler").get_npu_backend is torchair.get_npu_backend
-    with pytest.raises(ModuleNotFoundError, match="shim does not model torchair._acl_concrete_graph"):
-        importlib.import_module("torchair._acl_concrete_graph")
+    graph_pass = importlib.import_module("torchair._acl_concrete_graph.graph_pass")
+    assert graph_pass.inplaceable_npu_ops is importlib.import_module("npugraph_ex._acl_concrete_graph.graph_pass").inplaceable_npu_ops
+    with pytest.raises(ModuleNotFoundError, match="shim does not model torchair._acl_concrete_graph.fx2acl_converter"):
+        importlib.import_module("torchair._acl_concrete_graph.fx2acl_converter")
     with pytest.raises(NotModeledError, match="torchair.ge.Tensor is not modeled"):
         importlib.import_module("torchair.ge").Tensor  # noqa: B018
     assert "shim active: torchair -> pytest_npufuse.torchair" in shim.describe()
