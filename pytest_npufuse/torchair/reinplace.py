@@ -28,8 +28,9 @@ not modeled: those ops run functionally, as in the other modes.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.fx
@@ -57,11 +58,11 @@ class InplaceableNpuOp:
     values are the functional op's last outputs, in this order), and a check that may refuse a node."""
 
     inplace_op: Callable[..., Any]
-    mutated_arg: List[int]
+    mutated_arg: list[int]
     extra_check: Callable[[torch.fx.Node], bool] = lambda node: True
 
 
-inplaceable_npu_ops: Dict[Callable[..., Any], InplaceableNpuOp] = {}
+inplaceable_npu_ops: dict[Callable[..., Any], InplaceableNpuOp] = {}
 
 
 def label_streams(gm: torch.fx.GraphModule) -> None:
@@ -144,7 +145,7 @@ def check_multi_stream_for_multi_reinplace(node: torch.fx.Node) -> bool:
 def register_inplaceable_npu_op(
     functional_op_name: str,
     inplace_op_name: str,
-    mutated_arg: List[int],
+    mutated_arg: list[int],
     extra_check: Callable[[torch.fx.Node], bool] = check_multi_stream_for_multi_reinplace,
 ) -> None:
     """Register ``torch.ops.npu.<functional_op_name>`` as reinplaceable into ``torch.ops.npu.<inplace_op_name>``

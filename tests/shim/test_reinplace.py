@@ -45,7 +45,7 @@ def _write_on_a_side_stream_then_read_on_the_default(kv, gamma, cos, sin, slots,
 
     side = torch.npu.Stream()
     with torch.npu.stream(side):
-        k, y = torch_npu.npu_kv_rmsnorm_rope_cache_v2(kv, gamma, cos, sin, slots, k_cache, ckv_cache, cache_mode="PA_NZ", is_output_kv=True)
+        _, y = torch_npu.npu_kv_rmsnorm_rope_cache_v2(kv, gamma, cos, sin, slots, k_cache, ckv_cache, cache_mode="PA_NZ", is_output_kv=True)
     torch.npu.current_stream().wait_stream(side)
     return k_cache.sum() + y.sum()
 

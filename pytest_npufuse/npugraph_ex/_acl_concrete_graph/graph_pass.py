@@ -3,18 +3,5 @@
 
 from __future__ import annotations
 
-from ...torchair.reinplace import (
-    InplaceableNpuOp,
-    check_multi_stream_for_multi_reinplace,
-    check_multi_stream_for_single_reinplace,
-    inplaceable_npu_ops,
-    register_inplaceable_npu_op,
-)
-
-__all__ = [
-    "InplaceableNpuOp",
-    "inplaceable_npu_ops",
-    "register_inplaceable_npu_op",
-    "check_multi_stream_for_single_reinplace",
-    "check_multi_stream_for_multi_reinplace",
-]
+from ...torchair.reinplace import *
+from ...torchair.reinplace import __all__  # noqa: F401
