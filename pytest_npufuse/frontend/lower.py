@@ -32,9 +32,7 @@ from .source import call_name, call_site, module_path, source_line
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
 _METADATA_ONLY = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "_c10d_functional::wait_tensor"})
-# ``node.meta`` key: the op type whose catalog entry prices a node a graph pass retargeted to another op
-# that runs the same device kernel (TorchAir's reinplacing turns ``npu_mla_prolog_v3_functional`` into
-# ``npu_mla_prolog_v3``: one aclnn kernel, which then writes the caches in place).
+# ``node.meta`` key: the op type pricing a node a pass retargeted to one running the same kernel (reinplacing)
 PRICED_AS = "npufuse_priced_as"
 
 
@@ -142,7 +140,7 @@ class _ProgramBuilder:
         self.size_ops = size_ops
         self.stack = scopes.ScopeStack()
         self.buffers: dict[str, Buffer] = {}
-        self.in_place_writes: list[tuple[str, str]] = []  # (kernel's node, buffer it writes in place)
+        self.in_place_writes: list[tuple[str, str]] = []  # (kernel's node, argument it writes in place)
         self.kernels: list[Kernel] = []
         self.index_of_node: dict[str, int] = {}
         self.index_of_name: dict[str, int] = {}
@@ -184,7 +182,9 @@ class _ProgramBuilder:
                 self._add_view(node)
             else:
                 self._add_kernel(node, self._pack(node) if dynamic else ())
-        for kernel_node, buffer in self.in_place_writes:
+        for kernel_node, argument in self.in_place_writes:  # after its other outputs, as its functional form
+            buffer = f"{kernel_node}.{argument}"  # an output aliasing the argument: the sanitizer sees the write
+            self.buffers[buffer] = Buffer(buffer, self.buffers[argument].spec, None, argument)
             self._attach_output(kernel_node, buffer)
         if self.native_superkernels:
             names = [n.args[0] if n.args else None for n in self.native_superkernels]
@@ -476,17 +476,8 @@ class _ProgramBuilder:
                 attrs=scalar_arguments(node),
             )
         )
-        if mutated and not single:
-            self._write_in_place(node, mutated)
-
-    def _write_in_place(self, node: torch.fx.Node, mutated: tuple[str, ...]) -> None:
-        """A multi-output in-place op (a reinplaced ``npu_mla_prolog_v3``) writes each argument it updates:
-        one output buffer per argument, aliasing it, so the sanitizer sees the writes. They are attached
-        after the op's other outputs (:meth:`build`), in the order its functional form returns them."""
-        for argument in (name for name in mutated if name in self.buffers):
-            buffer = f"{node.name}.{argument}"
-            self.buffers[buffer] = Buffer(buffer, self.buffers[argument].spec, None, argument)
-            self.in_place_writes.append((node.name, buffer))
+        if mutated and not single:  # a multi-output in-place op (a reinplaced npu_mla_prolog_v3), see build()
+            self.in_place_writes += [(node.name, argument) for argument in mutated if argument in self.buffers]
 
 
 class ScopeUse(NamedTuple):
