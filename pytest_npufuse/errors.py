@@ -96,6 +96,12 @@ class OpArgumentError(NpufuseError, ValueError):
     real libraries raise one, so scripts that catch ValueError keep working."""
 
 
+class OpAssertionError(NpufuseError, AssertionError):
+    """An argument of a TorchAir API that TorchAir checks with an assertion (``set_dim_gears``) has a value
+    it rejects; the message is TorchAir's. An AssertionError too, as TorchAir raises one, so scripts that
+    catch it keep working."""
+
+
 class OpTypeError(NpufuseError, TypeError):
     """An argument of a torch_npu op or of a TorchAir / ``torch.npu`` API call has the wrong type (a list
     where a tensor goes, an int for a bool). A TypeError too, as the real libraries raise one."""

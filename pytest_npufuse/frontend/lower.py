@@ -32,6 +32,8 @@ from .source import call_name, call_site, module_path, source_line
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
 _METADATA_ONLY = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "_c10d_functional::wait_tensor"})
+# ``node.meta`` key: the op type pricing a node a pass retargeted to one running the same kernel (reinplacing)
+PRICED_AS = "npufuse_priced_as"
 
 
 def op_type_of(node: torch.fx.Node) -> str:
@@ -127,6 +129,7 @@ class _ProgramBuilder:
         self.size_ops = size_ops
         self.stack = scopes.ScopeStack()
         self.buffers: dict[str, Buffer] = {}
+        self.in_place_writes: list[tuple[str, str]] = []  # (kernel's node, argument it writes in place)
         self.kernels: list[Kernel] = []
         self.index_of_node: dict[str, int] = {}
         self.index_of_name: dict[str, int] = {}
@@ -170,6 +173,10 @@ class _ProgramBuilder:
                 self._add_view(node)
             else:
                 self._add_kernel(node, self._pack(node) if dynamic else ())
+        for kernel_node, argument in self.in_place_writes:  # after its other outputs, as its functional form
+            buffer = f"{kernel_node}.{argument}"  # an output aliasing the argument: the sanitizer sees the write
+            self.buffers[buffer] = Buffer(buffer, self.buffers[argument].spec, None, argument)
+            self._attach_output(kernel_node, buffer)
         if self.native_superkernels:
             names = [n.args[0] if n.args else None for n in self.native_superkernels]
             raise CaptureError(
@@ -428,7 +435,8 @@ class _ProgramBuilder:
         # A form (seed 003: nn.Linear's cast to FRACTAL_NZ) is how torch_npu runs the user's forward call;
         # the backward of that call is other kernels, priced as their own op types.
         form = call if self.phase == Phase.FORWARD else ""
-        info = self.catalog.lookup(op_type, form).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
+        priced_as = node.meta.get(PRICED_AS, op_type)
+        info = self.catalog.lookup(priced_as, form).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
         flops, nbytes = cost.kernel_work(info, input_specs, output_specs, [self._storage(n) for n in inputs], self.prefetched)
         if info.cost == "prefetch":
@@ -459,6 +467,8 @@ class _ProgramBuilder:
                 attrs=scalar_arguments(node),
             )
         )
+        if mutated and not single:  # a multi-output in-place op (a reinplaced npu_mla_prolog_v3), see build()
+            self.in_place_writes += [(node.name, argument) for argument in mutated if argument in self.buffers]
 
 
 class ScopeUse(NamedTuple):

@@ -11,7 +11,7 @@ namespace (TorchAir) or the ``npugraph_ex`` namespace (npugraph_ex). Those ops a
 TorchAir's schemas, and after the user's passes each is replaced by the model's own marker
 (:mod:`pytest_npufuse.frontend.scopes`, :mod:`pytest_npufuse.frontend.syncs`), so a pass's streams and
 events are planned, sanitized and priced like the scopes' own. The model has no built-in FX passes to
-run between the two, so the pre pass runs, then the post pass.
+run between the two but TorchAir's reinplacing in the aclgraph modes (:mod:`.reinplace`).
 """
 
 from __future__ import annotations
@@ -76,14 +76,24 @@ for _namespace in ("air", "npugraph_ex"):
 
 
 def run_passes(
-    pre: UserPass | None, post: UserPass | None, config: Any, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    pre: UserPass | None,
+    post: UserPass | None,
+    config: Any,
+    builtin: Callable[[torch.fx.GraphModule], None] | None,
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
 ) -> None:
-    """The config's pre pass, then its post pass, on ``gm`` (each handed ``config``, as TorchAir hands its
-    ``CompilerConfig``); then the marker ops they (or the model's code) put in the graph become the
-    model's own."""
-    for user_pass in (pre, post):
-        if user_pass is not None:
-            user_pass(gm, example_inputs, config)
+    """The config's pre pass, the model's built-in pass (``builtin``: TorchAir's reinplacing in the
+    aclgraph modes, :mod:`pytest_npufuse.torchair.reinplace`), then the config's post pass, on ``gm``
+    (each user pass handed ``config``, as TorchAir hands its ``CompilerConfig``); the marker ops they (or
+    the model's code) put in the graph become the model's own."""
+    if pre is not None:
+        pre(gm, example_inputs, config)
+    _lower_markers(gm)
+    if builtin is not None:
+        builtin(gm)
+    if post is not None:
+        post(gm, example_inputs, config)
     _lower_markers(gm)
     gm.graph.lint()
     gm.recompile()

@@ -246,8 +246,10 @@ def test_shim_maps_torchair_and_torch_npu_and_their_submodules(shim):
     assert CompilerConfig is torchair.CompilerConfig and logger.name == "torchair"
     assert importlib.import_module("torchair.scope") is torchair.scope and shimmed_npu.npu is torch.npu
     assert importlib.import_module("torchair.npu_fx_compiler").get_npu_backend is torchair.get_npu_backend
-    with pytest.raises(ModuleNotFoundError, match="shim does not model torchair._acl_concrete_graph"):
-        importlib.import_module("torchair._acl_concrete_graph")
+    graph_pass = importlib.import_module("torchair._acl_concrete_graph.graph_pass")
+    assert graph_pass.inplaceable_npu_ops is importlib.import_module("npugraph_ex._acl_concrete_graph.graph_pass").inplaceable_npu_ops
+    with pytest.raises(ModuleNotFoundError, match="shim does not model torchair._acl_concrete_graph.fx2acl_converter"):
+        importlib.import_module("torchair._acl_concrete_graph.fx2acl_converter")
     with pytest.raises(NotModeledError, match="torchair.ge.Tensor is not modeled"):
         importlib.import_module("torchair.ge").Tensor  # noqa: B018
     assert "shim active: torchair -> pytest_npufuse.torchair" in shim.describe()
@@ -377,10 +379,18 @@ def test_dim_gears_make_each_gear_a_static_graph_and_refuse_other_sizes(shim):
     torchair.inference.set_dim_gears(odd, {0: [8, 512]})
     with pytest.raises(CaptureError, match=r"size 100 in dim 0, which is not one of its gears \[8, 512\]"):
         step(odd)
-    with pytest.raises(ValueError, match="give at least two sizes"):
+    twice = torch.ones(2, 2)
+    torchair.inference.set_dim_gears(twice, {1: [1, 2]})
+    torchair.inference.set_dim_gears(twice, {1: (1, 2)})  # the same gears again: allowed, as in TorchAir
+    # TorchAir checks gears with assertions, in its words (python/torchair/inference/_gear_utils.py)
+    with pytest.raises(AssertionError, match=r"already has set dim gears, and it is not supported to set it again\."):
+        torchair.inference.set_dim_gears(twice, {0: [1, 2], 1: [1, 2]})
+    with pytest.raises(AssertionError, match=r"^Length of gears for dim index 0 in dim_gears must be in range \[2, 100\], but got 1\.$"):
         torchair.inference.set_dim_gears(torch.ones(2, 2), {0: [2]})
-    with pytest.raises(ValueError, match="is not a dim of a 2-d tensor"):
+    with pytest.raises(AssertionError, match=r"^Dim index in dim_gears must be in range \[0, 1\], but got 2\.$"):
         torchair.inference.set_dim_gears(torch.ones(2, 2), {2: [1, 2]})
+    with pytest.raises(AssertionError, match=r"^Gear value at index 0 for dim index 0 must not be 0, but got 0\.$"):
+        torchair.inference.set_dim_gears(torch.ones(2, 2), {0: [0, 2]})
 
 
 class _NativeStreams(torch.nn.Module):
@@ -641,7 +651,8 @@ def test_run_command_shows_an_api_check_at_the_users_line_and_the_scripts_own_er
     checked.write_text("import torch, torchair\ntorchair.inference.set_dim_gears(torch.ones(2, 2), {0: [2]})\n")
     out = io.StringIO()
     assert main(["run", str(checked)], out) == 1
-    assert f"ValueError: set_dim_gears: dim 0 has gears [2]; give at least two sizes. (at {checked}:2:" in out.getvalue()
+    assert (f"AssertionError: Length of gears for dim index 0 in dim_gears must be in range [2, 100], but got 1. "
+            f"(at {checked}:2:") in out.getvalue()
     own = tmp_path / "own.py"
     own.write_text("raise ValueError('the script says no')\n")
     out = io.StringIO()

@@ -10,7 +10,9 @@ the modeled NPU does are honoured (see :meth:`CompilerConfig.honoured`):
 - ``experimental_config.aclgraph._aclnn_static_shape_kernel`` + ``_super_kernel_optimize`` (with
   ``_super_kernel_optimize_options`` / ``_super_kernel_debug_options``): SuperKernel in the aclgraph
   modes, for ``torch.npu.super_kernel_scope_begin/end`` ranges;
-- ``ge_config.enable_single_stream``: every op on one stream in max-autotune.
+- ``ge_config.enable_single_stream``: every op on one stream in max-autotune;
+- ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass``: off, the aclgraph modes reinplace the
+  registered functional ops that update graph inputs (:mod:`pytest_npufuse.torchair.reinplace`).
 
 Every other option is accepted and recorded (``CompilerConfig.leaves()``) with no modeled effect: dump
 paths, passes and caches change nothing a CPU model can observe.
@@ -27,6 +29,7 @@ from ..core.utils import logger
 from ..datadump import plan_dump
 from ..fxpass import run_passes
 from ..graphdump import write_graph_dump
+from ..reinplace import reinplace_inplaceable_ops
 from .options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
 
 INT64_MAX = 2**63 - 1
@@ -171,8 +174,15 @@ class CompilerConfig(ConfigNode):
 
     def fx_passes(self, handed: Any) -> Callable[[Any, Any], None]:
         """The graph pass running this config's ``post_grad_custom_pre_pass`` and ``_post_pass``, each
-        handed ``handed`` as its config (npugraph_ex hands its own)."""
-        return partial(run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed)
+        handed ``handed`` as its config (npugraph_ex hands its own), and between them TorchAir's
+        reinplacing of registered ops into the graph inputs they update, which the aclgraph modes run
+        unless ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass`` (npugraph_ex:
+        ``input_inplace_pass=False``) turns it off."""
+        reinplaces = Mode(self.run_mode).aclgraph and not self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.value
+        return partial(
+            run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed,
+            reinplace_inplaceable_ops if reinplaces else None,
+        )
 
     def superkernel_options(self) -> str | None:
         """The aclgraph SuperKernel options text CANN receives (``k=v:k=v``, as TorchAir formats the

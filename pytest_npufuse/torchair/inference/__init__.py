@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ...errors import NotModeledError, OpArgumentError, OpTypeError
+from ...errors import NotModeledError, OpArgumentError, OpAssertionError, OpTypeError
 from ...frontend.shapes import GEARS_ATTRIBUTE
 from ..configs.compiler_config import CompilerConfig
 from ..npu_fx_compiler import get_npu_backend
@@ -76,32 +76,51 @@ def _compile_method(func: Callable[..., Any], backend: Any, dynamic: bool, kwarg
 
 
 def set_dim_gears(t: torch.Tensor, dim_gears: Mapping[int, Sequence[int]]) -> None:
-    """Let the dims of ``t`` named in ``dim_gears`` take any of their listed sizes (at least two each).
+    """Let the dims of ``t`` named in ``dim_gears`` take any of their listed sizes (2 to 100 each).
 
     Each dim becomes dynamic for Dynamo; GE compiles one static graph per gear, so a call whose size is
-    not a gear is an error when the graph is called, and every call is priced as a static graph.
+    not a gear is an error when the graph is called, and every call is priced as a static graph. A value
+    TorchAir rejects is its AssertionError, with its message, checked in its order (torchair:
+    python/torchair/inference/_gear_utils.py); setting the same gears again is allowed.
     """
     if not isinstance(t, torch.Tensor):
         raise OpTypeError(f"set_dim_gears(t, ...) takes a tensor, got {type(t).__name__}")
     if not isinstance(dim_gears, Mapping):
         raise OpTypeError(f"set_dim_gears(t, dim_gears): dim_gears maps a dim to its sizes, got {dim_gears!r}")
     previous = getattr(t, GEARS_ATTRIBUTE, None)
-    if previous is not None and previous != dim_gears:
-        raise OpArgumentError(f"set_dim_gears: the tensor already has gears {previous}; they cannot be set again.")
+    if previous is not None and previous != _as_stored(dim_gears):
+        raise OpAssertionError(f"Tensor {t} already has set dim gears, and it is not supported to set it again.")
     for dim, gears in dim_gears.items():
         _check_gears(t, dim, gears)
     for dim in dim_gears:
         torch._dynamo.mark_dynamic(t, dim)
-    setattr(t, GEARS_ATTRIBUTE, {dim: tuple(gears) for dim, gears in dim_gears.items()})
+    setattr(t, GEARS_ATTRIBUTE, _as_stored(dim_gears))
+
+
+def _as_stored(dim_gears: Mapping[int, Sequence[int]]) -> dict[int, tuple[int, ...]]:
+    """The gears as the model keeps them (a list and a tuple of the same sizes are the same gears)."""
+    return {dim: tuple(gears) if isinstance(gears, (list, tuple)) else gears for dim, gears in dim_gears.items()}
 
 
 def _check_gears(t: torch.Tensor, dim: Any, gears: Any) -> None:
-    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < t.dim():
-        raise OpArgumentError(f"set_dim_gears: dim {dim!r} is not a dim of a {t.dim()}-d tensor; use 0..{t.dim() - 1}.")
-    if not isinstance(gears, (list, tuple)) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gears):
-        raise OpArgumentError(f"set_dim_gears: the gears of dim {dim} must be a list of ints, got {gears!r}.")
-    if len(gears) < 2:
-        raise OpArgumentError(f"set_dim_gears: dim {dim} has gears {list(gears)}; give at least two sizes.")
+    """TorchAir's checks of one dim's gears, in its order and words."""
+    if not isinstance(dim, int):
+        raise OpAssertionError(f"Dim index in dim_gears must be an integer, but got {type(dim)}.")
+    if not 0 <= dim < t.dim():
+        raise OpAssertionError(f"Dim index in dim_gears must be in range [0, {t.dim() - 1}], but got {dim}.")
+    if not isinstance(gears, (list, tuple)):
+        raise OpAssertionError(f"Gears for dim index {dim} in dim_gears must be a list or tuple, but got {type(gears)}.")
+    for index, gear in enumerate(gears):
+        if not isinstance(gear, int):
+            raise OpAssertionError(
+                f"Element at index {index} of value for dim index {dim} in dim_gears must be an integer, but got {type(gear)}."
+            )
+        if gear == 0:
+            raise OpAssertionError(f"Gear value at index {index} for dim index {dim} must not be 0, but got {gear}.")
+    if not 2 <= len(gears) <= 100:
+        raise OpAssertionError(
+            f"Length of gears for dim index {dim} in dim_gears must be in range [2, 100], but got {len(gears)}."
+        )
 
 
 def readable_cache(cache_bin: str, print_output: bool = True, file: Any = None) -> str:

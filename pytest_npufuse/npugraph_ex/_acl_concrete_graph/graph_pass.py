@@ -1,0 +1,7 @@
+"""``npugraph_ex._acl_concrete_graph.graph_pass``: the reinplace registry of
+:mod:`pytest_npufuse.torchair.reinplace` at npugraph_ex's path (cann-recipes-infer tries this path too)."""
+
+from __future__ import annotations
+
+from ...torchair.reinplace import *
+from ...torchair.reinplace import __all__  # noqa: F401
