@@ -24,9 +24,9 @@ from .. import cost
 from ..errors import CaptureError, NotModeledError, OptionsError, ScopeError
 from ..ir.events import Event, EventKind
 from ..ir.program import Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec, compute_dtype_of
-from ..target.catalog import OpCatalog
+from ..target.catalog import OpCatalog, OpInfo
 from ..vocabulary import Phase
-from . import ge_shapes, scopes, syncs
+from . import ge_shapes, reinplace, scopes, syncs
 from .source import call_name, call_site, module_path, source_line
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
@@ -143,6 +143,7 @@ class _ProgramBuilder:
         self.scope_uses: list[ScopeUse] = []
         self.frames: dict[tuple[str, str], ModuleFrame] = {}
         self.native_superkernels: list[torch.fx.Node] = []
+        self.writes = reinplace.find_writes(gm.graph, is_view)
 
     def build(self) -> Program:
         inputs: list[str] = []
@@ -167,6 +168,8 @@ class _ProgramBuilder:
                 self._sync(node)
             elif dynamic and ge_shapes.is_symbolic(node):
                 self._ge_kernel(ge_shapes.ARITHMETIC, self._sizes_of(node), node.name, node)
+            elif node.name in self.writes.elided:
+                self._add_buffer(node, producer=None, alias_of=self.writes.elided[node.name])
             elif is_view(node):
                 if dynamic:
                     self._pack(node)
@@ -345,8 +348,10 @@ class _ProgramBuilder:
     def _add_view(self, node: torch.fx.Node) -> None:
         base = next(_tensor_nodes(node.args), None)
         if node.target is operator.getitem and base is not None and base.name not in self.buffers:
-            # A projection out of a multi-output kernel is that kernel's output buffer, not a view.
-            self._add_buffer(node, producer=self._producer_of(base))
+            # A projection out of a multi-output kernel is that kernel's output buffer, not a view; a
+            # re-inplaced output is the memory of the input it updates.
+            updated = self.writes.written.get(base.name, {}).get(node.args[1])
+            self._add_buffer(node, producer=None if updated else self._producer_of(base), alias_of=updated)
             self._attach_output(base.name, node.name)
             return
         self._add_buffer(node, producer=None, alias_of=base.name if base is not None else None)
@@ -426,7 +431,8 @@ class _ProgramBuilder:
                 "and pass it in as an input."
             )
         values = value if isinstance(value, (tuple, list)) else (value,)
-        output_specs = tuple(_spec(v, node, self.sizes) for v in values if isinstance(v, torch.Tensor))
+        specs = [(position, _spec(v, node, self.sizes)) for position, v in enumerate(values) if isinstance(v, torch.Tensor)]
+        output_specs = tuple(spec for _, spec in specs)
         inputs = tuple(n.name for n in _tensor_nodes((node.args, node.kwargs)) if n.name in self.buffers
                        and not ge_shapes.is_symbolic(n)) + shape_inputs
         input_specs = [self.buffers[name].spec for name in inputs]
@@ -438,13 +444,18 @@ class _ProgramBuilder:
         priced_as = node.meta.get(PRICED_AS, op_type)
         info = self.catalog.lookup(priced_as, form).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
-        flops, nbytes = cost.kernel_work(info, input_specs, output_specs, [self._storage(n) for n in inputs], self.prefetched)
+        in_place = self.writes.written.get(node.name, {})
+        untouched = _untouched(info, in_place)
+        priced = [spec for position, spec in specs if position not in untouched]
+        resident = self.prefetched | {self._storage(in_place[position]) for position in untouched}
+        flops, nbytes = cost.kernel_work(info, input_specs, priced, [self._storage(n) for n in inputs], resident)
         if info.cost == "prefetch":
             self.prefetched.update(self._storage(n) for n in inputs[:1])
         single = isinstance(value, torch.Tensor)
         mutated = mutated_arguments(node)
         if single:
-            self._add_buffer(node, producer=None if mutated else name, alias_of=mutated[0] if mutated else None)
+            written = mutated[0] if mutated else in_place.get(0)
+            self._add_buffer(node, producer=None if written else name, alias_of=written)
         self.index_of_node[node.name] = self.index_of_name[name] = len(self.kernels)
         self.kernels.append(
             Kernel(
@@ -519,6 +530,15 @@ def _check_kept_alive_streams(program: Program) -> None:
                 f"stream {point.stream!r} (streams: {', '.join(sorted(streams))}); name the tag of the "
                 "npu_stream_switch that uses the tensor, or 'default' for the main stream."
             )
+
+
+def _untouched(info: OpInfo, in_place: Mapping[int, str]) -> frozenset[int]:
+    """Outputs of a re-inplaced op (:mod:`.reinplace`) whose input it does not stream whole: an update
+    (a cache write, index_copy, the MLA prolog's cache) reads and writes only the slots it changes, priced
+    with its other operands; a pointwise op in place still reads and writes every element."""
+    if not in_place or cost.pointwise(info):
+        return frozenset()
+    return frozenset(in_place)
 
 
 def _draws_random(node: torch.fx.Node) -> bool:

@@ -1,0 +1,172 @@
+"""Re-inplacing: a write into a graph input runs on the device as the in-place op, not as the copies that
+functionalisation leaves in the captured graph.
+
+AOTAutograd functionalises an op that updates a graph input in place (a KV-cache write such as
+``npu_scatter_nd_update_(cache, slots, rows)``, the MLA prolog's cache update, ``index_copy_``): the op
+returns the input's new value as a fresh tensor, a ``copy`` writes that over (a view of) the input, and a
+``copy_`` at the end of the graph writes the input back. Priced as captured, one decode step would copy
+every layer's whole cache twice. TorchAir undoes this before the device sees the graph, so the hardware
+runs one kernel that updates the input's memory:
+
+- aclgraph / npugraph_ex: ``_mutated_input_reinplace`` turns the op into its in-place form and drops the
+  ``copy_`` epilogue when nothing reads the input's old value after the op (Ascend/torchair
+  ``python/torchair/_acl_concrete_graph/graph_pass.py`` @1b5e48a4);
+- GE: ``optimize_reference_op_redundant_copy`` removes the TensorMove before the ref op and the Assign after
+  it, "two redundant data copies" (``python/torchair/_ge_concrete_graph/graph_pass.py`` @23db6b55).
+
+And a functional ``copy`` between two tensors of one layout, what an in-place op on an intermediate leaves, is
+no kernel either (:func:`_no_op`).
+
+Both keep the copies when the input is used on more than one stream without that order being certain
+(TorchAir's ``verify_nodes_on_same_stream``; ``/work/shared/research/torchair_facts.md`` §4.6): here, when
+the input is read or written on more than one stream.
+
+:func:`find_writes` finds those writes in an aten graph; lowering then gives the op's new value the input's
+memory, emits no kernel for the copies, and prices the op as the in-place update it is.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+
+import torch
+import torch.fx
+
+from . import scopes
+
+_COPY = torch.ops.aten.copy.default
+_COPY_ = torch.ops.aten.copy_.default
+
+
+@dataclass(frozen=True)
+class InPlaceWrites:
+    """The graph's re-inplaced input writes.
+
+    ``written``: per op node, its output positions that are a graph input's new value, each with the
+    argument node (the input or a view of it) whose memory the op updates. ``elided``: per copy node
+    (``copy`` onto the input, the ``copy_`` epilogue), the node whose memory its result already is.
+    """
+
+    written: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    elided: Mapping[str, str] = field(default_factory=dict)
+
+
+NO_WRITES = InPlaceWrites()
+
+
+def find_writes(graph: torch.fx.Graph, is_view: Callable[[torch.fx.Node], bool]) -> InPlaceWrites:
+    """The functionalised writes into graph inputs that TorchAir re-inplaces (module docstring).
+    ``is_view`` tells an aliasing op (lowering's rule, from the schema) from a kernel."""
+    order = {node: position for position, node in enumerate(graph.nodes)}
+    stream = _streams(graph)
+    written: dict[str, dict[int, str]] = {}
+    elided: dict[str, str] = {}
+    for epilogue in graph.nodes:
+        if epilogue.target is not _COPY_ or epilogue.args[0].op != "placeholder":
+            continue
+        graph_input = epilogue.args[0]
+        found = _writer(epilogue.args[1], graph_input, is_view)
+        if found is None:
+            continue
+        op, position, destination, copy = found
+        views = _aliases(graph_input, is_view)
+        readers = {user for view in views for user in view.users if not is_view(user)}
+        later = {user for user in readers if order[user] > order[op]} - {copy, epilogue}
+        if later or len({stream[node] for node in readers}) > 1:
+            continue
+        written.setdefault(op.name, {})[position] = destination.name
+        if copy is not None:
+            elided[copy.name] = copy.args[0].name
+        elided[epilogue.name] = graph_input.name
+    for node in graph.nodes:
+        if node.target is _COPY and node.name not in elided and _no_op(node, is_view):
+            elided[node.name] = node.args[1].name
+    return InPlaceWrites(written, elided)
+
+
+def _no_op(copy: torch.fx.Node, is_view: Callable[[torch.fx.Node], bool]) -> bool:
+    """Whether a functional ``copy(dst, src)`` is ``src`` itself: TorchAir's ``remove_noop_ops`` (on by
+    default, ``experimental_config.remove_noop_ops``) hands such a copy to Inductor's pass of that name, which
+    replaces it by ``src`` when the two have the same metadata (``npu_fx_compiler.py`` ``_optimize_noop_ops``).
+    What functionalisation leaves of an in-place op on an intermediate (RoPE applied to q and k in place).
+    A copy out of a graph input stays: its result must not alias the caller's tensor."""
+    source = copy.args[1]
+    new, old = copy.meta.get("val"), source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(new, torch.Tensor) or not isinstance(old, torch.Tensor):
+        return False
+    if _base(source, is_view).op == "placeholder":
+        return False
+    return new.shape == old.shape and new.dtype == old.dtype and new.stride() == old.stride()
+
+
+def _writer(
+    value: torch.fx.Node, graph_input: torch.fx.Node, is_view: Callable[[torch.fx.Node], bool]
+) -> tuple[torch.fx.Node, int, torch.fx.Node, torch.fx.Node | None] | None:
+    """(op, output position, the argument it updates, the ``copy`` onto the input or None) when ``value``
+    (what the epilogue writes back) is an op's new value of ``graph_input``, or None."""
+    value = _base(value, is_view)
+    copy = None
+    if value.target is _COPY and _base(value.args[0], is_view) is graph_input:
+        copy, value = value, _base(value.args[1], is_view)
+    position = 0
+    if value.target is operator.getitem:
+        value, position = value.args
+    if value.op != "call_function" or value.target in (_COPY, _COPY_) or is_view(value):
+        return None
+    new = _output(value, position)
+    for argument in _arguments(value):
+        old = argument.meta.get("val")
+        if _base(argument, is_view) is graph_input and isinstance(old, torch.Tensor) and new is not None \
+                and old.numel() == new.numel():
+            return value, position, argument, copy
+    return None
+
+
+def _output(op: torch.fx.Node, position: int) -> torch.Tensor | None:
+    value = op.meta.get("val")
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    result = values[position] if position < len(values) else None
+    return result if isinstance(result, torch.Tensor) else None
+
+
+def _arguments(node: torch.fx.Node) -> Iterator[torch.fx.Node]:
+    for argument in (*node.args, *node.kwargs.values()):
+        if isinstance(argument, torch.fx.Node):
+            yield argument
+
+
+def _base(node: torch.fx.Node, is_view: Callable[[torch.fx.Node], bool]) -> torch.fx.Node:
+    """The node a chain of views (not a projection out of a multi-output op) starts from."""
+    while node.target is not operator.getitem and is_view(node) and node.args \
+            and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    return node
+
+
+def _aliases(graph_input: torch.fx.Node, is_view: Callable[[torch.fx.Node], bool]) -> list[torch.fx.Node]:
+    """The input and every view of it (views of views included)."""
+    found, pending = [], [graph_input]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        pending.extend(user for user in node.users if user.target is not operator.getitem and is_view(user))
+    return found
+
+
+def _streams(graph: torch.fx.Graph) -> dict[torch.fx.Node, str]:
+    """The stream label each node is issued on (``default`` outside any stream scope), from the scope
+    markers in program order; lowering reports unbalanced markers, this walk only skips them."""
+    stack = scopes.ScopeStack()
+    depth = 0
+    streams = {}
+    for node in graph.nodes:
+        if node.target is scopes.SCOPE_ENTER:
+            stack.enter(*node.args[:2])
+            depth += 1
+        elif node.target is scopes.SCOPE_EXIT and depth:
+            stack.exit("")
+            depth -= 1
+        streams[node] = stack.resolve().stream or "default"
+    return streams
