@@ -71,6 +71,11 @@ class HardwareProfile:
     cube_k_block: int
     decode_tile_n: int
     decode_tile_k: int
+    cube_swizzle_offset: int
+    cube_swizzle_direction: str
+    slice_k_tile_m: int
+    slice_k_tile_n: int
+    slice_k_depth_bytes: int
     overhead_us: Mapping[str, float]
     aicpu: int
     comm_gbps: float
@@ -196,6 +201,11 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
         cube_k_block=get("tiling", "cube_k_block", int),
         decode_tile_n=get("tiling", "decode_tile_n", int),
         decode_tile_k=get("tiling", "decode_tile_k", int),
+        cube_swizzle_offset=get("tiling", "cube_swizzle_offset", int),
+        cube_swizzle_direction=_swizzle_direction(get("tiling", "cube_swizzle_direction", str), source),
+        slice_k_tile_m=get("tiling", "slice_k_tile_m", int),
+        slice_k_tile_n=get("tiling", "slice_k_tile_n", int),
+        slice_k_depth_bytes=get("tiling", "slice_k_depth_bytes", int),
         overhead_us=MappingProxyType({key: get("overhead_us", key, float) for key in _OVERHEAD_KEYS}),
         aicpu=get("cores", "aicpu", int),
         comm_gbps=get("comm", "link_gbps", float),
@@ -257,6 +267,20 @@ def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], so
                 raise ProfileError(
                     f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ".")
                 )
+
+
+SWIZZLE_DIRECTIONS = ("auto", "zn", "nz")
+
+
+def _swizzle_direction(value: str, source: str) -> str:
+    """``[tiling] cube_swizzle_direction``: ``zn`` walks bands of tile rows, ``nz`` bands of tile columns,
+    ``auto`` picks by the output's shape."""
+    if value not in SWIZZLE_DIRECTIONS:
+        raise ProfileError(
+            f"{source} [tiling]: key 'cube_swizzle_direction' is {value!r}, expected one of "
+            f"{', '.join(SWIZZLE_DIRECTIONS)}; fix it in that table."
+        )
+    return value
 
 
 def _check_range(value: float, section: str, key: str, where: str) -> None:
