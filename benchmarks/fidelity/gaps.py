@@ -8,8 +8,10 @@ import re
 
 GAPS = (
     (r"^catlass-a2-empty-kernel", "a lone kernel's start-up on every core (the cold_start estimate)"),
-    (r"^pypto-fused-recurrent-kda", "the recurrence's serial dependence inside the kernel (a latency-bound loop; the "
-     "source reports 26% and 63% core utilisation); the model prices its bytes and flops only"),
+    (r"^pypto-fused-recurrent-kda", "PyPTO's MPMD scheduling: an AI CPU hands the subgraph tasks (512 in the first "
+     "version, 128 after merging) to idle AIV cores one by one and the guide finds the cores waiting on it (26% and "
+     "63% core utilisation); the model prices the kernel's bytes and flops only, and no training row measures a "
+     "PyPTO task's scheduling cost"),
     (r"^sfa-a3-", "sparse attention's gather of the selected KV blocks and its softmax pipeline on one sequence and "
      "one KV head (latency-bound); which cores it splits over is not published"),
     (r"^kimi-k2-thinking", "the served run: requests arriving at 1/s with prefills interleaved and int4 experts "
@@ -34,7 +36,7 @@ GAPS = (
      "0.08 ms splits between ZerosLike and ScatterElements; the model prices a memset and one 32 B transaction per "
      "scattered element"),
     (r"^seed003-", "a measured AI CPU rate for int64 Cast/ReduceSum, and the seed's shapes (not given; 16k tokens, "
-     "top-8 of 64 assumed)"),
+     "top-8 of 64 assumed): the int64 Cast of the one-hot mask on AI CPU is most of the modeled time"),
     (r"^dsv3-a3-task-wait", "what a Task wait is made of beyond the dispatch gap the fit sets (the fitted task_gap "
      "trades this row for the training steps' launch costs)"),
     (r"^glm52-", "npugraph_ex's own kernel choices and the KV offload's host traffic in the offload configs"),
