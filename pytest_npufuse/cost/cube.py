@@ -127,9 +127,21 @@ def block_coord(index: int, loops_m: int, loops_n: int, swizzle: tuple[int, int]
     return (across, along) if direction == 0 else (along, across)
 
 
-# Beyond this many tiles per kernel, every core's share is taken as whole rounds of full tiles: the
-# edge tiles are then under a few percent of a core's work, and walking every tile would cost more
-# host time than the answer is worth.
+def block_index(row: int, col: int, loops_m: int, loops_n: int, swizzle: tuple[int, int]) -> int:
+    """The position of tile ``(row, col)`` in :func:`block_coord`'s order (its inverse)."""
+    offset, direction = max(1, swizzle[0]), swizzle[1]
+    outer, inner = (loops_m, loops_n) if direction == 0 else (loops_n, loops_m)
+    across, along = (row, col) if direction == 0 else (col, row)
+    band = across // offset
+    width = min(offset, outer - band * offset)
+    if band % 2 == 1:
+        along = inner - along - 1
+    return band * offset * inner + along * width + across - band * offset
+
+
+# Beyond this many tiles to walk one by one (edge tiles, or a single-core split-K's output tiles), a
+# core's share is taken as whole rounds of full tiles: edge tiles are then a few percent of its work,
+# and walking every tile would cost more host time than the answer is worth.
 _EXACT_TILES = 32768
 
 
@@ -164,35 +176,77 @@ def _range_owner(blocks: int, dim: int) -> Callable[[int], int]:
     return owner
 
 
+TileTime = Callable[[int, int], float]
+
+
 def busiest_core_us(
     gemm: Gemm, tiling: Tiling, dim: int, tile_us: Callable[[int, int], float], a_load_us: Callable[[int], float]
 ) -> float:
-    """The time of the core with the most work. CATLASS kernels hand tile ``t`` (in swizzle order, K
-    slices of one output tile consecutive, batches outermost) to core ``t mod dim`` (with
-    ``resident_a``, a contiguous run of output tiles per core, see :func:`_range_owner`), so a core's time
-    is the sum of its tiles' times (``tile_us(rows, cols)``: edge tiles are shorter or narrower), plus
-    with ``resident_a`` one A-block load (``a_load_us(rows)``) per distinct A block it touches
-    (CATLASS's tuning guide: 24 tiles on 20 cores, swizzle <3,1> against <4,1>)."""
+    """The time of the core with the most work, each core's time the sum of its tiles' times
+    (``tile_us(rows, cols)``: an edge tile is shorter or narrower than a full one). CATLASS kernels hand
+    tile ``t`` (in swizzle order, K slices of one output tile consecutive, batches outermost) to core
+    ``t mod dim`` (CATLASS's tuning guide: 24 tiles on 20 cores, swizzle <3,1> against <4,1>); with
+    ``resident_a`` each core takes a contiguous run of output tiles instead and loads each A block it
+    touches once (``a_load_us(rows)``)."""
     edges = _edges(gemm, tiling)
-    per_batch = edges.loops_m * edges.loops_n * tiling.split_k
-    tiles = gemm.batch * per_batch
-    if tiles > _EXACT_TILES:
-        full = tile_us(min(tiling.tile_m, _pad(gemm.m)), min(tiling.tile_n, _pad(gemm.n)))
-        return -(-tiles // dim) * full
-    totals = [0.0] * min(dim, tiles)
-    loaded: set[tuple[int, int, int, int]] = set()
-    owner = _range_owner(gemm.batch * edges.loops_m * edges.loops_n, dim)
-    for task in range(tiles):
-        batch, within = divmod(task, per_batch)
-        block, k_slice = divmod(within, tiling.split_k)
+    times: dict[tuple[int, int], float] = {}
+
+    def tile_time(row: int, col: int) -> float:
+        rows = min(edges.last_m if row == edges.loops_m - 1 else tiling.tile_m, _pad(gemm.m))
+        cols = min(edges.last_n if col == edges.loops_n - 1 else tiling.tile_n, _pad(gemm.n))
+        if (rows, cols) not in times:
+            times[rows, cols] = tile_us(rows, cols)
+        return times[rows, cols]
+
+    if tiling.resident_a:
+        return _contiguous_runs_us(gemm, tiling, dim, edges, tile_time, a_load_us)
+    return _round_robin_us(gemm, tiling, dim, edges, tile_time)
+
+
+def _round_robin_us(gemm: Gemm, tiling: Tiling, dim: int, edges: _Edges, tile_time: TileTime) -> float:
+    """Tile ``t`` on core ``t mod dim``: every core's count of full tiles, corrected for the edge tiles
+    it holds (the last tile row and column, found by :func:`block_index`)."""
+    blocks = edges.loops_m * edges.loops_n
+    tiles = gemm.batch * blocks * tiling.split_k
+    full = tile_time(0, 0)  # a full tile, or the only shape when M or N is a single tile
+    base, extra = divmod(tiles, dim)
+    totals = [full * (base + (core < extra)) for core in range(min(dim, tiles))]
+    edge_tiles = {(edges.loops_m - 1, col) for col in range(edges.loops_n)}
+    edge_tiles |= {(row, edges.loops_n - 1) for row in range(edges.loops_m)}
+    if len(edge_tiles) * gemm.batch * tiling.split_k > _EXACT_TILES:
+        return max(totals)
+    for row, col in edge_tiles:
+        delta = tile_time(row, col) - full
+        if not delta:
+            continue
+        block = block_index(row, col, edges.loops_m, edges.loops_n, tiling.swizzle)
+        for batch in range(gemm.batch):
+            first = (batch * blocks + block) * tiling.split_k
+            for task in range(first, first + tiling.split_k):
+                totals[task % dim] += delta
+    return max(totals)
+
+
+def _contiguous_runs_us(
+    gemm: Gemm, tiling: Tiling, dim: int, edges: _Edges, tile_time: TileTime, a_load_us: Callable[[int], float]
+) -> float:
+    """Each core walks K over its contiguous run of output tiles (:func:`_range_owner`), loading each
+    A block (tile row, K slice) once."""
+    blocks = edges.loops_m * edges.loops_n
+    if gemm.batch * blocks > _EXACT_TILES:
+        return -(-gemm.batch * blocks // dim) * tiling.split_k * tile_time(0, 0)
+    owner = _range_owner(gemm.batch * blocks, dim)
+    totals = [0.0] * min(dim, gemm.batch * blocks)
+    rows_held: set[tuple[int, int, int]] = set()
+    for task in range(gemm.batch * blocks):
+        batch, block = divmod(task, blocks)
         row, col = block_coord(block, edges.loops_m, edges.loops_n, tiling.swizzle)
-        rows = edges.last_m if row == edges.loops_m - 1 else tiling.tile_m
-        cols = edges.last_n if col == edges.loops_n - 1 else tiling.tile_n
-        core = owner(task // tiling.split_k) if tiling.resident_a else task % dim
-        totals[core] += tile_us(min(rows, _pad(gemm.m)), min(cols, _pad(gemm.n)))
-        if tiling.resident_a and (core, batch, row, k_slice) not in loaded:
-            loaded.add((core, batch, row, k_slice))
-            totals[core] += a_load_us(min(rows, _pad(gemm.m)))
+        core = owner(task)
+        totals[core] += tiling.split_k * tile_time(row, col)
+        if (core, batch, row) not in rows_held:
+            rows_held.add((core, batch, row))
+            rows = min(edges.last_m if row == edges.loops_m - 1 else tiling.tile_m, _pad(gemm.m))
+            totals[core] += tiling.split_k * a_load_us(rows)
     return max(totals)
 
 
@@ -201,6 +255,7 @@ def cube_us(
 ) -> float:
     """Body time of a tiled matmul on ``dim`` Cube cores (see the module docstring)."""
     dim = max(1, dim)
+    gemm, tiling = _held_along_n(gemm, tiling)
     tiles = tile_count(gemm, tiling)
     rounds = -(-tiles // dim)
     m_t, n_t = min(tiling.tile_m, _pad(gemm.m)), min(tiling.tile_n, _pad(gemm.n))
@@ -242,15 +297,25 @@ def _partials_bytes(gemm: Gemm, tiling: Tiling) -> float:
 
 
 def single_core_split_k(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
-    """CATLASS's single-core split-K (example 34): L1 tiles of ``slice_k_tile_m x slice_k_tile_n``
-    (transposed when M > N), K walked in slices of ``slice_k_depth_bytes``, each core keeping its A
-    block in L1 while it sweeps its run of output tiles and adding every slice's partial tile into
-    the fp32 result with atomic adds."""
-    rows, cols = profile.slice_k_tile_m, profile.slice_k_tile_n
+    """CATLASS's single-core split-K (example 34): L1 tiles of ``slice_k_tile_m x slice_k_tile_n``, K
+    walked in slices of ``slice_k_depth_bytes``, each core keeping its A block in L1 while it sweeps
+    its run of output tiles along N (Nz order) and adding every slice's partial tile into the fp32
+    result with atomic adds. When M > N the example transposes all of it (128x256 tiles, Zn order,
+    the B block held): :func:`cube_us` prices that as the transposed product."""
+    rows, cols, direction = profile.slice_k_tile_m, profile.slice_k_tile_n, 1
     if gemm.m > gemm.n:
-        rows, cols = cols, rows
+        rows, cols, direction = cols, rows, 0
     depth = max(_FRACTAL, profile.slice_k_depth_bytes // max(1, int(gemm.item_in)))
-    return Tiling(rows, cols, -(-gemm.k // depth), swizzle_for(gemm, profile), resident_a=True)
+    return Tiling(rows, cols, -(-gemm.k // depth), (profile.cube_swizzle_offset, direction), resident_a=True)
+
+
+def _held_along_n(gemm: Gemm, tiling: Tiling) -> tuple[Gemm, Tiling]:
+    """A single-core split-K that holds B (M > N) as the transposed product C^T = B^T A^T, which holds
+    its A: the same tiles, loads and order with rows and columns swapped."""
+    if not tiling.resident_a or gemm.m <= gemm.n:
+        return gemm, tiling
+    swizzle = (tiling.swizzle[0], 1 - tiling.swizzle[1])
+    return gemm._replace(m=gemm.n, n=gemm.m), tiling._replace(tile_m=tiling.tile_n, tile_n=tiling.tile_m, swizzle=swizzle)
 
 
 def cast_epilogue_us(gemm: Gemm, profile: "HardwareProfile") -> float:
