@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 from pytest_npufuse import cost
-from pytest_npufuse.cost.cube import Gemm, Tiling, block_coord, cube_us, hbm_traffic, single_core_split_k
+from pytest_npufuse.cost.cube import Gemm, Tiling, block_coord, block_index, cube_us, hbm_traffic, single_core_split_k
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.target.profile import load_profile
@@ -107,6 +107,15 @@ def test_tiles_go_to_the_cores_in_catlass_swizzle_order():
     assert order[:4] == [(0, 0), (1, 0), (2, 0), (0, 1)]
     assert order[9:12] == [(3, 2), (4, 2), (5, 2)]
     assert block_coord(4, 2, 24, (3, 1)) == (1, 1)  # Nz: bands of three tile columns, rows inside
+
+
+def test_a_tile_position_in_the_swizzle_order_inverts_its_coordinates():
+    """The per-core sum finds each edge tile's core from its position in the order; the position must
+    be the one block_coord walks, for every band width, direction and a band cut short."""
+    for loops in ((8, 3), (2, 24), (7, 5), (1, 9), (13, 1)):
+        for swizzle in ((3, 0), (3, 1), (4, 1), (1, 0), (20, 1)):
+            for index in range(loops[0] * loops[1]):
+                assert block_index(*block_coord(index, *loops, swizzle), *loops, swizzle) == index
 
 
 def test_swizzle_decides_which_core_gets_the_short_edge_tiles():
