@@ -32,9 +32,11 @@ GAPS = (
      "compute 0.7): CATLASS's one-tile 910B3 rows take 18 us for under 3 us of work (the tuning guide calls its "
      "times for reference only)"),
     (r"^qwen3-8b-.*-prefill", "the executor's default prompt length, which no source gives (1024 tokens assumed)"),
-    (r"^seed003-moe-mask-zeros-scatter", "the guide gives neither shapes (16k tokens, top-8 of 64 assumed) nor how its "
-     "0.08 ms splits between ZerosLike and ScatterElements; the model prices a memset and one 32 B transaction per "
-     "scattered element"),
+    (r"^seed003-moe-mask-zeros-scatter", "the guide gives neither shapes (16k tokens, top-8 of 64 assumed) nor its mode "
+     "nor how its 0.08 ms splits between ZerosLike and ScatterElements; the model prices a memset and one 32 B "
+     "transaction per scattered element, two launch-bound kernels of a few us each, where 80 us for them implies "
+     "eager per-op start-up (host path and an idle stream's cold start, estimates) or a ScatterElements that walks "
+     "its indices serially, neither measured"),
     (r"^seed003-", "a measured AI CPU rate for int64 Cast/ReduceSum, and the seed's shapes (not given; 16k tokens, "
      "top-8 of 64 assumed): the int64 Cast of the one-hot mask on AI CPU is most of the modeled time"),
     (r"^dsv3-a3-task-wait", "what a Task wait is made of beyond the dispatch gap the fit sets (the fitted task_gap "
