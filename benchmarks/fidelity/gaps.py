@@ -8,27 +8,37 @@ import re
 
 GAPS = (
     (r"^catlass-a2-empty-kernel", "a lone kernel's start-up on every core (the cold_start estimate)"),
-    (r"^pypto-fused-recurrent-kda", "the recurrence's serial dependence inside the kernel (a latency-bound loop; the "
-     "source reports 26% and 63% core utilisation); the model prices its bytes and flops only"),
+    (r"^pypto-fused-recurrent-kda", "PyPTO's MPMD scheduling: an AI CPU hands the subgraph tasks (512 in the first "
+     "version, 128 after merging) to idle AIV cores one by one and the guide finds the cores waiting on it (26% and "
+     "63% core utilisation); the model prices the kernel's bytes and flops only, and no training row measures a "
+     "PyPTO task's scheduling cost"),
     (r"^sfa-a3-", "sparse attention's gather of the selected KV blocks and its softmax pipeline on one sequence and "
      "one KV head (latency-bound); which cores it splits over is not published"),
     (r"^kimi-k2-thinking", "the served run: requests arriving at 1/s with prefills interleaved and int4 experts "
      "handled by vllm-ascend; no mechanism of a decode step reaches 200 ms for 10 sequences"),
     (r"^dsr1-a2-int8-pdhybrid", "PD hybrid: prefills interleaved with the decode steps the mean TPOT averages over "
      "(TTFT 8-32 s)"),
-    (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's tile order over a row-major A with a deep K (DRAM page and "
-     "L2 behaviour the model does not have)"),
-    (r"^catlass-mm-910b2-.*singlecoresplitk$", "single-core split-K's K-slice order, friendlier to L2 than the "
-     "basic kernel's; the model has one tiled-GEMM cost for both"),
+    (r"^catlass-mm-910b2-2048x4096x80000", "the 80000-deep row-major A (160000-byte rows): both kernels run at a "
+     "quarter of their rate at K <= 40000, a DRAM page or L2 effect the model does not have"),
+    (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's row-major (ND) tile loads, which MTE2 converts to the Cube's "
+     "NZ layout on the way into L1: the training rows move 44-62 B/cycle per core where the model prices L2 hits at "
+     "the ini's 110"),
+    (r"^catlass-mm-910b2-.*singlecoresplitk$", "a full tile's Cube efficiency and load overlap at their estimates "
+     "(0.7, 0.5): example 34 reaches 83% of the peak end to end on 4096x4096x8000; its A-resident tiling, atomic "
+     "partials and cast are modeled (matmul_slice_k)"),
     (r"^catlass-mm-20aic-20x6144x16384", "the B operand's layout (NZ against row-major ND bursts) and the 32x320 "
      "tile's reach, which the model does not price"),
-    (r"^catlass-", "the kernel's own tile order and epilogue (the tuning guide calls its times for reference only)"),
+    (r"^catlass-", "a lone kernel's start-up and a full tile's Cube efficiency, both estimates (cold_start 0, "
+     "compute 0.7): CATLASS's one-tile 910B3 rows take 18 us for under 3 us of work (the tuning guide calls its "
+     "times for reference only)"),
     (r"^qwen3-8b-.*-prefill", "the executor's default prompt length, which no source gives (1024 tokens assumed)"),
-    (r"^seed003-moe-mask-zeros-scatter", "the guide gives neither shapes (16k tokens, top-8 of 64 assumed) nor how its "
-     "0.08 ms splits between ZerosLike and ScatterElements; the model prices a memset and one 32 B transaction per "
-     "scattered element"),
+    (r"^seed003-moe-mask-zeros-scatter", "the guide gives neither shapes (16k tokens, top-8 of 64 assumed) nor its mode "
+     "nor how its 0.08 ms splits between ZerosLike and ScatterElements; the model prices a memset and one 32 B "
+     "transaction per scattered element, two launch-bound kernels of a few us each, where 80 us for them implies "
+     "eager per-op start-up (host path and an idle stream's cold start, estimates) or a ScatterElements that walks "
+     "its indices serially, neither measured"),
     (r"^seed003-", "a measured AI CPU rate for int64 Cast/ReduceSum, and the seed's shapes (not given; 16k tokens, "
-     "top-8 of 64 assumed)"),
+     "top-8 of 64 assumed): the int64 Cast of the one-hot mask on AI CPU is most of the modeled time"),
     (r"^dsv3-a3-task-wait", "what a Task wait is made of beyond the dispatch gap the fit sets (the fitted task_gap "
      "trades this row for the training steps' launch costs)"),
     (r"^glm52-", "npugraph_ex's own kernel choices and the KV offload's host traffic in the offload configs"),

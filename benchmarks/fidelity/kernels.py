@@ -47,6 +47,7 @@ def library_catalog():
     return load_catalog(
         {
             "catlass::matmul": _entry("cube", tiles, "Matmul"),
+            "catlass::matmul_slice_k": _entry("cube", _rule("matmul_slice_k", tiles), "SingleCoreSplitkMatmul"),
             "catlass::quant_matmul": _entry("cube", tiles, "QuantMatmul"),
             "catlass::quant_matmul_split_k": _entry("cube", split_k, "QuantMultiCoreSplitkMatmul"),
             "bench::empty_kernel": {**_entry("vector", "fill", "EmptyKernel"), "block_dim": 4096},
@@ -63,13 +64,47 @@ def task_duration_us(program, profile: HardwareProfile) -> float:
     return sum(k.duration_us for k in report.kernels if k.parent is None)
 
 
-def _tile_changes(row: Row) -> dict[str, int]:
-    """The tile a CATLASS tuning-guide row names (``L1 128x256x256``): output tile and K depth."""
-    match = re.search(r"L1 (\d+)x(\d+)x(\d+)", row.get("attrs", {}).get("tiles", ""))
-    if not match:
+# The tile order each CATLASS example hands its tiles out in (its BlockScheduler, hicann/catlass
+# examples @0dfcf9df): offset and direction ("auto": Zn when M > N, else Nz). 44 holds A whole in L1
+# and walks N one tile row at a time when M exceeds one tile (GemmIdentityBlockSwizzleL1FullLoad<1, 0>).
+_EXAMPLE_SWIZZLE = {
+    "00_basic_matmul": (3, "zn"),
+    "21_basic_matmul_preload_zN": (3, "zn"),
+    "06_optimized_matmul": (3, "auto"),
+    "12_quant_matmul": (3, "auto"),
+    "52_quant_multi_core_splitk_matmul_tla": (3, "zn"),
+    "34_single_core_splitk_matmul": (20, "auto"),
+}
+# The quant examples' L1 tile (12, 44, 52: GemmShape<128, 256, 512>): 512 int8 elements of K per load.
+_QUANT_K_BLOCK = 512
+
+
+def _swizzle(row: Row) -> tuple[int, str]:
+    """The row's tile order: the one its ``tiles`` names (``swizzle <4,1>``), else its example's."""
+    named = re.search(r"swizzle <(\d+),\s*(\d)>", row.get("attrs", {}).get("tiles", ""))
+    if named:
+        return int(named.group(1)), ("zn", "nz")[int(named.group(2))]
+    example = re.search(r"CATLASS (\w+)\)", row.get("op"))
+    name = example.group(1) if example else ""
+    if name.startswith("44_"):
+        return (1, "zn") if row.get("attrs")["m"] > 128 else (3, "zn")
+    return _EXAMPLE_SWIZZLE.get(name, (3, "auto"))
+
+
+def _tile_changes(row: Row) -> dict[str, Any]:
+    """The tile a CATLASS row's kernel uses: the one a tuning-guide row names (``L1 128x256x256``),
+    the quant examples' K depth, and the example's tile order."""
+    if "CATLASS" not in row.get("op"):
         return {}
-    m, n, k = map(int, match.groups())
-    return {"cube_tile_m": m, "cube_tile_n": n, "cube_k_block": k}
+    offset, direction = _swizzle(row)
+    changes: dict[str, Any] = {"cube_swizzle_offset": offset, "cube_swizzle_direction": direction}
+    if row.get("inputs")[0]["dtype"] == "int8":
+        changes["cube_k_block"] = _QUANT_K_BLOCK
+    match = re.search(r"L1 (\d+)x(\d+)x(\d+)", row.get("attrs", {}).get("tiles", ""))
+    if match:
+        m, n, k = map(int, match.groups())
+        changes.update(cube_tile_m=m, cube_tile_n=n, cube_k_block=k)
+    return changes
 
 
 def _matmul(row: Row, builder: ProgramBuilder) -> None:
@@ -83,7 +118,8 @@ def _matmul(row: Row, builder: ProgramBuilder) -> None:
         kind = "catlass::quant_matmul_split_k" if "Splitk" in op else "catlass::quant_matmul"
         builder.op(kind, [a, b, *scales], (m, n), out_dtype)
     else:
-        builder.op("catlass::matmul", [a, b], (m, n), out_dtype)
+        kind = "catlass::matmul_slice_k" if "SingleCoreSplitk" in op else "catlass::matmul"
+        builder.op(kind, [a, b], (m, n), out_dtype)
 
 
 def _empty(row: Row, builder: ProgramBuilder) -> None:

@@ -16,7 +16,7 @@ each operand is read again when A and B do not stay in L2.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 if TYPE_CHECKING:
     from ..target.profile import HardwareProfile
@@ -25,11 +25,15 @@ _FRACTAL = 16
 
 
 class Tiling(NamedTuple):
-    """Output tile rows and columns, and how many K slices each output tile is split into."""
+    """Output tile rows and columns, how many K slices each output tile is split into, the order the
+    tiles are handed to the cores in (CATLASS's ``GemmIdentityBlockSwizzle<offset, direction>``) and
+    whether a core keeps its A block in L1 while it sweeps N (CATLASS's single-core split-K)."""
 
     tile_m: int
     tile_n: int
     split_k: int
+    swizzle: tuple[int, int] = (1, 0)
+    resident_a: bool = False
 
 
 class Gemm(NamedTuple):
@@ -52,29 +56,29 @@ def tile_count(gemm: Gemm, tiling: Tiling) -> int:
     return gemm.batch * -(-gemm.m // tiling.tile_m) * -(-gemm.n // tiling.tile_n) * tiling.split_k
 
 
-def output_tiles(profile: "HardwareProfile") -> Tiling:
-    return Tiling(profile.cube_tile_m, profile.cube_tile_n, 1)
+def output_tiles(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
+    return Tiling(profile.cube_tile_m, profile.cube_tile_n, 1, swizzle_for(gemm, profile))
 
 
 def split_k(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
     """K split over the cores until every core has a tile, never thinner than ``decode_tile_k``."""
-    tiles = tile_count(gemm, output_tiles(profile))
+    tiles = tile_count(gemm, output_tiles(gemm, profile))
     wanted = -(-profile.cores("cube") // max(1, tiles))
     slices = max(1, min(wanted, -(-gemm.k // profile.decode_tile_k)))
-    return Tiling(profile.cube_tile_m, profile.cube_tile_n, slices)
+    return Tiling(profile.cube_tile_m, profile.cube_tile_n, slices, swizzle_for(gemm, profile))
 
 
 def cann_tiling(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
     """CANN's choice for its own MatMul: output tiles when they fill the Cube cores; else N split down to
     ``decode_tile_n`` columns; else also K down to ``decode_tile_k`` slices (the decode tilings)."""
     cores = profile.cores("cube")
-    tiles = output_tiles(profile)
+    tiles = output_tiles(gemm, profile)
     if tile_count(gemm, tiles) >= cores:
         return tiles
-    narrow = Tiling(profile.cube_tile_m, profile.decode_tile_n, 1)
+    narrow = Tiling(profile.cube_tile_m, profile.decode_tile_n, 1, tiles.swizzle)
     if tile_count(gemm, narrow) >= cores:
         return narrow
-    return Tiling(profile.cube_tile_m, profile.decode_tile_n, -(-gemm.k // profile.decode_tile_k))
+    return Tiling(profile.cube_tile_m, profile.decode_tile_n, -(-gemm.k // profile.decode_tile_k), tiles.swizzle)
 
 
 def _wave(gemm: Gemm, tiling: Tiling, dim: int) -> tuple[int, int]:
@@ -86,11 +90,12 @@ def _wave(gemm: Gemm, tiling: Tiling, dim: int) -> tuple[int, int]:
 
 
 def hbm_traffic(gemm: Gemm, tiling: Tiling, dim: int, unique_bytes: float, l2_bytes: float) -> float:
-    """Bytes the kernel pulls from HBM: each operand once when A and B fit in ``l2_bytes``; otherwise A
-    once per wave of columns and B once per wave of rows."""
+    """Bytes the kernel pulls from HBM: each operand once when A and B fit in ``l2_bytes`` or when the
+    cores walk K in step (``resident_a``: every core is on the same K slice, so only that slice of A and
+    B is live); otherwise A once per wave of columns and B once per wave of rows."""
     a = gemm.batch * gemm.m * gemm.k * gemm.item_in
     b = gemm.k * gemm.n * gemm.item_in * (gemm.batch if gemm.batch > 1 else 1)
-    if a + b <= l2_bytes:
+    if a + b <= l2_bytes or tiling.resident_a:
         return unique_bytes
     rows = gemm.batch * -(-gemm.m // tiling.tile_m)
     cols = -(-gemm.n // tiling.tile_n) * tiling.split_k
@@ -99,17 +104,150 @@ def hbm_traffic(gemm: Gemm, tiling: Tiling, dim: int, unique_bytes: float, l2_by
     return unique_bytes + max(0.0, reread)
 
 
-def _last_round_rows(gemm: Gemm, tiling: Tiling, tiles: int, dim: int) -> int:
-    """Rows of the tiles in the last round. Tiles are handed out row by row, so when the last round
-    holds no more tiles than a row of tiles and M leaves a short last row, it runs only short tiles
-    (CATLASS's 160 x 6144 case: 48 tiles on 20 cores, the last 8 are 32 rows high)."""
-    full = min(tiling.tile_m, _pad(gemm.m))
-    rest = gemm.m - (-(-gemm.m // tiling.tile_m) - 1) * tiling.tile_m
-    last = tiles - (-(-tiles // dim) - 1) * dim
-    per_row = -(-gemm.n // tiling.tile_n) * tiling.split_k
-    if gemm.batch == 1 and rest < tiling.tile_m and last <= per_row:
-        return _pad(rest)
-    return full
+def swizzle_for(gemm: Gemm, profile: "HardwareProfile") -> tuple[int, int]:
+    """The tile order ``(offset, direction)``: the profile's offset, and its direction, where ``auto``
+    picks CATLASS's advice (swizzle design doc): Zn (0) when M >= N, Nz (1) when M < N."""
+    direction = profile.cube_swizzle_direction
+    if direction == "auto":
+        return profile.cube_swizzle_offset, 0 if gemm.m >= gemm.n else 1
+    return profile.cube_swizzle_offset, {"zn": 0, "nz": 1}[direction]
+
+
+def block_coord(index: int, loops_m: int, loops_n: int, swizzle: tuple[int, int]) -> tuple[int, int]:
+    """Row and column of the ``index``-th output tile in CATLASS's ``GemmIdentityBlockSwizzle``
+    order: bands of ``offset`` tile rows (Zn) or columns (Nz), walked in an S so that consecutive
+    bands share the tiles at their turn."""
+    offset, direction = max(1, swizzle[0]), swizzle[1]
+    outer, inner = (loops_m, loops_n) if direction == 0 else (loops_n, loops_m)
+    band, within = divmod(index, offset * inner)
+    width = min(offset, outer - band * offset)
+    across, along = band * offset + within % width, within // width
+    if band % 2 == 1:
+        along = inner - along - 1
+    return (across, along) if direction == 0 else (along, across)
+
+
+def block_index(row: int, col: int, loops_m: int, loops_n: int, swizzle: tuple[int, int]) -> int:
+    """The position of tile ``(row, col)`` in :func:`block_coord`'s order (its inverse)."""
+    offset, direction = max(1, swizzle[0]), swizzle[1]
+    outer, inner = (loops_m, loops_n) if direction == 0 else (loops_n, loops_m)
+    across, along = (row, col) if direction == 0 else (col, row)
+    band = across // offset
+    width = min(offset, outer - band * offset)
+    if band % 2 == 1:
+        along = inner - along - 1
+    return band * offset * inner + along * width + across - band * offset
+
+
+# Beyond this many tiles to walk one by one (edge tiles, or a single-core split-K's output tiles), a
+# core's share is taken as whole rounds of full tiles: edge tiles are then a few percent of its work,
+# and walking every tile would cost more host time than the answer is worth.
+_EXACT_TILES = 32768
+
+
+class _Edges(NamedTuple):
+    """Tile counts along M and N and the (padded) rows and columns of the last ones."""
+
+    loops_m: int
+    loops_n: int
+    last_m: int
+    last_n: int
+
+
+def _edges(gemm: Gemm, tiling: Tiling) -> _Edges:
+    loops_m, loops_n = -(-gemm.m // tiling.tile_m), -(-gemm.n // tiling.tile_n)
+    last_m = _pad(gemm.m - (loops_m - 1) * tiling.tile_m)
+    last_n = _pad(gemm.n - (loops_n - 1) * tiling.tile_n)
+    return _Edges(loops_m, loops_n, min(last_m, tiling.tile_m), min(last_n, tiling.tile_n))
+
+
+def _range_owner(blocks: int, dim: int) -> Callable[[int], int]:
+    """The core of each output tile when every core takes one contiguous run of tiles and walks all of
+    K on it (CATLASS's ``SingleCoreSplitkGemmIdentityBlockSwizzle``: the first cores take one tile more
+    when the tiles do not divide evenly)."""
+    per = -(-blocks // dim)
+    longer = blocks - dim * (per - 1)
+
+    def owner(block: int) -> int:
+        if block < longer * per:
+            return block // per
+        return longer + (block - longer * per) // max(1, per - 1)
+
+    return owner
+
+
+TileTime = Callable[[int, int], float]
+
+
+def busiest_core_us(
+    gemm: Gemm, tiling: Tiling, dim: int, tile_us: Callable[[int, int], float], a_load_us: Callable[[int], float]
+) -> float:
+    """The time of the core with the most work, each core's time the sum of its tiles' times
+    (``tile_us(rows, cols)``: an edge tile is shorter or narrower than a full one). CATLASS kernels hand
+    tile ``t`` (in swizzle order, K slices of one output tile consecutive, batches outermost) to core
+    ``t mod dim`` (CATLASS's tuning guide: 24 tiles on 20 cores, swizzle <3,1> against <4,1>); with
+    ``resident_a`` each core takes a contiguous run of output tiles instead and loads each A block it
+    touches once (``a_load_us(rows)``)."""
+    edges = _edges(gemm, tiling)
+    times: dict[tuple[int, int], float] = {}
+
+    def tile_time(row: int, col: int) -> float:
+        rows = min(edges.last_m if row == edges.loops_m - 1 else tiling.tile_m, _pad(gemm.m))
+        cols = min(edges.last_n if col == edges.loops_n - 1 else tiling.tile_n, _pad(gemm.n))
+        if (rows, cols) not in times:
+            times[rows, cols] = tile_us(rows, cols)
+        return times[rows, cols]
+
+    if tiling.resident_a:
+        return _contiguous_runs_us(gemm, tiling, dim, edges, tile_time, a_load_us)
+    return _round_robin_us(gemm, tiling, dim, edges, tile_time)
+
+
+def _round_robin_us(gemm: Gemm, tiling: Tiling, dim: int, edges: _Edges, tile_time: TileTime) -> float:
+    """Tile ``t`` on core ``t mod dim``: every core's count of full tiles, corrected for the edge tiles
+    it holds (the last tile row and column, found by :func:`block_index`)."""
+    blocks = edges.loops_m * edges.loops_n
+    tiles = gemm.batch * blocks * tiling.split_k
+    full = tile_time(0, 0)  # a full tile, or the only shape when M or N is a single tile
+    base, extra = divmod(tiles, dim)
+    totals = [full * (base + (core < extra)) for core in range(min(dim, tiles))]
+    edge_tiles = {(edges.loops_m - 1, col) for col in range(edges.loops_n)}
+    edge_tiles |= {(row, edges.loops_n - 1) for row in range(edges.loops_m)}
+    if len(edge_tiles) * gemm.batch * tiling.split_k > _EXACT_TILES:
+        return max(totals)
+    for row, col in edge_tiles:
+        delta = tile_time(row, col) - full
+        if not delta:
+            continue
+        block = block_index(row, col, edges.loops_m, edges.loops_n, tiling.swizzle)
+        for batch in range(gemm.batch):
+            first = (batch * blocks + block) * tiling.split_k
+            for task in range(first, first + tiling.split_k):
+                totals[task % dim] += delta
+    return max(totals)
+
+
+def _contiguous_runs_us(
+    gemm: Gemm, tiling: Tiling, dim: int, edges: _Edges, tile_time: TileTime, a_load_us: Callable[[int], float]
+) -> float:
+    """Each core walks K over its contiguous run of output tiles (:func:`_range_owner`), loading each
+    A block (tile row, K slice) once."""
+    blocks = edges.loops_m * edges.loops_n
+    if gemm.batch * blocks > _EXACT_TILES:
+        return -(-gemm.batch * blocks // dim) * tiling.split_k * tile_time(0, 0)
+    owner = _range_owner(gemm.batch * blocks, dim)
+    totals = [0.0] * min(dim, gemm.batch * blocks)
+    rows_held: set[tuple[int, int, int]] = set()
+    for task in range(gemm.batch * blocks):
+        batch, block = divmod(task, blocks)
+        row, col = block_coord(block, edges.loops_m, edges.loops_n, tiling.swizzle)
+        core = owner(task)
+        totals[core] += tiling.split_k * tile_time(row, col)
+        if (core, batch, row) not in rows_held:
+            rows_held.add((core, batch, row))
+            rows = min(edges.last_m if row == edges.loops_m - 1 else tiling.tile_m, _pad(gemm.m))
+            totals[core] += tiling.split_k * a_load_us(rows)
+    return max(totals)
 
 
 def cube_us(
@@ -117,11 +255,14 @@ def cube_us(
 ) -> float:
     """Body time of a tiled matmul on ``dim`` Cube cores (see the module docstring)."""
     dim = max(1, dim)
+    gemm, tiling = _held_along_n(gemm, tiling)
     tiles = tile_count(gemm, tiling)
     rounds = -(-tiles // dim)
     m_t, n_t = min(tiling.tile_m, _pad(gemm.m)), min(tiling.tile_n, _pad(gemm.n))
     k_t = -(-_pad(gemm.k) // tiling.split_k)
-    load = (m_t + n_t) * k_t * gemm.item_in + m_t * n_t * (4 if tiling.split_k > 1 else gemm.item_out)
+    out_item = 4 if tiling.split_k > 1 else gemm.item_out
+    a_item = 0 if tiling.resident_a else gemm.item_in
+    load = (m_t * a_item + n_t * gemm.item_in) * k_t + m_t * n_t * out_item
     traffic = hbm_traffic(gemm, tiling, dim, unique_bytes, profile.l2_mib * 2**20)
     from_hbm = min(1.0, traffic / max(1.0, rounds * dim * load))
     per_byte = (
@@ -130,15 +271,56 @@ def cube_us(
     core_tflops = peak_tflops / profile.cores("cube")
     efficiency = profile.compute_int8_efficiency if gemm.item_in == 1 else profile.compute_efficiency
 
-    def tile_us(rows: int) -> float:
-        compute = 2.0 * rows * n_t * k_t / (core_tflops * 1e6 * efficiency)
-        move = (
-            (rows + n_t) * k_t * gemm.item_in + rows * n_t * (4 if tiling.split_k > 1 else gemm.item_out)
-        ) * per_byte
+    def tile_us(rows: int, cols: int) -> float:
+        compute = 2.0 * rows * cols * k_t / (core_tflops * 1e6 * efficiency)
+        move = ((rows * a_item + cols * gemm.item_in) * k_t + rows * cols * out_item) * per_byte
         return max(compute, move) + (1.0 - profile.pipeline_overlap) * min(compute, move)
 
+    def a_load_us(rows: int) -> float:
+        return rows * k_t * gemm.item_in * per_byte
+
     fill = (m_t + n_t) * min(profile.cube_k_block, k_t) * gemm.item_in * per_byte
-    body = fill + (rounds - 1) * tile_us(m_t) + tile_us(_last_round_rows(gemm, tiling, tiles, dim))
-    partials = 2.0 * tiling.split_k * gemm.batch * gemm.m * gemm.n * 4 if tiling.split_k > 1 else 0.0
+    body = fill + busiest_core_us(gemm, tiling, dim, tile_us, a_load_us)
+    partials = _partials_bytes(gemm, tiling)
     hbm_us = (traffic + partials) / (profile.hbm_gbps * profile.memory_efficiency * 1e3)
     return max(body, hbm_us)
+
+
+def _partials_bytes(gemm: Gemm, tiling: Tiling) -> float:
+    """HBM bytes of split-K's fp32 partial sums: every slice written and read back by the reduction
+    (multi-core split-K), or, when each core accumulates its slices in place with atomic adds
+    (``resident_a``, single-core split-K), the one fp32 result written and read back by the cast."""
+    if tiling.split_k <= 1:
+        return 0.0
+    outputs = gemm.batch * gemm.m * gemm.n * 4
+    return 2.0 * outputs * (1 if tiling.resident_a else tiling.split_k)
+
+
+def single_core_split_k(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
+    """CATLASS's single-core split-K (example 34): L1 tiles of ``slice_k_tile_m x slice_k_tile_n``, K
+    walked in slices of ``slice_k_depth_bytes``, each core keeping its A block in L1 while it sweeps
+    its run of output tiles along N (Nz order) and adding every slice's partial tile into the fp32
+    result with atomic adds. When M > N the example transposes all of it (128x256 tiles, Zn order,
+    the B block held): :func:`cube_us` prices that as the transposed product."""
+    rows, cols, direction = profile.slice_k_tile_m, profile.slice_k_tile_n, 1
+    if gemm.m > gemm.n:
+        rows, cols, direction = cols, rows, 0
+    depth = max(_FRACTAL, profile.slice_k_depth_bytes // max(1, int(gemm.item_in)))
+    return Tiling(rows, cols, -(-gemm.k // depth), (profile.cube_swizzle_offset, direction), resident_a=True)
+
+
+def _held_along_n(gemm: Gemm, tiling: Tiling) -> tuple[Gemm, Tiling]:
+    """A single-core split-K that holds B (M > N) as the transposed product C^T = B^T A^T, which holds
+    its A: the same tiles, loads and order with rows and columns swapped."""
+    if not tiling.resident_a or gemm.m <= gemm.n:
+        return gemm, tiling
+    swizzle = (tiling.swizzle[0], 1 - tiling.swizzle[1])
+    return gemm._replace(m=gemm.n, n=gemm.m), tiling._replace(tile_m=tiling.tile_n, tile_n=tiling.tile_m, swizzle=swizzle)
+
+
+def cast_epilogue_us(gemm: Gemm, profile: "HardwareProfile") -> float:
+    """The AIV pass that casts single-core split-K's fp32 result to the output dtype after the Cube
+    has finished (CATLASS's ``RemovePaddingNDAndCastC``): the fp32 result read and the output written,
+    at the HBM rate."""
+    nbytes = gemm.batch * gemm.m * gemm.n * (4 + gemm.item_out)
+    return nbytes / (profile.hbm_gbps * profile.memory_efficiency * 1e3)

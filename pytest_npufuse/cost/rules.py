@@ -36,7 +36,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .cube import Gemm, Tiling, cann_tiling, cube_us, output_tiles, split_k, tile_count
+from .cube import (
+    Gemm, Tiling, cann_tiling, cast_epilogue_us, cube_us, output_tiles, single_core_split_k, split_k, tile_count,
+)
 from .registry import Work, register_cost_rule
 
 if TYPE_CHECKING:
@@ -287,7 +289,7 @@ Strategy = Callable[[Gemm, "HardwareProfile"], Tiling]
 
 
 def _tiles_strategy(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
-    return output_tiles(profile)
+    return output_tiles(gemm, profile)
 
 
 def tiled_block_dim(strategy: Strategy) -> Callable[["Kernel", "HardwareProfile"], int]:
@@ -311,6 +313,13 @@ def tiled_body(strategy: Strategy) -> Callable[["Kernel", int, "HardwareProfile"
         return sync_us + cube_us(gemm, strategy(gemm, profile), dim, kernel.bytes, peak, profile)
 
     return body_us
+
+
+def slice_k_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """CATLASS's single-core split-K (:func:`pytest_npufuse.cost.cube.single_core_split_k`): the Cube
+    part, then the AIV cast of its fp32 result, which waits for every Cube core to finish."""
+    gemm = _gemm(kernel)
+    return tiled_body(single_core_split_k)(kernel, dim, profile) + cast_epilogue_us(gemm, profile)
 
 
 matmul_block_dim = tiled_block_dim(cann_tiling)
@@ -436,6 +445,10 @@ register_cost_rule(
 register_cost_rule(
     "matmul_split_k", block_dim=tiled_block_dim(split_k), flops=matmul_flops, bytes=io_bytes,
     body_us=tiled_body(split_k), tiling="complex",
+)
+register_cost_rule(
+    "matmul_slice_k", block_dim=tiled_block_dim(single_core_split_k), flops=matmul_flops, bytes=io_bytes,
+    body_us=slice_k_us, tiling="complex",
 )
 register_cost_rule(
     "linear", block_dim=matmul_block_dim, flops=matmul_flops, bytes=linear_bytes, body_us=matmul_us, tiling="complex"

@@ -71,6 +71,11 @@ class HardwareProfile:
     cube_k_block: int
     decode_tile_n: int
     decode_tile_k: int
+    cube_swizzle_offset: int
+    cube_swizzle_direction: str
+    slice_k_tile_m: int
+    slice_k_tile_n: int
+    slice_k_depth_bytes: int
     overhead_us: Mapping[str, float]
     aicpu: int
     comm_gbps: float
@@ -161,7 +166,8 @@ _SCALAR_KEYS: Mapping[str, Mapping[str, str]] = {
     "efficiency": {"compute_efficiency": "compute", "compute_int8_efficiency": "compute_int8",
                    "memory_efficiency": "memory", **_same("pipeline_overlap", "l2_activation_share")},
     "tiling": _same("cube_tile_m", "cube_tile_n", "vector_block_bytes", "cube_fractal", "cube_k_block",
-                    "decode_tile_n", "decode_tile_k"),
+                    "decode_tile_n", "decode_tile_k", "cube_swizzle_offset", "cube_swizzle_direction",
+                    "slice_k_tile_m", "slice_k_tile_n", "slice_k_depth_bytes"),
     "comm": {"comm_gbps": "link_gbps", "comm_latency_us": "latency_us", "comm_efficiency": "efficiency",
              "comm_ranks": "ranks"},
     "mc2": {"mc2_phase_us": "phase_us", "mc2_rank_us": "rank_us"},
@@ -207,7 +213,8 @@ def profile_from_data(data: dict[str, Any], source: str) -> HardwareProfile:
     corrections = _corrections(data.get("corrections", {}), f"{source} [corrections]")
     canonical = repr(sorted(_flatten(data)))
     profile = HardwareProfile(
-        **{name: get(section, key, _KINDS[kind]) for name, (section, key, kind) in _SCALARS.items()},
+        **{name: get(section, key, _KINDS[kind]) for name, (section, key, kind) in _SCALARS.items()}
+        | {"cube_swizzle_direction": _swizzle_direction(get("tiling", "cube_swizzle_direction", str), source)},
         cube_tflops=rates("cube_tflops"),
         vector_tflops=rates("vector_tflops"),
         overhead_us=MappingProxyType({key: get("overhead_us", key, float) for key in _OVERHEAD_KEYS}),
@@ -258,6 +265,20 @@ def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], so
                 raise ProfileError(
                     f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ".")
                 )
+
+
+SWIZZLE_DIRECTIONS = ("auto", "zn", "nz")
+
+
+def _swizzle_direction(value: str, source: str) -> str:
+    """``[tiling] cube_swizzle_direction``: ``zn`` walks bands of tile rows, ``nz`` bands of tile columns,
+    ``auto`` picks by the output's shape."""
+    if value not in SWIZZLE_DIRECTIONS:
+        raise ProfileError(
+            f"{source} [tiling]: key 'cube_swizzle_direction' is {value!r}, expected one of "
+            f"{', '.join(SWIZZLE_DIRECTIONS)}; fix it in that table."
+        )
+    return value
 
 
 def _check_range(value: float, section: str, key: str, where: str) -> None:

@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 from pytest_npufuse import cost
-from pytest_npufuse.cost.cube import Gemm, Tiling, cube_us, hbm_traffic
+from pytest_npufuse.cost.cube import Gemm, Tiling, block_coord, block_index, cube_us, hbm_traffic, single_core_split_k
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.target.profile import load_profile
@@ -24,6 +24,13 @@ CATALOG = load_catalog(
             "sync_all": False,
             "block_dim": "auto",
             "cost": "matmul_split_k",
+        },
+        "t::slice_k": {
+            "engine": "cube",
+            "fusable": False,
+            "sync_all": False,
+            "block_dim": "auto",
+            "cost": "matmul_slice_k",
         },
     }
 )
@@ -91,3 +98,74 @@ def test_cube_efficiency_depends_on_the_shape():
 
     assert share_of_peak(8192, 8192, 8192) > 3 * share_of_peak(16, 8192, 8192)
     assert share_of_peak(8192, 8192, 8192) > share_of_peak(512, 512, 8192)
+
+
+def test_tiles_go_to_the_cores_in_catlass_swizzle_order():
+    """CATLASS's GemmIdentityBlockSwizzle<3, 0> walks bands of three tile rows in an S: the tenth tile
+    (index 9) starts the second band at its last column."""
+    order = [block_coord(i, 8, 3, (3, 0)) for i in range(12)]
+    assert order[:4] == [(0, 0), (1, 0), (2, 0), (0, 1)]
+    assert order[9:12] == [(3, 2), (4, 2), (5, 2)]
+    assert block_coord(4, 2, 24, (3, 1)) == (1, 1)  # Nz: bands of three tile columns, rows inside
+
+
+def test_a_tile_position_in_the_swizzle_order_inverts_its_coordinates():
+    """The per-core sum finds each edge tile's core from its position in the order; the position must
+    be the one block_coord walks, for every band width, direction and a band cut short."""
+    for loops in ((8, 3), (2, 24), (7, 5), (1, 9), (13, 1)):
+        for swizzle in ((3, 0), (3, 1), (4, 1), (1, 0), (20, 1)):
+            for index in range(loops[0] * loops[1]):
+                assert block_index(*block_coord(index, *loops, swizzle), *loops, swizzle) == index
+
+
+def test_swizzle_decides_which_core_gets_the_short_edge_tiles():
+    """CATLASS's tuning guide, 160 x 6144 x 2048 on 20 cores: 48 tiles, a row of 128-high and one of
+    32-high. Swizzle <3,1> leaves cores with 128 + 128 + 32 rows, <4,1> at most 128 + 128: faster."""
+    gemm = Gemm(1, 160, 6144, 2048, 2, 2)
+    unique = (160 * 2048 + 2048 * 6144 + 160 * 6144) * 2
+    peak = B3.cube_tflops["float16"]
+    three, four = (
+        cube_us(gemm, Tiling(128, 256, 1, (offset, 1)), B3.aic, unique, peak, B3) for offset in (3, 4)
+    )
+    assert 1.05 < three / four < 1.4
+
+
+def test_a_narrow_edge_tile_costs_less_than_a_full_one():
+    """1024 x 576 in 128 x 256 tiles is 8 x 3 tiles whose last column is 64 wide: on 20 cores the four
+    cores with two tiles take less than two full tiles' time when one of them is an edge tile."""
+    full = Gemm(1, 1024, 768, 6144, 2, 2)
+    edged = Gemm(1, 1024, 576, 6144, 2, 2)
+    unique = lambda g: (g.m * g.k + g.k * g.n + g.m * g.n) * 2  # noqa: E731
+    peak = B3.cube_tflops["float16"]
+    tiling = Tiling(128, 256, 1, (3, 0))
+    assert cube_us(edged, tiling, B3.aic, unique(edged), peak, B3) < cube_us(full, tiling, B3.aic, unique(full), peak, B3)
+
+
+def test_single_core_split_k_keeps_a_in_l1_and_beats_the_basic_tiling_on_deep_k():
+    """CATLASS example 34: each core keeps its A block in L1 and sweeps N, adding each K slice into
+    the fp32 result atomically; it moves less from GM than the basic kernel on a large GEMM with a deep
+    K (the example's table: 1.3-1.7x faster), then casts the result on the AIV. When M > N it holds
+    B instead, priced as the transposed product."""
+    a2 = load_profile("910b2")
+    gemm = Gemm(1, 4096, 4096, 40000, 2, 2)
+    tiling = single_core_split_k(gemm, a2)
+    assert (tiling.tile_m, tiling.tile_n, tiling.resident_a) == (256, 128, True)
+    assert tiling.split_k == -(-40000 // 512)
+    builder = ProgramBuilder(CATALOG)
+    a, b = builder.input("a", (4096, 40000)), builder.input("b", (40000, 4096))
+    out = builder.op("t::slice_k", [a, b], (4096, 4096))
+    basic = builder.op("t::tiles", [a, b], (4096, 4096))
+    kernels = {kernel.node: kernel for kernel in builder.kernels}
+    assert body(kernels[out], a2) < body(kernels[basic], a2)
+    resident = cube_us(gemm, tiling, a2.aic, 0, a2.cube_tflops["float16"], a2)
+    streamed = cube_us(gemm, tiling._replace(resident_a=False), a2.aic, 0, a2.cube_tflops["float16"], a2)
+    assert resident < streamed
+
+
+def test_single_core_split_k_holds_b_when_m_exceeds_n_as_the_transposed_product():
+    a2 = load_profile("910b2")
+    wide, tall = Gemm(1, 2048, 4096, 8000, 2, 2), Gemm(1, 4096, 2048, 8000, 2, 2)
+    wide_tiling, tall_tiling = single_core_split_k(wide, a2), single_core_split_k(tall, a2)
+    assert (tall_tiling.tile_m, tall_tiling.tile_n, tall_tiling.swizzle[1]) == (128, 256, 0)
+    peak = a2.cube_tflops["float16"]
+    assert cube_us(tall, tall_tiling, a2.aic, 0, peak, a2) == cube_us(wide, wide_tiling, a2.aic, 0, peak, a2)
