@@ -10,6 +10,9 @@ Matmuls on low-precision or int8 inputs run as the modeled Cube computes them (`
 Both variants of a check run the same kernels on the same inputs, so a kernel is computed once: the
 BASELINE run keeps the values the VARIANT needs, and the VARIANT recomputes only the *cone* of its racy
 reads (the kernels that read poisoned memory and everything downstream of them).
+
+A functionalized optimizer step's ``_foreach_*`` kernels are computed in place where no node can tell
+(:mod:`.inplace`): the same bits, without parameter-sized allocations and copies back.
 """
 
 from __future__ import annotations
