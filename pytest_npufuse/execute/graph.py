@@ -10,6 +10,9 @@ Matmuls on low-precision or int8 inputs run as the modeled Cube computes them (`
 Both variants of a check run the same kernels on the same inputs, so a kernel is computed once: the
 BASELINE run keeps the values the VARIANT needs, and the VARIANT recomputes only the *cone* of its racy
 reads (the kernels that read poisoned memory and everything downstream of them).
+
+A functionalized optimizer step's ``_foreach_*`` kernels are computed in place where no node can tell
+(:mod:`.inplace`): the same bits, without parameter-sized allocations and copies back.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..frontend.lower import mutated_arguments, op_type_of
 from ..frontend.source import source_line
 from ..ir.program import Program
 from ..numerics.exact import cube_addmm, cube_baddbmm, cube_matmul, int_matmul
+from .inplace import in_place_overloads
 
 _ATEN = torch.ops.aten
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -189,6 +193,9 @@ def run_graph(
     (``torch.zeros(n)`` in its forward), traced on the meta device, are created on the CPU.
     """
     stale_of_node = {kernel.node: stale_reads[kernel.name] for kernel in program.kernels if kernel.name in stale_reads}
+    # A run that keeps no value for later, observes nothing and computes every node may compute in place.
+    plain = not keep and only is None and observe is None and materialize is None
+    in_place = {name: op for name, op in in_place_overloads(gm).items() if name not in stale_of_node} if plain else {}
     kernel_nodes = {kernel.node for kernel in program.kernels}
     last_use = _last_uses(gm)
     held = keep | {arg.name for arg in gm.graph.output_node().all_input_nodes}
@@ -215,7 +222,10 @@ def run_graph(
                 for arg in node.all_input_nodes:
                     if arg.name in pending:
                         env[arg.name] = materialize(pending.pop(arg.name), env[arg.name])
-            env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), materialize is not None)
+            if node.name in in_place:
+                env[node.name] = _call_in_place(node, env, in_place[node.name])
+            else:
+                env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), materialize is not None)
             computed += node.name in kernel_nodes
             if observe is not None:
                 read = [env[arg.name] for arg in node.all_input_nodes if isinstance(env.get(arg.name), torch.Tensor)]
@@ -235,14 +245,24 @@ def run_graph(
 _META = torch.device("meta")
 
 
-def _call(node: torch.fx.Node, env: Mapping[str, Any], stale: frozenset[str], traced_on_meta: bool = False) -> Any:
-    """One node's value: its Cube kernel or aten op, with poisoned memory for its racy reads."""
+def _call_in_place(node: torch.fx.Node, env: Mapping[str, Any], op: Any) -> list[torch.Tensor]:
+    """A functional ``_foreach_*`` node computed by its in-place overload (:mod:`.inplace` says when
+    that is invisible): its value is its first operand's tensors, now holding the results."""
+    _call(node, env, frozenset(), kernel=op)
+    return [env[arg.name] for arg in node.args[0]]
+
+
+def _call(
+    node: torch.fx.Node, env: Mapping[str, Any], stale: frozenset[str], traced_on_meta: bool = False, *,
+    kernel: Any = None,
+) -> Any:
+    """One node's value: its Cube kernel or aten op (or ``kernel``), with poisoned memory for its racy reads."""
 
     def read(arg: torch.fx.Node) -> Any:
         value = env[arg.name]
         return poison(value) if arg.name in stale and isinstance(value, torch.Tensor) else value
 
-    kernel = CUBE_KERNELS.get(node.target, node.target)
+    kernel = kernel or CUBE_KERNELS.get(node.target, node.target)
     kwargs = torch.fx.node.map_arg(node.kwargs, read)
     if traced_on_meta and kwargs.get("device") == _META:
         kwargs = {**kwargs, "device": torch.device("cpu")}

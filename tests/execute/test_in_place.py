@@ -1,0 +1,85 @@
+"""A functionalized optimizer step computed in place on the CPU: the same bits, and only where no node
+can tell (execute/inplace.py)."""
+
+import operator
+
+import torch
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from pytest_npufuse.execute.graph import run_graph
+from pytest_npufuse.execute.inplace import in_place_overloads
+from pytest_npufuse.frontend.lower import build_program
+from pytest_npufuse.target.catalog import load_catalog
+
+
+def functionalized(step, *lists):
+    """The aten graph AOT hands our backend for ``step`` (input mutations kept as a copy_ epilogue)."""
+    seen = {}
+
+    def backend(gm, example_inputs):
+        def fw(aten_gm, _):
+            seen["gm"] = aten_gm
+            return aten_gm
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw, keep_inference_input_mutations=True)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(step, backend=backend, fullgraph=True, dynamic=False)(*[[t.clone() for t in ts] for ts in lists])
+    return seen["gm"]
+
+
+def adam_like(params, exp_avgs, grads):
+    torch._foreach_mul_(params, 0.9)
+    torch._foreach_mul_(exp_avgs, 0.9)
+    torch._foreach_add_(exp_avgs, grads, alpha=0.1)
+    denom = torch._foreach_sqrt(torch._foreach_mul(exp_avgs, exp_avgs))
+    torch._foreach_add_(denom, 1e-8)
+    torch._foreach_addcdiv_(params, exp_avgs, denom, value=-0.01)
+
+
+def tensors(seed):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(17, 5, generator=gen), torch.randn(3, generator=gen)]
+
+
+def bits(tensor):
+    return tensor.view(torch.int32)
+
+
+def run(gm, flat, in_place):
+    """Run the graph on copies of ``flat``; out of place when an observer asks to see every value."""
+    args = [t.clone() for t in flat]
+    run_graph(gm, build_program(gm, load_catalog()), args, {}, observe=None if in_place else lambda *_: None)
+    return args
+
+
+def test_an_optimizer_step_runs_in_place_with_the_same_bits():
+    params, exp_avgs, grads = tensors(0), tensors(1), tensors(2)
+    gm = functionalized(adam_like, params, exp_avgs, grads)
+    chosen = in_place_overloads(gm)
+    nodes = {node.name: node for node in gm.graph.nodes}
+    written = {node.args[0].name for node in gm.graph.nodes if node.target is torch.ops.aten.copy_.default}
+    selves = [element for name in chosen for element in nodes[name].args[0]]
+    # Inputs the graph overwrites and dead intermediates are computed in place; an input it only reads never.
+    assert any(element.op == "placeholder" for element in selves)
+    assert any(element.target is operator.getitem for element in selves)
+    assert all(element.op != "placeholder" or element.name in written for element in selves)
+    flat = [*params, *exp_avgs, *grads]
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    assert len(placeholders) == len(flat)
+    for got, want in zip(run(gm, flat, True), run(gm, flat, False)):
+        assert torch.equal(bits(got), bits(want))
+
+
+def reads_the_old_value(params):
+    doubled = torch._foreach_mul(params, 2.0)
+    torch._foreach_add_(params, doubled)
+
+
+def test_an_input_read_after_the_kernel_that_would_overwrite_it_stays_out_of_place():
+    params = tensors(3)
+    gm = functionalized(reads_the_old_value, params)
+    assert in_place_overloads(gm) == {}
+    for got, want in zip(run(gm, params, True), params):
+        assert torch.equal(got, want * 3)
