@@ -168,14 +168,16 @@ def _cube(
     left32 = left.to(torch.float32)
     *batch, k, n = right.shape
     columns = _block_columns(k, batch)
-    blocks = []
-    with _one_thread():
-        for start in range(0, max(n, 1), columns):
-            block = torch.matmul(left32, right[..., start : start + columns].to(torch.float32))
-            if alpha != 1:
-                block = block * alpha
-            blocks.append(block)
-    product = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-1)
+    with one_thread():
+        if n <= columns:
+            product = torch.matmul(left32, right.to(torch.float32))
+            product = product * alpha if alpha != 1 else product
+        else:  # each block written in place at once: kept blocks would pin the freed fp32 copies in the heap
+            product = torch.empty(*torch.broadcast_shapes(left.shape[:-2], tuple(batch)), left.shape[-2], n,
+                                  dtype=torch.float32)
+            for start in range(0, n, columns):
+                block = torch.matmul(left32, right[..., start : start + columns].to(torch.float32))
+                product[..., start : start + columns] = block * alpha if alpha != 1 else block
     product = _squeeze(product, squeeze)
     if bias is not None and beta != 0:
         product = product + (bias.to(torch.float32) if beta == 1 else bias.to(torch.float32) * beta)
@@ -220,8 +222,11 @@ def _squeeze(values: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
 
 
 @contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run BLAS on one thread so a float sum's order never depends on the caller's thread count."""
+def one_thread() -> Iterator[None]:
+    """Run torch's kernels (BLAS among them) on one intra-op thread in the calling thread, restored after:
+    here, so a float sum's order never depends on the caller's thread count; around numerics that run on
+    a worker thread beside a capture, so the two Python threads share the cores without a pool of
+    OpenMP threads oversubscribing them."""
     threads = torch.get_num_threads()
     if threads == 1:
         yield
