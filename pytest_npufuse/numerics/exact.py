@@ -28,7 +28,7 @@ rarely, the rounded output.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Optional
 
@@ -56,35 +56,47 @@ that wraps around computes (addition modulo 2**32 is associative, so the order d
 """
 
 CUBE_INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-CUBE_BLOCK_BYTES = 64 << 20
-"""Bound on the fp32 copy of the right operand made at once: wider operands are done in column blocks so
-a large weight never exists in fp32 as a whole.  The block width is a function of the shapes alone, so
-the bits stay deterministic (BLAS may order a block's sums differently from a whole matrix's)."""
+CUBE_BLOCK_BYTES = 8 << 20
+"""Bound on the fp32 copy of the right operand made at once (by every helper here): wider operands are
+done in column blocks so a large weight never exists in fp32 as a whole.  The bound is small on purpose:
+a block this size is served again and again from the allocator's heap and stays in the CPU's cache,
+while a block above glibc's largest mmap threshold (32 MB) is a fresh mapping each time, and the page
+faults of zero-filling it cost more than the product (a 48 x 7168 x 129280 LM head: 7.6 s with 64 MB
+blocks, 2.7 s with 8 MB, on one core).  The block width is a function of the shapes alone, so the bits
+stay deterministic (BLAS may order a block's sums differently from a whole matrix's); integer products
+are exact whatever the blocks."""
 
 
 def int_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact int8 x int8 -> int32 ``a @ b`` with int32 wrap-around, batched and broadcast like ``torch.matmul``.
 
-    k is cut into chunks of at most :data:`INT8_K_CHUNK`; each chunk is one fp32 BLAS product, exact by
-    the argument in that constant's docstring.  The chunk results (integers of absolute value <= 2**24,
+    k is cut into chunks of at most :data:`INT8_K_CHUNK` and the columns into blocks of at most
+    :data:`CUBE_BLOCK_BYTES` of fp32; each (chunk, block) tile is one fp32 BLAS product, exact by the
+    argument in :data:`INT8_K_CHUNK`'s docstring.  The tile results (integers of absolute value <= 2**24,
     converted to int32 exactly) are added in int32 when k <= :data:`INT32_SAFE_K` (no overflow is
     possible) and in int64 otherwise, then wrapped modulo 2**32 into int32.  The result equals
     ``torch._int_mm`` bit for bit where that op applies, at fp32 BLAS speed on any CPU.
     """
     _require_dtypes("int_matmul", a, b, (torch.int8,))
     left, right, squeeze = _as_matrices(a, b)
-    k = left.shape[-1]
     _require_inner("int_matmul", left, right)
+    k, n = right.shape[-2:]
+    batch = torch.broadcast_shapes(left.shape[:-2], right.shape[:-2])
     accumulator = torch.int32 if k <= INT32_SAFE_K else torch.int64
-    total: Optional[torch.Tensor] = None
-    for start in range(0, max(k, 1), INT8_K_CHUNK):
-        chunk = torch.matmul(
-            left[..., start : start + INT8_K_CHUNK].to(torch.float32),
-            right[..., start : start + INT8_K_CHUNK, :].to(torch.float32),
-        ).to(accumulator)
-        total = chunk if total is None else total.add_(chunk)
-    assert total is not None  # the loop runs at least once
+    total = torch.zeros(*batch, left.shape[-2], n, dtype=accumulator)
+    columns = _block_columns(min(k, INT8_K_CHUNK), right.shape[:-2])
+    for start in range(0, k, INT8_K_CHUNK):
+        left32 = left[..., start : start + INT8_K_CHUNK].to(torch.float32)
+        rows = right[..., start : start + INT8_K_CHUNK, :]
+        for column in range(0, n, columns):
+            tile = rows[..., column : column + columns].to(torch.float32)
+            total[..., column : column + columns] += torch.matmul(left32, tile).to(accumulator)
     return _squeeze(wrap_to_int32(total), squeeze)
+
+
+def _block_columns(k: int, batch: Sequence[int]) -> int:
+    """Columns of a right operand with ``k`` rows (per batch entry) whose fp32 copy fits :data:`CUBE_BLOCK_BYTES`."""
+    return max(1, CUBE_BLOCK_BYTES // (4 * max(1, k) * max(1, math.prod(batch))))
 
 
 def wrap_to_int32(values: torch.Tensor) -> torch.Tensor:
@@ -150,15 +162,17 @@ def _cube(
     target = out_dtype or a.dtype
     left32 = left.to(torch.float32)
     *batch, k, n = right.shape
-    columns = max(1, CUBE_BLOCK_BYTES // (4 * max(1, k) * max(1, math.prod(batch))))
-    blocks = []
-    with _one_thread():
-        for start in range(0, max(n, 1), columns):
-            block = torch.matmul(left32, right[..., start : start + columns].to(torch.float32))
-            if alpha != 1:
-                block = block * alpha
-            blocks.append(block)
-    product = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-1)
+    columns = _block_columns(k, batch)
+    with one_thread():
+        if n <= columns:
+            product = torch.matmul(left32, right.to(torch.float32))
+            product = product * alpha if alpha != 1 else product
+        else:  # each block written in place at once: kept blocks would pin the freed fp32 copies in the heap
+            product = torch.empty(*torch.broadcast_shapes(left.shape[:-2], tuple(batch)), left.shape[-2], n,
+                                  dtype=torch.float32)
+            for start in range(0, n, columns):
+                block = torch.matmul(left32, right[..., start : start + columns].to(torch.float32))
+                product[..., start : start + columns] = block * alpha if alpha != 1 else block
     product = _squeeze(product, squeeze)
     if bias is not None and beta != 0:
         product = product + (bias.to(torch.float32) if beta == 1 else bias.to(torch.float32) * beta)
@@ -203,8 +217,11 @@ def _squeeze(values: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
 
 
 @contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run BLAS on one thread so a float sum's order never depends on the caller's thread count."""
+def one_thread() -> Iterator[None]:
+    """Run torch's kernels (BLAS among them) on one intra-op thread in the calling thread, restored after:
+    here, so a float sum's order never depends on the caller's thread count; around numerics that run on
+    a worker thread beside a capture, so the two Python threads share the cores without a pool of
+    OpenMP threads oversubscribing them."""
     threads = torch.get_num_threads()
     if threads == 1:
         yield

@@ -290,19 +290,25 @@ def _tnd_to_bnsd(tensor: torch.Tensor, lengths: list[int], width: int) -> torch.
 
 
 def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, layout: str, kv_heads: int) -> torch.Tensor:
-    """float32 [B, N_kv, blocks x block_size, D]: each sequence's blocks, in block_table order."""
-    if _is_nz(cache):  # [blocks, N_kv, D / c, block_size, c] -> [blocks, N_kv, block_size, D]
-        blocks, heads, runs, size, run = cache.shape
-        cache = cache.permute(0, 1, 3, 2, 4).reshape(blocks, heads, size, runs * run)
-    elif cache.dim() == 3 or layout not in HEADS_FIRST_CACHE_LAYOUTS:  # BnBsH: [blocks, block_size, N_kv(, D)]
-        cache = cache.reshape(cache.shape[0], cache.shape[1], kv_heads, -1).transpose(1, 2)
+    """float32 [B, N_kv, blocks x block_size, D]: each sequence's blocks, in block_table order. Only the
+    blocks the table names are gathered (in the cache's own dtype and layout), then moved into place and
+    widened in one copy: a decode step's cache is hundreds of MB, and every extra pass over it is a copy."""
+    if not _is_nz(cache) and (cache.dim() == 3 or layout not in HEADS_FIRST_CACHE_LAYOUTS):
+        cache = cache.reshape(cache.shape[0], cache.shape[1], kv_heads, -1).transpose(1, 2)  # BnBsH, as a view
     blocks = cache.shape[0]
     table = block_table.to(torch.int64)
     if bool(((table < 0) | (table >= blocks)).any()):
         raise OpArgumentError(f"block_table holds block ids outside [0, {blocks}) (the cache's block count)")
-    gathered = cache[table]  # [B, max_blocks, N_kv, block_size, D]
-    batch, count, _, size, dim = gathered.shape
-    return gathered.permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, count * size, dim).to(torch.float32)
+    gathered = cache[table]  # [B, max_blocks, N_kv, block_size, D], NZ: [B, max_blocks, N_kv, D / c, block_size, c]
+    batch, count, size = gathered.shape[0], gathered.shape[1], cache.shape[-2 if _is_nz(cache) else 2]
+    out = torch.empty(batch, kv_heads, count * size, cache.shape[2] * cache.shape[4] if _is_nz(cache) else cache.shape[3],
+                      dtype=torch.float32)
+    if _is_nz(cache):  # each block's D / c runs of c values, block_size rows apart, side by side
+        runs, run = cache.shape[2], cache.shape[4]
+        out.view(batch, kv_heads, count, size, runs, run).copy_(gathered.permute(0, 2, 1, 4, 3, 5))
+    else:
+        out.view(batch, kv_heads, count, size, -1).copy_(gathered.permute(0, 2, 1, 3, 4))
+    return out
 
 
 def _bnsd_to_layout(out: torch.Tensor, layout: str, q_lens: list[int], tokens: int) -> torch.Tensor:
@@ -401,44 +407,62 @@ class _Dequant:
     query_rope: torch.Tensor
     key_rope: torch.Tensor
 
+    def sequence(self, index: int) -> "_Dequant":
+        """The scales and rope parts of one sequence of the batch (its batch dim dropped)."""
+        return _Dequant(self.query[index], self.key, self.value, self.query_rope[index], self.key_rope[index])
+
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
                dequant: Optional[_Dequant] = None) -> tuple[torch.Tensor, _Softmax]:
     """softmax(scale * q k^T, masked) v in float32; returns (out [B, N, Sq, Dv], its softmax statistics).
 
     q is [B, N, Sq, D]; k / v are [B, N_kv, Skv, *] and query head ``h`` reads KV head ``h // (N / N_kv)``
-    (GQA, MQA and MLA's single KV head). The query heads of one KV head are multiplied as one matrix, so K
-    and V are never copied per query head (MLA decode has 128 query heads on one KV head). ``visible`` is
-    [B or 1, 1 or N, Sq, Skv].
+    (GQA, MQA and MLA's single KV head). ``visible`` is [B or 1, 1 or N, Sq, Skv].
 
-    With ``dequant`` q, k and v hold int8 values: ``q k^T`` is their exact integer product (fp32 is exact
-    here: |sum| <= D x 127^2 < 2^24 for D <= 1024), scaled by the query's and key's scales, plus the rope
-    scores; the output is ``probs v`` scaled by the value's scale.
+    Each sequence is computed on its own (:func:`_sequence_attention`): no value mixes sequences, and a
+    sequence's scores, exponentials and probabilities are a few MB that stay in the CPU's cache and the
+    allocator's heap, where a whole decode batch's are hundreds of MB of fresh pages per temporary.
     """
-    batch, heads, q_len, dim = q.shape
-    kv_heads = k.shape[1]
+    batch, heads, q_len, _ = q.shape
+    out = q.new_empty(batch, heads, q_len, v.shape[-1])
+    row_max, denom = q.new_empty(batch, heads, q_len, 1), q.new_empty(batch, heads, q_len, 1)
+    for b in range(batch):
+        mask = visible[b if visible.shape[0] > 1 else 0]
+        out[b], row_max[b], denom[b] = _sequence_attention(
+            q[b], k[b], v[b], mask, scale, dequant.sequence(b) if dequant is not None else None)
+    return out, _Softmax(row_max, denom)
+
+
+def _sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
+                        dequant: Optional[_Dequant]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One sequence of :func:`_attention`: q [N, Sq, D], k / v [N_kv, Skv, *], visible [1 or N, Sq, Skv];
+    returns (out [N, Sq, Dv], row max [N, Sq, 1], row sum [N, Sq, 1]).
+
+    The query heads of one KV head are multiplied as one matrix, so K and V are never copied per query
+    head (MLA decode has 128 query heads on one KV head). With ``dequant`` q, k and v hold int8 values:
+    ``q k^T`` is their exact integer product (fp32 is exact here: |sum| <= D x 127^2 < 2^24 for
+    D <= 1024), scaled by the query's and key's scales, plus the rope scores; the output is ``probs v``
+    scaled by the value's scale.
+    """
+    heads, q_len, dim = q.shape
+    kv_heads = k.shape[0]
     group = heads // kv_heads
-    grouped = q.reshape(batch, kv_heads, group * q_len, dim)
-    scores = cube_matmul(grouped, k.transpose(-1, -2))
+    scores = cube_matmul(q.reshape(kv_heads, group * q_len, dim), k.transpose(-1, -2))
     if dequant is not None:
-        q_scale = dequant.query.reshape(batch, kv_heads, group * q_len, 1)
-        rope = dequant.query_rope.reshape(batch, kv_heads, group * q_len, -1)
+        q_scale = dequant.query.reshape(kv_heads, group * q_len, 1)
+        rope = dequant.query_rope.reshape(kv_heads, group * q_len, -1)
         scores = scores * q_scale * dequant.key + cube_matmul(rope, dequant.key_rope.transpose(-1, -2))
-    scores = scores.reshape(batch, kv_heads, group, q_len, -1) * scale
-    if visible.shape[1] == heads:
-        visible = visible.reshape(visible.shape[0], kv_heads, group, q_len, -1)
-    else:
-        visible = visible.unsqueeze(2)
+    scores = scores.reshape(kv_heads, group, q_len, -1) * scale
+    visible = visible.reshape(kv_heads, group, q_len, -1) if visible.shape[0] == heads else visible.unsqueeze(1)
     scores = scores.masked_fill(~visible, float("-inf"))
     row_max = scores.amax(dim=-1, keepdim=True)
     exps = torch.exp(scores - torch.where(row_max > float("-inf"), row_max, 0.0))
     denom = pairwise_sum(exps, dim=-1, keepdim=True)
     probs = exps / torch.where(denom > 0, denom, 1.0)
-    out = cube_matmul(probs.reshape(batch, kv_heads, group * q_len, -1), v)
+    out = cube_matmul(probs.reshape(kv_heads, group * q_len, -1), v)
     if dequant is not None:
         out = out * dequant.value
-    stats = _Softmax(row_max.reshape(batch, heads, q_len, 1), denom.reshape(batch, heads, q_len, 1))
-    return out.reshape(batch, heads, q_len, -1), stats
+    return out.reshape(heads, q_len, -1), row_max.reshape(heads, q_len, 1), denom.reshape(heads, q_len, 1)
 
 
 @dataclass(frozen=True)
@@ -464,6 +488,7 @@ def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         _require_causal_mask(mask)
     q = _q_to_bnsd(query, geo, setup.q_lens)
     k = _kv_to_bnsd(key, geo, block_table, setup.kv_lens)
+    v = k if value is key else _kv_to_bnsd(value, geo, block_table, setup.kv_lens)  # MLA: one latent cache
     dequant = None
     if scales is not None:
         per_token = scales.query if geo.layout == "BSH" else scales.query.unsqueeze(-1)
@@ -474,7 +499,6 @@ def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     elif query_rope is not None:
         q = torch.cat([q, _q_to_bnsd(query_rope, geo, setup.q_lens)], dim=-1)
         k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, setup.kv_lens)], dim=-1)
-    v = _kv_to_bnsd(value, geo, block_table, setup.kv_lens)
     visible = _visible(setup.q_lens, setup.kv_lens, q.shape[2], k.shape[2], mask, setup.sparse_mode,
                        setup.pre_tokens, setup.next_tokens)
     out, stats = _attention(q, k, v, visible, setup.scale, dequant)
