@@ -24,7 +24,7 @@ from .. import cost
 from ..errors import CaptureError, NotModeledError, OptionsError, ScopeError
 from ..ir.events import Event, EventKind
 from ..ir.program import Buffer, Kernel, ModuleFrame, Program, StreamScope, TensorSpec, compute_dtype_of
-from ..target.catalog import OpCatalog, OpInfo
+from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from . import ge_shapes, reinplace, scopes, syncs
 from .source import call_name, call_site, module_path, source_line
@@ -32,8 +32,6 @@ from .source import call_name, call_site, module_path, source_line
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
 _METADATA_ONLY = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "_c10d_functional::wait_tensor"})
-# ``node.meta`` key: the op type pricing a node a pass retargeted to one running the same kernel (reinplacing)
-PRICED_AS = "npufuse_priced_as"
 
 
 def op_type_of(node: torch.fx.Node) -> str:
@@ -441,11 +439,11 @@ class _ProgramBuilder:
         # A form (seed 003: nn.Linear's cast to FRACTAL_NZ) is how torch_npu runs the user's forward call;
         # the backward of that call is other kernels, priced as their own op types.
         form = call if self.phase == Phase.FORWARD else ""
-        priced_as = node.meta.get(PRICED_AS, op_type)
+        priced_as = node.meta.get(reinplace.PRICED_AS, op_type)
         info = self.catalog.lookup(priced_as, form).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))
         name = self._kernel_name(info.kernel_type)
         in_place = self.writes.written.get(node.name, {})
-        untouched = _untouched(info, in_place)
+        untouched = reinplace.untouched(info, in_place)
         priced = [spec for position, spec in specs if position not in untouched]
         resident = self.prefetched | {self._storage(in_place[position]) for position in untouched}
         flops, nbytes = cost.kernel_work(info, input_specs, priced, [self._storage(n) for n in inputs], resident)
@@ -530,15 +528,6 @@ def _check_kept_alive_streams(program: Program) -> None:
                 f"stream {point.stream!r} (streams: {', '.join(sorted(streams))}); name the tag of the "
                 "npu_stream_switch that uses the tensor, or 'default' for the main stream."
             )
-
-
-def _untouched(info: OpInfo, in_place: Mapping[int, str]) -> frozenset[int]:
-    """Outputs of a re-inplaced op (:mod:`.reinplace`) whose input it does not stream whole: an update
-    (a cache write, index_copy, the MLA prolog's cache) reads and writes only the slots it changes, priced
-    with its other operands; a pointwise op in place still reads and writes every element."""
-    if not in_place or cost.pointwise(info):
-        return frozenset()
-    return frozenset(in_place)
 
 
 def _draws_random(node: torch.fx.Node) -> bool:

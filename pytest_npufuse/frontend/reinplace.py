@@ -34,8 +34,13 @@ from typing import Callable, Iterator, Mapping
 import torch
 import torch.fx
 
+from .. import cost
+from ..target.catalog import OpInfo
 from . import scopes
 
+# ``node.meta`` key: the op type pricing a node a pass retargeted to one running the same kernel (TorchAir's
+# reinplacing of registered NPU ops, :mod:`pytest_npufuse.torchair.reinplace`)
+PRICED_AS = "npufuse_priced_as"
 _COPY = torch.ops.aten.copy.default
 _COPY_ = torch.ops.aten.copy_.default
 
@@ -170,3 +175,12 @@ def _streams(graph: torch.fx.Graph) -> dict[torch.fx.Node, str]:
             depth -= 1
         streams[node] = stack.resolve().stream or "default"
     return streams
+
+
+def untouched(info: OpInfo, in_place: Mapping[int, str]) -> frozenset[int]:
+    """Outputs of a re-inplaced op (:func:`find_writes`) whose input it does not stream whole: an update
+    (a cache write, index_copy, the MLA prolog's cache) reads and writes only the slots it changes, priced
+    with its other operands; a pointwise op in place still reads and writes every element."""
+    if not in_place or cost.pointwise(info):
+        return frozenset()
+    return frozenset(in_place)

@@ -19,7 +19,7 @@ A node is reinplaced when every updated argument is a graph input written back b
 node's matching output, no later op reads the input's old value, and the entry's ``extra_check``
 passes; TorchAir's check (:func:`check_multi_stream_for_multi_reinplace`) refuses when the users of an
 updated input run on more than one stream, and logs its verdict at DEBUG in TorchAir's words. The
-reinplaced node keeps the device kernel of its functional form (:data:`~pytest_npufuse.frontend.lower.PRICED_AS`),
+reinplaced node keeps the device kernel of its functional form (:data:`~pytest_npufuse.frontend.reinplace.PRICED_AS`),
 and writes the inputs in place, where the sanitizer sees the writes. TorchAir's other reinplacing
 (functional aten ops and registered ops on intermediate tensors, through torch's reinplace pass) is
 not modeled: those ops run functionally, as in the other modes.
@@ -36,7 +36,8 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from ..frontend.lower import PRICED_AS, op_type_of
+from ..frontend.lower import op_type_of
+from ..frontend.reinplace import PRICED_AS
 from ..frontend.scopes import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL
 from .core.utils import logger
 
