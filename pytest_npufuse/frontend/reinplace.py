@@ -38,6 +38,9 @@ from .. import cost
 from ..target.catalog import OpInfo
 from . import scopes
 
+# ``GraphModule.meta`` key: set by a compile configuration whose device keeps the write-backs (TorchAir's
+# aclgraph modes with their mutated-input pass switched off), so :func:`find_writes` finds none
+KEEP_WRITE_BACKS = "npufuse_keep_write_backs"
 # ``node.meta`` key: the op type pricing a node a pass retargeted to one running the same kernel (TorchAir's
 # reinplacing of registered NPU ops, :mod:`pytest_npufuse.torchair.reinplace`)
 PRICED_AS = "npufuse_priced_as"
@@ -63,7 +66,10 @@ NO_WRITES = InPlaceWrites()
 
 def find_writes(graph: torch.fx.Graph, is_view: Callable[[torch.fx.Node], bool]) -> InPlaceWrites:
     """The functionalised writes into graph inputs that TorchAir re-inplaces (module docstring).
-    ``is_view`` tells an aliasing op (lowering's rule, from the schema) from a kernel."""
+    ``is_view`` tells an aliasing op (lowering's rule, from the schema) from a kernel. A graph whose
+    configuration switched the reinplacing off (:data:`KEEP_WRITE_BACKS`) keeps every copy a kernel."""
+    if graph.owning_module is not None and graph.owning_module.meta.get(KEEP_WRITE_BACKS):
+        return NO_WRITES
     order = {node: position for position, node in enumerate(graph.nodes)}
     stream = _streams(graph)
     written: dict[str, dict[int, str]] = {}

@@ -37,7 +37,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from ..frontend.lower import op_type_of
-from ..frontend.reinplace import PRICED_AS
+from ..frontend.reinplace import KEEP_WRITE_BACKS, PRICED_AS
 from ..frontend.scopes import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL
 from .core.utils import logger
 
@@ -199,6 +199,12 @@ def _reads_old_value_later(node: torch.fx.Node, epilogues: Sequence[tuple[torch.
         for user in argument.users
         if user is not node and user not in removed
     )
+
+
+def keep_write_backs(gm: torch.fx.GraphModule) -> None:
+    """The aclgraph modes with TorchAir's mutated-input pass switched off: the device copies each updated
+    input back, so neither a registered op nor a functionalised aten write runs in place."""
+    gm.meta[KEEP_WRITE_BACKS] = True
 
 
 def reinplace_inplaceable_ops(gm: torch.fx.GraphModule, registry: Mapping[Any, InplaceableNpuOp] = inplaceable_npu_ops) -> None:

@@ -29,7 +29,7 @@ from ..core.utils import logger
 from ..datadump import plan_dump
 from ..fxpass import run_passes
 from ..graphdump import write_graph_dump
-from ..reinplace import reinplace_inplaceable_ops
+from ..reinplace import keep_write_backs, reinplace_inplaceable_ops
 from .options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
 
 INT64_MAX = 2**63 - 1
@@ -178,10 +178,11 @@ class CompilerConfig(ConfigNode):
         reinplacing of registered ops into the graph inputs they update, which the aclgraph modes run
         unless ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass`` (npugraph_ex:
         ``input_inplace_pass=False``) turns it off."""
-        reinplaces = Mode(self.run_mode).aclgraph and not self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.value
+        aclgraph = Mode(self.run_mode).aclgraph
+        kept = aclgraph and self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.value
+        builtin = keep_write_backs if kept else reinplace_inplaceable_ops if aclgraph else None
         return partial(
-            run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed,
-            reinplace_inplaceable_ops if reinplaces else None,
+            run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed, builtin
         )
 
     def superkernel_options(self) -> str | None:
