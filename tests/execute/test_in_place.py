@@ -83,3 +83,32 @@ def test_an_input_read_after_the_kernel_that_would_overwrite_it_stays_out_of_pla
     assert in_place_overloads(gm) == {}
     for got, want in zip(run(gm, params, True), params):
         assert torch.equal(got, want * 3)
+
+
+def test_a_compiled_adamw_step_leaves_the_same_parameters_and_state_as_out_of_place(monkeypatch):
+    import torch.nn.functional as F
+
+    from pytest_npufuse import compare
+    from pytest_npufuse.pipeline import training
+
+    calls = []
+
+    def recording(gm, program, args, stale, **kwargs):
+        calls.append((gm, program, [a.clone() if isinstance(a, torch.Tensor) else a for a in args], stale))
+        return run_graph(gm, program, args, stale, **kwargs)
+
+    monkeypatch.setattr(training, "run_graph", recording)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x, y = torch.randn(5, 8), torch.randn(5, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, foreach=True)
+    compare(model, x, loss=lambda out: F.mse_loss(out, y), optimizer=optimizer)
+    gm, program, args, stale = calls[-1]  # the optimizer step: parameters, gradients and state are its inputs
+    assert in_place_overloads(gm)
+    runs = []
+    for observe in (None, lambda *_: None):
+        inputs = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        run_graph(gm, program, inputs, stale, observe=observe)
+        runs.append([a for a in inputs if isinstance(a, torch.Tensor)])
+    for got, want in zip(*runs):
+        assert torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8))
