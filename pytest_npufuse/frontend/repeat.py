@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, fields
+from functools import cached_property
 from enum import Enum
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Sequence
@@ -306,13 +307,20 @@ class _Cut:
         main = [_main_slot(i, start, period, layers) for i in range(writebacks)]
         if any(layer is not None and main[i] != layer for i, layer in enumerate(owner[:writebacks])):
             return None
-        uses = _first_uses(program)
-        tail = []
-        for kernel in program.kernels[writebacks:]:
-            used = uses.get(program.storage(kernel.node))
-            tail.append((WRITEBACK, main[used] if used is not None and used < writebacks else SUFFIX))
-        labels = tuple((MAIN, slot) for slot in main) + tuple(tail)
-        return cls(program, start, period, layers, len(inputs), writebacks, labels)
+        labels = tuple((MAIN, slot) for slot in main)
+        cut = cls(program, start, period, layers, len(inputs), writebacks, labels)
+        tail = tuple(cut.written_back(kernel.node) for kernel in program.kernels[writebacks:])
+        return cls(program, start, period, layers, len(inputs), writebacks, labels + tail)
+
+    def written_back(self, name: str) -> Label:
+        """The write-back region's label of a buffer that writes into a graph input: the slot of the layer
+        that first uses that input (its own cache), or the suffix for an input no layer reads."""
+        used = self.uses.get(self.program.storage(name))
+        return WRITEBACK, self.labels[used][1] if used is not None and used < self.writebacks else SUFFIX
+
+    @cached_property
+    def uses(self) -> dict[str, int]:
+        return _first_uses(self.program)
 
     def label(self, position: int) -> Label:
         """The segment of the kernel at ``position`` (``len(kernels)`` is past the end: the last segment)."""
@@ -382,7 +390,8 @@ def _input_buffers(cut: _Cut) -> Iterator[tuple[Label, Any]]:
 
 def _buffers(cut: _Cut) -> Iterator[tuple[Label, Any]]:
     """Every other buffer with the kernel that writes it; a view (or constant) with the next kernel in
-    graph order."""
+    graph order; a trailing new value of a graph input that no kernel writes (a re-inplaced cache write)
+    with the write-backs, in its layer's slot."""
     program = cut.program
     written = {name: kernel.index for kernel in program.kernels for name in (kernel.node, *kernel.outputs)}
     pending: list[Buffer] = []
@@ -394,7 +403,10 @@ def _buffers(cut: _Cut) -> Iterator[tuple[Label, Any]]:
             yield label, buffer
         else:
             pending.append(buffer)
-    yield from ((cut.label(len(program.kernels)), view) for view in pending)
+    inputs = set(program.inputs)
+    for view in pending:
+        into_input = view.alias_of in inputs and view.producer is None
+        yield (cut.written_back(view.name) if into_input else cut.label(len(program.kernels))), view
 
 
 def _syncs(cut: _Cut) -> Iterator[tuple[Label, Any]]:

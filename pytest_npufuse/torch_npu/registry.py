@@ -224,10 +224,7 @@ def _validator(
     dispatcher would demand, but naming the argument; ``argument_checks`` replaces that check where an op's
     message says more) and, if ``unmodeled``, None; then the op's own ``checks`` of the whole record. An
     argument left out holds its declared default, which needs no check."""
-    typed = {
-        parameter.name: argument_checks.get(parameter.name) or type_check(parameter.type)
-        for parameter in declaration.parameters
-    }
+    typed = _typed(declaration, argument_checks)
     refused = frozenset(unmodeled)
 
     def validate(call: Arguments, given: Mapping[str, Any]) -> None:
@@ -238,6 +235,34 @@ def _validator(
         checks(call)
 
     return validate
+
+
+def _typed(declaration: Declaration, argument_checks: Mapping[str, ArgumentCheck]) -> dict[str, ArgumentCheck]:
+    """Each parameter's type check: its schema type's, or the op's own where its message says more."""
+    return {
+        parameter.name: argument_checks.get(parameter.name) or type_check(parameter.type)
+        for parameter in declaration.parameters
+    }
+
+
+def _type_checker(
+    declaration: Declaration, argument_checks: Mapping[str, ArgumentCheck]
+) -> Callable[[tuple, Mapping[str, Any]], None]:
+    """The type checks of the arguments a call gives, without the record or the op's own checks: what the
+    public callable runs under Dynamo. The fake kernel, which runs the other checks there, sees the call
+    after the dispatcher converted its scalars (an int given for a bool arrives as True), so only this
+    catches them; building no record keeps it to a few traced instructions per argument."""
+    typed = _typed(declaration, argument_checks)
+    positional = tuple(parameter.name for parameter in declaration.parameters if not parameter.keyword_only)
+
+    def check_types(args: tuple, kwargs: Mapping[str, Any]) -> None:
+        for name, value in zip(positional, args):
+            typed[name](name, value)
+        for name, value in kwargs.items():
+            if name in typed:  # an unknown keyword gets Python's message from the fake kernel's binder
+                typed[name](name, value)
+
+    return check_types
 
 
 def _registered_returns(
@@ -361,10 +386,14 @@ def npu_op(
             _LIB.impl(public_name, in_place, "CompositeImplicitAutograd")
         returns_none = bool(slots) and not declaration.returns
 
+        check_types = _type_checker(declaration, argument_checks)
+
         def public(*args: Any, **kwargs: Any) -> Any:
-            # Under Dynamo the fake kernel validates the call; tracing the binder and the checks of every
-            # call again would multiply a large model's capture time.
-            if not torch.compiler.is_compiling():
+            # Under Dynamo the fake kernel runs the record's checks; tracing the binder and every check of
+            # every call again would multiply a large model's capture time.
+            if torch.compiler.is_compiling():
+                check_types(args, kwargs)
+            else:
                 validate(*make(args, kwargs))
             if slots:
                 written = in_place(*args, **kwargs)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pytest_npufuse import torch_npu
 from pytest_npufuse.frontend import repeat
 from pytest_npufuse.frontend.repeat import capture_program
 from pytest_npufuse.frontend.backend import Capture
@@ -167,4 +168,37 @@ def test_layers_that_write_their_caches_in_place_are_extrapolated():
     inputs = (torch.ones(2, 8), [torch.zeros(4, 8) for _ in widths])
     full = _full(model, inputs)
     assert sum(k.op_type == "aten::copy_" for k in full.kernels) == len(widths)
+    _same(repeat.repeated_program(model, inputs, _full), full)
+
+
+class _ScatteredLayer(torch.nn.Module):
+    """A decode layer's KV-cache write: ``npu_scatter_nd_update_`` into its own cache, which re-inplacing
+    turns into one in-place kernel, so the graph's only trace of the write is the cache's new value."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.layer_idx = index
+        self.w = torch.nn.Parameter(torch.full((8, 8), 0.5))
+
+    def forward(self, x: torch.Tensor, caches, slots) -> torch.Tensor:
+        torch_npu.npu_scatter_nd_update_(caches[self.layer_idx], slots, x[:1])
+        return torch.relu(x @ self.w) + caches[self.layer_idx].sum(0)
+
+
+class _ScatteredStack(torch.nn.Module):
+    def __init__(self, layers: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_ScatteredLayer(i) for i in range(layers))
+
+    def forward(self, x: torch.Tensor, caches, slots) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, caches, slots)
+        return x.sum()
+
+
+def test_layers_whose_cache_writes_are_reinplaced_are_extrapolated():
+    model = _ScatteredStack(LAYERS)
+    inputs = (torch.ones(2, 8), [torch.zeros(4, 8) for _ in range(LAYERS)], torch.tensor([[1]]))
+    full = _full(model, inputs)
+    assert not any(k.op_type.startswith("aten::copy") for k in full.kernels)  # every write is in place
     _same(repeat.repeated_program(model, inputs, _full), full)
