@@ -31,3 +31,12 @@ def shim():
     yield installed
     if not was_active:
         uninstall_shims()
+
+
+@pytest.fixture(autouse=True)
+def nested_runs_are_not_xdist_workers(monkeypatch):
+    """A pytest session a test starts (pytester, a subprocess) is serial even when this suite runs under
+    ``-n``; left in the environment, an xdist worker's variables make pytest-benchmark in that session
+    switch itself off with a warning."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)

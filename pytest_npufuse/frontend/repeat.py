@@ -30,10 +30,9 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, fields
-from functools import cached_property
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -281,6 +280,7 @@ class _Cut:
     input_buffers: int
     writebacks: int
     labels: tuple[Label, ...]
+    uses: Mapping[str, int]  # the first kernel reading each buffer's memory
 
     @classmethod
     def of(cls, program: Program, path: str, layers: int, first: int = 0) -> _Cut | None:
@@ -307,20 +307,13 @@ class _Cut:
         main = [_main_slot(i, start, period, layers) for i in range(writebacks)]
         if any(layer is not None and main[i] != layer for i, layer in enumerate(owner[:writebacks])):
             return None
-        labels = tuple((MAIN, slot) for slot in main)
-        cut = cls(program, start, period, layers, len(inputs), writebacks, labels)
-        tail = tuple(cut.written_back(kernel.node) for kernel in program.kernels[writebacks:])
-        return cls(program, start, period, layers, len(inputs), writebacks, labels + tail)
+        uses = _first_uses(program)
+        tail = tuple(_written_back(program, uses, main, kernel.node) for kernel in program.kernels[writebacks:])
+        labels = tuple((MAIN, slot) for slot in main) + tail
+        return cls(program, start, period, layers, len(inputs), writebacks, labels, MappingProxyType(uses))
 
     def written_back(self, name: str) -> Label:
-        """The write-back region's label of a buffer that writes into a graph input: the slot of the layer
-        that first uses that input (its own cache), or the suffix for an input no layer reads."""
-        used = self.uses.get(self.program.storage(name))
-        return WRITEBACK, self.labels[used][1] if used is not None and used < self.writebacks else SUFFIX
-
-    @cached_property
-    def uses(self) -> dict[str, int]:
-        return _first_uses(self.program)
+        return _written_back(self.program, self.uses, [slot for _, slot in self.labels[:self.writebacks]], name)
 
     def label(self, position: int) -> Label:
         """The segment of the kernel at ``position`` (``len(kernels)`` is past the end: the last segment)."""
@@ -345,6 +338,14 @@ def _main_slot(position: int, start: int, period: int, layers: int) -> int:
         return PREFIX
     block = (position - start) // period
     return block if block < layers else SUFFIX
+
+
+def _written_back(program: Program, uses: Mapping[str, int], main: Sequence[int], name: str) -> Label:
+    """The write-back region's label of a buffer that writes into a graph input: the slot (in ``main``, the
+    slots of the kernels before the write-backs) of the layer that first uses that input, its own cache,
+    or the suffix for an input no layer reads."""
+    used = uses.get(program.storage(name))
+    return WRITEBACK, main[used] if used is not None and used < len(main) else SUFFIX
 
 
 def _writebacks_from(program: Program) -> int:

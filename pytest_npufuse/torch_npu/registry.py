@@ -19,10 +19,11 @@ express keyword-only tensors, hence a FRAGMENT library), registers a CPU kernel 
 and a check that the result matches the meta) and a fake kernel (checks, meta, empty outputs), and
 verifies that the op catalog (``data/ops.toml``) has an entry for ``npu::<name>``.
 
-Why the public callable's checks always run, also while Dynamo traces: a scalar argument never reaches a
-fake kernel as a tensor, so the only place that sees ``out_flag=1`` for what it is is the public callable.  Tensor
-metadata checks run in the fake kernel during tracing and in the CPU kernel eagerly, so they run once
-per call either way.
+Where the checks run: called eagerly, the public callable runs them all (fit, types, the op's checks) and
+the CPU kernel the metadata checks. While Dynamo traces, the public callable checks only that the call
+fits and each argument's type, because the dispatcher converts scalars before any kernel sees them
+(``out_flag=1`` reaches the fake kernel as True); the fake kernel runs the op's checks and the metadata
+checks. Tracing the record and every check twice per call would multiply a large model's capture time.
 """
 
 from __future__ import annotations
@@ -162,18 +163,40 @@ _BINDERS: dict[str, Callable[..., Arguments]] = {}
 Binder = Callable[[tuple, Mapping[str, Any]], tuple[Arguments, dict[str, Any]]]
 
 
-def _binder(declaration: Declaration) -> Binder:
-    """A function from a call's positional and keyword arguments to its op's record and the arguments given,
-    by name (the others are at their declared defaults), or the TypeError Python raises for a call that does
-    not fit the signature (``npu_rms_norm() missing a required argument: 'x'``). Set operations decide that a
-    call fits, and ``inspect.Signature.bind`` only words the error: Dynamo traces the public callable, and
-    tracing ``bind`` on every call of an op would multiply the time a model takes to compile."""
+def _positional(declaration: Declaration) -> tuple[str, ...]:
+    return tuple(parameter.name for parameter in declaration.parameters if not parameter.keyword_only)
+
+
+def _fit_check(declaration: Declaration) -> Callable[[tuple, Mapping[str, Any]], None]:
+    """The check that a call fits the signature, raising the TypeError Python raises for one that does not
+    (``npu_rms_norm() missing a required argument: 'x'``). Set operations decide that a call fits, and
+    ``inspect.Signature.bind`` only words the error: Dynamo traces the public callable, and tracing ``bind``
+    on every call of an op would multiply the time a model takes to compile."""
     signature = declaration.signature()
-    positional = tuple(parameter.name for parameter in declaration.parameters if not parameter.keyword_only)
+    positional = _positional(declaration)
     known = frozenset(signature.parameters)
     required = frozenset(
         name for name, parameter in signature.parameters.items() if parameter.default is parameter.empty
     )
+
+    def require_fit(args: tuple, kwargs: Mapping[str, Any]) -> None:
+        named, placed = set(kwargs), set(positional[: len(args)])
+        if len(args) > len(positional) or not named <= known or named & placed or not required <= named | placed:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as error:
+                raise TypeError(f"{declaration.name}() {error}") from None
+
+    return require_fit
+
+
+def _binder(declaration: Declaration) -> Binder:
+    """A function from a call's positional and keyword arguments to its op's record and the arguments given,
+    by name (the others are at their declared defaults), or the TypeError Python raises for a call that does
+    not fit the signature (:func:`_fit_check`)."""
+    signature = declaration.signature()
+    positional = _positional(declaration)
+    require_fit = _fit_check(declaration)
     fields = [
         (name, Any, field() if parameter.default is parameter.empty else field(default=parameter.default))
         for name, parameter in signature.parameters.items()
@@ -181,14 +204,8 @@ def _binder(declaration: Declaration) -> Binder:
     record = make_dataclass(f"{declaration.name}_arguments", fields, bases=(Arguments,), frozen=True, kw_only=True)
 
     def make(args: tuple, kwargs: Mapping[str, Any]) -> tuple[Arguments, dict[str, Any]]:
+        require_fit(args, kwargs)
         given = dict(zip(positional, args))
-        named = set(kwargs)
-        fits = len(args) <= len(positional) and named <= known and not named & set(given)
-        if not fits or not required <= named | set(given):
-            try:
-                signature.bind(*args, **kwargs)
-            except TypeError as error:
-                raise TypeError(f"{declaration.name}() {error}") from None
         given.update(kwargs)
         return record(**given), given
 
@@ -248,19 +265,21 @@ def _typed(declaration: Declaration, argument_checks: Mapping[str, ArgumentCheck
 def _type_checker(
     declaration: Declaration, argument_checks: Mapping[str, ArgumentCheck]
 ) -> Callable[[tuple, Mapping[str, Any]], None]:
-    """The type checks of the arguments a call gives, without the record or the op's own checks: what the
-    public callable runs under Dynamo. The fake kernel, which runs the other checks there, sees the call
-    after the dispatcher converted its scalars (an int given for a bool arrives as True), so only this
-    catches them; building no record keeps it to a few traced instructions per argument."""
+    """The checks that a call fits the signature and that each argument it gives has its type, without the
+    record or the op's own checks: what the public callable runs under Dynamo. The dispatcher refuses a
+    call that does not fit before any kernel runs, and the fake kernel, which runs the other checks there,
+    sees the call after the dispatcher converted its scalars (an int given for a bool arrives as True), so
+    only this catches them; building no record keeps it to a few traced instructions per argument."""
     typed = _typed(declaration, argument_checks)
-    positional = tuple(parameter.name for parameter in declaration.parameters if not parameter.keyword_only)
+    positional = _positional(declaration)
+    require_fit = _fit_check(declaration)
 
     def check_types(args: tuple, kwargs: Mapping[str, Any]) -> None:
+        require_fit(args, kwargs)
         for name, value in zip(positional, args):
             typed[name](name, value)
         for name, value in kwargs.items():
-            if name in typed:  # an unknown keyword gets Python's message from the fake kernel's binder
-                typed[name](name, value)
+            typed[name](name, value)
 
     return check_types
 
@@ -374,8 +393,17 @@ def npu_op(
         params = [parameter.name for parameter in declaration.parameters]
         slots = tuple((arg, params.index(arg), position) for arg, position in writes_back.items())
 
+        schema_names = {p.name: p.schema_name for p in declaration.parameters if p.name != p.schema_name}
+
+        def call(args: tuple, kwargs: Mapping[str, Any]) -> Any:
+            """The registered op on a call of the public callable, whose keywords are the Python names
+            (torch_npu documents ``npu_rms_norm(x, ...)`` where the schema says ``self``)."""
+            if schema_names:
+                kwargs = {schema_names.get(name, name): value for name, value in kwargs.items()}
+            return packet(*args, **kwargs)
+
         def in_place(*args: Any, **kwargs: Any) -> Any:
-            return _write_back(slots, args, kwargs, packet(*args, **kwargs), not schema_mutates)
+            return _write_back(slots, args, kwargs, call(args, kwargs), not schema_mutates)
 
         declared = f"{public_name}{schema}"
         if schema_mutates:
@@ -398,7 +426,7 @@ def npu_op(
             if slots:
                 written = in_place(*args, **kwargs)
                 return None if returns_none else written
-            result = packet(*args, **kwargs)
+            result = call(args, kwargs)
             return list(result) if returns_list else result
 
         public.__name__ = public.__qualname__ = public_name

@@ -62,13 +62,6 @@ def test_b(npufuse):
     npufuse.check(Fast(), *inputs())
 '''
 
-@pytest.fixture
-def outside_xdist(monkeypatch):
-    """pytest-benchmark switches itself off when it sees an xdist worker's environment; the nested runs
-    of these tests are serial even when this suite runs under ``-n``."""
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-
-
 FAST_US, SLOW_US = "30.774", "38.441"
 
 
@@ -311,7 +304,7 @@ def test_bench(npufuse, benchmark):
 '''
 
 
-def test_benchmark_mirror_measures_modeled_time_and_compare_fail_catches_the_slowdown(outside_xdist, pytester):
+def test_benchmark_mirror_measures_modeled_time_and_compare_fail_catches_the_slowdown(pytester):
     pytester.makepyfile(models=MODELS)
     storage = f"--benchmark-storage=file://{pytester.path / 'bench'}"
     pytester.makepyfile(test_bench=BENCH.format(model="Fast"))
@@ -364,7 +357,7 @@ def test_compare_command_runs_as_a_module_and_rejects_bad_files(seed, pytester):
     assert done.returncode == 0 and "2 unchanged" in done.stdout
 
 
-def test_readme_benchmark_mirror_example_measures_modeled_time(outside_xdist, pytester):
+def test_readme_benchmark_mirror_example_measures_modeled_time(pytester):
     """The CI guide's benchmark test, with the model of the README's example, times modeled device time."""
     root = Path(__file__).parents[2]
     readme = (root / "README.md").read_text()

@@ -891,6 +891,27 @@ def test_scalar_checks_run_under_torch_compile_too() -> None:
     assert "k must be" in _compile_error(lambda t: torch_npu.npu_moe_gating_top_k(t, 0), x)
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda t: torch_npu.npu_rms_norm(t, torch.ones(8), eps=1e-5), "npu_rms_norm() got an unexpected keyword argument 'eps'"),
+    (lambda t: torch_npu.npu_rms_norm(t), "npu_rms_norm() missing a required argument: 'gamma'"),
+], ids=["unknown keyword", "missing argument"])
+def test_a_call_that_does_not_fit_gets_pythons_message_under_torch_compile(call, message) -> None:
+    torch._dynamo.reset()
+    with pytest.raises(TypeError) as eager:
+        call(torch.randn(4, 8))
+    assert str(eager.value) == message
+    assert message in _compile_error(call, torch.randn(4, 8))
+
+
+def test_the_documented_name_of_an_ops_first_argument_works_as_a_keyword() -> None:
+    """torch_npu documents ``npu_rms_norm(x, gamma)``; its schema calls ``x`` ``self``."""
+    x, gamma = torch.randn(4, 8), torch.rand(8)
+    expected = torch_npu.npu_rms_norm(x, gamma)[0]
+    assert torch.equal(torch_npu.npu_rms_norm(x=x, gamma=gamma)[0], expected)
+    compiled = torch.compile(lambda t: torch_npu.npu_rms_norm(x=t, gamma=gamma)[0], backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(x), expected)
+
+
 def test_metadata_checks_run_in_the_fake_kernel() -> None:
     message = _compile_error(lambda t: torch_npu.npu_rms_norm(t, torch.ones(5)), torch.randn(4, 8))
     assert "gamma has shape [5]" in message
