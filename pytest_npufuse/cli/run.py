@@ -15,9 +15,10 @@ import traceback
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from torch._dynamo.exc import BackendCompilerFailed
+from torch._dynamo.exc import TorchDynamoException
 
 from ..errors import NpufuseError, OpArgumentError, OpTypeError
+from ..frontend.dynamo import root_cause
 from ..frontend.meta import traced_on_meta
 from ..frontend.tagged_events import EVENTS
 from ..pipeline.backend import ModeledRun, end_run, start_run
@@ -120,10 +121,10 @@ def _exit_status(code: object) -> int:
 
 def _reportable(exc: BaseException) -> BaseException | None:
     """The error to show as one line at the user's line, or None for the script's own error: an npufuse
-    error (also when Dynamo wrapped it while compiling a graph), among them the argument errors of a
-    torch_npu op or TorchAir API (:class:`OpArgumentError`, :class:`OpTypeError`)."""
-    if isinstance(exc, BackendCompilerFailed):
-        exc = exc.inner_exception
+    error (also when Dynamo wrapped it while compiling a graph or tracing an op's fake kernel), among them
+    the argument errors of a torch_npu op or TorchAir API (:class:`OpArgumentError`, :class:`OpTypeError`)."""
+    if isinstance(exc, TorchDynamoException):
+        exc = root_cause(exc)
     return exc if isinstance(exc, NpufuseError) else None
 
 

@@ -660,6 +660,22 @@ def test_run_command_shows_an_api_check_at_the_users_line_and_the_scripts_own_er
     assert "the script says no" not in out.getvalue()  # Python's traceback on stderr, not a one-line report
 
 
+def test_run_command_shows_an_op_check_failing_inside_the_scripts_torch_compile_at_its_line(tmp_path):
+    """Under Dynamo an op's value checks run in its fake kernel, so Dynamo wraps their error: the report
+    still names it as torch_npu would raise it, at the script's line."""
+    script = tmp_path / "quant.py"
+    script.write_text(
+        "import torch, torch_npu\n"
+        "quantize = torch.compile(lambda x, s: torch_npu.npu_quantize(x, s, None, torch.float32, -1), backend='eager')\n"
+        "quantize(torch.ones(2, 4), torch.ones(4))\n"
+    )
+    out = io.StringIO()
+    assert main(["run", str(script)], out) == 1
+    text = out.getvalue()
+    assert "ValueError: dtype=torch.float32 is not implemented" in text and f"{script}:" in text
+    assert "Dynamo" not in text and "Traceback" not in text
+
+
 def test_run_command_runs_the_multistream_example_unchanged():
     out = io.StringIO()
     with warnings.catch_warnings():
