@@ -18,7 +18,7 @@ A functionalized optimizer step's ``_foreach_*`` kernels are computed in place w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 import torch.fx
@@ -164,8 +164,26 @@ def writes_inputs(gm: torch.fx.GraphModule) -> bool:
 
 # Handed each input and computed node of a run right after it has its value, with the tensors it read.
 Observer = Callable[[torch.fx.Node, Sequence[Any], Any], None]
-# The values of a meta graph input, from its position among the graph's inputs and the meta tensor.
-Materialize = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+class Materialize(Protocol):
+    """The values of a meta graph input, from its position among the graph's inputs and the meta tensor;
+    with ``rows``, only the rows an embedding lookup reads (``values[rows]``)."""
+
+    def __call__(self, position: int, meta: torch.Tensor, *, rows: torch.Tensor | None = None) -> torch.Tensor: ...
+
+
+_EMBEDDING = torch.ops.aten.embedding.default
+
+
+def _lookup_tables(gm: torch.fx.GraphModule) -> frozenset[str]:
+    """Graph inputs read only as the table of an embedding lookup: a meta one is materialized a lookup's
+    rows at a time (a vocabulary table of gigabytes for a few tokens)."""
+    return frozenset(
+        node.name for node in gm.graph.nodes
+        if node.op == "placeholder" and node.users
+        and all(user.target is _EMBEDDING and user.args[0] is node and node not in user.args[1:] for user in node.users)
+    )
 
 
 def run_graph(
@@ -189,8 +207,9 @@ def run_graph(
     computed node right after it has its value, with the tensors it read (a data dump writes them).
     ``materialize`` computes a timing-only model's graph: each meta input gets its values (``materialize(
     input position, meta tensor)``) when it is first read, and is dropped after its last read like any
-    value, so a run holds one layer's weights at a time, not the model's; the model's own tensors
-    (``torch.zeros(n)`` in its forward), traced on the meta device, are created on the CPU.
+    value, so a run holds one layer's weights at a time, not the model's; an embedding table gets only
+    the rows each lookup reads. The model's own tensors (``torch.zeros(n)`` in its forward), traced on the
+    meta device, are created on the CPU.
     """
     stale_of_node = {kernel.node: stale_reads[kernel.name] for kernel in program.kernels if kernel.name in stale_reads}
     # A run that keeps no value for later, observes nothing and computes every node may compute in place.
@@ -198,6 +217,7 @@ def run_graph(
     in_place = {name: op for name, op in in_place_overloads(gm).items() if name not in stale_of_node} if plain else {}
     kernel_nodes = {kernel.node for kernel in program.kernels}
     last_use = _last_uses(gm)
+    tables = _lookup_tables(gm) if materialize is not None else frozenset()
     held = keep | {arg.name for arg in gm.graph.output_node().all_input_nodes}
     inputs = iter(enumerate(args))
     env: dict[str, Any] = {}
@@ -218,11 +238,15 @@ def run_graph(
         elif only is not None and node.name not in only:
             env[node.name] = given[node.name] if given is not None and node.name in given else None
         else:
+            table = node.args[0].name if node.target is _EMBEDDING and node.args[0].name in tables else None
+            lookup = table in pending and node.name not in stale_of_node
             if pending:
                 for arg in node.all_input_nodes:
-                    if arg.name in pending:
+                    if arg.name in pending and not (lookup and arg.name == table):
                         env[arg.name] = materialize(pending.pop(arg.name), env[arg.name])
-            if node.name in in_place:
+            if lookup:
+                env[node.name] = materialize(pending[table], env[table], rows=env[node.args[1].name])
+            elif node.name in in_place:
                 env[node.name] = _call_in_place(node, env, in_place[node.name])
             else:
                 env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), materialize is not None)

@@ -29,7 +29,7 @@ from ..report.findings import Mismatch
 from ..target.catalog import OpCatalog
 from .graph import cone_run, run_graph, writes_inputs
 from .routing import ExpertCounts
-from .seeded import seeded_like
+from .seeded import seeded_like, seeded_rows
 
 @dataclass(frozen=True)
 class Sampled:
@@ -89,13 +89,16 @@ def compute_sample(sample: SampleGraph, stale: Mapping[str, frozenset[str]]) -> 
     copies = writes_inputs(gm)
     seeded: list[bool] = []
 
-    def materialize(position: int, meta: torch.Tensor) -> torch.Tensor:
-        """A meta graph input's values: the real input it stands for, else seeded values (a weight)."""
+    def materialize(position: int, meta: torch.Tensor, *, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """A meta graph input's values (or the ``rows`` of them a lookup reads): the real input it stands
+        for, else seeded values (a weight)."""
         if id(meta) in captured.real_inputs:
             real = captured.real_inputs[id(meta)]
+            if rows is not None:
+                return real[rows]
             return real.clone() if copies else real  # each run writes into its own copy
         seeded.append(True)
-        return seeded_like(meta, position)
+        return seeded_like(meta, position) if rows is None else seeded_rows(meta, position, rows)
 
     lazy = materialize if captured.weightless else None
     args = captured.graph_args

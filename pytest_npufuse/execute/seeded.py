@@ -25,18 +25,39 @@ BLOCK = 65_521
 def seeded_like(meta: torch.Tensor, seed: int) -> torch.Tensor:
     """A CPU tensor of ``meta``'s shape, strides and dtype holding the seeded values described above."""
     out = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device="cpu")
-    if out.numel() == 0:
-        return out
+    block = _block(meta, seed, out.numel())
+    if block is None:
+        return out.zero_()
+    _fill(out, block)
+    return out
+
+
+def seeded_rows(meta: torch.Tensor, seed: int, rows: torch.Tensor) -> torch.Tensor:
+    """``seeded_like(meta, seed)[rows]`` for a 2-D ``meta`` (an embedding table), made without the other rows:
+    a lookup of a decode step's few tokens reads kilobytes of a table that holds gigabytes."""
+    out_shape = (*rows.shape, meta.shape[1])
+    block = _block(meta, seed, meta.numel())
+    if block is None:
+        return torch.zeros(out_shape, dtype=meta.dtype)
+    row_stride, column_stride = meta.stride()
+    columns = torch.arange(meta.shape[1], dtype=torch.int64) * column_stride
+    offsets = rows.to(torch.int64).unsqueeze(-1) * row_stride + columns
+    return block[offsets % block.numel()]
+
+
+def _block(meta: torch.Tensor, seed: int, numel: int) -> torch.Tensor | None:
+    """The block of values repeated over a tensor like ``meta`` in its memory order, in its dtype; None for
+    a tensor of zeros (an empty one, or an integer dtype other than int8)."""
+    if numel == 0:
+        return None
     if meta.dtype.is_floating_point:
         generator = torch.Generator().manual_seed(seed)
-        block = torch.randn(min(BLOCK, out.numel()), generator=generator) / math.sqrt(max(1, meta.shape[-1] if meta.dim() else 1))
-    elif meta.dtype == torch.int8:
+        scale = math.sqrt(max(1, meta.shape[-1] if meta.dim() else 1))
+        return (torch.randn(min(BLOCK, numel), generator=generator) / scale).to(meta.dtype)
+    if meta.dtype == torch.int8:
         generator = torch.Generator().manual_seed(seed)
-        block = torch.randint(-127, 128, (min(BLOCK, out.numel()),), generator=generator, dtype=torch.int8)
-    else:
-        return out.zero_()
-    _fill(out, block.to(meta.dtype))
-    return out
+        return torch.randint(-127, 128, (min(BLOCK, numel),), generator=generator, dtype=torch.int8)
+    return None
 
 
 def _fill(out: torch.Tensor, block: torch.Tensor) -> None:

@@ -12,7 +12,8 @@ import torch
 from pytest_npufuse import advise, compare, init_empty_weights
 from pytest_npufuse.errors import ArgumentError, CaptureError
 from pytest_npufuse.execute.sample import sampled_layers
-from pytest_npufuse.execute.seeded import seeded_like
+from pytest_npufuse.execute import sample
+from pytest_npufuse.execute.seeded import seeded_like, seeded_rows
 from pytest_npufuse.frontend.repeat import layer_container
 from pytest_npufuse.vocabulary import NumericsStatus
 
@@ -109,6 +110,43 @@ def test_seeded_values_are_deterministic_and_fill_any_size():
     weights = seeded_like(torch.empty(4, 100, dtype=torch.int8, device="meta"), 1)
     assert weights.min() >= -127 and weights.max() <= 127 and weights.abs().sum() > 0
     assert not seeded_like(torch.empty(5, dtype=torch.int64, device="meta"), 1).any()
+
+
+def test_seeded_rows_are_the_rows_of_the_seeded_table():
+    for meta in (torch.empty(1000, 96, dtype=torch.bfloat16, device="meta"),
+                 torch.empty(96, 1000, dtype=torch.float32, device="meta").t(),
+                 torch.empty(300, 5, dtype=torch.int8, device="meta")):
+        ids = torch.tensor([[0, 5, meta.shape[0] - 1], [3, 3, 2]])
+        assert torch.equal(seeded_rows(meta, 7, ids), seeded_like(meta, 7)[ids])
+
+
+class _Embedded(torch.nn.Module):
+    """A vocabulary table of 2^31 floats (8 GiB) looked up for a few tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(1 << 21, 1024)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(1024, 1024) for _ in range(2))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_sample_reads_only_the_looked_up_rows_of_an_embedding_table(monkeypatch):
+    made = []
+
+    def whole(meta: torch.Tensor, seed: int) -> torch.Tensor:
+        assert meta.numel() < 1 << 24, f"a {tuple(meta.shape)} tensor was materialized whole"
+        made.append(meta.numel())
+        return seeded_like(meta, seed)
+
+    monkeypatch.setattr(sample, "seeded_like", whole)
+    report = compare(_empty(_Embedded), torch.tensor([[3, 1 << 20, (1 << 21) - 1]]), numerics="sample")
+    assert report.bit_exact and report.numerics.weights == "seeded"
+    assert max(made) == 1024 * 1024  # the layers' weights; the table's rows came from seeded_rows
 
 
 def test_advise_takes_a_meta_model():
