@@ -139,9 +139,10 @@ def block_index(row: int, col: int, loops_m: int, loops_n: int, swizzle: tuple[i
     return band * offset * inner + along * width + across - band * offset
 
 
-# Beyond this many tiles to walk one by one (edge tiles, or a single-core split-K's output tiles), a
-# core's share is taken as whole rounds of full tiles: edge tiles are then a few percent of its work,
-# and walking every tile would cost more host time than the answer is worth.
+# Beyond this many tiles to walk one by one (edge tiles, or a single-core split-K's output tiles), every
+# tile is priced as a full one (edge tiles are then a few percent of a core's work) and a single-core
+# split-K's A blocks are counted band by band: walking every tile would cost more host time than the
+# answer is worth.
 _EXACT_TILES = 32768
 
 
@@ -234,7 +235,7 @@ def _contiguous_runs_us(
     A block (tile row, K slice) once."""
     blocks = edges.loops_m * edges.loops_n
     if gemm.batch * blocks > _EXACT_TILES:
-        return -(-gemm.batch * blocks // dim) * tiling.split_k * tile_time(0, 0)
+        return _contiguous_runs_of_full_tiles_us(gemm, tiling, dim, edges, tile_time(0, 0), a_load_us)
     owner = _range_owner(gemm.batch * blocks, dim)
     totals = [0.0] * min(dim, gemm.batch * blocks)
     rows_held: set[tuple[int, int, int]] = set()
@@ -248,6 +249,65 @@ def _contiguous_runs_us(
             rows = min(edges.last_m if row == edges.loops_m - 1 else tiling.tile_m, _pad(gemm.m))
             totals[core] += tiling.split_k * a_load_us(rows)
     return max(totals)
+
+
+def _contiguous_runs_of_full_tiles_us(
+    gemm: Gemm, tiling: Tiling, dim: int, edges: _Edges, full_tile_us: float, a_load_us: Callable[[int], float]
+) -> float:
+    """:func:`_contiguous_runs_us` beyond ``_EXACT_TILES`` tiles: every tile and A block priced as a full
+    one (an edge tile is cheaper, so this never undercuts the walk), each core's run taken whole and its
+    A blocks counted per band of the tile order (:func:`_rows_held`) instead of per tile."""
+    tasks = gemm.batch * edges.loops_m * edges.loops_n
+    per = -(-tasks // dim)
+    longer = tasks - dim * (per - 1)  # the first cores take one tile more (:func:`_range_owner`)
+    a_block_us = a_load_us(min(tiling.tile_m, _pad(gemm.m)))
+    worst, start = 0.0, 0
+    for core in range(dim):
+        length = per if core < longer else per - 1
+        rows = _rows_held(start, start + length, edges, tiling.swizzle)
+        worst = max(worst, tiling.split_k * (length * full_tile_us + rows * a_block_us))
+        start += length
+    return worst
+
+
+def _rows_held(start: int, stop: int, edges: _Edges, swizzle: tuple[int, int]) -> int:
+    """The distinct (batch, tile row) pairs among tasks ``[start, stop)`` (batches outermost, each in
+    :func:`block_coord`'s order): the A blocks a core with that run loads."""
+    blocks = edges.loops_m * edges.loops_n
+    if stop <= start:
+        return 0
+    first, last = start // blocks, (stop - 1) // blocks
+    if first == last:
+        return _rows_touched(start - first * blocks, stop - first * blocks, edges, swizzle)
+    head = _rows_touched(start - first * blocks, blocks, edges, swizzle)
+    tail = _rows_touched(0, stop - last * blocks, edges, swizzle)
+    return head + (last - first - 1) * edges.loops_m + tail
+
+
+def _rows_touched(lo: int, hi: int, edges: _Edges, swizzle: tuple[int, int]) -> int:
+    """The distinct tile rows among blocks ``[lo, hi)`` of one batch in :func:`block_coord`'s order,
+    counted band by band: a Zn band (``offset`` rows) cycles through its rows tile by tile, so ``n`` of its
+    tiles touch ``min(width, n)`` rows; an Nz band (``offset`` columns) walks down the rows ``width`` tiles
+    at a time, in an S, so its tiles touch one interval of rows, and a band walked whole touches all."""
+    offset, direction = max(1, swizzle[0]), swizzle[1]
+    outer, inner = (edges.loops_m, edges.loops_n) if direction == 0 else (edges.loops_n, edges.loops_m)
+    band_tiles = offset * inner
+    first, last = lo // band_tiles, (hi - 1) // band_tiles
+    middle = max(0, last - first - 1)  # bands walked whole, each ``offset`` wide (only the final one is narrower)
+    if direction == 1 and middle:
+        return inner
+    rows = middle * offset
+    touched: set[int] = set()
+    for band in dict.fromkeys((first, last)):
+        width = min(offset, outer - band * offset)
+        begin = max(lo, band * band_tiles) - band * band_tiles
+        end = min(hi, band * band_tiles + width * inner) - band * band_tiles
+        if direction == 0:
+            rows += min(width, end - begin)
+        else:
+            along = range(begin // width, (end - 1) // width + 1)
+            touched.update(inner - 1 - row if band % 2 else row for row in along)
+    return rows + len(touched)
 
 
 def cube_us(

@@ -141,7 +141,8 @@ class _ProgramBuilder:
         self.scope_uses: list[ScopeUse] = []
         self.frames: dict[tuple[str, str], ModuleFrame] = {}
         self.native_superkernels: list[torch.fx.Node] = []
-        self.writes = reinplace.find_writes(gm.graph, is_view)
+        self.streams = scopes.node_streams(gm.graph)  # the stream of each sync point (kernels: their annotations)
+        self.writes = reinplace.find_writes(gm.graph, is_view, self.streams)
 
     def build(self) -> Program:
         inputs: list[str] = []
@@ -270,15 +271,12 @@ class _ProgramBuilder:
             kernels = sum(1 for kernel in self.kernels[entered.first :] if kernel.annotations.sk_scope == name)
             self.scope_uses.append(ScopeUse(name, entered.attrs.get(scopes.SK_OPTIONS, ""), entered.source, kernels))
 
-    def _current_stream(self) -> str:
-        return self.stack.resolve().stream or "default"
-
     def _sync_point(
         self, kind: EventKind, event: str, api: str, node: torch.fx.Node, stream: str | None = None, buffer: str | None = None
     ) -> None:
         """An event request at the current point of the issue order, on ``stream`` (default: the current one)."""
         self.syncs.append(Event(
-            event, kind=kind, stream=stream or self._current_stream(), position=len(self.kernels), api=api,
+            event, kind=kind, stream=stream or self.streams[node], position=len(self.kernels), api=api,
             source=source_line(node), buffer=buffer,
         ))
 

@@ -36,7 +36,6 @@ import torch.fx
 
 from .. import cost
 from ..target.catalog import OpInfo
-from . import scopes
 
 # ``GraphModule.meta`` key: set by a compile configuration whose device keeps the write-backs (TorchAir's
 # aclgraph modes with their mutated-input pass switched off), so :func:`find_writes` finds none
@@ -64,14 +63,16 @@ class InPlaceWrites:
 NO_WRITES = InPlaceWrites()
 
 
-def find_writes(graph: torch.fx.Graph, is_view: Callable[[torch.fx.Node], bool]) -> InPlaceWrites:
+def find_writes(
+    graph: torch.fx.Graph, is_view: Callable[[torch.fx.Node], bool], stream: Mapping[torch.fx.Node, str]
+) -> InPlaceWrites:
     """The functionalised writes into graph inputs that TorchAir re-inplaces (module docstring).
-    ``is_view`` tells an aliasing op (lowering's rule, from the schema) from a kernel. A graph whose
-    configuration switched the reinplacing off (:data:`KEEP_WRITE_BACKS`) keeps every copy a kernel."""
+    ``is_view`` tells an aliasing op (lowering's rule, from the schema) from a kernel; ``stream`` is each
+    node's stream (:func:`~pytest_npufuse.frontend.scopes.node_streams`). A graph whose configuration
+    switched the reinplacing off (:data:`KEEP_WRITE_BACKS`) keeps every copy a kernel."""
     if graph.owning_module is not None and graph.owning_module.meta.get(KEEP_WRITE_BACKS):
         return NO_WRITES
     order = {node: position for position, node in enumerate(graph.nodes)}
-    stream = _streams(graph)
     written: dict[str, dict[int, str]] = {}
     elided: dict[str, str] = {}
     for epilogue in graph.nodes:
@@ -164,23 +165,6 @@ def _aliases(graph_input: torch.fx.Node, is_view: Callable[[torch.fx.Node], bool
         found.append(node)
         pending.extend(user for user in node.users if user.target is not operator.getitem and is_view(user))
     return found
-
-
-def _streams(graph: torch.fx.Graph) -> dict[torch.fx.Node, str]:
-    """The stream label each node is issued on (``default`` outside any stream scope), from the scope
-    markers in program order; lowering reports unbalanced markers, this walk only skips them."""
-    stack = scopes.ScopeStack()
-    depth = 0
-    streams = {}
-    for node in graph.nodes:
-        if node.target is scopes.SCOPE_ENTER:
-            stack.enter(*node.args[:2])
-            depth += 1
-        elif node.target is scopes.SCOPE_EXIT and depth:
-            stack.exit("")
-            depth -= 1
-        streams[node] = stack.resolve().stream or "default"
-    return streams
 
 
 def untouched(info: OpInfo, in_place: Mapping[int, str]) -> frozenset[int]:

@@ -14,7 +14,7 @@ import torch
 import torch.fx
 
 from ..errors import ScopeError
-from ..ir.program import NO_ANNOTATIONS, Annotations
+from ..ir.program import DEFAULT_STREAM, NO_ANNOTATIONS, Annotations
 
 SK_SCOPE = "_super_kernel_scope"
 SK_OPTIONS = "_super_kernel_options"
@@ -136,6 +136,27 @@ class ScopeStack:
                     break
                 attrs[key] = value
         return _annotations_from(attrs) if attrs else NO_ANNOTATIONS
+
+
+def node_streams(graph: torch.fx.Graph) -> dict[torch.fx.Node, str]:
+    """The stream each node of ``graph`` is issued on (:data:`DEFAULT_STREAM` outside any stream scope, as
+    inside ``torch.npu.stream(torch.npu.default_stream())``), from the scope markers in program order under
+    :meth:`ScopeStack.resolve`'s rules (the innermost stream scope wins). A marker node carries the stream
+    in force after it. Lowering reports unbalanced markers; this walk skips an exit without an enter."""
+    stack = ScopeStack()
+    depth, current = 0, DEFAULT_STREAM
+    streams: dict[torch.fx.Node, str] = {}
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in (SCOPE_ENTER, SCOPE_EXIT):
+            if node.target is SCOPE_ENTER:
+                stack.enter(*node.args[:2])
+                depth += 1
+            elif depth:
+                stack.exit("")
+                depth -= 1
+            current = stack.resolve().stream or DEFAULT_STREAM
+        streams[node] = current
+    return streams
 
 
 def _optional_int(value: str | None) -> int | None:

@@ -33,6 +33,8 @@ class Annotations:
 
 
 NO_ANNOTATIONS = Annotations()
+# The stream a kernel outside every stream scope runs on, and the tag of torch.npu.default_stream().
+DEFAULT_STREAM = "default"
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class Kernel:
     @property
     def stream(self) -> str:
         """The stream tag the kernel was issued on; ``default`` outside any ``npu_stream_switch``."""
-        return self.annotations.stream or "default"
+        return self.annotations.stream or DEFAULT_STREAM
 
     def with_bytes(self, nbytes: int) -> "Kernel":
         """The same kernel pulling ``nbytes`` from HBM (L2 residency, simulate/l2.py). A field copy rather

@@ -22,7 +22,7 @@ from ..frontend import scopes
 from ..simulate.clock import DEVICE_CLOCK
 from .devices import check_index
 
-DEFAULT_STREAM = "default"
+DEFAULT_STREAM = scopes.DEFAULT_STREAM
 # TorchAir's limits for super_kernel_scope_begin names (torchair_2026.md §2).
 MAX_SCOPE_NAME_BYTES = 255
 _COUNTERS = {"stream": itertools.count(1), "event": itertools.count(1)}

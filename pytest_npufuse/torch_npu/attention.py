@@ -33,8 +33,8 @@ from .checks import (
     require_dtype,
     require_int,
     require_shape,
+    require_tensor,
     require_tensor_list,
-    require_tensors,
 )
 from .fixedorder import pairwise_sum
 from .memory import nz_run
@@ -633,7 +633,7 @@ def npu_fused_infer_attention_score(call: Arguments) -> None:
     _check_attention_scalars(call.num_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise,
                              call.pre_tokens, call.next_tokens,
                              call.block_size)
-    if not isinstance(call.input_layout, str) or call.input_layout not in FIA_LAYOUTS:
+    if call.input_layout not in FIA_LAYOUTS:
         raise OpArgumentError(
             f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}"
         )
@@ -1005,7 +1005,7 @@ def npu_fusion_attention(call: Arguments) -> None:
                               "(inference, no dropout) is modeled")
     _check_attention_scalars(call.head_num, 0, call.sparse_mode, call.inner_precise, call.pre_tockens,
                              call.next_tockens, 0)
-    if not isinstance(call.input_layout, str) or call.input_layout not in FA_LAYOUTS:
+    if call.input_layout not in FA_LAYOUTS:
         raise OpArgumentError(
             f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}"
         )
@@ -1136,7 +1136,7 @@ def npu_fused_infer_attention_score_v2(call: Arguments) -> None:
     _check_attention_scalars(call.num_query_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise,
                              call.pre_tokens,
                              call.next_tokens, call.block_size)
-    if not isinstance(call.input_layout, str) or call.input_layout not in FIA_V2_LAYOUTS:
+    if call.input_layout not in FIA_V2_LAYOUTS:
         raise OpArgumentError(
             f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FIA_V2_LAYOUTS)}")
 
@@ -1160,7 +1160,7 @@ def _out_form(op: Any) -> Any:
                  workspace: Optional[torch.Tensor] = None, out: Sequence[torch.Tensor], **options: Any) -> tuple[
         torch.Tensor, torch.Tensor
     ]:
-        require_tensors(workspace=workspace)
+        require_tensor("workspace", workspace, optional=True)
         attention_out, softmax_lse = require_tensor_list("out", out)
         result, lse = op(query, key, value, **options)
         for name, target, value_ in (("out[0]", attention_out, result), ("out[1]", softmax_lse, lse)):

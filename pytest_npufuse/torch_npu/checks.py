@@ -8,6 +8,7 @@ are accepted as such.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -22,23 +23,20 @@ def dtype_names(dtypes: Sequence[torch.dtype]) -> str:
     return ", ".join(str(d) for d in dtypes)
 
 
-def require_tensor(name: str, value: object) -> torch.Tensor:
-    """Return ``value`` if it is a tensor, otherwise raise a TypeError naming the argument."""
-    if not isinstance(value, torch.Tensor):
-        raise OpTypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+def _type_error(name: str, value: object, noun: str, optional: bool, shows_value: bool = True) -> OpTypeError:
+    """The error for an argument of the wrong type: what it must be (``or None`` where its schema type is
+    optional, ``Tensor?``, ``ScalarType?``) and what was given."""
+    alternative = " or None" if optional else ""
+    given = f"{type(value).__name__} {value!r}" if shows_value else type(value).__name__
+    return OpTypeError(f"{name} must be {noun}{alternative}, got {given}")
+
+
+def require_tensor(name: str, value: object, optional: bool = False) -> Optional[torch.Tensor]:
+    """Return ``value`` if it is a tensor (or None, if ``optional``), otherwise raise a TypeError naming the
+    argument; the message names the given value's type only, as a tensor-like value's repr can be huge."""
+    if not isinstance(value, torch.Tensor) and not (optional and value is None):
+        raise _type_error(name, value, "a torch.Tensor", optional, shows_value=False)
     return value
-
-
-def require_optional_tensor(name: str, value: object) -> Optional[torch.Tensor]:
-    if value is None:
-        return None
-    return require_tensor(name, value)
-
-
-def require_tensors(**values: object) -> None:
-    """Each keyword is a tensor argument that may be None."""
-    for name, value in values.items():
-        require_optional_tensor(name, value)
 
 
 def require_tensor_list(name: str, value: object) -> list[torch.Tensor]:
@@ -60,47 +58,25 @@ def require_shape(name: str, tensor: torch.Tensor, allowed: Sequence[Sequence[in
         raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected {expected}")
 
 
-def require_int(name: str, value: object) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
-        raise OpTypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+def require_int(name: str, value: object, optional: bool = False) -> Any:
+    """An int (a SymInt under ``dynamic=True``); a bool is refused although Python counts it an int."""
+    if (isinstance(value, bool) or not isinstance(value, (int, torch.SymInt))) and not (optional and value is None):
+        raise _type_error(name, value, "an int", optional)
     return value
 
 
-def require_optional_int(name: str, value: object) -> Any:
-    return None if value is None else require_int(name, value)
-
-
-def require_ints(**values: object) -> None:
-    for name, value in values.items():
-        require_int(name, value)
-
-
-def require_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise OpTypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+def require_bool(name: str, value: object, optional: bool = False) -> Optional[bool]:
+    if not isinstance(value, bool) and not (optional and value is None):
+        raise _type_error(name, value, "a bool", optional)
     return value
 
 
-def require_float(name: str, value: object) -> Any:
+def require_float(name: str, value: object, optional: bool = False) -> Any:
     """A Python int or float (a schema ``float``); bools are refused as in :func:`require_int`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, torch.SymInt, torch.SymFloat)):
-        raise OpTypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
+    number = isinstance(value, (int, float, torch.SymInt, torch.SymFloat)) and not isinstance(value, bool)
+    if not number and not (optional and value is None):
+        raise _type_error(name, value, "a float", optional)
     return value
-
-
-def require_int_list(name: str, value: object) -> None:
-    """An optional ``int[]`` argument: None or a list/tuple of ints."""
-    if value is None:
-        return
-    if not isinstance(value, (list, tuple)):
-        raise OpTypeError(f"{name} must be a list of ints or None, got {type(value).__name__}")
-    for i, item in enumerate(value):
-        require_int(f"{name}[{i}]", item)
-
-
-def require_optional_dtype(name: str, value: object) -> None:
-    if value is not None and not isinstance(value, torch.dtype):
-        raise OpTypeError(f"{name} must be a torch.dtype or None, got {type(value).__name__}")
 
 
 def require_choice(name: str, value: Any, allowed: Sequence[Any], meaning: str) -> None:
@@ -127,39 +103,53 @@ def require_trailing(name: str, tensor: torch.Tensor, x_name: str, x: torch.Tens
         )
 
 
-def require_str(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise OpTypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+def require_str(name: str, value: object, optional: bool = False) -> Optional[str]:
+    if not isinstance(value, str) and not (optional and value is None):
+        raise _type_error(name, value, "a str", optional)
     return value
 
 
-def require_dtype_value(name: str, value: object) -> torch.dtype:
-    if not isinstance(value, torch.dtype):
-        raise OpTypeError(f"{name} must be a torch.dtype, got {type(value).__name__}")
+def require_dtype_value(name: str, value: object, optional: bool = False) -> Optional[torch.dtype]:
+    if not isinstance(value, torch.dtype) and not (optional and value is None):
+        raise _type_error(name, value, "a torch.dtype", optional)
     return value
 
 
-def _require_list(element: Callable[[str, object], Any], what: str) -> Callable[[str, object], None]:
-    """A check of a schema list: a list or tuple whose every item passes ``element``."""
+ArgumentCheck = Callable[[str, object], Any]
+
+
+def comm_domain_name(domain: str) -> ArgumentCheck:
+    """The check of an argument naming a communication domain (``hcom``, ``group_ep``): torch_npu takes the
+    domain's HCCL name, a str, and a ProcessGroup passed in its place is the likely mistake, so the message
+    says where the name comes from (torch_npu's ``get_hccl_comm_name`` page)."""
+
+    def require(name: str, value: object) -> str:
+        if not isinstance(value, str):
+            raise OpTypeError(
+                f"{name} must be a str, the {domain}'s name, not the group itself: pass "
+                f"group._get_backend(torch.device('npu')).get_hccl_comm_name(rank); got {type(value).__name__}"
+            )
+        return value
+
+    return require
+
+
+def _require_list(element: ArgumentCheck, what: str, optional: bool) -> ArgumentCheck:
+    """A check of a schema list (``int[]``, ``Tensor[]?``): a list or tuple whose every item passes ``element``,
+    or None if ``optional``."""
 
     def require(name: str, value: object) -> None:
+        if optional and value is None:
+            return
         if not isinstance(value, (list, tuple)):
-            raise OpTypeError(f"{name} must be a list of {what}, got {type(value).__name__}")
+            raise _type_error(name, value, f"a list of {what}", optional, shows_value=False)
         for i, item in enumerate(value):
             element(f"{name}[{i}]", item)
 
     return require
 
 
-def _optional(require: Callable[[str, object], Any]) -> Callable[[str, object], None]:
-    def require_optional(name: str, value: object) -> None:
-        if value is not None:
-            require(name, value)
-
-    return require_optional
-
-
-_TYPE_CHECKS: dict[str, Callable[[str, object], Any]] = {
+_TYPE_CHECKS: dict[str, Callable[..., Any]] = {
     "Tensor": require_tensor,
     "int": require_int,
     "SymInt": require_int,
@@ -174,9 +164,9 @@ _ELEMENT_NAMES = {"Tensor": "tensors", "int": "ints", "SymInt": "ints", "float":
 def type_check(schema_type: str) -> Callable[[str, object], Any]:
     """The check of one argument of this schema type (``Tensor?``, ``int[]``, ...): what the dispatcher would
     refuse, refused here first with the argument's name instead of a dispatcher traceback."""
-    if schema_type.endswith("?"):
-        return _optional(type_check(schema_type[:-1]))
-    if schema_type.endswith("]"):
-        element = schema_type.partition("[")[0]
-        return _require_list(_TYPE_CHECKS[element], _ELEMENT_NAMES[element])
-    return _TYPE_CHECKS[schema_type]
+    optional = schema_type.endswith("?")
+    base = schema_type.removesuffix("?")
+    if base.endswith("]"):
+        element = base.partition("[")[0]
+        return _require_list(_TYPE_CHECKS[element], _ELEMENT_NAMES[element], optional)
+    return functools.partial(_TYPE_CHECKS[base], optional=True) if optional else _TYPE_CHECKS[base]

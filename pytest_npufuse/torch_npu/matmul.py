@@ -12,15 +12,14 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..errors import OpArgumentError, OpTypeError
+from ..errors import OpArgumentError
 from ..numerics.exact import cube_addmm, cube_matmul
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
+    comm_domain_name,
     require_choice,
     require_dtype,
-    require_int,
-    require_int_list,
     require_shape,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
@@ -78,7 +77,12 @@ def _mm_all_reduce_kernel(call: Arguments) -> torch.Tensor:
     return out.reshape(*x1.shape[:-1], x2.shape[1])
 
 
-@npu_op(meta=_mm_all_reduce_meta, kernel=_mm_all_reduce_kernel, unmodeled=MM_ALL_REDUCE_UNMODELED)
+@npu_op(
+    meta=_mm_all_reduce_meta,
+    kernel=_mm_all_reduce_kernel,
+    unmodeled=MM_ALL_REDUCE_UNMODELED,
+    argument_checks={"hcom": comm_domain_name("communication domain")},
+)
 def npu_mm_all_reduce_base(call: Arguments) -> None:
     """MatmulAllReduce (tensor parallelism): ``allreduce(x1 @ ((x2 + antiquant_offset) * antiquant_scale) + bias
     + x3)`` over the communication domain ``hcom``.
@@ -103,12 +107,10 @@ def npu_mm_all_reduce_base(call: Arguments) -> None:
     communication quantisation, ``reduce_op`` other than ``"sum"`` (the only documented value) and
     ``comm_turn != 0`` (the only supported value).
     """
-    if not isinstance(call.hcom, str):
-        raise OpTypeError(f"hcom must be a str (the communication domain's name), got {type(call.hcom).__name__}")
     require_choice("reduce_op", call.reduce_op, ("sum",), "the only documented reduce operation")
     require_choice("comm_turn", call.comm_turn, (0,), "the only supported split")
     require_choice("comm_quant_mode", call.comm_quant_mode, (0,), "no comm quantisation")
-    if require_int("antiquant_group_size", call.antiquant_group_size) < 0:
+    if call.antiquant_group_size < 0:
         raise OpArgumentError(f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)")
 
 
@@ -170,6 +172,5 @@ def npu_transpose_batchmatmul(call: Arguments) -> None:
     """
     for name, value, allowed in (("perm_x1", call.perm_x1, PERM_X1), ("perm_x2", call.perm_x2, PERM_X2),
                                  ("perm_y", call.perm_y, PERM_Y)):
-        require_int_list(name, value)
         require_choice(name, _perm(value, allowed[0]), allowed, "the documented permutations")
     require_choice("batch_split_factor", call.batch_split_factor, (1, None), "no split of the output's N dim")

@@ -14,7 +14,6 @@ from .checks import (
     require_choice,
     require_dtype,
     require_shape,
-    require_tensors,
     require_unused,
 )
 from .fixedorder import softmax
@@ -57,7 +56,7 @@ SCATTER_ND_MAX_DIMS = 8
 
 
 def _scatter_nd_meta(call: Arguments) -> Out:
-    self, indices = call.self, call.indices
+    self, indices = call.input, call.indices
     require_dtype("input", self, SCATTER_ND_DTYPES)
     require_dtype("indices", indices, (torch.int32, torch.int64))
     require_dtype("updates", call.updates, (self.dtype,), "(input's dtype)")
@@ -123,7 +122,7 @@ def write_nz_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor,
 
 
 def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
-    out = call.self.clone(memory_format=torch.contiguous_format)
+    out = call.input.clone(memory_format=torch.contiguous_format)
     _scatter_nd_into(out, call.indices, call.updates)
     return out
 
@@ -138,10 +137,9 @@ def npu_scatter_nd_update(call: Arguments) -> None:
     A repeated index is written by its last update (the page leaves the order open; this keeps the result a
     function of the inputs). dtypes float32/float16/bfloat16/bool/int64/int8.
     """
-    require_tensors(input=call.self, indices=call.indices, updates=call.updates)
 
 
-@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, writes_back={"self": 0})
+@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, writes_back={"input": 0})
 def npu_scatter_nd_update_(call: Arguments) -> None:
     """In-place :func:`npu_scatter_nd_update`: writes into ``input`` and returns it (the KV-cache write of
     the public decode code, e.g. ``npu_scatter_nd_update_(kv_cache, slots, key)``).
@@ -150,7 +148,6 @@ def npu_scatter_nd_update_(call: Arguments) -> None:
     ``npu::npu_scatter_nd_update_`` is functional (the registry's ``writes_back``); this wrapper copies its
     result into ``input`` and returns ``input``, as torch_npu does.
     """
-    require_tensors(input=call.self, indices=call.indices, updates=call.updates)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,13 +165,12 @@ def npu_prefetch(call: Arguments) -> None:
     side-effecting (op-plugin marks it ``has_side_effect``), so a traced graph keeps it although nothing
     reads its result. The op catalog prices it (``npu::npu_prefetch``).
     """
-    require_tensors(input=call.self, dependency=call.dependency)
     if call.max_size <= 0:
         raise OpArgumentError(f"max_size={call.max_size} must be > 0 (bytes to prefetch)")
-    if call.offset < 0 or call.offset >= max(1, call.self.numel() * call.self.element_size()):
+    if call.offset < 0 or call.offset >= max(1, call.input.numel() * call.input.element_size()):
         raise OpArgumentError(
             f"offset={call.offset} must be >= 0 and inside the weight "
-            f"({call.self.numel() * call.self.element_size()} bytes)"
+            f"({call.input.numel() * call.input.element_size()} bytes)"
         )
 
 
@@ -253,7 +249,7 @@ def _confusion_transpose_meta(call: Arguments) -> Out:
     except RuntimeError as err:
         first = "permute by perm, then reshape" if call.transpose_first else "reshape, then permute by perm"
         raise OpArgumentError(
-            f"npu_confusion_transpose cannot {first} for input {list(self.shape)}, perm={list(call.perm)}, "
+            f"npu_confusion_transpose cannot {first} for self {list(self.shape)}, perm={list(call.perm)}, "
             f"shape={list(call.shape)}: {err}"
         ) from None
     return Out(out_shape, self.dtype)
@@ -273,7 +269,6 @@ def npu_confusion_transpose(call: Arguments) -> None:
     Source: torch_npu.npu_confusion_transpose (op-plugin API page, marked beta and to be replaced by
     ``view`` + ``permute``).
     """
-    require_tensors(input=call.self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,7 +290,7 @@ def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
 
 
 def _scatter_update_meta(call: Arguments) -> Out:
-    self, indices, updates = call.self, call.indices, call.updates
+    self, indices, updates = call.data, call.indices, call.updates
     require_dtype("data", self, SCATTER_UPDATE_DTYPES)
     require_dtype("updates", updates, (self.dtype,), "(data's dtype)")
     require_dtype("indices", indices, (torch.int32, torch.int64))
@@ -319,7 +314,7 @@ def _scatter_update_meta(call: Arguments) -> Out:
 
 
 def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
-    self, updates, axis = call.self, call.updates, call.axis
+    self, updates, axis = call.data, call.updates, call.axis
     dim = _scatter_update_axis(self, axis)
     count = updates.shape[dim]
     starts = call.indices.to(torch.int64)
@@ -348,10 +343,9 @@ def scatter_update(call: Arguments) -> None:
       does not check).
     * Refused: 2-D indices (the documentation does not describe them).
     """
-    require_tensors(data=call.self, indices=call.indices, updates=call.updates)
 
 
-@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"self": 0})
+@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0})
 def scatter_update_(call: Arguments) -> None:
     """In-place :func:`scatter_update`: writes into ``data`` and returns it (cann-recipes' decode KV-cache
     write ``scatter_update_(past_key, kv_len, key_states, -2)``).
@@ -359,7 +353,6 @@ def scatter_update_(call: Arguments) -> None:
     Source: torch_npu.scatter_update_ (op-plugin API page). The registered op is functional (the
     registry's ``writes_back``); this wrapper copies its result into ``data`` and returns ``data``.
     """
-    require_tensors(data=call.self, indices=call.indices, updates=call.updates)
 
 
 # ---------------------------------------------------------------------------------------------

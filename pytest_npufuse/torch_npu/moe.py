@@ -18,10 +18,8 @@ from .checks import (
     HALF_DTYPES,
     require_choice,
     require_dtype,
-    require_float,
-    require_int,
-    require_optional_tensor,
     require_shape,
+    require_tensor,
     require_tensor_list,
     require_unused,
 )
@@ -279,17 +277,17 @@ def _check_gmm_modes(
     split_item: Optional[int], group_type: Optional[int], group_list_type: Optional[int], act_type: Optional[int]
 ) -> tuple[int, int]:
     """Return (split_item, group_list_type) with torch_npu's defaults for None."""
-    split = 0 if split_item is None else require_int("split_item", split_item)
+    split = 0 if split_item is None else split_item
     require_choice("split_item", split, (0, 1, 2, 3), "0/1 one output per group, 2/3 one output")
     if group_type is None:
         raise OpArgumentError(
             "group_type is required (torch_npu refuses None too): pass 0 to split x by rows with "
             "group_list, or -1 for one x per weight"
         )
-    require_choice("group_type", require_int("group_type", group_type), (-1, 0), "-1 no grouping, 0 split rows")
-    list_type = 0 if group_list_type is None else require_int("group_list_type", group_list_type)
+    require_choice("group_type", group_type, (-1, 0), "-1 no grouping, 0 split rows")
+    list_type = 0 if group_list_type is None else group_list_type
     require_choice("group_list_type", list_type, (0, 1, 2), "0 cumulative row ends, 1 row counts, 2 [E, 2] pairs")
-    activation = 0 if act_type is None else require_int("act_type", act_type)
+    activation = 0 if act_type is None else act_type
     require_choice("act_type", activation, (0,), "fused activations are not implemented")
     return split, list_type
 
@@ -450,7 +448,7 @@ def _require_group_list(name: str, value: object) -> None:
     """group_list is an int64 tensor; a Python list of counts, the common mistake, is named as such."""
     if isinstance(value, (list, tuple)):
         raise OpTypeError(f"{name} must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
-    require_optional_tensor(name, value)
+    require_tensor(name, value, optional=True)
 
 
 @npu_op(
@@ -594,7 +592,5 @@ def npu_grouped_matmul_finalize_routing(call: Arguments) -> None:
                    pertoken_scale_dtype=call.pertoken_scale_dtype)
     require_choice("dtype", torch.float32 if call.dtype is None else call.dtype, (torch.float32,),
                    "the output is float32")
-    if call.shared_input_weight is not None:
-        require_float("shared_input_weight", call.shared_input_weight)
-    list_type = 1 if call.group_list_type is None else require_int("group_list_type", call.group_list_type)
+    list_type = 1 if call.group_list_type is None else call.group_list_type
     require_choice("group_list_type", list_type, (0, 1), "0 cumulative row ends, 1 row counts")

@@ -24,6 +24,7 @@ and ``op_plugin/python/meta/_meta_registrations.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Callable, Optional
 
 import torch
@@ -31,9 +32,9 @@ import torch
 from ..errors import OpArgumentError
 from .checks import (
     HALF_DTYPES,
+    comm_domain_name,
     require_choice,
     require_dtype,
-    require_int,
     require_shape,
 )
 from .fixedorder import round_to_int8
@@ -44,6 +45,8 @@ TOKENS_CUMSUM, TOKENS_COUNT = 0, 1
 DYNAMIC_QUANT_MAX = 127.0
 ASSIST_ROWS_PER_TOKEN = 128  # dispatch_v2 meta: assist_info_for_combine has max(BS*K, A*128) entries
 A3_STEP = 8  # meta: expert_scales adds global_bs * 2 * K * (ep_world_size // 8) ep_recv_counts entries
+# Every dispatch and combine interface takes the EP domain by its HCCL name (the API pages' group_ep: str).
+EP_GROUP_CHECK = MappingProxyType({"group_ep": comm_domain_name("EP communication domain")})
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,6 @@ def _check_no_special_experts(zero_expert_num: int, copy_expert_num: int, const_
     """The v2 interfaces' zero/copy/constant experts (MoE variants with trivial experts) are not modeled."""
     for name, value in (("zero_expert_num", zero_expert_num), ("copy_expert_num", copy_expert_num),
                         ("const_expert_num", const_expert_num)):
-        require_int(name, value)
         require_choice(name, value, (0,), "zero/copy/constant experts are not modeled")
 
 
@@ -241,7 +243,7 @@ _dispatch_v1_meta, _dispatch_v1_kernel = _dispatch_functions(_v1_idx_entries)
 _dispatch_v2_meta, _dispatch_v2_kernel = _dispatch_functions(_v2_idx_entries)
 
 
-@npu_op(meta=_dispatch_v1_meta, kernel=_dispatch_v1_kernel)
+@npu_op(meta=_dispatch_v1_meta, kernel=_dispatch_v1_kernel, argument_checks=EP_GROUP_CHECK)
 def npu_moe_distribute_dispatch(call: Arguments) -> None:
     """Send each token to the ranks of its top-K experts (MC2): returns ``(expand_x, dynamic_scales,
     expand_idx, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales)``.
@@ -272,6 +274,7 @@ def npu_moe_distribute_dispatch(call: Arguments) -> None:
     meta=_dispatch_v2_meta,
     kernel=_dispatch_v2_kernel,
     unmodeled=("elastic_info", "performance_info", "y_dtype", "x_dtype", "scales_dtype"),
+    argument_checks=EP_GROUP_CHECK,
 )
 def npu_moe_distribute_dispatch_v2(call: Arguments) -> None:
     """:func:`npu_moe_distribute_dispatch` of the v2 interface: the third output is
@@ -364,7 +367,12 @@ def _check_combine(call: Arguments) -> None:
     require_choice("comm_quant_mode", call.comm_quant_mode, (0,), "quantised communication is not modeled")
 
 
-@npu_op(meta=_combine_v1_meta, kernel=_combine_v1_kernel, unmodeled=("activation_scale", "weight_scale", "group_list"))
+@npu_op(
+    meta=_combine_v1_meta,
+    kernel=_combine_v1_kernel,
+    unmodeled=("activation_scale", "weight_scale", "group_list"),
+    argument_checks=EP_GROUP_CHECK,
+)
 def npu_moe_distribute_combine(call: Arguments) -> None:
     """Return the experts' outputs to their tokens and sum them with the routing weights: ``x`` ``[BS, H]``.
 
@@ -391,6 +399,7 @@ def npu_moe_distribute_combine(call: Arguments) -> None:
     unmodeled=(
         "elastic_info", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2", "const_expert_v", "performance_info",
     ),
+    argument_checks=EP_GROUP_CHECK,
 )
 def npu_moe_distribute_combine_v2(call: Arguments) -> None:
     """:func:`npu_moe_distribute_combine` of the v2 interface, reading dispatch_v2's

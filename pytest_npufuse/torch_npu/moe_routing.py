@@ -20,8 +20,6 @@ from .checks import (
     FLOAT_DTYPES,
     require_choice,
     require_dtype,
-    require_int,
-    require_int_list,
     require_shape,
 )
 from .fixedorder import round_to_int8, softmax
@@ -345,7 +343,6 @@ def npu_moe_init_routing_v2(call: Arguments) -> None:
     ``quant_mode=-1`` applies and ``scale`` carries their per-row scales. Refused: the FP8/HIF8/MX/int4 quant
     modes (2-17), which have no CPU dtype here.
     """
-    require_int_list("active_expert_range", call.active_expert_range)
     require_choice("drop_pad_mode", call.drop_pad_mode, (DROPLESS, DROP_PAD),
                    "0 dropless, 1 drop/pad to expert_capacity")
     require_choice("expert_tokens_num_type", call.expert_tokens_num_type, (0, 1, 2), "0 cumsum, 1 count, 2 key-value")
@@ -480,11 +477,8 @@ def npu_moe_finalize_routing(call: Arguments) -> None:
       one rounding to the rows' dtype at the end.
     """
     if call.drop_pad_mode is not None:
-        require_int("drop_pad_mode", call.drop_pad_mode)
         require_choice("drop_pad_mode", call.drop_pad_mode, (0, 1, 2, 3),
                        "0/2 dropless, 1/3 drop-pad; 0/1 column-ordered, 2/3 row-ordered expanded_src_to_dst_row")
-    if call.k is not None:
-        require_int("k", call.k)
 
 
 # ---------------------------------------------------------------------------------------------

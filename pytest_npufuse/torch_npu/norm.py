@@ -11,7 +11,6 @@ from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     require_dtype,
-    require_int,
     require_shape,
     require_trailing,
 )
@@ -243,7 +242,7 @@ def npu_add_rms_norm_quant(call: Arguments) -> None:
       channel (gamma's shape) or one value.  Without ``scales2``, ``y2`` is zeros (the device
       leaves it unspecified).  ``axis`` is accepted as in torch_npu (only -1 is documented).
     """
-    if require_int("axis", call.axis) != -1:
+    if call.axis != -1:
         raise OpArgumentError(f"axis={call.axis} is not implemented; torch_npu documents only -1 (the last dim)")
 
 

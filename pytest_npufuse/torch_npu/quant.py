@@ -15,7 +15,6 @@ from .checks import (
     dtype_names,
     require_choice,
     require_dtype,
-    require_int,
     require_shape,
     require_unused,
 )
@@ -450,7 +449,7 @@ def npu_dequant_swiglu_quant(call: Arguments) -> None:
     Rows are independent, and the only float reduction is a max, so the result does not
     depend on the thread count.
     """
-    if require_int("quant_mode", call.quant_mode) not in (0, 1):
+    if call.quant_mode not in (0, 1):
         raise OpArgumentError(f"quant_mode={call.quant_mode} is not supported; expected 0 (static) or 1 (dynamic)")
 
 
@@ -621,6 +620,15 @@ QUANTIZE_OUTPUTS = {
 }
 
 
+def _require_quantize_dtype(name: str, value: object) -> torch.dtype:
+    """npu_quantize's ``dtype`` names the output type by its torch dtype; the message lists the ones torch_npu
+    documents, since a string (``"qint8"``) or an output tensor's dtype name is the usual mistake."""
+    if not isinstance(value, torch.dtype):
+        choices = ", ".join(str(dtype) for dtype in QUANTIZE_OUTPUTS)
+        raise OpTypeError(f"{name} must be a torch.dtype, one of {choices}; got {type(value).__name__} {value!r}")
+    return value
+
+
 def _quantize_axis(input: torch.Tensor, axis: int, div_mode: bool) -> int:
     """The element-wise axis as a non-negative dim: div_mode=False uses the last axis unless axis is -2 (doc)."""
     if not div_mode:
@@ -674,7 +682,7 @@ def _quantize_kernel(call: Arguments) -> torch.Tensor:
     return _pack_int4(levels) if call.dtype == torch.quint4x2 else levels.to(out_dtype)
 
 
-@npu_op(meta=_quantize_meta, kernel=_quantize_kernel)
+@npu_op(meta=_quantize_meta, kernel=_quantize_kernel, argument_checks={"dtype": _require_quantize_dtype})
 def npu_quantize(call: Arguments) -> None:
     """Static quantisation: ``round(input / scales + zero_points)`` (``input * scales`` when not div_mode).
 
@@ -687,8 +695,6 @@ def npu_quantize(call: Arguments) -> None:
       torch.quint4x2 (div_mode=False only) -> int4 levels packed eight per int32.
     * float32 math, round half to even, saturated to the output range.
     """
-    if not isinstance(call.dtype, torch.dtype):
-        raise OpTypeError(f"dtype must be a torch.dtype such as torch.qint8, got {type(call.dtype).__name__}")
     require_choice("dtype", call.dtype, tuple(QUANTIZE_OUTPUTS), "the output types torch_npu documents")
 
 
@@ -768,7 +774,7 @@ def npu_weight_quant_batchmatmul(call: Arguments) -> None:
     """
     require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=call.quant_scale,
                    quant_offset=call.quant_offset)
-    if require_int("antiquant_group_size", call.antiquant_group_size) < 0:
+    if call.antiquant_group_size < 0:
         raise OpArgumentError(f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)")
     require_choice("inner_precise", call.inner_precise, (0, 1), "device precision modes")
 
@@ -827,7 +833,7 @@ def npu_trans_quant_param(call: Arguments) -> None:
       [-256, 255], is stored as 9 bits at 37..45 (:mod:`.quant_param`).
     * The device returns uint64; torch has none, so the result is int64 with the same bits.
     """
-    mode = 0 if call.round_mode is None else require_int("round_mode", call.round_mode)
+    mode = 0 if call.round_mode is None else call.round_mode
     require_choice("round_mode", mode, (0, 1), "truncate or round to nearest even")
 
 

@@ -39,7 +39,7 @@ import torch
 
 from ..errors import OpTypeError, ProfileError
 from ..target.catalog import load_catalog
-from .checks import require_unused, type_check
+from .checks import ArgumentCheck, require_unused, type_check
 from .schema import Declaration, declarations, format_returns
 
 NAMESPACE = "npu"
@@ -226,9 +226,6 @@ def check(op: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """Run the declared op's argument checks (no tensor metadata) on a call, without running the op: for the
     forms torch_npu adds around an op (``.out``, workspace queries) that refuse what the op refuses."""
     _VALIDATORS[op.__name__](*_BINDERS[op.__name__](args, kwargs))
-
-
-ArgumentCheck = Callable[[str, object], Any]
 
 
 def _validator(

@@ -16,7 +16,6 @@ from .checks import (
     HALF_DTYPES,
     require_choice,
     require_dtype,
-    require_int,
     require_shape,
     require_unused,
 )
@@ -841,7 +840,7 @@ def npu_mla_prolog_v3(call: Arguments) -> None:
     modes = {"weight_quant_mode": call.weight_quant_mode, "kv_cache_quant_mode": call.kv_cache_quant_mode,
              "query_quant_mode": call.query_quant_mode}
     for name, allowed in V3_SUPPORTED_MODES.items():
-        require_choice(name, require_int(name, modes[name]), allowed, "the int8 / bfloat16 scenarios of Atlas A2/A3")
+        require_choice(name, modes[name], allowed, "the int8 / bfloat16 scenarios of Atlas A2/A3")
     require_choice("ckvkr_repo_mode", call.ckvkr_repo_mode, (0,), "separate kv_cache and kr_cache")
     require_choice("quant_scale_repo_mode", call.quant_scale_repo_mode, (0,), "scales stored apart from the data")
     require_unused("npu_mla_prolog_v3 (PA_BLK modes, per-tile kv cache)", actual_seq_len=call.actual_seq_len,
@@ -936,7 +935,7 @@ def npu_mrope(call: Arguments) -> None:
       rounding to the query's dtype. ``cache_mode="interleave"`` (Qwen3-VL's interleaved sections)
       is not implemented.
     """
-    if require_int("head_size", call.head_size) <= 0:
+    if call.head_size <= 0:
         raise OpArgumentError(f"head_size={call.head_size} must be positive")
     require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "NeoX halves or even/odd pairs")
     require_choice("cache_mode", call.cache_mode, ("default",), "sections taken in order")

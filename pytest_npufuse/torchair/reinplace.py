@@ -38,7 +38,7 @@ from torch.utils import _pytree as pytree
 
 from ..frontend.lower import op_type_of
 from ..frontend.reinplace import KEEP_WRITE_BACKS, PRICED_AS
-from ..frontend.scopes import SCOPE_ENTER, SCOPE_EXIT, STREAM_LABEL
+from ..frontend.scopes import DEFAULT_STREAM, node_streams
 from .core.utils import logger
 
 __all__ = [
@@ -67,21 +67,11 @@ inplaceable_npu_ops: dict[Callable[..., Any], InplaceableNpuOp] = {}
 
 
 def label_streams(gm: torch.fx.GraphModule) -> None:
-    """Store each node's stream label (None: the default stream) in ``node.meta["stream_label"]``, from
-    the scope markers around it, as TorchAir does before its reinplace checks."""
-    enclosing: list[str | None] = []
-    current: str | None = None
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is SCOPE_ENTER:
-            enclosing.append(current)
-            keys, values = node.args[0], node.args[1]
-            if STREAM_LABEL in keys:
-                current = values[list(keys).index(STREAM_LABEL)]
-        elif node.op == "call_function" and node.target is SCOPE_EXIT and enclosing:
-            node.meta[STREAM_LABEL_META] = current
-            current = enclosing.pop()
-            continue
-        node.meta[STREAM_LABEL_META] = current
+    """Store each node's stream label (None: the default stream) in ``node.meta["stream_label"]``, where
+    TorchAir keeps it for its reinplace checks and the ``extra_check`` functions user code registers read it;
+    the labels are lowering's (:func:`~pytest_npufuse.frontend.scopes.node_streams`)."""
+    for node, stream in node_streams(gm.graph).items():
+        node.meta[STREAM_LABEL_META] = None if stream == DEFAULT_STREAM else stream
 
 
 def _is_copy(node: torch.fx.Node) -> bool:

@@ -2,6 +2,8 @@
 
 from dataclasses import replace
 
+import pytest
+
 from pytest_npufuse import cost
 from pytest_npufuse.cost.cube import Gemm, Tiling, block_coord, block_index, cube_us, hbm_traffic, single_core_split_k
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
@@ -160,6 +162,32 @@ def test_single_core_split_k_keeps_a_in_l1_and_beats_the_basic_tiling_on_deep_k(
     resident = cube_us(gemm, tiling, a2.aic, 0, a2.cube_tflops["float16"], a2)
     streamed = cube_us(gemm, tiling._replace(resident_a=False), a2.aic, 0, a2.cube_tflops["float16"], a2)
     assert resident < streamed
+
+
+def _slice_k_us(gemm: Gemm) -> float:
+    a2 = load_profile("910b2")
+    return cube_us(gemm, single_core_split_k(gemm, a2), a2.aic, 0, a2.cube_tflops["float16"], a2)
+
+
+def test_single_core_split_k_time_grows_across_the_tile_walk_limit():
+    """Beyond 32768 output tiles the busiest core is priced without walking every tile; it still loads
+    each A block it touches, so the 33rd batch (33792 tiles) adds about what the 32nd (32768) did."""
+    times = [_slice_k_us(Gemm(batch, 4096, 8192, 2048, 2, 2)) for batch in (31, 32, 33, 34)]
+    assert times == sorted(times)
+    assert times[2] - times[1] > 0.9 * (times[1] - times[0])
+
+
+def test_single_core_split_k_without_edge_tiles_costs_the_same_walked_or_not(monkeypatch):
+    """Where every tile is full, counting each core's A blocks band by band gives the walk's time exactly;
+    with edge tiles it prices them as full ones, so it never undercuts the walk."""
+    from pytest_npufuse.cost import cube
+
+    shapes = [Gemm(32, 4096, 8192, 2048, 2, 2), Gemm(32, 8192, 4096, 2048, 2, 2), Gemm(8, 4000, 16000, 2048, 2, 2)]
+    walked = [_slice_k_us(gemm) for gemm in shapes]
+    monkeypatch.setattr(cube, "_EXACT_TILES", 0)
+    counted = [_slice_k_us(gemm) for gemm in shapes]
+    assert counted[:2] == pytest.approx(walked[:2], rel=1e-12)
+    assert walked[2] < counted[2] < walked[2] * 1.03
 
 
 def test_single_core_split_k_holds_b_when_m_exceeds_n_as_the_transposed_product():

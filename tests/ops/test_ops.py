@@ -912,6 +912,83 @@ def test_the_documented_name_of_an_ops_first_argument_works_as_a_keyword() -> No
     assert torch.equal(compiled(x), expected)
 
 
+def _group() -> object:
+    """A ProcessGroup of a one-rank world: what a user passes where torch_npu wants the group's name."""
+    import torch.distributed as dist
+
+    return dist.ProcessGroup(dist.HashStore(), 0, 1)
+
+
+_TOKENS, _EXPERT_IDS = torch.zeros(2, 32, dtype=torch.bfloat16), torch.zeros(2, 1, dtype=torch.int32)
+_EXPAND, _IDX, _COUNTS = torch.zeros(2, 32, dtype=torch.bfloat16), torch.zeros(2, dtype=torch.int32), torch.ones(1)
+
+
+@pytest.mark.parametrize("call, argument", [
+    (lambda g: torch_npu.npu_mm_all_reduce_base(_TOKENS, _TOKENS.t(), g), "hcom"),
+    (lambda g: torch_npu.npu_moe_distribute_dispatch(_TOKENS, _EXPERT_IDS, g, 1, 0, 1), "group_ep"),
+    (lambda g: torch_npu.npu_moe_distribute_dispatch_v2(_TOKENS, _EXPERT_IDS, g, 1, 0, 1), "group_ep"),
+    (lambda g: torch_npu.npu_moe_distribute_combine(_EXPAND, _EXPERT_IDS, _IDX, _IDX, _COUNTS, g, 1, 0, 1),
+     "group_ep"),
+    (lambda g: torch_npu.npu_moe_distribute_combine_v2(_EXPAND, _EXPERT_IDS, _IDX, _IDX, _COUNTS, g, 1, 0, 1),
+     "group_ep"),
+], ids=["mm_all_reduce", "dispatch", "dispatch_v2", "combine", "combine_v2"])
+def test_a_process_group_for_a_communication_domain_name_is_refused_with_where_the_name_comes_from(
+    call, argument
+) -> None:
+    """torch_npu's pages type hcom/group_ep as str: the HCCL name get_hccl_comm_name returns, not the group."""
+    with pytest.raises(TypeError) as info:
+        call(_group())
+    message = str(info.value)
+    assert message.startswith(f"{argument} must be a str, the ") and "domain's name, not the group itself" in message
+    assert "get_hccl_comm_name(rank)" in message and message.endswith("got ProcessGroup")
+
+
+def test_npu_quantize_lists_the_output_dtypes_when_dtype_is_not_a_dtype() -> None:
+    x, scales = torch.randn(2, 4), torch.ones(4)
+    expected = ("dtype must be a torch.dtype, one of torch.qint8, torch.quint8, torch.int8, torch.qint32, "
+                "torch.int32, torch.quint4x2; got str 'qint8'")
+    with pytest.raises(TypeError) as eager:
+        torch_npu.npu_quantize(x, scales, None, "qint8")
+    assert str(eager.value) == expected
+    assert expected in _compile_error(lambda t: torch_npu.npu_quantize(t, scales, None, "qint8"), x)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: torch_npu.npu_grouped_matmul([torch.zeros(2, 4)], [torch.zeros(4, 2)], group_type=-1,
+                                         output_dtype="float16"),
+     "output_dtype must be a torch.dtype or None, got str 'float16'"),
+    (lambda: torch_npu.npu_grouped_matmul([torch.zeros(2, 4)], [torch.zeros(4, 2)], group_type=-1, bias=3),
+     "bias must be a list of tensors or None, got int"),
+    (lambda: torch_npu.npu_grouped_matmul([torch.zeros(2, 4)], [torch.zeros(4, 2)], group_type="0"),
+     "group_type must be an int or None, got str '0'"),
+], ids=["ScalarType?", "Tensor[]?", "int?"])
+def test_an_optional_arguments_type_error_says_none_is_allowed(call, message) -> None:
+    with pytest.raises(TypeError) as info:
+        call()
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: torch_npu.npu_scatter_nd_update([1.0], torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1)),
+     "input must be a torch.Tensor, got list"),
+    (lambda: torch_npu.npu_prefetch(input=3, dependency=None, max_size=8), "input must be a torch.Tensor, got int"),
+    (lambda: torch_npu.scatter_update_(data=[0], indices=torch.zeros(1), updates=torch.zeros(1), axis=-1),
+     "data must be a torch.Tensor, got list"),
+], ids=["npu_scatter_nd_update", "npu_prefetch", "scatter_update_"])
+def test_a_memory_ops_first_argument_has_the_name_torch_npu_documents(call, message) -> None:
+    """The API pages name it ``input`` (scatter_nd_update, prefetch) or ``data`` (scatter_update) where the
+    schema says ``self``: the error, and the keyword, use that name."""
+    with pytest.raises(TypeError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_scatter_update_takes_data_by_its_documented_keyword() -> None:
+    data, updates = torch.zeros(2, 1, 4, 2), torch.ones(2, 1, 1, 2)
+    out = torch_npu.scatter_update(data=data, indices=torch.tensor([1, 3]), updates=updates, axis=-2)
+    assert out[0, 0, 1].tolist() == [1.0, 1.0] and out[1, 0, 3].tolist() == [1.0, 1.0] and out.sum() == 4
+
+
 def test_metadata_checks_run_in_the_fake_kernel() -> None:
     message = _compile_error(lambda t: torch_npu.npu_rms_norm(t, torch.ones(5)), torch.randn(4, 8))
     assert "gamma has shape [5]" in message

@@ -52,6 +52,14 @@ def _write_on_a_side_stream_then_read_on_the_default(kv, gamma, cos, sin, slots,
     return k_cache.sum() + y.sum()
 
 
+def _write_inside_a_default_stream_block_then_read(kv, gamma, cos, sin, slots, k_cache, ckv_cache):
+    import torch_npu
+
+    with torch.npu.stream(torch.npu.default_stream()):
+        _, y = torch_npu.npu_kv_rmsnorm_rope_cache_v2(kv, gamma, cos, sin, slots, k_cache, ckv_cache, cache_mode="PA_NZ", is_output_kv=True)
+    return k_cache.sum() + y.sum()
+
+
 def _run(session, fn, config):
     args, caches = _inputs()
     expected_caches = tuple(c.clone() for c in caches)
@@ -114,6 +122,14 @@ def test_users_of_an_updated_input_on_two_streams_keep_it_functional_and_say_why
     assert graph.program.kernels[0].op_type == "npu::npu_kv_rmsnorm_rope_cache_v2_functional"
     assert "[multi_stream_multi_reinplace]Current node: npu_kv_rmsnorm_rope_cache_v2_functional, type: " in caplog.text
     assert "check no multi stream users failed for reinplace. The users of the mutated input node have multiple streams." in caplog.text
+
+
+def test_a_block_on_the_default_stream_is_the_default_stream_to_the_reinplace_check(session):
+    """The stream labels TorchAir's check reads are lowering's: ``torch.npu.stream(default_stream())`` issues
+    on the stream the ops outside it use, so the cache's users are on one stream and the op runs in place."""
+    graph = _run(session, _write_inside_a_default_stream_block_then_read, _config("reduce-overhead"))
+    assert graph.program.kernels[0].op_type == "npu::npu_kv_rmsnorm_rope_cache_v2"
+    assert {kernel.stream for kernel in graph.program.kernels} == {"default"}
 
 
 def test_a_user_registers_its_own_op_through_torchairs_graph_pass_module(shim):
