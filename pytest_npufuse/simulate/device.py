@@ -138,7 +138,10 @@ class DeviceModel:
         dispatched = self._dispatched[stream]
         dispatched = (release if release > dispatched else dispatched) + task.dispatch_us
         self._dispatched[stream] = dispatched
-        self._arrived_late[index] = position == 0 or dispatched > idle_from
+        # Cold: the launch reached the device after the stream and its events were ready, so the task
+        # waited for the host. A task held by an event instead (a side stream's first task in a graph)
+        # was launched ahead and had its start-up hidden, like a task queued behind another.
+        self._arrived_late[index] = dispatched > ready
         if dispatched > ready:
             ready = dispatched
         self._busy[stream] = True

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from pytest_npufuse.ir.events import Event
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.timeline import simulate
@@ -42,3 +43,20 @@ def test_every_eager_kernel_waits_for_the_host_and_starts_cold():
 def test_an_aclgraph_replay_waits_longer_between_tasks_than_a_sunk_graph():
     sunk, replayed = run(10), run(10, "npugraph_ex")
     assert replayed.time_us - sunk.time_us == pytest.approx(9 * 3.0, abs=1e-6)
+
+
+def test_a_side_stream_kernel_held_by_an_event_was_launched_ahead_and_starts_warm():
+    """In a graph every task reaches the device at launch; a side stream's first kernel that waits for an
+    event has its start-up hidden like a kernel queued behind another, while one that starts at launch
+    alone on its stream pays it."""
+    builder = ProgramBuilder()
+    x = builder.input("x", (64, 4096))
+    first = builder.op("aten::mul", [x, x], (64, 4096))
+    held = builder.op("aten::mul", [first, first], (64, 4096), stream="held")
+    free = builder.op("aten::mul", [x, x], (64, 4096), stream="free")
+    names = {kernel.node: kernel.name for kernel in builder.kernels}
+    built = builder.build()
+    syncs = [Event("e", names[first], names[held])]
+    runs = {k.stream: k for k in simulate(built, plan_program(built, A3, syncs=syncs), A3).kernels}
+    assert runs["held"].duration_us == pytest.approx(runs["default"].duration_us - 12.0)
+    assert runs["free"].duration_us == pytest.approx(runs["default"].duration_us)
