@@ -3,7 +3,8 @@
 Seed 003 ("亲和算子优化策略") lists forms an Ascend NPU runs slowly and their replacements: one_hot+sum
 -> zeros+scatter, ``nn.Linear`` -> ``addmm``, a bmm with output ``[b, 1, 1]`` -> a dot product,
 ``repeat_interleave`` with a scalar -> unsqueeze/expand/reshape, ``gather`` -> ``index_select`` /
-indexing, IndexPutV2 -> ``masked_fill``, and unfused sequences that one fused op replaces (RotaryMul,
+indexing, IndexPutV2 -> ``masked_fill``, ``x[nonzero(mask)].sum()`` -> ``(x * mask).sum()``,
+``where(x < y, y, x)`` -> ``lerp``, and unfused sequences that one fused op replaces (RotaryMul,
 RmsNorm, ScaledMaskedSoftmax, SwiGlu, FlashAttentionScore, MatmulAllReduce).
 
 Each pattern is declared once (:data:`PATTERNS`): how to find it among the captured kernels (op types,
@@ -271,6 +272,105 @@ def _index_put_check(graph: DataFlow, match: Match) -> str:
     return f"{verdict} (accumulating rows; repeated rows may add in another order)"
 
 
+# --- Nonzero + indexing + sum -> a 0/1 mask multiplied in ---------------------------------------------
+
+
+def _find_nonzero_sum(graph: DataFlow) -> Iterable[Match]:
+    """``x[torch.nonzero(mask).squeeze(1)].sum()``: the guide's documented form (the sum of the picked
+    elements), where the picked elements feed nothing but the sum."""
+    for kernel in graph.program.kernels:
+        if kernel.op_type != "aten::nonzero":
+            continue
+        for index in graph.consumers(kernel):
+            readers = graph.consumers(index) if index.op_type == "aten::index" else []
+            if len(readers) == 1 and readers[0].op_type == "aten::sum":
+                yield Match((kernel, index, readers[0]))
+
+
+def _nonzero_specs(graph: DataFlow, match: Match) -> tuple[TensorSpec, TensorSpec]:
+    """The mask nonzero reads and the tensor the indices pick from."""
+    nonzero, index, _ = match.kernels
+    (mask,) = graph.input_specs(nonzero)
+    source = next(s for s in graph.input_specs(index) if s.dtype not in ("int64", "int32"))
+    return mask, source
+
+
+def _nonzero_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
+    mask, source = _nonzero_specs(graph, match)
+    weights = _spec(mask.shape, source.dtype, source)
+    return [
+        NewKernel("aten::_to_copy", (mask,), weights),
+        NewKernel("aten::mul", (source, weights), source),
+        NewKernel("aten::sum", (source,), match.kernels[-1].output_specs[0]),
+    ]
+
+
+def _nonzero_check(graph: DataFlow, match: Match) -> str:
+    mask, source = _nonzero_specs(graph, match)
+    if mask.shape != source.shape[: len(mask.shape)] or len(mask.shape) != 1:
+        return "not checked (the guide's rewrite is for a 1-D mask over the tensor's first axis)"
+    gen = torch.Generator().manual_seed(0)
+    values = _random(source, gen).float().requires_grad_()
+    picks = torch.rand(mask.shape, generator=gen) > 0.5
+    weights = picks.to(values.dtype).view(-1, *[1] * (len(source.shape) - 1))
+    original = values[torch.nonzero(picks, as_tuple=False).squeeze(1)].sum()
+    return _compare_with_grads(values, original, (values * weights).sum(), gen)
+
+
+# --- where of a comparison of its own operands -> lerp --------------------------------------------------
+
+_COMPARISONS = ("aten::lt", "aten::gt", "aten::le", "aten::ge")
+
+
+def _comparison(graph: DataFlow, select: Kernel) -> Kernel | None:
+    """The comparison writing ``select``'s condition when it compares the two values ``select`` picks
+    between (``torch.where(x < y, y, x)``, the form the guide rewrites with ``torch.lerp``)."""
+    if select.op_type != "aten::where" or len(select.inputs) != 3:
+        return None
+    compare = graph.program.producer(select.inputs[0])
+    if compare is None or compare.op_type not in _COMPARISONS or len(compare.inputs) != 2:
+        return None
+    values = {graph.program.storage(name) for name in select.inputs[1:]}
+    compared = {graph.program.storage(name) for name in compare.inputs}
+    return compare if len(values) == 2 and compared == values else None
+
+
+def _find_where_compare(graph: DataFlow) -> Iterable[Match]:
+    return (Match((k,)) for k in graph.program.kernels if _comparison(graph, k) is not None)
+
+
+def _where_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
+    """The comparison stays (its 0/1 result becomes lerp's weight); the select becomes a cast of the
+    condition to the values' dtype and one Lerp."""
+    (select,) = match.kernels
+    condition, chosen, other = graph.input_specs(select)
+    out = select.output_specs[0]
+    weights = _spec(condition.shape, out.dtype, out)
+    return [NewKernel("aten::_to_copy", (condition,), weights), NewKernel("aten::lerp", (other, chosen, weights), out)]
+
+
+def _where_check(graph: DataFlow, match: Match) -> str:
+    """``where(x < y, y, x)`` against ``lerp(x, y, (x < y).float())`` (or the captured comparison), the
+    values and both operands' gradients, on random data of the captured shapes."""
+    (select,) = match.kernels
+    compare = _comparison(graph, select)
+    _, chosen, other = graph.input_specs(select)
+    gen = torch.Generator().manual_seed(0)
+    a, b = _random(chosen, gen).float().requires_grad_(), _random(other, gen).float().requires_grad_()
+    # the operand the comparison reads first decides the condition's sense
+    chosen_first = graph.program.storage(compare.inputs[0]) == graph.program.storage(select.inputs[1])
+    op = getattr(torch, compare.op_type.removeprefix("aten::"))
+    condition = op(a, b) if chosen_first else op(b, a)
+    original, rewritten = torch.where(condition, a, b), torch.lerp(b, a, condition.to(a.dtype))
+    grad = torch.randn(original.shape, generator=gen)
+    before = torch.autograd.grad(original, (a, b), grad)
+    after = torch.autograd.grad(rewritten, (a, b), grad)
+    values, grads = _compare(original.detach(), rewritten.detach()), [_compare(x, y) for x, y in zip(before, after)]
+    if values == "bit-exact" and grads == ["bit-exact", "bit-exact"]:
+        return "bit-exact (values and gradients)"
+    return f"{values} (gradients {', '.join(grads)})"
+
+
 def _compare_with_grads(
     leaf: torch.Tensor, original: torch.Tensor, rewritten: torch.Tensor, gen: torch.Generator
 ) -> str:
@@ -462,6 +562,12 @@ PATTERNS: tuple[Pattern, ...] = (
             _gather_replacement, _gather_check, grad_op="aten::index_add"),
     Pattern("index_put (IndexPutV2)", "masked_fill / torch.where (a mask); index_select on flattened rows (indices)",
             _find_index_put, _index_put_replacement, _index_put_check),
+    Pattern("Nonzero + index + sum", "(x * mask.float()).sum()", _find_nonzero_sum, _nonzero_replacement,
+            _nonzero_check, "NonZero's output size depends on the mask's values and the picked rows are gathered; "
+            "the 0/1 mask multiplied in keeps one element-wise pass", grad_op="aten::mul"),
+    Pattern("where(x < y, y, x)", "torch.lerp(x, y, (x < y).float())", _find_where_compare, _where_replacement,
+            _where_check, "the guide's gain is in the backward (SelectV2's scattered reads); SelectV2 and Lerp are "
+            "both priced as streaming Vector ops here, so only the forward's kernels are repriced"),
     Pattern("RotaryMul (unfused)", "torch_npu.npu_rotary_mul(x, cos, sin)", _find_rotary, _fused("npu::npu_rotary_mul"),
             _rotary_check, grad_op="npu::npu_rotary_mul_backward"),
     Pattern("RmsNorm (unfused)", "torch_npu.npu_rms_norm(x, gamma, eps)", _find_rms_norm, _fused("npu::npu_rms_norm"),
@@ -524,8 +630,10 @@ def find_affinity(
                     rewritten[backward] = fuse(steps[backward], group, pattern.grad_op, catalog)
             gain = sum(times[i] - program_time(program, profile) for i, program in rewritten.items())
             index, first = located[0]
+            with torch.enable_grad():  # a check differentiates its CPU reference, also under the user's no_grad()
+                exactness = pattern.check(flows[index], first)
             findings.append(Finding(
                 pattern.name, source, len(located), tuple(k.name for k in first.kernels), pattern.rewrite, gain,
-                pattern.check(flows[index], first), pattern.note,
+                exactness, pattern.note,
             ))
     return tuple(findings)
