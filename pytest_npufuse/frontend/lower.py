@@ -32,9 +32,6 @@ from .source import call_name, call_site, module_path, source_line
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
 # collective's wait_tensor is no kernel on an NPU: HCCL work is already ordered on its stream.
 _METADATA_ONLY = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "_c10d_functional::wait_tensor"})
-# Checks torch adds on a data-dependent size (nonzero's row count lies within the mask's numel): the host
-# evaluates them on the size it read back, no device kernel runs.
-_HOST_SIZE_CHECKS = frozenset({"aten::_assert_scalar", "aten::sym_constrain_range_for_size", "aten::sym_constrain_range"})
 
 
 def op_type_of(node: torch.fx.Node) -> str:
@@ -423,8 +420,8 @@ class _ProgramBuilder:
         op_type = op_type_of(node)
         value = node.meta.get("val")
         known = self.catalog.entries.get(op_type)
-        if _is_scalar(value) and not (known is not None and known.value_dependent) or op_type in _HOST_SIZE_CHECKS:
-            return  # host-side size arithmetic (sym_size, int(), trunc) or a check on a size, not a kernel
+        if ge_shapes.is_size_check(node) or _is_scalar(value) and not (known is not None and known.value_dependent):
+            return  # host-side size arithmetic (sym_size, int(), trunc) or a check of a size, not a kernel
         if _draws_random(node):
             raise NotModeledError(
                 f"{op_type} at {source_line(node) or 'the model'} draws random numbers, so BASELINE and VARIANT would "
