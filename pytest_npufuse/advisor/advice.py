@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-
 from ..frontend.repeat import capture_program
 from ..ir.program import ModuleFrame
 from ..plan.options import parse_options

@@ -3,7 +3,8 @@
 Seed 003 ("亲和算子优化策略") lists forms an Ascend NPU runs slowly and their replacements: one_hot+sum
 -> zeros+scatter, ``nn.Linear`` -> ``addmm``, a bmm with output ``[b, 1, 1]`` -> a dot product,
 ``repeat_interleave`` with a scalar -> unsqueeze/expand/reshape, ``gather`` -> ``index_select`` /
-indexing, IndexPutV2 -> ``masked_fill``, and unfused sequences that one fused op replaces (RotaryMul,
+indexing, IndexPutV2 -> ``masked_fill``, ``x[nonzero(mask)].sum()`` -> ``(x * mask).sum()``,
+``where(x < y, y, x)`` -> ``lerp``, and unfused sequences that one fused op replaces (RotaryMul,
 RmsNorm, ScaledMaskedSoftmax, SwiGlu, FlashAttentionScore, MatmulAllReduce).
 
 Each pattern is declared once (:data:`PATTERNS`): how to find it among the captured kernels (op types,
@@ -28,30 +29,19 @@ from ..report.findings import Finding
 from ..target.catalog import OpCatalog
 from ..target.profile import HardwareProfile
 from ..vocabulary import Phase
+from .masking import (
+    find_index_put,
+    find_nonzero_sum,
+    find_where_compare,
+    index_put_check,
+    index_put_replacement,
+    nonzero_check,
+    nonzero_replacement,
+    where_check,
+    where_replacement,
+)
 from .rewrite import DataFlow, Match, NewKernel, fuse, program_time, substitute
-
-
-def _spec(shape: Sequence[int], dtype: str, like: TensorSpec) -> TensorSpec:
-    item = like.nbytes // max(1, math.prod(like.shape)) if like.shape else max(1, like.nbytes)
-    return TensorSpec(tuple(shape), dtype, math.prod(shape) * item)
-
-
-def _dtype(name: str) -> torch.dtype:
-    return getattr(torch, name)
-
-
-def _compare(original: torch.Tensor, rewritten: torch.Tensor) -> str:
-    """``bit-exact`` or by how much the rewrite differs (max absolute difference)."""
-    if original.shape != rewritten.shape:
-        return f"not bit-exact: shape {list(original.shape)} becomes {list(rewritten.shape)}"
-    if torch.equal(original, rewritten):
-        return "bit-exact"
-    diff = (original.double() - rewritten.double()).abs().max().item()
-    return f"not bit-exact: max |diff| {diff:.3g}"
-
-
-def _random(spec: TensorSpec, gen: torch.Generator) -> torch.Tensor:
-    return torch.randn(spec.shape, generator=gen).to(_dtype(spec.dtype))
+from .verdict import compare_values, compare_with_grads, random_tensor, spec_like, torch_dtype
 
 
 @dataclass(frozen=True)
@@ -101,7 +91,7 @@ def _one_hot_check(graph: DataFlow, match: Match) -> str:
     distinct = torch.rand(rows, classes, generator=gen).argsort(-1)[:, :picks]
     original = F.one_hot(distinct, classes).sum(dim=1)
     rewritten = torch.zeros(rows, classes, dtype=original.dtype).scatter_(-1, distinct, 1)
-    verdict = _compare(original, rewritten)
+    verdict = compare_values(original, rewritten)
     return f"{verdict} for distinct indices per row (top-k routing); a repeated index counts once after the rewrite"
 
 
@@ -125,11 +115,11 @@ def _linear_check(graph: DataFlow, match: Match) -> str:
         return "not checked"
     (m, k), (_, n) = matrices[0].shape, matrices[1].shape
     gen = torch.Generator().manual_seed(0)
-    dtype = _dtype(matrices[0].dtype)
+    dtype = torch_dtype(matrices[0].dtype)
     x = torch.randn(min(m, 64), k, generator=gen).to(dtype)
     weight = torch.randn(n, k, generator=gen).to(dtype)
     bias = torch.randn(n, generator=gen).to(dtype)
-    return _compare(F.linear(x, weight, bias), torch.addmm(bias, x, weight.t()))
+    return compare_values(F.linear(x, weight, bias), torch.addmm(bias, x, weight.t()))
 
 
 # --- bmm with an output [b, 1, 1] -> dot product ---------------------------------------------------------
@@ -155,9 +145,9 @@ def _bmm_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
     kernel = match.kernels[0]
     a, b = graph.input_specs(kernel)[-2:]
     out = kernel.output_specs[0]
-    rows = _spec((a.shape[0], a.shape[-1]), a.dtype, a)
+    rows = spec_like((a.shape[0], a.shape[-1]), a.dtype, a)
     if _shared_rhs(graph, kernel):
-        return [NewKernel("aten::mm", (rows, _spec(b.shape[-2:], b.dtype, b)), _spec((a.shape[0], 1), out.dtype, out))]
+        return [NewKernel("aten::mm", (rows, spec_like(b.shape[-2:], b.dtype, b)), spec_like((a.shape[0], 1), out.dtype, out))]
     return [NewKernel("aten::mul", (rows, rows), rows), NewKernel("aten::sum", (rows,), out)]
 
 
@@ -165,14 +155,14 @@ def _bmm_check(graph: DataFlow, match: Match) -> str:
     kernel = match.kernels[0]
     a_spec, b_spec = graph.input_specs(kernel)[-2:]
     gen = torch.Generator().manual_seed(0)
-    a = _random(a_spec, gen)
+    a = random_tensor(a_spec, gen)
     if _shared_rhs(graph, kernel):
-        w = _random(TensorSpec(b_spec.shape[-2:], b_spec.dtype, 0), gen)
+        w = random_tensor(TensorSpec(b_spec.shape[-2:], b_spec.dtype, 0), gen)
         merged = (a.view(a.shape[0], -1) @ w).view(-1, 1, 1)
-        return _compare(torch.bmm(a, w.expand(a.shape[0], -1, -1)), merged)
-    b = _random(b_spec, gen)
+        return compare_values(torch.bmm(a, w.expand(a.shape[0], -1, -1)), merged)
+    b = random_tensor(b_spec, gen)
     dot = (a.squeeze(-2) * b.squeeze(-1)).sum(-1).view(-1, 1, 1)
-    return _compare(torch.bmm(a, b), dot)
+    return compare_values(torch.bmm(a, b), dot)
 
 
 # --- repeat_interleave with a scalar -> unsqueeze / expand / reshape ------------------------------------
@@ -194,7 +184,7 @@ def _repeat_check(graph: DataFlow, match: Match) -> str:
     repeats = max(1, math.prod(out.shape) // max(1, math.prod(source.shape)))
     values = torch.arange(math.prod(source.shape))
     expanded = values.unsqueeze(-1).expand(-1, repeats).reshape(-1)
-    return _compare(torch.repeat_interleave(values, repeats), expanded)
+    return compare_values(torch.repeat_interleave(values, repeats), expanded)
 
 
 # --- gather -> index_select / indexing -------------------------------------------------------------------
@@ -214,75 +204,15 @@ def _gather_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
 def _gather_check(graph: DataFlow, match: Match) -> str:
     source, index = graph.input_specs(match.kernels[0])[:2]
     gen = torch.Generator().manual_seed(0)
-    values = _random(source, gen).float().requires_grad_()
+    values = random_tensor(source, gen).float().requires_grad_()
     if len(source.shape) == 1:
         picks = torch.randint(0, source.shape[0], index.shape, generator=gen)
-        return _compare_with_grads(values, values.gather(0, picks), torch.index_select(values, 0, picks), gen)
+        return compare_with_grads(values, values.gather(0, picks), torch.index_select(values, 0, picks), gen)
     if len(source.shape) == 2 and index.shape[1:] == (1,):
         picks = torch.randint(0, source.shape[1], index.shape, generator=gen)
         rows = torch.arange(source.shape[0])
-        return _compare_with_grads(values, values.gather(1, picks).view(-1), values[rows, picks.squeeze(1)], gen)
+        return compare_with_grads(values, values.gather(1, picks).view(-1), values[rows, picks.squeeze(1)], gen)
     return "not checked (only 1-D and row-wise gathers have a documented rewrite)"
-
-
-# --- IndexPutV2 -> masked_fill -----------------------------------------------------------------------
-
-
-def _find_index_put(graph: DataFlow) -> Iterable[Match]:
-    return (Match((k,)) for k in graph.program.kernels if k.op_type == "aten::index_put")
-
-
-def _index_put_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
-    """A boolean mask becomes ``masked_fill`` (SelectV2); integer indices (advanced indexing, whose
-    backward accumulates with IndexPutV2) become ``index_select`` on the flattened rows, whose backward
-    is ``index_add`` (InplaceScatterAdd), so the IndexPutV2 of that line is an index_add."""
-    kernel = match.kernels[0]
-    specs = tuple(graph.input_specs(kernel))
-    op_type = "aten::where" if any(spec.dtype == "bool" for spec in specs[1:]) else "aten::index_add"
-    return [NewKernel(op_type, specs, kernel.output_specs[0])]
-
-
-def _index_put_check(graph: DataFlow, match: Match) -> str:
-    """The rewrite's values and its input's gradient against IndexPutV2's, on random data of the
-    captured shapes."""
-    specs = graph.input_specs(match.kernels[0])
-    target = specs[0]
-    mask = next((s for s in specs[1:] if s.dtype == "bool" and s.shape == target.shape), None)
-    gen = torch.Generator().manual_seed(0)
-    if mask is not None:
-        values = _random(target, gen).float().requires_grad_()
-        where = torch.rand(target.shape, generator=gen) > 0.5
-        original = values.clone()
-        original[where] = 0
-        return _compare_with_grads(values, original, values.masked_fill(where, 0), gen)
-    indexed = sum(s.dtype in ("int64", "int32") for s in specs[1:])
-    if not 0 < indexed < len(target.shape):
-        return "not checked (a bool mask, or integer indices into the leading axes, have a documented rewrite)"
-    # k index tensors into the leading k axes address rows of the tensor flattened to [rows, the rest]
-    lead = target.shape[:indexed]
-    flat = (math.prod(lead), math.prod(target.shape[indexed:]))
-    rows = torch.randint(0, flat[0], (max(1, flat[0] // 2),), generator=gen)
-    updates = _random(TensorSpec((rows.numel(), flat[1]), target.dtype, 0), gen).float()
-    base = _random(TensorSpec(flat, target.dtype, 0), gen).float()
-    original = base.view(target.shape).index_put(
-        torch.unravel_index(rows, lead), updates.view(rows.numel(), *target.shape[indexed:]), accumulate=True
-    )
-    verdict = _compare(original.view(flat), base.index_add(0, rows, updates))
-    return f"{verdict} (accumulating rows; repeated rows may add in another order)"
-
-
-def _compare_with_grads(
-    leaf: torch.Tensor, original: torch.Tensor, rewritten: torch.Tensor, gen: torch.Generator
-) -> str:
-    """``_compare`` of the values and of ``leaf``'s gradient through each, for one random output gradient."""
-    grad = torch.randn(original.shape, generator=gen)
-    (before,) = torch.autograd.grad(original, leaf, grad)
-    (after,) = torch.autograd.grad(rewritten, leaf, grad)
-    values, grads = _compare(original.detach(), rewritten.detach()), _compare(before, after)
-    if values == grads == "bit-exact":
-        return "bit-exact (values and gradient)"
-    return f"{values} (gradient {grads})"
-
 
 # --- unfused sequences a fused op replaces ---------------------------------------------------------------
 
@@ -372,10 +302,10 @@ def _rms_norm_check(graph: DataFlow, match: Match) -> str:
 
     x_spec = graph.input_specs(match.kernels[0])[0]
     gen = torch.Generator().manual_seed(0)
-    x = _random(x_spec, gen)
+    x = random_tensor(x_spec, gen)
     gamma = torch.randn(x_spec.shape[-1], generator=gen).to(x.dtype)
     unfused = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma
-    return _compare(unfused, npu_rms_norm(x, gamma, 1e-6)[0])
+    return compare_values(unfused, npu_rms_norm(x, gamma, 1e-6)[0])
 
 
 def _rotary_check(graph: DataFlow, match: Match) -> str:
@@ -383,11 +313,11 @@ def _rotary_check(graph: DataFlow, match: Match) -> str:
 
     x_spec = next(k for k in match.kernels if k.op_type == "aten::cat").output_specs[0]
     gen = torch.Generator().manual_seed(0)
-    x = _random(x_spec, gen).reshape(1, 1, -1, x_spec.shape[-1])
-    cos, sin = _random(x_spec, gen).reshape(x.shape), _random(x_spec, gen).reshape(x.shape)
+    x = random_tensor(x_spec, gen).reshape(1, 1, -1, x_spec.shape[-1])
+    cos, sin = random_tensor(x_spec, gen).reshape(x.shape), random_tensor(x_spec, gen).reshape(x.shape)
     first, second = x.chunk(2, -1)
     unfused = x * cos + torch.cat((-second, first), -1) * sin
-    return _compare(unfused, npu_rotary_mul(x, cos, sin))
+    return compare_values(unfused, npu_rotary_mul(x, cos, sin))
 
 
 def _swiglu_check(graph: DataFlow, match: Match) -> str:
@@ -395,8 +325,8 @@ def _swiglu_check(graph: DataFlow, match: Match) -> str:
 
     a_spec = graph.input_specs(match.kernels[0])[0]
     gen = torch.Generator().manual_seed(0)
-    a, b = _random(a_spec, gen), _random(a_spec, gen)
-    return _compare(F.silu(a) * b, npu_swiglu(torch.cat((a, b), dim=-1)))
+    a, b = random_tensor(a_spec, gen), random_tensor(a_spec, gen)
+    return compare_values(F.silu(a) * b, npu_swiglu(torch.cat((a, b), dim=-1)))
 
 
 def _scaled_masked_softmax_check(graph: DataFlow, match: Match) -> str:
@@ -407,14 +337,14 @@ def _scaled_masked_softmax_check(graph: DataFlow, match: Match) -> str:
         return "not checked: npu_scaled_masked_softmax takes 4-D scores"
     shape = (1,) * (4 - len(scores.shape)) + scores.shape
     gen = torch.Generator().manual_seed(0)
-    x = _random(TensorSpec(shape, scores.dtype, 0), gen)
+    x = random_tensor(TensorSpec(shape, scores.dtype, 0), gen)
     mask = torch.rand(1, 1, *shape[2:], generator=gen) > 0.5
     try:
         fused = npu_scaled_masked_softmax(x, mask, 0.125)
     except ValueError as exc:
         return f"not checked: the fused op does not take these scores ({exc})"
     unfused = torch.softmax((x * 0.125).masked_fill(mask, -10000.0), dim=-1)
-    return f"{_compare(unfused, fused)} (mask filled with -10000, as the fused op does)"
+    return f"{compare_values(unfused, fused)} (mask filled with -10000, as the fused op does)"
 
 
 def _flash_attention_check(graph: DataFlow, match: Match) -> str:
@@ -427,13 +357,13 @@ def _flash_attention_check(graph: DataFlow, match: Match) -> str:
         return "not checked: only [B, S, D] and [B, N, S, D] scores have a BNSD rewrite"
     four = (lambda shape: shape if len(shape) == 4 else (shape[0], 1, *shape[1:]))
     gen = torch.Generator().manual_seed(0)
-    q = _random(TensorSpec(four(q_spec.shape), q_spec.dtype, 0), gen)
-    k = _random(TensorSpec(four(kt_spec.shape), kt_spec.dtype, 0), gen).transpose(-1, -2)
-    v = _random(TensorSpec(four(v_spec.shape), v_spec.dtype, 0), gen)
+    q = random_tensor(TensorSpec(four(q_spec.shape), q_spec.dtype, 0), gen)
+    k = random_tensor(TensorSpec(four(kt_spec.shape), kt_spec.dtype, 0), gen).transpose(-1, -2)
+    v = random_tensor(TensorSpec(four(v_spec.shape), v_spec.dtype, 0), gen)
     scale = 1.0 / math.sqrt(q.shape[-1])
     unfused = torch.softmax((q.float() @ k.float().transpose(-1, -2)) * scale, dim=-1) @ v.float()
     fused = npu_fusion_attention(q, k.contiguous(), v, q.shape[1], "BNSD", scale=scale)[0]
-    return f"{_compare(unfused.to(q.dtype), fused)} (no mask)"
+    return f"{compare_values(unfused.to(q.dtype), fused)} (no mask)"
 
 
 def _matmul_all_reduce_check(graph: DataFlow, match: Match) -> str:
@@ -444,8 +374,8 @@ def _matmul_all_reduce_check(graph: DataFlow, match: Match) -> str:
     if x_spec.dtype not in ("float16", "bfloat16"):
         return f"not checked: npu_mm_all_reduce_base takes float16/bfloat16 x1, not {x_spec.dtype}"
     gen = torch.Generator().manual_seed(0)
-    x, w = _random(x_spec, gen), _random(w_spec, gen)
-    verdict = _compare(cube_matmul(x, w), npu_mm_all_reduce_base(x, w, "world"))
+    x, w = random_tensor(x_spec, gen), random_tensor(w_spec, gen)
+    verdict = compare_values(cube_matmul(x, w), npu_mm_all_reduce_base(x, w, "world"))
     return f"{verdict} on one rank (the all-reduce of the other ranks' partial products is not simulated)"
 
 
@@ -461,7 +391,13 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("gather (GatherElements)", "torch.index_select / row indexing (GatherV2)", _find_gather,
             _gather_replacement, _gather_check, grad_op="aten::index_add"),
     Pattern("index_put (IndexPutV2)", "masked_fill / torch.where (a mask); index_select on flattened rows (indices)",
-            _find_index_put, _index_put_replacement, _index_put_check),
+            find_index_put, index_put_replacement, index_put_check),
+    Pattern("Nonzero + index + sum", "(x * mask.float()).sum()", find_nonzero_sum, nonzero_replacement,
+            nonzero_check, "NonZero's output size depends on the mask's values and the picked rows are gathered; "
+            "the 0/1 mask multiplied in keeps one element-wise pass", grad_op="aten::mul"),
+    Pattern("where(x < y, y, x)", "torch.lerp(x, y, (x < y).float())", find_where_compare, where_replacement,
+            where_check, "the guide's gain is in the backward (SelectV2's scattered reads); SelectV2 and Lerp are "
+            "both priced as streaming Vector ops here, so only the forward's kernels are repriced"),
     Pattern("RotaryMul (unfused)", "torch_npu.npu_rotary_mul(x, cos, sin)", _find_rotary, _fused("npu::npu_rotary_mul"),
             _rotary_check, grad_op="npu::npu_rotary_mul_backward"),
     Pattern("RmsNorm (unfused)", "torch_npu.npu_rms_norm(x, gamma, eps)", _find_rms_norm, _fused("npu::npu_rms_norm"),
@@ -524,8 +460,10 @@ def find_affinity(
                     rewritten[backward] = fuse(steps[backward], group, pattern.grad_op, catalog)
             gain = sum(times[i] - program_time(program, profile) for i, program in rewritten.items())
             index, first = located[0]
+            with torch.enable_grad():  # a check differentiates its CPU reference, also under the user's no_grad()
+                exactness = pattern.check(flows[index], first)
             findings.append(Finding(
                 pattern.name, source, len(located), tuple(k.name for k in first.kernels), pattern.rewrite, gain,
-                pattern.check(flows[index], first), pattern.note,
+                exactness, pattern.note,
             ))
     return tuple(findings)

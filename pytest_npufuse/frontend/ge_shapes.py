@@ -29,6 +29,18 @@ def is_symbolic(node: torch.fx.Node) -> bool:
     return symbolic(node.meta.get("val"))
 
 
+# Checks torch puts in a graph on a data-dependent size (nonzero's row count lies within its input's numel).
+_SIZE_CHECKS = frozenset({
+    torch.ops.aten._assert_scalar.default, torch.ops.aten.sym_constrain_range_for_size.default,
+    torch.ops.aten.sym_constrain_range.default,
+})
+
+
+def is_size_check(node: torch.fx.Node) -> bool:
+    """A check of a size the host read back: evaluated on the host, no device kernel."""
+    return node.target in _SIZE_CHECKS
+
+
 def leaves(args: Any) -> Iterator[Any]:
     """Every value in a node's nested arguments (lists, tuples and dicts opened), in order."""
     if isinstance(args, (list, tuple)):

@@ -418,8 +418,8 @@ class _ProgramBuilder:
         op_type = op_type_of(node)
         value = node.meta.get("val")
         known = self.catalog.entries.get(op_type)
-        if _is_scalar(value) and not (known is not None and known.value_dependent):
-            return  # host-side size arithmetic (sym_size, int(), trunc), not a kernel
+        if ge_shapes.is_size_check(node) or _is_scalar(value) and not (known is not None and known.value_dependent):
+            return  # host-side size arithmetic (sym_size, int(), trunc) or a check of a size, not a kernel
         if _draws_random(node):
             raise NotModeledError(
                 f"{op_type} at {source_line(node) or 'the model'} draws random numbers, so BASELINE and VARIANT would "

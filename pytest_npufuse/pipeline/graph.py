@@ -25,6 +25,7 @@ from ..simulate.clock import DEVICE_CLOCK
 from ..simulate.host import HostConfig
 from ..simulate.timeline import RunReport, simulate
 from ..target.profile import HardwareProfile
+from ..torch_npu.profiler import record_graph_call
 from ..vocabulary import Mode, Phase
 
 
@@ -121,7 +122,8 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> list[Any]:
         """The outputs a device would produce: kernels in issue order (always a legal order for the
         data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
-        device clock advances by the graph's modeled time. With a data dump, the dumped tensors are
+        device clock advances by the graph's modeled time, and a profile in progress
+        (``torch_npu.profiler.profile``) records the run. With a data dump, the dumped tensors are
         written as the graph runs; with a logger at DEBUG, the call's inputs and outputs are logged."""
         log_call(self.log, "runtime inputs", "input", args)
         if is_weightless(args):
@@ -130,6 +132,7 @@ class CompiledGraph:
             observe = self.dump.for_call() if self.dump is not None else None
             outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
         DEVICE_CLOCK.run(self.run.time_us * 1e-6)
+        record_graph_call(self.program, self.run)
         log_call(self.log, "runtime outputs", "output", outputs)
         return outputs
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..ir.program import Kernel, ModuleFrame, Program
+from ..simulate.step import chain_runs
 from ..simulate.timeline import SUPERKERNEL_OP, KernelRun, RunReport
 from ..vocabulary import Phase
 
@@ -333,4 +334,31 @@ def attribute_step(programs: Sequence[Program], run: RunReport) -> Attribution:
     backward.update(kernel.parent for kernel in run.kernels if kernel.parent is not None and kernel.name in backward)
     return Attribution(
         run.variant, _module_times(by_name, run), op_statistics(run, frozenset(backward)), overlap_of(run), step=True
+    )
+
+
+def attribute_calls(calls: Sequence[tuple[Program, RunReport]]) -> Attribution:
+    """The three summaries of a sequence of graph calls (a profiled stretch of a script: each compiled
+    graph's modeled run once per call, end to end). Distinct graphs may share kernel names (each
+    compiled graph numbers its own), so a kernel is known by its graph and its name; a call of a
+    backward graph counts in the backward column, as in a training step."""
+    if not calls:
+        raise ValueError("no graph calls to attribute")
+    graphs: dict[int, int] = {}
+    by_name: dict[str, Kernel] = {}
+    backward: set[str] = set()
+    runs = []
+    for program, run in calls:
+        tag = f"{graphs.setdefault(id(program), len(graphs))}:"
+        by_name.update((tag + name, kernel) for name, kernel in program.by_name.items())
+        tagged = tuple(
+            k._replace(name=tag + k.name, parent=None if k.parent is None else tag + k.parent) for k in run.kernels
+        )
+        if program.phase == Phase.BACKWARD:
+            backward.update(k.name for k in tagged)
+        runs.append(replace(run, kernels=tagged))
+    whole = chain_runs(runs)
+    return Attribution(
+        whole.variant, _module_times(by_name, whole), op_statistics(whole, frozenset(backward)), overlap_of(whole),
+        step=bool(backward),
     )

@@ -112,7 +112,7 @@ from .quant import (
     npu_trans_quant_param,
     npu_weight_quant_batchmatmul,
 )
-from . import optim
+from . import optim, profiler
 from .registry import OPS
 from .rope import (
     npu_apply_rotary_pos_emb,

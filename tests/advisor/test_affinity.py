@@ -55,7 +55,9 @@ class Slow(torch.nn.Module):
         h = x @ self.w
         glu = F.silu(h[:, :H]) * h[:, H:]
         reduced = fc.all_reduce(x @ self.w, "sum", self.group)
-        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced
+        kept = x[torch.nonzero(lens > 2, as_tuple=False).squeeze(1)].sum()
+        clipped = torch.where(x < cos, cos, x)
+        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced, kept, clipped
 
 
 def inputs():
@@ -84,6 +86,8 @@ def test_every_seed_003_pattern_is_found_with_its_source_line(slow_findings):
     assert _line(slow_findings["one_hot+sum"].source).startswith("mask_counts = F.one_hot(")
     assert _line(slow_findings["SwiGlu (unfused)"].source).startswith("glu = F.silu(")
     assert _line(slow_findings["MatmulAllReduce (unfused)"].source).startswith("reduced = fc.all_reduce(")
+    assert _line(slow_findings["Nonzero + index + sum"].source).startswith("kept = x[torch.nonzero(")
+    assert _line(slow_findings["where(x < y, y, x)"].source).startswith("clipped = torch.where(")
 
 
 def test_each_finding_is_priced_by_simulating_the_rewritten_program(slow_findings):
@@ -96,6 +100,8 @@ def test_each_finding_is_priced_by_simulating_the_rewritten_program(slow_finding
     assert slow_findings["repeat_interleave(scalar)"].gain_us > 0, "RepeatInterleave's scalar branch must cost time"
     assert slow_findings["bmm [b,n,1] -> [b,1,1]"].gain_us > 0, "one MatMul [b,n]x[n,1] beats a BatchMatMul to [b,1,1]"
     assert set(one_hot.kernels) >= {"Equal", "ReduceSum"}
+    nonzero = slow_findings["Nonzero + index + sum"]
+    assert nonzero.kernels == ("NonZero", "Index", "ReduceSum_1") and nonzero.gain_us > 0, nonzero
 
 
 def test_each_rewrite_is_checked_for_bit_exactness(slow_findings):
@@ -104,6 +110,8 @@ def test_each_rewrite_is_checked_for_bit_exactness(slow_findings):
     assert slow_findings["gather (GatherElements)"].exactness == "bit-exact (values and gradient)"
     assert slow_findings["index_put (IndexPutV2)"].exactness == "bit-exact (values and gradient)"
     assert slow_findings["repeat_interleave(scalar)"].exactness == "bit-exact"
+    assert slow_findings["Nonzero + index + sum"].exactness.endswith("(values and gradient)")
+    assert slow_findings["where(x < y, y, x)"].exactness == "bit-exact (values and gradients)"
     assert slow_findings["bmm [b,n,1] -> [b,1,1]"].exactness.startswith(("bit-exact", "not bit-exact: max |diff|"))
     assert slow_findings["RotaryMul (unfused)"].exactness.startswith(("bit-exact", "not bit-exact: max |diff|"))
 
@@ -134,7 +142,9 @@ class Fast(torch.nn.Module):
         )
         glu = torch_npu.npu_swiglu(x @ self.w)
         reduced = torch_npu.npu_mm_all_reduce_base(x.to(torch.bfloat16), self.w.to(torch.bfloat16), "world")
-        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced
+        kept = (x * (lens > 2).float().unsqueeze(-1)).sum()
+        clipped = torch.lerp(x, cos, (x < cos).float())
+        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced, kept, clipped
 
 
 def test_the_rewritten_model_has_no_finding():

@@ -66,3 +66,40 @@ def test_a_forward_only_finding_is_the_inference_advisor_s():
     inference = compare(Forward(), x, mask, affinity=True)
     (finding,) = [f for f in inference.findings if f.pattern == "index_put (IndexPutV2)"]
     assert finding.occurrences == 1 and finding.gain_us > 0
+
+
+class PickedSum(torch.nn.Module):
+    """Seed 003's Nonzero form (the sum of the rows a mask picks, through ``nonzero``) and its ``where``
+    form (a select between the two values it compares), on parameters a step trains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.rows = torch.nn.Parameter(torch.randn(2048, 64))
+        self.floor = torch.nn.Parameter(torch.randn(256, 512))
+
+    def forward(self, picks, x):
+        total = self.rows[torch.nonzero(picks > 0, as_tuple=False).squeeze(1)].sum()
+        return total + torch.where(self.floor > x, self.floor, x).sum()
+
+
+def test_nonzero_and_where_sites_are_priced_on_the_step_with_their_gradients():
+    gen = torch.Generator().manual_seed(2)
+    picks, x = torch.randn(2048, generator=gen), torch.randn(256, 512, generator=gen)
+    report = compare(PickedSum(), picks, x, loss=lambda out: out, affinity=True)
+    assert report.bit_exact
+    found = {f.pattern: f for f in report.findings}
+    nonzero = found["Nonzero + index + sum"]
+    with torch.no_grad():  # the forward alone, under the user's no_grad (the check still differentiates)
+        (forward,) = [f for f in compare(PickedSum(), picks, x, affinity=True).findings if f.pattern == nonzero.pattern]
+    assert forward.exactness == nonzero.exactness
+    # on the step the line's backward (an accumulating IndexPutV2 of the picked rows) becomes one Mul by the mask
+    assert nonzero.gain_us - forward.gain_us > found["index_put (IndexPutV2)"].gain_us > 0
+    # 2048 x 64 values summed in another order (the masked-out rows as zeros); the gradient is exact
+    assert nonzero.exactness.startswith("not bit-exact: max |diff|"), nonzero.exactness
+    assert nonzero.exactness.endswith("(gradient bit-exact)")
+    where = found["where(x < y, y, x)"]
+    # x > y picking x: the rewrite is lerp(y, x, (x > y)), exact in the values and both gradients
+    assert where.exactness == "bit-exact (values and gradients)" and where.kernels == ("SelectV2",)
+    assert "backward" in where.note
+    assert not any(k.op_type == "aten::_assert_scalar" for k in report.variant.kernels)

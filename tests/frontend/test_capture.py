@@ -99,6 +99,20 @@ def test_repeat_interleave_with_a_repeats_tensor_is_a_known_op():
     assert repeat.info.known
 
 
+class PickedRows(torch.nn.Module):
+    """``nonzero``'s row count is data-dependent: torch checks it against the mask's size in the graph."""
+
+    def forward(self, x, mask):
+        return x[torch.nonzero(mask, as_tuple=False).squeeze(1)].sum()
+
+
+def test_checks_on_a_data_dependent_size_are_no_kernels(recwarn):
+    program, gm = aten_program(PickedRows(), torch.randn(64, 8), torch.arange(64) % 3 == 0)
+    assert any(node.target is torch.ops.aten._assert_scalar.default for node in gm.graph.nodes)
+    assert [k.info.kernel_type for k in program.kernels] == ["NonZero", "Index", "ReduceSum"]
+    assert not [w for w in recwarn if "not in the npufuse op catalog" in str(w.message)]
+
+
 class Unbalanced(torch.nn.Module):
     def forward(self, a):
         torch.ops.npufuse.scope_enter(["_super_kernel_scope", "_super_kernel_options"], ["sp1", ""])
