@@ -26,11 +26,13 @@ from typing import Any, Callable, Mapping
 from ...pipeline.graph import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
 from ..core.utils import logger
-from ..datadump import plan_dump
-from ..fxpass import run_passes
-from ..graphdump import write_graph_dump
+from .._datadump import plan_dump
+from .._fxpass import run_passes
+from .._graphdump import write_graph_dump
 from ..reinplace import keep_write_backs, reinplace_inplaceable_ops
-from .options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
+from ._options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
+
+__all__ = ["CompilerConfig"]
 
 INT64_MAX = 2**63 - 1
 _BOOL = [True, False]
@@ -161,10 +163,10 @@ class CompilerConfig(ConfigNode):
 
     def graph_options(self) -> GraphOptions:
         """What this config decides about how its graphs are modeled; its data dump, when enabled,
-        watches each call of every graph (:mod:`pytest_npufuse.torchair.datadump`), and its graph dump
-        writes each graph (:mod:`pytest_npufuse.torchair.graphdump`); compiles and calls are logged to
+        watches each call of every graph (:mod:`pytest_npufuse.torchair._datadump`), and its graph dump
+        writes each graph (:mod:`pytest_npufuse.torchair._graphdump`); compiles and calls are logged to
         the ``torchair`` logger, as TorchAir logs them; its FX passes edit each aten graph
-        (:mod:`pytest_npufuse.torchair.fxpass`)."""
+        (:mod:`pytest_npufuse.torchair._fxpass`)."""
         watch = partial(plan_dump, self) if self.dump_config.enable_dump.value else None
         dump_graph = partial(write_graph_dump, self) if self.debug.graph_dump.type.value is not None else None
         return GraphOptions(
