@@ -30,6 +30,7 @@ from .._datadump import plan_dump
 from .._fxpass import run_passes
 from .._graphdump import write_graph_dump
 from ..reinplace import keep_write_backs, reinplace_inplaceable_ops
+from ..patterns.pattern_pass_manager import apply_replacements
 from ._options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
 
 __all__ = ["CompilerConfig"]
@@ -176,15 +177,18 @@ class CompilerConfig(ConfigNode):
 
     def fx_passes(self, handed: Any) -> Callable[[Any, Any], None]:
         """The graph pass running this config's ``post_grad_custom_pre_pass`` and ``_post_pass``, each
-        handed ``handed`` as its config (npugraph_ex hands its own), and between them TorchAir's
-        reinplacing of registered ops into the graph inputs they update, which the aclgraph modes run
-        unless ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass`` (npugraph_ex:
+        handed ``handed`` as its config (npugraph_ex hands its own), and between them the user's pattern
+        replacements (``register_replacement``) unless ``experimental_config.pattern_fusion_pass`` is
+        False, then TorchAir's reinplacing of registered ops into the graph inputs they update, which the
+        aclgraph modes run unless ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass`` (npugraph_ex:
         ``input_inplace_pass=False``) turns it off."""
         aclgraph = Mode(self.run_mode).aclgraph
         kept = aclgraph and self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.value
-        builtin = keep_write_backs if kept else reinplace_inplaceable_ops if aclgraph else None
+        reinplace = [keep_write_backs if kept else reinplace_inplaceable_ops] if aclgraph else []
+        patterns = [apply_replacements] if self.experimental_config.pattern_fusion_pass.value else []
         return partial(
-            run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed, builtin
+            run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed,
+            (*patterns, *reinplace),
         )
 
     def superkernel_options(self) -> str | None:
