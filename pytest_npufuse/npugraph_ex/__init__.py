@@ -10,28 +10,17 @@ Its public names:
 - ``CompilerConfig`` (:mod:`.configs.compiler_config`), whose options are the ``options={...}`` keys;
 - ``logger`` (:mod:`.core.utils`), ``inference.cache_compile`` / ``readable_cache``, ``scope.limit_core_num``.
 
-``register_replacement`` (a user's own pattern-fusion rule, applied by npugraph_ex's FX passes) is not
-modeled: reading it is an error naming it.
+- ``register_replacement``: a user's own pattern-fusion rule, applied to each aten graph unless the
+  ``pattern_fusion_pass`` option is False (:mod:`pytest_npufuse.torchair.patterns.pattern_pass_manager`,
+  whose rules it shares).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..errors import NotModeledAttributeError
 from . import configs, core, inference, npu_fx_compiler, scope
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
+from ..torchair.patterns.pattern_pass_manager import register_replacement
 from .npu_fx_compiler import compile_fx, get_compiler, get_npu_backend
 
-__all__ = ["get_npu_backend", "get_compiler", "compile_fx", "CompilerConfig", "logger"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "register_replacement":
-        raise NotModeledAttributeError(
-            "npugraph_ex.register_replacement is not modeled by pytest-npufuse: the model captures the graph the "
-            f"user wrote, without pattern-fusion passes; it models {', '.join(__all__)} and the modules "
-            "configs, core, inference, npu_fx_compiler and scope."
-        )
-    raise AttributeError(f"module 'npugraph_ex' has no attribute {name!r}")
+__all__ = ["get_npu_backend", "get_compiler", "compile_fx", "CompilerConfig", "logger", "register_replacement"]

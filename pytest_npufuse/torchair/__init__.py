@@ -10,18 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NotModeledAttributeError
-from . import configs, core, ge, ge_concrete_graph, inference, npu_fx_compiler, ops, scope
+from . import configs, core, experimental, ge, ge_concrete_graph, inference, npu_fx_compiler, ops, patterns, scope
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
+from .experimental.inference import use_internal_format_weight
 from .npu_fx_compiler import get_compiler, get_npu_backend
+from .patterns.pattern_pass_manager import register_replacement
 
-__all__ = ["get_compiler", "get_npu_backend", "CompilerConfig", "logger"]
+__all__ = [
+    "get_compiler", "get_npu_backend", "CompilerConfig", "logger", "register_replacement", "use_internal_format_weight",
+]
 
 # TorchAir's public names we do not model (torchair.__all__ and its submodules); each is refused by name.
 _NOT_MODELED = frozenset(
     {
-        "dynamo_export", "use_internal_format_weight", "register_fx_node_ge_converter",
-        "patch_for_hcom", "register_replacement", "npu_format_cast_via_cpu", "llm_datadist",
+        "dynamo_export", "register_fx_node_ge_converter",
+        "patch_for_hcom", "npu_format_cast_via_cpu", "llm_datadist",
     }
 )
 
@@ -30,6 +34,6 @@ def __getattr__(name: str) -> Any:
     if name in _NOT_MODELED:
         raise NotModeledAttributeError(
             f"torchair.{name} is not modeled by pytest-npufuse; it models {', '.join(__all__)} and the modules "
-            "configs, core, ge, ge_concrete_graph, inference, npu_fx_compiler, ops and scope."
+            "configs, core, experimental, ge, ge_concrete_graph, inference, npu_fx_compiler, ops, patterns and scope."
         )
     raise AttributeError(f"module 'torchair' has no attribute {name!r}")

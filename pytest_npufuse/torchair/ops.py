@@ -1,6 +1,6 @@
 """``torchair.ops``: explicit stream synchronisation, with TorchAir's names and errors.
 
-``npu_print`` prints tensors from inside the graph (:mod:`.printing`). ``record()``/``wait([...])`` work
+``npu_print`` prints tensors from inside the graph (:mod:`._printing`). ``record()``/``wait([...])`` work
 in every mode; the tagged-event API and ``npu_record_tagged_stream``
 work in the aclgraph modes only, which the backend checks once it knows the mode.
 
@@ -18,7 +18,7 @@ import torch
 
 from ..errors import NotModeledAttributeError, ScopeError
 from ..frontend.tagged_events import EVENTS, TaggedEvent
-from .printing import npu_print
+from ._printing import npu_print
 
 __all__ = [
     "npu_print",
@@ -29,6 +29,9 @@ __all__ = [
     "npu_tagged_event_wait",
     "npu_record_tagged_stream",
 ]
+
+# TorchAir exposes npu_print as torchair.ops.npu_print; its home module here is private.
+npu_print.__module__ = __name__
 
 
 def record() -> torch.Tensor:

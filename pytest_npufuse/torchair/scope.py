@@ -120,6 +120,6 @@ def op_never_timeout(enable: bool = True) -> _Scope:
 
 def data_dump() -> _Scope:
     """Dump the inputs and outputs of the ops inside (with ``dump_config.enable_dump``, max-autotune; the
-    ops of ``dump_layer`` too). Recorded on each kernel; :mod:`pytest_npufuse.datadump` writes the files,
+    ops of ``dump_layer`` too). Recorded on each kernel; :mod:`pytest_npufuse.torchair._datadump` writes the files,
     and the numbers do not change."""
     return _Scope([scopes.DATA_DUMP], ["True"])

@@ -47,12 +47,9 @@ def test_npugraph_ex_imports_as_its_package_with_its_public_names(shim):
     from npugraph_ex.configs.compiler_config import CompilerConfig
     from npugraph_ex.core.utils import EVENT_LEVEL, logger
 
-    assert npugraph_ex.__all__ == ["get_npu_backend", "get_compiler", "compile_fx", "CompilerConfig", "logger"]
+    assert npugraph_ex.__all__ == ["get_npu_backend", "get_compiler", "compile_fx", "CompilerConfig", "logger", "register_replacement"]
     assert CompilerConfig is npugraph_ex.CompilerConfig and logger.name == "npugraph_ex" and EVENT_LEVEL == 35
     assert torch.npu.npugraph_ex is npugraph_ex and npugraph_ex.scope.limit_core_num is torchair.scope.limit_core_num
-    with pytest.raises(NotModeledError, match="npugraph_ex.register_replacement is not modeled"):
-        npugraph_ex.register_replacement  # noqa: B018
-    assert not hasattr(npugraph_ex, "register_replacement")
 
 
 def test_npugraph_ex_config_checks_and_maps_its_options_to_torchair(shim):

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from ...errors import ConfigError
 from ...torchair.configs.compiler_config import CompilerConfig as TorchairConfig
-from ...torchair.configs.options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
+from ...torchair.configs._options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
 
 __all__ = ["CompilerConfig"]
 

@@ -12,7 +12,7 @@ the modeled NPU does are honoured (see :meth:`CompilerConfig.honoured`):
   modes, for ``torch.npu.super_kernel_scope_begin/end`` ranges;
 - ``ge_config.enable_single_stream``: every op on one stream in max-autotune;
 - ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass``: off, the aclgraph modes reinplace the
-  registered functional ops that update graph inputs (:mod:`pytest_npufuse.torchair.reinplace`).
+  registered functional ops that update graph inputs (:mod:`pytest_npufuse.torchair._reinplace`).
 
 Every other option is accepted and recorded (``CompilerConfig.leaves()``) with no modeled effect: dump
 paths, passes and caches change nothing a CPU model can observe.
@@ -26,11 +26,14 @@ from typing import Any, Callable, Mapping
 from ...pipeline.graph import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
 from ..core.utils import logger
-from ..datadump import plan_dump
-from ..fxpass import run_passes
-from ..graphdump import write_graph_dump
-from ..reinplace import keep_write_backs, reinplace_inplaceable_ops
-from .options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
+from .._datadump import plan_dump
+from .._fxpass import run_passes
+from .._graphdump import write_graph_dump
+from .._reinplace import keep_write_backs, reinplace_inplaceable_ops
+from ..patterns.pattern_pass_manager import apply_replacements
+from ._options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
+
+__all__ = ["CompilerConfig"]
 
 INT64_MAX = 2**63 - 1
 _BOOL = [True, False]
@@ -161,10 +164,10 @@ class CompilerConfig(ConfigNode):
 
     def graph_options(self) -> GraphOptions:
         """What this config decides about how its graphs are modeled; its data dump, when enabled,
-        watches each call of every graph (:mod:`pytest_npufuse.torchair.datadump`), and its graph dump
-        writes each graph (:mod:`pytest_npufuse.torchair.graphdump`); compiles and calls are logged to
+        watches each call of every graph (:mod:`pytest_npufuse.torchair._datadump`), and its graph dump
+        writes each graph (:mod:`pytest_npufuse.torchair._graphdump`); compiles and calls are logged to
         the ``torchair`` logger, as TorchAir logs them; its FX passes edit each aten graph
-        (:mod:`pytest_npufuse.torchair.fxpass`)."""
+        (:mod:`pytest_npufuse.torchair._fxpass`)."""
         watch = partial(plan_dump, self) if self.dump_config.enable_dump.value else None
         dump_graph = partial(write_graph_dump, self) if self.debug.graph_dump.type.value is not None else None
         return GraphOptions(
@@ -174,15 +177,18 @@ class CompilerConfig(ConfigNode):
 
     def fx_passes(self, handed: Any) -> Callable[[Any, Any], None]:
         """The graph pass running this config's ``post_grad_custom_pre_pass`` and ``_post_pass``, each
-        handed ``handed`` as its config (npugraph_ex hands its own), and between them TorchAir's
-        reinplacing of registered ops into the graph inputs they update, which the aclgraph modes run
-        unless ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass`` (npugraph_ex:
+        handed ``handed`` as its config (npugraph_ex hands its own), and between them the user's pattern
+        replacements (``register_replacement``) unless ``experimental_config.pattern_fusion_pass`` is
+        False, then TorchAir's reinplacing of registered ops into the graph inputs they update, which the
+        aclgraph modes run unless ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass`` (npugraph_ex:
         ``input_inplace_pass=False``) turns it off."""
         aclgraph = Mode(self.run_mode).aclgraph
         kept = aclgraph and self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.value
-        builtin = keep_write_backs if kept else reinplace_inplaceable_ops if aclgraph else None
+        reinplace = [keep_write_backs if kept else reinplace_inplaceable_ops] if aclgraph else []
+        patterns = [apply_replacements] if self.experimental_config.pattern_fusion_pass.value else []
         return partial(
-            run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed, builtin
+            run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed,
+            (*patterns, *reinplace),
         )
 
     def superkernel_options(self) -> str | None:

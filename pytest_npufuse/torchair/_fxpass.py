@@ -11,7 +11,8 @@ namespace (TorchAir) or the ``npugraph_ex`` namespace (npugraph_ex). Those ops a
 TorchAir's schemas, and after the user's passes each is replaced by the model's own marker
 (:mod:`pytest_npufuse.frontend.scopes`, :mod:`pytest_npufuse.frontend.syncs`), so a pass's streams and
 events are planned, sanitized and priced like the scopes' own. The model has no built-in FX passes to
-run between the two but TorchAir's reinplacing in the aclgraph modes (:mod:`.reinplace`).
+run between the two but the user's registered pattern replacements (:mod:`.patterns.pattern_pass_manager`)
+and TorchAir's reinplacing in the aclgraph modes (:mod:`._reinplace`).
 """
 
 from __future__ import annotations
@@ -79,18 +80,19 @@ def run_passes(
     pre: UserPass | None,
     post: UserPass | None,
     config: Any,
-    builtin: Callable[[torch.fx.GraphModule], None] | None,
+    builtins: Sequence[Callable[[torch.fx.GraphModule], None]],
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
 ) -> None:
-    """The config's pre pass, the model's built-in pass (``builtin``: TorchAir's reinplacing in the
-    aclgraph modes, :mod:`pytest_npufuse.torchair.reinplace`), then the config's post pass, on ``gm``
-    (each user pass handed ``config``, as TorchAir hands its ``CompilerConfig``); the marker ops they (or
-    the model's code) put in the graph become the model's own."""
+    """The config's pre pass, the model's built-in passes in order (``builtins``: the user's registered
+    pattern replacements, :mod:`pytest_npufuse.torchair.patterns.pattern_pass_manager`, and TorchAir's
+    reinplacing in the aclgraph modes, :mod:`pytest_npufuse.torchair._reinplace`), then the config's post
+    pass, on ``gm`` (each user pass handed ``config``, as TorchAir hands its ``CompilerConfig``); the
+    marker ops they (or the model's code) put in the graph become the model's own."""
     if pre is not None:
         pre(gm, example_inputs, config)
     _lower_markers(gm)
-    if builtin is not None:
+    for builtin in builtins:
         builtin(gm)
     if post is not None:
         post(gm, example_inputs, config)
