@@ -13,7 +13,10 @@ npugraph_ex's ``register_replacement`` registers into the same rules here, since
 npugraph_ex through TorchAir's config.
 """
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+import contextlib
+import warnings
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch.fx
 
@@ -29,12 +32,22 @@ __all__ = ["register_replacement"]
 _RULES: list[Any] = []
 
 
-def fwd_only(fn: Callable[..., Any], args: Sequence[Any], **kwargs: Any) -> torch.fx.GraphModule:
-    """PyTorch's ``fwd_only`` tracer (an inference graph of ``fn``), TorchAir's default ``trace_fn``;
-    imported when first used, for the reason above."""
-    from torch._inductor.pattern_matcher import fwd_only as trace
+@contextlib.contextmanager
+def _torch_imports() -> Iterator[ModuleType]:
+    """PyTorch's pattern matcher, imported when first used (for the reason above). It and the inductor
+    passes it imports on its first trace use ``torch.jit.script_method``, whose deprecation warning is about
+    torch's own code, not the user's: inside this block it is not passed on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated", category=DeprecationWarning)
+        import torch._inductor.pattern_matcher as matcher
 
-    return trace(fn, args, **kwargs)
+        yield matcher
+
+
+def fwd_only(fn: Callable[..., Any], args: Sequence[Any], **kwargs: Any) -> torch.fx.GraphModule:
+    """PyTorch's ``fwd_only`` tracer (an inference graph of ``fn``), TorchAir's default ``trace_fn``."""
+    with _torch_imports() as matcher:
+        return matcher.fwd_only(fn, args, **kwargs)
 
 
 def _return_true(match: "Match") -> bool:
@@ -55,22 +68,20 @@ def register_replacement(search_fn, replace_fn, example_inputs, trace_fn=fwd_onl
     ``example_inputs`` by ``trace_fn``), when ``extra_check(match)`` holds and the match's ops share one
     stream. The parameters carry no annotations: this is TorchAir's public signature as its API schema
     records it."""
-    from torch._inductor.pattern_matcher import PatternMatcherPass
-    from torch._inductor.pattern_matcher import register_replacement as register
-
-    if not _RULES:
-        _RULES.append(PatternMatcherPass(pass_name="torchair_generic_pattern_pass"))
-    register(
-        search_fn=search_fn,
-        replace_fn=replace_fn,
-        example_inputs=example_inputs,
-        trace_fn=trace_fn,
-        pass_dicts=_RULES[0],
-        extra_check=lambda match: _on_one_stream(match) and extra_check(match),
-        search_fn_pattern=search_fn_pattern,
-        scalar_workaround=scalar_workaround,
-        skip_duplicates=skip_duplicates,
-    )
+    with _torch_imports() as matcher:
+        if not _RULES:
+            _RULES.append(matcher.PatternMatcherPass(pass_name="torchair_generic_pattern_pass"))
+        matcher.register_replacement(
+            search_fn=search_fn,
+            replace_fn=replace_fn,
+            example_inputs=example_inputs,
+            trace_fn=trace_fn,
+            pass_dicts=_RULES[0],
+            extra_check=lambda match: _on_one_stream(match) and extra_check(match),
+            search_fn_pattern=search_fn_pattern,
+            scalar_workaround=scalar_workaround,
+            skip_duplicates=skip_duplicates,
+        )
 
 
 def apply_replacements(gm: torch.fx.GraphModule) -> None:
