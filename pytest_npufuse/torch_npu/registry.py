@@ -161,13 +161,14 @@ _BINDERS: dict[str, Callable[..., Arguments]] = {}
 
 
 Binder = Callable[[tuple, Mapping[str, Any]], tuple[Arguments, dict[str, Any]]]
+Fit = Callable[[tuple, Mapping[str, Any]], None]  # raises the TypeError of a call that does not fit
 
 
 def _positional(declaration: Declaration) -> tuple[str, ...]:
     return tuple(parameter.name for parameter in declaration.parameters if not parameter.keyword_only)
 
 
-def _fit_check(declaration: Declaration) -> Callable[[tuple, Mapping[str, Any]], None]:
+def _fit_check(declaration: Declaration) -> Fit:
     """The check that a call fits the signature, raising the TypeError Python raises for one that does not
     (``npu_rms_norm() missing a required argument: 'x'``). Set operations decide that a call fits, and
     ``inspect.Signature.bind`` only words the error: Dynamo traces the public callable, and tracing ``bind``
@@ -190,13 +191,12 @@ def _fit_check(declaration: Declaration) -> Callable[[tuple, Mapping[str, Any]],
     return require_fit
 
 
-def _binder(declaration: Declaration) -> Binder:
+def _binder(declaration: Declaration, require_fit: Fit) -> Binder:
     """A function from a call's positional and keyword arguments to its op's record and the arguments given,
     by name (the others are at their declared defaults), or the TypeError Python raises for a call that does
-    not fit the signature (:func:`_fit_check`)."""
+    not fit the signature (``require_fit``, from :func:`_fit_check`)."""
     signature = declaration.signature()
     positional = _positional(declaration)
-    require_fit = _fit_check(declaration)
     fields = [
         (name, Any, field() if parameter.default is parameter.empty else field(default=parameter.default))
         for name, parameter in signature.parameters.items()
@@ -232,13 +232,12 @@ def _validator(
     declaration: Declaration,
     checks: Callable[[Arguments], None],
     unmodeled: Sequence[str],
-    argument_checks: Mapping[str, ArgumentCheck],
+    typed: Mapping[str, ArgumentCheck],
 ) -> Validator:
     """The checks of a call that need no tensor metadata: each argument given is of its schema type (as the
-    dispatcher would demand, but naming the argument; ``argument_checks`` replaces that check where an op's
-    message says more) and, if ``unmodeled``, None; then the op's own ``checks`` of the whole record. An
+    dispatcher would demand, but naming the argument: ``typed``, from :func:`_typed`) and, if ``unmodeled``,
+    None; then the op's own ``checks`` of the whole record. An
     argument left out holds its declared default, which needs no check."""
-    typed = _typed(declaration, argument_checks)
     refused = frozenset(unmodeled)
 
     def validate(call: Arguments, given: Mapping[str, Any]) -> None:
@@ -259,17 +258,13 @@ def _typed(declaration: Declaration, argument_checks: Mapping[str, ArgumentCheck
     }
 
 
-def _type_checker(
-    declaration: Declaration, argument_checks: Mapping[str, ArgumentCheck]
-) -> Callable[[tuple, Mapping[str, Any]], None]:
+def _type_checker(declaration: Declaration, typed: Mapping[str, ArgumentCheck], require_fit: Fit) -> Fit:
     """The checks that a call fits the signature and that each argument it gives has its type, without the
     record or the op's own checks: what the public callable runs under Dynamo. The dispatcher refuses a
     call that does not fit before any kernel runs, and the fake kernel, which runs the other checks there,
     sees the call after the dispatcher converted its scalars (an int given for a bool arrives as True), so
     only this catches them; building no record keeps it to a few traced instructions per argument."""
-    typed = _typed(declaration, argument_checks)
     positional = _positional(declaration)
-    require_fit = _fit_check(declaration)
 
     def check_types(args: tuple, kwargs: Mapping[str, Any]) -> None:
         require_fit(args, kwargs)
@@ -360,8 +355,9 @@ def npu_op(
         _LIB.define(f"{name}{schema}")
         returns_nothing = not returns
 
-        make = _BINDERS[public_name] = _binder(declaration)
-        validate = _VALIDATORS[public_name] = _validator(declaration, checks, unmodeled, argument_checks)
+        typed, require_fit = _typed(declaration, argument_checks), _fit_check(declaration)
+        make = _BINDERS[public_name] = _binder(declaration, require_fit)
+        validate = _VALIDATORS[public_name] = _validator(declaration, checks, unmodeled, typed)
 
         def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
             call, given = make(args, kwargs)
@@ -411,7 +407,7 @@ def npu_op(
             _LIB.impl(public_name, in_place, "CompositeImplicitAutograd")
         returns_none = bool(slots) and not declaration.returns
 
-        check_types = _type_checker(declaration, argument_checks)
+        check_types = _type_checker(declaration, typed, require_fit)
 
         def public(*args: Any, **kwargs: Any) -> Any:
             # Under Dynamo the fake kernel runs the record's checks; tracing the binder and every check of
