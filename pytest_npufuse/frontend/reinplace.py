@@ -42,7 +42,7 @@ from . import scopes
 # aclgraph modes with their mutated-input pass switched off), so :func:`find_writes` finds none
 KEEP_WRITE_BACKS = "npufuse_keep_write_backs"
 # ``node.meta`` key: the op type pricing a node a pass retargeted to one running the same kernel (TorchAir's
-# reinplacing of registered NPU ops, :mod:`pytest_npufuse.torchair.reinplace`)
+# reinplacing of registered NPU ops, :mod:`pytest_npufuse.torchair._reinplace`)
 PRICED_AS = "npufuse_priced_as"
 _COPY = torch.ops.aten.copy.default
 _COPY_ = torch.ops.aten.copy_.default

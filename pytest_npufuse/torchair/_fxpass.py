@@ -12,7 +12,7 @@ TorchAir's schemas, and after the user's passes each is replaced by the model's 
 (:mod:`pytest_npufuse.frontend.scopes`, :mod:`pytest_npufuse.frontend.syncs`), so a pass's streams and
 events are planned, sanitized and priced like the scopes' own. The model has no built-in FX passes to
 run between the two but the user's registered pattern replacements (:mod:`.patterns.pattern_pass_manager`)
-and TorchAir's reinplacing in the aclgraph modes (:mod:`.reinplace`).
+and TorchAir's reinplacing in the aclgraph modes (:mod:`._reinplace`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def run_passes(
 ) -> None:
     """The config's pre pass, the model's built-in passes in order (``builtins``: the user's registered
     pattern replacements, :mod:`pytest_npufuse.torchair.patterns.pattern_pass_manager`, and TorchAir's
-    reinplacing in the aclgraph modes, :mod:`pytest_npufuse.torchair.reinplace`), then the config's post
+    reinplacing in the aclgraph modes, :mod:`pytest_npufuse.torchair._reinplace`), then the config's post
     pass, on ``gm`` (each user pass handed ``config``, as TorchAir hands its ``CompilerConfig``); the
     marker ops they (or the model's code) put in the graph become the model's own."""
     if pre is not None:

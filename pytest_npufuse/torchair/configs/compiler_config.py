@@ -12,7 +12,7 @@ the modeled NPU does are honoured (see :meth:`CompilerConfig.honoured`):
   modes, for ``torch.npu.super_kernel_scope_begin/end`` ranges;
 - ``ge_config.enable_single_stream``: every op on one stream in max-autotune;
 - ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass``: off, the aclgraph modes reinplace the
-  registered functional ops that update graph inputs (:mod:`pytest_npufuse.torchair.reinplace`).
+  registered functional ops that update graph inputs (:mod:`pytest_npufuse.torchair._reinplace`).
 
 Every other option is accepted and recorded (``CompilerConfig.leaves()``) with no modeled effect: dump
 paths, passes and caches change nothing a CPU model can observe.
@@ -29,7 +29,7 @@ from ..core.utils import logger
 from .._datadump import plan_dump
 from .._fxpass import run_passes
 from .._graphdump import write_graph_dump
-from ..reinplace import keep_write_backs, reinplace_inplaceable_ops
+from .._reinplace import keep_write_backs, reinplace_inplaceable_ops
 from ..patterns.pattern_pass_manager import apply_replacements
 from ._options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
 

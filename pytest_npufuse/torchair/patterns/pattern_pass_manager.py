@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch.fx
 
-from ..reinplace import STREAM_LABEL_META, label_streams
+from .._reinplace import STREAM_LABEL_META, label_streams
 
 if TYPE_CHECKING:
     from torch._inductor.pattern_matcher import Match
