@@ -4,6 +4,7 @@ and compared (outputs, loss, gradients, updated parameters)."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -12,7 +13,10 @@ import torch.nn.functional as F
 from pytest_npufuse import compare
 from pytest_npufuse import torchair as tng
 from pytest_npufuse.errors import ArgumentError
+from pytest_npufuse.execute.graph import run_graph
+from pytest_npufuse.frontend.step import StepCapture
 from pytest_npufuse.frontend.tagged_events import EVENTS
+from pytest_npufuse.target.catalog import load_catalog
 
 
 @pytest.fixture(autouse=True)
@@ -198,3 +202,41 @@ def test_double_backward_is_refused_clearly():
     with pytest.raises(RuntimeError, match="does not currently support double backward"):
         grad.sum().backward()
     assert [graph.program.phase for graph in backend.graphs] == ["forward", "backward"]
+
+
+@torch._dynamo.disable
+def _halve(grad: torch.Tensor) -> None:
+    grad.mul_(0.5)
+
+
+class GradWritingSGD(torch.optim.Optimizer):
+    """Plain SGD that first halves each gradient in place: in its graph, or (``eager``) in eager code
+    Dynamo leaves out of the graph."""
+
+    def __init__(self, params: Any, eager: bool) -> None:
+        super().__init__(params, {"lr": 0.1, "eager": eager})
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if group["eager"]:
+                    _halve(p.grad)
+                else:
+                    p.grad.mul_(0.5)
+                p.sub_(group["lr"] * p.grad)
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["in-graph", "eager"])
+def test_gradients_are_compared_as_the_backward_left_them_when_the_step_writes_into_them(eager):
+    model, (x, y) = Mlp(), data()
+    loss = lambda out: F.cross_entropy(out, y)  # noqa: E731
+    torch._dynamo.reset()
+    step = StepCapture(model, [x], loss, GradWritingSGD(model.parameters(), eager), load_catalog())
+    values = step.run(lambda graph, args: run_graph(graph.gm, graph.program, args, {}))
+    reference = copy.deepcopy(model)
+    loss(reference(x)).backward()
+    for (name, grad), (_, param) in zip(values.grads, values.params):
+        expected = dict(reference.named_parameters())[name]
+        torch.testing.assert_close(grad, expected.grad, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(param, expected.detach() - 0.1 * (expected.grad * 0.5), msg=name)
