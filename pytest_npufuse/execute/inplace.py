@@ -8,8 +8,9 @@ An elementwise kernel writes the same bits into its first operand as into a fres
 executor computes a node with the op's in-place overload whenever no later node can see the difference:
 
 - each tensor of its first operand is a value no other node reads (a dead intermediate), or a graph
-  input whose only other reader is the ``copy_`` that overwrites it with the end of that in-place chain
-  (the copy becomes a copy onto itself);
+  input that the ``copy_`` overwriting it with the end of that in-place chain reads (the copy becomes a
+  copy onto itself) and otherwise only functional ``_foreach_*`` kernels that ran before it, into new
+  tensors;
 - each output has its operand's dtype, shape and strides (no type promotion or broadcast of ``self``).
 
 The program is unchanged: the device runs the kernels the graph names, this only changes where the CPU
@@ -35,11 +36,15 @@ def in_place_overloads(gm: torch.fx.GraphModule) -> Mapping[str, Any]:
         if (op := _in_place_overload(node)) is not None and all(_dead_after(arg, node) for arg in node.args[0])
     }
     chosen = dict(intermediates)
+    order = {node: position for position, node in enumerate(gm.graph.nodes)}
     for node in gm.graph.nodes:
         op = _in_place_overload(node)
         if op is None or node.name in intermediates:
             continue
-        if all(_dead_after(arg, node) or _overwritten_by_own_chain(arg, node, intermediates) for arg in node.args[0]):
+        if all(
+            _dead_after(arg, node) or _overwritten_by_own_chain(arg, node, intermediates, order)
+            for arg in node.args[0]
+        ):
             chosen[node.name] = op
     return chosen
 
@@ -98,16 +103,22 @@ def _dead_after(arg: Any, node: torch.fx.Node) -> bool:
     )
 
 
-def _overwritten_by_own_chain(arg: Any, node: torch.fx.Node, intermediates: Mapping[str, Any]) -> bool:
-    """A graph input read only by ``node`` and by the one ``copy_`` that overwrites it with the value
-    that ends the chain of in-place kernels starting at ``node`` (which then already is its memory)."""
+def _overwritten_by_own_chain(
+    arg: Any, node: torch.fx.Node, intermediates: Mapping[str, Any], order: Mapping[torch.fx.Node, int]
+) -> bool:
+    """A graph input read by ``node``, by the one ``copy_`` that overwrites it with the value that ends
+    the chain of in-place kernels starting at ``node`` (which then already is its memory), and otherwise
+    only by functional ``_foreach_*`` kernels that run before ``node``: they have read it into new
+    tensors by the time ``node`` writes it (AdamW's ``lerp`` decomposed, ``grad - exp_avg`` before
+    ``exp_avg`` is updated)."""
     if not isinstance(arg, torch.fx.Node) or arg.op != "placeholder" or _read_elsewhere(arg, node):
         return False
-    others = [user for user in arg.users if user is not node]
-    if len(others) != 1 or others[0].target is not _COPY or others[0].args[0] is not arg:
+    copies = [user for user in arg.users if user.target is _COPY and user.args[0] is arg]
+    earlier = [user for user in arg.users if user is not node and user not in copies]
+    if len(copies) != 1 or not all(_functional_foreach(user) and order[user] < order[node] for user in earlier):
         return False
     index = next(i for i, element in enumerate(node.args[0]) if element is arg)
-    return others[0].args[1] is _chain_end(node, index, intermediates)
+    return copies[0].args[1] is _chain_end(node, index, intermediates)
 
 
 def _chain_end(node: torch.fx.Node, index: int, intermediates: Mapping[str, Any]) -> torch.fx.Node | None:

@@ -77,12 +77,42 @@ def reads_the_old_value(params):
     torch._foreach_add_(params, doubled)
 
 
-def test_an_input_read_after_the_kernel_that_would_overwrite_it_stays_out_of_place():
+def lerp(exp_avgs, grads):
+    torch._foreach_lerp_(exp_avgs, grads, 0.1)
+
+
+def in_place_inputs(gm):
+    """The graph inputs the chosen kernels write into."""
+    nodes = {node.name: node for node in gm.graph.nodes}
+    return {element.name for name in in_place_overloads(gm) for element in nodes[name].args[0]
+            if element.op == "placeholder"}
+
+
+def test_an_input_read_into_new_tensors_before_it_is_overwritten_is_still_written_in_place():
     params = tensors(3)
     gm = functionalized(reads_the_old_value, params)
-    assert in_place_overloads(gm) == {}
+    assert len(in_place_inputs(gm)) == 2
     for got, want in zip(run(gm, params, True), params):
         assert torch.equal(got, want * 3)
+    exp_avgs, grads = tensors(4), tensors(5)
+    gm = functionalized(lerp, exp_avgs, grads)  # AOT: grad - exp_avg, then exp_avg + 0.1 * that
+    assert len(in_place_inputs(gm)) == 2
+    flat = [*exp_avgs, *grads]
+    for got, want in zip(run(gm, flat, True), run(gm, flat, False)):
+        assert torch.equal(bits(got), bits(want))
+
+
+def reads_it_in_another_kernel(params):
+    total = params[0] * 2
+    torch._foreach_add_(params, 1.0)
+    return total
+
+
+def test_an_input_another_kind_of_kernel_reads_stays_out_of_place():
+    """Only a functional ``_foreach_*`` kernel is known to read its operands into new tensors."""
+    params = tensors(6)
+    gm = functionalized(reads_it_in_another_kernel, params)
+    assert in_place_overloads(gm) == {}
 
 
 def test_a_compiled_adamw_step_leaves_the_same_parameters_and_state_as_out_of_place(monkeypatch):
