@@ -44,7 +44,8 @@ from .dynamo import call_compiled, root_cause, value_dependent_capture
 # torch's warning when anything touches torch.jit.script_method (Dynamo does, tracing an optimizer).
 JIT_DEPRECATION = r"`torch\.jit\.script_method` is deprecated"
 
-# A graph's inputs -> a result whose ``outputs`` are the graph's flat outputs (an ``Execution``).
+# A graph's inputs -> a result whose ``outputs`` are the graph's flat outputs and ``kernels_run`` the kernels
+# it computed (an ``Execution``).
 GraphExecutor = Callable[[CapturedGraph, list[Any]], Any]
 
 
@@ -52,13 +53,13 @@ GraphExecutor = Callable[[CapturedGraph, list[Any]], Any]
 class StepValues:
     """What one run of a step computed: the model's outputs, the loss, each parameter's gradient
     after the backward (None when the loss does not depend on it) and each parameter after the
-    optimizer step, by parameter name; ``results`` are the executor's results, one per graph call."""
+    optimizer step, by parameter name; ``kernels_run``: how many kernels the executor computed."""
 
     outputs: Any
     loss: torch.Tensor
     grads: tuple[tuple[str, torch.Tensor | None], ...]
     params: tuple[tuple[str, torch.Tensor], ...]
-    results: tuple[Any, ...]
+    kernels_run: int
     parameter_bytes: int = 0
     gradient_bytes: int = 0
     state_bytes: int = 0
@@ -97,7 +98,7 @@ class StepCapture:
         self._forward = torch.compile(_forward_with_loss, backend=forward, fullgraph=True, dynamic=False)
         self._step = torch.compile(_optimizer_step, backend=step, fullgraph=False, dynamic=False)
         self._execute: GraphExecutor | None = None
-        self._results: list[Any] = []
+        self._kernels_run = 0
 
     @property
     def graphs(self) -> list[CapturedGraph]:
@@ -108,7 +109,7 @@ class StepCapture:
         """One step on a fresh copy of the model and optimizer, every graph computed by ``execute``."""
         model, optimizer = copy.deepcopy((self.model, self.optimizer))
         inputs = [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in self.inputs]
-        self._execute, self._results = execute, []
+        self._execute, self._kernels_run = execute, 0
         try:
             outputs, loss = self._call_forward(model, inputs)
             loss.backward()
@@ -119,7 +120,7 @@ class StepCapture:
             self._execute = None
         params = tuple((name, p.detach()) for name, p in model.named_parameters())
         return StepValues(
-            outputs, loss.detach(), grads, params, tuple(self._results),
+            outputs, loss.detach(), grads, params, self._kernels_run,
             parameter_bytes=sum(_nbytes(p) for _, p in params),
             gradient_bytes=sum(_nbytes(g) for _, g in grads if g is not None),
             state_bytes=_state_bytes(optimizer),
@@ -159,6 +160,10 @@ class StepCapture:
             ) from exc
 
     def _runner(self, graph: CapturedGraph) -> GraphRunner:
+        """The graph's callable for Dynamo. It hands the graph's outputs on and keeps none of them: a
+        gradient the backward returns that something else still holds is copied by autograd into
+        ``.grad`` instead of becoming it (AccumulateGrad steals only an unshared tensor)."""
+
         def run(*args: Any) -> list[Any]:
             if self._execute is None:
                 raise CaptureError(
@@ -166,7 +171,7 @@ class StepCapture:
                     "step calls its compiled graphs only inside compare()/check()."
                 )
             result = self._execute(graph, list(args))
-            self._results.append(result)
+            self._kernels_run += result.kernels_run
             return result.outputs
 
         return run

@@ -123,9 +123,9 @@ def compare_step(
     base_graphs = [baseline.of(graph) for graph in ref_graphs]
     var_graphs = [variant.of(graph) for graph in graphs]
     report = _report(settings, base_graphs, var_graphs, names, baseline_leaves, variant_leaves)
-    executed = sum(result.kernels_run for result in baseline_values.results)
+    executed = baseline_values.kernels_run
     if variant_values is not baseline_values:
-        executed += sum(result.kernels_run for result in variant_values.results)
+        executed += variant_values.kernels_run
     report = replace(
         report,
         captures=len(step.graphs) + (len(ref_step.graphs) if reference is not None else 0),
