@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 from pytest_npufuse.calibrate.fit import ESTIMATES, Values, descend, log_error, prior, tables
 
+from . import trace
 from .evaluate import Outcome, evaluate
 from .rows import Profiles, Row
 
@@ -42,20 +43,17 @@ def loss(outcomes: Sequence[Outcome]) -> float:
 
 
 class Evaluator:
-    """Outcomes of every row under a set of constant values, remembered: the k-fold fits start from the
-    same prior and try mostly the same values, so each set of values is simulated once for all rows."""
+    """Outcomes of rows under sets of constant values, each remembered under the profile values the
+    row's evaluation read (:class:`.trace.Memo`): a trial that moves a constant a row never reads reuses
+    the row's outcome, so a fit re-simulates only the rows its move can change."""
 
     def __init__(self, rows: Sequence[Row]) -> None:
         self.rows = rows
-        self._seen: dict[tuple, dict[str, Outcome]] = {}
+        self._memo = trace.Memo()
 
     def outcomes(self, values: Values, rows: Iterable[Row]) -> list[Outcome]:
-        key = tuple(sorted(values.items()))
-        known = self._seen.get(key)
-        if known is None:
-            profiles = Profiles(tables(values))
-            known = self._seen[key] = {row.id: evaluate(row, profiles) for row in self.rows}
-        return [known[row.id] for row in rows]
+        profiles = Profiles(tables(values), traced=True)
+        return [self._memo.get(row.id, lambda: evaluate(row, profiles), profiles.plain) for row in rows]
 
 
 def fit(rows: Sequence[Row], evaluator: Evaluator | None = None, passes: int = 2) -> Values:
