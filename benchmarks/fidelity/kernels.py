@@ -49,6 +49,7 @@ def library_catalog():
     return load_catalog(
         {
             "catlass::matmul": _entry("cube", tiles, "Matmul"),
+            "catlass::matmul_preload": _entry("cube", _rule("matmul_tiles_preload", tiles), "Matmul"),
             "catlass::matmul_slice_k": _entry("cube", _rule("matmul_slice_k", tiles), "SingleCoreSplitkMatmul"),
             "catlass::quant_matmul": _entry("cube", tiles, "QuantMatmul"),
             "catlass::quant_matmul_split_k": _entry("cube", split_k, "QuantMultiCoreSplitkMatmul"),
@@ -91,6 +92,10 @@ _EXAMPLE_SWIZZLE = {
     "52_quant_multi_core_splitk_matmul_tla": (3, "zn"),
     "34_single_core_splitk_matmul": (20, "auto"),
 }
+# The CATLASS examples whose block MMAD preloads (DispatchPolicy MmadAtlasA2Preload<unitFlag, shuffleK>:
+# 06_optimized_matmul/optimized_matmul.cpp, 21_basic_matmul_preload_zN/basic_matmul_preload_zN.cpp,
+# hicann/catlass @0710e71d); 00_basic_matmul uses MmadAtlasA2Pingpong, double-buffered within a tile.
+_PRELOAD_EXAMPLES = ("06_optimized_matmul", "21_basic_matmul_preload_zN")
 # The quant examples' L1 tile (12, 44, 52: GemmShape<128, 256, 512>): 512 int8 elements of K per load.
 _QUANT_K_BLOCK = 512
 
@@ -134,7 +139,10 @@ def _matmul(row: Row, builder: ProgramBuilder) -> None:
         kind = "catlass::quant_matmul_split_k" if "Splitk" in op else "catlass::quant_matmul"
         builder.op(kind, [a, b, *scales], (m, n), out_dtype)
     else:
+        example = re.search(r"CATLASS (\w+)", op)
+        preload = example is not None and example.group(1) in _PRELOAD_EXAMPLES
         kind = "catlass::matmul_slice_k" if "SingleCoreSplitk" in op else "catlass::matmul"
+        kind = "catlass::matmul_preload" if preload else kind
         builder.op(kind, [a, b], (m, n), out_dtype)
 
 
