@@ -368,13 +368,17 @@ def single_core_split_k(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
     """CATLASS's single-core split-K (example 34): L1 tiles of ``slice_k_tile_m x slice_k_tile_n``, K
     walked in slices of ``slice_k_depth_bytes``, each core keeping its A block in L1 while it sweeps
     its run of output tiles along N (Nz order) and adding every slice's partial tile into the fp32
-    result with atomic adds. When M > N the example transposes all of it (128x256 tiles, Zn order,
-    the B block held): :func:`cube_us` prices that as the transposed product."""
+    result with atomic adds. Its block MMAD preloads the next slice's blocks while the Cube works on the
+    current one (the example's design note: ``gmOffsetNextA/B``, ``needLoadNextA/B``). When M > N the
+    example transposes all of it (128x256 tiles, Zn order, the B block held): :func:`cube_us` prices
+    that as the transposed product."""
     rows, cols, direction = profile.slice_k_tile_m, profile.slice_k_tile_n, 1
     if gemm.m > gemm.n:
         rows, cols, direction = cols, rows, 0
     depth = max(_FRACTAL, profile.slice_k_depth_bytes // max(1, int(gemm.item_in)))
-    return Tiling(rows, cols, -(-gemm.k // depth), (profile.cube_swizzle_offset, direction), resident_a=True)
+    return Tiling(
+        rows, cols, -(-gemm.k // depth), (profile.cube_swizzle_offset, direction), resident_a=True, preload=True
+    )
 
 
 def _held_along_n(gemm: Gemm, tiling: Tiling) -> tuple[Gemm, Tiling]:
