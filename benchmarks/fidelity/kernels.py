@@ -100,13 +100,18 @@ _PRELOAD_EXAMPLES = ("06_optimized_matmul", "21_basic_matmul_preload_zN")
 _QUANT_K_BLOCK = 512
 
 
+def _example(row: Row) -> str:
+    """The CATLASS example a row ran ("" for another kernel), also for a variant of one."""
+    example = re.search(r"CATLASS (\w+)", row.get("op"))
+    return example.group(1) if example else ""
+
+
 def _swizzle(row: Row) -> tuple[int, str]:
     """The row's tile order: the one its ``tiles`` names (``swizzle <4,1>``), else its example's."""
     named = re.search(r"swizzle <(\d+),\s*(\d)>", row.get("attrs", {}).get("tiles", ""))
     if named:
         return int(named.group(1)), ("zn", "nz")[int(named.group(2))]
-    example = re.search(r"CATLASS (\w+)\)", row.get("op"))
-    name = example.group(1) if example else ""
+    name = _example(row)
     if name.startswith("44_"):
         return (1, "zn") if row.get("attrs")["m"] > 128 else (3, "zn")
     return _EXAMPLE_SWIZZLE.get(name, (3, "auto"))
@@ -139,10 +144,8 @@ def _matmul(row: Row, builder: ProgramBuilder) -> None:
         kind = "catlass::quant_matmul_split_k" if "Splitk" in op else "catlass::quant_matmul"
         builder.op(kind, [a, b, *scales], (m, n), out_dtype)
     else:
-        example = re.search(r"CATLASS (\w+)", op)
-        preload = example is not None and example.group(1) in _PRELOAD_EXAMPLES
         kind = "catlass::matmul_slice_k" if "SingleCoreSplitk" in op else "catlass::matmul"
-        kind = "catlass::matmul_preload" if preload else kind
+        kind = "catlass::matmul_preload" if _example(row) in _PRELOAD_EXAMPLES else kind
         builder.op(kind, [a, b], (m, n), out_dtype)
 
 
