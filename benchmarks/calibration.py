@@ -42,6 +42,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="fit the estimates on the training rows and print them")
     parser.add_argument("--folds", type=int, default=5, help="k of the k-fold cross-validation (0: skip it)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="run the k-fold fits in this many processes (the same figures)"
+    )
     parser.add_argument("--rows", action="store_true", help="print every row")
     parser.add_argument(
         "--sweep", action="store_true", help="seed 002's size sweep of the tiling cache (captures three models)"
@@ -61,7 +64,9 @@ def main() -> None:
     evaluator = fitting.Evaluator(rows)
     if args.folds:
         print(
-            summarize(fitting.cross_validate(rows, args.folds, evaluator)).line(f"{args.folds}-fold (refit per fold)")
+            summarize(fitting.cross_validate(rows, args.folds, evaluator, args.jobs)).line(
+                f"{args.folds}-fold (refit per fold)"
+            )
         )
     print(summarize(train).line("in-sample: training rows"))
     print(summarize(outcomes).line("in-sample: all rows"))

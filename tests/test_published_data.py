@@ -206,3 +206,25 @@ def test_a_row_builds_its_workload_from_its_own_fields(monkeypatch):
     assert outcome.published == 48.6 and outcome.modeled > 0 and abs(outcome.error) < 1
     dispatch = evaluate(rows["deepep-ll-dispatch-a3-ep16"], profiles)
     assert dispatch.modeled > 0 and dispatch.gain is None
+
+
+def test_a_fit_reuses_a_row_only_while_the_values_it_read_stay(monkeypatch):
+    """The fit's memo (benchmarks/fidelity/trace.py) keys a row by the profile values its evaluation
+    read: moving a constant the row never reads (an AI CPU rate, for a Cube kernel) reuses its outcome;
+    moving one it reads (the Cube efficiency) simulates it again, to what a fresh evaluation gives."""
+    monkeypatch.syspath_prepend(str(DATA.parent))
+    from fidelity.evaluate import evaluate
+    from fidelity.fit import Evaluator
+    from fidelity.rows import Profiles, load_rows
+    from pytest_npufuse.calibrate.fit import prior, tables
+
+    row = next(row for row in load_rows() if row.id == "catlass-mm-20aic-1024x576x6144-balanced")
+    evaluator = Evaluator([row])
+    start = prior()
+    (first,) = evaluator.outcomes(start, [row])
+    (unread,) = evaluator.outcomes({**start, ("aicpu", "gflops_per_core"): 7.0}, [row])
+    moved = {**start, ("efficiency", "compute"): 0.9}
+    (read,) = evaluator.outcomes(moved, [row])
+    assert unread is first
+    assert read.modeled < first.modeled
+    assert read.modeled == evaluate(row, Profiles(tables(moved))).modeled

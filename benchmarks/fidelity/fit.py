@@ -10,13 +10,16 @@ constants on every machine.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
+import multiprocessing
 from collections import Counter
 from typing import Iterable, Sequence
 
 from pytest_npufuse.calibrate.fit import ESTIMATES, Values, descend, log_error, prior, tables
 
+from . import trace
 from .evaluate import Outcome, evaluate
 from .rows import Profiles, Row
 
@@ -42,20 +45,17 @@ def loss(outcomes: Sequence[Outcome]) -> float:
 
 
 class Evaluator:
-    """Outcomes of every row under a set of constant values, remembered: the k-fold fits start from the
-    same prior and try mostly the same values, so each set of values is simulated once for all rows."""
+    """Outcomes of rows under sets of constant values, each remembered under the profile values the
+    row's evaluation read (:class:`.trace.Memo`): a trial that moves a constant a row never reads reuses
+    the row's outcome, so a fit re-simulates only the rows its move can change."""
 
     def __init__(self, rows: Sequence[Row]) -> None:
         self.rows = rows
-        self._seen: dict[tuple, dict[str, Outcome]] = {}
+        self._memo = trace.Memo()
 
     def outcomes(self, values: Values, rows: Iterable[Row]) -> list[Outcome]:
-        key = tuple(sorted(values.items()))
-        known = self._seen.get(key)
-        if known is None:
-            profiles = Profiles(tables(values))
-            known = self._seen[key] = {row.id: evaluate(row, profiles) for row in self.rows}
-        return [known[row.id] for row in rows]
+        profiles = Profiles(tables(values), traced=True)
+        return [self._memo.get(row.id, lambda: evaluate(row, profiles), profiles.plain) for row in rows]
 
 
 def fit(rows: Sequence[Row], evaluator: Evaluator | None = None, passes: int = 2) -> Values:
@@ -70,13 +70,25 @@ def fold_of(row: Row, folds: int) -> int:
     return int(hashlib.sha256(row.group.encode()).hexdigest(), 16) % folds
 
 
-def cross_validate(rows: Sequence[Row], folds: int, evaluator: Evaluator | None = None) -> list[Outcome]:
-    """Every row predicted by a fit (the same search as the shipped one) on the other folds."""
+def cross_validate(
+    rows: Sequence[Row], folds: int, evaluator: Evaluator | None = None, jobs: int = 1
+) -> list[Outcome]:
+    """Every row predicted by a fit (the same search as the shipped one) on the other folds. With
+    ``jobs`` > 1 the folds' fits run in that many forked processes, each starting from what the
+    evaluator has already simulated; each fit is deterministic, so the outcomes are the same."""
     evaluator = evaluator or Evaluator(rows)
-    outcomes: list[Outcome] = []
-    for fold in range(folds):
-        held = [row for row in rows if fold_of(row, folds) == fold]
-        values = fit([row for row in rows if fold_of(row, folds) != fold], evaluator)
-        outcomes += evaluator.outcomes(values, held)
+    if jobs > 1:
+        evaluator.outcomes(prior(), rows)  # every fit starts here: simulated once, before the fork
+        with multiprocessing.get_context("fork").Pool(min(jobs, folds)) as pool:
+            parts = pool.map(functools.partial(_held_out, rows, folds, evaluator), range(folds))
+    else:
+        parts = [_held_out(rows, folds, evaluator, fold) for fold in range(folds)]
     order = {row.id: index for index, row in enumerate(rows)}
-    return sorted(outcomes, key=lambda outcome: order[outcome.row.id])
+    return sorted((outcome for part in parts for outcome in part), key=lambda outcome: order[outcome.row.id])
+
+
+def _held_out(rows: Sequence[Row], folds: int, evaluator: Evaluator, fold: int) -> list[Outcome]:
+    """The rows of ``fold`` predicted by a fit on the other folds."""
+    held = [row for row in rows if fold_of(row, folds) == fold]
+    values = fit([row for row in rows if fold_of(row, folds) != fold], evaluator)
+    return evaluator.outcomes(values, held)

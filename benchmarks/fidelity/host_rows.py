@@ -7,15 +7,13 @@ models more ("模型参数量越大，优化效果越显著", pangu-38B its exam
 
 from __future__ import annotations
 
-from typing import Mapping
-
-from pytest_npufuse.pipeline.synthetic import plan_program
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.host import HostConfig
 from pytest_npufuse.simulate.timeline import simulate
 from pytest_npufuse.target.profile import HardwareProfile
 
 from .llama import captured_llama
+from .models import plan_of
 from .rows import Profiles, Row
 
 # (name, hidden, layers, heads, ffn, vocab): LLaMA-2 7B and 13B (HF configs), and a 33B-class model with
@@ -27,20 +25,19 @@ SIZES = (
 )
 
 
-def _run(program, profile: HardwareProfile, **host):
-    plan = plan_program(program, profile, variant=Variant.BASELINE)
+def _run(dims: tuple[int, ...], profile: HardwareProfile, **host):
+    """The captured LLaMA of ``dims`` (hidden, layers, heads, ffn, vocab) under GE host scheduling."""
+    program = captured_llama(*dims)
+    plan = plan_of(("captured llama", dims), program, profile, variant=Variant.BASELINE)
     return simulate(program, plan, profile, dynamic=True, host=HostConfig(**{"threads": 1, **host}))
-
-
-def _program(model: Mapping):
-    return captured_llama(model["hidden"], model["layers"], model["heads"], model["ffn"], model["vocab"])
 
 
 def host_pair(row: Row, profiles: Profiles) -> tuple[float, float]:
     """End-to-end step time with the small-shape ops launched on the device (before) and computed on the
     host (after), one host thread, warm tiling cache."""
-    profile, program = profiles.for_row(row), _program(row.model)
-    return _run(program, profile, small_shape_on_host=False).time_us, _run(program, profile).time_us
+    dims = tuple(row.model[key] for key in ("hidden", "layers", "heads", "ffn", "vocab"))
+    profile = profiles.for_row(row)
+    return _run(dims, profile, small_shape_on_host=False).time_us, _run(dims, profile).time_us
 
 
 def _tiling_us(report) -> float:
@@ -51,12 +48,12 @@ def size_sweep(profile: HardwareProfile) -> list[tuple[str, int, float, float, i
     """Per model size: the first iteration's host Tiling time cut by the cache (%), the steady-state step
     gain of the cache (%), and how many of GE's size ops the capture found."""
     rows = []
-    for name, hidden, layers, heads, ffn, vocab in SIZES:
-        program = captured_llama(hidden, layers, heads, ffn, vocab)
-        cold = _tiling_us(_run(program, profile, warm_tiling_cache=False))
-        uncached = _run(program, profile, tiling_cache=False)
+    for name, *sizes in SIZES:
+        dims = tuple(sizes)
+        cold = _tiling_us(_run(dims, profile, warm_tiling_cache=False))
+        uncached = _run(dims, profile, tiling_cache=False)
         cut = 100 * (1 - cold / _tiling_us(uncached))
-        gain = 100 * (uncached.time_us / _run(program, profile).time_us - 1)
-        size_ops = sum(kernel.info.ge_shape for kernel in program.kernels)
-        rows.append((name, layers, cut, gain, size_ops))
+        gain = 100 * (uncached.time_us / _run(dims, profile).time_us - 1)
+        size_ops = sum(kernel.info.ge_shape for kernel in captured_llama(*dims).kernels)
+        rows.append((name, dims[1], cut, gain, size_ops))
     return rows

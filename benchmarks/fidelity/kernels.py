@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from typing import Any, Callable
 
 from pytest_npufuse import cost
-from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
+from pytest_npufuse.ir.program import Program
+from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.timeline import simulate
-from pytest_npufuse.target.catalog import load_catalog
+from pytest_npufuse.target.catalog import OpCatalog, load_catalog
 from pytest_npufuse.target.profile import HardwareProfile
 
+from . import models
 from .rows import Profiles, Row
 
 
@@ -47,6 +49,7 @@ def library_catalog():
     return load_catalog(
         {
             "catlass::matmul": _entry("cube", tiles, "Matmul"),
+            "catlass::matmul_preload": _entry("cube", _rule("matmul_tiles_preload", tiles), "Matmul"),
             "catlass::matmul_slice_k": _entry("cube", _rule("matmul_slice_k", tiles), "SingleCoreSplitkMatmul"),
             "catlass::quant_matmul": _entry("cube", tiles, "QuantMatmul"),
             "catlass::quant_matmul_split_k": _entry("cube", split_k, "QuantMultiCoreSplitkMatmul"),
@@ -58,10 +61,24 @@ def library_catalog():
     )
 
 
-def task_duration_us(program, profile: HardwareProfile) -> float:
-    """The summed kernel time of a program run once, op by op (op_statistic's Total Time)."""
-    report = simulate(program, plan_program(program, profile, variant=Variant.BASELINE), profile)
+def task_duration_us(row: Row, program, profile: HardwareProfile) -> float:
+    """The summed kernel time of the row's program run once, op by op (op_statistic's Total Time)."""
+    plan = models.plan_of(row.id, program, profile, variant=Variant.BASELINE)
+    report = simulate(program, plan, profile)
     return sum(k.duration_us for k in report.kernels if k.parent is None)
+
+
+_PROGRAMS: dict[str, Program] = {}
+
+
+def _program(row: Row, build: Callable[[Row, ProgramBuilder], None], catalog: OpCatalog | None = None) -> Program:
+    """The row's program, built once: it depends on the row alone, not on the profile a fit tries."""
+    program = _PROGRAMS.get(row.id)
+    if program is None:
+        builder = ProgramBuilder(catalog or models.catalog())
+        build(row, builder)
+        program = _PROGRAMS[row.id] = builder.build()
+    return program
 
 
 # The tile order each CATLASS example hands its tiles out in (its BlockScheduler, hicann/catlass
@@ -75,8 +92,18 @@ _EXAMPLE_SWIZZLE = {
     "52_quant_multi_core_splitk_matmul_tla": (3, "zn"),
     "34_single_core_splitk_matmul": (20, "auto"),
 }
+# The CATLASS examples whose block MMAD preloads (DispatchPolicy MmadAtlasA2Preload<unitFlag, shuffleK>:
+# 06_optimized_matmul/optimized_matmul.cpp, 21_basic_matmul_preload_zN/basic_matmul_preload_zN.cpp,
+# hicann/catlass @0710e71d); 00_basic_matmul uses MmadAtlasA2Pingpong, double-buffered within a tile.
+_PRELOAD_EXAMPLES = ("06_optimized_matmul", "21_basic_matmul_preload_zN")
 # The quant examples' L1 tile (12, 44, 52: GemmShape<128, 256, 512>): 512 int8 elements of K per load.
 _QUANT_K_BLOCK = 512
+
+
+def _example(row: Row) -> str:
+    """The CATLASS example a row ran ("" for another kernel), also for a variant of one."""
+    example = re.search(r"CATLASS (\w+)", row.get("op"))
+    return example.group(1) if example else ""
 
 
 def _swizzle(row: Row) -> tuple[int, str]:
@@ -84,8 +111,7 @@ def _swizzle(row: Row) -> tuple[int, str]:
     named = re.search(r"swizzle <(\d+),\s*(\d)>", row.get("attrs", {}).get("tiles", ""))
     if named:
         return int(named.group(1)), ("zn", "nz")[int(named.group(2))]
-    example = re.search(r"CATLASS (\w+)\)", row.get("op"))
-    name = example.group(1) if example else ""
+    name = _example(row)
     if name.startswith("44_"):
         return (1, "zn") if row.get("attrs")["m"] > 128 else (3, "zn")
     return _EXAMPLE_SWIZZLE.get(name, (3, "auto"))
@@ -119,6 +145,7 @@ def _matmul(row: Row, builder: ProgramBuilder) -> None:
         builder.op(kind, [a, b, *scales], (m, n), out_dtype)
     else:
         kind = "catlass::matmul_slice_k" if "SingleCoreSplitk" in op else "catlass::matmul"
+        kind = "catlass::matmul_preload" if _example(row) in _PRELOAD_EXAMPLES else kind
         builder.op(kind, [a, b], (m, n), out_dtype)
 
 
@@ -176,20 +203,18 @@ _KERNELS = (
 
 def kernel_us(row: Row, profiles: Profiles) -> float:
     """The modeled TaskDuration of a kernel row."""
-    builder = ProgramBuilder(library_catalog())
     build = next((build for pattern, build in _KERNELS if pattern.search(row.get("op"))), None)
     if build is None:
         raise NotImplementedError(f"no builder for kernel op {row.get('op')!r}")
-    build(row, builder)
-    return task_duration_us(builder.build(), profiles.for_row(row, **_tile_changes(row)))
+    program = _program(row, build, library_catalog())
+    return task_duration_us(row, program, profiles.for_row(row, **_tile_changes(row)))
 
 
-def collective_us(row: Row, profiles: Profiles) -> float:
+def _exchange(row: Row, builder: ProgramBuilder) -> None:
     """DeepEP-Ascend low-latency dispatch (int8 tokens out) or combine (bf16 expert outputs back) of
-    ``tokens`` per rank, ``top_k`` copies each, over ``ranks`` dies."""
+    ``tokens`` per rank, ``top_k`` copies each."""
     attrs = row.get("attrs")
     tokens, hidden, top_k = row.get("tokens"), attrs["hidden"], attrs["top_k"]
-    builder = ProgramBuilder()
     topk = builder.input("topk", (tokens, top_k), "int32")
     if "Dispatch" in row.get("op"):
         x = builder.input("x", (tokens, hidden), "int8")
@@ -197,4 +222,8 @@ def collective_us(row: Row, profiles: Profiles) -> float:
     else:
         y = builder.input("y", (tokens * top_k, hidden), attrs["dtype"])
         builder.op("npu::npu_moe_distribute_combine", [y, topk], (tokens, hidden), attrs["dtype"])
-    return task_duration_us(builder.build(), profiles.for_row(row, comm_ranks=row.get("ranks")))
+
+
+def collective_us(row: Row, profiles: Profiles) -> float:
+    """A dispatch or combine of ``tokens`` per rank over ``ranks`` dies (:func:`_exchange`)."""
+    return task_duration_us(row, _program(row, _exchange), profiles.for_row(row, comm_ranks=row.get("ranks")))

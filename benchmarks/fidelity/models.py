@@ -22,6 +22,7 @@ from pytest_npufuse.simulate.timeline import simulate
 from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.target.profile import HardwareProfile
 
+from . import trace
 from .rows import Row
 
 # Public configs of models whose rows do not restate them (the row's config_source names the model).
@@ -450,15 +451,16 @@ def program_of(row: Row, deployment: Deployment):
     return _PROGRAMS[key]
 
 
-# What a plan reads of a profile: core counts, tile shapes, SuperKernel support and the collective group.
-# The fit moves none of these, so a plan is reused across its trials.
-_PLAN_FIELDS = (
-    "aic", "aiv", "cube_tile_m", "cube_tile_n", "decode_tile_n", "decode_tile_k", "vector_block_bytes",
-    "superkernel_supported", "superkernel_max_streams", "comm_ranks",
-)
-_PLANS: dict[tuple, object] = {}
+_PLANS = trace.Memo()
 _MODES = {"ge_graph": "max-autotune", "aclgraph": "npugraph_ex", "npugraph_ex": "npugraph_ex", "eager": "eager",
           "inductor": "npugraph_ex"}
+
+
+def plan_of(key: Any, program, profile: HardwareProfile, **options: Any):
+    """``plan_program(program, profile, **options)``, made once per ``key`` (what names the program and
+    the options) and per value of what the planner read of the profile (core counts, tile shapes,
+    SuperKernel support: none of them fitted, so a fit's trials share the plan)."""
+    return _PLANS.get(key, lambda: plan_program(program, trace.traced(profile), **options), lambda _: profile)
 
 
 def step_report(row: Row, profile: HardwareProfile, deployment: Deployment, mode: str, variant: str = Variant.VARIANT):
@@ -466,10 +468,8 @@ def step_report(row: Row, profile: HardwareProfile, deployment: Deployment, mode
     npugraph_ex or eager)."""
     program, syncs = program_of(row, deployment)
     run_mode = _MODES[mode]
-    key = (row.id, deployment, run_mode, variant, profile.name, *(getattr(profile, name) for name in _PLAN_FIELDS))
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = plan_program(
-            program, profile, variant=variant, mode=run_mode, syncs=syncs if variant != Variant.BASELINE else ()
-        )
+    plan = plan_of(
+        (row.id, deployment, run_mode, variant), program, profile, variant=variant, mode=run_mode,
+        syncs=syncs if variant != Variant.BASELINE else (),
+    )
     return simulate(program, plan, profile, host=HostConfig(threads=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -9,7 +10,11 @@ from typing import Any, Mapping
 
 import tomllib
 
-from pytest_npufuse.target.profile import BUILTIN_TARGETS, HardwareProfile, TargetTable, load_profile
+from pytest_npufuse.target.profile import (
+    BUILTIN_TARGETS, HardwareProfile, TargetTable, builtin_data, load_profile, merge_tables
+)
+
+from . import trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "published.toml"
 PAIR_KINDS = ("superkernel", "multistream", "graph_mode")
@@ -66,25 +71,40 @@ def base_target(row: Row) -> str:
     return "a3" if target == "910c" else "a2"
 
 
+@functools.cache
+def _builtin(target: str) -> Mapping[str, Any]:
+    """A built-in target's tables, parsed once (every trial of a fit lays its values over them)."""
+    return builtin_data(target)
+
+
 class Profiles:
     """Profiles per target with a set of overrides laid over the built-in data (the fit's trial values),
-    memoised: a fit asks for the same few profiles thousands of times."""
+    memoised: a fit asks for the same few profiles thousands of times. ``traced`` profiles record what
+    a row's evaluation reads of them (:mod:`.trace`)."""
 
-    def __init__(self, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def __init__(self, overrides: Mapping[str, Mapping[str, Any]] | None = None, traced: bool = False) -> None:
         self.overrides = overrides or {}
+        self.traced = traced
         self._cache: dict[str, HardwareProfile] = {}
 
-    def get(self, target: str) -> HardwareProfile:
+    def plain(self, target: str) -> HardwareProfile:
+        """The target's profile under the overrides, untraced."""
         profile = self._cache.get(target)
         if profile is None:
-            table = TargetTable(self.overrides, "calibration overrides", target)
+            table = TargetTable(merge_tables(_builtin(target), self.overrides), "calibration overrides", None)
             profile = self._cache[target] = load_profile(target, {target: table} if self.overrides else None)
         return profile
+
+    def get(self, target: str) -> HardwareProfile:
+        return self._traced(self.plain(target))
 
     def for_row(self, row: Row, **changes: Any) -> HardwareProfile:
         """The row's profile, with ``changes`` (ranks of the row's deployment, tile shapes it names) that
         the profile has (an older model may lack one)."""
-        profile = self.get(base_target(row))
+        profile = self.plain(base_target(row))
         known = {f.name for f in fields(profile)}
         changes = {key: value for key, value in changes.items() if key in known}
-        return replace(profile, **changes) if changes else profile
+        return self._traced(replace(profile, **changes) if changes else profile)
+
+    def _traced(self, profile: HardwareProfile) -> HardwareProfile:
+        return trace.traced(profile) if self.traced else profile

@@ -5,8 +5,10 @@ K slices); each core takes one tile at a time, so ``tiles`` over ``dim`` cores r
 rounds: 24 tiles on 20 cores take two rounds, 20 take one (CATLASS's tuning guide measures exactly that).
 Inside a tile the core loads K blocks of A and B and multiplies them at ``[efficiency] compute`` of the
 per-core peak (``compute_int8`` for int8 operands); the two overlap by
-``[efficiency] pipeline_overlap`` (double buffering) and the first block's load is not hidden at all
-(pipeline fill, ``cube_k_block`` deep). A tile's loads come through L2: at the per-core L2 rate when
+``[efficiency] pipeline_overlap`` (double buffering within a tile) and the first block's load is not
+hidden at all (pipeline fill, ``cube_k_block`` deep). A preloading kernel (CATLASS's
+``MmadAtlasA2Preload``, which also fetches the next tile's first block during the current tile) hides
+the shorter of a tile's loads and its Cube work entirely, leaving only the kernel's first fill. A tile's loads come through L2: at the per-core L2 rate when
 another core of the same round already brought the panel, at the per-core DDR rate for bytes that come
 from HBM. All cores together cannot pull from HBM faster than its bandwidth: concurrent tiles share A
 and B panels (a swizzled wave of ``r x c`` tiles reads r A-panels and c B-panels), which sets how often
@@ -26,14 +28,18 @@ _FRACTAL = 16
 
 class Tiling(NamedTuple):
     """Output tile rows and columns, how many K slices each output tile is split into, the order the
-    tiles are handed to the cores in (CATLASS's ``GemmIdentityBlockSwizzle<offset, direction>``) and
-    whether a core keeps its A block in L1 while it sweeps N (CATLASS's single-core split-K)."""
+    tiles are handed to the cores in (CATLASS's ``GemmIdentityBlockSwizzle<offset, direction>``),
+    whether a core keeps its A block in L1 while it sweeps N (CATLASS's single-core split-K), and
+    whether the kernel preloads: loads the next K block (and the next tile's first one) while the Cube
+    works on the current one (CATLASS's ``MmadAtlasA2Preload``), so a tile's loads hide entirely under
+    its Cube work or the reverse."""
 
     tile_m: int
     tile_n: int
     split_k: int
     swizzle: tuple[int, int] = (1, 0)
     resident_a: bool = False
+    preload: bool = False
 
 
 class Gemm(NamedTuple):
@@ -334,6 +340,8 @@ def cube_us(
     def tile_us(rows: int, cols: int) -> float:
         compute = 2.0 * rows * cols * k_t / (core_tflops * 1e6 * efficiency)
         move = ((rows * a_item + cols * gemm.item_in) * k_t + rows * cols * out_item) * per_byte
+        if tiling.preload:
+            return max(compute, move)
         return max(compute, move) + (1.0 - profile.pipeline_overlap) * min(compute, move)
 
     def a_load_us(rows: int) -> float:
@@ -360,13 +368,17 @@ def single_core_split_k(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
     """CATLASS's single-core split-K (example 34): L1 tiles of ``slice_k_tile_m x slice_k_tile_n``, K
     walked in slices of ``slice_k_depth_bytes``, each core keeping its A block in L1 while it sweeps
     its run of output tiles along N (Nz order) and adding every slice's partial tile into the fp32
-    result with atomic adds. When M > N the example transposes all of it (128x256 tiles, Zn order,
-    the B block held): :func:`cube_us` prices that as the transposed product."""
+    result with atomic adds. Its block MMAD preloads the next slice's blocks while the Cube works on the
+    current one (the example's design note: ``gmOffsetNextA/B``, ``needLoadNextA/B``). When M > N the
+    example transposes all of it (128x256 tiles, Zn order, the B block held): :func:`cube_us` prices
+    that as the transposed product."""
     rows, cols, direction = profile.slice_k_tile_m, profile.slice_k_tile_n, 1
     if gemm.m > gemm.n:
         rows, cols, direction = cols, rows, 0
     depth = max(_FRACTAL, profile.slice_k_depth_bytes // max(1, int(gemm.item_in)))
-    return Tiling(rows, cols, -(-gemm.k // depth), (profile.cube_swizzle_offset, direction), resident_a=True)
+    return Tiling(
+        rows, cols, -(-gemm.k // depth), (profile.cube_swizzle_offset, direction), resident_a=True, preload=True
+    )
 
 
 def _held_along_n(gemm: Gemm, tiling: Tiling) -> tuple[Gemm, Tiling]:

@@ -292,6 +292,11 @@ def _tiles_strategy(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
     return output_tiles(gemm, profile)
 
 
+def _preload_tiles_strategy(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
+    """Output tiles walked by a preloading kernel (:class:`pytest_npufuse.cost.cube.Tiling`)."""
+    return output_tiles(gemm, profile)._replace(preload=True)
+
+
 def tiled_block_dim(strategy: Strategy) -> Callable[["Kernel", "HardwareProfile"], int]:
     """Launch as many cores as the tiling has tiles (capped later by the core count)."""
 
@@ -441,6 +446,10 @@ register_cost_rule(
 register_cost_rule(
     "matmul_tiles", block_dim=tiled_block_dim(_tiles_strategy), flops=matmul_flops, bytes=io_bytes,
     body_us=tiled_body(_tiles_strategy), tiling="complex",
+)
+register_cost_rule(
+    "matmul_tiles_preload", block_dim=tiled_block_dim(_preload_tiles_strategy), flops=matmul_flops, bytes=io_bytes,
+    body_us=tiled_body(_preload_tiles_strategy), tiling="complex",
 )
 register_cost_rule(
     "matmul_split_k", block_dim=tiled_block_dim(split_k), flops=matmul_flops, bytes=io_bytes,

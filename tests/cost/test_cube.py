@@ -20,6 +20,13 @@ CATALOG = load_catalog(
             "block_dim": "auto",
             "cost": "matmul_tiles",
         },
+        "t::preload": {
+            "engine": "cube",
+            "fusable": False,
+            "sync_all": False,
+            "block_dim": "auto",
+            "cost": "matmul_tiles_preload",
+        },
         "t::split_k": {
             "engine": "cube",
             "fusable": False,
@@ -76,6 +83,18 @@ def test_the_pipeline_hides_loads_under_the_cube_only_as_far_as_it_overlaps():
         body(kernel, replace(B3, pipeline_overlap=1.0)),
     )
     assert serial > 1.3 * overlapped
+
+
+def test_a_preloading_kernel_hides_a_tiles_loads_whatever_the_overlap_estimate():
+    """CATLASS's preloading block MMAD (examples 06 and 21) fetches the next K block, and the next tile's
+    first, while the Cube works: its tiles cost the longer of their loads and their Cube work, as a
+    ping-pong kernel would only if its overlap estimate were complete; the same tiles and cores."""
+    shape = (2048, 2048, 4096)
+    preload, pingpong = matmul("t::preload", *shape), matmul("t::tiles", *shape)
+    assert cost.block_dim(preload, B3) == cost.block_dim(pingpong, B3)
+    assert body(preload) == pytest.approx(body(pingpong, replace(B3, pipeline_overlap=1.0)))
+    assert body(preload) == body(preload, replace(B3, pipeline_overlap=0.0))
+    assert body(preload) < body(pingpong) / 1.2
 
 
 def test_operands_that_outgrow_l2_are_read_again_per_wave():
