@@ -11,6 +11,7 @@ from pytest_npufuse.numerics.exact import (
     cube_addmm,
     cube_baddbmm,
     cube_matmul,
+    _widen,
     int_matmul,
     wrap_to_int32,
 )
@@ -206,3 +207,21 @@ def test_cube_results_do_not_depend_on_the_thread_count() -> None:
         torch.set_num_threads(threads)
     assert torch.get_num_threads() == threads
     assert torch.equal(cube_matmul(a, b), single)
+
+
+def test_blocks_are_widened_into_one_buffer_laid_out_as_to_lays_them_out() -> None:
+    """The same values, shape and strides as ``to(float32)`` (so the same BLAS call and bits), in memory
+    reused by the next block of that shape; an fp32 block goes to BLAS as it is, as ``to`` leaves it."""
+    weight = torch.randn(64, 24).to(torch.bfloat16)
+    quantised = torch.randint(-127, 128, (24, 64), dtype=torch.int8)
+    for first, second in ((weight.t()[:, :8], weight.t()[:, 8:16]),  # dense: a transposed weight's rows
+                          (quantised[:16, :8], quantised[8:24, 8:16]),  # strided: columns of a row-major tile
+                          (quantised.reshape(2, 12, 64)[:, :, :8], quantised.reshape(2, 12, 64)[:, :, 8:16])):
+        spare = {}
+        widened = _widen(first, spare)
+        reference = first.to(torch.float32)
+        assert torch.equal(widened, reference) and widened.stride() == reference.stride()
+        again = _widen(second, spare)
+        assert torch.equal(again, second.to(torch.float32)) and again.data_ptr() == widened.data_ptr()
+    block = torch.randn(16, 64)[:, :8]
+    assert _widen(block, {}) is block

@@ -11,10 +11,11 @@ import torch
 
 from pytest_npufuse import advise, compare, init_empty_weights
 from pytest_npufuse.errors import ArgumentError, CaptureError
-from pytest_npufuse.execute.sample import sampled_layers
+from pytest_npufuse.execute.sample import compute_sample, sampled_layers
 from pytest_npufuse.execute import sample
 from pytest_npufuse.execute.seeded import seeded_like, seeded_rows
 from pytest_npufuse.frontend.repeat import layer_container
+from pytest_npufuse.pipeline import chain
 from pytest_npufuse.vocabulary import NumericsStatus
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "cases"))
@@ -95,6 +96,21 @@ def test_a_kind_between_first_and_last_is_sampled_too():
     model = _empty(lambda: _Stack(wide=0, narrow=6))
     model.layers.insert(3, _Layer(64))
     assert sampled_layers(layer_container(model)) == (0, 3, 6)
+
+
+def test_the_sample_runs_beside_the_capture_with_a_short_switch_interval(monkeypatch):
+    intervals = []
+
+    def compute(*args):
+        intervals.append(sys.getswitchinterval())
+        return compute_sample(*args)
+
+    monkeypatch.setattr(chain, "compute_sample", compute)
+    before = sys.getswitchinterval()
+    assert before > chain.HANDOFF_S  # CPython's 5 ms: each kernel of the numerics would wait that long for the lock
+    report = compare(_empty(_Stack), torch.randn(4, 16), numerics="sample")
+    assert report.bit_exact and intervals == [pytest.approx(chain.HANDOFF_S)]
+    assert sys.getswitchinterval() == before
 
 
 def test_a_sample_of_a_model_with_weights_uses_them():
