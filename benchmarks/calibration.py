@@ -14,6 +14,7 @@ held out) and, beside them, in-sample over the training rows. A row the model ca
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def main() -> None:
     parser.add_argument("--fit", action="store_true", help="fit the estimates on the training rows and print them")
     parser.add_argument("--folds", type=int, default=5, help="k of the k-fold cross-validation (0: skip it)")
     parser.add_argument(
-        "--jobs", type=int, default=1, help="run the k-fold fits in this many processes (the same figures)"
+        "--jobs", type=int, default=os.cpu_count() or 1,
+        help="run the k-fold fits in this many processes (the same figures; default: one per CPU)",
     )
     parser.add_argument("--rows", action="store_true", help="print every row")
     parser.add_argument(
