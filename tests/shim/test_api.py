@@ -294,8 +294,7 @@ def test_device_queries_name_the_modeled_targets_soc(shim, tmp_path, capsys):
     assert torch.npu.get_device_name(0) == "Ascend910_9391" and torch.npu.is_bf16_supported()
     script = tmp_path / "name.py"
     script.write_text("import torch, torch_npu\nprint('device', torch.npu.get_device_name())\n")
-    out = io.StringIO()
-    assert main(["run", str(script), "--npu-target=a2"], out) == 0
+    assert _run(script, "--npu-target=a2")[0] == 0
     assert "device Ascend910B2" in capsys.readouterr().out
 
 
@@ -538,6 +537,12 @@ def test_example_scripts_are_the_feature_documents_examples_token_for_token(numb
     assert (ROOT / "cases" / "scripts" / script).read_text().split() == _seed_code(number)
 
 
+def _run(script: Path, *options: str) -> tuple[int, str]:
+    """``python -m pytest_npufuse run SCRIPT OPTIONS``: its exit status and the report it printed."""
+    out = io.StringIO()
+    return main(["run", str(script), *options], out), out.getvalue()
+
+
 def test_run_command_runs_a_script_and_summarises_the_modeled_run(tmp_path):
     script = tmp_path / "model.py"
     script.write_text(
@@ -549,9 +554,8 @@ def test_run_command_runs_a_script_and_summarises_the_modeled_run(tmp_path):
         "m = torch.compile(M(), backend=torchair.get_npu_backend(), dynamic=False)\n"
         "print('out', m(torch.ones(8, 8, device='npu')).sum().item(), sys.argv[1:])\n"
     )
-    out = io.StringIO()
-    assert main(["run", str(script), "--npu-target=a3", "--", "--flag"], out) == 0
-    text = out.getvalue()
+    status, text = _run(script, "--npu-target=a3", "--", "--flag")
+    assert status == 0
     assert re.search(r"npufuse run: 1 graph\(s\) modeled on a3", text)
     assert re.search(r"graph 1: max-autotune, 2 kernels in 1 tasks on 1 stream\(s\); [\d.]+ us modeled", text)
     assert "SuperKernel scope 'sp1': fused (1 segment(s)" in text
@@ -576,9 +580,8 @@ def test_run_command_models_a_script_whose_model_has_no_weights(tmp_path, capsys
         "out = m(x)\n"
         "print('out', out.device, tuple(out.shape), x.device, model.w.to('npu').device)\n"
     )
-    out = io.StringIO()
-    assert main(["run", str(script)], out) == 0
-    text = out.getvalue()
+    status, text = _run(script)
+    assert status == 0
     assert "out meta (48, 18432) meta meta" in capsys.readouterr().out
     assert "numerics not computed (timing only: the model is on the meta device)" in text
 
@@ -586,9 +589,9 @@ def test_run_command_models_a_script_whose_model_has_no_weights(tmp_path, capsys
 def test_run_command_reports_an_error_at_the_users_line(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text("import torchair\nwith torchair.scope.super_kernel(''):\n    pass\n")
-    out = io.StringIO()
-    assert main(["run", str(script)], out) == 1
-    assert f"(at {script}:2: with torchair.scope.super_kernel(''):)" in out.getvalue()
+    status, text = _run(script)
+    assert status == 1
+    assert f"(at {script}:2: with torchair.scope.super_kernel(''):)" in text
 
 
 def test_run_command_prices_each_call_of_a_dynamic_shape_graph_at_its_own_sizes(tmp_path):
@@ -604,10 +607,10 @@ def test_run_command_prices_each_call_of_a_dynamic_shape_graph_at_its_own_sizes(
         "for tokens in (8, 8192):\n"
         "    m(torch.ones(tokens, 1024, dtype=torch.float16), w)\n"
     )
-    out = io.StringIO()
-    assert main(["run", str(script), "--npu-target=a3"], out) == 0
-    times = [float(t) for t in re.findall(r"; ([\d.]+) us modeled", out.getvalue())]
-    assert "2 graph(s) modeled" in out.getvalue() and len(times) == 2
+    status, text = _run(script, "--npu-target=a3")
+    assert status == 0
+    times = [float(t) for t in re.findall(r"; ([\d.]+) us modeled", text)]
+    assert "2 graph(s) modeled" in text and len(times) == 2
     assert times[1] > 2 * times[0]  # 1024x the tokens: priced at each call's sizes, not the first call's
 
 
@@ -620,9 +623,8 @@ def test_run_command_names_the_users_line_of_an_op_that_fails_on_its_values(tmp_
         "g = torch.compile(f, backend=torchair.get_npu_backend())\n"
         "g(torch.ones(4, 8), torch.zeros(3, dtype=torch.long))\n"
     )
-    out = io.StringIO()
-    assert main(["run", str(script)], out) == 1
-    text = out.getvalue()
+    status, text = _run(script)
+    assert status == 1
     assert f"KernelError: aten::embedding at {script}:3 failed on the values that reached it: IndexError" in text
     assert "Traceback" not in text
 
@@ -639,9 +641,8 @@ def test_run_command_reports_a_graph_break_inside_a_scope_without_a_torch_traceb
         "g = torch.compile(f, backend=torchair.get_npu_backend())\n"
         "g(torch.ones(4, 4))\n"
     )
-    out = io.StringIO()
-    assert main(["run", str(script)], out) == 1
-    text = out.getvalue()
+    status, text = _run(script)
+    assert status == 1
     assert "CaptureError: super_kernel('sp1')" in text and "a graph break inside the block" in text
     assert f"(at {script}:8: g(torch.ones(4, 4)))" in text and "BackendCompilerFailed" not in text
 
@@ -649,15 +650,15 @@ def test_run_command_reports_a_graph_break_inside_a_scope_without_a_torch_traceb
 def test_run_command_shows_an_api_check_at_the_users_line_and_the_scripts_own_error_as_python_does(tmp_path):
     checked = tmp_path / "gears.py"
     checked.write_text("import torch, torchair\ntorchair.inference.set_dim_gears(torch.ones(2, 2), {0: [2]})\n")
-    out = io.StringIO()
-    assert main(["run", str(checked)], out) == 1
+    status, checked_text = _run(checked)
+    assert status == 1
     assert (f"AssertionError: Length of gears for dim index 0 in dim_gears must be in range [2, 100], but got 1. "
-            f"(at {checked}:2:") in out.getvalue()
+            f"(at {checked}:2:") in checked_text
     own = tmp_path / "own.py"
     own.write_text("raise ValueError('the script says no')\n")
-    out = io.StringIO()
-    assert main(["run", str(own)], out) == 1
-    assert "the script says no" not in out.getvalue()  # Python's traceback on stderr, not a one-line report
+    status, own_text = _run(own)
+    assert status == 1
+    assert "the script says no" not in own_text  # Python's traceback on stderr, not a one-line report
 
 
 def test_run_command_shows_an_op_check_failing_inside_the_scripts_torch_compile_at_its_line(tmp_path):
@@ -669,9 +670,8 @@ def test_run_command_shows_an_op_check_failing_inside_the_scripts_torch_compile_
         "quantize = torch.compile(lambda x, s: torch_npu.npu_quantize(x, s, None, torch.float32, -1), backend='eager')\n"
         "quantize(torch.ones(2, 4), torch.ones(4))\n"
     )
-    out = io.StringIO()
-    assert main(["run", str(script)], out) == 1
-    text = out.getvalue()
+    status, text = _run(script)
+    assert status == 1
     assert "ValueError: dtype=torch.float32 is not implemented" in text and f"{script}:" in text
     assert "Dynamo" not in text and "Traceback" not in text
 
@@ -773,10 +773,10 @@ if __name__ == "__main__":
 def test_run_command_gives_spawned_children_the_shim_and_the_target(tmp_path, capfd):
     script = tmp_path / "spawns.py"
     script.write_text(SPAWNING)
-    out = io.StringIO()
-    assert main(["run", str(script), "--npu-target=a2"], out) == 0
+    status, text = _run(script, "--npu-target=a2")
+    assert status == 0
     assert "child: ('pytest_npufuse.torchair', 'a2')" in capfd.readouterr().out
-    assert "processes the script starts get the shim too" in out.getvalue()
+    assert "processes the script starts get the shim too" in text
     assert "NPUFUSE_CHILD_TARGET" not in os.environ and str(tmp_path) not in os.environ.get("PYTHONPATH", "")
 
 
@@ -809,7 +809,6 @@ def test_run_command_models_a_projects_own_target_in_the_script_and_its_children
     script = tmp_path / "names.py"
     script.write_text(DEVICE_NAMES)
     monkeypatch.chdir(tmp_path)
-    out = io.StringIO()
-    assert main(["run", str(script), "--npu-target=mine"], out) == 0
+    assert _run(script, "--npu-target=mine")[0] == 0
     assert "parent: Ascend910B3 child: Ascend910B3" in capfd.readouterr().out
     assert "NPUFUSE_CHILD_PYPROJECT" not in os.environ
