@@ -31,7 +31,9 @@ from .candidates import Candidate, Evaluator, Layout, assignments, top_modules, 
 from .decision import Recommendation, recommend, top_down
 from .structure import Layer, Role, Structure, structure_of
 
-_TABLE_HEADER = ("rank", "layout", "scopes", "segments", "breaking ops", "outcome", "bit-exact", "time us", "gain")
+_TABLE_HEADER = (
+    "rank", "layout", "scopes", "segments", "breaking ops", "outcome", "bit-exact", "time us", "gain", "compiles",
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class Advice:
             gain = f"{c.gain_pct(self.reference_us):+.1f}%" if math.isfinite(c.time_us) else "-"
             rows.append((
                 str(rank), c.layout.value, _labels(c.scopes), str(c.segments), breaks or "-",
-                c.outcome, "yes" if c.bit_exact else "NO", time, gain,
+                c.outcome, "yes" if c.bit_exact else "NO", time, gain, c.compile.describe(),
             ))
         return rows
 
@@ -103,6 +105,10 @@ class Advice:
                     "time_us": round(c.time_us, 3) if math.isfinite(c.time_us) else None,
                     "gain_pct": round(c.gain_pct(self.reference_us), 2) if math.isfinite(c.time_us) else None,
                     "reason": c.reason, "note": c.note,
+                    "compile": {
+                        "superkernels": c.compile.superkernels, "compiled": c.compile.compiled,
+                        "sub_kernels": c.compile.sub_kernels, "largest": c.compile.largest,
+                    },
                 }
                 for c in self.candidates
             ],

@@ -16,6 +16,7 @@ from typing import Callable, Mapping
 
 from ..errors import NpufuseError
 from ..ir.program import ModuleFrame, Program
+from ..plan.compilation import CompileWork, compile_work
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import ScopePlan, Variant
 from ..sanitize.checker import SanitizerReport
@@ -73,6 +74,7 @@ class Candidate:
     reason: str = ""
     failed_scopes: tuple[str, ...] = ()
     note: str = ""
+    compile: CompileWork = CompileWork()
 
     @property
     def valid(self) -> bool:
@@ -85,10 +87,11 @@ class Candidate:
         return self.valid and self.time_us < reference_us
 
     @property
-    def rank_key(self) -> tuple[bool, float, int]:
-        """Valid layouts first, faster first, and on a tie the smaller scope (the guide's "from small
-        to large": less risk for the same time), i.e. the earlier Layout."""
-        return (not self.valid, self.time_us, list(Layout).index(self.layout))
+    def rank_key(self) -> tuple[bool, float, int, int]:
+        """Valid layouts first, faster first; on a tie the one with less to compile (the guide: a small
+        scope "compiles fast"), then the smaller scope ("from small to large": less risk for the same
+        time), i.e. the earlier Layout."""
+        return (not self.valid, self.time_us, self.compile.sub_kernels, list(Layout).index(self.layout))
 
     def gain_pct(self, reference_us: float) -> float:
         """How much faster than ``reference_us`` (the run with no scope), in percent of it."""
@@ -221,4 +224,5 @@ class Evaluator:
         return Candidate(
             layout, tuple(scope.scope for scope in plan.scopes), sum(len(scope.segments) for scope in plan.scopes),
             _break_sites(plan.scopes), outcome, self.bit_exact, run.time_us, reason, failed, note,
+            compile_work(plan, program),
         )

@@ -116,12 +116,23 @@ def _failure(candidate: Candidate | None, reference_us: float) -> str:
     return f"does not pay ({candidate.gain_pct(reference_us):+.1f}%)"
 
 
+def _compile_growth(current: Candidate, wider: Candidate) -> str:
+    """The guide's price of a wider scope, "compiles slowly": how many more sub-kernels it compiles."""
+    before, after = current.compile.sub_kernels, wider.compile.sub_kernels
+    if after <= before:
+        return ""
+    return f", compiling {after} sub-kernels instead of {before} (largest SuperKernel {wider.compile.largest})"
+
+
 def _widen(current: Candidate, wider: Candidate | None, step: str, steps: list[str], reference_us: float) -> Candidate:
     """Take ``wider`` when it is valid and faster than ``current``; say which way it went."""
     if wider is None:
         return current
     if wider.valid and wider.time_us < current.time_us:
-        steps.append(f"{step}: {wider.layout.value} is valid and faster ({wider.gain_pct(reference_us):+.1f}%)")
+        steps.append(
+            f"{step}: {wider.layout.value} is valid and faster ({wider.gain_pct(reference_us):+.1f}%)"
+            f"{_compile_growth(current, wider)}"
+        )
         return wider
     why = f"{wider.outcome}" if not wider.valid else f"not faster ({wider.gain_pct(reference_us):+.1f}%)"
     steps.append(f"{step}: {wider.layout.value} {why}, keep {current.layout.value}")

@@ -140,6 +140,18 @@ def test_every_layout_is_ranked_with_its_gain(deepseek):
     assert deepseek.to_json()["recommendation"]["layout"] == "decoder_layer"
 
 
+def test_each_layout_says_what_it_compiles_and_identical_layers_share_a_build(deepseek):
+    per_layer = deepseek.candidate(Layout.PER_LAYER).compile
+    assert per_layer.superkernels == deepseek.candidate(Layout.PER_LAYER).segments
+    assert per_layer.compiled == per_layer.superkernels // 2  # layers.1 reuses each SuperKernel of layers.0
+    attention = deepseek.candidate(Layout.ATTENTION).compile
+    assert 0 < attention.sub_kernels < per_layer.sub_kernels
+    assert deepseek.candidate(Layout.NONE).compile.superkernels == 0
+    row = next(c for c in deepseek.to_json()["candidates"] if c["layout"] == "per-layer")
+    assert row["compile"]["sub_kernels"] == per_layer.sub_kernels
+    assert "compiling" in deepseek.recommendation.reason
+
+
 def test_a_layout_times_the_same_as_the_model_with_that_scope_written_in(deepseek):
     """Capture once, plan many: re-annotating the captured program gives the run of the edited model."""
     written = compare(Decoder(layers=2, scope="layer"), *decode_inputs())
