@@ -11,8 +11,9 @@ Both variants of a check run the same kernels on the same inputs, so a kernel is
 BASELINE run keeps the values the VARIANT needs, and the VARIANT recomputes only the *cone* of its racy
 reads (the kernels that read poisoned memory and everything downstream of them).
 
-A functionalized optimizer step's ``_foreach_*`` kernels are computed in place where no node can tell
-(:mod:`.inplace`): the same bits, without parameter-sized allocations and copies back.
+A functionalized optimizer step's ``_foreach_*`` kernels are computed in place where no node can tell,
+and the fills they only read as factors are held broadcast (:mod:`.inplace`): the same bits, without
+parameter-sized allocations and copies back.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..frontend.lower import mutated_arguments, op_type_of
 from ..frontend.source import source_line
 from ..ir.program import Program
 from ..numerics.exact import cube_addmm, cube_baddbmm, cube_matmul, int_matmul
-from .inplace import in_place_overloads
+from .inplace import broadcast_fill, broadcast_fills, in_place_overloads
 
 _ATEN = torch.ops.aten
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -215,6 +216,7 @@ def run_graph(
     # A run that keeps no value for later, observes nothing and computes every node may compute in place.
     plain = not keep and only is None and observe is None and materialize is None
     in_place = {name: op for name, op in in_place_overloads(gm).items() if name not in stale_of_node} if plain else {}
+    fills = broadcast_fills(gm) - stale_of_node.keys() if plain else frozenset()
     kernel_nodes = {kernel.node for kernel in program.kernels}
     last_use = _last_uses(gm)
     tables = _lookup_tables(gm) if materialize is not None else frozenset()
@@ -248,6 +250,8 @@ def run_graph(
                 env[node.name] = materialize(pending[table], env[table], rows=env[node.args[1].name])
             elif node.name in in_place:
                 env[node.name] = _call_in_place(node, env, in_place[node.name])
+            elif node.name in fills:
+                env[node.name] = broadcast_fill(node, node.args[1])
             else:
                 env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), materialize is not None)
             computed += node.name in kernel_nodes

@@ -13,6 +13,12 @@ executor computes a node with the op's in-place overload whenever no later node 
   tensors;
 - each output has its operand's dtype, shape and strides (no type promotion or broadcast of ``self``).
 
+AdamW's ``lerp`` decomposed fills a parameter-sized tensor with its weight (``full_like``) that one
+``_foreach_addcmul`` reads as a factor. Such a fill, read only by elementwise ``_foreach_*`` kernels and
+never as the operand they write, is held as its one value broadcast to its shape (a stride-0 view):
+each element the kernel reads is the same value, so it computes the same bits, without the fill's
+parameter-sized write and read.
+
 The program is unchanged: the device runs the kernels the graph names, this only changes where the CPU
 stores their values.
 """
@@ -20,6 +26,7 @@ stores their values.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from typing import Any, Mapping
 
 import torch
@@ -27,26 +34,48 @@ import torch.fx
 
 _ATEN = torch.ops.aten
 _COPY = _ATEN.copy_.default
+_FULL_LIKE = _ATEN.full_like.default
 
 
 def in_place_overloads(gm: torch.fx.GraphModule) -> Mapping[str, Any]:
     """Node name -> the in-place overload to compute it with, for every node that may run in place."""
+    graph = _Uses(gm)
     intermediates = {
         node.name: op for node in gm.graph.nodes
-        if (op := _in_place_overload(node)) is not None and all(_dead_after(arg, node) for arg in node.args[0])
+        if (op := _in_place_overload(node)) is not None and all(graph.dead_after(arg, node) for arg in node.args[0])
     }
     chosen = dict(intermediates)
-    order = {node: position for position, node in enumerate(gm.graph.nodes)}
     for node in gm.graph.nodes:
         op = _in_place_overload(node)
         if op is None or node.name in intermediates:
             continue
         if all(
-            _dead_after(arg, node) or _overwritten_by_own_chain(arg, node, intermediates, order)
+            graph.dead_after(arg, node) or graph.overwritten_by_own_chain(arg, node, intermediates)
             for arg in node.args[0]
         ):
             chosen[node.name] = op
     return chosen
+
+
+def broadcast_fills(gm: torch.fx.GraphModule) -> frozenset[str]:
+    """The ``full_like`` nodes that every reader reads as a factor of an elementwise ``_foreach_*`` kernel,
+    never as the list it writes: each may be held as its value broadcast to its shape."""
+    return frozenset(
+        node.name for node in gm.graph.nodes
+        if node.target is _FULL_LIKE and not isinstance(node.args[1], torch.fx.Node) and node.users
+        and all(_reads_as_factor(user, node) for user in node.users)
+    )
+
+
+def broadcast_fill(node: torch.fx.Node, value: Any) -> torch.Tensor:
+    """A ``full_like`` of :func:`broadcast_fills` computed as a stride-0 view of its ``value`` (the
+    fill's dtype and shape, from the capture)."""
+    out = node.meta["val"]
+    return torch.full((), value, dtype=out.dtype).expand(out.shape)
+
+
+def _reads_as_factor(user: torch.fx.Node, fill: torch.fx.Node) -> bool:
+    return _functional_foreach(user) and not any(fill is element for element in user.args[0])
 
 
 def _functional_foreach(node: torch.fx.Node) -> bool:
@@ -82,43 +111,61 @@ def _same_layout(arg: Any, out: Any) -> bool:
     )
 
 
-def _read_elsewhere(arg: torch.fx.Node, node: torch.fx.Node) -> bool:
-    """Whether ``node`` reads ``arg`` besides as the one element of its first operand that it writes."""
-    others: list[torch.fx.Node] = []
-    torch.fx.node.map_arg((node.args[1:], node.kwargs), others.append)
-    return sum(arg is element for element in node.args[0]) > 1 or any(arg is other for other in others)
+class _Uses:
+    """Who reads what in one graph, counted once: an optimizer's ``_foreach_*`` kernels take lists of every
+    parameter (BERT-base: 157), and asking these questions by scanning the lists again for each element is
+    quadratic in the parameters."""
 
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.order = {node: position for position, node in enumerate(gm.graph.nodes)}
+        self._elements: dict[torch.fx.Node, Counter[torch.fx.Node]] = {}
+        self._others: dict[torch.fx.Node, set[torch.fx.Node]] = {}
+        self._items: dict[torch.fx.Node, Counter[Any] | None] = {}
 
-def _dead_after(arg: Any, node: torch.fx.Node) -> bool:
-    """A computed value (one element of an earlier op's list) that ``node`` alone reads."""
-    if not isinstance(arg, torch.fx.Node) or arg.target is not operator.getitem or list(arg.users) != [node]:
-        return False
-    source, index = arg.args
-    if not _functional_foreach(source):
-        return False  # a view's element (split, unbind) shares memory that other nodes read
-    siblings = [user for user in source.users if user.target is operator.getitem and user.args[1] == index]
-    return (
-        len(siblings) == 1 and all(user.target is operator.getitem for user in source.users)
-        and not _read_elsewhere(arg, node)
-    )
+    def read_elsewhere(self, arg: torch.fx.Node, node: torch.fx.Node) -> bool:
+        """Whether ``node`` reads ``arg`` besides as the one element of its first operand that it writes."""
+        if node not in self._elements:
+            others: list[torch.fx.Node] = []
+            torch.fx.node.map_arg((node.args[1:], node.kwargs), others.append)
+            self._elements[node] = Counter(element for element in node.args[0] if isinstance(element, torch.fx.Node))
+            self._others[node] = set(others)
+        return self._elements[node][arg] > 1 or arg in self._others[node]
 
+    def _getitems(self, source: torch.fx.Node) -> Counter[Any] | None:
+        """How many ``getitem`` nodes read each index of ``source``'s outputs; None when another kind of
+        node reads its outputs too."""
+        if source not in self._items:
+            users = list(source.users)
+            only_items = all(user.target is operator.getitem for user in users)
+            self._items[source] = Counter(user.args[1] for user in users) if only_items else None
+        return self._items[source]
 
-def _overwritten_by_own_chain(
-    arg: Any, node: torch.fx.Node, intermediates: Mapping[str, Any], order: Mapping[torch.fx.Node, int]
-) -> bool:
-    """A graph input read by ``node``, by the one ``copy_`` that overwrites it with the value that ends
-    the chain of in-place kernels starting at ``node`` (which then already is its memory), and otherwise
-    only by functional ``_foreach_*`` kernels that run before ``node``: they have read it into new
-    tensors by the time ``node`` writes it (AdamW's ``lerp`` decomposed, ``grad - exp_avg`` before
-    ``exp_avg`` is updated)."""
-    if not isinstance(arg, torch.fx.Node) or arg.op != "placeholder" or _read_elsewhere(arg, node):
-        return False
-    copies = [user for user in arg.users if user.target is _COPY and user.args[0] is arg]
-    earlier = [user for user in arg.users if user is not node and user not in copies]
-    if len(copies) != 1 or not all(_functional_foreach(user) and order[user] < order[node] for user in earlier):
-        return False
-    index = next(i for i, element in enumerate(node.args[0]) if element is arg)
-    return copies[0].args[1] is _chain_end(node, index, intermediates)
+    def dead_after(self, arg: Any, node: torch.fx.Node) -> bool:
+        """A computed value (one element of an earlier op's list) that ``node`` alone reads."""
+        if not isinstance(arg, torch.fx.Node) or arg.target is not operator.getitem or list(arg.users) != [node]:
+            return False
+        source, index = arg.args
+        if not _functional_foreach(source):
+            return False  # a view's element (split, unbind) shares memory that other nodes read
+        items = self._getitems(source)
+        return items is not None and items[index] == 1 and not self.read_elsewhere(arg, node)
+
+    def overwritten_by_own_chain(self, arg: Any, node: torch.fx.Node, intermediates: Mapping[str, Any]) -> bool:
+        """A graph input read by ``node``, by the one ``copy_`` that overwrites it with the value that ends
+        the chain of in-place kernels starting at ``node`` (which then already is its memory), and otherwise
+        only by functional ``_foreach_*`` kernels that run before ``node``: they have read it into new
+        tensors by the time ``node`` writes it (AdamW's ``lerp`` decomposed, ``grad - exp_avg`` before
+        ``exp_avg`` is updated)."""
+        if not isinstance(arg, torch.fx.Node) or arg.op != "placeholder" or self.read_elsewhere(arg, node):
+            return False
+        copies = [user for user in arg.users if user.target is _COPY and user.args[0] is arg]
+        earlier = [user for user in arg.users if user is not node and user not in copies]
+        if len(copies) != 1 or not all(
+            _functional_foreach(user) and self.order[user] < self.order[node] for user in earlier
+        ):
+            return False
+        index = node.args[0].index(arg)
+        return copies[0].args[1] is _chain_end(node, index, intermediates)
 
 
 def _chain_end(node: torch.fx.Node, index: int, intermediates: Mapping[str, Any]) -> torch.fx.Node | None:

@@ -7,7 +7,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from pytest_npufuse.execute.graph import run_graph
-from pytest_npufuse.execute.inplace import in_place_overloads
+from pytest_npufuse.execute.inplace import broadcast_fills, in_place_overloads
 from pytest_npufuse.frontend.lower import build_program
 from pytest_npufuse.target.catalog import load_catalog
 
@@ -142,3 +142,31 @@ def test_a_compiled_adamw_step_leaves_the_same_parameters_and_state_as_out_of_pl
         runs.append([a for a in inputs if isinstance(a, torch.Tensor)])
     for got, want in zip(*runs):
         assert torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8))
+
+
+def test_a_fill_read_only_as_a_factor_is_held_broadcast_with_the_same_bits():
+    """AdamW's lerp decomposed: ``exp_avg + full_like(diff, 0.1) * diff``. Sizes past the CPU's parallel
+    grain and not a multiple of a vector, so the threaded, vectorized and tail loops all read the fill."""
+    gen = torch.Generator().manual_seed(7)
+    exp_avgs = [torch.randn(301, 257, generator=gen), torch.randn(1001, generator=gen)]
+    grads = [torch.randn(301, 257, generator=gen), torch.randn(1001, generator=gen)]
+    gm = functionalized(lerp, exp_avgs, grads)
+    assert len(broadcast_fills(gm)) == 2
+    flat = [*exp_avgs, *grads]
+    for got, want in zip(run(gm, flat, True), run(gm, flat, False)):
+        assert torch.equal(bits(got), bits(want))
+
+
+def fills_written(params):
+    fills = [torch.full_like(p, 0.5) for p in params]
+    torch._foreach_mul_(fills, params)
+    return fills
+
+
+def test_a_fill_a_kernel_writes_or_the_caller_gets_is_materialized():
+    params = tensors(8)
+    gm = functionalized(fills_written, params)
+    assert broadcast_fills(gm) == frozenset()
+    outputs = run_graph(gm, build_program(gm, load_catalog()), [p.clone() for p in params], {}).outputs
+    for got, param in zip(outputs, params):
+        assert got.stride() == param.stride() and torch.equal(got, param * 0.5)
