@@ -79,6 +79,8 @@ def served_tpot_ms(row: Row, profiles: Profiles, deployment: models.Deployment, 
     """A served run's mean TPOT (:mod:`.serving`) from this model's decode steps (at one sequence and at
     the most that can run together, in between on the line through them) and its prefill of one prompt
     of the row's input length, on the row's deployment and mode."""
+    if not row.get("seq"):
+        raise NotModeled("a served run needs its prompts' input length (seq), which the row does not give")
     mode = row.get("mode")
     full = int(min(served.prompts, served.max_seqs))
 
