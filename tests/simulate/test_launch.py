@@ -53,9 +53,9 @@ def test_eager_is_never_faster_on_the_device_than_the_replay_of_its_graph():
     as long per task as a replayed aclgraph, so a device-bound eager run cannot beat the replay (the
     Step-3.7 row came out with the wrong sign when eager skipped that wait)."""
     builder = ProgramBuilder()
-    x = builder.input("x", (4096, 4096))
+    x = builder.input("x", (16384, 16384))
     for _ in range(10):
-        x = builder.op("aten::mul", [x, x], (4096, 4096))
+        x = builder.op("aten::mul", [x, x], (16384, 16384))
     built = builder.build()
     runs = {mode: simulate(built, plan_program(built, A3, variant=Variant.BASELINE, mode=mode), A3)
             for mode in ("eager", "npugraph_ex", "max-autotune")}
