@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/calibration.py            # the table with the shipped profiles
     PYTHONPATH=. python benchmarks/calibration.py --fit      # fit the estimates on the training rows
+    PYTHONPATH=. python benchmarks/calibration.py --fit-only mc2.phase_us mc2.rank_us   # re-fit a few
     PYTHONPATH=. python benchmarks/calibration.py --rows     # every row, published against modeled
 
 Every row of benchmarks/data/published.toml (100+ measurements with their sources, the SKU, shapes and
@@ -42,6 +43,10 @@ def row_line(outcome) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="fit the estimates on the training rows and print them")
+    parser.add_argument(
+        "--fit-only", nargs="+", metavar="SECTION.KEY",
+        help="fit only these estimates on the training rows, from their shipped values, every other constant as shipped",
+    )
     parser.add_argument("--folds", type=int, default=5, help="k of the k-fold cross-validation (0: skip it)")
     parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1,
@@ -77,8 +82,11 @@ def main() -> None:
         print("\nvalidation rows outside +-30%:")
         for outcome in missed:
             print("  " + row_line(outcome))
-    if args.fit:
-        values = fitting.fit([row for row in rows if row.split == "train"], evaluator)
+    if args.fit or args.fit_only:
+        training = [row for row in rows if row.split == "train"]
+        values = (
+            fitting.fit_only(training, args.fit_only, evaluator) if args.fit_only else fitting.fit(training, evaluator)
+        )
         print("\nfitted on the training rows (write these into dav_c220.toml):")
         for (section, key), value in sorted(values.items()):
             print(f"  [{section}] {key} = {value:.4g}")

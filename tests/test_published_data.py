@@ -228,3 +228,21 @@ def test_a_fit_reuses_a_row_only_while_the_values_it_read_stay(monkeypatch):
     assert unread is first
     assert read.modeled < first.modeled
     assert read.modeled == evaluate(row, Profiles(tables(moved))).modeled
+
+
+def test_a_partial_refit_moves_only_the_named_estimates_from_their_shipped_values(monkeypatch):
+    """``calibration.py --fit-only``: the constants one mechanism reads, re-fitted on training rows with every
+    other constant as shipped (so a merged branch's fitted values are not refitted away); a name that is not
+    a fitted estimate is refused with the list of those that are."""
+    monkeypatch.syspath_prepend(str(DATA.parent))
+    from fidelity.fit import Evaluator, fit_only, loss
+    from fidelity.rows import load_rows
+
+    rows = [row for row in load_rows() if row.id.startswith("deepep-ll-") and row.split == "train"]
+    evaluator = Evaluator(rows)
+    values = fit_only(rows, ["mc2.phase_us", "mc2.rank_us"], evaluator)
+    assert set(values) == {("mc2", "phase_us"), ("mc2", "rank_us")}
+    start = {("mc2", "phase_us"): 40.0, ("mc2", "rank_us"): 0.0}
+    assert loss(evaluator.outcomes(values, rows)) < loss(evaluator.outcomes(start, rows))
+    with pytest.raises(SystemExit, match="mc2.phase_us"):
+        fit_only(rows, ["mc2.phase"], evaluator)

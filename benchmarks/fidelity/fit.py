@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Iterable, Sequence
 
 from pytest_npufuse.calibrate.fit import ESTIMATES, Values, descend, log_error, prior, tables
+from pytest_npufuse.target.profile import builtin_data
 
 from . import trace
 from .evaluate import Outcome, evaluate
@@ -63,6 +64,21 @@ def fit(rows: Sequence[Row], evaluator: Evaluator | None = None, passes: int = 2
     every estimate, on the loss of these rows."""
     evaluator = evaluator or Evaluator(rows)
     return descend(prior(), lambda values: loss(evaluator.outcomes(values, rows)), ESTIMATES, passes)
+
+
+def fit_only(rows: Sequence[Row], names: Sequence[str], evaluator: Evaluator | None = None, passes: int = 2) -> Values:
+    """The same descent over only the estimates ``names`` (``section.key``), each from its shipped value and
+    every other constant as shipped: a re-fit of the constants one mechanism reads, after the others
+    were fitted."""
+    chosen = [estimate for estimate in ESTIMATES if f"{estimate.section}.{estimate.key}" in names]
+    unknown = sorted(set(names) - {f"{estimate.section}.{estimate.key}" for estimate in chosen})
+    if unknown:
+        known = ", ".join(f"{estimate.section}.{estimate.key}" for estimate in ESTIMATES)
+        raise SystemExit(f"--fit-only: {', '.join(unknown)} is not a fitted estimate; choose from {known}")
+    shipped = builtin_data("910c")
+    start = {estimate.name: float(shipped[estimate.section][estimate.key]) for estimate in chosen}
+    evaluator = evaluator or Evaluator(rows)
+    return descend(start, lambda values: loss(evaluator.outcomes(values, rows)), chosen, passes)
 
 
 def fold_of(row: Row, folds: int) -> int:

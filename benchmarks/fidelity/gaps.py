@@ -14,10 +14,14 @@ GAPS = (
      "PyPTO task's scheduling cost"),
     (r"^sfa-a3-", "sparse attention's gather of the selected KV blocks and its softmax pipeline on one sequence and "
      "one KV head (latency-bound); which cores it splits over is not published"),
-    (r"^kimi-k2-thinking", "the served run: requests arriving at 1/s with prefills interleaved and int4 experts "
-     "handled by vllm-ascend; no mechanism of a decode step reaches 200 ms for 10 sequences"),
-    (r"^dsr1-a2-int8-pdhybrid", "PD hybrid: prefills interleaved with the decode steps the mean TPOT averages over "
-     "(TTFT 8-32 s)"),
+    (r"^kimi-k2-thinking", "the decode step itself, not the served schedule: played through, 10 requests at 1/s "
+     "keep 6-9 running with modeled TTFT 0.1-0.2 s (published 0.5-0.7 s) and TPOT about the modeled step (27 ms at "
+     "one sequence, 31-33 ms at 10); the same tutorial's concurrency sweep measures 57.7 ms at one request, 87 ms "
+     "at 8 and 222 ms with 12 running, a jump between 8 and 10 running that no modeled mechanism has (aclgraph "
+     "capture sizes and vllm-ascend's MoE communication choice are candidates; no source read confirms either)"),
+    (r"^dsr1-a2-int8-pdhybrid", "prefills that cost more than the model's: played through, the burst of 32 prompts "
+     "per die gives TTFT 2.3 / 14.8 s against 8.4 / 31.6 s published, so the prefills the decode steps wait for "
+     "are about 3x the modeled prefill of one prompt (omni-infer's PD-hybrid prefill path is not modeled)"),
     (r"^catlass-mm-910b2-2048x4096x80000", "the 80000-deep row-major A (160000-byte rows): both kernels run at a "
      "quarter of their rate at K <= 40000, a DRAM page or L2 effect the model does not have"),
     (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's row-major (ND) tile loads, which MTE2 converts to the Cube's "
@@ -48,7 +52,7 @@ GAPS = (
     (r"^dsv4flash-", "DeepSeek-V4's compressed sparse attention (CSA/HCA) and mHC, approximated by DSA-style MLA"),
     (r"^omni-dsv3-", "the vendor's batch and deployment (not given; Omni-Infer's 50 sequences per die on 64 dies "
      "assumed)"),
-    (r"^step37flash-", "the batch (not given; 16 sequences per die assumed) and torch_npu's eager host path per op"),
+    (r"^step37flash-", "torch_npu's eager host path per op"),
     (r"^dsv32exp-|^glm5-|^dsr1-a3", "expert load imbalance and the MTP draft's sampling path"),
 )
 

@@ -249,6 +249,9 @@ class Decoder:
         self.b.op("npu::npu_scatter_nd_update", [cache, qkv], (t, 2 * kv_heads * dim), scope=scope)
         read = d.context if self.global_layer(layer) else min(d.context, c.get("window") or d.context)
         attended = self.attention(qkv, heads, read, 2 * kv_heads * dim, dim, dim, scope)
+        if c.get("attn_output_gate"):  # a sigmoid gate per head (Step-3.7): its projection, then a multiply
+            gate = self.linear(h, w, "gate", hidden, heads, scope)
+            attended = self.b.op("aten::mul", [attended, gate], (t, heads * dim), scope=scope)
         o = self.all_reduce(self.linear(attended, w, "o", heads * dim, hidden, scope), hidden, d.attn_tp)
         return self.b.op("aten::add", [x, o], (t, hidden), scope=scope)
 

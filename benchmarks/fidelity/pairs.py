@@ -14,7 +14,7 @@ from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.timeline import simulate
 
-from . import models
+from . import models, serving
 from .rows import Profiles, Row
 
 # Rows that give no deployment: the Omni-Infer A3 decode instance (1D32 = 32 chips, 64 dies, ~50
@@ -61,12 +61,37 @@ def _run(row: Row, profiles: Profiles, deployment: models.Deployment, mode: str,
 
 
 def step_value(row: Row, profiles: Profiles) -> float:
-    """A step row in ms: one step, or per output token (``tpot``: a step over the tokens it yields)."""
+    """A step row in ms: one step, or per output token (``tpot``: a step over the tokens it yields; a
+    served run's mean TPOT, :func:`served_tpot_ms`)."""
     config = _config(row)
     prefill = row.get("metric") == "prefill"
-    report = _run(row, profiles, _deployment(row, config, prefill), row.get("mode"))
+    deployment = _deployment(row, config, prefill)
+    engines = row.get("dp") or max(1, (row.get("dies") or 1) // row.get("tp", 1))
+    served = serving.serving_of(row.fields, engines)
+    if served is not None:
+        return served_tpot_ms(row, profiles, deployment, served)
+    report = _run(row, profiles, deployment, row.get("mode"))
     per_token = row.get("tokens_per_step", 1.0) if row.get("metric") == "tpot" else 1.0
     return report.time_us / 1000 / per_token
+
+
+def served_tpot_ms(row: Row, profiles: Profiles, deployment: models.Deployment, served: serving.Serving) -> float:
+    """A served run's mean TPOT (:mod:`.serving`) from this model's decode steps (at one sequence and at
+    the most that can run together, in between on the line through them) and its prefill of one prompt
+    of the row's input length, on the row's deployment and mode."""
+    if not row.get("seq"):
+        raise NotModeled("a served run needs its prompts' input length (seq), which the row does not give")
+    mode = row.get("mode")
+    full = int(min(served.prompts, served.max_seqs))
+
+    def decode_ms(batch: int) -> float:
+        step = replace(deployment, sequences=batch, tokens=batch * (1 + deployment.drafts))
+        return _ms(_run(row, profiles, step, mode))
+
+    prompt = replace(deployment, prefill=True, sequences=1, tokens=row.get("seq"), drafts=0)
+    prefill_ms = _ms(_run(row, profiles, prompt, mode))
+    steps = serving.linear_steps(decode_ms(1), decode_ms(full), full)
+    return serving.serve(served, steps, prefill_ms).tpot_ms
 
 
 def task_wait_per_layer_us(row: Row, profiles: Profiles) -> float:

@@ -22,11 +22,13 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
   (``linear``); ``repeat_interleave`` with a scalar runs RepeatInterleave's per-element branch
   (``gather_elements`` with ``access_bytes``) where unsqueeze/expand/reshape is a plain copy.
 - **collectives** (``[comm]``): ring algorithms over ``ranks`` dies, ``(n-1)/n`` of the message per
-  pass (two passes for AllReduce) at ``link_gbps x efficiency``, plus ``latency_us`` per step.
+  pass (two passes for AllReduce) at ``link_gbps x efficiency``, plus ``latency_us`` per step; a ring
+  over more than ``node_ranks`` dies runs at the slower ``scaleout_gbps`` (RoCE between A2 servers).
 - **MC2** matmul + all-reduce: the longer of the matmul's roofline and the ring AllReduce of its output
   (the two are pipelined inside the op).
 - **MC2** dispatch/combine: AI Vector kernels that talk over the link: ``mc2_phase_us`` per handshake
-  phase (dispatch has two) plus the message at link speed.
+  phase (dispatch has two), ``mc2_rank_us`` per peer a phase waits on, plus the message: to peers on
+  the node at link speed, to the others over the scale-out link at the same time.
 - **AI CPU**: scalar cores at ``[aicpu]`` rates.
 - **L2 prefetch**: an SDMA task that streams its bytes from HBM at HBM speed.
 """
@@ -395,9 +397,30 @@ def _link_us(nbytes: float, profile: "HardwareProfile") -> float:
     return nbytes / (profile.comm_gbps * profile.comm_efficiency * 1e3)
 
 
+def _scaleout_us(nbytes: float, profile: "HardwareProfile") -> float:
+    return nbytes / (profile.comm_scaleout_gbps * profile.comm_efficiency * 1e3)
+
+
 def _ring_us(nbytes: float, passes: int, profile: "HardwareProfile") -> float:
+    """A ring moves its bytes in lock step over every hop, so a ring that leaves the node runs at the
+    slower of the node's link and the scale-out link."""
     ranks = profile.comm_ranks
-    return passes * (ranks - 1) * profile.comm_latency_us + _link_us(nbytes * (ranks - 1) / ranks, profile)
+    moved = nbytes * (ranks - 1) / ranks
+    link = _scaleout_us(moved, profile) if ranks > profile.comm_node_ranks else 0.0
+    return passes * (ranks - 1) * profile.comm_latency_us + max(_link_us(moved, profile), link)
+
+
+def exchange_us(nbytes: float, profile: "HardwareProfile") -> float:
+    """A die's share ``nbytes`` of a direct exchange with every peer (MC2 dispatch/combine): (n-1)/n of it
+    leaves the die, split evenly over the peers; those on the node go over its link, the others over the
+    scale-out link (RoCE between A2 servers), both at once, so the slower side sets the time."""
+    ranks = profile.comm_ranks
+    if ranks <= 1:
+        return 0.0
+    near = min(ranks, profile.comm_node_ranks) - 1
+    far = ranks - 1 - near
+    per_peer = nbytes / ranks
+    return max(_link_us(per_peer * near, profile), _scaleout_us(per_peer * far, profile))
 
 
 def ring_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
@@ -422,15 +445,14 @@ def _mc2_phase_us(profile: "HardwareProfile") -> float:
 
 def mc2_dispatch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
     """Dispatch exchanges token counts, then the tokens: two handshake phases and the (n-1)/n of the
-    message that leaves the die, so it grows with ranks and with tokens x top-k x hidden."""
-    ranks = profile.comm_ranks
-    return 2 * _mc2_phase_us(profile) + _link_us(kernel.bytes * (ranks - 1) / ranks, profile)
+    message that leaves the die (:func:`exchange_us`), so it grows with ranks, with tokens x top-k x hidden,
+    and with the share of peers on other servers."""
+    return 2 * _mc2_phase_us(profile) + exchange_us(kernel.bytes, profile)
 
 
 def mc2_combine_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
     """Combine sends the expert outputs back: one handshake phase and the message that leaves the die."""
-    ranks = profile.comm_ranks
-    return _mc2_phase_us(profile) + _link_us(kernel.bytes * (ranks - 1) / ranks, profile)
+    return _mc2_phase_us(profile) + exchange_us(kernel.bytes, profile)
 
 
 def prefetch_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:

@@ -33,7 +33,7 @@ from ..vocabulary import Vocabulary
 from .l2 import effective_bytes
 from .device import HBM_POOL, HBM_UNITS, DeviceModel, DeviceTask
 from .host import (
-    EAGER, GRAPH_REPLAY, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
+    EAGER, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
 )
 
 
@@ -341,11 +341,13 @@ class _DeviceBuild:
 
     def model(self, profile: HardwareProfile, tasks: list[DeviceTask] | None = None,
               device: type[DeviceModel] = DeviceModel, execution: str = GRAPH_SINK, **extra: Any) -> DeviceModel:
-        """The device model of these tasks (or of ``tasks``, the same ones with other durations); a replayed
-        aclgraph waits ``replay_task`` longer between tasks than GE's sunk graph."""
+        """The device model of these tasks (or of ``tasks``, the same ones with other durations). Only GE's
+        sunk graph has its tasks preloaded on the device; every other execution submits them from the host
+        (a replayed aclgraph, or ops launched one by one in eager and host scheduling), and such a task waits
+        ``replay_task`` longer. So an eager run is never faster on the device than the replay of its graph."""
         capacity = (profile.aic, profile.aiv, profile.aicpu, 1, 1, HBM_UNITS)
         overhead = profile.overhead_us
-        gap = overhead["task_gap"] + (overhead["replay_task"] if execution == GRAPH_REPLAY else 0.0)
+        gap = overhead["task_gap"] + (overhead["replay_task"] if execution != GRAPH_SINK else 0.0)
         return device(
             self.tasks if tasks is None else tasks, self.streams, capacity, self.events, overhead["event_record"],
             overhead["event_wait"], gap, **extra,

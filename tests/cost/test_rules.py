@@ -137,6 +137,34 @@ def test_mc2_dispatch_and_combine_scale_with_tokens_and_ranks():
     assert dispatch(128, 32) - dispatch(128, 8) == pytest.approx(2 * 0.5 * 24 + 7168 * 1024 * (31 / 32 - 7 / 8) / link)
 
 
+def test_mc2_exchange_with_peers_on_other_a2_servers_runs_at_the_scale_out_rate():
+    """Issue 21: an A2 server's HCCS mesh joins 8 NPUs; EP over 32 NPUs sends 24/31 of each die's share
+    over RoCE at 25 GB/s, at the same time as the rest over HCCS, so the RoCE part sets the time. One
+    A3 SuperPoD's UB reaches every die at the same rate, so its exchange still follows the link alone."""
+    a2 = load_profile("910b2")
+    nbytes = 32 * 8 * 7168
+
+    def exchange(profile, ranks):
+        return cost.rules.exchange_us(nbytes, replace(profile, comm_ranks=ranks))
+
+    scale_out = a2.comm_scaleout_gbps * a2.comm_efficiency * 1e3
+    assert exchange(a2, 32) == pytest.approx(nbytes / 32 * 24 / scale_out)
+    assert exchange(a2, 8) == pytest.approx(nbytes * 7 / 8 / (a2.comm_gbps * a2.comm_efficiency * 1e3))
+    assert exchange(a2, 32) > 5 * exchange(a2, 8)
+    assert exchange(A3, 64) == pytest.approx(nbytes * 63 / 64 / (A3.comm_gbps * A3.comm_efficiency * 1e3))
+    assert exchange(a2, 1) == 0.0
+
+
+def test_a_ring_that_leaves_the_a2_server_runs_at_the_scale_out_rate():
+    a2 = load_profile("910b2")
+    builder = ProgramBuilder()
+    kernel = kernel_of(builder, builder.op("_c10d_functional::all_reduce", [builder.input("x", (64, 7168))], (64, 7168)))
+    inside, across = (cost.body_us(kernel, 1, replace(a2, comm_ranks=ranks)) for ranks in (8, 16))
+    moved = kernel.bytes * 15 / 16
+    assert across == pytest.approx(2 * 15 * a2.comm_latency_us + moved / (a2.comm_scaleout_gbps * a2.comm_efficiency * 1e3))
+    assert across > 4 * inside
+
+
 def test_collective_time_follows_message_size_and_link_bandwidth():
     def all_reduce(n):
         builder = ProgramBuilder()

@@ -1,0 +1,101 @@
+"""Served runs: a serving benchmark's mean TPOT from the model's own decode and prefill step times.
+
+A serving benchmark (vLLM's ``bench serve`` / ``benchmark_serving.py``) sends ``prompts`` requests at
+``request_rate`` per second (``inf``: all at once) to an engine that batches them continuously: a
+request waits until it is admitted (at most ``max_num_seqs`` run at once), is prefilled, then decodes one
+token per decode step of every running request together. A prefill runs between decode steps (vLLM's
+scheduler serves waiting prefills first), so each decode step a request sees is stretched by the prefills
+admitted meanwhile. Its TPOT is ``(finish - first token) / (output_len - 1)``, averaged over requests, as
+the benchmark reports it.
+
+How many requests run together is not a number of the run: it follows from the arrivals and from how
+long each request lives (Little's law: in flight = rate x (TTFT + output_len x TPOT)), and the step time
+depends on it. :func:`serve` resolves that fixed point by playing the schedule through, step by step:
+deterministic arithmetic, no sampling (arrivals are evenly spaced at the stated rate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What a served run states, per engine: ``prompts`` requests arriving ``rate`` per second (``math.inf``
+    for all at once), at most ``max_seqs`` running together, ``output_len`` tokens each."""
+
+    prompts: int
+    rate: float
+    max_seqs: float
+    output_len: int
+
+    def arrivals_ms(self) -> list[float]:
+        """Arrival times in ms, evenly spaced at the rate."""
+        return [0.0 if math.isinf(self.rate) else 1000.0 * k / self.rate for k in range(self.prompts)]
+
+
+@dataclass(frozen=True)
+class Served:
+    """The run's means as the benchmark reports them, and the concurrency it reached (a decode step's
+    batch, averaged over decode steps)."""
+
+    ttft_ms: float
+    tpot_ms: float
+    mean_batch: float
+
+
+def serving_of(row_fields: Mapping, engines: int) -> Serving | None:
+    """The row's ``serving`` table split over ``engines`` data-parallel engines (requests spread evenly),
+    or None for a row that is not a served run."""
+    table = row_fields.get("serving")
+    if not table:
+        return None
+    rate = table.get("request_rate", "inf")
+    rate = math.inf if rate == "inf" else float(rate) / engines
+    return Serving(
+        prompts=max(1, round(table["prompts"] / engines)),
+        rate=rate,
+        max_seqs=table.get("max_num_seqs", math.inf),
+        output_len=table["output_len"],
+    )
+
+
+def serve(serving: Serving, decode_ms: Callable[[int], float], prefill_ms: float) -> Served:
+    """Play the schedule through: admit an arrived request when fewer than ``max_seqs`` run and prefill it
+    (``prefill_ms``, its first token at the end), else run one decode step of all running requests
+    (``decode_ms(batch)``), else wait for the next arrival."""
+    waiting = serving.arrivals_ms()
+    running: dict[int, list[float]] = {}  # request -> [tokens left, first token time]
+    ttfts, tpots, batches = [], [], []
+    clock = 0.0
+    next_request = 0
+    while next_request < len(waiting) or running:
+        if next_request < len(waiting) and waiting[next_request] <= clock and len(running) < serving.max_seqs:
+            clock += prefill_ms
+            ttfts.append(clock - waiting[next_request])
+            running[next_request] = [serving.output_len - 1, clock]
+            next_request += 1
+        elif running:
+            batches.append(len(running))
+            clock += decode_ms(len(running))
+            for request in list(running):
+                state = running[request]
+                state[0] -= 1
+                if state[0] <= 0:
+                    tpots.append((clock - state[1]) / max(1, serving.output_len - 1))
+                    del running[request]
+        else:
+            clock = waiting[next_request]
+    return Served(sum(ttfts) / len(ttfts), sum(tpots) / len(tpots), sum(batches) / max(1, len(batches)))
+
+
+def linear_steps(one: float, full: float, batch: int) -> Callable[[int], float]:
+    """A decode step's time at any batch from the modeled steps at one sequence and at ``batch``: weight
+    streaming is paid once per step and the per-sequence work (KV reads, activations) grows with the
+    batch, so a straight line between the two is what the model's own steps imply in between."""
+    if batch <= 1:
+        return lambda _: full
+    slope = (full - one) / (batch - 1)
+    return lambda running: one + slope * (running - 1)
