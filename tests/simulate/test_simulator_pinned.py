@@ -4,7 +4,8 @@ The digests below were re-taken when the cost model changed deliberately (SIMULA
 cost-rule registry, decode tiling, pipelined dispatch, HBM sharing, Early-Start; SIMULATOR_VERSION 3,
 issue 21: shape-dependent Cube time, L2 residency, MC2 phases, the host path, the per-SKU a3 die;
 SIMULATOR_VERSION 5, issue 21: cold_start, task_gap and replay_task fitted on the training rows, and a task
-held by an event starts warm); every float of every report is in its ``repr``, so a changed bit anywhere
+held by an event starts warm; SIMULATOR_VERSION 6, issue 21: Cube efficiency by shape, each ping-pong tile
+paying its first K block and MTE1 feeding L0A/L0B); every float of every report is in its ``repr``, so a changed bit anywhere
 changes the digest. Change them only together with
 a SIMULATOR_VERSION bump, or when only a repr changed: the digest was re-taken once more when the five
 event types became one (issue 10, ``events.Event``); rendered as the old ``EventRun`` tuples, the same
@@ -24,8 +25,8 @@ from pytest_npufuse.target.profile import load_profile
 
 A3 = load_profile("a3")
 # graph sink, host-scheduled (3 threads), two lanes with feed-sync-all, eager BASELINE
-PINNED_TIMES = (197.1747154567429, 180.6346794007657, 183.1287293925537, 785.0345085515203)
-PINNED_DIGEST = "6b0ec073b4fc1d94"
+PINNED_TIMES = (196.64564407806114, 180.11307347763113, 182.59965801387193, 785.0345085515203)
+PINNED_DIGEST = "66a3bc538bd35cea"
 SYNC_ALL_OP = {"acc::sync_mul": {"engine": "vector", "fusable": True, "sync_all": True, "block_dim": 4, "flops": "elementwise"}}
 
 
