@@ -349,19 +349,27 @@ def cube_us(
     efficiency = profile.compute_int8_efficiency if gemm.item_in == 1 else profile.cube_tile_efficiency
     first_block = min(profile.cube_k_block, k_t)
 
-    def tile_us(rows: int, cols: int) -> float:
+    def parts(rows: int, cols: int) -> tuple[float, float, float]:
+        """A tile's Cube time, all its loads, and the load of its first K block."""
         compute = cube_tile_us(rows, cols, k_t, gemm.item_in, core_tflops, efficiency, profile)
         move = ((rows * a_item + cols * gemm.item_in) * k_t + rows * cols * out_item) * per_byte
-        if tiling.preload:
-            return max(compute, move)
-        fill = (rows * a_item + cols * gemm.item_in) * first_block * per_byte
+        return compute, move, (rows * a_item + cols * gemm.item_in) * first_block * per_byte
+
+    def filled_us(compute: float, move: float, fill: float, overlap: float = profile.pipeline_overlap) -> float:
+        """A tile that waits for its first K block, then overlaps the rest of its loads with its Cube."""
         rest = move - fill
-        return fill + max(compute, rest) + (1.0 - profile.pipeline_overlap) * min(compute, rest)
+        return fill + max(compute, rest) + (1.0 - overlap) * min(compute, rest)
+
+    def tile_us(rows: int, cols: int) -> float:
+        compute, move, fill = parts(rows, cols)
+        return max(compute, move) if tiling.preload else filled_us(compute, move, fill)
 
     def a_load_us(rows: int) -> float:
         return rows * k_t * gemm.item_in * per_byte
 
-    fill = (m_t + n_t) * first_block * gemm.item_in * per_byte if tiling.preload else 0.0
+    # A preloading kernel's first tile still waits for its first block; the later ones find theirs loaded.
+    first = parts(m_t, n_t)
+    fill = filled_us(*first, overlap=1.0) - max(first[0], first[1]) if tiling.preload else 0.0
     body = fill + busiest_core_us(gemm, tiling, dim, tile_us, a_load_us)
     partials = _partials_bytes(gemm, tiling)
     hbm_us = (traffic + partials) / (profile.hbm_gbps * profile.memory_efficiency * 1e3)

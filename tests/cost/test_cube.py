@@ -95,7 +95,7 @@ def test_a_preloading_kernel_hides_a_tiles_loads_whatever_the_overlap_estimate()
     shape = (2048, 2048, 4096)
     preload, pingpong = matmul("t::preload", *shape), matmul("t::tiles", *shape)
     assert cost.block_dim(preload, B3) == cost.block_dim(pingpong, B3)
-    assert body(preload) < body(pingpong, replace(B3, pipeline_overlap=1.0))
+    assert body(preload) <= body(pingpong, replace(B3, pipeline_overlap=1.0))
     assert body(preload) == body(preload, replace(B3, pipeline_overlap=0.0))
     assert body(preload) < body(pingpong) / 1.2
 
