@@ -223,7 +223,7 @@ def test_a_fit_reuses_a_row_only_while_the_values_it_read_stay(monkeypatch):
     start = prior()
     (first,) = evaluator.outcomes(start, [row])
     (unread,) = evaluator.outcomes({**start, ("aicpu", "gflops_per_core"): 7.0}, [row])
-    moved = {**start, ("efficiency", "compute"): 0.9}
+    moved = {**start, ("efficiency", "cube_tile"): 0.9}
     (read,) = evaluator.outcomes(moved, [row])
     assert unread is first
     assert read.modeled < first.modeled

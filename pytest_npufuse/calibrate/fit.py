@@ -37,6 +37,7 @@ class Estimate:
 
 ESTIMATES = (
     Estimate("efficiency", "compute", 0.7, 0.3, 1.0),
+    Estimate("efficiency", "cube_tile", 0.7, 0.3, 1.0),
     Estimate("efficiency", "compute_int8", 0.7, 0.2, 1.0),
     Estimate("efficiency", "memory", 0.8, 0.3, 1.0),
     Estimate("efficiency", "pipeline_overlap", 0.5, 0.0, 1.0),

@@ -1,18 +1,29 @@
 """Shape-dependent Cube time: output tiles over the cores, the K depth each tile walks, and the pipeline.
 
-A matmul on the Cube is cut into output tiles of ``cube_tile_m x cube_tile_n`` (and, with split-K, into
-K slices); each core takes one tile at a time, so ``tiles`` over ``dim`` cores run in ``ceil(tiles / dim)``
-rounds: 24 tiles on 20 cores take two rounds, 20 take one (CATLASS's tuning guide measures exactly that).
-Inside a tile the core loads K blocks of A and B and multiplies them at ``[efficiency] compute`` of the
-per-core peak (``compute_int8`` for int8 operands); the two overlap by
-``[efficiency] pipeline_overlap`` (double buffering within a tile) and the first block's load is not
-hidden at all (pipeline fill, ``cube_k_block`` deep). A preloading kernel (CATLASS's
-``MmadAtlasA2Preload``, which also fetches the next tile's first block during the current tile) hides
-the shorter of a tile's loads and its Cube work entirely, leaving only the kernel's first fill. A tile's loads come through L2: at the per-core L2 rate when
-another core of the same round already brought the panel, at the per-core DDR rate for bytes that come
-from HBM. All cores together cannot pull from HBM faster than its bandwidth: concurrent tiles share A
-and B panels (a swizzled wave of ``r x c`` tiles reads r A-panels and c B-panels), which sets how often
-each operand is read again when A and B do not stay in L2.
+The share of the Cube's peak a matmul reaches is not one constant; it comes out of four things:
+
+- **Tile quantisation.** A matmul on the Cube is cut into output tiles of ``cube_tile_m x cube_tile_n``
+  (and, with split-K, into K slices); each core takes one tile at a time, so ``tiles`` over ``dim`` cores
+  run in ``ceil(tiles / dim)`` rounds: 24 tiles on 20 cores take two rounds, 20 take one (CATLASS's
+  tuning guide measures exactly that). An edge tile is padded to the 16x16x16 fractal (``_pad``), so a
+  GEMM one element over a tile pays a fractal-high tile more, and another round when it overflows the
+  cores.
+- **The Cube's own pace** (:func:`cube_tile_us`): a tile's MMADs run at ``[efficiency] cube_tile`` of the
+  per-core peak (``compute_int8`` for int8 operands) once its pipeline is full, unless MTE1 cannot feed
+  L0A and L0B that fast (``[core_memory] l0a_bytes_per_cycle`` / ``l0b_bytes_per_cycle``): a skinny tile
+  brings a whole B row into L0B for every K step while its MMADs fill a sixteenth of the Cube.
+- **K depth.** A ping-pong block MMAD (CATLASS's ``MmadAtlasA2Pingpong``, and CANN's MatMul priced the
+  same) loads each tile's first K block (``cube_k_block`` deep) before its Cube can start, and
+  double-buffers only the blocks after it: every tile pays that fill, so a shallow K (few blocks)
+  reaches a small share of the peak and a deep one approaches the Cube's own pace. The later blocks'
+  loads overlap the Cube by ``[efficiency] pipeline_overlap``. A preloading kernel (CATLASS's
+  ``MmadAtlasA2Preload``, which also fetches the next tile's first block during the current tile) hides
+  the shorter of a tile's loads and its Cube work entirely, leaving only the kernel's first fill.
+- **The memory path.** A tile's loads come through L2: at the per-core L2 rate when another core of the
+  same round already brought the panel, at the per-core DDR rate for bytes that come from HBM. All cores
+  together cannot pull from HBM faster than its bandwidth: concurrent tiles share A and B panels (a
+  swizzled wave of ``r x c`` tiles reads r A-panels and c B-panels), which sets how often each operand is
+  read again when A and B do not stay in L2.
 """
 
 from __future__ import annotations
@@ -335,23 +346,50 @@ def cube_us(
         from_hbm / profile.core_ddr_bytes_per_cycle + (1 - from_hbm) / profile.core_l2_bytes_per_cycle
     ) / profile.cube_mhz
     core_tflops = peak_tflops / profile.cores("cube")
-    efficiency = profile.compute_int8_efficiency if gemm.item_in == 1 else profile.compute_efficiency
+    efficiency = profile.compute_int8_efficiency if gemm.item_in == 1 else profile.cube_tile_efficiency
+    first_block = min(profile.cube_k_block, k_t)
+
+    def parts(rows: int, cols: int) -> tuple[float, float, float]:
+        """A tile's Cube time, all its loads, and the load of its first K block."""
+        compute = cube_tile_us(rows, cols, k_t, gemm.item_in, core_tflops, efficiency, profile)
+        move = ((rows * a_item + cols * gemm.item_in) * k_t + rows * cols * out_item) * per_byte
+        return compute, move, (rows * a_item + cols * gemm.item_in) * first_block * per_byte
+
+    def filled_us(compute: float, move: float, fill: float, overlap: float = profile.pipeline_overlap) -> float:
+        """A tile that waits for its first K block, then overlaps the rest of its loads with its Cube."""
+        rest = move - fill
+        return fill + max(compute, rest) + (1.0 - overlap) * min(compute, rest)
 
     def tile_us(rows: int, cols: int) -> float:
-        compute = 2.0 * rows * cols * k_t / (core_tflops * 1e6 * efficiency)
-        move = ((rows * a_item + cols * gemm.item_in) * k_t + rows * cols * out_item) * per_byte
-        if tiling.preload:
-            return max(compute, move)
-        return max(compute, move) + (1.0 - profile.pipeline_overlap) * min(compute, move)
+        compute, move, fill = parts(rows, cols)
+        return max(compute, move) if tiling.preload else filled_us(compute, move, fill)
 
     def a_load_us(rows: int) -> float:
         return rows * k_t * gemm.item_in * per_byte
 
-    fill = (m_t + n_t) * min(profile.cube_k_block, k_t) * gemm.item_in * per_byte
+    # A preloading kernel's first tile still waits for its first block; the later ones find theirs loaded.
+    first = parts(m_t, n_t)
+    fill = filled_us(*first, overlap=1.0) - max(first[0], first[1]) if tiling.preload else 0.0
     body = fill + busiest_core_us(gemm, tiling, dim, tile_us, a_load_us)
     partials = _partials_bytes(gemm, tiling)
     hbm_us = (traffic + partials) / (profile.hbm_gbps * profile.memory_efficiency * 1e3)
     return max(body, hbm_us)
+
+
+def cube_tile_us(
+    rows: int, cols: int, depth: int, item: float, core_tflops: float, efficiency: float, profile: "HardwareProfile"
+) -> float:
+    """The Cube's own time on one ``rows x cols`` output tile walked ``depth`` deep, once its operands
+    (``item`` bytes an element) are in L1: the MMADs at ``efficiency`` of the core's peak (``rows``,
+    ``cols`` and ``depth`` already padded to the 16x16x16 fractal, so a tile one element over costs a
+    whole fractal more), or, when longer, MTE1 feeding them from L1 into L0A and L0B at ``[core_memory]
+    l0a_bytes_per_cycle`` and ``l0b_bytes_per_cycle``. CATLASS's block MMADs split L0A and L0B into two
+    stages, so MTE1 and the MMADs overlap and the slower sets the pace: for each 16 of K a 128x256 fp16
+    tile needs 2.5 cycles of feed against 8 of MMAD at the peak, a 32x256 one (a decode GEMM's M padded
+    to its fractal) 2.1 against 2, a 16x256 one 2.06 against 1: a skinny tile is fed, not computed."""
+    mmad = 2.0 * rows * cols * depth / (core_tflops * 1e6 * efficiency)
+    feed_cycles = depth * item * (rows / profile.core_l0a_bytes_per_cycle + cols / profile.core_l0b_bytes_per_cycle)
+    return max(mmad, feed_cycles / profile.cube_mhz)
 
 
 def _partials_bytes(gemm: Gemm, tiling: Tiling) -> float:

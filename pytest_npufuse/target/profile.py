@@ -59,7 +59,10 @@ class HardwareProfile:
     l2_mib: float
     core_ddr_bytes_per_cycle: float
     core_l2_bytes_per_cycle: float
+    core_l0a_bytes_per_cycle: float
+    core_l0b_bytes_per_cycle: float
     compute_efficiency: float
+    cube_tile_efficiency: float
     compute_int8_efficiency: float
     memory_efficiency: float
     pipeline_overlap: float
@@ -143,7 +146,7 @@ _ZERO_ALLOWED = {("comm", "latency_us"), ("host", "small_shape_max_elements"), (
 _ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
 # Shares of a peak that a kernel reaches: above 1 would model a chip faster than its own peak.
 _FRACTIONS = {
-    ("efficiency", "compute"), ("efficiency", "compute_int8"), ("efficiency", "memory"),
+    ("efficiency", "compute"), ("efficiency", "cube_tile"), ("efficiency", "compute_int8"), ("efficiency", "memory"),
     ("efficiency", "pipeline_overlap"), ("efficiency", "l2_activation_share"), ("comm", "efficiency"),
 }
 _ZERO_FRACTIONS = {("efficiency", "pipeline_overlap")}
@@ -164,8 +167,10 @@ _SCALAR_KEYS: Mapping[str, Mapping[str, str]] = {
     "cores": _same("aic", "aiv", "aicpu"),
     "clock": _same("cube_mhz", "vector_mhz"),
     "memory": _same("hbm_gbps", "l2_mib"),
-    "core_memory": {"core_ddr_bytes_per_cycle": "ddr_bytes_per_cycle", "core_l2_bytes_per_cycle": "l2_bytes_per_cycle"},
-    "efficiency": {"compute_efficiency": "compute", "compute_int8_efficiency": "compute_int8",
+    "core_memory": {"core_ddr_bytes_per_cycle": "ddr_bytes_per_cycle", "core_l2_bytes_per_cycle": "l2_bytes_per_cycle",
+                    "core_l0a_bytes_per_cycle": "l0a_bytes_per_cycle", "core_l0b_bytes_per_cycle": "l0b_bytes_per_cycle"},
+    "efficiency": {"compute_efficiency": "compute", "cube_tile_efficiency": "cube_tile",
+                   "compute_int8_efficiency": "compute_int8",
                    "memory_efficiency": "memory", **_same("pipeline_overlap", "l2_activation_share")},
     "tiling": _same("cube_tile_m", "cube_tile_n", "vector_block_bytes", "cube_fractal", "cube_k_block",
                     "decode_tile_n", "decode_tile_k", "cube_swizzle_offset", "cube_swizzle_direction",

@@ -139,7 +139,7 @@ def test_calibration_recovers_hardware_whose_constants_and_op_types_differ():
     """Measurements from a 'chip' with other estimates and a slower RMSNorm are reproduced, and a held-back
     half of the kernels (never fitted) comes out closer than the base target had it."""
     prog = program()
-    hardware = on("910b3", efficiency={"compute": 0.85}, overhead_us={"kernel_head": 5.0},
+    hardware = on("910b3", efficiency={"cube_tile": 0.85}, overhead_us={"kernel_head": 5.0},
                   corrections={"RmsNorm": 1.6})
     found = match(profiled(prog, kernel_times(prog, hardware)), prog, "model.py:factory")
     held = {k.name for k in prog.kernels[2::4]} | {k.name for k in prog.kernels[3::4]}

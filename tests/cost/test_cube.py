@@ -5,7 +5,9 @@ from dataclasses import replace
 import pytest
 
 from pytest_npufuse import cost
-from pytest_npufuse.cost.cube import Gemm, Tiling, block_coord, block_index, cube_us, hbm_traffic, single_core_split_k
+from pytest_npufuse.cost.cube import (
+    Gemm, Tiling, block_coord, block_index, cube_tile_us, cube_us, hbm_traffic, single_core_split_k,
+)
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.target.profile import load_profile
@@ -87,12 +89,13 @@ def test_the_pipeline_hides_loads_under_the_cube_only_as_far_as_it_overlaps():
 
 def test_a_preloading_kernel_hides_a_tiles_loads_whatever_the_overlap_estimate():
     """CATLASS's preloading block MMAD (examples 06 and 21) fetches the next K block, and the next tile's
-    first, while the Cube works: its tiles cost the longer of their loads and their Cube work, as a
-    ping-pong kernel would only if its overlap estimate were complete; the same tiles and cores."""
+    first, while the Cube works: its tiles cost the longer of their loads and their Cube work; a ping-pong
+    kernel still waits for each tile's first block even were its overlap estimate complete; the same
+    tiles and cores."""
     shape = (2048, 2048, 4096)
     preload, pingpong = matmul("t::preload", *shape), matmul("t::tiles", *shape)
     assert cost.block_dim(preload, B3) == cost.block_dim(pingpong, B3)
-    assert body(preload) == pytest.approx(body(pingpong, replace(B3, pipeline_overlap=1.0)))
+    assert body(preload) <= body(pingpong, replace(B3, pipeline_overlap=1.0))
     assert body(preload) == body(preload, replace(B3, pipeline_overlap=0.0))
     assert body(preload) < body(pingpong) / 1.2
 
@@ -216,3 +219,63 @@ def test_single_core_split_k_holds_b_when_m_exceeds_n_as_the_transposed_product(
     assert (tall_tiling.tile_m, tall_tiling.tile_n, tall_tiling.swizzle[1]) == (128, 256, 0)
     peak = a2.cube_tflops["float16"]
     assert cube_us(tall, tall_tiling, a2.aic, 0, peak, a2) == cube_us(wide, wide_tiling, a2.aic, 0, peak, a2)
+
+
+def _share_of_peak(gemm: Gemm, tiling: Tiling, profile=B3) -> float:
+    """What one matmul reaches of the die's Cube peak, its operands already in L2 (a benchmark loop)."""
+    peak = profile.cube_tflops["float16"]
+    time = cube_us(gemm, tiling, profile.aic, 0, peak, profile)
+    return 2.0 * gemm.batch * gemm.m * gemm.n * gemm.k / (peak * 1e6 * time)
+
+
+def test_cube_efficiency_rises_with_k_depth():
+    """A ping-pong tile loads its first K block before its Cube starts and overlaps only the later ones,
+    so its share of the peak grows with the K it walks: 20 tiles on 20 cores, K from one block to 64. With
+    the later blocks' loads fully hidden, a deep K approaches the Cube's own pace and never passes it."""
+    overlapped = replace(B3, pipeline_overlap=1.0)
+    shares = [
+        _share_of_peak(Gemm(1, 128 * 20, 256, k, 2, 2), Tiling(128, 256, 1), overlapped) for k in (256, 1024, 4096, 16384)
+    ]
+    assert shares == sorted(shares) and shares[0] < 0.7 * shares[-1]
+    assert 0.95 * B3.cube_tile_efficiency < shares[-1] < B3.cube_tile_efficiency
+
+
+def test_a_preloading_kernel_pays_its_fill_once_and_a_ping_pong_one_per_tile():
+    """With four rounds of tiles, the ping-pong kernel pays four first-block loads, the preloading one
+    only the kernel's first: the gap is three fills, whatever the overlap of the later blocks."""
+    gemm, tiling = Gemm(1, 128 * 80, 256, 256, 2, 2), Tiling(128, 256, 1)
+    loaded = replace(B3, pipeline_overlap=1.0)
+    peak = B3.cube_tflops["float16"]
+    pingpong = cube_us(gemm, tiling, B3.aic, 0, peak, loaded)
+    preload = cube_us(gemm, tiling._replace(preload=True), B3.aic, 0, peak, loaded)
+    one_tile = cube_us(Gemm(1, 128 * 20, 256, 256, 2, 2), tiling, B3.aic, 0, peak, loaded)
+    assert pingpong > preload
+    assert pingpong == pytest.approx(4 * one_tile)
+
+
+def test_a_gemm_one_element_over_the_tiles_pays_a_tile_more():
+    """20 tiles of 128 rows fill the 20 cores of a 910B3; one row more is a 21st tile, padded to a
+    16-row fractal, that one core runs after its first: at least a 16-row tile's time more. One element
+    more of K is priced as a whole fractal of K."""
+    peak = B3.cube_tflops["float16"]
+    tiling = Tiling(128, 256, 1, preload=True)
+
+    def time(m: int, k: int) -> float:
+        return cube_us(Gemm(1, m, 256, k, 2, 2), tiling, B3.aic, 0, peak, B3)
+
+    edge = cube_tile_us(16, 256, 4096, 2, peak / B3.aic, B3.cube_tile_efficiency, B3)
+    assert time(2561, 4096) >= time(2560, 4096) + edge
+    assert time(2560, 4097) == time(2560, 4112) > time(2560, 4096)
+
+
+def test_a_skinny_tile_is_paced_by_feeding_l0b_not_by_its_mmads():
+    """MTE1 brings a whole B row into L0B (256 bytes a cycle) for each K step: a 16-row tile's MMADs at
+    the peak would take half of that, a 128-row tile's MMADs take longer than its feed."""
+    core = B3.cube_tflops["float16"] / B3.aic
+    at_peak = lambda rows: 2.0 * rows * 256 * 4096 / (core * 1e6)  # noqa: E731
+    assert cube_tile_us(16, 256, 4096, 2, core, 1.0, B3) > 1.9 * at_peak(16)
+    assert cube_tile_us(128, 256, 4096, 2, core, 1.0, B3) == pytest.approx(at_peak(128))
+    slower_feed = replace(B3, core_l0b_bytes_per_cycle=128)
+    assert cube_tile_us(16, 256, 4096, 2, core, 1.0, slower_feed) == pytest.approx(
+        2 * cube_tile_us(16, 256, 4096, 2, core, 1.0, B3), rel=0.05
+    )

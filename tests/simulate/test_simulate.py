@@ -137,7 +137,7 @@ def test_cube_kernel_time_follows_int8_peak():
     overhead = _task_overhead(profile.overhead_us, kernel.block_dim) + profile.overhead_us["cold_start"]
     body = kernel.duration_us - overhead
     at_peak = 2 * m * n * k / (profile.cube_tflops["int8"] * 1e6)
-    assert at_peak / profile.compute_efficiency < body < 2 * at_peak / profile.compute_efficiency
+    assert at_peak / profile.compute_int8_efficiency < body < 2 * at_peak / profile.compute_int8_efficiency
 
 
 _PRINT_TIMES = """
