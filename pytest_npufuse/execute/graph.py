@@ -251,7 +251,7 @@ def run_graph(
             elif node.name in in_place:
                 env[node.name] = _call_in_place(node, env, in_place[node.name])
             elif node.name in fills:
-                env[node.name] = broadcast_fill(node, node.args[1])
+                env[node.name] = broadcast_fill(node)
             else:
                 env[node.name] = _call(node, env, stale_of_node.get(node.name, frozenset()), materialize is not None)
             computed += node.name in kernel_nodes

@@ -67,11 +67,11 @@ def broadcast_fills(gm: torch.fx.GraphModule) -> frozenset[str]:
     )
 
 
-def broadcast_fill(node: torch.fx.Node, value: Any) -> torch.Tensor:
-    """A ``full_like`` of :func:`broadcast_fills` computed as a stride-0 view of its ``value`` (the
+def broadcast_fill(node: torch.fx.Node) -> torch.Tensor:
+    """A ``full_like`` of :func:`broadcast_fills` computed as a stride-0 view of its fill value (the
     fill's dtype and shape, from the capture)."""
     out = node.meta["val"]
-    return torch.full((), value, dtype=out.dtype).expand(out.shape)
+    return torch.full((), node.args[1], dtype=out.dtype).expand(out.shape)
 
 
 def _reads_as_factor(user: torch.fx.Node, fill: torch.fx.Node) -> bool:
