@@ -246,3 +246,11 @@ def test_a_partial_refit_moves_only_the_named_estimates_from_their_shipped_value
     assert loss(evaluator.outcomes(values, rows)) < loss(evaluator.outcomes(start, rows))
     with pytest.raises(SystemExit, match="mc2.phase_us"):
         fit_only(rows, ["mc2.phase"], evaluator)
+
+
+def test_a_row_that_says_how_its_graph_was_compiled_says_where_that_is_stated(rows):
+    stated = [row for row in rows if "shapes" in row and row["kind"] in ("step", "layer")]
+    assert stated, "the Qwen3-8B prefill rows state their dynamic-shape graph"
+    for row in stated:
+        assert row["shapes"] == "dynamic" and row["mode"] == "ge_graph", row["id"]
+        assert row["shapes_source"].strip(), row["id"]

@@ -468,11 +468,12 @@ def plan_of(key: Any, program, profile: HardwareProfile, **options: Any):
 
 def step_report(row: Row, profile: HardwareProfile, deployment: Deployment, mode: str, variant: str = Variant.VARIANT):
     """Simulate one step of the row's model under ``deployment`` in ``mode`` (ge_graph, aclgraph,
-    npugraph_ex or eager)."""
+    npugraph_ex or eager); a row whose graph was compiled with dynamic shapes (``shapes = "dynamic"``)
+    runs GE's dynamic-shape graph, scheduled op by op on the host."""
     program, syncs = program_of(row, deployment)
     run_mode = _MODES[mode]
     plan = plan_of(
         (row.id, deployment, run_mode, variant), program, profile, variant=variant, mode=run_mode,
         syncs=syncs if variant != Variant.BASELINE else (),
     )
-    return simulate(program, plan, profile, host=HostConfig(threads=1))
+    return simulate(program, plan, profile, dynamic=row.get("shapes") == "dynamic", host=HostConfig(threads=1))

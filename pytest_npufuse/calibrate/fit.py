@@ -52,6 +52,9 @@ ESTIMATES = (
     Estimate("aicpu", "gflops_per_core", 2.0, 0.05, 50.0),
     Estimate("aicpu", "bytes_per_us_per_core", 2000.0, 50.0, 20000.0),
     Estimate("host_us", "eager_dispatch", 10.0, 0.0, 300.0, in_kernel=False),
+    Estimate("host_us", "infer_shape", 3.0, 0.5, 200.0, in_kernel=False),
+    Estimate("host_us", "launch", 5.0, 1.0, 200.0, in_kernel=False),
+    Estimate("host_us", "launch_collective", 5.0, 1.0, 400.0, in_kernel=False),
 )
 KERNEL_ESTIMATES = tuple(estimate for estimate in ESTIMATES if estimate.in_kernel)
 STEPS = (0.25, 0.5, 0.75, 1.33, 2.0, 4.0)

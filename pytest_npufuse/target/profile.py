@@ -151,7 +151,8 @@ _FRACTIONS = {
 }
 _ZERO_FRACTIONS = {("efficiency", "pipeline_overlap")}
 _HOST_KEYS = (
-    "infer_shape", "tiling", "tiling_complex", "tiling_cache_hit", "alloc", "free", "launch", "h2d_copy", "host_op",
+    "infer_shape", "tiling", "tiling_complex", "tiling_cache_hit", "alloc", "free", "launch", "launch_collective",
+    "h2d_copy", "host_op",
     "stream_sync", "eager_dispatch",
 )
 

@@ -54,3 +54,17 @@ def test_ge_fusion_lets_a_pointwise_chain_pass_the_host_kernels_once():
     plain_report, plain, _ = host_slices(ge_fusion=False)
     assert plain["Launch"] - fused["Launch"] == 2 and plain["InferShape"] - fused["InferShape"] == 2
     assert fused_report.host_us < plain_report.host_us
+
+
+def test_a_collective_launched_by_the_host_pays_for_building_its_tasks():
+    builder = ProgramBuilder()
+    x, w = builder.input("x", (8, 1024)), builder.input("w", (1024, 1024))
+    y = builder.op("aten::mm", [x, w], (8, 1024))
+    builder.op("_c10d_functional::all_reduce", [y], (8, 1024))
+    built = builder.build()
+    plan = plan_program(built, A3, variant=Variant.BASELINE, mode="max-autotune")
+    report = simulate(built, plan, A3, dynamic=True, host=HostConfig(threads=3))
+    launches = {s.kernel: s.end_us - s.start_us for s in report.host if s.name == "Launch"}
+    matmul, collective = (launches[kernel.name] for kernel in built.kernels)
+    assert matmul == A3.host_us["launch"]
+    assert collective == A3.host_us["launch_collective"] > matmul
