@@ -70,3 +70,16 @@ def test_a_row_s_serving_table_is_split_over_its_data_parallel_engines(serving):
 def test_decode_steps_between_the_modeled_ends_lie_on_their_line(serving):
     steps = serving.linear_steps(27.0, 33.0, 10)
     assert steps(1) == 27.0 and steps(10) == pytest.approx(33.0) and steps(4) == pytest.approx(29.0)
+
+
+def test_vllm_ascend_captures_decode_graphs_up_to_max_num_seqs_without_doubling(serving):
+    assert serving.vllm_capture_sizes(12, 1, 8192) == (1, 2, 4, 8)
+    assert serving.vllm_capture_sizes(64, 1, 8192) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert serving.vllm_capture_sizes(12, 2, 8192) == (1, 2, 4, 8, 16, 24)
+    assert serving.vllm_capture_sizes(1024, 1, 8192)[-1] == 512
+    assert serving.vllm_capture_sizes(12, 1, 6) == (1, 2, 4, 6)
+
+
+def test_a_decode_batch_replays_the_smallest_graph_that_holds_it_and_runs_eager_above_them_all(serving):
+    step = serving.graph_or_eager_steps((1, 2, 4, 8), graph=lambda batch: 20.0 + batch, eager=lambda batch: 100.0 + batch)
+    assert [step(batch) for batch in (1, 3, 8, 9, 12)] == [21.0, 24.0, 28.0, 109.0, 112.0]

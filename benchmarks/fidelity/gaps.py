@@ -14,11 +14,10 @@ GAPS = (
      "PyPTO task's scheduling cost"),
     (r"^sfa-a3-", "sparse attention's gather of the selected KV blocks and its softmax pipeline on one sequence and "
      "one KV head (latency-bound); which cores it splits over is not published"),
-    (r"^kimi-k2-thinking", "the decode step itself, not the served schedule: played through, 10 requests at 1/s "
-     "keep 6-9 running with modeled TTFT 0.1-0.2 s (published 0.5-0.7 s) and TPOT about the modeled step (27 ms at "
-     "one sequence, 31-33 ms at 10); the same tutorial's concurrency sweep measures 57.7 ms at one request, 87 ms "
-     "at 8 and 222 ms with 12 running, a jump between 8 and 10 running that no modeled mechanism has (aclgraph "
-     "capture sizes and vllm-ascend's MoE communication choice are candidates; no source read confirms either)"),
+    (r"^kimi-k2-thinking", "the decode step itself: vLLM-Ascend captures graphs for 1, 2, 4 and 8 sequences only "
+     "(max_num_seqs 12), so the 9-12 running here step eager, which the model now plays through; but the model's "
+     "graph step is 25 ms at one sequence and 29 ms at eight where the tutorial's concurrency sweep measures 57.7 "
+     "and 87 ms, and its eager step (139 ms) is below the 200-230 ms measured with 10-12 running"),
     (r"^dsr1-a2-int8-pdhybrid", "prefills that cost more than the model's: played through, the burst of 32 prompts "
      "per die gives TTFT 2.3 / 14.8 s against 8.4 / 31.6 s published, so the prefills the decode steps wait for "
      "are about 3x the modeled prefill of one prompt (omni-infer's PD-hybrid prefill path is not modeled)"),

@@ -7,6 +7,7 @@ A row missing what its workload needs (a model config no source read gives, shap
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -78,20 +79,38 @@ def step_value(row: Row, profiles: Profiles) -> float:
 def served_tpot_ms(row: Row, profiles: Profiles, deployment: models.Deployment, served: serving.Serving) -> float:
     """A served run's mean TPOT (:mod:`.serving`) from this model's decode steps (at one sequence and at
     the most that can run together, in between on the line through them) and its prefill of one prompt
-    of the row's input length, on the row's deployment and mode."""
+    of the row's input length, on the row's deployment and mode. Where the stack captures graphs for a
+    few batch sizes only (:func:`_capture_sizes`), a larger decode batch runs eager."""
     if not row.get("seq"):
         raise NotModeled("a served run needs its prompts' input length (seq), which the row does not give")
     mode = row.get("mode")
     full = int(min(served.prompts, served.max_seqs))
 
-    def decode_ms(batch: int) -> float:
+    def decode_ms(batch: int, step_mode: str = mode) -> float:
         step = replace(deployment, sequences=batch, tokens=batch * (1 + deployment.drafts))
-        return _ms(_run(row, profiles, step, mode))
+        return _ms(_run(row, profiles, step, step_mode))
 
     prompt = replace(deployment, prefill=True, sequences=1, tokens=row.get("seq"), drafts=0)
     prefill_ms = _ms(_run(row, profiles, prompt, mode))
-    steps = serving.linear_steps(decode_ms(1), decode_ms(full), full)
+    sizes = _capture_sizes(row, served, deployment)
+    if not sizes or sizes[-1] >= full:
+        return serving.serve(served, serving.linear_steps(decode_ms(1), decode_ms(full), full), prefill_ms).tpot_ms
+    top = sizes[-1]
+    graph = serving.linear_steps(decode_ms(1), decode_ms(top), top)
+    eager_line = serving.linear_steps(decode_ms(top + 1, "eager"), decode_ms(full, "eager"), full - top)
+    steps = serving.graph_or_eager_steps(sizes, graph, lambda batch: eager_line(batch - top))
     return serving.serve(served, steps, prefill_ms).tpot_ms
+
+
+def _capture_sizes(row: Row, served: serving.Serving, deployment: models.Deployment) -> tuple[int, ...]:
+    """The decode batch sizes a vLLM-Ascend aclgraph row captures by default (:func:`serving.vllm_capture_sizes`);
+    () where every batch replays a graph of its own (other stacks and modes, or no stated max_num_seqs)."""
+    if row.get("mode") != "aclgraph" or not str(row.get("framework", "")).startswith("vllm-ascend"):
+        return ()
+    if math.isinf(served.max_seqs):
+        return ()
+    stated = row.get("serving") or {}
+    return serving.vllm_capture_sizes(int(served.max_seqs), 1 + deployment.drafts, stated.get("max_num_batched_tokens"))
 
 
 def task_wait_per_layer_us(row: Row, profiles: Profiles) -> float:

@@ -12,6 +12,10 @@ How many requests run together is not a number of the run: it follows from the a
 long each request lives (Little's law: in flight = rate x (TTFT + output_len x TPOT)), and the step time
 depends on it. :func:`serve` resolves that fixed point by playing the schedule through, step by step:
 deterministic arithmetic, no sampling (arrivals are evenly spaced at the stated rate).
+
+In a captured-graph mode a decode step replays the graph captured for the smallest capture size that
+holds its batch (the batch padded to it); a batch above the largest capture size runs eager
+(:func:`vllm_capture_sizes`, :func:`graph_or_eager_steps`).
 """
 
 from __future__ import annotations
@@ -89,6 +93,35 @@ def serve(serving: Serving, decode_ms: Callable[[int], float], prefill_ms: float
         else:
             clock = waiting[next_request]
     return Served(sum(ttfts) / len(ttfts), sum(tpots) / len(tpots), sum(batches) / max(1, len(batches)))
+
+
+def vllm_capture_sizes(max_num_seqs: int, decode_query_len: int = 1, max_num_batched_tokens: int | None = None) -> tuple[int, ...]:
+    """The decode batch sizes vLLM captures a graph for by default on vLLM-Ascend: 1, 2, 4, then every
+    multiple of 8 below 256 and of 16 from 256, up to a ceiling of ``max_num_seqs x decode_query_len``
+    capped at 512 (vLLM-Ascend's ``_get_default_max_cudagraph_capture_size``, which drops upstream vLLM's
+    doubling) and at ``max_num_batched_tokens`` (vLLM's ``VllmConfig._set_cudagraph_sizes``, which then
+    truncates the ceiling to the largest size in the list). With ``max_num_seqs`` 12 that is 1, 2, 4, 8:
+    a decode step of 9 to 12 sequences has no graph and runs eager."""
+    ceiling = min(max_num_seqs * decode_query_len, 512)
+    if max_num_batched_tokens is not None:
+        ceiling = min(ceiling, max_num_batched_tokens)
+    sizes = [size for size in (1, 2, 4) if size <= ceiling]
+    sizes += list(range(8, min(ceiling + 1, 256), 8)) + list(range(256, ceiling + 1, 16))
+    if max_num_batched_tokens is not None and max_num_batched_tokens <= ceiling:
+        sizes.append(max_num_batched_tokens)
+    return tuple(sorted(set(sizes)))
+
+
+def graph_or_eager_steps(
+    sizes: tuple[int, ...], graph: Callable[[int], float], eager: Callable[[int], float]
+) -> Callable[[int], float]:
+    """A decode step at any batch: the captured graph of the smallest size that holds the batch (padded
+    up to it), or the eager step when the batch is larger than every captured size."""
+    def step(batch: int) -> float:
+        padded = next((size for size in sizes if size >= batch), None)
+        return graph(padded) if padded is not None else eager(batch)
+
+    return step
 
 
 def linear_steps(one: float, full: float, batch: int) -> Callable[[int], float]:
