@@ -35,14 +35,15 @@ than the kernel makes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
 from typing import TYPE_CHECKING, Any
+
+from pytest_npufuse.vocabulary import Vocabulary
 
 if TYPE_CHECKING:
     from .models import Decoder, _Weights
 
 
-class Stack(str, Enum):
+class Stack(Vocabulary):
     """Which kernels a decode layer launches: the generic decoder's, or one inference stack's fused ones."""
 
     GENERIC = "generic"
@@ -104,6 +105,8 @@ class FusedLayers:
         return self.b.op(op, [xq, w.get(name, (k, n), weight)], (self.d.tokens, n), out, scope=scope, stream=stream)
 
     def fused_mla(self: Decoder, residual: str, delta: str | None, w: _Weights, scope: str | None):
+        """The attention block: its norm (adding the previous block's output), the stack's prolog, the
+        attention, W_UV and o_proj. Returns the new residual and the block's output."""
         c, d, t = self.c, self.d, self.d.tokens
         hidden, heads = c["hidden"], max(1, c["heads"] // d.attn_tp)
         rope, latent, v_dim = c["qk_rope_head_dim"], c["kv_lora_rank"], c["v_head_dim"]
@@ -174,6 +177,8 @@ class FusedLayers:
         return qn, pe if side else None
 
     def fused_moe(self: Decoder, residual: str, delta: str, w: _Weights, layer: int, scope: str | None):
+        """The MoE block: norm, router, shared expert, and the routed experts between a dispatch that
+        quantises the tokens it sends and the combine; the shared and routed outputs added last."""
         c, d, t = self.c, self.d, self.d.tokens
         hidden, experts, top_k, ffn = c["hidden"], c["experts"], c["top_k"], c["moe_ffn"]
         scope = f"moe{layer}" if d.superkernel == "moe" else scope
@@ -232,6 +237,7 @@ class FusedLayers:
         return self.b.op("npu::npu_dequant_swiglu_quant", [x], (rows, ffn), "int8", scope=scope, stream=stream)
 
     def fused_dense(self: Decoder, residual: str, delta: str, w: _Weights, scope: str | None):
+        """A dense FFN block (the first layers): norm, gate-up to int32, DequantSwigluQuant, down."""
         c, d = self.c, self.d
         hidden, part = c["hidden"], max(1, c["ffn"] // d.attn_tp)
         h = self.residual_norm(residual, delta, scope)
