@@ -23,6 +23,7 @@ from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.target.profile import HardwareProfile
 
 from . import trace
+from .fused import FusedLayers, Stack, stack_of
 from .rows import Row
 
 # Public configs of models whose rows do not restate them (the row's config_source names the model).
@@ -97,7 +98,8 @@ class Deployment:
     experts over ``ep`` dies; ``quant`` is bf16 or w8a8 (int8 weights and activations), ``moe_bits`` the
     expert weights' bits, ``kv_bytes`` a cached token's bytes per KV head (MLA: latent plus rope part).
     ``microbatches`` > 1 splits the tokens into that many micro-batches whose layers interleave, each
-    micro-batch's expert all-to-alls on a communication stream, so one computes while another talks."""
+    micro-batch's expert all-to-alls on a communication stream, so one computes while another talks.
+    ``stack`` names the inference stack whose fused decode kernels an MLA layer launches (:mod:`.fused`)."""
 
     tokens: int
     sequences: int
@@ -112,6 +114,7 @@ class Deployment:
     superkernel: str = ""
     shared_stream: bool = False
     microbatches: int = 1
+    stack: Stack = Stack.GENERIC
 
 
 @dataclass
@@ -129,7 +132,7 @@ class _Weights:
         return self.made[key]
 
 
-class Decoder:
+class Decoder(FusedLayers):
     """The program of one decoder step of ``config`` under ``deployment``."""
 
     def __init__(self, config: Mapping[str, Any], deployment: Deployment) -> None:
@@ -356,23 +359,34 @@ class Decoder:
         c, d = self.c, self.d
         w = _Weights(self.b, layer)
         scope = "decode_layer" if d.superkernel == "layer" else None
+        if self.fused:
+            return self.fused_layer(xs, w, layer, scope)
         xs = [self.mla(x, w, scope) if "kv_lora_rank" in c else self.gqa(x, w, layer, scope) for x in xs]
         if "experts" in c and layer >= c.get("dense_layers", 0):
             return [self.moe(x, w, layer, scope) for x in xs]
         return [self.dense_ffn(x, w, c["ffn"], scope, d.attn_tp) for x in xs]
 
+    @property
+    def fused(self) -> bool:
+        """Whether the layers are the deployment's fused decode kernels (:mod:`.fused`)."""
+        return self.d.stack != Stack.GENERIC and not self.d.prefill and "kv_lora_rank" in self.c
+
     def build(self):
         c, d = self.c, self.d
         self.d = replace(d, tokens=d.tokens // d.microbatches, sequences=max(1, d.sequences // d.microbatches))
         xs = [self.b.input(f"x{batch}", (self.d.tokens, c["hidden"])) for batch in range(d.microbatches)]
+        if self.fused:
+            xs = [(x, None) for x in xs]
         for layer in range(c["layers"]):
             xs = self.layer(xs, layer)
         for draft in range(d.drafts):
             xs = self.layer(xs, c["layers"] + draft)
         self.d = d
-        x = xs[-1]
         rows = d.sequences * (1 + d.drafts) if not d.prefill else d.sequences
-        head = self.b.op("npu::npu_rms_norm", [x], (rows, c["hidden"]))
+        if self.fused:
+            head = self.residual_norm(*xs[-1], None)
+        else:
+            head = self.b.op("npu::npu_rms_norm", [xs[-1]], (rows, c["hidden"]))
         self.b.op(
             "aten::mm",
             [head, self.b.input("lm_head", (c["hidden"], c["vocab"] // max(1, d.attn_tp)))],
@@ -431,6 +445,7 @@ def deployment_of(row: Row, config: Mapping[str, Any], prefill: bool = False, **
             moe_bits=4 if "w4a8" in quant or "int4" in quant else 8 if quant != "bf16" else 16,
             kv_bytes=1 if re.search(r"c8\b", quant) else 2,
             drafts=drafts,
+            stack=stack_of(row, config, prefill),
         ),
         **changes,
     )

@@ -19,9 +19,11 @@ from . import models, serving
 from .rows import Profiles, Row
 
 # Rows that give no deployment: the Omni-Infer A3 decode instance (1D32 = 32 chips, 64 dies, ~50
-# sequences per die, EP64) that the Omni-Infer blog row states, for the vendor figures of the same stack.
+# sequences per die, EP64) that the Omni-Infer blog row states, for the vendor figures of the same stack,
+# running Omni-Infer's decode kernels (benchmarks/fidelity/fused.py).
 ASSUMED_DIES = 64
 ASSUMED_OMNI_SEQUENCES = 50
+ASSUMED_FRAMEWORK = "omni-infer"
 # DeepSeek-family rows naming no quantisation run W8A8, as Omni-Infer's and cann-recipes' A3 configs do.
 ASSUMED_DEEPSEEK_QUANT = "w8a8"
 
@@ -46,6 +48,7 @@ def _deployment(row: Row, config, prefill: bool = False, **changes) -> models.De
     fields = dict(row.fields)
     if not (fields.get("dies") or fields.get("chips") or fields.get("tp") or fields.get("ep")):
         fields.update(dies=ASSUMED_DIES, batch=fields.get("batch") or ASSUMED_DIES * ASSUMED_OMNI_SEQUENCES)
+        fields.setdefault("framework", ASSUMED_FRAMEWORK)
     if "quant" not in fields and config.get("family") in ("deepseek_v3", "deepseek_v4"):
         fields["quant"] = ASSUMED_DEEPSEEK_QUANT
     row = replace(row, fields=fields)
