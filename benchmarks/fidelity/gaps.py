@@ -12,8 +12,9 @@ GAPS = (
      "version, 128 after merging) to idle AIV cores one by one and the guide finds the cores waiting on it (26% and "
      "63% core utilisation); the model prices the kernel's bytes and flops only, and no training row measures a "
      "PyPTO task's scheduling cost"),
-    (r"^sfa-a3-", "sparse attention's gather of the selected KV blocks and its softmax pipeline on one sequence and "
-     "one KV head (latency-bound); which cores it splits over is not published"),
+    (r"^sfa-a3-", "the two kernels' own pipelines: Ascend C overlaps gather, Cube and softmax across 512-token blocks "
+     "on one core, TileLang's example gathers all 2048 rows again on each of 8 cores and runs its stages in turn; the "
+     "sparse_attention rule prices one pipelined gather for both (indexed_access_cycles an estimate)"),
     (r"^kimi-k2-thinking", "the decode step itself, not the served schedule: played through, 10 requests at 1/s "
      "keep 6-9 running with modeled TTFT 0.1-0.2 s (published 0.5-0.7 s) and TPOT about the modeled step (27 ms at "
      "one sequence, 31-33 ms at 10); the same tutorial's concurrency sweep measures 57.7 ms at one request, 87 ms "
@@ -27,8 +28,8 @@ GAPS = (
     (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's row-major (ND) tile loads, which MTE2 converts to the Cube's "
      "NZ layout on the way into L1: the training rows move 44-62 B/cycle per core where the model prices L2 hits at "
      "the ini's 110"),
-    (r"^catlass-mm-20aic-20x6144x16384", "the B operand's layout (NZ against row-major ND bursts) and the 32x320 "
-     "tile's reach, which the model does not price"),
+    (r"^catlass-mm-20aic-20x6144x16384", "the 32x320 tile's 640-byte row bursts (not 512-byte aligned) into ND2NZ, "
+     "which the model does not price"),
     (r"^catlass-", "a lone kernel's start-up and head (cold_start 12 us, fit; kernel_head 2 us) beside a few us of "
      "Cube work: CATLASS's one-tile 910B3 rows take 18 us for under 3 us of work, and the tuning guide calls its "
      "times for reference only"),
