@@ -23,11 +23,11 @@ GAPS = (
     (r"^dsr1-a2-int8-pdhybrid", "prefills that cost more than the model's: played through, the burst of 32 prompts "
      "per die gives TTFT 2.3 / 14.8 s against 8.4 / 31.6 s published, so the prefills the decode steps wait for "
      "are about 3x the modeled prefill of one prompt (omni-infer's PD-hybrid prefill path is not modeled)"),
-    (r"^catlass-mm-910b2-2048x4096x80000", "the 80000-deep row-major A (160000-byte rows): both kernels run at a "
-     "quarter of their rate at K <= 40000, a DRAM page or L2 effect the model does not have"),
-    (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's row-major (ND) tile loads, which MTE2 converts to the Cube's "
-     "NZ layout on the way into L1: the training rows move 44-62 B/cycle per core where the model prices L2 hits at "
-     "the ini's 110"),
+    (r"^catlass-mm-910b2-2048x4096x80000", "the 80000-deep row-major A (160000-byte rows): its stride passes "
+     "ND2NZ's 16-bit srcDValue (CATLASS STRIDE_LIMIT 65536 elements), so CopyGmToL1 issues one DataCopy per tile row "
+     "from HBM; the per-copy cost that implies (about 200 cycles) is not modeled"),
+    (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's row-major (ND) tile loads beyond the 512-byte misalignment "
+     "the model prices (K = 4000: 8000-byte rows): 445 us against 1231 us at twice the K and M"),
     (r"^catlass-mm-20aic-20x6144x16384", "the 32x320 tile's 640-byte row bursts (not 512-byte aligned) into ND2NZ, "
      "which the model does not price"),
     (r"^catlass-", "a lone kernel's start-up and head (cold_start 12 us, fit; kernel_head 2 us) beside a few us of "

@@ -31,7 +31,11 @@ The share of the Cube's peak a matmul reaches is not one constant; it comes out 
   B, ``nz_b``) is one contiguous run of fractals per K block, which MTE2 streams at its full per-core
   read rate (``l2_bytes_per_cycle``) from L2 and HBM alike, all cores together still capped by HBM's
   bandwidth. The training rows measure it: the same 20x6144x16384 GEMM on the same tiles takes 181 and
-  140 us with B in NZ against 239 and 252 us with B row-major.
+  140 us with B in NZ against 239 and 252 us with B row-major. A row-major A (an activation ``[M, K]``)
+  whose rows are not a multiple of 512 bytes apart starts most of its bursts off a 512-byte boundary,
+  which on Atlas A2 costs up to 30% of the rate (``[memory] misaligned_read_share``, Ascend C best
+  practices; CATLASS's matmul summary: a srcDValue not 512-byte aligned "decreases bandwidth
+  significantly"). B's stride depends on its layout, which shapes do not give: it is taken as aligned.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
     from ..target.profile import HardwareProfile
 
 _FRACTAL = 16
+_BURST_ALIGN = 512  # bytes: the GM alignment MTE2 reads best from (Ascend C best practices)
 
 
 class Tiling(NamedTuple):
@@ -343,6 +348,9 @@ def cube_us(
 ) -> float:
     """Body time of a tiled matmul on ``dim`` Cube cores (see the module docstring)."""
     dim = max(1, dim)
+    misaligned = (not tiling.nz_a and (gemm.k * gemm.item_in) % _BURST_ALIGN != 0, False)
+    if tiling.resident_a and gemm.m > gemm.n:  # :func:`_held_along_n` swaps the operands
+        misaligned = misaligned[::-1]
     gemm, tiling = _held_along_n(gemm, tiling)
     tiles = tile_count(gemm, tiling)
     rounds = -(-tiles // dim)
@@ -356,7 +364,9 @@ def cube_us(
     per_byte = (
         from_hbm / profile.core_ddr_bytes_per_cycle + (1 - from_hbm) / profile.core_l2_bytes_per_cycle
     ) / profile.cube_mhz
-    a_per_byte, b_per_byte = (_layout_per_byte(nz, per_byte, profile) for nz in (tiling.nz_a, tiling.nz_b))
+    a_per_byte, b_per_byte = (
+        _layout_per_byte(nz, off, per_byte, profile) for nz, off in zip((tiling.nz_a, tiling.nz_b), misaligned)
+    )
     core_tflops = peak_tflops / profile.cores("cube")
     efficiency = profile.compute_int8_efficiency if gemm.item_in == 1 else profile.cube_tile_efficiency
     first_block = min(profile.cube_k_block, k_t)
@@ -388,11 +398,14 @@ def cube_us(
     return max(body, hbm_us)
 
 
-def _layout_per_byte(nz: bool, per_byte: float, profile: "HardwareProfile") -> float:
+def _layout_per_byte(nz: bool, misaligned: bool, per_byte: float, profile: "HardwareProfile") -> float:
     """Microseconds per byte of an operand on one core: a row-major operand's (``per_byte``, its L2 and
-    HBM shares at their per-core rates), or an NZ operand's, streamed at MTE2's full read rate wherever it
-    comes from (see the module docstring)."""
-    return 1.0 / (profile.core_l2_bytes_per_cycle * profile.cube_mhz) if nz else per_byte
+    HBM shares at their per-core rates, slower by ``misaligned_read_share`` when its rows start off 512-byte
+    boundaries), or an NZ operand's, streamed at MTE2's full read rate wherever it comes from (see the
+    module docstring)."""
+    if nz:
+        return 1.0 / (profile.core_l2_bytes_per_cycle * profile.cube_mhz)
+    return per_byte / profile.misaligned_read_share if misaligned else per_byte
 
 
 def cube_tile_us(

@@ -57,6 +57,7 @@ class HardwareProfile:
     vector_tflops: Mapping[str, float]
     hbm_gbps: float
     l2_mib: float
+    misaligned_read_share: float
     core_ddr_bytes_per_cycle: float
     core_l2_bytes_per_cycle: float
     core_l0a_bytes_per_cycle: float
@@ -151,6 +152,7 @@ _ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
 _FRACTIONS = {
     ("efficiency", "compute"), ("efficiency", "cube_tile"), ("efficiency", "compute_int8"), ("efficiency", "memory"),
     ("efficiency", "pipeline_overlap"), ("efficiency", "l2_activation_share"), ("comm", "efficiency"),
+    ("memory", "misaligned_read_share"),
 }
 _ZERO_FRACTIONS = {("efficiency", "pipeline_overlap")}
 _HOST_KEYS = (
@@ -169,7 +171,7 @@ _SCALAR_KEYS: Mapping[str, Mapping[str, str]] = {
     "target": _same("name", "product", "soc"),
     "cores": _same("aic", "aiv", "aicpu"),
     "clock": _same("cube_mhz", "vector_mhz"),
-    "memory": _same("hbm_gbps", "l2_mib"),
+    "memory": _same("hbm_gbps", "l2_mib", "misaligned_read_share"),
     "core_memory": {"core_ddr_bytes_per_cycle": "ddr_bytes_per_cycle", "core_l2_bytes_per_cycle": "l2_bytes_per_cycle",
                     "core_l0a_bytes_per_cycle": "l0a_bytes_per_cycle", "core_l0b_bytes_per_cycle": "l0b_bytes_per_cycle",
                     "core_indexed_access_cycles": "indexed_access_cycles"},

@@ -220,7 +220,9 @@ def test_single_core_split_k_without_edge_tiles_costs_the_same_walked_or_not(mon
 
 
 def test_single_core_split_k_holds_b_when_m_exceeds_n_as_the_transposed_product():
-    a2 = load_profile("910b2")
+    # rows taken as 512-byte aligned: K = 8000 puts the row-major A's rows off them, which costs the held
+    # operand in one product and the streamed one in the other
+    a2 = replace(load_profile("910b2"), misaligned_read_share=1.0)
     wide, tall = Gemm(1, 2048, 4096, 8000, 2, 2), Gemm(1, 4096, 2048, 8000, 2, 2)
     wide_tiling, tall_tiling = single_core_split_k(wide, a2), single_core_split_k(tall, a2)
     assert (tall_tiling.tile_m, tall_tiling.tile_n, tall_tiling.swizzle[1]) == (128, 256, 0)
@@ -298,3 +300,22 @@ def test_an_nz_weight_streams_faster_than_a_row_major_one():
     weight = 16384 * 6144 * 2
     assert body(nz) >= weight / (B3.hbm_gbps * B3.memory_efficiency * 1e3)
 
+
+
+def test_rows_off_512_byte_boundaries_load_slower_on_a2_only():
+    """K = 4000 fp16 puts A's rows 8000 bytes apart, off the 512-byte boundaries MTE2 reads best from
+    (Ascend C best practices: up to 30% slower, Atlas A2 only); K = 4096 does not."""
+    b2, c = load_profile("910b2"), load_profile("910c")
+    assert b2.misaligned_read_share < 1.0 == c.misaligned_read_share
+    tiles, peak = Tiling(128, 256, 1), b2.cube_tflops["float16"]
+
+    def per_k(k, profile):
+        gemm = Gemm(1, 2048, 4096, k, 2, 2)
+        return cube_us(gemm, tiles, profile.aic, (2048 + 4096) * k * 2, peak, profile) / k
+
+    assert per_k(4000, b2) > 1.05 * per_k(4096, b2)
+    assert per_k(4000, c) == pytest.approx(per_k(4096, c), rel=0.03)
+    # an NZ operand is contiguous whatever its row length
+    nz = Tiling(128, 256, 1, nz_a=True)
+    aligned = cube_us(Gemm(1, 2048, 4096, 4000, 2, 2), nz, 24, 1e8, peak, b2)
+    assert aligned == cube_us(Gemm(1, 2048, 4096, 4000, 2, 2), nz, 24, 1e8, peak, replace(b2, misaligned_read_share=1.0))
