@@ -12,8 +12,9 @@ GAPS = (
      "version, 128 after merging) to idle AIV cores one by one and the guide finds the cores waiting on it (26% and "
      "63% core utilisation); the model prices the kernel's bytes and flops only, and no training row measures a "
      "PyPTO task's scheduling cost"),
-    (r"^sfa-a3-", "sparse attention's gather of the selected KV blocks and its softmax pipeline on one sequence and "
-     "one KV head (latency-bound); which cores it splits over is not published"),
+    (r"^sfa-a3-", "the two kernels' own pipelines: Ascend C overlaps gather, Cube and softmax across 512-token blocks "
+     "on one core, TileLang's example gathers all 2048 rows again on each of 8 cores and runs its stages in turn; the "
+     "sparse_attention rule prices one pipelined gather for both (indexed_access_cycles an estimate)"),
     (r"^kimi-k2-thinking", "the decode step itself: vLLM-Ascend captures graphs for 1, 2, 4 and 8 sequences only "
      "(max_num_seqs 12), so the 9-12 running here step eager, which the model now plays through; but the model's "
      "graph step is 25 ms at one sequence and 29 ms at eight where the tutorial's concurrency sweep measures 57.7 "
@@ -21,13 +22,13 @@ GAPS = (
     (r"^dsr1-a2-int8-pdhybrid", "prefills that cost more than the model's: played through, the burst of 32 prompts "
      "per die gives TTFT 2.3 / 14.8 s against 8.4 / 31.6 s published, so the prefills the decode steps wait for "
      "are about 3x the modeled prefill of one prompt (omni-infer's PD-hybrid prefill path is not modeled)"),
-    (r"^catlass-mm-910b2-2048x4096x80000", "the 80000-deep row-major A (160000-byte rows): both kernels run at a "
-     "quarter of their rate at K <= 40000, a DRAM page or L2 effect the model does not have"),
-    (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's row-major (ND) tile loads, which MTE2 converts to the Cube's "
-     "NZ layout on the way into L1: the training rows move 44-62 B/cycle per core where the model prices L2 hits at "
-     "the ini's 110"),
-    (r"^catlass-mm-20aic-20x6144x16384", "the B operand's layout (NZ against row-major ND bursts) and the 32x320 "
-     "tile's reach, which the model does not price"),
+    (r"^catlass-mm-910b2-2048x4096x80000", "the 80000-deep row-major A (160000-byte rows): its stride passes "
+     "ND2NZ's 16-bit srcDValue (CATLASS STRIDE_LIMIT 65536 elements), so CopyGmToL1 issues one DataCopy per tile row "
+     "from HBM; the per-copy cost that implies (about 200 cycles) is not modeled"),
+    (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's row-major (ND) tile loads beyond the 512-byte misalignment "
+     "the model prices (K = 4000: 8000-byte rows): 445 us against 1231 us at twice the K and M"),
+    (r"^catlass-mm-20aic-20x6144x16384", "the 32x320 tile's 640-byte row bursts (not 512-byte aligned) into ND2NZ, "
+     "which the model does not price"),
     (r"^catlass-", "a lone kernel's start-up and head (cold_start 12 us, fit; kernel_head 2 us) beside a few us of "
      "Cube work: CATLASS's one-tile 910B3 rows take 18 us for under 3 us of work, and the tuning guide calls its "
      "times for reference only"),

@@ -4,7 +4,8 @@ inputs and attrs, timed as msprof's TaskDuration (the kernels' own time, no disp
 Library kernels (CATLASS, PyPTO, TileLang) are catalog entries of their own here, each naming the cost
 rule of the tiling it uses: CATLASS's basic kernels tile the output only (``matmul_tiles``), its split-K
 examples split K over the cores (``matmul_split_k``); the catalog's ``matmul`` rule is CANN's own choice
-between them. A row that names its tile shape (``attrs.tiles``) runs with that tile.
+between them. A preloading example whose B is stored in the Cube's NZ layout (``B zN``) reads it without
+the ND2NZ conversion (``matmul_tiles_preload_nz``). A row that names its tile shape (``attrs.tiles``) runs with that tile.
 """
 
 from __future__ import annotations
@@ -50,15 +51,31 @@ def library_catalog():
         {
             "catlass::matmul": _entry("cube", tiles, "Matmul"),
             "catlass::matmul_preload": _entry("cube", _rule("matmul_tiles_preload", tiles), "Matmul"),
+            "catlass::matmul_preload_nz": _entry(
+                "cube", _rule("matmul_tiles_preload_nz", _rule("matmul_tiles_preload", tiles)), "Matmul"
+            ),
             "catlass::matmul_slice_k": _entry("cube", _rule("matmul_slice_k", tiles), "SingleCoreSplitkMatmul"),
             "catlass::quant_matmul": _entry("cube", tiles, "QuantMatmul"),
             "catlass::quant_matmul_split_k": _entry("cube", split_k, "QuantMultiCoreSplitkMatmul"),
             "bench::empty_kernel": {**_entry("vector", "fill", "EmptyKernel"), "block_dim": 4096},
             "pypto::fused_recurrent_kda": _entry("vector", "elementwise", "FusedRecurrentKda", flops_per_element=6),
-            "cann::sparse_flash_attention": {**_entry("cube", "attention", "SparseFlashAttention"), "block_dim": 1},
+            "cann::sparse_flash_attention": _sparse_entry(),
         },
         "benchmarks/fidelity/kernels.py",
     )
+
+
+# Vector operations per attention score in an online softmax (max, subtract, exp, sum, cast to the Cube's
+# dtype): an estimate, the kernels publish no count.
+_SOFTMAX_OPS = 5
+
+
+def _sparse_entry() -> dict[str, Any]:
+    """SparseFlashAttention: the sparse_attention rule (gathered rows, one core per batch, query token and
+    KV head); a model without it prices it as a decode attention on one core."""
+    if "sparse_attention" in cost.rule_names():
+        return _entry("cube", "sparse_attention", "SparseFlashAttention", flops_per_element=_SOFTMAX_OPS)
+    return {**_entry("cube", "attention", "SparseFlashAttention"), "block_dim": 1}
 
 
 def task_duration_us(row: Row, program, profile: HardwareProfile) -> float:
@@ -146,6 +163,8 @@ def _matmul(row: Row, builder: ProgramBuilder) -> None:
     else:
         kind = "catlass::matmul_slice_k" if "SingleCoreSplitk" in op else "catlass::matmul"
         kind = "catlass::matmul_preload" if _example(row) in _PRELOAD_EXAMPLES else kind
+        if kind == "catlass::matmul_preload" and "B zN" in attrs.get("layout", ""):
+            kind = "catlass::matmul_preload_nz"  # the weight already in the Cube's NZ layout
         builder.op(kind, [a, b], (m, n), out_dtype)
 
 
@@ -163,14 +182,16 @@ def _recurrent_kda(row: Row, builder: ProgramBuilder) -> None:
 
 
 def _sparse_attention(row: Row, builder: ProgramBuilder) -> None:
-    """Sparse MLA decode attention: the selected ``sparse_size`` cached rows (latent plus rope part) are
-    gathered and attended by every query head; one sequence with one KV head is one block of work."""
+    """Sparse MLA decode attention on the row's own inputs (query and its rope part, the latent and rope
+    caches, the top-k index): the selected ``sparse_size`` cached rows are gathered and attended by every
+    query head (the ``sparse_attention`` rule)."""
     attrs = row.get("attrs")
+    names = ("q", "q_rope", "k", "k_rope", "indices")
+    inputs = [builder.input(name, tensor["shape"], tensor["dtype"]) for name, tensor in zip(names, row.get("inputs"))]
     heads, topk, d, rope = attrs["q_heads"], attrs["sparse_size"], attrs["d"], attrs["d_rope"]
-    q = builder.input("q", (attrs["batch"], attrs["q_tokens"], heads, d + rope))
-    selected = builder.input("kv_selected", (topk, d + rope))
     flops = 2.0 * attrs["batch"] * attrs["q_tokens"] * heads * topk * (d + rope + d)
-    builder.op("cann::sparse_flash_attention", [q, selected], (attrs["batch"], heads, d), flops=flops)
+    out = (attrs["batch"], attrs["q_tokens"], heads, d)
+    builder.op("cann::sparse_flash_attention", inputs, out, row.get("inputs")[0]["dtype"], flops=flops)
 
 
 def _one_hot_sum(row: Row, builder: ProgramBuilder) -> None:

@@ -1,7 +1,7 @@
 """What a kernel costs on a hardware profile: its block dim, its work and its on-core time.
 
 Every op's costs come from one named rule of the registry (:mod:`.registry`, built-ins in
-:mod:`.rules`), chosen by its catalog entry's ``cost`` key. This module is the one place the rest of the
+:mod:`.rules` and :mod:`.attention`), chosen by its catalog entry's ``cost`` key. This module is the one place the rest of the
 package asks: capture calls :func:`kernel_work`, the planner :func:`block_dim`, the simulator
 :func:`body_us`.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from . import attention as _attention_rules  # noqa: F401  (registers sparse_attention)
 from . import rules as _builtin_rules  # noqa: F401  (registers the built-in rules)
 from .registry import CostRule, Work, cost_rule, register_cost_rule, rule_names
 

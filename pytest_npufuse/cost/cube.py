@@ -24,6 +24,18 @@ The share of the Cube's peak a matmul reaches is not one constant; it comes out 
   together cannot pull from HBM faster than its bandwidth: concurrent tiles share A and B panels (a
   swizzled wave of ``r x c`` tiles reads r A-panels and c B-panels), which sets how often each operand is
   read again when A and B do not stay in L2.
+- **The operand's layout.** A row-major (ND) operand reaches L1 through MTE2's ND2NZ conversion, one
+  strided burst per tile row (``DataCopy`` with ``Nd2NzParams``, CATLASS ``CopyGmToL1`` RowMajor -> zN;
+  CATLASS's matmul design summary: ND2NZ "has bandwidth loss" against a copy without conversion): its HBM
+  bytes come at the per-core DDR rate above. An operand already in the Cube's NZ layout (CATLASS's zN
+  B, ``nz_b``) is one contiguous run of fractals per K block, which MTE2 streams at its full per-core
+  read rate (``l2_bytes_per_cycle``) from L2 and HBM alike, all cores together still capped by HBM's
+  bandwidth. The training rows measure it: the same 20x6144x16384 GEMM on the same tiles takes 181 and
+  140 us with B in NZ against 239 and 252 us with B row-major. A row-major A (an activation ``[M, K]``)
+  whose rows are not a multiple of 512 bytes apart starts most of its bursts off a 512-byte boundary,
+  which on Atlas A2 costs up to 30% of the rate (``[memory] misaligned_read_share``, Ascend C best
+  practices; CATLASS's matmul summary: a srcDValue not 512-byte aligned "decreases bandwidth
+  significantly"). B's stride depends on its layout, which shapes do not give: it is taken as aligned.
 """
 
 from __future__ import annotations
@@ -35,15 +47,17 @@ if TYPE_CHECKING:
     from ..target.profile import HardwareProfile
 
 _FRACTAL = 16
+_BURST_ALIGN = 512  # bytes: the GM alignment MTE2 reads best from (Ascend C best practices)
 
 
 class Tiling(NamedTuple):
     """Output tile rows and columns, how many K slices each output tile is split into, the order the
     tiles are handed to the cores in (CATLASS's ``GemmIdentityBlockSwizzle<offset, direction>``),
-    whether a core keeps its A block in L1 while it sweeps N (CATLASS's single-core split-K), and
+    whether a core keeps its A block in L1 while it sweeps N (CATLASS's single-core split-K),
     whether the kernel preloads: loads the next K block (and the next tile's first one) while the Cube
     works on the current one (CATLASS's ``MmadAtlasA2Preload``), so a tile's loads hide entirely under
-    its Cube work or the reverse."""
+    its Cube work or the reverse, and whether A or B is already in the Cube's NZ layout in memory (no
+    ND2NZ conversion on the way into L1; see the module docstring)."""
 
     tile_m: int
     tile_n: int
@@ -51,6 +65,8 @@ class Tiling(NamedTuple):
     swizzle: tuple[int, int] = (1, 0)
     resident_a: bool = False
     preload: bool = False
+    nz_a: bool = False
+    nz_b: bool = False
 
 
 class Gemm(NamedTuple):
@@ -332,6 +348,9 @@ def cube_us(
 ) -> float:
     """Body time of a tiled matmul on ``dim`` Cube cores (see the module docstring)."""
     dim = max(1, dim)
+    misaligned = (not tiling.nz_a and (gemm.k * gemm.item_in) % _BURST_ALIGN != 0, False)
+    if tiling.resident_a and gemm.m > gemm.n:  # :func:`_held_along_n` swaps the operands
+        misaligned = misaligned[::-1]
     gemm, tiling = _held_along_n(gemm, tiling)
     tiles = tile_count(gemm, tiling)
     rounds = -(-tiles // dim)
@@ -345,6 +364,9 @@ def cube_us(
     per_byte = (
         from_hbm / profile.core_ddr_bytes_per_cycle + (1 - from_hbm) / profile.core_l2_bytes_per_cycle
     ) / profile.cube_mhz
+    a_per_byte, b_per_byte = (
+        _layout_per_byte(nz, off, per_byte, profile) for nz, off in zip((tiling.nz_a, tiling.nz_b), misaligned)
+    )
     core_tflops = peak_tflops / profile.cores("cube")
     efficiency = profile.compute_int8_efficiency if gemm.item_in == 1 else profile.cube_tile_efficiency
     first_block = min(profile.cube_k_block, k_t)
@@ -352,8 +374,8 @@ def cube_us(
     def parts(rows: int, cols: int) -> tuple[float, float, float]:
         """A tile's Cube time, all its loads, and the load of its first K block."""
         compute = cube_tile_us(rows, cols, k_t, gemm.item_in, core_tflops, efficiency, profile)
-        move = ((rows * a_item + cols * gemm.item_in) * k_t + rows * cols * out_item) * per_byte
-        return compute, move, (rows * a_item + cols * gemm.item_in) * first_block * per_byte
+        operands = rows * a_item * a_per_byte + cols * gemm.item_in * b_per_byte
+        return compute, operands * k_t + rows * cols * out_item * per_byte, operands * first_block
 
     def filled_us(compute: float, move: float, fill: float, overlap: float = profile.pipeline_overlap) -> float:
         """A tile that waits for its first K block, then overlaps the rest of its loads with its Cube."""
@@ -365,7 +387,7 @@ def cube_us(
         return max(compute, move) if tiling.preload else filled_us(compute, move, fill)
 
     def a_load_us(rows: int) -> float:
-        return rows * k_t * gemm.item_in * per_byte
+        return rows * k_t * gemm.item_in * a_per_byte
 
     # A preloading kernel's first tile still waits for its first block; the later ones find theirs loaded.
     first = parts(m_t, n_t)
@@ -374,6 +396,16 @@ def cube_us(
     partials = _partials_bytes(gemm, tiling)
     hbm_us = (traffic + partials) / (profile.hbm_gbps * profile.memory_efficiency * 1e3)
     return max(body, hbm_us)
+
+
+def _layout_per_byte(nz: bool, misaligned: bool, per_byte: float, profile: "HardwareProfile") -> float:
+    """Microseconds per byte of an operand on one core: a row-major operand's (``per_byte``, its L2 and
+    HBM shares at their per-core rates, slower by ``misaligned_read_share`` when its rows start off 512-byte
+    boundaries), or an NZ operand's, streamed at MTE2's full read rate wherever it comes from (see the
+    module docstring)."""
+    if nz:
+        return 1.0 / (profile.core_l2_bytes_per_cycle * profile.cube_mhz)
+    return per_byte / profile.misaligned_read_share if misaligned else per_byte
 
 
 def cube_tile_us(
@@ -425,7 +457,10 @@ def _held_along_n(gemm: Gemm, tiling: Tiling) -> tuple[Gemm, Tiling]:
     if not tiling.resident_a or gemm.m <= gemm.n:
         return gemm, tiling
     swizzle = (tiling.swizzle[0], 1 - tiling.swizzle[1])
-    return gemm._replace(m=gemm.n, n=gemm.m), tiling._replace(tile_m=tiling.tile_n, tile_n=tiling.tile_m, swizzle=swizzle)
+    swapped = tiling._replace(
+        tile_m=tiling.tile_n, tile_n=tiling.tile_m, swizzle=swizzle, nz_a=tiling.nz_b, nz_b=tiling.nz_a
+    )
+    return gemm._replace(m=gemm.n, n=gemm.m), swapped
 
 
 def cast_epilogue_us(gemm: Gemm, profile: "HardwareProfile") -> float:

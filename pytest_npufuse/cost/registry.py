@@ -7,9 +7,10 @@ actually touches in HBM (``bytes``) and how long its body runs on a given number
 Capture asks the first ``flops``/``bytes`` once per kernel; planning asks ``block_dim``; the simulator
 asks ``body_us``. Nothing else in the package branches on op types or rule names.
 
-``body_us`` may read only the kernel's catalog entry, ``flops``, ``bytes``, ``compute_dtype`` and
-``output_specs`` (the simulator memoises it on exactly those; a fused matmul + all-reduce needs its
-message, the output, besides its matmul's flops and bytes), and ``block_dim`` may read shapes.
+``body_us`` may read only the kernel's catalog entry, ``flops``, ``bytes``, ``compute_dtype``,
+``output_specs`` and ``input_specs`` (the simulator memoises it on exactly those; a fused matmul +
+all-reduce needs its message, the output, besides its matmul's flops and bytes; a sparse attention the
+shape of its index and caches), and ``block_dim`` may read shapes.
 """
 
 from __future__ import annotations

@@ -299,6 +299,12 @@ def _preload_tiles_strategy(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
     return output_tiles(gemm, profile)._replace(preload=True)
 
 
+def _preload_nz_strategy(gemm: Gemm, profile: "HardwareProfile") -> Tiling:
+    """As :func:`_preload_tiles_strategy`, on a B operand already in the Cube's NZ layout (CATLASS's
+    ``21_basic_matmul_preload_zN``; :mod:`pytest_npufuse.cost.cube` prices its loads)."""
+    return output_tiles(gemm, profile)._replace(preload=True, nz_b=True)
+
+
 def tiled_block_dim(strategy: Strategy) -> Callable[["Kernel", "HardwareProfile"], int]:
     """Launch as many cores as the tiling has tiles (capped later by the core count)."""
 
@@ -472,6 +478,10 @@ register_cost_rule(
 register_cost_rule(
     "matmul_tiles_preload", block_dim=tiled_block_dim(_preload_tiles_strategy), flops=matmul_flops, bytes=io_bytes,
     body_us=tiled_body(_preload_tiles_strategy), tiling="complex",
+)
+register_cost_rule(
+    "matmul_tiles_preload_nz", block_dim=tiled_block_dim(_preload_nz_strategy), flops=matmul_flops, bytes=io_bytes,
+    body_us=tiled_body(_preload_nz_strategy), tiling="complex",
 )
 register_cost_rule(
     "matmul_split_k", block_dim=tiled_block_dim(split_k), flops=matmul_flops, bytes=io_bytes,

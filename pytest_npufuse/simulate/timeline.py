@@ -172,7 +172,7 @@ class _Facts:
 
     def body_us(self, kernel: Kernel, dim: int) -> float:
         info = kernel.info
-        key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype, kernel.output_specs)
+        key = (id(info), dim, kernel.flops, kernel.bytes, kernel.compute_dtype, kernel.output_specs, kernel.input_specs)
         body = self._bodies.get(key)
         if body is None:
             body = self._bodies[key] = cost.body_us(kernel, dim, self.profile)

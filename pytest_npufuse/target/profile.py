@@ -57,10 +57,12 @@ class HardwareProfile:
     vector_tflops: Mapping[str, float]
     hbm_gbps: float
     l2_mib: float
+    misaligned_read_share: float
     core_ddr_bytes_per_cycle: float
     core_l2_bytes_per_cycle: float
     core_l0a_bytes_per_cycle: float
     core_l0b_bytes_per_cycle: float
+    core_indexed_access_cycles: float
     compute_efficiency: float
     cube_tile_efficiency: float
     compute_int8_efficiency: float
@@ -142,12 +144,15 @@ _OVERHEAD_KEYS = (
     "replay_task",
 )
 # Costs and limits that may be zero; every other number is a count, rate or size the model divides by.
-_ZERO_ALLOWED = {("comm", "latency_us"), ("host", "small_shape_max_elements"), ("mc2", "rank_us")}
+_ZERO_ALLOWED = {
+    ("comm", "latency_us"), ("host", "small_shape_max_elements"), ("mc2", "rank_us"), ("core_memory", "indexed_access_cycles"),
+}
 _ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
 # Shares of a peak that a kernel reaches: above 1 would model a chip faster than its own peak.
 _FRACTIONS = {
     ("efficiency", "compute"), ("efficiency", "cube_tile"), ("efficiency", "compute_int8"), ("efficiency", "memory"),
     ("efficiency", "pipeline_overlap"), ("efficiency", "l2_activation_share"), ("comm", "efficiency"),
+    ("memory", "misaligned_read_share"),
 }
 _ZERO_FRACTIONS = {("efficiency", "pipeline_overlap")}
 _HOST_KEYS = (
@@ -167,9 +172,10 @@ _SCALAR_KEYS: Mapping[str, Mapping[str, str]] = {
     "target": _same("name", "product", "soc"),
     "cores": _same("aic", "aiv", "aicpu"),
     "clock": _same("cube_mhz", "vector_mhz"),
-    "memory": _same("hbm_gbps", "l2_mib"),
+    "memory": _same("hbm_gbps", "l2_mib", "misaligned_read_share"),
     "core_memory": {"core_ddr_bytes_per_cycle": "ddr_bytes_per_cycle", "core_l2_bytes_per_cycle": "l2_bytes_per_cycle",
-                    "core_l0a_bytes_per_cycle": "l0a_bytes_per_cycle", "core_l0b_bytes_per_cycle": "l0b_bytes_per_cycle"},
+                    "core_l0a_bytes_per_cycle": "l0a_bytes_per_cycle", "core_l0b_bytes_per_cycle": "l0b_bytes_per_cycle",
+                    "core_indexed_access_cycles": "indexed_access_cycles"},
     "efficiency": {"compute_efficiency": "compute", "cube_tile_efficiency": "cube_tile",
                    "compute_int8_efficiency": "compute_int8",
                    "memory_efficiency": "memory", **_same("pipeline_overlap", "l2_activation_share")},

@@ -29,6 +29,13 @@ CATALOG = load_catalog(
             "block_dim": "auto",
             "cost": "matmul_tiles_preload",
         },
+        "t::preload_nz": {
+            "engine": "cube",
+            "fusable": False,
+            "sync_all": False,
+            "block_dim": "auto",
+            "cost": "matmul_tiles_preload_nz",
+        },
         "t::split_k": {
             "engine": "cube",
             "fusable": False,
@@ -213,7 +220,9 @@ def test_single_core_split_k_without_edge_tiles_costs_the_same_walked_or_not(mon
 
 
 def test_single_core_split_k_holds_b_when_m_exceeds_n_as_the_transposed_product():
-    a2 = load_profile("910b2")
+    # rows taken as 512-byte aligned: K = 8000 puts the row-major A's rows off them, which costs the held
+    # operand in one product and the streamed one in the other
+    a2 = replace(load_profile("910b2"), misaligned_read_share=1.0)
     wide, tall = Gemm(1, 2048, 4096, 8000, 2, 2), Gemm(1, 4096, 2048, 8000, 2, 2)
     wide_tiling, tall_tiling = single_core_split_k(wide, a2), single_core_split_k(tall, a2)
     assert (tall_tiling.tile_m, tall_tiling.tile_n, tall_tiling.swizzle[1]) == (128, 256, 0)
@@ -279,3 +288,34 @@ def test_a_skinny_tile_is_paced_by_feeding_l0b_not_by_its_mmads():
     assert cube_tile_us(16, 256, 4096, 2, core, 1.0, slower_feed) == pytest.approx(
         2 * cube_tile_us(16, 256, 4096, 2, core, 1.0, B3), rel=0.05
     )
+
+
+def test_an_nz_weight_streams_faster_than_a_row_major_one():
+    """A skinny GEMM streaming its weight from HBM: with B already in NZ the loads run at MTE2's full
+    rate (capped by HBM), with B row-major at the per-core DDR rate of ND2NZ's strided bursts (the
+    CATLASS tuning guide's 20x6144x16384 pair: 181 against 239 us)."""
+    nz, nd = matmul("t::preload_nz", 20, 6144, 16384), matmul("t::preload", 20, 6144, 16384)
+    assert body(nz) < 0.8 * body(nd)
+    # Never faster than HBM's bandwidth lets the whole weight through.
+    weight = 16384 * 6144 * 2
+    assert body(nz) >= weight / (B3.hbm_gbps * B3.memory_efficiency * 1e3)
+
+
+
+def test_rows_off_512_byte_boundaries_load_slower_on_a2_only():
+    """K = 4000 fp16 puts A's rows 8000 bytes apart, off the 512-byte boundaries MTE2 reads best from
+    (Ascend C best practices: up to 30% slower, Atlas A2 only); K = 4096 does not."""
+    b2, c = load_profile("910b2"), load_profile("910c")
+    assert b2.misaligned_read_share < 1.0 == c.misaligned_read_share
+    tiles, peak = Tiling(128, 256, 1), b2.cube_tflops["float16"]
+
+    def per_k(k, profile):
+        gemm = Gemm(1, 2048, 4096, k, 2, 2)
+        return cube_us(gemm, tiles, profile.aic, (2048 + 4096) * k * 2, peak, profile) / k
+
+    assert per_k(4000, b2) > 1.05 * per_k(4096, b2)
+    assert per_k(4000, c) == pytest.approx(per_k(4096, c), rel=0.03)
+    # an NZ operand is contiguous whatever its row length
+    nz = Tiling(128, 256, 1, nz_a=True)
+    aligned = cube_us(Gemm(1, 2048, 4096, 4000, 2, 2), nz, 24, 1e8, peak, b2)
+    assert aligned == cube_us(Gemm(1, 2048, 4096, 4000, 2, 2), nz, 24, 1e8, peak, replace(b2, misaligned_read_share=1.0))

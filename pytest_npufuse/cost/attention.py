@@ -1,0 +1,146 @@
+"""Sparse decode attention: queries against cache rows picked by an index (DeepSeek sparse attention's
+top-k, paged KV caches), priced as the rows are read, not as a stream.
+
+A kernel of the ``sparse_attention`` rule has three kinds of input: the query tensors (those shaped like
+the output but for their last dim: ``[B, S, N, D]`` and its rope part), the caches whose rows the index
+addresses (``[tokens, N_kv, width]`` or paged ``[blocks, block_size, N_kv, width]``; one row is the last
+dim) and the integer index (``[..., top_k]``: ``top_k`` rows per query token and KV head).
+
+- **The core split.** The work splits over the parallel dimensions that exist: one unit per (batch, query
+  token, KV head), all the query heads of a KV head in one unit, as the Ascend C SparseFlashAttention
+  kernel does (cann-recipes-infer ``ops/ascendc/src/sparse_flash_attention``: the tiling's base block is
+  ``gSize`` query heads by 512 selected tokens, ``InitCalcParamsEach`` hands out one block per (batch,
+  KV head, query token)). A decode step of one sequence with one KV head is one unit: one Cube core and
+  its Vector cores, whatever the chip has. (TileLang's example splits the heads 16 a core instead, and
+  each of its 8 cores then gathers all the rows again: the same gather on the busiest core.)
+- **The gather.** Each selected row is read by a core's Vector units into UB with one ``DataCopy`` per
+  row and cache (the index and the page-table entry are read by the scalar unit first), then written
+  out contiguously for the Cube: the ``aiv / aic`` Vector cores of the unit's core share the rows, each
+  paying ``[core_memory] indexed_access_cycles`` per row and cache besides the row's bytes at the
+  per-core rate. Rows of about a kilobyte are far below the 16 KB a copy needs to reach the bandwidth
+  (Ascend C best practices, "transfer a large data block at a time"), so this, not HBM, sets the time.
+- **The pipeline.** The Cube's two products (Q K^T over the cached width, P V over the value width) at
+  ``[efficiency] cube_tile`` of one core's peak, and the online softmax on the Vector cores (the catalog
+  entry's ``flops_per_element`` Vector operations per score, at the float32 rate), overlap the gather
+  across the 512-token blocks (the kernel preloads two): the longest of the three sets the pace and
+  ``[efficiency] pipeline_overlap`` of the others hides under it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple, Sequence
+
+from .registry import Work, register_cost_rule
+
+if TYPE_CHECKING:
+    from ..ir.program import Kernel, TensorSpec
+    from ..target.profile import HardwareProfile
+
+_INDEX_DTYPES = ("int32", "int64")
+
+
+class _Sparse(NamedTuple):
+    """What the inputs say: the query tensors, the caches, the index, rows per unit and units."""
+
+    queries: tuple["TensorSpec", ...]
+    caches: tuple["TensorSpec", ...]
+    index: "TensorSpec | None"
+    top_k: int
+    units: int
+
+
+def _item(spec: "TensorSpec") -> float:
+    return spec.nbytes / max(1, math.prod(spec.shape))
+
+
+def _split(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]) -> _Sparse:
+    """Sort the inputs into queries, caches and index (see the module docstring)."""
+    lead = outputs[0].shape[:-1] if outputs else ()
+    index = next((spec for spec in inputs if spec.dtype in _INDEX_DTYPES), None)
+    values = [spec for spec in inputs if spec.dtype not in _INDEX_DTYPES]
+    queries = tuple(spec for spec in values if spec.shape[:-1] == lead)
+    caches = tuple(spec for spec in values if spec.shape[:-1] != lead)
+    top_k = index.shape[-1] if index is not None and index.shape else 1
+    units = max(1, math.prod(index.shape) // max(1, top_k)) if index is not None else 1
+    return _Sparse(queries, caches, index, top_k, units)
+
+
+def _row_bytes(caches: Sequence["TensorSpec"]) -> float:
+    """Bytes of one selected token's row over every cache (its last dim of each)."""
+    return sum(spec.shape[-1] * _item(spec) for spec in caches if spec.shape)
+
+
+def _heads_by_unit(sparse: _Sparse, outputs: Sequence["TensorSpec"]) -> float:
+    """Query heads one unit attends with (the output's rows over the units)."""
+    out = outputs[0].shape if outputs else (1,)
+    return math.prod(out[:-1]) / sparse.units
+
+
+def sparse_attention_flops(work: Work) -> float:
+    """Q K^T over the cached width and P V over the value width (the output's last dim), for every query
+    head against its ``top_k`` selected rows."""
+    sparse = _split(work.inputs, work.outputs)
+    width = sum(spec.shape[-1] for spec in sparse.caches if spec.shape)
+    value = work.outputs[0].shape[-1] if work.outputs and work.outputs[0].shape else 0
+    return 2.0 * sparse.units * _heads_by_unit(sparse, work.outputs) * sparse.top_k * (width + value)
+
+
+def sparse_attention_bytes(work: Work) -> int:
+    """The queries, the index, the selected rows (not the caches) and the output."""
+    sparse = _split(work.inputs, work.outputs)
+    gathered = sparse.units * sparse.top_k * _row_bytes(sparse.caches)
+    index = sparse.index.nbytes if sparse.index is not None else 0
+    written = sum(spec.nbytes for spec in work.outputs)
+    return int(sum(spec.nbytes for spec in sparse.queries) + index + gathered + written)
+
+
+def sparse_attention_block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
+    """One Cube core per unit (batch x query token x KV head)."""
+    return _split(kernel.input_specs, kernel.output_specs).units
+
+
+def gather_us(rows: float, caches: Sequence["TensorSpec"], profile: "HardwareProfile") -> float:
+    """One core reading ``rows`` indexed rows of ``caches``: a row per ``DataCopy`` per cache, each paying
+    the per-access cycles, shared by the core's Vector cores, each at the per-core DDR rate."""
+    vectors = max(1, profile.aiv // max(1, profile.aic))
+    per_row = len(caches) * profile.core_indexed_access_cycles + _row_bytes(caches) / profile.core_ddr_bytes_per_cycle
+    return rows * per_row / vectors / profile.vector_mhz
+
+
+def _softmax_us(scores: float, ops: float, profile: "HardwareProfile") -> float:
+    """The online softmax of ``scores`` on one core's Vector cores, ``ops`` operations a score."""
+    vectors = max(1, profile.aiv // max(1, profile.aic))
+    table = profile.vector_tflops
+    per_vector = table.get("float32", min(table.values())) / profile.aiv
+    return scores * ops / (per_vector * vectors * 1e6)
+
+
+def _pipelined(parts: Sequence[float], overlap: float) -> float:
+    """The longest part, plus what of the others does not hide under it."""
+    longest = max(parts)
+    return longest + (1.0 - overlap) * (sum(parts) - longest)
+
+
+def sparse_attention_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """The busiest core's units, each its gather, Cube products and softmax pipelined (module docstring);
+    never faster than HBM lets the selected rows through."""
+    sparse = _split(kernel.input_specs, kernel.output_specs)
+    per_core = -(-sparse.units // max(1, min(dim, sparse.units)))
+    table = profile.cube_tflops
+    core_tflops = table.get(kernel.compute_dtype, table.get("float16", max(table.values()))) / profile.aic
+    cube = kernel.flops / sparse.units / (core_tflops * 1e6 * profile.cube_tile_efficiency)
+    scores = _heads_by_unit(sparse, kernel.output_specs) * sparse.top_k
+    parts = (
+        gather_us(sparse.top_k, sparse.caches, profile),
+        cube,
+        _softmax_us(scores, kernel.info.flops_per_element, profile),
+    )
+    stream = kernel.bytes / (profile.hbm_gbps * profile.memory_efficiency * 1e3)
+    return max(per_core * _pipelined(parts, profile.pipeline_overlap), stream)
+
+
+register_cost_rule(
+    "sparse_attention", block_dim=sparse_attention_block_dim, flops=sparse_attention_flops,
+    bytes=sparse_attention_bytes, body_us=sparse_attention_us, tiling="complex",
+)
