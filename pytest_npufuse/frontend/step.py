@@ -14,6 +14,10 @@ user's objects untouched; the forward is compiled with the model as an argument,
 reuses the same graphs. An optimizer's graph is specialised to its instance (Dynamo guards on it), so
 a second run recaptures that graph only.
 
+With one of torch.optim's optimizers, the optimizer's graph is captured on a second thread while the
+forward's and the backward's numerics run (:meth:`StepCapture._forward_backward_beside_step`): the same
+graphs and values, in about the time of the longer of the two on two cores.
+
 Scopes and streams in the backward, as TorchAir has them: TorchAir's scope markers
 (``python/torchair/scope/_scope.py``) are side-effect ops with no autograd formula, its
 ``_compile_graph_with_aot`` (``python/torchair/npu_fx_compiler.py``) hands the same compiler the
