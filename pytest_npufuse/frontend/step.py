@@ -88,10 +88,8 @@ class _Captured(Exception):
 @dataclass
 class _Beside:
     """What the capture beside the numerics did: its future, the parameters it made optimizer state for,
-    and the span of ``StepCapture.graphs`` it captured (None until it captured one); and the gradients
-    the backward returned, by parameter."""
+    and the span of ``StepCapture.graphs`` it captured (None until it captured one)."""
 
-    grads: Sequence[torch.Tensor | None] = ()
     capture: Future[None] | None = None
     created: list[torch.Tensor] = field(default_factory=list)
     graphs: tuple[int, int] | None = None
