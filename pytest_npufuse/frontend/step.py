@@ -14,6 +14,10 @@ user's objects untouched; the forward is compiled with the model as an argument,
 reuses the same graphs. An optimizer's graph is specialised to its instance (Dynamo guards on it), so
 a second run recaptures that graph only.
 
+With one of torch.optim's optimizers, the optimizer's graph is captured on a second thread while the
+forward's and the backward's numerics run (:meth:`StepCapture._forward_backward_beside_step`): the same
+graphs and values, in about the time of the longer of the two on two cores.
+
 Scopes and streams in the backward, as TorchAir has them: TorchAir's scope markers
 (``python/torchair/scope/_scope.py``) are side-effect ops with no autograd formula, its
 ``_compile_graph_with_aot`` (``python/torchair/npu_fx_compiler.py``) hands the same compiler the
@@ -27,15 +31,21 @@ in the backward graph and applies there, as in the forward.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import threading
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+from torch.optim.optimizer import _global_optimizer_pre_hooks as _GLOBAL_PRE_HOOKS
 
 from ..errors import ArgumentError, CaptureError, NpufuseError
+from ..numerics.exact import one_thread, quick_handoffs
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from .backend import CaptureBackend, CapturedGraph, GraphRunner
@@ -64,6 +74,35 @@ class StepValues:
     gradient_bytes: int = 0
     state_bytes: int = 0
     """The device memory the step keeps: parameters, their gradients, the optimizer's state after it."""
+
+
+class _Captured(Exception):
+    """Raised by a graph's runner in a call made only to capture: the graph is captured and does not run
+    (the call stops before its first kernel). ``graph`` and ``args`` are the graph and its inputs."""
+
+    def __init__(self, graph: CapturedGraph, args: Sequence[Any]) -> None:
+        super().__init__(f"{graph.phase} graph captured")
+        self.graph, self.args = graph, args
+
+
+@dataclass
+class _Beside:
+    """What the capture beside the numerics did: its future, the parameters it made optimizer state for,
+    and the span of ``StepCapture.graphs`` it captured (None until it captured one)."""
+
+    capture: Future[None] | None = None
+    created: list[torch.Tensor] = field(default_factory=list)
+    graphs: tuple[int, int] | None = None
+
+
+@contextlib.contextmanager
+def _optimizer_capture() -> Iterator[None]:
+    """How an optimizer step is compiled: value-dependent ops kept in its graph, and torch's deprecation
+    warning for ``torch.jit.script_method`` ignored (Dynamo touches it tracing through torch.optim, on
+    every capture: noise the user's step did not cause)."""
+    with value_dependent_capture(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=JIT_DEPRECATION, category=DeprecationWarning)
+        yield
 
 
 def _forward_with_loss(model: torch.nn.Module, loss: Callable[[Any], Any], *inputs: Any) -> tuple[Any, Any]:
@@ -96,9 +135,15 @@ class StepCapture:
         forward = CaptureBackend(catalog, self._runner, self._graphs)
         step = CaptureBackend(catalog, self._runner, self._graphs, phase=Phase.OPTIMIZER)
         self._forward = torch.compile(_forward_with_loss, backend=forward, fullgraph=True, dynamic=False)
+        # The forward once captured, run from Dynamo's cache (one per function and backend) outside a
+        # fullgraph call: inside one, Dynamo compiles no nested frame on any thread (its fullgraph state
+        # is the process's), and the optimizer's step is captured on another thread meanwhile.
+        self._run_forward = torch.compile(_forward_with_loss, backend=forward, fullgraph=False, dynamic=False)
         self._step = torch.compile(_optimizer_step, backend=step, fullgraph=False, dynamic=False)
         self._execute: GraphExecutor | None = None
         self._kernels_run = 0
+        self._capture_only = threading.local()
+        self._beside_capture = False
 
     @property
     def graphs(self) -> list[CapturedGraph]:
@@ -111,11 +156,18 @@ class StepCapture:
         inputs = [copy.deepcopy(x) if isinstance(x, torch.Tensor) else x for x in self.inputs]
         self._execute, self._kernels_run = execute, 0
         try:
-            outputs, loss = self._call_forward(model, inputs)
-            loss.backward()
+            if optimizer is not None and _capturable_beside(model, optimizer):
+                outputs, loss, beside = self._forward_backward_beside_step(model, optimizer, inputs)
+            else:
+                outputs, loss = self._call_forward(model, inputs)
+                loss.backward()
+                beside = None
             grads = tuple((name, _snapshot(p.grad)) for name, p in model.named_parameters())
             if optimizer is not None:
+                captured = len(self._graphs)
                 self._call_step(optimizer)
+                if beside is not None and beside.graphs is not None and len(self._graphs) > captured:
+                    del self._graphs[slice(*beside.graphs)]  # the step did not run that graph: it captured its own
         finally:
             self._execute = None
         params = tuple((name, p.detach()) for name, p in model.named_parameters())
@@ -126,8 +178,10 @@ class StepCapture:
             state_bytes=_state_bytes(optimizer),
         )
 
-    def _call_forward(self, model: torch.nn.Module, inputs: Sequence[Any]) -> tuple[Any, torch.Tensor]:
-        compiled = functools.partial(self._forward, model, self.loss)
+    def _call_forward(
+        self, model: torch.nn.Module, inputs: Sequence[Any], forward: Callable[..., Any] | None = None
+    ) -> tuple[Any, torch.Tensor]:
+        compiled = functools.partial(forward or self._forward, model, self.loss)
         outputs, loss = call_compiled(self.model, compiled, inputs, grad=True)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
             raise ArgumentError(
@@ -141,18 +195,115 @@ class StepCapture:
             )
         return outputs, loss
 
+    def _forward_backward_beside_step(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: Sequence[Any]
+    ) -> tuple[Any, torch.Tensor, _Beside]:
+        """The forward and the backward, with the optimizer's graph captured on a second thread while
+        their numerics run here: the capture is Python that holds the interpreter, the numerics are
+        torch's kernels that release it, so on two cores the two take the time of the longer.
+
+        Only one thread is ever inside Dynamo's compiler: the forward and its backward are captured
+        first, without running (AOT lowers the backward with the forward here, not on the first
+        backward), then the step's capture starts beside their numerics. It traces the step from
+        placeholder gradients (the same shapes and strides, never read: Dynamo guards on a gradient's
+        metadata, not its values or address) on the parameters the backward will give one; the backward
+        meanwhile hands its gradients back here (``torch.autograd.grad``) instead of into ``.grad``, and
+        they are put there after, as autograd's AccumulateGrad puts them. An error of the capture is
+        raised here, unchanged, once both are done; one of the numerics first, as without the overlap."""
+        params = [p for p in dict.fromkeys(model.parameters()) if p.requires_grad]
+        beside = _Beside()
+        first = self._capture_forward(model, inputs)
+        if isinstance(first, _Captured):
+            graded = self._graded(first.graph, first.args, params)
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="npufuse-step-capture") as worker:
+                if graded:
+                    # The capture thread's intra-op thread count, fixed before the numerics go down to one:
+                    # Dynamo guards the step's graph on it, and the step runs on this thread's count.
+                    worker.submit(torch.get_num_threads).result()
+                    beside.capture = worker.submit(self._capture_step, optimizer, graded, beside)
+                with quick_handoffs(), self._numerics_beside_capture(bool(graded)):
+                    outputs, loss = self._call_forward(model, inputs, self._run_forward)
+                    grads = torch.autograd.grad(loss, params, allow_unused=True)
+            if beside.capture is not None:
+                beside.capture.result()
+        else:  # the forward ran whole, with no graph of ours: nothing to overlap
+            outputs, loss = first
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+        _accumulate(params, grads)
+        for param in beside.created:
+            if param.grad is None:  # a state the step would not have made: the capture's guess was wrong
+                optimizer.state.pop(param, None)
+        return outputs, loss, beside
+
+    @contextlib.contextmanager
+    def _numerics_beside_capture(self, beside: bool) -> Iterator[None]:
+        """Each graph's numerics on one intra-op thread while the step is captured ``beside`` them: the
+        capture takes the other core, and a pool of OpenMP threads on top of both would stall on it.
+        Set around each graph's run, not the compiled call: Dynamo guards on the thread count."""
+        self._beside_capture = beside
+        try:
+            yield
+        finally:
+            self._beside_capture = False
+
+    def _capture_forward(self, model: torch.nn.Module, inputs: Sequence[Any]) -> _Captured | tuple[Any, torch.Tensor]:
+        """The forward and its backward captured, not run: the forward graph's runner stops the call
+        before its first kernel (and before Dynamo applies any effect of the call after the graph)."""
+        self._capture_only.on = True
+        try:
+            with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+                return self._call_forward(model, inputs)
+        except _Captured as captured:
+            return captured
+        finally:
+            self._capture_only.on = False
+
+    def _graded(
+        self, graph: CapturedGraph, args: Sequence[Any], params: Sequence[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """The parameters the backward will give a gradient, read off the graphs on the forward's first
+        run: AOT's backward returns one gradient per input of the forward, None where there is none.
+        Nothing (no capture beside the numerics) when the graphs draw random numbers: Dynamo restores
+        torch's generator after each capture, which would undo the draws of numerics running beside it."""
+        backward = next((g for g in self._graphs if g.phase is Phase.BACKWARD), None)
+        if backward is None or any(_draws_random(g) for g in (graph, backward)):
+            return []
+        gradients = backward.gm.graph.output_node().args[0]
+        if len(gradients) != len(args):
+            return []
+        by_id = {id(p): p for p in params}
+        return [by_id[id(arg)] for arg, grad in zip(args, gradients) if grad is not None and id(arg) in by_id]
+
+    def _capture_step(self, optimizer: torch.optim.Optimizer, graded: Sequence[torch.Tensor], beside: _Beside) -> None:
+        """On the capture thread: the optimizer's graph captured and never run. Its runner raises
+        :class:`_Captured` on this thread before the graph's first kernel, so Dynamo applies none of the
+        step's effects after it; the step runs later on this graph, from Dynamo's cache, on the real
+        gradients. Before its graph a torch.optim step runs only its grad-mode switch (thread-local) and
+        ``_init_group``, which makes the state the step would make. Any other error is the step's, raised
+        as the step would raise it."""
+        beside.created = [p for p in graded if p not in optimizer.state]
+        start = len(self._graphs)
+        for param in graded:
+            param.grad = torch.empty_like(param)
+        self._capture_only.on = True
+        try:
+            self._call_step(optimizer)
+        except _Captured:
+            beside.graphs = (start, len(self._graphs))
+        finally:
+            self._capture_only.on = False
+            for param in graded:
+                param.grad = None
+
     def _call_step(self, optimizer: torch.optim.Optimizer) -> None:
         try:
-            with value_dependent_capture(), warnings.catch_warnings():
-                # Dynamo, tracing through torch.optim, touches torch.jit.script_method and so raises torch's
-                # own deprecation warning on every capture: noise the user's step did not cause.
-                warnings.filterwarnings("ignore", message=JIT_DEPRECATION, category=DeprecationWarning)
+            with _optimizer_capture():
                 self._step(optimizer)
-        except NpufuseError:
+        except (NpufuseError, _Captured):
             raise
         except Exception as exc:
             root = root_cause(exc)
-            if isinstance(root, NpufuseError):
+            if isinstance(root, (NpufuseError, _Captured)):
                 raise root from None
             raise CaptureError(
                 f"the optimizer step ({type(optimizer).__name__}.step()) could not be captured: "
@@ -165,16 +316,72 @@ class StepCapture:
         ``.grad`` instead of becoming it (AccumulateGrad steals only an unshared tensor)."""
 
         def run(*args: Any) -> list[Any]:
+            if getattr(self._capture_only, "on", False):
+                raise _Captured(graph, args)
             if self._execute is None:
                 raise CaptureError(
                     f"the {graph.phase} graph was called outside the training step being modeled; a modeled "
                     "step calls its compiled graphs only inside compare()/check()."
                 )
-            result = self._execute(graph, list(args))
+            with one_thread() if self._beside_capture else contextlib.nullcontext():
+                result = self._execute(graph, list(args))
             self._kernels_run += result.kernels_run
             return result.outputs
 
         return run
+
+
+def _capturable_beside(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer's graph may be captured beside the numerics, from placeholder gradients and
+    with the backward's gradients put into ``.grad`` afterwards: the optimizer is one of torch.optim's,
+    whose step runs no eager code on tensors before its graph but ``_init_group`` (Dynamo runs it on the
+    real tensors; it reads a gradient's shape, never its values), with no step pre-hook (it would run
+    on the capture thread); no parameter has a gradient yet (the backward would add to it) or a hook
+    (``torch.autograd.grad`` runs no post-accumulate hook)."""
+    if not type(optimizer).__module__.startswith("torch.optim."):
+        return False
+    if optimizer._optimizer_step_pre_hooks or _GLOBAL_PRE_HOOKS:
+        return False
+    return all(
+        p.grad is None and not p._backward_hooks and p._post_accumulate_grad_hooks is None
+        for p in model.parameters()
+    )
+
+
+def _draws_random(graph: CapturedGraph) -> bool:
+    return any(
+        isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags
+        for node in graph.gm.graph.nodes
+    )
+
+
+def _accumulate(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
+    """Each gradient into its parameter's ``.grad`` as autograd's AccumulateGrad puts a first one: the
+    tensor itself when its strides are the parameter's (or, for a parameter that is not dense, it is
+    contiguous), else a copy laid out so; a tensor that is the gradient of two parameters is copied for
+    the second."""
+    seen: set[int] = set()
+    for param, grad in zip(params, grads):
+        if grad is None:
+            continue
+        if id(grad) in seen or not _obeys_layout(grad, param):
+            grad = _laid_out_as(grad, param)
+        seen.add(id(grad))
+        param.grad = grad.detach()
+
+
+def _obeys_layout(grad: torch.Tensor, param: torch.Tensor) -> bool:
+    if grad.layout is not torch.strided:
+        return True
+    if not is_non_overlapping_and_dense(param):
+        return grad.is_contiguous()
+    return all(size == 1 or a == b for size, a, b in zip(grad.shape, grad.stride(), param.stride()))
+
+
+def _laid_out_as(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    if not is_non_overlapping_and_dense(param):
+        return grad.clone(memory_format=torch.contiguous_format)
+    return torch.empty_strided(param.shape, param.stride(), dtype=grad.dtype, device=grad.device).copy_(grad)
 
 
 def _snapshot(grad: torch.Tensor | None) -> torch.Tensor | None:

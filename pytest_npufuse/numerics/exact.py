@@ -28,6 +28,7 @@ rarely, the rounded output.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Optional
@@ -251,3 +252,23 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+HANDOFF_S = 1e-4
+"""The interpreter's switch interval while numerics run beside a capture (CPython's default is 5 ms)."""
+
+
+@contextmanager
+def quick_handoffs() -> Iterator[None]:
+    """A short switch interval for the numerics beside a capture, restored after. The numerics thread gives
+    up the interpreter lock around each of its thousands of kernels and must take it back from the
+    capture's tracing, which is pure Python and holds it until the switch interval forces it to let go:
+    at the default 5 ms per kernel, the numerics spent most of their time waiting for the lock (a 17 s
+    sample took longer than the 15 s capture beside it). The interval changes when threads switch,
+    never what either computes."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, HANDOFF_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)

@@ -23,12 +23,11 @@ stack from 2 and 3 of its layers).
 from __future__ import annotations
 
 import contextlib
-import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -42,7 +41,7 @@ from ..frontend.meta import weightless
 from ..frontend.repeat import capture_program
 from ..ir.program import Program
 from ..numerics.compare import compare_outputs, named_leaves
-from ..numerics.exact import one_thread
+from ..numerics.exact import HANDOFF_S, one_thread, quick_handoffs  # noqa: F401  (HANDOFF_S: importable from the chain)
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import attribute
@@ -286,26 +285,6 @@ def _compute_beside_capture(sample: SampleGraph, stale: Mapping[str, frozenset[s
     time on a loaded machine). The kernels' bits never depend on the thread count."""
     with one_thread():
         return compute_sample(sample, stale)
-
-
-HANDOFF_S = 1e-4
-"""The interpreter's switch interval while numerics run beside a capture (CPython's default is 5 ms)."""
-
-
-@contextlib.contextmanager
-def quick_handoffs() -> Iterator[None]:
-    """A short switch interval for the numerics beside a capture, restored after. The numerics thread gives
-    up the interpreter lock around each of its thousands of kernels and must take it back from the
-    capture's tracing, which is pure Python and holds it until the switch interval forces it to let go:
-    at the default 5 ms per kernel, the numerics spent most of their time waiting for the lock (a 17 s
-    sample took longer than the 15 s capture beside it). The interval changes when threads switch,
-    never what either computes."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(min(interval, HANDOFF_S))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(interval)
 
 
 def _racy_reads(settings: Settings, options: Mapping[str, str]) -> RacyReads:
