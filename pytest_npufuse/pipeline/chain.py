@@ -41,7 +41,7 @@ from ..frontend.meta import weightless
 from ..frontend.repeat import capture_program
 from ..ir.program import Program
 from ..numerics.compare import compare_outputs, named_leaves
-from ..numerics.exact import HANDOFF_S, one_thread, quick_handoffs  # noqa: F401  (HANDOFF_S: importable from the chain)
+from ..numerics.exact import one_thread, quick_handoffs
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import attribute

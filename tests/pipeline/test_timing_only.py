@@ -15,6 +15,7 @@ from pytest_npufuse.execute.sample import compute_sample, sampled_layers
 from pytest_npufuse.execute import sample
 from pytest_npufuse.execute.seeded import seeded_like, seeded_rows
 from pytest_npufuse.frontend.repeat import layer_container
+from pytest_npufuse.numerics import exact
 from pytest_npufuse.pipeline import chain
 from pytest_npufuse.vocabulary import NumericsStatus
 
@@ -107,9 +108,9 @@ def test_the_sample_runs_beside_the_capture_with_a_short_switch_interval(monkeyp
 
     monkeypatch.setattr(chain, "compute_sample", compute)
     before = sys.getswitchinterval()
-    assert before > chain.HANDOFF_S  # CPython's 5 ms: each kernel of the numerics would wait that long for the lock
+    assert before > exact.HANDOFF_S  # CPython's 5 ms: each kernel of the numerics would wait that long for the lock
     report = compare(_empty(_Stack), torch.randn(4, 16), numerics="sample")
-    assert report.bit_exact and intervals == [pytest.approx(chain.HANDOFF_S)]
+    assert report.bit_exact and intervals == [pytest.approx(exact.HANDOFF_S)]
     assert sys.getswitchinterval() == before
 
 
