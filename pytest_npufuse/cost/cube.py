@@ -349,9 +349,9 @@ def cube_us(
     """Body time of a tiled matmul on ``dim`` Cube cores (see the module docstring)."""
     dim = max(1, dim)
     misaligned = (not tiling.nz_a and (gemm.k * gemm.item_in) % _BURST_ALIGN != 0, False)
-    if tiling.resident_a and gemm.m > gemm.n:  # :func:`_held_along_n` swaps the operands
-        misaligned = misaligned[::-1]
-    gemm, tiling = _held_along_n(gemm, tiling)
+    held, tiling = _held_along_n(gemm, tiling)
+    if held is not gemm:  # the operands swapped places
+        misaligned, gemm = misaligned[::-1], held
     tiles = tile_count(gemm, tiling)
     rounds = -(-tiles // dim)
     m_t, n_t = min(tiling.tile_m, _pad(gemm.m)), min(tiling.tile_n, _pad(gemm.n))
