@@ -88,7 +88,7 @@ class FusedLayers:
         (AddRmsNorm); its output is both the normed tokens and the new residual."""
         t, hidden = self.d.tokens, self.c["hidden"]
         if delta is None:
-            return self.b.op("npu::npu_rms_norm", [residual], (t, hidden), scope=scope)
+            return self.norm(residual, hidden, scope)
         return self.b.op("npu::npu_add_rms_norm", [delta, residual], (t, hidden), scope=scope)
 
     def quantised(self: Decoder, x: str, k: int, scope: str | None, stream: str | None = None) -> str:

@@ -112,8 +112,7 @@ def _capture_sizes(row: Row, served: serving.Serving, deployment: models.Deploym
         return ()
     if math.isinf(served.max_seqs):
         return ()
-    stated = row.get("serving") or {}
-    return serving.vllm_capture_sizes(int(served.max_seqs), 1 + deployment.drafts, stated.get("max_num_batched_tokens"))
+    return serving.vllm_capture_sizes(int(served.max_seqs), 1 + deployment.drafts, served.max_batched_tokens)
 
 
 def task_wait_per_layer_us(row: Row, profiles: Profiles) -> float:

@@ -28,12 +28,14 @@ from typing import Callable, Mapping
 @dataclass(frozen=True)
 class Serving:
     """What a served run states, per engine: ``prompts`` requests arriving ``rate`` per second (``math.inf``
-    for all at once), at most ``max_seqs`` running together, ``output_len`` tokens each."""
+    for all at once), at most ``max_seqs`` running together, ``output_len`` tokens each, at most
+    ``max_batched_tokens`` in one step (None where the run does not state it)."""
 
     prompts: int
     rate: float
     max_seqs: float
     output_len: int
+    max_batched_tokens: int | None = None
 
     def arrivals_ms(self) -> list[float]:
         """Arrival times in ms, evenly spaced at the rate."""
@@ -63,6 +65,7 @@ def serving_of(row_fields: Mapping, engines: int) -> Serving | None:
         rate=rate,
         max_seqs=table.get("max_num_seqs", math.inf),
         output_len=table["output_len"],
+        max_batched_tokens=table.get("max_num_batched_tokens"),
     )
 
 
