@@ -69,18 +69,20 @@ def main() -> None:
     print(HEADER)
     print(summarize(validation).line("validation (shipped)"))
     evaluator = fitting.Evaluator(rows)
-    if args.folds:
-        print(
-            summarize(fitting.cross_validate(rows, args.folds, evaluator, args.jobs)).line(
-                f"{args.folds}-fold (refit per fold)"
-            )
-        )
+    held_out = fitting.cross_validate(rows, args.folds, evaluator, args.jobs) if args.folds else []
+    if held_out:
+        print(summarize(held_out).line(f"{args.folds}-fold (refit per fold)"))
     print(summarize(train).line("in-sample: training rows"))
     print(summarize(outcomes).line("in-sample: all rows"))
     missed = [o for o in validation if o.modeled is None or abs(o.error) > 0.3]
     if missed:
         print("\nvalidation rows outside +-30%:")
         for outcome in missed:
+            print("  " + row_line(outcome))
+    folded_misses = [o for o in held_out if o.modeled is None or abs(o.error) > 0.3]
+    if args.rows and folded_misses:
+        print(f"\n{args.folds}-fold: rows outside +-30% when their fold is held out:")
+        for outcome in folded_misses:
             print("  " + row_line(outcome))
     if args.fit or args.fit_only:
         training = [row for row in rows if row.split == "train"]
