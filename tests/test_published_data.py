@@ -254,3 +254,12 @@ def test_a_row_that_says_how_its_graph_was_compiled_says_where_that_is_stated(ro
     for row in stated:
         assert row["shapes"] == "dynamic" and row["mode"] == "ge_graph", row["id"]
         assert row["shapes_source"].strip(), row["id"]
+
+
+def test_a_row_that_names_vllm_s_graph_mode_says_where_that_is_stated(rows):
+    stated = [row for row in rows if "cudagraph_mode" in row]
+    assert stated, "the Kimi-K2-Thinking served rows name vLLM's cudagraph mode"
+    for row in stated:
+        assert row["cudagraph_mode"] in ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"), row["id"]
+        assert row["framework"].startswith("vllm"), row["id"]
+        assert row["cudagraph_source"].strip(), row["id"]

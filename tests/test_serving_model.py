@@ -83,3 +83,13 @@ def test_vllm_ascend_captures_decode_graphs_up_to_max_num_seqs_without_doubling(
 def test_a_decode_batch_replays_the_smallest_graph_that_holds_it_and_runs_eager_above_them_all(serving):
     step = serving.graph_or_eager_steps((1, 2, 4, 8), graph=lambda batch: 20.0 + batch, eager=lambda batch: 100.0 + batch)
     assert [step(batch) for batch in (1, 3, 8, 9, 12)] == [21.0, 24.0, 28.0, 109.0, 112.0]
+
+
+def test_vllm_s_full_decode_graphs_have_their_attention_rebound_and_no_other_mode_does(serving):
+    """In vLLM's FULL modes (FULL_AND_PIECEWISE, vLLM-Ascend's default, among them) a decode graph captures
+    the attention, whose per-sequence KV lengths the host rebinds after each replay; eager and piecewise
+    runs call the attention afresh every step, and a row that does not say gets nothing rebound."""
+    for mode in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
+        assert serving.rebound_ops(mode) == {serving.ATTENTION_OP}
+    for mode in ("NONE", "PIECEWISE", None):
+        assert serving.rebound_ops(mode) == frozenset()

@@ -481,14 +481,23 @@ def plan_of(key: Any, program, profile: HardwareProfile, **options: Any):
     return _PLANS.get(key, lambda: plan_program(program, trace.traced(profile), **options), lambda _: profile)
 
 
-def step_report(row: Row, profile: HardwareProfile, deployment: Deployment, mode: str, variant: str = Variant.VARIANT):
+def step_report(
+    row: Row,
+    profile: HardwareProfile,
+    deployment: Deployment,
+    mode: str,
+    variant: str = Variant.VARIANT,
+    rebound: frozenset[str] = frozenset(),
+):
     """Simulate one step of the row's model under ``deployment`` in ``mode`` (ge_graph, aclgraph,
     npugraph_ex or eager); a row whose graph was compiled with dynamic shapes (``shapes = "dynamic"``)
-    runs GE's dynamic-shape graph, scheduled op by op on the host."""
+    runs GE's dynamic-shape graph, scheduled op by op on the host. A replayed graph's tasks of the
+    ``rebound`` op types are updated by the host after each replay (:class:`HostConfig`)."""
     program, syncs = program_of(row, deployment)
     run_mode = _MODES[mode]
     plan = plan_of(
         (row.id, deployment, run_mode, variant), program, profile, variant=variant, mode=run_mode,
         syncs=syncs if variant != Variant.BASELINE else (),
     )
-    return simulate(program, plan, profile, dynamic=row.get("shapes") == "dynamic", host=HostConfig(threads=1))
+    host = HostConfig(threads=1, rebound_ops=rebound)
+    return simulate(program, plan, profile, dynamic=row.get("shapes") == "dynamic", host=host)

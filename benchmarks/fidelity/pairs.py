@@ -59,9 +59,16 @@ def _deployment(row: Row, config, prefill: bool = False, **changes) -> models.De
     return models.deployment_of(row, config, prefill, **{**stated, **changes})
 
 
-def _run(row: Row, profiles: Profiles, deployment: models.Deployment, mode: str, variant: str = Variant.VARIANT):
+def _run(
+    row: Row,
+    profiles: Profiles,
+    deployment: models.Deployment,
+    mode: str,
+    variant: str = Variant.VARIANT,
+    rebound: frozenset[str] = frozenset(),
+):
     profile = profiles.for_row(row, comm_ranks=max(2, deployment.ep, deployment.attn_tp))
-    return models.step_report(row, profile, deployment, mode, variant)
+    return models.step_report(row, profile, deployment, mode, variant, rebound)
 
 
 def step_value(row: Row, profiles: Profiles) -> float:
@@ -83,19 +90,24 @@ def served_tpot_ms(row: Row, profiles: Profiles, deployment: models.Deployment, 
     """A served run's mean TPOT (:mod:`.serving`) from this model's decode steps (at one sequence and at
     the most that can run together, in between on the line through them) and its prefill of one prompt
     of the row's input length, on the row's deployment and mode. Where the stack captures graphs for a
-    few batch sizes only (:func:`_capture_sizes`), a larger decode batch runs eager."""
+    few batch sizes only (:func:`_capture_sizes`), a larger decode batch, and a prompt of more tokens
+    than the largest size, run eager; a captured decode graph has its attention rebound by the host
+    after each replay where the row's graph mode says so (:func:`serving.rebound_ops`)."""
     if not row.get("seq"):
         raise NotModeled("a served run needs its prompts' input length (seq), which the row does not give")
+    if row.get("cudagraph_mode") == "PIECEWISE":
+        raise NotModeled("piecewise decode graphs (attention run eagerly between replayed pieces) are not modeled")
     mode = row.get("mode")
     full = int(min(served.prompts, served.max_seqs))
+    rebound = serving.rebound_ops(row.get("cudagraph_mode"))
 
     def decode_ms(batch: int, step_mode: str = mode) -> float:
         step = replace(deployment, sequences=batch, tokens=batch * (1 + deployment.drafts))
-        return _ms(_run(row, profiles, step, step_mode))
+        return _ms(_run(row, profiles, step, step_mode, rebound=rebound if step_mode == mode else frozenset()))
 
-    prompt = replace(deployment, prefill=True, sequences=1, tokens=row.get("seq"), drafts=0)
-    prefill_ms = _ms(_run(row, profiles, prompt, mode))
     sizes = _capture_sizes(row, served, deployment)
+    prompt = replace(deployment, prefill=True, sequences=1, tokens=row.get("seq"), drafts=0)
+    prefill_ms = _ms(_run(row, profiles, prompt, "eager" if sizes and row.get("seq") > sizes[-1] else mode))
     if not sizes or sizes[-1] >= full:
         return serving.serve(served, serving.linear_steps(decode_ms(1), decode_ms(full), full), prefill_ms).tpot_ms
     top = sizes[-1]

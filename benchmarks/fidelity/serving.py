@@ -115,6 +115,25 @@ def vllm_capture_sizes(max_num_seqs: int, decode_query_len: int = 1, max_num_bat
     return tuple(sorted(set(sizes)))
 
 
+# The attention op of the modeled decoders (benchmarks/fidelity/models.py); vLLM-Ascend's MLA and GQA
+# backends call npu_fused_infer_attention_score(_v2) in decode, priced as this op.
+ATTENTION_OP = "npu::npu_fused_infer_attention_score"
+# vLLM's cudagraph modes whose uniform decode batches replay a FULL graph (attention captured inside).
+FULL_DECODE_MODES = frozenset({"FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
+
+
+def rebound_ops(cudagraph_mode: str | None) -> frozenset[str]:
+    """The op types whose captured tasks vLLM-Ascend rebinds on the host after each replay of a decode
+    graph in ``cudagraph_mode`` (vLLM's ``compilation_config.cudagraph_mode``; None: not stated). In the
+    FULL modes the attention runs inside the graph with its per-sequence KV lengths frozen at capture, so
+    after every replay the model runner's ``update_full_graph_params`` calls each layer's attention again
+    between ``graph_task_update_begin``/``_end`` and records the event the captured task waits on
+    (vllm-project/vllm-ascend vllm_ascend/worker/model_runner_v1.py ``_model_forward`` and
+    vllm_ascend/attention/mla_v1.py ``update_graph_params`` @182b75ea). PIECEWISE runs attention outside
+    its pieces instead, which nothing here models; no other mode rebinds."""
+    return frozenset({ATTENTION_OP}) if cudagraph_mode in FULL_DECODE_MODES else frozenset()
+
+
 def graph_or_eager_steps(
     sizes: tuple[int, ...], graph: Callable[[int], float], eager: Callable[[int], float]
 ) -> Callable[[int], float]:

@@ -71,6 +71,12 @@ class HostConfig:
     iteration: the tiling cache keeps what earlier iterations computed, so only ops never seen before
     tile (False: the first iteration, cache empty). Eager runs on one thread without GE's optimisations
     whatever is set here.
+
+    ``rebound_ops`` names op types whose captured tasks the host rebinds after every replay of an
+    aclgraph (:func:`_rebind`): ops that take host lists (an attention's per-sequence KV lengths) are
+    frozen at their capture values, so a serving loop updates each one with torch_npu's
+    ``graph_task_update_begin``/``_end`` around a fresh call of the op and records an event the captured
+    task waits on. Other executions ignore it (their ops pass the host anyway).
     """
 
     threads: int = field(default_factory=threads_from_environment)
@@ -78,6 +84,7 @@ class HostConfig:
     small_shape_on_host: bool = True
     warm_tiling_cache: bool = True
     ge_fusion: bool = True
+    rebound_ops: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
@@ -88,6 +95,12 @@ class HostConfig:
         for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "ge_fusion"):
             if not isinstance(getattr(self, name), bool):
                 raise ArgumentError(f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.")
+        ops = self.rebound_ops
+        if not isinstance(ops, frozenset) or not all(isinstance(op, str) for op in ops):
+            raise ArgumentError(
+                f"HostConfig(rebound_ops={ops!r}): rebound_ops is a frozenset of op types whose captured tasks "
+                "the host updates after each replay, e.g. frozenset({'npu::npu_fused_infer_attention_score'})."
+            )
 
 
 def host_config(value: object) -> HostConfig:
@@ -235,7 +248,8 @@ def schedule(
     kernels. Eager runs every op on one thread through torch_npu's dispatch, without GE's optimisations."""
     task_of = {name: task.name for task in plan.tasks for name in task.kernels}
     if execution in (GRAPH_SINK, GRAPH_REPLAY):
-        return _launch_graph(program, plan, profile, execution, device, device_index, task_of)
+        rebound = config.rebound_ops if execution == GRAPH_REPLAY else frozenset()
+        return _launch_graph(program, plan, profile, execution, device, device_index, task_of, rebound)
     host = profile.host_us
     eager = execution == EAGER
     threads = _Threads(1 if eager else max(1, config.threads))
@@ -296,11 +310,14 @@ def _launch_graph(
     device: DeviceModel,
     device_index: Mapping[str, int],
     task_of: Mapping[str, str],
+    rebound: frozenset[str] = frozenset(),
 ) -> tuple[tuple[HostSlice, ...], float]:
     """A sunk or replayed graph: one launch call runs it all, unless a value-dependent op (``.item()``,
     ``torch.nonzero``) reads a value the device computed. Then, as seed 002 says, the host must wait:
     the graph runs up to that value, the host syncs the stream and copies it back, and launches the
-    rest, so each such op costs a stream sync plus a launch, and the device idles meanwhile."""
+    rest, so each such op costs a stream sync plus a launch, and the device idles meanwhile. After a
+    replay's launch the host rebinds the tasks of the ``rebound`` op types (:func:`_rebind`); each may
+    start only once its update is done."""
     key = "model_launch" if execution == GRAPH_SINK else "replay_launch"
     launch = profile.overhead_us[key]
     name = "ModelExecute" if execution == GRAPH_SINK else "GraphReplay"
@@ -311,23 +328,61 @@ def _launch_graph(
         clock += copy
     slices.append(HostSlice(name, 0, clock, clock + launch, plan.variant))
     clock, released = clock + launch, 0
+    updated, host_free = _rebind(program, plan, profile, rebound, device_index, clock, slices)
+
+    def release(task_name: str, at: float) -> None:
+        if task_name in device_index:
+            device.release(device_index[task_name], max(at, updated.get(task_name, at)))
+
     for position, task in enumerate(plan.tasks):
         producers = _device_producers(program.kernel(task.kernels[0]), program, task_of, device_index)
         if not producers:
             continue
         for earlier in plan.tasks[released:position]:
-            if earlier.name in device_index:
-                device.release(device_index[earlier.name], clock)
+            release(earlier.name, clock)
         released = position
-        done = max(clock, _run_until(device, producers))
+        done = max(clock, host_free, _run_until(device, producers))
         sync_end = done + profile.host_us["stream_sync"]
         slices.append(HostSlice("StreamSync", 0, done, sync_end, task.name))
         slices.append(HostSlice(name, 0, sync_end, sync_end + launch, task.name))
         clock = sync_end + launch
     for task in plan.tasks[released:]:
-        if task.name in device_index:
-            device.release(device_index[task.name], clock)
-    return tuple(slices), clock
+        release(task.name, clock)
+    return tuple(slices), max(clock, host_free)
+
+
+def _rebind(
+    program: Program,
+    plan: Plan,
+    profile: HardwareProfile,
+    rebound: frozenset[str],
+    device_index: Mapping[str, int],
+    clock: float,
+    slices: list[HostSlice],
+) -> tuple[dict[str, float], float]:
+    """The host's update of a replayed graph's rebound tasks, in plan order, after the launch: each is
+    one eager call of its op (torch_npu's dispatch, InferShape, Tiling of the new arguments, the launch
+    that rewrites the captured task) and an event record the task waits on. Returns when each task's
+    update ends and when the host is done. vLLM-Ascend's FULL decode graphs rebind every layer's
+    attention this way (``update_graph_params`` of its attention backends); issue #13058 of
+    vllm-project/vllm-ascend measures 3.68 ms of it for 20 layers at batch 1 on a 910B3 host."""
+    host, updated = profile.host_us, {}
+    for task in plan.tasks:
+        kernel = program.kernel(task.kernels[0])
+        if kernel.op_type not in rebound or task.name not in device_index:
+            continue
+        steps = [
+            ("EagerDispatch", host["eager_dispatch"]),
+            ("InferShape", host["infer_shape"]),
+            ("Tiling", host[_TILING_COST[cost.tiling_class(kernel.info)]]),
+            ("TaskUpdate", _launch_us(kernel, host)),
+            ("EventRecord", profile.overhead_us["event_record"]),
+        ]
+        for step, spent in steps:
+            slices.append(HostSlice(step, 0, clock, clock + spent, task.name))
+            clock += spent
+        updated[task.name] = clock
+    return updated, clock
 
 
 def _device_producers(

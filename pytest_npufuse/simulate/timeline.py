@@ -33,7 +33,7 @@ from ..vocabulary import Vocabulary
 from .l2 import effective_bytes
 from .device import HBM_POOL, HBM_UNITS, DeviceModel, DeviceTask
 from .host import (
-    EAGER, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
+    EAGER, GRAPH_REPLAY, GRAPH_SINK, HOST_SCHEDULED, HostConfig, HostSlice, execution_of, kept_on_host, schedule
 )
 
 
@@ -422,7 +422,9 @@ def _simulate(program: Program, plan: Plan, profile: HardwareProfile, dynamic: b
     slices, host_us = schedule(program, plan, profile, execution, host, device, build.index)
     device.run()
     last = _joined_end(device, profile)
-    if execution in (HOST_SCHEDULED, EAGER):
+    # the host releases tasks one by one (op by op, or a replay's rebound tasks as it updates them): the
+    # device alone is the same tasks all released at once
+    if execution in (HOST_SCHEDULED, EAGER) or (execution == GRAPH_REPLAY and host.rebound_ops):
         alone = build.model(profile, execution=execution)
         alone.release_all(0.0)
         alone.run()

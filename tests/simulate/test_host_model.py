@@ -3,6 +3,9 @@ inputs a step is fed, GE's fusion of pointwise chains cutting host kernels."""
 
 from collections import Counter
 
+import pytest
+
+from pytest_npufuse.errors import ArgumentError
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, plan_program
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.host import HostConfig
@@ -68,3 +71,70 @@ def test_a_collective_launched_by_the_host_pays_for_building_its_tasks():
     matmul, collective = (launches[kernel.name] for kernel in built.kernels)
     assert matmul == A3.host_us["launch"]
     assert collective == A3.host_us["launch_collective"] > matmul
+
+
+ATTENTION = "npu::npu_fused_infer_attention_score"
+
+
+def layers_program(layers: int, context: int):
+    """``layers`` of a projection and an attention over ``context`` cached tokens, one after another."""
+    builder = ProgramBuilder()
+    x = builder.input("x", (8, 1024))
+    for layer in range(layers):
+        q = builder.op("aten::mm", [x, builder.input(f"w{layer}", (1024, 1024))], (8, 1024))
+        cache = builder.input(f"kv{layer}", (8, context, 576))
+        attended = builder.op(ATTENTION, [q, cache], (8, 8, 128), flops=2.0 * 8 * 8 * context * 1088)
+        x = builder.op("aten::add", [x, attended], (8, 1024))
+    return builder.build()
+
+
+def replayed(built, mode="npugraph_ex", rebound=frozenset()):
+    plan = plan_program(built, A3, variant=Variant.BASELINE, mode=mode)
+    return simulate(built, plan, A3, host=HostConfig(threads=1, rebound_ops=rebound))
+
+
+def rebind_us():
+    """One rebind: the eager host path of the attention op (it tiles as a complex op) and its event record."""
+    host = A3.host_us
+    return host["eager_dispatch"] + host["infer_shape"] + host["tiling_complex"] + host["launch"] + \
+        A3.overhead_us["event_record"]
+
+
+def test_a_replay_rebinds_each_named_task_after_its_launch_and_the_task_waits_for_its_update():
+    built = layers_program(4, 2048)
+    report = replayed(built, rebound=frozenset({ATTENTION}))
+    updates = [s for s in report.host if s.name == "TaskUpdate"]
+    attention = [k for k in report.kernels if k.op_type == ATTENTION and k.parent is None]
+    assert len(updates) == len(attention) == 4
+    launch = next(s for s in report.host if s.name == "GraphReplay")
+    assert updates[0].start_us > launch.end_us
+    records = [s for s in report.host if s.name == "EventRecord"]
+    for record, kernel in zip(records, sorted(attention, key=lambda k: k.start_us)):
+        assert kernel.start_us >= record.end_us
+    assert report.host_us == pytest.approx(launch.end_us + 4 * rebind_us())
+
+
+def test_rebinding_paces_a_graph_whose_layers_are_shorter_than_their_update_and_hides_under_longer_ones():
+    """A short-context layer takes less device time than one rebind, so the device waits for the host
+    layer by layer; a long-context layer outlasts it and the updates run ahead, nearly free."""
+    short = layers_program(8, 256)
+    plain, bound = replayed(short), replayed(short, rebound=frozenset({ATTENTION}))
+    assert plain.device_us < 8 * rebind_us()
+    assert bound.time_us >= 8 * rebind_us() > plain.time_us
+    assert bound.device_us == pytest.approx(plain.device_us)
+    long = layers_program(8, 262144)
+    plain, bound = replayed(long), replayed(long, rebound=frozenset({ATTENTION}))
+    assert plain.device_us / 8 > rebind_us()
+    assert bound.time_us - plain.time_us < 2 * rebind_us()
+
+
+def test_only_a_replayed_graph_rebinds_its_tasks():
+    built = layers_program(2, 2048)
+    sunk = replayed(built, mode="max-autotune", rebound=frozenset({ATTENTION}))
+    assert [s.name for s in sunk.host] == ["ModelExecute"]
+    assert sunk.time_us == replayed(built, mode="max-autotune").time_us
+
+
+def test_rebound_ops_is_a_frozenset_of_op_types():
+    with pytest.raises(ArgumentError, match="rebound_ops"):
+        HostConfig(threads=1, rebound_ops=[ATTENTION])
