@@ -74,3 +74,26 @@ def test_fewer_kernels_make_the_same_step_shorter(fidelity):
     fused_us = pairs._run(row, profiles, deployment, "ge_graph").time_us
     generic_us = pairs._run(row, profiles, replace(deployment, stack=fused.Stack.GENERIC), "ge_graph").time_us
     assert fused_us < generic_us
+
+
+def test_vllm_ascend_moe_beside_attention_tp_gathers_its_routed_output_and_reduces_a_split_shared_expert(fidelity):
+    """vLLM-Ascend's MC2 MoE with TP16 attention (the Kimi-K2 served rows): each TP rank routes its slice
+    of the tokens, so the combine returns that slice and an all-gather over the TP group rebuilds the
+    tokens; the shared expert is TP-split and all-reduced. A stack without attention TP has neither."""
+    _, models, pairs, rows = fidelity
+    row = rows["kimi-k2-thinking-a3-tp16-in1024-out1024"]
+    config = pairs._config(row)
+    deployment = replace(pairs._deployment(row, config), sequences=16, tokens=16)
+    assert deployment.tp_moe and deployment.attn_tp == 16
+    program, _ = models.Decoder(config, deployment).build()
+    kinds = Counter(kernel.info.kernel_type for kernel in program.kernels)
+    moe_layers = config["layers"] - config["dense_layers"]
+    assert kinds["HcomAllGather"] == moe_layers
+    # every layer's o_proj, the dense layers' FFN and the MoE layers' shared expert
+    assert kinds["HcomAllReduce"] == config["layers"] + config["dense_layers"] + moe_layers
+    combines = [k for k in program.kernels if k.op_type == "npu::npu_moe_distribute_combine"]
+    assert {k.output_specs[0].shape[0] for k in combines} == {1}
+    shared = next(program.buffers[n].spec.shape for n in program.inputs if n.endswith(".shared_gu"))
+    assert shared == (config["hidden"], 2 * config["moe_ffn"] // 16)
+    other = rows["dsr1-a3-w8a8c8-gbs6144-decode"]
+    assert not pairs._deployment(other, pairs._config(other)).tp_moe

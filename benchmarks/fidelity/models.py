@@ -99,7 +99,11 @@ class Deployment:
     expert weights' bits, ``kv_bytes`` a cached token's bytes per KV head (MLA: latent plus rope part).
     ``microbatches`` > 1 splits the tokens into that many micro-batches whose layers interleave, each
     micro-batch's expert all-to-alls on a communication stream, so one computes while another talks.
-    ``stack`` names the inference stack whose fused decode kernels an MLA layer launches (:mod:`.fused`)."""
+    ``stack`` names the inference stack whose fused decode kernels an MLA layer launches (:mod:`.fused`).
+    ``tp_moe``: vLLM-Ascend's MoE beside attention TP (vllm_ascend/ops/fused_moe/prepare_finalize.py
+    PrepareAndFinalizeWithMC2/All2All @182b75ea): each TP rank routes its 1/attn_tp slice of the tokens,
+    ``finalize`` all-gathers the routed output over the TP group, and the shared expert is split over the
+    TP group like a dense FFN and all-reduced (fused_moe.py ``_reduce_shared_output_if_needed``)."""
 
     tokens: int
     sequences: int
@@ -115,6 +119,7 @@ class Deployment:
     shared_stream: bool = False
     microbatches: int = 1
     stack: Stack = Stack.GENERIC
+    tp_moe: bool = False
 
 
 @dataclass
@@ -169,6 +174,12 @@ class Decoder(FusedLayers):
         if group <= 1:
             return x
         return self.b.op("_c10d_functional::all_reduce", [x], (self.d.tokens, cols))
+
+    def all_gather(self, x: str, cols: int, group: int) -> str:
+        """Each of ``group`` dies' slice of the tokens, gathered into all of them on every die."""
+        if group <= 1:
+            return x
+        return self.b.op("_c10d_functional::all_gather_into_tensor", [x], (self.d.tokens, cols))
 
     # ------------------------------------------------------------------ attention
 
@@ -290,10 +301,14 @@ class Decoder(FusedLayers):
         topk = self.b.op("npu::npu_moe_gating_top_k", [logits], (t, top_k), "int32", scope=scope)
         shared = None
         shared_ffn = c.get("shared_expert_ffn") or c.get("shared_experts", 0) * ffn
+        if shared_ffn and d.tp_moe:
+            shared_ffn = max(1, shared_ffn // d.attn_tp)
         if shared_ffn:
             su = self.linear(h, w, "shared_gu", hidden, 2 * shared_ffn, scope, side)
             sa = self.b.op("npu::npu_swiglu", [su], (t, shared_ffn), scope=scope, stream=side)
             shared = self.linear(sa, w, "shared_down", shared_ffn, hidden, scope, side)
+            if d.tp_moe:
+                shared = self.all_reduce(shared, hidden, d.attn_tp)
             if side:
                 names = {kernel.node: kernel.name for kernel in self.b.kernels}
                 self.syncs.append(Event(f"h{layer}", names[h], names[su]))
@@ -318,7 +333,10 @@ class Decoder(FusedLayers):
         g2 = self.b.op(
             "npu::npu_grouped_matmul", [a1, w2], (routed, hidden), scope=scope, flops=2.0 * routed * ffn * hidden
         )
-        if d.ep > 1:
+        if d.ep > 1 and d.tp_moe:
+            out = self.exchange(g2, topk, max(1, t // d.attn_tp), "bfloat16", scope, back=True)
+            out = self.all_gather(out, hidden, d.attn_tp)
+        elif d.ep > 1:
             out = self.exchange(g2, topk, t, "bfloat16", scope, back=True)
         else:
             out = self.b.op("npu::npu_moe_finalize_routing", [g2, topk], (t, hidden), scope=scope)
@@ -446,6 +464,7 @@ def deployment_of(row: Row, config: Mapping[str, Any], prefill: bool = False, **
             kv_bytes=1 if re.search(r"c8\b", quant) else 2,
             drafts=drafts,
             stack=stack_of(row, config, prefill),
+            tp_moe=str(row.get("framework", "")).startswith("vllm-ascend") and tp > 1 and ep > 1,
         ),
         **changes,
     )
