@@ -97,3 +97,13 @@ def test_vllm_ascend_moe_beside_attention_tp_gathers_its_routed_output_and_reduc
     assert shared == (config["hidden"], 2 * config["moe_ffn"] // 16)
     other = rows["dsr1-a3-w8a8c8-gbs6144-decode"]
     assert not pairs._deployment(other, pairs._config(other)).tp_moe
+
+
+def test_a_prompt_longer_than_the_largest_captured_graph_prefills_eager(fidelity):
+    """vLLM captures graphs for 1, 2, 4 and 8 tokens here: a 512-token prompt has none and runs eager, a
+    stack that captures every shape (no sizes) prefills in the row's mode."""
+    _, _, pairs, rows = fidelity
+    row = rows["kimi-k2-thinking-a3-tp16-in512-out512"]
+    assert pairs.prefill_mode(row, (1, 2, 4, 8)) == "eager"
+    assert pairs.prefill_mode(row, (1, 2, 4, 8, 512)) == row.get("mode") == "aclgraph"
+    assert pairs.prefill_mode(row, ()) == "aclgraph"

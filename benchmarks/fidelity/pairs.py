@@ -107,7 +107,7 @@ def served_tpot_ms(row: Row, profiles: Profiles, deployment: models.Deployment, 
 
     sizes = _capture_sizes(row, served, deployment)
     prompt = replace(deployment, prefill=True, sequences=1, tokens=row.get("seq"), drafts=0)
-    prefill_ms = _ms(_run(row, profiles, prompt, "eager" if sizes and row.get("seq") > sizes[-1] else mode))
+    prefill_ms = _ms(_run(row, profiles, prompt, prefill_mode(row, sizes)))
     if not sizes or sizes[-1] >= full:
         return serving.serve(served, serving.linear_steps(decode_ms(1), decode_ms(full), full), prefill_ms).tpot_ms
     top = sizes[-1]
@@ -115,6 +115,13 @@ def served_tpot_ms(row: Row, profiles: Profiles, deployment: models.Deployment, 
     eager_line = serving.linear_steps(decode_ms(top + 1, "eager"), decode_ms(full, "eager"), full - top)
     steps = serving.graph_or_eager_steps(sizes, graph, lambda batch: eager_line(batch - top))
     return serving.serve(served, steps, prefill_ms).tpot_ms
+
+
+def prefill_mode(row: Row, sizes: tuple[int, ...]) -> str:
+    """The mode a prompt of the row's input length prefills in: where graphs are captured for ``sizes``
+    tokens only, a longer prompt has none and runs eager (vLLM's cudagraph dispatcher gives a batch of
+    more tokens than the largest capture size no graph); else the row's mode."""
+    return "eager" if sizes and row.get("seq") > sizes[-1] else row.get("mode")
 
 
 def _capture_sizes(row: Row, served: serving.Serving, deployment: models.Deployment) -> tuple[int, ...]:
