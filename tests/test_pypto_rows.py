@@ -28,6 +28,7 @@ def _kernel(kernels, row):
         ("pypto-fused-recurrent-kda-910b3-baseline", 512),  # 32 sequences x 4 heads x 4 subgraphs
         ("pypto-fused-recurrent-kda-910b3-optimized", 128),  # the 4 subgraphs merged into 1
         ("pypto-matmul-884736x16-reshaped", 48),  # 432 tiles of 512 rows, 9 a task (L1Reuse)
+        ("pypto-matmul-6144x6144x6144-tiles", 1152),  # 48 x 24 tiles of 128 x 256
     ],
 )
 def test_a_pypto_row_runs_the_tasks_its_source_states(fidelity, row_id, tasks):
