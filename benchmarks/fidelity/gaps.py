@@ -8,10 +8,10 @@ import re
 
 GAPS = (
     (r"^catlass-a2-empty-kernel", "a lone kernel's start-up on every core (the cold_start estimate)"),
-    (r"^pypto-fused-recurrent-kda", "PyPTO's MPMD scheduling: an AI CPU hands the subgraph tasks (512 in the first "
-     "version, 128 after merging) to idle AIV cores one by one and the guide finds the cores waiting on it (26% and "
-     "63% core utilisation); the model prices the kernel's bytes and flops only, and no training row measures a "
-     "PyPTO task's scheduling cost"),
+    (r"^pypto-fused-recurrent-kda", "a measured per-task cost of PyPTO's AI CPU scheduler: the model hands out the "
+     "subgraph tasks (512 in the first version, 128 once merged) one every mpmd_task, an estimate that the one PyPTO "
+     "training row (a matmul of 48 long tasks) bounds only from above; and the first version's four subgraphs pass the "
+     "recurrence's intermediates through GM (the guide's GM 落地), which the model does not price"),
     (r"^sfa-a3-", "the two kernels' own pipelines: Ascend C overlaps gather, Cube and softmax across 512-token blocks "
      "on one core, TileLang's example gathers all 2048 rows again on each of 8 cores and runs its stages in turn; the "
      "sparse_attention rule prices one pipelined gather for both (indexed_access_cycles an estimate)"),

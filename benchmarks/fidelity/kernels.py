@@ -6,12 +6,19 @@ rule of the tiling it uses: CATLASS's basic kernels tile the output only (``matm
 examples split K over the cores (``matmul_split_k``); the catalog's ``matmul`` rule is CANN's own choice
 between them. A preloading example whose B is stored in the Cube's NZ layout (``B zN``) reads it without
 the ND2NZ conversion (``matmul_tiles_preload_nz``). A row that names its tile shape (``attrs.tiles``) runs with that tile.
+
+A PyPTO kernel runs as subgraph tasks that PyPTO's AI CPU scheduler hands out (``cost/mpmd.py``): its
+catalog entry carries the task count its row's source states through loops and tile shapes (the KDA
+recurrence: a task per sequence, head, token and subgraph of the token loop's body; a PyPTO matmul: a task
+per ``l1_reuse`` output tiles of its L1 tile).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
+from dataclasses import fields
 from typing import Any, Callable
 
 from pytest_npufuse import cost
@@ -19,7 +26,7 @@ from pytest_npufuse.ir.program import Program
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.timeline import simulate
-from pytest_npufuse.target.catalog import OpCatalog, load_catalog
+from pytest_npufuse.target.catalog import OpCatalog, OpInfo, load_catalog
 from pytest_npufuse.target.profile import HardwareProfile
 
 from . import models
@@ -58,11 +65,25 @@ def library_catalog():
             "catlass::quant_matmul": _entry("cube", tiles, "QuantMatmul"),
             "catlass::quant_matmul_split_k": _entry("cube", split_k, "QuantMultiCoreSplitkMatmul"),
             "bench::empty_kernel": {**_entry("vector", "fill", "EmptyKernel"), "block_dim": 4096},
-            "pypto::fused_recurrent_kda": _entry("vector", "elementwise", "FusedRecurrentKda", flops_per_element=6),
             "cann::sparse_flash_attention": _sparse_entry(),
         },
         "benchmarks/fidelity/kernels.py",
     )
+
+
+def _pypto_entry(op: str) -> dict[str, Any]:
+    """The catalog entry of a PyPTO kernel's work (the MPMD scheduling comes on top)."""
+    if op == "pypto::matmul":
+        return _entry("cube", _rule("matmul_tiles", "matmul"), "Matmul")
+    return _entry("vector", "elementwise", "FusedRecurrentKda", flops_per_element=6)
+
+
+@functools.cache
+def pypto_catalog(op: str, tasks: int) -> OpCatalog:
+    """A catalog of the one PyPTO kernel ``op`` running ``tasks`` subgraph tasks; a model without the MPMD
+    scheduler (the before table) prices its work alone."""
+    scheduled = {"mpmd_tasks": tasks} if "mpmd_tasks" in {item.name for item in fields(OpInfo)} else {}
+    return load_catalog({op: {**_pypto_entry(op), **scheduled}}, "benchmarks/fidelity/kernels.py")
 
 
 # Vector operations per attention score in an online softmax (max, subtract, exp, sum, cast to the Cube's
@@ -172,6 +193,39 @@ def _empty(row: Row, builder: ProgramBuilder) -> None:
     builder.op("bench::empty_kernel", [], (1,), "float16")
 
 
+def _kda_tasks(row: Row) -> int:
+    """The KDA recurrence's tasks: every (sequence, head) pair is a parallel unit (the guide's LOOP_NH), and
+    each of its tokens runs the token loop's body as ``loop_t_subgraphs`` subgraphs (4 compiled, 1 once
+    merged by sg_set_scope)."""
+    attrs = row.get("attrs")
+    tokens = row.get("inputs")[0]["shape"][1]
+    return attrs["sequences"] * attrs["heads"] * tokens * attrs["loop_t_subgraphs"]
+
+
+def _l1_tile(row: Row) -> tuple[int, int, int]:
+    """The (M, N, K) L1 tile a row names as ``L1 MxNxK``."""
+    m, n, k = re.search(r"L1 (\d+)x(\d+)x(\d+)", row.get("attrs")["tiles"]).groups()
+    return int(m), int(n), int(k)
+
+
+def _pypto_matmul_tasks(row: Row) -> int:
+    """A PyPTO matmul's tasks: a subgraph per L1 output tile, ``l1_reuse`` subgraphs that share an operand
+    merged into one task (L1Reuse)."""
+    attrs = row.get("attrs")
+    tile_m, tile_n, _ = _l1_tile(row)
+    tiles = math.ceil(attrs["m"] / tile_m) * math.ceil(attrs["n"] / tile_n)
+    return math.ceil(tiles / attrs["l1_reuse"])
+
+
+def _pypto_matmul(row: Row, builder: ProgramBuilder) -> None:
+    """A PyPTO matmul on the operands it multiplies (``m x k`` by ``k x n``, after any in-place reshape)."""
+    attrs = row.get("attrs")
+    dtype = row.get("inputs")[0]["dtype"]
+    a = builder.input("a", (attrs["m"], attrs["k"]), dtype)
+    b = builder.input("b", (attrs["k"], attrs["n"]), dtype)
+    builder.op("pypto::matmul", [a, b], (attrs["m"], attrs["n"]), attrs.get("out_dtype", dtype))
+
+
 def _recurrent_kda(row: Row, builder: ProgramBuilder) -> None:
     """One decode step of the KDA recurrence: the fp32 state [seq, heads, d, d] is read, decayed, updated
     by k v^T and read out by q, then written back."""
@@ -213,6 +267,7 @@ def _zeros_scatter(row: Row, builder: ProgramBuilder) -> None:
 
 
 _KERNELS = (
+    (re.compile(r"^pypto\.matmul"), _pypto_matmul),
     (re.compile(r"Matmul"), _matmul),
     (re.compile(r"^empty kernel"), _empty),
     (re.compile(r"^fused_recurrent_kda"), _recurrent_kda),
@@ -222,13 +277,36 @@ _KERNELS = (
 )
 
 
+# PyPTO kernels: the catalog op each builds and how its row's source sets its task count.
+_PYPTO = {
+    _pypto_matmul: ("pypto::matmul", _pypto_matmul_tasks),
+    _recurrent_kda: ("pypto::fused_recurrent_kda", _kda_tasks),
+}
+
+
+def _catalog(row: Row, build: Callable[[Row, ProgramBuilder], None]) -> OpCatalog:
+    """The library catalog, or for a PyPTO kernel one whose entry runs the row's task count."""
+    if build not in _PYPTO:
+        return library_catalog()
+    op, tasks = _PYPTO[build]
+    return pypto_catalog(op, tasks(row))
+
+
+def _pypto_tile(row: Row) -> dict[str, Any]:
+    """The Cube tile a PyPTO matmul row names."""
+    if not row.get("op").startswith("pypto.matmul"):
+        return {}
+    m, n, k = _l1_tile(row)
+    return {"cube_tile_m": m, "cube_tile_n": n, "cube_k_block": k}
+
+
 def kernel_us(row: Row, profiles: Profiles) -> float:
     """The modeled TaskDuration of a kernel row."""
     build = next((build for pattern, build in _KERNELS if pattern.search(row.get("op"))), None)
     if build is None:
         raise NotImplementedError(f"no builder for kernel op {row.get('op')!r}")
-    program = _program(row, build, library_catalog())
-    return task_duration_us(row, program, profiles.for_row(row, **_tile_changes(row)))
+    program = _program(row, build, _catalog(row, build))
+    return task_duration_us(row, program, profiles.for_row(row, **_tile_changes(row), **_pypto_tile(row)))
 
 
 def _exchange(row: Row, builder: ProgramBuilder) -> None:

@@ -48,6 +48,7 @@ ESTIMATES = (
     Estimate("overhead_us", "fetch_per_core", 0.04, 0.0, 1.0),
     Estimate("overhead_us", "task_gap", 1.0, 0.0, 10.0, in_kernel=False),
     Estimate("overhead_us", "replay_task", 0.0, 0.0, 10.0, in_kernel=False),
+    Estimate("overhead_us", "mpmd_task", 1.0, 0.0, 10.0),
     Estimate("mc2", "phase_us", 40.0, 0.0, 100.0),
     Estimate("mc2", "rank_us", 0.0, 0.0, 5.0),
     Estimate("aicpu", "gflops_per_core", 2.0, 0.05, 50.0),

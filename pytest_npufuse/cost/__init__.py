@@ -1,7 +1,9 @@
 """What a kernel costs on a hardware profile: its block dim, its work and its on-core time.
 
 Every op's costs come from one named rule of the registry (:mod:`.registry`, built-ins in
-:mod:`.rules` and :mod:`.attention`), chosen by its catalog entry's ``cost`` key. This module is the one place the rest of the
+:mod:`.rules` and :mod:`.attention`), chosen by its catalog entry's ``cost`` key; a kernel whose entry names
+``mpmd_tasks`` (a PyPTO kernel) runs that work as tasks its AI CPU scheduler hands out (:mod:`.mpmd`).
+This module is the one place the rest of the
 package asks: capture calls :func:`kernel_work`, the planner :func:`block_dim`, the simulator
 :func:`body_us`.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from . import attention as _attention_rules  # noqa: F401  (registers sparse_attention)
+from . import mpmd
 from . import rules as _builtin_rules  # noqa: F401  (registers the built-in rules)
 from .registry import CostRule, Work, cost_rule, register_cost_rule, rule_names
 
@@ -38,8 +41,11 @@ def core_cap(kernel: "Kernel", profile: "HardwareProfile") -> int:
 
 def block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
     """Launch core count, as ``Block Dim`` in kernel_details.csv would show it: a fixed count from the
-    catalog (an integer, or ``one``), else the cost rule's, capped by :func:`core_cap`."""
+    catalog (an integer, or ``one``), else the cost rule's, capped by :func:`core_cap`; an MPMD kernel
+    occupies a core per task, up to that cap."""
     fixed = kernel.info.block_dim
+    if kernel.info.mpmd_tasks:
+        return mpmd.occupied_cores(kernel.info.mpmd_tasks, core_cap(kernel, profile))
     if isinstance(fixed, int):
         wanted = fixed
     elif fixed == "one":
@@ -52,8 +58,12 @@ def block_dim(kernel: "Kernel", profile: "HardwareProfile") -> int:
 def body_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
     """On-core time of the kernel body (without dispatch, head or gaps) on ``dim`` cores: the cost rule's,
     times the profile's correction for the op type (``[corrections]``, fitted by ``calibrate`` to a
-    team's own profile; 1 when the profile has none)."""
+    team's own profile; 1 when the profile has none). An MPMD kernel's work is paced by its scheduler
+    (:func:`.mpmd.scheduled_us`)."""
     body = cost_rule(kernel.info.cost).body_us(kernel, dim, profile)
+    tasks = kernel.info.mpmd_tasks
+    if tasks:
+        body = mpmd.scheduled_us(body, tasks, dim, profile.overhead_us["mpmd_task"])
     return body * profile.corrections.get(kernel.info.kernel_type, 1.0)
 
 

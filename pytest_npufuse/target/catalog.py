@@ -58,6 +58,8 @@ class OpInfo:
     unfusable: Unfusable | None = None
     """Why a SuperKernel cannot call it (None for a fusable op)."""
     ge_shape: bool = False
+    mpmd_tasks: int = 0
+    """Subgraph tasks a PyPTO kernel runs under its AI CPU scheduler (0: an ordinary kernel, cost/mpmd.py)."""
 
     def for_dtypes(self, dtypes: Iterable[str]) -> "OpInfo":
         """The op as it runs on tensors of ``dtypes``: an AI CPU kernel (never fusable) when one of
@@ -138,6 +140,9 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
     cost.cost_rule(rule, entry_where)
     fusable = typed_value(table, "fusable", bool, entry_where)
     unfusable = _unfusable(table, engine, fusable, entry_where)
+    mpmd_tasks = _optional(table, "mpmd_tasks", int, 0, entry_where)
+    if mpmd_tasks < 0:
+        raise ProfileError(f"{entry_where}: mpmd_tasks {mpmd_tasks} must be 0 (an ordinary kernel) or the kernel's task count.")
     unknown = sorted(set(table) - _ENTRY_KEYS)
     if unknown:
         raise ProfileError(f"{entry_where}: unknown key '{unknown[0]}'; the keys are {', '.join(sorted(_ENTRY_KEYS))}.")
@@ -158,6 +163,7 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
         access_bytes=_optional(table, "access_bytes", int, 0, entry_where),
         unfusable=unfusable,
         ge_shape=_optional(table, "ge_shape", bool, False, entry_where),
+        mpmd_tasks=mpmd_tasks,
     )
 
 
@@ -173,7 +179,8 @@ def _unfusable(table: dict[str, Any], engine: str, fusable: bool, where: str) ->
 
 _ENTRY_KEYS = frozenset(
     {"engine", "fusable", "sync_all", "block_dim", "flops", "flops_per_element", "kernel_type", "bytes",
-     "host_small", "value_dependent", "aicpu_dtypes", "cost", "access_bytes", "unfusable", "ge_shape"}
+     "host_small", "value_dependent", "aicpu_dtypes", "cost", "access_bytes", "unfusable", "ge_shape",
+     "mpmd_tasks"}
 )
 
 

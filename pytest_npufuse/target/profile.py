@@ -142,6 +142,7 @@ _OVERHEAD_KEYS = (
     "early_start_overlap",
     "cold_start",
     "replay_task",
+    "mpmd_task",
 )
 # Costs and limits that may be zero; every other number is a count, rate or size the model divides by.
 _ZERO_ALLOWED = {
