@@ -43,6 +43,7 @@ ESTIMATES = (
     Estimate("efficiency", "pipeline_overlap", 0.5, 0.0, 1.0),
     Estimate("core_memory", "ddr_bytes_per_cycle", 32.0, 8.0, 110.0),
     Estimate("core_memory", "indexed_access_cycles", 32.0, 0.0, 1000.0),
+    Estimate("core_memory", "row_copy_cycles", 0.0, 0.0, 1000.0),
     Estimate("overhead_us", "kernel_head", 2.0, 0.0, 30.0),
     Estimate("overhead_us", "cold_start", 0.0, 0.0, 40.0),
     Estimate("overhead_us", "fetch_per_core", 0.04, 0.0, 1.0),
