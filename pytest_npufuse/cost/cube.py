@@ -378,11 +378,12 @@ def cube_us(
     )
     core_tflops = peak_tflops / profile.cores("cube")
     efficiency = profile.compute_int8_efficiency if gemm.item_in == 1 else profile.cube_tile_efficiency
-    first_block = k_t if tiling.resident_a else min(profile.cube_k_block, k_t)
-    # One DataCopy per operand row and K block when the operand goes row by row (module docstring).
+    first_block = min(profile.cube_k_block, k_t)
+    # One DataCopy per operand row and K block (a single-core split-K's slice is one L1 block) when the
+    # operand goes row by row (module docstring).
     copy_us = profile.core_row_copy_cycles / profile.cube_mhz
     a_copy_us, b_copy_us = (copy_us if flag else 0.0 for flag in row_by_row)
-    blocks = -(-k_t // first_block)
+    blocks = 1 if tiling.resident_a else -(-k_t // first_block)
 
     def parts(rows: int, cols: int) -> tuple[float, float, float]:
         """A tile's Cube time, all its loads, and the load of its first K block."""
