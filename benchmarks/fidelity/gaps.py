@@ -27,13 +27,17 @@ GAPS = (
     (r"^dsr1-a2-int8-pdhybrid", "prefills that cost more than the model's: played through, the burst of 32 prompts "
      "per die gives TTFT 2.3 / 14.8 s against 8.4 / 31.6 s published, so the prefills the decode steps wait for "
      "are about 3x the modeled prefill of one prompt (omni-infer's PD-hybrid prefill path is not modeled)"),
-    (r"^catlass-mm-910b2-2048x4096x80000", "the 80000-deep row-major A (160000-byte rows): its stride passes "
-     "ND2NZ's 16-bit srcDValue (CATLASS STRIDE_LIMIT 65536 elements), so CopyGmToL1 issues one DataCopy per tile row "
-     "from HBM; the per-copy cost that implies (about 200 cycles) is not modeled"),
+    (r"^catlass-mm-910b2-2048x4096x80000", "a published cost of one DataCopy: the 80000-deep row-major A's stride "
+     "passes ND2NZ's 16-bit srcDValue (CATLASS STRIDE_LIMIT 65536 elements), so CopyGmToL1 copies it row by row, "
+     "each copy paying row_copy_cycles (fit, 225 cycles); these two rows are the only ones that read it, so a fit "
+     "without them leaves it at its prior (0, the mechanism off)"),
     (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's row-major (ND) tile loads beyond the 512-byte misalignment "
      "the model prices (K = 4000: 8000-byte rows): 445 us against 1231 us at twice the K and M"),
-    (r"^catlass-mm-20aic-20x6144x16384", "the 32x320 tile's 640-byte row bursts (not 512-byte aligned) into ND2NZ, "
-     "which the model does not price"),
+    (r"^catlass-mm-20aic-20x6144x16384-zn", "a measured share of HBM peak: the NZ weight (201 MB) streams at the HBM "
+     "cap, where the 32x320 tiles' 140 us (about 124 us past start-up) is 92% of peak; these two rows are the only "
+     "kernel rows HBM caps, so a fit without them sets efficiency.memory by the steps alone (0.6 in the k-fold)"),
+    (r"^catlass-mm-20aic-20x6144x16384-nd", "the 32x320 tile's 640-byte row bursts of the row-major B (not 512-byte "
+     "aligned), which the model does not price: B's layout is not known to the cost rule"),
     (r"^catlass-", "a lone kernel's start-up and head (cold_start 12 us, fit; kernel_head 2 us) beside a few us of "
      "Cube work: CATLASS's one-tile 910B3 rows take 18 us for under 3 us of work, and the tuning guide calls its "
      "times for reference only"),

@@ -36,6 +36,13 @@ The share of the Cube's peak a matmul reaches is not one constant; it comes out 
   which on Atlas A2 costs up to 30% of the rate (``[memory] misaligned_read_share``, Ascend C best
   practices; CATLASS's matmul summary: a srcDValue not 512-byte aligned "decreases bandwidth
   significantly"). B's stride depends on its layout, which shapes do not give: it is taken as aligned.
+- **Row by row past the stride limit.** ND2NZ's source stride (``srcDValue``) is a 16-bit field: when
+  a row-major A's rows are ``STRIDE_LIMIT`` (65536) elements apart or more, CATLASS's ``CopyGmToL1``
+  (RowMajor -> zN) falls back to one ``DataCopy`` per tile row and K block (hicann/catlass
+  include/catlass/catlass.hpp and include/catlass/gemm/tile/atlasa2/copy_gm_to_l1.hpp @0dfcf9df). Each
+  such copy pays ``[core_memory] row_copy_cycles`` beside its bytes: one ND2NZ copy of a whole block
+  streams its rows' bursts back to back, a copy of one row waits for its own. The training rows that
+  measure it are CATLASS's 80000-deep GEMMs (7x and 3.6x the time of the 40000-deep ones).
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ if TYPE_CHECKING:
 
 _FRACTAL = 16
 _BURST_ALIGN = 512  # bytes: the GM alignment MTE2 reads best from (Ascend C best practices)
+_STRIDE_LIMIT = 65536  # elements: ND2NZ's srcDValue limit (CATLASS catlass.hpp STRIDE_LIMIT)
 
 
 class Tiling(NamedTuple):
@@ -349,9 +357,10 @@ def cube_us(
     """Body time of a tiled matmul on ``dim`` Cube cores (see the module docstring)."""
     dim = max(1, dim)
     misaligned = (not tiling.nz_a and (gemm.k * gemm.item_in) % _BURST_ALIGN != 0, False)
+    row_by_row = (not tiling.nz_a and gemm.k >= _STRIDE_LIMIT, False)
     held, tiling = _held_along_n(gemm, tiling)
     if held is not gemm:  # the operands swapped places
-        misaligned, gemm = misaligned[::-1], held
+        misaligned, row_by_row, gemm = misaligned[::-1], row_by_row[::-1], held
     tiles = tile_count(gemm, tiling)
     rounds = -(-tiles // dim)
     m_t, n_t = min(tiling.tile_m, _pad(gemm.m)), min(tiling.tile_n, _pad(gemm.n))
@@ -370,12 +379,19 @@ def cube_us(
     core_tflops = peak_tflops / profile.cores("cube")
     efficiency = profile.compute_int8_efficiency if gemm.item_in == 1 else profile.cube_tile_efficiency
     first_block = min(profile.cube_k_block, k_t)
+    # One DataCopy per operand row and K block (a single-core split-K's slice is one L1 block) when the
+    # operand goes row by row (module docstring).
+    copy_us = profile.core_row_copy_cycles / profile.cube_mhz
+    a_copy_us, b_copy_us = (copy_us if flag else 0.0 for flag in row_by_row)
+    blocks = 1 if tiling.resident_a else -(-k_t // first_block)
 
     def parts(rows: int, cols: int) -> tuple[float, float, float]:
         """A tile's Cube time, all its loads, and the load of its first K block."""
         compute = cube_tile_us(rows, cols, k_t, gemm.item_in, core_tflops, efficiency, profile)
         operands = rows * a_item * a_per_byte + cols * gemm.item_in * b_per_byte
-        return compute, operands * k_t + rows * cols * out_item * per_byte, operands * first_block
+        copies = rows * a_copy_us * (a_item > 0) + cols * b_copy_us
+        first = operands * first_block + copies
+        return compute, operands * k_t + copies * blocks + rows * cols * out_item * per_byte, first
 
     def filled_us(compute: float, move: float, fill: float, overlap: float = profile.pipeline_overlap) -> float:
         """A tile that waits for its first K block, then overlaps the rest of its loads with its Cube."""
@@ -387,7 +403,7 @@ def cube_us(
         return max(compute, move) if tiling.preload else filled_us(compute, move, fill)
 
     def a_load_us(rows: int) -> float:
-        return rows * k_t * gemm.item_in * a_per_byte
+        return rows * (k_t * gemm.item_in * a_per_byte + blocks * a_copy_us)
 
     # A preloading kernel's first tile still waits for its first block; the later ones find theirs loaded.
     first = parts(m_t, n_t)

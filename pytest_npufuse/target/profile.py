@@ -63,6 +63,7 @@ class HardwareProfile:
     core_l0a_bytes_per_cycle: float
     core_l0b_bytes_per_cycle: float
     core_indexed_access_cycles: float
+    core_row_copy_cycles: float
     compute_efficiency: float
     cube_tile_efficiency: float
     compute_int8_efficiency: float
@@ -147,6 +148,7 @@ _OVERHEAD_KEYS = (
 # Costs and limits that may be zero; every other number is a count, rate or size the model divides by.
 _ZERO_ALLOWED = {
     ("comm", "latency_us"), ("host", "small_shape_max_elements"), ("mc2", "rank_us"), ("core_memory", "indexed_access_cycles"),
+    ("core_memory", "row_copy_cycles"),
 }
 _ZERO_ALLOWED_SECTIONS = {"overhead_us", "host_us"}
 # Shares of a peak that a kernel reaches: above 1 would model a chip faster than its own peak.
@@ -176,7 +178,8 @@ _SCALAR_KEYS: Mapping[str, Mapping[str, str]] = {
     "memory": _same("hbm_gbps", "l2_mib", "misaligned_read_share"),
     "core_memory": {"core_ddr_bytes_per_cycle": "ddr_bytes_per_cycle", "core_l2_bytes_per_cycle": "l2_bytes_per_cycle",
                     "core_l0a_bytes_per_cycle": "l0a_bytes_per_cycle", "core_l0b_bytes_per_cycle": "l0b_bytes_per_cycle",
-                    "core_indexed_access_cycles": "indexed_access_cycles"},
+                    "core_indexed_access_cycles": "indexed_access_cycles",
+                    "core_row_copy_cycles": "row_copy_cycles"},
     "efficiency": {"compute_efficiency": "compute", "cube_tile_efficiency": "cube_tile",
                    "compute_int8_efficiency": "compute_int8",
                    "memory_efficiency": "memory", **_same("pipeline_overlap", "l2_activation_share")},

@@ -319,3 +319,24 @@ def test_rows_off_512_byte_boundaries_load_slower_on_a2_only():
     nz = Tiling(128, 256, 1, nz_a=True)
     aligned = cube_us(Gemm(1, 2048, 4096, 4000, 2, 2), nz, 24, 1e8, peak, b2)
     assert aligned == cube_us(Gemm(1, 2048, 4096, 4000, 2, 2), nz, 24, 1e8, peak, replace(b2, misaligned_read_share=1.0))
+
+
+def test_rows_past_nd2nz_stride_limit_pay_one_copy_each():
+    """A row-major A whose rows are 65536 elements apart or more is copied row by row (CATLASS
+    CopyGmToL1 past STRIDE_LIMIT): each copy pays row_copy_cycles, shorter rows pay nothing, nor does an
+    NZ A; the single-core split-K pays it on the A blocks it holds."""
+    b2 = replace(load_profile("910b2"), core_row_copy_cycles=200.0)
+    free = replace(b2, core_row_copy_cycles=0.0)
+    peak = b2.cube_tflops["float16"]
+
+    def per_k(k, tiling, profile):
+        gemm = Gemm(1, 2048, 4096, k, 2, 2)
+        return cube_us(gemm, tiling, profile.aic, (2048 + 4096) * k * 2, peak, profile) / k
+
+    tiles = Tiling(128, 256, 1)
+    assert per_k(65536, tiles, b2) > 2 * per_k(65536, tiles, free)
+    assert per_k(65280, tiles, b2) == per_k(65280, tiles, free)
+    nz = Tiling(128, 256, 1, nz_a=True)
+    assert per_k(65536, nz, b2) == per_k(65536, nz, free)
+    slice_k = single_core_split_k(Gemm(1, 2048, 4096, 80000, 2, 2), b2)
+    assert per_k(80000, slice_k, b2) > 1.5 * per_k(80000, slice_k, free)
