@@ -8,7 +8,9 @@ held by an event starts warm; SIMULATOR_VERSION 6, issue 21: every task the host
 scheduling as in a replayed aclgraph, waits replay_task, collectives price peers on other servers at
 the scale-out link, Cube efficiency goes by shape (each ping-pong tile paying its first K block, MTE1
 feeding L0A/L0B); then cube_tile 0.7 -> 1.0, mc2 phase_us 40 -> 30 and rank_us 0 -> 0.075 fitted on the
-training rows); every float of every report is in its ``repr``, so a changed bit anywhere
+training rows; SIMULATOR_VERSION 8, issue 21: a row-major A whose rows lie 65536 elements apart or more
+is copied row by row, PyPTO kernels run as MPMD tasks, a replayed aclgraph's rebound tasks wait for the
+host; none of these reaches the programs below, so their times and digest did not move); every float of every report is in its ``repr``, so a changed bit anywhere
 changes the digest. Change them only together with
 a SIMULATOR_VERSION bump, or when only a repr changed: the digest was re-taken once more when the five
 event types became one (issue 10, ``events.Event``); rendered as the old ``EventRun`` tuples, the same
