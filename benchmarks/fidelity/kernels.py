@@ -292,9 +292,9 @@ def _catalog(row: Row, build: Callable[[Row, ProgramBuilder], None]) -> OpCatalo
     return pypto_catalog(op, tasks(row))
 
 
-def _pypto_tile(row: Row) -> dict[str, Any]:
+def _pypto_tile(row: Row, build: Callable[[Row, ProgramBuilder], None]) -> dict[str, Any]:
     """The Cube tile a PyPTO matmul row names."""
-    if not row.get("op").startswith("pypto.matmul"):
+    if build is not _pypto_matmul:
         return {}
     m, n, k = _l1_tile(row)
     return {"cube_tile_m": m, "cube_tile_n": n, "cube_k_block": k}
@@ -306,7 +306,7 @@ def kernel_us(row: Row, profiles: Profiles) -> float:
     if build is None:
         raise NotImplementedError(f"no builder for kernel op {row.get('op')!r}")
     program = _program(row, build, _catalog(row, build))
-    return task_duration_us(row, program, profiles.for_row(row, **_tile_changes(row), **_pypto_tile(row)))
+    return task_duration_us(row, program, profiles.for_row(row, **_tile_changes(row), **_pypto_tile(row, build)))
 
 
 def _exchange(row: Row, builder: ProgramBuilder) -> None:

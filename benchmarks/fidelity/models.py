@@ -464,7 +464,7 @@ def deployment_of(row: Row, config: Mapping[str, Any], prefill: bool = False, **
             kv_bytes=1 if re.search(r"c8\b", quant) else 2,
             drafts=drafts,
             stack=stack_of(row, config, prefill),
-            tp_moe=str(row.get("framework", "")).startswith("vllm-ascend") and tp > 1 and ep > 1,
+            tp_moe=row.on_vllm_ascend and tp > 1 and ep > 1,
         ),
         **changes,
     )

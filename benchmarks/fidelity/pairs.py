@@ -127,7 +127,7 @@ def prefill_mode(row: Row, sizes: tuple[int, ...]) -> str:
 def _capture_sizes(row: Row, served: serving.Serving, deployment: models.Deployment) -> tuple[int, ...]:
     """The decode batch sizes a vLLM-Ascend aclgraph row captures by default (:func:`serving.vllm_capture_sizes`);
     () where every batch replays a graph of its own (other stacks and modes, or no stated max_num_seqs)."""
-    if row.get("mode") != "aclgraph" or not str(row.get("framework", "")).startswith("vllm-ascend"):
+    if row.get("mode") != "aclgraph" or not row.on_vllm_ascend:
         return ()
     if math.isinf(served.max_seqs):
         return ()

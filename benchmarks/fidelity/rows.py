@@ -47,6 +47,11 @@ class Row:
     def group(self) -> str:
         return self.fields.get("group", self.id)
 
+    @property
+    def on_vllm_ascend(self) -> bool:
+        """Whether the row ran on vLLM-Ascend, whose graph capture sizes and MoE layout the builders follow."""
+        return str(self.fields.get("framework", "")).startswith("vllm-ascend")
+
 
 def load_rows(path: Path = DATA) -> list[Row]:
     with open(path, "rb") as handle:
