@@ -93,8 +93,9 @@ def int_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     :data:`CUBE_BLOCK_BYTES` of fp32; each (chunk, block) tile is one fp32 BLAS product, exact by the
     argument in :data:`INT8_K_CHUNK`'s docstring.  The tile results (integers of absolute value <= 2**24,
     converted to int32 exactly) are added in int32 when k <= :data:`INT32_SAFE_K` (no overflow is
-    possible) and in int64 otherwise, then wrapped modulo 2**32 into int32.  The result equals
-    ``torch._int_mm`` bit for bit where that op applies, at fp32 BLAS speed on any CPU.
+    possible) and in int64 otherwise, then wrapped modulo 2**32 into int32.  The result equals the
+    int32-accumulated product bit for bit (what ``torch._int_mm`` gives on a CPU with AVX512-VNNI or AMX;
+    its AVX2-only kernel returns other values), at fp32 BLAS speed on any CPU.
     """
     _require_dtypes("int_matmul", a, b, (torch.int8,))
     left, right, squeeze = _as_matrices(a, b)
