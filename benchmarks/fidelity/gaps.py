@@ -27,10 +27,10 @@ GAPS = (
     (r"^dsr1-a2-int8-pdhybrid", "prefills that cost more than the model's: played through, the burst of 32 prompts "
      "per die gives TTFT 2.3 / 14.8 s against 8.4 / 31.6 s published, so the prefills the decode steps wait for "
      "are about 3x the modeled prefill of one prompt (omni-infer's PD-hybrid prefill path is not modeled)"),
-    (r"^catlass-mm-910b2-2048x4096x80000", "a published cost of one DataCopy: the 80000-deep row-major A's stride "
+    (r"^catlass-mm-910b2-2048x4096x80000", "the cost of a row copy from HBM: the 80000-deep row-major A's stride "
      "passes ND2NZ's 16-bit srcDValue (CATLASS STRIDE_LIMIT 65536 elements), so CopyGmToL1 copies it row by row, "
-     "each copy paying row_copy_cycles (fit, 225 cycles); these two rows are the only ones that read it, so a fit "
-     "without them leaves it at its prior (0, the mechanism off)"),
+     "each copy paying row_copy_cycles (166 cycles, msKPP's profiled GM->L1 DataCopy, whose curves are L2 hits); "
+     "an A this large comes partly from HBM, whose longer latency a copy that waits for its own row pays"),
     (r"^catlass-mm-910b2-.*-basic$", "the basic kernel's row-major (ND) tile loads beyond the 512-byte misalignment "
      "the model prices (K = 4000: 8000-byte rows): 445 us against 1231 us at twice the K and M"),
     (r"^catlass-mm-20aic-20x6144x16384-zn", "a measured share of HBM peak: the NZ weight (201 MB) streams at the HBM "

@@ -39,13 +39,14 @@ class Estimate:
 # Cube peak is derived from; padding, K fill, MTE1's feed and the rounds of tiles are priced in
 # cost/cube.py) and ``[core_memory] ddr_bytes_per_cycle`` (the ini's ddr_rate, read like its l2_read_rate).
 # Left free, they traded off against each other and against the group of rows held out of each k-fold fit.
+# Nor ``[core_memory] row_copy_cycles`` (msKPP's profiled cost of one GM->L1 DataCopy): only the two
+# 80000-deep CATLASS rows read it, so a fit without them left it at its prior.
 ESTIMATES = (
     Estimate("efficiency", "compute", 0.7, 0.3, 1.0),
     Estimate("efficiency", "compute_int8", 1.0, 0.2, 1.0),  # from the int8 fractal rate, as cube_tile
     Estimate("efficiency", "memory", 0.8, 0.3, 1.0),
     Estimate("efficiency", "pipeline_overlap", 0.5, 0.0, 1.0),
     Estimate("core_memory", "indexed_access_cycles", 32.0, 0.0, 1000.0),
-    Estimate("core_memory", "row_copy_cycles", 0.0, 0.0, 1000.0),
     Estimate("overhead_us", "kernel_head", 2.0, 0.0, 30.0),
     Estimate("overhead_us", "cold_start", 0.0, 0.0, 40.0),
     Estimate("overhead_us", "fetch_per_core", 0.04, 0.0, 1.0),
