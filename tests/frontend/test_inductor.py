@@ -77,3 +77,10 @@ def test_an_op_only_ai_cpu_runs_is_not_fused():
     program = capture(count, torch.empty(16, 8, dtype=torch.int64, device=META))
     assert [k.info.engine for k in program.kernels] == ["vector", "aicpu", "aicpu"]  # int64 Cast and ReduceSum
     assert [k.op_type for k in fuse_pointwise(program).kernels] == [k.op_type for k in program.kernels]
+
+
+def test_two_producers_join_the_kernel_that_reads_both():
+    program = capture(lambda a, b: a * 2.0 + b.exp(), torch.empty(8, 128, device=META), torch.empty(8, 128, device=META))
+    assert len(program.kernels) == 3
+    (kernel,) = fuse_pointwise(program).kernels
+    assert kernel.bytes == 3 * 8 * 128 * 4  # a and b read, the sum written
