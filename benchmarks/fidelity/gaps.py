@@ -41,17 +41,24 @@ GAPS = (
     (r"^catlass-", "a lone kernel's start-up and head (cold_start 12 us, fit; kernel_head 2 us) beside a few us of "
      "Cube work: CATLASS's one-tile 910B3 rows take 18 us for under 3 us of work, and the tuning guide calls its "
      "times for reference only"),
-    (r"^seed003-moe-mask-zeros-scatter", "the guide gives neither shapes (16k tokens, top-8 of 64 assumed) nor its mode "
-     "nor how its 0.08 ms splits between ZerosLike and ScatterElements; the model prices a memset and one 32 B "
-     "transaction per scattered element, two launch-bound kernels of a few us each, where 80 us for them implies "
-     "eager per-op start-up (host path and an idle stream's cold start, estimates) or a ScatterElements that walks "
-     "its indices serially, neither measured"),
+    (r"^seed003-moe-mask-zeros-scatter", "the token count and top-k (the page gives neither; 16k tokens, top-8 of 64 "
+     "assumed), the CANN version, and how its 0.08 ms splits over the kernels. What the page's code runs is known: an "
+     "eager ZerosLike of the bf16 mask, then aclnnInplaceScatterValue, which on A2/A3 broadcasts 1.0 to the index shape "
+     "(BroadcastTo), linearises the int64 index to int32 (LinearIndex) and scatters on AI Core (ScatterElementsV2: bf16 "
+     "is in its AI Core list and a 64-wide last axis fits one UB load; hicann/ops-nn index/scatter_elements_v2/op_host/"
+     "op_api/aclnn_scatter.cpp and scatter_elements.cpp @b3ed056e), so AI CPU is not why it takes 80 us. The model "
+     "prices ZerosLike and one ScatterElements, launch-bound, 29 us; the four kernels with ZerosLike and the scatter_ "
+     "call each starting on an idle stream model at about 51 us (-36%); each kernel on an idle stream would need the "
+     "scatter_ call's three kernels launched apart, which one aclnn call does not do"),
     (r"^seed003-", "a measured AI CPU rate for int64 Cast/ReduceSum, and the seed's shapes (not given; 16k tokens, "
      "top-8 of 64 assumed): the int64 Cast of the one-hot mask on AI CPU is most of the modeled time"),
     (r"^dsv3-a3-task-wait", "a per-task gap that fits both this row and the training steps: the modeled wait is the "
      "layer's tasks times task_gap (1.33 us, fit); the blog's 18 us over its 20+ operators a layer is about 0.9 us a "
      "task, and omni-infer's own layer (no MlaProlog) launches 27"),
     (r"^glm52-", "npugraph_ex's own kernel choices and the KV offload's host traffic in the offload configs"),
+    (r"^dsv4flash-a3-hc-post", "a measured fixed cost of a small Vector kernel: each of the five eager kernels and "
+     "the fused one pays kernel_head and cold_start (about 16 us a kernel in the model, where the README's 30 us over "
+     "five kernels is 6 us each and its fused kernel 7.5 us), so the modeled speedup is about the kernel count"),
     (r"^dsv4flash-", "DeepSeek-V4's compressed sparse attention (CSA/HCA) and mHC, approximated by DSA-style MLA"),
     (r"^omni-dsv3-", "the vendor's batch and deployment (not given; Omni-Infer's 50 sequences per die on 64 dies "
      "assumed)"),

@@ -15,7 +15,7 @@ from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.timeline import simulate
 
-from . import models, serving
+from . import fragments, models, serving
 from .rows import Profiles, Row
 
 # Rows that give no deployment: the Omni-Infer A3 decode instance (1D32 = 32 chips, 64 dies, ~50
@@ -175,7 +175,7 @@ def multistream_pair(row: Row, profiles: Profiles) -> tuple[float, float]:
 
 def graph_mode_pair(row: Row, profiles: Profiles) -> tuple[float, float]:
     if row.get("metric") == "fragment":
-        raise NotModeled("the source gives no shapes for the hc_post fragment ('typical input shape')")
+        return fragments.fragment_pair(row, profiles)
     config = _config(row)
     deployment = _deployment(row, config)
     before = _run(row, profiles, deployment, row.get("mode_before"), Variant.BASELINE)
