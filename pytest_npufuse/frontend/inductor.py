@@ -138,7 +138,7 @@ def fuse_pointwise(program: Program, catalog: OpCatalog | None = None) -> Progra
     buffers = dict(program.buffers)
     for position, group in enumerate(groups):
         if len(group) == 1:
-            kernels.append(_renumbered(group[0], len(kernels)))
+            kernels.append(group[0].with_index(len(kernels)))
             continue
         fused = _fused(program, group, later_reads[position] | graph_outputs, catalog, len(kernels))
         dropped = {name for kernel in group for name in kernel.outputs} - set(fused.outputs)
@@ -159,14 +159,6 @@ def _reads_after(program: Program, groups: Sequence[tuple[Kernel, ...]]) -> list
         after[position] = set(seen)
         seen.update(program.storage(name) for kernel in groups[position] for name in kernel.inputs)
     return after
-
-
-def _renumbered(kernel: Kernel, index: int) -> Kernel:
-    if kernel.index == index:
-        return kernel
-    copy = object.__new__(Kernel)
-    copy.__dict__.update(kernel.__dict__, index=index)
-    return copy
 
 
 def _fused(program: Program, group: Sequence[Kernel], read_later: set[str], catalog: OpCatalog, index: int) -> Kernel:

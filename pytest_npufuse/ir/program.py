@@ -118,8 +118,15 @@ class Kernel:
     def with_bytes(self, nbytes: int) -> "Kernel":
         """The same kernel pulling ``nbytes`` from HBM (L2 residency, simulate/l2.py). A field copy rather
         than ``dataclasses.replace``, which re-runs ``__init__``: the simulator prices thousands per run."""
+        return self._with(bytes=nbytes)
+
+    def with_index(self, index: int) -> Kernel:
+        """The same kernel at position ``index`` of a rewritten program (Inductor's fusion, frontend/inductor.py)."""
+        return self if index == self.index else self._with(index=index)
+
+    def _with(self, **fields: object) -> Kernel:
         copy = object.__new__(Kernel)
-        copy.__dict__.update(self.__dict__, bytes=nbytes)
+        copy.__dict__.update(self.__dict__, **fields)
         return copy
 
 
