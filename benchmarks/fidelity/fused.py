@@ -49,6 +49,7 @@ class Stack(Vocabulary):
     GENERIC = "generic"
     MLA_PROLOG = "cann-recipes-infer"
     OMNI_A3 = "omni-infer"
+    QWEN_DENSE = "cann-recipes-infer-qwen"
 
 
 # (framework named by the row, model families whose modeling code was read, SKU the config is for or None)
@@ -60,11 +61,20 @@ _STACKS = (
 )
 
 
+# cann-recipes-infer's Qwen dense models (models/qwen, benchmarks/fidelity/qwen.py): one modeling file
+# for prefill and decode
+_QWEN_DENSE = ("cann-recipes-infer executor", ("qwen3",))
+
+
 def stack_of(row: Any, config: Mapping[str, Any], prefill: bool) -> Stack:
-    """The fused kernels the row's deployment launches in decode (prefill keeps the generic kernels)."""
+    """The stack's own kernels the row's deployment launches: an MLA model's fused ones in decode
+    (its prefill keeps the generic kernels), cann-recipes-infer's Qwen dense layer in both."""
+    framework = str(row.get("framework", ""))
+    name, families = _QWEN_DENSE
+    if framework.startswith(name) and config.get("family") in families and "experts" not in config:
+        return Stack.QWEN_DENSE
     if prefill or "kv_lora_rank" not in config:
         return Stack.GENERIC
-    framework = str(row.get("framework", ""))
     for name, families, sku, stack in _STACKS:
         if framework.startswith(name) and config.get("family") in families and sku in (None, row.sku):
             return stack
