@@ -50,6 +50,7 @@ class Stack(Vocabulary):
     MLA_PROLOG = "cann-recipes-infer"
     OMNI_A3 = "omni-infer"
     QWEN_DENSE = "cann-recipes-infer-qwen"
+    VLLM_MLA = "vllm-ascend"
 
 
 # (framework named by the row, model families whose modeling code was read, SKU the config is for or None)
@@ -61,18 +62,24 @@ _STACKS = (
 )
 
 
-# cann-recipes-infer's Qwen dense models (models/qwen, benchmarks/fidelity/qwen.py): one modeling file
-# for prefill and decode
-_QWEN_DENSE = ("cann-recipes-infer executor", ("qwen3",))
+# Stacks whose layer is read for prefill and decode alike: (framework, model families, whether the model
+# is MLA with MoE (True) or dense without MLA (False), stack). cann-recipes-infer's Qwen dense models
+# (models/qwen, benchmarks/fidelity/qwen.py); vLLM-Ascend's DeepSeek-V3 layer (benchmarks/fidelity/vllm_mla.py)
+_BOTH_PHASES = (
+    ("cann-recipes-infer executor", ("qwen3",), False, Stack.QWEN_DENSE),
+    ("vllm-ascend", ("deepseek_v3",), True, Stack.VLLM_MLA),
+)
 
 
 def stack_of(row: Any, config: Mapping[str, Any], prefill: bool) -> Stack:
     """The stack's own kernels the row's deployment launches: an MLA model's fused ones in decode
-    (its prefill keeps the generic kernels), cann-recipes-infer's Qwen dense layer in both."""
+    (its prefill keeps the generic kernels), cann-recipes-infer's Qwen dense layer and vLLM-Ascend's
+    DeepSeek-V3 layer in both."""
     framework = str(row.get("framework", ""))
-    name, families = _QWEN_DENSE
-    if framework.startswith(name) and config.get("family") in families and "experts" not in config:
-        return Stack.QWEN_DENSE
+    moe_mla = "experts" in config and "kv_lora_rank" in config
+    for name, families, mla, stack in _BOTH_PHASES:
+        if framework.startswith(name) and config.get("family") in families and moe_mla == mla:
+            return stack
     if prefill or "kv_lora_rank" not in config:
         return Stack.GENERIC
     for name, families, sku, stack in _STACKS:

@@ -26,6 +26,7 @@ from . import trace
 from .fused import FusedLayers, Stack, stack_of
 from .qwen import QwenLayers
 from .rows import Row
+from .vllm_mla import VllmMlaLayers
 
 # Public configs of models whose rows do not restate them (the row's config_source names the model).
 # GLM-5 and GLM-5.2 share one architecture: radixark/miles scripts/models/glm5-744B-A40B.sh
@@ -101,7 +102,8 @@ class Deployment:
     ``microbatches`` > 1 splits the tokens into that many micro-batches whose layers interleave, each
     micro-batch's expert all-to-alls on a communication stream, so one computes while another talks.
     ``stack`` names the inference stack whose own kernels a layer launches: an MLA layer's fused decode
-    kernels (:mod:`.fused`), cann-recipes-infer's Qwen dense layer (:mod:`.qwen`).
+    kernels (:mod:`.fused`), cann-recipes-infer's Qwen dense layer (:mod:`.qwen`), vLLM-Ascend's
+    DeepSeek-V3 layer (:mod:`.vllm_mla`).
     ``tp_moe``: vLLM-Ascend's MoE beside attention TP (vllm_ascend/ops/fused_moe/prepare_finalize.py
     PrepareAndFinalizeWithMC2/All2All @182b75ea): each TP rank routes its 1/attn_tp slice of the tokens,
     ``finalize`` all-gathers the routed output over the TP group, and the shared expert is split over the
@@ -139,7 +141,7 @@ class _Weights:
         return self.made[key]
 
 
-class Decoder(FusedLayers, QwenLayers):
+class Decoder(FusedLayers, QwenLayers, VllmMlaLayers):
     """The program of one decoder step of ``config`` under ``deployment``."""
 
     def __init__(self, config: Mapping[str, Any], deployment: Deployment) -> None:
@@ -381,6 +383,8 @@ class Decoder(FusedLayers, QwenLayers):
         scope = "decode_layer" if d.superkernel == "layer" else None
         if self.d.stack == Stack.QWEN_DENSE:
             return self.qwen_layer(xs, w, scope)
+        if self.d.stack == Stack.VLLM_MLA:
+            return self.vllm_layer(xs, w, layer, scope)
         if self.fused:
             return self.fused_layer(xs, w, layer, scope)
         xs = [self.mla(x, w, scope) if "kv_lora_rank" in c else self.gqa(x, w, layer, scope) for x in xs]
@@ -391,8 +395,8 @@ class Decoder(FusedLayers, QwenLayers):
     @property
     def fused(self) -> bool:
         """Whether the layers are a stack's own kernels: an MLA model's fused decode kernels (:mod:`.fused`)
-        or cann-recipes-infer's Qwen dense layer in prefill and decode (:mod:`.qwen`)."""
-        if self.d.stack == Stack.QWEN_DENSE:
+        or a layer read for prefill and decode alike (:mod:`.qwen`, :mod:`.vllm_mla`)."""
+        if self.d.stack in (Stack.QWEN_DENSE, Stack.VLLM_MLA):
             return True
         return self.d.stack != Stack.GENERIC and not self.d.prefill and "kv_lora_rank" in self.c
 
