@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-LAYERS, MOE_LAYERS = 61, 60
+LAYERS, MOE_LAYERS, TP = 61, 60, 16
 KIMI = "kimi-k2-thinking-a3-tp16-in512-out512"
 
 
@@ -42,7 +42,10 @@ def test_kimi_rows_take_the_vllm_ascend_layer_in_prefill_and_decode(fidelity, pr
     assert counts["npu::npu_add_rms_norm"] == 2 * LAYERS  # all but the first norm, plus the head's
     assert counts["npu::npu_rms_norm"] == LAYERS + 1  # each q_a norm and the first norm
     assert counts["npu::npu_kv_rmsnorm_rope_cache"] == counts["npu::npu_interleave_rope"] == LAYERS
-    assert counts["aten::zeros"] == LAYERS and counts["aten::copy_"] == 2 * LAYERS  # o_proj's input and output
+    assert counts["aten::zeros"] == LAYERS
+    # o_proj's input and output, and torch_npu's copy of each TP rank's slice after the list all-gather
+    assert counts["aten::copy_"] == 2 * LAYERS + TP * MOE_LAYERS
+    assert counts["_c10d_functional::all_gather_into_tensor"] == MOE_LAYERS * (2 if prefill else 1)
     assert counts["npu::npu_grouped_matmul"] == 2 * MOE_LAYERS and counts["npu::npu_dynamic_quant"] == 0
     assert counts["aten::_to_copy"] == 2 * MOE_LAYERS  # the router's float32 input and the weights' bf16
     assert counts["npu::npu_mla_prolog_v3_functional"] == 0
@@ -58,6 +61,18 @@ def test_a_decode_step_exchanges_tokens_by_mc2_and_pads_them_to_tp(fidelity):
     assert counts["aten::clone"] == 2 * LAYERS  # the latent's and the absorbed query's contiguous copies
     full = _counts(_program(models, pairs, rows[KIMI], False, 16)[0])
     assert full["aten::constant_pad_nd"] == 0
+
+
+def test_the_routed_output_is_the_tp_ranks_copies_after_the_all_gather(fidelity):
+    """torch_npu's list all-gather copies each rank's slice out of its flat buffer: the MoE's sum reads
+    all TP copies, each of which reads the all-gather."""
+    _, models, pairs, rows = fidelity
+    program, _ = _program(models, pairs, rows[KIMI], False, 8)
+    kernels = {output: kernel for kernel in program.kernels for output in kernel.outputs}
+    add = next(kernel for kernel in program.kernels if kernel.op_type == "aten::add")
+    copies = [kernels[name] for name in add.inputs if kernels[name].op_type == "aten::copy_"]
+    assert len(copies) == TP
+    assert {kernels[copy.inputs[0]].op_type for copy in copies} == {"_c10d_functional::all_gather_into_tensor"}
 
 
 def test_a_prefill_goes_through_the_all_to_all_dispatcher_with_one_host_read_a_layer(fidelity):

@@ -19,8 +19,9 @@ source commit (TP16, ``--enable-expert-parallel``, compressed-tensors int4 exper
   renormalisation and one group is supported), and ``w4a16.py`` casts the weights to bf16.
   ``PrepareAndFinalizeWithMC2``/``All2All`` (``prepare_finalize.py``) pad the tokens (MC2: to a multiple
   of TP; all-to-all: only below TP) and route this rank's 1/TP slice, ``finalize`` all-gathers the
-  routed output over TP. ``ascend_forward_context.py`` picks MC2 (``npu_moe_distribute_dispatch_v2`` /
-  ``combine_v2``) up to the MC2 capacity (the largest capture size rounded up to TP: 16 tokens here)
+  routed output over TP into a list of the ranks' slices, which torch_npu does as one all-gather and a
+  copy per rank (:meth:`VllmMlaLayers.vllm_list_all_gather`). ``ascend_forward_context.py`` picks MC2
+  (``npu_moe_distribute_dispatch_v2`` / ``combine_v2``) up to the MC2 capacity (the largest capture size rounded up to TP: 16 tokens here)
   and all-to-all above it: ``token_dispatcher.py`` ``TokenDispatcherWithAll2AllV`` counts tokens per
   expert (``histc``, sums), all-gathers the counts over EP, builds the local experts' indices with
   ``repeat_interleave`` over device repeats (its size read back to the host: a stream synchronisation),
@@ -143,12 +144,22 @@ class VllmMlaLayers:
             xs = self.b.op("npu::npu_moe_distribute_dispatch_v2", [h, topk], (routed, hidden), scope=scope)
             down = self.vllm_experts(xs, w, routed, scope)
             out = self.b.op("npu::npu_moe_distribute_combine_v2", [down, topk, weights], (rows, hidden), scope=scope)
-        out = self.b.op("_c10d_functional::all_gather_into_tensor", [out], (padded, hidden))
+        gathered = self.vllm_list_all_gather(out, rows, padded)
         shared_ffn = max(1, c.get("shared_experts", 0) * c["moe_ffn"] // d.attn_tp)
         up = self.product(h, w, "shared_gu", hidden, 2 * shared_ffn, scope)
         act = self.b.op("npu::npu_swiglu", [up], (t, shared_ffn), scope=scope)
         shared = self.all_reduce(self.product(act, w, "shared_down", shared_ffn, hidden, scope), hidden, d.attn_tp)
-        return h, self.b.op("aten::add", [out, shared], (t, hidden), scope=scope)
+        return h, self.b.op("aten::add", [*gathered, shared], (t, hidden), scope=scope)
+
+    def vllm_list_all_gather(self: Decoder, x: str, rows: int, padded: int) -> list[str]:
+        """``finalize``'s ``dist.all_gather`` into a list of the TP ranks' slices: torch_npu's
+        ``ProcessGroupHCCL::allgather`` (Ascend/pytorch torch_npu/csrc/distributed/ProcessGroupHCCL.cpp
+        @0017cdfc8d6d713bc46d308f65c184a87afd47af) gathers into a flattened buffer, then copies each rank's
+        part into its list entry (``outputTensors[i][j].copy_``): one HcclAllGather and TP copies, whose
+        outputs together are the gathered tokens."""
+        hidden = self.c["hidden"]
+        flat = self.b.op("_c10d_functional::all_gather_into_tensor", [x], (padded, hidden))
+        return [self.b.op("aten::copy_", [flat], (rows, hidden)) for _ in range(self.d.attn_tp)]
 
     def vllm_padded_tokens(self: Decoder) -> int:
         """The tokens the MoE pads to: a multiple of TP for MC2 (``padded_num_tokens``), at least TP for
