@@ -49,6 +49,8 @@ class Stack(Vocabulary):
     GENERIC = "generic"
     MLA_PROLOG = "cann-recipes-infer"
     OMNI_A3 = "omni-infer"
+    QWEN_DENSE = "cann-recipes-infer-qwen"
+    VLLM_MLA = "vllm-ascend"
 
 
 # (framework named by the row, model families whose modeling code was read, SKU the config is for or None)
@@ -60,11 +62,26 @@ _STACKS = (
 )
 
 
+# Stacks whose layer is read for prefill and decode alike: (framework, model families, whether the model
+# is MLA with MoE (True) or dense without MLA (False), stack). cann-recipes-infer's Qwen dense models
+# (models/qwen, benchmarks/fidelity/qwen.py); vLLM-Ascend's DeepSeek-V3 layer (benchmarks/fidelity/vllm_mla.py)
+_BOTH_PHASES = (
+    ("cann-recipes-infer executor", ("qwen3",), False, Stack.QWEN_DENSE),
+    ("vllm-ascend", ("deepseek_v3",), True, Stack.VLLM_MLA),
+)
+
+
 def stack_of(row: Any, config: Mapping[str, Any], prefill: bool) -> Stack:
-    """The fused kernels the row's deployment launches in decode (prefill keeps the generic kernels)."""
+    """The stack's own kernels the row's deployment launches: an MLA model's fused ones in decode
+    (its prefill keeps the generic kernels), cann-recipes-infer's Qwen dense layer and vLLM-Ascend's
+    DeepSeek-V3 layer in both."""
+    framework = str(row.get("framework", ""))
+    moe_mla = "experts" in config and "kv_lora_rank" in config
+    for name, families, mla, stack in _BOTH_PHASES:
+        if framework.startswith(name) and config.get("family") in families and moe_mla == mla:
+            return stack
     if prefill or "kv_lora_rank" not in config:
         return Stack.GENERIC
-    framework = str(row.get("framework", ""))
     for name, families, sku, stack in _STACKS:
         if framework.startswith(name) and config.get("family") in families and sku in (None, row.sku):
             return stack

@@ -15,15 +15,17 @@ GAPS = (
     (r"^sfa-a3-", "the two kernels' own pipelines: Ascend C overlaps gather, Cube and softmax across 512-token blocks "
      "on one core, TileLang's example gathers all 2048 rows again on each of 8 cores and runs its stages in turn; the "
      "sparse_attention rule prices one pipelined gather for both (indexed_access_cycles an estimate)"),
-    (r"^kimi-k2-thinking", "about 30 ms a step outside what the model prices: up to 8 sequences replay a FULL decode "
-     "graph (vLLM's default FULL_AND_PIECEWISE, kept since vLLM-Ascend's MLA supports UNIFORM_BATCH graphs; the "
-     "attention the host rebinds after each replay is modeled and hides under a 0.4 ms device layer), 23 ms at one "
-     "sequence and 27 at eight where the tutorial's concurrency sweep measures 57.7 and 87; xLLM PR #2199 puts "
+    (r"^kimi-k2-thinking", "decode steps the model prices below the tutorial's: up to 8 sequences replay a FULL "
+     "decode graph (vLLM's default FULL_AND_PIECEWISE, kept since vLLM-Ascend's MLA supports UNIFORM_BATCH graphs; the "
+     "attention the host rebinds after each replay is modeled and hides under a 0.4 ms device layer), 31 ms at one "
+     "sequence and 35 at eight (vLLM-Ascend's own layer, vllm_mla.py) where the tutorial's concurrency sweep measures "
+     "57.7 and 87; xLLM PR #2199 puts "
      "vLLM-Ascend's DeepSeek-V3.2 at TP16, batch 1, MTP1 at 26 ms TPOT (a ~50 ms step on a path that rebinds "
      "nothing), so the rebind is not it. Unmodeled candidates: the serving loop's host work outside the graph "
      "(scheduling, input preparation, eager logits and sampling, the pre-replay stream synchronize), the latency "
      "of the five TP16/EP16 collectives a MoE layer runs, and the W4A16 grouped matmul's group-32 dequantisation "
-     "(the 30 ms growth from 1 to 8 sequences); the eager steps of 9-12 sequences model at 195 ms at ten"),
+     "(the 30 ms growth from 1 to 8 sequences); the eager steps are host-bound: 3023 ops a decode "
+     "step and 3624 a prompt, each paying the host_us path"),
     (r"^dsr1-a2-int8-pdhybrid", "prefills that cost more than the model's: played through, the burst of 32 prompts "
      "per die gives TTFT 2.3 / 14.8 s against 8.4 / 31.6 s published, so the prefills the decode steps wait for "
      "are about 3x the modeled prefill of one prompt (omni-infer's PD-hybrid prefill path is not modeled)"),
@@ -62,9 +64,10 @@ GAPS = (
     (r"^dsv4flash-", "DeepSeek-V4's compressed sparse attention (CSA/HCA) and mHC, approximated by DSA-style MLA"),
     (r"^omni-dsv3-", "the vendor's batch and deployment (not given; Omni-Infer's 50 sequences per die on 64 dies "
      "assumed)"),
-    (r"^qwen3-8b-.*-prefill", "one prefill of a 38-token prompt, measured once per configuration, is mostly the "
-     "host's path through the dynamic-shape graph op by op (fitted estimates); what the executor's Python adds "
-     "around one graph run is not modeled"),
+    (r"^qwen3-8b-.*-prefill", "one eager prefill of a 38-token prompt, measured once per configuration, is "
+     "torch_npu's host path op by op (fitted estimates shared with the Kimi-K2 and Step-3.7 eager steps; "
+     "docs/fidelity.md, vLLM-Ascend's Kimi-K2 layer: with its list all-gather's per-rank copies one set of host "
+     "costs brings both stacks within 30%, but for the W8A8 TP1 prefill, +49% at the refit)"),
     (r"^dsv32exp-|^glm5-|^dsr1-a3", "expert load imbalance and the MTP draft's sampling path"),
 )
 

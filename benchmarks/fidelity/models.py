@@ -24,7 +24,9 @@ from pytest_npufuse.target.profile import HardwareProfile
 
 from . import trace
 from .fused import FusedLayers, Stack, stack_of
+from .qwen import QwenLayers
 from .rows import Row
+from .vllm_mla import VllmMlaLayers
 
 # Public configs of models whose rows do not restate them (the row's config_source names the model).
 # GLM-5 and GLM-5.2 share one architecture: radixark/miles scripts/models/glm5-744B-A40B.sh
@@ -99,7 +101,9 @@ class Deployment:
     expert weights' bits, ``kv_bytes`` a cached token's bytes per KV head (MLA: latent plus rope part).
     ``microbatches`` > 1 splits the tokens into that many micro-batches whose layers interleave, each
     micro-batch's expert all-to-alls on a communication stream, so one computes while another talks.
-    ``stack`` names the inference stack whose fused decode kernels an MLA layer launches (:mod:`.fused`).
+    ``stack`` names the inference stack whose own kernels a layer launches: an MLA layer's fused decode
+    kernels (:mod:`.fused`), cann-recipes-infer's Qwen dense layer (:mod:`.qwen`), vLLM-Ascend's
+    DeepSeek-V3 layer (:mod:`.vllm_mla`).
     ``tp_moe``: vLLM-Ascend's MoE beside attention TP (vllm_ascend/ops/fused_moe/prepare_finalize.py
     PrepareAndFinalizeWithMC2/All2All @182b75ea): each TP rank routes its 1/attn_tp slice of the tokens,
     ``finalize`` all-gathers the routed output over the TP group, and the shared expert is split over the
@@ -137,7 +141,7 @@ class _Weights:
         return self.made[key]
 
 
-class Decoder(FusedLayers):
+class Decoder(FusedLayers, QwenLayers, VllmMlaLayers):
     """The program of one decoder step of ``config`` under ``deployment``."""
 
     def __init__(self, config: Mapping[str, Any], deployment: Deployment) -> None:
@@ -377,6 +381,10 @@ class Decoder(FusedLayers):
         c, d = self.c, self.d
         w = _Weights(self.b, layer)
         scope = "decode_layer" if d.superkernel == "layer" else None
+        if self.d.stack == Stack.QWEN_DENSE:
+            return self.qwen_layer(xs, w, scope)
+        if self.d.stack == Stack.VLLM_MLA:
+            return self.vllm_layer(xs, w, layer, scope)
         if self.fused:
             return self.fused_layer(xs, w, layer, scope)
         xs = [self.mla(x, w, scope) if "kv_lora_rank" in c else self.gqa(x, w, layer, scope) for x in xs]
@@ -386,13 +394,20 @@ class Decoder(FusedLayers):
 
     @property
     def fused(self) -> bool:
-        """Whether the layers are the deployment's fused decode kernels (:mod:`.fused`)."""
+        """Whether the layers are a stack's own kernels: an MLA model's fused decode kernels (:mod:`.fused`)
+        or a layer read for prefill and decode alike (:mod:`.qwen`, :mod:`.vllm_mla`)."""
+        if self.d.stack in (Stack.QWEN_DENSE, Stack.VLLM_MLA):
+            return True
         return self.d.stack != Stack.GENERIC and not self.d.prefill and "kv_lora_rank" in self.c
 
     def build(self):
         c, d = self.c, self.d
         self.d = replace(d, tokens=d.tokens // d.microbatches, sequences=max(1, d.sequences // d.microbatches))
-        xs = [self.b.input(f"x{batch}", (self.d.tokens, c["hidden"])) for batch in range(d.microbatches)]
+        if d.stack == Stack.QWEN_DENSE:
+            ids = [self.b.input(f"ids{batch}", (self.d.tokens,), "int64") for batch in range(d.microbatches)]
+            xs = [self.qwen_embed(batch) for batch in ids]
+        else:
+            xs = [self.b.input(f"x{batch}", (self.d.tokens, c["hidden"])) for batch in range(d.microbatches)]
         if self.fused:
             xs = [(x, None) for x in xs]
         for layer in range(c["layers"]):
@@ -400,6 +415,9 @@ class Decoder(FusedLayers):
         for draft in range(d.drafts):
             xs = self.layer(xs, c["layers"] + draft)
         self.d = d
+        if d.stack == Stack.QWEN_DENSE:
+            self.qwen_head(*xs[-1])
+            return self.b.build(), self.syncs
         rows = d.sequences * (1 + d.drafts) if not d.prefill else d.sequences
         if self.fused:
             head = self.residual_norm(*xs[-1], None)

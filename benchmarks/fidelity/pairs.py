@@ -81,7 +81,7 @@ def step_value(row: Row, profiles: Profiles) -> float:
     served = serving.serving_of(row.fields, engines)
     if served is not None:
         return served_tpot_ms(row, profiles, deployment, served)
-    report = _run(row, profiles, deployment, row.get("mode"))
+    report = _run(row, profiles, deployment, prefill_mode(row, ()) if prefill else row.get("mode"))
     per_token = row.get("tokens_per_step", 1.0) if row.get("metric") == "tpot" else 1.0
     return report.time_us / 1000 / per_token
 
@@ -118,10 +118,13 @@ def served_tpot_ms(row: Row, profiles: Profiles, deployment: models.Deployment, 
 
 
 def prefill_mode(row: Row, sizes: tuple[int, ...]) -> str:
-    """The mode a prompt of the row's input length prefills in: where graphs are captured for ``sizes``
-    tokens only, a longer prompt has none and runs eager (vLLM's cudagraph dispatcher gives a batch of
-    more tokens than the largest capture size no graph); else the row's mode."""
-    return "eager" if sizes and row.get("seq") > sizes[-1] else row.get("mode")
+    """The mode a prompt of the row's input length prefills in: eager on a stack that compiles only its
+    decode (:attr:`Row.eager_prefill`); where graphs are captured for ``sizes`` tokens only, a longer
+    prompt has none and runs eager (vLLM's cudagraph dispatcher gives a batch of more tokens than the
+    largest capture size no graph); else the row's mode."""
+    if row.eager_prefill or (sizes and row.get("seq") > sizes[-1]):
+        return "eager"
+    return row.get("mode")
 
 
 def _capture_sizes(row: Row, served: serving.Serving, deployment: models.Deployment) -> tuple[int, ...]:

@@ -52,6 +52,14 @@ class Row:
         """Whether the row ran on vLLM-Ascend, whose graph capture sizes and MoE layout the builders follow."""
         return str(self.fields.get("framework", "")).startswith("vllm-ascend")
 
+    @property
+    def eager_prefill(self) -> bool:
+        """Whether the row's stack runs a prefill eager whatever its graph mode: cann-recipes-infer's
+        executor calls its compiled forward for decode only (hicann/cann-recipes-infer
+        executor/core/model_worker/model_worker.py ``ModelWorker.inference``
+        @fbc225d2de3157a093a2e7dfc2b23086d23ed8f9: "Use eager execution for prefill or non-graph mode")."""
+        return str(self.fields.get("framework", "")).startswith("cann-recipes-infer executor")
+
 
 def load_rows(path: Path = DATA) -> list[Row]:
     with open(path, "rb") as handle:

@@ -261,23 +261,26 @@ def schedule(
     copied: set[str] = set()
     frees = _last_uses(program, plan, device_index)
     previous: Kernel | None = None
-    launched = 0.0
+    launched, issued = 0.0, []
     for position, task in enumerate(plan.tasks):
         kernel = program.kernel(task.kernels[0])
         if eager and kernel.info.ge_shape:
             continue  # eager computes sizes in Python
-        after = _value_sync(kernel, program, task_of, device, device_index, host["stream_sync"], threads)
+        drained = issued if eager else None
+        after = _value_sync(kernel, program, task_of, device, device_index, host["stream_sync"], threads, drained)
         fused = config.ge_fusion and not eager and _fused_into_previous(kernel, previous, program)
         if task.name in device_index and fused:
             device.release(device_index[task.name], launched)
             previous = kernel
             continue
         first = [("EagerDispatch", host["eager_dispatch"])] if eager else []
-        first.append(("InferShape", host["infer_shape"]))
         if task.name not in device_index:
-            threads.run(0, after, [*first, ("HostCompute", host["host_op"])], task.name)
+            # an eager host op (``.item()``) is torch_npu's own code: no GE InferShape, no kernel
+            shape = [] if eager else [("InferShape", host["infer_shape"])]
+            threads.run(0, after, [*first, *shape, ("HostCompute", host["host_op"])], task.name)
             previous = None
             continue
+        first.append(("InferShape", host["infer_shape"]))
         key = _tiling_key(kernel, program)
         hit = config.tiling_cache and key in tiled
         tiled.add(key)
@@ -289,6 +292,7 @@ def schedule(
         steps = [("MemcpyH2D", _h2d(program.buffers[name].spec.nbytes, profile)) for name in dict.fromkeys(copies)]
         launched = threads.run(2, ready, [*steps, ("Launch", _launch_us(kernel, host))], task.name)
         device.release(device_index[task.name], launched)
+        issued.append(device_index[task.name])
         if position in frees and not eager:
             threads.run(1, launched, [("FreeMem", host["free"])] * len(frees[position]), task.name)
         previous = kernel
@@ -419,10 +423,19 @@ def _value_sync(
     device_index: Mapping[str, int],
     sync_us: float,
     threads: _Threads,
+    drained: list[int] | None = None,
 ) -> float:
     """When a value-dependent op reads a tensor the device computed, the host waits for that task to
-    end, then pays a stream sync and copy; returns the earliest time its InferShape may start."""
-    producers = _device_producers(kernel, program, task_of, device_index)
+    end, then pays a stream sync and copy; returns the earliest time its InferShape may start.
+
+    Eager passes ``drained``, every task launched so far: torch_npu's ``.item()`` synchronizes the
+    stream before its copy (Ascend/pytorch torch_npu/csrc/aten/common/LocalScalarDenseNpu.cpp
+    @873be6a4c043f824b6910c706f2d52a5e33869b4, ``AclrtSynchronizeStreamWithTimeout``), so a value read
+    waits for all the work queued before it, wherever the value itself came from."""
+    if drained is not None and kernel.info.value_dependent:
+        producers = list(drained)
+    else:
+        producers = _device_producers(kernel, program, task_of, device_index)
     if not producers:
         return 0.0
     return threads.run(0, _run_until(device, producers), [("StreamSync", sync_us)], kernel.name)

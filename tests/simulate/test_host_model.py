@@ -138,3 +138,32 @@ def test_only_a_replayed_graph_rebinds_its_tasks():
 def test_rebound_ops_is_a_frozenset_of_op_types():
     with pytest.raises(ArgumentError, match="rebound_ops"):
         HostConfig(threads=1, rebound_ops=[ATTENTION])
+
+
+def eager_read(read: bool):
+    """A long matmul, then (``read``) ``.item()`` of a length fed from the host, then a small op: in
+    eager the read synchronises the stream, so the op after it launches only once the matmul is done."""
+    builder = ProgramBuilder()
+    x, w = builder.input("x", (4096, 4096)), builder.input("w", (4096, 4096))
+    lengths = builder.input("lengths", (1,), "int64")
+    y = builder.op("aten::mm", [x, w], (4096, 4096))
+    if read:
+        builder.op("aten::_local_scalar_dense", [lengths], (1,), "int64")
+    builder.op("aten::mul", [y, y], (4096, 4096))
+    built = builder.build()
+    plan = plan_program(built, A3, variant=Variant.BASELINE, mode="eager")
+    return simulate(built, plan, A3, host=HostConfig(threads=1))
+
+
+def test_an_eager_value_read_waits_for_every_task_launched_before_it():
+    synced, free = eager_read(True), eager_read(False)
+    matmul = next(k for k in synced.kernels if k.op_type == "aten::mm")
+    sync = next(s for s in synced.host if s.name == "StreamSync")
+    assert sync.start_us == pytest.approx(matmul.end_us)
+    launch = [s for s in synced.host if s.name == "Launch"][-1]
+    assert launch.start_us > matmul.end_us
+    assert "StreamSync" not in {s.name for s in free.host}
+    free_matmul = next(k for k in free.kernels if k.op_type == "aten::mm")
+    assert [s for s in free.host if s.name == "Launch"][-1].start_us < free_matmul.end_us
+    read = [s.name for s in synced.host if s.kernel.startswith("LocalScalarDense")]
+    assert read == ["StreamSync", "EagerDispatch", "HostCompute"]  # no GE InferShape for torch_npu's own .item()
