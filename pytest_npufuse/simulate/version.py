@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..target.catalog import OpCatalog
     from ..target.profile import HardwareProfile
 
-SIMULATOR_VERSION = "8"
+SIMULATOR_VERSION = "9"
 
 
 def _digest(data: Any) -> str:
