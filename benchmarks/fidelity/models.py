@@ -241,9 +241,7 @@ class Decoder(FusedLayers, QwenLayers, VllmMlaLayers):
         over the prompt (half of its L x L products per sequence)."""
         d, t = self.d, self.d.tokens
         if d.prefill:
-            length = t // d.sequences
-            flops = 2.0 * heads * d.sequences * length * length * (key_dim + value_dim) / 2
-            read = length
+            flops, read = self.causal_flops(heads, key_dim, value_dim), t // d.sequences
         else:
             flops = 2.0 * heads * t * read * (key_dim + value_dim)
         cached = self.b.input(
@@ -252,6 +250,12 @@ class Decoder(FusedLayers, QwenLayers, VllmMlaLayers):
         return self.b.op(
             "npu::npu_fused_infer_attention_score", [q, cached], (t, heads, value_dim), flops=flops, scope=scope
         )
+
+    def causal_flops(self, heads: int, key_dim: int, value_dim: int) -> float:
+        """A prompt's causal attention over itself: half of its L x L products per sequence."""
+        d = self.d
+        length = d.tokens // d.sequences
+        return 2.0 * heads * d.sequences * length * length * (key_dim + value_dim) / 2
 
     def gqa(self, x: str, w: _Weights, layer: int, scope: str | None) -> str:
         c, d, t = self.c, self.d, self.d.tokens

@@ -111,12 +111,11 @@ class VllmMlaLayers:
 
     def attention_over(self: Decoder, q: str, pe: str, k_pe: str, key: str, value: str, heads: int) -> str:
         """A prompt's causal attention over its own keys and values (no cache read)."""
-        c, d, t = self.c, self.d, self.d.tokens
+        c = self.c
         qk, v_dim = c["qk_nope_head_dim"] + c["qk_rope_head_dim"], c["v_head_dim"]
-        length = t // d.sequences
-        flops = 2.0 * heads * d.sequences * length * length * (qk + v_dim) / 2
         return self.b.op(
-            "npu::npu_fused_infer_attention_score", [q, pe, k_pe, key, value], (t, heads * v_dim), flops=flops,
+            "npu::npu_fused_infer_attention_score", [q, pe, k_pe, key, value], (self.d.tokens, heads * v_dim),
+            flops=self.causal_flops(heads, qk, v_dim),
         )
 
     def vllm_moe(self: Decoder, residual: str, delta: str, w: _Weights, scope: str | None):
