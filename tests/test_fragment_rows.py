@@ -44,3 +44,18 @@ def test_the_row_evaluates_to_a_speedup_of_the_compiled_fragment(fidelity):
     assert outcome.published == 4.0
     assert outcome.modeled is not None and outcome.modeled > 1
     assert outcome.gain[1] > 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"fragment": "hc_pre"}, r"fragment = 'hc_pre' is not a fragment .* one of \['hc_post'\]"),
+        ({"inputs": [{"name": "x", "shape": [1, 4096], "dtype": "bfloat17"}]}, r"input dtype 'bfloat17' is not a torch dtype"),
+    ],
+)
+def test_a_row_naming_an_unknown_fragment_or_dtype_says_which_and_what_to_write(fidelity, change, message):
+    fragments, _, _, rows = fidelity
+    row = rows[ROW]
+    bad = replace(row, id=f"{ROW}-bad-{next(iter(change))}", fields={**row.fields, **change})
+    with pytest.raises(ValueError, match=rf"row {bad.id}: {message}"):
+        fragments.programs(bad)

@@ -43,14 +43,26 @@ def programs(row: Row) -> tuple[Program, Program]:
     """The row's fragment captured on its inputs (``inputs``: shape and dtype of each argument), and that
     program as Inductor compiles it; built once (a fit prices them under many profiles)."""
     if row.id not in _PROGRAMS:
+        fragment = FRAGMENTS.get(row.get("fragment"))
+        if fragment is None:
+            raise ValueError(
+                f"row {row.id}: fragment = {row.get('fragment')!r} is not a fragment this benchmark can "
+                f"capture; use one of {sorted(FRAGMENTS)} or add its code to fragments.FRAGMENTS"
+            )
         meta = torch.device("meta")
-        args = [
-            torch.empty(tensor["shape"], dtype=getattr(torch, tensor["dtype"]), device=meta)
-            for tensor in row.get("inputs")
-        ]
-        eager = capture(FRAGMENTS[row.get("fragment")], *args)
+        args = [torch.empty(tensor["shape"], dtype=_dtype(row, tensor["dtype"]), device=meta)
+                for tensor in row.get("inputs")]
+        eager = capture(fragment, *args)
         _PROGRAMS[row.id] = eager, fuse_pointwise(eager, models.catalog())
     return _PROGRAMS[row.id]
+
+
+def _dtype(row: Row, name: str) -> torch.dtype:
+    """The torch dtype an input names (``bfloat16``, ``float32``, ...)."""
+    dtype = getattr(torch, str(name), None)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    raise ValueError(f"row {row.id}: input dtype {name!r} is not a torch dtype; write e.g. 'bfloat16' or 'float32'")
 
 
 def _kernel_us(key: tuple, program: Program, profiles: Profiles, row: Row) -> float:
