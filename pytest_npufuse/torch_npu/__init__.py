@@ -3,10 +3,12 @@
 To model an Ascend NPU on a machine without one, this package provides torch_npu's fused operators with
 the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
 
-* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``
+* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu`` (and ``npu_gelu_backward``,
+  ``npu_fast_gelu_backward``)
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
-* :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``,
+* :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``
+  (and ``npu_add_layer_norm_backward``),
   ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax`` (and ``npu_scaled_masked_softmax_backward``)
 * :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul`` (and ``npu_rotary_mul_backward``), ``npu_apply_rotary_pos_emb``,
@@ -44,7 +46,7 @@ add the op.
 from __future__ import annotations
 
 from ..errors import MissingOpError
-from .activation import fast_gelu, npu_fast_gelu, npu_gelu
+from .activation import fast_gelu, npu_fast_gelu, npu_fast_gelu_backward, npu_gelu, npu_gelu_backward
 from .atb import (
     _npu_flash_attention,
     _npu_flash_attention_qlens,
@@ -67,6 +69,7 @@ from .dump import save_npugraph_tensor
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
     npu_confusion_transpose,
+    npu_confusion_transpose_backward,
     npu_format_cast,
     npu_prefetch,
     npu_scatter_nd_update,
@@ -94,6 +97,7 @@ from .moe_routing import (
 )
 from .norm import (
     npu_add_layer_norm,
+    npu_add_layer_norm_backward,
     npu_add_rms_norm,
     npu_add_rms_norm_quant,
     npu_layer_norm_eval,
@@ -109,6 +113,7 @@ from .quant import (
     npu_quant_matmul,
     npu_quantize,
     npu_swiglu,
+    npu_swiglu_backward,
     npu_trans_quant_param,
     npu_weight_quant_batchmatmul,
 )
@@ -130,17 +135,21 @@ from .rope import (
 __all__ = [
     "fast_gelu",
     "npu_fast_gelu",
+    "npu_fast_gelu_backward",
     "npu_gelu",
+    "npu_gelu_backward",
     "_npu_flash_attention",
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",
     "_npu_paged_attention",
     "_npu_reshape_and_cache",
     "npu_add_layer_norm",
+    "npu_add_layer_norm_backward",
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
     "npu_apply_rotary_pos_emb",
     "npu_confusion_transpose",
+    "npu_confusion_transpose_backward",
     "npu_dequant_swiglu_quant",
     "npu_dynamic_quant",
     "npu_format_cast",
@@ -186,6 +195,7 @@ __all__ = [
     "npu_scatter_nd_update_",
     "npu_scatter_pa_kv_cache",
     "npu_swiglu",
+    "npu_swiglu_backward",
     "npu_top_k_top_p",
     "npu_transpose_batchmatmul",
     "npu_trans_quant_param",

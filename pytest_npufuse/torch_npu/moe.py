@@ -26,7 +26,7 @@ from .checks import (
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
 from .quant import antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Out, SampleCall, npu_op
 
 
 def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, group_select_mode: int) -> None:
@@ -91,7 +91,19 @@ def _moe_gating_top_k_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tenso
 
 
 
-@npu_op(meta=_moe_gating_top_k_meta, kernel=_moe_gating_top_k_kernel)
+def _moe_gating_top_k_samples() -> list[SampleCall]:
+    """DeepSeek's grouped sigmoid routing with a bias, and plain softmax top-k with the scores output."""
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(6, 32, generator=gen) * 2).bfloat16()
+    bias = (torch.randn(32, generator=gen) * 0.5).bfloat16()
+    return [
+        SampleCall((logits, 4), {"bias": bias, "k_group": 2, "group_count": 4, "group_select_mode": 1,
+                                 "norm_type": 1, "renorm": 0, "routed_scaling_factor": 2.5}),
+        SampleCall((logits.float(), 2), {"out_flag": True}),
+    ]
+
+
+@npu_op(meta=_moe_gating_top_k_meta, kernel=_moe_gating_top_k_kernel, samples=_moe_gating_top_k_samples)
 def npu_moe_gating_top_k(call: Arguments) -> None:
     """MoE routing: score experts, keep the best groups, pick the top ``k``: returns ``(y, expert_idx, out)``.
 
@@ -313,9 +325,10 @@ def _gmm_single_x_shape(
             f"split_item={split} with group_list gives one output per group whose row counts are the "
             "values of group_list, which a traced graph cannot know; use split_item=2 or 3 (one [M, N] output)"
         )
-    widths = {w.shape[1] for w in weights}
-    if len(widths) != 1:
-        raise OpArgumentError(f"all weights must have the same N for a single output, got N values {sorted(widths)}")
+    if any(w.shape[1] != weights[0].shape[1] for w in weights[1:]):  # no set: a traced N is an unhashable SymInt
+        raise OpArgumentError(
+            f"all weights must have the same N for a single output, got N values {[w.shape[1] for w in weights]}"
+        )
     return [[x[0].shape[0], weights[0].shape[1]]]
 
 
@@ -451,10 +464,24 @@ def _require_group_list(name: str, value: object) -> None:
     require_tensor(name, value, optional=True)
 
 
+def _grouped_matmul_samples() -> list[SampleCall]:
+    """The MoE form (one x split by a cumulative group list over a stacked [E, K, N] weight) and the
+    per-tensor form with a bias per group."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(11, 40, generator=gen).bfloat16()
+    weight = (torch.randn(3, 40, 24, generator=gen) * 0.2).bfloat16()
+    bias = [torch.randn(24, generator=gen), torch.randn(24, generator=gen)]
+    return [
+        SampleCall(([x], [weight]), {"group_list": torch.tensor([4, 4, 9]), "split_item": 2, "group_type": 0}),
+        SampleCall(([x[:5], x[5:]], [weight[0], weight[1]]), {"bias": bias, "group_type": -1}),
+    ]
+
+
 @npu_op(
     meta=_grouped_matmul_meta,
     kernel=_grouped_matmul_kernel,
     argument_checks={"x": require_tensor_list, "weight": require_tensor_list, "group_list": _require_group_list},
+    samples=_grouped_matmul_samples,
 )
 def npu_grouped_matmul(call: Arguments) -> None:
     """Grouped matmul: group ``g`` multiplies its rows of x by ``weight[g]`` ([K, N]); returns a list.
@@ -565,7 +592,21 @@ def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     return out
 
 
-@npu_op(meta=_gmm_finalize_routing_meta, kernel=_gmm_finalize_routing_kernel)
+def _gmm_finalize_routing_samples() -> list[SampleCall]:
+    """int8 expert rows dequantised per channel and per token, weighted by their logits, scatter-added to
+    their tokens beside a shared expert's output."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(-100, 100, (7, 32), generator=gen, dtype=torch.int8)
+    weight = torch.randint(-100, 100, (3, 32, 16), generator=gen, dtype=torch.int8)
+    return [SampleCall((x, weight, torch.tensor([2, 3, 1])), {
+        "scale": torch.rand(3, 16, generator=gen) * 1e-3, "pertoken_scale": torch.rand(7, generator=gen) * 1e-2,
+        "shared_input": torch.randn(2, 16, generator=gen).bfloat16(), "logit": torch.rand(7, generator=gen),
+        "row_index": torch.tensor([0, 2, 1, 3, 0, 2, 1]), "shared_input_weight": 0.5, "shared_input_offset": 1,
+        "output_bs": 4,
+    })]
+
+
+@npu_op(meta=_gmm_finalize_routing_meta, kernel=_gmm_finalize_routing_kernel, samples=_gmm_finalize_routing_samples)
 def npu_grouped_matmul_finalize_routing(call: Arguments) -> None:
     """W8A8 grouped matmul of the routed rows, then finalize routing: ``y [output_bs, n]`` float32.
 
