@@ -5,7 +5,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 
 * :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu`` (and ``npu_gelu_backward``,
   ``npu_fast_gelu_backward``)
-* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
+* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu`` (and
+  ``npu_swiglu_backward``), ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
 * :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``
   (and ``npu_add_layer_norm_backward``),
@@ -14,7 +15,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul`` (and ``npu_rotary_mul_backward``), ``npu_apply_rotary_pos_emb``,
   ``npu_interleave_rope``,
   ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
-* :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
+* :mod:`.moe` - ``npu_moe_gating_top_k`` (and ``npu_moe_gating_top_k_backward``), ``npu_grouped_matmul``,
+  ``npu_grouped_matmul_finalize_routing``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
   ``npu_moe_init_routing_quant``, ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``,
   ``npu_moe_re_routing``
@@ -27,7 +29,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
-  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``,
+  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``
+  (and ``npu_confusion_transpose_backward``),
   ``scatter_update``, ``scatter_update_``
 
 Each op is declared once through :func:`.registry.npu_op` (schema, argument checks, CPU kernel, fake
@@ -79,7 +82,12 @@ from .memory import (
     scatter_update,
     scatter_update_,
 )
-from .moe import npu_grouped_matmul, npu_grouped_matmul_finalize_routing, npu_moe_gating_top_k
+from .moe import (
+    npu_grouped_matmul,
+    npu_grouped_matmul_finalize_routing,
+    npu_moe_gating_top_k,
+    npu_moe_gating_top_k_backward,
+)
 from .moe_distribute import (
     npu_moe_distribute_combine,
     npu_moe_distribute_combine_v2,
@@ -175,6 +183,7 @@ __all__ = [
     "npu_moe_distribute_dispatch_v2",
     "npu_moe_finalize_routing",
     "npu_moe_gating_top_k",
+    "npu_moe_gating_top_k_backward",
     "npu_moe_gating_top_k_softmax",
     "npu_moe_init_routing",
     "npu_moe_init_routing_quant",

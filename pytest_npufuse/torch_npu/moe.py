@@ -26,7 +26,7 @@ from .checks import (
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
 from .quant import antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
-from .registry import Arguments, Out, SampleCall, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
 
 def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, group_select_mode: int) -> None:
@@ -92,18 +92,97 @@ def _moe_gating_top_k_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _moe_gating_top_k_samples() -> list[SampleCall]:
-    """DeepSeek's grouped sigmoid routing with a bias, and plain softmax top-k with the scores output."""
+    """DeepSeek's grouped sigmoid routing with a bias, and plain sigmoid top-k, both with the scores output
+    the backward reads (the op is differentiable in sigmoid mode only)."""
     gen = torch.Generator().manual_seed(0)
     logits = (torch.randn(6, 32, generator=gen) * 2).bfloat16()
     bias = (torch.randn(32, generator=gen) * 0.5).bfloat16()
     return [
         SampleCall((logits, 4), {"bias": bias, "k_group": 2, "group_count": 4, "group_select_mode": 1,
-                                 "norm_type": 1, "renorm": 0, "routed_scaling_factor": 2.5}),
-        SampleCall((logits.float(), 2), {"out_flag": True}),
+                                 "norm_type": 1, "out_flag": True, "routed_scaling_factor": 2.5}),
+        SampleCall((logits.float(), 2), {"norm_type": 1, "out_flag": True}),
     ]
 
 
-@npu_op(meta=_moe_gating_top_k_meta, kernel=_moe_gating_top_k_kernel, samples=_moe_gating_top_k_samples)
+def _moe_gating_top_k_backward_meta(call: Arguments) -> Out:
+    """x's gradient: x_norm's shape [M, N] in grad_y's dtype (the API page)."""
+    x_norm, grad_y, expert_idx = call.x_norm, call.grad_y, call.expertIdx
+    require_dtype("x_norm", x_norm, (torch.float32,))
+    require_dtype("grad_y", grad_y, FLOAT_DTYPES)
+    require_dtype("expertIdx", expert_idx, (torch.int32,))
+    if x_norm.dim() != 2 or grad_y.dim() != 2 or grad_y.shape[0] != x_norm.shape[0]:
+        raise OpArgumentError(f"x_norm {list(x_norm.shape)} and grad_y {list(grad_y.shape)} must be [M, N] and [M, K]")
+    require_shape("expertIdx", expert_idx, (tuple(grad_y.shape),))
+    return Out(list(x_norm.shape), grad_y.dtype)
+
+
+def _moe_gating_top_k_backward_kernel(call: Arguments) -> torch.Tensor:
+    """Sigmoid mode: with ``s`` the selected scores, ``S = sum(s) + eps`` and ``f`` the scaling factor, the
+    forward's ``y_k = f s_k / S`` gives ``ds_j = f (g_j / S - sum_k g_k s_k / S**2)`` and, through the
+    sigmoid, ``dx_j = ds_j s_j (1 - s_j)`` on the selected experts, 0 elsewhere (the bias only selects).
+    float32, rounded once to grad_y's dtype."""
+    scores, idx = call.x_norm, call.expertIdx.to(torch.int64)
+    selected = scores.gather(1, idx)
+    grads = call.grad_y.to(torch.float32)
+    total = pairwise_sum(selected, dim=-1, keepdim=True) + call.eps
+    weighted = pairwise_sum(grads * selected, dim=-1, keepdim=True)
+    d_selected = call.routed_scaling_factor * (grads / total - weighted / (total * total))
+    dx = torch.zeros_like(scores).scatter(1, idx, d_selected * selected * (1.0 - selected))
+    return dx.to(call.grad_y.dtype)
+
+
+def _moe_gating_top_k_backward_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(1)
+    calls = []
+    for sample in _moe_gating_top_k_samples():
+        y, idx, x_norm = torch.ops.npu.npu_moe_gating_top_k(*sample.args, **sample.kwargs)
+        kwargs = {name: sample.kwargs[name] for name in ("routed_scaling_factor",) if name in sample.kwargs}
+        calls.append(SampleCall((x_norm, torch.randn(y.shape, generator=gen).to(y.dtype), idx),
+                                {"norm_type": 1, **kwargs}))
+    return calls
+
+
+@npu_op(meta=_moe_gating_top_k_backward_meta, kernel=_moe_gating_top_k_backward_kernel,
+        samples=_moe_gating_top_k_backward_samples)
+def npu_moe_gating_top_k_backward(call: Arguments) -> None:
+    """The gradient of :func:`npu_moe_gating_top_k`'s ``x`` from ``y``'s gradient ``grad_y``, the forward's
+    normalised scores ``x_norm`` (its third output, so the forward needs ``out_flag=True``) and expert
+    indices ``expertIdx``.
+
+    Sources: op-plugin derivatives.yaml (``npu_moe_gating_top_k -> npu_moe_gating_top_k_backward(result2, grad,
+    result1, renorm, norm_type, routed_scaling_factor, eps)``) and its API page (sigmoid mode only, renorm
+    reserved) with test_npu_moe_gating_top_k_backward.py (the top-k weights renormalised by their sum).
+    """
+    if call.norm_type != 1:
+        raise OpArgumentError(f"norm_type={call.norm_type} has no backward in torch_npu: only 1 (sigmoid) is supported")
+    if call.renorm != 0:
+        raise OpArgumentError(f"renorm={call.renorm} is reserved; torch_npu's backward supports only 0")
+
+
+def _moe_gating_top_k_setup(ctx: object, call: Arguments, output: tuple) -> None:
+    _, expert_idx, x_norm = output
+    ctx.save_for_backward(x_norm, expert_idx)
+    ctx.call = call
+
+
+def _moe_gating_top_k_grad(ctx: object, grad_y: torch.Tensor, *_unused: torch.Tensor) -> tuple:
+    """op-plugin's formula: only y's gradient flows back, to x (expert_idx and the scores are intermediates,
+    the keyword-only bias only selects). The scores are the third output, so train with ``out_flag=True``."""
+    x_norm, expert_idx = ctx.saved_tensors
+    call = ctx.call
+    dx = torch.ops.npu.npu_moe_gating_top_k_backward(
+        x_norm, grad_y, expert_idx, renorm=call.renorm, norm_type=call.norm_type,
+        routed_scaling_factor=call.routed_scaling_factor, eps=call.eps,
+    )
+    return dx, None
+
+
+@npu_op(
+    meta=_moe_gating_top_k_meta,
+    kernel=_moe_gating_top_k_kernel,
+    derivative=Derivative(_moe_gating_top_k_setup, _moe_gating_top_k_grad),
+    samples=_moe_gating_top_k_samples,
+)
 def npu_moe_gating_top_k(call: Arguments) -> None:
     """MoE routing: score experts, keep the best groups, pick the top ``k``: returns ``(y, expert_idx, out)``.
 

@@ -336,6 +336,19 @@ class Derivative:
     backward: Callable[..., Any]
 
 
+def _register_autograd(name: str, backward: Callable[..., Any], setup_context: Callable[..., None]) -> None:
+    """``torch.library.register_autograd`` without its refusal of keyword-only tensors.
+
+    torch refuses them because its generated autograd kernel passes keyword-only arguments through without
+    differentiating them. That is what op-plugin's derivatives.yaml declares for every such tensor of a
+    torch_npu op (npu_moe_gating_top_k differentiates ``x``, never its keyword-only ``bias``), so the same
+    kernel is registered here for every differentiable op, at the Autograd key as torch does.
+    """
+    overload = getattr(getattr(torch.ops, NAMESPACE), name).default
+    info = torch._library.autograd.Info(backward, setup_context)
+    _LIB.impl(name, torch._library.autograd.make_autograd_impl(overload, info), "Autograd", with_keyset=True)
+
+
 def npu_op(
     *,
     meta: Callable[[Arguments], Outputs],
@@ -417,7 +430,7 @@ def npu_op(
             ) -> None:
                 keep(ctx, make(inputs, keyword_only_inputs)[0], output)
 
-            torch.library.register_autograd(op_type, derivative.backward, setup_context=setup_context, lib=_LIB)
+            _register_autograd(name, derivative.backward, setup_context)
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
         if side_effect:
             torch.fx.node.has_side_effect(packet.default)

@@ -203,6 +203,32 @@ def test_add_layer_norm_grad_flows_from_y_and_the_residual_output(gamma_shape):
     assert_grads([x1.grad, x2.grad, gamma.grad, beta.grad], [t.grad for t in doubles])
 
 
+@pytest.mark.parametrize(("group_count", "k_group", "scale"), [(1, 1, 1.0), (4, 2, 2.5)])
+def test_moe_gating_top_k_grad_in_sigmoid_mode(group_count, k_group, scale):
+    """Against float64 autograd of the sigmoid routing: the bias only selects the experts."""
+    x, bias = torch.randn(6, 16, generator=GEN) * 2, torch.randn(16, generator=GEN) * 0.5
+    (leaf,) = leaves(x)
+    y, idx, _ = torch_npu.npu_moe_gating_top_k(leaf, 3, bias=bias, k_group=k_group, group_count=group_count,
+                                               norm_type=1, out_flag=True, routed_scaling_factor=scale)
+    grad = torch.randn(y.shape, generator=GEN)
+    y.backward(grad)
+
+    def unfused(x):
+        scores = torch.sigmoid(x).gather(1, idx.long())
+        return scores / (scores.sum(-1, keepdim=True) + 1e-20) * scale
+
+    assert_grads([leaf.grad], reference_grads(unfused, [leaf], grad))
+
+
+def test_moe_gating_top_k_softmax_mode_has_no_backward_as_in_torch_npu():
+    from pytest_npufuse.errors import OpArgumentError
+
+    (x,) = leaves(torch.randn(4, 8, generator=GEN))
+    y = torch_npu.npu_moe_gating_top_k(x, 2, out_flag=True)[0]
+    with pytest.raises(OpArgumentError, match="norm_type=0"):
+        y.backward(torch.ones_like(y))
+
+
 def test_the_backward_ops_are_declared_with_torch_npu_schemas():
     assert OPS["npu_rms_norm_backward"].schema.startswith("npu_rms_norm_backward(Tensor dy, Tensor self, Tensor gamma")
     assert OPS["npu_rotary_mul_backward"].schema == (
@@ -214,7 +240,8 @@ def test_the_backward_ops_are_declared_with_torch_npu_schemas():
     for forward, backward in [("npu_gelu", "npu_gelu_backward"), ("npu_fast_gelu", "npu_fast_gelu_backward"),
                               ("fast_gelu", "npu_fast_gelu_backward"), ("npu_swiglu", "npu_swiglu_backward"),
                               ("npu_add_layer_norm", "npu_add_layer_norm_backward"),
-                              ("npu_confusion_transpose", "npu_confusion_transpose_backward")]:
+                              ("npu_confusion_transpose", "npu_confusion_transpose_backward"),
+                              ("npu_moe_gating_top_k", "npu_moe_gating_top_k_backward")]:
         assert OPS[forward].differentiable and not OPS[backward].differentiable
 
 
