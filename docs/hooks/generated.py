@@ -86,9 +86,11 @@ def cli() -> str:
     sections = []
     for name, command in _subcommands(parser()).items():
         usage = " ".join(command.format_usage().split()).removeprefix("usage: ")
+        examples = "\n".join(line.strip() for line in (command.epilog or "").splitlines()[1:])
         sections.append(
             f"### `{name}`\n\n{command.description}\n\n```text\n{usage}\n```\n\n"
             + _table(("argument", "meaning"), _argument_rows(command))
+            + (f"\n\nExamples:\n\n```bash\n{examples}\n```" if examples else "")
         )
     return "\n\n".join(sections)
 
