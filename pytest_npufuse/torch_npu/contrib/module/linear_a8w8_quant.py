@@ -9,7 +9,6 @@ Source: Ascend/pytorch ``torch_npu/contrib/module/linear_a8w8_quant.py`` at ``9e
 
 from __future__ import annotations
 
-import warnings
 from typing import Optional, Sequence
 
 import torch
@@ -37,33 +36,7 @@ class LinearA8W8Quant(QuantLinearBase):
     (``scale`` int64/float32/bfloat16, ``offset`` and ``pertoken_scale`` float32, ``bias``
     int32/bfloat16/float16/float32, ``output_dtype`` None/int8/float16/bfloat16)."""
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        *,
-        bias: bool = True,
-        offset: bool = False,
-        pertoken_scale: bool = False,
-        device: object = None,
-        dtype: Optional[torch.dtype] = None,
-        output_dtype: Optional[torch.dtype] = None,
-    ) -> None:
-        warnings.warn(
-            "torch_npu.contrib.module.LinearA8W8Quant is deprecated; use torch_npu.contrib.module.LinearQuant",
-            FutureWarning,
-            stacklevel=2,
-        )
-        super().__init__(
-            in_features,
-            out_features,
-            bias=bias,
-            offset=offset,
-            pertoken_scale=pertoken_scale,
-            device=device,
-            dtype=dtype,
-            output_dtype=output_dtype,
-        )
+    replaced_by = "LinearQuant"
 
     def check_operands(self, x: Tensor) -> None:
         super().check_operands(x)

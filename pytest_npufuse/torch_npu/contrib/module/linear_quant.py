@@ -12,6 +12,7 @@ parameter names and dtypes, the scale rule).
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import torch
@@ -40,6 +41,7 @@ class QuantLinearBase(Module):
     offset: Optional[Tensor]
     pertoken_scale: Optional[Tensor]
     bias: Optional[Tensor]
+    replaced_by: Optional[str] = None  # the class a deprecated one names in its FutureWarning
 
     def __init__(
         self,
@@ -54,6 +56,13 @@ class QuantLinearBase(Module):
         output_dtype: Optional[torch.dtype] = None,
     ) -> None:
         """``device`` and ``dtype`` are accepted and unused, as in torch_npu: the loader's tensors decide."""
+        if self.replaced_by is not None:
+            warnings.warn(
+                f"torch_npu.contrib.module.{type(self).__name__} is deprecated; use "
+                f"torch_npu.contrib.module.{self.replaced_by}",
+                FutureWarning,
+                stacklevel=2,
+            )
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
