@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
-import inspect
 import re
 import subprocess
 import sys
@@ -155,17 +154,6 @@ def used_names(pytorch: Path, op_plugin: Path, suite: Path) -> list[str]:
     return sorted(names)
 
 
-def shim_init_signature(cls: type) -> str:
-    """The shim class's ``__init__`` in the same text form as :func:`init_signature`."""
-    parts, star = [], False
-    for p in inspect.signature(cls.__init__).parameters.values():
-        if p.kind is p.KEYWORD_ONLY and not star:
-            parts.append("*")
-            star = True
-        parts.append(p.name + ("" if p.default is p.empty else f"={p.default!r}"))
-    return f"({', '.join(parts)})"
-
-
 def _test_module() -> ModuleType:
     """The public-API test, whose comparison of a shim op with a real schema this script reuses (the data
     file it reads need not exist yet: an empty one is put in its place while it loads)."""
@@ -202,8 +190,8 @@ def gaps(ops: dict[str, str], dtypes: list[str], submodules: list[str], used: li
         mine = getattr(shim_contrib, cls, None)
         if mine is None:
             found[f"contrib.module.{cls}"] = "missing"
-        elif shim_init_signature(mine) != signature:
-            found[f"contrib.module.{cls}"] = f"__init__ is {shim_init_signature(mine)}"
+        elif checks.constructor_text(mine) != signature:
+            found[f"contrib.module.{cls}"] = f"__init__ is {checks.constructor_text(mine)}"
     return found
 
 
