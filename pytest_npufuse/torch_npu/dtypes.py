@@ -1,12 +1,13 @@
 """torch_npu's own dtype names (``torch_npu.hifloat8``, ``torch_npu.float4_e2m1fn_x2``, ...), as plain ints.
 
-torch has no dtype for the NPU-only formats (HiFloat8, FP4/FP6 of the OCP MX family, int4), so torch_npu
-names every ACL data type by an int: the ACL enum value plus an offset of 256, which keeps the codes apart
+torch has no dtype for several of the NPU's formats (HiFloat8, FP6, int4), so torch_npu names every ACL
+data type by an int: the ACL enum value plus an offset of 256, which keeps the codes apart
 from ``torch.ScalarType`` values (an op taking ``int? x1_dtype`` accepts either and tells them apart by
 that offset). torch_npu sets one module attribute per name when it loads, including the standard types
-(``torch_npu.float32 == 256``). Ops take them where their schema says ``int? <name>_dtype``; a tensor of
-such a type is carried in a torch dtype of the same width (``int8`` for hifloat8, packed ``int32`` or
-``uint8`` for float4).
+(``torch_npu.float32 == 256``). Ops take them where their schema says ``int? <name>_dtype``, beside a
+tensor whose torch dtype has the same width: uint8 bytes for hifloat8 and the float6 formats, torch's
+own ``float8_*`` and ``float4_e2m1fn_x2`` where torch has them (torch_npu's CalcuOpUtil.cpp map), int32
+words of eight int4 values.
 
 Sources: the names and the offset are torch_npu's ``torch_npu/csrc/custom_dtype/Init.cpp`` and ``Init.h``
 (``DType``, ``g_toAclOffset = 256``; exported by ``torch_npu/_init/core/_exports.py``) at Ascend/pytorch
