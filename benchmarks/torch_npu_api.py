@@ -18,12 +18,13 @@ the torch_npu version pytest-npufuse models, from git directories (e.g. the sear
 * modules: the ``__all__`` of ``torch_npu/contrib``, ``torch_npu/contrib/module`` and ``torch_npu/onnx``,
   and the constructor signatures of the contrib classes the shim provides (read with ``ast``).
 * used: the ``torch_npu.<name>`` and ``torch.ops.npu.<name>`` names the peer-suite test files reference
-  (the list of files: ``FILE`` lines of a suite.txt), read from the same commits.
+  (the list of files: ``FILE`` lines of a suite.txt), read from the same commits, and the ``torch_npu.<name>``
+  names vLLM-Ascend's package code uses (``github:vllm-project/vllm-ascend``, ``vllm_ascend/``).
 
 Run from the repository root::
 
     PYTHONPATH=. python benchmarks/torch_npu_api.py --pytorch PYTORCH_GIT_DIR --op-plugin OP_PLUGIN_GIT_DIR \\
-        --suite SUITE_TXT [--check]
+        --vllm-ascend VLLM_ASCEND_GIT_DIR --suite SUITE_TXT [--check]
 
 ``--check`` writes nothing and exits 1 when the file on disk differs from what would be written.
 """
@@ -43,6 +44,7 @@ import yaml
 
 PYTORCH_COMMIT = "9e73e708ab9350d203475609f36f8a43f6a0c2ab"  # Ascend/pytorch master, 2026-08-21
 OP_PLUGIN_COMMIT = "6b46b284d04116e7ac551fddb916027629176579"  # its third_party/op-plugin submodule pin
+VLLM_ASCEND_COMMIT = "182b75ea84ff13ece27b57391331ef8935410aea"  # vllm-project/vllm-ascend main, 2026-08-22
 TORCH_VERSION = "v2.13"
 OUT = Path(__file__).resolve().parents[1] / "tests" / "shim" / "torch_npu_api.toml"
 CONTRIB_CLASSES = {"LinearQuant": "linear_quant", "LinearA8W8Quant": "linear_a8w8_quant",
@@ -142,6 +144,13 @@ def init_signature(pytorch: Path, module: str, cls: str) -> str:
     return f"({', '.join(parts)})"
 
 
+def public_code_names(vllm_ascend: Path) -> list[str]:
+    """The ``torch_npu.<name>`` names vLLM-Ascend's package code uses: the public code the shim serves."""
+    out = subprocess.run(["git", "--git-dir", str(vllm_ascend), "grep", "-h", "-o", "-E", r"\btorch_npu\.[A-Za-z_]\w*",
+                          VLLM_ASCEND_COMMIT, "--", "vllm_ascend/*.py"], check=True, capture_output=True, text=True)
+    return sorted({hit.rpartition(".")[2] for hit in out.stdout.split()})
+
+
 def used_names(pytorch: Path, op_plugin: Path, suite: Path) -> list[str]:
     names: set[str] = set()
     for line in suite.read_text().splitlines():
@@ -158,7 +167,7 @@ def _test_module() -> ModuleType:
     """The public-API test, whose comparison of a shim op with a real schema this script reuses (the data
     file it reads need not exist yet: an empty one is put in its place while it loads)."""
     if not OUT.exists():
-        OUT.write_text('[used]\nnames = []\n[gaps]\n[ops]\n[dtypes]\nnames = []\n[contrib]\n[modules]\n')
+        OUT.write_text('[used]\ntests = []\npublic_code = []\n[gaps]\n[ops]\n[dtypes]\nnames = []\n[contrib]\n[modules]\n')
     spec = importlib.util.spec_from_file_location("test_torch_npu_api", OUT.with_name("test_torch_npu_api.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -200,7 +209,7 @@ def _toml_string(text: str) -> str:
 
 
 def render(ops: dict[str, str], dtypes: list[str], modules: dict[str, list[str]], contrib: dict[str, str],
-           used: list[str], found: dict[str, str]) -> str:
+           tests: list[str], public: list[str], found: dict[str, str]) -> str:
     lines = [
         "# The real torch_npu's public names and the ones its op tests use, written by",
         "# benchmarks/torch_npu_api.py (do not edit by hand; rerun it) from Ascend/pytorch",
@@ -211,11 +220,14 @@ def render(ops: dict[str, str], dtypes: list[str], modules: dict[str, list[str]]
         "[source]",
         f'pytorch = "{PYTORCH_COMMIT}"',
         f'op_plugin = "{OP_PLUGIN_COMMIT}"',
+        f'vllm_ascend = "{VLLM_ASCEND_COMMIT}"',
         f'torch = "{TORCH_VERSION}"',
         "",
-        "# Names torch_npu's op tests in the peer suite reference as torch_npu.<name> or torch.ops.npu.<name>.",
+        "# tests: names torch_npu's op tests in the peer suite reference as torch_npu.<name> or torch.ops.npu.<name>;",
+        "# public_code: torch_npu.<name> names vLLM-Ascend's package code uses.",
         "[used]",
-        "names = [" + ", ".join(f'"{n}"' for n in used) + "]",
+        "tests = [" + ", ".join(f'"{n}"' for n in tests) + "]",
+        "public_code = [" + ", ".join(f'"{n}"' for n in public) + "]",
         "",
         "# Used names and the shim's own ops that it lacks or declares with another schema: the tracked gaps.",
         "[gaps]",
@@ -245,6 +257,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pytorch", type=Path, required=True, help="git dir of Ascend/pytorch")
     parser.add_argument("--op-plugin", type=Path, required=True, help="git dir of Ascend/op-plugin")
+    parser.add_argument("--vllm-ascend", type=Path, required=True, help="git dir of vllm-project/vllm-ascend")
     parser.add_argument("--suite", type=Path, required=True, help="suite.txt naming the peer-suite files")
     parser.add_argument("--check", action="store_true", help="compare with the file on disk, write nothing")
     args = parser.parse_args()
@@ -253,9 +266,11 @@ def main() -> int:
     modules = {f"torch_npu.{p.replace('/', '.')}": module_all(args.pytorch, f"torch_npu/{p}/__init__.py")
                for p in ("contrib", "contrib/module", "onnx")}
     contrib = {cls: init_signature(args.pytorch, module, cls) for cls, module in CONTRIB_CLASSES.items()}
-    used = used_names(args.pytorch, args.op_plugin, args.suite)
+    tests = used_names(args.pytorch, args.op_plugin, args.suite)
+    public = public_code_names(args.vllm_ascend)
+    used = sorted(set(tests) | set(public))
     submodules = sorted({p.split("/")[1].removesuffix(".py") for p in listing(args.pytorch, PYTORCH_COMMIT, "torch_npu")})
-    text = render(ops, dtypes, modules, contrib, used, gaps(ops, dtypes, submodules, used, contrib))
+    text = render(ops, dtypes, modules, contrib, tests, public, gaps(ops, dtypes, submodules, used, contrib))
     if args.check:
         same = OUT.exists() and OUT.read_text() == text
         print(f"{OUT.name}: {'up to date' if same else 'differs: rerun without --check'}")

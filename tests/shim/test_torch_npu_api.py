@@ -4,7 +4,7 @@ op tests use, except the tracked gaps.
 ``torch_npu_api.toml`` beside this file is written by ``benchmarks/torch_npu_api.py`` from the sources of
 the torch_npu version the shim models (Ascend/pytorch and the op-plugin commit it pins): every op's schema,
 the dtype names, the ``__all__`` of the Python packages the shim models, the contrib classes' constructors,
-the names the peer-suite test files use, and ``[gaps]``: the used names the shim lacks or declares with
+the names the peer-suite test files and vLLM-Ascend's code use, and ``[gaps]``: the used names the shim lacks or declares with
 another schema, each with why. A gap closed by a change to the shim fails
 :func:`test_every_tracked_gap_is_still_a_gap` until its line is removed (rerun the script), so the list
 never claims less than the shim does; a new difference fails :func:`test_used_names_match_the_real_package`.
@@ -29,6 +29,7 @@ from pytest_npufuse.torch_npu.dtypes import DTYPE_CODES
 from pytest_npufuse.torch_npu.schema import declarations
 
 API = tomllib.loads((Path(__file__).parent / "torch_npu_api.toml").read_text())
+USED = sorted(set(API["used"]["tests"]) | set(API["used"]["public_code"]))
 _ALIAS = re.compile(r"\([a-z]!?\)")
 
 
@@ -82,7 +83,7 @@ def _difference(name: str) -> Optional[str]:
     return None if shim_has(name) else "missing"
 
 
-@pytest.mark.parametrize("name", [n for n in API["used"]["names"] if n not in API["gaps"]])
+@pytest.mark.parametrize("name", [n for n in USED if n not in API["gaps"]])
 def test_used_names_match_the_real_package(name: str) -> None:
     assert _difference(name) is None, f"torch_npu.{name}: {_difference(name)}; fix the shim or rerun the script"
 
