@@ -3,16 +3,20 @@
 To model an Ascend NPU on a machine without one, this package provides torch_npu's fused operators with
 the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
 
-* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``
-* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
+* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu`` (and ``npu_gelu_backward``,
+  ``npu_fast_gelu_backward``)
+* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu`` (and
+  ``npu_swiglu_backward``), ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
-* :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``,
+* :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``
+  (and ``npu_add_layer_norm_backward``),
   ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax`` (and ``npu_scaled_masked_softmax_backward``)
 * :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul`` (and ``npu_rotary_mul_backward``), ``npu_apply_rotary_pos_emb``,
   ``npu_interleave_rope``,
   ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
-* :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
+* :mod:`.moe` - ``npu_moe_gating_top_k`` (and ``npu_moe_gating_top_k_backward``), ``npu_grouped_matmul``,
+  ``npu_grouped_matmul_finalize_routing``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
   ``npu_moe_init_routing_quant``, ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``,
   ``npu_moe_re_routing``
@@ -27,7 +31,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
-  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``,
+  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``
+  (and ``npu_confusion_transpose_backward``),
   ``scatter_update``, ``scatter_update_``
 
 Each op is declared once through :func:`.registry.npu_op` (schema, argument checks, CPU kernel, fake
@@ -50,7 +55,7 @@ add the op.
 from __future__ import annotations
 
 from ..errors import MissingOpError
-from .activation import fast_gelu, npu_fast_gelu, npu_gelu
+from .activation import fast_gelu, npu_fast_gelu, npu_fast_gelu_backward, npu_gelu, npu_gelu_backward
 from .atb import (
     _npu_flash_attention,
     _npu_flash_attention_qlens,
@@ -75,6 +80,7 @@ from .dump import save_npugraph_tensor
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
     npu_confusion_transpose,
+    npu_confusion_transpose_backward,
     npu_format_cast,
     npu_prefetch,
     npu_scatter_nd_update,
@@ -84,7 +90,12 @@ from .memory import (
     scatter_update,
     scatter_update_,
 )
-from .moe import npu_grouped_matmul, npu_grouped_matmul_finalize_routing, npu_moe_gating_top_k
+from .moe import (
+    npu_grouped_matmul,
+    npu_grouped_matmul_finalize_routing,
+    npu_moe_gating_top_k,
+    npu_moe_gating_top_k_backward,
+)
 from .moe_distribute import (
     npu_moe_distribute_combine,
     npu_moe_distribute_combine_v2,
@@ -102,6 +113,7 @@ from .moe_routing import (
 )
 from .norm import (
     npu_add_layer_norm,
+    npu_add_layer_norm_backward,
     npu_add_rms_norm,
     npu_add_rms_norm_quant,
     npu_layer_norm_eval,
@@ -117,6 +129,7 @@ from .quant import (
     npu_quant_matmul,
     npu_quantize,
     npu_swiglu,
+    npu_swiglu_backward,
     npu_trans_quant_param,
     npu_weight_quant_batchmatmul,
 )
@@ -139,7 +152,9 @@ from .weight_pack import npu_convert_weight_to_int4pack
 __all__ = [
     "fast_gelu",
     "npu_fast_gelu",
+    "npu_fast_gelu_backward",
     "npu_gelu",
+    "npu_gelu_backward",
     "_npu_dropout_gen_mask",
     "_npu_flash_attention",
     "_npu_flash_attention_qlens",
@@ -147,10 +162,12 @@ __all__ = [
     "_npu_paged_attention",
     "_npu_reshape_and_cache",
     "npu_add_layer_norm",
+    "npu_add_layer_norm_backward",
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
     "npu_apply_rotary_pos_emb",
     "npu_confusion_transpose",
+    "npu_confusion_transpose_backward",
     "npu_convert_weight_to_int4pack",
     "npu_dequant_swiglu_quant",
     "npu_dynamic_quant",
@@ -177,6 +194,7 @@ __all__ = [
     "npu_moe_distribute_dispatch_v2",
     "npu_moe_finalize_routing",
     "npu_moe_gating_top_k",
+    "npu_moe_gating_top_k_backward",
     "npu_moe_gating_top_k_softmax",
     "npu_moe_init_routing",
     "npu_moe_init_routing_quant",
@@ -197,6 +215,7 @@ __all__ = [
     "npu_scatter_nd_update_",
     "npu_scatter_pa_kv_cache",
     "npu_swiglu",
+    "npu_swiglu_backward",
     "npu_top_k_top_p",
     "npu_transpose_batchmatmul",
     "npu_trans_quant_param",

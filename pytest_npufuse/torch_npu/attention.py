@@ -38,7 +38,7 @@ from .checks import (
 )
 from .fixedorder import pairwise_sum
 from .memory import nz_run
-from .registry import Arguments, Derivative, Out, bind, check, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, bind, check, npu_op
 
 DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
 FIA_LAYOUTS = (*DENSE_LAYOUTS, "TND", "BNSD_BSND")
@@ -595,7 +595,41 @@ def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mo
                    "precision/performance and invalid-row modes; the CPU model computes one way")
 
 
-@npu_op(meta=_fia_meta, kernel=_fia_kernel, unmodeled=FIA_UNMODELED)
+def _sample_bnsd(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).bfloat16()
+
+
+def _sample_causal_mask() -> torch.Tensor:
+    """The 2048 x 2048 upper-triangle mask torch_npu's docs prescribe for the causal sparse modes."""
+    return torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+
+
+def _sample_paged_kv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """A BnBsH paged cache of 7 blocks of 4 slots for 2 heads of 8, two sequences' block tables and their
+    lengths."""
+    cache = _sample_bnsd(7, 4, 16, seed=3)
+    table = torch.tensor([[4, 0, 6], [2, 5, 1]], dtype=torch.int32)
+    return cache, cache.clone(), table, [9, 5]
+
+
+def _fia_samples() -> list[SampleCall]:
+    """GQA decode in BSH with kv lengths; causal prefill in BNSD with the lse; paged decode."""
+    key, value, table, lengths = _sample_paged_kv()
+    prefill = _sample_bnsd(1, 2, 8, 8, seed=2)
+    return [
+        SampleCall((_sample_bnsd(2, 1, 32, seed=0), _sample_bnsd(2, 6, 16, seed=1), _sample_bnsd(2, 6, 16, seed=4)),
+                   {"num_heads": 4, "num_key_value_heads": 2, "input_layout": "BSH", "scale": 0.3,
+                    "actual_seq_lengths_kv": [6, 4]}),
+        SampleCall((prefill, prefill, prefill), {"num_heads": 2, "input_layout": "BNSD", "sparse_mode": 3,
+                                                 "atten_mask": _sample_causal_mask(), "scale": 0.5,
+                                                 "softmax_lse_flag": True}),
+        SampleCall((_sample_bnsd(2, 2, 1, 8, seed=5), key, value),
+                   {"num_heads": 2, "input_layout": "BNSD", "block_table": table, "block_size": 4,
+                    "actual_seq_lengths_kv": lengths, "scale": 0.3}),
+    ]
+
+
+@npu_op(meta=_fia_meta, kernel=_fia_kernel, unmodeled=FIA_UNMODELED, samples=_fia_samples)
 def npu_fused_infer_attention_score(call: Arguments) -> None:
     """Inference attention (prefill and decode): returns ``(attention_out, softmax_lse)``.
 
@@ -697,7 +731,19 @@ def _like_query(setup: Callable[[Arguments], _Setup], block_table: Callable[[Arg
 _ifa_meta, _ifa_kernel = _like_query(_ifa_call, lambda call: call.block_table)
 
 
-@npu_op(meta=_ifa_meta, kernel=_ifa_kernel, unmodeled=IFA_UNMODELED)
+def _ifa_samples() -> list[SampleCall]:
+    """Paged decode in BNSD, and dense GQA decode in BSH."""
+    key, value, table, lengths = _sample_paged_kv()
+    return [
+        SampleCall((_sample_bnsd(2, 2, 1, 8, seed=5), key, value),
+                   {"num_heads": 2, "input_layout": "BNSD", "block_table": table, "block_size": 4,
+                    "actual_seq_lengths": lengths, "scale_value": 0.3}),
+        SampleCall((_sample_bnsd(2, 1, 32, seed=0), _sample_bnsd(2, 6, 16, seed=1), _sample_bnsd(2, 6, 16, seed=4)),
+                   {"num_heads": 4, "num_key_value_heads": 2, "input_layout": "BSH", "scale_value": 0.3}),
+    ]
+
+
+@npu_op(meta=_ifa_meta, kernel=_ifa_kernel, unmodeled=IFA_UNMODELED, samples=_ifa_samples)
 def npu_incre_flash_attention(call: Arguments) -> None:
     """Decode attention (one query token per batch): returns ``attention_out`` shaped like ``query``.
 
@@ -726,7 +772,14 @@ def _pfa_call(call: Arguments) -> _Setup:
 _pfa_meta, _pfa_kernel = _like_query(_pfa_call, lambda call: None)
 
 
-@npu_op(meta=_pfa_meta, kernel=_pfa_kernel, unmodeled=PFA_UNMODELED)
+def _pfa_samples() -> list[SampleCall]:
+    """Prefill in BNSD, and BNSD in with BSND out."""
+    q, k, v = (_sample_bnsd(1, 2, 8, 8, seed=seed) for seed in range(3))
+    return [SampleCall((q, k, v), {"num_heads": 2, "input_layout": "BNSD", "scale_value": 0.35}),
+            SampleCall((q, k, v), {"num_heads": 2, "input_layout": "BNSD_BSND", "scale_value": 0.35})]
+
+
+@npu_op(meta=_pfa_meta, kernel=_pfa_kernel, unmodeled=PFA_UNMODELED, samples=_pfa_samples)
 def npu_prompt_flash_attention(call: Arguments) -> None:
     """Prefill attention: returns ``attention_out`` shaped like ``query``.
 
@@ -942,7 +995,34 @@ def _fa_grad_kernel(call: Arguments) -> tuple:
     return (*grads, query.new_zeros(0))
 
 
-@npu_op(meta=_fa_grad_meta, kernel=_fa_grad_kernel, unmodeled=("pse", "padding_mask", "prefix", "sink"))
+def _fa_samples() -> list[SampleCall]:
+    """Training attention in BSND with GQA, and causal BNSD through the 2048 x 2048 mask (sparse_mode 2)."""
+    q, kv = _sample_bnsd(2, 8, 4, 8, seed=0).float(), _sample_bnsd(2, 8, 2, 8, seed=1).float()
+    heads = _sample_bnsd(1, 2, 16, 8, seed=2)
+    return [
+        SampleCall((q, kv, kv.flip(0), 4, "BSND"), {"scale": 0.35}),
+        SampleCall((heads, heads, heads, 2, "BNSD"), {"atten_mask": _sample_causal_mask(), "scale": 0.35,
+                                                      "sparse_mode": 2}),
+    ]
+
+
+def _fa_grad_sample(forward: SampleCall) -> SampleCall:
+    """The backward of one :func:`_fa_samples` call, with its forward's statistics, as autograd calls it."""
+    query, key, value, head_num, layout = forward.args
+    out, softmax_max, softmax_sum = torch.ops.npu.npu_fusion_attention(*forward.args, **forward.kwargs)[:3]
+    dy = torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).to(out.dtype)
+    kwargs = {"atten_mask": forward.kwargs.get("atten_mask"), "softmax_max": softmax_max, "softmax_sum": softmax_sum,
+              "attention_in": out, "scale_value": forward.kwargs["scale"],
+              "sparse_mode": forward.kwargs.get("sparse_mode", 0)}
+    return SampleCall((query, key, value, dy, head_num, layout), kwargs)
+
+
+@npu_op(
+    meta=_fa_grad_meta,
+    kernel=_fa_grad_kernel,
+    unmodeled=("pse", "padding_mask", "prefix", "sink"),
+    samples=lambda: [_fa_grad_sample(sample) for sample in _fa_samples()],
+)
 def npu_fusion_attention_grad(call: Arguments) -> None:
     """FlashAttentionScoreGrad: the gradients ``(dq, dk, dv, dpse)`` of :func:`npu_fusion_attention` from
     the output's gradient ``dy``, in the forward's layouts, masks and sparse modes. The probabilities are
@@ -955,8 +1035,7 @@ def npu_fusion_attention_grad(call: Arguments) -> None:
         )
 
 
-def _fa_setup(ctx: object, inputs: tuple, output: tuple) -> None:
-    call = bind(npu_fusion_attention, *inputs)
+def _fa_setup(ctx: object, call: Arguments, output: tuple) -> None:
     ctx.save_for_backward(call.query, call.key, call.value, call.atten_mask, *output[:3])
     ctx.call = call
 
@@ -974,7 +1053,13 @@ def _fa_backward(ctx: object, dy: torch.Tensor, *_unused: Any) -> tuple:
     return (dq, dk, dv, *([None] * (len(vars(call)) - 3)))
 
 
-@npu_op(meta=_fa_meta, kernel=_fa_kernel, derivative=Derivative(_fa_setup, _fa_backward), unmodeled=FA_UNMODELED)
+@npu_op(
+    meta=_fa_meta,
+    kernel=_fa_kernel,
+    derivative=Derivative(_fa_setup, _fa_backward),
+    unmodeled=FA_UNMODELED,
+    samples=_fa_samples,
+)
 def npu_fusion_attention(call: Arguments) -> None:
     """FlashAttentionScore: ``softmax(mask(scale * q k^T)) v``; returns torch_npu's seven outputs
     ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``.
@@ -1098,7 +1183,25 @@ def _fia_v2_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return out, stats.sum.new_zeros(0)
 
 
-@npu_op(meta=_fia_v2_meta, kernel=_fia_v2_kernel, unmodeled=FIA_V2_UNMODELED)
+def _fia_v2_samples() -> list[SampleCall]:
+    """Causal varlen prefill in TND with the lse, and paged MLA decode with rope parts in BNSD_NBSD."""
+    ends = [3, 8]
+    q, kv = _sample_bnsd(8, 4, 8, seed=0), _sample_bnsd(8, 2, 8, seed=1)
+    cache, _, table, lengths = _sample_paged_kv()
+    latent = cache.reshape(7, 4, 1, 16).reshape(7, 4, 16)
+    return [
+        SampleCall((q, kv, kv), {"num_query_heads": 4, "num_key_value_heads": 2, "input_layout": "TND_NTD",
+                                 "actual_seq_qlen": ends, "actual_seq_kvlen": ends, "sparse_mode": 3,
+                                 "atten_mask": _sample_causal_mask(), "softmax_scale": 0.25,
+                                 "return_softmax_lse": True}),
+        SampleCall((_sample_bnsd(2, 2, 1, 16, seed=6), latent, latent),
+                   {"query_rope": _sample_bnsd(2, 2, 1, 8, seed=7), "key_rope": _sample_bnsd(7, 4, 8, seed=8),
+                    "num_query_heads": 2, "num_key_value_heads": 1, "input_layout": "BNSD_NBSD",
+                    "softmax_scale": 0.1, "block_table": table, "block_size": 4, "actual_seq_kvlen": lengths}),
+    ]
+
+
+@npu_op(meta=_fia_v2_meta, kernel=_fia_v2_kernel, unmodeled=FIA_V2_UNMODELED, samples=_fia_v2_samples)
 def npu_fused_infer_attention_score_v2(call: Arguments) -> None:
     """The fused inference attention of :func:`npu_fused_infer_attention_score` under v2's keywords; returns
     ``(attention_out, softmax_lse)``.

@@ -17,7 +17,7 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import softmax
-from .registry import Arguments, Out, no_outputs, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, bind, no_outputs, npu_op
 
 
 
@@ -30,7 +30,13 @@ def _format_cast_kernel(call: Arguments) -> torch.Tensor:
     return call.x.clone()
 
 
-@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel)
+def _format_cast_samples() -> list[SampleCall]:
+    """A weight cast to FRACTAL_NZ (29), as model loaders do, and back to ND (2)."""
+    weight = torch.randn(16, 32, generator=torch.Generator().manual_seed(0)).bfloat16()
+    return [SampleCall((weight, 29)), SampleCall((weight, 2))]
+
+
+@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, samples=_format_cast_samples)
 def npu_format_cast(call: Arguments) -> None:
     """Change the device memory format of ``x``; on CPU this returns a copy equal to ``x``.
 
@@ -97,8 +103,9 @@ def _scatter_nd_into(target: torch.Tensor, indices: torch.Tensor, updates: torch
 
 def write_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """A copy of a paged ``cache`` [blocks, block_size, ...] with ``rows`` in the flat (block x block_size)
-    slots; a repeated slot keeps its last row (the scatter above, bounds-checked)."""
-    flat = cache.reshape(-1, *cache.shape[2:]).clone()
+    slots; a repeated slot keeps its last row (the scatter above, bounds-checked). The copy is dense, as the
+    scatter views it flat, whatever the strides of the caller's cache."""
+    flat = cache.reshape(-1, *cache.shape[2:]).clone(memory_format=torch.contiguous_format)
     _scatter_nd_into(flat, slots.reshape(-1, 1), rows)
     return flat.reshape(cache.shape)
 
@@ -127,7 +134,14 @@ def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
     return out
 
 
-@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel)
+def _scatter_nd_samples() -> list[SampleCall]:
+    """Rows of a [4, 5, 6] tensor addressed by (i, j) pairs."""
+    gen = torch.Generator().manual_seed(0)
+    indices = torch.tensor([[0, 1], [3, 4], [2, 0]])
+    return [SampleCall((torch.randn(4, 5, 6, generator=gen), indices, torch.randn(3, 6, generator=gen)))]
+
+
+@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, samples=_scatter_nd_samples)
 def npu_scatter_nd_update(call: Arguments) -> None:
     """A copy of ``input`` with the slices at ``indices`` replaced by ``updates`` (input unchanged).
 
@@ -139,7 +153,7 @@ def npu_scatter_nd_update(call: Arguments) -> None:
     """
 
 
-@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, writes_back={"input": 0})
+@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, writes_back={"input": 0}, samples=_scatter_nd_samples)
 def npu_scatter_nd_update_(call: Arguments) -> None:
     """In-place :func:`npu_scatter_nd_update`: writes into ``input`` and returns it (the KV-cache write of
     the public decode code, e.g. ``npu_scatter_nd_update_(kv_cache, slots, key)``).
@@ -155,7 +169,13 @@ def npu_scatter_nd_update_(call: Arguments) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@npu_op(meta=no_outputs, kernel=no_outputs, side_effect=True)
+def _prefetch_samples() -> list[SampleCall]:
+    """A weight prefetched behind an activation, and one without a dependency."""
+    weight, x = torch.ones(64, 64), torch.ones(4, 64)
+    return [SampleCall((weight, x, 256)), SampleCall((weight, None, 64, 128))]
+
+
+@npu_op(meta=no_outputs, kernel=no_outputs, side_effect=True, samples=_prefetch_samples)
 def npu_prefetch(call: Arguments) -> None:
     """Prefetch up to ``max_size`` bytes of the weight ``input`` (from ``offset``) into L2 once ``dependency``
     is computed. Returns None and changes no value: on CPU the op exists only as a task for the cost model.
@@ -214,7 +234,13 @@ def _top_k_top_p_kernel(call: Arguments) -> torch.Tensor:
     return torch.empty_like(values).scatter_(-1, ordered.indices, values)
 
 
-@npu_op(meta=_top_k_top_p_meta, kernel=_top_k_top_p_kernel)
+def _top_k_top_p_samples() -> list[SampleCall]:
+    logits = torch.randn(3, 32, generator=torch.Generator().manual_seed(0))
+    k = torch.tensor([4, 10, 32], dtype=torch.int32)
+    return [SampleCall((logits, torch.tensor([0.5, 0.9, 1.0]), k)), SampleCall((logits, None, k))]
+
+
+@npu_op(meta=_top_k_top_p_meta, kernel=_top_k_top_p_kernel, samples=_top_k_top_p_samples)
 def npu_top_k_top_p(call: Arguments) -> None:
     """Sampling filter: logits outside the top-k and the top-p nucleus become -inf; the rest are unchanged.
 
@@ -261,7 +287,81 @@ def _confusion_transpose_kernel(call: Arguments) -> torch.Tensor:
     return moved.clone(memory_format=torch.contiguous_format)
 
 
-@npu_op(meta=_confusion_transpose_meta, kernel=_confusion_transpose_kernel)
+def _confusion_transpose_samples() -> list[SampleCall]:
+    """Both orders: permute then reshape, and reshape then permute."""
+    x = torch.randn(2, 3, 4, 6, generator=torch.Generator().manual_seed(0))
+    return [SampleCall((x, [0, 2, 1, 3], [2, 4, 18], True)), SampleCall((x, [0, 2, 1], [2, 12, 6], False))]
+
+def _inverse(perm: Sequence[int]) -> list[int]:
+    inverse = [0] * len(perm)
+    for position, dim in enumerate(perm):
+        inverse[dim] = position
+    return inverse
+
+
+def _confusion_transpose_backward_call(call: Arguments) -> Arguments:
+    """The backward as the forward op it runs (op-plugin's kernel): the inverse permutation, in the order
+    given, over the gradient reshaped to ``shape`` (transpose_first) or to ``shape`` permuted (not)."""
+    perm, shape = call.perm, list(call.shape)
+    between = shape if call.transpose_first else [shape[dim] for dim in perm]
+    return bind(npu_confusion_transpose, call.grad, _inverse(perm), between, call.transpose_first)
+
+
+def _confusion_transpose_backward_meta(call: Arguments) -> Out:
+    if sorted(call.perm) != list(range(len(call.perm))):
+        raise OpArgumentError(f"perm={list(call.perm)} must be a permutation of the dims 0 to {len(call.perm) - 1}")
+    out = _confusion_transpose_meta(_confusion_transpose_backward_call(call))
+    if list(out.shape) != list(call.shape):
+        raise OpArgumentError(f"grad has shape {list(call.grad.shape)}; it does not give the input shape "
+                              f"{list(call.shape)} under perm={list(call.perm)}")
+    return out
+
+
+def _confusion_transpose_backward_kernel(call: Arguments) -> torch.Tensor:
+    return _confusion_transpose_kernel(_confusion_transpose_backward_call(call))
+
+
+def _confusion_transpose_backward_samples() -> list[SampleCall]:
+    """The backward of each forward sample, as derivatives.yaml calls it: the input's shape and the
+    other order."""
+    calls = []
+    for sample in _confusion_transpose_samples():
+        x, perm, _, transpose_first = sample.args
+        grad = torch.ops.npu.npu_confusion_transpose(*sample.args)
+        calls.append(SampleCall((grad.neg(), perm, list(x.shape), not transpose_first)))
+    return calls
+
+
+@npu_op(
+    meta=_confusion_transpose_backward_meta,
+    kernel=_confusion_transpose_backward_kernel,
+    samples=_confusion_transpose_backward_samples,
+)
+def npu_confusion_transpose_backward(call: Arguments) -> None:
+    """The gradient of :func:`npu_confusion_transpose`'s input: ``grad`` moved back to the input's
+    ``shape`` by the inverse permutation (ConfusionTransposeD again, with the order flipped).
+
+    Sources: op-plugin derivatives.yaml (``npu_confusion_transpose -> npu_confusion_transpose_backward(grad,
+    perm, self.sym_sizes(), !transpose_first)``) and its kernel (ConfusionTransposeKernelNpuOpApi.cpp: the
+    inverse ``perm``, the reshape target ``shape`` or ``shape`` permuted by ``perm``).
+    """
+
+
+def _confusion_transpose_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.perm, ctx.shape, ctx.transpose_first = list(call.perm), list(call.self.shape), call.transpose_first
+
+
+def _confusion_transpose_grad(ctx: object, grad: torch.Tensor) -> tuple:
+    dx = torch.ops.npu.npu_confusion_transpose_backward(grad, ctx.perm, ctx.shape, not ctx.transpose_first)
+    return dx, None, None, None
+
+
+@npu_op(
+    meta=_confusion_transpose_meta,
+    kernel=_confusion_transpose_kernel,
+    derivative=Derivative(_confusion_transpose_setup, _confusion_transpose_grad),
+    samples=_confusion_transpose_samples,
+)
 def npu_confusion_transpose(call: Arguments) -> None:
     """Reshape and transpose in one op: ``x.permute(perm).reshape(shape)`` when ``transpose_first``, else
     ``x.reshape(shape).permute(perm)``; the result is a new contiguous tensor.
@@ -329,7 +429,14 @@ def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
     return self.clone(memory_format=torch.contiguous_format).scatter_(dim, positions, updates)
 
 
-@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel)
+def _scatter_update_samples() -> list[SampleCall]:
+    """Two new tokens per batch written into a bfloat16 cache from each batch's offset along the sequence."""
+    gen = torch.Generator().manual_seed(0)
+    data, updates = torch.randn(3, 2, 8, 4, generator=gen).bfloat16(), torch.randn(3, 2, 2, 4, generator=gen).bfloat16()
+    return [SampleCall((data, torch.tensor([0, 5, 3], dtype=torch.int32), updates, -2))]
+
+
+@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel, samples=_scatter_update_samples)
 def scatter_update(call: Arguments) -> None:
     """A copy of ``data`` whose batch b has ``updates[b]`` written from offset ``indices[b]`` along ``axis``.
 
@@ -345,7 +452,9 @@ def scatter_update(call: Arguments) -> None:
     """
 
 
-@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0})
+@npu_op(
+    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples
+)
 def scatter_update_(call: Arguments) -> None:
     """In-place :func:`scatter_update`: writes into ``data`` and returns it (cann-recipes' decode KV-cache
     write ``scatter_update_(past_key, kv_len, key_states, -2)``).
@@ -418,10 +527,20 @@ def _scatter_pa_kv_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Te
     return write(call.key_cache, call.key, call.slot_mapping), write(call.value_cache, call.value, call.slot_mapping)
 
 
+def _scatter_pa_kv_cache_samples() -> list[SampleCall]:
+    """Five tokens of 2 heads written into Norm caches of 3 blocks of 4 slots."""
+    gen = torch.Generator().manual_seed(0)
+    key, value = torch.randn(5, 2, 32, generator=gen).bfloat16(), torch.randn(5, 2, 16, generator=gen).bfloat16()
+    caches = torch.zeros(3, 4, 2, 32, dtype=torch.bfloat16), torch.zeros(3, 4, 2, 16, dtype=torch.bfloat16)
+    slots = torch.tensor([0, 5, 6, 11, 3], dtype=torch.int32)
+    return [SampleCall((key, value, *caches, slots), {"cache_mode": "Norm"})]
+
+
 @npu_op(
     meta=_scatter_pa_kv_cache_meta,
     kernel=_scatter_pa_kv_cache_kernel,
     writes_back={"key_cache": 0, "value_cache": 1},
+    samples=_scatter_pa_kv_cache_samples,
 )
 def npu_scatter_pa_kv_cache(call: Arguments) -> None:
     """Write each token's key and value into its paged-cache slot, in place (ScatterPaKvCache); returns None.

@@ -23,7 +23,7 @@ from .fixedorder import pairwise_sum, round_to_int8
 from .memory import nz_run, write_nz_slots, write_slots
 from .norm import rms_normalise
 from .quant import symmetric_levels
-from .registry import Arguments, Derivative, Out, bind, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, bind, npu_op
 
 ROTARY_MODES = ("half", "interleave")
 APPLY_ROPE_LAYOUTS = ("BSH", "BSND", "SBND", "BNSD", "TND")
@@ -112,7 +112,15 @@ def _rotary_mul_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Te
     return dx.to(input.dtype), dr1.to(r1.dtype), dr2.to(r2.dtype)
 
 
-@npu_op(meta=_rotary_mul_backward_meta, kernel=_rotary_mul_backward_kernel)
+def _rotary_mul_backward_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(1)
+    return [
+        SampleCall((torch.randn(sample.args[0].shape, generator=gen).to(sample.args[0].dtype), *sample.args))
+        for sample in _rotary_mul_samples()
+    ]
+
+
+@npu_op(meta=_rotary_mul_backward_meta, kernel=_rotary_mul_backward_kernel, samples=_rotary_mul_backward_samples)
 def npu_rotary_mul_backward(call: Arguments) -> None:
     """RotaryMulGrad: the gradients of :func:`npu_rotary_mul`'s ``input``, ``r1`` and ``r2`` from the
     output's gradient ``grad``; returns ``(dx, dr1, dr2)`` (torch_npu's schema
@@ -120,8 +128,7 @@ def npu_rotary_mul_backward(call: Arguments) -> None:
     require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
 
 
-def _rotary_mul_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
-    call = bind(npu_rotary_mul, *inputs)
+def _rotary_mul_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
     ctx.save_for_backward(call.input, call.r1, call.r2)
     ctx.rotary_mode = call.rotary_mode
 
@@ -132,7 +139,23 @@ def _rotary_mul_grad(ctx: object, grad: torch.Tensor) -> tuple:
     return dx, dr1, dr2, None
 
 
-@npu_op(meta=_rotary_mul_meta, kernel=_rotary_mul_kernel, derivative=Derivative(_rotary_mul_setup, _rotary_mul_grad))
+def _rotary_mul_samples() -> list[SampleCall]:
+    """BSND with a [1, S, 1, D] table (half rotation) and BNSD with a [1, 1, S, D] table (interleaved)."""
+    gen = torch.Generator().manual_seed(0)
+    bsnd, table = torch.randn(2, 3, 2, 8, generator=gen), (1, 3, 1, 8)
+    bnsd = torch.randn(1, 2, 4, 8, generator=gen).bfloat16()
+    return [
+        SampleCall((bsnd, torch.randn(table, generator=gen), torch.randn(table, generator=gen))),
+        SampleCall((bnsd, *(torch.randn(1, 1, 4, 8, generator=gen).bfloat16() for _ in range(2)), "interleave")),
+    ]
+
+
+@npu_op(
+    meta=_rotary_mul_meta,
+    kernel=_rotary_mul_kernel,
+    derivative=Derivative(_rotary_mul_setup, _rotary_mul_grad),
+    samples=_rotary_mul_samples,
+)
 def npu_rotary_mul(call: Arguments) -> None:
     """RoPE on one 4-D tensor: ``r1 * input + r2 * rotate(input)``.
 
@@ -173,7 +196,16 @@ def _apply_rotary_pos_emb_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     return rope(call.query, call.cos, call.sin, call.rotary_mode), rope(call.key, call.cos, call.sin, call.rotary_mode)
 
 
-@npu_op(meta=_apply_rotary_pos_emb_meta, kernel=_apply_rotary_pos_emb_kernel, writes_back={"query": 0, "key": 1})
+def _apply_rotary_pos_emb_samples() -> list[SampleCall]:
+    """float16 BSND query and key with per-token tables (the default layout, 'BSH', is read as BSND)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 3, 16, generator=gen).half(), torch.randn(2, 4, 1, 16, generator=gen).half()
+    cos, sin = (torch.randn(2, 4, 1, 16, generator=gen).half() for _ in range(2))
+    return [SampleCall((q, k, cos, sin))]
+
+
+@npu_op(meta=_apply_rotary_pos_emb_meta, kernel=_apply_rotary_pos_emb_kernel, writes_back={"query": 0, "key": 1},
+        samples=_apply_rotary_pos_emb_samples)
 def npu_apply_rotary_pos_emb(call: Arguments) -> None:
     """RoPE on query and key in place: returns ``(query, key)`` after ``x = x * cos + rotate(x) * sin``.
 
@@ -220,7 +252,13 @@ def _interleave_rope_kernel(call: Arguments) -> torch.Tensor:
     return interleave_rope(call.x, call.cos, call.sin)
 
 
-@npu_op(meta=_interleave_rope_meta, kernel=_interleave_rope_kernel)
+def _interleave_rope_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 64, generator=gen).bfloat16()
+    return [SampleCall((x, *(torch.randn(2, 1, 4, 64, generator=gen).bfloat16() for _ in range(2))))]
+
+
+@npu_op(meta=_interleave_rope_meta, kernel=_interleave_rope_kernel, samples=_interleave_rope_samples)
 def npu_interleave_rope(call: Arguments) -> None:
     """RoPE on a tensor whose head dim is stored interleaved (DeepSeek MLA's rope part).
 
@@ -311,10 +349,33 @@ def _kv_rmsnorm_rope_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.
     )
 
 
+def _kv_rmsnorm_rope_cache_samples() -> list[SampleCall]:
+    """A Norm cache [B, 1, S_cache, D] indexed per batch, and a PA_NZ paged cache written by slot."""
+    gen = torch.Generator().manual_seed(0)
+
+    def bf16(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).bfloat16()
+
+    def zeros(*shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=torch.bfloat16)
+
+    norm = SampleCall(
+        (bf16(2, 1, 3, 576), bf16(512), bf16(2, 1, 3, 64), bf16(2, 1, 3, 64), torch.tensor([[4, 0, 2], [1, 5, 3]]),
+         zeros(2, 1, 6, 64), zeros(2, 1, 6, 512)),
+    )
+    paged = SampleCall(
+        (bf16(4, 1, 1, 48), bf16(32), bf16(4, 1, 1, 16), bf16(4, 1, 1, 16), torch.tensor([17, 0, 31, 5]),
+         zeros(2, 16, 1, 16), zeros(2, 16, 1, 32)),
+        {"cache_mode": "PA_NZ", "is_output_kv": True},
+    )
+    return [norm, paged]
+
+
 @npu_op(
     meta=_kv_rmsnorm_rope_cache_meta,
     kernel=_kv_rmsnorm_rope_cache_kernel,
     writes_back={"k_cache": 0, "ckv_cache": 1},
+    samples=_kv_rmsnorm_rope_cache_samples,
 )
 def npu_kv_rmsnorm_rope_cache(call: Arguments) -> None:
     """MLA's KV path: RMSNorm the latent, RoPE the key part, scatter both into their caches in place.
@@ -370,6 +431,7 @@ def _kv_rmsnorm_rope_cache_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...
     writes_back={"k_cache": 2, "ckv_cache": 3},
     schema_mutates=True,
     unmodeled=("v", "k_cache_dtype", "ckv_cache_dtype"),
+    samples=_kv_rmsnorm_rope_cache_samples,
 )
 def npu_kv_rmsnorm_rope_cache_v2(call: Arguments) -> None:
     """npu_kv_rmsnorm_rope_cache with in-place caches: returns ``(k_embed, y)``, updates k_cache and ckv_cache.
@@ -686,7 +748,41 @@ def _mla_prolog_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tuple(result[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
 
-@npu_op(meta=_mla_prolog_meta, kernel=_mla_prolog_kernel, writes_back={"kv_cache": 2, "kr_cache": 3})
+def _mla_prolog_inputs() -> tuple[torch.Tensor, ...]:
+    """The unquantised MLA prolog's weights and tables for 3 tokens (hidden 32, 2 heads of 8 + 8 rope, a
+    latent of 16), in torch_npu's argument order up to the cache index."""
+    gen = torch.Generator().manual_seed(0)
+    tokens, hidden, q_rank, heads, nope, rope_dim, kv_rank = 3, 32, 16, 2, 8, 8, 16
+
+    def bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * scale).bfloat16()
+
+    return (
+        bf16(tokens, hidden), bf16(hidden, q_rank, scale=0.3), bf16(q_rank, heads * (nope + rope_dim), scale=0.3),
+        bf16(heads, nope, kv_rank, scale=0.3), bf16(hidden, kv_rank + rope_dim, scale=0.3), bf16(q_rank),
+        bf16(kv_rank), bf16(tokens, rope_dim), bf16(tokens, rope_dim),
+    )
+
+
+def _mla_prolog_caches() -> tuple[torch.Tensor, torch.Tensor]:
+    """A paged latent cache and rope cache of 2 blocks of 4 slots."""
+    return torch.zeros(2, 4, 1, 16, dtype=torch.bfloat16), torch.zeros(2, 4, 1, 8, dtype=torch.bfloat16)
+
+
+def _mla_prolog_samples() -> list[SampleCall]:
+    return [SampleCall((*_mla_prolog_inputs(), torch.tensor([0, 5, 2]), *_mla_prolog_caches()))]
+
+
+def _mla_prolog_v3_samples() -> list[SampleCall]:
+    return [SampleCall((*_mla_prolog_inputs(), *_mla_prolog_caches()), {"cache_index": torch.tensor([0, 5, 2])})]
+
+
+@npu_op(
+    meta=_mla_prolog_meta,
+    kernel=_mla_prolog_kernel,
+    writes_back={"kv_cache": 2, "kr_cache": 3},
+    samples=_mla_prolog_samples,
+)
 def npu_mla_prolog(call: Arguments) -> None:
     """MLA preprocessing (DeepSeek-V2/V3): returns ``(query, query_rope, kv_cache, kr_cache)``.
 
@@ -735,7 +831,12 @@ def _mla_prolog_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tuple(result[name] for name in V2_OUTPUTS)
 
 
-@npu_op(meta=_mla_prolog_v2_meta, kernel=_mla_prolog_v2_kernel, writes_back={"kv_cache": 2, "kr_cache": 3})
+@npu_op(
+    meta=_mla_prolog_v2_meta,
+    kernel=_mla_prolog_v2_kernel,
+    writes_back={"kv_cache": 2, "kr_cache": 3},
+    samples=_mla_prolog_samples,
+)
 def npu_mla_prolog_v2(call: Arguments) -> None:
     """npu_mla_prolog with a fifth output, ``dequant_scale_q_nope``: ``(query, query_rope, kv_cache, kr_cache, scale)``.
 
@@ -807,6 +908,7 @@ def _mla_prolog_v3_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     kernel=_mla_prolog_v3_kernel,
     writes_back={"kv_cache": 5, "kr_cache": 6},
     schema_mutates=True,
+    samples=_mla_prolog_v3_samples,
 )
 def npu_mla_prolog_v3(call: Arguments) -> None:
     """MlaProlog v3: ``(query, query_rope, dequant_scale_q_nope, query_norm, dequant_scale_q_norm)``; caches in place.
@@ -916,7 +1018,24 @@ def _mrope_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return _mrope_heads(query, head_size, cos, sin, rotary_mode), _mrope_heads(key, head_size, cos, sin, rotary_mode)
 
 
-@npu_op(meta=_mrope_meta, kernel=_mrope_kernel)
+def _mrope_samples() -> list[SampleCall]:
+    """Text positions [T] and multimodal positions [3, T] with their mrope sections, over a 40-row cos/sin
+    cache rotating the first 32 of each 64-wide head."""
+    gen = torch.Generator().manual_seed(0)
+    tokens, head, rotary, max_pos = 5, 64, 32, 40
+    angles = torch.arange(max_pos, dtype=torch.float32)[:, None] * torch.linspace(0.01, 1.0, rotary // 2)
+    cache = torch.cat((angles.cos(), angles.sin()), dim=-1).bfloat16()
+    query = torch.randn(tokens, 2 * head, generator=gen).bfloat16()
+    key = torch.randn(tokens, head, generator=gen).bfloat16()
+    text = torch.randint(0, max_pos, (tokens,), generator=gen)
+    vision = torch.randint(0, max_pos, (3, tokens), generator=gen)
+    return [
+        SampleCall((text, query, key, cache, head)),
+        SampleCall((vision, query, key, cache, head), {"mrope_section": [4, 6, 6], "rotary_mode": "interleave"}),
+    ]
+
+
+@npu_op(meta=_mrope_meta, kernel=_mrope_kernel, samples=_mrope_samples)
 def npu_mrope(call: Arguments) -> None:
     """RoPE from a cos/sin cache (RopeWithSinCosCache), plain or multimodal: returns new ``(query, key)``.
 
