@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import BaselineError
 from ..files import FileRole, locked, present, read_json, write_text
+from ..report.escaping import terminal_text
 from ..report.explain import break_key
 from ..simulate.version import ModelIdentity
 
@@ -179,9 +180,12 @@ class Results:
 
 
 def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Text rows with every column padded to its widest cell, for the terminal tables."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    """Text rows with every column padded to its widest cell, for the terminal tables; cells are shown as
+    :func:`~pytest_npufuse.report.escaping.terminal_text` (a test id or op name may hold any character)
+    before they are measured, so the columns stay aligned."""
+    shown = [[terminal_text(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in shown) for i in range(len(shown[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in shown]
 
 
 def count_line(changes: Sequence[Change]) -> str:
