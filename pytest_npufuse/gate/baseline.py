@@ -274,12 +274,68 @@ def write_baseline(path: Path, results: Results) -> None:
 
 
 @dataclass(frozen=True)
+class Conflict:
+    """An entry another process changed while this run was updating it, to another value than this
+    run's: what the file held when this run read it, what the other process wrote, and this run's
+    value, which is the one written (the last writer wins)."""
+
+    key: str
+    target: str
+    read: Entry | None
+    theirs: Entry | None
+    ours: Entry
+
+    def describe(self) -> str:
+        def variant(entry: Entry | None) -> str:
+            return "no entry" if entry is None else _time(entry.variant_us)
+
+        return (f"{self.key} [{self.target}]: {variant(self.read)} when this run started, {variant(self.theirs)} "
+                f"from the other process, {variant(self.ours)} from this run")
+
+
+@dataclass(frozen=True)
 class BaselineUpdate:
     """What one run's update of a baseline did: the results written (None when the file already held
-    them), and the entries another process changed in the meantime that this run wrote over."""
+    them), and what another process wrote in the meantime: entries this run also wrote, to other values
+    (``conflicts``, written over) or to the same ones (``agreed``), and entries this run left alone
+    (``kept``); the last two as ``key [target]``."""
 
     results: Results | None
-    conflicts: tuple[str, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    agreed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+    def describe(self, path: Path) -> str | None:
+        """What happened to ``path`` and what to do about it, when another process wrote it during this
+        run; None when nobody else did."""
+        if self.conflicts:
+            return (
+                f"{path} was updated by another process during this run, and {_entries(len(self.conflicts))} "
+                f"both runs wrote differ: {'; '.join(c.describe() for c in self.conflicts)}. This run's values "
+                "were written (the last writer wins); every other entry of both runs was kept. If the other run's "
+                "values are the right ones, re-run those tests with --npufuse-update-baseline. To avoid this, let "
+                "concurrent runs update disjoint tests, or give each its own --npufuse-baseline and combine the "
+                "files with 'python -m pytest_npufuse merge OUT.json A.json B.json --baseline'"
+            )
+        if not (self.agreed or self.kept):
+            return None
+        done = [f"it wrote the same values as this run for {_listed(self.agreed)}"] if self.agreed else []
+        done += [f"its {_listed(self.kept)} were kept"] if self.kept else []
+        merged = "this run's entries were merged in" if self.results is not None else "the file was not rewritten"
+        return f"{path} was updated by another process during this run: {'; '.join(done)}; {merged}, nothing was lost"
+
+
+_LISTED_ENTRIES = 5
+
+
+def _entries(count: int) -> str:
+    return f"{count} entr{'y' if count == 1 else 'ies'}"
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``3 entries (a, b, c)``, the names cut after a few."""
+    shown = ", ".join(names[:_LISTED_ENTRIES]) + (f", and {len(names) - _LISTED_ENTRIES} more" if len(names) > _LISTED_ENTRIES else "")
+    return f"{_entries(len(names))} ({shown})"
 
 
 def update_baseline(
@@ -291,15 +347,20 @@ def update_baseline(
     since it was read, to another value than this run's, is a conflict: this run's value wins, named."""
     with locked(path, "baseline"):
         current = load_baseline(path)
+        changed = {pair for pair in {*current.pairs(), *read.pairs()} if current.get(*pair) != read.get(*pair)}
         conflicts = tuple(
-            f"{key} [{target}]" for key, target, entry in written
-            if current.get(key, target) not in (read.get(key, target), entry)
+            Conflict(key, target, read.get(key, target), current.get(key, target), entry)
+            for key, target, entry in written if (key, target) in changed and current.get(key, target) != entry
         )
+        mine = {(key, target) for key, target, _ in written}
+        agreed = tuple(f"{key} [{target}]" for key, target, entry in written
+                       if (key, target) in changed and current.get(key, target) == entry)
+        kept = tuple(f"{key} [{target}]" for key, target in sorted(changed - mine) if current.get(key, target))
         results = current.with_entries(written, model)
-        if results == current:
-            return BaselineUpdate(None, conflicts)
-        write_baseline(path, results)
-        return BaselineUpdate(results, conflicts)
+        written_results = None if results == current else results
+        if written_results is not None:
+            write_baseline(path, results)
+        return BaselineUpdate(written_results, conflicts, agreed, kept)
 
 
 @dataclass(frozen=True)
