@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import BaselineError
 from ..files import FileRole, locked, present, read_json, write_text
+from ..files.jsonfile import json_path
 from ..report.escaping import terminal_text
 from ..report.explain import break_key
 from ..simulate.version import ModelIdentity
@@ -102,19 +103,30 @@ class Entry:
         return data
 
     @classmethod
-    def from_json(cls, data: Any, where: str) -> "Entry":
-        """Validate one entry; extra keys are ignored so a run report's rows read as entries too."""
+    def from_json(cls, data: Any, where: str, file: str | None = None, entry: str | None = None) -> "Entry":
+        """Validate one entry; extra keys are ignored so a run report's rows read as entries too. ``where``
+        opens the messages; an error's fields name the ``file`` and the ``entry``'s JSON path in it (with
+        the key at fault) and the bound a number broke."""
         if not isinstance(data, Mapping):
-            raise BaselineError(f"{where}: an entry must be an object, got {type(data).__name__}.")
+            raise BaselineError(f"{where}: an entry must be an object, got {type(data).__name__}.", file=file, entry=entry)
         kinds = {"mode": str, "baseline_us": float, "variant_us": float, "speedup": float, "segments": int,
                  "streams": int, "model_version": str}
         values: dict[str, Any] = {}
         for key, kind in kinds.items():
             value = data.get(key)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            at = f"{entry}.{key}" if entry is not None else None
             if key == "variant_us" and value is None:
                 values[key] = None
             elif kind is float and number and math.isfinite(value) and (value > 0 or key == "speedup" and value == 0):
+                bound = MAX_SPEEDUP if key == "speedup" else MAX_US
+                if value > bound:
+                    unit = "" if key == "speedup" else " us"
+                    raise BaselineError(
+                        f"{where}: '{key}' is {value!r}{unit}, more than {bound:g}{unit}, which no modeled run "
+                        "comes near; the file was not written by pytest-npufuse or was edited. Re-baseline the "
+                        "case (--npufuse-update-baseline) or delete the entry.", file=file, entry=at, bound=bound,
+                    )
                 values[key] = float(value)
             elif kind is int and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 values[key] = value
@@ -123,8 +135,15 @@ class Entry:
             else:
                 expected = {float: "a positive number", int: "an integer >= 0", str: "a string"}[kind]
                 expected += " or null (a VARIANT that cannot finish)" if key == "variant_us" else ""
-                raise BaselineError(f"{where}: '{key}' is {value!r}, expected {expected}.")
+                raise BaselineError(f"{where}: '{key}' is {value!r}, expected {expected}.", file=file, entry=at)
         return cls(**values, breaks=_breaks(data["breaks"], where) if "breaks" in data else None)
+
+
+MAX_US = 1e12
+"""The longest modeled time an entry may hold, in microseconds (11.6 days): no modeled run comes near
+it, and within it the sums and ratios the gate and its reports compute stay finite."""
+MAX_SPEEDUP = MAX_US / 1e-3
+"""The largest speedup an entry may hold: the longest time over the shortest one stored (a nanosecond)."""
 
 
 def _breaks(value: Any, where: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -236,7 +255,8 @@ def read_document(path: Path) -> dict[str, Any]:
     if version != SCHEMA_VERSION:
         raise BaselineError(
             f"{path}: schema_version {version!r}, but this pytest-npufuse reads schema_version {SCHEMA_VERSION}; "
-            "use the pytest-npufuse version that wrote it, or re-baseline into a new file."
+            "use the pytest-npufuse version that wrote it, or re-baseline into a new file.",
+            file=str(path), entry=".schema_version",
         )
     return data
 
@@ -247,9 +267,12 @@ def read_results(path: Path) -> tuple[str, Results]:
     model = None if data.get("model") is None else ModelIdentity.from_json(data["model"], str(path))
     entries = data.get("entries")
     if not isinstance(entries, Mapping) or not all(isinstance(t, Mapping) for t in entries.values()):
-        raise BaselineError(f"{path}: 'entries' must be an object of test -> target -> entry.")
+        raise BaselineError(f"{path}: 'entries' must be an object of test -> target -> entry.", file=str(path), entry=".entries")
     parsed = {
-        key: {target: Entry.from_json(entry, f"{path} entry {key!r} [{target}]") for target, entry in targets.items()}
+        key: {
+            target: Entry.from_json(entry, f"{path} entry {key!r} [{target}]", str(path), json_path(("entries", key, target)))
+            for target, entry in targets.items()
+        }
         for key, targets in entries.items()
     }
     return data["kind"], Results(model, parsed)
@@ -264,7 +287,7 @@ def load_baseline(path: Path) -> Results:
     if kind != "baseline":
         raise BaselineError(
             f"{path}: is a pytest-npufuse {kind} report, not a baseline; point --npufuse-baseline at a baseline "
-            "file (a new path creates one). The file was left untouched."
+            "file (a new path creates one). The file was left untouched.", file=str(path), entry=".kind",
         )
     return results
 
