@@ -109,11 +109,13 @@ def merge(args: argparse.Namespace, out: TextIO) -> int:
               "replace it (did you forget OUT? the first path is the file written).", file=_stderr())
         return EXIT_USAGE
     try:
-        document = merge_documents(args.inputs, as_baseline=args.baseline)
+        document, notes = merge_documents(args.inputs, as_baseline=args.baseline)
         write_text(args.out, dumps(document), "merged file", named=True)
     except (NpufuseError, OSError) as exc:
         print(f"npufuse merge: {exc}", file=_stderr())
         return EXIT_USAGE
+    for note in notes:
+        print(f"npufuse merge: {note}", file=out)
     entries = sum(len(targets) for targets in document["entries"].values())
     tests = f", {len(document['tests'])} test(s)" if "tests" in document else ""
     print(f"wrote {args.out}: {document['kind']} of {entries} entr{'y' if entries == 1 else 'ies'}{tests} "
