@@ -21,6 +21,15 @@ MAX_TOML_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64
 # Longest number literal, in characters (a signed 64-bit integer has 20).
 MAX_NUMBER_CHARS = 64
+# CSV tables (msprof's kernel_details.csv): a model step of 100,000 kernels is about 100,000 rows of 40
+# columns; fields longer than Python's csv default (128 Ki characters) are not a profiler's.
+MAX_CSV_BYTES = 1024 * 1024 * 1024
+MAX_CSV_ROWS = 10_000_000
+MAX_CSV_COLUMNS = 1024
+MAX_CSV_FIELD_CHARS = 131_072
+# The longest time, in microseconds, a file may state (a baseline entry, a profiled kernel): 11.6 days,
+# which no modeled run or profiled kernel comes near; within it, sums and ratios stay finite.
+MAX_TIME_US = 1e12
 # Largest JSON integer, in size: RFC 8259 section 6 calls integers in [-(2**53)+1, 2**53-1] interoperable
 # (a double holds them exactly); a count or a time in microseconds never comes near.
 MAX_JSON_INT = 2**53 - 1

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from ..errors import BaselineError
 from ..files import FileRole, locked, present, read_json, write_text
 from ..files.jsonfile import json_path
+from ..files.limits import MAX_TIME_US
 from ..report.escaping import terminal_text
 from ..report.explain import break_key
 from ..simulate.version import ModelIdentity
@@ -119,7 +120,7 @@ class Entry:
             if key == "variant_us" and value is None:
                 values[key] = None
             elif kind is float and number and math.isfinite(value) and (value > 0 or key == "speedup" and value == 0):
-                bound = MAX_SPEEDUP if key == "speedup" else MAX_US
+                bound = MAX_SPEEDUP if key == "speedup" else MAX_TIME_US
                 if value > bound:
                     unit = "" if key == "speedup" else " us"
                     raise BaselineError(
@@ -139,10 +140,7 @@ class Entry:
         return cls(**values, breaks=_breaks(data["breaks"], where) if "breaks" in data else None)
 
 
-MAX_US = 1e12
-"""The longest modeled time an entry may hold, in microseconds (11.6 days): no modeled run comes near
-it, and within it the sums and ratios the gate and its reports compute stay finite."""
-MAX_SPEEDUP = MAX_US / 1e-3
+MAX_SPEEDUP = MAX_TIME_US / 1e-3
 """The largest speedup an entry may hold: the longest time over the shortest one stored (a nanosecond)."""
 
 

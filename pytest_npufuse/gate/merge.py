@@ -81,11 +81,18 @@ def _options(gate: Mapping[str, Any] | None) -> str:
 
 def _model(shards: Sequence[_Shard]) -> ModelIdentity | None:
     """The one model every shard was measured with (targets may differ between shards); a shard of
-    another simulator, op catalog or profile of a shared target is an error naming both files."""
+    another simulator, op catalog or profile of a shared target is an error naming both files, and so
+    is a run report, or a baseline with entries, that names no model (its entries would be lost)."""
     merged: ModelIdentity | None = None
     first: _Shard | None = None
     for shard in shards:
         model = shard.results.model
+        if model is None and (shard.kind == "run" or shard.results.entries):
+            raise BaselineError(
+                f"{shard.path} has no 'model' (null), so its numbers cannot be told from another model's; "
+                "pytest-npufuse always writes it: write the file again with pytest-npufuse.",
+                file=str(shard.path), entry=".model",
+            )
         if model is None:
             continue
         if merged is not None and first is not None:

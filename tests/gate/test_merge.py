@@ -145,3 +145,13 @@ def test_refusals_name_the_file_and_the_entry_as_fields(tmp_path):
         with pytest.raises(BaselineError) as caught:
             merge_documents(inputs)
         assert (caught.value.file, caught.value.entry) == (str(inputs[1]), entry_at)
+
+
+def test_a_run_report_naming_no_model_is_refused_rather_than_its_entries_lost(tmp_path):
+    one = shard(tmp_path / "s1.json", {"t.py::test_a": 30.0})
+    bare = tmp_path / "s2.json"
+    document = json.loads(shard(bare, {"t.py::test_b": 30.0}).read_text())
+    bare.write_text(json.dumps({**document, "model": None}))
+    with pytest.raises(BaselineError) as caught:
+        merge_documents([one, bare])
+    assert (caught.value.file, caught.value.entry) == (str(bare), ".model")
