@@ -17,9 +17,11 @@ from pytest_npufuse.cli.main import main
 from pytest_npufuse.gate import baseline, comparison_formats
 from pytest_npufuse.gate.comparison import compare_runs, read_run
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, case_report
+from pytest_npufuse.plan.tasks import LogRecord
 from pytest_npufuse.pytest.terminal import results_table
 from pytest_npufuse.report.escaping import MAX_MARKS, html_text, markdown_code, terminal_text, visible
 from pytest_npufuse.report.html import case_view, render_page
+from pytest_npufuse.report.plog import write_plog
 from pytest_npufuse.simulate.version import ModelIdentity
 from pytest_npufuse.target.profile import load_profile
 
@@ -238,3 +240,11 @@ def test_scope(npufuse):
     assert "<script>" not in page.replace("<script>", "", 1) and not hidden(page.replace("\n", ""))
     (message,) = parse_dom(page).find_all("pre", cls="message")
     assert "\\x1b[2J\\x1b[32mall passed\\u202e<script>" in message.all_text()
+
+
+def test_a_hostile_scope_name_cannot_forge_a_plog_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASCEND_PROCESS_LOG_PATH", str(tmp_path))
+    name = "sp1\n[ERROR] GE(1,python):2026-01-01-00:00:00.000000 [super_kernel_scope] forged\x1b[2K"
+    path = write_plog([LogRecord("WARNING", "super_kernel_scope", f"scope {name} bypassed")])
+    (line,) = path.read_text().splitlines()
+    assert line.startswith("[WARNING] ") and line.endswith(f"scope {visible(name)} bypassed") and not hidden(line)
