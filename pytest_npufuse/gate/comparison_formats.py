@@ -11,7 +11,7 @@ import csv
 import io
 from typing import Any, Sequence
 
-from ..report.escaping import html_text, markdown_code
+from ..report.escaping import html_text, markdown_code, spreadsheet_cell
 from ..report.html.assets import STYLE
 from ..report.html.trend import trend_svg
 from .baseline import IMPROVED, MODEL_CHANGED, NEW, REGRESSED, REMOVED, TOOL, aligned, count_line
@@ -167,7 +167,7 @@ def _counts(comparison: Comparison) -> dict[str, int]:
 def to_csv(comparison: Comparison) -> str:
     """One row per case, then one per op type and per kernel of a changed case (their times in the
     last two runs' columns), so a spreadsheet can filter by ``level``."""
-    heads = [f"{run.label} us" for run in comparison.runs]
+    heads = [spreadsheet_cell(f"{run.label} us") for run in comparison.runs]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["test", "target", "level", "name", *heads, "delta us", "change %", "status"])
@@ -176,11 +176,13 @@ def to_csv(comparison: Comparison) -> str:
         change = case.change
         delta = ("" if None in case.variant_us[-2:] else f"{case.variant_us[-1] - case.variant_us[-2]:.3f}")
         pct = "" if change.change_pct is None else f"{change.change_pct:.3f}"
-        writer.writerow([change.key, change.target, "case", "", *("" if v is None else v for v in case.variant_us),
+        writer.writerow([spreadsheet_cell(change.key), spreadsheet_cell(change.target), "case", "",
+                         *("" if v is None else v for v in case.variant_us),
                          delta, pct, change.status])
         for level, deltas in (("op type", case.op_types), ("kernel", case.kernels)):
             for d in deltas:
-                writer.writerow([change.key, change.target, level, d.name, *pad, "" if d.old_us is None else d.old_us,
+                writer.writerow([spreadsheet_cell(change.key), spreadsheet_cell(change.target), level,
+                                 spreadsheet_cell(d.name), *pad, "" if d.old_us is None else d.old_us,
                                  "" if d.new_us is None else d.new_us, f"{d.delta_us:.3f}", "", ""])
     return buffer.getvalue()
 

@@ -8,7 +8,8 @@ sequence that clears the screen or rewrites an earlier line, a right-to-left ove
 line break that splits a table row. :func:`visible` turns what would act instead of being read into
 the escape Python's ``repr`` writes (``\\x1b``, ``\\u202e``), as pytest shows non-ASCII parametrize
 ids, and each format then escapes what is special to it: :func:`html_text`, :func:`markdown_code`,
-:func:`terminal_text` (and :class:`TerminalStream` for a whole command's output).
+:func:`spreadsheet_cell`, :func:`terminal_text` (and :class:`TerminalStream` for a whole command's
+output).
 """
 
 from __future__ import annotations
@@ -82,6 +83,14 @@ def markdown_code(text: str, table: bool = False) -> str:
     fence = "`" * (max((len(run) for run in re.findall("`+", shown)), default=0) + 1)
     pad = " " if not shown.strip(" ") or shown[0] in "` " or shown[-1] in "` " else ""
     return f"{fence}{pad}{shown}{pad}{fence}"
+
+
+def spreadsheet_cell(text: str) -> str:
+    """``text`` for a CSV cell a spreadsheet will open: :func:`visible`, and a leading ``'`` when it
+    starts as a formula does (``=``, ``+``, ``-``, ``@``), so ``=HYPERLINK(...)`` stays text (the
+    OWASP advice against CSV injection)."""
+    shown = visible(text)
+    return "'" + shown if shown[:1] in ("=", "+", "-", "@") else shown
 
 
 def terminal_text(text: str, multiline: bool = False) -> str:

@@ -4,6 +4,8 @@ no escape sequence. The rule itself (:func:`visible`) is checked on chosen and o
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 import unicodedata
 import warnings
@@ -19,7 +21,9 @@ from pytest_npufuse.gate.comparison import compare_runs, read_run
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, case_report
 from pytest_npufuse.plan.tasks import LogRecord
 from pytest_npufuse.pytest.terminal import results_table
-from pytest_npufuse.report.escaping import MAX_MARKS, html_text, markdown_code, terminal_text, visible
+from pytest_npufuse.report.escaping import (
+    MAX_MARKS, html_text, markdown_code, spreadsheet_cell, terminal_text, visible,
+)
 from pytest_npufuse.report.html import case_view, render_page
 from pytest_npufuse.report.plog import write_plog
 from pytest_npufuse.simulate.version import ModelIdentity
@@ -182,6 +186,16 @@ def test_markdown_of_hostile_test_ids_keeps_every_row_and_renders_none_of_them(t
     assert not re.search(r"<(?!/?details>|/?summary>)|javascript:|\\x", outside)
     for name in HOSTILE:
         assert markdown_code(name, table=True) in text and markdown_code(f"{name} [a3]") in text
+
+
+def test_the_csv_of_hostile_test_ids_keeps_one_row_each_and_no_formula(tmp_path):
+    names = (*HOSTILE, "=HYPERLINK(\"http://x\",\"y\")", "+1", "-2+3", "@SUM(A1)")
+    old = write_results(tmp_path / "old.json", names, 30.0)
+    new = write_results(tmp_path / "new.json", names, 36.0)
+    rows = list(csv.reader(io.StringIO(comparison_formats.to_csv(compare_runs([read_run(old), read_run(new)], 0.0)))))
+    tests = [row[0] for row in rows[1:]]
+    assert len(rows) == len(names) + 1 and sorted(tests) == sorted(spreadsheet_cell(name) for name in names)
+    assert not [cell for cell in tests if cell[:1] in "=+-@"] and "'=HYPERLINK(\"http://x\",\"y\")" in tests
 
 
 class Lines:
