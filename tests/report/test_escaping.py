@@ -163,6 +163,28 @@ def test_a_report_of_hostile_names_runs_none_of_them_and_keeps_its_layout_in_a_b
     assert len(boxes) == len(HOSTILE) and all(right <= viewport and height > 0 for right, height in boxes)
 
 
+def _tags(page: str) -> list[str]:
+    return sorted(f"{e.tag} {sorted(e.attrs)}" for e in parse_dom(page).iter())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(st.characters(codec=None, exclude_categories=()), min_size=1, max_size=60))
+def test_no_name_changes_the_structure_of_the_page(name):
+    """Any text as the test id, failure message, gate text and skipped test's id: the page has the same
+    elements with the same attributes as with a plain name, and the name reads back as shown."""
+    b = ProgramBuilder()
+    b.op("aten::mm", [b.input("x", (16, 64)), b.input("w", (64, 64))], (16, 64), scope="s")
+    view = case_view(case_report(b.build(), load_profile("a3")), "c", {"status": "new", "text": "t"})
+
+    def page(text: str) -> str:
+        return render_page([{**view, "case": text, "message": text, "gate": {"status": "new", "text": text}}],
+                           tests=[{"nodeid": text, "outcome": "skipped", "message": text}])
+
+    assert _tags(page(name)) == _tags(page("plain"))
+    (summary,) = parse_dom(page(name)).find_all("table", id="summary")
+    assert summary.find_all("td")[0].all_text() == visible(name)
+
+
 def write_results(path, keys, variant_us):
     entry = baseline.Entry("max-autotune", 40.0, variant_us, 40.0 / variant_us, 1, 1, "v")
     results = baseline.Results(ModelIdentity("1", "c", (("a3", "p"),)), {key: {"a3": entry} for key in keys})
