@@ -62,13 +62,14 @@ def read_table(path: Path | str, role: FileRole) -> Table:
                     entry=f"line {reader.line_num}",
                 )
             if len(rows) == MAX_CSV_ROWS:
-                raise role.fail(path, f"line {reader.line_num}: more than {MAX_CSV_ROWS} rows", entry=f"line {reader.line_num}",
-                                bound=MAX_CSV_ROWS)
+                raise role.fail(path, f"line {reader.line_num}: more than {MAX_CSV_ROWS} rows",
+                                entry=f"line {reader.line_num}", bound=MAX_CSV_ROWS)
             rows.append((reader.line_num, tuple(cells)))
     except csv.Error as exc:
         bound = MAX_CSV_FIELD_CHARS if "field limit" in str(exc) else None
         detail = f"a field longer than {MAX_CSV_FIELD_CHARS} characters" if bound else f"not CSV ({exc})"
-        raise role.fail(path, f"line {reader.line_num}: {detail}", entry=f"line {reader.line_num}", bound=bound) from None
+        where = f"line {reader.line_num}"
+        raise role.fail(path, f"{where}: {detail}", entry=where, bound=bound) from None
     finally:
         csv.field_size_limit(limit)
     return Table(header, tuple(rows), delimiter)

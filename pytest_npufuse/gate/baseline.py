@@ -109,7 +109,8 @@ class Entry:
         opens the messages; an error's fields name the ``file`` and the ``entry``'s JSON path in it (with
         the key at fault) and the bound a number broke."""
         if not isinstance(data, Mapping):
-            raise BaselineError(f"{where}: an entry must be an object, got {type(data).__name__}.", file=file, entry=entry)
+            raise BaselineError(f"{where}: an entry must be an object, got {type(data).__name__}.",
+                                file=file, entry=entry)
         kinds = {"mode": str, "baseline_us": float, "variant_us": float, "speedup": float, "segments": int,
                  "streams": int, "model_version": str}
         values: dict[str, Any] = {}
@@ -265,10 +266,13 @@ def read_results(path: Path) -> tuple[str, Results]:
     model = None if data.get("model") is None else ModelIdentity.from_json(data["model"], str(path))
     entries = data.get("entries")
     if not isinstance(entries, Mapping) or not all(isinstance(t, Mapping) for t in entries.values()):
-        raise BaselineError(f"{path}: 'entries' must be an object of test -> target -> entry.", file=str(path), entry=".entries")
+        raise BaselineError(f"{path}: 'entries' must be an object of test -> target -> entry.",
+                            file=str(path), entry=".entries")
     parsed = {
         key: {
-            target: Entry.from_json(entry, f"{path} entry {key!r} [{target}]", str(path), json_path(("entries", key, target)))
+            target: Entry.from_json(
+                entry, f"{path} entry {key!r} [{target}]", str(path), json_path(("entries", key, target))
+            )
             for target, entry in targets.items()
         }
         for key, targets in entries.items()
@@ -355,7 +359,8 @@ def _entries(count: int) -> str:
 
 def _listed(names: Sequence[str]) -> str:
     """``3 entries (a, b, c)``, the names cut after a few."""
-    shown = ", ".join(names[:_LISTED_ENTRIES]) + (f", and {len(names) - _LISTED_ENTRIES} more" if len(names) > _LISTED_ENTRIES else "")
+    more = len(names) - _LISTED_ENTRIES
+    shown = ", ".join(names[:_LISTED_ENTRIES]) + (f", and {more} more" if more > 0 else "")
     return f"{_entries(len(names))} ({shown})"
 
 

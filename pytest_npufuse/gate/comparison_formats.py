@@ -117,8 +117,8 @@ def markdown(comparison: Comparison) -> str:
              "|---|---|" + "---:|" * len(heads) + "---:|---:|---|"]
     interesting = [case for case in ordered(comparison) if case.change.status not in ("unchanged", "absent")]
     for case in ordered(comparison):
-        table.append(f"| {markdown_code(case.change.key, table=True)} | {markdown_code(case.change.target, table=True)} | "
-                     + " | ".join(case.times())
+        names = f"| {markdown_code(case.change.key, table=True)} | {markdown_code(case.change.target, table=True)} | "
+        table.append(names + " | ".join(case.times())
                      + f" | {_pct(case)} | {_speedup(case.speedup[-1])} | {case.change.status} |")
     if interesting:
         lines += ["### Changed cases", ""]

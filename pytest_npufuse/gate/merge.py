@@ -46,7 +46,9 @@ def _distinct(shards: Sequence[_Shard]) -> tuple[list[_Shard], list[str]]:
     kept: list[_Shard] = []
     notes = []
     for shard in shards:
-        same = next((k for k in kept if k.path.resolve() == shard.path.resolve() or _content(k) == _content(shard)), None)
+        same = next(
+            (k for k in kept if k.path.resolve() == shard.path.resolve() or _content(k) == _content(shard)), None
+        )
         if same is None:
             kept.append(shard)
         else:

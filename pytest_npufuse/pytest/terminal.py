@@ -36,7 +36,8 @@ def _label(nodeid: str, row: Mapping[str, Any]) -> str:
 
 def _cells(label: str, row: Mapping[str, Any], verdict: str, long: bool) -> tuple[str, ...]:
     values = {
-        "case": terminal_text(label), "target": row["target"], "mode": row["mode"], "baseline us": _us(row["baseline_us"]),
+        "case": terminal_text(label), "target": row["target"], "mode": row["mode"],
+        "baseline us": _us(row["baseline_us"]),
         "variant us": _us(row["variant_us"]), "speedup": f"{row['speedup']:.3f}x", "segments": str(row["segments"]),
         "SK": str(row["segments"]), "streams": str(row["streams"]), "host us": _us(row.get("host_us")),
         "device us": _us(row.get("device_us")), "bound": row.get("bound", ""),

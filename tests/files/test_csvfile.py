@@ -30,7 +30,8 @@ def test_every_encoding_a_spreadsheet_saves_reads_the_same_kernels(tmp_path, enc
     path = tmp_path / "kernel_details.csv"
     path.write_bytes(encode(TEXT))
     kernels = read_kernels(path)
-    assert [(k.line, k.name, k.op_type, k.duration_us) for k in kernels] == [(2, "mm", "MatMulV2", 12.5), (3, "add", "Add", 1.5)]
+    rows = [(k.line, k.name, k.op_type, k.duration_us) for k in kernels]
+    assert rows == [(2, "mm", "MatMulV2", 12.5), (3, "add", "Add", 1.5)]
 
 
 @pytest.mark.parametrize(

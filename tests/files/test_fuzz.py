@@ -34,8 +34,8 @@ VALID_BASELINE = (
     b'"profiles": {"a3": "p"}, "simulator": "1"}, "model_version": "v", "schema_version": 1, "tool": "pytest-npufuse"}'
 )
 VALID_RUN = (
-    b'{"entries": {}, "gate": null, "kind": "run", "model": {"catalog": "c", "profiles": {"a3": "p"}, "simulator": "1"}, '
-    b'"model_version": null, "schema_version": 1, '
+    b'{"entries": {}, "gate": null, "kind": "run", '
+    b'"model": {"catalog": "c", "profiles": {"a3": "p"}, "simulator": "1"}, "model_version": null, "schema_version": 1, '
     b'"summary": {"passed": 1}, "tests": {"t::a": {"npufuse": [{"key": "t::a", "target": "a3", "mode": "m", '
     b'"baseline_us": 2.0, "variant_us": 1.0, "speedup": 2.0, "segments": 1, "streams": 1, "model_version": "v"}], '
     b'"outcome": "passed"}}, "tool": "pytest-npufuse"}'
@@ -76,7 +76,8 @@ TOML_BYTES = st.one_of(
 )
 
 
-CSV_TEXT = st.text(alphabet=',;\t"\n\r Step IdNameTypeDuration(us)InputShapes0123456789.,eE+-N/A[]\u00e9\x00', max_size=400)
+CSV_TEXT = st.text(alphabet=',;\t"\n\r Step IdNameTypeDuration(us)InputShapes0123456789.eE+-N/A[]\u00e9\x00',
+                   max_size=400)
 CSV_BYTES = st.one_of(
     st.binary(max_size=400),
     CSV_TEXT.map(lambda text: text.encode("utf-8")),

@@ -70,7 +70,8 @@ def test_baselines_of_different_targets_merge_and_keep_both_profiles(tmp_path):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda d: [shard(d / "s1.json", {"t.py::test_a": 30.0}), shard(d / "s2.json", {"t.py::test_a": 30.0, "t.py::b": 1.0})],
+        (lambda d: [shard(d / "s1.json", {"t.py::test_a": 30.0}),
+                    shard(d / "s2.json", {"t.py::test_a": 30.0, "t.py::b": 1.0})],
          "entry t.py::test_a [a3] is in both {d}/s1.json and {d}/s2.json; each shard must run different tests"),
         (lambda d: [shard(d / "s1.json", {"t.py::test_a": 30.0}),
                     shard(d / "s2.json", {"t.py::test_b": 30.0}, ModelIdentity("3", "c" * 16, MODEL.profiles))],
@@ -118,7 +119,8 @@ def test_a_shard_given_twice_or_copied_is_merged_once_and_said_so(tmp_path, caps
 
 
 def run_with_gate(path: Path, tests: dict[str, float], gate: dict | None) -> Path:
-    records = {nodeid: ("passed", [{"key": nodeid, "target": "a3", **entry(us).to_json()}]) for nodeid, us in tests.items()}
+    records = {nodeid: ("passed", [{"key": nodeid, "target": "a3", **entry(us).to_json()}])
+               for nodeid, us in tests.items()}
     write_run_report(path, run_document(MODEL, records, gate))
     return path
 
