@@ -362,13 +362,13 @@ def scatter_update_(call: Arguments) -> None:
 CACHE_MODES = ("Norm", "PA_NZ")
 
 
-def _is_norm_cache(rows: torch.Tensor, cache: torch.Tensor) -> bool:
+def is_norm_cache(rows: torch.Tensor, cache: torch.Tensor) -> bool:
     """Scenario 2's ND cache [blocks, block_size, heads, head_size], told from scenario 1's by its shape
     (the doc picks the scenario from how the arguments are built)."""
     return cache.dim() == 4 and tuple(cache.shape[2:]) == tuple(rows.shape[1:])
 
 
-def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, int]:
+def nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, int]:
     """(runs per token row, values per run) of a PA_NZ cache: [blocks, heads x size / c, block_size, c] or
     [blocks, heads, size / c, block_size, c] with c = 32 bytes of values."""
     run = nz_run(cache)
@@ -385,7 +385,7 @@ def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, i
 
 
 def _pa_cache_mode(key: torch.Tensor, key_cache: torch.Tensor, cache_mode: Optional[str]) -> str:
-    return cache_mode or ("Norm" if _is_norm_cache(key, key_cache) else "PA_NZ")
+    return cache_mode or ("Norm" if is_norm_cache(key, key_cache) else "PA_NZ")
 
 
 def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
@@ -400,21 +400,21 @@ def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
             raise OpArgumentError(
                 f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]"
             )
-        if mode == "Norm" and not _is_norm_cache(rows, cache):
+        if mode == "Norm" and not is_norm_cache(rows, cache):
             raise OpArgumentError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
                                   f"{rows.shape[1]}, {rows.shape[2]}]")
         if mode == "PA_NZ":
-            _nz_runs(name, rows, cache)
+            nz_runs(name, rows, cache)
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
 
 
-def _write_nz_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+def write_nz_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """Scenario 1: token rows [T, heads, size] into a 4-D or 5-D PA_NZ cache (block_size second to last)."""
     return write_nz_slots(cache, rows.reshape(rows.shape[0], -1), slots, cache.shape[-2])
 
 
 def _scatter_pa_kv_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
-    write = write_slots if _pa_cache_mode(call.key, call.key_cache, call.cache_mode) == "Norm" else _write_nz_rows
+    write = write_slots if _pa_cache_mode(call.key, call.key_cache, call.cache_mode) == "Norm" else write_nz_rows
     return write(call.key_cache, call.key, call.slot_mapping), write(call.value_cache, call.value, call.slot_mapping)
 
 
