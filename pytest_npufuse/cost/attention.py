@@ -32,7 +32,7 @@ import math
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from .registry import Work, register_cost_rule
-from .rules import all_cores, io_bytes, roofline_us
+from .rules import all_cores, attention_flops, io_bytes, roofline_us
 
 if TYPE_CHECKING:
     from ..ir.program import Kernel, TensorSpec
@@ -252,7 +252,13 @@ def _scores(q_len: int, kv_len: int, call: _AttentionCall) -> int:
     return max(0, _ramp_sum(q_len, shift + nxt + 1, kv_len) - _ramp_sum(q_len, shift - pre, kv_len))
 
 
-def _attention_flops(call: _AttentionCall) -> float:
+def _attention_flops(work: Work, decode: bool) -> float:
+    """The flops of a call with a query and a key of two dims or more (a kernel built otherwise, as a
+    synthetic benchmark's, which states its flops, is priced as the ``attention`` rule prices it)."""
+    operands = (*work.inputs[:2], *work.outputs[:1])
+    if len(operands) < 3 or min(len(spec.shape) for spec in operands) < 2:
+        return attention_flops(work)
+    call = _attention_call(work, decode)
     scores = sum(_scores(q, kv, call) for q, kv in zip(call.q_lens, call.kv_lens))
     return 2.0 * call.heads * scores * (call.qk_dim + call.value_dim)
 
@@ -261,12 +267,12 @@ def fused_attention_flops(work: Work) -> float:
     """Q K^T and P V over the scores the call computes: ``2 x heads x scores x (D_qk + D_v)``. Non-causal
     prefill grows as S_q x S_kv, causal as about half of it, decode as S_kv (op-plugin's API pages define
     each layout, the lengths and the sparse modes; FlashAttention's 4 x B x N x S_q x S_kv x D)."""
-    return _attention_flops(_attention_call(work, decode=False))
+    return _attention_flops(work, decode=False)
 
 
 def incre_attention_flops(work: Work) -> float:
     """:func:`fused_attention_flops` of npu_incre_flash_attention, whose ``actual_seq_lengths`` are KV lengths."""
-    return _attention_flops(_attention_call(work, decode=True))
+    return _attention_flops(work, decode=True)
 
 
 for _name, _flops in (("fused_attention", fused_attention_flops), ("incre_attention", incre_attention_flops)):

@@ -545,8 +545,9 @@ PREFILL_ANTIQUANT_MODES = (PER_CHANNEL, PER_TOKEN)  # Q_S > 1 takes only these (
 class Antiquant:
     """The dequantisation of an int8 key or value cache beside a float16/bfloat16 query ("伪量化"):
     ``x = (x_int8 + offset) * scale``, rounded to the query's dtype, before the attention (the op pages: the
-    KV cache is dequantised from int8 to float16; op-plugin's golden of the antiquant modes adds the offset
-    and multiplies by the scale). ``mode`` is key_/value_antiquant_mode's (:data:`ANTIQUANT_MODES`), and
+    KV cache is dequantised from int8 to float16; the antiquant convention of torch_npu's weight-quant ops,
+    ``(weight + antiquant_offset) * antiquant_scale`` in op-plugin's test_npu_weight_quant_batchmatmul.py
+    golden). ``mode`` is key_/value_antiquant_mode's (:data:`ANTIQUANT_MODES`), and
     fixes the factor's shape (op-plugin's npu_fused_infer_attention_score_v2 page, Q_S = 1 table):
 
     * 0: per channel ``(N_kv, 1, D)``, ``(N_kv, D)``, ``(H)``, ``(1, N_kv, 1, D)``, ``(1, N_kv, D)``, ``(1, H)``,
@@ -564,7 +565,8 @@ class Antiquant:
 
     def check(self, geo: _Geometry, cache_blocks: int) -> None:
         """The factor's shape for this mode and the call's sizes (metadata only)."""
-        for name, factor in ((f"{self.name}_antiquant_scale", self.scale), (f"{self.name}_antiquant_offset", self.offset)):
+        for kind, factor in (("scale", self.scale), ("offset", self.offset)):
+            name = f"{self.name}_antiquant_{kind}"
             if factor is None:
                 continue
             require_dtype(name, factor, (torch.float16, torch.bfloat16, torch.float32))
@@ -655,7 +657,8 @@ def _antiquant(call: Arguments, geo: _Geometry) -> Optional[tuple[Antiquant, Ant
         raise OpArgumentError("antiquant (int8 key and value) does not take input_layout TND (the page's TND limits)")
     if key_scale is not None:
         modes = (call.key_antiquant_mode, call.value_antiquant_mode)
-        factors = (Antiquant("key", key_scale, key_offset, modes[0]), Antiquant("value", value_scale, value_offset, modes[1]))
+        factors = (Antiquant("key", key_scale, key_offset, modes[0]),
+                   Antiquant("value", value_scale, value_offset, modes[1]))
     else:
         modes = (factor("antiquant_mode", PER_CHANNEL),) * 2
         require_choice("antiquant_mode", modes[0], PREFILL_ANTIQUANT_MODES, "0 per channel, 1 per token")
