@@ -154,7 +154,7 @@ def test_fia_bnsd_reads_an_int8_fractal_nz_paged_cache() -> None:
     q = torch.randn(B, N, 1, dim, generator=gen).bfloat16()
     k_nd, v_nd = _int8(blocks, NKV, size, dim, gen=gen), _int8(blocks, NKV, size, dim, gen=gen)
     nz = lambda cache: cache.reshape(blocks, NKV, size, dim // 32, 32).transpose(2, 3).contiguous()  # noqa: E731
-    scale = torch.rand(1, NKV, 1, dim, generator=gen).bfloat16() * 0.02
+    scale = torch.rand(NKV, 1, dim, generator=gen).bfloat16() * 0.02  # vllm-ascend C8 decode: (N_kv, 1, D)
     kwargs = dict(key_antiquant_scale=scale, value_antiquant_scale=scale, block_table=table, block_size=size,
                   actual_seq_lengths_kv=[32, 20], num_heads=N, num_key_value_heads=NKV, input_layout="BNSD", scale=0.1)
     from_nz, _ = torch_npu.npu_fused_infer_attention_score(q, nz(k_nd), nz(v_nd), **kwargs)
