@@ -1099,11 +1099,15 @@ def _fa_meta(call: Arguments) -> tuple:
     return Out(_fa_out_shape(setup, call.input_layout), query.dtype), stats, stats, Out([0], query.dtype), 0, 0, 0
 
 
-def _fa_stat(values: torch.Tensor, setup: _Setup, query: torch.Tensor) -> torch.Tensor:
-    """A [B, N, Sq, 1] statistic in the meta layout, repeated over the last dim of 8."""
-    if setup.geo.layout == "TND":
-        values = _bnsd_to_layout(values, "TND", setup.q_lens, query.shape[0])
-    return values.expand(*values.shape[:-1], FA_STAT_COPIES).contiguous()
+def _fa_stat(values: torch.Tensor, setup: _Setup, query: torch.Tensor, softmax_layout: str) -> torch.Tensor:
+    """A [B, N, Sq, 1] statistic in the meta shape, repeated over the last dim of 8. With TND input the
+    meta shape is [T, N, 8]; the page fills it in N, T order by default and in T, N order with
+    ``softmax_layout="TND"``."""
+    if setup.geo.layout != "TND":
+        return values.expand(*values.shape[:-1], FA_STAT_COPIES).contiguous()
+    tnd = _bnsd_to_layout(values, "TND", setup.q_lens, query.shape[0])
+    tnd = tnd.expand(*tnd.shape[:-1], FA_STAT_COPIES)
+    return tnd.contiguous() if softmax_layout == "TND" else tnd.transpose(0, 1).contiguous().view(tnd.shape)
 
 
 def _fa_kernel(call: Arguments) -> tuple:
@@ -1115,7 +1119,9 @@ def _fa_kernel(call: Arguments) -> tuple:
     out, stats = _run(setup, query, key, value, call.atten_mask, None, None, None)
     if sbh:
         out = out.transpose(0, 1).contiguous()
-    return (out, _fa_stat(stats.max, setup, query), _fa_stat(stats.sum, setup, query), query.new_zeros(0), 0, 0, 0)
+    layout = call.softmax_layout
+    return (out, _fa_stat(stats.max, setup, query, layout), _fa_stat(stats.sum, setup, query, layout),
+            query.new_zeros(0), 0, 0, 0)
 
 
 def _attention_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
@@ -1242,7 +1248,9 @@ def npu_fusion_attention(call: Arguments) -> None:
       attention.
     * ``softmax_max`` / ``softmax_sum``: float32 ``[B, N, Sq, 8]`` (TND ``[T, N, 8]``), the row max of the
       scaled scores and the sum of ``exp(score - max)``, repeated over the last dim (the meta shape; the
-      page calls them intermediates for the backward pass). ``softmax_out`` is reserved: empty ``[0]``.
+      page calls them intermediates for the backward pass). With TND input the values are in N, T order
+      by default and in T, N order with ``softmax_layout="TND"`` (the page's softmax_layout).
+      ``softmax_out`` is reserved: empty ``[0]``.
       Without dropout there is no random mask, so seed, offset and numels are 0.
 
     Refused with the argument's name: ``keep_prob != 1`` (dropout is random), pse, prefix, sink,
@@ -1257,7 +1265,8 @@ def npu_fusion_attention(call: Arguments) -> None:
         raise OpArgumentError(
             f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}"
         )
-    require_choice("softmax_layout", call.softmax_layout, ("",), "the default softmax statistics layout")
+    require_choice("softmax_layout", call.softmax_layout, ("", "TND") if call.input_layout == "TND" else ("",),
+                   "the statistics' order, N then T by default or T then N with TND input")
 
 
 # ---------------------------------------------------------------------------------------------

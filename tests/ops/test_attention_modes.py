@@ -290,6 +290,24 @@ def test_fia_ntd_tnd_reads_heads_first_tokens() -> None:
     assert torch.equal(out, expected) and torch.equal(ntd_lse, lse)
 
 
+def test_fusion_attention_softmax_layout_orders_the_tnd_statistics() -> None:
+    """TND input: softmax_max / softmax_sum have the meta shape [T, N, 8], filled in N, T order by default
+    and in T, N order with softmax_layout="TND" (op-plugin's test_npu_flash_attention_tnd reads the latter)."""
+    gen = _gen()
+    q, k, v = (torch.randn(7, N, D, generator=gen).half() for _ in range(3))
+    options = dict(scale=0.2, actual_seq_qlen=[3, 7], actual_seq_kvlen=[3, 7])
+    tnd = torch_npu.npu_fusion_attention(q, k, v, N, "TND", softmax_layout="TND", **options)
+    default = torch_npu.npu_fusion_attention(q, k, v, N, "TND", **options)
+    assert torch.equal(tnd[0], default[0]) and tnd[1].shape == default[1].shape == (7, N, 8)
+    assert torch.equal(default[1], tnd[1].transpose(0, 1).contiguous().view(7, N, 8))
+    row_max = lambda part: (part(q) @ part(k).transpose(-1, -2) * 0.2).amax(-1).T  # noqa: E731  [rows, N]
+    expected = torch.cat([row_max(lambda x, s=s: x[s].transpose(0, 1).double()) for s in (slice(0, 3), slice(3, 7))])
+    torch.testing.assert_close(tnd[1][..., 0].double(), expected, rtol=1e-3, atol=1e-3)
+    with pytest.raises(OpArgumentError, match="softmax_layout=TND is not implemented"):
+        torch_npu.npu_fusion_attention(q.reshape(1, 7, N * D), k.reshape(1, 7, N * D), v.reshape(1, 7, N * D), N,
+                                       "BSH", softmax_layout="TND")
+
+
 def test_rotary_mul_takes_a_rotation_matrix_and_3d_input() -> None:
     gen = _gen()
     x, r1, r2 = torch.rand(2, 2, 5, 64, generator=gen), torch.rand(1, 2, 1, 64, generator=gen), torch.rand(
