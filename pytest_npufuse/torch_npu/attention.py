@@ -43,7 +43,8 @@ from .registry import Arguments, Derivative, Out, bind, check, npu_op
 
 DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
 FIA_LAYOUTS = (  # the page's input_layout table: input layout, and after "_" the output's
-    *DENSE_LAYOUTS, "TND", "BNSD_BSND", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "TND_NTD", "NTD_TND",
+    *DENSE_LAYOUTS, "TND", "NTD", "BNSD_BSND", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "TND_NTD",
+    "NTD_TND",
 )
 PFA_LAYOUTS = (*DENSE_LAYOUTS, "BNSD_BSND")
 ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
@@ -745,7 +746,7 @@ def _fia_call(call: Arguments, quantised: bool = False) -> _Setup:
     _check_qkv_dtypes(query, key, value, quantised)
     kv_heads = call.num_key_value_heads or call.num_heads
     query, key, value = _ntd_as_tnd(call.input_layout, query, key, value)
-    geo = _geometry(query, key, value, call.input_layout.replace("NTD_", "TND_"), call.num_heads, kv_heads,
+    geo = _geometry(query, key, value, _tnd_for_ntd(call.input_layout), call.num_heads, kv_heads,
                     call.block_table, call.block_size, actual_seq_lengths)
     _check_rope(call.query_rope, call.key_rope, query, key, quantised)
     _check_mask(call.atten_mask, call.sparse_mode, geo)
@@ -772,10 +773,17 @@ def _check_qkv_dtypes(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
 
 def _ntd_as_tnd(layout: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """NTD_TND reads heads-first ``(N, T, D)`` tensors: the TND tensors they transpose (views)."""
-    if not layout.startswith("NTD_"):
+    """NTD and NTD_TND read heads-first ``(N, T, D)`` tensors: the TND tensors they transpose (views)."""
+    if layout.partition("_")[0] != "NTD":
         return query, key, value
     return tuple(tensor.transpose(0, 1) for tensor in (query, key, value))
+
+
+def _tnd_for_ntd(layout: str) -> str:
+    """The layout :func:`_geometry` reads for an NTD input (its TND transpose, :func:`_ntd_as_tnd`): the
+    output keeps NTD unless the layout names another after "_"."""
+    source, _, output = layout.partition("_")
+    return f"TND_{output or 'NTD'}" if source == "NTD" else layout
 
 
 def _fia_meta(call: Arguments) -> tuple[Out, Out]:

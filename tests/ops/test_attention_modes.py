@@ -265,18 +265,20 @@ def test_ifa_and_pfa_read_a_4d_query_under_bsh_by_its_heads() -> None:
         torch_npu.npu_incre_flash_attention(decode, kv, kv, num_heads=3)
 
 
-@pytest.mark.parametrize("layout", ["BSH_NBSD", "BSND_NBSD", "BNSD_NBSD"])
-def test_fia_nbsd_output_layouts(layout: str) -> None:
+@pytest.mark.parametrize("layout", ["BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "BSH_BNSD", "BSND_BNSD"])
+def test_fia_output_layouts(layout: str) -> None:
+    """The page's "X_Y" layouts: X in, Y out (NBSD is BNSD with batch and heads swapped)."""
     gen = _gen()
     q = torch.randn(B, N, 3, D, generator=gen).bfloat16()
     k, v = (torch.randn(B, NKV, S, D, generator=gen).bfloat16() for _ in range(2))
+    source, output = layout.split("_")
     as_input = {"BSH": lambda x: x.transpose(1, 2).reshape(B, x.shape[2], -1), "BSND": lambda x: x.transpose(1, 2),
-                "BNSD": lambda x: x}[layout.split("_")[0]]
+                "BNSD": lambda x: x}[source]
     out, _ = torch_npu.npu_fused_infer_attention_score(*(as_input(x) for x in (q, k, v)), num_heads=N,
                                                        num_key_value_heads=NKV, input_layout=layout, scale=0.2)
     bnsd, _ = torch_npu.npu_fused_infer_attention_score(q, k, v, num_heads=N, num_key_value_heads=NKV,
                                                         input_layout="BNSD", scale=0.2)
-    assert torch.equal(out, bnsd.transpose(0, 1))
+    assert torch.equal(out, bnsd.transpose(0, 1) if output == "NBSD" else bnsd)
 
 
 def test_fia_ntd_tnd_reads_heads_first_tokens() -> None:
@@ -285,9 +287,11 @@ def test_fia_ntd_tnd_reads_heads_first_tokens() -> None:
     options = dict(actual_seq_lengths=[4, 9], actual_seq_lengths_kv=[4, 9], num_heads=N, num_key_value_heads=NKV,
                    scale=0.2, softmax_lse_flag=True)
     expected, lse = torch_npu.npu_fused_infer_attention_score(*tnd, input_layout="TND", **options)
-    out, ntd_lse = torch_npu.npu_fused_infer_attention_score(*(x.transpose(0, 1).contiguous() for x in tnd),
-                                                             input_layout="NTD_TND", **options)
+    ntd = [x.transpose(0, 1).contiguous() for x in tnd]
+    out, ntd_lse = torch_npu.npu_fused_infer_attention_score(*ntd, input_layout="NTD_TND", **options)
     assert torch.equal(out, expected) and torch.equal(ntd_lse, lse)
+    heads_first, _ = torch_npu.npu_fused_infer_attention_score(*ntd, input_layout="NTD", **options)
+    assert torch.equal(heads_first, expected.transpose(0, 1))
 
 
 def test_fusion_attention_softmax_layout_orders_the_tnd_statistics() -> None:
