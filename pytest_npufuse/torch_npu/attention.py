@@ -580,7 +580,7 @@ class Antiquant:
     def _fits(self, shape: tuple[int, ...], geo: _Geometry, cache_blocks: int) -> bool:
         batch, heads, length = geo.batch, geo.kv_heads, geo.kv_len
         if self.mode == PER_CHANNEL:
-            return shape == (1,) or shape in self._channel_shapes(geo)
+            return shape in ((), (1,)) or shape in self._channel_shapes(geo)  # () : the combined (2,) split
         if self.mode == PER_TOKEN:
             return len(shape) in (2, 3) and shape[:-1] in ((batch,), (1, batch)) and shape[-1] >= length
         if self.mode == PER_TENSOR_HEAD:

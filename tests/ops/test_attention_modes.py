@@ -113,6 +113,12 @@ def test_fia_combined_antiquant_scale_stacks_key_and_value() -> None:
     views = channel.float().reshape(2, 1, NKV, 1, D)
     expected = _attend(q, (k.float() * views[0]).half(), (v.float() * views[1]).half(), 0.2, [S, S])
     _close(out, bsh(expected))
+    per_tensor = torch.tensor([0.01, 0.02]).half()
+    out, _ = torch_npu.npu_fused_infer_attention_score(q, k, v, antiquant_scale=per_tensor, num_heads=N,
+                                                       num_key_value_heads=NKV, input_layout="BNSD", scale=0.2)
+    expected = _attend(q, (k.float() * per_tensor[0].float()).half(), (v.float() * per_tensor[1].float()).half(), 0.2,
+                       [S, S])
+    _close(out, expected)
     token = torch.rand(2, B, S, generator=gen) * 0.02
     out, _ = torch_npu.npu_fused_infer_attention_score(q, k, v, antiquant_scale=token, antiquant_offset=-token,
                                                        antiquant_mode=1, num_heads=N, num_key_value_heads=NKV,
