@@ -88,11 +88,15 @@ def _scatter_nd_into(target: torch.Tensor, indices: torch.Tensor, updates: torch
     depth = indices.shape[-1]
     rows = _scatter_nd_rows(target, indices)
     flat_target = target.view(math.prod(target.shape[:depth]), -1)
-    flat_updates = updates.reshape(rows.numel(), -1)
+    keep = _last_writes(rows, flat_target.shape[0])
+    flat_target[rows[keep]] = updates.reshape(rows.numel(), -1)[keep]
+
+
+def _last_writes(rows: torch.Tensor, count: int) -> torch.Tensor:
+    """Which of the writes to ``rows`` (of ``count``) stay: the last one to each row, in order."""
     order = torch.arange(rows.numel())
-    last = torch.full((flat_target.shape[0],), -1, dtype=torch.int64).scatter_reduce(0, rows, order, "amax")
-    keep = last[rows] == order
-    flat_target[rows[keep]] = flat_updates[keep]
+    last = torch.full((count,), -1, dtype=torch.int64).scatter_reduce(0, rows, order, "amax")
+    return last[rows] == order
 
 
 def write_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -114,11 +118,18 @@ def nz_run(cache: torch.Tensor) -> int:
 def write_nz_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, block_size: int) -> torch.Tensor:
     """:func:`write_slots` for a paged cache whose blocks are stored FRACTAL_NZ: whatever shape the caller
     gives the cache, block b's memory is [row width / c, block_size, c] (c = :func:`nz_run` values), so a
-    token's row [width] is cut into runs of c values and run r lands at [b, r, offset]."""
+    token's row [width] is cut into runs of c values and run r lands at [b, r, offset]. One copy of the
+    cache is made (op-plugin's reshape-and-cache tests write into multi-GB caches)."""
     run = nz_run(cache)
-    by_slot = cache.reshape(cache.shape[0], -1, block_size, run).permute(0, 2, 1, 3)  # [blocks, block_size, runs, c]
-    written = write_slots(by_slot, rows.reshape(rows.shape[0], -1, run), slots)
-    return written.permute(0, 2, 1, 3).contiguous().view(cache.shape)
+    written = cache.clone(memory_format=torch.contiguous_format)
+    blocks = written.view(cache.shape[0], -1, block_size, run)  # [blocks, runs, block_size, c]
+    flat = slots.reshape(-1).to(torch.int64)
+    if bool(((flat < 0) | (flat >= cache.shape[0] * block_size)).any()):
+        raise OpArgumentError(f"slots hold values outside the cache's {cache.shape[0]} x {block_size} slots")
+    keep = _last_writes(flat, cache.shape[0] * block_size)
+    kept = flat[keep]
+    blocks[kept // block_size, :, kept % block_size] = rows.reshape(flat.numel(), -1, run)[keep]
+    return written
 
 
 def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
