@@ -25,7 +25,7 @@ import torch
 from ..errors import OpArgumentError
 from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _geometry, _run, _Setup
 from .checks import HALF_DTYPES, require_dtype, require_shape
-from .memory import write_slots
+from .memory import is_norm_cache, nz_runs, write_nz_rows, write_slots
 from .registry import Arguments, Out, SampleCall, bind, check, npu_op
 
 LENGTH_DTYPES = (torch.int32, torch.int64)
@@ -299,12 +299,24 @@ def _npu_paged_attention(call: Arguments) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _nz_caches(call: Arguments) -> bool:
+    """Whether both caches are FRACTAL_NZ. ReshapeAndCachAtb.cpp picks ``K_CACHE_V_CACHE_NZ`` when both caches
+    have the NZ format and ``K_CACHE_V_CACHE`` otherwise; here the format is read from the key cache's shape,
+    ``[blocks, block_size, kv_heads, D]`` being ND and anything else NZ (checked in :func:`_cache_write_meta`)."""
+    return not is_norm_cache(call.key, call.key_cache)
+
+
 def _cache_write_meta(call: Arguments) -> tuple[Out, Out]:
     key, value, key_cache, value_cache = call.key, call.value, call.key_cache, call.value_cache
     require_dtype("slot_indices", call.slot_indices, LENGTH_DTYPES)
+    nz = _nz_caches(call)
     for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
-        if cache.dim() != 4 or rows.dim() != 3 or tuple(rows.shape[1:]) != tuple(cache.shape[2:]):
+        if rows.dim() != 3:
+            raise OpArgumentError(f"{name} has shape {list(rows.shape)}; expected [tokens, kv_heads, head_dim]")
+        if nz:
+            nz_runs(name, rows, cache)
+        elif not is_norm_cache(rows, cache):
             raise OpArgumentError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
                                   "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
     require_shape("slot_indices", call.slot_indices, ((key.shape[0],),))
@@ -313,9 +325,8 @@ def _cache_write_meta(call: Arguments) -> tuple[Out, Out]:
 
 
 def _cache_write_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
-    key, value, key_cache, value_cache = call.key, call.value, call.key_cache, call.value_cache
-    slot_indices = call.slot_indices
-    return write_slots(key_cache, key, slot_indices), write_slots(value_cache, value, slot_indices)
+    write = write_nz_rows if _nz_caches(call) else write_slots
+    return write(call.key_cache, call.key, call.slot_indices), write(call.value_cache, call.value, call.slot_indices)
 
 
 def _reshape_and_cache_samples() -> list[SampleCall]:
@@ -334,12 +345,16 @@ def _reshape_and_cache_samples() -> list[SampleCall]:
 def _npu_reshape_and_cache(call: Arguments) -> None:
     """Write each token's key and value rows into its cache slot, in place; returns None.
 
-    Source: op-plugin ``op_plugin/ops/atb/ReshapeAndCachAtb.cpp`` (ATB ReshapeAndCacheOperation, ND caches:
-    ``K_CACHE_V_CACHE``) and op-plugin's reference in ``test/test_custom_ops/test_atb_reshape_and_cache.py``.
-    ``key`` / ``value`` ``[T, kv_heads, D|Dv]``, caches ``[blocks, block_size, kv_heads, D|Dv]`` in the same
-    dtypes; token t goes to block ``slot_indices[t] // block_size``, offset ``slot_indices[t] % block_size``.
-    Slots must lie in the cache (checked); when two tokens name one slot, the later token's row stays
-    (the reference writes tokens in order).
+    Source: op-plugin ``op_plugin/ops/atb/ReshapeAndCachAtb.cpp`` (ATB ReshapeAndCacheOperation: caches in the
+    ND format take ``K_CACHE_V_CACHE``, caches both in FRACTAL_NZ ``K_CACHE_V_CACHE_NZ``) and op-plugin's
+    reference in ``test/test_custom_ops/test_atb_reshape_and_cache.py``. ``key`` / ``value`` ``[T, kv_heads,
+    D|Dv]`` (key and value may differ in dtype, e.g. an int8 key beside a bfloat16 value); each cache has its
+    rows' dtype and is either ND ``[blocks, block_size, kv_heads, D]`` or NZ ``[blocks, kv_heads x D / c,
+    block_size, c]`` with c = 32 bytes of values (16 float16/bfloat16, 32 int8), told apart by the key cache's
+    shape. Token t goes to block ``slot_indices[t] // block_size``, offset ``slot_indices[t] % block_size``;
+    in an NZ block its row is cut into runs of c values, run r at ``[block, r, offset]``. Slots must lie in
+    the cache (checked); when two tokens name one slot, the later token's row stays (the reference writes
+    tokens in order).
     """
 
 

@@ -94,11 +94,15 @@ def _scatter_nd_into(target: torch.Tensor, indices: torch.Tensor, updates: torch
     depth = indices.shape[-1]
     rows = _scatter_nd_rows(target, indices)
     flat_target = target.view(math.prod(target.shape[:depth]), -1)
-    flat_updates = updates.reshape(rows.numel(), -1)
+    keep = _last_writes(rows, flat_target.shape[0])
+    flat_target[rows[keep]] = updates.reshape(rows.numel(), -1)[keep]
+
+
+def _last_writes(rows: torch.Tensor, count: int) -> torch.Tensor:
+    """Which of the writes to ``rows`` (of ``count``) stay: the last one to each row, in order."""
     order = torch.arange(rows.numel())
-    last = torch.full((flat_target.shape[0],), -1, dtype=torch.int64).scatter_reduce(0, rows, order, "amax")
-    keep = last[rows] == order
-    flat_target[rows[keep]] = flat_updates[keep]
+    last = torch.full((count,), -1, dtype=torch.int64).scatter_reduce(0, rows, order, "amax")
+    return last[rows] == order
 
 
 def write_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -121,11 +125,18 @@ def nz_run(cache: torch.Tensor) -> int:
 def write_nz_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, block_size: int) -> torch.Tensor:
     """:func:`write_slots` for a paged cache whose blocks are stored FRACTAL_NZ: whatever shape the caller
     gives the cache, block b's memory is [row width / c, block_size, c] (c = :func:`nz_run` values), so a
-    token's row [width] is cut into runs of c values and run r lands at [b, r, offset]."""
+    token's row [width] is cut into runs of c values and run r lands at [b, r, offset]. One copy of the
+    cache is made (op-plugin's reshape-and-cache tests write into multi-GB caches)."""
     run = nz_run(cache)
-    by_slot = cache.reshape(cache.shape[0], -1, block_size, run).permute(0, 2, 1, 3)  # [blocks, block_size, runs, c]
-    written = write_slots(by_slot, rows.reshape(rows.shape[0], -1, run), slots)
-    return written.permute(0, 2, 1, 3).contiguous().view(cache.shape)
+    written = cache.clone(memory_format=torch.contiguous_format)
+    blocks = written.view(cache.shape[0], -1, block_size, run)  # [blocks, runs, block_size, c]
+    flat = slots.reshape(-1).to(torch.int64)
+    if bool(((flat < 0) | (flat >= cache.shape[0] * block_size)).any()):
+        raise OpArgumentError(f"slots hold values outside the cache's {cache.shape[0]} x {block_size} slots")
+    keep = _last_writes(flat, cache.shape[0] * block_size)
+    kept = flat[keep]
+    blocks[kept // block_size, :, kept % block_size] = rows.reshape(flat.numel(), -1, run)[keep]
+    return written
 
 
 def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
@@ -471,13 +482,13 @@ def scatter_update_(call: Arguments) -> None:
 CACHE_MODES = ("Norm", "PA_NZ")
 
 
-def _is_norm_cache(rows: torch.Tensor, cache: torch.Tensor) -> bool:
+def is_norm_cache(rows: torch.Tensor, cache: torch.Tensor) -> bool:
     """Scenario 2's ND cache [blocks, block_size, heads, head_size], told from scenario 1's by its shape
     (the doc picks the scenario from how the arguments are built)."""
     return cache.dim() == 4 and tuple(cache.shape[2:]) == tuple(rows.shape[1:])
 
 
-def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, int]:
+def nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, int]:
     """(runs per token row, values per run) of a PA_NZ cache: [blocks, heads x size / c, block_size, c] or
     [blocks, heads, size / c, block_size, c] with c = 32 bytes of values."""
     run = nz_run(cache)
@@ -494,7 +505,7 @@ def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, i
 
 
 def _pa_cache_mode(key: torch.Tensor, key_cache: torch.Tensor, cache_mode: Optional[str]) -> str:
-    return cache_mode or ("Norm" if _is_norm_cache(key, key_cache) else "PA_NZ")
+    return cache_mode or ("Norm" if is_norm_cache(key, key_cache) else "PA_NZ")
 
 
 def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
@@ -509,21 +520,21 @@ def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
             raise OpArgumentError(
                 f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]"
             )
-        if mode == "Norm" and not _is_norm_cache(rows, cache):
+        if mode == "Norm" and not is_norm_cache(rows, cache):
             raise OpArgumentError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
                                   f"{rows.shape[1]}, {rows.shape[2]}]")
         if mode == "PA_NZ":
-            _nz_runs(name, rows, cache)
+            nz_runs(name, rows, cache)
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
 
 
-def _write_nz_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+def write_nz_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """Scenario 1: token rows [T, heads, size] into a 4-D or 5-D PA_NZ cache (block_size second to last)."""
     return write_nz_slots(cache, rows.reshape(rows.shape[0], -1), slots, cache.shape[-2])
 
 
 def _scatter_pa_kv_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
-    write = write_slots if _pa_cache_mode(call.key, call.key_cache, call.cache_mode) == "Norm" else _write_nz_rows
+    write = write_slots if _pa_cache_mode(call.key, call.key_cache, call.cache_mode) == "Norm" else write_nz_rows
     return write(call.key_cache, call.key, call.slot_mapping), write(call.value_cache, call.value, call.slot_mapping)
 
 

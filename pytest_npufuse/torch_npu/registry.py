@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, make_dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+import numpy
 import torch
 
 from ..errors import OpTypeError, ProfileError
@@ -108,6 +109,16 @@ OPS = MappingProxyType(_OPS)  # name -> NpuOp, in declaration order
 @functools.cache
 def _catalog_types() -> frozenset[str]:
     return frozenset(load_catalog().entries)
+
+
+def _python_scalars(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """numpy scalars as the Python numbers torch_npu's bindings read them as: torch's argument parser takes
+    ``np.float16(0.088)`` for a ``float`` (op-plugin's ATB tests pass the scale so), the dispatcher does not."""
+    if not any(isinstance(value, numpy.generic) for value in (*args, *kwargs.values())):
+        return args, kwargs
+    plain = [value.item() if isinstance(value, numpy.generic) else value for value in args]
+    return tuple(plain), {name: value.item() if isinstance(value, numpy.generic) else value
+                          for name, value in kwargs.items()}
 
 
 def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
@@ -462,6 +473,7 @@ def npu_op(
         check_types = _type_checker(declaration, typed, require_fit)
 
         def public(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = _python_scalars(args, kwargs)
             # Under Dynamo the fake kernel runs the record's checks; tracing the binder and every check of
             # every call again would multiply a large model's capture time.
             if torch.compiler.is_compiling():

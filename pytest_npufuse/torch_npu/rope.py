@@ -26,6 +26,7 @@ from .quant import symmetric_levels
 from .registry import Arguments, Derivative, Out, SampleCall, bind, npu_op
 
 ROTARY_MODES = ("half", "interleave")
+APPLY_ROPE_MODES = (*ROTARY_MODES, "quarter")  # aclnnApplyRotaryPosEmbV2's modes (op-plugin's page of the op)
 APPLY_ROPE_LAYOUTS = ("BSH", "BSND", "SBND", "BNSD", "TND")
 MLA_RMS_SIZE = 512  # the doc's rms_size (compressed KV width), the only value it supports
 MLA_ROPE_SIZE = 64  # the doc's rope_size
@@ -33,18 +34,25 @@ KV_CACHE_MODES = ("Norm", "PA", "PA_BNSD", "PA_NZ")
 
 
 def rotate(values: torch.Tensor, rotary_mode: str) -> torch.Tensor:
-    """The rotated partner of RoPE: ``cat(-x2, x1)`` of the halves ('half') or of each pair ('interleave')."""
+    """The rotated partner of RoPE: ``cat(-x2, x1)`` of the halves ('half'), of each half's halves
+    ('quarter': ``cat(-x2, x1, -x4, x3)`` of the four quarters, ApplyRotaryPosEmb's README in
+    hicann/ops-transformer posembedding/apply_rotary_pos_emb) or of each pair ('interleave')."""
     if rotary_mode == "half":
         first, second = values.chunk(2, dim=-1)
         return torch.cat((-second, first), dim=-1)
+    if rotary_mode == "quarter":
+        return torch.cat([rotate(half, "half") for half in values.chunk(2, dim=-1)], dim=-1)
     even, odd = values[..., 0::2], values[..., 1::2]
     return torch.stack((-odd, even), dim=-1).flatten(-2)
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_mode: str) -> torch.Tensor:
-    """``x * cos + rotate(x) * sin`` in float32 (cos/sin broadcast), rounded once to x's dtype."""
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_mode: str,
+         rotation: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``x * cos + rotate(x) * sin`` in float32 (cos/sin broadcast), rounded once to x's dtype; with a
+    ``rotation`` matrix [D, D] the rotated partner is ``x @ rotation`` (an fp32 Cube product) instead."""
     values = x.to(torch.float32)
-    out = values * cos.to(torch.float32) + rotate(values, rotary_mode) * sin.to(torch.float32)
+    rotated = rotate(values, rotary_mode) if rotation is None else cube_matmul(values, rotation.to(torch.float32))
+    out = values * cos.to(torch.float32) + rotated * sin.to(torch.float32)
     return out.to(x.dtype)
 
 
@@ -56,10 +64,12 @@ def _check_broadcast(name: str, table: torch.Tensor, x_name: str, x: torch.Tenso
         )
 
 
-def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> None:
+def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...], rotary_mode: str = "half") -> None:
     require_dtype(name, x, dtypes)
-    if x.shape[-1] % 2 != 0:
-        raise OpArgumentError(f"{name} has head dim {x.shape[-1]}; RoPE rotates pairs, so it must be even")
+    parts = 4 if rotary_mode == "quarter" else 2
+    if x.shape[-1] % parts != 0:
+        raise OpArgumentError(f"{name} has head dim {x.shape[-1]}; rotary_mode={rotary_mode!r} rotates "
+                              f"{'quarters' if parts == 4 else 'pairs'}, so it must be a multiple of {parts}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,16 +80,20 @@ def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...
 def _rotary_mul_meta(call: Arguments) -> Out:
     input = call.input
     _check_rope_input("input", input, FLOAT_DTYPES)
-    if input.dim() != 4:
-        raise OpArgumentError(f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND tensors")
+    if input.dim() not in (3, 4):
+        raise OpArgumentError(
+            f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND or 3-D TND tensors")
     for name, table in (("r1", call.r1), ("r2", call.r2)):
         require_dtype(name, table, (input.dtype,), "(input's dtype)")
         _check_broadcast(name, table, "input", input)
+    if call.rotate is not None:
+        require_dtype("rotate", call.rotate, (input.dtype,), "(input's dtype)")
+        require_shape("rotate", call.rotate, ((input.shape[-1], input.shape[-1]),))
     return Out(list(input.shape), input.dtype)
 
 
 def _rotary_mul_kernel(call: Arguments) -> torch.Tensor:
-    return rope(call.input, call.r1, call.r2, call.rotary_mode)
+    return rope(call.input, call.r1, call.r2, call.rotary_mode, call.rotate)
 
 
 
@@ -131,12 +145,16 @@ def npu_rotary_mul_backward(call: Arguments) -> None:
 def _rotary_mul_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
     ctx.save_for_backward(call.input, call.r1, call.r2)
     ctx.rotary_mode = call.rotary_mode
+    ctx.rotated_by_matrix = call.rotate is not None
 
 
 def _rotary_mul_grad(ctx: object, grad: torch.Tensor) -> tuple:
+    if ctx.rotated_by_matrix:
+        raise OpArgumentError("npu_rotary_mul has no backward with a rotate matrix (the op's page); compute it "
+                              "without gradients or use rotary_mode without rotate")
     x, r1, r2 = ctx.saved_tensors
     dx, dr1, dr2 = torch.ops.npu.npu_rotary_mul_backward(grad, x, r1, r2, ctx.rotary_mode)
-    return dx, dr1, dr2, None
+    return dx, dr1, dr2, None, None
 
 
 def _rotary_mul_samples() -> list[SampleCall]:
@@ -163,13 +181,20 @@ def npu_rotary_mul(call: Arguments) -> None:
     docs/context/torch_npu-npu_rotary_mul.md), which gives the formula as code:
 
     * 'half': ``x1, x2 = chunk(input, 2, -1); rotate = cat(-x2, x1)`` (GPT-NeoX style);
-    * 'interleave': pairs ``(x[2i], x[2i+1])`` become ``(-x[2i+1], x[2i])`` (GPT-J style).
+    * 'interleave': pairs ``(x[2i], x[2i+1])`` become ``(-x[2i+1], x[2i])`` (GPT-J style);
+    * ``rotate`` given (a [D, D] matrix in input's dtype): the rotated partner is ``input @ rotate``
+      whatever the mode (op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_rotary_mul.md, which
+      builds the half/interleave matrices in its example); the page gives it no backward.
 
-    ``input`` float16/bfloat16/float32, 4-D (BNSD, BSND or SBND) with an even head dim; ``r1``
-    (cos) and ``r2`` (sin) in input's dtype broadcast to it (e.g. [1, 1, S, D]).  Math is float32
-    with one rounding to input's dtype.
+    ``input`` float16/bfloat16/float32, 4-D (BNSD, BSND or SBND) or 3-D (TND) with an even head dim;
+    ``r1`` (cos) and ``r2`` (sin) in input's dtype broadcast to it (e.g. [1, 1, S, D]).  Math is
+    float32 with one rounding to input's dtype.  Other modes ('quarter' is npu_apply_rotary_pos_emb's)
+    are refused, as torch_npu refuses them.
     """
-    require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
+    if call.rotary_mode not in ROTARY_MODES:
+        raise OpArgumentError(
+            f"rotary_mode={call.rotary_mode}: npu_rotary_mul rotates 'half' or 'interleave' only, and torch_npu "
+            "refuses other modes too ('quarter' is npu_apply_rotary_pos_emb's mode)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +204,7 @@ def npu_rotary_mul(call: Arguments) -> None:
 
 def _apply_rotary_pos_emb_meta(call: Arguments) -> tuple[Out, Out]:
     query, key, layout = call.query, call.key, call.layout
-    _check_rope_input("query", query, FLOAT_DTYPES)
+    _check_rope_input("query", query, FLOAT_DTYPES, call.rotary_mode)
     require_dtype("key", key, (query.dtype,), "(query's dtype)")
     expected_rank = 3 if layout == "TND" else 4
     for name, x in (("query", query), ("key", key)):
@@ -210,8 +235,11 @@ def npu_apply_rotary_pos_emb(call: Arguments) -> None:
     """RoPE on query and key in place: returns ``(query, key)`` after ``x = x * cos + rotate(x) * sin``.
 
     Sources: op-plugin's ApplyRotaryPosEmbNpuOpApi.cpp (aclnnApplyRotaryPosEmb updates query and
-    key in place and returns them; layouts BSND/'BSH', SBND, BNSD, TND) and the RoPE formula of
-    torch_npu.npu_rotary_mul for the 'half' and 'interleave' modes.
+    key in place and returns them; layouts BSND/'BSH', SBND, BNSD, TND; modes 'half', 'quarter' and
+    'interleave', op-plugin's page torch_npu-apply_rotary_pos_emb.md) and the RoPE formula of
+    torch_npu.npu_rotary_mul for 'half' and 'interleave'; 'quarter' rotates each half of the head dim
+    as 'half' rotates the whole (``cat(-x2, x1, -x4, x3)`` of the quarters, ApplyRotaryPosEmb's README
+    in hicann/ops-transformer), so the head dim must be a multiple of 4.
 
     query/key share a dtype (float16/bfloat16/float32) and layout (4-D, or 3-D for TND); cos/sin
     broadcast to both (e.g. [B, S, 1, D] for BSND).  The captured graph holds one functional
@@ -219,7 +247,8 @@ def npu_apply_rotary_pos_emb(call: Arguments) -> None:
     the real op writes them.
     """
     require_choice("layout", call.layout, APPLY_ROPE_LAYOUTS, "the layouts aclnnApplyRotaryPosEmb accepts")
-    require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
+    require_choice("rotary_mode", call.rotary_mode, APPLY_ROPE_MODES,
+                   "'half' rotates halves, 'quarter' each half's halves, 'interleave' pairs")
 
 
 # ---------------------------------------------------------------------------------------------
