@@ -488,6 +488,7 @@ def test_graph_dump_types_a_mode_cannot_write_are_refused(shim, tmp_path):
     with pytest.warns(ScopeIgnoredWarning, match="ignored in npugraph_ex mode"):
         (dump,) = _graph_dump("py", "npugraph_ex", tmp_path)
     assert dump.name.startswith("dynamo_optimized_graph_") and "torch.ops.aten.mm.default" in dump.read_text()
+    assert "code: " in dump.read_text()  # TorchAir writes print_readable: each node with its source line
     with pytest.warns(ScopeIgnoredWarning, match="ignored in reduce-overhead mode"):
         with pytest.warns(DeprecationWarning, match='"reduce-overhead" mode configuration will be deprecated'):
             with pytest.raises(Exception, match="Graph dump for aclGraph only support 'py' type, but got: pbtxt"):
