@@ -93,6 +93,11 @@ class ConfigError(NpufuseError, ValueError):
     """A TorchAir ``CompilerConfig`` option set to a value TorchAir rejects (TorchAir raises ValueError)."""
 
 
+class ConfigPathError(ConfigError, FileNotFoundError):
+    """A ``CompilerConfig`` path option naming a file or directory that does not exist (TorchAir raises
+    FileNotFoundError; a ConfigError too, so ``except ValueError`` around option setting still catches it)."""
+
+
 class UnknownOptionError(NpufuseError, AttributeError, ValueError):
     """A ``CompilerConfig`` attribute that does not exist. TorchAir raises ValueError when one is
     assigned; reading one is an AttributeError in Python. Both are caught by either ``except``."""
