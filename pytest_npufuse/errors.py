@@ -90,10 +90,11 @@ class KernelError(NpufuseError):
     out of range, a NaN turned into an index): the model's own error, named at the user's source line."""
 
 
-class OpArgumentError(NpufuseError, ValueError):
+class OpArgumentError(NpufuseError, ValueError, RuntimeError):
     """An argument of a torch_npu op or of a TorchAir / ``torch.npu`` API call has a value the real library
-    rejects, or one the model does not implement; the message names the argument. A ValueError too, as the
-    real libraries raise one, so scripts that catch ValueError keep working."""
+    rejects, or one the model does not implement; the message names the argument. A ValueError too, as
+    TorchAir raises one, and a RuntimeError, as a torch_npu op's argument check (``TORCH_CHECK``) raises one,
+    so scripts and tests that catch either keep working."""
 
 
 class OpAssertionError(NpufuseError, AssertionError):

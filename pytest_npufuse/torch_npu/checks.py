@@ -9,6 +9,7 @@ are accepted as such.
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -59,8 +60,11 @@ def require_shape(name: str, tensor: torch.Tensor, allowed: Sequence[Sequence[in
 
 
 def require_int(name: str, value: object, optional: bool = False) -> Any:
-    """An int (a SymInt under ``dynamic=True``); a bool is refused although Python counts it an int."""
-    if (isinstance(value, bool) or not isinstance(value, (int, torch.SymInt))) and not (optional and value is None):
+    """An integer: a Python int, a numpy integer scalar (``numbers.Integral``, which the dispatcher converts
+    as torch_npu's binding does) or a SymInt under ``dynamic=True``; a bool is refused although Python
+    counts it an int (numpy's bool is no ``numbers.Integral``)."""
+    integral = isinstance(value, (int, torch.SymInt, numbers.Integral)) and not isinstance(value, bool)
+    if not integral and not (optional and value is None):
         raise _type_error(name, value, "an int", optional)
     return value
 
@@ -72,8 +76,11 @@ def require_bool(name: str, value: object, optional: bool = False) -> Optional[b
 
 
 def require_float(name: str, value: object, optional: bool = False) -> Any:
-    """A Python int or float (a schema ``float``); bools are refused as in :func:`require_int`."""
-    number = isinstance(value, (int, float, torch.SymInt, torch.SymFloat)) and not isinstance(value, bool)
+    """A real number (a schema ``float``): a Python int or float, a numpy scalar such as ``np.float16(0.088)``
+    (``numbers.Real``: torch_npu's binding takes any real number, and callers often compute a scale in
+    numpy), or a SymInt/SymFloat; bools are refused as in :func:`require_int`."""
+    real = (int, float, torch.SymInt, torch.SymFloat, numbers.Real)
+    number = isinstance(value, real) and not isinstance(value, bool)
     if not number and not (optional and value is None):
         raise _type_error(name, value, "a float", optional)
     return value
@@ -107,6 +114,18 @@ def require_str(name: str, value: object, optional: bool = False) -> Optional[st
     if not isinstance(value, str) and not (optional and value is None):
         raise _type_error(name, value, "a str", optional)
     return value
+
+
+def require_dtype_code(name: str, value: object, optional: bool = False) -> Any:
+    """A dtype passed where op-plugin's schema declares an ``int`` (``int? x_dtype``, ``int? customize_dtype``):
+    torch_npu takes a torch.dtype there, which the dispatcher turns into its ScalarType number, or that
+    number itself (torch_npu's own dtypes, ``torch_npu.hifloat8``, are such numbers)."""
+    if isinstance(value, torch.dtype):
+        return value
+    try:
+        return require_int(name, value, optional)
+    except OpTypeError:
+        raise _type_error(name, value, "a torch.dtype or its int code", optional) from None
 
 
 def require_dtype_value(name: str, value: object, optional: bool = False) -> Optional[torch.dtype]:
@@ -161,11 +180,14 @@ _TYPE_CHECKS: dict[str, Callable[..., Any]] = {
 _ELEMENT_NAMES = {"Tensor": "tensors", "int": "ints", "SymInt": "ints", "float": "floats", "bool": "bools"}
 
 
-def type_check(schema_type: str) -> Callable[[str, object], Any]:
+def type_check(schema_type: str, name: str = "") -> Callable[[str, object], Any]:
     """The check of one argument of this schema type (``Tensor?``, ``int[]``, ...): what the dispatcher would
-    refuse, refused here first with the argument's name instead of a dispatcher traceback."""
+    refuse, refused here first with the argument's name instead of a dispatcher traceback. An ``int`` whose
+    ``name`` ends in ``dtype`` is op-plugin's way of declaring a dtype argument (:func:`require_dtype_code`)."""
     optional = schema_type.endswith("?")
     base = schema_type.removesuffix("?")
+    if base == "int" and name.endswith("dtype"):
+        return functools.partial(require_dtype_code, optional=True) if optional else require_dtype_code
     if base.endswith("]"):
         element = base.partition("[")[0]
         return _require_list(_TYPE_CHECKS[element], _ELEMENT_NAMES[element], optional)

@@ -420,29 +420,40 @@ def _add_layer_norm_stat_shape(x1: torch.Tensor, gamma: torch.Tensor) -> list[in
     return [*x1.shape[: x1.dim() - gamma.dim()], 1]
 
 
-def _add_layer_norm_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
-    """y and x like x1; mean and rstd float32 with the normalised dims folded into one 1."""
-    x1, x2 = call.x1, call.x2
+def _add_layer_norm_dtype(x1: torch.Tensor, x2: torch.Tensor) -> torch.dtype:
+    """The dtype of y and x: x1's when x1 and x2 agree, float32 when they differ (op-plugin's
+    AddLayerNormKernelNpuOpApi.cpp allocates both float32 then), where one of them must be float32."""
     require_dtype("x1", x1, FLOAT_DTYPES)
-    require_dtype("x2", x2, (x1.dtype,), "(x1's dtype)")
+    if x2.dtype == x1.dtype:
+        return x1.dtype
+    require_dtype("x2", x2, FLOAT_DTYPES if x1.dtype == torch.float32 else (x1.dtype, torch.float32),
+                  "(x1's dtype, or float32 beside a float16/bfloat16 x1, or any float beside a float32 x1)")
+    return torch.float32
+
+
+def _add_layer_norm_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
+    """y and x in :func:`_add_layer_norm_dtype`; mean and rstd float32 with the normalised dims folded into one 1."""
+    x1, x2 = call.x1, call.x2
+    dtype = _add_layer_norm_dtype(x1, x2)
     if x2.shape != x1.shape:
         raise OpArgumentError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
     for name, param in (("gamma", call.gamma), ("beta", call.beta)):
-        require_dtype(name, param, (x1.dtype, torch.float32), "(x1's dtype or float32)")
+        require_dtype(name, param, (x1.dtype, x2.dtype, torch.float32), "(x1's or x2's dtype, or float32)")
         require_trailing(name, param, "x1", x1)
     stat = Out(_add_layer_norm_stat_shape(x1, call.gamma), torch.float32)
-    like_x = Out(list(x1.shape), x1.dtype)
+    like_x = Out(list(x1.shape), dtype)
     return like_x, stat, stat, like_x
 
 
 def _add_layer_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     x1, gamma = call.x1, call.gamma
-    x = _residual_sum(x1, call.x2)
+    dtype = _add_layer_norm_dtype(x1, call.x2)
+    x = (x1.to(torch.float32) + call.x2.to(torch.float32)).to(dtype)
     mean, centred, variance = _row_moments(x.to(torch.float32), gamma.dim())
     rstd = 1.0 / torch.sqrt(variance + call.epsilon)
     y = (centred * rstd).reshape(x1.shape) * gamma.to(torch.float32) + call.beta.to(torch.float32)
     stat_shape = _add_layer_norm_stat_shape(x1, gamma)
-    return y.to(x1.dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape), x
+    return y.to(dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape), x
 
 
 @npu_op(meta=_add_layer_norm_meta, kernel=_add_layer_norm_kernel)
@@ -453,9 +464,10 @@ def npu_add_layer_norm(call: Arguments) -> None:
     ``rstd = 1 / sqrt(Var(x) + epsilon)``, ``y = (x - E(x)) * rstd * gamma + beta``; op-plugin's
     npu_add_layer_norm fixes the outputs: mean and rstd float32 of x1's leading dims and one trailing 1.
 
-    * ``x1``/``x2`` same shape and dtype (float16, bfloat16, float32); ``gamma``/``beta`` the trailing
-      dims of x1, in x1's dtype or float32.
-    * ``x`` is x1's dtype and the statistics are taken from that rounded sum, as npu_add_rms_norm here;
+    * ``x1``/``x2`` same shape, float16, bfloat16 or float32, of one dtype or one of them float32 (then
+      ``y`` and ``x`` are float32: op-plugin's kernel allocates them so); ``gamma``/``beta`` the trailing
+      dims of x1, in x1's or x2's dtype or float32.
+    * ``x`` is that dtype and the statistics are taken from that rounded sum, as npu_add_rms_norm here;
       the variance is the biased one; float32 math with fixed pairwise sums, one rounding of ``y``.
     * ``additional_output`` asks the device to also store ``x``; the model always returns it.
     """

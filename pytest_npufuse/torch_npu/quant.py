@@ -854,9 +854,10 @@ def _anti_quant_meta(call: Arguments) -> Out:
     """out like x (int32 words widened eight times), in dst_dtype (float16 by default)."""
     x, scale, offset = call.x, call.scale, call.offset
     require_dtype("x", x, (torch.int8, torch.int32))
-    if (x.dtype == torch.int32) != (call.src_dtype == torch.quint4x2):
+    if call.src_dtype is not None and (x.dtype == torch.int32) != (call.src_dtype == torch.quint4x2):
         raise OpArgumentError(
-            f"x is {x.dtype} but src_dtype is {call.src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2"
+            f"x is {x.dtype} but src_dtype is {call.src_dtype}; pass src_dtype=None (read from x), torch.int8 "
+            "for int8 x or torch.quint4x2 for int32 words of int4"
         )
     width = x.shape[-1] * (INT4_PER_INT32 if x.dtype == torch.int32 else 1) if x.dim() else 1
     require_dtype("scale", scale, (torch.float32, torch.bfloat16))
@@ -884,8 +885,10 @@ def npu_anti_quant(call: Arguments) -> None:
 
     Source: torch_npu.npu_anti_quant (op-plugin docs/context/torch_npu-npu_anti_quant.md).
 
-    * ``x`` int8, or int32 words of eight int4 values with ``src_dtype=torch.quint4x2`` (element 0 in the
-      low nibble: the packing order :func:`unpack_int4` assumes); ``scale`` float32/bfloat16 (n,) with
+    * ``x`` int8, or int32 words of eight int4 values (element 0 in the low nibble: the packing order
+      :func:`unpack_int4` assumes); ``src_dtype`` None reads the kind from x's dtype, a given one must
+      agree with it (torch.int8, or torch.quint4x2 for int32 words: op-plugin's
+      AntiQuantKernelNpuOpApi.cpp); ``scale`` float32/bfloat16 (n,) with
       n = 1 or x's last dim in values; ``offset`` like scale; ``dst_dtype`` float16 (default) or bfloat16.
     * The sum and product are float32, rounded once to ``dst_dtype``.
     """

@@ -68,6 +68,7 @@ class NpuOp:
     schema: str
     source: str
     graph_name: str = ""  # the registered op a traced graph holds, when not ``name`` (``<name>_functional``)
+    overloads: tuple[str, ...] = ()  # the names of torch_npu's other schemas of the op (``List``)
 
     @property
     def op_type(self) -> str:
@@ -253,7 +254,7 @@ def _validator(
 def _typed(declaration: Declaration, argument_checks: Mapping[str, ArgumentCheck]) -> dict[str, ArgumentCheck]:
     """Each parameter's type check: its schema type's, or the op's own where its message says more."""
     return {
-        parameter.name: argument_checks.get(parameter.name) or type_check(parameter.type)
+        parameter.name: argument_checks.get(parameter.name) or type_check(parameter.type, parameter.name)
         for parameter in declaration.parameters
     }
 
@@ -373,12 +374,19 @@ def npu_op(
             outputs = meta(call)
             return None if returns_nothing else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
-        torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
-        torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
-        if derivative is not None:
-            torch.library.register_autograd(
-                op_type, derivative.backward, setup_context=derivative.setup_context, lib=_LIB
-            )
+        qualified_names = [op_type]
+        for overload in declaration.overloads:
+            _LIB.define(overload.schema)
+            qualified_names.append(f"{op_type}.{overload.name}")
+        # Every overload runs the op's checks, meta function and kernel; calling the overload packet picks
+        # the overload whose schema the arguments fit, as torch_npu's binding does.
+        for qualified in qualified_names:
+            torch.library.impl(qualified, "CPU", lib=_LIB)(cpu_kernel)
+            torch.library.register_fake(qualified, fake_kernel, lib=_LIB)
+            if derivative is not None:
+                torch.library.register_autograd(
+                    qualified, derivative.backward, setup_context=derivative.setup_context, lib=_LIB
+                )
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
         if side_effect:
             torch.fx.node.has_side_effect(packet.default)
@@ -427,7 +435,8 @@ def npu_op(
         public.__signature__ = declaration.signature()
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
         graph_name = "" if name == public_name else name
-        _OPS[public_name] = NpuOp(public_name, family, declared, declaration.source, graph_name)
+        overloads = tuple(overload.name for overload in declaration.overloads)
+        _OPS[public_name] = NpuOp(public_name, family, declared, declaration.source, graph_name, overloads)
         return public
 
     return declare
