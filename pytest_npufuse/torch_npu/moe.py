@@ -544,7 +544,10 @@ def _k_split_kernel(call: Arguments, shapes: list[list[int]], params: _GmmParams
         w = params.weights[0][start:stop] if single else params.weights[g]
         if w.shape[0] != count:
             raise OpArgumentError(f"weight[{g}] has K={w.shape[0]} but group_list gives group {g} {count} of K")
-        outs.append(_float_group(x[:, start:stop], w, None).to(params.out_dtype))
+        if count == 0:  # no K to sum over
+            outs.append(torch.zeros(x.shape[0], w.shape[1], dtype=params.out_dtype))
+        else:
+            outs.append(_float_group(x[:, start:stop], w, None).to(params.out_dtype))
         start = stop
     return [torch.stack(outs)] if len(shapes) == 1 else outs
 

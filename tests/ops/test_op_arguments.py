@@ -1,0 +1,204 @@
+"""Argument modes real code passes to torch_npu ops of the matmul/quant/MoE/memory family (docs/reference/op-survey.md):
+npu_grouped_matmul's group_type 2 (K split) and Python group_list (the ``.List`` overload), numpy scalars for
+schema ints/floats, torch dtypes for op-plugin's ``int`` dtype arguments, npu_format_cast's ``customize_dtype``,
+npu_add_layer_norm with mixed dtypes, npu_anti_quant's src_dtype read from x, npu_prefetch's refusal as torch_npu's
+RuntimeError. References are plain torch in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pytest_npufuse import torch_npu
+from pytest_npufuse.errors import OpArgumentError, OpTypeError
+from pytest_npufuse.torch_npu.quant import _pack_int4 as pack_int4
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(11)
+
+
+def _close(out: torch.Tensor, ref: torch.Tensor) -> None:
+    torch.testing.assert_close(out.double(), ref.to(out.dtype).double(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("list_type", [0, 1])
+def test_k_split_stacks_one_weight_gradient_per_group(list_type: int) -> None:
+    """group_type 2 as a grouped-matmul backward calls it: dW_g = x[:, K_g] @ dy[K_g]; an empty group is zeros."""
+    gen = _gen()
+    tokens, hidden, n = 12, 5, 7
+    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+    dy = torch.randn(tokens, n, generator=gen).to(torch.bfloat16)
+    counts = [4, 0, 6]  # two tokens belong to no group
+    group_list = torch.tensor(counts if list_type else np.cumsum(counts).tolist(), dtype=torch.int64)
+    (out,) = torch_npu.npu_grouped_matmul([x.t()], [dy], group_list=group_list, group_type=2, split_item=3,
+                                          group_list_type=list_type)
+    assert out.shape == (3, hidden, n) and out.dtype == torch.bfloat16
+    start = 0
+    for g, count in enumerate(counts):
+        _close(out[g], x[start : start + count].double().t() @ dy[start : start + count].double())
+        start += count
+    assert out[1].abs().sum() == 0
+
+
+def test_k_split_with_one_weight_per_group_returns_one_output_each() -> None:
+    gen = _gen()
+    x = torch.randn(3, 9, generator=gen, dtype=torch.float16)
+    weights = [torch.randn(4, 2, generator=gen, dtype=torch.float16), torch.randn(5, 6, generator=gen, dtype=torch.float16)]
+    outs = torch_npu.npu_grouped_matmul([x], weights, group_list=torch.tensor([4, 9]), group_type=2, split_item=0)
+    assert [tuple(o.shape) for o in outs] == [(3, 2), (3, 6)]
+    _close(outs[1], x[:, 4:].double() @ weights[1].double())
+
+
+def test_k_split_refuses_quantised_operands_and_per_group_outputs_of_one_weight() -> None:
+    x, w = torch.randn(3, 8, dtype=torch.float16), torch.randn(8, 2, dtype=torch.float16)
+    with pytest.raises(OpArgumentError, match="split_item 2 or 3"):
+        torch_npu.npu_grouped_matmul([x], [w], group_list=torch.tensor([4, 8]), group_type=2, split_item=0)
+    with pytest.raises(OpArgumentError, match="bias"):
+        torch_npu.npu_grouped_matmul([x], [w], bias=[torch.zeros(2, dtype=torch.float16)],
+                                     group_list=torch.tensor([4, 8]), group_type=2, split_item=3)
+
+
+@pytest.mark.parametrize("split_item", [0, 1, 2, 3])
+def test_python_group_list_takes_the_list_overload(split_item: int) -> None:
+    """A Python list of cumulative row ends goes to ``npu_grouped_matmul.List``, whose output shapes follow the
+    list's values (so split_item 0/1 give per-group outputs of their row counts)."""
+    gen = _gen()
+    x = torch.randn(6, 8, generator=gen, dtype=torch.float16)
+    weights = [torch.randn(8, 4, generator=gen, dtype=torch.float16) for _ in range(3)]
+    outs = torch_npu.npu_grouped_matmul([x], weights, group_list=[1, 1, 6], split_item=split_item)
+    refs = [x[0:1].double() @ weights[0].double(), x[1:1].double() @ weights[1].double(),
+            x[1:6].double() @ weights[2].double()]
+    if split_item in (2, 3):
+        assert len(outs) == 1
+        _close(outs[0], torch.cat(refs))
+    else:
+        assert [tuple(o.shape) for o in outs] == [(1, 4), (0, 4), (5, 4)]
+        for out, ref in zip(outs, refs):
+            _close(out, ref)
+
+
+def test_python_group_list_is_traced_through_the_list_overload() -> None:
+    def f(x: torch.Tensor, w0: torch.Tensor, w1: torch.Tensor) -> list[torch.Tensor]:
+        return torch_npu.npu_grouped_matmul([x], [w0, w1], group_list=[2, 6], split_item=0)
+
+    inputs = (torch.randn(6, 8, dtype=torch.float16), *(torch.randn(8, 4, dtype=torch.float16) for _ in range(2)))
+    graph = torch.fx.experimental.proxy_tensor.make_fx(f, tracing_mode="fake")(*inputs)
+    targets = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
+    assert "npu.npu_grouped_matmul.List" in targets
+    assert [tuple(o.shape) for o in torch.compile(f, backend="eager", fullgraph=True)(*inputs)] == [(2, 4), (4, 4)]
+
+
+def test_python_group_list_must_be_cumulative_row_ends_of_x() -> None:
+    x, weights = torch.randn(6, 8, dtype=torch.float16), [torch.randn(8, 4, dtype=torch.float16)] * 2
+    with pytest.raises(OpArgumentError, match="cumulative row ends"):
+        torch_npu.npu_grouped_matmul([x], weights, group_list=[4, 2], split_item=3)
+    with pytest.raises(OpArgumentError, match="must end at x's rows"):
+        torch_npu.npu_grouped_matmul([x], weights, group_list=[2, 5], split_item=3)
+    with pytest.raises(OpArgumentError, match="group_type"):
+        torch_npu.npu_grouped_matmul([x], weights, group_list=[2, 6], split_item=3, group_type=2)
+
+
+def test_multi_x_with_a_tensor_group_list_restating_their_rows() -> None:
+    gen = _gen()
+    xs = [torch.randn(2, 8, generator=gen, dtype=torch.float16), torch.randn(3, 8, generator=gen, dtype=torch.float16)]
+    ws = [torch.randn(8, 4, generator=gen, dtype=torch.float16) for _ in range(2)]
+    (out,) = torch_npu.npu_grouped_matmul(xs, ws, group_list=torch.tensor([2, 5]), group_type=0, split_item=2)
+    _close(out, torch.cat([xs[0].double() @ ws[0].double(), xs[1].double() @ ws[1].double()]))
+    with pytest.raises(OpArgumentError, match="group_list gives rows"):
+        torch_npu.npu_grouped_matmul(xs, ws, group_list=torch.tensor([3, 5]), group_type=0, split_item=2)
+
+
+def test_dtype_hints_are_accepted_as_none_and_refused_otherwise() -> None:
+    x, w = torch.randn(4, 8, dtype=torch.float16), torch.randn(2, 8, 4, dtype=torch.float16)
+    (out,) = torch_npu.npu_grouped_matmul([x], [w], group_list=torch.tensor([1, 4]), group_type=0, split_item=3,
+                                          per_token_scale_dtype=None, x_dtype=None)
+    assert out.shape == (4, 4)
+    with pytest.raises(OpArgumentError) as refused:
+        torch_npu.npu_grouped_matmul([x], [w], group_list=torch.tensor([1, 4]), group_type=0, split_item=3,
+                                     per_token_scale_dtype=torch.float32)
+    assert "per_token_scale_dtype" in str(refused.value)
+    with pytest.raises(OpTypeError) as wrong_type:
+        torch_npu.npu_format_cast(x, 29, customize_dtype="int4")
+    assert "a torch.dtype or its int code" in str(wrong_type.value)
+
+
+@pytest.mark.parametrize("split_item, group_list", [(3, [2, 6]), (0, [2, 6])])
+def test_grouped_matmul_opcheck(split_item: int, group_list: list[int]) -> None:
+    x, weights = torch.randn(6, 8, dtype=torch.float16), [torch.randn(8, 4, dtype=torch.float16)] * 2
+    kwargs = {"group_list": group_list, "split_item": split_item}
+    torch.library.opcheck(torch.ops.npu.npu_grouped_matmul.List, ([x], weights), kwargs,
+                          test_utils=("test_schema", "test_faketensor"))
+    xt, dy = torch.randn(5, 6, dtype=torch.float16), torch.randn(6, 3, dtype=torch.float16)
+    kwargs = {"group_list": torch.tensor([2, 6]), "group_type": 2, "split_item": 3}
+    torch.library.opcheck(torch.ops.npu.npu_grouped_matmul.default, ([xt], [dy]), kwargs,
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.parametrize("scale", [np.float16(0.125), np.float32(0.125), np.float64(0.125)])
+def test_numpy_scalars_are_real_numbers(scale: object) -> None:
+    """torch_npu's binding takes any real number for a schema float or int, as torch's dispatcher does in eager
+    mode (Dynamo turns a numpy scalar into a tensor, so torch.compile refuses it for any op's float)."""
+    x, gamma = torch.randn(2, 8, dtype=torch.float16), torch.ones(8, dtype=torch.float16)
+    expected = torch_npu.npu_rms_norm(x, gamma, epsilon=0.125)[0]
+    assert torch.equal(torch_npu.npu_rms_norm(x, gamma, epsilon=scale)[0], expected)
+
+
+def test_numpy_integers_and_bools() -> None:
+    w = torch.randn(8, 8, dtype=torch.float16)
+    torch_npu.npu_prefetch(w, None, np.int64(64), offset=np.int32(0))
+    with pytest.raises(OpTypeError, match="max_size must be an int"):
+        torch_npu.npu_prefetch(w, None, np.bool_(True))
+    with pytest.raises(OpTypeError, match="max_size must be an int"):
+        torch_npu.npu_prefetch(w, None, np.float32(64))
+
+
+def test_prefetch_refusal_is_a_runtime_error_as_torch_npus() -> None:
+    with pytest.raises(RuntimeError) as refused:
+        torch_npu.npu_prefetch(torch.ones(4), None, -1)
+    assert isinstance(refused.value, OpArgumentError) and "max_size=-1" in str(refused.value)
+
+
+@pytest.mark.parametrize("customize_dtype", [torch.int32, torch.int8, 3, None])
+def test_format_cast_takes_customize_dtype(customize_dtype: object) -> None:
+    w = torch.randn(16, 32)
+    out = torch_npu.npu_format_cast(w, 29, customize_dtype=customize_dtype)
+    assert torch.equal(out, w) and out.data_ptr() != w.data_ptr()
+    torch.library.opcheck(torch.ops.npu.npu_format_cast.default, (w, 29), {"customize_dtype": customize_dtype},
+                          test_utils=("test_schema", "test_faketensor"))
+    with pytest.raises(TypeError):
+        torch_npu.npu_format_cast(w, 29, torch.int8)  # customize_dtype is keyword-only
+
+
+@pytest.mark.parametrize("x1_dtype, x2_dtype", [(torch.float16, torch.float32), (torch.float32, torch.bfloat16)])
+def test_add_layer_norm_mixed_dtypes_return_float32(x1_dtype: torch.dtype, x2_dtype: torch.dtype) -> None:
+    gen = _gen()
+    x1 = torch.randn(3, 16, generator=gen).to(x1_dtype)
+    x2 = torch.randn(3, 16, generator=gen).to(x2_dtype)
+    gamma, beta = torch.rand(16, generator=gen), torch.rand(16, generator=gen)
+    y, mean, rstd, x = torch_npu.npu_add_layer_norm(x1, x2, gamma, beta, 1e-5, True)
+    assert y.dtype == x.dtype == torch.float32 and mean.shape == (3, 1)
+    total = x1.double() + x2.double()
+    _close(x, total)
+    ref = torch.nn.functional.layer_norm(total, (16,), gamma.double(), beta.double(), eps=1e-5)
+    _close(y, ref)
+    torch.library.opcheck(torch.ops.npu.npu_add_layer_norm.default, (x1, x2, gamma, beta, 1e-5, True),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_add_layer_norm_refuses_two_different_half_dtypes() -> None:
+    x1, x2 = torch.randn(2, 8, dtype=torch.float16), torch.randn(2, 8, dtype=torch.bfloat16)
+    with pytest.raises(OpArgumentError, match="x2 has dtype"):
+        torch_npu.npu_add_layer_norm(x1, x2, torch.ones(8), torch.zeros(8))
+
+
+def test_anti_quant_reads_int4_words_without_src_dtype() -> None:
+    levels = torch.randint(-8, 8, (2, 16), dtype=torch.int8, generator=_gen())
+    words = pack_int4(levels)
+    scale = torch.tensor([0.5])
+    out = torch_npu.npu_anti_quant(words, scale, dst_dtype=torch.bfloat16)
+    assert torch.equal(out, torch_npu.npu_anti_quant(words, scale, dst_dtype=torch.bfloat16, src_dtype=torch.quint4x2))
+    assert torch.equal(out, (levels.float() * 0.5).to(torch.bfloat16))
+    with pytest.raises(OpArgumentError, match="src_dtype"):
+        torch_npu.npu_anti_quant(words, scale, src_dtype=torch.int8)
