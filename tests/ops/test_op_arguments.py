@@ -202,3 +202,33 @@ def test_anti_quant_reads_int4_words_without_src_dtype() -> None:
     assert torch.equal(out, (levels.float() * 0.5).to(torch.bfloat16))
     with pytest.raises(OpArgumentError, match="src_dtype"):
         torch_npu.npu_anti_quant(words, scale, src_dtype=torch.int8)
+
+
+def test_combine_v2_special_experts_use_ori_x() -> None:
+    """Experts 0-3 are MoE experts (identity FFN here), 4 a zero, 5 a copy and 6 a constant expert: combine adds
+    ``scale * Moe(ori_x)`` for the special ones, dispatch sends only the MoE experts' tokens."""
+    gen = _gen()
+    tokens, hidden = 4, 8
+    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+    ids = torch.tensor([[0, 4], [5, 1], [6, 2], [3, 5]], dtype=torch.int32)
+    weights = torch.rand(tokens, 2, generator=gen)
+    special = {"zero_expert_num": 1, "copy_expert_num": 1, "const_expert_num": 1}
+    expand_x, _, assist, counts, recv, _, _ = torch_npu.npu_moe_distribute_dispatch_v2(x, ids, "ep", 1, 0, 4, **special)
+    assert int(counts.sum()) == 4  # the special experts' tokens stay home
+    alpha1, alpha2, v = (torch.randn(1, hidden, generator=gen).to(torch.bfloat16) for _ in range(3))
+    out = torch_npu.npu_moe_distribute_combine_v2(
+        expand_x, ids, assist, recv, weights, "ep", 1, 0, 4, ori_x=x, const_expert_alpha_1=alpha1,
+        const_expert_alpha_2=alpha2, const_expert_v=v, **special)
+    moe = {4: torch.zeros(hidden, dtype=torch.float64), 6: None}
+    ref = torch.zeros(tokens, hidden, dtype=torch.float64)
+    for t in range(tokens):
+        for slot in range(2):
+            expert, w = int(ids[t, slot]), float(weights[t, slot])
+            if expert == 6:
+                value = alpha1[0].double() * x[t].double() + alpha2[0].double() * v[0].double()
+            else:
+                value = moe.get(expert, x[t].double())  # MoE experts and the copy expert return the token
+            ref[t] += w * value
+    _close(out, ref)
+    with pytest.raises(OpArgumentError, match="ori_x is required"):
+        torch_npu.npu_moe_distribute_combine_v2(expand_x, ids, assist, recv, weights, "ep", 1, 0, 4, **special)
