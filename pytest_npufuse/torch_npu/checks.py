@@ -41,8 +41,12 @@ def require_tensor(name: str, value: object, optional: bool = False) -> Optional
 
 
 def require_tensor_list(name: str, value: object) -> list[torch.Tensor]:
-    if not isinstance(value, (list, tuple)) or len(value) == 0:
+    """A list of tensors, of at least one: not a list is the type error, an empty one a value the op refuses
+    (a RuntimeError too, as torch_npu's argument check raises)."""
+    if not isinstance(value, (list, tuple)):
         raise OpTypeError(f"{name} must be a non-empty list of tensors, got {type(value).__name__}")
+    if len(value) == 0:
+        raise OpArgumentError(f"{name} must be a non-empty list of tensors, got an empty {type(value).__name__}")
     return [require_tensor(f"{name}[{i}]", item) for i, item in enumerate(value)]
 
 

@@ -52,16 +52,27 @@ def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
     return output_dtype
 
 
+def _qmm_width(tensor: torch.Tensor) -> int:
+    """The last dim in values: int32 words hold eight int4 values each (npu_quantize's quint4x2 output)."""
+    return tensor.shape[-1] * (INT4_PER_INT32 if tensor.dtype == torch.int32 else 1)
+
+
+def _qmm_levels(tensor: torch.Tensor) -> torch.Tensor:
+    return unpack_int4(tensor) if tensor.dtype == torch.int32 else tensor
+
+
 def _check_qmm_operands(x1: torch.Tensor, x2: torch.Tensor) -> None:
+    """int8 x int8 (A8W8), or int32 x int32 words of int4 along the last dim (A4W4: x1 [..., m, k / 8],
+    x2 [..., k, n / 8]), as the API page's data-type table pairs them."""
     for name, tensor in (("x1", x1), ("x2", x2)):
-        if tensor.dtype == torch.int32:
-            raise OpArgumentError(f"{name} is int32 (int4 packed 8 per int32); only int8 x int8 is implemented")
-        require_dtype(name, tensor, (torch.int8,))
+        require_dtype(name, tensor, (torch.int8, torch.int32), "(int8, or int32 words of eight int4)")
         if not QMM_MIN_RANK <= tensor.dim() <= QMM_MAX_RANK:
             raise OpArgumentError(f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims")
-    if x1.shape[-1] != x2.shape[-2]:
+    if x1.dtype != x2.dtype:
+        raise OpArgumentError(f"x1 is {x1.dtype} but x2 is {x2.dtype}; both int8 (A8W8) or both int32 words of int4")
+    if _qmm_width(x1) != x2.shape[-2]:
         raise OpArgumentError(
-            f"x1 has k={x1.shape[-1]} (shape {list(x1.shape)}) but x2 has k={x2.shape[-2]} "
+            f"x1 has k={_qmm_width(x1)} (shape {list(x1.shape)}) but x2 has k={x2.shape[-2]} "
             f"(shape {list(x2.shape)}); x2 must be [..., k, n]"
         )
 
@@ -121,7 +132,7 @@ def _check_qmm_bias(
 
 
 def _qmm_output_shape(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
-    return [*_broadcast_batch(x1, x2), x1.shape[-2], x2.shape[-1]]
+    return [*_broadcast_batch(x1, x2), x1.shape[-2], _qmm_width(x2)]
 
 
 def _quant_matmul_meta(call: Arguments) -> Out:
@@ -170,7 +181,7 @@ def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
     """acc = x1 @ x2 (int32); [+ int32 bias]; * scale; [* pertoken]; [+ float bias]; [+ offset]."""
     pertoken_scale, bias = call.pertoken_scale, call.bias
     out_dtype = _resolve_output_dtype(call.output_dtype)
-    acc = int_matmul(call.x1, call.x2)
+    acc = int_matmul(_qmm_levels(call.x1), _qmm_levels(call.x2))
     if bias is not None and bias.dtype == torch.int32:
         acc = acc + bias
     if out_dtype == torch.int32:
@@ -183,9 +194,19 @@ def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
         values = values + bias.to(torch.float32)
     return _cast_quant_matmul_output(values, offset_f32, out_dtype)
 
-@npu_op(meta=_quant_matmul_meta, kernel=_quant_matmul_kernel)
+@npu_op(
+    meta=_quant_matmul_meta,
+    kernel=_quant_matmul_kernel,
+    unmodeled=("x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype", "group_sizes", "y_scale"),
+)
 def npu_quant_matmul(call: Arguments) -> None:
     """Quantised matmul: int8 ``x1 [..., m, k]`` times int8 ``x2 [..., k, n]``, then dequantise.
+
+    A4W4: ``x1`` and ``x2`` int32, each word eight int4 values of the last dim (``[..., m, k / 8]`` and
+    ``[..., k, n / 8]``, as npu_quantize(..., torch.quint4x2) returns them; element 0 in the low nibble,
+    the order :func:`unpack_int4` assumes); the int4 values multiply exactly as int8 ones do. The
+    op-plugin schema's ``x1_dtype``/``x2_dtype``/``scale_dtype``/``pertoken_scale_dtype`` (float8, hifloat8
+    and FP4 operands), ``group_sizes`` (per-block scales) and ``y_scale`` must be None.
 
     Source: torch_npu.npu_quant_matmul (Ascend Extension for PyTorch API reference, 6.0/7.0,
     https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000172.html),

@@ -232,3 +232,28 @@ def test_combine_v2_special_experts_use_ori_x() -> None:
     _close(out, ref)
     with pytest.raises(OpArgumentError, match="ori_x is required"):
         torch_npu.npu_moe_distribute_combine_v2(expand_x, ids, assist, recv, weights, "ep", 1, 0, 4, **special)
+
+
+@pytest.mark.parametrize("output_dtype, pertoken", [(torch.float16, False), (torch.bfloat16, True)])
+def test_quant_matmul_a4w4_int32_words(output_dtype: torch.dtype, pertoken: bool) -> None:
+    """A4W4 as the upstream tests call it: both operands npu_quantize(..., torch.quint4x2) words of int4."""
+    gen = _gen()
+    a = torch.randint(-8, 8, (4, 32), dtype=torch.int8, generator=gen)
+    b = torch.randint(-8, 8, (32, 16), dtype=torch.int8, generator=gen)
+    x1 = torch_npu.npu_quantize(a.float(), torch.tensor([1.0]), None, torch.quint4x2, -1, False)
+    x2 = torch_npu.npu_quantize(b.float(), torch.tensor([1.0]), None, torch.quint4x2, -1, False)
+    assert x1.dtype == x2.dtype == torch.int32 and x2.shape == (32, 2)
+    scale = torch.tensor([0.25])
+    token = torch.rand(4, generator=gen) if pertoken else None
+    out = torch_npu.npu_quant_matmul(x1, x2, scale, pertoken_scale=token, output_dtype=output_dtype)
+    ref = (a.double() @ b.double()) * 0.25 * (token.double().unsqueeze(-1) if pertoken else 1)
+    assert out.shape == (4, 16) and out.dtype == output_dtype
+    _close(out, ref)
+    with pytest.raises(OpArgumentError, match="both int8"):
+        torch_npu.npu_quant_matmul(x1, b, scale, output_dtype=output_dtype)
+
+
+def test_grouped_matmul_refuses_empty_lists_as_torch_npu_does() -> None:
+    with pytest.raises(RuntimeError, match="x must be a non-empty list") as refused:
+        torch_npu.npu_grouped_matmul([], [], group_type=-1)
+    assert isinstance(refused.value, OpArgumentError)
