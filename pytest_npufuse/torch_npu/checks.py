@@ -132,6 +132,23 @@ def require_dtype_code(name: str, value: object, optional: bool = False) -> Any:
         raise _type_error(name, value, "a torch.dtype or its int code", optional) from None
 
 
+# c10's ScalarType numbers (c10/core/ScalarType.h), which the dispatcher hands a kernel for a torch.dtype
+# passed to an ``int`` argument; torch_npu's own dtypes (hifloat8, FP4) are numbers past these.
+_SCALAR_TYPES = {
+    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
+    6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16, 16: torch.quint4x2,
+    23: torch.float8_e5m2, 24: torch.float8_e4m3fn,
+}
+
+
+def dtype_of_code(value: Any) -> Any:
+    """The torch.dtype an ``int`` dtype argument names (:func:`require_dtype_code`): a torch.dtype as given,
+    a ScalarType number as its dtype; None, and numbers torch has no dtype for, as given."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _SCALAR_TYPES.get(value, value)
+    return value
+
+
 def require_dtype_value(name: str, value: object, optional: bool = False) -> Optional[torch.dtype]:
     if not isinstance(value, torch.dtype) and not (optional and value is None):
         raise _type_error(name, value, "a torch.dtype", optional)

@@ -10,11 +10,16 @@ import torch
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
+    HALF_DTYPES,
+    dtype_of_code,
+    require_choice,
     require_dtype,
     require_shape,
     require_trailing,
 )
 from .fixedorder import pairwise_sum, round_to_int8
+from .quant import DYNAMIC_QUANT_MAX, INT4_MAX, INT4_PER_INT32, symmetric_levels
+from .quant import _pack_int4 as pack_int4
 from .registry import Arguments, Derivative, Out, bind, npu_op
 
 
@@ -244,6 +249,94 @@ def npu_add_rms_norm_quant(call: Arguments) -> None:
     """
     if call.axis != -1:
         raise OpArgumentError(f"axis={call.axis} is not implemented; torch_npu documents only -1 (the last dim)")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_add_rms_norm_dynamic_quant
+# ---------------------------------------------------------------------------------------------
+
+
+def _dynamic_quant_outputs(call: Arguments) -> tuple[bool, bool]:
+    """Which of the two quantised outputs (y1/scale1, y2/scale2) the call computes (the API page and its meta
+    function): without output_mask y1 always, y2 when both smooth scales are given; with one, as it says,
+    not both False, and each smooth scale needs its output."""
+    if call.output_mask is None:
+        return True, call.smooth_scale1 is not None and call.smooth_scale2 is not None
+    first, second = (bool(flag) for flag in call.output_mask)
+    if not first and not second:
+        raise OpArgumentError("output_mask=[False, False] computes nothing; at least one of y1 and y2 must be output")
+    for flag, name in ((first, "smooth_scale1"), (second, "smooth_scale2")):
+        if not flag and getattr(call, name) is not None:
+            raise OpArgumentError(f"{name} is given but output_mask turns its output off (the API page)")
+    return first, second
+
+
+def _dynamic_quant_y_dtype(call: Arguments) -> torch.dtype:
+    """int8 (y_dtype None or torch.int8) or int4 (torch.quint4x2, eight to an int32 along the last dim)."""
+    y_dtype = dtype_of_code(call.y_dtype)
+    require_choice("y_dtype", y_dtype, (None, torch.int8, torch.quint4x2), "int8, or torch.quint4x2 for int4")
+    return torch.quint4x2 if y_dtype == torch.quint4x2 else torch.int8
+
+
+def _add_rms_norm_dynamic_quant_meta(call: Arguments) -> tuple[Out, Out, Out, Out, Out]:
+    """y1, y2 like x1 (int8, or int32 with the last dim / 8 for int4), x like x1, scale1/scale2 float32 of
+    x1's leading dims; an output turned off is an empty [0] tensor (op-plugin's meta function)."""
+    x1, gamma = call.x1, call.gamma
+    _add_rms_norm_meta(call)
+    require_dtype("x1", x1, HALF_DTYPES)
+    require_dtype("gamma", gamma, (x1.dtype,), "(x1's dtype)")
+    for name in ("smooth_scale1", "smooth_scale2", "beta"):
+        value = getattr(call, name)
+        if value is not None:
+            require_dtype(name, value, (x1.dtype,), "(x1's dtype)")
+            require_shape(name, value, ((x1.shape[-1],),))
+    outputs = _dynamic_quant_outputs(call)
+    y_shape, y_dtype = list(x1.shape), torch.int8
+    if _dynamic_quant_y_dtype(call) == torch.quint4x2:
+        if x1.shape[-1] % INT4_PER_INT32:
+            raise OpArgumentError(f"x1's last dim {x1.shape[-1]} must be a multiple of 8 for int4 (y_dtype=quint4x2)")
+        y_shape, y_dtype = [*x1.shape[:-1], x1.shape[-1] // INT4_PER_INT32], torch.int32
+    ys = [Out(y_shape if on else [0], y_dtype) for on in outputs]
+    scales = [Out(list(x1.shape[:-1]) if on else [0], torch.float32) for on in outputs]
+    return ys[0], ys[1], Out(list(x1.shape), x1.dtype), scales[0], scales[1]
+
+
+def _add_rms_norm_dynamic_quant_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
+    outputs = _add_rms_norm_dynamic_quant_meta(call)
+    x = _residual_sum(call.x1, call.x2)
+    y, _ = rms_normalise(x, call.gamma, call.epsilon)
+    if call.beta is not None:
+        y = y + call.beta.to(torch.float32)
+    int4 = _dynamic_quant_y_dtype(call) == torch.quint4x2
+    results = []
+    for smooth, on in zip((call.smooth_scale1, call.smooth_scale2), _dynamic_quant_outputs(call)):
+        if not on:
+            results.append((torch.empty(0, dtype=outputs[0].dtype), torch.empty(0, dtype=torch.float32)))
+            continue
+        values = y if smooth is None else y * smooth.to(torch.float32)
+        levels, scale = symmetric_levels(values, INT4_MAX if int4 else DYNAMIC_QUANT_MAX)
+        results.append((pack_int4(levels) if int4 else levels.to(torch.int8), scale))
+    (y1, scale1), (y2, scale2) = results
+    return y1, y2, x, scale1, scale2
+
+
+@npu_op(meta=_add_rms_norm_dynamic_quant_meta, kernel=_add_rms_norm_dynamic_quant_kernel)
+def npu_add_rms_norm_dynamic_quant(call: Arguments) -> None:
+    """Residual add, RMSNorm and one or two per-row dynamic quantisations: ``(y1, y2, x, scale1, scale2)``.
+
+    Source: torch_npu.npu_add_rms_norm_dynamic_quant (op-plugin
+    docs/zh/custom_APIs/torch_npu/torch_npu-npu_add_rms_norm_dynamic_quant.md; output shapes from its meta
+    function):
+
+    * ``x = x1 + x2`` (float16/bfloat16, returned in x1's dtype), ``y = x / Rms(x) * gamma [+ beta]`` in
+      float32 with ``Rms(x) = sqrt(mean(x**2) + epsilon)``, from the rounded ``x`` as in
+      :func:`npu_add_rms_norm`; gamma, beta and the smooth scales are [H] in x1's dtype.
+    * Branch i: ``input_i = y [* smooth_scale_i]``, ``scale_i = rowmax|input_i| / 127`` (7 for int4) and
+      ``y_i = round(input_i / scale_i)`` half to even, as npu_dynamic_quant here (an all-zero row takes
+      scale 1). ``y_dtype`` None/torch.int8 gives int8, torch.quint4x2 int4 packed eight to an int32.
+    * ``output_mask`` picks the branches (see :func:`_dynamic_quant_outputs`); a branch turned off returns
+      empty [0] tensors.
+    """
 
 
 # ---------------------------------------------------------------------------------------------

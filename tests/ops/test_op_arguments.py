@@ -257,3 +257,124 @@ def test_grouped_matmul_refuses_empty_lists_as_torch_npu_does() -> None:
     with pytest.raises(RuntimeError, match="x must be a non-empty list") as refused:
         torch_npu.npu_grouped_matmul([], [], group_type=-1)
     assert isinstance(refused.value, OpArgumentError)
+
+
+def test_dtype_codes_are_the_dispatchers() -> None:
+    """dtype_of_code's table is the number the dispatcher hands a kernel for each torch.dtype."""
+    from pytest_npufuse.torch_npu.checks import _SCALAR_TYPES, dtype_of_code
+
+    seen = {}
+    lib = torch.library.Library("opargs_codes", "DEF")
+    lib.define("code(Tensor x, int d) -> Tensor")
+    lib.impl("code", lambda x, d: (seen.__setitem__("d", d), x.clone())[1], "CPU")
+    for code, dtype in _SCALAR_TYPES.items():
+        torch.ops.opargs_codes.code(torch.ones(1), dtype)
+        assert seen["d"] == code and dtype_of_code(code) == dtype == dtype_of_code(dtype)
+    assert dtype_of_code(290) == 290 and dtype_of_code(None) is None
+
+
+# npu_moe_token_permute / npu_moe_token_unpermute, against Megatron's permute/unpermute in float64
+
+
+def _megatron_permute(tokens: torch.Tensor, indices: torch.Tensor, num_out: int) -> tuple[torch.Tensor, torch.Tensor]:
+    top_k = 1 if indices.dim() == 1 else indices.shape[1]
+    order = torch.argsort(indices.reshape(-1), stable=True)[:num_out]
+    return tokens[order // top_k], order
+
+
+@pytest.mark.parametrize("top_k, num_out_tokens", [(1, None), (3, None), (3, 10), (3, -4), (2, 0)])
+def test_token_permute_sorts_copies_by_expert(top_k: int, num_out_tokens: object) -> None:
+    gen = _gen()
+    tokens = torch.randn(6, 8, generator=gen).to(torch.bfloat16)
+    indices = torch.randint(0, 4, (6, top_k) if top_k > 1 else (6,), generator=gen)
+    permuted, sorted_indices = torch_npu.npu_moe_token_permute(tokens, indices, num_out_tokens)
+    copies = indices.numel()
+    rows = copies if not num_out_tokens else (min(num_out_tokens, copies) if num_out_tokens > 0 else copies + num_out_tokens)
+    ref, order = _megatron_permute(tokens, indices, rows)
+    assert torch.equal(permuted, ref) and sorted_indices.dtype == torch.int32 and sorted_indices.shape == (copies,)
+    assert torch.equal(sorted_indices.long(), torch.argsort(torch.argsort(indices.reshape(-1), stable=True)))
+    torch.library.opcheck(torch.ops.npu.npu_moe_token_permute.default, (tokens, indices, num_out_tokens),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_token_unpermute_weights_and_sums_each_tokens_copies() -> None:
+    gen = _gen()
+    tokens = torch.randn(5, 8, generator=gen).to(torch.float16)
+    indices = torch.randint(0, 3, (5, 2), generator=gen)
+    probs = torch.rand(5, 2, generator=gen).to(torch.float16)
+    permuted, sorted_indices = torch_npu.npu_moe_token_permute(tokens, indices)
+    expert_out = permuted * 2  # an expert that doubles its rows
+    out = torch_npu.npu_moe_token_unpermute(expert_out, sorted_indices, probs=probs)
+    _close(out, tokens.double() * 2 * probs.double().sum(dim=1, keepdim=True))
+    torch.library.opcheck(torch.ops.npu.npu_moe_token_unpermute.default, (expert_out, sorted_indices, probs),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_token_unpermute_drops_the_copies_permute_dropped() -> None:
+    tokens = torch.arange(8, dtype=torch.float32).reshape(4, 2)
+    indices = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0]])
+    permuted, sorted_indices = torch_npu.npu_moe_token_permute(tokens, indices, 6)  # the last two copies dropped
+    out = torch_npu.npu_moe_token_unpermute(permuted, sorted_indices, probs=torch.ones(4, 2))
+    kept = (sorted_indices < 6).reshape(4, 2).sum(dim=1, keepdim=True).float()
+    assert torch.equal(out, tokens * kept)
+
+
+def test_token_permute_refuses_padded_mode_and_mismatched_rows() -> None:
+    tokens = torch.randn(4, 8)
+    with pytest.raises(OpArgumentError, match="padded_mode"):
+        torch_npu.npu_moe_token_permute(tokens, torch.zeros(4, 2, dtype=torch.int64), padded_mode=True)
+    with pytest.raises(OpArgumentError, match="indices"):
+        torch_npu.npu_moe_token_permute(tokens, torch.zeros(3, 2, dtype=torch.int64))
+    with pytest.raises(OpArgumentError, match="probs has shape"):
+        torch_npu.npu_moe_token_unpermute(tokens, torch.arange(4, dtype=torch.int32), probs=torch.ones(4, 2))
+
+
+# npu_add_rms_norm_dynamic_quant, against float64 RMSNorm and per-row symmetric quantisation
+
+
+def _rms_reference(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, beta: object) -> torch.Tensor:
+    x = (x1.double() + x2.double()).to(x1.dtype).double()
+    y = x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + 1e-6) * gamma.double()
+    return y if beta is None else y + beta.double()
+
+
+@pytest.mark.parametrize("with_beta", [False, True])
+def test_add_rms_norm_dynamic_quant_two_smoothed_branches(with_beta: bool) -> None:
+    gen = _gen()
+    x1, x2 = (torch.randn(2, 3, 32, generator=gen).to(torch.bfloat16) for _ in range(2))
+    gamma, s1, s2 = (torch.rand(32, generator=gen).add(0.5).to(torch.bfloat16) for _ in range(3))
+    beta = torch.randn(32, generator=gen).to(torch.bfloat16) if with_beta else None
+    y1, y2, x, scale1, scale2 = torch_npu.npu_add_rms_norm_dynamic_quant(
+        x1, x2, gamma, smooth_scale1=s1, smooth_scale2=s2, beta=beta)
+    assert torch.equal(x, (x1.float() + x2.float()).to(torch.bfloat16))
+    y = _rms_reference(x1, x2, gamma, beta)
+    for levels, scale, smooth in ((y1, scale1, s1), (y2, scale2, s2)):
+        values = y * smooth.double()
+        ref_scale = values.abs().amax(dim=-1) / 127
+        torch.testing.assert_close(scale.double(), ref_scale, rtol=1e-5, atol=0)
+        assert levels.dtype == torch.int8
+        assert (levels.double() - values / ref_scale.unsqueeze(-1)).abs().max() <= 0.51
+    torch.library.opcheck(torch.ops.npu.npu_add_rms_norm_dynamic_quant.default, (x1, x2, gamma),
+                          {"smooth_scale1": s1, "smooth_scale2": s2, "beta": beta},
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_add_rms_norm_dynamic_quant_output_mask_and_int4() -> None:
+    gen = _gen()
+    x1, x2 = (torch.randn(4, 16, generator=gen).to(torch.float16) for _ in range(2))
+    gamma = torch.ones(16, dtype=torch.float16)
+    y1, y2, _, scale1, scale2 = torch_npu.npu_add_rms_norm_dynamic_quant(x1, x2, gamma)
+    assert y1.shape == (4, 16) and y2.shape == (0,) and scale2.shape == (0,)  # no output_mask, no smooth scales
+    y1, y2, _, scale1, scale2 = torch_npu.npu_add_rms_norm_dynamic_quant(
+        x1, x2, gamma, output_mask=[False, True], y_dtype=torch.quint4x2)
+    assert y1.shape == (0,) and y2.shape == (4, 2) and y2.dtype == torch.int32 and scale2.shape == (4,)
+    levels = torch_npu.npu_anti_quant(y2, torch.ones(1), dst_dtype=torch.float16).double()
+    y = _rms_reference(x1, x2, gamma, None)
+    torch.testing.assert_close(scale2.double(), y.abs().amax(dim=-1) / 7, rtol=1e-5, atol=0)
+    assert (levels - y / scale2.double().unsqueeze(-1)).abs().max() <= 0.51
+    with pytest.raises(OpArgumentError, match="computes nothing"):
+        torch_npu.npu_add_rms_norm_dynamic_quant(x1, x2, gamma, output_mask=[False, False])
+    with pytest.raises(OpArgumentError, match="smooth_scale1 is given"):
+        torch_npu.npu_add_rms_norm_dynamic_quant(x1, x2, gamma, smooth_scale1=gamma, output_mask=[False, True])
+    with pytest.raises(OpArgumentError, match="y_dtype"):
+        torch_npu.npu_add_rms_norm_dynamic_quant(x1, x2, gamma, y_dtype=torch.float16)

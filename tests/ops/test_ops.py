@@ -425,7 +425,7 @@ def _dsq(x: torch.Tensor = _X32, **kwargs: object) -> Callable[[], object]:
     ("call", "error", "match"),
     [
         (_qmm(x1=_I8.float()), ValueError, "x1 has dtype torch.float32"),
-        (_qmm(x1=_I8.to(torch.int32)), ValueError, "both int8 \(A8W8\) or both int32 words of int4"),
+        (_qmm(x1=_I8.to(torch.int32)), ValueError, r"both int8 \(A8W8\) or both int32 words of int4"),
         (_qmm(x1=torch.zeros(8, dtype=torch.int8)), ValueError, "x1 has rank 1"),
         (_qmm(x2=torch.zeros(7, 6, dtype=torch.int8)), ValueError, "x1 has k=8"),
         (_qmm(scale=torch.ones(5)), ValueError, r"scale has shape \[5\]"),

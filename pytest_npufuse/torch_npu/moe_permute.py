@@ -1,0 +1,144 @@
+"""MoE token permutation (``npu_moe_token_permute`` / ``npu_moe_token_unpermute``): the sort of each token's
+top-K copies by expert before the experts' grouped matmul, and its inverse with the routing weights after it,
+as MindSpeed's and Megatron's MoE token dispatchers call them.
+
+Sources: CANN's aclnnMoeTokenPermute and aclnnMoeTokenUnpermute pages (the formulas below), op-plugin's
+op_plugin_functions.yaml (the schemas), op_plugin/utils/KernelNpuOutputSize.cpp (the output sizes:
+``npu_moe_token_permute_out_size``, ``npu_moe_token_unpermute_out_size``) and
+MoeTokenUnpermuteKernelNpuOpApi.cpp (the output dtype).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import OpArgumentError
+from .checks import FLOAT_DTYPES, require_dtype
+from .registry import Arguments, Out, npu_op
+
+INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def _permuted_rows(num_out_tokens: object, flat: int) -> int:
+    """op-plugin's output row count: ``min(n, flat)`` for n > 0, else ``flat + n`` (None and 0: every copy;
+    a negative n drops the last -n)."""
+    n = 0 if num_out_tokens is None else num_out_tokens
+    rows = min(n, flat) if n > 0 else flat + n
+    if rows < 0:
+        raise OpArgumentError(f"num_out_tokens={n} drops more than the {flat} token copies indices holds")
+    return rows
+
+
+def _check_permute_inputs(call: Arguments) -> None:
+    if call.padded_mode:
+        raise OpArgumentError("padded_mode=True is not supported (the aclnnMoeTokenPermute page); pass False")
+    require_dtype("tokens", call.tokens, FLOAT_DTYPES)
+    require_dtype("indices", call.indices, INDEX_DTYPES)
+    if call.tokens.dim() != 2 or call.indices.dim() not in (1, 2) or call.indices.shape[0] != call.tokens.shape[0]:
+        raise OpArgumentError(
+            f"tokens {list(call.tokens.shape)} and indices {list(call.indices.shape)} must be [num_tokens, hidden] "
+            "and [num_tokens, topK] (or [num_tokens] for topK 1)"
+        )
+
+
+def _permute_meta(call: Arguments) -> tuple[Out, Out]:
+    """permuted_tokens [rows, hidden] in tokens' dtype; sorted_indices int32 [num_tokens * topK]."""
+    _check_permute_inputs(call)
+    flat = call.indices.numel()
+    rows = _permuted_rows(call.num_out_tokens, flat)
+    return Out([rows, call.tokens.shape[1]], call.tokens.dtype), Out([flat], torch.int32)
+
+
+def _permute_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens, indices = call.tokens, call.indices
+    top_k = 1 if indices.dim() == 1 else indices.shape[1]
+    flat = indices.reshape(-1)
+    order = torch.argsort(flat, stable=True)  # sortedIndicesFirst: copies grouped by expert, in copy order
+    rows = _permuted_rows(call.num_out_tokens, flat.numel())
+    position = torch.empty_like(order)
+    position[order] = torch.arange(flat.numel())  # sortedIndicesOut = argSort(sortedIndicesFirst)
+    permuted = tokens[order[:rows] // top_k]
+    return permuted, position.to(torch.int32)
+
+
+@npu_op(meta=_permute_meta, kernel=_permute_kernel)
+def npu_moe_token_permute(call: Arguments) -> None:
+    """Copy each token once per selected expert and sort the copies by expert: ``(permuted_tokens, sorted_indices)``.
+
+    aclnnMoeTokenPermute (paddedMode false): with ``first = argsort(flatten(indices))`` (stable, so copies of
+    one expert keep token order) and ``sorted_indices = argsort(first)``,
+    ``permuted_tokens[sorted_indices[i]] = tokens[i // topK]``.
+
+    * ``tokens`` [num_tokens, hidden] float16/bfloat16/float32; ``indices`` [num_tokens, topK] (or
+      [num_tokens]) int64/int32 expert ids.
+    * ``sorted_indices`` int32 [num_tokens * topK]: where each token copy went (the row of permuted_tokens,
+      the inverse of the sort), which npu_moe_token_unpermute takes.
+    * ``num_out_tokens`` keeps the first rows of the sorted copies (op-plugin: ``min(n, copies)`` for
+      n > 0, ``copies + n`` otherwise; None or 0 keep all); a copy whose row is past them is dropped.
+    * ``padded_mode=True`` (indices as per-expert token lists) is refused: the current page marks it
+      unsupported.
+    """
+
+
+def _check_unpermute_inputs(call: Arguments) -> int:
+    """The checks of npu_moe_token_unpermute; returns topK (probs' second dim, 1 without probs)."""
+    permuted, sorted_indices, probs = call.permuted_tokens, call.sorted_indices, call.probs
+    if call.padded_mode:
+        raise OpArgumentError("padded_mode=True is not supported (the aclnnMoeTokenUnpermute page); pass False")
+    require_dtype("permuted_tokens", permuted, FLOAT_DTYPES)
+    require_dtype("sorted_indices", sorted_indices, (torch.int32,))
+    if permuted.dim() != 2 or sorted_indices.dim() != 1:
+        raise OpArgumentError(
+            f"permuted_tokens {list(permuted.shape)} and sorted_indices {list(sorted_indices.shape)} must be "
+            "[rows, hidden] and [num_tokens * topK]"
+        )
+    if probs is None:
+        return 1
+    require_dtype("probs", probs, FLOAT_DTYPES)
+    if probs.dim() != 2 or probs.shape[1] == 0 or probs.numel() != sorted_indices.shape[0]:
+        raise OpArgumentError(
+            f"probs has shape {list(probs.shape)}; expected [num_tokens, topK] with num_tokens * topK = "
+            f"{sorted_indices.shape[0]} (sorted_indices' length)"
+        )
+    return probs.shape[1]
+
+
+def _unpermute_meta(call: Arguments) -> Out:
+    """unpermuted_tokens [num_tokens, hidden] (num_tokens = sorted_indices' length / topK) in
+    permuted_tokens' dtype."""
+    top_k = _check_unpermute_inputs(call)
+    return Out([call.sorted_indices.shape[0] // top_k, call.permuted_tokens.shape[1]], call.permuted_tokens.dtype)
+
+
+def _unpermute_kernel(call: Arguments) -> torch.Tensor:
+    top_k = _check_unpermute_inputs(call)
+    permuted, positions = call.permuted_tokens, call.sorted_indices.to(torch.int64)
+    copies = positions.shape[0]
+    if bool(((positions < 0) | (positions >= copies)).any()):
+        raise OpArgumentError(f"sorted_indices values must lie in [0, {copies}); pass npu_moe_token_permute's output")
+    kept = positions < permuted.shape[0]  # a copy past permuted_tokens' rows was dropped by num_out_tokens
+    rows = permuted.to(torch.float32)[positions.clamp(max=max(permuted.shape[0] - 1, 0))]
+    rows = torch.where(kept.unsqueeze(-1), rows, 0.0).reshape(copies // top_k, top_k, -1)
+    if call.probs is not None:
+        rows = rows * call.probs.to(torch.float32).unsqueeze(-1)
+    total = rows[:, 0]
+    for slot in range(1, top_k):  # the copies of a token in slot order
+        total = total + rows[:, slot]
+    return total.to(permuted.dtype)
+
+
+@npu_op(meta=_unpermute_meta, kernel=_unpermute_kernel)
+def npu_moe_token_unpermute(call: Arguments) -> None:
+    """Gather each token's copies back from the expert-sorted rows and sum them, weighted by ``probs``.
+
+    aclnnMoeTokenUnpermute: ``T[k] = permuted_tokens[sorted_indices[k]]``, times ``probs[i][j]`` for copy
+    ``k = i * topK + j`` when probs is given, and ``out[i] = sum_j T[i * topK + j]`` (topK = probs' second
+    dim, 1 without probs).
+
+    * ``permuted_tokens`` [rows, hidden] float16/bfloat16/float32; ``sorted_indices`` int32
+      [num_tokens * topK] as npu_moe_token_permute returns it; ``probs`` [num_tokens, topK].
+    * A copy whose row is at or past ``rows`` (dropped by permute's ``num_out_tokens``) adds 0.
+    * The products and the sum are float32, the copies added in slot order, one rounding to
+      permuted_tokens' dtype.
+    * ``restore_shape`` belongs to ``padded_mode``, which is refused as the page marks it unsupported.
+    """
