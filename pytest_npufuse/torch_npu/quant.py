@@ -622,9 +622,14 @@ def npu_dynamic_quant(call: Arguments) -> None:
       [-8, 7], eight packed per int32 (last dim / 8; nibble order: see ``_pack_int4``).
     * float32 math, round half to even.  An all-zero row gets scale 1 and y 0 (the device
       divides by zero there; the value it writes is not documented).
+    * ``quant_mode`` and ``dst_type_max`` are op-plugin's schema arguments for the float8/hifloat8
+      outputs, which the API page does not document: only their defaults (``"pertoken"``, 0.0) are
+      accepted.
     """
     if call.dst_type is not None:
         require_choice("dst_type", call.dst_type, DYNAMIC_QUANT_DST, "int8, or quint4x2 for packed int4")
+    require_choice("quant_mode", call.quant_mode, ("pertoken",), "per-token scales, the documented mode")
+    require_choice("dst_type_max", call.dst_type_max, (0.0,), "the output dtype's own maximum")
 
 
 # ---------------------------------------------------------------------------------------------

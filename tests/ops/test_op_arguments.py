@@ -378,3 +378,12 @@ def test_add_rms_norm_dynamic_quant_output_mask_and_int4() -> None:
         torch_npu.npu_add_rms_norm_dynamic_quant(x1, x2, gamma, smooth_scale1=gamma, output_mask=[False, True])
     with pytest.raises(OpArgumentError, match="y_dtype"):
         torch_npu.npu_add_rms_norm_dynamic_quant(x1, x2, gamma, y_dtype=torch.float16)
+
+
+def test_dynamic_quant_takes_op_plugins_mode_arguments_at_their_defaults() -> None:
+    x = torch.randn(4, 16, dtype=torch.float16)
+    expected = torch_npu.npu_dynamic_quant(x)
+    for got, want in zip(torch_npu.npu_dynamic_quant(x, quant_mode="pertoken", dst_type_max=0.0), expected):
+        assert torch.equal(got, want)
+    with pytest.raises(OpArgumentError, match="quant_mode=pertensor"):
+        torch_npu.npu_dynamic_quant(x, quant_mode="pertensor")
