@@ -16,7 +16,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
   ``npu_moe_init_routing_quant``, ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``,
   ``npu_moe_re_routing``
-* :mod:`.moe_permute` - ``npu_moe_token_permute``, ``npu_moe_token_unpermute``
+* :mod:`.moe_permute` - ``npu_moe_token_permute``, ``npu_moe_token_unpermute`` (and their ``_grad_v2``)
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
   ``npu_prompt_flash_attention``, ``npu_fusion_attention`` (and ``npu_fusion_attention_grad``),
@@ -93,7 +93,12 @@ from .moe_routing import (
     npu_moe_init_routing_v2,
     npu_moe_re_routing,
 )
-from .moe_permute import npu_moe_token_permute, npu_moe_token_unpermute
+from .moe_permute import (
+    npu_moe_token_permute,
+    npu_moe_token_permute_grad_v2,
+    npu_moe_token_unpermute,
+    npu_moe_token_unpermute_grad_v2,
+)
 from .norm import (
     npu_add_layer_norm,
     npu_add_rms_norm,
@@ -176,7 +181,9 @@ __all__ = [
     "npu_moe_init_routing_v2",
     "npu_moe_re_routing",
     "npu_moe_token_permute",
+    "npu_moe_token_permute_grad_v2",
     "npu_moe_token_unpermute",
+    "npu_moe_token_unpermute_grad_v2",
     "npu_prefetch",
     "npu_prompt_flash_attention",
     "npu_quant_matmul",

@@ -4,8 +4,9 @@ as MindSpeed's and Megatron's MoE token dispatchers call them.
 
 Sources: CANN's aclnnMoeTokenPermute and aclnnMoeTokenUnpermute pages (the formulas below), op-plugin's
 op_plugin_functions.yaml (the schemas), op_plugin/utils/KernelNpuOutputSize.cpp (the output sizes:
-``npu_moe_token_permute_out_size``, ``npu_moe_token_unpermute_out_size``) and
-MoeTokenUnpermuteKernelNpuOpApi.cpp (the output dtype).
+``npu_moe_token_permute_out_size``, ``npu_moe_token_unpermute_out_size`` and the ``_grad_v2`` ones),
+MoeTokenUnpermuteKernelNpuOpApi.cpp (the output dtype) and derivatives.yaml (both ops differentiate
+through ``npu_moe_token_permute_grad_v2`` / ``npu_moe_token_unpermute_grad_v2``, declared here too).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import OpArgumentError
-from .checks import FLOAT_DTYPES, require_dtype
-from .registry import Arguments, Out, npu_op
+from .checks import FLOAT_DTYPES, require_dtype, require_shape
+from .registry import Arguments, Derivative, Out, npu_op
 
 INDEX_DTYPES = (torch.int64, torch.int32)
 
@@ -61,7 +62,65 @@ def _permute_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return permuted, position.to(torch.int32)
 
 
-@npu_op(meta=_permute_meta, kernel=_permute_kernel)
+def _kept_rows(positions: torch.Tensor, rows: int, copies: int) -> torch.Tensor:
+    """bool [copies]: which token copies have a row (< ``rows``) of the permuted tensor; a position at or past
+    ``rows`` was dropped by num_out_tokens, one outside [0, copies) is no output of npu_moe_token_permute."""
+    if bool(((positions < 0) | (positions >= copies)).any()):
+        raise OpArgumentError(f"sorted_indices values must lie in [0, {copies}); pass npu_moe_token_permute's output")
+    return positions < rows
+
+
+def _permute_grad_meta(call: Arguments) -> Out:
+    """grad_tokens [tokens_size_0, hidden] in tokens_dtype (op-plugin's npu_moe_token_permute_grad_v2_out_size)."""
+    grad, sorted_indices = call.grad_permuted_tokens, call.sorted_indices
+    require_dtype("grad_permuted_tokens", grad, FLOAT_DTYPES)
+    require_dtype("sorted_indices", sorted_indices, (torch.int32,))
+    if grad.dim() != 2 or sorted_indices.dim() != 1 or sorted_indices.shape[0] != call.tokens_size_0 * call.num_topK:
+        raise OpArgumentError(
+            f"grad_permuted_tokens {list(grad.shape)} and sorted_indices {list(sorted_indices.shape)} must be "
+            f"[rows, hidden] and [tokens_size_0 * num_topK] = [{call.tokens_size_0 * call.num_topK}]"
+        )
+    return Out([call.tokens_size_0, grad.shape[1]], call.tokens_dtype)
+
+
+def _permute_grad_kernel(call: Arguments) -> torch.Tensor:
+    grad, positions = call.grad_permuted_tokens, call.sorted_indices.to(torch.int64)
+    kept = _kept_rows(positions, grad.shape[0], positions.shape[0])
+    rows = grad.to(torch.float32)[positions.clamp(max=max(grad.shape[0] - 1, 0))]
+    rows = torch.where(kept.unsqueeze(-1), rows, 0.0).reshape(call.tokens_size_0, call.num_topK, -1)
+    total = rows[:, 0]
+    for slot in range(1, call.num_topK):
+        total = total + rows[:, slot]
+    return total.to(call.tokens_dtype)
+
+
+@npu_op(meta=_permute_grad_meta, kernel=_permute_grad_kernel)
+def npu_moe_token_permute_grad_v2(call: Arguments) -> None:
+    """The gradient of :func:`npu_moe_token_permute`'s tokens (aclnnMoeTokenPermuteGrad): each token's
+    gradient is the float32 sum, in slot order, of its ``num_topK`` copies' rows of
+    ``grad_permuted_tokens`` (``sorted_indices`` says where each copy went; a dropped copy adds 0), rounded
+    once to ``tokens_dtype``. ``padded_mode=True`` is refused, as by the forward."""
+    if call.padded_mode:
+        raise OpArgumentError("padded_mode=True is not supported (the aclnnMoeTokenPermute page); pass False")
+
+
+def _permute_setup(ctx: object, inputs: tuple, output: tuple) -> None:
+    tokens, indices, _, padded_mode = inputs
+    ctx.save_for_backward(output[1])
+    ctx.shape = (tokens.shape[0], tokens.dtype, 1 if indices.dim() == 1 else indices.shape[1], padded_mode)
+
+
+def _permute_backward(ctx: object, grad_permuted: torch.Tensor, _grad_sorted: torch.Tensor) -> tuple:
+    """derivatives.yaml: ``tokens: npu_moe_token_permute_grad_v2(grad, result1, tokens.size(0), tokens.dtype,
+    topK, padded_mode)``; the indices take no gradient."""
+    (sorted_indices,) = ctx.saved_tensors
+    tokens_size_0, tokens_dtype, top_k, padded_mode = ctx.shape
+    grad = torch.ops.npu.npu_moe_token_permute_grad_v2(
+        grad_permuted, sorted_indices, tokens_size_0, tokens_dtype, top_k, padded_mode)
+    return grad, None, None, None
+
+
+@npu_op(meta=_permute_meta, kernel=_permute_kernel, derivative=Derivative(_permute_setup, _permute_backward))
 def npu_moe_token_permute(call: Arguments) -> None:
     """Copy each token once per selected expert and sort the copies by expert: ``(permuted_tokens, sorted_indices)``.
 
@@ -114,9 +173,7 @@ def _unpermute_kernel(call: Arguments) -> torch.Tensor:
     top_k = _check_unpermute_inputs(call)
     permuted, positions = call.permuted_tokens, call.sorted_indices.to(torch.int64)
     copies = positions.shape[0]
-    if bool(((positions < 0) | (positions >= copies)).any()):
-        raise OpArgumentError(f"sorted_indices values must lie in [0, {copies}); pass npu_moe_token_permute's output")
-    kept = positions < permuted.shape[0]  # a copy past permuted_tokens' rows was dropped by num_out_tokens
+    kept = _kept_rows(positions, permuted.shape[0], copies)
     rows = permuted.to(torch.float32)[positions.clamp(max=max(permuted.shape[0] - 1, 0))]
     rows = torch.where(kept.unsqueeze(-1), rows, 0.0).reshape(copies // top_k, top_k, -1)
     if call.probs is not None:
@@ -127,7 +184,75 @@ def _unpermute_kernel(call: Arguments) -> torch.Tensor:
     return total.to(permuted.dtype)
 
 
-@npu_op(meta=_unpermute_meta, kernel=_unpermute_kernel)
+def _unpermute_grad_meta(call: Arguments) -> tuple[Out, Out]:
+    """grad_permuted_tokens [permuted_tokens_size_0, hidden] in permuted_tokens_dtype; grad_probs like probs,
+    a 0-dim tensor in the gradient's dtype without probs (op-plugin's ``_grad_v2`` sizes and dtypes)."""
+    grad, sorted_indices, probs = call.grad_unpermuted_tokens, call.sorted_indices, call.probs
+    if call.padded_mode:
+        raise OpArgumentError("padded_mode=True is not supported (the aclnnMoeTokenUnpermute page); pass False")
+    require_dtype("grad_unpermuted_tokens", grad, FLOAT_DTYPES)
+    require_dtype("sorted_indices", sorted_indices, (torch.int32,))
+    top_k = 1 if probs is None else probs.shape[-1]
+    if grad.dim() != 2 or sorted_indices.dim() != 1 or sorted_indices.shape[0] != grad.shape[0] * top_k:
+        raise OpArgumentError(
+            f"grad_unpermuted_tokens {list(grad.shape)} and sorted_indices {list(sorted_indices.shape)} must be "
+            "[num_tokens, hidden] and [num_tokens * topK]"
+        )
+    if probs is not None:
+        require_dtype("probs", probs, FLOAT_DTYPES)
+        require_shape("probs", probs, ((grad.shape[0], top_k),))
+        if call.permuted_tokens is None:
+            raise OpArgumentError("probs' gradient needs permuted_tokens, the forward's input")
+        require_shape("permuted_tokens", call.permuted_tokens, ((call.permuted_tokens_size_0, grad.shape[1]),))
+    grad_probs = Out([], grad.dtype) if probs is None else Out(list(probs.shape), probs.dtype)
+    return Out([call.permuted_tokens_size_0, grad.shape[1]], call.permuted_tokens_dtype), grad_probs
+
+
+def _unpermute_grad_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    grad, positions, probs = call.grad_unpermuted_tokens, call.sorted_indices.to(torch.int64), call.probs
+    rows = call.permuted_tokens_size_0
+    copies = positions.shape[0]
+    kept = _kept_rows(positions, rows, copies)
+    top_k = copies // grad.shape[0]
+    per_copy = grad.to(torch.float32).repeat_interleave(top_k, dim=0)  # copy k = i * topK + j takes out[i]'s grad
+    if probs is not None:
+        per_copy = per_copy * probs.to(torch.float32).reshape(-1, 1)
+    grad_permuted = torch.zeros(rows, grad.shape[1], dtype=torch.float32)
+    grad_permuted[positions[kept]] = per_copy[kept]  # each row is one copy's: sorted_indices has no repeats
+    if probs is None:
+        return grad_permuted.to(call.permuted_tokens_dtype), torch.zeros([], dtype=grad.dtype)
+    values = call.permuted_tokens.to(torch.float32)[positions.clamp(max=max(rows - 1, 0))]
+    dots = (grad.to(torch.float32).repeat_interleave(top_k, dim=0) * values).sum(dim=-1)
+    grad_probs = torch.where(kept, dots, 0.0).reshape(probs.shape)
+    return grad_permuted.to(call.permuted_tokens_dtype), grad_probs.to(probs.dtype)
+
+
+@npu_op(meta=_unpermute_grad_meta, kernel=_unpermute_grad_kernel)
+def npu_moe_token_unpermute_grad_v2(call: Arguments) -> None:
+    """The gradients of :func:`npu_moe_token_unpermute` (aclnnMoeTokenUnpermuteGrad): copy ``k = i * topK + j``'s
+    row ``sorted_indices[k]`` of ``grad_permuted_tokens`` is ``grad[i] * probs[i][j]`` (``grad[i]`` without
+    probs; rows no kept copy names are 0), and ``grad_probs[i][j] = sum_h grad[i][h] *
+    permuted_tokens[sorted_indices[k]][h]`` (0 for a dropped copy), float32, each rounded once."""
+
+
+def _unpermute_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
+    permuted_tokens, sorted_indices, probs, padded_mode, restore_shape = inputs
+    ctx.save_for_backward(permuted_tokens, sorted_indices, probs)
+    ctx.modes = (padded_mode, restore_shape)
+
+
+def _unpermute_backward(ctx: object, grad: torch.Tensor) -> tuple:
+    """derivatives.yaml: ``permuted_tokens, probs: npu_moe_token_unpermute_grad_v2(grad, sorted_indices,
+    permuted_tokens.size(0), permuted_tokens.dtype, probs, padded_mode, restore_shape, permuted_tokens)``."""
+    permuted_tokens, sorted_indices, probs = ctx.saved_tensors
+    padded_mode, restore_shape = ctx.modes
+    grad_permuted, grad_probs = torch.ops.npu.npu_moe_token_unpermute_grad_v2(
+        grad, sorted_indices, permuted_tokens.shape[0], permuted_tokens.dtype, probs, padded_mode, restore_shape,
+        None if probs is None else permuted_tokens)
+    return grad_permuted, None, None if probs is None else grad_probs, None, None
+
+
+@npu_op(meta=_unpermute_meta, kernel=_unpermute_kernel, derivative=Derivative(_unpermute_setup, _unpermute_backward))
 def npu_moe_token_unpermute(call: Arguments) -> None:
     """Gather each token's copies back from the expert-sorted rows and sum them, weighted by ``probs``.
 

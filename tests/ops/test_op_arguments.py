@@ -387,3 +387,44 @@ def test_dynamic_quant_takes_op_plugins_mode_arguments_at_their_defaults() -> No
         assert torch.equal(got, want)
     with pytest.raises(OpArgumentError, match="quant_mode=pertensor"):
         torch_npu.npu_dynamic_quant(x, quant_mode="pertensor")
+
+
+@pytest.mark.parametrize("num_out_tokens", [None, 7])
+def test_token_permute_and_unpermute_differentiate_as_derivatives_yaml_says(num_out_tokens: object) -> None:
+    """Through npu_moe_token_permute_grad_v2 / npu_moe_token_unpermute_grad_v2, the gradients equal those of
+    the same computation in plain torch (index_select, weight, sum), dropped copies included."""
+    gen = _gen()
+    tokens = torch.randn(5, 4, generator=gen, requires_grad=True)
+    indices = torch.randint(0, 3, (5, 2), generator=gen)
+    probs = torch.rand(5, 2, generator=gen, requires_grad=True)
+    permuted, sorted_indices = torch_npu.npu_moe_token_permute(tokens, indices, num_out_tokens)
+    out = torch_npu.npu_moe_token_unpermute(permuted * 3, sorted_indices, probs=probs)
+    weights = torch.randn(out.shape, generator=gen)
+    (out * weights).sum().backward()
+
+    ref_tokens, ref_probs = tokens.detach().clone().requires_grad_(True), probs.detach().clone().requires_grad_(True)
+    kept = (sorted_indices < permuted.shape[0]).reshape(5, 2, 1)
+    copies = ref_tokens.unsqueeze(1).expand(5, 2, 4) * 3 * kept
+    ref = (copies * ref_probs.unsqueeze(-1)).sum(dim=1)
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(tokens.grad, ref_tokens.grad)
+    torch.testing.assert_close(probs.grad, ref_probs.grad)
+    def step(t: torch.Tensor, i: torch.Tensor, p: torch.Tensor) -> tuple:
+        permuted, order = torch_npu.npu_moe_token_permute(t, i)
+        return torch.autograd.grad(torch_npu.npu_moe_token_unpermute(permuted, order, probs=p).sum(), (t, p))
+
+    graph = torch.fx.experimental.proxy_tensor.make_fx(step, tracing_mode="fake")(
+        tokens.detach().requires_grad_(True), indices, probs.detach().requires_grad_(True))
+    targets = {str(node.target) for node in graph.graph.nodes if node.op == "call_function"}
+    assert {"npu.npu_moe_token_permute_grad_v2.default", "npu.npu_moe_token_unpermute_grad_v2.default"} <= targets
+
+
+def test_token_permute_grad_ops_opcheck() -> None:
+    grad = torch.randn(6, 4)
+    sorted_indices = torch.tensor([3, 0, 5, 1, 4, 2], dtype=torch.int32)
+    torch.library.opcheck(torch.ops.npu.npu_moe_token_permute_grad_v2.default,
+                          (grad, sorted_indices, 3, torch.float32, 2), test_utils=("test_schema", "test_faketensor"))
+    probs, permuted = torch.rand(3, 2), torch.randn(6, 4)
+    torch.library.opcheck(torch.ops.npu.npu_moe_token_unpermute_grad_v2.default,
+                          (torch.randn(3, 4), sorted_indices, 6, torch.float32, probs, False, None, permuted),
+                          test_utils=("test_schema", "test_faketensor"))
