@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_npufuse import torch_npu
+from pytest_npufuse import compare, torch_npu
 from pytest_npufuse.errors import OpArgumentError, OpTypeError
 from pytest_npufuse.torch_npu.quant import _pack_int4 as pack_int4
 
@@ -428,3 +428,57 @@ def test_token_permute_grad_ops_opcheck() -> None:
     torch.library.opcheck(torch.ops.npu.npu_moe_token_unpermute_grad_v2.default,
                           (torch.randn(3, 4), sorted_indices, 6, torch.float32, probs, False, None, permuted),
                           test_utils=("test_schema", "test_faketensor"))
+
+
+class _GroupedMatmul(torch.autograd.Function):
+    """A hand-written grouped-matmul backward as MoE training code writes one: dx by the row-grouped matmul of
+    the transposed experts, dW by the K-split (group_type=2) one."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor, weight: torch.Tensor, group_list: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight, group_list)
+        return torch_npu.npu_grouped_matmul([x], [weight], group_list=group_list, group_type=0, split_item=3)[0]
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> tuple:
+        x, weight, group_list = ctx.saved_tensors
+        dx = torch_npu.npu_grouped_matmul([grad], [weight.transpose(1, 2)], group_list=group_list, group_type=0,
+                                          split_item=3)[0]
+        dw = torch_npu.npu_grouped_matmul([x.t()], [grad], group_list=group_list, group_type=2, split_item=3)[0]
+        return dx, dw, None
+
+
+class _MoeLayer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 16, 16, generator=_gen()) * 0.1)
+        self.gate = torch.nn.Parameter(torch.rand(16, generator=_gen()) + 0.5)
+
+    def forward(self, x: torch.Tensor, indices: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        permuted, order = torch_npu.npu_moe_token_permute(x * self.gate, indices)
+        group_list = torch.cumsum((indices.reshape(-1, 1) == torch.arange(4)).sum(dim=0), 0)
+        hidden = _GroupedMatmul.apply(permuted, self.weight, group_list)
+        return torch_npu.npu_moe_token_unpermute(hidden, order, probs=probs)
+
+
+def test_a_moe_training_step_with_k_split_weight_gradients_is_captured_and_priced() -> None:
+    """permute -> grouped matmul -> unpermute, with the grouped matmul's hand-written backward: the step's
+    backward graph holds the K-split grouped matmul and both token grad ops, and the gradients are torch's."""
+    x = torch.randn(8, 16, generator=_gen())
+    indices = torch.arange(16).reshape(8, 2) % 4
+    probs = torch.rand(8, 2, generator=_gen())
+    layer = _MoeLayer()
+    reference = layer.weight.detach().clone().requires_grad_(True)
+    gate = layer.gate.detach().clone().requires_grad_(True)
+    copies = (x * gate).unsqueeze(1).expand(8, 2, 16)
+    ref_out = (torch.einsum("tkh,tkhn->tkn", copies, reference[indices]) * probs.unsqueeze(-1)).sum(dim=1)
+    ref_out.float().pow(2).mean().backward()
+    report = compare(layer, x, indices, probs, loss=lambda y: y.float().pow(2).mean(),
+                     optimizer=torch.optim.SGD(layer.parameters(), lr=0.0))
+    backward = [kernel.op_type for kernel in report.variant.kernels if kernel.name.startswith("backward/")]
+    assert {"npu::npu_moe_token_permute_grad_v2", "npu::npu_moe_token_unpermute_grad_v2"} <= set(backward)
+    assert backward.count("npu::npu_grouped_matmul") == 2  # dx and the K-split dW
+    assert report.bit_exact
+    layer(x, indices, probs).float().pow(2).mean().backward()  # eager, through the same kernels
+    torch.testing.assert_close(layer.weight.grad, reference.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(layer.gate.grad, gate.grad, rtol=1e-4, atol=1e-5)
