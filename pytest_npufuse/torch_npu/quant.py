@@ -52,13 +52,33 @@ def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
     return output_dtype
 
 
+def _packed_dim(tensor: torch.Tensor) -> Optional[int]:
+    """The dim whose int32 words hold eight int4 values each (npu_quantize's quint4x2 output packs the last
+    dim of the tensor it quantised): the last one, or the second to last for a transposed view of such a
+    tensor (strides ``[1, rows]``: op-plugin's meta function reads transposed int4 operands so); None for int8."""
+    if tensor.dtype != torch.int32:
+        return None
+    transposed = tensor.dim() >= 2 and tensor.stride(-2) == 1 and tensor.stride(-1) == tensor.shape[-2] > 1
+    return tensor.dim() - 2 if transposed else tensor.dim() - 1
+
+
+def _qmm_shape(tensor: torch.Tensor) -> list[int]:
+    """The operand's shape in values: its packed dim (:func:`_packed_dim`) eight times as long."""
+    shape, packed = list(tensor.shape), _packed_dim(tensor)
+    if packed is not None:
+        shape[packed] *= INT4_PER_INT32
+    return shape
+
+
 def _qmm_width(tensor: torch.Tensor) -> int:
-    """The last dim in values: int32 words hold eight int4 values each (npu_quantize's quint4x2 output)."""
-    return tensor.shape[-1] * (INT4_PER_INT32 if tensor.dtype == torch.int32 else 1)
+    return _qmm_shape(tensor)[-1]
 
 
 def _qmm_levels(tensor: torch.Tensor) -> torch.Tensor:
-    return unpack_int4(tensor) if tensor.dtype == torch.int32 else tensor
+    packed = _packed_dim(tensor)
+    if packed is None:
+        return tensor
+    return unpack_int4(tensor.movedim(packed, -1)).movedim(-1, packed)
 
 
 def _check_qmm_operands(x1: torch.Tensor, x2: torch.Tensor) -> None:
@@ -70,9 +90,9 @@ def _check_qmm_operands(x1: torch.Tensor, x2: torch.Tensor) -> None:
             raise OpArgumentError(f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims")
     if x1.dtype != x2.dtype:
         raise OpArgumentError(f"x1 is {x1.dtype} but x2 is {x2.dtype}; both int8 (A8W8) or both int32 words of int4")
-    if _qmm_width(x1) != x2.shape[-2]:
+    if _qmm_width(x1) != _qmm_shape(x2)[-2]:
         raise OpArgumentError(
-            f"x1 has k={_qmm_width(x1)} (shape {list(x1.shape)}) but x2 has k={x2.shape[-2]} "
+            f"x1 has k={_qmm_width(x1)} (shape {list(x1.shape)}) but x2 has k={_qmm_shape(x2)[-2]} "
             f"(shape {list(x2.shape)}); x2 must be [..., k, n]"
         )
 
@@ -132,7 +152,7 @@ def _check_qmm_bias(
 
 
 def _qmm_output_shape(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
-    return [*_broadcast_batch(x1, x2), x1.shape[-2], _qmm_width(x2)]
+    return [*_broadcast_batch(x1, x2), _qmm_shape(x1)[-2], _qmm_width(x2)]
 
 
 def _quant_matmul_meta(call: Arguments) -> Out:
@@ -204,7 +224,8 @@ def npu_quant_matmul(call: Arguments) -> None:
 
     A4W4: ``x1`` and ``x2`` int32, each word eight int4 values of the last dim (``[..., m, k / 8]`` and
     ``[..., k, n / 8]``, as npu_quantize(..., torch.quint4x2) returns them; element 0 in the low nibble,
-    the order :func:`unpack_int4` assumes); the int4 values multiply exactly as int8 ones do. The
+    the order :func:`unpack_int4` assumes), or of the second to last for a transposed view (``x2`` as
+    ``w.t()`` of an ``[n, k / 8]`` quantised weight); the int4 values multiply exactly as int8 ones do. The
     op-plugin schema's ``x1_dtype``/``x2_dtype``/``scale_dtype``/``pertoken_scale_dtype`` (float8, hifloat8
     and FP4 operands), ``group_sizes`` (per-block scales) and ``y_scale`` must be None.
 

@@ -482,3 +482,14 @@ def test_a_moe_training_step_with_k_split_weight_gradients_is_captured_and_price
     layer(x, indices, probs).float().pow(2).mean().backward()  # eager, through the same kernels
     torch.testing.assert_close(layer.weight.grad, reference.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(layer.gate.grad, gate.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_quant_matmul_a4w4_takes_a_transposed_int4_weight() -> None:
+    """x2 as the transposed view of an [n, k / 8] quantised weight: its words pack k (op-plugin's meta)."""
+    gen = _gen()
+    a = torch.randint(-8, 8, (3, 32), dtype=torch.int8, generator=gen)
+    b = torch.randint(-8, 8, (16, 32), dtype=torch.int8, generator=gen)  # [n, k]
+    x1, w = (torch_npu.npu_quantize(t.float(), torch.tensor([1.0]), None, torch.quint4x2, -1, False) for t in (a, b))
+    out = torch_npu.npu_quant_matmul(x1, w.t(), torch.tensor([0.5]), output_dtype=torch.bfloat16)
+    assert out.shape == (3, 16)
+    _close(out, (a.double() @ b.double().t()) * 0.5)
