@@ -380,10 +380,11 @@ def _gmm_k_split_layout(
     call: Arguments, xs: Sequence[torch.Tensor], modes: _GmmModes
 ) -> tuple[list[list[int]], _GmmParams]:
     """group_type 2, the weight-gradient form ``dW_g = X_g^T @ dY_g``: x is one [M, K] (usually a transposed
-    [K, M] activation) whose K columns group_list splits, and the weight one [K, N] whose rows it splits the
-    same way, or one [K_g, N] per group; group g gives ``x[:, K_g] @ w[K_g]``. split_item 2/3 stack them
-    into [E, M, N], 0/1 (one weight per group) return each [M, N_g] (op-plugin's meta function). The API
-    page allows no quantisation with it, and no bias is defined for it."""
+    [K, M] activation) whose K columns group_list splits; group g gives ``x[:, K_g] @ w[K_g]``. split_item
+    2/3 take one [K, N] weight whose rows group_list splits the same way and stack the products into
+    [E, M, N]; 0/1 take one [K_g, N_g] weight per group and return each [M, N_g] (op-plugin's
+    GroupedMatmulKernelNpuOpApi.cpp). The API page allows no quantisation with it, and no bias is defined
+    for it."""
     if len(xs) != 1 or xs[0].dim() != 2:
         raise OpArgumentError("group_type=2 (split K) needs x to be a list of one 2-D [M, K] tensor")
     x = xs[0]
@@ -401,18 +402,18 @@ def _gmm_k_split_layout(
     groups = call.group_list.shape[0] if call.group_list.dim() else 0
     _require_group_list_tensor(call.group_list, groups, modes.list_type, x.dtype)
     out_dtype = _gmm_output_dtype(x.dtype, call.output_dtype, False)
-    if len(weights) == 1:
-        if weights[0].shape[0] != x.shape[1]:
-            raise OpArgumentError(f"x has K={x.shape[1]} but weight[0] has K={weights[0].shape[0]}; weights are [K, N]")
-        if modes.split not in SPLIT_OUTPUT_ITEMS:
+    if modes.split in SPLIT_OUTPUT_ITEMS:
+        if len(weights) != 1 or weights[0].shape[0] != x.shape[1]:
             raise OpArgumentError(
-                "group_type=2 with one [K, N] weight gives one [E, M, N] output: use split_item 2 or 3"
+                f"group_type=2 with split_item {modes.split} takes one [K={x.shape[1]}, N] weight whose rows "
+                f"group_list splits (op-plugin's kernel); got {[list(w.shape) for w in weights]}"
             )
         shapes = [[groups, x.shape[0], weights[0].shape[1]]]
     elif len(weights) != groups:
-        raise OpArgumentError(f"group_type=2 takes one [K, N] weight or one per group: got {len(weights)} for {groups}")
-    elif modes.split in SPLIT_OUTPUT_ITEMS:
-        shapes = [[groups, x.shape[0], _same_width(weights)]]
+        raise OpArgumentError(
+            f"group_type=2 with split_item {modes.split} takes one [K_g, N_g] weight per group: got "
+            f"{len(weights)} weights for {groups} groups (or use split_item 2/3 with one [K, N] weight)"
+        )
     else:
         shapes = [[x.shape[0], w.shape[1]] for w in weights]
     return shapes, _GmmParams(list(weights), None, None, None, out_dtype)
@@ -533,15 +534,16 @@ def _group_product(x: torch.Tensor, g: int, params: _GmmParams, per_token: Optio
 
 def _k_split_kernel(call: Arguments, shapes: list[list[int]], params: _GmmParams,
                     modes: _GmmModes) -> list[torch.Tensor]:
-    """group_type 2: group g multiplies x's K columns of its range by the weight rows of that range (or its
-    own weight, whose rows must number as many); K past the last group takes no part, an empty group is zeros."""
+    """group_type 2: group g multiplies x's K columns of its range by the weight rows of that range (split_item
+    2/3) or by its own weight, whose rows must number as many (0/1); K past the last group takes no part, an
+    empty group is zeros."""
     x = call.x[0]
-    single = len(params.weights) == 1
+    stacked = modes.split in SPLIT_OUTPUT_ITEMS  # one [K, N] weight, its rows split as x's K columns
     outs = []
     start = 0
     for g, count in _group_row_counts(call.group_list, modes.list_type, x.shape[1]):
         stop = start + count
-        w = params.weights[0][start:stop] if single else params.weights[g]
+        w = params.weights[0][start:stop] if stacked else params.weights[g]
         if w.shape[0] != count:
             raise OpArgumentError(f"weight[{g}] has K={w.shape[0]} but group_list gives group {g} {count} of K")
         if count == 0:  # no K to sum over
@@ -549,7 +551,7 @@ def _k_split_kernel(call: Arguments, shapes: list[list[int]], params: _GmmParams
         else:
             outs.append(_float_group(x[:, start:stop], w, None).to(params.out_dtype))
         start = stop
-    return [torch.stack(outs)] if len(shapes) == 1 else outs
+    return [torch.stack(outs)] if stacked else outs
 
 
 def _grouped_matmul_kernel(call: Arguments) -> list[torch.Tensor]:
@@ -618,9 +620,9 @@ def npu_grouped_matmul(call: Arguments) -> None:
       also allows ``split_item`` 0/1: one ``[rows_g, N_g]`` output per group. With one x per weight,
       group_list restates their rows.
     * Grouping K (``group_type=2``, the weight-gradient form ``dW_g = X_g^T @ dY_g``): x one [M, K]
-      (usually a transposed activation), the weight one [K, N] whose K rows ``group_list`` splits as it
-      splits x's K columns, or one [K_g, N] per group; ``split_item`` 2/3 give ``[E, M, N]``, 0/1 (one
-      weight per group) one [M, N_g] per group. Float only, no bias (the API page).
+      (usually a transposed activation) whose K columns ``group_list`` splits; ``split_item`` 2/3 take
+      one [K, N] weight whose rows it splits the same way and give ``[E, M, N]``, 0/1 take one [K_g, N_g]
+      weight per group and give one [M, N_g] each. Float only, no bias (the API page).
     * One x per weight (``group_type=-1``, no group_list): ``x[g] @ weight[g]``; ``split_item`` 0/1
       returns one output per group (``x[g]`` may have batch dims), 2/3 the 2-D results concatenated by rows.
     * Float (formula 1): float16/bfloat16/float32 x and weights; ``bias`` one ``[N]`` per group (or one

@@ -176,7 +176,9 @@ def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...]) -> tuple[torch.T
     world = _world(call, x)
     all_experts = moe_expert_num + special_experts(call)  # a special expert's tokens stay: combine computes them
     if bool(((expert_ids < 0) | (expert_ids >= all_experts)).any()):
-        raise OpArgumentError(f"expert_ids values must lie in [0, {all_experts}), the MoE experts then the special ones")
+        raise OpArgumentError(
+            f"expert_ids values must lie in [0, {all_experts}), the MoE experts then the special ones"
+        )
     local = expert_ids.to(torch.int64) - world.first_expert
     active = _active_routes(expert_ids, call.x_active_mask)
     routed = active & (local >= 0) & (local < world.local_experts)

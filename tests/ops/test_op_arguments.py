@@ -45,7 +45,7 @@ def test_k_split_stacks_one_weight_gradient_per_group(list_type: int) -> None:
 def test_k_split_with_one_weight_per_group_returns_one_output_each() -> None:
     gen = _gen()
     x = torch.randn(3, 9, generator=gen, dtype=torch.float16)
-    weights = [torch.randn(4, 2, generator=gen, dtype=torch.float16), torch.randn(5, 6, generator=gen, dtype=torch.float16)]
+    weights = [torch.randn(k, n, generator=gen, dtype=torch.float16) for k, n in ((4, 2), (5, 6))]
     outs = torch_npu.npu_grouped_matmul([x], weights, group_list=torch.tensor([4, 9]), group_type=2, split_item=0)
     assert [tuple(o.shape) for o in outs] == [(3, 2), (3, 6)]
     _close(outs[1], x[:, 4:].double() @ weights[1].double())
@@ -53,8 +53,10 @@ def test_k_split_with_one_weight_per_group_returns_one_output_each() -> None:
 
 def test_k_split_refuses_quantised_operands_and_per_group_outputs_of_one_weight() -> None:
     x, w = torch.randn(3, 8, dtype=torch.float16), torch.randn(8, 2, dtype=torch.float16)
-    with pytest.raises(OpArgumentError, match="split_item 2 or 3"):
+    with pytest.raises(OpArgumentError, match="one \\[K_g, N_g\\] weight per group"):
         torch_npu.npu_grouped_matmul([x], [w], group_list=torch.tensor([4, 8]), group_type=2, split_item=0)
+    with pytest.raises(OpArgumentError, match="takes one \\[K=8, N\\] weight"):
+        torch_npu.npu_grouped_matmul([x], [w[:4], w[4:]], group_list=torch.tensor([4, 8]), group_type=2, split_item=3)
     with pytest.raises(OpArgumentError, match="bias"):
         torch_npu.npu_grouped_matmul([x], [w], bias=[torch.zeros(2, dtype=torch.float16)],
                                      group_list=torch.tensor([4, 8]), group_type=2, split_item=3)
@@ -289,7 +291,8 @@ def test_token_permute_sorts_copies_by_expert(top_k: int, num_out_tokens: object
     indices = torch.randint(0, 4, (6, top_k) if top_k > 1 else (6,), generator=gen)
     permuted, sorted_indices = torch_npu.npu_moe_token_permute(tokens, indices, num_out_tokens)
     copies = indices.numel()
-    rows = copies if not num_out_tokens else (min(num_out_tokens, copies) if num_out_tokens > 0 else copies + num_out_tokens)
+    n = num_out_tokens or 0
+    rows = min(n, copies) if n > 0 else copies + n
     ref, order = _megatron_permute(tokens, indices, rows)
     assert torch.equal(permuted, ref) and sorted_indices.dtype == torch.int32 and sorted_indices.shape == (copies,)
     assert torch.equal(sorted_indices.long(), torch.argsort(torch.argsort(indices.reshape(-1), stable=True)))
