@@ -339,8 +339,9 @@ def _listed_counts(ends: Sequence[int], rows: Sequence[int]) -> list[int]:
 def _gmm_row_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], call: Arguments,
                     modes: _GmmModes) -> list[list[int]]:
     """group_type 0 with a group_list: one 2-D x split by it (one weight per group), or one x per weight
-    whose rows it restates. A tensor group_list's values are unknown to a traced graph, so with one x only
-    split_item 2/3 (one [M, N] output) is possible; a Python list fixes the per-group outputs of 0/1."""
+    whose rows it restates. With one x, split_item 2/3 give one [M, N] output and 0/1 one per group, whose
+    rows a traced graph knows only at run time for a tensor group_list (:func:`_tensor_group_rows`) and
+    from its values for a Python list."""
     if any(xi.dim() != 2 for xi in x):
         raise OpArgumentError("group_list needs 2-D [M, K] x")
     if len(x) > 1:
@@ -358,12 +359,24 @@ def _gmm_row_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], 
         return [[x[0].shape[0], _same_width(weights)]]
     _require_group_list_tensor(call.group_list, len(weights), modes.list_type, x[0].dtype)
     if modes.split not in SPLIT_OUTPUT_ITEMS:
-        raise OpArgumentError(
-            f"split_item={modes.split} with a tensor group_list gives one output per group whose row counts are "
-            "its values, which a traced graph cannot know; use split_item=2 or 3 (one [M, N] output), or pass "
-            "group_list as a Python list"
-        )
+        return [[rows, w.shape[1]] for rows, w in zip(_tensor_group_rows(call.group_list, modes, x[0]), weights)]
     return [[x[0].shape[0], _same_width(weights)]]
+
+
+def _tensor_group_rows(group_list: torch.Tensor, modes: _GmmModes, x: torch.Tensor) -> list[object]:
+    """The row count of each per-group output of split_item 0/1 with a tensor group_list: op-plugin's kernel
+    reads the tensor's values as cumulative row ends (whatever group_list_type says, so only 0 is taken).
+    Those are values, so a fake kernel gives each a size of its own, unknown until run (unbacked), and the
+    CPU kernel the values."""
+    if modes.list_type != 0:
+        raise OpArgumentError(
+            f"split_item={modes.split} with a tensor group_list reads it as cumulative row ends (op-plugin's "
+            f"kernel); pass group_list_type=0, not {modes.list_type}, or split_item 2/3"
+        )
+    ctx = torch.library.get_ctx()
+    if ctx is not None:  # tracing: the values are unknown
+        return [ctx.new_dynamic_size() for _ in range(group_list.shape[0])]
+    return [count for _, count in _group_row_counts(group_list, 0, x.shape[0])]
 
 
 def _require_group_list_tensor(group_list: torch.Tensor, groups: int, list_type: int, dtype: torch.dtype) -> None:
@@ -616,9 +629,11 @@ def npu_grouped_matmul(call: Arguments) -> None:
       ends (``group_list_type=0``) or row counts (1), or for int8 x [E, 2] (group, rows) pairs (2, the
       key-value counts of npu_moe_init_routing_v2; zero-size pairs fill its tail); ``split_item`` 2 or 3
       gives one ``[M, N]`` output (rows past the last group are zeros; the device leaves them unset).
-      A Python list of cumulative row ends (the ``.List`` overload; group_type None) must end at M and
-      also allows ``split_item`` 0/1: one ``[rows_g, N_g]`` output per group. With one x per weight,
-      group_list restates their rows.
+      ``split_item`` 0/1 give one ``[rows_g, N_g]`` output per group: with a tensor (cumulative ends,
+      ``group_list_type=0``, as op-plugin's kernel reads it) their row counts are values, sizes a traced
+      graph learns only when it runs; a Python list of cumulative row ends (the ``.List`` overload;
+      group_type None), which must end at M, fixes them. With one x per weight, group_list restates their
+      rows.
     * Grouping K (``group_type=2``, the weight-gradient form ``dW_g = X_g^T @ dY_g``): x one [M, K]
       (usually a transposed activation) whose K columns ``group_list`` splits; ``split_item`` 2/3 take
       one [K, N] weight whose rows it splits the same way and give ``[E, M, N]``, 0/1 take one [K_g, N_g]
@@ -646,8 +661,8 @@ def npu_grouped_matmul(call: Arguments) -> None:
     Refused with ValueError: ``offset``, activation inputs, the ``x_dtype``/``weight_dtype``/
     ``scale_dtype``/``per_token_scale_dtype`` hints (hifloat8, FP4 and float8_e8m0 operands), int4 x,
     ``act_type != 0``, ``group_type`` None with a tensor group_list (torch_npu also requires it) or other
-    than -1/0/2 (group_type 1, N grouping, is not one torch_npu takes), ``split_item`` 0/1 with one x and a
-    tensor group_list (their row counts are its values, which a fake kernel cannot know).
+    than -1/0/2 (group_type 1, N grouping, is not one torch_npu takes), ``split_item`` 0/1 with a tensor
+    group_list of counts or pairs.
     ``tuning_config`` is a tiling hint and is ignored.
     """
     _check_gmm_modes(call)

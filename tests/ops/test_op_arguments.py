@@ -496,3 +496,25 @@ def test_quant_matmul_a4w4_takes_a_transposed_int4_weight() -> None:
     out = torch_npu.npu_quant_matmul(x1, w.t(), torch.tensor([0.5]), output_dtype=torch.bfloat16)
     assert out.shape == (3, 16)
     _close(out, (a.double() @ b.double().t()) * 0.5)
+
+
+def test_tensor_group_list_with_per_group_outputs_has_run_time_row_counts() -> None:
+    """split_item 0/1 with a tensor group_list: eager outputs take its values' rows; a fake kernel gives each
+    output an unbacked row count, as the values are unknown while tracing."""
+    gen = _gen()
+    x = torch.randn(6, 8, generator=gen, dtype=torch.bfloat16)
+    weights = [torch.randn(8, n, generator=gen, dtype=torch.bfloat16) for n in (4, 3)]
+    outs = torch_npu.npu_grouped_matmul([x], weights, group_list=torch.tensor([2, 5]), group_type=0, split_item=1)
+    assert [tuple(o.shape) for o in outs] == [(2, 4), (3, 3)]
+    _close(outs[1], x[2:5].double() @ weights[1].double())
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        fakes = [mode.from_tensor(t) for t in (x, *weights, torch.tensor([2, 5]))]
+        traced = torch.ops.npu.npu_grouped_matmul([fakes[0]], fakes[1:3], group_list=fakes[3], group_type=0,
+                                                 split_item=1)
+    assert all(isinstance(o.shape[0], torch.SymInt) for o in traced) and [o.shape[1] for o in traced] == [4, 3]
+    with pytest.raises(OpArgumentError, match="group_list_type=0"):
+        torch_npu.npu_grouped_matmul([x], weights, group_list=torch.tensor([2, 3]), group_type=0, split_item=0,
+                                     group_list_type=1)

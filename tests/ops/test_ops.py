@@ -833,7 +833,7 @@ def _fia(**overrides: object) -> Callable[[], object]:
         (lambda: torch_npu.npu_moe_gating_top_k(_BF[0], 2), ValueError, "expected 2-D"),
         (lambda: torch_npu.npu_moe_gating_top_k(_BF, 2, out_flag=1), TypeError, "out_flag must be a bool"),
         (_gmm(group_type=None), ValueError, "group_type is required"),
-        (_gmm(split_item=0), ValueError, "split_item=0 with a tensor group_list"),
+        (_gmm(split_item=0, group_list_type=1), ValueError, "pass group_list_type=0"),
         (_gmm(scale=[torch.ones(8)]), ValueError, "float x takes neither"),
         (_gmm(act_type=1), ValueError, "act_type=1 is not implemented"),
         (_gmm(group_list=[2, 4], group_type=2), ValueError, "group_type=2 is not implemented"),
