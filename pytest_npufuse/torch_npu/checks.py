@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..errors import OpArgumentError, OpTypeError
+from .dtypes import DTYPE_CODES
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -133,19 +134,27 @@ def require_dtype_code(name: str, value: object, optional: bool = False) -> Any:
 
 
 # c10's ScalarType numbers (c10/core/ScalarType.h), which the dispatcher hands a kernel for a torch.dtype
-# passed to an ``int`` argument; torch_npu's own dtypes (hifloat8, FP4) are numbers past these.
+# passed to an ``int`` argument; torch_npu's own codes (:mod:`.dtypes`, ACL value + 256) are numbers past these.
 _SCALAR_TYPES = {
     0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
     6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16, 16: torch.quint4x2,
     23: torch.float8_e5m2, 24: torch.float8_e4m3fn,
 }
+# torch_npu's code of each format torch has a dtype of its own for (``torch_npu.bfloat16``, ...); its
+# ``int4`` is the int4 packed in int32 words that torch spells quint4x2 in these ops.
+_TORCH_NPU_CODES = {
+    code: torch.quint4x2 if name == "int4" else getattr(torch, name)
+    for name, code in DTYPE_CODES.items()
+    if name == "int4" or isinstance(getattr(torch, name, None), torch.dtype)
+}
 
 
 def dtype_of_code(value: Any) -> Any:
-    """The torch.dtype an ``int`` dtype argument names (:func:`require_dtype_code`): a torch.dtype as given,
-    a ScalarType number as its dtype; None, and numbers torch has no dtype for, as given."""
+    """The torch.dtype an ``int`` dtype argument names (:func:`require_dtype_code`): a torch.dtype as given, a
+    ScalarType number or a torch_npu code of a torch format as its dtype; None, and the codes of formats
+    torch has no dtype for (``torch_npu.hifloat8``), as given."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return _SCALAR_TYPES.get(value, value)
+        return _SCALAR_TYPES.get(value) or _TORCH_NPU_CODES.get(value, value)
     return value
 
 

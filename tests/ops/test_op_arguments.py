@@ -272,7 +272,18 @@ def test_dtype_codes_are_the_dispatchers() -> None:
     for code, dtype in _SCALAR_TYPES.items():
         torch.ops.opargs_codes.code(torch.ones(1), dtype)
         assert seen["d"] == code and dtype_of_code(code) == dtype == dtype_of_code(dtype)
-    assert dtype_of_code(290) == 290 and dtype_of_code(None) is None
+    assert dtype_of_code(None) is None
+    # torch_npu's own codes: a torch format's names its dtype, int4 the quint4x2 words, the others stay codes
+    assert dtype_of_code(torch_npu.bfloat16) == torch.bfloat16 and dtype_of_code(torch_npu.int4) == torch.quint4x2
+    assert dtype_of_code(torch_npu.hifloat8) == torch_npu.hifloat8
+
+
+def test_add_rms_norm_dynamic_quant_takes_torch_npus_int4_code() -> None:
+    x = torch.randn(2, 16, dtype=torch.float16)
+    gamma = torch.ones(16, dtype=torch.float16)
+    by_code = torch_npu.npu_add_rms_norm_dynamic_quant(x, x, gamma, y_dtype=torch_npu.int4)
+    by_dtype = torch_npu.npu_add_rms_norm_dynamic_quant(x, x, gamma, y_dtype=torch.quint4x2)
+    assert all(torch.equal(a, b) for a, b in zip(by_code, by_dtype)) and by_code[0].shape == (2, 2)
 
 
 # npu_moe_token_permute / npu_moe_token_unpermute, against Megatron's permute/unpermute in float64
