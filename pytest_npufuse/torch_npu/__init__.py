@@ -37,6 +37,10 @@ The graph-capture helpers of the attention ops (their ``.out`` forms and the ``_
 ``_npu_paged_attention_get_workspace`` queries) are attributes here but not ops of their own (they run
 the declared op, or return the empty scratch the CPU kernels need), so ``__all__`` lists only ops.
 
+Beside the ops: ``__version__`` (the torch_npu release the shim stands in for, :mod:`.release`),
+``get_npu_format`` and ``Format`` (a tensor's storage format, :mod:`.formats`), and the modules
+``torch_npu.utils`` and ``torch_npu.testing`` (torch_npu's test helpers, for its own op tests).
+
 An attribute torch_npu has but this package lacks raises :class:`MissingOpError`, which says how to
 add the op.
 """
@@ -113,7 +117,9 @@ from .quant import (
     npu_weight_quant_batchmatmul,
 )
 from . import optim, profiler
+from .formats import Format, get_npu_format
 from .registry import OPS
+from .release import release
 from .rope import (
     npu_apply_rotary_pos_emb,
     npu_interleave_rope,
@@ -195,6 +201,8 @@ __all__ = [
     "scatter_update",
     "scatter_update_",
 ]
+
+__version__ = release().torch_npu
 
 DOCS_SECTION = "docs/howto/write-a-case.md, section 'An op pytest-npufuse does not provide'"
 

@@ -1,0 +1,112 @@
+"""NPU storage formats: which ACL format each tensor's device memory is laid out in.
+
+On a real NPU the format belongs to the tensor's storage (torch_npu's ``NPUStorageDesc.npu_format_``):
+a new tensor gets its shape's base format, ``torch_npu.npu_format_cast`` makes one in another format, and
+``torch_npu.get_npu_format`` reads it back. The CPU model keeps values in torch's own layout (a format
+changes where the NPU puts the bytes, never what they are), so the format is bookkeeping: recorded for
+the tensor a format cast returns, the shape's base format for any other tensor. The rules are
+torch_npu's (Ascend/pytorch @9e73e708ab93): ``torch_npu/npu/_format.py`` (the ``Format`` numbers),
+``csrc/framework/FormatHelper.cpp`` (each format's base format; any other number is an unknown format)
+and ``csrc/framework/InferFormat.cpp`` (``GuessBaseFormat``, ``GuessStorageFormat``).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..errors import OpArgumentError
+
+
+class Format(IntEnum):
+    """torch_npu's storage format numbers (``torch_npu.Format``); ``get_npu_format`` returns one."""
+
+    UNDEFINED = -1
+    NCHW = 0
+    NHWC = 1
+    ND = 2
+    NC1HWC0 = 3
+    FRACTAL_Z = 4
+    NC1HWC0_C04 = 12
+    HWCN = 16
+    NDHWC = 27
+    FRACTAL_NZ = 29
+    NCDHW = 30
+    NDC1HWC0 = 32
+    FRACTAL_Z_3D = 33
+    NC = 35
+    NCL = 47
+    FRACTAL_NZ_C0_16 = 50
+    FRACTAL_NZ_C0_32 = 51
+    FRACTAL_NZ_C0_2 = 52
+    FRACTAL_NZ_C0_4 = 53
+    FRACTAL_NZ_C0_8 = 54
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# The formats a tensor can be cast to, each with its base format (FormatHelper's table).
+BASE_FORMAT = {
+    Format.NC1HWC0: Format.NCHW,
+    Format.ND: Format.ND,
+    Format.NCHW: Format.NCHW,
+    Format.NHWC: Format.NHWC,
+    Format.FRACTAL_NZ: Format.ND,
+    Format.FRACTAL_Z: Format.NCHW,
+    Format.NDHWC: Format.NCDHW,
+    Format.NCDHW: Format.NCDHW,
+    Format.NDC1HWC0: Format.NCDHW,
+    Format.FRACTAL_Z_3D: Format.NCDHW,
+    Format.FRACTAL_NZ_C0_16: Format.ND,
+    Format.FRACTAL_NZ_C0_32: Format.ND,
+    Format.FRACTAL_NZ_C0_2: Format.ND,
+    Format.FRACTAL_NZ_C0_4: Format.ND,
+    Format.FRACTAL_NZ_C0_8: Format.ND,
+}
+_RECORDED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def base_format(shape: torch.Size | tuple[int, ...]) -> Format:
+    """The format of a new tensor of ``shape``: NCDHW for 5 dims, NCHW for 4, ND otherwise."""
+    return {5: Format.NCDHW, 4: Format.NCHW}.get(len(shape), Format.ND)
+
+
+def storage_format(shape: torch.Size | tuple[int, ...], acl_format: int) -> Format:
+    """The format a cast of a ``shape`` tensor to ``acl_format`` really gets: shapes a format cannot hold
+    stay in a base format (no FRACTAL_NZ below 2 dims, NCHW only for 4, scalars and [1] stay ND)."""
+    try:
+        wanted = Format(acl_format)
+    except ValueError:
+        wanted = None
+    if wanted not in BASE_FORMAT:
+        names = ", ".join(f"{f.value} ({f.name})" for f in BASE_FORMAT)
+        raise OpArgumentError(f"acl_format={acl_format} is not a storage format torch_npu knows; use one of {names}.")
+    dims, base = len(shape), BASE_FORMAT[wanted]
+    if wanted is Format.FRACTAL_NZ and dims < 2:
+        return Format.ND
+    if wanted is base and base is Format.NCDHW:
+        return {4: Format.NCHW, 5: Format.NCDHW}.get(dims, Format.ND)
+    if wanted is Format.NCHW and dims != 4:
+        return Format.ND
+    if dims == 0 or (dims == 1 and shape[0] == 1 and base is Format.ND):
+        return Format.ND
+    return wanted
+
+
+def record_format(tensor: torch.Tensor, acl_format: int) -> torch.Tensor:
+    """Note that ``tensor`` (the result of a format cast) is laid out in ``acl_format``, as its shape
+    allows; returns ``tensor``."""
+    _RECORDED[tensor] = storage_format(tensor.shape, acl_format)
+    return tensor
+
+
+def get_npu_format(tensor: torch.Tensor) -> Format:
+    """``torch_npu.get_npu_format(tensor)``: the format a format cast gave ``tensor``, else its shape's base
+    format."""
+    if not isinstance(tensor, torch.Tensor):
+        raise OpArgumentError(f"get_npu_format takes a tensor, got {type(tensor).__name__}.")
+    recorded = _RECORDED.get(tensor)
+    return recorded if recorded is not None else base_format(tensor.shape)
