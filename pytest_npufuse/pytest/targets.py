@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import pytest
 
-from ..target.profile import HardwareProfile
+from ..target.profile import DEFAULT_TARGET, HardwareProfile
 from ..target.running import stated_running_target, state_running_target
 from .settings import settings_of
 
 _BEFORE = pytest.StashKey[HardwareProfile | None]()
+_GIVEN = pytest.StashKey[bool]()
 
 
 def parametrize(metafunc: pytest.Metafunc) -> None:
@@ -49,24 +50,26 @@ def item_key(item: pytest.Item) -> str:
 
 
 def _given(config: pytest.Config) -> bool:
-    return config.getoption("npu_target") is not None or "npu_target" in config.inicfg
+    """Whether pytest was told a target: on the command line, or an ini value other than the default."""
+    return config.getoption("npu_target") is not None or config.getini("npu_target") != DEFAULT_TARGET
 
 
 def _session_profile(config: pytest.Config) -> HardwareProfile | None:
     run = settings_of(config)
-    return run.profiles[run.default_target] if _given(config) else config.stash[_BEFORE]
+    return run.profiles[run.default_target] if config.stash[_GIVEN] else config.stash[_BEFORE]
 
 
 def state_session_target(config: pytest.Config) -> None:
     """Say the session's target runs the code (when pytest was given one), keeping what was stated before
     (an outer session's, or ``run``'s) for :func:`restore_target`."""
+    config.stash[_GIVEN] = _given(config)
     config.stash[_BEFORE] = stated_running_target()
     state_running_target(_session_profile(config))
 
 
 def state_item_target(item: pytest.Item) -> None:
     """While ``item`` runs, its target runs the code."""
-    if _given(item.config):
+    if item.config.stash[_GIVEN]:
         state_running_target(settings_of(item.config).profiles[item_target(item)])
 
 

@@ -1,10 +1,11 @@
 """NPU storage formats: which ACL format each tensor's device memory is laid out in.
 
-On a real NPU the format belongs to the tensor's storage (torch_npu's ``NPUStorageDesc.npu_format_``):
-a new tensor gets its shape's base format, ``torch_npu.npu_format_cast`` makes one in another format, and
-``torch_npu.get_npu_format`` reads it back. The CPU model keeps values in torch's own layout (a format
-changes where the NPU puts the bytes, never what they are), so the format is bookkeeping: recorded for
-the tensor a format cast returns, the shape's base format for any other tensor. The rules are
+On a real NPU the format belongs to the tensor's storage (torch_npu's ``NPUStorageDesc``: the format and
+the shape the storage was made for): a new tensor gets its shape's base format, ``torch_npu.npu_format_cast``
+makes one in another format, every view of that storage shares it, and ``torch_npu.get_npu_format`` reads
+it back. The CPU model keeps values in torch's own layout (a format changes where the NPU puts the bytes,
+never what they are), so the format is bookkeeping: recorded per storage for what a format cast returns,
+the tensor's own shape's base format for any other storage. The rules are
 torch_npu's (Ascend/pytorch @9e73e708ab93): ``torch_npu/npu/_format.py`` (the ``Format`` numbers),
 ``csrc/framework/FormatHelper.cpp`` (each format's base format; any other number is an unknown format)
 and ``csrc/framework/InferFormat.cpp`` (``GuessBaseFormat``, ``GuessStorageFormat``).
@@ -12,10 +13,11 @@ and ``csrc/framework/InferFormat.cpp`` (``GuessBaseFormat``, ``GuessStorageForma
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..errors import OpArgumentError
 
@@ -66,7 +68,19 @@ BASE_FORMAT = {
     Format.FRACTAL_NZ_C0_4: Format.ND,
     Format.FRACTAL_NZ_C0_8: Format.ND,
 }
-_RECORDED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+@dataclass(frozen=True)
+class StorageDesc:
+    """What torch_npu keeps with a storage: its format and the shape it was made for (a view's own shape
+    may differ)."""
+
+    format: Format
+    base_shape: tuple[int, ...]
+
+
+# Storage (held weakly, so its address cannot be reused while it is here) -> its description.
+_RECORDED: dict[StorageWeakRef, StorageDesc] = {}
 
 
 def base_format(shape: torch.Size | tuple[int, ...]) -> Format:
@@ -74,9 +88,7 @@ def base_format(shape: torch.Size | tuple[int, ...]) -> Format:
     return {5: Format.NCDHW, 4: Format.NCHW}.get(len(shape), Format.ND)
 
 
-def storage_format(shape: torch.Size | tuple[int, ...], acl_format: int) -> Format:
-    """The format a cast of a ``shape`` tensor to ``acl_format`` really gets: shapes a format cannot hold
-    stay in a base format (no FRACTAL_NZ below 2 dims, NCHW only for 4, scalars and [1] stay ND)."""
+def _known(acl_format: int) -> Format:
     try:
         wanted = Format(acl_format)
     except ValueError:
@@ -84,29 +96,62 @@ def storage_format(shape: torch.Size | tuple[int, ...], acl_format: int) -> Form
     if wanted not in BASE_FORMAT:
         names = ", ".join(f"{f.value} ({f.name})" for f in BASE_FORMAT)
         raise OpArgumentError(f"acl_format={acl_format} is not a storage format torch_npu knows; use one of {names}.")
-    dims, base = len(shape), BASE_FORMAT[wanted]
-    if wanted is Format.FRACTAL_NZ and dims < 2:
-        return Format.ND
-    if wanted is base and base is Format.NCDHW:
-        return {4: Format.NCHW, 5: Format.NCDHW}.get(dims, Format.ND)
-    if wanted is Format.NCHW and dims != 4:
-        return Format.ND
-    if dims == 0 or (dims == 1 and shape[0] == 1 and base is Format.ND):
-        return Format.ND
     return wanted
 
 
-def record_format(tensor: torch.Tensor, acl_format: int) -> torch.Tensor:
-    """Note that ``tensor`` (the result of a format cast) is laid out in ``acl_format``, as its shape
-    allows; returns ``tensor``."""
-    _RECORDED[tensor] = storage_format(tensor.shape, acl_format)
+def _is_base(fmt: Format) -> bool:
+    return BASE_FORMAT[fmt] is fmt
+
+
+def storage_format(shape: torch.Size | tuple[int, ...], acl_format: int) -> Format:
+    """The format a new ``shape`` tensor asked for in ``acl_format`` really gets (``GuessStorageFormat`` then
+    ``GuessFormatUnit``): shapes a format cannot hold stay in a base format (no FRACTAL_NZ below 2 dims,
+    NCHW only for 4, scalars and [1] stay ND), and a 4-dim ND tensor is NCHW."""
+    wanted = _known(acl_format)
+    dims, base = len(shape), BASE_FORMAT[wanted]
+    if wanted is Format.FRACTAL_NZ and dims < 2:
+        guessed = Format.ND
+    elif wanted is base and base is Format.NCDHW:
+        guessed = {4: Format.NCHW, 5: Format.NCDHW}.get(dims, Format.ND)
+    elif wanted is Format.NCHW and dims != 4:
+        guessed = Format.ND
+    elif dims == 0 or (dims == 1 and shape[0] == 1 and base is Format.ND):
+        guessed = Format.ND
+    else:
+        guessed = wanted
+    guessed_base = BASE_FORMAT[guessed]
+    if dims == 4 and (guessed is Format.ND or guessed_base is Format.NCDHW):
+        return Format.NCHW
+    return guessed
+
+
+def _desc(tensor: torch.Tensor) -> StorageDesc:
+    """``tensor``'s storage description (a sparse or other storage-less tensor has its shape's base format)."""
+    recorded = _RECORDED.get(StorageWeakRef(tensor.untyped_storage())) if tensor.layout == torch.strided else None
+    return recorded if recorded is not None else StorageDesc(base_format(tensor.shape), tuple(tensor.shape))
+
+
+def cast_format(source: torch.Tensor, acl_format: int) -> StorageDesc:
+    """What ``npu_format_cast(source, acl_format)`` returns is laid out as: the asked format when the source
+    already has it or both are base formats (torch_npu relabels the storage), else a new storage of the
+    source storage's shape in that format (:func:`storage_format`)."""
+    wanted, current = _known(acl_format), _desc(source)
+    if wanted is current.format or (_is_base(wanted) and _is_base(current.format)):
+        return StorageDesc(wanted, current.base_shape)
+    return StorageDesc(storage_format(current.base_shape, wanted), current.base_shape)
+
+
+def record_format(tensor: torch.Tensor, desc: StorageDesc) -> torch.Tensor:
+    """Note that ``tensor``'s storage (the result of a format cast) is laid out as ``desc``; returns ``tensor``."""
+    for gone in [ref for ref in _RECORDED if ref.expired()]:
+        del _RECORDED[gone]
+    _RECORDED[StorageWeakRef(tensor.untyped_storage())] = desc
     return tensor
 
 
 def get_npu_format(tensor: torch.Tensor) -> Format:
-    """``torch_npu.get_npu_format(tensor)``: the format a format cast gave ``tensor``, else its shape's base
-    format."""
+    """``torch_npu.get_npu_format(tensor)``: the format a format cast gave ``tensor``'s storage, else its
+    shape's base format."""
     if not isinstance(tensor, torch.Tensor):
         raise OpArgumentError(f"get_npu_format takes a tensor, got {type(tensor).__name__}.")
-    recorded = _RECORDED.get(tensor)
-    return recorded if recorded is not None else base_format(tensor.shape)
+    return _desc(tensor).format

@@ -17,7 +17,7 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import softmax
-from .formats import record_format
+from .formats import cast_format, record_format
 from .registry import Arguments, Out, no_outputs, npu_op
 
 
@@ -28,7 +28,7 @@ def _format_cast_meta(call: Arguments) -> Out:
 
 
 def _format_cast_kernel(call: Arguments) -> torch.Tensor:
-    return record_format(call.x.clone(), call.acl_format)
+    return record_format(call.x.clone(), cast_format(call.x, call.acl_format))
 
 
 @npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel)

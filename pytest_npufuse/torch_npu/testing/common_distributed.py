@@ -35,6 +35,7 @@ def skipIfUnsupportMultiNPU(npu_number_needed: int) -> Callable[[Callable[..., A
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def gated(test: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # a failure in the test points at the test's line
             available = torch.npu.device_count() if torch.npu.is_available() else 0
             if available < npu_number_needed:
                 raise unittest.SkipTest(

@@ -115,6 +115,7 @@ class SupportedDevices:
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def gated(test: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # a failure in the test points at the test's line
             family = device_family(torch.npu.get_device_name(0))
             if family not in self.supported_devices:
                 raise unittest.SkipTest(f"Only run on {self.supported_devices!r}, current device is {family}.")
@@ -133,6 +134,7 @@ class SkipIfNotGteCANNVersion:
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def gated(test: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # a failure in the test points at the test's line
             if not is_gte_cann_version(self.base_version, module=self.module):
                 current = get_cann_version(module=self.module)
                 raise unittest.SkipTest(

@@ -54,6 +54,7 @@ def _suffix(key: str, value: Any) -> str:
 def _bound(fn: Callable[..., Any], name: str, kwargs: dict[str, Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def test(self: Any) -> Any:
+        __tracebackhide__ = True  # a failure in the test points at the test's line
         return fn(self, **kwargs)
 
     test.__name__ = test.__qualname__ = name

@@ -83,6 +83,7 @@ class TestCase(unittest.TestCase):
         self, x: Any, y: Any, prec: float = 1.0e-4, prec16: float = 1.0e-3, auto_trans_dtype: bool = False,
         message: str | None = None,
     ) -> None:
+        __tracebackhide__ = True  # a failure points at the test's line, as pytest's own helpers do
         if isinstance(x, Sequence) and isinstance(y, Sequence):
             for x_item, y_item in zip(x, y):
                 self.assertRtolEqual(x_item, y_item, prec, prec16, auto_trans_dtype, message)
@@ -105,6 +106,7 @@ class TestCase(unittest.TestCase):
         self._assert_arrays_close(_as_array(x), _as_array(y), prec, prec16, message)
 
     def _assert_arrays_close(self, x: np.ndarray, y: np.ndarray, prec: float, prec16: float, message: str | None) -> None:
+        __tracebackhide__ = True
         if x.shape != y.shape:
             self.fail(message or f"shape error: {x.shape} vs {y.shape}")
         if x.dtype != y.dtype:
@@ -123,6 +125,7 @@ class TestCase(unittest.TestCase):
     def _assert_within(self, x: np.ndarray, y: np.ndarray, prec: float, floor: float, message: str | None) -> None:
         """Each element within ``prec`` absolutely or relatively; fail when more than a ``prec`` share of
         the elements miss both ways (torch_npu's tolerance for accumulated rounding)."""
+        __tracebackhide__ = True
         nan_x, nan_y = np.isnan(x), np.isnan(y)
         if not np.array_equal(nan_x, nan_y):
             self.fail(message or "NaNs at different places")
@@ -143,6 +146,7 @@ class TestCase(unittest.TestCase):
         self, x: Any, y: Any, prec: Any = None, message: str | None = "", allow_inf: bool = False,
         exact_dtype: bool | None = None,
     ) -> None:
+        __tracebackhide__ = True
         if exact_dtype is None:
             exact_dtype = self.exact_dtype
         if isinstance(prec, str) and not message:
@@ -152,6 +156,7 @@ class TestCase(unittest.TestCase):
         self._assert_equal(x, y, prec, message or "", allow_inf, exact_dtype)
 
     def _assert_equal(self, x: Any, y: Any, prec: float, message: str, allow_inf: bool, exact_dtype: bool) -> None:
+        __tracebackhide__ = True
         if isinstance(x, Number) or isinstance(y, Number):
             self._assert_numbers_equal(x, y, prec, message, allow_inf)
         elif isinstance(x, np.bool_) or isinstance(y, np.bool_):
@@ -177,6 +182,7 @@ class TestCase(unittest.TestCase):
             super().assertEqual(x, y, message)
 
     def _assert_numbers_equal(self, x: Any, y: Any, prec: float, message: str, allow_inf: bool) -> None:
+        __tracebackhide__ = True
         x, y = _item(x), _item(y)
         if abs(x) == float("inf") or abs(y) == float("inf"):
             if not allow_inf:
@@ -188,6 +194,7 @@ class TestCase(unittest.TestCase):
     def _assert_tensors_equal(
         self, a: torch.Tensor, b: torch.Tensor, prec: float, message: str, allow_inf: bool, exact_dtype: bool
     ) -> None:
+        __tracebackhide__ = True
         if a.is_sparse or b.is_sparse:
             a, b = a.to_dense(), b.to_dense()
         super().assertEqual(a.size(), b.size(), message)
@@ -221,12 +228,14 @@ class TestCase(unittest.TestCase):
         self, x: Any, y: Any, places: int | None = None, msg: str | None = None, delta: float | None = None,
         allow_inf: bool = False,
     ) -> None:
+        __tracebackhide__ = True
         prec = 10 ** (-places) if places else delta
         self.assertEqual(x, y, prec, msg, allow_inf)
 
     def assertNotEqual(self, x: Any, y: Any, prec: Any = None, message: str = "") -> None:  # type: ignore[override]
         """Unequal beyond ``prec``: tensors of one size differ somewhere by at least ``prec``, numbers by at
         least ``prec``."""
+        __tracebackhide__ = True
         if isinstance(prec, str) and not message:
             message, prec = prec, None
         if prec is None:
@@ -249,6 +258,7 @@ class TestCase(unittest.TestCase):
     def assertExpectedInline(self, actual: str, expect: str, skip: int = 0) -> None:
         """``actual`` equals the inline expectation ``expect`` (a C++ stack trace after the message is
         ignored, as expecttest does)."""
+        __tracebackhide__ = True
         actual = actual.rsplit("\nException raised from", maxsplit=1)[0]
         self.assertMultiLineEqual(expect, actual)
 
