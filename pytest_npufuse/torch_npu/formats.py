@@ -5,7 +5,7 @@ the shape the storage was made for): a new tensor gets its shape's base format, 
 makes one in another format, every view of that storage shares it, and ``torch_npu.get_npu_format`` reads
 it back. The CPU model keeps values in torch's own layout (a format changes where the NPU puts the bytes,
 never what they are), so the format is bookkeeping: recorded per storage for what a format cast returns,
-the tensor's own shape's base format for any other storage. The rules are
+the base format of the shape a storage was made for (the viewed tensor's) for any other. The rules are
 torch_npu's (Ascend/pytorch @9e73e708ab93): ``torch_npu/npu/_format.py`` (the ``Format`` numbers),
 ``csrc/framework/FormatHelper.cpp`` (each format's base format; any other number is an unknown format)
 and ``csrc/framework/InferFormat.cpp`` (``GuessBaseFormat``, ``GuessStorageFormat``).
@@ -126,9 +126,14 @@ def storage_format(shape: torch.Size | tuple[int, ...], acl_format: int) -> Form
 
 
 def _desc(tensor: torch.Tensor) -> StorageDesc:
-    """``tensor``'s storage description (a sparse or other storage-less tensor has its shape's base format)."""
+    """``tensor``'s storage description. A storage no format cast made was made for the tensor a view
+    looks into (``tensor._base``), or ``tensor`` itself, in that shape's base format; a sparse or other
+    storage-less tensor has its own shape's."""
     recorded = _RECORDED.get(StorageWeakRef(tensor.untyped_storage())) if tensor.layout == torch.strided else None
-    return recorded if recorded is not None else StorageDesc(base_format(tensor.shape), tuple(tensor.shape))
+    if recorded is not None:
+        return recorded
+    owner = tensor._base if tensor._base is not None else tensor
+    return StorageDesc(base_format(owner.shape), tuple(owner.shape))
 
 
 def cast_format(source: torch.Tensor, acl_format: int) -> StorageDesc:

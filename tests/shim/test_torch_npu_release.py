@@ -36,8 +36,8 @@ def test_a_new_tensor_has_its_shapes_base_format_and_a_cast_records_the_one_it_g
     assert fmt(torch_npu.npu_format_cast(nz, 0)) == 2  # NCHW only for four dims
     view = torch_npu.npu_format_cast(torch.rand(4, 8, 28, 28), 3).reshape(4, -1)
     assert fmt(view) == 3  # a view shares its storage's format
-    nd = torch_npu.npu_format_cast(nz, 2)
-    assert fmt(torch_npu.npu_format_cast(nd.reshape(-1), 29)) == 29  # the storage is 2-dim, so NZ holds
+    assert fmt(torch_npu.npu_format_cast(torch.rand(32, 64).reshape(-1), 29)) == 29  # the storage is 2-dim
+    assert fmt(torch.rand(2, 3, 4, 5).view(6, 20)) == 0  # a view of a 4-dim tensor's storage
     grad = torch_npu.npu_format_cast(torch.rand(4, 8, requires_grad=True), 29)
     assert fmt(grad) == 29 and grad.requires_grad
 
