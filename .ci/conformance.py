@@ -39,11 +39,16 @@ LAST_LINE = re.compile(r"peersuite: (\d+) passed / (\d+) user-facing tests \((\d
 
 TORCH_NPU_RUNNER = Path(os.environ.get(
     "NPUFUSE_TORCH_NPU_CONFORMANCE_RUNNER", ROOT.parent / "shared" / "conformance" / "torch_npu" / "run.sh"))
-# The torch_npu subset (a grep -E pattern over the suite's file paths): the format-cast files (torch_npu's
-# storage formats and get_npu_format), the two fake-tensor files (torch_npu.__version__ gating, every
-# shim op's meta function) and norm/activation/quant op files; about 6 minutes on two cores.
-TORCH_NPU_FILES = "TODO"
-TORCH_NPU_FLOOR = 0
+# The torch_npu subset (a grep -E pattern over the suite's file paths, ten files): the two format-cast files
+# (torch_npu.testing, storage formats and get_npu_format) and the op files of scatter_update, fast_gelu,
+# confusion_transpose, dynamic_quant, quantize, moe_gating_top_k, rms_norm and add_rms_norm. Measured
+# under load on two shared cores: 14 files took 411 s; these ten about 5 minutes.
+TORCH_NPU_FILES = (
+    r"custom_ops/test_npu_format_cast|test_base_ops/test_format_cast|custom_ops/test_scatter_update|"
+    r"test_base_ops/test_fast_gelu\.py|test_base_ops/test_confusion_transpose\.py|test_npu_dynamic_quant\.py|"
+    r"test_npu_quantize|test_npu_moe_gating_topk\.py|test_npu_rms_norm\.py|test_npu_add_rms_norm\.py"
+)
+TORCH_NPU_FLOOR = 83  # passes of those files in the strict run of issue 37 (of 103 counted tests)
 TORCH_NPU_LAST_LINE = re.compile(
     r"peersuite2: pass=(\d+) fail-numeric=(\d+) fail-api=(\d+) fail-harness=(\d+) crash=(\d+) of (\d+) tests in (\d+) files")
 
