@@ -31,8 +31,11 @@ import sys
 import time
 from pathlib import Path
 
-FLOOR = 21  # passes reached with issue 22's shim surface (see docs/shim.md for the table)
-FAIL_API_CEILING = 5  # the failures on public surface left (docs/shim.md names each): 21 of 26 pass, 81%
+FLOOR = 142  # passes reached with issue 37's shim surface (see docs/shim.md for the table)
+# Failures the runner calls fail-api, measured with issue 37: TorchAir's private modules now import, so the
+# test bodies behind them run and most of the 147 fail on TorchAir's own log lines, FX passes and
+# aclgraph internals asserted in public-looking lines (docs/shim.md); a rise is a public name newly wrong.
+FAIL_API_CEILING = 147
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = Path(os.environ.get("NPUFUSE_CONFORMANCE_RUNNER", ROOT.parent / "shared" / "conformance" / "torchair" / "run.sh"))
 LAST_LINE = re.compile(r"peersuite: (\d+) passed / (\d+) user-facing tests \((\d+) fail-api, (\d+) fail-internal, (\d+) crash\)")
@@ -42,13 +45,13 @@ TORCH_NPU_RUNNER = Path(os.environ.get(
 # The torch_npu subset (a grep -E pattern over the suite's file paths, ten files): the two format-cast files
 # (torch_npu.testing, storage formats and get_npu_format) and the op files of scatter_update, fast_gelu,
 # confusion_transpose, dynamic_quant, quantize, moe_gating_top_k, rms_norm and add_rms_norm. Measured
-# under load on two shared cores: 14 files took 411 s; these ten about 5 minutes.
+# under load on two shared cores: 14 files took 411 s; these ten 4.1 minutes.
 TORCH_NPU_FILES = (
     r"custom_ops/test_npu_format_cast|test_base_ops/test_format_cast|custom_ops/test_scatter_update|"
     r"test_base_ops/test_fast_gelu\.py|test_base_ops/test_confusion_transpose\.py|test_npu_dynamic_quant\.py|"
     r"test_npu_quantize|test_npu_moe_gating_topk\.py|test_npu_rms_norm\.py|test_npu_add_rms_norm\.py"
 )
-TORCH_NPU_FLOOR = 83  # passes of those files in the strict run of issue 37 (of 103 counted tests)
+TORCH_NPU_FLOOR = 83  # passes of those files in the strict run of issue 37 (of 100 counted tests)
 TORCH_NPU_LAST_LINE = re.compile(
     r"peersuite2: pass=(\d+) fail-numeric=(\d+) fail-api=(\d+) fail-harness=(\d+) crash=(\d+) of (\d+) tests in (\d+) files")
 

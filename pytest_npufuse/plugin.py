@@ -49,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     while _LOAD_NOTES:
         config.issue_config_time_warning(pytest.PytestConfigWarning(_LOAD_NOTES.pop(0)), stacklevel=2)
     markers.register(config)
+    benchmark.note_storage(config)
     run = settings.configure(config)
     targets.state_session_target(config)
     shim.configure(config)
@@ -64,6 +65,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shim.unconfigure(config)
+    benchmark.remove_unused_storage(config)
     targets.restore_target(config)
 
 

@@ -3,16 +3,20 @@
 To model an Ascend NPU on a machine without one, this package provides torch_npu's fused operators with
 the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
 
-* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``
-* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
+* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu`` (and ``npu_gelu_backward``,
+  ``npu_fast_gelu_backward``)
+* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu`` (and
+  ``npu_swiglu_backward``), ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
-* :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``,
+* :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``
+  (and ``npu_add_layer_norm_backward``),
   ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax`` (and ``npu_scaled_masked_softmax_backward``)
 * :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul`` (and ``npu_rotary_mul_backward``), ``npu_apply_rotary_pos_emb``,
   ``npu_interleave_rope``,
   ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
-* :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
+* :mod:`.moe` - ``npu_moe_gating_top_k`` (and ``npu_moe_gating_top_k_backward``), ``npu_grouped_matmul``,
+  ``npu_grouped_matmul_finalize_routing``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
   ``npu_moe_init_routing_quant``, ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``,
   ``npu_moe_re_routing``
@@ -23,9 +27,12 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
 * :mod:`.dump` - ``save_npugraph_tensor``
+* :mod:`.dropout` - ``_npu_dropout_gen_mask``
+* :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
-  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``,
+  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``
+  (and ``npu_confusion_transpose_backward``),
   ``scatter_update``, ``scatter_update_``
 
 Each op is declared once through :func:`.registry.npu_op` (schema, argument checks, CPU kernel, fake
@@ -37,9 +44,12 @@ The graph-capture helpers of the attention ops (their ``.out`` forms and the ``_
 ``_npu_paged_attention_get_workspace`` queries) are attributes here but not ops of their own (they run
 the declared op, or return the empty scratch the CPU kernels need), so ``__all__`` lists only ops.
 
-Beside the ops: ``__version__`` (the torch_npu release the shim stands in for, :mod:`.release`),
-``get_npu_format`` and ``Format`` (a tensor's storage format, :mod:`.formats`), and the modules
-``torch_npu.utils`` and ``torch_npu.testing`` (torch_npu's test helpers, for its own op tests).
+Beside the ops, as torch_npu: its dtype codes (``torch_npu.hifloat8``, ``torch_npu.float4_e2m1fn_x2``,
+...: :mod:`.dtypes`), ``__version__`` (the torch_npu release the shim stands in for, :mod:`.release`),
+``get_npu_format`` and ``Format`` (a tensor's storage format, :mod:`.formats`), and the submodules
+``torch_npu.contrib`` (its quantised Linear modules), ``torch_npu.onnx`` (ONNX export of the ops),
+``torch_npu.utils`` and ``torch_npu.testing`` (torch_npu's test helpers, for its own op tests), each
+loaded by its own import, as torch_npu loads them.
 
 An attribute torch_npu has but this package lacks raises :class:`MissingOpError`, which says how to
 add the op.
@@ -48,7 +58,7 @@ add the op.
 from __future__ import annotations
 
 from ..errors import MissingOpError
-from .activation import fast_gelu, npu_fast_gelu, npu_gelu
+from .activation import fast_gelu, npu_fast_gelu, npu_fast_gelu_backward, npu_gelu, npu_gelu_backward
 from .atb import (
     _npu_flash_attention,
     _npu_flash_attention_qlens,
@@ -67,10 +77,13 @@ from .attention import (
     npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
+from .dropout import _npu_dropout_gen_mask
+from .dtypes import DTYPE_CODES
 from .dump import save_npugraph_tensor
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
     npu_confusion_transpose,
+    npu_confusion_transpose_backward,
     npu_format_cast,
     npu_prefetch,
     npu_scatter_nd_update,
@@ -80,7 +93,12 @@ from .memory import (
     scatter_update,
     scatter_update_,
 )
-from .moe import npu_grouped_matmul, npu_grouped_matmul_finalize_routing, npu_moe_gating_top_k
+from .moe import (
+    npu_grouped_matmul,
+    npu_grouped_matmul_finalize_routing,
+    npu_moe_gating_top_k,
+    npu_moe_gating_top_k_backward,
+)
 from .moe_distribute import (
     npu_moe_distribute_combine,
     npu_moe_distribute_combine_v2,
@@ -98,6 +116,7 @@ from .moe_routing import (
 )
 from .norm import (
     npu_add_layer_norm,
+    npu_add_layer_norm_backward,
     npu_add_rms_norm,
     npu_add_rms_norm_quant,
     npu_layer_norm_eval,
@@ -113,6 +132,7 @@ from .quant import (
     npu_quant_matmul,
     npu_quantize,
     npu_swiglu,
+    npu_swiglu_backward,
     npu_trans_quant_param,
     npu_weight_quant_batchmatmul,
 )
@@ -132,21 +152,28 @@ from .rope import (
     npu_rotary_mul,
     npu_rotary_mul_backward,
 )
+from .weight_pack import npu_convert_weight_to_int4pack
 
 __all__ = [
     "fast_gelu",
     "npu_fast_gelu",
+    "npu_fast_gelu_backward",
     "npu_gelu",
+    "npu_gelu_backward",
+    "_npu_dropout_gen_mask",
     "_npu_flash_attention",
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",
     "_npu_paged_attention",
     "_npu_reshape_and_cache",
     "npu_add_layer_norm",
+    "npu_add_layer_norm_backward",
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
     "npu_apply_rotary_pos_emb",
     "npu_confusion_transpose",
+    "npu_confusion_transpose_backward",
+    "npu_convert_weight_to_int4pack",
     "npu_dequant_swiglu_quant",
     "npu_dynamic_quant",
     "npu_format_cast",
@@ -172,6 +199,7 @@ __all__ = [
     "npu_moe_distribute_dispatch_v2",
     "npu_moe_finalize_routing",
     "npu_moe_gating_top_k",
+    "npu_moe_gating_top_k_backward",
     "npu_moe_gating_top_k_softmax",
     "npu_moe_init_routing",
     "npu_moe_init_routing_quant",
@@ -192,6 +220,7 @@ __all__ = [
     "npu_scatter_nd_update_",
     "npu_scatter_pa_kv_cache",
     "npu_swiglu",
+    "npu_swiglu_backward",
     "npu_top_k_top_p",
     "npu_transpose_batchmatmul",
     "npu_trans_quant_param",
@@ -203,6 +232,9 @@ __all__ = [
 ]
 
 __version__ = release().torch_npu
+# torch_npu sets one attribute per dtype name when it loads (torch_npu/_init/core/_exports.py), the
+# standard names too: ``torch_npu.float32`` is the code 256, not ``torch.float32``.
+globals().update(DTYPE_CODES)
 
 DOCS_SECTION = "docs/howto/write-a-case.md, section 'An op pytest-npufuse does not provide'"
 
