@@ -51,6 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     benchmark.note_storage(config)
     run = settings.configure(config)
+    targets.state_session_target(config)
     shim.configure(config)
     config.pluginmanager.register(RunRecorder(config, run.json_path, run.html_path), RunRecorder.NAME)
 
@@ -65,6 +66,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     shim.unconfigure(config)
     benchmark.remove_unused_storage(config)
+    targets.restore_target(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -83,6 +85,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     EVENTS.end_test()
+    targets.end_item_target(item)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -94,6 +97,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     EVENTS.reset()
     expectations = or_fail(lambda: markers.expectations_of(item))
     target = targets.item_target(item)
+    targets.state_item_target(item)
     if expectations.targets is not None and target not in expectations.targets:
         pytest.skip(f"runs only on {', '.join(expectations.targets)}; the current target is {target}")
     profile = settings.settings_of(item.config).profiles[target]

@@ -29,6 +29,7 @@ from ..target.profile import (
     HardwareProfile,
     resolve_profile,
 )
+from ..target.running import stated_running_target
 from ..target.userconfig import load_user_config
 from .graph import (
     CompiledGraph,
@@ -152,10 +153,14 @@ def end_run() -> None:
 
 
 def current_profile(target: str | None = None) -> HardwareProfile:
-    """``target``'s profile; by default the running script's target (in a process the script started,
-    the target its ``run`` named), else the default target."""
+    """``target``'s profile; by default the running script's target: the one a test runner states
+    (pytest's ``--npu-target``, :mod:`pytest_npufuse.target.running`), else ``run``'s (in a process the
+    script started, the target its ``run`` named), else the default target."""
     if target is not None:
         return resolve_profile(target)
+    stated = stated_running_target()
+    if stated is not None:
+        return stated
     if _RUN is None:
         return _child_profile()
     return _RUN.profile

@@ -28,7 +28,7 @@ ROOTS = {
     "torch_npu": "pytest_npufuse.torch_npu",
     "npugraph_ex": "pytest_npufuse.npugraph_ex",
 }
-EXACT = {"torch_npu.npu": "pytest_npufuse.shim.npu"}
+EXACT = {"torch_npu.npu": "pytest_npufuse.shim.npu", "torch_npu.npu.utils": "pytest_npufuse.shim.npu_utils"}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ from ..simulate.clock import DEVICE_CLOCK
 from ..torch_npu.profiler import profile  # noqa: F401 - torch_npu.npu.profile, seed 004's method three
 from .devices import check_index
 
+# A package path, so that ``import torch_npu.npu.utils`` (:mod:`.npu_utils`) finds its parent; the shim's
+# import finder answers for the submodule by its full name.
+__path__: list[str] = []
 DEFAULT_STREAM = scopes.DEFAULT_STREAM
 # TorchAir's limits for super_kernel_scope_begin names (torchair_2026.md §2).
 MAX_SCOPE_NAME_BYTES = 255

@@ -46,8 +46,11 @@ The graph-capture helpers of the attention ops (their ``.out`` forms and the ``_
 the declared op, or return the empty scratch the CPU kernels need), so ``__all__`` lists only ops.
 
 Beside the ops, as torch_npu: its dtype codes (``torch_npu.hifloat8``, ``torch_npu.float4_e2m1fn_x2``,
-...: :mod:`.dtypes`) and the submodules ``torch_npu.contrib`` (its quantised Linear modules) and
-``torch_npu.onnx`` (ONNX export of the ops), each loaded by its own import, as torch_npu loads them.
+...: :mod:`.dtypes`), ``__version__`` (the torch_npu release the shim stands in for, :mod:`.release`),
+``get_npu_format`` and ``Format`` (a tensor's storage format, :mod:`.formats`), and the submodules
+``torch_npu.contrib`` (its quantised Linear modules), ``torch_npu.onnx`` (ONNX export of the ops),
+``torch_npu.utils`` and ``torch_npu.testing`` (torch_npu's test helpers, for its own op tests), each
+loaded by its own import, as torch_npu loads them.
 
 An attribute torch_npu has but this package lacks raises :class:`MissingOpError`, which says how to
 add the op.
@@ -142,7 +145,9 @@ from .quant import (
     npu_weight_quant_batchmatmul,
 )
 from . import optim, profiler
+from .formats import Format, get_npu_format
 from .registry import OPS
+from .release import release
 from .rope import (
     npu_apply_rotary_pos_emb,
     npu_interleave_rope,
@@ -239,6 +244,7 @@ __all__ = [
     "scatter_update_",
 ]
 
+__version__ = release().torch_npu
 # torch_npu sets one attribute per dtype name when it loads (torch_npu/_init/core/_exports.py), the
 # standard names too: ``torch_npu.float32`` is the code 256, not ``torch.float32``.
 globals().update(DTYPE_CODES)

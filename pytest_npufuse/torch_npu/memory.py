@@ -17,6 +17,7 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import softmax
+from .formats import cast_format, record_format
 from .registry import Arguments, Derivative, Out, SampleCall, bind, no_outputs, npu_op
 
 
@@ -27,7 +28,7 @@ def _format_cast_meta(call: Arguments) -> Out:
 
 
 def _format_cast_kernel(call: Arguments) -> torch.Tensor:
-    return call.input.clone()
+    return record_format(call.input.clone(), cast_format(call.input, call.acl_format))
 
 
 def _format_cast_samples() -> list[SampleCall]:
@@ -47,7 +48,8 @@ def npu_format_cast(call: Arguments) -> None:
     An ACL format such as 29 = FRACTAL_NZ (or 2 = ND) only changes how the NPU lays the
     tensor out in device memory, for example in fractal tiles for the Cube unit.  The logical
     shape, dtype and values stay the same, and every op in this module reads logical values.
-    So the CPU model keeps the layout and returns a copy.  It copies rather than returning
+    So the CPU model keeps the layout and returns a copy, noting the copy's format for
+    ``torch_npu.get_npu_format`` (:mod:`.formats`).  It copies rather than returning
     ``input`` itself because an op without alias annotations may not return its input, and the real op
     also returns a new tensor.  ``acl_format`` must be an int, as in the real schema.
     ``customize_dtype`` (a torch.dtype or its int code) picks the dtype whose tile width (C0) the device
