@@ -43,7 +43,10 @@ add the op.
 
 from __future__ import annotations
 
-from ..errors import MissingOpError
+import torch
+
+from ..errors import GAPS_DOCS, MissingOpError, NotModeledAttributeError
+from ..gaps import missing
 from .activation import fast_gelu, npu_fast_gelu, npu_gelu
 from .atb import (
     _npu_flash_attention,
@@ -196,27 +199,52 @@ __all__ = [
     "scatter_update_",
 ]
 
-DOCS_SECTION = "docs/howto/write-a-case.md, section 'An op pytest-npufuse does not provide'"
+DOCS_SECTION = GAPS_DOCS
+
+SUBPACKAGES = frozenset({
+    "_afd", "_compat", "_compiler", "_inductor", "_init", "_logging", "asd", "contrib", "csrc", "distributed",
+    "dynamo", "jit", "multiprocessing", "npu", "onnx", "optim", "profiler", "testing", "utils",
+})
+"""The subpackages of the real torch_npu (Ascend/pytorch ``torch_npu/`` @9e73e70): a missing one of these is
+a missing module, not a missing op."""
 
 
 def missing_op_message(name: str) -> str:
     """The one message for a missing op: what is missing and the two steps that add it."""
     return (
         f"torch_npu.{name} is not among the CPU kernels pytest-npufuse provides "
-        f"({len(OPS)} ops; `python -m pytest_npufuse ops` lists them). To add it:\n"
-        f"  1. register it as a torch.library.custom_op with a CPU kernel and a fake kernel, e.g.\n"
-        f'       @torch.library.custom_op("mylib::{name}", mutates_args=())\n'
-        f"       def {name}(x: torch.Tensor) -> torch.Tensor: ...   # the CPU reference\n"
-        f"       @{name}.register_fake\n"
-        f"       def _(x): return torch.empty_like(x)             # shapes and dtypes only\n"
-        f"     and call it where the model calls torch_npu.{name};\n"
-        f'  2. describe it in pyproject.toml under [tool.npufuse.ops."mylib::{name}"] '
-        f"(engine, fusable, sync_all, block_dim).\n"
+        f"({len(OPS)} ops; `python -m pytest_npufuse ops` lists them). {_add_op(name)}\n"
         f"See {DOCS_SECTION}."
     )
+
+
+def _add_op(name: str) -> str:
+    """How a user adds a missing op: torch_npu exposes each ``torch.ops.npu.<op>`` as ``torch_npu.<op>``
+    (Ascend/pytorch ``torch_npu/_init/core/_exports.py``), and so does this package."""
+    return (
+        f'To add it: define npu::{name} with torch.library (a schema, a fake kernel for its shapes and a CPU '
+        f'kernel as its reference, e.g. @torch.library.custom_op("npu::{name}", mutates_args=()) and '
+        f"register_fake), so the model's torch_npu.{name} calls it, and describe it in pyproject.toml under "
+        f'[tool.npufuse.ops."npu::{name}"] (engine, fusable, sync_all, block_dim).'
+    )
+
+
+_MODULE_FIX = "keep its use out of the checked model, or check the model where the real torch_npu is installed"
 
 
 def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    raise MissingOpError(missing_op_message(name))
+    if name in SUBPACKAGES:
+        error = NotModeledAttributeError(
+            f"torch_npu.{name} is a module of torch_npu that pytest-npufuse's shim does not model; {_MODULE_FIX}."
+        )
+        return missing(error, "module", f"torch_npu.{name}", _MODULE_FIX)
+    registered = getattr(torch.ops.npu, name, None)  # an op the user defined in torch_npu's namespace
+    if registered is not None:
+        return registered
+    fix = (
+        f'define npu::{name} with torch.library (schema, fake kernel, CPU kernel) and describe it under '
+        f'[tool.npufuse.ops."npu::{name}"]'
+    )
+    return missing(MissingOpError(missing_op_message(name)), "op", f"torch_npu.{name}", fix)

@@ -1012,7 +1012,7 @@ def test_missing_op_is_one_error_naming_it_with_the_steps_to_add_it() -> None:
     assert isinstance(info.value, torch_npu.MissingOpError)
     assert "torch_npu.npu_foo_bar is not among the CPU kernels" in message
     assert "torch.library.custom_op" in message and "register_fake" in message
-    assert '[tool.npufuse.ops."mylib::npu_foo_bar"]' in message and "docs/howto/write-a-case.md" in message
+    assert '[tool.npufuse.ops."npu::npu_foo_bar"]' in message and "docs/howto/write-a-case.md" in message
     guide = (Path(__file__).parents[2] / "docs" / "howto" / "write-a-case.md").read_text()
     assert "\n## An op pytest-npufuse does not provide\n" in guide  # the section the message names
     assert not hasattr(torch_npu, "npu_foo_bar")

@@ -1,0 +1,79 @@
+"""Every gap of a check at once: missing torch_npu ops and modules, names the shim lacks, arguments the CPU
+model does not implement and ops with a fake kernel but no CPU kernel, each listed with its user line."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from pytest_npufuse import compare, torch_npu
+from pytest_npufuse.errors import GapsError, NotModeledAttributeError
+
+# An op with a schema and a fake kernel but no CPU kernel, as a user declares one torch_npu has and the
+# shim lacks; torch_npu exposes torch.ops.npu.<op> as torch_npu.<op>.
+torch.library.define("npu::npufuse_test_fake_only", "(Tensor x) -> Tensor")
+torch.library.register_fake("npu::npufuse_test_fake_only", lambda x: torch.empty_like(x))
+
+
+def _line(function: object, text: str) -> str:
+    """``path:line`` of the line of ``function`` holding ``text``."""
+    lines, first = inspect.getsourcelines(function)
+    index = next(i for i, line in enumerate(lines) if text in line)
+    return f"{inspect.getsourcefile(function)}:{first + index}"
+
+
+class _Gappy(torch.nn.Module):
+    def forward(self, q: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        y = torch_npu.npu_not_an_op(q)
+        o = torch_npu.npu_prompt_flash_attention(y, q, q, pse_shift=shift, num_heads=2, input_layout="BSH")
+        z = torch_npu.npufuse_test_fake_only(o)
+        torch.npu.not_a_name(z)
+        torch_npu.utils.anything(z)
+        return z + 1
+
+
+def test_every_gap_is_listed_at_once_with_its_line_and_what_to_do() -> None:
+    q = torch.randn(1, 4, 16, dtype=torch.float16)
+    with pytest.raises(GapsError) as info:
+        compare(_Gappy(), q, torch.zeros(1, 2, 4, 4, dtype=torch.float16))
+    gaps = info.value.gaps
+    forward = _Gappy.forward
+    assert [(gap.kind, gap.name, gap.argument, gap.where) for gap in gaps] == [
+        ("op", "torch_npu.npu_not_an_op", None, _line(forward, "npu_not_an_op")),
+        ("argument", "torch_npu.npu_prompt_flash_attention", "pse_shift", _line(forward, "pse_shift")),
+        ("cpu kernel", "npu::npufuse_test_fake_only", None, _line(forward, "npufuse_test_fake_only")),
+        ("name", "torch.npu.not_a_name", None, _line(forward, "not_a_name")),
+        ("module", "torch_npu.utils", None, _line(forward, "torch_npu.utils")),
+    ]
+    assert [gap.op for gap in gaps[:3]] == ["torch_npu.npu_not_an_op", "torch_npu.npu_prompt_flash_attention",
+                                            "npu::npufuse_test_fake_only"]
+    assert 'torch.library.impl("npu::npufuse_test_fake_only", "cpu")' in gaps[2].fix
+    assert not info.value.stopped
+    message = str(info.value)
+    assert all(gap.describe() in message for gap in gaps)
+
+
+def test_a_failure_after_a_gap_ends_the_survey_and_says_where() -> None:
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            a, b = torch_npu.npu_two_outputs(x)  # the stand-in returns one tensor: unpacking it fails
+            return a + b
+
+    with pytest.raises(GapsError) as info:
+        compare(Model(), torch.randn(3, 4))
+    assert [gap.name for gap in info.value.gaps] == ["torch_npu.npu_two_outputs"]
+    assert info.value.stopped.startswith(_line(Model.forward, "npu_two_outputs"))
+
+
+def test_a_missing_module_is_a_missing_module_not_a_missing_op() -> None:
+    with pytest.raises(NotModeledAttributeError) as info:
+        torch_npu.utils  # noqa: B018 - the attribute access is the test
+    assert "module of torch_npu" in str(info.value) and "custom_op" not in str(info.value)
+    assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.utils"
+    assert not hasattr(torch_npu, "contrib")
+
+
+def test_an_op_the_user_defines_in_the_npu_namespace_is_torch_npus_attribute() -> None:
+    assert torch_npu.npufuse_test_fake_only is torch.ops.npu.npufuse_test_fake_only
