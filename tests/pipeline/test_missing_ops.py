@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from pytest_npufuse import compare, torch_npu
-from pytest_npufuse.errors import GapsError, NotModeledAttributeError
+from pytest_npufuse.errors import ArgumentError, GapsError, NotModeledAttributeError
+from pytest_npufuse.vocabulary import NumericsStatus
 
 # An op with a schema and a fake kernel but no CPU kernel, as a user declares one torch_npu has and the
 # shim lacks; torch_npu exposes torch.ops.npu.<op> as torch_npu.<op>.
@@ -77,3 +78,66 @@ def test_a_missing_module_is_a_missing_module_not_a_missing_op() -> None:
 
 def test_an_op_the_user_defines_in_the_npu_namespace_is_torch_npus_attribute() -> None:
     assert torch_npu.npufuse_test_fake_only is torch.ops.npu.npufuse_test_fake_only
+
+
+class _FakeOnly(torch.nn.Module):
+    """One output computed without the fake-only op, two from it."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a = torch.relu(x)
+        z = torch_npu.npufuse_test_fake_only(a)
+        return a * 2, z + 1, (z * a).sum()
+
+
+def test_an_op_without_a_cpu_kernel_stops_the_check_by_default() -> None:
+    with pytest.raises(GapsError) as info:
+        compare(_FakeOnly(), torch.randn(4, 8))
+    (gap,) = info.value.gaps
+    assert (gap.kind, gap.op, gap.where) == ("cpu kernel", "npu::npufuse_test_fake_only",
+                                            _line(_FakeOnly.forward, "npufuse_test_fake_only"))
+
+
+def test_timing_only_times_the_op_and_leaves_what_it_computes_uncompared() -> None:
+    x = torch.randn(4, 8)
+    computed = compare(torch.nn.ReLU(), x)
+    report = compare(_FakeOnly(), x, missing_ops="timing-only")
+    assert report.numerics.status == NumericsStatus.PARTIAL
+    assert [(each.output, each.ops) for each in report.numerics.not_compared] == [
+        ("output[1]", ("npu::npufuse_test_fake_only",)), ("output[2]", ("npu::npufuse_test_fake_only",)),
+    ]
+    assert "no CPU kernel" in report.numerics.not_compared[0].reason
+    assert "npu::npufuse_test_fake_only" in {kernel.op_type for kernel in report.variant.kernels}
+    assert report.variant.time_us > computed.variant.time_us
+    assert "numerics partial" in report.summary()
+    assert report.numerics.to_json()["not_compared"][0] == {
+        "output": "output[1]", "ops": ["npu::npufuse_test_fake_only"], "reason": report.numerics.not_compared[0].reason,
+    }
+
+
+def test_outputs_not_computed_from_a_timed_only_op_are_still_compared() -> None:
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch_npu.npufuse_test_fake_only(x) * 3, x * 2
+
+    report = compare(Model(), torch.randn(4, 8), missing_ops="timing-only")
+    assert [each.output for each in report.numerics.not_compared] == ["output[0]"]
+    assert report.bit_exact
+
+
+def test_a_cpu_reference_the_user_registers_makes_the_op_compared() -> None:
+    torch.library.define("npu::npufuse_test_with_reference", "(Tensor x) -> Tensor")
+    torch.library.register_fake("npu::npufuse_test_with_reference", lambda x: torch.empty_like(x))
+    torch.library.impl("npu::npufuse_test_with_reference", "cpu")(lambda x: x * 2 + 1)
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch_npu.npufuse_test_with_reference(x) - 1
+
+    x = torch.randn(4, 8)
+    report = compare(Model(), x, missing_ops="timing-only")
+    assert report.numerics.status == NumericsStatus.COMPUTED and report.bit_exact
+
+
+def test_missing_ops_is_checked() -> None:
+    with pytest.raises(ArgumentError, match="missing_ops='timing_only' is not a choice"):
+        compare(torch.nn.ReLU(), torch.randn(2), missing_ops="timing_only")

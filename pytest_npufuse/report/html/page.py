@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ...files import write_text
+from ..numerics import precision_word
 from .assets import SCRIPT, STYLE
 from .timeline import case_svg
 
@@ -39,8 +40,9 @@ def _precision(view: Mapping[str, Any]) -> str:
     numerics = view.get("numerics") or {}
     if numerics.get("status") == "not computed":
         return "not computed"
-    exact = "bit-exact" if view["bit_exact"] else "differs"
-    return f"{exact} (sampled)" if numerics.get("status") == "sampled" else exact
+    if numerics.get("status") == "sampled":
+        return f"{'bit-exact' if view['bit_exact'] else 'differs'} (sampled)"
+    return precision_word(view["bit_exact"], numerics)
 
 
 def _summary_row(index: int, view: Mapping[str, Any]) -> str:
