@@ -141,3 +141,13 @@ def test_a_cpu_reference_the_user_registers_makes_the_op_compared() -> None:
 def test_missing_ops_is_checked() -> None:
     with pytest.raises(ArgumentError, match="missing_ops='timing_only' is not a choice"):
         compare(torch.nn.ReLU(), torch.randn(2), missing_ops="timing_only")
+
+
+def test_under_timing_only_the_other_gaps_still_stop_the_check_without_the_timed_ops() -> None:
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch_npu.npu_not_an_op(torch_npu.npufuse_test_fake_only(x))
+
+    with pytest.raises(GapsError) as info:
+        compare(Model(), torch.randn(4, 8), missing_ops="timing-only")
+    assert [(gap.kind, gap.name) for gap in info.value.gaps] == [("op", "torch_npu.npu_not_an_op")]
