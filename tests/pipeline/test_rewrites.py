@@ -1,14 +1,15 @@
 """``torchair.register_replacement`` / ``npugraph_ex.register_replacement`` rules run in ``compare`` and
 ``npufuse.check`` too, in every mode, as in a ``torch.compile`` through TorchAir's backend. The rule is
-TorchAir's documented example (Ascend/torchair docs/zh/context/register_replacement.md): add + npu_rms_norm
--> npu_add_rms_norm."""
+the documented example, written with torch_npu's callables as there (Ascend/torchair
+docs/zh/npugraph_ex/api/npugraph_ex/register_replacement.md @fced8842): add + npu_rms_norm -> npu_add_rms_norm,
+with an ``extra_check`` on the last dim of ``x1``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from pytest_npufuse import compare, npugraph_ex, torchair
+from pytest_npufuse import compare, npugraph_ex, torch_npu, torchair
 from pytest_npufuse.frontend import rewrites
 
 
@@ -18,14 +19,14 @@ def no_rules(monkeypatch):
 
 
 def _search(x1, x2, gamma):
-    x = torch.add(x1, x2)
-    y, _ = torch.ops.npu.npu_rms_norm(x, gamma)
-    return y, x
+    x_out = torch.add(x1, x2)
+    y, _ = torch_npu.npu_rms_norm(x_out, gamma)
+    return y, x_out
 
 
 def _replace(x1, x2, gamma):
-    y, _, x = torch.ops.npu.npu_add_rms_norm(x1, x2, gamma)
-    return y, x
+    y, _, x_out = torch_npu.npu_add_rms_norm(x1, x2, gamma)
+    return y, x_out
 
 
 _EXAMPLE = (torch.empty(1, 1, 2), torch.empty(1, 1, 2), torch.empty(2))
