@@ -110,6 +110,14 @@ def shown_verdict(verdict: str, numerics: Mapping[str, Any] | None) -> str:
     return PARTIAL_VERDICT if verdict == "passed" and _partial(numerics) else verdict
 
 
+def not_compared_lines(numerics: Mapping[str, Any] | None) -> list[str]:
+    """Each output a check left uncompared, one line each, from its ``numerics`` as JSON."""
+    return [
+        Uncompared(each["output"], tuple(each["ops"]), each["reason"]).describe()
+        for each in (numerics or {}).get("not_compared", ())
+    ]
+
+
 def precision_word(bit_exact: bool, numerics: Mapping[str, Any] | None) -> str:
     """A check's precision in a word or two: bit-exact or differs, marked partial when some outputs were
     not compared."""

@@ -49,6 +49,7 @@ def test_partial(npufuse):
     assert [each["output"] for each in row["numerics"]["not_compared"]] == ["output[0]"]
     page = (pytester.path / "run.html").read_text()
     assert '<td data-v="partial" class="v-partial">partial</td>' in page and "bit-exact (partial)" in page
+    assert "<h3>Outputs not compared</h3>" in page
 
 
 def test_the_option_sets_timing_only_and_check_overrides_it(run):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ...files import write_text
-from ..numerics import precision_word
+from ..numerics import not_compared_lines, precision_word
 from .assets import SCRIPT, STYLE
 from .timeline import case_svg
 
@@ -196,6 +196,7 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
     if gate:
         facts.append(f'<span class="gate g-{escape(gate["status"])}">gate: {escape(gate["status"])} — {escape(gate["text"])}</span>')
     mismatches = "".join(f"<li>{escape(m)}</li>" for m in view["mismatches"])
+    uncompared = "".join(f"<li>{escape(line)}</li>" for line in not_compared_lines(view.get("numerics")))
     failures = "".join(f'<p class="failure"><b>{run["variant"].upper()} does not finish:</b> {escape(run["failure"])}</p>'
                        for run in view["runs"] if run["failure"])
     failures += "".join(f'<p class="note stream-note">{escape(note)}</p>' for note in view.get("stream_notes", ()))
@@ -204,7 +205,8 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
         f'<section class="case" id="case-{index}" data-case="{escape(view["case"])}" data-status="{_status(view)}">'
         f'<h2>{escape(view["case"])}</h2><div class="facts">{"".join(facts)}</div>{message}'
         f'{case_svg(view, str(index))}{_ZOOM_BAR}<div class="below"><div class="findings">{failures}{_scopes(view)}{_races(view)}'
-        f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}</div>'
+        f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}'
+        f'{f"<h3>Outputs not compared</h3><ul>{uncompared}</ul>" if uncompared else ""}</div>'
         f'{_op_types(view)}{_modules(view)}</div>{_overlap(view)}</section>'
     )
 
