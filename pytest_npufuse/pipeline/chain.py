@@ -297,11 +297,7 @@ def _computed(
         ),
         "outputs": tuple(names), "captures": 1 if reference is None else 2,
         "kernels_executed": outputs.kernels_executed, "experts": outputs.experts,
-        "numerics": Numerics(NumericsStatus.PARTIAL, not_compared=tuple(
-            Uncompared(names[position], tuple(sorted(ops)), f"{' and '.join(sorted(ops))} has no CPU kernel, only a "
-                       "fake kernel (missing_ops='timing-only')")
-            for position, ops in sorted(skipped.items())
-        )) if skipped else Numerics(),
+        "numerics": _partial(names, skipped) if skipped else Numerics(),
     }
     return (reference_capture.graph.program, captured.graph.program), found
 
@@ -315,6 +311,15 @@ def _timed_ops_are_no_gaps(missing: MissingOps) -> Iterator[None]:
         if missing is MissingOps.ERROR:
             raise
         raise GapsError([gap for gap in exc.gaps if gap.kind != "cpu kernel"], exc.stopped) from None
+
+
+def _partial(names: Sequence[str], skipped: Mapping[int, frozenset[str]]) -> Numerics:
+    """Partial numerics: each output left uncompared, with the ops it comes from and why."""
+    return Numerics(NumericsStatus.PARTIAL, not_compared=tuple(
+        Uncompared(names[position], tuple(sorted(ops)),
+                   f"{' and '.join(sorted(ops))} has no CPU kernel, only a fake kernel (missing_ops='timing-only')")
+        for position, ops in sorted(skipped.items())
+    ))
 
 
 def _uncompared(

@@ -43,6 +43,10 @@ add the op.
 
 from __future__ import annotations
 
+import importlib
+import sys
+from types import ModuleType
+
 import torch
 
 from ..errors import GAPS_DOCS, MissingOpError, NotModeledAttributeError
@@ -232,10 +236,27 @@ def _add_op(name: str) -> str:
 _MODULE_FIX = "keep its use out of the checked model, or check the model where the real torch_npu is installed"
 
 
+def _shim_submodule(name: str) -> ModuleType | None:
+    """The shim's module for torch_npu's subpackage ``name`` (``torch_npu.npu`` is the CPU ``torch.npu``),
+    imported on first use as the real torch_npu imports its own; None when the shim has none, or when this
+    package is not the shim's ``torch_npu`` (the name would find a real torch_npu)."""
+    if sys.modules.get("torch_npu") is not sys.modules[__name__]:
+        return None
+    try:
+        return importlib.import_module(f"torch_npu.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"torch_npu.{name}":
+            raise
+        return None
+
+
 def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name in SUBPACKAGES:
+        provided = _shim_submodule(name)
+        if provided is not None:
+            return provided
         error = NotModeledAttributeError(
             f"torch_npu.{name} is a module of torch_npu that pytest-npufuse's shim does not model; {_MODULE_FIX}."
         )

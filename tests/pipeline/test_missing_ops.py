@@ -151,3 +151,12 @@ def test_under_timing_only_the_other_gaps_still_stop_the_check_without_the_timed
     with pytest.raises(GapsError) as info:
         compare(Model(), torch.randn(4, 8), missing_ops="timing-only")
     assert [(gap.kind, gap.name) for gap in info.value.gaps] == [("op", "torch_npu.npu_not_an_op")]
+
+
+def test_a_subpackage_the_shim_provides_is_torch_npus_attribute_and_one_it_lacks_is_a_module_gap(shim) -> None:
+    import torch_npu as shimmed
+
+    assert shimmed.npu.Stream is torch.npu.Stream
+    with pytest.raises(NotModeledAttributeError) as info:
+        shimmed.contrib  # noqa: B018 - the attribute access is the test
+    assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.contrib"
