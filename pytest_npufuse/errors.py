@@ -15,7 +15,10 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 class NpufuseError(Exception):
-    """Base class of every error pytest-npufuse raises on purpose."""
+    """Base class of every error pytest-npufuse raises on purpose. ``gap`` is set when the error is a
+    :class:`Gap` of the model (a missing op, module, name or argument), so a check can list every gap."""
+
+    gap: "Gap | None" = None
 
 
 class CaptureError(NpufuseError):

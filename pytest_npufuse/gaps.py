@@ -58,19 +58,20 @@ def record(gap: Gap) -> None:
 
 
 def _raise(error: NpufuseError, gap: Gap) -> NoReturn:
-    error.gap = gap  # type: ignore[attr-defined]  # the data a check's survey starts from
+    error.gap = gap  # the data a check's survey starts from
     raise error
 
 
 def gap_of(error: BaseException) -> Gap | None:
     """The gap an error was raised for, if it was raised for one."""
-    return getattr(error, "gap", None)
+    return error.gap if isinstance(error, NpufuseError) else None
 
 
 class StandIn:
     """What a survey hands the model for a missing op, module or name, so the model runs on to its next gap.
     Its first use (a call, an attribute, a ``with``) records the gap at the user's line; a call returns its
-    first tensor argument (the shape most ops keep) or None, an attribute is a stand-in too."""
+    first tensor argument (the shape most ops keep) or None, an attribute is a stand-in too. Only the
+    survey sees one: ``hasattr`` on a missing name stays False everywhere else."""
 
     def __init__(self, kind: str, name: str, fix: str) -> None:
         self._gap = (kind, name, fix)
