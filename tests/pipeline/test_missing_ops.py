@@ -160,3 +160,27 @@ def test_a_subpackage_the_shim_provides_is_torch_npus_attribute_and_one_it_lacks
     with pytest.raises(NotModeledAttributeError) as info:
         shimmed.contrib  # noqa: B018 - the attribute access is the test
     assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.contrib"
+
+
+def test_under_timing_only_a_race_is_still_found_and_its_output_still_compared() -> None:
+    from pytest_npufuse import torchair
+
+    class Racy(torch.nn.Module):
+        """A side stream reads ``add`` without waiting for its event; a fake-only op computes another output."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.event = torchair.ops.npu_create_tagged_event(tag="gaps")
+
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            first = a + b
+            torchair.ops.npu_tagged_event_record(self.event)
+            with torchair.scope.npu_stream_switch("1"):
+                product = (first @ b) * 2
+            return torch_npu.npufuse_test_fake_only(a - b), product
+
+    report = compare(Racy(), torch.randn(4, 4), torch.randn(4, 4), mode="reduce-overhead", missing_ops="timing-only")
+    race = report.races[0]  # then the lifetime hazard of the same tensor
+    assert race.tensor == "add" and race.second.stream == "1" and {each.tensor for each in report.races} == {"add"}
+    assert [m.output for m in report.mismatches] == ["output[1]"]
+    assert [each.output for each in report.numerics.not_compared] == ["output[0]"]
