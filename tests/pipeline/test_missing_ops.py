@@ -184,3 +184,19 @@ def test_under_timing_only_a_race_is_still_found_and_its_output_still_compared()
     assert race.tensor == "add" and race.second.stream == "1" and {each.tensor for each in report.races} == {"add"}
     assert [m.output for m in report.mismatches] == ["output[1]"]
     assert [each.output for each in report.numerics.not_compared] == ["output[0]"]
+
+
+def test_a_training_step_with_an_op_without_a_cpu_kernel_stops_listing_it() -> None:
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x) + torch_npu.npufuse_test_fake_only(x)
+
+    with pytest.raises(GapsError) as info:
+        compare(Model(), torch.randn(2, 8), loss=lambda out: out.sum())
+    assert [(gap.kind, gap.op) for gap in info.value.gaps] == [("cpu kernel", "npu::npufuse_test_fake_only")]
+    with pytest.raises(ArgumentError, match="missing_ops='timing-only' with loss="):
+        compare(Model(), torch.randn(2, 8), loss=lambda out: out.sum(), missing_ops="timing-only")
