@@ -1,4 +1,4 @@
-"""Gaps a check meets (a missing torch_npu op or module, a name the model lacks, an argument the CPU model
+"""Gaps a check meets (a missing torch_npu op or module, a name the shim lacks, an argument the CPU model
 does not implement), raised at once or collected so that one error lists them all.
 
 A gap is raised where the user's code asks for the missing thing (an attribute of ``torch_npu``, an
