@@ -50,7 +50,7 @@ from types import ModuleType
 import torch
 
 from ..errors import GAPS_DOCS, MissingOpError, NotModeledAttributeError
-from ..gaps import missing
+from ..gaps import StandIn, missing
 from .activation import fast_gelu, npu_fast_gelu, npu_gelu
 from .atb import (
     _npu_flash_attention,
@@ -213,13 +213,36 @@ SUBPACKAGES = frozenset({
 a missing module, not a missing op."""
 
 
-def missing_op_message(name: str) -> str:
-    """The one message for a missing op: what is missing and the two steps that add it."""
+def missing_op_message(name: str, spelled: str = "") -> str:
+    """The one message for a missing op (``spelled`` as the model wrote it: ``torch_npu.<name>`` by default,
+    or ``torch.ops.npu.<name>``): what is missing and the steps that add it."""
     return (
-        f"torch_npu.{name} is not among the CPU kernels pytest-npufuse provides "
+        f"{spelled or f'torch_npu.{name}'} is not among the CPU kernels pytest-npufuse provides "
         f"({len(OPS)} ops; `python -m pytest_npufuse ops` lists them). {_add_op(name)}\n"
         f"See {DOCS_SECTION}."
     )
+
+
+def missing_op(name: str, spelled: str) -> StandIn:
+    """An op of torch_npu's ``npu`` namespace that neither this package nor the user defined, asked for as
+    ``spelled``: its :class:`MissingOpError` at once, or in a check's survey a stand-in (:mod:`..gaps`)."""
+    fix = (
+        f'define npu::{name} with torch.library (schema, fake kernel, CPU kernel) and describe it under '
+        f'[tool.npufuse.ops."npu::{name}"]'
+    )
+    return missing(MissingOpError(missing_op_message(name, spelled)), "op", spelled, fix)
+
+
+def _user_op(name: str) -> object | None:
+    """``torch.ops.npu.<name>`` when the user defined it: the packet torch keeps once it is looked up, else
+    torch's own lookup (which keeps it), not the shim's gap."""
+    known = vars(torch.ops.npu).get(name)
+    if known is not None:
+        return known
+    try:
+        return torch._ops._OpNamespace.__getattr__(torch.ops.npu, name)
+    except AttributeError:
+        return None
 
 
 def _add_op(name: str) -> str:
@@ -261,11 +284,5 @@ def __getattr__(name: str) -> object:
             f"torch_npu.{name} is a module of torch_npu that pytest-npufuse's shim does not model; {_MODULE_FIX}."
         )
         return missing(error, "module", f"torch_npu.{name}", _MODULE_FIX)
-    registered = getattr(torch.ops.npu, name, None)  # an op the user defined in torch_npu's namespace
-    if registered is not None:
-        return registered
-    fix = (
-        f'define npu::{name} with torch.library (schema, fake kernel, CPU kernel) and describe it under '
-        f'[tool.npufuse.ops."npu::{name}"]'
-    )
-    return missing(MissingOpError(missing_op_message(name)), "op", f"torch_npu.{name}", fix)
+    registered = _user_op(name)
+    return registered if registered is not None else missing_op(name, f"torch_npu.{name}")

@@ -200,3 +200,17 @@ def test_a_training_step_with_an_op_without_a_cpu_kernel_stops_listing_it() -> N
     assert [(gap.kind, gap.op) for gap in info.value.gaps] == [("cpu kernel", "npu::npufuse_test_fake_only")]
     with pytest.raises(ArgumentError, match="missing_ops='timing-only' with loss="):
         compare(Model(), torch.randn(2, 8), loss=lambda out: out.sum(), missing_ops="timing-only")
+
+
+def test_under_the_shim_a_missing_op_called_through_torch_ops_npu_is_a_gap_too(shim) -> None:
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y, _ = torch.ops.npu.npu_rms_norm(x, torch.ones(8))
+            return torch.ops.npu.npu_not_an_op(y) + torch_npu.npu_not_an_op(x)
+
+    with pytest.raises(GapsError) as info:
+        compare(Model(), torch.randn(2, 8))
+    assert [(gap.kind, gap.name) for gap in info.value.gaps] == [
+        ("op", "torch.ops.npu.npu_not_an_op"), ("op", "torch_npu.npu_not_an_op"),
+    ]
+    assert not hasattr(torch.ops.npu, "npu_not_an_op") and hasattr(torch.ops.npu, "npu_rms_norm")
