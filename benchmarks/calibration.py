@@ -4,12 +4,16 @@
     PYTHONPATH=. python benchmarks/calibration.py --fit      # fit the estimates on the training rows
     PYTHONPATH=. python benchmarks/calibration.py --fit-only mc2.phase_us mc2.rank_us   # re-fit a few
     PYTHONPATH=. python benchmarks/calibration.py --rows     # every row, published against modeled
+    PYTHONPATH=. python benchmarks/calibration.py --loso --folds 0   # leave-one-source-out, the honest one
+    PYTHONPATH=. python benchmarks/calibration.py --coverage --folds 0   # the dataset by kind, family, SKU, mode
 
 Every row of benchmarks/data/published.toml (100+ measurements with their sources, the SKU, shapes and
 mode) is built from its own fields (benchmarks/fidelity/: a builder per kind, the decoder builder per
 model family) and simulated on its SKU's built-in target. The printed figures are for the validation split
 fixed in the data file before any tuning, for k-fold cross-validation (the fit repeated with each fold
-held out) and, beside them, in-sample over the training rows. A row the model cannot build is a miss.
+held out), for leave-one-source-out (each row predicted by a fit that saw no row of its source document:
+the figure that says how the model does on a workload from a new source) and, beside them, in-sample over
+the training rows. A row the model cannot build is a miss.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fidelity import fit as fitting  # noqa: E402
 from fidelity import host_rows  # noqa: E402
+from fidelity.coverage import coverage_lines  # noqa: E402
 from fidelity.evaluate import evaluate  # noqa: E402
 from fidelity.metrics import HEADER, summarize  # noqa: E402
 from fidelity.rows import Profiles, load_rows  # noqa: E402
@@ -52,12 +57,19 @@ def main() -> None:
         "--jobs", type=int, default=os.cpu_count() or 1,
         help="run the k-fold fits in this many processes (the same figures; default: one per CPU)",
     )
+    parser.add_argument(
+        "--loso", action="store_true",
+        help="also validate leave-one-source-out: one fit per source document, over every row (slow: a fit per source)",
+    )
+    parser.add_argument("--coverage", action="store_true", help="print the dataset's rows by kind, family, SKU and mode")
     parser.add_argument("--rows", action="store_true", help="print every row")
     parser.add_argument(
         "--sweep", action="store_true", help="seed 002's size sweep of the tiling cache (captures three models)"
     )
     args = parser.parse_args()
     rows = load_rows()
+    if args.coverage:
+        print("\n".join(coverage_lines(rows)) + "\n")
     profiles = Profiles()
     outcomes = [evaluate(row, profiles) for row in rows]
     if args.rows:
@@ -72,6 +84,9 @@ def main() -> None:
     held_out = fitting.cross_validate(rows, args.folds, evaluator, args.jobs) if args.folds else []
     if held_out:
         print(summarize(held_out).line(f"{args.folds}-fold (refit per fold)"))
+    by_source = fitting.leave_one_source_out(rows, evaluator, args.jobs) if args.loso else []
+    if by_source:
+        print(summarize(by_source).line("leave-one-source-out"))
     print(summarize(train).line("in-sample: training rows"))
     print(summarize(outcomes).line("in-sample: all rows"))
     missed = [o for o in validation if o.modeled is None or abs(o.error) > 0.3]
@@ -83,6 +98,11 @@ def main() -> None:
     if args.rows and folded_misses:
         print(f"\n{args.folds}-fold: rows outside +-30% when their fold is held out:")
         for outcome in folded_misses:
+            print("  " + row_line(outcome))
+    source_misses = [o for o in by_source if o.modeled is None or abs(o.error) > 0.3]
+    if args.rows and source_misses:
+        print("\nleave-one-source-out: rows outside +-30% when their source is held out:")
+        for outcome in source_misses:
             print("  " + row_line(outcome))
     if args.fit or args.fit_only:
         training = [row for row in rows if row.split == "train"]

@@ -49,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     while _LOAD_NOTES:
         config.issue_config_time_warning(pytest.PytestConfigWarning(_LOAD_NOTES.pop(0)), stacklevel=2)
     markers.register(config)
+    benchmark.note_storage(config)
     run = settings.configure(config)
     shim.configure(config)
     config.pluginmanager.register(RunRecorder(config, run.json_path, run.html_path), RunRecorder.NAME)
@@ -63,6 +64,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shim.unconfigure(config)
+    benchmark.remove_unused_storage(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

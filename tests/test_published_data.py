@@ -269,3 +269,45 @@ def test_a_row_that_names_vllm_s_graph_mode_says_where_that_is_stated(rows):
         assert row["cudagraph_mode"] in ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"), row["id"]
         assert row["framework"].startswith("vllm"), row["id"]
         assert row["cudagraph_source"].strip(), row["id"]
+
+
+def test_leave_one_source_out_predicts_each_row_by_a_fit_that_saw_no_row_of_its_source(monkeypatch):
+    """``calibration.py --loso``: one fit per source document (a web page, a repository file, a commit);
+    every row of that source is predicted by the fit on the others, and nothing else is."""
+    monkeypatch.syspath_prepend(str(DATA.parent))
+    from fidelity import fit as fitting
+    from fidelity.rows import load_rows
+
+    rows = load_rows()
+    fitted_on: list[frozenset[str]] = []
+
+    def fake_fit(training, evaluator):
+        fitted_on.append(frozenset(fitting.source_of(row) for row in training))
+        return {}
+
+    class Outcomes:
+        def outcomes(self, values, held):
+            return [type("Outcome", (), {"row": row})() for row in held]
+
+    monkeypatch.setattr(fitting, "fit", fake_fit)
+    predicted = fitting.leave_one_source_out(rows, Outcomes())
+    sources = {fitting.source_of(row) for row in rows}
+    assert len(fitted_on) == len(sources) > 20
+    assert all(len(seen) == len(sources) - 1 for seen in fitted_on)
+    assert [outcome.row.id for outcome in predicted] == [row.id for row in rows]
+    catlass = [row for row in rows if fitting.source_of(row).startswith("hicann/catlass:examples/52_")]
+    assert len(catlass) > 1  # one document's rows are held out together
+
+
+def test_the_coverage_table_counts_every_row_on_every_axis(monkeypatch):
+    monkeypatch.syspath_prepend(str(DATA.parent))
+    from fidelity.coverage import AXES, coverage_lines
+    from fidelity.rows import load_rows
+
+    rows = load_rows()
+    lines = coverage_lines(rows)
+    blocks = "\n".join(lines).split("by ")[1:]
+    assert len(blocks) == len(AXES)
+    for block in blocks:
+        counts = [int(re.search(r"(\d+) rows", line).group(1)) for line in block.splitlines()[1:]]
+        assert sum(counts) == len(rows)

@@ -1,4 +1,5 @@
-"""Fitting the profile's estimates on training rows (with the package's fitter), and k-fold cross-validation.
+"""Fitting the profile's estimates on training rows (with the package's fitter), k-fold cross-validation and
+leave-one-source-out validation.
 
 Only constants marked ``estimate`` are fitted (cited hardware facts never move). The objective is the
 mean of |log(modeled / published)| over the rows, capped at log(4) so one row the model cannot explain
@@ -15,7 +16,7 @@ import hashlib
 import math
 import multiprocessing
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from pytest_npufuse.calibrate.fit import ESTIMATES, Values, descend, log_error, prior, tables
 from pytest_npufuse.target.profile import builtin_data
@@ -86,25 +87,48 @@ def fold_of(row: Row, folds: int) -> int:
     return int(hashlib.sha256(row.group.encode()).hexdigest(), 16) % folds
 
 
+def source_of(row: Row) -> str:
+    """The document a row was published in: a web page, a repository file, or a commit (a PR's merge
+    message). Rows of one source share its authors, setup and way of measuring, so a prediction of one of
+    them is honest only when no row of the same source was fitted."""
+    source = row.get("source", {})
+    if "url" in source:
+        return source["url"]
+    return f"{source.get('repo', '?')}:{source.get('path') or '@' + source.get('commit', '?')}"
+
+
 def cross_validate(
     rows: Sequence[Row], folds: int, evaluator: Evaluator | None = None, jobs: int = 1
 ) -> list[Outcome]:
-    """Every row predicted by a fit (the same search as the shipped one) on the other folds. With
-    ``jobs`` > 1 the folds' fits run in that many forked processes, each starting from what the
-    evaluator has already simulated; each fit is deterministic, so the outcomes are the same."""
+    """Every row predicted by a fit (the same search as the shipped one) on the other folds."""
+    return held_out_by(rows, lambda row: str(fold_of(row, folds)), evaluator, jobs)
+
+
+def leave_one_source_out(rows: Sequence[Row], evaluator: Evaluator | None = None, jobs: int = 1) -> list[Outcome]:
+    """Every row predicted by a fit on the rows of every other source (:func:`source_of`)."""
+    return held_out_by(rows, source_of, evaluator, jobs)
+
+
+def held_out_by(
+    rows: Sequence[Row], part_of: Callable[[Row], str], evaluator: Evaluator | None = None, jobs: int = 1
+) -> list[Outcome]:
+    """Every row predicted by a fit on the rows of the other parts ``part_of`` puts them in. With ``jobs`` > 1
+    the fits run in that many forked processes, each starting from what the evaluator has already
+    simulated; each fit is deterministic, so the outcomes are the same."""
     evaluator = evaluator or Evaluator(rows)
+    parts = sorted({part_of(row) for row in rows})
     if jobs > 1:
         evaluator.outcomes(prior(), rows)  # every fit starts here: simulated once, before the fork
-        with multiprocessing.get_context("fork").Pool(min(jobs, folds)) as pool:
-            parts = pool.map(functools.partial(_held_out, rows, folds, evaluator), range(folds))
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(parts))) as pool:
+            predicted = pool.map(functools.partial(_held_out, rows, part_of, evaluator), parts)
     else:
-        parts = [_held_out(rows, folds, evaluator, fold) for fold in range(folds)]
+        predicted = [_held_out(rows, part_of, evaluator, part) for part in parts]
     order = {row.id: index for index, row in enumerate(rows)}
-    return sorted((outcome for part in parts for outcome in part), key=lambda outcome: order[outcome.row.id])
+    return sorted((outcome for part in predicted for outcome in part), key=lambda outcome: order[outcome.row.id])
 
 
-def _held_out(rows: Sequence[Row], folds: int, evaluator: Evaluator, fold: int) -> list[Outcome]:
-    """The rows of ``fold`` predicted by a fit on the other folds."""
-    held = [row for row in rows if fold_of(row, folds) == fold]
-    values = fit([row for row in rows if fold_of(row, folds) != fold], evaluator)
+def _held_out(rows: Sequence[Row], part_of: Callable[[Row], str], evaluator: Evaluator, part: str) -> list[Outcome]:
+    """The rows of ``part`` predicted by a fit on the rows of the other parts."""
+    held = [row for row in rows if part_of(row) == part]
+    values = fit([row for row in rows if part_of(row) != part], evaluator)
     return evaluator.outcomes(values, held)

@@ -86,9 +86,11 @@ def cli() -> str:
     sections = []
     for name, command in _subcommands(parser()).items():
         usage = " ".join(command.format_usage().split()).removeprefix("usage: ")
+        examples = "\n".join(line.strip() for line in (command.epilog or "").splitlines()[1:])
         sections.append(
             f"### `{name}`\n\n{command.description}\n\n```text\n{usage}\n```\n\n"
             + _table(("argument", "meaning"), _argument_rows(command))
+            + (f"\n\nExamples:\n\n```bash\n{examples}\n```" if examples else "")
         )
     return "\n\n".join(sections)
 
@@ -190,9 +192,30 @@ def corpus() -> str:
     return _table(("file", "what it reconstructs"), _case_rows(ROOT / "cases" / "realworld"))
 
 
+def coverage() -> str:
+    """The published dataset's rows by kind, family, SKU and mode (``calibration.py --coverage`` prints the
+    same counts), from ``benchmarks/fidelity/coverage.py``."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from fidelity.coverage import AXES
+    from fidelity.rows import load_rows
+
+    rows = load_rows()
+    table = []
+    for axis, key in AXES:
+        counts: dict[str, list[int]] = {}
+        for row in rows:
+            count = counts.setdefault(key(row), [0, 0])
+            count[0] += 1
+            count[1] += row.split == "validation"
+        table += [(axis, value, total, held) for value, (total, held) in sorted(counts.items(), key=lambda i: (-i[1][0], i[0]))]
+    return _table(("axis", "value", "rows", "of them validation"), table)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "options": options, "markers": markers, "cli": cli, "ops": ops, "catalog": catalog, "profiles": profiles,
-    "cost_rules": cost_rules, "cases": cases, "corpus": corpus,
+    "cost_rules": cost_rules, "cases": cases, "corpus": corpus, "coverage": coverage,
 }
 
 

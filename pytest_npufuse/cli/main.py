@@ -1,14 +1,8 @@
 """Command line: ``python -m pytest_npufuse <command>``, for people and CI steps outside pytest.
 
-    python -m pytest_npufuse compare OLD.json NEW.json --fail-above 2 [--markdown FILE --json FILE --csv FILE --html FILE]
-    python -m pytest_npufuse advise cases/decoder_layers.py:advisor_case --npu-target=a3
-    python -m pytest_npufuse calibrate PROFILE_DIR model.py:factory --name mine --npu-target=910b3 [--force]
-    python -m pytest_npufuse ops
-    python -m pytest_npufuse run SCRIPT [--npu-target=a3] [-- SCRIPT ARGS]
-    python -m pytest_npufuse merge OUT.json SHARD.json... [--baseline] [--force]
-
-Each command is a subparser with its own ``run`` function; exit codes follow pytest's spirit:
-0 fine, 1 a regression, 2 bad usage or an unreadable file.
+Each command is a subparser with its own ``run`` function, its texts and example lines in
+``commands.toml``; exit codes follow pytest's spirit: 0 fine, 1 a regression, 2 bad usage or an
+unreadable file.
 """
 
 from __future__ import annotations
@@ -20,6 +14,7 @@ import importlib
 import importlib.util
 import re
 import sys
+from importlib import metadata
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
@@ -268,23 +263,59 @@ def _print_calibration(result: Any, out: TextIO) -> None:
 _LISTED = 20
 
 
-def op_rows() -> list[tuple[str, ...]]:
-    """A header and one row per torch_npu op with a CPU kernel: its op type, family, engine, fusable flag
-    and the document it follows (also the op table of the docs site)."""
+OP_HEADER = ("op", "family", "engine", "fusable", "cost rule", "backward", "source")
+
+
+def _has_backward(op_type: str) -> str:
+    """Whether the registered op has an autograd kernel: asked of the dispatcher, so an op gains the
+    column's yes where its backward is registered, not where a list says so."""
+    has = any(_dispatch_has(op_type, key) for key in ("Autograd", "AutogradCPU", "CompositeImplicitAutograd"))
+    return "yes" if has else "no"
+
+
+def _dispatch_has(op_type: str, key: str) -> bool:
+    """``torch._C._dispatch_has_kernel_for_dispatch_key``, false for an op type the dispatcher does not know
+    (a GE or collective op type of the catalog)."""
+    import torch
+
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op_type, key))
+    except RuntimeError:
+        return False
+
+
+def op_rows(every: bool = False) -> list[tuple[str, ...]]:
+    """A header and one row per torch_npu op with a CPU kernel: its op type, family, engine, fusable flag,
+    cost rule, backward and the document it follows (also the op table of the docs site). ``every`` adds
+    the catalog's other op types (aten, GE, collectives, the user's own), whose family is their namespace
+    and whose source is the catalog that prices them."""
     from ..target.catalog import load_catalog
     from ..torch_npu import OPS
 
-    catalog = load_catalog()
-    rows = [("op", "family", "engine", "fusable", "source")]
+    catalog = _user_config().catalog() if every else load_catalog()
+    rows = [OP_HEADER]
+    provided = set()
     for op in sorted(OPS.values(), key=lambda op: (op.family, op.name)):
         info = catalog.lookup(op.op_type)
-        rows.append((op.op_type, op.family, info.engine, "yes" if info.fusable else "no", op.source))
+        provided.add(op.op_type)
+        rows.append((op.op_type, op.family, info.engine, "yes" if info.fusable else "no", info.cost,
+                     _has_backward(op.op_type), op.source))
+    if every:
+        for op_type, info in sorted(catalog.entries.items()):
+            if op_type not in provided:
+                rows.append((op_type, op_type.partition("::")[0], info.engine, "yes" if info.fusable else "no",
+                             info.cost, _has_backward(op_type), "op catalog"))
     return rows
 
 
 def ops(args: argparse.Namespace, out: TextIO) -> int:
-    """List the torch_npu ops with a CPU kernel: family, engine, fusable flag and the document they follow."""
-    rows = op_rows()
+    """List the torch_npu ops with a CPU kernel (with ``--all``, every op type the catalog prices): family,
+    engine, fusable flag, cost rule, backward and the document they follow."""
+    try:
+        rows = op_rows(every=args.all)
+    except NpufuseError as exc:  # a malformed [tool.npufuse.ops] table of the user's pyproject.toml
+        print(f"npufuse ops: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     for line in aligned(rows):
         print(line, file=out)
     print(f"{len(rows) - 1} ops", file=out)
@@ -317,15 +348,51 @@ def _command_texts() -> dict[str, dict[str, str]]:
     return read_toml(Path(__file__).parent / "commands.toml")
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's own formatter, which wraps each paragraph to the terminal's width, except that the
+    indented example lines of an epilog stay one command a line, as a user copies them."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        fill = super()._fill_text
+        return "\n".join(line if line.startswith("  ") else fill(line, width, indent) for line in text.split("\n"))
+
+
+def _examples(name: str) -> list[str]:
+    return _command_texts()[name].get("examples", [])
+
+
 def _command(commands: Any, run: Callable[[argparse.Namespace, TextIO], int]) -> argparse.ArgumentParser:
-    """The subcommand that ``run`` carries out, named after it; its help texts are in ``commands.toml``."""
-    command = commands.add_parser(run.__name__, **_command_texts()[run.__name__])
+    """The subcommand that ``run`` carries out, named after it; its help texts and example lines are in
+    ``commands.toml``."""
+    texts = _command_texts()[run.__name__]
+    command = commands.add_parser(
+        run.__name__, help=texts["help"], description=texts["description"],
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in _examples(run.__name__)),
+        formatter_class=_Formatter,
+    )
     command.set_defaults(run=run)
     return command
 
 
+def _version() -> str:
+    """This package's version and the torch it runs on, read from the installed metadata (no torch import)."""
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    return f"pytest-npufuse {metadata.version('pytest-npufuse')} (torch {torch_version})"
+
+
 def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="python -m pytest_npufuse", description=__doc__.split("\n\n")[0])
+    main = argparse.ArgumentParser(
+        prog="python -m pytest_npufuse",
+        description="Model Ascend NPU runs on a CPU outside pytest: compare and merge reports, advise SuperKernel "
+        "scopes, calibrate a target, list the ops, run an NPU script unchanged.",
+        epilog="examples:\n" + "\n".join(f"  {_examples(name)[0]}" for name in _command_texts())
+        + "\n\nEach command's --help has more examples.",
+        formatter_class=_Formatter,
+    )
+    main.add_argument("--version", action="version", version=_version())
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cmp = _command(commands, compare)
     cmp.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",
@@ -352,7 +419,9 @@ def parser() -> argparse.ArgumentParser:
     cal.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), metavar="FILE",
                      help="the file to write the target into (default pyproject.toml, created if missing)")
     cal.add_argument("--force", action="store_true", help="replace an existing [tool.npufuse.targets.NAME] table")
-    _command(commands, ops)
+    listing = _command(commands, ops)
+    listing.add_argument("--all", action="store_true",
+                         help="also list every other op type the op catalog prices (aten, GE, collectives, your own)")
     script = _command(commands, run)
     script.add_argument("script", type=Path, metavar="SCRIPT", help="the Python script to run")
     _add_target(script)

@@ -6,10 +6,12 @@ entries are gone, though both said "wrote". Under :func:`locked`, each writer re
 and writes while no other writer can, so every entry survives.
 
 The lock is ``flock`` on a sidecar file beside the output, ``.<name>.npufuse-lock`` (the output itself
-cannot carry it: each write renames a new file over it). The sidecar is left in place: deleting a lock
-file races with the next process opening it. ``flock`` is released by the kernel when its process dies,
-so a killed run never leaves a stale lock. Linux and macOS have it; elsewhere writing a shared output
-fails with an error that says so.
+cannot carry it: each write renames a new file over it). The holder removes the sidecar before it lets
+go, so nothing is left in the user's tree. That is safe because a process that opened the sidecar and
+then got the lock checks that the file it locked is still the one at that path; if the holder before
+it removed it meanwhile, it opens the path again. ``flock`` is released by the kernel when its process
+dies, so a killed run leaves at most an unlocked sidecar, which the next writer takes over and removes.
+Linux and macOS have it; elsewhere writing a shared output fails with an error that says so.
 """
 
 from __future__ import annotations
@@ -62,17 +64,13 @@ def locked(
             finally:
                 _HELD[key] -= 1
             return
-        handle = _open(sidecar, what, path)
+        handle = _acquired(sidecar, what, path, timeout_s)
+        _HELD[key] = 1
         try:
-            _acquire(handle, sidecar, what, path, timeout_s)
-            _HELD[key] = 1
-            try:
-                yield
-            finally:
-                del _HELD[key]
-                fcntl.flock(handle, fcntl.LOCK_UN)
+            yield
         finally:
-            os.close(handle)
+            del _HELD[key]
+            _release(handle, sidecar)
 
 
 @contextmanager
@@ -111,10 +109,48 @@ def _open(sidecar: Path, what: str, path: Path) -> int:
         ) from None
 
 
-def _acquire(handle: int, sidecar: Path, what: str, path: Path, timeout_s: float) -> None:
-    """Poll for the lock (a blocking ``flock`` could wait forever on a stuck holder), then note our pid
-    in the file so that the next waiter's error can name us."""
+def _acquired(sidecar: Path, what: str, path: Path, timeout_s: float) -> int:
+    """An open, locked handle on the sidecar that is at ``sidecar`` now: a handle whose file the previous
+    holder removed while this process waited on it locks nothing anyone else sees, so it is dropped and the
+    path opened again (the new file, or a new one)."""
     deadline = time.monotonic() + timeout_s
+    while True:
+        handle = _open(sidecar, what, path)
+        try:
+            _acquire(handle, sidecar, what, path, timeout_s, deadline)
+        except BaseException:
+            os.close(handle)
+            raise
+        if _is_at(handle, sidecar):
+            return handle
+        os.close(handle)
+
+
+def _is_at(handle: int, sidecar: Path) -> bool:
+    """Whether the open file ``handle`` is still the file named ``sidecar``."""
+    try:
+        named = os.stat(sidecar, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(handle)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _release(handle: int, sidecar: Path) -> None:
+    """Remove the sidecar while still holding it, then unlock: a waiter that locks the removed file next
+    sees that it is gone and opens the path anew."""
+    try:
+        os.unlink(sidecar)
+    except FileNotFoundError:
+        pass
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        os.close(handle)
+
+
+def _acquire(handle: int, sidecar: Path, what: str, path: Path, timeout_s: float, deadline: float) -> None:
+    """Poll for the lock until ``deadline`` (a blocking ``flock`` could wait forever on a stuck holder),
+    then note our pid in the file so that the next waiter's error can name us."""
     pause = 0.001
     while True:
         try:

@@ -3,6 +3,9 @@ so pytest-benchmark's save/compare/compare-fail gate on modeled device time."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,6 +17,30 @@ if TYPE_CHECKING:
     from ..report.case import CaseReport
 
 _CLOCK = pytest.StashKey["modeledclock.ModeledClock | None"]()
+_NEW_STORAGE = pytest.StashKey[Path]()
+
+
+def note_storage(config: pytest.Config) -> None:
+    """Remember pytest-benchmark's storage folder (``.benchmarks`` by default) when this run is the one
+    that will create it: pytest-benchmark makes it as it starts (its configure hook runs after this one),
+    whether or not any test benchmarks anything, and pytest-npufuse brings pytest-benchmark along."""
+    if not config.pluginmanager.hasplugin("benchmark"):
+        return
+    storage = config.getoption("benchmark_storage", None)
+    if not isinstance(storage, str) or ("://" in storage and not storage.startswith("file://")):
+        return
+    folder = Path.cwd() / storage.removeprefix("file://")
+    if not os.path.lexists(folder):
+        config.stash[_NEW_STORAGE] = folder
+
+
+def remove_unused_storage(config: pytest.Config) -> None:
+    """Remove the storage folder this run created if nothing was saved in it: a user who never asked for
+    pytest-benchmark's files should not find an empty ``.benchmarks`` in the project."""
+    folder = config.stash.get(_NEW_STORAGE, None)
+    if folder is not None:
+        with contextlib.suppress(OSError):  # not empty (a benchmark was saved), or already gone
+            folder.rmdir()
 
 
 def install_clock(item: pytest.Item) -> None:

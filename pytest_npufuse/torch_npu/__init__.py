@@ -23,6 +23,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
 * :mod:`.dump` - ``save_npugraph_tensor``
+* :mod:`.dropout` - ``_npu_dropout_gen_mask``
+* :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``,
@@ -37,15 +39,17 @@ The graph-capture helpers of the attention ops (their ``.out`` forms and the ``_
 ``_npu_paged_attention_get_workspace`` queries) are attributes here but not ops of their own (they run
 the declared op, or return the empty scratch the CPU kernels need), so ``__all__`` lists only ops.
 
+Beside the ops, as torch_npu: its dtype codes (``torch_npu.hifloat8``, ``torch_npu.float4_e2m1fn_x2``,
+...: :mod:`.dtypes`) and the submodules ``torch_npu.contrib`` (its quantised Linear modules) and
+``torch_npu.onnx`` (ONNX export of the ops), each loaded by its own import, as torch_npu loads them.
+
 An attribute torch_npu has but this package lacks raises :class:`MissingOpError`, which says how to
 add the op.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
-from types import ModuleType
+import importlib.util
 
 import torch
 
@@ -70,6 +74,8 @@ from .attention import (
     npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
+from .dropout import _npu_dropout_gen_mask
+from .dtypes import DTYPE_CODES
 from .dump import save_npugraph_tensor
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
@@ -133,11 +139,13 @@ from .rope import (
     npu_rotary_mul,
     npu_rotary_mul_backward,
 )
+from .weight_pack import npu_convert_weight_to_int4pack
 
 __all__ = [
     "fast_gelu",
     "npu_fast_gelu",
     "npu_gelu",
+    "_npu_dropout_gen_mask",
     "_npu_flash_attention",
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",
@@ -148,6 +156,7 @@ __all__ = [
     "npu_add_rms_norm_quant",
     "npu_apply_rotary_pos_emb",
     "npu_confusion_transpose",
+    "npu_convert_weight_to_int4pack",
     "npu_dequant_swiglu_quant",
     "npu_dynamic_quant",
     "npu_format_cast",
@@ -202,6 +211,10 @@ __all__ = [
     "scatter_update",
     "scatter_update_",
 ]
+
+# torch_npu sets one attribute per dtype name when it loads (torch_npu/_init/core/_exports.py), the
+# standard names too: ``torch_npu.float32`` is the code 256, not ``torch.float32``.
+globals().update(DTYPE_CODES)
 
 DOCS_SECTION = GAPS_DOCS
 
@@ -259,27 +272,13 @@ def _add_op(name: str) -> str:
 _MODULE_FIX = "keep its use out of the checked model, or check the model where the real torch_npu is installed"
 
 
-def _shim_submodule(name: str) -> ModuleType | None:
-    """The shim's module for torch_npu's subpackage ``name`` (``torch_npu.npu`` is the CPU ``torch.npu``),
-    imported on first use as the real torch_npu imports its own; None when the shim has none, or when this
-    package is not the shim's ``torch_npu`` (the name would find a real torch_npu)."""
-    if sys.modules.get("torch_npu") is not sys.modules[__name__]:
-        return None
-    try:
-        return importlib.import_module(f"torch_npu.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"torch_npu.{name}":
-            raise
-        return None
-
-
 def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name in SUBPACKAGES:
-        provided = _shim_submodule(name)
-        if provided is not None:
-            return provided
+        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            # Provided, but loaded by its own import, as torch_npu loads it (contrib, onnx).
+            raise AttributeError(f"module 'torch_npu' has no attribute {name!r}; import torch_npu.{name} first")
         error = NotModeledAttributeError(
             f"torch_npu.{name} is a module of torch_npu that pytest-npufuse's shim does not model; {_MODULE_FIX}."
         )

@@ -56,6 +56,7 @@ def test_eight_processes_updating_disjoint_entries_keep_all_eight_in_each_of_100
         assert sorted(entries) == [f"cases/test_{me}.py::test" for me in range(WRITERS)], f"b{n}.json lost entries"
         assert all(entries[f"cases/test_{me}.py::test"]["a3"].variant_us == 9.0 + me for me in range(WRITERS))
     assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob(".*npufuse-lock")), "every writer removes its lock file"
 
 
 def _entry(variant_us: float) -> baseline.Entry:
@@ -146,3 +147,5 @@ def test_concurrent_pytest_runs_updating_one_baseline_and_report_keep_every_test
     _, tests = read_run_tests(pytester.path / "r.json")
     assert sorted(tests) == [f"test_case.py::test_{n}" for n in range(3)], outputs
     assert sum("merged the run report" in output for output in outputs) == 2, outputs
+    # nothing is left in the user's tree beyond the files asked for: no lock files, no empty .benchmarks
+    assert sorted(path.name for path in pytester.path.iterdir()) == ["b.json", "r.json", "test_case.py"]

@@ -4,12 +4,13 @@ model does not implement and ops with a fake kernel but no CPU kernel, each list
 from __future__ import annotations
 
 import inspect
+import sys
 
 import pytest
 import torch
 
 from pytest_npufuse import compare, torch_npu
-from pytest_npufuse.errors import ArgumentError, GapsError, NotModeledAttributeError
+from pytest_npufuse.errors import ArgumentError, GapsError, NotModeledAttributeError, NpufuseError
 from pytest_npufuse.vocabulary import NumericsStatus
 
 # An op with a schema and a fake kernel but no CPU kernel, as a user declares one torch_npu has and the
@@ -73,7 +74,7 @@ def test_a_missing_module_is_a_missing_module_not_a_missing_op() -> None:
         torch_npu.utils  # noqa: B018 - the attribute access is the test
     assert "module of torch_npu" in str(info.value) and "custom_op" not in str(info.value)
     assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.utils"
-    assert not hasattr(torch_npu, "contrib")
+    assert not hasattr(torch_npu, "jit")
 
 
 def test_an_op_the_user_defines_in_the_npu_namespace_is_torch_npus_attribute() -> None:
@@ -153,13 +154,17 @@ def test_under_timing_only_the_other_gaps_still_stop_the_check_without_the_timed
     assert [(gap.kind, gap.name) for gap in info.value.gaps] == [("op", "torch_npu.npu_not_an_op")]
 
 
-def test_a_subpackage_the_shim_provides_is_torch_npus_attribute_and_one_it_lacks_is_a_module_gap(shim) -> None:
+def test_a_subpackage_loaded_by_its_own_import_says_so_and_one_the_shim_lacks_is_a_module_gap(shim) -> None:
     import torch_npu as shimmed
 
-    assert shimmed.npu.Stream is torch.npu.Stream
+    assert shimmed.npu.Stream is torch.npu.Stream  # loaded with torch_npu, as torch_npu loads it
     with pytest.raises(NotModeledAttributeError) as info:
-        shimmed.contrib  # noqa: B018 - the attribute access is the test
-    assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.contrib"
+        shimmed.distributed  # noqa: B018 - the attribute access is the test
+    assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.distributed"
+    if "torch_npu.contrib" not in sys.modules:
+        with pytest.raises(AttributeError, match="import torch_npu.contrib first") as refused:
+            shimmed.contrib  # noqa: B018 - the attribute access is the test
+        assert not isinstance(refused.value, NpufuseError)  # not a gap: the shim has it
 
 
 def test_under_timing_only_a_race_is_still_found_and_its_output_still_compared() -> None:

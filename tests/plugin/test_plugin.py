@@ -669,3 +669,13 @@ def test_results_table_fits_120_columns_worst_first_with_totals_and_tells_two_ch
     assert verbose[0].split()[:3] == ["case", "target", "mode"] and "precision" in verbose[0] and "host us" in verbose[0]
     assert any(line.startswith("test_case.py::test_long[a_parameter_long_enough_to_push_the_case_column_well")
                for line in verbose)
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_pytest_benchmarks_storage_folder_is_removed_only_when_this_run_made_it_empty(pytester, saved):
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    if saved:
+        (pytester.path / ".benchmarks").mkdir()
+        (pytester.path / ".benchmarks" / "0001_saved.json").write_text("{}")
+    assert pytester.runpytest_inprocess("-p", "no:cacheprovider").ret == 0
+    assert (pytester.path / ".benchmarks").exists() is saved
