@@ -5,7 +5,9 @@ Every stage raises a subclass of :class:`NpufuseError` whose message names the t
 diagnosis instead of a traceback from deep inside torch.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 # Frames of a traceback under this directory are never the user's code: an error names the innermost
 # frame outside it as the user's line.
@@ -19,8 +21,10 @@ class NpufuseError(Exception):
     test acts on them rather than on the message's wording: ``file`` is the file at fault, ``entry``
     the place in it (a JSON path such as ``.entries["t.py::test"].a3.variant_us``, a TOML key, a
     row), ``bound`` the limit it broke (a number, in the unit the message names). Errors about a file's
-    content take them as keywords (:class:`FileFault`)."""
+    content take them as keywords (:class:`FileFault`). ``gap`` is set when the error is a :class:`Gap` of
+    the model (a missing op, module, name or argument), so a check can list every gap."""
 
+    gap: "Gap | None" = None
     file: str | None = None
     entry: str | None = None
     bound: float | None = None
@@ -146,6 +150,59 @@ class MissingOpError(NpufuseError, AttributeError):
 
     An AttributeError too, so ``hasattr(torch_npu, name)`` and ``getattr(..., default)`` keep working.
     """
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One thing a checked model needs that pytest-npufuse lacks, found where the user's code asked for it.
+
+    ``kind`` says what is missing: ``"op"`` (a torch_npu op), ``"module"`` (a torch_npu submodule),
+    ``"name"`` (a public name of ``torch.npu``, ``torchair`` or ``npugraph_ex``), ``"argument"`` (an op's
+    argument the CPU model does not implement) or ``"cpu kernel"`` (an op with a fake kernel but no CPU
+    kernel to compute it with). ``name`` is the missing thing as the user wrote it (``torch_npu.npu_foo``,
+    ``npu::my_op``), ``argument`` the refused argument, ``where`` the user's ``file:line`` ("" when
+    unknown) and ``fix`` what the user can do about it."""
+
+    kind: str
+    name: str
+    where: str
+    fix: str
+    argument: str | None = None
+
+    @property
+    def op(self) -> str | None:
+        """The op the gap is about, when it is about one."""
+        return self.name if self.kind in ("op", "argument", "cpu kernel") else None
+
+    def describe(self) -> str:
+        """One line of :class:`GapsError`'s list: where, what is missing, what to do."""
+        if self.argument:
+            what = f"argument {self.argument} of {self.name} is not implemented"
+        elif self.kind == "cpu kernel":
+            what = f"{self.name} has no CPU kernel"
+        else:
+            what = f"{self.kind} {self.name} is missing"
+        return f"{self.where or 'in the model'}: {what}; {self.fix}"
+
+
+class GapsError(NpufuseError):
+    """Every gap a check met (:class:`Gap`), listed at once so one run shows all a model needs; ``gaps``
+    holds them as data, ``stopped`` why the search for more ended early ("" when the model ran to its
+    end)."""
+
+    def __init__(self, gaps: Sequence[Gap], stopped: str = "") -> None:
+        self.gaps = tuple(gaps)
+        self.stopped = stopped
+        lines = [f"the model needs {len(self.gaps)} thing(s) pytest-npufuse does not provide:"]
+        lines += [f"  {index}. {gap.describe()}" for index, gap in enumerate(self.gaps, 1)]
+        if stopped:
+            lines.append(f"The model could not run on past {stopped}; more gaps may follow it.")
+        lines.append(f"See {GAPS_DOCS}.")
+        super().__init__("\n".join(lines))
+
+
+GAPS_DOCS = "docs/howto/write-a-case.md, section 'An op pytest-npufuse does not provide'"
+"""Where the user guide says how to fill each kind of gap."""
 
 
 # Warnings: the run goes on, but the user should know.

@@ -58,6 +58,16 @@ class NumericsStatus(Vocabulary):
     COMPUTED = "computed"
     SAMPLED = "sampled"
     NOT_COMPUTED = "not computed"
+    PARTIAL = "partial"
+
+
+class MissingOps(Vocabulary):
+    """What a check does about an op it cannot compute on the CPU (DESIGN §11: ``missing_ops=``): ``error``
+    stops after listing every gap; ``timing-only`` times an op that has a fake kernel but no CPU kernel and
+    leaves the outputs computed from it uncompared (``numerics`` says ``partial``)."""
+
+    ERROR = "error"
+    TIMING_ONLY = "timing-only"
 
 
 class Unfusable(Vocabulary):

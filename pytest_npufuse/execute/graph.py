@@ -30,6 +30,7 @@ from ..frontend.source import source_line
 from ..ir.program import Program
 from ..numerics.exact import cube_addmm, cube_baddbmm, cube_matmul, int_matmul
 from .inplace import broadcast_fill, broadcast_fills, in_place_overloads
+from .standin import stand_in_value
 
 _ATEN = torch.ops.aten
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -198,6 +199,7 @@ def run_graph(
     given: Mapping[str, Any] | None = None,
     observe: Observer | None = None,
     materialize: Materialize | None = None,
+    stand_in: frozenset[str] = frozenset(),
 ) -> Execution:
     """The graph's outputs for ``args``. ``stale_reads`` maps a kernel to the input tensors it reads in
     a race (found by the sanitizer); those reads get poisoned memory.
@@ -210,7 +212,8 @@ def run_graph(
     input position, meta tensor)``) when it is first read, and is dropped after its last read like any
     value, so a run holds one layer's weights at a time, not the model's; an embedding table gets only
     the rows each lookup reads. The model's own tensors (``torch.zeros(n)`` in its forward), traced on the
-    meta device, are created on the CPU.
+    meta device, are created on the CPU. The nodes named in ``stand_in`` (ops timed without a CPU kernel,
+    :mod:`.standin`) get zeros of their fake kernel's layout.
     """
     stale_of_node = {kernel.node: stale_reads[kernel.name] for kernel in program.kernels if kernel.name in stale_reads}
     # A run that keeps no value for later, observes nothing and computes every node may compute in place.
@@ -239,6 +242,8 @@ def run_graph(
             break
         elif only is not None and node.name not in only:
             env[node.name] = given[node.name] if given is not None and node.name in given else None
+        elif node.name in stand_in:
+            env[node.name] = stand_in_value(node)
         else:
             table = node.args[0].name if node.target is _EMBEDDING and node.args[0].name in tables else None
             lookup = table in pending and node.name not in stale_of_node

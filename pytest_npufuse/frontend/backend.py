@@ -29,6 +29,7 @@ from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
+from .rewrites import apply_rules
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
 
@@ -177,7 +178,7 @@ class Capture:
 
     def __init__(self, model: Callable[..., Any], inputs: Sequence[Any], catalog: OpCatalog) -> None:
         self._executor: Callable[[list[Any]], list[Any]] | None = None
-        self._backend = CaptureBackend(catalog, self._runner)
+        self._backend = CaptureBackend(catalog, self._runner, graph_passes=(apply_rules,))
         self._compiled = compile_static(model, self._backend)
         self.weightless = weightless(model, inputs)
         self.real_inputs: dict[int, Any] = {}

@@ -18,9 +18,11 @@ import torch.fx
 from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
 
 from ..errors import ArgumentError, CaptureError, NpufuseError, ScopeError
+from ..gaps import gap_of
 from ..ir.program import Program
 from . import scopes
 from .source import user_frame
+from .survey import survey
 
 
 @contextlib.contextmanager
@@ -61,17 +63,27 @@ def call_compiled(
         with torch.set_grad_enabled(grad):
             return compiled(*inputs)
     except NpufuseError as exc:
-        raise (_at_user_line(exc) if weightless else _located(exc, model, inputs)) from None
+        raise _ours(exc, model, inputs, weightless) from None
     except BackendCompilerFailed as exc:
         raise root_cause(exc) from None
     except TorchDynamoException as exc:
         ours = root_cause(exc)
         if isinstance(ours, NpufuseError):
-            raise (_at_user_line(ours) if weightless else _located(ours, model, inputs)) from None
+            raise _ours(ours, model, inputs, weightless) from None
         if weightless:
             raise CaptureError(_weightless_break_message(exc)) from None
         raised = _eager_error(model, inputs)
         raise (raised or CaptureError(_graph_break_message(model, inputs, exc))) from None
+
+
+def _ours(error: NpufuseError, model: Callable[..., Any], inputs: Sequence[Any], weightless: bool) -> NpufuseError:
+    """The error to show for one of ours raised while the model was traced: for a gap (a missing op, name
+    or argument), every gap of the model at once (a survey run); for any other, it at the user's line."""
+    if gap_of(error) is not None:
+        found = survey(model, inputs, weightless)
+        if found is not None:
+            return found
+    return _at_user_line(error) if weightless else _located(error, model, inputs)
 
 
 def _weightless_break_message(exc: Exception) -> str:

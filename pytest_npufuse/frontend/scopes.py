@@ -174,3 +174,15 @@ def _annotations_from(attrs: dict[str, Any]) -> Annotations:
         never_timeout=None if NEVER_TIMEOUT not in attrs else attrs[NEVER_TIMEOUT] == "True",
         data_dump=attrs.get(DATA_DUMP) == "True",
     )
+
+
+STREAM_LABEL_META = "stream_label"
+"""The node meta key TorchAir keeps a node's stream label under (None: the default stream)."""
+
+
+def label_streams(gm: torch.fx.GraphModule) -> None:
+    """Store each node's stream label (None: the default stream) in ``node.meta["stream_label"]``, where
+    TorchAir keeps it for its reinplace checks and the ``extra_check`` functions user code registers read it;
+    the labels are :func:`node_streams`'."""
+    for node, stream in node_streams(gm.graph).items():
+        node.meta[STREAM_LABEL_META] = None if stream == DEFAULT_STREAM else stream

@@ -49,6 +49,7 @@ from ..numerics.exact import one_thread, quick_handoffs
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from .backend import CaptureBackend, CapturedGraph, GraphRunner
+from .rewrites import apply_rules
 from .dynamo import call_compiled, root_cause, value_dependent_capture
 
 # torch's warning when anything touches torch.jit.script_method (Dynamo does, tracing an optimizer).
@@ -132,8 +133,8 @@ class StepCapture:
         self.loss = loss
         self.optimizer = optimizer
         self._graphs: list[CapturedGraph] = []
-        forward = CaptureBackend(catalog, self._runner, self._graphs)
-        step = CaptureBackend(catalog, self._runner, self._graphs, phase=Phase.OPTIMIZER)
+        forward = CaptureBackend(catalog, self._runner, self._graphs, graph_passes=(apply_rules,))
+        step = CaptureBackend(catalog, self._runner, self._graphs, phase=Phase.OPTIMIZER, graph_passes=(apply_rules,))
         self._forward = torch.compile(_forward_with_loss, backend=forward, fullgraph=True, dynamic=False)
         # The forward once captured, run from Dynamo's cache (one per function and backend) outside a
         # fullgraph call: inside one, Dynamo compiles no nested frame on any thread (its fullgraph state

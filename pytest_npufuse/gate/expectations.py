@@ -14,17 +14,18 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import MarkerError
 from ..plan.tasks import ScopeOutcome
+from ..vocabulary import MissingOps
 
 if TYPE_CHECKING:
     from ..report.case import CaseReport
 
 OUTCOMES = tuple(ScopeOutcome)
-_SUPERKERNEL_KWARGS = ("scope", "min_speedup", "segments", "outcome", "breaks", "options")
+_SUPERKERNEL_KWARGS = ("scope", "min_speedup", "segments", "outcome", "breaks", "options", "missing_ops")
 
 
 @dataclass(frozen=True)
 class SuperKernelExpectation:
-    """``@pytest.mark.superkernel(scope, *, min_speedup, segments, outcome, breaks, options)``."""
+    """``@pytest.mark.superkernel(scope, *, min_speedup, segments, outcome, breaks, options, missing_ops)``."""
 
     scope: str
     min_speedup: float | None = None
@@ -32,6 +33,7 @@ class SuperKernelExpectation:
     outcome: str = "fused"
     breaks: tuple[str, ...] | None = None
     options: str | None = None
+    missing_ops: str | None = None
 
     def failures(self, report: CaseReport) -> list[str]:
         """Each unmet expectation as a sentence; empty when the case meets them all."""
@@ -143,7 +145,27 @@ def parse_superkernel(args: Sequence[Any], kwargs: Mapping[str, Any]) -> SuperKe
         outcome=outcome,
         breaks=None if breaks is None else _op_types(breaks),
         options=options,
+        missing_ops=_missing_ops("superkernel", kwargs.get("missing_ops")),
     )
+
+
+def _missing_ops(marker: str, value: Any) -> str | None:
+    """A marker's ``missing_ops=`` (what a check does about an op without a CPU kernel), checked."""
+    if value is not None and value not in set(MissingOps):
+        choices = ", ".join(repr(each.value) for each in MissingOps)
+        raise MarkerError(f"{marker} marker: missing_ops={value!r} is not one of {choices}.")
+    return value
+
+
+def markers_missing_ops(superkernels: Sequence[SuperKernelExpectation], streams: MultiStreamExpectation) -> str | None:
+    """The ``missing_ops=`` a test's markers agree on (None when none gives one); two that differ are an error."""
+    given = {each.missing_ops for each in (*superkernels, streams) if each.missing_ops is not None}
+    if len(given) > 1:
+        raise MarkerError(
+            f"the test's markers give different missing_ops= ({', '.join(map(repr, sorted(given)))}); a check has one "
+            "policy: give it on one marker, or the same on all."
+        )
+    return next(iter(given), None)
 
 
 def parse_superkernels(markers: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[SuperKernelExpectation]:
@@ -175,12 +197,12 @@ def parse_npu_target(args: Sequence[Any], known: Iterable[str]) -> tuple[str, ..
     return tuple(args)
 
 
-_MULTISTREAM_KWARGS = ("streams", "min_speedup", "race_free")
+_MULTISTREAM_KWARGS = ("streams", "min_speedup", "race_free", "missing_ops")
 
 
 @dataclass(frozen=True)
 class MultiStreamExpectation:
-    """``@pytest.mark.multistream(*, streams, min_speedup, race_free=True)``.
+    """``@pytest.mark.multistream(*, streams, min_speedup, race_free=True, missing_ops)``.
 
     ``race_free=False`` states that the case is known to be unsafe: the sanitizer must then find a race,
     a lifetime hazard or a deadlock, and the corrupted outputs that follow are expected.
@@ -189,6 +211,7 @@ class MultiStreamExpectation:
     streams: int | None = None
     min_speedup: float | None = None
     race_free: bool = True
+    missing_ops: str | None = None
 
     def expects_hazard(self, report: CaseReport) -> bool:
         return not self.race_free and bool(report.races or report.deadlock)
@@ -222,6 +245,7 @@ def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiSt
         streams=None if streams is None else _number("streams", streams, int, 1, "multistream"),
         min_speedup=None if min_speedup is None else _number("min_speedup", min_speedup, float, 0, "multistream"),
         race_free=race_free,
+        missing_ops=_missing_ops("multistream", kwargs.get("missing_ops")),
     )
 
 

@@ -27,18 +27,20 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
 from ..advisor.affinity import find_affinity
-from ..errors import ArgumentError, CaptureError
+from ..errors import ArgumentError, CaptureError, GapsError
 from ..execute.graph import Execution, cone_run, run_graph, writes_inputs
 from ..execute.routing import ExpertCounts
 from ..execute.sample import Sampled, SampleGraph, capture_sample, compute_sample
+from ..execute.standin import stood_in, uncompared
 from ..frontend.backend import Capture
 from ..frontend.meta import weightless
 from ..frontend.repeat import capture_program
+from ..frontend.survey import cpu_kernel_gaps, without_cpu_kernel
 from ..ir.program import Program
 from ..numerics.compare import compare_outputs, named_leaves
 from ..numerics.exact import one_thread, quick_handoffs
@@ -47,14 +49,14 @@ from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
 from ..report.explain import stream_uses
-from ..report.numerics import Numerics, stand_ins
+from ..report.numerics import Numerics, Uncompared, stand_ins
 from ..report.trace import write_case_traces
 from ..sanitize.checker import sanitize
 from ..simulate.host import HostConfig, host_config
 from ..simulate.routing import routed_program, routing_of
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile, resolve_profile
-from ..vocabulary import NumericsStatus
+from ..vocabulary import MissingOps, NumericsStatus
 from .graph import (  # noqa: F401  (the per-graph names are importable from the chain too)
     CompiledGraph,
     GraphOptions,
@@ -87,6 +89,7 @@ class _Outputs:
     variant: Any
     kernels_executed: int
     experts: tuple[int, ...] = ()
+    runs: tuple[tuple[Capture, list[Any], Execution], ...] = ()
 
 
 def _inputs_for(captured: Capture, inputs: Sequence[Any]) -> Sequence[Any]:
@@ -95,27 +98,38 @@ def _inputs_for(captured: Capture, inputs: Sequence[Any]) -> Sequence[Any]:
     return fresh(inputs) if writes_inputs(captured.graph.gm) else inputs
 
 
-def _execute(model: Capture, reference: Capture, stale: Mapping[str, frozenset[str]], inputs: Sequence[Any]) -> _Outputs:
+def _execute(
+    model: Capture, reference: Capture, stale: Mapping[str, frozenset[str]], inputs: Sequence[Any],
+    stand_in: Callable[[Capture], frozenset[str]],
+) -> _Outputs:
     """BASELINE and VARIANT numerics with each kernel computed once when both come from one capture;
-    ``stale`` are the VARIANT's racy reads."""
+    ``stale`` are the VARIANT's racy reads, ``stand_in`` names a capture's nodes timed without values."""
     gm, program = model.graph.gm, model.graph.program
     shared = reference is model
     cone, keep = cone_run(gm, stale, program) if shared else (frozenset(), frozenset())
     ref = reference.graph
     experts = ExpertCounts(ref.program)
-    baseline, base_run = reference.run(
-        _inputs_for(reference, inputs), lambda args: run_graph(ref.gm, ref.program, args, {}, keep=keep, observe=experts)
-    )
+    base_args: list[Any] = []
+
+    def execute_baseline(args: list[Any]) -> Execution:
+        base_args.extend(args)
+        return run_graph(ref.gm, ref.program, args, {}, keep=keep, observe=experts, stand_in=stand_in(reference))
+
+    baseline, base_run = reference.run(_inputs_for(reference, inputs), execute_baseline)
+    runs = ((reference, base_args, base_run),)
     if shared and not cone:
-        return _Outputs(baseline, baseline, base_run.kernels_run, experts.shares())
+        return _Outputs(baseline, baseline, base_run.kernels_run, experts.shares(), runs)
+    variant_args: list[Any] = []
 
     def execute(args: list[Any]) -> Execution:
+        variant_args.extend(args)
         if shared:
-            return run_graph(gm, program, args, stale, only=cone, given=base_run.kept)
-        return run_graph(gm, program, args, stale)
+            return run_graph(gm, program, args, stale, only=cone, given=base_run.kept, stand_in=stand_in(model))
+        return run_graph(gm, program, args, stale, stand_in=stand_in(model))
 
     variant_out, variant_run = model.run(_inputs_for(model, inputs), execute)
-    return _Outputs(baseline, variant_out, base_run.kernels_run + variant_run.kernels_run, experts.shares())
+    return _Outputs(baseline, variant_out, base_run.kernels_run + variant_run.kernels_run, experts.shares(),
+                    (*runs, (model, variant_args, variant_run)))
 
 
 def compare(
@@ -136,6 +150,7 @@ def compare(
     ranks: int | None = None,
     loss: Callable[[Any], Any] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
+    missing_ops: str | None = None,
 ) -> CaseReport:
     """Compile and run BASELINE (``reference`` or ``model`` with scopes ignored) and VARIANT, and report.
 
@@ -157,7 +172,13 @@ def compare(
     backward starts from, and ``optimizer`` (built over ``model.parameters()``, optional) is stepped; the
     outputs, the loss, every gradient and every updated parameter are compared bit for bit. The
     user's model and optimizer are never changed: each run works on a copy.
+
+    ``missing_ops`` says what to do about an op the model calls that has a fake kernel but no CPU kernel:
+    ``"error"`` (the default) stops, listing it with every other gap of the model
+    (:class:`~pytest_npufuse.errors.GapsError`); ``"timing-only"`` times it and leaves the outputs computed
+    from it uncompared (``report.numerics`` is ``partial`` and lists them).
     """
+    missing = _missing_ops(missing_ops)
     catalog = catalog or load_catalog()
     profile = resolve_profile(target)
     settings = Settings(profile if ranks is None else ranked(profile, ranks), graph_options(mode).mode, dynamic,
@@ -167,6 +188,11 @@ def compare(
             raise ArgumentError(
                 "routing= and ranks= model a decode deployment's MoE ranks; a training step (loss=) is modeled on "
                 "one rank. Drop routing=/ranks=, or check the forward without loss=."
+            )
+        if missing is MissingOps.TIMING_ONLY:
+            raise ArgumentError(
+                "missing_ops='timing-only' with loss=: a training step compares every gradient, and an op without a "
+                "CPU kernel has none; register its CPU kernel (torch.library.impl), or check the forward without loss=."
             )
         if numerics not in (None, "all"):
             raise ArgumentError(
@@ -192,11 +218,11 @@ def compare(
     if choice != "all":
         programs, found = _timed(model, inputs, reference, catalog, choice, racy)
     else:
-        programs, found = _computed(model, inputs, reference, catalog, racy)
+        programs, found = _computed(model, inputs, reference, catalog, racy, missing)
     route = routing_of(routing, found.pop("experts"))
     baseline = model_program(routed_program(programs[0], route), settings, Variant.BASELINE)
     variant = model_program(routed_program(programs[1], route), settings, Variant.VARIANT, dict(options or {}))
-    if found["numerics"].status is not NumericsStatus.COMPUTED:
+    if found["numerics"].status in (NumericsStatus.NOT_COMPUTED, NumericsStatus.SAMPLED):
         found["numerics"] = replace(found["numerics"], stand_ins=stand_ins(programs[1], route.describe()))
     if ranks is not None:
         found["ranks"] = rank_view(programs[1], ranks, route, settings, dict(options or {}))
@@ -204,6 +230,16 @@ def compare(
     if trace_dir is None:
         return report
     return replace(report, trace_path=str(write_case_traces(report, Path(trace_dir), case)))
+
+
+def _missing_ops(missing_ops: str | None) -> MissingOps:
+    """The check's policy for ops without a CPU kernel; a value off the vocabulary is refused."""
+    if missing_ops is None:
+        return MissingOps.ERROR
+    if missing_ops not in set(MissingOps):
+        choices = ", ".join(repr(each.value) for each in MissingOps)
+        raise ArgumentError(f"missing_ops={missing_ops!r} is not a choice; use one of {choices}.")
+    return MissingOps(missing_ops)
 
 
 def _numerics(numerics: str | None, model: Callable[..., Any], inputs: Sequence[Any], reference: Any) -> str:
@@ -230,12 +266,22 @@ RacyReads = Callable[[Program], Mapping[str, frozenset[str]]]
 
 def _computed(
     model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, catalog: OpCatalog,
-    racy: RacyReads,
+    racy: RacyReads, missing: MissingOps,
 ) -> tuple[Programs, dict[str, Any]]:
-    """Every output of both runs computed and compared bit for bit."""
-    captured = Capture(model, inputs, catalog)
-    reference_capture = Capture(reference, inputs, catalog) if reference is not None else captured
-    outputs = _execute(captured, reference_capture, racy(captured.graph.program), inputs)
+    """Every output of both runs computed and compared bit for bit, except, under ``timing-only``, those
+    computed from an op without a CPU kernel."""
+    with _timed_ops_are_no_gaps(missing):
+        captured = Capture(model, inputs, catalog)
+        reference_capture = Capture(reference, inputs, catalog) if reference is not None else captured
+    if missing is MissingOps.ERROR:
+        gaps = dict.fromkeys(gap for each in (reference_capture, captured) for gap in cpu_kernel_gaps(each.graph.gm))
+        if gaps:
+            raise GapsError(tuple(gaps))
+
+    def stand_in(capture: Capture) -> frozenset[str]:
+        return frozenset(node.name for node in without_cpu_kernel(capture.graph.gm))
+
+    outputs = _execute(captured, reference_capture, racy(captured.graph.program), inputs, stand_in)
     names, baseline_leaves = named_leaves(outputs.baseline, "the reference" if reference is not None else "the model")
     _, variant_leaves = named_leaves(outputs.variant)
     if len(baseline_leaves) != len(variant_leaves):
@@ -243,12 +289,52 @@ def _computed(
             f"the reference returns {len(baseline_leaves)} outputs but the model returns {len(variant_leaves)}; "
             "they must return the same structure to be compared."
         )
+    skipped = _uncompared(outputs.runs, (baseline_leaves, variant_leaves))
+    compared = [position for position in range(len(names)) if position not in skipped]
     found = {
-        "mismatches": compare_outputs(names, baseline_leaves, variant_leaves), "outputs": tuple(names),
-        "captures": 1 if reference is None else 2, "kernels_executed": outputs.kernels_executed,
-        "numerics": Numerics(), "experts": outputs.experts,
+        "mismatches": compare_outputs(
+            [names[i] for i in compared], [baseline_leaves[i] for i in compared], [variant_leaves[i] for i in compared]
+        ),
+        "outputs": tuple(names), "captures": 1 if reference is None else 2,
+        "kernels_executed": outputs.kernels_executed, "experts": outputs.experts,
+        "numerics": _partial(names, skipped) if skipped else Numerics(),
     }
     return (reference_capture.graph.program, captured.graph.program), found
+
+
+@contextlib.contextmanager
+def _timed_ops_are_no_gaps(missing: MissingOps) -> Iterator[None]:
+    """Under ``timing-only``, the gaps a capture lists leave out the ops without a CPU kernel: those are timed."""
+    try:
+        yield
+    except GapsError as exc:
+        if missing is MissingOps.ERROR:
+            raise
+        raise GapsError([gap for gap in exc.gaps if gap.kind != "cpu kernel"], exc.stopped) from None
+
+
+def _partial(names: Sequence[str], skipped: Mapping[int, frozenset[str]]) -> Numerics:
+    """Partial numerics: each output left uncompared, with the ops it comes from and why."""
+    return Numerics(NumericsStatus.PARTIAL, not_compared=tuple(
+        Uncompared(names[position], tuple(sorted(ops)),
+                   f"{' and '.join(sorted(ops))} has no CPU kernel, only a fake kernel (missing_ops='timing-only')")
+        for position, ops in sorted(skipped.items())
+    ))
+
+
+def _uncompared(
+    runs: Sequence[tuple[Capture, list[Any], Execution]], leaves: tuple[Sequence[Any], Sequence[Any]]
+) -> dict[int, frozenset[str]]:
+    """The output positions either run computed from a stand-in, with the ops they come from."""
+    skipped: dict[int, frozenset[str]] = {}
+    for (capture, args, run), run_leaves in zip(runs, leaves):
+        seeds = without_cpu_kernel(capture.graph.gm)
+        if not seeds:
+            continue
+        from_ops = stood_in(capture.graph.gm, seeds)
+        for position, ops in uncompared(capture.graph.gm, from_ops, args, run.outputs, run_leaves).items():
+            skipped[position] = skipped.get(position, frozenset()) | ops
+    return skipped
 
 
 def _timed(

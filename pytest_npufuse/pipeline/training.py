@@ -30,10 +30,11 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..advisor.affinity import find_affinity
-from ..errors import CaptureError
+from ..errors import CaptureError, GapsError
 from ..execute.graph import Execution, run_graph
 from ..frontend.backend import CapturedGraph
 from ..frontend.step import StepCapture, StepValues
+from ..frontend.survey import cpu_kernel_gaps
 from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.tasks import Variant
 from ..report.attribution import attribute_step
@@ -65,7 +66,11 @@ class _Modeled:
         return self.graphs[key]
 
     def execute(self, graph: CapturedGraph, args: list[Any]) -> Execution:
-        """The graph's values as this variant's device would compute them (racy reads poisoned)."""
+        """The graph's values as this variant's device would compute them (racy reads poisoned); a graph
+        with ops that have no CPU kernel stops the step, listing them (a training step compares every value)."""
+        gaps = cpu_kernel_gaps(graph.gm)
+        if gaps:
+            raise GapsError(gaps)
         return run_graph(graph.gm, graph.program, args, self.of(graph).poisoned_reads())
 
     def racy(self, graphs: Sequence[CapturedGraph]) -> bool:

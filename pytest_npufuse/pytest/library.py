@@ -53,6 +53,7 @@ class NpuFuse:
         numerics: str | None = None,
         routing: str | Sequence[float] | None = None,
         ranks: int | None = None,
+        missing_ops: str | None = None,
     ) -> CaseReport:
         """Compile BASELINE and VARIANT, run both, compare every output bit for bit, apply the markers.
 
@@ -62,7 +63,9 @@ class NpuFuse:
         ``routing`` and ``ranks`` model the MoE routing and N ranks of the deployment, as for ``compare``.
         ``loss`` (the outputs -> the scalar loss) makes it a training step, with ``optimizer`` (over the
         model's parameters) stepped after the backward; the gradients and updated parameters are compared
-        too. Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
+        too. ``missing_ops`` (``"error"`` or ``"timing-only"``, as for ``compare``) overrides the markers' and
+        ``--npufuse-missing-ops``. Any unmet expectation fails the test with a diagnosis naming the scope, the op
+        and the number.
         """
         settings = self._settings
         checked(self._request.node)
@@ -73,6 +76,7 @@ class NpuFuse:
                 trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
                 affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics, loss=loss,
                 optimizer=optimizer, routing=routing, ranks=ranks,
+                missing_ops=missing_ops or self._expectations.missing_ops or settings.missing_ops,
             )
         )
         entry, change = self._record(report)

@@ -16,6 +16,7 @@ from ..gate.expectations import (
     AffinityExpectation,
     MultiStreamExpectation,
     SuperKernelExpectation,
+    markers_missing_ops,
     parse_affinity,
     parse_multistream,
     parse_npu_target,
@@ -29,12 +30,13 @@ if TYPE_CHECKING:
     from ..report.case import CaseReport
 
 MARKERS = (
-    "superkernel(scope, *, min_speedup=None, segments=None, outcome='fused', breaks=None, options=None): "
-    "expectations about one SuperKernel scope, checked by npufuse.check(); stack markers for several scopes. "
-    "outcome is one of fused, unfused, bypassed, aborted, hang, unsupported; breaks lists the op types "
-    "(e.g. 'aten::add') expected to split the scope; options replaces the scope's options string.",
-    "multistream(*, streams=None, min_speedup=None, race_free=True): expectations about in-graph multi-stream "
-    "execution, checked by npufuse.check().",
+    "superkernel(scope, *, min_speedup=None, segments=None, outcome='fused', breaks=None, options=None, "
+    "missing_ops=None): expectations about one SuperKernel scope, checked by npufuse.check(); stack markers for "
+    "several scopes. outcome is one of fused, unfused, bypassed, aborted, hang, unsupported; breaks lists the op "
+    "types (e.g. 'aten::add') expected to split the scope; options replaces the scope's options string; "
+    "missing_ops ('error' or 'timing-only') overrides --npufuse-missing-ops for the check.",
+    "multistream(*, streams=None, min_speedup=None, race_free=True, missing_ops=None): expectations about in-graph "
+    "multi-stream execution, checked by npufuse.check(); missing_ops as for superkernel.",
     "npu_target(*names): run this test only on these NPU targets (e.g. 'a3'); it is skipped on the others.",
     "npu_affinity(*, max_findings=0): npufuse.check() also looks for the op forms Ascend's affinity-op guide names as slow (one_hot+sum, "
     "nn.Linear, bmm to [b,1,1], repeat_interleave with a scalar, gather, IndexPutV2, unfused RotaryMul / RmsNorm / "
@@ -57,6 +59,7 @@ class ItemExpectations:
     multistream: MultiStreamExpectation
     targets: tuple[str, ...] | None
     affinity: AffinityExpectation | None = None
+    missing_ops: str | None = None
 
     @property
     def scope_options(self) -> dict[str, str]:
@@ -107,11 +110,14 @@ def _parse(item: pytest.Item) -> ItemExpectations:
     target_mark = item.get_closest_marker("npu_target")
     known = settings_of(item.config).known_targets
     affinity_mark = item.get_closest_marker("npu_affinity")
+    superkernels = tuple(parse_superkernels([(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")]))
+    multistream = parse_multistream(stream_mark.args, stream_mark.kwargs) if stream_mark else MultiStreamExpectation()
     return ItemExpectations(
-        superkernels=tuple(parse_superkernels([(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")])),
-        multistream=parse_multistream(stream_mark.args, stream_mark.kwargs) if stream_mark else MultiStreamExpectation(),
+        superkernels=superkernels,
+        multistream=multistream,
         targets=None if target_mark is None else parse_npu_target(target_mark.args, known),
         affinity=parse_affinity(affinity_mark.args, affinity_mark.kwargs) if affinity_mark else None,
+        missing_ops=markers_missing_ops(superkernels, multistream),
     )
 
 

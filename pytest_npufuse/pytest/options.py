@@ -95,6 +95,14 @@ OPTIONS: tuple[Option, ...] = (
         default=False,
     ),
     Option(
+        "npufuse_missing_ops",
+        "what a check does about an op with a fake kernel but no CPU kernel: error (stop, listing every gap of the "
+        "check at once) or timing-only (time it, leave what is computed from it uncompared: numerics partial); "
+        "the markers' and check()'s missing_ops= override it",
+        default="error",
+        metavar="error|timing-only",
+    ),
+    Option(
         "npufuse_shim_modules",
         "map import torchair / import torch_npu to pytest-npufuse and put torch.npu on the CPU, so scripts "
         "written for a real NPU run unchanged: auto (when the real packages are absent), true or false",

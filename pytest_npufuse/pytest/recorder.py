@@ -19,6 +19,7 @@ from ..files import locked_output
 from ..files.kinds import fingerprint
 from ..gate.baseline import Change, model_notice
 from ..gate.run_document import entries_of, save_run_report
+from ..report.numerics import shown_verdict
 from . import terminal
 from .environment import run_environment
 from .settings import settings_of
@@ -192,7 +193,8 @@ class RunRecorder:
         """Every check's view, sorted by test, with its test's outcome and failure message: a serial run
         and a pytest-xdist run write the same page."""
         return [
-            {**view, "verdict": self.tests.get(nodeid, ("unknown", []))[0], "message": self.messages.get(nodeid, "")}
+            {**view, "verdict": shown_verdict(self.tests.get(nodeid, ("unknown", []))[0], view.get("numerics")),
+             "message": self.messages.get(nodeid, "")}
             for nodeid in sorted(self.views) for view in self.views[nodeid]
         ]
 

@@ -20,6 +20,7 @@ from ..simulate.version import ModelIdentity
 from ..target.catalog import OpCatalog
 from ..target.profile import BUILTIN_TARGETS, HardwareProfile
 from ..target.userconfig import UserConfig, load_user_config
+from ..vocabulary import MissingOps
 from .options import is_set, path_setting, setting
 
 
@@ -51,6 +52,7 @@ class RunSettings:
     html_path: Path | None
     known_targets: tuple[str, ...] = ()
     advise: bool = False
+    missing_ops: str = MissingOps.ERROR.value
 
     @cached_property
     def catalog(self) -> OpCatalog:
@@ -91,7 +93,7 @@ class RunSettings:
         known = tuple(sorted({*BUILTIN_TARGETS, *user.targets, *profiles}))
         settings = cls(
             profiles, user, request, _trace_dir(config), json_path, html_path, known,
-            bool(setting(config, "npufuse_advise")),
+            bool(setting(config, "npufuse_advise")), _missing_ops(config),
         )
         if user.ops or request is not None:  # a bad [tool.npufuse.ops] or baseline must stop the run at once
             settings.read_files()
@@ -105,6 +107,14 @@ class RunSettings:
     @property
     def default_target(self) -> str:
         return next(iter(self.profiles))
+
+
+def _missing_ops(config: pytest.Config) -> str:
+    value = str(setting(config, "npufuse_missing_ops")).strip()
+    if value not in set(MissingOps):
+        choices = " or ".join(each.value for each in MissingOps)
+        raise pytest.UsageError(f"--npufuse-missing-ops={value!r} is not a choice; use {choices}.")
+    return value
 
 
 _SETTINGS = pytest.StashKey[RunSettings]()

@@ -6,6 +6,7 @@ from typing import Any, Mapping, Sequence
 
 from ..gate.baseline import Change, Gate, aligned, count_line
 from ..report.escaping import terminal_text
+from ..report.numerics import precision_word, shown_verdict
 
 WIDTH = 120
 """The table's width at default verbosity; ``-v`` prints every column at full width."""
@@ -41,7 +42,7 @@ def _cells(label: str, row: Mapping[str, Any], verdict: str, long: bool) -> tupl
         "variant us": _us(row["variant_us"]), "speedup": f"{row['speedup']:.3f}x", "segments": str(row["segments"]),
         "SK": str(row["segments"]), "streams": str(row["streams"]), "host us": _us(row.get("host_us")),
         "device us": _us(row.get("device_us")), "bound": row.get("bound", ""),
-        "precision": "bit-exact" if row.get("bit_exact", True) else "differs", "gate": row.get("gate", ""),
+        "precision": precision_word(row.get("bit_exact", True), row.get("numerics")), "gate": row.get("gate", ""),
         "verdict": verdict,
     }
     return tuple(values[column] for column in (_LONG if long else _SHORT))
@@ -102,7 +103,8 @@ def results_table(
     mode, host/device time, bound and precision, at full width. The order depends only on the rows, so
     a pytest-xdist run, whose reports arrive in any order, prints the same table."""
     items = sorted(
-        ((_label(nodeid, row), row, tests[nodeid][0]) for nodeid in tests for row in tests[nodeid][1]), key=_worst_first
+        ((_label(nodeid, row), row, shown_verdict(tests[nodeid][0], row.get("numerics")))
+         for nodeid in tests for row in tests[nodeid][1]), key=_worst_first
     )
     if not items:
         return

@@ -10,7 +10,7 @@ that nobody mistakes a stand-in for a measurement.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from ..ir.program import Program
 from ..vocabulary import NumericsStatus
@@ -20,15 +20,33 @@ ROUTING_COSTS = frozenset({"grouped_matmul", "mc2_dispatch", "mc2_combine"})
 
 
 @dataclass(frozen=True)
+class Uncompared:
+    """An output a check did not compare: it is computed from ``ops``, which were timed but could not be
+    computed (``missing_ops="timing-only"``), for ``reason``."""
+
+    output: str
+    ops: tuple[str, ...]
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.output} from {', '.join(self.ops)}: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"output": self.output, "ops": list(self.ops), "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class Numerics:
-    """``status``: computed, sampled or not computed; ``layers``: the module paths computed when sampled;
-    ``weights``: whose weights the computed layers ran on (``model`` or ``seeded``); ``stand_ins``: one
-    sentence per stand-in value the timing used."""
+    """``status``: computed, sampled, not computed or partial; ``layers``: the module paths computed when
+    sampled; ``weights``: whose weights the computed layers ran on (``model`` or ``seeded``); ``stand_ins``:
+    one sentence per stand-in value the timing used; ``not_compared``: when partial, each output left
+    uncompared (:class:`Uncompared`)."""
 
     status: NumericsStatus = NumericsStatus.COMPUTED
     layers: tuple[str, ...] = ()
     weights: str = "model"
     stand_ins: tuple[str, ...] = ()
+    not_compared: tuple[Uncompared, ...] = ()
 
     @property
     def computed(self) -> bool:
@@ -41,14 +59,19 @@ class Numerics:
             return f"numerics sampled on {', '.join(self.layers)} ({self.weights} weights)"
         if self.status is NumericsStatus.NOT_COMPUTED:
             return "numerics not computed (timing only)"
+        if self.status is NumericsStatus.PARTIAL:
+            return f"numerics partial: {len(self.not_compared)} output(s) not compared"
         return "numerics computed"
 
     def lines(self) -> list[str]:
-        return [self.describe(), *(f"  stand-in: {text}" for text in self.stand_ins)]
+        return [
+            self.describe(), *(f"  not compared: {each.describe()}" for each in self.not_compared),
+            *(f"  stand-in: {text}" for text in self.stand_ins),
+        ]
 
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status.value, "layers": list(self.layers), "weights": self.weights,
-                "stand_ins": list(self.stand_ins)}
+                "stand_ins": list(self.stand_ins), "not_compared": [each.to_json() for each in self.not_compared]}
 
 
 def stand_ins(program: Program, routing: str = "uniform") -> tuple[str, ...]:
@@ -70,3 +93,33 @@ def stand_ins(program: Program, routing: str = "uniform") -> tuple[str, ...]:
     if routed:
         lines.append(f"routing: {routing} ({routed} MoE kernel(s) priced by the rows and experts it gives)")
     return tuple(lines)
+
+
+PARTIAL_VERDICT = "partial"
+"""The verdict shown for a passed test whose numerics are partial (some outputs not compared): never a
+plain pass."""
+
+
+def _partial(numerics: Mapping[str, Any] | None) -> bool:
+    return (numerics or {}).get("status") == NumericsStatus.PARTIAL.value
+
+
+def shown_verdict(verdict: str, numerics: Mapping[str, Any] | None) -> str:
+    """A test's verdict as the terminal table and the HTML report show it, from its outcome and a check's
+    ``numerics`` (as :meth:`Numerics.to_json` wrote it)."""
+    return PARTIAL_VERDICT if verdict == "passed" and _partial(numerics) else verdict
+
+
+def not_compared_lines(numerics: Mapping[str, Any] | None) -> list[str]:
+    """Each output a check left uncompared, one line each, from its ``numerics`` as JSON."""
+    return [
+        Uncompared(each["output"], tuple(each["ops"]), each["reason"]).describe()
+        for each in (numerics or {}).get("not_compared", ())
+    ]
+
+
+def precision_word(bit_exact: bool, numerics: Mapping[str, Any] | None) -> str:
+    """A check's precision in a word or two: bit-exact or differs, marked partial when some outputs were
+    not compared."""
+    exact = "bit-exact" if bit_exact else "differs"
+    return f"{exact} (partial)" if _partial(numerics) else exact

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..errors import NotModeledAttributeError, NotModeledError, OpArgumentError, ScopeError
+from ..gaps import missing
 from ..frontend import scopes
 from ..simulate.clock import DEVICE_CLOCK
 from ..torch_npu.profiler import profile  # noqa: F401 - torch_npu.npu.profile, seed 004's method three
@@ -326,9 +327,9 @@ def __getattr__(name: str) -> Any:
         return npugraph_ex
     if name.startswith("__"):
         raise AttributeError(name)
-    raise NotModeledAttributeError(
-        f"torch.npu.{name} is not modeled by pytest-npufuse (its CPU torch.npu has: {', '.join(PROVIDED)})."
-    )
+    has = f"its CPU torch.npu has: {', '.join(PROVIDED)}"
+    error = NotModeledAttributeError(f"torch.npu.{name} is not modeled by pytest-npufuse ({has}).")
+    return missing(error, "name", f"torch.npu.{name}", f"pytest-npufuse does not model it ({has})")
 
 
 PROVIDED = (

@@ -58,7 +58,12 @@ add the op.
 
 from __future__ import annotations
 
-from ..errors import MissingOpError
+import importlib.util
+
+import torch
+
+from ..errors import GAPS_DOCS, MissingOpError, NotModeledAttributeError
+from ..gaps import StandIn, missing
 from .activation import fast_gelu, npu_fast_gelu, npu_fast_gelu_backward, npu_gelu, npu_gelu_backward
 from .atb import (
     _npu_flash_attention,
@@ -249,27 +254,72 @@ __version__ = release().torch_npu
 # standard names too: ``torch_npu.float32`` is the code 256, not ``torch.float32``.
 globals().update(DTYPE_CODES)
 
-DOCS_SECTION = "docs/howto/write-a-case.md, section 'An op pytest-npufuse does not provide'"
+DOCS_SECTION = GAPS_DOCS
+
+SUBPACKAGES = frozenset({
+    "_afd", "_compat", "_compiler", "_inductor", "_init", "_logging", "asd", "contrib", "csrc", "distributed",
+    "dynamo", "jit", "multiprocessing", "npu", "onnx", "optim", "profiler", "testing", "utils",
+})
+"""The subpackages of the real torch_npu (Ascend/pytorch ``torch_npu/`` @9e73e70): a missing one of these is
+a missing module, not a missing op."""
 
 
-def missing_op_message(name: str) -> str:
-    """The one message for a missing op: what is missing and the two steps that add it."""
+def missing_op_message(name: str, spelled: str = "") -> str:
+    """The one message for a missing op (``spelled`` as the model wrote it: ``torch_npu.<name>`` by default,
+    or ``torch.ops.npu.<name>``): what is missing and the steps that add it."""
     return (
-        f"torch_npu.{name} is not among the CPU kernels pytest-npufuse provides "
-        f"({len(OPS)} ops; `python -m pytest_npufuse ops` lists them). To add it:\n"
-        f"  1. register it as a torch.library.custom_op with a CPU kernel and a fake kernel, e.g.\n"
-        f'       @torch.library.custom_op("mylib::{name}", mutates_args=())\n'
-        f"       def {name}(x: torch.Tensor) -> torch.Tensor: ...   # the CPU reference\n"
-        f"       @{name}.register_fake\n"
-        f"       def _(x): return torch.empty_like(x)             # shapes and dtypes only\n"
-        f"     and call it where the model calls torch_npu.{name};\n"
-        f'  2. describe it in pyproject.toml under [tool.npufuse.ops."mylib::{name}"] '
-        f"(engine, fusable, sync_all, block_dim).\n"
+        f"{spelled or f'torch_npu.{name}'} is not among the CPU kernels pytest-npufuse provides "
+        f"({len(OPS)} ops; `python -m pytest_npufuse ops` lists them). {_add_op(name)}\n"
         f"See {DOCS_SECTION}."
     )
+
+
+def missing_op(name: str, spelled: str) -> StandIn:
+    """An op of torch_npu's ``npu`` namespace that neither this package nor the user defined, asked for as
+    ``spelled``: its :class:`MissingOpError` at once, or in a check's survey a stand-in (:mod:`..gaps`)."""
+    fix = (
+        f'define npu::{name} with torch.library (schema, fake kernel, CPU kernel) and describe it under '
+        f'[tool.npufuse.ops."npu::{name}"]'
+    )
+    return missing(MissingOpError(missing_op_message(name, spelled)), "op", spelled, fix)
+
+
+def _user_op(name: str) -> object | None:
+    """``torch.ops.npu.<name>`` when the user defined it: the packet torch keeps once it is looked up, else
+    torch's own lookup (which keeps it), not the shim's gap."""
+    known = vars(torch.ops.npu).get(name)
+    if known is not None:
+        return known
+    try:
+        return torch._ops._OpNamespace.__getattr__(torch.ops.npu, name)
+    except AttributeError:
+        return None
+
+
+def _add_op(name: str) -> str:
+    """How a user adds a missing op: torch_npu exposes each ``torch.ops.npu.<op>`` as ``torch_npu.<op>``
+    (Ascend/pytorch ``torch_npu/_init/core/_exports.py``), and so does this package."""
+    return (
+        f'To add it: define npu::{name} with torch.library (a schema, a fake kernel for its shapes and a CPU '
+        f'kernel as its reference, e.g. @torch.library.custom_op("npu::{name}", mutates_args=()) and '
+        f"register_fake), so the model's torch_npu.{name} calls it, and describe it in pyproject.toml under "
+        f'[tool.npufuse.ops."npu::{name}"] (engine, fusable, sync_all, block_dim).'
+    )
+
+
+_MODULE_FIX = "keep its use out of the checked model, or check the model where the real torch_npu is installed"
 
 
 def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    raise MissingOpError(missing_op_message(name))
+    if name in SUBPACKAGES:
+        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            # Provided, but loaded by its own import, as torch_npu loads it (contrib, onnx).
+            raise AttributeError(f"module 'torch_npu' has no attribute {name!r}; import torch_npu.{name} first")
+        error = NotModeledAttributeError(
+            f"torch_npu.{name} is a module of torch_npu that pytest-npufuse's shim does not model; {_MODULE_FIX}."
+        )
+        return missing(error, "module", f"torch_npu.{name}", _MODULE_FIX)
+    registered = _user_op(name)
+    return registered if registered is not None else missing_op(name, f"torch_npu.{name}")

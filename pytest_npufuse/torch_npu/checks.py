@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..errors import OpArgumentError, OpTypeError
+from ..gaps import refused
 from .dtypes import DTYPE_CODES
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -102,7 +103,8 @@ def require_unused(op: str, **values: object) -> None:
     """Refuse optional inputs of a feature the CPU model does not implement (None or [] pass)."""
     for name, value in values.items():
         if value is not None and not (isinstance(value, (list, tuple)) and len(value) == 0):
-            raise OpArgumentError(f"{name} is not implemented by the CPU model of {op}; pass None")
+            error = OpArgumentError(f"{name} is not implemented by the CPU model of {op}; pass None")
+            refused(error, f"torch_npu.{op}", name, "pass None: the CPU model does not implement its feature")
 
 
 def require_trailing(name: str, tensor: torch.Tensor, x_name: str, x: torch.Tensor) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NotModeledAttributeError
+from ..gaps import missing
 from . import _acl_concrete_graph, configs, core, experimental, ge, ge_concrete_graph, inference, npu_fx_compiler, ops, patterns, scope
 from ._hcom import patch_for_hcom
 from .configs.compiler_config import CompilerConfig
@@ -34,8 +35,10 @@ _NOT_MODELED = frozenset(
 
 def __getattr__(name: str) -> Any:
     if name in _NOT_MODELED:
-        raise NotModeledAttributeError(
-            f"torchair.{name} is not modeled by pytest-npufuse; it models {', '.join(__all__)} and the modules "
-            "configs, core, experimental, ge, ge_concrete_graph, inference, npu_fx_compiler, ops, patterns and scope."
+        has = (
+            f"it models {', '.join(__all__)} and the modules configs, core, experimental, ge, ge_concrete_graph, "
+            "inference, npu_fx_compiler, ops, patterns and scope"
         )
+        error = NotModeledAttributeError(f"torchair.{name} is not modeled by pytest-npufuse; {has}.")
+        return missing(error, "name", f"torchair.{name}", f"pytest-npufuse does not model it; {has}")
     raise AttributeError(f"module 'torchair' has no attribute {name!r}")

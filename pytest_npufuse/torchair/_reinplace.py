@@ -38,7 +38,7 @@ from torch.utils import _pytree as pytree
 
 from ..frontend.lower import op_type_of
 from ..frontend.reinplace import KEEP_WRITE_BACKS, PRICED_AS
-from ..frontend.scopes import DEFAULT_STREAM, node_streams
+from ..frontend.scopes import STREAM_LABEL_META, label_streams
 from .core.utils import logger
 
 __all__ = [
@@ -48,9 +48,6 @@ __all__ = [
     "check_multi_stream_for_single_reinplace",
     "check_multi_stream_for_multi_reinplace",
 ]
-
-# The key TorchAir stores a node's stream label under (None for the default stream) before its checks.
-STREAM_LABEL_META = "stream_label"
 
 
 @dataclass(frozen=True)
@@ -64,14 +61,6 @@ class InplaceableNpuOp:
 
 
 inplaceable_npu_ops: dict[Callable[..., Any], InplaceableNpuOp] = {}
-
-
-def label_streams(gm: torch.fx.GraphModule) -> None:
-    """Store each node's stream label (None: the default stream) in ``node.meta["stream_label"]``, where
-    TorchAir keeps it for its reinplace checks and the ``extra_check`` functions user code registers read it;
-    the labels are lowering's (:func:`~pytest_npufuse.frontend.scopes.node_streams`)."""
-    for node, stream in node_streams(gm.graph).items():
-        node.meta[STREAM_LABEL_META] = None if stream == DEFAULT_STREAM else stream
 
 
 def _is_copy(node: torch.fx.Node) -> bool:

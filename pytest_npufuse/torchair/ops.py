@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import NotModeledAttributeError, ScopeError
+from ..gaps import missing
 from ..frontend.tagged_events import EVENTS, TaggedEvent
 from ._printing import npu_print
 
@@ -90,6 +91,6 @@ def __getattr__(name: str) -> Any:
         return getattr(torch_npu, name)
     if name.startswith("__"):
         raise AttributeError(name)
-    raise NotModeledAttributeError(
-        f"torchair.ops.{name} is not modeled by pytest-npufuse; torchair.ops has {', '.join(__all__ + list(TORCH_NPU_OPS))}."
-    )
+    has = f"torchair.ops has {', '.join(__all__ + list(TORCH_NPU_OPS))}"
+    error = NotModeledAttributeError(f"torchair.ops.{name} is not modeled by pytest-npufuse; {has}.")
+    return missing(error, "name", f"torchair.ops.{name}", f"pytest-npufuse does not model it; {has}")

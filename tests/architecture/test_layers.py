@@ -23,6 +23,7 @@ NAME = "pytest_npufuse"
 # Lowest first. Each entry is one top-level module or subpackage of pytest_npufuse.
 LAYERS: tuple[str, ...] = (
     "errors",
+    "gaps",
     "vocabulary",
     "files",
     "cost",

@@ -1012,7 +1012,7 @@ def test_missing_op_is_one_error_naming_it_with_the_steps_to_add_it() -> None:
     assert isinstance(info.value, torch_npu.MissingOpError)
     assert "torch_npu.npu_foo_bar is not among the CPU kernels" in message
     assert "torch.library.custom_op" in message and "register_fake" in message
-    assert '[tool.npufuse.ops."mylib::npu_foo_bar"]' in message and "docs/howto/write-a-case.md" in message
+    assert '[tool.npufuse.ops."npu::npu_foo_bar"]' in message and "docs/howto/write-a-case.md" in message
     guide = (Path(__file__).parents[2] / "docs" / "howto" / "write-a-case.md").read_text()
     assert "\n## An op pytest-npufuse does not provide\n" in guide  # the section the message names
     assert not hasattr(torch_npu, "npu_foo_bar")
@@ -1026,10 +1026,10 @@ def test_ops_command_lists_every_op_with_engine_fusable_flag_and_source() -> Non
     out = io.StringIO()
     assert main(["ops"], out=out) == 0
     lines = out.getvalue().splitlines()
-    assert lines[0].split() == ["op", "family", "engine", "fusable", "source"]
+    assert lines[0].split() == ["op", "family", "engine", "fusable", "cost", "rule", "backward", "source"]
     rows = {line.split()[0]: line.split() for line in lines[1:-1]}
     assert set(rows) == {op.op_type for op in torch_npu.OPS.values()}
     assert rows["npu::npu_quant_matmul"][1:4] == ["quant", "cube", "yes"]
     assert rows["npu::npu_format_cast"][1:4] == ["memory", "vector", "no"]
-    assert "ptaoplist_000172" in " ".join(rows["npu::npu_quant_matmul"][4:])
+    assert "ptaoplist_000172" in " ".join(rows["npu::npu_quant_matmul"][6:])
     assert lines[-1] == f"{len(torch_npu.OPS)} ops"

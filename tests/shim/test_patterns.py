@@ -11,12 +11,12 @@ import torch
 from pytest_npufuse import torchair
 from pytest_npufuse.pipeline.backend import end_run, start_run
 from pytest_npufuse.target.profile import load_profile
-from pytest_npufuse.torchair.patterns import pattern_pass_manager
+from pytest_npufuse.frontend import rewrites
 
 
 @pytest.fixture
 def session(shim, monkeypatch):
-    monkeypatch.setattr(pattern_pass_manager, "_RULES", [])  # rules are process-wide: each test starts with none
+    monkeypatch.setattr(rewrites, "_RULES", [])  # rules are process-wide: each test starts with none
     yield start_run(load_profile("a3"))
     end_run()
 
@@ -71,7 +71,7 @@ def test_a_registered_rule_fuses_its_match_in_every_compiled_graph(session):
 def test_pattern_fusion_pass_off_extra_check_or_two_streams_keep_the_ops(session):
     _register(extra_check=lambda match: match.kwargs["x1"].meta["val"].shape[-1] == 7168)  # the document's check
     assert "npu::npu_add_rms_norm" not in _kernels(session, torchair.CompilerConfig())
-    pattern_pass_manager._RULES.clear()
+    rewrites._RULES.clear()
     _register()
     config = torchair.CompilerConfig()
     config.experimental_config.pattern_fusion_pass = False

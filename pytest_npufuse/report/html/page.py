@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ...files import write_text
 from ..escaping import html_text
+from ..numerics import not_compared_lines, precision_word
 from .assets import SCRIPT, STYLE
 from .timeline import case_svg
 
@@ -39,8 +40,9 @@ def _precision(view: Mapping[str, Any]) -> str:
     numerics = view.get("numerics") or {}
     if numerics.get("status") == "not computed":
         return "not computed"
-    exact = "bit-exact" if view["bit_exact"] else "differs"
-    return f"{exact} (sampled)" if numerics.get("status") == "sampled" else exact
+    if numerics.get("status") == "sampled":
+        return f"{'bit-exact' if view['bit_exact'] else 'differs'} (sampled)"
+    return precision_word(view["bit_exact"], numerics)
 
 
 def _summary_row(index: int, view: Mapping[str, Any]) -> str:
@@ -194,6 +196,7 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
     if gate:
         facts.append(f'<span class="gate g-{html_text(gate["status"])}">gate: {html_text(gate["status"])} — {html_text(gate["text"])}</span>')
     mismatches = "".join(f"<li>{html_text(m)}</li>" for m in view["mismatches"])
+    uncompared = "".join(f"<li>{html_text(line)}</li>" for line in not_compared_lines(view.get("numerics")))
     failures = "".join(f'<p class="failure"><b>{html_text(run["variant"].upper())} does not finish:</b> {html_text(run["failure"], multiline=True)}</p>'
                        for run in view["runs"] if run["failure"])
     failures += "".join(f'<p class="note stream-note">{html_text(note)}</p>' for note in view.get("stream_notes", ()))
@@ -202,7 +205,8 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
         f'<section class="case" id="case-{index}" data-case="{html_text(view["case"])}" data-status="{_status(view)}">'
         f'<h2>{html_text(view["case"])}</h2><div class="facts">{"".join(facts)}</div>{message}'
         f'{case_svg(view, str(index))}{_ZOOM_BAR}<div class="below"><div class="findings">{failures}{_scopes(view)}{_races(view)}'
-        f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}</div>'
+        f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}'
+        f'{f"<h3>Outputs not compared</h3><ul>{uncompared}</ul>" if uncompared else ""}</div>'
         f'{_op_types(view)}{_modules(view)}</div>{_overlap(view)}</section>'
     )
 

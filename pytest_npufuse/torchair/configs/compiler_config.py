@@ -23,6 +23,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Mapping
 
+from ...frontend.rewrites import apply_rules
 from ...pipeline.graph import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
 from ..core.utils import logger
@@ -30,7 +31,6 @@ from .._datadump import plan_dump
 from .._fxpass import run_passes
 from .._graphdump import write_graph_dump
 from .._reinplace import keep_write_backs, reinplace_inplaceable_ops
-from ..patterns.pattern_pass_manager import apply_replacements
 from ._options import CallableValue, ConfigNode, OptionValue, PathValue, int_range, of_type
 
 __all__ = ["CompilerConfig"]
@@ -186,7 +186,7 @@ class CompilerConfig(ConfigNode):
         aclgraph = Mode(self.run_mode).aclgraph
         kept = aclgraph and self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.raw
         reinplace = [keep_write_backs if kept else reinplace_inplaceable_ops] if aclgraph else []
-        patterns = [apply_replacements] if self.experimental_config.pattern_fusion_pass.raw else []
+        patterns = [apply_rules] if self.experimental_config.pattern_fusion_pass.raw else []
         return partial(
             run_passes, self.post_grad_custom_pre_pass.raw, self.post_grad_custom_post_pass.raw, handed,
             (*patterns, *reinplace),
