@@ -71,7 +71,13 @@ class BaselineError(NpufuseError):
 
 class ArgumentError(NpufuseError):
     """A library call or API got an argument of the wrong kind or out of range (``HostConfig(threads=0)``,
-    ``check(Model, x)`` with the class instead of an instance)."""
+    ``check(Model, x)`` with the class instead of an instance). ``argument`` names it where one does
+    (``"ranks"``, ``"routing"``, ``"loss"``, ``"optimizer"``, ``"model"``); with a user's function at fault (a
+    hook, a loss), ``file`` and ``entry`` (``"line N"``) are where it is defined."""
+
+    def __init__(self, *args: object, argument: str | None = None, **fields: object) -> None:
+        super().__init__(*args, **fields)  # type: ignore[arg-type]
+        self.argument = argument
 
 
 class InputFileError(NpufuseError):
