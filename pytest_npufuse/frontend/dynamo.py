@@ -70,7 +70,7 @@ def call_compiled(
             raise (_at_user_line(ours) if weightless else _located(ours, model, inputs)) from None
         if weightless:
             raise CaptureError(_weightless_break_message(exc)) from None
-        raised = _eager_error(model, inputs, grad)
+        raised = eager_error(model, inputs, grad)
         raise (raised or CaptureError(_graph_break_message(model, inputs, exc))) from None
 
 
@@ -157,7 +157,7 @@ def _located(error: NpufuseError, model: Callable[..., Any], inputs: Sequence[An
     located = _at_user_line(error)
     if located is not error or _HAS_LINE.search(str(error)):
         return located
-    eager = _eager_error(model, inputs)
+    eager = eager_error(model, inputs)
     return eager if eager is not None and str(eager).startswith(str(error).rstrip(".")) else error
 
 
@@ -172,7 +172,7 @@ def _at_user_line(error: NpufuseError) -> NpufuseError:
     return type(error)(f"{str(error).rstrip('.')} (at {frame}).")
 
 
-def _eager_error(model: Callable[..., Any], inputs: Sequence[Any], grad: bool = False) -> NpufuseError | None:
+def eager_error(model: Callable[..., Any], inputs: Sequence[Any], grad: bool = False) -> NpufuseError | None:
     """Run the model uncompiled: when it fails there too (a bad argument to an op or a scope), that
     error, with the model's own message, is the one to show, not Dynamo's account of tracing it. With
     ``grad`` as the compiled call had it: an in-place op on a parameter fails only with gradients on."""

@@ -50,7 +50,7 @@ from ..numerics.exact import one_thread, quick_handoffs
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from .backend import CaptureBackend, CapturedGraph, GraphRunner
-from .dynamo import call_compiled, root_cause, value_dependent_capture
+from .dynamo import call_compiled, eager_error, root_cause, value_dependent_capture
 from .meta import weightless
 
 # torch's warning when anything touches torch.jit.script_method (Dynamo does, tracing an optimizer).
@@ -184,7 +184,19 @@ class StepCapture:
         self, model: torch.nn.Module, inputs: Sequence[Any], forward: Callable[..., Any] | None = None
     ) -> tuple[Any, torch.Tensor]:
         compiled = functools.partial(forward or self._forward, model, self.loss)
-        outputs, loss = call_compiled(self.model, compiled, inputs, grad=True)
+        # Errors are diagnosed on the run's copy: that runs it uncompiled, which must not change the user's
+        # model (a BatchNorm's running statistics).
+        try:
+            outputs, loss = call_compiled(model, compiled, inputs, grad=True)
+        except (NpufuseError, _Captured):
+            raise
+        except Exception:
+            # An error of the user's loss (or forward) that Dynamo re-raised as itself, its traceback ending
+            # in our wrapper: run the step's forward and loss uncompiled, whose traceback names their line.
+            eager = eager_error(functools.partial(_forward_with_loss, model, self.loss), inputs, grad=True)
+            if eager is None:
+                raise
+            raise eager from None
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
             raise ArgumentError(
                 f"loss= returned {_describe(loss)}, not a scalar floating-point tensor; return the loss to "

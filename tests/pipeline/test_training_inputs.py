@@ -157,3 +157,20 @@ def test_a_backward_inside_the_loss_names_the_loss_line():
     with pytest.raises(CaptureError, match="backward") as caught:
         compare(_model(), X, loss=twice)
     assert f"{__file__}:{twice.__code__.co_firstlineno + 2}" in str(caught.value)
+
+
+def test_an_error_of_the_loss_names_the_loss_line_not_the_library():
+    def broken(out):
+        return out.no_such_attribute
+
+    with pytest.raises(CaptureError, match="AttributeError") as caught:
+        compare(_model(), X, loss=broken)
+    assert f"{__file__}:{broken.__code__.co_firstlineno + 1}" in str(caught.value)
+
+
+def test_diagnosing_a_failing_step_leaves_the_users_batchnorm_statistics_alone():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+    before = model[1].running_mean.clone()
+    with pytest.raises(CaptureError):
+        compare(model, X, loss=lambda out: out.no_such_attribute)
+    assert torch.equal(model[1].running_mean, before)
