@@ -490,12 +490,14 @@ def _check_module_hooks(model: torch.nn.Module) -> None:
     """Module backward hooks (``register_full_backward_hook``, ``register_full_backward_pre_hook``, or a
     global one) need compiled autograd to be captured, which the step's backward (AOTAutograd's graph, as
     TorchAir compiles it) does not use; a hook on a tensor (``Tensor.register_hook``) is captured."""
-    globals_ = (*torch.nn.modules.module._global_backward_hooks.values(),
-                *torch.nn.modules.module._global_backward_pre_hooks.values())
-    for name, module in [("", None), *model.named_modules()]:
-        hooks = globals_ if module is None else (*module._backward_hooks.values(), *module._backward_pre_hooks.values())
+    module_hooks = torch.nn.modules.module
+    owners = [("every module (a global hook)",
+               (*module_hooks._global_backward_hooks.values(), *module_hooks._global_backward_pre_hooks.values()))]
+    owners += [(f"module {name!r} of the model" if name else "the model",
+                (*module._backward_hooks.values(), *module._backward_pre_hooks.values()))
+               for name, module in model.named_modules()]
+    for owner, hooks in owners:
         if hooks:
-            owner = f"module {name!r} of the model" if module is not None else "every module (a global hook)"
             at, fields = _where(hooks[0])
             raise ArgumentError(
                 f"a backward hook on {owner}{at} is not modeled: a module backward hook is captured only by "
