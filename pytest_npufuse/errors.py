@@ -75,8 +75,11 @@ class ArgumentError(NpufuseError):
     (``"ranks"``, ``"routing"``, ``"loss"``, ``"optimizer"``, ``"model"``); with a user's function at fault (a
     hook, a loss), ``file`` and ``entry`` (``"line N"``) are where it is defined."""
 
-    def __init__(self, *args: object, argument: str | None = None, **fields: object) -> None:
-        super().__init__(*args, **fields)  # type: ignore[arg-type]
+    def __init__(
+        self, *args: object, argument: str | None = None, file: str | None = None, entry: str | None = None,
+        bound: float | None = None,
+    ) -> None:
+        super().__init__(*args, file=file, entry=entry, bound=bound)
         self.argument = argument
 
 
