@@ -84,9 +84,18 @@ class BaselineError(FileFault):
     """A baseline or run-report file is unreadable, corrupt, or not one pytest-npufuse wrote."""
 
 
-class ArgumentError(NpufuseError):
+class ArgumentError(FileFault):
     """A library call or API got an argument of the wrong kind or out of range (``HostConfig(threads=0)``,
-    ``check(Model, x)`` with the class instead of an instance)."""
+    ``check(Model, x)`` with the class instead of an instance). ``argument`` names it where one does
+    (``"ranks"``, ``"routing"``, ``"loss"``, ``"optimizer"``, ``"model"``); with a user's function at fault (a
+    hook, a loss), ``file`` and ``entry`` (``"line N"``) are where it is defined."""
+
+    def __init__(
+        self, *args: object, argument: str | None = None, file: str | None = None, entry: str | None = None,
+        bound: float | None = None,
+    ) -> None:
+        super().__init__(*args, file=file, entry=entry, bound=bound)
+        self.argument = argument
 
 
 class InputFileError(FileFault):

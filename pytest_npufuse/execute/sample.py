@@ -16,14 +16,16 @@ model without one is computed whole, in the same way (seeded weights where it ha
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from ..errors import ArgumentError
 from ..frontend.backend import Capture
 from ..frontend.repeat import Stack, layer_container, only_layers
-from ..ir.program import Program
+from ..ir.program import Kernel, Program
 from ..numerics.compare import compare_outputs
 from ..report.findings import Mismatch
 from ..target.catalog import OpCatalog
@@ -73,10 +75,42 @@ def capture_sample(model: Callable[..., Any], inputs: Sequence[Any], catalog: Op
     torch._dynamo.reset()
     stack = layer_container(model)
     if stack is None:
-        return SampleGraph(("model",), Capture(model, inputs, catalog))
+        return fitting(SampleGraph(("model",), Capture(model, inputs, catalog)))
     picks = sampled_layers(stack)
     with only_layers(stack, picks):
-        return SampleGraph(tuple(f"{stack.path}.{index}" for index in picks), Capture(model, inputs, catalog))
+        sample = SampleGraph(tuple(f"{stack.path}.{index}" for index in picks), Capture(model, inputs, catalog))
+    return fitting(sample)
+
+
+def host_memory() -> int:
+    """Bytes of physical memory of this host: the most one computed kernel may hold."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def fitting(sample: SampleGraph, bound: int | None = None) -> SampleGraph:
+    """``sample``, refused before any value is made when one of its kernels would not fit in the host's memory
+    (``bound``, physical memory by default): computing a kernel holds its inputs and outputs at once, and past
+    the host's memory the allocation fails deep inside torch or the host swaps for minutes. A timing-only
+    model of any size is priced from shapes and never reaches here."""
+    limit = host_memory() if bound is None else bound
+    biggest = max(sample.program.kernels, key=_held_bytes, default=None)
+    if biggest is None or _held_bytes(biggest) <= limit:
+        return sample
+    frame = biggest.modules[-1] if biggest.modules else None
+    where = biggest.source or (frame.call_site if frame else "")
+    module = f" in {frame.path or 'the model'} ({frame.type})" if frame else ""
+    at = f" at {where}" if where else ""
+    raise ArgumentError(
+        f"numerics='sample' computes the sampled layers at their real size, but {biggest.op_type}{module}{at} "
+        f"holds {_held_bytes(biggest) / 2**30:.1f} GiB of inputs and outputs, more than this host's "
+        f"{limit / 2**30:.1f} GiB of memory; time the model without numerics (numerics='none'), or sample a "
+        "smaller configuration of it.",
+        argument="numerics", bound=limit,
+    )
+
+
+def _held_bytes(kernel: Kernel) -> int:
+    return sum(spec.nbytes for spec in (*kernel.input_specs, *kernel.output_specs))
 
 
 def compute_sample(sample: SampleGraph, stale: Mapping[str, frozenset[str]]) -> Sampled:

@@ -72,7 +72,7 @@ def call_compiled(
             raise _ours(ours, model, inputs, weightless) from None
         if weightless:
             raise CaptureError(_weightless_break_message(exc)) from None
-        raised = _eager_error(model, inputs)
+        raised = eager_error(model, inputs, grad)
         raise (raised or CaptureError(_graph_break_message(model, inputs, exc))) from None
 
 
@@ -169,7 +169,7 @@ def _located(error: NpufuseError, model: Callable[..., Any], inputs: Sequence[An
     located = _at_user_line(error)
     if located is not error or _HAS_LINE.search(str(error)):
         return located
-    eager = _eager_error(model, inputs)
+    eager = eager_error(model, inputs)
     return eager if eager is not None and str(eager).startswith(str(error).rstrip(".")) else error
 
 
@@ -184,18 +184,20 @@ def _at_user_line(error: NpufuseError) -> NpufuseError:
     return type(error)(f"{str(error).rstrip('.')} (at {frame}).")
 
 
-def _eager_error(model: Callable[..., Any], inputs: Sequence[Any]) -> NpufuseError | None:
+def eager_error(model: Callable[..., Any], inputs: Sequence[Any], grad: bool = False) -> NpufuseError | None:
     """Run the model uncompiled: when it fails there too (a bad argument to an op or a scope), that
-    error, with the model's own message, is the one to show, not Dynamo's account of tracing it."""
+    error, with the model's own message, is the one to show, not Dynamo's account of tracing it. With
+    ``grad`` as the compiled call had it: an in-place op on a parameter fails only with gradients on."""
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(grad):
             model(*inputs)
     except NpufuseError as exc:
         return _at_user_line(exc)
     except Exception as exc:  # noqa: BLE001 - any error of the user's model is reported, not hidden
         frame = user_frame("".join(traceback.format_tb(exc.__traceback__)))
         at = f" at {frame}" if frame else ""
-        return CaptureError(f"the model raises {type(exc).__name__}: {exc}{at}; it fails without compilation too.")
+        reason = str(exc).rstrip(".")
+        return CaptureError(f"the model raises {type(exc).__name__}: {reason}{at}; it fails without compilation too.")
     return None
 
 

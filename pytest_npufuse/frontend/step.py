@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -49,8 +50,9 @@ from ..numerics.exact import one_thread, quick_handoffs
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from .backend import CaptureBackend, CapturedGraph, GraphRunner
+from .dynamo import call_compiled, eager_error, root_cause, value_dependent_capture
+from .meta import weightless
 from .rewrites import apply_rules
-from .dynamo import call_compiled, root_cause, value_dependent_capture
 
 # torch's warning when anything touches torch.jit.script_method (Dynamo does, tracing an optimizer).
 JIT_DEPRECATION = r"`torch\.jit\.script_method` is deprecated"
@@ -127,7 +129,7 @@ class StepCapture:
         optimizer: torch.optim.Optimizer | None,
         catalog: OpCatalog,
     ) -> None:
-        _check_step(model, loss, optimizer)
+        _check_step(model, inputs, loss, optimizer)
         self.model = model
         self.inputs = tuple(inputs)
         self.loss = loss
@@ -183,16 +185,28 @@ class StepCapture:
         self, model: torch.nn.Module, inputs: Sequence[Any], forward: Callable[..., Any] | None = None
     ) -> tuple[Any, torch.Tensor]:
         compiled = functools.partial(forward or self._forward, model, self.loss)
-        outputs, loss = call_compiled(self.model, compiled, inputs, grad=True)
+        # Errors are diagnosed on the run's copy: that runs it uncompiled, which must not change the user's
+        # model (a BatchNorm's running statistics).
+        try:
+            outputs, loss = call_compiled(model, compiled, inputs, grad=True)
+        except (NpufuseError, _Captured):
+            raise
+        except Exception:
+            # An error of the user's loss (or forward) that Dynamo re-raised as itself, its traceback ending
+            # in our wrapper: run the step's forward and loss uncompiled, whose traceback names their line.
+            eager = eager_error(functools.partial(_forward_with_loss, model, self.loss), inputs, grad=True)
+            if eager is None:
+                raise
+            raise eager from None
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
             raise ArgumentError(
                 f"loss= returned {_describe(loss)}, not a scalar floating-point tensor; return the loss to "
-                "call backward() on, e.g. loss=lambda out: F.cross_entropy(out, labels)."
+                "call backward() on, e.g. loss=lambda out: F.cross_entropy(out, labels).", argument="loss",
             )
         if not loss.requires_grad:
             raise ArgumentError(
                 "loss= returned a tensor that does not require grad: no parameter of the model reaches it (or the "
-                "model runs under torch.no_grad()), so there is no backward to model."
+                "model runs under torch.no_grad()), so there is no backward to model.", argument="loss",
             )
         return outputs, loss
 
@@ -418,29 +432,104 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _check_step(model: Any, loss: Any, optimizer: Any) -> None:
-    """A step needs a module (its parameters are what gradients and updates are compared by), a
-    loss to call backward on, and an optimizer (if any) over that module's parameters."""
+def _check_step(model: Any, inputs: Sequence[Any], loss: Any, optimizer: Any) -> None:
+    """A step needs a module with values (its parameters are what gradients and updates are compared by),
+    a loss to call backward on, and an optimizer (if any) over that module's parameters; what the capture
+    cannot model is refused here, naming the user's line, before anything is compiled."""
     if not isinstance(model, torch.nn.Module):
         raise ArgumentError(
             f"a training step needs an nn.Module (its named parameters get gradients and updates), not "
-            f"{type(model).__name__}; wrap the function in a module."
+            f"{type(model).__name__}; wrap the function in a module.", argument="model",
         )
+    if weightless(model, inputs):
+        raise ArgumentError(
+            "a training step compares the loss, every gradient and every updated parameter, but the model's "
+            "parameters or inputs are on the meta device and have no values; build the model with real weights "
+            "(a smaller configuration), or time its forward without loss= (numerics='none' or 'sample').",
+            argument="model",
+        )
+    _check_module_hooks(model)
     if not callable(loss):
         raise ArgumentError(
-            f"loss= must be a callable taking the model's outputs and returning the scalar loss, not {loss!r}."
+            f"loss= must be a callable taking the model's outputs and returning the scalar loss, not {loss!r}.",
+            argument="loss",
         )
+    _check_loss_scaler(loss)
     if optimizer is None:
         return
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ArgumentError(
-            f"optimizer= must be a torch.optim.Optimizer over the model's parameters, not {type(optimizer).__name__}."
+            f"optimizer= must be a torch.optim.Optimizer over the model's parameters, not {type(optimizer).__name__}.",
+            argument="optimizer",
+        )
+    if _needs_closure(optimizer):
+        raise ArgumentError(
+            f"{type(optimizer).__name__}.step(closure) runs the model's forward and backward again inside the step, "
+            "as often as it decides from the loss's values, so the step is not one graph to model; check the step "
+            "with an optimizer that steps once from the gradients (SGD, Adam, AdamW).", argument="optimizer",
         )
     owned = {id(p) for p in model.parameters()}
     foreign = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in owned]
     if foreign:
         raise ArgumentError(
             f"optimizer= updates {len(foreign)} tensor(s) that are not parameters of the model; build it over "
-            "model.parameters() of the model passed to compare()/check()."
+            "model.parameters() of the model passed to compare()/check().", argument="optimizer",
         )
 
+
+def _where(function: Any) -> tuple[str, dict[str, Any]]:
+    """Where a user's function (a hook, a loss) is defined: `` at file:line`` for the message and the
+    error's ``file`` and ``entry`` fields; nothing for a callable without Python code."""
+    code = getattr(function, "__code__", None) or getattr(getattr(function, "__func__", None), "__code__", None)
+    if code is None:
+        return "", {}
+    path, line = code.co_filename, code.co_firstlineno
+    return f" at {path}:{line}", {"file": path, "entry": f"line {line}"}
+
+
+def _check_module_hooks(model: torch.nn.Module) -> None:
+    """Module backward hooks (``register_full_backward_hook``, ``register_full_backward_pre_hook``, or a
+    global one) need compiled autograd to be captured, which the step's backward (AOTAutograd's graph, as
+    TorchAir compiles it) does not use; a hook on a tensor (``Tensor.register_hook``) is captured."""
+    module_hooks = torch.nn.modules.module
+    owners = [("every module (a global hook)",
+               (*module_hooks._global_backward_hooks.values(), *module_hooks._global_backward_pre_hooks.values()))]
+    owners += [(f"module {name!r} of the model" if name else "the model",
+                (*module._backward_hooks.values(), *module._backward_pre_hooks.values()))
+               for name, module in model.named_modules()]
+    for owner, hooks in owners:
+        if hooks:
+            at, fields = _where(hooks[0])
+            raise ArgumentError(
+                f"a backward hook on {owner}{at} is not modeled: a module backward hook is captured only by "
+                "compiled autograd, and the step's backward is AOTAutograd's graph. Register the hook on a tensor "
+                "instead (output.register_hook(fn) in forward, or param.register_hook(fn)), which is modeled, or "
+                "remove it for the check.", argument="model", **fields,
+            )
+
+
+def _check_loss_scaler(loss: Callable[..., Any]) -> None:
+    """A ``torch.amp.GradScaler`` the loss calls: its ``scale`` checks for inf and grows or backs off its
+    factor in eager code between graphs (and its ``step`` wraps the optimizer's), which the step's graphs
+    do not hold; autocast alone is captured in the forward's graph."""
+    try:
+        names = inspect.getclosurevars(loss)
+    except TypeError:  # a builtin or a callable object: nothing to inspect
+        return
+    for value in (*names.nonlocals.values(), *names.globals.values()):
+        if isinstance(value, torch.amp.GradScaler):
+            at, fields = _where(loss)
+            raise ArgumentError(
+                f"the loss{at} calls a torch.amp.GradScaler, which is not modeled: its scale factor and inf checks "
+                "run eagerly between the step's graphs. Drop the scaler for the check (loss=lambda out: <the "
+                "unscaled loss>); autocast in the forward is modeled.", argument="loss", **fields,
+            )
+
+
+def _needs_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer's ``step`` has a required ``closure`` (LBFGS): it re-evaluates the model."""
+    try:
+        closure = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return closure is not None and closure.default is inspect.Parameter.empty

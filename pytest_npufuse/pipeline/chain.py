@@ -210,7 +210,7 @@ def compare(
         )
     choice = _numerics(numerics, model, inputs, reference)
     if routing is not None and routing != "computed":
-        routing_of(routing)  # a bad routing is refused before anything is captured
+        routing = routing_of(routing)  # refused before anything is captured; an iterator is read once
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()

@@ -29,7 +29,7 @@ def ranked(profile: HardwareProfile, ranks: int) -> HardwareProfile:
     if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= MAX_RANKS:
         raise ArgumentError(
             f"ranks={ranks!r} is not a rank count; give the number of ranks of the deployment, 1 to {MAX_RANKS} "
-            "(e.g. ranks=16 for one rank of EP 16 and its 15 peers)."
+            "(e.g. ranks=16 for one rank of EP 16 and its 15 peers).", argument="ranks",
         )
     return replace(profile, comm_ranks=ranks)
 

@@ -20,9 +20,10 @@ than the capacity. With one EP rank every expert is local and the rows are ``BS 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .. import cost
 from ..errors import ArgumentError
@@ -47,9 +48,11 @@ class Routing:
             if len(self.weights) != experts:
                 raise ArgumentError(
                     f"routing {self.name} gives {len(self.weights)} expert weights, but the model's MoE has "
-                    f"{experts} experts (moe_expert_num); give one weight per expert."
+                    f"{experts} experts (moe_expert_num); give one weight per expert.",
+                argument="routing",
                 )
-            raw = self.weights
+            top = max(self.weights)
+            raw = tuple(w / top for w in self.weights)  # scaled first: the sum of weights near 1e308 overflows
         elif self.zipf:
             raw = tuple((e + 1) ** -self.zipf for e in range(experts))
         else:
@@ -77,7 +80,8 @@ def routing_of(spec: "str | Sequence[float] | Routing | None", computed: Sequenc
                 raise ArgumentError(
                     "routing='computed' takes the expert choices of the model's own gating, but no MoE dispatch was "
                     "computed; compute them (numerics='sample' or 'all') or name a routing: "
-                    f"{', '.join(ROUTINGS)}."
+                    f"{', '.join(ROUTINGS)}.",
+                    argument="routing",
                 )
             return Routing("computed from the gating values of the computed layers", weights=tuple(map(float, computed)))
         name, _, exponent = spec.partition(":")
@@ -86,13 +90,37 @@ def routing_of(spec: "str | Sequence[float] | Routing | None", computed: Sequenc
                 value = float(exponent)
             except ValueError:
                 value = -1.0
-            if value > 0:
+            if 0 < value < math.inf:
                 return Routing(spec, zipf=value)
-        raise ArgumentError(f"routing={spec!r} is not a routing; use one of: {', '.join(ROUTINGS)} (e.g. 'zipf:1.2').")
-    weights = tuple(float(w) for w in spec)
-    if not weights or any(w < 0 or not math.isfinite(w) for w in weights) or not math.fsum(weights) > 0:
-        raise ArgumentError("routing weights must be finite, non-negative and not all zero: one weight per expert.")
+        raise _not_a_routing(spec)
+    weights = _weights(spec)
+    if not weights or any(w < 0 or not math.isfinite(w) for w in weights) or not max(weights) > 0:
+        raise ArgumentError(
+            "routing weights must be finite, non-negative and not all zero: one weight per expert.", argument="routing"
+        )
     return Routing(f"given weights over {len(weights)} experts", weights=weights)
+
+
+def _not_a_routing(spec: object) -> ArgumentError:
+    return ArgumentError(
+        f"routing={spec!r} is not a routing; use one of: {', '.join(ROUTINGS)} (e.g. 'zipf:1.2').", argument="routing"
+    )
+
+
+def _weights(spec: object) -> tuple[float, ...]:
+    """The per-expert weights of a sequence ``routing=``: each a real number (a Python or NumPy number, a
+    0-d tensor). A mapping, bytes or a non-iterable are not a weight list, and are refused like a bad name."""
+    items = list(spec) if isinstance(spec, Iterable) and not isinstance(spec, bytes | Mapping) else None
+    if items is None:
+        raise _not_a_routing(spec)
+    for index, weight in enumerate(items):
+        number = isinstance(weight, numbers.Real) or getattr(weight, "ndim", None) == 0  # a 0-d tensor or array
+        if not number or isinstance(weight, bool):
+            raise ArgumentError(
+                f"routing weight {index} is {weight!r}, not a number; give one finite, non-negative number per expert.",
+                argument="routing",
+            )
+    return tuple(float(w) for w in items)
 
 
 def is_dispatch(kernel: Kernel) -> bool:

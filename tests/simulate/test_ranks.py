@@ -65,6 +65,17 @@ def test_bad_routings_are_refused_with_the_choices(spec, message):
         routing_of(spec)
 
 
+@pytest.mark.parametrize("spec", ["zipf:inf", 123, {"a": 1.0}, b"uniform", ["a", "b"], [[1.0]], [None, 1.0], [True]])
+def test_malformed_routings_are_argument_errors_not_tracebacks(spec):
+    with pytest.raises(ArgumentError):
+        routing_of(spec)
+
+
+def test_weights_near_the_float_limit_and_iterators_are_read_as_weights():
+    assert routing_of([1e308, 1e308]).shares(2) == (0.5, 0.5)  # no overflow summing them
+    assert routing_of(iter([1.0, 3.0])).shares(2) == (0.25, 0.75)
+
+
 def test_weights_for_another_expert_count_name_both_counts(program):
     with pytest.raises(ArgumentError, match="gives 8 expert weights, but the model's MoE has 256"):
         rank_rows(_dispatch(program), routing_of([1.0] * 8), 0)
