@@ -1,0 +1,311 @@
+"""DeepSeek sparse attention's two steps: ``npu_lightning_indexer`` picks each query token's top-k key
+positions, ``npu_sparse_flash_attention`` attends over only those.
+
+Both take the query as BSND ``[B, S1, N1, D]`` or TND ``[T1, N1, D]`` (cumulative
+``actual_seq_lengths_query``) and the keys as BSND, TND (cumulative ``actual_seq_lengths_key``/``_kv``) or
+PA_BSND, a paged cache ``[blocks, block_size, N2, D]`` read through ``block_table``. Here each batch's valid
+query rows and key rows are cut out of those layouts (:func:`_batches`), so the two kernels work on plain
+``[Lq, N1, D]`` and ``[Lk, N2, D]`` tensors. Query rows past a batch's valid length are not computed: the
+indexer writes -1 there, the attention zeros.
+
+``sparse_mode=3`` is rightDownCausal: with ``Lq`` valid query rows and ``Lk`` valid keys, row ``i`` may see
+key ``j <= Lk - Lq + i`` (the SFA API page states the bound, op-plugin's indexer reference masks the same
+triangle); ``sparse_mode=0`` sees every valid key.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+from ..errors import OpArgumentError
+from .checks import HALF_DTYPES, require_choice, require_dtype
+from .registry import Arguments, Out, SampleCall, npu_op
+
+QUERY_LAYOUTS = ("BSND", "TND")
+KEY_LAYOUTS = ("BSND", "TND", "PA_BSND")
+SPARSE_MODES = (0, 3)
+_MODES_MEANING = "0 sees every valid key, 3 is rightDownCausal"
+_NO_BAND = 2**63 - 1
+INDEXER_HEAD_DIM = 128
+INDEXER_MAX_HEADS = 64
+# sparse_count values the indexer's API page lists: 1..2048, and these larger ones.
+INDEXER_LARGE_COUNTS = (3072, 4096, 5120, 6144, 7168, 8192)
+
+
+class _Batch(NamedTuple):
+    """One batch's valid rows: where its query rows start in the flattened ``[rows, N1, D]`` query, how
+    many there are, and its valid keys as ``[Lk, N2, ...]`` tensors (one per key-like input)."""
+
+    start: int
+    q_len: int
+    keys: tuple[torch.Tensor, ...]
+
+
+def _require_layouts(call: Arguments, query_layout: str, key_layout: str) -> None:
+    """The layout strings, and the pairing both API pages require: BSND/TND keys match the query."""
+    require_choice(query_layout, getattr(call, query_layout), QUERY_LAYOUTS, "the query's layout")
+    require_choice(key_layout, getattr(call, key_layout), KEY_LAYOUTS, "the key's layout; PA_BSND is a paged cache")
+    if getattr(call, key_layout) != "PA_BSND" and getattr(call, key_layout) != getattr(call, query_layout):
+        raise OpArgumentError(
+            f"{key_layout}={getattr(call, key_layout)!r} with {query_layout}={getattr(call, query_layout)!r}: "
+            f"without a paged cache the key's layout must equal the query's; pass {key_layout}="
+            f"{getattr(call, query_layout)!r} or a PA_BSND cache")
+
+
+def _require_band(call: Arguments) -> None:
+    """pre_tokens / next_tokens: both API pages support only the default (no band)."""
+    require_choice("sparse_mode", call.sparse_mode, SPARSE_MODES, _MODES_MEANING)
+    for name in ("pre_tokens", "next_tokens"):
+        if getattr(call, name) != _NO_BAND:
+            raise OpArgumentError(f"{name}={getattr(call, name)} is not supported; only the default 2**63-1 is")
+
+
+def _query_rows(name: str, query: torch.Tensor, layout: str) -> tuple[Optional[int], int, int]:
+    """(batch, None for TND; rows per batch or total rows; heads) from the query's shape."""
+    want = 4 if layout == "BSND" else 3
+    if query.dim() != want:
+        raise OpArgumentError(f"{name} has shape {list(query.shape)}; layout {layout} needs {want} dims "
+                              f"({'[B, S1, N1, D]' if want == 4 else '[T1, N1, D]'})")
+    if layout == "BSND":
+        return query.shape[0], query.shape[1], query.shape[2]
+    return None, query.shape[0], query.shape[1]
+
+
+def _key_heads(name: str, key: torch.Tensor, layout: str) -> int:
+    """The key's head count (N2), checking its rank for the layout."""
+    want = 3 if layout == "TND" else 4
+    if key.dim() != want:
+        shapes = {"BSND": "[B, S2, N2, D]", "TND": "[T2, N2, D]", "PA_BSND": "[blocks, block_size, N2, D]"}
+        raise OpArgumentError(f"{name} has shape {list(key.shape)}; layout {layout} needs {shapes[layout]}")
+    return key.shape[-2]
+
+
+def _require_paging(call: Arguments, key: torch.Tensor, layout: str, batch: Optional[int], lengths: str) -> None:
+    """A PA_BSND cache needs block_table [B, blocks per sequence] and the per-batch key lengths; block_size
+    is a multiple of 16 up to 1024 (both API pages)."""
+    table = call.block_table
+    if layout != "PA_BSND":
+        if table is not None:
+            raise OpArgumentError("block_table is given but the keys are not a paged cache; pass layout "
+                                  "'PA_BSND' for a paged cache, or block_table=None")
+        return
+    if table is None or getattr(call, lengths) is None:
+        raise OpArgumentError(f"a PA_BSND cache needs block_table and {lengths}; pass both")
+    require_dtype("block_table", table, (torch.int32,))
+    if table.dim() != 2 or (batch is not None and table.shape[0] != batch):
+        raise OpArgumentError(f"block_table has shape {list(table.shape)}; expected [batch, blocks per sequence]")
+    block_size = key.shape[1]
+    if block_size % 16 or not 16 <= block_size <= 1024:
+        raise OpArgumentError(f"the cache's block_size is {block_size}; it must be a multiple of 16 up to 1024")
+
+
+def _require_lengths(call: Arguments, name: str, cumulative: bool) -> Optional[int]:
+    """An int32 1-D length tensor; returns its batch count. TND lengths are cumulative and must be given."""
+    lengths = getattr(call, name)
+    if lengths is None:
+        if cumulative:
+            raise OpArgumentError(f"{name} is required with a TND layout: the cumulative token ends per batch")
+        return None
+    require_dtype(name, lengths, (torch.int32,))
+    if lengths.dim() != 1:
+        raise OpArgumentError(f"{name} has shape {list(lengths.shape)}; expected [batch] (one length per batch)")
+    return lengths.shape[0]
+
+
+def _valid_lengths(name: str, lengths: Optional[torch.Tensor], batch: int, full: int, cumulative: bool) -> list[int]:
+    """Per-batch valid lengths from a lengths tensor (cumulative for TND), each within ``full``."""
+    if lengths is None:
+        return [full] * batch
+    values = [int(v) for v in lengths.tolist()]
+    if len(values) != batch:
+        raise OpArgumentError(f"{name} has {len(values)} entries; the call has {batch} batches")
+    if cumulative:
+        ends = [0, *values]
+        if any(b < a for a, b in zip(ends, ends[1:])) or ends[-1] > full:
+            raise OpArgumentError(f"{name}={values} must be cumulative token ends, non-decreasing, at most {full}")
+        return [b - a for a, b in zip(ends, ends[1:])]
+    if any(not 0 <= v <= full for v in values):
+        raise OpArgumentError(f"{name}={values}: each batch's length must lie in [0, {full}]")
+    return values
+
+
+def _batch_keys(tensors: tuple[torch.Tensor, ...], layout: str, b: int, start: int, length: int,
+                table: Optional[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Batch ``b``'s first ``length`` key rows of each key-like tensor, as ``[length, N2, ...]``."""
+    if layout == "BSND":
+        return tuple(t[b, :length] for t in tensors)
+    if layout == "TND":
+        return tuple(t[start:start + length] for t in tensors)
+    block_size = tensors[0].shape[1]
+    blocks = -(-length // block_size)
+    ids = table[b, :blocks].long()
+    if blocks > table.shape[1] or (ids.numel() and (ids.min() < 0 or ids.max() >= tensors[0].shape[0])):
+        raise OpArgumentError(f"block_table row {b} must name {blocks} cache blocks within [0, "
+                              f"{tensors[0].shape[0]}) for {length} keys")
+    return tuple(t[ids].reshape(blocks * block_size, *t.shape[2:])[:length] for t in tensors)
+
+
+def _batches(call: Arguments, query: torch.Tensor, keys: tuple[torch.Tensor, ...], q_lengths: str,
+             k_lengths: str, query_layout: str, key_layout: str) -> list[_Batch]:
+    """Each batch's valid query rows and keys (module docstring)."""
+    q_tnd, layout = query_layout == "TND", key_layout
+    q_act, k_act = getattr(call, q_lengths), getattr(call, k_lengths)
+    batch = q_act.shape[0] if q_tnd else query.shape[0]
+    q_full = query.shape[0] if q_tnd else query.shape[1]
+    q_lens = _valid_lengths(q_lengths, q_act, batch, q_full, q_tnd)
+    k_full = {"BSND": keys[0].shape[1] if keys[0].dim() == 4 else 0, "TND": keys[0].shape[0],
+              "PA_BSND": call.block_table.shape[1] * keys[0].shape[1] if call.block_table is not None else 0}[layout]
+    k_lens = _valid_lengths(k_lengths, k_act, batch, k_full, layout == "TND")
+    out, q_start, k_start = [], 0, 0
+    for b in range(batch):
+        start = q_start if q_tnd else b * q_full
+        out.append(_Batch(start, q_lens[b], _batch_keys(keys, layout, b, k_start, k_lens[b], call.block_table)))
+        q_start, k_start = q_start + q_lens[b], k_start + k_lens[b]
+    return out
+
+
+def _visible(q_len: int, k_len: int, causal: bool) -> torch.Tensor:
+    """[Lq, Lk] True where query row i may see key j: all, or rightDownCausal ``j <= Lk - Lq + i``."""
+    rows = torch.arange(q_len).unsqueeze(1)
+    cols = torch.arange(k_len).unsqueeze(0)
+    return (cols <= k_len - q_len + rows) if causal else torch.ones(q_len, k_len, dtype=torch.bool)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_lightning_indexer
+# ---------------------------------------------------------------------------------------------
+
+
+def _indexer_shape(call: Arguments) -> list[int]:
+    query, n2 = call.query, _key_heads("key", call.key, call.layout_key)
+    lead = list(query.shape[:2]) if call.layout_query == "BSND" else [query.shape[0]]
+    return [*lead, n2, call.sparse_count]
+
+
+def _indexer_inputs(call: Arguments, query_dtypes: tuple[torch.dtype, ...]) -> None:
+    """Shapes and dtypes the indexer API pages require of query, key and weights (metadata only)."""
+    query, key, weights = call.query, call.key, call.weights
+    require_dtype("query", query, query_dtypes)
+    require_dtype("key", key, (query.dtype,), "(query's dtype)")
+    batch, rows, heads = _query_rows("query", query, call.layout_query)
+    if _key_heads("key", key, call.layout_key) != 1:
+        raise OpArgumentError(f"key has {key.shape[-2]} heads; the lightning indexer supports N2 = 1 only")
+    if query.shape[-1] != INDEXER_HEAD_DIM or key.shape[-1] != INDEXER_HEAD_DIM:
+        raise OpArgumentError(f"query and key head dims are {query.shape[-1]} and {key.shape[-1]}; the lightning "
+                              f"indexer takes D = {INDEXER_HEAD_DIM} for both")
+    if heads > INDEXER_MAX_HEADS:
+        raise OpArgumentError(f"query has {heads} heads; the lightning indexer takes at most {INDEXER_MAX_HEADS}")
+    want = [rows, heads] if batch is None else [batch, rows, heads]
+    if list(weights.shape) != want:
+        raise OpArgumentError(f"weights has shape {list(weights.shape)}; expected {want} (one weight per query head)")
+    q_batch = _require_lengths(call, "actual_seq_lengths_query", call.layout_query == "TND")
+    k_batch = _require_lengths(call, "actual_seq_lengths_key", call.layout_key == "TND")
+    batches = [n for n in (batch, q_batch, k_batch) if n is not None]
+    if any(n != batches[0] for n in batches):
+        raise OpArgumentError(f"the query, actual_seq_lengths_query and actual_seq_lengths_key disagree on the "
+                              f"batch count ({batches})")
+    _require_paging(call, key, call.layout_key, batches[0] if batches else None, "actual_seq_lengths_key")
+
+
+def _indexer_meta(call: Arguments) -> tuple[Out, Out]:
+    query, weights = call.query, call.weights
+    _indexer_inputs(call, HALF_DTYPES)
+    require_dtype("weights", weights, (query.dtype, torch.float32), "(query's dtype or float32)")
+    shape = _indexer_shape(call)
+    return Out(shape, torch.int32), Out(shape if call.return_value else [0], query.dtype)
+
+
+def _indexer_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """[Lq, Lk] index scores: per query row, sum over heads of ``w * ReLU(q_h . k)``, in float32."""
+    products = torch.einsum("qhd,kd->qhk", q.float(), k.float())
+    return (torch.relu(products) * w.float().unsqueeze(-1)).sum(dim=1)
+
+
+def _top_k(scores: torch.Tensor, visible: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's ``count`` highest visible scores, highest first (ties: lower position first); slots past
+    the row's visible keys hold index -1 and score -inf."""
+    masked = scores.masked_fill(~visible, float("-inf"))
+    values, order = torch.sort(masked, dim=-1, descending=True, stable=True)
+    keep = min(count, scores.shape[-1])
+    indices = torch.full((scores.shape[0], count), -1, dtype=torch.int32)
+    top = torch.full((scores.shape[0], count), float("-inf"))
+    taken = torch.arange(keep).unsqueeze(0) < visible.sum(dim=-1, keepdim=True)
+    indices[:, :keep] = torch.where(taken, order[:, :keep].to(torch.int32), -1)
+    top[:, :keep] = torch.where(taken, values[:, :keep], float("-inf"))
+    return indices, top
+
+
+def _indexer_select(call: Arguments, parts: list[tuple[_Batch, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The indexer's outputs from each batch's ``[Lq, Lk]`` float32 scores (shared with the quantized one)."""
+    shape = _indexer_shape(call)
+    rows = call.query.reshape(-1, *call.query.shape[-2:]).shape[0]
+    indices = torch.full((rows, call.sparse_count), -1, dtype=torch.int32)
+    values = torch.full((rows, call.sparse_count), float("-inf"))
+    for batch, scores in parts:
+        if batch.q_len == 0:
+            continue
+        picked, top = _top_k(scores, _visible(batch.q_len, scores.shape[-1], call.sparse_mode == 3), call.sparse_count)
+        indices[batch.start:batch.start + batch.q_len] = picked
+        values[batch.start:batch.start + batch.q_len] = top
+    return indices.reshape(shape), values.reshape(shape)
+
+
+def _indexer_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    query, weights = call.query, call.weights
+    q = query.reshape(-1, *query.shape[-2:])
+    w = weights.reshape(-1, weights.shape[-1])
+    batches = _batches(call, query, (call.key,), "actual_seq_lengths_query", "actual_seq_lengths_key",
+                       call.layout_query, call.layout_key)
+    parts = [(b, _indexer_scores(q[b.start:b.start + b.q_len], b.keys[0][:, 0], w[b.start:b.start + b.q_len]))
+             for b in batches]
+    indices, values = _indexer_select(call, parts)
+    sparse_values = values.to(query.dtype) if call.return_value else query.new_empty(0)
+    return indices, sparse_values
+
+
+def _require_sparse_count(count: int) -> None:
+    if not (1 <= count <= 2048 or count in INDEXER_LARGE_COUNTS):
+        raise OpArgumentError(f"sparse_count={count} is not supported; it must lie in [1, 2048] or be one of "
+                              f"{', '.join(map(str, INDEXER_LARGE_COUNTS))}")
+
+
+def _indexer_samples() -> list[SampleCall]:
+    """BSND with causal selection; TND queries against a paged cache with returned values."""
+    gen = torch.Generator().manual_seed(0)
+    d = INDEXER_HEAD_DIM
+    bsnd = SampleCall(
+        (torch.randn(2, 3, 4, d, generator=gen).half(), torch.randn(2, 5, 1, d, generator=gen).half(),
+         torch.randn(2, 3, 4, generator=gen).half()),
+        {"sparse_count": 4, "return_value": True},
+    )
+    paged = SampleCall(
+        (torch.randn(3, 2, d, generator=gen).bfloat16(), torch.randn(4, 16, 1, d, generator=gen).bfloat16(),
+         torch.randn(3, 2, generator=gen)),
+        {"actual_seq_lengths_query": torch.tensor([1, 3], dtype=torch.int32),
+         "actual_seq_lengths_key": torch.tensor([20, 9], dtype=torch.int32),
+         "block_table": torch.tensor([[2, 0], [3, 1]], dtype=torch.int32),
+         "layout_query": "TND", "layout_key": "PA_BSND", "sparse_count": 8, "sparse_mode": 0},
+    )
+    return [bsnd, paged]
+
+
+@npu_op(meta=_indexer_meta, kernel=_indexer_kernel, samples=_indexer_samples)
+def npu_lightning_indexer(call: Arguments) -> None:
+    """DeepSeek-V3.2's lightning indexer: each query token's ``sparse_count`` most relevant key positions.
+
+    Source: op-plugin ``docs/zh/custom_APIs/torch_npu/torch_npu-npu_lightning_indexer.md`` and its reference
+    in ``test/test_custom_ops/test_npu_lightning_indexer.py``. A token's score for key ``j`` is
+    ``sum_h weights[h] * ReLU(query[h] . key[j])`` (float32); the output ``sparse_indices``
+    (``[B, S1, N2, sparse_count]`` or ``[T1, N2, sparse_count]``, int32) lists the highest-scoring visible
+    keys, highest first, as positions in the batch's key sequence; slots past the visible keys hold -1.
+    ``sparse_values`` holds those scores when ``return_value`` (empty otherwise). ``key`` has one head and
+    D = 128 like ``query``; ``weights`` is ``[B, S1, N1]`` / ``[T1, N1]`` in query's dtype or float32.
+    """
+    _require_layouts(call, "layout_query", "layout_key")
+    _require_band(call)
+    _require_sparse_count(call.sparse_count)
+    if call.return_value and call.layout_key == "PA_BSND":
+        raise OpArgumentError("return_value=True is supported only when layout_key is not 'PA_BSND'; pass "
+                              "return_value=False or unpaged keys")

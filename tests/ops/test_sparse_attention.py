@@ -1,0 +1,111 @@
+"""npu_lightning_indexer against a plain-torch reference written from its API page (op-plugin
+docs/zh/custom_APIs/torch_npu/torch_npu-npu_lightning_indexer.md), its layouts and its refusals."""
+
+import pytest
+import torch
+
+from pytest_npufuse.cost.attention import dense_indexer_flops
+from pytest_npufuse.cost.registry import Work
+from pytest_npufuse.errors import OpArgumentError
+from pytest_npufuse.ir.program import TensorSpec
+from pytest_npufuse.torch_npu import npu_lightning_indexer
+
+D = 128
+
+
+def _reference(q, k, w, count, causal):
+    """One batch: q [Lq, N1, D], k [Lk, D], w [Lq, N1] -> (indices [Lq, count], values [Lq, count]).
+    Score = sum_h w_h * ReLU(q_h . k); with causal, row i sees keys j <= Lk - Lq + i; unfilled slots -1."""
+    lq, lk = q.shape[0], k.shape[0]
+    indices = torch.full((lq, count), -1, dtype=torch.int32)
+    values = torch.full((lq, count), float("-inf"))
+    for i in range(lq):
+        seen = lk - lq + i + 1 if causal else lk
+        scores = [sum(float(w[i, h]) * max(float(q[i, h].double() @ k[j].double()), 0.0) for h in range(q.shape[1]))
+                  for j in range(seen)]
+        order = sorted(range(seen), key=lambda j: -scores[j])[:count]
+        indices[i, :len(order)] = torch.tensor(order, dtype=torch.int32)
+        values[i, :len(order)] = torch.tensor([scores[j] for j in order])
+    return indices, values
+
+
+def _inputs(shape_q, shape_k, shape_w, dtype=torch.float16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape_q, generator=gen).to(dtype), torch.randn(shape_k, generator=gen).to(dtype),
+            torch.rand(shape_w, generator=gen).to(dtype))
+
+
+@pytest.mark.parametrize("sparse_mode", [0, 3])
+def test_bsnd_matches_the_reference(sparse_mode):
+    query, key, weights = _inputs((2, 3, 4, D), (2, 6, 1, D), (2, 3, 4))
+    lengths_q = torch.tensor([3, 2], dtype=torch.int32)
+    lengths_k = torch.tensor([6, 4], dtype=torch.int32)
+    indices, values = npu_lightning_indexer(query, key, weights, actual_seq_lengths_query=lengths_q,
+                                            actual_seq_lengths_key=lengths_k, sparse_count=5,
+                                            sparse_mode=sparse_mode, return_value=True)
+    assert indices.shape == values.shape == (2, 3, 1, 5) and indices.dtype == torch.int32
+    for b in range(2):
+        lq, lk = int(lengths_q[b]), int(lengths_k[b])
+        want_i, want_v = _reference(query[b, :lq], key[b, :lk, 0], weights[b, :lq], 5, sparse_mode == 3)
+        assert torch.equal(indices[b, :lq, 0], want_i)
+        assert torch.allclose(values[b, :lq, 0].float(), want_v.half().float(), rtol=1e-3, equal_nan=True)
+        assert (indices[b, lq:] == -1).all()  # rows past the batch's valid length are not computed
+
+
+def test_paged_tnd_reads_the_same_keys_as_the_dense_layout():
+    """TND queries (cumulative lengths) against a PA_BSND cache equal the reference on the gathered keys."""
+    query, _, weights = _inputs((5, 2, D), (1,), (5, 2), torch.bfloat16, seed=3)
+    cache = torch.randn(6, 16, 1, D, generator=torch.Generator().manual_seed(4)).bfloat16()
+    table = torch.tensor([[4, 1], [0, 5]], dtype=torch.int32)
+    ends_q, lengths_k = torch.tensor([2, 5], dtype=torch.int32), torch.tensor([20, 7], dtype=torch.int32)
+    indices, values = npu_lightning_indexer(query, cache, weights, actual_seq_lengths_query=ends_q,
+                                            actual_seq_lengths_key=lengths_k, block_table=table,
+                                            layout_query="TND", layout_key="PA_BSND", sparse_count=9)
+    assert indices.shape == (5, 1, 9) and values.shape == (0,)
+    starts = [0, 2]
+    for b in range(2):
+        keys = cache[table[b].long()].reshape(-1, D)[: int(lengths_k[b])]
+        rows = slice(starts[b], int(ends_q[b]))
+        want, _ = _reference(query[rows], keys, weights[rows], 9, causal=True)
+        assert torch.equal(indices[rows, 0], want)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"sparse_mode": 1}, "sparse_mode"),
+        ({"pre_tokens": 100}, "pre_tokens"),
+        ({"sparse_count": 3000}, "sparse_count"),
+        ({"layout_key": "TND"}, "layout_key"),
+        ({"layout_query": "BNSD"}, "layout_query"),
+        ({"block_table": torch.zeros(2, 1, dtype=torch.int32)}, "block_table"),
+    ],
+)
+def test_refused_modes_name_the_argument(change, named):
+    query, key, weights = _inputs((2, 1, 4, D), (2, 8, 1, D), (2, 1, 4))
+    with pytest.raises(OpArgumentError, match=named):
+        npu_lightning_indexer(query, key, weights, **change)
+
+
+def test_refused_inputs():
+    query, key, weights = _inputs((1, 1, 4, D), (1, 8, 2, D), (1, 1, 4))
+    with pytest.raises(OpArgumentError, match="N2 = 1"):
+        npu_lightning_indexer(query, key, weights)
+    cache = torch.zeros(2, 16, 1, D, dtype=torch.float16)
+    with pytest.raises(OpArgumentError, match="return_value"):
+        npu_lightning_indexer(query, cache, weights, block_table=torch.zeros(1, 2, dtype=torch.int32),
+                              actual_seq_lengths_key=torch.tensor([16], dtype=torch.int32), layout_key="PA_BSND",
+                              return_value=True)
+    with pytest.raises(OpArgumentError, match="actual_seq_lengths_query"):
+        npu_lightning_indexer(query[0], key[0, :, :1], weights[0], layout_query="TND", layout_key="TND")
+
+
+def test_cost_grows_with_the_keys_scored():
+    """The dense_indexer rule counts every (query token, head, key) pair: doubling the paged context
+    (the block table's width) doubles the work."""
+    def flops(blocks):
+        inputs = [TensorSpec((1, 1, 64, D), "bfloat16", 64 * D * 2), TensorSpec((64, 128, 1, D), "bfloat16", 0),
+                  TensorSpec((1, 1, 64), "bfloat16", 128), TensorSpec((1,), "int32", 4),
+                  TensorSpec((1, blocks), "int32", 4 * blocks)]
+        return dense_indexer_flops(Work(inputs, [TensorSpec((1, 1, 1, 2048), "int32", 8192)], [], [], 1.0, 0))
+    assert flops(32) == 2 * flops(16) == 64 * 16 * 128 * (2 * D + 3) * 2
