@@ -21,6 +21,7 @@ import torch
 
 from ..errors import OpArgumentError
 from .checks import HALF_DTYPES, require_choice, require_dtype
+from .dtypes import DTYPE_CODES
 from .registry import Arguments, Out, SampleCall, npu_op
 
 QUERY_LAYOUTS = ("BSND", "TND")
@@ -184,11 +185,10 @@ def _indexer_shape(call: Arguments) -> list[int]:
     return [*lead, n2, call.sparse_count]
 
 
-def _indexer_inputs(call: Arguments, query_dtypes: tuple[torch.dtype, ...]) -> None:
-    """Shapes and dtypes the indexer API pages require of query, key and weights (metadata only)."""
+def _indexer_inputs(call: Arguments) -> None:
+    """Shapes the indexer API pages require of query, key and weights, and the batch counts (metadata
+    only; each op checks its own dtypes)."""
     query, key, weights = call.query, call.key, call.weights
-    require_dtype("query", query, query_dtypes)
-    require_dtype("key", key, (query.dtype,), "(query's dtype)")
     batch, rows, heads = _query_rows("query", query, call.layout_query)
     if _key_heads("key", key, call.layout_key) != 1:
         raise OpArgumentError(f"key has {key.shape[-2]} heads; the lightning indexer supports N2 = 1 only")
@@ -211,7 +211,9 @@ def _indexer_inputs(call: Arguments, query_dtypes: tuple[torch.dtype, ...]) -> N
 
 def _indexer_meta(call: Arguments) -> tuple[Out, Out]:
     query, weights = call.query, call.weights
-    _indexer_inputs(call, HALF_DTYPES)
+    require_dtype("query", query, HALF_DTYPES)
+    require_dtype("key", call.key, (query.dtype,), "(query's dtype)")
+    _indexer_inputs(call)
     require_dtype("weights", weights, (query.dtype, torch.float32), "(query's dtype or float32)")
     shape = _indexer_shape(call)
     return Out(shape, torch.int32), Out(shape if call.return_value else [0], query.dtype)
@@ -265,10 +267,10 @@ def _indexer_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return indices, sparse_values
 
 
-def _require_sparse_count(count: int) -> None:
-    if not (1 <= count <= 2048 or count in INDEXER_LARGE_COUNTS):
-        raise OpArgumentError(f"sparse_count={count} is not supported; it must lie in [1, 2048] or be one of "
-                              f"{', '.join(map(str, INDEXER_LARGE_COUNTS))}")
+def _require_sparse_count(count: int, larger: tuple[int, ...]) -> None:
+    if not (1 <= count <= 2048 or count in larger):
+        others = f" or be one of {', '.join(map(str, larger))}" if larger else ""
+        raise OpArgumentError(f"sparse_count={count} is not supported; it must lie in [1, 2048]{others}")
 
 
 def _indexer_samples() -> list[SampleCall]:
@@ -305,7 +307,116 @@ def npu_lightning_indexer(call: Arguments) -> None:
     """
     _require_layouts(call, "layout_query", "layout_key")
     _require_band(call)
-    _require_sparse_count(call.sparse_count)
+    _require_sparse_count(call.sparse_count, INDEXER_LARGE_COUNTS)
     if call.return_value and call.layout_key == "PA_BSND":
         raise OpArgumentError("return_value=True is supported only when layout_key is not 'PA_BSND'; pass "
                               "return_value=False or unpaged keys")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_quant_lightning_indexer
+# ---------------------------------------------------------------------------------------------
+
+# The quantized index tensors' dtypes, their torch_npu dtype codes (query_dtype / key_dtype), and the
+# (weights, query_dequant_scale, key_dequant_scale) dtypes each allows (the API page's constraints).
+_QUANT_INDEX_DTYPES = {
+    torch.int8: ("int8", ((torch.float16, torch.float16, torch.float16),)),
+    torch.float8_e4m3fn: ("float8_e4m3fn", ((torch.bfloat16, torch.float32, torch.float32),
+                                            (torch.float16, torch.float16, torch.float16))),
+}
+
+
+def _require_dtype_code(name: str, code: Optional[int], tensor: torch.Tensor) -> None:
+    """``query_dtype`` / ``key_dtype``: None, or torch_npu's code of the tensor's own dtype. HiFloat8
+    (uint8 bytes named by ``torch_npu.hifloat8``) has no decoder here, so it is refused by name."""
+    if code is None:
+        return
+    if code == DTYPE_CODES["hifloat8"]:
+        raise OpArgumentError(f"{name}=torch_npu.hifloat8 is not implemented by the CPU model; pass int8 or "
+                              "float8_e4m3fn tensors")
+    expected = DTYPE_CODES[_QUANT_INDEX_DTYPES[tensor.dtype][0]]
+    if code != expected:
+        raise OpArgumentError(f"{name}={code} does not name the tensor's dtype {tensor.dtype}; pass {expected} "
+                              "or None")
+
+
+def _quant_indexer_meta(call: Arguments) -> Out:
+    query, key = call.query, call.key
+    require_dtype("query", query, tuple(_QUANT_INDEX_DTYPES))
+    require_dtype("key", key, (query.dtype,), "(query's dtype)")
+    _indexer_inputs(call)
+    scales = (call.weights.dtype, call.query_dequant_scale.dtype, call.key_dequant_scale.dtype)
+    allowed = _QUANT_INDEX_DTYPES[query.dtype][1]
+    if scales not in allowed:
+        names = " or ".join("(" + ", ".join(str(d).removeprefix("torch.") for d in combo) + ")" for combo in allowed)
+        raise OpArgumentError(f"weights, query_dequant_scale, key_dequant_scale have dtypes {scales}; with "
+                              f"{query.dtype} inputs they must be {names}")
+    if list(call.query_dequant_scale.shape) != list(call.weights.shape):
+        raise OpArgumentError(f"query_dequant_scale has shape {list(call.query_dequant_scale.shape)}; expected "
+                              f"{list(call.weights.shape)} (one scale per query token and head)")
+    if list(call.key_dequant_scale.shape) != list(key.shape[:-1]):
+        raise OpArgumentError(f"key_dequant_scale has shape {list(call.key_dequant_scale.shape)}; expected "
+                              f"{list(key.shape[:-1])} (one scale per key token and head)")
+    _require_dtype_code("query_dtype", call.query_dtype, query)
+    _require_dtype_code("key_dtype", call.key_dtype, key)
+    return Out(_indexer_shape(call), torch.int32)
+
+
+def _quant_indexer_kernel(call: Arguments) -> torch.Tensor:
+    """The scores of :func:`_indexer_scores` on the dequantized products: ``(q . k) * scale_q * scale_k``
+    per head, the integer (or fp8) dot product exact in float32 (128 terms of at most 2**14)."""
+    query = call.query
+    q = query.reshape(-1, *query.shape[-2:]).float()
+    w = call.weights.reshape(-1, call.weights.shape[-1]).float()
+    q_scale = call.query_dequant_scale.reshape(w.shape).float()
+    batches = _batches(call, query, (call.key, call.key_dequant_scale), "actual_seq_lengths_query",
+                       "actual_seq_lengths_key", call.layout_query, call.layout_key)
+    parts = []
+    for b in batches:
+        rows = slice(b.start, b.start + b.q_len)
+        keys, k_scale = b.keys[0][:, 0].float(), b.keys[1][:, 0].float()
+        products = torch.einsum("qhd,kd->qhk", q[rows], keys) * q_scale[rows].unsqueeze(-1) * k_scale
+        parts.append((b, (torch.relu(products) * w[rows].unsqueeze(-1)).sum(dim=1)))
+    return _indexer_select(call, parts)[0]
+
+
+def _quant_indexer_samples() -> list[SampleCall]:
+    """int8 BSND queries and keys, and int8 TND queries against a paged cache (int8 only: opcheck's
+    schema test compares results with arithmetic torch lacks for float8; tests/ops covers float8)."""
+    gen = torch.Generator().manual_seed(0)
+    d = INDEXER_HEAD_DIM
+
+    def ints(*shape: int) -> torch.Tensor:
+        return torch.randint(-127, 128, shape, generator=gen, dtype=torch.int8)
+
+    def scales(*shape: int) -> torch.Tensor:
+        return torch.rand(shape, generator=gen).half()
+
+    bsnd = SampleCall((ints(2, 3, 4, d), ints(2, 5, 1, d), scales(2, 3, 4), scales(2, 3, 4), scales(2, 5, 1), 0, 0),
+                      {"sparse_count": 4})
+    paged = SampleCall(
+        (ints(3, 2, d), ints(4, 16, 1, d), scales(3, 2), scales(3, 2), scales(4, 16, 1), 0, 0),
+        {"actual_seq_lengths_query": torch.tensor([1, 3], dtype=torch.int32),
+         "actual_seq_lengths_key": torch.tensor([20, 9], dtype=torch.int32),
+         "block_table": torch.tensor([[2, 0], [3, 1]], dtype=torch.int32),
+         "layout_query": "TND", "layout_key": "PA_BSND", "sparse_count": 8, "sparse_mode": 0},
+    )
+    return [bsnd, paged]
+
+
+@npu_op(meta=_quant_indexer_meta, kernel=_quant_indexer_kernel, samples=_quant_indexer_samples)
+def npu_quant_lightning_indexer(call: Arguments) -> None:
+    """:func:`npu_lightning_indexer` on quantized index tensors (stored in 8 bits, multiplied in 8 bits).
+
+    Source: op-plugin ``docs/zh/custom_APIs/torch_npu/torch_npu-npu_quant_lightning_indexer.md``. A
+    token's score for key ``j`` is ``sum_h weights[h] * ReLU(query_dequant_scale[h] *
+    key_dequant_scale[j] * (query[h] . key[j]))``; the top-k, masks and layouts are the unquantized
+    op's, and only ``sparse_indices`` is returned. ``query`` / ``key`` are int8 (weights and both scales
+    float16) or float8_e4m3fn (bfloat16, float32, float32 or all float16); scales are per token and head
+    (``query_quant_mode = key_quant_mode = 0``, the only mode).
+    """
+    _require_layouts(call, "layout_query", "layout_key")
+    _require_band(call)
+    _require_sparse_count(call.sparse_count, ())
+    for name in ("query_quant_mode", "key_quant_mode"):
+        require_choice(name, getattr(call, name), (0,), "0 is per-token-head quantization, the only mode")

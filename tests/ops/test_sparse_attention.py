@@ -1,5 +1,6 @@
-"""npu_lightning_indexer against a plain-torch reference written from its API page (op-plugin
-docs/zh/custom_APIs/torch_npu/torch_npu-npu_lightning_indexer.md), its layouts and its refusals."""
+"""npu_lightning_indexer and npu_quant_lightning_indexer against plain-torch references written from their
+API pages (op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_(quant_)lightning_indexer.md), their layouts
+and their refusals."""
 
 import pytest
 import torch
@@ -8,20 +9,25 @@ from pytest_npufuse.cost.attention import dense_indexer_flops
 from pytest_npufuse.cost.registry import Work
 from pytest_npufuse.errors import OpArgumentError
 from pytest_npufuse.ir.program import TensorSpec
-from pytest_npufuse.torch_npu import npu_lightning_indexer
+from pytest_npufuse.torch_npu import npu_lightning_indexer, npu_quant_lightning_indexer
+from pytest_npufuse.torch_npu.dtypes import DTYPE_CODES
 
 D = 128
 
 
-def _reference(q, k, w, count, causal):
+def _reference(q, k, w, count, causal, q_scale=None, k_scale=None):
     """One batch: q [Lq, N1, D], k [Lk, D], w [Lq, N1] -> (indices [Lq, count], values [Lq, count]).
-    Score = sum_h w_h * ReLU(q_h . k); with causal, row i sees keys j <= Lk - Lq + i; unfilled slots -1."""
+    Score = sum_h w_h * ReLU(q_h . k) (quantized: ReLU(q_scale_h * k_scale_j * (q_h . k_j))); with causal,
+    row i sees keys j <= Lk - Lq + i; unfilled slots -1."""
     lq, lk = q.shape[0], k.shape[0]
+    q_scale = torch.ones(w.shape) if q_scale is None else q_scale
+    k_scale = torch.ones(lk) if k_scale is None else k_scale
     indices = torch.full((lq, count), -1, dtype=torch.int32)
     values = torch.full((lq, count), float("-inf"))
     for i in range(lq):
         seen = lk - lq + i + 1 if causal else lk
-        scores = [sum(float(w[i, h]) * max(float(q[i, h].double() @ k[j].double()), 0.0) for h in range(q.shape[1]))
+        scores = [sum(float(w[i, h]) * max(float(q_scale[i, h]) * float(k_scale[j])
+                                           * float(q[i, h].double() @ k[j].double()), 0.0) for h in range(q.shape[1]))
                   for j in range(seen)]
         order = sorted(range(seen), key=lambda j: -scores[j])[:count]
         indices[i, :len(order)] = torch.tensor(order, dtype=torch.int32)
@@ -109,3 +115,40 @@ def test_cost_grows_with_the_keys_scored():
                   TensorSpec((1, blocks), "int32", 4 * blocks)]
         return dense_indexer_flops(Work(inputs, [TensorSpec((1, 1, 1, 2048), "int32", 8192)], [], [], 1.0, 0))
     assert flops(32) == 2 * flops(16) == 64 * 16 * 128 * (2 * D + 3) * 2
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_quant_indexer_matches_the_reference(fp8):
+    """int8 (float16 weights and scales) and float8_e4m3fn (bfloat16 weights, float32 scales), BSND, causal."""
+    gen = torch.Generator().manual_seed(5)
+    if fp8:
+        query, key = torch.randn(1, 3, 2, D, generator=gen).to(torch.float8_e4m3fn), \
+            torch.randn(1, 7, 1, D, generator=gen).to(torch.float8_e4m3fn)
+        dtypes = (torch.bfloat16, torch.float32, torch.float32)
+    else:
+        query = torch.randint(-127, 128, (1, 3, 2, D), generator=gen, dtype=torch.int8)
+        key = torch.randint(-127, 128, (1, 7, 1, D), generator=gen, dtype=torch.int8)
+        dtypes = (torch.float16,) * 3
+    weights, q_scale, k_scale = (torch.rand(shape, generator=gen).to(dtype)
+                                 for shape, dtype in zip(((1, 3, 2), (1, 3, 2), (1, 7, 1)), dtypes))
+    indices = npu_quant_lightning_indexer(query, key, weights, q_scale, k_scale, 0, 0, sparse_count=6,
+                                          key_dtype=DTYPE_CODES["float8_e4m3fn" if fp8 else "int8"])
+    assert indices.shape == (1, 3, 1, 6) and indices.dtype == torch.int32
+    want, _ = _reference(query[0].float(), key[0, :, 0].float(), weights[0].float(), 6, True,
+                         q_scale[0].float(), k_scale[0, :, 0].float())
+    assert torch.equal(indices[0, :, 0], want)
+
+
+def test_quant_indexer_refusals():
+    query = torch.zeros(1, 1, 2, D, dtype=torch.int8)
+    key = torch.zeros(1, 4, 1, D, dtype=torch.int8)
+    half = torch.zeros(1, 1, 2, dtype=torch.float16)
+    k_scale = torch.zeros(1, 4, 1, dtype=torch.float16)
+    with pytest.raises(OpArgumentError, match="query_quant_mode"):
+        npu_quant_lightning_indexer(query, key, half, half, k_scale, 1, 0)
+    with pytest.raises(OpArgumentError, match="hifloat8"):
+        npu_quant_lightning_indexer(query, key, half, half, k_scale, 0, 0, query_dtype=DTYPE_CODES["hifloat8"])
+    with pytest.raises(OpArgumentError, match="key_dequant_scale"):
+        npu_quant_lightning_indexer(query, key, half, half, k_scale.float(), 0, 0)
+    with pytest.raises(OpArgumentError, match="sparse_count"):
+        npu_quant_lightning_indexer(query, key, half, half, k_scale, 0, 0, sparse_count=4096)
