@@ -420,3 +420,172 @@ def npu_quant_lightning_indexer(call: Arguments) -> None:
     _require_sparse_count(call.sparse_count, ())
     for name in ("query_quant_mode", "key_quant_mode"):
         require_choice(name, getattr(call, name), (0,), "0 is per-token-head quantization, the only mode")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_sparse_flash_attention
+# ---------------------------------------------------------------------------------------------
+
+SFA_HEAD_DIM = 512
+SFA_ROPE_DIM = 64
+SFA_QUERY_HEADS = (1, 2, 4, 8, 16, 32, 64, 128)
+SFA_MLA_ABSORB = 2  # attention_mode: query/key are the nope parts, query_rope/key_rope the rope parts
+
+
+def _sfa_lse_shape(call: Arguments) -> list[int]:
+    """softmax_max / softmax_sum: [B, N2, S1, N1/N2] (BSND) or [N2, T1, N1/N2] (TND), op-plugin's meta."""
+    query, kv_heads = call.query, call.key.shape[-2]
+    if call.layout_query == "TND":
+        return [kv_heads, query.shape[0], query.shape[1] // kv_heads]
+    return [query.shape[0], kv_heads, query.shape[1], query.shape[2] // kv_heads]
+
+
+def _sfa_inputs(call: Arguments) -> None:
+    """The shapes the SFA API page requires (metadata only)."""
+    query, key, value, indices = call.query, call.key, call.value, call.sparse_indices
+    batch, rows, heads = _query_rows("query", query, call.layout_query)
+    if _key_heads("key", key, call.layout_kv) != 1 or list(value.shape) != list(key.shape):
+        raise OpArgumentError(f"key {list(key.shape)} and value {list(value.shape)} must have one shape with one "
+                              "KV head (KV_N = 1)")
+    if heads not in SFA_QUERY_HEADS:
+        raise OpArgumentError(f"query has {heads} heads; expected one of {', '.join(map(str, SFA_QUERY_HEADS))}")
+    if query.shape[-1] != SFA_HEAD_DIM or key.shape[-1] != SFA_HEAD_DIM:
+        raise OpArgumentError(f"query and key head dims are {query.shape[-1]} and {key.shape[-1]}; SFA takes "
+                              f"D = {SFA_HEAD_DIM} for query, key and value")
+    if call.query_rope is None or call.key_rope is None:
+        raise OpArgumentError("attention_mode=2 (MLA absorb) needs query_rope and key_rope; pass both")
+    for name, rope, like in (("query_rope", call.query_rope, query), ("key_rope", call.key_rope, key)):
+        require_dtype(name, rope, (query.dtype,), "(query's dtype)")
+        if list(rope.shape) != [*like.shape[:-1], SFA_ROPE_DIM]:
+            raise OpArgumentError(f"{name} has shape {list(rope.shape)}; expected {[*like.shape[:-1], SFA_ROPE_DIM]}")
+    lead = [rows] if batch is None else [batch, rows]
+    require_dtype("sparse_indices", indices, (torch.int32,))
+    if indices.dim() != len(lead) + 2 or list(indices.shape[:-1]) != [*lead, 1] or indices.shape[-1] < 1:
+        raise OpArgumentError(f"sparse_indices has shape {list(indices.shape)}; expected {[*lead, 1, 'sparse_size']}")
+    if call.sinks is not None:
+        require_dtype("sinks", call.sinks, (torch.float32,))
+        if list(call.sinks.shape) != [heads]:
+            raise OpArgumentError(f"sinks has shape {list(call.sinks.shape)}; expected [{heads}] (one per query head)")
+    q_batch = _require_lengths(call, "actual_seq_lengths_query", call.layout_query == "TND")
+    k_batch = _require_lengths(call, "actual_seq_lengths_kv", call.layout_kv == "TND")
+    batches = [n for n in (batch, q_batch, k_batch) if n is not None]
+    if any(n != batches[0] for n in batches):
+        raise OpArgumentError(f"the query, actual_seq_lengths_query and actual_seq_lengths_kv disagree on the "
+                              f"batch count ({batches})")
+    _require_paging(call, key, call.layout_kv, batches[0] if batches else None, "actual_seq_lengths_kv")
+    if call.layout_kv == "PA_BSND" and key.shape[1] % call.sparse_block_size:
+        raise OpArgumentError(f"sparse_block_size={call.sparse_block_size} must divide the cache's block_size "
+                              f"{key.shape[1]}")
+
+
+def _sfa_meta(call: Arguments) -> tuple[Out, Out, Out]:
+    query = call.query
+    require_dtype("query", query, HALF_DTYPES)
+    require_dtype("key", call.key, (query.dtype,), "(query's dtype)")
+    require_dtype("value", call.value, (query.dtype,), "(query's dtype)")
+    _sfa_inputs(call)
+    lse = _sfa_lse_shape(call) if call.return_softmax_lse else [0]
+    return Out(list(query.shape), query.dtype), Out(lse, torch.float32), Out(lse, torch.float32)
+
+
+def _selected(row: torch.Tensor, block: int, k_len: int) -> torch.Tensor:
+    """Key positions one row of ``sparse_indices`` selects: its entries up to the first -1, each the
+    ``block`` tokens from ``index * block``, cut at the batch's key length (op-plugin's reference)."""
+    ends = (row == -1).nonzero()
+    entries = row[: int(ends[0]) if ends.numel() else row.numel()].long()
+    if entries.numel() and entries.min() < 0:
+        raise OpArgumentError(f"sparse_indices holds {int(entries.min())}; entries are block indices >= 0, "
+                              "with -1 marking the end of a row's valid entries")
+    positions = (entries.unsqueeze(1) * block + torch.arange(block)).reshape(-1)
+    return positions[positions < k_len]
+
+
+def _sfa_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
+             scale: float, sinks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One query row's heads [N1, Dq] against the selected keys: (out [N1, Dv], max [N1], sum [N1]), float32.
+    A row that sees no key gives zeros (nothing to average)."""
+    heads = q.shape[0]
+    if positions.numel() == 0:
+        return torch.zeros(heads, values.shape[-1]), torch.zeros(heads), torch.zeros(heads)
+    scores = (q @ keys[positions].T) * scale
+    top = scores.max(dim=-1).values if sinks is None else torch.maximum(scores.max(dim=-1).values, sinks)
+    weights = torch.exp(scores - top.unsqueeze(-1))
+    total = weights.sum(dim=-1) + (0.0 if sinks is None else torch.exp(sinks - top))
+    return (weights @ values[positions]) / total.unsqueeze(-1), top, total
+
+
+def _sfa_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    query = call.query
+    q = torch.cat((query, call.query_rope), dim=-1).reshape(-1, query.shape[-2], query.shape[-1] + SFA_ROPE_DIM)
+    indices = call.sparse_indices.reshape(-1, call.sparse_indices.shape[-1])
+    sinks = None if call.sinks is None else call.sinks.float()
+    out = torch.zeros(q.shape[0], q.shape[1], query.shape[-1])
+    top, total = torch.zeros(q.shape[0], q.shape[1]), torch.zeros(q.shape[0], q.shape[1])
+    batches = _batches(call, query, (call.key, call.key_rope, call.value), "actual_seq_lengths_query",
+                       "actual_seq_lengths_kv", call.layout_query, call.layout_kv)
+    for batch in batches:
+        key, key_rope, value = batch.keys
+        keys, values, k_len = torch.cat((key, key_rope), dim=-1)[:, 0].float(), value[:, 0].float(), key.shape[0]
+        for i in range(batch.q_len):
+            row = batch.start + i
+            positions = _selected(indices[row], call.sparse_block_size, k_len)
+            if call.sparse_mode == 3:
+                positions = positions[positions <= k_len - batch.q_len + i]
+            out[row], top[row], total[row] = _sfa_row(q[row].float(), keys, values, positions,
+                                                      call.scale_value, sinks)
+    # With one KV head, [rows, N1] is already [B, N2, S1, G] / [N2, T1, G] in memory order.
+    lse = _sfa_lse_shape(call) if call.return_softmax_lse else [0]
+    if not call.return_softmax_lse:
+        top, total = torch.empty(0), torch.empty(0)
+    return out.reshape(query.shape).to(query.dtype), top.reshape(lse), total.reshape(lse)
+
+
+def _sfa_samples() -> list[SampleCall]:
+    """BSND causal with block-wise indices and the lse outputs; TND queries against a paged cache with sinks."""
+    gen = torch.Generator().manual_seed(0)
+
+    def half(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=gen).half()
+
+    d, r = SFA_HEAD_DIM, SFA_ROPE_DIM
+    key = half(1, 8, 1, d)
+    bsnd = SampleCall(
+        (half(1, 2, 2, d), key, key, torch.tensor([[[[0, 3, -1]], [[1, 2, 3]]]], dtype=torch.int32), 0.05),
+        {"query_rope": half(1, 2, 2, r), "key_rope": half(1, 8, 1, r), "sparse_block_size": 2,
+         "attention_mode": 2, "return_softmax_lse": True},
+    )
+    cache = half(3, 16, 1, d)
+    paged = SampleCall(
+        (half(3, 4, d), cache, cache, torch.tensor([[[4, 0, -1]], [[1, 9, 2]], [[0, 5, 7]]], dtype=torch.int32), 0.05),
+        {"query_rope": half(3, 4, r), "key_rope": half(3, 16, 1, r), "block_table": torch.tensor([[2], [0]],
+         dtype=torch.int32), "actual_seq_lengths_query": torch.tensor([1, 3], dtype=torch.int32),
+         "actual_seq_lengths_kv": torch.tensor([12, 16], dtype=torch.int32), "layout_query": "TND",
+         "layout_kv": "PA_BSND", "attention_mode": 2, "sinks": torch.randn(4, generator=gen)},
+    )
+    return [bsnd, paged]
+
+
+@npu_op(meta=_sfa_meta, kernel=_sfa_kernel, samples=_sfa_samples)
+def npu_sparse_flash_attention(call: Arguments) -> None:
+    """Sparse flash attention (SFA): each query token attends only the keys ``sparse_indices`` selects.
+
+    Source: op-plugin ``docs/zh/custom_APIs/torch_npu/torch_npu-npu_sparse_flash_attention.md`` and its
+    reference in ``test/test_custom_ops/test_npu_sparse_flash_attention.py``. An index ``b`` selects keys
+    ``b * sparse_block_size`` .. ``+ sparse_block_size - 1`` (cut at the batch's key length); a row's
+    entries end at its first -1. With ``sparse_mode=3`` selected keys past the rightDownCausal bound are
+    dropped. MLA absorb (``attention_mode=2``, the only mode): scores are
+    ``scale_value * [q, q_rope] . [k, k_rope]``, the softmax runs over the selected keys (plus, with
+    ``sinks``, one extra logit per head that takes weight but has no value), and the output is the
+    weighted sum of ``value`` rows, float32 then rounded to query's dtype. ``softmax_max`` /
+    ``softmax_sum`` (``return_softmax_lse``) are each head's largest score and the sum of
+    ``exp(score - max)``; rows past a batch's valid length, and rows that see no key, are zeros.
+    """
+    _require_layouts(call, "layout_query", "layout_kv")
+    _require_band(call)
+    require_choice("attention_mode", call.attention_mode, (SFA_MLA_ABSORB,), "2 is MLA absorb, the only mode")
+    block = call.sparse_block_size
+    if not 1 <= block <= 128 or block & (block - 1):
+        raise OpArgumentError(f"sparse_block_size={block} must be a power of 2 in [1, 128]")
+    if call.return_softmax_lse and call.layout_kv == "PA_BSND":
+        raise OpArgumentError("return_softmax_lse=True is supported only when layout_kv is not 'PA_BSND'; pass "
+                              "return_softmax_lse=False or unpaged keys")

@@ -1,6 +1,6 @@
-"""npu_lightning_indexer and npu_quant_lightning_indexer against plain-torch references written from their
-API pages (op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_(quant_)lightning_indexer.md), their layouts
-and their refusals."""
+"""npu_lightning_indexer, npu_quant_lightning_indexer and npu_sparse_flash_attention against plain-torch
+references written from their API pages (op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-<op>.md), their
+layouts and their refusals."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from pytest_npufuse.cost.attention import dense_indexer_flops
 from pytest_npufuse.cost.registry import Work
 from pytest_npufuse.errors import OpArgumentError
 from pytest_npufuse.ir.program import TensorSpec
-from pytest_npufuse.torch_npu import npu_lightning_indexer, npu_quant_lightning_indexer
+from pytest_npufuse.torch_npu import npu_lightning_indexer, npu_quant_lightning_indexer, npu_sparse_flash_attention
 from pytest_npufuse.torch_npu.dtypes import DTYPE_CODES
 
 D = 128
@@ -152,3 +152,114 @@ def test_quant_indexer_refusals():
         npu_quant_lightning_indexer(query, key, half, half, k_scale.float(), 0, 0)
     with pytest.raises(OpArgumentError, match="sparse_count"):
         npu_quant_lightning_indexer(query, key, half, half, k_scale, 0, 0, sparse_count=4096)
+
+
+DN, DR = 512, 64
+
+
+def _sfa_reference(q, q_rope, k, k_rope, v, rows_indices, scale, block, causal, sinks=None):
+    """One batch, plain loops: q [Lq, N1, DN], k/v [Lk, DN], indices [Lq, K] -> out [Lq, N1, DN], max, sum.
+    Row i's keys: for each index up to the first -1, tokens index*block .. +block-1 below Lk, and with
+    causal only those j <= Lk - Lq + i; softmax(scale * [q, q_rope] . [k, k_rope]) (sinks: one extra
+    logit per head), times v."""
+    lq, lk, heads = q.shape[0], k.shape[0], q.shape[1]
+    out, top, total = torch.zeros(lq, heads, DN, dtype=torch.float64), torch.zeros(lq, heads), torch.zeros(lq, heads)
+    for i in range(lq):
+        keys = []
+        for index in rows_indices[i].tolist():
+            if index == -1:
+                break
+            keys += [j for j in range(index * block, index * block + block)
+                     if j < lk and (not causal or j <= lk - lq + i)]
+        for h in range(heads):
+            qh = torch.cat((q[i, h], q_rope[i, h])).double()
+            scores = [scale * float(qh @ torch.cat((k[j], k_rope[j])).double()) for j in keys]
+            logits = scores + ([float(sinks[h])] if sinks is not None else [])
+            m = max(logits)
+            weights = [torch.exp(torch.tensor(x - m, dtype=torch.float64)) for x in scores]
+            denom = sum(weights) + (torch.exp(torch.tensor(float(sinks[h]) - m, dtype=torch.float64)) if sinks is not None else 0)
+            out[i, h] = sum(w * v[j].double() for w, j in zip(weights, keys)) / denom
+            top[i, h], total[i, h] = m, float(denom)
+    return out, top, total
+
+
+def _half(gen, *shape):
+    return torch.randn(shape, generator=gen).half()
+
+
+@pytest.mark.parametrize("sparse_mode", [0, 3])
+def test_sfa_bsnd_matches_the_reference(sparse_mode):
+    gen = torch.Generator().manual_seed(11)
+    query, q_rope, key, k_rope = _half(gen, 1, 3, 2, DN), _half(gen, 1, 3, 2, DR), _half(gen, 1, 8, 1, DN), \
+        _half(gen, 1, 8, 1, DR)
+    indices = torch.tensor([[[[3, 0, -1, 2]], [[1, 2, 3, -1]], [[2, 0, 1, 3]]]], dtype=torch.int32)
+    out, top, total = npu_sparse_flash_attention(
+        query, key, key, indices, 0.04, query_rope=q_rope, key_rope=k_rope, sparse_block_size=2,
+        actual_seq_lengths_kv=torch.tensor([7], dtype=torch.int32), sparse_mode=sparse_mode, attention_mode=2,
+        return_softmax_lse=True)
+    assert out.shape == query.shape and out.dtype == torch.float16
+    assert top.shape == total.shape == (1, 1, 3, 2) and top.dtype == torch.float32
+    want, want_top, want_total = _sfa_reference(query[0], q_rope[0], key[0, :7, 0], k_rope[0, :7, 0],
+                                                key[0, :7, 0], indices[0, :, 0], 0.04, 2, sparse_mode == 3)
+    assert torch.allclose(out[0].double(), want, atol=2e-3, rtol=2e-3)
+    assert torch.allclose(top[0, 0], want_top, rtol=1e-4) and torch.allclose(total[0, 0], want_total, rtol=1e-4)
+
+
+def test_sfa_paged_tnd_with_sinks_matches_the_reference():
+    gen = torch.Generator().manual_seed(12)
+    query, q_rope = _half(gen, 3, 4, DN), _half(gen, 3, 4, DR)
+    cache, cache_rope = _half(gen, 4, 16, 1, DN), _half(gen, 4, 16, 1, DR)
+    table = torch.tensor([[3, 1], [0, 2]], dtype=torch.int32)
+    ends_q, lengths_kv = torch.tensor([1, 3], dtype=torch.int32), torch.tensor([20, 9], dtype=torch.int32)
+    indices = torch.tensor([[[19, 4, 0, -1]], [[8, 1, 5, 2]], [[0, 7, -1, 3]]], dtype=torch.int32)
+    sinks = torch.randn(4, generator=gen)
+    out, top, total = npu_sparse_flash_attention(
+        query, cache, cache, indices, 0.05, block_table=table, actual_seq_lengths_query=ends_q,
+        actual_seq_lengths_kv=lengths_kv, query_rope=q_rope, key_rope=cache_rope, layout_query="TND",
+        layout_kv="PA_BSND", attention_mode=2, sinks=sinks)
+    assert out.shape == query.shape and top.shape == total.shape == (0,)
+    for b, rows in enumerate((slice(0, 1), slice(1, 3))):
+        ids, length = table[b].long(), int(lengths_kv[b])
+        keys, keys_rope = cache[ids].reshape(-1, DN)[:length], cache_rope[ids].reshape(-1, DR)[:length]
+        want, _, _ = _sfa_reference(query[rows], q_rope[rows], keys, keys_rope, keys, indices[rows, 0], 0.05, 1,
+                                    True, sinks)
+        assert torch.allclose(out[rows].double(), want, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"attention_mode": 0}, "attention_mode"),
+        ({"sparse_block_size": 3}, "sparse_block_size"),
+        ({"sparse_mode": 2}, "sparse_mode"),
+        ({"query_rope": None}, "query_rope"),
+        ({"sparse_indices": torch.tensor([[[[-3]]]], dtype=torch.int32)}, "sparse_indices"),
+        ({"sinks": torch.zeros(3)}, "sinks"),
+    ],
+)
+def test_sfa_refusals_name_the_argument(change, named):
+    gen = torch.Generator().manual_seed(13)
+    arguments = {"query": _half(gen, 1, 1, 2, DN), "key": _half(gen, 1, 4, 1, DN), "query_rope": _half(gen, 1, 1, 2, DR),
+                 "key_rope": _half(gen, 1, 4, 1, DR), "sparse_indices": torch.tensor([[[[0]]]], dtype=torch.int32),
+                 "attention_mode": 2, **change}
+    query, key, indices = arguments.pop("query"), arguments.pop("key"), arguments.pop("sparse_indices")
+    with pytest.raises(OpArgumentError, match=named):
+        npu_sparse_flash_attention(query, key, key, indices, 0.1, **arguments)
+
+
+def test_sfa_catalog_cost_grows_with_the_selected_top_k():
+    """npu_sparse_flash_attention is priced by the sparse_attention rule on its own argument order
+    (query, key, value, sparse_indices, query_rope, key_rope): the work follows the index's top-k, not
+    the cache's length."""
+    from pytest_npufuse.cost.attention import sparse_attention_flops
+    from pytest_npufuse.target.catalog import load_catalog
+
+    assert load_catalog().entries["npu::npu_sparse_flash_attention"].cost == "sparse_attention"
+
+    def flops(top_k, cached):
+        inputs = [TensorSpec((1, 1, 128, DN), "bfloat16", 0), TensorSpec((cached, 1, DN), "bfloat16", 0),
+                  TensorSpec((cached, 1, DN), "bfloat16", 0), TensorSpec((1, 1, 1, top_k), "int32", 4 * top_k),
+                  TensorSpec((1, 1, 128, DR), "bfloat16", 0), TensorSpec((cached, 1, DR), "bfloat16", 0)]
+        return sparse_attention_flops(Work(inputs, [TensorSpec((1, 1, 128, DN), "bfloat16", 0)], [], [], 5.0, 0))
+
+    assert flops(2048, 8192) == flops(2048, 65536) == 2 * flops(1024, 8192)
