@@ -27,7 +27,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
 * :mod:`.sparse_attention` - DeepSeek sparse attention's ``npu_lightning_indexer``, ``npu_quant_lightning_indexer``,
-  ``npu_sparse_flash_attention``
+  ``npu_sparse_flash_attention``, ``npu_kv_quant_sparse_flash_attention``
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
@@ -149,7 +149,12 @@ from .rope import (
     npu_rotary_mul,
     npu_rotary_mul_backward,
 )
-from .sparse_attention import npu_lightning_indexer, npu_quant_lightning_indexer, npu_sparse_flash_attention
+from .sparse_attention import (
+    npu_kv_quant_sparse_flash_attention,
+    npu_lightning_indexer,
+    npu_quant_lightning_indexer,
+    npu_sparse_flash_attention,
+)
 from .weight_pack import npu_convert_weight_to_int4pack
 
 __all__ = [
@@ -213,6 +218,7 @@ __all__ = [
     "npu_lightning_indexer",
     "npu_quant_lightning_indexer",
     "npu_sparse_flash_attention",
+    "npu_kv_quant_sparse_flash_attention",
     "npu_rotary_mul",
     "npu_rotary_mul_backward",
     "npu_scaled_masked_softmax",

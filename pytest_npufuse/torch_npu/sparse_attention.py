@@ -15,7 +15,7 @@ triangle); ``sparse_mode=0`` sees every valid key.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
@@ -115,6 +115,18 @@ def _require_lengths(call: Arguments, name: str, cumulative: bool) -> Optional[i
     return lengths.shape[0]
 
 
+def _require_batches(call: Arguments, batch: Optional[int], key_lengths: str, key_layout: str) -> None:
+    """The length tensors (TND ones required), one batch count among them and a BSND query, and the
+    paged cache's table."""
+    q_batch = _require_lengths(call, "actual_seq_lengths_query", call.layout_query == "TND")
+    k_batch = _require_lengths(call, key_lengths, getattr(call, key_layout) == "TND")
+    batches = [n for n in (batch, q_batch, k_batch) if n is not None]
+    if any(n != batches[0] for n in batches):
+        raise OpArgumentError(f"the query, actual_seq_lengths_query and {key_lengths} disagree on the batch "
+                              f"count ({batches})")
+    _require_paging(call, call.key, getattr(call, key_layout), batches[0] if batches else None, key_lengths)
+
+
 def _valid_lengths(name: str, lengths: Optional[torch.Tensor], batch: int, full: int, cumulative: bool) -> list[int]:
     """Per-batch valid lengths from a lengths tensor (cumulative for TND), each within ``full``."""
     if lengths is None:
@@ -200,13 +212,7 @@ def _indexer_inputs(call: Arguments) -> None:
     want = [rows, heads] if batch is None else [batch, rows, heads]
     if list(weights.shape) != want:
         raise OpArgumentError(f"weights has shape {list(weights.shape)}; expected {want} (one weight per query head)")
-    q_batch = _require_lengths(call, "actual_seq_lengths_query", call.layout_query == "TND")
-    k_batch = _require_lengths(call, "actual_seq_lengths_key", call.layout_key == "TND")
-    batches = [n for n in (batch, q_batch, k_batch) if n is not None]
-    if any(n != batches[0] for n in batches):
-        raise OpArgumentError(f"the query, actual_seq_lengths_query and actual_seq_lengths_key disagree on the "
-                              f"batch count ({batches})")
-    _require_paging(call, key, call.layout_key, batches[0] if batches else None, "actual_seq_lengths_key")
+    _require_batches(call, batch, "actual_seq_lengths_key", "layout_key")
 
 
 def _indexer_meta(call: Arguments) -> tuple[Out, Out]:
@@ -432,6 +438,16 @@ SFA_QUERY_HEADS = (1, 2, 4, 8, 16, 32, 64, 128)
 SFA_MLA_ABSORB = 2  # attention_mode: query/key are the nope parts, query_rope/key_rope the rope parts
 
 
+def _require_sparse_modes(call: Arguments) -> None:
+    """The modes both sparse attentions' API pages allow: layouts, masks, MLA absorb, block size."""
+    _require_layouts(call, "layout_query", "layout_kv")
+    _require_band(call)
+    require_choice("attention_mode", call.attention_mode, (SFA_MLA_ABSORB,), "2 is MLA absorb, the only mode")
+    block = call.sparse_block_size
+    if not 1 <= block <= 128 or block & (block - 1):
+        raise OpArgumentError(f"sparse_block_size={block} must be a power of 2 in [1, 128]")
+
+
 def _sfa_lse_shape(call: Arguments) -> list[int]:
     """softmax_max / softmax_sum: [B, N2, S1, N1/N2] (BSND) or [N2, T1, N1/N2] (TND), op-plugin's meta."""
     query, kv_heads = call.query, call.key.shape[-2]
@@ -442,7 +458,7 @@ def _sfa_lse_shape(call: Arguments) -> list[int]:
 
 def _sfa_inputs(call: Arguments) -> None:
     """The shapes the SFA API page requires (metadata only)."""
-    query, key, value, indices = call.query, call.key, call.value, call.sparse_indices
+    query, key, value = call.query, call.key, call.value
     batch, rows, heads = _query_rows("query", query, call.layout_query)
     if _key_heads("key", key, call.layout_kv) != 1 or list(value.shape) != list(key.shape):
         raise OpArgumentError(f"key {list(key.shape)} and value {list(value.shape)} must have one shape with one "
@@ -459,6 +475,12 @@ def _sfa_inputs(call: Arguments) -> None:
         if list(rope.shape) != [*like.shape[:-1], SFA_ROPE_DIM]:
             raise OpArgumentError(f"{name} has shape {list(rope.shape)}; expected {[*like.shape[:-1], SFA_ROPE_DIM]}")
     lead = [rows] if batch is None else [batch, rows]
+    _require_selection(call, batch, heads, lead)
+
+
+def _require_selection(call: Arguments, batch: Optional[int], heads: int, lead: list[int]) -> None:
+    """What both sparse attentions require of sparse_indices, sinks, the lengths and the paged cache."""
+    indices, key = call.sparse_indices, call.key
     require_dtype("sparse_indices", indices, (torch.int32,))
     if indices.dim() != len(lead) + 2 or list(indices.shape[:-1]) != [*lead, 1] or indices.shape[-1] < 1:
         raise OpArgumentError(f"sparse_indices has shape {list(indices.shape)}; expected {[*lead, 1, 'sparse_size']}")
@@ -466,13 +488,7 @@ def _sfa_inputs(call: Arguments) -> None:
         require_dtype("sinks", call.sinks, (torch.float32,))
         if list(call.sinks.shape) != [heads]:
             raise OpArgumentError(f"sinks has shape {list(call.sinks.shape)}; expected [{heads}] (one per query head)")
-    q_batch = _require_lengths(call, "actual_seq_lengths_query", call.layout_query == "TND")
-    k_batch = _require_lengths(call, "actual_seq_lengths_kv", call.layout_kv == "TND")
-    batches = [n for n in (batch, q_batch, k_batch) if n is not None]
-    if any(n != batches[0] for n in batches):
-        raise OpArgumentError(f"the query, actual_seq_lengths_query and actual_seq_lengths_kv disagree on the "
-                              f"batch count ({batches})")
-    _require_paging(call, key, call.layout_kv, batches[0] if batches else None, "actual_seq_lengths_kv")
+    _require_batches(call, batch, "actual_seq_lengths_kv", "layout_kv")
     if call.layout_kv == "PA_BSND" and key.shape[1] % call.sparse_block_size:
         raise OpArgumentError(f"sparse_block_size={call.sparse_block_size} must divide the cache's block_size "
                               f"{key.shape[1]}")
@@ -501,9 +517,11 @@ def _selected(row: torch.Tensor, block: int, k_len: int) -> torch.Tensor:
 
 
 def _sfa_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
-             scale: float, sinks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One query row's heads [N1, Dq] against the selected keys: (out [N1, Dv], max [N1], sum [N1]), float32.
-    A row that sees no key gives zeros (nothing to average)."""
+             scale: float, sinks: Optional[torch.Tensor], rounded: Optional[torch.dtype] = None,
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One query row's heads [N1, Dq] against the selected keys: (out [N1, Dv], max [N1], sum [N1]), float32;
+    ``rounded`` rounds the probabilities to that dtype before they weight the values (the quantized op's
+    second product takes them in query's dtype). A row that sees no key gives zeros (nothing to average)."""
     heads = q.shape[0]
     if positions.numel() == 0:
         return torch.zeros(heads, values.shape[-1]), torch.zeros(heads), torch.zeros(heads)
@@ -511,28 +529,45 @@ def _sfa_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, position
     top = scores.max(dim=-1).values if sinks is None else torch.maximum(scores.max(dim=-1).values, sinks)
     weights = torch.exp(scores - top.unsqueeze(-1))
     total = weights.sum(dim=-1) + (0.0 if sinks is None else torch.exp(sinks - top))
-    return (weights @ values[positions]) / total.unsqueeze(-1), top, total
+    probabilities = weights / total.unsqueeze(-1)
+    if rounded is not None:
+        probabilities = probabilities.to(rounded).float()
+    return probabilities @ values[positions], top, total
 
 
-def _sfa_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    query = call.query
-    q = torch.cat((query, call.query_rope), dim=-1).reshape(-1, query.shape[-2], query.shape[-1] + SFA_ROPE_DIM)
+def _attend_selected(call: Arguments, q: torch.Tensor, batches: list[_Batch], width: int,
+                     rows_of: Callable[[_Batch], tuple[torch.Tensor, torch.Tensor]],
+                     rounded: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every valid query row of ``q`` [rows, N1, Dq] over its selected keys: ``rows_of(batch)`` gives the
+    batch's keys [Lk, Dq] and values [Lk, width] in float32. Returns out [rows, N1, width], max and sum."""
     indices = call.sparse_indices.reshape(-1, call.sparse_indices.shape[-1])
     sinks = None if call.sinks is None else call.sinks.float()
-    out = torch.zeros(q.shape[0], q.shape[1], query.shape[-1])
+    out = torch.zeros(q.shape[0], q.shape[1], width)
     top, total = torch.zeros(q.shape[0], q.shape[1]), torch.zeros(q.shape[0], q.shape[1])
-    batches = _batches(call, query, (call.key, call.key_rope, call.value), "actual_seq_lengths_query",
-                       "actual_seq_lengths_kv", call.layout_query, call.layout_kv)
     for batch in batches:
-        key, key_rope, value = batch.keys
-        keys, values, k_len = torch.cat((key, key_rope), dim=-1)[:, 0].float(), value[:, 0].float(), key.shape[0]
+        keys, values = rows_of(batch)
+        k_len = keys.shape[0]
         for i in range(batch.q_len):
             row = batch.start + i
             positions = _selected(indices[row], call.sparse_block_size, k_len)
             if call.sparse_mode == 3:
                 positions = positions[positions <= k_len - batch.q_len + i]
-            out[row], top[row], total[row] = _sfa_row(q[row].float(), keys, values, positions,
-                                                      call.scale_value, sinks)
+            out[row], top[row], total[row] = _sfa_row(q[row].float(), keys, values, positions, call.scale_value,
+                                                      sinks, rounded)
+    return out, top, total
+
+
+def _sfa_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    query = call.query
+    q = torch.cat((query, call.query_rope), dim=-1).reshape(-1, query.shape[-2], query.shape[-1] + SFA_ROPE_DIM)
+    batches = _batches(call, query, (call.key, call.key_rope, call.value), "actual_seq_lengths_query",
+                       "actual_seq_lengths_kv", call.layout_query, call.layout_kv)
+
+    def rows_of(batch: _Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        key, key_rope, value = batch.keys
+        return torch.cat((key, key_rope), dim=-1)[:, 0].float(), value[:, 0].float()
+
+    out, top, total = _attend_selected(call, q, batches, query.shape[-1], rows_of)
     # With one KV head, [rows, N1] is already [B, N2, S1, G] / [N2, T1, G] in memory order.
     lse = _sfa_lse_shape(call) if call.return_softmax_lse else [0]
     if not call.return_softmax_lse:
@@ -580,12 +615,138 @@ def npu_sparse_flash_attention(call: Arguments) -> None:
     ``softmax_sum`` (``return_softmax_lse``) are each head's largest score and the sum of
     ``exp(score - max)``; rows past a batch's valid length, and rows that see no key, are zeros.
     """
-    _require_layouts(call, "layout_query", "layout_kv")
-    _require_band(call)
-    require_choice("attention_mode", call.attention_mode, (SFA_MLA_ABSORB,), "2 is MLA absorb, the only mode")
-    block = call.sparse_block_size
-    if not 1 <= block <= 128 or block & (block - 1):
-        raise OpArgumentError(f"sparse_block_size={block} must be a power of 2 in [1, 128]")
+    _require_sparse_modes(call)
     if call.return_softmax_lse and call.layout_kv == "PA_BSND":
         raise OpArgumentError("return_softmax_lse=True is supported only when layout_kv is not 'PA_BSND'; pass "
                               "return_softmax_lse=False or unpaged keys")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_kv_quant_sparse_flash_attention
+# ---------------------------------------------------------------------------------------------
+
+KV_QUANT_TILE = 128
+KV_QUANT_PER_TILE = 2  # key_quant_mode / value_quant_mode: one float32 scale per 128 nope values
+KV_QUANT_COMBINED = 1  # quant_scale_repo_mode: the scales stored in the cache row after the rope part
+KV_QUANT_QUERY_HEADS = (1, 2, 4, 8, 16, 32, 48, 64, 128)
+KV_QUANT_DTYPES = (torch.int8, torch.float8_e4m3fn)
+
+
+def _cache_row_bytes(query: torch.Tensor) -> int:
+    """One combined cache row: 512 quantized nope bytes, the 64 rope values in query's dtype, and the
+    float32 scale of each 128-value tile (656 with a 16-bit query; the API page's KV_D)."""
+    return SFA_HEAD_DIM + SFA_ROPE_DIM * query.element_size() + 4 * (SFA_HEAD_DIM // KV_QUANT_TILE)
+
+
+def _dequantized(cache: torch.Tensor, query_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A combined cache's rows [L, D'] as (nope, rope) in query's dtype: each 128-value tile of the nope
+    part times its scale, rounded to query's dtype (op-plugin's reference), and the rope part read back
+    from its bytes."""
+    raw = cache.view(torch.int8) if cache.dtype != torch.int8 else cache
+    rope_end = SFA_HEAD_DIM + SFA_ROPE_DIM * torch.empty(0, dtype=query_dtype).element_size()
+    nope = cache[..., :SFA_HEAD_DIM].float()
+    scales = raw[..., rope_end:].contiguous().view(torch.float32)
+    rope = raw[..., SFA_HEAD_DIM:rope_end].contiguous().view(query_dtype)
+    return (nope * scales.repeat_interleave(KV_QUANT_TILE, dim=-1)).to(query_dtype), rope
+
+
+def _kv_quant_meta(call: Arguments) -> Out:
+    query, key, value = call.query, call.key, call.value
+    require_dtype("query", query, HALF_DTYPES)
+    require_dtype("key", key, KV_QUANT_DTYPES)
+    require_dtype("value", value, (key.dtype,), "(key's dtype)")
+    batch, rows, heads = _query_rows("query", query, call.layout_query)
+    if heads not in KV_QUANT_QUERY_HEADS:
+        raise OpArgumentError(f"query has {heads} heads; expected one of {', '.join(map(str, KV_QUANT_QUERY_HEADS))}")
+    if query.shape[-1] != SFA_HEAD_DIM + SFA_ROPE_DIM:
+        raise OpArgumentError(f"query has head dim {query.shape[-1]}; it must be nope 512 + rope 64 = 576")
+    width = _cache_row_bytes(query)
+    if _key_heads("key", key, call.layout_kv) != 1 or key.shape[-1] != width or list(value.shape) != list(key.shape):
+        raise OpArgumentError(f"key {list(key.shape)} and value {list(value.shape)} must have one shape with one KV "
+                              f"head and rows of {width} bytes (512 quantized values, 64 rope values in query's "
+                              "dtype, 4 float32 tile scales)")
+    _require_selection(call, batch, heads, [rows] if batch is None else [batch, rows])
+    return Out([*query.shape[:-1], SFA_HEAD_DIM], query.dtype)
+
+
+def _kv_quant_kernel(call: Arguments) -> torch.Tensor:
+    query = call.query
+    q = query.reshape(-1, *query.shape[-2:])
+    batches = _batches(call, query, (call.key, call.value), "actual_seq_lengths_query", "actual_seq_lengths_kv",
+                       call.layout_query, call.layout_kv)
+
+    def rows_of(batch: _Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        nope, rope = _dequantized(batch.keys[0][:, 0], query.dtype)
+        values, _ = _dequantized(batch.keys[1][:, 0], query.dtype)
+        return torch.cat((nope, rope), dim=-1).float(), values.float()
+
+    out, _, _ = _attend_selected(call, q, batches, SFA_HEAD_DIM, rows_of, rounded=query.dtype)
+    return out.reshape(*query.shape[:-1], SFA_HEAD_DIM).to(query.dtype)
+
+
+def combined_cache_rows(nope: torch.Tensor, rope: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The combined cache rows the quantized SFA reads, from int8 or float8_e4m3fn nope values [..., 512],
+    rope values [..., 64] (query's dtype) and float32 tile scales [..., 4]: their bytes side by side, in
+    the nope values' dtype, as op-plugin's test builds them."""
+    parts = (nope.contiguous(), rope.contiguous(), scales.contiguous())
+    return torch.cat([part.view(torch.int8) for part in parts], dim=-1).view(nope.dtype)
+
+
+def _kv_quant_samples() -> list[SampleCall]:
+    """BSND causal block-wise selection with sinks; TND queries against a paged cache."""
+    gen = torch.Generator().manual_seed(0)
+
+    def cache(*lead: int) -> torch.Tensor:
+        return combined_cache_rows(torch.randint(-127, 128, (*lead, SFA_HEAD_DIM), generator=gen, dtype=torch.int8),
+                                   torch.randn(*lead, SFA_ROPE_DIM, generator=gen).bfloat16(),
+                                   torch.rand(*lead, SFA_HEAD_DIM // KV_QUANT_TILE, generator=gen) / 64)
+
+    width = SFA_HEAD_DIM + SFA_ROPE_DIM
+    rows = cache(1, 8, 1)
+    bsnd = SampleCall(
+        (torch.randn(1, 2, 2, width, generator=gen).bfloat16(), rows, rows,
+         torch.tensor([[[[0, 3, -1]], [[1, 2, 3]]]], dtype=torch.int32), 0.04, 2, 2),
+        {"sparse_block_size": 2, "attention_mode": 2, "sinks": torch.randn(2, generator=gen)},
+    )
+    paged_rows = cache(3, 16, 1)
+    paged = SampleCall(
+        (torch.randn(3, 4, width, generator=gen).bfloat16(), paged_rows, paged_rows,
+         torch.tensor([[[4, 0, -1]], [[1, 9, 2]], [[0, 5, 7]]], dtype=torch.int32), 0.04, 2, 2),
+        {"block_table": torch.tensor([[2], [0]], dtype=torch.int32),
+         "actual_seq_lengths_query": torch.tensor([1, 3], dtype=torch.int32),
+         "actual_seq_lengths_kv": torch.tensor([12, 16], dtype=torch.int32), "layout_query": "TND",
+         "layout_kv": "PA_BSND", "attention_mode": 2},
+    )
+    return [bsnd, paged]
+
+
+@npu_op(meta=_kv_quant_meta, kernel=_kv_quant_kernel, samples=_kv_quant_samples)
+def npu_kv_quant_sparse_flash_attention(call: Arguments) -> None:
+    """:func:`npu_sparse_flash_attention` over a per-tile quantized KV cache (MLA absorb, key and value
+    one combined cache).
+
+    Source: op-plugin ``docs/zh/custom_APIs/torch_npu/torch_npu-npu_kv_quant_sparse_flash_attention.md``
+    and its reference in ``test/test_custom_ops/test_npu_kv_quant_sparse_flash_attention.py``. ``query``
+    is ``[q_nope, q_rope]`` (576 wide); each cache row holds 512 int8 / float8_e4m3fn nope values, the 64
+    rope values in query's dtype and four float32 scales, one per 128 nope values, as bytes
+    (:func:`combined_cache_rows`). Keys are ``[dequant(nope), rope]``, values ``dequant(nope)``, both
+    rounded to query's dtype; the selection, masks and sinks are SFA's, the probabilities are rounded to
+    query's dtype before they weight the values, and the output is 512 wide. The only modes are
+    ``key_quant_mode = value_quant_mode = 2`` (per tile), ``quant_scale_repo_mode=1`` (scales in the row),
+    ``tile_size=128``, ``rope_head_dim=64``, ``attention_mode=2``; the reserved ``key_dequant_scale`` /
+    ``value_dequant_scale`` must be None, and HiFloat8 caches (``key_dtype``) are refused.
+    """
+    _require_sparse_modes(call)
+    for name in ("key_quant_mode", "value_quant_mode"):
+        require_choice(name, getattr(call, name), (KV_QUANT_PER_TILE,), "2 is per-tile quantization, the only mode")
+    require_choice("quant_scale_repo_mode", call.quant_scale_repo_mode, (KV_QUANT_COMBINED,),
+                   "1 stores the scales in the cache row, the only mode")
+    require_choice("tile_size", call.tile_size, (KV_QUANT_TILE,), "the values one scale covers")
+    require_choice("rope_head_dim", call.rope_head_dim, (SFA_ROPE_DIM,), "the rope part's width")
+    for name in ("key_dequant_scale", "value_dequant_scale"):
+        if getattr(call, name) is not None:
+            raise OpArgumentError(f"{name} is a reserved argument; pass None (the scales are in the cache rows)")
+    for name in ("key_dtype", "value_dtype"):
+        if getattr(call, name) is not None:
+            raise OpArgumentError(f"{name}={getattr(call, name)} is not implemented: only hifloat8 caches set it, "
+                                  "which the CPU model does not decode; pass None with int8 or float8_e4m3fn caches")

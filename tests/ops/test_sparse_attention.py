@@ -9,8 +9,14 @@ from pytest_npufuse.cost.attention import dense_indexer_flops
 from pytest_npufuse.cost.registry import Work
 from pytest_npufuse.errors import OpArgumentError
 from pytest_npufuse.ir.program import TensorSpec
-from pytest_npufuse.torch_npu import npu_lightning_indexer, npu_quant_lightning_indexer, npu_sparse_flash_attention
+from pytest_npufuse.torch_npu import (
+    npu_kv_quant_sparse_flash_attention,
+    npu_lightning_indexer,
+    npu_quant_lightning_indexer,
+    npu_sparse_flash_attention,
+)
 from pytest_npufuse.torch_npu.dtypes import DTYPE_CODES
+from pytest_npufuse.torch_npu.sparse_attention import combined_cache_rows
 
 D = 128
 
@@ -263,3 +269,56 @@ def test_sfa_catalog_cost_grows_with_the_selected_top_k():
         return sparse_attention_flops(Work(inputs, [TensorSpec((1, 1, 128, DN), "bfloat16", 0)], [], [], 5.0, 0))
 
     assert flops(2048, 8192) == flops(2048, 65536) == 2 * flops(1024, 8192)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_kv_quant_sfa_matches_the_reference(fp8):
+    """The cache rows are the API page's bytes (nope, rope, float32 scales). Dequantize by hand (each 128 values times its scale, rounded to bfloat16), then
+    SFA's reference; the probabilities are rounded to bfloat16 before the values, as op-plugin's test does."""
+    gen = torch.Generator().manual_seed(21)
+    if fp8:
+        nope = torch.randn(1, 6, 1, DN, generator=gen).to(torch.float8_e4m3fn)
+    else:
+        nope = torch.randint(-127, 128, (1, 6, 1, DN), generator=gen, dtype=torch.int8)
+    rope = torch.randn(1, 6, 1, DR, generator=gen).bfloat16()
+    scales = torch.rand(1, 6, 1, DN // 128, generator=gen) / 32
+    cache = combined_cache_rows(nope, rope, scales)
+    query = torch.randn(1, 2, 2, DN + DR, generator=gen).bfloat16()
+    indices = torch.tensor([[[[5, 1, 0, -1]], [[2, 4, 5, 3]]]], dtype=torch.int32)
+    out = npu_kv_quant_sparse_flash_attention(query, cache, cache, indices, 0.05, 2, 2, attention_mode=2)
+    assert out.shape == (1, 2, 2, DN) and out.dtype == torch.bfloat16
+    keys = (nope.float() * scales.repeat_interleave(128, dim=-1)).bfloat16()[0, :, 0]
+    lq, lk = 2, 6
+    for i in range(lq):
+        chosen = [j for j in indices[0, i, 0].tolist() if j >= 0][: [*indices[0, i, 0].tolist(), -1].index(-1)]
+        chosen = [j for j in chosen if j <= lk - lq + i]
+        full = torch.cat((keys, rope[0, :, 0]), dim=-1).double()[chosen]
+        scores = (query[0, i].double() @ full.T) * 0.05
+        p = torch.softmax(scores, dim=-1).bfloat16().double()
+        want = p @ keys.double()[chosen]
+        assert torch.allclose(out[0, i].double(), want, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"key_quant_mode": 0}, "key_quant_mode"),
+        ({"quant_scale_repo_mode": 0}, "quant_scale_repo_mode"),
+        ({"tile_size": 64}, "tile_size"),
+        ({"key_dtype": DTYPE_CODES["hifloat8"]}, "key_dtype"),
+        ({"key_dequant_scale": torch.zeros(1)}, "key_dequant_scale"),
+        ({"attention_mode": 0}, "attention_mode"),
+    ],
+)
+def test_kv_quant_sfa_refusals(change, named):
+    cache = combined_cache_rows(torch.zeros(1, 4, 1, DN, dtype=torch.int8), torch.zeros(1, 4, 1, DR, dtype=torch.bfloat16),
+                      torch.ones(1, 4, 1, 4))
+    query = torch.zeros(1, 1, 2, DN + DR, dtype=torch.bfloat16)
+    indices = torch.tensor([[[[0]]]], dtype=torch.int32)
+    arguments = {"key_quant_mode": 2, "value_quant_mode": 2, "attention_mode": 2, **change}
+    modes = arguments.pop("key_quant_mode"), arguments.pop("value_quant_mode")
+    with pytest.raises(OpArgumentError, match=named):
+        npu_kv_quant_sparse_flash_attention(query, cache, cache, indices, 0.1, *modes, **arguments)
+    with pytest.raises(OpArgumentError, match="656"):
+        npu_kv_quant_sparse_flash_attention(query, cache[..., :600], cache[..., :600], indices, 0.1, 2, 2,
+                                            attention_mode=2)
