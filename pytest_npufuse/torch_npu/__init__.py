@@ -26,6 +26,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_fused_infer_attention_score_v2``
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
+* :mod:`.attention_merge` - ``npu_attention_update`` (merging SP parts' attention outputs)
 * :mod:`.sparse_attention` - DeepSeek sparse attention's ``npu_lightning_indexer``, ``npu_quant_lightning_indexer``,
   ``npu_sparse_flash_attention``, ``npu_kv_quant_sparse_flash_attention``
 * :mod:`.dump` - ``save_npugraph_tensor``
@@ -76,6 +77,7 @@ from .attention import (
     npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
+from .attention_merge import npu_attention_update
 from .dropout import _npu_dropout_gen_mask
 from .dtypes import DTYPE_CODES
 from .dump import save_npugraph_tensor
@@ -219,6 +221,7 @@ __all__ = [
     "npu_quant_lightning_indexer",
     "npu_sparse_flash_attention",
     "npu_kv_quant_sparse_flash_attention",
+    "npu_attention_update",
     "npu_rotary_mul",
     "npu_rotary_mul_backward",
     "npu_scaled_masked_softmax",
