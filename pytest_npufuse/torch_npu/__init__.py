@@ -26,6 +26,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_fused_infer_attention_score_v2``
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
+* :mod:`.rotary_embedding` - the private ATB op ``_npu_rotary_embedding`` (vLLM's in-place RoPE)
 * :mod:`.attention_merge` - ``npu_attention_update`` (merging SP parts' attention outputs)
 * :mod:`.sparse_attention` - DeepSeek sparse attention's ``npu_lightning_indexer``, ``npu_quant_lightning_indexer``,
   ``npu_sparse_flash_attention``, ``npu_kv_quant_sparse_flash_attention``
@@ -151,6 +152,7 @@ from .rope import (
     npu_rotary_mul,
     npu_rotary_mul_backward,
 )
+from .rotary_embedding import _npu_rotary_embedding
 from .sparse_attention import (
     npu_kv_quant_sparse_flash_attention,
     npu_lightning_indexer,
@@ -222,6 +224,7 @@ __all__ = [
     "npu_sparse_flash_attention",
     "npu_kv_quant_sparse_flash_attention",
     "npu_attention_update",
+    "_npu_rotary_embedding",
     "npu_rotary_mul",
     "npu_rotary_mul_backward",
     "npu_scaled_masked_softmax",
