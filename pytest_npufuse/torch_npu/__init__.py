@@ -26,6 +26,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_fused_infer_attention_score_v2``
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
+* :mod:`.atb_variants` - ``_npu_flash_attention_unpad_v2`` (a later ATB binding)
 * :mod:`.rotary_embedding` - the private ATB op ``_npu_rotary_embedding`` (vLLM's in-place RoPE)
 * :mod:`.attention_merge` - ``npu_attention_update`` (merging SP parts' attention outputs)
 * :mod:`.sparse_attention` - DeepSeek sparse attention's ``npu_lightning_indexer``, ``npu_quant_lightning_indexer``,
@@ -68,6 +69,7 @@ from .atb import (
     _npu_paged_attention_get_workspace,
     _npu_reshape_and_cache,
 )
+from .atb_variants import _npu_flash_attention_unpad_v2
 from .attention import (
     _npu_fused_infer_attention_score_get_max_workspace,
     _npu_fused_infer_attention_score_v2_get_max_workspace,
@@ -225,6 +227,7 @@ __all__ = [
     "npu_kv_quant_sparse_flash_attention",
     "npu_attention_update",
     "_npu_rotary_embedding",
+    "_npu_flash_attention_unpad_v2",
     "npu_rotary_mul",
     "npu_rotary_mul_backward",
     "npu_scaled_masked_softmax",
