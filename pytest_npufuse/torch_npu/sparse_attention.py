@@ -279,6 +279,15 @@ def _require_sparse_count(count: int, larger: tuple[int, ...]) -> None:
         raise OpArgumentError(f"sparse_count={count} is not supported; it must lie in [1, 2048]{others}")
 
 
+def _paged_indexer_keywords() -> dict:
+    """The sample calls' paged case: 3 TND query tokens of 2 batches (1 and 2 tokens) against a cache of
+    4 blocks of 16, reading 20 and 9 keys, plain selection of 8."""
+    return {"actual_seq_lengths_query": torch.tensor([1, 3], dtype=torch.int32),
+            "actual_seq_lengths_key": torch.tensor([20, 9], dtype=torch.int32),
+            "block_table": torch.tensor([[2, 0], [3, 1]], dtype=torch.int32),
+            "layout_query": "TND", "layout_key": "PA_BSND", "sparse_count": 8, "sparse_mode": 0}
+
+
 def _indexer_samples() -> list[SampleCall]:
     """BSND with causal selection; TND queries against a paged cache with returned values."""
     gen = torch.Generator().manual_seed(0)
@@ -291,10 +300,7 @@ def _indexer_samples() -> list[SampleCall]:
     paged = SampleCall(
         (torch.randn(3, 2, d, generator=gen).bfloat16(), torch.randn(4, 16, 1, d, generator=gen).bfloat16(),
          torch.randn(3, 2, generator=gen)),
-        {"actual_seq_lengths_query": torch.tensor([1, 3], dtype=torch.int32),
-         "actual_seq_lengths_key": torch.tensor([20, 9], dtype=torch.int32),
-         "block_table": torch.tensor([[2, 0], [3, 1]], dtype=torch.int32),
-         "layout_query": "TND", "layout_key": "PA_BSND", "sparse_count": 8, "sparse_mode": 0},
+        _paged_indexer_keywords(),
     )
     return [bsnd, paged]
 
@@ -402,10 +408,7 @@ def _quant_indexer_samples() -> list[SampleCall]:
                       {"sparse_count": 4})
     paged = SampleCall(
         (ints(3, 2, d), ints(4, 16, 1, d), scales(3, 2), scales(3, 2), scales(4, 16, 1), 0, 0),
-        {"actual_seq_lengths_query": torch.tensor([1, 3], dtype=torch.int32),
-         "actual_seq_lengths_key": torch.tensor([20, 9], dtype=torch.int32),
-         "block_table": torch.tensor([[2, 0], [3, 1]], dtype=torch.int32),
-         "layout_query": "TND", "layout_key": "PA_BSND", "sparse_count": 8, "sparse_mode": 0},
+        _paged_indexer_keywords(),
     )
     return [bsnd, paged]
 
