@@ -1,5 +1,6 @@
 """Sparse decode attention: queries against cache rows picked by an index (DeepSeek sparse attention's
-top-k, paged KV caches), priced as the rows are read, not as a stream.
+top-k, paged KV caches), priced as the rows are read, not as a stream; and the dense indexer that picks
+those rows (``dense_indexer``: every query token against every key, priced on the roofline).
 
 A kernel of the ``sparse_attention`` rule has three kinds of input: the query tensors (those shaped like
 the output but for their last dim: ``[B, S, N, D]`` and its rope part), the caches whose rows the index
@@ -277,3 +278,34 @@ def incre_attention_flops(work: Work) -> float:
 
 for _name, _flops in (("fused_attention", fused_attention_flops), ("incre_attention", incre_attention_flops)):
     register_cost_rule(_name, block_dim=all_cores, flops=_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
+
+
+def _keys_per_query(inputs: Sequence["TensorSpec"]) -> int:
+    """Keys one query token of a dense indexer is scored against, from the shapes (the valid lengths are
+    values capture does not read, so this is their bound): a paged cache's ``block_table [B, blocks]``
+    times its block size, a BSND key's S2, or a TND key's T2 over the batches of its lengths."""
+    key = inputs[1]
+    ints = [spec for spec in inputs[2:] if spec.dtype in _INDEX_DTYPES]
+    table = next((spec for spec in ints if len(spec.shape) == 2), None)
+    if table is not None and len(key.shape) == 4:
+        return table.shape[1] * key.shape[1]
+    if len(key.shape) == 4:
+        return key.shape[1]
+    batches = next((spec.shape[0] for spec in ints if len(spec.shape) == 1), 1)
+    return -(-key.shape[0] // max(1, batches))
+
+
+def dense_indexer_flops(work: Work) -> float:
+    """A lightning indexer scores every (query token, query head, key) pair: the Cube's ``q . k`` over the
+    head dim, then ReLU, the head's weight and the sum over heads on the Vector units (3 operations);
+    the top-k sort is left out (it is linear in the scores, as these are)."""
+    query = work.inputs[0]
+    head_dim = query.shape[-1] if query.shape else 1
+    pairs = math.prod(query.shape[:-1]) * _keys_per_query(work.inputs)
+    return pairs * (2.0 * head_dim + 3.0)
+
+
+register_cost_rule(
+    "dense_indexer", block_dim=all_cores, flops=dense_indexer_flops, bytes=io_bytes, body_us=roofline_us,
+    tiling="complex",
+)

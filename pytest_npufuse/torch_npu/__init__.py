@@ -27,6 +27,11 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_fused_infer_attention_score_v2``
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
+* :mod:`.atb_variants` - ``_npu_flash_attention_unpad_v2``, ``_npu_flash_attention_v3`` (later ATB bindings)
+* :mod:`.rotary_embedding` - the private ATB op ``_npu_rotary_embedding`` (vLLM's in-place RoPE)
+* :mod:`.attention_merge` - ``npu_attention_update`` (merging SP parts' attention outputs)
+* :mod:`.sparse_attention` - DeepSeek sparse attention's ``npu_lightning_indexer``, ``npu_quant_lightning_indexer``,
+  ``npu_sparse_flash_attention``, ``npu_kv_quant_sparse_flash_attention``
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
@@ -73,6 +78,7 @@ from .atb import (
     _npu_paged_attention_get_workspace,
     _npu_reshape_and_cache,
 )
+from .atb_variants import _npu_flash_attention_unpad_v2, _npu_flash_attention_v3
 from .attention import (
     _npu_fused_infer_attention_score_get_max_workspace,
     _npu_fused_infer_attention_score_v2_get_max_workspace,
@@ -83,6 +89,7 @@ from .attention import (
     npu_incre_flash_attention,
     npu_prompt_flash_attention,
 )
+from .attention_merge import npu_attention_update
 from .dropout import _npu_dropout_gen_mask
 from .dtypes import DTYPE_CODES
 from .dump import save_npugraph_tensor
@@ -165,6 +172,13 @@ from .rope import (
     npu_rotary_mul,
     npu_rotary_mul_backward,
 )
+from .rotary_embedding import _npu_rotary_embedding
+from .sparse_attention import (
+    npu_kv_quant_sparse_flash_attention,
+    npu_lightning_indexer,
+    npu_quant_lightning_indexer,
+    npu_sparse_flash_attention,
+)
 from .weight_pack import npu_convert_weight_to_int4pack
 
 __all__ = [
@@ -230,6 +244,14 @@ __all__ = [
     "npu_rms_norm",
     "npu_rms_norm_backward",
     "npu_mrope",
+    "npu_lightning_indexer",
+    "npu_quant_lightning_indexer",
+    "npu_sparse_flash_attention",
+    "npu_kv_quant_sparse_flash_attention",
+    "npu_attention_update",
+    "_npu_rotary_embedding",
+    "_npu_flash_attention_unpad_v2",
+    "_npu_flash_attention_v3",
     "npu_rotary_mul",
     "npu_rotary_mul_backward",
     "npu_scaled_masked_softmax",
