@@ -25,6 +25,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
+* :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``,
@@ -72,6 +73,7 @@ from .attention import (
 from .dropout import _npu_dropout_gen_mask
 from .dtypes import DTYPE_CODES
 from .dump import save_npugraph_tensor
+from .linear_attention import npu_chunk_gated_delta_rule, npu_recurrent_gated_delta_rule
 from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
     npu_confusion_transpose,
@@ -150,6 +152,7 @@ __all__ = [
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
     "npu_apply_rotary_pos_emb",
+    "npu_chunk_gated_delta_rule",
     "npu_confusion_transpose",
     "npu_convert_weight_to_int4pack",
     "npu_dequant_swiglu_quant",
@@ -186,6 +189,7 @@ __all__ = [
     "npu_prompt_flash_attention",
     "npu_quant_matmul",
     "npu_quantize",
+    "npu_recurrent_gated_delta_rule",
     "npu_rms_norm",
     "npu_rms_norm_backward",
     "npu_mrope",
