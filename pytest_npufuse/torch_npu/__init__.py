@@ -3,7 +3,8 @@
 To model an Ascend NPU on a machine without one, this package provides torch_npu's fused operators with
 the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
 
-* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``
+* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``, ``npu_silu`` (and ``npu_silu_``,
+  ``npu_silu_backward``), ``npu_mish`` (and ``npu_mish_backward``), ``npu_gelu_mul``, ``npu_clipped_swiglu``
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
 * :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``,
@@ -51,7 +52,18 @@ add the op.
 from __future__ import annotations
 
 from ..errors import MissingOpError
-from .activation import fast_gelu, npu_fast_gelu, npu_gelu
+from .activation import (
+    fast_gelu,
+    npu_clipped_swiglu,
+    npu_fast_gelu,
+    npu_gelu,
+    npu_gelu_mul,
+    npu_mish,
+    npu_mish_backward,
+    npu_silu,
+    npu_silu_,
+    npu_silu_backward,
+)
 from .atb import (
     _npu_flash_attention,
     _npu_flash_attention_qlens,
@@ -142,6 +154,13 @@ __all__ = [
     "fast_gelu",
     "npu_fast_gelu",
     "npu_gelu",
+    "npu_gelu_mul",
+    "npu_clipped_swiglu",
+    "npu_mish",
+    "npu_mish_backward",
+    "npu_silu",
+    "npu_silu_",
+    "npu_silu_backward",
     "_npu_dropout_gen_mask",
     "_npu_flash_attention",
     "_npu_flash_attention_qlens",

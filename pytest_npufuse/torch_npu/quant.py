@@ -18,6 +18,7 @@ from .checks import (
     require_shape,
     require_unused,
 )
+from .activation import halved
 from .fixedorder import round_to_int8, swiglu
 from .quant_param import decode_quant_param, encode_quant_param, round_scale_to_fp19
 from .registry import Arguments, Out, npu_op
@@ -460,15 +461,7 @@ def npu_dequant_swiglu_quant(call: Arguments) -> None:
 
 def _swiglu_meta(call: Arguments) -> Out:
     """Validate the npu_swiglu input: x's dtype, ``dim`` halved."""
-    x, dim = call.x, call.dim
-    require_dtype("x", x, FLOAT_DTYPES)
-    if x.dim() == 0 or not -x.dim() <= dim < x.dim():
-        raise OpArgumentError(f"dim={dim} is out of range for x of shape {list(x.shape)}")
-    if x.shape[dim] % 2 != 0:
-        raise OpArgumentError(f"x has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)")
-    shape = list(x.shape)
-    shape[dim] //= 2
-    return Out(shape, x.dtype)
+    return halved("x", call.x, call.dim)
 
 
 def _swiglu_kernel(call: Arguments) -> torch.Tensor:
