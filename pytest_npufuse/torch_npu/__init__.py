@@ -16,7 +16,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
   ``npu_moe_init_routing_quant``, ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``,
-  ``npu_moe_re_routing``
+  ``npu_moe_re_routing``, ``_npu_group_topk``
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
   ``npu_prompt_flash_attention``, ``npu_fusion_attention`` (and ``npu_fusion_attention_grad``),
@@ -27,7 +27,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
 * :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
-* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
+* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``_npu_matmul_add_fp32``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``,
   ``scatter_update``, ``scatter_update_``
@@ -86,7 +86,7 @@ from .dropout import _npu_dropout_gen_mask
 from .dtypes import DTYPE_CODES
 from .dump import save_npugraph_tensor
 from .linear_attention import npu_chunk_gated_delta_rule, npu_recurrent_gated_delta_rule
-from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
+from .matmul import _npu_matmul_add_fp32, npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
     npu_confusion_transpose,
     npu_format_cast,
@@ -106,6 +106,7 @@ from .moe_distribute import (
     npu_moe_distribute_dispatch_v2,
 )
 from .moe_routing import (
+    _npu_group_topk,
     npu_moe_compute_expert_tokens,
     npu_moe_finalize_routing,
     npu_moe_gating_top_k_softmax,
@@ -162,6 +163,8 @@ __all__ = [
     "npu_silu_",
     "npu_silu_backward",
     "_npu_dropout_gen_mask",
+    "_npu_group_topk",
+    "_npu_matmul_add_fp32",
     "_npu_flash_attention",
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",

@@ -174,3 +174,37 @@ def npu_transpose_batchmatmul(call: Arguments) -> None:
                                  ("perm_y", call.perm_y, PERM_Y)):
         require_choice(name, _perm(value, allowed[0]), allowed, "the documented permutations")
     require_choice("batch_split_factor", call.batch_split_factor, (1, None), "no split of the output's N dim")
+
+
+# ---------------------------------------------------------------------------------------------
+# _npu_matmul_add_fp32 (ATB LinearOperation with accumulation)
+# ---------------------------------------------------------------------------------------------
+
+
+def _matmul_add_fp32_meta(call: Arguments) -> Out:
+    """``x`` [K, M] and ``weight`` [K, N] in one half dtype, ``C`` [M, N] float32, updated in place."""
+    x, weight, accumulator = call.x, call.weight, call.C
+    require_dtype("x", x, HALF_DTYPES)
+    require_dtype("weight", weight, (x.dtype,), "(x's dtype)")
+    require_dtype("C", accumulator, (torch.float32,), "(the float32 accumulator)")
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[0] != weight.shape[0]:
+        raise OpArgumentError(
+            f"x {list(x.shape)} and weight {list(weight.shape)} must be [K, M] and [K, N] (x is transposed)"
+        )
+    require_shape("C", accumulator, ((x.shape[1], weight.shape[1]),))
+    return Out(list(accumulator.shape), torch.float32)
+
+
+def _matmul_add_fp32_kernel(call: Arguments) -> torch.Tensor:
+    return cube_addmm(call.C, call.x.t(), call.weight, out_dtype=torch.float32)
+
+
+@npu_op(meta=_matmul_add_fp32_meta, kernel=_matmul_add_fp32_kernel, writes_back={"C": 0})
+def _npu_matmul_add_fp32(call: Arguments) -> None:
+    """``C += x^T @ weight`` into a float32 ``C``, in place; returns None (a weight-gradient accumulation).
+
+    Source: op-plugin ``op_plugin/ops/atb/LinearAtb.cpp``: ATB LinearOperation with ``transposeA = true``,
+    ``transposeB = false``, no bias and ``enAccum = true``, inputs (x, weight, C) and output C. vLLM-Ascend
+    warms it up with float16 ``x`` [2, 4], ``weight`` [2, 4] and float32 ``C`` [4, 4]. The product is the
+    Cube's (fp32 accumulation), added to C before the float32 result.
+    """
