@@ -26,6 +26,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
+* :mod:`.layout` - ``npu_transpose``, ``npu_broadcast``, ``npu_slice``, ``npu_pad``
+* :mod:`.indexing` - ``npu_max``, ``npu_min`` (and their ``_backward``), ``npu_sort_v2``, ``npu_one_hot``
 * :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``_npu_matmul_add_fp32``
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
@@ -85,6 +87,8 @@ from .attention import (
 from .dropout import _npu_dropout_gen_mask
 from .dtypes import DTYPE_CODES
 from .dump import save_npugraph_tensor
+from .indexing import npu_max, npu_max_backward, npu_min, npu_min_backward, npu_one_hot, npu_sort_v2
+from .layout import npu_broadcast, npu_pad, npu_slice, npu_transpose
 from .linear_attention import npu_chunk_gated_delta_rule, npu_recurrent_gated_delta_rule
 from .matmul import _npu_matmul_add_fp32, npu_mm_all_reduce_base, npu_transpose_batchmatmul
 from .memory import (
@@ -228,6 +232,16 @@ __all__ = [
     "npu_trans_quant_param",
     "npu_anti_quant",
     "npu_weight_quant_batchmatmul",
+    "npu_max",
+    "npu_max_backward",
+    "npu_min",
+    "npu_min_backward",
+    "npu_one_hot",
+    "npu_sort_v2",
+    "npu_broadcast",
+    "npu_pad",
+    "npu_slice",
+    "npu_transpose",
     "save_npugraph_tensor",
     "scatter_update",
     "scatter_update_",

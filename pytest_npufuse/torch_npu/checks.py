@@ -79,6 +79,14 @@ def require_float(name: str, value: object, optional: bool = False) -> Any:
     return value
 
 
+def require_scalar(name: str, value: object, optional: bool = False) -> Any:
+    """A number (a schema ``Scalar``): an int, a float or a bool, as torch's dispatcher accepts."""
+    number = isinstance(value, (bool, int, float, torch.SymInt, torch.SymFloat))
+    if not number and not (optional and value is None):
+        raise _type_error(name, value, "a number", optional)
+    return value
+
+
 def require_choice(name: str, value: Any, allowed: Sequence[Any], meaning: str) -> None:
     """An argument limited to the listed values; ``meaning`` says what the values select."""
     if value not in allowed:
@@ -157,6 +165,7 @@ _TYPE_CHECKS: dict[str, Callable[..., Any]] = {
     "bool": require_bool,
     "str": require_str,
     "ScalarType": require_dtype_value,
+    "Scalar": require_scalar,
 }
 _ELEMENT_NAMES = {"Tensor": "tensors", "int": "ints", "SymInt": "ints", "float": "floats", "bool": "bools"}
 
