@@ -4,7 +4,8 @@ To model an Ascend NPU on a machine without one, this package provides torch_npu
 the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
 
 * :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``, ``npu_silu`` (and ``npu_silu_``,
-  ``npu_silu_backward``), ``npu_mish`` (and ``npu_mish_backward``), ``npu_gelu_mul``, ``npu_clipped_swiglu``
+  ``npu_silu_backward``), ``npu_mish`` (and ``npu_mish_backward``), ``npu_gelu_mul``, ``npu_clipped_swiglu``,
+  ``npu_geglu`` (and ``npu_geglu_grad``)
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
 * :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``,
@@ -29,7 +30,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.layout` - ``npu_transpose``, ``npu_broadcast``, ``npu_slice``, ``npu_pad``
 * :mod:`.indexing` - ``npu_max``, ``npu_min`` (and their ``_backward``), ``npu_sort_v2``, ``npu_one_hot``
 * :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
-* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``_npu_matmul_add_fp32``
+* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``_npu_matmul_add_fp32``,
+  ``npu_linear`` (and ``npu_linear_backward``)
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``,
   ``scatter_update``, ``scatter_update_``
@@ -58,6 +60,8 @@ from .activation import (
     fast_gelu,
     npu_clipped_swiglu,
     npu_fast_gelu,
+    npu_geglu,
+    npu_geglu_grad,
     npu_gelu,
     npu_gelu_mul,
     npu_mish,
@@ -90,7 +94,13 @@ from .dump import save_npugraph_tensor
 from .indexing import npu_max, npu_max_backward, npu_min, npu_min_backward, npu_one_hot, npu_sort_v2
 from .layout import npu_broadcast, npu_pad, npu_slice, npu_transpose
 from .linear_attention import npu_chunk_gated_delta_rule, npu_recurrent_gated_delta_rule
-from .matmul import _npu_matmul_add_fp32, npu_mm_all_reduce_base, npu_transpose_batchmatmul
+from .matmul import (
+    _npu_matmul_add_fp32,
+    npu_linear,
+    npu_linear_backward,
+    npu_mm_all_reduce_base,
+    npu_transpose_batchmatmul,
+)
 from .memory import (
     npu_confusion_transpose,
     npu_format_cast,
@@ -160,6 +170,10 @@ __all__ = [
     "npu_fast_gelu",
     "npu_gelu",
     "npu_gelu_mul",
+    "npu_geglu",
+    "npu_geglu_grad",
+    "npu_linear",
+    "npu_linear_backward",
     "npu_clipped_swiglu",
     "npu_mish",
     "npu_mish_backward",

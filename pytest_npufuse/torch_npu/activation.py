@@ -9,7 +9,7 @@ import torch
 
 from ..errors import OpArgumentError
 from .checks import FLOAT_DTYPES, require_choice, require_dtype
-from .registry import Arguments, Derivative, Out, npu_op
+from .registry import Arguments, Derivative, Out, bind, npu_op
 
 GELU_APPROXIMATIONS = ("none", "tanh")
 # FastGelu's constant: both documented forms, x / (1 + exp(-1.702|x|)) * exp(0.851 (x - |x|)) and the A2/A3
@@ -262,3 +262,97 @@ def npu_clipped_swiglu(call: Arguments) -> None:
     group) only the first ``sum(group_index)`` rows of x folded to [pre, cut * after] are computed; the
     doc does not define the others, which are zero here. Computed in float32 and rounded once.
     """
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_geglu (and npu_geglu_grad)
+# ---------------------------------------------------------------------------------------------
+
+
+GEGLU_APPROXIMATIONS = {0: "none", 1: "tanh"}  # the API page: 0 selects erf GELU, 1 its tanh form
+
+
+def _geglu_halves(x: torch.Tensor, dim: int, activate_left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the half GELU applies to, the other half) of ``x`` split along ``dim``, in float32."""
+    first, second = x.to(torch.float32).chunk(2, dim=dim)
+    return (first, second) if activate_left else (second, first)
+
+
+def _geglu_meta(call: Arguments) -> tuple[Out, Out]:
+    out = halved("self", call.self, call.dim)
+    return out, out
+
+
+def _geglu_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    gate, up = _geglu_halves(call.self, call.dim, call.activate_left)
+    gelu = torch.nn.functional.gelu(gate, approximate=GEGLU_APPROXIMATIONS[call.approximate])
+    return (gelu * up).to(call.self.dtype), gelu.to(call.self.dtype)
+
+
+def _geglu_setup(ctx: object, inputs: tuple, output: tuple) -> None:
+    call = bind(npu_geglu, *inputs)
+    ctx.save_for_backward(call.self, output[1])
+    ctx.dim, ctx.approximate, ctx.activate_left = call.dim, call.approximate, call.activate_left
+
+
+def _geglu_backward(ctx: object, grad: torch.Tensor, _grad_gelu: torch.Tensor) -> tuple:
+    """op-plugin derivatives.yaml: ``self: npu_geglu_grad(grad, self, result1, dim, approximate,
+    activate_left)``; only the product output is differentiable."""
+    x, gelu = ctx.saved_tensors
+    dx = torch.ops.npu.npu_geglu_grad(grad, x, gelu, ctx.dim, ctx.approximate, ctx.activate_left)
+    return dx, None, None, None
+
+
+def _check_geglu_approximate(approximate: int) -> None:
+    require_choice("approximate", approximate, tuple(GEGLU_APPROXIMATIONS), "0: erf GELU, 1: its tanh form")
+
+
+@npu_op(meta=_geglu_meta, kernel=_geglu_kernel, derivative=Derivative(_geglu_setup, _geglu_backward))
+def npu_geglu(call: Arguments) -> None:
+    """GeGLU: split ``self`` in halves along ``dim``, apply GELU to one and multiply by the other; returns
+    ``(GELU(gate) * other, GELU(gate))``. The gate is the second half, or the first with ``activate_left``.
+
+    Source: torch_npu.npu_geglu (Ascend Extension for PyTorch API reference: A and B the two halves along
+    ``dim``, ``approximate`` 0 = none, 1 = tanh; both outputs half ``dim``, ``self``'s dtype) and op-plugin's
+    schema (``activate_left=False``). Computed in float32 and rounded once. Differentiable through
+    ``npu_geglu_grad``.
+    """
+    _check_geglu_approximate(call.approximate)
+
+
+def _geglu_grad_meta(call: Arguments) -> Out:
+    out = halved("self", call.self, call.dim)
+    for name in ("grad_output", "gelu"):
+        tensor = getattr(call, name)
+        if list(tensor.shape) != list(out.shape):
+            raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected npu_geglu's {list(out.shape)}")
+    return Out(list(call.self.shape), call.self.dtype)
+
+
+GELU_TANH_CUBIC = 0.044715  # the tanh form's 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+
+
+def _gelu_derivative(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    """d GELU(x) / dx: ``Phi(x) + x phi(x)`` for erf GELU, the derivative of the tanh form otherwise."""
+    if approximate == "none":
+        return 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    scale = math.sqrt(2 / math.pi)
+    t = torch.tanh(scale * (x + GELU_TANH_CUBIC * x**3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * scale * (1 + 3 * GELU_TANH_CUBIC * x * x)
+
+
+def _geglu_grad_kernel(call: Arguments) -> torch.Tensor:
+    gate, up = _geglu_halves(call.self, call.dim, call.activate_left)
+    d_gate = call.grad_output.to(torch.float32) * up * _gelu_derivative(gate, GEGLU_APPROXIMATIONS[call.approximate])
+    d_up = call.grad_output.to(torch.float32) * call.gelu.to(torch.float32)
+    halves = (d_gate, d_up) if call.activate_left else (d_up, d_gate)
+    return torch.cat(halves, dim=call.dim).to(call.self.dtype)
+
+
+@npu_op(meta=_geglu_grad_meta, kernel=_geglu_grad_kernel)
+def npu_geglu_grad(call: Arguments) -> None:
+    """npu_geglu's gradient of ``self`` from the product's gradient ``grad_output`` and the forward's
+    ``gelu`` output: ``grad * GELU'(gate) * other`` on the gate half, ``grad * GELU(gate)`` on the other.
+    torch_npu's schema ``npu_geglu_grad(Tensor grad_output, Tensor self, Tensor gelu, int dim=-1,
+    int approximate=1, bool activate_left=False) -> Tensor``."""
+    _check_geglu_approximate(call.approximate)

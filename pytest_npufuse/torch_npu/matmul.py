@@ -23,7 +23,7 @@ from .checks import (
     require_shape,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Derivative, Out, npu_op
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,3 +208,69 @@ def _npu_matmul_add_fp32(call: Arguments) -> None:
     warms it up with float16 ``x`` [2, 4], ``weight`` [2, 4] and float32 ``C`` [4, 4]. The product is the
     Cube's (fp32 accumulation), added to C before the float32 result.
     """
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_linear (and npu_linear_backward)
+# ---------------------------------------------------------------------------------------------
+
+
+def _linear_meta(call: Arguments) -> Out:
+    x, weight, bias = call.input, call.weight, call.bias
+    require_dtype("input", x, FLOAT_DTYPES, "(the int8 and int32 forms are not implemented)")
+    require_dtype("weight", weight, (x.dtype,), "(input's dtype)")
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise OpArgumentError(
+            f"input {list(x.shape)} and weight {list(weight.shape)} must be 2-D [M, K] and [N, K]"
+        )
+    if bias is not None:
+        require_shape("bias", bias, ((weight.shape[0],),))
+        require_dtype("bias", bias, (x.dtype, torch.float32), "(input's dtype or float32)")
+    return Out([x.shape[0], weight.shape[0]], x.dtype)
+
+
+def _linear_kernel(call: Arguments) -> torch.Tensor:
+    x, weight = call.input, call.weight
+    if call.bias is None:
+        return cube_matmul(x, weight.t())
+    return cube_addmm(call.bias.to(torch.float32), x, weight.t(), out_dtype=x.dtype)
+
+
+def _linear_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
+    ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.has_bias = len(inputs) > 2 and inputs[2] is not None
+
+
+def _linear_grad(ctx: object, grad: torch.Tensor) -> tuple:
+    """op-plugin derivatives.yaml: ``input, weight: npu_linear_backward(grad, input, weight)``; the bias
+    gets ``grad`` summed over the rows (the yaml's ``maybe_multiply(grad, 1)``, reduced to the bias's [N])."""
+    x, weight = ctx.saved_tensors
+    grad_input, grad_weight = torch.ops.npu.npu_linear_backward(grad, x, weight)
+    return grad_input, grad_weight, grad.sum(dim=0) if ctx.has_bias else None
+
+
+@npu_op(meta=_linear_meta, kernel=_linear_kernel, derivative=Derivative(_linear_setup, _linear_grad))
+def npu_linear(call: Arguments) -> None:
+    """``input @ weight^T + bias`` for 2-D ``input`` [M, K] and ``weight`` [N, K] (nn.Linear's layout).
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/(beta)torch_npu-npu_linear.md (2-D matrices, 1-D
+    bias) and derivatives.yaml (npu_linear_backward). The Cube's product (fp32 accumulation, the bias added
+    before the one rounding); float16, bfloat16 and float32. The page's int8 and int32 forms are refused.
+    """
+
+
+def _linear_backward_meta(call: Arguments) -> tuple[Out, Out]:
+    grad, x, weight = call.grad, call.input, call.weight
+    require_shape("grad", grad, ((x.shape[0], weight.shape[0]),))
+    return Out(list(x.shape), x.dtype), Out(list(weight.shape), weight.dtype)
+
+
+def _linear_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    grad, x, weight = call.grad, call.input, call.weight
+    return cube_matmul(grad, weight, out_dtype=x.dtype), cube_matmul(grad.t(), x, out_dtype=weight.dtype)
+
+
+@npu_op(meta=_linear_backward_meta, kernel=_linear_backward_kernel)
+def npu_linear_backward(call: Arguments) -> None:
+    """npu_linear's gradients: ``(grad @ weight, grad^T @ input)`` for ``input`` and ``weight``. torch_npu's
+    schema ``npu_linear_backward(Tensor grad, Tensor input, Tensor weight) -> (Tensor, Tensor)``."""

@@ -159,3 +159,31 @@ def test_the_new_activation_ops_pass_opcheck():
     ]
     for op, args, kwargs in cases:
         torch.library.opcheck(op, args, kwargs)
+
+
+@pytest.mark.parametrize("activate_left", [False, True])
+@pytest.mark.parametrize("approximate", [0, 1])
+def test_geglu_gates_one_half_with_gelu_and_differentiates_through_its_grad_op(approximate, activate_left):
+    x = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(8), requires_grad=True)
+    out, gelu = torch_npu.npu_geglu(x, dim=-1, approximate=approximate, activate_left=activate_left)
+    first, second = x.detach().chunk(2, dim=-1)
+    gate, other = (first, second) if activate_left else (second, first)
+    form = "tanh" if approximate else "none"
+    torch.testing.assert_close(_float64(gelu), _reference_gelu(gate, form), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(_float64(out), _reference_gelu(gate, form) * _float64(other), rtol=1e-6, atol=1e-6)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(9))
+    (out * weights).sum().backward()
+    reference = x.detach().clone().requires_grad_(True)
+    ref_first, ref_second = reference.chunk(2, dim=-1)
+    ref_gate, ref_other = (ref_first, ref_second) if activate_left else (ref_second, ref_first)
+    (torch.nn.functional.gelu(ref_gate, approximate=form) * ref_other * weights).sum().backward()
+    torch.testing.assert_close(x.grad, reference.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_geglu_refuses_an_unknown_approximation_and_passes_opcheck():
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(10))
+    with pytest.raises(OpArgumentError, match="^approximate=2"):
+        torch_npu.npu_geglu(x, approximate=2)
+    torch.library.opcheck(torch.ops.npu.npu_geglu.default, (x, 0, 0, True))
+    out, gelu = torch_npu.npu_geglu(x)
+    torch.library.opcheck(torch.ops.npu.npu_geglu_grad.default, (out, x, gelu))

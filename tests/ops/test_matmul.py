@@ -126,3 +126,28 @@ def test_matmul_add_fp32_passes_opcheck_and_is_costed_with_its_contraction_dim()
     out = builder.op("npu::_npu_matmul_add_fp32", inputs, (512, 256), "float32")
     kernel = next(kernel for kernel in builder.kernels if kernel.node == out)
     assert kernel.flops == 2 * 512 * 256 * 4096  # K is x's first dim (x is transposed), not M
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_is_input_times_weight_transposed_plus_bias_and_differentiable(with_bias: bool) -> None:
+    gen = _gen()
+    x = torch.randn(6, 32, generator=gen, requires_grad=True)
+    weight = torch.randn(10, 32, generator=gen, requires_grad=True)
+    bias = torch.randn(10, generator=gen, requires_grad=True) if with_bias else None
+    y = torch_npu.npu_linear(x, weight, bias)
+    reference = [t.detach().clone().requires_grad_(True) for t in (x, weight, *([bias] if with_bias else []))]
+    expected = torch.nn.functional.linear(*reference)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    grads = torch.randn(6, 10, generator=gen)
+    (y * grads).sum().backward()
+    (expected * grads).sum().backward()
+    for mine, theirs in zip((x, weight, *([bias] if with_bias else [])), reference):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_refuses_int8_and_passes_opcheck() -> None:
+    with pytest.raises(ValueError, match="^input has dtype torch.int8"):
+        torch_npu.npu_linear(torch.zeros(2, 4, dtype=torch.int8), torch.zeros(3, 4, dtype=torch.int8))
+    x, weight = torch.randn(3, 8), torch.randn(5, 8)
+    torch.library.opcheck(torch.ops.npu.npu_linear.default, (x, weight, torch.randn(5)))
+    torch.library.opcheck(torch.ops.npu.npu_linear_backward.default, (torch.randn(3, 5), x, weight))
