@@ -7,7 +7,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_silu_backward``), ``npu_mish`` (and ``npu_mish_backward``), ``npu_gelu_mul``, ``npu_clipped_swiglu``,
   ``npu_geglu`` (and ``npu_geglu_grad``)
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
-  ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
+  ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``,
+  ``npu_dynamic_block_quant``
 * :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``,
   ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax`` (and ``npu_scaled_masked_softmax_backward``)
@@ -142,6 +143,7 @@ from .norm import (
 from .quant import (
     npu_anti_quant,
     npu_dequant_swiglu_quant,
+    npu_dynamic_block_quant,
     npu_dynamic_quant,
     npu_quant_matmul,
     npu_quantize,
@@ -196,6 +198,7 @@ __all__ = [
     "npu_confusion_transpose",
     "npu_convert_weight_to_int4pack",
     "npu_dequant_swiglu_quant",
+    "npu_dynamic_block_quant",
     "npu_dynamic_quant",
     "npu_format_cast",
     "npu_fused_infer_attention_score",
