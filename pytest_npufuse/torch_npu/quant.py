@@ -15,7 +15,8 @@ from .checks import (
     dtype_names,
     require_choice,
     require_dtype,
-    require_int,
+    INT8_SCALAR_TYPE,
+    require_scalar_type_number,
     require_shape,
     require_unused,
 )
@@ -893,19 +894,9 @@ def npu_anti_quant(call: Arguments) -> None:
 # npu_dynamic_block_quant
 # ---------------------------------------------------------------------------------------------
 
-# dst_type is torch's ScalarType number (op-plugin's meta maps it with TORCH_DTYPE_ENUM_VALUE_TO_SCALAR_TYPE_MAP;
-# the dispatcher turns a torch.dtype given for it into that number): 1 is torch.int8, the only value the API
-# page supports on A2/A3.
-BLOCK_QUANT_INT8 = (1, torch.int8)
+# dst_type is torch's ScalarType number (op-plugin's meta maps it with TORCH_DTYPE_ENUM_VALUE_TO_SCALAR_TYPE_MAP):
+# int8, the only value the API page supports on A2/A3.
 BLOCK_QUANT_SIZES = (1, 128)  # the page: row_block_size 1 and col_block_size 128 only
-
-
-def _require_dst_type(name: str, value: object) -> object:
-    """An int (torch's ScalarType number) or the torch.dtype the dispatcher converts to one, as vLLM-Ascend
-    passes ``dst_type=torch.int8``."""
-    if isinstance(value, torch.dtype):
-        return value
-    return require_int(name, value)
 
 
 def _block_quant_meta(call: Arguments) -> tuple[Out, Out]:
@@ -943,7 +934,7 @@ def _block_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     meta=_block_quant_meta,
     kernel=_block_quant_kernel,
     unmodeled=("dst_type_max",),
-    argument_checks={"dst_type": _require_dst_type},
+    argument_checks={"dst_type": require_scalar_type_number},
 )
 def npu_dynamic_block_quant(call: Arguments) -> None:
     """Per-block symmetric int8 quantisation: returns (y int8 in x's shape, scale float32 per block).
@@ -955,7 +946,7 @@ def npu_dynamic_block_quant(call: Arguments) -> None:
     FP8/HiF8 targets (other dst_type values) and ``dst_type_max`` are not implemented.
     """
     require_choice("round_mode", call.round_mode, ("rint",), "the only rounding the page supports")
-    require_choice("dst_type", call.dst_type, BLOCK_QUANT_INT8, "int8; the FP8/HiF8 targets are not implemented")
+    require_choice("dst_type", call.dst_type, INT8_SCALAR_TYPE, "int8; the FP8/HiF8 targets are not implemented")
     require_choice("row_block_size", call.row_block_size, BLOCK_QUANT_SIZES[:1], "the page supports only 1")
     require_choice("col_block_size", call.col_block_size, BLOCK_QUANT_SIZES[1:], "the page supports only 128")
     if call.min_scale < 0:
