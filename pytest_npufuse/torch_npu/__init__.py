@@ -31,6 +31,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
 * :mod:`.layout` - ``npu_transpose``, ``npu_broadcast``, ``npu_slice``, ``npu_pad``
 * :mod:`.indexing` - ``npu_max``, ``npu_min`` (and their ``_backward``), ``npu_sort_v2``, ``npu_one_hot``
+* :mod:`.loss` - ``npu_cross_entropy_loss`` (and ``npu_cross_entropy_loss_backward``)
 * :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``_npu_matmul_add_fp32``,
   ``npu_linear`` (and ``npu_linear_backward``)
@@ -95,6 +96,7 @@ from .dtypes import DTYPE_CODES
 from .dump import save_npugraph_tensor
 from .indexing import npu_max, npu_max_backward, npu_min, npu_min_backward, npu_one_hot, npu_sort_v2
 from .layout import npu_broadcast, npu_pad, npu_slice, npu_transpose
+from .loss import npu_cross_entropy_loss, npu_cross_entropy_loss_backward
 from .linear_attention import npu_chunk_gated_delta_rule, npu_recurrent_gated_delta_rule
 from .matmul import (
     _npu_matmul_add_fp32,
@@ -201,6 +203,8 @@ __all__ = [
     "npu_apply_rotary_pos_emb",
     "npu_chunk_gated_delta_rule",
     "npu_confusion_transpose",
+    "npu_cross_entropy_loss",
+    "npu_cross_entropy_loss_backward",
     "npu_convert_weight_to_int4pack",
     "npu_dequant_swiglu_quant",
     "npu_dynamic_block_quant",
