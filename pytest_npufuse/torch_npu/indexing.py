@@ -53,22 +53,27 @@ def _extreme_setup(ctx: object, inputs: tuple, output: tuple) -> None:
     ctx.save_for_backward(output[1])
 
 
-def _extreme_grad(backward: Callable[..., torch.Tensor]) -> Callable[..., tuple]:
+def _extreme_grad(backward: str) -> Callable[..., tuple]:
     """op-plugin derivatives.yaml: ``self: npu_max_backward(grad, dim, indices, self.sym_sizes(), keepdim)``
     (npu_min_backward for npu_min); the indices get no gradient."""
 
     def grad(ctx: object, grad_values: torch.Tensor, _grad_indices: torch.Tensor) -> tuple:
         (indices,) = ctx.saved_tensors
-        return backward(grad_values, ctx.dim, indices, ctx.sizes, ctx.keepdim), None, None
+        return getattr(torch.ops.npu, backward)(grad_values, ctx.dim, indices, ctx.sizes, ctx.keepdim), None, None
 
     return grad
 
 
-@npu_op(
-    meta=_extreme_meta,
-    kernel=_extreme_kernel(torch.max),
-    derivative=Derivative(_extreme_setup, _extreme_grad(lambda *args: torch.ops.npu.npu_max_backward(*args))),
-)
+def _extreme_op(reduce: Callable[..., tuple[torch.Tensor, torch.Tensor]], backward: str) -> dict:
+    """The declaration of npu_max or npu_min: its reduction and the backward op its gradient calls."""
+    return {
+        "meta": _extreme_meta,
+        "kernel": _extreme_kernel(reduce),
+        "derivative": Derivative(_extreme_setup, _extreme_grad(backward)),
+    }
+
+
+@npu_op(**_extreme_op(torch.max, "npu_max_backward"))
 def npu_max(call: Arguments) -> None:
     """The largest value of ``self`` along ``dim`` and its index (int32), as ``torch.max(self, dim)``.
 
@@ -78,11 +83,7 @@ def npu_max(call: Arguments) -> None:
     """
 
 
-@npu_op(
-    meta=_extreme_meta,
-    kernel=_extreme_kernel(torch.min),
-    derivative=Derivative(_extreme_setup, _extreme_grad(lambda *args: torch.ops.npu.npu_min_backward(*args))),
-)
+@npu_op(**_extreme_op(torch.min, "npu_min_backward"))
 def npu_min(call: Arguments) -> None:
     """The smallest value of ``self`` along ``dim`` and its index (int32), as ``torch.min(self, dim)``.
 
