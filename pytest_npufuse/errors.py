@@ -13,7 +13,20 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 class NpufuseError(Exception):
-    """Base class of every error pytest-npufuse raises on purpose."""
+    """Base class of every error pytest-npufuse raises on purpose.
+
+    Fields say what the error is about where they apply (None where they do not), so a caller or a
+    test acts on them rather than on the message's wording: ``file`` is the file at fault, ``entry``
+    the place in it (a JSON path such as ``.entries["t.py::test"].a3.variant_us``, a TOML key, a
+    row), ``bound`` the limit it broke (a number, in the unit the message names)."""
+
+    def __init__(
+        self, *args: object, file: str | None = None, entry: str | None = None, bound: float | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.file = file
+        self.entry = entry
+        self.bound = bound
 
 
 class CaptureError(NpufuseError):
@@ -78,6 +91,11 @@ class OutputFileError(NpufuseError):
 
 class ConfigError(NpufuseError, ValueError):
     """A TorchAir ``CompilerConfig`` option set to a value TorchAir rejects (TorchAir raises ValueError)."""
+
+
+class ConfigPathError(ConfigError, FileNotFoundError):
+    """A ``CompilerConfig`` path option naming a file or directory that does not exist (TorchAir raises
+    FileNotFoundError; a ConfigError too, so ``except ValueError`` around option setting still catches it)."""
 
 
 class UnknownOptionError(NpufuseError, AttributeError, ValueError):

@@ -12,15 +12,14 @@ shapes of the inputs separated by ``;`` and their dimensions by ``,`` (an empty 
 ``Total Time(us)`` per op type.
 
 msprof writes plain numbers with a ``.`` decimal point. A file re-saved by a spreadsheet in another
-locale (``;`` between fields, a byte-order mark) is read; a number written ``1.234,5`` is refused with
-its line, because ``1,234`` could be either 1234 or 1.234 and a guess would calibrate to the wrong time.
+locale (``;`` between fields, a byte-order mark, UTF-16) is read (:func:`~pytest_npufuse.files.csvfile.read_table`,
+which holds every CSV to its bounds); a number written ``1.234,5`` is refused with its line, because
+``1,234`` could be either 1234 or 1.234 and a guess would calibrate to the wrong time.
 """
 
 from __future__ import annotations
 
-import csv
 import difflib
-import io
 import math
 import re
 from dataclasses import dataclass
@@ -28,14 +27,16 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import CalibrationError
-from ..files import FileRole, Kind, kind_of, read_text
+from ..files import FileRole, Kind, kind_of
+from ..files.csvfile import read_table
+from ..files.limits import MAX_CSV_BYTES, MAX_TIME_US
 
 KERNEL_FILE = "kernel_details.csv"
 STATISTIC_FILE = "op_statistic.csv"
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 _FIX = "export it again with the Ascend PyTorch profiler (torch_npu.profiler, ASCEND_PROFILER_OUTPUT) or msprof"
 _FIX_SENTENCE = _FIX[0].upper() + _FIX[1:]
-PROFILE_CSV = FileRole("msprof CSV file", CalibrationError, _FIX, 1024 * 1024 * 1024)
+PROFILE_CSV = FileRole("msprof CSV file", CalibrationError, _FIX, MAX_CSV_BYTES)
 
 # What a column means -> the names msprof and the PyTorch profiler give it (kernel_details first).
 KERNEL_COLUMNS: Mapping[str, tuple[str, ...]] = {
@@ -186,35 +187,12 @@ def _table(
     path: Path, required: Mapping[str, Sequence[str]], optional: Mapping[str, Sequence[str]]
 ) -> tuple[list[tuple[int, Row]], dict[str, str]]:
     """The data rows of the CSV ``path`` (each with its line number, as meaning -> cell) and the column
-    each meaning was read from. The separator is the one that splits the header into the most fields:
-    ``,`` as msprof writes it, or ``;``/tab from a spreadsheet that saved it again."""
-    text = read_text(path, PROFILE_CSV)
-    first = text.split("\n", 1)[0]
-    delimiter = max((",", ";", "\t"), key=lambda mark: len(_split(first, mark)))
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    try:
-        header = [cell.strip() for cell in next(reader, [])]
-        columns = _columns(path, header, required, optional)
-        where = {meaning: header.index(column) for meaning, column in columns.items()}
-        rows = []
-        for cells in reader:
-            if not any(cell.strip() for cell in cells):
-                continue
-            while len(cells) > len(header) and not cells[-1].strip():
-                cells = cells[:-1]  # a separator at the end of the row
-            if len(cells) != len(header):
-                raise CalibrationError(
-                    f"{path} line {reader.line_num}: has {len(cells)} fields where the header has {len(header)} "
-                    f"(separated by {delimiter!r}); a field holding the separator must be quoted. {_FIX_SENTENCE}."
-                )
-            rows.append((reader.line_num, {meaning: cells[i].strip() for meaning, i in where.items()}))
-    except csv.Error as exc:
-        raise CalibrationError(f"{path} line {reader.line_num}: not CSV ({exc}); {_FIX}.") from None
+    each meaning was read from."""
+    table = read_table(path, PROFILE_CSV)
+    columns = _columns(path, table.header, required, optional)
+    where = {meaning: table.header.index(column) for meaning, column in columns.items()}
+    rows = [(line, {meaning: cells[i].strip() for meaning, i in where.items()}) for line, cells in table.rows]
     return rows, columns
-
-
-def _split(line: str, mark: str) -> list[str]:
-    return next(csv.reader([line], delimiter=mark), [])
 
 
 def _columns(
@@ -248,10 +226,11 @@ def _number(path: Path, line: int, column: str, value: str) -> float:
     text = value.strip()
     if _NUMBER.fullmatch(text):
         number = float(text)
-        if math.isfinite(number) and number >= 0:
+        if math.isfinite(number) and 0 <= number <= MAX_TIME_US:
             return number
         raise CalibrationError(f"{path} line {line}: column {column!r} is {value!r}; a time or count is a finite "
-                               f"number >= 0. {_FIX_SENTENCE}.")
+                               f"number >= 0 and at most {MAX_TIME_US:g}. {_FIX_SENTENCE}.",
+                               file=str(path), entry=f"line {line} column {column!r}", bound=MAX_TIME_US)
     if _LOCALE_NUMBER.fullmatch(text):
         raise CalibrationError(
             f"{path} line {line}: column {column!r} is {value!r}, a number in another locale's format (a decimal "

@@ -26,9 +26,16 @@ from ..gate import comparison_formats as formats
 from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
 from ..gate.merge import merge_documents
+from ..report.escaping import TerminalStream
 from ..target.profile import BUILTIN_TARGETS, DEFAULT_TARGET, TARGET_HELP
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+
+
+def _stderr() -> TerminalStream:
+    """Standard error (looked up at each call: a test may have replaced it), users' names and file
+    content quoted in a message shown safely, as on standard output."""
+    return TerminalStream(sys.stderr)
 
 
 def _percent(text: str) -> float:
@@ -46,14 +53,14 @@ def compare(args: argparse.Namespace, out: TextIO) -> int:
     """Compare baselines or run reports, oldest first; exit 1 when the newest is slower than the one
     before it by more than ``--fail-above`` percent on any case."""
     if len(args.runs) < 2:
-        print("npufuse compare: give at least two files, oldest first (OLD.json NEW.json)", file=sys.stderr)
+        print("npufuse compare: give at least two files, oldest first (OLD.json NEW.json)", file=_stderr())
         return EXIT_USAGE
     try:
         runs = [read_run(path) for path in args.runs]
         inputs = {f"input {path}": path for path in args.runs}
         check_outputs({**inputs, **{f"--{name}": getattr(args, name) for name, _, _ in _FORMATS}}, kept=inputs)
     except (NpufuseError, OSError) as exc:
-        print(f"npufuse compare: {exc}", file=sys.stderr)
+        print(f"npufuse compare: {exc}", file=_stderr())
         return EXIT_USAGE
     comparison = compare_runs(runs, args.fail_above)
     old, new = runs[-2], runs[-1]
@@ -72,7 +79,7 @@ def compare(args: argparse.Namespace, out: TextIO) -> int:
             try:
                 write_text(path, render(comparison), f"{what} file", named=True)
             except (NpufuseError, OSError) as exc:
-                print(f"npufuse compare: {exc}", file=sys.stderr)
+                print(f"npufuse compare: {exc}", file=_stderr())
                 return EXIT_USAGE
             print(f"wrote {path}", file=out)
     regressed = comparison.regressed
@@ -94,14 +101,16 @@ def merge(args: argparse.Namespace, out: TextIO) -> int:
     inputs = [path.resolve() for path in args.inputs]
     if args.out.exists() and args.out.resolve() not in inputs and not args.force:
         print(f"npufuse merge: {args.out} exists and is not one of the inputs; give a new path, or --force to "
-              "replace it (did you forget OUT? the first path is the file written).", file=sys.stderr)
+              "replace it (did you forget OUT? the first path is the file written).", file=_stderr())
         return EXIT_USAGE
     try:
-        document = merge_documents(args.inputs, as_baseline=args.baseline)
+        document, notes = merge_documents(args.inputs, as_baseline=args.baseline)
         write_text(args.out, dumps(document), "merged file", named=True)
     except (NpufuseError, OSError) as exc:
-        print(f"npufuse merge: {exc}", file=sys.stderr)
+        print(f"npufuse merge: {exc}", file=_stderr())
         return EXIT_USAGE
+    for note in notes:
+        print(f"npufuse merge: {note}", file=out)
     entries = sum(len(targets) for targets in document["entries"].values())
     tests = f", {len(document['tests'])} test(s)" if "tests" in document else ""
     print(f"wrote {args.out}: {document['kind']} of {entries} entr{'y' if entries == 1 else 'ies'}{tests} "
@@ -201,9 +210,9 @@ def advise(args: argparse.Namespace, out: TextIO) -> int:
         print(advice, file=out)
         if args.json is not None:
             count = record_attempt(args.json, attempt_of(advice, args.factory, args.options))
-            print(f"recorded attempt {count} in {args.json}", file=sys.stderr)
+            print(f"recorded attempt {count} in {args.json}", file=_stderr())
     except NpufuseError as exc:
-        print(f"npufuse advise: {exc}", file=sys.stderr)
+        print(f"npufuse advise: {exc}", file=_stderr())
         return EXIT_USAGE
     return EXIT_OK
 
@@ -227,7 +236,7 @@ def calibrate(args: argparse.Namespace, out: TextIO) -> int:
         _print_calibration(result, out)
         created = write_target(result, args.pyproject, profile.source, force=args.force)
     except (NpufuseError, OSError) as exc:
-        print(f"npufuse calibrate: {exc}", file=sys.stderr)
+        print(f"npufuse calibrate: {exc}", file=_stderr())
         return EXIT_USAGE
     print(f"{'created' if created else 'wrote'} [tool.npufuse.targets.{args.name}] in {args.pyproject}; use it with "
           f"--npu-target={args.name}", file=out)
@@ -329,12 +338,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     kind = kind_of(args.script)
     if kind is not Kind.REGULAR:
         problem = "no such script" if kind is Kind.MISSING else f"is {kind.value}, not a script file"
-        print(f"npufuse run: {args.script}: {problem}", file=sys.stderr)
+        print(f"npufuse run: {args.script}: {problem}", file=_stderr())
         return EXIT_USAGE
     try:
         return run_script(args.script, args.script_args, args.npu_target, out, Path("pyproject.toml"))
     except NpufuseError as exc:
-        print(f"npufuse run: {exc}", file=sys.stderr)
+        print(f"npufuse run: {exc}", file=_stderr())
         return EXIT_USAGE
 
 
@@ -440,4 +449,4 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser().parse_args(argv[:cut])
     args.script_args = argv[cut + 1:]
-    return args.run(args, out or sys.stdout)
+    return args.run(args, TerminalStream(out or sys.stdout))

@@ -73,9 +73,11 @@ def kernel_work(
     outputs: Sequence["TensorSpec"],
     input_names: Sequence[str] = (),
     resident: Sequence[str] = (),
+    attrs: Sequence[tuple[str, object]] = (),
 ) -> tuple[float, int]:
     """Flops and HBM bytes actually touched by one kernel, by its cost rule. ``input_names`` (one per
-    input) lets a tensor passed twice be read once; ``resident`` names buffers an L2 prefetch holds."""
+    input) lets a tensor passed twice be read once; ``resident`` names buffers an L2 prefetch holds;
+    ``attrs`` are the call's scalar arguments (``Kernel.attrs``), for rules the shapes leave open."""
     names = list(input_names) or [str(i) for i in range(len(inputs))]
     seen: set[str] = set()
     first_use = []
@@ -84,7 +86,7 @@ def kernel_work(
         seen.add(name)
     held = set(resident)
     work = Work(tuple(inputs), tuple(outputs), tuple(first_use), tuple(name in held for name in names),
-                info.flops_per_element, info.access_bytes)
+                info.flops_per_element, info.access_bytes, tuple(attrs))
     rule = cost_rule(info.cost)
     return rule.flops(work), rule.bytes(work)
 

@@ -32,6 +32,7 @@ import math
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from .registry import Work, register_cost_rule
+from .rules import all_cores, attention_flops, io_bytes, roofline_us
 
 if TYPE_CHECKING:
     from ..ir.program import Kernel, TensorSpec
@@ -144,3 +145,135 @@ register_cost_rule(
     "sparse_attention", block_dim=sparse_attention_block_dim, flops=sparse_attention_flops,
     bytes=sparse_attention_bytes, body_us=sparse_attention_us, tiling="complex",
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused (flash) attention: FIA, IFA, PFA and FlashAttentionScore, priced by the scores they compute
+# ---------------------------------------------------------------------------------------------
+
+_NO_LIMIT = 2147483647  # pre/next tokens: no band
+_CAUSAL_TOP_LEFT, _CAUSAL_BOTTOM_RIGHT, _BAND = 2, 3, 4  # the ops' sparse_mode values (op-plugin's API pages)
+_MASK_DTYPES = ("bool", "int8", "uint8")
+
+
+class _AttentionCall(NamedTuple):
+    """What one fused-attention call computes: per batch its query rows and keys, the query heads, the
+    Q.K and value head dims, and the visible band of each row."""
+
+    q_lens: tuple[int, ...]
+    kv_lens: tuple[int, ...]
+    heads: int
+    qk_dim: float
+    value_dim: float
+    sparse_mode: int
+    pre_tokens: int
+    next_tokens: int
+    masked: bool
+
+
+def _lengths(values: object, count: int, cumulative: bool) -> tuple[int, ...] | None:
+    """Per-batch lengths from an ``actual_seq_*`` argument: cumulative ends (TND), else one value for
+    every batch or the first ``count`` values."""
+    if not isinstance(values, (tuple, list)) or not values:
+        return None
+    ints = [int(value) for value in values]
+    if cumulative:
+        return tuple(max(0, end - start) for start, end in zip([0, *ints[:-1]], ints))
+    return tuple(ints * count) if len(ints) == 1 else tuple(ints[:count])
+
+
+def _dense_seq(spec: "TensorSpec", layout: str) -> tuple[int, int]:
+    """(batch, sequence) of a BSH / SBH / BSND / BNSD tensor."""
+    shape = spec.shape
+    if layout == "SBH":
+        return shape[1], shape[0]
+    return shape[0], shape[2] if layout == "BNSD" else shape[1]
+
+
+def _attention_call(work: Work, decode: bool) -> _AttentionCall:
+    """The call's sizes from its tensors and scalar arguments (``Work.attrs``): the layout before "_"
+    reads query and key, the one after it the output; TND lengths are cumulative ends; a paged KV cache
+    (an int32 [B, blocks] table beside ``block_size``) holds ``actual_seq_lengths_kv`` keys a batch.
+    ``decode``: npu_incre_flash_attention, whose ``actual_seq_lengths`` are the KV lengths."""
+    attrs = dict(work.attrs)
+    query, key, out = work.inputs[0], work.inputs[1], work.outputs[0]
+    layout, _, out_layout = str(attrs.get("input_layout") or "BSH").partition("_")
+    heads = int(attrs.get("num_heads") or attrs.get("num_query_heads") or attrs.get("head_num") or 1)
+    q_values = attrs.get("actual_seq_qlen", attrs.get("actual_seq_lengths"))
+    kv_values = attrs.get("actual_seq_kvlen", attrs.get("actual_seq_lengths_kv"))
+    if decode:
+        q_values, kv_values = None, attrs.get("actual_seq_lengths")
+    table = next((spec for spec in work.inputs[3:] if spec.dtype == "int32" and len(spec.shape) == 2), None)
+    block_size = int(attrs.get("block_size") or 0)
+    paged = table is not None and block_size > 0
+    if layout in ("TND", "NTD"):
+        tokens = query.shape[1] if layout == "NTD" else query.shape[0]
+        q_lens = _lengths(q_values, 0, True) or (tokens,)
+        kv_lens = _lengths(kv_values, len(q_lens), not paged) or (key.shape[1] if layout == "NTD" else key.shape[0],)
+    else:
+        batch, q_len = _dense_seq(query, layout)
+        kv_len = table.shape[1] * block_size if paged else _dense_seq(key, layout)[1]
+        q_lens = _lengths(q_values, batch, False) or (q_len,) * batch
+        kv_lens = _lengths(kv_values, batch, False) or (kv_len,) * batch
+    split = layout in ("BSH", "SBH")
+    qk_dim = query.shape[-1] / heads if split else query.shape[-1]
+    value_dim = out.shape[-1] / heads if (out_layout or layout) in ("BSH", "SBH") else out.shape[-1]
+    masked = any(spec.dtype in _MASK_DTYPES for spec in work.inputs[3:])
+    return _AttentionCall(q_lens, kv_lens, heads, qk_dim, value_dim, int(attrs.get("sparse_mode") or 0),
+                          int(attrs.get("pre_tokens", attrs.get("pre_tockens", _NO_LIMIT)) or 0),
+                          int(attrs.get("next_tokens", attrs.get("next_tockens", _NO_LIMIT)) or 0), masked)
+
+
+def _ramp_sum(rows: int, start: int, limit: int) -> int:
+    """``sum(min(limit, max(0, i + start)) for i in range(rows))`` in closed form."""
+    first = min(rows, max(0, -start))  # the first row whose ramp is above 0
+    full = min(rows, max(first, limit - start))  # the first row at the limit
+    rising = (first + start + full - 1 + start) * (full - first) // 2
+    return rising + (rows - full) * limit
+
+
+def _scores(q_len: int, kv_len: int, call: _AttentionCall) -> int:
+    """The query-key pairs one head of one batch computes: row i sees keys ``j`` with
+    ``-pre <= j - (i + shift) <= next`` within ``[0, kv_len)``; causal modes and the band shift the diagonal
+    to the bottom right (3, 4) or keep it at the top left (2, and mode 0 with a mask)."""
+    mode = call.sparse_mode
+    if mode == _CAUSAL_TOP_LEFT:
+        shift, pre, nxt = 0, _NO_LIMIT, 0
+    elif mode == _CAUSAL_BOTTOM_RIGHT:
+        shift, pre, nxt = kv_len - q_len, _NO_LIMIT, 0
+    elif mode == _BAND:
+        shift, pre, nxt = kv_len - q_len, call.pre_tokens, call.next_tokens
+    elif mode == 0 and call.masked:
+        shift, pre, nxt = 0, call.pre_tokens, call.next_tokens
+    else:
+        return q_len * kv_len
+    reach = q_len + kv_len
+    pre, nxt = max(-reach, min(reach, pre)), max(-reach, min(reach, nxt))
+    return max(0, _ramp_sum(q_len, shift + nxt + 1, kv_len) - _ramp_sum(q_len, shift - pre, kv_len))
+
+
+def _attention_flops(work: Work, decode: bool) -> float:
+    """The flops of a call with a query and a key of two dims or more (a kernel built otherwise, as a
+    synthetic benchmark's, which states its flops, is priced as the ``attention`` rule prices it)."""
+    operands = (*work.inputs[:2], *work.outputs[:1])
+    if len(operands) < 3 or min(len(spec.shape) for spec in operands) < 2:
+        return attention_flops(work)
+    call = _attention_call(work, decode)
+    scores = sum(_scores(q, kv, call) for q, kv in zip(call.q_lens, call.kv_lens))
+    return 2.0 * call.heads * scores * (call.qk_dim + call.value_dim)
+
+
+def fused_attention_flops(work: Work) -> float:
+    """Q K^T and P V over the scores the call computes: ``2 x heads x scores x (D_qk + D_v)``. Non-causal
+    prefill grows as S_q x S_kv, causal as about half of it, decode as S_kv (op-plugin's API pages define
+    each layout, the lengths and the sparse modes; FlashAttention's 4 x B x N x S_q x S_kv x D)."""
+    return _attention_flops(work, decode=False)
+
+
+def incre_attention_flops(work: Work) -> float:
+    """:func:`fused_attention_flops` of npu_incre_flash_attention, whose ``actual_seq_lengths`` are KV lengths."""
+    return _attention_flops(work, decode=True)
+
+
+for _name, _flops in (("fused_attention", fused_attention_flops), ("incre_attention", incre_attention_flops)):
+    register_cost_rule(_name, block_dim=all_cores, flops=_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")

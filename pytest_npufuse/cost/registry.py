@@ -39,6 +39,7 @@ class Work(NamedTuple):
     resident: Sequence[bool]
     per_element: float
     access_bytes: int
+    attrs: Sequence[tuple[str, object]] = ()  # the call's scalar arguments by schema name (an attention's layout)
 
 
 BlockDim = Callable[["Kernel", "HardwareProfile"], int]

@@ -9,10 +9,11 @@ these is a :class:`~.reading.FileRole` error naming the file and the place.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from .limits import JSON_TOKENS, MAX_DEPTH, bounded_number, deepest
+from .limits import JSON_TOKENS, MAX_DEPTH, OutOfBounds, bounded_number, deepest
 from .reading import FileRole, decode, read_bytes
 
 
@@ -28,23 +29,67 @@ def parse_json(text: str, source: Path | str, role: FileRole = FileRole()) -> An
             f"nests arrays and objects deeper than {MAX_DEPTH} levels (at {_place(text, too_deep)}), "
             f"deeper than any {role.what} can be"
         )
+    refused: list[OutOfBounds] = []
+
+    def number(literal: str, convert: Callable[[str], object]) -> object:
+        value = bounded_number(literal, convert)
+        if isinstance(value, OutOfBounds):
+            refused.append(value)
+        return value
+
     try:
-        return json.loads(
+        data = json.loads(
             text,
             object_pairs_hook=_unique_keys(fail),
-            parse_int=lambda literal: bounded_number(literal, int, fail),
-            parse_float=lambda literal: bounded_number(literal, float, fail),
+            parse_int=lambda literal: number(literal, int),
+            parse_float=lambda literal: number(literal, float),
             parse_constant=lambda name: _refuse_constant(name, fail),
         )
     except json.JSONDecodeError as exc:
         raise fail(f"corrupt JSON ({exc.msg} at {_place(text, exc.pos)})") from None
     except RecursionError:  # only if the scan above missed a level: still ours, never a crash
         raise fail(f"nests arrays and objects too deeply to parse, deeper than any {role.what} can be") from None
+    if refused:
+        entry = json_path(_path_to(data, refused[0]))
+        raise role.fail(source, f"{entry}: {refused[0].problem}", entry=entry, bound=refused[0].bound)
+    return data
 
 
 def read_json(path: Path | str, role: FileRole = FileRole()) -> Any:
     """The value of the JSON file ``path``: a regular file, bounded, UTF-8, with unique keys."""
     return parse_json(decode(read_bytes(path, role), path, role), path, role)
+
+
+def json_path(parts: Sequence[str | int]) -> str:
+    """Where a value stands in a JSON document, as jq writes it: ``.entries["t.py::test"].a3.variant_us``
+    (a key that is not a plain name is quoted as a JSON string; a list index is ``[3]``; ``.`` is the
+    whole document)."""
+    shown = []
+    for part in parts:
+        if isinstance(part, int):
+            shown.append(f"[{part}]")
+        elif _PLAIN_KEY.fullmatch(part):
+            shown.append(f".{part}")
+        else:
+            shown.append(f"[{json.dumps(part)}]")
+    path = "".join(shown)
+    return path if path.startswith(".") else "." + path
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _path_to(document: Any, wanted: object) -> list[str | int]:
+    """The keys and indices that lead to the value ``wanted`` (by identity) in ``document``; iterative,
+    so a document at the nesting bound cannot exhaust the stack."""
+    pending: list[tuple[Any, list[str | int]]] = [(document, [])]
+    while pending:
+        value, parts = pending.pop()
+        if value is wanted:
+            return parts
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        pending.extend(reversed([(item, [*parts, key]) for key, item in items]))
+    return []
 
 
 def _place(text: str, offset: int) -> str:

@@ -29,9 +29,12 @@ class FileRole:
     fix: str = "fix the file or give the path of another one"
     limit: int = MAX_JSON_BYTES
 
-    def fail(self, path: Path | str, problem: str) -> NpufuseError:
-        """The error for ``problem`` with ``path``: the file, what is wrong, and the fix."""
-        return self.error(f"{path}: {problem}; {self.fix}.")
+    def fail(
+        self, path: Path | str, problem: str, *, entry: str | None = None, bound: float | None = None
+    ) -> NpufuseError:
+        """The error for ``problem`` with ``path``: the file, what is wrong, and the fix; its fields name
+        the file, the ``entry`` at fault in it and the ``bound`` it broke."""
+        return self.error(f"{path}: {problem}; {self.fix}.", file=str(path), entry=entry, bound=bound)
 
 
 def refuse_kind(path: Path | str, kind: Kind, role: FileRole) -> NpufuseError:
@@ -73,17 +76,27 @@ def read_bytes(path: Path | str, role: FileRole = FileRole()) -> bytes:
         handle = os.open(path, _O_FLAGS)
     except OSError as exc:
         raise role.fail(path, f"cannot be opened ({exc.strerror})") from None
-    too_large = role.fail(path, f"is larger than {role.limit // (1024 * 1024)} MiB, more than any {role.what} can be")
     with os.fdopen(handle, "rb") as stream:
         opened = os.fstat(stream.fileno())
         if kind_of_mode(opened.st_mode) is not Kind.REGULAR:  # replaced between the check and the open
             raise refuse_kind(path, kind_of_mode(opened.st_mode), role)
         if opened.st_size > role.limit:
-            raise too_large
+            raise _too_large(path, opened.st_size, role)
         data = stream.read(role.limit + 1)  # the file may have grown since
     if len(data) > role.limit:
-        raise too_large
+        raise _too_large(path, len(data), role)
     return data
+
+
+def _too_large(path: Path | str, size: int, role: FileRole) -> NpufuseError:
+    """The error for a file of ``size`` bytes (at least) over the role's limit, naming both."""
+    mib = 1024 * 1024
+    return role.fail(
+        path,
+        f"is larger than {role.limit // mib} MiB ({size / mib:.1f} MiB; the bound is {role.limit} bytes), more "
+        f"than any {role.what} can be",
+        bound=role.limit,
+    )
 
 
 def decode(data: bytes, path: Path | str, role: FileRole = FileRole()) -> str:

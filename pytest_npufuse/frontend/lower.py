@@ -444,7 +444,9 @@ class _ProgramBuilder:
         untouched = reinplace.untouched(info, in_place)
         priced = [spec for position, spec in specs if position not in untouched]
         resident = self.prefetched | {self._storage(in_place[position]) for position in untouched}
-        flops, nbytes = cost.kernel_work(info, input_specs, priced, [self._storage(n) for n in inputs], resident)
+        attrs = scalar_arguments(node)
+        flops, nbytes = cost.kernel_work(info, input_specs, priced, [self._storage(n) for n in inputs], resident,
+                                         attrs)
         if info.cost == "prefetch":
             self.prefetched.update(self._storage(n) for n in inputs[:1])
         single = isinstance(value, torch.Tensor)
@@ -471,7 +473,7 @@ class _ProgramBuilder:
                 input_specs=tuple(input_specs),
                 modules=self._modules(node),
                 call=call,
-                attrs=scalar_arguments(node),
+                attrs=attrs,
             )
         )
         if mutated and not single:  # a multi-output in-place op (a reinplaced npu_mla_prolog_v3), see build()

@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import BaselineError
 from ..files import FileRole, locked, present, read_json, write_text
+from ..files.jsonfile import json_path
+from ..files.limits import MAX_TIME_US
+from ..report.escaping import terminal_text
 from ..report.explain import break_key
 from ..simulate.version import ModelIdentity
 
@@ -101,19 +104,31 @@ class Entry:
         return data
 
     @classmethod
-    def from_json(cls, data: Any, where: str) -> "Entry":
-        """Validate one entry; extra keys are ignored so a run report's rows read as entries too."""
+    def from_json(cls, data: Any, where: str, file: str | None = None, entry: str | None = None) -> "Entry":
+        """Validate one entry; extra keys are ignored so a run report's rows read as entries too. ``where``
+        opens the messages; an error's fields name the ``file`` and the ``entry``'s JSON path in it (with
+        the key at fault) and the bound a number broke."""
         if not isinstance(data, Mapping):
-            raise BaselineError(f"{where}: an entry must be an object, got {type(data).__name__}.")
+            raise BaselineError(f"{where}: an entry must be an object, got {type(data).__name__}.",
+                                file=file, entry=entry)
         kinds = {"mode": str, "baseline_us": float, "variant_us": float, "speedup": float, "segments": int,
                  "streams": int, "model_version": str}
         values: dict[str, Any] = {}
         for key, kind in kinds.items():
             value = data.get(key)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            at = f"{entry}.{key}" if entry is not None else None
             if key == "variant_us" and value is None:
                 values[key] = None
             elif kind is float and number and math.isfinite(value) and (value > 0 or key == "speedup" and value == 0):
+                bound = MAX_SPEEDUP if key == "speedup" else MAX_TIME_US
+                if value > bound:
+                    unit = "" if key == "speedup" else " us"
+                    raise BaselineError(
+                        f"{where}: '{key}' is {value!r}{unit}, more than {bound:g}{unit}, which no modeled run "
+                        "comes near; the file was not written by pytest-npufuse or was edited. Re-baseline the "
+                        "case (--npufuse-update-baseline) or delete the entry.", file=file, entry=at, bound=bound,
+                    )
                 values[key] = float(value)
             elif kind is int and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 values[key] = value
@@ -122,8 +137,12 @@ class Entry:
             else:
                 expected = {float: "a positive number", int: "an integer >= 0", str: "a string"}[kind]
                 expected += " or null (a VARIANT that cannot finish)" if key == "variant_us" else ""
-                raise BaselineError(f"{where}: '{key}' is {value!r}, expected {expected}.")
+                raise BaselineError(f"{where}: '{key}' is {value!r}, expected {expected}.", file=file, entry=at)
         return cls(**values, breaks=_breaks(data["breaks"], where) if "breaks" in data else None)
+
+
+MAX_SPEEDUP = MAX_TIME_US / 1e-3
+"""The largest speedup an entry may hold: the longest time over the shortest one stored (a nanosecond)."""
 
 
 def _breaks(value: Any, where: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -179,9 +198,12 @@ class Results:
 
 
 def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Text rows with every column padded to its widest cell, for the terminal tables."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    """Text rows with every column padded to its widest cell, for the terminal tables; cells are shown as
+    :func:`~pytest_npufuse.report.escaping.terminal_text` (a test id or op name may hold any character)
+    before they are measured, so the columns stay aligned."""
+    shown = [[terminal_text(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in shown) for i in range(len(shown[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in shown]
 
 
 def count_line(changes: Sequence[Change]) -> str:
@@ -232,7 +254,8 @@ def read_document(path: Path) -> dict[str, Any]:
     if version != SCHEMA_VERSION:
         raise BaselineError(
             f"{path}: schema_version {version!r}, but this pytest-npufuse reads schema_version {SCHEMA_VERSION}; "
-            "use the pytest-npufuse version that wrote it, or re-baseline into a new file."
+            "use the pytest-npufuse version that wrote it, or re-baseline into a new file.",
+            file=str(path), entry=".schema_version",
         )
     return data
 
@@ -243,9 +266,15 @@ def read_results(path: Path) -> tuple[str, Results]:
     model = None if data.get("model") is None else ModelIdentity.from_json(data["model"], str(path))
     entries = data.get("entries")
     if not isinstance(entries, Mapping) or not all(isinstance(t, Mapping) for t in entries.values()):
-        raise BaselineError(f"{path}: 'entries' must be an object of test -> target -> entry.")
+        raise BaselineError(f"{path}: 'entries' must be an object of test -> target -> entry.",
+                            file=str(path), entry=".entries")
     parsed = {
-        key: {target: Entry.from_json(entry, f"{path} entry {key!r} [{target}]") for target, entry in targets.items()}
+        key: {
+            target: Entry.from_json(
+                entry, f"{path} entry {key!r} [{target}]", str(path), json_path(("entries", key, target))
+            )
+            for target, entry in targets.items()
+        }
         for key, targets in entries.items()
     }
     return data["kind"], Results(model, parsed)
@@ -260,7 +289,7 @@ def load_baseline(path: Path) -> Results:
     if kind != "baseline":
         raise BaselineError(
             f"{path}: is a pytest-npufuse {kind} report, not a baseline; point --npufuse-baseline at a baseline "
-            "file (a new path creates one). The file was left untouched."
+            "file (a new path creates one). The file was left untouched.", file=str(path), entry=".kind",
         )
     return results
 
@@ -270,12 +299,69 @@ def write_baseline(path: Path, results: Results) -> None:
 
 
 @dataclass(frozen=True)
+class Conflict:
+    """An entry another process changed while this run was updating it, to another value than this
+    run's: what the file held when this run read it, what the other process wrote, and this run's
+    value, which is the one written (the last writer wins)."""
+
+    key: str
+    target: str
+    read: Entry | None
+    theirs: Entry | None
+    ours: Entry
+
+    def describe(self) -> str:
+        def variant(entry: Entry | None) -> str:
+            return "no entry" if entry is None else _time(entry.variant_us)
+
+        return (f"{self.key} [{self.target}]: {variant(self.read)} when this run started, {variant(self.theirs)} "
+                f"from the other process, {variant(self.ours)} from this run")
+
+
+@dataclass(frozen=True)
 class BaselineUpdate:
     """What one run's update of a baseline did: the results written (None when the file already held
-    them), and the entries another process changed in the meantime that this run wrote over."""
+    them), and what another process wrote in the meantime: entries this run also wrote, to other values
+    (``conflicts``, written over) or to the same ones (``agreed``), and entries this run left alone
+    (``kept``); the last two as ``key [target]``."""
 
     results: Results | None
-    conflicts: tuple[str, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    agreed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+    def describe(self, path: Path) -> str | None:
+        """What happened to ``path`` and what to do about it, when another process wrote it during this
+        run; None when nobody else did."""
+        if self.conflicts:
+            return (
+                f"{path} was updated by another process during this run, and {_entries(len(self.conflicts))} "
+                f"both runs wrote differ: {'; '.join(c.describe() for c in self.conflicts)}. This run's values "
+                "were written (the last writer wins); every other entry of both runs was kept. If the other run's "
+                "values are the right ones, re-run those tests with --npufuse-update-baseline. To avoid this, let "
+                "concurrent runs update disjoint tests, or give each its own --npufuse-baseline and combine the "
+                "files with 'python -m pytest_npufuse merge OUT.json A.json B.json --baseline'"
+            )
+        if not (self.agreed or self.kept):
+            return None
+        done = [f"it wrote the same values as this run for {_listed(self.agreed)}"] if self.agreed else []
+        done += [f"its {_listed(self.kept)} were kept"] if self.kept else []
+        merged = "this run's entries were merged in" if self.results is not None else "the file was not rewritten"
+        return f"{path} was updated by another process during this run: {'; '.join(done)}; {merged}, nothing was lost"
+
+
+_LISTED_ENTRIES = 5
+
+
+def _entries(count: int) -> str:
+    return f"{count} entr{'y' if count == 1 else 'ies'}"
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``3 entries (a, b, c)``, the names cut after a few."""
+    more = len(names) - _LISTED_ENTRIES
+    shown = ", ".join(names[:_LISTED_ENTRIES]) + (f", and {more} more" if more > 0 else "")
+    return f"{_entries(len(names))} ({shown})"
 
 
 def update_baseline(
@@ -287,15 +373,20 @@ def update_baseline(
     since it was read, to another value than this run's, is a conflict: this run's value wins, named."""
     with locked(path, "baseline"):
         current = load_baseline(path)
+        changed = {pair for pair in {*current.pairs(), *read.pairs()} if current.get(*pair) != read.get(*pair)}
         conflicts = tuple(
-            f"{key} [{target}]" for key, target, entry in written
-            if current.get(key, target) not in (read.get(key, target), entry)
+            Conflict(key, target, read.get(key, target), current.get(key, target), entry)
+            for key, target, entry in written if (key, target) in changed and current.get(key, target) != entry
         )
+        mine = {(key, target) for key, target, _ in written}
+        agreed = tuple(f"{key} [{target}]" for key, target, entry in written
+                       if (key, target) in changed and current.get(key, target) == entry)
+        kept = tuple(f"{key} [{target}]" for key, target in sorted(changed - mine) if current.get(key, target))
         results = current.with_entries(written, model)
-        if results == current:
-            return BaselineUpdate(None, conflicts)
-        write_baseline(path, results)
-        return BaselineUpdate(results, conflicts)
+        written_results = None if results == current else results
+        if written_results is not None:
+            write_baseline(path, results)
+        return BaselineUpdate(written_results, conflicts, agreed, kept)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import csv
 import io
-from html import escape
 from typing import Any, Sequence
 
+from ..report.escaping import html_text, markdown_code, spreadsheet_cell
 from ..report.html.assets import STYLE
 from ..report.html.trend import trend_svg
 from .baseline import IMPROVED, MODEL_CHANGED, NEW, REGRESSED, REMOVED, TOOL, aligned, count_line
@@ -96,8 +96,11 @@ def text_deltas(comparison: Comparison) -> list[str]:
     return lines
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|")
+def _markdown_headers(comparison: Comparison) -> list[str]:
+    """The time columns' headers in markdown: a run's label is its file's name, shown as code."""
+    if len(comparison.runs) == 2:
+        return _headers(comparison)
+    return [f"{markdown_code(run.label, table=True)} us" for run in comparison.runs]
 
 
 def markdown(comparison: Comparison) -> str:
@@ -107,25 +110,27 @@ def markdown(comparison: Comparison) -> str:
     regressed = comparison.regressed
     verdict = (f"**{len(regressed)} case(s) slower** than {comparison.tolerance_pct:g}%" if regressed
                else f"no case slower than {comparison.tolerance_pct:g}%")
-    files = " → ".join(f"`{run.path.name}`" for run in comparison.runs)
+    files = " → ".join(markdown_code(run.path.name) for run in comparison.runs)
     lines = ["## pytest-npufuse: modeled NPU time", "", f"{verdict} ({count_line(changes) or 'no entries'}); {files}", ""]
-    heads = _headers(comparison)
+    heads = _markdown_headers(comparison)
     table = ["| test | target | " + " | ".join(heads) + " | change | speedup | status |",
              "|---|---|" + "---:|" * len(heads) + "---:|---:|---|"]
     interesting = [case for case in ordered(comparison) if case.change.status not in ("unchanged", "absent")]
     for case in ordered(comparison):
-        table.append(f"| `{_md(case.change.key)}` | {case.change.target} | " + " | ".join(case.times())
+        names = f"| {markdown_code(case.change.key, table=True)} | {markdown_code(case.change.target, table=True)} | "
+        table.append(names + " | ".join(case.times())
                      + f" | {_pct(case)} | {_speedup(case.speedup[-1])} | {case.change.status} |")
     if interesting:
         lines += ["### Changed cases", ""]
         for case in interesting:
-            lines.append(f"- **{case.change.status}** `{_md(case.label)}`: {_md(case.change.numbers())}")
+            lines.append(f"- **{case.change.status}** {markdown_code(case.label)}: {case.change.numbers()}")
             if _changed(case):
                 lines += ["", "  <details><summary>op types and kernels behind the change</summary>", ""]
                 for title, counted, deltas in _delta_tables(case):
                     head = _delta_head(title, counted)
                     lines += ["  | " + " | ".join(head) + " |", "  |---|" + "---:|" * (len(head) - 1)]
-                    lines += [f"  | `{_md(r[0])}` | " + " | ".join(r[1:]) + " |" for r in _delta_rows(deltas, counted)]
+                    lines += [f"  | {markdown_code(r[0], table=True)} | " + " | ".join(r[1:]) + " |"
+                              for r in _delta_rows(deltas, counted)]
                     lines.append("")
                 lines += ["  </details>", ""]
         lines.append("")
@@ -162,7 +167,7 @@ def _counts(comparison: Comparison) -> dict[str, int]:
 def to_csv(comparison: Comparison) -> str:
     """One row per case, then one per op type and per kernel of a changed case (their times in the
     last two runs' columns), so a spreadsheet can filter by ``level``."""
-    heads = [f"{run.label} us" for run in comparison.runs]
+    heads = [spreadsheet_cell(f"{run.label} us") for run in comparison.runs]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["test", "target", "level", "name", *heads, "delta us", "change %", "status"])
@@ -171,11 +176,13 @@ def to_csv(comparison: Comparison) -> str:
         change = case.change
         delta = ("" if None in case.variant_us[-2:] else f"{case.variant_us[-1] - case.variant_us[-2]:.3f}")
         pct = "" if change.change_pct is None else f"{change.change_pct:.3f}"
-        writer.writerow([change.key, change.target, "case", "", *("" if v is None else v for v in case.variant_us),
+        writer.writerow([spreadsheet_cell(change.key), spreadsheet_cell(change.target), "case", "",
+                         *("" if v is None else v for v in case.variant_us),
                          delta, pct, change.status])
         for level, deltas in (("op type", case.op_types), ("kernel", case.kernels)):
             for d in deltas:
-                writer.writerow([change.key, change.target, level, d.name, *pad, "" if d.old_us is None else d.old_us,
+                writer.writerow([spreadsheet_cell(change.key), spreadsheet_cell(change.target), level,
+                                 spreadsheet_cell(d.name), *pad, "" if d.old_us is None else d.old_us,
                                  "" if d.new_us is None else d.new_us, f"{d.delta_us:.3f}", "", ""])
     return buffer.getvalue()
 
@@ -184,32 +191,32 @@ def html(comparison: Comparison) -> str:
     """One offline page: the cases table and, per case, the trend of its VARIANT time over the runs
     as an inline SVG with the op types and kernels behind its newest change."""
     labels = [run.label for run in comparison.runs]
-    heads = "".join(f"<th>{escape(h)}</th>" for h in _headers(comparison))
+    heads = "".join(f"<th>{html_text(h)}</th>" for h in _headers(comparison))
     rows = "".join(
-        f'<tr data-status="{escape(c.change.status)}"><td><a href="#trend-{i}">{escape(c.change.key)}</a></td>'
-        f"<td>{escape(c.change.target)}</td>" + "".join(f"<td>{t}</td>" for t in c.times())
-        + f'<td>{_pct(c)}</td><td class="g-{escape(c.change.status)}">{escape(c.change.status)}</td></tr>'
+        f'<tr data-status="{html_text(c.change.status)}"><td><a href="#trend-{i}">{html_text(c.change.key)}</a></td>'
+        f"<td>{html_text(c.change.target)}</td>" + "".join(f"<td>{t}</td>" for t in c.times())
+        + f'<td>{_pct(c)}</td><td class="g-{html_text(c.change.status)}">{html_text(c.change.status)}</td></tr>'
         for i, c in enumerate(ordered(comparison))
     )
     sections = []
     for i, case in enumerate(ordered(comparison)):
         tables = ""
         for title, counted, deltas in _delta_tables(case):
-            head = "".join(f"<th>{escape(h)}</th>" for h in _delta_head(title, counted))
-            body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>"
+            head = "".join(f"<th>{html_text(h)}</th>" for h in _delta_head(title, counted))
+            body = "".join("<tr>" + "".join(f"<td>{html_text(cell)}</td>" for cell in row) + "</tr>"
                            for row in _delta_rows(deltas, counted))
             tables += f'<table class="deltas"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
         sections.append(
-            f'<section class="trend-case" id="trend-{i}" data-case="{escape(case.label)}"><h2>{escape(case.label)}</h2>'
-            f'<p class="g-{escape(case.change.status)}">{escape(case.change.status)} {_pct(case)}</p>'
+            f'<section class="trend-case" id="trend-{i}" data-case="{html_text(case.label)}"><h2>{html_text(case.label)}</h2>'
+            f'<p class="g-{html_text(case.change.status)}">{html_text(case.change.status)} {_pct(case)}</p>'
             f"{trend_svg(labels, case.variant_us, f'{case.label}: VARIANT us per run')}{tables}</section>"
         )
     title = "pytest-npufuse: modeled NPU time across runs"
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title><style>{STYLE}</style></head>'
-        f"<body><h1>{title}</h1><p class=\"note\">{escape(' → '.join(labels))}: "
-        f"{escape(count_line(comparison.changes) or 'no entries')} (tolerance {comparison.tolerance_pct:g}%)</p>"
+        f"<body><h1>{title}</h1><p class=\"note\">{html_text(' → '.join(labels))}: "
+        f"{html_text(count_line(comparison.changes) or 'no entries')} (tolerance {comparison.tolerance_pct:g}%)</p>"
         f'<table id="cases"><thead><tr><th>test</th><th>target</th>{heads}<th>change</th><th>status</th></tr></thead>'
         f"<tbody>{rows}</tbody></table>{''.join(sections)}</body></html>\n"
     )

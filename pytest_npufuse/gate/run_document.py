@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import BaselineError, NpufuseError
 from ..files import locked_output, present, write_text
+from ..files.jsonfile import json_path
 from ..files.kinds import fingerprint
 from ..simulate.version import ModelIdentity
 from .baseline import DOCUMENT, Entry, Results, dumps, read_document
@@ -22,14 +23,22 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 Tests = Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]
 
 
-def entries_of(rows: Sequence[Mapping[str, Any]], where: str) -> list[tuple[str, str, Entry]]:
-    """(test key, target, entry) for each check record."""
+def entries_of(
+    rows: Sequence[Mapping[str, Any]], where: str, file: str | None = None, at: Sequence[str] = ()
+) -> list[tuple[str, str, Entry]]:
+    """(test key, target, entry) for each check record; read from ``file``, the records are the list at
+    the JSON path ``at`` in it, which an error names."""
     for row in rows:
         if not (isinstance(row, Mapping) and isinstance(row.get("key"), str) and isinstance(row.get("target"), str)):
             raise BaselineError(
-                f"{where}: a check record must be an object with string 'key' and 'target', got {row!r:.80}."
+                f"{where}: a check record must be an object with string 'key' and 'target', got {row!r:.80}.",
+                file=file,
             )
-    return [(row["key"], row["target"], Entry.from_json(row, f"{where} {row['key']!r}")) for row in rows]
+    return [
+        (row["key"], row["target"],
+         Entry.from_json(row, f"{where} {row['key']!r}", file, json_path((*at, index)) if file is not None else None))
+        for index, row in enumerate(rows)
+    ]
 
 
 def run_document(
@@ -72,7 +81,7 @@ def read_run_tests(path: Path) -> tuple[ModelIdentity | None, dict[str, tuple[st
             raise DOCUMENT.fail(
                 path, f"test {nodeid!r} must have an 'outcome' of {', '.join(OUTCOMES)} and an 'npufuse' list"
             )
-        entries_of(records, f"{path} test {nodeid!r}")
+        entries_of(records, f"{path} test {nodeid!r}", str(path), ("tests", nodeid, "npufuse"))
         parsed[nodeid] = (outcome, records)
     model = None if data.get("model") is None else ModelIdentity.from_json(data["model"], str(path))
     return model, parsed

@@ -10,6 +10,7 @@ the NPU of the current ``python -m pytest_npufuse run`` (else a3).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -40,9 +41,21 @@ def _graph_options(compiler_config: CompilerConfig | None) -> GraphOptions:
     """The graph options of ``compiler_config`` (through TorchAir's tree), logging to the
     ``npugraph_ex`` logger as npugraph_ex does; its FX passes are handed ``compiler_config`` itself."""
     config = compiler_config or CompilerConfig()
-    torchair_config = config.torchair_config()
-    options = torchair_config.graph_options()
-    return replace(options, log=logger, graph_passes=(torchair_config.fx_passes(config),))
+    options = config.torchair_config().graph_options()
+    return replace(options, log=logger, graph_passes=(partial(_run_optimize_fx, config),))
+
+
+def _run_optimize_fx(config: CompilerConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+    """Look :func:`_optimize_fx` up when each graph compiles, so code that wraps it sees every graph."""
+    _optimize_fx(gm, config, example_inputs)
+
+
+def _optimize_fx(gm: torch.fx.GraphModule, config: CompilerConfig, observer: Sequence[Any]) -> torch.fx.GraphModule:
+    """npugraph_ex's FX optimisation of one aten graph, as TorchAir's
+    (:func:`pytest_npufuse.torchair.npu_fx_compiler._optimize_fx`): the passes of the TorchAir config
+    ``config`` stands for, each user pass handed ``config`` itself; ``observer`` is the example inputs."""
+    config.torchair_config().fx_passes(config)(gm, observer)
+    return gm
 
 
 def compile_fx(

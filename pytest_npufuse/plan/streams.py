@@ -31,7 +31,9 @@ MAX_AUTOTUNE = Mode.MAX_AUTOTUNE
 REDUCE_OVERHEAD = Mode.REDUCE_OVERHEAD
 # max-autotune-only APIs and what to say instead.
 _GE_ONLY = {
-    "npu_wait_tensor": "TorchAir raises NotImplementedError; order streams with events (torch.npu.Event, or "
+    # TorchAir's own error text: torchair python/torchair/scope/_wait_tensor.py @fced8842.
+    "npu_wait_tensor": "TorchAir raises NotImplementedError: torch.ops.air.wait_tensor kernel_impl is not implemented! "
+    "npu_wait_tensor is not support in this mode; order streams with events (torch.npu.Event, or "
     "npu_tagged_event_record / npu_tagged_event_wait)",
     "npu_stream_switch(enable_inner_parallel=False)": "TorchAir documents enable_inner_parallel for max-autotune "
     "only; drop the argument",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..simulate import clock as modeledclock
+from .failure import fail
 
 if TYPE_CHECKING:
     from ..gate.baseline import Entry
@@ -85,7 +86,7 @@ def mirror(request: pytest.FixtureRequest, report: CaseReport, entry: Entry, che
             pytrace=False,
         )
     if entry.variant_us is None:
-        pytest.fail(f"npufuse: the benchmark mirror cannot time a VARIANT that does not finish ({report.variant.failure}).", pytrace=False)
+        fail(f"npufuse: the benchmark mirror cannot time a VARIANT that does not finish ({report.variant.failure}).")
     info = {"npufuse_target": report.target, "npufuse_mode": report.mode, "npufuse_baseline_us": entry.baseline_us,
             "npufuse_speedup": entry.speedup, "npufuse_model_version": entry.model_version}
     modeledclock.measure(request.getfixturevalue("benchmark"), clock, entry.variant_us, info)

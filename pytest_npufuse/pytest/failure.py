@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from typing import Callable, NoReturn, TypeVar
 
 import pytest
 
 from ..errors import NpufuseError
+from ..report.escaping import terminal_text
 
 T = TypeVar("T")
+
+
+def fail(message: str) -> NoReturn:
+    """Fail the test with ``message`` alone (no traceback). The message quotes users' scope, stream and
+    op names, which pytest prints as they are, so they are shown as :func:`terminal_text` shows them."""
+    pytest.fail(terminal_text(message, multiline=True), pytrace=False)
 
 
 def or_fail(action: Callable[[], T]) -> T:
@@ -18,4 +25,4 @@ def or_fail(action: Callable[[], T]) -> T:
         return action()
     except NpufuseError as exc:
         message = f"npufuse: {exc}"
-    pytest.fail(message, pytrace=False)
+    fail(message)

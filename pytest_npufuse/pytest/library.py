@@ -17,12 +17,13 @@ from ..gate.check_record import check_row
 from ..pipeline.backend import compile_model
 from ..pipeline.chain import compare
 from ..report.case import CaseReport
+from ..report.escaping import terminal_text
 from ..report.explain import failure_text
 from ..report.html import case_view
 from ..simulate.host import HostConfig
 from ..target.profile import HardwareProfile
 from . import benchmark, recorder
-from .failure import or_fail
+from .failure import fail, or_fail
 from .markers import checked, expectations_of
 from .settings import settings_of
 from .targets import item_key
@@ -83,7 +84,7 @@ class NpuFuse:
         if failures:
             known = change.before.break_keys() if change is not None and change.before is not None else None
             explain = bool(regression) or self._expectations.about_scopes_or_time(report)
-            pytest.fail(failure_text(report, failures, known, explain), pytrace=False)
+            fail(failure_text(report, failures, known, explain))
         return report
 
     def compile(self, model: Callable[..., Any], *, mode: str | None = None, superkernel: bool = True, multistream: bool = True) -> Callable[..., Any]:
@@ -110,7 +111,7 @@ class NpuFuse:
         gate = self._settings.gate
         change = gate.judge(key, report.target, entry) if gate is not None else None
         if gate is not None and change is not None and change.before is None and not gate.update:
-            warnings.warn(BaselineWarning(gate.missing(change)), stacklevel=3)
+            warnings.warn(BaselineWarning(terminal_text(gate.missing(change))), stacklevel=3)
         recorder.attach(self._request.node, check_row(key, report, entry, change))
         if self._settings.html_path is not None:
             self._keep_view(report, change)

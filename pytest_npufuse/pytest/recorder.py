@@ -142,11 +142,9 @@ class RunRecorder:
         gate = settings_of(self.config).gate
         assert gate is not None
         update = gate.save(changes)
-        if update.conflicts:
-            self.lines.append(
-                f"another process changed {', '.join(update.conflicts)} in {gate.path} during this run; this run's "
-                "values were written over theirs"
-            )
+        concurrent = update.describe(gate.path)
+        if concurrent:
+            self.lines.append(concurrent)
         if update.results is not None:
             self.lines.append(f"wrote {gate.path}")
 

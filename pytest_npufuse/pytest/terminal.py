@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..gate.baseline import Change, Gate, aligned, count_line
+from ..report.escaping import terminal_text
 
 WIDTH = 120
 """The table's width at default verbosity; ``-v`` prints every column at full width."""
@@ -15,6 +16,11 @@ _LONG = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segm
 # Worst first: a failed test, then a regression, then the lowest speedup.
 _VERDICT_RANK = {"failed": 0, "error": 0, "xpassed": 1}
 _GATE_RANK = {"regressed": 0, "model changed": 1, "new": 2, "removed": 2}
+
+
+def _write(terminalreporter: Any, line: str, **markup: bool) -> None:
+    """One line of npufuse's sections; users' names in it are shown as :func:`terminal_text` shows them."""
+    terminalreporter.write_line(terminal_text(line), **markup)
 
 
 def _us(value: float | None) -> str:
@@ -30,7 +36,8 @@ def _label(nodeid: str, row: Mapping[str, Any]) -> str:
 
 def _cells(label: str, row: Mapping[str, Any], verdict: str, long: bool) -> tuple[str, ...]:
     values = {
-        "case": label, "target": row["target"], "mode": row["mode"], "baseline us": _us(row["baseline_us"]),
+        "case": terminal_text(label), "target": row["target"], "mode": row["mode"],
+        "baseline us": _us(row["baseline_us"]),
         "variant us": _us(row["variant_us"]), "speedup": f"{row['speedup']:.3f}x", "segments": str(row["segments"]),
         "SK": str(row["segments"]), "streams": str(row["streams"]), "host us": _us(row.get("host_us")),
         "device us": _us(row.get("device_us")), "bound": row.get("bound", ""),
@@ -106,8 +113,8 @@ def results_table(
         rows = [row[:gate] + row[gate + 1 :] for row in rows]
     terminalreporter.section("npufuse: modeled NPU results")
     for line in aligned(rows if verbose else _fit(rows, WIDTH)):
-        terminalreporter.write_line(line)
-    terminalreporter.write_line(_totals(items))
+        _write(terminalreporter, line)
+    _write(terminalreporter, _totals(items))
 
 
 def advise_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
@@ -120,15 +127,16 @@ def advise_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequenc
             if variant is not None:
                 shares = ", ".join(f"{name} {value:.1f}%" for name, value in variant["overlap"].items() if name != "span_us")
                 ops = ", ".join(f"{op['OP Type']} {op['Ratio(%)']}%" for op in variant["op_statistic"][:3])
-                terminalreporter.write_line(f"{row['key']} [{row['target']}]: {shares}; top ops {ops}")
+                _write(terminalreporter, f"{row['key']} [{row['target']}]: {shares}; top ops {ops}")
             for finding in row.get("affinity", ()):
                 findings += 1
                 where = finding["source"].rsplit("/", 1)[-1] or "?"
-                terminalreporter.write_line(
+                _write(
+                    terminalreporter,
                     f"  affinity: {finding['pattern']} at {where} x{finding['occurrences']}: {finding['rewrite']}; "
                     f"modeled gain {finding['gain_us']:.2f} us; {finding['exactness']}"
                 )
-    terminalreporter.write_line(f"{findings} affinity finding(s)")
+    _write(terminalreporter, f"{findings} affinity finding(s)")
 
 
 def gate_section(
@@ -143,13 +151,13 @@ def gate_section(
     terminalreporter.section(title)
     for change in changes:
         if change.status != "unchanged":
-            terminalreporter.write_line(f"{change.status:<13} {change.describe()}")
+            _write(terminalreporter, f"{change.status:<13} {change.describe()}")
     if changes:
-        terminalreporter.write_line(count_line(changes))
+        _write(terminalreporter, count_line(changes))
     for line in lines:
-        terminalreporter.write_line(line)
+        _write(terminalreporter, line)
     for error in errors:
-        terminalreporter.write_line(f"npufuse error: {error}", red=True)
+        _write(terminalreporter, f"npufuse error: {error}", red=True)
 
 
 def notes_section(terminalreporter: Any, notes: Sequence[str]) -> None:
@@ -158,4 +166,4 @@ def notes_section(terminalreporter: Any, notes: Sequence[str]) -> None:
         return
     terminalreporter.section("npufuse: reports")
     for note in notes:
-        terminalreporter.write_line(note)
+        _write(terminalreporter, note)

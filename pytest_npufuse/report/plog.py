@@ -16,6 +16,7 @@ from typing import Iterable
 from ..errors import OutputFileError
 from ..files import append_text
 from ..plan.tasks import LogRecord
+from .escaping import terminal_text
 
 _FILES: dict[int, Path] = {}
 
@@ -59,8 +60,11 @@ def write_plog(records: Iterable[LogRecord]) -> Path | None:
             "point ASCEND_PROCESS_LOG_PATH at a directory."
         ) from None
     stamp = _now().strftime("%Y-%m-%d-%H:%M:%S.%f")
+    # One record, one line: a scope name holding a line break or an escape sequence must not forge another
+    # line for the users and scripts that grep this file.
     lines = "".join(
-        f"[{record.level}] GE({os.getpid()},python):{stamp} [{record.keyword}] {record.message}\n" for record in records
+        f"[{record.level}] GE({os.getpid()},python):{stamp} [{record.keyword}] {terminal_text(record.message)}\n"
+        for record in records
     )
     append_text(path, lines, "plog")
     return path

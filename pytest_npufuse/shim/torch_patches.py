@@ -1,5 +1,6 @@
 """The shim's changes to torch: ``torch.npu`` on the CPU, ``"npu"`` devices, ``.npu()``,
-``Tensor.record_stream`` for our streams (also under Dynamo) and the ``npugraph_ex`` backend.
+``Tensor.record_stream`` for our streams (also under Dynamo), eager matmuls with the Cube's numerics
+(:mod:`.eager`) and the ``npugraph_ex`` backend.
 
 Each change is undone by :func:`pytest_npufuse.uninstall_shims` (they are recorded in its undo list).
 """
@@ -7,6 +8,7 @@ Each change is undone by :func:`pytest_npufuse.uninstall_shims` (they are record
 from __future__ import annotations
 
 import sys
+import types
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -14,6 +16,7 @@ import torch
 from .. import torch_npu
 from ..vocabulary import Mode
 from . import devices, npu
+from .eager import install_cube_matmuls
 from .undo import UNDO, patch
 
 NPUGRAPH_EX = Mode.NPUGRAPH_EX.value  # the torch.compile backend name TorchAir registers
@@ -41,6 +44,8 @@ def install_devices() -> None:
     patch(torch, "npu", npu)
     _patch_module_entry("torch.npu", npu)
     patch(torch, "_register_device_module", _share_device_module(torch._register_device_module))
+    _share_assigned_npu()
+    install_cube_matmuls()
     _patch_dynamo_record_stream()
     _register_npugraph_ex()
 
@@ -80,6 +85,38 @@ def _share_device_module(original: Callable[..., Any]) -> Callable[..., Any]:
 
     register_device_module.__doc__ = original.__doc__
     return register_device_module
+
+
+def _share_assigned_npu() -> None:
+    """``torch.npu = stub`` from a test that stands its own object in for the NPU module (TorchAir's
+    aclgraph tests assign a ``StubNpu`` instance in ``setUp``): as for a registered device module, the
+    names the object lacks are read from the shim's ``torch.npu``, since torch itself asks the device
+    module for them (Dynamo calls ``torch.accelerator.is_available()``, which asks ``torch.npu``). The
+    object's class gets a ``__getattr__`` (an existing one is kept); torch's module class is extended to
+    see the assignment, and both are undone with the shim."""
+    original = type(torch)
+
+    class TorchModule(original):  # type: ignore[misc, valid-type]
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "npu" and value is not None and not isinstance(value, types.ModuleType):
+                _fall_back_for_instances(type(value))
+            super().__setattr__(name, value)
+
+    torch.__class__ = TorchModule
+    UNDO.append(lambda: setattr(torch, "__class__", original))
+
+
+def _fall_back_for_instances(cls: type) -> None:
+    """Instances of ``cls`` read the names they lack from the shim's ``torch.npu``."""
+    if hasattr(cls, "__getattr__"):  # the class answers for missing names itself
+        return
+    fallback = _fallback_to(npu)
+
+    def __getattr__(self: Any, name: str) -> Any:
+        return fallback(name)
+
+    cls.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    UNDO.append(lambda: delattr(cls, "__getattr__"))
 
 
 def _fallback_to(owner: Any) -> Callable[[str], Any]:

@@ -185,7 +185,8 @@ def _repriced(program: Program, kernels: list[Kernel], resized: dict[str, tuple[
     for old, kernel in zip(program.kernels, kernels):
         storages = [program.storage(name) for name in kernel.inputs]
         if kernel is not old:
-            flops, nbytes = cost.kernel_work(kernel.info, kernel.input_specs, kernel.output_specs, storages, prefetched)
+            flops, nbytes = cost.kernel_work(kernel.info, kernel.input_specs, kernel.output_specs, storages, prefetched,
+                                             kernel.attrs)
             kernel = replace(kernel, flops=flops, bytes=nbytes)
         if kernel.info.cost == "prefetch":
             prefetched.update(storages[:1])

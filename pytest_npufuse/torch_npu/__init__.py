@@ -3,20 +3,22 @@
 To model an Ascend NPU on a machine without one, this package provides torch_npu's fused operators with
 the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
 
-* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu``, ``npu_silu`` (and ``npu_silu_``,
-  ``npu_silu_backward``), ``npu_mish`` (and ``npu_mish_backward``), ``npu_gelu_mul``, ``npu_clipped_swiglu``,
-  ``npu_geglu`` (and ``npu_geglu_grad``)
-* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu``, ``npu_dynamic_quant``,
+* :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu`` (and ``npu_gelu_backward``,
+  ``npu_fast_gelu_backward``), ``npu_silu`` (and ``npu_silu_``, ``npu_silu_backward``), ``npu_mish`` (and
+  ``npu_mish_backward``), ``npu_gelu_mul``, ``npu_clipped_swiglu``, ``npu_geglu`` (and ``npu_geglu_grad``)
+* :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu`` (and
+  ``npu_swiglu_backward``), ``npu_dynamic_quant``,
   ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``,
   ``npu_dynamic_block_quant``
 * :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm`` (and its in-place ``_v2``),
-  ``npu_rms_norm_quant``, ``npu_add_layer_norm``,
+  ``npu_rms_norm_quant``, ``npu_add_layer_norm`` (and ``npu_add_layer_norm_backward``),
   ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax`` (and ``npu_scaled_masked_softmax_backward``)
 * :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul`` (and ``npu_rotary_mul_backward``), ``npu_apply_rotary_pos_emb``,
   ``npu_interleave_rope``,
   ``npu_kv_rmsnorm_rope_cache`` and ``_v2``, ``npu_mla_prolog``, ``npu_mla_prolog_v2``, ``npu_mla_prolog_v3``
-* :mod:`.moe` - ``npu_moe_gating_top_k``, ``npu_grouped_matmul``, ``npu_grouped_matmul_finalize_routing``
+* :mod:`.moe` - ``npu_moe_gating_top_k`` (and ``npu_moe_gating_top_k_backward``), ``npu_grouped_matmul``,
+  ``npu_grouped_matmul_finalize_routing``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
   ``npu_moe_init_routing_quant``, ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``,
   ``npu_moe_re_routing``, ``_npu_group_topk``
@@ -36,7 +38,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``_npu_matmul_add_fp32``,
   ``npu_linear`` (and ``npu_linear_backward``)
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
-  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``,
+  ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``
+  (and ``npu_confusion_transpose_backward``),
   ``scatter_update``, ``scatter_update_``
 
 Each op is declared once through :func:`.registry.npu_op` (schema, argument checks, CPU kernel, fake
@@ -63,9 +66,11 @@ from .activation import (
     fast_gelu,
     npu_clipped_swiglu,
     npu_fast_gelu,
+    npu_fast_gelu_backward,
     npu_geglu,
     npu_geglu_grad,
     npu_gelu,
+    npu_gelu_backward,
     npu_gelu_mul,
     npu_mish,
     npu_mish_backward,
@@ -107,6 +112,7 @@ from .matmul import (
 )
 from .memory import (
     npu_confusion_transpose,
+    npu_confusion_transpose_backward,
     npu_format_cast,
     npu_prefetch,
     npu_scatter_nd_update,
@@ -116,7 +122,12 @@ from .memory import (
     scatter_update,
     scatter_update_,
 )
-from .moe import npu_grouped_matmul, npu_grouped_matmul_finalize_routing, npu_moe_gating_top_k
+from .moe import (
+    npu_grouped_matmul,
+    npu_grouped_matmul_finalize_routing,
+    npu_moe_gating_top_k,
+    npu_moe_gating_top_k_backward,
+)
 from .moe_distribute import (
     npu_moe_distribute_combine,
     npu_moe_distribute_combine_v2,
@@ -135,6 +146,7 @@ from .moe_routing import (
 )
 from .norm import (
     npu_add_layer_norm,
+    npu_add_layer_norm_backward,
     npu_add_rms_norm,
     npu_add_rms_norm_quant,
     npu_add_rms_norm_v2,
@@ -153,6 +165,7 @@ from .quant import (
     npu_quant_matmul,
     npu_quantize,
     npu_swiglu,
+    npu_swiglu_backward,
     npu_trans_quant_param,
     npu_weight_quant_batchmatmul,
 )
@@ -175,7 +188,9 @@ from .weight_pack import npu_convert_weight_to_int4pack
 __all__ = [
     "fast_gelu",
     "npu_fast_gelu",
+    "npu_fast_gelu_backward",
     "npu_gelu",
+    "npu_gelu_backward",
     "npu_gelu_mul",
     "npu_geglu",
     "npu_geglu_grad",
@@ -196,6 +211,7 @@ __all__ = [
     "_npu_paged_attention",
     "_npu_reshape_and_cache",
     "npu_add_layer_norm",
+    "npu_add_layer_norm_backward",
     "npu_add_rms_norm",
     "npu_add_rms_norm_quant",
     "npu_add_rms_norm_v2",
@@ -203,6 +219,7 @@ __all__ = [
     "npu_apply_rotary_pos_emb",
     "npu_chunk_gated_delta_rule",
     "npu_confusion_transpose",
+    "npu_confusion_transpose_backward",
     "npu_cross_entropy_loss",
     "npu_cross_entropy_loss_backward",
     "npu_convert_weight_to_int4pack",
@@ -232,6 +249,7 @@ __all__ = [
     "npu_moe_distribute_dispatch_v2",
     "npu_moe_finalize_routing",
     "npu_moe_gating_top_k",
+    "npu_moe_gating_top_k_backward",
     "npu_moe_gating_top_k_softmax",
     "npu_moe_init_routing",
     "npu_moe_init_routing_quant",
@@ -253,6 +271,7 @@ __all__ = [
     "npu_scatter_nd_update_",
     "npu_scatter_pa_kv_cache",
     "npu_swiglu",
+    "npu_swiglu_backward",
     "npu_top_k_top_p",
     "npu_transpose_batchmatmul",
     "npu_trans_quant_param",

@@ -8,8 +8,8 @@ import math
 import torch
 
 from ..errors import OpArgumentError
-from .checks import FLOAT_DTYPES, require_choice, require_dtype
-from .registry import Arguments, Derivative, Out, bind, npu_op
+from .checks import FLOAT_DTYPES, require_choice, require_dtype, require_shape
+from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
 GELU_APPROXIMATIONS = ("none", "tanh")
 # FastGelu's constant: both documented forms, x / (1 + exp(-1.702|x|)) * exp(0.851 (x - |x|)) and the A2/A3
@@ -23,6 +23,20 @@ def _like(x: torch.Tensor) -> Out:
     return Out(list(x.shape), x.dtype)
 
 
+def _activation_samples() -> list[SampleCall]:
+    """A float32 and a bfloat16 activation, as MLPs and vision towers hand them over."""
+    gen = torch.Generator().manual_seed(0)
+    return [
+        SampleCall((torch.randn(2, 3, 8, generator=gen),)),
+        SampleCall((torch.randn(4, 16, generator=gen).bfloat16(),)),
+    ]
+
+
+def _gelu_samples() -> list[SampleCall]:
+    tanh = SampleCall((torch.randn(3, 8, generator=torch.Generator().manual_seed(1)),), {"approximate": "tanh"})
+    return [*_activation_samples(), tanh]
+
+
 def _gelu_meta(call: Arguments) -> Out:
     return _like(call.input)
 
@@ -31,7 +45,58 @@ def _gelu_kernel(call: Arguments) -> torch.Tensor:
     return torch.nn.functional.gelu(call.input.to(torch.float32), approximate=call.approximate).to(call.input.dtype)
 
 
-@npu_op(meta=_gelu_meta, kernel=_gelu_kernel)
+def _gradient_meta(grad_name: str, grad: torch.Tensor, x: torch.Tensor) -> Out:
+    """An activation's backward: the gradient of the output (x's shape and dtype) to x's gradient."""
+    like = _like(x)
+    require_dtype(grad_name, grad, (x.dtype,), "(the input's dtype)")
+    require_shape(grad_name, grad, (tuple(x.shape),))
+    return like
+
+
+def _with_output_gradients(samples: list[SampleCall]) -> list[SampleCall]:
+    """Each forward sample as its backward's call: a gradient like the input before the forward's arguments."""
+    gen = torch.Generator().manual_seed(2)
+    return [
+        SampleCall((torch.randn(sample.args[0].shape, generator=gen).to(sample.args[0].dtype), *sample.args),
+                   sample.kwargs)
+        for sample in samples
+    ]
+
+
+def _gelu_backward_meta(call: Arguments) -> Out:
+    return _gradient_meta("grad_output", call.grad_output, call.input)
+
+
+def _gelu_backward_kernel(call: Arguments) -> torch.Tensor:
+    """``dy * d/dx gelu(x)`` of the erf form or of its tanh approximation, in float32, rounded once."""
+    dx = torch.ops.aten.gelu_backward(
+        call.grad_output.to(torch.float32), call.input.to(torch.float32), approximate=call.approximate
+    )
+    return dx.to(call.input.dtype)
+
+
+@npu_op(meta=_gelu_backward_meta, kernel=_gelu_backward_kernel, samples=lambda: _with_output_gradients(_gelu_samples()))
+def npu_gelu_backward(call: Arguments) -> None:
+    """GeluGradV2: the gradient of :func:`npu_gelu`'s input from its output's gradient ``grad_output``.
+
+    Source: op-plugin derivatives.yaml (``npu_gelu -> npu_gelu_backward(grad, self, approximate)``) and
+    op_plugin_functions.yaml (``aclnnGeluBackwardV2``). float16, bfloat16 or float32; the gradient has
+    the input's shape and dtype, computed in float32 and rounded once.
+    """
+    require_choice("approximate", call.approximate, GELU_APPROXIMATIONS, "erf or its tanh approximation")
+
+
+def _gelu_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.save_for_backward(call.input)
+    ctx.approximate = call.approximate
+
+
+def _gelu_grad(ctx: object, grad: torch.Tensor) -> tuple:
+    (x,) = ctx.saved_tensors
+    return torch.ops.npu.npu_gelu_backward(grad, x, approximate=ctx.approximate)
+
+
+@npu_op(meta=_gelu_meta, kernel=_gelu_kernel, derivative=Derivative(_gelu_setup, _gelu_grad), samples=_gelu_samples)
 def npu_gelu(call: Arguments) -> None:
     """GELU ``x * Phi(x)`` with ``Phi`` the standard normal CDF (``approximate="none"``, erf) or its tanh
     approximation (``"tanh"``).
@@ -53,7 +118,44 @@ def _fast_gelu_kernel(call: Arguments) -> torch.Tensor:
     return (values * torch.sigmoid(FAST_GELU_SLOPE * values)).to(call.self.dtype)
 
 
-@npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
+def _fast_gelu_backward_meta(call: Arguments) -> Out:
+    return _gradient_meta("grad", call.grad, call.self)
+
+
+def _fast_gelu_backward_kernel(call: Arguments) -> torch.Tensor:
+    """With ``s = sigmoid(1.702 x)``: ``dx = dy * (s + 1.702 x s (1 - s))``, float32, rounded once."""
+    values = call.self.to(torch.float32)
+    gate = torch.sigmoid(FAST_GELU_SLOPE * values)
+    slope = gate + FAST_GELU_SLOPE * values * gate * (1.0 - gate)
+    return (call.grad.to(torch.float32) * slope).to(call.self.dtype)
+
+
+@npu_op(
+    meta=_fast_gelu_backward_meta,
+    kernel=_fast_gelu_backward_kernel,
+    samples=lambda: _with_output_gradients(_activation_samples()),
+)
+def npu_fast_gelu_backward(call: Arguments) -> None:
+    """FastGeluGrad: the gradient of :func:`npu_fast_gelu`'s (and :func:`fast_gelu`'s) input.
+
+    Source: op-plugin derivatives.yaml (``npu_fast_gelu`` and ``fast_gelu -> npu_fast_gelu_backward(grad,
+    self)``) and its meta function (the gradient is like ``self``).
+    """
+
+
+def _fast_gelu_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.save_for_backward(call.self)
+
+
+def _fast_gelu_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+    (x,) = ctx.saved_tensors
+    return torch.ops.npu.npu_fast_gelu_backward(grad, x)
+
+
+FAST_GELU_DERIVATIVE = Derivative(_fast_gelu_setup, _fast_gelu_grad)
+
+
+@npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel, derivative=FAST_GELU_DERIVATIVE, samples=_activation_samples)
 def npu_fast_gelu(call: Arguments) -> None:
     """FastGelu: ``x * sigmoid(1.702 x)``, computed in float32 and rounded once to the input's dtype.
 
@@ -63,7 +165,7 @@ def npu_fast_gelu(call: Arguments) -> None:
     """
 
 
-@npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel)
+@npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel, derivative=FAST_GELU_DERIVATIVE, samples=_activation_samples)
 def fast_gelu(call: Arguments) -> None:
     """The older name of :func:`npu_fast_gelu` (``torch_npu.fast_gelu(self) -> Tensor``), the same op."""
 
@@ -96,8 +198,8 @@ def _silu_kernel(call: Arguments) -> torch.Tensor:
     return torch.nn.functional.silu(call.self.to(torch.float32)).to(call.self.dtype)
 
 
-def _silu_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
-    ctx.save_for_backward(inputs[0], output)
+def _silu_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.save_for_backward(call.self, output)
 
 
 def _silu_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
@@ -147,8 +249,8 @@ def _mish_kernel(call: Arguments) -> torch.Tensor:
     return torch.nn.functional.mish(call.self.to(torch.float32)).to(call.self.dtype)
 
 
-def _mish_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
-    ctx.save_for_backward(inputs[0])
+def _mish_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.save_for_backward(call.self)
 
 
 def _mish_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
@@ -289,8 +391,7 @@ def _geglu_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return (gelu * up).to(call.self.dtype), gelu.to(call.self.dtype)
 
 
-def _geglu_setup(ctx: object, inputs: tuple, output: tuple) -> None:
-    call = bind(npu_geglu, *inputs)
+def _geglu_setup(ctx: object, call: Arguments, output: tuple) -> None:
     ctx.save_for_backward(call.self, output[1])
     ctx.dim, ctx.approximate, ctx.activate_left = call.dim, call.approximate, call.activate_left
 

@@ -25,8 +25,8 @@ import torch
 from ..errors import OpArgumentError
 from .attention import MASK_ONLY, NO_BAND, RIGHT_DOWN_CAUSAL, _geometry, _run, _Setup
 from .checks import HALF_DTYPES, require_dtype, require_shape
-from .memory import write_slots
-from .registry import Arguments, Out, bind, check, npu_op
+from .memory import is_norm_cache, nz_runs, write_nz_rows, write_slots
+from .registry import Arguments, Out, SampleCall, bind, check, npu_op
 
 LENGTH_DTYPES = (torch.int32, torch.int64)
 
@@ -139,7 +139,18 @@ def _encoder_kernel(call: Arguments) -> torch.Tensor:
     return _attend(call, len(lengths), lengths, lengths, mask=mask)[0]
 
 
-@npu_op(meta=_encoder_meta, kernel=_encoder_kernel, writes_back={"out": 0})
+def _atb_sample(*shape: int, seed: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _flash_attention_samples() -> list[SampleCall]:
+    """Two packed sequences (3 and 5 tokens) of 4 query and 2 KV heads under the additive causal mask."""
+    q, k, v = _atb_sample(8, 4, 16, seed=0), _atb_sample(8, 2, 16, seed=1), _atb_sample(8, 2, 16, seed=2)
+    mask = torch.triu(torch.ones(8, 8), 1).half() * -10000.0
+    return [SampleCall((q, k, v, mask, torch.tensor([3, 5], dtype=torch.int32), 0.25, 4, 2, torch.empty_like(q)))]
+
+
+@npu_op(meta=_encoder_meta, kernel=_encoder_kernel, writes_back={"out": 0}, samples=_flash_attention_samples)
 def _npu_flash_attention(call: Arguments) -> None:
     """Masked self-attention of packed variable-length sequences (prefill without cache); writes ``out``.
 
@@ -161,7 +172,13 @@ def _npu_flash_attention(call: Arguments) -> None:
     _check_heads(call.num_heads, call.num_kv_heads)
 
 
-@npu_op(meta=_encoder_meta, kernel=_encoder_kernel, writes_back={"out": 0})
+def _flash_attention_unpad_samples() -> list[SampleCall]:
+    """Two packed sequences (2 and 4 tokens) of 2 heads of 8, as [tokens, heads * dim]."""
+    q, k, v = (_atb_sample(6, 16, seed=seed, dtype=torch.bfloat16) for seed in range(3))
+    return [SampleCall((q, k, v, torch.tensor([2, 4]), 0.3, 2, 2, torch.zeros_like(q)))]
+
+
+@npu_op(meta=_encoder_meta, kernel=_encoder_kernel, writes_back={"out": 0}, samples=_flash_attention_unpad_samples)
 def _npu_flash_attention_unpad(call: Arguments) -> None:
     """Unmasked self-attention of packed variable-length sequences (vision encoders); writes ``out``.
 
@@ -205,7 +222,22 @@ def _qlens_kernel(call: Arguments) -> torch.Tensor:
     return _attend(call, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
 
 
-@npu_op(meta=_qlens_meta, kernel=_qlens_kernel, writes_back={"out": 0})
+def _sample_caches(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Key and value caches of 8 blocks of 4 slots for 1 KV head of 16, and two sequences' block tables."""
+    key_cache, value_cache = (_atb_sample(8, 4, 1, 16, seed=seed, dtype=dtype) for seed in (3, 4))
+    return key_cache, value_cache, torch.tensor([[3, 0, 5], [1, 7, 2]], dtype=torch.int32)
+
+
+def _qlens_samples() -> list[SampleCall]:
+    """The last 2 and 3 tokens of cached sequences of 6 and 9 attend causally, 4 query heads on 1 KV head."""
+    key_cache, value_cache, table = _sample_caches(torch.bfloat16)
+    q = _atb_sample(5, 4, 16, seed=5, dtype=torch.bfloat16)
+    mask = torch.triu(torch.ones(128, 128), 1).bfloat16()
+    return [SampleCall((q, key_cache, value_cache, table, mask, torch.tensor([2, 3]), torch.tensor([6, 9]), 1, 4, 0.2,
+                        torch.empty_like(q)))]
+
+
+@npu_op(meta=_qlens_meta, kernel=_qlens_kernel, writes_back={"out": 0}, samples=_qlens_samples)
 def _npu_flash_attention_qlens(call: Arguments) -> None:
     """Causal attention of new tokens over a paged KV cache that already holds them and their prefix
     (prefill with a cache hit, chunked prefill); writes ``out``.
@@ -238,7 +270,15 @@ def _paged_kernel(call: Arguments) -> torch.Tensor:
     return _attend(call, len(kv_lens), [1] * len(kv_lens), kv_lens)[0]
 
 
-@npu_op(meta=_paged_meta, kernel=_paged_kernel, writes_back={"out": 0})
+def _paged_samples() -> list[SampleCall]:
+    """One decode token per sequence (context 5 and 9), 4 query heads on 1 KV head."""
+    key_cache, value_cache, table = _sample_caches(torch.float16)
+    q = _atb_sample(2, 4, 16, seed=6)
+    context = torch.tensor([5, 9], dtype=torch.int32)
+    return [SampleCall((q, key_cache, value_cache, 1, 4, 0.35, table, context, torch.empty_like(q)))]
+
+
+@npu_op(meta=_paged_meta, kernel=_paged_kernel, writes_back={"out": 0}, samples=_paged_samples)
 def _npu_paged_attention(call: Arguments) -> None:
     """Decode attention over a paged KV cache, one query token per sequence; writes ``out``.
 
@@ -259,12 +299,24 @@ def _npu_paged_attention(call: Arguments) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _nz_caches(call: Arguments) -> bool:
+    """Whether both caches are FRACTAL_NZ. ReshapeAndCachAtb.cpp picks ``K_CACHE_V_CACHE_NZ`` when both caches
+    have the NZ format and ``K_CACHE_V_CACHE`` otherwise; here the format is read from the key cache's shape,
+    ``[blocks, block_size, kv_heads, D]`` being ND and anything else NZ (checked in :func:`_cache_write_meta`)."""
+    return not is_norm_cache(call.key, call.key_cache)
+
+
 def _cache_write_meta(call: Arguments) -> tuple[Out, Out]:
     key, value, key_cache, value_cache = call.key, call.value, call.key_cache, call.value_cache
     require_dtype("slot_indices", call.slot_indices, LENGTH_DTYPES)
+    nz = _nz_caches(call)
     for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
-        if cache.dim() != 4 or rows.dim() != 3 or tuple(rows.shape[1:]) != tuple(cache.shape[2:]):
+        if rows.dim() != 3:
+            raise OpArgumentError(f"{name} has shape {list(rows.shape)}; expected [tokens, kv_heads, head_dim]")
+        if nz:
+            nz_runs(name, rows, cache)
+        elif not is_norm_cache(rows, cache):
             raise OpArgumentError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
                                   "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
     require_shape("slot_indices", call.slot_indices, ((key.shape[0],),))
@@ -273,21 +325,36 @@ def _cache_write_meta(call: Arguments) -> tuple[Out, Out]:
 
 
 def _cache_write_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
-    key, value, key_cache, value_cache = call.key, call.value, call.key_cache, call.value_cache
-    slot_indices = call.slot_indices
-    return write_slots(key_cache, key, slot_indices), write_slots(value_cache, value, slot_indices)
+    write = write_nz_rows if _nz_caches(call) else write_slots
+    return write(call.key_cache, call.key, call.slot_indices), write(call.value_cache, call.value, call.slot_indices)
 
 
-@npu_op(meta=_cache_write_meta, kernel=_cache_write_kernel, writes_back={"key_cache": 0, "value_cache": 1})
+def _reshape_and_cache_samples() -> list[SampleCall]:
+    """Four tokens written into their slots of the paged caches."""
+    key_cache, value_cache, _ = _sample_caches(torch.float16)
+    tokens = _atb_sample(4, 1, 16, seed=7), _atb_sample(4, 1, 16, seed=8)
+    return [SampleCall((*tokens, key_cache, value_cache, torch.tensor([12, 1, 30, 7], dtype=torch.int32)))]
+
+
+@npu_op(
+    meta=_cache_write_meta,
+    kernel=_cache_write_kernel,
+    writes_back={"key_cache": 0, "value_cache": 1},
+    samples=_reshape_and_cache_samples,
+)
 def _npu_reshape_and_cache(call: Arguments) -> None:
     """Write each token's key and value rows into its cache slot, in place; returns None.
 
-    Source: op-plugin ``op_plugin/ops/atb/ReshapeAndCachAtb.cpp`` (ATB ReshapeAndCacheOperation, ND caches:
-    ``K_CACHE_V_CACHE``) and op-plugin's reference in ``test/test_custom_ops/test_atb_reshape_and_cache.py``.
-    ``key`` / ``value`` ``[T, kv_heads, D|Dv]``, caches ``[blocks, block_size, kv_heads, D|Dv]`` in the same
-    dtypes; token t goes to block ``slot_indices[t] // block_size``, offset ``slot_indices[t] % block_size``.
-    Slots must lie in the cache (checked); when two tokens name one slot, the later token's row stays
-    (the reference writes tokens in order).
+    Source: op-plugin ``op_plugin/ops/atb/ReshapeAndCachAtb.cpp`` (ATB ReshapeAndCacheOperation: caches in the
+    ND format take ``K_CACHE_V_CACHE``, caches both in FRACTAL_NZ ``K_CACHE_V_CACHE_NZ``) and op-plugin's
+    reference in ``test/test_custom_ops/test_atb_reshape_and_cache.py``. ``key`` / ``value`` ``[T, kv_heads,
+    D|Dv]`` (key and value may differ in dtype, e.g. an int8 key beside a bfloat16 value); each cache has its
+    rows' dtype and is either ND ``[blocks, block_size, kv_heads, D]`` or NZ ``[blocks, kv_heads x D / c,
+    block_size, c]`` with c = 32 bytes of values (16 float16/bfloat16, 32 int8), told apart by the key cache's
+    shape. Token t goes to block ``slot_indices[t] // block_size``, offset ``slot_indices[t] % block_size``;
+    in an NZ block its row is cut into runs of c values, run r at ``[block, r, offset]``. Slots must lie in
+    the cache (checked); when two tokens name one slot, the later token's row stays (the reference writes
+    tokens in order).
     """
 
 

@@ -20,9 +20,10 @@ order differs from this in the last bits, and both variants of a case run this s
 
 from __future__ import annotations
 
+import functools
 import inspect
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Optional, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -38,10 +39,13 @@ from .checks import (
 )
 from .fixedorder import pairwise_sum
 from .memory import nz_run
-from .registry import Arguments, Derivative, Out, bind, check, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, bind, check, npu_op
 
 DENSE_LAYOUTS = ("BSH", "BSND", "BNSD")
-FIA_LAYOUTS = (*DENSE_LAYOUTS, "TND", "BNSD_BSND")
+FIA_LAYOUTS = (  # the page's input_layout table: input layout, and after "_" the output's
+    *DENSE_LAYOUTS, "TND", "NTD", "BNSD_BSND", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "TND_NTD",
+    "NTD_TND",
+)
 PFA_LAYOUTS = (*DENSE_LAYOUTS, "BNSD_BSND")
 ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
 MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
@@ -66,6 +70,7 @@ class _Geometry:
     value_dim: int
     paged: bool
     out_layout: str  # the layout after "_" in e.g. "BNSD_BSND", else the input layout
+    max_blocks: int = 0  # block_table's second dim when paged
 
     def out_shape(self) -> list[int]:
         n, s, dv = self.heads, self.q_len, self.value_dim
@@ -118,13 +123,15 @@ def _paged_sizes(name: str, cache: torch.Tensor, layout: str, kv_heads: int, blo
     [blocks, N_kv, block_size, D] (their 4-D form). Every layout but BNSD also reads FRACTAL_NZ blocks,
     [blocks, N_kv, D / 16, block_size, 16] for float16/bfloat16 and [blocks, N_kv, D / 32, block_size, 32]
     for int8 (the op-plugin page of npu_fused_infer_attention_score_v2, MLA constraints: "当数据格式为NZ时
-    input_layout不支持BNSD、BNSD_NBSD"); vllm-ascend's MLA decode reads its caches this way."""
+    input_layout不支持BNSD、BNSD_NBSD"); vllm-ascend's MLA decode reads its caches this way. BNSD reads
+    them too for int8 keys and values (the page's GQA antiquant with KV NZ: BSH/BSND/BNSD, paged only)."""
     heads_first = layout in HEADS_FIRST_CACHE_LAYOUTS
     if _is_nz(cache):
         run = nz_run(cache)
-        if layout == "BNSD":
+        if layout == "BNSD" and cache.dtype != torch.int8:
             raise OpArgumentError(
-                f"{name} is a FRACTAL_NZ cache {list(cache.shape)}; input_layout BNSD does not read NZ caches")
+                f"{name} is a FRACTAL_NZ cache {list(cache.shape)}; input_layout BNSD reads NZ caches only of int8 "
+                "(antiquant) keys and values")
         if (cache.shape[1], cache.shape[3], cache.shape[4]) == (kv_heads, block_size, run):
             return cache.shape[2] * run
         raise OpArgumentError(
@@ -184,7 +191,8 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
             )
     if key_dim != head_dim:
         raise OpArgumentError(f"query head dim {head_dim} and key head dim {key_dim} differ")
-    return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged, out_layout or layout)
+    return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged, out_layout or layout,
+                     block_table.shape[1] if paged else 0)
 
 
 def _head_dim_free(tensor: torch.Tensor) -> tuple[int, ...]:
@@ -359,13 +367,18 @@ def _user_mask(mask: torch.Tensor, batch: int, q_len: int, kv_len: int) -> torch
 
 
 def _visible(q_lens: list[int], kv_lens: list[int], q_len: int, kv_len: int, mask: Optional[torch.Tensor],
-             sparse_mode: int, pre_tokens: int, next_tokens: int) -> torch.Tensor:
-    """bool [B, 1, Sq, Skv]: which key each query row may attend to."""
-    q_pos = torch.arange(q_len).reshape(1, 1, -1, 1)
-    kv_pos = torch.arange(kv_len).reshape(1, 1, 1, -1)
+             sparse_mode: int, pre_tokens: int, next_tokens: int, q_starts: Optional[list[int]] = None,
+             kv_starts: Optional[list[int]] = None) -> torch.Tensor:
+    """bool [B, 1, Sq, Skv]: which key each query row may attend to. Positions count from each batch's
+    first valid row / key (``q_starts`` / ``kv_starts``, 0 unless left-padded); a user mask indexes the
+    tensors' own rows and keys."""
+    batch = len(q_lens)
+    rows, keys = torch.arange(q_len).reshape(1, 1, -1, 1), torch.arange(kv_len).reshape(1, 1, 1, -1)
+    q_pos = rows - torch.tensor(q_starts or [0] * batch).reshape(-1, 1, 1, 1)
+    kv_pos = keys - torch.tensor(kv_starts or [0] * batch).reshape(-1, 1, 1, 1)
     q_valid = torch.tensor(q_lens).reshape(-1, 1, 1, 1)
     kv_valid = torch.tensor(kv_lens).reshape(-1, 1, 1, 1)
-    visible = (q_pos < q_valid) & (kv_pos < kv_valid)
+    visible = (q_pos >= 0) & (q_pos < q_valid) & (kv_pos >= 0) & (kv_pos < kv_valid)
     if sparse_mode == LEFT_UP_CAUSAL:
         return visible & (kv_pos <= q_pos)
     if sparse_mode == RIGHT_DOWN_CAUSAL:
@@ -375,8 +388,8 @@ def _visible(q_lens: list[int], kv_lens: list[int], q_len: int, kv_len: int, mas
         return visible & (shift <= next_tokens) & (-shift <= pre_tokens)
     if mask is None:
         return visible
-    visible = visible & ~_user_mask(mask, len(q_lens), q_len, kv_len)
-    if sparse_mode == MASK_ONLY:
+    visible = visible & ~_user_mask(mask, batch, q_len, kv_len)
+    if sparse_mode == MASK_ONLY and q_starts is None and kv_starts is None:  # left padding ignores the band
         visible = visible & (kv_pos - q_pos <= next_tokens) & (q_pos - kv_pos <= pre_tokens)
     return visible
 
@@ -476,19 +489,25 @@ class _Setup:
     sparse_mode: int
     pre_tokens: int
     next_tokens: int
+    q_starts: Optional[list[int]] = None  # left padding: the first valid row / key of each batch (default 0)
+    kv_starts: Optional[list[int]] = None
 
 
 def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
          block_table: Optional[torch.Tensor], query_rope: Optional[torch.Tensor],
-         key_rope: Optional[torch.Tensor], scales: Optional["QuantScales"] = None) -> tuple[torch.Tensor, _Softmax]:
+         key_rope: Optional[torch.Tensor], scales: Optional["QuantScales"] = None,
+         antiquant: Optional[tuple["Antiquant", "Antiquant"]] = None) -> tuple[torch.Tensor, _Softmax]:
     """(attention_out in the output dtype and layout, its softmax statistics [B, N, Sq, 1] padded).
-    ``scales``: the dequant scales of an int8 query, key and value (:class:`QuantScales`)."""
+    ``scales``: the dequant scales of an int8 query, key and value (:class:`QuantScales`); ``antiquant``:
+    the key's and value's factors of an int8 KV cache beside a float query (:class:`Antiquant`)."""
     geo = setup.geo
     if mask is not None and setup.sparse_mode in CAUSAL_MODES:
         _require_causal_mask(mask)
     q = _q_to_bnsd(query, geo, setup.q_lens)
     k = _kv_to_bnsd(key, geo, block_table, setup.kv_lens)
     v = k if value is key else _kv_to_bnsd(value, geo, block_table, setup.kv_lens)  # MLA: one latent cache
+    if antiquant is not None:
+        k, v = (factors.dequantize(values, geo, block_table, query.dtype) for factors, values in zip(antiquant, (k, v)))
     dequant = None
     if scales is not None:
         per_token = scales.query if geo.layout == "BSH" else scales.query.unsqueeze(-1)
@@ -500,7 +519,7 @@ def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         q = torch.cat([q, _q_to_bnsd(query_rope, geo, setup.q_lens)], dim=-1)
         k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, setup.kv_lens)], dim=-1)
     visible = _visible(setup.q_lens, setup.kv_lens, q.shape[2], k.shape[2], mask, setup.sparse_mode,
-                       setup.pre_tokens, setup.next_tokens)
+                       setup.pre_tokens, setup.next_tokens, setup.q_starts, setup.kv_starts)
     out, stats = _attention(q, k, v, visible, setup.scale, dequant)
     out_dtype = query_rope.dtype if scales is not None else query.dtype
     return _bnsd_to_layout(out, geo.out_layout, setup.q_lens, query.shape[0]).to(out_dtype), stats
@@ -512,10 +531,198 @@ def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
 
 FIA_UNMODELED = (
     "pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2",
-    "antiquant_scale", "antiquant_offset", "key_antiquant_scale", "key_antiquant_offset", "value_antiquant_scale",
-    "value_antiquant_offset", "query_padding_size", "kv_padding_size", "key_shared_prefix", "value_shared_prefix",
-    "actual_shared_prefix_len", "key_rope_antiquant_scale",
+    "key_shared_prefix", "value_shared_prefix", "actual_shared_prefix_len", "key_rope_antiquant_scale",
 )
+PER_CHANNEL, PER_TOKEN, PER_TENSOR_HEAD, PER_TOKEN_HEAD, PER_TOKEN_PAGED, PER_TOKEN_HEAD_PAGED = range(6)
+ANTIQUANT_MODES = {
+    PER_CHANNEL: "per channel (or per tensor)", PER_TOKEN: "per token", PER_TENSOR_HEAD: "per tensor and head",
+    PER_TOKEN_HEAD: "per token and head", PER_TOKEN_PAGED: "per token, paged like the cache",
+    PER_TOKEN_HEAD_PAGED: "per token and head, paged like the cache",
+}
+PREFILL_ANTIQUANT_MODES = (PER_CHANNEL, PER_TOKEN)  # Q_S > 1 takes only these (the page's special constraints)
+
+
+@dataclass(frozen=True)
+class Antiquant:
+    """The dequantisation of an int8 key or value cache beside a float16/bfloat16 query ("伪量化"):
+    ``x = (x_int8 + offset) * scale``, rounded to the query's dtype, before the attention (the op pages: the
+    KV cache is dequantised from int8 to float16; the antiquant convention of torch_npu's weight-quant ops,
+    ``(weight + antiquant_offset) * antiquant_scale`` in op-plugin's test_npu_weight_quant_batchmatmul.py
+    golden). ``mode`` is key_/value_antiquant_mode's (:data:`ANTIQUANT_MODES`), and
+    fixes the factor's shape (op-plugin's npu_fused_infer_attention_score_v2 page, Q_S = 1 table):
+
+    * 0: per channel ``(N_kv, 1, D)``, ``(N_kv, D)``, ``(H)``, ``(1, N_kv, 1, D)``, ``(1, N_kv, D)``, ``(1, H)``,
+      or per tensor ``(1,)``;
+    * 1: per token ``(1, B, S_kv)`` or ``(B, S_kv)``;  2: per head ``(N_kv,)``;  3: ``(B, N_kv, S_kv)``;
+    * 4 / 5 (paged KV): per cache slot ``(blocks, block_size)`` / ``(blocks, N_kv, block_size)``, read through
+      block_table like the cache.
+
+    The token modes may be longer than the KV sequence (the page: S >= max blocks x block_size)."""
+
+    name: str
+    scale: torch.Tensor
+    offset: Optional[torch.Tensor]
+    mode: int
+
+    def check(self, geo: _Geometry, cache_blocks: int) -> None:
+        """The factor's shape for this mode and the call's sizes (metadata only)."""
+        for kind, factor in (("scale", self.scale), ("offset", self.offset)):
+            name = f"{self.name}_antiquant_{kind}"
+            if factor is None:
+                continue
+            require_dtype(name, factor, (torch.float16, torch.bfloat16, torch.float32))
+            if not self._fits(tuple(factor.shape), geo, cache_blocks):
+                raise OpArgumentError(
+                    f"{name} has shape {list(factor.shape)}; {self.name}_antiquant_mode={self.mode} "
+                    f"({ANTIQUANT_MODES[self.mode]}) needs {self._expected(geo, cache_blocks)} "
+                    f"(B={geo.batch}, N_kv={geo.kv_heads}, S_kv={geo.kv_len}, D={geo.head_dim})")
+
+    def _fits(self, shape: tuple[int, ...], geo: _Geometry, cache_blocks: int) -> bool:
+        batch, heads, length = geo.batch, geo.kv_heads, geo.kv_len
+        if self.mode == PER_CHANNEL:
+            return shape in ((), (1,)) or shape in self._channel_shapes(geo)  # () : the combined (2,) split
+        if self.mode == PER_TOKEN:
+            return len(shape) in (2, 3) and shape[:-1] in ((batch,), (1, batch)) and shape[-1] >= length
+        if self.mode == PER_TENSOR_HEAD:
+            return shape == (heads,)
+        if self.mode == PER_TOKEN_HEAD:
+            return len(shape) == 3 and shape[:2] == (batch, heads) and shape[2] >= length
+        return geo.paged and shape == self._paged_shape(geo, cache_blocks)
+
+    def _paged_shape(self, geo: _Geometry, cache_blocks: int) -> tuple[int, ...]:
+        block_size = geo.kv_len // geo.max_blocks if geo.paged and geo.max_blocks else 0
+        if self.mode == PER_TOKEN_PAGED:
+            return cache_blocks, block_size
+        return cache_blocks, geo.kv_heads, block_size
+
+    @staticmethod
+    def _channel_shapes(geo: _Geometry) -> set[tuple[int, ...]]:
+        n, d = geo.kv_heads, geo.head_dim
+        return {(n, 1, d), (n, d), (n * d,), (1, n, 1, d), (1, n, d), (1, n * d)}
+
+    def _expected(self, geo: _Geometry, cache_blocks: int) -> str:
+        n, d, b = geo.kv_heads, geo.head_dim, geo.batch
+        return {
+            PER_CHANNEL: f"(1,) or one of {sorted(self._channel_shapes(geo))}",
+            PER_TOKEN: f"(1, {b}, >= S_kv) or ({b}, >= S_kv)", PER_TENSOR_HEAD: f"({n},)",
+            PER_TOKEN_HEAD: f"({b}, {n}, >= S_kv)",
+            PER_TOKEN_PAGED: f"{self._paged_shape(geo, cache_blocks)} with block_table",
+            PER_TOKEN_HEAD_PAGED: f"{self._paged_shape(geo, cache_blocks)} with block_table",
+        }[self.mode]
+
+    def dequantize(self, values: torch.Tensor, geo: _Geometry, block_table: Optional[torch.Tensor],
+                   dtype: torch.dtype) -> torch.Tensor:
+        """``values`` (int8 values as float32 [B, N_kv, S_kv, D]) dequantised and rounded to ``dtype``,
+        returned as float32 like the other operands."""
+        scale = self._bnsd(self.scale, geo, block_table)
+        shifted = values if self.offset is None else values + self._bnsd(self.offset, geo, block_table)
+        return (shifted * scale).to(dtype).to(torch.float32)
+
+    def _bnsd(self, factor: torch.Tensor, geo: _Geometry, block_table: Optional[torch.Tensor]) -> torch.Tensor:
+        """The factor as float32 broadcastable to [B, N_kv, S_kv, D]."""
+        factor, length = factor.to(torch.float32), geo.kv_len
+        if self.mode == PER_CHANNEL:
+            return factor.reshape(1, 1, 1, 1) if factor.numel() == 1 else factor.reshape(1, geo.kv_heads, 1, -1)
+        if self.mode == PER_TOKEN:
+            return factor.reshape(geo.batch, -1)[:, :length].reshape(geo.batch, 1, length, 1)
+        if self.mode == PER_TENSOR_HEAD:
+            return factor.reshape(1, geo.kv_heads, 1, 1)
+        if self.mode == PER_TOKEN_HEAD:
+            return factor[:, :, :length].unsqueeze(-1)
+        gathered = factor[block_table.to(torch.int64)]  # [B, max blocks, (N_kv,) block_size]
+        if self.mode == PER_TOKEN_PAGED:
+            return gathered.reshape(geo.batch, 1, -1, 1)[:, :, :length]
+        return gathered.transpose(1, 2).reshape(geo.batch, geo.kv_heads, -1, 1)[:, :, :length]
+
+
+def _antiquant(call: Arguments, geo: _Geometry) -> Optional[tuple[Antiquant, Antiquant]]:
+    """The key's and value's dequantisation of an int8 KV cache, from the separate ``key_/value_antiquant_*``
+    (preferred by the page when both forms are given) or the combined ``antiquant_scale`` / ``_offset``
+    (key at index 0, value at 1; ``antiquant_mode`` 0 per channel/tensor or 1 per token)."""
+    factor = functools.partial(getattr, call)  # IFA has only the combined form and no antiquant_mode
+    key_scale, value_scale = factor("key_antiquant_scale", None), factor("value_antiquant_scale", None)
+    key_offset, value_offset = factor("key_antiquant_offset", None), factor("value_antiquant_offset", None)
+    if (key_scale is None) != (value_scale is None):
+        raise OpArgumentError("key_antiquant_scale and value_antiquant_scale are given together or not at all")
+    if (key_offset is None) != (value_offset is None):
+        raise OpArgumentError("key_antiquant_offset and value_antiquant_offset are given together or not at all")
+    given = key_scale is not None or call.antiquant_scale is not None
+    if call.key.dtype != torch.int8:
+        if given or call.antiquant_offset is not None or key_offset is not None:
+            raise OpArgumentError(f"antiquant scales dequantise an int8 key and value; key is {call.key.dtype}")
+        return None
+    if not given:
+        raise OpArgumentError("int8 key and value (antiquant) need key_antiquant_scale and value_antiquant_scale "
+                              "(or the combined antiquant_scale)")
+    if geo.layout == "TND":
+        raise OpArgumentError("antiquant (int8 key and value) does not take input_layout TND (the page's TND limits)")
+    if key_scale is not None:
+        modes = (call.key_antiquant_mode, call.value_antiquant_mode)
+        factors = (Antiquant("key", key_scale, key_offset, modes[0]),
+                   Antiquant("value", value_scale, value_offset, modes[1]))
+    else:
+        modes = (factor("antiquant_mode", PER_CHANNEL),) * 2
+        require_choice("antiquant_mode", modes[0], PREFILL_ANTIQUANT_MODES, "0 per channel, 1 per token")
+        scale, offset = call.antiquant_scale, call.antiquant_offset
+        if scale.dim() < 1 or scale.shape[0] != 2 or (offset is not None and offset.shape != scale.shape):
+            raise OpArgumentError(f"antiquant_scale has shape {list(scale.shape)}; the combined form stacks the key's "
+                                  "and the value's factors on a first dim of 2 (antiquant_offset alike)")
+        factors = tuple(Antiquant(name, scale[i], None if offset is None else offset[i], modes[0])
+                        for i, name in enumerate(("key", "value")))
+    allowed = ANTIQUANT_MODES if geo.q_len == 1 else PREFILL_ANTIQUANT_MODES
+    for factor in factors:
+        require_choice(f"{factor.name}_antiquant_mode", factor.mode, tuple(allowed),
+                       "Q_S > 1 takes 0 or 1, Q_S = 1 also 2-5")
+    if modes[0] != modes[1] and modes != (PER_CHANNEL, PER_TOKEN):
+        raise OpArgumentError(f"key_antiquant_mode={modes[0]} and value_antiquant_mode={modes[1]} must agree "
+                              "(except key 0 with value 1)")
+    blocks = call.key.shape[0] if geo.paged else 0
+    for factor in factors:
+        factor.check(geo, blocks)
+    return factors
+
+
+def _left_padding(setup: _Setup, call: Arguments, q_lengths_given: bool, kv_lengths_given: bool) -> _Setup:
+    """Left padding (``query_padding_size`` / ``kv_padding_size``, int64, one value): a batch's valid rows or
+    keys end that many before the tensor's end, ``[S - padding - length, S - padding)`` (the pages' "搬运起点 /
+    终点"); a negative padding counts as 0. Only with the actual lengths given, else the padding is ignored
+    (right padding). Decode (Q_S = 1) gives zeros for a batch whose KV range starts before 0; prefill refuses
+    it. Values are read here, on the CPU kernel's path only."""
+    starts: dict[str, list[int]] = {}
+    for name, given, lengths, size in (("query_padding_size", q_lengths_given, setup.q_lens, setup.geo.q_len),
+                                       ("kv_padding_size", kv_lengths_given, setup.kv_lens, setup.geo.kv_len)):
+        padding = getattr(call, name, None)
+        if padding is None or not given:
+            continue
+        pad = max(0, int(padding.reshape(-1)[0]))
+        starts[name] = [size - pad - length for length in lengths]
+    if not starts:
+        return setup
+    kv_lens = list(setup.kv_lens)
+    for b, start in enumerate(starts.get("kv_padding_size", [])):
+        if start < 0 and setup.geo.q_len > 1:
+            raise OpArgumentError(f"kv_padding_size leaves batch {b} starting at key {start} < 0 "
+                                  "(S_kv - kv_padding_size - actual_seq_lengths_kv must be >= 0 for prefill)")
+        kv_lens[b] = 0 if start < 0 else kv_lens[b]
+    if any(start < 0 for start in starts.get("query_padding_size", [])):
+        raise OpArgumentError("query_padding_size leaves a batch starting before row 0 "
+                              "(Q_S - query_padding_size - actual_seq_lengths must be >= 0)")
+    return replace(setup, kv_lens=kv_lens, q_starts=starts.get("query_padding_size"),
+                   kv_starts=[max(0, start) for start in starts["kv_padding_size"]] if "kv_padding_size" in starts
+                   else None)
+
+
+def _check_padding(call: Arguments, geo: _Geometry) -> None:
+    """The padding sizes' metadata: int64, one value, and no paged KV (the pages' padding limits)."""
+    for name in ("query_padding_size", "kv_padding_size"):
+        padding = getattr(call, name, None)
+        if padding is None:
+            continue
+        require_dtype(name, padding, (torch.int64,))
+        if padding.numel() != 1:
+            raise OpArgumentError(f"{name} has shape {list(padding.shape)}; it holds one padding count")
+        if geo.paged:
+            raise OpArgumentError(f"{name} (left padding) does not take paged KV (block_table)")
 
 
 def _kv_lengths(geo: _Geometry, values: Optional[Sequence[int]], key: torch.Tensor, name: str) -> list[int]:
@@ -536,18 +743,14 @@ def _fia_call(call: Arguments, quantised: bool = False) -> _Setup:
     """Validate a call's tensors from metadata and resolve lengths; shared by the meta function and the kernel.
     ``quantised``: query, key and value are int8 (v2's full quantisation, :class:`QuantScales`)."""
     query, key, value, actual_seq_lengths = call.query, call.key, call.value, call.actual_seq_lengths
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        if quantised:
-            require_dtype(name, tensor, (torch.int8,), "(query_quant_mode=3 takes int8 query, key and value)")
-        else:
-            require_dtype(name, tensor, ATTENTION_DTYPES, "(int8 attention needs v2's query_quant_mode=3)")
-    if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise OpArgumentError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+    _check_qkv_dtypes(query, key, value, quantised)
     kv_heads = call.num_key_value_heads or call.num_heads
-    geo = _geometry(query, key, value, call.input_layout, call.num_heads, kv_heads, call.block_table, call.block_size,
-                    actual_seq_lengths)
+    query, key, value = _ntd_as_tnd(call.input_layout, query, key, value)
+    geo = _geometry(query, key, value, _tnd_for_ntd(call.input_layout), call.num_heads, kv_heads,
+                    call.block_table, call.block_size, actual_seq_lengths)
     _check_rope(call.query_rope, call.key_rope, query, key, quantised)
     _check_mask(call.atten_mask, call.sparse_mode, geo)
+    _check_padding(call, geo)
     if geo.layout == "TND":
         q_lens = _cumulative_lengths("actual_seq_lengths", actual_seq_lengths, geo.q_len)
     else:
@@ -556,21 +759,52 @@ def _fia_call(call: Arguments, quantised: bool = False) -> _Setup:
     return _Setup(geo, q_lens, kv_lens, float(call.scale), call.sparse_mode, call.pre_tokens, call.next_tokens)
 
 
+def _check_qkv_dtypes(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, quantised: bool) -> None:
+    """float16/bfloat16 query, key and value of one dtype; or an int8 key and value beside a float query
+    (antiquant, :class:`Antiquant`); or, ``quantised``, all three int8 (v2's query_quant_mode=3)."""
+    if quantised:
+        for name, tensor in (("query", query), ("key", key), ("value", value)):
+            require_dtype(name, tensor, (torch.int8,), "(query_quant_mode=3 takes int8 query, key and value)")
+        return
+    require_dtype("query", query, ATTENTION_DTYPES, "(int8 attention needs v2's query_quant_mode=3)")
+    require_dtype("key", key, (query.dtype, torch.int8), "(query's dtype, or int8 with antiquant scales)")
+    if value.dtype != key.dtype:
+        raise OpArgumentError(f"key is {key.dtype} but value is {value.dtype}; they share a dtype")
+
+
+def _ntd_as_tnd(layout: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """NTD and NTD_TND read heads-first ``(N, T, D)`` tensors: the TND tensors they transpose (views)."""
+    if layout.partition("_")[0] != "NTD":
+        return query, key, value
+    return tuple(tensor.transpose(0, 1) for tensor in (query, key, value))
+
+
+def _tnd_for_ntd(layout: str) -> str:
+    """The layout :func:`_geometry` reads for an NTD input (its TND transpose, :func:`_ntd_as_tnd`): the
+    output keeps NTD unless the layout names another after "_"."""
+    source, _, output = layout.partition("_")
+    return f"TND_{output or 'NTD'}" if source == "NTD" else layout
+
+
 def _fia_meta(call: Arguments) -> tuple[Out, Out]:
     geo = _fia_call(call).geo
+    _antiquant(call, geo)
     lse = geo.lse_shape() if call.softmax_lse_flag else [0]
     return Out(geo.out_shape(), call.query.dtype), Out(lse, torch.float32)
 
 
 def _fia_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     setup = _fia_call(call)
-    out, stats = _run(setup, call.query, call.key, call.value, call.atten_mask, call.block_table, call.query_rope,
-                      call.key_rope)
+    antiquant = _antiquant(call, setup.geo)
+    setup = _left_padding(setup, call, call.actual_seq_lengths is not None, call.actual_seq_lengths_kv is not None)
+    query, key, value = _ntd_as_tnd(call.input_layout, call.query, call.key, call.value)
+    out, stats = _run(setup, query, key, value, call.atten_mask, call.block_table, call.query_rope,
+                      call.key_rope, antiquant=antiquant)
     if not call.softmax_lse_flag:
         return out, stats.sum.new_zeros(0)
     lse = stats.lse()
     if setup.geo.layout == "TND":
-        lse = _bnsd_to_layout(lse, "TND", setup.q_lens, call.query.shape[0]).contiguous()
+        lse = _bnsd_to_layout(lse, "TND", setup.q_lens, query.shape[0]).contiguous()
     return out, lse
 
 
@@ -595,7 +829,41 @@ def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mo
                    "precision/performance and invalid-row modes; the CPU model computes one way")
 
 
-@npu_op(meta=_fia_meta, kernel=_fia_kernel, unmodeled=FIA_UNMODELED)
+def _sample_bnsd(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).bfloat16()
+
+
+def _sample_causal_mask() -> torch.Tensor:
+    """The 2048 x 2048 upper-triangle mask torch_npu's docs prescribe for the causal sparse modes."""
+    return torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+
+
+def _sample_paged_kv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """A BnBsH paged cache of 7 blocks of 4 slots for 2 heads of 8, two sequences' block tables and their
+    lengths."""
+    cache = _sample_bnsd(7, 4, 16, seed=3)
+    table = torch.tensor([[4, 0, 6], [2, 5, 1]], dtype=torch.int32)
+    return cache, cache.clone(), table, [9, 5]
+
+
+def _fia_samples() -> list[SampleCall]:
+    """GQA decode in BSH with kv lengths; causal prefill in BNSD with the lse; paged decode."""
+    key, value, table, lengths = _sample_paged_kv()
+    prefill = _sample_bnsd(1, 2, 8, 8, seed=2)
+    return [
+        SampleCall((_sample_bnsd(2, 1, 32, seed=0), _sample_bnsd(2, 6, 16, seed=1), _sample_bnsd(2, 6, 16, seed=4)),
+                   {"num_heads": 4, "num_key_value_heads": 2, "input_layout": "BSH", "scale": 0.3,
+                    "actual_seq_lengths_kv": [6, 4]}),
+        SampleCall((prefill, prefill, prefill), {"num_heads": 2, "input_layout": "BNSD", "sparse_mode": 3,
+                                                 "atten_mask": _sample_causal_mask(), "scale": 0.5,
+                                                 "softmax_lse_flag": True}),
+        SampleCall((_sample_bnsd(2, 2, 1, 8, seed=5), key, value),
+                   {"num_heads": 2, "input_layout": "BNSD", "block_table": table, "block_size": 4,
+                    "actual_seq_lengths_kv": lengths, "scale": 0.3}),
+    ]
+
+
+@npu_op(meta=_fia_meta, kernel=_fia_kernel, unmodeled=FIA_UNMODELED, samples=_fia_samples)
 def npu_fused_infer_attention_score(call: Arguments) -> None:
     """Inference attention (prefill and decode): returns ``(attention_out, softmax_lse)``.
 
@@ -644,8 +912,7 @@ def npu_fused_infer_attention_score(call: Arguments) -> None:
 # ---------------------------------------------------------------------------------------------
 
 IFA_UNMODELED = (
-    "padding_mask", "pse_shift", "antiquant_scale", "antiquant_offset", "dequant_scale1", "quant_scale1",
-    "dequant_scale2", "quant_scale2", "quant_offset2", "kv_padding_size",
+    "padding_mask", "pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2",
 )
 PFA_UNMODELED = ("padding_mask", "pse_shift", "deq_scale1", "quant_scale1", "deq_scale2", "quant_scale2", "quant_offset2")
 
@@ -656,17 +923,28 @@ def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """IFA/PFA: dense layouts, and the output has the query's shape (their meta functions)."""
     if layout not in layouts:
         raise OpArgumentError(f"input_layout={layout!r} is not implemented; expected one of {', '.join(layouts)}")
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_dtype(name, tensor, ATTENTION_DTYPES, "(int8 quantised attention is not implemented)")
-    if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise OpArgumentError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
-    geo = _geometry(query, key, value, layout, num_heads, num_key_value_heads or num_heads, block_table, block_size,
-                    None)
+    _check_qkv_dtypes(query, key, value, quantised=False)
+    geo = _geometry(query, key, value, _layout_of_rank(query, layout, num_heads), num_heads,
+                    num_key_value_heads or num_heads, block_table, block_size, None)
     if geo.value_dim != geo.head_dim:
         raise OpArgumentError(
             f"value head dim {geo.value_dim} must equal the query's {geo.head_dim} (output is like query)"
         )
     return geo
+
+
+def _layout_of_rank(query: torch.Tensor, layout: str, num_heads: int) -> str:
+    """The layout IFA/PFA read: their pages say the layout follows the query's rank, 3-D being BSH and
+    4-D BNSD or BSND, and op-plugin's meta functions shape the output like the query whatever the
+    layout. So "BSH" (the default) with a 4-D query names the 4-D layout whose head dim holds
+    ``num_heads`` (BNSD when both do); a 4-D query with neither is refused."""
+    if layout != "BSH" or query.dim() != 4:
+        return layout
+    for candidate, heads_dim in (("BNSD", 1), ("BSND", 2)):
+        if query.shape[heads_dim] == num_heads:
+            return candidate
+    raise OpArgumentError(f"query has shape {list(query.shape)} with input_layout='BSH'; a 4-D query is BNSD or BSND "
+                          f"and needs num_heads={num_heads} at dim 1 or 2 (pass input_layout and num_heads)")
 
 
 def _ifa_call(call: Arguments) -> _Setup:
@@ -676,42 +954,68 @@ def _ifa_call(call: Arguments) -> _Setup:
         raise OpArgumentError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
                               "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
     _check_mask(call.atten_mask, MASK_ONLY, geo)
+    _check_padding(call, geo)
     kv_lens = _kv_lengths(geo, call.actual_seq_lengths, call.key, "actual_seq_lengths")
     return _Setup(geo, [1] * geo.batch, kv_lens, float(call.scale_value), MASK_ONLY, NO_BAND, NO_BAND)
 
 
-def _like_query(setup: Callable[[Arguments], _Setup], block_table: Callable[[Arguments], Optional[torch.Tensor]]
-                ) -> tuple[Callable[[Arguments], Out], Callable[[Arguments], torch.Tensor]]:
-    """The meta function and kernel of IFA or PFA (one output shaped like the query), from its setup and
-    its paged-KV table (PFA has none)."""
-
-    def meta(call: Arguments) -> Out:
-        return Out(setup(call).geo.out_shape(), call.query.dtype)
-
-    def kernel(call: Arguments) -> torch.Tensor:
-        return _run(setup(call), call.query, call.key, call.value, call.atten_mask, block_table(call), None, None)[0]
-
-    return meta, kernel
+def _ifa_meta(call: Arguments) -> Out:
+    geo = _ifa_call(call).geo
+    _antiquant(call, geo)
+    return Out(geo.out_shape(), call.query.dtype)
 
 
-_ifa_meta, _ifa_kernel = _like_query(_ifa_call, lambda call: call.block_table)
+def _ifa_kernel(call: Arguments) -> torch.Tensor:
+    setup = _ifa_call(call)
+    antiquant = _antiquant(call, setup.geo)
+    setup = _left_padding(setup, call, False, call.actual_seq_lengths is not None)
+    return _run(setup, call.query, call.key, call.value, call.atten_mask, call.block_table, None, None,
+                antiquant=antiquant)[0]
 
 
-@npu_op(meta=_ifa_meta, kernel=_ifa_kernel, unmodeled=IFA_UNMODELED)
+def _ifa_samples() -> list[SampleCall]:
+    """Paged decode in BNSD, and dense GQA decode in BSH."""
+    key, value, table, lengths = _sample_paged_kv()
+    return [
+        SampleCall((_sample_bnsd(2, 2, 1, 8, seed=5), key, value),
+                   {"num_heads": 2, "input_layout": "BNSD", "block_table": table, "block_size": 4,
+                    "actual_seq_lengths": lengths, "scale_value": 0.3}),
+        SampleCall((_sample_bnsd(2, 1, 32, seed=0), _sample_bnsd(2, 6, 16, seed=1), _sample_bnsd(2, 6, 16, seed=4)),
+                   {"num_heads": 4, "num_key_value_heads": 2, "input_layout": "BSH", "scale_value": 0.3}),
+    ]
+
+
+@npu_op(meta=_ifa_meta, kernel=_ifa_kernel, unmodeled=IFA_UNMODELED, samples=_ifa_samples)
 def npu_incre_flash_attention(call: Arguments) -> None:
     """Decode attention (one query token per batch): returns ``attention_out`` shaped like ``query``.
 
     Source: torch_npu.npu_incre_flash_attention (op-plugin API page; meta function: output like query).
     The computation of :func:`npu_fused_infer_attention_score` with ``S_q = 1``, the scale named
     ``scale_value`` and ``actual_seq_lengths`` giving the valid **KV** lengths per batch (1 or >= B values).
-    Layouts BSH, BSND, BNSD; paged KV through ``block_table`` / ``block_size`` as in the fused op
-    (``actual_seq_lengths`` then required); ``atten_mask`` ``[B, S_kv]``, ``[B, 1, S_kv]`` or
+    Layouts BSH, BSND, BNSD (the default "BSH" with a 4-D query reads it as the 4-D layout holding
+    ``num_heads``, see :func:`_layout_of_rank`); paged KV through ``block_table`` / ``block_size`` as in the
+    fused op (``actual_seq_lengths`` then required); ``atten_mask`` ``[B, S_kv]``, ``[B, 1, S_kv]`` or
     ``[B, 1, 1, S_kv]`` (nonzero = masked).
 
-    Refused: quantised/antiquant inputs, pse_shift, kv left padding; ``padding_mask`` is reserved by the page.
+    * int8 key and value with ``antiquant_scale`` (and ``antiquant_offset``) ``(2, N_kv, 1, D)``,
+      ``(2, N_kv, D)`` or ``(2, H)``: the key's (index 0) and value's (1) per-channel factors,
+      ``(x + offset) * scale`` (:class:`Antiquant`).
+    * ``kv_padding_size`` (int64, one value) with ``actual_seq_lengths``: the valid keys are left-padded,
+      ``[S_kv - kv_padding_size - length, S_kv - kv_padding_size)``; a batch whose range starts before 0
+      outputs zeros (the page's KV left padding).
+
+    Refused: the quantised output and BMM scales, pse_shift; ``padding_mask`` is reserved by the page.
     """
     _check_attention_scalars(call.num_heads, call.num_key_value_heads, MASK_ONLY, call.inner_precise, NO_BAND, NO_BAND,
                              call.block_size)
+
+
+def _pfa_meta(call: Arguments) -> Out:
+    return Out(_pfa_call(call).geo.out_shape(), call.query.dtype)
+
+
+def _pfa_kernel(call: Arguments) -> torch.Tensor:
+    return _run(_pfa_call(call), call.query, call.key, call.value, call.atten_mask, None, None, None)[0]
 
 
 def _pfa_call(call: Arguments) -> _Setup:
@@ -723,10 +1027,14 @@ def _pfa_call(call: Arguments) -> _Setup:
     return _Setup(geo, q_lens, kv_lens, float(call.scale_value), call.sparse_mode, call.pre_tokens, call.next_tokens)
 
 
-_pfa_meta, _pfa_kernel = _like_query(_pfa_call, lambda call: None)
+def _pfa_samples() -> list[SampleCall]:
+    """Prefill in BNSD, and BNSD in with BSND out."""
+    q, k, v = (_sample_bnsd(1, 2, 8, 8, seed=seed) for seed in range(3))
+    return [SampleCall((q, k, v), {"num_heads": 2, "input_layout": "BNSD", "scale_value": 0.35}),
+            SampleCall((q, k, v), {"num_heads": 2, "input_layout": "BNSD_BSND", "scale_value": 0.35})]
 
 
-@npu_op(meta=_pfa_meta, kernel=_pfa_kernel, unmodeled=PFA_UNMODELED)
+@npu_op(meta=_pfa_meta, kernel=_pfa_kernel, unmodeled=PFA_UNMODELED, samples=_pfa_samples)
 def npu_prompt_flash_attention(call: Arguments) -> None:
     """Prefill attention: returns ``attention_out`` shaped like ``query``.
 
@@ -736,7 +1044,8 @@ def npu_prompt_flash_attention(call: Arguments) -> None:
     a query attends only to keys ``j`` with ``i - pre_tokens <= j <= i + next_tokens``, i.e. causally by
     default; without a mask the page says pre/next tokens are ignored. Modes 1-4 as in the fused op.
 
-    Layouts BSH, BSND, BNSD and BNSD_BSND (BNSD in, BSND out, as the meta function shapes it).
+    Layouts BSH, BSND, BNSD and BNSD_BSND (BNSD in, BSND out, as the meta function shapes it); the default
+    "BSH" with a 4-D query reads it as the 4-D layout holding ``num_heads`` (:func:`_layout_of_rank`).
     Refused: quantised inputs/outputs, pse_shift, the TND layout and sparse modes 5-8;
     ``padding_mask`` is reserved by the page.
     """
@@ -851,11 +1160,15 @@ def _fa_meta(call: Arguments) -> tuple:
     return Out(_fa_out_shape(setup, call.input_layout), query.dtype), stats, stats, Out([0], query.dtype), 0, 0, 0
 
 
-def _fa_stat(values: torch.Tensor, setup: _Setup, query: torch.Tensor) -> torch.Tensor:
-    """A [B, N, Sq, 1] statistic in the meta layout, repeated over the last dim of 8."""
-    if setup.geo.layout == "TND":
-        values = _bnsd_to_layout(values, "TND", setup.q_lens, query.shape[0])
-    return values.expand(*values.shape[:-1], FA_STAT_COPIES).contiguous()
+def _fa_stat(values: torch.Tensor, setup: _Setup, query: torch.Tensor, softmax_layout: str) -> torch.Tensor:
+    """A [B, N, Sq, 1] statistic in the meta shape, repeated over the last dim of 8. With TND input the
+    meta shape is [T, N, 8]; the page fills it in N, T order by default and in T, N order with
+    ``softmax_layout="TND"``."""
+    if setup.geo.layout != "TND":
+        return values.expand(*values.shape[:-1], FA_STAT_COPIES).contiguous()
+    tnd = _bnsd_to_layout(values, "TND", setup.q_lens, query.shape[0])
+    tnd = tnd.expand(*tnd.shape[:-1], FA_STAT_COPIES)
+    return tnd.contiguous() if softmax_layout == "TND" else tnd.transpose(0, 1).contiguous().view(tnd.shape)
 
 
 def _fa_kernel(call: Arguments) -> tuple:
@@ -867,7 +1180,9 @@ def _fa_kernel(call: Arguments) -> tuple:
     out, stats = _run(setup, query, key, value, call.atten_mask, None, None, None)
     if sbh:
         out = out.transpose(0, 1).contiguous()
-    return (out, _fa_stat(stats.max, setup, query), _fa_stat(stats.sum, setup, query), query.new_zeros(0), 0, 0, 0)
+    layout = call.softmax_layout
+    return (out, _fa_stat(stats.max, setup, query, layout), _fa_stat(stats.sum, setup, query, layout),
+            query.new_zeros(0), 0, 0, 0)
 
 
 def _attention_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
@@ -942,7 +1257,34 @@ def _fa_grad_kernel(call: Arguments) -> tuple:
     return (*grads, query.new_zeros(0))
 
 
-@npu_op(meta=_fa_grad_meta, kernel=_fa_grad_kernel, unmodeled=("pse", "padding_mask", "prefix", "sink"))
+def _fa_samples() -> list[SampleCall]:
+    """Training attention in BSND with GQA, and causal BNSD through the 2048 x 2048 mask (sparse_mode 2)."""
+    q, kv = _sample_bnsd(2, 8, 4, 8, seed=0).float(), _sample_bnsd(2, 8, 2, 8, seed=1).float()
+    heads = _sample_bnsd(1, 2, 16, 8, seed=2)
+    return [
+        SampleCall((q, kv, kv.flip(0), 4, "BSND"), {"scale": 0.35}),
+        SampleCall((heads, heads, heads, 2, "BNSD"), {"atten_mask": _sample_causal_mask(), "scale": 0.35,
+                                                      "sparse_mode": 2}),
+    ]
+
+
+def _fa_grad_sample(forward: SampleCall) -> SampleCall:
+    """The backward of one :func:`_fa_samples` call, with its forward's statistics, as autograd calls it."""
+    query, key, value, head_num, layout = forward.args
+    out, softmax_max, softmax_sum = torch.ops.npu.npu_fusion_attention(*forward.args, **forward.kwargs)[:3]
+    dy = torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).to(out.dtype)
+    kwargs = {"atten_mask": forward.kwargs.get("atten_mask"), "softmax_max": softmax_max, "softmax_sum": softmax_sum,
+              "attention_in": out, "scale_value": forward.kwargs["scale"],
+              "sparse_mode": forward.kwargs.get("sparse_mode", 0)}
+    return SampleCall((query, key, value, dy, head_num, layout), kwargs)
+
+
+@npu_op(
+    meta=_fa_grad_meta,
+    kernel=_fa_grad_kernel,
+    unmodeled=("pse", "padding_mask", "prefix", "sink"),
+    samples=lambda: [_fa_grad_sample(sample) for sample in _fa_samples()],
+)
 def npu_fusion_attention_grad(call: Arguments) -> None:
     """FlashAttentionScoreGrad: the gradients ``(dq, dk, dv, dpse)`` of :func:`npu_fusion_attention` from
     the output's gradient ``dy``, in the forward's layouts, masks and sparse modes. The probabilities are
@@ -955,8 +1297,7 @@ def npu_fusion_attention_grad(call: Arguments) -> None:
         )
 
 
-def _fa_setup(ctx: object, inputs: tuple, output: tuple) -> None:
-    call = bind(npu_fusion_attention, *inputs)
+def _fa_setup(ctx: object, call: Arguments, output: tuple) -> None:
     ctx.save_for_backward(call.query, call.key, call.value, call.atten_mask, *output[:3])
     ctx.call = call
 
@@ -974,7 +1315,13 @@ def _fa_backward(ctx: object, dy: torch.Tensor, *_unused: Any) -> tuple:
     return (dq, dk, dv, *([None] * (len(vars(call)) - 3)))
 
 
-@npu_op(meta=_fa_meta, kernel=_fa_kernel, derivative=Derivative(_fa_setup, _fa_backward), unmodeled=FA_UNMODELED)
+@npu_op(
+    meta=_fa_meta,
+    kernel=_fa_kernel,
+    derivative=Derivative(_fa_setup, _fa_backward),
+    unmodeled=FA_UNMODELED,
+    samples=_fa_samples,
+)
 def npu_fusion_attention(call: Arguments) -> None:
     """FlashAttentionScore: ``softmax(mask(scale * q k^T)) v``; returns torch_npu's seven outputs
     ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``.
@@ -994,7 +1341,9 @@ def npu_fusion_attention(call: Arguments) -> None:
       attention.
     * ``softmax_max`` / ``softmax_sum``: float32 ``[B, N, Sq, 8]`` (TND ``[T, N, 8]``), the row max of the
       scaled scores and the sum of ``exp(score - max)``, repeated over the last dim (the meta shape; the
-      page calls them intermediates for the backward pass). ``softmax_out`` is reserved: empty ``[0]``.
+      page calls them intermediates for the backward pass). With TND input the values are in N, T order
+      by default and in T, N order with ``softmax_layout="TND"`` (the page's softmax_layout).
+      ``softmax_out`` is reserved: empty ``[0]``.
       Without dropout there is no random mask, so seed, offset and numels are 0.
 
     Refused with the argument's name: ``keep_prob != 1`` (dropout is random), pse, prefix, sink,
@@ -1009,21 +1358,26 @@ def npu_fusion_attention(call: Arguments) -> None:
         raise OpArgumentError(
             f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}"
         )
-    require_choice("softmax_layout", call.softmax_layout, ("",), "the default softmax statistics layout")
+    require_choice("softmax_layout", call.softmax_layout, ("", "TND") if call.input_layout == "TND" else ("",),
+                   "the statistics' order, N then T by default or T then N with TND input")
 
 
 # ---------------------------------------------------------------------------------------------
 # npu_fused_infer_attention_score_v2: the fused op under its renamed keywords
 # ---------------------------------------------------------------------------------------------
 
-FIA_V2_LAYOUTS = (*FIA_LAYOUTS, "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "TND_NTD")
+FIA_V2_LAYOUTS = FIA_LAYOUTS
 FIA_V1 = frozenset(inspect.signature(npu_fused_infer_attention_score).parameters)  # what v2's keywords map onto
 FIA_V2_RENAMED = {
     "num_query_heads": "num_heads", "softmax_scale": "scale", "actual_seq_qlen": "actual_seq_lengths",
     "actual_seq_kvlen": "actual_seq_lengths_kv", "return_softmax_lse": "softmax_lse_flag",
+    # an int8 KV cache beside a float query: v1's separate antiquant factors and modes
+    "dequant_scale_key": "key_antiquant_scale", "dequant_offset_key": "key_antiquant_offset",
+    "dequant_scale_value": "value_antiquant_scale", "dequant_offset_value": "value_antiquant_offset",
+    "key_quant_mode": "key_antiquant_mode", "value_quant_mode": "value_antiquant_mode",
 }
 FIA_V2_UNMODELED = (
-    "pse_shift", "dequant_offset_key", "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_out",
+    "pse_shift", "dequant_scale_key_rope", "quant_scale_out",
     "quant_offset_out", "quant_scale_p",
     "learnable_sink", "query_dtype", "key_dtype", "value_dtype", "query_rope_dtype", "key_rope_dtype",
     "key_shared_prefix_dtype", "value_shared_prefix_dtype", "dequant_scale_query_dtype", "dequant_scale_key_dtype",
@@ -1052,6 +1406,9 @@ def _quant_scales(call: Arguments, head_dim: int) -> QuantScales:
     if call.key_quant_mode != 0 or call.value_quant_mode != 0:
         raise OpArgumentError(
             "query_quant_mode=3 takes key_quant_mode=0 and value_quant_mode=0 (per-tensor key and value)")
+    for name in ("dequant_offset_key", "dequant_offset_value"):
+        if getattr(call, name) is not None:
+            raise OpArgumentError(f"{name} is not implemented with query_quant_mode=3 (symmetric per-tensor scales)")
     if call.return_softmax_lse:
         raise OpArgumentError(
             "return_softmax_lse is not supported with int8 query, key and value (the page's MLA limits)")
@@ -1098,7 +1455,25 @@ def _fia_v2_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return out, stats.sum.new_zeros(0)
 
 
-@npu_op(meta=_fia_v2_meta, kernel=_fia_v2_kernel, unmodeled=FIA_V2_UNMODELED)
+def _fia_v2_samples() -> list[SampleCall]:
+    """Causal varlen prefill in TND with the lse, and paged MLA decode with rope parts in BNSD_NBSD."""
+    ends = [3, 8]
+    q, kv = _sample_bnsd(8, 4, 8, seed=0), _sample_bnsd(8, 2, 8, seed=1)
+    cache, _, table, lengths = _sample_paged_kv()
+    latent = cache.reshape(7, 4, 1, 16).reshape(7, 4, 16)
+    return [
+        SampleCall((q, kv, kv), {"num_query_heads": 4, "num_key_value_heads": 2, "input_layout": "TND_NTD",
+                                 "actual_seq_qlen": ends, "actual_seq_kvlen": ends, "sparse_mode": 3,
+                                 "atten_mask": _sample_causal_mask(), "softmax_scale": 0.25,
+                                 "return_softmax_lse": True}),
+        SampleCall((_sample_bnsd(2, 2, 1, 16, seed=6), latent, latent),
+                   {"query_rope": _sample_bnsd(2, 2, 1, 8, seed=7), "key_rope": _sample_bnsd(7, 4, 8, seed=8),
+                    "num_query_heads": 2, "num_key_value_heads": 1, "input_layout": "BNSD_NBSD",
+                    "softmax_scale": 0.1, "block_table": table, "block_size": 4, "actual_seq_kvlen": lengths}),
+    ]
+
+
+@npu_op(meta=_fia_v2_meta, kernel=_fia_v2_kernel, unmodeled=FIA_V2_UNMODELED, samples=_fia_v2_samples)
 def npu_fused_infer_attention_score_v2(call: Arguments) -> None:
     """The fused inference attention of :func:`npu_fused_infer_attention_score` under v2's keywords; returns
     ``(attention_out, softmax_lse)``.
@@ -1125,14 +1500,10 @@ def npu_fused_infer_attention_score_v2(call: Arguments) -> None:
     require_choice("query_quant_mode", call.query_quant_mode, (0, PER_TOKEN_PER_HEAD),
                    "0 (float query) or 3 (int8 per token and head; the page's full quantisation)")
     for name, mode in (("key_quant_mode", call.key_quant_mode), ("value_quant_mode", call.value_quant_mode)):
-        require_choice(name, mode, (0,), "other KV quant modes are not implemented")
-    if call.query_quant_mode == 0:
-        for name, scale in (("dequant_scale_query", call.dequant_scale_query),
-                            ("dequant_scale_key", call.dequant_scale_key),
-                            ("dequant_scale_value", call.dequant_scale_value)):
-            if scale is not None:
-                raise OpArgumentError(
-                    f"{name} is given but query_quant_mode=0: the dequant scales go with int8 inputs (mode 3)")
+        require_choice(name, mode, tuple(ANTIQUANT_MODES), "the page's KV quant modes 0-5")
+    if call.query_quant_mode == 0 and call.dequant_scale_query is not None:
+        raise OpArgumentError(
+            "dequant_scale_query is given but query_quant_mode=0: it goes with an int8 query (mode 3)")
     _check_attention_scalars(call.num_query_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise,
                              call.pre_tokens,
                              call.next_tokens, call.block_size)

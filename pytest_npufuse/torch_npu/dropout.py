@@ -14,7 +14,7 @@ import math
 import torch
 
 from ..errors import OpArgumentError
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Out, SampleCall, npu_op
 
 MASK_ALIGN_BITS = 128  # op-plugin DropoutGenMaskKernelNpuOpApi.cpp: DATA_ALIGN
 BITS_PER_BYTE = 8
@@ -44,7 +44,13 @@ def _kernel(call: Arguments) -> torch.Tensor:
     return mask
 
 
-@npu_op(meta=_meta, kernel=_kernel)
+def _samples() -> list[SampleCall]:
+    """The mask of a [2, 4, 16, 16] attention's dropout at p=0.1, and one that keeps everything."""
+    like = torch.empty(0)
+    return [SampleCall((like, [2, 4, 16, 16], 0.1, 7, 3)), SampleCall((like, [5, 3], 0.0, 0, 0))]
+
+
+@npu_op(meta=_meta, kernel=_kernel, samples=_samples)
 def _npu_dropout_gen_mask(call: Arguments) -> None:
     """The dropout bit mask of ``prod(size)`` elements, each dropped with probability ``p``.
 

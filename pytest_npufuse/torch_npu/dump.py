@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +24,7 @@ import torch
 
 from ..errors import OpArgumentError, OpTypeError
 from ..files import write_bytes
-from .registry import Arguments, no_outputs, npu_op
+from .registry import Arguments, SampleCall, no_outputs, npu_op
 
 SUFFIXES = (".pt", ".bin")
 DEVICE = 0  # the model has one device
@@ -58,7 +59,13 @@ def _kernel(call: Arguments) -> tuple:
     return ()
 
 
-@npu_op(meta=no_outputs, kernel=_kernel, side_effect=True)
+def _samples() -> list[SampleCall]:
+    """A save into the system's temporary directory (each run adds one numbered file there)."""
+    path = Path(tempfile.gettempdir()) / "npufuse_save_npugraph_tensor_sample.pt"
+    return [SampleCall((torch.arange(6.0).reshape(2, 3),), {"save_path": str(path)})]
+
+
+@npu_op(meta=no_outputs, kernel=_kernel, side_effect=True, samples=_samples)
 def save_npugraph_tensor(call: Arguments) -> None:
     """Save ``self`` to ``save_path`` (see the module doc for the file name) when this point runs."""
     _check_path(call.save_path)

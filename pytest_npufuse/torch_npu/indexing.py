@@ -47,9 +47,8 @@ def _extreme_kernel(reduce: Callable[..., tuple[torch.Tensor, torch.Tensor]]) ->
     return kernel
 
 
-def _extreme_setup(ctx: object, inputs: tuple, output: tuple) -> None:
-    x, ctx.dim, ctx.keepdim = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else False
-    ctx.sizes = list(x.shape)
+def _extreme_setup(ctx: object, call: Arguments, output: tuple) -> None:
+    ctx.dim, ctx.keepdim, ctx.sizes = call.dim, call.keepdim, list(call.self.shape)
     ctx.save_for_backward(output[1])
 
 

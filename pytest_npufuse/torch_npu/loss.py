@@ -11,7 +11,7 @@ import torch
 
 from ..errors import OpArgumentError
 from .checks import FLOAT_DTYPES, require_choice, require_dtype, require_shape
-from .registry import Arguments, Derivative, Out, bind, npu_op
+from .registry import Arguments, Derivative, Out, npu_op
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -61,8 +61,7 @@ def _cross_entropy_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return loss.to(x.dtype), log_prob.to(x.dtype), zeros, x.new_zeros(x.shape[0])
 
 
-def _cross_entropy_setup(ctx: object, inputs: tuple, output: tuple) -> None:
-    call = bind(npu_cross_entropy_loss, *inputs)
+def _cross_entropy_setup(ctx: object, call: Arguments, output: tuple) -> None:
     ctx.save_for_backward(output[1], call.target, call.weight, output[3])
     ctx.reduction, ctx.ignore_index = call.reduction, call.ignore_index
     ctx.label_smoothing, ctx.lse_scale = call.label_smoothing, call.lse_square_scale_for_zloss

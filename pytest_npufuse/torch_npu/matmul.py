@@ -23,7 +23,7 @@ from .checks import (
     require_shape,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
-from .registry import Arguments, Derivative, Out, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,11 +77,27 @@ def _mm_all_reduce_kernel(call: Arguments) -> torch.Tensor:
     return out.reshape(*x1.shape[:-1], x2.shape[1])
 
 
+def _mm_all_reduce_samples() -> list[SampleCall]:
+    """A bfloat16 projection with a transposed weight, bias and residual, and an int8 weight dequantised
+    per group of 32 rows."""
+    gen = torch.Generator().manual_seed(0)
+    x1, weight = torch.randn(2, 3, 64, generator=gen).bfloat16(), torch.randn(16, 64, generator=gen).bfloat16()
+    bias, x3 = torch.randn(16, generator=gen).bfloat16(), torch.randn(2, 3, 16, generator=gen).bfloat16()
+    rows = torch.randn(4, 64, generator=gen).half()
+    quantised = torch.randint(-8, 8, (64, 8), dtype=torch.int8, generator=gen)
+    scale = (torch.rand(2, 8, generator=gen) / 8).half()
+    return [
+        SampleCall((x1, weight.t(), "hcom_tp"), {"bias": bias, "x3": x3}),
+        SampleCall((rows, quantised, "hcom"), {"antiquant_scale": scale, "antiquant_group_size": 32}),
+    ]
+
+
 @npu_op(
     meta=_mm_all_reduce_meta,
     kernel=_mm_all_reduce_kernel,
     unmodeled=MM_ALL_REDUCE_UNMODELED,
     argument_checks={"hcom": comm_domain_name("communication domain")},
+    samples=_mm_all_reduce_samples,
 )
 def npu_mm_all_reduce_base(call: Arguments) -> None:
     """MatmulAllReduce (tensor parallelism): ``allreduce(x1 @ ((x2 + antiquant_offset) * antiquant_scale) + bias
@@ -152,7 +168,18 @@ def _tbmm_kernel(call: Arguments) -> torch.Tensor:
     return cube_matmul(lhs, rhs).transpose(0, 1).contiguous()
 
 
-@npu_op(meta=_tbmm_meta, kernel=_tbmm_kernel, unmodeled=("bias", "scale"))
+def _tbmm_samples() -> list[SampleCall]:
+    """MLA's per-head up-projection: [M, B, K] tokens by [B, N, K] weights into [M, B, N], and the default
+    permutations."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(3, 4, 32, generator=gen).bfloat16(), torch.randn(4, 16, 32, generator=gen).bfloat16()
+    return [
+        SampleCall((x, w), {"perm_x1": [1, 0, 2], "perm_x2": [0, 2, 1], "perm_y": [1, 0, 2]}),
+        SampleCall((x.transpose(0, 1).contiguous(), w.transpose(1, 2).contiguous())),
+    ]
+
+
+@npu_op(meta=_tbmm_meta, kernel=_tbmm_kernel, unmodeled=("bias", "scale"), samples=_tbmm_samples)
 def npu_transpose_batchmatmul(call: Arguments) -> None:
     """TransposeBatchMatMul: ``Y = (input^{perm_x1} @ weight^{perm_x2})^{perm_y}`` per batch (dim 0 after the
     permutation is the batch).
@@ -236,9 +263,9 @@ def _linear_kernel(call: Arguments) -> torch.Tensor:
     return cube_addmm(call.bias.to(torch.float32), x, weight.t(), out_dtype=x.dtype)
 
 
-def _linear_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
-    ctx.save_for_backward(inputs[0], inputs[1])
-    ctx.has_bias = len(inputs) > 2 and inputs[2] is not None
+def _linear_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.save_for_backward(call.input, call.weight)
+    ctx.has_bias = call.bias is not None
 
 
 def _linear_grad(ctx: object, grad: torch.Tensor) -> tuple:

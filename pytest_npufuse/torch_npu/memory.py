@@ -17,7 +17,7 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import softmax
-from .registry import Arguments, Out, no_outputs, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, bind, no_outputs, npu_op
 
 
 
@@ -30,7 +30,13 @@ def _format_cast_kernel(call: Arguments) -> torch.Tensor:
     return call.x.clone()
 
 
-@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel)
+def _format_cast_samples() -> list[SampleCall]:
+    """A weight cast to FRACTAL_NZ (29), as model loaders do, and back to ND (2)."""
+    weight = torch.randn(16, 32, generator=torch.Generator().manual_seed(0)).bfloat16()
+    return [SampleCall((weight, 29)), SampleCall((weight, 2))]
+
+
+@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, samples=_format_cast_samples)
 def npu_format_cast(call: Arguments) -> None:
     """Change the device memory format of ``x``; on CPU this returns a copy equal to ``x``.
 
@@ -88,17 +94,22 @@ def _scatter_nd_into(target: torch.Tensor, indices: torch.Tensor, updates: torch
     depth = indices.shape[-1]
     rows = _scatter_nd_rows(target, indices)
     flat_target = target.view(math.prod(target.shape[:depth]), -1)
-    flat_updates = updates.reshape(rows.numel(), -1)
+    keep = _last_writes(rows, flat_target.shape[0])
+    flat_target[rows[keep]] = updates.reshape(rows.numel(), -1)[keep]
+
+
+def _last_writes(rows: torch.Tensor, count: int) -> torch.Tensor:
+    """Which of the writes to ``rows`` (of ``count``) stay: the last one to each row, in order."""
     order = torch.arange(rows.numel())
-    last = torch.full((flat_target.shape[0],), -1, dtype=torch.int64).scatter_reduce(0, rows, order, "amax")
-    keep = last[rows] == order
-    flat_target[rows[keep]] = flat_updates[keep]
+    last = torch.full((count,), -1, dtype=torch.int64).scatter_reduce(0, rows, order, "amax")
+    return last[rows] == order
 
 
 def write_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """A copy of a paged ``cache`` [blocks, block_size, ...] with ``rows`` in the flat (block x block_size)
-    slots; a repeated slot keeps its last row (the scatter above, bounds-checked)."""
-    flat = cache.reshape(-1, *cache.shape[2:]).clone()
+    slots; a repeated slot keeps its last row (the scatter above, bounds-checked). The copy is dense, as the
+    scatter views it flat, whatever the strides of the caller's cache."""
+    flat = cache.reshape(-1, *cache.shape[2:]).clone(memory_format=torch.contiguous_format)
     _scatter_nd_into(flat, slots.reshape(-1, 1), rows)
     return flat.reshape(cache.shape)
 
@@ -114,11 +125,18 @@ def nz_run(cache: torch.Tensor) -> int:
 def write_nz_slots(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, block_size: int) -> torch.Tensor:
     """:func:`write_slots` for a paged cache whose blocks are stored FRACTAL_NZ: whatever shape the caller
     gives the cache, block b's memory is [row width / c, block_size, c] (c = :func:`nz_run` values), so a
-    token's row [width] is cut into runs of c values and run r lands at [b, r, offset]."""
+    token's row [width] is cut into runs of c values and run r lands at [b, r, offset]. One copy of the
+    cache is made (op-plugin's reshape-and-cache tests write into multi-GB caches)."""
     run = nz_run(cache)
-    by_slot = cache.reshape(cache.shape[0], -1, block_size, run).permute(0, 2, 1, 3)  # [blocks, block_size, runs, c]
-    written = write_slots(by_slot, rows.reshape(rows.shape[0], -1, run), slots)
-    return written.permute(0, 2, 1, 3).contiguous().view(cache.shape)
+    written = cache.clone(memory_format=torch.contiguous_format)
+    blocks = written.view(cache.shape[0], -1, block_size, run)  # [blocks, runs, block_size, c]
+    flat = slots.reshape(-1).to(torch.int64)
+    if bool(((flat < 0) | (flat >= cache.shape[0] * block_size)).any()):
+        raise OpArgumentError(f"slots hold values outside the cache's {cache.shape[0]} x {block_size} slots")
+    keep = _last_writes(flat, cache.shape[0] * block_size)
+    kept = flat[keep]
+    blocks[kept // block_size, :, kept % block_size] = rows.reshape(flat.numel(), -1, run)[keep]
+    return written
 
 
 def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
@@ -127,7 +145,14 @@ def _scatter_nd_update_kernel(call: Arguments) -> torch.Tensor:
     return out
 
 
-@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel)
+def _scatter_nd_samples() -> list[SampleCall]:
+    """Rows of a [4, 5, 6] tensor addressed by (i, j) pairs."""
+    gen = torch.Generator().manual_seed(0)
+    indices = torch.tensor([[0, 1], [3, 4], [2, 0]])
+    return [SampleCall((torch.randn(4, 5, 6, generator=gen), indices, torch.randn(3, 6, generator=gen)))]
+
+
+@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, samples=_scatter_nd_samples)
 def npu_scatter_nd_update(call: Arguments) -> None:
     """A copy of ``input`` with the slices at ``indices`` replaced by ``updates`` (input unchanged).
 
@@ -139,7 +164,7 @@ def npu_scatter_nd_update(call: Arguments) -> None:
     """
 
 
-@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, writes_back={"input": 0})
+@npu_op(meta=_scatter_nd_meta, kernel=_scatter_nd_update_kernel, writes_back={"input": 0}, samples=_scatter_nd_samples)
 def npu_scatter_nd_update_(call: Arguments) -> None:
     """In-place :func:`npu_scatter_nd_update`: writes into ``input`` and returns it (the KV-cache write of
     the public decode code, e.g. ``npu_scatter_nd_update_(kv_cache, slots, key)``).
@@ -155,7 +180,13 @@ def npu_scatter_nd_update_(call: Arguments) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@npu_op(meta=no_outputs, kernel=no_outputs, side_effect=True)
+def _prefetch_samples() -> list[SampleCall]:
+    """A weight prefetched behind an activation, and one without a dependency."""
+    weight, x = torch.ones(64, 64), torch.ones(4, 64)
+    return [SampleCall((weight, x, 256)), SampleCall((weight, None, 64, 128))]
+
+
+@npu_op(meta=no_outputs, kernel=no_outputs, side_effect=True, samples=_prefetch_samples)
 def npu_prefetch(call: Arguments) -> None:
     """Prefetch up to ``max_size`` bytes of the weight ``input`` (from ``offset``) into L2 once ``dependency``
     is computed. Returns None and changes no value: on CPU the op exists only as a task for the cost model.
@@ -214,7 +245,13 @@ def _top_k_top_p_kernel(call: Arguments) -> torch.Tensor:
     return torch.empty_like(values).scatter_(-1, ordered.indices, values)
 
 
-@npu_op(meta=_top_k_top_p_meta, kernel=_top_k_top_p_kernel)
+def _top_k_top_p_samples() -> list[SampleCall]:
+    logits = torch.randn(3, 32, generator=torch.Generator().manual_seed(0))
+    k = torch.tensor([4, 10, 32], dtype=torch.int32)
+    return [SampleCall((logits, torch.tensor([0.5, 0.9, 1.0]), k)), SampleCall((logits, None, k))]
+
+
+@npu_op(meta=_top_k_top_p_meta, kernel=_top_k_top_p_kernel, samples=_top_k_top_p_samples)
 def npu_top_k_top_p(call: Arguments) -> None:
     """Sampling filter: logits outside the top-k and the top-p nucleus become -inf; the rest are unchanged.
 
@@ -261,7 +298,81 @@ def _confusion_transpose_kernel(call: Arguments) -> torch.Tensor:
     return moved.clone(memory_format=torch.contiguous_format)
 
 
-@npu_op(meta=_confusion_transpose_meta, kernel=_confusion_transpose_kernel)
+def _confusion_transpose_samples() -> list[SampleCall]:
+    """Both orders: permute then reshape, and reshape then permute."""
+    x = torch.randn(2, 3, 4, 6, generator=torch.Generator().manual_seed(0))
+    return [SampleCall((x, [0, 2, 1, 3], [2, 4, 18], True)), SampleCall((x, [0, 2, 1], [2, 12, 6], False))]
+
+def _inverse(perm: Sequence[int]) -> list[int]:
+    inverse = [0] * len(perm)
+    for position, dim in enumerate(perm):
+        inverse[dim] = position
+    return inverse
+
+
+def _confusion_transpose_backward_call(call: Arguments) -> Arguments:
+    """The backward as the forward op it runs (op-plugin's kernel): the inverse permutation, in the order
+    given, over the gradient reshaped to ``shape`` (transpose_first) or to ``shape`` permuted (not)."""
+    perm, shape = call.perm, list(call.shape)
+    between = shape if call.transpose_first else [shape[dim] for dim in perm]
+    return bind(npu_confusion_transpose, call.grad, _inverse(perm), between, call.transpose_first)
+
+
+def _confusion_transpose_backward_meta(call: Arguments) -> Out:
+    if sorted(call.perm) != list(range(len(call.perm))):
+        raise OpArgumentError(f"perm={list(call.perm)} must be a permutation of the dims 0 to {len(call.perm) - 1}")
+    out = _confusion_transpose_meta(_confusion_transpose_backward_call(call))
+    if list(out.shape) != list(call.shape):
+        raise OpArgumentError(f"grad has shape {list(call.grad.shape)}; it does not give the input shape "
+                              f"{list(call.shape)} under perm={list(call.perm)}")
+    return out
+
+
+def _confusion_transpose_backward_kernel(call: Arguments) -> torch.Tensor:
+    return _confusion_transpose_kernel(_confusion_transpose_backward_call(call))
+
+
+def _confusion_transpose_backward_samples() -> list[SampleCall]:
+    """The backward of each forward sample, as derivatives.yaml calls it: the input's shape and the
+    other order."""
+    calls = []
+    for sample in _confusion_transpose_samples():
+        x, perm, _, transpose_first = sample.args
+        grad = torch.ops.npu.npu_confusion_transpose(*sample.args)
+        calls.append(SampleCall((grad.neg(), perm, list(x.shape), not transpose_first)))
+    return calls
+
+
+@npu_op(
+    meta=_confusion_transpose_backward_meta,
+    kernel=_confusion_transpose_backward_kernel,
+    samples=_confusion_transpose_backward_samples,
+)
+def npu_confusion_transpose_backward(call: Arguments) -> None:
+    """The gradient of :func:`npu_confusion_transpose`'s input: ``grad`` moved back to the input's
+    ``shape`` by the inverse permutation (ConfusionTransposeD again, with the order flipped).
+
+    Sources: op-plugin derivatives.yaml (``npu_confusion_transpose -> npu_confusion_transpose_backward(grad,
+    perm, self.sym_sizes(), !transpose_first)``) and its kernel (ConfusionTransposeKernelNpuOpApi.cpp: the
+    inverse ``perm``, the reshape target ``shape`` or ``shape`` permuted by ``perm``).
+    """
+
+
+def _confusion_transpose_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.perm, ctx.shape, ctx.transpose_first = list(call.perm), list(call.self.shape), call.transpose_first
+
+
+def _confusion_transpose_grad(ctx: object, grad: torch.Tensor) -> tuple:
+    dx = torch.ops.npu.npu_confusion_transpose_backward(grad, ctx.perm, ctx.shape, not ctx.transpose_first)
+    return dx, None, None, None
+
+
+@npu_op(
+    meta=_confusion_transpose_meta,
+    kernel=_confusion_transpose_kernel,
+    derivative=Derivative(_confusion_transpose_setup, _confusion_transpose_grad),
+    samples=_confusion_transpose_samples,
+)
 def npu_confusion_transpose(call: Arguments) -> None:
     """Reshape and transpose in one op: ``x.permute(perm).reshape(shape)`` when ``transpose_first``, else
     ``x.reshape(shape).permute(perm)``; the result is a new contiguous tensor.
@@ -329,7 +440,14 @@ def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
     return self.clone(memory_format=torch.contiguous_format).scatter_(dim, positions, updates)
 
 
-@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel)
+def _scatter_update_samples() -> list[SampleCall]:
+    """Two new tokens per batch written into a bfloat16 cache from each batch's offset along the sequence."""
+    gen = torch.Generator().manual_seed(0)
+    data, updates = torch.randn(3, 2, 8, 4, generator=gen).bfloat16(), torch.randn(3, 2, 2, 4, generator=gen).bfloat16()
+    return [SampleCall((data, torch.tensor([0, 5, 3], dtype=torch.int32), updates, -2))]
+
+
+@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel, samples=_scatter_update_samples)
 def scatter_update(call: Arguments) -> None:
     """A copy of ``data`` whose batch b has ``updates[b]`` written from offset ``indices[b]`` along ``axis``.
 
@@ -345,7 +463,9 @@ def scatter_update(call: Arguments) -> None:
     """
 
 
-@npu_op(meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0})
+@npu_op(
+    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples
+)
 def scatter_update_(call: Arguments) -> None:
     """In-place :func:`scatter_update`: writes into ``data`` and returns it (cann-recipes' decode KV-cache
     write ``scatter_update_(past_key, kv_len, key_states, -2)``).
@@ -362,13 +482,13 @@ def scatter_update_(call: Arguments) -> None:
 CACHE_MODES = ("Norm", "PA_NZ")
 
 
-def _is_norm_cache(rows: torch.Tensor, cache: torch.Tensor) -> bool:
+def is_norm_cache(rows: torch.Tensor, cache: torch.Tensor) -> bool:
     """Scenario 2's ND cache [blocks, block_size, heads, head_size], told from scenario 1's by its shape
     (the doc picks the scenario from how the arguments are built)."""
     return cache.dim() == 4 and tuple(cache.shape[2:]) == tuple(rows.shape[1:])
 
 
-def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, int]:
+def nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, int]:
     """(runs per token row, values per run) of a PA_NZ cache: [blocks, heads x size / c, block_size, c] or
     [blocks, heads, size / c, block_size, c] with c = 32 bytes of values."""
     run = nz_run(cache)
@@ -385,7 +505,7 @@ def _nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, i
 
 
 def _pa_cache_mode(key: torch.Tensor, key_cache: torch.Tensor, cache_mode: Optional[str]) -> str:
-    return cache_mode or ("Norm" if _is_norm_cache(key, key_cache) else "PA_NZ")
+    return cache_mode or ("Norm" if is_norm_cache(key, key_cache) else "PA_NZ")
 
 
 def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
@@ -400,28 +520,38 @@ def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
             raise OpArgumentError(
                 f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]"
             )
-        if mode == "Norm" and not _is_norm_cache(rows, cache):
+        if mode == "Norm" and not is_norm_cache(rows, cache):
             raise OpArgumentError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
                                   f"{rows.shape[1]}, {rows.shape[2]}]")
         if mode == "PA_NZ":
-            _nz_runs(name, rows, cache)
+            nz_runs(name, rows, cache)
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
 
 
-def _write_nz_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+def write_nz_rows(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """Scenario 1: token rows [T, heads, size] into a 4-D or 5-D PA_NZ cache (block_size second to last)."""
     return write_nz_slots(cache, rows.reshape(rows.shape[0], -1), slots, cache.shape[-2])
 
 
 def _scatter_pa_kv_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
-    write = write_slots if _pa_cache_mode(call.key, call.key_cache, call.cache_mode) == "Norm" else _write_nz_rows
+    write = write_slots if _pa_cache_mode(call.key, call.key_cache, call.cache_mode) == "Norm" else write_nz_rows
     return write(call.key_cache, call.key, call.slot_mapping), write(call.value_cache, call.value, call.slot_mapping)
+
+
+def _scatter_pa_kv_cache_samples() -> list[SampleCall]:
+    """Five tokens of 2 heads written into Norm caches of 3 blocks of 4 slots."""
+    gen = torch.Generator().manual_seed(0)
+    key, value = torch.randn(5, 2, 32, generator=gen).bfloat16(), torch.randn(5, 2, 16, generator=gen).bfloat16()
+    caches = torch.zeros(3, 4, 2, 32, dtype=torch.bfloat16), torch.zeros(3, 4, 2, 16, dtype=torch.bfloat16)
+    slots = torch.tensor([0, 5, 6, 11, 3], dtype=torch.int32)
+    return [SampleCall((key, value, *caches, slots), {"cache_mode": "Norm"})]
 
 
 @npu_op(
     meta=_scatter_pa_kv_cache_meta,
     kernel=_scatter_pa_kv_cache_kernel,
     writes_back={"key_cache": 0, "value_cache": 1},
+    samples=_scatter_pa_kv_cache_samples,
 )
 def npu_scatter_pa_kv_cache(call: Arguments) -> None:
     """Write each token's key and value into its paged-cache slot, in place (ScatterPaKvCache); returns None.

@@ -26,7 +26,7 @@ from .checks import (
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
 from .quant import antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
 
 def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, group_select_mode: int) -> None:
@@ -91,7 +91,98 @@ def _moe_gating_top_k_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tenso
 
 
 
-@npu_op(meta=_moe_gating_top_k_meta, kernel=_moe_gating_top_k_kernel)
+def _moe_gating_top_k_samples() -> list[SampleCall]:
+    """DeepSeek's grouped sigmoid routing with a bias, and plain sigmoid top-k, both with the scores output
+    the backward reads (the op is differentiable in sigmoid mode only)."""
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(6, 32, generator=gen) * 2).bfloat16()
+    bias = (torch.randn(32, generator=gen) * 0.5).bfloat16()
+    return [
+        SampleCall((logits, 4), {"bias": bias, "k_group": 2, "group_count": 4, "group_select_mode": 1,
+                                 "norm_type": 1, "out_flag": True, "routed_scaling_factor": 2.5}),
+        SampleCall((logits.float(), 2), {"norm_type": 1, "out_flag": True}),
+    ]
+
+
+def _moe_gating_top_k_backward_meta(call: Arguments) -> Out:
+    """x's gradient: x_norm's shape [M, N] in grad_y's dtype (the API page)."""
+    x_norm, grad_y, expert_idx = call.x_norm, call.grad_y, call.expertIdx
+    require_dtype("x_norm", x_norm, (torch.float32,))
+    require_dtype("grad_y", grad_y, FLOAT_DTYPES)
+    require_dtype("expertIdx", expert_idx, (torch.int32,))
+    if x_norm.dim() != 2 or grad_y.dim() != 2 or grad_y.shape[0] != x_norm.shape[0]:
+        raise OpArgumentError(f"x_norm {list(x_norm.shape)} and grad_y {list(grad_y.shape)} must be [M, N] and [M, K]")
+    require_shape("expertIdx", expert_idx, (tuple(grad_y.shape),))
+    return Out(list(x_norm.shape), grad_y.dtype)
+
+
+def _moe_gating_top_k_backward_kernel(call: Arguments) -> torch.Tensor:
+    """Sigmoid mode: with ``s`` the selected scores, ``S = sum(s) + eps`` and ``f`` the scaling factor, the
+    forward's ``y_k = f s_k / S`` gives ``ds_j = f (g_j / S - sum_k g_k s_k / S**2)`` and, through the
+    sigmoid, ``dx_j = ds_j s_j (1 - s_j)`` on the selected experts, 0 elsewhere (the bias only selects).
+    float32, rounded once to grad_y's dtype."""
+    scores, idx = call.x_norm, call.expertIdx.to(torch.int64)
+    selected = scores.gather(1, idx)
+    grads = call.grad_y.to(torch.float32)
+    total = pairwise_sum(selected, dim=-1, keepdim=True) + call.eps
+    weighted = pairwise_sum(grads * selected, dim=-1, keepdim=True)
+    d_selected = call.routed_scaling_factor * (grads / total - weighted / (total * total))
+    dx = torch.zeros_like(scores).scatter(1, idx, d_selected * selected * (1.0 - selected))
+    return dx.to(call.grad_y.dtype)
+
+
+def _moe_gating_top_k_backward_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(1)
+    calls = []
+    for sample in _moe_gating_top_k_samples():
+        y, idx, x_norm = torch.ops.npu.npu_moe_gating_top_k(*sample.args, **sample.kwargs)
+        kwargs = {name: sample.kwargs[name] for name in ("routed_scaling_factor",) if name in sample.kwargs}
+        calls.append(SampleCall((x_norm, torch.randn(y.shape, generator=gen).to(y.dtype), idx),
+                                {"norm_type": 1, **kwargs}))
+    return calls
+
+
+@npu_op(meta=_moe_gating_top_k_backward_meta, kernel=_moe_gating_top_k_backward_kernel,
+        samples=_moe_gating_top_k_backward_samples)
+def npu_moe_gating_top_k_backward(call: Arguments) -> None:
+    """The gradient of :func:`npu_moe_gating_top_k`'s ``x`` from ``y``'s gradient ``grad_y``, the forward's
+    normalised scores ``x_norm`` (its third output, so the forward needs ``out_flag=True``) and expert
+    indices ``expertIdx``.
+
+    Sources: op-plugin derivatives.yaml (``npu_moe_gating_top_k -> npu_moe_gating_top_k_backward(result2, grad,
+    result1, renorm, norm_type, routed_scaling_factor, eps)``) and its API page (sigmoid mode only, renorm
+    reserved) with test_npu_moe_gating_top_k_backward.py (the top-k weights renormalised by their sum).
+    """
+    if call.norm_type != 1:
+        raise OpArgumentError(f"norm_type={call.norm_type} has no backward in torch_npu: only 1 (sigmoid) is supported")
+    if call.renorm != 0:
+        raise OpArgumentError(f"renorm={call.renorm} is reserved; torch_npu's backward supports only 0")
+
+
+def _moe_gating_top_k_setup(ctx: object, call: Arguments, output: tuple) -> None:
+    _, expert_idx, x_norm = output
+    ctx.save_for_backward(x_norm, expert_idx)
+    ctx.call = call
+
+
+def _moe_gating_top_k_grad(ctx: object, grad_y: torch.Tensor, *_unused: torch.Tensor) -> tuple:
+    """op-plugin's formula: only y's gradient flows back, to x (expert_idx and the scores are intermediates,
+    the keyword-only bias only selects). The scores are the third output, so train with ``out_flag=True``."""
+    x_norm, expert_idx = ctx.saved_tensors
+    call = ctx.call
+    dx = torch.ops.npu.npu_moe_gating_top_k_backward(
+        x_norm, grad_y, expert_idx, renorm=call.renorm, norm_type=call.norm_type,
+        routed_scaling_factor=call.routed_scaling_factor, eps=call.eps,
+    )
+    return dx, None
+
+
+@npu_op(
+    meta=_moe_gating_top_k_meta,
+    kernel=_moe_gating_top_k_kernel,
+    derivative=Derivative(_moe_gating_top_k_setup, _moe_gating_top_k_grad),
+    samples=_moe_gating_top_k_samples,
+)
 def npu_moe_gating_top_k(call: Arguments) -> None:
     """MoE routing: score experts, keep the best groups, pick the top ``k``: returns ``(y, expert_idx, out)``.
 
@@ -313,9 +404,10 @@ def _gmm_single_x_shape(
             f"split_item={split} with group_list gives one output per group whose row counts are the "
             "values of group_list, which a traced graph cannot know; use split_item=2 or 3 (one [M, N] output)"
         )
-    widths = {w.shape[1] for w in weights}
-    if len(widths) != 1:
-        raise OpArgumentError(f"all weights must have the same N for a single output, got N values {sorted(widths)}")
+    if any(w.shape[1] != weights[0].shape[1] for w in weights[1:]):  # no set: a traced N is an unhashable SymInt
+        raise OpArgumentError(
+            f"all weights must have the same N for a single output, got N values {[w.shape[1] for w in weights]}"
+        )
     return [[x[0].shape[0], weights[0].shape[1]]]
 
 
@@ -451,10 +543,24 @@ def _require_group_list(name: str, value: object) -> None:
     require_tensor(name, value, optional=True)
 
 
+def _grouped_matmul_samples() -> list[SampleCall]:
+    """The MoE form (one x split by a cumulative group list over a stacked [E, K, N] weight) and the
+    per-tensor form with a bias per group."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(11, 40, generator=gen).bfloat16()
+    weight = (torch.randn(3, 40, 24, generator=gen) * 0.2).bfloat16()
+    bias = [torch.randn(24, generator=gen), torch.randn(24, generator=gen)]
+    return [
+        SampleCall(([x], [weight]), {"group_list": torch.tensor([4, 4, 9]), "split_item": 2, "group_type": 0}),
+        SampleCall(([x[:5], x[5:]], [weight[0], weight[1]]), {"bias": bias, "group_type": -1}),
+    ]
+
+
 @npu_op(
     meta=_grouped_matmul_meta,
     kernel=_grouped_matmul_kernel,
     argument_checks={"x": require_tensor_list, "weight": require_tensor_list, "group_list": _require_group_list},
+    samples=_grouped_matmul_samples,
 )
 def npu_grouped_matmul(call: Arguments) -> None:
     """Grouped matmul: group ``g`` multiplies its rows of x by ``weight[g]`` ([K, N]); returns a list.
@@ -565,7 +671,21 @@ def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     return out
 
 
-@npu_op(meta=_gmm_finalize_routing_meta, kernel=_gmm_finalize_routing_kernel)
+def _gmm_finalize_routing_samples() -> list[SampleCall]:
+    """int8 expert rows dequantised per channel and per token, weighted by their logits, scatter-added to
+    their tokens beside a shared expert's output."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(-100, 100, (7, 32), generator=gen, dtype=torch.int8)
+    weight = torch.randint(-100, 100, (3, 32, 16), generator=gen, dtype=torch.int8)
+    return [SampleCall((x, weight, torch.tensor([2, 3, 1])), {
+        "scale": torch.rand(3, 16, generator=gen) * 1e-3, "pertoken_scale": torch.rand(7, generator=gen) * 1e-2,
+        "shared_input": torch.randn(2, 16, generator=gen).bfloat16(), "logit": torch.rand(7, generator=gen),
+        "row_index": torch.tensor([0, 2, 1, 3, 0, 2, 1]), "shared_input_weight": 0.5, "shared_input_offset": 1,
+        "output_bs": 4,
+    })]
+
+
+@npu_op(meta=_gmm_finalize_routing_meta, kernel=_gmm_finalize_routing_kernel, samples=_gmm_finalize_routing_samples)
 def npu_grouped_matmul_finalize_routing(call: Arguments) -> None:
     """W8A8 grouped matmul of the routed rows, then finalize routing: ``y [output_bs, n]`` float32.
 

@@ -38,7 +38,7 @@ from .checks import (
     require_shape,
 )
 from .fixedorder import round_to_int8
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Out, SampleCall, npu_op
 
 NO_QUANT, DYNAMIC_QUANT = 0, 2
 TOKENS_CUMSUM, TOKENS_COUNT = 0, 1
@@ -243,7 +243,37 @@ _dispatch_v1_meta, _dispatch_v1_kernel = _dispatch_functions(_v1_idx_entries)
 _dispatch_v2_meta, _dispatch_v2_kernel = _dispatch_functions(_v2_idx_entries)
 
 
-@npu_op(meta=_dispatch_v1_meta, kernel=_dispatch_v1_kernel, argument_checks=EP_GROUP_CHECK)
+def _sample_tokens() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """6 bfloat16 tokens, their top-2 of 8 experts (distinct per token) and routing weights."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 8, generator=gen).bfloat16()
+    expert_ids = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(6)]).to(torch.int32)
+    return x, expert_ids, torch.rand(6, 2, generator=gen)
+
+
+def _dispatch_samples() -> list[SampleCall]:
+    """One rank of one, and rank 1 of 4 (its 2 local experts); with dynamic quantisation and smooth scales."""
+    x, expert_ids, _ = _sample_tokens()
+    smooth = torch.rand(8, 8, generator=torch.Generator().manual_seed(1)) + 0.5
+    return [
+        SampleCall((x, expert_ids, "ep", 1, 0, 8)),
+        SampleCall((x, expert_ids, "ep", 4, 1, 8), {"expert_token_nums_type": 0}),
+        SampleCall((x, expert_ids, "ep", 1, 0, 8), {"scales": smooth, "quant_mode": 2}),
+    ]
+
+
+def _combine_samples(dispatch: Callable[..., Any]) -> list[SampleCall]:
+    """The combine of what ``dispatch`` (v1 or v2, its registered op) sends for each unquantised dispatch
+    sample: the expert rows, the assist index and the counts it returns."""
+    _, expert_ids, weights = _sample_tokens()
+    calls = []
+    for sample in _dispatch_samples()[:2]:
+        expand_x, _, assist, _, counts, *_ = dispatch(*sample.args, **sample.kwargs)
+        calls.append(SampleCall((expand_x, expert_ids, assist, counts, weights, *sample.args[2:])))
+    return calls
+
+
+@npu_op(meta=_dispatch_v1_meta, kernel=_dispatch_v1_kernel, argument_checks=EP_GROUP_CHECK, samples=_dispatch_samples)
 def npu_moe_distribute_dispatch(call: Arguments) -> None:
     """Send each token to the ranks of its top-K experts (MC2): returns ``(expand_x, dynamic_scales,
     expand_idx, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales)``.
@@ -275,6 +305,7 @@ def npu_moe_distribute_dispatch(call: Arguments) -> None:
     kernel=_dispatch_v2_kernel,
     unmodeled=("elastic_info", "performance_info", "y_dtype", "x_dtype", "scales_dtype"),
     argument_checks=EP_GROUP_CHECK,
+    samples=_dispatch_samples,
 )
 def npu_moe_distribute_dispatch_v2(call: Arguments) -> None:
     """:func:`npu_moe_distribute_dispatch` of the v2 interface: the third output is
@@ -372,6 +403,7 @@ def _check_combine(call: Arguments) -> None:
     kernel=_combine_v1_kernel,
     unmodeled=("activation_scale", "weight_scale", "group_list"),
     argument_checks=EP_GROUP_CHECK,
+    samples=lambda: _combine_samples(torch.ops.npu.npu_moe_distribute_dispatch),
 )
 def npu_moe_distribute_combine(call: Arguments) -> None:
     """Return the experts' outputs to their tokens and sum them with the routing weights: ``x`` ``[BS, H]``.
@@ -400,6 +432,7 @@ def npu_moe_distribute_combine(call: Arguments) -> None:
         "elastic_info", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2", "const_expert_v", "performance_info",
     ),
     argument_checks=EP_GROUP_CHECK,
+    samples=lambda: _combine_samples(torch.ops.npu.npu_moe_distribute_dispatch_v2),
 )
 def npu_moe_distribute_combine_v2(call: Arguments) -> None:
     """:func:`npu_moe_distribute_combine` of the v2 interface, reading dispatch_v2's

@@ -23,7 +23,7 @@ from .checks import (
     require_shape,
 )
 from .fixedorder import round_to_int8, softmax
-from .registry import Arguments, Out, bind, npu_op
+from .registry import Arguments, Out, SampleCall, bind, npu_op
 
 NO_QUANT, STATIC_QUANT, DYNAMIC_QUANT = -1, 0, 1
 DROPLESS, DROP_PAD = 0, 1
@@ -58,7 +58,24 @@ def _gating_top_k_softmax_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     return best.values[..., :k].to(x.dtype), best.indices[..., :k].to(torch.int32), row_idx.contiguous()
 
 
-@npu_op(meta=_gating_top_k_softmax_meta, kernel=_gating_top_k_softmax_kernel)
+_SAMPLE_TOKENS, _SAMPLE_K, _SAMPLE_EXPERTS, _SAMPLE_HIDDEN = 5, 2, 4, 8
+
+
+def _sample_routing() -> tuple[torch.Tensor, torch.Tensor]:
+    """5 bfloat16 tokens and their top-2 of 4 experts (int32, distinct per token): the routing the
+    samples of this module's ops share."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(_SAMPLE_TOKENS, _SAMPLE_HIDDEN, generator=gen).bfloat16()
+    scores = torch.rand(_SAMPLE_TOKENS, _SAMPLE_EXPERTS, generator=gen)
+    return x, scores.topk(_SAMPLE_K, dim=-1).indices.to(torch.int32)
+
+
+def _gating_top_k_softmax_samples() -> list[SampleCall]:
+    logits = torch.randn(_SAMPLE_TOKENS, _SAMPLE_EXPERTS, generator=torch.Generator().manual_seed(0))
+    return [SampleCall((logits, None, _SAMPLE_K)), SampleCall((logits.bfloat16(), None, 1))]
+
+
+@npu_op(meta=_gating_top_k_softmax_meta, kernel=_gating_top_k_softmax_kernel, samples=_gating_top_k_softmax_samples)
 def npu_moe_gating_top_k_softmax(call: Arguments) -> None:
     """Softmax over the experts, then the top ``k``: returns ``(y, expert_idx, row_idx)``.
 
@@ -121,7 +138,14 @@ def _init_routing_kernel(call: Arguments) -> tuple[
     return expanded_x, expanded_row_idx, order.values
 
 
-@npu_op(meta=_init_routing_meta, kernel=_init_routing_kernel)
+def _init_routing_samples() -> list[SampleCall]:
+    """The row index npu_moe_gating_top_k_softmax returns (k-major: ``j * tokens + t``)."""
+    x, experts = _sample_routing()
+    row_idx = torch.arange(_SAMPLE_TOKENS * _SAMPLE_K, dtype=torch.int32).reshape(_SAMPLE_K, -1).t().contiguous()
+    return [SampleCall((x, row_idx, experts, _SAMPLE_TOKENS))]
+
+
+@npu_op(meta=_init_routing_meta, kernel=_init_routing_kernel, samples=_init_routing_samples)
 def npu_moe_init_routing(call: Arguments) -> None:
     """Sort the (token, slot) pairs by expert: returns ``(expanded_x, expanded_row_idx, expanded_expert_idx)``.
 
@@ -315,7 +339,18 @@ def _init_routing_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return expanded_x, expanded_row_idx, tokens, expanded_scale
 
 
-@npu_op(meta=_init_routing_v2_meta, kernel=_init_routing_v2_kernel)
+def _init_routing_v2_samples() -> list[SampleCall]:
+    """Dropless routing with per-expert counts, and with dynamic int8 quantisation of the rows."""
+    x, experts = _sample_routing()
+    return [
+        SampleCall((x, experts), {"active_num": _SAMPLE_TOKENS * _SAMPLE_K, "expert_num": _SAMPLE_EXPERTS,
+                                  "expert_tokens_num_type": 1, "expert_tokens_num_flag": True,
+                                  "active_expert_range": [0, _SAMPLE_EXPERTS]}),
+        SampleCall((x, experts), {"expert_num": _SAMPLE_EXPERTS, "quant_mode": 1}),
+    ]
+
+
+@npu_op(meta=_init_routing_v2_meta, kernel=_init_routing_v2_kernel, samples=_init_routing_v2_samples)
 def npu_moe_init_routing_v2(call: Arguments) -> None:
     """Route tokens to experts (optionally quantising them): returns
     ``(expanded_x, expanded_row_idx, expert_token_cumsum_or_count, expanded_scale)``.
@@ -375,7 +410,12 @@ def _compute_expert_tokens_kernel(call: Arguments) -> torch.Tensor:
     return torch.searchsorted(experts, bounds, right=True).to(torch.int32)
 
 
-@npu_op(meta=_compute_expert_tokens_meta, kernel=_compute_expert_tokens_kernel)
+def _compute_expert_tokens_samples() -> list[SampleCall]:
+    _, experts = _sample_routing()
+    return [SampleCall((experts.reshape(-1).sort().values, _SAMPLE_EXPERTS))]
+
+
+@npu_op(meta=_compute_expert_tokens_meta, kernel=_compute_expert_tokens_kernel, samples=_compute_expert_tokens_samples)
 def npu_moe_compute_expert_tokens(call: Arguments) -> None:
     """Per expert ``i``, the end of its rows in the expert-sorted rows (a binary search): int32 ``[num_expert]``.
 
@@ -460,7 +500,22 @@ def _finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     return out.to(expanded_permuted_rows.dtype)
 
 
-@npu_op(meta=_finalize_routing_meta, kernel=_finalize_routing_kernel)
+def _finalize_routing_samples() -> list[SampleCall]:
+    """Expert rows with both skips and a per-expert bias, and the bare weighted sum."""
+    gen = torch.Generator().manual_seed(1)
+    _, experts = _sample_routing()
+    rows = torch.randn(_SAMPLE_TOKENS * _SAMPLE_K, _SAMPLE_HIDDEN, generator=gen)
+    skips = (torch.randn(_SAMPLE_TOKENS, _SAMPLE_HIDDEN, generator=gen) for _ in range(2))
+    bias = torch.randn(_SAMPLE_EXPERTS, _SAMPLE_HIDDEN, generator=gen)
+    scales = torch.rand(_SAMPLE_TOKENS, _SAMPLE_K, generator=gen)
+    dst = torch.randperm(_SAMPLE_TOKENS * _SAMPLE_K, generator=gen).to(torch.int32)
+    return [
+        SampleCall((rows, *skips, bias, scales, dst, experts)),
+        SampleCall((rows, None, None, None, scales, dst, None)),
+    ]
+
+
+@npu_op(meta=_finalize_routing_meta, kernel=_finalize_routing_kernel, samples=_finalize_routing_samples)
 def npu_moe_finalize_routing(call: Arguments) -> None:
     """Combine the experts' outputs per token: returns ``out`` ``[NUM_ROWS, H]`` in the rows' dtype.
 
@@ -541,7 +596,13 @@ def _init_routing_quant_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     )
 
 
-@npu_op(meta=_init_routing_quant_meta, kernel=_init_routing_quant_kernel)
+def _init_routing_quant_samples() -> list[SampleCall]:
+    x, experts = _sample_routing()
+    return [SampleCall((x, experts), {"active_num": 0, "expert_capacity": 0, "expert_num": _SAMPLE_EXPERTS,
+                                      "expert_tokens_num_mode": 2, "quant_mode": 1})]
+
+
+@npu_op(meta=_init_routing_quant_meta, kernel=_init_routing_quant_kernel, samples=_init_routing_quant_samples)
 def npu_moe_init_routing_quant(call: Arguments) -> None:
     """Route tokens to experts and quantise them to int8: ``(expanded_x, expanded_row_idx,
     expert_token_cumsum_or_count, expert_tokens_before_capacity, expanded_scale)``.
@@ -611,7 +672,15 @@ def _re_routing_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tokens[order], permuted_scales, order.to(torch.int32), counts.sum(0).to(expert_token_num_per_rank.dtype)
 
 
-@npu_op(meta=_re_routing_meta, kernel=_re_routing_kernel)
+def _re_routing_samples() -> list[SampleCall]:
+    """int8 tokens received from 3 ranks for 2 local experts, with their per-token scales."""
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.tensor([[1, 2], [2, 0], [0, 1]], dtype=torch.int32)
+    tokens = torch.randint(-100, 100, (6, 8), generator=gen, dtype=torch.int8)
+    return [SampleCall((tokens, counts), {"per_token_scales": torch.rand(6, generator=gen)})]
+
+
+@npu_op(meta=_re_routing_meta, kernel=_re_routing_kernel, samples=_re_routing_samples)
 def npu_moe_re_routing(call: Arguments) -> None:
     """Reorder tokens received from the EP ranks from rank-major to expert-major: returns
     ``(permute_tokens, permute_per_token_scales, permute_token_idx, expert_token_num)``.

@@ -18,7 +18,7 @@ from .checks import (
     require_trailing,
 )
 from .fixedorder import pairwise_sum, round_to_int8
-from .registry import Arguments, Derivative, Out, bind, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
 
 
@@ -33,6 +33,26 @@ def _rstd(values: torch.Tensor, norm_dims: int, epsilon: float) -> torch.Tensor:
     rows = values.reshape(math.prod(shape), -1)
     mean_square = pairwise_sum(rows * rows, dim=-1) / rows.shape[-1]
     return (1.0 / torch.sqrt(mean_square + epsilon)).reshape(shape)
+
+
+def _rms_norm_samples() -> list[SampleCall]:
+    """A bfloat16 hidden state with float32 gamma, and a norm over the two trailing dims."""
+    gen = torch.Generator().manual_seed(0)
+    return [
+        SampleCall((torch.randn(2, 3, 16, generator=gen).bfloat16(), torch.rand(16, generator=gen) + 0.5)),
+        SampleCall((torch.randn(3, 4, 8, generator=gen), torch.rand(4, 8, generator=gen) + 0.5, 1e-5)),
+    ]
+
+
+def _rms_norm_backward_samples() -> list[SampleCall]:
+    """The backward of each :func:`_rms_norm_samples` call, with its forward's rstd."""
+    gen = torch.Generator().manual_seed(1)
+    calls = []
+    for sample in _rms_norm_samples():
+        x, gamma = sample.args[:2]
+        rstd = torch.ops.npu.npu_rms_norm(*sample.args)[1]
+        calls.append(SampleCall((torch.randn(x.shape, generator=gen).to(x.dtype), x, gamma, rstd)))
+    return calls
 
 
 def _rms_norm_meta(call: Arguments) -> tuple[Out, Out]:
@@ -78,16 +98,15 @@ def _rms_norm_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tens
     return dx.reshape(x.shape).to(x.dtype), dgamma.reshape(gamma.shape).to(gamma.dtype)
 
 
-@npu_op(meta=_rms_norm_backward_meta, kernel=_rms_norm_backward_kernel)
+@npu_op(meta=_rms_norm_backward_meta, kernel=_rms_norm_backward_kernel, samples=_rms_norm_backward_samples)
 def npu_rms_norm_backward(call: Arguments) -> None:
     """RmsNormGrad: the gradients of :func:`npu_rms_norm`'s ``x`` and ``gamma`` from ``y``'s gradient
     ``dy`` and the forward's ``rstd``; returns ``(dx, dgamma)``. torch_npu's schema
     ``npu_rms_norm_backward(Tensor dy, Tensor self, Tensor gamma, Tensor rstd) -> (Tensor, Tensor)``."""
 
 
-def _rms_norm_setup(ctx: object, inputs: tuple, output: tuple) -> None:
-    x, gamma = inputs[:2]
-    ctx.save_for_backward(x, gamma, output[1])
+def _rms_norm_setup(ctx: object, call: Arguments, output: tuple) -> None:
+    ctx.save_for_backward(call.x, call.gamma, output[1])
 
 
 def _rms_norm_backward(ctx: object, dy: torch.Tensor, _drstd: torch.Tensor) -> tuple:
@@ -97,7 +116,12 @@ def _rms_norm_backward(ctx: object, dy: torch.Tensor, _drstd: torch.Tensor) -> t
     return dx, dgamma, None
 
 
-@npu_op(meta=_rms_norm_meta, kernel=_rms_norm_kernel, derivative=Derivative(_rms_norm_setup, _rms_norm_backward))
+@npu_op(
+    meta=_rms_norm_meta,
+    kernel=_rms_norm_kernel,
+    derivative=Derivative(_rms_norm_setup, _rms_norm_backward),
+    samples=_rms_norm_samples,
+)
 def npu_rms_norm(call: Arguments) -> None:
     """RMS normalisation over the trailing ``gamma.dim()`` dims of ``x``: returns ``(y, rstd)``.
 
@@ -119,6 +143,20 @@ def npu_rms_norm(call: Arguments) -> None:
 # ---------------------------------------------------------------------------------------------
 # npu_add_rms_norm
 # ---------------------------------------------------------------------------------------------
+
+
+def _add_norm_inputs(gen: torch.Generator, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x1, x2 ([2, 3, 16], ``dtype``) and a float32 gamma, the residual stream of a fused add-norm."""
+    return (torch.randn(2, 3, 16, generator=gen).to(dtype), torch.randn(2, 3, 16, generator=gen).to(dtype),
+            torch.rand(16, generator=gen) + 0.5)
+
+
+def _add_rms_norm_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(0)
+    return [
+        SampleCall(_add_norm_inputs(gen, torch.bfloat16)),
+        SampleCall((*_add_norm_inputs(gen, torch.float32), 1e-5)),
+    ]
 
 
 def _add_rms_norm_meta(call: Arguments) -> tuple[Out, Out, Out]:
@@ -152,7 +190,7 @@ def _add_rms_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, t
     return y.to(call.x1.dtype), rstd, x
 
 
-@npu_op(meta=_add_rms_norm_meta, kernel=_add_rms_norm_kernel)
+@npu_op(meta=_add_rms_norm_meta, kernel=_add_rms_norm_kernel, samples=_add_rms_norm_samples)
 def npu_add_rms_norm(call: Arguments) -> None:
     """Residual add fused with RMSNorm: returns ``(y, rstd, x)`` with ``x = x1 + x2``.
 
@@ -206,6 +244,18 @@ def _add_rms_norm_quant_meta(call: Arguments) -> tuple[Out, Out, Out]:
     return quantised, quantised, Out(list(x1.shape), x1.dtype)
 
 
+def _add_rms_norm_quant_samples() -> list[SampleCall]:
+    """Per-channel scales with int32 zero points and a second bfloat16 scale; one scalar scale with beta."""
+    gen = torch.Generator().manual_seed(0)
+    x1, x2, gamma = _add_norm_inputs(gen, torch.bfloat16)
+    scales = torch.rand(16, generator=gen) * 0.05 + 0.01
+    zero_points = torch.randint(-5, 5, (16,), dtype=torch.int32, generator=gen)
+    return [
+        SampleCall((x1, x2, gamma, scales, zero_points, scales.bfloat16())),
+        SampleCall((x1, x2, gamma, torch.tensor([0.02])), {"beta": torch.randn(16, generator=gen)}),
+    ]
+
+
 def _quantise(y: torch.Tensor, scales: torch.Tensor, zero_points: Optional[torch.Tensor], div_mode: bool) -> torch.Tensor:
     """``round(y / scales + zero_points)`` (``y * scales`` when not div_mode), saturated to int8."""
     scale = scales.to(torch.float32)
@@ -225,7 +275,7 @@ def _add_rms_norm_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Ten
     return y1, y2, x
 
 
-@npu_op(meta=_add_rms_norm_quant_meta, kernel=_add_rms_norm_quant_kernel)
+@npu_op(meta=_add_rms_norm_quant_meta, kernel=_add_rms_norm_quant_kernel, samples=_add_rms_norm_quant_samples)
 def npu_add_rms_norm_quant(call: Arguments) -> None:
     """Residual add, RMSNorm and static int8 quantisation in one kernel: returns ``(y1, y2, x)``.
 
@@ -252,6 +302,13 @@ def npu_add_rms_norm_quant(call: Arguments) -> None:
 # ---------------------------------------------------------------------------------------------
 # npu_layer_norm_eval
 # ---------------------------------------------------------------------------------------------
+
+
+def _layer_norm_eval_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 16, generator=gen)
+    return [SampleCall((x, [16], torch.rand(16, generator=gen), torch.randn(16, generator=gen))),
+            SampleCall((x.bfloat16(), [5, 16]))]
 
 
 def _layer_norm_eval_meta(call: Arguments) -> Out:
@@ -292,7 +349,7 @@ def _layer_norm_eval_kernel(call: Arguments) -> torch.Tensor:
     return y.to(input.dtype)
 
 
-@npu_op(meta=_layer_norm_eval_meta, kernel=_layer_norm_eval_kernel)
+@npu_op(meta=_layer_norm_eval_meta, kernel=_layer_norm_eval_kernel, samples=_layer_norm_eval_samples)
 def npu_layer_norm_eval(call: Arguments) -> None:
     """Inference LayerNorm over the trailing ``normalized_shape`` dims (no mean/rstd outputs).
 
@@ -315,6 +372,24 @@ def npu_layer_norm_eval(call: Arguments) -> None:
 _SOFTMAX_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MASKED_VALUE = -10000.0  # the CANN kernel fills masked positions with -10000 ("fill ... with -10000")
 _SOFTMAX_MIN, _SOFTMAX_MAX, _SOFTMAX_STEP = 32, 4096, 32
+
+
+def _scaled_masked_softmax_samples() -> list[SampleCall]:
+    """Attention scores [B, N, S, S] with a mask broadcast over heads, and the fixed upper-triangle mask."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 2, 32, 32, generator=gen)
+    return [SampleCall((x, torch.rand(2, 1, 32, 32, generator=gen) > 0.7, 0.25)),
+            SampleCall((x.bfloat16(), torch.zeros(1, 1, 32, 32, dtype=torch.bool), 1.0, True))]
+
+
+def _scaled_masked_softmax_backward_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(1)
+    calls = []
+    for sample in _scaled_masked_softmax_samples():
+        y = torch.ops.npu.npu_scaled_masked_softmax(*sample.args)
+        mask, scale, *fixed = sample.args[1:]
+        calls.append(SampleCall((torch.randn(y.shape, generator=gen).to(y.dtype), y, mask, scale, *(fixed or [False]))))
+    return calls
 
 
 def _scaled_masked_softmax_meta(call: Arguments) -> Out:
@@ -376,15 +451,18 @@ def _scaled_masked_softmax_backward_kernel(call: Arguments) -> torch.Tensor:
     return dx.masked_fill(mask, 0.0).to(y.dtype)
 
 
-@npu_op(meta=_scaled_masked_softmax_backward_meta, kernel=_scaled_masked_softmax_backward_kernel)
+@npu_op(
+    meta=_scaled_masked_softmax_backward_meta,
+    kernel=_scaled_masked_softmax_backward_kernel,
+    samples=_scaled_masked_softmax_backward_samples,
+)
 def npu_scaled_masked_softmax_backward(call: Arguments) -> None:
     """ScaledMaskedSoftmaxGrad: the gradient of :func:`npu_scaled_masked_softmax`'s ``x`` from its output
     ``y`` and ``y``'s gradient. torch_npu's schema ``npu_scaled_masked_softmax_backward(Tensor y_grad,
     Tensor y, Tensor mask, Scalar scale, bool fixed_triu_mask) -> Tensor``."""
 
 
-def _scaled_masked_softmax_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
-    call = bind(npu_scaled_masked_softmax, *inputs)
+def _scaled_masked_softmax_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
     ctx.save_for_backward(output, call.mask)
     ctx.scale, ctx.fixed_triu_mask = call.scale, call.fixed_triu_mask
 
@@ -399,6 +477,7 @@ def _scaled_masked_softmax_grad(ctx: object, y_grad: torch.Tensor) -> tuple:
     meta=_scaled_masked_softmax_meta,
     kernel=_scaled_masked_softmax_kernel,
     derivative=Derivative(_scaled_masked_softmax_setup, _scaled_masked_softmax_grad),
+    samples=_scaled_masked_softmax_samples,
 )
 def npu_scaled_masked_softmax(call: Arguments) -> None:
     """``softmax(x * scale, masked)`` over the last dim, one fused ScaledMaskedSoftmax kernel.
@@ -421,6 +500,13 @@ def npu_scaled_masked_softmax(call: Arguments) -> None:
 def _add_layer_norm_stat_shape(x1: torch.Tensor, gamma: torch.Tensor) -> list[int]:
     """mean and rstd: x1's leading dims and one trailing 1 (op-plugin's output shape)."""
     return [*x1.shape[: x1.dim() - gamma.dim()], 1]
+
+
+def _add_layer_norm_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(0)
+    x1, x2, gamma = _add_norm_inputs(gen, torch.float32)
+    beta = torch.randn(16, generator=gen)
+    return [SampleCall((x1, x2, gamma, beta)), SampleCall((x1.bfloat16(), x2.bfloat16(), gamma, beta, 1e-6, True))]
 
 
 def _add_layer_norm_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
@@ -448,7 +534,99 @@ def _add_layer_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor,
     return y.to(x1.dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape), x
 
 
-@npu_op(meta=_add_layer_norm_meta, kernel=_add_layer_norm_kernel)
+def _add_layer_norm_backward_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
+    """dx1 and dx2 like x1 (the same gradient: x = x1 + x2), dgamma and dbeta float32 like gamma (op-plugin's
+    kernel allocates them so); mean and rstd are the forward's."""
+    x1, gamma = call.x1, call.gamma
+    require_dtype("x1", x1, FLOAT_DTYPES)
+    require_dtype("x2", call.x2, (x1.dtype,), "(x1's dtype)")
+    require_shape("x2", call.x2, (tuple(x1.shape),))
+    require_trailing("gamma", gamma, "x1", x1)
+    stat = (tuple(_add_layer_norm_stat_shape(x1, gamma)),)
+    for name in ("mean", "rstd"):
+        require_dtype(name, getattr(call, name), (torch.float32,))
+        require_shape(name, getattr(call, name), stat)
+    for name in ("dy_opt", "dsum_opt"):
+        if getattr(call, name) is not None:
+            require_dtype(name, getattr(call, name), (x1.dtype,), "(x1's dtype)")
+            require_shape(name, getattr(call, name), (tuple(x1.shape),))
+    like_x, like_gamma = Out(list(x1.shape), x1.dtype), Out(list(gamma.shape), torch.float32)
+    return like_x, like_x, like_gamma, like_gamma
+
+
+def _add_layer_norm_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """With ``x = x1 + x2`` (rounded as the forward stores it), ``xhat = (x - mean) * rstd`` and
+    ``g = dy * gamma`` over a row's n normalised elements:
+    ``dx = rstd * (g - sum(g) / n - xhat * sum(g * xhat) / n) + dsum``, ``dgamma = sum over rows of
+    dy * xhat``, ``dbeta = sum over rows of dy`` (AddLayerNormGrad, as op-plugin's test writes it out);
+    a missing ``dy`` or ``dsum`` is zeros. float32 with fixed pairwise sums, dx rounded once."""
+    x1, gamma = call.x1, call.gamma
+    rows = math.prod(call.rstd.shape)
+    values = _residual_sum(x1, call.x2).to(torch.float32).reshape(rows, -1)
+    zeros = torch.zeros(x1.shape, dtype=torch.float32)
+    dy = zeros if call.dy_opt is None else call.dy_opt.to(torch.float32)
+    dsum = zeros if call.dsum_opt is None else call.dsum_opt.to(torch.float32)
+    dy = dy.reshape(rows, -1)
+    rstd = call.rstd.reshape(rows, 1)
+    xhat = (values - call.mean.reshape(rows, 1)) * rstd
+    g = dy * gamma.to(torch.float32).reshape(1, -1)
+    width = values.shape[-1]
+    mean_g = pairwise_sum(g, dim=-1, keepdim=True) / width
+    mean_gx = pairwise_sum(g * xhat, dim=-1, keepdim=True) / width
+    dx = (rstd * (g - mean_g - xhat * mean_gx)).reshape(x1.shape) + dsum
+    dgamma = pairwise_sum(dy * xhat, dim=0).reshape(gamma.shape)
+    dbeta = pairwise_sum(dy, dim=0).reshape(gamma.shape)
+    dx = dx.to(x1.dtype)
+    return dx, dx.clone(), dgamma, dbeta
+
+
+def _add_layer_norm_backward_samples() -> list[SampleCall]:
+    """The backward of each forward sample with both output gradients, and with only y's."""
+    gen = torch.Generator().manual_seed(1)
+    calls = []
+    for sample in _add_layer_norm_samples():
+        x1, x2, gamma = sample.args[:3]
+        _, mean, rstd, _ = torch.ops.npu.npu_add_layer_norm(*sample.args)
+        dy, dsum = (torch.randn(x1.shape, generator=gen).to(x1.dtype) for _ in range(2))
+        calls.append(SampleCall((dy, x1, x2, rstd, mean, gamma, dsum)))
+    calls.append(SampleCall((*calls[0].args[:6], None)))
+    return calls
+
+
+@npu_op(meta=_add_layer_norm_backward_meta, kernel=_add_layer_norm_backward_kernel,
+        samples=_add_layer_norm_backward_samples)
+def npu_add_layer_norm_backward(call: Arguments) -> None:
+    """AddLayerNormGrad: the gradients of :func:`npu_add_layer_norm`'s ``x1``, ``x2``, ``gamma`` and
+    ``beta`` from ``y``'s gradient ``dy_opt`` and the residual output ``x``'s gradient ``dsum_opt``;
+    returns ``(dx1, dx2, dgamma, dbeta)``.
+
+    Sources: op-plugin derivatives.yaml (``npu_add_layer_norm -> npu_add_layer_norm_backward(grads[0], x1,
+    x2, result2, result1, gamma, grads[1])``: rstd, then mean), its kernel AddLayerNormBackwardKernelNpu.cpp
+    (dx returned for both x1 and x2, dgamma and dbeta float32) and test_npu_add_layer_norm_backward.py.
+    """
+
+
+def _add_layer_norm_setup(ctx: object, call: Arguments, output: tuple) -> None:
+    _, mean, rstd, _ = output
+    ctx.save_for_backward(call.x1, call.x2, rstd, mean, call.gamma)
+    ctx.beta_dtype = call.beta.dtype
+
+
+def _add_layer_norm_grad(ctx: object, dy: torch.Tensor, _dmean: torch.Tensor, _drstd: torch.Tensor,
+                         dsum: torch.Tensor) -> tuple:
+    """op-plugin's formula: the gradients of y and of the residual output x flow back (mean and rstd are
+    intermediates)."""
+    x1, x2, rstd, mean, gamma = ctx.saved_tensors
+    dx1, dx2, dgamma, dbeta = torch.ops.npu.npu_add_layer_norm_backward(dy, x1, x2, rstd, mean, gamma, dsum)
+    return dx1, dx2, dgamma.to(gamma.dtype), dbeta.to(ctx.beta_dtype), None, None
+
+
+@npu_op(
+    meta=_add_layer_norm_meta,
+    kernel=_add_layer_norm_kernel,
+    derivative=Derivative(_add_layer_norm_setup, _add_layer_norm_grad),
+    samples=_add_layer_norm_samples,
+)
 def npu_add_layer_norm(call: Arguments) -> None:
     """Residual add fused with LayerNorm: returns ``(y, mean, rstd, x)`` with ``x = x1 + x2``.
 

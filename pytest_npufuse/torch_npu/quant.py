@@ -23,7 +23,7 @@ from .checks import (
 from .activation import halved
 from .fixedorder import round_to_int8, swiglu
 from .quant_param import decode_quant_param, encode_quant_param, round_scale_to_fp19
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, bind, npu_op
 
 DYNAMIC_QUANT_MAX = 127.0
 INT4_MAX = 7.0
@@ -186,7 +186,20 @@ def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
         values = values + bias.to(torch.float32)
     return _cast_quant_matmul_output(values, offset_f32, out_dtype)
 
-@npu_op(meta=_quant_matmul_meta, kernel=_quant_matmul_kernel)
+def _quant_matmul_samples() -> list[SampleCall]:
+    """int8 x int8 to the int32 accumulator with an int32 bias, and to bfloat16 with a per-token scale."""
+    gen = torch.Generator().manual_seed(0)
+    x1 = torch.randint(-128, 128, (6, 32), dtype=torch.int8, generator=gen)
+    x2 = torch.randint(-128, 128, (32, 8), dtype=torch.int8, generator=gen)
+    bias = torch.randint(-1000, 1000, (8,), dtype=torch.int32, generator=gen)
+    return [
+        SampleCall((x1, x2, torch.full((8,), 0.5)), {"bias": bias, "output_dtype": torch.int32}),
+        SampleCall((x1, x2, torch.rand(8, generator=gen)),
+                   {"pertoken_scale": torch.rand(6, generator=gen), "output_dtype": torch.bfloat16}),
+    ]
+
+
+@npu_op(meta=_quant_matmul_meta, kernel=_quant_matmul_kernel, samples=_quant_matmul_samples)
 def npu_quant_matmul(call: Arguments) -> None:
     """Quantised matmul: int8 ``x1 [..., m, k]`` times int8 ``x2 [..., k, n]``, then dequantise.
 
@@ -408,7 +421,20 @@ def _dequant_swiglu_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     else:
         y[:covered] = _static_quant(activated, row_group, call.quant_scale, call.quant_offset)
     return y.reshape(*x.shape[:-1], two_h // 2), scale.reshape(x.shape[:-1])
-@npu_op(meta=_dequant_swiglu_quant_meta, kernel=_dequant_swiglu_quant_kernel)
+def _dequant_swiglu_quant_samples() -> list[SampleCall]:
+    """A bfloat16 activation quantised statically, and an int32 accumulator dequantised per group."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(8, 64, generator=gen) * 4).bfloat16()
+    accumulator = torch.randint(-200, 200, (7, 8), dtype=torch.int32, generator=gen)
+    return [
+        SampleCall((x,), {"quant_scale": torch.tensor([0.25]), "quant_offset": torch.tensor([3.0])}),
+        SampleCall((accumulator,), {"weight_scale": torch.rand(2, 8, generator=gen) * 0.1,
+                                    "activation_scale": torch.rand(7, generator=gen),
+                                    "group_index": torch.tensor([2, 3]), "quant_mode": 1}),
+    ]
+
+
+@npu_op(meta=_dequant_swiglu_quant_meta, kernel=_dequant_swiglu_quant_kernel, samples=_dequant_swiglu_quant_samples)
 def npu_dequant_swiglu_quant(call: Arguments) -> None:
     """Dequantise, apply SwiGLU over the last dim, then quantise to int8: returns ``(y, scale)``.
 
@@ -470,7 +496,62 @@ def _swiglu_kernel(call: Arguments) -> torch.Tensor:
     return swiglu(call.x.to(torch.float32), activate_left=True, dim=call.dim).to(call.x.dtype)
 
 
-@npu_op(meta=_swiglu_meta, kernel=_swiglu_kernel)
+def _swiglu_samples() -> list[SampleCall]:
+    """The gate and up halves along the last dim, and along dim 0."""
+    gen = torch.Generator().manual_seed(0)
+    return [
+        SampleCall((torch.randn(2, 3, 16, generator=gen),)),
+        SampleCall((torch.randn(8, 6, generator=gen).bfloat16(), 0)),
+    ]
+
+def _swiglu_backward_meta(call: Arguments) -> Out:
+    """The input's gradient (x's shape and dtype) from the output's (x's dtype, ``dim`` halved)."""
+    out = _swiglu_meta(bind(npu_swiglu, call.x, call.dim))
+    require_dtype("grad_output", call.grad_output, (call.x.dtype,), "(x's dtype)")
+    require_shape("grad_output", call.grad_output, (tuple(out.shape),))
+    return Out(list(call.x.shape), call.x.dtype)
+
+
+def _swiglu_backward_kernel(call: Arguments) -> torch.Tensor:
+    """With A, B the halves and ``s = sigmoid(A)``: ``dA = dy * B * s * (1 + A (1 - s))`` (swish's
+    derivative) and ``dB = dy * A * s``, float32, concatenated along ``dim`` and rounded once."""
+    gate, linear = call.x.to(torch.float32).chunk(2, dim=call.dim)
+    dy = call.grad_output.to(torch.float32)
+    sigmoid = 1.0 / (1.0 + torch.exp(-gate))
+    d_gate = dy * linear * sigmoid * (1.0 + gate * (1.0 - sigmoid))
+    return torch.cat((d_gate, dy * gate * sigmoid), dim=call.dim).to(call.x.dtype)
+
+
+def _swiglu_backward_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(1)
+    calls = []
+    for sample in _swiglu_samples():
+        out = torch.ops.npu.npu_swiglu(*sample.args)
+        calls.append(SampleCall((torch.randn(out.shape, generator=gen).to(out.dtype), *sample.args)))
+    return calls
+
+
+@npu_op(meta=_swiglu_backward_meta, kernel=_swiglu_backward_kernel, samples=_swiglu_backward_samples)
+def npu_swiglu_backward(call: Arguments) -> None:
+    """SwiGluGrad: the gradient of :func:`npu_swiglu`'s input from its output's gradient ``grad_output``.
+
+    Source: op-plugin derivatives.yaml (``npu_swiglu -> npu_swiglu_backward(grad, self, dim)``) and its
+    meta function (the gradient is like ``self``).
+    """
+
+
+def _swiglu_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.save_for_backward(call.x)
+    ctx.dim = call.dim
+
+
+def _swiglu_grad(ctx: object, grad: torch.Tensor) -> tuple:
+    (x,) = ctx.saved_tensors
+    return torch.ops.npu.npu_swiglu_backward(grad, x, ctx.dim), None
+
+
+@npu_op(meta=_swiglu_meta, kernel=_swiglu_kernel, derivative=Derivative(_swiglu_setup, _swiglu_grad),
+        samples=_swiglu_samples)
 def npu_swiglu(call: Arguments) -> None:
     """SwiGLU: split ``x`` in halves A (first) and B (second) along ``dim``; return ``swish(A) * B``.
 
@@ -580,7 +661,20 @@ def _dynamic_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return y, scale.reshape(input.shape[:-1])
 
 
-@npu_op(meta=_dynamic_quant_meta, kernel=_dynamic_quant_kernel)
+def _dynamic_quant_samples() -> list[SampleCall]:
+    """Per-token int8 of a bfloat16 activation; with per-group smooth scales; packed int4."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 32, generator=gen).bfloat16()
+    rows = torch.randn(5, 32, generator=gen).half()
+    smooth = (torch.rand(3, 32, generator=gen) + 0.5).half()
+    return [
+        SampleCall((x,)),
+        SampleCall((rows,), {"smooth_scales": smooth, "group_index": torch.tensor([2, 4, 5], dtype=torch.int32)}),
+        SampleCall((x,), {"dst_type": torch.quint4x2}),
+    ]
+
+
+@npu_op(meta=_dynamic_quant_meta, kernel=_dynamic_quant_kernel, samples=_dynamic_quant_samples)
 def npu_dynamic_quant(call: Arguments) -> None:
     """Per-token symmetric dynamic quantisation: returns ``(y, scale)``.
 
@@ -677,7 +771,23 @@ def _quantize_kernel(call: Arguments) -> torch.Tensor:
     return _pack_int4(levels) if call.dtype == torch.quint4x2 else levels.to(out_dtype)
 
 
-@npu_op(meta=_quantize_meta, kernel=_quantize_kernel, argument_checks={"dtype": _require_quantize_dtype})
+def _quantize_samples() -> list[SampleCall]:
+    """Per-channel quantisation on axis 1 with zero points, and packed int4 on the last axis."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 16, generator=gen) * 4
+    scales = torch.rand(16, generator=gen) + 0.5
+    return [
+        SampleCall((x.t().contiguous(), torch.rand(3, generator=gen) + 0.5, torch.zeros(3), torch.qint8, 1)),
+        SampleCall((x, scales, None, torch.quint4x2, -1, False)),
+    ]
+
+
+@npu_op(
+    meta=_quantize_meta,
+    kernel=_quantize_kernel,
+    argument_checks={"dtype": _require_quantize_dtype},
+    samples=_quantize_samples,
+)
 def npu_quantize(call: Arguments) -> None:
     """Static quantisation: ``round(input / scales + zero_points)`` (``input * scales`` when not div_mode).
 
@@ -749,7 +859,20 @@ def _weight_quant_batchmatmul_kernel(call: Arguments) -> torch.Tensor:
     return cube_addmm(call.bias.reshape(-1), x, w)
 
 
-@npu_op(meta=_weight_quant_batchmatmul_meta, kernel=_weight_quant_batchmatmul_kernel)
+def _wqbmm_samples() -> list[SampleCall]:
+    """An int8 weight dequantised per channel with an offset and bias, and per group of 32 rows."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 96, generator=gen).bfloat16()
+    weight = torch.randint(-8, 8, (96, 24), dtype=torch.int8, generator=gen)
+    scale = (torch.rand(1, 24, generator=gen) * 0.1).bfloat16()
+    grouped = (torch.rand(3, 24, generator=gen) * 0.1).bfloat16()
+    return [
+        SampleCall((x, weight, scale, torch.ones(1, 24).bfloat16()), {"bias": torch.randn(24, generator=gen)}),
+        SampleCall((x, weight, grouped), {"antiquant_group_size": 32}),
+    ]
+
+
+@npu_op(meta=_weight_quant_batchmatmul_meta, kernel=_weight_quant_batchmatmul_kernel, samples=_wqbmm_samples)
 def npu_weight_quant_batchmatmul(call: Arguments) -> None:
     """Weight-only quantised matmul (W8A16): ``y = x @ ((weight + antiquant_offset) * antiquant_scale) + bias``.
 
@@ -814,7 +937,13 @@ def _trans_quant_param_kernel(call: Arguments) -> torch.Tensor:
     return encode_quant_param(values.expand(shape), rounded_offset)
 
 
-@npu_op(meta=_trans_quant_param_meta, kernel=_trans_quant_param_kernel)
+def _trans_quant_param_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(0)
+    return [SampleCall((torch.rand(8, generator=gen), torch.randn(8, generator=gen))),
+            SampleCall((torch.rand(1, 8, generator=gen),), {"round_mode": 1})]
+
+
+@npu_op(meta=_trans_quant_param_meta, kernel=_trans_quant_param_kernel, samples=_trans_quant_param_samples)
 def npu_trans_quant_param(call: Arguments) -> None:
     """The int64 "quant param" npu_quant_matmul and npu_grouped_matmul take as an int64 ``scale``.
 
@@ -873,7 +1002,19 @@ def _anti_quant_kernel(call: Arguments) -> torch.Tensor:
     return (values * call.scale.to(torch.float32)).to(call.dst_dtype or torch.float16)
 
 
-@npu_op(meta=_anti_quant_meta, kernel=_anti_quant_kernel)
+def _anti_quant_samples() -> list[SampleCall]:
+    """int8 with a per-channel scale and offset to bfloat16, and int4 words with the default float16."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(-128, 127, (3, 16), dtype=torch.int8, generator=gen)
+    words = torch.randint(-2**31, 2**31 - 1, (2, 2), dtype=torch.int32, generator=gen)
+    return [
+        SampleCall((x, torch.rand(16, generator=gen) * 0.1), {"offset": torch.randn(16, generator=gen),
+                                                             "dst_dtype": torch.bfloat16}),
+        SampleCall((words, torch.ones(16)), {"src_dtype": torch.quint4x2}),
+    ]
+
+
+@npu_op(meta=_anti_quant_meta, kernel=_anti_quant_kernel, samples=_anti_quant_samples)
 def npu_anti_quant(call: Arguments) -> None:
     """Dequantise integers to float16/bfloat16: ``out = dst((x + offset) * scale)``.
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, make_dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+import numpy
 import torch
 
 from ..errors import OpTypeError, ProfileError
@@ -60,6 +61,20 @@ Outputs = Union[Out, tuple[Union[Out, int], ...], list[Out]]
 
 
 @dataclass(frozen=True)
+class SampleCall:
+    """One valid call of an op, for the tests that hold every declared op to its schema, fake kernel and
+    derivative (``torch.library.opcheck``, the layout property test): tensors small enough to run in
+    milliseconds. Positional parameters are passed positionally and keyword-only ones by name, so the same
+    call fits the public callable and the registered op (whose first argument's name may differ)."""
+
+    args: tuple
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+Samples = Callable[[], Sequence[SampleCall]]
+
+
+@dataclass(frozen=True)
 class NpuOp:
     """One declared op, as ``python -m pytest_npufuse ops`` and the missing-op error list it."""
 
@@ -68,11 +83,18 @@ class NpuOp:
     schema: str
     source: str
     graph_name: str = ""  # the registered op a traced graph holds, when not ``name`` (``<name>_functional``)
+    samples: Optional[Samples] = field(default=None, compare=False, repr=False)
+    differentiable: bool = False
 
     @property
     def op_type(self) -> str:
         """The op-catalog key of the graph node, ``npu::<name>`` (or ``npu::<name>_functional``)."""
         return f"{NAMESPACE}::{self.graph_name or self.name}"
+
+    @property
+    def graph_op(self) -> torch._ops.OpOverload:
+        """The registered overload a traced graph holds for a call of this op."""
+        return getattr(getattr(torch.ops, NAMESPACE), self.graph_name or self.name).default
 
 
 def no_outputs(call: Arguments) -> tuple:
@@ -87,6 +109,16 @@ OPS = MappingProxyType(_OPS)  # name -> NpuOp, in declaration order
 @functools.cache
 def _catalog_types() -> frozenset[str]:
     return frozenset(load_catalog().entries)
+
+
+def _python_scalars(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """numpy scalars as the Python numbers torch_npu's bindings read them as: torch's argument parser takes
+    ``np.float16(0.088)`` for a ``float`` (op-plugin's ATB tests pass the scale so), the dispatcher does not."""
+    if not any(isinstance(value, numpy.generic) for value in (*args, *kwargs.values())):
+        return args, kwargs
+    plain = [value.item() if isinstance(value, numpy.generic) else value for value in args]
+    return tuple(plain), {name: value.item() if isinstance(value, numpy.generic) else value
+                          for name, value in kwargs.items()}
 
 
 def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
@@ -110,19 +142,29 @@ def _allocate(outputs: Outputs, like: torch.Tensor) -> Any:
     return type(outputs)(_allocate(out, like) for out in outputs)
 
 
-def _check_result(name: str, result: Any, outputs: Outputs) -> None:
-    """The CPU kernel must produce exactly what the fake kernel promises, or traced graphs would lie."""
-    pairs = [(result, outputs)] if isinstance(outputs, Out) else list(zip(result, outputs, strict=True))
-    for tensor, out in pairs:
-        if isinstance(out, int):
-            if tensor != out:
-                raise RuntimeError(f"npufuse bug: the CPU kernel of npu::{name} returned {tensor!r}, its meta {out!r}")
-            continue
-        if tuple(tensor.shape) != tuple(out.shape) or tensor.dtype != out.dtype:
+def _conformed(name: str, result: Any, outputs: Outputs) -> Any:
+    """The CPU kernel's result laid out as the fake kernel allocates it (dense, row-major), after checking
+    that it has the shapes and dtypes the meta function declares.
+
+    torch_npu allocates every output of an op from its sizes (``OpPreparation::apply_tensor_without_format``,
+    e.g. op-plugin RotaryMulKernelNpuOpApi.cpp), whatever the inputs' strides, and the fake kernel promises
+    that layout: a compiled graph plans its next ``view`` from it. A kernel written as torch expressions
+    keeps its input's layout (``x * cos`` of a transposed ``x`` is transposed) or returns a view (one
+    half of a ``chunk``), so its result is made dense here rather than in each kernel; a shape or dtype
+    that differs from the meta's is a bug of the op, never repaired.
+    """
+    if isinstance(outputs, int):
+        if result != outputs:
+            raise RuntimeError(f"npufuse bug: the CPU kernel of npu::{name} returned {result!r}, its meta {outputs!r}")
+        return result
+    if isinstance(outputs, Out):
+        if tuple(result.shape) != tuple(outputs.shape) or result.dtype != outputs.dtype:
             raise RuntimeError(
-                f"npufuse bug: the CPU kernel of npu::{name} returned {tensor.dtype} {list(tensor.shape)} "
-                f"but its meta function declares {out.dtype} {list(out.shape)}"
+                f"npufuse bug: the CPU kernel of npu::{name} returned {result.dtype} {list(result.shape)} "
+                f"but its meta function declares {outputs.dtype} {list(outputs.shape)}"
             )
+        return result if result.is_contiguous() else result.contiguous()
+    return type(result)(_conformed(name, value, out) for value, out in zip(result, outputs, strict=True))
 
 
 def _write_back(
@@ -302,13 +344,27 @@ def _registered_returns(
 @dataclass(frozen=True)
 class Derivative:
     """How autograd differentiates an op, as op-plugin's ``derivatives.yaml`` declares it for torch_npu:
-    ``setup_context(ctx, inputs, output)`` keeps what the backward needs (``inputs`` are the op's
-    arguments in schema order) and ``backward(ctx, *grads)`` returns one gradient per argument. The
+    ``setup_context(ctx, call, output)`` keeps what the backward needs from the call's
+    :class:`Arguments` record and its outputs, and ``backward(ctx, *grads)`` returns one gradient per
+    positional argument (keyword-only arguments get none, as torch's ``register_autograd`` wants). The
     backward calls the op's registered backward op (``torch.ops.npu.npu_rms_norm_backward``, ...), so a
     backward graph AOTAutograd traces holds that one opaque node, the kernel msprof would show."""
 
     setup_context: Callable[[Any, tuple, Any], None]
     backward: Callable[..., Any]
+
+
+def _register_autograd(name: str, backward: Callable[..., Any], setup_context: Callable[..., None]) -> None:
+    """``torch.library.register_autograd`` without its refusal of keyword-only tensors.
+
+    torch refuses them because its generated autograd kernel passes keyword-only arguments through without
+    differentiating them. That is what op-plugin's derivatives.yaml declares for every such tensor of a
+    torch_npu op (npu_moe_gating_top_k differentiates ``x``, never its keyword-only ``bias``), so the same
+    kernel is registered here for every differentiable op, at the Autograd key as torch does.
+    """
+    overload = getattr(getattr(torch.ops, NAMESPACE), name).default
+    info = torch._library.autograd.Info(backward, setup_context)
+    _LIB.impl(name, torch._library.autograd.make_autograd_impl(overload, info), "Autograd", with_keyset=True)
 
 
 def npu_op(
@@ -321,6 +377,7 @@ def npu_op(
     argument_checks: Mapping[str, ArgumentCheck] = MappingProxyType({}),
     side_effect: bool = False,
     derivative: Optional[Derivative] = None,
+    samples: Optional[Samples] = None,
 ) -> Callable[[Callable[[Arguments], None]], Callable[..., Any]]:
     """Declare ``torch.ops.npu.<name>`` and its public callable, ``<name>`` being the decorated function's.
 
@@ -344,7 +401,9 @@ def npu_op(
     An op without outputs has meta and kernel return ``()`` and returns None; ``side_effect`` marks such
     an op whose only effect is on the device (e.g. a prefetch), so graph passes keep it although nothing
     reads its result. ``derivative`` makes the op differentiable (:class:`Derivative`); an op without
-    one has no gradient, as in torch_npu.
+    one has no gradient, as in torch_npu. ``samples`` builds a few valid calls of the op
+    (:class:`SampleCall`), from which the tests check every declared op against its schema, its fake
+    kernel and its derivative; an op declared without them fails those tests.
     """
 
     def declare(checks: Callable[[Arguments], None]) -> Callable[..., Any]:
@@ -370,8 +429,7 @@ def npu_op(
             call, given = make(args, kwargs)
             validate(call, given)
             outputs = meta(call)
-            result = kernel(call)
-            _check_result(name, result, outputs)
+            result = _conformed(name, kernel(call), outputs)
             return None if returns_nothing else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
@@ -383,9 +441,14 @@ def npu_op(
         torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
         torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
         if derivative is not None:
-            torch.library.register_autograd(
-                op_type, derivative.backward, setup_context=derivative.setup_context, lib=_LIB
-            )
+            keep = derivative.setup_context
+
+            def setup_context(
+                ctx: Any, inputs: tuple, output: Any, keyword_only_inputs: Mapping[str, Any] = MappingProxyType({})
+            ) -> None:
+                keep(ctx, make(inputs, keyword_only_inputs)[0], output)
+
+            _register_autograd(name, derivative.backward, setup_context)
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
         if side_effect:
             torch.fx.node.has_side_effect(packet.default)
@@ -419,6 +482,7 @@ def npu_op(
         check_types = _type_checker(declaration, typed, require_fit)
 
         def public(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = _python_scalars(args, kwargs)
             # Under Dynamo the fake kernel runs the record's checks; tracing the binder and every check of
             # every call again would multiply a large model's capture time.
             if torch.compiler.is_compiling():
@@ -436,7 +500,9 @@ def npu_op(
         public.__signature__ = declaration.signature()
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
         graph_name = "" if name == public_name else name
-        _OPS[public_name] = NpuOp(public_name, family, declared, declaration.source, graph_name)
+        _OPS[public_name] = NpuOp(
+            public_name, family, declared, declaration.source, graph_name, samples, derivative is not None
+        )
         return public
 
     return declare

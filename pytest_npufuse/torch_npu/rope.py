@@ -23,9 +23,10 @@ from .fixedorder import pairwise_sum, round_to_int8
 from .memory import nz_run, write_nz_slots, write_slots
 from .norm import rms_normalise
 from .quant import symmetric_levels
-from .registry import Arguments, Derivative, Out, bind, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, bind, npu_op
 
 ROTARY_MODES = ("half", "interleave")
+APPLY_ROPE_MODES = (*ROTARY_MODES, "quarter")  # aclnnApplyRotaryPosEmbV2's modes (op-plugin's page of the op)
 APPLY_ROPE_LAYOUTS = ("BSH", "BSND", "SBND", "BNSD", "TND")
 MLA_RMS_SIZE = 512  # the doc's rms_size (compressed KV width), the only value it supports
 MLA_ROPE_SIZE = 64  # the doc's rope_size
@@ -33,18 +34,25 @@ KV_CACHE_MODES = ("Norm", "PA", "PA_BNSD", "PA_NZ")
 
 
 def rotate(values: torch.Tensor, rotary_mode: str) -> torch.Tensor:
-    """The rotated partner of RoPE: ``cat(-x2, x1)`` of the halves ('half') or of each pair ('interleave')."""
+    """The rotated partner of RoPE: ``cat(-x2, x1)`` of the halves ('half'), of each half's halves
+    ('quarter': ``cat(-x2, x1, -x4, x3)`` of the four quarters, ApplyRotaryPosEmb's README in
+    hicann/ops-transformer posembedding/apply_rotary_pos_emb) or of each pair ('interleave')."""
     if rotary_mode == "half":
         first, second = values.chunk(2, dim=-1)
         return torch.cat((-second, first), dim=-1)
+    if rotary_mode == "quarter":
+        return torch.cat([rotate(half, "half") for half in values.chunk(2, dim=-1)], dim=-1)
     even, odd = values[..., 0::2], values[..., 1::2]
     return torch.stack((-odd, even), dim=-1).flatten(-2)
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_mode: str) -> torch.Tensor:
-    """``x * cos + rotate(x) * sin`` in float32 (cos/sin broadcast), rounded once to x's dtype."""
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_mode: str,
+         rotation: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``x * cos + rotate(x) * sin`` in float32 (cos/sin broadcast), rounded once to x's dtype; with a
+    ``rotation`` matrix [D, D] the rotated partner is ``x @ rotation`` (an fp32 Cube product) instead."""
     values = x.to(torch.float32)
-    out = values * cos.to(torch.float32) + rotate(values, rotary_mode) * sin.to(torch.float32)
+    rotated = rotate(values, rotary_mode) if rotation is None else cube_matmul(values, rotation.to(torch.float32))
+    out = values * cos.to(torch.float32) + rotated * sin.to(torch.float32)
     return out.to(x.dtype)
 
 
@@ -56,10 +64,12 @@ def _check_broadcast(name: str, table: torch.Tensor, x_name: str, x: torch.Tenso
         )
 
 
-def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> None:
+def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...], rotary_mode: str = "half") -> None:
     require_dtype(name, x, dtypes)
-    if x.shape[-1] % 2 != 0:
-        raise OpArgumentError(f"{name} has head dim {x.shape[-1]}; RoPE rotates pairs, so it must be even")
+    parts = 4 if rotary_mode == "quarter" else 2
+    if x.shape[-1] % parts != 0:
+        raise OpArgumentError(f"{name} has head dim {x.shape[-1]}; rotary_mode={rotary_mode!r} rotates "
+                              f"{'quarters' if parts == 4 else 'pairs'}, so it must be a multiple of {parts}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,16 +80,20 @@ def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...
 def _rotary_mul_meta(call: Arguments) -> Out:
     input = call.input
     _check_rope_input("input", input, FLOAT_DTYPES)
-    if input.dim() != 4:
-        raise OpArgumentError(f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND tensors")
+    if input.dim() not in (3, 4):
+        raise OpArgumentError(
+            f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND or 3-D TND tensors")
     for name, table in (("r1", call.r1), ("r2", call.r2)):
         require_dtype(name, table, (input.dtype,), "(input's dtype)")
         _check_broadcast(name, table, "input", input)
+    if call.rotate is not None:
+        require_dtype("rotate", call.rotate, (input.dtype,), "(input's dtype)")
+        require_shape("rotate", call.rotate, ((input.shape[-1], input.shape[-1]),))
     return Out(list(input.shape), input.dtype)
 
 
 def _rotary_mul_kernel(call: Arguments) -> torch.Tensor:
-    return rope(call.input, call.r1, call.r2, call.rotary_mode)
+    return rope(call.input, call.r1, call.r2, call.rotary_mode, call.rotate)
 
 
 
@@ -112,7 +126,15 @@ def _rotary_mul_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Te
     return dx.to(input.dtype), dr1.to(r1.dtype), dr2.to(r2.dtype)
 
 
-@npu_op(meta=_rotary_mul_backward_meta, kernel=_rotary_mul_backward_kernel)
+def _rotary_mul_backward_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(1)
+    return [
+        SampleCall((torch.randn(sample.args[0].shape, generator=gen).to(sample.args[0].dtype), *sample.args))
+        for sample in _rotary_mul_samples()
+    ]
+
+
+@npu_op(meta=_rotary_mul_backward_meta, kernel=_rotary_mul_backward_kernel, samples=_rotary_mul_backward_samples)
 def npu_rotary_mul_backward(call: Arguments) -> None:
     """RotaryMulGrad: the gradients of :func:`npu_rotary_mul`'s ``input``, ``r1`` and ``r2`` from the
     output's gradient ``grad``; returns ``(dx, dr1, dr2)`` (torch_npu's schema
@@ -120,19 +142,38 @@ def npu_rotary_mul_backward(call: Arguments) -> None:
     require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
 
 
-def _rotary_mul_setup(ctx: object, inputs: tuple, output: torch.Tensor) -> None:
-    call = bind(npu_rotary_mul, *inputs)
+def _rotary_mul_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
     ctx.save_for_backward(call.input, call.r1, call.r2)
     ctx.rotary_mode = call.rotary_mode
+    ctx.rotated_by_matrix = call.rotate is not None
 
 
 def _rotary_mul_grad(ctx: object, grad: torch.Tensor) -> tuple:
+    if ctx.rotated_by_matrix:
+        raise OpArgumentError("npu_rotary_mul has no backward with a rotate matrix (the op's page); compute it "
+                              "without gradients or use rotary_mode without rotate")
     x, r1, r2 = ctx.saved_tensors
     dx, dr1, dr2 = torch.ops.npu.npu_rotary_mul_backward(grad, x, r1, r2, ctx.rotary_mode)
-    return dx, dr1, dr2, None
+    return dx, dr1, dr2, None, None
 
 
-@npu_op(meta=_rotary_mul_meta, kernel=_rotary_mul_kernel, derivative=Derivative(_rotary_mul_setup, _rotary_mul_grad))
+def _rotary_mul_samples() -> list[SampleCall]:
+    """BSND with a [1, S, 1, D] table (half rotation) and BNSD with a [1, 1, S, D] table (interleaved)."""
+    gen = torch.Generator().manual_seed(0)
+    bsnd, table = torch.randn(2, 3, 2, 8, generator=gen), (1, 3, 1, 8)
+    bnsd = torch.randn(1, 2, 4, 8, generator=gen).bfloat16()
+    return [
+        SampleCall((bsnd, torch.randn(table, generator=gen), torch.randn(table, generator=gen))),
+        SampleCall((bnsd, *(torch.randn(1, 1, 4, 8, generator=gen).bfloat16() for _ in range(2)), "interleave")),
+    ]
+
+
+@npu_op(
+    meta=_rotary_mul_meta,
+    kernel=_rotary_mul_kernel,
+    derivative=Derivative(_rotary_mul_setup, _rotary_mul_grad),
+    samples=_rotary_mul_samples,
+)
 def npu_rotary_mul(call: Arguments) -> None:
     """RoPE on one 4-D tensor: ``r1 * input + r2 * rotate(input)``.
 
@@ -140,13 +181,20 @@ def npu_rotary_mul(call: Arguments) -> None:
     docs/context/torch_npu-npu_rotary_mul.md), which gives the formula as code:
 
     * 'half': ``x1, x2 = chunk(input, 2, -1); rotate = cat(-x2, x1)`` (GPT-NeoX style);
-    * 'interleave': pairs ``(x[2i], x[2i+1])`` become ``(-x[2i+1], x[2i])`` (GPT-J style).
+    * 'interleave': pairs ``(x[2i], x[2i+1])`` become ``(-x[2i+1], x[2i])`` (GPT-J style);
+    * ``rotate`` given (a [D, D] matrix in input's dtype): the rotated partner is ``input @ rotate``
+      whatever the mode (op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_rotary_mul.md, which
+      builds the half/interleave matrices in its example); the page gives it no backward.
 
-    ``input`` float16/bfloat16/float32, 4-D (BNSD, BSND or SBND) with an even head dim; ``r1``
-    (cos) and ``r2`` (sin) in input's dtype broadcast to it (e.g. [1, 1, S, D]).  Math is float32
-    with one rounding to input's dtype.
+    ``input`` float16/bfloat16/float32, 4-D (BNSD, BSND or SBND) or 3-D (TND) with an even head dim;
+    ``r1`` (cos) and ``r2`` (sin) in input's dtype broadcast to it (e.g. [1, 1, S, D]).  Math is
+    float32 with one rounding to input's dtype.  Other modes ('quarter' is npu_apply_rotary_pos_emb's)
+    are refused, as torch_npu refuses them.
     """
-    require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
+    if call.rotary_mode not in ROTARY_MODES:
+        raise OpArgumentError(
+            f"rotary_mode={call.rotary_mode}: npu_rotary_mul rotates 'half' or 'interleave' only, and torch_npu "
+            "refuses other modes too ('quarter' is npu_apply_rotary_pos_emb's mode)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,7 +204,7 @@ def npu_rotary_mul(call: Arguments) -> None:
 
 def _apply_rotary_pos_emb_meta(call: Arguments) -> tuple[Out, Out]:
     query, key, layout = call.query, call.key, call.layout
-    _check_rope_input("query", query, FLOAT_DTYPES)
+    _check_rope_input("query", query, FLOAT_DTYPES, call.rotary_mode)
     require_dtype("key", key, (query.dtype,), "(query's dtype)")
     expected_rank = 3 if layout == "TND" else 4
     for name, x in (("query", query), ("key", key)):
@@ -173,13 +221,25 @@ def _apply_rotary_pos_emb_kernel(call: Arguments) -> tuple[torch.Tensor, torch.T
     return rope(call.query, call.cos, call.sin, call.rotary_mode), rope(call.key, call.cos, call.sin, call.rotary_mode)
 
 
-@npu_op(meta=_apply_rotary_pos_emb_meta, kernel=_apply_rotary_pos_emb_kernel, writes_back={"query": 0, "key": 1})
+def _apply_rotary_pos_emb_samples() -> list[SampleCall]:
+    """float16 BSND query and key with per-token tables (the default layout, 'BSH', is read as BSND)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 3, 16, generator=gen).half(), torch.randn(2, 4, 1, 16, generator=gen).half()
+    cos, sin = (torch.randn(2, 4, 1, 16, generator=gen).half() for _ in range(2))
+    return [SampleCall((q, k, cos, sin))]
+
+
+@npu_op(meta=_apply_rotary_pos_emb_meta, kernel=_apply_rotary_pos_emb_kernel, writes_back={"query": 0, "key": 1},
+        samples=_apply_rotary_pos_emb_samples)
 def npu_apply_rotary_pos_emb(call: Arguments) -> None:
     """RoPE on query and key in place: returns ``(query, key)`` after ``x = x * cos + rotate(x) * sin``.
 
     Sources: op-plugin's ApplyRotaryPosEmbNpuOpApi.cpp (aclnnApplyRotaryPosEmb updates query and
-    key in place and returns them; layouts BSND/'BSH', SBND, BNSD, TND) and the RoPE formula of
-    torch_npu.npu_rotary_mul for the 'half' and 'interleave' modes.
+    key in place and returns them; layouts BSND/'BSH', SBND, BNSD, TND; modes 'half', 'quarter' and
+    'interleave', op-plugin's page torch_npu-apply_rotary_pos_emb.md) and the RoPE formula of
+    torch_npu.npu_rotary_mul for 'half' and 'interleave'; 'quarter' rotates each half of the head dim
+    as 'half' rotates the whole (``cat(-x2, x1, -x4, x3)`` of the quarters, ApplyRotaryPosEmb's README
+    in hicann/ops-transformer), so the head dim must be a multiple of 4.
 
     query/key share a dtype (float16/bfloat16/float32) and layout (4-D, or 3-D for TND); cos/sin
     broadcast to both (e.g. [B, S, 1, D] for BSND).  The captured graph holds one functional
@@ -187,7 +247,8 @@ def npu_apply_rotary_pos_emb(call: Arguments) -> None:
     the real op writes them.
     """
     require_choice("layout", call.layout, APPLY_ROPE_LAYOUTS, "the layouts aclnnApplyRotaryPosEmb accepts")
-    require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "'half' rotates halves, 'interleave' pairs")
+    require_choice("rotary_mode", call.rotary_mode, APPLY_ROPE_MODES,
+                   "'half' rotates halves, 'quarter' each half's halves, 'interleave' pairs")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +281,13 @@ def _interleave_rope_kernel(call: Arguments) -> torch.Tensor:
     return interleave_rope(call.x, call.cos, call.sin)
 
 
-@npu_op(meta=_interleave_rope_meta, kernel=_interleave_rope_kernel)
+def _interleave_rope_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 64, generator=gen).bfloat16()
+    return [SampleCall((x, *(torch.randn(2, 1, 4, 64, generator=gen).bfloat16() for _ in range(2))))]
+
+
+@npu_op(meta=_interleave_rope_meta, kernel=_interleave_rope_kernel, samples=_interleave_rope_samples)
 def npu_interleave_rope(call: Arguments) -> None:
     """RoPE on a tensor whose head dim is stored interleaved (DeepSeek MLA's rope part).
 
@@ -311,10 +378,33 @@ def _kv_rmsnorm_rope_cache_kernel(call: Arguments) -> tuple[torch.Tensor, torch.
     )
 
 
+def _kv_rmsnorm_rope_cache_samples() -> list[SampleCall]:
+    """A Norm cache [B, 1, S_cache, D] indexed per batch, and a PA_NZ paged cache written by slot."""
+    gen = torch.Generator().manual_seed(0)
+
+    def bf16(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).bfloat16()
+
+    def zeros(*shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=torch.bfloat16)
+
+    norm = SampleCall(
+        (bf16(2, 1, 3, 576), bf16(512), bf16(2, 1, 3, 64), bf16(2, 1, 3, 64), torch.tensor([[4, 0, 2], [1, 5, 3]]),
+         zeros(2, 1, 6, 64), zeros(2, 1, 6, 512)),
+    )
+    paged = SampleCall(
+        (bf16(4, 1, 1, 48), bf16(32), bf16(4, 1, 1, 16), bf16(4, 1, 1, 16), torch.tensor([17, 0, 31, 5]),
+         zeros(2, 16, 1, 16), zeros(2, 16, 1, 32)),
+        {"cache_mode": "PA_NZ", "is_output_kv": True},
+    )
+    return [norm, paged]
+
+
 @npu_op(
     meta=_kv_rmsnorm_rope_cache_meta,
     kernel=_kv_rmsnorm_rope_cache_kernel,
     writes_back={"k_cache": 0, "ckv_cache": 1},
+    samples=_kv_rmsnorm_rope_cache_samples,
 )
 def npu_kv_rmsnorm_rope_cache(call: Arguments) -> None:
     """MLA's KV path: RMSNorm the latent, RoPE the key part, scatter both into their caches in place.
@@ -370,6 +460,7 @@ def _kv_rmsnorm_rope_cache_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...
     writes_back={"k_cache": 2, "ckv_cache": 3},
     schema_mutates=True,
     unmodeled=("v", "k_cache_dtype", "ckv_cache_dtype"),
+    samples=_kv_rmsnorm_rope_cache_samples,
 )
 def npu_kv_rmsnorm_rope_cache_v2(call: Arguments) -> None:
     """npu_kv_rmsnorm_rope_cache with in-place caches: returns ``(k_embed, y)``, updates k_cache and ckv_cache.
@@ -686,7 +777,41 @@ def _mla_prolog_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tuple(result[name] for name in ("query", "query_rope", "kv_cache", "kr_cache"))
 
 
-@npu_op(meta=_mla_prolog_meta, kernel=_mla_prolog_kernel, writes_back={"kv_cache": 2, "kr_cache": 3})
+def _mla_prolog_inputs() -> tuple[torch.Tensor, ...]:
+    """The unquantised MLA prolog's weights and tables for 3 tokens (hidden 32, 2 heads of 8 + 8 rope, a
+    latent of 16), in torch_npu's argument order up to the cache index."""
+    gen = torch.Generator().manual_seed(0)
+    tokens, hidden, q_rank, heads, nope, rope_dim, kv_rank = 3, 32, 16, 2, 8, 8, 16
+
+    def bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * scale).bfloat16()
+
+    return (
+        bf16(tokens, hidden), bf16(hidden, q_rank, scale=0.3), bf16(q_rank, heads * (nope + rope_dim), scale=0.3),
+        bf16(heads, nope, kv_rank, scale=0.3), bf16(hidden, kv_rank + rope_dim, scale=0.3), bf16(q_rank),
+        bf16(kv_rank), bf16(tokens, rope_dim), bf16(tokens, rope_dim),
+    )
+
+
+def _mla_prolog_caches() -> tuple[torch.Tensor, torch.Tensor]:
+    """A paged latent cache and rope cache of 2 blocks of 4 slots."""
+    return torch.zeros(2, 4, 1, 16, dtype=torch.bfloat16), torch.zeros(2, 4, 1, 8, dtype=torch.bfloat16)
+
+
+def _mla_prolog_samples() -> list[SampleCall]:
+    return [SampleCall((*_mla_prolog_inputs(), torch.tensor([0, 5, 2]), *_mla_prolog_caches()))]
+
+
+def _mla_prolog_v3_samples() -> list[SampleCall]:
+    return [SampleCall((*_mla_prolog_inputs(), *_mla_prolog_caches()), {"cache_index": torch.tensor([0, 5, 2])})]
+
+
+@npu_op(
+    meta=_mla_prolog_meta,
+    kernel=_mla_prolog_kernel,
+    writes_back={"kv_cache": 2, "kr_cache": 3},
+    samples=_mla_prolog_samples,
+)
 def npu_mla_prolog(call: Arguments) -> None:
     """MLA preprocessing (DeepSeek-V2/V3): returns ``(query, query_rope, kv_cache, kr_cache)``.
 
@@ -735,7 +860,12 @@ def _mla_prolog_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     return tuple(result[name] for name in V2_OUTPUTS)
 
 
-@npu_op(meta=_mla_prolog_v2_meta, kernel=_mla_prolog_v2_kernel, writes_back={"kv_cache": 2, "kr_cache": 3})
+@npu_op(
+    meta=_mla_prolog_v2_meta,
+    kernel=_mla_prolog_v2_kernel,
+    writes_back={"kv_cache": 2, "kr_cache": 3},
+    samples=_mla_prolog_samples,
+)
 def npu_mla_prolog_v2(call: Arguments) -> None:
     """npu_mla_prolog with a fifth output, ``dequant_scale_q_nope``: ``(query, query_rope, kv_cache, kr_cache, scale)``.
 
@@ -807,6 +937,7 @@ def _mla_prolog_v3_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     kernel=_mla_prolog_v3_kernel,
     writes_back={"kv_cache": 5, "kr_cache": 6},
     schema_mutates=True,
+    samples=_mla_prolog_v3_samples,
 )
 def npu_mla_prolog_v3(call: Arguments) -> None:
     """MlaProlog v3: ``(query, query_rope, dequant_scale_q_nope, query_norm, dequant_scale_q_norm)``; caches in place.
@@ -916,7 +1047,24 @@ def _mrope_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return _mrope_heads(query, head_size, cos, sin, rotary_mode), _mrope_heads(key, head_size, cos, sin, rotary_mode)
 
 
-@npu_op(meta=_mrope_meta, kernel=_mrope_kernel)
+def _mrope_samples() -> list[SampleCall]:
+    """Text positions [T] and multimodal positions [3, T] with their mrope sections, over a 40-row cos/sin
+    cache rotating the first 32 of each 64-wide head."""
+    gen = torch.Generator().manual_seed(0)
+    tokens, head, rotary, max_pos = 5, 64, 32, 40
+    angles = torch.arange(max_pos, dtype=torch.float32)[:, None] * torch.linspace(0.01, 1.0, rotary // 2)
+    cache = torch.cat((angles.cos(), angles.sin()), dim=-1).bfloat16()
+    query = torch.randn(tokens, 2 * head, generator=gen).bfloat16()
+    key = torch.randn(tokens, head, generator=gen).bfloat16()
+    text = torch.randint(0, max_pos, (tokens,), generator=gen)
+    vision = torch.randint(0, max_pos, (3, tokens), generator=gen)
+    return [
+        SampleCall((text, query, key, cache, head)),
+        SampleCall((vision, query, key, cache, head), {"mrope_section": [4, 6, 6], "rotary_mode": "interleave"}),
+    ]
+
+
+@npu_op(meta=_mrope_meta, kernel=_mrope_kernel, samples=_mrope_samples)
 def npu_mrope(call: Arguments) -> None:
     """RoPE from a cos/sin cache (RopeWithSinCosCache), plain or multimodal: returns new ``(query, key)``.
 

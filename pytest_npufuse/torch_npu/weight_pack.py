@@ -12,7 +12,7 @@ import torch
 from ..errors import OpArgumentError
 from .checks import require_dtype
 from .quant import INT4_PER_INT32, _pack_int4
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Out, SampleCall, npu_op
 
 WEIGHT_DIMS = 2  # the A2/A3 path packs a 2-D (k, n) or (n, k) weight
 
@@ -35,7 +35,13 @@ def _kernel(call: Arguments) -> torch.Tensor:
     return _pack_int4(call.weight)
 
 
-@npu_op(meta=_meta, kernel=_kernel)
+def _samples() -> list[SampleCall]:
+    """A (k, n) weight of int4 levels in [-8, 7]."""
+    levels = torch.randint(-8, 8, (16, 32), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+    return [SampleCall((levels,)), SampleCall((levels, 2))]
+
+
+@npu_op(meta=_meta, kernel=_kernel, samples=_samples)
 def npu_convert_weight_to_int4pack(call: Arguments) -> None:
     """Pack a 2-D int32 tensor of int4 levels eight to an int32: shape ``(k, n) -> (k, n / 8)``.
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NotModeledAttributeError
-from . import configs, core, experimental, ge, ge_concrete_graph, inference, npu_fx_compiler, ops, patterns, scope
+from . import _acl_concrete_graph, configs, core, experimental, ge, ge_concrete_graph, inference, npu_fx_compiler, ops, patterns, scope
+from ._hcom import patch_for_hcom
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
 from .experimental.inference import use_internal_format_weight
@@ -19,13 +20,14 @@ from .patterns.pattern_pass_manager import register_replacement
 
 __all__ = [
     "get_compiler", "get_npu_backend", "CompilerConfig", "logger", "register_replacement", "use_internal_format_weight",
+    "patch_for_hcom",
 ]
 
 # TorchAir's public names we do not model (torchair.__all__ and its submodules); each is refused by name.
 _NOT_MODELED = frozenset(
     {
         "dynamo_export", "register_fx_node_ge_converter",
-        "patch_for_hcom", "npu_format_cast_via_cpu", "llm_datadist",
+        "npu_format_cast_via_cpu", "llm_datadist",
     }
 )
 

@@ -134,21 +134,21 @@ def plan_dump(
 ) -> DataDump | None:
     """The dump one graph writes under ``config`` in ``mode`` (``stream_of``: kernel -> stream), or None."""
     dump = config.dump_config
-    if not dump.enable_dump.value:
+    if not dump.enable_dump.raw:
         return None
-    if dump.dump_data.value == "stats":
+    if dump.dump_data.raw == "stats":
         raise NotModeledError(
             "dump_config.dump_data = 'stats' (per-op statistics in csv) is not modeled by pytest-npufuse; "
             "dump_data = 'tensor' writes the modeled tensors."
         )
-    if dump.dump_config_path.value is not None:
+    if dump.dump_config_path.raw is not None:
         raise NotModeledError(
-            f"dump_config.dump_config_path = {dump.dump_config_path.value!r}: a JSON-configured dump (acl.json) is "
+            f"dump_config.dump_config_path = {dump.dump_config_path.raw!r}: a JSON-configured dump (acl.json) is "
             "not modeled by pytest-npufuse; set dump_mode, dump_layer and dump_step on the config instead."
         )
-    root = Path(dump.dump_path.value) / RANK_DIR
+    root = Path(dump.dump_path.raw) / RANK_DIR
     if mode in ACLGRAPH_MODES:
-        if config.experimental_config.aclgraph._super_kernel_optimize.value:
+        if config.experimental_config.aclgraph._super_kernel_optimize.raw:
             warnings.warn(
                 "When super_kernel_optimize is enabled, the dump_config.enable_dump configuration becomes invalid.",
                 stacklevel=2,
@@ -161,9 +161,9 @@ def plan_dump(
     folder = root / time.strftime("%Y%m%d%H%M%S") / "0" / f"graph_{next(_GE_GRAPH_IDS)}" / "1"
     return DataDump(
         folder,
-        ge_ops=_ge_ops(program, stream_of, dump.dump_layer.value or ""),
-        dump_inputs=dump.dump_mode.value in ("input", "all"),
-        dump_outputs=dump.dump_mode.value in ("output", "all"),
-        steps=_steps(dump.dump_step.value or ""),
+        ge_ops=_ge_ops(program, stream_of, dump.dump_layer.raw or ""),
+        dump_inputs=dump.dump_mode.raw in ("input", "all"),
+        dump_outputs=dump.dump_mode.raw in ("output", "all"),
+        steps=_steps(dump.dump_step.raw or ""),
     )
 

@@ -101,7 +101,7 @@ def write_graph_dump(
 ) -> Path | None:
     """Write the graph dump ``config`` asks for (``stream_of``: each kernel's planned stream), or None when
     it asks for none."""
-    kind = config.debug.graph_dump.type.value
+    kind = config.debug.graph_dump.type.raw
     if kind is None:
         return None
     graph_id = next(_GRAPH_IDS)
@@ -113,7 +113,7 @@ def write_graph_dump(
                 "setting: config.debug.graph_dump.type (TorchAir's own refusal, kept by pytest-npufuse)."
             )
         target = _file(path, "optimized", graph_id, "py")
-        write_text(target, gm.code, "graph dump")
+        write_text(target, gm.print_readable(False), "graph dump")
         return target
     if kind == "py":
         raise NotModeledError(

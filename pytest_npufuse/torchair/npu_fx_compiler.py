@@ -9,9 +9,13 @@ python/torchair/npu_fx_compiler.py). Both model the NPU ``target`` (default: the
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Mapping
+from dataclasses import replace
+from functools import partial
+from typing import Any, Callable, Mapping, Sequence
 
-from ..pipeline.backend import backend_for
+import torch
+
+from ..pipeline.backend import NpuBackend, backend_for
 from .configs.compiler_config import CompilerConfig
 
 __all__ = ["get_npu_backend", "get_compiler"]
@@ -32,10 +36,33 @@ def get_npu_backend(
             DeprecationWarning,
             stacklevel=2,
         )
-    return backend_for(config.graph_options(), target, custom_decompositions)
+    return _backend(config, target, custom_decompositions)
 
 
 def get_compiler(compiler_config: CompilerConfig | None = None, *, target: str | None = None) -> Callable[..., Any]:
     """The compiler of an aten graph (``fw_compiler`` of a user's ``aot_module_simplified``), modeling it
     as ``get_npu_backend(compiler_config=...)`` would."""
-    return backend_for((compiler_config or CompilerConfig()).graph_options(), target).compile_aten
+    return _backend(compiler_config or CompilerConfig(), target, None).compile_aten
+
+
+def _backend(
+    config: CompilerConfig, target: str | None, decompositions: Mapping[Any, Callable[..., Any]] | None
+) -> NpuBackend:
+    """The backend of ``config``, whose FX passes run through :func:`_optimize_fx` as TorchAir's do."""
+    options = replace(config.graph_options(), graph_passes=(partial(_run_optimize_fx, config),))
+    return backend_for(options, target, decompositions)
+
+
+def _run_optimize_fx(config: CompilerConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+    """Look :func:`_optimize_fx` up when each graph compiles: code that wraps it (TorchAir's tests assert
+    on the optimised graph this way) sees every graph."""
+    _optimize_fx(gm, config, example_inputs)
+
+
+def _optimize_fx(gm: torch.fx.GraphModule, config: CompilerConfig, observer: Sequence[Any]) -> torch.fx.GraphModule:
+    """TorchAir's FX optimisation of one aten graph (torchair: python/torchair/npu_fx_compiler.py): here the
+    config's passes as the model runs them (:meth:`CompilerConfig.fx_passes`); TorchAir's built-in
+    passes are not modeled. TorchAir's third argument is its graph observer; the model hands the graph's
+    example inputs, which the user's passes receive."""
+    config.fx_passes(config)(gm, observer)
+    return gm

@@ -74,10 +74,28 @@ def test_an_entry_another_process_changed_meanwhile_is_reported_as_a_conflict(tm
     read = baseline.load_baseline(path)  # this run starts
     baseline.update_baseline(path, read, [("t", "a3", _entry(2.0))], MODEL)  # another run writes t
     update = baseline.update_baseline(path, read, [("t", "a3", _entry(3.0)), ("u", "a3", _entry(1.0))], MODEL)
-    assert update.conflicts == ("t [a3]",)
+    assert update.conflicts == (baseline.Conflict("t", "a3", _entry(1.0), _entry(2.0), _entry(3.0)),)
     assert baseline.load_baseline(path).get("t", "a3") == _entry(3.0)
+    message = update.describe(path)
+    # What happened (the entry, its three values, who won) and what to do.
+    assert str(path) in message and "t [a3]: 1.000 us when this run started, 2.000 us from the other process, " \
+        "3.000 us from this run" in message
+    assert "--npufuse-update-baseline" in message and "python -m pytest_npufuse merge" in message
     same = baseline.update_baseline(path, read, [("t", "a3", _entry(3.0))], MODEL)
-    assert same.results is None and same.conflicts == ()
+    assert same.results is None and same.conflicts == () and same.agreed == ("t [a3]",)
+    assert "the same values as this run for 1 entry (t [a3])" in same.describe(path)
+
+
+def test_a_second_writer_says_what_the_first_wrote_meanwhile_and_that_nothing_was_lost(tmp_path):
+    path = tmp_path / "b.json"
+    read = baseline.load_baseline(path)  # both runs start from no file
+    first = baseline.update_baseline(path, read, [(f"a{n}", "a3", _entry(1.0)) for n in range(7)], MODEL)
+    assert first.describe(path) is None
+    second = baseline.update_baseline(path, read, [("b", "a3", _entry(1.0))], MODEL)
+    assert second.results is not None and second.conflicts == () and second.agreed == ()
+    assert second.kept == tuple(f"a{n} [a3]" for n in range(7))
+    assert "its 7 entries (a0 [a3], a1 [a3], a2 [a3], a3 [a3], a4 [a3], and 2 more) were kept" in second.describe(path)
+    assert sorted(baseline.load_baseline(path).entries) == ["a0", "a1", "a2", "a3", "a4", "a5", "a6", "b"]
 
 
 def _rows(key: str) -> list[dict]:

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_npufuse.calibrate.msprof import read_kernels, read_statistics
 from pytest_npufuse.cli.main import main as cli
 from pytest_npufuse.errors import NpufuseError
 from pytest_npufuse.files import read_json, read_toml
@@ -33,12 +34,16 @@ VALID_BASELINE = (
     b'"profiles": {"a3": "p"}, "simulator": "1"}, "model_version": "v", "schema_version": 1, "tool": "pytest-npufuse"}'
 )
 VALID_RUN = (
-    b'{"entries": {}, "gate": null, "kind": "run", "model": null, "model_version": null, "schema_version": 1, '
+    b'{"entries": {}, "gate": null, "kind": "run", '
+    b'"model": {"catalog": "c", "profiles": {"a3": "p"}, "simulator": "1"}, "model_version": null, "schema_version": 1, '
     b'"summary": {"passed": 1}, "tests": {"t::a": {"npufuse": [{"key": "t::a", "target": "a3", "mode": "m", '
     b'"baseline_us": 2.0, "variant_us": 1.0, "speedup": 2.0, "segments": 1, "streams": 1, "model_version": "v"}], '
     b'"outcome": "passed"}}, "tool": "pytest-npufuse"}'
 )
 VALID_PROFILE = builtin_profile_text("a3").encode("utf-8")
+MSPROF = Path(__file__).resolve().parents[1] / "calibrate" / "data"
+VALID_KERNELS = (MSPROF / "kernel_details.csv").read_bytes()
+VALID_STATISTICS = (MSPROF / "op_statistic.csv").read_bytes()
 VALID_TOML = VALID_PROFILE[:3000]
 
 
@@ -68,6 +73,18 @@ TOML_BYTES = st.one_of(
     st.binary(max_size=400),
     punctuated("[]{}=\"'#.,\n abtx0123456789+-_:TZ\\\u00e9"),
     mutations(VALID_TOML),
+)
+
+
+CSV_TEXT = st.text(alphabet=',;\t"\n\r Step IdNameTypeDuration(us)InputShapes0123456789.eE+-N/A[]\u00e9\x00',
+                   max_size=400)
+CSV_BYTES = st.one_of(
+    st.binary(max_size=400),
+    CSV_TEXT.map(lambda text: text.encode("utf-8")),
+    st.tuples(CSV_TEXT, st.sampled_from(["utf-16", "utf-16-le", "utf-8-sig"])).map(
+        lambda pair: pair[0].encode(pair[1], "surrogatepass")),
+    mutations(VALID_KERNELS),
+    mutations(VALID_STATISTICS),
 )
 
 
@@ -102,6 +119,31 @@ JSON_READERS = {
 @given(data=JSON_BYTES)
 def test_a_json_reader_gives_a_value_or_our_error(reader, data):
     value_or_our_error(JSON_READERS[reader], data, "x.json")
+
+
+def merge_command(path: Path) -> None:
+    """The shard merged with a valid one, into a file beside them (the listing then has one file more
+    when the merge succeeds, so this reader checks what it wrote itself)."""
+    with tempfile.TemporaryDirectory() as folder:
+        other, out = Path(folder) / "other.json", Path(folder) / "out.json"
+        other.write_bytes(VALID_RUN)
+        assert cli(["merge", str(out), str(path), str(other)]) in (0, 2)
+
+
+CSV_READERS = {"kernel_details.csv": read_kernels, "op_statistic.csv": read_statistics}
+
+
+@pytest.mark.parametrize("reader", sorted(CSV_READERS))
+@FUZZ
+@given(data=CSV_BYTES)
+def test_a_csv_reader_gives_rows_or_our_error(reader, data):
+    value_or_our_error(CSV_READERS[reader], data, reader)
+
+
+@FUZZ
+@given(JSON_BYTES)
+def test_merge_gives_a_document_or_our_error(data):
+    value_or_our_error(merge_command, data, "shard.json")
 
 
 @FUZZ

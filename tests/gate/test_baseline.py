@@ -1,10 +1,14 @@
 """The gate's library pieces without pytest runs: judging, merging, atomic writes, the model version."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+from pytest_npufuse.cli.main import main
+from pytest_npufuse.errors import BaselineError
+from pytest_npufuse.files import limits
 from pytest_npufuse.files.atomic import write_text_atomic
 from pytest_npufuse.gate import baseline
 from pytest_npufuse.simulate.version import ModelIdentity
@@ -113,3 +117,54 @@ def test_a_variant_that_does_not_finish_is_judged_and_stored_as_null(tmp_path, b
     assert (change.status, change.numbers()) == (status, numbers)
     assert baseline.Entry.from_json(never_finishes().to_json(), "here") == never_finishes()
     assert never_finishes().to_json()["variant_us"] is None
+
+
+KEY = "cases/t.py::test_x[a/b]"
+AT = '.entries["cases/t.py::test_x[a/b]"].a3'
+
+
+def entry_text(**numbers: str) -> str:
+    fields = {"mode": '"max-autotune"', "baseline_us": "40.0", "variant_us": "30.0", "speedup": "1.3333",
+              "segments": "1", "streams": "1", "model_version": '"v"', **numbers}
+    body = ", ".join(f'"{key}": {value}' for key, value in fields.items())
+    return ('{"tool": "pytest-npufuse", "kind": "baseline", "schema_version": 1, "model_version": null, '
+            f'"model": null, "entries": {{"{KEY}": {{"a3": {{{body}}}}}}}}}')
+
+
+@pytest.mark.parametrize(
+    ("numbers", "key", "bound"),
+    [
+        ({"variant_us": "1e999"}, "variant_us", sys.float_info.max),  # reads as infinity
+        ({"baseline_us": "-1e400"}, "baseline_us", sys.float_info.max),
+        ({"segments": str(10**30)}, "segments", limits.MAX_JSON_INT),
+        ({"streams": "9" * 5000}, "streams", limits.MAX_NUMBER_CHARS),
+        ({"variant_us": "1e300"}, "variant_us", limits.MAX_TIME_US),  # a double, but no modeled run's time
+        ({"speedup": "1e20"}, "speedup", baseline.MAX_SPEEDUP),
+    ],
+)
+def test_a_baseline_with_a_number_past_a_bound_is_refused_naming_file_entry_and_bound(tmp_path, numbers, key, bound):
+    path = tmp_path / "base.json"
+    path.write_text(entry_text(**numbers))
+    with pytest.raises(BaselineError) as caught:
+        baseline.load_baseline(path)
+    error = caught.value
+    assert (error.file, error.entry, error.bound) == (str(path), f"{AT}.{key}", bound)
+    assert path.read_text() == entry_text(**numbers)
+
+
+def test_a_baseline_file_too_large_is_refused_naming_file_and_bound(tmp_path):
+    path = tmp_path / "base.json"
+    with path.open("wb") as handle:
+        handle.truncate(200 * 1024 * 1024)
+    with pytest.raises(BaselineError) as caught:
+        baseline.load_baseline(path)
+    assert (caught.value.file, caught.value.entry, caught.value.bound) == (str(path), None, limits.MAX_JSON_BYTES)
+    assert "200.0 MiB" in str(caught.value)
+
+
+def test_compare_names_the_entry_past_a_bound(tmp_path, capsys):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(entry_text())
+    new.write_text(entry_text(variant_us="1e999"))
+    assert main(["compare", str(old), str(new)]) == 2
+    assert f"{new}: {AT}.variant_us: the number 1e999 is out of the range of a double" in capsys.readouterr().err

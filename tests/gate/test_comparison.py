@@ -71,7 +71,7 @@ def test_markdown_json_csv_and_html_files_say_the_same(tmp_path, capsys):
     assert comment.startswith("## pytest-npufuse: modeled NPU time\n\n**1 case(s) slower** than 0% (1 regressed, 1 unchanged)")
     assert "- **regressed** `t.py::test_a [a3]`: variant 30.000 us -> 38.000 us (+26.67%)" in comment
     assert "  | `Mul (AI_VECTOR_CORE)` | - | 4.500 | +4.500 | 0 -> 1 |" in comment
-    assert "| `t.py::test_b` | a3 | 30.000 | 30.000 | +0.00% | 1.333x | unchanged |" in comment
+    assert "| `t.py::test_b` | `a3` | 30.000 | 30.000 | +0.00% | 1.333x | unchanged |" in comment
 
     data = json.loads(files["json"].read_text())
     assert data["kind"] == "comparison" and data["counts"] == {"regressed": 1, "unchanged": 1}

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 
 from pytest_npufuse.cli.main import main as cli
+from pytest_npufuse.errors import BaselineError
 from pytest_npufuse.gate import baseline
+from pytest_npufuse.gate.merge import merge_documents
 from pytest_npufuse.gate.run_document import run_document, write_run_report
 from pytest_npufuse.simulate.version import ModelIdentity
 
@@ -68,7 +70,8 @@ def test_baselines_of_different_targets_merge_and_keep_both_profiles(tmp_path):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda d: [shard(d / "s1.json", {"t.py::test_a": 30.0}), shard(d / "s2.json", {"t.py::test_a": 30.0})],
+        (lambda d: [shard(d / "s1.json", {"t.py::test_a": 30.0}),
+                    shard(d / "s2.json", {"t.py::test_a": 30.0, "t.py::b": 1.0})],
          "entry t.py::test_a [a3] is in both {d}/s1.json and {d}/s2.json; each shard must run different tests"),
         (lambda d: [shard(d / "s1.json", {"t.py::test_a": 30.0}),
                     shard(d / "s2.json", {"t.py::test_b": 30.0}, ModelIdentity("3", "c" * 16, MODEL.profiles))],
@@ -100,3 +103,57 @@ def test_an_existing_output_is_kept_unless_it_is_an_input_or_forced(tmp_path, ca
     assert "keep.json exists and is not one of the inputs; give a new path, or --force" in capsys.readouterr().err
     assert (tmp_path / "keep.json").read_text() == "mine" and one.read_text() == before
     assert cli(["merge", str(tmp_path / "keep.json"), str(one), "--force"]) == 0
+
+
+def test_a_shard_given_twice_or_copied_is_merged_once_and_said_so(tmp_path, capsys):
+    one = shard(tmp_path / "s1.json", {"t.py::test_a": 30.0})
+    two = shard(tmp_path / "s2.json", {"t.py::test_b": 31.0})
+    copy = tmp_path / "copy-of-s2.json"
+    copy.write_bytes(two.read_bytes())
+    assert cli(["merge", str(tmp_path / "once.json"), str(one), str(two)]) == 0
+    capsys.readouterr()
+    assert cli(["merge", str(tmp_path / "out.json"), str(one), str(two), str(one), str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {one}: the same shard as {one}" in out and f"skipped {copy}: the same shard as {two}" in out
+    assert (tmp_path / "out.json").read_text() == (tmp_path / "once.json").read_text()
+
+
+def run_with_gate(path: Path, tests: dict[str, float], gate: dict | None) -> Path:
+    records = {nodeid: ("passed", [{"key": nodeid, "target": "a3", **entry(us).to_json()}])
+               for nodeid, us in tests.items()}
+    write_run_report(path, run_document(MODEL, records, gate))
+    return path
+
+
+def test_shards_run_with_other_gate_options_are_refused_naming_both(tmp_path):
+    gate = {"file": "base.json", "tolerance_pct": 0.0, "update": False}
+    one = run_with_gate(tmp_path / "s1.json", {"t.py::test_a": 30.0}, gate)
+    two = run_with_gate(tmp_path / "s2.json", {"t.py::test_b": 30.0}, {**gate, "tolerance_pct": 5.0})
+    three = run_with_gate(tmp_path / "s3.json", {"t.py::test_c": 30.0}, None)
+    for other in (two, three):
+        with pytest.raises(BaselineError) as caught:
+            merge_documents([one, other])
+        assert (caught.value.file, caught.value.entry) == (str(other), ".gate")
+        assert str(one) in str(caught.value)
+    document, notes = merge_documents([one, run_with_gate(tmp_path / "s4.json", {"t.py::test_d": 1.0}, gate)])
+    assert document["gate"] == gate and notes == []
+
+
+def test_refusals_name_the_file_and_the_entry_as_fields(tmp_path):
+    one = shard(tmp_path / "s1.json", {"t.py::test_a": 30.0})
+    twice = shard(tmp_path / "s2.json", {"t.py::test_a": 31.0})
+    other_model = shard(tmp_path / "s3.json", {"t.py::test_b": 30.0}, ModelIdentity("3", "c" * 16, MODEL.profiles))
+    for inputs, entry_at in (([one, twice], "t.py::test_a [a3]"), ([one, other_model], ".model")):
+        with pytest.raises(BaselineError) as caught:
+            merge_documents(inputs)
+        assert (caught.value.file, caught.value.entry) == (str(inputs[1]), entry_at)
+
+
+def test_a_run_report_naming_no_model_is_refused_rather_than_its_entries_lost(tmp_path):
+    one = shard(tmp_path / "s1.json", {"t.py::test_a": 30.0})
+    bare = tmp_path / "s2.json"
+    document = json.loads(shard(bare, {"t.py::test_b": 30.0}).read_text())
+    bare.write_text(json.dumps({**document, "model": None}))
+    with pytest.raises(BaselineError) as caught:
+        merge_documents([one, bare])
+    assert (caught.value.file, caught.value.entry) == (str(bare), ".model")

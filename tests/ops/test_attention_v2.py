@@ -62,12 +62,11 @@ def test_v2_refuses_quantisation_and_sinks_by_name() -> None:
         torch_npu.npu_fused_infer_attention_score_v2(q, q, q, num_query_heads=2, input_layout="TND",
                                                      actual_seq_qlen=[2], actual_seq_kvlen=[2],
                                                      learnable_sink=torch.zeros(2, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="key_quant_mode=1 is not implemented"):
-        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, query_quant_mode=3, key_quant_mode=1)
-    with pytest.raises(ValueError, match="dequant_scale_key is given but query_quant_mode=0"):
-        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, dequant_scale_key=torch.ones(1))
-    with pytest.raises(ValueError, match="input_layout='NTD_TND'"):
-        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, input_layout="NTD_TND")
+    with pytest.raises(ValueError, match="key_quant_mode=6 is not implemented"):
+        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, key_quant_mode=6)
+    with pytest.raises(ValueError, match="dequantise an int8 key and value; key is torch.bfloat16"):
+        torch_npu.npu_fused_infer_attention_score_v2(q, q, q, dequant_scale_key=torch.ones(1),
+                                                     dequant_scale_value=torch.ones(1))
 
 
 def test_band_mode_4_keeps_the_window_from_each_batch_bottom_right() -> None:
@@ -162,7 +161,7 @@ def test_v2_reads_fractal_nz_paged_caches_as_their_nd_blocks() -> None:
     assert nz.shape == (heads, tokens, 1, rank) and torch.equal(nz, nd)
     expected = _mla_decode_reference(q_nope[:, 0], q_pe[:, 0], k_nope[:, 0], k_pe[:, 0], table, seq_lens, scale)
     torch.testing.assert_close(nz.double(), expected.to(torch.bfloat16).double(), rtol=2e-2, atol=2e-2)
-    with pytest.raises(ValueError, match="input_layout BNSD does not read NZ caches"):
+    with pytest.raises(ValueError, match="input_layout BNSD reads NZ caches only of int8"):
         torch_npu.npu_fused_infer_attention_score_v2(q_nope.transpose(1, 2), _nz(k_nope), _nz(k_nope),
                                                      query_rope=q_pe.transpose(1, 2),
                                                      key_rope=_nz(k_pe), **{**options, "input_layout": "BNSD_NBSD"})

@@ -3,7 +3,8 @@ calls its backward op), against float64 autograd of the unfused formula.
 
 The kernels take float16/bfloat16/float32 (as torch_npu's), so ``torch.autograd.gradcheck``, which
 needs float64 inputs, cannot run on them; instead each fused gradient, computed in float32, is compared
-with float64 autograd of the documented unfused computation.
+with float64 autograd of the documented unfused computation. npu_confusion_transpose moves values of any
+dtype, so gradcheck checks it directly.
 """
 
 from __future__ import annotations
@@ -133,6 +134,101 @@ def test_fusion_attention_grad_masks(sparse_mode):
     assert_grads([q.grad, k.grad, v.grad], reference_grads(unfused, [q, k, v], grad))
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_grad(approximate):
+    (x,) = leaves(torch.randn(3, 4, 16, generator=GEN) * 3)
+    y = torch_npu.npu_gelu(x, approximate=approximate)
+    grad = torch.randn(y.shape, generator=GEN)
+    y.backward(grad)
+
+    def unfused(x):
+        return torch.nn.functional.gelu(x, approximate=approximate)
+
+    assert_grads([x.grad], reference_grads(unfused, [x], grad))
+
+
+@pytest.mark.parametrize("name", ["npu_fast_gelu", "fast_gelu"])
+def test_fast_gelu_grad(name):
+    (x,) = leaves(torch.randn(5, 16, generator=GEN) * 3)
+    y = getattr(torch_npu, name)(x)
+    grad = torch.randn(y.shape, generator=GEN)
+    y.backward(grad)
+
+    def unfused(x):
+        return x * torch.sigmoid(1.702 * x)
+
+    assert_grads([x.grad], reference_grads(unfused, [x], grad))
+
+
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_swiglu_grad(dim):
+    (x,) = leaves(torch.randn(4, 6, 8, generator=GEN) * 2)
+    y = torch_npu.npu_swiglu(x, dim)
+    grad = torch.randn(y.shape, generator=GEN)
+    y.backward(grad)
+
+    def unfused(x):
+        gate, up = x.chunk(2, dim)
+        return torch.nn.functional.silu(gate) * up
+
+    assert_grads([x.grad], reference_grads(unfused, [x], grad))
+
+
+@pytest.mark.parametrize(("perm", "shape", "transpose_first"), [
+    ([0, 2, 1, 3], [2, 4, 18], True), ([0, 2, 1], [2, 12, 6], False), ([1, 0], [6, 24], False),
+])
+def test_confusion_transpose_gradcheck(perm, shape, transpose_first):
+    """A permute and a reshape are linear and exact in float64, so gradcheck applies."""
+    x = torch.randn(2, 3, 4, 6, dtype=torch.float64, generator=GEN, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: torch_npu.npu_confusion_transpose(x, perm, shape, transpose_first), (x,))
+
+
+@pytest.mark.parametrize("gamma_shape", [(16,), (3, 16)])
+def test_add_layer_norm_grad_flows_from_y_and_the_residual_output(gamma_shape):
+    x1, x2 = leaves(torch.randn(2, 3, 16, generator=GEN), torch.randn(2, 3, 16, generator=GEN))
+    gamma, beta = leaves(torch.rand(gamma_shape, generator=GEN) + 0.5, torch.randn(gamma_shape, generator=GEN))
+    y, _, _, x = torch_npu.npu_add_layer_norm(x1, x2, gamma, beta, 1e-5, True)
+    dy, dx = torch.randn(y.shape, generator=GEN), torch.randn(x.shape, generator=GEN)
+    torch.autograd.backward([y, x], [dy, dx])
+    dims = tuple(range(-len(gamma_shape), 0))
+
+    def unfused(x1, x2, gamma, beta):
+        x = x1 + x2
+        mean = x.mean(dims, keepdim=True)
+        rstd = torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + 1e-5)
+        return (x - mean) * rstd * gamma + beta, x
+
+    doubles = [t.detach().double().requires_grad_() for t in (x1, x2, gamma, beta)]
+    torch.autograd.backward(list(unfused(*doubles)), [dy.double(), dx.double()])
+    assert_grads([x1.grad, x2.grad, gamma.grad, beta.grad], [t.grad for t in doubles])
+
+
+@pytest.mark.parametrize(("group_count", "k_group", "scale"), [(1, 1, 1.0), (4, 2, 2.5)])
+def test_moe_gating_top_k_grad_in_sigmoid_mode(group_count, k_group, scale):
+    """Against float64 autograd of the sigmoid routing: the bias only selects the experts."""
+    x, bias = torch.randn(6, 16, generator=GEN) * 2, torch.randn(16, generator=GEN) * 0.5
+    (leaf,) = leaves(x)
+    y, idx, _ = torch_npu.npu_moe_gating_top_k(leaf, 3, bias=bias, k_group=k_group, group_count=group_count,
+                                               norm_type=1, out_flag=True, routed_scaling_factor=scale)
+    grad = torch.randn(y.shape, generator=GEN)
+    y.backward(grad)
+
+    def unfused(x):
+        scores = torch.sigmoid(x).gather(1, idx.long())
+        return scores / (scores.sum(-1, keepdim=True) + 1e-20) * scale
+
+    assert_grads([leaf.grad], reference_grads(unfused, [leaf], grad))
+
+
+def test_moe_gating_top_k_softmax_mode_has_no_backward_as_in_torch_npu():
+    from pytest_npufuse.errors import OpArgumentError
+
+    (x,) = leaves(torch.randn(4, 8, generator=GEN))
+    y = torch_npu.npu_moe_gating_top_k(x, 2, out_flag=True)[0]
+    with pytest.raises(OpArgumentError, match="norm_type=0"):
+        y.backward(torch.ones_like(y))
+
+
 def test_the_backward_ops_are_declared_with_torch_npu_schemas():
     assert OPS["npu_rms_norm_backward"].schema.startswith("npu_rms_norm_backward(Tensor dy, Tensor self, Tensor gamma")
     assert OPS["npu_rotary_mul_backward"].schema == (
@@ -141,6 +237,12 @@ def test_the_backward_ops_are_declared_with_torch_npu_schemas():
     )
     assert "*, Tensor? pse=None" in OPS["npu_fusion_attention_grad"].schema
     assert OPS["npu_fusion_attention_grad"].schema.endswith("-> (Tensor, Tensor, Tensor, Tensor)")
+    for forward, backward in [("npu_gelu", "npu_gelu_backward"), ("npu_fast_gelu", "npu_fast_gelu_backward"),
+                              ("fast_gelu", "npu_fast_gelu_backward"), ("npu_swiglu", "npu_swiglu_backward"),
+                              ("npu_add_layer_norm", "npu_add_layer_norm_backward"),
+                              ("npu_confusion_transpose", "npu_confusion_transpose_backward"),
+                              ("npu_moe_gating_top_k", "npu_moe_gating_top_k_backward")]:
+        assert OPS[forward].differentiable and not OPS[backward].differentiable
 
 
 def test_a_compiled_training_step_holds_the_grad_ops():

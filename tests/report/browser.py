@@ -104,9 +104,10 @@ class Chromium:
                 capture_output=True, text=True, timeout=TIMEOUT_S, check=True,
             )
 
-    def dom(self, page: Path, fragment: str = "") -> Element:
-        """The page's DOM after its scripts ran, parsed."""
-        return parse_dom(self._run(page.resolve().as_uri() + fragment, "--dump-dom").stdout)
+    def dom(self, page: Path, fragment: str = "", size: tuple[int, int] | None = None) -> Element:
+        """The page's DOM after its scripts ran, parsed; laid out in a window of ``size`` pixels if given."""
+        window = (f"--window-size={size[0]},{size[1]}",) if size else ()
+        return parse_dom(self._run(page.resolve().as_uri() + fragment, *window, "--dump-dom").stdout)
 
     def screenshot(self, page: Path, png: Path, width: int = 1280, height: int = 900, fragment: str = "") -> Path:
         self._run(page.resolve().as_uri() + fragment, f"--window-size={width},{height}", f"--screenshot={png.resolve()}")

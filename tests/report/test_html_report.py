@@ -12,7 +12,7 @@ import struct
 
 import pytest
 import torch
-from browser import Chromium, Element, find_chromium, parse_dom
+from browser import Element, parse_dom
 
 from pytest_npufuse import compare
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, case_report
@@ -108,14 +108,6 @@ def test_two_dies(npufuse):
 
 # The line of ``y = y + 1.0`` in MODELS, as the scope-break list must cite it.
 ADD_LINE = MODELS.lstrip("\n").splitlines().index("            y = y + 1.0") + 1
-
-
-@pytest.fixture(scope="session")
-def chromium() -> Chromium:
-    executable = find_chromium()
-    if executable is None:
-        pytest.skip("headless Chromium is not installed (apt-get install chromium; .ci/run installs it when absent)")
-    return Chromium(executable)
 
 
 @pytest.fixture

@@ -126,6 +126,40 @@ def test_traces_of_clashing_ids_land_in_their_own_directories(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(root.name for root in roots)
 
 
+PUNCTUATION_IDS = ["a-b", "a_b", "a.b", "a b", "a/b", "a:b", "A-b"]
+
+
+def test_tests_whose_ids_differ_only_in_punctuation_each_keep_their_own_traces(pytester):
+    """Under pytest, through --npufuse-trace-dir: each test's check writes its own complete set of traces,
+    and each trace is that test's (its kernel count is the test's own number of matmuls)."""
+    pytester.makepyfile(test_ids=f'''
+import pytest
+import torch
+
+IDS = {PUNCTUATION_IDS!r}
+
+
+@pytest.mark.parametrize("n", range(len(IDS)), ids=IDS)
+def test_t(npufuse, n):
+    def model(a):
+        for _ in range(n + 1):
+            a = a @ a
+        return a
+    report = npufuse.check(model, torch.ones(8, 8))
+    with open(report.trace_path + ".owner", "w") as owner:
+        owner.write(str(n + 1))
+''')
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--npufuse-trace-dir=traces")
+    result.assert_outcomes(passed=len(PUNCTUATION_IDS))
+    roots = sorted(path for path in (pytester.path / "traces").iterdir() if path.is_dir())
+    assert len(roots) == len(PUNCTUATION_IDS)
+    for root in roots:
+        matmuls = int(Path(f"{root}.owner").read_text())
+        trace = json.loads((root / "variant" / "trace_view.json").read_text())
+        assert sum(e["ph"] == "X" and e["cat"] == "kernel" for e in trace["traceEvents"]) == matmuls
+        assert all((root / variant / "kernel_details.csv").is_file() for variant in ("baseline", "variant"))
+
+
 def test_a_trace_directory_that_is_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "traces"
     blocker.write_text("not a directory")

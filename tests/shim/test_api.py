@@ -248,8 +248,11 @@ def test_shim_maps_torchair_and_torch_npu_and_their_submodules(shim):
     assert importlib.import_module("torchair.npu_fx_compiler").get_npu_backend is torchair.get_npu_backend
     graph_pass = importlib.import_module("torchair._acl_concrete_graph.graph_pass")
     assert graph_pass.inplaceable_npu_ops is importlib.import_module("npugraph_ex._acl_concrete_graph.graph_pass").inplaceable_npu_ops
-    with pytest.raises(ModuleNotFoundError, match="shim does not model torchair._acl_concrete_graph.fx2acl_converter"):
-        importlib.import_module("torchair._acl_concrete_graph.fx2acl_converter")
+    acl_concrete_graph = importlib.import_module("torchair._acl_concrete_graph.fx2acl_converter").AclConcreteGraph
+    with pytest.raises(NotModeledError, match="fx2acl_converter.AclConcreteGraph.__call__ is TorchAir's internal machinery"):
+        acl_concrete_graph.__call__(None)
+    with pytest.raises(ModuleNotFoundError, match="shim does not model torchair._acl_concrete_graph.acl_graph"):
+        importlib.import_module("torchair._acl_concrete_graph.acl_graph")
     with pytest.raises(NotModeledError, match="torchair.ge.Tensor is not modeled"):
         importlib.import_module("torchair.ge").Tensor  # noqa: B018
     assert "shim active: torchair -> pytest_npufuse.torchair" in shim.describe()

@@ -60,10 +60,11 @@ def test_npugraph_ex_config_checks_and_maps_its_options_to_torchair(shim):
     config.inplace_pass = False
     config.super_kernel_optimize = True
     assert config.clone_input.value is False and config.as_dict()[0]["inplace_pass"] is False
+    assert config.capture_limit.value == "64"  # npugraph_ex's values are text, its booleans booleans
     tree = config.torchair_config()
-    assert tree.run_mode == "npugraph_ex" and tree.debug.aclgraph.clone_input.value is False
-    assert tree.debug.aclgraph.disable_reinplace_inplaceable_ops_pass.value is True  # inverted, as TorchAir maps it
-    assert tree.experimental_config.aclgraph._super_kernel_optimize.value is True
+    assert tree.run_mode == "npugraph_ex" and tree.debug.aclgraph.clone_input.value == "0"  # TorchAir's text
+    assert tree.debug.aclgraph.disable_reinplace_inplaceable_ops_pass.raw is True  # inverted, as TorchAir maps it
+    assert tree.experimental_config.aclgraph._super_kernel_optimize.raw is True
     with pytest.raises(ConfigError, match="not in optional list"):
         config.capture_error_mode = "strict"
     with pytest.raises(ConfigError, match="Please set value in \\[1, "):
@@ -247,8 +248,10 @@ def test_torchair_module_tree_and_compatibility_names(shim):
     importlib.import_module("torchair.ge_concrete_graph.ge_converter.experimental.hcom_allgather")
     assert get_npu_backend is torchair.get_npu_backend and get_compiler is torchair.get_compiler
     assert importlib.import_module("torchair.inference").__path__
-    with pytest.raises(ModuleNotFoundError, match="does not model torchair.inference._cache_compiler"):
-        importlib.import_module("torchair.inference._cache_compiler")
+    cache = importlib.import_module("torchair.inference._cache_compiler")
+    assert cache.cache_compile is torchair.inference.cache_compile
+    with pytest.raises(NotModeledError, match="_cache_compiler.CompiledModel.load is TorchAir's internal machinery"):
+        cache.CompiledModel.load("cache.bin")
     with pytest.raises(NotModeledError, match="ge_concrete_graph.fx2ge_converter.register_fx_node_ge_converter"):
         register_fx_node_ge_converter(torch.ops.aten.add.Tensor)
     with pytest.raises(NotModeledError, match="torchair.ge_concrete_graph.ge_graph.Tensor.dtype is not modeled"):
@@ -406,6 +409,7 @@ def test_dumps_the_model_does_not_write_are_refused_by_name(shim, tmp_path):
     with pytest.raises(Exception, match="dump_data = 'stats' .* is not modeled"):
         _dumped(config, tmp_path)
     config = torchair.CompilerConfig()
+    (tmp_path / "acl.json").write_text("{}")
     config.dump_config.dump_config_path = str(tmp_path / "acl.json")
     with pytest.raises(Exception, match="dump_config_path = .* is not modeled"):
         _dumped(config, tmp_path)
@@ -484,6 +488,7 @@ def test_graph_dump_types_a_mode_cannot_write_are_refused(shim, tmp_path):
     with pytest.warns(ScopeIgnoredWarning, match="ignored in npugraph_ex mode"):
         (dump,) = _graph_dump("py", "npugraph_ex", tmp_path)
     assert dump.name.startswith("dynamo_optimized_graph_") and "torch.ops.aten.mm.default" in dump.read_text()
+    assert "code: " in dump.read_text()  # TorchAir writes print_readable: each node with its source line
     with pytest.warns(ScopeIgnoredWarning, match="ignored in reduce-overhead mode"):
         with pytest.warns(DeprecationWarning, match='"reduce-overhead" mode configuration will be deprecated'):
             with pytest.raises(Exception, match="Graph dump for aclGraph only support 'py' type, but got: pbtxt"):

@@ -5,3 +5,7 @@ from __future__ import annotations
 
 from ...torchair._reinplace import *
 from ...torchair._reinplace import __all__  # noqa: F401
+from ...torchair._internal import refused_function
+
+# As torchair's: reinplacing of functional aten ops is not reproduced.
+_reinplace_inplaceable_ops_pass = refused_function("npugraph_ex._acl_concrete_graph.graph_pass._reinplace_inplaceable_ops_pass")

@@ -11,7 +11,8 @@ body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif
 h1{font-size:20px;margin:0 0 8px}h2{font-size:15px;margin:24px 0 6px;font-family:monospace}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#f0f0f0;cursor:pointer;user-select:none;white-space:nowrap}td{white-space:nowrap}
-td:first-child,th:first-child{text-align:left}#summary td:first-child{white-space:normal;overflow-wrap:anywhere;max-width:460px}
+td:first-child,th:first-child{text-align:left}td:first-child{white-space:normal;overflow-wrap:anywhere;max-width:460px}
+h1,h2,.facts,.findings,.message,.reason pre,.overlap,dl.env dd{overflow-wrap:anywhere}
 th.sorted-asc::after{content:" \\25B2"}th.sorted-desc::after{content:" \\25BC"}
 .v-passed,.g-unchanged,.g-improved{color:#1a7f37}.v-failed,.v-error,.g-regressed{color:#c62828;font-weight:600}
 .v-skipped,.v-xfailed,.g-new{color:#8a6d00}

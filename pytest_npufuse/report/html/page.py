@@ -8,11 +8,11 @@ benchmark read.
 
 from __future__ import annotations
 
-from html import escape
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ...files import write_text
+from ..escaping import html_text
 from .assets import SCRIPT, STYLE
 from .timeline import case_svg
 
@@ -24,9 +24,9 @@ _SUMMARY_COLUMNS = (
 
 
 def _cell(value: Any, text: str | None = None, cls: str = "") -> str:
-    shown = escape(text if text is not None else ("" if value is None else str(value)))
-    sort = escape("" if value is None else str(value))
-    attribute = f' class="{cls}"' if cls else ""
+    shown = html_text(text if text is not None else ("" if value is None else str(value)))
+    sort = html_text("" if value is None else str(value))
+    attribute = f' class="{html_text(cls)}"' if cls else ""
     return f'<td data-v="{sort}"{attribute}>{shown}</td>'
 
 
@@ -48,7 +48,7 @@ def _summary_row(index: int, view: Mapping[str, Any]) -> str:
     gate = view["gate"]["status"] if view["gate"] else ""
     verdict = view.get("verdict", "")
     cells = [
-        f'<td data-v="{escape(view["case"])}"><a href="#case-{index}">{escape(view["case"])}</a></td>',
+        f'<td data-v="{html_text(view["case"])}"><a href="#case-{index}">{html_text(view["case"])}</a></td>',
         _cell(view["target"]), _cell(view["mode"]),
         _cell(baseline["time_us"], _time(baseline["time_us"])), _cell(variant["time_us"], _time(variant["time_us"])),
         _cell(view["speedup"], "" if view["speedup"] is None else f"{view['speedup']:.3f}x"),
@@ -56,13 +56,13 @@ def _summary_row(index: int, view: Mapping[str, Any]) -> str:
         _cell(_precision(view)),
         _cell(gate, cls=f"g-{gate}" if gate else ""), _cell(verdict, cls=f"v-{verdict}" if verdict else ""),
     ]
-    return f'<tr data-case="{escape(view["case"])}" data-status="{_status(view)}">{"".join(cells)}</tr>'
+    return f'<tr data-case="{html_text(view["case"])}" data-status="{_status(view)}">{"".join(cells)}</tr>'
 
 
 def _status(view: Mapping[str, Any]) -> str:
     """The words the summary's filter buttons match: the test's verdict and the gate's status."""
     gate = view["gate"]["status"] if view["gate"] else ""
-    return escape(" ".join(word for word in (view.get("verdict", ""), gate) if word))
+    return html_text(" ".join(word for word in (view.get("verdict", ""), gate) if word))
 
 
 def _toolbar(views: Sequence[Mapping[str, Any]]) -> str:
@@ -73,14 +73,14 @@ def _toolbar(views: Sequence[Mapping[str, Any]]) -> str:
         for word in _status(view).split():
             counts[word] = counts.get(word, 0) + 1
     buttons = "".join(
-        f'<button type="button" data-filter="{escape(word)}">{n} {escape(word)}</button>' for word, n in sorted(counts.items())
+        f'<button type="button" data-filter="{html_text(word)}">{n} {html_text(word)}</button>' for word, n in sorted(counts.items())
     )
     return (f'<div class="toolbar"><span id="shown">{len(views)}</span> of {len(views)} check(s) shown {buttons}'
             '<input id="search" type="search" placeholder="search case ids" aria-label="search case ids"></div>')
 
 
 def _summary(views: Sequence[Mapping[str, Any]]) -> str:
-    head = "".join(f'<th data-key="{key}">{escape(label)}</th>' for key, label in _SUMMARY_COLUMNS)
+    head = "".join(f'<th data-key="{key}">{html_text(label)}</th>' for key, label in _SUMMARY_COLUMNS)
     rows = "".join(_summary_row(i, view) for i, view in enumerate(views))
     return f'<table id="summary" class="sortable"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
@@ -93,12 +93,12 @@ def _scopes(view: Mapping[str, Any]) -> str:
         return ""
     items = []
     for scope in view["scopes"]:
-        text = (f'<b>{escape(scope["scope"])}</b>: {escape(scope["outcome"])}, {scope["segments"]} segment(s), '
+        text = (f'<b>{html_text(scope["scope"])}</b>: {html_text(scope["outcome"])}, {scope["segments"]} segment(s), '
                 f'block dim {scope["block_dim"]}')
         if scope["reason"]:
-            text += f' — {escape(scope["reason"])}'
+            text += f' — {html_text(scope["reason"])}'
         breaks = "".join(_break_site(b) for b in scope["breaks"])
-        items.append(f'<li class="scope" data-scope="{escape(scope["scope"])}">{text}{f"<ul>{breaks}</ul>" if breaks else ""}</li>')
+        items.append(f'<li class="scope" data-scope="{html_text(scope["scope"])}">{text}{f"<ul>{breaks}</ul>" if breaks else ""}</li>')
     shown = " open" if len(items) <= _OPEN_LIMIT else ""
     return (f'<details class="scopes-block"{shown}><summary><b>SuperKernel scopes</b> ({len(items)})</summary>'
             f'<ul class="scopes">{"".join(items)}</ul></details>')
@@ -106,15 +106,15 @@ def _scopes(view: Mapping[str, Any]) -> str:
 
 def _break_site(site: Mapping[str, str]) -> str:
     """The op that broke a scope, with the user's source line it came from and why it cannot be fused."""
-    where = f" at <code>{escape(site['source'])}</code>" if site["source"] else ""
-    why = f'<div class="note why">{escape(site["why"])}</div>' if site.get("why") else ""
-    return f'<li class="break-site">broken by <b>{escape(site["op_type"])}</b> ({escape(site["kernel"])}){where}{why}</li>'
+    where = f" at <code>{html_text(site['source'])}</code>" if site["source"] else ""
+    why = f'<div class="note why">{html_text(site["why"])}</div>' if site.get("why") else ""
+    return f'<li class="break-site">broken by <b>{html_text(site["op_type"])}</b> ({html_text(site["kernel"])}){where}{why}</li>'
 
 
 def _races(view: Mapping[str, Any]) -> str:
-    lines = [f'<li class="race-item">{escape(race["text"])}</li>' for race in view["races"]]
+    lines = [f'<li class="race-item">{html_text(race["text"], multiline=True)}</li>' for race in view["races"]]
     if view["deadlock"]:
-        lines.append(f'<li class="race-item">{escape(view["deadlock"])}</li>')
+        lines.append(f'<li class="race-item">{html_text(view["deadlock"], multiline=True)}</li>')
     if not lines:
         return ""
     shown = " open" if len(lines) <= _OPEN_LIMIT else ""
@@ -141,8 +141,8 @@ def _side_by_side(
 def _table(title: str, cls: str, head: Sequence[str], rows: Sequence[str]) -> str:
     if not rows:
         return ""
-    heads = "".join(f"<th>{escape(h)}</th>" for h in head)
-    return (f'<div><h3>{escape(title)}</h3><table class="sortable {cls}"><thead><tr>{heads}</tr></thead>'
+    heads = "".join(f"<th>{html_text(h)}</th>" for h in head)
+    return (f'<div><h3>{html_text(title)}</h3><table class="sortable {cls}"><thead><tr>{heads}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
@@ -160,7 +160,7 @@ def _modules(view: Mapping[str, Any]) -> str:
     columns = (("total_us", "{:.2f}"), ("self_us", "{:.2f}"), ("ratio_pct", "{:.1f}%"))
     depth = {row["path"]: row["depth"] for run in view["runs"] for row in run["modules"]}
     rows = [
-        f'<tr><td data-v="{escape(path)}" style="padding-left:{6 + 12 * depth[path]}px">{escape(path)}</td>{"".join(cells)}</tr>'
+        f'<tr><td data-v="{html_text(path)}" style="padding-left:{6 + 12 * depth[path]}px">{html_text(path)}</td>{"".join(cells)}</tr>'
         for path, cells in _side_by_side(view, "modules", lambda row: row["path"], columns)
     ]
     head = ("module", "baseline us", "self", "share", "variant us", "self", "share")
@@ -171,7 +171,7 @@ def _overlap(view: Mapping[str, Any]) -> str:
     """msprof's overlap analysis of each run, on one line."""
     parts = [f'{run["variant"].upper()}: ' + ", ".join(f"{name} {share:.1f}%" for name, share in run["overlap"].items())
              for run in view["runs"] if run["overlap"]]
-    return f'<p class="overlap">{escape("; ".join(parts))}</p>' if parts else ""
+    return f'<p class="overlap">{html_text("; ".join(parts))}</p>' if parts else ""
 
 
 _LEGEND = (
@@ -188,19 +188,19 @@ _LEGEND = (
 
 def _case(index: int, view: Mapping[str, Any]) -> str:
     gate = view["gate"]
-    facts = [f"<span>{escape(view['summary'])}</span>"]
+    facts = [f"<span>{html_text(view['summary'])}</span>"]
     if view.get("verdict"):
-        facts.append(f'<span class="v-{escape(view["verdict"])}">test {escape(view["verdict"])}</span>')
+        facts.append(f'<span class="v-{html_text(view["verdict"])}">test {html_text(view["verdict"])}</span>')
     if gate:
-        facts.append(f'<span class="gate g-{escape(gate["status"])}">gate: {escape(gate["status"])} — {escape(gate["text"])}</span>')
-    mismatches = "".join(f"<li>{escape(m)}</li>" for m in view["mismatches"])
-    failures = "".join(f'<p class="failure"><b>{run["variant"].upper()} does not finish:</b> {escape(run["failure"])}</p>'
+        facts.append(f'<span class="gate g-{html_text(gate["status"])}">gate: {html_text(gate["status"])} — {html_text(gate["text"])}</span>')
+    mismatches = "".join(f"<li>{html_text(m)}</li>" for m in view["mismatches"])
+    failures = "".join(f'<p class="failure"><b>{html_text(run["variant"].upper())} does not finish:</b> {html_text(run["failure"], multiline=True)}</p>'
                        for run in view["runs"] if run["failure"])
-    failures += "".join(f'<p class="note stream-note">{escape(note)}</p>' for note in view.get("stream_notes", ()))
-    message = f'<pre class="message">{escape(view["message"])}</pre>' if view.get("message") else ""
+    failures += "".join(f'<p class="note stream-note">{html_text(note)}</p>' for note in view.get("stream_notes", ()))
+    message = f'<pre class="message">{html_text(view["message"], multiline=True)}</pre>' if view.get("message") else ""
     return (
-        f'<section class="case" id="case-{index}" data-case="{escape(view["case"])}" data-status="{_status(view)}">'
-        f'<h2>{escape(view["case"])}</h2><div class="facts">{"".join(facts)}</div>{message}'
+        f'<section class="case" id="case-{index}" data-case="{html_text(view["case"])}" data-status="{_status(view)}">'
+        f'<h2>{html_text(view["case"])}</h2><div class="facts">{"".join(facts)}</div>{message}'
         f'{case_svg(view, str(index))}{_ZOOM_BAR}<div class="below"><div class="findings">{failures}{_scopes(view)}{_races(view)}'
         f'{f"<h3>Outputs that differ</h3><ul>{mismatches}</ul>" if mismatches else ""}</div>'
         f'{_op_types(view)}{_modules(view)}</div>{_overlap(view)}</section>'
@@ -218,7 +218,7 @@ def _environment(environment: Mapping[str, str]) -> str:
     """What produced the numbers: versions, profile digests, model version, commit."""
     if not environment:
         return ""
-    rows = "".join(f"<dt>{escape(name)}</dt><dd>{escape(value)}</dd>" for name, value in environment.items())
+    rows = "".join(f"<dt>{html_text(name)}</dt><dd>{html_text(value)}</dd>" for name, value in environment.items())
     return f'<details class="environment" open><summary><b>Environment</b></summary><dl class="env">{rows}</dl></details>'
 
 
@@ -228,10 +228,10 @@ def _other_tests(tests: Sequence[Mapping[str, str]]) -> str:
     if not tests:
         return ""
     rows = "".join(
-        f'<tr data-case="{escape(test["nodeid"])}" data-status="{escape(test["outcome"])}">'
-        f'<td data-v="{escape(test["nodeid"])}">{escape(test["nodeid"])}</td>'
+        f'<tr data-case="{html_text(test["nodeid"])}" data-status="{html_text(test["outcome"])}">'
+        f'<td data-v="{html_text(test["nodeid"])}">{html_text(test["nodeid"])}</td>'
         f'{_cell(test["outcome"], cls="v-" + test["outcome"])}'
-        f'<td class="reason" data-v="{escape(test["message"])}"><pre>{escape(test["message"])}</pre></td></tr>'
+        f'<td class="reason" data-v="{html_text(test["message"])}"><pre>{html_text(test["message"], multiline=True)}</pre></td></tr>'
         for test in tests
     )
     return (f'<h2 id="other-tests">Tests without a check ({len(tests)})</h2><table id="other" class="sortable">'
@@ -250,8 +250,8 @@ def render_page(
     cases = "".join(_case(i, view) for i, view in enumerate(views))
     empty = "" if views else '<p class="note">No npufuse.check() ran in this session.</p>'
     return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-        f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>{_environment(environment or {})}"
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html_text(title)}</title>'
+        f"<style>{STYLE}</style></head><body><h1>{html_text(title)}</h1>{_environment(environment or {})}"
         f'<p class="note">{len(views)} check(s). Times are modeled, in microseconds; click a column to sort.</p>'
         f"{_toolbar(views)}{_summary(views)}{empty}{_other_tests(tests)}{_LEGEND}{cases}"
         f"<script>{SCRIPT}</script></body></html>\n"

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from html import escape
 from typing import Any, Iterable, Sequence
 
 from ...simulate.timeline import SUPERKERNEL_OP
+from ..escaping import html_text, visible
 
 LABEL_PX = 190
 AXIS_PX = 1000
@@ -27,6 +27,7 @@ AXIS_TOP_PX = 24
 MIN_PX = 1.0
 _SUB_INSET = 4
 _TITLE_CHARS = 150
+_LABEL_CHARS = 27  # 11px monospace characters that fit in LABEL_PX beside the 8px margin
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,15 @@ def _group(spans: Iterable[tuple[float, float, int]], keep: set[int]) -> list[tu
     return groups
 
 
+def _lane_label(label: str, y: float) -> str:
+    """A lane's name in the space left of the plot: a stream tag too long for it is cut with '…' (the
+    whole name is its tooltip), so it never runs over the kernels."""
+    shown = visible(label)
+    shown = shown if len(shown) <= _LABEL_CHARS else shown[: _LABEL_CHARS - 1] + "…"
+    return (f'<text x="8" y="{_fmt(y + LANE_PX - 7)}" class="lane-label">{html_text(shown)}'
+            f'<title>{html_text(label)}</title></text>')
+
+
 class _RunDrawing:
     """The SVG elements of one run, laid out from ``top``."""
 
@@ -126,15 +136,15 @@ class _RunDrawing:
         return None
 
     def draw(self, breaks_by_kernel: dict[str, str]) -> list[str]:
-        variant = escape(self.run["variant"])
-        parts = [f'<g class="run" data-variant="{variant}">',
-                 f'<text x="4" y="{_fmt(self.top + TITLE_PX - 6)}" class="run-title">{variant.upper()}'
+        variant = self.run["variant"]
+        parts = [f'<g class="run" data-variant="{html_text(variant)}">',
+                 f'<text x="4" y="{_fmt(self.top + TITLE_PX - 6)}" class="run-title">{html_text(variant.upper())}'
                  f'{self._subtitle()}</text>']
         for lane, info in enumerate(self.run["lanes"]):
             y = self.lane_y(lane)
-            parts.append(f'<g class="lane" data-kind="{info["kind"]}" data-label="{escape(info["label"])}">')
+            parts.append(f'<g class="lane" data-kind="{html_text(info["kind"])}" data-label="{html_text(info["label"])}">')
             parts.append(f'<rect x="0" y="{_fmt(y)}" width="{LABEL_PX + AXIS_PX}" height="{LANE_PX}" class="lane-bg"/>')
-            parts.append(f'<text x="8" y="{_fmt(y + LANE_PX - 7)}" class="lane-label">{escape(info["label"])}</text>')
+            parts.append(_lane_label(info["label"], y))
             parts.append(f'<g clip-path="url(#{self.clip})"><g class="zoomable">')
             parts.extend(self._lane_kernels(lane, y, breaks_by_kernel))
             parts.extend(self._lane_host(lane, y))
@@ -150,8 +160,8 @@ class _RunDrawing:
         run = self.run
         if run["failure"]:
             why = run["failure"] if len(run["failure"]) <= _TITLE_CHARS else run["failure"][: _TITLE_CHARS - 1] + "…"
-            return f" — does not finish: {escape(why)}"
-        return f" — {run['time_us']} us ({escape(run['execution'])}, {escape(run['bound'])}-bound)"
+            return f" — does not finish: {html_text(why)}"
+        return f" — {run['time_us']} us ({html_text(run['execution'])}, {html_text(run['bound'])}-bound)"
 
     def _spans(self, indices: Iterable[int]) -> list[tuple[float, float, int]]:
         x = self.scale.x
@@ -162,7 +172,7 @@ class _RunDrawing:
         page's script shows each one that fits its box at the current zoom, cut with '…' if needed."""
         parts = [
             f'<text class="name{" sub-name" if sub else ""}" y="{_fmt(baseline)}" data-x0="{_fmt(x0)}" '
-            f'data-x1="{_fmt(x1)}">{escape(name)}</text>'
+            f'data-x1="{_fmt(x1)}">{html_text(name)}</text>'
             for name, x0, x1, baseline, sub in self._named
         ]
         self._named.clear()
@@ -185,9 +195,9 @@ class _RunDrawing:
     def _superkernel(self, index: int, x0: float, x1: float, y: float, breaks_by_kernel: dict[str, str]) -> str:
         kernel = self.kernels[index]
         subs = self.children.get(index, [])
-        parts = [f'<g class="superkernel" data-name="{escape(kernel[0])}" data-subkernels="{len(subs)}">',
+        parts = [f'<g class="superkernel" data-name="{html_text(kernel[0])}" data-subkernels="{len(subs)}">',
                  f'<rect x="{_fmt(x0)}" y="{_fmt(y + 1)}" width="{_fmt(x1 - x0)}" height="{LANE_PX - 2}" class="sk">'
-                 f'<title>{escape(kernel[0])}: SuperKernel of {len(subs)} sub-kernels, {_fmt(kernel[4] - kernel[3])} us, '
+                 f'<title>{html_text(kernel[0])}: SuperKernel of {len(subs)} sub-kernels, {_fmt(kernel[4] - kernel[3])} us, '
                  f'block dim {kernel[5]}</title></rect>']
         inner_y, inner_h = y + _SUB_INSET, LANE_PX - 2 * _SUB_INSET
         for s0, s1, members in _group(self._spans(subs), self.keep):
@@ -200,7 +210,7 @@ class _RunDrawing:
 
     def _box(self, kernel: list[Any], x0: float, x1: float, y: float, h: float, cls: str, breaks_by_kernel: dict[str, str]) -> str:
         name, op_type, _, start, end, dim, engine, _ = kernel
-        classes = f"{cls} e-{escape(engine)}"
+        classes = f"{cls} e-{html_text(engine)}"
         tip = f"{name} ({op_type}) {start}–{end} us, {_fmt(end - start)} us, block dim {dim}, {engine}"
         if name in breaks_by_kernel:
             classes += " break"
@@ -208,7 +218,7 @@ class _RunDrawing:
         width = max(x1 - x0, 2.0 if name in self.keep else MIN_PX)
         self._named.append((name, x0, x1, y + h - (3 if cls == "sub" else 5), cls == "sub"))
         return (f'<rect x="{_fmt(x0)}" y="{_fmt(y)}" width="{width:.2f}" height="{h}" class="{classes}" '
-                f'data-name="{escape(name)}"><title>{escape(tip)}</title></rect>')
+                f'data-name="{html_text(name)}"><title>{html_text(tip)}</title></rect>')
 
     def _aggregate(self, x0: float, x1: float, y: float, h: float, members: list[int]) -> str:
         """One box for kernels that share a pixel, coloured by the engine that spends most time in it."""
@@ -220,7 +230,7 @@ class _RunDrawing:
         engine = max(sorted(busy), key=busy.__getitem__)
         tip = f"{len(members)} kernels narrower than a pixel, {first[0]} … {last[0]}, {first[3]}–{last[4]} us"
         return (f'<rect x="{_fmt(x0)}" y="{_fmt(y)}" width="{max(x1 - x0, MIN_PX):.2f}" height="{h}" '
-                f'class="agg e-{escape(engine)}" data-count="{len(members)}"><title>{escape(tip)}</title></rect>')
+                f'class="agg e-{html_text(engine)}" data-count="{len(members)}"><title>{html_text(tip)}</title></rect>')
 
     def _lane_host(self, lane: int, y: float) -> list[str]:
         x = self.scale.x
@@ -234,7 +244,7 @@ class _RunDrawing:
                 continue
             name, _, start, end = pieces[members[0]]
             parts.append(f'<rect x="{_fmt(x0)}" y="{_fmt(y + 2)}" width="{max(x1 - x0, MIN_PX):.2f}" height="{LANE_PX - 4}" '
-                         f'class="host"><title>{escape(f"{name} {start}–{end} us")}</title></rect>')
+                         f'class="host"><title>{html_text(f"{name} {start}–{end} us")}</title></rect>')
         return parts
 
     def event_arrows(self) -> list[str]:
@@ -243,7 +253,7 @@ class _RunDrawing:
             x1, y1 = self.scale.x(record_end), self.lane_y(record_lane) + LANE_PX / 2
             x2, y2 = self.scale.x(wait_end), self.lane_y(wait_lane) + LANE_PX / 2
             parts.append(f'<path d="M{_fmt(x1)} {_fmt(y1)} L{_fmt(x2)} {_fmt(y2)}" class="arrow event" '
-                         f'marker-end="url(#arrow-event)"><title>{escape(f"event {name}: record -> wait")}</title></path>')
+                         f'marker-end="url(#arrow-event)"><title>{html_text(f"event {name}: record -> wait")}</title></path>')
         return parts
 
 
@@ -259,8 +269,8 @@ def _race_arrows(drawing: _RunDrawing, races: Sequence[dict[str, Any]]) -> list[
         bend = min(abs(y2 - y1), LANE_PX) + LANE_PX
         parts.append(f'<path d="M{_fmt(x1)} {_fmt(y1)} C{_fmt(x1)} {_fmt(y1 - bend)} {_fmt(x2)} {_fmt(y2 - bend)} '
                      f'{_fmt(x2)} {_fmt(y2)}" class="arrow {cls}" marker-end="url(#arrow-{cls})" '
-                     f'data-first="{escape(race["first"]["kernel"])}" data-second="{escape(race["second"]["kernel"])}">'
-                     f'<title>{escape(race["text"])}</title></path>')
+                     f'data-first="{html_text(race["first"]["kernel"])}" data-second="{html_text(race["second"]["kernel"])}">'
+                     f'<title>{html_text(race["text"])}</title></path>')
     return parts
 
 

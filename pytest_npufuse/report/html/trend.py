@@ -6,8 +6,9 @@ hollow mark at the axis), so a missing point never reads as a time of zero.
 
 from __future__ import annotations
 
-from html import escape
 from typing import Sequence
+
+from ..escaping import html_text
 
 WIDTH, HEIGHT = 360, 90
 _LEFT, _RIGHT, _TOP, _BOTTOM = 48, 12, 10, 22
@@ -32,7 +33,7 @@ def trend_svg(labels: Sequence[str], values: Sequence[float | None], title: str)
         return _TOP + (HEIGHT - _TOP - _BOTTOM) * (high - v) / (high - low)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="trend" width="{WIDTH}" height="{HEIGHT}" '
-             f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+             f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{html_text(title)}"><title>{html_text(title)}</title>',
              f'<line x1="{_LEFT}" y1="{HEIGHT - _BOTTOM}" x2="{WIDTH - _RIGHT}" y2="{HEIGHT - _BOTTOM}" class="base"/>',
              f'<text x="{_LEFT - 4}" y="{_fmt(y(high) + 8)}" text-anchor="end">{high:.1f}</text>',
              f'<text x="{_LEFT - 4}" y="{HEIGHT - _BOTTOM}" text-anchor="end">{low:.1f}</text>']
@@ -48,10 +49,10 @@ def trend_svg(labels: Sequence[str], values: Sequence[float | None], title: str)
         tip = f"{label}: {'absent or never finishes' if value is None else f'{value:.3f} us'}"
         if value is None:
             parts.append(f'<circle cx="{_fmt(x(i))}" cy="{HEIGHT - _BOTTOM}" r="3" class="missing" '
-                         f'style="fill:#fff;stroke:#999"><title>{escape(tip)}</title></circle>')
+                         f'style="fill:#fff;stroke:#999"><title>{html_text(tip)}</title></circle>')
         else:
             parts.append(f'<circle cx="{_fmt(x(i))}" cy="{_fmt(y(value))}" r="3" data-us="{value:g}">'
-                         f'<title>{escape(tip)}</title></circle>')
-        parts.append(f'<text x="{_fmt(x(i))}" y="{HEIGHT - 6}" text-anchor="middle">{escape(label[:12])}</text>')
+                         f'<title>{html_text(tip)}</title></circle>')
+        parts.append(f'<text x="{_fmt(x(i))}" y="{HEIGHT - 6}" text-anchor="middle">{html_text(label[:12])}</text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -7,3 +7,8 @@ from __future__ import annotations
 
 from .._reinplace import *
 from .._reinplace import __all__  # noqa: F401
+from .._internal import refused_function
+
+# TorchAir's reinplacing of functional aten ops and of registered ops on intermediate tensors (torch's
+# reinplace pass), which the model does not reproduce; tests save and restore it around each case.
+_reinplace_inplaceable_ops_pass = refused_function("torchair._acl_concrete_graph.graph_pass._reinplace_inplaceable_ops_pass")

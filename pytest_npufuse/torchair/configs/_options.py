@@ -10,19 +10,43 @@ ignored by a script that only sets it.
 from __future__ import annotations
 
 import difflib
+import os
 from typing import Any, Callable
 
-from ...errors import ConfigError, UnknownOptionError
+from ...errors import ConfigError, ConfigPathError, UnknownOptionError
 
 
 class OptionValue:
-    """One leaf: a default, and the values it may take (None: any value the ``check`` accepts)."""
+    """One leaf: a default, and the values it may take (None: any value the ``check`` accepts).
 
-    def __init__(self, default: Any, optional: list[Any] | None = None, check: Callable[[Any], str] | None = None) -> None:
+    ``raw`` is the value as set, which the model reads. ``value`` is what TorchAir's option returns:
+    text (True and False as ``"1"`` and ``"0"``, numbers as their digits, None stays None), since
+    TorchAir hands options to GE as strings; ``text=False`` options (dicts, int lists, functions) return
+    the object itself, as TorchAir's do (torchair: python/torchair/configs/_option_base.py). npugraph_ex's
+    options keep their booleans (:attr:`BOOLS_AS_TEXT` False in its subclass)."""
+
+    BOOLS_AS_TEXT = True
+
+    def __init__(
+        self, default: Any, optional: list[Any] | None = None, check: Callable[[Any], str] | None = None, *, text: bool = True
+    ) -> None:
         self.default = default
         self.optional = optional
         self._check = check
-        self.value = default
+        self._text = text
+        self.raw = default
+
+    @property
+    def value(self) -> Any:
+        if not self._text or self.raw is None:
+            return self.raw
+        if isinstance(self.raw, bool):
+            return ("1" if self.raw else "0") if self.BOOLS_AS_TEXT else self.raw
+        return str(self.raw)
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self.set(type(self).__name__, value)
 
     def set(self, path: str, value: Any) -> None:
         if self.optional is not None and value not in self.optional:
@@ -32,19 +56,46 @@ class OptionValue:
         problem = self._check(value) if self._check is not None else ""
         if problem:
             raise ConfigError(f"{path} = {value!r}: {problem}")
-        self.value = value
+        self.raw = value
 
     def __bool__(self) -> bool:
-        return bool(self.value)
+        return bool(self.raw)
 
     def __eq__(self, other: object) -> bool:
-        return self.value == (other.value if isinstance(other, OptionValue) else other)
+        return self.raw == (other.raw if isinstance(other, OptionValue) else other)
 
     def __hash__(self) -> int:
-        return hash(self.value)
+        return hash(self.raw)
 
     def __repr__(self) -> str:
-        return repr(self.value)
+        return repr(self.raw)
+
+
+class PathValue(OptionValue):
+    """A path option whose file or directory must exist when set (TorchAir's ``MustExistedPathValue``,
+    ``FileValue``, ``MustExistedFileAddr``): otherwise TorchAir's FileNotFoundError, in its words.
+    ``kind`` is ``"dir"``, ``"file"`` or a suffix such as ``".json"``; ``required`` refuses None too."""
+
+    def __init__(self, default: str | None, kind: str, *, required: bool = False) -> None:
+        super().__init__(default)
+        self._kind = kind
+        self._required = required
+
+    def set(self, path: str, value: Any) -> None:
+        if value is None and not self._required:
+            self.raw = value
+            return
+        if self._kind == "dir":
+            found, noun, what = value is not None and os.path.isdir(value), "dir", "a file directory"
+        elif self._kind == "file":
+            found, noun, what = os.path.isfile(value), "file", "a file"
+        else:
+            if value == "":
+                raise ConfigError(f"{path} = '': File path cannot be empty!")
+            found, noun, what = str(value).endswith(self._kind) and os.path.isfile(value), "file", f"'{self._kind}' file"
+        if not found:
+            raise ConfigPathError(f"{path} = {value!r}: Please set legal {noun} path, {value} is not found or is not {what}!")
+        self.raw = value
 
 
 def int_range(low: int, high: int) -> Callable[[Any], str]:
@@ -67,6 +118,16 @@ def of_type(*types: type) -> Callable[[Any], str]:
 def callable_or_none(value: Any) -> str:
     """TorchAir's ``CallableValue`` rule (its FX pass options): a function, or None."""
     return "" if value is None or callable(value) else f"value must be Callable or None, got {type(value)}"
+
+
+class CallableValue(OptionValue):
+    """TorchAir's option class for a function or None (its FX pass options); any other default or value
+    is its TypeError."""
+
+    def __init__(self, default: Callable[..., Any] | None = None) -> None:
+        if callable_or_none(default):
+            raise TypeError(f"default must be Callable or None, got {type(default)}")
+        super().__init__(default, check=callable_or_none, text=False)
 
 
 class ConfigNode:
@@ -108,6 +169,6 @@ class ConfigNode:
         for name, child in self._children.items():
             if isinstance(child, ConfigNode):
                 changed.update(child.leaves())
-            elif isinstance(child, OptionValue) and child.value != child.default:
-                changed[f"{self._path}.{name}"] = child.value
+            elif isinstance(child, OptionValue) and child.raw != child.default:
+                changed[f"{self._path}.{name}"] = child.raw
         return changed

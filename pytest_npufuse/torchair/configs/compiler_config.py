@@ -31,7 +31,7 @@ from .._fxpass import run_passes
 from .._graphdump import write_graph_dump
 from .._reinplace import keep_write_backs, reinplace_inplaceable_ops
 from ..patterns.pattern_pass_manager import apply_replacements
-from ._options import ConfigNode, OptionValue, callable_or_none, int_range, of_type
+from ._options import CallableValue, ConfigNode, OptionValue, PathValue, int_range, of_type
 
 __all__ = ["CompilerConfig"]
 
@@ -82,11 +82,11 @@ def _experimental(path: str) -> ConfigNode:
             f"{path}.aclgraph",
             _aclnn_static_shape_kernel=OptionValue(False, _BOOL),
             _aclnn_static_shape_kernel_build_dir=OptionValue(None, check=of_type(str)),
-            _aclnn_static_shape_kernel_sym_value_range=OptionValue(None, check=of_type(list, tuple)),
+            _aclnn_static_shape_kernel_sym_value_range=OptionValue(None, check=of_type(list, tuple), text=False),
             _aclnn_static_shape_kernel_sym_index=OptionValue(0, check=int_range(0, INT64_MAX)),
             _super_kernel_optimize=OptionValue(False, _BOOL),
-            _super_kernel_optimize_options=OptionValue(None, check=of_type(dict)),
-            _super_kernel_debug_options=OptionValue(None, check=of_type(dict)),
+            _super_kernel_optimize_options=OptionValue(None, check=of_type(dict), text=False),
+            _super_kernel_debug_options=OptionValue(None, check=of_type(dict), text=False),
         ),
     )
 
@@ -108,7 +108,7 @@ def _export(path: str) -> ConfigNode:
     return ConfigNode(
         path,
         export_mode=OptionValue(False, _BOOL),
-        export_path_dir=OptionValue("./", check=of_type(str)),
+        export_path_dir=PathValue("./", "dir", required=True),
         export_name=None,
         weight_name=None,
         inputs_name=None,
@@ -125,13 +125,13 @@ def _dump_config(path: str) -> ConfigNode:
     return ConfigNode(
         path,
         enable_dump=OptionValue(False, _BOOL),
-        dump_path=OptionValue("./", check=of_type(str)),
+        dump_path=PathValue("./", "dir", required=True),
         dump_mode=OptionValue("all", ["input", "output", "all"]),
         quant_dumpable=OptionValue(False, _BOOL),
         dump_step=OptionValue("", check=of_type(str)),
         dump_layer=OptionValue("", check=of_type(str)),
         dump_data=OptionValue("tensor", ["tensor", "stats"]),
-        dump_config_path=OptionValue(None, check=of_type(str)),
+        dump_config_path=PathValue(None, ".json"),
         data_dump_stage=OptionValue("optimized", ["original", "optimized"]),
     )
 
@@ -144,23 +144,24 @@ class CompilerConfig(ConfigNode):
             "config",
             debug=_debug("config.debug"),
             aoe_config=ConfigNode(
-                "config.aoe_config", aoe_mode=OptionValue(None, [None, "2"]), work_path=OptionValue("./"), aoe_config_file=None
+                "config.aoe_config", aoe_mode=OptionValue(None, [None, "2"]), work_path=PathValue("./", "dir", required=True),
+                aoe_config_file=PathValue(None, "file"),
             ),
             export=_export("config.export"),
             dump_config=_dump_config("config.dump_config"),
-            fusion_config=ConfigNode("config.fusion_config", fusion_switch_file=OptionValue(None, check=of_type(str))),
+            fusion_config=ConfigNode("config.fusion_config", fusion_switch_file=PathValue(None, "file")),
             experimental_config=_experimental("config.experimental_config"),
             inference_config=ConfigNode("config.inference_config", dynamic_gears_merge_policy=OptionValue("zip", ["zip", "product"])),
             ge_config=_ge_config("config.ge_config"),
             aclgraph_config=ConfigNode("config.aclgraph_config", use_custom_pool=None),
             mode=OptionValue(Mode.MAX_AUTOTUNE.value, list(CONFIG_MODES)),
-            post_grad_custom_pre_pass=OptionValue(None, check=callable_or_none),
-            post_grad_custom_post_pass=OptionValue(None, check=callable_or_none),
+            post_grad_custom_pre_pass=CallableValue(),
+            post_grad_custom_post_pass=CallableValue(),
         )
 
     @property
     def run_mode(self) -> str:
-        return self.mode.value
+        return self.mode.raw
 
     def graph_options(self) -> GraphOptions:
         """What this config decides about how its graphs are modeled; its data dump, when enabled,
@@ -168,10 +169,10 @@ class CompilerConfig(ConfigNode):
         writes each graph (:mod:`pytest_npufuse.torchair._graphdump`); compiles and calls are logged to
         the ``torchair`` logger, as TorchAir logs them; its FX passes edit each aten graph
         (:mod:`pytest_npufuse.torchair._fxpass`)."""
-        watch = partial(plan_dump, self) if self.dump_config.enable_dump.value else None
-        dump_graph = partial(write_graph_dump, self) if self.debug.graph_dump.type.value is not None else None
+        watch = partial(plan_dump, self) if self.dump_config.enable_dump.raw else None
+        dump_graph = partial(write_graph_dump, self) if self.debug.graph_dump.type.raw is not None else None
         return GraphOptions(
-            Mode(self.run_mode), bool(self.ge_config.enable_single_stream.value), self.superkernel_options(), watch,
+            Mode(self.run_mode), bool(self.ge_config.enable_single_stream.raw), self.superkernel_options(), watch,
             dump_graph, logger, (self.fx_passes(self),),
         )
 
@@ -183,11 +184,11 @@ class CompilerConfig(ConfigNode):
         aclgraph modes run unless ``debug.aclgraph.disable_reinplace_input_mutated_ops_pass`` (npugraph_ex:
         ``input_inplace_pass=False``) turns it off."""
         aclgraph = Mode(self.run_mode).aclgraph
-        kept = aclgraph and self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.value
+        kept = aclgraph and self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.raw
         reinplace = [keep_write_backs if kept else reinplace_inplaceable_ops] if aclgraph else []
-        patterns = [apply_replacements] if self.experimental_config.pattern_fusion_pass.value else []
+        patterns = [apply_replacements] if self.experimental_config.pattern_fusion_pass.raw else []
         return partial(
-            run_passes, self.post_grad_custom_pre_pass.value, self.post_grad_custom_post_pass.value, handed,
+            run_passes, self.post_grad_custom_pre_pass.raw, self.post_grad_custom_post_pass.raw, handed,
             (*patterns, *reinplace),
         )
 
@@ -196,11 +197,11 @@ class CompilerConfig(ConfigNode):
         two option dicts), or None when aclgraph SuperKernel is off (it needs static kernel compilation
         and ``_super_kernel_optimize``)."""
         aclgraph = self.experimental_config.aclgraph
-        if not (aclgraph._aclnn_static_shape_kernel.value and aclgraph._super_kernel_optimize.value):
+        if not (aclgraph._aclnn_static_shape_kernel.raw and aclgraph._super_kernel_optimize.raw):
             return None
         return ":".join(
             f"{key}={_option_text(value)}"
-            for table in (aclgraph._super_kernel_optimize_options.value, aclgraph._super_kernel_debug_options.value)
+            for table in (aclgraph._super_kernel_optimize_options.raw, aclgraph._super_kernel_debug_options.raw)
             for key, value in (table or {}).items()
         )
 
@@ -209,7 +210,7 @@ class CompilerConfig(ConfigNode):
         return {
             "mode": self.run_mode,
             "superkernel_options": self.superkernel_options(),
-            "single_stream": bool(self.ge_config.enable_single_stream.value),
+            "single_stream": bool(self.ge_config.enable_single_stream.raw),
         }
 
     def __repr__(self) -> str:

@@ -4,17 +4,17 @@ code written before its GE modules went private (torchair: python/torchair/ge_co
 
 Converter modules import these names at their top, so every module and name of the compatibility list
 imports; each name is a :class:`~pytest_npufuse.torchair.ge.RefusedName`, an error naming it when used,
-as all of ``torchair.ge``; a name off the list is refused the same way. The submodules are built from :data:`COMPAT_NAMES` when this package loads.
+as all of ``torchair.ge``; a name off the list is refused the same way. ``ge_converter.experimental``
+holds the two modules that patch torch.distributed when imported (:mod:`.ge_converter.experimental`). The submodules are built from :data:`COMPAT_NAMES` when this package loads.
 """
 
 from __future__ import annotations
 
 import sys
 import types
-from typing import Callable, Mapping, NoReturn
+from typing import Mapping
 
-from ...errors import NotModeledAttributeError
-from ..ge import RefusedName, refusal
+from ..ge import RefusedName, refuse_in
 
 COMPAT_NAMES: Mapping[str, tuple[str, ...]] = {
     "ge_apis": (),
@@ -24,22 +24,7 @@ COMPAT_NAMES: Mapping[str, tuple[str, ...]] = {
         "compat_as_bytes_list", "get_invalid_desc", "auto_convert_to_tensor",
     ),
     "utils": ("dtype_promote",),
-    "ge_converter": (),
-    "ge_converter.experimental": (),
-    "ge_converter.experimental.hcom_allgather": (),
 }
-
-
-def _refuse_in(path: str) -> Callable[[str], NoReturn]:
-    """A module ``__getattr__`` for ``path``: a name off the list is a GE name too, refused by name
-    (``ge_apis.Add`` inside a converter)."""
-
-    def missing(name: str) -> NoReturn:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise NotModeledAttributeError(refusal(f"{path}.{name}"))
-
-    return missing
 
 
 def _build() -> None:
@@ -47,7 +32,7 @@ def _build() -> None:
         full = f"{__name__}.{relative}"
         path = f"torchair.ge_concrete_graph.{relative}"
         module = types.ModuleType(full, f"{path}: compatibility names, not modeled.")
-        module.__getattr__ = _refuse_in(path)  # type: ignore[method-assign]
+        module.__getattr__ = refuse_in(path)  # type: ignore[method-assign]
         module.__path__ = []  # type: ignore[attr-defined]  # a package, so deeper compatibility paths import
         module.__all__ = list(names)  # type: ignore[attr-defined]
         for name in names:

@@ -52,7 +52,7 @@ def cache_compile(
             "pass the bound method."
         )
     config = config or CompilerConfig()
-    if ge_cache and config.experimental_config.frozen_parameter.value:
+    if ge_cache and config.experimental_config.frozen_parameter.raw:
         raise OpArgumentError(
             "cache_compile(ge_cache=True) with config.experimental_config.frozen_parameter = True: TorchAir "
             "allows only one of them; turn one off."
