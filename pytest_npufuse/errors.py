@@ -18,7 +18,18 @@ class NpufuseError(Exception):
     Fields say what the error is about where they apply (None where they do not), so a caller or a
     test acts on them rather than on the message's wording: ``file`` is the file at fault, ``entry``
     the place in it (a JSON path such as ``.entries["t.py::test"].a3.variant_us``, a TOML key, a
-    row), ``bound`` the limit it broke (a number, in the unit the message names)."""
+    row), ``bound`` the limit it broke (a number, in the unit the message names). Errors about a file's
+    content take them as keywords (:class:`FileFault`)."""
+
+    file: str | None = None
+    entry: str | None = None
+    bound: float | None = None
+
+
+class FileFault(NpufuseError):
+    """An error about a file's content, whose constructor takes the ``file``, ``entry`` and ``bound``
+    fields. Kept apart from :class:`NpufuseError` itself: an op's checks raise their errors while
+    Dynamo traces, and Dynamo cannot trace an exception class whose ``__init__`` calls the base one."""
 
     def __init__(
         self, *args: object, file: str | None = None, entry: str | None = None, bound: float | None = None
@@ -41,11 +52,11 @@ class OptionsError(NpufuseError):
     """A SuperKernel options string is malformed or names an unknown option or value."""
 
 
-class ProfileError(NpufuseError):
+class ProfileError(FileFault):
     """A hardware profile or op catalog file is missing, malformed or has a wrong-typed key."""
 
 
-class CalibrationError(NpufuseError):
+class CalibrationError(FileFault):
     """A profile measured on hardware cannot calibrate a target: a file or column is missing, a number is
     written in another locale, or the profile's kernels are not the captured model's."""
 
@@ -65,7 +76,7 @@ class ModeledDeadlockError(NpufuseError):
     waits); reported with the streams, tasks and events involved instead of hanging."""
 
 
-class BaselineError(NpufuseError):
+class BaselineError(FileFault):
     """A baseline or run-report file is unreadable, corrupt, or not one pytest-npufuse wrote."""
 
 
@@ -74,7 +85,7 @@ class ArgumentError(NpufuseError):
     ``check(Model, x)`` with the class instead of an instance)."""
 
 
-class InputFileError(NpufuseError):
+class InputFileError(FileFault):
     """A file pytest-npufuse was asked to read cannot be read safely: it is missing, not a regular file (a
     FIFO, a device, a directory, a symlink loop), too large, not UTF-8, nested too deeply, holds a number
     too long or a key twice, or is not valid JSON or TOML. Nothing was read past the problem and nothing
@@ -82,7 +93,7 @@ class InputFileError(NpufuseError):
     role (:class:`BaselineError`, :class:`ProfileError`) when the caller names one."""
 
 
-class OutputFileError(NpufuseError):
+class OutputFileError(FileFault):
     """A file pytest-npufuse was asked to write cannot be written safely (read-only, a directory, a special
     file it was not asked to write through to, the same path as another output, a lock another process
     holds too long); nothing was written."""
@@ -108,10 +119,11 @@ class KernelError(NpufuseError):
     out of range, a NaN turned into an index): the model's own error, named at the user's source line."""
 
 
-class OpArgumentError(NpufuseError, ValueError):
+class OpArgumentError(NpufuseError, ValueError, RuntimeError):
     """An argument of a torch_npu op or of a TorchAir / ``torch.npu`` API call has a value the real library
-    rejects, or one the model does not implement; the message names the argument. A ValueError too, as the
-    real libraries raise one, so scripts that catch ValueError keep working."""
+    rejects, or one the model does not implement; the message names the argument. A ValueError too, as
+    TorchAir raises one, and a RuntimeError, as a torch_npu op's argument check (``TORCH_CHECK``) raises one,
+    so scripts and tests that catch either keep working."""
 
 
 class OpAssertionError(NpufuseError, AssertionError):

@@ -88,6 +88,17 @@ def matmul_flops(work: Work) -> float:
     return 2.0 * batch * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
 
 
+def grouped_matmul_flops(work: Work) -> float:
+    """A grouped matmul's :func:`matmul_flops`, except in the K-split form (npu_grouped_matmul's
+    ``group_type=2``, the weight gradients ``[M, K] x [K, N] -> [E, M, N]``): there the E outputs share
+    one K, each summing only its group's slice, so together they cost one ``2 x M x N x K``, not E."""
+    batch, m, n, k = _matmul_dims(work.inputs, work.outputs)
+    out = work.outputs[0].shape if work.outputs else ()
+    if len(out) == 3 and all(len(spec.shape) <= 2 for spec in work.inputs):
+        batch = 1
+    return 2.0 * batch * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
+
+
 def attention_flops(work: Work) -> float:
     """Decode attention's arithmetic is dwarfed by reading K/V; counted as 2 x output x head dim."""
     out = sum(_elements(spec) for spec in work.outputs)
@@ -500,7 +511,7 @@ register_cost_rule(
     "linear", block_dim=matmul_block_dim, flops=matmul_flops, bytes=linear_bytes, body_us=matmul_us, tiling="complex"
 )
 register_cost_rule(
-    "grouped_matmul", block_dim=matmul_block_dim, flops=matmul_flops, bytes=grouped_matmul_bytes, body_us=matmul_us,
+    "grouped_matmul", block_dim=matmul_block_dim, flops=grouped_matmul_flops, bytes=grouped_matmul_bytes, body_us=matmul_us,
     tiling="complex",
 )
 register_cost_rule("attention", block_dim=all_cores, flops=attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")

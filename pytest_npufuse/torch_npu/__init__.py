@@ -12,7 +12,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_dynamic_block_quant``
 * :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm`` (and its in-place ``_v2``),
   ``npu_rms_norm_quant``, ``npu_add_layer_norm`` (and ``npu_add_layer_norm_backward``),
-  ``npu_add_rms_norm_quant``, ``npu_layer_norm_eval``,
+  ``npu_add_rms_norm_quant``, ``npu_add_rms_norm_dynamic_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax`` (and ``npu_scaled_masked_softmax_backward``)
 * :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul`` (and ``npu_rotary_mul_backward``), ``npu_apply_rotary_pos_emb``,
   ``npu_interleave_rope``,
@@ -22,6 +22,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
   ``npu_moe_init_routing_quant``, ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``,
   ``npu_moe_re_routing``, ``_npu_group_topk``
+* :mod:`.moe_permute` - ``npu_moe_token_permute``, ``npu_moe_token_unpermute`` (and their ``_grad_v2``)
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
   ``npu_prompt_flash_attention``, ``npu_fusion_attention`` (and ``npu_fusion_attention_grad``),
@@ -144,10 +145,17 @@ from .moe_routing import (
     npu_moe_init_routing_v2,
     npu_moe_re_routing,
 )
+from .moe_permute import (
+    npu_moe_token_permute,
+    npu_moe_token_permute_grad_v2,
+    npu_moe_token_unpermute,
+    npu_moe_token_unpermute_grad_v2,
+)
 from .norm import (
     npu_add_layer_norm,
     npu_add_layer_norm_backward,
     npu_add_rms_norm,
+    npu_add_rms_norm_dynamic_quant,
     npu_add_rms_norm_quant,
     npu_add_rms_norm_v2,
     npu_layer_norm_eval,
@@ -213,6 +221,7 @@ __all__ = [
     "npu_add_layer_norm",
     "npu_add_layer_norm_backward",
     "npu_add_rms_norm",
+    "npu_add_rms_norm_dynamic_quant",
     "npu_add_rms_norm_quant",
     "npu_add_rms_norm_v2",
     "npu_rms_norm_quant",
@@ -255,6 +264,10 @@ __all__ = [
     "npu_moe_init_routing_quant",
     "npu_moe_init_routing_v2",
     "npu_moe_re_routing",
+    "npu_moe_token_permute",
+    "npu_moe_token_permute_grad_v2",
+    "npu_moe_token_unpermute",
+    "npu_moe_token_unpermute_grad_v2",
     "npu_prefetch",
     "npu_prompt_flash_attention",
     "npu_quant_matmul",

@@ -9,11 +9,13 @@ are accepted as such.
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from ..errors import OpArgumentError, OpTypeError
+from .dtypes import DTYPE_CODES
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -40,8 +42,12 @@ def require_tensor(name: str, value: object, optional: bool = False) -> Optional
 
 
 def require_tensor_list(name: str, value: object) -> list[torch.Tensor]:
-    if not isinstance(value, (list, tuple)) or len(value) == 0:
+    """A list of tensors, of at least one: not a list is the type error, an empty one a value the op refuses
+    (a RuntimeError too, as torch_npu's argument check raises)."""
+    if not isinstance(value, (list, tuple)):
         raise OpTypeError(f"{name} must be a non-empty list of tensors, got {type(value).__name__}")
+    if len(value) == 0:
+        raise OpArgumentError(f"{name} must be a non-empty list of tensors, got an empty {type(value).__name__}")
     return [require_tensor(f"{name}[{i}]", item) for i, item in enumerate(value)]
 
 
@@ -59,8 +65,11 @@ def require_shape(name: str, tensor: torch.Tensor, allowed: Sequence[Sequence[in
 
 
 def require_int(name: str, value: object, optional: bool = False) -> Any:
-    """An int (a SymInt under ``dynamic=True``); a bool is refused although Python counts it an int."""
-    if (isinstance(value, bool) or not isinstance(value, (int, torch.SymInt))) and not (optional and value is None):
+    """An integer: a Python int, a numpy integer scalar (``numbers.Integral``, which the dispatcher converts
+    as torch_npu's binding does) or a SymInt under ``dynamic=True``; a bool is refused although Python
+    counts it an int (numpy's bool is no ``numbers.Integral``)."""
+    integral = isinstance(value, (int, torch.SymInt, numbers.Integral)) and not isinstance(value, bool)
+    if not integral and not (optional and value is None):
         raise _type_error(name, value, "an int", optional)
     return value
 
@@ -72,8 +81,11 @@ def require_bool(name: str, value: object, optional: bool = False) -> Optional[b
 
 
 def require_float(name: str, value: object, optional: bool = False) -> Any:
-    """A Python int or float (a schema ``float``); bools are refused as in :func:`require_int`."""
-    number = isinstance(value, (int, float, torch.SymInt, torch.SymFloat)) and not isinstance(value, bool)
+    """A real number (a schema ``float``): a Python int or float, a numpy scalar such as ``np.float16(0.088)``
+    (``numbers.Real``: torch_npu's binding takes any real number, and callers often compute a scale in
+    numpy), or a SymInt/SymFloat; bools are refused as in :func:`require_int`."""
+    real = (int, float, torch.SymInt, torch.SymFloat, numbers.Real)
+    number = isinstance(value, real) and not isinstance(value, bool)
     if not number and not (optional and value is None):
         raise _type_error(name, value, "a float", optional)
     return value
@@ -130,6 +142,43 @@ def require_str(name: str, value: object, optional: bool = False) -> Optional[st
     return value
 
 
+def require_dtype_code(name: str, value: object, optional: bool = False) -> Any:
+    """A dtype passed where op-plugin's schema declares an ``int`` (``int? x_dtype``, ``int? customize_dtype``):
+    torch_npu takes a torch.dtype there, which the dispatcher turns into its ScalarType number, or that
+    number itself (torch_npu's own dtypes, ``torch_npu.hifloat8``, are such numbers)."""
+    if isinstance(value, torch.dtype):
+        return value
+    try:
+        return require_int(name, value, optional)
+    except OpTypeError:
+        raise _type_error(name, value, "a torch.dtype or its int code", optional) from None
+
+
+# c10's ScalarType numbers (c10/core/ScalarType.h), which the dispatcher hands a kernel for a torch.dtype
+# passed to an ``int`` argument; torch_npu's own codes (:mod:`.dtypes`, ACL value + 256) are numbers past these.
+_SCALAR_TYPES = {
+    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
+    6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16, 16: torch.quint4x2,
+    23: torch.float8_e5m2, 24: torch.float8_e4m3fn,
+}
+# torch_npu's code of each format torch has a dtype of its own for (``torch_npu.bfloat16``, ...); its
+# ``int4`` is the int4 packed in int32 words that torch spells quint4x2 in these ops.
+_TORCH_NPU_CODES = {
+    code: torch.quint4x2 if name == "int4" else getattr(torch, name)
+    for name, code in DTYPE_CODES.items()
+    if name == "int4" or isinstance(getattr(torch, name, None), torch.dtype)
+}
+
+
+def dtype_of_code(value: Any) -> Any:
+    """The torch.dtype an ``int`` dtype argument names (:func:`require_dtype_code`): a torch.dtype as given, a
+    ScalarType number or a torch_npu code of a torch format as its dtype; None, and the codes of formats
+    torch has no dtype for (``torch_npu.hifloat8``), as given."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _SCALAR_TYPES.get(value) or _TORCH_NPU_CODES.get(value, value)
+    return value
+
+
 def require_dtype_value(name: str, value: object, optional: bool = False) -> Optional[torch.dtype]:
     if not isinstance(value, torch.dtype) and not (optional and value is None):
         raise _type_error(name, value, "a torch.dtype", optional)
@@ -183,11 +232,14 @@ _TYPE_CHECKS: dict[str, Callable[..., Any]] = {
 _ELEMENT_NAMES = {"Tensor": "tensors", "int": "ints", "SymInt": "ints", "float": "floats", "bool": "bools"}
 
 
-def type_check(schema_type: str) -> Callable[[str, object], Any]:
+def type_check(schema_type: str, name: str = "") -> Callable[[str, object], Any]:
     """The check of one argument of this schema type (``Tensor?``, ``int[]``, ...): what the dispatcher would
-    refuse, refused here first with the argument's name instead of a dispatcher traceback."""
+    refuse, refused here first with the argument's name instead of a dispatcher traceback. An ``int`` whose
+    ``name`` ends in ``dtype`` is op-plugin's way of declaring a dtype argument (:func:`require_dtype_code`)."""
     optional = schema_type.endswith("?")
     base = schema_type.removesuffix("?")
+    if base == "int" and name.endswith("dtype"):
+        return functools.partial(require_dtype_code, optional=True) if optional else require_dtype_code
     if base.endswith("]"):
         element = base.partition("[")[0]
         return _require_list(_TYPE_CHECKS[element], _ELEMENT_NAMES[element], optional)

@@ -23,11 +23,11 @@ from .registry import Arguments, Derivative, Out, SampleCall, bind, no_outputs, 
 
 
 def _format_cast_meta(call: Arguments) -> Out:
-    return Out(list(call.x.shape), call.x.dtype)
+    return Out(list(call.input.shape), call.input.dtype)
 
 
 def _format_cast_kernel(call: Arguments) -> torch.Tensor:
-    return call.x.clone()
+    return call.input.clone()
 
 
 def _format_cast_samples() -> list[SampleCall]:
@@ -38,18 +38,21 @@ def _format_cast_samples() -> list[SampleCall]:
 
 @npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, samples=_format_cast_samples)
 def npu_format_cast(call: Arguments) -> None:
-    """Change the device memory format of ``x``; on CPU this returns a copy equal to ``x``.
+    """Change the device memory format of ``input``; on CPU this returns a copy equal to ``input``.
 
-    Source: torch_npu.npu_format_cast (Ascend Extension for PyTorch API reference) and the
-    feature example, which casts the [k, n] int8 weight to format 29 (FRACTAL_NZ) before
-    npu_quant_matmul.
+    Source: torch_npu.npu_format_cast (op-plugin docs/zh/custom_APIs/torch_npu/(beta)torch_npu-npu_format_cast.md;
+    schema from Ascend/pytorch's npu_native_functions.yaml) and the feature example, which casts the
+    [k, n] int8 weight to format 29 (FRACTAL_NZ) before npu_quant_matmul.
 
     An ACL format such as 29 = FRACTAL_NZ (or 2 = ND) only changes how the NPU lays the
     tensor out in device memory, for example in fractal tiles for the Cube unit.  The logical
     shape, dtype and values stay the same, and every op in this module reads logical values.
     So the CPU model keeps the layout and returns a copy.  It copies rather than returning
-    ``x`` itself because an op without alias annotations may not return its input, and the real op
+    ``input`` itself because an op without alias annotations may not return its input, and the real op
     also returns a new tensor.  ``acl_format`` must be an int, as in the real schema.
+    ``customize_dtype`` (a torch.dtype or its int code) picks the dtype whose tile width (C0) the device
+    layout uses, e.g. torch.int32 for C0 = 8, and ``input_dtype`` the dtype the data stands for (an int4
+    weight in int32 words): both shape only the device layout, so they change no value here.
     """
 
 

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..errors import OpArgumentError, OpTypeError
+from ..errors import OpArgumentError
 from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
     FLOAT_DTYPES,
@@ -22,6 +22,7 @@ from .checks import (
     require_tensor,
     require_tensor_list,
     require_unused,
+    type_check,
 )
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
 from .quant import antiquant_weight, unpack_int4
@@ -364,51 +365,163 @@ def _gmm_params(xs: Sequence[torch.Tensor], weight: object, bias: object, scale:
     return _GmmParams(weights, biases, scales, per_token, out_dtype)
 
 
-def _check_gmm_modes(
-    split_item: Optional[int], group_type: Optional[int], group_list_type: Optional[int], act_type: Optional[int]
-) -> tuple[int, int]:
-    """Return (split_item, group_list_type) with torch_npu's defaults for None."""
-    split = 0 if split_item is None else split_item
+GROUP_ROWS, GROUP_K = 0, 2  # group_type: 0 groups x's rows (M), 2 groups the K axis (weight gradients)
+GROUP_TYPES = (-1, GROUP_ROWS, GROUP_K)  # -1: one x per weight, no group_list
+
+
+@dataclass(frozen=True)
+class _GmmModes:
+    """How one call groups its matmuls, torch_npu's defaults filled in."""
+
+    split: int  # split_item: 0/1 one output per group, 2/3 one output
+    group_type: int  # GROUP_TYPES; a Python group_list groups rows
+    list_type: int  # group_list_type: 0 cumulative ends, 1 counts, 2 [E, 2] (group, count) pairs
+    listed: bool  # group_list is a Python list of cumulative row ends (the ``.List`` overload)
+
+
+def _check_gmm_modes(call: Arguments) -> _GmmModes:
+    """The modes of a call, refused where the API page does not allow them.
+
+    A Python ``group_list`` (op-plugin's ``npu_grouped_matmul.List``) holds cumulative row ends and takes
+    group_type and group_list_type only at their defaults (None; 0 is taken as the same row split, and
+    group_list_type's schema default is 0); a tensor group_list needs group_type -1, 0 or 2 (torch_npu
+    refuses None there too)."""
+    split = 0 if call.split_item is None else call.split_item
     require_choice("split_item", split, (0, 1, 2, 3), "0/1 one output per group, 2/3 one output")
-    if group_type is None:
+    activation = 0 if call.act_type is None else call.act_type
+    require_choice("act_type", activation, (0,), "fused activations are not implemented")
+    list_type = 0 if call.group_list_type is None else call.group_list_type
+    if isinstance(call.group_list, (list, tuple)):
+        require_choice("group_type", call.group_type, (None, GROUP_ROWS),
+                       "a Python group_list splits x's rows; the API page allows only None with it")
+        require_choice("group_list_type", list_type, (0,), "a Python group_list holds cumulative row ends")
+        return _GmmModes(split, GROUP_ROWS, 0, True)
+    if call.group_type is None:
         raise OpArgumentError(
             "group_type is required (torch_npu refuses None too): pass 0 to split x by rows with "
-            "group_list, or -1 for one x per weight"
+            "group_list, 2 to split K (weight gradients), or -1 for one x per weight"
         )
-    require_choice("group_type", group_type, (-1, 0), "-1 no grouping, 0 split rows")
-    list_type = 0 if group_list_type is None else group_list_type
-    require_choice("group_list_type", list_type, (0, 1, 2), "0 cumulative row ends, 1 row counts, 2 [E, 2] pairs")
-    activation = 0 if act_type is None else act_type
-    require_choice("act_type", activation, (0,), "fused activations are not implemented")
-    return split, list_type
+    require_choice("group_type", call.group_type, GROUP_TYPES, "-1 no grouping, 0 split rows (M), 2 split K")
+    require_choice("group_list_type", list_type, (0, 1, GROUP_PAIRS), "0 cumulative ends, 1 counts, 2 [E, 2] pairs")
+    return _GmmModes(split, call.group_type, list_type, False)
 
 
-def _gmm_single_x_shape(
-    x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], group_list: torch.Tensor, group_type: int, split: int,
-    list_type: int,
-) -> list[list[int]]:
-    """The MoE form: one [M, K] x split by group_list rows, one weight per group, one [M, N] output."""
-    if group_type != 0:
-        raise OpArgumentError(f"group_list needs group_type=0 (split x by rows), got group_type={group_type}")
-    if len(x) != 1 or x[0].dim() != 2:
-        raise OpArgumentError("group_list needs x to be a list of one 2-D [M, K] tensor")
-    require_dtype("group_list", group_list, (torch.int64,))
-    if list_type == GROUP_PAIRS:
-        if x[0].dtype != torch.int8:
-            raise OpArgumentError("group_list_type=2 ([E, 2] (group, size) pairs) is for int8 x only (the API page)")
-        require_shape("group_list", group_list, ((len(weights), 2),))
-    else:
-        require_shape("group_list", group_list, ((len(weights),),))
-    if split not in SPLIT_OUTPUT_ITEMS:
-        raise OpArgumentError(
-            f"split_item={split} with group_list gives one output per group whose row counts are the "
-            "values of group_list, which a traced graph cannot know; use split_item=2 or 3 (one [M, N] output)"
-        )
+def _same_width(weights: Sequence[torch.Tensor]) -> int:
     if any(w.shape[1] != weights[0].shape[1] for w in weights[1:]):  # no set: a traced N is an unhashable SymInt
         raise OpArgumentError(
             f"all weights must have the same N for a single output, got N values {[w.shape[1] for w in weights]}"
         )
-    return [[x[0].shape[0], weights[0].shape[1]]]
+    return weights[0].shape[1]
+
+
+def _listed_counts(ends: Sequence[int], rows: Sequence[int]) -> list[int]:
+    """The row counts of a Python group_list of cumulative row ends: non-negative, non-decreasing, not of
+    length 1 (the API page); ``rows`` are the row counts it must reproduce (one x: its total)."""
+    values = [int(end) for end in ends]
+    counts = [end - start for start, end in zip([0, *values[:-1]], values)]
+    if len(values) == 1 or any(count < 0 for count in counts):
+        raise OpArgumentError(
+            f"group_list {values} must be cumulative row ends: non-negative, non-decreasing, more than one value"
+        )
+    if len(rows) == 1 and values[-1] != rows[0] or len(rows) > 1 and counts != list(rows):
+        raise OpArgumentError(f"group_list {values} must end at x's rows ({list(rows)}), one group per x or weight")
+    return counts
+
+
+def _gmm_row_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], call: Arguments,
+                    modes: _GmmModes) -> list[list[int]]:
+    """group_type 0 with a group_list: one 2-D x split by it (one weight per group), or one x per weight
+    whose rows it restates. With one x, split_item 2/3 give one [M, N] output and 0/1 one per group, whose
+    rows a traced graph knows only at run time for a tensor group_list (:func:`_tensor_group_rows`) and
+    from its values for a Python list."""
+    if any(xi.dim() != 2 for xi in x):
+        raise OpArgumentError("group_list needs 2-D [M, K] x")
+    if len(x) > 1:
+        if modes.listed:
+            _listed_counts(call.group_list, [xi.shape[0] for xi in x])
+        return _gmm_multi_x_shapes(x, weights, modes.split)
+    if len(x) != 1:
+        raise OpArgumentError("group_list needs x to be a list of one 2-D [M, K] tensor, or one per weight")
+    if modes.listed:
+        counts = _listed_counts(call.group_list, [x[0].shape[0]])
+        if len(counts) != len(weights):
+            raise OpArgumentError(f"group_list has {len(counts)} groups for {len(weights)} weights")
+        if modes.split not in SPLIT_OUTPUT_ITEMS:
+            return [[count, w.shape[1]] for count, w in zip(counts, weights)]
+        return [[x[0].shape[0], _same_width(weights)]]
+    _require_group_list_tensor(call.group_list, len(weights), modes.list_type, x[0].dtype)
+    if modes.split not in SPLIT_OUTPUT_ITEMS:
+        return [[rows, w.shape[1]] for rows, w in zip(_tensor_group_rows(call.group_list, modes, x[0]), weights)]
+    return [[x[0].shape[0], _same_width(weights)]]
+
+
+def _tensor_group_rows(group_list: torch.Tensor, modes: _GmmModes, x: torch.Tensor) -> list[object]:
+    """The row count of each per-group output of split_item 0/1 with a tensor group_list: op-plugin's kernel
+    reads the tensor's values as cumulative row ends (whatever group_list_type says, so only 0 is taken).
+    Those are values, so a fake kernel gives each a size of its own, unknown until run (unbacked), and the
+    CPU kernel the values."""
+    if modes.list_type != 0:
+        raise OpArgumentError(
+            f"split_item={modes.split} with a tensor group_list reads it as cumulative row ends (op-plugin's "
+            f"kernel); pass group_list_type=0, not {modes.list_type}, or split_item 2/3"
+        )
+    ctx = torch.library.get_ctx()
+    if ctx is not None:  # tracing: the values are unknown
+        return [ctx.new_dynamic_size() for _ in range(group_list.shape[0])]
+    return [count for _, count in _group_row_counts(group_list, 0, x.shape[0])]
+
+
+def _require_group_list_tensor(group_list: torch.Tensor, groups: int, list_type: int, dtype: torch.dtype) -> None:
+    require_dtype("group_list", group_list, (torch.int64,))
+    if list_type == GROUP_PAIRS:
+        if dtype != torch.int8:
+            raise OpArgumentError("group_list_type=2 ([E, 2] (group, size) pairs) is for int8 x only (the API page)")
+        require_shape("group_list", group_list, ((groups, 2),))
+    else:
+        require_shape("group_list", group_list, ((groups,),))
+
+
+def _gmm_k_split_layout(
+    call: Arguments, xs: Sequence[torch.Tensor], modes: _GmmModes
+) -> tuple[list[list[int]], _GmmParams]:
+    """group_type 2, the weight-gradient form ``dW_g = X_g^T @ dY_g``: x is one [M, K] (usually a transposed
+    [K, M] activation) whose K columns group_list splits; group g gives ``x[:, K_g] @ w[K_g]``. split_item
+    2/3 take one [K, N] weight whose rows group_list splits the same way and stack the products into
+    [E, M, N]; 0/1 take one [K_g, N_g] weight per group and return each [M, N_g] (op-plugin's
+    GroupedMatmulKernelNpuOpApi.cpp). The API page allows no quantisation with it, and no bias is defined
+    for it."""
+    if len(xs) != 1 or xs[0].dim() != 2:
+        raise OpArgumentError("group_type=2 (split K) needs x to be a list of one 2-D [M, K] tensor")
+    x = xs[0]
+    require_dtype("x[0]", x, FLOAT_DTYPES, "(group_type=2 takes no quantised operands: the API page)")
+    require_unused("npu_grouped_matmul with group_type=2 (split K)", bias=call.bias, scale=call.scale,
+                   per_token_scale=call.per_token_scale, antiquant_scale=call.antiquant_scale,
+                   antiquant_offset=call.antiquant_offset)
+    if call.group_list is None:
+        raise OpArgumentError("group_type=2 (split K) needs group_list, the K boundaries of each group")
+    weights = require_tensor_list("weight", call.weight)
+    for i, w in enumerate(weights):
+        require_dtype(f"weight[{i}]", w, (x.dtype,), "(x's dtype)")
+        if w.dim() != 2:
+            raise OpArgumentError(f"weight[{i}] has shape {list(w.shape)}; group_type=2 needs [K, N] weights")
+    groups = call.group_list.shape[0] if call.group_list.dim() else 0
+    _require_group_list_tensor(call.group_list, groups, modes.list_type, x.dtype)
+    out_dtype = _gmm_output_dtype(x.dtype, call.output_dtype, False)
+    if modes.split in SPLIT_OUTPUT_ITEMS:
+        if len(weights) != 1 or weights[0].shape[0] != x.shape[1]:
+            raise OpArgumentError(
+                f"group_type=2 with split_item {modes.split} takes one [K={x.shape[1]}, N] weight whose rows "
+                f"group_list splits (op-plugin's kernel); got {[list(w.shape) for w in weights]}"
+            )
+        shapes = [[groups, x.shape[0], weights[0].shape[1]]]
+    elif len(weights) != groups:
+        raise OpArgumentError(
+            f"group_type=2 with split_item {modes.split} takes one [K_g, N_g] weight per group: got "
+            f"{len(weights)} weights for {groups} groups (or use split_item 2/3 with one [K, N] weight)"
+        )
+    else:
+        shapes = [[x.shape[0], w.shape[1]] for w in weights]
+    return shapes, _GmmParams(list(weights), None, None, None, out_dtype)
 
 
 def _gmm_multi_x_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], split: int) -> list[list[int]]:
@@ -427,30 +540,36 @@ def _gmm_multi_x_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tenso
     return [[sum(s[0] for s in shapes), shapes[0][1]]]
 
 
-def _grouped_matmul_layout(call: Arguments) -> tuple[list[list[int]], _GmmParams, int]:
-    """Validate the npu_grouped_matmul tensors from metadata; return (output shapes, operands, group_list_type).
+def _grouped_matmul_layout(call: Arguments) -> tuple[list[list[int]], _GmmParams, _GmmModes]:
+    """Validate the npu_grouped_matmul tensors from metadata; return (output shapes, operands, modes).
 
-    The wrapper has already refused the unmodeled inputs (offset, activation); ``tuning_config`` does not
-    change values.
+    The wrapper has already refused the unmodeled inputs (offset, activation, the dtype hints);
+    ``tuning_config`` does not change values.
     """
+    modes = _check_gmm_modes(call)
     xs = list(call.x)
     dtype = xs[0].dtype
     for i, xi in enumerate(xs):
-        require_dtype(f"x[{i}]", xi, GMM_X_DTYPES, "(int4 grouped matmul is not implemented)")
+        require_dtype(f"x[{i}]", xi, GMM_X_DTYPES, "(int4 x is not implemented)")
         if xi.dtype != dtype or xi.dim() < 2:
             raise OpArgumentError(f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype")
+    if modes.group_type == GROUP_K:
+        return (*_gmm_k_split_layout(call, xs, modes), modes)
+    if modes.listed and not _empty(call.per_token_scale):
+        raise OpArgumentError("per_token_scale must be None with a Python group_list (the API page)")
     params = _gmm_params(xs, call.weight, call.bias, call.scale, call.per_token_scale, call.output_dtype,
                          call.antiquant_scale, call.antiquant_offset)
     pairs = zip(xs, params.weights) if len(xs) == len(params.weights) else ((xs[0], w) for w in params.weights)
     for i, (xi, w) in enumerate(pairs):
         if xi.shape[-1] != w.shape[0]:
             raise OpArgumentError(f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]")
-    split, list_type = _check_gmm_modes(call.split_item, call.group_type, call.group_list_type, call.act_type)
-    if call.group_list is not None:
-        shapes = _gmm_single_x_shape(xs, params.weights, call.group_list, call.group_type, split, list_type)
+    if call.group_list is None:
+        shapes = _gmm_multi_x_shapes(xs, params.weights, modes.split)
+    elif modes.group_type != GROUP_ROWS:
+        raise OpArgumentError(f"group_list needs group_type 0 (split rows) or 2 (split K), got {modes.group_type}")
     else:
-        shapes = _gmm_multi_x_shapes(xs, params.weights, split)
-    return shapes, params, list_type
+        shapes = _gmm_row_shapes(xs, params.weights, call, modes)
+    return shapes, params, modes
 
 
 def _grouped_matmul_meta(call: Arguments) -> list[Out]:
@@ -518,28 +637,66 @@ def _group_product(x: torch.Tensor, g: int, params: _GmmParams, per_token: Optio
     return _quant_group(x, params.weights[g], bias, scale, per_token, params.out_dtype)
 
 
+def _k_split_kernel(call: Arguments, shapes: list[list[int]], params: _GmmParams,
+                    modes: _GmmModes) -> list[torch.Tensor]:
+    """group_type 2: group g multiplies x's K columns of its range by the weight rows of that range (split_item
+    2/3) or by its own weight, whose rows must number as many (0/1); K past the last group takes no part, an
+    empty group is zeros."""
+    x = call.x[0]
+    stacked = modes.split in SPLIT_OUTPUT_ITEMS  # one [K, N] weight, its rows split as x's K columns
+    outs = []
+    start = 0
+    for g, count in _group_row_counts(call.group_list, modes.list_type, x.shape[1]):
+        stop = start + count
+        w = params.weights[0][start:stop] if stacked else params.weights[g]
+        if w.shape[0] != count:
+            raise OpArgumentError(f"weight[{g}] has K={w.shape[0]} but group_list gives group {g} {count} of K")
+        if count == 0:  # no K to sum over
+            outs.append(torch.zeros(x.shape[0], w.shape[1], dtype=params.out_dtype))
+        else:
+            outs.append(_float_group(x[:, start:stop], w, None).to(params.out_dtype))
+        start = stop
+    return [torch.stack(outs)] if stacked else outs
+
+
 def _grouped_matmul_kernel(call: Arguments) -> list[torch.Tensor]:
-    shapes, params, list_type = _grouped_matmul_layout(call)
+    shapes, params, modes = _grouped_matmul_layout(call)
+    if modes.group_type == GROUP_K:
+        return _k_split_kernel(call, shapes, params, modes)
     x, group_list = call.x, call.group_list
     per_token = params.per_token
-    if group_list is not None:
+    if group_list is not None and len(x) == 1:
         rows = x[0]
-        out = torch.zeros(shapes[0], dtype=params.out_dtype)
+        if modes.listed:
+            groups = list(enumerate(_listed_counts(group_list, [rows.shape[0]])))
+        else:
+            groups = _group_row_counts(group_list, modes.list_type, rows.shape[0])
+        products = []
         start = 0
-        for g, count in _group_row_counts(group_list, list_type, rows.shape[0]):
+        for g, count in groups:
             stop = start + count
             scales = None if per_token is None else per_token[0][start:stop]
-            out[start:stop] = _group_product(rows[start:stop], g, params, scales)
+            products.append(_group_product(rows[start:stop], g, params, scales))
             start = stop
+        if modes.split not in SPLIT_OUTPUT_ITEMS:
+            return products
+        out = torch.zeros(shapes[0], dtype=params.out_dtype)  # rows past the last group: the device leaves them unset
+        if products:
+            out[:start] = torch.cat(products)
         return [out]
+    if group_list is not None and not modes.listed:
+        counts = [count for _, count in _group_row_counts(group_list, modes.list_type, sum(xi.shape[0] for xi in x))]
+        if counts != [xi.shape[0] for xi in x]:
+            raise OpArgumentError(f"group_list gives rows {counts} but the x tensors have {[xi.shape[0] for xi in x]}")
     outs = [_group_product(xg, g, params, None if per_token is None else per_token[g]) for g, xg in enumerate(x)]
     return [torch.cat(outs)] if len(shapes) == 1 and len(outs) > 1 else outs
 
 
 def _require_group_list(name: str, value: object) -> None:
-    """group_list is an int64 tensor; a Python list of counts, the common mistake, is named as such."""
+    """group_list is an int64 tensor (the default schema) or a Python list of ints (``npu_grouped_matmul.List``)."""
     if isinstance(value, (list, tuple)):
-        raise OpTypeError(f"{name} must be an int64 tensor (e.g. torch.tensor(counts)), not a Python list")
+        type_check("int[]")(name, value)
+        return
     require_tensor(name, value, optional=True)
 
 
@@ -561,22 +718,34 @@ def _grouped_matmul_samples() -> list[SampleCall]:
     kernel=_grouped_matmul_kernel,
     argument_checks={"x": require_tensor_list, "weight": require_tensor_list, "group_list": _require_group_list},
     samples=_grouped_matmul_samples,
+    unmodeled=("offset", "activation_input", "activation_quant_scale", "activation_quant_offset", "x_dtype",
+               "weight_dtype", "scale_dtype", "per_token_scale_dtype"),
 )
 def npu_grouped_matmul(call: Arguments) -> None:
-    """Grouped matmul: group ``g`` multiplies its rows of x by ``weight[g]`` ([K, N]); returns a list.
+    """Grouped matmul: group ``g`` multiplies its part of x by ``weight[g]`` ([K, N]); returns a list.
 
-    Sources: torch_npu.npu_grouped_matmul (op-plugin API page: formulas 1-3, the data-type table for a
-    tensor group_list, the single/multi tensor scenarios) and op-plugin's GroupedMatmulKernelNpuOpApi.cpp
-    (output shapes per split_item, the required group_type, the single [E, K, N] weight form).
+    Sources: torch_npu.npu_grouped_matmul (op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_grouped_matmul.md:
+    formulas 1-4, the data-type tables, the single/multi tensor scenarios per group_type), op-plugin's
+    op_plugin_functions.yaml (the default schema with a tensor group_list and the ``.List`` overload with a
+    Python list) and its meta function in op_plugin/python/meta/_meta_registrations.py (output shapes per
+    split_item and group_type).
 
-    * MoE form: ``x = [x_all]`` ([M, K]), one weight per expert (a list of [K, N] or a single
-      [E, K, N] tensor), ``group_type=0`` and an int64 ``group_list``: [E] cumulative row ends
-      (``group_list_type=0``) or row counts (1), or for int8 x [E, 2] (expert, rows) pairs (2, the
-      key-value counts of npu_moe_init_routing_v2; zero-size pairs fill its tail). Each group takes the
-      next rows; ``split_item`` 2 or 3 gives one ``[M, N]`` output. Rows past the last group are zeros
-      (the device leaves them unset).
-    * Per-tensor form (no group_list): ``x[g] @ weight[g]``; ``split_item`` 0/1 returns one output per
-      group (``x[g]`` may have batch dims), 2/3 the 2-D results concatenated by rows.
+    * Grouping by rows (``group_type=0``): ``x = [x_all]`` ([M, K]), one weight per group (a list of
+      [K, N] or a single [E, K, N] tensor) and ``group_list``. An int64 tensor holds [E] cumulative row
+      ends (``group_list_type=0``) or row counts (1), or for int8 x [E, 2] (group, rows) pairs (2, the
+      key-value counts of npu_moe_init_routing_v2; zero-size pairs fill its tail); ``split_item`` 2 or 3
+      gives one ``[M, N]`` output (rows past the last group are zeros; the device leaves them unset).
+      ``split_item`` 0/1 give one ``[rows_g, N_g]`` output per group: with a tensor (cumulative ends,
+      ``group_list_type=0``, as op-plugin's kernel reads it) their row counts are values, sizes a traced
+      graph learns only when it runs; a Python list of cumulative row ends (the ``.List`` overload;
+      group_type None), which must end at M, fixes them. With one x per weight, group_list restates their
+      rows.
+    * Grouping K (``group_type=2``, the weight-gradient form ``dW_g = X_g^T @ dY_g``): x one [M, K]
+      (usually a transposed activation) whose K columns ``group_list`` splits; ``split_item`` 2/3 take
+      one [K, N] weight whose rows it splits the same way and give ``[E, M, N]``, 0/1 take one [K_g, N_g]
+      weight per group and give one [M, N_g] each. Float only, no bias (the API page).
+    * One x per weight (``group_type=-1``, no group_list): ``x[g] @ weight[g]``; ``split_item`` 0/1
+      returns one output per group (``x[g]`` may have batch dims), 2/3 the 2-D results concatenated by rows.
     * Float (formula 1): float16/bfloat16/float32 x and weights; ``bias`` one ``[N]`` per group (or one
       ``[E, N]``), float16 for float16 x, float32 otherwise. ``x @ w + bias`` runs as the Cube does: fp32
       products and accumulation, the bias added in fp32, one rounding to x's dtype (single-threaded BLAS,
@@ -588,7 +757,6 @@ def npu_grouped_matmul(call: Arguments) -> None:
       row: ``acc [+ int32 bias] * scale [* per_token_scale] [+ float bias]`` in float32, rounded once to
       ``output_dtype`` (bfloat16, float16, float32, or int8 -- None -- with the int64 scale's offset added
       before rint and saturation).
-
     * Weight-only quantisation (formula 4, W8A16 / W4A16): float16/bfloat16 x with int8 weights, or
       int4 weights packed eight per int32 (``[K, N / 8]``, element 0 in the low nibble -- an assumption,
       see ``quant._pack_int4``), and ``antiquant_scale`` (+ optional ``antiquant_offset``) in x's dtype:
@@ -596,17 +764,14 @@ def npu_grouped_matmul(call: Arguments) -> None:
       ``[G, N]`` per group or one ``[E, G, N]``). Each weight becomes ``(w + offset) * scale`` rounded to
       x's dtype, then the float path (vllm-ascend's W4A16 MoE calls it this way).
 
-    Refused with ValueError: ``offset``, activation inputs, int4 x, ``act_type != 0``,
-    ``group_type`` None (torch_npu also requires it) or not -1/0, ``split_item``
-    0/1 with group_list (their row counts are group_list's values, which a fake kernel cannot know). A
-    Python list as group_list is refused with TypeError (the schema takes an int64 tensor).
+    Refused with ValueError: ``offset``, activation inputs, the ``x_dtype``/``weight_dtype``/
+    ``scale_dtype``/``per_token_scale_dtype`` hints (hifloat8, FP4 and float8_e8m0 operands), int4 x,
+    ``act_type != 0``, ``group_type`` None with a tensor group_list (torch_npu also requires it) or other
+    than -1/0/2 (group_type 1, N grouping, is not one torch_npu takes), ``split_item`` 0/1 with a tensor
+    group_list of counts or pairs.
     ``tuning_config`` is a tiling hint and is ignored.
     """
-    require_unused(
-        "npu_grouped_matmul (offset and activation inputs)", offset=call.offset, activation_input=call.activation_input,
-        activation_quant_scale=call.activation_quant_scale, activation_quant_offset=call.activation_quant_offset,
-    )
-    _check_gmm_modes(call.split_item, call.group_type, call.group_list_type, call.act_type)
+    _check_gmm_modes(call)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,6 +64,12 @@ class _World:
         return self.rank * self.local_experts
 
 
+def special_experts(call: Arguments) -> int:
+    """How many zero, copy and constant experts a v2 call declares: their ids follow the MoE experts'
+    (``[moe_expert_num, moe_expert_num + zero + copy + const)``, the v2 API pages); v1 has none."""
+    return sum(getattr(call, f"{kind}_expert_num", 0) for kind in ("zero", "copy", "const"))
+
+
 def _world(call: Arguments, x: torch.Tensor) -> _World:
     """The EP geometry of a dispatch or combine call; ``x`` is the tokens (``[BS, H]``) the call routes."""
     expert_ids, ep_world_size, ep_rank_id = call.expert_ids, call.ep_world_size, call.ep_rank_id
@@ -75,8 +81,9 @@ def _world(call: Arguments, x: torch.Tensor) -> _World:
         raise OpArgumentError(f"ep_rank_id={ep_rank_id} must be in [0, ep_world_size={ep_world_size})")
     if moe_expert_num % ep_world_size:
         raise OpArgumentError(f"moe_expert_num={moe_expert_num} must be a multiple of ep_world_size={ep_world_size}")
-    if not 0 < k <= moe_expert_num:
-        raise OpArgumentError(f"K={k} (expert_ids' second dim) must be in (0, moe_expert_num={moe_expert_num}]")
+    experts = moe_expert_num + special_experts(call)
+    if not 0 < k <= experts:
+        raise OpArgumentError(f"K={k} (expert_ids' second dim) must be in (0, {experts}], the MoE and special experts")
     local = moe_expert_num // ep_world_size
     rows = call.global_bs if call.global_bs else bs * ep_world_size
     return _World(ep_world_size, ep_rank_id, local, rows, rows * min(local, k))
@@ -167,8 +174,11 @@ def _dispatch_meta(call: Arguments, idx_entries: Callable[[int, int], int]) -> t
 def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...]) -> tuple[torch.Tensor, ...]:
     x, expert_ids, scales, moe_expert_num = call.x, call.expert_ids, call.scales, call.moe_expert_num
     world = _world(call, x)
-    if bool(((expert_ids < 0) | (expert_ids >= moe_expert_num)).any()):
-        raise OpArgumentError(f"expert_ids values must lie in [0, moe_expert_num={moe_expert_num})")
+    all_experts = moe_expert_num + special_experts(call)  # a special expert's tokens stay: combine computes them
+    if bool(((expert_ids < 0) | (expert_ids >= all_experts)).any()):
+        raise OpArgumentError(
+            f"expert_ids values must lie in [0, {all_experts}), the MoE experts then the special ones"
+        )
     local = expert_ids.to(torch.int64) - world.first_expert
     active = _active_routes(expert_ids, call.x_active_mask)
     routed = active & (local >= 0) & (local < world.local_experts)
@@ -192,7 +202,7 @@ def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...]) -> tuple[torch.T
         rows = round_to_int8(values / safe.unsqueeze(-1))
         dynamic_scales[:received] = scale
     expand_x[:received] = rows
-    expand_idx[: expert_ids.numel()] = _send_ranks(expert_ids, active, moe_expert_num)
+    expand_idx[: expert_ids.numel()] = _send_ranks(expert_ids, active, all_experts)
     if call.expert_scales is not None:
         expand_scales[:received] = call.expert_scales[tokens, slots]
     counts = torch.bincount(experts, minlength=world.local_experts).to(torch.int64)
@@ -202,11 +212,11 @@ def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...]) -> tuple[torch.T
     return expand_x, dynamic_scales, expand_idx, token_nums, recv_counts, tp_recv, expand_scales
 
 
-def _check_no_special_experts(zero_expert_num: int, copy_expert_num: int, const_expert_num: int) -> None:
-    """The v2 interfaces' zero/copy/constant experts (MoE variants with trivial experts) are not modeled."""
-    for name, value in (("zero_expert_num", zero_expert_num), ("copy_expert_num", copy_expert_num),
-                        ("const_expert_num", const_expert_num)):
-        require_choice(name, value, (0,), "zero/copy/constant experts are not modeled")
+def _check_special_experts(call: Arguments) -> None:
+    """The v2 interfaces' zero/copy/constant expert counts: non-negative, as the API pages' ranges say."""
+    for kind in ("zero", "copy", "const"):
+        if getattr(call, f"{kind}_expert_num") < 0:
+            raise OpArgumentError(f"{kind}_expert_num={getattr(call, f'{kind}_expert_num')} must be >= 0")
 
 
 def _check_dispatch(call: Arguments) -> None:
@@ -313,12 +323,14 @@ def npu_moe_distribute_dispatch_v2(call: Arguments) -> None:
     ``expand_idx``) for :func:`npu_moe_distribute_combine_v2`.
 
     Source: torch_npu.npu_moe_distribute_dispatch_v2 (op-plugin API page; meta function). ``comm_alg``
-    (the communication memory layout) does not change values and is accepted. Refused: elastic
-    expert placement (``elastic_info``), ``performance_info``, zero/copy/constant experts and the
-    ``y_dtype``/``x_dtype``/``scales_dtype`` overrides (FP8/MX outputs).
+    (the communication memory layout) does not change values and is accepted. Tokens routed to a zero,
+    copy or constant expert (ids from ``moe_expert_num`` on, see :func:`npu_moe_distribute_combine_v2`)
+    are not sent: combine_v2 computes them from ``ori_x``. Refused: elastic expert placement
+    (``elastic_info``), ``performance_info`` and the ``y_dtype``/``x_dtype``/``scales_dtype`` overrides
+    (FP8/MX outputs).
     """
     _check_dispatch(call)
-    _check_no_special_experts(call.zero_expert_num, call.copy_expert_num, call.const_expert_num)
+    _check_special_experts(call)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +365,8 @@ def _combine_meta(call: Arguments, expand_idx: torch.Tensor) -> Out:
     return Out([tokens, h], expand_x.dtype)
 
 
-def _combine_kernel(call: Arguments, expand_idx: torch.Tensor) -> torch.Tensor:
+def _combine_sum(call: Arguments, expand_idx: torch.Tensor) -> torch.Tensor:
+    """The float32 sum of the weighted rows of the local experts (and the shared expert's output)."""
     expand_x, expert_ids, expert_scales = call.expand_x, call.expert_ids, call.expert_scales
     world = _world(call, expert_ids.new_empty(expert_ids.shape[0], 1))
     tokens, k = expert_ids.shape
@@ -373,23 +386,68 @@ def _combine_kernel(call: Arguments, expand_idx: torch.Tensor) -> torch.Tensor:
         out = out + torch.where(routed[:, slot].unsqueeze(-1), weighted, 0.0)
     if call.shared_expert_x is not None:
         out = out + call.shared_expert_x.reshape(tokens, -1).to(torch.float32)
-    return out.to(expand_x.dtype)
+    return out
 
 
-def _combine_functions(index: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The meta function and kernel of one combine interface: ``index`` names its third argument."""
-
-    def meta(call: Arguments) -> Out:
-        return _combine_meta(call, getattr(call, index))
-
-    def kernel(call: Arguments) -> torch.Tensor:
-        return _combine_kernel(call, getattr(call, index))
-
-    return meta, kernel
+def _combine_v1_meta(call: Arguments) -> Out:
+    return _combine_meta(call, call.expand_idx)
 
 
-_combine_v1_meta, _combine_v1_kernel = _combine_functions("expand_idx")
-_combine_v2_meta, _combine_v2_kernel = _combine_functions("assist_info_for_combine")
+def _combine_v1_kernel(call: Arguments) -> torch.Tensor:
+    return _combine_sum(call, call.expand_idx).to(call.expand_x.dtype)
+
+
+def _special_expert_inputs(call: Arguments, out: Out) -> None:
+    """ori_x ([BS, H]) where copy or constant experts need it, and for constant expert j its rows of
+    const_expert_alpha_1/_2 and const_expert_v ([const_expert_num, H]), all in expand_x's dtype."""
+    tokens, h = out.shape
+    needs = {"ori_x": (call.copy_expert_num or call.const_expert_num, (tokens, h))}
+    for name in ("const_expert_alpha_1", "const_expert_alpha_2", "const_expert_v"):
+        needs[name] = (call.const_expert_num, (call.const_expert_num, h))
+    for name, (needed, shape) in needs.items():
+        value = getattr(call, name)
+        if value is None:
+            if needed:
+                raise OpArgumentError(f"{name} is required with copy_expert_num={call.copy_expert_num}, "
+                                      f"const_expert_num={call.const_expert_num} (the API page)")
+            continue
+        require_dtype(name, value, (out.dtype,), "(expand_x's dtype)")
+        require_shape(name, value, (shape,))
+
+
+def _combine_v2_meta(call: Arguments) -> Out:
+    out = _combine_meta(call, call.assist_info_for_combine)
+    _special_expert_inputs(call, out)
+    return out
+
+
+def _special_expert_sum(call: Arguments) -> torch.Tensor:
+    """float32 ``sum_k expert_scales[b, k] * Moe_k(ori_x[b])`` over the special experts (the v2 API page):
+    a zero expert gives 0, a copy expert ``ori_x``, constant expert j ``alpha_1[j] * ori_x + alpha_2[j] * v[j]``.
+    No communication is involved: each rank computes its own tokens'."""
+    expert_ids, tokens = call.expert_ids.to(torch.int64), call.expert_ids.shape[0]
+    out = torch.zeros(tokens, call.expand_x.shape[1], dtype=torch.float32)
+    if not call.copy_expert_num and not call.const_expert_num:
+        return out
+    ori = call.ori_x.to(torch.float32)
+    active = _active_routes(call.expert_ids, call.x_active_mask)
+    copies = call.moe_expert_num + call.zero_expert_num
+    constants = copies + call.copy_expert_num
+    for slot in range(expert_ids.shape[1]):
+        expert, weight = expert_ids[:, slot], call.expert_scales[:, slot].unsqueeze(-1)
+        copied = active[:, slot] & (expert >= copies) & (expert < constants)
+        out = out + torch.where(copied.unsqueeze(-1), weight * ori, 0.0)
+        if call.const_expert_num:
+            j = (expert - constants).clamp(0, call.const_expert_num - 1)
+            value = (call.const_expert_alpha_1[j].to(torch.float32) * ori
+                     + call.const_expert_alpha_2[j].to(torch.float32) * call.const_expert_v[j].to(torch.float32))
+            constant = active[:, slot] & (expert >= constants) & (expert < constants + call.const_expert_num)
+            out = out + torch.where(constant.unsqueeze(-1), weight * value, 0.0)
+    return out
+
+
+def _combine_v2_kernel(call: Arguments) -> torch.Tensor:
+    return (_combine_sum(call, call.assist_info_for_combine) + _special_expert_sum(call)).to(call.expand_x.dtype)
 
 
 def _check_combine(call: Arguments) -> None:
@@ -428,9 +486,7 @@ def npu_moe_distribute_combine(call: Arguments) -> None:
 @npu_op(
     meta=_combine_v2_meta,
     kernel=_combine_v2_kernel,
-    unmodeled=(
-        "elastic_info", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2", "const_expert_v", "performance_info",
-    ),
+    unmodeled=("elastic_info", "performance_info"),
     argument_checks=EP_GROUP_CHECK,
     samples=lambda: _combine_samples(torch.ops.npu.npu_moe_distribute_dispatch_v2),
 )
@@ -439,7 +495,13 @@ def npu_moe_distribute_combine_v2(call: Arguments) -> None:
     ``assist_info_for_combine``; ``shared_expert_x`` (``[BS, H]`` or ``[B, S, H]``) is added unweighted.
 
     Source: torch_npu.npu_moe_distribute_combine_v2 (op-plugin API page; meta function). ``expand_scales``
-    is accepted as in v1. Refused: elastic placement, ``ori_x`` and the constant/zero/copy experts.
+    is accepted as in v1. The special experts (ids after the ``moe_expert_num`` MoE experts: first
+    ``zero_expert_num`` zero experts, then ``copy_expert_num`` copy experts, then ``const_expert_num``
+    constant experts) add ``expert_scales * Moe(ori_x)`` from ``ori_x`` ([BS, H], the tokens before the
+    FFN, required with copy or constant experts): 0, ``ori_x``, or
+    ``const_expert_alpha_1[j] * ori_x + const_expert_alpha_2[j] * const_expert_v[j]``; that sum is added
+    in float32 after the routed rows, before the one rounding. ``ori_x`` without special experts is
+    accepted and unused. Refused: elastic placement and ``performance_info``.
     """
     _check_combine(call)
-    _check_no_special_experts(call.zero_expert_num, call.copy_expert_num, call.const_expert_num)
+    _check_special_experts(call)

@@ -10,7 +10,9 @@ import torch
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
+    HALF_DTYPES,
     INT8_SCALAR_TYPE,
+    dtype_of_code,
     require_choice,
     require_dtype,
     require_scalar_type_number,
@@ -18,7 +20,9 @@ from .checks import (
     require_trailing,
 )
 from .fixedorder import pairwise_sum, round_to_int8
-from .registry import Arguments, Derivative, Out, SampleCall, npu_op
+from .quant import DYNAMIC_QUANT_MAX, INT4_MAX, INT4_PER_INT32, symmetric_levels
+from .quant import _pack_int4 as pack_int4
+from .registry import Arguments, Derivative, Out, SampleCall, bind, npu_op
 
 
 
@@ -300,6 +304,104 @@ def npu_add_rms_norm_quant(call: Arguments) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# npu_add_rms_norm_dynamic_quant
+# ---------------------------------------------------------------------------------------------
+
+
+def _dynamic_quant_outputs(call: Arguments) -> tuple[bool, bool]:
+    """Which of the two quantised outputs (y1/scale1, y2/scale2) the call computes (the API page and its meta
+    function): without output_mask y1 always, y2 when both smooth scales are given; with one, as it says,
+    not both False, and each smooth scale needs its output."""
+    if call.output_mask is None:
+        return True, call.smooth_scale1 is not None and call.smooth_scale2 is not None
+    first, second = (bool(flag) for flag in call.output_mask)
+    if not first and not second:
+        raise OpArgumentError("output_mask=[False, False] computes nothing; at least one of y1 and y2 must be output")
+    for flag, name in ((first, "smooth_scale1"), (second, "smooth_scale2")):
+        if not flag and getattr(call, name) is not None:
+            raise OpArgumentError(f"{name} is given but output_mask turns its output off (the API page)")
+    return first, second
+
+
+def _dynamic_quant_y_dtype(call: Arguments) -> torch.dtype:
+    """int8 (y_dtype None or torch.int8) or int4 (torch.quint4x2, eight to an int32 along the last dim)."""
+    y_dtype = dtype_of_code(call.y_dtype)
+    require_choice("y_dtype", y_dtype, (None, torch.int8, torch.quint4x2), "int8, or torch.quint4x2 for int4")
+    return torch.quint4x2 if y_dtype == torch.quint4x2 else torch.int8
+
+
+def _add_rms_norm_dynamic_quant_meta(call: Arguments) -> tuple[Out, Out, Out, Out, Out]:
+    """y1, y2 like x1 (int8, or int32 with the last dim / 8 for int4), x like x1, scale1/scale2 float32 of
+    x1's leading dims; an output turned off is an empty [0] tensor (op-plugin's meta function)."""
+    x1, gamma = call.x1, call.gamma
+    _add_rms_norm_meta(call)
+    require_dtype("x1", x1, HALF_DTYPES)
+    require_dtype("gamma", gamma, (x1.dtype,), "(x1's dtype)")
+    for name in ("smooth_scale1", "smooth_scale2", "beta"):
+        value = getattr(call, name)
+        if value is not None:
+            require_dtype(name, value, (x1.dtype,), "(x1's dtype)")
+            require_shape(name, value, ((x1.shape[-1],),))
+    outputs = _dynamic_quant_outputs(call)
+    y_shape, y_dtype = list(x1.shape), torch.int8
+    if _dynamic_quant_y_dtype(call) == torch.quint4x2:
+        if x1.shape[-1] % INT4_PER_INT32:
+            raise OpArgumentError(f"x1's last dim {x1.shape[-1]} must be a multiple of 8 for int4 (y_dtype=quint4x2)")
+        y_shape, y_dtype = [*x1.shape[:-1], x1.shape[-1] // INT4_PER_INT32], torch.int32
+    ys = [Out(y_shape if on else [0], y_dtype) for on in outputs]
+    scales = [Out(list(x1.shape[:-1]) if on else [0], torch.float32) for on in outputs]
+    return ys[0], ys[1], Out(list(x1.shape), x1.dtype), scales[0], scales[1]
+
+
+def _add_rms_norm_dynamic_quant_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
+    outputs = _add_rms_norm_dynamic_quant_meta(call)
+    x = _residual_sum(call.x1, call.x2)
+    y, _ = rms_normalise(x, call.gamma, call.epsilon)
+    if call.beta is not None:
+        y = y + call.beta.to(torch.float32)
+    int4 = _dynamic_quant_y_dtype(call) == torch.quint4x2
+    results = []
+    for smooth, on in zip((call.smooth_scale1, call.smooth_scale2), _dynamic_quant_outputs(call)):
+        if not on:
+            results.append((torch.empty(0, dtype=outputs[0].dtype), torch.empty(0, dtype=torch.float32)))
+            continue
+        values = y if smooth is None else y * smooth.to(torch.float32)
+        levels, scale = symmetric_levels(values, INT4_MAX if int4 else DYNAMIC_QUANT_MAX)
+        results.append((pack_int4(levels) if int4 else levels.to(torch.int8), scale))
+    (y1, scale1), (y2, scale2) = results
+    return y1, y2, x, scale1, scale2
+
+
+def _add_rms_norm_dynamic_quant_samples() -> list[SampleCall]:
+    """One quantised branch, and two smoothed ones with a beta."""
+    gen = torch.Generator().manual_seed(0)
+    x1, x2 = (torch.randn(2, 3, 32, generator=gen).to(torch.bfloat16) for _ in range(2))
+    gamma, s1, s2, beta = (torch.rand(32, generator=gen).add(0.5).to(torch.bfloat16) for _ in range(4))
+    return [SampleCall((x1, x2, gamma)),
+            SampleCall((x1, x2, gamma), {"smooth_scale1": s1, "smooth_scale2": s2, "beta": beta})]
+
+
+@npu_op(meta=_add_rms_norm_dynamic_quant_meta, kernel=_add_rms_norm_dynamic_quant_kernel,
+        samples=_add_rms_norm_dynamic_quant_samples)
+def npu_add_rms_norm_dynamic_quant(call: Arguments) -> None:
+    """Residual add, RMSNorm and one or two per-row dynamic quantisations: ``(y1, y2, x, scale1, scale2)``.
+
+    Source: torch_npu.npu_add_rms_norm_dynamic_quant (op-plugin
+    docs/zh/custom_APIs/torch_npu/torch_npu-npu_add_rms_norm_dynamic_quant.md; output shapes from its meta
+    function):
+
+    * ``x = x1 + x2`` (float16/bfloat16, returned in x1's dtype), ``y = x / Rms(x) * gamma [+ beta]`` in
+      float32 with ``Rms(x) = sqrt(mean(x**2) + epsilon)``, from the rounded ``x`` as in
+      :func:`npu_add_rms_norm`; gamma, beta and the smooth scales are [H] in x1's dtype.
+    * Branch i: ``input_i = y [* smooth_scale_i]``, ``scale_i = rowmax|input_i| / 127`` (7 for int4) and
+      ``y_i = round(input_i / scale_i)`` half to even, as npu_dynamic_quant here (an all-zero row takes
+      scale 1). ``y_dtype`` None/torch.int8 gives int8, torch.quint4x2 int4 packed eight to an int32.
+    * ``output_mask`` picks the branches (see :func:`_dynamic_quant_outputs`); a branch turned off returns
+      empty [0] tensors.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
 # npu_layer_norm_eval
 # ---------------------------------------------------------------------------------------------
 
@@ -509,29 +611,40 @@ def _add_layer_norm_samples() -> list[SampleCall]:
     return [SampleCall((x1, x2, gamma, beta)), SampleCall((x1.bfloat16(), x2.bfloat16(), gamma, beta, 1e-6, True))]
 
 
-def _add_layer_norm_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
-    """y and x like x1; mean and rstd float32 with the normalised dims folded into one 1."""
-    x1, x2 = call.x1, call.x2
+def _add_layer_norm_dtype(x1: torch.Tensor, x2: torch.Tensor) -> torch.dtype:
+    """The dtype of y and x: x1's when x1 and x2 agree, float32 when they differ (op-plugin's
+    AddLayerNormKernelNpuOpApi.cpp allocates both float32 then), where one of them must be float32."""
     require_dtype("x1", x1, FLOAT_DTYPES)
-    require_dtype("x2", x2, (x1.dtype,), "(x1's dtype)")
+    if x2.dtype == x1.dtype:
+        return x1.dtype
+    require_dtype("x2", x2, FLOAT_DTYPES if x1.dtype == torch.float32 else (x1.dtype, torch.float32),
+                  "(x1's dtype, or float32 beside a float16/bfloat16 x1, or any float beside a float32 x1)")
+    return torch.float32
+
+
+def _add_layer_norm_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
+    """y and x in :func:`_add_layer_norm_dtype`; mean and rstd float32 with the normalised dims folded into one 1."""
+    x1, x2 = call.x1, call.x2
+    dtype = _add_layer_norm_dtype(x1, x2)
     if x2.shape != x1.shape:
         raise OpArgumentError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
     for name, param in (("gamma", call.gamma), ("beta", call.beta)):
-        require_dtype(name, param, (x1.dtype, torch.float32), "(x1's dtype or float32)")
+        require_dtype(name, param, (x1.dtype, x2.dtype, torch.float32), "(x1's or x2's dtype, or float32)")
         require_trailing(name, param, "x1", x1)
     stat = Out(_add_layer_norm_stat_shape(x1, call.gamma), torch.float32)
-    like_x = Out(list(x1.shape), x1.dtype)
+    like_x = Out(list(x1.shape), dtype)
     return like_x, stat, stat, like_x
 
 
 def _add_layer_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     x1, gamma = call.x1, call.gamma
-    x = _residual_sum(x1, call.x2)
+    dtype = _add_layer_norm_dtype(x1, call.x2)
+    x = (x1.to(torch.float32) + call.x2.to(torch.float32)).to(dtype)
     mean, centred, variance = _row_moments(x.to(torch.float32), gamma.dim())
     rstd = 1.0 / torch.sqrt(variance + call.epsilon)
     y = (centred * rstd).reshape(x1.shape) * gamma.to(torch.float32) + call.beta.to(torch.float32)
     stat_shape = _add_layer_norm_stat_shape(x1, gamma)
-    return y.to(x1.dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape), x
+    return y.to(dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape), x
 
 
 def _add_layer_norm_backward_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
@@ -634,9 +747,10 @@ def npu_add_layer_norm(call: Arguments) -> None:
     ``rstd = 1 / sqrt(Var(x) + epsilon)``, ``y = (x - E(x)) * rstd * gamma + beta``; op-plugin's
     npu_add_layer_norm fixes the outputs: mean and rstd float32 of x1's leading dims and one trailing 1.
 
-    * ``x1``/``x2`` same shape and dtype (float16, bfloat16, float32); ``gamma``/``beta`` the trailing
-      dims of x1, in x1's dtype or float32.
-    * ``x`` is x1's dtype and the statistics are taken from that rounded sum, as npu_add_rms_norm here;
+    * ``x1``/``x2`` same shape, float16, bfloat16 or float32, of one dtype or one of them float32 (then
+      ``y`` and ``x`` are float32: op-plugin's kernel allocates them so); ``gamma``/``beta`` the trailing
+      dims of x1, in x1's or x2's dtype or float32.
+    * ``x`` is that dtype and the statistics are taken from that rounded sum, as npu_add_rms_norm here;
       the variance is the biased one; float32 math with fixed pairwise sums, one rounding of ``y``.
     * ``additional_output`` asks the device to also store ``x``; the model always returns it.
     """

@@ -55,16 +55,47 @@ def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
     return output_dtype
 
 
+def _packed_dim(tensor: torch.Tensor) -> Optional[int]:
+    """The dim whose int32 words hold eight int4 values each (npu_quantize's quint4x2 output packs the last
+    dim of the tensor it quantised): the last one, or the second to last for a transposed view of such a
+    tensor (strides ``[1, rows]``: op-plugin's meta function reads transposed int4 operands so); None for int8."""
+    if tensor.dtype != torch.int32:
+        return None
+    transposed = tensor.dim() >= 2 and tensor.stride(-2) == 1 and tensor.stride(-1) == tensor.shape[-2] > 1
+    return tensor.dim() - 2 if transposed else tensor.dim() - 1
+
+
+def _qmm_shape(tensor: torch.Tensor) -> list[int]:
+    """The operand's shape in values: its packed dim (:func:`_packed_dim`) eight times as long."""
+    shape, packed = list(tensor.shape), _packed_dim(tensor)
+    if packed is not None:
+        shape[packed] *= INT4_PER_INT32
+    return shape
+
+
+def _qmm_width(tensor: torch.Tensor) -> int:
+    return _qmm_shape(tensor)[-1]
+
+
+def _qmm_levels(tensor: torch.Tensor) -> torch.Tensor:
+    packed = _packed_dim(tensor)
+    if packed is None:
+        return tensor
+    return unpack_int4(tensor.movedim(packed, -1)).movedim(-1, packed)
+
+
 def _check_qmm_operands(x1: torch.Tensor, x2: torch.Tensor) -> None:
+    """int8 x int8 (A8W8), or int32 x int32 words of int4 along the last dim (A4W4: x1 [..., m, k / 8],
+    x2 [..., k, n / 8]), as the API page's data-type table pairs them."""
     for name, tensor in (("x1", x1), ("x2", x2)):
-        if tensor.dtype == torch.int32:
-            raise OpArgumentError(f"{name} is int32 (int4 packed 8 per int32); only int8 x int8 is implemented")
-        require_dtype(name, tensor, (torch.int8,))
+        require_dtype(name, tensor, (torch.int8, torch.int32), "(int8, or int32 words of eight int4)")
         if not QMM_MIN_RANK <= tensor.dim() <= QMM_MAX_RANK:
             raise OpArgumentError(f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims")
-    if x1.shape[-1] != x2.shape[-2]:
+    if x1.dtype != x2.dtype:
+        raise OpArgumentError(f"x1 is {x1.dtype} but x2 is {x2.dtype}; both int8 (A8W8) or both int32 words of int4")
+    if _qmm_width(x1) != _qmm_shape(x2)[-2]:
         raise OpArgumentError(
-            f"x1 has k={x1.shape[-1]} (shape {list(x1.shape)}) but x2 has k={x2.shape[-2]} "
+            f"x1 has k={_qmm_width(x1)} (shape {list(x1.shape)}) but x2 has k={_qmm_shape(x2)[-2]} "
             f"(shape {list(x2.shape)}); x2 must be [..., k, n]"
         )
 
@@ -124,7 +155,7 @@ def _check_qmm_bias(
 
 
 def _qmm_output_shape(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
-    return [*_broadcast_batch(x1, x2), x1.shape[-2], x2.shape[-1]]
+    return [*_broadcast_batch(x1, x2), _qmm_shape(x1)[-2], _qmm_width(x2)]
 
 
 def _quant_matmul_meta(call: Arguments) -> Out:
@@ -173,7 +204,7 @@ def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
     """acc = x1 @ x2 (int32); [+ int32 bias]; * scale; [* pertoken]; [+ float bias]; [+ offset]."""
     pertoken_scale, bias = call.pertoken_scale, call.bias
     out_dtype = _resolve_output_dtype(call.output_dtype)
-    acc = int_matmul(call.x1, call.x2)
+    acc = int_matmul(_qmm_levels(call.x1), _qmm_levels(call.x2))
     if bias is not None and bias.dtype == torch.int32:
         acc = acc + bias
     if out_dtype == torch.int32:
@@ -199,9 +230,21 @@ def _quant_matmul_samples() -> list[SampleCall]:
     ]
 
 
-@npu_op(meta=_quant_matmul_meta, kernel=_quant_matmul_kernel, samples=_quant_matmul_samples)
+@npu_op(
+    meta=_quant_matmul_meta,
+    kernel=_quant_matmul_kernel,
+    unmodeled=("x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype", "group_sizes", "y_scale"),
+    samples=_quant_matmul_samples,
+)
 def npu_quant_matmul(call: Arguments) -> None:
     """Quantised matmul: int8 ``x1 [..., m, k]`` times int8 ``x2 [..., k, n]``, then dequantise.
+
+    A4W4: ``x1`` and ``x2`` int32, each word eight int4 values of the last dim (``[..., m, k / 8]`` and
+    ``[..., k, n / 8]``, as npu_quantize(..., torch.quint4x2) returns them; element 0 in the low nibble,
+    the order :func:`unpack_int4` assumes), or of the second to last for a transposed view (``x2`` as
+    ``w.t()`` of an ``[n, k / 8]`` quantised weight); the int4 values multiply exactly as int8 ones do. The
+    op-plugin schema's ``x1_dtype``/``x2_dtype``/``scale_dtype``/``pertoken_scale_dtype`` (float8, hifloat8
+    and FP4 operands), ``group_sizes`` (per-block scales) and ``y_scale`` must be None.
 
     Source: torch_npu.npu_quant_matmul (Ascend Extension for PyTorch API reference, 6.0/7.0,
     https://www.hiascend.com/document/detail/zh/Pytorch/700/apiref/apilist/ptaoplist_000172.html),
@@ -690,9 +733,14 @@ def npu_dynamic_quant(call: Arguments) -> None:
       [-8, 7], eight packed per int32 (last dim / 8; nibble order: see ``_pack_int4``).
     * float32 math, round half to even.  An all-zero row gets scale 1 and y 0 (the device
       divides by zero there; the value it writes is not documented).
+    * ``quant_mode`` and ``dst_type_max`` are op-plugin's schema arguments for the float8/hifloat8
+      outputs, which the API page does not document: only their defaults (``"pertoken"``, 0.0) are
+      accepted.
     """
     if call.dst_type is not None:
         require_choice("dst_type", call.dst_type, DYNAMIC_QUANT_DST, "int8, or quint4x2 for packed int4")
+    require_choice("quant_mode", call.quant_mode, ("pertoken",), "per-token scales, the documented mode")
+    require_choice("dst_type_max", call.dst_type_max, (0.0,), "the output dtype's own maximum")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -978,9 +1026,10 @@ def _anti_quant_meta(call: Arguments) -> Out:
     """out like x (int32 words widened eight times), in dst_dtype (float16 by default)."""
     x, scale, offset = call.x, call.scale, call.offset
     require_dtype("x", x, (torch.int8, torch.int32))
-    if (x.dtype == torch.int32) != (call.src_dtype == torch.quint4x2):
+    if call.src_dtype is not None and (x.dtype == torch.int32) != (call.src_dtype == torch.quint4x2):
         raise OpArgumentError(
-            f"x is {x.dtype} but src_dtype is {call.src_dtype}; int32 words of int4 need src_dtype=torch.quint4x2"
+            f"x is {x.dtype} but src_dtype is {call.src_dtype}; pass src_dtype=None (read from x), torch.int8 "
+            "for int8 x or torch.quint4x2 for int32 words of int4"
         )
     width = x.shape[-1] * (INT4_PER_INT32 if x.dtype == torch.int32 else 1) if x.dim() else 1
     require_dtype("scale", scale, (torch.float32, torch.bfloat16))
@@ -1020,8 +1069,10 @@ def npu_anti_quant(call: Arguments) -> None:
 
     Source: torch_npu.npu_anti_quant (op-plugin docs/context/torch_npu-npu_anti_quant.md).
 
-    * ``x`` int8, or int32 words of eight int4 values with ``src_dtype=torch.quint4x2`` (element 0 in the
-      low nibble: the packing order :func:`unpack_int4` assumes); ``scale`` float32/bfloat16 (n,) with
+    * ``x`` int8, or int32 words of eight int4 values (element 0 in the low nibble: the packing order
+      :func:`unpack_int4` assumes); ``src_dtype`` None reads the kind from x's dtype, a given one must
+      agree with it (torch.int8, or torch.quint4x2 for int32 words: op-plugin's
+      AntiQuantKernelNpuOpApi.cpp); ``scale`` float32/bfloat16 (n,) with
       n = 1 or x's last dim in values; ``offset`` like scale; ``dst_dtype`` float16 (default) or bfloat16.
     * The sum and product are float32, rounded once to ``dst_dtype``.
     """

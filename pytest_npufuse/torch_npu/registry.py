@@ -85,6 +85,7 @@ class NpuOp:
     graph_name: str = ""  # the registered op a traced graph holds, when not ``name`` (``<name>_functional``)
     samples: Optional[Samples] = field(default=None, compare=False, repr=False)
     differentiable: bool = False
+    overloads: tuple[str, ...] = ()  # the names of torch_npu's other schemas of the op (``List``)
 
     @property
     def op_type(self) -> str:
@@ -302,7 +303,7 @@ def _validator(
 def _typed(declaration: Declaration, argument_checks: Mapping[str, ArgumentCheck]) -> dict[str, ArgumentCheck]:
     """Each parameter's type check: its schema type's, or the op's own where its message says more."""
     return {
-        parameter.name: argument_checks.get(parameter.name) or type_check(parameter.type)
+        parameter.name: argument_checks.get(parameter.name) or type_check(parameter.type, parameter.name)
         for parameter in declaration.parameters
     }
 
@@ -354,7 +355,7 @@ class Derivative:
     backward: Callable[..., Any]
 
 
-def _register_autograd(name: str, backward: Callable[..., Any], setup_context: Callable[..., None]) -> None:
+def _register_autograd(qualified: str, backward: Callable[..., Any], setup_context: Callable[..., None]) -> None:
     """``torch.library.register_autograd`` without its refusal of keyword-only tensors.
 
     torch refuses them because its generated autograd kernel passes keyword-only arguments through without
@@ -362,9 +363,10 @@ def _register_autograd(name: str, backward: Callable[..., Any], setup_context: C
     torch_npu op (npu_moe_gating_top_k differentiates ``x``, never its keyword-only ``bias``), so the same
     kernel is registered here for every differentiable op, at the Autograd key as torch does.
     """
-    overload = getattr(getattr(torch.ops, NAMESPACE), name).default
+    name, _, overload_name = qualified.partition(".")
+    overload = getattr(getattr(getattr(torch.ops, NAMESPACE), name), overload_name or "default")
     info = torch._library.autograd.Info(backward, setup_context)
-    _LIB.impl(name, torch._library.autograd.make_autograd_impl(overload, info), "Autograd", with_keyset=True)
+    _LIB.impl(qualified, torch._library.autograd.make_autograd_impl(overload, info), "Autograd", with_keyset=True)
 
 
 def npu_op(
@@ -438,8 +440,15 @@ def npu_op(
             outputs = meta(call)
             return None if returns_nothing else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
-        torch.library.impl(op_type, "CPU", lib=_LIB)(cpu_kernel)
-        torch.library.register_fake(op_type, fake_kernel, lib=_LIB)
+        qualified_names = [op_type]
+        for overload in declaration.overloads:
+            _LIB.define(overload.schema)
+            qualified_names.append(f"{op_type}.{overload.name}")
+        # Every overload runs the op's checks, meta function and kernel; calling the overload packet picks
+        # the overload whose schema the arguments fit, as torch_npu's binding does.
+        for qualified in qualified_names:
+            torch.library.impl(qualified, "CPU", lib=_LIB)(cpu_kernel)
+            torch.library.register_fake(qualified, fake_kernel, lib=_LIB)
         if derivative is not None:
             keep = derivative.setup_context
 
@@ -448,7 +457,8 @@ def npu_op(
             ) -> None:
                 keep(ctx, make(inputs, keyword_only_inputs)[0], output)
 
-            _register_autograd(name, derivative.backward, setup_context)
+            for qualified in qualified_names:
+                _register_autograd(qualified.partition("::")[2], derivative.backward, setup_context)
         packet = getattr(getattr(torch.ops, NAMESPACE), name)
         if side_effect:
             torch.fx.node.has_side_effect(packet.default)
@@ -500,8 +510,9 @@ def npu_op(
         public.__signature__ = declaration.signature()
         family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
         graph_name = "" if name == public_name else name
+        overloads = tuple(overload.name for overload in declaration.overloads)
         _OPS[public_name] = NpuOp(
-            public_name, family, declared, declaration.source, graph_name, samples, derivative is not None
+            public_name, family, declared, declaration.source, graph_name, samples, derivative is not None, overloads
         )
         return public
 

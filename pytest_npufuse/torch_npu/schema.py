@@ -114,6 +114,18 @@ def format_returns(types: Sequence[str], single: bool) -> str:
 
 
 @dataclass(frozen=True)
+class Overload:
+    """Another schema torch_npu declares under the op's name (op-plugin's ``npu_grouped_matmul.List`` takes
+    ``int[]? group_list`` where the default takes a tensor): its overload name, its schema as written, and
+    its parameters, which are among the op's own (the op's checks, meta function and kernel take the
+    op's record either way)."""
+
+    name: str
+    schema: str
+    parameters: tuple[Parameter, ...]
+
+
+@dataclass(frozen=True)
 class Declaration:
     """One op as ``schemas.toml`` declares it."""
 
@@ -122,6 +134,7 @@ class Declaration:
     returns: tuple[str, ...]
     single: bool  # one output, returned bare (not a one-element tuple)
     source: str
+    overloads: tuple[Overload, ...] = ()
 
     def arguments(self, mutated: Collection[str] = ()) -> str:
         """``(Tensor self, *, float eps=1e-06)``; each ``mutated`` parameter is marked ``Tensor(a!)``,
@@ -183,15 +196,36 @@ def _parameters(schema: str, self_name: Optional[str]) -> tuple[Parameter, ...]:
     return tuple(parameters)
 
 
-def parse(name: str, table: Mapping[str, str]) -> Declaration:
-    """The declaration of ``name`` from its table (``schema``, ``source``, and ``self`` where renamed)."""
+def _overload(name: str, schema: str, self_name: Optional[str], known: Collection[str]) -> Overload:
+    """One entry of a table's ``overloads``: ``<name>.<Overload>(<arguments>) -> <returns>``, whose every
+    parameter must be one of the op's own (``known``), as the op's record holds those."""
+    head, dot, rest = schema.partition(".")
+    overload = rest.partition("(")[0]
+    plain = f"{name}{rest[len(overload):]}"
+    if head != name or not dot or not overload.isidentifier() or _SCHEMA.fullmatch(plain) is None:
+        raise ProfileError(
+            f"{SCHEMAS_FILE.name} [{name}]: an overload must read '{name}.<Overload>(<arguments>) -> <returns>'"
+        )
+    parameters = _parameters(plain, self_name)
+    unknown = [parameter.name for parameter in parameters if parameter.name not in known]
+    if unknown:
+        raise ProfileError(f"{SCHEMAS_FILE.name} [{name}]: overload {overload} has parameters {unknown} the op lacks")
+    return Overload(overload, schema, parameters)
+
+
+def parse(name: str, table: Mapping[str, Any]) -> Declaration:
+    """The declaration of ``name`` from its table (``schema``, ``source``, ``self`` where renamed, and
+    ``overloads``, torch_npu's other schemas of the op)."""
     match = _SCHEMA.fullmatch(table["schema"])
     if match is None or match["name"] != name:
         raise ProfileError(f"{SCHEMAS_FILE.name} [{name}]: schema must read '{name}(<arguments>) -> <returns>'")
     returns = match["returns"]
     single = not returns.startswith("(")
     types = (returns,) if single else tuple(_split(returns[1:-1]))
-    return Declaration(name, _parameters(table["schema"], table.get("self")), types, single, table["source"])
+    parameters = _parameters(table["schema"], table.get("self"))
+    known = {parameter.name for parameter in parameters}
+    overloads = tuple(_overload(name, text, table.get("self"), known) for text in table.get("overloads", ()))
+    return Declaration(name, parameters, types, single, table["source"], overloads)
 
 
 @functools.cache

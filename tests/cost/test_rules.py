@@ -59,6 +59,17 @@ def test_grouped_matmul_reads_only_the_experts_its_rows_hit():
     assert few.bytes < 5 * expert and many.bytes > 63 * expert
 
 
+def test_a_k_split_grouped_matmul_counts_its_k_once():
+    """group_type=2 (weight gradients): [M, K] x [K, N] -> [E, M, N] costs one 2 x M x N x K, as the
+    MoE form [M, K] x [E, K, N] -> [M, N] does, not E of them."""
+    builder = ProgramBuilder()
+    x, dy = builder.input("x", (1024, 4096)), builder.input("dy", (4096, 2048))
+    split_k = kernel_of(builder, builder.op("npu::npu_grouped_matmul", [x, dy], (8, 1024, 2048)))
+    rows, w = builder.input("rows", (1024, 4096)), builder.input("w", (8, 4096, 2048))
+    moe = kernel_of(builder, builder.op("npu::npu_grouped_matmul", [rows, w], (1024, 2048)))
+    assert split_k.flops == moe.flops == 2.0 * 1024 * 2048 * 4096
+
+
 def test_a_tensor_passed_twice_is_read_once_and_a_row_gather_reads_rows_not_the_table():
     builder = ProgramBuilder()
     x = builder.input("x", (1024, 1024))

@@ -32,7 +32,9 @@ def test_arguments_that_do_not_pair_are_named():
         torch_npu.npu_anti_quant(x, torch.ones(4))
     with pytest.raises(ValueError, match="it must match scale"):
         torch_npu.npu_anti_quant(x, torch.ones(8), offset=torch.ones(8, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="src_dtype=torch.quint4x2"):
-        torch_npu.npu_anti_quant(torch.ones(2, 1, dtype=torch.int32), torch.ones(8))
+    with pytest.raises(ValueError, match="torch.quint4x2 for int32 words"):
+        torch_npu.npu_anti_quant(torch.ones(2, 1, dtype=torch.int32), torch.ones(8), src_dtype=torch.int8)
+    with pytest.raises(ValueError, match="torch.int8 for int8 x"):
+        torch_npu.npu_anti_quant(x, torch.ones(8), src_dtype=torch.quint4x2)
     with pytest.raises(ValueError, match="dst_dtype"):
         torch_npu.npu_anti_quant(x, torch.ones(8), dst_dtype=torch.float32)

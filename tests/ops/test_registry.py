@@ -23,13 +23,16 @@ TORCH_NPU_SCHEMAS = {
 
 
 def _registered_names() -> list[str]:
-    return [name for op in OPS.values() for name in dict.fromkeys((op.name, op.graph_name or op.name))]
+    """Every registered op, ``<name>_functional`` and each other overload (``<name>.<Overload>``) included."""
+    names = [name for op in OPS.values() for name in dict.fromkeys((op.name, op.graph_name or op.name))]
+    return names + [f"{op.name}.{overload}" for op in OPS.values() for overload in op.overloads]
 
 
 @pytest.mark.parametrize("name", _registered_names())
 def test_derived_schema_is_torch_npus(name: str) -> None:
     assert name in TORCH_NPU_SCHEMAS, f"add torch_npu's schema of {name} to torch_npu_schemas.txt"
-    registered = getattr(getattr(torch.ops, NAMESPACE), name).default._schema
+    op, _, overload = name.partition(".")
+    registered = getattr(getattr(getattr(torch.ops, NAMESPACE), op), overload or "default")._schema
     expected = torch._C.parse_schema(f"{NAMESPACE}::{TORCH_NPU_SCHEMAS[name]}")
     assert str(registered) == str(expected)
 

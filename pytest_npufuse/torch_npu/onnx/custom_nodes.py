@@ -68,8 +68,11 @@ def _rotary_mul(g: Any, x: Any, r1: Any, r2: Any, rotary_mode: str) -> Any:
 
 
 def _dynamic_quant(
-    g: Any, x: Any, smooth_scales: Any, group_index: Any, dst_type: Optional[torch.dtype]
+    g: Any, x: Any, smooth_scales: Any, group_index: Any, dst_type: Optional[torch.dtype], quant_mode: str = "pertoken",
+    dst_type_max: float = 0.0,
 ) -> Any:
+    """NPUDynamicQuant; ``quant_mode``/``dst_type_max`` are at their defaults (the op refuses others), which the
+    node does not carry."""
     scales = _or_empty(g, smooth_scales, x.type().dtype())
     groups = _or_empty(g, group_index, torch.int32)
     # int8 output, or int4 packed eight per int32
