@@ -208,7 +208,12 @@ def _silu_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
     return torch.ops.npu.npu_silu_backward(grad, x, y)
 
 
-@npu_op(meta=_self_meta, kernel=_silu_kernel, derivative=Derivative(_silu_setup, _silu_grad))
+@npu_op(
+    meta=_self_meta,
+    kernel=_silu_kernel,
+    derivative=Derivative(_silu_setup, _silu_grad),
+    samples=_activation_samples,
+)
 def npu_silu(call: Arguments) -> None:
     """SiLU (Swish): ``x * sigmoid(x)``, computed in float32 and rounded once to the input's dtype.
 
@@ -218,7 +223,7 @@ def npu_silu(call: Arguments) -> None:
     """
 
 
-@npu_op(meta=_self_meta, kernel=_silu_kernel, writes_back={"self": 0})
+@npu_op(meta=_self_meta, kernel=_silu_kernel, writes_back={"self": 0}, samples=_activation_samples)
 def npu_silu_(call: Arguments) -> None:
     """In-place :func:`npu_silu`: overwrites ``self`` with ``x * sigmoid(x)`` and returns it.
 
@@ -259,7 +264,12 @@ def _mish_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
     return torch.ops.npu.npu_mish_backward(grad, x)
 
 
-@npu_op(meta=_self_meta, kernel=_mish_kernel, derivative=Derivative(_mish_setup, _mish_grad))
+@npu_op(
+    meta=_self_meta,
+    kernel=_mish_kernel,
+    derivative=Derivative(_mish_setup, _mish_grad),
+    samples=_activation_samples,
+)
 def npu_mish(call: Arguments) -> None:
     """Mish: ``x * tanh(softplus(x))``, computed in float32 and rounded once to the input's dtype.
 
@@ -309,7 +319,7 @@ def _gelu_mul_kernel(call: Arguments) -> torch.Tensor:
     return (torch.nn.functional.gelu(gate, approximate=call.approximate) * up).to(call.input.dtype)
 
 
-@npu_op(meta=_gelu_mul_meta, kernel=_gelu_mul_kernel)
+@npu_op(meta=_gelu_mul_meta, kernel=_gelu_mul_kernel, samples=_activation_samples)
 def npu_gelu_mul(call: Arguments) -> None:
     """GeluMul: split ``input``'s last dim in halves x1, x2 and return ``GELU(x1) * x2``.
 
@@ -353,7 +363,7 @@ def _clipped_swiglu_kernel(call: Arguments) -> torch.Tensor:
     return y.reshape(shape).to(x.dtype)
 
 
-@npu_op(meta=_clipped_swiglu_meta, kernel=_clipped_swiglu_kernel)
+@npu_op(meta=_clipped_swiglu_meta, kernel=_clipped_swiglu_kernel, samples=_activation_samples)
 def npu_clipped_swiglu(call: Arguments) -> None:
     """Clipped SwiGLU (GPT-OSS's variant): split ``x`` along ``dim`` into A and B (even/odd elements with
     ``interleaved``, else first/second half), then ``A = min(A, limit)``, ``B = clamp(B, -limit, limit)``,
@@ -408,7 +418,12 @@ def _check_geglu_approximate(approximate: int) -> None:
     require_choice("approximate", approximate, tuple(GEGLU_APPROXIMATIONS), "0: erf GELU, 1: its tanh form")
 
 
-@npu_op(meta=_geglu_meta, kernel=_geglu_kernel, derivative=Derivative(_geglu_setup, _geglu_backward))
+@npu_op(
+    meta=_geglu_meta,
+    kernel=_geglu_kernel,
+    derivative=Derivative(_geglu_setup, _geglu_backward),
+    samples=_activation_samples,
+)
 def npu_geglu(call: Arguments) -> None:
     """GeGLU: split ``self`` in halves along ``dim``, apply GELU to one and multiply by the other; returns
     ``(GELU(gate) * other, GELU(gate))``. The gate is the second half, or the first with ``activate_left``.
