@@ -10,7 +10,26 @@ from typing import Callable
 import torch
 
 from ..errors import OpArgumentError
-from .registry import Arguments, Derivative, Out, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, npu_op
+
+
+def _values_samples() -> list[SampleCall]:
+    """A float32 and a bfloat16 matrix, reduced or sorted along a dim."""
+    gen = torch.Generator().manual_seed(0)
+    return [
+        SampleCall((torch.randn(3, 5, generator=gen), 1)),
+        SampleCall((torch.randn(4, 6, generator=gen).bfloat16(), 0, True)),
+    ]
+
+
+def _sort_samples() -> list[SampleCall]:
+    return [SampleCall((torch.randn(3, 5, generator=torch.Generator().manual_seed(1)),), {}),
+            SampleCall((torch.randn(2, 7, generator=torch.Generator().manual_seed(2)), -1, True))]
+
+
+def _one_hot_samples() -> list[SampleCall]:
+    return [SampleCall((torch.tensor([0, 2, 1, 5], dtype=torch.int32), -1, 4)),
+            SampleCall((torch.tensor([[1, 0], [2, 2]]), -1, 3, 2.5, -1))]
 
 INDEX_DTYPE = torch.int32  # op-plugin MaxV1KernelNpu.cpp / MinV1KernelNpu.cpp allocate the indices as kInt
 
@@ -69,6 +88,7 @@ def _extreme_op(reduce: Callable[..., tuple[torch.Tensor, torch.Tensor]], backwa
         "meta": _extreme_meta,
         "kernel": _extreme_kernel(reduce),
         "derivative": Derivative(_extreme_setup, _extreme_grad(backward)),
+        "samples": _values_samples,
     }
 
 
@@ -136,7 +156,7 @@ def _sort_kernel(call: Arguments) -> torch.Tensor:
     return torch.sort(call.self, dim=-1, descending=call.descending).values
 
 
-@npu_op(meta=_sort_meta, kernel=_sort_kernel)
+@npu_op(meta=_sort_meta, kernel=_sort_kernel, samples=_sort_samples)
 def npu_sort_v2(call: Arguments) -> None:
     """``self`` sorted along its last dim (ascending, or descending with ``descending=True``), values only.
 
@@ -161,7 +181,7 @@ def _one_hot_kernel(call: Arguments) -> torch.Tensor:
     return torch.where(hot, on, off)
 
 
-@npu_op(meta=_one_hot_meta, kernel=_one_hot_kernel)
+@npu_op(meta=_one_hot_meta, kernel=_one_hot_kernel, samples=_one_hot_samples)
 def npu_one_hot(call: Arguments) -> None:
     """One-hot encoding of integer indices: a float32 tensor ``self.shape + [depth]`` holding ``on_value``
     where the last index equals ``self``'s value and ``off_value`` elsewhere (an index outside

@@ -8,7 +8,27 @@ from __future__ import annotations
 import torch
 
 from ..errors import OpArgumentError
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Out, SampleCall, npu_op
+
+
+def _sample_tensor() -> torch.Tensor:
+    return torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+
+
+def _transpose_samples() -> list[SampleCall]:
+    return [SampleCall((_sample_tensor(), [2, 0, 1])), SampleCall((_sample_tensor().bfloat16(), [1, 0, 2], False))]
+
+
+def _broadcast_samples() -> list[SampleCall]:
+    return [SampleCall((_sample_tensor()[:, :1], [2, 3, 4])), SampleCall((_sample_tensor()[0], [5, 3, 4]))]
+
+
+def _slice_samples() -> list[SampleCall]:
+    return [SampleCall((_sample_tensor(), [0, 1, 1], [2, 2, 3]))]
+
+
+def _pad_samples() -> list[SampleCall]:
+    return [SampleCall((_sample_tensor(), [1, 0, 0, 2, 1, 1])), SampleCall((_sample_tensor(), [1, 1]))]
 
 
 def _permuted(call: Arguments) -> list[int]:
@@ -28,7 +48,7 @@ def _transpose_kernel(call: Arguments) -> torch.Tensor:
     return call.self.permute(list(call.perm)).contiguous()
 
 
-@npu_op(meta=_transpose_meta, kernel=_transpose_kernel)
+@npu_op(meta=_transpose_meta, kernel=_transpose_kernel, samples=_transpose_samples)
 def npu_transpose(call: Arguments) -> None:
     """``self`` with its dims permuted by ``perm``, as a new contiguous tensor (torch's ``permute`` then
     ``contiguous``). ``require_contiguous=False`` only spares the device a copy of an input it already
@@ -53,7 +73,7 @@ def _broadcast_kernel(call: Arguments) -> torch.Tensor:
     return call.self.expand(list(call.size)).contiguous()
 
 
-@npu_op(meta=_broadcast_meta, kernel=_broadcast_kernel)
+@npu_op(meta=_broadcast_meta, kernel=_broadcast_kernel, samples=_broadcast_samples)
 def npu_broadcast(call: Arguments) -> None:
     """``self`` expanded to ``size`` (its size-1 dims repeated, new dims added in front), as a new
     contiguous tensor.
@@ -79,7 +99,7 @@ def _slice_kernel(call: Arguments) -> torch.Tensor:
     return call.self[window].contiguous()
 
 
-@npu_op(meta=_slice_meta, kernel=_slice_kernel)
+@npu_op(meta=_slice_meta, kernel=_slice_kernel, samples=_slice_samples)
 def npu_slice(call: Arguments) -> None:
     """The block of ``self`` starting at ``offsets`` with shape ``size``, as a new contiguous tensor.
 
@@ -111,7 +131,7 @@ def _pad_kernel(call: Arguments) -> torch.Tensor:
     return torch.nn.functional.pad(call.input, flat)
 
 
-@npu_op(meta=_pad_meta, kernel=_pad_kernel)
+@npu_op(meta=_pad_meta, kernel=_pad_kernel, samples=_pad_samples)
 def npu_pad(call: Arguments) -> None:
     """``input`` surrounded by zeros: ``paddings[2d]`` before and ``paddings[2d + 1]`` after dim ``d``.
 
