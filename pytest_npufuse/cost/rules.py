@@ -62,7 +62,8 @@ def _ceil(value: float, step: int) -> int:
 def _matmul_dims(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]) -> tuple[int, int, int, int]:
     """(batch, M, N, K) of a matmul-like kernel from its output and the input that is its left
     operand: an input ``[..., M, K]`` for which another input is ``[..., K, N]`` (a bias has no such
-    partner); else the first matrix input's last dim is K."""
+    partner); else a transposed left operand ``[..., K, M]`` with a partner ``[..., K, N]`` (ATB's
+    ``transposeA``, e.g. ``_npu_matmul_add_fp32``); else the first matrix input's last dim is K."""
     out = outputs[0].shape if outputs else (1,)
     n = out[-1] if out else 1
     m = out[-2] if len(out) > 1 else 1
@@ -71,6 +72,10 @@ def _matmul_dims(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]
     for lhs in matrices:
         k = lhs[-1]
         if lhs[-2] == m and any(rhs is not lhs and rhs[-2] == k and rhs[-1] == n for rhs in matrices):
+            return batch, m, n, k
+    for lhs in matrices:
+        k = lhs[-2]
+        if lhs[-1] == m and any(rhs is not lhs and rhs[-2] == k and rhs[-1] == n for rhs in matrices):
             return batch, m, n, k
     return batch, m, n, (matrices[0][-1] if matrices else 1)
 

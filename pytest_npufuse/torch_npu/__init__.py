@@ -4,12 +4,14 @@ To model an Ascend NPU on a machine without one, this package provides torch_npu
 the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organised by op family:
 
 * :mod:`.activation` - ``npu_gelu``, ``npu_fast_gelu``, ``fast_gelu`` (and ``npu_gelu_backward``,
-  ``npu_fast_gelu_backward``)
+  ``npu_fast_gelu_backward``), ``npu_silu`` (and ``npu_silu_``, ``npu_silu_backward``), ``npu_mish`` (and
+  ``npu_mish_backward``), ``npu_gelu_mul``, ``npu_clipped_swiglu``, ``npu_geglu`` (and ``npu_geglu_grad``)
 * :mod:`.quant` - ``npu_quant_matmul``, ``npu_dequant_swiglu_quant``, ``npu_swiglu`` (and
   ``npu_swiglu_backward``), ``npu_dynamic_quant``,
-  ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``
-* :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm``, ``npu_add_layer_norm``
-  (and ``npu_add_layer_norm_backward``),
+  ``npu_quantize``, ``npu_weight_quant_batchmatmul``, ``npu_trans_quant_param``, ``npu_anti_quant``,
+  ``npu_dynamic_block_quant``
+* :mod:`.norm` - ``npu_rms_norm`` (and ``npu_rms_norm_backward``), ``npu_add_rms_norm`` (and its in-place ``_v2``),
+  ``npu_rms_norm_quant``, ``npu_add_layer_norm`` (and ``npu_add_layer_norm_backward``),
   ``npu_add_rms_norm_quant``, ``npu_add_rms_norm_dynamic_quant``, ``npu_layer_norm_eval``,
   ``npu_scaled_masked_softmax`` (and ``npu_scaled_masked_softmax_backward``)
 * :mod:`.rope` - ``npu_mrope``, ``npu_rotary_mul`` (and ``npu_rotary_mul_backward``), ``npu_apply_rotary_pos_emb``,
@@ -19,7 +21,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_grouped_matmul_finalize_routing``
 * :mod:`.moe_routing` - ``npu_moe_gating_top_k_softmax``, ``npu_moe_init_routing``, ``npu_moe_init_routing_v2``,
   ``npu_moe_init_routing_quant``, ``npu_moe_compute_expert_tokens``, ``npu_moe_finalize_routing``,
-  ``npu_moe_re_routing``
+  ``npu_moe_re_routing``, ``_npu_group_topk``
 * :mod:`.moe_permute` - ``npu_moe_token_permute``, ``npu_moe_token_unpermute`` (and their ``_grad_v2``)
 * :mod:`.moe_distribute` - ``npu_moe_distribute_dispatch``, ``npu_moe_distribute_combine`` and their ``_v2``
 * :mod:`.attention` - ``npu_fused_infer_attention_score``, ``npu_incre_flash_attention``,
@@ -35,7 +37,12 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
-* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``
+* :mod:`.layout` - ``npu_transpose``, ``npu_broadcast``, ``npu_slice``, ``npu_pad``
+* :mod:`.indexing` - ``npu_max``, ``npu_min`` (and their ``_backward``), ``npu_sort_v2``, ``npu_one_hot``
+* :mod:`.loss` - ``npu_cross_entropy_loss`` (and ``npu_cross_entropy_loss_backward``)
+* :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
+* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``_npu_matmul_add_fp32``,
+  ``npu_linear`` (and ``npu_linear_backward``)
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``
   (and ``npu_confusion_transpose_backward``),
@@ -69,7 +76,22 @@ import torch
 
 from ..errors import GAPS_DOCS, MissingOpError, NotModeledAttributeError
 from ..gaps import StandIn, missing
-from .activation import fast_gelu, npu_fast_gelu, npu_fast_gelu_backward, npu_gelu, npu_gelu_backward
+from .activation import (
+    fast_gelu,
+    npu_clipped_swiglu,
+    npu_fast_gelu,
+    npu_fast_gelu_backward,
+    npu_geglu,
+    npu_geglu_grad,
+    npu_gelu,
+    npu_gelu_backward,
+    npu_gelu_mul,
+    npu_mish,
+    npu_mish_backward,
+    npu_silu,
+    npu_silu_,
+    npu_silu_backward,
+)
 from .atb import (
     _npu_flash_attention,
     _npu_flash_attention_qlens,
@@ -93,7 +115,17 @@ from .attention_merge import npu_attention_update
 from .dropout import _npu_dropout_gen_mask
 from .dtypes import DTYPE_CODES
 from .dump import save_npugraph_tensor
-from .matmul import npu_mm_all_reduce_base, npu_transpose_batchmatmul
+from .indexing import npu_max, npu_max_backward, npu_min, npu_min_backward, npu_one_hot, npu_sort_v2
+from .layout import npu_broadcast, npu_pad, npu_slice, npu_transpose
+from .loss import npu_cross_entropy_loss, npu_cross_entropy_loss_backward
+from .linear_attention import npu_chunk_gated_delta_rule, npu_recurrent_gated_delta_rule
+from .matmul import (
+    _npu_matmul_add_fp32,
+    npu_linear,
+    npu_linear_backward,
+    npu_mm_all_reduce_base,
+    npu_transpose_batchmatmul,
+)
 from .memory import (
     npu_confusion_transpose,
     npu_confusion_transpose_backward,
@@ -119,6 +151,7 @@ from .moe_distribute import (
     npu_moe_distribute_dispatch_v2,
 )
 from .moe_routing import (
+    _npu_group_topk,
     npu_moe_compute_expert_tokens,
     npu_moe_finalize_routing,
     npu_moe_gating_top_k_softmax,
@@ -139,8 +172,10 @@ from .norm import (
     npu_add_rms_norm,
     npu_add_rms_norm_dynamic_quant,
     npu_add_rms_norm_quant,
+    npu_add_rms_norm_v2,
     npu_layer_norm_eval,
     npu_rms_norm,
+    npu_rms_norm_quant,
     npu_rms_norm_backward,
     npu_scaled_masked_softmax,
     npu_scaled_masked_softmax_backward,
@@ -148,6 +183,7 @@ from .norm import (
 from .quant import (
     npu_anti_quant,
     npu_dequant_swiglu_quant,
+    npu_dynamic_block_quant,
     npu_dynamic_quant,
     npu_quant_matmul,
     npu_quantize,
@@ -187,7 +223,20 @@ __all__ = [
     "npu_fast_gelu_backward",
     "npu_gelu",
     "npu_gelu_backward",
+    "npu_gelu_mul",
+    "npu_geglu",
+    "npu_geglu_grad",
+    "npu_linear",
+    "npu_linear_backward",
+    "npu_clipped_swiglu",
+    "npu_mish",
+    "npu_mish_backward",
+    "npu_silu",
+    "npu_silu_",
+    "npu_silu_backward",
     "_npu_dropout_gen_mask",
+    "_npu_group_topk",
+    "_npu_matmul_add_fp32",
     "_npu_flash_attention",
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",
@@ -198,11 +247,17 @@ __all__ = [
     "npu_add_rms_norm",
     "npu_add_rms_norm_dynamic_quant",
     "npu_add_rms_norm_quant",
+    "npu_add_rms_norm_v2",
+    "npu_rms_norm_quant",
     "npu_apply_rotary_pos_emb",
+    "npu_chunk_gated_delta_rule",
     "npu_confusion_transpose",
     "npu_confusion_transpose_backward",
+    "npu_cross_entropy_loss",
+    "npu_cross_entropy_loss_backward",
     "npu_convert_weight_to_int4pack",
     "npu_dequant_swiglu_quant",
+    "npu_dynamic_block_quant",
     "npu_dynamic_quant",
     "npu_format_cast",
     "npu_fused_infer_attention_score",
@@ -241,6 +296,7 @@ __all__ = [
     "npu_prompt_flash_attention",
     "npu_quant_matmul",
     "npu_quantize",
+    "npu_recurrent_gated_delta_rule",
     "npu_rms_norm",
     "npu_rms_norm_backward",
     "npu_mrope",
@@ -266,6 +322,16 @@ __all__ = [
     "npu_trans_quant_param",
     "npu_anti_quant",
     "npu_weight_quant_batchmatmul",
+    "npu_max",
+    "npu_max_backward",
+    "npu_min",
+    "npu_min_backward",
+    "npu_one_hot",
+    "npu_sort_v2",
+    "npu_broadcast",
+    "npu_pad",
+    "npu_slice",
+    "npu_transpose",
     "save_npugraph_tensor",
     "scatter_update",
     "scatter_update_",

@@ -1,9 +1,13 @@
-"""Activation ops: GELU with torch_npu's ``approximate`` and FastGelu, as vision towers and MLPs call them."""
+"""Activation ops: GELU with torch_npu's ``approximate``, FastGelu, SiLU, Mish and the gated forms (GeluMul,
+clipped SwiGLU) that MLPs and MoE experts call."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from ..errors import OpArgumentError
 from .checks import FLOAT_DTYPES, require_choice, require_dtype, require_shape
 from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
@@ -164,3 +168,307 @@ def npu_fast_gelu(call: Arguments) -> None:
 @npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel, derivative=FAST_GELU_DERIVATIVE, samples=_activation_samples)
 def fast_gelu(call: Arguments) -> None:
     """The older name of :func:`npu_fast_gelu` (``torch_npu.fast_gelu(self) -> Tensor``), the same op."""
+
+
+def halved(name: str, x: torch.Tensor, dim: int) -> Out:
+    """The output of a gated activation that splits ``x`` in two along ``dim``: x's shape with that dim
+    halved, x's dtype (float16, bfloat16 or float32); the dim must exist and be even."""
+    require_dtype(name, x, FLOAT_DTYPES)
+    if x.dim() == 0 or not -x.dim() <= dim < x.dim():
+        raise OpArgumentError(f"dim={dim} is out of range for {name} of shape {list(x.shape)}")
+    if x.shape[dim] % 2 != 0:
+        raise OpArgumentError(
+            f"{name} has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)"
+        )
+    shape = list(x.shape)
+    shape[dim] //= 2
+    return Out(shape, x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_silu, npu_silu_, npu_mish (and their backward ops)
+# ---------------------------------------------------------------------------------------------
+
+
+def _self_meta(call: Arguments) -> Out:
+    return _like(call.self)
+
+
+def _silu_kernel(call: Arguments) -> torch.Tensor:
+    return torch.nn.functional.silu(call.self.to(torch.float32)).to(call.self.dtype)
+
+
+def _silu_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.save_for_backward(call.self, output)
+
+
+def _silu_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+    """op-plugin derivatives.yaml: ``self: npu_silu_backward(grad, self, result)``."""
+    x, y = ctx.saved_tensors
+    return torch.ops.npu.npu_silu_backward(grad, x, y)
+
+
+@npu_op(
+    meta=_self_meta,
+    kernel=_silu_kernel,
+    derivative=Derivative(_silu_setup, _silu_grad),
+    samples=_activation_samples,
+)
+def npu_silu(call: Arguments) -> None:
+    """SiLU (Swish): ``x * sigmoid(x)``, computed in float32 and rounded once to the input's dtype.
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/(beta)torch_npu-npu_silu.md; float16, bfloat16 or
+    float32, the output has the input's shape and dtype. Differentiable through ``npu_silu_backward``
+    (op-plugin derivatives.yaml).
+    """
+
+
+@npu_op(meta=_self_meta, kernel=_silu_kernel, writes_back={"self": 0}, samples=_activation_samples)
+def npu_silu_(call: Arguments) -> None:
+    """In-place :func:`npu_silu`: overwrites ``self`` with ``x * sigmoid(x)`` and returns it.
+
+    Source: op-plugin op_plugin_functions.yaml ``npu_silu_(Tensor(a!) self) -> Tensor(a!)``; the registered
+    op is functional (the registry's ``writes_back``) and this wrapper copies its result into ``self``.
+    """
+
+
+def _silu_backward_meta(call: Arguments) -> Out:
+    _like(call.x0)
+    return _like(call.grad_output)
+
+
+def _silu_backward_kernel(call: Arguments) -> torch.Tensor:
+    x, y, grad = (t.to(torch.float32) for t in (call.x0, call.x1, call.grad_output))
+    sigmoid = torch.sigmoid(x)
+    return (grad * (sigmoid + y * (1 - sigmoid))).to(call.grad_output.dtype)
+
+
+@npu_op(meta=_silu_backward_meta, kernel=_silu_backward_kernel)
+def npu_silu_backward(call: Arguments) -> None:
+    """SiLU's gradient from the forward's input ``x0`` and output ``x1``:
+    ``grad * (sigmoid(x) + silu(x) * (1 - sigmoid(x)))``, the derivative of ``x * sigmoid(x)``. torch_npu's
+    schema ``npu_silu_backward(Tensor grad_output, Tensor x0, Tensor x1) -> Tensor``."""
+
+
+def _mish_kernel(call: Arguments) -> torch.Tensor:
+    return torch.nn.functional.mish(call.self.to(torch.float32)).to(call.self.dtype)
+
+
+def _mish_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.save_for_backward(call.self)
+
+
+def _mish_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+    """op-plugin derivatives.yaml: ``self: npu_mish_backward(grad, self)``."""
+    (x,) = ctx.saved_tensors
+    return torch.ops.npu.npu_mish_backward(grad, x)
+
+
+@npu_op(
+    meta=_self_meta,
+    kernel=_mish_kernel,
+    derivative=Derivative(_mish_setup, _mish_grad),
+    samples=_activation_samples,
+)
+def npu_mish(call: Arguments) -> None:
+    """Mish: ``x * tanh(softplus(x))``, computed in float32 and rounded once to the input's dtype.
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/(beta)torch_npu-npu_mish.md; float16, bfloat16 or
+    float32, the output has the input's shape and dtype. Differentiable through ``npu_mish_backward``
+    (op-plugin derivatives.yaml).
+    """
+
+
+def _mish_backward_meta(call: Arguments) -> Out:
+    _like(call.input)
+    return _like(call.grad)
+
+
+def _mish_backward_kernel(call: Arguments) -> torch.Tensor:
+    x, grad = call.input.to(torch.float32), call.grad.to(torch.float32)
+    tanh = torch.tanh(torch.nn.functional.softplus(x))
+    return (grad * (tanh + x * torch.sigmoid(x) * (1 - tanh * tanh))).to(call.grad.dtype)
+
+
+@npu_op(meta=_mish_backward_meta, kernel=_mish_backward_kernel)
+def npu_mish_backward(call: Arguments) -> None:
+    """Mish's gradient from the forward's input: with ``t = tanh(softplus(x))``,
+    ``grad * (t + x * sigmoid(x) * (1 - t^2))``, the derivative of ``x * t``. torch_npu's schema
+    ``npu_mish_backward(Tensor grad, Tensor input) -> Tensor``."""
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_gelu_mul, npu_clipped_swiglu
+# ---------------------------------------------------------------------------------------------
+
+
+GELU_MUL_MAX_WIDTH = 1024  # the doc: the last dim is even and at most 1024
+
+
+def _gelu_mul_meta(call: Arguments) -> Out:
+    x = call.input
+    if not 2 <= x.dim() <= 8:
+        raise OpArgumentError(f"input has {x.dim()} dims; the doc allows 2 to 8")
+    if x.shape[-1] > GELU_MUL_MAX_WIDTH:
+        raise OpArgumentError(f"input's last dim is {x.shape[-1]}; the doc allows at most {GELU_MUL_MAX_WIDTH}")
+    return halved("input", x, -1)
+
+
+def _gelu_mul_kernel(call: Arguments) -> torch.Tensor:
+    gate, up = call.input.to(torch.float32).chunk(2, dim=-1)
+    return (torch.nn.functional.gelu(gate, approximate=call.approximate) * up).to(call.input.dtype)
+
+
+@npu_op(meta=_gelu_mul_meta, kernel=_gelu_mul_kernel, samples=_activation_samples)
+def npu_gelu_mul(call: Arguments) -> None:
+    """GeluMul: split ``input``'s last dim in halves x1, x2 and return ``GELU(x1) * x2``.
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_gelu_mul.md: ``approximate`` "none" (erf)
+    or "tanh"; float16, bfloat16 or float32, 2 to 8 dims, an even last dim of at most 1024; the output
+    has the input's dtype and half its last dim. Computed in float32 and rounded once.
+    """
+    require_choice("approximate", call.approximate, GELU_APPROXIMATIONS, "erf or its tanh approximation")
+
+
+def _clipped_swiglu_meta(call: Arguments) -> Out:
+    x = call.x
+    if x.dim() < 2:
+        raise OpArgumentError(f"x has {x.dim()} dims; the doc requires more than 1")
+    index = call.group_index
+    if index is not None and (index.dim() != 1 or index.dtype != torch.int64):
+        raise OpArgumentError(
+            f"group_index is a {index.dtype} tensor of shape {list(index.shape)}; expected 1-D int64 token counts"
+        )
+    return halved("x", x, call.dim)
+
+
+def _clipped_swiglu_kernel(call: Arguments) -> torch.Tensor:
+    """The doc's steps on x viewed as [pre, cut * after] (``dim`` and everything after it folded into rows'
+    width, pre the dims before): the first ``sum(group_index)`` rows are computed; rows past them, which
+    the kernel does not write, are zero here."""
+    x, dim = call.x, call.dim % call.x.dim()
+    pre, cut = math.prod(x.shape[:dim]), x.shape[dim]
+    rows = x.to(torch.float32).reshape(pre, cut, -1)
+    if call.interleaved:
+        a, b = rows[:, 0::2], rows[:, 1::2]
+    else:
+        a, b = rows[:, : cut // 2], rows[:, cut // 2 :]
+    a = a.clamp(max=call.limit)
+    b = b.clamp(min=-call.limit, max=call.limit)
+    y = a * torch.sigmoid(call.alpha * a) * (b + call.bias)
+    if call.group_index is not None:
+        y[int(call.group_index.sum()) :] = 0
+    shape = list(x.shape)
+    shape[dim] //= 2
+    return y.reshape(shape).to(x.dtype)
+
+
+@npu_op(meta=_clipped_swiglu_meta, kernel=_clipped_swiglu_kernel, samples=_activation_samples)
+def npu_clipped_swiglu(call: Arguments) -> None:
+    """Clipped SwiGLU (GPT-OSS's variant): split ``x`` along ``dim`` into A and B (even/odd elements with
+    ``interleaved``, else first/second half), then ``A = min(A, limit)``, ``B = clamp(B, -limit, limit)``,
+    ``y = A * sigmoid(alpha * A) * (B + bias)``.
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_clipped_swiglu.md (steps 1-5) and
+    op-plugin's meta function (``dim`` halved, x's dtype). With ``group_index`` (int64 token counts per
+    group) only the first ``sum(group_index)`` rows of x folded to [pre, cut * after] are computed; the
+    doc does not define the others, which are zero here. Computed in float32 and rounded once.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_geglu (and npu_geglu_grad)
+# ---------------------------------------------------------------------------------------------
+
+
+GEGLU_APPROXIMATIONS = {0: "none", 1: "tanh"}  # the API page: 0 selects erf GELU, 1 its tanh form
+
+
+def _geglu_halves(x: torch.Tensor, dim: int, activate_left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the half GELU applies to, the other half) of ``x`` split along ``dim``, in float32."""
+    first, second = x.to(torch.float32).chunk(2, dim=dim)
+    return (first, second) if activate_left else (second, first)
+
+
+def _geglu_meta(call: Arguments) -> tuple[Out, Out]:
+    out = halved("self", call.self, call.dim)
+    return out, out
+
+
+def _geglu_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    gate, up = _geglu_halves(call.self, call.dim, call.activate_left)
+    gelu = torch.nn.functional.gelu(gate, approximate=GEGLU_APPROXIMATIONS[call.approximate])
+    return (gelu * up).to(call.self.dtype), gelu.to(call.self.dtype)
+
+
+def _geglu_setup(ctx: object, call: Arguments, output: tuple) -> None:
+    ctx.save_for_backward(call.self, output[1])
+    ctx.dim, ctx.approximate, ctx.activate_left = call.dim, call.approximate, call.activate_left
+
+
+def _geglu_backward(ctx: object, grad: torch.Tensor, _grad_gelu: torch.Tensor) -> tuple:
+    """op-plugin derivatives.yaml: ``self: npu_geglu_grad(grad, self, result1, dim, approximate,
+    activate_left)``; only the product output is differentiable."""
+    x, gelu = ctx.saved_tensors
+    dx = torch.ops.npu.npu_geglu_grad(grad, x, gelu, ctx.dim, ctx.approximate, ctx.activate_left)
+    return dx, None, None, None
+
+
+def _check_geglu_approximate(approximate: int) -> None:
+    require_choice("approximate", approximate, tuple(GEGLU_APPROXIMATIONS), "0: erf GELU, 1: its tanh form")
+
+
+@npu_op(
+    meta=_geglu_meta,
+    kernel=_geglu_kernel,
+    derivative=Derivative(_geglu_setup, _geglu_backward),
+    samples=_activation_samples,
+)
+def npu_geglu(call: Arguments) -> None:
+    """GeGLU: split ``self`` in halves along ``dim``, apply GELU to one and multiply by the other; returns
+    ``(GELU(gate) * other, GELU(gate))``. The gate is the second half, or the first with ``activate_left``.
+
+    Source: torch_npu.npu_geglu (Ascend Extension for PyTorch API reference: A and B the two halves along
+    ``dim``, ``approximate`` 0 = none, 1 = tanh; both outputs half ``dim``, ``self``'s dtype) and op-plugin's
+    schema (``activate_left=False``). Computed in float32 and rounded once. Differentiable through
+    ``npu_geglu_grad``.
+    """
+    _check_geglu_approximate(call.approximate)
+
+
+def _geglu_grad_meta(call: Arguments) -> Out:
+    out = halved("self", call.self, call.dim)
+    for name in ("grad_output", "gelu"):
+        tensor = getattr(call, name)
+        if list(tensor.shape) != list(out.shape):
+            raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected npu_geglu's {list(out.shape)}")
+    return Out(list(call.self.shape), call.self.dtype)
+
+
+GELU_TANH_CUBIC = 0.044715  # the tanh form's 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+
+
+def _gelu_derivative(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    """d GELU(x) / dx: ``Phi(x) + x phi(x)`` for erf GELU, the derivative of the tanh form otherwise."""
+    if approximate == "none":
+        return 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    scale = math.sqrt(2 / math.pi)
+    t = torch.tanh(scale * (x + GELU_TANH_CUBIC * x**3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * scale * (1 + 3 * GELU_TANH_CUBIC * x * x)
+
+
+def _geglu_grad_kernel(call: Arguments) -> torch.Tensor:
+    gate, up = _geglu_halves(call.self, call.dim, call.activate_left)
+    d_gate = call.grad_output.to(torch.float32) * up * _gelu_derivative(gate, GEGLU_APPROXIMATIONS[call.approximate])
+    d_up = call.grad_output.to(torch.float32) * call.gelu.to(torch.float32)
+    halves = (d_gate, d_up) if call.activate_left else (d_up, d_gate)
+    return torch.cat(halves, dim=call.dim).to(call.self.dtype)
+
+
+@npu_op(meta=_geglu_grad_meta, kernel=_geglu_grad_kernel)
+def npu_geglu_grad(call: Arguments) -> None:
+    """npu_geglu's gradient of ``self`` from the product's gradient ``grad_output`` and the forward's
+    ``gelu`` output: ``grad * GELU'(gate) * other`` on the gate half, ``grad * GELU(gate)`` on the other.
+    torch_npu's schema ``npu_geglu_grad(Tensor grad_output, Tensor self, Tensor gelu, int dim=-1,
+    int approximate=1, bool activate_left=False) -> Tensor``."""
+    _check_geglu_approximate(call.approximate)

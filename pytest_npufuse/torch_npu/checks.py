@@ -92,6 +92,27 @@ def require_float(name: str, value: object, optional: bool = False) -> Any:
     return value
 
 
+def require_scalar(name: str, value: object, optional: bool = False) -> Any:
+    """A number (a schema ``Scalar``): an int, a float or a bool, as torch's dispatcher accepts."""
+    number = isinstance(value, (bool, int, float, torch.SymInt, torch.SymFloat))
+    if not number and not (optional and value is None):
+        raise _type_error(name, value, "a number", optional)
+    return value
+
+
+# torch's ScalarType number of int8 (Char), and the dtype the dispatcher converts to it: the int8 value of a
+# schema ``int`` holding a ScalarType number (op-plugin passes these to aclnn as at::ScalarType).
+INT8_SCALAR_TYPE = (1, torch.int8)
+
+
+def require_scalar_type_number(name: str, value: object, optional: bool = False) -> Any:
+    """A schema ``int`` that holds torch's ScalarType number (npu_dynamic_block_quant's ``dst_type``): an int,
+    or the torch.dtype the dispatcher converts to that number, as callers pass ``dst_type=torch.int8``."""
+    if isinstance(value, torch.dtype):
+        return value
+    return require_int(name, value, optional)
+
+
 def require_choice(name: str, value: Any, allowed: Sequence[Any], meaning: str) -> None:
     """An argument limited to the listed values; ``meaning`` says what the values select."""
     if value not in allowed:
@@ -208,6 +229,7 @@ _TYPE_CHECKS: dict[str, Callable[..., Any]] = {
     "bool": require_bool,
     "str": require_str,
     "ScalarType": require_dtype_value,
+    "Scalar": require_scalar,
 }
 _ELEMENT_NAMES = {"Tensor": "tensors", "int": "ints", "SymInt": "ints", "float": "floats", "bool": "bools"}
 

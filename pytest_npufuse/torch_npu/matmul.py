@@ -23,7 +23,7 @@ from .checks import (
     require_shape,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
-from .registry import Arguments, Out, SampleCall, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,3 +201,103 @@ def npu_transpose_batchmatmul(call: Arguments) -> None:
                                  ("perm_y", call.perm_y, PERM_Y)):
         require_choice(name, _perm(value, allowed[0]), allowed, "the documented permutations")
     require_choice("batch_split_factor", call.batch_split_factor, (1, None), "no split of the output's N dim")
+
+
+# ---------------------------------------------------------------------------------------------
+# _npu_matmul_add_fp32 (ATB LinearOperation with accumulation)
+# ---------------------------------------------------------------------------------------------
+
+
+def _matmul_add_fp32_meta(call: Arguments) -> Out:
+    """``x`` [K, M] and ``weight`` [K, N] in one half dtype, ``C`` [M, N] float32, updated in place."""
+    x, weight, accumulator = call.x, call.weight, call.C
+    require_dtype("x", x, HALF_DTYPES)
+    require_dtype("weight", weight, (x.dtype,), "(x's dtype)")
+    require_dtype("C", accumulator, (torch.float32,), "(the float32 accumulator)")
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[0] != weight.shape[0]:
+        raise OpArgumentError(
+            f"x {list(x.shape)} and weight {list(weight.shape)} must be [K, M] and [K, N] (x is transposed)"
+        )
+    require_shape("C", accumulator, ((x.shape[1], weight.shape[1]),))
+    return Out(list(accumulator.shape), torch.float32)
+
+
+def _matmul_add_fp32_kernel(call: Arguments) -> torch.Tensor:
+    return cube_addmm(call.C, call.x.t(), call.weight, out_dtype=torch.float32)
+
+
+@npu_op(meta=_matmul_add_fp32_meta, kernel=_matmul_add_fp32_kernel, writes_back={"C": 0})
+def _npu_matmul_add_fp32(call: Arguments) -> None:
+    """``C += x^T @ weight`` into a float32 ``C``, in place; returns None (a weight-gradient accumulation).
+
+    Source: op-plugin ``op_plugin/ops/atb/LinearAtb.cpp``: ATB LinearOperation with ``transposeA = true``,
+    ``transposeB = false``, no bias and ``enAccum = true``, inputs (x, weight, C) and output C. vLLM-Ascend
+    warms it up with float16 ``x`` [2, 4], ``weight`` [2, 4] and float32 ``C`` [4, 4]. The product is the
+    Cube's (fp32 accumulation), added to C before the float32 result.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_linear (and npu_linear_backward)
+# ---------------------------------------------------------------------------------------------
+
+
+def _linear_meta(call: Arguments) -> Out:
+    x, weight, bias = call.input, call.weight, call.bias
+    require_dtype("input", x, FLOAT_DTYPES, "(the int8 and int32 forms are not implemented)")
+    require_dtype("weight", weight, (x.dtype,), "(input's dtype)")
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise OpArgumentError(
+            f"input {list(x.shape)} and weight {list(weight.shape)} must be 2-D [M, K] and [N, K]"
+        )
+    if bias is not None:
+        require_shape("bias", bias, ((weight.shape[0],),))
+        require_dtype("bias", bias, (x.dtype, torch.float32), "(input's dtype or float32)")
+    return Out([x.shape[0], weight.shape[0]], x.dtype)
+
+
+def _linear_kernel(call: Arguments) -> torch.Tensor:
+    x, weight = call.input, call.weight
+    if call.bias is None:
+        return cube_matmul(x, weight.t())
+    return cube_addmm(call.bias.to(torch.float32), x, weight.t(), out_dtype=x.dtype)
+
+
+def _linear_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
+    ctx.save_for_backward(call.input, call.weight)
+    ctx.has_bias = call.bias is not None
+
+
+def _linear_grad(ctx: object, grad: torch.Tensor) -> tuple:
+    """op-plugin derivatives.yaml: ``input, weight: npu_linear_backward(grad, input, weight)``; the bias
+    gets ``grad`` summed over the rows (the yaml's ``maybe_multiply(grad, 1)``, reduced to the bias's [N])."""
+    x, weight = ctx.saved_tensors
+    grad_input, grad_weight = torch.ops.npu.npu_linear_backward(grad, x, weight)
+    return grad_input, grad_weight, grad.sum(dim=0) if ctx.has_bias else None
+
+
+@npu_op(meta=_linear_meta, kernel=_linear_kernel, derivative=Derivative(_linear_setup, _linear_grad))
+def npu_linear(call: Arguments) -> None:
+    """``input @ weight^T + bias`` for 2-D ``input`` [M, K] and ``weight`` [N, K] (nn.Linear's layout).
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/(beta)torch_npu-npu_linear.md (2-D matrices, 1-D
+    bias) and derivatives.yaml (npu_linear_backward). The Cube's product (fp32 accumulation, the bias added
+    before the one rounding); float16, bfloat16 and float32. The page's int8 and int32 forms are refused.
+    """
+
+
+def _linear_backward_meta(call: Arguments) -> tuple[Out, Out]:
+    grad, x, weight = call.grad, call.input, call.weight
+    require_shape("grad", grad, ((x.shape[0], weight.shape[0]),))
+    return Out(list(x.shape), x.dtype), Out(list(weight.shape), weight.dtype)
+
+
+def _linear_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    grad, x, weight = call.grad, call.input, call.weight
+    return cube_matmul(grad, weight, out_dtype=x.dtype), cube_matmul(grad.t(), x, out_dtype=weight.dtype)
+
+
+@npu_op(meta=_linear_backward_meta, kernel=_linear_backward_kernel)
+def npu_linear_backward(call: Arguments) -> None:
+    """npu_linear's gradients: ``(grad @ weight, grad^T @ input)`` for ``input`` and ``weight``. torch_npu's
+    schema ``npu_linear_backward(Tensor grad, Tensor input, Tensor weight) -> (Tensor, Tensor)``."""

@@ -704,3 +704,56 @@ def npu_moe_re_routing(call: Arguments) -> None:
                    "1 count mode (the only one the doc supports)")
     require_choice("idx_type", call.idx_type, (0,), "0 gather index (the only one the doc supports)")
     require_choice("tokens_dtype", call.tokens_dtype, (None,), "native token dtypes only")
+
+
+# ---------------------------------------------------------------------------------------------
+# _npu_group_topk (ATB GroupTopkOperation)
+# ---------------------------------------------------------------------------------------------
+
+
+MAX_GROUP_TOPK_EXPERTS = 1024  # ATB: 1 <= expert_num <= 1024 (its index input has 1024 entries)
+
+
+def _group_topk_meta(call: Arguments) -> Out:
+    scores = call.self
+    require_dtype("self", scores, (torch.float16, torch.bfloat16))
+    if scores.dim() != 2:
+        raise OpArgumentError(f"self has shape {list(scores.shape)}; expected [tokens, experts]")
+    experts, groups = scores.shape[1], call.group_num
+    if experts > MAX_GROUP_TOPK_EXPERTS or experts % groups != 0:
+        raise OpArgumentError(
+            f"self has {experts} experts; ATB requires at most {MAX_GROUP_TOPK_EXPERTS}, divisible by group_num={groups}"
+        )
+    if call.n > experts // groups:
+        raise OpArgumentError(f"n={call.n}; ATB requires n <= experts / group_num = {experts // groups}")
+    return Out(list(scores.shape), scores.dtype)
+
+
+def _group_topk_kernel(call: Arguments) -> torch.Tensor:
+    scores, groups = call.self, call.group_num
+    grouped = scores.to(torch.float32).reshape(scores.shape[0], groups, -1)
+    if call.n > 1:
+        group_score = grouped.topk(call.n, dim=-1).values.sum(dim=-1)
+    else:
+        group_score = grouped.amax(dim=-1)
+    order = group_score.argsort(dim=-1, descending=True, stable=True)
+    keep = torch.zeros_like(group_score, dtype=torch.bool).scatter_(1, order[:, : call.k], True)
+    return scores.reshape(grouped.shape).masked_fill(~keep[:, :, None], 0).reshape(scores.shape)
+
+
+@npu_op(meta=_group_topk_meta, kernel=_group_topk_kernel, writes_back={"self": 0})
+def _npu_group_topk(call: Arguments) -> None:
+    """Zero every expert outside the ``k`` best of ``group_num`` equal expert groups, per token, in place.
+
+    Source: op-plugin ``op_plugin/ops/atb/GroupTopkAtb.cpp`` (``groupMultiFlag`` SUM_MULTI_MAX when
+    ``n > 1``) and the ATB GroupTopkOperation reference (CANN ascendtb API, GroupTopkOperation): ``self``
+    [tokens, experts] float16 or bfloat16; a group's score is its largest value, or with ``n > 1`` the sum
+    of its ``n`` largest; the ``k`` highest-scoring groups keep their values and the others become 0.
+    Constraints: 1 <= experts <= 1024, experts divisible by ``group_num``, ``group_num >= k >= 1``,
+    ``1 <= n <= experts / group_num``. Groups of equal score: the lower group index wins (the ATB page does
+    not say; a stable descending sort). Returns None, as torch_npu's op does.
+    """
+    if not 1 <= call.k <= call.group_num or call.n < 1:
+        raise OpArgumentError(
+            f"k={call.k}, group_num={call.group_num}, n={call.n}; ATB requires 1 <= k <= group_num and n >= 1"
+        )

@@ -11,9 +11,11 @@ from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
+    INT8_SCALAR_TYPE,
     dtype_of_code,
     require_choice,
     require_dtype,
+    require_scalar_type_number,
     require_shape,
     require_trailing,
 )
@@ -752,3 +754,74 @@ def npu_add_layer_norm(call: Arguments) -> None:
       the variance is the biased one; float32 math with fixed pairwise sums, one rounding of ``y``.
     * ``additional_output`` asks the device to also store ``x``; the model always returns it.
     """
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_add_rms_norm_v2 (in place), npu_rms_norm_quant
+# ---------------------------------------------------------------------------------------------
+
+
+def _add_rms_norm_v2_meta(call: Arguments) -> tuple[Out, Out, Out]:
+    """rstd, then the new x1 (y) and the new x2 (x = x1 + x2): op-plugin's functional form's order."""
+    y, rstd, x = _add_rms_norm_meta(call)
+    return rstd, y, x
+
+
+def _add_rms_norm_v2_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, rstd, x = _add_rms_norm_kernel(call)
+    return rstd, y, x
+
+
+@npu_op(
+    meta=_add_rms_norm_v2_meta,
+    kernel=_add_rms_norm_v2_kernel,
+    writes_back={"x1": 1, "x2": 2},
+    schema_mutates=True,
+)
+def npu_add_rms_norm_v2(call: Arguments) -> None:
+    """:func:`npu_add_rms_norm` in place: ``x1`` becomes ``y``, ``x2`` becomes ``x = x1 + x2``; returns ``rstd``.
+
+    Source: op-plugin's schema (``Tensor(a!) x1, Tensor(b!) x2 ... -> Tensor``) and
+    test/test_custom_ops/test_npu_add_rms_norm_v2.py (its golden: ``rstd``, the normalised result and the
+    sum; ``npu_add_rms_norm_v2_functional`` returns them in that order). The computation is
+    :func:`npu_add_rms_norm`'s.
+    """
+
+
+def _rms_norm_quant_meta(call: Arguments) -> Out:
+    x, gamma = call.x, call.gamma
+    require_dtype("x", x, FLOAT_DTYPES)
+    for name in ("gamma", "beta"):
+        param = getattr(call, name)
+        require_dtype(name, param, (x.dtype,), "(x's dtype)")
+        if tuple(param.shape) not in ((x.shape[-1],), (1, x.shape[-1])):
+            raise OpArgumentError(f"{name} has shape {list(param.shape)}; expected [{x.shape[-1]}] or [1, {x.shape[-1]}]")
+    require_shape("scale", call.scale, ((1,),))
+    require_dtype("scale", call.scale, (x.dtype,), "(x's dtype)")
+    require_shape("offset", call.offset, ((1,),))
+    require_dtype("offset", call.offset, (torch.int8,))
+    return Out(list(x.shape), torch.int8)
+
+
+def _rms_norm_quant_kernel(call: Arguments) -> torch.Tensor:
+    gamma = call.gamma.reshape(-1)
+    y, _ = rms_normalise(call.x, gamma, call.epsilon)
+    return _quantise(y + call.beta.reshape(-1).to(torch.float32), call.scale, call.offset, div_mode=False)
+
+
+@npu_op(
+    meta=_rms_norm_quant_meta,
+    kernel=_rms_norm_quant_kernel,
+    argument_checks={"dst_dtype": require_scalar_type_number},
+)
+def npu_rms_norm_quant(call: Arguments) -> None:
+    """RMSNorm then static int8 quantisation: ``y = rint((x / Rms(x) * gamma + beta) * scale + offset)``,
+    saturated to int8, with ``Rms(x) = sqrt(mean(x**2) + epsilon)`` over the last dim.
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_rms_norm_quant.md (formula; gamma and beta
+    [H] or [1, H] in x's dtype; scale and offset [1], offset int8; dst_dtype None or int8) and
+    op_plugin/ops/opapi/RmsNormQuantKernelOpApi.cpp (dst_dtype is torch's ScalarType number, None meaning
+    int8). Computed in float32. The quint4x2 output (dst_dtype torch.quint4x2) is not implemented.
+    """
+    if call.dst_dtype is not None:
+        require_choice("dst_dtype", call.dst_dtype, INT8_SCALAR_TYPE, "int8; the quint4x2 output is not implemented")

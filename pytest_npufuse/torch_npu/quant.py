@@ -15,9 +15,12 @@ from .checks import (
     dtype_names,
     require_choice,
     require_dtype,
+    INT8_SCALAR_TYPE,
+    require_scalar_type_number,
     require_shape,
     require_unused,
 )
+from .activation import halved
 from .fixedorder import round_to_int8, swiglu
 from .quant_param import decode_quant_param, encode_quant_param, round_scale_to_fp19
 from .registry import Arguments, Derivative, Out, SampleCall, bind, npu_op
@@ -529,15 +532,7 @@ def npu_dequant_swiglu_quant(call: Arguments) -> None:
 
 def _swiglu_meta(call: Arguments) -> Out:
     """Validate the npu_swiglu input: x's dtype, ``dim`` halved."""
-    x, dim = call.x, call.dim
-    require_dtype("x", x, FLOAT_DTYPES)
-    if x.dim() == 0 or not -x.dim() <= dim < x.dim():
-        raise OpArgumentError(f"dim={dim} is out of range for x of shape {list(x.shape)}")
-    if x.shape[dim] % 2 != 0:
-        raise OpArgumentError(f"x has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)")
-    shape = list(x.shape)
-    shape[dim] //= 2
-    return Out(shape, x.dtype)
+    return halved("x", call.x, call.dim)
 
 
 def _swiglu_kernel(call: Arguments) -> torch.Tensor:
@@ -1085,3 +1080,66 @@ def npu_anti_quant(call: Arguments) -> None:
         require_choice("dst_dtype", call.dst_dtype, ANTI_QUANT_DST, "the float outputs")
     if call.src_dtype is not None:
         require_choice("src_dtype", call.src_dtype, ANTI_QUANT_SRC, "int8 or packed int4")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_dynamic_block_quant
+# ---------------------------------------------------------------------------------------------
+
+# dst_type is torch's ScalarType number (op-plugin's meta maps it with TORCH_DTYPE_ENUM_VALUE_TO_SCALAR_TYPE_MAP):
+# int8, the only value the API page supports on A2/A3.
+BLOCK_QUANT_SIZES = (1, 128)  # the page: row_block_size 1 and col_block_size 128 only
+
+
+def _block_quant_meta(call: Arguments) -> tuple[Out, Out]:
+    x = call.x
+    require_dtype("x", x, HALF_DTYPES)
+    if x.dim() not in (2, 3):
+        raise OpArgumentError(f"x has shape {list(x.shape)}; the page supports 2 or 3 dims")
+    scale = list(x.shape)
+    scale[-2] = -(-scale[-2] // call.row_block_size)
+    scale[-1] = -(-scale[-1] // call.col_block_size)
+    return Out(list(x.shape), torch.int8), Out(scale, torch.float32)
+
+
+def _block_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blocks of one row by ``col_block_size`` columns (the last one padded with zeros): ``factor =
+    min(127 / amax, 1 / min_scale)``, ``y = clamp(rint(x * factor), -127, 127)``, ``scale = 1 / factor``
+    (op-plugin's golden: ``x * (127 / amax)`` rounded, ``scale = amax / 127``). An all-zero block without
+    ``min_scale`` gives zeros and scale 0."""
+    x, width = call.x, call.col_block_size
+    rows, columns = math.prod(x.shape[:-1]), x.shape[-1]
+    padded = torch.nn.functional.pad(x.to(torch.float32).reshape(rows, columns), (0, -columns % width))
+    blocks = padded.reshape(rows, -1, width)
+    amax = blocks.abs().amax(dim=-1)
+    limit = math.inf if call.min_scale == 0 else 1 / call.min_scale
+    factor = torch.minimum(DYNAMIC_QUANT_MAX / amax, torch.tensor(limit))
+    finite = torch.isfinite(factor)
+    levels = torch.where(finite[..., None], blocks * factor.nan_to_num(posinf=0)[..., None], 0.0)
+    y = levels.round().clamp(-DYNAMIC_QUANT_MAX, DYNAMIC_QUANT_MAX).to(torch.int8)
+    scale = torch.where(finite, 1 / factor, 0.0)
+    scale_shape = [*x.shape[:-1], blocks.shape[1]]
+    return y.reshape(rows, -1)[:, :columns].contiguous().reshape(x.shape), scale.reshape(scale_shape)
+
+
+@npu_op(
+    meta=_block_quant_meta,
+    kernel=_block_quant_kernel,
+    unmodeled=("dst_type_max",),
+    argument_checks={"dst_type": require_scalar_type_number},
+)
+def npu_dynamic_block_quant(call: Arguments) -> None:
+    """Per-block symmetric int8 quantisation: returns (y int8 in x's shape, scale float32 per block).
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_dynamic_block_quant.md (formula; x float16
+    or bfloat16 with 2 or 3 dims; round_mode "rint", dst_type 1 = int8, row_block_size 1, col_block_size
+    128 the only supported values), test/test_custom_ops/test_npu_dynamic_block_quant.py (golden) and
+    op-plugin's meta function (scale shape: the last two dims divided by the block sizes, rounded up). The
+    FP8/HiF8 targets (other dst_type values) and ``dst_type_max`` are not implemented.
+    """
+    require_choice("round_mode", call.round_mode, ("rint",), "the only rounding the page supports")
+    require_choice("dst_type", call.dst_type, INT8_SCALAR_TYPE, "int8; the FP8/HiF8 targets are not implemented")
+    require_choice("row_block_size", call.row_block_size, BLOCK_QUANT_SIZES[:1], "the page supports only 1")
+    require_choice("col_block_size", call.col_block_size, BLOCK_QUANT_SIZES[1:], "the page supports only 128")
+    if call.min_scale < 0:
+        raise OpArgumentError(f"min_scale={call.min_scale}; it must be >= 0")

@@ -169,14 +169,20 @@ def _conformed(name: str, result: Any, outputs: Outputs) -> Any:
 
 
 def _write_back(
-    slots: Sequence[tuple[str, int, int]], args: tuple, kwargs: dict, result: Any, returns_written: bool
+    slots: Sequence[tuple[str, int, int]],
+    args: tuple,
+    kwargs: dict,
+    result: Any,
+    returns_written: bool,
+    returns_single: bool = False,
 ) -> Any:
     """Copy outputs into the arguments torch_npu overwrites; return the outputs with those arguments in their place.
 
     ``slots`` holds (argument name, argument position, output position) triples, resolved once at
     declaration so that Dynamo traces only tuple indexing here. An op with one output returns that
     argument itself (e.g. ``npu_scatter_nd_update_``). Without ``returns_written`` the written
-    outputs are dropped: torch_npu's op updates those arguments and returns only the others.
+    outputs are dropped: torch_npu's op updates those arguments and returns only the others, as a bare
+    tensor where its schema returns one (``returns_single``, e.g. ``npu_recurrent_gated_delta_rule``).
     """
     single = isinstance(result, torch.Tensor)
     outputs = [result] if single else list(result)
@@ -186,7 +192,8 @@ def _write_back(
         outputs[out_position] = target
     if not returns_written:
         written = {out_position for _, _, out_position in slots}
-        return tuple(out for position, out in enumerate(outputs) if position not in written)
+        kept = tuple(out for position, out in enumerate(outputs) if position not in written)
+        return kept[0] if returns_single else kept
     return outputs[0] if single else tuple(outputs)
 
 
@@ -469,7 +476,9 @@ def npu_op(
             return packet(*args, **kwargs)
 
         def in_place(*args: Any, **kwargs: Any) -> Any:
-            return _write_back(slots, args, kwargs, call(args, kwargs), not schema_mutates)
+            return _write_back(
+                slots, args, kwargs, call(args, kwargs), not schema_mutates, schema_mutates and declaration.single
+            )
 
         declared = f"{public_name}{schema}"
         if schema_mutates:

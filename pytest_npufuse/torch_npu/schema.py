@@ -14,11 +14,14 @@ schema type                                  annotation
 ``int`` / ``SymInt``                         ``int`` / :data:`SymInt`
 ``float``, ``bool``, ``str``                 ``float``, ``bool``, ``str``
 ``ScalarType``                               ``torch.dtype``
+``Scalar``                                   :data:`Scalar` (an int or a float)
 ``T?``                                       ``Optional[T]``
 ``T[]``                                      ``Sequence[T]`` (a returned list: ``list[T]``)
 ``T[n]``                                     ``Annotated[Sequence[T], n]`` (a list of ``n`` values)
 ``(T1, T2)`` / ``()`` (returns)              ``tuple[T1, T2]`` / ``None``
 ==========================================  ===============================
+
+A returned type may carry a name (``(Tensor values, Tensor indices)``); the registered schema keeps it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ from ..files.toml import read_toml
 # A size that may be symbolic under ``dynamic=True`` (schema ``SymInt``): torch's own stubs spell it so.
 SymInt = Union[int, torch.SymInt]
 
+# A number (schema ``Scalar``), e.g. npu_one_hot's on_value: torch's own stubs spell it ``Union[int, float]``.
+Scalar = Union[int, float]
+
 SCHEMAS_FILE = Path(__file__).parent / "schemas.toml"
 
 _SCALARS: dict[str, Any] = {
@@ -49,12 +55,15 @@ _SCALARS: dict[str, Any] = {
     "bool": bool,
     "str": str,
     "ScalarType": torch.dtype,
+    "Scalar": Scalar,
 }
 _SCHEMA = re.compile(r"(?P<name>\w+)\((?P<arguments>.*)\) -> (?P<returns>.+)")
 
 
 def annotation(schema_type: str, *, returned: bool = False) -> Any:
-    """The Python annotation of one schema type (see the module's table)."""
+    """The Python annotation of one schema type (see the module's table); a returned type's name is dropped."""
+    if returned:
+        schema_type = schema_type.split()[0]
     if schema_type.endswith("?"):
         return Optional[annotation(schema_type[:-1], returned=returned)]
     if schema_type.endswith("]"):

@@ -99,3 +99,55 @@ def test_transpose_batchmatmul_refuses_undocumented_permutations_and_scale() -> 
         torch_npu.npu_transpose_batchmatmul(x, x.transpose(1, 2), perm_y=(0, 1, 2))
     with pytest.raises(ValueError, match="scale is not implemented"):
         torch_npu.npu_transpose_batchmatmul(x, x.transpose(1, 2), scale=torch.ones(2, dtype=torch.int64))
+
+
+def test_matmul_add_fp32_accumulates_x_transposed_times_weight_into_c_in_place() -> None:
+    gen = _gen()
+    x = torch.randn(32, 8, generator=gen).to(torch.float16)  # [K, M]
+    weight = torch.randn(32, 12, generator=gen).to(torch.float16)  # [K, N]
+    c = torch.randn(8, 12, generator=gen)
+    expected = c.double() + x.double().t() @ weight.double()
+    assert torch_npu._npu_matmul_add_fp32(x, weight, c) is None
+    torch.testing.assert_close(c.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_add_fp32_refuses_a_half_accumulator() -> None:
+    x = torch.zeros(4, 2, dtype=torch.float16)
+    with pytest.raises(ValueError, match="^C has dtype torch.float16"):
+        torch_npu._npu_matmul_add_fp32(x, x, torch.zeros(2, 2, dtype=torch.float16))
+
+
+def test_matmul_add_fp32_passes_opcheck_and_is_costed_with_its_contraction_dim() -> None:
+    x, weight = torch.randn(16, 4).to(torch.bfloat16), torch.randn(16, 6).to(torch.bfloat16)
+    torch.library.opcheck(torch.ops.npu._npu_matmul_add_fp32.default, (x, weight, torch.zeros(4, 6)))
+    builder = ProgramBuilder()
+    inputs = [builder.input("x", (4096, 512), "bfloat16"), builder.input("w", (4096, 256), "bfloat16"),
+              builder.input("c", (512, 256), "float32")]
+    out = builder.op("npu::_npu_matmul_add_fp32", inputs, (512, 256), "float32")
+    kernel = next(kernel for kernel in builder.kernels if kernel.node == out)
+    assert kernel.flops == 2 * 512 * 256 * 4096  # K is x's first dim (x is transposed), not M
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_is_input_times_weight_transposed_plus_bias_and_differentiable(with_bias: bool) -> None:
+    gen = _gen()
+    x = torch.randn(6, 32, generator=gen, requires_grad=True)
+    weight = torch.randn(10, 32, generator=gen, requires_grad=True)
+    bias = torch.randn(10, generator=gen, requires_grad=True) if with_bias else None
+    y = torch_npu.npu_linear(x, weight, bias)
+    reference = [t.detach().clone().requires_grad_(True) for t in (x, weight, *([bias] if with_bias else []))]
+    expected = torch.nn.functional.linear(*reference)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    grads = torch.randn(6, 10, generator=gen)
+    (y * grads).sum().backward()
+    (expected * grads).sum().backward()
+    for mine, theirs in zip((x, weight, *([bias] if with_bias else [])), reference):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_refuses_int8_and_passes_opcheck() -> None:
+    with pytest.raises(ValueError, match="^input has dtype torch.int8"):
+        torch_npu.npu_linear(torch.zeros(2, 4, dtype=torch.int8), torch.zeros(3, 4, dtype=torch.int8))
+    x, weight = torch.randn(3, 8), torch.randn(5, 8)
+    torch.library.opcheck(torch.ops.npu.npu_linear.default, (x, weight, torch.randn(5)))
+    torch.library.opcheck(torch.ops.npu.npu_linear_backward.default, (torch.randn(3, 5), x, weight))

@@ -427,3 +427,37 @@ def test_v1_routing_chain_equals_the_per_token_expert_sum() -> None:
         for slot in range(k):
             ref[t] += float(weights[t, slot]) * (x[t].double() @ w[int(ids[t, slot])].double())
     torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)
+
+
+def _reference_group_topk(scores: torch.Tensor, k: int, groups: int, n: int) -> torch.Tensor:
+    """ATB GroupTopkOperation per token, from its page: score each group (max, or sum of the n largest),
+    keep the k best groups (lower index first on ties), zero the rest."""
+    out = scores.clone()
+    width = scores.shape[1] // groups
+    for token in range(scores.shape[0]):
+        blocks = scores[token].float().reshape(groups, width)
+        score = [sorted(block.tolist(), reverse=True)[:n] for block in blocks]
+        ranked = sorted(range(groups), key=lambda g: (-sum(score[g]), g))
+        for g in ranked[k:]:
+            out[token, g * width : (g + 1) * width] = 0
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_group_topk_keeps_the_k_best_expert_groups_in_place(n: int) -> None:
+    scores = torch.rand(5, 32, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    expected = _reference_group_topk(scores, k=3, groups=8, n=n)
+    assert torch_npu._npu_group_topk(scores, k=3, group_num=8, n=n) is None
+    assert torch.equal(scores, expected)
+
+
+def test_group_topk_refuses_groups_that_do_not_divide_the_experts() -> None:
+    with pytest.raises(ValueError, match="divisible by group_num=3"):
+        torch_npu._npu_group_topk(torch.zeros(2, 8, dtype=torch.float16), k=1, group_num=3)
+    with pytest.raises(ValueError, match="^k=0"):
+        torch_npu._npu_group_topk(torch.zeros(2, 8, dtype=torch.float16))
+
+
+def test_group_topk_passes_opcheck() -> None:
+    scores = torch.rand(3, 16).to(torch.float16)
+    torch.library.opcheck(torch.ops.npu._npu_group_topk.default, (scores,), {"k": 2, "group_num": 4})
