@@ -28,7 +28,10 @@ def _format_cast_meta(call: Arguments) -> Out:
 
 
 def _format_cast_kernel(call: Arguments) -> torch.Tensor:
-    return record_format(call.input.clone(), cast_format(call.input, call.acl_format))
+    """A dense copy, as the fake promises, made here so that the format is recorded on the storage the
+    caller gets (the registry would otherwise densify a copy of a view into a storage with no record)."""
+    dense = call.input.clone(memory_format=torch.contiguous_format)
+    return record_format(dense, cast_format(call.input, call.acl_format))
 
 
 def _format_cast_samples() -> list[SampleCall]:
