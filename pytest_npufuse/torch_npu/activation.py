@@ -243,7 +243,14 @@ def _silu_backward_kernel(call: Arguments) -> torch.Tensor:
     return (grad * (sigmoid + y * (1 - sigmoid))).to(call.grad_output.dtype)
 
 
-@npu_op(meta=_silu_backward_meta, kernel=_silu_backward_kernel)
+def _silu_backward_samples() -> list[SampleCall]:
+    """The gradient of a float32 and a bfloat16 SiLU, from the forward's input and output."""
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    return [SampleCall((torch.ones_like(x), x, torch.nn.functional.silu(x))),
+            SampleCall((torch.ones(4, 8, dtype=torch.bfloat16), x.bfloat16(), torch.nn.functional.silu(x).bfloat16()))]
+
+
+@npu_op(meta=_silu_backward_meta, kernel=_silu_backward_kernel, samples=_silu_backward_samples)
 def npu_silu_backward(call: Arguments) -> None:
     """SiLU's gradient from the forward's input ``x0`` and output ``x1``:
     ``grad * (sigmoid(x) + silu(x) * (1 - sigmoid(x)))``, the derivative of ``x * sigmoid(x)``. torch_npu's
@@ -290,7 +297,12 @@ def _mish_backward_kernel(call: Arguments) -> torch.Tensor:
     return (grad * (tanh + x * torch.sigmoid(x) * (1 - tanh * tanh))).to(call.grad.dtype)
 
 
-@npu_op(meta=_mish_backward_meta, kernel=_mish_backward_kernel)
+def _mish_backward_samples() -> list[SampleCall]:
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    return [SampleCall((torch.rand(4, 8, generator=torch.Generator().manual_seed(2)), x))]
+
+
+@npu_op(meta=_mish_backward_meta, kernel=_mish_backward_kernel, samples=_mish_backward_samples)
 def npu_mish_backward(call: Arguments) -> None:
     """Mish's gradient from the forward's input: with ``t = tanh(softplus(x))``,
     ``grad * (t + x * sigmoid(x) * (1 - t^2))``, the derivative of ``x * t``. torch_npu's schema
@@ -465,7 +477,14 @@ def _geglu_grad_kernel(call: Arguments) -> torch.Tensor:
     return torch.cat(halves, dim=call.dim).to(call.self.dtype)
 
 
-@npu_op(meta=_geglu_grad_meta, kernel=_geglu_grad_kernel)
+def _geglu_grad_samples() -> list[SampleCall]:
+    """The gradient of a [4, 6] GeGLU from its two outputs, as npu_geglu returns them."""
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(10))
+    out, gelu = torch.ops.npu.npu_geglu(x)
+    return [SampleCall((torch.ones_like(out), x, gelu))]
+
+
+@npu_op(meta=_geglu_grad_meta, kernel=_geglu_grad_kernel, samples=_geglu_grad_samples)
 def npu_geglu_grad(call: Arguments) -> None:
     """npu_geglu's gradient of ``self`` from the product's gradient ``grad_output`` and the forward's
     ``gelu`` output: ``grad * GELU'(gate) * other`` on the gate half, ``grad * GELU(gate)`` on the other.

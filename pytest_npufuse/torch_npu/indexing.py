@@ -128,13 +128,20 @@ def _extreme_backward_kernel(call: Arguments) -> torch.Tensor:
     return grad.new_zeros(list(call.sizes)).scatter(dim, indices, grad)
 
 
-@npu_op(meta=_extreme_backward_meta, kernel=_extreme_backward_kernel)
+def _extreme_backward_samples() -> list[SampleCall]:
+    """The gradient of a max or min over dim 1 of a [3, 5] tensor: one index per row."""
+    indices = torch.randint(0, 5, (3,), generator=torch.Generator().manual_seed(3))
+    return [SampleCall((torch.rand(3, generator=torch.Generator().manual_seed(4)), 1, indices, [3, 5], False)),
+            SampleCall((torch.rand(3, 1, generator=torch.Generator().manual_seed(5)), 1, indices.unsqueeze(1), [3, 5], True))]
+
+
+@npu_op(meta=_extreme_backward_meta, kernel=_extreme_backward_kernel, samples=_extreme_backward_samples)
 def npu_max_backward(call: Arguments) -> None:
     """npu_max's gradient: ``grad`` placed at each line's ``indices``, zeros elsewhere, in ``sizes``. torch_npu's
     schema ``npu_max_backward(Tensor grad, int dim, Tensor indices, SymInt[] sizes, bool keepdim) -> Tensor``."""
 
 
-@npu_op(meta=_extreme_backward_meta, kernel=_extreme_backward_kernel)
+@npu_op(meta=_extreme_backward_meta, kernel=_extreme_backward_kernel, samples=_extreme_backward_samples)
 def npu_min_backward(call: Arguments) -> None:
     """npu_min's gradient, as :func:`npu_max_backward`. torch_npu's schema ``npu_min_backward(Tensor grad,
     int dim, Tensor indices, SymInt[] sizes, bool keepdim) -> Tensor``."""

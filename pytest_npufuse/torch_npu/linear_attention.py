@@ -19,7 +19,7 @@ import torch
 
 from ..errors import OpArgumentError
 from .checks import require_dtype
-from .registry import Arguments, Out, npu_op
+from .registry import Arguments, Out, SampleCall, npu_op
 
 STATE_DTYPES = (torch.bfloat16, torch.float32)
 
@@ -175,7 +175,26 @@ def _recurrent_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return out.to(torch.bfloat16), pool.to(call.state.dtype)
 
 
-@npu_op(meta=_recurrent_meta, kernel=_recurrent_kernel, writes_back={"state": 1}, schema_mutates=True)
+def _gated_inputs(tokens: int, heads: int, dim: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """bfloat16 query and key (L2-normalised, as the pages ask), value and beta, float32 g <= 0."""
+    gen = torch.Generator().manual_seed(seed)
+    query, key = (torch.nn.functional.normalize(torch.rand(tokens, heads, dim, generator=gen), dim=-1) for _ in range(2))
+    value = torch.rand(tokens, heads, dim, generator=gen)
+    beta, g = torch.rand(tokens, heads, generator=gen), -torch.rand(tokens, heads, generator=gen)
+    return query.bfloat16(), key.bfloat16(), value.bfloat16(), beta.bfloat16(), g
+
+
+def _recurrent_samples() -> list[SampleCall]:
+    """Two decode tokens of one sequence, each writing its own state slot."""
+    query, key, value, beta, g = _gated_inputs(2, 1, 4, seed=0)
+    state = torch.zeros(2, 1, 4, 4, dtype=torch.bfloat16)
+    return [SampleCall((query, key, value, state), {
+        "beta": beta, "scale": 0.5, "actual_seq_lengths": torch.tensor([2], dtype=torch.int32),
+        "ssm_state_indices": torch.tensor([0, 1], dtype=torch.int32), "g": g})]
+
+
+@npu_op(meta=_recurrent_meta, kernel=_recurrent_kernel, writes_back={"state": 1}, schema_mutates=True,
+        samples=_recurrent_samples)
 def npu_recurrent_gated_delta_rule(call: Arguments) -> None:
     """Recurrent gated delta rule over a paged state pool: returns o [T, Nv, Dv] (bfloat16), updates ``state``.
 
@@ -240,7 +259,15 @@ def _chunk_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return out.to(torch.bfloat16), final.to(call.initial_state.dtype)
 
 
-@npu_op(meta=_chunk_meta, kernel=_chunk_kernel)
+def _chunk_samples() -> list[SampleCall]:
+    """Two sequences of two and one tokens from their initial states."""
+    query, key, value, beta, g = _gated_inputs(3, 1, 4, seed=1)
+    return [SampleCall((query, key, value), {
+        "beta": beta, "initial_state": torch.zeros(2, 1, 4, 4), "g": g,
+        "actual_seq_lengths": torch.tensor([2, 1], dtype=torch.int32)})]
+
+
+@npu_op(meta=_chunk_meta, kernel=_chunk_kernel, samples=_chunk_samples)
 def npu_chunk_gated_delta_rule(call: Arguments) -> None:
     """Chunked gated delta rule (prefill): returns (o [T, Nv, Dv] bfloat16, final state [B, Nv, Dv, Dk]).
 

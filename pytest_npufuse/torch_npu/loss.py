@@ -11,7 +11,7 @@ import torch
 
 from ..errors import OpArgumentError
 from .checks import FLOAT_DTYPES, require_choice, require_dtype, require_shape
-from .registry import Arguments, Derivative, Out, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -79,10 +79,20 @@ def _cross_entropy_grad(ctx: object, grad_loss: torch.Tensor, _log_prob: object,
     return (dx,) + (None,) * 7
 
 
+def _cross_entropy_samples() -> list[SampleCall]:
+    """Four rows of six classes: the mean loss, and per-row losses with a class weight and smoothing."""
+    logits = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+    target = torch.tensor([0, 5, 2, 3])
+    return [SampleCall((logits, target)),
+            SampleCall((logits, target, torch.rand(6, generator=torch.Generator().manual_seed(1)) + 0.5),
+                       {"reduction": "none", "label_smoothing": 0.1})]
+
+
 @npu_op(
     meta=_cross_entropy_meta,
     kernel=_cross_entropy_kernel,
     derivative=Derivative(_cross_entropy_setup, _cross_entropy_grad),
+    samples=_cross_entropy_samples,
 )
 def npu_cross_entropy_loss(call: Arguments) -> None:
     """Cross-entropy of logits ``input`` [N, C] against int64 ``target`` [N]: returns ``(loss, log_prob,
@@ -132,7 +142,14 @@ def _cross_entropy_backward_kernel(call: Arguments) -> torch.Tensor:
     return (per_sample[:, None] * ((1 - smoothing) * nll + smoothing * smooth)).to(call.log_prob.dtype)
 
 
-@npu_op(meta=_cross_entropy_backward_meta, kernel=_cross_entropy_backward_kernel)
+def _cross_entropy_backward_samples() -> list[SampleCall]:
+    """The mean loss's gradient from the forward's log-probabilities."""
+    log_prob = torch.log_softmax(torch.randn(4, 6, generator=torch.Generator().manual_seed(2)), dim=1)
+    return [SampleCall((torch.ones(1), log_prob, torch.tensor([0, 5, 2, 3])))]
+
+
+@npu_op(meta=_cross_entropy_backward_meta, kernel=_cross_entropy_backward_kernel,
+        samples=_cross_entropy_backward_samples)
 def npu_cross_entropy_loss_backward(call: Arguments) -> None:
     """npu_cross_entropy_loss's gradient of ``input`` from ``loss``'s gradient and the forward's ``log_prob``.
     torch_npu's schema ``npu_cross_entropy_loss_backward(Tensor grad_loss, Tensor log_prob, Tensor target,

@@ -226,7 +226,15 @@ def _matmul_add_fp32_kernel(call: Arguments) -> torch.Tensor:
     return cube_addmm(call.C, call.x.t(), call.weight, out_dtype=torch.float32)
 
 
-@npu_op(meta=_matmul_add_fp32_meta, kernel=_matmul_add_fp32_kernel, writes_back={"C": 0})
+def _matmul_add_fp32_samples() -> list[SampleCall]:
+    """A [K, M] float16 x and [K, N] weight accumulated into a float32 [M, N] C."""
+    gen = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(32, 8, generator=gen).half(), torch.randn(32, 12, generator=gen).half()
+    return [SampleCall((x, weight, torch.randn(8, 12, generator=gen)))]
+
+
+@npu_op(meta=_matmul_add_fp32_meta, kernel=_matmul_add_fp32_kernel, writes_back={"C": 0},
+        samples=_matmul_add_fp32_samples)
 def _npu_matmul_add_fp32(call: Arguments) -> None:
     """``C += x^T @ weight`` into a float32 ``C``, in place; returns None (a weight-gradient accumulation).
 
@@ -276,7 +284,21 @@ def _linear_grad(ctx: object, grad: torch.Tensor) -> tuple:
     return grad_input, grad_weight, grad.sum(dim=0) if ctx.has_bias else None
 
 
-@npu_op(meta=_linear_meta, kernel=_linear_kernel, derivative=Derivative(_linear_setup, _linear_grad))
+def _linear_samples() -> list[SampleCall]:
+    """``input @ weight.T`` with and without a bias."""
+    gen = torch.Generator().manual_seed(1)
+    x, weight = torch.randn(4, 16, generator=gen), torch.randn(8, 16, generator=gen)
+    return [SampleCall((x, weight)), SampleCall((x, weight, torch.randn(8, generator=gen)))]
+
+
+def _linear_backward_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(2)
+    return [SampleCall((torch.randn(4, 8, generator=gen), torch.randn(4, 16, generator=gen),
+                        torch.randn(8, 16, generator=gen)))]
+
+
+@npu_op(meta=_linear_meta, kernel=_linear_kernel, derivative=Derivative(_linear_setup, _linear_grad),
+        samples=_linear_samples)
 def npu_linear(call: Arguments) -> None:
     """``input @ weight^T + bias`` for 2-D ``input`` [M, K] and ``weight`` [N, K] (nn.Linear's layout).
 
@@ -297,7 +319,7 @@ def _linear_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor
     return cube_matmul(grad, weight, out_dtype=x.dtype), cube_matmul(grad.t(), x, out_dtype=weight.dtype)
 
 
-@npu_op(meta=_linear_backward_meta, kernel=_linear_backward_kernel)
+@npu_op(meta=_linear_backward_meta, kernel=_linear_backward_kernel, samples=_linear_backward_samples)
 def npu_linear_backward(call: Arguments) -> None:
     """npu_linear's gradients: ``(grad @ weight, grad^T @ input)`` for ``input`` and ``weight``. torch_npu's
     schema ``npu_linear_backward(Tensor grad, Tensor input, Tensor weight) -> (Tensor, Tensor)``."""

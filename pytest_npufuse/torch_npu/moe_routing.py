@@ -741,7 +741,12 @@ def _group_topk_kernel(call: Arguments) -> torch.Tensor:
     return scores.reshape(grouped.shape).masked_fill(~keep[:, :, None], 0).reshape(scores.shape)
 
 
-@npu_op(meta=_group_topk_meta, kernel=_group_topk_kernel, writes_back={"self": 0})
+def _group_topk_samples() -> list[SampleCall]:
+    """Three tokens' scores over 16 experts in 4 groups, the best 2 groups kept."""
+    return [SampleCall((torch.rand(3, 16, generator=torch.Generator().manual_seed(0)).half(),), {"k": 2, "group_num": 4})]
+
+
+@npu_op(meta=_group_topk_meta, kernel=_group_topk_kernel, writes_back={"self": 0}, samples=_group_topk_samples)
 def _npu_group_topk(call: Arguments) -> None:
     """Zero every expert outside the ``k`` best of ``group_num`` equal expert groups, per token, in place.
 

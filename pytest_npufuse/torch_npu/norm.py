@@ -772,11 +772,18 @@ def _add_rms_norm_v2_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor
     return rstd, y, x
 
 
+def _add_rms_norm_v2_samples() -> list[SampleCall]:
+    gen = torch.Generator().manual_seed(0)
+    x1, x2 = (torch.randn(2, 3, 64, generator=gen).half() for _ in range(2))
+    return [SampleCall((x1, x2, torch.rand(64, generator=gen).half()))]
+
+
 @npu_op(
     meta=_add_rms_norm_v2_meta,
     kernel=_add_rms_norm_v2_kernel,
     writes_back={"x1": 1, "x2": 2},
     schema_mutates=True,
+    samples=_add_rms_norm_v2_samples,
 )
 def npu_add_rms_norm_v2(call: Arguments) -> None:
     """:func:`npu_add_rms_norm` in place: ``x1`` becomes ``y``, ``x2`` becomes ``x = x1 + x2``; returns ``rstd``.
@@ -809,10 +816,19 @@ def _rms_norm_quant_kernel(call: Arguments) -> torch.Tensor:
     return _quantise(y + call.beta.reshape(-1).to(torch.float32), call.scale, call.offset, div_mode=False)
 
 
+def _rms_norm_quant_samples() -> list[SampleCall]:
+    """RMSNorm of three float16 rows, then static int8 quantisation with one scale and offset."""
+    gen = torch.Generator().manual_seed(1)
+    x, gamma = torch.randn(3, 32, generator=gen).half(), torch.rand(32, generator=gen).half()
+    beta = (0.1 * torch.randn(32, generator=gen)).half()
+    return [SampleCall((x, gamma, beta, torch.tensor([40.0], dtype=torch.float16), torch.tensor([3], dtype=torch.int8)))]
+
+
 @npu_op(
     meta=_rms_norm_quant_meta,
     kernel=_rms_norm_quant_kernel,
     argument_checks={"dst_dtype": require_scalar_type_number},
+    samples=_rms_norm_quant_samples,
 )
 def npu_rms_norm_quant(call: Arguments) -> None:
     """RMSNorm then static int8 quantisation: ``y = rint((x / Rms(x) * gamma + beta) * scale + offset)``,

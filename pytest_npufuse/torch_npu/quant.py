@@ -1122,11 +1122,18 @@ def _block_quant_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     return y.reshape(rows, -1)[:, :columns].contiguous().reshape(x.shape), scale.reshape(scale_shape)
 
 
+def _block_quant_samples() -> list[SampleCall]:
+    """A [6, 300] float16 tensor in 128-column blocks (the last one partial) to int8."""
+    x = (4 * torch.rand(6, 300, generator=torch.Generator().manual_seed(0)) - 2).half()
+    return [SampleCall((x,), {"dst_type": torch.int8}), SampleCall((x.bfloat16(),), {"min_scale": 0.001})]
+
+
 @npu_op(
     meta=_block_quant_meta,
     kernel=_block_quant_kernel,
     unmodeled=("dst_type_max",),
     argument_checks={"dst_type": require_scalar_type_number},
+    samples=_block_quant_samples,
 )
 def npu_dynamic_block_quant(call: Arguments) -> None:
     """Per-block symmetric int8 quantisation: returns (y int8 in x's shape, scale float32 per block).
