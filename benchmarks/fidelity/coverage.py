@@ -44,13 +44,24 @@ AXES: tuple[tuple[str, Callable[[Row], str]], ...] = (
 )
 
 
-def coverage_lines(rows: Sequence[Row]) -> list[str]:
-    """One block per axis: each value with its row count and how many of them are validation rows."""
-    lines = []
+def coverage_counts(rows: Sequence[Row]) -> list[tuple[str, str, int, int]]:
+    """(axis, value, rows, of them validation) for every value of every axis, the largest first: the
+    counts ``calibration.py --coverage`` prints and docs/fidelity.md shows."""
+    table = []
     for axis, key in AXES:
         counts = Counter(key(row) for row in rows)
         held = Counter(key(row) for row in rows if row.split == "validation")
-        lines.append(f"by {axis}:")
-        for value, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            lines.append(f"  {value:<44} {count:>4} rows ({held[value]} validation)")
+        table += [(axis, value, count, held[value])
+                  for value, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    return table
+
+
+def coverage_lines(rows: Sequence[Row]) -> list[str]:
+    """One block per axis: each value with its row count and how many of them are validation rows."""
+    lines, axis_shown = [], None
+    for axis, value, count, held in coverage_counts(rows):
+        if axis != axis_shown:
+            lines.append(f"by {axis}:")
+            axis_shown = axis
+        lines.append(f"  {value:<44} {count:>4} rows ({held} validation)")
     return lines

@@ -198,18 +198,10 @@ def coverage() -> str:
     import sys
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from fidelity.coverage import AXES
+    from fidelity.coverage import coverage_counts
     from fidelity.rows import load_rows
 
-    rows = load_rows()
-    table = []
-    for axis, key in AXES:
-        counts: dict[str, list[int]] = {}
-        for row in rows:
-            count = counts.setdefault(key(row), [0, 0])
-            count[0] += 1
-            count[1] += row.split == "validation"
-        table += [(axis, value, total, held) for value, (total, held) in sorted(counts.items(), key=lambda i: (-i[1][0], i[0]))]
+    table = coverage_counts(load_rows())
     return _table(("axis", "value", "rows", "of them validation"), table)
 
 
