@@ -392,7 +392,8 @@ def paged_attention_bytes(work: Work) -> int:
     row_bytes = sum(spec.nbytes / max(1, spec.shape[0] * spec.shape[1]) for spec in caches if len(spec.shape) == 4)
     gathered = min(sum(spec.nbytes for spec in caches), rows * row_bytes)
     small = sum(spec.nbytes for spec in work.inputs[3:] if spec.dtype in _INDEX_DTYPES)
-    return int(work.inputs[0].nbytes + small + gathered + work.inputs[0].nbytes)
+    query_and_output = 2 * work.inputs[0].nbytes  # ``out`` has the query's rows and heads
+    return int(query_and_output + small + gathered)
 
 
 for _name, _flops, _bytes in (

@@ -88,14 +88,20 @@ def matmul_flops(work: Work) -> float:
     return 2.0 * batch * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
 
 
-def grouped_matmul_flops(work: Work) -> float:
-    """A grouped matmul's :func:`matmul_flops`, except in the K-split form (npu_grouped_matmul's
+def grouped_matmul_dims(work: Work) -> tuple[int, int, int, int]:
+    """A grouped matmul's :func:`matmul_dims`, except in the K-split form (npu_grouped_matmul's
     ``group_type=2``, the weight gradients ``[M, K] x [K, N] -> [E, M, N]``): there the E outputs share
-    one K, each summing only its group's slice, so together they cost one ``2 x M x N x K``, not E."""
+    one K, each summing only its group's slice, so together they are one ``M x N x K`` product, not E."""
     batch, m, n, k = matmul_dims(work.inputs, work.outputs)
     out = work.outputs[0].shape if work.outputs else ()
     if len(out) == 3 and all(len(spec.shape) <= 2 for spec in work.inputs):
         batch = 1
+    return batch, m, n, k
+
+
+def grouped_matmul_flops(work: Work) -> float:
+    """:func:`matmul_flops` over :func:`grouped_matmul_dims`."""
+    batch, m, n, k = grouped_matmul_dims(work)
     return 2.0 * batch * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
 
 
@@ -373,12 +379,18 @@ def one_core(kernel: "Kernel", profile: "HardwareProfile") -> int:
 # ---------------------------------------------------------------- body time
 
 
-def _peak_tflops(kernel: "Kernel", profile: "HardwareProfile") -> float:
-    if kernel.info.engine == "cube":
+def peak_tflops(engine: str, dtype: str, profile: "HardwareProfile") -> float:
+    """The peak of ``engine`` (the Cube's, else the Vector units') for ``dtype``: float32's Cube rate, or
+    the Vector units' ``default`` rate, for a dtype the profile does not list."""
+    if engine == "cube":
         table = profile.cube_tflops
-        return table.get(kernel.compute_dtype, table.get("float32", max(table.values())))
+        return table.get(dtype, table.get("float32", max(table.values())))
     table = profile.vector_tflops
-    return table.get(kernel.compute_dtype, table.get("default", min(table.values())))
+    return table.get(dtype, table.get("default", min(table.values())))
+
+
+def _peak_tflops(kernel: "Kernel", profile: "HardwareProfile") -> float:
+    return peak_tflops(kernel.info.engine, kernel.compute_dtype, profile)
 
 
 def roofline_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:

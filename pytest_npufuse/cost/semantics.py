@@ -65,18 +65,15 @@ def op_work(info: "OpInfo", work: Work) -> OpWork:
 
 
 def has_work_formula(info: "OpInfo") -> bool:
+    """Whether :func:`op_work` knows ``info``'s op (its own formula or its rule's family formula)."""
     return info.op_type in _BY_OP or info.cost in _BY_RULE
 
 
 def floor_us(done: OpWork, dtype: str, profile: "HardwareProfile") -> float:
     """The roofline floor of ``done`` in ``dtype`` on ``profile``: the slowest of its resources at peak."""
-    cube = profile.cube_tflops
-    vector = profile.vector_tflops
-    cube_peak = cube.get(dtype, cube.get("float32", max(cube.values())))
-    vector_peak = vector.get(dtype, vector.get("default", min(vector.values())))
     return max(
-        done.cube_flops / (cube_peak * 1e6),
-        done.vector_flops / (vector_peak * 1e6),
+        done.cube_flops / (rules.peak_tflops("cube", dtype, profile) * 1e6),
+        done.vector_flops / (rules.peak_tflops("vector", dtype, profile) * 1e6),
         done.hbm_bytes / (profile.hbm_gbps * 1e3),
         done.link_bytes * _link_share(profile) / (profile.comm_gbps * 1e3),
     )
@@ -108,8 +105,8 @@ def _matmul(work: Work) -> OpWork:
 def _grouped_matmul(work: Work) -> OpWork:
     """Each row multiplies by its expert only (the K-split form's E outputs share one K); the weights of
     the experts the rows hit are read (the rule's expected count under uniform routing)."""
-    flops = rules.grouped_matmul_flops(work) * _unpadded_matmul(work) / max(1.0, rules.matmul_flops(work))
-    return OpWork(cube_flops=flops, hbm_bytes=rules.grouped_matmul_bytes(work))
+    batch, m, n, k = rules.grouped_matmul_dims(work)
+    return OpWork(cube_flops=2.0 * batch * m * n * k, hbm_bytes=rules.grouped_matmul_bytes(work))
 
 
 def _vector(flops: Callable[[Work], float], nbytes: Callable[[Work], int]) -> Formula:
