@@ -276,8 +276,38 @@ def incre_attention_flops(work: Work) -> float:
     return _attention_flops(work, decode=True)
 
 
-for _name, _flops in (("fused_attention", fused_attention_flops), ("incre_attention", incre_attention_flops)):
-    register_cost_rule(_name, block_dim=all_cores, flops=_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
+def _attention_bytes(work: Work, decode: bool) -> int:
+    """Every operand once, except a paged KV cache (an int32 ``[B, blocks]`` table beside ``block_size``):
+    of its pool, which holds every sequence's blocks, only the rows the call's KV lengths reach are read
+    (``actual_seq_lengths_kv``, else the table's bound)."""
+    block_size = int(dict(work.attrs).get("block_size") or 0)
+    table = next((spec for spec in work.inputs[3:] if spec.dtype == "int32" and len(spec.shape) == 2), None)
+    if table is None or block_size <= 0 or len(work.inputs[1].shape) < 2:
+        return io_bytes(work)
+    call = _attention_call(work, decode)
+    pool = work.inputs[1:3]
+    pool_bytes = sum(spec.nbytes for spec in pool)
+    row_bytes = pool_bytes / max(1, work.inputs[1].shape[0] * block_size)
+    read = min(pool_bytes, sum(call.kv_lens) * row_bytes)
+    others = sum(spec.nbytes for spec in (work.inputs[0], *work.inputs[3:], *work.outputs))
+    return int(others + read)
+
+
+def fused_attention_bytes(work: Work) -> int:
+    """:func:`_attention_bytes` of FIA, PFA and FlashAttentionScore."""
+    return _attention_bytes(work, decode=False)
+
+
+def incre_attention_bytes(work: Work) -> int:
+    """:func:`_attention_bytes` of npu_incre_flash_attention (its ``actual_seq_lengths`` are KV lengths)."""
+    return _attention_bytes(work, decode=True)
+
+
+for _name, _flops, _bytes in (
+    ("fused_attention", fused_attention_flops, fused_attention_bytes),
+    ("incre_attention", incre_attention_flops, incre_attention_bytes),
+):
+    register_cost_rule(_name, block_dim=all_cores, flops=_flops, bytes=_bytes, body_us=roofline_us, tiling="complex")
 
 
 def _keys_per_query(inputs: Sequence["TensorSpec"]) -> int:

@@ -132,12 +132,13 @@ def _no_work(work: Work) -> OpWork:
     return OpWork()
 
 
-def _attention(flops: Callable[[Work], float]) -> Formula:
+def _attention(flops: Callable[[Work], float], nbytes: Callable[[Work], int] = rules.io_bytes) -> Formula:
     """Q K^T and P V on the Cube over the scores the call computes (the online softmax's few operations a
-    score on the Vector units are left out: they run beside the Cube), every operand read once."""
+    score on the Vector units are left out: they run beside the Cube), every operand read once (of a paged
+    cache, the rows the lengths reach)."""
 
     def formula(work: Work) -> OpWork:
-        return OpWork(cube_flops=flops(work), hbm_bytes=rules.io_bytes(work))
+        return OpWork(cube_flops=flops(work), hbm_bytes=nbytes(work))
 
     return formula
 
@@ -172,8 +173,10 @@ _BY_RULE.update({
 register_op_work(
     "npu::npu_fused_infer_attention_score", "npu::npu_fused_infer_attention_score_v2", "npu::npu_prompt_flash_attention",
     "npu::npu_fusion_attention",
-)(_attention(attention.fused_attention_flops))
-register_op_work("npu::npu_incre_flash_attention")(_attention(attention.incre_attention_flops))
+)(_attention(attention.fused_attention_flops, attention.fused_attention_bytes))
+register_op_work("npu::npu_incre_flash_attention")(
+    _attention(attention.incre_attention_flops, attention.incre_attention_bytes)
+)
 register_op_work("npu::npu_fusion_attention_grad")(_attention(attention.fused_attention_grad_flops))
 register_op_work("aten::_scaled_dot_product_flash_attention_for_cpu")(_attention(attention.sdpa_flops))
 register_op_work("npu::_npu_flash_attention", "npu::_npu_flash_attention_unpad", "npu::_npu_flash_attention_unpad_v2")(

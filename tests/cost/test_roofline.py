@@ -122,9 +122,32 @@ def _dense(layout: str, batch: int, heads: int, seq: int, dim: int, dtype: str) 
 
 
 @st.composite
+def packed_fused_calls(draw: st.DrawFn) -> Call:
+    """FIA / FlashAttentionScore in TND (varlen: cumulative ends in ``actual_seq_lengths``), or FIA decode over a
+    paged KV cache (``block_table [B, blocks]``, ``block_size``, ``actual_seq_lengths_kv``)."""
+    heads, dim, batch = draw(st.sampled_from([8, 32])), 128, draw(st.sampled_from([1, 4, 16]))
+    if draw(st.booleans()):
+        length = draw(st.sampled_from([16, 1024, 8192]))
+        query = spec("bfloat16", batch * length, heads, dim)
+        ends = tuple(length * (index + 1) for index in range(batch))
+        attrs = (("input_layout", "TND"), ("num_heads", heads), ("head_num", heads), ("actual_seq_lengths", ends),
+                 ("actual_seq_lengths_kv", ends), ("actual_seq_qlen", ends), ("actual_seq_kvlen", ends))
+        return Call((query, query, query), (query,), attrs)
+    blocks, kv_len = draw(st.sampled_from([1, 16, 256])), draw(st.sampled_from([1, 100, 2048]))
+    # The pool holds every sequence's blocks: four times what this call's table reaches.
+    query, cache = spec("bfloat16", batch, 1, heads * dim), spec("bfloat16", 4 * batch * blocks, 128, dim)
+    lengths = (min(kv_len, blocks * 128),) * batch
+    attrs = (("input_layout", "BSH"), ("num_heads", heads), ("num_key_value_heads", 1), ("block_size", 128),
+             ("actual_seq_lengths_kv", lengths))
+    return Call((query, cache, cache, spec("int32", batch, blocks)), (query,), attrs)
+
+
+@st.composite
 def fused_attention_calls(draw: st.DrawFn) -> Call:
     """FIA / PFA / FlashAttentionScore: BNSD, BSND or BSH, GQA, non-causal or causal (sparse_mode 2, 3) or a
-    band (4), prefill or decode."""
+    band (4), prefill or decode; TND and paged calls too (:func:`packed_fused_calls`)."""
+    if draw(st.integers(0, 3)) == 0:
+        return draw(packed_fused_calls())
     layout, batch, q_len, kv_len = draw(LAYOUTS), draw(st.sampled_from([1, 4])), draw(SEQ), draw(SEQ)
     heads, group, dim = draw(st.sampled_from([8, 32])), draw(st.sampled_from([1, 8])), draw(st.sampled_from([64, 128]))
     dtype, mode = draw(st.sampled_from(["bfloat16", "float16"])), draw(st.sampled_from([0, 2, 3, 4]))
