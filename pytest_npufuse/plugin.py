@@ -18,7 +18,8 @@ from .pytest.fixture import npu_target, npufuse  # noqa: F401 - pytest finds fix
 from .pytest.recorder import RunRecorder
 
 ENTRY_POINT = "npufuse"
-# Warnings about how the plugin was loaded, shown once the run is configured.
+# Warnings about how the plugin was loaded, shown once the run is configured (and so emptied). They come
+# before any config (or session) exists, and are about pytest's plugin loading, not the modeled process.
 _LOAD_NOTES: list[str] = []
 
 

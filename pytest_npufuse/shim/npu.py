@@ -332,7 +332,8 @@ def set_compile_mode(jit_compile: bool = False) -> None:
     """torch_npu's op-compilation switch: it changes how kernels are built, not what they compute."""
 
 
-# ``torch.npu.config.allow_internal_format = ...``: a layout switch with no effect on the values.
+# ``torch.npu.config.allow_internal_format = ...``: a layout switch with no effect on the values. Nothing
+# reads it, so it is no state of the model; it is an attribute for user code to set, as torch_npu's is.
 config = SimpleNamespace(allow_internal_format=False)
 
 

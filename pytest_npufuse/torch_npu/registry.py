@@ -103,6 +103,7 @@ def no_outputs(call: Arguments) -> tuple:
     return ()
 
 
+# Declarations, each made once at import by the op's module (as _BINDERS and _VALIDATORS): not session state.
 _OPS: dict[str, NpuOp] = {}
 OPS = MappingProxyType(_OPS)  # name -> NpuOp, in declaration order
 
