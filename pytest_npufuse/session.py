@@ -63,7 +63,7 @@ class SessionKey(Generic[T]):
         with _LOCK:
             _DECLARED.append(self)
             for session in _OPEN:
-                session[self]
+                session.start(self)
 
 
 class Session:
@@ -81,14 +81,14 @@ class Session:
         self.process = process or parent is None
         self._values: dict[str, Any] = {}
         for key in tuple(_DECLARED):
-            self[key]
+            self.start(key)
 
     def __getitem__(self, key: SessionKey[T]) -> T:
         if key.scope is Scope.PROCESS and self is not _OPEN[0]:
             return _OPEN[0][key]
         values = self._values
         if key.name not in values:
-            values[key.name] = self._start(key)
+            values[key.name] = self._first_value(key)
         return values[key.name]
 
     def __setitem__(self, key: SessionKey[T], value: T) -> None:
@@ -98,7 +98,11 @@ class Session:
             return
         self._values[key.name] = value
 
-    def _start(self, key: SessionKey[T]) -> T:
+    def start(self, key: SessionKey[Any]) -> None:
+        """Make the session's value of ``key`` now, if it has none yet."""
+        self.__getitem__(key)
+
+    def _first_value(self, key: SessionKey[T]) -> T:
         parent = self.parent
         if parent is None or key.scope is Scope.OWN:
             return key.new()
