@@ -110,6 +110,7 @@ OPS = MappingProxyType(_OPS)  # name -> NpuOp, in declaration order
 
 @functools.cache
 def _catalog_types() -> frozenset[str]:
+    """The built-in catalog's op types, read once: a pure function of the package's files, not session state."""
     return frozenset(load_catalog().entries)
 
 
