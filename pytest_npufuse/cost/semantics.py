@@ -38,7 +38,7 @@ class OpWork(NamedTuple):
 
 
 Formula = Callable[[Work], OpWork]
-_BY_OP: dict[str, Formula] = {}
+_BY_OP: dict[str, Formula] = {}  # declarations, each made once at import (not session state)
 _BY_RULE: dict[str, Formula] = {}
 
 
