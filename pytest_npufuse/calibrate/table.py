@@ -142,6 +142,7 @@ def write_target(calibration: Calibration, pyproject: Path, source: str, *, forc
     under the file's lock, every other byte of the file kept (a byte-order mark too); an existing table
     of that name is replaced only with ``force``. Returns whether the file was created."""
     check_target_name(calibration.name)
+    _check_not_a_link(pyproject)  # before the lock too: a link's lock file would go beside the file it names
     with locked(pyproject, "pyproject.toml"):
         _check_not_a_link(pyproject)
         created = not present(pyproject, PROFILE_FILE)

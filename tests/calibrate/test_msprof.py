@@ -11,8 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from pytest_npufuse.calibrate.msprof import disagreements, read_kernels, read_profile
+from pytest_npufuse.calibrate.msprof import MAX_SHAPE_RANK, disagreements, read_kernels, read_profile
 from pytest_npufuse.errors import CalibrationError
 
 DATA = Path(__file__).parent / "data"
@@ -151,3 +153,17 @@ def test_op_statistic_disagreeing_with_kernel_details_is_reported(tmp_path):
     write(tmp_path, "OP Type,Core Type,Count,Total Time(us)\nQuantBatchMatmulV3,AI_CORE,7.5,400\n", "op_statistic.csv")
     with pytest.raises(CalibrationError, match=r"op_statistic.csv line 2: column 'Count' is '7.5', not a whole number"):
         read_profile(tmp_path)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
+@given(st.text(alphabet="0123456789,;[]() -+.e\u0664\u00b2x\"", max_size=120))
+def test_any_input_shapes_cell_reads_as_bounded_shapes_or_an_error_naming_its_line(tmp_path, cell):
+    path = tmp_path / "kernel_details.csv"
+    path.write_text(f"{HEADER}\n1,mm,MatMulV2,AI_CORE,1.5,\"{cell.replace(chr(34), chr(34) * 2)}\"\n")
+    try:
+        (kernel,) = read_kernels(path)
+    except CalibrationError as exc:
+        assert "line 2" in str(exc)
+        return
+    for shape in kernel.shapes or ():
+        assert len(shape) <= MAX_SHAPE_RANK and all(isinstance(d, int) and 0 <= d < 2**63 for d in shape)

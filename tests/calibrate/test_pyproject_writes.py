@@ -69,6 +69,7 @@ def test_a_symlinked_pyproject_is_refused_and_the_file_it_names_is_untouched(cal
             call()
         assert caught.value.file == str(link)
     assert outside.read_text() == "[project]\nname = 'other'\n" and link.is_symlink()
+    assert [p.name for p in outside.parent.iterdir()] == ["settings.toml"]  # no lock file left beside it either
 
 
 def test_a_byte_order_mark_and_windows_line_ends_are_kept_byte_for_byte(calibration, tmp_path):
