@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import codecs
-import json
 import os
 import re
 import statistics
@@ -15,7 +14,7 @@ from ..files import locked, present, read_bytes, write_bytes
 from ..files.atomic import check_writable
 from ..files.reading import decode
 from ..files.toml import PROFILE_FILE
-from ..files.tomledit import with_table
+from ..files.tomledit import basic_string, with_table
 from ..report.escaping import visible
 from ..target.profile import BUILTIN_TARGETS
 from .calibration import Calibration, KernelFit
@@ -86,7 +85,7 @@ def _sections(calibration: Calibration) -> Iterable[tuple[str, list[str]]]:
         yield section, keys
     if calibration.corrections:
         yield "corrections", [
-            f"{json.dumps(op)} = {_number(factor)}  # median measured/modeled body over {count} kernel(s)"
+            f"{basic_string(op)} = {_number(factor)}  # median measured/modeled body over {count} kernel(s)"
             for op, (factor, count) in sorted(calibration.corrections.items())
         ]
 

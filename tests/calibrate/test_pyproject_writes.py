@@ -97,6 +97,14 @@ def test_the_profiles_path_stays_inside_its_comment(calibration, tmp_path, sourc
     assert not any(char in hostile.read_text() for char in "\x1b\u202e\x00")
 
 
+def test_op_types_toml_cannot_hold_raw_are_written_escaped_and_read_back(calibration, tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    odd = {"=cmd|' /C calc'!A0": (1.5, 2), "Mat\x7fMul\U0001f600": (0.5, 1), 'a"b\\c\n[x]': (2.0, 3)}
+    write_target(replace(calibration, corrections=odd), pyproject, "p")
+    written = read_toml(pyproject)["tool"]["npufuse"]["targets"]["mine"]["corrections"]
+    assert written == {op: factor for op, (factor, _) in odd.items()}
+
+
 def test_a_read_only_pyproject_is_refused_before_the_fit(tmp_path):
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_bytes(USER.encode())
