@@ -68,8 +68,8 @@ def target_toml(calibration: Calibration, prefix: str, source: str, newline: str
     before = median_error(calibration.kernels, lambda k: k.before_us)
     lines = [
         f"[{prefix}.{name}]",
-        (f"# Calibrated by `python -m pytest_npufuse calibrate` from {visible(source)}: {len(matching.matched)} of {total} "
-         f"kernels matched; median |error| {100 * before:.1f}% on {calibration.base} -> {100 * after:.1f}%."),
+        (f"# Calibrated by `python -m pytest_npufuse calibrate` from {visible(source)}: {len(matching.matched)} of "
+         f"{total} kernels matched; median |error| {100 * before:.1f}% on {calibration.base} -> {100 * after:.1f}%."),
         f'base = "{calibration.base}"',
     ]
     for section, keys in _sections(calibration):

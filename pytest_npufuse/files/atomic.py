@@ -139,8 +139,9 @@ def write_failed(path: Path, what: str, exc: OSError, size: int | None) -> Outpu
     """The error for a write of ``size`` bytes to ``path`` that the system refused: the file, the reason
     and the fix, and that the file as it was is kept (the new text went only to a temporary file)."""
     fix = _WRITE_FIXES.get(exc.errno, "fix the cause and run again")
+    written = "" if size is None else f" {size} bytes"
     return OutputFileError(
-        f"{what} {path}: writing{'' if size is None else f' {size} bytes'} failed ({exc.strerror or exc}): {fix}. The file was left as it was "
+        f"{what} {path}: writing{written} failed ({exc.strerror or exc}): {fix}. The file was left as it was "
         "(nothing of the new content reached it).",
         file=str(path), bound=size,
     )

@@ -56,7 +56,8 @@ def threads_from_environment() -> int:
     value = os.environ.get(THREADS_ENV, "").strip()
     if not value:
         return 1
-    if not (value.isascii() and value.isdigit()) or len(value) > len(str(MAX_THREADS)) or not 1 <= int(value) <= MAX_THREADS:
+    digits = value.isascii() and value.isdigit() and len(value) <= len(str(MAX_THREADS))
+    if not digits or not 1 <= int(value) <= MAX_THREADS:
         raise NpufuseError(
             f"environment variable {THREADS_ENV}={value[:40]!r}{'...' if len(value) > 40 else ''} is not a positive "
             f"integer of at most {MAX_THREADS} (an int64); GE reads it as the number of "
@@ -93,7 +94,8 @@ class HostConfig:
     def __post_init__(self) -> None:
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
             raise ArgumentError(
-                f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int from 1 to {MAX_THREADS} "
+                f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int from 1 to "
+                f"{MAX_THREADS} "
                 "(CANN's dynamic-shape scheduling article recommends 3)."
             )
         for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "ge_fusion"):

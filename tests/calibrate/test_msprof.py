@@ -96,8 +96,10 @@ def test_an_op_summary_csv_reads_with_msprofs_own_column_names(tmp_path):
         (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,nan,\"4,8\"\n", r"line 2: column 'Duration\(us\)' is 'nan', not a number"),
         (f"{HEADER}\n1,mm,,AI_CORE,12.5,\"4,8\"\n", r"line 2: column 'Type' is empty"),
         (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"4x8\"\n", r"line 2: column 'Input Shapes' is '4x8'.*separated by ','"),
-        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"-4,8\"\n", r"line 2: column 'Input Shapes' is '-4,8'.*from 0 to 2\*\*63-1"),
-        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"{10**30},8\"\n", r"line 2: column 'Input Shapes' .*from 0 to 2\*\*63-1"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"-4,8\"\n",
+         r"line 2: column 'Input Shapes' is '-4,8'.*from 0 to 2\*\*63-1"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"{10**30},8\"\n",
+         r"line 2: column 'Input Shapes' .*from 0 to 2\*\*63-1"),
         (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"{','.join(['2'] * 9)}\"\n", r"line 2: .*at most 8 whole numbers"),
         (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"{','.join(['1'] * 60000)}\"\n", r"\(119999 characters\)"),
         (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"\u0664,8\"\n", r"line 2: column 'Input Shapes'"),
@@ -130,7 +132,8 @@ def test_a_fifo_or_a_symlink_loop_given_as_the_profile_is_named_as_such(tmp_path
     """Both were reported as 'no such profile', which sends the user looking for a missing file."""
     fifo = tmp_path / "kernel_details.csv"
     os.mkfifo(fifo)
-    with pytest.raises(CalibrationError, match=r"is a FIFO \(named pipe\), not a regular file; .*reads a msprof CSV only"):
+    with pytest.raises(CalibrationError,
+                       match=r"is a FIFO \(named pipe\), not a regular file; .*reads a msprof CSV only"):
         read_profile(fifo)
     loop = tmp_path / "loop.csv"
     loop.symlink_to(loop)

@@ -117,7 +117,8 @@ def test_a_read_only_pyproject_is_refused_before_the_fit(tmp_path):
 def test_a_profile_whose_kernels_all_take_no_time_is_refused_naming_the_lines():
     prog = program()
     found = match(profiled(prog, lambda k: 0.0), prog, "m.py:f")
-    with pytest.raises(CalibrationError, match=r"every matched kernel of the profile has Duration\(us\) 0 \(lines 2, 3\)"):
+    with pytest.raises(CalibrationError,
+                       match=r"every matched kernel of the profile has Duration\(us\) 0 \(lines 2, 3\)"):
         calibrate(prog, found, "910b3", "mine")
 
 

@@ -41,7 +41,8 @@ def get_npu_device() -> str:
     if not (index.isascii() and index.isdigit() and len(index) <= 9):
         raise ArgumentError(
             f"environment variable {DEVICE_VARIABLE}={index[:40]!r} is not a device index; torch_npu's test runner "
-            f"sets it to a whole number such as 0 (the test device is npu:<index>). Set {DEVICE_VARIABLE}=0 or unset it.",
+            f"sets it to a whole number such as 0 (the test device is npu:<index>). Set {DEVICE_VARIABLE}=0 or "
+            "unset it.",
             argument=DEVICE_VARIABLE,
         )
     return f"npu:{int(index)}"
