@@ -26,7 +26,8 @@ from pytest_npufuse.ir.program import Program
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.timeline import simulate
-from pytest_npufuse.target.catalog import OpCatalog, OpInfo, load_catalog
+from pytest_npufuse.ir.op import OpInfo
+from pytest_npufuse.target.catalog import OpCatalog, load_catalog
 from pytest_npufuse.target.profile import HardwareProfile
 
 from . import models

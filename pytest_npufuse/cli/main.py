@@ -298,10 +298,11 @@ def op_rows(every: bool = False) -> list[tuple[str, ...]]:
     cost rule, backward and the document it follows (also the op table of the docs site). ``every`` adds
     the catalog's other op types (aten, GE, collectives, the user's own), whose family is their namespace
     and whose source is the catalog that prices them."""
+    from ..cost import check_catalog
     from ..target.catalog import load_catalog
     from ..torch_npu import OPS
 
-    catalog = _user_config().catalog() if every else load_catalog()
+    catalog = check_catalog(_user_config().catalog()) if every else load_catalog()
     rows = [OP_HEADER]
     provided = set()
     for op in sorted(OPS.values(), key=lambda op: (op.family, op.name)):

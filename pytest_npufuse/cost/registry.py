@@ -22,6 +22,7 @@ from ..errors import ProfileError
 
 if TYPE_CHECKING:
     from ..ir.program import Kernel, TensorSpec
+    from ..target.catalog import OpCatalog
     from ..target.profile import HardwareProfile
 
 
@@ -90,6 +91,15 @@ def cost_rule(name: str, where: str = "op catalog") -> CostRule:
     if rule is None:
         raise ProfileError(f"{where}: cost rule '{name}' is not registered; known rules: {', '.join(sorted(_RULES))}.")
     return rule
+
+
+def check_catalog(catalog: "OpCatalog") -> "OpCatalog":
+    """``catalog``, once every entry names a registered rule; else a profile error naming the entry's
+    file and table. The catalog only reads the names (it sits below the rules); a check here runs when a
+    catalog is taken in (by pytest's settings, the CLI, a capture), after a user's own rules are registered."""
+    for where, info in catalog.declared():
+        cost_rule(info.cost, where)
+    return catalog
 
 
 def rule_names() -> tuple[str, ...]:

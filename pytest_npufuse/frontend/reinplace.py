@@ -35,7 +35,7 @@ import torch
 import torch.fx
 
 from .. import cost
-from ..target.catalog import OpInfo
+from ..ir.op import OpInfo
 
 # ``GraphModule.meta`` key: set by a compile configuration whose device keeps the write-backs (TorchAir's
 # aclgraph modes with their mutated-input pass switched off), so :func:`find_writes` finds none

@@ -39,7 +39,7 @@ from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.tasks import Variant
 from ..report.attribution import attribute_step
 from ..report.case import CaseReport, ScopeReport
-from ..report.explain import stream_uses
+from ..report.streams import stream_uses
 from ..report.memory import step_memory
 from ..report.trace import write_case_traces
 from ..simulate.step import chain_runs

@@ -11,10 +11,10 @@ from ..sanitize.checker import Race
 from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
 from .attribution import Attribution
-from .explain import StreamUse
 from .findings import Finding, Mismatch
 from .memory import StepMemory
 from .numerics import Numerics
+from .streams import StreamUse
 
 
 @dataclass(frozen=True)
