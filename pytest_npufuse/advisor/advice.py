@@ -21,6 +21,7 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import Attribution, attribute
 from ..report.findings import Finding, findings_json
+from ..report.table import aligned
 from ..sanitize.checker import sanitize
 from ..simulate.timeline import simulate
 from ..target.catalog import OpCatalog, load_catalog
@@ -68,8 +69,7 @@ class Advice:
 
     def lines(self) -> list[str]:
         """The report a person reads: header, ranked table, top-down path, recommendation, paste lines."""
-        widths = [max(len(row[i]) for row in self.rows()) for i in range(len(_TABLE_HEADER))]
-        table = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in self.rows()]
+        table = aligned(self.rows())
         layers = len(self.structure.layers)
         header = (
             f"npufuse advise ({self.target}): {self.structure.family.value}, {layers} layer(s), "

@@ -23,10 +23,11 @@ from ..errors import NpufuseError
 from ..files import Kind, check_outputs, kind_of, write_text
 from ..files.toml import read_toml
 from ..gate import comparison_formats as formats
-from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
+from ..gate.baseline import IMPROVED, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
 from ..gate.merge import merge_documents
 from ..report.escaping import TerminalStream
+from ..report.table import aligned
 from ..target.profile import BUILTIN_TARGETS, DEFAULT_TARGET, TARGET_HELP
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
