@@ -3,7 +3,7 @@
 The model is captured once; every layout is a re-annotation of that one program (see
 :mod:`.candidates`), planned and simulated on the target. The result lists each layout with its
 scopes, segments, breaking ops with their source lines, outcome, bit-exactness and modeled gain over
-the same run with no scope, then the recommendation of seed 004's decision tree with the ``with``
+the same run with no scope, then the recommendation of the decision tree of docs/feature-docs.md#scope-analysis with the ``with``
 lines to paste at the module calls the layout wraps.
 """
 
@@ -203,8 +203,8 @@ def advise(
     options: str = "",
     catalog: OpCatalog | None = None,
 ) -> Advice:
-    """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the seed-003
-    affinity-op findings with their modeled gains.
+    """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the
+    affinity-op findings (docs/feature-docs.md#affinity-ops) with their modeled gains.
 
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
     ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).

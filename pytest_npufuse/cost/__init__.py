@@ -102,5 +102,5 @@ def reads_hbm(info: "OpInfo") -> bool:
 
 
 def tiling_class(info: "OpInfo") -> str:
-    """``simple`` or ``complex``: which host Tiling cost an op pays in host scheduling (seed 002)."""
+    """``simple`` or ``complex``: which host Tiling cost an op pays in host scheduling (docs/feature-docs.md#host-scheduling)."""
     return cost_rule(info.cost).tiling

@@ -161,7 +161,7 @@ class OpCatalog:
 
     def lookup(self, op_type: str, form: str = "") -> OpInfo:
         """How ``op_type`` runs; ``form`` is the torch call the user wrote (``Kernel.call``): where the
-        NPU runs one form of the same aten op differently (seed 003: ``nn.Linear`` vs ``torch.addmm``),
+        NPU runs one form of the same aten op differently (docs/feature-docs.md#affinity-ops: ``nn.Linear`` vs ``torch.addmm``),
         the catalog has an entry ``"op_type@form"`` for it."""
         info = self.forms.get((op_type, form)) if form else None
         if info is None:
