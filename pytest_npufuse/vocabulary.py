@@ -62,8 +62,8 @@ class NumericsStatus(Vocabulary):
 
 
 class MissingOps(Vocabulary):
-    """What a check does about an op it cannot compute on the CPU (docs/reference/python-api.md: ``missing_ops=``): ``error``
-    stops after listing every gap; ``timing-only`` times an op that has a fake kernel but no CPU kernel and
+    """What a check does about an op it cannot compute on the CPU (docs/reference/python-api.md: ``missing_ops=``):
+    ``error`` stops after listing every gap; ``timing-only`` times an op that has a fake kernel but no CPU kernel and
     leaves the outputs computed from it uncompared (``numerics`` says ``partial``)."""
 
     ERROR = "error"
@@ -74,8 +74,8 @@ class Unfusable(Vocabulary):
     """Why a SuperKernel cannot call an op as a sub-kernel (the op catalog's ``unfusable`` key).
 
     A SuperKernel calls already-compiled Ascend C AI Core kernels; an op that is anything else splits
-    the scope (docs/sources.md#torchair-2-3, docs/sources.md#hw-4-1). An unfusable entry without the key gets its engine's reason
-    (:func:`~pytest_npufuse.target.catalog.unfusable_reason`), and a Cube or Vector one is a TBE kernel.
+    the scope (docs/sources.md#torchair-2-3, docs/sources.md#hw-4-1). An unfusable entry without the key gets its
+    engine's reason (:func:`~pytest_npufuse.target.catalog.unfusable_reason`), and a Cube or Vector one is a TBE kernel.
     """
 
     TBE = "tbe"

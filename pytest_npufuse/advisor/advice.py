@@ -3,8 +3,8 @@
 The model is captured once; every layout is a re-annotation of that one program (see
 :mod:`.candidates`), planned and simulated on the target. The result lists each layout with its
 scopes, segments, breaking ops with their source lines, outcome, bit-exactness and modeled gain over
-the same run with no scope, then the recommendation of the decision tree of docs/feature-docs.md#scope-analysis with the ``with``
-lines to paste at the module calls the layout wraps.
+the same run with no scope, then the recommendation of the decision tree of docs/feature-docs.md#scope-analysis with the
+``with`` lines to paste at the module calls the layout wraps.
 """
 
 from __future__ import annotations

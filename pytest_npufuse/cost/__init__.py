@@ -23,9 +23,8 @@ if TYPE_CHECKING:
     from ..target.profile import HardwareProfile
 
 __all__ = [
-    "CostRule", "Work", "block_dim", "body_us", "check_catalog", "core_cap", "cost_rule", "kernel_work", "pointwise", "reads_hbm",
-    "register_cost_rule",
-    "rule_names", "tiling_class",
+    "CostRule", "Work", "block_dim", "body_us", "check_catalog", "core_cap", "cost_rule", "kernel_work", "pointwise",
+    "reads_hbm", "register_cost_rule", "rule_names", "tiling_class",
 ]
 
 
@@ -102,5 +101,6 @@ def reads_hbm(info: "OpInfo") -> bool:
 
 
 def tiling_class(info: "OpInfo") -> str:
-    """``simple`` or ``complex``: which host Tiling cost an op pays in host scheduling (docs/feature-docs.md#host-scheduling)."""
+    """``simple`` or ``complex``: which host Tiling cost an op pays in host scheduling
+    (docs/feature-docs.md#host-scheduling)."""
     return cost_rule(info.cost).tiling

@@ -52,8 +52,8 @@ Body = Callable[["Kernel", int, "HardwareProfile"], float]
 @dataclass(frozen=True)
 class CostRule:
     """How one kind of kernel costs time; ``tiling`` is its host tiling class (``simple`` or
-    ``complex``, docs/feature-docs.md#host-scheduling: complex ops tile for tens of microseconds); ``hbm`` says whether its ``bytes``
-    are HBM traffic (False for collectives and MC2, whose bytes cross the link), which L2 residency and
+    ``complex``, docs/feature-docs.md#host-scheduling: complex ops tile for tens of microseconds); ``hbm`` says whether
+    its ``bytes`` are HBM traffic (False for collectives and MC2, whose bytes cross the link), which L2 residency and
     the HBM-bandwidth pool apply to; ``pointwise`` marks element-by-element ops GE's fusion pass may merge
     with a pointwise producer."""
 

@@ -14,8 +14,8 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
   its slots, not the cache; a grouped matmul reads only the experts its
   rows hit (expected distinct experts under uniform routing); a row gather reads the rows it returns,
   not the whole table; an element gather or scatter pays ``access_bytes`` per element it addresses (one
-  memory transaction each: GatherElements vs GatherV2, docs/feature-docs.md#affinity-ops); IndexPutV2 with a boolean mask
-  first expands the mask into int64 indices (NonZero) and then addresses every selected element; an
+  memory transaction each: GatherElements vs GatherV2, docs/feature-docs.md#affinity-ops); IndexPutV2 with a boolean
+  mask first expands the mask into int64 indices (NonZero) and then addresses every selected element; an
   input a prefetch put in L2 costs no HBM traffic.
 - **forms** (docs/feature-docs.md#affinity-ops): the same aten op priced by the torch call it came from (catalog entries
   ``"op@form"``): ``nn.Linear`` pays a TransData of its input to FRACTAL_NZ where op-plugin casts it

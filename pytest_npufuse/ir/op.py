@@ -54,7 +54,8 @@ class OpInfo:
         return reason.format(kernel=self.kernel_type, op=self.op_type, dtypes="/".join(self.aicpu_dtypes) or "its dtype")
 
 
-# What each Unfusable reason means (docs/sources.md#torchair-2-3, docs/sources.md#hw-4-1 and docs/sources.md#hw-4-3; the catalog's entries cite theirs).
+# What each Unfusable reason means (docs/sources.md#torchair-2-3, docs/sources.md#hw-4-1 and docs/sources.md#hw-4-3; the
+# catalog's entries cite theirs).
 _UNFUSABLE_WHY = {
     Unfusable.TBE: "{kernel} is a TBE kernel, and a SuperKernel calls only Ascend C kernels",
     Unfusable.COPY: "{kernel} is a data copy, not an Ascend C compute kernel",

@@ -18,7 +18,8 @@ gradient and, with an optimizer, every parameter after the update.
 
 The report also carries the step's modeled device memory (:mod:`~pytest_npufuse.report.memory`: resident
 parameters and optimizer state, gradients, the activations the backward keeps, and the peak) and, with
-``affinity=True``, the forms of docs/feature-docs.md#affinity-ops found in every graph of the step and priced on the whole step.
+``affinity=True``, the forms of docs/feature-docs.md#affinity-ops found in every graph of the step and priced on the
+whole step.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The SuperKernel planner: which kernels a scope fuses into which SuperKernel tasks, and what happens.
 
-Rule (docs/feature-docs.md#superkernel-scopes): ops in a scope are scanned in program order; an unfusable op closes the current
-segment, runs alone as an ordinary task, and a new segment starts after it. The same scope name used in
+Rule (docs/feature-docs.md#superkernel-scopes): ops in a scope are scanned in program order; an unfusable op closes the
+current segment, runs alone as an ordinary task, and a new segment starts after it. The same scope name used in
 several places means the same scope; kernels outside any scope that stand between two uses also close
 the current segment, so non-contiguous uses give separate segments of that one scope (they are counted
 together in its ``segments``, but they are not reported as breaks, since the op in between was never in
@@ -300,7 +300,8 @@ class _ScopeResult:
 def _stream_fusion(
     segment: Segment, options: SuperKernelOptions, streams: StreamPlan, profile: HardwareProfile, kernels: Sequence[Kernel]
 ) -> Segment:
-    """Sub-kernels from several streams in one SuperKernel (TorchAir's ``stream-fusion`` option; docs/feature-docs.md#superkernel-scopes).
+    """Sub-kernels from several streams in one SuperKernel (TorchAir's ``stream-fusion`` option;
+    docs/feature-docs.md#superkernel-scopes).
 
     With ``stream-fusion=0`` (the default) a SuperKernel takes ops of at most two streams
     (``profile.superkernel_max_streams``), kept in issue order, and the streams must be linked by an

@@ -21,7 +21,8 @@ from ..errors import NotModeledAttributeError, NotModeledError, OpArgumentError,
 from ..gaps import missing
 from ..frontend import scopes
 from ..simulate.clock import DEVICE_CLOCK
-from ..torch_npu.profiler import profile  # noqa: F401 - torch_npu.npu.profile, method three of docs/feature-docs.md#scope-analysis
+# torch_npu.npu.profile: method three of docs/feature-docs.md#scope-analysis
+from ..torch_npu.profiler import profile  # noqa: F401
 from .devices import check_index
 
 # A package path, so that ``import torch_npu.npu.utils`` (:mod:`.npu_utils`) finds its parent; the shim's

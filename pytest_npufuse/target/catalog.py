@@ -137,8 +137,8 @@ class OpCatalog:
     """Look-ups by op type, with one warning per op type the catalog does not know.
 
     ``origins`` says where each entry was declared (its key, ``op_type`` or ``op_type@form``, to the
-    file and table), so that a check made later (the cost rule each entry names, :func:`pytest_npufuse.cost.check_catalog`)
-    can point at the line to fix."""
+    file and table), so that a check made later (the cost rule each entry names,
+    :func:`pytest_npufuse.cost.check_catalog`) can point at the line to fix."""
 
     def __init__(
         self,
@@ -161,8 +161,8 @@ class OpCatalog:
 
     def lookup(self, op_type: str, form: str = "") -> OpInfo:
         """How ``op_type`` runs; ``form`` is the torch call the user wrote (``Kernel.call``): where the
-        NPU runs one form of the same aten op differently (docs/feature-docs.md#affinity-ops: ``nn.Linear`` vs ``torch.addmm``),
-        the catalog has an entry ``"op_type@form"`` for it."""
+        NPU runs one form of the same aten op differently (docs/feature-docs.md#affinity-ops: ``nn.Linear`` vs
+        ``torch.addmm``), the catalog has an entry ``"op_type@form"`` for it."""
         info = self.forms.get((op_type, form)) if form else None
         if info is None:
             info = self.entries.get(op_type)

@@ -1,8 +1,8 @@
 """``torch_npu.profiler.profile`` (and ``torch_npu.npu.profile``): the modeled device's profile of the
 compiled graphs a script runs inside the block.
 
-Method three of docs/feature-docs.md#scope-analysis (profiler-driven) profiles the model, reads which module takes the most time
-(attention, MoE, FFN, the rest) and scopes that module first::
+Method three of docs/feature-docs.md#scope-analysis (profiler-driven) profiles the model, reads which module takes the
+most time (attention, MoE, FFN, the rest) and scopes that module first::
 
     with torch_npu.profiler.profile() as prof:          # or torch_npu.npu.profile(use_npu=True)
         output = model(input_ids)

@@ -1,5 +1,6 @@
-"""The scope advisor: layouts built from the module hierarchy, capture once / plan many, seed 004's
-decision tree, top-down shrinking, the command line and the prefill/decode gating helper."""
+"""The scope advisor: layouts built from the module hierarchy, capture once / plan many, the
+decision tree of docs/feature-docs.md#scope-analysis, top-down shrinking, the command line and the prefill/decode gating
+helper."""
 
 import io
 import sys
