@@ -163,7 +163,7 @@ def plan_dump(
         if dump.super_kernel_optimize:
             warnings.warn(
                 "When super_kernel_optimize is enabled, the dump_config.enable_dump configuration becomes invalid.",
-                stacklevel=2,
+                stacklevel=3,  # the model code that compiles the graph, past CompilerConfig._plan_dump
             )
             return None
         ensure_directory(root, "dump_config.dump_path")
