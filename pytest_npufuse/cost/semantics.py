@@ -24,7 +24,7 @@ from . import attention, rules
 from .registry import Work
 
 if TYPE_CHECKING:
-    from ..target.catalog import OpInfo
+    from ..ir.op import OpInfo
     from ..target.profile import HardwareProfile
 
 

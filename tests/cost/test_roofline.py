@@ -34,7 +34,8 @@ from pytest_npufuse import cost
 from pytest_npufuse.cost import semantics
 from pytest_npufuse.cost.registry import Work
 from pytest_npufuse.ir.program import Annotations, Kernel, TensorSpec, compute_dtype_of
-from pytest_npufuse.target.catalog import OpInfo, load_catalog
+from pytest_npufuse.ir.op import OpInfo
+from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.target.profile import load_profile
 
 FACTOR = 4.0
