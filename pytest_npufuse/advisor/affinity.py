@@ -257,6 +257,11 @@ def _find_softmax(graph: DataFlow) -> Iterable[Match]:
 
 
 
+# What may stand between the scores' matmul and the softmax: the scale, an additive mask, or a mask
+# written in (masked_fill, where, or d2l's ``x[~mask] = value``, an IndexPutV2).
+_SCORE_OPS = ("aten::mul", "aten::div", "aten::add", "aten::masked_fill", "aten::where", "aten::index_put")
+
+
 def _find_flash_attention(graph: DataFlow) -> Iterable[Match]:
     matmuls = ("aten::bmm", "aten::mm", "aten::baddbmm")
     for kernel in graph.program.kernels:
@@ -264,7 +269,7 @@ def _find_flash_attention(graph: DataFlow) -> Iterable[Match]:
             continue
         before, seen = [], [kernel]
         while seen and not any(k.op_type in matmuls for k in before):
-            seen = [p for k in seen for p in graph.producers(k) if p.op_type in (*matmuls, "aten::mul", "aten::div", "aten::add", "aten::masked_fill")]
+            seen = [p for k in seen for p in graph.producers(k) if p.op_type in (*matmuls, *_SCORE_OPS)]
             before += seen
         after = next((k for k in graph.consumers(kernel) if k.op_type in matmuls), None)
         if after is not None and any(k.op_type in matmuls for k in before):
