@@ -617,7 +617,8 @@ def find_affinity(
             with torch.enable_grad():  # a check differentiates its CPU reference, also under the user's no_grad()
                 exactness = pattern.check(flows[index], first, pattern.entry.tolerance)
             findings.append(Finding(
-                pattern.name, source or pattern.entry.form, len(located), tuple(k.name for k in first.kernels), pattern.rewrite, gain,
+                pattern.name, source or pattern.entry.form, len(located), tuple(k.name for k in first.kernels),
+                pattern.rewrite, gain,
                 exactness, pattern.note,
                 _backward_caused(located, steps[backward] if backward is not None else None, durations),
             ))

@@ -92,5 +92,6 @@ def optimizer_check(graph: DataFlow, match: Match, tolerance: Tolerance | None) 
 
     plain = run(lambda params: torch.optim.AdamW(params, lr=1e-3, foreach=True))
     fused = run(lambda params: NpuFusedAdamW(params, lr=1e-3))
-    verdict = compare_values(torch.cat([p.flatten() for p in plain]), torch.cat([p.flatten() for p in fused]), tolerance)
+    flat = [torch.cat([p.flatten() for p in params]) for params in (plain, fused)]
+    verdict = compare_values(*flat, tolerance)
     return f"{verdict} (two AdamW steps against NpuFusedAdamW)"

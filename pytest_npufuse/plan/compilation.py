@@ -58,7 +58,8 @@ class CompileWork:
         if not self.superkernels:
             return "-"
         subs = f"{self.sub_kernels} sub-kernel{'' if self.sub_kernels == 1 else 's'}"
-        return f"{self.compiled} of {self.superkernels} SK, {subs} (largest {self.largest}), ~{self.seconds:.0f} s (estimate)"
+        time = f"~{self.seconds:.0f} s (estimate)"
+        return f"{self.compiled} of {self.superkernels} SK, {subs} (largest {self.largest}), {time}"
 
 
 def _identity(segment: Segment, options: str, program: Program) -> Hashable:

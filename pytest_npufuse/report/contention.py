@@ -10,9 +10,8 @@ overlap the streams' busy time allows is lost.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
 from ..simulate.timeline import KernelRun, RunReport
+from .attribution import intervals_length, merge_intervals
 
 # The units a kernel can saturate, by its engine: the AI Cube cores or the AI Vector cores.
 _UNITS = {"cube": "Cube", "vector": "Vector"}
@@ -45,21 +44,6 @@ class Contention:
         )
 
 
-def _busy(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """``intervals`` merged into sorted, disjoint ones."""
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _length(intervals: Sequence[tuple[float, float]]) -> float:
-    return sum(end - start for start, end in intervals)
-
-
 def contention_of(run: RunReport, cores: dict[str, int]) -> Contention | None:
     """The saturated unit two or more streams fought over in ``run``, or None. ``cores`` gives each
     unit's core count (``{"cube": aic, "vector": aiv}``)."""
@@ -73,9 +57,11 @@ def contention_of(run: RunReport, cores: dict[str, int]) -> Contention | None:
                 saturating.setdefault(kernel.stream, []).append(kernel)
         if len(saturating) < 2:
             continue
-        busy = {stream: _busy([(k.start_us, k.end_us) for k in top if k.stream == stream]) for stream in saturating}
-        lengths = [_length(intervals) for intervals in busy.values()]
-        union = _length(_busy([span for intervals in busy.values() for span in intervals]))
+        busy = {
+            stream: merge_intervals([(k.start_us, k.end_us) for k in top if k.stream == stream]) for stream in saturating
+        }
+        lengths = [intervals_length(intervals) for intervals in busy.values()]
+        union = intervals_length(merge_intervals([span for intervals in busy.values() for span in intervals]))
         possible, achieved = sum(lengths) - max(lengths), sum(lengths) - union
         return Contention(unit, tuple(saturating), cores[engine], possible, achieved)
     return None

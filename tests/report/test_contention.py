@@ -1,56 +1,37 @@
-"""Seed 001's warning in the report: two streams whose kernels each take every Cube core take turns, and
-the report says how much of their possible overlap is lost; a stream expectation that cannot be met for
-that reason says why."""
+"""Contention between streams (seed 001): kernels on two streams that each take every core of one unit
+take turns, and the report says how much of the overlap their busy time allows is lost. The end-to-end
+case (two 4096x4096 matmuls split over two streams) is cases/test_multistream.py."""
 
-import pytest
-import torch
-import torchair as tng
+from pytest_npufuse.report.contention import contention_of
+from pytest_npufuse.simulate.timeline import Bound, KernelRun, RunReport
 
-from pytest_npufuse import compare
-from pytest_npufuse.gate.expectations import parse_multistream
+CORES = {"cube": 24, "vector": 48}
 
 
-class TwoBigMatmuls(torch.nn.Module):
-    """Two projections that each want every Cube core, the second on a side stream."""
-
-    def forward(self, a, b, c):
-        first = a @ b
-        with tng.scope.npu_stream_switch("1"):
-            second = a @ c
-        return first, second
+def run(*kernels: KernelRun) -> RunReport:
+    streams = tuple(dict.fromkeys(k.stream for k in kernels))
+    end = max(k.end_us for k in kernels)
+    return RunReport("variant", "a3", "max-autotune", end, end, 0.0, Bound.DEVICE, len(kernels), kernels, streams=streams)
 
 
-class LightSide(torch.nn.Module):
-    """A projection on the main stream and a small element-wise op on the side stream."""
-
-    def forward(self, a, b, c):
-        first = a @ b
-        with tng.scope.npu_stream_switch("1"):
-            second = c[:8] * 2
-        return first, second
-
-
-@pytest.fixture(scope="module")
-def saturated():
-    gen = torch.Generator().manual_seed(6)
-    a, b, c = (torch.randn(4096, 4096, generator=gen) for _ in range(3))
-    return compare(TwoBigMatmuls(), a, b, c)
+def test_two_cube_saturating_kernels_that_take_turns_lose_all_their_overlap():
+    report = run(KernelRun("mm", "aten::mm", "default", 0.0, 10.0, 24, "cube"),
+                 KernelRun("mm_1", "aten::mm", "1", 10.0, 20.0, 24, "cube"))
+    contention = contention_of(report, CORES)
+    assert contention.unit == "Cube" and contention.streams == ("default", "1")
+    assert contention.possible_us == 10.0 and contention.achieved_us == 0.0 and contention.lost_pct == 100.0
+    assert "take all 24 Cube cores" in contention.describe() and "100.0%" in contention.describe()
 
 
-def test_a_cube_saturated_split_is_reported_with_the_overlap_lost(saturated):
-    contention = saturated.contention
-    assert contention is not None and contention.unit == "Cube"
-    assert set(contention.streams) == {"default", "1"} or len(contention.streams) == 2
-    assert contention.lost_pct > 90  # the two matmuls serialise on the Cube
-    assert "contention:" in saturated.summary() and "Cube" in saturated.summary()
+def test_partial_overlap_is_the_share_lost():
+    report = run(KernelRun("mm", "aten::mm", "default", 0.0, 10.0, 24, "cube"),
+                 KernelRun("mm_1", "aten::mm", "1", 7.5, 17.5, 24, "cube"))
+    assert contention_of(report, CORES).lost_pct == 75.0
 
 
-def test_an_unmeetable_stream_expectation_says_why(saturated):
-    failures = parse_multistream((), {"streams": 2, "min_speedup": 1.05}).failures(saturated)
-    assert any("cannot be met" in failure and "Cube" in failure for failure in failures), failures
-
-
-def test_a_light_side_stream_is_not_contention():
-    gen = torch.Generator().manual_seed(6)
-    a, b, c = (torch.randn(1024, 1024, generator=gen) for _ in range(3))
-    assert compare(LightSide(), a, b, c).contention is None
+def test_a_side_stream_that_leaves_cores_free_is_not_contention():
+    report = run(KernelRun("mm", "aten::mm", "default", 0.0, 10.0, 24, "cube"),
+                 KernelRun("mul", "aten::mul", "1", 0.0, 4.0, 8, "vector"),
+                 KernelRun("mm_1", "aten::mm", "1", 4.0, 9.0, 12, "cube"))
+    assert contention_of(report, CORES) is None
+    assert contention_of(run(KernelRun("mm", "aten::mm", "default", 0.0, 10.0, 24, "cube")), CORES) is None
