@@ -13,10 +13,10 @@ from ..simulate.timeline import RunReport
 from ..target.profile import resolve_profile
 from .attribution import Attribution
 from .contention import Contention, contention_of
-from .explain import StreamUse
 from .findings import Finding, Mismatch
 from .memory import StepMemory
 from .numerics import Numerics
+from .streams import StreamUse
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ class CaseReport:
     """BASELINE (scopes ignored) against VARIANT (scopes honoured) for one model on one target.
 
     ``attribution`` summarises each run (keyed ``baseline`` / ``variant``) per module path, per op type
-    and by overlap (:mod:`~pytest_npufuse.report.attribution`); ``findings`` are the seed-003 affinity-op
-    findings when they were asked for.
+    and by overlap (:mod:`~pytest_npufuse.report.attribution`); ``findings`` are the affinity-op
+    findings (docs/feature-docs.md#affinity-ops) when they were asked for.
     """
 
     target: str
@@ -118,7 +118,7 @@ class CaseReport:
 
     @property
     def contention(self) -> Contention | None:
-        """Streams of the VARIANT whose kernels each wanted every core of one unit (seed 001's warning),
+        """Streams of the VARIANT whose kernels each wanted every core of one unit (docs/feature-docs.md#multi-stream),
         with the share of their possible overlap lost; None on one stream or without such kernels."""
         if len(self.variant.streams) < 2:
             return None

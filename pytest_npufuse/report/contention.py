@@ -1,6 +1,6 @@
 """Contention between streams: kernels on different streams that each want every core of one unit.
 
-Seed 001 (multi-stream in a graph): a second stream helps when the Cube is not fully used; "if the Cube
+Multi-stream in a graph (docs/feature-docs.md#multi-stream): a second stream helps when the Cube is not fully used; "if the Cube
 is already fully used, enabling it is not recommended: it may add scheduling and make the computation
 slower". The scheduler models that: two kernels that each take every AI Cube core (or every AI Vector
 core) take turns, whatever stream they are on. This module says so in the report, with how much of the
@@ -40,7 +40,7 @@ class Contention:
             f"streams {names} both run kernels that take all {self.cores} {self.unit} cores, so they take turns: "
             f"{self.lost_pct:.1f}% of the overlap their busy time allows is lost "
             f"({self.achieved_us:.1f} of {self.possible_us:.1f} us overlapped); a second stream cannot help "
-            f"while the {self.unit} is saturated (seed 001: do not split a Cube-saturated graph over streams)"
+            f"while the {self.unit} is saturated (torchair multi-stream guide: not recommended once the Cube is fully used)"
         )
 
 

@@ -37,7 +37,7 @@ def test_conditions_gate_an_entry_by_phase_and_dtype():
 
 
 class Step(torch.nn.Module):
-    """Seed 003's bmm to ``[b, 1, 1]`` (whose backward runs the same slow BatchMatMul) and its ``where``
+    """The affinity-op guide's bmm to ``[b, 1, 1]`` (whose backward runs the same slow BatchMatMul) and its ``where``
     (whose backward is SelectV2), trained with a foreach AdamW."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Contention between streams (seed 001): kernels on two streams that each take every core of one unit
+"""Contention between streams (docs/feature-docs.md#multi-stream): kernels on two streams that each take every core of one unit
 take turns, and the report says how much of the overlap their busy time allows is lost. The end-to-end
 case (two 4096x4096 matmuls split over two streams) is cases/test_multistream.py."""
 
