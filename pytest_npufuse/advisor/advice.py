@@ -218,7 +218,7 @@ def advise(
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
     ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).
     ``compile_limit_s`` is the compile time (estimated, :mod:`~pytest_npufuse.plan.compilation`) past
-    which a layout is flagged and not valid; by default the timeout of ``target/data/compile.toml``.
+    which a layout is flagged and not valid; by default the timeout of ``plan/compile.toml``.
     """
     profile = resolve_profile(target)
     catalog = catalog or load_catalog()

@@ -1,4 +1,4 @@
-"""The affinity-API catalogue (``target/data/affinity.toml``) as frozen data: each documented slow form,
+"""The affinity-API catalogue (``advisor/affinity.toml``) as frozen data: each documented slow form,
 the matcher and FX pattern that find it, its replacement, the conditions under which the replacement
 applies, the tolerance it is judged by when the fused op rounds differently, and its source."""
 
@@ -9,11 +9,12 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from pathlib import Path
+
 from ..files.toml import read_toml
-from ..target.profile import DATA_DIR
 from ..vocabulary import Phase
 
-CATALOGUE_PATH = DATA_DIR / "affinity.toml"
+CATALOGUE_PATH = Path(__file__).with_name("affinity.toml")
 
 
 @dataclass(frozen=True)

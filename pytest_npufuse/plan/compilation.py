@@ -17,15 +17,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Hashable
 
+from pathlib import Path
+
 from ..files.toml import read_toml
 from ..ir.program import Program
-from ..target.profile import DATA_DIR
 from .tasks import Plan, Segment
 
 
 @dataclass(frozen=True)
 class CompileCosts:
-    """The compile-time estimates of ``target/data/compile.toml``."""
+    """The compile-time estimates of ``plan/compile.toml``."""
 
     per_superkernel_s: float
     per_sub_kernel_s: float
@@ -34,7 +35,7 @@ class CompileCosts:
 
 @lru_cache(maxsize=1)
 def compile_costs() -> CompileCosts:
-    table = read_toml(DATA_DIR / "compile.toml")["superkernel"]
+    table = read_toml(Path(__file__).with_name("compile.toml"))["superkernel"]
     return CompileCosts(float(table["per_superkernel_s"]), float(table["per_sub_kernel_s"]), float(table["timeout_s"]))
 
 

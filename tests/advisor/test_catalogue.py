@@ -1,4 +1,4 @@
-"""The affinity-API catalogue as data (target/data/affinity.toml): every documented replacement with its
+"""The affinity-API catalogue as data (advisor/affinity.toml): every documented replacement with its
 pattern, conditions, tolerance and source; matched on a training step's forward, backward and optimizer
 graphs, with the backward kernels a forward line causes and the fused optimizer."""
 
