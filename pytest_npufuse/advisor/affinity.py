@@ -35,7 +35,6 @@ from ..target.profile import HardwareProfile
 from ..vocabulary import Phase
 from .catalogue import Entry, Tolerance, load_affinity_catalogue
 from .fused import (
-    chain,
     confusion_transpose_check,
     find_confusion_transpose,
     find_flash_attention,
@@ -43,6 +42,7 @@ from .fused import (
     find_rotary,
     find_softmax,
     flash_attention_check,
+    follow_chain,
     fused_replacement,
     matmul_all_reduce_check,
     mish_check,
@@ -256,7 +256,7 @@ def _chain_finder(entry: Entry) -> Callable[[DataFlow], Iterable[Match]]:
         for kernel in graph.program.kernels:
             if kernel.op_type != ops[0]:
                 continue
-            chain = chain(graph, kernel, ops[1:])
+            chain = follow_chain(graph, kernel, ops[1:])
             if chain is None:
                 continue
             if entry.shares_input:

@@ -21,7 +21,7 @@ from .verdict import compare_values, random_tensor
 # --- unfused sequences a fused op replaces ---------------------------------------------------------------
 
 
-def chain(graph: DataFlow, start: Kernel, ops: Sequence[str]) -> list[Kernel] | None:
+def follow_chain(graph: DataFlow, start: Kernel, ops: Sequence[str]) -> list[Kernel] | None:
     """``start`` and then, for each op type in ``ops``, a consumer of the previous kernel of that type."""
     found = [start]
     for op in ops:
@@ -35,7 +35,7 @@ def chain(graph: DataFlow, start: Kernel, ops: Sequence[str]) -> list[Kernel] | 
 def find_rotary(graph: DataFlow) -> Iterable[Match]:
     for kernel in graph.program.kernels:
         if kernel.op_type == "aten::neg":
-            chain = chain(graph, kernel, ("aten::cat", "aten::mul", "aten::add"))
+            chain = follow_chain(graph, kernel, ("aten::cat", "aten::mul", "aten::add"))
             if chain is not None:
                 other = [p for p in graph.producers(chain[-1]) if p.op_type == "aten::mul" and p is not chain[2]]
                 yield Match(tuple(sorted({*chain, *other}, key=lambda k: k.index)))
