@@ -24,6 +24,7 @@ from ..frontend.tagged_events import EVENTS
 from ..pipeline.backend import ModeledRun, end_run, start_run
 from ..pipeline.graph import CompiledGraph
 from ..plan.tasks import ScopePlan
+from ..target.resolve import profile_of
 from ..target.userconfig import load_user_config
 
 
@@ -77,7 +78,7 @@ def run_script(
     from ..shim import install_shims
     from ..shim.children import shim_in_children
 
-    profile = load_user_config(pyproject).profile(target)
+    profile = profile_of(target, load_user_config(pyproject))
     state = install_shims()
     run = start_run(profile)
     EVENTS.clear()  # a script starts with no tagged events, as a fresh process does

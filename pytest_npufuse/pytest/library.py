@@ -15,7 +15,8 @@ from ..errors import BaselineWarning
 from ..gate.baseline import Change, Entry
 from ..gate.check_record import check_row
 from ..pipeline.backend import compile_model
-from ..pipeline.chain import compare
+from ..pipeline.chain import compare_case
+from ..pipeline.spec import CaseSpec
 from ..report.case import CaseReport
 from ..report.escaping import terminal_text
 from ..report.explain import failure_text
@@ -35,7 +36,8 @@ class NpuFuse:
     def __init__(self, request: pytest.FixtureRequest, target: str) -> None:
         self._request = request
         self._settings = settings_of(request.config)
-        self.target: HardwareProfile = self._settings.profiles[target]
+        self._target = self._settings.targets[target]
+        self.target: HardwareProfile = self._target.profile
         self._expectations = or_fail(lambda: expectations_of(request.node))
         self._key = item_key(request.node)
         self._checks = 0
@@ -70,13 +72,15 @@ class NpuFuse:
         settings = self._settings
         checked(self._request.node)
         report = or_fail(
-            lambda: compare(
-                model, *inputs, target=self.target, mode=mode, reference=reference,
-                options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
-                trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
-                affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics, loss=loss,
-                optimizer=optimizer, routing=routing, ranks=ranks,
-                missing_ops=missing_ops or self._expectations.missing_ops or settings.missing_ops,
+            lambda: compare_case(
+                CaseSpec(
+                    model, inputs, mode=mode, reference=reference, options=self._expectations.scope_options,
+                    dynamic=dynamic, host=host, trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
+                    affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics,
+                    routing=routing, ranks=ranks, loss=loss, optimizer=optimizer,
+                    missing_ops=missing_ops or self._expectations.missing_ops or settings.missing_ops,
+                ),
+                self._target,
             )
         )
         entry, change = self._record(report)
@@ -95,8 +99,7 @@ class NpuFuse:
         """A compiled callable for finer tests; its backend is at ``.npufuse_backend``."""
         compiled, backend = or_fail(
             lambda: compile_model(
-                model, target=self.target, mode=mode, superkernel=superkernel, multistream=multistream,
-                catalog=self._settings.catalog,
+                model, target=self._target, mode=mode, superkernel=superkernel, multistream=multistream,
             )
         )
         compiled.npufuse_backend = backend
@@ -105,7 +108,7 @@ class NpuFuse:
     def advise(self, model: Callable[..., Any], *inputs: Any, options: str = "") -> Advice:
         """Rank SuperKernel scope layouts for ``model`` on this test's target and list the affinity-op
         findings (see :func:`pytest_npufuse.advise`); ``options`` go to every candidate scope."""
-        return or_fail(lambda: advise(model, *inputs, target=self.target, options=options, catalog=self._settings.catalog))
+        return or_fail(lambda: advise(model, *inputs, target=self._target, options=options))
 
     def _record(self, report: CaseReport) -> tuple[Entry, Change | None]:
         """Attach this check's row to the item and judge it against the baseline if there is one."""
