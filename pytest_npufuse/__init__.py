@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from .target.resolve import Target
 
 __all__ = [
-    "capture", "compare", "CaseSpec", "Target", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise", "Advice", "superkernel_scope",
+    "capture", "compare", "CaseSpec", "Target", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise",
+    "Advice", "superkernel_scope",
     "install_shims", "uninstall_shims", "init_empty_weights",
 ]
 

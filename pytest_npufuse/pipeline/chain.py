@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 
 from ..advisor.affinity import find_affinity
-from ..errors import ArgumentError, CaptureError, GapsError
+from ..errors import CaptureError, GapsError
 from ..execute.graph import Execution, cone_run, run_graph, writes_inputs
 from ..execute.routing import ExpertCounts
 from ..execute.sample import Sampled, SampleGraph, capture_sample, compute_sample
@@ -70,7 +70,7 @@ from .graph import (  # noqa: F401  (the per-graph names are importable from the
     streams_used,
 )
 from .deployment import rank_view, ranked
-from .spec import CaseSpec
+from .spec import CaseSpec, spec_of
 from .training import compare_step
 
 def capture(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
@@ -145,16 +145,7 @@ def compare(
     target, one of ``./pyproject.toml``'s own such as a calibrated one, or a profile file; default a3),
     and ``catalog`` replaces its op catalog.
     """
-    if isinstance(model, CaseSpec):
-        if inputs or keywords:
-            raise ArgumentError(
-                "compare(spec) takes the model, the inputs and every choice from the spec; pass only target= and "
-                "catalog= beside it, or use dataclasses.replace(spec, ...) to change a field.", argument="spec",
-            )
-        spec = model
-    else:
-        spec = CaseSpec(model, inputs, **keywords)
-    return compare_case(spec, Target.resolve(target, catalog=catalog))
+    return compare_case(spec_of(model, inputs, keywords), Target.resolve(target, catalog=catalog))
 
 
 def compare_case(spec: CaseSpec, target: Target) -> CaseReport:
@@ -215,7 +206,7 @@ RacyReads = Callable[[Program], Mapping[str, frozenset[str]]]
 def _computed(spec: CaseSpec, catalog: OpCatalog, racy: RacyReads) -> tuple[Programs, NumericsResult]:
     """Every output of both runs computed and compared bit for bit, except, under ``timing-only``, those
     computed from an op without a CPU kernel."""
-    model, inputs, reference, missing = spec.model, spec.inputs, spec.reference, spec.missing_ops
+    model, inputs, reference, missing = spec.model, spec.inputs, spec.reference, spec.missing_policy
     with _timed_ops_are_no_gaps(missing):
         captured = Capture(model, inputs, catalog)
         reference_capture = Capture(reference, inputs, catalog) if reference is not None else captured

@@ -7,7 +7,8 @@ A :class:`CaseSpec` is checked once, when it is built: a choice off its vocabula
 cannot go together (``loss=`` with ``ranks=``, ``optimizer=`` without ``loss=``) raise an
 :class:`~pytest_npufuse.errors.ArgumentError` whose ``argument`` names the one at fault, before anything
 is captured. The stages then read settled values: ``numerics`` is the choice the check makes (``"all"``,
-``"sample"`` or ``"none"``), ``missing_ops`` a :class:`~pytest_npufuse.vocabulary.MissingOps`, ``routing``
+``"sample"`` or ``"none"``), ``missing_ops`` a :class:`~pytest_npufuse.vocabulary.MissingOps` (None: not
+chosen, so ``npufuse.check`` applies the test's markers and ``--npufuse-missing-ops``), ``routing``
 a :class:`~pytest_npufuse.simulate.routing.Routing` (or ``"computed"``, settled once the numerics saw
 the experts), ``options`` a read-only mapping.
 """
@@ -58,6 +59,7 @@ class CaseSpec:
     loss: Callable[[Any], Any] | None = None
     optimizer: torch.optim.Optimizer | None = None
     missing_ops: str | MissingOps | None = None
+    """``"error"`` or ``"timing-only"``; None leaves the choice to the default (or to the test's markers)."""
 
     def __post_init__(self) -> None:
         """Check every choice and settle it, in the order the stages would meet them."""
@@ -88,11 +90,30 @@ class CaseSpec:
         """Whether the check is a training step (``loss=``)."""
         return self.loss is not None
 
+    @property
+    def missing_policy(self) -> MissingOps:
+        """What the check does about an op without a CPU kernel: as chosen, else stop (``error``)."""
+        return MissingOps(self.missing_ops) if self.missing_ops is not None else MissingOps.ERROR
 
-def _missing_ops(missing_ops: str | MissingOps | None) -> MissingOps:
-    """The check's policy for ops without a CPU kernel; a value off the vocabulary is refused."""
+
+def spec_of(model: Callable[..., Any] | CaseSpec, inputs: Sequence[Any], fields: Mapping[str, Any]) -> CaseSpec:
+    """The spec a ``compare``/``check`` call names: the one it was given alone, or one built from the model,
+    the inputs and the keywords."""
+    if not isinstance(model, CaseSpec):
+        return CaseSpec(model, tuple(inputs), **fields)
+    if inputs or fields:
+        raise ArgumentError(
+            "a CaseSpec carries the model, the inputs and every choice of the check; pass it alone (beside "
+            "compare's target= and catalog=), or change a field with dataclasses.replace(spec, ...).",
+            argument="spec",
+        )
+    return model
+
+
+def _missing_ops(missing_ops: str | MissingOps | None) -> MissingOps | None:
+    """The check's policy for ops without a CPU kernel, if one is chosen; a value off the vocabulary is refused."""
     if missing_ops is None:
-        return MissingOps.ERROR
+        return None
     if missing_ops not in set(MissingOps):
         choices = ", ".join(repr(each.value) for each in MissingOps)
         raise ArgumentError(f"missing_ops={missing_ops!r} is not a choice; use one of {choices}.",

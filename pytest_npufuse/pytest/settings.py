@@ -66,7 +66,9 @@ class RunSettings:
     def targets(self) -> Mapping[str, Target]:
         """Each target of the run with the project's op catalog, by name (read on first use, as the catalog)."""
         catalog = self.catalog
-        return {name: Target.resolve(profile, project=self.user, catalog=catalog) for name, profile in self.profiles.items()}
+        return {
+            name: Target.resolve(profile, project=self.user, catalog=catalog) for name, profile in self.profiles.items()
+        }
 
     @cached_property
     def model(self) -> ModelIdentity:

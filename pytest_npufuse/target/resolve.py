@@ -39,8 +39,8 @@ class Target:
 
     @classmethod
     def resolve(
-        cls, target: str | Path | HardwareProfile | Target | None = None, pyproject: Path | str | None = None, *, project: UserConfig | None = None,
-        catalog: OpCatalog | None = None,
+        cls, target: str | Path | HardwareProfile | Target | None = None, pyproject: Path | str | None = None, *,
+        project: UserConfig | None = None, catalog: OpCatalog | None = None,
     ) -> "Target":
         """``target`` by name or profile-file path (default :data:`DEFAULT_TARGET`), looked up among the
         project's own targets first; a profile or a Target is taken as it is. ``project`` is the project's
