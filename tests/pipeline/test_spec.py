@@ -56,7 +56,8 @@ def test_a_target_the_project_does_not_declare_is_refused_naming_it(tmp_path, mo
 
 def test_a_target_carries_its_profile_and_the_projects_op_catalog(tmp_path):
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(CALIBRATED + '[tool.npufuse.ops."acc::my_op"]\nengine = "vector"\nfusable = true\n')
+    op = '[tool.npufuse.ops."acc::my_op"]\nengine = "vector"\nfusable = true\nsync_all = false\nblock_dim = 8\n'
+    pyproject.write_text(CALIBRATED + op)
     target = Target.resolve("mine", pyproject)
     assert target.name == "mine" and "acc::my_op" in target.catalog.entries
     assert Target.resolve(target) is target
