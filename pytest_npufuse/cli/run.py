@@ -23,14 +23,14 @@ from ..frontend.meta import traced_on_meta
 from ..frontend.tagged_events import EVENTS
 from ..pipeline.backend import ModeledRun, end_run, start_run
 from ..pipeline.graph import CompiledGraph
-from ..plan.tasks import ScopePlan
+from ..plan.tasks import ScopePlan, broken_by
 from ..target.resolve import profile_of
 from ..target.userconfig import load_user_config
 
 
 def _scope_line(scope: ScopePlan) -> str:
     detail = f"{len(scope.segments)} segment(s), block dim {scope.block_dim}" if scope.segments else scope.reason
-    breaks = f"; split by {', '.join(b.describe() for b in scope.breaks)}" if scope.breaks else ""
+    breaks = f"; split by {broken_by(scope.breaks)}" if scope.breaks else ""
     return f"    SuperKernel scope {scope.scope!r}: {scope.outcome} ({detail}){breaks}"
 
 

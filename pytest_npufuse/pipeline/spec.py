@@ -96,12 +96,12 @@ class CaseSpec:
         return MissingOps(self.missing_ops) if self.missing_ops is not None else MissingOps.ERROR
 
 
-def spec_of(model: Callable[..., Any] | CaseSpec, inputs: Sequence[Any], fields: Mapping[str, Any]) -> CaseSpec:
+def spec_of(model: Callable[..., Any] | CaseSpec, inputs: Sequence[Any], choices: Mapping[str, Any]) -> CaseSpec:
     """The spec a ``compare``/``check`` call names: the one it was given alone, or one built from the model,
     the inputs and the keywords."""
     if not isinstance(model, CaseSpec):
-        return CaseSpec(model, tuple(inputs), **fields)
-    if inputs or fields:
+        return CaseSpec(model, tuple(inputs), **choices)
+    if inputs or choices:
         raise ArgumentError(
             "a CaseSpec carries the model, the inputs and every choice of the check; pass it alone (beside "
             "compare's target= and catalog=), or change a field with dataclasses.replace(spec, ...).",
