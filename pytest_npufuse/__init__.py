@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from .pipeline.chain import capture, compare
     from .pipeline.spec import CaseSpec
     from .report.case import CaseReport, ScopeReport
+    from .session import Session, current_session
     from .target.resolve import Target
 
 __all__ = [
     "capture", "compare", "CaseSpec", "Target", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise",
-    "Advice", "superkernel_scope",
-    "install_shims", "uninstall_shims", "init_empty_weights",
+    "Advice", "superkernel_scope", "install_shims", "uninstall_shims", "init_empty_weights", "Session", "current_session",
 ]
 
 # The pipeline needs torch, which takes seconds to import; loading it on first use keeps
@@ -33,6 +33,7 @@ _LAZY = {
     "CaseReport": "report.case", "ScopeReport": "report.case",
     "advise": "advisor", "Advice": "advisor", "superkernel_scope": "gating",
     "install_shims": "shim", "uninstall_shims": "shim", "init_empty_weights": "frontend.meta",
+    "Session": "session", "current_session": "session",
 }
 
 

@@ -52,6 +52,7 @@ from ..report.explain import stream_uses
 from ..report.numerics import Numerics, Uncompared, stand_ins
 from ..report.trace import write_case_traces
 from ..sanitize.checker import sanitize
+from ..session import in_session
 from ..simulate.ranks import RanksReport
 from ..simulate.routing import routed_program, routing_of
 from ..target.catalog import OpCatalog
@@ -148,8 +149,10 @@ def compare(
     return compare_case(spec_of(model, inputs, keywords), Target.resolve(target, catalog=catalog))
 
 
+@in_session
 def compare_case(spec: CaseSpec, target: Target) -> CaseReport:
-    """The chain for one checked spec on one resolved target."""
+    """The chain for one checked spec on one resolved target, in a session of its own (what the check leaves
+    behind, its tagged events, streams and device time, goes with it)."""
     settings = Settings(target.profile if spec.ranks is None else ranked(target.profile, spec.ranks), spec.mode,
                         spec.dynamic, spec.host)
     if spec.training:
