@@ -48,7 +48,7 @@ from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
 from ..report.findings import Finding, Mismatch
-from ..report.explain import stream_uses
+from ..report.streams import stream_uses
 from ..report.numerics import Numerics, Uncompared, stand_ins
 from ..report.trace import write_case_traces
 from ..sanitize.checker import sanitize
