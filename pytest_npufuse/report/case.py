@@ -10,7 +10,8 @@ from ..plan.tasks import ScopeBreak, ScopePlan
 from ..sanitize.checker import Race
 from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
-from ..target.profile import resolve_profile
+from ..errors import NpufuseError
+from ..target.profile import load_profile
 from .attribution import Attribution
 from .contention import Contention, contention_of
 from .findings import Finding, Mismatch
@@ -130,7 +131,10 @@ class CaseReport:
         with the share of their possible overlap lost; None on one stream or without such kernels."""
         if len(self.variant.streams) < 2:
             return None
-        profile = resolve_profile(self.target)
+        try:  # the core counts of the target the case ran on (a built-in target, by its name)
+            profile = load_profile(self.target)
+        except NpufuseError:
+            return None
         return contention_of(self.variant, {"cube": profile.aic, "vector": profile.aiv})
 
     def stream_notes(self) -> list[str]:
