@@ -6,11 +6,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from ..errors import NpufuseError
 from ..plan.tasks import ScopeBreak, ScopePlan
 from ..sanitize.checker import Race
 from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
-from ..errors import NpufuseError
 from ..target.profile import load_profile
 from .attribution import Attribution
 from .contention import Contention, contention_of
