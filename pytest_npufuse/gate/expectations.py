@@ -228,7 +228,10 @@ class MultiStreamExpectation:
                 "multistream: race_free=False expects the sanitizer to find a race, a lifetime hazard or a deadlock, "
                 "but every cross-stream access is ordered."
             )
-        failures.extend(_speedup_failure(f"multistream with streams {used}", report, self.min_speedup))
+        slow = _speedup_failure(f"multistream with streams {used}", report, self.min_speedup)
+        if slow and (contention := report.contention) is not None:
+            slow = [f"{slow[0]} It cannot be met: {contention.describe()}."]
+        failures.extend(slow)
         return failures
 
 
