@@ -82,12 +82,15 @@ def with_table(text: str, parts: Sequence[str], block: str, source: Path | str, 
     old = parse_toml(text, source)
     present = lookup(old, parts) is not None
     if present and not replace:
-        raise ProfileError(f"{source}: already has {name}; choose another name, or pass --force to replace it.")
+        raise ProfileError(
+            f"{source}: already has {name}; choose another name, or pass --force to replace it.",
+            file=str(source), entry=name,
+        )
     spans = _segments(text, parts) if present else []
     if present and not spans:
         raise ProfileError(
             f"{source}: defines {name} inline or with dotted keys, which this command cannot replace without "
-            "touching other lines; remove it by hand, or choose another name."
+            "touching other lines; remove it by hand, or choose another name.", file=str(source), entry=name
         )
     newline = "\r\n" if "\r\n" in text else "\n"
     if spans:

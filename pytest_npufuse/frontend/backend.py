@@ -139,7 +139,8 @@ def _on_gears(symbols: Sequence[InputSymbol], args: Sequence[Any]) -> bool:
             raise CaptureError(
                 f"an input of shape {list(args[position].shape)} has size {size} in dim {dim}, which is not one of "
                 f"its gears {list(gears[dim])} "
-                "(torchair.inference.set_dim_gears); pad the input to a gear or add the size to the gears."
+                "(torchair.inference.set_dim_gears); pad the input to a gear or add the size to the gears.",
+                argument=f"input {position} dim {dim}", bound=size
             )
         geared |= expr.free_symbols
     return free <= geared

@@ -34,7 +34,10 @@ class EventRegistry:
 
     def create(self, tag: str, at_module_level: bool = False) -> TaggedEvent:
         if tag in self._events:
-            raise ScopeError(f"tagged event tag {tag} is already in use; give each npu_create_tagged_event a new tag.")
+            raise ScopeError(
+                f"tagged event tag {tag} is already in use; give each npu_create_tagged_event a new tag.",
+                op="npu_create_tagged_event", argument="tag",
+            )
         self._events[tag] = TaggedEvent(tag)
         if at_module_level or not self._in_test:
             self._lasting.add(tag)

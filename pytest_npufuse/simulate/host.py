@@ -56,7 +56,8 @@ def threads_from_environment() -> int:
     if not value.isdigit() or int(value) < 1:
         raise NpufuseError(
             f"environment variable {THREADS_ENV}={value!r} is not a positive integer; GE reads it as the number of "
-            f"host threads (CANN's dynamic-shape scheduling article recommends 3). Set e.g. {THREADS_ENV}=3 or unset it."
+            f"host threads (CANN's dynamic-shape scheduling article recommends 3). Set e.g. {THREADS_ENV}=3 or unset it.",
+            argument=THREADS_ENV
         )
     return int(value)
 
@@ -90,16 +91,20 @@ class HostConfig:
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ArgumentError(
                 f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int >= 1 "
-                "(CANN's dynamic-shape scheduling article recommends 3)."
+                "(CANN's dynamic-shape scheduling article recommends 3).", op="HostConfig", argument="threads"
             )
         for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "ge_fusion"):
             if not isinstance(getattr(self, name), bool):
-                raise ArgumentError(f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.")
+                raise ArgumentError(
+                    f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.",
+                    op="HostConfig",
+                )
         ops = self.rebound_ops
         if not isinstance(ops, frozenset) or not all(isinstance(op, str) for op in ops):
             raise ArgumentError(
                 f"HostConfig(rebound_ops={ops!r}): rebound_ops is a frozenset of op types whose captured tasks "
-                "the host updates after each replay, e.g. frozenset({'npu::npu_fused_infer_attention_score'})."
+                "the host updates after each replay, e.g. frozenset({'npu::npu_fused_infer_attention_score'}).",
+                op="HostConfig", argument="rebound_ops"
             )
 
 

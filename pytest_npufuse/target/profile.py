@@ -255,7 +255,7 @@ def _corrections(table: Any, where: str) -> Mapping[str, float]:
     Whether each name is an op type of the catalog is checked where the catalog is known
     (:meth:`pytest_npufuse.target.userconfig.UserConfig.profile`)."""
     if not isinstance(table, dict):
-        raise ProfileError(f"{where}: must be a table of OP_TYPE = factor, got {table!r}.")
+        raise ProfileError(f"{where}: must be a table of OP_TYPE = factor, got {table!r}.", entry=where)
     low, high = CORRECTION_RANGE
     factors: dict[str, float] = {}
     for name in sorted(table):
@@ -263,7 +263,8 @@ def _corrections(table: Any, where: str) -> Mapping[str, float]:
         if not math.isfinite(value) or not low <= value <= high:
             raise ProfileError(
                 f"{where}: key '{name}' is {value!r}, expected a factor in [{low:g}, {high:g}] (measured over "
-                "modeled time of that op type); fix it in that table or calibrate again."
+                "modeled time of that op type); fix it in that table or calibrate again.",
+                entry=f"{where} {name}", bound=low if value < low else high
             )
         factors[name] = value
     return MappingProxyType(factors)
@@ -281,7 +282,8 @@ def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], so
             if key not in keys:
                 hint = difflib.get_close_matches(key, keys, n=1)
                 raise ProfileError(
-                    f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ".")
+                    f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else "."),
+                    file=str(source), entry=f"[{name}] {key}"
                 )
 
 
@@ -349,7 +351,10 @@ class TargetTable:
 def _base_of(data: Mapping[str, Any], implicit: str | None, source: str) -> str | None:
     base = data.get("base", implicit)
     if base is not None and base not in BUILTIN_TARGETS:
-        raise ProfileError(f"{source}: key 'base' is {base!r}, expected one of {', '.join(BUILTIN_TARGETS)}.")
+        raise ProfileError(
+            f"{source}: key 'base' is {base!r}, expected one of {', '.join(BUILTIN_TARGETS)}.",
+            file=str(source), entry="base",
+        )
     return base
 
 
@@ -445,7 +450,7 @@ def load_profile(target: str, user_targets: Mapping[str, TargetTable] | None = N
     users = f"; user targets are {', '.join(sorted(user_targets))}" if user_targets else ""
     raise ProfileError(
         f"unknown NPU target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}{users}, "
-        "or give the path of a profile .toml file."
+        "or give the path of a profile .toml file.", argument="target"
     )
 
 

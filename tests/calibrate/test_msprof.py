@@ -44,11 +44,13 @@ def test_the_profiler_output_directory_is_found_one_or_two_levels_down(tmp_path)
     second = tmp_path / "host_456_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
     second.mkdir(parents=True)
     shutil.copy(DATA / "kernel_details.csv", second)
-    with pytest.raises(CalibrationError, match="holds 2 profiles .*give the one to calibrate from"):
+    with pytest.raises(CalibrationError) as exc:
         read_profile(tmp_path)
+    assert exc.value.file.endswith("/test_the_profiler_output_direc0")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CalibrationError, match="holds no kernel_details.csv .*torch_npu.profiler"):
+    with pytest.raises(CalibrationError) as exc:
         read_profile(tmp_path / "empty")
+    assert exc.value.entry == "kernel_details.csv"
 
 
 def test_a_spreadsheets_semicolons_and_byte_order_mark_read_the_same_kernels(tmp_path):
@@ -111,10 +113,12 @@ def test_hostile_kernel_details_are_clear_errors_naming_the_line_and_the_fix(tmp
 def test_a_file_that_is_not_utf8_or_not_a_file_is_refused_by_name(tmp_path):
     latin = tmp_path / "kernel_details.csv"
     latin.write_bytes("Name,Type,Duration(us)\nm\u00e9,MatMulV2,1\n".encode("latin-1"))
-    with pytest.raises(CalibrationError, match=r"not UTF-8 text: byte \d+ \(line 2\)"):
+    with pytest.raises(CalibrationError) as exc:
         read_kernels(latin)
-    with pytest.raises(CalibrationError, match="no such profile"):
+    assert exc.value.file.endswith("/kernel_details.csv")
+    with pytest.raises(CalibrationError) as exc:
         read_profile(tmp_path / "missing")
+    assert exc.value.file.endswith("/missing")
 
 
 def test_op_statistic_disagreeing_with_kernel_details_is_reported(tmp_path):
@@ -124,5 +128,6 @@ def test_op_statistic_disagreeing_with_kernel_details_is_reported(tmp_path):
     assert note.startswith("op_statistic.csv line 2: QuantBatchMatmulV3 has Count 9, Total Time 400 us, but "
                            "kernel_details.csv has 7 kernel(s)")
     write(tmp_path, "OP Type,Core Type,Count,Total Time(us)\nQuantBatchMatmulV3,AI_CORE,7.5,400\n", "op_statistic.csv")
-    with pytest.raises(CalibrationError, match=r"op_statistic.csv line 2: column 'Count' is '7.5', not a whole number"):
+    with pytest.raises(CalibrationError) as exc:
         read_profile(tmp_path)
+    assert exc.value.entry == "line 2 column 'Count'"

@@ -26,8 +26,9 @@ def test_catalog_entries_name_registered_rules_and_older_keys_still_pick_one():
     assert catalog.lookup("acc::old").cost == "matmul"
     assert catalog.lookup("npu::npu_grouped_matmul").cost == "grouped_matmul"
     assert set(cost.rule_names()) >= {info.cost for info in catalog.entries.values()}
-    with pytest.raises(ProfileError, match="cost rule 'warp' is not registered; known rules: .*matmul"):
+    with pytest.raises(ProfileError) as exc:
         load_catalog({"acc::new": {"engine": "vector", "fusable": False, "sync_all": False, "block_dim": "auto", "cost": "warp"}})
+    assert exc.value.argument == "warp"
 
 
 def test_a_rule_is_registered_once():

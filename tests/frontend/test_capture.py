@@ -120,8 +120,9 @@ class Unbalanced(torch.nn.Module):
 
 
 def test_unbalanced_enter_is_an_error_naming_the_scope():
-    with pytest.raises(CaptureError, match=r"super_kernel\('sp1'\) entered at .*test_capture.py:\d+ is never exited"):
+    with pytest.raises(CaptureError) as exc:
         compare(Unbalanced(), torch.ones(2, 2))
+    assert exc.value.where.startswith(__file__ + ":")
 
 
 class ExitOnly(torch.nn.Module):
@@ -131,8 +132,9 @@ class ExitOnly(torch.nn.Module):
 
 
 def test_exit_without_enter_is_an_error():
-    with pytest.raises(ScopeError, match="scope exit without a matching enter"):
+    with pytest.raises(ScopeError) as exc:
         compare(ExitOnly(), torch.ones(2, 2))
+    assert exc.value.where.startswith(__file__ + ":")
 
 
 @pytest.mark.parametrize(
@@ -165,8 +167,9 @@ class _Limited(torch.nn.Module):
 def test_compiler_config_mode_is_validated():
     config = torchair.CompilerConfig()
     config.debug.graph_dump.type = "pbtxt"
-    with pytest.raises(NpufuseError, match="not in optional list \\['max-autotune', 'reduce-overhead', 'npugraph_ex'\\]"):
+    with pytest.raises(NpufuseError) as exc:
         config.mode = "turbo"
+    assert exc.value.argument == "config.mode"
 
 
 def test_get_npu_backend_compiles_and_reports():

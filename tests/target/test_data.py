@@ -64,8 +64,9 @@ def test_a_builtin_profile_text_is_one_complete_profile(tmp_path):
 
 
 def test_unknown_target_names_the_choices():
-    with pytest.raises(ProfileError, match="unknown NPU target 'a5'.*a2, a3"):
+    with pytest.raises(ProfileError) as exc:
         load_profile("a5")
+    assert exc.value.argument == "target"
 
 
 def test_malformed_profile_names_file_and_line(tmp_path):
@@ -169,12 +170,15 @@ def test_catalog_knows_the_common_aten_ops_of_decoder_code():
 def test_user_catalog_entries_are_validated_and_win():
     catalog = load_catalog({"acc::my_op": {"engine": "cube", "fusable": True, "sync_all": False, "block_dim": 8}})
     assert catalog.lookup("acc::my_op").block_dim == 8
-    with pytest.raises(ProfileError, match=r"engine 'gpu' is not one of cube, vector"):
+    with pytest.raises(ProfileError) as exc:
         load_catalog({"acc::x": {"engine": "gpu", "fusable": True, "sync_all": False, "block_dim": 1}})
-    with pytest.raises(ProfileError, match="must be written 'namespace::name'"):
+    assert exc.value.entry == "[tool.npufuse.ops] [\"acc::x\"] engine"
+    with pytest.raises(ProfileError) as exc:
         load_catalog({"my_op": {}})
-    with pytest.raises(ProfileError, match="key 'fusable' is 'yes', expected a boolean"):
+    assert exc.value.entry == "[tool.npufuse.ops] my_op"
+    with pytest.raises(ProfileError) as exc:
         load_catalog({"acc::x": {"engine": "cube", "fusable": "yes", "sync_all": False, "block_dim": 1}})
+    assert exc.value.entry == "[tool.npufuse.ops] [\"acc::x\"] fusable"
 
 
 def test_options_parse():
