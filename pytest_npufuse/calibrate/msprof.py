@@ -162,7 +162,9 @@ def read_kernels(path: Path) -> tuple[ProfiledKernel, ...]:
         for line, row in rows
     )
     if not kernels:
-        raise CalibrationError(f"{path}: has a header but no kernel rows; profile at least one step of the model.")
+        raise CalibrationError(
+            f"{path}: has a header but no kernel rows; profile at least one step of the model.", file=str(path)
+        )
     return kernels
 
 
@@ -220,7 +222,7 @@ def _columns(
 def _op_type(path: Path, line: int, column: str, value: str) -> str:
     if value in _MISSING:
         raise CalibrationError(f"{path} line {line}: column {column!r} is empty; every kernel needs its op type. "
-                               f"{_FIX_SENTENCE}.")
+                               f"{_FIX_SENTENCE}.", file=str(path), entry=f"line {line} column {column!r}")
     return value
 
 
@@ -263,7 +265,7 @@ def _shapes(path: Path, line: int, value: str) -> tuple[Shape, ...] | None:
             raise CalibrationError(
                 f"{path} line {line}: column 'Input Shapes' is {value!r}; msprof writes each input's dimensions "
                 "separated by ',' and the inputs by ';' (e.g. \"128,1024;1024,256\"). Export it again from the "
-                "profiler output."
+                "profiler output.", file=str(path), entry=f"line {line} column 'Input Shapes'",
             ) from None
     return tuple(shapes)
 

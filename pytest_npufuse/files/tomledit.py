@@ -122,7 +122,8 @@ def _check(old: dict[str, Any], edited: str, parts: tuple[str, ...], block: str,
     if new is None or lookup(new, parts) != wanted or _without(new, parts) != _without(old, parts):
         raise ProfileError(
             f"{source}: adding {name} as a table would change other settings or break the file (a parent table "
-            "is defined inline?); nothing was written. Add the table by hand, or use another file."
+            "is defined inline?); nothing was written. Add the table by hand, or use another file.",
+            file=str(source), entry=name,
         )
 
 

@@ -194,7 +194,7 @@ class _ProgramBuilder:
                 f"the begin of your code: {open_scopes[-1]}"
                 f"{f' at {self.entered[-1].source}' if self.entered[-1].source else ''} is still in effect where the "
                 "function returns. Call torch.npu.set_stream with the stream current when the function began "
-                "(torch.npu.current_stream() read first) before returning.", op="torch.npu.set_stream"
+                "(torch.npu.current_stream() read first) before returning.", where=self.entered[-1].source or None
             )
         if open_scopes:
             raise CaptureError(

@@ -172,7 +172,10 @@ def parse_options(scope: str, text: str, path: ParserPath = ParserPath.GE) -> Su
                 notes.append(f"super_kernel scope '{scope}': Unsupported compile option for aclgraph backend: {option}; dropped.")
                 continue
         if not option or not value:
-            raise _fail(scope, f"The key-value pair is missing for the option {item!r} in {text!r}; write 'name=value'.")
+            raise _fail(
+                scope, f"The key-value pair is missing for the option {item!r} in {text!r}; write 'name=value'.",
+                option or None,
+            )
         if option in values:
             raise _fail(scope, f"{option} option has been set (given twice in {text!r}).", option)
         if option not in OPTIONS:

@@ -276,14 +276,17 @@ def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], so
     for name in sorted(data):
         if name not in sections:
             hint = difflib.get_close_matches(name, sorted(sections), n=1)
-            raise ProfileError(f"{source}: unknown section [{name}]" + (f"; did you mean [{hint[0]}]?" if hint else "."))
+            raise ProfileError(
+                f"{source}: unknown section [{name}]" + (f"; did you mean [{hint[0]}]?" if hint else "."),
+                entry=f"{source} [{name}]",
+            )
         keys = sorted(key for section, key in read if section == name)
         for key in sorted(data[name]):
             if key not in keys:
                 hint = difflib.get_close_matches(key, keys, n=1)
                 raise ProfileError(
                     f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else "."),
-                    file=str(source), entry=f"[{name}] {key}"
+                    entry=f"{source} [{name}] {key}"
                 )
 
 
@@ -313,7 +316,10 @@ def _check_range(value: float, section: str, key: str, where: str) -> None:
     if bad:
         expected = ("a number in [0, 1]" if may_be_zero else "a number in (0, 1]") if fraction else (
             "zero or more" if may_be_zero else "more than zero")
-        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {expected} (finite); fix it in that table.")
+        raise ProfileError(
+            f"{where}: key '{key}' is {value!r}, expected {expected} (finite); fix it in that table.",
+            entry=f"{where} {key}", bound=1 if fraction and value > 1 else 0,
+        )
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -353,7 +359,7 @@ def _base_of(data: Mapping[str, Any], implicit: str | None, source: str) -> str 
     if base is not None and base not in BUILTIN_TARGETS:
         raise ProfileError(
             f"{source}: key 'base' is {base!r}, expected one of {', '.join(BUILTIN_TARGETS)}.",
-            file=str(source), entry="base",
+            entry=f"{source} base",
         )
     return base
 

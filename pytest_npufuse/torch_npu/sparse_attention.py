@@ -52,7 +52,7 @@ def _require_layouts(call: Arguments, query_layout: str, key_layout: str) -> Non
         raise OpArgumentError(
             f"{key_layout}={getattr(call, key_layout)!r} with {query_layout}={getattr(call, query_layout)!r}: "
             f"without a paged cache the key's layout must equal the query's; pass {key_layout}="
-            f"{getattr(call, query_layout)!r} or a PA_BSND cache")
+            f"{getattr(call, query_layout)!r} or a PA_BSND cache", argument=key_layout)
 
 
 def _require_band(call: Arguments) -> None:
@@ -499,7 +499,7 @@ def _sfa_inputs(call: Arguments) -> None:
                               f"D = {SFA_HEAD_DIM} for query, key and value", argument="query")
     if call.query_rope is None or call.key_rope is None:
         raise OpArgumentError(
-            "attention_mode=2 (MLA absorb) needs query_rope and key_rope; pass both", argument="attention_mode"
+            "attention_mode=2 (MLA absorb) needs query_rope and key_rope; pass both", argument="query_rope"
         )
     for name, rope, like in (("query_rope", call.query_rope, query), ("key_rope", call.key_rope, key)):
         require_dtype(name, rope, (query.dtype,), "(query's dtype)")

@@ -89,10 +89,12 @@ def test_wrap_to_int32_reduces_modulo_two_to_the_32() -> None:
 
 @pytest.mark.parametrize("helper", [int_matmul, cube_matmul])
 def test_mixed_or_unsupported_dtypes_are_refused_with_the_fix(helper) -> None:
-    with pytest.raises(TypeError, match="cast the operands first"):
+    with pytest.raises(TypeError) as exc:
         helper(torch.zeros(2, 2, dtype=torch.float16), torch.zeros(2, 2, dtype=torch.bfloat16))
-    with pytest.raises(TypeError, match="int64"):
+    assert exc.value.op == helper.__name__
+    with pytest.raises(TypeError) as exc:
         helper(torch.zeros(2, 2, dtype=torch.int64), torch.zeros(2, 2, dtype=torch.int64))
+    assert exc.value.op == helper.__name__
 
 
 def test_inner_dimension_mismatch_is_named() -> None:

@@ -95,8 +95,9 @@ def test_paged_tnd_reads_the_same_keys_as_the_dense_layout():
 )
 def test_refused_modes_name_the_argument(change, named):
     query, key, weights = _inputs((2, 1, 4, D), (2, 8, 1, D), (2, 1, 4))
-    with pytest.raises(OpArgumentError, match=named):
+    with pytest.raises(OpArgumentError) as exc:
         npu_lightning_indexer(query, key, weights, **change)
+    assert (exc.value.op, exc.value.argument) == ("npu_lightning_indexer", named)
 
 
 def test_refused_inputs():
@@ -256,8 +257,9 @@ def test_sfa_refusals_name_the_argument(change, named):
                  "key_rope": _half(gen, 1, 4, 1, DR), "sparse_indices": torch.tensor([[[[0]]]], dtype=torch.int32),
                  "attention_mode": 2, **change}
     query, key, indices = arguments.pop("query"), arguments.pop("key"), arguments.pop("sparse_indices")
-    with pytest.raises(OpArgumentError, match=named):
+    with pytest.raises(OpArgumentError) as exc:
         npu_sparse_flash_attention(query, key, key, indices, 0.1, **arguments)
+    assert exc.value.argument == named
 
 
 def test_sfa_catalog_cost_grows_with_the_selected_top_k():
@@ -324,8 +326,9 @@ def test_kv_quant_sfa_refusals(change, named):
     indices = torch.tensor([[[[0]]]], dtype=torch.int32)
     arguments = {"key_quant_mode": 2, "value_quant_mode": 2, "attention_mode": 2, **change}
     modes = arguments.pop("key_quant_mode"), arguments.pop("value_quant_mode")
-    with pytest.raises(OpArgumentError, match=named):
+    with pytest.raises(OpArgumentError) as exc:
         npu_kv_quant_sparse_flash_attention(query, cache, cache, indices, 0.1, *modes, **arguments)
+    assert exc.value.argument == named
     with pytest.raises(OpArgumentError) as exc:
         npu_kv_quant_sparse_flash_attention(query, cache[..., :600], cache[..., :600], indices, 0.1, 2, 2,
                                             attention_mode=2)

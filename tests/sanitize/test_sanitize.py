@@ -206,8 +206,8 @@ def test_in_place_write_to_an_input_races_with_a_reader_on_another_stream():
 @pytest.mark.parametrize(
     ("api", "mode", "message"),
     [
-        ("wait_tensor", "reduce-overhead", "npu_wait_tensor at .* is not supported in reduce-overhead mode"),
-        ("tagged", "max-autotune", "npu_tagged_event_record at .* works only in the aclgraph modes"),
+        ("wait_tensor", "reduce-overhead", "npu_wait_tensor"),
+        ("tagged", "max-autotune", "npu_tagged_event_record"),
     ],
 )
 def test_mode_rules(api, mode, message):
@@ -224,8 +224,9 @@ def test_mode_rules(api, mode, message):
             return a @ b
 
     program = capture(Uses(), *data(count=2), mode=mode)
-    with pytest.raises(ScopeError, match=message):
+    with pytest.raises(ScopeError) as exc:
         stream_plan(program, mode)
+    assert exc.value.op == message
 
 
 def test_event_api_errors():

@@ -52,24 +52,25 @@ def test_every_cann_option_key_parses():
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("text", "option"),
     [
-        ("early-start=3", "early-start='3' is not allowed; early-start use one of 0, 1, 2"),
-        ("preload-code=all", "use one of per-func, max, none"),
-        ("split-mode=0", r"split-mode must be an integer in \[1, 64\]"),
-        ("split-mode=65", r"must be an integer in \[1, 64\]"),
-        ("func-align=3", "func-align must be 0 or a power of two"),
-        ("func-align=1", "func-align must be 0 or a power of two"),
-        ("profiling=yes", "use one of 0, 1"),
-        ("compile-options=-g,,-O2", "comma list of compiler flags"),
-        ("early-strat=1", r"early-strat option is not supported .*Did you mean 'early-start'"),
-        ("profiling=1:profiling=0", "profiling option has been set"),
-        ("split-mode=", "The key-value pair is missing"),
+        ("early-start=3", "early-start"),
+        ("preload-code=all", "preload-code"),
+        ("split-mode=0", "split-mode"),
+        ("split-mode=65", "split-mode"),
+        ("func-align=3", "func-align"),
+        ("func-align=1", "func-align"),
+        ("profiling=yes", "profiling"),
+        ("compile-options=-g,,-O2", "compile-options"),
+        ("early-strat=1", "early-strat"),
+        ("profiling=1:profiling=0", "profiling"),
+        ("split-mode=", "split-mode"),
     ],
 )
-def test_bad_values_are_cann_errors_naming_the_scope(text, message):
-    with pytest.raises(OptionsError, match=message) as info:
+def test_bad_values_are_cann_errors_naming_the_scope(text, option):
+    with pytest.raises(OptionsError) as info:
         parse_options("sp1", text)
+    assert (info.value.op, info.value.argument) == ("super_kernel", option)
     assert "super_kernel scope 'sp1': [Super Kernel] Invalid compile option" in str(info.value)
 
 
@@ -528,8 +529,9 @@ def test_npugraph_ex_backend_fuses_native_superkernel_scopes(shim):
     assert on.outcome == "fused" and on.segments[0].early_start is False
     assert dict(on.segments[0].options.values) == {"early-start": "0", "dcci-after-kernel-end": ".*"}
     assert off.outcome == "unsupported" and session.graphs()[0].plan.mode == "npugraph_ex"
-    with pytest.raises(Exception, match="Invalid option 'super_kernel_optimise' \\(did you mean 'super_kernel_optimize'\\?\\)"):
+    with pytest.raises(Exception) as exc:
         _npugraph_ex(_NativeSuperKernel(), torch.ones(8, 8), super_kernel_optimise=True)
+    assert exc.value.inner_exception.argument == "super_kernel_optimise"
 
 
 def test_unmatched_native_superkernel_end_uses_torchairs_words(shim):
@@ -542,7 +544,7 @@ def test_unmatched_native_superkernel_end_uses_torchairs_words(shim):
 
     with pytest.raises(Exception) as exc:
         compare(Unmatched(), torch.ones(4, 4), mode="npugraph_ex")
-    assert (exc.value.op, exc.value.argument) == ("torch.npu.super_kernel_scope_end", "name")
+    assert (exc.value.argument, exc.value.where.startswith(__file__ + ":")) == ("name", True)
 
 
 def test_a2_keeps_superkernel_unsupported_and_a_user_profile_turns_it_on(tmp_path):

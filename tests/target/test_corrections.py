@@ -33,15 +33,16 @@ def test_a_correction_multiplies_only_its_op_types_body():
 @pytest.mark.parametrize(
     ("corrections", "message"),
     [
-        ({"MatMulV3": 0.0}, r"\[corrections\]: key 'MatMulV3' is 0.0, expected a factor in \[0.05, 20\]"),
-        ({"MatMulV3": 1e9}, r"key 'MatMulV3' is 1000000000.0, expected a factor"),
-        ({"MatMulV3": "fast"}, r"key 'MatMulV3' is 'fast', expected a number"),
-        ({"MatMulV3": float("nan")}, r"key 'MatMulV3' is nan, expected a factor"),
+        ({"MatMulV3": 0.0}, "pyproject.toml [targets.t] [corrections] MatMulV3"),
+        ({"MatMulV3": 1e9}, "pyproject.toml [targets.t] [corrections] MatMulV3"),
+        ({"MatMulV3": "fast"}, "pyproject.toml [targets.t] [corrections] MatMulV3"),
+        ({"MatMulV3": float("nan")}, "pyproject.toml [targets.t] [corrections] MatMulV3"),
     ],
 )
 def test_a_correction_out_of_range_or_of_the_wrong_type_is_an_error_naming_the_table(corrections, message):
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(ProfileError) as exc:
         target(corrections)
+    assert exc.value.entry == message
 
 
 def test_corrections_must_be_a_table():
