@@ -181,8 +181,9 @@ def test_format_cast_takes_customize_dtype(customize_dtype: object) -> None:
     assert torch.equal(out, w) and out.data_ptr() != w.data_ptr()
     torch.library.opcheck(torch.ops.npu.npu_format_cast.default, (w, 29), {"customize_dtype": customize_dtype},
                           test_utils=("test_schema", "test_faketensor"))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError) as exc:
         torch_npu.npu_format_cast(w, 29, torch.int8)  # customize_dtype is keyword-only
+    assert exc.value.op == "npu_format_cast"
 
 
 @pytest.mark.parametrize("x1_dtype, x2_dtype", [(torch.float16, torch.float32), (torch.float32, torch.bfloat16)])
