@@ -26,6 +26,7 @@ LAYERS: tuple[str, ...] = (
     "errors",
     "gaps",
     "files",
+    "session",
     "cost",
     "target",
     "ir",
