@@ -46,6 +46,9 @@ def execution_of(mode: str, dynamic: bool) -> str:
 
 
 THREADS_ENV = "MAX_RUNTIME_CORE_NUMBER"
+MAX_THREADS = 2**63 - 1
+# The pipeline stages an op's host work runs in (ordinary, memory, launch): threads past these idle.
+STAGES = 3
 
 
 def threads_from_environment() -> int:
@@ -53,11 +56,13 @@ def threads_from_environment() -> int:
     value = os.environ.get(THREADS_ENV, "").strip()
     if not value:
         return 1
-    if not value.isdigit() or int(value) < 1:
+    digits = value.isascii() and value.isdigit() and len(value) <= len(str(MAX_THREADS))
+    if not digits or not 1 <= int(value) <= MAX_THREADS:
         raise NpufuseError(
-            f"environment variable {THREADS_ENV}={value!r} is not a positive integer; GE reads it as the number of "
+            f"environment variable {THREADS_ENV}={value[:40]!r}{'...' if len(value) > 40 else ''} is not a positive "
+            f"integer of at most {MAX_THREADS} (an int64); GE reads it as the number of "
             f"host threads (CANN's dynamic-shape scheduling article recommends 3). Set e.g. {THREADS_ENV}=3 or unset it.",
-            argument=THREADS_ENV
+            argument=THREADS_ENV,
         )
     return int(value)
 
@@ -88,9 +93,10 @@ class HostConfig:
     rebound_ops: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
             raise ArgumentError(
-                f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int >= 1 "
+                f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int from 1 to "
+                f"{MAX_THREADS} "
                 "(CANN's dynamic-shape scheduling article recommends 3).", op="HostConfig", argument="threads"
             )
         for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "ge_fusion"):
@@ -162,10 +168,11 @@ def kept_on_host(program: Program, plan: Plan, profile: HardwareProfile, executi
 
 
 class _Threads:
-    """Host threads as clocks; stage ``s`` of an op runs on thread ``min(s, threads - 1)``."""
+    """Host threads as clocks; stage ``s`` of an op runs on thread ``min(s, threads - 1)``, so only the
+    first :data:`STAGES` threads ever run (a huge ``MAX_RUNTIME_CORE_NUMBER`` allocates no more)."""
 
     def __init__(self, threads: int) -> None:
-        self.clock = [0.0] * threads
+        self.clock = [0.0] * min(threads, STAGES)
         self.slices: list[HostSlice] = []
 
     def run(self, stage: int, after: float, steps: list[tuple[str, float]], kernel: str) -> float:
