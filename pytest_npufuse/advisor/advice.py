@@ -3,8 +3,8 @@
 The model is captured once; every layout is a re-annotation of that one program (see
 :mod:`.candidates`), planned and simulated on the target. The result lists each layout with its
 scopes, segments, breaking ops with their source lines, outcome, bit-exactness and modeled gain over
-the same run with no scope, then the recommendation of seed 004's decision tree with the ``with``
-lines to paste at the module calls the layout wraps.
+the same run with no scope, then the recommendation of the decision tree of docs/feature-docs.md#scope-analysis with the
+``with`` lines to paste at the module calls the layout wraps.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import Attribution, attribute
 from ..report.findings import Finding, findings_json
+from ..report.table import aligned
 from ..sanitize.checker import sanitize
 from ..simulate.timeline import simulate
 from ..target.catalog import OpCatalog, load_catalog
@@ -68,8 +69,7 @@ class Advice:
 
     def lines(self) -> list[str]:
         """The report a person reads: header, ranked table, top-down path, recommendation, paste lines."""
-        widths = [max(len(row[i]) for row in self.rows()) for i in range(len(_TABLE_HEADER))]
-        table = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in self.rows()]
+        table = aligned(self.rows())
         layers = len(self.structure.layers)
         header = (
             f"npufuse advise ({self.target}): {self.structure.family.value}, {layers} layer(s), "
@@ -203,8 +203,8 @@ def advise(
     options: str = "",
     catalog: OpCatalog | None = None,
 ) -> Advice:
-    """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the seed-003
-    affinity-op findings with their modeled gains.
+    """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the
+    affinity-op findings (docs/feature-docs.md#affinity-ops) with their modeled gains.
 
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
     ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).

@@ -23,10 +23,11 @@ from ..errors import NpufuseError
 from ..files import Kind, check_outputs, kind_of, write_text
 from ..files.toml import read_toml
 from ..gate import comparison_formats as formats
-from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
+from ..gate.baseline import IMPROVED, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
 from ..gate.merge import merge_documents
 from ..report.escaping import TerminalStream
+from ..report.table import aligned
 from ..target.profile import BUILTIN_TARGETS, DEFAULT_TARGET, TARGET_HELP
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -298,10 +299,11 @@ def op_rows(every: bool = False) -> list[tuple[str, ...]]:
     cost rule, backward and the document it follows (also the op table of the docs site). ``every`` adds
     the catalog's other op types (aten, GE, collectives, the user's own), whose family is their namespace
     and whose source is the catalog that prices them."""
+    from ..cost import check_catalog
     from ..target.catalog import load_catalog
     from ..torch_npu import OPS
 
-    catalog = _user_config().catalog() if every else load_catalog()
+    catalog = check_catalog(_user_config().catalog()) if every else load_catalog()
     rows = [OP_HEADER]
     provided = set()
     for op in sorted(OPS.values(), key=lambda op: (op.family, op.name)):

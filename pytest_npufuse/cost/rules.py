@@ -14,10 +14,10 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
   its slots, not the cache; a grouped matmul reads only the experts its
   rows hit (expected distinct experts under uniform routing); a row gather reads the rows it returns,
   not the whole table; an element gather or scatter pays ``access_bytes`` per element it addresses (one
-  memory transaction each: GatherElements vs GatherV2, seed 003); IndexPutV2 with a boolean mask
-  first expands the mask into int64 indices (NonZero) and then addresses every selected element; an
+  memory transaction each: GatherElements vs GatherV2, docs/feature-docs.md#affinity-ops); IndexPutV2 with a boolean
+  mask first expands the mask into int64 indices (NonZero) and then addresses every selected element; an
   input a prefetch put in L2 costs no HBM traffic.
-- **forms** (seed 003): the same aten op priced by the torch call it came from (catalog entries
+- **forms** (docs/feature-docs.md#affinity-ops): the same aten op priced by the torch call it came from (catalog entries
   ``"op@form"``): ``nn.Linear`` pays a TransData of its input to FRACTAL_NZ where op-plugin casts it
   (``linear``); ``repeat_interleave`` with a scalar runs RepeatInterleave's per-element branch
   (``gather_elements`` with ``access_bytes``) where unsqueeze/expand/reshape is a plain copy.
@@ -83,7 +83,7 @@ def _matmul_dims(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]
 def matmul_flops(work: Work) -> float:
     """2 x M x N x K per batch, on the shapes the Cube really multiplies: M, N and K padded to its
     16x16x16 fractal (``cube_fractal`` is a profile fact; the capture-time count uses the A2/A3 value
-    16, hw §1.1), so tiny outputs cost whole fractals."""
+    16, docs/sources.md#hw-1-1), so tiny outputs cost whole fractals."""
     batch, m, n, k = _matmul_dims(work.inputs, work.outputs)
     return 2.0 * batch * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
 

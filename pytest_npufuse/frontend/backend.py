@@ -22,6 +22,7 @@ import torch.fx
 from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
+from ..cost import check_catalog
 from ..errors import CaptureError
 from ..ir.program import Program
 from ..target.catalog import OpCatalog
@@ -74,6 +75,9 @@ class CaptureBackend:
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
     phase: Phase = Phase.FORWARD
     graph_passes: Sequence[GraphPass] = ()
+
+    def __post_init__(self) -> None:
+        check_catalog(self.catalog)  # a catalog a library user loaded with their own entries is checked here
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         return aot_module_simplified(

@@ -257,10 +257,10 @@ def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiSt
 
 @dataclass(frozen=True)
 class AffinityExpectation:
-    """``@pytest.mark.npu_affinity(max_findings=0)``: at most this many seed-003 slow-form sites in the
-    model's graph whose rewrite saves modeled time on the target (a test that reintroduces a known-slow
-    pattern fails, naming it and its rewrite). A form that costs nothing here, such as an ``nn.Linear``
-    whose input the Cube reads as ND, is still reported but does not count."""
+    """``@pytest.mark.npu_affinity(max_findings=0)``: at most this many slow-form sites
+    (docs/feature-docs.md#affinity-ops) in the model's graph whose rewrite saves modeled time on the target (a test that
+    reintroduces a known-slow pattern fails, naming it and its rewrite). A form that costs nothing here, such as an
+    ``nn.Linear`` whose input the Cube reads as ND, is still reported but does not count."""
 
     max_findings: int = 0
 

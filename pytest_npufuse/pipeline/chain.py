@@ -48,7 +48,7 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
-from ..report.explain import stream_uses
+from ..report.streams import stream_uses
 from ..report.numerics import Numerics, Uncompared, stand_ins
 from ..report.trace import write_case_traces
 from ..sanitize.checker import sanitize
@@ -160,7 +160,7 @@ def compare(
     ``mode``, ``dynamic`` and ``host`` are as for :func:`compile_model`. With ``trace_dir``, a
     Perfetto trace and a ``kernel_details.csv`` of each variant are written under
     ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory. ``affinity=True`` adds
-    the seed-003 affinity-op findings of the model's graph (``report.findings``). ``numerics`` is
+    the findings of docs/feature-docs.md#affinity-ops in the model's graph (``report.findings``). ``numerics`` is
     ``"all"`` (every output computed and compared; the default with weights), ``"sample"`` (a few layers
     computed at their real sizes, seeded weights where the model has none) or ``"none"`` (timing only;
     the default for a model on the meta device); ``report.numerics`` says which.

@@ -1,4 +1,4 @@
-"""A training step compared like an inference graph (DESIGN §10, training).
+"""A training step compared like an inference graph (docs/training.md).
 
     report = compare(model, ids, labels, loss=lambda out: F.cross_entropy(out, labels),
                      optimizer=torch.optim.AdamW(model.parameters(), foreach=True))
@@ -18,7 +18,8 @@ gradient and, with an optimizer, every parameter after the update.
 
 The report also carries the step's modeled device memory (:mod:`~pytest_npufuse.report.memory`: resident
 parameters and optimizer state, gradients, the activations the backward keeps, and the peak) and, with
-``affinity=True``, seed 003's forms found in every graph of the step and priced on the whole step.
+``affinity=True``, the forms of docs/feature-docs.md#affinity-ops found in every graph of the step and priced on the
+whole step.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.tasks import Variant
 from ..report.attribution import attribute_step
 from ..report.case import CaseReport, ScopeReport
-from ..report.explain import stream_uses
+from ..report.streams import stream_uses
 from ..report.memory import step_memory
 from ..report.trace import write_case_traces
 from ..simulate.step import chain_runs

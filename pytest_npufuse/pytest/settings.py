@@ -13,6 +13,7 @@ from typing import Mapping
 
 import pytest
 
+from ..cost import check_catalog
 from ..errors import NpufuseError
 from ..files import Kind, check_outputs, kind_of
 from ..gate.baseline import Gate, parse_percent
@@ -57,7 +58,7 @@ class RunSettings:
     @cached_property
     def catalog(self) -> OpCatalog:
         try:
-            return self.user.catalog()
+            return check_catalog(self.user.catalog())
         except NpufuseError as exc:
             raise pytest.UsageError(f"npufuse: {exc}") from None
 

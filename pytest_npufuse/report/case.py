@@ -11,10 +11,10 @@ from ..sanitize.checker import Race
 from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
 from .attribution import Attribution
-from .explain import StreamUse
 from .findings import Finding, Mismatch
 from .memory import StepMemory
 from .numerics import Numerics
+from .streams import StreamUse
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ class CaseReport:
     """BASELINE (scopes ignored) against VARIANT (scopes honoured) for one model on one target.
 
     ``attribution`` summarises each run (keyed ``baseline`` / ``variant``) per module path, per op type
-    and by overlap (:mod:`~pytest_npufuse.report.attribution`); ``findings`` are the seed-003 affinity-op
-    findings when they were asked for.
+    and by overlap (:mod:`~pytest_npufuse.report.attribution`); ``findings`` are the affinity-op
+    findings (docs/feature-docs.md#affinity-ops) when they were asked for.
     """
 
     target: str
