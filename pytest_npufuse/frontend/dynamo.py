@@ -200,7 +200,8 @@ def eager_error(model: Callable[..., Any], inputs: Sequence[Any], grad: bool = F
         at = f" at {frame}" if frame else ""
         reason = str(exc).rstrip(".")
         return CaptureError(
-            f"the model raises {type(exc).__name__}: {reason}{at}; it fails without compilation too.", where=frame or None
+            f"the model raises {type(exc).__name__}: {reason}{at}; it fails without compilation too.",
+            where=frame or None
         )
     return None
 

@@ -162,7 +162,8 @@ def cube_baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: flo
     ``a [B, m, k]`` and ``b [B, k, n]``."""
     if a.dim() != 3 or b.dim() != 3:
         raise OpArgumentError(
-            f"cube_baddbmm takes 3-D batches, got a{tuple(a.shape)} and b{tuple(b.shape)}; use cube_addmm for other ranks",
+            f"cube_baddbmm takes 3-D batches, got a{tuple(a.shape)} "
+            f"and b{tuple(b.shape)}; use cube_addmm for other ranks",
             op="cube_baddbmm"
         )
     return _cube(bias, a, b, beta, alpha, out_dtype, "cube_baddbmm")

@@ -130,7 +130,11 @@ def _fail(scope: str, problem: str, option: str | None = None) -> OptionsError:
 def _unknown(scope: str, option: str) -> OptionsError:
     near = difflib.get_close_matches(option, list(OPTIONS), n=1)
     hint = f" Did you mean '{near[0]}'?" if near else ""
-    return _fail(scope, f"{option} option is not supported (unknown option '{option}').{hint} Known options: {', '.join(OPTIONS)}.", option)
+    return _fail(
+        scope,
+        f"{option} option is not supported (unknown option '{option}').{hint} Known options: {', '.join(OPTIONS)}.",
+        option,
+    )
 
 
 def _check_value(scope: str, option: str, value: str, path: ParserPath) -> None:

@@ -185,7 +185,8 @@ class Event:
             )
         if self.recorded_s is None or end_event.recorded_s is None:
             raise OpArgumentError(
-                "elapsed_time needs both events recorded outside the compiled function (event.record() around the call).",
+                "elapsed_time needs both events recorded outside the "
+                "compiled function (event.record() around the call).",
                 op="torch.npu.Event.elapsed_time", argument="end_event"
             )
         return (end_event.recorded_s - self.recorded_s) * 1e3

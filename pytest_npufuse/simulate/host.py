@@ -62,7 +62,8 @@ def threads_from_environment() -> int:
         raise NpufuseError(
             f"environment variable {THREADS_ENV}={value[:40]!r}{'...' if len(value) > 40 else ''} is not a positive "
             f"integer of at most {MAX_THREADS} (an int64); GE reads it as the number of "
-            f"host threads (CANN's dynamic-shape scheduling article recommends 3). Set e.g. {THREADS_ENV}=3 or unset it.",
+            "host threads (CANN's dynamic-shape scheduling article "
+            f"recommends 3). Set e.g. {THREADS_ENV}=3 or unset it.",
             argument=THREADS_ENV,
         )
     return int(value)

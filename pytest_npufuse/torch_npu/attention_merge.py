@@ -36,7 +36,8 @@ def _update_meta(call: Arguments) -> tuple[Out, Out]:
         require_dtype(f"local_out[{i}]", part_out, (first.dtype,), "(local_out[0]'s dtype)")
         if list(part_lse.shape) != list(rows) or len(rows) != 1 or list(part_out.shape) != [rows[0], head_dim]:
             raise OpArgumentError(f"lse[{i}] {list(part_lse.shape)} and local_out[{i}] {list(part_out.shape)} must be "
-                                  f"[{rows[0] if rows else 'rows'}] and [rows, {head_dim}] (rows = batch x seq x heads)",
+                                  f"[{rows[0] if rows else 'rows'}] and [rows, "
+                                  f"{head_dim}] (rows = batch x seq x heads)",
                                   argument="lse")
     return Out(list(first.shape), first.dtype), Out(list(rows), torch.float32)
 

@@ -120,7 +120,8 @@ def _recurrent_meta(call: Arguments) -> tuple[Out, Out]:
     state = call.state
     if state.dim() != 4 or list(state.shape[1:]) != [v_heads, v_dim, k_dim]:
         raise OpArgumentError(
-            f"state has shape {list(state.shape)}; expected [BlockNum, Nv, Dv, Dk] = [BlockNum, {v_heads}, {v_dim}, {k_dim}]",
+            f"state has shape {list(state.shape)}; expected [BlockNum, "
+            f"Nv, Dv, Dk] = [BlockNum, {v_heads}, {v_dim}, {k_dim}]",
             argument="state"
         )
     require_dtype("state", state, (torch.bfloat16,))
@@ -146,7 +147,8 @@ def _recurrent_meta(call: Arguments) -> tuple[Out, Out]:
         accepted = _require_lengths("num_accepted_tokens", call.num_accepted_tokens, "")
         if accepted.shape != lengths.shape:
             raise OpArgumentError(
-                f"num_accepted_tokens has shape {list(accepted.shape)}; expected actual_seq_lengths' {list(lengths.shape)}",
+                f"num_accepted_tokens has shape {list(accepted.shape)}; "
+                f"expected actual_seq_lengths' {list(lengths.shape)}",
                 argument="num_accepted_tokens"
             )
     return Out([tokens, v_heads, v_dim], torch.bfloat16), Out(list(state.shape), state.dtype)

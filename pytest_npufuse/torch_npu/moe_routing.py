@@ -753,7 +753,8 @@ def _group_topk_meta(call: Arguments) -> Out:
     experts, groups = scores.shape[1], call.group_num
     if experts > MAX_GROUP_TOPK_EXPERTS or experts % groups != 0:
         raise OpArgumentError(
-            f"self has {experts} experts; ATB requires at most {MAX_GROUP_TOPK_EXPERTS}, divisible by group_num={groups}",
+            f"self has {experts} experts; ATB requires at most "
+            f"{MAX_GROUP_TOPK_EXPERTS}, divisible by group_num={groups}",
             argument="self"
         )
     if call.n > experts // groups:

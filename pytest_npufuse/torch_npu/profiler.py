@@ -139,7 +139,8 @@ class profile:  # noqa: N801 - torch_npu's name
                       if not self.device else "no graph compiled for the NPU ran inside the block")
             raise ArgumentError(
                 f"the profile has no device data: {reason}. Run the model compiled with the NPU backend "
-                "(torch.compile(model, backend=torchair.get_npu_backend())) inside `with torch_npu.profiler.profile():`.",
+                "(torch.compile(model, backend=torchair.get_npu_backend())) "
+                "inside `with torch_npu.profiler.profile():`.",
                 op="torch_npu.profiler.profile", argument="activities" if not self.device else None
             )
         return attribute_calls(self.calls)

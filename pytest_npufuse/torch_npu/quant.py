@@ -822,7 +822,8 @@ def _broadcast_param(param: torch.Tensor, input: torch.Tensor, dim: int) -> torc
 def _check_quantize_param(name: str, param: torch.Tensor, input: torch.Tensor, dim: int) -> None:
     if param.numel() not in (1, input.shape[dim]) or param.dim() not in (1, input.dim()):
         raise OpArgumentError(
-            f"{name} has shape {list(param.shape)}; expected [{input.shape[dim]}] or [1] (the size of input's axis {dim})",
+            f"{name} has shape {list(param.shape)}; expected "
+            f"[{input.shape[dim]}] or [1] (the size of input's axis {dim})",
             argument=name
         )
 

@@ -60,7 +60,8 @@ def _check_broadcast(name: str, table: torch.Tensor, x_name: str, x: torch.Tenso
     """cos/sin must broadcast to x without changing its shape (e.g. [1, S, 1, D] for BSND x)."""
     if table.dim() != x.dim() or any(t not in (1, s) for t, s in zip(table.shape, x.shape)) or table.shape[-1] != x.shape[-1]:
         raise OpArgumentError(
-            f"{name} has shape {list(table.shape)}; it must broadcast to {x_name} {list(x.shape)} with the same head dim",
+            f"{name} has shape {list(table.shape)}; it must broadcast "
+            f"to {x_name} {list(x.shape)} with the same head dim",
             argument=name
         )
 

@@ -57,7 +57,8 @@ def super_kernel(scope: str | None, options: str = "") -> _Scope:
         )
     if not isinstance(options, str):
         raise ScopeError(
-            f"super_kernel({scope!r}, options=...) takes a str like 'stream-fusion=1:feed-sync-all=1', got {options!r}.",
+            f"super_kernel({scope!r}, options=...) takes a str like "
+            f"'stream-fusion=1:feed-sync-all=1', got {options!r}.",
             op="super_kernel", argument="options"
         )
     if scope is None and options.strip():
@@ -90,7 +91,8 @@ def npu_stream_switch(stream_tag: str, stream_priority: int = 0, enable_inner_pa
         )
     if not isinstance(enable_inner_parallel, bool):
         raise ScopeError(
-            f"npu_stream_switch({stream_tag!r}, enable_inner_parallel=...) takes a bool, got {enable_inner_parallel!r}.",
+            f"npu_stream_switch({stream_tag!r}, enable_inner_parallel=...) "
+            f"takes a bool, got {enable_inner_parallel!r}.",
             op="npu_stream_switch", argument="enable_inner_parallel"
         )
     return _Scope(
@@ -102,7 +104,8 @@ def npu_stream_switch(stream_tag: str, stream_priority: int = 0, enable_inner_pa
 def _core_count(name: str, value: object) -> int:
     """TorchAir accepts ints or digit strings; anything else is a user error worth naming."""
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
-        raise ScopeError(f"limit_core_num({name}=...) takes a non-negative int, got {value!r}.", op="limit_core_num", argument=name)
+        raise ScopeError(f"limit_core_num({name}=...) takes a non-negative int, got {value!r}.", op="limit_core_num",
+        argument=name)
     return int(value)
 
 

@@ -87,7 +87,8 @@ def set_dim_gears(t: torch.Tensor, dim_gears: Mapping[int, Sequence[int]]) -> No
     python/torchair/inference/_gear_utils.py); setting the same gears again is allowed.
     """
     if not isinstance(t, torch.Tensor):
-        raise OpTypeError(f"set_dim_gears(t, ...) takes a tensor, got {type(t).__name__}", op="set_dim_gears", argument="t")
+        raise OpTypeError(f"set_dim_gears(t, ...) takes a tensor, got {type(t).__name__}", op="set_dim_gears",
+        argument="t")
     if not isinstance(dim_gears, Mapping):
         raise OpTypeError(
             f"set_dim_gears(t, dim_gears): dim_gears maps a dim to its sizes, got {dim_gears!r}",
@@ -131,7 +132,8 @@ def _check_gears(t: torch.Tensor, dim: Any, gears: Any) -> None:
     for index, gear in enumerate(gears):
         if not isinstance(gear, int):
             raise OpAssertionError(
-                f"Element at index {index} of value for dim index {dim} in dim_gears must be an integer, but got {type(gear)}.",
+                f"Element at index {index} of value for dim index {dim} "
+                f"in dim_gears must be an integer, but got {type(gear)}.",
                 argument="dim_gears"
             )
         if gear == 0:
