@@ -208,12 +208,15 @@ def test_a_meta_model_mixing_devices_says_where_and_how_to_fix():
 
 
 def test_numerics_choices_are_checked():
-    with pytest.raises(ArgumentError, match="numerics='all' needs weights"):
+    with pytest.raises(ArgumentError) as exc:
         compare(_empty(_Stack), torch.randn(4, 16), numerics="all")
-    with pytest.raises(ArgumentError, match="'all', 'sample', 'none'"):
+    assert exc.value.argument == "numerics"
+    with pytest.raises(ArgumentError) as exc:
         compare(_Stack(), torch.randn(4, 16), numerics="some")
-    with pytest.raises(ArgumentError, match="no reference= model"):
+    assert exc.value.argument == "numerics"
+    with pytest.raises(ArgumentError) as exc:
         compare(_Stack(), torch.randn(4, 16), numerics="sample", reference=_Stack())
+    assert exc.value.argument == "reference"
 
 
 def test_a_model_with_weights_can_be_timed_without_numerics():

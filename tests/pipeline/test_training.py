@@ -177,8 +177,9 @@ def test_attribution_shows_the_backward_share_of_each_op_type():
 def test_training_arguments_are_checked():
     model, (x, y) = Mlp(), data()
     loss = lambda out: F.cross_entropy(out, y)  # noqa: E731
-    with pytest.raises(ArgumentError, match="optimizer= needs loss="):
+    with pytest.raises(ArgumentError) as exc:
         compare(model, x, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    assert exc.value.argument == "optimizer"
     with pytest.raises(ArgumentError) as exc:
         compare(model, x, loss=lambda out: out)
     assert exc.value.argument == "loss"

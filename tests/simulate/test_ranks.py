@@ -125,5 +125,6 @@ def test_computed_routing_prices_each_rank_by_the_gating_the_sample_computed():
 
 
 def test_a_training_step_is_modeled_on_one_rank():
-    with pytest.raises(ArgumentError, match="routing= and ranks= model a decode deployment"):
+    with pytest.raises(ArgumentError) as exc:
         compare(torch.nn.Linear(4, 4), torch.randn(2, 4), loss=lambda out: out.sum(), ranks=2)
+    assert exc.value.argument == "ranks"
