@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..frontend.repeat import capture_program
 from ..ir.program import ModuleFrame
+from ..plan.compilation import compile_costs
 from ..plan.options import parse_options
 from ..plan.streams import stream_plan
 from ..plan.superkernel import plan_variant
@@ -24,8 +25,9 @@ from ..report.findings import Finding, findings_json
 from ..report.table import aligned
 from ..sanitize.checker import sanitize
 from ..simulate.timeline import simulate
-from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import HardwareProfile, resolve_profile
+from ..target.catalog import OpCatalog
+from ..target.profile import HardwareProfile
+from ..target.resolve import Target
 from ..vocabulary import Mode
 from .affinity import find_affinity
 from .candidates import Candidate, Evaluator, Layout, assignments, top_modules, with_scopes
@@ -81,6 +83,12 @@ class Advice:
         for candidate in self.candidates:
             if candidate.outcome in ("error", "hang") and candidate.reason:
                 lines.append(f"  {candidate.layout.value}: {candidate.reason}")
+            if candidate.compile_timeout:
+                lines.append(
+                    f"  {candidate.layout.value}: estimated compile ~{candidate.compile.seconds:.0f} s passes the "
+                    f"limit {candidate.compile_limit_s:.0f} s (estimate; the scope guide: a scope too large to compile "
+                    f"in time is shrunk); not valid"
+                )
         lines.append(f"recommend {rec.layout.value} (modeled gain {rec.gain_pct:+.1f}%): {rec.reason}")
         lines += self.paste
         if self.findings:
@@ -108,6 +116,7 @@ class Advice:
                     "compile": {
                         "superkernels": c.compile.superkernels, "compiled": c.compile.compiled,
                         "sub_kernels": c.compile.sub_kernels, "largest": c.compile.largest,
+                        "seconds_estimate": round(c.compile.seconds, 1), "timeout": c.compile_timeout,
                     },
                 }
                 for c in self.candidates
@@ -199,36 +208,41 @@ def _rank(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
 def advise(
     model: Callable[..., Any],
     *inputs: Any,
-    target: str | HardwareProfile | None = None,
+    target: str | HardwareProfile | Target | None = None,
     options: str = "",
     catalog: OpCatalog | None = None,
+    compile_limit_s: float | None = None,
 ) -> Advice:
     """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the
     affinity-op findings (docs/feature-docs.md#affinity-ops) with their modeled gains.
 
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
-    ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).
+    ``"strict-scope-check=abort"`` to see which layouts a strict check would reject). ``target`` and
+    ``catalog`` are as for :func:`~pytest_npufuse.compare`. ``compile_limit_s`` is the compile time
+    (estimated, :mod:`~pytest_npufuse.plan.compilation`) past which a layout is flagged and not valid; by
+    default the timeout of ``plan/compile.toml``.
     """
-    profile = resolve_profile(target)
-    catalog = catalog or load_catalog()
+    resolved = Target.resolve(target, catalog=catalog)
+    profile, catalog = resolved.profile, resolved.catalog
     parse_options("advise", options)
     program = capture_program(model, *inputs, catalog=catalog)
     plain = with_scopes(program, {}, "")
     streams = stream_plan(plain, Mode.MAX_AUTOTUNE)
-    evaluator = Evaluator(plain, profile, options, sanitize(plain, streams))
+    limit = compile_costs().timeout_s if compile_limit_s is None else compile_limit_s
+    evaluator = Evaluator(plain, profile, options, sanitize(plain, streams), limit)
     structure = structure_of(program)
     layouts = assignments(structure, program)
     reference = evaluator.run(Layout.NONE, plain)
-    found: dict[Layout, Candidate] = {layout: evaluator.evaluate(layout, assignment) for layout, assignment in layouts.items()}
+    evaluated: dict[Layout, Candidate] = {layout: evaluator.evaluate(layout, assignment) for layout, assignment in layouts.items()}
     if program.superkernel_scopes():
-        found[Layout.AS_WRITTEN] = evaluator.run(Layout.AS_WRITTEN, program, "the scopes in the model code")
-    path, shrunk = top_down(evaluator, layouts, found)
+        evaluated[Layout.AS_WRITTEN] = evaluator.run(Layout.AS_WRITTEN, program, "the scopes in the model code")
+    path, shrunk = top_down(evaluator, layouts, evaluated)
     if shrunk is not None:
-        found[Layout.TOP_DOWN] = shrunk
+        evaluated[Layout.TOP_DOWN] = shrunk
     attribution = attribute(plain, simulate(plain, plan_variant(plain, profile, variant=Variant.BASELINE), profile))
     module_us: Mapping[str, float] = {row.path: row.total_us for row in attribution.modules}
-    recommendation = recommend(structure, found, module_us, reference.time_us)
-    ranked = _rank([*found.values(), reference])
+    recommendation = recommend(structure, evaluated, module_us, reference.time_us)
+    ranked = _rank([*evaluated.values(), reference])
     paste = (
         _paste_lines(recommendation.layout, structure, options) if structure.layers
         else _other_paste(recommendation.layout, tuple(top_modules(program)), options)

@@ -6,11 +6,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from ..errors import NpufuseError
 from ..plan.tasks import ScopeBreak, ScopePlan
 from ..sanitize.checker import Race
 from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
+from ..target.profile import load_profile
 from .attribution import Attribution
+from .contention import Contention, contention_of
 from .findings import Finding, Mismatch
 from .memory import StepMemory
 from .numerics import Numerics
@@ -19,14 +22,14 @@ from .streams import StreamUse
 
 @dataclass(frozen=True)
 class ScopeReport:
-    """The outcome of one SuperKernel scope in the VARIANT."""
+    """The outcome of one SuperKernel scope in the VARIANT. Each op that split it is one
+    :class:`~pytest_npufuse.plan.tasks.ScopeBreak` in ``break_points`` (the op, its kernel, its source
+    line, why a SuperKernel cannot call it); ``breaks`` and ``break_sites`` are views of them."""
 
     scope: str
     outcome: str
     segments: int
     block_dim: int
-    breaks: tuple[str, ...]
-    break_sites: tuple[str, ...]
     names: tuple[str, ...]
     kernel_names: tuple[str, ...]
     kernel_type: str
@@ -35,6 +38,16 @@ class ScopeReport:
     break_points: tuple[ScopeBreak, ...] = ()
     splits: tuple[str, ...] = ()
 
+    @property
+    def breaks(self) -> tuple[str, ...]:
+        """The op type of each break, in program order (what the ``superkernel`` marker's ``breaks=`` names)."""
+        return tuple(site.op_type for site in self.break_points)
+
+    @property
+    def break_sites(self) -> tuple[str, ...]:
+        """Each break in words: its op type, kernel and source line."""
+        return tuple(site.describe() for site in self.break_points)
+
     @classmethod
     def from_plan(cls, scope: ScopePlan) -> "ScopeReport":
         return cls(
@@ -42,8 +55,6 @@ class ScopeReport:
             outcome=scope.outcome,
             segments=len(scope.segments),
             block_dim=scope.block_dim,
-            breaks=tuple(b.op_type for b in scope.breaks),
-            break_sites=tuple(b.describe() for b in scope.breaks),
             names=tuple(segment.name for segment in scope.segments),
             kernel_names=tuple(segment.te_name for segment in scope.segments),
             kernel_type=scope.segments[0].kernel_type if scope.segments else "",
@@ -114,6 +125,18 @@ class CaseReport:
         """SuperKernel segments formed over all scopes."""
         return sum(scope.segments for scope in self.superkernels.values())
 
+    @property
+    def contention(self) -> Contention | None:
+        """Streams of the VARIANT whose kernels each wanted every core of one unit (docs/feature-docs.md#multi-stream),
+        with the share of their possible overlap lost; None on one stream or without such kernels."""
+        if len(self.variant.streams) < 2:
+            return None
+        try:  # the core counts of the target the case ran on (a built-in target, by its name)
+            profile = load_profile(self.target)
+        except NpufuseError:
+            return None
+        return contention_of(self.variant, {"cube": profile.aic, "vector": profile.aiv})
+
     def stream_notes(self) -> list[str]:
         """Where the kernels of a stream went when the timeline shows no lane (or a short one) for it."""
         return [note for use in self.stream_uses if (note := use.note())]
@@ -136,4 +159,5 @@ class CaseReport:
             f"speedup {self.speedup:.3f}x, {self.segments} SuperKernel segment(s), {self._precision()}"
             + (f", {len(self.streams)} streams{self._fused_streams()}, {len(self.races)} race(s)" if len(self.streams) > 1 else "")
             + (f"; {self.ranks.describe()}" if self.ranks is not None else "")
+            + (f"; contention: {contention.describe()}" if (contention := self.contention) is not None else "")
         )

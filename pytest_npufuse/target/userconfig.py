@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -50,7 +51,8 @@ class UserConfig:
                     raise ProfileError(
                         f"{profile.source} [corrections]: unknown op type '{name}'"
                         + (f"; did you mean '{hint[0]}'?" if hint else "; use an OP Type of the op catalog "
-                           "(python -m pytest_npufuse ops) or of [tool.npufuse.ops].")
+                           "(python -m pytest_npufuse ops) or of [tool.npufuse.ops]."),
+                        file=str(profile.source), entry=f"[corrections] {name}"
                     )
         return profile
 
@@ -61,6 +63,12 @@ class UserConfig:
             self.profile(name)
 
     def catalog(self) -> OpCatalog:
+        """The built-in op catalog overlaid with these ops, read once: every target of the project prices
+        its kernels with it, and it warns once per op type it does not know."""
+        return self._catalog
+
+    @cached_property
+    def _catalog(self) -> OpCatalog:
         return load_catalog(self.ops, self.ops_source)
 
     def with_profile_file(self, path: Path) -> "UserConfig":

@@ -51,11 +51,12 @@ class OptionValue:
     def set(self, path: str, value: Any) -> None:
         if self.optional is not None and value not in self.optional:
             raise ConfigError(
-                f"{path} = {value!r}: Value {value!r} (type: {type(value)}) not in optional list {self.optional!r}."
+                f"{path} = {value!r}: Value {value!r} (type: {type(value)}) not in optional list {self.optional!r}.",
+                argument=path
             )
         problem = self._check(value) if self._check is not None else ""
         if problem:
-            raise ConfigError(f"{path} = {value!r}: {problem}")
+            raise ConfigError(f"{path} = {value!r}: {problem}", argument=path)
         self.raw = value
 
     def __bool__(self) -> bool:
@@ -86,14 +87,14 @@ class PathValue(OptionValue):
             self.raw = value
             return
         if self._kind == "dir":
-            found, noun, what = value is not None and os.path.isdir(value), "dir", "a file directory"
+            exists, noun, what = value is not None and os.path.isdir(value), "dir", "a file directory"
         elif self._kind == "file":
-            found, noun, what = os.path.isfile(value), "file", "a file"
+            exists, noun, what = os.path.isfile(value), "file", "a file"
         else:
             if value == "":
                 raise ConfigError(f"{path} = '': File path cannot be empty!")
-            found, noun, what = str(value).endswith(self._kind) and os.path.isfile(value), "file", f"'{self._kind}' file"
-        if not found:
+            exists, noun, what = str(value).endswith(self._kind) and os.path.isfile(value), "file", f"'{self._kind}' file"
+        if not exists:
             raise ConfigPathError(f"{path} = {value!r}: Please set legal {noun} path, {value} is not found or is not {what}!")
         self.raw = value
 
@@ -142,7 +143,10 @@ class ConfigNode:
         options = list(self._children)
         near = difflib.get_close_matches(name, options, n=1)
         hint = f"; did you mean {self._path}.{near[0]}?" if near else ""
-        return UnknownOptionError(f"{self._path} has no option {name}, all options {options}{hint}")
+        return UnknownOptionError(
+            f"{self._path} has no option {name}, all options {options}{hint}",
+            argument=f"{self._path}.{name}",
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
