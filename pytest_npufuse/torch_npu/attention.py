@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Optional, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import OpArgumentError
 from ..numerics.exact import cube_matmul
@@ -161,13 +162,16 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
     layout, _, out_layout = layout.partition("_")
     paged = block_table is not None
     if layout == "TND":
-        if q_lens is None:
+        # The API pages require the cumulative lengths with TND, and the kernel needs them to split the
+        # tokens into sequences; op-plugin's meta functions do not (the output shapes follow the tokens), so
+        # on fake tensors a missing list is one sequence of every token.
+        if q_lens is None and not is_fake(query):
             raise OpArgumentError(
                 "input_layout='TND' needs actual_seq_lengths: the cumulative query token ends per batch",
                 argument="input_layout"
             )
         q_len, head_dim = _tnd_sizes("query", query, heads)
-        batch = len(q_lens)
+        batch = 1 if q_lens is None else len(q_lens)
     else:
         batch, q_len, head_dim = _dense_sizes("query", query, layout, heads)
     if paged:
@@ -248,8 +252,11 @@ def _seq_lengths(name: str, values: Optional[Sequence[int]], batch: int, limit: 
     return lengths[:batch]
 
 
-def _cumulative_lengths(name: str, ends: Sequence[int], total: int) -> list[int]:
-    """TND: per-batch lengths from cumulative ends (non-decreasing, the last <= the token count)."""
+def _cumulative_lengths(name: str, ends: Optional[Sequence[int]], total: int) -> list[int]:
+    """TND: per-batch lengths from cumulative ends (non-decreasing, the last <= the token count); None (only
+    on fake tensors, :func:`_geometry`) is one sequence of every token."""
+    if ends is None:
+        return [total]
     ends = [int(require_int(f"{name}[{i}]", v)) for i, v in enumerate(ends)]
     starts = [0, *ends[:-1]]
     if any(e < s for s, e in zip(starts, ends)) or (ends and ends[-1] > total):
@@ -762,7 +769,7 @@ def _kv_lengths(geo: _Geometry, values: Optional[Sequence[int]], key: torch.Tens
             f"block_table (paged KV) needs {name}: the valid KV length of each batch", argument="block_table"
         )
     if geo.layout == "TND" and not geo.paged:
-        if values is None:
+        if values is None and not is_fake(key):
             raise OpArgumentError(
                 f"input_layout='TND' needs {name}: the cumulative KV token ends per batch", argument="input_layout"
             )

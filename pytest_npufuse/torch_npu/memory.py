@@ -7,6 +7,7 @@ import math
 from typing import Optional, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import OpArgumentError
 from .checks import (
@@ -194,7 +195,27 @@ def _prefetch_samples() -> list[SampleCall]:
     return [SampleCall((weight, x, 256)), SampleCall((weight, None, 64, 128))]
 
 
-@npu_op(meta=no_outputs, kernel=no_outputs, side_effect=True, samples=_prefetch_samples)
+def _prefetch_meta(call: Arguments) -> tuple:
+    """torch_npu's checks of ``max_size`` and ``offset``, in the wording of the path that runs them: its meta
+    function (op-plugin ``_meta_registrations.py`` ``npu_prefetch_meta``) on fake tensors, as a compiled graph
+    or ``FakeTensorMode`` meets them, and its device kernel (``PrefetchKernelNpuOpApi.cpp``, ``TORCH_CHECK``)
+    on real ones. Only the kernel knows the weight's bytes, so only it bounds ``offset`` by them."""
+    max_size, offset, weight = call.max_size, call.offset, call.input
+    fake = is_fake(weight)
+    if max_size <= 0:
+        raise OpArgumentError(f"The max_size should be greater than zero, but got {max_size}." if fake
+                              else f"max_size should be greater than zero, but got {max_size}", argument="max_size")
+    if offset < 0:
+        raise OpArgumentError(f"The offset should be nonnegative, but got {offset}." if fake
+                              else f"offset should not be smaller than zero, but got {offset}", argument="offset")
+    size = weight.numel() * weight.element_size()
+    if not fake and size <= offset:
+        raise OpArgumentError(f"offset out of range of tensor size, tensor size: {size}, offset: {offset}",
+                              argument="offset")
+    return ()
+
+
+@npu_op(meta=_prefetch_meta, kernel=no_outputs, side_effect=True, samples=_prefetch_samples)
 def npu_prefetch(call: Arguments) -> None:
     """Prefetch up to ``max_size`` bytes of the weight ``input`` (from ``offset``) into L2 once ``dependency``
     is computed. Returns None and changes no value: on CPU the op exists only as a task for the cost model.
@@ -202,15 +223,9 @@ def npu_prefetch(call: Arguments) -> None:
     Source: torch_npu.npu_prefetch (op-plugin API page: "load the weight into L2 Cache before it is used";
     ``max_size > 0``, larger values are cut to the weight's size; ``offset >= 0`` within the weight). The op is
     side-effecting (op-plugin marks it ``has_side_effect``), so a traced graph keeps it although nothing
-    reads its result. The op catalog prices it (``npu::npu_prefetch``).
+    reads its result. The op catalog prices it (``npu::npu_prefetch``). Its argument errors carry
+    torch_npu's own messages (:func:`_prefetch_meta`), which scripts and tests match.
     """
-    if call.max_size <= 0:
-        raise OpArgumentError(f"max_size={call.max_size} must be > 0 (bytes to prefetch)", argument="max_size")
-    if call.offset < 0 or call.offset >= max(1, call.input.numel() * call.input.element_size()):
-        raise OpArgumentError(
-            f"offset={call.offset} must be >= 0 and inside the weight "
-            f"({call.input.numel() * call.input.element_size()} bytes)", argument="offset"
-        )
 
 
 # ---------------------------------------------------------------------------------------------
