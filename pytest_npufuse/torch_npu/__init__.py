@@ -34,6 +34,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.attention_merge` - ``npu_attention_update`` (merging SP parts' attention outputs)
 * :mod:`.sparse_attention` - DeepSeek sparse attention's ``npu_lightning_indexer``, ``npu_quant_lightning_indexer``,
   ``npu_sparse_flash_attention``, ``npu_kv_quant_sparse_flash_attention``
+* :mod:`.tensors` - ``npu_dtype_cast`` (and ``npu_dtype_cast_backward``), ``empty_with_format``
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
@@ -209,6 +210,7 @@ from .rope import (
     npu_rotary_mul_backward,
 )
 from .rotary_embedding import _npu_rotary_embedding
+from .tensors import empty_with_format, npu_dtype_cast, npu_dtype_cast_backward
 from .sparse_attention import (
     npu_kv_quant_sparse_flash_attention,
     npu_lightning_indexer,
@@ -218,6 +220,9 @@ from .sparse_attention import (
 from .weight_pack import npu_convert_weight_to_int4pack
 
 __all__ = [
+    "empty_with_format",
+    "npu_dtype_cast",
+    "npu_dtype_cast_backward",
     "fast_gelu",
     "npu_fast_gelu",
     "npu_fast_gelu_backward",

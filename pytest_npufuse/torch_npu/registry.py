@@ -38,9 +38,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy
 import torch
 
-from ..errors import OpTypeError, ProfileError
+from ..errors import ProfileError
 from ..target.catalog import load_catalog
-from .checks import ArgumentCheck, require_unused, type_check
+from .checks import ArgumentCheck, model_device, require_unused, type_check
 from .schema import Declaration, declarations, format_returns
 
 NAMESPACE = "npu"
@@ -122,7 +122,9 @@ def _python_scalars(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
                           for name, value in kwargs.items()}
 
 
-def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
+def _first_tensor(values: Sequence[Any]) -> Optional[torch.Tensor]:
+    """The first tensor among an op's arguments, or None for a factory op (``empty_with_format``), whose
+    outputs are made from its sizes alone."""
     for value in values:
         if isinstance(value, torch.Tensor):
             return value
@@ -130,15 +132,18 @@ def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
             for item in value:
                 if isinstance(item, torch.Tensor):
                     return item
-    raise OpTypeError("an npu op needs at least one tensor argument")
+    return None
 
 
-def _allocate(outputs: Outputs, like: torch.Tensor) -> Any:
-    """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing); a schema
-    ``int`` output (e.g. npu_fusion_attention's dropout seed) is declared by its value and kept."""
+def _allocate(outputs: Outputs, like: Optional[torch.Tensor]) -> Any:
+    """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing), or made by
+    ``torch.empty`` for a factory op (under the fake mode that traces it, a fake tensor); a schema ``int``
+    output (e.g. npu_fusion_attention's dropout seed) is declared by its value and kept."""
     if isinstance(outputs, int):
         return outputs
     if isinstance(outputs, Out):
+        if like is None:
+            return torch.empty(list(outputs.shape), dtype=outputs.dtype)
         return like.new_empty(list(outputs.shape), dtype=outputs.dtype)
     return type(outputs)(_allocate(out, like) for out in outputs)
 
@@ -446,8 +451,11 @@ def npu_op(
             qualified_names.append(f"{op_type}.{overload.name}")
         # Every overload runs the op's checks, meta function and kernel; calling the overload packet picks
         # the overload whose schema the arguments fit, as torch_npu's binding does.
+        # A factory op (no tensor argument) has no backend key to dispatch on, as torch.empty: its kernel is
+        # the BackendSelect one, which a fake mode still intercepts first.
+        factory = not any("Tensor" in parameter.type for parameter in declaration.parameters)
         for qualified in qualified_names:
-            torch.library.impl(qualified, "CPU", lib=_LIB)(cpu_kernel)
+            torch.library.impl(qualified, "BackendSelect" if factory else "CPU", lib=_LIB)(cpu_kernel)
             torch.library.register_fake(qualified, fake_kernel, lib=_LIB)
         if derivative is not None:
             keep = derivative.setup_context
@@ -490,9 +498,13 @@ def npu_op(
         returns_none = bool(slots) and not declaration.returns
 
         check_types = _type_checker(declaration, typed, require_fit)
+        devices = tuple(p.name for p in declaration.parameters if p.type.removesuffix("?") == "Device")
 
         def public(*args: Any, **kwargs: Any) -> Any:
             args, kwargs = _python_scalars(args, kwargs)
+            for device in devices:  # keyword-only in every factory schema
+                if device in kwargs:
+                    kwargs[device] = model_device(device, kwargs[device])
             # Under Dynamo the fake kernel runs the record's checks; tracing the binder and every check of
             # every call again would multiply a large model's capture time.
             if torch.compiler.is_compiling():

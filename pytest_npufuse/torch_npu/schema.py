@@ -15,6 +15,8 @@ schema type                                  annotation
 ``float``, ``bool``, ``str``                 ``float``, ``bool``, ``str``
 ``ScalarType``                               ``torch.dtype``
 ``Scalar``                                   :data:`Scalar` (an int or a float)
+``Layout``                                   ``torch.layout``
+``Device``                                   :data:`Device` (a ``torch.device`` or its name)
 ``T?``                                       ``Optional[T]``
 ``T[]``                                      ``Sequence[T]`` (a returned list: ``list[T]``)
 ``T[n]``                                     ``Annotated[Sequence[T], n]`` (a list of ``n`` values)
@@ -45,6 +47,9 @@ SymInt = Union[int, torch.SymInt]
 # A number (schema ``Scalar``), e.g. npu_one_hot's on_value: torch's own stubs spell it ``Union[int, float]``.
 Scalar = Union[int, float]
 
+# A device (schema ``Device``, a factory's ``device=``): torch's own stubs take a torch.device or its name.
+Device = Union[torch.device, str]
+
 SCHEMAS_FILE = Path(__file__).parent / "schemas.toml"
 
 _SCALARS: dict[str, Any] = {
@@ -56,6 +61,8 @@ _SCALARS: dict[str, Any] = {
     "str": str,
     "ScalarType": torch.dtype,
     "Scalar": Scalar,
+    "Layout": torch.layout,
+    "Device": Device,
 }
 _SCHEMA = re.compile(r"(?P<name>\w+)\((?P<arguments>.*)\) -> (?P<returns>.+)")
 
