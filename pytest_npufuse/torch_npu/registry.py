@@ -484,9 +484,11 @@ def npu_op(
             return packet(*args, **kwargs)
 
         def in_place(*args: Any, **kwargs: Any) -> Any:
-            return _write_back(
+            kept = _write_back(
                 slots, args, kwargs, call(args, kwargs), not schema_mutates, schema_mutates and declaration.single
             )
+            # a mutating schema declared ``-> ()`` (npu_gather_pa_kv_cache) returns None, as its kernel must
+            return None if schema_mutates and not declaration.returns else kept
 
         declared = f"{public_name}{schema}"
         if schema_mutates:
