@@ -29,7 +29,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_fused_infer_attention_score_v2``
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
-* :mod:`.atb_variants` - ``_npu_flash_attention_unpad_v2``, ``_npu_flash_attention_v3`` (later ATB bindings)
+* :mod:`.atb_variants` - ``_npu_flash_attention_unpad_v2``, ``_npu_flash_attention_v3``,
+  ``_npu_paged_attention_splitfuse`` (later ATB bindings)
 * :mod:`.rotary_embedding` - the private ATB op ``_npu_rotary_embedding`` (vLLM's in-place RoPE)
 * :mod:`.attention_merge` - ``npu_attention_update`` (merging SP parts' attention outputs)
 * :mod:`.sparse_attention` - DeepSeek sparse attention's ``npu_lightning_indexer``, ``npu_quant_lightning_indexer``,
@@ -102,7 +103,7 @@ from .atb import (
     _npu_paged_attention_get_workspace,
     _npu_reshape_and_cache,
 )
-from .atb_variants import _npu_flash_attention_unpad_v2, _npu_flash_attention_v3
+from .atb_variants import _npu_flash_attention_unpad_v2, _npu_flash_attention_v3, _npu_paged_attention_splitfuse
 from .attention import (
     _npu_fused_infer_attention_score_get_max_workspace,
     _npu_fused_infer_attention_score_v2_get_max_workspace,
@@ -250,6 +251,7 @@ __all__ = [
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",
     "_npu_paged_attention",
+    "_npu_paged_attention_splitfuse",
     "_npu_reshape_and_cache",
     "npu_add_layer_norm",
     "npu_add_layer_norm_backward",
