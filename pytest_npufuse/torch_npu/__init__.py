@@ -44,7 +44,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.indexing` - ``npu_max``, ``npu_min`` (and their ``_backward``), ``npu_sort_v2``, ``npu_one_hot``
 * :mod:`.loss` - ``npu_cross_entropy_loss`` (and ``npu_cross_entropy_loss_backward``)
 * :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
-* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``_npu_matmul_add_fp32``,
+* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``npu_transpose_quant_batchmatmul``,
+  ``_npu_matmul_add_fp32``,
   ``npu_linear`` (and ``npu_linear_backward``)
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``
@@ -128,6 +129,7 @@ from .matmul import (
     npu_linear_backward,
     npu_mm_all_reduce_base,
     npu_transpose_batchmatmul,
+    npu_transpose_quant_batchmatmul,
 )
 from .memory import (
     npu_confusion_transpose,
@@ -330,6 +332,7 @@ __all__ = [
     "npu_swiglu_backward",
     "npu_top_k_top_p",
     "npu_transpose_batchmatmul",
+    "npu_transpose_quant_batchmatmul",
     "npu_trans_quant_param",
     "npu_anti_quant",
     "npu_weight_quant_batchmatmul",
