@@ -1,4 +1,5 @@
-"""Matmul ops: the fused matmul + all-reduce of tensor parallelism and the transposing batched matmul of MLA.
+"""Matmul ops: the fused matmul + all-reduce / reduce-scatter of tensor parallelism and the transposing batched
+matmuls of MLA.
 
 Both multiply through :mod:`pytest_npufuse.numerics.exact` (the Cube: fp32 products and accumulation, one rounding).
 ``npu_mm_all_reduce_base`` computes the numbers of a tensor-parallel world of one rank (its all-reduce is
@@ -13,7 +14,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..errors import OpArgumentError
-from ..numerics.exact import cube_addmm, cube_matmul
+from ..numerics.exact import cube_addmm, cube_matmul, int_matmul
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
@@ -25,6 +26,7 @@ from .checks import (
     require_shape,
 )
 from .quant import antiquant_param_shapes, antiquant_weight
+from .quant_param import decode_quant_param
 from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
 
@@ -455,3 +457,119 @@ def npu_transpose_quant_batchmatmul(call: Arguments) -> None:
     require_choice("batch_split_factor", call.batch_split_factor, (1, None), "the only supported value")
     if call.group_sizes is not None:
         require_choice("group_sizes", tuple(call.group_sizes), MX_GROUP_SIZES, "the mx mode's groups")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_mm_reduce_scatter_base (MatmulReduceScatter)
+# ---------------------------------------------------------------------------------------------
+
+MM_REDUCE_SCATTER_MODES = ("ai_cpu", "aiv")
+
+
+def _quantised(call: Arguments) -> bool:
+    return call.input.dtype == torch.int8
+
+
+def _mm_reduce_scatter_out_dtype(call: Arguments) -> torch.dtype:
+    """x1's dtype; int8 x1: float16 with an int64 x2_scale, else output_dtype (bfloat16 by default)."""
+    if not _quantised(call):
+        return call.input.dtype
+    if call.x2_scale.dtype == torch.int64:
+        return torch.float16
+    return call.output_dtype or torch.bfloat16
+
+
+def _mm_reduce_scatter_meta(call: Arguments) -> Out:
+    x1, x2, world = call.input, call.x2, call.world_size
+    require_dtype("input", x1, (*HALF_DTYPES, torch.int8))
+    require_dtype("x2", x2, (x1.dtype,), "(input's dtype)")
+    if x1.dim() != 2 or x2.dim() != 2 or x1.shape[1] != x2.shape[0]:
+        raise OpArgumentError(f"input {list(x1.shape)} and x2 {list(x2.shape)} must be [m, k] and [k, n]")
+    m, n = x1.shape[0], x2.shape[1]
+    if m % world:
+        raise OpArgumentError(f"input's m={m} must be divisible by world_size={world}")
+    if call.bias is not None:
+        require_dtype("bias", call.bias, HALF_DTYPES if _quantised(call) else (x1.dtype,))
+        require_shape("bias", call.bias, ((n,),))
+    if _quantised(call):
+        if call.x2_scale is None or call.comm_mode != "aiv":
+            raise OpArgumentError("an int8 input is the quantised mode: it needs x2_scale and comm_mode='aiv'")
+        require_dtype("x2_scale", call.x2_scale, (torch.float32, torch.int64))
+        require_shape("x2_scale", call.x2_scale, ((1, n),))
+        if call.x1_scale is not None:
+            require_dtype("x1_scale", call.x1_scale, (torch.float32,))
+            require_shape("x1_scale", call.x1_scale, ((m, 1),))
+    elif call.x1_scale is not None or call.x2_scale is not None:
+        raise OpArgumentError("x1_scale and x2_scale belong to the quantised mode (an int8 input)")
+    out_dtype = _mm_reduce_scatter_out_dtype(call)
+    if call.output_dtype is not None and (not _quantised(call) or call.x2_scale.dtype != torch.float32
+                                          or out_dtype not in HALF_DTYPES):
+        raise OpArgumentError("output_dtype (float16 or bfloat16) is only for the quantised mode with float32 scales")
+    return Out([m // world, n], out_dtype)
+
+
+def _mm_reduce_scatter_kernel(call: Arguments) -> torch.Tensor:
+    """This die's rows of the product: rank 0's ``m / world_size`` rows (the other ranks' partial products
+    are not simulated, as in :func:`npu_mm_all_reduce_base`)."""
+    x1, x2 = call.input, call.x2
+    rows = x1.shape[0] // call.world_size
+    bias = None if call.bias is None else call.bias.to(torch.float32)
+    if not _quantised(call):
+        addend = torch.zeros(x2.shape[1]) if bias is None else bias
+        return cube_addmm(addend.expand(rows, -1), x1[:rows], x2, out_dtype=x1.dtype)
+    values = int_matmul(x1[:rows], x2).to(torch.float32)
+    if bias is not None:
+        values = values + bias
+    scale = call.x2_scale
+    values = values * (decode_quant_param(scale)[0] if scale.dtype == torch.int64 else scale)
+    if call.x1_scale is not None:
+        values = values * call.x1_scale[:rows]
+    return values.to(_mm_reduce_scatter_out_dtype(call))
+
+
+def _mm_reduce_scatter_samples() -> list[SampleCall]:
+    """A bfloat16 [8, 64] x [64, 16] over a world of 4 (2 rows each), and the int8 per-token x per-channel
+    mode to float16."""
+    gen = torch.Generator().manual_seed(0)
+    x1, x2 = torch.randn(8, 64, generator=gen).bfloat16(), torch.randn(64, 16, generator=gen).bfloat16()
+    q1 = torch.randint(-8, 8, (8, 64), dtype=torch.int8, generator=gen)
+    q2 = torch.randint(-8, 8, (64, 16), dtype=torch.int8, generator=gen)
+    scales = {"x1_scale": torch.rand(8, 1, generator=gen), "x2_scale": torch.rand(1, 16, generator=gen) / 64}
+    return [
+        SampleCall((x1, x2, "hcom_tp", 4)),
+        SampleCall((q1, q2, "hcom_tp", 2), {**scales, "output_dtype": torch.float16, "comm_mode": "aiv"}),
+    ]
+
+
+@npu_op(
+    meta=_mm_reduce_scatter_meta,
+    kernel=_mm_reduce_scatter_kernel,
+    argument_checks={"hcom": comm_domain_name("communication domain")},
+    samples=_mm_reduce_scatter_samples,
+)
+def npu_mm_reduce_scatter_base(call: Arguments) -> None:
+    """MatmulReduceScatter (tensor parallelism): ``reducescatter(input @ x2 + bias)`` over ``hcom``, each of
+    ``world_size`` ranks keeping ``m / world_size`` rows; in the quantised mode
+    ``reducescatter((x1_scale * x2_scale) * (input @ x2 + bias))``.
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_mm_reduce_scatter_base.md (formulas, shapes,
+    dtypes, output dtype rules). The numbers are those of **one rank**, rank 0: the reduce-scatter of the
+    other ranks' partial products is not simulated, so the result is rank 0's rows of this rank's product.
+    The op catalog prices the whole matmul and the ring ReduceScatter of the product on the profile's link
+    for ``[comm] ranks`` dies (cost rule ``matmul_reduce_scatter``).
+
+    * ``input`` float16/bfloat16 ``[m, k]`` (m divisible by ``world_size``), ``x2`` ``[k, n]`` in its dtype,
+      ``bias`` ``[n]``: the Cube's product with the bias added in float32 before one rounding.
+    * Quantised mode (``comm_mode="aiv"``, int8 ``input`` and ``x2``): ``x2_scale`` ``(1, n)`` float32, or
+      int64 from npu_trans_quant_param (decoded; output float16); optional per-token ``x1_scale`` ``(m, 1)``;
+      with float32 scales the output is ``output_dtype`` (bfloat16 by default). The int32 accumulation is
+      exact; bias and scales apply in float32, then one rounding.
+
+    Refused: ``reduce_op`` other than ``"sum"``, ``comm_turn`` other than 0 (the only documented values).
+    """
+    require_choice("reduce_op", call.reduce_op, ("sum",), "the only documented reduce operation")
+    require_choice("comm_turn", call.comm_turn, (0,), "the only supported split")
+    if call.comm_mode is not None:
+        require_choice("comm_mode", call.comm_mode, MM_REDUCE_SCATTER_MODES, "the communication modes")
+    if call.world_size < 1:
+        raise OpArgumentError(f"world_size={call.world_size} must be >= 1, the ranks of the communication domain")
