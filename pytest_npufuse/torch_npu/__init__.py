@@ -36,7 +36,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.sparse_attention` - DeepSeek sparse attention's ``npu_lightning_indexer``, ``npu_quant_lightning_indexer``,
   ``npu_sparse_flash_attention``, ``npu_kv_quant_sparse_flash_attention``
 * :mod:`.tensors` - ``npu_dtype_cast`` (and ``npu_dtype_cast_backward``), ``empty_with_format``
-* :mod:`.quant_extra` - ``npu_matmul_compress_dequant``, ``npu_kronecker_quant``
+* :mod:`.quant_extra` - ``npu_matmul_compress_dequant``, ``npu_kronecker_quant``, ``npu_dynamic_mx_quant``
 * :mod:`.paged_cache` - ``npu_gather_pa_kv_cache``, ``npu_scatter_pa_cache``
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
@@ -216,7 +216,7 @@ from .rope import (
     npu_rotary_mul_backward,
 )
 from .paged_cache import npu_gather_pa_kv_cache, npu_scatter_pa_cache
-from .quant_extra import npu_kronecker_quant, npu_matmul_compress_dequant
+from .quant_extra import npu_dynamic_mx_quant, npu_kronecker_quant, npu_matmul_compress_dequant
 from .rotary_embedding import _npu_rotary_embedding
 from .tensors import empty_with_format, npu_dtype_cast, npu_dtype_cast_backward
 from .sparse_attention import (
@@ -234,6 +234,7 @@ __all__ = [
     "npu_gather_pa_kv_cache",
     "npu_scatter_pa_cache",
     "npu_kronecker_quant",
+    "npu_dynamic_mx_quant",
     "npu_matmul_compress_dequant",
     "fast_gelu",
     "npu_fast_gelu",

@@ -1,5 +1,6 @@
 """Quantisation ops of narrower use: ``npu_matmul_compress_dequant`` (a compressed int8 weight's matmul and
-dequantisation) and ``npu_kronecker_quant`` (Kronecker-rotated dynamic quantisation)."""
+dequantisation), ``npu_kronecker_quant`` (Kronecker-rotated dynamic quantisation) and ``npu_dynamic_mx_quant``
+(MX block quantisation to float8/float4 with E8M0 scales)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import torch
 
 from ..errors import OpArgumentError
 from ..numerics.exact import cube_matmul, int_matmul
-from .checks import HALF_DTYPES, dtype_of_code, require_choice, require_dtype, require_shape
+from .checks import (
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    dtype_of_code,
+    require_choice,
+    require_dtype,
+    require_dtype_code,
+    require_shape,
+)
 from .quant import INT4_PER_INT32
 from .quant import _pack_int4 as pack_int4
 from .quant_param import decode_quant_param
@@ -144,3 +153,117 @@ def npu_kronecker_quant(call: Arguments) -> None:
         require_choice("dst_dtype", dtype_of_code(call.dst_dtype), (torch.int32,), "int4 packed in int32; the "
                        "float4_e2m1 target is not implemented")
     require_choice("dst_type_max", call.dst_type_max or 0.0, (0.0,), "the int4 target's default")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_dynamic_mx_quant (DynamicMxQuant)
+# ---------------------------------------------------------------------------------------------
+
+# The element formats torch has a dtype for, each with its emax (the exponent of its largest normal number,
+# aclnnDynamicMxQuant's table) and its largest finite value.
+MX_EMAX = {torch.float8_e4m3fn: 8, torch.float8_e5m2: 15, torch.float4_e2m1fn_x2: 2}
+FP4_E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # the magnitudes of codes 0..7 (sign in bit 3)
+E8M0_BIAS = 127
+MX_SCALE_PAIR = 2  # mxscale holds the scales of two consecutive blocks in its last dim
+
+
+def _mx_target(call: Arguments) -> torch.dtype:
+    target = dtype_of_code(call.dst_type)
+    if target not in MX_EMAX:
+        raise OpArgumentError(
+            f"dst_type={call.dst_type} is not implemented; expected torch_npu.float4_e2m1fn_x2 (296, the default), "
+            "torch.float8_e4m3fn or torch.float8_e5m2 (float4_e1m2 has no torch dtype)"
+        )
+    return target
+
+
+def _mx_meta(call: Arguments) -> tuple[Out, Out]:
+    x, target = call.input, _mx_target(call)
+    require_dtype("input", x, FLOAT_DTYPES)
+    if not -x.dim() <= call.axis < x.dim():
+        raise OpArgumentError(f"axis={call.axis} is out of input's dimension range [{-x.dim()}, {x.dim() - 1}]")
+    axis = call.axis % x.dim()
+    scale_shape = [*x.shape, MX_SCALE_PAIR]
+    scale_shape[axis] = -(-(-(-x.shape[axis] // call.block_size)) // MX_SCALE_PAIR)
+    if target == torch.float4_e2m1fn_x2:
+        if x.shape[-1] % 2:
+            raise OpArgumentError(f"input's last dim {x.shape[-1]} must be even for a float4 output (two per byte)")
+        return Out([*x.shape[:-1], x.shape[-1] // 2], torch.uint8), Out(scale_shape, torch.uint8)
+    return Out(list(x.shape), target), Out(scale_shape, torch.uint8)
+
+
+def _fp4_e2m1_codes(values: torch.Tensor) -> torch.Tensor:
+    """float32 values (already scaled) as float4_e2m1 codes (uint8 0..15): the nearest representable
+    magnitude, ties to the even code, saturated at 6, the sign in bit 3."""
+    grid = torch.tensor(FP4_E2M1_VALUES, dtype=torch.float64)
+    distance = (values.abs().to(torch.float64).clamp(max=grid[-1]).unsqueeze(-1) - grid).abs()
+    nearest = distance == distance.amin(dim=-1, keepdim=True)
+    even = nearest & (torch.arange(len(FP4_E2M1_VALUES)) % 2 == 0)
+    code = torch.where(even.any(dim=-1), even.to(torch.int8).argmax(dim=-1), nearest.to(torch.int8).argmax(dim=-1))
+    return (code + torch.where(values < 0, 8, 0)).to(torch.uint8)
+
+
+def _mx_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    """OCP MX (scale_alg 0): per block of ``block_size`` values along ``axis`` (the last one padded with
+    zeros), ``shared_exp = floor(log2(max|v|)) - emax``, clamped to the E8M0 range [-127, 127] (an all-zero
+    block gets the smallest scale), ``mxscale = 2^shared_exp`` stored as its E8M0 byte, and
+    ``y = cast(v / mxscale)`` rounding to nearest even and saturating at the format's largest value."""
+    x, target, size = call.input, _mx_target(call), call.block_size
+    axis = call.axis % x.dim()
+    moved = x.to(torch.float32).movedim(axis, -1)
+    length = moved.shape[-1]
+    blocks = -(-length // size)
+    padded_blocks = blocks + blocks % MX_SCALE_PAIR
+    padded = torch.nn.functional.pad(moved, (0, padded_blocks * size - length)).unflatten(-1, (padded_blocks, size))
+    amax = padded.abs().amax(dim=-1)
+    exponent = (torch.floor(torch.log2(amax)) - MX_EMAX[target]).nan_to_num(neginf=-E8M0_BIAS)
+    exponent = exponent.clamp(-E8M0_BIAS, E8M0_BIAS)
+    exponent[..., blocks:] = -E8M0_BIAS  # the pad block's scale: byte 0, as the page pads with 0
+    scaled = (padded / torch.exp2(exponent).unsqueeze(-1)).flatten(-2)[..., :length].movedim(-1, axis)
+    scale = (exponent + E8M0_BIAS).to(torch.uint8).unflatten(-1, (-1, MX_SCALE_PAIR)).movedim(-2, axis)
+    if target == torch.float4_e2m1fn_x2:
+        codes = _fp4_e2m1_codes(scaled).unflatten(-1, (-1, 2))
+        return codes[..., 0] | (codes[..., 1] << 4), scale
+    limit = torch.finfo(target).max
+    return scaled.clamp(-limit, limit).to(target), scale
+
+
+def _mx_samples() -> list[SampleCall]:
+    """The aclnn page's example row (0, 8, 64, 512 in bfloat16 to float8_e4m3fn), a [4, 40] float16 input to
+    the default float4_e2m1 in blocks of 32 along the last axis (two blocks, the second partial), and
+    float8_e5m2 blocks along axis 0."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 40, generator=gen) * 3).half()
+    page = torch.tensor([[0.0, 8.0, 64.0, 512.0]]).bfloat16()
+    return [
+        SampleCall((page,), {"dst_type": torch.float8_e4m3fn}),
+        SampleCall((x,)),
+        SampleCall((x.bfloat16(),), {"axis": 0, "dst_type": torch.float8_e5m2}),
+    ]
+
+
+@npu_op(meta=_mx_meta, kernel=_mx_kernel, argument_checks={"dst_type": require_dtype_code}, samples=_mx_samples)
+def npu_dynamic_mx_quant(call: Arguments) -> None:
+    """MX quantisation: per block of ``block_size`` values along ``axis``, one power-of-two scale (E8M0) and
+    the values divided by it in a float8 or float4 format; returns (y, mxscale).
+
+    Sources: CANN aclnnDynamicMxQuant (hicann/ops-nn quant/dynamic_mx_quant/docs/aclnnDynamicMxQuant.md:
+    scale_alg 0's formula and emax table, round modes, mxscale's shape with its axis dim
+    ``ceil(ceil(n / block_size) / 2)`` and a last dim of 2 holding two consecutive blocks' scales, padded
+    with 0) and op-plugin's DynamicMxQuantKernelNpuOpApi.cpp and meta function (y in the float8 dtype, or
+    uint8 bytes of two float4 values for float4 with the last dim halved; mxscale uint8 holding E8M0 bytes;
+    dst_type codes).
+
+    Modeled: float16/bfloat16/float32 input; ``dst_type`` float4_e2m1 (torch_npu's 296, the default),
+    float8_e4m3fn or float8_e5m2 (torch_npu's 292/291 or the torch dtypes); ``round_mode="rint"``;
+    ``scale_alg=0`` (OCP); ``block_size`` a multiple of 32 up to 1024. Assumptions (the page does not say):
+    a value past the format's largest is saturated to it, an all-zero block's scale is 2^-127, and a float4
+    byte holds element 2i in its low nibble. Refused: float4_e1m2 (torch has no such dtype), scale_alg 1/2,
+    the round modes "floor"/"round", and non-zero ``dst_type_max``/``max_low_bound``.
+    """
+    require_choice("round_mode", call.round_mode, ("rint",), "the round mode modeled")
+    require_choice("scale_alg", 0 if call.scale_alg is None else call.scale_alg, (0,), "OCP's scale (scale_alg 0)")
+    if call.block_size <= 0 or call.block_size % 32 or call.block_size > 1024:
+        raise OpArgumentError(f"block_size={call.block_size} must be a multiple of 32 in [32, 1024]")
+    require_choice("dst_type_max", call.dst_type_max, (0.0,), "the format's own largest value")
+    require_choice("max_low_bound", call.max_low_bound, (0.0,), "no lower bound on the scale")
