@@ -13,11 +13,12 @@ from .checks import (
     FLOAT_DTYPES,
     require_choice,
     require_dtype,
+    require_int,
     require_shape,
     require_unused,
 )
 from .fixedorder import softmax
-from .formats import cast_format, record_format
+from .formats import cast_format, get_npu_format, record_format
 from .registry import Arguments, Derivative, Out, SampleCall, bind, no_outputs, npu_op
 
 
@@ -27,11 +28,16 @@ def _format_cast_meta(call: Arguments) -> Out:
     return Out(list(call.input.shape), call.input.dtype)
 
 
+def _target_format(acl_format: int | torch.Tensor) -> int:
+    """The format asked for: ``acl_format``, or in the ``.Tensor`` overload the format of ``dst``."""
+    return int(get_npu_format(acl_format)) if isinstance(acl_format, torch.Tensor) else acl_format
+
+
 def _format_cast_kernel(call: Arguments) -> torch.Tensor:
     """A dense copy, as the fake promises, made here so that the format is recorded on the storage the
     caller gets (the registry would otherwise densify a copy of a view into a storage with no record)."""
     dense = call.input.clone(memory_format=torch.contiguous_format)
-    return record_format(dense, cast_format(call.input, call.acl_format))
+    return record_format(dense, cast_format(call.input, _target_format(call.acl_format)))
 
 
 def _format_cast_samples() -> list[SampleCall]:
@@ -40,7 +46,13 @@ def _format_cast_samples() -> list[SampleCall]:
     return [SampleCall((weight, 29)), SampleCall((weight, 2))]
 
 
-@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, samples=_format_cast_samples)
+def _require_format(name: str, value: object) -> object:
+    """``acl_format``: an int, or (the ``.Tensor`` overload) the tensor whose format the result takes."""
+    return value if isinstance(value, torch.Tensor) else require_int(name, value)
+
+
+@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, argument_checks={"acl_format": _require_format},
+        samples=_format_cast_samples)
 def npu_format_cast(call: Arguments) -> None:
     """Change the device memory format of ``input``; on CPU this returns a copy equal to ``input``.
 
@@ -52,7 +64,8 @@ def npu_format_cast(call: Arguments) -> None:
     tensor out in device memory, for example in fractal tiles for the Cube unit.  The logical
     shape, dtype and values stay the same, and every op in this module reads logical values.
     So the CPU model keeps the layout and returns a copy, noting the copy's format for
-    ``torch_npu.get_npu_format`` (:mod:`.formats`).  It copies rather than returning
+    ``torch_npu.get_npu_format`` (:mod:`.formats`). The ``.Tensor`` overload,
+    ``npu_format_cast(input, dst)``, casts to the format ``dst`` has.  It copies rather than returning
     ``input`` itself because an op without alias annotations may not return its input, and the real op
     also returns a new tensor.  ``acl_format`` must be an int, as in the real schema.
     ``customize_dtype`` (a torch.dtype or its int code) picks the dtype whose tile width (C0) the device
