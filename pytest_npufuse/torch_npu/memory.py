@@ -485,14 +485,17 @@ def scatter_update(call: Arguments) -> None:
 
 
 @npu_op(
-    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples
+    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples,
+    inplace_of="scatter_update",
 )
 def scatter_update_(call: Arguments) -> None:
     """In-place :func:`scatter_update`: writes into ``data`` and returns it (cann-recipes' decode KV-cache
     write ``scatter_update_(past_key, kv_len, key_states, -2)``).
 
-    Source: torch_npu.scatter_update_ (op-plugin API page). The registered op is functional (the
-    registry's ``writes_back``); this wrapper copies its result into ``data`` and returns ``data``.
+    Source: torch_npu.scatter_update_ (op-plugin API page; schema ``Tensor(a!) self -> Tensor(a!)``). The op
+    is :func:`scatter_update` and a copy into ``data`` (the registry's ``inplace_of``), so
+    ``torch.ops.npu.scatter_update_`` returns ``data`` itself, under a fake mode too, and a traced graph
+    holds ``scatter_update`` and a ``copy_``, as torch_npu's functionalization gives.
     """
 
 

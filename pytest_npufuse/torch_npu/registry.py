@@ -374,6 +374,54 @@ def _register_autograd(qualified: str, backward: Callable[..., Any], setup_conte
     _LIB.impl(qualified, torch._library.autograd.make_autograd_impl(overload, info), "Autograd", with_keyset=True)
 
 
+def _declare_inplace(
+    checks: Callable[[Arguments], None], functional: str, written: str, samples: Optional[Samples]
+) -> Callable[..., Any]:
+    """``torch.ops.npu.<name>`` as torch_npu declares an in-place op whose functional form is the declared op
+    ``functional`` (``scatter_update_`` of ``scatter_update``): the schema marks the written argument and
+    the return ``Tensor(a!)``, and its CompositeImplicitAutograd kernel runs ``functional`` and copies the
+    result into that argument, which it returns. A fake tensor mode therefore returns the very tensor it
+    was given, and a traced graph holds the functional op and a ``copy_``, as torch_npu's functionalization
+    of the op gives."""
+    public_name = checks.__name__
+    declaration = declarations()[public_name]
+    if f"{NAMESPACE}::{public_name}" not in _catalog_types():
+        raise ProfileError(f"{NAMESPACE}::{public_name} is declared in {checks.__module__} but has no entry in data/ops.toml")
+    declared = f"{public_name}{declaration.arguments(mutated=(written,))} -> Tensor(a!)"
+    _LIB.define(declared)
+    parameters = {parameter.name: parameter for parameter in declaration.parameters}
+    position, schema_name = list(parameters).index(written), parameters[written].schema_name
+    schema_names = {p.name: p.schema_name for p in declaration.parameters if p.name != p.schema_name}
+    functional_packet = getattr(getattr(torch.ops, NAMESPACE), functional)
+
+    def in_place(*args: Any, **kwargs: Any) -> Any:
+        target = kwargs[schema_name] if schema_name in kwargs else args[position]
+        target.copy_(functional_packet(*args, **kwargs))
+        return target
+
+    _LIB.impl(public_name, in_place, "CompositeImplicitAutograd")
+    typed, require_fit = _typed(declaration, {}), _fit_check(declaration)
+    make = _BINDERS[public_name] = _binder(declaration, require_fit)
+    validate = _VALIDATORS[public_name] = _validator(declaration, checks, (), typed)
+    check_types = _type_checker(declaration, typed, require_fit)
+    packet = getattr(getattr(torch.ops, NAMESPACE), public_name)
+
+    def public(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = _python_scalars(args, kwargs)
+        if torch.compiler.is_compiling():
+            check_types(args, kwargs)
+        else:
+            validate(*make(args, kwargs))
+        return packet(*args, **{schema_names.get(name, name): value for name, value in kwargs.items()})
+
+    public.__name__ = public.__qualname__ = public_name
+    public.__module__, public.__doc__ = checks.__module__, checks.__doc__
+    public.__signature__ = declaration.signature()
+    family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
+    _OPS[public_name] = NpuOp(public_name, family, declared, declaration.source, functional, samples)
+    return public
+
+
 def npu_op(
     *,
     meta: Callable[[Arguments], Outputs],
@@ -385,6 +433,7 @@ def npu_op(
     side_effect: bool = False,
     derivative: Optional[Derivative] = None,
     samples: Optional[Samples] = None,
+    inplace_of: str = "",
 ) -> Callable[[Callable[[Arguments], None]], Callable[..., Any]]:
     """Declare ``torch.ops.npu.<name>`` and its public callable, ``<name>`` being the decorated function's.
 
@@ -410,10 +459,16 @@ def npu_op(
     reads its result. ``derivative`` makes the op differentiable (:class:`Derivative`); an op without
     one has no gradient, as in torch_npu. ``samples`` builds a few valid calls of the op
     (:class:`SampleCall`), from which the tests check every declared op against its schema, its fake
-    kernel and its derivative; an op declared without them fails those tests.
+    kernel and its derivative; an op declared without them fails those tests. ``inplace_of`` names the
+    declared functional op of which this op is torch_npu's in-place form (``Tensor(a!) self -> Tensor(a!)``,
+    the one argument ``writes_back`` names): the op is then that op plus a copy into the argument
+    (:func:`_declare_inplace`), and ``meta`` and ``kernel`` are the functional op's.
     """
 
     def declare(checks: Callable[[Arguments], None]) -> Callable[..., Any]:
+        if inplace_of:
+            (written,) = writes_back
+            return _declare_inplace(checks, inplace_of, written, samples)
         public_name = checks.__name__
         declaration = declarations()[public_name]
         name = f"{public_name}_functional" if schema_mutates else public_name
