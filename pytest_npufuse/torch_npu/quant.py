@@ -11,6 +11,7 @@ from ..errors import OpArgumentError, OpTypeError
 from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
     FLOAT_DTYPES,
+    dtype_of_code,
     HALF_DTYPES,
     dtype_names,
     require_choice,
@@ -1008,12 +1009,17 @@ def npu_weight_quant_batchmatmul(call: Arguments) -> None:
     * The dequantised weight is computed in float32 and rounded once to x's dtype (the Cube
       multiplies fp16/bf16 operands); the product accumulates in float32 with the bias
       (x's dtype or float32) added before one rounding (:func:`pytest_npufuse.numerics.exact.cube_addmm`).
+    * ``weight_dtype`` (op-plugin's schema: the format the weight tensor holds, a torch.dtype or torch_npu
+      code) may name int8, the weight's own dtype; hifloat8, float8 and float4 weights are refused by name.
     * Not implemented (ValueError): int4 weights (int32-packed), int64 (trans_quant_param)
       antiquant scales, and the int8 output quantisation ``quant_scale``/``quant_offset``.  ``inner_precise`` selects a device
       precision/performance mode and does not change this model's values.
     """
     require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=call.quant_scale,
                    quant_offset=call.quant_offset)
+    if call.weight_dtype is not None:
+        require_choice("weight_dtype", dtype_of_code(call.weight_dtype), (torch.int8,),
+                       "the int8 weight the model dequantises; hifloat8, float8 and float4 weights are not modeled")
     if call.antiquant_group_size < 0:
         raise OpArgumentError(f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)")
     require_choice("inner_precise", call.inner_precise, (0, 1), "device precision modes")
