@@ -16,10 +16,11 @@ if TYPE_CHECKING:
     from .pipeline.backend import compile_model
     from .pipeline.chain import capture, compare
     from .report.case import CaseReport, ScopeReport
+    from .session import Session, current_session
 
 __all__ = [
     "capture", "compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise", "Advice", "superkernel_scope",
-    "install_shims", "uninstall_shims", "init_empty_weights",
+    "install_shims", "uninstall_shims", "init_empty_weights", "Session", "current_session",
 ]
 
 # The pipeline needs torch, which takes seconds to import; loading it on first use keeps
@@ -29,6 +30,7 @@ _LAZY = {
     "CaseReport": "report.case", "ScopeReport": "report.case",
     "advise": "advisor", "Advice": "advisor", "superkernel_scope": "gating",
     "install_shims": "shim", "uninstall_shims": "shim", "init_empty_weights": "frontend.meta",
+    "Session": "session", "current_session": "session",
 }
 
 

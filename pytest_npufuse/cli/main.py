@@ -354,6 +354,7 @@ def _add_target(command: argparse.ArgumentParser) -> None:
 
 @functools.cache
 def _command_texts() -> dict[str, dict[str, str]]:
+    """commands.toml, read once (a pure function of the package's file)."""
     return read_toml(Path(__file__).parent / "commands.toml")
 
 

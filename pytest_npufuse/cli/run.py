@@ -20,8 +20,7 @@ from torch._dynamo.exc import TorchDynamoException
 from ..errors import NpufuseError, OpArgumentError, OpTypeError
 from ..frontend.dynamo import root_cause
 from ..frontend.meta import traced_on_meta
-from ..frontend.tagged_events import EVENTS
-from ..pipeline.backend import ModeledRun, end_run, start_run
+from ..pipeline.backend import ModeledRun, modeled_run
 from ..pipeline.graph import CompiledGraph
 from ..plan.tasks import ScopePlan
 from ..target.userconfig import load_user_config
@@ -79,13 +78,11 @@ def run_script(
 
     profile = load_user_config(pyproject).profile(target)
     state = install_shims()
-    run = start_run(profile)
-    EVENTS.clear()  # a script starts with no tagged events, as a fresh process does
     saved_argv = sys.argv
     sys.argv = [str(script), *argv]
     status = 0
     try:
-        with shim_in_children(target, pyproject):
+        with modeled_run(profile) as run, shim_in_children(target, pyproject):
             runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         status = _exit_status(exc.code)
@@ -103,7 +100,6 @@ def run_script(
           "modeled there, not summarised here)", file=out)
     for line in summary(run):
         print(line, file=out)
-    end_run()
     return status
 
 

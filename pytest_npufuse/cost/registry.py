@@ -67,7 +67,7 @@ class CostRule:
 
 
 TILING_CLASSES = ("simple", "complex")
-_RULES: dict[str, CostRule] = {}
+_RULES: dict[str, CostRule] = {}  # declarations, each made once at import (not session state)
 
 
 def register_cost_rule(

@@ -4,15 +4,16 @@
 chain (:func:`~.chain.model_program`); :func:`compile_model` is the library's way to get one. Code
 written for a real NPU gets its backend through :func:`backend_for` (``torchair.get_npu_backend()`` and
 ``backend="npugraph_ex"`` call it), which remembers every backend of the current
-``python -m pytest_npufuse run`` for its summary.
+``python -m pytest_npufuse run`` (:func:`modeled_run`) for its summary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.fx
@@ -20,6 +21,7 @@ import torch.fx
 from ..frontend.backend import CaptureBackend, CapturedGraph
 from ..frontend.dynamo import compile_static
 from ..plan.tasks import Variant
+from ..session import Scope, Session, SessionKey, current_session
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import (
@@ -137,19 +139,17 @@ class ModeledRun:
         return [graph for backend in self.backends for graph in backend.graphs]
 
 
-_RUN: ModeledRun | None = None
+# The sessions inside a script's (a pytest run the script starts, its tests) add their backends to its run.
+RUN: SessionKey[ModeledRun | None] = SessionKey("the script run", lambda: None, Scope.INHERITED)
 
 
-def start_run(profile: HardwareProfile) -> ModeledRun:
-    """Begin collecting the backends of one ``python -m pytest_npufuse run``."""
-    global _RUN
-    _RUN = ModeledRun(profile)
-    return _RUN
-
-
-def end_run() -> None:
-    global _RUN
-    _RUN = None
+@contextlib.contextmanager
+def modeled_run(profile: HardwareProfile) -> Iterator[ModeledRun]:
+    """Collect the backends of one ``python -m pytest_npufuse run``, whose script runs inside, in a session
+    that starts a modeled process (no tagged events yet, the device clock at zero)."""
+    with Session(current_session(), process=True) as session:
+        run = session[RUN] = ModeledRun(profile)
+        yield run
 
 
 def current_profile(target: str | None = None) -> HardwareProfile:
@@ -161,9 +161,10 @@ def current_profile(target: str | None = None) -> HardwareProfile:
     stated = stated_running_target()
     if stated is not None:
         return stated
-    if _RUN is None:
+    run = current_session()[RUN]
+    if run is None:
         return _child_profile()
-    return _RUN.profile
+    return run.profile
 
 
 def _child_profile() -> HardwareProfile:
@@ -181,6 +182,7 @@ def backend_for(
     target), applying ``decompositions`` when lowering to aten; inside ``python -m pytest_npufuse run``
     it is remembered for the summary."""
     backend = NpuBackend(options, current_profile(target), decompositions=dict(decompositions or {}))
-    if _RUN is not None:
-        _RUN.backends.append(backend)
+    run = current_session()[RUN]
+    if run is not None:
+        run.backends.append(backend)
     return backend

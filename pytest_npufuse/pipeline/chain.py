@@ -52,6 +52,7 @@ from ..report.explain import stream_uses
 from ..report.numerics import Numerics, Uncompared, stand_ins
 from ..report.trace import write_case_traces
 from ..sanitize.checker import sanitize
+from ..session import in_session
 from ..simulate.host import HostConfig, host_config
 from ..simulate.routing import routed_program, routing_of
 from ..target.catalog import OpCatalog, load_catalog
@@ -132,6 +133,7 @@ def _execute(
                     (*runs, (model, variant_args, variant_run)))
 
 
+@in_session
 def compare(
     model: Callable[..., Any],
     *inputs: Any,

@@ -16,9 +16,12 @@ from typing import Iterable
 from ..errors import OutputFileError
 from ..files import append_text
 from ..plan.tasks import LogRecord
+from ..session import Scope, SessionKey, current_session
 from .escaping import terminal_text
 
-_FILES: dict[int, Path] = {}
+# Per process id, its plog file: a file belongs to the real process (a forked child names its own), so every
+# session of the process shares one.
+PLOG_FILES: SessionKey[dict[int, Path]] = SessionKey("plog files", dict, Scope.PROCESS)
 
 
 def plog_dir() -> Path:
@@ -37,11 +40,12 @@ def plog_path() -> Path:
     """This process's plog file, named when first needed, as CANN does (pid and start time)."""
     pid = os.getpid()
     directory = plog_dir()
-    cached = _FILES.get(pid)
+    files = current_session()[PLOG_FILES]
+    cached = files.get(pid)
     if cached is None or cached.parent != directory:
         stamp = _now().strftime("%Y%m%d%H%M%S%f")[:-3]
         cached = directory / f"plog-{pid}_{stamp}.log"
-        _FILES[pid] = cached
+        files[pid] = cached
     return cached
 
 

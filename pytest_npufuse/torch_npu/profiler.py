@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 from ..errors import ArgumentError, NotModeledError
 from ..ir.program import Program
 from ..report.attribution import Attribution, attribute_calls
+from ..session import SessionKey, current_session
 from ..simulate.timeline import RunReport
 
 __all__ = ["profile", "ProfilerActivity"]
@@ -38,12 +39,16 @@ class ProfilerActivity(enum.Enum):
     NPU = "NPU"
 
 
-_ACTIVE: list["profile"] = []
+IN_PROGRESS: SessionKey[list["profile"]] = SessionKey("profiles in progress", list)
+
+
+def _in_progress() -> list["profile"]:
+    return current_session()[IN_PROGRESS]
 
 
 def record_graph_call(program: Program, run: RunReport) -> None:
-    """A compiled graph ran once on the modeled device: every profile in progress records it."""
-    for prof in _ACTIVE:
+    """A compiled graph ran once on the modeled device: every profile in progress in the session records it."""
+    for prof in _in_progress():
         prof.calls.append((program, run))
 
 
@@ -104,12 +109,14 @@ class profile:  # noqa: N801 - torch_npu's name
         self.steps = 0
 
     def start(self) -> None:
-        if self.device and self not in _ACTIVE:
-            _ACTIVE.append(self)
+        in_progress = _in_progress()
+        if self.device and self not in in_progress:
+            in_progress.append(self)
 
     def stop(self) -> None:
-        if self in _ACTIVE:
-            _ACTIVE.remove(self)
+        in_progress = _in_progress()
+        if self in in_progress:
+            in_progress.remove(self)
         if self.on_trace_ready is not None:
             self.on_trace_ready(self)
 

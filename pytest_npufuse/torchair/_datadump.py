@@ -37,6 +37,7 @@ from ..errors import NotModeledError
 from ..execute.graph import Observer
 from ..files import ensure_directory
 from ..ir.program import Program
+from ..session import Scope, SessionKey, current_session
 from ..torch_npu.dump import save_file, saved_path
 
 if TYPE_CHECKING:
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
 RANK_DIR = "worldsize1_global_rank0"
 GE_MODE = "max-autotune"
 ACLGRAPH_MODES = ("reduce-overhead", "npugraph_ex")
-_GE_GRAPH_IDS = itertools.count(1)
+# The graph ids in dump folder names: one count per process, so no dump overwrites another.
+_GE_GRAPH_IDS = SessionKey("GE data dump graph ids", lambda: itertools.count(1), Scope.PROCESS)
 _SAVE = torch.ops.npu.save_npugraph_tensor.default
 
 
@@ -158,7 +160,7 @@ def plan_dump(
         return DataDump(root, aclgraph_nodes=_aclgraph_nodes(gm))
     if mode != GE_MODE:
         return None
-    folder = root / time.strftime("%Y%m%d%H%M%S") / "0" / f"graph_{next(_GE_GRAPH_IDS)}" / "1"
+    folder = root / time.strftime("%Y%m%d%H%M%S") / "0" / f"graph_{next(current_session()[_GE_GRAPH_IDS])}" / "1"
     return DataDump(
         folder,
         ge_ops=_ge_ops(program, stream_of, dump.dump_layer.raw or ""),

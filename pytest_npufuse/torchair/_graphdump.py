@@ -28,11 +28,13 @@ import torch.fx
 from ..errors import NotModeledError
 from ..files import ensure_directory, write_text
 from ..ir.program import Kernel, Program, TensorSpec
+from ..session import Scope, SessionKey, current_session
 
 if TYPE_CHECKING:
     from .configs.compiler_config import CompilerConfig
 
-_GRAPH_IDS = itertools.count(1)
+# The graph ids in dump file names: one count per process, so no dump overwrites another.
+_GRAPH_IDS = SessionKey("graph dump ids", lambda: itertools.count(1), Scope.PROCESS)
 _GE_DTYPES = {
     "float32": "DT_FLOAT", "float16": "DT_FLOAT16", "bfloat16": "DT_BF16", "float64": "DT_DOUBLE",
     "int8": "DT_INT8", "uint8": "DT_UINT8", "int16": "DT_INT16", "int32": "DT_INT32", "int64": "DT_INT64",
@@ -104,7 +106,7 @@ def write_graph_dump(
     kind = config.debug.graph_dump.type.raw
     if kind is None:
         return None
-    graph_id = next(_GRAPH_IDS)
+    graph_id = next(current_session()[_GRAPH_IDS])
     path = config.debug.graph_dump.path
     if mode in ("reduce-overhead", "npugraph_ex"):
         if kind != "py":

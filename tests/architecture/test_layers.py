@@ -26,6 +26,7 @@ LAYERS: tuple[str, ...] = (
     "gaps",
     "vocabulary",
     "files",
+    "session",
     "cost",
     "target",
     "ir",

@@ -8,7 +8,6 @@ from pytest_npufuse import torchair as tng
 from pytest_npufuse.errors import ScopeError
 from pytest_npufuse.execute.graph import poison
 from pytest_npufuse.frontend.dynamo import compile_once
-from pytest_npufuse.frontend.tagged_events import EVENTS
 from pytest_npufuse.pipeline.backend import NpuBackend
 from pytest_npufuse.plan.streams import stream_plan
 from pytest_npufuse.plan.tasks import Variant
@@ -28,11 +27,6 @@ def capture(model, *inputs, mode="reduce-overhead"):
 def analyse(model, *inputs, mode="reduce-overhead"):
     program = capture(model, *inputs, mode=mode)
     return program, sanitize(program, stream_plan(program, mode))
-
-
-@pytest.fixture(autouse=True)
-def fresh_events():
-    EVENTS.reset()
 
 
 def data(n=4, count=4):

@@ -17,9 +17,9 @@ from pytest_npufuse.target.running import state_running_target
 
 @pytest.fixture
 def on_target(shim):
-    """Run the test's code on a named target, as pytest's --npu-target states it."""
-    yield lambda name: state_running_target(load_profile(name))
-    state_running_target(None)
+    """Run the test's code on a named target, as pytest's --npu-target states it (for this test only: the
+    statement is in the test's session)."""
+    return lambda name: state_running_target(load_profile(name))
 
 
 def _outcome(case: type, name: str) -> unittest.TestResult:
