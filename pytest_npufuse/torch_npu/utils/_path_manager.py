@@ -22,8 +22,13 @@ __all__ = ["PathManager"]
 _PLAIN_PATH = re.compile(r"[\w.~/\s\u4e00-\u9fa5-]+")
 
 
-def _guarded(action: str, path: str, operation: Callable[[], object]) -> None:
-    """Run ``operation`` on ``path``, which exists or not as the caller checked; an OS failure is the error."""
+def _change(path: str, action: str, operation: Callable[[], object], when_exists: bool) -> None:
+    """Run ``operation`` on ``path`` when the path exists (removals) or does not (creations), warning first
+    for a symbolic link as torch_npu does; an OS failure is the error."""
+    if os.path.islink(path):
+        warnings.warn(f"Failed to {action}: {path}")
+    if os.path.exists(path) != when_exists:
+        return
     try:
         operation()
     except OSError as error:
@@ -84,35 +89,24 @@ class PathManager:
     @classmethod
     def remove_path_safety(cls, path: str) -> None:
         """Remove a directory tree; a missing one is already removed."""
-        if os.path.islink(path):
-            warnings.warn(f"Failed to remove path: {path}")
-        if os.path.exists(path):
-            _guarded("remove path", path, lambda: shutil.rmtree(path))
+        _change(path, "remove path", lambda: shutil.rmtree(path), when_exists=True)
 
     @classmethod
     def remove_file_safety(cls, file: str) -> None:
         """Remove a file; a missing one is already removed."""
-        if os.path.islink(file):
-            warnings.warn(f"Failed to remove file: {file}")
-        if os.path.exists(file):
-            _guarded("remove file", file, lambda: os.remove(file))
+        _change(file, "remove file", lambda: os.remove(file), when_exists=True)
 
     @classmethod
     def make_dir_safety(cls, path: str) -> None:
         """Make a directory (and its parents) with mode 0o750, unless the path exists."""
-        if os.path.islink(path):
-            warnings.warn(f"Failed to make directory: {path}")
-        if not os.path.exists(path):
-            _guarded("make directory", path, lambda: os.makedirs(path, mode=cls.DATA_DIR_AUTHORITY, exist_ok=True))
+        _change(path, "make directory", lambda: os.makedirs(path, mode=cls.DATA_DIR_AUTHORITY, exist_ok=True),
+                when_exists=False)
 
     @classmethod
     def create_file_safety(cls, path: str) -> None:
         """Create an empty file with mode 0o640, unless the path exists."""
-        if os.path.islink(path):
-            warnings.warn(f"Failed to create file: {path}")
-        if not os.path.exists(path):
-            _guarded("create file", path,
-                     lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT, cls.DATA_FILE_AUTHORITY)))
+        _change(path, "create file",
+                lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT, cls.DATA_FILE_AUTHORITY)), when_exists=False)
 
     @classmethod
     def check_path_is_readable(cls, path: str) -> bool:
