@@ -49,6 +49,12 @@ def plog_path() -> Path:
     return cached
 
 
+def _named(directory: Path) -> str:
+    """The plog directory as the user set it (the variable, when it came from there)."""
+    where = "ASCEND_PROCESS_LOG_PATH" if os.environ.get("ASCEND_PROCESS_LOG_PATH") else "the plog directory"
+    return f"{where} {directory}"
+
+
 def write_plog(records: Iterable[LogRecord]) -> Path | None:
     """Append ``records`` to this process's plog file; returns its path, or None when there was nothing."""
     records = list(records)
@@ -58,10 +64,14 @@ def write_plog(records: Iterable[LogRecord]) -> Path | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        where = "ASCEND_PROCESS_LOG_PATH" if os.environ.get("ASCEND_PROCESS_LOG_PATH") else "the plog directory"
         raise OutputFileError(
-            f"{where} {path.parent} is a file (or lies under one), so the plog cannot be written there; "
+            f"{_named(path.parent)} is a file (or lies under one), so the plog cannot be written there; "
             "point ASCEND_PROCESS_LOG_PATH at a directory."
+        ) from None
+    except OSError as exc:
+        raise OutputFileError(
+            f"{_named(path.parent)} cannot be created ({exc.strerror or exc}), so the plog cannot be written there; "
+            "point ASCEND_PROCESS_LOG_PATH at a directory you can write to.", file=str(path),
         ) from None
     stamp = _now().strftime("%Y-%m-%d-%H:%M:%S.%f")
     # One record, one line: a scope name holding a line break or an escape sequence must not forge another
