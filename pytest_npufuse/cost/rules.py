@@ -471,11 +471,20 @@ def matmul_all_reduce_us(kernel: "Kernel", dim: int, profile: "HardwareProfile")
     return max(matmul_us(kernel, dim, profile), _ring_us(2 * message, 2, profile))
 
 
+def reduce_scatter_product_bytes(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]) -> int:
+    """The bytes of MatmulReduceScatter's whole product ``[M, N]``, which its ring reduces and scatters: the
+    die's output ``[M / world_size, N]`` scaled by the left operand's M over the output's rows."""
+    out = outputs[0] if outputs else None
+    if out is None or len(out.shape) < 2 or not inputs or len(inputs[0].shape) < 2:
+        return sum(spec.nbytes for spec in outputs)
+    return out.nbytes * inputs[0].shape[-2] // max(1, out.shape[-2])
+
+
 def matmul_reduce_scatter_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
     """MatmulReduceScatter (MC2): the matmul's Cube time (as ``matmul``, on its flops) and a one-pass ring
-    ReduceScatter of the whole product, ``ranks`` times the die's output, pipelined as in
+    ReduceScatter of the whole product (:func:`reduce_scatter_product_bytes`), pipelined as in
     :func:`matmul_all_reduce_us` (the longer of the two; estimate: pipeline fill not counted)."""
-    product = profile.comm_ranks * sum(spec.nbytes for spec in kernel.output_specs)
+    product = reduce_scatter_product_bytes(kernel.input_specs, kernel.output_specs)
     return max(matmul_us(kernel, dim, profile), _ring_us(product, 1, profile))
 
 
