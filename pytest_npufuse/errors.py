@@ -160,6 +160,11 @@ class OutputFileError(FileFault):
     kind = ErrorKind.OUTPUT_FILE
 
 
+class PathManagerError(NpufuseError, RuntimeError):
+    """``torch_npu.utils._path_manager.PathManager`` could not make or remove a file or directory (torch_npu
+    raises RuntimeError); the message names the path and the operating system's reason."""
+
+
 class ConfigError(NpufuseError, ValueError):
     """A TorchAir ``CompilerConfig`` option set to a value TorchAir rejects (TorchAir raises ValueError)."""
 

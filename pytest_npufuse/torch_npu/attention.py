@@ -1000,13 +1000,10 @@ def _layout_of_rank(query: torch.Tensor, layout: str, num_heads: int) -> str:
 def _ifa_call(call: Arguments) -> _Setup:
     geo = _same_shape_call(call.query, call.key, call.value, call.input_layout, call.num_heads,
                            call.num_key_value_heads, call.block_table, call.block_size, DENSE_LAYOUTS)
-    if geo.q_len != 1:
-        raise OpArgumentError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
-                              "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
     _check_mask(call.atten_mask, MASK_ONLY, geo)
     _check_padding(call, geo)
     kv_lens = _kv_lengths(geo, call.actual_seq_lengths, call.key, "actual_seq_lengths")
-    return _Setup(geo, [1] * geo.batch, kv_lens, float(call.scale_value), MASK_ONLY, NO_BAND, NO_BAND)
+    return _Setup(geo, [geo.q_len] * geo.batch, kv_lens, float(call.scale_value), MASK_ONLY, NO_BAND, NO_BAND)
 
 
 def _ifa_meta(call: Arguments) -> Out:
@@ -1037,11 +1034,14 @@ def _ifa_samples() -> list[SampleCall]:
 
 @npu_op(meta=_ifa_meta, kernel=_ifa_kernel, unmodeled=IFA_UNMODELED, samples=_ifa_samples)
 def npu_incre_flash_attention(call: Arguments) -> None:
-    """Decode attention (one query token per batch): returns ``attention_out`` shaped like ``query``.
+    """Decode attention (one query token per batch, usually): returns ``attention_out`` shaped like ``query``.
 
     Source: torch_npu.npu_incre_flash_attention (op-plugin API page; meta function: output like query).
-    The computation of :func:`npu_fused_infer_attention_score` with ``S_q = 1``, the scale named
-    ``scale_value`` and ``actual_seq_lengths`` giving the valid **KV** lengths per batch (1 or >= B values).
+    The computation of :func:`npu_fused_infer_attention_score`, the scale named ``scale_value`` and
+    ``actual_seq_lengths`` giving the valid **KV** lengths per batch (1 or >= B values). The page's formula,
+    ``softmax(scale_value * query @ key^T + atten_mask) @ value``, and its shapes (query (B, S, H), (B, N, S,
+    D) or (B, S, N, D), S up to 262144 on A2) do not limit the query to one token: with S > 1 every query row
+    attends to every valid key (no causal band; ``atten_mask`` (B, S, S_kv) and its broadcasts mask rows).
     Layouts BSH, BSND, BNSD (the default "BSH" with a 4-D query reads it as the 4-D layout holding
     ``num_heads``, see :func:`_layout_of_rank`); paged KV through ``block_table`` / ``block_size`` as in the
     fused op (``actual_seq_lengths`` then required); ``atten_mask`` ``[B, S_kv]``, ``[B, 1, S_kv]`` or
