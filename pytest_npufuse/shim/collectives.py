@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from datetime import timedelta
 from typing import Any, Callable
 
 import torch
@@ -33,6 +34,7 @@ def install_collectives() -> None:
     if not dist.is_available():
         return
     distributed.register_hccl_backend(_name_npu_device)
+    patch(dist, "init_process_group", _with_own_store(dist.init_process_group))
     for name in COLLECTIVES:
         original = getattr(dist, name, None)
         if original is not None:
@@ -44,6 +46,32 @@ def _name_npu_device() -> None:
     if torch._C._get_privateuse1_backend_name() != "npu":
         torch.utils.rename_privateuse1_backend("npu")
     devices.provide_privateuse1_runtime()
+
+
+def _with_own_store(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``init_process_group`` that, for ``backend="hccl"`` with the ``env://`` rendezvous, makes the TCP
+    store itself without waiting for the other ranks to connect to it: the backend's own wait then names
+    the ranks that never came, where torch's store would only count them."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        call = signature.bind_partial(*args, **kwargs).arguments
+        if str(call.get("backend")).lower() != distributed.BACKEND or call.get("store") is not None:
+            return original(*args, **kwargs)
+        if call.get("init_method") not in (None, "env://"):
+            return original(*args, **kwargs)
+        rank, size = distributed.env_rank(call.get("rank", -1), call.get("world_size", -1))
+        timeout = call.get("timeout")
+        store = dist.TCPStore(
+            distributed.env_variable("MASTER_ADDR"), int(distributed.env_variable("MASTER_PORT")), size, rank == 0,
+            timedelta(seconds=distributed.connect_timeout_s(timeout)), wait_for_workers=False,
+        )
+        kwargs = {**call, "store": store, "rank": rank, "world_size": size}
+        kwargs.pop("init_method", None)
+        return original(**kwargs)
+
+    return init_process_group
 
 
 def _waiting(name: str, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -41,6 +41,10 @@ class CollectiveTimeoutError(NpufuseError, RuntimeError):
     missing: tuple[int, ...] = ()
 
 
+class HcclSetupError(NpufuseError, ValueError):
+    """An ``"hccl"`` process group cannot be set up as asked (a rendezvous variable is missing)."""
+
+
 @dataclass(frozen=True)
 class CommDomain:
     """One process group of the ``"hccl"`` backend as this rank sees it: its HCCL name, this rank in it,
@@ -81,6 +85,24 @@ def connect_timeout_s(group_timeout: timedelta | None) -> float:
     if group_timeout is None:
         return configured
     return min(group_timeout.total_seconds(), configured)
+
+
+def env_variable(name: str) -> str:
+    """An ``env://`` rendezvous variable (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), which must be set."""
+    value = os.environ.get(name)
+    if value is None:
+        raise HcclSetupError(
+            f"init_process_group(backend='hccl') with the env:// rendezvous needs the environment variable {name}; "
+            "set MASTER_ADDR, MASTER_PORT (and RANK, WORLD_SIZE unless passed as rank=, world_size=) in every rank."
+        )
+    return value
+
+
+def env_rank(rank: int, world_size: int) -> tuple[int, int]:
+    """The rank and world size of an ``env://`` rendezvous: the arguments, else RANK / WORLD_SIZE."""
+    rank = rank if rank >= 0 else int(env_variable("RANK"))
+    world_size = world_size if world_size >= 0 else int(env_variable("WORLD_SIZE"))
+    return rank, world_size
 
 
 def wait_for_ranks(domain: CommDomain, what: str) -> None:
