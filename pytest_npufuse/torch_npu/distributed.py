@@ -191,3 +191,27 @@ def all_reduce_sum(domain: CommDomain, tensor: torch.Tensor, what: str) -> torch
     options.reduceOp = dist.ReduceOp.SUM
     domain.backend.allreduce([tensor], options).wait()
     return tensor
+
+
+def all_gather_rows(domain: CommDomain, tensor: torch.Tensor, what: str) -> list[torch.Tensor]:
+    """Every rank's ``tensor`` (any dtype; first dimensions may differ between ranks), in rank order. The
+    rows travel as bytes, so every dtype crosses gloo as it is."""
+    wait_for_ranks(domain, what)
+    rows = torch.tensor([tensor.shape[0] if tensor.dim() else 1], dtype=torch.int64)
+    counts = [torch.zeros_like(rows) for _ in range(domain.size)]
+    domain.backend.allgather([counts], [rows]).wait()
+    longest = int(max(count.item() for count in counts))
+    flat = tensor.reshape(rows.item(), -1).contiguous()
+    padded = torch.zeros(longest, flat.shape[1], dtype=flat.dtype)
+    padded[: flat.shape[0]] = flat
+    raw = padded.view(torch.uint8) if padded.dtype != torch.bool else padded.to(torch.uint8)
+    received = [torch.empty_like(raw) for _ in range(domain.size)]
+    domain.backend.allgather([received], [raw.contiguous()]).wait()
+    return [
+        _from_bytes(data, flat.dtype)[: int(count.item())].reshape(int(count.item()), *tensor.shape[1:])
+        for data, count in zip(received, counts)
+    ]
+
+
+def _from_bytes(data: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return data.to(torch.bool) if dtype == torch.bool else data.view(dtype)
