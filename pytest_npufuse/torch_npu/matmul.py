@@ -15,7 +15,6 @@ import torch
 
 from ..errors import OpArgumentError
 from ..numerics.exact import cube_addmm, cube_matmul
-from .distributed import all_reduce_sum, comm_domain
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
@@ -24,6 +23,7 @@ from .checks import (
     require_dtype,
     require_shape,
 )
+from .distributed import all_reduce_sum, comm_domain
 from .quant import antiquant_param_shapes, antiquant_weight
 from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 

@@ -1,17 +1,20 @@
 """MC2 expert-parallel communication: ``npu_moe_distribute_dispatch`` / ``combine`` and their ``_v2``.
 
 On the device these fuse an optional int8 quantisation with an all-to-all-v over the EP group. Here the
-**numbers are those of an EP world of one rank** and **the shapes and bytes are those of the configured EP
-world** (the ``ep_world_size`` argument, which is the only place the world size is configured):
+**shapes and bytes are those of the configured EP world** (the ``ep_world_size`` argument), and the
+**numbers** are those of the real EP world when ``group_ep`` names an ``"hccl"`` process group of several
+processes (one per NPU, :mod:`.distributed`), else those of a world of one rank:
 
 * Output shapes follow op-plugin's meta functions, so ``expand_x`` has ``A = global_bs * min(L, K)`` rows
   (``global_bs = BS * ep_world_size`` when 0, ``L = moe_expert_num / ep_world_size`` local experts). The
   op catalog prices these ops on the communication engine by the bytes of their inputs and outputs, so a
   larger configured world moves proportionally more bytes, as the real all-to-all does.
-* Values: this rank (``ep_rank_id``) holds experts ``[rank * L, (rank + 1) * L)``. It receives its own
-  tokens routed to those experts and nothing from the other ranks, which are not modeled; ``combine``
-  adds the weighted outputs of the local experts, so a token's contribution from an expert on another
-  rank is 0. With ``ep_world_size=1`` (every expert local) this is exactly the documented computation.
+* Values: this rank (``ep_rank_id``) holds experts ``[rank * L, (rank + 1) * L)``. Over an ``"hccl"``
+  group it receives every rank's tokens routed to those experts, grouped by local expert, then by source
+  rank, then in token order, and ``combine`` returns each token the rows of its experts from their ranks.
+  In a world of one rank it receives its own tokens only and ``combine`` adds the weighted outputs of
+  the local experts, so a token's contribution from an expert on another rank is 0. With
+  ``ep_world_size=1`` (every expert local) both are exactly the documented computation.
 
 The contents of ``expand_idx`` / ``ep_recv_counts`` are, per the API page, implementation-defined ("may
 differ across products and versions; pass them to combine unchanged"). This model fills them as below and
