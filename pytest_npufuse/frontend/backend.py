@@ -22,6 +22,7 @@ import torch.fx
 from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
+from ..cost import check_catalog
 from ..errors import CaptureError
 from ..ir.program import Program
 from ..target.catalog import OpCatalog
@@ -29,6 +30,7 @@ from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
+from .npu_dispatch import route_sdpa
 from .rewrites import apply_rules
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
@@ -75,7 +77,11 @@ class CaptureBackend:
     phase: Phase = Phase.FORWARD
     graph_passes: Sequence[GraphPass] = ()
 
+    def __post_init__(self) -> None:
+        check_catalog(self.catalog)  # a catalog a library user loaded with their own entries is checked here
+
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        route_sdpa(gm, example_inputs)
         return aot_module_simplified(
             gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
             decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,

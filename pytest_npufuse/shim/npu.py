@@ -23,14 +23,15 @@ from ..gaps import missing
 from ..frontend import scopes
 from ..session import Scope, SessionKey, current_session
 from ..simulate.clock import device_clock
-from ..torch_npu.profiler import profile  # noqa: F401 - torch_npu.npu.profile, seed 004's method three
+# torch_npu.npu.profile: method three of docs/feature-docs.md#scope-analysis
+from ..torch_npu.profiler import profile  # noqa: F401
 from .devices import SELECTED, check_index, device_index, node_devices
 
 # A package path, so that ``import torch_npu.npu.utils`` (:mod:`.npu_utils`) finds its parent; the shim's
 # import finder answers for the submodule by its full name.
 __path__: list[str] = []
 DEFAULT_STREAM = scopes.DEFAULT_STREAM
-# TorchAir's limits for super_kernel_scope_begin names (torchair_2026.md §2).
+# TorchAir's limits for super_kernel_scope_begin names (docs/sources.md#torchair-2026-2).
 MAX_SCOPE_NAME_BYTES = 255
 # Streams and events are equal when their tags are, so a tag is never made twice in the process, whatever
 # the session (a stream made at a module's import outlives the test that imports it).
@@ -306,7 +307,7 @@ def get_device_name(device: object = None) -> str:
 
 
 def is_bf16_supported() -> bool:
-    """Atlas A2 and A3 Cubes take bfloat16 (hw §1.2 lists their bf16 peak)."""
+    """Atlas A2 and A3 Cubes take bfloat16 (docs/sources.md#hw-1-2 lists their bf16 peak)."""
     return True
 
 

@@ -1,8 +1,8 @@
 """``torch_npu.profiler.profile`` (and ``torch_npu.npu.profile``): the modeled device's profile of the
 compiled graphs a script runs inside the block.
 
-Seed 004's method three ("基于性能分析") profiles the model, reads which module takes the most time
-(attention, MoE, FFN, the rest) and scopes that module first::
+Method three of docs/feature-docs.md#scope-analysis (profiler-driven) profiles the model, reads which module takes the
+most time (attention, MoE, FFN, the rest) and scopes that module first::
 
     with torch_npu.profiler.profile() as prof:          # or torch_npu.npu.profile(use_npu=True)
         output = model(input_ids)
@@ -147,7 +147,7 @@ class profile:  # noqa: N801 - torch_npu's name
 
     def module_table(self, row_limit: int = -1) -> str:
         """Per ``nn.Module`` call path: kernels, inclusive and self device time and share, the model first
-        (seed 004's "which module is the bottleneck")."""
+        (docs/feature-docs.md#scope-analysis: "which module is the bottleneck")."""
         rows = self.attribution().modules
         rows = rows if row_limit < 0 else rows[:row_limit]
         lines = [f"{'Module':<48}{'Type':<24}{'Kernels':>8}{'Total(us)':>14}{'Self(us)':>12}{'Ratio(%)':>10}"]

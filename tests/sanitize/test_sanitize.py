@@ -35,7 +35,8 @@ def data(n=4, count=4):
 
 
 class Seed001(torch.nn.Module):
-    """Seed 001's example, with the side streams consuming main-stream results, so every sync matters."""
+    """The example of docs/feature-docs.md#multi-stream, with the side streams consuming main-stream results, so every
+    sync matters."""
 
     def __init__(self, drop=()):
         super().__init__()

@@ -141,8 +141,8 @@ def test_graph_sink_launches_once_and_is_device_bound():
 
 
 def test_a_value_dependent_op_in_a_sunk_graph_costs_a_stream_sync_and_a_relaunch():
-    """Seed 002: the host must read the device's value, so the graph runs up to it, the host syncs
-    the stream, and launches the rest; each nonzero of the four layers pays that once."""
+    """docs/feature-docs.md#host-scheduling: the host must read the device's value, so the graph runs up to it, the host
+    syncs the stream, and launches the rest; each nonzero of the four layers pays that once."""
     static, synced = run(decode_like(value_dependent=False)), run(decode_like())
     launches = [s.name for s in synced.host if s.name != "MemcpyH2D"]
     assert launches == ["ModelExecute"] + ["StreamSync", "ModelExecute"] * 4
