@@ -80,8 +80,11 @@ def _waiting(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def collective(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind_partial(*args, **kwargs)
-        domain = distributed.domain_of_group(bound.arguments.get("group"))
+        try:
+            group = signature.bind_partial(*args, **kwargs).arguments.get("group")
+        except TypeError:  # arguments torch itself refuses, with its own message
+            return original(*args, **kwargs)
+        domain = distributed.domain_of_group(group)
         if domain is not None and domain.size > 1:
             distributed.wait_for_ranks(domain, f"torch.distributed.{name}")
         return original(*args, **kwargs)
