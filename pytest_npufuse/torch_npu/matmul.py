@@ -2,8 +2,9 @@
 matmuls of MLA.
 
 Both multiply through :mod:`pytest_npufuse.numerics.exact` (the Cube: fp32 products and accumulation, one rounding).
-``npu_mm_all_reduce_base`` computes the numbers of a tensor-parallel world of one rank (its all-reduce is
-the identity on one rank); the op catalog prices its all-reduce on the profile's communication link for
+``npu_mm_all_reduce_base`` sums the ranks' products over the ``"hccl"`` group its ``hcom`` names
+(:mod:`.distributed`), and computes a world of one rank (where the all-reduce is the identity) for any
+other name; the op catalog prices its all-reduce on the profile's communication link for
 the configured world (``[comm] ranks``), so a larger world costs more, as on the device.
 """
 
@@ -25,6 +26,7 @@ from .checks import (
     require_dtype_code,
     require_shape,
 )
+from .distributed import all_reduce_sum, comm_domain
 from .quant import antiquant_param_shapes, antiquant_weight
 from .quant_param import decode_quant_param
 from .registry import Arguments, Derivative, Out, SampleCall, npu_op
@@ -79,8 +81,15 @@ def _mm_all_reduce_kernel(call: Arguments) -> torch.Tensor:
     addend = torch.zeros(x2.shape[1], dtype=torch.float32) if bias is None else bias.to(torch.float32)
     if x3 is not None:
         addend = addend + x3.reshape(rows.shape[0], -1).to(torch.float32)
-    out = cube_addmm(addend.expand(rows.shape[0], -1), rows, x2, out_dtype=x1.dtype)
-    return out.reshape(*x1.shape[:-1], x2.shape[1])
+    domain = comm_domain(call.hcom)
+    if domain is None or domain.size == 1:
+        out = cube_addmm(addend.expand(rows.shape[0], -1), rows, x2, out_dtype=x1.dtype)
+        return out.reshape(*x1.shape[:-1], x2.shape[1])
+    # Several ranks: each rank's fp32 partial (x1 @ x2 + bias + x3) is summed across the group, then rounded
+    # once (the page's formula puts bias and x3 inside the all-reduce).
+    partial = cube_addmm(addend.expand(rows.shape[0], -1), rows, x2, out_dtype=torch.float32)
+    total = all_reduce_sum(domain, partial.contiguous(), "torch_npu.npu_mm_all_reduce_base")
+    return total.to(x1.dtype).reshape(*x1.shape[:-1], x2.shape[1])
 
 
 def _mm_all_reduce_samples() -> list[SampleCall]:
@@ -109,9 +118,10 @@ def npu_mm_all_reduce_base(call: Arguments) -> None:
     """MatmulAllReduce (tensor parallelism): ``allreduce(x1 @ ((x2 + antiquant_offset) * antiquant_scale) + bias
     + x3)`` over the communication domain ``hcom``.
 
-    Source: torch_npu.npu_mm_all_reduce_base (op-plugin API page: formula, dtype tables, shapes). The
-    numbers are those of **one rank**: the all-reduce of a one-rank world is the identity, so the result is
-    this rank's product; the other ranks' partial products are not simulated. The op catalog prices the
+    Source: torch_npu.npu_mm_all_reduce_base (op-plugin API page: formula, dtype tables, shapes). When
+    ``hcom`` names an ``"hccl"`` process group of several ranks (one process per NPU), each rank's fp32
+    partial is summed across the group and rounded once; for any other name the world is one rank, whose
+    all-reduce is the identity. The op catalog prices the
     all-reduce of the output on the profile's link for ``[comm] ranks`` dies (cost rule
     ``matmul_all_reduce``).
 
