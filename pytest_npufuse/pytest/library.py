@@ -11,9 +11,10 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from ..advisor import Advice, advise
-from ..errors import BaselineWarning
+from ..errors import BaselineWarning, NpufuseError
 from ..gate.baseline import Change, Entry
 from ..gate.check_record import check_row
+from ..gate.verdict import Failure, Verdict, first_cause
 from ..pipeline.backend import compile_model
 from ..pipeline.chain import compare
 from ..report.case import CaseReport
@@ -25,6 +26,7 @@ from ..target.profile import HardwareProfile
 from . import benchmark, recorder
 from .failure import fail, or_fail
 from .markers import checked, expectations_of
+from .relocation import HeldWarnings
 from .settings import settings_of
 from .targets import item_key
 
@@ -69,26 +71,33 @@ class NpuFuse:
         """
         settings = self._settings
         checked(self._request.node)
-        report = or_fail(
-            lambda: compare(
-                model, *inputs, target=self.target, mode=mode, reference=reference,
-                options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
-                trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
-                affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics, loss=loss,
-                optimizer=optimizer, routing=routing, ranks=ranks,
-                missing_ops=missing_ops or self._expectations.missing_ops or settings.missing_ops,
-            )
-        )
+        with HeldWarnings() as held:
+            try:
+                report = compare(
+                    model, *inputs, target=self.target, mode=mode, reference=reference,
+                    options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
+                    trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
+                    affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics, loss=loss,
+                    optimizer=optimizer, routing=routing, ranks=ranks,
+                    missing_ops=missing_ops or self._expectations.missing_ops or settings.missing_ops,
+                )
+                error = None
+            except NpufuseError as exc:
+                error = exc
+        if error is not None:
+            fail("\n".join([f"npufuse: {error}", *held.notes()]))
         entry, change = self._record(report)
         failures = self._expectations.failures(report)
         regression = settings.gate.failure(change) if settings.gate is not None and change is not None else None
-        failures.extend([regression] if regression else [])
+        failures = first_cause([*failures, *([Failure(Verdict.REGRESSION, regression)] if regression else [])])
+        if not failures:
+            held.release()
         if benchmark.is_mirrored(self._request.node):
             benchmark.mirror(self._request, report, entry, self._checks)
         if failures:
             known = change.before.break_keys() if change is not None and change.before is not None else None
             explain = bool(regression) or self._expectations.about_scopes_or_time(report)
-            fail(failure_text(report, failures, known, explain))
+            fail("\n".join([failure_text(report, failures, known, explain), *held.notes()]))
         return report
 
     def compile(self, model: Callable[..., Any], *, mode: str | None = None, superkernel: bool = True, multistream: bool = True) -> Callable[..., Any]:

@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from ..ir.lines import code_at
 from ..plan.tasks import ScopeBreak
 from ..vocabulary import Unfusable
 
 if TYPE_CHECKING:
+    from ..gate.verdict import Failure
     from ..plan.tasks import Plan
     from .case import CaseReport
 
@@ -86,6 +88,8 @@ def break_lines(report: CaseReport, known: Mapping[str, Sequence[str]] | None) -
             mark = " [NEW: not in the baseline]" if is_new else ""
             why = f": {site.why}" if site.why else ""
             lines.append(f"  {site.describe()}{mark}{why}")
+            code = code_at(site.source)
+            lines.extend([f"    {site.source.rsplit(':', 1)[-1]} | {code}"] if code else [])
             if site.unfusable in _FIXES:
                 ops = fixes.setdefault(_FIXES[site.unfusable], [])
                 ops.extend([site.op_type] if site.op_type not in ops else [])
@@ -159,7 +163,7 @@ def stream_uses(plan: Plan) -> tuple[StreamUse, ...]:
 
 def failure_text(
     report: CaseReport,
-    failures: Sequence[str],
+    failures: Sequence[Failure],
     known_breaks: Mapping[str, Sequence[str]] | None = None,
     explain_breaks: bool = False,
 ) -> str:
@@ -167,7 +171,8 @@ def failure_text(
     summary shows only that line; the other findings follow, then the case's numbers, then why each
     breaking op splits its scope (when a finding is about scopes or time) and where side streams went."""
     first, *rest = failures
-    lines = [f"npufuse: {first}", *(f"- {failure}" for failure in rest), f"case: {report.summary()}"]
+    lines = [f"npufuse {first.verdict}: {first.text}", *(f"- {each.verdict}: {each.text}" for each in rest)]
+    lines.append(f"case: {report.summary()}")
     if explain_breaks:
         lines += break_lines(report, known_breaks)
     lines += [f"note: {note}" for note in report.stream_notes()]

@@ -508,11 +508,14 @@ def pair():
             "Racy(wait=False)",
             "failed",
             [
-                "*precision: 1 of 1 output(s) are not bit-identical*",
-                "*multistream: read-after-write race on tensor add (float32 [[]64, 64[]]): Add (aten::add at *test_case.py:*) "
-                "on stream 'default' writes it, and MatMulV3 (aten::mm at *) on stream '1' reads it with no event between "
-                "them. Fix: record a tagged event on stream 'default' after Add (npu_tagged_event_record) and wait for it "
-                "on stream '1' before MatMulV3 (npu_tagged_event_wait).*",
+                "npufuse race: read-after-write race on `x` (float32 [[]64, 64[]]): read on stream '1' while stream "
+                "'default' may still be writing it",
+                "  written on stream 'default' by Add (aten::add) at test_case.py:*: x = a + b",
+                "  read on stream '1' by MatMulV3 (aten::mm) at test_case.py:*: y = x @ b",
+                "  fix: make `event = torchair.ops.npu_create_tagged_event(tag=\"<tag>\")` once (in __init__), then "
+                "`torchair.ops.npu_tagged_event_record(event)` on stream 'default' after test_case.py:*, and "
+                "`torchair.ops.npu_tagged_event_wait(event)` on stream '1' before test_case.py:*.",
+                "- precision: 1 of 1 output(s) are not bit-identical between BASELINE and VARIANT (the race(s) above corrupt them):",
             ],
         ),
         ("multistream(race_free=False)", "Racy(wait=False)", "passed", []),
@@ -539,9 +542,9 @@ def test_multistream_outcomes(run, marker, model, outcome, lines):
 
 
 def test_a_race_fails_even_without_a_marker(run):
-    result = run(STREAMS + "\n\ndef test_streams(npufuse):\n    npufuse.check(Racy(wait=False), *pair(), mode='reduce-overhead')\n")
+    result = run(STREAMS + "\n\ndef test_streams(npufuse):\n    npufuse.check(Racy(wait=False), *pair(), mode='reduce-overhead')\n", "-rf")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*multistream: read-after-write race on tensor add*"])
+    result.stdout.fnmatch_lines(["npufuse race: read-after-write race on `x`*", "FAILED test_case.py::test_streams - Failed: npufuse race: *"])
 
 
 def test_parametrized_tests_may_build_the_same_tagged_events(run):
@@ -679,3 +682,19 @@ def test_pytest_benchmarks_storage_folder_is_removed_only_when_this_run_made_it_
         (pytester.path / ".benchmarks" / "0001_saved.json").write_text("{}")
     assert pytester.runpytest_inprocess("-p", "no:cacheprovider").ret == 0
     assert (pytester.path / ".benchmarks").exists() is saved
+
+
+def test_a_warning_from_inside_the_package_becomes_a_note_of_the_failure_or_moves_to_the_users_line(run):
+    """A scope ignored in reduce-overhead mode warns (ScopeIgnoredWarning, raised in the pipeline): a failing
+    check carries it as a note and pytest prints no warnings summary; a passing one shows it at the test's line."""
+    result = run(
+        "\n\n@pytest.mark.superkernel('sp1', outcome='fused')\ndef test_fails(npufuse):\n"
+        "    npufuse.check(Fused(), *inputs(), mode='reduce-overhead')\n"
+        "\n\ndef test_passes(npufuse):\n    npufuse.check(Fused(), *inputs(), mode='reduce-overhead')\n"
+    )
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["note: ScopeIgnoredWarning: SuperKernel scope(s) sp1 ignored in reduce-overhead mode*"])
+    output = result.stdout.str()
+    summary = output[output.index("warnings summary"):]
+    assert "pytest_npufuse" not in summary and "test_case.py::test_fails" not in summary
+    assert "test_case.py::test_passes" in summary and "test_case.py:10: ScopeIgnoredWarning" in summary

@@ -76,12 +76,13 @@ def test_synchronised_program_is_race_free():
 def test_missing_wait_is_a_read_after_write_race_naming_both_sides():
     _, report = analyse(Seed001(drop=("wait1",)), *data())
     (race,) = report.races
-    assert race.kind == "read-after-write race" and race.tensor == "add"
+    assert race.kind == "read-after-write race" and race.tensor == "add" and race.name == "add_result"
     assert race.first.kernel == "Add" and race.first.stream == "default" and race.first.action == "writes it"
     assert race.second.kernel == "MatMulV3" and race.second.stream == "1"
     assert "test_sanitize.py" in race.second.source
     text = race.describe()
-    assert "npu_tagged_event_record" in text and "npu_tagged_event_wait" in text and "before MatMulV3" in text
+    assert "npu_tagged_event_record" in text and "npu_tagged_event_wait" in text
+    assert f"on stream '1' before {race.second.source}" in race.fix and race.second.code == "mm_result = torch.mm(add_result, in4)"
     assert report.poisoned_reads() == {"MatMulV3": frozenset({"add"})}
 
 
@@ -179,9 +180,9 @@ def test_lifetime_hazard_without_record_tagged_stream():
 
     _, unsafe = analyse(Reuse(False), *data(count=2))
     (race,) = unsafe.races
-    assert race.kind == "lifetime hazard" and race.tensor == "mul"
+    assert race.kind == "lifetime hazard" and race.tensor == "mul" and race.name == "t"
     assert race.first.kernel == "MatMulV3" and race.second.kernel == "Sub"
-    assert "npu_record_tagged_stream(mul, '1')" in race.fix
+    assert "npu_record_tagged_stream(t, '1')" in race.fix
     _, safe = analyse(Reuse(True), *data(count=2))
     assert safe.races == ()
 
