@@ -15,3 +15,9 @@ def code_at(source: str) -> str:
         return ""
     return linecache.getline(path, int(line)).strip()
 
+
+
+def file_line(source: str) -> str:
+    """``path:line`` as records keep it: the file name and line without the directory, so checkouts in
+    different places (CI shards, a colleague's machine) record the same text."""
+    return source.rsplit("/", 1)[-1]

@@ -12,8 +12,11 @@ import pytest
 
 from ..advisor import Advice, advise
 from ..errors import BaselineWarning, NpufuseError
+from ..ir.lines import code_at
 from ..gate.baseline import Change, Entry
 from ..gate.check_record import check_row
+from ..gate.comparison import site_deltas
+from ..gate.comparison_formats import located_lines
 from ..gate.verdict import Failure, Verdict, first_cause
 from ..pipeline.backend import compile_model
 from ..pipeline.chain import compare
@@ -89,7 +92,10 @@ class NpuFuse:
         entry, change = self._record(report)
         failures = self._expectations.failures(report)
         regression = settings.gate.failure(change) if settings.gate is not None and change is not None else None
-        failures = first_cause([*failures, *([Failure(Verdict.REGRESSION, regression)] if regression else [])])
+        if regression:
+            assert change is not None
+            located = located_lines(site_deltas(change.before, change.after), _site_code(report))
+            failures = first_cause([*failures, Failure(Verdict.REGRESSION, "\n".join([regression, *located]))])
         if not failures:
             held.release()
         if benchmark.is_mirrored(self._request.node):
@@ -140,3 +146,9 @@ class NpuFuse:
         """The name of the test's ``number``-th check in traces and the HTML report: each check its own."""
         nodeid = self._request.node.nodeid
         return nodeid if number == 1 else f"{nodeid} (check {number})"
+
+
+def _site_code(report: CaseReport) -> dict[str, str]:
+    """The code of each op site's line in the VARIANT, by site key, for a regression's table."""
+    attribution = report.attribution.get("variant")
+    return {site.key: code_at(site.source) for site in (attribution.sites if attribution is not None else ())}

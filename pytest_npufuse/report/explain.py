@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ..ir.lines import code_at
+from ..ir.lines import code_at, file_line
 from ..plan.tasks import ScopeBreak
 from ..vocabulary import Unfusable
 
@@ -49,7 +49,7 @@ _ACCEPT = (
 def break_key(site: ScopeBreak) -> str:
     """How a baseline file records a breaking op: its op type and the file name and line it came from
     (no directory, so shards checked out in different places record the same text)."""
-    where = site.source.rsplit("/", 1)[-1]
+    where = file_line(site.source)
     return f"{site.op_type} at {where}" if where else site.op_type
 
 
