@@ -61,10 +61,16 @@ def _cells(label: str, row: Mapping[str, Any], verdict: str, long: bool) -> tupl
     return tuple(values[column] for column in (_LONG if long else _SHORT))
 
 
+def worst_first(verdict: str, gate: str, speedup: float | None, label: str, target: str) -> tuple[Any, ...]:
+    """The order of the results, here and in the HTML report: failed tests, then baseline regressions,
+    then the lowest speedup (a VARIANT that never finishes, ``speedup`` None, lowest of all)."""
+    return (_VERDICT_RANK.get(verdict, 2), _GATE_RANK.get(gate, 3), -1.0 if speedup is None else speedup, label, target)
+
+
 def _worst_first(item: tuple[str, Mapping[str, Any], str]) -> tuple[Any, ...]:
     label, row, verdict = item
-    speedup = -1.0 if row["variant_us"] is None else row["speedup"]
-    return (_VERDICT_RANK.get(verdict, 2), _GATE_RANK.get(row.get("gate", ""), 3), speedup, label, row["target"])
+    speedup = None if row["variant_us"] is None else row["speedup"]
+    return worst_first(verdict, row.get("gate", ""), speedup, label, row["target"])
 
 
 def shorten(text: str, width: int) -> str:
