@@ -14,15 +14,18 @@ pipeline's ``NpuBackend`` models every graph a user's ``torch.compile`` produces
 from __future__ import annotations
 
 import contextlib
+import re
+import traceback
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.fx
 from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from ..errors import CaptureError
+from ..errors import CaptureError, GradientsWarning
 from ..ir.program import Program
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
@@ -30,6 +33,7 @@ from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
 from .rewrites import apply_rules
+from .source import is_user_path
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
 
@@ -76,10 +80,11 @@ class CaptureBackend:
     graph_passes: Sequence[GraphPass] = ()
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        return aot_module_simplified(
-            gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
-            decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,
-        )
+        with explained_gradients():
+            return aot_module_simplified(
+                gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
+                decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,
+            )
 
     def capture_aten(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], phase: Phase | None = None
@@ -122,6 +127,37 @@ class CaptureBackend:
             return runners[key](*args)
 
         return run
+
+
+# torch's autograd fallback (autograd_not_implemented_fallback.cpp), when AOT traces a backward through
+# an op that has no autograd kernel: "<op>: an autograd kernel was not registered to the Autograd key(s)
+# but we are trying to backprop through it. ..."
+_NO_AUTOGRAD = re.compile(r"^(\S+): an autograd kernel was not registered to the Autograd key\(s\) but we are trying to backprop")
+_EXPLAINED: set[str] = set()
+
+
+@contextlib.contextmanager
+def explained_gradients() -> Iterator[None]:
+    """Trace with torch's "trying to backprop" warnings replaced by one :class:`GradientsWarning` per op
+    and process. A model run with gradients on (parameters require grad, no ``torch.no_grad()``) makes
+    AOT trace its backward even for an inference script; torch's warning then points into torch's
+    autograd and repeats per graph, while the cause and the fix are the user's."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for each in caught:
+        match = _NO_AUTOGRAD.match(str(each.message))
+        if match is None:
+            warnings.warn_explicit(each.message, each.category, each.filename, each.lineno, source=each.source)
+        elif match.group(1) not in _EXPLAINED:
+            _EXPLAINED.add(match.group(1))
+            where = next((f for f in reversed(traceback.extract_stack()) if is_user_path(f.filename)), None)
+            warnings.warn_explicit(GradientsWarning(
+                f"{match.group(1)} has no autograd kernel, and the model was compiled with gradients on, so torch "
+                "traced a backward through it. For inference, call the compiled model under torch.no_grad() or "
+                "torch.inference_mode() (no backward is traced); to train through it, register its backward with "
+                "torch.library.register_autograd."
+            ), GradientsWarning, where.filename if where else "<model>", where.lineno or 0 if where else 0)
 
 
 def _on_gears(symbols: Sequence[InputSymbol], args: Sequence[Any]) -> bool:
