@@ -33,6 +33,7 @@ from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
 from .rewrites import apply_rules
+from ..torch_npu.formats import get_npu_format, is_base_format
 from .source import is_user_path
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
@@ -80,6 +81,7 @@ class CaptureBackend:
     graph_passes: Sequence[GraphPass] = ()
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        self._layouts = storage_layouts(example_inputs)
         with explained_gradients():
             return aot_module_simplified(
                 gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
@@ -93,6 +95,7 @@ class CaptureBackend:
         of TorchAir's ``get_compiler()`` and npugraph_ex's ``compile_fx``, which users put under their own
         ``aot_module_simplified``."""
         phase = phase or self.phase
+        _note_layouts(gm, storage_layouts(example_inputs) if _real(example_inputs) else getattr(self, "_layouts", ()))
         for graph_pass in self.graph_passes:
             graph_pass(gm, example_inputs)
         symbols = input_symbols(gm)
@@ -129,6 +132,44 @@ class CaptureBackend:
         return run
 
 
+STORAGE_FORMATS = "npufuse_storage_formats"
+"""``gm.meta`` key: placeholder name -> the storage format a format cast gave its tensor (``FRACTAL_NZ``),
+for the inputs that are not in their shape's base format; read by the graph dump."""
+
+
+def storage_layouts(inputs: Sequence[Any]) -> tuple[tuple[tuple[int, ...], str] | None, ...]:
+    """Per input: its shape and the storage format a format cast gave it (``npu_format_cast(w, 29)``), or
+    None for one in its shape's base format or not a tensor. Only the real inputs Dynamo hands the
+    backend carry it; AOT's graph sees fake copies."""
+    layouts = []
+    for value in inputs:
+        fmt = get_npu_format(value) if isinstance(value, torch.Tensor) and not _fake(value) else None
+        layouts.append((tuple(value.shape), fmt.name) if fmt is not None and not is_base_format(fmt) else None)
+    return tuple(layouts)
+
+
+def _fake(value: torch.Tensor) -> bool:
+    return isinstance(value, torch._subclasses.FakeTensor) or value.is_meta
+
+
+def _real(inputs: Sequence[Any]) -> bool:
+    return any(isinstance(v, torch.Tensor) and not _fake(v) for v in inputs)
+
+
+def _note_layouts(gm: torch.fx.GraphModule, layouts: Sequence[tuple[tuple[int, ...], str] | None]) -> None:
+    """Record on ``gm`` the storage formats of its placeholders, matched by position and shape (AOT keeps
+    the flat inputs' order); nothing when the counts differ."""
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    if len(placeholders) != len(layouts):
+        return
+    formats = {}
+    for node, layout in zip(placeholders, layouts):
+        value = node.meta.get("val")
+        if layout is not None and isinstance(value, torch.Tensor) and tuple(value.shape) == layout[0]:
+            formats[node.name] = layout[1]
+    gm.meta[STORAGE_FORMATS] = formats
+
+
 # torch's autograd fallback (autograd_not_implemented_fallback.cpp), when AOT traces a backward through
 # an op that has no autograd kernel: "<op>: an autograd kernel was not registered to the Autograd key(s)
 # but we are trying to backprop through it. ..."
@@ -142,10 +183,19 @@ def explained_gradients() -> Iterator[None]:
     and process. A model run with gradients on (parameters require grad, no ``torch.no_grad()``) makes
     AOT trace its backward even for an inference script; torch's warning then points into torch's
     autograd and repeats per graph, while the cause and the fix are the user's."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    for each in caught:
+    held: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            held = caught
+            yield
+    finally:
+        _reemit(held)
+
+
+def _reemit(held: Sequence[warnings.WarningMessage]) -> None:
+    """The warnings of a trace raised again, torch's backprop warning as a GradientsWarning once per op."""
+    for each in held:
         match = _NO_AUTOGRAD.match(str(each.message))
         if match is None:
             warnings.warn_explicit(each.message, each.category, each.filename, each.lineno, source=each.source)

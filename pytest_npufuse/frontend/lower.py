@@ -340,7 +340,7 @@ class _ProgramBuilder:
     def _add_buffer(self, node: torch.fx.Node, producer: str | None, alias_of: str | None = None) -> None:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor):
-            label = "" if node.op in ("placeholder", "get_attr") else tensor_label(node, op_type_of)
+            label = tensor_label(node, op_type_of)
             self.buffers[node.name] = Buffer(node.name, _spec(value, node, self.sizes), producer, alias_of, label)
 
     def _add_view(self, node: torch.fx.Node) -> None:
@@ -459,12 +459,7 @@ class _ProgramBuilder:
         self.index_of_node[node.name] = self.index_of_name[name] = len(self.kernels)
         self.kernels.append(
             Kernel(
-                index=len(self.kernels),
-                name=name,
-                node=node.name,
-                op_type=op_type,
-                info=info,
-                inputs=inputs,
+                index=len(self.kernels), name=name, node=node.name, op_type=op_type, info=info, inputs=inputs,
                 outputs=(node.name,) if single else (),
                 output_specs=output_specs,
                 annotations=self._annotations(),

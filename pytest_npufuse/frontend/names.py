@@ -150,7 +150,9 @@ def _intermediate(node: torch.fx.Node, expression: Expression, op_of: Callable[[
 def tensor_label(node: torch.fx.Node, op_of: Callable[[torch.fx.Node], str]) -> str:
     """The user's name for the tensor ``node`` computes (``op_of`` gives a node's op type, also the
     fallback): the variable or expression of its source line, or ``<op> in `expr``` for a
-    decomposition's intermediate; the op's name when the node has no user line."""
+    decomposition's intermediate; the op's name when the node has no user line; '' for a graph input."""
+    if node.op in ("placeholder", "get_attr"):
+        return ""
     index = node.args[1] if node.target is operator.getitem and isinstance(node.args[1], int) else None
     made_by = node.args[0] if index is not None and isinstance(node.args[0], torch.fx.Node) else node
     expression = _expression(made_by, op_of)
