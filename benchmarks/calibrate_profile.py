@@ -29,7 +29,7 @@ from fidelity.kernels import _matmul, library_catalog  # noqa: E402
 from fidelity.rows import load_rows  # noqa: E402
 
 from pytest_npufuse.calibrate import calibrate, error_rows, match, read_profile  # noqa: E402
-from pytest_npufuse.gate.baseline import aligned  # noqa: E402
+from pytest_npufuse.report.table import aligned  # noqa: E402
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder  # noqa: E402
 
 TABLE = "catlass-qmm-910b3-"

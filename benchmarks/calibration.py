@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--coverage", action="store_true", help="print the dataset's rows by kind, family, SKU and mode")
     parser.add_argument("--rows", action="store_true", help="print every row")
     parser.add_argument(
-        "--sweep", action="store_true", help="seed 002's size sweep of the tiling cache (captures three models)"
+        "--sweep", action="store_true", help="the tiling cache's size sweep (captures three models)"
     )
     args = parser.parse_args()
     rows = load_rows()
@@ -120,7 +120,7 @@ def main() -> None:
             for outcome in fitted:
                 print(row_line(outcome))
     if args.sweep:
-        print("\nseed 002: the tiling cache by model size (captured LLaMA-shaped decode steps, host scheduling)")
+        print("\nhost scheduling: the tiling cache by model size (captured LLaMA-shaped decode steps, host scheduling)")
         columns = f"{'first-iteration Tiling cut':>27} {'step gain of the cache':>23} {'GE size ops':>12}"
         print(f"  {'model':<34} {'layers':>6} {columns}")
         for name, layers, cut, gain, size_ops in host_rows.size_sweep(Profiles().get("910b2")):

@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python benchmarks/harness_speed.py [--skip-suite] [--ci-before=COMMIT]
 
-1. Seed 000 at the seed's shapes (m=864, k=7168, n=4096; the SuperKernel model, BASELINE = its scopes
+1. The SuperKernel example of docs/feature-docs.md#superkernel-scopes at its shapes (m=864, k=7168, n=4096; the
+SuperKernel model, BASELINE = its scopes
    ignored): wall time of one ``compare`` divided by (one Dynamo + AOT capture of the same model + one
    exact int8 product of that shape through ``exact.int_matmul``), captures per check, kernels executed.
    Each side is timed ``SEED_ROUNDS`` times, interleaved, after a warm-up capture of the model, and its
@@ -195,7 +196,7 @@ def measure_seed() -> bool:
     capture_s, capture_cpu = capture.wall, capture.cpu
     product_s, product_cpu = product.wall, product.cpu
     ratio = check_s / (capture_s + product_s)
-    print(f"seed 000 (m={x1.shape[0]}, k={x1.shape[1]}, n={x2.shape[1]}): check {check_s:.2f} s ({check_cpu:.2f} s CPU); "
+    print(f"SuperKernel example (m={x1.shape[0]}, k={x1.shape[1]}, n={x2.shape[1]}): check {check_s:.2f} s ({check_cpu:.2f} s CPU); "
           f"capture {capture_s:.2f} s ({capture_cpu:.2f} s CPU) + exact int8 product {product_s:.2f} s ({product_cpu:.2f} s CPU)")
     print(f"  best of {SEED_ROUNDS} rounds each; captures per check {checks_made}, kernels executed {report.kernels_executed} "
           f"(BASELINE tasks {report.baseline.tasks}), bit-exact {report.bit_exact}")

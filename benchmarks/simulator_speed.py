@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python benchmarks/simulator_speed.py
 
-1. A synthetic 61-layer MoE decode graph (DeepSeek-V3-like, hw §4.2/§4.3 layouts): per layer attention
+1. A synthetic 61-layer MoE decode graph (DeepSeek-V3-like, docs/sources.md#hw-4-2 and docs/sources.md#hw-4-3 layouts):
+per layer attention
    on the main stream, a shared expert on a side stream joined by events, a comm stream for dispatch and
    combine, and the MoE part inside a SuperKernel scope. Prints kernels per second, and the time the
    stage before simulation (planning SuperKernels and streams) takes on the same graph.

@@ -1,4 +1,5 @@
-"""A training step's check on 2 cores, and seed 003's published ratios against the modeled ones.
+"""A training step's check on 2 cores, and the affinity-op guide's published ratios (docs/feature-docs.md#affinity-ops)
+against the modeled ones.
 
     PYTHONPATH=. python benchmarks/training_step.py [--rounds 1]
 
@@ -8,7 +9,8 @@
    step. Target (issue 24): the step "checks in <= 30 s on 2 cores", one capture per graph, every
    gradient bit-exact. The timed region is the check, compare(): building the model and its batch is
    the user's own code, run before it, and its time is printed on a line of its own.
-2. The BERT case of Ascend's affinity-operator guide (seed 003) at the guide's scale (d2l's pre-training
+2. The BERT case of Ascend's affinity-operator guide (docs/feature-docs.md#affinity-ops) at the guide's scale (d2l's
+pre-training
    configuration, batch 512, on an Atlas A2 part): IndexPutV2's share of the step, published as 75%.
 3. Its one_hot+sum -> zeros+scatter rewrite: the pattern's kernels before and after, published as
    2.2 ms -> 0.08 ms (27.5x).
@@ -95,7 +97,7 @@ def main() -> int:
 
     seed = timed(seed_scale_step)
     report = seed.value
-    print(f"\nd2l BERT at seed 003's scale (2 x 128, seq 64, batch 512) on {report.target}: {seed.wall:.1f} s wall")
+    print(f"\nd2l BERT at the affinity-op guide's scale (2 x 128, seq 64, batch 512) on {report.target}: {seed.wall:.1f} s wall")
     print("  " + "\n  ".join(report.attribution["variant"].op_statistic_csv().splitlines()[:6]))
     print("  the affinity advisor on the step (pattern at line x occurrences: modeled gain on the step; check):")
     for finding in sorted(report.findings, key=lambda f: -f.gain_us):

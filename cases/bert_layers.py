@@ -1,11 +1,12 @@
-"""A BERT pre-training model as seed 003 trained it: the "Dive into Deep Learning" (d2l) BERT.
+"""A BERT pre-training model as the affinity-op guide trained it (docs/feature-docs.md#affinity-ops): the "Dive into
+Deep Learning" (d2l) BERT.
 
-Seed 003's code fragments are this model's: ``masked_softmax`` repeats ``valid_lens`` with
+The guide's code fragments are this model's: ``masked_softmax`` repeats ``valid_lens`` with
 ``torch.repeat_interleave(valid_lens, shape[1])`` and masks the scores with ``X[~mask] = value``
 (an IndexPutV2 in the forward and again in the backward, in every attention layer), and the masked-LM
 head gathers the predicted positions with ``X[batch_idx, pred_positions]`` (whose backward is an
 accumulating IndexPutV2). The next-sentence head pools the tokens that were not masked, finding them
-with seed 003's ``one_hot(...).sum(dim=1)``. Linear layers are ``nn.Linear``. Dropout is 0: a modeled
+with the guide's ``one_hot(...).sum(dim=1)``. Linear layers are ``nn.Linear``. Dropout is 0: a modeled
 step compares two runs bit for bit, and the seed's findings are about kernels, not regularisation.
 
 :func:`bert` builds the model at a size, :func:`batch` a deterministic pre-training batch, and
@@ -50,7 +51,7 @@ def sequence_mask(x: torch.Tensor, valid_len: torch.Tensor, value: float = 0.0) 
 
 
 def masked_softmax(x: torch.Tensor, valid_lens: torch.Tensor) -> torch.Tensor:
-    """d2l: softmax over the last axis with the entries past ``valid_lens`` masked (seed 003's lines)."""
+    """d2l: softmax over the last axis with the entries past ``valid_lens`` masked (the guide's lines)."""
     shape = x.shape
     valid_lens = torch.repeat_interleave(valid_lens, shape[1])
     x = sequence_mask(x.reshape(-1, shape[-1]), valid_lens, value=-1e6)
@@ -127,7 +128,7 @@ class BertModel(nn.Module):
         batch_idx = torch.repeat_interleave(torch.arange(batch), predictions)
         masked_x = x[batch_idx, pred_positions.reshape(-1)].reshape(batch, predictions, -1)
         mlm_y_hat = self.mlm(masked_x)
-        # Pool the tokens that were not masked for prediction (seed 003's one_hot + sum builds the mask).
+        # Pool the tokens that were not masked for prediction (the guide's one_hot + sum builds the mask).
         masked = F.one_hot(pred_positions, num_classes=x.shape[1]).sum(dim=1).clamp(max=1)
         keep = (1 - masked).unsqueeze(-1).to(x.dtype)
         pooled = (x * keep).sum(dim=1) / keep.sum(dim=1)

@@ -1,10 +1,10 @@
 """Small DeepSeek-style decoder layers in TorchAir style, shared by the bundled cases.
 
 The shapes are decode-sized but small, so a case compiles and runs in about a second on a CPU. Scope
-placement follows the layouts of the SuperKernel scope guide (seed 004) and the public model code in
-research/ascend_hw_and_usage.md §4: attention only, MoE only, the whole decoder layer, all layers, and
+placement follows the layouts of the SuperKernel scope guide (docs/feature-docs.md#scope-analysis) and the public model
+code of docs/sources.md#hw-4: attention only, MoE only, the whole decoder layer, all layers, and
 prefill gated off with ``enable and not is_prefill``; multi-stream placement follows the shared-expert
-and MLA side-stream patterns of §4.2-§4.4.
+and MLA side-stream patterns of docs/sources.md#hw-4-2 to docs/sources.md#hw-4-4.
 """
 
 from __future__ import annotations

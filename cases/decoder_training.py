@@ -1,10 +1,10 @@
 """A LLaMA-style decoder fine-tuned with torch_npu's fused training ops, for the training cases.
 
-The layers are written as Ascend fine-tuning code writes them after the fused-op migration of seed 003's
-table 2: ``torch_npu.npu_rms_norm`` (RmsNorm & RmsNormGrad), ``torch_npu.npu_rotary_mul`` (RotaryMul &
-RotaryMulGrad) and ``torch_npu.npu_fusion_attention`` (FlashAttentionScore & its Grad) with a causal
-mask, SwiGLU MLP, bfloat16 weights. Fine-tuning freezes the token embedding: the optimizer updates the
-decoder layers and the head only.
+The layers are written as Ascend fine-tuning code writes them after the fused-op migration of the affinity-op
+guide's table 2 (docs/feature-docs.md#affinity-ops): ``torch_npu.npu_rms_norm`` (RmsNorm & RmsNormGrad),
+``torch_npu.npu_rotary_mul`` (RotaryMul & RotaryMulGrad) and ``torch_npu.npu_fusion_attention`` (FlashAttentionScore &
+its Grad) with a causal mask, SwiGLU MLP, bfloat16 weights. Fine-tuning freezes the token embedding: the optimizer
+updates the decoder layers and the head only.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each layout is one case: the marker states how many SuperKernels form, which ops
 the modeled gain that a regression must not lose. The layer is DeepSeek-like: RMSNorm, Q projection,
 fused attention over a KV cache, O projection, residual add, then MoE routing, grouped-matmul experts
 and a shared expert. Fused attention, casts and the routing's aten ops cannot be fused (FIA "waiting for
-support", Cast/Add unfusable: research/ascend_hw_and_usage.md §4.3-§4.4), which is why each scope
+support", Cast/Add unfusable: docs/sources.md#hw-4-3 and docs/sources.md#hw-4-4), which is why each scope
 forms several SuperKernels.
 """
 

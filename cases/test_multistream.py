@@ -1,7 +1,7 @@
 """TorchAir's in-graph multi-stream example, and the stream sanitizer on each of its syncs.
 
-Seed 001's example runs as written in reduce-overhead mode. Its syncs order ops that share no data,
-so removing one changes timing, not results; the ``Dependent`` variant makes each side-stream op read
+The example of docs/feature-docs.md#multi-stream runs as written in reduce-overhead mode. Its syncs order ops that share
+no data, so removing one changes timing, not results; the ``Dependent`` variant makes each side-stream op read
 the result of the previous stream, so that every sync carries data and each removal is a real bug the
 sanitizer must catch: a read-after-write race (the corrupted outputs follow, as on hardware) or, when a
 record is removed, a wait that can never be satisfied (a modeled deadlock, not a hang).
@@ -17,7 +17,8 @@ SIDE = 1000
 
 
 class Seed001(torch.nn.Module):
-    """Seed 001's model, unchanged but for the device: tensors live on the CPU here."""
+    """The example's model (docs/feature-docs.md#multi-stream), unchanged but for the device: tensors live on the CPU
+    here."""
 
     def __init__(self):
         super().__init__()
@@ -44,7 +45,8 @@ class Seed001(torch.nn.Module):
 
 
 class Dependent(torch.nn.Module):
-    """Seed 001 with data flowing along its syncs; ``drop`` removes syncs to show each one matters."""
+    """The example of docs/feature-docs.md#multi-stream with data flowing along its syncs; ``drop`` removes syncs to
+    show each one matters."""
 
     def __init__(self, drop=()):
         super().__init__()
@@ -151,8 +153,8 @@ class TwoBigMatmuls(torch.nn.Module):
 
 @pytest.mark.multistream(streams=2)
 def test_saturated_cube_gains_nothing(npufuse):
-    """Seed 001's warning: when Cube is saturated, a second stream gains nothing. The kernels serialise
-    on the Cube cores; all that is left is a hidden dispatch minus the join event, under 0.1%, where a
+    """The warning of docs/feature-docs.md#multi-stream: when Cube is saturated, a second stream gains nothing. The
+    kernels serialise on the Cube cores; all that is left is a hidden dispatch minus the join event, under 0.1%, where a
     Cube-light side stream gains 10% or more (the MLA and MoE cases)."""
     gen = torch.Generator().manual_seed(6)
     a, b, c = (torch.randn(4096, 4096, generator=gen) for _ in range(3))

@@ -2,8 +2,9 @@
 
 With stream-fusion=0 (the default) a SuperKernel takes ops of at most two streams, runs them in issue
 order, and they must be linked by an event; with stream-fusion=1 its ops may sit on one or more streams
-(seed 000: "流数≥1"), one lane per stream, so a Cube sub-kernel and a Vector sub-kernel overlap. The seed
-advises against stream-fusion=1 in a MicroBatch layout (streams bound to their own cores): a warning.
+(docs/feature-docs.md#superkernel-scopes), one lane per stream, so a Cube sub-kernel and a Vector sub-kernel
+overlap. The same page advises against stream-fusion=1 in a MicroBatch layout (streams bound to their own cores): a
+warning.
 """
 
 import contextlib

@@ -1,4 +1,5 @@
-"""Prefill/decode gating of SuperKernel scopes, as the scope analysis guide writes it (seed 004, Q3).
+"""Prefill/decode gating of SuperKernel scopes, as the scope analysis guide writes it
+(docs/feature-docs.md#scope-analysis, Q3).
 
     with superkernel_scope(enable and not is_prefill, "decoder_layer", options):
         ...

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from .frontend.tagged_events import EVENTS
-from .pytest import benchmark, markers, options, settings, shim, targets, torch_trace
+from .pytest import benchmark, markers, options, sessions, settings, shim, targets, torch_trace
 from .pytest.failure import or_fail
 from .pytest.fixture import npu_target, npufuse  # noqa: F401 - pytest finds fixtures on the plugin module
 from .pytest.recorder import RunRecorder
 
 ENTRY_POINT = "npufuse"
-# Warnings about how the plugin was loaded, shown once the run is configured.
+# Warnings about how the plugin was loaded, shown once the run is configured (and so emptied). They come
+# before any config (or session) exists, and are about pytest's plugin loading, not the modeled process.
 _LOAD_NOTES: list[str] = []
 
 
@@ -51,22 +51,20 @@ def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     benchmark.note_storage(config)
     run = settings.configure(config)
-    targets.state_session_target(config)
+    sessions.start_run(config)
     shim.configure(config)
     config.pluginmanager.register(RunRecorder(config, run.json_path, run.html_path), RunRecorder.NAME)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """pytest's logging plugin exists by now (it registers as the last configure step). A session starts
-    with no tagged events, as a fresh process does."""
+    """pytest's logging plugin exists by now (it registers as the last configure step)."""
     torch_trace.filter_pytest_handlers(session.config)
-    EVENTS.clear()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shim.unconfigure(config)
     benchmark.remove_unused_storage(config)
-    targets.restore_target(config)
+    sessions.end_run(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -84,20 +82,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
-    EVENTS.end_test()
-    targets.end_item_target(item)
+    sessions.end_test(item)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Parse the markers before the test runs and skip, visibly, what the target cannot run.
 
-    Tagged events are registered per process in TorchAir; each test starts with none, so a model built
-    in several (parametrized, repeated, or xdist-reused) tests does not collide with itself.
+    The test runs in a session of its own (:mod:`.pytest.sessions`): tagged events are registered per process
+    in TorchAir, and each test starts with none, so a model built in several (parametrized, repeated, or
+    xdist-reused) tests does not collide with itself.
     """
-    EVENTS.reset()
+    sessions.start_test(item)
     expectations = or_fail(lambda: markers.expectations_of(item))
     target = targets.item_target(item)
-    targets.state_item_target(item)
     if expectations.targets is not None and target not in expectations.targets:
         pytest.skip(f"runs only on {', '.join(expectations.targets)}; the current target is {target}")
     profile = settings.settings_of(item.config).profiles[target]

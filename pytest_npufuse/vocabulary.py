@@ -42,7 +42,7 @@ CONFIG_MODES = (Mode.MAX_AUTOTUNE.value, Mode.REDUCE_OVERHEAD.value, Mode.NPUGRA
 
 
 class Engine(Vocabulary):
-    """The engine an op runs on (DESIGN §6: the op catalog's ``engine`` key)."""
+    """The engine an op runs on (docs/reference/ops.md: the op catalog's ``engine`` key)."""
 
     CUBE = "cube"
     VECTOR = "vector"
@@ -53,7 +53,7 @@ class Engine(Vocabulary):
 
 
 class NumericsStatus(Vocabulary):
-    """How much of a model's numbers a check computed (DESIGN §10: a report's ``numerics``)."""
+    """How much of a model's numbers a check computed (docs/numerics.md: a report's ``numerics``)."""
 
     COMPUTED = "computed"
     SAMPLED = "sampled"
@@ -62,8 +62,8 @@ class NumericsStatus(Vocabulary):
 
 
 class MissingOps(Vocabulary):
-    """What a check does about an op it cannot compute on the CPU (DESIGN §11: ``missing_ops=``): ``error``
-    stops after listing every gap; ``timing-only`` times an op that has a fake kernel but no CPU kernel and
+    """What a check does about an op it cannot compute on the CPU (docs/reference/python-api.md: ``missing_ops=``):
+    ``error`` stops after listing every gap; ``timing-only`` times an op that has a fake kernel but no CPU kernel and
     leaves the outputs computed from it uncompared (``numerics`` says ``partial``)."""
 
     ERROR = "error"
@@ -74,8 +74,8 @@ class Unfusable(Vocabulary):
     """Why a SuperKernel cannot call an op as a sub-kernel (the op catalog's ``unfusable`` key).
 
     A SuperKernel calls already-compiled Ascend C AI Core kernels; an op that is anything else splits
-    the scope (torchair §2.3, hw §4.1). An unfusable entry without the key gets its engine's reason
-    (:func:`~pytest_npufuse.target.catalog.unfusable_reason`), and a Cube or Vector one is a TBE kernel.
+    the scope (docs/sources.md#torchair-2-3, docs/sources.md#hw-4-1). An unfusable entry without the key gets its
+    engine's reason (:func:`~pytest_npufuse.target.catalog.unfusable_reason`), and a Cube or Vector one is a TBE kernel.
     """
 
     TBE = "tbe"
@@ -92,7 +92,7 @@ class Unfusable(Vocabulary):
 
 
 class Phase(Vocabulary):
-    """Which part of a step a captured graph is (DESIGN §10, training): the forward (with the loss), the
+    """Which part of a step a captured graph is (docs/training.md): the forward (with the loss), the
     backward AOTAutograd derives from it, or a compiled optimizer step. An inference graph is a forward."""
 
     FORWARD = "forward"

@@ -1,7 +1,7 @@
-"""Seed 002's host rows: a captured LLaMA-2 decode step under GE host scheduling.
+"""The host rows of docs/feature-docs.md#host-scheduling: a captured LLaMA-2 decode step under GE host scheduling.
 
 The small-shape row compares the step with GE's small-shape ops launched on the device (before) and
-computed on the host (after); the size sweep checks the seed's claim that the tiling cache helps larger
+computed on the host (after); the size sweep checks the article's claim that the tiling cache helps larger
 models more ("模型参数量越大，优化效果越显著", pangu-38B its example), with LLaMA-shaped models of growing size.
 """
 

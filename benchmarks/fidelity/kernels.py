@@ -26,7 +26,8 @@ from pytest_npufuse.ir.program import Program
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.plan.tasks import Variant
 from pytest_npufuse.simulate.timeline import simulate
-from pytest_npufuse.target.catalog import OpCatalog, OpInfo, load_catalog
+from pytest_npufuse.ir.op import OpInfo
+from pytest_npufuse.target.catalog import OpCatalog, load_catalog
 from pytest_npufuse.target.profile import HardwareProfile
 
 from . import models
@@ -249,8 +250,8 @@ def _sparse_attention(row: Row, builder: ProgramBuilder) -> None:
 
 
 def _one_hot_sum(row: Row, builder: ProgramBuilder) -> None:
-    """Seed 003's router mask as one_hot(indices, E).sum(1): an int64 one-hot, so Cast and ReduceSum run
-    on AI CPU."""
+    """The router mask of docs/feature-docs.md#affinity-ops as one_hot(indices, E).sum(1): an int64 one-hot, so Cast and
+    ReduceSum run on AI CPU."""
     tokens, top_k, experts = (row.get("attrs")[key] for key in ("tokens", "top_k", "experts"))
     idx = builder.input("idx", (tokens, top_k), "int64")
     arange = builder.op("aten::arange", [], (experts,), "int64")

@@ -1,8 +1,8 @@
 """A LLaMA-2 decode step, written as the public Hugging Face code writes it, captured with dynamic shapes.
 
-Seed 002's small-shape row measures LLaMA2 under GE host scheduling: its 650+ Pack/Gather/Concat ops are
-the size computations of a dynamic-shape graph. Here they are not counted by hand: the step is captured by
-``torch.compile`` with the KV length symbolic (parameters on the meta device, so a 7B model costs no
+The small-shape row of docs/feature-docs.md#host-scheduling measures LLaMA2 under GE host scheduling: its 650+
+Pack/Gather/Concat ops are the size computations of a dynamic-shape graph. Here they are not counted by hand: the step
+is captured by ``torch.compile`` with the KV length symbolic (parameters on the meta device, so a 7B model costs no
 memory), and capture adds GE's size kernels wherever the graph computes or passes a symbolic size
 (``pytest_npufuse/frontend/ge_shapes.py``). ``captured_llama`` memoises the capture per size.
 """

@@ -1,4 +1,5 @@
-"""The advisors: which SuperKernel scopes to use (seed 004) and which ops to rewrite (seed 003).
+"""The advisors: which SuperKernel scopes to use (docs/feature-docs.md#scope-analysis) and which ops to rewrite
+(docs/feature-docs.md#affinity-ops).
 
 Both read one captured program of the model and never edit the model."""
 

@@ -3,8 +3,8 @@
 The model is captured once; every layout is a re-annotation of that one program (see
 :mod:`.candidates`), planned and simulated on the target. The result lists each layout with its
 scopes, segments, breaking ops with their source lines, outcome, bit-exactness and modeled gain over
-the same run with no scope, then the recommendation of seed 004's decision tree with the ``with``
-lines to paste at the module calls the layout wraps.
+the same run with no scope, then the recommendation of the decision tree of docs/feature-docs.md#scope-analysis with the
+``with`` lines to paste at the module calls the layout wraps.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import Attribution, attribute
 from ..report.findings import Finding, findings_json
+from ..report.table import aligned
 from ..sanitize.checker import sanitize
 from ..simulate.timeline import simulate
-from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import HardwareProfile, resolve_profile
+from ..target.catalog import OpCatalog
+from ..target.profile import HardwareProfile
+from ..target.resolve import Target
 from ..vocabulary import Mode
 from .affinity import find_affinity
 from .candidates import Candidate, Evaluator, Layout, assignments, top_modules, with_scopes
@@ -68,8 +70,7 @@ class Advice:
 
     def lines(self) -> list[str]:
         """The report a person reads: header, ranked table, top-down path, recommendation, paste lines."""
-        widths = [max(len(row[i]) for row in self.rows()) for i in range(len(_TABLE_HEADER))]
-        table = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in self.rows()]
+        table = aligned(self.rows())
         layers = len(self.structure.layers)
         header = (
             f"npufuse advise ({self.target}): {self.structure.family.value}, {layers} layer(s), "
@@ -199,18 +200,19 @@ def _rank(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
 def advise(
     model: Callable[..., Any],
     *inputs: Any,
-    target: str | HardwareProfile | None = None,
+    target: str | HardwareProfile | Target | None = None,
     options: str = "",
     catalog: OpCatalog | None = None,
 ) -> Advice:
-    """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the seed-003
-    affinity-op findings with their modeled gains.
+    """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the
+    affinity-op findings (docs/feature-docs.md#affinity-ops) with their modeled gains.
 
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
-    ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).
+    ``"strict-scope-check=abort"`` to see which layouts a strict check would reject). ``target`` and
+    ``catalog`` are as for :func:`~pytest_npufuse.compare`.
     """
-    profile = resolve_profile(target)
-    catalog = catalog or load_catalog()
+    resolved = Target.resolve(target, catalog=catalog)
+    profile, catalog = resolved.profile, resolved.catalog
     parse_options("advise", options)
     program = capture_program(model, *inputs, catalog=catalog)
     plain = with_scopes(program, {}, "")
@@ -219,16 +221,16 @@ def advise(
     structure = structure_of(program)
     layouts = assignments(structure, program)
     reference = evaluator.run(Layout.NONE, plain)
-    found: dict[Layout, Candidate] = {layout: evaluator.evaluate(layout, assignment) for layout, assignment in layouts.items()}
+    evaluated: dict[Layout, Candidate] = {layout: evaluator.evaluate(layout, assignment) for layout, assignment in layouts.items()}
     if program.superkernel_scopes():
-        found[Layout.AS_WRITTEN] = evaluator.run(Layout.AS_WRITTEN, program, "the scopes in the model code")
-    path, shrunk = top_down(evaluator, layouts, found)
+        evaluated[Layout.AS_WRITTEN] = evaluator.run(Layout.AS_WRITTEN, program, "the scopes in the model code")
+    path, shrunk = top_down(evaluator, layouts, evaluated)
     if shrunk is not None:
-        found[Layout.TOP_DOWN] = shrunk
+        evaluated[Layout.TOP_DOWN] = shrunk
     attribution = attribute(plain, simulate(plain, plan_variant(plain, profile, variant=Variant.BASELINE), profile))
     module_us: Mapping[str, float] = {row.path: row.total_us for row in attribution.modules}
-    recommendation = recommend(structure, found, module_us, reference.time_us)
-    ranked = _rank([*found.values(), reference])
+    recommendation = recommend(structure, evaluated, module_us, reference.time_us)
+    ranked = _rank([*evaluated.values(), reference])
     paste = (
         _paste_lines(recommendation.layout, structure, options) if structure.layers
         else _other_paste(recommendation.layout, tuple(top_modules(program)), options)

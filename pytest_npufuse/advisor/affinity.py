@@ -1,7 +1,8 @@
-"""The affinity-op advisor: seed 003's NPU-affine rewrites, found in the captured graph and priced.
+"""The affinity-op advisor: the NPU-affine rewrites of docs/feature-docs.md#affinity-ops, found in the captured graph
+and priced.
 
-Seed 003 ("亲和算子优化策略") lists forms an Ascend NPU runs slowly and their replacements: one_hot+sum
--> zeros+scatter, ``nn.Linear`` -> ``addmm``, a bmm with output ``[b, 1, 1]`` -> a dot product,
+The affinity-op guide (docs/feature-docs.md#affinity-ops) lists forms an Ascend NPU runs slowly and their replacements:
+one_hot+sum -> zeros+scatter, ``nn.Linear`` -> ``addmm``, a bmm with output ``[b, 1, 1]`` -> a dot product,
 ``repeat_interleave`` with a scalar -> unsqueeze/expand/reshape, ``gather`` -> ``index_select`` /
 indexing, IndexPutV2 -> ``masked_fill``, ``x[nonzero(mask)].sum()`` -> ``(x * mask).sum()``,
 ``where(x < y, y, x)`` -> ``lerp``, and unfused sequences that one fused op replaces (RotaryMul,
@@ -46,7 +47,8 @@ from .verdict import compare_values, compare_with_grads, random_tensor, spec_lik
 
 @dataclass(frozen=True)
 class Pattern:
-    """One of seed 003's forms: how to find it, what replaces it, and how the rewrite's numerics compare."""
+    """One of the forms of docs/feature-docs.md#affinity-ops: how to find it, what replaces it, and how the rewrite's
+    numerics compare."""
 
     name: str
     rewrite: str
@@ -132,16 +134,16 @@ def _find_bmm_b11(graph: DataFlow) -> Iterable[Match]:
 
 
 def _shared_rhs(graph: DataFlow, kernel: Kernel) -> bool:
-    """The right operand is one ``[n, 1]`` matrix broadcast over the batch (an expand of it): seed 003's
-    case, where b merges into the rows of one MatMul."""
+    """The right operand is one ``[n, 1]`` matrix broadcast over the batch (an expand of it): the
+    case of docs/feature-docs.md#affinity-ops, where b merges into the rows of one MatMul."""
     rhs = graph.spec(kernel.inputs[-1])
     stored = graph.spec(graph.program.storage(kernel.inputs[-1]))
     return math.prod(stored.shape) == math.prod(rhs.shape[-2:]) < math.prod(rhs.shape)
 
 
 def _bmm_replacement(graph: DataFlow, match: Match) -> list[NewKernel]:
-    """Seed 003's rewrite: a shared ``[n, 1]`` right operand merges b into M (one MatMul ``[b, n] x
-    [n, 1]``); per-batch vectors become a dot product (mul + sum)."""
+    """The guide's rewrite (docs/feature-docs.md#affinity-ops): a shared ``[n, 1]`` right operand merges b into M (one
+    MatMul ``[b, n] x [n, 1]``); per-batch vectors become a dot product (mul + sum)."""
     kernel = match.kernels[0]
     a, b = graph.input_specs(kernel)[-2:]
     out = kernel.output_specs[0]
@@ -432,8 +434,8 @@ def _sites(pattern: Pattern, flows: Sequence[DataFlow]) -> dict[str, list[tuple[
 def find_affinity(
     programs: Program | Sequence[Program], profile: HardwareProfile, catalog: OpCatalog
 ) -> tuple[Finding, ...]:
-    """Every seed-003 pattern in ``programs`` (one graph, or a training step's graphs), one finding per
-    pattern and source line, each priced by simulating the graphs with that line's occurrences
+    """Every affinity-op pattern (docs/feature-docs.md#affinity-ops) in ``programs`` (one graph, or a training step's
+    graphs), one finding per pattern and source line, each priced by simulating the graphs with that line's occurrences
     rewritten (BASELINE plans, so no SuperKernel or stream effect blurs the op's own cost), the gain
     summed over the step's graphs.
 

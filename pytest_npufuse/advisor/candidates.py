@@ -3,8 +3,8 @@
 A candidate is a scope label for some kernels. Scopes only ever annotate kernels (the captured graph
 is the same whatever they are), so a candidate is the captured program with other annotations: the
 model is captured once and every layout is planned and simulated from that one program. The layouts are
-those of seed 004 (bottom-up: attention only, MoE / FFN only, the whole decoder layer, all layers;
-top-down: all layers, then one scope per layer, then per module), plus the reference with no scope; a
+those of docs/feature-docs.md#scope-analysis (bottom-up: attention only, MoE / FFN only, the whole decoder layer, all
+layers; top-down: all layers, then one scope per layer, then per module), plus the reference with no scope; a
 model without decoder layers gets one scope per outermost module and one over the whole forward.
 """
 
@@ -78,8 +78,9 @@ class Candidate:
 
     @property
     def valid(self) -> bool:
-        """Compiles, runs to the end, keeps every output bit-exact and fuses something (seed 004's
-        validation: compile, function, precision; the performance check is the gain)."""
+        """Compiles, runs to the end, keeps every output bit-exact and fuses something (the
+        validation of docs/feature-docs.md#scope-analysis: compile, function, precision; the performance check is the
+        gain)."""
         return self.outcome == "fused" and self.bit_exact
 
     def pays(self, reference_us: float) -> bool:
@@ -149,8 +150,8 @@ def top_modules(program: Program) -> dict[ModuleFrame, list[str]]:
 
 
 def _other_model(program: Program) -> dict[Layout, dict[str, str]]:
-    """Seed 004's "other models" branch (no decoder layers): one scope per outermost module, and one
-    scope over the whole forward, for the automatic analysis to choose from."""
+    """The "other models" branch of docs/feature-docs.md#scope-analysis (no decoder layers): one scope per outermost
+    module, and one scope over the whole forward, for the automatic analysis to choose from."""
     layouts: dict[Layout, dict[str, str]] = {}
     modules = top_modules(program)
     if len(modules) > 1:

@@ -1,4 +1,5 @@
-"""Seed 004's scope decision tree, walked on modeled numbers, and the top-down shrinking.
+"""The scope decision tree of docs/feature-docs.md#scope-analysis, walked on modeled numbers, and the top-down
+shrinking.
 
 The tree (scope analysis guide, "Scope 范围决策树"):
 
@@ -193,8 +194,8 @@ def recommend(
 def top_down(
     evaluator: Evaluator, layouts: Mapping[Layout, Mapping[str, str]], candidates: Mapping[Layout, Candidate]
 ) -> tuple[str, Candidate | None]:
-    """Seed 004's method two: the widest of all layers, per layer, per module whose scopes all work;
-    at the module level a scope that still fails is dropped (a new candidate, ``top-down``). Returns
+    """Method two of docs/feature-docs.md#scope-analysis: the widest of all layers, per layer, per module whose scopes
+    all work; at the module level a scope that still fails is dropped (a new candidate, ``top-down``). Returns
     the path taken and that candidate, or the layout it stopped at (then no new candidate)."""
     order: Sequence[Layout] = (
         Layout.WHOLE_FORWARD, Layout.ALL_LAYERS, Layout.PER_LAYER, Layout.DECODER_LAYER, Layout.MODULES, Layout.PER_MODULE,

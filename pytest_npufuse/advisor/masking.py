@@ -1,5 +1,5 @@
-"""Seed 003's masking and indexing forms: IndexPutV2 (``x[mask] = v``, and the backward of advanced
-indexing), the sum of the rows ``nonzero`` picks, and a ``torch.where`` between the two values its
+"""The masking and indexing forms of docs/feature-docs.md#affinity-ops: IndexPutV2 (``x[mask] = v``, and the backward of
+advanced indexing), the sum of the rows ``nonzero`` picks, and a ``torch.where`` between the two values its
 condition compares; how each is found among a program's kernels, its rewrite's kernels, and the check of
 the rewrite's numerics (gradients included: each changes the backward)."""
 

@@ -5,8 +5,9 @@ so the model's source is never edited or even read. A *layer* is a numbered chil
 (``layers.0``, ``layers.1``, ... of a ``ModuleList``); when a model has several such containers, the one
 holding the most kernels is the decoder stack. A layer's direct children get a role, by name first
 (``self_attn``, ``mlp``, ``moe``, as the public LLaMA / DeepSeek / Qwen code names them) and by the ops
-inside when the name says nothing. The model family then follows seed 004's decision tree: a layer with
-an MoE block makes a MoE model, attention plus a dense FFN a standard Transformer, anything else other.
+inside when the name says nothing. The model family then follows the decision tree of
+docs/feature-docs.md#scope-analysis: a layer with an MoE block makes a MoE model, attention plus a dense FFN a standard
+Transformer, anything else other.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Role(str, enum.Enum):
 
 
 class Family(str, enum.Enum):
-    """The model types of seed 004's scope decision tree."""
+    """The model types of the scope decision tree of docs/feature-docs.md#scope-analysis."""
 
     MOE = "MoE model"
     STANDARD = "standard Transformer"
@@ -70,7 +71,8 @@ class Layer:
 
 @dataclass(frozen=True)
 class Structure:
-    """The decoder stack of a captured program and the family seed 004's decision tree sorts it into."""
+    """The decoder stack of a captured program and the family the decision tree of docs/feature-docs.md#scope-analysis
+    sorts it into."""
 
     layers: tuple[Layer, ...]
     family: Family

@@ -117,8 +117,16 @@ def calibrate(
             f"--npu-target {base!r}: calibrate lays its fit over a built-in target; give one of "
             f"{', '.join(BUILTIN_TARGETS)} (the SKU the profile was measured on)."
         )
-    fitted = [m for m in matching.matched if fit_on(m)]
+    fitted = [m for m in matching.matched if fit_on(m) and m.profiled.duration_us > 0]
     if not fitted:
+        timeless = [m.profiled for m in matching.matched if m.profiled.duration_us <= 0]
+        if timeless:
+            lines = ", ".join(str(k.line) for k in timeless[:8]) + (", ..." if len(timeless) > 8 else "")
+            raise CalibrationError(
+                f"every matched kernel of the profile has Duration(us) 0 (lines {lines}), so there is no time to fit "
+                "the target to; profile the model again (a kernel runs for some time) and give that profile.",
+                entry=f"line {timeless[0].line}",
+            )
         raise CalibrationError("no matched kernel to fit; the profile and the model share no kernel.")
     data = builtin_data(base)
     start = {e.name: float(data[e.section][e.key]) for e in KERNEL_ESTIMATES}

@@ -20,6 +20,7 @@ which holds every CSV to its bounds); a number written ``1.234,5`` is refused wi
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from typing import Mapping, Sequence
 
 from ..errors import CalibrationError
 from ..files import FileRole, Kind, kind_of
+from ..files.reading import refuse_kind
 from ..files.csvfile import read_table
 from ..files.limits import MAX_CSV_BYTES, MAX_TIME_US
 
@@ -36,7 +38,11 @@ STATISTIC_FILE = "op_statistic.csv"
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 _FIX = "export it again with the Ascend PyTorch profiler (torch_npu.profiler, ASCEND_PROFILER_OUTPUT) or msprof"
 _FIX_SENTENCE = _FIX[0].upper() + _FIX[1:]
-PROFILE_CSV = FileRole("msprof CSV file", CalibrationError, _FIX, MAX_CSV_BYTES)
+PROFILE_CSV = FileRole("msprof CSV", CalibrationError, _FIX, MAX_CSV_BYTES)
+# An input's dimensions: at most 8 (Ascend/op-plugin op_plugin/third_party/atb/inc/types.h, MAX_DIM = 8; the
+# CANN operators take 0 to 8 dimensions), each an int64 count; a shape beyond these is not one msprof wrote.
+MAX_SHAPE_RANK = 8
+MAX_SHAPE_DIM = 2**63 - 1
 
 # What a column means -> the names msprof and the PyTorch profiler give it (kernel_details first).
 KERNEL_COLUMNS: Mapping[str, tuple[str, ...]] = {
@@ -113,24 +119,26 @@ def profile_files(path: Path) -> tuple[Path, Path | None]:
     if kind is Kind.REGULAR:
         sibling = path.parent / STATISTIC_FILE
         return path, sibling if kind_of(sibling) is Kind.REGULAR else None
+    if kind not in (Kind.DIRECTORY, Kind.MISSING):
+        raise refuse_kind(path, kind, PROFILE_CSV)
     if kind is not Kind.DIRECTORY:
         raise CalibrationError(f"{path}: no such profile; give the profiler's ASCEND_PROFILER_OUTPUT directory or "
                                f"its {KERNEL_FILE}.")
-    found = sorted(
+    folders = sorted(
         {p.parent for pattern in (KERNEL_FILE, f"{OUTPUT_DIR}/{KERNEL_FILE}", f"*/{OUTPUT_DIR}/{KERNEL_FILE}")
          for p in path.glob(pattern)}
     )
-    if not found:
+    if not folders:
         raise CalibrationError(
             f"{path}: holds no {KERNEL_FILE} (looked in it, in {OUTPUT_DIR}/ and in */{OUTPUT_DIR}/); profile the "
             "model with torch_npu.profiler (export_type text) and give its output directory."
         )
-    if len(found) > 1:
+    if len(folders) > 1:
         raise CalibrationError(
-            f"{path}: holds {len(found)} profiles ({', '.join(str(p) for p in found[:4])}); give the one to "
+            f"{path}: holds {len(folders)} profiles ({', '.join(str(p) for p in folders[:4])}); give the one to "
             "calibrate from (one rank, one run)."
         )
-    folder = found[0]
+    folder = folders[0]
     statistic = folder / STATISTIC_FILE
     return folder / KERNEL_FILE, statistic if kind_of(statistic) is Kind.REGULAR else None
 
@@ -244,6 +252,21 @@ def _number(path: Path, line: int, column: str, value: str) -> float:
 def _shapes(path: Path, line: int, value: str) -> tuple[Shape, ...] | None:
     """``"128,1024;1024,256;256"`` -> ((128, 1024), (1024, 256), (256,)); brackets some versions add are
     dropped; an empty shape is a scalar."""
+    shapes = _parsed_shapes(value)
+    if shapes is False:
+        raise CalibrationError(
+            f"{path} line {line}: column 'Input Shapes' is {_cut(value)}; msprof writes each input's dimensions, "
+            f"at most {MAX_SHAPE_RANK} whole numbers from 0 to 2**63-1, separated by ',' and the inputs by ';' "
+            "(e.g. \"128,1024;1024,256\"). Export it again from the profiler output.",
+            file=str(path), entry=f"line {line} column 'Input Shapes'", bound=MAX_SHAPE_RANK,
+        )
+    return shapes
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_shapes(value: str) -> tuple[Shape, ...] | None | bool:
+    """The shapes of an ``Input Shapes`` cell, None for none given, False for a cell that is not shapes.
+    A profile repeats a few cells many times, so each is parsed once."""
     text = value.strip().strip('"')
     if text in _MISSING:
         return None
@@ -253,15 +276,28 @@ def _shapes(path: Path, line: int, value: str) -> tuple[Shape, ...] | None:
         if not dims:
             shapes.append(())
             continue
-        try:
-            shapes.append(tuple(int(dim) for dim in dims.split(",")))
-        except ValueError:
-            raise CalibrationError(
-                f"{path} line {line}: column 'Input Shapes' is {value!r}; msprof writes each input's dimensions "
-                "separated by ',' and the inputs by ';' (e.g. \"128,1024;1024,256\"). Export it again from the "
-                "profiler output."
-            ) from None
+        shape = _dims(dims)
+        if shape is None:
+            return False
+        shapes.append(shape)
     return tuple(shapes)
+
+
+_DIMS = re.compile(r"\s*[0-9]{1,19}\s*(?:,\s*[0-9]{1,19}\s*){0,%d}" % (MAX_SHAPE_RANK - 1))
+
+
+def _dims(text: str) -> Shape | None:
+    """One input's dimensions (``"128, 1024"``), or None when they are not a shape an aclTensor can have
+    (too many, not a whole number, negative, beyond int64)."""
+    if not _DIMS.fullmatch(text):
+        return None
+    dims = tuple(int(dim) for dim in text.split(","))
+    return dims if max(dims) <= MAX_SHAPE_DIM else None
+
+
+def _cut(value: str, keep: int = 80) -> str:
+    """``value`` quoted for a message, cut to ``keep`` characters (a cell may hold 128 Ki of them)."""
+    return repr(value) if len(value) <= keep else f"{value[:keep]!r}... ({len(value)} characters)"
 
 
 def disagreements(profile: MeasuredProfile) -> list[str]:

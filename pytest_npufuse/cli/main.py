@@ -23,10 +23,11 @@ from ..errors import NpufuseError
 from ..files import Kind, check_outputs, kind_of, write_text
 from ..files.toml import read_toml
 from ..gate import comparison_formats as formats
-from ..gate.baseline import IMPROVED, aligned, count_line, dumps, model_notice, parse_percent
+from ..gate.baseline import IMPROVED, count_line, dumps, model_notice, parse_percent
 from ..gate.comparison import compare_runs, read_run
 from ..gate.merge import merge_documents
 from ..report.escaping import TerminalStream
+from ..report.table import aligned
 from ..target.profile import BUILTIN_TARGETS, DEFAULT_TARGET, TARGET_HELP
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -183,15 +184,17 @@ def _model_and_inputs(spec: str) -> tuple[Any, tuple[Any, ...]]:
 def _user_config() -> Any:
     """The project's ``[tool.npufuse]`` settings (targets, ops) from ``pyproject.toml`` in the current
     directory, as the plugin reads them from its rootdir."""
-    from ..target.userconfig import load_user_config
+    from ..target.resolve import project_settings
 
-    return load_user_config(Path("pyproject.toml"))
+    return project_settings()
 
 
 def _target(name: str) -> Any:
-    """A target by name: a table of the project's pyproject.toml (a calibrated target), a built-in one or a
-    profile file."""
-    return _user_config().profile(name)
+    """A target by name, resolved as every entry point resolves it: a table of the project's pyproject.toml
+    (a calibrated target), a built-in one or a profile file, with the project's op catalog."""
+    from ..target.resolve import Target
+
+    return Target.resolve(name)
 
 
 def advise(args: argparse.Namespace, out: TextIO) -> int:
@@ -205,8 +208,7 @@ def advise(args: argparse.Namespace, out: TextIO) -> int:
             if kind_of(args.json) is Kind.REGULAR:
                 earlier_attempts(args.json)
         model, inputs = _model_and_inputs(args.factory)
-        advice = run_advisor(model, *inputs, target=_target(args.npu_target), options=args.options,
-                             catalog=_user_config().catalog())
+        advice = run_advisor(model, *inputs, target=_target(args.npu_target), options=args.options)
         print(advice, file=out)
         if args.json is not None:
             count = record_attempt(args.json, attempt_of(advice, args.factory, args.options))
@@ -298,10 +300,11 @@ def op_rows(every: bool = False) -> list[tuple[str, ...]]:
     cost rule, backward and the document it follows (also the op table of the docs site). ``every`` adds
     the catalog's other op types (aten, GE, collectives, the user's own), whose family is their namespace
     and whose source is the catalog that prices them."""
+    from ..cost import check_catalog
     from ..target.catalog import load_catalog
     from ..torch_npu import OPS
 
-    catalog = _user_config().catalog() if every else load_catalog()
+    catalog = check_catalog(_user_config().catalog()) if every else load_catalog()
     rows = [OP_HEADER]
     provided = set()
     for op in sorted(OPS.values(), key=lambda op: (op.family, op.name)):
@@ -354,6 +357,7 @@ def _add_target(command: argparse.ArgumentParser) -> None:
 
 @functools.cache
 def _command_texts() -> dict[str, dict[str, str]]:
+    """commands.toml, read once (a pure function of the package's file)."""
     return read_toml(Path(__file__).parent / "commands.toml")
 
 

@@ -20,16 +20,16 @@ from torch._dynamo.exc import TorchDynamoException
 from ..errors import NpufuseError, OpArgumentError, OpTypeError
 from ..frontend.dynamo import root_cause
 from ..frontend.meta import traced_on_meta
-from ..frontend.tagged_events import EVENTS
-from ..pipeline.backend import ModeledRun, end_run, start_run
+from ..pipeline.backend import ModeledRun, modeled_run
 from ..pipeline.graph import CompiledGraph
-from ..plan.tasks import ScopePlan
+from ..plan.tasks import ScopePlan, broken_by
+from ..target.resolve import profile_of
 from ..target.userconfig import load_user_config
 
 
 def _scope_line(scope: ScopePlan) -> str:
     detail = f"{len(scope.segments)} segment(s), block dim {scope.block_dim}" if scope.segments else scope.reason
-    breaks = f"; split by {', '.join(b.describe() for b in scope.breaks)}" if scope.breaks else ""
+    breaks = f"; split by {broken_by(scope.breaks)}" if scope.breaks else ""
     return f"    SuperKernel scope {scope.scope!r}: {scope.outcome} ({detail}){breaks}"
 
 
@@ -77,15 +77,13 @@ def run_script(
     from ..shim import install_shims
     from ..shim.children import shim_in_children
 
-    profile = load_user_config(pyproject).profile(target)
+    profile = profile_of(target, load_user_config(pyproject))
     state = install_shims()
-    run = start_run(profile)
-    EVENTS.clear()  # a script starts with no tagged events, as a fresh process does
     saved_argv = sys.argv
     sys.argv = [str(script), *argv]
     status = 0
     try:
-        with shim_in_children(target, pyproject):
+        with modeled_run(profile) as run, shim_in_children(target, pyproject):
             runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         status = _exit_status(exc.code)
@@ -103,7 +101,6 @@ def run_script(
           "modeled there, not summarised here)", file=out)
     for line in summary(run):
         print(line, file=out)
-    end_run()
     return status
 
 

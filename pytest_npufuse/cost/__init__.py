@@ -15,17 +15,16 @@ from typing import TYPE_CHECKING, Sequence
 from . import attention as _attention_rules  # noqa: F401  (registers sparse_attention)
 from . import mpmd
 from . import rules as _builtin_rules  # noqa: F401  (registers the built-in rules)
-from .registry import CostRule, Work, cost_rule, register_cost_rule, rule_names
+from .registry import CostRule, Work, check_catalog, cost_rule, register_cost_rule, rule_names
 
 if TYPE_CHECKING:
+    from ..ir.op import OpInfo
     from ..ir.program import Kernel, TensorSpec
-    from ..target.catalog import OpInfo
     from ..target.profile import HardwareProfile
 
 __all__ = [
-    "CostRule", "Work", "block_dim", "body_us", "core_cap", "cost_rule", "kernel_work", "pointwise", "reads_hbm",
-    "register_cost_rule",
-    "rule_names", "tiling_class",
+    "CostRule", "Work", "block_dim", "body_us", "check_catalog", "core_cap", "cost_rule", "kernel_work", "pointwise",
+    "reads_hbm", "register_cost_rule", "rule_names", "tiling_class",
 ]
 
 
@@ -102,5 +101,6 @@ def reads_hbm(info: "OpInfo") -> bool:
 
 
 def tiling_class(info: "OpInfo") -> str:
-    """``simple`` or ``complex``: which host Tiling cost an op pays in host scheduling (seed 002)."""
+    """``simple`` or ``complex``: which host Tiling cost an op pays in host scheduling
+    (docs/feature-docs.md#host-scheduling)."""
     return cost_rule(info.cost).tiling

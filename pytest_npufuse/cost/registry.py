@@ -22,6 +22,7 @@ from ..errors import ProfileError
 
 if TYPE_CHECKING:
     from ..ir.program import Kernel, TensorSpec
+    from ..target.catalog import OpCatalog
     from ..target.profile import HardwareProfile
 
 
@@ -51,8 +52,8 @@ Body = Callable[["Kernel", int, "HardwareProfile"], float]
 @dataclass(frozen=True)
 class CostRule:
     """How one kind of kernel costs time; ``tiling`` is its host tiling class (``simple`` or
-    ``complex``, seed 002: complex ops tile for tens of microseconds); ``hbm`` says whether its ``bytes``
-    are HBM traffic (False for collectives and MC2, whose bytes cross the link), which L2 residency and
+    ``complex``, docs/feature-docs.md#host-scheduling: complex ops tile for tens of microseconds); ``hbm`` says whether
+    its ``bytes`` are HBM traffic (False for collectives and MC2, whose bytes cross the link), which L2 residency and
     the HBM-bandwidth pool apply to; ``pointwise`` marks element-by-element ops GE's fusion pass may merge
     with a pointwise producer."""
 
@@ -67,7 +68,7 @@ class CostRule:
 
 
 TILING_CLASSES = ("simple", "complex")
-_RULES: dict[str, CostRule] = {}
+_RULES: dict[str, CostRule] = {}  # declarations, each made once at import (not session state)
 
 
 def register_cost_rule(
@@ -90,6 +91,15 @@ def cost_rule(name: str, where: str = "op catalog") -> CostRule:
     if rule is None:
         raise ProfileError(f"{where}: cost rule '{name}' is not registered; known rules: {', '.join(sorted(_RULES))}.")
     return rule
+
+
+def check_catalog(catalog: "OpCatalog") -> "OpCatalog":
+    """``catalog``, once every entry names a registered rule; else a profile error naming the entry's
+    file and table. The catalog only reads the names (it sits below the rules); a check here runs when a
+    catalog is taken in (by pytest's settings, the CLI, a capture), after a user's own rules are registered."""
+    for where, info in catalog.declared():
+        cost_rule(info.cost, where)
+    return catalog
 
 
 def rule_names() -> tuple[str, ...]:

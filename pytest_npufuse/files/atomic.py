@@ -12,6 +12,7 @@ loop is never replaced: :mod:`.writing` writes through to the FIFOs and devices 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -105,7 +106,7 @@ def write_bytes_atomic(path: Path, data: bytes, what: str = "output") -> None:
         ) from None
     remove_stale_temporaries(target)
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
-    temporary, handle = _create_temporary(target)
+    temporary, handle = _create_temporary(target, what)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
@@ -113,13 +114,40 @@ def write_bytes_atomic(path: Path, data: bytes, what: str = "output") -> None:
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)
         os.replace(temporary, target)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise write_failed(path, what, exc, len(data)) from None
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
     _fsync_directory(target.parent)
 
 
-def _create_temporary(target: Path) -> tuple[Path, int]:
+# Why a write fails that the user can act on, and what to do (a disk or a quota full, ``ulimit -f``).
+_WRITE_FIXES = {
+    errno.ENOSPC: "the disk is full; free space on it or give a path on another disk",
+    errno.EDQUOT: "your disk quota is used up; free space or give a path on another disk",
+    errno.EFBIG: "the file is larger than this process may write (a file size limit, ulimit -f); raise the limit "
+                 "or give a path on another file system",
+    errno.EROFS: "the file system is mounted read-only; give a path on a writable one",
+    errno.EACCES: "permission denied; give a path in a directory you can write to",
+    errno.EPERM: "permission denied; give a path in a directory you can write to",
+}
+
+
+def write_failed(path: Path, what: str, exc: OSError, size: int | None) -> OutputFileError:
+    """The error for a write of ``size`` bytes to ``path`` that the system refused: the file, the reason
+    and the fix, and that the file as it was is kept (the new text went only to a temporary file)."""
+    fix = _WRITE_FIXES.get(exc.errno, "fix the cause and run again")
+    written = "" if size is None else f" {size} bytes"
+    return OutputFileError(
+        f"{what} {path}: writing{written} failed ({exc.strerror or exc}): {fix}. The file was left as it was "
+        "(nothing of the new content reached it).",
+        file=str(path), bound=size,
+    )
+
+
+def _create_temporary(target: Path, what: str) -> tuple[Path, int]:
     """A new private file of our naming beside ``target``, opened for writing."""
     for n in range(1000):
         temporary = target.parent / _TEMP.format(name=target.name, pid=os.getpid(), n=n)
@@ -127,6 +155,8 @@ def _create_temporary(target: Path) -> tuple[Path, int]:
             return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
+        except OSError as exc:
+            raise write_failed(target, what, exc, None) from None
     raise OutputFileError(
         f"{target}: could not create a temporary file beside it; remove the .{target.name}.npufuse-*.tmp files."
     )

@@ -34,7 +34,9 @@ except ImportError:  # pragma: no cover - Windows
 
 # A writer holds the lock for one read-merge-write (milliseconds); a minute means it is stuck.
 TIMEOUT_S = 60.0
-_HELD: dict[str, int] = {}  # lock file -> depth, so one process may nest (the lock is per open file)
+# Lock file -> depth, so one process may nest (the lock is per open file). The locks are the real process's,
+# held across sessions while another process waits, so this is not session state.
+_HELD: dict[str, int] = {}
 _GUARD = threading.RLock()
 
 

@@ -34,8 +34,26 @@ def key_parts(key: str) -> tuple[str, ...]:
 
 def dotted(parts: Sequence[str]) -> str:
     """The header spelling of ``parts`` (bare keys where TOML allows them)."""
-    return ".".join(part if _BARE.fullmatch(part) else '"' + part.replace("\\", "\\\\").replace('"', '\\"') + '"'
-                    for part in parts)
+    return ".".join(part if _BARE.fullmatch(part) else basic_string(part) for part in parts)
+
+
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_UNWRITABLE = re.compile(r'[\\"\x00-\x1f\x7f]|[\ud800-\udfff]')
+
+
+def basic_string(text: str) -> str:
+    """``text`` as a TOML basic string (a quoted key or value) that reads back as ``text``: a backslash, a
+    quote and the control characters TOML forbids raw (U+0000 to U+001F, U+007F) escaped, everything else
+    as written. (``json.dumps`` is not TOML: it leaves U+007F raw and splits a character beyond U+FFFF
+    into two ``\\u`` surrogates, which TOML refuses.) A lone surrogate, which UTF-8 cannot hold, is
+    written as U+FFFD."""
+    def escape(match: re.Match[str]) -> str:
+        char = match.group()
+        if "\ud800" <= char <= "\udfff":
+            return "\ufffd"
+        return _TOML_ESCAPES.get(char) or f"\\u{ord(char):04x}"
+
+    return '"' + _UNWRITABLE.sub(escape, text) + '"'
 
 
 def lookup(data: dict[str, Any], parts: Sequence[str]) -> Any:

@@ -25,6 +25,7 @@ import torch.fx
 from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
+from ..cost import check_catalog
 from ..errors import CaptureError, GradientsWarning
 from ..ir.program import Program
 from ..target.catalog import OpCatalog
@@ -32,6 +33,7 @@ from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
+from .npu_dispatch import route_sdpa
 from .rewrites import apply_rules
 from ..torch_npu.formats import get_npu_format, is_base_format
 from .source import is_user_path
@@ -80,7 +82,11 @@ class CaptureBackend:
     phase: Phase = Phase.FORWARD
     graph_passes: Sequence[GraphPass] = ()
 
+    def __post_init__(self) -> None:
+        check_catalog(self.catalog)  # a catalog a library user loaded with their own entries is checked here
+
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        route_sdpa(gm, example_inputs)
         self._layouts = storage_layouts(example_inputs)
         with explained_gradients():
             return aot_module_simplified(

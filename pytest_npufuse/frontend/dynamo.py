@@ -28,7 +28,8 @@ from .survey import survey
 @contextlib.contextmanager
 def value_dependent_capture() -> Iterator[None]:
     """Let Dynamo keep value-dependent ops in the graph (``.item()``, ``torch.nonzero``, masks) instead
-    of breaking it: GE runs them too, with a host stream sync (seed 002), which the host model prices."""
+    of breaking it: GE runs them too, with a host stream sync (docs/feature-docs.md#host-scheduling), which the host
+    model prices."""
     with torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
         yield
 

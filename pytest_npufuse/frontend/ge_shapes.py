@@ -1,8 +1,8 @@
 """GE's size computation in a dynamic-shape graph, as the kernels it adds to the execution graph.
 
-Seed 002: in a dynamic-shape graph GE reads every symbolic size from its input's shape (Shape, then Gather),
-runs size arithmetic as small int64 ops and packs the sizes an op is given into a shape tensor (Pack,
-Concat). They are the "Pack, Gather, Concat" small-shape ops (650+ in LLaMA2) that GE computes on the host
+docs/feature-docs.md#host-scheduling: in a dynamic-shape graph GE reads every symbolic size from its input's shape
+(Shape, then Gather), runs size arithmetic as small int64 ops and packs the sizes an op is given into a shape tensor
+(Pack, Concat). They are the "Pack, Gather, Concat" small-shape ops (650+ in LLaMA2) that GE computes on the host
 instead of launching them. An AOT graph of ``torch.compile(dynamic=True)`` shows the same computation as
 symbolic-size placeholders, SymInt arithmetic nodes and ops whose size arguments hold them; capture turns
 each into the ``ge::*`` catalog entries (``ge_shape``: they exist only under GE host scheduling).

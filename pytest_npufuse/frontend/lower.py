@@ -436,8 +436,8 @@ class _ProgramBuilder:
         input_specs = [self.buffers[name].spec for name in inputs]
         compute_dtype = compute_dtype_of(input_specs, output_specs)
         call = call_name(node)
-        # A form (seed 003: nn.Linear's cast to FRACTAL_NZ) is how torch_npu runs the user's forward call;
-        # the backward of that call is other kernels, priced as their own op types.
+        # A form (docs/feature-docs.md#affinity-ops: nn.Linear's cast to FRACTAL_NZ) is how torch_npu runs the user's
+        # forward call; the backward of that call is other kernels, priced as their own op types.
         form = call if self.phase == Phase.FORWARD else ""
         priced_as = node.meta.get(reinplace.PRICED_AS, op_type)
         info = self.catalog.lookup(priced_as, form).for_dtypes(spec.dtype for spec in (*input_specs, *output_specs))

@@ -21,18 +21,23 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-_EMPTY = [0]  # nesting depth of npu_is_meta blocks
+from ..session import Scope, SessionKey, current_session
+
+# The nesting depth of open npu_is_meta blocks. Each block takes back its own step, so nothing outlives
+# it; a session inside one (a check run inside ``init_empty_weights()``) shares its parent's depth.
+_DEPTH: SessionKey[list[int]] = SessionKey("npu_is_meta depth", lambda: [0], Scope.INHERITED)
 
 
 @contextlib.contextmanager
 def npu_is_meta() -> Iterator[None]:
     """Inside, the shim puts a tensor created "on the NPU" (``device="npu"``, ``.to("npu")``) on the meta
     device: a timing-only model's forward creates its tensors where its weights are."""
-    _EMPTY[0] += 1
+    depth = current_session()[_DEPTH]
+    depth[0] += 1
     try:
         yield
     finally:
-        _EMPTY[0] -= 1
+        depth[0] -= 1
 
 
 @contextlib.contextmanager
@@ -50,7 +55,7 @@ def init_empty_weights() -> Iterator[None]:
 def creating_empty() -> bool:
     """Whether an :func:`init_empty_weights` or :func:`npu_is_meta` block is open (the shim then maps
     ``npu`` to ``meta``)."""
-    return _EMPTY[0] > 0
+    return current_session()[_DEPTH][0] > 0
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:

@@ -18,7 +18,7 @@ And a functional ``copy`` between two tensors of one layout, what an in-place op
 no kernel either (:func:`_no_op`).
 
 Both keep the copies when the input is used on more than one stream without that order being certain
-(TorchAir's ``verify_nodes_on_same_stream``; ``/work/shared/research/torchair_facts.md`` §4.6): here, when
+(TorchAir's ``verify_nodes_on_same_stream``; docs/sources.md#torchair-4-6): here, when
 the input is read or written on more than one stream.
 
 :func:`find_writes` finds those writes in an aten graph; lowering then gives the op's new value the input's
@@ -35,7 +35,7 @@ import torch
 import torch.fx
 
 from .. import cost
-from ..target.catalog import OpInfo
+from ..ir.op import OpInfo
 
 # ``GraphModule.meta`` key: set by a compile configuration whose device keeps the write-backs (TorchAir's
 # aclgraph modes with their mutated-input pass switched off), so :func:`find_writes` finds none

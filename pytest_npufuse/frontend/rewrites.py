@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from torch._inductor.pattern_matcher import Match
 
 # The rules: at most one PatternMatcherPass, made with the first rule (importing PyTorch's pattern matcher
-# takes seconds, which a capture should not pay when no rule is registered).
+# takes seconds, which a capture should not pay when no rule is registered). Declarations, as TorchAir's
+# process-wide ones are: a rule is registered once, at a module's import, not per check (not session state).
 _RULES: list[Any] = []
 
 

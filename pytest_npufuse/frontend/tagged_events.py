@@ -1,12 +1,12 @@
-"""TorchAir's tagged events (``torchair.ops.npu_create_tagged_event``) and the process's registry of their tags.
+"""TorchAir's tagged events (``torchair.ops.npu_create_tagged_event``) and the registry of their tags, one per
+session (:mod:`pytest_npufuse.session`).
 
-Plain Python, no torch: the pytest plugin resets the registry before every test without loading torch."""
+Plain Python, no torch: the pytest plugin starts each test's registry without loading torch."""
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from ..errors import ScopeError
+from ..session import Scope, SessionKey, current_session
 
 
 class TaggedEvent:
@@ -21,46 +21,39 @@ class TaggedEvent:
 
 class EventRegistry:
     """Tags in use. TorchAir's registry is process-global, so building a model twice in one process
-    reports a duplicate tag; the pytest plugin starts every test with the events of earlier tests
-    dropped, so that parametrized and repeated tests (and xdist's reused workers) each start clean,
-    while a duplicate within one test is still an error. An event created outside a test (at a test
-    module's import, during collection) or at any module's top level lasts for the session, as a
-    module-level ``EVENT = npu_create_tagged_event("e")`` used by later tests needs."""
+    reports a duplicate tag. Here a test's (or a check's) registry sees the tags of the run it is in
+    (``lasting``) and adds its own, which go with the test: parametrized and repeated tests (and xdist's
+    reused workers) each start clean, while a duplicate within one test is still an error. An event created
+    at any module's top level lasts for the run, as a module-level ``EVENT = npu_create_tagged_event("e")``
+    used by later tests needs, and so does one created outside any test (at a test module's import, during
+    collection), since the run's own registry is current then."""
 
-    def __init__(self) -> None:
+    def __init__(self, lasting: EventRegistry | None = None) -> None:
         self._events: dict[str, TaggedEvent] = {}
-        self._lasting: set[str] = set()
-        self._in_test = False
+        self._lasting = lasting
 
     def create(self, tag: str, at_module_level: bool = False) -> TaggedEvent:
-        if tag in self._events:
+        if self._find(tag) is not None:
             raise ScopeError(f"tagged event tag {tag} is already in use; give each npu_create_tagged_event a new tag.")
-        self._events[tag] = TaggedEvent(tag)
-        if at_module_level or not self._in_test:
-            self._lasting.add(tag)
-        return self._events[tag]
+        owner = self
+        while at_module_level and owner._lasting is not None:
+            owner = owner._lasting
+        event = owner._events[tag] = TaggedEvent(tag)
+        return event
 
-    def tags(self) -> Sequence[str]:
-        return tuple(self._events)
+    def _find(self, tag: str) -> TaggedEvent | None:
+        found = self._events.get(tag)
+        if found is None and self._lasting is not None:
+            return self._lasting._find(tag)
+        return found
 
     def is_registered(self, event: object) -> bool:
-        return isinstance(event, TaggedEvent) and self._events.get(event.tag) is event
-
-    def reset(self) -> None:
-        """A test starts: events earlier tests created are dropped; lasting ones stay."""
-        self._events = {tag: event for tag, event in self._events.items() if tag in self._lasting}
-        self._in_test = True
-
-    def end_test(self) -> None:
-        """A test ended: what is created until the next one (at collection, at import) lasts."""
-        self.reset()
-        self._in_test = False
-
-    def clear(self) -> None:
-        """Drop every event, lasting ones too: a new session or script starts as a fresh process."""
-        self._events.clear()
-        self._lasting.clear()
-        self._in_test = False
+        return isinstance(event, TaggedEvent) and self._find(event.tag) is event
 
 
-EVENTS = EventRegistry()
+EVENTS = SessionKey("tagged events", EventRegistry, Scope.NESTED, nest=EventRegistry)
+
+
+def tagged_events() -> EventRegistry:
+    """The current session's tagged events."""
+    return current_session()[EVENTS]

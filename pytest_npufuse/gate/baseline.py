@@ -29,7 +29,6 @@ from ..errors import BaselineError
 from ..files import FileRole, locked, present, read_json, write_text
 from ..files.jsonfile import json_path
 from ..files.limits import MAX_TIME_US
-from ..report.escaping import terminal_text
 from ..report.explain import break_key
 from ..simulate.version import ModelIdentity
 
@@ -238,15 +237,6 @@ class Results:
                 for key, targets in self.entries.items()
             },
         }
-
-
-def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Text rows with every column padded to its widest cell, for the terminal tables; cells are shown as
-    :func:`~pytest_npufuse.report.escaping.terminal_text` (a test id or op name may hold any character)
-    before they are measured, so the columns stay aligned."""
-    shown = [[terminal_text(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in shown) for i in range(len(shown[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in shown]
 
 
 def count_line(changes: Sequence[Change]) -> str:

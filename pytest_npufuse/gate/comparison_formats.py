@@ -14,7 +14,8 @@ from typing import Any, Mapping, Sequence
 from ..report.escaping import html_text, markdown_code, spreadsheet_cell
 from ..report.html.assets import STYLE
 from ..report.html.trend import trend_svg
-from .baseline import IMPROVED, MODEL_CHANGED, NEW, REGRESSED, REMOVED, TOOL, aligned, count_line
+from ..report.table import aligned
+from .baseline import IMPROVED, MODEL_CHANGED, NEW, REGRESSED, REMOVED, TOOL, count_line
 from .comparison import CaseHistory, Comparison, Delta
 
 TOP_DELTAS = 8

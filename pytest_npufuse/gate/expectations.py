@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import MarkerError
-from ..plan.tasks import ScopeOutcome
+from ..plan.tasks import ScopeOutcome, broken_by
 from ..sanitize.checker import RaceKind
 from ..vocabulary import MissingOps
 from .verdict import Failure, Verdict
@@ -53,17 +53,17 @@ class SuperKernelExpectation:
             verdict = Verdict.HANG if scope.outcome == ScopeOutcome.HANG else Verdict.OUTCOME
             failures.append(Failure(verdict, f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'."))
         if self.segments is not None and scope.segments != self.segments:
-            broken = scope.segments > self.segments or bool(scope.break_sites or scope.splits)
+            broken = scope.segments > self.segments or bool(scope.break_points or scope.splits)
             verdict = Verdict.SCOPE_BREAK if broken else Verdict.OUTCOME
-            failures.append(Failure(verdict, self._segments_failure(scope.segments, scope.break_sites, scope.splits)))
+            failures.append(Failure(verdict, self._segments_failure(scope.segments, broken_by(scope.break_points), scope.splits)))
         if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
-            found = ", ".join(scope.break_sites) or "no op"
-            failures.append(Failure(Verdict.SCOPE_BREAK, f"scope '{self.scope}' was broken by {found}; expected breaks={list(self.breaks)}."))
+            sites = broken_by(scope.break_points) or "no op"
+            failures.append(Failure(Verdict.SCOPE_BREAK, f"scope '{self.scope}' was broken by {sites}; expected breaks={list(self.breaks)}."))
         failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup))
         return failures
 
-    def _segments_failure(self, actual: int, sites: Sequence[str], splits: Sequence[str] = ()) -> str:
-        broken = f"; it was broken by {', '.join(sites)}" if sites else ""
+    def _segments_failure(self, actual: int, sites: str, splits: Sequence[str] = ()) -> str:
+        broken = f"; it was broken by {sites}" if sites else ""
         split = f"; it was split by {'; '.join(splits)}" if splits else ""
         return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}{split}."
 
@@ -265,10 +265,10 @@ def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiSt
 
 @dataclass(frozen=True)
 class AffinityExpectation:
-    """``@pytest.mark.npu_affinity(max_findings=0)``: at most this many seed-003 slow-form sites in the
-    model's graph whose rewrite saves modeled time on the target (a test that reintroduces a known-slow
-    pattern fails, naming it and its rewrite). A form that costs nothing here, such as an ``nn.Linear``
-    whose input the Cube reads as ND, is still reported but does not count."""
+    """``@pytest.mark.npu_affinity(max_findings=0)``: at most this many slow-form sites
+    (docs/feature-docs.md#affinity-ops) in the model's graph whose rewrite saves modeled time on the target (a test that
+    reintroduces a known-slow pattern fails, naming it and its rewrite). A form that costs nothing here, such as an
+    ``nn.Linear`` whose input the Cube reads as ND, is still reported but does not count."""
 
     max_findings: int = 0
 

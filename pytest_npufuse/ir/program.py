@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping, Sequence, Union
 
-from ..target.catalog import OpInfo
 from ..vocabulary import Phase
 from .events import Event
+from .op import OpInfo
 
 
 @dataclass(frozen=True)

@@ -4,15 +4,16 @@
 chain (:func:`~.chain.model_program`); :func:`compile_model` is the library's way to get one. Code
 written for a real NPU gets its backend through :func:`backend_for` (``torchair.get_npu_backend()`` and
 ``backend="npugraph_ex"`` call it), which remembers every backend of the current
-``python -m pytest_npufuse run`` for its summary.
+``python -m pytest_npufuse run`` (:func:`modeled_run`) for its summary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.fx
@@ -20,15 +21,11 @@ import torch.fx
 from ..frontend.backend import CaptureBackend, CapturedGraph
 from ..frontend.dynamo import compile_static
 from ..plan.tasks import Variant
+from ..session import Scope, Session, SessionKey, current_session
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import (
-    CHILD_PYPROJECT_VARIABLE,
-    CHILD_TARGET_VARIABLE,
-    DEFAULT_TARGET,
-    HardwareProfile,
-    resolve_profile,
-)
+from ..target.profile import CHILD_PYPROJECT_VARIABLE, CHILD_TARGET_VARIABLE, HardwareProfile
+from ..target.resolve import Target, profile_of, project_settings
 from ..target.running import stated_running_target
 from ..target.userconfig import load_user_config
 from .graph import (
@@ -103,7 +100,7 @@ class NpuBackend:
 def compile_model(
     model: Callable[..., Any],
     *,
-    target: str | HardwareProfile | None = None,
+    target: str | HardwareProfile | Target | None = None,
     mode: str | None = None,
     superkernel: bool = True,
     multistream: bool = True,
@@ -116,11 +113,13 @@ def compile_model(
     ``superkernel=False`` gives the BASELINE plan (scopes ignored); ``multistream=False`` keeps the
     VARIANT on one stream. ``mode="eager"`` models torch_npu's op-by-op execution, ``dynamic=True``
     the host scheduling of a dynamic-shape max-autotune graph; ``host`` sets the host threads
-    (``MAX_RUNTIME_CORE_NUMBER``) and GE's host optimisations.
+    (``MAX_RUNTIME_CORE_NUMBER``) and GE's host optimisations. ``target`` and ``catalog`` are as for
+    :func:`~pytest_npufuse.compare`.
     """
     variant = Variant.VARIANT if superkernel else Variant.BASELINE
+    resolved = Target.resolve(target, catalog=catalog)
     backend = NpuBackend(
-        graph_options(mode), resolve_profile(target), variant, catalog or load_catalog(), multistream=multistream,
+        graph_options(mode), resolved.profile, variant, resolved.catalog, multistream=multistream,
         dynamic=dynamic, host=host_config(host),
     )
     return compile_static(model, backend), backend
@@ -137,19 +136,17 @@ class ModeledRun:
         return [graph for backend in self.backends for graph in backend.graphs]
 
 
-_RUN: ModeledRun | None = None
+# The sessions inside a script's (a pytest run the script starts, its tests) add their backends to its run.
+RUN: SessionKey[ModeledRun | None] = SessionKey("the script run", lambda: None, Scope.INHERITED)
 
 
-def start_run(profile: HardwareProfile) -> ModeledRun:
-    """Begin collecting the backends of one ``python -m pytest_npufuse run``."""
-    global _RUN
-    _RUN = ModeledRun(profile)
-    return _RUN
-
-
-def end_run() -> None:
-    global _RUN
-    _RUN = None
+@contextlib.contextmanager
+def modeled_run(profile: HardwareProfile) -> Iterator[ModeledRun]:
+    """Collect the backends of one ``python -m pytest_npufuse run``, whose script runs inside, in a session
+    that starts a modeled process (no tagged events yet, the device clock at zero)."""
+    with Session(current_session(), process=True) as session:
+        run = session[RUN] = ModeledRun(profile)
+        yield run
 
 
 def current_profile(target: str | None = None) -> HardwareProfile:
@@ -157,21 +154,22 @@ def current_profile(target: str | None = None) -> HardwareProfile:
     (pytest's ``--npu-target``, :mod:`pytest_npufuse.target.running`), else ``run``'s (in a process the
     script started, the target its ``run`` named), else the default target."""
     if target is not None:
-        return resolve_profile(target)
+        return profile_of(target, project_settings())
     stated = stated_running_target()
     if stated is not None:
         return stated
-    if _RUN is None:
+    run = current_session()[RUN]
+    if run is None:
         return _child_profile()
-    return _RUN.profile
+    return run.profile
 
 
 def _child_profile() -> HardwareProfile:
     """The target a process started by ``run`` was given (a project's own target read from the same
     pyproject.toml as in its parent), or the default target outside ``run``."""
     pyproject = os.environ.get(CHILD_PYPROJECT_VARIABLE)
-    user = load_user_config(Path(pyproject) if pyproject else None)
-    return user.profile(os.environ.get(CHILD_TARGET_VARIABLE) or DEFAULT_TARGET)
+    project = load_user_config(Path(pyproject) if pyproject else None)
+    return profile_of(os.environ.get(CHILD_TARGET_VARIABLE) or None, project)
 
 
 def backend_for(
@@ -181,6 +179,7 @@ def backend_for(
     target), applying ``decompositions`` when lowering to aten; inside ``python -m pytest_npufuse run``
     it is remembered for the summary."""
     backend = NpuBackend(options, current_profile(target), decompositions=dict(decompositions or {}))
-    if _RUN is not None:
-        _RUN.backends.append(backend)
+    run = current_session()[RUN]
+    if run is not None:
+        run.backends.append(backend)
     return backend

@@ -21,7 +21,7 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Plan, Variant
 from ..report.plog import write_plog
 from ..sanitize.checker import SanitizerReport, sanitize
-from ..simulate.clock import DEVICE_CLOCK
+from ..simulate.clock import device_clock
 from ..simulate.host import HostConfig
 from ..simulate.timeline import RunReport, simulate
 from ..target.profile import HardwareProfile
@@ -77,7 +77,8 @@ def graph_options(mode: str | None) -> GraphOptions:
         return GraphOptions()
     if mode not in set(Mode):
         raise ArgumentError(
-            f"mode={mode!r} is not a mode that can be modeled; use one of {', '.join(repr(m.value) for m in Mode)}."
+            f"mode={mode!r} is not a mode that can be modeled; use one of {', '.join(repr(m.value) for m in Mode)}.",
+            argument="mode",
         )
     return GraphOptions(Mode(mode))
 
@@ -121,7 +122,7 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> list[Any]:
         """The outputs a device would produce: kernels in issue order (always a legal order for the
-        data), where each read the sanitizer found racing sees poisoned memory. The process's modeled
+        data), where each read the sanitizer found racing sees poisoned memory. The session's modeled
         device clock advances by the graph's modeled time, and a profile in progress
         (``torch_npu.profiler.profile``) records the run. With a data dump, the dumped tensors are
         written as the graph runs; with a logger at DEBUG, the call's inputs and outputs are logged."""
@@ -131,7 +132,7 @@ class CompiledGraph:
         else:
             observe = self.dump.for_call() if self.dump is not None else None
             outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
-        DEVICE_CLOCK.run(self.run.time_us * 1e-6)
+        device_clock().run(self.run.time_us * 1e-6)
         record_graph_call(self.program, self.run)
         log_call(self.log, "runtime outputs", "output", outputs)
         return outputs

@@ -1,7 +1,7 @@
 """What building a variant's SuperKernels costs the compiler, counted in the sub-kernels it compiles.
 
-Seed 004 weighs a scope's size against its compile: a small scope "compiles fast", a large one "compiles
-slowly" and may time out. The SuperKernel compiler keeps a cache: a SuperKernel identical to one it has
+docs/feature-docs.md#scope-analysis weighs a scope's size against its compile: a small scope "compiles fast", a large
+one "compiles slowly" and may time out. The SuperKernel compiler keeps a cache: a SuperKernel identical to one it has
 built (the same sub-kernels with the same shapes, dtypes and arguments, the same options) reuses it, and
 one that differs, e.g. by an extra bias input or other options, is compiled online (graph-autofusion,
 super_kernel/examples/super_kernel_profiling/README.md). So one scope per decoder layer compiles one

@@ -3,7 +3,7 @@
 TorchAir passes the string to CANN unchanged; CANN's SuperKernel option parser (the GE path, and a
 smaller aclgraph path used by npugraph_ex) validates it when the graph is compiled. We apply the same
 rules eagerly, so a typo fails the test that made it, naming the scope, the option and the allowed
-values (research/torchair_2026.md §1, from CANN's public option parser):
+values (docs/sources.md#torchair-2026-1, from CANN's public option parser):
 
 - entries are split on ``:``; an entry without ``=`` is skipped with a warning;
 - an unknown key, a key given twice, or an empty key or value is an error;
@@ -78,8 +78,8 @@ class OptionRule:
     meaning: str = ""
 
 
-# The 16 keys CANN's GE parser registers (research/torchair_2026.md §1; defaults from the same table,
-# strict-scope-check values from TorchAir's option table, torchair_facts.md §2.4).
+# The 16 keys CANN's GE parser registers (docs/sources.md#torchair-2026-1; defaults from the same table,
+# strict-scope-check values from TorchAir's option table, docs/sources.md#torchair-2-4).
 OPTIONS: Mapping[str, OptionRule] = MappingProxyType(
     {
         "stream-fusion": OptionRule(_one_of("0", "1"), "0", meaning="sub-kernels of one or more streams run in parallel (0: at most two streams, in issue order)"),

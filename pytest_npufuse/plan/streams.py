@@ -4,12 +4,12 @@ It binds the event requests the model made (:class:`~pytest_npufuse.ir.events.Ev
 events between kernels, adding what the compiler adds in each mode:
 
 - max-autotune (GE graph sink): GE inserts an event for every data dependency between streams
-  (research/ascend_hw_and_usage.md §2.4), so only control order needs ``npu_wait_tensor`` or
+  (docs/sources.md#hw-2-4), so only control order needs ``npu_wait_tensor`` or
   ``record()``/``wait()``. Tagged events and ``npu_record_tagged_stream`` are not supported there.
 - reduce-overhead and npugraph_ex (aclgraph capture): nothing is inserted for data; the user's tagged events are the only
   order, plus TorchAir's fork/join closure: every side stream waits for a start event recorded on the
   main stream, and the main stream waits, before the outputs, for an exit event recorded at the end of
-  each stream scope (research/torchair_facts.md §4.4). ``npu_wait_tensor`` is not supported there.
+  each stream scope (docs/sources.md#torchair-4-4). ``npu_wait_tensor`` is not supported there.
 
 A wait binds to the latest record of its event issued before it; if there is none, to the first one
 issued after it (the stream blocks until then); if the event is never recorded, the wait can never be

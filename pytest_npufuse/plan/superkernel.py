@@ -1,7 +1,7 @@
 """The SuperKernel planner: which kernels a scope fuses into which SuperKernel tasks, and what happens.
 
-Rule (seed 000): ops in a scope are scanned in program order; an unfusable op closes the current
-segment, runs alone as an ordinary task, and a new segment starts after it. The same scope name used in
+Rule (docs/feature-docs.md#superkernel-scopes): ops in a scope are scanned in program order; an unfusable op closes the
+current segment, runs alone as an ordinary task, and a new segment starts after it. The same scope name used in
 several places means the same scope; kernels outside any scope that stand between two uses also close
 the current segment, so non-contiguous uses give separate segments of that one scope (they are counted
 together in its ``segments``, but they are not reported as breaks, since the op in between was never in
@@ -35,7 +35,7 @@ from .options import ParserPath, SuperKernelOptions, parse_options
 from .streams import StreamPlan, stream_plan
 from .tasks import LogRecord, Plan, ScopeBreak, ScopeOutcome, ScopePlan, Segment, Task, Variant, between_tasks
 
-# debug-aic-num : debug-aiv-num ratio -> SuperKernel kernel type (TorchAir option table, torchair §2.4).
+# debug-aic-num : debug-aiv-num ratio -> SuperKernel kernel type (TorchAir option table, docs/sources.md#torchair-2-4).
 _DEBUG_RATIOS = {(1, 0): "MIX_AIC_1_0", (0, 1): "MIX_AIV_1_0", (1, 1): "MIX_AIC_1_1", (1, 2): "MIX_AIC_1_2"}
 
 
@@ -300,7 +300,8 @@ class _ScopeResult:
 def _stream_fusion(
     segment: Segment, options: SuperKernelOptions, streams: StreamPlan, profile: HardwareProfile, kernels: Sequence[Kernel]
 ) -> Segment:
-    """Sub-kernels from several streams in one SuperKernel (TorchAir's ``stream-fusion`` option; seed 000).
+    """Sub-kernels from several streams in one SuperKernel (TorchAir's ``stream-fusion`` option;
+    docs/feature-docs.md#superkernel-scopes).
 
     With ``stream-fusion=0`` (the default) a SuperKernel takes ops of at most two streams
     (``profile.superkernel_max_streams``), kept in issue order, and the streams must be linked by an
@@ -401,7 +402,7 @@ def _splits(scope: str, segments: Sequence[Segment], program: Program) -> tuple[
 
 def check_core_limits(program: Program, profile: HardwareProfile) -> None:
     """``limit_core_num(aic, aiv)`` takes values in [1, the target's cores] (TorchAir's documented range,
-    torchair_facts §3.1); a larger cap would silently mean no cap at all."""
+    docs/sources.md#torchair-3-1); a larger cap would silently mean no cap at all."""
     for kernel in program.kernels:
         limits = kernel.annotations
         for name, value, cores, kind in (

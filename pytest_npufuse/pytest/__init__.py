@@ -3,6 +3,7 @@
 - :mod:`.options`   every command-line option with its ini key and help, registered from one table;
 - :mod:`.settings`  the run's settings (targets, op catalog, gate, output files) resolved once at configure;
 - :mod:`.targets`   which target a test item runs on, and its target-independent key;
+- :mod:`.sessions`  the modeled process: one session per run on ``config.stash``, one per test inside it;
 - :mod:`.markers`   the markers, parsed once per item into typed expectations kept on the item;
 - :mod:`.fixture`   the ``npufuse`` and ``npu_target`` fixtures;
 - :mod:`.recorder`  every test's outcome and check rows, aggregated once on the controller;

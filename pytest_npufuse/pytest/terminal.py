@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..gate.baseline import Change, Gate, aligned, count_line
+from ..gate.baseline import Change, Gate, count_line
 from ..report.escaping import terminal_text
 from ..report.numerics import precision_word, shown_verdict
+from ..report.table import aligned
 
 WIDTH = 120
 """The table's widest at default verbosity (narrower in a narrower terminal); ``-v`` prints every column at

@@ -1,9 +1,9 @@
 """Where a modeled run spends its time: per module path, per op type, and compute / communication / free.
 
 An Ascend engineer reads a profile in three tables, and this module gives the same three for a modeled
-run, so the first question of seed 003 ("is the step computing, communicating or idle, and which op
-dominates?") and of seed 004's profiler-driven scope choice ("which module is the bottleneck?") are
-answered on a CPU:
+run, so the first question of docs/feature-docs.md#affinity-ops ("is the step computing, communicating or idle, and
+which op dominates?") and of the profiler-driven scope choice of docs/feature-docs.md#scope-analysis ("which module is
+the bottleneck?") are answered on a CPU:
 
 - per module path: device time of the kernels traced inside each ``nn.Module`` call (inclusive of its
   children, and its own ``self`` share), from the ``nn_module_stack`` Dynamo records on every node. A
@@ -11,12 +11,12 @@ answered on a CPU:
   intra-kernel syncs) counts for the innermost module all its sub-kernels share;
 - per op type: msprof's ``op_statistic.csv`` (OP Type, Core Type, Count, Total/Min/Avg/Max Time, Ratio),
   over device tasks as msprof counts them (a SuperKernel is one task of type ``SuperKernel``);
-- overlap: msprof's overlap analysis (seed 003, figure 1): the share of the run's span that is
+- overlap: msprof's overlap analysis (docs/feature-docs.md#affinity-ops, figure 1): the share of the run's span that is
   computing, communication not hidden under computing, and free (the device idle).
 
 A training step (:func:`attribute_step`) is attributed over all its graphs at once, and each op type's
-row also says how much of its time the backward spends (seed 003's profile: IndexPutV2, a backward op,
-took 75% of the step), as an extra ``Backward Time(us)`` column after msprof's.
+row also says how much of its time the backward spends (the profile of docs/feature-docs.md#affinity-ops: IndexPutV2, a
+backward op, took 75% of the step), as an extra ``Backward Time(us)`` column after msprof's.
 """
 
 from __future__ import annotations

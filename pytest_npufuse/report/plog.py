@@ -16,9 +16,12 @@ from typing import Iterable
 from ..errors import OutputFileError
 from ..files import append_text
 from ..plan.tasks import LogRecord
+from ..session import Scope, SessionKey, current_session
 from .escaping import terminal_text
 
-_FILES: dict[int, Path] = {}
+# Per process id, its plog file: a file belongs to the real process (a forked child names its own), so every
+# session of the process shares one.
+PLOG_FILES: SessionKey[dict[int, Path]] = SessionKey("plog files", dict, Scope.PROCESS)
 
 
 def plog_dir() -> Path:
@@ -37,12 +40,19 @@ def plog_path() -> Path:
     """This process's plog file, named when first needed, as CANN does (pid and start time)."""
     pid = os.getpid()
     directory = plog_dir()
-    cached = _FILES.get(pid)
+    files = current_session()[PLOG_FILES]
+    cached = files.get(pid)
     if cached is None or cached.parent != directory:
         stamp = _now().strftime("%Y%m%d%H%M%S%f")[:-3]
         cached = directory / f"plog-{pid}_{stamp}.log"
-        _FILES[pid] = cached
+        files[pid] = cached
     return cached
+
+
+def _named(directory: Path) -> str:
+    """The plog directory as the user set it (the variable, when it came from there)."""
+    where = "ASCEND_PROCESS_LOG_PATH" if os.environ.get("ASCEND_PROCESS_LOG_PATH") else "the plog directory"
+    return f"{where} {directory}"
 
 
 def write_plog(records: Iterable[LogRecord]) -> Path | None:
@@ -54,10 +64,14 @@ def write_plog(records: Iterable[LogRecord]) -> Path | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        where = "ASCEND_PROCESS_LOG_PATH" if os.environ.get("ASCEND_PROCESS_LOG_PATH") else "the plog directory"
         raise OutputFileError(
-            f"{where} {path.parent} is a file (or lies under one), so the plog cannot be written there; "
+            f"{_named(path.parent)} is a file (or lies under one), so the plog cannot be written there; "
             "point ASCEND_PROCESS_LOG_PATH at a directory."
+        ) from None
+    except OSError as exc:
+        raise OutputFileError(
+            f"{_named(path.parent)} cannot be created ({exc.strerror or exc}), so the plog cannot be written there; "
+            "point ASCEND_PROCESS_LOG_PATH at a directory you can write to.", file=str(path),
         ) from None
     stamp = _now().strftime("%Y-%m-%d-%H:%M:%S.%f")
     # One record, one line: a scope name holding a line break or an escape sequence must not forge another

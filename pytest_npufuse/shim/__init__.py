@@ -20,8 +20,9 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 
+from ..session import Scope, SessionKey, current_session
 from .imports import AliasFinder, PostImportHook
-from .undo import UNDO
+from .undo import on_undo, undo_all
 
 ROOTS = {
     "torchair": "pytest_npufuse.torchair",
@@ -56,18 +57,25 @@ class ShimState:
         return "; ".join(parts)
 
 
-_STATE = ShimState()
+# The shim maps the real process's imports, so every session shares what it maps.
+SHIM: SessionKey[ShimState] = SessionKey("the shim's state", ShimState, Scope.PROCESS)
 
 
 def real_packages() -> tuple[str, ...]:
     """The packages among ``torchair`` / ``torch_npu`` that are really installed (not our aliases)."""
-    if _STATE.active:
-        return _STATE.real
+    current = state()
+    if current.active:
+        return current.real
     return tuple(name for name in ROOTS if importlib.util.find_spec(name) is not None)
 
 
 def state() -> ShimState:
-    return _STATE
+    return current_session()[SHIM]
+
+
+def _became(new: ShimState) -> ShimState:
+    current_session()[SHIM] = new
+    return new
 
 
 def install_shims(*, defer_torch: bool = False) -> ShimState:
@@ -78,14 +86,12 @@ def install_shims(*, defer_torch: bool = False) -> ShimState:
     torch_npu is loaded with torch by torch's device-backend autoload: a run that never imports torch
     pays nothing for the shim.
     """
-    global _STATE
-    if _STATE.active:
-        return _STATE
+    if state().active:
+        return state()
     real = real_packages()
     roots = {name: target for name, target in ROOTS.items() if name not in real}
     if not roots:
-        _STATE = ShimState((), real, False)
-        return _STATE
+        return _became(ShimState((), real, False))
     finder = AliasFinder(roots, {k: v for k, v in EXACT.items() if k.partition(".")[0] in roots})
     sys.meta_path.insert(0, finder)
 
@@ -97,7 +103,7 @@ def install_shims(*, defer_torch: bool = False) -> ShimState:
         for each in {id(f): f for f in [*ours, finder]}.values():
             each.remove_aliases()
 
-    UNDO.append(remove_finder)
+    on_undo(remove_finder)
     torch_loaded = "torch" in sys.modules
     with_device = "torch_npu" in roots and not (torch_loaded and hasattr(sys.modules["torch"], "npu"))
     if with_device and (torch_loaded or not defer_torch):
@@ -105,9 +111,8 @@ def install_shims(*, defer_torch: bool = False) -> ShimState:
     elif with_device:
         hook = PostImportHook("torch", _patch_torch)
         sys.meta_path.insert(0, hook)
-        UNDO.append(hook.remove)
-    _STATE = ShimState(tuple(roots), real, with_device)
-    return _STATE
+        on_undo(hook.remove)
+    return _became(ShimState(tuple(roots), real, with_device))
 
 
 def _patch_torch() -> None:
@@ -118,7 +123,5 @@ def _patch_torch() -> None:
 
 def uninstall_shims() -> None:
     """Undo :func:`install_shims`, newest change first."""
-    global _STATE
-    while UNDO:
-        UNDO.pop()()
-    _STATE = ShimState()
+    undo_all()
+    _became(ShimState())

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from ..execute.graph import CUBE_KERNELS
-from .undo import UNDO
+from .undo import on_undo
 
 _ATEN = torch.ops.aten
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -49,4 +49,4 @@ def install_cube_matmuls() -> None:
         warnings.simplefilter("ignore", UserWarning)
         for name in _OVERLOADS:
             library.impl(name, _cube_or_torch(name), "CPU")
-    UNDO.append(library._destroy)
+    on_undo(library._destroy)

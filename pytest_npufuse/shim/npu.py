@@ -12,6 +12,7 @@ scope, ``Event.record/wait`` are events on a stream, ``Tensor.record_stream(s)``
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from types import SimpleNamespace, TracebackType
 from typing import Any, NamedTuple
 
@@ -20,24 +21,30 @@ import torch
 from ..errors import NotModeledAttributeError, NotModeledError, OpArgumentError, ScopeError
 from ..gaps import missing
 from ..frontend import scopes
-from ..simulate.clock import DEVICE_CLOCK
-from ..torch_npu.profiler import profile  # noqa: F401 - torch_npu.npu.profile, seed 004's method three
+from ..session import Scope, SessionKey, current_session
+from ..simulate.clock import device_clock
+# torch_npu.npu.profile: method three of docs/feature-docs.md#scope-analysis
+from ..torch_npu.profiler import profile  # noqa: F401
 from .devices import check_index
 
 # A package path, so that ``import torch_npu.npu.utils`` (:mod:`.npu_utils`) finds its parent; the shim's
 # import finder answers for the submodule by its full name.
 __path__: list[str] = []
 DEFAULT_STREAM = scopes.DEFAULT_STREAM
-# TorchAir's limits for super_kernel_scope_begin names (torchair_2026.md §2).
+# TorchAir's limits for super_kernel_scope_begin names (docs/sources.md#torchair-2026-2).
 MAX_SCOPE_NAME_BYTES = 255
-_COUNTERS = {"stream": itertools.count(1), "event": itertools.count(1)}
+# Streams and events are equal when their tags are, so a tag is never made twice in the process, whatever
+# the session (a stream made at a module's import outlives the test that imports it).
+_TAG_COUNTERS = SessionKey(
+    "stream and event tag counters", lambda: {"stream": itertools.count(1), "event": itertools.count(1)}, Scope.PROCESS
+)
 
 
 @torch.compiler.assume_constant_result
 def _new_tag(kind: str) -> str:
     """A fresh tag per object. Dynamo calls it once while tracing and keeps the result as a constant,
     so a stream created inside ``forward`` neither guards on the counter nor recompiles every call."""
-    return f"npu_{kind}_{next(_COUNTERS[kind])}"
+    return f"npu_{kind}_{next(current_session()[_TAG_COUNTERS][kind])}"
 
 
 class Stream:
@@ -65,7 +72,8 @@ class Stream:
     @property
     def stream_id(self) -> int:
         """torch_npu's stream id: 0 for the default stream, then one number per stream made."""
-        return _STREAM_IDS.setdefault(self.tag, len(_STREAM_IDS))
+        ids = _streams().ids
+        return ids.setdefault(self.tag, len(ids))
 
     @property
     def device_index(self) -> int:
@@ -107,9 +115,23 @@ class Stream:
         return f"torch.npu.Stream({self.tag!r}, priority={self.priority})"
 
 
-_STREAM_IDS: dict[str, int] = {DEFAULT_STREAM: 0}
 _DEFAULT = Stream._named(DEFAULT_STREAM)
-_CURRENT: list["_Switch"] = []  # the stream switches in effect, innermost last
+
+
+@dataclass
+class _Streams:
+    """A session's streams: torch_npu's stream ids (numbered as first asked for), and the stream switches
+    in effect, innermost last (a test's ``set_stream`` left in effect does not reach the next test)."""
+
+    ids: dict[str, int] = field(default_factory=lambda: {DEFAULT_STREAM: 0})
+    switches: list["_Switch"] = field(default_factory=list)
+
+
+STREAMS = SessionKey("streams", _Streams)
+
+
+def _streams() -> _Streams:
+    return current_session()[STREAMS]
 
 
 def _tag_of(stream: object, api: str) -> str:
@@ -135,7 +157,7 @@ class Event:
         outside a compiled function, it also notes the modeled device time, for :meth:`elapsed_time`."""
         torch.ops.npufuse.event_record(self.tag, _tag_of(stream, "torch.npu.Event.record(stream)"))
         if not torch.compiler.is_compiling():
-            self.recorded_s = DEVICE_CLOCK()
+            self.recorded_s = device_clock()()
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make the later work of ``stream`` (default: the current one) wait for the last record."""
@@ -171,7 +193,7 @@ class _Switch(NamedTuple):
 
 
 def _enter(stream: Stream, by_set_stream: bool) -> None:
-    _CURRENT.append(_Switch(stream, by_set_stream))
+    _streams().switches.append(_Switch(stream, by_set_stream))
     torch.ops.npufuse.scope_enter(
         [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.NATIVE_STREAM], [stream.tag, stream._priority, scopes.BY_SET_STREAM if by_set_stream else scopes.BY_WITH_BLOCK]
     )
@@ -179,7 +201,7 @@ def _enter(stream: Stream, by_set_stream: bool) -> None:
 
 def _leave() -> None:
     torch.ops.npufuse.scope_exit()
-    _CURRENT.pop()
+    _streams().switches.pop()
 
 
 class _StreamContext:
@@ -198,9 +220,10 @@ class _StreamContext:
     ) -> None:
         if self.stream is None:
             return
-        if _CURRENT and _CURRENT[-1].by_set_stream:
+        switches = _streams().switches
+        if switches and switches[-1].by_set_stream:
             raise ScopeError(
-                f"torch.npu.set_stream({_CURRENT[-1].stream!r}) inside `with torch.npu.stream({self.stream!r}):` is "
+                f"torch.npu.set_stream({switches[-1].stream!r}) inside `with torch.npu.stream({self.stream!r}):` is "
                 "still in effect where the block ends; set the stream back (torch.npu.set_stream with the stream "
                 "the block runs on) before leaving it."
             )
@@ -215,7 +238,8 @@ def stream(stream: Stream | None) -> _StreamContext:
 
 def current_stream(device: object = None) -> Stream:
     check_index(device, "torch.npu.current_stream")
-    return _CURRENT[-1].stream if _CURRENT else _DEFAULT
+    switches = _streams().switches
+    return switches[-1].stream if switches else _DEFAULT
 
 
 def default_stream(device: object = None) -> Stream:
@@ -233,7 +257,8 @@ def set_stream(stream: Stream) -> None:
     if stream is None:
         raise ScopeError("torch.npu.set_stream(stream) takes a torch.npu.Stream, got None.")
     _tag_of(stream, "torch.npu.set_stream(stream)")
-    while _CURRENT and _CURRENT[-1].by_set_stream:
+    switches = _streams().switches
+    while switches and switches[-1].by_set_stream:
         _leave()
     if stream != current_stream():
         _enter(stream, by_set_stream=True)
@@ -280,7 +305,7 @@ def get_device_name(device: object = None) -> str:
 
 
 def is_bf16_supported() -> bool:
-    """Atlas A2 and A3 Cubes take bfloat16 (hw §1.2 lists their bf16 peak)."""
+    """Atlas A2 and A3 Cubes take bfloat16 (docs/sources.md#hw-1-2 lists their bf16 peak)."""
     return True
 
 
@@ -308,7 +333,8 @@ def set_compile_mode(jit_compile: bool = False) -> None:
     """torch_npu's op-compilation switch: it changes how kernels are built, not what they compute."""
 
 
-# ``torch.npu.config.allow_internal_format = ...``: a layout switch with no effect on the values.
+# ``torch.npu.config.allow_internal_format = ...``: a layout switch with no effect on the values. Nothing
+# reads it, so it is no state of the model; it is an attribute for user code to set, as torch_npu's is.
 config = SimpleNamespace(allow_internal_format=False)
 
 

@@ -17,7 +17,7 @@ from .. import torch_npu
 from ..vocabulary import Mode
 from . import devices, npu
 from .eager import install_cube_matmuls
-from .undo import UNDO, patch
+from .undo import on_undo, patch
 
 NPUGRAPH_EX = Mode.NPUGRAPH_EX.value  # the torch.compile backend name TorchAir registers
 
@@ -74,7 +74,7 @@ def _patch_module_entry(name: str, module: Any) -> None:
         else:
             sys.modules[name] = previous
 
-    UNDO.append(undo)
+    on_undo(undo)
 
 
 def _share_device_module(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,7 +90,7 @@ def _share_device_module(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(device_type, module)
         if "__getattr__" not in vars(module):
             module.__getattr__ = _fallback_to(npu)
-            UNDO.append(lambda: delattr(module, "__getattr__"))
+            on_undo(lambda: delattr(module, "__getattr__"))
         setattr(torch, "npu", module)
         sys.modules["torch.npu"] = module
         if torch._C._get_privateuse1_backend_name() == "npu":
@@ -117,7 +117,7 @@ def _share_assigned_npu() -> None:
             super().__setattr__(name, value)
 
     torch.__class__ = TorchModule
-    UNDO.append(lambda: setattr(torch, "__class__", original))
+    on_undo(lambda: setattr(torch, "__class__", original))
 
 
 def _fall_back_for_instances(cls: type) -> None:
@@ -130,7 +130,7 @@ def _fall_back_for_instances(cls: type) -> None:
         return fallback(name)
 
     cls.__getattr__ = __getattr__  # type: ignore[attr-defined]
-    UNDO.append(lambda: delattr(cls, "__getattr__"))
+    on_undo(lambda: delattr(cls, "__getattr__"))
 
 
 def _fallback_to(owner: Any) -> Callable[[str], Any]:
@@ -196,4 +196,4 @@ def _register_npugraph_ex() -> None:
         registry._COMPILER_FNS.pop(NPUGRAPH_EX, None)
         registry._BACKENDS.pop(NPUGRAPH_EX, None)
 
-    UNDO.append(unregister)
+    on_undo(unregister)

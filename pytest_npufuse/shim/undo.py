@@ -5,7 +5,22 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-UNDO: list[Callable[[], None]] = []
+from ..session import Scope, SessionKey, current_session
+
+# The shim changes the real process (sys.meta_path, torch's modules), so every session shares one list.
+UNDO: SessionKey[list[Callable[[], None]]] = SessionKey("the shim's changes, to undo", list, Scope.PROCESS)
+
+
+def on_undo(undo: Callable[[], None]) -> None:
+    """Have :func:`pytest_npufuse.uninstall_shims` call ``undo``."""
+    current_session()[UNDO].append(undo)
+
+
+def undo_all() -> None:
+    """Take back every change recorded, newest first."""
+    changes = current_session()[UNDO]
+    while changes:
+        changes.pop()()
 
 
 def patch(owner: Any, name: str, value: Any) -> None:
@@ -20,4 +35,4 @@ def patch(owner: Any, name: str, value: Any) -> None:
             setattr(owner, name, original)
 
     setattr(owner, name, value)
-    UNDO.append(undo)
+    on_undo(undo)

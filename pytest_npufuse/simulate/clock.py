@@ -1,8 +1,9 @@
 """Clocks that read modeled device time instead of the wall clock.
 
-``DEVICE_CLOCK`` is the process's modeled device time: every call of a modeled graph advances it by the
-graph's modeled time, and ``torch.npu.Event.elapsed_time`` under the shim reads it, so a script's own
-``begin.record(); step(x); end.record()`` timing prints modeled milliseconds.
+:func:`device_clock` is the modeled device time of the current session (:mod:`pytest_npufuse.session`):
+every call of a modeled graph advances it by the graph's modeled time, and ``torch.npu.Event.elapsed_time``
+under the shim reads it, so a script's own ``begin.record(); step(x); end.record()`` timing prints modeled
+milliseconds. Each test, check and script starts its own at zero.
 
 The pytest-benchmark mirror:
 
@@ -16,6 +17,8 @@ needs a clock that moves on its own.
 from __future__ import annotations
 
 from typing import Any, Mapping
+
+from ..session import SessionKey, current_session
 
 
 class ModeledClock:
@@ -45,4 +48,9 @@ def measure(benchmark: Any, clock: ModeledClock, time_us: float, extra_info: Map
     benchmark.pedantic(clock.run, args=(time_us * 1e-6,), rounds=1, iterations=1, warmup_rounds=0)
 
 
-DEVICE_CLOCK = ModeledClock()
+DEVICE_CLOCK = SessionKey("the modeled device clock", ModeledClock)
+
+
+def device_clock() -> ModeledClock:
+    """The current session's device clock."""
+    return current_session()[DEVICE_CLOCK]

@@ -1,7 +1,7 @@
 """The host model: how the host CPU gets a plan's tasks onto the device in each execution mode.
 
-Seed 002 describes two GE schedules. In *graph sink* (max-autotune, static shapes) and in captured
-*graph replay* (reduce-overhead) the host issues one call and the device runs the whole graph. In *host
+GE has two schedules (docs/feature-docs.md#host-scheduling). In *graph sink* (max-autotune, static shapes) and in
+captured *graph replay* (reduce-overhead) the host issues one call and the device runs the whole graph. In *host
 scheduling* (dynamic shapes) every op passes through host kernels: InferShape, Tiling (skipped on a hit
 in the tiling cache, keyed on the op's runtime arguments), device memory allocation and Launch. With
 ``MAX_RUNTIME_CORE_NUMBER=3`` these are three pipelined threads (ordinary, memory, launch); with one
@@ -46,16 +46,22 @@ def execution_of(mode: str, dynamic: bool) -> str:
 
 
 THREADS_ENV = "MAX_RUNTIME_CORE_NUMBER"
+MAX_THREADS = 2**63 - 1
+# The pipeline stages an op's host work runs in (ordinary, memory, launch): threads past these idle.
+STAGES = 3
 
 
 def threads_from_environment() -> int:
-    """GE's host thread count from ``MAX_RUNTIME_CORE_NUMBER`` (seed 002: set it to 3), 1 when unset."""
+    """GE's host thread count from ``MAX_RUNTIME_CORE_NUMBER`` (docs/feature-docs.md#host-scheduling: set it to 3), 1
+    when unset."""
     value = os.environ.get(THREADS_ENV, "").strip()
     if not value:
         return 1
-    if not value.isdigit() or int(value) < 1:
+    digits = value.isascii() and value.isdigit() and len(value) <= len(str(MAX_THREADS))
+    if not digits or not 1 <= int(value) <= MAX_THREADS:
         raise NpufuseError(
-            f"environment variable {THREADS_ENV}={value!r} is not a positive integer; GE reads it as the number of "
+            f"environment variable {THREADS_ENV}={value[:40]!r}{'...' if len(value) > 40 else ''} is not a positive "
+            f"integer of at most {MAX_THREADS} (an int64); GE reads it as the number of "
             f"host threads (CANN's dynamic-shape scheduling article recommends 3). Set e.g. {THREADS_ENV}=3 or unset it."
         )
     return int(value)
@@ -65,9 +71,10 @@ def threads_from_environment() -> int:
 class HostConfig:
     """Host-side settings of a run.
 
-    ``threads`` is GE's ``MAX_RUNTIME_CORE_NUMBER``, read from the environment as GE does (seed 002
-    recommends 3); ``tiling_cache``, ``small_shape_on_host`` and ``ge_fusion`` are GE optimisations that
-    are on by default and can be turned off to measure them. ``warm_tiling_cache`` models a steady-state
+    ``threads`` is GE's ``MAX_RUNTIME_CORE_NUMBER``, read from the environment as GE does
+    (docs/feature-docs.md#host-scheduling recommends 3); ``tiling_cache``, ``small_shape_on_host`` and ``ge_fusion`` are
+    GE optimisations that are on by default and can be turned off to measure them. ``warm_tiling_cache`` models a
+    steady-state
     iteration: the tiling cache keeps what earlier iterations computed, so only ops never seen before
     tile (False: the first iteration, cache empty). Eager runs on one thread without GE's optimisations
     whatever is set here.
@@ -87,9 +94,10 @@ class HostConfig:
     rebound_ops: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
             raise ArgumentError(
-                f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int >= 1 "
+                f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int from 1 to "
+                f"{MAX_THREADS} "
                 "(CANN's dynamic-shape scheduling article recommends 3)."
             )
         for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "ge_fusion"):
@@ -157,10 +165,11 @@ def kept_on_host(program: Program, plan: Plan, profile: HardwareProfile, executi
 
 
 class _Threads:
-    """Host threads as clocks; stage ``s`` of an op runs on thread ``min(s, threads - 1)``."""
+    """Host threads as clocks; stage ``s`` of an op runs on thread ``min(s, threads - 1)``, so only the
+    first :data:`STAGES` threads ever run (a huge ``MAX_RUNTIME_CORE_NUMBER`` allocates no more)."""
 
     def __init__(self, threads: int) -> None:
-        self.clock = [0.0] * threads
+        self.clock = [0.0] * min(threads, STAGES)
         self.slices: list[HostSlice] = []
 
     def run(self, stage: int, after: float, steps: list[tuple[str, float]], kernel: str) -> float:
@@ -173,7 +182,8 @@ class _Threads:
         return clock
 
 
-# The host_us key of each tiling class (seed 002: simple ops tile in a few us, complex ones in tens).
+# The host_us key of each tiling class (docs/feature-docs.md#host-scheduling: simple ops tile in a few us, complex ones
+# in tens).
 _TILING_COST = {"simple": "tiling", "complex": "tiling_complex"}
 
 
@@ -220,8 +230,8 @@ def _last_uses(program: Program, plan: Plan, on_device: Mapping[str, int]) -> di
 
 def _fused_into_previous(kernel: Kernel, previous: Kernel | None, program: Program) -> bool:
     """GE's automatic fusion: a pointwise op that reads the previous pointwise op's output, with the same
-    output shape, becomes part of the previous op, so it passes the host kernels only once (seed 002, "other
-    techniques": fusion reduces the host kernels to issue)."""
+    output shape, becomes part of the previous op, so it passes the host kernels only once
+    (docs/feature-docs.md#host-scheduling, "other techniques": fusion reduces the host kernels to issue)."""
     if previous is None or not (cost.pointwise(kernel.info) and cost.pointwise(previous.info)):
         return False
     if kernel.output_specs[:1] != previous.output_specs[:1]:
@@ -241,8 +251,8 @@ def schedule(
     """Drive ``device`` as the host would and return the host's slices and when its last one ends: one
     launch call for a sunk or replayed graph, else every op through the host kernels.
 
-    Host scheduling (seed 002, section 4): the ordinary thread runs InferShape and Tiling, the memory
-    thread allocates an op's output and frees the buffers whose last reader it launched, the launch thread
+    Host scheduling (docs/feature-docs.md#host-scheduling, section 4): the ordinary thread runs InferShape and Tiling,
+    the memory thread allocates an op's output and frees the buffers whose last reader it launched, the launch thread
     copies host tensors the op reads to the device (graph inputs fed from the host, values a small-shape op
     computed on the host) and launches it. GE's fusion lets a pointwise op ride on its producer's host
     kernels. Eager runs every op on one thread through torch_npu's dispatch, without GE's optimisations."""
@@ -322,8 +332,8 @@ def _launch_graph(
     rebound: frozenset[str] = frozenset(),
 ) -> tuple[tuple[HostSlice, ...], float]:
     """A sunk or replayed graph: one launch call runs it all, unless a value-dependent op (``.item()``,
-    ``torch.nonzero``) reads a value the device computed. Then, as seed 002 says, the host must wait:
-    the graph runs up to that value, the host syncs the stream and copies it back, and launches the
+    ``torch.nonzero``) reads a value the device computed. Then, as docs/feature-docs.md#host-scheduling says, the host
+    must wait: the graph runs up to that value, the host syncs the stream and copies it back, and launches the
     rest, so each such op costs a stream sync plus a launch, and the device idles meanwhile. After a
     replay's launch the host rebinds the tasks of the ``rebound`` op types (:func:`_rebind`); each may
     start only once its update is done."""

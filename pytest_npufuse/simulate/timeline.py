@@ -94,7 +94,7 @@ class RunReport:
 
 SUPERKERNEL_OP = "npufuse::superkernel"
 _POOL_OF = {"cube": 0, "vector": 1, "aicpu": 2, "comm": 3, "dma": 4}
-# AI Vector cores per AI Cube core of a SuperKernel's kernel type (torchair §2.4 ratio table).
+# AI Vector cores per AI Cube core of a SuperKernel's kernel type (docs/sources.md#torchair-2-4 ratio table).
 _AIV_PER_AIC = {"MIX_AIC_1_2": 2}
 # Engines whose kernels stream HBM through the AI Cores or the DMA engine (collectives and AI CPU move
 # their bytes over other paths).

@@ -9,14 +9,13 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
-from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from .. import cost
 from ..errors import ProfileError, UnknownOpWarning
 from ..files.toml import read_toml, typed_value
+from ..ir.op import OpInfo
 from ..vocabulary import Engine, Unfusable
 from .profile import DATA_DIR, ENGINES
 
@@ -34,65 +33,6 @@ _FLOPS_COST = {"matmul": "matmul", "elementwise": "elementwise", "reduction": "r
 def legacy_cost(engine: str, flops: str, bytes_rule: str) -> str:
     """The cost rule an entry written with only ``flops``/``bytes`` keys means."""
     return _ENGINE_COST.get(engine) or _BYTES_COST.get(bytes_rule) or _FLOPS_COST[flops]
-
-
-@dataclass(frozen=True)
-class OpInfo:
-    """How one op type runs on the device."""
-
-    op_type: str
-    engine: Engine
-    fusable: bool
-    sync_all: bool
-    block_dim: int | str
-    flops: str
-    flops_per_element: float
-    kernel_type: str
-    known: bool = True
-    bytes: str = "io"
-    host_small: bool = False
-    value_dependent: bool = False
-    aicpu_dtypes: tuple[str, ...] = ()
-    cost: str = "elementwise"
-    access_bytes: int = 0
-    unfusable: Unfusable | None = None
-    """Why a SuperKernel cannot call it (None for a fusable op)."""
-    ge_shape: bool = False
-    mpmd_tasks: int = 0
-    """Subgraph tasks a PyPTO kernel runs under its AI CPU scheduler (0: an ordinary kernel, cost/mpmd.py)."""
-
-    def for_dtypes(self, dtypes: Iterable[str]) -> "OpInfo":
-        """The op as it runs on tensors of ``dtypes``: an AI CPU kernel (never fusable) when one of
-        them is a dtype the AI Core implementation lacks, else itself."""
-        if any(dtype in self.aicpu_dtypes for dtype in dtypes):
-            return replace(
-                self, engine=Engine.AICPU, fusable=False, block_dim="auto", cost="aicpu", unfusable=Unfusable.AICPU_DTYPE
-            )
-        return self
-
-    @property
-    def why_unfusable(self) -> str:
-        """Why a SuperKernel cannot call this op, in words a user can act on ('' when it can)."""
-        if self.unfusable is None:
-            return ""
-        reason = _UNFUSABLE_WHY[self.unfusable]
-        return reason.format(kernel=self.kernel_type, op=self.op_type, dtypes="/".join(self.aicpu_dtypes) or "its dtype")
-
-
-# What each Unfusable reason means (torchair §2.3, hw §4.1 and §4.3; the catalog's entries cite theirs).
-_UNFUSABLE_WHY = {
-    Unfusable.TBE: "{kernel} is a TBE kernel, and a SuperKernel calls only Ascend C kernels",
-    Unfusable.COPY: "{kernel} is a data copy, not an Ascend C compute kernel",
-    Unfusable.AICPU: "{kernel} runs on the AI CPU, and a SuperKernel runs only on the AI Cores",
-    Unfusable.AICPU_DTYPE: "{kernel} has no AI Core kernel for {dtypes}, so it runs on the AI CPU, outside any SuperKernel",
-    Unfusable.HOST: "{kernel} has no device kernel (the host does it: an allocation, a constant or a scalar read)",
-    Unfusable.COMM: "{kernel} is a collective, and a SuperKernel fuses only AllReduce, ReduceScatter, AllGather and AlltoAll",
-    Unfusable.MC2: "{kernel} is an MC2 op that drives HCCL from inside its kernel; it is not known to run in a SuperKernel",
-    Unfusable.ATB: "{kernel} is an ATB operation, launched by the ATB runtime rather than as a GE sub-kernel",
-    Unfusable.PENDING: "{kernel} is not supported inside a SuperKernel yet (attention kernels wait for support)",
-    Unfusable.UNVERIFIED: "there is no evidence that {kernel} runs as a SuperKernel sub-kernel, so the catalog keeps it unfusable",
-    Unfusable.UNKNOWN: "{op} is not in the op catalog, which models an unknown op as an unfusable Vector kernel",
-}
 
 
 def default_unfusable(engine: str, fusable: bool) -> Unfusable | None:
@@ -137,7 +77,6 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
     kernel_type = _optional(table, "kernel_type", str, default_op(op_type).kernel_type, entry_where)
     bytes_rule = _one_of(_optional(table, "bytes", str, "io", entry_where), BYTES_RULES, "bytes", entry_where)
     rule = _optional(table, "cost", str, legacy_cost(engine, flops, bytes_rule), entry_where)
-    cost.cost_rule(rule, entry_where)
     fusable = typed_value(table, "fusable", bool, entry_where)
     unfusable = _unfusable(table, engine, fusable, entry_where)
     mpmd_tasks = _optional(table, "mpmd_tasks", int, 0, entry_where)
@@ -195,18 +134,35 @@ def _one_of(value: str, rules: Sequence[str], key: str, where: str) -> str:
 
 
 class OpCatalog:
-    """Look-ups by op type, with one warning per op type the catalog does not know."""
+    """Look-ups by op type, with one warning per op type the catalog does not know.
 
-    def __init__(self, entries: Mapping[str, OpInfo], digest: str, forms: Mapping[tuple[str, str], OpInfo] | None = None) -> None:
+    ``origins`` says where each entry was declared (its key, ``op_type`` or ``op_type@form``, to the
+    file and table), so that a check made later (the cost rule each entry names,
+    :func:`pytest_npufuse.cost.check_catalog`) can point at the line to fix."""
+
+    def __init__(
+        self,
+        entries: Mapping[str, OpInfo],
+        digest: str,
+        forms: Mapping[tuple[str, str], OpInfo] | None = None,
+        origins: Mapping[str, str] | None = None,
+    ) -> None:
         self.entries = MappingProxyType(dict(entries))
         self.forms = MappingProxyType(dict(forms or {}))
         self.digest = digest
+        self.origins = MappingProxyType(dict(origins or {}))
         self._warned: set[str] = set()
+
+    def declared(self) -> list[tuple[str, OpInfo]]:
+        """Every entry with where it was declared ('op catalog' for one built without origins)."""
+        keyed = [*((op, info) for op, info in self.entries.items()),
+                 *((f"{op}@{form}", info) for (op, form), info in self.forms.items())]
+        return [(self.origins.get(key, "op catalog"), info) for key, info in keyed]
 
     def lookup(self, op_type: str, form: str = "") -> OpInfo:
         """How ``op_type`` runs; ``form`` is the torch call the user wrote (``Kernel.call``): where the
-        NPU runs one form of the same aten op differently (seed 003: ``nn.Linear`` vs ``torch.addmm``),
-        the catalog has an entry ``"op_type@form"`` for it."""
+        NPU runs one form of the same aten op differently (docs/feature-docs.md#affinity-ops: ``nn.Linear`` vs
+        ``torch.addmm``), the catalog has an entry ``"op_type@form"`` for it."""
         info = self.forms.get((op_type, form)) if form else None
         if info is None:
             info = self.entries.get(op_type)
@@ -229,12 +185,14 @@ def load_catalog(extra: Mapping[str, Any] | None = None, extra_source: str = "[t
     data = read_toml(path)
     entries: dict[str, OpInfo] = {}
     forms: dict[tuple[str, str], OpInfo] = {}
+    origins: dict[str, str] = {}
     for tables, where in ((data, str(path)), (extra or {}, extra_source)):
         for key, table in tables.items():
             op, _, form = key.partition("@")
+            origins[key] = f'{where} ["{op}"]'
             if form:
                 forms[(op, form)] = _entry(op, table, where)
             else:
                 entries[op] = _entry(op, table, where)
     digest = hashlib.sha256(repr((sorted(entries.items()), sorted(forms.items()))).encode()).hexdigest()[:16]
-    return OpCatalog(entries, digest, forms)
+    return OpCatalog(entries, digest, forms, origins)

@@ -24,17 +24,22 @@ import torch
 
 from ..errors import OpArgumentError, OpTypeError
 from ..files import write_bytes
+from ..session import Scope, SessionKey, current_session
 from .registry import Arguments, SampleCall, no_outputs, npu_op
 
 SUFFIXES = (".pt", ".bin")
 DEVICE = 0  # the model has one device
-_COUNTS: defaultdict[Path, Iterator[int]] = defaultdict(itertools.count)
+# Per path, the count of the next save: one per process, as the files are the process's (a later check or
+# test saving to the same path must not overwrite an earlier one's file).
+_COUNTS: SessionKey[defaultdict[Path, Iterator[int]]] = SessionKey(
+    "save_npugraph_tensor counts", lambda: defaultdict(itertools.count), Scope.PROCESS
+)
 
 
 def saved_path(save_path: Optional[str]) -> Path:
     """The file the next save to ``save_path`` writes (the count advances)."""
     path = Path(save_path) if save_path is not None else Path(f"tensor_{time.strftime('%Y%m%d%H%M%S')}.pt")
-    return path.with_name(f"{path.stem}_device_{DEVICE}_{next(_COUNTS[path])}{path.suffix}")
+    return path.with_name(f"{path.stem}_device_{DEVICE}_{next(current_session()[_COUNTS][path])}{path.suffix}")
 
 
 def save_file(value: object, path: Path, what: str) -> None:

@@ -79,7 +79,9 @@ class StorageDesc:
     base_shape: tuple[int, ...]
 
 
-# Storage (held weakly, so its address cannot be reused while it is here) -> its description.
+# Storage (held weakly, so its address cannot be reused while it is here) -> its description. This is data
+# of each storage, as torch_npu keeps it with the storage itself, and lives as long as the storage: a tensor
+# formatted in one test keeps its format when a later one reads it, so it is not session state.
 _RECORDED: dict[StorageWeakRef, StorageDesc] = {}
 
 

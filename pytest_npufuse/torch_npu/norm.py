@@ -586,7 +586,7 @@ def npu_scaled_masked_softmax(call: Arguments) -> None:
 
     Sources: torch_npu.npu_scaled_masked_softmax (API reference: x float16/bfloat16/float32, 4-D with H
     and W in [32, 4096] and divisible by 32; mask bool, broadcastable to x; output like x) and the
-    ScaledMaskedSoftmax tuning page of seed 003, which gives the unfused form it replaces
+    ScaledMaskedSoftmax tuning page of docs/feature-docs.md#affinity-ops, which gives the unfused form it replaces
     (``x * scale``, ``masked_fill``, ``softmax(dim=-1)``). The CANN kernel (opp
     ``impl/dynamic/scaled_masked_softmax.py``) fills masked positions with -10000 and, with
     ``fixed_triu_mask``, masks the upper triangle above the diagonal itself.

@@ -4,8 +4,8 @@ torch_npu's fused optimizers (Ascend/pytorch ``torch_npu/optim/npu_fused_optim_b
 ``npu_fused_adamw.py``) make the optimizer step a handful of kernels over one buffer instead of a dozen
 per parameter: on their first step they copy every parameter of one dtype, and its gradient and state,
 into one contiguous buffer (``npu_combine_tensors``) and make the parameters views of it; each step then
-updates the whole buffer with AdamW's arithmetic, element by element. That is what seed 003's
-"fused optimizer" rewrite buys on an NPU: launches, not arithmetic.
+updates the whole buffer with AdamW's arithmetic, element by element. That is what the
+"fused optimizer" rewrite of docs/feature-docs.md#affinity-ops buys on an NPU: launches, not arithmetic.
 
 Here the same: the first step combines (eagerly, outside any compiled graph: it is a one-time layout
 change, not part of a step's work, and ``torch.compile`` of the step traces only the update), every

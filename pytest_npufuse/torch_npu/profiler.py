@@ -1,8 +1,8 @@
 """``torch_npu.profiler.profile`` (and ``torch_npu.npu.profile``): the modeled device's profile of the
 compiled graphs a script runs inside the block.
 
-Seed 004's method three ("基于性能分析") profiles the model, reads which module takes the most time
-(attention, MoE, FFN, the rest) and scopes that module first::
+Method three of docs/feature-docs.md#scope-analysis (profiler-driven) profiles the model, reads which module takes the
+most time (attention, MoE, FFN, the rest) and scopes that module first::
 
     with torch_npu.profiler.profile() as prof:          # or torch_npu.npu.profile(use_npu=True)
         output = model(input_ids)
@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 from ..errors import ArgumentError, NotModeledError
 from ..ir.program import Program
 from ..report.attribution import Attribution, attribute_calls
+from ..session import SessionKey, current_session
 from ..simulate.timeline import RunReport
 
 __all__ = ["profile", "ProfilerActivity"]
@@ -38,12 +39,16 @@ class ProfilerActivity(enum.Enum):
     NPU = "NPU"
 
 
-_ACTIVE: list["profile"] = []
+IN_PROGRESS: SessionKey[list["profile"]] = SessionKey("profiles in progress", list)
+
+
+def _in_progress() -> list["profile"]:
+    return current_session()[IN_PROGRESS]
 
 
 def record_graph_call(program: Program, run: RunReport) -> None:
-    """A compiled graph ran once on the modeled device: every profile in progress records it."""
-    for prof in _ACTIVE:
+    """A compiled graph ran once on the modeled device: every profile in progress in the session records it."""
+    for prof in _in_progress():
         prof.calls.append((program, run))
 
 
@@ -104,12 +109,14 @@ class profile:  # noqa: N801 - torch_npu's name
         self.steps = 0
 
     def start(self) -> None:
-        if self.device and self not in _ACTIVE:
-            _ACTIVE.append(self)
+        in_progress = _in_progress()
+        if self.device and self not in in_progress:
+            in_progress.append(self)
 
     def stop(self) -> None:
-        if self in _ACTIVE:
-            _ACTIVE.remove(self)
+        in_progress = _in_progress()
+        if self in in_progress:
+            in_progress.remove(self)
         if self.on_trace_ready is not None:
             self.on_trace_ready(self)
 
@@ -140,7 +147,7 @@ class profile:  # noqa: N801 - torch_npu's name
 
     def module_table(self, row_limit: int = -1) -> str:
         """Per ``nn.Module`` call path: kernels, inclusive and self device time and share, the model first
-        (seed 004's "which module is the bottleneck")."""
+        (docs/feature-docs.md#scope-analysis: "which module is the bottleneck")."""
         rows = self.attribution().modules
         rows = rows if row_limit < 0 else rows[:row_limit]
         lines = [f"{'Module':<48}{'Type':<24}{'Kernels':>8}{'Total(us)':>14}{'Self(us)':>12}{'Ratio(%)':>10}"]

@@ -103,12 +103,14 @@ def no_outputs(call: Arguments) -> tuple:
     return ()
 
 
+# Declarations, each made once at import by the op's module (as _BINDERS and _VALIDATORS): not session state.
 _OPS: dict[str, NpuOp] = {}
 OPS = MappingProxyType(_OPS)  # name -> NpuOp, in declaration order
 
 
 @functools.cache
 def _catalog_types() -> frozenset[str]:
+    """The built-in catalog's op types, read once: a pure function of the package's files, not session state."""
     return frozenset(load_catalog().entries)
 
 

@@ -37,6 +37,7 @@ class Release:
 
 @lru_cache(maxsize=1)
 def release() -> Release:
+    """The bundled release.toml, read once: a pure function of the package's file, so not session state."""
     data = read_toml(RELEASE_FILE)
     where = RELEASE_FILE.name
     socs = typed_value(data, "soc_version", dict, where)

@@ -28,7 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 import torch.fx
@@ -37,16 +37,31 @@ from ..errors import NotModeledError
 from ..execute.graph import Observer
 from ..files import ensure_directory
 from ..ir.program import Program
+from ..session import Scope, SessionKey, current_session
 from ..torch_npu.dump import save_file, saved_path
-
-if TYPE_CHECKING:
-    from .configs.compiler_config import CompilerConfig
 
 RANK_DIR = "worldsize1_global_rank0"
 GE_MODE = "max-autotune"
 ACLGRAPH_MODES = ("reduce-overhead", "npugraph_ex")
-_GE_GRAPH_IDS = itertools.count(1)
+# The graph ids in dump folder names: one count per process, so no dump overwrites another.
+_GE_GRAPH_IDS = SessionKey("GE data dump graph ids", lambda: itertools.count(1), Scope.PROCESS)
 _SAVE = torch.ops.npu.save_npugraph_tensor.default
+
+
+@dataclass(frozen=True)
+class DumpRequest:
+    """What a config's ``dump_config`` asks for, read when a graph is compiled (the config stays
+    mutable until then); ``super_kernel_optimize`` is ``experimental_config.aclgraph._super_kernel_optimize``,
+    which turns an aclgraph dump off."""
+
+    enable_dump: bool
+    dump_data: str | None
+    dump_config_path: str | None
+    dump_path: str
+    dump_mode: str | None
+    dump_layer: str | None
+    dump_step: str | None
+    super_kernel_optimize: bool
 
 
 @dataclass(frozen=True)
@@ -130,40 +145,39 @@ def _ge_ops(program: Program, stream_of: Mapping[str, str], layer: str) -> dict[
 
 
 def plan_dump(
-    config: CompilerConfig, mode: str, gm: torch.fx.GraphModule, program: Program, stream_of: Mapping[str, str]
+    dump: DumpRequest, mode: str, gm: torch.fx.GraphModule, program: Program, stream_of: Mapping[str, str]
 ) -> DataDump | None:
-    """The dump one graph writes under ``config`` in ``mode`` (``stream_of``: kernel -> stream), or None."""
-    dump = config.dump_config
-    if not dump.enable_dump.raw:
+    """What one graph dumps in ``mode`` as ``dump`` asks (``stream_of``: kernel -> stream), or None."""
+    if not dump.enable_dump:
         return None
-    if dump.dump_data.raw == "stats":
+    if dump.dump_data == "stats":
         raise NotModeledError(
             "dump_config.dump_data = 'stats' (per-op statistics in csv) is not modeled by pytest-npufuse; "
             "dump_data = 'tensor' writes the modeled tensors."
         )
-    if dump.dump_config_path.raw is not None:
+    if dump.dump_config_path is not None:
         raise NotModeledError(
-            f"dump_config.dump_config_path = {dump.dump_config_path.raw!r}: a JSON-configured dump (acl.json) is "
+            f"dump_config.dump_config_path = {dump.dump_config_path!r}: a JSON-configured dump (acl.json) is "
             "not modeled by pytest-npufuse; set dump_mode, dump_layer and dump_step on the config instead."
         )
-    root = Path(dump.dump_path.raw) / RANK_DIR
+    root = Path(dump.dump_path) / RANK_DIR
     if mode in ACLGRAPH_MODES:
-        if config.experimental_config.aclgraph._super_kernel_optimize.raw:
+        if dump.super_kernel_optimize:
             warnings.warn(
                 "When super_kernel_optimize is enabled, the dump_config.enable_dump configuration becomes invalid.",
-                stacklevel=2,
+                stacklevel=3,  # the model code that compiles the graph, past CompilerConfig._plan_dump
             )
             return None
         ensure_directory(root, "dump_config.dump_path")
         return DataDump(root, aclgraph_nodes=_aclgraph_nodes(gm))
     if mode != GE_MODE:
         return None
-    folder = root / time.strftime("%Y%m%d%H%M%S") / "0" / f"graph_{next(_GE_GRAPH_IDS)}" / "1"
+    folder = root / time.strftime("%Y%m%d%H%M%S") / "0" / f"graph_{next(current_session()[_GE_GRAPH_IDS])}" / "1"
     return DataDump(
         folder,
-        ge_ops=_ge_ops(program, stream_of, dump.dump_layer.raw or ""),
-        dump_inputs=dump.dump_mode.raw in ("input", "all"),
-        dump_outputs=dump.dump_mode.raw in ("output", "all"),
-        steps=_steps(dump.dump_step.raw or ""),
+        ge_ops=_ge_ops(program, stream_of, dump.dump_layer or ""),
+        dump_inputs=dump.dump_mode in ("input", "all"),
+        dump_outputs=dump.dump_mode in ("output", "all"),
+        steps=_steps(dump.dump_step or ""),
     )
 

@@ -62,6 +62,7 @@ def _define(namespace: str) -> None:
             has_side_effect(getattr(getattr(torch.ops, namespace), name).default)
 
 
+# The marker ops' libraries, kept alive (declarations made once at import, not session state).
 _LIBRARIES: list[torch.library.Library] = []
 for _namespace in ("air", "npugraph_ex"):
     _define(_namespace)

@@ -21,7 +21,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 import torch.fx
 
@@ -29,11 +29,10 @@ from ..errors import NotModeledError
 from ..files import ensure_directory, write_text
 from ..frontend.backend import STORAGE_FORMATS
 from ..ir.program import Kernel, Program, TensorSpec
+from ..session import Scope, SessionKey, current_session
 
-if TYPE_CHECKING:
-    from .configs.compiler_config import CompilerConfig
-
-_GRAPH_IDS = itertools.count(1)
+# The graph ids in dump file names: one count per process, so no dump overwrites another.
+_GRAPH_IDS = SessionKey("graph dump ids", lambda: itertools.count(1), Scope.PROCESS)
 _GE_DTYPES = {
     "float32": "DT_FLOAT", "float16": "DT_FLOAT16", "bfloat16": "DT_BF16", "float64": "DT_DOUBLE",
     "int8": "DT_INT8", "uint8": "DT_UINT8", "int16": "DT_INT16", "int32": "DT_INT32", "int64": "DT_INT64",
@@ -100,15 +99,14 @@ def graph_text(program: Program, stream_of: Mapping[str, str], name: str, format
 
 
 def write_graph_dump(
-    config: "CompilerConfig", mode: str, gm: torch.fx.GraphModule, program: Program, stream_of: Mapping[str, str]
+    kind: str | None, path: str | None, mode: str, gm: torch.fx.GraphModule, program: Program,
+    stream_of: Mapping[str, str],
 ) -> Path | None:
-    """Write the graph dump ``config`` asks for (``stream_of``: each kernel's planned stream), or None when
-    it asks for none."""
-    kind = config.debug.graph_dump.type.raw
+    """Write the graph dump ``config.debug.graph_dump`` asks for (``kind``: its type, ``path``: its folder;
+    ``stream_of``: each kernel's planned stream), or None when it asks for none."""
     if kind is None:
         return None
-    graph_id = next(_GRAPH_IDS)
-    path = config.debug.graph_dump.path
+    graph_id = next(current_session()[_GRAPH_IDS])
     if mode in ("reduce-overhead", "npugraph_ex"):
         if kind != "py":
             raise NotModeledError(

@@ -60,6 +60,8 @@ class InplaceableNpuOp:
     extra_check: Callable[[torch.fx.Node], bool] = lambda node: True
 
 
+# TorchAir's own registry, which a CANN ops package (and user code) fills at import: declarations, as the op
+# registry's, not session state.
 inplaceable_npu_ops: dict[Callable[..., Any], InplaceableNpuOp] = {}
 
 

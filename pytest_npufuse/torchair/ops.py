@@ -18,7 +18,7 @@ import torch
 
 from ..errors import NotModeledAttributeError, ScopeError
 from ..gaps import missing
-from ..frontend.tagged_events import EVENTS, TaggedEvent
+from ..frontend.tagged_events import TaggedEvent, tagged_events
 from ._printing import npu_print
 
 __all__ = [
@@ -50,14 +50,14 @@ def wait(tensors: Sequence[torch.Tensor]) -> None:
 
 
 def npu_create_tagged_event(tag: str) -> TaggedEvent:
-    """Create the event named ``tag``; a tag may be created once per test (per process in TorchAir)."""
+    """Create the event named ``tag``; a tag may be created once per test or check (per process in TorchAir)."""
     if not isinstance(tag, str) or not tag:
         raise ScopeError(f"npu_create_tagged_event(tag=...) takes a non-empty str, got {tag!r}.")
-    return EVENTS.create(tag, at_module_level=sys._getframe(1).f_code.co_name == "<module>")
+    return tagged_events().create(tag, at_module_level=sys._getframe(1).f_code.co_name == "<module>")
 
 
 def _tag(event: object, api: str) -> str:
-    if not EVENTS.is_registered(event):
+    if not tagged_events().is_registered(event):
         raise ScopeError(f"{api}: tagged event {event!r} is not in use; create it with npu_create_tagged_event(tag).")
     return event.tag  # type: ignore[union-attr]
 

@@ -1,5 +1,6 @@
-"""The scope advisor: layouts built from the module hierarchy, capture once / plan many, seed 004's
-decision tree, top-down shrinking, the command line and the prefill/decode gating helper."""
+"""The scope advisor: layouts built from the module hierarchy, capture once / plan many, the
+decision tree of docs/feature-docs.md#scope-analysis, top-down shrinking, the command line and the prefill/decode gating
+helper."""
 
 import io
 import sys
@@ -224,3 +225,10 @@ def test_superkernel_scope_gates_prefill_off():
     assert capture_program(Gated(False), a, b).superkernel_scopes() == ("decode_only",)
     assert capture_program(Gated(True), a, b).superkernel_scopes() == ()
     assert structure_of(capture_program(Gated(False), a, b)).family is Family.OTHER
+
+
+def test_the_ranked_table_is_the_shared_aligner_s_output_of_its_rows(deepseek):
+    rows = deepseek.rows()
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    before = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    assert deepseek.lines()[1:1 + len(rows)] == before

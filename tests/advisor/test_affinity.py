@@ -1,5 +1,5 @@
-"""The affinity-op advisor: every seed-003 pattern is found in a model that has them all, with its
-source line, modeled gain and exactness verdict, and none in the same model rewritten."""
+"""The affinity-op advisor: every pattern of docs/feature-docs.md#affinity-ops is found in a model that has them all,
+with its source line, modeled gain and exactness verdict, and none in the same model rewritten."""
 
 from pathlib import Path
 
@@ -28,7 +28,7 @@ def world():
 
 
 class Slow(torch.nn.Module):
-    """Each form seed 003 replaces, once."""
+    """Each form docs/feature-docs.md#affinity-ops replaces, once."""
 
     def __init__(self, group):
         super().__init__()
@@ -41,7 +41,8 @@ class Slow(torch.nn.Module):
     def forward(self, x, idx, a, b, lens, logit, target, mask, cos, sin, u):
         mask_counts = F.one_hot(idx, num_classes=C).sum(dim=1)
         y = self.proj(u)
-        dot = torch.bmm(a, self.v.expand(N, H, 1))  # seed 003: [b, n] x shared [n, 1] as a BatchMatMul to [b, 1, 1]
+        # docs/feature-docs.md#affinity-ops: [b, n] x shared [n, 1] as a BatchMatMul to [b, 1, 1]
+        dot = torch.bmm(a, self.v.expand(N, H, 1))
         rep = torch.repeat_interleave(u.flatten(), 4)
         picked = logit.gather(1, target)
         z = x.clone()
@@ -117,7 +118,7 @@ def test_each_rewrite_is_checked_for_bit_exactness(slow_findings):
 
 
 class Fast(torch.nn.Module):
-    """The same model with seed 003's rewrites applied."""
+    """The same model with the rewrites of docs/feature-docs.md#affinity-ops applied."""
 
     def __init__(self, group):
         super().__init__()

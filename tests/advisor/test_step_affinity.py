@@ -1,5 +1,5 @@
-"""The affinity advisor on a training step: seed 003's forms found in the forward and the backward and
-priced on the whole step."""
+"""The affinity advisor on a training step: the forms of docs/feature-docs.md#affinity-ops found in the forward and the
+backward and priced on the whole step."""
 
 import inspect
 
@@ -69,8 +69,8 @@ def test_a_forward_only_finding_is_the_inference_advisor_s():
 
 
 class PickedSum(torch.nn.Module):
-    """Seed 003's Nonzero form (the sum of the rows a mask picks, through ``nonzero``) and its ``where``
-    form (a select between the two values it compares), on parameters a step trains."""
+    """The Nonzero form of docs/feature-docs.md#affinity-ops (the sum of the rows a mask picks, through ``nonzero``) and
+    its ``where`` form (a select between the two values it compares), on parameters a step trains."""
 
     def __init__(self) -> None:
         super().__init__()

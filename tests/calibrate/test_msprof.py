@@ -6,12 +6,15 @@ of benchmarks/data/published.toml) written as msprof writes a profile of ``data/
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from pytest_npufuse.calibrate.msprof import disagreements, read_kernels, read_profile
+from pytest_npufuse.calibrate.msprof import MAX_SHAPE_RANK, disagreements, read_kernels, read_profile
 from pytest_npufuse.errors import CalibrationError
 
 DATA = Path(__file__).parent / "data"
@@ -93,6 +96,13 @@ def test_an_op_summary_csv_reads_with_msprofs_own_column_names(tmp_path):
         (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,nan,\"4,8\"\n", r"line 2: column 'Duration\(us\)' is 'nan', not a number"),
         (f"{HEADER}\n1,mm,,AI_CORE,12.5,\"4,8\"\n", r"line 2: column 'Type' is empty"),
         (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"4x8\"\n", r"line 2: column 'Input Shapes' is '4x8'.*separated by ','"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"-4,8\"\n",
+         r"line 2: column 'Input Shapes' is '-4,8'.*from 0 to 2\*\*63-1"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"{10**30},8\"\n",
+         r"line 2: column 'Input Shapes' .*from 0 to 2\*\*63-1"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"{','.join(['2'] * 9)}\"\n", r"line 2: .*at most 8 whole numbers"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"{','.join(['1'] * 60000)}\"\n", r"\(119999 characters\)"),
+        (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5,\"\u0664,8\"\n", r"line 2: column 'Input Shapes'"),
         (f"{HEADER}\n1,mm,MatMulV2,AI_CORE,12.5\n", r"line 2: has 5 fields where the header has 6"),
         ("Step Id;Name;Type;Accelerator Core;Duration(us);Input Shapes\n1;mm;MatMulV2;AI_CORE;12.5;4,8;8,16\n",
          r"line 2: .*a field holding the separator must be quoted"),
@@ -100,7 +110,8 @@ def test_an_op_summary_csv_reads_with_msprofs_own_column_names(tmp_path):
         ("", r"line 1: no column 'Type'"),
     ],
     ids=["no-duration", "near-name", "no-type", "decimal-comma", "thousands", "semicolon-locale", "n/a", "negative",
-         "nan", "empty-type", "bad-shapes", "short-row", "unquoted-shapes", "no-rows", "empty-file"],
+         "nan", "empty-type", "bad-shapes", "negative-dim", "int64-dim", "nine-dims", "huge-cell", "unicode-digit",
+         "short-row", "unquoted-shapes", "no-rows", "empty-file"],
 )
 def test_hostile_kernel_details_are_clear_errors_naming_the_line_and_the_fix(tmp_path, text, message):
     with pytest.raises(CalibrationError, match=message) as caught:
@@ -117,6 +128,25 @@ def test_a_file_that_is_not_utf8_or_not_a_file_is_refused_by_name(tmp_path):
         read_profile(tmp_path / "missing")
 
 
+def test_a_fifo_or_a_symlink_loop_given_as_the_profile_is_named_as_such(tmp_path):
+    """Both were reported as 'no such profile', which sends the user looking for a missing file."""
+    fifo = tmp_path / "kernel_details.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(CalibrationError,
+                       match=r"is a FIFO \(named pipe\), not a regular file; .*reads a msprof CSV only"):
+        read_profile(fifo)
+    loop = tmp_path / "loop.csv"
+    loop.symlink_to(loop)
+    with pytest.raises(CalibrationError, match="is a symlink loop"):
+        read_profile(loop)
+
+
+def test_the_shapes_of_a_profile_that_repeats_them_read_the_same_each_time(tmp_path):
+    rows = "".join(f'{i},mm,MatMulV2,AI_CORE,1.5,"[4, 8];8,16;"\n' for i in range(50))
+    kernels = read_kernels(write(tmp_path, f"{HEADER}\n{rows}"))
+    assert {k.shapes for k in kernels} == {((4, 8), (8, 16), ())}
+
+
 def test_op_statistic_disagreeing_with_kernel_details_is_reported(tmp_path):
     shutil.copy(DATA / "kernel_details.csv", tmp_path)
     write(tmp_path, "OP Type,Core Type,Count,Total Time(us)\nQuantBatchMatmulV3,AI_CORE,9,400\n", "op_statistic.csv")
@@ -126,3 +156,17 @@ def test_op_statistic_disagreeing_with_kernel_details_is_reported(tmp_path):
     write(tmp_path, "OP Type,Core Type,Count,Total Time(us)\nQuantBatchMatmulV3,AI_CORE,7.5,400\n", "op_statistic.csv")
     with pytest.raises(CalibrationError, match=r"op_statistic.csv line 2: column 'Count' is '7.5', not a whole number"):
         read_profile(tmp_path)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
+@given(st.text(alphabet="0123456789,;[]() -+.e\u0664\u00b2x\"", max_size=120))
+def test_any_input_shapes_cell_reads_as_bounded_shapes_or_an_error_naming_its_line(tmp_path, cell):
+    path = tmp_path / "kernel_details.csv"
+    path.write_text(f"{HEADER}\n1,mm,MatMulV2,AI_CORE,1.5,\"{cell.replace(chr(34), chr(34) * 2)}\"\n")
+    try:
+        (kernel,) = read_kernels(path)
+    except CalibrationError as exc:
+        assert "line 2" in str(exc)
+        return
+    for shape in kernel.shapes or ():
+        assert len(shape) <= MAX_SHAPE_RANK and all(isinstance(d, int) and 0 <= d < 2**63 for d in shape)

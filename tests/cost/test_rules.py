@@ -26,8 +26,10 @@ def test_catalog_entries_name_registered_rules_and_older_keys_still_pick_one():
     assert catalog.lookup("acc::old").cost == "matmul"
     assert catalog.lookup("npu::npu_grouped_matmul").cost == "grouped_matmul"
     assert set(cost.rule_names()) >= {info.cost for info in catalog.entries.values()}
-    with pytest.raises(ProfileError, match="cost rule 'warp' is not registered; known rules: .*matmul"):
-        load_catalog({"acc::new": {"engine": "vector", "fusable": False, "sync_all": False, "block_dim": "auto", "cost": "warp"}})
+    warp = load_catalog({"acc::new": {"engine": "vector", "fusable": False, "sync_all": False, "block_dim": "auto", "cost": "warp"}})
+    with pytest.raises(ProfileError, match=r'^\[tool.npufuse.ops\] \["acc::new"\]: cost rule \'warp\' is not registered; known rules: .*matmul'):
+        cost.check_catalog(warp)
+    assert cost.check_catalog(catalog) is catalog
 
 
 def test_a_rule_is_registered_once():
@@ -87,8 +89,8 @@ def ms(build):
 
 
 def test_forms_of_the_same_work_are_priced_differently():
-    """Seed 003: GatherElements is slower than GatherV2, a bmm to [b,1,1] slower than the mm with b merged
-    into M, IndexPutV2 slower than an index copy."""
+    """docs/feature-docs.md#affinity-ops: GatherElements is slower than GatherV2, a bmm to [b,1,1] slower than the mm
+    with b merged into M, IndexPutV2 slower than an index copy."""
 
     def program(op, inputs, shape):
         def build():
@@ -108,9 +110,9 @@ def test_forms_of_the_same_work_are_priced_differently():
 
 
 def test_the_call_the_user_wrote_prices_forms_aten_cannot_tell_apart():
-    """Seed 003: nn.Linear vs torch.addmm and repeat_interleave(x, int) vs unsqueeze/expand/reshape lower
-    to the same aten kernels; the catalog's "op@form" entries price them by the call. Linear pays
-    op-plugin's FRACTAL_NZ cast only when the Cube cannot read its input as ND (is_nd_to_nz_on_fly)."""
+    """docs/feature-docs.md#affinity-ops: nn.Linear vs torch.addmm and repeat_interleave(x, int) vs
+    unsqueeze/expand/reshape lower to the same aten kernels; the catalog's "op@form" entries price them by the call.
+    Linear pays op-plugin's FRACTAL_NZ cast only when the Cube cannot read its input as ND (is_nd_to_nz_on_fly)."""
 
     def linear(form, k):
         builder = ProgramBuilder()

@@ -26,7 +26,7 @@ from pytest_npufuse.gate.run_document import read_run_tests
 from pytest_npufuse.plan.options import OPTIONS, ParserPath, parse_options
 from pytest_npufuse.target.profile import builtin_profile_text, load_profile
 
-FUZZ = settings(max_examples=120, deadline=3000, suppress_health_check=[HealthCheck.too_slow], database=None)
+FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
 
 VALID_BASELINE = (
     b'{"entries": {"t::a": {"a3": {"baseline_us": 2.0, "mode": "max-autotune", "model_version": "v", "segments": 1, '

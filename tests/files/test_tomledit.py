@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_npufuse.errors import ProfileError
-from pytest_npufuse.files.tomledit import key_parts, with_table
+from pytest_npufuse.files.tomledit import basic_string, dotted, key_parts, with_table
 
 PARTS = ("tool", "npufuse", "targets", "mine")
 BLOCK = '[tool.npufuse.targets.mine]\nbase = "910b3"\n\n[tool.npufuse.targets.mine.efficiency]\ncompute = 0.8\n'
@@ -73,3 +77,12 @@ def test_what_a_text_edit_cannot_do_safely_is_an_error_and_nothing_changes(text,
 
 def test_header_keys_are_read_with_quotes_and_spaces():
     assert key_parts(' tool . npufuse."targets" . \'a b\' ') == ("tool", "npufuse", "targets", "a b")
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.text(st.characters(codec="utf-8")))
+def test_any_text_is_written_as_a_toml_string_and_key_that_read_back_the_same(text):
+    """json.dumps, used before for the op types of [corrections], is not TOML: U+007F stayed raw and a
+    character beyond U+FFFF became two surrogate escapes, and the calibrated table failed to parse."""
+    assert tomllib.loads(f"k = {basic_string(text)}")["k"] == text
+    assert tomllib.loads(f"[{dotted(('tool', text))}]\n")["tool"] == {text: {}}

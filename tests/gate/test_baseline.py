@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_npufuse.cli.main import main
-from pytest_npufuse.errors import BaselineError
+from pytest_npufuse.errors import BaselineError, OutputFileError
 from pytest_npufuse.files import limits
 from pytest_npufuse.files.atomic import write_text_atomic
 from pytest_npufuse.gate import baseline
@@ -79,7 +79,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", broken)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OutputFileError, match=r"b.json: writing 3 bytes failed \(disk full\).*left as it was"):
         write_text_atomic(path, "new")
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
 

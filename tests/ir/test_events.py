@@ -8,7 +8,6 @@ import torch
 
 from pytest_npufuse import capture
 from pytest_npufuse import torchair as tng
-from pytest_npufuse.frontend.tagged_events import EVENTS
 from pytest_npufuse.ir.events import Event, EventKind
 from pytest_npufuse.plan.superkernel import plan_variant
 from pytest_npufuse.plan.tasks import Variant
@@ -44,7 +43,6 @@ class SideMatmul(torch.nn.Module):
 
 @pytest.fixture
 def program():
-    EVENTS.reset()
     return capture(SideMatmul(), torch.randn(8, 8), torch.randn(8, 8))
 
 

@@ -13,14 +13,8 @@ import pytest_npufuse
 from pytest_npufuse import compare
 from pytest_npufuse import torchair as tng
 from pytest_npufuse.frontend import backend
-from pytest_npufuse.frontend.tagged_events import EVENTS
 from pytest_npufuse.ir.program import Program
 from pytest_npufuse.numerics.exact import cube_matmul, int_matmul
-
-
-@pytest.fixture(autouse=True)
-def fresh_events():
-    EVENTS.reset()
 
 
 @pytest.fixture

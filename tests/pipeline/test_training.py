@@ -16,13 +16,7 @@ from pytest_npufuse.errors import ArgumentError
 from pytest_npufuse.execute.graph import run_graph
 from pytest_npufuse.frontend import step as step_module
 from pytest_npufuse.frontend.step import StepCapture
-from pytest_npufuse.frontend.tagged_events import EVENTS
 from pytest_npufuse.target.catalog import load_catalog
-
-
-@pytest.fixture(autouse=True)
-def fresh_events():
-    EVENTS.reset()
 
 
 class Mlp(torch.nn.Module):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_npufuse.pipeline.backend import end_run, start_run
+from pytest_npufuse.pipeline.backend import modeled_run
 from pytest_npufuse.target.profile import load_profile
 from pytest_npufuse.target.running import stated_running_target
 
@@ -72,9 +72,6 @@ def test_supported_devices_gate_runs_on_a2_and_skips_on_a3(pytester):
 def test_without_a_pytest_target_the_run_commands_target_stays(pytester):
     """``python -m pytest_npufuse run --npu-target=a2 script.py`` whose script starts pytest without one."""
     pytester.makepyfile(test_names=NAMES)
-    start_run(load_profile("a2"))
-    try:
+    with modeled_run(load_profile("a2")):
         result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-s")
-    finally:
-        end_run()
     assert _devices(result) == ["Ascend910B2"]

@@ -446,6 +446,14 @@ def test_profile_file_adds_a_target_and_a_bad_key_is_a_usage_error(run, pytester
 
 
 
+def test_a_declared_op_naming_an_unregistered_cost_rule_stops_the_run(run, pytester):
+    pytester.makefile(".toml", pyproject='[tool.npufuse.ops."acc::warp"]\nengine = "vector"\nfusable = false\n'
+                      'sync_all = false\nblock_dim = "auto"\ncost = "warp"\n')
+    result = run("def test_t(npufuse):\n    pass\n")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert '["acc::warp"]: cost rule \'warp\' is not registered; known rules: ' in result.stderr.str()
+
+
 @pytest.mark.parametrize(
     ("toml", "args", "message"),
     [

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_npufuse.cli.main import main
+from pytest_npufuse.errors import OutputFileError
 from pytest_npufuse.gate import baseline, comparison_formats
 from pytest_npufuse.gate.comparison import compare_runs, read_run
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder, case_report
@@ -284,3 +285,11 @@ def test_a_hostile_scope_name_cannot_forge_a_plog_line(tmp_path, monkeypatch):
     path = write_plog([LogRecord("WARNING", "super_kernel_scope", f"scope {name} bypassed")])
     (line,) = path.read_text().splitlines()
     assert line.startswith("[WARNING] ") and line.endswith(f"scope {visible(name)} bypassed") and not hidden(line)
+
+
+def test_a_plog_directory_that_cannot_be_created_is_named_with_the_variable(monkeypatch):
+    """Under /proc nothing can be created: mkdir's FileNotFoundError escaped as a traceback."""
+    monkeypatch.setenv("ASCEND_PROCESS_LOG_PATH", "/proc/npufuse-plog")
+    with pytest.raises(OutputFileError, match=r"ASCEND_PROCESS_LOG_PATH /proc/npufuse-plog cannot be created \(.*\).*"
+                                              "a directory you can write to"):
+        write_plog([LogRecord("WARNING", "GE", "hello")])

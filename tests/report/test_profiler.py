@@ -1,5 +1,5 @@
 """``torch_npu.profiler.profile`` / ``torch_npu.npu.profile``: the modeled device's per-module and per-op
-tables of the compiled graphs run inside the block (seed 004's method three)."""
+tables of the compiled graphs run inside the block (method three of docs/feature-docs.md#scope-analysis)."""
 
 import pytest
 import torch

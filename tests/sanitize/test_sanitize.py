@@ -8,7 +8,6 @@ from pytest_npufuse import torchair as tng
 from pytest_npufuse.errors import ScopeError
 from pytest_npufuse.execute.graph import poison
 from pytest_npufuse.frontend.dynamo import compile_once
-from pytest_npufuse.frontend.tagged_events import EVENTS
 from pytest_npufuse.pipeline.backend import NpuBackend
 from pytest_npufuse.plan.streams import stream_plan
 from pytest_npufuse.plan.tasks import Variant
@@ -30,18 +29,14 @@ def analyse(model, *inputs, mode="reduce-overhead"):
     return program, sanitize(program, stream_plan(program, mode))
 
 
-@pytest.fixture(autouse=True)
-def fresh_events():
-    EVENTS.reset()
-
-
 def data(n=4, count=4):
     gen = torch.Generator().manual_seed(0)
     return [torch.randn(n, n, generator=gen) for _ in range(count)]
 
 
 class Seed001(torch.nn.Module):
-    """Seed 001's example, with the side streams consuming main-stream results, so every sync matters."""
+    """The example of docs/feature-docs.md#multi-stream, with the side streams consuming main-stream results, so every
+    sync matters."""
 
     def __init__(self, drop=()):
         super().__init__()

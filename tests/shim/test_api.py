@@ -25,7 +25,7 @@ from pytest_npufuse.errors import (
     ScopeIgnoredWarning,
     UnknownOptionError,
 )
-from pytest_npufuse.pipeline.backend import end_run, start_run
+from pytest_npufuse.pipeline.backend import modeled_run
 from pytest_npufuse.plan.options import OPTIONS, ParserPath, parse_options
 from pytest_npufuse.shim import state
 from pytest_npufuse.target.profile import load_profile
@@ -451,14 +451,11 @@ def test_native_streams_run_in_the_eager_reference_mode(shim):
 
 
 def test_streams_created_in_forward_compile_once(shim):
-    session = start_run(load_profile("a3"))
-    try:
+    with modeled_run(load_profile("a3")) as session:
         compiled = torch.compile(_NativeStreams(), backend="npugraph_ex", dynamic=False)
         torch._dynamo.reset()
         with torch.no_grad():
             first, second = compiled(*_native_inputs()), compiled(*_native_inputs())
-    finally:
-        end_run()
     assert len(session.graphs()) == 1 and all(torch.equal(a, b) for a, b in zip(first, second))
 
 
@@ -488,16 +485,13 @@ def _npugraph_ex(model, *inputs, **options):
 
 
 def test_npugraph_ex_backend_fuses_native_superkernel_scopes(shim):
-    session = start_run(load_profile("a3"))
-    try:
+    with modeled_run(load_profile("a3")) as session:
         _npugraph_ex(
             _NativeSuperKernel(), torch.ones(8, 8), static_kernel_compile=True, super_kernel_optimize=True,
             super_kernel_optimize_options={"early_start": 0, "dcci_after_kernel_end": [".*"], "split-mode": 4},
         )
         with pytest.warns(ScopeIgnoredWarning, match="SuperKernel optimisation is off"):
             _npugraph_ex(_NativeSuperKernel(), torch.ones(8, 8))
-    finally:
-        end_run()
     on, off = (graph.plan.scope("sk1") for graph in session.graphs())
     assert on.outcome == "fused" and on.segments[0].early_start is False
     assert dict(on.segments[0].options.values) == {"early-start": "0", "dcci-after-kernel-end": ".*"}

@@ -11,14 +11,14 @@ import torch
 
 from pytest_npufuse import torchair
 from pytest_npufuse.errors import ConfigError
-from pytest_npufuse.pipeline.backend import end_run, start_run
+from pytest_npufuse.pipeline.backend import modeled_run
 from pytest_npufuse.target.profile import load_profile
 
 
 @pytest.fixture
 def session(shim):
-    yield start_run(load_profile("a3"))
-    end_run()
+    with modeled_run(load_profile("a3")) as run:
+        yield run
 
 
 def _model(x):

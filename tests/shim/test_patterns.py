@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pytest_npufuse import torchair
-from pytest_npufuse.pipeline.backend import end_run, start_run
+from pytest_npufuse.pipeline.backend import modeled_run
 from pytest_npufuse.target.profile import load_profile
 from pytest_npufuse.frontend import rewrites
 
@@ -17,8 +17,8 @@ from pytest_npufuse.frontend import rewrites
 @pytest.fixture
 def session(shim, monkeypatch):
     monkeypatch.setattr(rewrites, "_RULES", [])  # rules are process-wide: each test starts with none
-    yield start_run(load_profile("a3"))
-    end_run()
+    with modeled_run(load_profile("a3")) as run:
+        yield run
 
 
 def _search(x1, x2, gamma):

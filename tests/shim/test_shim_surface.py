@@ -22,7 +22,7 @@ from pytest_npufuse import torch_npu, torchair
 from pytest_npufuse.errors import (
     ConfigError, NotModeledError, OpArgumentError, OptionsWarning, ScopeError, ScopeIgnoredWarning,
 )
-from pytest_npufuse.pipeline.backend import end_run, start_run
+from pytest_npufuse.pipeline.backend import modeled_run
 from pytest_npufuse.target.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def session(shim):
     """A ``python -m pytest_npufuse run`` session, so the test can read back every modeled graph."""
-    yield start_run(load_profile("a3"))
-    end_run()
+    with modeled_run(load_profile("a3")) as run:
+        yield run
 
 
 # ---------------------------------------------------------------- npugraph_ex as a package

@@ -73,10 +73,7 @@ def test_npu_utils_answer_for_the_modeled_soc(shim, target, soc, number):
     import torch_npu.npu.utils as utils
 
     state_running_target(load_profile(target))
-    try:
-        assert (utils.get_device_name(), utils.get_soc_version()) == (soc, number)
-    finally:
-        state_running_target(None)
+    assert (utils.get_device_name(), utils.get_soc_version()) == (soc, number)
     assert utils._is_gte_cann_version("9.0.0") and not utils._is_gte_cann_version("10.0.RC1")
     assert utils.current_device() == 0
     with pytest.raises(NotModeledAttributeError, match="torch_npu.npu.utils.obfuscation_initialize"):

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_npufuse.errors import NotModeledAttributeError
+from pytest_npufuse.errors import ArgumentError, NotModeledAttributeError
 from pytest_npufuse.target.profile import load_profile
 from pytest_npufuse.target.running import state_running_target
 
 
 @pytest.fixture
 def on_target(shim):
-    """Run the test's code on a named target, as pytest's --npu-target states it."""
-    yield lambda name: state_running_target(load_profile(name))
-    state_running_target(None)
+    """Run the test's code on a named target, as pytest's --npu-target states it (for this test only: the
+    statement is in the test's session)."""
+    return lambda name: state_running_target(load_profile(name))
 
 
 def _outcome(case: type, name: str) -> unittest.TestResult:
@@ -214,6 +214,21 @@ def test_input_makers_give_equal_cpu_and_npu_tensors_in_the_asked_format(shim, m
     assert get_npu_device() == "npu:0"
     monkeypatch.setenv("SET_NPU_DEVICE", "3")
     assert get_npu_device() == "npu:3"
+    for junk in ("npu:1", "x", "", "9" * 5000):
+        monkeypatch.setenv("SET_NPU_DEVICE", junk)
+        with pytest.raises(ArgumentError, match="environment variable SET_NPU_DEVICE=.* is not a device index"):
+            get_npu_device()
+
+
+@pytest.mark.parametrize("value", ["seed!", "1e3", "9" * 5000, str(2**64)])
+def test_a_seed_variable_torch_cannot_take_is_an_error_naming_it(monkeypatch, value):
+    from pytest_npufuse.torch_npu.testing.testcase import seed_from_environment
+
+    monkeypatch.setenv("SEED", value)
+    with pytest.raises(ArgumentError, match="environment variable SEED=.* is not a random seed"):
+        seed_from_environment()
+    monkeypatch.setenv("SEED", "-5")
+    assert seed_from_environment() == -5
 
 
 def test_instantiate_tests_makes_one_test_per_dtype_and_format(shim):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from pytest_npufuse import torchair
-from pytest_npufuse.pipeline.backend import end_run, start_run
+from pytest_npufuse.pipeline.backend import modeled_run
 from pytest_npufuse.target.profile import load_profile
 
 ROPE, RMS = 16, 32
@@ -22,8 +22,8 @@ ROPE, RMS = 16, 32
 
 @pytest.fixture
 def session(shim):
-    yield start_run(load_profile("a3"))
-    end_run()
+    with modeled_run(load_profile("a3")) as run:
+        yield run
 
 
 def _inputs():

@@ -141,8 +141,8 @@ def test_graph_sink_launches_once_and_is_device_bound():
 
 
 def test_a_value_dependent_op_in_a_sunk_graph_costs_a_stream_sync_and_a_relaunch():
-    """Seed 002: the host must read the device's value, so the graph runs up to it, the host syncs
-    the stream, and launches the rest; each nonzero of the four layers pays that once."""
+    """docs/feature-docs.md#host-scheduling: the host must read the device's value, so the graph runs up to it, the host
+    syncs the stream, and launches the rest; each nonzero of the four layers pays that once."""
     static, synced = run(decode_like(value_dependent=False)), run(decode_like())
     launches = [s.name for s in synced.host if s.name != "MemcpyH2D"]
     assert launches == ["ModelExecute"] + ["StreamSync", "ModelExecute"] * 4
@@ -190,6 +190,21 @@ def test_host_threads_come_from_max_runtime_core_number(monkeypatch):
     monkeypatch.setenv("MAX_RUNTIME_CORE_NUMBER", "three")
     with pytest.raises(NpufuseError, match="MAX_RUNTIME_CORE_NUMBER='three' is not a positive integer"):
         HostConfig()
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, str(2**63), "\u0663", "-3", "0", "3.0"])
+def test_a_max_runtime_core_number_no_host_has_is_refused_by_name(monkeypatch, value):
+    """A 5000-digit value raised Python's int-conversion ValueError; \u0663 (Arabic-Indic 3) passed isdigit."""
+    monkeypatch.setenv("MAX_RUNTIME_CORE_NUMBER", value)
+    with pytest.raises(NpufuseError, match=r"MAX_RUNTIME_CORE_NUMBER=.* is not a positive integer of at most"):
+        HostConfig()
+
+
+def test_threads_past_the_three_host_stages_change_nothing_and_allocate_nothing():
+    """A huge thread count once allocated one clock per thread (10**9 of them: a MemoryError)."""
+    three = run(decode_like(), dynamic=True, host=HostConfig(threads=3))
+    many = run(decode_like(), dynamic=True, host=HostConfig(threads=2**62))
+    assert many.time_us == three.time_us and many.host == three.host
 
 
 def test_small_shape_ops_stay_on_the_host_and_avoid_stream_syncs():

@@ -1,5 +1,5 @@
-"""Seed 002's host scheduling, complete: buffers freed on the memory thread, host-to-device copies of the
-inputs a step is fed, GE's fusion of pointwise chains cutting host kernels."""
+"""The host scheduling of docs/feature-docs.md#host-scheduling, complete: buffers freed on the memory thread,
+host-to-device copies of the inputs a step is fed, GE's fusion of pointwise chains cutting host kernels."""
 
 from collections import Counter
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from ...errors import ArgumentError
 from ..memory import npu_format_cast
 from ..release import get_cann_version, is_gte_cann_version
 
@@ -35,7 +36,16 @@ _DEFAULT_FAMILY_LENGTH = 10
 def get_npu_device() -> str:
     """The device string tests put inputs on: ``npu:<SET_NPU_DEVICE>``, else ``npu:0``."""
     index = os.environ.get(DEVICE_VARIABLE)
-    return f"npu:{index}" if index is not None else "npu:0"
+    if index is None:
+        return "npu:0"
+    if not (index.isascii() and index.isdigit() and len(index) <= 9):
+        raise ArgumentError(
+            f"environment variable {DEVICE_VARIABLE}={index[:40]!r} is not a device index; torch_npu's test runner "
+            f"sets it to a whole number such as 0 (the test device is npu:<index>). Set {DEVICE_VARIABLE}=0 or "
+            "unset it.",
+            argument=DEVICE_VARIABLE,
+        )
+    return f"npu:{int(index)}"
 
 
 def set_npu_device() -> str:

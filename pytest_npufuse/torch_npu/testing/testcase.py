@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...errors import ArgumentError
 from .common_utils import is_iterable, set_npu_device
 
 __all__ = ["TestCase", "run_tests"]
@@ -53,6 +54,20 @@ def _as_array(value: Any) -> Any:
     return value
 
 
+def seed_from_environment() -> int:
+    """The seed each test starts from: ``$SEED`` as torch_npu's runner sets it, else :data:`DEFAULT_SEED`;
+    a value ``torch.manual_seed`` cannot take is an error naming the variable, not a ValueError in setUp."""
+    value = os.getenv(SEED_VARIABLE, str(DEFAULT_SEED)).strip()
+    digits = value[1:] if value[:1] in "+-" else value
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19) or not -(2**63) <= int(value) < 2**64:
+        raise ArgumentError(
+            f"environment variable {SEED_VARIABLE}={value[:40]!r} is not a random seed; set it to a whole number "
+            f"(torch.manual_seed takes -2**63 to 2**64-1), e.g. {SEED_VARIABLE}={DEFAULT_SEED}, or unset it.",
+            argument=SEED_VARIABLE,
+        )
+    return int(value)
+
+
 class TestCase(unittest.TestCase):
     """torch_npu's test base: a fixed seed per test, the NPU selected per class, torch_npu's assertions."""
 
@@ -73,7 +88,7 @@ class TestCase(unittest.TestCase):
         cls.npu_device = set_npu_device()
 
     def setUp(self) -> None:
-        seed = int(os.getenv(SEED_VARIABLE, str(DEFAULT_SEED)))
+        seed = seed_from_environment()
         torch.manual_seed(seed)
         random.seed(seed)
 

@@ -21,13 +21,17 @@ paths, passes and caches change nothing a CPU model can observe.
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import torch.fx
+
 from ...frontend.rewrites import apply_rules
+from ...ir.program import Program
 from ...pipeline.graph import GraphOptions
 from ...vocabulary import CONFIG_MODES, Mode
 from ..core.utils import logger
-from .._datadump import plan_dump
+from .._datadump import DataDump, DumpRequest, plan_dump
 from .._fxpass import run_passes
 from .._graphdump import write_graph_dump
 from .._reinplace import keep_write_backs, reinplace_inplaceable_ops
@@ -169,12 +173,30 @@ class CompilerConfig(ConfigNode):
         writes each graph (:mod:`pytest_npufuse.torchair._graphdump`); compiles and calls are logged to
         the ``torchair`` logger, as TorchAir logs them; its FX passes edit each aten graph
         (:mod:`pytest_npufuse.torchair._fxpass`)."""
-        watch = partial(plan_dump, self) if self.dump_config.enable_dump.raw else None
-        dump_graph = partial(write_graph_dump, self) if self.debug.graph_dump.type.raw is not None else None
+        watch = self._plan_dump if self.dump_config.enable_dump.raw else None
+        dump_graph = self._write_graph_dump if self.debug.graph_dump.type.raw is not None else None
         return GraphOptions(
             Mode(self.run_mode), bool(self.ge_config.enable_single_stream.raw), self.superkernel_options(), watch,
             dump_graph, logger, (self.fx_passes(self),),
         )
+
+    def _plan_dump(
+        self, mode: str, gm: torch.fx.GraphModule, program: Program, stream_of: Mapping[str, str]
+    ) -> DataDump | None:
+        """The data dump of one graph, as ``dump_config`` asks when the graph is compiled."""
+        dump = self.dump_config
+        request = DumpRequest(
+            dump.enable_dump.raw, dump.dump_data.raw, dump.dump_config_path.raw, dump.dump_path.raw, dump.dump_mode.raw,
+            dump.dump_layer.raw, dump.dump_step.raw, self.experimental_config.aclgraph._super_kernel_optimize.raw,
+        )
+        return plan_dump(request, mode, gm, program, stream_of)
+
+    def _write_graph_dump(
+        self, mode: str, gm: torch.fx.GraphModule, program: Program, stream_of: Mapping[str, str]
+    ) -> Path | None:
+        """The graph dump of one graph, as ``debug.graph_dump`` asks when the graph is compiled."""
+        dump = self.debug.graph_dump
+        return write_graph_dump(dump.type.raw, dump.path, mode, gm, program, stream_of)
 
     def fx_passes(self, handed: Any) -> Callable[[Any, Any], None]:
         """The graph pass running this config's ``post_grad_custom_pre_pass`` and ``_post_pass``, each
