@@ -28,6 +28,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from ..cost import check_catalog
 from ..errors import CaptureError, GradientsWarning
 from ..ir.program import Program
+from ..session import Scope, SessionKey, current_session
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
@@ -180,13 +181,13 @@ def _note_layouts(gm: torch.fx.GraphModule, layouts: Sequence[tuple[tuple[int, .
 # an op that has no autograd kernel: "<op>: an autograd kernel was not registered to the Autograd key(s)
 # but we are trying to backprop through it. ..."
 _NO_AUTOGRAD = re.compile(r"^(\S+): an autograd kernel was not registered to the Autograd key\(s\) but we are trying to backprop")
-_EXPLAINED: set[str] = set()
+_EXPLAINED: SessionKey[set[str]] = SessionKey("ops whose missing autograd kernel was explained", set, Scope.INHERITED)
 
 
 @contextlib.contextmanager
 def explained_gradients() -> Iterator[None]:
     """Trace with torch's "trying to backprop" warnings replaced by one :class:`GradientsWarning` per op
-    and process. A model run with gradients on (parameters require grad, no ``torch.no_grad()``) makes
+    and run (pytest run or script). A model run with gradients on (parameters require grad, no ``torch.no_grad()``) makes
     AOT trace its backward even for an inference script; torch's warning then points into torch's
     autograd and repeats per graph, while the cause and the fix are the user's."""
     held: list[warnings.WarningMessage] = []
@@ -205,8 +206,8 @@ def _reemit(held: Sequence[warnings.WarningMessage]) -> None:
         match = _NO_AUTOGRAD.match(str(each.message))
         if match is None:
             warnings.warn_explicit(each.message, each.category, each.filename, each.lineno, source=each.source)
-        elif match.group(1) not in _EXPLAINED:
-            _EXPLAINED.add(match.group(1))
+        elif match.group(1) not in current_session()[_EXPLAINED]:
+            current_session()[_EXPLAINED].add(match.group(1))
             where = next((f for f in reversed(traceback.extract_stack()) if is_user_path(f.filename)), None)
             warnings.warn_explicit(GradientsWarning(
                 f"{match.group(1)} has no autograd kernel, and the model was compiled with gradients on, so torch "

@@ -16,7 +16,7 @@ from ..errors import MarkerError
 from ..plan.tasks import ScopeOutcome, broken_by
 from ..sanitize.checker import RaceKind
 from ..vocabulary import MissingOps
-from .verdict import Failure, Verdict
+from ..report.verdict import Failure, Verdict
 
 if TYPE_CHECKING:
     from ..report.case import CaseReport

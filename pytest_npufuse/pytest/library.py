@@ -17,7 +17,7 @@ from ..gate.baseline import Change, Entry
 from ..gate.check_record import check_row
 from ..gate.comparison import site_deltas
 from ..gate.comparison_formats import located_lines
-from ..gate.verdict import Failure, Verdict, first_cause
+from ..report.verdict import Failure, Verdict, first_cause
 from ..ir.lines import code_at
 from ..pipeline.backend import compile_model
 from ..pipeline.chain import compare_case

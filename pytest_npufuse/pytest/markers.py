@@ -24,7 +24,7 @@ from ..gate.expectations import (
     precision_failures,
     run_failures,
 )
-from ..gate.verdict import Failure, first_cause
+from ..report.verdict import Failure, first_cause
 from .settings import settings_of
 
 if TYPE_CHECKING:

@@ -8,15 +8,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..ir.lines import code_at, file_line
 from ..plan.tasks import ScopeBreak
 from ..vocabulary import Unfusable
 from .case import CaseReport
-
-if TYPE_CHECKING:
-    from ..gate.verdict import Failure
+from .verdict import Failure
 
 # The usual ways out, by the catalog's reason.
 _FIXES = {

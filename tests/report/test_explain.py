@@ -8,7 +8,7 @@ from pytest_npufuse import compare
 from pytest_npufuse import torch_npu
 from pytest_npufuse import torchair as tng
 from pytest_npufuse.errors import ProfileError
-from pytest_npufuse.gate.verdict import Failure, Verdict, first_cause
+from pytest_npufuse.report.verdict import Failure, Verdict, first_cause
 from pytest_npufuse.ir.lines import code_at
 from pytest_npufuse.plan.tasks import ScopeBreak
 from pytest_npufuse.report.explain import break_key, break_lines, failure_text, new_breaks
