@@ -310,3 +310,8 @@ class UnknownOpWarning(UserWarning):
 
 class BaselineWarning(UserWarning):
     """A checked case had no baseline entry; its numbers were recorded as the new baseline."""
+
+
+class GradientsWarning(UserWarning):
+    """A model compiled with gradients on made torch trace a backward through an op with no autograd kernel:
+    said once per op, with the fix (inference under ``torch.no_grad()``), instead of torch's own warning."""

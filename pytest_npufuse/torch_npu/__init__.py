@@ -80,7 +80,7 @@ import importlib.util
 import torch
 
 from ..errors import GAPS_DOCS, MissingOpError, NotModeledAttributeError
-from ..gaps import StandIn, missing
+from ..gaps import MODULE_FIX, StandIn, missing
 from .activation import (
     fast_gelu,
     npu_clipped_swiglu,
@@ -416,9 +416,6 @@ def _add_op(name: str) -> str:
     )
 
 
-_MODULE_FIX = "keep its use out of the checked model, or check the model where the real torch_npu is installed"
-
-
 def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -427,8 +424,8 @@ def __getattr__(name: str) -> object:
             # Provided, but loaded by its own import, as torch_npu loads it (contrib, onnx).
             raise AttributeError(f"module 'torch_npu' has no attribute {name!r}; import torch_npu.{name} first")
         error = NotModeledAttributeError(
-            f"torch_npu.{name} is a module of torch_npu that pytest-npufuse's shim does not model; {_MODULE_FIX}."
+            f"torch_npu.{name} is a module of torch_npu that pytest-npufuse's shim does not model; {MODULE_FIX}."
         )
-        return missing(error, "module", f"torch_npu.{name}", _MODULE_FIX)
+        return missing(error, "module", f"torch_npu.{name}", MODULE_FIX)
     registered = _user_op(name)
     return registered if registered is not None else missing_op(name, f"torch_npu.{name}")
