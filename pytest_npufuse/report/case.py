@@ -12,6 +12,7 @@ from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
 from .attribution import Attribution
 from .findings import Finding, Mismatch
+from .gain import GainError, GainWhy, explain_gain, gain_error, gain_kinds
 from .memory import StepMemory
 from .numerics import Numerics
 from .streams import StreamUse
@@ -113,6 +114,17 @@ class CaseReport:
     def segments(self) -> int:
         """SuperKernel segments formed over all scopes."""
         return sum(scope.segments for scope in self.superkernels.values())
+
+    @property
+    def why(self) -> GainWhy:
+        """Where the VARIANT's saved (or lost) time came from, by mechanism (:mod:`.gain`)."""
+        return explain_gain(self.baseline, self.variant)
+
+    @property
+    def trust(self) -> tuple[GainError, ...]:
+        """The model's measured error on published gains of each kind this VARIANT makes (SuperKernel
+        segments, a second stream), from the held-out figures of docs/fidelity.md."""
+        return tuple(error for kind in gain_kinds(self.segments, len(self.streams)) if (error := gain_error(kind)))
 
     def stream_notes(self) -> list[str]:
         """Where the kernels of a stream went when the timeline shows no lane (or a short one) for it."""
