@@ -116,8 +116,11 @@ class CaseReport:
         return sum(scope.segments for scope in self.superkernels.values())
 
     @property
-    def why(self) -> GainWhy:
-        """Where the VARIANT's saved (or lost) time came from, by mechanism (:mod:`.gain`)."""
+    def why(self) -> GainWhy | None:
+        """Where the VARIANT's saved (or lost) time came from, by mechanism (:mod:`.gain`); None when a
+        run never finishes (no time to split)."""
+        if not (math.isfinite(self.baseline.time_us) and math.isfinite(self.variant.time_us)):
+            return None
         return explain_gain(self.baseline, self.variant)
 
     @property

@@ -84,3 +84,11 @@ def test_the_case_report_carries_why_and_trust():
     report = chain_report()
     assert [t.kind for t in report.trust] == ["superkernel"]
     assert "superkernel gains" in report.trust[0].describe()
+
+
+def test_a_run_that_never_finishes_has_no_why():
+    from dataclasses import replace
+
+    report = chain_report()
+    stuck = replace(report, variant=replace(report.variant, time_us=math.inf))
+    assert stuck.why is None
