@@ -15,18 +15,21 @@ if TYPE_CHECKING:
     from .gating import superkernel_scope
     from .pipeline.backend import compile_model
     from .pipeline.chain import capture, compare
+    from .pipeline.spec import CaseSpec
     from .report.case import CaseReport, ScopeReport
     from .session import Session, current_session
+    from .target.resolve import Target
 
 __all__ = [
-    "capture", "compare", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise", "Advice", "superkernel_scope",
-    "install_shims", "uninstall_shims", "init_empty_weights", "Session", "current_session",
+    "capture", "compare", "CaseSpec", "Target", "compile_model", "CaseReport", "ScopeReport", "NpufuseError", "advise",
+    "Advice", "superkernel_scope", "install_shims", "uninstall_shims", "init_empty_weights", "Session", "current_session",
 ]
 
 # The pipeline needs torch, which takes seconds to import; loading it on first use keeps
 # `python -m pytest_npufuse compare` (two JSON files, no model) quick in a CI step.
 _LAZY = {
-    "capture": "pipeline.chain", "compare": "pipeline.chain", "compile_model": "pipeline.backend",
+    "capture": "pipeline.chain", "compare": "pipeline.chain", "CaseSpec": "pipeline.spec", "Target": "target.resolve",
+    "compile_model": "pipeline.backend",
     "CaseReport": "report.case", "ScopeReport": "report.case",
     "advise": "advisor", "Advice": "advisor", "superkernel_scope": "gating",
     "install_shims": "shim", "uninstall_shims": "shim", "init_empty_weights": "frontend.meta",

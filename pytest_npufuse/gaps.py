@@ -27,10 +27,10 @@ _FOUND: contextvars.ContextVar[list[Gap] | None] = contextvars.ContextVar("npufu
 def surveying() -> Iterator[list[Gap]]:
     """Inside, gaps are recorded (each once per kind, name, argument and line) instead of raised; yields
     the list they are recorded in."""
-    found: list[Gap] = []
-    token = _FOUND.set(found)
+    listed: list[Gap] = []
+    token = _FOUND.set(listed)
     try:
-        yield found
+        yield listed
     finally:
         _FOUND.reset(token)
 
@@ -52,9 +52,9 @@ def user_line() -> str:
 
 def record(gap: Gap) -> None:
     """Record ``gap`` in the running survey (once), if a survey is running."""
-    found = _FOUND.get()
-    if found is not None and gap not in found:
-        found.append(gap)
+    listed = _FOUND.get()
+    if listed is not None and gap not in listed:
+        listed.append(gap)
 
 
 def _raise(error: NpufuseError, gap: Gap) -> NoReturn:

@@ -24,8 +24,9 @@ from ..report.findings import Finding, findings_json
 from ..report.table import aligned
 from ..sanitize.checker import sanitize
 from ..simulate.timeline import simulate
-from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import HardwareProfile, resolve_profile
+from ..target.catalog import OpCatalog
+from ..target.profile import HardwareProfile
+from ..target.resolve import Target
 from ..vocabulary import Mode
 from .affinity import find_affinity
 from .candidates import Candidate, Evaluator, Layout, assignments, top_modules, with_scopes
@@ -199,7 +200,7 @@ def _rank(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
 def advise(
     model: Callable[..., Any],
     *inputs: Any,
-    target: str | HardwareProfile | None = None,
+    target: str | HardwareProfile | Target | None = None,
     options: str = "",
     catalog: OpCatalog | None = None,
 ) -> Advice:
@@ -207,10 +208,11 @@ def advise(
     affinity-op findings (docs/feature-docs.md#affinity-ops) with their modeled gains.
 
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
-    ``"strict-scope-check=abort"`` to see which layouts a strict check would reject).
+    ``"strict-scope-check=abort"`` to see which layouts a strict check would reject). ``target`` and
+    ``catalog`` are as for :func:`~pytest_npufuse.compare`.
     """
-    profile = resolve_profile(target)
-    catalog = catalog or load_catalog()
+    resolved = Target.resolve(target, catalog=catalog)
+    profile, catalog = resolved.profile, resolved.catalog
     parse_options("advise", options)
     program = capture_program(model, *inputs, catalog=catalog)
     plain = with_scopes(program, {}, "")
@@ -219,16 +221,16 @@ def advise(
     structure = structure_of(program)
     layouts = assignments(structure, program)
     reference = evaluator.run(Layout.NONE, plain)
-    found: dict[Layout, Candidate] = {layout: evaluator.evaluate(layout, assignment) for layout, assignment in layouts.items()}
+    evaluated: dict[Layout, Candidate] = {layout: evaluator.evaluate(layout, assignment) for layout, assignment in layouts.items()}
     if program.superkernel_scopes():
-        found[Layout.AS_WRITTEN] = evaluator.run(Layout.AS_WRITTEN, program, "the scopes in the model code")
-    path, shrunk = top_down(evaluator, layouts, found)
+        evaluated[Layout.AS_WRITTEN] = evaluator.run(Layout.AS_WRITTEN, program, "the scopes in the model code")
+    path, shrunk = top_down(evaluator, layouts, evaluated)
     if shrunk is not None:
-        found[Layout.TOP_DOWN] = shrunk
+        evaluated[Layout.TOP_DOWN] = shrunk
     attribution = attribute(plain, simulate(plain, plan_variant(plain, profile, variant=Variant.BASELINE), profile))
     module_us: Mapping[str, float] = {row.path: row.total_us for row in attribution.modules}
-    recommendation = recommend(structure, found, module_us, reference.time_us)
-    ranked = _rank([*found.values(), reference])
+    recommendation = recommend(structure, evaluated, module_us, reference.time_us)
+    ranked = _rank([*evaluated.values(), reference])
     paste = (
         _paste_lines(recommendation.layout, structure, options) if structure.layers
         else _other_paste(recommendation.layout, tuple(top_modules(program)), options)

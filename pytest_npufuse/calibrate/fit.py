@@ -113,7 +113,7 @@ def descend(
 
 def tables(values: Values) -> dict[str, dict[str, float]]:
     """The values as profile tables (``{section: {key: value}}``), to lay over a target."""
-    found: dict[str, dict[str, float]] = {}
+    tables: dict[str, dict[str, float]] = {}
     for (section, key), value in values.items():
-        found.setdefault(section, {})[key] = value
-    return found
+        tables.setdefault(section, {})[key] = value
+    return tables

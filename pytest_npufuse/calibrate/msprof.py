@@ -124,21 +124,21 @@ def profile_files(path: Path) -> tuple[Path, Path | None]:
     if kind is not Kind.DIRECTORY:
         raise CalibrationError(f"{path}: no such profile; give the profiler's ASCEND_PROFILER_OUTPUT directory or "
                                f"its {KERNEL_FILE}.")
-    found = sorted(
+    folders = sorted(
         {p.parent for pattern in (KERNEL_FILE, f"{OUTPUT_DIR}/{KERNEL_FILE}", f"*/{OUTPUT_DIR}/{KERNEL_FILE}")
          for p in path.glob(pattern)}
     )
-    if not found:
+    if not folders:
         raise CalibrationError(
             f"{path}: holds no {KERNEL_FILE} (looked in it, in {OUTPUT_DIR}/ and in */{OUTPUT_DIR}/); profile the "
             "model with torch_npu.profiler (export_type text) and give its output directory."
         )
-    if len(found) > 1:
+    if len(folders) > 1:
         raise CalibrationError(
-            f"{path}: holds {len(found)} profiles ({', '.join(str(p) for p in found[:4])}); give the one to "
+            f"{path}: holds {len(folders)} profiles ({', '.join(str(p) for p in folders[:4])}); give the one to "
             "calibrate from (one rank, one run)."
         )
-    folder = found[0]
+    folder = folders[0]
     statistic = folder / STATISTIC_FILE
     return folder / KERNEL_FILE, statistic if kind_of(statistic) is Kind.REGULAR else None
 

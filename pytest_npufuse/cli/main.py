@@ -184,15 +184,17 @@ def _model_and_inputs(spec: str) -> tuple[Any, tuple[Any, ...]]:
 def _user_config() -> Any:
     """The project's ``[tool.npufuse]`` settings (targets, ops) from ``pyproject.toml`` in the current
     directory, as the plugin reads them from its rootdir."""
-    from ..target.userconfig import load_user_config
+    from ..target.resolve import project_settings
 
-    return load_user_config(Path("pyproject.toml"))
+    return project_settings()
 
 
 def _target(name: str) -> Any:
-    """A target by name: a table of the project's pyproject.toml (a calibrated target), a built-in one or a
-    profile file."""
-    return _user_config().profile(name)
+    """A target by name, resolved as every entry point resolves it: a table of the project's pyproject.toml
+    (a calibrated target), a built-in one or a profile file, with the project's op catalog."""
+    from ..target.resolve import Target
+
+    return Target.resolve(name)
 
 
 def advise(args: argparse.Namespace, out: TextIO) -> int:
@@ -206,8 +208,7 @@ def advise(args: argparse.Namespace, out: TextIO) -> int:
             if kind_of(args.json) is Kind.REGULAR:
                 earlier_attempts(args.json)
         model, inputs = _model_and_inputs(args.factory)
-        advice = run_advisor(model, *inputs, target=_target(args.npu_target), options=args.options,
-                             catalog=_user_config().catalog())
+        advice = run_advisor(model, *inputs, target=_target(args.npu_target), options=args.options)
         print(advice, file=out)
         if args.json is not None:
             count = record_attempt(args.json, attempt_of(advice, args.factory, args.options))

@@ -22,13 +22,14 @@ from ..frontend.dynamo import root_cause
 from ..frontend.meta import traced_on_meta
 from ..pipeline.backend import ModeledRun, modeled_run
 from ..pipeline.graph import CompiledGraph
-from ..plan.tasks import ScopePlan
+from ..plan.tasks import ScopePlan, broken_by
+from ..target.resolve import profile_of
 from ..target.userconfig import load_user_config
 
 
 def _scope_line(scope: ScopePlan) -> str:
     detail = f"{len(scope.segments)} segment(s), block dim {scope.block_dim}" if scope.segments else scope.reason
-    breaks = f"; split by {', '.join(b.describe() for b in scope.breaks)}" if scope.breaks else ""
+    breaks = f"; split by {broken_by(scope.breaks)}" if scope.breaks else ""
     return f"    SuperKernel scope {scope.scope!r}: {scope.outcome} ({detail}){breaks}"
 
 
@@ -76,7 +77,7 @@ def run_script(
     from ..shim import install_shims
     from ..shim.children import shim_in_children
 
-    profile = load_user_config(pyproject).profile(target)
+    profile = profile_of(target, load_user_config(pyproject))
     state = install_shims()
     saved_argv = sys.argv
     sys.argv = [str(script), *argv]

@@ -276,8 +276,38 @@ def incre_attention_flops(work: Work) -> float:
     return _attention_flops(work, decode=True)
 
 
-for _name, _flops in (("fused_attention", fused_attention_flops), ("incre_attention", incre_attention_flops)):
-    register_cost_rule(_name, block_dim=all_cores, flops=_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
+def _attention_bytes(work: Work, decode: bool) -> int:
+    """Every operand once, except a paged KV cache (an int32 ``[B, blocks]`` table beside ``block_size``):
+    of its pool, which holds every sequence's blocks, only the rows the call's KV lengths reach are read
+    (``actual_seq_lengths_kv``, else the table's bound)."""
+    block_size = int(dict(work.attrs).get("block_size") or 0)
+    table = next((spec for spec in work.inputs[3:] if spec.dtype == "int32" and len(spec.shape) == 2), None)
+    if table is None or block_size <= 0 or len(work.inputs[1].shape) < 2:
+        return io_bytes(work)
+    call = _attention_call(work, decode)
+    pool = work.inputs[1:3]
+    pool_bytes = sum(spec.nbytes for spec in pool)
+    row_bytes = pool_bytes / max(1, work.inputs[1].shape[0] * block_size)
+    read = min(pool_bytes, sum(call.kv_lens) * row_bytes)
+    others = sum(spec.nbytes for spec in (work.inputs[0], *work.inputs[3:], *work.outputs))
+    return int(others + read)
+
+
+def fused_attention_bytes(work: Work) -> int:
+    """:func:`_attention_bytes` of FIA, PFA and FlashAttentionScore."""
+    return _attention_bytes(work, decode=False)
+
+
+def incre_attention_bytes(work: Work) -> int:
+    """:func:`_attention_bytes` of npu_incre_flash_attention (its ``actual_seq_lengths`` are KV lengths)."""
+    return _attention_bytes(work, decode=True)
+
+
+for _name, _flops, _bytes in (
+    ("fused_attention", fused_attention_flops, fused_attention_bytes),
+    ("incre_attention", incre_attention_flops, incre_attention_bytes),
+):
+    register_cost_rule(_name, block_dim=all_cores, flops=_flops, bytes=_bytes, body_us=roofline_us, tiling="complex")
 
 
 def _keys_per_query(inputs: Sequence["TensorSpec"]) -> int:
@@ -309,3 +339,131 @@ register_cost_rule(
     "dense_indexer", block_dim=all_cores, flops=dense_indexer_flops, bytes=io_bytes, body_us=roofline_us,
     tiling="complex",
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# ATB attention (op-plugin's private _npu_flash_attention*, _npu_paged_attention): the output is an
+# ``out`` argument written in place, so the work is read from the query, the keys and the lengths' shapes
+# ---------------------------------------------------------------------------------------------
+
+
+def _int_vectors(inputs: Sequence["TensorSpec"]) -> list["TensorSpec"]:
+    return [spec for spec in inputs if spec.dtype in _INDEX_DTYPES and len(spec.shape) == 1]
+
+
+def _head_dim(spec: "TensorSpec", heads: int) -> float:
+    """A ``[T, heads, D]`` tensor's D, or a ``[T, heads x D]`` one's."""
+    return spec.shape[-1] if len(spec.shape) >= 3 else spec.shape[-1] / max(1, heads)
+
+
+def _atb_call(work: Work, q_lens: tuple[int, ...], kv_lens: tuple[int, ...], sparse_mode: int) -> _AttentionCall:
+    attrs = dict(work.attrs)
+    heads = int(attrs.get("num_heads") or 1)
+    kv_heads = int(attrs.get("num_kv_heads") or heads)
+    query, value = work.inputs[0], work.inputs[2]
+    return _AttentionCall(q_lens, kv_lens, heads, _head_dim(query, heads), _head_dim(value, kv_heads), sparse_mode,
+                          _NO_LIMIT, _NO_LIMIT, False)
+
+
+def _call_flops(call: _AttentionCall) -> float:
+    scores = sum(_scores(q, kv, call) for q, kv in zip(call.q_lens, call.kv_lens))
+    return 2.0 * call.heads * scores * (call.qk_dim + call.value_dim)
+
+
+def _packed(work: Work, sparse_mode: int) -> _AttentionCall:
+    """``seq_len [B]`` sequences packed into the query's ``T`` tokens. Their lengths are values capture
+    does not read: taken as ``T / B`` each, the split with the fewest pairs (the sum of squares of lengths
+    adding up to T is smallest when they are equal), so the pricing never exceeds what the call computes."""
+    tokens = work.inputs[0].shape[0] if work.inputs[0].shape else 1
+    batches = next((spec.shape[0] for spec in _int_vectors(work.inputs)), 1) or 1
+    lengths = tuple(tokens // batches + (index < tokens % batches) for index in range(batches))
+    return _atb_call(work, lengths, lengths, sparse_mode)
+
+
+def packed_attention_flops(work: Work) -> float:
+    """ATB SelfAttention (PA_ENCODER, ``_npu_flash_attention``, ``_npu_flash_attention_unpad`` and its v2):
+    every token of a sequence against every token of it (the general mask of ``_npu_flash_attention``
+    removes no block the kernel can skip), ``2 x heads x sum(len^2) x (D + Dv)``."""
+    return _call_flops(_packed(work, 0))
+
+
+def packed_causal_attention_flops(work: Work) -> float:
+    """``_npu_flash_attention_v3`` (the compressed causal mask, ``mask_type`` 3): the lower triangle of each
+    packed sequence."""
+    return _call_flops(_packed(work, _CAUSAL_TOP_LEFT))
+
+
+def _paged(work: Work) -> tuple[_AttentionCall, int]:
+    """A paged call's sizes and the cache rows its block table addresses: ``B`` sequences (the table's
+    rows), each over the keys its table reaches (``blocks x block_size``, the bound of ``context_lens``),
+    with ``T / B`` new query tokens, causal to the bottom right (``_npu_flash_attention_qlens``: new token i
+    of a sequence sits at ``context - q + i``; ``_npu_paged_attention``: one token, all its keys)."""
+    query, cache = work.inputs[0], work.inputs[1]
+    table = next((spec for spec in work.inputs[3:] if spec.dtype in _INDEX_DTYPES and len(spec.shape) == 2), None)
+    batches, blocks = table.shape if table is not None else (1, 1)
+    block_size = cache.shape[1] if len(cache.shape) == 4 else 1
+    rows = batches * blocks * block_size
+    tokens = query.shape[0] if query.shape else 1
+    q_len = max(1, tokens // max(1, batches))
+    call = _atb_call(work, (q_len,) * batches, (blocks * block_size,) * batches, _CAUSAL_BOTTOM_RIGHT)
+    return call, rows
+
+
+def paged_attention_flops(work: Work) -> float:
+    """Q K^T and P V of every query token over the cached keys it sees (:func:`_paged`)."""
+    return _call_flops(_paged(work)[0])
+
+
+def paged_attention_bytes(work: Work) -> int:
+    """The query, the table and lengths, the cache rows the block table addresses (not the whole cache
+    pool, which holds every other sequence's blocks too) and the output written."""
+    _, rows = _paged(work)
+    caches = work.inputs[1:3]
+    row_bytes = sum(spec.nbytes / max(1, spec.shape[0] * spec.shape[1]) for spec in caches if len(spec.shape) == 4)
+    gathered = min(sum(spec.nbytes for spec in caches), rows * row_bytes)
+    small = sum(spec.nbytes for spec in work.inputs[3:] if spec.dtype in _INDEX_DTYPES)
+    query_and_output = 2 * work.inputs[0].nbytes  # ``out`` has the query's rows and heads
+    return int(query_and_output + small + gathered)
+
+
+for _name, _flops, _bytes in (
+    ("packed_attention", packed_attention_flops, io_bytes),
+    ("packed_causal_attention", packed_causal_attention_flops, io_bytes),
+    ("paged_attention", paged_attention_flops, paged_attention_bytes),
+):
+    register_cost_rule(_name, block_dim=all_cores, flops=_flops, bytes=_bytes, body_us=roofline_us, tiling="complex")
+
+
+# ---------------------------------------------------------------------------------------------
+# torch's scaled_dot_product_attention, which torch_npu runs as FlashAttentionScore, and its gradient
+# ---------------------------------------------------------------------------------------------
+
+
+def sdpa_flops(work: Work) -> float:
+    """``F.scaled_dot_product_attention`` on query ``[B, N, Sq, D]`` and key/value ``[B, N_kv, Skv, D|Dv]``
+    (torch's layout; GQA reads each KV head for its ``N / N_kv`` query heads, no copy): torch_npu runs it
+    as FlashAttentionScore (op-plugin ``ScaledDotProductAttentionKernelNpuOpApi.cpp``: BNSD, ``head_num`` N,
+    ``sparse_mode`` 2, the top-left causal triangle, when ``is_causal``, else 0 with the mask as given),
+    so its scores are ``Sq x Skv`` a head, about half of that causal."""
+    query, key, value = work.inputs[0], work.inputs[1], work.inputs[2]
+    if min(len(query.shape), len(key.shape), len(value.shape)) < 4:
+        return attention_flops(work)
+    batch, heads, q_len, qk_dim = query.shape[0], query.shape[1], query.shape[-2], query.shape[-1]
+    causal = bool(dict(work.attrs).get("is_causal"))
+    call = _AttentionCall((q_len,) * batch, (key.shape[-2],) * batch, heads, qk_dim, value.shape[-1],
+                          _CAUSAL_TOP_LEFT if causal else 0, _NO_LIMIT, _NO_LIMIT, False)
+    return _call_flops(call)
+
+
+def fused_attention_grad_flops(work: Work) -> float:
+    """FlashAttentionScoreGrad: the forward's pairs (:func:`fused_attention_flops`, from the same layout,
+    lengths and sparse mode) through five products against the forward's two: S = Q K^T recomputed, then
+    dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q (FlashAttention's backward pass, Dao et al. 2022,
+    Algorithm 4)."""
+    return 2.5 * fused_attention_flops(work)
+
+
+register_cost_rule("bnsd_attention", block_dim=all_cores, flops=sdpa_flops, bytes=io_bytes, body_us=roofline_us,
+                   tiling="complex")
+register_cost_rule("fused_attention_grad", block_dim=all_cores, flops=fused_attention_grad_flops, bytes=io_bytes,
+                   body_us=roofline_us, tiling="complex")

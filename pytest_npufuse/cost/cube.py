@@ -133,15 +133,18 @@ def _wave(gemm: Gemm, tiling: Tiling, dim: int) -> tuple[int, int]:
 def hbm_traffic(gemm: Gemm, tiling: Tiling, dim: int, unique_bytes: float, l2_bytes: float) -> float:
     """Bytes the kernel pulls from HBM: each operand once when A and B fit in ``l2_bytes`` or when the
     cores walk K in step (``resident_a``: every core is on the same K slice, so only that slice of A and
-    B is live); otherwise A once per wave of columns and B once per wave of rows."""
+    B is live); otherwise A once per wave of columns and B once per wave of rows. In a batched matmul
+    each batch multiplies its own A by its own B, so a wave's tile rows from different batches share no B
+    panel: B is read again only for the tile rows of one batch beyond those a wave covers (a decode
+    ``[b, 1, k] x [b, k, n]`` reads each B once, as one tile row a batch)."""
     a = gemm.batch * gemm.m * gemm.k * gemm.item_in
     b = gemm.k * gemm.n * gemm.item_in * (gemm.batch if gemm.batch > 1 else 1)
     if a + b <= l2_bytes or tiling.resident_a:
         return unique_bytes
-    rows = gemm.batch * -(-gemm.m // tiling.tile_m)
+    rows = -(-gemm.m // tiling.tile_m)
     cols = -(-gemm.n // tiling.tile_n) * tiling.split_k
     wave_rows, wave_cols = _wave(gemm, tiling, dim)
-    reread = a * (-(-cols // wave_cols) - 1) + b * (-(-rows // wave_rows) - 1)
+    reread = a * (-(-cols // wave_cols) - 1) + b * (-(-rows // min(rows, wave_rows)) - 1)
     return unique_bytes + max(0.0, reread)
 
 

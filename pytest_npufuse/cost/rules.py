@@ -59,7 +59,7 @@ def _ceil(value: float, step: int) -> int:
 # ---------------------------------------------------------------- flops
 
 
-def _matmul_dims(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]) -> tuple[int, int, int, int]:
+def matmul_dims(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]) -> tuple[int, int, int, int]:
     """(batch, M, N, K) of a matmul-like kernel from its output and the input that is its left
     operand: an input ``[..., M, K]`` for which another input is ``[..., K, N]`` (a bias has no such
     partner); else a transposed left operand ``[..., K, M]`` with a partner ``[..., K, N]`` (ATB's
@@ -84,18 +84,24 @@ def matmul_flops(work: Work) -> float:
     """2 x M x N x K per batch, on the shapes the Cube really multiplies: M, N and K padded to its
     16x16x16 fractal (``cube_fractal`` is a profile fact; the capture-time count uses the A2/A3 value
     16, docs/sources.md#hw-1-1), so tiny outputs cost whole fractals."""
-    batch, m, n, k = _matmul_dims(work.inputs, work.outputs)
+    batch, m, n, k = matmul_dims(work.inputs, work.outputs)
     return 2.0 * batch * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
 
 
-def grouped_matmul_flops(work: Work) -> float:
-    """A grouped matmul's :func:`matmul_flops`, except in the K-split form (npu_grouped_matmul's
+def grouped_matmul_dims(work: Work) -> tuple[int, int, int, int]:
+    """A grouped matmul's :func:`matmul_dims`, except in the K-split form (npu_grouped_matmul's
     ``group_type=2``, the weight gradients ``[M, K] x [K, N] -> [E, M, N]``): there the E outputs share
-    one K, each summing only its group's slice, so together they cost one ``2 x M x N x K``, not E."""
-    batch, m, n, k = _matmul_dims(work.inputs, work.outputs)
+    one K, each summing only its group's slice, so together they are one ``M x N x K`` product, not E."""
+    batch, m, n, k = matmul_dims(work.inputs, work.outputs)
     out = work.outputs[0].shape if work.outputs else ()
     if len(out) == 3 and all(len(spec.shape) <= 2 for spec in work.inputs):
         batch = 1
+    return batch, m, n, k
+
+
+def grouped_matmul_flops(work: Work) -> float:
+    """:func:`matmul_flops` over :func:`grouped_matmul_dims`."""
+    batch, m, n, k = grouped_matmul_dims(work)
     return 2.0 * batch * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
 
 
@@ -104,16 +110,6 @@ def attention_flops(work: Work) -> float:
     out = sum(_elements(spec) for spec in work.outputs)
     head_dim = work.inputs[0].shape[-1] if work.inputs and work.inputs[0].shape else 1
     return 2.0 * out * head_dim
-
-
-def bnsd_attention_flops(work: Work) -> float:
-    """Attention on query [B, N, Sq, D] and key [B, Nkv, Skv, D] (torch's ``scaled_dot_product_attention``
-    layout): Q x K^T and P x V are 2 x Sq x Skv x D each per head, so 4 x (query elements) x Skv. Decode
-    (Sq = 1) stays bound by reading K/V; prefill is bound by this arithmetic."""
-    query, key = work.inputs[0], work.inputs[1]
-    if len(query.shape) < 2 or len(key.shape) < 2:
-        return attention_flops(work)
-    return 4.0 * _elements(query) * key.shape[-2]
 
 
 def elementwise_flops(work: Work) -> float:
@@ -265,7 +261,7 @@ def linear_bytes(work: Work) -> int:
     ``is_nd_to_nz_on_fly`` on input ``[M, K]`` and weight ``[N, K]``). ``torch.addmm(bias, x, w.t())``
     (``AddmmKernelNpu.cpp``) runs MatMul on the ND input with a transpose attribute and no cast. The
     cast reads the input and writes it in 16-row x 32-byte fractals; its own launch is not counted."""
-    batch, m, n, k = _matmul_dims(work.inputs, work.outputs)
+    batch, m, n, k = matmul_dims(work.inputs, work.outputs)
     if _reads_nd(batch * m, n, k):
         return io_bytes(work)
     item = next((spec.nbytes // max(1, _elements(spec)) for spec in work.inputs if spec.shape[-1:] == (k,)), 2)
@@ -299,7 +295,7 @@ def _gemm(kernel: "Kernel") -> Gemm:
 
 def _shape_gemm(kernel: "Kernel") -> Gemm:
     """The same from the kernel's input shapes (planning reads shapes, not flops)."""
-    batch, m, n, k = _matmul_dims(kernel.input_specs, kernel.output_specs)
+    batch, m, n, k = matmul_dims(kernel.input_specs, kernel.output_specs)
     return Gemm(batch, m, n, k, 2, 2)
 
 
@@ -383,12 +379,18 @@ def one_core(kernel: "Kernel", profile: "HardwareProfile") -> int:
 # ---------------------------------------------------------------- body time
 
 
-def _peak_tflops(kernel: "Kernel", profile: "HardwareProfile") -> float:
-    if kernel.info.engine == "cube":
+def peak_tflops(engine: str, dtype: str, profile: "HardwareProfile") -> float:
+    """The peak of ``engine`` (the Cube's, else the Vector units') for ``dtype``: float32's Cube rate, or
+    the Vector units' ``default`` rate, for a dtype the profile does not list."""
+    if engine == "cube":
         table = profile.cube_tflops
-        return table.get(kernel.compute_dtype, table.get("float32", max(table.values())))
+        return table.get(dtype, table.get("float32", max(table.values())))
     table = profile.vector_tflops
-    return table.get(kernel.compute_dtype, table.get("default", min(table.values())))
+    return table.get(dtype, table.get("default", min(table.values())))
+
+
+def _peak_tflops(kernel: "Kernel", profile: "HardwareProfile") -> float:
+    return peak_tflops(kernel.info.engine, kernel.compute_dtype, profile)
 
 
 def roofline_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
@@ -515,9 +517,6 @@ register_cost_rule(
     tiling="complex",
 )
 register_cost_rule("attention", block_dim=all_cores, flops=attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex")
-register_cost_rule(
-    "bnsd_attention", block_dim=all_cores, flops=bnsd_attention_flops, bytes=io_bytes, body_us=roofline_us, tiling="complex"
-)
 register_cost_rule(
     "elementwise", block_dim=vector_block_dim, flops=elementwise_flops, bytes=io_bytes, body_us=roofline_us,
     pointwise=True,

@@ -30,6 +30,7 @@ from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
+from .npu_dispatch import route_sdpa
 from .rewrites import apply_rules
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
@@ -80,6 +81,7 @@ class CaptureBackend:
         check_catalog(self.catalog)  # a catalog a library user loaded with their own entries is checked here
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        route_sdpa(gm, example_inputs)
         return aot_module_simplified(
             gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
             decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,

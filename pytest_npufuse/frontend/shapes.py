@@ -15,15 +15,15 @@ def input_symbols(gm: torch.fx.GraphModule) -> tuple[InputSymbol, ...]:
     """(input position, dim or None for a symbolic int input, its size expression) of every input
     size that is symbolic: what ``torch.compile(dynamic=True)`` leaves open until a call. Read once per
     graph; each call then only indexes its arguments (:func:`input_sizes`)."""
-    found: list[InputSymbol] = []
+    symbols: list[InputSymbol] = []
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     for position, node in enumerate(placeholders):
         value = node.meta.get("val")
         if isinstance(value, torch.SymInt):
-            found.append((position, None, value.node.expr))
+            symbols.append((position, None, value.node.expr))
         elif isinstance(value, torch.Tensor):
-            found += [(position, dim, size.node.expr) for dim, size in enumerate(value.shape) if isinstance(size, torch.SymInt)]
-    return tuple(found)
+            symbols += [(position, dim, size.node.expr) for dim, size in enumerate(value.shape) if isinstance(size, torch.SymInt)]
+    return tuple(symbols)
 
 
 def is_dynamic(symbols: Sequence[InputSymbol]) -> bool:

@@ -78,7 +78,7 @@ def survey(model: Callable[..., Any], inputs: Sequence[Any], weightless: bool) -
     """Run ``model`` eagerly, recording every gap it meets; the error listing them (None when it met none).
     A failure after a gap (a stand-in of the wrong shape) ends the survey, and the error says where."""
     stopped = ""
-    with surveying() as found:
+    with surveying() as met:
         try:
             with torch.no_grad(), npu_is_meta() if weightless else contextlib.nullcontext(), _WithoutCpuKernel():
                 model(*inputs)
@@ -86,4 +86,4 @@ def survey(model: Callable[..., Any], inputs: Sequence[Any], weightless: bool) -
             where = user_frame("".join(traceback.format_tb(exc.__traceback__))) or "a line of the model"
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             stopped = f"{where} ({type(exc).__name__}: {reason})"
-    return GapsError(found, stopped) if found else None
+    return GapsError(met, stopped) if met else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import MarkerError
-from ..plan.tasks import ScopeOutcome
+from ..plan.tasks import ScopeOutcome, broken_by
 from ..vocabulary import MissingOps
 
 if TYPE_CHECKING:
@@ -49,15 +49,15 @@ class SuperKernelExpectation:
             why = f" ({scope.reason})" if scope.reason else ""
             failures.append(f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'.")
         if self.segments is not None and scope.segments != self.segments:
-            failures.append(self._segments_failure(scope.segments, scope.break_sites, scope.splits))
+            failures.append(self._segments_failure(scope.segments, broken_by(scope.break_points), scope.splits))
         if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
-            found = ", ".join(scope.break_sites) or "no op"
-            failures.append(f"scope '{self.scope}' was broken by {found}; expected breaks={list(self.breaks)}.")
+            sites = broken_by(scope.break_points) or "no op"
+            failures.append(f"scope '{self.scope}' was broken by {sites}; expected breaks={list(self.breaks)}.")
         failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup))
         return failures
 
-    def _segments_failure(self, actual: int, sites: Sequence[str], splits: Sequence[str] = ()) -> str:
-        broken = f"; it was broken by {', '.join(sites)}" if sites else ""
+    def _segments_failure(self, actual: int, sites: str, splits: Sequence[str] = ()) -> str:
+        broken = f"; it was broken by {sites}" if sites else ""
         split = f"; it was split by {'; '.join(splits)}" if splits else ""
         return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}{split}."
 

@@ -24,13 +24,8 @@ from ..plan.tasks import Variant
 from ..session import Scope, Session, SessionKey, current_session
 from ..simulate.host import HostConfig, host_config
 from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import (
-    CHILD_PYPROJECT_VARIABLE,
-    CHILD_TARGET_VARIABLE,
-    DEFAULT_TARGET,
-    HardwareProfile,
-    resolve_profile,
-)
+from ..target.profile import CHILD_PYPROJECT_VARIABLE, CHILD_TARGET_VARIABLE, HardwareProfile
+from ..target.resolve import Target, profile_of, project_settings
 from ..target.running import stated_running_target
 from ..target.userconfig import load_user_config
 from .graph import (
@@ -105,7 +100,7 @@ class NpuBackend:
 def compile_model(
     model: Callable[..., Any],
     *,
-    target: str | HardwareProfile | None = None,
+    target: str | HardwareProfile | Target | None = None,
     mode: str | None = None,
     superkernel: bool = True,
     multistream: bool = True,
@@ -118,11 +113,13 @@ def compile_model(
     ``superkernel=False`` gives the BASELINE plan (scopes ignored); ``multistream=False`` keeps the
     VARIANT on one stream. ``mode="eager"`` models torch_npu's op-by-op execution, ``dynamic=True``
     the host scheduling of a dynamic-shape max-autotune graph; ``host`` sets the host threads
-    (``MAX_RUNTIME_CORE_NUMBER``) and GE's host optimisations.
+    (``MAX_RUNTIME_CORE_NUMBER``) and GE's host optimisations. ``target`` and ``catalog`` are as for
+    :func:`~pytest_npufuse.compare`.
     """
     variant = Variant.VARIANT if superkernel else Variant.BASELINE
+    resolved = Target.resolve(target, catalog=catalog)
     backend = NpuBackend(
-        graph_options(mode), resolve_profile(target), variant, catalog or load_catalog(), multistream=multistream,
+        graph_options(mode), resolved.profile, variant, resolved.catalog, multistream=multistream,
         dynamic=dynamic, host=host_config(host),
     )
     return compile_static(model, backend), backend
@@ -157,7 +154,7 @@ def current_profile(target: str | None = None) -> HardwareProfile:
     (pytest's ``--npu-target``, :mod:`pytest_npufuse.target.running`), else ``run``'s (in a process the
     script started, the target its ``run`` named), else the default target."""
     if target is not None:
-        return resolve_profile(target)
+        return profile_of(target, project_settings())
     stated = stated_running_target()
     if stated is not None:
         return stated
@@ -171,8 +168,8 @@ def _child_profile() -> HardwareProfile:
     """The target a process started by ``run`` was given (a project's own target read from the same
     pyproject.toml as in its parent), or the default target outside ``run``."""
     pyproject = os.environ.get(CHILD_PYPROJECT_VARIABLE)
-    user = load_user_config(Path(pyproject) if pyproject else None)
-    return user.profile(os.environ.get(CHILD_TARGET_VARIABLE) or DEFAULT_TARGET)
+    project = load_user_config(Path(pyproject) if pyproject else None)
+    return profile_of(os.environ.get(CHILD_TARGET_VARIABLE) or None, project)
 
 
 def backend_for(

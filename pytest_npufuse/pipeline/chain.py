@@ -32,13 +32,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 
 from ..advisor.affinity import find_affinity
-from ..errors import ArgumentError, CaptureError, GapsError
+from ..errors import CaptureError, GapsError
 from ..execute.graph import Execution, cone_run, run_graph, writes_inputs
 from ..execute.routing import ExpertCounts
 from ..execute.sample import Sampled, SampleGraph, capture_sample, compute_sample
 from ..execute.standin import stood_in, uncompared
 from ..frontend.backend import Capture
-from ..frontend.meta import weightless
 from ..frontend.repeat import capture_program
 from ..frontend.survey import cpu_kernel_gaps, without_cpu_kernel
 from ..ir.program import Program
@@ -48,15 +47,17 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
+from ..report.findings import Finding, Mismatch
 from ..report.streams import stream_uses
 from ..report.numerics import Numerics, Uncompared, stand_ins
 from ..report.trace import write_case_traces
 from ..sanitize.checker import sanitize
 from ..session import in_session
-from ..simulate.host import HostConfig, host_config
+from ..simulate.ranks import RanksReport
 from ..simulate.routing import routed_program, routing_of
-from ..target.catalog import OpCatalog, load_catalog
-from ..target.profile import HardwareProfile, resolve_profile
+from ..target.catalog import OpCatalog
+from ..target.profile import HardwareProfile
+from ..target.resolve import Target
 from ..vocabulary import MissingOps, NumericsStatus
 from .graph import (  # noqa: F401  (the per-graph names are importable from the chain too)
     CompiledGraph,
@@ -70,11 +71,8 @@ from .graph import (  # noqa: F401  (the per-graph names are importable from the
     streams_used,
 )
 from .deployment import rank_view, ranked
+from .spec import CaseSpec, spec_of
 from .training import compare_step
-
-NUMERICS = ("all", "sample", "none")
-"""What ``numerics=`` may ask for: every layer computed, a sample of layers, or timing only."""
-
 
 def capture(model: Callable[..., Any], *inputs: Any, catalog: OpCatalog | None = None) -> Program:
     """The program IR of ``model`` on ``inputs``, no numerics: one Dynamo + AOT capture, or two short ones
@@ -133,145 +131,85 @@ def _execute(
                     (*runs, (model, variant_args, variant_run)))
 
 
-@in_session
 def compare(
-    model: Callable[..., Any],
+    model: Callable[..., Any] | CaseSpec,
     *inputs: Any,
-    target: str | HardwareProfile | None = None,
-    mode: str | None = None,
-    reference: Callable[..., Any] | None = None,
-    options: Mapping[str, str] | None = None,
+    target: str | Path | HardwareProfile | Target | None = None,
     catalog: OpCatalog | None = None,
-    dynamic: bool = False,
-    host: HostConfig | None = None,
-    trace_dir: str | Path | None = None,
-    case: str = "case",
-    affinity: bool = False,
-    numerics: str | None = None,
-    routing: str | Sequence[float] | None = None,
-    ranks: int | None = None,
-    loss: Callable[[Any], Any] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-    missing_ops: str | None = None,
+    **keywords: Any,
 ) -> CaseReport:
     """Compile and run BASELINE (``reference`` or ``model`` with scopes ignored) and VARIANT, and report.
 
-    ``options`` maps a scope name to an options string that replaces the one in the model code.
-    ``mode``, ``dynamic`` and ``host`` are as for :func:`compile_model`. With ``trace_dir``, a
-    Perfetto trace and a ``kernel_details.csv`` of each variant are written under
-    ``trace_dir/<case>/`` and the report's ``trace_path`` names that directory. ``affinity=True`` adds
-    the findings of docs/feature-docs.md#affinity-ops in the model's graph (``report.findings``). ``numerics`` is
-    ``"all"`` (every output computed and compared; the default with weights), ``"sample"`` (a few layers
-    computed at their real sizes, seeded weights where the model has none) or ``"none"`` (timing only;
-    the default for a model on the meta device); ``report.numerics`` says which.
-
-    ``routing`` prices MoE layers by the rows each EP rank receives (:mod:`~pytest_npufuse.simulate.routing`:
-    ``"uniform"``, the default; ``"zipf:S"``; ``"computed"``, the model's own gating where computed; or one
-    weight per expert). ``ranks=N`` models N ranks of the deployment, joined at every collective, with
-    collectives over N ranks: ``report.ranks`` has each rank's step and the imbalance cost.
-
-    ``loss`` makes the check a training step (:mod:`.training`): ``loss(outputs)`` is the scalar the
-    backward starts from, and ``optimizer`` (built over ``model.parameters()``, optional) is stepped; the
-    outputs, the loss, every gradient and every updated parameter are compared bit for bit. The
-    user's model and optimizer are never changed: each run works on a copy.
-
-    ``missing_ops`` says what to do about an op the model calls that has a fake kernel but no CPU kernel:
-    ``"error"`` (the default) stops, listing it with every other gap of the model
-    (:class:`~pytest_npufuse.errors.GapsError`); ``"timing-only"`` times it and leaves the outputs computed
-    from it uncompared (``report.numerics`` is ``partial`` and lists them).
+    ``compare(spec, target=...)`` checks a :class:`~pytest_npufuse.CaseSpec`; ``compare(model, *inputs,
+    **keywords)`` builds one from the model, the inputs and the keywords (its fields, documented in the
+    Python API reference). ``target`` is resolved by :meth:`~pytest_npufuse.Target.resolve` (a built-in
+    target, one of ``./pyproject.toml``'s own such as a calibrated one, or a profile file; default a3),
+    and ``catalog`` replaces its op catalog.
     """
-    missing = _missing_ops(missing_ops)
-    catalog = catalog or load_catalog()
-    profile = resolve_profile(target)
-    settings = Settings(profile if ranks is None else ranked(profile, ranks), graph_options(mode).mode, dynamic,
-                        host_config(host))
-    if loss is not None:
-        if routing is not None or ranks is not None:
-            raise ArgumentError(
-                "routing= and ranks= model a decode deployment's MoE ranks; a training step (loss=) is modeled on "
-                "one rank. Drop routing=/ranks=, or check the forward without loss=."
-            )
-        if missing is MissingOps.TIMING_ONLY:
-            raise ArgumentError(
-                "missing_ops='timing-only' with loss=: a training step compares every gradient, and an op without a "
-                "CPU kernel has none; register its CPU kernel (torch.library.impl), or check the forward without loss=."
-            )
-        if numerics not in (None, "all"):
-            raise ArgumentError(
-                f"numerics={numerics!r} with loss=: a training step computes every value it compares (the loss, "
-                "each gradient, each updated parameter); drop numerics= or pass numerics='all'."
-            )
-        return compare_step(
-            model, inputs, loss=loss, optimizer=optimizer, settings=settings, catalog=catalog, reference=reference,
-            options=options, trace_dir=trace_dir, case=case, affinity=affinity,
-        )
-    if optimizer is not None:
-        raise ArgumentError(
-            "optimizer= needs loss=: a training step runs backward from the loss before the optimizer steps; pass "
-            "loss=lambda outputs: <the scalar loss>."
-        )
-    choice = _numerics(numerics, model, inputs, reference)
-    if routing is not None and routing != "computed":
-        routing = routing_of(routing)  # refused before anything is captured; an iterator is read once
+    return compare_case(spec_of(model, inputs, keywords), Target.resolve(target, catalog=catalog))
+
+
+@in_session
+def compare_case(spec: CaseSpec, target: Target) -> CaseReport:
+    """The chain for one checked spec on one resolved target, in a session of its own (what the check leaves
+    behind, its tagged events, streams and device time, goes with it)."""
+    settings = Settings(target.profile if spec.ranks is None else ranked(target.profile, spec.ranks), spec.mode,
+                        spec.dynamic, spec.host)
+    if spec.training:
+        return compare_step(spec, settings, target.catalog)
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()
-    racy = _racy_reads(settings, dict(options or {}))
-    if choice != "all":
-        programs, found = _timed(model, inputs, reference, catalog, choice, racy)
+    racy = _racy_reads(settings, spec.options)
+    if spec.numerics != "all":
+        programs, result = _timed(spec, target.catalog, racy)
     else:
-        programs, found = _computed(model, inputs, reference, catalog, racy, missing)
-    route = routing_of(routing, found.pop("experts"))
-    baseline = model_program(routed_program(programs[0], route), settings, Variant.BASELINE)
-    variant = model_program(routed_program(programs[1], route), settings, Variant.VARIANT, dict(options or {}))
-    if found["numerics"].status in (NumericsStatus.NOT_COMPUTED, NumericsStatus.SAMPLED):
-        found["numerics"] = replace(found["numerics"], stand_ins=stand_ins(programs[1], route.describe()))
-    if ranks is not None:
-        found["ranks"] = rank_view(programs[1], ranks, route, settings, dict(options or {}))
-    report = _report(settings, baseline, variant, catalog, affinity, **found)
-    if trace_dir is None:
+        programs, result = _computed(spec, target.catalog, racy)
+    route = routing_of(spec.routing, result.experts)
+    modeled = ModeledCase(
+        model_program(routed_program(programs[0], route), settings, Variant.BASELINE),
+        model_program(routed_program(programs[1], route), settings, Variant.VARIANT, dict(spec.options)),
+    )
+    numerics = result.numerics
+    if numerics.status in (NumericsStatus.NOT_COMPUTED, NumericsStatus.SAMPLED):
+        numerics = replace(numerics, stand_ins=stand_ins(programs[1], route.describe()))
+    ranks = rank_view(programs[1], spec.ranks, route, settings, dict(spec.options)) if spec.ranks is not None else None
+    findings = find_affinity(modeled.variant.program, settings.profile, target.catalog) if spec.affinity else ()
+    report = _report(settings, modeled, replace(result, numerics=numerics), ranks, findings)
+    if spec.trace_dir is None:
         return report
-    return replace(report, trace_path=str(write_case_traces(report, Path(trace_dir), case)))
+    return replace(report, trace_path=str(write_case_traces(report, Path(spec.trace_dir), spec.case)))
 
 
-def _missing_ops(missing_ops: str | None) -> MissingOps:
-    """The check's policy for ops without a CPU kernel; a value off the vocabulary is refused."""
-    if missing_ops is None:
-        return MissingOps.ERROR
-    if missing_ops not in set(MissingOps):
-        choices = ", ".join(repr(each.value) for each in MissingOps)
-        raise ArgumentError(f"missing_ops={missing_ops!r} is not a choice; use one of {choices}.")
-    return MissingOps(missing_ops)
+@dataclass(frozen=True)
+class NumericsResult:
+    """The numerics stage's result: the compared outputs' names, those that differ, how the values were
+    computed (all, a sample, none), the captures and kernels it took and the experts the MoE routed to."""
+
+    outputs: tuple[str, ...]
+    numerics: Numerics
+    captures: int
+    mismatches: tuple[Mismatch, ...] = ()
+    kernels_executed: int = 0
+    experts: tuple[int, ...] = ()
 
 
-def _numerics(numerics: str | None, model: Callable[..., Any], inputs: Sequence[Any], reference: Any) -> str:
-    """The numerics a check computes: as asked, else all of them unless the model has no weights."""
-    if numerics is not None and numerics not in NUMERICS:
-        raise ArgumentError(f"numerics={numerics!r} is not a choice; use one of {', '.join(map(repr, NUMERICS))}.")
-    empty = weightless(model, inputs)
-    if numerics == "all" and empty:
-        raise ArgumentError(
-            "numerics='all' needs weights, but the model's parameters or inputs are on the meta device; use "
-            "numerics='sample' (a few layers computed with seeded weights) or 'none' (timing only)."
-        )
-    if numerics == "sample" and reference is not None:
-        raise ArgumentError(
-            "numerics='sample' compares the model's layers with their scopes ignored and honoured; it takes no "
-            "reference= model. Drop reference=, or compute every layer (numerics='all')."
-        )
-    return numerics or ("none" if empty else "all")
+@dataclass(frozen=True)
+class ModeledCase:
+    """The timing stage's result: the BASELINE and VARIANT programs, each planned, sanitized and simulated."""
+
+    baseline: ModeledProgram
+    variant: ModeledProgram
 
 
 Programs = tuple[Program, Program]  # the BASELINE's (the reference's) and the VARIANT's, as captured
 RacyReads = Callable[[Program], Mapping[str, frozenset[str]]]
 
 
-def _computed(
-    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, catalog: OpCatalog,
-    racy: RacyReads, missing: MissingOps,
-) -> tuple[Programs, dict[str, Any]]:
+def _computed(spec: CaseSpec, catalog: OpCatalog, racy: RacyReads) -> tuple[Programs, NumericsResult]:
     """Every output of both runs computed and compared bit for bit, except, under ``timing-only``, those
     computed from an op without a CPU kernel."""
+    model, inputs, reference, missing = spec.model, spec.inputs, spec.reference, spec.missing_policy
     with _timed_ops_are_no_gaps(missing):
         captured = Capture(model, inputs, catalog)
         reference_capture = Capture(reference, inputs, catalog) if reference is not None else captured
@@ -293,15 +231,17 @@ def _computed(
         )
     skipped = _uncompared(outputs.runs, (baseline_leaves, variant_leaves))
     compared = [position for position in range(len(names)) if position not in skipped]
-    found = {
-        "mismatches": compare_outputs(
+    result = NumericsResult(
+        outputs=tuple(names),
+        numerics=_partial(names, skipped) if skipped else Numerics(),
+        captures=1 if reference is None else 2,
+        mismatches=compare_outputs(
             [names[i] for i in compared], [baseline_leaves[i] for i in compared], [variant_leaves[i] for i in compared]
         ),
-        "outputs": tuple(names), "captures": 1 if reference is None else 2,
-        "kernels_executed": outputs.kernels_executed, "experts": outputs.experts,
-        "numerics": _partial(names, skipped) if skipped else Numerics(),
-    }
-    return (reference_capture.graph.program, captured.graph.program), found
+        kernels_executed=outputs.kernels_executed,
+        experts=outputs.experts,
+    )
+    return (reference_capture.graph.program, captured.graph.program), result
 
 
 @contextlib.contextmanager
@@ -339,13 +279,11 @@ def _uncompared(
     return skipped
 
 
-def _timed(
-    model: Callable[..., Any], inputs: Sequence[Any], reference: Callable[..., Any] | None, catalog: OpCatalog,
-    choice: str, racy: RacyReads,
-) -> tuple[Programs, dict[str, Any]]:
+def _timed(spec: CaseSpec, catalog: OpCatalog, racy: RacyReads) -> tuple[Programs, NumericsResult]:
     """The program, for pricing in full; numerics on a sample of layers or none. The sample is captured
     first and computed on a worker thread while the model is captured for its timing: the numbers are
     mostly torch's kernels, which leave the interpreter to the tracing, so the two share the cores."""
+    model, inputs, reference, choice = spec.model, spec.inputs, spec.reference, spec.numerics
     handoffs = quick_handoffs() if choice == "sample" else contextlib.nullcontext()
     with ThreadPoolExecutor(max_workers=1) as worker, handoffs:
         sampled = None
@@ -358,13 +296,15 @@ def _timed(
     programs = (reference_program, program)
     if result is None:
         outputs = tuple(f"output[{position}]" for position, name in enumerate(program.outputs) if name is not None)
-        return programs, {"outputs": outputs, "numerics": Numerics(NumericsStatus.NOT_COMPUTED),
-                          "captures": 1 if reference is None else 2, "experts": ()}
-    return programs, {
-        "mismatches": result.mismatches, "outputs": result.outputs, "captures": 2,
-        "kernels_executed": result.kernels_executed, "experts": result.experts,
-        "numerics": Numerics(NumericsStatus.SAMPLED, result.layers, result.weights),
-    }
+        return programs, NumericsResult(outputs, Numerics(NumericsStatus.NOT_COMPUTED), 1 if reference is None else 2)
+    return programs, NumericsResult(
+        outputs=result.outputs,
+        numerics=Numerics(NumericsStatus.SAMPLED, result.layers, result.weights),
+        captures=2,
+        mismatches=result.mismatches,
+        kernels_executed=result.kernels_executed,
+        experts=result.experts,
+    )
 
 
 def _compute_beside_capture(sample: SampleGraph, stale: Mapping[str, frozenset[str]]) -> Sampled:
@@ -391,23 +331,29 @@ def _racy_reads(settings: Settings, options: Mapping[str, str]) -> RacyReads:
 
 
 def _report(
-    settings: Settings, baseline: ModeledProgram, variant: ModeledProgram, catalog: OpCatalog, affinity: bool,
-    **fields: Any,
+    settings: Settings, modeled: ModeledCase, numerics: NumericsResult, ranks: RanksReport | None,
+    findings: tuple[Finding, ...],
 ) -> CaseReport:
-    """The case report of two modeled programs; ``fields`` are the numerics' (mismatches, outputs, ...)."""
+    """The case report of the timing stage's two modeled programs and the numerics stage's result."""
+    baseline, variant = modeled.baseline, modeled.variant
     sanitizer = variant.sanitizer
     return CaseReport(
         target=settings.profile.name,
         mode=settings.mode,
         baseline=baseline.run,
         variant=variant.run,
+        mismatches=numerics.mismatches,
         superkernels={scope.scope: ScopeReport.from_plan(scope) for scope in variant.plan.scopes},
         streams=streams_used(variant),
         races=sanitizer.races if sanitizer is not None else (),
+        outputs=numerics.outputs,
         plog_path=variant.plog_path,
         deadlock=sanitizer.deadlock.describe() if sanitizer is not None and sanitizer.deadlock is not None else None,
+        captures=numerics.captures,
+        kernels_executed=numerics.kernels_executed,
         attribution={graph.run.variant: attribute(graph.program, graph.run) for graph in (baseline, variant)},
-        findings=find_affinity(variant.program, settings.profile, catalog) if affinity else (),
+        findings=findings,
         stream_uses=stream_uses(variant.plan),
-        **{"mismatches": (), **fields},
+        ranks=ranks,
+        numerics=numerics.numerics,
     )

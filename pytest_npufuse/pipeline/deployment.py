@@ -24,13 +24,17 @@ if TYPE_CHECKING:
 MAX_RANKS = 4096
 
 
-def ranked(profile: HardwareProfile, ranks: int) -> HardwareProfile:
-    """``profile`` with its collectives over ``ranks`` dies; ``ranks`` is checked."""
+def check_ranks(ranks: object) -> None:
+    """Refuse a ``ranks=`` that is not a rank count of a deployment."""
     if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= MAX_RANKS:
         raise ArgumentError(
             f"ranks={ranks!r} is not a rank count; give the number of ranks of the deployment, 1 to {MAX_RANKS} "
             "(e.g. ranks=16 for one rank of EP 16 and its 15 peers).", argument="ranks",
         )
+
+
+def ranked(profile: HardwareProfile, ranks: int) -> HardwareProfile:
+    """``profile`` with its collectives over ``ranks`` dies (a count :func:`check_ranks` let through)."""
     return replace(profile, comm_ranks=ranks)
 
 

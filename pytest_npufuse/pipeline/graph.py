@@ -77,7 +77,8 @@ def graph_options(mode: str | None) -> GraphOptions:
         return GraphOptions()
     if mode not in set(Mode):
         raise ArgumentError(
-            f"mode={mode!r} is not a mode that can be modeled; use one of {', '.join(repr(m.value) for m in Mode)}."
+            f"mode={mode!r} is not a mode that can be modeled; use one of {', '.join(repr(m.value) for m in Mode)}.",
+            argument="mode",
         )
     return GraphOptions(Mode(mode))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -40,12 +40,14 @@ from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.tasks import Variant
 from ..report.attribution import attribute_step
 from ..report.case import CaseReport, ScopeReport
+from ..report.findings import Finding, Mismatch
+from ..report.memory import StepMemory, step_memory
 from ..report.streams import stream_uses
-from ..report.memory import step_memory
 from ..report.trace import write_case_traces
 from ..simulate.step import chain_runs
 from ..target.catalog import OpCatalog
 from .graph import CompiledGraph, Settings, compiled_graph, mode_of_phase, model_program, streams_used
+from .spec import CaseSpec
 
 
 @dataclass
@@ -90,26 +92,15 @@ def _values(values: StepValues, with_params: bool) -> tuple[list[str], list[Any]
     return names, leaves
 
 
-def compare_step(
-    model: Any,
-    inputs: Sequence[Any],
-    *,
-    loss: Callable[[Any], Any],
-    optimizer: torch.optim.Optimizer | None,
-    settings: Settings,
-    catalog: OpCatalog,
-    reference: Any = None,
-    options: Mapping[str, str] | None = None,
-    trace_dir: str | Path | None = None,
-    case: str = "case",
-    affinity: bool = False,
-) -> CaseReport:
-    """BASELINE (``reference`` or ``model`` with scopes ignored) against VARIANT for one training step."""
+def compare_step(spec: CaseSpec, settings: Settings, catalog: OpCatalog) -> CaseReport:
+    """BASELINE (``reference`` or ``model`` with scopes ignored) against VARIANT for one training step
+    (``spec`` has ``loss=``)."""
     torch._dynamo.reset()
+    model, inputs, reference, loss, optimizer = spec.model, spec.inputs, spec.reference, spec.loss, spec.optimizer
     step = StepCapture(model, inputs, loss, optimizer, catalog)
     ref_step = StepCapture(reference, inputs, loss, optimizer, catalog) if reference is not None else step
     baseline = _Modeled(settings, Variant.BASELINE)
-    variant = _Modeled(settings, Variant.VARIANT, dict(options or {}))
+    variant = _Modeled(settings, Variant.VARIANT, dict(spec.options))
     baseline_values = ref_step.run(baseline.execute)
     ref_graphs = list(ref_step.graphs)
     if reference is None:
@@ -126,35 +117,45 @@ def compare_step(
             f"the reference returns {len(baseline_leaves)} values but the model returns {len(variant_leaves)}; "
             "they must return the same outputs and have the same parameters to be compared."
         )
-    base_graphs = [baseline.of(graph) for graph in ref_graphs]
-    var_graphs = [variant.of(graph) for graph in graphs]
-    report = _report(settings, base_graphs, var_graphs, names, baseline_leaves, variant_leaves)
     executed = baseline_values.kernels_run
     if variant_values is not baseline_values:
         executed += variant_values.kernels_run
-    report = replace(
-        report,
-        captures=len(step.graphs) + (len(ref_step.graphs) if reference is not None else 0),
-        kernels_executed=executed,
-        findings=find_affinity([graph.program for graph in var_graphs], settings.profile, catalog) if affinity else (),
-        memory=step_memory(
-            [graph.program for graph in var_graphs], variant_values.parameter_bytes, variant_values.gradient_bytes,
-            variant_values.state_bytes,
-        ),
+    values = StepNumerics(
+        tuple(names), compare_outputs(names, baseline_leaves, variant_leaves),
+        len(step.graphs) + (len(ref_step.graphs) if reference is not None else 0), executed,
     )
-    if trace_dir is None:
+    base_graphs = [baseline.of(graph) for graph in ref_graphs]
+    var_graphs = [variant.of(graph) for graph in graphs]
+    programs = [graph.program for graph in var_graphs]
+    memory = step_memory(programs, variant_values.parameter_bytes, variant_values.gradient_bytes,
+                         variant_values.state_bytes)
+    findings = find_affinity(programs, settings.profile, catalog) if spec.affinity else ()
+    report = _report(settings, base_graphs, var_graphs, values, memory, findings)
+    if spec.trace_dir is None:
         return report
-    return replace(report, trace_path=str(write_case_traces(report, Path(trace_dir), case)))
+    return replace(report, trace_path=str(write_case_traces(report, Path(spec.trace_dir), spec.case)))
+
+
+@dataclass(frozen=True)
+class StepNumerics:
+    """A step's numerics result: every compared value's name (outputs, ``loss``, ``grad[...]``,
+    ``param[...]``), those that differ, and the captures and kernels it took."""
+
+    outputs: tuple[str, ...]
+    mismatches: tuple[Mismatch, ...]
+    captures: int
+    kernels_executed: int
 
 
 def _report(
     settings: Settings,
     base_graphs: Sequence[CompiledGraph],
     var_graphs: Sequence[CompiledGraph],
-    names: list[str],
-    baseline_leaves: list[Any],
-    variant_leaves: list[Any],
+    values: StepNumerics,
+    memory: StepMemory,
+    findings: tuple[Finding, ...],
 ) -> CaseReport:
+    """The step's case report: its graphs end to end for each variant, and what its numerics found."""
     baseline_run = chain_runs([graph.run for graph in base_graphs])
     variant_run = chain_runs([graph.run for graph in var_graphs])
     checked = [graph.sanitizer for graph in var_graphs if graph.sanitizer is not None]
@@ -165,19 +166,23 @@ def _report(
         mode=settings.mode,
         baseline=baseline_run,
         variant=variant_run,
-        mismatches=compare_outputs(names, baseline_leaves, variant_leaves),
+        mismatches=values.mismatches,
         superkernels={
             scope.scope: ScopeReport.from_plan(scope) for graph in var_graphs for scope in graph.plan.scopes
         },
         streams=tuple(streams),
         races=tuple(race for s in checked for race in s.races),
-        outputs=tuple(names),
+        outputs=values.outputs,
         plog_path=next((graph.plog_path for graph in var_graphs if graph.plog_path), None),
         deadlock=deadlock,
         attribution={
             baseline_run.variant: attribute_step([graph.program for graph in base_graphs], baseline_run),
             variant_run.variant: attribute_step([graph.program for graph in var_graphs], variant_run),
         },
+        captures=values.captures,
+        kernels_executed=values.kernels_executed,
+        findings=findings,
         phases=tuple(str(graph.program.phase) for graph in var_graphs),
         stream_uses=tuple(use for graph in var_graphs for use in stream_uses(graph.plan)),
+        memory=memory,
     )

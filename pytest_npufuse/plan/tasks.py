@@ -79,7 +79,13 @@ class ScopeBreak:
     why: str = ""
 
     def describe(self) -> str:
+        """The break in words, as every text about a split scope names it: op type, kernel, source line."""
         return f"{self.op_type} ({self.kernel}{' at ' + self.source if self.source else ''})"
+
+
+def broken_by(breaks: Sequence[ScopeBreak]) -> str:
+    """The ops that split a scope, in words ('' for none)."""
+    return ", ".join(site.describe() for site in breaks)
 
 
 class ScopeOutcome(Vocabulary):

@@ -6,21 +6,22 @@ Imported only when a test asks for the fixture (see :mod:`.fixture`): it loads t
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Sequence
+from dataclasses import replace
+from typing import Any, Callable
 
 import pytest
 
 from ..advisor import Advice, advise
-from ..errors import BaselineWarning
+from ..errors import ArgumentError, BaselineWarning
 from ..gate.baseline import Change, Entry
 from ..gate.check_record import check_row
 from ..pipeline.backend import compile_model
-from ..pipeline.chain import compare
+from ..pipeline.chain import compare_case
+from ..pipeline.spec import CaseSpec, spec_of
 from ..report.case import CaseReport
 from ..report.escaping import terminal_text
 from ..report.explain import failure_text
 from ..report.html import case_view
-from ..simulate.host import HostConfig
 from ..target.profile import HardwareProfile
 from . import benchmark, recorder
 from .failure import fail, or_fail
@@ -29,56 +30,34 @@ from .settings import settings_of
 from .targets import item_key
 
 
+_TEST_FIELDS = ("options", "trace_dir", "case", "affinity")
+"""The spec's fields a test decides rather than its ``check`` call."""
+
+
 class NpuFuse:
     """The ``npufuse`` fixture: the library bound to the current target and the test's markers."""
 
     def __init__(self, request: pytest.FixtureRequest, target: str) -> None:
         self._request = request
         self._settings = settings_of(request.config)
-        self.target: HardwareProfile = self._settings.profiles[target]
+        self._target = self._settings.targets[target]
+        self.target: HardwareProfile = self._target.profile
         self._expectations = or_fail(lambda: expectations_of(request.node))
         self._key = item_key(request.node)
         self._checks = 0
 
-    def check(
-        self,
-        model: Callable[..., Any],
-        *inputs: Any,
-        mode: str | None = None,
-        reference: Callable[..., Any] | None = None,
-        dynamic: bool = False,
-        host: HostConfig | None = None,
-        loss: Callable[[Any], Any] | None = None,
-        optimizer: Any = None,
-        numerics: str | None = None,
-        routing: str | Sequence[float] | None = None,
-        ranks: int | None = None,
-        missing_ops: str | None = None,
-    ) -> CaseReport:
+    def check(self, model: Callable[..., Any] | CaseSpec, *inputs: Any, **fields: Any) -> CaseReport:
         """Compile BASELINE and VARIANT, run both, compare every output bit for bit, apply the markers.
 
-        ``mode`` is a TorchAir mode or ``"eager"``; ``dynamic=True`` models host scheduling and
-        ``host`` its threads and optimisations. ``numerics`` is as for :func:`~pytest_npufuse.compare`: a
-        model on the meta device is timed without numerics, or with ``numerics="sample"`` on a few layers.
-        ``routing`` and ``ranks`` model the MoE routing and N ranks of the deployment, as for ``compare``.
-        ``loss`` (the outputs -> the scalar loss) makes it a training step, with ``optimizer`` (over the
-        model's parameters) stepped after the backward; the gradients and updated parameters are compared
-        too. ``missing_ops`` (``"error"`` or ``"timing-only"``, as for ``compare``) overrides the markers' and
-        ``--npufuse-missing-ops``. Any unmet expectation fails the test with a diagnosis naming the scope, the op
-        and the number.
+        Takes what :func:`~pytest_npufuse.compare` takes, a :class:`~pytest_npufuse.CaseSpec` or a model, its
+        inputs and the spec's fields as keywords, except the four the test decides: the scopes' ``options``
+        (its markers'), ``trace_dir`` (``--npufuse-trace-dir``), ``case`` (its node id) and ``affinity``.
+        ``missing_ops``, when the spec leaves it open, comes from the markers or ``--npufuse-missing-ops``.
+        Any unmet expectation fails the test with a diagnosis naming the scope, the op and the number.
         """
         settings = self._settings
         checked(self._request.node)
-        report = or_fail(
-            lambda: compare(
-                model, *inputs, target=self.target, mode=mode, reference=reference,
-                options=self._expectations.scope_options, catalog=settings.catalog, dynamic=dynamic, host=host,
-                trace_dir=settings.trace_dir, case=self._case(self._checks + 1),
-                affinity=self._expectations.affinity is not None or settings.advise, numerics=numerics, loss=loss,
-                optimizer=optimizer, routing=routing, ranks=ranks,
-                missing_ops=missing_ops or self._expectations.missing_ops or settings.missing_ops,
-            )
-        )
+        report = or_fail(lambda: compare_case(self._spec(model, inputs, fields), self._target))
         entry, change = self._record(report)
         failures = self._expectations.failures(report)
         regression = settings.gate.failure(change) if settings.gate is not None and change is not None else None
@@ -91,12 +70,27 @@ class NpuFuse:
             fail(failure_text(report, failures, known, explain))
         return report
 
+    def _spec(self, model: Callable[..., Any] | CaseSpec, inputs: tuple[Any, ...], fields: dict[str, Any]) -> CaseSpec:
+        """The spec of this check: the user's, with what the test's markers and the run's options decide."""
+        for name in _TEST_FIELDS:
+            if name in fields:
+                raise ArgumentError(
+                    f"npufuse.check(..., {name}=...): the test decides {name} (its markers and the run's options); "
+                    f"drop {name}=, or call pytest_npufuse.compare to choose it.", argument=name,
+                )
+        spec = spec_of(model, inputs, fields)
+        expectations, settings = self._expectations, self._settings
+        return replace(
+            spec, options={**spec.options, **expectations.scope_options}, trace_dir=settings.trace_dir,
+            case=self._case(self._checks + 1), affinity=expectations.affinity is not None or settings.advise,
+            missing_ops=spec.missing_ops or expectations.missing_ops or settings.missing_ops,
+        )
+
     def compile(self, model: Callable[..., Any], *, mode: str | None = None, superkernel: bool = True, multistream: bool = True) -> Callable[..., Any]:
         """A compiled callable for finer tests; its backend is at ``.npufuse_backend``."""
         compiled, backend = or_fail(
             lambda: compile_model(
-                model, target=self.target, mode=mode, superkernel=superkernel, multistream=multistream,
-                catalog=self._settings.catalog,
+                model, target=self._target, mode=mode, superkernel=superkernel, multistream=multistream,
             )
         )
         compiled.npufuse_backend = backend
@@ -105,7 +99,7 @@ class NpuFuse:
     def advise(self, model: Callable[..., Any], *inputs: Any, options: str = "") -> Advice:
         """Rank SuperKernel scope layouts for ``model`` on this test's target and list the affinity-op
         findings (see :func:`pytest_npufuse.advise`); ``options`` go to every candidate scope."""
-        return or_fail(lambda: advise(model, *inputs, target=self.target, options=options, catalog=self._settings.catalog))
+        return or_fail(lambda: advise(model, *inputs, target=self._target, options=options))
 
     def _record(self, report: CaseReport) -> tuple[Entry, Change | None]:
         """Attach this check's row to the item and judge it against the baseline if there is one."""

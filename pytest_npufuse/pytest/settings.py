@@ -20,6 +20,7 @@ from ..gate.baseline import Gate, parse_percent
 from ..simulate.version import ModelIdentity
 from ..target.catalog import OpCatalog
 from ..target.profile import BUILTIN_TARGETS, HardwareProfile
+from ..target.resolve import Target, profile_of
 from ..target.userconfig import UserConfig, load_user_config
 from ..vocabulary import MissingOps
 from .options import is_set, path_setting, setting
@@ -63,6 +64,14 @@ class RunSettings:
             raise pytest.UsageError(f"npufuse: {exc}") from None
 
     @cached_property
+    def targets(self) -> Mapping[str, Target]:
+        """Each target of the run with the project's op catalog, by name (read on first use, as the catalog)."""
+        catalog = self.catalog
+        return {
+            name: Target.resolve(profile, project=self.user, catalog=catalog) for name, profile in self.profiles.items()
+        }
+
+    @cached_property
     def model(self) -> ModelIdentity:
         return ModelIdentity.of(self.profiles.values(), self.catalog)
 
@@ -85,7 +94,7 @@ class RunSettings:
         try:
             user = _user_config(config)
             user.check_targets()
-            profiles = _by_name([user.profile(name) for name in names], names)
+            profiles = _by_name([profile_of(name, user) for name in names], names)
         except NpufuseError as exc:
             raise pytest.UsageError(f"npufuse: {exc}") from None
         request = _gate_request(config)

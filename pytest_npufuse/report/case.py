@@ -20,14 +20,14 @@ from .streams import StreamUse
 
 @dataclass(frozen=True)
 class ScopeReport:
-    """The outcome of one SuperKernel scope in the VARIANT."""
+    """The outcome of one SuperKernel scope in the VARIANT. Each op that split it is one
+    :class:`~pytest_npufuse.plan.tasks.ScopeBreak` in ``break_points`` (the op, its kernel, its source
+    line, why a SuperKernel cannot call it); ``breaks`` and ``break_sites`` are views of them."""
 
     scope: str
     outcome: str
     segments: int
     block_dim: int
-    breaks: tuple[str, ...]
-    break_sites: tuple[str, ...]
     names: tuple[str, ...]
     kernel_names: tuple[str, ...]
     kernel_type: str
@@ -36,6 +36,16 @@ class ScopeReport:
     break_points: tuple[ScopeBreak, ...] = ()
     splits: tuple[str, ...] = ()
 
+    @property
+    def breaks(self) -> tuple[str, ...]:
+        """The op type of each break, in program order (what the ``superkernel`` marker's ``breaks=`` names)."""
+        return tuple(site.op_type for site in self.break_points)
+
+    @property
+    def break_sites(self) -> tuple[str, ...]:
+        """Each break in words: its op type, kernel and source line."""
+        return tuple(site.describe() for site in self.break_points)
+
     @classmethod
     def from_plan(cls, scope: ScopePlan) -> "ScopeReport":
         return cls(
@@ -43,8 +53,6 @@ class ScopeReport:
             outcome=scope.outcome,
             segments=len(scope.segments),
             block_dim=scope.block_dim,
-            breaks=tuple(b.op_type for b in scope.breaks),
-            break_sites=tuple(b.describe() for b in scope.breaks),
             names=tuple(segment.name for segment in scope.segments),
             kernel_names=tuple(segment.te_name for segment in scope.segments),
             kernel_type=scope.segments[0].kernel_type if scope.segments else "",

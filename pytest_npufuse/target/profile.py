@@ -448,10 +448,3 @@ def load_profile(target: str, user_targets: Mapping[str, TargetTable] | None = N
         "or give the path of a profile .toml file."
     )
 
-
-def resolve_profile(target: "str | HardwareProfile | None" = None) -> HardwareProfile:
-    """A profile given as itself, by a built-in target name or a profile file path, or by default
-    (:data:`DEFAULT_TARGET`): the one resolver every library entry point uses."""
-    if isinstance(target, HardwareProfile):
-        return target
-    return load_profile(target or DEFAULT_TARGET)

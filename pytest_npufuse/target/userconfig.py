@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -61,6 +62,12 @@ class UserConfig:
             self.profile(name)
 
     def catalog(self) -> OpCatalog:
+        """The built-in op catalog overlaid with these ops, read once: every target of the project prices
+        its kernels with it, and it warns once per op type it does not know."""
+        return self._catalog
+
+    @cached_property
+    def _catalog(self) -> OpCatalog:
         return load_catalog(self.ops, self.ops_source)
 
     def with_profile_file(self, path: Path) -> "UserConfig":

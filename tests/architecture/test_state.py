@@ -18,6 +18,7 @@ NOT_SESSION_STATE = {
     ("session.py", "_OPEN"): "the stack of open sessions itself",
     ("session.py", "_DECLARED"): "the session keys, declared at import",
     ("cost/registry.py", "_RULES"): "cost rules, declared at import",
+    ("cost/semantics.py", "_BY_OP"): "ops' documented work formulas, declared at import",
     ("torch_npu/registry.py", "_OPS"): "torch_npu ops, declared at import",
     ("torch_npu/registry.py", "_BINDERS"): "torch_npu ops, declared at import",
     ("torch_npu/registry.py", "_VALIDATORS"): "torch_npu ops, declared at import",

@@ -340,3 +340,14 @@ def test_rows_past_nd2nz_stride_limit_pay_one_copy_each():
     assert per_k(65536, nz, b2) == per_k(65536, nz, free)
     slice_k = single_core_split_k(Gemm(1, 2048, 4096, 80000, 2, 2), b2)
     assert per_k(80000, slice_k, b2) > 1.5 * per_k(80000, slice_k, free)
+
+
+def test_a_batched_decode_matmul_reads_each_batch_s_weights_once():
+    """``[b, 1, k] x [b, k, n]``: a wave's tile rows belong to different batches, which share no B panel, so
+    nothing is read again however far the operands overflow L2; a batch with many tile rows still re-reads its B."""
+    decode = Gemm(32, 1, 1000, 4096, 2, 2)
+    tiling = Tiling(128, 256, 1)
+    unique = 32 * (4096 * 1000 + 4096 + 1000) * 2
+    assert hbm_traffic(decode, tiling, 24, unique, 192 * 2**20) == unique
+    prefill = Gemm(32, 4096, 1000, 4096, 2, 2)
+    assert hbm_traffic(prefill, tiling, 24, unique, 192 * 2**20) > unique

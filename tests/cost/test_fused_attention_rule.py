@@ -74,3 +74,15 @@ def test_a_captured_call_is_priced_from_its_arguments() -> None:
     kernel = next(kernel for kernel in capture(_Prefill(), q, k, k).kernels if "attention" in kernel.op_type)
     assert dict(kernel.attrs)["input_layout"] == "BNSD"
     assert kernel.flops == 2 * N * 256 * 512 * 2 * D
+
+
+def test_a_paged_call_reads_the_rows_its_lengths_reach_not_the_pool() -> None:
+    from pytest_npufuse.cost.attention import fused_attention_bytes
+    from pytest_npufuse.cost.rules import io_bytes
+
+    pool, table, decode = _spec(4096, 128, N * D), _spec(2, 8, dtype="int32"), _spec(2, 1, N * D)
+    paged = _work([decode, pool, pool, table], decode, num_heads=N, block_size=128, actual_seq_lengths_kv=(700, 900))
+    row = N * D * 2
+    assert fused_attention_bytes(paged) == 2 * decode.nbytes + table.nbytes + 2 * 1600 * row
+    dense = _bnsd(1, 16, 64)
+    assert fused_attention_bytes(dense) == io_bytes(dense)  # no paged cache: every operand once

@@ -4,9 +4,9 @@ from pytest_npufuse.pipeline.synthetic import ProgramBuilder
 from pytest_npufuse.plan.compilation import CompileWork, compile_work
 from pytest_npufuse.plan.superkernel import plan_variant
 from pytest_npufuse.plan.tasks import Variant
-from pytest_npufuse.target.profile import resolve_profile
+from pytest_npufuse.target.profile import load_profile
 
-A3 = resolve_profile("a3")
+A3 = load_profile("a3")
 
 
 def _layers(rows: list[int], label) -> tuple:

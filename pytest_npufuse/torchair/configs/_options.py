@@ -86,14 +86,14 @@ class PathValue(OptionValue):
             self.raw = value
             return
         if self._kind == "dir":
-            found, noun, what = value is not None and os.path.isdir(value), "dir", "a file directory"
+            exists, noun, what = value is not None and os.path.isdir(value), "dir", "a file directory"
         elif self._kind == "file":
-            found, noun, what = os.path.isfile(value), "file", "a file"
+            exists, noun, what = os.path.isfile(value), "file", "a file"
         else:
             if value == "":
                 raise ConfigError(f"{path} = '': File path cannot be empty!")
-            found, noun, what = str(value).endswith(self._kind) and os.path.isfile(value), "file", f"'{self._kind}' file"
-        if not found:
+            exists, noun, what = str(value).endswith(self._kind) and os.path.isfile(value), "file", f"'{self._kind}' file"
+        if not exists:
             raise ConfigPathError(f"{path} = {value!r}: Please set legal {noun} path, {value} is not found or is not {what}!")
         self.raw = value
 
