@@ -177,6 +177,22 @@ def results_table(
     _write(terminalreporter, _totals(items, width if not verbose else 10**6))
 
 
+def gains_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
+    """Per check with SuperKernel segments or a second stream: where the modeled gain came from, and the
+    model's measured error on published gains of that kind (docs/fidelity.md)."""
+    lines = [
+        (f"{row['key']} [{row['target']}]", row["why"]["line"], [t["line"] for t in row.get("trust", ())])
+        for nodeid in sorted(tests) for row in tests[nodeid][1] if row.get("why") and row.get("trust")
+    ]
+    if not lines:
+        return
+    terminalreporter.section("npufuse: why these gains")
+    for label, why, trust in lines:
+        _write(terminalreporter, f"{label}: {why}")
+        for line in trust:
+            _write(terminalreporter, f"  {line}")
+
+
 def advise_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
     """``--npufuse-advise``: per check, where the VARIANT's modeled time goes and each affinity-op finding."""
     terminalreporter.section("npufuse: advisors (time attribution, known-slow op forms)")

@@ -189,6 +189,14 @@ _LEGEND = (
 )
 
 
+def _why(view: Mapping[str, Any]) -> str:
+    """Where the modeled gain came from, and the model's measured error on published gains of its kind."""
+    if not view.get("why"):
+        return ""
+    trust = "".join(f'<p class="note trust">{html_text(line)}</p>' for line in view.get("trust", ()))
+    return f'<p class="note why"><b>Why this gain:</b> {html_text(view["why"])}</p>{trust}'
+
+
 def _case(index: int, view: Mapping[str, Any]) -> str:
     gate = view["gate"]
     facts = [f"<span>{html_text(view['summary'])}</span>"]
@@ -201,6 +209,7 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
     failures = "".join(f'<p class="failure"><b>{html_text(run["variant"].upper())} does not finish:</b> {html_text(run["failure"], multiline=True)}</p>'
                        for run in view["runs"] if run["failure"])
     failures += "".join(f'<p class="note stream-note">{html_text(note)}</p>' for note in view.get("stream_notes", ()))
+    failures += _why(view)
     message = f'<pre class="message">{html_text(view["message"], multiline=True)}</pre>' if view.get("message") else ""
     if view.get("duration_s") is not None:
         facts.append(f'<span class="duration">test took {view["duration_s"]:.2f} s</span>')
