@@ -47,6 +47,7 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
+from ..report.contention import stream_contention
 from ..report.findings import Finding, Mismatch
 from ..report.streams import stream_uses
 from ..report.numerics import Numerics, Uncompared, stand_ins
@@ -356,4 +357,5 @@ def _report(
         stream_uses=stream_uses(variant.plan),
         ranks=ranks,
         numerics=numerics.numerics,
+        contention=stream_contention(variant.run, settings.profile),
     )

@@ -40,6 +40,7 @@ from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.tasks import Variant
 from ..report.attribution import attribute_step
 from ..report.case import CaseReport, ScopeReport
+from ..report.contention import stream_contention
 from ..report.findings import Finding, Mismatch
 from ..report.memory import StepMemory, step_memory
 from ..report.streams import stream_uses
@@ -185,4 +186,5 @@ def _report(
         phases=tuple(str(graph.program.phase) for graph in var_graphs),
         stream_uses=tuple(use for graph in var_graphs for use in stream_uses(graph.plan)),
         memory=memory,
+        contention=stream_contention(variant_run, settings.profile),
     )
