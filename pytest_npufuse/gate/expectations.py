@@ -39,11 +39,7 @@ class SuperKernelExpectation:
         """Each unmet expectation as a sentence; empty when the case meets them all."""
         scope = report.superkernels.get(self.scope)
         if scope is None:
-            seen = ", ".join(repr(name) for name in report.superkernels) or "none"
-            return [
-                f"super_kernel scope '{self.scope}' was not found in the captured graph (scopes seen: {seen}); "
-                "check the scope name in the model and in the marker."
-            ]
+            return [f"{report.scope_not_found(self.scope)}; check the scope name in the model and in the marker."]
         failures: list[str] = []
         if scope.outcome != self.outcome:
             why = f" ({scope.reason})" if scope.reason else ""

@@ -177,6 +177,7 @@ def compare_case(spec: CaseSpec, target: Target) -> CaseReport:
     ranks = rank_view(programs[1], spec.ranks, route, settings, dict(spec.options)) if spec.ranks is not None else None
     findings = find_affinity(modeled.variant.program, settings.profile, target.catalog) if spec.affinity else ()
     report = _report(settings, modeled, replace(result, numerics=numerics), ranks, findings)
+    spec.check_scopes(report)
     if spec.trace_dir is None:
         return report
     return replace(report, trace_path=str(write_case_traces(report, Path(spec.trace_dir), spec.case)))

@@ -132,6 +132,7 @@ def compare_step(spec: CaseSpec, settings: Settings, catalog: OpCatalog) -> Case
                          variant_values.state_bytes)
     findings = find_affinity(programs, settings.profile, catalog) if spec.affinity else ()
     report = _report(settings, base_graphs, var_graphs, values, memory, findings)
+    spec.check_scopes(report)
     if spec.trace_dir is None:
         return report
     return replace(report, trace_path=str(write_case_traces(report, Path(spec.trace_dir), spec.case)))

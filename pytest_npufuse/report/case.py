@@ -127,6 +127,12 @@ class CaseReport:
         """SuperKernel segments formed over all scopes."""
         return sum(scope.segments for scope in self.superkernels.values())
 
+    def scope_not_found(self, scope: str) -> str:
+        """That the model defines no SuperKernel scope ``scope``, with the scopes it does define: a marker
+        expecting it and ``options=`` naming it say so in the same words."""
+        seen = ", ".join(repr(name) for name in self.superkernels) or "none"
+        return f"super_kernel scope '{scope}' was not found in the captured graph (scopes seen: {seen})"
+
     def stream_notes(self) -> list[str]:
         """Where the kernels of a stream went when the timeline shows no lane (or a short one) for it."""
         return [note for use in self.stream_uses if (note := use.note())]
