@@ -33,6 +33,8 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "attribution": {str(variant): attribution.to_json() for variant, attribution in report.attribution.items()},
         "affinity": findings_json(report.findings),
         "kernels": longest_tasks(report.variant),
+        "why": None if (why := report.why) is None else why.to_json(),
+        "trust": [error.to_json() for error in report.trust],
     }
     if report.ranks is not None:
         row["ranks"] = report.ranks.to_json()

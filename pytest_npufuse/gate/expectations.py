@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import MarkerError
 from ..plan.tasks import ScopeOutcome, broken_by
+from ..sanitize.checker import RaceKind
 from ..vocabulary import MissingOps
+from ..report.verdict import Failure, Verdict
 
 if TYPE_CHECKING:
     from ..report.case import CaseReport
@@ -39,16 +41,21 @@ class SuperKernelExpectation:
         """Each unmet expectation as a sentence; empty when the case meets them all."""
         scope = report.superkernels.get(self.scope)
         if scope is None:
-            return [f"{report.scope_not_found(self.scope)}; check the scope name in the model and in the marker."]
-        failures: list[str] = []
+            return [Failure(
+                Verdict.OUTCOME, f"{report.scope_not_found(self.scope)}; check the scope name in the model and in the marker."
+            )]
+        failures: list[Failure] = []
         if scope.outcome != self.outcome:
             why = f" ({scope.reason})" if scope.reason else ""
-            failures.append(f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'.")
+            verdict = Verdict.HANG if scope.outcome == ScopeOutcome.HANG else Verdict.OUTCOME
+            failures.append(Failure(verdict, f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'."))
         if self.segments is not None and scope.segments != self.segments:
-            failures.append(self._segments_failure(scope.segments, broken_by(scope.break_points), scope.splits))
+            broken = scope.segments > self.segments or bool(scope.break_points or scope.splits)
+            verdict = Verdict.SCOPE_BREAK if broken else Verdict.OUTCOME
+            failures.append(Failure(verdict, self._segments_failure(scope.segments, broken_by(scope.break_points), scope.splits)))
         if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
             sites = broken_by(scope.break_points) or "no op"
-            failures.append(f"scope '{self.scope}' was broken by {sites}; expected breaks={list(self.breaks)}.")
+            failures.append(Failure(Verdict.SCOPE_BREAK, f"scope '{self.scope}' was broken by {sites}; expected breaks={list(self.breaks)}."))
         failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup))
         return failures
 
@@ -58,14 +65,15 @@ class SuperKernelExpectation:
         return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}{split}."
 
 
-def _speedup_failure(subject: str, report: CaseReport, minimum: float | None) -> list[str]:
+def _speedup_failure(subject: str, report: CaseReport, minimum: float | None) -> list[Failure]:
     """The min_speedup check both markers share, with both modeled times."""
     if minimum is None or report.speedup >= minimum:
         return []
-    return [
+    return [Failure(
+        Verdict.SPEEDUP,
         f"{subject}: modeled speedup {report.speedup:.4f}x on {report.target} is below min_speedup={minimum}x "
-        f"(baseline {report.baseline.time_us:.2f} us, variant {report.variant.time_us:.2f} us)."
-    ]
+        f"(baseline {report.baseline.time_us:.2f} us, variant {report.variant.time_us:.2f} us).",
+    )]
 
 
 def _check_arguments(marker: str, kwargs: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -111,7 +119,7 @@ def _op_types(value: Any) -> tuple[str, ...]:
     if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) and "::" in i for i in items):
         raise MarkerError(
             f"superkernel marker: breaks={value!r} must be a list of op types written 'namespace::name', "
-            "e.g. breaks=['aten::add']."
+            "e.g. breaks=['aten::add'].", argument="breaks"
         )
     return tuple(items)
 
@@ -126,10 +134,16 @@ def parse_superkernel(args: Sequence[Any], kwargs: Mapping[str, Any]) -> SuperKe
         raise MarkerError(f"superkernel marker needs scope='<name>' as in super_kernel('<name>'), got {scope!r}.")
     outcome = kwargs.get("outcome", "fused")
     if outcome not in OUTCOMES:
-        raise MarkerError(f"superkernel marker: outcome={outcome!r} is not one of {', '.join(OUTCOMES)}.")
+        raise MarkerError(
+            f"superkernel marker: outcome={outcome!r} is not one of {', '.join(OUTCOMES)}.",
+            argument="outcome",
+        )
     options = kwargs.get("options")
     if options is not None and not isinstance(options, str):
-        raise MarkerError(f"superkernel marker: options={options!r} must be a string like 'feed-sync-all=1'.")
+        raise MarkerError(
+            f"superkernel marker: options={options!r} must be a string like 'feed-sync-all=1'.",
+            argument="options",
+        )
     min_speedup = kwargs.get("min_speedup")
     segments = None if kwargs.get("segments") is None else _number("segments", kwargs["segments"], int, 0)
     _check_consistent(scope, outcome, segments)
@@ -212,21 +226,28 @@ class MultiStreamExpectation:
     def expects_hazard(self, report: CaseReport) -> bool:
         return not self.race_free and bool(report.races or report.deadlock)
 
-    def failures(self, report: CaseReport) -> list[str]:
-        failures: list[str] = []
+    def failures(self, report: CaseReport) -> list[Failure]:
+        failures: list[Failure] = []
         used = ", ".join(f"'{s}'" for s in report.streams)
         if self.streams is not None and len(report.streams) != self.streams:
-            failures.append(f"multistream: the VARIANT ran on {len(report.streams)} stream(s) ({used}), expected streams={self.streams}.")
+            failures.append(Failure(
+                Verdict.STREAMS,
+                f"multistream: the VARIANT ran on {len(report.streams)} stream(s) ({used}), expected streams={self.streams}.",
+            ))
         if self.race_free and report.races:
-            failures.extend(f"multistream: {race.describe()}" for race in report.races)
-        if not self.race_free and not (report.races or report.deadlock):
-            failures.append(
-                "multistream: race_free=False expects the sanitizer to find a race, a lifetime hazard or a deadlock, "
-                "but every cross-stream access is ordered."
+            failures.extend(
+                Failure(Verdict.LIFETIME if race.kind == RaceKind.LIFETIME else Verdict.RACE, race.describe())
+                for race in report.races
             )
+        if not self.race_free and not (report.races or report.deadlock):
+            failures.append(Failure(
+                Verdict.STREAMS,
+                "multistream: race_free=False expects the sanitizer to find a race, a lifetime hazard or a deadlock, "
+                "but every cross-stream access is ordered.",
+            ))
         slow = _speedup_failure(f"multistream with streams {used}", report, self.min_speedup)
         if slow and (contention := report.contention) is not None:
-            slow = [f"{slow[0]} It cannot be met: {contention.describe()}."]
+            slow = [Failure(slow[0].verdict, f"{slow[0].text} It cannot be met: {contention.describe()}.")]
         failures.extend(slow)
         return failures
 
@@ -238,7 +259,7 @@ def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiSt
     _check_arguments("multistream", kwargs, _MULTISTREAM_KWARGS)
     race_free = kwargs.get("race_free", True)
     if not isinstance(race_free, bool):
-        raise MarkerError(f"multistream marker: race_free={race_free!r} must be True or False.")
+        raise MarkerError(f"multistream marker: race_free={race_free!r} must be True or False.", argument="race_free")
     streams, min_speedup = kwargs.get("streams"), kwargs.get("min_speedup")
     return MultiStreamExpectation(
         streams=None if streams is None else _number("streams", streams, int, 1, "multistream"),
@@ -257,15 +278,16 @@ class AffinityExpectation:
 
     max_findings: int = 0
 
-    def failures(self, report: CaseReport) -> list[str]:
+    def failures(self, report: CaseReport) -> list[Failure]:
         slow = [finding for finding in report.findings if finding.gain_us > 0]
         if len(slow) <= self.max_findings:
             return []
         listed = "; ".join(finding.describe() for finding in slow)
-        return [
+        return [Failure(
+            Verdict.SLOW_FORM,
             f"npu_affinity: {len(slow)} known-slow op form(s) (Ascend's affinity-op guide), at most "
-            f"max_findings={self.max_findings} allowed: {listed}."
-        ]
+            f"max_findings={self.max_findings} allowed: {listed}.",
+        )]
 
 
 def parse_affinity(args: Sequence[Any], kwargs: Mapping[str, Any]) -> AffinityExpectation:
@@ -280,7 +302,7 @@ def run_failures(
     report: CaseReport,
     expectations: Sequence[SuperKernelExpectation],
     multistream: MultiStreamExpectation | None = None,
-) -> list[str]:
+) -> list[Failure]:
     """A VARIANT that cannot finish (compile abort, modeled hang or deadlock) fails the test unless a
     marker speaks about its cause (a superkernel marker on that scope, whose outcome then decides, or
     ``multistream(race_free=False)`` for a deadlock): on hardware it would be a crash or a timeout."""
@@ -291,16 +313,19 @@ def run_failures(
     if failing & {e.scope for e in expectations}:
         return []
     log = f" (plog: {report.plog_path})" if report.plog_path else ""
-    return [f"the VARIANT cannot run on {report.target}: {failure}{log}"]
+    hangs = report.deadlock or any(scope.outcome == ScopeOutcome.HANG for scope in report.superkernels.values())
+    return [Failure(Verdict.HANG if hangs else Verdict.ABORT, f"the VARIANT cannot run on {report.target}: {failure}{log}")]
 
 
-def precision_failures(report: CaseReport, multistream: MultiStreamExpectation | None = None) -> list[str]:
+def precision_failures(report: CaseReport, multistream: MultiStreamExpectation | None = None) -> list[Failure]:
     """Outputs that differ bit for bit between BASELINE and VARIANT: a failure, unless the case is
     declared unsafe (``race_free=False``) and the sanitizer found the hazard that explains them."""
     if report.bit_exact or (multistream is not None and multistream.expects_hazard(report)):
         return []
     lines = [m.describe() for m in report.mismatches]
-    return [
-        f"precision: {len(report.mismatches)} of {len(report.outputs)} output(s) are not bit-identical between "
-        "BASELINE and VARIANT:\n  " + "\n  ".join(lines)
-    ]
+    cause = " (the race(s) above corrupt them)" if report.races else ""
+    return [Failure(
+        Verdict.PRECISION,
+        f"{len(report.mismatches)} of {len(report.outputs)} output(s) are not bit-identical between "
+        f"BASELINE and VARIANT{cause}:\n  " + "\n  ".join(lines),
+    )]

@@ -24,6 +24,7 @@ from ..gate.expectations import (
     precision_failures,
     run_failures,
 )
+from ..report.verdict import Failure, first_cause
 from .settings import settings_of
 
 if TYPE_CHECKING:
@@ -83,8 +84,9 @@ class ItemExpectations:
             self.multistream.min_speedup is not None and report.speedup < self.multistream.min_speedup
         )
 
-    def failures(self, report: CaseReport) -> list[str]:
-        """Each unmet expectation as a sentence: the run itself, precision, streams, then each scope."""
+    def failures(self, report: CaseReport) -> list[Failure]:
+        """Each unmet expectation with its verdict, causes first (see :func:`first_cause`): the run
+        itself, races, scope breaks, precision, speed."""
         streams = self.multistream
         failures = run_failures(report, self.superkernels, streams) + precision_failures(report, streams)
         failures += streams.failures(report)
@@ -92,7 +94,7 @@ class ItemExpectations:
             failures.extend(expectation.failures(report))
         if self.affinity is not None:
             failures.extend(self.affinity.failures(report))
-        return failures
+        return first_cause(failures)
 
 
 _EXPECTATIONS = pytest.StashKey[ItemExpectations]()

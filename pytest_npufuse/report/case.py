@@ -13,6 +13,7 @@ from ..simulate.timeline import RunReport
 from .attribution import Attribution
 from .contention import Contention
 from .findings import Finding, Mismatch
+from .gain import GainError, GainWhy, explain_gain, gain_error, gain_kinds
 from .memory import StepMemory
 from .numerics import Numerics
 from .streams import StreamUse
@@ -132,6 +133,20 @@ class CaseReport:
         expecting it and ``options=`` naming it say so in the same words."""
         seen = ", ".join(repr(name) for name in self.superkernels) or "none"
         return f"super_kernel scope '{scope}' was not found in the captured graph (scopes seen: {seen})"
+
+    @property
+    def why(self) -> GainWhy | None:
+        """Where the VARIANT's saved (or lost) time came from, by mechanism (:mod:`.gain`); None when a
+        run never finishes (no time to split)."""
+        if not (math.isfinite(self.baseline.time_us) and math.isfinite(self.variant.time_us)):
+            return None
+        return explain_gain(self.baseline, self.variant)
+
+    @property
+    def trust(self) -> tuple[GainError, ...]:
+        """The model's measured error on published gains of each kind this VARIANT makes (SuperKernel
+        segments, a second stream), from the held-out figures of docs/fidelity.md."""
+        return tuple(error for kind in gain_kinds(self.segments, len(self.streams)) if (error := gain_error(kind)))
 
     def stream_notes(self) -> list[str]:
         """Where the kernels of a stream went when the timeline shows no lane (or a short one) for it."""

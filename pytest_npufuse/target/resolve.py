@@ -69,6 +69,7 @@ def profile_of(target: str | Path | HardwareProfile | None, project: UserConfig)
     if target is None:
         return project.profile(DEFAULT_TARGET)
     if not str(target).strip():
-        raise ProfileError(f"the NPU target name {str(target)!r} is empty; name a target: {known_targets(project.targets)}.")
+        raise ProfileError(f"the NPU target name {str(target)!r} is empty; name a target: {known_targets(project.targets)}.",
+                           argument="target")
     return project.profile(str(target))
 

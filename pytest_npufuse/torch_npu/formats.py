@@ -97,12 +97,16 @@ def _known(acl_format: int) -> Format:
         wanted = None
     if wanted not in BASE_FORMAT:
         names = ", ".join(f"{f.value} ({f.name})" for f in BASE_FORMAT)
-        raise OpArgumentError(f"acl_format={acl_format} is not a storage format torch_npu knows; use one of {names}.")
+        raise OpArgumentError(
+            f"acl_format={acl_format} is not a storage format torch_npu knows; use one of {names}.",
+            argument="acl_format",
+        )
     return wanted
 
 
-def _is_base(fmt: Format) -> bool:
-    return BASE_FORMAT[fmt] is fmt
+def is_base_format(fmt: Format) -> bool:
+    """Whether ``fmt`` is a base format (ND, NCHW, ...) rather than one a format cast makes (FRACTAL_NZ)."""
+    return BASE_FORMAT.get(fmt) is fmt
 
 
 def storage_format(shape: torch.Size | tuple[int, ...], acl_format: int) -> Format:
@@ -143,7 +147,7 @@ def cast_format(source: torch.Tensor, acl_format: int) -> StorageDesc:
     already has it or both are base formats (torch_npu relabels the storage), else a new storage of the
     source storage's shape in that format (:func:`storage_format`)."""
     wanted, current = _known(acl_format), _desc(source)
-    if wanted is current.format or (_is_base(wanted) and _is_base(current.format)):
+    if wanted is current.format or (is_base_format(wanted) and is_base_format(current.format)):
         return StorageDesc(wanted, current.base_shape)
     return StorageDesc(storage_format(current.base_shape, wanted), current.base_shape)
 
@@ -160,5 +164,8 @@ def get_npu_format(tensor: torch.Tensor) -> Format:
     """``torch_npu.get_npu_format(tensor)``: the format a format cast gave ``tensor``'s storage, else its
     shape's base format."""
     if not isinstance(tensor, torch.Tensor):
-        raise OpArgumentError(f"get_npu_format takes a tensor, got {type(tensor).__name__}.")
+        raise OpArgumentError(
+            f"get_npu_format takes a tensor, got {type(tensor).__name__}.",
+            op="get_npu_format", argument="tensor",
+        )
     return _desc(tensor).format

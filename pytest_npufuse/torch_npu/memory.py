@@ -7,17 +7,19 @@ import math
 from typing import Optional, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     require_choice,
     require_dtype,
+    require_int,
     require_shape,
     require_unused,
 )
 from .fixedorder import softmax
-from .formats import cast_format, record_format
+from .formats import cast_format, get_npu_format, record_format
 from .registry import Arguments, Derivative, Out, SampleCall, bind, no_outputs, npu_op
 
 
@@ -27,11 +29,16 @@ def _format_cast_meta(call: Arguments) -> Out:
     return Out(list(call.input.shape), call.input.dtype)
 
 
+def _target_format(acl_format: int | torch.Tensor) -> int:
+    """The format asked for: ``acl_format``, or in the ``.Tensor`` overload the format of ``dst``."""
+    return int(get_npu_format(acl_format)) if isinstance(acl_format, torch.Tensor) else acl_format
+
+
 def _format_cast_kernel(call: Arguments) -> torch.Tensor:
     """A dense copy, as the fake promises, made here so that the format is recorded on the storage the
     caller gets (the registry would otherwise densify a copy of a view into a storage with no record)."""
     dense = call.input.clone(memory_format=torch.contiguous_format)
-    return record_format(dense, cast_format(call.input, call.acl_format))
+    return record_format(dense, cast_format(call.input, _target_format(call.acl_format)))
 
 
 def _format_cast_samples() -> list[SampleCall]:
@@ -40,7 +47,13 @@ def _format_cast_samples() -> list[SampleCall]:
     return [SampleCall((weight, 29)), SampleCall((weight, 2))]
 
 
-@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, samples=_format_cast_samples)
+def _require_format(name: str, value: object) -> object:
+    """``acl_format``: an int, or (the ``.Tensor`` overload) the tensor whose format the result takes."""
+    return value if isinstance(value, torch.Tensor) else require_int(name, value)
+
+
+@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, argument_checks={"acl_format": _require_format},
+        samples=_format_cast_samples)
 def npu_format_cast(call: Arguments) -> None:
     """Change the device memory format of ``input``; on CPU this returns a copy equal to ``input``.
 
@@ -52,7 +65,8 @@ def npu_format_cast(call: Arguments) -> None:
     tensor out in device memory, for example in fractal tiles for the Cube unit.  The logical
     shape, dtype and values stay the same, and every op in this module reads logical values.
     So the CPU model keeps the layout and returns a copy, noting the copy's format for
-    ``torch_npu.get_npu_format`` (:mod:`.formats`).  It copies rather than returning
+    ``torch_npu.get_npu_format`` (:mod:`.formats`). The ``.Tensor`` overload,
+    ``npu_format_cast(input, dst)``, casts to the format ``dst`` has.  It copies rather than returning
     ``input`` itself because an op without alias annotations may not return its input, and the real op
     also returns a new tensor.  ``acl_format`` must be an int, as in the real schema.
     ``customize_dtype`` (a torch.dtype or its int code) picks the dtype whose tile width (C0) the device
@@ -75,11 +89,11 @@ def _scatter_nd_meta(call: Arguments) -> Out:
     require_dtype("indices", indices, (torch.int32, torch.int64))
     require_dtype("updates", call.updates, (self.dtype,), "(input's dtype)")
     if not 1 <= self.dim() <= SCATTER_ND_MAX_DIMS:
-        raise OpArgumentError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}")
+        raise OpArgumentError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}", argument="input")
     depth = indices.shape[-1] if indices.dim() else 0
     if indices.dim() < 2 or not 1 <= depth <= self.dim():
         raise OpArgumentError(f"indices has shape {list(indices.shape)}; it needs >= 2 dims and a last dim in "
-                              f"[1, {self.dim()}] (the number of leading input dims it addresses)")
+                              f"[1, {self.dim()}] (the number of leading input dims it addresses)", argument="indices")
     expected = (*indices.shape[:-1], *self.shape[depth:])
     require_shape("updates", call.updates, (expected,))
     return Out(list(self.shape), self.dtype)
@@ -92,7 +106,7 @@ def _scatter_nd_rows(self: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     idx = indices.reshape(-1, depth).to(torch.int64)
     if bool(((idx < 0) | (idx >= lead)).any()):
         raise OpArgumentError(f"indices hold values outside input's leading dims {list(self.shape[:depth])} "
-                              "(the doc: out-of-range indices are not supported)")
+                              "(the doc: out-of-range indices are not supported)", argument="indices")
     strides = torch.tensor([math.prod(self.shape[d + 1 : depth]) for d in range(depth)], dtype=torch.int64)
     return (idx * strides).sum(dim=-1)
 
@@ -194,7 +208,27 @@ def _prefetch_samples() -> list[SampleCall]:
     return [SampleCall((weight, x, 256)), SampleCall((weight, None, 64, 128))]
 
 
-@npu_op(meta=no_outputs, kernel=no_outputs, side_effect=True, samples=_prefetch_samples)
+def _prefetch_meta(call: Arguments) -> tuple:
+    """torch_npu's checks of ``max_size`` and ``offset``, in the wording of the path that runs them: its meta
+    function (op-plugin ``_meta_registrations.py`` ``npu_prefetch_meta``) on fake tensors, as a compiled graph
+    or ``FakeTensorMode`` meets them, and its device kernel (``PrefetchKernelNpuOpApi.cpp``, ``TORCH_CHECK``)
+    on real ones. Only the kernel knows the weight's bytes, so only it bounds ``offset`` by them."""
+    max_size, offset, weight = call.max_size, call.offset, call.input
+    fake = is_fake(weight)
+    if max_size <= 0:
+        raise OpArgumentError(f"The max_size should be greater than zero, but got {max_size}." if fake
+                              else f"max_size should be greater than zero, but got {max_size}", argument="max_size")
+    if offset < 0:
+        raise OpArgumentError(f"The offset should be nonnegative, but got {offset}." if fake
+                              else f"offset should not be smaller than zero, but got {offset}", argument="offset")
+    size = weight.numel() * weight.element_size()
+    if not fake and size <= offset:
+        raise OpArgumentError(f"offset out of range of tensor size, tensor size: {size}, offset: {offset}",
+                              argument="offset")
+    return ()
+
+
+@npu_op(meta=_prefetch_meta, kernel=no_outputs, side_effect=True, samples=_prefetch_samples)
 def npu_prefetch(call: Arguments) -> None:
     """Prefetch up to ``max_size`` bytes of the weight ``input`` (from ``offset``) into L2 once ``dependency``
     is computed. Returns None and changes no value: on CPU the op exists only as a task for the cost model.
@@ -202,15 +236,9 @@ def npu_prefetch(call: Arguments) -> None:
     Source: torch_npu.npu_prefetch (op-plugin API page: "load the weight into L2 Cache before it is used";
     ``max_size > 0``, larger values are cut to the weight's size; ``offset >= 0`` within the weight). The op is
     side-effecting (op-plugin marks it ``has_side_effect``), so a traced graph keeps it although nothing
-    reads its result. The op catalog prices it (``npu::npu_prefetch``).
+    reads its result. The op catalog prices it (``npu::npu_prefetch``). Its argument errors carry
+    torch_npu's own messages (:func:`_prefetch_meta`), which scripts and tests match.
     """
-    if call.max_size <= 0:
-        raise OpArgumentError(f"max_size={call.max_size} must be > 0 (bytes to prefetch)")
-    if call.offset < 0 or call.offset >= max(1, call.input.numel() * call.input.element_size()):
-        raise OpArgumentError(
-            f"offset={call.offset} must be >= 0 and inside the weight "
-            f"({call.input.numel() * call.input.element_size()} bytes)"
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,7 +252,7 @@ def _top_k_top_p_meta(call: Arguments) -> Out:
     logits, p, k = call.logits, call.p, call.k
     require_dtype("logits", logits, FLOAT_DTYPES)
     if logits.dim() != 2:
-        raise OpArgumentError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]")
+        raise OpArgumentError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]", argument="logits")
     if p is not None:
         require_dtype("p", p, (logits.dtype,), "(logits' dtype)")
         require_shape("p", p, ((logits.shape[0],),))
@@ -241,7 +269,7 @@ def _top_k_top_p_kernel(call: Arguments) -> torch.Tensor:
     if call.k is not None:
         kk = call.k.to(torch.int64)
         if bool(((kk < 1) | (kk > min(TOP_K_MAX, vocab))).any()):
-            raise OpArgumentError(f"k values must be in [1, min(1024, vocab={vocab})]")
+            raise OpArgumentError(f"k values must be in [1, min(1024, vocab={vocab})]", argument="k")
         threshold = values.gather(-1, (vocab - kk).unsqueeze(-1))
         values = values.masked_fill(values < threshold, float("-inf"))
     if call.p is not None:
@@ -328,11 +356,13 @@ def _confusion_transpose_backward_call(call: Arguments) -> Arguments:
 
 def _confusion_transpose_backward_meta(call: Arguments) -> Out:
     if sorted(call.perm) != list(range(len(call.perm))):
-        raise OpArgumentError(f"perm={list(call.perm)} must be a permutation of the dims 0 to {len(call.perm) - 1}")
+        raise OpArgumentError(
+            f"perm={list(call.perm)} must be a permutation of the dims 0 to {len(call.perm) - 1}", argument="perm"
+        )
     out = _confusion_transpose_meta(_confusion_transpose_backward_call(call))
     if list(out.shape) != list(call.shape):
         raise OpArgumentError(f"grad has shape {list(call.grad.shape)}; it does not give the input shape "
-                              f"{list(call.shape)} under perm={list(call.perm)}")
+                              f"{list(call.shape)} under perm={list(call.perm)}", argument="grad")
     return out
 
 
@@ -403,7 +433,8 @@ def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
     dim = axis + data.dim() if axis < 0 else axis
     if not 1 <= dim < data.dim():
         raise OpArgumentError(
-            f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)"
+            f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)",
+            argument="axis"
         )
     return dim
 
@@ -416,18 +447,19 @@ def _scatter_update_meta(call: Arguments) -> Out:
     low, high = SCATTER_UPDATE_RANKS
     if not low <= self.dim() <= high or updates.dim() != self.dim():
         raise OpArgumentError(
-            f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8"
+            f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8",
+            argument="data"
         )
     dim = _scatter_update_axis(self, call.axis)
     if indices.dim() != 1:
         raise OpArgumentError(f"indices has shape {list(indices.shape)}; only 1-D indices (one offset per batch) are "
-                              "implemented (the documentation does not describe the 2-D form)")
+                              "implemented (the documentation does not describe the 2-D form)", argument="indices")
     require_shape("indices", indices, ((self.shape[0],),))
     expected = [*self.shape[:dim], updates.shape[dim], *self.shape[dim + 1:]]
     if list(updates.shape) != expected or updates.shape[dim] > self.shape[dim]:
         raise OpArgumentError(
             f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
-            f"along axis {call.axis}, where it holds at most {self.shape[dim]} entries"
+            f"along axis {call.axis}, where it holds at most {self.shape[dim]} entries", argument="updates"
         )
     return Out(list(self.shape), self.dtype)
 
@@ -439,7 +471,8 @@ def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
     starts = call.indices.to(torch.int64)
     if bool(((starts < 0) | (starts + count > self.shape[dim])).any()):
         raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
-                              f"(size {self.shape[dim]}); the op does not check bounds on the device")
+                              f"(size {self.shape[dim]}); the op does not check bounds on the device",
+                              argument="indices")
     along = [1] * self.dim()
     along[dim] = count
     batch = [1] * self.dim()
@@ -472,14 +505,17 @@ def scatter_update(call: Arguments) -> None:
 
 
 @npu_op(
-    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples
+    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples,
+    inplace_of="scatter_update",
 )
 def scatter_update_(call: Arguments) -> None:
     """In-place :func:`scatter_update`: writes into ``data`` and returns it (cann-recipes' decode KV-cache
     write ``scatter_update_(past_key, kv_len, key_states, -2)``).
 
-    Source: torch_npu.scatter_update_ (op-plugin API page). The registered op is functional (the
-    registry's ``writes_back``); this wrapper copies its result into ``data`` and returns ``data``.
+    Source: torch_npu.scatter_update_ (op-plugin API page; schema ``Tensor(a!) self -> Tensor(a!)``). The op
+    is :func:`scatter_update` and a copy into ``data`` (the registry's ``inplace_of``), so
+    ``torch.ops.npu.scatter_update_`` returns ``data`` itself, under a fake mode too, and a traced graph
+    holds ``scatter_update`` and a ``copy_``, as torch_npu's functionalization gives.
     """
 
 
@@ -507,7 +543,7 @@ def nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, in
         raise OpArgumentError(
             f"{name}_cache has shape {list(cache.shape)}; for {name} {list(rows.shape)} expected [blocks, block_size, "
             f"{rows.shape[1]}, {rows.shape[2]}] (Norm) or the PA_NZ [blocks, {features // run}, block_size, {run}] "
-            f"(head size x dtype size a multiple of {NZ_RUN_BYTES} bytes)"
+            f"(head size x dtype size a multiple of {NZ_RUN_BYTES} bytes)", argument=name
         )
     return features // run, run
 
@@ -526,11 +562,12 @@ def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if rows.dim() != 3 or rows.shape[0] != key.shape[0]:
             raise OpArgumentError(
-                f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]"
+                f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]",
+                argument=name
             )
         if mode == "Norm" and not is_norm_cache(rows, cache):
             raise OpArgumentError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
-                                  f"{rows.shape[1]}, {rows.shape[2]}]")
+                                  f"{rows.shape[1]}, {rows.shape[2]}]", argument=name)
         if mode == "PA_NZ":
             nz_runs(name, rows, cache)
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)
