@@ -338,7 +338,7 @@ def site_times(by_name: Mapping[str, Kernel], run: RunReport) -> tuple[SiteTime,
     for kernel in run.kernels:
         if kernel.op_type == SUPERKERNEL_OP:
             subs = children.get(kernel.name, [])
-            covered = _length(_union((sub.start_us, sub.end_us) for sub in subs))
+            covered = intervals_length(merge_intervals((sub.start_us, sub.end_us) for sub in subs))
             scopes = sorted({by_name[sub.name].annotations.sk_scope or "" for sub in subs if sub.name in by_name})
             key, time_us = (f"SuperKernel {'+'.join(scopes) or kernel.name}", ""), max(0.0, kernel.duration_us - covered)
         else:
