@@ -41,11 +41,8 @@ class SuperKernelExpectation:
         """Each unmet expectation as a sentence; empty when the case meets them all."""
         scope = report.superkernels.get(self.scope)
         if scope is None:
-            seen = ", ".join(repr(name) for name in report.superkernels) or "none"
             return [Failure(
-                Verdict.OUTCOME,
-                f"super_kernel scope '{self.scope}' was not found in the captured graph (scopes seen: {seen}); "
-                "check the scope name in the model and in the marker.",
+                Verdict.OUTCOME, f"{report.scope_not_found(self.scope)}; check the scope name in the model and in the marker."
             )]
         failures: list[Failure] = []
         if scope.outcome != self.outcome:

@@ -47,6 +47,7 @@ from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
+from ..report.contention import stream_contention
 from ..report.findings import Finding, Mismatch
 from ..report.streams import stream_uses
 from ..report.numerics import Numerics, Uncompared, stand_ins
@@ -176,6 +177,7 @@ def compare_case(spec: CaseSpec, target: Target) -> CaseReport:
     ranks = rank_view(programs[1], spec.ranks, route, settings, dict(spec.options)) if spec.ranks is not None else None
     findings = find_affinity(modeled.variant.program, settings.profile, target.catalog) if spec.affinity else ()
     report = _report(settings, modeled, replace(result, numerics=numerics), ranks, findings)
+    spec.check_scopes(report)
     if spec.trace_dir is None:
         return report
     return replace(report, trace_path=str(write_case_traces(report, Path(spec.trace_dir), spec.case)))
@@ -356,4 +358,5 @@ def _report(
         stream_uses=stream_uses(variant.plan),
         ranks=ranks,
         numerics=numerics.numerics,
+        contention=stream_contention(variant.run, settings.profile),
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -29,6 +29,9 @@ from ..simulate.routing import Routing, routing_of
 from ..vocabulary import MissingOps
 from .deployment import check_ranks
 from .graph import graph_options
+
+if TYPE_CHECKING:
+    from ..report.case import CaseReport
 
 NUMERICS = ("all", "sample", "none")
 """What ``numerics=`` may ask for: every layer computed, a sample of layers, or timing only."""
@@ -89,6 +92,17 @@ class CaseSpec:
     def training(self) -> bool:
         """Whether the check is a training step (``loss=``)."""
         return self.loss is not None
+
+    def check_scopes(self, report: CaseReport) -> None:
+        """Each scope ``options`` names is one the model defines (the VARIANT's scopes in ``report``): an
+        option for a scope the model lacks would change nothing, and a misspelt name would pass unseen."""
+        unknown = next((scope for scope in self.options if scope not in report.superkernels), None)
+        if unknown is not None:
+            raise ArgumentError(
+                f"options= names a scope the model does not define: {report.scope_not_found(unknown)}; check the scope name in the model and in "
+                "options= (or the superkernel marker's scope=), or drop the entry.",
+                argument="options", entry=f"options[{unknown!r}]",
+            )
 
     @property
     def missing_policy(self) -> MissingOps:

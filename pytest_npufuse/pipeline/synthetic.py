@@ -19,6 +19,7 @@ from ..plan.superkernel import fused_tasks, plan_variant, segment_scopes
 from ..plan.tasks import Plan, ScopePlan, Variant, between_tasks
 from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
+from ..report.contention import stream_contention
 from ..simulate.timeline import simulate
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import HardwareProfile
@@ -131,4 +132,5 @@ def case_report(program: Program, profile: HardwareProfile, syncs: Sequence[Even
     return CaseReport(
         profile.name, Mode.MAX_AUTOTUNE, baseline, variant, (), scopes, variant.streams, (), (),
         attribution={run.variant: attribute(program, run) for run in (baseline, variant)},
+        contention=stream_contention(variant, profile),
     )

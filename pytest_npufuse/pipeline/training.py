@@ -40,6 +40,7 @@ from ..numerics.compare import compare_outputs, named_leaves
 from ..plan.tasks import Variant
 from ..report.attribution import attribute_step
 from ..report.case import CaseReport, ScopeReport
+from ..report.contention import stream_contention
 from ..report.findings import Finding, Mismatch
 from ..report.memory import StepMemory, step_memory
 from ..report.streams import stream_uses
@@ -131,6 +132,7 @@ def compare_step(spec: CaseSpec, settings: Settings, catalog: OpCatalog) -> Case
                          variant_values.state_bytes)
     findings = find_affinity(programs, settings.profile, catalog) if spec.affinity else ()
     report = _report(settings, base_graphs, var_graphs, values, memory, findings)
+    spec.check_scopes(report)
     if spec.trace_dir is None:
         return report
     return replace(report, trace_path=str(write_case_traces(report, Path(spec.trace_dir), spec.case)))
@@ -185,4 +187,5 @@ def _report(
         phases=tuple(str(graph.program.phase) for graph in var_graphs),
         stream_uses=tuple(use for graph in var_graphs for use in stream_uses(graph.plan)),
         memory=memory,
+        contention=stream_contention(variant_run, settings.profile),
     )

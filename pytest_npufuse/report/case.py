@@ -6,14 +6,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..errors import NpufuseError
 from ..plan.tasks import ScopeBreak, ScopePlan
 from ..sanitize.checker import Race
 from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
-from ..target.profile import load_profile
 from .attribution import Attribution
-from .contention import Contention, contention_of
+from .contention import Contention
 from .findings import Finding, Mismatch
 from .gain import GainError, GainWhy, explain_gain, gain_error, gain_kinds
 from .memory import StepMemory
@@ -107,6 +105,10 @@ class CaseReport:
     """A training step's graphs in the order they ran (``forward``, ``backward``, ``optimizer``); empty
     for an inference check. Gradients and updated parameters are among ``outputs`` (``grad[<name>]``,
     ``param[<name>]``)."""
+    contention: Contention | None = None
+    """Streams of the VARIANT whose kernels each wanted every core of one unit (docs/feature-docs.md#multi-stream),
+    with the share of their possible overlap lost, measured against the core counts of the profile the case
+    ran on (:func:`~.contention.stream_contention`); None on one stream or without such kernels."""
 
     @property
     def speedup(self) -> float:
@@ -126,17 +128,11 @@ class CaseReport:
         """SuperKernel segments formed over all scopes."""
         return sum(scope.segments for scope in self.superkernels.values())
 
-    @property
-    def contention(self) -> Contention | None:
-        """Streams of the VARIANT whose kernels each wanted every core of one unit (docs/feature-docs.md#multi-stream),
-        with the share of their possible overlap lost; None on one stream or without such kernels."""
-        if len(self.variant.streams) < 2:
-            return None
-        try:  # the core counts of the target the case ran on (a built-in target, by its name)
-            profile = load_profile(self.target)
-        except NpufuseError:
-            return None
-        return contention_of(self.variant, {"cube": profile.aic, "vector": profile.aiv})
+    def scope_not_found(self, scope: str) -> str:
+        """That the model defines no SuperKernel scope ``scope``, with the scopes it does define: a marker
+        expecting it and ``options=`` naming it say so in the same words."""
+        seen = ", ".join(repr(name) for name in self.superkernels) or "none"
+        return f"super_kernel scope '{scope}' was not found in the captured graph (scopes seen: {seen})"
 
     @property
     def why(self) -> GainWhy | None:

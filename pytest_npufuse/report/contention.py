@@ -10,7 +10,9 @@ overlap the streams' busy time allows is lost.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from ..simulate.timeline import KernelRun, RunReport
+from ..target.profile import HardwareProfile
 from .attribution import intervals_length, merge_intervals
 
 # The units a kernel can saturate, by its engine: the AI Cube cores or the AI Vector cores.
@@ -65,3 +67,9 @@ def contention_of(run: RunReport, cores: dict[str, int]) -> Contention | None:
         possible, achieved = sum(lengths) - max(lengths), sum(lengths) - union
         return Contention(unit, tuple(saturating), cores[engine], possible, achieved)
     return None
+
+
+def stream_contention(run: RunReport, profile: HardwareProfile) -> Contention | None:
+    """:func:`contention_of` on the cores of ``profile``: the profile the run was simulated on, as the
+    pipeline holds it (a project's own target has no built-in profile to look up by its name)."""
+    return contention_of(run, {"cube": profile.aic, "vector": profile.aiv})

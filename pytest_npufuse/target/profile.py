@@ -455,9 +455,11 @@ def load_profile(target: str, user_targets: Mapping[str, TargetTable] | None = N
             raise ProfileError(f"{target}: defines targets {', '.join(tables)}; pass it with --npufuse-profile and name one.")
         ((name, table),) = tables.items()
         return _user_profile(name, table)
+    raise ProfileError(f"unknown NPU target {target!r}; {known_targets(user_targets)}.", argument="target")
+
+
+def known_targets(user_targets: Mapping[str, TargetTable] | None = None) -> str:
+    """The names a target may be given by, in words, for an error about a name that is none of them."""
     users = f"; user targets are {', '.join(sorted(user_targets))}" if user_targets else ""
-    raise ProfileError(
-        f"unknown NPU target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}{users}, "
-        "or give the path of a profile .toml file.", argument="target"
-    )
+    return f"built-in targets are {', '.join(BUILTIN_TARGETS)}{users}, or give the path of a profile .toml file"
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..errors import ProfileError
 from .catalog import OpCatalog
-from .profile import DEFAULT_TARGET, HardwareProfile
+from .profile import DEFAULT_TARGET, HardwareProfile, known_targets
 from .userconfig import UserConfig, load_user_config
 
 PYPROJECT = Path("pyproject.toml")
@@ -65,5 +66,10 @@ def profile_of(target: str | Path | HardwareProfile | None, project: UserConfig)
     and reads the catalog only when a check needs it."""
     if isinstance(target, HardwareProfile):
         return target
-    return project.profile(str(target) if target is not None else DEFAULT_TARGET)
+    if target is None:
+        return project.profile(DEFAULT_TARGET)
+    if not str(target).strip():
+        raise ProfileError(f"the NPU target name {str(target)!r} is empty; name a target: {known_targets(project.targets)}.",
+                           argument="target")
+    return project.profile(str(target))
 

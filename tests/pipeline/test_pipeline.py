@@ -12,6 +12,7 @@ import torch
 import pytest_npufuse
 from pytest_npufuse import compare
 from pytest_npufuse import torchair as tng
+from pytest_npufuse.errors import ArgumentError
 from pytest_npufuse.frontend import backend
 from pytest_npufuse.ir.program import Program
 from pytest_npufuse.numerics.exact import cube_matmul, int_matmul
@@ -218,3 +219,16 @@ def test_a_recapture_caused_by_aliasing_is_named_as_aliasing():
     with pytest.raises(CaptureError) as exc:  # captured again, and inputs 0 and 1 share memory
         captured.run([same, same], execute)
     assert exc.value.argument == "inputs 0 and 1"
+
+
+def test_options_for_a_scope_the_model_does_not_define_are_refused_naming_the_scopes_it_does() -> None:
+    """As a superkernel marker on a missing scope fails the test, options= naming one stops the check:
+    a misspelt scope would otherwise leave the real scope's options unchanged without a word."""
+    report = compare(Scoped(), *_data(), options={"sp1": "stream-fusion=1"})
+    assert report.superkernels["sp1"].options == "stream-fusion=1"
+    with pytest.raises(ArgumentError, match=r"super_kernel scope 'no-such-scope' was not found in the captured graph "
+                                            r"\(scopes seen: 'sp1'\)") as refused:
+        compare(Scoped(), *_data(), options={"sp1": "stream-fusion=1", "no-such-scope": "stream-fusion=1"})
+    assert refused.value.argument == "options" and refused.value.entry == "options['no-such-scope']"
+    with pytest.raises(ArgumentError, match=r"scope 'sp1' was not found .*\(scopes seen: none\)"):
+        compare(torch.nn.ReLU(), *_data(1), options={"sp1": "stream-fusion=1"})

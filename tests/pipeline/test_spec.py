@@ -55,6 +55,18 @@ def test_a_target_the_project_does_not_declare_is_refused_naming_it(tmp_path, mo
     assert exc.value.argument == "target"
 
 
+@pytest.mark.parametrize("blank", ["", "   ", "\t"])
+def test_an_empty_target_name_is_refused_listing_the_targets_not_taken_for_the_default(blank, tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text(CALIBRATED)
+    monkeypatch.chdir(tmp_path)
+    model, inputs = _model_and_inputs()
+    with pytest.raises(ProfileError, match=r"target name '[^']*' is empty; name a target: built-in targets are .*a3.*; user targets are mine"):
+        compare(model, *inputs, target=blank)
+    with pytest.raises(ProfileError, match="is empty") as refused:
+        Target.resolve(blank)
+    assert refused.value.argument == "target"
+
+
 def test_a_target_carries_its_profile_and_the_projects_op_catalog(tmp_path):
     pyproject = tmp_path / "pyproject.toml"
     op = '[tool.npufuse.ops."acc::my_op"]\nengine = "vector"\nfusable = true\nsync_all = false\nblock_dim = 8\n'

@@ -259,3 +259,11 @@ def test_each_gradient_is_the_memory_the_backward_wrote_not_a_copy(monkeypatch):
     values = StepCapture(model, [x], lambda out: F.cross_entropy(out, y), None, load_catalog()).run(execute)
     assert len(grads) == 4 and set(grads) <= set(written)
     assert values.kernels_run > 0
+
+
+def test_a_step_refuses_options_for_a_scope_none_of_its_graphs_define():
+    x, y = data()
+    report = compare(Mlp(scoped=True), x, loss=lambda out: F.cross_entropy(out, y), options={"mlp": "stream-fusion=1"})
+    assert "mlp" in report.superkernels
+    with pytest.raises(ArgumentError, match=r"scope 'mpl' was not found in the captured graph \(scopes seen: 'mlp'\)"):
+        compare(Mlp(scoped=True), x, loss=lambda out: F.cross_entropy(out, y), options={"mpl": "stream-fusion=1"})

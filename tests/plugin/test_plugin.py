@@ -258,6 +258,19 @@ def test_sp1(npufuse):
     result.stdout.fnmatch_lines(["*super_kernel scope 'sp9' was not found in the captured graph (scopes seen: 'sp1')*"])
 
 
+def test_marker_options_for_a_scope_not_found_fail_in_the_same_words(run):
+    result = run(
+        '''
+@pytest.mark.superkernel(scope="sp9", options="stream-fusion=1")
+def test_sp1(npufuse):
+    npufuse.check(Fused(), *inputs())
+'''
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*super_kernel scope 'sp9' was not found in the captured graph (scopes seen: 'sp1')*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
 def test_bad_options_string_fails_naming_scope_and_option(run):
     result = run(
         '''

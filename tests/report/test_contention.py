@@ -2,6 +2,9 @@
 take turns, and the report says how much of the overlap their busy time allows is lost. The end-to-end
 case (two 4096x4096 matmuls split over two streams) is cases/test_multistream.py."""
 
+import torch
+
+from pytest_npufuse import Target, compare, torchair as tng
 from pytest_npufuse.report.contention import contention_of
 from pytest_npufuse.simulate.timeline import Bound, KernelRun, RunReport
 
@@ -35,3 +38,26 @@ def test_a_side_stream_that_leaves_cores_free_is_not_contention():
                  KernelRun("mm_1", "aten::mm", "1", 4.0, 9.0, 12, "cube"))
     assert contention_of(report, CORES) is None
     assert contention_of(run(KernelRun("mm", "aten::mm", "default", 0.0, 10.0, 24, "cube")), CORES) is None
+
+
+class TwoBigMatmuls(torch.nn.Module):
+    """Two projections that each want every Cube core, the second on a side stream."""
+
+    def forward(self, a, b, c):
+        first = a @ b
+        with tng.scope.npu_stream_switch("1"):
+            second = a @ c
+        return first, second
+
+
+def test_contention_of_a_project_target_counts_the_cores_of_that_target(tmp_path):
+    """A project's own target (here 20 Cube cores, laid over a3's 24) has no built-in profile to look up by
+    its name: the report measures contention on the profile the case ran on."""
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.npufuse.targets.mine]\nbase = "a3"\n[tool.npufuse.targets.mine.cores]\naic = 20\naiv = 40\n')
+    target = Target.resolve("mine", pyproject)
+    a, b, c = (torch.empty(4096, 4096, device="meta") for _ in range(3))
+    report = compare(TwoBigMatmuls(), a, b, c, target=target, numerics="none")
+    assert report.target == "mine" and all(k.block_dim == 20 for k in report.variant.kernels)
+    assert report.contention is not None and report.contention.cores == 20 and report.contention.unit == "Cube"
+    assert "take all 20 Cube cores" in report.summary()
