@@ -14,6 +14,7 @@ SCOPE = "scope:"
 STREAM = "stream:"
 INTERACTION = "interaction"
 OTHER = "other"
+_TERMS = (INTERACTION, OTHER)  # shown only when they round to a visible share: a factor always is
 
 
 def scope_key(scope: str) -> str:
@@ -48,7 +49,8 @@ def describe(contributions: Mapping[str, float], baseline_us: float) -> str:
     """Each contribution as a signed share of the BASELINE's time, then the whole's (empty without any)."""
     if not contributions or baseline_us <= 0:
         return ""
-    parts = [f"{_label(key)}: {100.0 * us / baseline_us:+.1f}%" for key, us in contributions.items()]
+    shares = {key: 100.0 * us / baseline_us for key, us in contributions.items()}
+    parts = [f"{_label(key)}: {share:+.1f}%" for key, share in shares.items() if key not in _TERMS or abs(share) >= 0.05]
     whole = 100.0 * sum(contributions.values()) / baseline_us
     return f"{', '.join(parts)} (whole {whole:+.1f}%)"
 
