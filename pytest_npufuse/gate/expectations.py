@@ -69,11 +69,12 @@ def _speedup_failure(
     """The min_speedup check the markers share, with both modeled times. ``own`` is the factor's own
     speedup (the VARIANT with only it taken away, ``without`` says how, over the VARIANT): a scope's or the
     streams'; None judges the whole VARIANT against the BASELINE (also when the report has no
-    contributions, as a training step)."""
+    contributions, as a training step). When the factor is the case's only one, the two are the same
+    figure and the failure gives the BASELINE's and the VARIANT's times."""
     speedup = report.speedup if own is None else own
     if minimum is None or speedup >= minimum:
         return []
-    if own is None:
+    if own is None or len(report.contributions) == 1:  # the only factor: its own effect is the whole
         times = f"baseline {report.baseline.time_us:.2f} us, variant {report.variant.time_us:.2f} us"
     else:
         other = report.variant.time_us * own
