@@ -12,6 +12,7 @@ import torch
 
 from decoder_layers import Decoder, decode_inputs
 from pytest_npufuse import torch_npu, torchair as tng
+from pytest_npufuse.gate.expectations import parse_multistream
 
 SIDE = 1000
 
@@ -163,6 +164,13 @@ def test_saturated_cube_gains_nothing(npufuse):
     assert first.block_dim == second.block_dim == npufuse.target.aic
     assert first.end_us <= second.start_us or second.end_us <= first.start_us
     assert report.speedup < 1.001
+    # and the report says so: both streams want every Cube core, all their possible overlap is lost
+    contention = report.contention
+    assert contention is not None and contention.unit == "Cube" and contention.lost_pct > 90
+    assert "contention: streams" in report.summary()
+    # a stream expectation this split cannot meet says why
+    failures = parse_multistream((), {"streams": 2, "min_speedup": 1.05}).failures(report)
+    assert any("It cannot be met" in failure and "Cube" in failure for failure in failures), failures
 
 
 class KeepAlive(torch.nn.Module):

@@ -50,3 +50,13 @@ def test_bert_step_is_bit_exact_and_index_put_dominates(npufuse, step):
     by_pattern = {finding.pattern: finding for finding in report.findings}
     assert by_pattern["one_hot+sum"].gain_us > 0
     assert by_pattern["repeat_interleave(scalar)"].gain_us > 0
+
+    # the attention's finding carries the backward it causes: the backward BatchMatMuls of its two bmms
+    attention = by_pattern["FlashAttentionScore (unfused)"]
+    assert any(group.kernel_type.startswith("BatchMatMul") for group in attention.backward), attention.backward
+    assert attention.backward_us > 0 and "its backward:" in attention.describe()
+    # AdamW's optimizer kernels are a measurable share of the step: the fused optimizer is suggested, priced
+    # on the step and checked (torch_npu rounds the first moment differently: within the documented tolerance)
+    fused = by_pattern["fused optimizer"]
+    assert fused.gain_us > 0.05 * report.variant.time_us
+    assert "NpuFusedAdamW" in fused.rewrite and "within the documented tolerance" in fused.exactness, fused.exactness

@@ -1,13 +1,17 @@
 """Errors a user can act on.
 
-Every stage raises a subclass of :class:`NpufuseError` whose message names the thing that is wrong
-(scope, option, op, file, key) and how to fix it, so the pytest plugin can show it as a one-paragraph
-diagnosis instead of a traceback from deep inside torch.
+Every stage raises a subclass of :class:`NpufuseError`. An error carries what it is about as data (its
+:class:`~pytest_npufuse.vocabulary.ErrorKind`, the op, the argument, the user's source line, the file and
+the place in it), and its message is rendered from those fields and the problem text in one place
+(:meth:`NpufuseError.__str__`), so the pytest plugin shows a one-paragraph diagnosis instead of a
+traceback from deep inside torch, and callers and tests act on the fields, not on the wording.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, ClassVar, Sequence
+
+from .vocabulary import ErrorKind
 
 # Frames of a traceback under this directory are never the user's code: an error names the innermost
 # frame outside it as the user's line.
@@ -17,56 +21,95 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 class NpufuseError(Exception):
     """Base class of every error pytest-npufuse raises on purpose.
 
-    Fields say what the error is about where they apply (None where they do not), so a caller or a
-    test acts on them rather than on the message's wording: ``file`` is the file at fault, ``entry``
-    the place in it (a JSON path such as ``.entries["t.py::test"].a3.variant_us``, a TOML key, a
-    row), ``bound`` the limit it broke (a number, in the unit the message names). Errors about a file's
-    content take them as keywords (:class:`FileFault`). ``gap`` is set when the error is a :class:`Gap` of
-    the model (a missing op, module, name or argument), so a check can list every gap."""
+    The first positional argument is the problem and its fix, in words; the fields say what the error is
+    about where they apply (None where they do not), so a caller or a test acts on them rather than on the
+    message's wording:
 
-    gap: "Gap | None" = None
-    file: str | None = None
-    entry: str | None = None
-    bound: float | None = None
+    * ``kind`` (a class attribute, one per error class) says what went wrong, as reports name it;
+    * ``op`` is the op or API call at fault (``"npu_rms_norm"``, ``"torchair.scope.super_kernel"``);
+    * ``argument`` the argument of it, or of a library call, at fault (``"scale_value"``, ``"ranks"``);
+    * ``where`` the user's source line, ``path:line``, that made the call;
+    * ``file`` the file at fault, ``entry`` the place in it (a JSON path such as
+      ``.entries["t.py::test"].a3.variant_us``, a TOML key, a row, ``"line N"`` of a user's function), and
+      ``bound`` the limit it broke (a number, in the unit the message names);
+    * ``gap`` is set when the error is a :class:`Gap` of the model (a missing op, module, name or argument),
+      so a check can list every gap.
 
-
-class FileFault(NpufuseError):
-    """An error about a file's content, whose constructor takes the ``file``, ``entry`` and ``bound``
-    fields. Kept apart from :class:`NpufuseError` itself: an op's checks raise their errors while
+    Every field is a keyword of the constructor, which sets them without calling ``Exception.__init__``
+    (the arguments reach ``args`` through ``Exception.__new__``): an op's checks raise these errors while
     Dynamo traces, and Dynamo cannot trace an exception class whose ``__init__`` calls the base one."""
 
+    kind: ClassVar[ErrorKind] = ErrorKind.ERROR
+    gap: "Gap | None" = None
+
     def __init__(
-        self, *args: object, file: str | None = None, entry: str | None = None, bound: float | None = None
+        self, *args: object, op: str | None = None, argument: str | None = None, where: str | None = None,
+        file: str | None = None, entry: str | None = None, bound: float | None = None,
     ) -> None:
-        super().__init__(*args)
+        self.op = op
+        self.argument = argument
+        self.where = where
         self.file = file
         self.entry = entry
         self.bound = bound
+
+    @property
+    def problem(self) -> str:
+        """What is wrong and how to fix it, as the raising code worded it, without the op or the line."""
+        return str(self.args[0]) if len(self.args) == 1 else Exception.__str__(self)
+
+    def __str__(self) -> str:
+        """The message: the op it is about (unless the problem names it), the problem and its fix, and
+        the user's line (unless the problem names it): the one place an error's fields become words."""
+        text = self.problem
+        if self.op and self.op not in text:
+            text = f"{self.op}: {text}"
+        if self.where and self.where not in text:
+            text = f"{text.rstrip('.')} (at {self.where})."
+        return text
+
+
+class FileFault(NpufuseError):
+    """An error about a file's content: ``file``, ``entry`` and ``bound`` say where and what limit."""
+
+    kind = ErrorKind.FILE
 
 
 class CaptureError(NpufuseError):
     """The model could not be captured as one static graph (graph break, unbalanced scope, ...)."""
 
+    kind = ErrorKind.CAPTURE
+
 
 class ScopeError(NpufuseError):
     """A scope was used wrongly (bad argument, unbalanced enter/exit)."""
+
+    kind = ErrorKind.SCOPE
 
 
 class OptionsError(NpufuseError):
     """A SuperKernel options string is malformed or names an unknown option or value."""
 
+    kind = ErrorKind.OPTIONS
+
 
 class ProfileError(FileFault):
     """A hardware profile or op catalog file is missing, malformed or has a wrong-typed key."""
+
+    kind = ErrorKind.PROFILE
 
 
 class CalibrationError(FileFault):
     """A profile measured on hardware cannot calibrate a target: a file or column is missing, a number is
     written in another locale, or the profile's kernels are not the captured model's."""
 
+    kind = ErrorKind.CALIBRATION
+
 
 class NotModeledError(NpufuseError):
     """The model uses a feature this version does not model yet; refusing beats a silent wrong answer."""
+
+    kind = ErrorKind.NOT_MODELED
 
 
 class NotModeledAttributeError(NotModeledError, AttributeError):
@@ -74,14 +117,20 @@ class NotModeledAttributeError(NotModeledError, AttributeError):
     real NPU but the model does not provide. An AttributeError too, so ``hasattr(torch.npu, name)`` is False
     and ``getattr(torch.npu, name, None)`` is None, as for a real module; the message names what is modeled."""
 
+    kind = ErrorKind.NOT_MODELED_NAME
+
 
 class ModeledDeadlockError(NpufuseError):
     """The modeled device would wait forever (an event waited on but never recorded, or a cycle of
     waits); reported with the streams, tasks and events involved instead of hanging."""
 
+    kind = ErrorKind.DEADLOCK
+
 
 class BaselineError(FileFault):
     """A baseline or run-report file is unreadable, corrupt, or not one pytest-npufuse wrote."""
+
+    kind = ErrorKind.BASELINE
 
 
 class ArgumentError(FileFault):
@@ -90,12 +139,7 @@ class ArgumentError(FileFault):
     (``"ranks"``, ``"routing"``, ``"loss"``, ``"optimizer"``, ``"model"``); with a user's function at fault (a
     hook, a loss), ``file`` and ``entry`` (``"line N"``) are where it is defined."""
 
-    def __init__(
-        self, *args: object, argument: str | None = None, file: str | None = None, entry: str | None = None,
-        bound: float | None = None,
-    ) -> None:
-        super().__init__(*args, file=file, entry=entry, bound=bound)
-        self.argument = argument
+    kind = ErrorKind.ARGUMENT
 
 
 class InputFileError(FileFault):
@@ -105,31 +149,46 @@ class InputFileError(FileFault):
     was written. The readers of :mod:`pytest_npufuse.files` raise it, or the error class of the file's
     role (:class:`BaselineError`, :class:`ProfileError`) when the caller names one."""
 
+    kind = ErrorKind.INPUT_FILE
+
 
 class OutputFileError(FileFault):
     """A file pytest-npufuse was asked to write cannot be written safely (read-only, a directory, a special
     file it was not asked to write through to, the same path as another output, a lock another process
     holds too long); nothing was written."""
 
+    kind = ErrorKind.OUTPUT_FILE
 
 
 class ConfigError(NpufuseError, ValueError):
     """A TorchAir ``CompilerConfig`` option set to a value TorchAir rejects (TorchAir raises ValueError)."""
+
+    kind = ErrorKind.CONFIG
 
 
 class ConfigPathError(ConfigError, FileNotFoundError):
     """A ``CompilerConfig`` path option naming a file or directory that does not exist (TorchAir raises
     FileNotFoundError; a ConfigError too, so ``except ValueError`` around option setting still catches it)."""
 
+    kind = ErrorKind.CONFIG_PATH
+
+    def __init__(self, *args: object, **fields: Any) -> None:
+        OSError.__init__(self, *args)  # an OSError keeps its arguments in ``args`` only through its own __init__
+        NpufuseError.__init__(self, *args, **fields)
+
 
 class UnknownOptionError(NpufuseError, AttributeError, ValueError):
     """A ``CompilerConfig`` attribute that does not exist. TorchAir raises ValueError when one is
     assigned; reading one is an AttributeError in Python. Both are caught by either ``except``."""
 
+    kind = ErrorKind.UNKNOWN_OPTION
+
 
 class KernelError(NpufuseError):
     """An op of the model failed on the values that reached it while its outputs were computed (an index
     out of range, a NaN turned into an index): the model's own error, named at the user's source line."""
+
+    kind = ErrorKind.KERNEL
 
 
 class OpArgumentError(NpufuseError, ValueError, RuntimeError):
@@ -138,20 +197,28 @@ class OpArgumentError(NpufuseError, ValueError, RuntimeError):
     TorchAir raises one, and a RuntimeError, as a torch_npu op's argument check (``TORCH_CHECK``) raises one,
     so scripts and tests that catch either keep working."""
 
+    kind = ErrorKind.OP_ARGUMENT
+
 
 class OpAssertionError(NpufuseError, AssertionError):
     """An argument of a TorchAir API that TorchAir checks with an assertion (``set_dim_gears``) has a value
     it rejects; the message is TorchAir's. An AssertionError too, as TorchAir raises one, so scripts that
     catch it keep working."""
 
+    kind = ErrorKind.OP_ASSERTION
+
 
 class OpTypeError(NpufuseError, TypeError):
     """An argument of a torch_npu op or of a TorchAir / ``torch.npu`` API call has the wrong type (a list
     where a tensor goes, an int for a bool). A TypeError too, as the real libraries raise one."""
 
+    kind = ErrorKind.OP_TYPE
+
 
 class MarkerError(NpufuseError):
     """A marker was given an argument it does not take, or a value of the wrong kind."""
+
+    kind = ErrorKind.MARKER
 
 
 class MissingOpError(NpufuseError, AttributeError):
@@ -159,6 +226,8 @@ class MissingOpError(NpufuseError, AttributeError):
 
     An AttributeError too, so ``hasattr(torch_npu, name)`` and ``getattr(..., default)`` keep working.
     """
+
+    kind = ErrorKind.MISSING_OP
 
 
 @dataclass(frozen=True)
@@ -199,6 +268,8 @@ class GapsError(NpufuseError):
     holds them as data, ``stopped`` why the search for more ended early ("" when the model ran to its
     end)."""
 
+    kind = ErrorKind.GAPS
+
     def __init__(self, gaps: Sequence[Gap], stopped: str = "") -> None:
         self.gaps = tuple(gaps)
         self.stopped = stopped
@@ -207,7 +278,8 @@ class GapsError(NpufuseError):
         if stopped:
             lines.append(f"The model could not run on past {stopped}; more gaps may follow it.")
         lines.append(f"See {GAPS_DOCS}.")
-        super().__init__("\n".join(lines))
+        super().__init__()
+        self.args = ("\n".join(lines),)
 
 
 GAPS_DOCS = "docs/howto/write-a-case.md, section 'An op pytest-npufuse does not provide'"

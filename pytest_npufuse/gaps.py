@@ -58,7 +58,12 @@ def record(gap: Gap) -> None:
 
 
 def _raise(error: NpufuseError, gap: Gap) -> NoReturn:
-    error.gap = gap  # the data a check's survey starts from
+    """Raise ``error`` with its gap (the data a check's survey starts from) and, where it names none, the op
+    (the missing thing as the user wrote it), the argument and the user's line the gap was found at."""
+    error.gap = gap
+    error.op = error.op or gap.name
+    error.argument = error.argument or gap.argument
+    error.where = error.where or gap.where or None
     raise error
 
 

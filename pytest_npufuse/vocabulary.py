@@ -98,3 +98,33 @@ class Phase(Vocabulary):
     FORWARD = "forward"
     BACKWARD = "backward"
     OPTIMIZER = "optimizer"
+
+
+class ErrorKind(Vocabulary):
+    """What an :class:`~pytest_npufuse.errors.NpufuseError` is about, one kind per error class, as reports
+    and callers name it: the error's ``kind`` field."""
+
+    ERROR = "error"
+    FILE = "file"
+    CAPTURE = "capture"
+    SCOPE = "scope"
+    OPTIONS = "options"
+    PROFILE = "profile"
+    CALIBRATION = "calibration"
+    NOT_MODELED = "not-modeled"
+    NOT_MODELED_NAME = "not-modeled-name"
+    DEADLOCK = "deadlock"
+    BASELINE = "baseline"
+    ARGUMENT = "argument"
+    INPUT_FILE = "input-file"
+    OUTPUT_FILE = "output-file"
+    CONFIG = "config"
+    CONFIG_PATH = "config-path"
+    UNKNOWN_OPTION = "unknown-option"
+    KERNEL = "kernel"
+    OP_ARGUMENT = "op-argument"
+    OP_ASSERTION = "op-assertion"
+    OP_TYPE = "op-type"
+    MARKER = "marker"
+    MISSING_OP = "missing-op"
+    GAPS = "gaps"

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..frontend.repeat import capture_program
 from ..ir.program import ModuleFrame
+from ..plan.compilation import compile_costs
 from ..plan.options import parse_options
 from ..plan.streams import stream_plan
 from ..plan.superkernel import plan_variant
@@ -82,6 +83,12 @@ class Advice:
         for candidate in self.candidates:
             if candidate.outcome in ("error", "hang") and candidate.reason:
                 lines.append(f"  {candidate.layout.value}: {candidate.reason}")
+            if candidate.compile_timeout:
+                lines.append(
+                    f"  {candidate.layout.value}: estimated compile ~{candidate.compile.seconds:.0f} s passes the "
+                    f"limit {candidate.compile_limit_s:.0f} s (estimate; the scope guide: a scope too large to compile "
+                    f"in time is shrunk); not valid"
+                )
         lines.append(f"recommend {rec.layout.value} (modeled gain {rec.gain_pct:+.1f}%): {rec.reason}")
         lines += self.paste
         if self.findings:
@@ -109,6 +116,7 @@ class Advice:
                     "compile": {
                         "superkernels": c.compile.superkernels, "compiled": c.compile.compiled,
                         "sub_kernels": c.compile.sub_kernels, "largest": c.compile.largest,
+                        "seconds_estimate": round(c.compile.seconds, 1), "timeout": c.compile_timeout,
                     },
                 }
                 for c in self.candidates
@@ -203,13 +211,16 @@ def advise(
     target: str | HardwareProfile | Target | None = None,
     options: str = "",
     catalog: OpCatalog | None = None,
+    compile_limit_s: float | None = None,
 ) -> Advice:
     """Rank SuperKernel scope layouts for ``model`` on ``target`` and recommend one; list the
     affinity-op findings (docs/feature-docs.md#affinity-ops) with their modeled gains.
 
     ``options`` is the SuperKernel options string every candidate scope gets (e.g.
     ``"strict-scope-check=abort"`` to see which layouts a strict check would reject). ``target`` and
-    ``catalog`` are as for :func:`~pytest_npufuse.compare`.
+    ``catalog`` are as for :func:`~pytest_npufuse.compare`. ``compile_limit_s`` is the compile time
+    (estimated, :mod:`~pytest_npufuse.plan.compilation`) past which a layout is flagged and not valid; by
+    default the timeout of ``plan/compile.toml``.
     """
     resolved = Target.resolve(target, catalog=catalog)
     profile, catalog = resolved.profile, resolved.catalog
@@ -217,7 +228,8 @@ def advise(
     program = capture_program(model, *inputs, catalog=catalog)
     plain = with_scopes(program, {}, "")
     streams = stream_plan(plain, Mode.MAX_AUTOTUNE)
-    evaluator = Evaluator(plain, profile, options, sanitize(plain, streams))
+    limit = compile_costs().timeout_s if compile_limit_s is None else compile_limit_s
+    evaluator = Evaluator(plain, profile, options, sanitize(plain, streams), limit)
     structure = structure_of(program)
     layouts = assignments(structure, program)
     reference = evaluator.run(Layout.NONE, plain)

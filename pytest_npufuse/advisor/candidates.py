@@ -75,24 +75,31 @@ class Candidate:
     failed_scopes: tuple[str, ...] = ()
     note: str = ""
     compile: CompileWork = CompileWork()
+    compile_limit_s: float = float("inf")
+
+    @property
+    def compile_timeout(self) -> bool:
+        """The estimated compile time passes the limit (the configured timeout by default): the scope guide's "compiles
+        slowly, may time out"."""
+        return self.compile.seconds > self.compile_limit_s
 
     @property
     def valid(self) -> bool:
-        """Compiles, runs to the end, keeps every output bit-exact and fuses something (the
-        validation of docs/feature-docs.md#scope-analysis: compile, function, precision; the performance check is the
-        gain)."""
-        return self.outcome == "fused" and self.bit_exact
+        """Compiles (within the compile limit), runs to the end, keeps every output bit-exact and fuses
+        something (the validation of docs/feature-docs.md#scope-analysis: compile without timeout,
+        function, precision; the performance check is the gain)."""
+        return self.outcome == "fused" and self.bit_exact and not self.compile_timeout
 
     def pays(self, reference_us: float) -> bool:
         """Valid and faster than the run with no scope."""
         return self.valid and self.time_us < reference_us
 
     @property
-    def rank_key(self) -> tuple[bool, float, int, int]:
-        """Valid layouts first, faster first; on a tie the one with less to compile (the guide: a small
-        scope "compiles fast"), then the smaller scope ("from small to large": less risk for the same
-        time), i.e. the earlier Layout."""
-        return (not self.valid, self.time_us, self.compile.sub_kernels, list(Layout).index(self.layout))
+    def rank_key(self) -> tuple[bool, float, float, int]:
+        """Valid layouts first (one whose compile passes the limit is not), faster first; on a tie the one
+        that compiles faster (the guide: a small scope "compiles fast"), then the smaller scope ("from
+        small to large": less risk for the same time), i.e. the earlier Layout."""
+        return (not self.valid, self.time_us, self.compile.seconds, list(Layout).index(self.layout))
 
     def gain_pct(self, reference_us: float) -> float:
         """How much faster than ``reference_us`` (the run with no scope), in percent of it."""
@@ -197,8 +204,12 @@ class Evaluator:
     bit-exactness, which the report says).
     """
 
-    def __init__(self, program: Program, profile: HardwareProfile, options: str, sanitizer: SanitizerReport | None) -> None:
+    def __init__(
+        self, program: Program, profile: HardwareProfile, options: str, sanitizer: SanitizerReport | None,
+        compile_limit_s: float = float("inf"),
+    ) -> None:
         self.program = program
+        self.compile_limit_s = compile_limit_s
         self.profile = profile
         self.options = options
         self.bit_exact = sanitizer is None or not sanitizer.races
@@ -225,5 +236,5 @@ class Evaluator:
         return Candidate(
             layout, tuple(scope.scope for scope in plan.scopes), sum(len(scope.segments) for scope in plan.scopes),
             _break_sites(plan.scopes), outcome, self.bit_exact, run.time_us, reason, failed, note,
-            compile_work(plan, program),
+            compile_work(plan, program), self.compile_limit_s,
         )

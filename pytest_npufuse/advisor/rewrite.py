@@ -17,7 +17,7 @@ from .. import cost
 from ..ir.program import Buffer, Kernel, Program, TensorSpec, compute_dtype_of
 from ..plan.superkernel import plan_variant
 from ..plan.tasks import Variant
-from ..simulate.timeline import simulate
+from ..simulate.timeline import RunReport, simulate
 from ..target.catalog import OpCatalog
 from ..target.profile import HardwareProfile
 
@@ -126,7 +126,12 @@ def fuse(program: Program, group: Sequence[Kernel], op_type: str, catalog: OpCat
     return replace(program, kernels=tuple(kernels), buffers=MappingProxyType(buffers))
 
 
-def program_time(program: Program, profile: HardwareProfile) -> float:
-    """The program's modeled time on its BASELINE plan (no SuperKernel or stream effect blurs an op's own
+def program_run(program: Program, profile: HardwareProfile) -> RunReport:
+    """The program's modeled run on its BASELINE plan (no SuperKernel or stream effect blurs an op's own
     cost)."""
-    return simulate(program, plan_variant(program, profile, variant=Variant.BASELINE), profile).time_us
+    return simulate(program, plan_variant(program, profile, variant=Variant.BASELINE), profile)
+
+
+def program_time(program: Program, profile: HardwareProfile) -> float:
+    """The modeled time of :func:`program_run`."""
+    return program_run(program, profile).time_us

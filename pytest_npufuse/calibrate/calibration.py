@@ -115,7 +115,7 @@ def calibrate(
     if base not in BUILTIN_TARGETS:
         raise CalibrationError(
             f"--npu-target {base!r}: calibrate lays its fit over a built-in target; give one of "
-            f"{', '.join(BUILTIN_TARGETS)} (the SKU the profile was measured on)."
+            f"{', '.join(BUILTIN_TARGETS)} (the SKU the profile was measured on).", argument="base"
         )
     fitted = [m for m in matching.matched if fit_on(m) and m.profiled.duration_us > 0]
     if not fitted:

@@ -120,5 +120,6 @@ def _check_same_model(result: Matching, profile: MeasuredProfile, model: str) ->
         f"{profile.source}: only {len(result.matched)} of {total} profiled kernels match the kernels of {model}, so "
         f"this looks like a profile of another model (or of other shapes); first unmatched, {first.describe()}. "
         f"Unmatched op types: {', '.join(types[:8])}{', ...' if len(types) > 8 else ''}. Profile this model with the "
-        "inputs FACTORY returns, or give the FACTORY of the model that was profiled."
+        "inputs FACTORY returns, or give the FACTORY of the model that was profiled.",
+        file=str(profile.source)
     )

@@ -123,21 +123,18 @@ def profile_files(path: Path) -> tuple[Path, Path | None]:
         raise refuse_kind(path, kind, PROFILE_CSV)
     if kind is not Kind.DIRECTORY:
         raise CalibrationError(f"{path}: no such profile; give the profiler's ASCEND_PROFILER_OUTPUT directory or "
-                               f"its {KERNEL_FILE}.")
-    folders = sorted(
-        {p.parent for pattern in (KERNEL_FILE, f"{OUTPUT_DIR}/{KERNEL_FILE}", f"*/{OUTPUT_DIR}/{KERNEL_FILE}")
+         {p.parent for pattern in (KERNEL_FILE, f"{OUTPUT_DIR}/{KERNEL_FILE}", f"*/{OUTPUT_DIR}/{KERNEL_FILE}")
          for p in path.glob(pattern)}
     )
     if not folders:
         raise CalibrationError(
             f"{path}: holds no {KERNEL_FILE} (looked in it, in {OUTPUT_DIR}/ and in */{OUTPUT_DIR}/); profile the "
-            "model with torch_npu.profiler (export_type text) and give its output directory."
+            "model with torch_npu.profiler (export_type text) and give its output directory.",
+            file=str(path), entry=KERNEL_FILE
         )
     if len(folders) > 1:
         raise CalibrationError(
-            f"{path}: holds {len(folders)} profiles ({', '.join(str(p) for p in folders[:4])}); give the one to "
-            "calibrate from (one rank, one run)."
-        )
+         )
     folder = folders[0]
     statistic = folder / STATISTIC_FILE
     return folder / KERNEL_FILE, statistic if kind_of(statistic) is Kind.REGULAR else None
@@ -169,7 +166,9 @@ def read_kernels(path: Path) -> tuple[ProfiledKernel, ...]:
         for line, row in rows
     )
     if not kernels:
-        raise CalibrationError(f"{path}: has a header but no kernel rows; profile at least one step of the model.")
+        raise CalibrationError(
+            f"{path}: has a header but no kernel rows; profile at least one step of the model.", file=str(path)
+        )
     return kernels
 
 
@@ -181,7 +180,8 @@ def read_statistics(path: Path) -> tuple[OpStatistic, ...]:
         count = _number(path, line, columns["count"], row["count"])
         if count != int(count):
             raise CalibrationError(f"{path} line {line}: column {columns['count']!r} is {row['count']!r}, not a "
-                                   f"whole number of calls; {_FIX}.")
+                                   f"whole number of calls; {_FIX}.",
+            file=str(path), entry=f"line {line} column {columns['count']!r}")
         op_type = _op_type(path, line, columns["type"], row["type"])
         found.append(OpStatistic(line, op_type, row["core"], int(count),
                                  _number(path, line, columns["total"], row["total"])))
@@ -217,7 +217,8 @@ def _columns(
             hint = f" ({near[0]!r} is close: rename it to {names[0]!r})" if near else ""
             raise CalibrationError(
                 f"{path} line 1: no column {names[0]!r}{hint}; msprof's {path.name} has it (header here: "
-                f"{', '.join(header[:12])}{', ...' if len(header) > 12 else ''}). {_FIX_SENTENCE}."
+                f"{', '.join(header[:12])}{', ...' if len(header) > 12 else ''}). {_FIX_SENTENCE}.",
+                file=str(path), entry=f"line 1 column {names[0]!r}"
             )
     return columns
 
@@ -225,7 +226,7 @@ def _columns(
 def _op_type(path: Path, line: int, column: str, value: str) -> str:
     if value in _MISSING:
         raise CalibrationError(f"{path} line {line}: column {column!r} is empty; every kernel needs its op type. "
-                               f"{_FIX_SENTENCE}.")
+                               f"{_FIX_SENTENCE}.", file=str(path), entry=f"line {line} column {column!r}")
     return value
 
 
@@ -243,10 +244,11 @@ def _number(path: Path, line: int, column: str, value: str) -> float:
         raise CalibrationError(
             f"{path} line {line}: column {column!r} is {value!r}, a number in another locale's format (a decimal "
             "comma or a thousands separator); msprof writes 1234.5. Save the CSV with '.' as the decimal mark and "
-            "no thousands separators, or export it again from the profiler output."
+            "no thousands separators, or export it again from the profiler output.",
+            file=str(path), entry=f"line {line} column {column!r}",
         )
     raise CalibrationError(f"{path} line {line}: column {column!r} is {value!r}, not a number; "
-                           f"{_FIX}.")
+                           f"{_FIX}.", file=str(path), entry=f"line {line} column {column!r}")
 
 
 def _shapes(path: Path, line: int, value: str) -> tuple[Shape, ...] | None:

@@ -89,7 +89,10 @@ def cost_rule(name: str, where: str = "op catalog") -> CostRule:
     """The rule registered as ``name``; an unknown name is a profile error listing the known ones."""
     rule = _RULES.get(name)
     if rule is None:
-        raise ProfileError(f"{where}: cost rule '{name}' is not registered; known rules: {', '.join(sorted(_RULES))}.")
+        raise ProfileError(
+            f"{where}: cost rule '{name}' is not registered; known rules: {', '.join(sorted(_RULES))}.",
+            entry=where, argument=name,
+        )
     return rule
 
 

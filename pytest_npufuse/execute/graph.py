@@ -307,7 +307,8 @@ def _call(
         raise KernelError(
             f"{op_type_of(node)} at {source_line(node) or 'the model'} failed on the values that reached it: "
             f"{type(exc).__name__}: {exc}. The op computes what the device would from these inputs; check the "
-            "values flowing into it (an index out of range, or a NaN or infinity turned into an index)."
+            "values flowing into it (an index out of range, or a NaN or infinity turned into an index).",
+            op=op_type_of(node), where=source_line(node) or None
         ) from exc
 
 

@@ -51,7 +51,7 @@ def check_writable(path: Path, what: str) -> Path:
     if target.exists() and (target.stat().st_mode & 0o222 == 0 or not os.access(target, os.W_OK)):
         raise OutputFileError(
             f"{what} {path}: the file is read-only, so it was not replaced; make it writable (chmod u+w) "
-            "or give another path."
+            "or give another path.", file=str(path)
         )
     return target
 

@@ -40,7 +40,7 @@ class FileRole:
 def refuse_kind(path: Path | str, kind: Kind, role: FileRole) -> NpufuseError:
     """The error for a path that is not a regular file to read."""
     if kind is Kind.MISSING:
-        return role.error(f"{path}: file not found.")
+        return role.error(f"{path}: file not found.", file=str(path))
     if kind is Kind.LOOP:
         return role.fail(
             path, "is a symlink loop (a link that leads back to itself), not a file; fix or remove the link"

@@ -32,7 +32,10 @@ def parse_toml(text: str, source: Path | str, role: FileRole = PROFILE_FILE) -> 
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise role.error(f"{source}: not valid TOML: {exc}. Fix the syntax at that line.") from None
+        raise role.error(
+            f"{source}: not valid TOML: {exc}. Fix the syntax at that line.",
+            file=str(source),
+        ) from None
     except ValueError:  # Python's limit on the digits of an int (4300), which tomllib does not catch
         raise role.fail(
             source, "holds an integer thousands of digits long, far outside TOML's signed 64-bit range"
@@ -72,13 +75,13 @@ def _check_integers(data: dict[str, Any], source: Path | str, role: FileRole) ->
 def typed_value(table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     """Fetch ``table[key]`` and check its type; ints are accepted where floats are expected."""
     if key not in table:
-        raise ProfileError(f"{where}: missing key '{key}' (expected {_kind_name(kind)}).")
+        raise ProfileError(f"{where}: missing key '{key}' (expected {_kind_name(kind)}).", entry=f"{where} {key}")
     value = table[key]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if float in kinds and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {_kind_name(kind)}.")
+        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {_kind_name(kind)}.", entry=f"{where} {key}")
     return value
 
 

@@ -100,12 +100,15 @@ def with_table(text: str, parts: Sequence[str], block: str, source: Path | str, 
     old = parse_toml(text, source)
     present = lookup(old, parts) is not None
     if present and not replace:
-        raise ProfileError(f"{source}: already has {name}; choose another name, or pass --force to replace it.")
+        raise ProfileError(
+            f"{source}: already has {name}; choose another name, or pass --force to replace it.",
+            file=str(source), entry=name,
+        )
     spans = _segments(text, parts) if present else []
     if present and not spans:
         raise ProfileError(
             f"{source}: defines {name} inline or with dotted keys, which this command cannot replace without "
-            "touching other lines; remove it by hand, or choose another name."
+            "touching other lines; remove it by hand, or choose another name.", file=str(source), entry=name
         )
     newline = "\r\n" if "\r\n" in text else "\n"
     if spans:
@@ -137,7 +140,8 @@ def _check(old: dict[str, Any], edited: str, parts: tuple[str, ...], block: str,
     if new is None or lookup(new, parts) != wanted or _without(new, parts) != _without(old, parts):
         raise ProfileError(
             f"{source}: adding {name} as a table would change other settings or break the file (a parent table "
-            "is defined inline?); nothing was written. Add the table by hand, or use another file."
+            "is defined inline?); nothing was written. Add the table by hand, or use another file.",
+            file=str(source), entry=name,
         )
 
 

@@ -145,7 +145,8 @@ def _on_gears(symbols: Sequence[InputSymbol], args: Sequence[Any]) -> bool:
             raise CaptureError(
                 f"an input of shape {list(args[position].shape)} has size {size} in dim {dim}, which is not one of "
                 f"its gears {list(gears[dim])} "
-                "(torchair.inference.set_dim_gears); pad the input to a gear or add the size to the gears."
+                "(torchair.inference.set_dim_gears); pad the input to a gear or add the size to the gears.",
+                argument=f"input {position} dim {dim}", bound=size
             )
         geared |= expr.free_symbols
     return free <= geared
@@ -155,14 +156,18 @@ class _Captured(Exception):
     """Raised by the graph on the capturing call: capture needs the graph, not its values."""
 
 
-def _aliasing(inputs: Sequence[Any]) -> str:
-    """Which tensor inputs alias (share memory), worded for the "captured again" error: Dynamo guards on
-    aliasing, so a model that writes in place into aliased inputs is the usual cause."""
+def _aliased_pairs(inputs: Sequence[Any]) -> list[str]:
+    """The pairs of tensor inputs that alias (share memory), as ``"0 and 1"``."""
     tensors = [(index, x) for index, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
-    pairs = [
+    return [
         f"{a} and {b}" for n, (a, x) in enumerate(tensors) for b, y in tensors[n + 1:]
         if x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
     ]
+
+
+def _aliasing(pairs: Sequence[str]) -> str:
+    """The aliased input ``pairs``, worded for the "captured again" error: Dynamo guards on aliasing, so a
+    model that writes in place into aliased inputs is the usual cause."""
     if not pairs:
         return ""
     return (
@@ -223,10 +228,11 @@ class Capture:
         finally:
             self._executor = None
         if len(self._backend.graphs) != 1 or len(results) != 1:
+            pairs = _aliased_pairs(inputs)
             raise CaptureError(
                 "the model was captured again when run a second time on copies of its inputs (Dynamo "
-                f"recompiled it){_aliasing(inputs)}; a modeled model must be a pure function of its inputs and "
-                "parameters."
+                f"recompiled it){_aliasing(pairs)}; a modeled model must be a pure function of its inputs and "
+                "parameters.", argument=f"inputs {', '.join(pairs)}" if pairs else None,
             )
         return outputs, results[0]
 

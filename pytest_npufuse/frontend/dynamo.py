@@ -71,10 +71,11 @@ def call_compiled(
         ours = root_cause(exc)
         if isinstance(ours, NpufuseError):
             raise _ours(ours, model, inputs, weightless) from None
+        where = user_frame(str(exc).strip()) or None
         if weightless:
-            raise CaptureError(_weightless_break_message(exc)) from None
+            raise CaptureError(_weightless_break_message(exc), where=where) from None
         raised = eager_error(model, inputs, grad)
-        raise (raised or CaptureError(_graph_break_message(model, inputs, exc))) from None
+        raise (raised or CaptureError(_graph_break_message(model, inputs, exc), where=where)) from None
 
 
 def _ours(error: NpufuseError, model: Callable[..., Any], inputs: Sequence[Any], weightless: bool) -> NpufuseError:
@@ -168,21 +169,21 @@ def _located(error: NpufuseError, model: Callable[..., Any], inputs: Sequence[An
     """An error the model's own call to our API raised while Dynamo traced it, with the user's line
     added (Dynamo's traceback shows its interpreter, so the line may come from running the model eagerly)."""
     located = _at_user_line(error)
-    if located is not error or _HAS_LINE.search(str(error)):
+    if located.where or _HAS_LINE.search(located.problem):
         return located
     eager = eager_error(model, inputs)
-    return eager if eager is not None and str(eager).startswith(str(error).rstrip(".")) else error
+    return eager if eager is not None and eager.problem.startswith(error.problem.rstrip(".")) else error
 
 
 _HAS_LINE = re.compile(r"\.py:\d+")
 
 
 def _at_user_line(error: NpufuseError) -> NpufuseError:
-    """``error`` with ``(at path:line)`` of the innermost user frame of its traceback, if it names none."""
-    frame = user_frame("".join(traceback.format_tb(error.__traceback__)))
-    if not frame or _HAS_LINE.search(str(error)):
-        return error
-    return type(error)(f"{str(error).rstrip('.')} (at {frame}).")
+    """``error`` with its ``where`` field set to the innermost user frame of its traceback, unless it
+    has one or its problem names a line already."""
+    if error.where is None and not _HAS_LINE.search(error.problem):
+        error.where = user_frame("".join(traceback.format_tb(error.__traceback__))) or None
+    return error
 
 
 def eager_error(model: Callable[..., Any], inputs: Sequence[Any], grad: bool = False) -> NpufuseError | None:
@@ -198,7 +199,10 @@ def eager_error(model: Callable[..., Any], inputs: Sequence[Any], grad: bool = F
         frame = user_frame("".join(traceback.format_tb(exc.__traceback__)))
         at = f" at {frame}" if frame else ""
         reason = str(exc).rstrip(".")
-        return CaptureError(f"the model raises {type(exc).__name__}: {reason}{at}; it fails without compilation too.")
+        return CaptureError(
+            f"the model raises {type(exc).__name__}: {reason}{at}; it fails without compilation too.",
+            where=frame or None
+        )
     return None
 
 

@@ -194,7 +194,7 @@ class _ProgramBuilder:
                 f"the begin of your code: {open_scopes[-1]}"
                 f"{f' at {self.entered[-1].source}' if self.entered[-1].source else ''} is still in effect where the "
                 "function returns. Call torch.npu.set_stream with the stream current when the function began "
-                "(torch.npu.current_stream() read first) before returning."
+                "(torch.npu.current_stream() read first) before returning.", where=self.entered[-1].source or None
             )
         if open_scopes:
             raise CaptureError(
@@ -202,7 +202,7 @@ class _ProgramBuilder:
                 "exited in the captured "
                 "graph: a graph break inside the block (print, .item(), a data-dependent if) ended the graph there. "
                 "Use scopes only as `with` blocks and keep graph breaks out of them (torch.compile(fullgraph=True) "
-                "names the break)."
+                "names the break).", where=self.entered[-1].source or None
             )
         program = Program(
             tuple(self.kernels),
@@ -225,13 +225,13 @@ class _ProgramBuilder:
             return
         begun = [n.args[0] if n.args else None for n in self.native_superkernels]
         if name not in begun:
-            problem = (
+            where, problem = source_line(node) or None, (
                 f"No matching torch.npu.super_kernel_scope_begin found; available unmatched scope_names are: {begun}"
                 if begun else "you must first call the torch.npu.super_kernel_scope_begin, as they must be called in pairs"
             )
             raise CaptureError(
-                f"When you call the torch.npu.super_kernel_scope_end operator ({name!r} at "
-                f"{source_line(node) or 'the model'}), {problem}. Give super_kernel_scope_end the name its begin was given."
+                f"When you call the torch.npu.super_kernel_scope_end operator ({name!r} at {where or 'the model'}), "
+                f"{problem}. Give super_kernel_scope_end the name its begin was given.", argument="name", where=where
             )
         del self.native_superkernels[begun.index(name)]
 
@@ -257,7 +257,7 @@ class _ProgramBuilder:
             if attrs.get(scopes.INNER_PARALLEL) == "False":
                 self._sync_point(EventKind.NOOP, "", "npu_stream_switch(enable_inner_parallel=False)", node)
         else:
-            self.stack.exit(f"the graph at {source_line(node) or 'the model'}")
+            self.stack.exit(f"the graph at {source_line(node) or 'the model'}", source_line(node) or None)
             self._close(self.entered.pop())
 
     def _close(self, entered: _Entered) -> None:
@@ -507,7 +507,7 @@ def check_scope_uses(uses: Sequence[ScopeUse], copies_allowed: bool = False) -> 
             raise OptionsError(
                 f"super_kernel({scope!r}, {use.options!r}) at {use.line or 'the model'} encloses no kernel (only views, "
                 "or ops whose results are never used), so its options apply to nothing; move the ops into the "
-                "scope or drop the options."
+                "scope or drop the options.", op="super_kernel", where=use.line or None
             )
         for use in with_options:
             if use.options != first.options:

@@ -105,11 +105,12 @@ class ScopeStack:
     def enter(self, keys: Sequence[str], values: Sequence[str]) -> None:
         self._frames.append(dict(zip(keys, values)))
 
-    def exit(self, where: str) -> None:
+    def exit(self, where: str, line: str | None = None) -> None:
+        """Leave the innermost scope; ``where`` says in what the exit is (the graph), ``line`` the user's line."""
         if not self._frames:
             raise ScopeError(
                 f"scope exit without a matching enter in {where}. Scopes must be used as `with` blocks "
-                "and the whole block must be captured in one graph (no graph break inside it)."
+                "and the whole block must be captured in one graph (no graph break inside it).", where=line
             )
         self._frames.pop()
 

@@ -34,7 +34,10 @@ class EventRegistry:
 
     def create(self, tag: str, at_module_level: bool = False) -> TaggedEvent:
         if self._find(tag) is not None:
-            raise ScopeError(f"tagged event tag {tag} is already in use; give each npu_create_tagged_event a new tag.")
+            raise ScopeError(
+                f"tagged event tag {tag} is already in use; give each npu_create_tagged_event a new tag.",
+                op="npu_create_tagged_event", argument="tag",
+            )
         owner = self
         while at_module_level and owner._lasting is not None:
             owner = owner._lasting

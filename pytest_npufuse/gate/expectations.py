@@ -126,7 +126,7 @@ def _op_types(value: Any) -> tuple[str, ...]:
     if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) and "::" in i for i in items):
         raise MarkerError(
             f"superkernel marker: breaks={value!r} must be a list of op types written 'namespace::name', "
-            "e.g. breaks=['aten::add']."
+            "e.g. breaks=['aten::add'].", argument="breaks"
         )
     return tuple(items)
 
@@ -141,10 +141,16 @@ def parse_superkernel(args: Sequence[Any], kwargs: Mapping[str, Any]) -> SuperKe
         raise MarkerError(f"superkernel marker needs scope='<name>' as in super_kernel('<name>'), got {scope!r}.")
     outcome = kwargs.get("outcome", "fused")
     if outcome not in OUTCOMES:
-        raise MarkerError(f"superkernel marker: outcome={outcome!r} is not one of {', '.join(OUTCOMES)}.")
+        raise MarkerError(
+            f"superkernel marker: outcome={outcome!r} is not one of {', '.join(OUTCOMES)}.",
+            argument="outcome",
+        )
     options = kwargs.get("options")
     if options is not None and not isinstance(options, str):
-        raise MarkerError(f"superkernel marker: options={options!r} must be a string like 'feed-sync-all=1'.")
+        raise MarkerError(
+            f"superkernel marker: options={options!r} must be a string like 'feed-sync-all=1'.",
+            argument="options",
+        )
     min_speedup = kwargs.get("min_speedup")
     segments = None if kwargs.get("segments") is None else _number("segments", kwargs["segments"], int, 0)
     _check_consistent(scope, outcome, segments)
@@ -241,7 +247,10 @@ class MultiStreamExpectation:
             )
         own = report.streams_speedup()
         subject = f"multistream with streams {used}"
-        failures.extend(_speedup_failure(subject, report, self.min_speedup, own, "the side streams merged onto the main stream"))
+        slow = _speedup_failure(subject, report, self.min_speedup, own, "the side streams merged onto the main stream")
+        if slow and (contention := report.contention) is not None:
+            slow = [f"{slow[0]} It cannot be met: {contention.describe()}."]
+        failures.extend(slow)
         return failures
 
 
@@ -252,7 +261,7 @@ def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiSt
     _check_arguments("multistream", kwargs, _MULTISTREAM_KWARGS)
     race_free = kwargs.get("race_free", True)
     if not isinstance(race_free, bool):
-        raise MarkerError(f"multistream marker: race_free={race_free!r} must be True or False.")
+        raise MarkerError(f"multistream marker: race_free={race_free!r} must be True or False.", argument="race_free")
     streams, min_speedup = kwargs.get("streams"), kwargs.get("min_speedup")
     return MultiStreamExpectation(
         streams=None if streams is None else _number("streams", streams, int, 1, "multistream"),

@@ -162,7 +162,9 @@ def cube_baddbmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: flo
     ``a [B, m, k]`` and ``b [B, k, n]``."""
     if a.dim() != 3 or b.dim() != 3:
         raise OpArgumentError(
-            f"cube_baddbmm takes 3-D batches, got a{tuple(a.shape)} and b{tuple(b.shape)}; use cube_addmm for other ranks"
+            f"cube_baddbmm takes 3-D batches, got a{tuple(a.shape)} "
+            f"and b{tuple(b.shape)}; use cube_addmm for other ranks",
+            op="cube_baddbmm"
         )
     return _cube(bias, a, b, beta, alpha, out_dtype, "cube_baddbmm")
 
@@ -207,7 +209,7 @@ def _require_dtypes(name: str, a: torch.Tensor, b: torch.Tensor, allowed: tuple[
         names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
         raise OpTypeError(
             f"{name} takes two tensors of one dtype among ({names}), got {a.dtype} and {b.dtype}; "
-            "cast the operands first"
+            "cast the operands first", op=name
         )
 
 
@@ -215,7 +217,7 @@ def _require_inner(name: str, left: torch.Tensor, right: torch.Tensor) -> None:
     if left.shape[-1] != right.shape[-2]:
         raise OpArgumentError(
             f"{name}: inner dimensions differ ({tuple(left.shape)} @ {tuple(right.shape)}); "
-            "the last dim of a must equal the second-to-last dim of b"
+            "the last dim of a must equal the second-to-last dim of b", op=name
         )
 
 

@@ -14,10 +14,29 @@ so the work is counted, not converted into time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Hashable
 
+from pathlib import Path
+
+from ..files.toml import read_toml
 from ..ir.program import Program
 from .tasks import Plan, Segment
+
+
+@dataclass(frozen=True)
+class CompileCosts:
+    """The compile-time estimates of ``plan/compile.toml``."""
+
+    per_superkernel_s: float
+    per_sub_kernel_s: float
+    timeout_s: float
+
+
+@lru_cache(maxsize=1)
+def compile_costs() -> CompileCosts:
+    table = read_toml(Path(__file__).with_name("compile.toml"))["superkernel"]
+    return CompileCosts(float(table["per_superkernel_s"]), float(table["per_sub_kernel_s"]), float(table["timeout_s"]))
 
 
 @dataclass(frozen=True)
@@ -30,11 +49,18 @@ class CompileWork:
     sub_kernels: int = 0
     largest: int = 0
 
+    @property
+    def seconds(self) -> float:
+        """Estimated compile time: each SuperKernel built, and each sub-kernel inside those."""
+        costs = compile_costs()
+        return self.compiled * costs.per_superkernel_s + self.sub_kernels * costs.per_sub_kernel_s
+
     def describe(self) -> str:
         if not self.superkernels:
             return "-"
         subs = f"{self.sub_kernels} sub-kernel{'' if self.sub_kernels == 1 else 's'}"
-        return f"{self.compiled} of {self.superkernels} SK, {subs} (largest {self.largest})"
+        time = f"~{self.seconds:.0f} s (estimate)"
+        return f"{self.compiled} of {self.superkernels} SK, {subs} (largest {self.largest}), {time}"
 
 
 def _identity(segment: Segment, options: str, program: Program) -> Hashable:

@@ -119,21 +119,29 @@ class SuperKernelOptions:
         return self.values.get(option, OPTIONS[option].default)
 
 
-def _fail(scope: str, problem: str) -> OptionsError:
-    return OptionsError(f"super_kernel scope '{scope}': [Super Kernel] Invalid compile option: {problem}")
+def _fail(scope: str, problem: str, option: str | None = None) -> OptionsError:
+    """CANN's refusal of a scope's options string; ``option`` names the option at fault, where one is."""
+    return OptionsError(
+        f"super_kernel scope '{scope}': [Super Kernel] Invalid compile option: {problem}", op="super_kernel",
+        argument=option,
+    )
 
 
 def _unknown(scope: str, option: str) -> OptionsError:
     near = difflib.get_close_matches(option, list(OPTIONS), n=1)
     hint = f" Did you mean '{near[0]}'?" if near else ""
-    return _fail(scope, f"{option} option is not supported (unknown option '{option}').{hint} Known options: {', '.join(OPTIONS)}.")
+    return _fail(
+        scope,
+        f"{option} option is not supported (unknown option '{option}').{hint} Known options: {', '.join(OPTIONS)}.",
+        option,
+    )
 
 
 def _check_value(scope: str, option: str, value: str, path: ParserPath) -> None:
     check = _ACLGRAPH_VALUES.get(option, OPTIONS[option].check) if path is ParserPath.ACLGRAPH else OPTIONS[option].check
     problem = check(value)
     if problem is not None:
-        raise _fail(scope, f"{option}={value!r} is not allowed; {option} {problem}.")
+        raise _fail(scope, f"{option}={value!r} is not allowed; {option} {problem}.", option)
 
 
 def parse_options(scope: str, text: str, path: ParserPath = ParserPath.GE) -> SuperKernelOptions:
@@ -168,9 +176,12 @@ def parse_options(scope: str, text: str, path: ParserPath = ParserPath.GE) -> Su
                 notes.append(f"super_kernel scope '{scope}': Unsupported compile option for aclgraph backend: {option}; dropped.")
                 continue
         if not option or not value:
-            raise _fail(scope, f"The key-value pair is missing for the option {item!r} in {text!r}; write 'name=value'.")
+            raise _fail(
+                scope, f"The key-value pair is missing for the option {item!r} in {text!r}; write 'name=value'.",
+                option or None,
+            )
         if option in values:
-            raise _fail(scope, f"{option} option has been set (given twice in {text!r}).")
+            raise _fail(scope, f"{option} option has been set (given twice in {text!r}).", option)
         if option not in OPTIONS:
             raise _unknown(scope, option)
         _check_value(scope, option, value, path)

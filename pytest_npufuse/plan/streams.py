@@ -60,14 +60,15 @@ def _check_mode(program: Program, mode: str) -> None:
         if point.api in _GE_ONLY and mode != MAX_AUTOTUNE:
             raise ScopeError(
                 f"{point.api}{' at ' + point.source if point.source else ''} is not supported in {mode} mode "
-                f"({_GE_ONLY[point.api]})."
+                f"({_GE_ONLY[point.api]}).", op=point.api.partition("(")[0], where=point.source or None
             )
         eager_native = mode == Mode.EAGER and point.api in _NATIVE  # torch_npu runs native streams op by op
         if point.api in _TAGGED | _NATIVE and not Mode(mode).aclgraph and not eager_native:
             raise ScopeError(
                 f"{point.api}{' at ' + point.source if point.source else ''} works only in the aclgraph modes "
                 f"reduce-overhead and npugraph_ex (TorchAir has no {mode} converter for it); in max-autotune use "
-                "torchair.scope.npu_stream_switch with npu_wait_tensor or record()/wait()."
+                "torchair.scope.npu_stream_switch with npu_wait_tensor or record()/wait().",
+                op=point.api.partition("(")[0], where=point.source or None
             )
 
 

@@ -195,7 +195,8 @@ def _debug_cores(options: SuperKernelOptions) -> tuple[str, int] | None:
     if ratio not in _DEBUG_RATIOS:
         raise OptionsError(
             f"super_kernel scope '{options.scope}': debug-aic-num={aic}, debug-aiv-num={aiv} is not an allowed ratio; "
-            "use aic:aiv = 1:0, 0:1, 1:1 or 1:2 with a positive count (e.g. debug-aic-num=12:debug-aiv-num=24)."
+            "use aic:aiv = 1:0, 0:1, 1:1 or 1:2 with a positive count (e.g. debug-aic-num=12:debug-aiv-num=24).",
+            op="super_kernel", argument="debug-aic-num"
         )
     return _DEBUG_RATIOS[ratio], dim
 
@@ -215,7 +216,8 @@ def _debug_cap(segment: Segment, kernels: Sequence[Kernel], forced: tuple[str, i
         if dim > cap:
             option = "debug-aiv-num" if vector_only else "debug-aic-num"
             raise OptionsError(
-                f"super_kernel scope '{segment.scope}': {option}={dim} exceeds {what}, {cap}; use at most {cap}."
+                f"super_kernel scope '{segment.scope}': {option}={dim} exceeds {what}, {cap}; use at most {cap}.",
+                op="super_kernel", argument=option, bound=cap
             )
     return replace(segment, block_dim=dim, kernel_type=kernel_type)
 
@@ -413,7 +415,7 @@ def check_core_limits(program: Program, profile: HardwareProfile) -> None:
                 raise ScopeError(
                     f"limit_core_num({limits.aicore_limit}, {limits.vectorcore_limit}) around {kernel.op_type} at "
                     f"{kernel.source or 'the model'}: {name}={value} is outside 1..{cores}, the {kind} cores of "
-                    f"{profile.name}; pass a count in that range."
+                    f"{profile.name}; pass a count in that range.", op="limit_core_num"
                 )
 
 

@@ -190,7 +190,8 @@ class Attribution:
         return [f"{self.variant}: {shares}", f"  op types: {ops}", f"  modules (by self time): {modules}"]
 
 
-def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``intervals`` merged into sorted, disjoint ones."""
     merged: list[tuple[float, float]] = []
     for start, end in sorted(intervals):
         if merged and start <= merged[-1][1]:
@@ -200,7 +201,8 @@ def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]
     return merged
 
 
-def _length(intervals: Sequence[tuple[float, float]]) -> float:
+def intervals_length(intervals: Sequence[tuple[float, float]]) -> float:
+    """The total length of disjoint ``intervals``."""
     return sum(end - start for start, end in intervals)
 
 
@@ -220,11 +222,11 @@ def overlap_of(run: RunReport) -> Overlap:
     """Computing, exposed communication and free time over the run (zero for a run that never ends)."""
     tasks = [kernel for kernel in run.kernels if kernel.parent is None]
     span = run.time_us if math.isfinite(run.time_us) else 0.0
-    computing = _union((k.start_us, k.end_us) for k in tasks if k.engine != "comm")
-    communication = _union((k.start_us, k.end_us) for k in tasks if k.engine == "comm")
-    exposed = _length(communication) - _intersection(computing, communication)
-    busy = _length(computing) + exposed
-    return Overlap(span, _length(computing), _length(communication), exposed, max(0.0, span - busy))
+    computing = merge_intervals((k.start_us, k.end_us) for k in tasks if k.engine != "comm")
+    communication = merge_intervals((k.start_us, k.end_us) for k in tasks if k.engine == "comm")
+    exposed = intervals_length(communication) - _intersection(computing, communication)
+    busy = intervals_length(computing) + exposed
+    return Overlap(span, intervals_length(computing), intervals_length(communication), exposed, max(0.0, span - busy))
 
 
 def op_statistics(run: RunReport, backward: frozenset[str] = frozenset()) -> tuple[OpStatistic, ...]:
@@ -270,7 +272,7 @@ def _charges(by_name: Mapping[str, Kernel], run: RunReport) -> list[tuple[tuple[
     for kernel in run.kernels:
         if kernel.op_type == SUPERKERNEL_OP:
             subs = children.get(kernel.name, [])
-            covered = _length(_union((sub.start_us, sub.end_us) for sub in subs))
+            covered = intervals_length(merge_intervals((sub.start_us, sub.end_us) for sub in subs))
             stacks = [by_name[sub.name].modules for sub in subs if sub.name in by_name]
             charges.append((_common(stacks) if stacks else (), max(0.0, kernel.duration_us - covered), 0))
         elif kernel.name in by_name:

@@ -6,11 +6,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from ..errors import NpufuseError
 from ..plan.tasks import ScopeBreak, ScopePlan
 from ..sanitize.checker import Race
 from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
+from ..target.profile import load_profile
 from .attribution import Attribution
+from .contention import Contention, contention_of
 from .contributions import describe as describe_contributions
 from .contributions import own_speedup, scope_key, streams_contribution
 from .findings import Finding, Mismatch
@@ -147,6 +150,18 @@ class CaseReport:
         """SuperKernel segments formed over all scopes."""
         return sum(scope.segments for scope in self.superkernels.values())
 
+    @property
+    def contention(self) -> Contention | None:
+        """Streams of the VARIANT whose kernels each wanted every core of one unit (docs/feature-docs.md#multi-stream),
+        with the share of their possible overlap lost; None on one stream or without such kernels."""
+        if len(self.variant.streams) < 2:
+            return None
+        try:  # the core counts of the target the case ran on (a built-in target, by its name)
+            profile = load_profile(self.target)
+        except NpufuseError:
+            return None
+        return contention_of(self.variant, {"cube": profile.aic, "vector": profile.aiv})
+
     def stream_notes(self) -> list[str]:
         """Where the kernels of a stream went when the timeline shows no lane (or a short one) for it."""
         return [note for use in self.stream_uses if (note := use.note())]
@@ -169,5 +184,6 @@ class CaseReport:
             f"speedup {self.speedup:.3f}x, {self.segments} SuperKernel segment(s), {self._precision()}"
             + (f", {len(self.streams)} streams{self._fused_streams()}, {len(self.races)} race(s)" if len(self.streams) > 1 else "")
             + (f"; {self.ranks.describe()}" if self.ranks is not None else "")
+            + (f"; contention: {contention.describe()}" if (contention := self.contention) is not None else "")
             + (f"; gain by {self.contributions_text()}" if len(self.contributions) > 1 else "")
         )

@@ -136,6 +136,6 @@ def write_case_traces(report: CaseReport, directory: Path, case: str) -> Path:
     except OSError as exc:
         raise NpufuseError(
             f"cannot write traces under {directory}: {exc.strerror or exc} ({exc.filename}); give a directory "
-            "you can write to (--npufuse-trace-dir under pytest)."
+            "you can write to (--npufuse-trace-dir under pytest).", file=str(exc.filename or directory)
         ) from None
     return root

@@ -40,7 +40,7 @@ def cpu_device(device: str) -> str:
     if device[3:4] not in ("", ":") or index not in ("", "0"):
         raise NotModeledError(
             f"device {device!r}: pytest-npufuse models one NPU, 'npu' or 'npu:0'; multi-device code needs a real "
-            "NPU (collectives are modeled inside one graph instead)."
+            "NPU (collectives are modeled inside one graph instead).", argument="device"
         )
     return "cpu"
 
@@ -52,7 +52,10 @@ def check_index(device: object, api: str) -> None:
     if _is_npu(device):
         cpu_device(device)  # type: ignore[arg-type]
         return
-    raise NotModeledError(f"{api}({device!r}): pytest-npufuse models one NPU, device 0 ('npu' or 'npu:0').")
+    raise NotModeledError(
+        f"{api}({device!r}): pytest-npufuse models one NPU, device 0 ('npu' or 'npu:0').",
+        op=api, argument="device",
+    )
 
 
 def _on_meta(obj: Any) -> bool:

@@ -53,7 +53,10 @@ class Stream:
     def __init__(self, device: object = None, priority: int = 0, **kwargs: Any) -> None:
         check_index(device, "torch.npu.Stream")
         if kwargs:
-            raise NotModeledError(f"torch.npu.Stream({', '.join(kwargs)}=...) is not modeled; pass device and priority.")
+            raise NotModeledError(
+                f"torch.npu.Stream({', '.join(kwargs)}=...) is not modeled; pass device and priority.",
+                op="torch.npu.Stream",
+            )
         self.tag = _new_tag("stream")
         # Kept as text: Dynamo makes an int attribute of a compiled function's input a symbolic size under
         # dynamic=True, and a stream passed in must stay a constant label of the graph.
@@ -147,7 +150,10 @@ class Event:
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         if interprocess:
-            raise NotModeledError("torch.npu.Event(interprocess=True) is not modeled: the model has one process.")
+            raise NotModeledError(
+                "torch.npu.Event(interprocess=True) is not modeled: the model has one process.",
+                op="torch.npu.Event", argument="interprocess",
+            )
         self.tag = _new_tag("event")
         self.enable_timing = enable_timing
         self.recorded_s: float | None = None
@@ -173,10 +179,15 @@ class Event:
         """Milliseconds of modeled device time between this record and ``end_event``'s: the modeled time
         of the graphs called in between (eager ops outside a compiled graph take no modeled time)."""
         if not (self.enable_timing and end_event.enable_timing):
-            raise OpArgumentError("elapsed_time needs both events created with torch.npu.Event(enable_timing=True).")
+            raise OpArgumentError(
+                "elapsed_time needs both events created with torch.npu.Event(enable_timing=True).",
+                op="torch.npu.Event.elapsed_time", argument="enable_timing",
+            )
         if self.recorded_s is None or end_event.recorded_s is None:
             raise OpArgumentError(
-                "elapsed_time needs both events recorded outside the compiled function (event.record() around the call)."
+                "elapsed_time needs both events recorded outside the "
+                "compiled function (event.record() around the call).",
+                op="torch.npu.Event.elapsed_time", argument="end_event"
             )
         return (end_event.recorded_s - self.recorded_s) * 1e3
 
@@ -225,7 +236,7 @@ class _StreamContext:
             raise ScopeError(
                 f"torch.npu.set_stream({switches[-1].stream!r}) inside `with torch.npu.stream({self.stream!r}):` is "
                 "still in effect where the block ends; set the stream back (torch.npu.set_stream with the stream "
-                "the block runs on) before leaving it."
+                "the block runs on) before leaving it.", op="torch.npu.set_stream"
             )
         _leave()
 
@@ -255,7 +266,7 @@ def set_stream(stream: Stream) -> None:
     function must set the stream back to the one it began on before it returns; otherwise the scope is
     left open and capture fails naming the stream."""
     if stream is None:
-        raise ScopeError("torch.npu.set_stream(stream) takes a torch.npu.Stream, got None.")
+        raise ScopeError("torch.npu.set_stream(stream) takes a torch.npu.Stream, got None.", op="torch.npu.set_stream")
     _tag_of(stream, "torch.npu.set_stream(stream)")
     switches = _streams().switches
     while switches and switches[-1].by_set_stream:

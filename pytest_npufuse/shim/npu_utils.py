@@ -43,5 +43,7 @@ def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(name)
     raise NotModeledAttributeError(
-        f"torch_npu.npu.utils.{name} is not modeled by pytest-npufuse (it has: {', '.join(__all__)}, _is_gte_cann_version)."
+        f"torch_npu.npu.utils.{name} is not modeled by pytest-npufuse "
+        f"(it has: {', '.join(__all__)}, _is_gte_cann_version).",
+        op=f"torch_npu.npu.utils.{name}"
     )

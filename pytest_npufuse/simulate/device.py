@@ -250,7 +250,8 @@ class DeviceModel:
             if count > self._capacity[pool]:
                 raise NpufuseError(
                     f"task {task.name} needs {count} {POOLS[pool]} cores but the target has "
-                    f"{self._capacity[pool]}; its block dim cannot exceed the hardware."
+                    f"{self._capacity[pool]}; its block dim cannot exceed the hardware.",
+                    entry=task.name, bound=self._capacity[pool]
                 )
 
     def last_end(self, stream: int) -> float | None:
@@ -266,20 +267,22 @@ class DeviceModel:
         stuck = [s for s, queue in enumerate(self._queues) if self._next[s] < len(queue)]
         if not stuck:
             return
-        lines = []
+        lines, never = [], []
         for stream in stuck:
             index = self._queues[stream][self._next[stream]]
             task = self.tasks[index]
             if self._release[index] is None:
                 raise NpufuseError(f"internal error: task {task.name} was never launched by the host model")
             missing = [e for e in task.waits if self.recorded[e] is None]
+            never += [self.events[e].event for e in missing]
             lines.append(
                 f"stream '{self.streams[stream]}' waits before {task.name} on "
                 + ", ".join(self._describe(event) for event in missing)
             )
         raise ModeledDeadlockError(
             "modeled deadlock: the device would wait forever. " + "; ".join(lines) + ". Record every event "
-            "that is waited on, before the wait in program order, on another stream."
+            "that is waited on, before the wait in program order, on another stream.",
+            entry=", ".join(never),
         )
 
     def _describe(self, number: int) -> str:

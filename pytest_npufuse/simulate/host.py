@@ -62,7 +62,9 @@ def threads_from_environment() -> int:
         raise NpufuseError(
             f"environment variable {THREADS_ENV}={value[:40]!r}{'...' if len(value) > 40 else ''} is not a positive "
             f"integer of at most {MAX_THREADS} (an int64); GE reads it as the number of "
-            f"host threads (CANN's dynamic-shape scheduling article recommends 3). Set e.g. {THREADS_ENV}=3 or unset it."
+            "host threads (CANN's dynamic-shape scheduling article "
+            f"recommends 3). Set e.g. {THREADS_ENV}=3 or unset it.",
+            argument=THREADS_ENV,
         )
     return int(value)
 
@@ -98,16 +100,20 @@ class HostConfig:
             raise ArgumentError(
                 f"HostConfig(threads={self.threads!r}): threads is MAX_RUNTIME_CORE_NUMBER, an int from 1 to "
                 f"{MAX_THREADS} "
-                "(CANN's dynamic-shape scheduling article recommends 3)."
+                "(CANN's dynamic-shape scheduling article recommends 3).", op="HostConfig", argument="threads"
             )
         for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "ge_fusion"):
             if not isinstance(getattr(self, name), bool):
-                raise ArgumentError(f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.")
+                raise ArgumentError(
+                    f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.",
+                    op="HostConfig",
+                )
         ops = self.rebound_ops
         if not isinstance(ops, frozenset) or not all(isinstance(op, str) for op in ops):
             raise ArgumentError(
                 f"HostConfig(rebound_ops={ops!r}): rebound_ops is a frozenset of op types whose captured tasks "
-                "the host updates after each replay, e.g. frozenset({'npu::npu_fused_infer_attention_score'})."
+                "the host updates after each replay, e.g. frozenset({'npu::npu_fused_infer_attention_score'}).",
+                op="HostConfig", argument="rebound_ops"
             )
 
 

@@ -58,7 +58,10 @@ def default_op(op_type: str) -> OpInfo:
 
 def _entry(op_type: str, table: Any, where: str) -> OpInfo:
     if "::" not in op_type:
-        raise ProfileError(f"{where}: op type '{op_type}' must be written 'namespace::name', e.g. 'acc::my_op'.")
+        raise ProfileError(
+            f"{where}: op type '{op_type}' must be written 'namespace::name', e.g. 'acc::my_op'.",
+            entry=f"{where} {op_type}",
+        )
     if not isinstance(table, dict):
         raise ProfileError(f"{where}: '{op_type}' must be a table of keys (engine, fusable, sync_all, block_dim).")
     entry_where = f'{where} ["{op_type}"]'
@@ -81,7 +84,10 @@ def _entry(op_type: str, table: Any, where: str) -> OpInfo:
     unfusable = _unfusable(table, engine, fusable, entry_where)
     mpmd_tasks = _optional(table, "mpmd_tasks", int, 0, entry_where)
     if mpmd_tasks < 0:
-        raise ProfileError(f"{entry_where}: mpmd_tasks {mpmd_tasks} must be 0 (an ordinary kernel) or the kernel's task count.")
+        raise ProfileError(
+            f"{entry_where}: mpmd_tasks {mpmd_tasks} must be 0 (an ordinary kernel) or the kernel's task count.",
+            entry=f"{entry_where} mpmd_tasks", bound=0,
+        )
     unknown = sorted(set(table) - _ENTRY_KEYS)
     if unknown:
         raise ProfileError(f"{entry_where}: unknown key '{unknown[0]}'; the keys are {', '.join(sorted(_ENTRY_KEYS))}.")
@@ -112,7 +118,10 @@ def _unfusable(table: dict[str, Any], engine: str, fusable: bool, where: str) ->
         return default_unfusable(engine, fusable)
     value = _one_of(typed_value(table, "unfusable", str, where), tuple(Unfusable), "unfusable", where)
     if fusable:
-        raise ProfileError(f"{where}: unfusable '{value}' says why an op cannot be fused, but fusable = true; drop one.")
+        raise ProfileError(
+            f"{where}: unfusable '{value}' says why an op cannot be fused, but fusable = true; drop one.",
+            entry=f"{where} unfusable",
+        )
     return Unfusable(value)
 
 
@@ -129,7 +138,7 @@ def _optional(table: dict[str, Any], key: str, kind: type, default: Any, where: 
 
 def _one_of(value: str, rules: Sequence[str], key: str, where: str) -> str:
     if value not in rules:
-        raise ProfileError(f"{where}: {key} '{value}' is not one of {', '.join(rules)}.")
+        raise ProfileError(f"{where}: {key} '{value}' is not one of {', '.join(rules)}.", entry=f"{where} {key}")
     return value
 
 

@@ -255,7 +255,7 @@ def _corrections(table: Any, where: str) -> Mapping[str, float]:
     Whether each name is an op type of the catalog is checked where the catalog is known
     (:meth:`pytest_npufuse.target.userconfig.UserConfig.profile`)."""
     if not isinstance(table, dict):
-        raise ProfileError(f"{where}: must be a table of OP_TYPE = factor, got {table!r}.")
+        raise ProfileError(f"{where}: must be a table of OP_TYPE = factor, got {table!r}.", entry=where)
     low, high = CORRECTION_RANGE
     factors: dict[str, float] = {}
     for name in sorted(table):
@@ -263,7 +263,8 @@ def _corrections(table: Any, where: str) -> Mapping[str, float]:
         if not math.isfinite(value) or not low <= value <= high:
             raise ProfileError(
                 f"{where}: key '{name}' is {value!r}, expected a factor in [{low:g}, {high:g}] (measured over "
-                "modeled time of that op type); fix it in that table or calibrate again."
+                "modeled time of that op type); fix it in that table or calibrate again.",
+                entry=f"{where} {name}", bound=low if value < low else high
             )
         factors[name] = value
     return MappingProxyType(factors)
@@ -275,13 +276,17 @@ def _reject_unknown_keys(data: Mapping[str, Any], read: set[tuple[str, str]], so
     for name in sorted(data):
         if name not in sections:
             hint = difflib.get_close_matches(name, sorted(sections), n=1)
-            raise ProfileError(f"{source}: unknown section [{name}]" + (f"; did you mean [{hint[0]}]?" if hint else "."))
+            raise ProfileError(
+                f"{source}: unknown section [{name}]" + (f"; did you mean [{hint[0]}]?" if hint else "."),
+                entry=f"{source} [{name}]",
+            )
         keys = sorted(key for section, key in read if section == name)
         for key in sorted(data[name]):
             if key not in keys:
                 hint = difflib.get_close_matches(key, keys, n=1)
                 raise ProfileError(
-                    f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else ".")
+                    f"{source} [{name}]: unknown key '{key}'" + (f"; did you mean '{hint[0]}'?" if hint else "."),
+                    entry=f"{source} [{name}] {key}"
                 )
 
 
@@ -311,7 +316,10 @@ def _check_range(value: float, section: str, key: str, where: str) -> None:
     if bad:
         expected = ("a number in [0, 1]" if may_be_zero else "a number in (0, 1]") if fraction else (
             "zero or more" if may_be_zero else "more than zero")
-        raise ProfileError(f"{where}: key '{key}' is {value!r}, expected {expected} (finite); fix it in that table.")
+        raise ProfileError(
+            f"{where}: key '{key}' is {value!r}, expected {expected} (finite); fix it in that table.",
+            entry=f"{where} {key}", bound=1 if fraction and value > 1 else 0,
+        )
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -349,7 +357,10 @@ class TargetTable:
 def _base_of(data: Mapping[str, Any], implicit: str | None, source: str) -> str | None:
     base = data.get("base", implicit)
     if base is not None and base not in BUILTIN_TARGETS:
-        raise ProfileError(f"{source}: key 'base' is {base!r}, expected one of {', '.join(BUILTIN_TARGETS)}.")
+        raise ProfileError(
+            f"{source}: key 'base' is {base!r}, expected one of {', '.join(BUILTIN_TARGETS)}.",
+            entry=f"{source} base",
+        )
     return base
 
 
@@ -445,6 +456,6 @@ def load_profile(target: str, user_targets: Mapping[str, TargetTable] | None = N
     users = f"; user targets are {', '.join(sorted(user_targets))}" if user_targets else ""
     raise ProfileError(
         f"unknown NPU target {target!r}; built-in targets are {', '.join(BUILTIN_TARGETS)}{users}, "
-        "or give the path of a profile .toml file."
+        "or give the path of a profile .toml file.", argument="target"
     )
 

@@ -51,7 +51,8 @@ class UserConfig:
                     raise ProfileError(
                         f"{profile.source} [corrections]: unknown op type '{name}'"
                         + (f"; did you mean '{hint[0]}'?" if hint else "; use an OP Type of the op catalog "
-                           "(python -m pytest_npufuse ops) or of [tool.npufuse.ops].")
+                           "(python -m pytest_npufuse ops) or of [tool.npufuse.ops]."),
+                        file=str(profile.source), entry=f"[corrections] {name}"
                     )
         return profile
 

@@ -175,10 +175,10 @@ def halved(name: str, x: torch.Tensor, dim: int) -> Out:
     halved, x's dtype (float16, bfloat16 or float32); the dim must exist and be even."""
     require_dtype(name, x, FLOAT_DTYPES)
     if x.dim() == 0 or not -x.dim() <= dim < x.dim():
-        raise OpArgumentError(f"dim={dim} is out of range for {name} of shape {list(x.shape)}")
+        raise OpArgumentError(f"dim={dim} is out of range for {name} of shape {list(x.shape)}", argument="dim")
     if x.shape[dim] % 2 != 0:
         raise OpArgumentError(
-            f"{name} has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)"
+            f"{name} has size {x.shape[dim]} in dim {dim}; it must be even (it is split in two halves)", argument=name
         )
     shape = list(x.shape)
     shape[dim] //= 2
@@ -320,9 +320,11 @@ GELU_MUL_MAX_WIDTH = 1024  # the doc: the last dim is even and at most 1024
 def _gelu_mul_meta(call: Arguments) -> Out:
     x = call.input
     if not 2 <= x.dim() <= 8:
-        raise OpArgumentError(f"input has {x.dim()} dims; the doc allows 2 to 8")
+        raise OpArgumentError(f"input has {x.dim()} dims; the doc allows 2 to 8", argument="input")
     if x.shape[-1] > GELU_MUL_MAX_WIDTH:
-        raise OpArgumentError(f"input's last dim is {x.shape[-1]}; the doc allows at most {GELU_MUL_MAX_WIDTH}")
+        raise OpArgumentError(
+            f"input's last dim is {x.shape[-1]}; the doc allows at most {GELU_MUL_MAX_WIDTH}", argument="input"
+        )
     return halved("input", x, -1)
 
 
@@ -345,11 +347,12 @@ def npu_gelu_mul(call: Arguments) -> None:
 def _clipped_swiglu_meta(call: Arguments) -> Out:
     x = call.x
     if x.dim() < 2:
-        raise OpArgumentError(f"x has {x.dim()} dims; the doc requires more than 1")
+        raise OpArgumentError(f"x has {x.dim()} dims; the doc requires more than 1", argument="x")
     index = call.group_index
     if index is not None and (index.dim() != 1 or index.dtype != torch.int64):
         raise OpArgumentError(
-            f"group_index is a {index.dtype} tensor of shape {list(index.shape)}; expected 1-D int64 token counts"
+            f"group_index is a {index.dtype} tensor of shape {list(index.shape)}; expected 1-D int64 token counts",
+            argument="group_index"
         )
     return halved("x", x, call.dim)
 
@@ -453,7 +456,9 @@ def _geglu_grad_meta(call: Arguments) -> Out:
     for name in ("grad_output", "gelu"):
         tensor = getattr(call, name)
         if list(tensor.shape) != list(out.shape):
-            raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected npu_geglu's {list(out.shape)}")
+            raise OpArgumentError(
+                f"{name} has shape {list(tensor.shape)}; expected npu_geglu's {list(out.shape)}", argument=name
+            )
     return Out(list(call.self.shape), call.self.dtype)
 
 

@@ -38,7 +38,7 @@ def _tokens(name: str, tensor: torch.Tensor, heads: int) -> torch.Tensor:
     if tensor.dim() == 2 and tensor.shape[1] % heads == 0:
         return tensor.reshape(tensor.shape[0], heads, tensor.shape[1] // heads)
     raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [tokens, {heads}, head_dim] or "
-                          f"[tokens, {heads} x head_dim]")
+                          f"[tokens, {heads} x head_dim]", argument=name)
 
 
 def _blocks(name: str, cache: torch.Tensor, kv_heads: int) -> torch.Tensor:
@@ -47,26 +47,32 @@ def _blocks(name: str, cache: torch.Tensor, kv_heads: int) -> torch.Tensor:
         return cache.reshape(cache.shape[0], cache.shape[1], -1)
     if cache.dim() == 3 and cache.shape[2] % kv_heads == 0:
         return cache
-    raise OpArgumentError(f"{name} has shape {list(cache.shape)}; expected [blocks, block_size, {kv_heads}, head_dim]")
+    raise OpArgumentError(
+        f"{name} has shape {list(cache.shape)}; expected [blocks, block_size, {kv_heads}, head_dim]", argument=name
+    )
 
 
 def _check_lengths(name: str, lengths: torch.Tensor, batch: Optional[int] = None) -> None:
     require_dtype(name, lengths, LENGTH_DTYPES)
     if lengths.dim() != 1 or (batch is not None and lengths.shape[0] != batch):
         expected = f"[{batch}]" if batch is not None else "1-D [batch]"
-        raise OpArgumentError(f"{name} has shape {list(lengths.shape)}; expected {expected} (one length per sequence)")
+        raise OpArgumentError(
+            f"{name} has shape {list(lengths.shape)}; expected {expected} (one length per sequence)", argument=name
+        )
 
 
 def _check_heads(num_heads: int, num_kv_heads: int) -> None:
     if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
-        raise OpArgumentError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (GQA groups)")
+        raise OpArgumentError(
+            f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (GQA groups)", argument="num_kv_heads"
+        )
 
 
 def _check_out(out: torch.Tensor, query: torch.Tensor, tokens: int, heads: int, value_dim: int) -> Out:
     require_dtype("out", out, (query.dtype,), "(query's dtype)")
     if out.numel() != tokens * heads * value_dim:
         raise OpArgumentError(f"out has shape {list(out.shape)}; it must hold [{tokens}, {heads}, {value_dim}] "
-                              "(tokens, heads, value head dim)")
+                              "(tokens, heads, value head dim)", argument="out")
     return Out(list(out.shape), out.dtype)
 
 
@@ -119,7 +125,7 @@ def _check_mask_table(mask: torch.Tensor) -> None:
     require_dtype("mask", mask, (torch.float16, torch.bfloat16, torch.float32, torch.bool))
     if mask.dim() not in (2, 3) or (mask.dim() == 3 and mask.shape[0] != 1) or mask.shape[-1] != mask.shape[-2]:
         raise OpArgumentError(
-            f"mask has shape {list(mask.shape)}; expected [max_seq, max_seq] or [1, max_seq, max_seq]"
+            f"mask has shape {list(mask.shape)}; expected [max_seq, max_seq] or [1, max_seq, max_seq]", argument="mask"
         )
 
 
@@ -135,7 +141,9 @@ def _encoder_meta(call: Arguments) -> Out:
 def _encoder_kernel(call: Arguments) -> torch.Tensor:
     lengths, mask = _lengths(call.seq_len), getattr(call, "mask", None)
     if mask is not None and mask.shape[-1] < max(lengths, default=0):
-        raise OpArgumentError(f"mask is {list(mask.shape)}; it must cover the longest sequence ({max(lengths)})")
+        raise OpArgumentError(
+            f"mask is {list(mask.shape)}; it must cover the longest sequence ({max(lengths)})", argument="mask"
+        )
     return _attend(call, len(lengths), lengths, lengths, mask=mask)[0]
 
 
@@ -202,7 +210,7 @@ def _require_compressed_causal(mask: torch.Tensor) -> None:
     expected = torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
     if mask.dim() not in (2, 3) or not torch.equal(mask.reshape(-1, size, size)[0] != 0, expected):
         raise OpArgumentError("mask must be the compressed causal mask: nonzero exactly above the diagonal, "
-                              "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype")
+                              "e.g. torch.triu(torch.ones(128, 128), diagonal=1) in query's dtype", argument="mask")
 
 
 def _qlens_meta(call: Arguments) -> Out:
@@ -218,7 +226,9 @@ def _qlens_kernel(call: Arguments) -> torch.Tensor:
     _require_compressed_causal(call.mask)
     q_lens, kv_lens = _lengths(call.seq_len), _lengths(call.context_lens)
     if any(q > kv for q, kv in zip(q_lens, kv_lens)):
-        raise OpArgumentError(f"seq_len={q_lens} (new tokens) must not exceed context_lens={kv_lens} (all tokens)")
+        raise OpArgumentError(
+            f"seq_len={q_lens} (new tokens) must not exceed context_lens={kv_lens} (all tokens)", argument="seq_len"
+        )
     return _attend(call, len(q_lens), q_lens, kv_lens, mode=RIGHT_DOWN_CAUSAL)[0]
 
 
@@ -313,12 +323,15 @@ def _cache_write_meta(call: Arguments) -> tuple[Out, Out]:
     for name, rows, cache in (("key", key, key_cache), ("value", value, value_cache)):
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if rows.dim() != 3:
-            raise OpArgumentError(f"{name} has shape {list(rows.shape)}; expected [tokens, kv_heads, head_dim]")
+            raise OpArgumentError(
+                f"{name} has shape {list(rows.shape)}; expected [tokens, kv_heads, head_dim]", argument=name
+            )
         if nz:
             nz_runs(name, rows, cache)
         elif not is_norm_cache(rows, cache):
             raise OpArgumentError(f"{name} {list(rows.shape)} and {name}_cache {list(cache.shape)} must be "
-                                  "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]")
+                                  "[tokens, kv_heads, head_dim] and [blocks, block_size, kv_heads, head_dim]",
+                                  argument=name)
     require_shape("slot_indices", call.slot_indices, ((key.shape[0],),))
     require_shape("value", value, ((key.shape[0], *value.shape[1:]),))
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)

@@ -91,12 +91,15 @@ def _dense_sizes(name: str, tensor: torch.Tensor, layout: str, heads: int) -> tu
     """(batch, sequence, head dim) of a BSH / BSND / BNSD tensor with ``heads`` heads."""
     if layout == "BSH":
         if tensor.dim() != 3 or tensor.shape[2] % heads != 0:
-            raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; BSH needs [B, S, {heads} x D]")
+            raise OpArgumentError(
+                f"{name} has shape {list(tensor.shape)}; BSH needs [B, S, {heads} x D]", argument=name
+            )
         return tensor.shape[0], tensor.shape[1], tensor.shape[2] // heads
     heads_dim = 2 if layout == "BSND" else 1
     if tensor.dim() != 4 or tensor.shape[heads_dim] != heads:
         raise OpArgumentError(
-            f"{name} has shape {list(tensor.shape)}; {layout} needs 4 dims with {heads} heads at dim {heads_dim}"
+            f"{name} has shape {list(tensor.shape)}; {layout} needs 4 dims with {heads} heads at dim {heads_dim}",
+            argument=name
         )
     seq = tensor.shape[1] if layout == "BSND" else tensor.shape[2]
     return tensor.shape[0], seq, tensor.shape[3]
@@ -105,7 +108,7 @@ def _dense_sizes(name: str, tensor: torch.Tensor, layout: str, heads: int) -> tu
 def _tnd_sizes(name: str, tensor: torch.Tensor, heads: int) -> tuple[int, int]:
     """(tokens T, head dim) of a TND tensor."""
     if tensor.dim() != 3 or tensor.shape[1] != heads:
-        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; TND needs [T, {heads}, D]")
+        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; TND needs [T, {heads}, D]", argument=name)
     return tensor.shape[0], tensor.shape[2]
 
 
@@ -131,12 +134,13 @@ def _paged_sizes(name: str, cache: torch.Tensor, layout: str, kv_heads: int, blo
         if layout == "BNSD" and cache.dtype != torch.int8:
             raise OpArgumentError(
                 f"{name} is a FRACTAL_NZ cache {list(cache.shape)}; input_layout BNSD reads NZ caches only of int8 "
-                "(antiquant) keys and values")
+                "(antiquant) keys and values", argument=name)
         if (cache.shape[1], cache.shape[3], cache.shape[4]) == (kv_heads, block_size, run):
             return cache.shape[2] * run
         raise OpArgumentError(
             f"{name} has shape {list(cache.shape)}; a FRACTAL_NZ paged cache of {cache.dtype} is "
-            f"[blocks, {kv_heads}, D / {run}, {block_size}, {run}] (block_size={block_size}, N_kv={kv_heads})"
+            f"[blocks, {kv_heads}, D / {run}, {block_size}, {run}] (block_size={block_size}, N_kv={kv_heads})",
+            argument=name
         )
     if cache.dim() == 3 and cache.shape[1] == block_size and cache.shape[2] % kv_heads == 0:
         return cache.shape[2] // kv_heads
@@ -147,7 +151,7 @@ def _paged_sizes(name: str, cache: torch.Tensor, layout: str, kv_heads: int, blo
     raise OpArgumentError(
         f"{name} has shape {list(cache.shape)}; with block_table and input_layout={layout!r} the KV cache is "
         f"[blocks, {block_size}, {kv_heads} x D], {four_d} or FRACTAL_NZ [blocks, {kv_heads}, D / c, {block_size}, c] "
-        f"(block_size={block_size}, N_kv={kv_heads})"
+        f"(block_size={block_size}, N_kv={kv_heads})", argument=name
     )
 
 
@@ -159,7 +163,8 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
     if layout == "TND":
         if q_lens is None:
             raise OpArgumentError(
-                "input_layout='TND' needs actual_seq_lengths: the cumulative query token ends per batch"
+                "input_layout='TND' needs actual_seq_lengths: the cumulative query token ends per batch",
+                argument="input_layout"
             )
         q_len, head_dim = _tnd_sizes("query", query, heads)
         batch = len(q_lens)
@@ -169,10 +174,13 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
         require_dtype("block_table", block_table, (torch.int32,))
         if block_table.dim() != 2 or block_table.shape[0] != batch:
             raise OpArgumentError(
-                f"block_table has shape {list(block_table.shape)}; expected [B={batch}, max blocks per sequence]"
+                f"block_table has shape {list(block_table.shape)}; expected [B={batch}, max blocks per sequence]",
+                argument="block_table"
             )
         if block_size <= 0:
-            raise OpArgumentError("block_table needs block_size > 0 (the tokens per cache block)")
+            raise OpArgumentError(
+                "block_table needs block_size > 0 (the tokens per cache block)", argument="block_table"
+            )
         key_dim = _paged_sizes("key", key, layout, kv_heads, block_size)
         value_dim = _paged_sizes("value", value, layout, kv_heads, block_size)
         kv_len = block_table.shape[1] * block_size
@@ -180,17 +188,17 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
         kv_len, key_dim = _tnd_sizes("key", key, kv_heads)
         value_len, value_dim = _tnd_sizes("value", value, kv_heads)
         if value_len != kv_len:
-            raise OpArgumentError(f"key has {kv_len} tokens but value has {value_len}")
+            raise OpArgumentError(f"key has {kv_len} tokens but value has {value_len}", argument="key")
     else:
         key_batch, kv_len, key_dim = _dense_sizes("key", key, layout, kv_heads)
         value_batch, value_len, value_dim = _dense_sizes("value", value, layout, kv_heads)
         if (key_batch, value_batch) != (batch, batch) or value_len != kv_len:
             raise OpArgumentError(
                 f"query {list(query.shape)}, key {list(key.shape)} and value {list(value.shape)} do not match in "
-                f"{layout}: batch and KV sequence must agree"
+                f"{layout}: batch and KV sequence must agree", argument="query"
             )
     if key_dim != head_dim:
-        raise OpArgumentError(f"query head dim {head_dim} and key head dim {key_dim} differ")
+        raise OpArgumentError(f"query head dim {head_dim} and key head dim {key_dim} differ", argument="query")
     return _Geometry(layout, batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim, paged, out_layout or layout,
                      block_table.shape[1] if paged else 0)
 
@@ -206,7 +214,9 @@ def _check_rope(query_rope: Optional[torch.Tensor], key_rope: Optional[torch.Ten
     """MLA: query_rope / key_rope come together, in query's / key's dtype and shape but their own head dim
     (with int8 query and key, the rope parts are float16/bfloat16, one dtype)."""
     if (query_rope is None) != (key_rope is None):
-        raise OpArgumentError("query_rope and key_rope must be given together (MLA) or not at all")
+        raise OpArgumentError(
+            "query_rope and key_rope must be given together (MLA) or not at all", argument="query_rope"
+        )
     if quantised and query_rope is None:
         raise OpArgumentError("int8 query, key and value (query_quant_mode=3) are MLA's: pass query_rope and key_rope")
     for name, rope, base in (("query_rope", query_rope, query), ("key_rope", key_rope, key)):
@@ -214,11 +224,14 @@ def _check_rope(query_rope: Optional[torch.Tensor], key_rope: Optional[torch.Ten
             continue
         require_dtype(name, rope, ATTENTION_DTYPES if quantised else (base.dtype,))
         if quantised and rope.dtype != query_rope.dtype:
-            raise OpArgumentError(f"query_rope is {query_rope.dtype} but key_rope is {rope.dtype}; they share a dtype")
+            raise OpArgumentError(
+                f"query_rope is {query_rope.dtype} but key_rope is {rope.dtype}; they share a dtype",
+                argument="query_rope",
+            )
         if rope.dim() != base.dim() or _head_dim_free(rope) != _head_dim_free(base):
             if not (base.dim() == 3 and rope.dim() == 3 and rope.shape[:2] == base.shape[:2]):
                 raise OpArgumentError(f"{name} has shape {list(rope.shape)}; it must match {list(base.shape)} except "
-                                      "the last dim (the rope head dim)")
+                                      "the last dim (the rope head dim)", argument=name)
 
 
 def _seq_lengths(name: str, values: Optional[Sequence[int]], batch: int, limit: int) -> list[int]:
@@ -229,7 +242,9 @@ def _seq_lengths(name: str, values: Optional[Sequence[int]], batch: int, limit: 
     if len(lengths) == 1:
         lengths = lengths * batch
     if len(lengths) < batch or any(not 0 <= v <= limit for v in lengths[:batch]):
-        raise OpArgumentError(f"{name}={lengths} must hold 1 or >= {batch} (batch) values between 0 and {limit}")
+        raise OpArgumentError(
+            f"{name}={lengths} must hold 1 or >= {batch} (batch) values between 0 and {limit}", argument=name
+        )
     return lengths[:batch]
 
 
@@ -238,7 +253,9 @@ def _cumulative_lengths(name: str, ends: Sequence[int], total: int) -> list[int]
     ends = [int(require_int(f"{name}[{i}]", v)) for i, v in enumerate(ends)]
     starts = [0, *ends[:-1]]
     if any(e < s for s, e in zip(starts, ends)) or (ends and ends[-1] > total):
-        raise OpArgumentError(f"{name}={ends} must be non-decreasing cumulative token ends <= {total} (TND layout)")
+        raise OpArgumentError(
+            f"{name}={ends} must be non-decreasing cumulative token ends <= {total} (TND layout)", argument=name
+        )
     return [e - s for s, e in zip(starts, ends)]
 
 
@@ -247,10 +264,11 @@ def _check_mask(mask: Optional[torch.Tensor], sparse_mode: int, geo: _Geometry) 
         if sparse_mode in CAUSAL_MODES:
             raise OpArgumentError(
                 f"sparse_mode={sparse_mode} needs the compressed causal mask atten_mask="
-                f"torch.triu(torch.ones({CAUSAL_MASK_SIZE}, {CAUSAL_MASK_SIZE}, dtype=torch.bool), diagonal=1)"
+                f"torch.triu(torch.ones({CAUSAL_MASK_SIZE}, {CAUSAL_MASK_SIZE}, dtype=torch.bool), diagonal=1)",
+                argument="sparse_mode"
             )
         if sparse_mode == ALL_MASK:
-            raise OpArgumentError("sparse_mode=1 (allMask) needs the full atten_mask")
+            raise OpArgumentError("sparse_mode=1 (allMask) needs the full atten_mask", argument="sparse_mode")
         return
     require_dtype("atten_mask", mask, MASK_DTYPES)
     size = CAUSAL_MASK_SIZE
@@ -269,7 +287,8 @@ def _require_causal_mask(mask: torch.Tensor) -> None:
     expected = torch.ones(CAUSAL_MASK_SIZE, CAUSAL_MASK_SIZE, dtype=torch.bool).triu(diagonal=1)
     if not torch.equal(mask.reshape(CAUSAL_MASK_SIZE, CAUSAL_MASK_SIZE) != 0, expected):
         raise OpArgumentError(
-            "sparse_mode 2/3 need atten_mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)"
+            "sparse_mode 2/3 need atten_mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)",
+            argument="sparse_mode"
         )
 
 
@@ -306,7 +325,9 @@ def _paged_to_bnsd(cache: torch.Tensor, block_table: torch.Tensor, layout: str, 
     blocks = cache.shape[0]
     table = block_table.to(torch.int64)
     if bool(((table < 0) | (table >= blocks)).any()):
-        raise OpArgumentError(f"block_table holds block ids outside [0, {blocks}) (the cache's block count)")
+        raise OpArgumentError(
+            f"block_table holds block ids outside [0, {blocks}) (the cache's block count)", argument="block_table"
+        )
     gathered = cache[table]  # [B, max_blocks, N_kv, block_size, D], NZ: [B, max_blocks, N_kv, D / c, block_size, c]
     batch, count, size = gathered.shape[0], gathered.shape[1], cache.shape[-2 if _is_nz(cache) else 2]
     out = torch.empty(batch, kv_heads, count * size, cache.shape[2] * cache.shape[4] if _is_nz(cache) else cache.shape[3],
@@ -575,7 +596,7 @@ class Antiquant:
                 raise OpArgumentError(
                     f"{name} has shape {list(factor.shape)}; {self.name}_antiquant_mode={self.mode} "
                     f"({ANTIQUANT_MODES[self.mode]}) needs {self._expected(geo, cache_blocks)} "
-                    f"(B={geo.batch}, N_kv={geo.kv_heads}, S_kv={geo.kv_len}, D={geo.head_dim})")
+                    f"(B={geo.batch}, N_kv={geo.kv_heads}, S_kv={geo.kv_len}, D={geo.head_dim})", argument=name)
 
     def _fits(self, shape: tuple[int, ...], geo: _Geometry, cache_blocks: int) -> bool:
         batch, heads, length = geo.batch, geo.kv_heads, geo.kv_len
@@ -643,9 +664,15 @@ def _antiquant(call: Arguments, geo: _Geometry) -> Optional[tuple[Antiquant, Ant
     key_scale, value_scale = factor("key_antiquant_scale", None), factor("value_antiquant_scale", None)
     key_offset, value_offset = factor("key_antiquant_offset", None), factor("value_antiquant_offset", None)
     if (key_scale is None) != (value_scale is None):
-        raise OpArgumentError("key_antiquant_scale and value_antiquant_scale are given together or not at all")
+        raise OpArgumentError(
+            "key_antiquant_scale and value_antiquant_scale are given together or not at all",
+            argument="key_antiquant_scale",
+        )
     if (key_offset is None) != (value_offset is None):
-        raise OpArgumentError("key_antiquant_offset and value_antiquant_offset are given together or not at all")
+        raise OpArgumentError(
+            "key_antiquant_offset and value_antiquant_offset are given together or not at all",
+            argument="key_antiquant_offset",
+        )
     given = key_scale is not None or call.antiquant_scale is not None
     if call.key.dtype != torch.int8:
         if given or call.antiquant_offset is not None or key_offset is not None:
@@ -666,7 +693,8 @@ def _antiquant(call: Arguments, geo: _Geometry) -> Optional[tuple[Antiquant, Ant
         scale, offset = call.antiquant_scale, call.antiquant_offset
         if scale.dim() < 1 or scale.shape[0] != 2 or (offset is not None and offset.shape != scale.shape):
             raise OpArgumentError(f"antiquant_scale has shape {list(scale.shape)}; the combined form stacks the key's "
-                                  "and the value's factors on a first dim of 2 (antiquant_offset alike)")
+                                  "and the value's factors on a first dim of 2 (antiquant_offset alike)",
+                                  argument="antiquant_scale")
         factors = tuple(Antiquant(name, scale[i], None if offset is None else offset[i], modes[0])
                         for i, name in enumerate(("key", "value")))
     allowed = ANTIQUANT_MODES if geo.q_len == 1 else PREFILL_ANTIQUANT_MODES
@@ -675,7 +703,7 @@ def _antiquant(call: Arguments, geo: _Geometry) -> Optional[tuple[Antiquant, Ant
                        "Q_S > 1 takes 0 or 1, Q_S = 1 also 2-5")
     if modes[0] != modes[1] and modes != (PER_CHANNEL, PER_TOKEN):
         raise OpArgumentError(f"key_antiquant_mode={modes[0]} and value_antiquant_mode={modes[1]} must agree "
-                              "(except key 0 with value 1)")
+                              "(except key 0 with value 1)", argument="key_antiquant_mode")
     blocks = call.key.shape[0] if geo.paged else 0
     for factor in factors:
         factor.check(geo, blocks)
@@ -702,11 +730,13 @@ def _left_padding(setup: _Setup, call: Arguments, q_lengths_given: bool, kv_leng
     for b, start in enumerate(starts.get("kv_padding_size", [])):
         if start < 0 and setup.geo.q_len > 1:
             raise OpArgumentError(f"kv_padding_size leaves batch {b} starting at key {start} < 0 "
-                                  "(S_kv - kv_padding_size - actual_seq_lengths_kv must be >= 0 for prefill)")
+                                  "(S_kv - kv_padding_size - actual_seq_lengths_kv must be >= 0 for prefill)",
+                                  argument="kv_padding_size")
         kv_lens[b] = 0 if start < 0 else kv_lens[b]
     if any(start < 0 for start in starts.get("query_padding_size", [])):
         raise OpArgumentError("query_padding_size leaves a batch starting before row 0 "
-                              "(Q_S - query_padding_size - actual_seq_lengths must be >= 0)")
+                              "(Q_S - query_padding_size - actual_seq_lengths must be >= 0)",
+                              argument="query_padding_size")
     return replace(setup, kv_lens=kv_lens, q_starts=starts.get("query_padding_size"),
                    kv_starts=[max(0, start) for start in starts["kv_padding_size"]] if "kv_padding_size" in starts
                    else None)
@@ -720,21 +750,27 @@ def _check_padding(call: Arguments, geo: _Geometry) -> None:
             continue
         require_dtype(name, padding, (torch.int64,))
         if padding.numel() != 1:
-            raise OpArgumentError(f"{name} has shape {list(padding.shape)}; it holds one padding count")
+            raise OpArgumentError(f"{name} has shape {list(padding.shape)}; it holds one padding count", argument=name)
         if geo.paged:
-            raise OpArgumentError(f"{name} (left padding) does not take paged KV (block_table)")
+            raise OpArgumentError(f"{name} (left padding) does not take paged KV (block_table)", argument=name)
 
 
 def _kv_lengths(geo: _Geometry, values: Optional[Sequence[int]], key: torch.Tensor, name: str) -> list[int]:
     """Per-batch KV lengths: cumulative ends for non-paged TND, plain lengths otherwise (required when paged)."""
     if geo.paged and values is None:
-        raise OpArgumentError(f"block_table (paged KV) needs {name}: the valid KV length of each batch")
+        raise OpArgumentError(
+            f"block_table (paged KV) needs {name}: the valid KV length of each batch", argument="block_table"
+        )
     if geo.layout == "TND" and not geo.paged:
         if values is None:
-            raise OpArgumentError(f"input_layout='TND' needs {name}: the cumulative KV token ends per batch")
+            raise OpArgumentError(
+                f"input_layout='TND' needs {name}: the cumulative KV token ends per batch", argument="input_layout"
+            )
         lengths = _cumulative_lengths(name, values, key.shape[0])
         if len(lengths) != geo.batch:
-            raise OpArgumentError(f"{name} has {len(lengths)} values; TND needs one per batch ({geo.batch})")
+            raise OpArgumentError(
+                f"{name} has {len(lengths)} values; TND needs one per batch ({geo.batch})", argument=name
+            )
         return lengths
     return _seq_lengths(name, values, geo.batch, geo.kv_len)
 
@@ -769,7 +805,7 @@ def _check_qkv_dtypes(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     require_dtype("query", query, ATTENTION_DTYPES, "(int8 attention needs v2's query_quant_mode=3)")
     require_dtype("key", key, (query.dtype, torch.int8), "(query's dtype, or int8 with antiquant scales)")
     if value.dtype != key.dtype:
-        raise OpArgumentError(f"key is {key.dtype} but value is {value.dtype}; they share a dtype")
+        raise OpArgumentError(f"key is {key.dtype} but value is {value.dtype}; they share a dtype", argument="key")
 
 
 def _ntd_as_tnd(layout: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -812,18 +848,20 @@ def _check_attention_scalars(num_heads: int, num_key_value_heads: int, sparse_mo
                              pre_tokens: int, next_tokens: int, block_size: int) -> None:
     """Scalar options shared by the attention ops (their schema types are checked already)."""
     if num_heads < 1:
-        raise OpArgumentError(f"num_heads={num_heads} must be >= 1")
+        raise OpArgumentError(f"num_heads={num_heads} must be >= 1", argument="num_heads")
     kv_heads = num_key_value_heads or num_heads
     if kv_heads < 0 or num_heads % kv_heads != 0:
         raise OpArgumentError(
-            f"num_key_value_heads={num_key_value_heads} must divide num_heads={num_heads} (GQA groups)"
+            f"num_key_value_heads={num_key_value_heads} must divide num_heads={num_heads} (GQA groups)",
+            argument="num_key_value_heads"
         )
     require_choice("sparse_mode", sparse_mode, (MASK_ONLY, ALL_MASK, LEFT_UP_CAUSAL, RIGHT_DOWN_CAUSAL, BAND),
                    "0 mask with pre/next-token band, 1 mask only, 2/3 causal, 4 band from the bottom right "
                    "(prefix, global, dilated and block-local modes 5-8 are not modeled)")
     if sparse_mode == BAND and pre_tokens + next_tokens < 0:
         raise OpArgumentError(
-            f"sparse_mode=4 (band) needs pre_tokens + next_tokens >= 0, got {pre_tokens} + {next_tokens}"
+            f"sparse_mode=4 (band) needs pre_tokens + next_tokens >= 0, got {pre_tokens} + {next_tokens}",
+            argument="sparse_mode"
         )
     require_choice("inner_precise", inner_precise, (0, 1, 2, 3),
                    "precision/performance and invalid-row modes; the CPU model computes one way")
@@ -903,7 +941,8 @@ def npu_fused_infer_attention_score(call: Arguments) -> None:
                              call.block_size)
     if call.input_layout not in FIA_LAYOUTS:
         raise OpArgumentError(
-            f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}"
+            f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FIA_LAYOUTS)}",
+            argument="input_layout"
         )
 
 
@@ -922,13 +961,16 @@ def _same_shape_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                      layouts: Sequence[str]) -> _Geometry:
     """IFA/PFA: dense layouts, and the output has the query's shape (their meta functions)."""
     if layout not in layouts:
-        raise OpArgumentError(f"input_layout={layout!r} is not implemented; expected one of {', '.join(layouts)}")
+        raise OpArgumentError(
+            f"input_layout={layout!r} is not implemented; expected one of {', '.join(layouts)}", argument="input_layout"
+        )
     _check_qkv_dtypes(query, key, value, quantised=False)
     geo = _geometry(query, key, value, _layout_of_rank(query, layout, num_heads), num_heads,
                     num_key_value_heads or num_heads, block_table, block_size, None)
     if geo.value_dim != geo.head_dim:
         raise OpArgumentError(
-            f"value head dim {geo.value_dim} must equal the query's {geo.head_dim} (output is like query)"
+            f"value head dim {geo.value_dim} must equal the query's {geo.head_dim} (output is like query)",
+            argument="value"
         )
     return geo
 
@@ -944,7 +986,8 @@ def _layout_of_rank(query: torch.Tensor, layout: str, num_heads: int) -> str:
         if query.shape[heads_dim] == num_heads:
             return candidate
     raise OpArgumentError(f"query has shape {list(query.shape)} with input_layout='BSH'; a 4-D query is BNSD or BSND "
-                          f"and needs num_heads={num_heads} at dim 1 or 2 (pass input_layout and num_heads)")
+                          f"and needs num_heads={num_heads} at dim 1 or 2 (pass input_layout and num_heads)",
+                          argument="query")
 
 
 def _ifa_call(call: Arguments) -> _Setup:
@@ -1069,14 +1112,18 @@ def _fa_kv_heads(query: torch.Tensor, key: torch.Tensor, layout: str, head_num: 
     if layout in ("BSH", "SBH"):
         if query.dim() != 3 or key.dim() != 3 or query.shape[2] % head_num:
             raise OpArgumentError(f"query {list(query.shape)} and key {list(key.shape)} must be 3-D in {layout} with "
-                                  f"query's hidden size a multiple of head_num={head_num}")
+                                  f"query's hidden size a multiple of head_num={head_num}", argument="query")
         dim = query.shape[2] // head_num
         if dim == 0 or key.shape[2] % dim:
-            raise OpArgumentError(f"key's hidden size {key.shape[2]} is not a multiple of the head dim {dim}")
+            raise OpArgumentError(
+                f"key's hidden size {key.shape[2]} is not a multiple of the head dim {dim}", argument="key"
+            )
         return key.shape[2] // dim
     heads_dim = {"BSND": 2, "BNSD": 1, "TND": 1}[layout]
     if key.dim() <= heads_dim:
-        raise OpArgumentError(f"key has shape {list(key.shape)}; {layout} needs {3 if layout == 'TND' else 4} dims")
+        raise OpArgumentError(
+            f"key has shape {list(key.shape)}; {layout} needs {3 if layout == 'TND' else 4} dims", argument="key"
+        )
     return key.shape[heads_dim]
 
 
@@ -1112,23 +1159,30 @@ def _fa_call(call: Arguments) -> _Setup:
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_dtype(name, tensor, FA_DTYPES)
     if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise OpArgumentError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+        raise OpArgumentError(
+            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}", argument="query"
+        )
     if tuple(key.shape[:-1]) != tuple(value.shape[:-1]) and input_layout not in ("BSH", "SBH"):
-        raise OpArgumentError(f"key {list(key.shape)} and value {list(value.shape)} must agree except the head dim")
+        raise OpArgumentError(
+            f"key {list(key.shape)} and value {list(value.shape)} must agree except the head dim", argument="key"
+        )
     kv_heads = _fa_kv_heads(query, key, input_layout, head_num)
     if kv_heads < 1 or head_num % kv_heads:
-        raise OpArgumentError(f"key has {kv_heads} heads; they must divide head_num={head_num} (GQA groups)")
+        raise OpArgumentError(
+            f"key has {kv_heads} heads; they must divide head_num={head_num} (GQA groups)", argument="key"
+        )
     if input_layout == "TND":
         if actual_seq_qlen is None or actual_seq_kvlen is None:
             raise OpArgumentError(
-                "input_layout='TND' needs actual_seq_qlen and actual_seq_kvlen (cumulative token ends)"
+                "input_layout='TND' needs actual_seq_qlen and actual_seq_kvlen (cumulative token ends)",
+                argument="input_layout"
             )
         geo = _geometry(query, key, value, "TND", head_num, kv_heads, None, 0, actual_seq_qlen)
         q_lens = _varlen_lengths("actual_seq_qlen", actual_seq_qlen, query.shape[0])
         kv_lens = _varlen_lengths("actual_seq_kvlen", actual_seq_kvlen, key.shape[0])
         if len(kv_lens) != len(q_lens):
             raise OpArgumentError(f"actual_seq_qlen has {len(q_lens)} values and actual_seq_kvlen {len(kv_lens)}; "
-                                  "TND needs one per batch in both")
+                                  "TND needs one per batch in both", argument="actual_seq_qlen")
     else:
         layout = "BSH" if input_layout == "SBH" else input_layout
         q, k, v = (t.transpose(0, 1) for t in (query, key, value)) if input_layout == "SBH" else (query, key, value)
@@ -1136,7 +1190,8 @@ def _fa_call(call: Arguments) -> _Setup:
         q_lens, kv_lens = [geo.q_len] * geo.batch, [geo.kv_len] * geo.batch
     if geo.value_dim > geo.head_dim:
         raise OpArgumentError(
-            f"value head dim {geo.value_dim} exceeds the key's {geo.head_dim} (the page needs Dk >= Dv)"
+            f"value head dim {geo.value_dim} exceeds the key's {geo.head_dim} (the page needs Dk >= Dv)",
+            argument="value"
         )
     mode = call.sparse_mode if atten_mask is not None else MASK_ONLY  # without a mask: full attention (the page)
     _fa_check_mask(atten_mask, mode, geo, q_lens, kv_lens)
@@ -1293,7 +1348,8 @@ def npu_fusion_attention_grad(call: Arguments) -> None:
     modeled, as in the forward."""
     if call.keep_prob != 1:
         raise OpArgumentError(
-            f"keep_prob={call.keep_prob} is not implemented: dropout is random; only keep_prob=1 is modeled"
+            f"keep_prob={call.keep_prob} is not implemented: dropout is random; only keep_prob=1 is modeled",
+            argument="keep_prob"
         )
 
 
@@ -1351,12 +1407,13 @@ def npu_fusion_attention(call: Arguments) -> None:
     """
     if call.keep_prob != 1:
         raise OpArgumentError(f"keep_prob={call.keep_prob} is not implemented: dropout is random; only keep_prob=1 "
-                              "(inference, no dropout) is modeled")
+                              "(inference, no dropout) is modeled", argument="keep_prob")
     _check_attention_scalars(call.head_num, 0, call.sparse_mode, call.inner_precise, call.pre_tockens,
                              call.next_tockens, 0)
     if call.input_layout not in FA_LAYOUTS:
         raise OpArgumentError(
-            f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}"
+            f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FA_LAYOUTS)}",
+            argument="input_layout"
         )
     require_choice("softmax_layout", call.softmax_layout, ("", "TND") if call.input_layout == "TND" else ("",),
                    "the statistics' order, N then T by default or T then N with TND input")
@@ -1405,22 +1462,28 @@ def _quant_scales(call: Arguments, head_dim: int) -> QuantScales:
     """The scales of a fully quantised v2 call, checked against the query."""
     if call.key_quant_mode != 0 or call.value_quant_mode != 0:
         raise OpArgumentError(
-            "query_quant_mode=3 takes key_quant_mode=0 and value_quant_mode=0 (per-tensor key and value)")
+            "query_quant_mode=3 takes key_quant_mode=0 and value_quant_mode=0 (per-tensor key and value)",
+            argument="query_quant_mode")
     for name in ("dequant_offset_key", "dequant_offset_value"):
         if getattr(call, name) is not None:
-            raise OpArgumentError(f"{name} is not implemented with query_quant_mode=3 (symmetric per-tensor scales)")
+            raise OpArgumentError(
+                f"{name} is not implemented with query_quant_mode=3 (symmetric per-tensor scales)", argument=name
+            )
     if call.return_softmax_lse:
         raise OpArgumentError(
-            "return_softmax_lse is not supported with int8 query, key and value (the page's MLA limits)")
+            "return_softmax_lse is not supported with int8 query, key and value (the page's MLA limits)",
+            argument="return_softmax_lse")
     scales = {name: getattr(call, f"dequant_scale_{name}") for name in ("query", "key", "value")}
     for name, scale in scales.items():
         if scale is None:
-            raise OpArgumentError(f"query_quant_mode=3 needs dequant_scale_{name} (float32)")
+            raise OpArgumentError(
+                f"query_quant_mode=3 needs dequant_scale_{name} (float32)", argument="query_quant_mode"
+            )
         require_dtype(f"dequant_scale_{name}", scale, (torch.float32,))
     if scales["query"].numel() * head_dim != call.query.numel():
         raise OpArgumentError(
             f"dequant_scale_query has shape {list(scales['query'].shape)}; per token and head it has one value per "
-            f"query row of {head_dim}, {call.query.numel() // head_dim} values")
+            f"query row of {head_dim}, {call.query.numel() // head_dim} values", argument="dequant_scale_query")
     for name in ("key", "value"):
         if scales[name].numel() != 1:
             raise OpArgumentError(
@@ -1503,13 +1566,15 @@ def npu_fused_infer_attention_score_v2(call: Arguments) -> None:
         require_choice(name, mode, tuple(ANTIQUANT_MODES), "the page's KV quant modes 0-5")
     if call.query_quant_mode == 0 and call.dequant_scale_query is not None:
         raise OpArgumentError(
-            "dequant_scale_query is given but query_quant_mode=0: it goes with an int8 query (mode 3)")
+            "dequant_scale_query is given but query_quant_mode=0: it goes with an int8 query (mode 3)",
+            argument="dequant_scale_query")
     _check_attention_scalars(call.num_query_heads, call.num_key_value_heads, call.sparse_mode, call.inner_precise,
                              call.pre_tokens,
                              call.next_tokens, call.block_size)
     if call.input_layout not in FIA_V2_LAYOUTS:
         raise OpArgumentError(
-            f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FIA_V2_LAYOUTS)}")
+            f"input_layout={call.input_layout!r} is not implemented; expected one of {', '.join(FIA_V2_LAYOUTS)}",
+            argument="input_layout")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1539,7 +1604,7 @@ def _out_form(op: Any) -> Any:
                 continue
             if tuple(target.shape) != tuple(value_.shape) or target.dtype != value_.dtype:
                 raise OpArgumentError(f"{name} is {target.dtype} {list(target.shape)}; {op.__name__} writes "
-                                      f"{value_.dtype} {list(value_.shape)} there")
+                                      f"{value_.dtype} {list(value_.shape)} there", argument=name)
             target.copy_(value_)
         return attention_out, softmax_lse
 

@@ -23,19 +23,22 @@ def _update_meta(call: Arguments) -> tuple[Out, Out]:
     lse, local_out = call.lse, call.local_out
     if len(lse) != len(local_out) or not 1 <= len(lse) <= MAX_PARTS:
         raise OpArgumentError(f"lse has {len(lse)} tensors and local_out {len(local_out)}; they must have the "
-                              f"same count, the SP degree, in [1, {MAX_PARTS}]")
+                              f"same count, the SP degree, in [1, {MAX_PARTS}]", argument="lse")
     first, rows = local_out[0], lse[0].shape
     head_dim = first.shape[-1] if first.dim() == 2 else 0
     if head_dim % 8 or not HEAD_DIM_RANGE[0] <= head_dim <= HEAD_DIM_RANGE[1]:
         raise OpArgumentError(f"local_out[0] has shape {list(first.shape)}; expected [rows, head_dim] with "
-                              f"head_dim a multiple of 8 in [{HEAD_DIM_RANGE[0]}, {HEAD_DIM_RANGE[1]}]")
+                              f"head_dim a multiple of 8 in [{HEAD_DIM_RANGE[0]}, {HEAD_DIM_RANGE[1]}]",
+                              argument="local_out")
     require_dtype("local_out[0]", first, FLOAT_DTYPES)
     for i, (part_lse, part_out) in enumerate(zip(lse, local_out)):
         require_dtype(f"lse[{i}]", part_lse, (torch.float32,))
         require_dtype(f"local_out[{i}]", part_out, (first.dtype,), "(local_out[0]'s dtype)")
         if list(part_lse.shape) != list(rows) or len(rows) != 1 or list(part_out.shape) != [rows[0], head_dim]:
             raise OpArgumentError(f"lse[{i}] {list(part_lse.shape)} and local_out[{i}] {list(part_out.shape)} must be "
-                                  f"[{rows[0] if rows else 'rows'}] and [rows, {head_dim}] (rows = batch x seq x heads)")
+                                  f"[{rows[0] if rows else 'rows'}] and [rows, "
+                                  f"{head_dim}] (rows = batch x seq x heads)",
+                                  argument="lse")
     return Out(list(first.shape), first.dtype), Out(list(rows), torch.float32)
 
 

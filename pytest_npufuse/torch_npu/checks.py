@@ -31,7 +31,7 @@ def _type_error(name: str, value: object, noun: str, optional: bool, shows_value
     optional, ``Tensor?``, ``ScalarType?``) and what was given."""
     alternative = " or None" if optional else ""
     given = f"{type(value).__name__} {value!r}" if shows_value else type(value).__name__
-    return OpTypeError(f"{name} must be {noun}{alternative}, got {given}")
+    return OpTypeError(f"{name} must be {noun}{alternative}, got {given}", argument=name)
 
 
 def require_tensor(name: str, value: object, optional: bool = False) -> Optional[torch.Tensor]:
@@ -46,23 +46,27 @@ def require_tensor_list(name: str, value: object) -> list[torch.Tensor]:
     """A list of tensors, of at least one: not a list is the type error, an empty one a value the op refuses
     (a RuntimeError too, as torch_npu's argument check raises)."""
     if not isinstance(value, (list, tuple)):
-        raise OpTypeError(f"{name} must be a non-empty list of tensors, got {type(value).__name__}")
+        raise OpTypeError(f"{name} must be a non-empty list of tensors, got {type(value).__name__}", argument=name)
     if len(value) == 0:
-        raise OpArgumentError(f"{name} must be a non-empty list of tensors, got an empty {type(value).__name__}")
+        raise OpArgumentError(
+            f"{name} must be a non-empty list of tensors, got an empty {type(value).__name__}", argument=name
+        )
     return [require_tensor(f"{name}[{i}]", item) for i, item in enumerate(value)]
 
 
 def require_dtype(name: str, tensor: torch.Tensor, allowed: Sequence[torch.dtype], why: str = "") -> None:
     if tensor.dtype not in allowed:
         context = f" {why}" if why else ""
-        raise OpArgumentError(f"{name} has dtype {tensor.dtype}; expected one of {dtype_names(allowed)}{context}")
+        raise OpArgumentError(
+            f"{name} has dtype {tensor.dtype}; expected one of {dtype_names(allowed)}{context}", argument=name
+        )
 
 
 def require_shape(name: str, tensor: torch.Tensor, allowed: Sequence[Sequence[int]]) -> None:
     shapes = [tuple(s) for s in allowed]
     if tuple(tensor.shape) not in shapes:
         expected = " or ".join(str(list(s)) for s in shapes)
-        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected {expected}")
+        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected {expected}", argument=name)
 
 
 def require_int(name: str, value: object, optional: bool = False) -> Any:
@@ -117,14 +121,20 @@ def require_choice(name: str, value: Any, allowed: Sequence[Any], meaning: str) 
     """An argument limited to the listed values; ``meaning`` says what the values select."""
     if value not in allowed:
         choices = ", ".join(str(v) for v in allowed)
-        raise OpArgumentError(f"{name}={value} is not implemented; expected one of {choices} ({meaning})")
+        raise OpArgumentError(
+            f"{name}={value} is not implemented; expected one of {choices} ({meaning})", argument=name
+        )
 
 
 def require_unused(op: str, **values: object) -> None:
-    """Refuse optional inputs of a feature the CPU model does not implement (None or [] pass)."""
+    """Refuse optional inputs of a feature the CPU model does not implement (None or [] pass). ``op`` is the
+    op's name, optionally followed by the feature the inputs belong to (``"npu_x (int8 caches)"``), which
+    the message quotes; the error's ``op`` field is the name alone."""
     for name, value in values.items():
         if value is not None and not (isinstance(value, (list, tuple)) and len(value) == 0):
-            error = OpArgumentError(f"{name} is not implemented by the CPU model of {op}; pass None")
+            error = OpArgumentError(
+                f"{name} is not implemented by the CPU model of {op}; pass None", op=op.partition(" ")[0], argument=name
+            )
             refused(error, f"torch_npu.{op}", name, "pass None: the CPU model does not implement its feature")
 
 
@@ -134,7 +144,8 @@ def require_trailing(name: str, tensor: torch.Tensor, x_name: str, x: torch.Tens
     if not 1 <= dims <= x.dim() or tuple(x.shape[x.dim() - dims :]) != tuple(tensor.shape):
         raise OpArgumentError(
             f"{name} has shape {list(tensor.shape)}; it must equal the trailing dims of {x_name} "
-            f"(shape {list(x.shape)}), usually [{x.shape[-1] if x.dim() else 'H'}]"
+            f"(shape {list(x.shape)}), usually [{x.shape[-1] if x.dim() else 'H'}]",
+            argument=name,
         )
 
 
@@ -199,7 +210,8 @@ def comm_domain_name(domain: str) -> ArgumentCheck:
         if not isinstance(value, str):
             raise OpTypeError(
                 f"{name} must be a str, the {domain}'s name, not the group itself: pass "
-                f"group._get_backend(torch.device('npu')).get_hccl_comm_name(rank); got {type(value).__name__}"
+                f"group._get_backend(torch.device('npu')).get_hccl_comm_name(rank); got {type(value).__name__}",
+                argument=name,
             )
         return value
 

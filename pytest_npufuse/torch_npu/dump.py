@@ -54,9 +54,15 @@ def _check_path(save_path: Optional[str]) -> None:
     if save_path is None:
         return
     if not isinstance(save_path, str):
-        raise OpTypeError(f"save_npugraph_tensor(save_path=...) takes a str, got {type(save_path).__name__}")
+        raise OpTypeError(
+            f"save_npugraph_tensor(save_path=...) takes a str, got {type(save_path).__name__}",
+            op="save_npugraph_tensor", argument="save_path",
+        )
     if Path(save_path).suffix not in SUFFIXES:
-        raise OpArgumentError(f"save_npugraph_tensor(save_path={save_path!r}): the file suffix must be .pt or .bin")
+        raise OpArgumentError(
+            f"save_npugraph_tensor(save_path={save_path!r}): the file suffix must be .pt or .bin",
+            op="save_npugraph_tensor", argument="save_path",
+        )
 
 
 def _kernel(call: Arguments) -> tuple:

@@ -97,7 +97,10 @@ def _known(acl_format: int) -> Format:
         wanted = None
     if wanted not in BASE_FORMAT:
         names = ", ".join(f"{f.value} ({f.name})" for f in BASE_FORMAT)
-        raise OpArgumentError(f"acl_format={acl_format} is not a storage format torch_npu knows; use one of {names}.")
+        raise OpArgumentError(
+            f"acl_format={acl_format} is not a storage format torch_npu knows; use one of {names}.",
+            argument="acl_format",
+        )
     return wanted
 
 
@@ -160,5 +163,8 @@ def get_npu_format(tensor: torch.Tensor) -> Format:
     """``torch_npu.get_npu_format(tensor)``: the format a format cast gave ``tensor``'s storage, else its
     shape's base format."""
     if not isinstance(tensor, torch.Tensor):
-        raise OpArgumentError(f"get_npu_format takes a tensor, got {type(tensor).__name__}.")
+        raise OpArgumentError(
+            f"get_npu_format takes a tensor, got {type(tensor).__name__}.",
+            op="get_npu_format", argument="tensor",
+        )
     return _desc(tensor).format

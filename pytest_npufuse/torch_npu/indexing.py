@@ -42,7 +42,7 @@ INDEX_DTYPE = torch.int32  # op-plugin MaxV1KernelNpu.cpp / MinV1KernelNpu.cpp a
 def _reduced_shape(call: Arguments) -> list[int]:
     x, dim = call.self, call.dim
     if x.dim() == 0 or not -x.dim() <= dim < x.dim():
-        raise OpArgumentError(f"dim={dim} is out of range for self of shape {list(x.shape)}")
+        raise OpArgumentError(f"dim={dim} is out of range for self of shape {list(x.shape)}", argument="dim")
     shape = list(x.shape)
     if call.keepdim:
         shape[dim] = 1
@@ -114,7 +114,9 @@ def npu_min(call: Arguments) -> None:
 def _extreme_backward_meta(call: Arguments) -> Out:
     sizes = list(call.sizes)
     if list(call.grad.shape) != list(call.indices.shape):
-        raise OpArgumentError(f"grad {list(call.grad.shape)} and indices {list(call.indices.shape)} differ")
+        raise OpArgumentError(
+            f"grad {list(call.grad.shape)} and indices {list(call.indices.shape)} differ", argument="grad"
+        )
     return Out(sizes, call.grad.dtype)
 
 
@@ -155,7 +157,7 @@ def npu_min_backward(call: Arguments) -> None:
 def _sort_meta(call: Arguments) -> Out:
     x = call.self
     if x.dim() == 0:
-        raise OpArgumentError("self is a scalar; npu_sort_v2 sorts along its last dim")
+        raise OpArgumentError("self is a scalar; npu_sort_v2 sorts along its last dim", argument="self")
     return Out(list(x.shape), x.dtype)
 
 
@@ -171,13 +173,15 @@ def npu_sort_v2(call: Arguments) -> None:
     supported, so another ``dim`` is refused.
     """
     if call.dim != -1:
-        raise OpArgumentError(f"dim={call.dim} is not implemented; npu_sort_v2 sorts only the last dim (dim=-1)")
+        raise OpArgumentError(
+            f"dim={call.dim} is not implemented; npu_sort_v2 sorts only the last dim (dim=-1)", argument="dim"
+        )
 
 
 def _one_hot_meta(call: Arguments) -> Out:
     x = call.self
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise OpArgumentError(f"self has dtype {x.dtype}; expected integer class indices")
+        raise OpArgumentError(f"self has dtype {x.dtype}; expected integer class indices", argument="self")
     return Out([*x.shape, call.depth], torch.float32)
 
 
@@ -201,7 +205,8 @@ def npu_one_hot(call: Arguments) -> None:
     """
     if call.num_classes != -1:
         raise OpArgumentError(
-            f"num_classes={call.num_classes} is not implemented; only -1 (the one-hot axis last) is"
+            f"num_classes={call.num_classes} is not implemented; only -1 (the one-hot axis last) is",
+            argument="num_classes"
         )
     if call.depth < 1:
-        raise OpArgumentError(f"depth={call.depth}; it must be at least 1 (the number of classes)")
+        raise OpArgumentError(f"depth={call.depth}; it must be at least 1 (the number of classes)", argument="depth")

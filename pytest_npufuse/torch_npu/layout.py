@@ -36,7 +36,9 @@ def _permuted(call: Arguments) -> list[int]:
     rank = call.self.dim()
     axes = [axis % rank for axis in call.perm] if rank else list(call.perm)
     if sorted(axes) != list(range(rank)):
-        raise OpArgumentError(f"perm={list(call.perm)} is not a permutation of the {rank} dims of self")
+        raise OpArgumentError(
+            f"perm={list(call.perm)} is not a permutation of the {rank} dims of self", argument="perm"
+        )
     return [call.self.shape[axis] for axis in call.perm]
 
 
@@ -64,7 +66,7 @@ def _broadcast_meta(call: Arguments) -> Out:
     if extra < 0 or any(old not in (1, new) for old, new in zip(shape, size[extra:])):
         raise OpArgumentError(
             f"size={size} cannot hold self of shape {shape}: each dim of self must be 1 or equal the "
-            "matching trailing dim of size (new dims go in front)"
+            "matching trailing dim of size (new dims go in front)", argument="size"
         )
     return Out(size, call.self.dtype)
 
@@ -85,11 +87,14 @@ def npu_broadcast(call: Arguments) -> None:
 def _slice_meta(call: Arguments) -> Out:
     shape, offsets, size = list(call.self.shape), list(call.offsets), list(call.size)
     if len(offsets) != len(shape) or len(size) != len(shape):
-        raise OpArgumentError(f"offsets={offsets} and size={size} need one entry per dim of self {shape}")
+        raise OpArgumentError(
+            f"offsets={offsets} and size={size} need one entry per dim of self {shape}", argument="offsets"
+        )
     for dim, (start, length, extent) in enumerate(zip(offsets, size, shape)):
         if start < 0 or length < 0 or start + length > extent:
             raise OpArgumentError(
-                f"offsets[{dim}]={start} with size[{dim}]={length} leaves dim {dim} of self (size {extent})"
+                f"offsets[{dim}]={start} with size[{dim}]={length} leaves dim {dim} of self (size {extent})",
+                argument="offsets"
             )
     return Out(size, call.self.dtype)
 
@@ -114,7 +119,8 @@ def _pad_pairs(call: Arguments) -> list[tuple[int, int]]:
     rank, paddings = call.input.dim(), list(call.paddings)
     if len(paddings) > 2 * rank or any(amount < 0 for amount in paddings):
         raise OpArgumentError(
-            f"paddings={paddings}: at most two non-negative entries (before, after) per dim of input ({rank} dims)"
+            f"paddings={paddings}: at most two non-negative entries (before, after) per dim of input ({rank} dims)",
+            argument="paddings"
         )
     paddings += [0] * (2 * rank - len(paddings))
     return [(paddings[2 * dim], paddings[2 * dim + 1]) for dim in range(rank)]

@@ -28,17 +28,24 @@ def _require_heads(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) 
     """(T, Nk, Dk, Nv, Dv) of a ``[T, Nk, Dk]`` query and key and a ``[T, Nv, Dv]`` value, ``Nv % Nk == 0``."""
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if tensor.dim() != 3:
-            raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected 3 dims [T, N, D] (TND layout)")
+            raise OpArgumentError(
+                f"{name} has shape {list(tensor.shape)}; expected 3 dims [T, N, D] (TND layout)", argument=name
+            )
         require_dtype(name, tensor, (torch.bfloat16,))
     if key.shape != query.shape:
-        raise OpArgumentError(f"key has shape {list(key.shape)}; expected query's shape {list(query.shape)}")
+        raise OpArgumentError(
+            f"key has shape {list(key.shape)}; expected query's shape {list(query.shape)}", argument="key"
+        )
     tokens, k_heads, k_dim = query.shape
     v_tokens, v_heads, v_dim = value.shape
     if v_tokens != tokens:
-        raise OpArgumentError(f"value has {v_tokens} tokens; expected query's {tokens} (dim 0 of [T, Nv, Dv])")
+        raise OpArgumentError(
+            f"value has {v_tokens} tokens; expected query's {tokens} (dim 0 of [T, Nv, Dv])", argument="value"
+        )
     if v_heads % k_heads != 0:
         raise OpArgumentError(
-            f"value has {v_heads} heads, not a multiple of query's {k_heads}; each key head serves Nv / Nk value heads"
+            f"value has {v_heads} heads, not a multiple of query's {k_heads}; each key head serves Nv / Nk value heads",
+            argument="value"
         )
     return tokens, k_heads, k_dim, v_heads, v_dim
 
@@ -47,16 +54,18 @@ def _require_per_head(name: str, tensor: Optional[torch.Tensor], shape: list, dt
     if tensor is None:
         return
     if list(tensor.shape) != shape:
-        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected {shape}")
+        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected {shape}", argument=name)
     require_dtype(name, tensor, (dtype,))
 
 
 def _require_lengths(name: str, tensor: Optional[torch.Tensor], why: str) -> torch.Tensor:
     """A 1-D int32 tensor of per-sequence values (lengths, accepted tokens)."""
     if tensor is None:
-        raise OpArgumentError(f"{name} is required: {why}")
+        raise OpArgumentError(f"{name} is required: {why}", argument=name)
     if tensor.dim() != 1:
-        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [B], one value per sequence")
+        raise OpArgumentError(
+            f"{name} has shape {list(tensor.shape)}; expected [B], one value per sequence", argument=name
+        )
     require_dtype(name, tensor, (torch.int32,))
     return tensor
 
@@ -111,7 +120,9 @@ def _recurrent_meta(call: Arguments) -> tuple[Out, Out]:
     state = call.state
     if state.dim() != 4 or list(state.shape[1:]) != [v_heads, v_dim, k_dim]:
         raise OpArgumentError(
-            f"state has shape {list(state.shape)}; expected [BlockNum, Nv, Dv, Dk] = [BlockNum, {v_heads}, {v_dim}, {k_dim}]"
+            f"state has shape {list(state.shape)}; expected [BlockNum, "
+            f"Nv, Dv, Dk] = [BlockNum, {v_heads}, {v_dim}, {k_dim}]",
+            argument="state"
         )
     require_dtype("state", state, (torch.bfloat16,))
     _require_per_head("beta", call.beta, [tokens, v_heads], torch.bfloat16)
@@ -122,15 +133,23 @@ def _recurrent_meta(call: Arguments) -> tuple[Out, Out]:
     )
     indices = call.ssm_state_indices
     if indices is None:
-        raise OpArgumentError("ssm_state_indices is required: it says which state slot each token reads and writes")
+        raise OpArgumentError(
+            "ssm_state_indices is required: it says which state slot each token reads and writes",
+            argument="ssm_state_indices",
+        )
     if list(indices.shape) != [tokens]:
-        raise OpArgumentError(f"ssm_state_indices has shape {list(indices.shape)}; expected [T] = [{tokens}]")
+        raise OpArgumentError(
+            f"ssm_state_indices has shape {list(indices.shape)}; expected [T] = [{tokens}]",
+            argument="ssm_state_indices",
+        )
     require_dtype("ssm_state_indices", indices, (torch.int32,))
     if call.num_accepted_tokens is not None:
         accepted = _require_lengths("num_accepted_tokens", call.num_accepted_tokens, "")
         if accepted.shape != lengths.shape:
             raise OpArgumentError(
-                f"num_accepted_tokens has shape {list(accepted.shape)}; expected actual_seq_lengths' {list(lengths.shape)}"
+                f"num_accepted_tokens has shape {list(accepted.shape)}; "
+                f"expected actual_seq_lengths' {list(lengths.shape)}",
+                argument="num_accepted_tokens"
             )
     return Out([tokens, v_heads, v_dim], torch.bfloat16), Out(list(state.shape), state.dtype)
 
@@ -141,16 +160,20 @@ def _require_recurrent_values(call: Arguments, tokens: int, blocks: int) -> tupl
     if any(not 1 <= length <= MAX_RECURRENT_LENGTH for length in lengths) or sum(lengths) != tokens:
         raise OpArgumentError(
             f"actual_seq_lengths is {lengths}; each length must be in [1, {MAX_RECURRENT_LENGTH}] and they must "
-            f"sum to T = {tokens}"
+            f"sum to T = {tokens}", argument="actual_seq_lengths"
         )
     accepted = [1] * len(lengths) if call.num_accepted_tokens is None else call.num_accepted_tokens.tolist()
     if any(not 1 <= count <= length for count, length in zip(accepted, lengths)):
         raise OpArgumentError(
-            f"num_accepted_tokens is {accepted}; each count must be in [1, L_i] for actual_seq_lengths {lengths}"
+            f"num_accepted_tokens is {accepted}; each count must be in [1, L_i] for actual_seq_lengths {lengths}",
+            argument="num_accepted_tokens"
         )
     slots = call.ssm_state_indices.tolist()
     if any(not 0 <= slot < blocks for slot in slots):
-        raise OpArgumentError(f"ssm_state_indices holds a slot outside [0, {blocks}) (BlockNum, state's dim 0)")
+        raise OpArgumentError(
+            f"ssm_state_indices holds a slot outside [0, {blocks}) (BlockNum, state's dim 0)",
+            argument="ssm_state_indices",
+        )
     return lengths, accepted
 
 
@@ -209,7 +232,9 @@ def npu_recurrent_gated_delta_rule(call: Arguments) -> None:
     ``actual_seq_lengths`` and ``ssm_state_indices``, which the doc describes but gives no default for.
     """
     if call.scale is None:
-        raise OpArgumentError("scale is required (op-plugin: 'scale cannot be empty'); usually Dk ** -0.5")
+        raise OpArgumentError(
+            "scale is required (op-plugin: 'scale cannot be empty'); usually Dk ** -0.5", argument="scale"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,13 +248,16 @@ def _chunk_meta(call: Arguments) -> tuple[Out, Out]:
     required = "the doc requires beta, initial_state and actual_seq_lengths in the TND layout"
     state = call.initial_state
     if state is None:
-        raise OpArgumentError(f"initial_state is required: {required}")
+        raise OpArgumentError(f"initial_state is required: {required}", argument="initial_state")
     if call.beta is None:
-        raise OpArgumentError(f"beta is required: {required}")
+        raise OpArgumentError(f"beta is required: {required}", argument="beta")
     lengths = _require_lengths("actual_seq_lengths", call.actual_seq_lengths, required)
     expected = [lengths.shape[0], v_heads, v_dim, k_dim]
     if list(state.shape) != expected:
-        raise OpArgumentError(f"initial_state has shape {list(state.shape)}; expected [B, Nv, Dv, Dk] = {expected}")
+        raise OpArgumentError(
+            f"initial_state has shape {list(state.shape)}; expected [B, Nv, Dv, Dk] = {expected}",
+            argument="initial_state",
+        )
     require_dtype("initial_state", state, STATE_DTYPES)
     _require_per_head("beta", call.beta, [tokens, v_heads], torch.bfloat16)
     _require_per_head("g", call.g, [tokens, v_heads], torch.float32)
@@ -240,7 +268,10 @@ def _chunk_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     tokens, _, k_dim, v_heads, v_dim = _require_heads(call.query, call.key, call.value)
     lengths = call.actual_seq_lengths.tolist()
     if any(length < 1 for length in lengths) or sum(lengths) != tokens:
-        raise OpArgumentError(f"actual_seq_lengths is {lengths}; each must be >= 1 and they must sum to T = {tokens}")
+        raise OpArgumentError(
+            f"actual_seq_lengths is {lengths}; each must be >= 1 and they must sum to T = {tokens}",
+            argument="actual_seq_lengths",
+        )
     scale = 1.0 if call.scale is None else call.scale
     q = _expanded(call.query, v_heads) * scale
     k = _expanded(call.key, v_heads)

@@ -28,7 +28,7 @@ def _cross_entropy_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
     x = call.input
     require_dtype("input", x, FLOAT_DTYPES)
     if x.dim() != 2 or x.shape[1] == 0:
-        raise OpArgumentError(f"input has shape {list(x.shape)}; expected [N, C] with C > 0")
+        raise OpArgumentError(f"input has shape {list(x.shape)}; expected [N, C] with C > 0", argument="input")
     _check_targets(list(x.shape), call.target, call.weight)
     loss = [x.shape[0]] if call.reduction == "none" else [1]
     return Out(loss, x.dtype), Out(list(x.shape), x.dtype), Out(loss, x.dtype), Out([x.shape[0]], x.dtype)
@@ -106,11 +106,13 @@ def npu_cross_entropy_loss(call: Arguments) -> None:
     """
     require_choice("reduction", call.reduction, REDUCTIONS, "how the per-sample losses are reduced")
     if not 0 <= call.label_smoothing < 1:
-        raise OpArgumentError(f"label_smoothing={call.label_smoothing}; it must be in [0.0, 1.0)")
+        raise OpArgumentError(
+            f"label_smoothing={call.label_smoothing}; it must be in [0.0, 1.0)", argument="label_smoothing"
+        )
     if call.lse_square_scale_for_zloss != 0 or call.return_zloss:
         raise OpArgumentError(
             "lse_square_scale_for_zloss / return_zloss: the z-loss is not supported (the API page says so); "
-            "pass 0.0 and False"
+            "pass 0.0 and False", argument="lse_square_scale_for_zloss"
         )
 
 
@@ -158,4 +160,6 @@ def npu_cross_entropy_loss_backward(call: Arguments) -> None:
     the z-loss terms are not supported, as in the forward."""
     require_choice("reduction", call.reduction, REDUCTIONS, "how the per-sample losses are reduced")
     if call.lse_square_scale_for_zloss != 0:
-        raise OpArgumentError("lse_square_scale_for_zloss: the z-loss is not supported; pass 0.0")
+        raise OpArgumentError(
+            "lse_square_scale_for_zloss: the z-loss is not supported; pass 0.0", argument="lse_square_scale_for_zloss"
+        )

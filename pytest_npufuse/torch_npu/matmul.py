@@ -43,7 +43,9 @@ def _mm_all_reduce_meta(call: Arguments) -> Out:
     antiquant = x2.dtype == torch.int8
     require_dtype("x2", x2, (x1.dtype, torch.int8), "(x1's dtype, or int8 with antiquant_scale)")
     if x1.dim() not in (2, 3) or x2.dim() != 2 or x1.shape[-1] != x2.shape[0]:
-        raise OpArgumentError(f"x1 {list(x1.shape)} and x2 {list(x2.shape)} must be [m, k] or [b, s, k] and [k, n]")
+        raise OpArgumentError(
+            f"x1 {list(x1.shape)} and x2 {list(x2.shape)} must be [m, k] or [b, s, k] and [k, n]", argument="x1"
+        )
     k, n = x2.shape
     out_shape = [*x1.shape[:-1], n]
     scale, offset, group = call.antiquant_scale, call.antiquant_offset, call.antiquant_group_size
@@ -127,7 +129,10 @@ def npu_mm_all_reduce_base(call: Arguments) -> None:
     require_choice("comm_turn", call.comm_turn, (0,), "the only supported split")
     require_choice("comm_quant_mode", call.comm_quant_mode, (0,), "no comm quantisation")
     if call.antiquant_group_size < 0:
-        raise OpArgumentError(f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)")
+        raise OpArgumentError(
+            f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)",
+            argument="antiquant_group_size",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,7 +154,9 @@ def _tbmm_operands(input: torch.Tensor, weight: torch.Tensor, perm_x1: Optional[
     require_dtype("input", input, FLOAT_DTYPES)
     require_dtype("weight", weight, (input.dtype,), "(input's dtype)")
     if input.dim() != 3 or weight.dim() != 3:
-        raise OpArgumentError(f"input {list(input.shape)} and weight {list(weight.shape)} must both be 3-D")
+        raise OpArgumentError(
+            f"input {list(input.shape)} and weight {list(weight.shape)} must both be 3-D", argument="input"
+        )
     lhs = input.permute(*_perm(perm_x1, PERM_X1[0]))
     rhs = weight.permute(*_perm(perm_x2, PERM_X2[0]))
     if lhs.shape[0] != rhs.shape[0] or lhs.shape[2] != rhs.shape[1]:
@@ -216,7 +223,8 @@ def _matmul_add_fp32_meta(call: Arguments) -> Out:
     require_dtype("C", accumulator, (torch.float32,), "(the float32 accumulator)")
     if x.dim() != 2 or weight.dim() != 2 or x.shape[0] != weight.shape[0]:
         raise OpArgumentError(
-            f"x {list(x.shape)} and weight {list(weight.shape)} must be [K, M] and [K, N] (x is transposed)"
+            f"x {list(x.shape)} and weight {list(weight.shape)} must be [K, M] and [K, N] (x is transposed)",
+            argument="x"
         )
     require_shape("C", accumulator, ((x.shape[1], weight.shape[1]),))
     return Out(list(accumulator.shape), torch.float32)
@@ -256,7 +264,7 @@ def _linear_meta(call: Arguments) -> Out:
     require_dtype("weight", weight, (x.dtype,), "(input's dtype)")
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise OpArgumentError(
-            f"input {list(x.shape)} and weight {list(weight.shape)} must be 2-D [M, K] and [N, K]"
+            f"input {list(x.shape)} and weight {list(weight.shape)} must be 2-D [M, K] and [N, K]", argument="input"
         )
     if bias is not None:
         require_shape("bias", bias, ((weight.shape[0],),))

@@ -75,11 +75,11 @@ def _scatter_nd_meta(call: Arguments) -> Out:
     require_dtype("indices", indices, (torch.int32, torch.int64))
     require_dtype("updates", call.updates, (self.dtype,), "(input's dtype)")
     if not 1 <= self.dim() <= SCATTER_ND_MAX_DIMS:
-        raise OpArgumentError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}")
+        raise OpArgumentError(f"input has {self.dim()} dims; expected 1 to {SCATTER_ND_MAX_DIMS}", argument="input")
     depth = indices.shape[-1] if indices.dim() else 0
     if indices.dim() < 2 or not 1 <= depth <= self.dim():
         raise OpArgumentError(f"indices has shape {list(indices.shape)}; it needs >= 2 dims and a last dim in "
-                              f"[1, {self.dim()}] (the number of leading input dims it addresses)")
+                              f"[1, {self.dim()}] (the number of leading input dims it addresses)", argument="indices")
     expected = (*indices.shape[:-1], *self.shape[depth:])
     require_shape("updates", call.updates, (expected,))
     return Out(list(self.shape), self.dtype)
@@ -92,7 +92,7 @@ def _scatter_nd_rows(self: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     idx = indices.reshape(-1, depth).to(torch.int64)
     if bool(((idx < 0) | (idx >= lead)).any()):
         raise OpArgumentError(f"indices hold values outside input's leading dims {list(self.shape[:depth])} "
-                              "(the doc: out-of-range indices are not supported)")
+                              "(the doc: out-of-range indices are not supported)", argument="indices")
     strides = torch.tensor([math.prod(self.shape[d + 1 : depth]) for d in range(depth)], dtype=torch.int64)
     return (idx * strides).sum(dim=-1)
 
@@ -205,11 +205,11 @@ def npu_prefetch(call: Arguments) -> None:
     reads its result. The op catalog prices it (``npu::npu_prefetch``).
     """
     if call.max_size <= 0:
-        raise OpArgumentError(f"max_size={call.max_size} must be > 0 (bytes to prefetch)")
+        raise OpArgumentError(f"max_size={call.max_size} must be > 0 (bytes to prefetch)", argument="max_size")
     if call.offset < 0 or call.offset >= max(1, call.input.numel() * call.input.element_size()):
         raise OpArgumentError(
             f"offset={call.offset} must be >= 0 and inside the weight "
-            f"({call.input.numel() * call.input.element_size()} bytes)"
+            f"({call.input.numel() * call.input.element_size()} bytes)", argument="offset"
         )
 
 
@@ -224,7 +224,7 @@ def _top_k_top_p_meta(call: Arguments) -> Out:
     logits, p, k = call.logits, call.p, call.k
     require_dtype("logits", logits, FLOAT_DTYPES)
     if logits.dim() != 2:
-        raise OpArgumentError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]")
+        raise OpArgumentError(f"logits has shape {list(logits.shape)}; expected 2-D [batch, vocab]", argument="logits")
     if p is not None:
         require_dtype("p", p, (logits.dtype,), "(logits' dtype)")
         require_shape("p", p, ((logits.shape[0],),))
@@ -241,7 +241,7 @@ def _top_k_top_p_kernel(call: Arguments) -> torch.Tensor:
     if call.k is not None:
         kk = call.k.to(torch.int64)
         if bool(((kk < 1) | (kk > min(TOP_K_MAX, vocab))).any()):
-            raise OpArgumentError(f"k values must be in [1, min(1024, vocab={vocab})]")
+            raise OpArgumentError(f"k values must be in [1, min(1024, vocab={vocab})]", argument="k")
         threshold = values.gather(-1, (vocab - kk).unsqueeze(-1))
         values = values.masked_fill(values < threshold, float("-inf"))
     if call.p is not None:
@@ -328,11 +328,13 @@ def _confusion_transpose_backward_call(call: Arguments) -> Arguments:
 
 def _confusion_transpose_backward_meta(call: Arguments) -> Out:
     if sorted(call.perm) != list(range(len(call.perm))):
-        raise OpArgumentError(f"perm={list(call.perm)} must be a permutation of the dims 0 to {len(call.perm) - 1}")
+        raise OpArgumentError(
+            f"perm={list(call.perm)} must be a permutation of the dims 0 to {len(call.perm) - 1}", argument="perm"
+        )
     out = _confusion_transpose_meta(_confusion_transpose_backward_call(call))
     if list(out.shape) != list(call.shape):
         raise OpArgumentError(f"grad has shape {list(call.grad.shape)}; it does not give the input shape "
-                              f"{list(call.shape)} under perm={list(call.perm)}")
+                              f"{list(call.shape)} under perm={list(call.perm)}", argument="grad")
     return out
 
 
@@ -403,7 +405,8 @@ def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
     dim = axis + data.dim() if axis < 0 else axis
     if not 1 <= dim < data.dim():
         raise OpArgumentError(
-            f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)"
+            f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)",
+            argument="axis"
         )
     return dim
 
@@ -416,18 +419,19 @@ def _scatter_update_meta(call: Arguments) -> Out:
     low, high = SCATTER_UPDATE_RANKS
     if not low <= self.dim() <= high or updates.dim() != self.dim():
         raise OpArgumentError(
-            f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8"
+            f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8",
+            argument="data"
         )
     dim = _scatter_update_axis(self, call.axis)
     if indices.dim() != 1:
         raise OpArgumentError(f"indices has shape {list(indices.shape)}; only 1-D indices (one offset per batch) are "
-                              "implemented (the documentation does not describe the 2-D form)")
+                              "implemented (the documentation does not describe the 2-D form)", argument="indices")
     require_shape("indices", indices, ((self.shape[0],),))
     expected = [*self.shape[:dim], updates.shape[dim], *self.shape[dim + 1:]]
     if list(updates.shape) != expected or updates.shape[dim] > self.shape[dim]:
         raise OpArgumentError(
             f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
-            f"along axis {call.axis}, where it holds at most {self.shape[dim]} entries"
+            f"along axis {call.axis}, where it holds at most {self.shape[dim]} entries", argument="updates"
         )
     return Out(list(self.shape), self.dtype)
 
@@ -439,7 +443,8 @@ def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
     starts = call.indices.to(torch.int64)
     if bool(((starts < 0) | (starts + count > self.shape[dim])).any()):
         raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
-                              f"(size {self.shape[dim]}); the op does not check bounds on the device")
+                              f"(size {self.shape[dim]}); the op does not check bounds on the device",
+                              argument="indices")
     along = [1] * self.dim()
     along[dim] = count
     batch = [1] * self.dim()
@@ -507,7 +512,7 @@ def nz_runs(name: str, rows: torch.Tensor, cache: torch.Tensor) -> tuple[int, in
         raise OpArgumentError(
             f"{name}_cache has shape {list(cache.shape)}; for {name} {list(rows.shape)} expected [blocks, block_size, "
             f"{rows.shape[1]}, {rows.shape[2]}] (Norm) or the PA_NZ [blocks, {features // run}, block_size, {run}] "
-            f"(head size x dtype size a multiple of {NZ_RUN_BYTES} bytes)"
+            f"(head size x dtype size a multiple of {NZ_RUN_BYTES} bytes)", argument=name
         )
     return features // run, run
 
@@ -526,11 +531,12 @@ def _scatter_pa_kv_cache_meta(call: Arguments) -> tuple[Out, Out]:
         require_dtype(f"{name}_cache", cache, (rows.dtype,), f"({name}'s dtype)")
         if rows.dim() != 3 or rows.shape[0] != key.shape[0]:
             raise OpArgumentError(
-                f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]"
+                f"{name} has shape {list(rows.shape)}; expected [{key.shape[0]} tokens, heads, head_size]",
+                argument=name
             )
         if mode == "Norm" and not is_norm_cache(rows, cache):
             raise OpArgumentError(f"{name}_cache has shape {list(cache.shape)}; Norm needs [blocks, block_size, "
-                                  f"{rows.shape[1]}, {rows.shape[2]}]")
+                                  f"{rows.shape[1]}, {rows.shape[2]}]", argument=name)
         if mode == "PA_NZ":
             nz_runs(name, rows, cache)
     return Out(list(key_cache.shape), key_cache.dtype), Out(list(value_cache.shape), value_cache.dtype)

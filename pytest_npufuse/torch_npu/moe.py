@@ -33,18 +33,21 @@ from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 def _check_gating_groups(experts: int, k: int, k_group: int, group_count: int, group_select_mode: int) -> None:
     """Group arguments: group_count divides the experts, 1 <= k_group <= group_count, k fits the kept groups."""
     if group_count < 1 or experts % group_count != 0:
-        raise OpArgumentError(f"group_count={group_count} must be >= 1 and divide the expert count {experts}")
+        raise OpArgumentError(
+            f"group_count={group_count} must be >= 1 and divide the expert count {experts}", argument="group_count"
+        )
     if not 1 <= k_group <= group_count:
-        raise OpArgumentError(f"k_group={k_group} must be between 1 and group_count={group_count}")
+        raise OpArgumentError(f"k_group={k_group} must be between 1 and group_count={group_count}", argument="k_group")
     per_group = experts // group_count
     if not 1 <= k <= per_group * k_group:
         raise OpArgumentError(
             f"k={k} must be between 1 and experts / group_count * k_group = {per_group * k_group} "
-            "(the experts left after group selection)"
+            "(the experts left after group selection)", argument="k"
         )
     if group_count > 1 and group_select_mode == 1 and per_group < 2:
         raise OpArgumentError(
-            "group_select_mode=1 scores a group by its two best experts; each group needs >= 2 experts"
+            "group_select_mode=1 scores a group by its two best experts; each group needs >= 2 experts",
+            argument="group_select_mode"
         )
 
 
@@ -53,7 +56,7 @@ def _moe_gating_top_k_meta(call: Arguments) -> tuple[Out, Out, Out]:
     x, k, bias = call.x, call.k, call.bias
     require_dtype("x", x, FLOAT_DTYPES)
     if x.dim() != 2:
-        raise OpArgumentError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts]")
+        raise OpArgumentError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts]", argument="x")
     tokens, experts = x.shape
     if bias is not None:
         require_dtype("bias", bias, (x.dtype,), "(bias must have x's dtype)")
@@ -112,7 +115,9 @@ def _moe_gating_top_k_backward_meta(call: Arguments) -> Out:
     require_dtype("grad_y", grad_y, FLOAT_DTYPES)
     require_dtype("expertIdx", expert_idx, (torch.int32,))
     if x_norm.dim() != 2 or grad_y.dim() != 2 or grad_y.shape[0] != x_norm.shape[0]:
-        raise OpArgumentError(f"x_norm {list(x_norm.shape)} and grad_y {list(grad_y.shape)} must be [M, N] and [M, K]")
+        raise OpArgumentError(
+            f"x_norm {list(x_norm.shape)} and grad_y {list(grad_y.shape)} must be [M, N] and [M, K]", argument="x_norm"
+        )
     require_shape("expertIdx", expert_idx, (tuple(grad_y.shape),))
     return Out(list(x_norm.shape), grad_y.dtype)
 
@@ -155,9 +160,14 @@ def npu_moe_gating_top_k_backward(call: Arguments) -> None:
     reserved) with test_npu_moe_gating_top_k_backward.py (the top-k weights renormalised by their sum).
     """
     if call.norm_type != 1:
-        raise OpArgumentError(f"norm_type={call.norm_type} has no backward in torch_npu: only 1 (sigmoid) is supported")
+        raise OpArgumentError(
+            f"norm_type={call.norm_type} has no backward in torch_npu: only 1 (sigmoid) is supported",
+            argument="norm_type",
+        )
     if call.renorm != 0:
-        raise OpArgumentError(f"renorm={call.renorm} is reserved; torch_npu's backward supports only 0")
+        raise OpArgumentError(
+            f"renorm={call.renorm} is reserved; torch_npu's backward supports only 0", argument="renorm"
+        )
 
 
 def _moe_gating_top_k_setup(ctx: object, call: Arguments, output: tuple) -> None:
@@ -247,7 +257,9 @@ def _gmm_weights(weight: object, dtypes: Sequence[torch.dtype], why: str) -> lis
     for i, w in enumerate(tensors):
         require_dtype(f"weight[{i}]", w, dtypes, why)
         if w.dim() != 2:
-            raise OpArgumentError(f"weight[{i}] has shape {list(w.shape)}; expected [K, N] (or one [E, K, N] tensor)")
+            raise OpArgumentError(
+                f"weight[{i}] has shape {list(w.shape)}; expected [K, N] (or one [E, K, N] tensor)", argument="weight"
+            )
     return tensors
 
 
@@ -257,7 +269,9 @@ def _group_tensors(name: str, value: object, groups: int) -> list[torch.Tensor]:
     if len(tensors) == 1 and (groups > 1 or tensors[0].dim() == 3):
         tensors = list(tensors[0].unbind(0))
     if len(tensors) != groups:
-        raise OpArgumentError(f"{name} has {len(tensors)} tensors for {groups} weight groups; give one per group")
+        raise OpArgumentError(
+            f"{name} has {len(tensors)} tensors for {groups} weight groups; give one per group", argument=name
+        )
     return tensors
 
 
@@ -267,7 +281,9 @@ def _antiquant_weights(weight: object, antiquant_scale: object, antiquant_offset
     weight becomes ``(w + antiquant_offset) * antiquant_scale`` in x's dtype; scales per channel [N] or,
     for int4, per group [G, N] over K / G consecutive rows (:func:`.quant.antiquant_weight`)."""
     if dtype not in HALF_DTYPES:
-        raise OpArgumentError("antiquant_scale (weight-only quantisation) needs float16 or bfloat16 x")
+        raise OpArgumentError(
+            "antiquant_scale (weight-only quantisation) needs float16 or bfloat16 x", argument="antiquant_scale"
+        )
     raw = _gmm_weights(weight, (torch.int8, torch.int32), "(weight-only quantisation: int8, or int4 packed in int32)")
     scales = _group_tensors("antiquant_scale", antiquant_scale, len(raw))
     offsets = None if _empty(antiquant_offset) else _group_tensors("antiquant_offset", antiquant_offset, len(raw))
@@ -296,7 +312,7 @@ def _per_group(name: str, value: object, weights: Sequence[torch.Tensor],
         tensors = list(tensors[0].unbind(0))
     if len(tensors) != len(weights):
         raise OpArgumentError(
-            f"{name} has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group"
+            f"{name} has {len(tensors)} tensors for {len(weights)} weight groups; give one [N] per group", argument=name
         )
     for i, (t, w) in enumerate(zip(tensors, weights, strict=True)):
         require_dtype(f"{name}[{i}]", t, dtypes)
@@ -310,7 +326,10 @@ def _per_token(value: object, xs: Sequence[torch.Tensor]) -> Optional[list[torch
         return None
     tensors = require_tensor_list("per_token_scale", value)
     if len(tensors) != len(xs):
-        raise OpArgumentError(f"per_token_scale has {len(tensors)} tensors for {len(xs)} x; give one [M] per x")
+        raise OpArgumentError(
+            f"per_token_scale has {len(tensors)} tensors for {len(xs)} x; give one [M] per x",
+            argument="per_token_scale",
+        )
     for i, (t, xi) in enumerate(zip(tensors, xs, strict=True)):
         require_dtype(f"per_token_scale[{i}]", t, (torch.float32,))
         require_shape(f"per_token_scale[{i}]", t, ((xi.shape[0],),))
@@ -333,7 +352,10 @@ def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype],
     need a scale (the doc's data-type table)."""
     if x_dtype != torch.int8:
         if output_dtype is not None and output_dtype != x_dtype:
-            raise OpArgumentError(f"output_dtype={output_dtype} is only for int8 x; use None (x's dtype {x_dtype})")
+            raise OpArgumentError(
+                f"output_dtype={output_dtype} is only for int8 x; use None (x's dtype {x_dtype})",
+                argument="output_dtype",
+            )
         return x_dtype
     out = torch.int8 if output_dtype is None else output_dtype
     require_choice("output_dtype", out, QUANT_OUTPUT_DTYPES, "int8 x: int8, int32 (raw accumulator), bf16, fp16, fp32")
@@ -349,19 +371,25 @@ def _gmm_params(xs: Sequence[torch.Tensor], weight: object, bias: object, scale:
     dtype = xs[0].dtype
     if _empty(antiquant_scale):
         if not _empty(antiquant_offset):
-            raise OpArgumentError("antiquant_offset needs antiquant_scale (weight-only quantisation)")
+            raise OpArgumentError(
+                "antiquant_offset needs antiquant_scale (weight-only quantisation)", argument="antiquant_offset"
+            )
         weights = _gmm_weights(weight, (dtype,), "(the weights must have x's dtype; int8 x needs int8 weights)")
     else:
         weights = _antiquant_weights(weight, antiquant_scale, antiquant_offset, dtype)
     quantised = dtype == torch.int8
     biases = _per_group("bias", bias, weights, QUANT_BIAS_DTYPES if quantised else (GMM_BIAS_DTYPES[dtype],))
     if not quantised and not (_empty(scale) and _empty(per_token_scale)):
-        raise OpArgumentError("scale and per_token_scale dequantise int8 products; float x takes neither")
+        raise OpArgumentError(
+            "scale and per_token_scale dequantise int8 products; float x takes neither", argument="scale"
+        )
     scales = _per_group("scale", scale, weights, QUANT_SCALE_DTYPES) if quantised else None
     per_token = _per_token(per_token_scale, xs) if quantised else None
     out_dtype = _gmm_output_dtype(dtype, output_dtype, scales is not None)
     if out_dtype == torch.int32 and (per_token is not None or (biases and biases[0].dtype != torch.int32)):
-        raise OpArgumentError("output_dtype=torch.int32 takes no per_token_scale and only an int32 bias")
+        raise OpArgumentError(
+            "output_dtype=torch.int32 takes no per_token_scale and only an int32 bias", argument="output_dtype"
+        )
     return _GmmParams(weights, biases, scales, per_token, out_dtype)
 
 
@@ -399,7 +427,7 @@ def _check_gmm_modes(call: Arguments) -> _GmmModes:
     if call.group_type is None:
         raise OpArgumentError(
             "group_type is required (torch_npu refuses None too): pass 0 to split x by rows with "
-            "group_list, 2 to split K (weight gradients), or -1 for one x per weight"
+            "group_list, 2 to split K (weight gradients), or -1 for one x per weight", argument="group_type"
         )
     require_choice("group_type", call.group_type, GROUP_TYPES, "-1 no grouping, 0 split rows (M), 2 split K")
     require_choice("group_list_type", list_type, (0, 1, GROUP_PAIRS), "0 cumulative ends, 1 counts, 2 [E, 2] pairs")
@@ -421,10 +449,13 @@ def _listed_counts(ends: Sequence[int], rows: Sequence[int]) -> list[int]:
     counts = [end - start for start, end in zip([0, *values[:-1]], values)]
     if len(values) == 1 or any(count < 0 for count in counts):
         raise OpArgumentError(
-            f"group_list {values} must be cumulative row ends: non-negative, non-decreasing, more than one value"
+            f"group_list {values} must be cumulative row ends: non-negative, non-decreasing, more than one value",
+            argument="group_list"
         )
     if len(rows) == 1 and values[-1] != rows[0] or len(rows) > 1 and counts != list(rows):
-        raise OpArgumentError(f"group_list {values} must end at x's rows ({list(rows)}), one group per x or weight")
+        raise OpArgumentError(
+            f"group_list {values} must end at x's rows ({list(rows)}), one group per x or weight", argument="group_list"
+        )
     return counts
 
 
@@ -435,17 +466,21 @@ def _gmm_row_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], 
     rows a traced graph knows only at run time for a tensor group_list (:func:`_tensor_group_rows`) and
     from its values for a Python list."""
     if any(xi.dim() != 2 for xi in x):
-        raise OpArgumentError("group_list needs 2-D [M, K] x")
+        raise OpArgumentError("group_list needs 2-D [M, K] x", argument="group_list")
     if len(x) > 1:
         if modes.listed:
             _listed_counts(call.group_list, [xi.shape[0] for xi in x])
         return _gmm_multi_x_shapes(x, weights, modes.split)
     if len(x) != 1:
-        raise OpArgumentError("group_list needs x to be a list of one 2-D [M, K] tensor, or one per weight")
+        raise OpArgumentError(
+            "group_list needs x to be a list of one 2-D [M, K] tensor, or one per weight", argument="group_list"
+        )
     if modes.listed:
         counts = _listed_counts(call.group_list, [x[0].shape[0]])
         if len(counts) != len(weights):
-            raise OpArgumentError(f"group_list has {len(counts)} groups for {len(weights)} weights")
+            raise OpArgumentError(
+                f"group_list has {len(counts)} groups for {len(weights)} weights", argument="group_list"
+            )
         if modes.split not in SPLIT_OUTPUT_ITEMS:
             return [[count, w.shape[1]] for count, w in zip(counts, weights)]
         return [[x[0].shape[0], _same_width(weights)]]
@@ -463,7 +498,7 @@ def _tensor_group_rows(group_list: torch.Tensor, modes: _GmmModes, x: torch.Tens
     if modes.list_type != 0:
         raise OpArgumentError(
             f"split_item={modes.split} with a tensor group_list reads it as cumulative row ends (op-plugin's "
-            f"kernel); pass group_list_type=0, not {modes.list_type}, or split_item 2/3"
+            f"kernel); pass group_list_type=0, not {modes.list_type}, or split_item 2/3", argument="split_item"
         )
     ctx = torch.library.get_ctx()
     if ctx is not None:  # tracing: the values are unknown
@@ -475,7 +510,10 @@ def _require_group_list_tensor(group_list: torch.Tensor, groups: int, list_type:
     require_dtype("group_list", group_list, (torch.int64,))
     if list_type == GROUP_PAIRS:
         if dtype != torch.int8:
-            raise OpArgumentError("group_list_type=2 ([E, 2] (group, size) pairs) is for int8 x only (the API page)")
+            raise OpArgumentError(
+                "group_list_type=2 ([E, 2] (group, size) pairs) is for int8 x only (the API page)",
+                argument="group_list_type",
+            )
         require_shape("group_list", group_list, ((groups, 2),))
     else:
         require_shape("group_list", group_list, ((groups,),))
@@ -491,19 +529,25 @@ def _gmm_k_split_layout(
     GroupedMatmulKernelNpuOpApi.cpp). The API page allows no quantisation with it, and no bias is defined
     for it."""
     if len(xs) != 1 or xs[0].dim() != 2:
-        raise OpArgumentError("group_type=2 (split K) needs x to be a list of one 2-D [M, K] tensor")
+        raise OpArgumentError(
+            "group_type=2 (split K) needs x to be a list of one 2-D [M, K] tensor", argument="group_type"
+        )
     x = xs[0]
     require_dtype("x[0]", x, FLOAT_DTYPES, "(group_type=2 takes no quantised operands: the API page)")
     require_unused("npu_grouped_matmul with group_type=2 (split K)", bias=call.bias, scale=call.scale,
                    per_token_scale=call.per_token_scale, antiquant_scale=call.antiquant_scale,
                    antiquant_offset=call.antiquant_offset)
     if call.group_list is None:
-        raise OpArgumentError("group_type=2 (split K) needs group_list, the K boundaries of each group")
+        raise OpArgumentError(
+            "group_type=2 (split K) needs group_list, the K boundaries of each group", argument="group_type"
+        )
     weights = require_tensor_list("weight", call.weight)
     for i, w in enumerate(weights):
         require_dtype(f"weight[{i}]", w, (x.dtype,), "(x's dtype)")
         if w.dim() != 2:
-            raise OpArgumentError(f"weight[{i}] has shape {list(w.shape)}; group_type=2 needs [K, N] weights")
+            raise OpArgumentError(
+                f"weight[{i}] has shape {list(w.shape)}; group_type=2 needs [K, N] weights", argument="weight"
+            )
     groups = call.group_list.shape[0] if call.group_list.dim() else 0
     _require_group_list_tensor(call.group_list, groups, modes.list_type, x.dtype)
     out_dtype = _gmm_output_dtype(x.dtype, call.output_dtype, False)
@@ -511,13 +555,14 @@ def _gmm_k_split_layout(
         if len(weights) != 1 or weights[0].shape[0] != x.shape[1]:
             raise OpArgumentError(
                 f"group_type=2 with split_item {modes.split} takes one [K={x.shape[1]}, N] weight whose rows "
-                f"group_list splits (op-plugin's kernel); got {[list(w.shape) for w in weights]}"
+                f"group_list splits (op-plugin's kernel); got {[list(w.shape) for w in weights]}", argument="group_type"
             )
         shapes = [[groups, x.shape[0], weights[0].shape[1]]]
     elif len(weights) != groups:
         raise OpArgumentError(
             f"group_type=2 with split_item {modes.split} takes one [K_g, N_g] weight per group: got "
-            f"{len(weights)} weights for {groups} groups (or use split_item 2/3 with one [K, N] weight)"
+            f"{len(weights)} weights for {groups} groups (or use split_item 2/3 with one [K, N] weight)",
+            argument="group_type"
         )
     else:
         shapes = [[x.shape[0], w.shape[1]] for w in weights]
@@ -535,7 +580,8 @@ def _gmm_multi_x_shapes(x: Sequence[torch.Tensor], weights: Sequence[torch.Tenso
         return shapes
     if any(xi.dim() != 2 for xi in x) or len({s[-1] for s in shapes}) != 1:
         raise OpArgumentError(
-            "split_item 2/3 concatenates rows: every x must be 2-D and every weight must have the same N"
+            "split_item 2/3 concatenates rows: every x must be 2-D and every weight must have the same N",
+            argument="split_item"
         )
     return [[sum(s[0] for s in shapes), shapes[0][1]]]
 
@@ -552,21 +598,29 @@ def _grouped_matmul_layout(call: Arguments) -> tuple[list[list[int]], _GmmParams
     for i, xi in enumerate(xs):
         require_dtype(f"x[{i}]", xi, GMM_X_DTYPES, "(int4 x is not implemented)")
         if xi.dtype != dtype or xi.dim() < 2:
-            raise OpArgumentError(f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype")
+            raise OpArgumentError(
+                f"x[{i}] is {xi.dtype} {list(xi.shape)}; every x must be >= 2-D with x[0]'s dtype", argument="x"
+            )
     if modes.group_type == GROUP_K:
         return (*_gmm_k_split_layout(call, xs, modes), modes)
     if modes.listed and not _empty(call.per_token_scale):
-        raise OpArgumentError("per_token_scale must be None with a Python group_list (the API page)")
+        raise OpArgumentError(
+            "per_token_scale must be None with a Python group_list (the API page)", argument="per_token_scale"
+        )
     params = _gmm_params(xs, call.weight, call.bias, call.scale, call.per_token_scale, call.output_dtype,
                          call.antiquant_scale, call.antiquant_offset)
     pairs = zip(xs, params.weights) if len(xs) == len(params.weights) else ((xs[0], w) for w in params.weights)
     for i, (xi, w) in enumerate(pairs):
         if xi.shape[-1] != w.shape[0]:
-            raise OpArgumentError(f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]")
+            raise OpArgumentError(
+                f"x has K={xi.shape[-1]} but weight[{i}] has K={w.shape[0]}; weights are [K, N]", argument="x"
+            )
     if call.group_list is None:
         shapes = _gmm_multi_x_shapes(xs, params.weights, modes.split)
     elif modes.group_type != GROUP_ROWS:
-        raise OpArgumentError(f"group_list needs group_type 0 (split rows) or 2 (split K), got {modes.group_type}")
+        raise OpArgumentError(
+            f"group_list needs group_type 0 (split rows) or 2 (split K), got {modes.group_type}", argument="group_list"
+        )
     else:
         shapes = _gmm_row_shapes(xs, params.weights, call, modes)
     return shapes, params, modes
@@ -585,15 +639,19 @@ def _group_row_counts(group_list: torch.Tensor, list_type: int, rows: int) -> li
     if list_type == GROUP_PAIRS:
         groups, counts = [int(g) for g, _ in values], [int(c) for _, c in values]
         if any(not 0 <= g < len(values) for g in groups):
-            raise OpArgumentError(f"group_list pairs {values} name groups outside [0, {len(values)})")
+            raise OpArgumentError(
+                f"group_list pairs {values} name groups outside [0, {len(values)})", argument="group_list"
+            )
     else:
         groups = list(range(len(values)))
         counts = values if list_type == 1 else [end - start for start, end in zip([0, *values[:-1]], values)]
     if any(c < 0 for c in counts):
         kind = {0: "cumulative row ends (non-decreasing)", 1: "counts", 2: "(group, size) pairs"}[list_type]
-        raise OpArgumentError(f"group_list {values} is not valid {kind} for group_list_type={list_type}")
+        raise OpArgumentError(
+            f"group_list {values} is not valid {kind} for group_list_type={list_type}", argument="group_list"
+        )
     if sum(counts) > rows:
-        raise OpArgumentError(f"group_list covers {sum(counts)} rows but x has only {rows}")
+        raise OpArgumentError(f"group_list covers {sum(counts)} rows but x has only {rows}", argument="group_list")
     return list(zip(groups, counts))
 
 
@@ -650,7 +708,9 @@ def _k_split_kernel(call: Arguments, shapes: list[list[int]], params: _GmmParams
         stop = start + count
         w = params.weights[0][start:stop] if stacked else params.weights[g]
         if w.shape[0] != count:
-            raise OpArgumentError(f"weight[{g}] has K={w.shape[0]} but group_list gives group {g} {count} of K")
+            raise OpArgumentError(
+                f"weight[{g}] has K={w.shape[0]} but group_list gives group {g} {count} of K", argument="weight"
+            )
         if count == 0:  # no K to sum over
             outs.append(torch.zeros(x.shape[0], w.shape[1], dtype=params.out_dtype))
         else:
@@ -687,7 +747,10 @@ def _grouped_matmul_kernel(call: Arguments) -> list[torch.Tensor]:
     if group_list is not None and not modes.listed:
         counts = [count for _, count in _group_row_counts(group_list, modes.list_type, sum(xi.shape[0] for xi in x))]
         if counts != [xi.shape[0] for xi in x]:
-            raise OpArgumentError(f"group_list gives rows {counts} but the x tensors have {[xi.shape[0] for xi in x]}")
+            raise OpArgumentError(
+                f"group_list gives rows {counts} but the x tensors have {[xi.shape[0] for xi in x]}",
+                argument="group_list",
+            )
     outs = [_group_product(xg, g, params, None if per_token is None else per_token[g]) for g, xg in enumerate(x)]
     return [torch.cat(outs)] if len(shapes) == 1 and len(outs) > 1 else outs
 
@@ -786,7 +849,9 @@ def _gmm_finalize_routing_meta(call: Arguments) -> Out:
     require_dtype("x", x, (torch.int8,))
     require_dtype("w", w, (torch.int8,), "(the A8W4 int4 weights are not implemented)")
     if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
-        raise OpArgumentError(f"x {list(x.shape)} and w {list(w.shape)} must be [m, k] and [e, k, n] (logical shape)")
+        raise OpArgumentError(
+            f"x {list(x.shape)} and w {list(w.shape)} must be [m, k] and [e, k, n] (logical shape)", argument="x"
+        )
     rows, experts, n = x.shape[0], w.shape[0], w.shape[2]
     require_dtype("group_list", group_list, (torch.int64,))
     require_shape("group_list", group_list, ((experts,),))
@@ -807,7 +872,7 @@ def _gmm_finalize_routing_meta(call: Arguments) -> Out:
         offset = int(call.shared_input_offset or 0)
         if shared.dim() != 2 or shared.shape[1] != n or offset + shared.shape[0] > out_rows:
             raise OpArgumentError(f"shared_input has shape {list(shared.shape)}; expected [rows, {n}] fitting in the "
-                                  f"{out_rows} output rows from shared_input_offset={offset}")
+                                  f"{out_rows} output rows from shared_input_offset={offset}", argument="shared_input")
     return Out([out_rows, n], torch.float32)
 
 
@@ -829,7 +894,8 @@ def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
         targets = torch.arange(start, stop) if row_index is None else row_index[start:stop].to(torch.int64)
         if bool(((targets < 0) | (targets >= out.shape[0])).any()):
             raise OpArgumentError(
-                f"row_index holds {targets.tolist()}; every value must be an output row in [0, {out.shape[0]})"
+                f"row_index holds {targets.tolist()}; every value must be an output row in [0, {out.shape[0]})",
+                argument="row_index"
             )
         out.index_add_(0, targets, rows)
         start = stop

@@ -76,11 +76,18 @@ def _world(call: Arguments, x: torch.Tensor) -> _World:
     moe_expert_num = call.moe_expert_num
     bs, k = expert_ids.shape
     if x.dim() != 2 or expert_ids.dim() != 2 or x.shape[0] != bs:
-        raise OpArgumentError(f"x {list(x.shape)} and expert_ids {list(expert_ids.shape)} must be [BS, H] and [BS, K]")
+        raise OpArgumentError(
+            f"x {list(x.shape)} and expert_ids {list(expert_ids.shape)} must be [BS, H] and [BS, K]", argument="x"
+        )
     if not 0 <= ep_rank_id < ep_world_size:
-        raise OpArgumentError(f"ep_rank_id={ep_rank_id} must be in [0, ep_world_size={ep_world_size})")
+        raise OpArgumentError(
+            f"ep_rank_id={ep_rank_id} must be in [0, ep_world_size={ep_world_size})", argument="ep_rank_id"
+        )
     if moe_expert_num % ep_world_size:
-        raise OpArgumentError(f"moe_expert_num={moe_expert_num} must be a multiple of ep_world_size={ep_world_size}")
+        raise OpArgumentError(
+            f"moe_expert_num={moe_expert_num} must be a multiple of ep_world_size={ep_world_size}",
+            argument="moe_expert_num",
+        )
     experts = moe_expert_num + special_experts(call)
     if not 0 < k <= experts:
         raise OpArgumentError(f"K={k} (expert_ids' second dim) must be in (0, {experts}], the MoE and special experts")
@@ -93,7 +100,8 @@ def _check_common(call: Arguments) -> None:
     """The scalar arguments both dispatch and combine (v1 and v2) take, beyond their schema types."""
     if call.ep_world_size < 1 or call.moe_expert_num < 1:
         raise OpArgumentError(
-            f"ep_world_size={call.ep_world_size} and moe_expert_num={call.moe_expert_num} must be >= 1")
+            f"ep_world_size={call.ep_world_size} and moe_expert_num={call.moe_expert_num} must be >= 1",
+            argument="ep_world_size")
     require_choice("tp_world_size", call.tp_world_size, (0, 1),
                    "TP-domain communication is not modeled; 0 or 1 mean none")
     require_choice("shared_expert_rank_num", call.shared_expert_rank_num, (0,),
@@ -148,7 +156,9 @@ def _dispatch_meta(call: Arguments, idx_entries: Callable[[int, int], int]) -> t
     _check_mask(call.x_active_mask, expert_ids)
     if scales is not None:
         if quant_mode != DYNAMIC_QUANT:
-            raise OpArgumentError("scales (smoothing factors) are only for quant_mode=2 (dynamic int8 quantisation)")
+            raise OpArgumentError(
+                "scales (smoothing factors) are only for quant_mode=2 (dynamic int8 quantisation)", argument="scales"
+            )
         require_dtype("scales", scales, (torch.float32,))
         require_shape("scales", scales, ((call.moe_expert_num, x.shape[1]),))
     recv_counts = world.ranks * world.local_experts
@@ -177,7 +187,8 @@ def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...]) -> tuple[torch.T
     all_experts = moe_expert_num + special_experts(call)  # a special expert's tokens stay: combine computes them
     if bool(((expert_ids < 0) | (expert_ids >= all_experts)).any()):
         raise OpArgumentError(
-            f"expert_ids values must lie in [0, {all_experts}), the MoE experts then the special ones"
+            f"expert_ids values must lie in [0, {all_experts}), the MoE experts then the special ones",
+            argument="expert_ids"
         )
     local = expert_ids.to(torch.int64) - world.first_expert
     active = _active_routes(expert_ids, call.x_active_mask)
@@ -350,18 +361,27 @@ def _combine_meta(call: Arguments, expand_idx: torch.Tensor) -> Out:
     world = _world(call, expert_ids.new_empty(expert_ids.shape[0], 1))
     if expand_x.dim() != 2 or expand_x.shape[0] < world.recv_rows:
         raise OpArgumentError(f"expand_x has shape {list(expand_x.shape)}; expected [A >= {world.recv_rows}, H] "
-                              "(dispatch's expand_x after the experts)")
+                              "(dispatch's expand_x after the experts)", argument="expand_x")
     require_shape("expert_scales", expert_scales, (tuple(expert_ids.shape),))
     if expand_idx.dim() != 1 or expand_idx.shape[0] < expert_ids.numel():
-        raise OpArgumentError(f"expand_idx has shape {list(expand_idx.shape)}; pass dispatch's third output unchanged")
+        raise OpArgumentError(
+            f"expand_idx has shape {list(expand_idx.shape)}; pass dispatch's third output unchanged",
+            argument="expand_idx",
+        )
     if ep_send_counts.dim() != 1 or ep_send_counts.shape[0] < world.ranks * world.local_experts:
-        raise OpArgumentError(f"ep_send_counts has shape {list(ep_send_counts.shape)}; pass dispatch's ep_recv_counts")
+        raise OpArgumentError(
+            f"ep_send_counts has shape {list(ep_send_counts.shape)}; pass dispatch's ep_recv_counts",
+            argument="ep_send_counts",
+        )
     _check_mask(call.x_active_mask, expert_ids)
     tokens, h, shared_expert_x = expert_ids.shape[0], expand_x.shape[1], call.shared_expert_x
     if shared_expert_x is not None:
         require_dtype("shared_expert_x", shared_expert_x, (expand_x.dtype,))
         if shared_expert_x.numel() != tokens * h or shared_expert_x.shape[-1] != h:
-            raise OpArgumentError(f"shared_expert_x has shape {list(shared_expert_x.shape)}; expected [{tokens}, {h}]")
+            raise OpArgumentError(
+                f"shared_expert_x has shape {list(shared_expert_x.shape)}; expected [{tokens}, {h}]",
+                argument="shared_expert_x",
+            )
     return Out([tokens, h], expand_x.dtype)
 
 
@@ -377,7 +397,10 @@ def _combine_sum(call: Arguments, expand_idx: torch.Tensor) -> torch.Tensor:
     starts = torch.where(block > 0, counts[(block - 1).clamp(min=0)], 0)
     rows = starts + expand_idx[: tokens * k].to(torch.int64).reshape(tokens, k)
     if bool(((rows < 0) | (rows >= expand_x.shape[0]))[routed].any()):
-        raise OpArgumentError("expand_idx / ep_send_counts point outside expand_x; pass dispatch's outputs unchanged")
+        raise OpArgumentError(
+            "expand_idx / ep_send_counts point outside expand_x; pass dispatch's outputs unchanged",
+            argument="expand_idx",
+        )
     source = expand_x.to(torch.float32)
     out = torch.zeros(tokens, expand_x.shape[1], dtype=torch.float32)
     for slot in range(k):
@@ -409,7 +432,7 @@ def _special_expert_inputs(call: Arguments, out: Out) -> None:
         if value is None:
             if needed:
                 raise OpArgumentError(f"{name} is required with copy_expert_num={call.copy_expert_num}, "
-                                      f"const_expert_num={call.const_expert_num} (the API page)")
+                                      f"const_expert_num={call.const_expert_num} (the API page)", argument=name)
             continue
         require_dtype(name, value, (out.dtype,), "(expand_x's dtype)")
         require_shape(name, value, (shape,))

@@ -60,19 +60,23 @@ def _permuted_rows(num_out_tokens: object, flat: int) -> int:
     n = 0 if num_out_tokens is None else num_out_tokens
     rows = min(n, flat) if n > 0 else flat + n
     if rows < 0:
-        raise OpArgumentError(f"num_out_tokens={n} drops more than the {flat} token copies indices holds")
+        raise OpArgumentError(
+            f"num_out_tokens={n} drops more than the {flat} token copies indices holds", argument="num_out_tokens"
+        )
     return rows
 
 
 def _check_permute_inputs(call: Arguments) -> None:
     if call.padded_mode:
-        raise OpArgumentError("padded_mode=True is not supported (the aclnnMoeTokenPermute page); pass False")
+        raise OpArgumentError(
+            "padded_mode=True is not supported (the aclnnMoeTokenPermute page); pass False", argument="padded_mode"
+        )
     require_dtype("tokens", call.tokens, FLOAT_DTYPES)
     require_dtype("indices", call.indices, INDEX_DTYPES)
     if call.tokens.dim() != 2 or call.indices.dim() not in (1, 2) or call.indices.shape[0] != call.tokens.shape[0]:
         raise OpArgumentError(
             f"tokens {list(call.tokens.shape)} and indices {list(call.indices.shape)} must be [num_tokens, hidden] "
-            "and [num_tokens, topK] (or [num_tokens] for topK 1)"
+            "and [num_tokens, topK] (or [num_tokens] for topK 1)", argument="tokens"
         )
 
 
@@ -100,7 +104,10 @@ def _kept_rows(positions: torch.Tensor, rows: int, copies: int) -> torch.Tensor:
     """bool [copies]: which token copies have a row (< ``rows``) of the permuted tensor; a position at or past
     ``rows`` was dropped by num_out_tokens, one outside [0, copies) is no output of npu_moe_token_permute."""
     if bool(((positions < 0) | (positions >= copies)).any()):
-        raise OpArgumentError(f"sorted_indices values must lie in [0, {copies}); pass npu_moe_token_permute's output")
+        raise OpArgumentError(
+            f"sorted_indices values must lie in [0, {copies}); pass npu_moe_token_permute's output",
+            argument="sorted_indices",
+        )
     return positions < rows
 
 
@@ -112,7 +119,8 @@ def _permute_grad_meta(call: Arguments) -> Out:
     if grad.dim() != 2 or sorted_indices.dim() != 1 or sorted_indices.shape[0] != call.tokens_size_0 * call.num_topK:
         raise OpArgumentError(
             f"grad_permuted_tokens {list(grad.shape)} and sorted_indices {list(sorted_indices.shape)} must be "
-            f"[rows, hidden] and [tokens_size_0 * num_topK] = [{call.tokens_size_0 * call.num_topK}]"
+            f"[rows, hidden] and [tokens_size_0 * num_topK] = [{call.tokens_size_0 * call.num_topK}]",
+            argument="grad_permuted_tokens"
         )
     return Out([call.tokens_size_0, grad.shape[1]], call.tokens_dtype)
 
@@ -135,7 +143,9 @@ def npu_moe_token_permute_grad_v2(call: Arguments) -> None:
     ``grad_permuted_tokens`` (``sorted_indices`` says where each copy went; a dropped copy adds 0), rounded
     once to ``tokens_dtype``. ``padded_mode=True`` is refused, as by the forward."""
     if call.padded_mode:
-        raise OpArgumentError("padded_mode=True is not supported (the aclnnMoeTokenPermute page); pass False")
+        raise OpArgumentError(
+            "padded_mode=True is not supported (the aclnnMoeTokenPermute page); pass False", argument="padded_mode"
+        )
 
 
 def _permute_setup(ctx: object, call: Arguments, output: tuple) -> None:
@@ -180,13 +190,15 @@ def _check_unpermute_inputs(call: Arguments) -> int:
     """The checks of npu_moe_token_unpermute; returns topK (probs' second dim, 1 without probs)."""
     permuted, sorted_indices, probs = call.permuted_tokens, call.sorted_indices, call.probs
     if call.padded_mode:
-        raise OpArgumentError("padded_mode=True is not supported (the aclnnMoeTokenUnpermute page); pass False")
+        raise OpArgumentError(
+            "padded_mode=True is not supported (the aclnnMoeTokenUnpermute page); pass False", argument="padded_mode"
+        )
     require_dtype("permuted_tokens", permuted, FLOAT_DTYPES)
     require_dtype("sorted_indices", sorted_indices, (torch.int32,))
     if permuted.dim() != 2 or sorted_indices.dim() != 1:
         raise OpArgumentError(
             f"permuted_tokens {list(permuted.shape)} and sorted_indices {list(sorted_indices.shape)} must be "
-            "[rows, hidden] and [num_tokens * topK]"
+            "[rows, hidden] and [num_tokens * topK]", argument="permuted_tokens"
         )
     if probs is None:
         return 1
@@ -194,7 +206,7 @@ def _check_unpermute_inputs(call: Arguments) -> int:
     if probs.dim() != 2 or probs.shape[1] == 0 or probs.numel() != sorted_indices.shape[0]:
         raise OpArgumentError(
             f"probs has shape {list(probs.shape)}; expected [num_tokens, topK] with num_tokens * topK = "
-            f"{sorted_indices.shape[0]} (sorted_indices' length)"
+            f"{sorted_indices.shape[0]} (sorted_indices' length)", argument="probs"
         )
     return probs.shape[1]
 
@@ -226,20 +238,22 @@ def _unpermute_grad_meta(call: Arguments) -> tuple[Out, Out]:
     a 0-dim tensor in the gradient's dtype without probs (op-plugin's ``_grad_v2`` sizes and dtypes)."""
     grad, sorted_indices, probs = call.grad_unpermuted_tokens, call.sorted_indices, call.probs
     if call.padded_mode:
-        raise OpArgumentError("padded_mode=True is not supported (the aclnnMoeTokenUnpermute page); pass False")
+        raise OpArgumentError(
+            "padded_mode=True is not supported (the aclnnMoeTokenUnpermute page); pass False", argument="padded_mode"
+        )
     require_dtype("grad_unpermuted_tokens", grad, FLOAT_DTYPES)
     require_dtype("sorted_indices", sorted_indices, (torch.int32,))
     top_k = 1 if probs is None else probs.shape[-1]
     if grad.dim() != 2 or sorted_indices.dim() != 1 or sorted_indices.shape[0] != grad.shape[0] * top_k:
         raise OpArgumentError(
             f"grad_unpermuted_tokens {list(grad.shape)} and sorted_indices {list(sorted_indices.shape)} must be "
-            "[num_tokens, hidden] and [num_tokens * topK]"
+            "[num_tokens, hidden] and [num_tokens * topK]", argument="grad_unpermuted_tokens"
         )
     if probs is not None:
         require_dtype("probs", probs, FLOAT_DTYPES)
         require_shape("probs", probs, ((grad.shape[0], top_k),))
         if call.permuted_tokens is None:
-            raise OpArgumentError("probs' gradient needs permuted_tokens, the forward's input")
+            raise OpArgumentError("probs' gradient needs permuted_tokens, the forward's input", argument="probs")
         require_shape("permuted_tokens", call.permuted_tokens, ((call.permuted_tokens_size_0, grad.shape[1]),))
     grad_probs = Out([], grad.dtype) if probs is None else Out(list(probs.shape), probs.dtype)
     return Out([call.permuted_tokens_size_0, grad.shape[1]], call.permuted_tokens_dtype), grad_probs

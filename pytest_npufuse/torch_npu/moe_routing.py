@@ -42,9 +42,13 @@ def _gating_top_k_softmax_meta(call: Arguments) -> tuple[Out, ...]:
     x, k = call.x, call.k
     require_dtype("x", x, FLOAT_DTYPES)
     if x.dim() not in (2, 3):
-        raise OpArgumentError(f"x has shape {list(x.shape)}; expected 2-D [tokens, experts] or 3-D [B, S, experts]")
+        raise OpArgumentError(
+            f"x has shape {list(x.shape)}; expected 2-D [tokens, experts] or 3-D [B, S, experts]", argument="x"
+        )
     if not 0 < k <= min(x.shape[-1], TOP_K_LIMIT):
-        raise OpArgumentError(f"k={k} must satisfy 0 < k <= experts ({x.shape[-1]}) and k <= {TOP_K_LIMIT}")
+        raise OpArgumentError(
+            f"k={k} must satisfy 0 < k <= experts ({x.shape[-1]}) and k <= {TOP_K_LIMIT}", argument="k"
+        )
     shape = [*x.shape[:-1], k]
     return Out(shape, x.dtype), Out(shape, torch.int32), Out(shape, torch.int32)
 
@@ -94,7 +98,7 @@ def npu_moe_gating_top_k_softmax(call: Arguments) -> None:
     if call.finished is not None:
         raise OpArgumentError(
             "finished is not implemented by the CPU model of npu_moe_gating_top_k_softmax (the API page does "
-            "not define a finished row's outputs); pass None"
+            "not define a finished row's outputs); pass None", argument="finished"
         )
 
 
@@ -112,11 +116,12 @@ def _init_routing_meta(call: Arguments) -> tuple[
     require_dtype("expert_idx", expert_idx, (torch.int32,))
     if x.dim() != 2 or expert_idx.dim() != 2 or expert_idx.shape[0] != x.shape[0]:
         raise OpArgumentError(
-            f"x {list(x.shape)} and expert_idx {list(expert_idx.shape)} must be [NUM_ROWS, H] and [NUM_ROWS, K]"
+            f"x {list(x.shape)} and expert_idx {list(expert_idx.shape)} must be [NUM_ROWS, H] and [NUM_ROWS, K]",
+            argument="x"
         )
     require_shape("row_idx", call.row_idx, (tuple(expert_idx.shape),))
     if active_num < 0:
-        raise OpArgumentError(f"active_num={active_num} must be >= 0 (the rows of x to route)")
+        raise OpArgumentError(f"active_num={active_num} must be >= 0 (the rows of x to route)", argument="active_num")
     rows, k = expert_idx.shape
     return Out([min(rows, active_num) * k, x.shape[1]], x.dtype), Out([rows * k], torch.int32), Out(
         [rows * k], torch.int32
@@ -131,7 +136,7 @@ def _init_routing_kernel(call: Arguments) -> tuple[
     dst_to_src = call.row_idx.reshape(-1).to(torch.int64)[order.indices]
     if rows * k and not bool(((dst_to_src >= 0) & (dst_to_src < rows * k)).all()):
         raise OpArgumentError(f"row_idx values must lie in [0, NUM_ROWS * K) = [0, {rows * k}); build it as "
-                              "npu_moe_gating_top_k_softmax does")
+                              "npu_moe_gating_top_k_softmax does", argument="row_idx")
     expanded_row_idx = torch.zeros(rows * k, dtype=torch.int32)
     expanded_row_idx[dst_to_src] = torch.arange(rows * k, dtype=torch.int32)
     expanded_x = call.x[dst_to_src[: min(rows, call.active_num) * k] % rows]
@@ -170,7 +175,8 @@ def _expert_range(active_expert_range: Sequence[int], expert_num: int) -> tuple[
         return 0, expert_num
     if len(active_expert_range) != 2 or not 0 <= active_expert_range[0] < active_expert_range[1]:
         raise OpArgumentError(
-            f"active_expert_range={list(active_expert_range)} must be [start, end) with 0 <= start < end"
+            f"active_expert_range={list(active_expert_range)} must be [start, end) with 0 <= start < end",
+            argument="active_expert_range"
         )
     return active_expert_range[0], active_expert_range[1]
 
@@ -180,12 +186,16 @@ def _check_init_routing_v2_scale(
 ) -> None:
     if quant_mode == STATIC_QUANT:
         if scale is None or offset is None:
-            raise OpArgumentError("quant_mode=0 (static quantisation) needs scale and offset, float32 of shape [1]")
+            raise OpArgumentError(
+                "quant_mode=0 (static quantisation) needs scale and offset, float32 of shape [1]", argument="quant_mode"
+            )
         require_shape("scale", scale, ((1,),))
         require_shape("offset", offset, ((1,),))
         return
     if offset is not None:
-        raise OpArgumentError(f"offset is only for quant_mode=0 (static quantisation), got quant_mode={quant_mode}")
+        raise OpArgumentError(
+            f"offset is only for quant_mode=0 (static quantisation), got quant_mode={quant_mode}", argument="offset"
+        )
     if scale is None:
         return
     require_dtype("scale", scale, (torch.float32,))
@@ -201,11 +211,12 @@ def _init_routing_v2_meta(call: Arguments) -> tuple[Out, ...]:
     require_dtype("x", x, (*FLOAT_DTYPES, torch.int8))
     if x.dtype == torch.int8 and quant_mode != NO_QUANT:
         raise OpArgumentError("x is already int8 (quantised before routing): use quant_mode=-1, with its per-row "
-                              "scales as scale [NUM_ROWS] to carry them to the expanded rows")
+                              "scales as scale [NUM_ROWS] to carry them to the expanded rows", argument="x")
     require_dtype("expert_idx", expert_idx, (torch.int32,))
     if x.dim() != 2 or expert_idx.dim() != 2 or expert_idx.shape[0] != x.shape[0]:
         raise OpArgumentError(
-            f"x {list(x.shape)} and expert_idx {list(expert_idx.shape)} must be [NUM_ROWS, H] and [NUM_ROWS, K]"
+            f"x {list(x.shape)} and expert_idx {list(expert_idx.shape)} must be [NUM_ROWS, H] and [NUM_ROWS, K]",
+            argument="x"
         )
     rows, k = expert_idx.shape
     h = x.shape[1]
@@ -213,17 +224,19 @@ def _init_routing_v2_meta(call: Arguments) -> tuple[Out, ...]:
     needs_experts = call.drop_pad_mode == DROP_PAD or call.expert_tokens_num_flag or quant_mode == DYNAMIC_QUANT
     if needs_experts and expert_num <= 0 and not active_expert_range:
         raise OpArgumentError("expert_num must be > 0 (or active_expert_range given) for drop_pad_mode=1, "
-                              "expert_tokens_num_flag=True or quant_mode=1")
+                              "expert_tokens_num_flag=True or quant_mode=1", argument="expert_num")
     _check_init_routing_v2_scale(x, call.scale, call.offset, quant_mode, end - start)
     out_dtype = x.dtype if quant_mode == NO_QUANT else torch.int8
     if call.drop_pad_mode == DROP_PAD:
         if not 0 < expert_capacity <= rows:
             raise OpArgumentError(
-                f"expert_capacity={expert_capacity} must be in (0, NUM_ROWS={rows}] for drop_pad_mode=1"
+                f"expert_capacity={expert_capacity} must be in (0, NUM_ROWS={rows}] for drop_pad_mode=1",
+                argument="expert_capacity"
             )
         if active_expert_range and (start, end) != (0, expert_num):
             raise OpArgumentError(
-                "drop_pad_mode=1 routes every expert: active_expert_range must be [] or [0, expert_num]"
+                "drop_pad_mode=1 routes every expert: active_expert_range must be [] or [0, expert_num]",
+                argument="drop_pad_mode"
             )
         x_shape, scale_shape = [expert_num, expert_capacity, h], [expert_num * expert_capacity]
     else:
@@ -398,14 +411,18 @@ def _compute_expert_tokens_meta(call: Arguments) -> Out:
     require_dtype("sorted_expert_for_source_row", sorted_expert_for_source_row, (torch.int32,))
     if sorted_expert_for_source_row.dim() != 1:
         raise OpArgumentError(f"sorted_expert_for_source_row has shape {list(sorted_expert_for_source_row.shape)}; "
-                              "expected 1-D (the sorted experts of npu_moe_init_routing)")
+                              "expected 1-D (the sorted experts of npu_moe_init_routing)",
+                              argument="sorted_expert_for_source_row")
     return Out([call.num_expert], torch.int32)
 
 
 def _compute_expert_tokens_kernel(call: Arguments) -> torch.Tensor:
     experts = call.sorted_expert_for_source_row
     if experts.numel() and bool((experts[1:] < experts[:-1]).any()):
-        raise OpArgumentError("sorted_expert_for_source_row must be non-decreasing (sorted by expert)")
+        raise OpArgumentError(
+            "sorted_expert_for_source_row must be non-decreasing (sorted by expert)",
+            argument="sorted_expert_for_source_row",
+        )
     bounds = torch.arange(call.num_expert, dtype=torch.int32)
     return torch.searchsorted(experts, bounds, right=True).to(torch.int32)
 
@@ -425,7 +442,9 @@ def npu_moe_compute_expert_tokens(call: Arguments) -> None:
     that ``npu_grouped_matmul`` takes with ``group_list_type=0``.
     """
     if not 0 < call.num_expert <= EXPERT_TOKENS_MAX_EXPERTS:
-        raise OpArgumentError(f"num_expert={call.num_expert} must be in (0, {EXPERT_TOKENS_MAX_EXPERTS}]")
+        raise OpArgumentError(
+            f"num_expert={call.num_expert} must be in (0, {EXPERT_TOKENS_MAX_EXPERTS}]", argument="num_expert"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,29 +465,37 @@ def _finalize_routing_meta(call: Arguments) -> Out:
     expected_dims = 3 if mode in FINALIZE_DROP_MODES else 2
     if rows.dim() != expected_dims:
         raise OpArgumentError(f"expanded_permuted_rows has shape {list(rows.shape)}; drop_pad_mode={mode} needs "
-                              f"{'[E, C, H]' if expected_dims == 3 else '[NUM_ROWS * K, H]'}")
+                              f"{'[E, C, H]' if expected_dims == 3 else '[NUM_ROWS * K, H]'}",
+                              argument="expanded_permuted_rows")
     if expanded_src_to_dst_row.dim() != 1:
-        raise OpArgumentError("expanded_src_to_dst_row must be 1-D [NUM_ROWS * K]")
+        raise OpArgumentError("expanded_src_to_dst_row must be 1-D [NUM_ROWS * K]", argument="expanded_src_to_dst_row")
     routes = expanded_src_to_dst_row.shape[0]
     top_k = scales.shape[1] if scales is not None and scales.dim() == 2 else (call.k or 1)
     if top_k <= 0 or routes % top_k:
-        raise OpArgumentError(f"expanded_src_to_dst_row has {routes} entries, not a multiple of K={top_k}")
+        raise OpArgumentError(
+            f"expanded_src_to_dst_row has {routes} entries, not a multiple of K={top_k}",
+            argument="expanded_src_to_dst_row",
+        )
     tokens, h = routes // top_k, rows.shape[-1]
     for name, tensor in (("skip1", call.skip1), ("skip2", call.skip2)):
         if tensor is not None:
             require_dtype(name, tensor, (rows.dtype,), "(expanded_permuted_rows' dtype)")
             require_shape(name, tensor, ((tokens, h),))
     if call.skip1 is None and call.skip2 is not None:
-        raise OpArgumentError("skip2 needs skip1 (the API page: when skip1 is None, skip2 must be None too)")
+        raise OpArgumentError(
+            "skip2 needs skip1 (the API page: when skip1 is None, skip2 must be None too)", argument="skip2"
+        )
     if scales is not None:
         require_dtype("scales", scales, (rows.dtype,), "(expanded_permuted_rows' dtype)")
         require_shape("scales", scales, ((tokens, top_k),))
     if bias is not None:
         require_dtype("bias", bias, (rows.dtype,), "(expanded_permuted_rows' dtype)")
         if bias.dim() != 2 or bias.shape[1] != h:
-            raise OpArgumentError(f"bias has shape {list(bias.shape)}; expected [E, {h}]")
+            raise OpArgumentError(f"bias has shape {list(bias.shape)}; expected [E, {h}]", argument="bias")
         if export_for_source_row is None:
-            raise OpArgumentError("bias needs export_for_source_row (the expert of each (token, k)) to pick its row")
+            raise OpArgumentError(
+                "bias needs export_for_source_row (the expert of each (token, k)) to pick its row", argument="bias"
+            )
     if export_for_source_row is not None:
         require_dtype("export_for_source_row", export_for_source_row, (torch.int32,))
         require_shape("export_for_source_row", export_for_source_row, ((tokens, top_k),))
@@ -486,7 +513,10 @@ def _finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     dst = call.expanded_src_to_dst_row.to(torch.int64)
     dst = dst.reshape(tokens, top_k) if mode in FINALIZE_ROW_MAJOR else dst.reshape(top_k, tokens).t()
     if bool(((dst < -1) | (dst >= source.shape[0])).any()):
-        raise OpArgumentError(f"expanded_src_to_dst_row values must lie in [-1, {source.shape[0]}) (-1: dropped)")
+        raise OpArgumentError(
+            f"expanded_src_to_dst_row values must lie in [-1, {source.shape[0]}) (-1: dropped)",
+            argument="expanded_src_to_dst_row",
+        )
     out = torch.zeros(tokens, h, dtype=torch.float32)
     if skip1 is not None:
         out = skip1.to(torch.float32) if call.skip2 is None else skip1.to(torch.float32) + call.skip2.to(torch.float32)
@@ -643,7 +673,8 @@ def _re_routing_meta(call: Arguments) -> tuple[Out, ...]:
     require_dtype("expert_token_num_per_rank", expert_token_num_per_rank, TOKEN_COUNT_DTYPES)
     if tokens.dim() != 2 or expert_token_num_per_rank.dim() != 2:
         raise OpArgumentError(f"tokens {list(tokens.shape)} and expert_token_num_per_rank "
-                              f"{list(expert_token_num_per_rank.shape)} must be [A, H] and [ranks, experts]")
+                              f"{list(expert_token_num_per_rank.shape)} must be [A, H] and [ranks, experts]",
+                              argument="tokens")
     rows = tokens.shape[0]
     scales = call.per_token_scales
     if scales is not None:
@@ -662,7 +693,7 @@ def _re_routing_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
     counts = expert_token_num_per_rank.to(torch.int64)
     if bool((counts < 0).any()) or int(counts.sum()) != tokens.shape[0]:
         raise OpArgumentError(f"expert_token_num_per_rank {counts.tolist()} must be non-negative counts summing to "
-                              f"the {tokens.shape[0]} token rows")
+                              f"the {tokens.shape[0]} token rows", argument="expert_token_num_per_rank")
     ranks, experts = counts.shape
     source_start = torch.cumsum(counts.reshape(-1), 0) - counts.reshape(-1)  # rank-major: where (i, j) rows start
     order = torch.cat([torch.arange(int(source_start[i * experts + j]), int(source_start[i * experts + j] + counts[i, j]))
@@ -718,14 +749,16 @@ def _group_topk_meta(call: Arguments) -> Out:
     scores = call.self
     require_dtype("self", scores, (torch.float16, torch.bfloat16))
     if scores.dim() != 2:
-        raise OpArgumentError(f"self has shape {list(scores.shape)}; expected [tokens, experts]")
+        raise OpArgumentError(f"self has shape {list(scores.shape)}; expected [tokens, experts]", argument="self")
     experts, groups = scores.shape[1], call.group_num
     if experts > MAX_GROUP_TOPK_EXPERTS or experts % groups != 0:
         raise OpArgumentError(
-            f"self has {experts} experts; ATB requires at most {MAX_GROUP_TOPK_EXPERTS}, divisible by group_num={groups}"
+            f"self has {experts} experts; ATB requires at most "
+            f"{MAX_GROUP_TOPK_EXPERTS}, divisible by group_num={groups}",
+            argument="self"
         )
     if call.n > experts // groups:
-        raise OpArgumentError(f"n={call.n}; ATB requires n <= experts / group_num = {experts // groups}")
+        raise OpArgumentError(f"n={call.n}; ATB requires n <= experts / group_num = {experts // groups}", argument="n")
     return Out(list(scores.shape), scores.dtype)
 
 
@@ -760,5 +793,6 @@ def _npu_group_topk(call: Arguments) -> None:
     """
     if not 1 <= call.k <= call.group_num or call.n < 1:
         raise OpArgumentError(
-            f"k={call.k}, group_num={call.group_num}, n={call.n}; ATB requires 1 <= k <= group_num and n >= 1"
+            f"k={call.k}, group_num={call.group_num}, n={call.n}; ATB requires 1 <= k <= group_num and n >= 1",
+            argument="k"
         )

@@ -169,7 +169,9 @@ def _add_rms_norm_meta(call: Arguments) -> tuple[Out, Out, Out]:
     require_dtype("x1", x1, FLOAT_DTYPES)
     require_dtype("x2", x2, (x1.dtype,), "(x2 must have x1's dtype)")
     if x2.shape != x1.shape:
-        raise OpArgumentError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
+        raise OpArgumentError(
+            f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}", argument="x2"
+        )
     require_dtype("gamma", gamma, (x1.dtype, torch.float32), "(x1's dtype or float32)")
     require_trailing("gamma", gamma, "x1", x1)
     like_x = Out(list(x1.shape), x1.dtype)
@@ -227,7 +229,7 @@ def _check_quant_params(name: str, param: Optional[torch.Tensor], gamma: torch.T
     require_dtype(name, param, dtypes)
     if tuple(param.shape) not in (tuple(gamma.shape), (1,)):
         raise OpArgumentError(
-            f"{name} has shape {list(param.shape)}; expected gamma's shape {list(gamma.shape)} or [1]"
+            f"{name} has shape {list(param.shape)}; expected gamma's shape {list(gamma.shape)} or [1]", argument=name
         )
 
 
@@ -243,7 +245,9 @@ def _add_rms_norm_quant_meta(call: Arguments) -> tuple[Out, Out, Out]:
         require_dtype("beta", beta, (x1.dtype, torch.float32), "(x1's dtype or float32)")
         require_shape("beta", beta, (tuple(gamma.shape),))
     if call.zero_points2 is not None and call.scales2 is None:
-        raise OpArgumentError("zero_points2 needs scales2 (it belongs to the second quantised output)")
+        raise OpArgumentError(
+            "zero_points2 needs scales2 (it belongs to the second quantised output)", argument="zero_points2"
+        )
     quantised = Out(list(x1.shape), torch.int8)
     return quantised, quantised, Out(list(x1.shape), x1.dtype)
 
@@ -300,7 +304,9 @@ def npu_add_rms_norm_quant(call: Arguments) -> None:
       leaves it unspecified).  ``axis`` is accepted as in torch_npu (only -1 is documented).
     """
     if call.axis != -1:
-        raise OpArgumentError(f"axis={call.axis} is not implemented; torch_npu documents only -1 (the last dim)")
+        raise OpArgumentError(
+            f"axis={call.axis} is not implemented; torch_npu documents only -1 (the last dim)", argument="axis"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,10 +322,13 @@ def _dynamic_quant_outputs(call: Arguments) -> tuple[bool, bool]:
         return True, call.smooth_scale1 is not None and call.smooth_scale2 is not None
     first, second = (bool(flag) for flag in call.output_mask)
     if not first and not second:
-        raise OpArgumentError("output_mask=[False, False] computes nothing; at least one of y1 and y2 must be output")
+        raise OpArgumentError(
+            "output_mask=[False, False] computes nothing; at least one of y1 and y2 must be output",
+            argument="output_mask",
+        )
     for flag, name in ((first, "smooth_scale1"), (second, "smooth_scale2")):
         if not flag and getattr(call, name) is not None:
-            raise OpArgumentError(f"{name} is given but output_mask turns its output off (the API page)")
+            raise OpArgumentError(f"{name} is given but output_mask turns its output off (the API page)", argument=name)
     return first, second
 
 
@@ -346,7 +355,9 @@ def _add_rms_norm_dynamic_quant_meta(call: Arguments) -> tuple[Out, Out, Out, Ou
     y_shape, y_dtype = list(x1.shape), torch.int8
     if _dynamic_quant_y_dtype(call) == torch.quint4x2:
         if x1.shape[-1] % INT4_PER_INT32:
-            raise OpArgumentError(f"x1's last dim {x1.shape[-1]} must be a multiple of 8 for int4 (y_dtype=quint4x2)")
+            raise OpArgumentError(
+                f"x1's last dim {x1.shape[-1]} must be a multiple of 8 for int4 (y_dtype=quint4x2)", argument="x1"
+            )
         y_shape, y_dtype = [*x1.shape[:-1], x1.shape[-1] // INT4_PER_INT32], torch.int32
     ys = [Out(y_shape if on else [0], y_dtype) for on in outputs]
     scales = [Out(list(x1.shape[:-1]) if on else [0], torch.float32) for on in outputs]
@@ -419,13 +430,16 @@ def _layer_norm_eval_meta(call: Arguments) -> Out:
     dims = len(normalized_shape)
     if not 1 <= dims <= input.dim() or tuple(input.shape[input.dim() - dims :]) != tuple(normalized_shape):
         raise OpArgumentError(
-            f"normalized_shape={list(normalized_shape)} must equal the trailing dims of input {list(input.shape)}"
+            f"normalized_shape={list(normalized_shape)} must equal the trailing dims of input {list(input.shape)}",
+            argument="normalized_shape"
         )
     for name, param in (("weight", call.weight), ("bias", call.bias)):
         if param is not None:
             require_dtype(name, param, (input.dtype, torch.float32), "(input's dtype or float32)")
             if tuple(param.shape) != tuple(normalized_shape):
-                raise OpArgumentError(f"{name} has shape {list(param.shape)}; expected {list(normalized_shape)}")
+                raise OpArgumentError(
+                    f"{name} has shape {list(param.shape)}; expected {list(normalized_shape)}", argument=name
+                )
     return Out(list(input.shape), input.dtype)
 
 
@@ -500,17 +514,21 @@ def _scaled_masked_softmax_meta(call: Arguments) -> Out:
     x, mask = call.x, call.mask
     require_dtype("x", x, _SOFTMAX_DTYPES)
     if x.dim() != 4:
-        raise OpArgumentError(f"x has {x.dim()} dims; npu_scaled_masked_softmax takes a 4-D x [N, C, H, W]")
+        raise OpArgumentError(
+            f"x has {x.dim()} dims; npu_scaled_masked_softmax takes a 4-D x [N, C, H, W]", argument="x"
+        )
     for axis in (2, 3):
         size = x.shape[axis]
         if not (_SOFTMAX_MIN <= size <= _SOFTMAX_MAX and size % _SOFTMAX_STEP == 0):
             raise OpArgumentError(
                 f"x.shape[{axis}] is {size}; npu_scaled_masked_softmax needs H and W in [32, 4096] and "
-                "divisible by 32 (pad the scores, or use torch.softmax)"
+                "divisible by 32 (pad the scores, or use torch.softmax)", argument="x"
             )
     require_dtype("mask", mask, (torch.bool,))
     if mask.dim() != 4 or any(m not in (1, s) for m, s in zip(mask.shape, x.shape)):
-        raise OpArgumentError(f"mask has shape {list(mask.shape)}; it must be 4-D and broadcast to x's {list(x.shape)}")
+        raise OpArgumentError(
+            f"mask has shape {list(mask.shape)}; it must be 4-D and broadcast to x's {list(x.shape)}", argument="mask"
+        )
     return Out(list(x.shape), x.dtype)
 
 
@@ -627,7 +645,9 @@ def _add_layer_norm_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
     x1, x2 = call.x1, call.x2
     dtype = _add_layer_norm_dtype(x1, x2)
     if x2.shape != x1.shape:
-        raise OpArgumentError(f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}")
+        raise OpArgumentError(
+            f"x2 has shape {list(x2.shape)}; it must equal x1's shape {list(x1.shape)}", argument="x2"
+        )
     for name, param in (("gamma", call.gamma), ("beta", call.beta)):
         require_dtype(name, param, (x1.dtype, x2.dtype, torch.float32), "(x1's or x2's dtype, or float32)")
         require_trailing(name, param, "x1", x1)
@@ -802,7 +822,9 @@ def _rms_norm_quant_meta(call: Arguments) -> Out:
         param = getattr(call, name)
         require_dtype(name, param, (x.dtype,), "(x's dtype)")
         if tuple(param.shape) not in ((x.shape[-1],), (1, x.shape[-1])):
-            raise OpArgumentError(f"{name} has shape {list(param.shape)}; expected [{x.shape[-1]}] or [1, {x.shape[-1]}]")
+            raise OpArgumentError(
+                f"{name} has shape {list(param.shape)}; expected [{x.shape[-1]}] or [1, {x.shape[-1]}]", argument=name
+            )
     require_shape("scale", call.scale, ((1,),))
     require_dtype("scale", call.scale, (x.dtype,), "(x's dtype)")
     require_shape("offset", call.offset, ((1,),))

@@ -62,7 +62,7 @@ class NpuFusedAdamW(torch.optim.Optimizer):
             ("betas[1]", betas[1], 0.0 <= betas[1] < 1.0), ("weight_decay", weight_decay, weight_decay >= 0.0),
         ):
             if not ok:
-                raise OpArgumentError(f"NpuFusedAdamW: invalid {name} {value!r}")
+                raise OpArgumentError(f"NpuFusedAdamW: invalid {name} {value!r}", op="NpuFusedAdamW", argument=name)
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad))
         self.combined: list[list[dict[str, Any]]] = []
 
@@ -132,7 +132,10 @@ class NpuFusedAdamW(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         if set_to_none:
-            raise OpArgumentError("set_to_none is not supported in fused optimizers (torch_npu's rule)")
+            raise OpArgumentError(
+                "set_to_none is not supported in fused optimizers (torch_npu's rule)",
+                op=f"{type(self).__name__}.zero_grad", argument="set_to_none",
+            )
         if not self.combined:
             super().zero_grad(set_to_none=False)
             return

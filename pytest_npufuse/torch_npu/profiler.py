@@ -96,7 +96,8 @@ class profile:  # noqa: N801 - torch_npu's name
             if value is not None:
                 raise NotModeledError(
                     f"torch_npu.profiler.profile({name}=...) is not modeled: the modeled profile covers every "
-                    f"compiled graph run inside the block; drop {name}= and profile only the steps you want."
+                    f"compiled graph run inside the block; drop {name}= and profile only the steps you want.",
+                    op="torch_npu.profiler.profile", argument=name
                 )
         chosen = set(activities) if activities is not None else set(ProfilerActivity)
         if not chosen <= set(ProfilerActivity):
@@ -138,7 +139,9 @@ class profile:  # noqa: N801 - torch_npu's name
                       if not self.device else "no graph compiled for the NPU ran inside the block")
             raise ArgumentError(
                 f"the profile has no device data: {reason}. Run the model compiled with the NPU backend "
-                "(torch.compile(model, backend=torchair.get_npu_backend())) inside `with torch_npu.profiler.profile():`."
+                "(torch.compile(model, backend=torchair.get_npu_backend())) "
+                "inside `with torch_npu.profiler.profile():`.",
+                op="torch_npu.profiler.profile", argument="activities" if not self.device else None
             )
         return attribute_calls(self.calls)
 

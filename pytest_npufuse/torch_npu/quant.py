@@ -40,7 +40,8 @@ def _broadcast_batch(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
         return list(torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]))
     except RuntimeError as err:
         raise OpArgumentError(
-            f"x1 batch dims {list(x1.shape[:-2])} and x2 batch dims {list(x2.shape[:-2])} do not broadcast"
+            f"x1 batch dims {list(x1.shape[:-2])} and x2 batch dims {list(x2.shape[:-2])} do not broadcast",
+            argument="x1"
         ) from err
 
 
@@ -50,7 +51,8 @@ def _resolve_output_dtype(output_dtype: Optional[torch.dtype]) -> torch.dtype:
         return torch.int8
     if output_dtype not in QMM_OUTPUT_DTYPES:
         raise OpArgumentError(
-            f"output_dtype={output_dtype} is not implemented; expected None or one of {dtype_names(QMM_OUTPUT_DTYPES)}"
+            f"output_dtype={output_dtype} is not implemented; expected None or one of {dtype_names(QMM_OUTPUT_DTYPES)}",
+            argument="output_dtype"
         )
     return output_dtype
 
@@ -90,13 +92,17 @@ def _check_qmm_operands(x1: torch.Tensor, x2: torch.Tensor) -> None:
     for name, tensor in (("x1", x1), ("x2", x2)):
         require_dtype(name, tensor, (torch.int8, torch.int32), "(int8, or int32 words of eight int4)")
         if not QMM_MIN_RANK <= tensor.dim() <= QMM_MAX_RANK:
-            raise OpArgumentError(f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims")
+            raise OpArgumentError(
+                f"{name} has rank {tensor.dim()}; expected {QMM_MIN_RANK} to {QMM_MAX_RANK} dims", argument=name
+            )
     if x1.dtype != x2.dtype:
-        raise OpArgumentError(f"x1 is {x1.dtype} but x2 is {x2.dtype}; both int8 (A8W8) or both int32 words of int4")
+        raise OpArgumentError(
+            f"x1 is {x1.dtype} but x2 is {x2.dtype}; both int8 (A8W8) or both int32 words of int4", argument="x1"
+        )
     if _qmm_width(x1) != _qmm_shape(x2)[-2]:
         raise OpArgumentError(
             f"x1 has k={_qmm_width(x1)} (shape {list(x1.shape)}) but x2 has k={_qmm_shape(x2)[-2]} "
-            f"(shape {list(x2.shape)}); x2 must be [..., k, n]"
+            f"(shape {list(x2.shape)}); x2 must be [..., k, n]", argument="x1"
         )
 
 
@@ -115,9 +121,13 @@ def _check_qmm_offset(offset: Optional[torch.Tensor], scale: torch.Tensor, n: in
     if offset is None:
         return
     if out_dtype != torch.int8:
-        raise OpArgumentError(f"offset is only allowed for an int8 output, got output_dtype={out_dtype}")
+        raise OpArgumentError(
+            f"offset is only allowed for an int8 output, got output_dtype={out_dtype}", argument="offset"
+        )
     if scale.dtype == torch.int64:
-        raise OpArgumentError("offset must be None when scale is int64: the offset is already packed into scale")
+        raise OpArgumentError(
+            "offset must be None when scale is int64: the offset is already packed into scale", argument="offset"
+        )
     require_dtype("offset", offset, (torch.float32,))
     require_shape("offset", offset, ((1,), (n,)))
 
@@ -126,7 +136,10 @@ def _check_qmm_pertoken(pertoken_scale: Optional[torch.Tensor], m: int, out_dtyp
     if pertoken_scale is None:
         return
     if out_dtype in (torch.int8, torch.int32):
-        raise OpArgumentError(f"pertoken_scale is only allowed for float16/bfloat16 outputs, got a {out_dtype} output")
+        raise OpArgumentError(
+            f"pertoken_scale is only allowed for float16/bfloat16 outputs, got a {out_dtype} output",
+            argument="pertoken_scale",
+        )
     require_dtype("pertoken_scale", pertoken_scale, (torch.float32,))
     require_shape("pertoken_scale", pertoken_scale, ((m,),))
 
@@ -304,16 +317,21 @@ def _dsq_group_count(group_index: Optional[torch.Tensor]) -> int:
         return 1
     require_dtype("group_index", group_index, (torch.int32, torch.int64))
     if group_index.dim() != 1 or group_index.shape[0] < 1:
-        raise OpArgumentError(f"group_index has shape {list(group_index.shape)}; expected a non-empty 1-D [groupNum]")
+        raise OpArgumentError(
+            f"group_index has shape {list(group_index.shape)}; expected a non-empty 1-D [groupNum]",
+            argument="group_index",
+        )
     return group_index.shape[0]
 
 
 def _check_dsq_x(x: torch.Tensor) -> None:
     require_dtype("x", x, (torch.int32, *HALF_DTYPES))
     if x.dim() < 2:
-        raise OpArgumentError(f"x has rank {x.dim()} (shape {list(x.shape)}); expected at least 2 dims")
+        raise OpArgumentError(f"x has rank {x.dim()} (shape {list(x.shape)}); expected at least 2 dims", argument="x")
     if x.shape[-1] % 2 != 0:
-        raise OpArgumentError(f"x has last dim {x.shape[-1]}; it must be even (it is split in two halves)")
+        raise OpArgumentError(
+            f"x has last dim {x.shape[-1]}; it must be even (it is split in two halves)", argument="x"
+        )
 
 
 def _check_dsq_dequant_inputs(
@@ -326,7 +344,9 @@ def _check_dsq_dequant_inputs(
     """Dequantisation inputs, checked only for an int32 ``x`` (ignored for float ``x``)."""
     two_h = x.shape[-1]
     if weight_scale is None:
-        raise OpArgumentError("weight_scale is required when x is int32 (it marks the dequantisation)")
+        raise OpArgumentError(
+            "weight_scale is required when x is int32 (it marks the dequantisation)", argument="weight_scale"
+        )
     require_dtype("weight_scale", weight_scale, (torch.float32,))
     require_shape("weight_scale", weight_scale, ((two_h,), (1, two_h), (groups, two_h)))
     if activation_scale is not None:
@@ -353,7 +373,10 @@ def _check_dsq_quant_inputs(
         require_shape("quant_scale", quant_scale, shapes)
     if quant_offset is not None:
         if quant_mode == 1:
-            raise OpArgumentError("quant_offset is only used by static quantisation (quant_mode=0), got quant_mode=1")
+            raise OpArgumentError(
+                "quant_offset is only used by static quantisation (quant_mode=0), got quant_mode=1",
+                argument="quant_offset",
+            )
         require_dtype("quant_offset", quant_offset, (torch.float32,))
         require_shape("quant_offset", quant_offset, shapes)
 
@@ -379,9 +402,11 @@ def _row_groups(group_index: Optional[torch.Tensor], rows: int) -> torch.Tensor:
         return torch.zeros(rows, dtype=torch.int64)
     counts = group_index.to(torch.int64)
     if bool((counts < 0).any()):
-        raise OpArgumentError(f"group_index holds negative token counts: {counts.tolist()}")
+        raise OpArgumentError(f"group_index holds negative token counts: {counts.tolist()}", argument="group_index")
     if int(counts.sum()) > rows:
-        raise OpArgumentError(f"group_index counts sum to {int(counts.sum())} but x has only {rows} token rows")
+        raise OpArgumentError(
+            f"group_index counts sum to {int(counts.sum())} but x has only {rows} token rows", argument="group_index"
+        )
     return torch.repeat_interleave(torch.arange(counts.shape[0]), counts)
 
 
@@ -522,7 +547,9 @@ def npu_dequant_swiglu_quant(call: Arguments) -> None:
     depend on the thread count.
     """
     if call.quant_mode not in (0, 1):
-        raise OpArgumentError(f"quant_mode={call.quant_mode} is not supported; expected 0 (static) or 1 (dynamic)")
+        raise OpArgumentError(
+            f"quant_mode={call.quant_mode} is not supported; expected 0 (static) or 1 (dynamic)", argument="quant_mode"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,7 +664,9 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 
 def _check_int4_width(name: str, x: torch.Tensor) -> None:
     if x.shape[-1] % INT4_PER_INT32 != 0:
-        raise OpArgumentError(f"{name} has last dim {x.shape[-1]}; a quint4x2 output packs 8 values per int32")
+        raise OpArgumentError(
+            f"{name} has last dim {x.shape[-1]}; a quint4x2 output packs 8 values per int32", argument=name
+        )
 
 
 def _packed_shape(x: torch.Tensor) -> list[int]:
@@ -656,14 +685,19 @@ def _dynamic_quant_meta(call: Arguments) -> tuple[Out, Out]:
     input, smooth_scales, group_index = call.input, call.smooth_scales, call.group_index
     require_dtype("input", input, HALF_DTYPES)
     if input.dim() < 2:
-        raise OpArgumentError(f"input has rank {input.dim()}; npu_dynamic_quant needs at least 2 dims")
+        raise OpArgumentError(
+            f"input has rank {input.dim()}; npu_dynamic_quant needs at least 2 dims", argument="input"
+        )
     hidden = input.shape[-1]
     if group_index is None and smooth_scales is not None:
         require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
         require_shape("smooth_scales", smooth_scales, ((hidden,),))
     if group_index is not None:
         if smooth_scales is None:
-            raise OpArgumentError("group_index selects rows of smooth_scales; pass smooth_scales [groups, H] with it")
+            raise OpArgumentError(
+                "group_index selects rows of smooth_scales; pass smooth_scales [groups, H] with it",
+                argument="group_index",
+            )
         require_dtype("group_index", group_index, (torch.int32, torch.int64))
         require_dtype("smooth_scales", smooth_scales, HALF_DTYPES)
         if group_index.dim() != 1 or smooth_scales.dim() != 2 or tuple(smooth_scales.shape) != (group_index.shape[0], hidden):
@@ -683,7 +717,8 @@ def _group_rows(group_index: torch.Tensor, rows: int) -> torch.Tensor:
     ends = [int(v) for v in group_index.tolist()]
     if any(b < a for a, b in zip([0, *ends], ends)) or (ends and ends[-1] != rows):
         raise OpArgumentError(
-            f"group_index {ends} must be non-decreasing cumulative row ends whose last value is the row count {rows}"
+            f"group_index {ends} must be non-decreasing cumulative row ends whose last value is the row count {rows}",
+            argument="group_index"
         )
     counts = torch.tensor([b - a for a, b in zip([0, *ends], ends)], dtype=torch.int64)
     return torch.repeat_interleave(torch.arange(len(ends)), counts)
@@ -762,7 +797,9 @@ def _require_quantize_dtype(name: str, value: object) -> torch.dtype:
     documents, since a string (``"qint8"``) or an output tensor's dtype name is the usual mistake."""
     if not isinstance(value, torch.dtype):
         choices = ", ".join(str(dtype) for dtype in QUANTIZE_OUTPUTS)
-        raise OpTypeError(f"{name} must be a torch.dtype, one of {choices}; got {type(value).__name__} {value!r}")
+        raise OpTypeError(
+            f"{name} must be a torch.dtype, one of {choices}; got {type(value).__name__} {value!r}", argument=name
+        )
     return value
 
 
@@ -771,7 +808,7 @@ def _quantize_axis(input: torch.Tensor, axis: int, div_mode: bool) -> int:
     if not div_mode:
         return input.dim() - 2 if axis == -2 else input.dim() - 1
     if not -input.dim() <= axis < input.dim():
-        raise OpArgumentError(f"axis={axis} is out of range for input of shape {list(input.shape)}")
+        raise OpArgumentError(f"axis={axis} is out of range for input of shape {list(input.shape)}", argument="axis")
     return axis % input.dim()
 
 
@@ -785,7 +822,9 @@ def _broadcast_param(param: torch.Tensor, input: torch.Tensor, dim: int) -> torc
 def _check_quantize_param(name: str, param: torch.Tensor, input: torch.Tensor, dim: int) -> None:
     if param.numel() not in (1, input.shape[dim]) or param.dim() not in (1, input.dim()):
         raise OpArgumentError(
-            f"{name} has shape {list(param.shape)}; expected [{input.shape[dim]}] or [1] (the size of input's axis {dim})"
+            f"{name} has shape {list(param.shape)}; expected "
+            f"[{input.shape[dim]}] or [1] (the size of input's axis {dim})",
+            argument=name
         )
 
 
@@ -800,7 +839,7 @@ def _quantize_meta(call: Arguments) -> Out:
         _check_quantize_param("zero_points", zero_points, input, dim)
     if call.dtype == torch.quint4x2:
         if call.div_mode:
-            raise OpArgumentError("dtype=torch.quint4x2 needs div_mode=False (doc)")
+            raise OpArgumentError("dtype=torch.quint4x2 needs div_mode=False (doc)", argument="dtype")
         _check_int4_width("input", input)
         return Out(_packed_shape(input), torch.int32)
     return Out(list(input.shape), QUANTIZE_OUTPUTS[call.dtype][0])
@@ -870,7 +909,9 @@ def _weight_quant_batchmatmul_meta(call: Arguments) -> Out:
     require_dtype("x", x, HALF_DTYPES)
     require_dtype("weight", weight, (torch.int8,), "(int4 packed in int32 is not implemented)")
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[0]:
-        raise OpArgumentError(f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]")
+        raise OpArgumentError(
+            f"x {list(x.shape)} and weight {list(weight.shape)} must be [m, k] and [k, n]", argument="x"
+        )
     k, n = weight.shape
     shapes = antiquant_param_shapes(k, n, call.antiquant_group_size)
     for name, param in (("antiquant_scale", call.antiquant_scale), ("antiquant_offset", call.antiquant_offset)):
@@ -941,7 +982,10 @@ def npu_weight_quant_batchmatmul(call: Arguments) -> None:
     require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=call.quant_scale,
                    quant_offset=call.quant_offset)
     if call.antiquant_group_size < 0:
-        raise OpArgumentError(f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)")
+        raise OpArgumentError(
+            f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)",
+            argument="antiquant_group_size",
+        )
     require_choice("inner_precise", call.inner_precise, (0, 1), "device precision modes")
 
 
@@ -965,15 +1009,18 @@ def _trans_quant_param_meta(call: Arguments) -> Out:
     scale, offset = call.scale, call.offset
     require_dtype("scale", scale, (torch.float32,))
     if scale.dim() not in (1, 2) or (scale.dim() == 2 and scale.shape[0] != 1):
-        raise OpArgumentError(f"scale has shape {list(scale.shape)}; expected (t,) or (1, n)")
+        raise OpArgumentError(f"scale has shape {list(scale.shape)}; expected (t,) or (1, n)", argument="scale")
     if offset is not None:
         require_dtype("offset", offset, (torch.float32,))
         if scale.dim() == 2 and offset.shape != scale.shape:
             raise OpArgumentError(
-                f"offset has shape {list(offset.shape)}; with a (1, n) scale it must be {list(scale.shape)}"
+                f"offset has shape {list(offset.shape)}; with a (1, n) scale it must be {list(scale.shape)}",
+                argument="offset"
             )
         if scale.dim() == 1 and (offset.dim() != 1 or _mismatched(scale.shape[0], offset.shape[0])):
-            raise OpArgumentError(f"offset has shape {list(offset.shape)}; with scale (t,) it must be (1,) or (t,)")
+            raise OpArgumentError(
+                f"offset has shape {list(offset.shape)}; with scale (t,) it must be (1,) or (t,)", argument="offset"
+            )
     return Out(_trans_quant_param_shape(scale, offset), torch.int64)
 
 
@@ -1029,17 +1076,19 @@ def _anti_quant_meta(call: Arguments) -> Out:
     if call.src_dtype is not None and (x.dtype == torch.int32) != (call.src_dtype == torch.quint4x2):
         raise OpArgumentError(
             f"x is {x.dtype} but src_dtype is {call.src_dtype}; pass src_dtype=None (read from x), torch.int8 "
-            "for int8 x or torch.quint4x2 for int32 words of int4"
+            "for int8 x or torch.quint4x2 for int32 words of int4", argument="x"
         )
     width = x.shape[-1] * (INT4_PER_INT32 if x.dtype == torch.int32 else 1) if x.dim() else 1
     require_dtype("scale", scale, (torch.float32, torch.bfloat16))
     if scale.dim() != 1 or scale.shape[0] not in (1, width):
         raise OpArgumentError(
-            f"scale has shape {list(scale.shape)}; expected (1,) or ({width},), x's last dim in values"
+            f"scale has shape {list(scale.shape)}; expected (1,) or ({width},), x's last dim in values",
+            argument="scale"
         )
     if offset is not None and (offset.dtype != scale.dtype or offset.shape != scale.shape):
         raise OpArgumentError(
-            f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})"
+            f"offset is {offset.dtype} {list(offset.shape)}; it must match scale ({scale.dtype} {list(scale.shape)})",
+            argument="offset"
         )
     return Out([*x.shape[:-1], width] if x.dim() else [], call.dst_dtype or torch.float16)
 
@@ -1095,7 +1144,7 @@ def _block_quant_meta(call: Arguments) -> tuple[Out, Out]:
     x = call.x
     require_dtype("x", x, HALF_DTYPES)
     if x.dim() not in (2, 3):
-        raise OpArgumentError(f"x has shape {list(x.shape)}; the page supports 2 or 3 dims")
+        raise OpArgumentError(f"x has shape {list(x.shape)}; the page supports 2 or 3 dims", argument="x")
     scale = list(x.shape)
     scale[-2] = -(-scale[-2] // call.row_block_size)
     scale[-1] = -(-scale[-1] // call.col_block_size)
@@ -1149,4 +1198,4 @@ def npu_dynamic_block_quant(call: Arguments) -> None:
     require_choice("row_block_size", call.row_block_size, BLOCK_QUANT_SIZES[:1], "the page supports only 1")
     require_choice("col_block_size", call.col_block_size, BLOCK_QUANT_SIZES[1:], "the page supports only 128")
     if call.min_scale < 0:
-        raise OpArgumentError(f"min_scale={call.min_scale}; it must be >= 0")
+        raise OpArgumentError(f"min_scale={call.min_scale}; it must be >= 0", argument="min_scale")

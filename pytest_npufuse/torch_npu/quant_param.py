@@ -56,7 +56,7 @@ def decode_quant_param(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     if not bool(((packed & QUANT_PARAM_FLAG) != 0).all()):
         raise OpArgumentError(
             "scale is int64 but bit 46 is not set in every element; an int64 scale must be "
-            "produced by npu_trans_quant_param"
+            "produced by npu_trans_quant_param", argument="scale"
         )
     low = packed & LOW32_MASK
     scale = wrap_to_int32(low).view(torch.float32)

@@ -38,7 +38,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy
 import torch
 
-from ..errors import OpTypeError, ProfileError
+from ..errors import NpufuseError, OpTypeError, ProfileError
+from ..gaps import user_line
 from ..target.catalog import load_catalog
 from .checks import ArgumentCheck, require_unused, type_check
 from .schema import Declaration, declarations, format_returns
@@ -133,6 +134,16 @@ def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
                 if isinstance(item, torch.Tensor):
                     return item
     raise OpTypeError("an npu op needs at least one tensor argument")
+
+
+def _attributed(error: NpufuseError, op: str, eager: bool) -> None:
+    """Complete ``error``, raised by a check or kernel of ``op``: the op named (unless an op it called already
+    named itself) and, for an eager call, the user's line that called it. While tracing the user's line is
+    the frontend's to find: Python's stack then holds the compiler's frames, not the model's."""
+    if error.op is None:
+        error.op = op
+    if eager and error.where is None:
+        error.where = user_line() or None
 
 
 def _allocate(outputs: Outputs, like: torch.Tensor) -> Any:
@@ -238,7 +249,7 @@ def _fit_check(declaration: Declaration) -> Fit:
             try:
                 signature.bind(*args, **kwargs)
             except TypeError as error:
-                raise TypeError(f"{declaration.name}() {error}") from None
+                raise OpTypeError(f"{declaration.name}() {error}", op=declaration.name) from None
 
     return require_fit
 
@@ -430,16 +441,24 @@ def npu_op(
         validate = _VALIDATORS[public_name] = _validator(declaration, checks, unmodeled, typed)
 
         def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
-            call, given = make(args, kwargs)
-            validate(call, given)
-            outputs = meta(call)
-            result = _conformed(name, kernel(call), outputs)
+            try:
+                call, given = make(args, kwargs)
+                validate(call, given)
+                outputs = meta(call)
+                result = _conformed(name, kernel(call), outputs)
+            except NpufuseError as error:
+                _attributed(error, public_name, eager=False)
+                raise
             return None if returns_nothing else result
 
         def fake_kernel(*args: Any, **kwargs: Any) -> Any:
-            call, given = make(args, kwargs)
-            validate(call, given)
-            outputs = meta(call)
+            try:
+                call, given = make(args, kwargs)
+                validate(call, given)
+                outputs = meta(call)
+            except NpufuseError as error:
+                _attributed(error, public_name, eager=False)
+                raise
             return None if returns_nothing else _allocate(outputs, _first_tensor([*args, *kwargs.values()]))
 
         qualified_names = [op_type]
@@ -493,19 +512,26 @@ def npu_op(
 
         check_types = _type_checker(declaration, typed, require_fit)
 
+        def run(args: tuple, kwargs: Mapping[str, Any]) -> Any:
+            if slots:
+                written = in_place(*args, **kwargs)
+                return None if returns_none else written
+            result = call(args, kwargs)
+            return list(result) if returns_list else result
+
         def public(*args: Any, **kwargs: Any) -> Any:
             args, kwargs = _python_scalars(args, kwargs)
             # Under Dynamo the fake kernel runs the record's checks; tracing the binder and every check of
             # every call again would multiply a large model's capture time.
             if torch.compiler.is_compiling():
                 check_types(args, kwargs)
-            else:
+                return run(args, kwargs)
+            try:
                 validate(*make(args, kwargs))
-            if slots:
-                written = in_place(*args, **kwargs)
-                return None if returns_none else written
-            result = call(args, kwargs)
-            return list(result) if returns_list else result
+                return run(args, kwargs)
+            except NpufuseError as error:
+                _attributed(error, public_name, eager=True)
+                raise
 
         public.__name__ = public.__qualname__ = public_name
         public.__module__, public.__doc__ = checks.__module__, checks.__doc__

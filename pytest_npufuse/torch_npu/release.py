@@ -55,7 +55,10 @@ def cann_version_key(version: str) -> tuple[int, ...]:
     release candidate it is cut from."""
     match = _CANN_VERSION.fullmatch(str(version).strip())
     if match is None:
-        raise OpArgumentError(f"CANN version {version!r} is not a version torch_npu reads; write {CANN_VERSION_FORMS}.")
+        raise OpArgumentError(
+            f"CANN version {version!r} is not a version torch_npu reads; write {CANN_VERSION_FORMS}.",
+            argument="version",
+        )
     major, minor, patch, rc, test, alpha = match.groups()
     alpha_rank = -1 if alpha is None else int(alpha)
     if patch is not None:
@@ -70,7 +73,7 @@ def _check_module(module: str) -> None:
     if module not in modules:
         raise OpArgumentError(
             f"get_cann_version(module={module!r}): the model reports the CANN packages {', '.join(modules)} "
-            "(the driver's version is not modeled)."
+            "(the driver's version is not modeled).", op="get_cann_version", argument="module"
         )
 
 

@@ -60,7 +60,9 @@ def _check_broadcast(name: str, table: torch.Tensor, x_name: str, x: torch.Tenso
     """cos/sin must broadcast to x without changing its shape (e.g. [1, S, 1, D] for BSND x)."""
     if table.dim() != x.dim() or any(t not in (1, s) for t, s in zip(table.shape, x.shape)) or table.shape[-1] != x.shape[-1]:
         raise OpArgumentError(
-            f"{name} has shape {list(table.shape)}; it must broadcast to {x_name} {list(x.shape)} with the same head dim"
+            f"{name} has shape {list(table.shape)}; it must broadcast "
+            f"to {x_name} {list(x.shape)} with the same head dim",
+            argument=name
         )
 
 
@@ -69,7 +71,8 @@ def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...
     parts = 4 if rotary_mode == "quarter" else 2
     if x.shape[-1] % parts != 0:
         raise OpArgumentError(f"{name} has head dim {x.shape[-1]}; rotary_mode={rotary_mode!r} rotates "
-                              f"{'quarters' if parts == 4 else 'pairs'}, so it must be a multiple of {parts}")
+                              f"{'quarters' if parts == 4 else 'pairs'}, so it must be a multiple of {parts}",
+                              argument=name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,7 +85,8 @@ def _rotary_mul_meta(call: Arguments) -> Out:
     _check_rope_input("input", input, FLOAT_DTYPES)
     if input.dim() not in (3, 4):
         raise OpArgumentError(
-            f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND or 3-D TND tensors")
+            f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND or 3-D TND tensors",
+            argument="input")
     for name, table in (("r1", call.r1), ("r2", call.r2)):
         require_dtype(name, table, (input.dtype,), "(input's dtype)")
         _check_broadcast(name, table, "input", input)
@@ -194,7 +198,7 @@ def npu_rotary_mul(call: Arguments) -> None:
     if call.rotary_mode not in ROTARY_MODES:
         raise OpArgumentError(
             f"rotary_mode={call.rotary_mode}: npu_rotary_mul rotates 'half' or 'interleave' only, and torch_npu "
-            "refuses other modes too ('quarter' is npu_apply_rotary_pos_emb's mode)")
+            "refuses other modes too ('quarter' is npu_apply_rotary_pos_emb's mode)", argument="rotary_mode")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,7 +213,9 @@ def _apply_rotary_pos_emb_meta(call: Arguments) -> tuple[Out, Out]:
     expected_rank = 3 if layout == "TND" else 4
     for name, x in (("query", query), ("key", key)):
         if x.dim() != expected_rank:
-            raise OpArgumentError(f"{name} has shape {list(x.shape)}; layout {layout!r} needs {expected_rank} dims")
+            raise OpArgumentError(
+                f"{name} has shape {list(x.shape)}; layout {layout!r} needs {expected_rank} dims", argument=name
+            )
     for name, table in (("cos", call.cos), ("sin", call.sin)):
         require_dtype(name, table, (query.dtype,), "(query's dtype)")
         _check_broadcast(name, table, "query", query)
@@ -261,12 +267,12 @@ def _interleave_rope_meta(call: Arguments) -> Out:
     _check_rope_input("x", x, HALF_DTYPES)
     if x.dim() != 4:
         raise OpArgumentError(
-            f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, D] (D = 64 on the device)"
+            f"x has shape {list(x.shape)}; npu_interleave_rope needs [B, N, S, D] (D = 64 on the device)", argument="x"
         )
     for name, table in (("cos", call.cos), ("sin", call.sin)):
         require_dtype(name, table, (x.dtype,), "(x's dtype)")
         if table.dim() != 4 or table.shape[1] != 1 or table.shape[2] not in (1, x.shape[2]):
-            raise OpArgumentError(f"{name} has shape {list(table.shape)}; expected [B, 1, S or 1, D]")
+            raise OpArgumentError(f"{name} has shape {list(table.shape)}; expected [B, 1, S or 1, D]", argument=name)
         _check_broadcast(name, table, "x", x)
     return Out(list(x.shape), x.dtype)
 
@@ -319,7 +325,9 @@ def _kv_cache_shapes(
             ok = cache.dim() == 4 and cache.shape[2] == 1 and (cache_mode != "PA_NZ" or width % nz_run(cache) == 0)
         if not ok or cache.shape[-1] != width:
             layout = f"[{batch}, 1, cache_length >= {seq}, {width}]" if cache_mode == "Norm" else f"[block_num, block_size, 1, {width}]"
-            raise OpArgumentError(f"{name} has shape {list(cache.shape)}; cache_mode {cache_mode!r} needs {layout}")
+            raise OpArgumentError(
+                f"{name} has shape {list(cache.shape)}; cache_mode {cache_mode!r} needs {layout}", argument=name
+            )
 
 
 def _kv_rmsnorm_rope_cache_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
@@ -330,7 +338,8 @@ def _kv_rmsnorm_rope_cache_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
     if kv.dim() != 4 or kv.shape[1] != 1 or cos.dim() != 4 or not 0 < cos.shape[-1] < kv.shape[-1]:
         raise OpArgumentError(
             f"kv has shape {list(kv.shape)} and cos {list(cos.shape)}; expected kv [batch, 1, seq_len, rms + rope] "
-            f"and cos [batch, 1, seq_len, rope] (the device supports rms {MLA_RMS_SIZE}, rope {MLA_ROPE_SIZE})"
+            f"and cos [batch, 1, seq_len, rope] (the device supports rms {MLA_RMS_SIZE}, rope {MLA_ROPE_SIZE})",
+            argument="kv"
         )
     batch, _, seq, _ = kv.shape
     rope_size = cos.shape[-1]
@@ -359,7 +368,8 @@ def _scatter_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor, 
     width, limit = cache.shape[-1], cache.shape[2]
     if bool(((index < 0) | (index >= limit)).any()):
         raise OpArgumentError(
-            f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache"
+            f"index holds {index.tolist()}; every value must be an offset in [0, {limit}) of the cache",
+            argument="index"
         )
     slots = (index + torch.arange(cache.shape[0]).unsqueeze(-1) * limit).reshape(-1)
     return write_slots(cache.reshape(-1, 1, width), rows.reshape(-1, 1, width), slots).view(cache.shape)
@@ -542,7 +552,7 @@ def _require_matrix(name: str, tensor: torch.Tensor, rows: Any, dtype: torch.dty
     """A [rows, cols] weight in ``dtype``; returns cols."""
     require_dtype(name, tensor, (dtype,), "(as the quantisation scenario requires)")
     if tensor.dim() != 2 or tensor.shape[0] != rows:
-        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [{rows}, ...]")
+        raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [{rows}, ...]", argument=name)
     return tensor.shape[1]
 
 
@@ -552,23 +562,29 @@ def _mla_dims(call: Arguments, scenario: MlaScenario) -> MlaDims:
     full = torch.int8 if scenario.weights == 2 else torch.bfloat16
     require_dtype("token_x", token_x, (full,), f"(weight_quant_mode {scenario.weights})")
     if token_x.dim() not in (2, 3):
-        raise OpArgumentError(f"token_x has shape {list(token_x.shape)}; expected [T, He] or [B, S, He]")
+        raise OpArgumentError(
+            f"token_x has shape {list(token_x.shape)}; expected [T, He] or [B, S, He]", argument="token_x"
+        )
     hidden = token_x.shape[-1]
     hcq = _require_matrix("weight_dq", call.weight_dq, hidden, full)
     require_dtype("weight_uk", weight_uk, (torch.bfloat16,))
     if weight_uk.dim() != 3:
-        raise OpArgumentError(f"weight_uk has shape {list(weight_uk.shape)}; expected [N, D, Hckv]")
+        raise OpArgumentError(
+            f"weight_uk has shape {list(weight_uk.shape)}; expected [N, D, Hckv]", argument="weight_uk"
+        )
     heads, head_dim, hckv = weight_uk.shape
     qr_dtype = torch.int8 if scenario.weights else torch.bfloat16
     qr_width = _require_matrix("weight_uq_qr", call.weight_uq_qr, hcq, qr_dtype)
     if qr_width % heads != 0 or qr_width // heads <= head_dim:
         raise OpArgumentError(
-            f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}"
+            f"weight_uq_qr has {qr_width} columns; expected N * (D + Dr) with N={heads}, D={head_dim}",
+            argument="weight_uq_qr"
         )
     rope_dim = qr_width // heads - head_dim
     if _require_matrix("weight_dkv_kr", call.weight_dkv_kr, hidden, full) != hckv + rope_dim:
         raise OpArgumentError(
-            f"weight_dkv_kr has shape {list(call.weight_dkv_kr.shape)}; expected [{hidden}, {hckv + rope_dim}]"
+            f"weight_dkv_kr has shape {list(call.weight_dkv_kr.shape)}; expected [{hidden}, {hckv + rope_dim}]",
+            argument="weight_dkv_kr"
         )
     lead = tuple(token_x.shape[:-1])
     for name, width in (("rmsnorm_gamma_cq", hcq), ("rmsnorm_gamma_ckv", hckv)):
@@ -595,16 +611,22 @@ def _check_mla_scales(call: Arguments, scenario: MlaScenario, dims: MlaDims) -> 
         value = getattr(call, name)
         if shapes is None:
             if value is not None:
-                raise OpArgumentError(f"{name} is given but this call is not in a scenario that uses it; pass None")
+                raise OpArgumentError(
+                    f"{name} is given but this call is not in a scenario that uses it; pass None", argument=name
+                )
             continue
         if value is None:
-            raise OpArgumentError(f"{name} is required when the inputs are quantised this way (see the scenario table)")
+            raise OpArgumentError(
+                f"{name} is required when the inputs are quantised this way (see the scenario table)", argument=name
+            )
         require_dtype(name, value, (torch.float32,))
         require_shape(name, value, shapes)
     smooth = call.smooth_scales_cq
     if smooth is not None:
         if not scenario.weights:
-            raise OpArgumentError("smooth_scales_cq is only used when weight_uq_qr is int8; pass None")
+            raise OpArgumentError(
+                "smooth_scales_cq is only used when weight_uq_qr is int8; pass None", argument="smooth_scales_cq"
+            )
         require_dtype("smooth_scales_cq", smooth, (torch.float32,))
         require_shape("smooth_scales_cq", smooth, ((1, dims.hcq),))
 
@@ -630,15 +652,20 @@ def _check_mla_caches(call: Arguments, scenario: MlaScenario, dims: MlaDims) -> 
             ok = tuple(cache.shape) == shape
         if not ok:
             raise OpArgumentError(
-                f"{name} has shape {list(cache.shape)}; cache_mode {scenario.cache_mode!r} needs {layout}"
+                f"{name} has shape {list(cache.shape)}; cache_mode {scenario.cache_mode!r} needs {layout}",
+                argument=name
             )
     index = call.cache_index
     if scenario.cache_mode not in MLA_PAGED_MODES:
         if index is not None:
-            raise OpArgumentError(f"cache_index is not used with cache_mode {scenario.cache_mode!r}; pass None")
+            raise OpArgumentError(
+                f"cache_index is not used with cache_mode {scenario.cache_mode!r}; pass None", argument="cache_index"
+            )
         return
     if index is None:
-        raise OpArgumentError(f"cache_mode {scenario.cache_mode!r} needs cache_index (one slot per token)")
+        raise OpArgumentError(
+            f"cache_mode {scenario.cache_mode!r} needs cache_index (one slot per token)", argument="cache_mode"
+        )
     require_dtype("cache_index", index, (torch.int64,))
     require_shape("cache_index", index, (dims.lead,))
 
@@ -893,12 +920,13 @@ def _v3_scenario(call: Arguments) -> MlaScenario:
     scenario = _scenario_from_modes(call)
     if scenario.query == 1 and not (scenario.weights == 2 and scenario.kv_cache == 1):
         raise OpArgumentError(
-            "query_quant_mode=1 needs weight_quant_mode=2 and kv_cache_quant_mode=1 (the int8 full-quantisation row)"
+            "query_quant_mode=1 needs weight_quant_mode=2 and kv_cache_quant_mode=1 (the int8 full-quantisation row)",
+            argument="query_quant_mode"
         )
     if scenario.kv_cache == 1 and scenario.weights != 2 or scenario.kv_cache == 2 and scenario.weights != 1:
         raise OpArgumentError(
             f"kv_cache_quant_mode={scenario.kv_cache} with weight_quant_mode={scenario.weights} is not a documented "
-            "scenario (per-tensor kv_cache goes with mode 2, per-channel with mode 1)"
+            "scenario (per-tensor kv_cache goes with mode 2, per-channel with mode 1)", argument="kv_cache_quant_mode"
         )
     return scenario
 
@@ -997,24 +1025,27 @@ def _mrope_meta(call: Arguments) -> tuple[Out, Out]:
     for name, tensor in (("query", query), ("key", key), ("cos_sin_cache", cos_sin_cache)):
         require_dtype(name, tensor, FLOAT_DTYPES if name == "query" else (query.dtype,), "(query's dtype)")
     if positions.dim() not in (1, 2) or (positions.dim() == 2 and positions.shape[0] not in MROPE_SECTIONS):
-        raise OpArgumentError(f"positions has shape {list(positions.shape)}; expected [tokens] or [3 or 4, tokens]")
+        raise OpArgumentError(
+            f"positions has shape {list(positions.shape)}; expected [tokens] or [3 or 4, tokens]", argument="positions"
+        )
     tokens = positions.shape[-1]
     for name, tensor in (("query", query), ("key", key)):
         if tensor.dim() != 2 or tensor.shape[0] != tokens or tensor.shape[1] % head_size != 0:
             raise OpArgumentError(
-                f"{name} has shape {list(tensor.shape)}; expected [{tokens}, heads x {head_size}] (flatten the heads)"
+                f"{name} has shape {list(tensor.shape)}; expected [{tokens}, heads x {head_size}] (flatten the heads)",
+                argument=name
             )
     rotary_dim = cos_sin_cache.shape[-1] if cos_sin_cache.dim() == 2 else -1
     if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_size:
         raise OpArgumentError(
             f"cos_sin_cache has shape {list(cos_sin_cache.shape)}; expected [max_position, rotary_dim] with an even "
-            f"rotary_dim <= head_size {head_size} (cos in the first half, sin in the second)"
+            f"rotary_dim <= head_size {head_size} (cos in the first half, sin in the second)", argument="cos_sin_cache"
         )
     sections = list(call.mrope_section or [])
     if positions.dim() == 2 and (len(sections) != positions.shape[0] or sum(sections) != rotary_dim // 2):
         raise OpArgumentError(
             f"mrope_section={sections} must give one width per positions row ({positions.shape[0]}) summing to "
-            f"rotary_dim / 2 = {rotary_dim // 2}"
+            f"rotary_dim / 2 = {rotary_dim // 2}", argument="mrope_section"
         )
     return Out(list(query.shape), query.dtype), Out(list(key.shape), key.dtype)
 
@@ -1084,6 +1115,6 @@ def npu_mrope(call: Arguments) -> None:
       is not implemented.
     """
     if call.head_size <= 0:
-        raise OpArgumentError(f"head_size={call.head_size} must be positive")
+        raise OpArgumentError(f"head_size={call.head_size} must be positive", argument="head_size")
     require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "NeoX halves or even/odd pairs")
     require_choice("cache_mode", call.cache_mode, ("default",), "sections taken in order")

@@ -23,7 +23,7 @@ def _heads_view(name: str, tensor: torch.Tensor, tokens: int, head_size: int) ->
     fits = tensor.dim() in (2, 3) and tensor.shape[0] == tokens and tensor.shape[-1] % head_size == 0
     if not fits or (tensor.dim() == 3 and tensor.shape[-1] != head_size):
         raise OpArgumentError(f"{name} has shape {list(tensor.shape)}; expected [{tokens}, heads x {head_size}] or "
-                              f"[{tokens}, heads, {head_size}] (one row per position)")
+                              f"[{tokens}, heads, {head_size}] (one row per position)", argument=name)
 
 
 def _rotary_meta(call: Arguments) -> tuple[Out, Out]:
@@ -33,10 +33,13 @@ def _rotary_meta(call: Arguments) -> tuple[Out, Out]:
     require_dtype("key", key, (query.dtype,), "(query's dtype)")
     require_dtype("cos_sin_cache", table, FLOAT_DTYPES)
     if head_size < 2 or head_size % 2:
-        raise OpArgumentError(f"head_size={head_size} must be even and positive (RoPE rotates pairs)")
+        raise OpArgumentError(
+            f"head_size={head_size} must be even and positive (RoPE rotates pairs)", argument="head_size"
+        )
     if table.dim() != 2 or table.shape[1] != head_size:
         raise OpArgumentError(f"cos_sin_cache has shape {list(table.shape)}; expected [max_position, {head_size}] "
-                              "(cos then sin, half the head size each): a partial rotary width is not supported")
+                              "(cos then sin, half the head size each): a partial rotary width is not supported",
+                              argument="cos_sin_cache")
     tokens = positions.numel()
     _heads_view("query", query, tokens, head_size)
     _heads_view("key", key, tokens, head_size)
@@ -47,7 +50,7 @@ def _rotary_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     positions, table, head_size = call.positions.flatten().long(), call.cos_sin_cache, call.head_size
     if positions.numel() and (positions.min() < 0 or positions.max() >= table.shape[0]):
         raise OpArgumentError(f"positions must lie in [0, {table.shape[0]}) (the rows of cos_sin_cache); got "
-                              f"{int(positions.min())}..{int(positions.max())}")
+                              f"{int(positions.min())}..{int(positions.max())}", argument="positions")
     cos, sin = table.index_select(0, positions).chunk(2, dim=-1)
     mode = "half" if call.is_neox_style else "interleave"
     widen = (lambda t: t.repeat(1, 2)) if call.is_neox_style else (lambda t: t.repeat_interleave(2, dim=-1))

@@ -52,7 +52,7 @@ def _require_layouts(call: Arguments, query_layout: str, key_layout: str) -> Non
         raise OpArgumentError(
             f"{key_layout}={getattr(call, key_layout)!r} with {query_layout}={getattr(call, query_layout)!r}: "
             f"without a paged cache the key's layout must equal the query's; pass {key_layout}="
-            f"{getattr(call, query_layout)!r} or a PA_BSND cache")
+            f"{getattr(call, query_layout)!r} or a PA_BSND cache", argument=key_layout)
 
 
 def _require_band(call: Arguments) -> None:
@@ -60,7 +60,9 @@ def _require_band(call: Arguments) -> None:
     require_choice("sparse_mode", call.sparse_mode, SPARSE_MODES, _MODES_MEANING)
     for name in ("pre_tokens", "next_tokens"):
         if getattr(call, name) != _NO_BAND:
-            raise OpArgumentError(f"{name}={getattr(call, name)} is not supported; only the default 2**63-1 is")
+            raise OpArgumentError(
+                f"{name}={getattr(call, name)} is not supported; only the default 2**63-1 is", argument=name
+            )
 
 
 def _query_rows(name: str, query: torch.Tensor, layout: str) -> tuple[Optional[int], int, int]:
@@ -68,7 +70,7 @@ def _query_rows(name: str, query: torch.Tensor, layout: str) -> tuple[Optional[i
     want = 4 if layout == "BSND" else 3
     if query.dim() != want:
         raise OpArgumentError(f"{name} has shape {list(query.shape)}; layout {layout} needs {want} dims "
-                              f"({'[B, S1, N1, D]' if want == 4 else '[T1, N1, D]'})")
+                              f"({'[B, S1, N1, D]' if want == 4 else '[T1, N1, D]'})", argument=name)
     if layout == "BSND":
         return query.shape[0], query.shape[1], query.shape[2]
     return None, query.shape[0], query.shape[1]
@@ -79,7 +81,9 @@ def _key_heads(name: str, key: torch.Tensor, layout: str) -> int:
     want = 3 if layout == "TND" else 4
     if key.dim() != want:
         shapes = {"BSND": "[B, S2, N2, D]", "TND": "[T2, N2, D]", "PA_BSND": "[blocks, block_size, N2, D]"}
-        raise OpArgumentError(f"{name} has shape {list(key.shape)}; layout {layout} needs {shapes[layout]}")
+        raise OpArgumentError(
+            f"{name} has shape {list(key.shape)}; layout {layout} needs {shapes[layout]}", argument=name
+        )
     return key.shape[-2]
 
 
@@ -90,13 +94,15 @@ def _require_paging(call: Arguments, key: torch.Tensor, layout: str, batch: Opti
     if layout != "PA_BSND":
         if table is not None:
             raise OpArgumentError("block_table is given but the keys are not a paged cache; pass layout "
-                                  "'PA_BSND' for a paged cache, or block_table=None")
+                                  "'PA_BSND' for a paged cache, or block_table=None", argument="block_table")
         return
     if table is None or getattr(call, lengths) is None:
         raise OpArgumentError(f"a PA_BSND cache needs block_table and {lengths}; pass both")
     require_dtype("block_table", table, (torch.int32,))
     if table.dim() != 2 or (batch is not None and table.shape[0] != batch):
-        raise OpArgumentError(f"block_table has shape {list(table.shape)}; expected [batch, blocks per sequence]")
+        raise OpArgumentError(
+            f"block_table has shape {list(table.shape)}; expected [batch, blocks per sequence]", argument="block_table"
+        )
     block_size = key.shape[1]
     if block_size % 16 or not 16 <= block_size <= 1024:
         raise OpArgumentError(f"the cache's block_size is {block_size}; it must be a multiple of 16 up to 1024")
@@ -107,11 +113,15 @@ def _require_lengths(call: Arguments, name: str, cumulative: bool) -> Optional[i
     lengths = getattr(call, name)
     if lengths is None:
         if cumulative:
-            raise OpArgumentError(f"{name} is required with a TND layout: the cumulative token ends per batch")
+            raise OpArgumentError(
+                f"{name} is required with a TND layout: the cumulative token ends per batch", argument=name
+            )
         return None
     require_dtype(name, lengths, (torch.int32,))
     if lengths.dim() != 1:
-        raise OpArgumentError(f"{name} has shape {list(lengths.shape)}; expected [batch] (one length per batch)")
+        raise OpArgumentError(
+            f"{name} has shape {list(lengths.shape)}; expected [batch] (one length per batch)", argument=name
+        )
     return lengths.shape[0]
 
 
@@ -133,14 +143,16 @@ def _valid_lengths(name: str, lengths: Optional[torch.Tensor], batch: int, full:
         return [full] * batch
     values = [int(v) for v in lengths.tolist()]
     if len(values) != batch:
-        raise OpArgumentError(f"{name} has {len(values)} entries; the call has {batch} batches")
+        raise OpArgumentError(f"{name} has {len(values)} entries; the call has {batch} batches", argument=name)
     if cumulative:
         ends = [0, *values]
         if any(b < a for a, b in zip(ends, ends[1:])) or ends[-1] > full:
-            raise OpArgumentError(f"{name}={values} must be cumulative token ends, non-decreasing, at most {full}")
+            raise OpArgumentError(
+                f"{name}={values} must be cumulative token ends, non-decreasing, at most {full}", argument=name
+            )
         return [b - a for a, b in zip(ends, ends[1:])]
     if any(not 0 <= v <= full for v in values):
-        raise OpArgumentError(f"{name}={values}: each batch's length must lie in [0, {full}]")
+        raise OpArgumentError(f"{name}={values}: each batch's length must lie in [0, {full}]", argument=name)
     return values
 
 
@@ -156,7 +168,7 @@ def _batch_keys(tensors: tuple[torch.Tensor, ...], layout: str, b: int, start: i
     ids = table[b, :blocks].long()
     if blocks > table.shape[1] or (ids.numel() and (ids.min() < 0 or ids.max() >= tensors[0].shape[0])):
         raise OpArgumentError(f"block_table row {b} must name {blocks} cache blocks within [0, "
-                              f"{tensors[0].shape[0]}) for {length} keys")
+                              f"{tensors[0].shape[0]}) for {length} keys", argument="block_table")
     return tuple(t[ids].reshape(blocks * block_size, *t.shape[2:])[:length] for t in tensors)
 
 
@@ -203,15 +215,21 @@ def _indexer_inputs(call: Arguments) -> None:
     query, key, weights = call.query, call.key, call.weights
     batch, rows, heads = _query_rows("query", query, call.layout_query)
     if _key_heads("key", key, call.layout_key) != 1:
-        raise OpArgumentError(f"key has {key.shape[-2]} heads; the lightning indexer supports N2 = 1 only")
+        raise OpArgumentError(
+            f"key has {key.shape[-2]} heads; the lightning indexer supports N2 = 1 only", argument="key"
+        )
     if query.shape[-1] != INDEXER_HEAD_DIM or key.shape[-1] != INDEXER_HEAD_DIM:
         raise OpArgumentError(f"query and key head dims are {query.shape[-1]} and {key.shape[-1]}; the lightning "
-                              f"indexer takes D = {INDEXER_HEAD_DIM} for both")
+                              f"indexer takes D = {INDEXER_HEAD_DIM} for both", argument="query")
     if heads > INDEXER_MAX_HEADS:
-        raise OpArgumentError(f"query has {heads} heads; the lightning indexer takes at most {INDEXER_MAX_HEADS}")
+        raise OpArgumentError(
+            f"query has {heads} heads; the lightning indexer takes at most {INDEXER_MAX_HEADS}", argument="query"
+        )
     want = [rows, heads] if batch is None else [batch, rows, heads]
     if list(weights.shape) != want:
-        raise OpArgumentError(f"weights has shape {list(weights.shape)}; expected {want} (one weight per query head)")
+        raise OpArgumentError(
+            f"weights has shape {list(weights.shape)}; expected {want} (one weight per query head)", argument="weights"
+        )
     _require_batches(call, batch, "actual_seq_lengths_key", "layout_key")
 
 
@@ -276,7 +294,9 @@ def _indexer_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
 def _require_sparse_count(count: int, larger: tuple[int, ...]) -> None:
     if not (1 <= count <= 2048 or count in larger):
         others = f" or be one of {', '.join(map(str, larger))}" if larger else ""
-        raise OpArgumentError(f"sparse_count={count} is not supported; it must lie in [1, 2048]{others}")
+        raise OpArgumentError(
+            f"sparse_count={count} is not supported; it must lie in [1, 2048]{others}", argument="sparse_count"
+        )
 
 
 def _paged_indexer_keywords() -> dict:
@@ -322,7 +342,7 @@ def npu_lightning_indexer(call: Arguments) -> None:
     _require_sparse_count(call.sparse_count, INDEXER_LARGE_COUNTS)
     if call.return_value and call.layout_key == "PA_BSND":
         raise OpArgumentError("return_value=True is supported only when layout_key is not 'PA_BSND'; pass "
-                              "return_value=False or unpaged keys")
+                              "return_value=False or unpaged keys", argument="return_value")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,11 +365,11 @@ def _require_dtype_code(name: str, code: Optional[int], tensor: torch.Tensor) ->
         return
     if code == DTYPE_CODES["hifloat8"]:
         raise OpArgumentError(f"{name}=torch_npu.hifloat8 is not implemented by the CPU model; pass int8 or "
-                              "float8_e4m3fn tensors")
+                              "float8_e4m3fn tensors", argument=name)
     expected = DTYPE_CODES[_QUANT_INDEX_DTYPES[tensor.dtype][0]]
     if code != expected:
         raise OpArgumentError(f"{name}={code} does not name the tensor's dtype {tensor.dtype}; pass {expected} "
-                              "or None")
+                              "or None", argument=name)
 
 
 def _quant_indexer_meta(call: Arguments) -> Out:
@@ -362,13 +382,15 @@ def _quant_indexer_meta(call: Arguments) -> Out:
     if scales not in allowed:
         names = " or ".join("(" + ", ".join(str(d).removeprefix("torch.") for d in combo) + ")" for combo in allowed)
         raise OpArgumentError(f"weights, query_dequant_scale, key_dequant_scale have dtypes {scales}; with "
-                              f"{query.dtype} inputs they must be {names}")
+                              f"{query.dtype} inputs they must be {names}", argument="weights")
     if list(call.query_dequant_scale.shape) != list(call.weights.shape):
         raise OpArgumentError(f"query_dequant_scale has shape {list(call.query_dequant_scale.shape)}; expected "
-                              f"{list(call.weights.shape)} (one scale per query token and head)")
+                              f"{list(call.weights.shape)} (one scale per query token and head)",
+                              argument="query_dequant_scale")
     if list(call.key_dequant_scale.shape) != list(key.shape[:-1]):
         raise OpArgumentError(f"key_dequant_scale has shape {list(call.key_dequant_scale.shape)}; expected "
-                              f"{list(key.shape[:-1])} (one scale per key token and head)")
+                              f"{list(key.shape[:-1])} (one scale per key token and head)",
+                              argument="key_dequant_scale")
     _require_dtype_code("query_dtype", call.query_dtype, query)
     _require_dtype_code("key_dtype", call.key_dtype, key)
     return Out(_indexer_shape(call), torch.int32)
@@ -448,7 +470,9 @@ def _require_sparse_modes(call: Arguments) -> None:
     require_choice("attention_mode", call.attention_mode, (SFA_MLA_ABSORB,), "2 is MLA absorb, the only mode")
     block = call.sparse_block_size
     if not 1 <= block <= 128 or block & (block - 1):
-        raise OpArgumentError(f"sparse_block_size={block} must be a power of 2 in [1, 128]")
+        raise OpArgumentError(
+            f"sparse_block_size={block} must be a power of 2 in [1, 128]", argument="sparse_block_size"
+        )
 
 
 def _sfa_lse_shape(call: Arguments) -> list[int]:
@@ -465,18 +489,24 @@ def _sfa_inputs(call: Arguments) -> None:
     batch, rows, heads = _query_rows("query", query, call.layout_query)
     if _key_heads("key", key, call.layout_kv) != 1 or list(value.shape) != list(key.shape):
         raise OpArgumentError(f"key {list(key.shape)} and value {list(value.shape)} must have one shape with one "
-                              "KV head (KV_N = 1)")
+                              "KV head (KV_N = 1)", argument="key")
     if heads not in SFA_QUERY_HEADS:
-        raise OpArgumentError(f"query has {heads} heads; expected one of {', '.join(map(str, SFA_QUERY_HEADS))}")
+        raise OpArgumentError(
+            f"query has {heads} heads; expected one of {', '.join(map(str, SFA_QUERY_HEADS))}", argument="query"
+        )
     if query.shape[-1] != SFA_HEAD_DIM or key.shape[-1] != SFA_HEAD_DIM:
         raise OpArgumentError(f"query and key head dims are {query.shape[-1]} and {key.shape[-1]}; SFA takes "
-                              f"D = {SFA_HEAD_DIM} for query, key and value")
+                              f"D = {SFA_HEAD_DIM} for query, key and value", argument="query")
     if call.query_rope is None or call.key_rope is None:
-        raise OpArgumentError("attention_mode=2 (MLA absorb) needs query_rope and key_rope; pass both")
+        raise OpArgumentError(
+            "attention_mode=2 (MLA absorb) needs query_rope and key_rope; pass both", argument="query_rope"
+        )
     for name, rope, like in (("query_rope", call.query_rope, query), ("key_rope", call.key_rope, key)):
         require_dtype(name, rope, (query.dtype,), "(query's dtype)")
         if list(rope.shape) != [*like.shape[:-1], SFA_ROPE_DIM]:
-            raise OpArgumentError(f"{name} has shape {list(rope.shape)}; expected {[*like.shape[:-1], SFA_ROPE_DIM]}")
+            raise OpArgumentError(
+                f"{name} has shape {list(rope.shape)}; expected {[*like.shape[:-1], SFA_ROPE_DIM]}", argument=name
+            )
     lead = [rows] if batch is None else [batch, rows]
     _require_selection(call, batch, heads, lead)
 
@@ -486,15 +516,20 @@ def _require_selection(call: Arguments, batch: Optional[int], heads: int, lead: 
     indices, key = call.sparse_indices, call.key
     require_dtype("sparse_indices", indices, (torch.int32,))
     if indices.dim() != len(lead) + 2 or list(indices.shape[:-1]) != [*lead, 1] or indices.shape[-1] < 1:
-        raise OpArgumentError(f"sparse_indices has shape {list(indices.shape)}; expected {[*lead, 1, 'sparse_size']}")
+        raise OpArgumentError(
+            f"sparse_indices has shape {list(indices.shape)}; expected {[*lead, 1, 'sparse_size']}",
+            argument="sparse_indices",
+        )
     if call.sinks is not None:
         require_dtype("sinks", call.sinks, (torch.float32,))
         if list(call.sinks.shape) != [heads]:
-            raise OpArgumentError(f"sinks has shape {list(call.sinks.shape)}; expected [{heads}] (one per query head)")
+            raise OpArgumentError(
+                f"sinks has shape {list(call.sinks.shape)}; expected [{heads}] (one per query head)", argument="sinks"
+            )
     _require_batches(call, batch, "actual_seq_lengths_kv", "layout_kv")
     if call.layout_kv == "PA_BSND" and key.shape[1] % call.sparse_block_size:
         raise OpArgumentError(f"sparse_block_size={call.sparse_block_size} must divide the cache's block_size "
-                              f"{key.shape[1]}")
+                              f"{key.shape[1]}", argument="sparse_block_size")
 
 
 def _sfa_meta(call: Arguments) -> tuple[Out, Out, Out]:
@@ -514,7 +549,7 @@ def _selected(row: torch.Tensor, block: int, k_len: int) -> torch.Tensor:
     entries = row[: int(ends[0]) if ends.numel() else row.numel()].long()
     if entries.numel() and entries.min() < 0:
         raise OpArgumentError(f"sparse_indices holds {int(entries.min())}; entries are block indices >= 0, "
-                              "with -1 marking the end of a row's valid entries")
+                              "with -1 marking the end of a row's valid entries", argument="sparse_indices")
     positions = (entries.unsqueeze(1) * block + torch.arange(block)).reshape(-1)
     return positions[positions < k_len]
 
@@ -621,7 +656,7 @@ def npu_sparse_flash_attention(call: Arguments) -> None:
     _require_sparse_modes(call)
     if call.return_softmax_lse and call.layout_kv == "PA_BSND":
         raise OpArgumentError("return_softmax_lse=True is supported only when layout_kv is not 'PA_BSND'; pass "
-                              "return_softmax_lse=False or unpaged keys")
+                              "return_softmax_lse=False or unpaged keys", argument="return_softmax_lse")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -660,14 +695,18 @@ def _kv_quant_meta(call: Arguments) -> Out:
     require_dtype("value", value, (key.dtype,), "(key's dtype)")
     batch, rows, heads = _query_rows("query", query, call.layout_query)
     if heads not in KV_QUANT_QUERY_HEADS:
-        raise OpArgumentError(f"query has {heads} heads; expected one of {', '.join(map(str, KV_QUANT_QUERY_HEADS))}")
+        raise OpArgumentError(
+            f"query has {heads} heads; expected one of {', '.join(map(str, KV_QUANT_QUERY_HEADS))}", argument="query"
+        )
     if query.shape[-1] != SFA_HEAD_DIM + SFA_ROPE_DIM:
-        raise OpArgumentError(f"query has head dim {query.shape[-1]}; it must be nope 512 + rope 64 = 576")
+        raise OpArgumentError(
+            f"query has head dim {query.shape[-1]}; it must be nope 512 + rope 64 = 576", argument="query"
+        )
     width = _cache_row_bytes(query)
     if _key_heads("key", key, call.layout_kv) != 1 or key.shape[-1] != width or list(value.shape) != list(key.shape):
         raise OpArgumentError(f"key {list(key.shape)} and value {list(value.shape)} must have one shape with one KV "
                               f"head and rows of {width} bytes (512 quantized values, 64 rope values in query's "
-                              "dtype, 4 float32 tile scales)")
+                              "dtype, 4 float32 tile scales)", argument="key")
     _require_selection(call, batch, heads, [rows] if batch is None else [batch, rows])
     return Out([*query.shape[:-1], SFA_HEAD_DIM], query.dtype)
 
@@ -748,8 +787,11 @@ def npu_kv_quant_sparse_flash_attention(call: Arguments) -> None:
     require_choice("rope_head_dim", call.rope_head_dim, (SFA_ROPE_DIM,), "the rope part's width")
     for name in ("key_dequant_scale", "value_dequant_scale"):
         if getattr(call, name) is not None:
-            raise OpArgumentError(f"{name} is a reserved argument; pass None (the scales are in the cache rows)")
+            raise OpArgumentError(
+                f"{name} is a reserved argument; pass None (the scales are in the cache rows)", argument=name
+            )
     for name in ("key_dtype", "value_dtype"):
         if getattr(call, name) is not None:
             raise OpArgumentError(f"{name}={getattr(call, name)} is not implemented: only hifloat8 caches set it, "
-                                  "which the CPU model does not decode; pass None with int8 or float8_e4m3fn caches")
+                                  "which the CPU model does not decode; pass None with int8 or float8_e4m3fn caches",
+                                  argument=name)

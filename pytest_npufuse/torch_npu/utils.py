@@ -17,5 +17,6 @@ def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(name)
     raise NotModeledAttributeError(
-        f"torch_npu.utils.{name} is not modeled by pytest-npufuse (it has: {', '.join(__all__)})."
+        f"torch_npu.utils.{name} is not modeled by pytest-npufuse (it has: {', '.join(__all__)}).",
+        op=f"torch_npu.utils.{name}"
     )

@@ -21,13 +21,18 @@ def _meta(call: Arguments) -> Out:
     weight = call.weight
     require_dtype("weight", weight, (torch.int32,), "(int4 levels, one per int32)")
     if weight.dim() != WEIGHT_DIMS:
-        raise OpArgumentError(f"weight has shape {list(weight.shape)}; expected a 2-D (k, n) or (n, k) weight")
+        raise OpArgumentError(
+            f"weight has shape {list(weight.shape)}; expected a 2-D (k, n) or (n, k) weight", argument="weight"
+        )
     if weight.shape[-1] % INT4_PER_INT32 != 0:
         raise OpArgumentError(
-            f"weight has last dim {weight.shape[-1]}; it must be a multiple of 8 (eight int4 per int32)"
+            f"weight has last dim {weight.shape[-1]}; it must be a multiple of 8 (eight int4 per int32)",
+            argument="weight"
         )
     if not weight.is_contiguous():
-        raise OpArgumentError("weight is not contiguous; pass weight.contiguous() (torch_npu refuses strided weights)")
+        raise OpArgumentError(
+            "weight is not contiguous; pass weight.contiguous() (torch_npu refuses strided weights)", argument="weight"
+        )
     return Out([weight.shape[0], weight.shape[1] // INT4_PER_INT32], torch.int32)
 
 

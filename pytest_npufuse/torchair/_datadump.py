@@ -153,12 +153,13 @@ def plan_dump(
     if dump.dump_data == "stats":
         raise NotModeledError(
             "dump_config.dump_data = 'stats' (per-op statistics in csv) is not modeled by pytest-npufuse; "
-            "dump_data = 'tensor' writes the modeled tensors."
+            "dump_data = 'tensor' writes the modeled tensors.", argument="dump_config.dump_data"
         )
     if dump.dump_config_path is not None:
         raise NotModeledError(
             f"dump_config.dump_config_path = {dump.dump_config_path!r}: a JSON-configured dump (acl.json) is "
-            "not modeled by pytest-npufuse; set dump_mode, dump_layer and dump_step on the config instead."
+            "not modeled by pytest-npufuse; set dump_mode, dump_layer and dump_step on the config instead.",
+            argument="dump_config.dump_config_path"
         )
     root = Path(dump.dump_path) / RANK_DIR
     if mode in ACLGRAPH_MODES:

@@ -108,7 +108,8 @@ def write_graph_dump(
         if kind != "py":
             raise NotModeledError(
                 f"Graph dump for aclGraph only support 'py' type, but got: {kind}. Please check compile config "
-                "setting: config.debug.graph_dump.type (TorchAir's own refusal, kept by pytest-npufuse)."
+                "setting: config.debug.graph_dump.type (TorchAir's own refusal, kept by pytest-npufuse).",
+                argument="config.debug.graph_dump.type"
             )
         target = _file(path, "optimized", graph_id, "py")
         write_text(target, gm.print_readable(False), "graph dump")
@@ -116,7 +117,8 @@ def write_graph_dump(
     if kind == "py":
         raise NotModeledError(
             "config.debug.graph_dump.type = 'py' dumps the Python that builds TorchAir's GE graph, which "
-            "pytest-npufuse does not build; 'txt' or 'pbtxt' write the modeled graph in GE's text form."
+            "pytest-npufuse does not build; 'txt' or 'pbtxt' write the modeled graph in GE's text form.",
+            argument="config.debug.graph_dump.type"
         )
     target = _file(path, "original", graph_id, kind)
     write_text(target, graph_text(program, stream_of, f"graph_{graph_id}"), "graph dump")

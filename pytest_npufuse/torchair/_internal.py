@@ -33,7 +33,7 @@ def refused_function(path: str, message: Callable[[str], str] = machinery) -> Ca
     name = path.rpartition(".")[2]
 
     def refused(*args: Any, **kwargs: Any) -> NoReturn:
-        raise NotModeledError(message(path))
+        raise NotModeledError(message(path), op=path)
 
     refused.__name__ = refused.__qualname__ = name
     refused.__doc__ = message(path)

@@ -75,13 +75,22 @@ def _check(args: Sequence[Any], summarize_size: Any, tensor_detail: Any) -> None
                 f"but got '{type(arg).__name__}' at position {position}"
             )
     if not any(isinstance(arg, torch.Tensor) for arg in args):
-        raise OpArgumentError("npu_print() requires at least one tensor input")
+        raise OpArgumentError("npu_print() requires at least one tensor input", op="npu_print")
     if not isinstance(summarize_size, int) or isinstance(summarize_size, bool):
-        raise OpTypeError(f"summarize_size must be int, got {type(summarize_size).__name__}")
+        raise OpTypeError(
+            f"summarize_size must be int, got {type(summarize_size).__name__}",
+            op="npu_print", argument="summarize_size",
+        )
     if summarize_size < -1 or summarize_size == 0:
-        raise OpArgumentError(f"summarize_size must be positive or -1 for all elements, got {summarize_size}")
+        raise OpArgumentError(
+            f"summarize_size must be positive or -1 for all elements, got {summarize_size}",
+            op="npu_print", argument="summarize_size",
+        )
     if not isinstance(tensor_detail, bool):
-        raise OpTypeError(f"tensor_detail must be bool, got {type(tensor_detail).__name__}")
+        raise OpTypeError(
+            f"tensor_detail must be bool, got {type(tensor_detail).__name__}",
+            op="npu_print", argument="tensor_detail",
+        )
 
 
 def npu_print(*args: Any, summarize_size: int = 3, tensor_detail: bool = False) -> None:

@@ -32,7 +32,7 @@ def refuse_in(path: str) -> Callable[[str], NoReturn]:
     def missing(name: str) -> NoReturn:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise NotModeledAttributeError(refusal(f"{path}.{name}"))
+        raise NotModeledAttributeError(refusal(f"{path}.{name}"), op=f"{path}.{name}")
 
     return missing
 
@@ -44,12 +44,12 @@ class RefusedName:
         self._path = path
 
     def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise NotModeledError(refusal(self._path))
+        raise NotModeledError(refusal(self._path), op=self._path)
 
     def __getattr__(self, name: str) -> NoReturn:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise NotModeledAttributeError(refusal(f"{self._path}.{name}"))
+        raise NotModeledAttributeError(refusal(f"{self._path}.{name}"), op=f"{self._path}.{name}")
 
     def __repr__(self) -> str:
         return f"<{self._path}: not modeled by pytest-npufuse>"
@@ -58,7 +58,7 @@ class RefusedName:
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    raise NotModeledAttributeError(refusal(f"torchair.ge.{name}"))
+    raise NotModeledAttributeError(refusal(f"torchair.ge.{name}"), op=f"torchair.ge.{name}")
 
 
 # torchair.ge._ge_graph: the GE graph TorchAir builds, whose names TorchAir's tests import at their top

@@ -43,22 +43,34 @@ def record() -> torch.Tensor:
 def wait(tensors: Sequence[torch.Tensor]) -> None:
     """Make the next op on the current stream wait for each tensor's producer (or ``record()`` token)."""
     if not isinstance(tensors, (list, tuple)) or not tensors:
-        raise ScopeError("torchair.ops.wait(tensors) requires at least one tensor input, e.g. wait([x]).")
+        raise ScopeError(
+            "torchair.ops.wait(tensors) requires at least one tensor input, e.g. wait([x]).",
+            op="torchair.ops.wait", argument="tensors",
+        )
     if not all(isinstance(t, torch.Tensor) for t in tensors):
-        raise ScopeError(f"torchair.ops.wait(tensors) takes tensors only, got {[type(t).__name__ for t in tensors]}.")
+        raise ScopeError(
+            f"torchair.ops.wait(tensors) takes tensors only, got {[type(t).__name__ for t in tensors]}.",
+            op="torchair.ops.wait", argument="tensors",
+        )
     torch.ops.npufuse.wait(list(tensors))
 
 
 def npu_create_tagged_event(tag: str) -> TaggedEvent:
     """Create the event named ``tag``; a tag may be created once per test or check (per process in TorchAir)."""
     if not isinstance(tag, str) or not tag:
-        raise ScopeError(f"npu_create_tagged_event(tag=...) takes a non-empty str, got {tag!r}.")
+        raise ScopeError(
+            f"npu_create_tagged_event(tag=...) takes a non-empty str, got {tag!r}.",
+            op="npu_create_tagged_event", argument="tag",
+        )
     return tagged_events().create(tag, at_module_level=sys._getframe(1).f_code.co_name == "<module>")
 
 
 def _tag(event: object, api: str) -> str:
     if not tagged_events().is_registered(event):
-        raise ScopeError(f"{api}: tagged event {event!r} is not in use; create it with npu_create_tagged_event(tag).")
+        raise ScopeError(
+            f"{api}: tagged event {event!r} is not in use; create it with npu_create_tagged_event(tag).",
+            op=api, argument="event",
+        )
     return event.tag  # type: ignore[union-attr]
 
 
@@ -76,7 +88,10 @@ def npu_record_tagged_stream(input: torch.Tensor, tagged_stream: str) -> None:
     """Keep ``input``'s memory alive until the work issued so far on ``tagged_stream`` is done, like
     ``Tensor.record_stream`` (which cannot enter an FX graph). Use ``'default'`` for the main stream."""
     if not isinstance(tagged_stream, str) or not tagged_stream:
-        raise ScopeError(f"npu_record_tagged_stream(input, tagged_stream=...) takes a stream tag str, got {tagged_stream!r}.")
+        raise ScopeError(
+            f"npu_record_tagged_stream(input, tagged_stream=...) takes a stream tag str, got {tagged_stream!r}.",
+            op="npu_record_tagged_stream", argument="tagged_stream",
+        )
     torch.ops.npufuse.record_tagged_stream(input, tagged_stream)
 
 

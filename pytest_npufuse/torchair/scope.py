@@ -46,12 +46,20 @@ def super_kernel(scope: str | None, options: str = "") -> _Scope:
     the error can name the scope.
     """
     if scope is not None and not isinstance(scope, str):
-        raise ScopeError(f"super_kernel(scope=...) takes a str or None, got {scope!r}; name the scope, e.g. 'sp1'.")
+        raise ScopeError(
+            f"super_kernel(scope=...) takes a str or None, got {scope!r}; name the scope, e.g. 'sp1'.",
+            op="super_kernel", argument="scope",
+        )
     if scope == "":
-        raise ScopeError("super_kernel(scope='') is ambiguous; pass a name such as 'sp1', or None to turn fusion off.")
+        raise ScopeError(
+            "super_kernel(scope='') is ambiguous; pass a name such as 'sp1', or None to turn fusion off.",
+            op="super_kernel", argument="scope",
+        )
     if not isinstance(options, str):
         raise ScopeError(
-            f"super_kernel({scope!r}, options=...) takes a str like 'stream-fusion=1:feed-sync-all=1', got {options!r}."
+            f"super_kernel({scope!r}, options=...) takes a str like "
+            f"'stream-fusion=1:feed-sync-all=1', got {options!r}.",
+            op="super_kernel", argument="options"
         )
     if scope is None and options.strip():
         warnings.warn(
@@ -72,12 +80,20 @@ def npu_stream_switch(stream_tag: str, stream_priority: int = 0, enable_inner_pa
     keeps the ops inside on the one stream either way.
     """
     if not isinstance(stream_tag, str) or not stream_tag:
-        raise ScopeError(f"npu_stream_switch(stream_tag=...) takes a non-empty str such as '1', got {stream_tag!r}.")
+        raise ScopeError(
+            f"npu_stream_switch(stream_tag=...) takes a non-empty str such as '1', got {stream_tag!r}.",
+            op="npu_stream_switch", argument="stream_tag",
+        )
     if not isinstance(stream_priority, int) or isinstance(stream_priority, bool):
-        raise ScopeError(f"npu_stream_switch({stream_tag!r}, stream_priority=...) takes an int, got {stream_priority!r}.")
+        raise ScopeError(
+            f"npu_stream_switch({stream_tag!r}, stream_priority=...) takes an int, got {stream_priority!r}.",
+            op="npu_stream_switch", argument="stream_priority",
+        )
     if not isinstance(enable_inner_parallel, bool):
         raise ScopeError(
-            f"npu_stream_switch({stream_tag!r}, enable_inner_parallel=...) takes a bool, got {enable_inner_parallel!r}."
+            f"npu_stream_switch({stream_tag!r}, enable_inner_parallel=...) "
+            f"takes a bool, got {enable_inner_parallel!r}.",
+            op="npu_stream_switch", argument="enable_inner_parallel"
         )
     return _Scope(
         [scopes.STREAM_LABEL, scopes.STREAM_PRIORITY, scopes.INNER_PARALLEL],
@@ -88,7 +104,8 @@ def npu_stream_switch(stream_tag: str, stream_priority: int = 0, enable_inner_pa
 def _core_count(name: str, value: object) -> int:
     """TorchAir accepts ints or digit strings; anything else is a user error worth naming."""
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
-        raise ScopeError(f"limit_core_num({name}=...) takes a non-negative int, got {value!r}.")
+        raise ScopeError(f"limit_core_num({name}=...) takes a non-negative int, got {value!r}.", op="limit_core_num",
+        argument=name)
     return int(value)
 
 
@@ -106,7 +123,7 @@ def npu_wait_tensor(self: torch.Tensor, dependency: torch.Tensor) -> torch.Tenso
     """Make the ops after this point on the current stream wait for ``dependency``'s producer
     (max-autotune only, as in TorchAir). Returns ``self``'s values."""
     if not isinstance(self, torch.Tensor) or not isinstance(dependency, torch.Tensor):
-        raise ScopeError("npu_wait_tensor(self, dependency) takes two tensors.")
+        raise ScopeError("npu_wait_tensor(self, dependency) takes two tensors.", op="npu_wait_tensor")
     return syncs.WAIT_TENSOR(self, dependency)
 
 
@@ -114,7 +131,10 @@ def op_never_timeout(enable: bool = True) -> _Scope:
     """Mark the ops inside as never timing out (``_op_exec_never_timeout``). Recorded on each kernel; it
     changes no modeled number, and, as TorchAir documents, a SuperKernel does not inherit it."""
     if not isinstance(enable, bool):
-        raise OpTypeError(f"op_never_timeout() argument 'enable' must be bool, but got {type(enable).__name__}.")
+        raise OpTypeError(
+            f"op_never_timeout() argument 'enable' must be bool, but got {type(enable).__name__}.",
+            op="op_never_timeout", argument="enable",
+        )
     return _Scope([scopes.NEVER_TIMEOUT], [str(enable)])
 
 

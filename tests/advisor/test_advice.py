@@ -153,6 +153,29 @@ def test_each_layout_says_what_it_compiles_and_identical_layers_share_a_build(de
     assert "compiling" in deepseek.recommendation.reason
 
 
+def test_compile_time_is_estimated_and_a_layout_past_the_limit_is_flagged_and_ranked_down(deepseek):
+    from pytest_npufuse.plan.compilation import compile_costs
+
+    costs = compile_costs()
+    wide = deepseek.candidate(Layout.DECODER_LAYER)
+    assert wide.compile.seconds == pytest.approx(
+        wide.compile.compiled * costs.per_superkernel_s + wide.compile.sub_kernels * costs.per_sub_kernel_s
+    )
+    assert deepseek.candidate(Layout.ATTENTION).compile.seconds < wide.compile.seconds
+    assert not any(c.compile_timeout for c in deepseek.candidates)  # CANN's limit by default: nothing passes it
+    assert "(estimate)" in wide.compile.describe()
+    # a limit between the attention scope's compile and the decoder layer's: the wide layouts time out
+    limit = (deepseek.candidate(Layout.ATTENTION).compile.seconds + wide.compile.seconds) / 2
+    tight = advise(Decoder(layers=2), *decode_inputs(), compile_limit_s=limit)
+    flagged = tight.candidate(Layout.DECODER_LAYER)
+    assert flagged.compile_timeout and not flagged.valid
+    assert tight.recommendation.layout is not Layout.DECODER_LAYER
+    assert any("passes the limit" in line for line in tight.lines())
+    assert tight.candidates.index(flagged) > tight.candidates.index(tight.candidate(Layout.ATTENTION))
+    row = next(c for c in tight.to_json()["candidates"] if c["layout"] == "decoder_layer")
+    assert row["compile"]["timeout"] is True and row["compile"]["seconds_estimate"] > limit
+
+
 def test_a_layout_times_the_same_as_the_model_with_that_scope_written_in(deepseek):
     """Capture once, plan many: re-annotating the captured program gives the run of the edited model."""
     written = compare(Decoder(layers=2, scope="layer"), *decode_inputs())

@@ -58,7 +58,10 @@ class Slow(torch.nn.Module):
         reduced = fc.all_reduce(x @ self.w, "sum", self.group)
         kept = x[torch.nonzero(lens > 2, as_tuple=False).squeeze(1)].sum()
         clipped = torch.where(x < cos, cos, x)
-        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced, kept, clipped
+        silu = u * torch.sigmoid(u)
+        mish = u * torch.tanh(F.softplus(u))
+        shuffled = x.view(2, 4, 8, 16).transpose(1, 2).contiguous().view(2, 8, 64)
+        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced, kept, clipped, silu, mish, shuffled
 
 
 def inputs():
@@ -83,10 +86,15 @@ def slow_findings(world):
 
 
 def test_every_seed_003_pattern_is_found_with_its_source_line(slow_findings):
-    assert [p.name for p in PATTERNS if p.name not in slow_findings] == []
+    inference = [p.name for p in PATTERNS if "inference" in p.entry.phases]
+    # npu_mm_all_reduce_base takes float16/bfloat16 (the catalogue's condition): a float32 site is not one
+    assert [name for name in inference if name not in slow_findings] == ["MatmulAllReduce (unfused)"]
+    assert "fused optimizer" not in slow_findings  # a training-only entry: no optimizer graph here
+    assert _line(slow_findings["SiLU (unfused)"].source).startswith("silu = u * torch.sigmoid(u)")
+    assert _line(slow_findings["Mish (unfused)"].source).startswith("mish = u * torch.tanh(")
+    assert _line(slow_findings["transpose + view (confusion_transpose)"].source).startswith("shuffled = ")
     assert _line(slow_findings["one_hot+sum"].source).startswith("mask_counts = F.one_hot(")
     assert _line(slow_findings["SwiGlu (unfused)"].source).startswith("glu = F.silu(")
-    assert _line(slow_findings["MatmulAllReduce (unfused)"].source).startswith("reduced = fc.all_reduce(")
     assert _line(slow_findings["Nonzero + index + sum"].source).startswith("kept = x[torch.nonzero(")
     assert _line(slow_findings["where(x < y, y, x)"].source).startswith("clipped = torch.where(")
 
@@ -145,7 +153,9 @@ class Fast(torch.nn.Module):
         reduced = torch_npu.npu_mm_all_reduce_base(x.to(torch.bfloat16), self.w.to(torch.bfloat16), "world")
         kept = (x * (lens > 2).float().unsqueeze(-1)).sum()
         clipped = torch.lerp(x, cos, (x < cos).float())
-        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced, kept, clipped
+        silu, mish = torch_npu.npu_silu(u), torch_npu.npu_mish(u)
+        shuffled = torch_npu.npu_confusion_transpose(x.view(2, 4, 8, 16), (0, 2, 1, 3), (2, 8, 64), True)
+        return mask_counts, y, dot, rep, picked, z, rot, rms, attn, glu, reduced, kept, clipped, silu, mish, shuffled
 
 
 def test_the_rewritten_model_has_no_finding():
@@ -181,7 +191,6 @@ def test_fused_rewrites_are_checked_against_the_op_library():
 
 def test_fused_rewrites_outside_the_ops_limits_say_why_they_are_not_checked(slow_findings):
     assert "does not take these scores" in slow_findings["ScaledMaskedSoftmax (unfused)"].exactness
-    assert slow_findings["MatmulAllReduce (unfused)"].exactness.startswith("not checked: npu_mm_all_reduce_base takes")
     assert slow_findings["FlashAttentionScore (unfused)"].exactness.startswith(("bit-exact", "not bit-exact: max |diff|"))
 
 

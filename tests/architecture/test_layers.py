@@ -22,9 +22,9 @@ NAME = "pytest_npufuse"
 
 # Lowest first. Each entry is one top-level module or subpackage of pytest_npufuse.
 LAYERS: tuple[str, ...] = (
+    "vocabulary",
     "errors",
     "gaps",
-    "vocabulary",
     "files",
     "session",
     "ir",

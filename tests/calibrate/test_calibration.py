@@ -114,6 +114,7 @@ def test_a_profile_of_another_model_is_an_error_naming_both():
     times = kernel_times(other, on("910b3"))
     with pytest.raises(CalibrationError) as caught:
         match(profiled(other, times), prog, "model.py:factory")
+    assert caught.value.file == "profile"
     message = str(caught.value)
     assert "only 0 of 10 profiled kernels match the kernels of model.py:factory" in message
     assert "first unmatched, line 2: MatMulV3 [192,1024; 1024,1024]" in message
@@ -158,5 +159,6 @@ def test_calibration_recovers_hardware_whose_constants_and_op_types_differ():
 def test_calibrate_refuses_a_base_that_is_not_built_in():
     prog = program()
     found = match(profiled(prog, kernel_times(prog, on("910b3"))), prog, "m")
-    with pytest.raises(CalibrationError, match="lays its fit over a built-in target; give one of 910b1"):
+    with pytest.raises(CalibrationError) as exc:
         calibrate(prog, found, "mine.toml", "mine")
+    assert exc.value.argument == "base"

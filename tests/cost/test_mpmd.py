@@ -70,5 +70,6 @@ def test_the_per_task_cost_prices_a_pypto_kernel_and_no_other():
 
 def test_a_negative_task_count_is_a_profile_error():
     entry = {"engine": "vector", "fusable": False, "sync_all": False, "block_dim": "auto", "mpmd_tasks": -1}
-    with pytest.raises(ProfileError, match="mpmd_tasks"):
+    with pytest.raises(ProfileError) as exc:
         load_catalog({"t::bad": entry})
+    assert (exc.value.entry, exc.value.bound) == ("[tool.npufuse.ops] [\"t::bad\"] mpmd_tasks", 0)

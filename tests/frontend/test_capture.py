@@ -120,8 +120,9 @@ class Unbalanced(torch.nn.Module):
 
 
 def test_unbalanced_enter_is_an_error_naming_the_scope():
-    with pytest.raises(CaptureError, match=r"super_kernel\('sp1'\) entered at .*test_capture.py:\d+ is never exited"):
+    with pytest.raises(CaptureError) as exc:
         compare(Unbalanced(), torch.ones(2, 2))
+    assert exc.value.where.startswith(__file__ + ":")
 
 
 class ExitOnly(torch.nn.Module):
@@ -131,24 +132,26 @@ class ExitOnly(torch.nn.Module):
 
 
 def test_exit_without_enter_is_an_error():
-    with pytest.raises(ScopeError, match="scope exit without a matching enter"):
+    with pytest.raises(ScopeError) as exc:
         compare(ExitOnly(), torch.ones(2, 2))
+    assert exc.value.where.startswith(__file__ + ":")
 
 
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: torchair.scope.super_kernel(""), "ambiguous"),
-        (lambda: torchair.scope.super_kernel(3), "takes a str or None"),
-        (lambda: torchair.scope.super_kernel("sp1", None), "takes a str like"),
-        (lambda: torchair.scope.npu_stream_switch(""), "non-empty str"),
-        (lambda: torchair.scope.npu_stream_switch("1", "high"), "takes an int"),
-        (lambda: torchair.scope.limit_core_num(-1, 2), "non-negative int"),
+        (lambda: torchair.scope.super_kernel(""), "scope"),
+        (lambda: torchair.scope.super_kernel(3), "scope"),
+        (lambda: torchair.scope.super_kernel("sp1", None), "options"),
+        (lambda: torchair.scope.npu_stream_switch(""), "stream_tag"),
+        (lambda: torchair.scope.npu_stream_switch("1", "high"), "stream_priority"),
+        (lambda: torchair.scope.limit_core_num(-1, 2), "op_aicore_num"),
     ],
 )
 def test_bad_scope_arguments(make, message):
-    with pytest.raises(ScopeError, match=message):
+    with pytest.raises(ScopeError) as exc:
         make()
+    assert exc.value.argument == message
 
 
 def test_limit_core_num_accepts_digit_strings_like_torchair():
@@ -165,8 +168,9 @@ class _Limited(torch.nn.Module):
 def test_compiler_config_mode_is_validated():
     config = torchair.CompilerConfig()
     config.debug.graph_dump.type = "pbtxt"
-    with pytest.raises(NpufuseError, match="not in optional list \\['max-autotune', 'reduce-overhead', 'npugraph_ex'\\]"):
+    with pytest.raises(NpufuseError) as exc:
         config.mode = "turbo"
+    assert exc.value.argument == "config.mode"
 
 
 def test_get_npu_backend_compiles_and_reports():

@@ -89,15 +89,18 @@ def test_wrap_to_int32_reduces_modulo_two_to_the_32() -> None:
 
 @pytest.mark.parametrize("helper", [int_matmul, cube_matmul])
 def test_mixed_or_unsupported_dtypes_are_refused_with_the_fix(helper) -> None:
-    with pytest.raises(TypeError, match="cast the operands first"):
+    with pytest.raises(TypeError) as exc:
         helper(torch.zeros(2, 2, dtype=torch.float16), torch.zeros(2, 2, dtype=torch.bfloat16))
-    with pytest.raises(TypeError, match="int64"):
+    assert exc.value.op == helper.__name__
+    with pytest.raises(TypeError) as exc:
         helper(torch.zeros(2, 2, dtype=torch.int64), torch.zeros(2, 2, dtype=torch.int64))
+    assert exc.value.op == helper.__name__
 
 
 def test_inner_dimension_mismatch_is_named() -> None:
-    with pytest.raises(ValueError, match=r"inner dimensions differ \(\(2, 3\) @ \(4, 2\)\)"):
+    with pytest.raises(ValueError) as exc:
         int_matmul(torch.zeros(2, 3, dtype=torch.int8), torch.zeros(4, 2, dtype=torch.int8))
+    assert exc.value.op == "int_matmul"
 
 
 def _bf16(values: list[list[float]]) -> torch.Tensor:
@@ -181,8 +184,9 @@ def test_cube_baddbmm_is_batched_addmm_and_needs_3d() -> None:
     got = cube_baddbmm(bias, a, b)
     for i in range(2):
         assert torch.equal(got[i], cube_addmm(bias[i], a[i], b[i]))
-    with pytest.raises(ValueError, match="3-D"):
+    with pytest.raises(ValueError) as exc:
         cube_baddbmm(bias[0], a[0], b[0])
+    assert exc.value.op == "cube_baddbmm"
 
 
 def test_cube_column_blocks_are_deterministic_and_agree_to_fp32_rounding(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -40,12 +40,13 @@ def test_a_row_no_part_saw_is_zero():
     ("lse", "local_out", "update_type", "named"),
     [
         ([torch.zeros(2)], [torch.zeros(2, 8)], 2, "update_type"),
-        ([torch.zeros(2)], [torch.zeros(2, 8), torch.zeros(2, 8)], 0, "same count"),
-        ([torch.zeros(2)], [torch.zeros(2, 12)], 0, "head_dim"),
-        ([torch.zeros(2, dtype=torch.float16)], [torch.zeros(2, 8)], 0, "lse\\[0\\]"),
-        ([torch.zeros(3)], [torch.zeros(2, 8)], 0, "rows"),
+        ([torch.zeros(2)], [torch.zeros(2, 8), torch.zeros(2, 8)], 0, "lse"),
+        ([torch.zeros(2)], [torch.zeros(2, 12)], 0, "local_out"),
+        ([torch.zeros(2, dtype=torch.float16)], [torch.zeros(2, 8)], 0, "lse[0]"),
+        ([torch.zeros(3)], [torch.zeros(2, 8)], 0, "lse"),
     ],
 )
 def test_refusals_name_the_argument(lse, local_out, update_type, named):
-    with pytest.raises(OpArgumentError, match=named):
+    with pytest.raises(OpArgumentError) as exc:
         npu_attention_update(lse, local_out, update_type)
+    assert (exc.value.op, exc.value.argument) == ("npu_attention_update", named)

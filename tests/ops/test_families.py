@@ -258,36 +258,37 @@ _Q4 = torch.zeros(1, 2, 3, 16)
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: torch_npu.npu_add_rms_norm(_X, _X.half(), _G), ValueError, "x2 has dtype torch.float16"),
-        (lambda: torch_npu.npu_add_rms_norm(_X, _X[:2], _G), ValueError, r"x2 has shape \[2, 32\]"),
-        (lambda: torch_npu.npu_add_rms_norm(_X, _X, _G, epsilon=None), TypeError, "epsilon must be a float"),
-        (lambda: torch_npu.npu_add_rms_norm_quant(_X, _X, _G, torch.ones(16)), ValueError, r"scales1 has shape \[16\]"),
-        (lambda: torch_npu.npu_add_rms_norm_quant(_X, _X, _G, torch.ones(32), axis=0), ValueError, "axis=0"),
-        (lambda: torch_npu.npu_add_rms_norm_quant(_X, _X, _G, torch.ones(32), div_mode=1), TypeError, "div_mode must be a bool"),
-        (lambda: torch_npu.npu_layer_norm_eval(_X, [16]), ValueError, r"normalized_shape=\[16\]"),
-        (lambda: torch_npu.npu_dynamic_quant(_X.float()), ValueError, "input has dtype torch.float32"),
-        (lambda: torch_npu.npu_dynamic_quant(_X, dst_type=torch.int32), ValueError, "dst_type=torch.int32"),
-        (lambda: torch_npu.npu_dynamic_quant(_X, group_index=torch.tensor([4])), ValueError, "pass smooth_scales"),
+        (lambda: torch_npu.npu_add_rms_norm(_X, _X.half(), _G), ValueError, "x2"),
+        (lambda: torch_npu.npu_add_rms_norm(_X, _X[:2], _G), ValueError, "x2"),
+        (lambda: torch_npu.npu_add_rms_norm(_X, _X, _G, epsilon=None), TypeError, "epsilon"),
+        (lambda: torch_npu.npu_add_rms_norm_quant(_X, _X, _G, torch.ones(16)), ValueError, "scales1"),
+        (lambda: torch_npu.npu_add_rms_norm_quant(_X, _X, _G, torch.ones(32), axis=0), ValueError, "axis"),
+        (lambda: torch_npu.npu_add_rms_norm_quant(_X, _X, _G, torch.ones(32), div_mode=1), TypeError, "div_mode"),
+        (lambda: torch_npu.npu_layer_norm_eval(_X, [16]), ValueError, "normalized_shape"),
+        (lambda: torch_npu.npu_dynamic_quant(_X.float()), ValueError, "input"),
+        (lambda: torch_npu.npu_dynamic_quant(_X, dst_type=torch.int32), ValueError, "dst_type"),
+        (lambda: torch_npu.npu_dynamic_quant(_X, group_index=torch.tensor([4])), ValueError, "group_index"),
         (lambda: torch_npu.npu_dynamic_quant(_X, smooth_scales=_G[None].expand(2, 32), group_index=torch.tensor([1, 3], dtype=torch.int32)),
-         ValueError, "last value is the row count 4"),
-        (lambda: torch_npu.npu_quantize(_X, torch.ones(5), None, torch.qint8), ValueError, r"scales has shape \[5\]"),
-        (lambda: torch_npu.npu_quantize(_X, torch.ones(32), None, torch.float16), ValueError, "dtype=torch.float16"),
-        (lambda: torch_npu.npu_quantize(_X, torch.ones(32), None, torch.quint4x2, -1, True), ValueError, "div_mode=False"),
+         ValueError, "group_index"),
+        (lambda: torch_npu.npu_quantize(_X, torch.ones(5), None, torch.qint8), ValueError, "scales"),
+        (lambda: torch_npu.npu_quantize(_X, torch.ones(32), None, torch.float16), ValueError, "dtype"),
+        (lambda: torch_npu.npu_quantize(_X, torch.ones(32), None, torch.quint4x2, -1, True), ValueError, "dtype"),
         (lambda: torch_npu.npu_weight_quant_batchmatmul(_X, torch.zeros(32, 8, dtype=torch.int32), _G[:8]),
-         ValueError, "weight has dtype torch.int32"),
+         ValueError, "weight"),
         (lambda: torch_npu.npu_weight_quant_batchmatmul(_X, torch.zeros(32, 8, dtype=torch.int8), _G[:8],
-                                                        quant_scale=torch.ones(8)), ValueError, "quant_scale is not implemented"),
+                                                        quant_scale=torch.ones(8)), ValueError, "quant_scale"),
         (lambda: torch_npu.npu_weight_quant_batchmatmul(_X, torch.zeros(32, 8, dtype=torch.int8), _G[:5]),
-         ValueError, r"antiquant_scale has shape \[5\]"),
-        (lambda: torch_npu.npu_rotary_mul(_Q4, _Q4, _Q4, rotary_mode="quarter"), ValueError, "rotary_mode=quarter"),
-        (lambda: torch_npu.npu_rotary_mul(_Q4, torch.zeros(1, 2, 3, 8), _Q4), ValueError, r"r1 has shape \[1, 2, 3, 8\]"),
-        (lambda: torch_npu.npu_apply_rotary_pos_emb(_Q4, _Q4, _Q4, _Q4, layout="NSD"), ValueError, "layout=NSD"),
-        (lambda: torch_npu.npu_interleave_rope(*[_Q4[0].bfloat16()] * 3), ValueError, "needs \\[B, N, S, D\\]"),
+         ValueError, "antiquant_scale"),
+        (lambda: torch_npu.npu_rotary_mul(_Q4, _Q4, _Q4, rotary_mode="quarter"), ValueError, "rotary_mode"),
+        (lambda: torch_npu.npu_rotary_mul(_Q4, torch.zeros(1, 2, 3, 8), _Q4), ValueError, "r1"),
+        (lambda: torch_npu.npu_apply_rotary_pos_emb(_Q4, _Q4, _Q4, _Q4, layout="NSD"), ValueError, "layout"),
+        (lambda: torch_npu.npu_interleave_rope(*[_Q4[0].bfloat16()] * 3), ValueError, "x"),
     ],
 )
 def test_family_ops_bad_inputs_raise_clear_errors(call: Callable[[], object], error: type[Exception], match: str) -> None:
-    with pytest.raises(error, match=match):
+    with pytest.raises(error) as exc:
         call()
+    assert exc.value.argument == match
 
 
 @pytest.mark.parametrize("cache_mode", ["Norm", "PA_BNSD"])

@@ -35,8 +35,9 @@ def test_sort_v2_sorts_the_last_dim_values_only():
     x = torch.randn(3, 7, generator=torch.Generator().manual_seed(3))
     assert torch.equal(torch_npu.npu_sort_v2(x), torch.sort(x).values)
     assert torch.equal(torch_npu.npu_sort_v2(x, descending=True), torch.sort(x, descending=True).values)
-    with pytest.raises(OpArgumentError, match="^dim=0"):
+    with pytest.raises(OpArgumentError) as exc:
         torch_npu.npu_sort_v2(x, dim=0)
+    assert (exc.value.op, exc.value.argument) == ("npu_sort_v2", "dim")
 
 
 def test_one_hot_matches_the_pages_example_and_fills_on_and_off_values():
@@ -51,10 +52,12 @@ def test_one_hot_matches_the_pages_example_and_fills_on_and_off_values():
 
 
 def test_one_hot_refuses_another_axis_and_float_indices():
-    with pytest.raises(OpArgumentError, match="^num_classes=0"):
+    with pytest.raises(OpArgumentError) as exc:
         torch_npu.npu_one_hot(torch.tensor([1]), num_classes=0, depth=2)
-    with pytest.raises(OpArgumentError, match="^self has dtype torch.float32"):
+    assert (exc.value.op, exc.value.argument) == ("npu_one_hot", "num_classes")
+    with pytest.raises(OpArgumentError) as exc:
         torch_npu.npu_one_hot(torch.tensor([1.0]), depth=2)
+    assert exc.value.argument == "self"
 
 
 def test_index_ops_pass_opcheck():

@@ -44,14 +44,14 @@ def test_pad_pads_each_dim_before_and_after_with_zeros():
     [
         (lambda: torch_npu.npu_transpose(X, [0, 0, 1]), "perm"),
         (lambda: torch_npu.npu_broadcast(X, [3, 4]), "size"),
-        (lambda: torch_npu.npu_slice(X, [0, 2, 0], [1, 2, 4]), "offsets[1]"),
+        (lambda: torch_npu.npu_slice(X, [0, 2, 0], [1, 2, 4]), "offsets"),
         (lambda: torch_npu.npu_pad(X, [1, -1]), "paddings"),
     ],
 )
 def test_layout_ops_refuse_arguments_that_leave_the_tensor(call, named):
     with pytest.raises(OpArgumentError) as error:
         call()
-    assert str(error.value).startswith(named)
+    assert error.value.argument == named
 
 
 def test_layout_ops_pass_opcheck():

@@ -192,17 +192,18 @@ def test_mla_prolog_v3_weight_uq_qr_int8_with_per_channel_int8_caches() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"weight_quant_mode": 3}, "weight_quant_mode=3 is not implemented"),
-        ({"kv_cache_quant_mode": 3}, "kv_cache_quant_mode=3 is not implemented"),
-        ({"query_quant_mode": 1}, "query_quant_mode=1 needs weight_quant_mode=2"),
-        ({"cache_mode": "PA_BLK_NZ"}, "cache_mode=PA_BLK_NZ is not implemented"),
-        ({"cache_mode": "TND"}, r"kv_cache has shape \[2, 16, 1, 32\]; cache_mode 'TND' needs \[3, 1, 32\]"),
-        ({"quant_scale_ckv": torch.ones(1, HCKV)}, "quant_scale_ckv is given"),
+        ({"weight_quant_mode": 3}, "weight_quant_mode"),
+        ({"kv_cache_quant_mode": 3}, "kv_cache_quant_mode"),
+        ({"query_quant_mode": 1}, "query_quant_mode"),
+        ({"cache_mode": "PA_BLK_NZ"}, "cache_mode"),
+        ({"cache_mode": "TND"}, "kv_cache"),
+        ({"quant_scale_ckv": torch.ones(1, HCKV)}, "quant_scale_ckv"),
     ],
 )
 def test_mla_prolog_v3_refuses_modes_it_does_not_model(kwargs: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError) as exc:
         torch_npu.npu_mla_prolog_v3(*_inputs(quantised=False).values(), *_caches(), cache_index=INDEX, **kwargs)
+    assert exc.value.argument == match
 
 
 def test_mla_prolog_v3_compiles_to_one_functional_node_and_updates_the_callers_caches() -> None:
@@ -246,11 +247,12 @@ def test_kv_rmsnorm_rope_cache_pa_nz_writes_the_documented_block_layout(op: str)
 
 def test_kv_rmsnorm_rope_cache_v2_refuses_v() -> None:
     kv = _rnd(1, 1, 1, 48, seed=50)
-    with pytest.raises(ValueError, match="v is not implemented"):
+    with pytest.raises(ValueError) as exc:
         torch_npu.npu_kv_rmsnorm_rope_cache_v2(
             kv, _rnd(32, seed=51), _rnd(1, 1, 1, 16), _rnd(1, 1, 1, 16), torch.tensor([0]),
             torch.zeros(1, 16, 1, 16, dtype=torch.bfloat16), torch.zeros(1, 16, 1, 32, dtype=torch.bfloat16), v=kv,
         )
+    assert (exc.value.op, exc.value.argument) == ("npu_kv_rmsnorm_rope_cache_v2", "v")
 
 
 def test_torch_ops_spelling_has_torch_npus_in_place_schema_eager_and_compiled() -> None:

@@ -139,8 +139,9 @@ def test_a_cpu_reference_the_user_registers_makes_the_op_compared() -> None:
 
 
 def test_missing_ops_is_checked() -> None:
-    with pytest.raises(ArgumentError, match="missing_ops='timing_only' is not a choice"):
+    with pytest.raises(ArgumentError) as exc:
         compare(torch.nn.ReLU(), torch.randn(2), missing_ops="timing_only")
+    assert exc.value.argument == "missing_ops"
 
 
 def test_under_timing_only_the_other_gaps_still_stop_the_check_without_the_timed_ops() -> None:
@@ -202,8 +203,9 @@ def test_a_training_step_with_an_op_without_a_cpu_kernel_stops_listing_it() -> N
     with pytest.raises(GapsError) as info:
         compare(Model(), torch.randn(2, 8), loss=lambda out: out.sum())
     assert [(gap.kind, gap.op) for gap in info.value.gaps] == [("cpu kernel", "npu::npufuse_test_fake_only")]
-    with pytest.raises(ArgumentError, match="missing_ops='timing-only' with loss="):
+    with pytest.raises(ArgumentError) as exc:
         compare(Model(), torch.randn(2, 8), loss=lambda out: out.sum(), missing_ops="timing-only")
+    assert exc.value.argument == "missing_ops"
 
 
 def test_under_the_shim_a_missing_op_called_through_torch_ops_npu_is_a_gap_too(shim) -> None:

@@ -50,8 +50,9 @@ def test_compare_sees_a_calibrated_target_of_the_projects_pyproject(tmp_path, mo
 def test_a_target_the_project_does_not_declare_is_refused_naming_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no pyproject.toml here: only the built-in targets
     model, inputs = _model_and_inputs()
-    with pytest.raises(ProfileError, match="unknown NPU target 'mine'"):
+    with pytest.raises(ProfileError) as exc:
         compare(model, *inputs, target="mine")
+    assert exc.value.argument == "target"
 
 
 def test_a_target_carries_its_profile_and_the_projects_op_catalog(tmp_path):

@@ -186,6 +186,7 @@ class _Branching(torch.nn.Module):
 def test_a_meta_model_that_branches_on_a_value_names_the_line_and_the_fix():
     with pytest.raises(CaptureError) as error:
         compare(_empty(_Branching), torch.randn(4, 16))
+    assert error.value.where.startswith(__file__ + ":")
     message = str(error.value)
     assert "timing-only" in message and "test_timing_only.py:" in message and "torch.where" in message
     assert "Traceback" not in message
@@ -201,17 +202,21 @@ class _CpuTensorInForward(torch.nn.Module):
 
 
 def test_a_meta_model_mixing_devices_says_where_and_how_to_fix():
-    with pytest.raises(CaptureError, match=r"mixes a meta tensor.*init_empty_weights\(\)"):
+    with pytest.raises(CaptureError) as exc:
         compare(_empty(_CpuTensorInForward), torch.randn(4, 16))
+    assert exc.value.where.startswith(__file__ + ":")
 
 
 def test_numerics_choices_are_checked():
-    with pytest.raises(ArgumentError, match="numerics='all' needs weights"):
+    with pytest.raises(ArgumentError) as exc:
         compare(_empty(_Stack), torch.randn(4, 16), numerics="all")
-    with pytest.raises(ArgumentError, match="'all', 'sample', 'none'"):
+    assert exc.value.argument == "numerics"
+    with pytest.raises(ArgumentError) as exc:
         compare(_Stack(), torch.randn(4, 16), numerics="some")
-    with pytest.raises(ArgumentError, match="no reference= model"):
+    assert exc.value.argument == "numerics"
+    with pytest.raises(ArgumentError) as exc:
         compare(_Stack(), torch.randn(4, 16), numerics="sample", reference=_Stack())
+    assert exc.value.argument == "reference"
 
 
 def test_a_model_with_weights_can_be_timed_without_numerics():

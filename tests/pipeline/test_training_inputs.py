@@ -143,8 +143,9 @@ def test_a_step_on_the_meta_device_is_refused_not_compared_on_no_values():
 
 
 def test_an_in_place_update_of_a_parameter_with_grad_names_the_model_line():
-    with pytest.raises(CaptureError, match="leaf Variable") as caught:
+    with pytest.raises(CaptureError) as caught:
         compare(InPlaceOnLeaf(), X, loss=_loss)
+    assert caught.value.where.startswith(__file__ + ":")
     assert f"{__file__}:{InPlaceOnLeaf.forward.__code__.co_firstlineno + 1}" in str(caught.value)
 
 
@@ -154,8 +155,9 @@ def test_a_backward_inside_the_loss_names_the_loss_line():
         first.backward(retain_graph=True)
         return first
 
-    with pytest.raises(CaptureError, match="backward") as caught:
+    with pytest.raises(CaptureError) as caught:
         compare(_model(), X, loss=twice)
+    assert caught.value.where.startswith(__file__ + ":")
     assert f"{__file__}:{twice.__code__.co_firstlineno + 2}" in str(caught.value)
 
 
@@ -163,14 +165,16 @@ def test_an_error_of_the_loss_names_the_loss_line_not_the_library():
     def broken(out):
         return out.no_such_attribute
 
-    with pytest.raises(CaptureError, match="AttributeError") as caught:
+    with pytest.raises(CaptureError) as caught:
         compare(_model(), X, loss=broken)
+    assert caught.value.where.startswith(__file__ + ":")
     assert f"{__file__}:{broken.__code__.co_firstlineno + 1}" in str(caught.value)
 
 
 def test_diagnosing_a_failing_step_leaves_the_users_batchnorm_statistics_alone():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
     before = model[1].running_mean.clone()
-    with pytest.raises(CaptureError):
+    with pytest.raises(CaptureError) as exc:
         compare(model, X, loss=lambda out: out.no_such_attribute)
+    assert exc.value.where.startswith(__file__ + ":")
     assert torch.equal(model[1].running_mean, before)

@@ -201,8 +201,8 @@ def test_in_place_write_to_an_input_races_with_a_reader_on_another_stream():
 @pytest.mark.parametrize(
     ("api", "mode", "message"),
     [
-        ("wait_tensor", "reduce-overhead", "npu_wait_tensor at .* is not supported in reduce-overhead mode"),
-        ("tagged", "max-autotune", "npu_tagged_event_record at .* works only in the aclgraph modes"),
+        ("wait_tensor", "reduce-overhead", "npu_wait_tensor"),
+        ("tagged", "max-autotune", "npu_tagged_event_record"),
     ],
 )
 def test_mode_rules(api, mode, message):
@@ -219,20 +219,25 @@ def test_mode_rules(api, mode, message):
             return a @ b
 
     program = capture(Uses(), *data(count=2), mode=mode)
-    with pytest.raises(ScopeError, match=message):
+    with pytest.raises(ScopeError) as exc:
         stream_plan(program, mode)
+    assert exc.value.op == message
 
 
 def test_event_api_errors():
     tng.ops.npu_create_tagged_event("66")
-    with pytest.raises(ScopeError, match="tagged event tag 66 is already in use"):
+    with pytest.raises(ScopeError) as exc:
         tng.ops.npu_create_tagged_event("66")
-    with pytest.raises(ScopeError, match="is not in use; create it with npu_create_tagged_event"):
+    assert (exc.value.op, exc.value.argument) == ("npu_create_tagged_event", "tag")
+    with pytest.raises(ScopeError) as exc:
         tng.ops.npu_tagged_event_record(object())
-    with pytest.raises(ScopeError, match=r"requires at least one tensor input"):
+    assert (exc.value.op, exc.value.argument) == ("npu_tagged_event_record", "event")
+    with pytest.raises(ScopeError) as exc:
         tng.ops.wait([])
-    with pytest.raises(ScopeError, match="takes tensors only"):
+    assert (exc.value.op, exc.value.argument) == ("torchair.ops.wait", "tensors")
+    with pytest.raises(ScopeError) as exc:
         tng.ops.wait([1])
+    assert (exc.value.op, exc.value.argument) == ("torchair.ops.wait", "tensors")
 
 
 def test_poison_values():

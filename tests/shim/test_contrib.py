@@ -43,21 +43,24 @@ def test_linear_quant_parameters_are_frozen_with_torch_npus_names_and_dtypes() -
 def test_linear_quant_refuses_mixed_operand_dtypes() -> None:
     layer = LinearQuant(16, 24, bias=False)
     layer.weight.data, layer.scale.data = _int8(24, 16, seed=2), torch.rand(24)
-    with pytest.raises(OpArgumentError, match="input is torch.int32 and weight is torch.int8"):
+    with pytest.raises(OpArgumentError) as exc:
         layer(torch.zeros(3, 16, dtype=torch.int32))
+    assert (exc.value.op, exc.value.argument) == ("LinearQuant", "x")
 
 
 def test_linear_a8w8_quant_warns_and_refuses_what_torch_npu_refuses() -> None:
     with pytest.warns(FutureWarning, match="LinearQuant"):
         layer = LinearA8W8Quant(16, 24, bias=False, output_dtype=torch.int32)
     layer.weight.data, layer.scale.data = _int8(24, 16, seed=2), torch.rand(24)
-    with pytest.raises(OpArgumentError, match="output_dtype=torch.int32"):
+    with pytest.raises(OpArgumentError) as exc:
         layer(_int8(3, 16, seed=1))
+    assert (exc.value.op, exc.value.argument) == ("LinearA8W8Quant", "output_dtype")
     with pytest.warns(FutureWarning):
         layer = LinearA8W8Quant(16, 24, bias=False)
     layer.weight.data, layer.scale.data = _int8(24, 16, seed=2), torch.rand(24, dtype=torch.float16)
-    with pytest.raises(OpArgumentError, match="scale is torch.float16"):
+    with pytest.raises(OpArgumentError) as exc:
         layer(_int8(3, 16, seed=1))
+    assert (exc.value.op, exc.value.argument) == ("LinearA8W8Quant", "scale")
 
 
 def test_linear_weight_quant_is_the_op_with_per_group_parameters_transposed() -> None:

@@ -70,8 +70,9 @@ def test_without_the_patch_broadcast_breaks_the_graph_as_on_torch(world):
             dist.broadcast(x, 0)
             return x + 1
 
-    with pytest.raises(Exception, match="graph break"):
+    with pytest.raises(Exception) as exc:
         capture(Broadcast(), torch.randn(4))
+    assert exc.value.where.startswith(__file__ + ":")
     torchair.patch_for_hcom()
     assert "_c10d_functional::broadcast" in [k.op_type for k in capture(Broadcast(), torch.randn(4)).kernels]
 

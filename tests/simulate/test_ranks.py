@@ -61,14 +61,16 @@ def test_a_skewed_routing_loads_the_hot_ranks_and_never_exceeds_the_capacity(pro
     ("computed", "no MoE dispatch was computed"),
 ])
 def test_bad_routings_are_refused_with_the_choices(spec, message):
-    with pytest.raises(ArgumentError, match=message):
+    with pytest.raises(ArgumentError) as exc:
         routing_of(spec)
+    assert exc.value.argument == "routing"
 
 
 @pytest.mark.parametrize("spec", ["zipf:inf", 123, {"a": 1.0}, b"uniform", ["a", "b"], [[1.0]], [None, 1.0], [True]])
 def test_malformed_routings_are_argument_errors_not_tracebacks(spec):
-    with pytest.raises(ArgumentError):
+    with pytest.raises(ArgumentError) as exc:
         routing_of(spec)
+    assert exc.value.argument == "routing"
 
 
 def test_weights_near_the_float_limit_and_iterators_are_read_as_weights():
@@ -77,8 +79,9 @@ def test_weights_near_the_float_limit_and_iterators_are_read_as_weights():
 
 
 def test_weights_for_another_expert_count_name_both_counts(program):
-    with pytest.raises(ArgumentError, match="gives 8 expert weights, but the model's MoE has 256"):
+    with pytest.raises(ArgumentError) as exc:
         rank_rows(_dispatch(program), routing_of([1.0] * 8), 0)
+    assert exc.value.argument == "routing"
 
 
 def test_ranks_wait_for_the_most_loaded_one(moe_layer):
@@ -97,10 +100,12 @@ def test_ranks_wait_for_the_most_loaded_one(moe_layer):
 
 def test_bad_rank_counts_and_routings_fail_before_capture(moe_layer):
     model, inputs = moe_layer
-    with pytest.raises(ArgumentError, match="ranks=0 is not a rank count"):
+    with pytest.raises(ArgumentError) as exc:
         compare(model, *inputs, ranks=0)
-    with pytest.raises(ArgumentError, match="routing='skewed' is not a routing"):
+    assert exc.value.argument == "ranks"
+    with pytest.raises(ArgumentError) as exc:
         compare(model, *inputs, routing="skewed")
+    assert exc.value.argument == "routing"
 
 
 # A narrow DeepSeek-V3 MoE layer (32 experts over EP 4) whose numerics are cheap enough to compute.
@@ -120,5 +125,6 @@ def test_computed_routing_prices_each_rank_by_the_gating_the_sample_computed():
 
 
 def test_a_training_step_is_modeled_on_one_rank():
-    with pytest.raises(ArgumentError, match="routing= and ranks= model a decode deployment"):
+    with pytest.raises(ArgumentError) as exc:
         compare(torch.nn.Linear(4, 4), torch.randn(2, 4), loss=lambda out: out.sum(), ranks=2)
+    assert exc.value.argument == "ranks"

@@ -33,29 +33,33 @@ def test_a_correction_multiplies_only_its_op_types_body():
 @pytest.mark.parametrize(
     ("corrections", "message"),
     [
-        ({"MatMulV3": 0.0}, r"\[corrections\]: key 'MatMulV3' is 0.0, expected a factor in \[0.05, 20\]"),
-        ({"MatMulV3": 1e9}, r"key 'MatMulV3' is 1000000000.0, expected a factor"),
-        ({"MatMulV3": "fast"}, r"key 'MatMulV3' is 'fast', expected a number"),
-        ({"MatMulV3": float("nan")}, r"key 'MatMulV3' is nan, expected a factor"),
+        ({"MatMulV3": 0.0}, "pyproject.toml [targets.t] [corrections] MatMulV3"),
+        ({"MatMulV3": 1e9}, "pyproject.toml [targets.t] [corrections] MatMulV3"),
+        ({"MatMulV3": "fast"}, "pyproject.toml [targets.t] [corrections] MatMulV3"),
+        ({"MatMulV3": float("nan")}, "pyproject.toml [targets.t] [corrections] MatMulV3"),
     ],
 )
 def test_a_correction_out_of_range_or_of_the_wrong_type_is_an_error_naming_the_table(corrections, message):
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(ProfileError) as exc:
         target(corrections)
+    assert exc.value.entry == message
 
 
 def test_corrections_must_be_a_table():
-    with pytest.raises(ProfileError, match=r"\[corrections\]: must be a table of OP_TYPE = factor"):
+    with pytest.raises(ProfileError) as exc:
         target(1.2)
+    assert exc.value.entry == "pyproject.toml [targets.t] [corrections]"
 
 
 def test_a_misspelt_op_type_is_an_error_with_the_closest_one(tmp_path):
     config = user_config_from_table({"targets": {"t": {"base": "910b3", "corrections": {"MatMulv3": 1.2}}}}, "pyproject.toml")
-    with pytest.raises(ProfileError, match=r"\[corrections\]: unknown op type 'MatMulv3'; did you mean 'MatMulV3'\?"):
+    with pytest.raises(ProfileError) as exc:
         config.profile("t")
+    assert exc.value.entry == "[corrections] MatMulv3"
     config = user_config_from_table({"targets": {"t": {"base": "910b3", "corrections": {"Zzz": 1.2}}}}, "pyproject.toml")
-    with pytest.raises(ProfileError, match=r"unknown op type 'Zzz'; use an OP Type of the op catalog"):
+    with pytest.raises(ProfileError) as exc:
         config.profile("t")
+    assert exc.value.entry == "[corrections] Zzz"
 
 
 def test_a_project_op_type_may_be_corrected(tmp_path: Path):

@@ -64,34 +64,37 @@ def test_a_builtin_profile_text_is_one_complete_profile(tmp_path):
 
 
 def test_unknown_target_names_the_choices():
-    with pytest.raises(ProfileError, match="unknown NPU target 'a5'.*a2, a3"):
+    with pytest.raises(ProfileError) as exc:
         load_profile("a5")
+    assert exc.value.argument == "target"
 
 
 def test_malformed_profile_names_file_and_line(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("[cores]\naic = \n")
-    with pytest.raises(ProfileError, match=r"bad.toml: not valid TOML: .*line 2"):
+    with pytest.raises(ProfileError) as exc:
         load_profile(str(path))
+    assert exc.value.file == str(path) and "line 2" in exc.value.problem
 
 
 @pytest.mark.parametrize(
-    ("line", "replacement", "message"),
+    ("line", "replacement", "key"),
     [
-        ("aic = 24", 'aic = "twenty-four"', r"custom.toml \[cores\]: key 'aic' is 'twenty-four', expected an integer"),
-        ("sk_sync = 1.5", "", r"custom.toml \[overhead_us\]: missing key 'sk_sync' \(expected a number\)"),
-        ("supported = true", "supported = 1", r"\[superkernel\]: key 'supported' is 1, expected a boolean"),
-        ("aic = 24", "aic = 0", r"custom.toml \[cores\]: key 'aic' is 0, expected more than zero"),
-        ("cube_mhz = 1850", "cube_mhz = -1850", r"\[clock\]: key 'cube_mhz' is -1850.0, expected more than zero"),
-        ("sk_sync = 1.5", "sk_sync = -1.5", r"\[overhead_us\]: key 'sk_sync' is -1.5, expected zero or more"),
-        ("latency_us = 0.5", "latency_us = -0.5", r"\[comm\]: key 'latency_us' is -0.5, expected zero or more"),
+        ("aic = 24", 'aic = "twenty-four"', "[cores] aic"),  # expected an integer
+        ("sk_sync = 1.5", "", "[overhead_us] sk_sync"),  # missing
+        ("supported = true", "supported = 1", "[superkernel] supported"),  # expected a boolean
+        ("aic = 24", "aic = 0", "[cores] aic"),  # expected more than zero
+        ("cube_mhz = 1850", "cube_mhz = -1850", "[clock] cube_mhz"),
+        ("sk_sync = 1.5", "sk_sync = -1.5", "[overhead_us] sk_sync"),  # expected zero or more
+        ("latency_us = 0.5", "latency_us = -0.5", "[comm] latency_us"),
     ],
 )
-def test_bad_key_names_file_key_and_type(tmp_path, line, replacement, message):
+def test_bad_key_names_file_key_and_type(tmp_path, line, replacement, key):
     path = tmp_path / "custom.toml"
     path.write_text(builtin_profile_text("a3").replace(line, replacement))
-    with pytest.raises(ProfileError, match=message):
+    with pytest.raises(ProfileError) as exc:
         load_profile(str(path))
+    assert exc.value.entry == f"{path} {key}"
 
 
 def test_profile_digest_follows_numbers_not_comments(tmp_path):
@@ -169,12 +172,15 @@ def test_catalog_knows_the_common_aten_ops_of_decoder_code():
 def test_user_catalog_entries_are_validated_and_win():
     catalog = load_catalog({"acc::my_op": {"engine": "cube", "fusable": True, "sync_all": False, "block_dim": 8}})
     assert catalog.lookup("acc::my_op").block_dim == 8
-    with pytest.raises(ProfileError, match=r"engine 'gpu' is not one of cube, vector"):
+    with pytest.raises(ProfileError) as exc:
         load_catalog({"acc::x": {"engine": "gpu", "fusable": True, "sync_all": False, "block_dim": 1}})
-    with pytest.raises(ProfileError, match="must be written 'namespace::name'"):
+    assert exc.value.entry == "[tool.npufuse.ops] [\"acc::x\"] engine"
+    with pytest.raises(ProfileError) as exc:
         load_catalog({"my_op": {}})
-    with pytest.raises(ProfileError, match="key 'fusable' is 'yes', expected a boolean"):
+    assert exc.value.entry == "[tool.npufuse.ops] my_op"
+    with pytest.raises(ProfileError) as exc:
         load_catalog({"acc::x": {"engine": "cube", "fusable": "yes", "sync_all": False, "block_dim": 1}})
+    assert exc.value.entry == "[tool.npufuse.ops] [\"acc::x\"] fusable"
 
 
 def test_options_parse():
@@ -184,20 +190,21 @@ def test_options_parse():
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("text", "option"),
     [
-        ("stream-fusoin=1", "unknown option 'stream-fusoin'\\). Did you mean 'stream-fusion'"),
-        ("stream-fusion=", "The key-value pair is missing for the option 'stream-fusion='"),
-        ("stream-fusion=2", "stream-fusion='2' is not allowed; stream-fusion use one of 0, 1"),
-        ("strict-scope-check=warn", "use one of bypass, abort"),
-        ("feed-sync-all=1:feed-sync-all=0", "given twice"),
-        ("debug-aic-num=many", "non-negative core count"),
-        ("dcci-after-kernel-end=A,,B", "comma list of op types"),
+        ("stream-fusoin=1", "stream-fusoin"),
+        ("stream-fusion=", "stream-fusion"),
+        ("stream-fusion=2", "stream-fusion"),
+        ("strict-scope-check=warn", "strict-scope-check"),
+        ("feed-sync-all=1:feed-sync-all=0", "feed-sync-all"),
+        ("debug-aic-num=many", "debug-aic-num"),
+        ("dcci-after-kernel-end=A,,B", "dcci-after-kernel-end"),
     ],
 )
-def test_bad_options_name_scope_option_and_allowed_values(text, message):
-    with pytest.raises(OptionsError, match=message) as info:
+def test_bad_options_name_scope_option_and_allowed_values(text, option):
+    with pytest.raises(OptionsError) as info:
         parse_options("sp1", text)
+    assert (info.value.op, info.value.argument) == ("super_kernel", option)
     assert "scope 'sp1'" in str(info.value)
 
 
@@ -222,18 +229,18 @@ def test_a_complete_profile_under_a_new_target_name_takes_that_name():
 
 
 @pytest.mark.parametrize(
-    ("table", "message"),
+    ("table", "key"),
     [
-        ("[tool.npufuse.targets.a3.overhead_us]\nkernel_haed = 3.0\n", r"\[overhead_us\]: unknown key 'kernel_haed'; did you mean 'kernel_head'"),
-        ("[tool.npufuse.targets.a3.cores]\naic = 2.5\n", r"\[targets.a3\] \[cores\]: key 'aic' is 2.5, expected an integer"),
-        ('[tool.npufuse.targets.x]\nbase = "a9"\n', r"key 'base' is 'a9', expected one of 910b1, .*, a2, a3"),
-        ("[tool.npufuse.targets.a3.clocks]\ncube_mhz = 1\n", r"unknown section \[clocks\]; did you mean \[clock\]"),
+        ("[tool.npufuse.targets.a3.overhead_us]\nkernel_haed = 3.0\n", "[targets.a3] [overhead_us] kernel_haed"),
+        ("[tool.npufuse.targets.a3.cores]\naic = 2.5\n", "[targets.a3] [cores] aic"),  # expected an integer
+        ('[tool.npufuse.targets.x]\nbase = "a9"\n', "[targets.x] base"),  # not a built-in target
+        ("[tool.npufuse.targets.a3.clocks]\ncube_mhz = 1\n", "[targets.a3] [clocks]"),  # an unknown section
     ],
 )
-def test_bad_override_names_file_key_and_type(tmp_path, table, message):
+def test_bad_override_names_file_key_and_type(tmp_path, table, key):
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(table)
-    with pytest.raises(ProfileError, match=message) as info:
+    with pytest.raises(ProfileError) as info:
         user = load_user_config(pyproject)
         user.profile("a3" if "targets.a3" in table else "x")
-    assert str(pyproject) in str(info.value)
+    assert info.value.entry.startswith(str(pyproject)) and info.value.entry.endswith(key)

@@ -94,7 +94,8 @@ class CompilerConfig(ConfigNode):
                 near = difflib.get_close_matches(name, list(self._children), n=1)
                 raise ConfigError(
                     f"Invalid option '{name}'{f' (did you mean {near[0]!r}?)' if near else ''}. The 'CompilerConfig' "
-                    f"object does not have attribute '{name}'. Supported attributes are: {sorted(self._children)}"
+                    f"object does not have attribute '{name}'. Supported attributes are: {sorted(self._children)}",
+                    argument=name
                 )
             setattr(self, name, value)
         return self

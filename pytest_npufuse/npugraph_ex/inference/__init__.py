@@ -42,7 +42,8 @@ def cache_compile(
     if backend is not None and (config is not None or custom_decompositions is not None):
         raise OpArgumentError(
             "npugraph_ex.inference.cache_compile: pass either backend= or config=/custom_decompositions=; the "
-            "backend already carries its config and decompositions."
+            "backend already carries its config and decompositions.",
+            op="npugraph_ex.inference.cache_compile", argument="backend"
         )
     ignored = sorted(set(kwargs) - CACHE_KEYWORDS)
     if ignored:

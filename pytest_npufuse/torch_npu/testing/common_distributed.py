@@ -54,5 +54,6 @@ def __getattr__(name: str) -> object:
         raise AttributeError(name)
     raise NotModeledAttributeError(
         f"torch_npu.testing.common_distributed.{name} is not modeled: process groups over several NPUs need "
-        f"several devices and pytest-npufuse models one (it has: {', '.join(__all__)})."
+        f"several devices and pytest-npufuse models one (it has: {', '.join(__all__)}).",
+        op=f"torch_npu.testing.common_distributed.{name}"
     )

@@ -51,11 +51,12 @@ class OptionValue:
     def set(self, path: str, value: Any) -> None:
         if self.optional is not None and value not in self.optional:
             raise ConfigError(
-                f"{path} = {value!r}: Value {value!r} (type: {type(value)}) not in optional list {self.optional!r}."
+                f"{path} = {value!r}: Value {value!r} (type: {type(value)}) not in optional list {self.optional!r}.",
+                argument=path
             )
         problem = self._check(value) if self._check is not None else ""
         if problem:
-            raise ConfigError(f"{path} = {value!r}: {problem}")
+            raise ConfigError(f"{path} = {value!r}: {problem}", argument=path)
         self.raw = value
 
     def __bool__(self) -> bool:
@@ -142,7 +143,10 @@ class ConfigNode:
         options = list(self._children)
         near = difflib.get_close_matches(name, options, n=1)
         hint = f"; did you mean {self._path}.{near[0]}?" if near else ""
-        return UnknownOptionError(f"{self._path} has no option {name}, all options {options}{hint}")
+        return UnknownOptionError(
+            f"{self._path} has no option {name}, all options {options}{hint}",
+            argument=f"{self._path}.{name}",
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):

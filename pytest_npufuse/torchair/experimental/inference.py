@@ -31,6 +31,7 @@ def __getattr__(name: str):
     if name == "npu_format_cast_via_cpu":
         raise NotModeledAttributeError(
             "torchair.experimental.inference.npu_format_cast_via_cpu is not modeled by pytest-npufuse; cast "
-            "with torch_npu.npu_format_cast(tensor, acl_format) on the modeled device instead."
+            "with torch_npu.npu_format_cast(tensor, acl_format) on the modeled device instead.",
+            op="torchair.experimental.inference.npu_format_cast_via_cpu"
         )
     raise AttributeError(f"module 'torchair.experimental.inference' has no attribute {name!r}")

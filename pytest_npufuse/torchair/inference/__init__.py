@@ -49,13 +49,13 @@ def cache_compile(
     if not isinstance(func, types.MethodType) or not isinstance(func.__self__, torch.nn.Module):
         raise OpArgumentError(
             f"cache_compile caches a method of a torch.nn.Module (e.g. model.forward), got {func!r}; "
-            "pass the bound method."
+            "pass the bound method.", op="cache_compile", argument="func"
         )
     config = config or CompilerConfig()
     if ge_cache and config.experimental_config.frozen_parameter.raw:
         raise OpArgumentError(
             "cache_compile(ge_cache=True) with config.experimental_config.frozen_parameter = True: TorchAir "
-            "allows only one of them; turn one off."
+            "allows only one of them; turn one off.", op="cache_compile", argument="ge_cache"
         )
     backend = get_npu_backend(compiler_config=config, custom_decompositions=custom_decompositions)
     return _compile_method(func, backend, dynamic, kwargs)
@@ -67,11 +67,14 @@ def _compile_method(func: Callable[..., Any], backend: Any, dynamic: bool, kwarg
     if not isinstance(func, types.MethodType) or not isinstance(func.__self__, torch.nn.Module):
         raise OpArgumentError(
             f"cache_compile caches a method of a torch.nn.Module (e.g. model.forward), got {func!r}; "
-            "pass the bound method."
+            "pass the bound method.", op="cache_compile", argument="func"
         )
     fullgraph = bool(kwargs.pop("fullgraph", False))
     if kwargs:
-        raise OpTypeError(f"cache_compile() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}")
+        raise OpTypeError(
+            f"cache_compile() got unexpected keyword argument(s): {', '.join(sorted(kwargs))}",
+            op="cache_compile",
+        )
     return torch.compile(func, backend=backend, dynamic=dynamic, fullgraph=fullgraph)
 
 
@@ -84,12 +87,19 @@ def set_dim_gears(t: torch.Tensor, dim_gears: Mapping[int, Sequence[int]]) -> No
     python/torchair/inference/_gear_utils.py); setting the same gears again is allowed.
     """
     if not isinstance(t, torch.Tensor):
-        raise OpTypeError(f"set_dim_gears(t, ...) takes a tensor, got {type(t).__name__}")
+        raise OpTypeError(f"set_dim_gears(t, ...) takes a tensor, got {type(t).__name__}", op="set_dim_gears",
+        argument="t")
     if not isinstance(dim_gears, Mapping):
-        raise OpTypeError(f"set_dim_gears(t, dim_gears): dim_gears maps a dim to its sizes, got {dim_gears!r}")
+        raise OpTypeError(
+            f"set_dim_gears(t, dim_gears): dim_gears maps a dim to its sizes, got {dim_gears!r}",
+            op="set_dim_gears", argument="dim_gears",
+        )
     previous = getattr(t, GEARS_ATTRIBUTE, None)
     if previous is not None and previous != _as_stored(dim_gears):
-        raise OpAssertionError(f"Tensor {t} already has set dim gears, and it is not supported to set it again.")
+        raise OpAssertionError(
+            f"Tensor {t} already has set dim gears, and it is not supported to set it again.",
+            argument="t",
+        )
     for dim, gears in dim_gears.items():
         _check_gears(t, dim, gears)
     for dim in dim_gears:
@@ -105,21 +115,36 @@ def _as_stored(dim_gears: Mapping[int, Sequence[int]]) -> dict[int, tuple[int, .
 def _check_gears(t: torch.Tensor, dim: Any, gears: Any) -> None:
     """TorchAir's checks of one dim's gears, in its order and words."""
     if not isinstance(dim, int):
-        raise OpAssertionError(f"Dim index in dim_gears must be an integer, but got {type(dim)}.")
+        raise OpAssertionError(
+            f"Dim index in dim_gears must be an integer, but got {type(dim)}.",
+            argument="dim_gears",
+        )
     if not 0 <= dim < t.dim():
-        raise OpAssertionError(f"Dim index in dim_gears must be in range [0, {t.dim() - 1}], but got {dim}.")
+        raise OpAssertionError(
+            f"Dim index in dim_gears must be in range [0, {t.dim() - 1}], but got {dim}.",
+            argument="dim_gears",
+        )
     if not isinstance(gears, (list, tuple)):
-        raise OpAssertionError(f"Gears for dim index {dim} in dim_gears must be a list or tuple, but got {type(gears)}.")
+        raise OpAssertionError(
+            f"Gears for dim index {dim} in dim_gears must be a list or tuple, but got {type(gears)}.",
+            argument="dim_gears",
+        )
     for index, gear in enumerate(gears):
         if not isinstance(gear, int):
             raise OpAssertionError(
-                f"Element at index {index} of value for dim index {dim} in dim_gears must be an integer, but got {type(gear)}."
+                f"Element at index {index} of value for dim index {dim} "
+                f"in dim_gears must be an integer, but got {type(gear)}.",
+                argument="dim_gears"
             )
         if gear == 0:
-            raise OpAssertionError(f"Gear value at index {index} for dim index {dim} must not be 0, but got {gear}.")
+            raise OpAssertionError(
+                f"Gear value at index {index} for dim index {dim} must not be 0, but got {gear}.",
+                argument="dim_gears",
+            )
     if not 2 <= len(gears) <= 100:
         raise OpAssertionError(
-            f"Length of gears for dim index {dim} in dim_gears must be in range [2, 100], but got {len(gears)}."
+            f"Length of gears for dim index {dim} in dim_gears must be in range [2, 100], but got {len(gears)}.",
+            argument="dim_gears"
         )
 
 

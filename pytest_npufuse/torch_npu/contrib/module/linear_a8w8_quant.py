@@ -43,8 +43,12 @@ class LinearA8W8Quant(QuantLinearBase):
         for name, allowed in ALLOWED_DTYPES.items():
             value: Optional[Tensor] = getattr(self, name)
             if value is not None and value.dtype not in allowed:
-                raise OpArgumentError(f"LinearA8W8Quant: {name} is {value.dtype}; expected one of {_names(allowed)}")
+                raise OpArgumentError(
+                    f"LinearA8W8Quant: {name} is {value.dtype}; expected one of {_names(allowed)}",
+                    op="LinearA8W8Quant", argument=name,
+                )
         if self.output_dtype is not None and self.output_dtype not in OUTPUT_DTYPES:
             raise OpArgumentError(
-                f"LinearA8W8Quant: output_dtype={self.output_dtype}; expected None or one of {_names(OUTPUT_DTYPES)}"
+                f"LinearA8W8Quant: output_dtype={self.output_dtype}; expected None or one of {_names(OUTPUT_DTYPES)}",
+                op="LinearA8W8Quant", argument="output_dtype"
             )

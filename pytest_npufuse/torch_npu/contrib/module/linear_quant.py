@@ -82,7 +82,7 @@ class QuantLinearBase(Module):
         if x.dtype != self.weight.dtype or x.dtype not in QUANT_INPUT_DTYPES:
             raise OpArgumentError(
                 f"{type(self).__name__}: input is {x.dtype} and weight is {self.weight.dtype}; both must be "
-                "torch.int8, or both torch.int32 (int4 packed eight per int32)"
+                "torch.int8, or both torch.int32 (int4 packed eight per int32)", op=type(self).__name__, argument="x"
             )
 
     def forward(self, x: Tensor) -> Tensor:
