@@ -146,7 +146,7 @@ def require_check(item: pytest.Item) -> None:
     checking what it claims."""
     if _CHECKED not in item.stash and expectations_of(item).needs_check:
         pytest.fail(
-            "npufuse: this test has npufuse/superkernel/multistream markers but never called npufuse.check(), which "
+            "npufuse: this test has superkernel/multistream markers but never called npufuse.check(), which "
             "applies them; call npufuse.check(model, *inputs) in the test or remove the markers.",
             pytrace=False,
         )
