@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fidelity import fit as fitting  # noqa: E402
-from fidelity import host_rows  # noqa: E402
+from fidelity import gain_errors, host_rows  # noqa: E402
 from fidelity.coverage import coverage_lines  # noqa: E402
 from fidelity.evaluate import evaluate  # noqa: E402
 from fidelity.metrics import HEADER, summarize  # noqa: E402
@@ -64,6 +64,10 @@ def main() -> None:
     parser.add_argument("--coverage", action="store_true", help="print the dataset's rows by kind, family, SKU and mode")
     parser.add_argument("--rows", action="store_true", help="print every row")
     parser.add_argument(
+        "--gain-errors", action="store_true",
+        help="write the held-out error per kind of gain into pytest_npufuse/report/gain_errors.toml (the report's trust line)",
+    )
+    parser.add_argument(
         "--sweep", action="store_true", help="the tiling cache's size sweep (captures three models)"
     )
     args = parser.parse_args()
@@ -89,6 +93,14 @@ def main() -> None:
         print(summarize(by_source).line("leave-one-source-out"))
     print(summarize(train).line("in-sample: training rows"))
     print(summarize(outcomes).line("in-sample: all rows"))
+    held, protocol = (by_source, "leave-one-source-out") if by_source else (held_out, f"{args.folds}-fold, refit per fold")
+    if not held:
+        held, protocol = validation, "fixed validation split, shipped profiles"
+    print("\ngains by kind (size and sign, the rule of benchmarks/fidelity/gain_errors.py):")
+    print("\n".join(gain_errors.lines(held, protocol)))
+    if args.gain_errors:
+        gain_errors.write(held, protocol)
+        print(f"wrote {gain_errors.ERRORS_PATH}")
     missed = [o for o in validation if o.modeled is None or abs(o.error) > 0.3]
     if missed:
         print("\nvalidation rows outside +-30%:")

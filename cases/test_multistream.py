@@ -203,7 +203,7 @@ def small_pair():
 def test_missing_record_stream_is_a_lifetime_hazard(npufuse):
     report = npufuse.check(KeepAlive(record_stream=False), *small_pair(), mode="reduce-overhead")
     (race,) = report.races
-    assert race.kind == "lifetime hazard" and "npu_record_tagged_stream(mul, '1')" in race.fix
+    assert race.kind == "lifetime hazard" and "npu_record_tagged_stream(scaled, '1')" in race.fix
 
 
 @pytest.mark.multistream(streams=2, race_free=True)

@@ -160,6 +160,11 @@ class OutputFileError(FileFault):
     kind = ErrorKind.OUTPUT_FILE
 
 
+class PathManagerError(NpufuseError, RuntimeError):
+    """``torch_npu.utils._path_manager.PathManager`` could not make or remove a file or directory (torch_npu
+    raises RuntimeError); the message names the path and the operating system's reason."""
+
+
 class ConfigError(NpufuseError, ValueError):
     """A TorchAir ``CompilerConfig`` option set to a value TorchAir rejects (TorchAir raises ValueError)."""
 
@@ -305,3 +310,8 @@ class UnknownOpWarning(UserWarning):
 
 class BaselineWarning(UserWarning):
     """A checked case had no baseline entry; its numbers were recorded as the new baseline."""
+
+
+class GradientsWarning(UserWarning):
+    """A model compiled with gradients on made torch trace a backward through an op with no autograd kernel:
+    said once per op, with the fix (inference under ``torch.no_grad()``), instead of torch's own warning."""

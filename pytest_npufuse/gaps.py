@@ -20,6 +20,9 @@ from typing import Any, Iterator, NoReturn
 
 from .errors import PACKAGE_DIR, Gap, NpufuseError
 
+MODULE_FIX = "keep its use out of the checked model, or check the model where the real torch_npu is installed"
+"""What to do about a module the shim does not model."""
+
 _FOUND: contextvars.ContextVar[list[Gap] | None] = contextvars.ContextVar("npufuse_gaps", default=None)
 
 
@@ -90,8 +93,13 @@ class StandIn:
         return next((value for value in (*args, *kwargs.values()) if hasattr(value, "shape")), None)
 
     def __getattr__(self, name: str) -> Any:
+        """An attribute of a missing "op" (``torch_npu.op_plugin.atb``) shows it is a module the code
+        imports from, not an op: the gap is recorded as a missing module."""
         if name.startswith("__"):
             raise AttributeError(name)
+        kind, missing_name, _ = self._gap
+        if kind == "op":
+            self._gap = ("module", missing_name, MODULE_FIX)
         self._use()
         return StandIn(*self._gap)
 

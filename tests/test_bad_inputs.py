@@ -532,4 +532,4 @@ class _ReusedScope(torch.nn.Module):
 )
 def test_a_segment_count_that_is_off_names_what_split_the_scope(model, scope, pattern):
     (failure,) = parse_superkernel((scope,), {"segments": 1}).failures(compare(model, torch.ones(8, 8)))
-    assert re.search(r"formed 2 SuperKernel segment\(s\), expected segments=1; it was " + pattern, failure), failure
+    assert re.search(r"formed 2 SuperKernel segment\(s\), expected segments=1; it was " + pattern, failure.text), failure

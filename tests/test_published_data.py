@@ -29,9 +29,13 @@ REQUIRED_BY_KIND = {
     "multistream": {"model"},
     "host": {"model"},
 }
-# Kept out of the dataset as an independent check (issue 21): matched against every string of a row.
+# Kept out of the dataset as an independent check (issues 21 and 40): matched against every string of a
+# row. Issue 40 adds vllm-ascend's fine-grained TP guide and PRs #4517/#4526/#5951, the HunyuanVideo
+# report (hunyuan), the npugraph_ex introduction blog post and the vLLM-Ascend multi-stream blog post.
 RESERVED = re.compile(
-    r"hunyuan|\bhy3\b|longcat|gemma|flaggems|torch-performance-test-data|vllm-ascend/pull/1353|#1353|0fc9b56d40",
+    r"hunyuan|\bhy3\b|longcat|gemma|flaggems|torch-performance-test-data|vllm-ascend/pull/1353|#1353|0fc9b56d40"
+    r"|fine[-_ ]?grained[-_ ]?tp|finegrained|pull/(4517|4526|5951)\b|#(4517|4526|5951)\b"
+    r"|blogs?/\S*npugraph[-_]?ex|blogs?/\S*multi[-_]?stream",
     re.IGNORECASE,
 )
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -311,3 +315,12 @@ def test_the_coverage_table_counts_every_row_on_every_axis(monkeypatch):
     for block in blocks:
         counts = [int(re.search(r"(\d+) rows", line).group(1)) for line in block.splitlines()[1:]]
         assert sum(counts) == len(rows)
+
+
+@pytest.mark.parametrize("source", [
+    "https://github.com/vllm-project/vllm-ascend/pull/4517", "vllm-ascend PR #5951",
+    "docs/source/user_guide/feature_guide/Fine_grained_TP.md", "cann-recipes-infer HunyuanVideo report",
+    "blogs/inference/npugraph_ex_intro.md", "https://example.org/blog/vllm-ascend-multi-stream",
+])
+def test_the_reserved_pattern_catches_issue_40s_sources(source):
+    assert RESERVED.search(source)

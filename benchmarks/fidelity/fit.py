@@ -97,11 +97,16 @@ def source_of(row: Row) -> str:
     return f"{source.get('repo', '?')}:{source.get('path') or '@' + source.get('commit', '?')}"
 
 
+def fold_name(folds: int, row: Row) -> str:
+    """A row's fold as a part name (a module-level function, so a forked pool can pickle it)."""
+    return str(fold_of(row, folds))
+
+
 def cross_validate(
     rows: Sequence[Row], folds: int, evaluator: Evaluator | None = None, jobs: int = 1
 ) -> list[Outcome]:
     """Every row predicted by a fit (the same search as the shipped one) on the other folds."""
-    return held_out_by(rows, lambda row: str(fold_of(row, folds)), evaluator, jobs)
+    return held_out_by(rows, functools.partial(fold_name, folds), evaluator, jobs)
 
 
 def leave_one_source_out(rows: Sequence[Row], evaluator: Evaluator | None = None, jobs: int = 1) -> list[Outcome]:

@@ -205,9 +205,20 @@ def coverage() -> str:
     return _table(("axis", "value", "rows", "of them validation"), table)
 
 
+def gain_errors() -> str:
+    """The model's measured error on published gains per kind, as the report states it beside a modeled
+    speedup (``pytest_npufuse/report/gain_errors.toml``, written by ``calibration.py --gain-errors``)."""
+    from pytest_npufuse.report.gain import GainKind, gain_error
+
+    rows = [(str(kind), e.pairs, f"{e.median_pct:.1f}%", f"{e.within_30}/{e.pairs}", f"{e.signs_right}/{e.pairs}",
+             e.protocol) for kind in GainKind if (e := gain_error(kind)) is not None]
+    return _table(("gain", "published pairs", "median \\|gain error\\|", "within the rule", "signs right", "protocol"),
+                  rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "options": options, "markers": markers, "cli": cli, "ops": ops, "catalog": catalog, "profiles": profiles,
-    "cost_rules": cost_rules, "cases": cases, "corpus": corpus, "coverage": coverage,
+    "cost_rules": cost_rules, "cases": cases, "corpus": corpus, "coverage": coverage, "gain_errors": gain_errors,
 }
 
 

@@ -123,7 +123,9 @@ def profile_files(path: Path) -> tuple[Path, Path | None]:
         raise refuse_kind(path, kind, PROFILE_CSV)
     if kind is not Kind.DIRECTORY:
         raise CalibrationError(f"{path}: no such profile; give the profiler's ASCEND_PROFILER_OUTPUT directory or "
-         {p.parent for pattern in (KERNEL_FILE, f"{OUTPUT_DIR}/{KERNEL_FILE}", f"*/{OUTPUT_DIR}/{KERNEL_FILE}")
+                               f"its {KERNEL_FILE}.", file=str(path))
+    folders = sorted(
+        {p.parent for pattern in (KERNEL_FILE, f"{OUTPUT_DIR}/{KERNEL_FILE}", f"*/{OUTPUT_DIR}/{KERNEL_FILE}")
          for p in path.glob(pattern)}
     )
     if not folders:
@@ -134,7 +136,9 @@ def profile_files(path: Path) -> tuple[Path, Path | None]:
         )
     if len(folders) > 1:
         raise CalibrationError(
-         )
+            f"{path}: holds {len(folders)} profiles ({', '.join(str(p) for p in folders[:4])}); give the one to "
+            "calibrate from (one rank, one run).", file=str(path)
+        )
     folder = folders[0]
     statistic = folder / STATISTIC_FILE
     return folder / KERNEL_FILE, statistic if kind_of(statistic) is Kind.REGULAR else None

@@ -51,7 +51,7 @@ def _graph_lines(number: int, graph: CompiledGraph) -> list[str]:
     lines += [_scope_line(scope) for scope in graph.plan.scopes]
     races = graph.sanitizer.races if graph.sanitizer is not None else ()
     if races:
-        lines.append(f"    {len(races)} cross-stream race(s): {races[0].describe()}")
+        lines.append(f"    {len(races)} cross-stream race(s): {races[0].headline()}")
     return lines
 
 

@@ -25,7 +25,8 @@ Mechanisms (profile keys in brackets, each cited or marked ``estimate`` in ``dat
   pass (two passes for AllReduce) at ``link_gbps x efficiency``, plus ``latency_us`` per step; a ring
   over more than ``node_ranks`` dies runs at the slower ``scaleout_gbps`` (RoCE between A2 servers).
 - **MC2** matmul + all-reduce: the longer of the matmul's roofline and the ring AllReduce of its output
-  (the two are pipelined inside the op).
+  (the two are pipelined inside the op); matmul + reduce-scatter the same with a one-pass ring
+  ReduceScatter of the whole product, of which each die keeps its ``1/ranks`` rows.
 - **MC2** dispatch/combine: AI Vector kernels that talk over the link: ``mc2_phase_us`` per handshake
   phase (dispatch has two), ``mc2_rank_us`` per peer a phase waits on, plus the message: to peers on
   the node at link speed, to the others over the scale-out link at the same time.
@@ -86,6 +87,15 @@ def matmul_flops(work: Work) -> float:
     16, docs/sources.md#hw-1-1), so tiny outputs cost whole fractals."""
     batch, m, n, k = matmul_dims(work.inputs, work.outputs)
     return 2.0 * batch * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
+
+
+def matmul_reduce_scatter_flops(work: Work) -> float:
+    """MatmulReduceScatter multiplies its whole ``[M, K]`` input by ``[K, N]`` though it returns only its
+    die's ``M / ranks`` rows: 2 x M x N x K from the left operand and the output's N, padded as
+    :func:`matmul_flops` pads."""
+    m, k = work.inputs[0].shape[-2:] if work.inputs and len(work.inputs[0].shape) >= 2 else (1, 1)
+    n = work.outputs[0].shape[-1] if work.outputs and work.outputs[0].shape else 1
+    return 2.0 * _ceil(m, 16) * _ceil(n, 16) * _ceil(k, 16)
 
 
 def grouped_matmul_dims(work: Work) -> tuple[int, int, int, int]:
@@ -461,6 +471,23 @@ def matmul_all_reduce_us(kernel: "Kernel", dim: int, profile: "HardwareProfile")
     return max(matmul_us(kernel, dim, profile), _ring_us(2 * message, 2, profile))
 
 
+def reduce_scatter_product_bytes(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]) -> int:
+    """The bytes of MatmulReduceScatter's whole product ``[M, N]``, which its ring reduces and scatters: the
+    die's output ``[M / world_size, N]`` scaled by the left operand's M over the output's rows."""
+    out = outputs[0] if outputs else None
+    if out is None or len(out.shape) < 2 or not inputs or len(inputs[0].shape) < 2:
+        return sum(spec.nbytes for spec in outputs)
+    return out.nbytes * inputs[0].shape[-2] // max(1, out.shape[-2])
+
+
+def matmul_reduce_scatter_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """MatmulReduceScatter (MC2): the matmul's Cube time (as ``matmul``, on its flops) and a one-pass ring
+    ReduceScatter of the whole product (:func:`reduce_scatter_product_bytes`), pipelined as in
+    :func:`matmul_all_reduce_us` (the longer of the two; estimate: pipeline fill not counted)."""
+    product = reduce_scatter_product_bytes(kernel.input_specs, kernel.output_specs)
+    return max(matmul_us(kernel, dim, profile), _ring_us(product, 1, profile))
+
+
 def _mc2_phase_us(profile: "HardwareProfile") -> float:
     """One handshake phase of an MC2 kernel: a fixed part and a part per peer rank whose flag it writes
     and polls."""
@@ -536,6 +563,10 @@ register_cost_rule("aicpu", block_dim=all_cores, flops=elementwise_flops, bytes=
 register_cost_rule(
     "matmul_all_reduce", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes, body_us=matmul_all_reduce_us,
     tiling="complex",
+)
+register_cost_rule(
+    "matmul_reduce_scatter", block_dim=matmul_block_dim, flops=matmul_reduce_scatter_flops, bytes=io_bytes,
+    body_us=matmul_reduce_scatter_us, tiling="complex",
 )
 register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us, hbm=False)
 register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us, hbm=False)

@@ -128,6 +128,14 @@ def _matmul_all_reduce(work: Work) -> OpWork:
     return _matmul(work)._replace(link_bytes=2 * message)
 
 
+def _matmul_reduce_scatter(work: Work) -> OpWork:
+    """The whole ``[M, K] x [K, N]`` product on the Cube, and its bytes over the link (one ring pass)."""
+    m, k = work.inputs[0].shape[-2:]
+    n = work.outputs[0].shape[-1]
+    return OpWork(cube_flops=2.0 * m * n * k, hbm_bytes=rules.io_bytes(work),
+                  link_bytes=rules.reduce_scatter_product_bytes(work.inputs, work.outputs))
+
+
 def _no_work(work: Work) -> OpWork:
     return OpWork()
 
@@ -165,6 +173,7 @@ _BY_RULE.update({
     "mc2_dispatch": _link(rules.dispatch_bytes),
     "mc2_combine": _link(rules.combine_bytes),
     "matmul_all_reduce": _matmul_all_reduce,
+    "matmul_reduce_scatter": _matmul_reduce_scatter,
 })
 
 
@@ -183,7 +192,7 @@ register_op_work("npu::_npu_flash_attention", "npu::_npu_flash_attention_unpad",
     _attention(attention.packed_attention_flops)
 )
 register_op_work("npu::_npu_flash_attention_v3")(_attention(attention.packed_causal_attention_flops))
-register_op_work("npu::_npu_flash_attention_qlens", "npu::_npu_paged_attention")(
+register_op_work("npu::_npu_flash_attention_qlens", "npu::_npu_paged_attention", "npu::_npu_paged_attention_splitfuse")(
     lambda work: OpWork(cube_flops=attention.paged_attention_flops(work), hbm_bytes=attention.paged_attention_bytes(work))
 )
 register_op_work("npu::npu_lightning_indexer", "npu::npu_quant_lightning_indexer")(

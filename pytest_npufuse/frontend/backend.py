@@ -14,8 +14,11 @@ pipeline's ``NpuBackend`` models every graph a user's ``torch.compile`` produces
 from __future__ import annotations
 
 import contextlib
+import re
+import traceback
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.fx
@@ -23,8 +26,9 @@ from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
 from ..cost import check_catalog
-from ..errors import CaptureError
+from ..errors import CaptureError, GradientsWarning
 from ..ir.program import Program
+from ..session import Scope, SessionKey, current_session
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
@@ -32,6 +36,8 @@ from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
 from .npu_dispatch import route_sdpa
 from .rewrites import apply_rules
+from ..torch_npu.formats import get_npu_format, is_base_format
+from .source import is_user_path
 from .shapes import InputSymbol, gears_of, input_sizes, input_symbols, is_dynamic
 
 
@@ -82,10 +88,12 @@ class CaptureBackend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         route_sdpa(gm, example_inputs)
-        return aot_module_simplified(
-            gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
-            decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,
-        )
+        self._layouts = storage_layouts(example_inputs)
+        with explained_gradients():
+            return aot_module_simplified(
+                gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
+                decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,
+            )
 
     def capture_aten(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], phase: Phase | None = None
@@ -94,6 +102,7 @@ class CaptureBackend:
         of TorchAir's ``get_compiler()`` and npugraph_ex's ``compile_fx``, which users put under their own
         ``aot_module_simplified``."""
         phase = phase or self.phase
+        _note_layouts(gm, storage_layouts(example_inputs) if _real(example_inputs) else getattr(self, "_layouts", ()))
         for graph_pass in self.graph_passes:
             graph_pass(gm, example_inputs)
         symbols = input_symbols(gm)
@@ -128,6 +137,84 @@ class CaptureBackend:
             return runners[key](*args)
 
         return run
+
+
+STORAGE_FORMATS = "npufuse_storage_formats"
+"""``gm.meta`` key: placeholder name -> the storage format a format cast gave its tensor (``FRACTAL_NZ``),
+for the inputs that are not in their shape's base format; read by the graph dump."""
+
+
+def storage_layouts(inputs: Sequence[Any]) -> tuple[tuple[tuple[int, ...], str] | None, ...]:
+    """Per input: its shape and the storage format a format cast gave it (``npu_format_cast(w, 29)``), or
+    None for one in its shape's base format or not a tensor. Only the real inputs Dynamo hands the
+    backend carry it; AOT's graph sees fake copies."""
+    layouts = []
+    for value in inputs:
+        fmt = get_npu_format(value) if isinstance(value, torch.Tensor) and not _fake(value) else None
+        layouts.append((tuple(value.shape), fmt.name) if fmt is not None and not is_base_format(fmt) else None)
+    return tuple(layouts)
+
+
+def _fake(value: torch.Tensor) -> bool:
+    return isinstance(value, torch._subclasses.FakeTensor) or value.is_meta
+
+
+def _real(inputs: Sequence[Any]) -> bool:
+    return any(isinstance(v, torch.Tensor) and not _fake(v) for v in inputs)
+
+
+def _note_layouts(gm: torch.fx.GraphModule, layouts: Sequence[tuple[tuple[int, ...], str] | None]) -> None:
+    """Record on ``gm`` the storage formats of its placeholders, matched by position and shape (AOT keeps
+    the flat inputs' order); nothing when the counts differ."""
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    if len(placeholders) != len(layouts):
+        return
+    formats = {}
+    for node, layout in zip(placeholders, layouts):
+        value = node.meta.get("val")
+        if layout is not None and isinstance(value, torch.Tensor) and tuple(value.shape) == layout[0]:
+            formats[node.name] = layout[1]
+    gm.meta[STORAGE_FORMATS] = formats
+
+
+# torch's autograd fallback (autograd_not_implemented_fallback.cpp), when AOT traces a backward through
+# an op that has no autograd kernel: "<op>: an autograd kernel was not registered to the Autograd key(s)
+# but we are trying to backprop through it. ..."
+_NO_AUTOGRAD = re.compile(r"^(\S+): an autograd kernel was not registered to the Autograd key\(s\) but we are trying to backprop")
+_EXPLAINED: SessionKey[set[str]] = SessionKey("ops whose missing autograd kernel was explained", set, Scope.INHERITED)
+
+
+@contextlib.contextmanager
+def explained_gradients() -> Iterator[None]:
+    """Trace with torch's "trying to backprop" warnings replaced by one :class:`GradientsWarning` per op
+    and run (pytest run or script). A model run with gradients on (parameters require grad, no ``torch.no_grad()``) makes
+    AOT trace its backward even for an inference script; torch's warning then points into torch's
+    autograd and repeats per graph, while the cause and the fix are the user's."""
+    held: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            held = caught
+            yield
+    finally:
+        _reemit(held)
+
+
+def _reemit(held: Sequence[warnings.WarningMessage]) -> None:
+    """The warnings of a trace raised again, torch's backprop warning as a GradientsWarning once per op."""
+    for each in held:
+        match = _NO_AUTOGRAD.match(str(each.message))
+        if match is None:
+            warnings.warn_explicit(each.message, each.category, each.filename, each.lineno, source=each.source)
+        elif match.group(1) not in current_session()[_EXPLAINED]:
+            current_session()[_EXPLAINED].add(match.group(1))
+            where = next((f for f in reversed(traceback.extract_stack()) if is_user_path(f.filename)), None)
+            warnings.warn_explicit(GradientsWarning(
+                f"{match.group(1)} has no autograd kernel, and the model was compiled with gradients on, so torch "
+                "traced a backward through it. For inference, call the compiled model under torch.no_grad() or "
+                "torch.inference_mode() (no backward is traced); to train through it, register its backward with "
+                "torch.library.register_autograd."
+            ), GradientsWarning, where.filename if where else "<model>", where.lineno or 0 if where else 0)
 
 
 def _on_gears(symbols: Sequence[InputSymbol], args: Sequence[Any]) -> bool:

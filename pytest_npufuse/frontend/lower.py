@@ -27,6 +27,7 @@ from ..ir.program import Buffer, Kernel, ModuleFrame, Program, StreamScope, Tens
 from ..target.catalog import OpCatalog
 from ..vocabulary import Phase
 from . import ge_shapes, reinplace, scopes, syncs
+from .names import tensor_label
 from .source import call_name, call_site, module_path, source_line
 
 # Ops that only reinterpret metadata or order work but whose schemas carry no alias annotation. A
@@ -177,7 +178,7 @@ class _ProgramBuilder:
                 self._add_kernel(node, self._pack(node) if dynamic else ())
         for kernel_node, argument in self.in_place_writes:  # after its other outputs, as its functional form
             buffer = f"{kernel_node}.{argument}"  # an output aliasing the argument: the sanitizer sees the write
-            self.buffers[buffer] = Buffer(buffer, self.buffers[argument].spec, None, argument)
+            self.buffers[buffer] = Buffer(buffer, self.buffers[argument].spec, None, argument, self.buffers[argument].label)
             self._attach_output(kernel_node, buffer)
         if self.native_superkernels:
             names = [n.args[0] if n.args else None for n in self.native_superkernels]
@@ -339,7 +340,8 @@ class _ProgramBuilder:
     def _add_buffer(self, node: torch.fx.Node, producer: str | None, alias_of: str | None = None) -> None:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor):
-            self.buffers[node.name] = Buffer(node.name, _spec(value, node, self.sizes), producer, alias_of)
+            label = tensor_label(node, op_type_of)
+            self.buffers[node.name] = Buffer(node.name, _spec(value, node, self.sizes), producer, alias_of, label)
 
     def _add_view(self, node: torch.fx.Node) -> None:
         base = next(_tensor_nodes(node.args), None)
@@ -457,12 +459,7 @@ class _ProgramBuilder:
         self.index_of_node[node.name] = self.index_of_name[name] = len(self.kernels)
         self.kernels.append(
             Kernel(
-                index=len(self.kernels),
-                name=name,
-                node=node.name,
-                op_type=op_type,
-                info=info,
-                inputs=inputs,
+                index=len(self.kernels), name=name, node=node.name, op_type=op_type, info=info, inputs=inputs,
                 outputs=(node.name,) if single else (),
                 output_specs=output_specs,
                 annotations=self._annotations(),

@@ -25,6 +25,11 @@ _NOT_USER = (
 )
 
 
+def is_user_path(path: str) -> bool:
+    """Whether a frame in ``path`` is the user's code (not this package, torch or contextlib)."""
+    return not path.startswith(_NOT_USER)
+
+
 def user_frame(trace: str) -> str:
     """The innermost frame of a formatted traceback outside this package, torch and the standard
     library, as ``path:line`` ('' when there is none): messages point at the user's model code."""

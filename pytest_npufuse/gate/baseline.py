@@ -55,6 +55,12 @@ class Entry:
     models.py:12"`` (:func:`~pytest_npufuse.report.explain.break_key`), so a later failure can say which
     breaking op is new; scopes that are not split are left out. It is None for a case without scopes
     and in entries written before breaks were recorded (then no op is called new).
+
+    ``sites`` holds the VARIANT's device time and kernel count per op type and source line
+    (``"aten::mm at model.py:34": [us, count]``, :class:`~pytest_npufuse.report.attribution.SiteTime`),
+    so a regression can name the ops whose time changed and their lines. It is None in entries written
+    before sites were recorded: such an entry still gates, with a note that per-op detail needs a
+    re-baseline.
     """
 
     mode: str
@@ -65,6 +71,7 @@ class Entry:
     streams: int
     model_version: str
     breaks: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    sites: tuple[tuple[str, float, int], ...] | None = None
 
     @classmethod
     def of(cls, report: CaseReport, model_version: str) -> "Entry":
@@ -82,7 +89,12 @@ class Entry:
             streams=len(report.streams),
             model_version=model_version,
             breaks=breaks,
+            sites=_sites_of(report),
         )
+
+    def site_times(self) -> dict[str, tuple[float, int]] | None:
+        """Device time and kernel count by site key; None when the entry did not record them."""
+        return None if self.sites is None else {key: (us, count) for key, us, count in self.sites}
 
     def break_keys(self) -> dict[str, tuple[str, ...]] | None:
         """The recorded breaking ops by scope; None when the entry did not record them."""
@@ -100,6 +112,8 @@ class Entry:
         }
         if self.breaks is not None:
             data["breaks"] = {scope: list(sites) for scope, sites in self.breaks}
+        if self.sites is not None:
+            data["sites"] = {key: [us, count] for key, us, count in self.sites}
         return data
 
     @classmethod
@@ -137,7 +151,36 @@ class Entry:
                 expected = {float: "a positive number", int: "an integer >= 0", str: "a string"}[kind]
                 expected += " or null (a VARIANT that cannot finish)" if key == "variant_us" else ""
                 raise BaselineError(f"{where}: '{key}' is {value!r}, expected {expected}.", file=file, entry=at)
-        return cls(**values, breaks=_breaks(data["breaks"], where) if "breaks" in data else None)
+        return cls(
+            **values, breaks=_breaks(data["breaks"], where) if "breaks" in data else None,
+            sites=_sites(data["sites"], where) if "sites" in data else None,
+        )
+
+
+def _sites_of(report: CaseReport) -> tuple[tuple[str, float, int], ...] | None:
+    """The VARIANT's time per op type and line, as an entry stores it (None without an attribution)."""
+    attribution = report.attribution.get("variant")
+    if attribution is None:
+        return None
+    merged: dict[str, list[float]] = {}
+    for site in attribution.sites:  # two paths with one file name and line share a key
+        row = merged.setdefault(site.key, [0.0, 0])
+        row[0] += site.total_us
+        row[1] += site.count
+    return tuple((key, round(us, 3), int(count)) for key, (us, count) in merged.items())
+
+
+def _sites(value: Any, where: str) -> tuple[tuple[str, float, int], ...]:
+    """An entry's ``sites``: key -> [device us >= 0, kernel count >= 0]."""
+    def valid(row: Any) -> bool:
+        return (
+            isinstance(row, list) and len(row) == 2 and all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in row)
+            and math.isfinite(row[0]) and 0 <= row[0] <= MAX_TIME_US and isinstance(row[1], int) and row[1] >= 0
+        )
+
+    if not isinstance(value, Mapping) or not all(valid(row) for row in value.values()):
+        raise BaselineError(f"{where}: 'sites' is not an object of op site -> [device us, kernel count].")
+    return tuple((key, float(us), count) for key, (us, count) in value.items())
 
 
 MAX_SPEEDUP = MAX_TIME_US / 1e-3

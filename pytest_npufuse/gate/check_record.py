@@ -35,6 +35,8 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "affinity": findings_json(report.findings),
         "kernels": longest_tasks(report.variant),
         "contributions": contributions_json(report.contributions),
+        "why": None if (why := report.why) is None else why.to_json(),
+        "trust": [error.to_json() for error in report.trust],
     }
     if report.ranks is not None:
         row["ranks"] = report.ranks.to_json()

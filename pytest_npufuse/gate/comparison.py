@@ -2,9 +2,10 @@
 every run and the verdict of the newest against the one before it, and, where both are run reports,
 which op types and which kernels account for the change.
 
-Baselines hold only each case's numbers; ``--npufuse-json`` run reports also hold each check's time per
-op type (msprof's ``op_statistic``) and its longest device tasks by name, so the deltas need run
-reports on both sides. :mod:`.comparison_formats` writes a comparison as text, markdown, JSON, CSV and
+Baselines and run reports hold each case's numbers and its VARIANT time per op type and source line
+(``sites``), so any two files say which ops at which lines changed; ``--npufuse-json`` run reports also
+hold each check's time per op type (msprof's ``op_statistic``) and its longest device tasks by name,
+whose deltas need run reports on both sides. :mod:`.comparison_formats` writes a comparison as text, markdown, JSON, CSV and
 HTML.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .baseline import REGRESSED, Change, Results, compare_results, read_results
+from .baseline import REGRESSED, Change, Entry, Results, compare_results, read_results
 from .run_document import read_run_tests
 
 Row = Mapping[str, Any]
@@ -87,6 +88,39 @@ def _deltas(old: Mapping[str, tuple[float, Any]], new: Mapping[str, tuple[float,
     return sorted(deltas, key=lambda d: (-abs(d.delta_us), d.name))
 
 
+def _line_of(key: str) -> tuple[str, int]:
+    """A site key's op type and file, and its line (``aten::mm at model.py:34`` -> (``aten::mm at model.py``, 34))."""
+    head, _, line = key.rpartition(":")
+    return (head, int(line)) if " at " in head and line.isdigit() else (key, 0)
+
+
+def _moved(old: Mapping[str, tuple[float, int]], new: Mapping[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
+    """``old`` with each site that only moved (code added or removed above it: the same op type in the
+    same file, at another line, on one side only) renamed to its new key, paired in line order, so a
+    shifted line is not reported as one op gone and another new."""
+    gone: dict[str, list[tuple[int, str]]] = {}
+    came: dict[str, list[tuple[int, str]]] = {}
+    for keys, into in ((set(old) - set(new), gone), (set(new) - set(old), came)):
+        for key in keys:
+            head, line = _line_of(key)
+            into.setdefault(head, []).append((line, key))
+    renamed = dict(old)
+    for head, left in gone.items():
+        for (_, was), (_, now) in zip(sorted(left), sorted(came.get(head, []))):
+            renamed[now] = renamed.pop(was)
+    return renamed
+
+
+def site_deltas(before: Entry | None, after: Entry | None) -> tuple[Delta, ...] | None:
+    """The VARIANT's change per op type and source line between two entries, largest first; None when
+    either entry did not record its sites (an older baseline)."""
+    old = before.site_times() if before is not None else None
+    new = after.site_times() if after is not None else None
+    if old is None or new is None:
+        return None
+    return tuple(_deltas(_moved(old, new), new, counted=True))
+
+
 @dataclass(frozen=True)
 class CaseHistory:
     """One test on one target across the runs: the newest change (against the run before), the
@@ -100,6 +134,9 @@ class CaseHistory:
     op_types: tuple[Delta, ...]
     kernels: tuple[Delta, ...]
     detailed: bool
+    sites: tuple[Delta, ...] | None = None
+    """Per op type and source line (from the entries, so baselines have them too); None when an entry
+    predates them."""
 
     @property
     def label(self) -> str:
@@ -148,5 +185,6 @@ def compare_runs(runs: Sequence[Run], tolerance_pct: float) -> Comparison:
             tuple(_deltas(_op_types(before), _op_types(after), counted=True)),
             tuple(_deltas(_kernels(before), _kernels(after), counted=False)),
             before is not None and after is not None,
+            site_deltas(old.results.get(key, target), new.results.get(key, target)),
         ))
     return Comparison(tuple(runs), tuple(cases), tolerance_pct)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..report.escaping import html_text, markdown_code, spreadsheet_cell
 from ..report.html.assets import STYLE
@@ -49,14 +49,23 @@ def _headers(comparison: Comparison) -> list[str]:
 
 
 def _changed(case: CaseHistory) -> bool:
-    return case.detailed and case.change.status in (REGRESSED, IMPROVED) and bool(case.op_types or case.kernels)
+    return case.change.status in (REGRESSED, IMPROVED) and (_detailed(case) or bool(case.sites))
 
 
-_DELTA_TABLES = (("op type", True), ("kernel", False))
+def _detailed(case: CaseHistory) -> bool:
+    return case.detailed and bool(case.op_types or case.kernels)
+
+
+def _unlocated(case: CaseHistory) -> bool:
+    """A regression with no op-level detail at all: an entry from before sites were recorded."""
+    return case.change.status == REGRESSED and case.sites is None and not _detailed(case)
+
+
+_DELTA_TABLES = (("op at line", True), ("op type", True), ("kernel", False))
 
 
 def _delta_head(title: str, counted: bool) -> tuple[str, ...]:
-    return (title, "old us", "new us", "delta us", *(("tasks",) if counted else ()))
+    return (title, "old us", "new us", "delta us", *(("kernels" if title == "op at line" else "tasks",) if counted else ()))
 
 
 def _delta_rows(deltas: Sequence[Delta], counted: bool) -> list[tuple[str, ...]]:
@@ -69,8 +78,28 @@ def _delta_rows(deltas: Sequence[Delta], counted: bool) -> list[tuple[str, ...]]
 
 
 def _delta_tables(case: CaseHistory) -> list[tuple[str, bool, Sequence[Delta]]]:
-    """The case's op-type and kernel deltas that are not empty, with their titles."""
-    return [(title, counted, deltas) for (title, counted), deltas in zip(_DELTA_TABLES, (case.op_types, case.kernels)) if deltas]
+    """The case's per-line, op-type and kernel deltas that are not empty, with their titles."""
+    tables = (case.sites or (), case.op_types, case.kernels)
+    return [(title, counted, deltas) for (title, counted), deltas in zip(_DELTA_TABLES, tables) if deltas]
+
+
+UNLOCATED = (
+    "per-op detail is unavailable: the baseline entry was recorded before pytest-npufuse stored time per op and "
+    "line; re-baseline (--npufuse-update-baseline) to record it"
+)
+
+
+def located_lines(deltas: Sequence[Delta] | None, code: Mapping[str, str], top: int = 5) -> list[str]:
+    """Where a regression comes from, for a failing test: the ``top`` ops at lines whose modeled VARIANT
+    time changed most against the baseline, each with the code of its line (``code`` maps a site key to
+    it); a note when the baseline entry has no per-op detail."""
+    if deltas is None:
+        return [f"note: {UNLOCATED}."]
+    if not deltas:
+        return []
+    rows = [(*row, code.get(delta.name, "")) for delta, row in zip(deltas, _delta_rows(deltas[:top], True))]
+    head = (*_delta_head("op at line", True), "code")
+    return ["what changed most (VARIANT, baseline -> now):", *("  " + line for line in aligned([head, *rows]))]
 
 
 def text_table(comparison: Comparison) -> list[str]:
@@ -89,6 +118,8 @@ def text_deltas(comparison: Comparison) -> list[str]:
     """Per changed case (between two run reports), the op types and kernels behind the change."""
     lines: list[str] = []
     for case in ordered(comparison):
+        if _unlocated(case):
+            lines.append(f"{case.label} {case.change.status} {_pct(case)}; note: {UNLOCATED}")
         if not _changed(case):
             continue
         lines.append(f"{case.label} {case.change.status} {_pct(case)}; what changed (VARIANT, old -> new):")
@@ -125,8 +156,9 @@ def markdown(comparison: Comparison) -> str:
         lines += ["### Changed cases", ""]
         for case in interesting:
             lines.append(f"- **{case.change.status}** {markdown_code(case.label)}: {case.change.numbers()}")
+            lines += [f"  ({UNLOCATED})"] if _unlocated(case) else []
             if _changed(case):
-                lines += ["", "  <details><summary>op types and kernels behind the change</summary>", ""]
+                lines += ["", "  <details><summary>ops at lines, op types and kernels behind the change</summary>", ""]
                 for title, counted, deltas in _delta_tables(case):
                     head = _delta_head(title, counted)
                     lines += ["  | " + " | ".join(head) + " |", "  |---|" + "---:|" * (len(head) - 1)]
@@ -152,6 +184,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
             {"key": case.change.key, "target": case.change.target, "status": case.change.status,
              "change_pct": None if case.change.change_pct is None else round(case.change.change_pct, 3),
              "variant_us": list(case.variant_us), "speedup": list(case.speedup),
+             "sites": None if case.sites is None else [d.to_json() for d in case.sites],
              "op_types": [d.to_json() for d in case.op_types], "kernels": [d.to_json() for d in case.kernels]}
             for case in ordered(comparison)
         ],
@@ -180,7 +213,7 @@ def to_csv(comparison: Comparison) -> str:
         writer.writerow([spreadsheet_cell(change.key), spreadsheet_cell(change.target), "case", "",
                          *("" if v is None else v for v in case.variant_us),
                          delta, pct, change.status])
-        for level, deltas in (("op type", case.op_types), ("kernel", case.kernels)):
+        for level, deltas in (("op at line", case.sites or ()), ("op type", case.op_types), ("kernel", case.kernels)):
             for d in deltas:
                 writer.writerow([spreadsheet_cell(change.key), spreadsheet_cell(change.target), level,
                                  spreadsheet_cell(d.name), *pad, "" if d.old_us is None else d.old_us,

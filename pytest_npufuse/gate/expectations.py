@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import MarkerError
 from ..plan.tasks import ScopeOutcome, broken_by
+from ..sanitize.checker import RaceKind
 from ..vocabulary import MissingOps
+from ..report.verdict import Failure, Verdict
 
 if TYPE_CHECKING:
     from ..report.case import CaseReport
@@ -35,24 +37,28 @@ class SuperKernelExpectation:
     options: str | None = None
     missing_ops: str | None = None
 
-    def failures(self, report: CaseReport) -> list[str]:
+    def failures(self, report: CaseReport) -> list[Failure]:
         """Each unmet expectation as a sentence; empty when the case meets them all."""
         scope = report.superkernels.get(self.scope)
         if scope is None:
             seen = ", ".join(repr(name) for name in report.superkernels) or "none"
-            return [
+            return [Failure(
+                Verdict.OUTCOME,
                 f"super_kernel scope '{self.scope}' was not found in the captured graph (scopes seen: {seen}); "
-                "check the scope name in the model and in the marker."
-            ]
-        failures: list[str] = []
+                "check the scope name in the model and in the marker.",
+            )]
+        failures: list[Failure] = []
         if scope.outcome != self.outcome:
             why = f" ({scope.reason})" if scope.reason else ""
-            failures.append(f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'.")
+            verdict = Verdict.HANG if scope.outcome == ScopeOutcome.HANG else Verdict.OUTCOME
+            failures.append(Failure(verdict, f"scope '{self.scope}': outcome is '{scope.outcome}'{why}, expected '{self.outcome}'."))
         if self.segments is not None and scope.segments != self.segments:
-            failures.append(self._segments_failure(scope.segments, broken_by(scope.break_points), scope.splits))
+            broken = scope.segments > self.segments or bool(scope.break_points or scope.splits)
+            verdict = Verdict.SCOPE_BREAK if broken else Verdict.OUTCOME
+            failures.append(Failure(verdict, self._segments_failure(scope.segments, broken_by(scope.break_points), scope.splits)))
         if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
             sites = broken_by(scope.break_points) or "no op"
-            failures.append(f"scope '{self.scope}' was broken by {sites}; expected breaks={list(self.breaks)}.")
+            failures.append(Failure(Verdict.SCOPE_BREAK, f"scope '{self.scope}' was broken by {sites}; expected breaks={list(self.breaks)}."))
         own = report.scope_speedup(self.scope)
         failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup, own, "it ignored"))
         return failures
@@ -65,7 +71,7 @@ class SuperKernelExpectation:
 
 def _speedup_failure(
     subject: str, report: CaseReport, minimum: float | None, own: float | None = None, without: str = ""
-) -> list[str]:
+) -> list[Failure]:
     """The min_speedup check the markers share, with both modeled times. ``own`` is the factor's own
     speedup (the VARIANT with only it taken away, ``without`` says how, over the VARIANT): a scope's or the
     streams'; None judges the whole VARIANT against the BASELINE (also when the report has no
@@ -80,7 +86,7 @@ def _speedup_failure(
         other = report.variant.time_us * own
         times = (f"its own effect: the VARIANT with {without} {other:.2f} us, variant {report.variant.time_us:.2f} us; "
                  f"whole VARIANT {report.speedup:.4f}x, gain by {report.contributions_text()}")
-    return [f"{subject}: modeled speedup {speedup:.4f}x on {report.target} is below min_speedup={minimum}x ({times})."]
+    return [Failure(Verdict.SPEEDUP, f"{subject}: modeled speedup {speedup:.4f}x on {report.target} is below min_speedup={minimum}x ({times}).")]
 
 
 def _check_arguments(marker: str, kwargs: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -233,23 +239,30 @@ class MultiStreamExpectation:
     def expects_hazard(self, report: CaseReport) -> bool:
         return not self.race_free and bool(report.races or report.deadlock)
 
-    def failures(self, report: CaseReport) -> list[str]:
-        failures: list[str] = []
+    def failures(self, report: CaseReport) -> list[Failure]:
+        failures: list[Failure] = []
         used = ", ".join(f"'{s}'" for s in report.streams)
         if self.streams is not None and len(report.streams) != self.streams:
-            failures.append(f"multistream: the VARIANT ran on {len(report.streams)} stream(s) ({used}), expected streams={self.streams}.")
+            failures.append(Failure(
+                Verdict.STREAMS,
+                f"multistream: the VARIANT ran on {len(report.streams)} stream(s) ({used}), expected streams={self.streams}.",
+            ))
         if self.race_free and report.races:
-            failures.extend(f"multistream: {race.describe()}" for race in report.races)
-        if not self.race_free and not (report.races or report.deadlock):
-            failures.append(
-                "multistream: race_free=False expects the sanitizer to find a race, a lifetime hazard or a deadlock, "
-                "but every cross-stream access is ordered."
+            failures.extend(
+                Failure(Verdict.LIFETIME if race.kind == RaceKind.LIFETIME else Verdict.RACE, race.describe())
+                for race in report.races
             )
+        if not self.race_free and not (report.races or report.deadlock):
+            failures.append(Failure(
+                Verdict.STREAMS,
+                "multistream: race_free=False expects the sanitizer to find a race, a lifetime hazard or a deadlock, "
+                "but every cross-stream access is ordered.",
+            ))
         own = report.streams_speedup()
         subject = f"multistream with streams {used}"
         slow = _speedup_failure(subject, report, self.min_speedup, own, "the side streams merged onto the main stream")
         if slow and (contention := report.contention) is not None:
-            slow = [f"{slow[0]} It cannot be met: {contention.describe()}."]
+            slow = [Failure(slow[0].verdict, f"{slow[0].text} It cannot be met: {contention.describe()}.")]
         failures.extend(slow)
         return failures
 
@@ -279,7 +292,7 @@ class WholeExpectation:
 
     min_speedup: float | None = None
 
-    def failures(self, report: CaseReport) -> list[str]:
+    def failures(self, report: CaseReport) -> list[Failure]:
         return _speedup_failure("the whole VARIANT", report, self.min_speedup)
 
 
@@ -301,15 +314,16 @@ class AffinityExpectation:
 
     max_findings: int = 0
 
-    def failures(self, report: CaseReport) -> list[str]:
+    def failures(self, report: CaseReport) -> list[Failure]:
         slow = [finding for finding in report.findings if finding.gain_us > 0]
         if len(slow) <= self.max_findings:
             return []
         listed = "; ".join(finding.describe() for finding in slow)
-        return [
+        return [Failure(
+            Verdict.SLOW_FORM,
             f"npu_affinity: {len(slow)} known-slow op form(s) (Ascend's affinity-op guide), at most "
-            f"max_findings={self.max_findings} allowed: {listed}."
-        ]
+            f"max_findings={self.max_findings} allowed: {listed}.",
+        )]
 
 
 def parse_affinity(args: Sequence[Any], kwargs: Mapping[str, Any]) -> AffinityExpectation:
@@ -324,7 +338,7 @@ def run_failures(
     report: CaseReport,
     expectations: Sequence[SuperKernelExpectation],
     multistream: MultiStreamExpectation | None = None,
-) -> list[str]:
+) -> list[Failure]:
     """A VARIANT that cannot finish (compile abort, modeled hang or deadlock) fails the test unless a
     marker speaks about its cause (a superkernel marker on that scope, whose outcome then decides, or
     ``multistream(race_free=False)`` for a deadlock): on hardware it would be a crash or a timeout."""
@@ -335,16 +349,19 @@ def run_failures(
     if failing & {e.scope for e in expectations}:
         return []
     log = f" (plog: {report.plog_path})" if report.plog_path else ""
-    return [f"the VARIANT cannot run on {report.target}: {failure}{log}"]
+    hangs = report.deadlock or any(scope.outcome == ScopeOutcome.HANG for scope in report.superkernels.values())
+    return [Failure(Verdict.HANG if hangs else Verdict.ABORT, f"the VARIANT cannot run on {report.target}: {failure}{log}")]
 
 
-def precision_failures(report: CaseReport, multistream: MultiStreamExpectation | None = None) -> list[str]:
+def precision_failures(report: CaseReport, multistream: MultiStreamExpectation | None = None) -> list[Failure]:
     """Outputs that differ bit for bit between BASELINE and VARIANT: a failure, unless the case is
     declared unsafe (``race_free=False``) and the sanitizer found the hazard that explains them."""
     if report.bit_exact or (multistream is not None and multistream.expects_hazard(report)):
         return []
     lines = [m.describe() for m in report.mismatches]
-    return [
-        f"precision: {len(report.mismatches)} of {len(report.outputs)} output(s) are not bit-identical between "
-        "BASELINE and VARIANT:\n  " + "\n  ".join(lines)
-    ]
+    cause = " (the race(s) above corrupt them)" if report.races else ""
+    return [Failure(
+        Verdict.PRECISION,
+        f"{len(report.mismatches)} of {len(report.outputs)} output(s) are not bit-identical between "
+        f"BASELINE and VARIANT{cause}:\n  " + "\n  ".join(lines),
+    )]

@@ -48,12 +48,19 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Buffer:
-    """A tensor value in the graph. ``alias_of`` names the buffer a view shares memory with."""
+    """A tensor value in the graph. ``alias_of`` names the buffer a view shares memory with; ``label`` is
+    what the user's code calls it (the variable or expression of its source line), for messages."""
 
     name: str
     spec: TensorSpec
     producer: str | None
     alias_of: str | None = None
+    label: str = ""
+
+    @property
+    def user_name(self) -> str:
+        """The name a message uses: the user's, else the graph's."""
+        return self.label or self.name
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Callable, NoReturn, TypeVar
 
 import pytest
@@ -14,8 +15,10 @@ T = TypeVar("T")
 
 def fail(message: str) -> NoReturn:
     """Fail the test with ``message`` alone (no traceback). The message quotes users' scope, stream and
-    op names, which pytest prints as they are, so they are shown as :func:`terminal_text` shows them."""
-    pytest.fail(terminal_text(message, multiline=True), pytrace=False)
+    op names, which pytest prints as they are, so they are shown as :func:`terminal_text` shows them;
+    paths under the current directory are shown relative to it, as pytest shows test paths."""
+    here = os.getcwd().rstrip(os.sep) + os.sep
+    pytest.fail(terminal_text(message.replace(here, ""), multiline=True), pytrace=False)
 
 
 def or_fail(action: Callable[[], T]) -> T:

@@ -12,9 +12,13 @@ from typing import Any, Callable
 import pytest
 
 from ..advisor import Advice, advise
-from ..errors import ArgumentError, BaselineWarning
+from ..errors import ArgumentError, BaselineWarning, NpufuseError
 from ..gate.baseline import Change, Entry
 from ..gate.check_record import check_row
+from ..gate.comparison import site_deltas
+from ..gate.comparison_formats import located_lines
+from ..report.verdict import Failure, Verdict, first_cause
+from ..ir.lines import code_at
 from ..pipeline.backend import compile_model
 from ..pipeline.chain import compare_case
 from ..pipeline.spec import CaseSpec, spec_of
@@ -26,6 +30,7 @@ from ..target.profile import HardwareProfile
 from . import benchmark, recorder
 from .failure import fail, or_fail
 from .markers import checked, expectations_of
+from .relocation import HeldWarnings
 from .settings import settings_of
 from .targets import item_key
 
@@ -57,17 +62,29 @@ class NpuFuse:
         """
         settings = self._settings
         checked(self._request.node)
-        report = or_fail(lambda: compare_case(self._spec(model, inputs, fields), self._target))
+        with HeldWarnings() as held:
+            try:
+                report = compare_case(self._spec(model, inputs, fields), self._target)
+                error = None
+            except NpufuseError as exc:
+                error = exc
+        if error is not None:
+            fail("\n".join([f"npufuse: {error}", *held.notes()]))
         entry, change = self._record(report)
         failures = self._expectations.failures(report)
         regression = settings.gate.failure(change) if settings.gate is not None and change is not None else None
-        failures.extend([regression] if regression else [])
+        if regression:
+            assert change is not None
+            located = located_lines(site_deltas(change.before, change.after), _site_code(report))
+            failures = first_cause([*failures, Failure(Verdict.REGRESSION, "\n".join([regression, *located]))])
+        if not failures:
+            held.release()
         if benchmark.is_mirrored(self._request.node):
             benchmark.mirror(self._request, report, entry, self._checks)
         if failures:
             known = change.before.break_keys() if change is not None and change.before is not None else None
             explain = bool(regression) or self._expectations.about_scopes_or_time(report)
-            fail(failure_text(report, failures, known, explain))
+            fail("\n".join([failure_text(report, failures, known, explain), *held.notes()]))
         return report
 
     def _spec(self, model: Callable[..., Any] | CaseSpec, inputs: tuple[Any, ...], fields: dict[str, Any]) -> CaseSpec:
@@ -125,3 +142,9 @@ class NpuFuse:
         """The name of the test's ``number``-th check in traces and the HTML report: each check its own."""
         nodeid = self._request.node.nodeid
         return nodeid if number == 1 else f"{nodeid} (check {number})"
+
+
+def _site_code(report: CaseReport) -> dict[str, str]:
+    """The code of each op site's line in the VARIANT, by site key, for a regression's table."""
+    attribution = report.attribution.get("variant")
+    return {site.key: code_at(site.source) for site in (attribution.sites if attribution is not None else ())}

@@ -26,6 +26,7 @@ from ..gate.expectations import (
     precision_failures,
     run_failures,
 )
+from ..report.verdict import Failure, first_cause
 from .settings import settings_of
 
 if TYPE_CHECKING:
@@ -93,8 +94,9 @@ class ItemExpectations:
             or bool(self.whole.failures(report))
         )
 
-    def failures(self, report: CaseReport) -> list[str]:
-        """Each unmet expectation as a sentence: the run itself, precision, streams, then each scope."""
+    def failures(self, report: CaseReport) -> list[Failure]:
+        """Each unmet expectation with its verdict, causes first (see :func:`first_cause`): the run
+        itself, races, scope breaks, precision, speed."""
         streams = self.multistream
         failures = run_failures(report, self.superkernels, streams) + precision_failures(report, streams)
         failures += streams.failures(report) + self.whole.failures(report)
@@ -102,7 +104,7 @@ class ItemExpectations:
             failures.extend(expectation.failures(report))
         if self.affinity is not None:
             failures.extend(self.affinity.failures(report))
-        return failures
+        return first_cause(failures)
 
 
 _EXPECTATIONS = pytest.StashKey[ItemExpectations]()

@@ -69,6 +69,8 @@ class RunRecorder:
         self.html_path = html_path
         self.tests: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         self.messages: dict[str, str] = {}
+        self.durations: dict[str, float] = {}
+        self.captured: dict[str, list[str]] = {}  # each test's captured output, by section
         self.views: dict[str, list[dict[str, Any]]] = {}
         self.changes: list[Change] = []
         self.lines: list[str] = []
@@ -91,6 +93,11 @@ class RunRecorder:
         message = _message(report)
         if message and report.nodeid not in self.messages:
             self.messages[report.nodeid] = message
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
+        # Each phase's report carries the output captured so far (setup, call, teardown): keep the last.
+        sections = [f"----- {title} -----\n{text.rstrip()}" for title, text in report.sections if text.strip()]
+        if sections:
+            self.captured[report.nodeid] = sections
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -190,13 +197,18 @@ class RunRecorder:
         self.notes.append(f"wrote {path}")
 
     def _views(self) -> list[dict[str, Any]]:
-        """Every check's view, sorted by test, with its test's outcome and failure message: a serial run
-        and a pytest-xdist run write the same page."""
-        return [
+        """Every check's view, worst first as the terminal table lists them, with its test's outcome, failure
+        message, duration (all phases, in seconds, as pytest measured them) and captured output: a serial
+        run and a pytest-xdist run write the same page (but for the durations)."""
+        views = [
             {**view, "verdict": shown_verdict(self.tests.get(nodeid, ("unknown", []))[0], view.get("numerics")),
-             "message": self.messages.get(nodeid, "")}
+             "message": self.messages.get(nodeid, ""), "duration_s": round(self.durations.get(nodeid, 0.0), 3),
+             "captured": "\n".join(self.captured.get(nodeid, []))}
             for nodeid in sorted(self.views) for view in self.views[nodeid]
         ]
+        return sorted(views, key=lambda view: terminal.worst_first(
+            view["verdict"], view["gate"]["status"] if view["gate"] else "", view["speedup"], view["case"], view["target"]
+        ))
 
     def _write(self, path: Path, write: Callable[[], None]) -> None:
         """Write one output; a failure is reported in the summary and fails the run, never a traceback
@@ -212,6 +224,7 @@ class RunRecorder:
         if hasattr(config, "workerinput"):
             return
         terminal.results_table(terminalreporter, self.tests, verbose=config.option.verbose > 0)
+        terminal.gains_section(terminalreporter, self.tests)
         terminal.contributions_section(terminalreporter, self.tests)
         if settings_of(config).advise:
             terminal.advise_section(terminalreporter, self.tests)

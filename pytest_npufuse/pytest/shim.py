@@ -4,18 +4,25 @@
 importable, ``true`` installs it for whatever is absent (a real package is never shadowed either way),
 ``false`` leaves imports alone. It is installed at configure, before test modules are imported, and
 removed at unconfigure by the session that installed it (a nested pytester session finds it on and
-leaves it to its owner).
+leaves it to its owner). While it is installed, the Python processes a test starts (``multiprocessing``
+spawn children: multi-rank tests start one per NPU) get the shim too and model the run's first target,
+as under ``python -m pytest_npufuse run``.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import pytest
 
 from ..shim import install_shims, real_packages, state, uninstall_shims
+from ..shim.children import shim_in_children
 from .options import setting
+from .settings import settings_of
 
 MODES = ("auto", "true", "false")
 _INSTALLED = pytest.StashKey[bool]()
+_CHILDREN = pytest.StashKey[ExitStack]()
 
 
 def configure(config: pytest.Config) -> None:
@@ -26,10 +33,16 @@ def configure(config: pytest.Config) -> None:
     config.stash[_INSTALLED] = wanted and not state().active
     if wanted:
         install_shims(defer_torch=True)
+    if config.stash[_INSTALLED]:
+        children = ExitStack()
+        pyproject = config.inipath if config.inipath is not None and config.inipath.name == "pyproject.toml" else None
+        children.enter_context(shim_in_children(next(iter(settings_of(config).profiles)), pyproject))
+        config.stash[_CHILDREN] = children
 
 
 def unconfigure(config: pytest.Config) -> None:
     if config.stash.get(_INSTALLED, False):
+        config.stash[_CHILDREN].close()
         uninstall_shims()
 
 

@@ -11,7 +11,14 @@ from ..report.numerics import precision_word, shown_verdict
 from ..report.table import aligned
 
 WIDTH = 120
-"""The table's width at default verbosity; ``-v`` prints every column at full width."""
+"""The table's widest at default verbosity (narrower in a narrower terminal); ``-v`` prints every column at
+full width."""
+MIN_CASE = 16
+"""The case column is never shortened below this: a test's name stays recognisable."""
+_TERSE = {"baseline us": "base us", "variant us": "var us", "streams": "str"}
+"""Shorter headers for a narrow terminal (the values are no wider)."""
+_SHARED = ("target", "mode")
+"""Columns left out of a narrow table when every row has the same value: the section title gives it."""
 
 _SHORT = ("case", "target", "mode", "baseline us", "variant us", "speedup", "SK", "streams", "gate", "verdict")
 _LONG = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segments", "streams", "host us",
@@ -19,6 +26,12 @@ _LONG = ("case", "target", "mode", "baseline us", "variant us", "speedup", "segm
 # Worst first: a failed test, then a regression, then the lowest speedup.
 _VERDICT_RANK = {"failed": 0, "error": 0, "xpassed": 1}
 _GATE_RANK = {"regressed": 0, "model changed": 1, "new": 2, "removed": 2}
+
+
+def terminal_width(terminalreporter: Any) -> int:
+    """The terminal's width as pytest sees it (``COLUMNS``, else the terminal, else 80)."""
+    writer = getattr(terminalreporter, "_tw", None)
+    return int(getattr(writer, "fullwidth", WIDTH))
 
 
 def _write(terminalreporter: Any, line: str, **markup: bool) -> None:
@@ -50,21 +63,32 @@ def _cells(label: str, row: Mapping[str, Any], verdict: str, long: bool) -> tupl
     return tuple(values[column] for column in (_LONG if long else _SHORT))
 
 
+def worst_first(verdict: str, gate: str, speedup: float | None, label: str, target: str) -> tuple[Any, ...]:
+    """The order of the results, here and in the HTML report: failed tests, then baseline regressions,
+    then the lowest speedup (a VARIANT that never finishes, ``speedup`` None, lowest of all)."""
+    return (_VERDICT_RANK.get(verdict, 2), _GATE_RANK.get(gate, 3), -1.0 if speedup is None else speedup, label, target)
+
+
 def _worst_first(item: tuple[str, Mapping[str, Any], str]) -> tuple[Any, ...]:
     label, row, verdict = item
-    speedup = -1.0 if row["variant_us"] is None else row["speedup"]
-    return (_VERDICT_RANK.get(verdict, 2), _GATE_RANK.get(row.get("gate", ""), 3), speedup, label, row["target"])
+    speedup = None if row["variant_us"] is None else row["speedup"]
+    return worst_first(verdict, row.get("gate", ""), speedup, label, row["target"])
 
 
 def shorten(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters: directories dropped first, then the middle cut (a
-    trailing ``(check N)`` is kept whole, it tells a test's checks apart)."""
+    """``text`` in at most ``width`` characters: directories dropped first, then the file when the
+    test's own name is long (the table is a summary; the failures above name the file), then the
+    middle cut (a trailing ``(check N)`` is kept whole, it tells a test's checks apart)."""
     if len(text) <= width:
         return text
     path, sep, rest = text.partition("::")
     text = path.rsplit("/", 1)[-1] + sep + rest
     if len(text) <= width:
         return text
+    if sep and len(rest) >= width // 2:
+        text = rest
+        if len(text) <= width:
+            return text
     at = text.rfind(" (check ")
     body, suffix = (text[:at], text[at:]) if at > 0 and text.endswith(")") else (text, "")
     room = width - len(suffix) - 1
@@ -75,15 +99,41 @@ def shorten(text: str, width: int) -> str:
     return body[:head] + "…" + body[len(body) - (room - head):] + suffix
 
 
+def _others(rows: Sequence[tuple[str, ...]]) -> int:
+    """The width of every column but the case, with the separators."""
+    return sum(max(len(row[i]) for row in rows) + 2 for i in range(1, len(rows[0])))
+
+
 def _fit(rows: list[tuple[str, ...]], width: int) -> list[tuple[str, ...]]:
     """Rows whose first column is shortened so the aligned table is at most ``width`` wide."""
-    others = sum(max(len(row[i]) for row in rows) + 2 for i in range(1, len(rows[0])))
-    room = max(width - others, 24)
+    room = max(width - _others(rows), MIN_CASE)
     return [(shorten(row[0], room), *row[1:]) for row in rows]
 
 
-def _totals(items: Sequence[tuple[str, Mapping[str, Any], str]]) -> str:
-    """One line: checks and their verdicts, summed modeled times and the overall speedup."""
+def _narrowed(rows: list[tuple[str, ...]], width: int) -> tuple[list[tuple[str, ...]], str]:
+    """A table that fits ``width`` columns (a narrow terminal): first the columns every row shares
+    (target, mode) move to the title, returned as ``(a3, max-autotune)``, then headers get shorter; the
+    case column is shortened last."""
+    def too_wide(rows: Sequence[tuple[str, ...]]) -> bool:
+        return max(len(row[0]) for row in rows) + _others(rows) > width
+
+    shared: list[str] = []
+    for name in _SHARED:
+        if not too_wide(rows) or name not in rows[0]:
+            continue
+        column = rows[0].index(name)
+        values = {row[column] for row in rows[1:]}
+        if len(values) == 1:
+            shared.append(values.pop())
+            rows = [row[:column] + row[column + 1 :] for row in rows]
+    if too_wide(rows):
+        rows = [tuple(_TERSE.get(cell, cell) for cell in rows[0]), *rows[1:]]
+    return _fit(rows, width), f" ({', '.join(shared)})" if shared else ""
+
+
+def _totals(items: Sequence[tuple[str, Mapping[str, Any], str]], width: int = WIDTH) -> str:
+    """One line: checks and their verdicts, summed modeled times and the overall speedup; shorter words
+    when the full line would not fit ``width``."""
     verdicts: dict[str, int] = {}
     for _, _, verdict in items:
         verdicts[verdict] = verdicts.get(verdict, 0) + 1
@@ -94,16 +144,20 @@ def _totals(items: Sequence[tuple[str, Mapping[str, Any], str]]) -> str:
     counts = ", ".join(f"{n} {verdict}" for verdict, n in sorted(verdicts.items(), key=lambda kv: (_VERDICT_RANK.get(kv[0], 2), kv[0])))
     speedup = f", speedup {base / variant:.3f}x" if variant else ""
     unfinished = f"; {never} never finish" if never else ""
-    return f"total: {len(items)} check(s) ({counts}); baseline {base:.1f} us, variant {variant:.1f} us{speedup}{unfinished}"
+    line = f"total: {len(items)} check(s) ({counts}); baseline {base:.1f} us, variant {variant:.1f} us{speedup}{unfinished}"
+    if len(line) <= width:
+        return line
+    ratio = f", {base / variant:.3f}x" if variant else ""
+    return f"total: {len(items)} ({counts}); {base:.1f} -> {variant:.1f} us{ratio}{unfinished}"
 
 
 def results_table(
     terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]], verbose: bool = False
 ) -> None:
     """One row per check, worst first (failed, regressed, lowest speedup), then the totals. At default
-    verbosity the table fits in :data:`WIDTH` columns (long test ids are shortened); ``verbose`` adds
-    mode, host/device time, bound and precision, at full width. The order depends only on the rows, so
-    a pytest-xdist run, whose reports arrive in any order, prints the same table."""
+    verbosity the table fits the terminal, at most :data:`WIDTH` columns (see :func:`_narrowed`);
+    ``verbose`` adds host/device time, bound and precision, at full width. The order depends only on
+    the rows, so a pytest-xdist run, whose reports arrive in any order, prints the same table."""
     items = sorted(
         ((_label(nodeid, row), row, shown_verdict(tests[nodeid][0], row.get("numerics")))
          for nodeid in tests for row in tests[nodeid][1]), key=_worst_first
@@ -115,10 +169,29 @@ def results_table(
     if not any(row.get("gate") for _, row, _ in items):
         gate = header.index("gate")
         rows = [row[:gate] + row[gate + 1 :] for row in rows]
-    terminalreporter.section("npufuse: modeled NPU results")
-    for line in aligned(rows if verbose else _fit(rows, WIDTH)):
+    shared, width = "", min(WIDTH, terminal_width(terminalreporter))
+    if not verbose:
+        rows, shared = _narrowed(rows, width)
+    terminalreporter.section(f"npufuse: modeled NPU results{shared}")
+    for line in aligned(rows):
         _write(terminalreporter, line)
-    _write(terminalreporter, _totals(items))
+    _write(terminalreporter, _totals(items, width if not verbose else 10**6))
+
+
+def gains_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
+    """Per check with SuperKernel segments or a second stream: where the modeled gain came from, and the
+    model's measured error on published gains of that kind (docs/fidelity.md)."""
+    lines = [
+        (f"{row['key']} [{row['target']}]", row["why"]["line"], [t["line"] for t in row.get("trust", ())])
+        for nodeid in sorted(tests) for row in tests[nodeid][1] if row.get("why") and row.get("trust")
+    ]
+    if not lines:
+        return
+    terminalreporter.section("npufuse: why these gains")
+    for label, why, trust in lines:
+        _write(terminalreporter, f"{label}: {why}")
+        for line in trust:
+            _write(terminalreporter, f"  {line}")
 
 
 def contributions_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..ir.lines import file_line
 from ..ir.program import Kernel, ModuleFrame, Program
 from ..simulate.step import chain_runs
 from ..simulate.timeline import SUPERKERNEL_OP, KernelRun, RunReport
@@ -119,8 +120,28 @@ class Overlap:
 
 
 @dataclass(frozen=True)
+class SiteTime:
+    """Device time of one op type at one user source line (``source`` is ``path:line``, '' when the op
+    has none), over every kernel made there (a line in a layer's forward runs once per layer). A
+    SuperKernel's own cost beyond its sub-kernels (head, calls, syncs) is the site ``SuperKernel <scope>``."""
+
+    op_type: str
+    source: str
+    total_us: float
+    count: int
+
+    @property
+    def key(self) -> str:
+        """How a baseline records the site: the op type and the file name and line, without the
+        directory (as :func:`~pytest_npufuse.report.explain.break_key`), or the SuperKernel's scope."""
+        where = file_line(self.source)
+        return f"{self.op_type} at {where}" if where else self.op_type
+
+
+@dataclass(frozen=True)
 class Attribution:
-    """The three summaries of one modeled run (``variant`` is ``baseline`` or ``variant``)."""
+    """The summaries of one modeled run (``variant`` is ``baseline`` or ``variant``): per module, per op
+    type, the overlap, and per op type and source line (``sites``, slowest first)."""
 
     variant: str
     modules: tuple[ModuleTime, ...]
@@ -128,6 +149,7 @@ class Attribution:
     overlap: Overlap
     step: bool = False
     """Attributes a training step (its rows carry the backward's time)."""
+    sites: tuple[SiteTime, ...] = ()
 
     def module(self, path: str) -> ModuleTime | None:
         return next((row for row in self.modules if row.path == path), None)
@@ -304,6 +326,31 @@ def _module_times(by_name: Mapping[str, Kernel], run: RunReport) -> tuple[Module
     )
 
 
+def site_times(by_name: Mapping[str, Kernel], run: RunReport) -> tuple[SiteTime, ...]:
+    """Device time per op type and source line, slowest first (ties by key): each kernel's own
+    duration at its line, and a SuperKernel's time beyond its sub-kernels under its scope's name (the
+    segments of one scope together, so a split scope shows as one more SuperKernel)."""
+    children: dict[str, list[KernelRun]] = {}
+    for kernel in run.kernels:
+        if kernel.parent is not None:
+            children.setdefault(kernel.parent, []).append(kernel)
+    totals: dict[tuple[str, str], list[float]] = {}
+    for kernel in run.kernels:
+        if kernel.op_type == SUPERKERNEL_OP:
+            subs = children.get(kernel.name, [])
+            covered = intervals_length(merge_intervals((sub.start_us, sub.end_us) for sub in subs))
+            scopes = sorted({by_name[sub.name].annotations.sk_scope or "" for sub in subs if sub.name in by_name})
+            key, time_us = (f"SuperKernel {'+'.join(scopes) or kernel.name}", ""), max(0.0, kernel.duration_us - covered)
+        else:
+            made = by_name.get(kernel.name)
+            key, time_us = (kernel.op_type, made.source if made is not None else ""), kernel.duration_us
+        row = totals.setdefault(key, [0.0, 0])
+        row[0] += time_us
+        row[1] += 1
+    sites = [SiteTime(op_type, source, total, int(count)) for (op_type, source), (total, count) in totals.items()]
+    return tuple(sorted(sites, key=lambda site: (-site.total_us, site.key)))
+
+
 LONGEST_TASKS = 50
 """Device tasks a check's record keeps by name: enough to say which kernels got slower, bounded so a
 record stays small (it travels in ``user_properties``, which JUnit XML copies)."""
@@ -320,7 +367,9 @@ def longest_tasks(run: RunReport, limit: int = LONGEST_TASKS) -> list[list[Any]]
 
 def attribute(program: Program, run: RunReport) -> Attribution:
     """The three summaries of ``run``, a modeled run of ``program``."""
-    return Attribution(run.variant, module_times(program, run), op_statistics(run), overlap_of(run))
+    return Attribution(
+        run.variant, module_times(program, run), op_statistics(run), overlap_of(run), sites=site_times(program.by_name, run)
+    )
 
 
 def attribute_step(programs: Sequence[Program], run: RunReport) -> Attribution:
@@ -335,7 +384,8 @@ def attribute_step(programs: Sequence[Program], run: RunReport) -> Attribution:
             backward.update(program.by_name)
     backward.update(kernel.parent for kernel in run.kernels if kernel.parent is not None and kernel.name in backward)
     return Attribution(
-        run.variant, _module_times(by_name, run), op_statistics(run, frozenset(backward)), overlap_of(run), step=True
+        run.variant, _module_times(by_name, run), op_statistics(run, frozenset(backward)), overlap_of(run), step=True,
+        sites=site_times(by_name, run),
     )
 
 
@@ -362,5 +412,5 @@ def attribute_calls(calls: Sequence[tuple[Program, RunReport]]) -> Attribution:
     whole = chain_runs(runs)
     return Attribution(
         whole.variant, _module_times(by_name, whole), op_statistics(whole, frozenset(backward)), overlap_of(whole),
-        step=bool(backward),
+        step=bool(backward), sites=site_times(by_name, whole),
     )

@@ -17,6 +17,7 @@ from .contention import Contention, contention_of
 from .contributions import describe as describe_contributions
 from .contributions import own_speedup, scope_key, streams_contribution
 from .findings import Finding, Mismatch
+from .gain import GainError, GainWhy, explain_gain, gain_error, gain_kinds
 from .memory import StepMemory
 from .numerics import Numerics
 from .streams import StreamUse
@@ -161,6 +162,20 @@ class CaseReport:
         except NpufuseError:
             return None
         return contention_of(self.variant, {"cube": profile.aic, "vector": profile.aiv})
+
+    @property
+    def why(self) -> GainWhy | None:
+        """Where the VARIANT's saved (or lost) time came from, by mechanism (:mod:`.gain`); None when a
+        run never finishes (no time to split)."""
+        if not (math.isfinite(self.baseline.time_us) and math.isfinite(self.variant.time_us)):
+            return None
+        return explain_gain(self.baseline, self.variant)
+
+    @property
+    def trust(self) -> tuple[GainError, ...]:
+        """The model's measured error on published gains of each kind this VARIANT makes (SuperKernel
+        segments, a second stream), from the held-out figures of docs/fidelity.md."""
+        return tuple(error for kind in gain_kinds(self.segments, len(self.streams)) if (error := gain_error(kind)))
 
     def stream_notes(self) -> list[str]:
         """Where the kernels of a stream went when the timeline shows no lane (or a short one) for it."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from ..ir.lines import code_at, file_line
 from ..plan.tasks import ScopeBreak
 from ..vocabulary import Unfusable
 from .case import CaseReport
+from .verdict import Failure
 
 # The usual ways out, by the catalog's reason.
 _FIXES = {
@@ -42,7 +44,7 @@ _ACCEPT = (
 def break_key(site: ScopeBreak) -> str:
     """How a baseline file records a breaking op: its op type and the file name and line it came from
     (no directory, so shards checked out in different places record the same text)."""
-    where = site.source.rsplit("/", 1)[-1]
+    where = file_line(site.source)
     return f"{site.op_type} at {where}" if where else site.op_type
 
 
@@ -81,6 +83,8 @@ def break_lines(report: CaseReport, known: Mapping[str, Sequence[str]] | None) -
             mark = " [NEW: not in the baseline]" if is_new else ""
             why = f": {site.why}" if site.why else ""
             lines.append(f"  {site.describe()}{mark}{why}")
+            code = code_at(site.source)
+            lines.extend([f"    {site.source.rsplit(':', 1)[-1]} | {code}"] if code else [])
             if site.unfusable in _FIXES:
                 ops = fixes.setdefault(_FIXES[site.unfusable], [])
                 ops.extend([site.op_type] if site.op_type not in ops else [])
@@ -93,7 +97,7 @@ def break_lines(report: CaseReport, known: Mapping[str, Sequence[str]] | None) -
 
 def failure_text(
     report: CaseReport,
-    failures: Sequence[str],
+    failures: Sequence[Failure],
     known_breaks: Mapping[str, Sequence[str]] | None = None,
     explain_breaks: bool = False,
 ) -> str:
@@ -101,7 +105,8 @@ def failure_text(
     summary shows only that line; the other findings follow, then the case's numbers, then why each
     breaking op splits its scope (when a finding is about scopes or time) and where side streams went."""
     first, *rest = failures
-    lines = [f"npufuse: {first}", *(f"- {failure}" for failure in rest), f"case: {report.summary()}"]
+    lines = [f"npufuse {first.verdict}: {first.text}", *(f"- {each.verdict}: {each.text}" for each in rest)]
+    lines.append(f"case: {report.summary()}")
     if explain_breaks:
         lines += break_lines(report, known_breaks)
     lines += [f"note: {note}" for note in report.stream_notes()]

@@ -21,24 +21,32 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..ir.events import Event, EventKind
+from ..ir.lines import code_at
 from ..ir.program import Kernel, Program, TensorSpec
 from ..plan.streams import MAX_AUTOTUNE, StreamPlan
-from ..vocabulary import Vocabulary
+from ..vocabulary import Mode, Vocabulary
 
 
 @dataclass(frozen=True)
 class Access:
-    """One kernel's access to a tensor."""
+    """One kernel's access to a tensor, with the user's line (``source``) and its code."""
 
     kernel: str
     op_type: str
     stream: str
     action: str
     source: str
+    code: str = ""
 
     def describe(self) -> str:
         where = f" at {self.source}" if self.source else ""
         return f"{self.kernel} ({self.op_type}{where}) on stream '{self.stream}' {self.action}"
+
+    def line(self, role: str) -> str:
+        """The access as one line of a failure: what it does, where, and the code of its line."""
+        where = self.source or "(no source line)"
+        code = f": {self.code}" if self.code else ""
+        return f"{role} on stream '{self.stream}' by {self.kernel} ({self.op_type}) at {where}{code}"
 
 
 class RaceKind(Vocabulary):
@@ -50,9 +58,27 @@ class RaceKind(Vocabulary):
     LIFETIME = "lifetime hazard"
 
 
+# What each kind means for the tensor, between the two streams.
+_MEANING = {
+    RaceKind.READ_AFTER_WRITE: "read on stream '{second}' while stream '{first}' may still be writing it",
+    RaceKind.WRITE_AFTER_READ: "overwritten on stream '{second}' while stream '{first}' may still be reading it",
+    RaceKind.WRITE_AFTER_WRITE: "written on streams '{first}' and '{second}' in no fixed order",
+    RaceKind.LIFETIME: "its memory can be reused on stream '{second}' while stream '{first}' still reads it",
+}
+# The roles of the two accesses, by kind.
+_ROLES = {
+    RaceKind.READ_AFTER_WRITE: ("written", "read"),
+    RaceKind.WRITE_AFTER_READ: ("read", "overwritten"),
+    RaceKind.WRITE_AFTER_WRITE: ("written", "written again"),
+    RaceKind.LIFETIME: ("read", "reused"),
+}
+
+
 @dataclass(frozen=True)
 class Race:
-    """Two unordered accesses to the same memory from different streams (or a lifetime hazard)."""
+    """Two unordered accesses to the same memory from different streams (or a lifetime hazard).
+    ``tensor`` is the graph's buffer, ``label`` what the user's code calls it; ``fix`` is in the API
+    of the mode the test compiled in."""
 
     kind: RaceKind
     tensor: str
@@ -60,12 +86,24 @@ class Race:
     first: Access
     second: Access
     fix: str
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        """The tensor as the user's code names it (its variable or expression), else the graph's name."""
+        return self.label or self.tensor
+
+    def headline(self) -> str:
+        """One sentence: the kind, the user's tensor and the two streams."""
+        shape = f" ({self.spec.dtype} {list(self.spec.shape)})" if self.spec else ""
+        meaning = _MEANING[self.kind].format(first=self.first.stream, second=self.second.stream)
+        return f"{self.kind} on `{self.name}`{shape}: {meaning}"
 
     def describe(self) -> str:
-        shape = f" ({self.spec.dtype} {list(self.spec.shape)})" if self.spec else ""
-        return (
-            f"{self.kind} on tensor {self.tensor}{shape}: {self.first.describe()}, and {self.second.describe()} "
-            f"with no event between them. Fix: {self.fix}"
+        """The headline, both accesses with their code, and the fix, one per line."""
+        first_role, second_role = _ROLES[self.kind]
+        return "\n".join(
+            (self.headline(), f"  {self.first.line(first_role)}", f"  {self.second.line(second_role)}", f"  fix: {self.fix}")
         )
 
 
@@ -102,16 +140,41 @@ class _Mem:
     reads: list[tuple[Kernel, int, str]] = field(default_factory=list)
 
 
-def _fix(first: Kernel, second: Kernel, mode: str) -> str:
-    if mode == MAX_AUTOTUNE:
+def _order_fix(mode: str, first: Access, second: Access, produced: str, consumed: str) -> str:
+    """How to order ``second`` after ``first``, in the API of ``mode`` (``produced`` names an output of
+    the first access's kernel, ``consumed`` an input of the second's).
+
+    - max-autotune (GE): ``npu_wait_tensor(self, dependency)``, self an input of the later op and
+      dependency an output of the earlier one (TorchAir docs/zh/ascend_ir/api/scope/npu_wait_tensor.md
+      @ fced8842).
+    - reduce-overhead: a tagged event made once, recorded and waited for by tag
+      (TorchAir python/torchair/ops/_tagged_event.py @ fced8842).
+    - npugraph_ex and eager: ``torch.npu.Event()``, ``record()`` then ``wait(stream)``, torch's native
+      API (TorchAir docs/zh/npugraph_ex/advanced/multi_stream.md @ fced8842).
+    """
+    after = f"on stream '{first.stream}' after {first.source or first.kernel}"
+    before = f"on stream '{second.stream}' before {second.source or second.kernel}"
+    if mode == Mode.MAX_AUTOTUNE:
         return (
-            f"order {second.name} after {first.name}: on stream '{second.stream}' call "
-            f"npu_wait_tensor(<an input of {second.name}>, <the output of {first.name}>) or wait([...]) before it."
+            f"call `torchair.scope.npu_wait_tensor({consumed}, {produced})` {before}."
         )
-    return (
-        f"record a tagged event on stream '{first.stream}' after {first.name} (npu_tagged_event_record) and wait "
-        f"for it on stream '{second.stream}' before {second.name} (npu_tagged_event_wait)."
-    )
+    if mode == Mode.REDUCE_OVERHEAD:
+        return (
+            "make `event = torchair.ops.npu_create_tagged_event(tag=\"<tag>\")` once (in __init__), then "
+            f"`torchair.ops.npu_tagged_event_record(event)` {after}, and `torchair.ops.npu_tagged_event_wait(event)` {before}."
+        )
+    return f"`event = torch.npu.Event()`, `event.record()` {after}, and `event.wait()` {before}."
+
+
+def _keep_alive_fix(mode: str, tensor: str, reader: Access) -> str:
+    """How to keep ``tensor``'s memory from reuse until ``reader``'s stream is done, in ``mode``'s API
+    (reduce-overhead: ``npu_record_tagged_stream``, TorchAir python/torchair/ops/_tagged_event.py;
+    npugraph_ex and eager: ``Tensor.record_stream``, TorchAir docs/zh/npugraph_ex/advanced/multi_stream.md,
+    both @ fced8842)."""
+    where = f"on stream '{reader.stream}' after its use at {reader.source or reader.kernel}"
+    if mode == Mode.REDUCE_OVERHEAD:
+        return f"call `torchair.ops.npu_record_tagged_stream({tensor}, '{reader.stream}')` {where}, so its memory is not reused before that stream is done."
+    return f"call `{tensor}.record_stream(torch.npu.current_stream())` {where}, so its memory is not reused before that stream is done."
 
 
 class _Sanitizer:
@@ -212,29 +275,32 @@ class _Sanitizer:
         mem.last_write, mem.reads = (kernel, self.seq[kernel.name]), []
 
     def _access(self, kernel: Kernel, action: str) -> Access:
-        return Access(kernel.name, kernel.op_type, self.plan.kernel_stream[kernel.name], action, kernel.source)
+        stream = self.plan.kernel_stream[kernel.name]
+        return Access(kernel.name, kernel.op_type, stream, action, kernel.source, code_at(kernel.source))
+
+    def _name(self, buffer: str | None) -> str:
+        """What the user's code calls ``buffer``: its label, else the graph's name."""
+        known = self.program.buffers.get(buffer) if buffer is not None else None
+        return known.user_name if known is not None else str(buffer)
 
     def _report(self, kind: RaceKind, buffer: str, first: Kernel, first_action: str, second: Kernel, second_action: str) -> None:
-        spec = self.program.buffers[buffer].spec if buffer in self.program.buffers else None
-        race = Race(kind, buffer, spec, self._access(first, first_action), self._access(second, second_action), _fix(first, second, self.plan.mode))
-        self.races.append(race)
+        known = self.program.buffers.get(buffer)
+        before, after = self._access(first, first_action), self._access(second, second_action)
+        produced = self._name(first.outputs[0] if first.outputs else buffer)
+        consumed = self._name(second.inputs[0] if second.inputs else buffer)
+        if kind == RaceKind.READ_AFTER_WRITE:
+            produced = consumed = self._name(buffer)
+        fix = _order_fix(self.plan.mode, before, after, produced, consumed)
+        label = known.label if known is not None else ""
+        self.races.append(Race(kind, buffer, known.spec if known else None, before, after, fix, label))
 
     def _lifetime(self, read_buffer: str, reader: Kernel, writer: Kernel, new_buffer: str) -> None:
-        spec = self.program.buffers[read_buffer].spec if read_buffer in self.program.buffers else None
-        fix = (
-            f"call npu_record_tagged_stream({read_buffer}, '{self.plan.kernel_stream[reader.name]}') after its use on "
-            f"stream '{self.plan.kernel_stream[reader.name]}', so its memory is not reused before that stream is done."
-        )
-        self.races.append(
-            Race(
-                RaceKind.LIFETIME,
-                read_buffer,
-                spec,
-                self._access(reader, "reads it"),
-                self._access(writer, f"writes {new_buffer} into its reused memory"),
-                fix,
-            )
-        )
+        known = self.program.buffers.get(read_buffer)
+        read = self._access(reader, "reads it")
+        reused = self._access(writer, f"writes `{self._name(new_buffer)}` into its reused memory")
+        fix = _keep_alive_fix(self.plan.mode, self._name(read_buffer), read)
+        label = known.label if known is not None else ""
+        self.races.append(Race(RaceKind.LIFETIME, read_buffer, known.spec if known else None, read, reused, fix, label))
 
     def _deadlock(self, heads: Mapping[str, int]) -> Deadlock | None:
         """Blocked streams, those waiting for an event nothing records (the cause) before those waiting

@@ -2,11 +2,13 @@
 
 A script written for an NPU names the device in factories (``torch.ones(..., device="npu")``), in
 ``Tensor.to("npu")`` / ``Module.to("npu")`` and with ``.npu()``. While the shim is installed those entry
-points are wrapped: a device string starting with ``npu`` becomes ``"cpu"`` (index 0 only: the model has
-one device) and everything else is passed through untouched. The check is a string-prefix test on the
+points are wrapped: a device string starting with ``npu`` becomes ``"cpu"`` (any index below the target's
+NPUs per node: a process stands for one NPU, and several processes for several) and everything else is
+passed through untouched. The check is a string-prefix test on the
 ``device`` argument alone, so a test suite that never says ``npu`` pays one attribute lookup per call.
 ``torch.device("npu")`` stays unknown to torch (making it known would register an accelerator that
-Dynamo then tries to drive); write the device as a string.
+Dynamo then tries to drive) until the process joins an ``"hccl"`` process group; write the device as a
+string.
 
 A timing-only model lives on the meta device: inside ``init_empty_weights()`` an ``npu`` device means
 ``meta``, and moving a meta tensor or module "to the NPU" keeps it on the meta device (it has no values
@@ -22,6 +24,9 @@ import torch
 from ..errors import NotModeledError
 from ..frontend.meta import creating_empty
 
+# The NPU this process computes as (``torch.npu.set_device``): a property of the real process.
+SELECTED: dict[str, int] = {"index": 0}
+
 # torch factories that take ``device=`` (torch.* functions that allocate a new tensor).
 FACTORIES = (
     "tensor", "as_tensor", "asarray", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
@@ -31,31 +36,57 @@ FACTORIES = (
 
 
 def _is_npu(device: object) -> bool:
-    return device.__class__ is str and device[:3] == "npu"  # type: ignore[index]
+    if device.__class__ is str:
+        return device[:3] == "npu"  # type: ignore[index]
+    return device.__class__ is torch.device and device.type == "npu"  # type: ignore[attr-defined]
 
 
-def cpu_device(device: str) -> str:
-    """``"npu"`` / ``"npu:0"`` -> ``"cpu"``; any other index is refused, since the model has one device."""
-    _, _, index = device.partition(":")
-    if device[3:4] not in ("", ":") or index not in ("", "0"):
+def node_devices() -> int:
+    """The NPUs of one node of the modeled target (``[comm] node_devices``): ``torch.npu.device_count()``."""
+    from ..pipeline.backend import current_profile
+
+    return current_profile().comm_node_devices
+
+
+def device_index(device: object, api: str) -> int:
+    """The NPU index ``device`` names (None or an index-less ``npu``: the current one), checked against
+    the node's NPUs."""
+    if device is None:
+        return SELECTED["index"]
+    if isinstance(device, int) and not isinstance(device, bool):
+        return _in_range(device, device, api)
+    if device.__class__ is torch.device and device.type == "npu":  # type: ignore[attr-defined]
+        index = device.index  # type: ignore[attr-defined]
+        return SELECTED["index"] if index is None else _in_range(index, device, api)
+    if device.__class__ is str and device[:3] == "npu":  # type: ignore[index]
+        _, _, index = device.partition(":")  # type: ignore[attr-defined]
+        if device[3:4] in ("", ":") and (index == "" or index.isdigit()):  # type: ignore[index]
+            return SELECTED["index"] if index == "" else _in_range(int(index), device, api)
+    raise NotModeledError(
+        f"{api}({device!r}): an NPU is named 'npu', 'npu:<index>', torch.device('npu', index) or an int index."
+    )
+
+
+def _in_range(index: int, device: object, api: str) -> int:
+    count = node_devices()
+    if not 0 <= index < count:
         raise NotModeledError(
-            f"device {device!r}: pytest-npufuse models one NPU, 'npu' or 'npu:0'; multi-device code needs a real "
-            "NPU (collectives are modeled inside one graph instead).", argument="device"
+            f"{api}({device!r}): the modeled node has {count} NPUs (0 to {count - 1}). One process stands for one "
+            "NPU: multi-NPU code starts a process per rank, and each calls torch.npu.set_device(rank).",
+            op=api, argument="device",
         )
+    return index
+
+
+def cpu_device(device: object) -> str:
+    """``"npu"`` / ``"npu:<index>"`` -> ``"cpu"``: every modeled NPU computes on the CPU of its process."""
+    device_index(device, "device")
     return "cpu"
 
 
 def check_index(device: object, api: str) -> None:
-    """Validate a device given to ``.npu(device)`` or a ``torch.npu`` call: None, 0, 'npu', 'npu:0'."""
-    if device is None or device == 0 and not isinstance(device, bool):
-        return
-    if _is_npu(device):
-        cpu_device(device)  # type: ignore[arg-type]
-        return
-    raise NotModeledError(
-        f"{api}({device!r}): pytest-npufuse models one NPU, device 0 ('npu' or 'npu:0').",
-        op=api, argument="device",
-    )
+    """Validate a device given to ``.npu(device)`` or a ``torch.npu`` call."""
+    device_index(device, api)
 
 
 def _on_meta(obj: Any) -> bool:
@@ -65,7 +96,7 @@ def _on_meta(obj: Any) -> bool:
     return any(p.is_meta for p in obj.parameters()) if isinstance(obj, torch.nn.Module) else False
 
 
-def npu_device(device: str, meta: bool = False) -> str:
+def npu_device(device: object, meta: bool = False) -> str:
     """Where an ``npu`` device string puts a tensor: the CPU, or the meta device for a timing-only model
     (``meta``, or inside ``init_empty_weights()``)."""
     target = cpu_device(device)

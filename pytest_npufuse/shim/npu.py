@@ -25,7 +25,7 @@ from ..session import Scope, SessionKey, current_session
 from ..simulate.clock import device_clock
 # torch_npu.npu.profile: method three of docs/feature-docs.md#scope-analysis
 from ..torch_npu.profiler import profile  # noqa: F401
-from .devices import check_index
+from .devices import SELECTED, check_index, device_index, node_devices
 
 # A package path, so that ``import torch_npu.npu.utils`` (:mod:`.npu_utils`) finds its parent; the shim's
 # import finder answers for the submodule by its full name.
@@ -300,11 +300,13 @@ def is_available() -> bool:
 
 
 def device_count() -> int:
-    return 1
+    """The NPUs of one node of the target (A2 server: 8; A3 SuperPoD node: 16 dies); a process computes as
+    one of them, the one :func:`set_device` chose."""
+    return node_devices()
 
 
 def current_device() -> int:
-    return 0
+    return SELECTED["index"]
 
 
 def get_device_name(device: object = None) -> str:
@@ -321,7 +323,8 @@ def is_bf16_supported() -> bool:
 
 
 def set_device(device: object) -> None:
-    check_index(device, "torch.npu.set_device")
+    """Compute as NPU ``device`` from now on in this process (multi-rank code: ``set_device(rank)``)."""
+    SELECTED["index"] = device_index(device, "torch.npu.set_device")
 
 
 def synchronize(device: object = None) -> None:

@@ -16,6 +16,7 @@ import torch
 from .. import torch_npu
 from ..vocabulary import Mode
 from . import devices, npu
+from .collectives import install_collectives
 from .eager import install_cube_matmuls
 from .undo import on_undo, patch
 
@@ -46,6 +47,7 @@ def install_devices() -> None:
     patch(torch, "_register_device_module", _share_device_module(torch._register_device_module))
     _share_assigned_npu()
     install_cube_matmuls()
+    install_collectives()
     _patch_dynamo_record_stream()
     _register_npugraph_ex()
     patch(torch.ops.npu, "__class__", _NpuOps)

@@ -26,7 +26,9 @@ from .host import HostConfig, execution_of, kept_on_host, schedule
 from .routing import Routing, is_dispatch, rank_rows, routed_program, world_of
 from .timeline import _DeviceBuild, _joined_end
 
-COLLECTIVE_COSTS = frozenset({"all_reduce", "collective", "mc2_dispatch", "mc2_combine", "matmul_all_reduce"})
+COLLECTIVE_COSTS = frozenset(
+    {"all_reduce", "collective", "mc2_dispatch", "mc2_combine", "matmul_all_reduce", "matmul_reduce_scatter"}
+)
 """Cost rules of kernels every rank of the group takes part in."""
 
 Planner = Callable[[Program], Plan]

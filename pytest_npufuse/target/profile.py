@@ -89,6 +89,7 @@ class HardwareProfile:
     comm_efficiency: float
     comm_ranks: int
     comm_node_ranks: int
+    comm_node_devices: int
     comm_scaleout_gbps: float
     mc2_phase_us: float
     mc2_rank_us: float
@@ -187,7 +188,8 @@ _SCALAR_KEYS: Mapping[str, Mapping[str, str]] = {
                     "decode_tile_n", "decode_tile_k", "cube_swizzle_offset", "cube_swizzle_direction",
                     "slice_k_tile_m", "slice_k_tile_n", "slice_k_depth_bytes"),
     "comm": {"comm_gbps": "link_gbps", "comm_latency_us": "latency_us", "comm_efficiency": "efficiency",
-             "comm_ranks": "ranks", "comm_node_ranks": "node_ranks", "comm_scaleout_gbps": "scaleout_gbps"},
+             "comm_ranks": "ranks", "comm_node_ranks": "node_ranks", "comm_node_devices": "node_devices",
+             "comm_scaleout_gbps": "scaleout_gbps"},
     "mc2": {"mc2_phase_us": "phase_us", "mc2_rank_us": "rank_us"},
     "aicpu": {"aicpu_gflops_per_core": "gflops_per_core", "aicpu_bytes_per_us_per_core": "bytes_per_us_per_core"},
     "host": _same("small_shape_max_elements", "h2d_gbps"),

@@ -29,11 +29,15 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
   ``npu_fused_infer_attention_score_v2``
 * :mod:`.atb` - the private ATB ops ``_npu_flash_attention``, ``_npu_flash_attention_unpad``,
   ``_npu_flash_attention_qlens``, ``_npu_paged_attention``, ``_npu_reshape_and_cache``
-* :mod:`.atb_variants` - ``_npu_flash_attention_unpad_v2``, ``_npu_flash_attention_v3`` (later ATB bindings)
+* :mod:`.atb_variants` - ``_npu_flash_attention_unpad_v2``, ``_npu_flash_attention_v3``,
+  ``_npu_paged_attention_splitfuse`` (later ATB bindings)
 * :mod:`.rotary_embedding` - the private ATB op ``_npu_rotary_embedding`` (vLLM's in-place RoPE)
 * :mod:`.attention_merge` - ``npu_attention_update`` (merging SP parts' attention outputs)
 * :mod:`.sparse_attention` - DeepSeek sparse attention's ``npu_lightning_indexer``, ``npu_quant_lightning_indexer``,
   ``npu_sparse_flash_attention``, ``npu_kv_quant_sparse_flash_attention``
+* :mod:`.tensors` - ``npu_dtype_cast`` (and ``npu_dtype_cast_backward``), ``empty_with_format``
+* :mod:`.quant_extra` - ``npu_matmul_compress_dequant``, ``npu_kronecker_quant``, ``npu_dynamic_mx_quant``
+* :mod:`.paged_cache` - ``npu_gather_pa_kv_cache``, ``npu_scatter_pa_cache``
 * :mod:`.dump` - ``save_npugraph_tensor``
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
@@ -41,7 +45,8 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.indexing` - ``npu_max``, ``npu_min`` (and their ``_backward``), ``npu_sort_v2``, ``npu_one_hot``
 * :mod:`.loss` - ``npu_cross_entropy_loss`` (and ``npu_cross_entropy_loss_backward``)
 * :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
-* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_transpose_batchmatmul``, ``_npu_matmul_add_fp32``,
+* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_mm_reduce_scatter_base``, ``npu_transpose_batchmatmul``, ``npu_transpose_quant_batchmatmul``,
+  ``_npu_matmul_add_fp32``,
   ``npu_linear`` (and ``npu_linear_backward``)
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
   ``npu_prefetch``, ``npu_top_k_top_p``, ``npu_scatter_pa_kv_cache``, ``npu_confusion_transpose``
@@ -75,7 +80,7 @@ import importlib.util
 import torch
 
 from ..errors import GAPS_DOCS, MissingOpError, NotModeledAttributeError
-from ..gaps import StandIn, missing
+from ..gaps import MODULE_FIX, StandIn, missing
 from .activation import (
     fast_gelu,
     npu_clipped_swiglu,
@@ -100,7 +105,7 @@ from .atb import (
     _npu_paged_attention_get_workspace,
     _npu_reshape_and_cache,
 )
-from .atb_variants import _npu_flash_attention_unpad_v2, _npu_flash_attention_v3
+from .atb_variants import _npu_flash_attention_unpad_v2, _npu_flash_attention_v3, _npu_paged_attention_splitfuse
 from .attention import (
     _npu_fused_infer_attention_score_get_max_workspace,
     _npu_fused_infer_attention_score_v2_get_max_workspace,
@@ -124,7 +129,9 @@ from .matmul import (
     npu_linear,
     npu_linear_backward,
     npu_mm_all_reduce_base,
+    npu_mm_reduce_scatter_base,
     npu_transpose_batchmatmul,
+    npu_transpose_quant_batchmatmul,
 )
 from .memory import (
     npu_confusion_transpose,
@@ -208,7 +215,10 @@ from .rope import (
     npu_rotary_mul,
     npu_rotary_mul_backward,
 )
+from .paged_cache import npu_gather_pa_kv_cache, npu_scatter_pa_cache
+from .quant_extra import npu_dynamic_mx_quant, npu_kronecker_quant, npu_matmul_compress_dequant
 from .rotary_embedding import _npu_rotary_embedding
+from .tensors import empty_with_format, npu_dtype_cast, npu_dtype_cast_backward
 from .sparse_attention import (
     npu_kv_quant_sparse_flash_attention,
     npu_lightning_indexer,
@@ -218,6 +228,14 @@ from .sparse_attention import (
 from .weight_pack import npu_convert_weight_to_int4pack
 
 __all__ = [
+    "empty_with_format",
+    "npu_dtype_cast",
+    "npu_dtype_cast_backward",
+    "npu_gather_pa_kv_cache",
+    "npu_scatter_pa_cache",
+    "npu_kronecker_quant",
+    "npu_dynamic_mx_quant",
+    "npu_matmul_compress_dequant",
     "fast_gelu",
     "npu_fast_gelu",
     "npu_fast_gelu_backward",
@@ -241,6 +259,7 @@ __all__ = [
     "_npu_flash_attention_qlens",
     "_npu_flash_attention_unpad",
     "_npu_paged_attention",
+    "_npu_paged_attention_splitfuse",
     "_npu_reshape_and_cache",
     "npu_add_layer_norm",
     "npu_add_layer_norm_backward",
@@ -272,6 +291,7 @@ __all__ = [
     "npu_kv_rmsnorm_rope_cache_v2",
     "npu_layer_norm_eval",
     "npu_mm_all_reduce_base",
+    "npu_mm_reduce_scatter_base",
     "npu_mla_prolog",
     "npu_mla_prolog_v2",
     "npu_mla_prolog_v3",
@@ -319,6 +339,7 @@ __all__ = [
     "npu_swiglu_backward",
     "npu_top_k_top_p",
     "npu_transpose_batchmatmul",
+    "npu_transpose_quant_batchmatmul",
     "npu_trans_quant_param",
     "npu_anti_quant",
     "npu_weight_quant_batchmatmul",
@@ -395,9 +416,6 @@ def _add_op(name: str) -> str:
     )
 
 
-_MODULE_FIX = "keep its use out of the checked model, or check the model where the real torch_npu is installed"
-
-
 def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -406,8 +424,8 @@ def __getattr__(name: str) -> object:
             # Provided, but loaded by its own import, as torch_npu loads it (contrib, onnx).
             raise AttributeError(f"module 'torch_npu' has no attribute {name!r}; import torch_npu.{name} first")
         error = NotModeledAttributeError(
-            f"torch_npu.{name} is a module of torch_npu that pytest-npufuse's shim does not model; {_MODULE_FIX}."
+            f"torch_npu.{name} is a module of torch_npu that pytest-npufuse's shim does not model; {MODULE_FIX}."
         )
-        return missing(error, "module", f"torch_npu.{name}", _MODULE_FIX)
+        return missing(error, "module", f"torch_npu.{name}", MODULE_FIX)
     registered = _user_op(name)
     return registered if registered is not None else missing_op(name, f"torch_npu.{name}")

@@ -110,12 +110,12 @@ def npu_gelu(call: Arguments) -> None:
 
 
 def _fast_gelu_meta(call: Arguments) -> Out:
-    return _like(call.self)
+    return _like(call.input)
 
 
 def _fast_gelu_kernel(call: Arguments) -> torch.Tensor:
-    values = call.self.to(torch.float32)
-    return (values * torch.sigmoid(FAST_GELU_SLOPE * values)).to(call.self.dtype)
+    values = call.input.to(torch.float32)
+    return (values * torch.sigmoid(FAST_GELU_SLOPE * values)).to(call.input.dtype)
 
 
 def _fast_gelu_backward_meta(call: Arguments) -> Out:
@@ -144,7 +144,7 @@ def npu_fast_gelu_backward(call: Arguments) -> None:
 
 
 def _fast_gelu_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
-    ctx.save_for_backward(call.self)
+    ctx.save_for_backward(call.input)
 
 
 def _fast_gelu_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
@@ -167,7 +167,7 @@ def npu_fast_gelu(call: Arguments) -> None:
 
 @npu_op(meta=_fast_gelu_meta, kernel=_fast_gelu_kernel, derivative=FAST_GELU_DERIVATIVE, samples=_activation_samples)
 def fast_gelu(call: Arguments) -> None:
-    """The older name of :func:`npu_fast_gelu` (``torch_npu.fast_gelu(self) -> Tensor``), the same op."""
+    """The older name of :func:`npu_fast_gelu` (``torch_npu.fast_gelu(input) -> Tensor``), the same op."""
 
 
 def halved(name: str, x: torch.Tensor, dim: int) -> Out:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Optional, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import OpArgumentError
 from ..numerics.exact import cube_matmul
@@ -161,13 +162,16 @@ def _geometry(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layou
     layout, _, out_layout = layout.partition("_")
     paged = block_table is not None
     if layout == "TND":
-        if q_lens is None:
+        # The API pages require the cumulative lengths with TND, and the kernel needs them to split the
+        # tokens into sequences; op-plugin's meta functions do not (the output shapes follow the tokens), so
+        # on fake tensors a missing list is one sequence of every token.
+        if q_lens is None and not is_fake(query):
             raise OpArgumentError(
                 "input_layout='TND' needs actual_seq_lengths: the cumulative query token ends per batch",
                 argument="input_layout"
             )
         q_len, head_dim = _tnd_sizes("query", query, heads)
-        batch = len(q_lens)
+        batch = 1 if q_lens is None else len(q_lens)
     else:
         batch, q_len, head_dim = _dense_sizes("query", query, layout, heads)
     if paged:
@@ -248,8 +252,11 @@ def _seq_lengths(name: str, values: Optional[Sequence[int]], batch: int, limit: 
     return lengths[:batch]
 
 
-def _cumulative_lengths(name: str, ends: Sequence[int], total: int) -> list[int]:
-    """TND: per-batch lengths from cumulative ends (non-decreasing, the last <= the token count)."""
+def _cumulative_lengths(name: str, ends: Optional[Sequence[int]], total: int) -> list[int]:
+    """TND: per-batch lengths from cumulative ends (non-decreasing, the last <= the token count); None (only
+    on fake tensors, :func:`_geometry`) is one sequence of every token."""
+    if ends is None:
+        return [total]
     ends = [int(require_int(f"{name}[{i}]", v)) for i, v in enumerate(ends)]
     starts = [0, *ends[:-1]]
     if any(e < s for s, e in zip(starts, ends)) or (ends and ends[-1] > total):
@@ -762,7 +769,7 @@ def _kv_lengths(geo: _Geometry, values: Optional[Sequence[int]], key: torch.Tens
             f"block_table (paged KV) needs {name}: the valid KV length of each batch", argument="block_table"
         )
     if geo.layout == "TND" and not geo.paged:
-        if values is None:
+        if values is None and not is_fake(key):
             raise OpArgumentError(
                 f"input_layout='TND' needs {name}: the cumulative KV token ends per batch", argument="input_layout"
             )
@@ -993,13 +1000,10 @@ def _layout_of_rank(query: torch.Tensor, layout: str, num_heads: int) -> str:
 def _ifa_call(call: Arguments) -> _Setup:
     geo = _same_shape_call(call.query, call.key, call.value, call.input_layout, call.num_heads,
                            call.num_key_value_heads, call.block_table, call.block_size, DENSE_LAYOUTS)
-    if geo.q_len != 1:
-        raise OpArgumentError(f"npu_incre_flash_attention is the decode op: query needs S=1, got S={geo.q_len}; "
-                              "use npu_prompt_flash_attention or npu_fused_infer_attention_score for prefill")
     _check_mask(call.atten_mask, MASK_ONLY, geo)
     _check_padding(call, geo)
     kv_lens = _kv_lengths(geo, call.actual_seq_lengths, call.key, "actual_seq_lengths")
-    return _Setup(geo, [1] * geo.batch, kv_lens, float(call.scale_value), MASK_ONLY, NO_BAND, NO_BAND)
+    return _Setup(geo, [geo.q_len] * geo.batch, kv_lens, float(call.scale_value), MASK_ONLY, NO_BAND, NO_BAND)
 
 
 def _ifa_meta(call: Arguments) -> Out:
@@ -1030,11 +1034,14 @@ def _ifa_samples() -> list[SampleCall]:
 
 @npu_op(meta=_ifa_meta, kernel=_ifa_kernel, unmodeled=IFA_UNMODELED, samples=_ifa_samples)
 def npu_incre_flash_attention(call: Arguments) -> None:
-    """Decode attention (one query token per batch): returns ``attention_out`` shaped like ``query``.
+    """Decode attention (one query token per batch, usually): returns ``attention_out`` shaped like ``query``.
 
     Source: torch_npu.npu_incre_flash_attention (op-plugin API page; meta function: output like query).
-    The computation of :func:`npu_fused_infer_attention_score` with ``S_q = 1``, the scale named
-    ``scale_value`` and ``actual_seq_lengths`` giving the valid **KV** lengths per batch (1 or >= B values).
+    The computation of :func:`npu_fused_infer_attention_score`, the scale named ``scale_value`` and
+    ``actual_seq_lengths`` giving the valid **KV** lengths per batch (1 or >= B values). The page's formula,
+    ``softmax(scale_value * query @ key^T + atten_mask) @ value``, and its shapes (query (B, S, H), (B, N, S,
+    D) or (B, S, N, D), S up to 262144 on A2) do not limit the query to one token: with S > 1 every query row
+    attends to every valid key (no causal band; ``atten_mask`` (B, S, S_kv) and its broadcasts mask rows).
     Layouts BSH, BSND, BNSD (the default "BSH" with a 4-D query reads it as the 4-D layout holding
     ``num_heads``, see :func:`_layout_of_rank`); paged KV through ``block_table`` / ``block_size`` as in the
     fused op (``actual_seq_lengths`` then required); ``atten_mask`` ``[B, S_kv]``, ``[B, 1, S_kv]`` or

@@ -198,6 +198,35 @@ def require_dtype_value(name: str, value: object, optional: bool = False) -> Opt
     return value
 
 
+def require_layout(name: str, value: object, optional: bool = False) -> Optional[torch.layout]:
+    if not isinstance(value, torch.layout) and not (optional and value is None):
+        raise _type_error(name, value, "a torch.layout", optional)
+    return value
+
+
+def require_device(name: str, value: object, optional: bool = False) -> Any:
+    """A device (schema ``Device``): a torch.device, its name (``"npu"``, ``"npu:0"``, ``"cpu"``) or index."""
+    device = isinstance(value, (torch.device, str, int)) and not isinstance(value, bool)
+    if not device and not (optional and value is None):
+        raise _type_error(name, value, "a torch.device or its name", optional)
+    return value
+
+
+def model_device(name: str, device: Any) -> Any:
+    """The device the CPU model computes a factory op's output on for a ``device`` argument: the NPU
+    (``"npu"``, ``"npu:0"``, a ``torch.device("npu")`` where torch knows it, or index 0) is the CPU; another
+    NPU index is refused, as the model has one device; any other device is torch's."""
+    if isinstance(device, torch.device):
+        device = str(device) if device.type in ("npu", "privateuseone") else device
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = f"npu:{device}"
+    if isinstance(device, str) and device.startswith(("npu", "privateuseone")):
+        if device.partition(":")[2] not in ("", "0"):
+            raise OpArgumentError(f"{name}={device!r}: pytest-npufuse models one NPU, 'npu' or 'npu:0'")
+        return "cpu"
+    return device
+
+
 ArgumentCheck = Callable[[str, object], Any]
 
 
@@ -242,6 +271,8 @@ _TYPE_CHECKS: dict[str, Callable[..., Any]] = {
     "str": require_str,
     "ScalarType": require_dtype_value,
     "Scalar": require_scalar,
+    "Layout": require_layout,
+    "Device": require_device,
 }
 _ELEMENT_NAMES = {"Tensor": "tensors", "int": "ints", "SymInt": "ints", "float": "floats", "bool": "bools"}
 

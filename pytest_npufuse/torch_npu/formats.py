@@ -104,8 +104,9 @@ def _known(acl_format: int) -> Format:
     return wanted
 
 
-def _is_base(fmt: Format) -> bool:
-    return BASE_FORMAT[fmt] is fmt
+def is_base_format(fmt: Format) -> bool:
+    """Whether ``fmt`` is a base format (ND, NCHW, ...) rather than one a format cast makes (FRACTAL_NZ)."""
+    return BASE_FORMAT.get(fmt) is fmt
 
 
 def storage_format(shape: torch.Size | tuple[int, ...], acl_format: int) -> Format:
@@ -146,7 +147,7 @@ def cast_format(source: torch.Tensor, acl_format: int) -> StorageDesc:
     already has it or both are base formats (torch_npu relabels the storage), else a new storage of the
     source storage's shape in that format (:func:`storage_format`)."""
     wanted, current = _known(acl_format), _desc(source)
-    if wanted is current.format or (_is_base(wanted) and _is_base(current.format)):
+    if wanted is current.format or (is_base_format(wanted) and is_base_format(current.format)):
         return StorageDesc(wanted, current.base_shape)
     return StorageDesc(storage_format(current.base_shape, wanted), current.base_shape)
 

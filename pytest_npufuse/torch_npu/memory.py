@@ -7,17 +7,19 @@ import math
 from typing import Optional, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     require_choice,
     require_dtype,
+    require_int,
     require_shape,
     require_unused,
 )
 from .fixedorder import softmax
-from .formats import cast_format, record_format
+from .formats import cast_format, get_npu_format, record_format
 from .registry import Arguments, Derivative, Out, SampleCall, bind, no_outputs, npu_op
 
 
@@ -27,11 +29,16 @@ def _format_cast_meta(call: Arguments) -> Out:
     return Out(list(call.input.shape), call.input.dtype)
 
 
+def _target_format(acl_format: int | torch.Tensor) -> int:
+    """The format asked for: ``acl_format``, or in the ``.Tensor`` overload the format of ``dst``."""
+    return int(get_npu_format(acl_format)) if isinstance(acl_format, torch.Tensor) else acl_format
+
+
 def _format_cast_kernel(call: Arguments) -> torch.Tensor:
     """A dense copy, as the fake promises, made here so that the format is recorded on the storage the
     caller gets (the registry would otherwise densify a copy of a view into a storage with no record)."""
     dense = call.input.clone(memory_format=torch.contiguous_format)
-    return record_format(dense, cast_format(call.input, call.acl_format))
+    return record_format(dense, cast_format(call.input, _target_format(call.acl_format)))
 
 
 def _format_cast_samples() -> list[SampleCall]:
@@ -40,7 +47,13 @@ def _format_cast_samples() -> list[SampleCall]:
     return [SampleCall((weight, 29)), SampleCall((weight, 2))]
 
 
-@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, samples=_format_cast_samples)
+def _require_format(name: str, value: object) -> object:
+    """``acl_format``: an int, or (the ``.Tensor`` overload) the tensor whose format the result takes."""
+    return value if isinstance(value, torch.Tensor) else require_int(name, value)
+
+
+@npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, argument_checks={"acl_format": _require_format},
+        samples=_format_cast_samples)
 def npu_format_cast(call: Arguments) -> None:
     """Change the device memory format of ``input``; on CPU this returns a copy equal to ``input``.
 
@@ -52,7 +65,8 @@ def npu_format_cast(call: Arguments) -> None:
     tensor out in device memory, for example in fractal tiles for the Cube unit.  The logical
     shape, dtype and values stay the same, and every op in this module reads logical values.
     So the CPU model keeps the layout and returns a copy, noting the copy's format for
-    ``torch_npu.get_npu_format`` (:mod:`.formats`).  It copies rather than returning
+    ``torch_npu.get_npu_format`` (:mod:`.formats`). The ``.Tensor`` overload,
+    ``npu_format_cast(input, dst)``, casts to the format ``dst`` has.  It copies rather than returning
     ``input`` itself because an op without alias annotations may not return its input, and the real op
     also returns a new tensor.  ``acl_format`` must be an int, as in the real schema.
     ``customize_dtype`` (a torch.dtype or its int code) picks the dtype whose tile width (C0) the device
@@ -194,7 +208,27 @@ def _prefetch_samples() -> list[SampleCall]:
     return [SampleCall((weight, x, 256)), SampleCall((weight, None, 64, 128))]
 
 
-@npu_op(meta=no_outputs, kernel=no_outputs, side_effect=True, samples=_prefetch_samples)
+def _prefetch_meta(call: Arguments) -> tuple:
+    """torch_npu's checks of ``max_size`` and ``offset``, in the wording of the path that runs them: its meta
+    function (op-plugin ``_meta_registrations.py`` ``npu_prefetch_meta``) on fake tensors, as a compiled graph
+    or ``FakeTensorMode`` meets them, and its device kernel (``PrefetchKernelNpuOpApi.cpp``, ``TORCH_CHECK``)
+    on real ones. Only the kernel knows the weight's bytes, so only it bounds ``offset`` by them."""
+    max_size, offset, weight = call.max_size, call.offset, call.input
+    fake = is_fake(weight)
+    if max_size <= 0:
+        raise OpArgumentError(f"The max_size should be greater than zero, but got {max_size}." if fake
+                              else f"max_size should be greater than zero, but got {max_size}", argument="max_size")
+    if offset < 0:
+        raise OpArgumentError(f"The offset should be nonnegative, but got {offset}." if fake
+                              else f"offset should not be smaller than zero, but got {offset}", argument="offset")
+    size = weight.numel() * weight.element_size()
+    if not fake and size <= offset:
+        raise OpArgumentError(f"offset out of range of tensor size, tensor size: {size}, offset: {offset}",
+                              argument="offset")
+    return ()
+
+
+@npu_op(meta=_prefetch_meta, kernel=no_outputs, side_effect=True, samples=_prefetch_samples)
 def npu_prefetch(call: Arguments) -> None:
     """Prefetch up to ``max_size`` bytes of the weight ``input`` (from ``offset``) into L2 once ``dependency``
     is computed. Returns None and changes no value: on CPU the op exists only as a task for the cost model.
@@ -202,15 +236,9 @@ def npu_prefetch(call: Arguments) -> None:
     Source: torch_npu.npu_prefetch (op-plugin API page: "load the weight into L2 Cache before it is used";
     ``max_size > 0``, larger values are cut to the weight's size; ``offset >= 0`` within the weight). The op is
     side-effecting (op-plugin marks it ``has_side_effect``), so a traced graph keeps it although nothing
-    reads its result. The op catalog prices it (``npu::npu_prefetch``).
+    reads its result. The op catalog prices it (``npu::npu_prefetch``). Its argument errors carry
+    torch_npu's own messages (:func:`_prefetch_meta`), which scripts and tests match.
     """
-    if call.max_size <= 0:
-        raise OpArgumentError(f"max_size={call.max_size} must be > 0 (bytes to prefetch)", argument="max_size")
-    if call.offset < 0 or call.offset >= max(1, call.input.numel() * call.input.element_size()):
-        raise OpArgumentError(
-            f"offset={call.offset} must be >= 0 and inside the weight "
-            f"({call.input.numel() * call.input.element_size()} bytes)", argument="offset"
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,14 +505,17 @@ def scatter_update(call: Arguments) -> None:
 
 
 @npu_op(
-    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples
+    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples,
+    inplace_of="scatter_update",
 )
 def scatter_update_(call: Arguments) -> None:
     """In-place :func:`scatter_update`: writes into ``data`` and returns it (cann-recipes' decode KV-cache
     write ``scatter_update_(past_key, kv_len, key_states, -2)``).
 
-    Source: torch_npu.scatter_update_ (op-plugin API page). The registered op is functional (the
-    registry's ``writes_back``); this wrapper copies its result into ``data`` and returns ``data``.
+    Source: torch_npu.scatter_update_ (op-plugin API page; schema ``Tensor(a!) self -> Tensor(a!)``). The op
+    is :func:`scatter_update` and a copy into ``data`` (the registry's ``inplace_of``), so
+    ``torch.ops.npu.scatter_update_`` returns ``data`` itself, under a fake mode too, and a traced graph
+    holds ``scatter_update`` and a ``copy_``, as torch_npu's functionalization gives.
     """
 
 

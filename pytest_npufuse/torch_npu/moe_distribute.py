@@ -1,17 +1,20 @@
 """MC2 expert-parallel communication: ``npu_moe_distribute_dispatch`` / ``combine`` and their ``_v2``.
 
 On the device these fuse an optional int8 quantisation with an all-to-all-v over the EP group. Here the
-**numbers are those of an EP world of one rank** and **the shapes and bytes are those of the configured EP
-world** (the ``ep_world_size`` argument, which is the only place the world size is configured):
+**shapes and bytes are those of the configured EP world** (the ``ep_world_size`` argument), and the
+**numbers** are those of the real EP world when ``group_ep`` names an ``"hccl"`` process group of several
+processes (one per NPU, :mod:`.distributed`), else those of a world of one rank:
 
 * Output shapes follow op-plugin's meta functions, so ``expand_x`` has ``A = global_bs * min(L, K)`` rows
   (``global_bs = BS * ep_world_size`` when 0, ``L = moe_expert_num / ep_world_size`` local experts). The
   op catalog prices these ops on the communication engine by the bytes of their inputs and outputs, so a
   larger configured world moves proportionally more bytes, as the real all-to-all does.
-* Values: this rank (``ep_rank_id``) holds experts ``[rank * L, (rank + 1) * L)``. It receives its own
-  tokens routed to those experts and nothing from the other ranks, which are not modeled; ``combine``
-  adds the weighted outputs of the local experts, so a token's contribution from an expert on another
-  rank is 0. With ``ep_world_size=1`` (every expert local) this is exactly the documented computation.
+* Values: this rank (``ep_rank_id``) holds experts ``[rank * L, (rank + 1) * L)``. Over an ``"hccl"``
+  group it receives every rank's tokens routed to those experts, grouped by local expert, then by source
+  rank, then in token order, and ``combine`` returns each token the rows of its experts from their ranks.
+  In a world of one rank it receives its own tokens only and ``combine`` adds the weighted outputs of
+  the local experts, so a token's contribution from an expert on another rank is 0. With
+  ``ep_world_size=1`` (every expert local) both are exactly the documented computation.
 
 The contents of ``expand_idx`` / ``ep_recv_counts`` are, per the API page, implementation-defined ("may
 differ across products and versions; pass them to combine unchanged"). This model fills them as below and
@@ -37,6 +40,7 @@ from .checks import (
     require_dtype,
     require_shape,
 )
+from .distributed import CommDomain, all_gather_rows, comm_domain
 from .fixedorder import round_to_int8
 from .registry import Arguments, Out, SampleCall, npu_op
 
@@ -134,11 +138,47 @@ def _send_ranks(expert_ids: torch.Tensor, active: torch.Tensor, experts: int) ->
     return ranks.to(torch.int32)
 
 
-def _recv_offsets(counts: torch.Tensor, world: _World) -> torch.Tensor:
-    """ep_recv_counts: inclusive prefix sums over (local expert, source rank), expert-major; only this rank sends."""
-    per_source = torch.zeros(world.local_experts, world.ranks, dtype=torch.int64)
-    per_source[:, world.rank] = counts
+def _recv_offsets(per_source: torch.Tensor) -> torch.Tensor:
+    """ep_recv_counts: inclusive prefix sums of ``per_source`` ([local expert, source rank] row counts),
+    expert-major."""
     return torch.cumsum(per_source.reshape(-1), 0).to(torch.int32)
+
+
+@dataclass(frozen=True)
+class _Senders:
+    """The tokens every sending rank routes (in rank order): one rank's own in a world of one rank, every
+    rank's when ``group_ep`` names an ``"hccl"`` group of several processes."""
+
+    ranks: tuple[int, ...]
+    x: tuple[torch.Tensor, ...]
+    expert_ids: tuple[torch.Tensor, ...]
+    active: tuple[torch.Tensor, ...]
+    expert_scales: tuple[Optional[torch.Tensor], ...]
+
+
+def _ep_domain(call: Arguments, world: _World) -> Optional[CommDomain]:
+    """The ``"hccl"`` group ``group_ep`` names, when it has several ranks (None: a world of one rank)."""
+    domain = comm_domain(call.group_ep)
+    if domain is None or domain.size == 1:
+        return None
+    if domain.size != world.ranks or domain.rank != world.rank:
+        raise OpArgumentError(
+            f"ep_world_size={world.ranks} and ep_rank_id={world.rank} must be the size of group_ep "
+            f"{call.group_ep!r} ({domain.size}) and this process's rank in it ({domain.rank})"
+        )
+    return domain
+
+
+def _senders(call: Arguments, world: _World, what: str) -> _Senders:
+    """This rank's tokens, or every rank's gathered over group_ep."""
+    active = _active_routes(call.expert_ids, call.x_active_mask)
+    domain = _ep_domain(call, world)
+    if domain is None:
+        return _Senders((world.rank,), (call.x,), (call.expert_ids,), (active,), (call.expert_scales,))
+    gathered = [all_gather_rows(domain, value, what) for value in (call.x, call.expert_ids, active)]
+    scales = (all_gather_rows(domain, call.expert_scales, what) if call.expert_scales is not None
+              else [None] * domain.size)
+    return _Senders(tuple(range(domain.size)), *(tuple(values) for values in (*gathered, scales)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,7 +221,7 @@ def _dispatch_meta(call: Arguments, idx_entries: Callable[[int, int], int]) -> t
     )
 
 
-def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...]) -> tuple[torch.Tensor, ...]:
+def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...], what: str) -> tuple[torch.Tensor, ...]:
     x, expert_ids, scales, moe_expert_num = call.x, call.expert_ids, call.scales, call.moe_expert_num
     world = _world(call, x)
     all_experts = moe_expert_num + special_experts(call)  # a special expert's tokens stay: combine computes them
@@ -190,20 +230,26 @@ def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...]) -> tuple[torch.T
             f"expert_ids values must lie in [0, {all_experts}), the MoE experts then the special ones",
             argument="expert_ids"
         )
-    local = expert_ids.to(torch.int64) - world.first_expert
-    active = _active_routes(expert_ids, call.x_active_mask)
-    routed = active & (local >= 0) & (local < world.local_experts)
-    pairs = torch.nonzero(routed)  # (token, slot), token-major
-    order = torch.sort(local[routed], stable=True)  # by local expert, then token
-    tokens, slots, experts = pairs[order.indices, 0], pairs[order.indices, 1], order.values
-    received = len(tokens)
+    senders = _senders(call, world, what)
+    picked: list[tuple[torch.Tensor, ...]] = []
+    for source, ids, active, sent_x, sent_scales in zip(senders.ranks, senders.expert_ids, senders.active,
+                                                        senders.x, senders.expert_scales):
+        local = ids.to(torch.int64) - world.first_expert
+        pairs = torch.nonzero(active & (local >= 0) & (local < world.local_experts))  # (token, slot), token-major
+        weights = (sent_scales[pairs[:, 0], pairs[:, 1]] if sent_scales is not None
+                   else torch.zeros(len(pairs), dtype=torch.float32))
+        picked.append((sent_x[pairs[:, 0]], local[pairs[:, 0], pairs[:, 1]], torch.full((len(pairs),), source),
+                       weights))
+    rows, local_experts, sources, weights = (torch.cat(column) for column in zip(*picked))
+    order = torch.sort(local_experts, stable=True)  # by local expert, then source rank, then token
+    rows, experts, sources, weights = rows[order.indices], order.values, sources[order.indices], weights[order.indices]
+    received = len(rows)
     if received > world.recv_rows:
         raise OpArgumentError(
             f"{received} routed tokens exceed the {world.recv_rows} rows expand_x holds; raise global_bs"
         )
     expand_x, dynamic_scales, expand_idx, _, _, tp_recv, expand_scales = (torch.zeros(o.shape, dtype=o.dtype)
                                                                           for o in outputs)
-    rows = x[tokens]
     if call.quant_mode == DYNAMIC_QUANT:
         values = rows.to(torch.float32)
         if scales is not None:
@@ -213,13 +259,16 @@ def _dispatch_kernel(call: Arguments, outputs: tuple[Out, ...]) -> tuple[torch.T
         rows = round_to_int8(values / safe.unsqueeze(-1))
         dynamic_scales[:received] = scale
     expand_x[:received] = rows
-    expand_idx[: expert_ids.numel()] = _send_ranks(expert_ids, active, all_experts)
+    expand_idx[: expert_ids.numel()] = _send_ranks(expert_ids, _active_routes(expert_ids, call.x_active_mask),
+                                                   all_experts)
     if call.expert_scales is not None:
-        expand_scales[:received] = call.expert_scales[tokens, slots]
+        expand_scales[:received] = weights
     counts = torch.bincount(experts, minlength=world.local_experts).to(torch.int64)
     token_nums = counts if call.expert_token_nums_type == TOKENS_COUNT else torch.cumsum(counts, 0)
+    per_source = torch.zeros(world.local_experts * world.ranks, dtype=torch.int64)
+    per_source.index_add_(0, experts * world.ranks + sources, torch.ones_like(experts))
     recv_counts = torch.zeros(outputs[4].shape, dtype=torch.int32)
-    recv_counts[: world.ranks * world.local_experts] = _recv_offsets(counts, world)
+    recv_counts[: world.ranks * world.local_experts] = _recv_offsets(per_source)
     return expand_x, dynamic_scales, expand_idx, token_nums, recv_counts, tp_recv, expand_scales
 
 
@@ -248,20 +297,20 @@ def _v2_idx_entries(pairs: int, recv_rows: int) -> int:
 
 
 
-def _dispatch_functions(idx_entries: Callable[[int, int], int]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def _dispatch_functions(idx_entries: Callable[[int, int], int], name: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The meta function and kernel of one dispatch interface, which differ only in the expand_idx size."""
 
     def meta(call: Arguments) -> tuple[Out, ...]:
         return _dispatch_meta(call, idx_entries)
 
     def kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
-        return _dispatch_kernel(call, _dispatch_meta(call, idx_entries))
+        return _dispatch_kernel(call, _dispatch_meta(call, idx_entries), f"torch_npu.{name}")
 
     return meta, kernel
 
 
-_dispatch_v1_meta, _dispatch_v1_kernel = _dispatch_functions(_v1_idx_entries)
-_dispatch_v2_meta, _dispatch_v2_kernel = _dispatch_functions(_v2_idx_entries)
+_dispatch_v1_meta, _dispatch_v1_kernel = _dispatch_functions(_v1_idx_entries, "npu_moe_distribute_dispatch")
+_dispatch_v2_meta, _dispatch_v2_kernel = _dispatch_functions(_v2_idx_entries, "npu_moe_distribute_dispatch_v2")
 
 
 def _sample_tokens() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -385,26 +434,37 @@ def _combine_meta(call: Arguments, expand_idx: torch.Tensor) -> Out:
     return Out([tokens, h], expand_x.dtype)
 
 
-def _combine_sum(call: Arguments, expand_idx: torch.Tensor) -> torch.Tensor:
-    """The float32 sum of the weighted rows of the local experts (and the shared expert's output)."""
+def _combine_sum(call: Arguments, expand_idx: torch.Tensor, what: str) -> torch.Tensor:
+    """The float32 sum of the weighted rows the experts return (and the shared expert's output). In a world
+    of one rank only the local experts return rows; over an ``"hccl"`` group every rank's ``expand_x`` and
+    ``ep_send_counts`` are gathered and each token reads its row from its expert's rank."""
     expand_x, expert_ids, expert_scales = call.expand_x, call.expert_ids, call.expert_scales
     world = _world(call, expert_ids.new_empty(expert_ids.shape[0], 1))
     tokens, k = expert_ids.shape
-    local = expert_ids.to(torch.int64) - world.first_expert
-    routed = _active_routes(expert_ids, call.x_active_mask) & (local >= 0) & (local < world.local_experts)
+    owner = expert_ids.to(torch.int64).div(world.local_experts, rounding_mode="floor")
+    local = expert_ids.to(torch.int64) - owner * world.local_experts
+    active = _active_routes(expert_ids, call.x_active_mask)
+    domain = _ep_domain(call, world)
+    if domain is None:
+        buffers, counts = expand_x[None], call.ep_send_counts[None]
+        routed, holder = active & (owner == world.rank), torch.zeros_like(owner)
+    else:
+        buffers = torch.stack(all_gather_rows(domain, expand_x[: world.recv_rows], what))
+        counts = torch.stack(all_gather_rows(domain, call.ep_send_counts[: world.ranks * world.local_experts], what))
+        routed, holder = active & (owner < world.ranks), owner.clamp(max=world.ranks - 1)
     block = local.clamp(0, world.local_experts - 1) * world.ranks + world.rank
-    counts = call.ep_send_counts.to(torch.int64)
-    starts = torch.where(block > 0, counts[(block - 1).clamp(min=0)], 0)
+    counts = counts.to(torch.int64)
+    starts = torch.where(block > 0, counts[holder, (block - 1).clamp(min=0)], 0)
     rows = starts + expand_idx[: tokens * k].to(torch.int64).reshape(tokens, k)
-    if bool(((rows < 0) | (rows >= expand_x.shape[0]))[routed].any()):
+    if bool(((rows < 0) | (rows >= buffers.shape[1]))[routed].any()):
         raise OpArgumentError(
             "expand_idx / ep_send_counts point outside expand_x; pass dispatch's outputs unchanged",
             argument="expand_idx",
         )
-    source = expand_x.to(torch.float32)
+    source = buffers.to(torch.float32)
     out = torch.zeros(tokens, expand_x.shape[1], dtype=torch.float32)
     for slot in range(k):
-        picked = source[rows[:, slot].clamp(0, expand_x.shape[0] - 1)]
+        picked = source[holder[:, slot], rows[:, slot].clamp(0, buffers.shape[1] - 1)]
         weighted = expert_scales[:, slot].unsqueeze(-1) * picked
         out = out + torch.where(routed[:, slot].unsqueeze(-1), weighted, 0.0)
     if call.shared_expert_x is not None:
@@ -417,7 +477,7 @@ def _combine_v1_meta(call: Arguments) -> Out:
 
 
 def _combine_v1_kernel(call: Arguments) -> torch.Tensor:
-    return _combine_sum(call, call.expand_idx).to(call.expand_x.dtype)
+    return _combine_sum(call, call.expand_idx, "torch_npu.npu_moe_distribute_combine").to(call.expand_x.dtype)
 
 
 def _special_expert_inputs(call: Arguments, out: Out) -> None:
@@ -470,7 +530,8 @@ def _special_expert_sum(call: Arguments) -> torch.Tensor:
 
 
 def _combine_v2_kernel(call: Arguments) -> torch.Tensor:
-    return (_combine_sum(call, call.assist_info_for_combine) + _special_expert_sum(call)).to(call.expand_x.dtype)
+    combined = _combine_sum(call, call.assist_info_for_combine, "torch_npu.npu_moe_distribute_combine_v2")
+    return (combined + _special_expert_sum(call)).to(call.expand_x.dtype)
 
 
 def _check_combine(call: Arguments) -> None:

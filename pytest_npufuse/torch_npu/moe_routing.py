@@ -18,10 +18,12 @@ import torch
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
+    dtype_of_code,
     require_choice,
     require_dtype,
     require_shape,
 )
+from .dtypes import DTYPE_CODES
 from .fixedorder import round_to_int8, softmax
 from .registry import Arguments, Out, SampleCall, bind, npu_op
 
@@ -205,13 +207,31 @@ def _check_init_routing_v2_scale(
         require_shape("scale", scale, ((experts, x.shape[1]), (1, x.shape[1])))
 
 
-def _init_routing_v2_meta(call: Arguments) -> tuple[Out, ...]:
-    x, expert_idx, expert_capacity, expert_num = call.x, call.expert_idx, call.expert_capacity, call.expert_num
-    quant_mode, active_expert_range = call.quant_mode, call.active_expert_range
+def _check_init_routing_v2_x(x: torch.Tensor, x_dtype: object, quant_mode: int) -> None:
+    """``x`` is float or int8 (the API page), its format named by ``x_dtype`` (op-plugin's schema) where
+    torch has no dtype for it: hifloat8 tokens held as uint8 bytes, which routing without quantisation
+    moves unchanged; a quant mode would have to decode them, which the CPU model cannot."""
+    named = dtype_of_code(x_dtype)
+    if named == DTYPE_CODES["hifloat8"]:
+        require_dtype("x", x, (torch.uint8,))
+        if quant_mode != NO_QUANT:
+            raise OpArgumentError(f"x_dtype=torch_npu.hifloat8 with quant_mode={quant_mode} is not implemented by "
+                                  "the CPU model; hifloat8 tokens are routed unquantised (quant_mode=-1)",
+                                  argument="quant_mode")
+        return
     require_dtype("x", x, (*FLOAT_DTYPES, torch.int8))
+    if named is not None and named != x.dtype:
+        raise OpArgumentError(f"x_dtype={x_dtype} names a format other than x's {x.dtype}; pass None "
+                              "(x_dtype is for formats torch has no dtype for, torch_npu.hifloat8)", argument="x_dtype")
     if x.dtype == torch.int8 and quant_mode != NO_QUANT:
         raise OpArgumentError("x is already int8 (quantised before routing): use quant_mode=-1, with its per-row "
                               "scales as scale [NUM_ROWS] to carry them to the expanded rows", argument="x")
+
+
+def _init_routing_v2_meta(call: Arguments) -> tuple[Out, ...]:
+    x, expert_idx, expert_capacity, expert_num = call.x, call.expert_idx, call.expert_capacity, call.expert_num
+    quant_mode, active_expert_range = call.quant_mode, call.active_expert_range
+    _check_init_routing_v2_x(x, call.x_dtype, quant_mode)
     require_dtype("expert_idx", expert_idx, (torch.int32,))
     if x.dim() != 2 or expert_idx.dim() != 2 or expert_idx.shape[0] != x.shape[0]:
         raise OpArgumentError(
@@ -388,7 +408,8 @@ def npu_moe_init_routing_v2(call: Arguments) -> None:
        experts that got tokens, then zeros.
 
     ``x`` may also be int8 (tokens quantised before routing, as the public W8A8 MoE code does); then only
-    ``quant_mode=-1`` applies and ``scale`` carries their per-row scales. Refused: the FP8/HIF8/MX/int4 quant
+    ``quant_mode=-1`` applies and ``scale`` carries their per-row scales. ``x_dtype=torch_npu.hifloat8``
+    (op-plugin's schema) marks uint8 ``x`` as hifloat8 bytes, routed unchanged with ``quant_mode=-1``. Refused: the FP8/HIF8/MX/int4 quant
     modes (2-17), which have no CPU dtype here.
     """
     require_choice("drop_pad_mode", call.drop_pad_mode, (DROPLESS, DROP_PAD),

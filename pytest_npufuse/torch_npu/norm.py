@@ -22,7 +22,7 @@ from .checks import (
 from .fixedorder import pairwise_sum, round_to_int8
 from .quant import DYNAMIC_QUANT_MAX, INT4_MAX, INT4_PER_INT32, symmetric_levels
 from .quant import _pack_int4 as pack_int4
-from .registry import Arguments, Derivative, Out, SampleCall, bind, npu_op
+from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
 
 
@@ -816,7 +816,7 @@ def npu_add_rms_norm_v2(call: Arguments) -> None:
 
 
 def _rms_norm_quant_meta(call: Arguments) -> Out:
-    x, gamma = call.x, call.gamma
+    x = call.x
     require_dtype("x", x, FLOAT_DTYPES)
     for name in ("gamma", "beta"):
         param = getattr(call, name)

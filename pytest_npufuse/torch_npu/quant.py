@@ -11,6 +11,7 @@ from ..errors import OpArgumentError, OpTypeError
 from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
     FLOAT_DTYPES,
+    dtype_of_code,
     HALF_DTYPES,
     dtype_names,
     require_choice,
@@ -171,8 +172,72 @@ def _qmm_output_shape(x1: torch.Tensor, x2: torch.Tensor) -> list[int]:
     return [*_broadcast_batch(x1, x2), _qmm_shape(x1)[-2], _qmm_width(x2)]
 
 
+A8W4_OUTPUT_DTYPES = (torch.float16, torch.bfloat16)
+A8W4_ACTIVATION_SHIFT = 8  # the golden's low nibble (x & 15) - 8: the kernel multiplies x1 - 8
+
+
+def _a8w4_group(call: Arguments) -> int:
+    """The k-group of the A8W4 mode's scale: ``group_sizes`` [g_m, g_n, g_k] with g_m, g_n 0 or 1 (per token,
+    per channel) and g_k > 0 dividing k."""
+    g_m, g_n, g_k = (int(size) for size in call.group_sizes)
+    k = call.x1.shape[-1]
+    if g_m not in (0, 1) or g_n not in (0, 1) or g_k <= 0 or k % g_k:
+        raise OpArgumentError(f"group_sizes={list(call.group_sizes)} is not implemented; expected [0 or 1, 0 or 1, "
+                              f"g_k] with g_k dividing k={k} (the A8W4 per-group weight scale)")
+    return g_k
+
+
+def _a8w4_meta(call: Arguments) -> Out:
+    """A8W4: int8 x1 [m, k], x2 int32 words of eight int4 [k, n / 8] (npu_convert_weight_to_int4pack), an
+    int64 or float32 scale [k / g_k, n], float32 pertoken_scale [m] or [m, 1], optional float32 offset [n]."""
+    x1, x2, scale = call.x1, call.x2, call.scale
+    require_dtype("x1", x1, (torch.int8,), "(the A8W4 mode with group_sizes)")
+    require_dtype("x2", x2, (torch.int32,), "(int32 words of eight int4, the A8W4 mode)")
+    if x1.dim() != 2 or x2.dim() != 2 or x2.shape[0] != x1.shape[1]:
+        raise OpArgumentError(f"x1 {list(x1.shape)} and x2 {list(x2.shape)} must be [m, k] and [k, n / 8] in the "
+                              "A8W4 mode")
+    m, k, n = x1.shape[0], x1.shape[1], x2.shape[1] * INT4_PER_INT32
+    out_dtype = call.output_dtype or torch.float16
+    require_choice("output_dtype", out_dtype, A8W4_OUTPUT_DTYPES, "the A8W4 mode's outputs")
+    require_dtype("scale", scale, (torch.int64, torch.float32))
+    require_shape("scale", scale, ((k // _a8w4_group(call), n),))
+    if call.pertoken_scale is None:
+        raise OpArgumentError("the A8W4 mode needs pertoken_scale, float32 [m] or [m, 1]")
+    require_dtype("pertoken_scale", call.pertoken_scale, (torch.float32,))
+    require_shape("pertoken_scale", call.pertoken_scale, ((m,), (m, 1)))
+    if call.offset is not None:
+        require_dtype("offset", call.offset, (torch.float32,))
+        require_shape("offset", call.offset, ((n,),))
+    return Out([m, n], out_dtype)
+
+
+def _a8w4_kernel(call: Arguments) -> torch.Tensor:
+    """op-plugin's A8W4 golden (test_npu_quant_matmul.py ``a8w4_quant_golden``), in exact arithmetic where the
+    golden accumulates in float16. The golden splits each int8 of x1 into a high nibble ``x // 16`` and a
+    low one ``(x & 15) - 8`` (offset binary) and recombines them as ``16 * high + low``, which is ``x - 8``:
+    the kernel multiplies ``x1 - 8``, and ``offset`` is where a caller compensates. Per k-group g,
+    ``((x1 - 8)_g @ w_g)`` (int32, exact) times its scale row, summed over groups in float32, plus
+    ``offset``, times the per-token scale, rounded once to the output dtype. An int64 scale is
+    npu_trans_quant_param's, decoded."""
+    group = _a8w4_group(call)
+    # float64 holds every integer product sum exactly (|x1 - 8| <= 136, |w| <= 8), independent of BLAS order
+    x1 = call.x1.to(torch.float64) - A8W4_ACTIVATION_SHIFT
+    weight = unpack_int4(call.x2).to(torch.float64)
+    scale = decode_quant_param(call.scale)[0] if call.scale.dtype == torch.int64 else call.scale
+    total = torch.zeros(x1.shape[0], weight.shape[1], dtype=torch.float32)
+    for g in range(x1.shape[1] // group):
+        part = x1[:, g * group:(g + 1) * group] @ weight[g * group:(g + 1) * group]
+        total = total + part.to(torch.float32) * scale[g]
+    if call.offset is not None:
+        total = total + call.offset
+    total = total * call.pertoken_scale.reshape(-1, 1)
+    return total.to(call.output_dtype or torch.float16)
+
+
 def _quant_matmul_meta(call: Arguments) -> Out:
     """Validate the npu_quant_matmul tensors from metadata: ``[batch..., m, n]`` in the output dtype."""
+    if call.group_sizes is not None:
+        return _a8w4_meta(call)
     out_dtype = _resolve_output_dtype(call.output_dtype)
     _check_qmm_operands(call.x1, call.x2)
     out_shape = _qmm_output_shape(call.x1, call.x2)
@@ -215,6 +280,8 @@ def _cast_quant_matmul_output(
 
 def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
     """acc = x1 @ x2 (int32); [+ int32 bias]; * scale; [* pertoken]; [+ float bias]; [+ offset]."""
+    if call.group_sizes is not None:
+        return _a8w4_kernel(call)
     pertoken_scale, bias = call.pertoken_scale, call.bias
     out_dtype = _resolve_output_dtype(call.output_dtype)
     acc = int_matmul(_qmm_levels(call.x1), _qmm_levels(call.x2))
@@ -231,7 +298,8 @@ def _quant_matmul_kernel(call: Arguments) -> torch.Tensor:
     return _cast_quant_matmul_output(values, offset_f32, out_dtype)
 
 def _quant_matmul_samples() -> list[SampleCall]:
-    """int8 x int8 to the int32 accumulator with an int32 bias, and to bfloat16 with a per-token scale."""
+    """int8 x int8 to the int32 accumulator with an int32 bias, to bfloat16 with a per-token scale, and A8W4
+    with a weight scale per 16 rows of k."""
     gen = torch.Generator().manual_seed(0)
     x1 = torch.randint(-128, 128, (6, 32), dtype=torch.int8, generator=gen)
     x2 = torch.randint(-128, 128, (32, 8), dtype=torch.int8, generator=gen)
@@ -240,13 +308,17 @@ def _quant_matmul_samples() -> list[SampleCall]:
         SampleCall((x1, x2, torch.full((8,), 0.5)), {"bias": bias, "output_dtype": torch.int32}),
         SampleCall((x1, x2, torch.rand(8, generator=gen)),
                    {"pertoken_scale": torch.rand(6, generator=gen), "output_dtype": torch.bfloat16}),
+        SampleCall((x1, _pack_int4(torch.randint(-8, 8, (32, 16), generator=gen).float()),
+                    torch.rand(2, 16, generator=gen) / 64),
+                   {"pertoken_scale": torch.rand(6, 1, generator=gen), "offset": torch.randn(16, generator=gen),
+                    "output_dtype": torch.float16, "group_sizes": [0, 0, 16]}),
     ]
 
 
 @npu_op(
     meta=_quant_matmul_meta,
     kernel=_quant_matmul_kernel,
-    unmodeled=("x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype", "group_sizes", "y_scale"),
+    unmodeled=("x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype", "y_scale"),
     samples=_quant_matmul_samples,
 )
 def npu_quant_matmul(call: Arguments) -> None:
@@ -302,8 +374,11 @@ def npu_quant_matmul(call: Arguments) -> None:
       doc gives no formula for this row; an int32 result cannot hold a float scale, so the
       scale is checked but not applied (assumption, not confirmed on a device).  The
       accumulator wraps around modulo 2**32 like an int32 register.
-    * int4 inputs (int32 packed, with the per-group ``group_sizes`` scales of newer releases)
-      are not implemented and raise ValueError.
+    * A8W4 (``group_sizes`` [g_m, g_n, g_k], op-plugin's test_npu_quant_matmul_A8W4_*): int8 ``x1`` [m, k],
+      ``x2`` int32 words of eight int4 [k, n / 8] (npu_convert_weight_to_int4pack), ``scale`` [k / g_k, n]
+      (npu_trans_quant_param's int64, or float32) per k-group and column, ``pertoken_scale`` [m] / [m, 1],
+      ``offset`` [n] added before the per-token scale: ``(sum_g ((x1 - 8)_g @ x2_g) * scale[g] + offset) *
+      pertoken_scale`` (:func:`_a8w4_kernel`: the golden's nibble split shifts x1 by 8), float16 or bfloat16.
     """
 
 
@@ -975,12 +1050,17 @@ def npu_weight_quant_batchmatmul(call: Arguments) -> None:
     * The dequantised weight is computed in float32 and rounded once to x's dtype (the Cube
       multiplies fp16/bf16 operands); the product accumulates in float32 with the bias
       (x's dtype or float32) added before one rounding (:func:`pytest_npufuse.numerics.exact.cube_addmm`).
+    * ``weight_dtype`` (op-plugin's schema: the format the weight tensor holds, a torch.dtype or torch_npu
+      code) may name int8, the weight's own dtype; hifloat8, float8 and float4 weights are refused by name.
     * Not implemented (ValueError): int4 weights (int32-packed), int64 (trans_quant_param)
       antiquant scales, and the int8 output quantisation ``quant_scale``/``quant_offset``.  ``inner_precise`` selects a device
       precision/performance mode and does not change this model's values.
     """
     require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=call.quant_scale,
                    quant_offset=call.quant_offset)
+    if call.weight_dtype is not None:
+        require_choice("weight_dtype", dtype_of_code(call.weight_dtype), (torch.int8,),
+                       "the int8 weight the model dequantises; hifloat8, float8 and float4 weights are not modeled")
     if call.antiquant_group_size < 0:
         raise OpArgumentError(
             f"antiquant_group_size={call.antiquant_group_size} must be >= 0 (0: no groups)",

@@ -41,7 +41,7 @@ import torch
 from ..errors import NpufuseError, OpTypeError, ProfileError
 from ..gaps import user_line
 from ..target.catalog import load_catalog
-from .checks import ArgumentCheck, require_unused, type_check
+from .checks import ArgumentCheck, model_device, require_unused, type_check
 from .schema import Declaration, declarations, format_returns
 
 NAMESPACE = "npu"
@@ -125,7 +125,9 @@ def _python_scalars(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
                           for name, value in kwargs.items()}
 
 
-def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
+def _first_tensor(values: Sequence[Any]) -> Optional[torch.Tensor]:
+    """The first tensor among an op's arguments, or None for a factory op (``empty_with_format``), whose
+    outputs are made from its sizes alone."""
     for value in values:
         if isinstance(value, torch.Tensor):
             return value
@@ -133,7 +135,7 @@ def _first_tensor(values: Sequence[Any]) -> torch.Tensor:
             for item in value:
                 if isinstance(item, torch.Tensor):
                     return item
-    raise OpTypeError("an npu op needs at least one tensor argument")
+    return None
 
 
 def _attributed(error: NpufuseError, op: str, eager: bool) -> None:
@@ -146,12 +148,15 @@ def _attributed(error: NpufuseError, op: str, eager: bool) -> None:
         error.where = user_line() or None
 
 
-def _allocate(outputs: Outputs, like: torch.Tensor) -> Any:
-    """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing); a schema
-    ``int`` output (e.g. npu_fusion_attention's dropout seed) is declared by its value and kept."""
+def _allocate(outputs: Outputs, like: Optional[torch.Tensor]) -> Any:
+    """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing), or made by
+    ``torch.empty`` for a factory op (under the fake mode that traces it, a fake tensor); a schema ``int``
+    output (e.g. npu_fusion_attention's dropout seed) is declared by its value and kept."""
     if isinstance(outputs, int):
         return outputs
     if isinstance(outputs, Out):
+        if like is None:
+            return torch.empty(list(outputs.shape), dtype=outputs.dtype)
         return like.new_empty(list(outputs.shape), dtype=outputs.dtype)
     return type(outputs)(_allocate(out, like) for out in outputs)
 
@@ -382,6 +387,59 @@ def _register_autograd(qualified: str, backward: Callable[..., Any], setup_conte
     _LIB.impl(qualified, torch._library.autograd.make_autograd_impl(overload, info), "Autograd", with_keyset=True)
 
 
+def _declare_inplace(
+    checks: Callable[[Arguments], None], functional: str, written: str, samples: Optional[Samples]
+) -> Callable[..., Any]:
+    """``torch.ops.npu.<name>`` as torch_npu declares an in-place op whose functional form is the declared op
+    ``functional`` (``scatter_update_`` of ``scatter_update``): the schema marks the written argument and
+    the return ``Tensor(a!)``, and its CompositeImplicitAutograd kernel runs ``functional`` and copies the
+    result into that argument, which it returns. A fake tensor mode therefore returns the very tensor it
+    was given, and a traced graph holds the functional op and a ``copy_``, as torch_npu's functionalization
+    of the op gives."""
+    public_name = checks.__name__
+    declaration = declarations()[public_name]
+    if f"{NAMESPACE}::{public_name}" not in _catalog_types():
+        raise ProfileError(f"{NAMESPACE}::{public_name} is declared in {checks.__module__} but has no entry in data/ops.toml")
+    declared = f"{public_name}{declaration.arguments(mutated=(written,))} -> Tensor(a!)"
+    _LIB.define(declared)
+    parameters = {parameter.name: parameter for parameter in declaration.parameters}
+    position, schema_name = list(parameters).index(written), parameters[written].schema_name
+    schema_names = {p.name: p.schema_name for p in declaration.parameters if p.name != p.schema_name}
+    functional_packet = getattr(getattr(torch.ops, NAMESPACE), functional)
+
+    def in_place(*args: Any, **kwargs: Any) -> Any:
+        target = kwargs[schema_name] if schema_name in kwargs else args[position]
+        target.copy_(functional_packet(*args, **kwargs))
+        return target
+
+    _LIB.impl(public_name, in_place, "CompositeImplicitAutograd")
+    typed, require_fit = _typed(declaration, {}), _fit_check(declaration)
+    make = _BINDERS[public_name] = _binder(declaration, require_fit)
+    validate = _VALIDATORS[public_name] = _validator(declaration, checks, (), typed)
+    check_types = _type_checker(declaration, typed, require_fit)
+    packet = getattr(getattr(torch.ops, NAMESPACE), public_name)
+
+    def public(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = _python_scalars(args, kwargs)
+        schema_kwargs = {schema_names.get(name, name): value for name, value in kwargs.items()}
+        if torch.compiler.is_compiling():
+            check_types(args, kwargs)
+            return packet(*args, **schema_kwargs)
+        try:
+            validate(*make(args, kwargs))
+            return packet(*args, **schema_kwargs)
+        except NpufuseError as error:
+            _attributed(error, public_name, eager=True)
+            raise
+
+    public.__name__ = public.__qualname__ = public_name
+    public.__module__, public.__doc__ = checks.__module__, checks.__doc__
+    public.__signature__ = declaration.signature()
+    family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
+    _OPS[public_name] = NpuOp(public_name, family, declared, declaration.source, functional, samples)
+    return public
+
+
 def npu_op(
     *,
     meta: Callable[[Arguments], Outputs],
@@ -393,6 +451,7 @@ def npu_op(
     side_effect: bool = False,
     derivative: Optional[Derivative] = None,
     samples: Optional[Samples] = None,
+    inplace_of: str = "",
 ) -> Callable[[Callable[[Arguments], None]], Callable[..., Any]]:
     """Declare ``torch.ops.npu.<name>`` and its public callable, ``<name>`` being the decorated function's.
 
@@ -418,10 +477,16 @@ def npu_op(
     reads its result. ``derivative`` makes the op differentiable (:class:`Derivative`); an op without
     one has no gradient, as in torch_npu. ``samples`` builds a few valid calls of the op
     (:class:`SampleCall`), from which the tests check every declared op against its schema, its fake
-    kernel and its derivative; an op declared without them fails those tests.
+    kernel and its derivative; an op declared without them fails those tests. ``inplace_of`` names the
+    declared functional op of which this op is torch_npu's in-place form (``Tensor(a!) self -> Tensor(a!)``,
+    the one argument ``writes_back`` names): the op is then that op plus a copy into the argument
+    (:func:`_declare_inplace`), and ``meta`` and ``kernel`` are the functional op's.
     """
 
     def declare(checks: Callable[[Arguments], None]) -> Callable[..., Any]:
+        if inplace_of:
+            (written,) = writes_back
+            return _declare_inplace(checks, inplace_of, written, samples)
         public_name = checks.__name__
         declaration = declarations()[public_name]
         name = f"{public_name}_functional" if schema_mutates else public_name
@@ -467,8 +532,11 @@ def npu_op(
             qualified_names.append(f"{op_type}.{overload.name}")
         # Every overload runs the op's checks, meta function and kernel; calling the overload packet picks
         # the overload whose schema the arguments fit, as torch_npu's binding does.
+        # A factory op (no tensor argument) has no backend key to dispatch on, as torch.empty: its kernel is
+        # the BackendSelect one, which a fake mode still intercepts first.
+        factory = not any("Tensor" in parameter.type for parameter in declaration.parameters)
         for qualified in qualified_names:
-            torch.library.impl(qualified, "CPU", lib=_LIB)(cpu_kernel)
+            torch.library.impl(qualified, "BackendSelect" if factory else "CPU", lib=_LIB)(cpu_kernel)
             torch.library.register_fake(qualified, fake_kernel, lib=_LIB)
         if derivative is not None:
             keep = derivative.setup_context
@@ -497,9 +565,11 @@ def npu_op(
             return packet(*args, **kwargs)
 
         def in_place(*args: Any, **kwargs: Any) -> Any:
-            return _write_back(
+            kept = _write_back(
                 slots, args, kwargs, call(args, kwargs), not schema_mutates, schema_mutates and declaration.single
             )
+            # a mutating schema declared ``-> ()`` (npu_gather_pa_kv_cache) returns None, as its kernel must
+            return None if schema_mutates and not declaration.returns else kept
 
         declared = f"{public_name}{schema}"
         if schema_mutates:
@@ -511,6 +581,7 @@ def npu_op(
         returns_none = bool(slots) and not declaration.returns
 
         check_types = _type_checker(declaration, typed, require_fit)
+        devices = tuple(p.name for p in declaration.parameters if p.type.removesuffix("?") == "Device")
 
         def run(args: tuple, kwargs: Mapping[str, Any]) -> Any:
             if slots:
@@ -521,6 +592,9 @@ def npu_op(
 
         def public(*args: Any, **kwargs: Any) -> Any:
             args, kwargs = _python_scalars(args, kwargs)
+            for device in devices:  # keyword-only in every factory schema
+                if device in kwargs:
+                    kwargs[device] = model_device(device, kwargs[device])
             # Under Dynamo the fake kernel runs the record's checks; tracing the binder and every check of
             # every call again would multiply a large model's capture time.
             if torch.compiler.is_compiling():

@@ -1016,6 +1016,9 @@ def npu_mla_prolog_v3(call: Arguments) -> None:
 MROPE_SECTIONS = (3, 4)  # rows of a multimodal positions tensor (t, h, w[, extra])
 
 
+MROPE_CACHE_MODES = ("default", "interleave")  # op-plugin RopeWithSinCosCacheKernelNpuOpApi.cpp
+
+
 def _mrope_meta(call: Arguments) -> tuple[Out, Out]:
     """query [T, Nq x head_size] and key [T, Nk x head_size] keep their shapes; the cache is
     [max_position, rotary_dim] with rotary_dim even and at most head_size, in the query's dtype."""
@@ -1047,17 +1050,28 @@ def _mrope_meta(call: Arguments) -> tuple[Out, Out]:
             f"mrope_section={sections} must give one width per positions row ({positions.shape[0]}) summing to "
             f"rotary_dim / 2 = {rotary_dim // 2}", argument="mrope_section"
         )
+    if positions.dim() == 2 and call.cache_mode == "interleave" and len(sections) != 3:
+        raise OpArgumentError(f"cache_mode='interleave' interleaves three position rows (mrope_section of 3 widths), "
+                              f"got mrope_section={sections}; use cache_mode='default'", argument="cache_mode")
     return Out(list(query.shape), query.dtype), Out(list(key.shape), key.dtype)
 
 
-def _mrope_tables(positions: torch.Tensor, cache: torch.Tensor, sections: Sequence[int]) -> tuple[torch.Tensor, ...]:
+def _mrope_tables(
+    positions: torch.Tensor, cache: torch.Tensor, sections: Sequence[int], cache_mode: str
+) -> tuple[torch.Tensor, ...]:
     """Per token, the cos and sin halves [T, rotary_dim / 2]: rows of the cache at the positions; with
-    multimodal positions, section i of the width comes from positions row i."""
+    multimodal positions, section i of the width comes from positions row i (``default``), or, for
+    ``interleave``, the columns cycle through the rows: row 0's table, with columns ``1::3`` and ``2::3``
+    below ``3 * mrope_section[1]`` taken from rows 1 and 2 (the API page's formula)."""
     half = cache.shape[-1] // 2
     rows = cache.to(torch.float32)[positions.reshape(-1).long()].reshape(*positions.shape, 2 * half)
     cos, sin = rows[..., :half], rows[..., half:]
     if positions.dim() == 1:
         return cos, sin
+    if cache_mode == "interleave":
+        column = torch.arange(half)
+        row = torch.where((column < 3 * sections[1]) & (column % 3 > 0), column % 3, 0)
+        return tuple(table.gather(0, row.expand(1, table.shape[1], half)).squeeze(0) for table in (cos, sin))
     bounds = [0, *itertools.accumulate(sections)]
     pick = [(row, start, end) for row, (start, end) in enumerate(zip(bounds, bounds[1:]))]
     return tuple(torch.cat([table[row, :, start:end] for row, start, end in pick], dim=-1) for table in (cos, sin))
@@ -1074,7 +1088,7 @@ def _mrope_heads(x: torch.Tensor, head_size: int, cos: torch.Tensor, sin: torch.
 
 def _mrope_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     query, key, head_size, rotary_mode = call.query, call.key, call.head_size, call.rotary_mode
-    cos, sin = _mrope_tables(call.positions, call.cos_sin_cache, list(call.mrope_section or []))
+    cos, sin = _mrope_tables(call.positions, call.cos_sin_cache, list(call.mrope_section or []), call.cache_mode)
     return _mrope_heads(query, head_size, cos, sin, rotary_mode), _mrope_heads(key, head_size, cos, sin, rotary_mode)
 
 
@@ -1092,6 +1106,7 @@ def _mrope_samples() -> list[SampleCall]:
     return [
         SampleCall((text, query, key, cache, head)),
         SampleCall((vision, query, key, cache, head), {"mrope_section": [4, 6, 6], "rotary_mode": "interleave"}),
+        SampleCall((vision, query, key, cache, head), {"mrope_section": [6, 5, 5], "cache_mode": "interleave"}),
     ]
 
 
@@ -1111,10 +1126,15 @@ def npu_mrope(call: Arguments) -> None:
       row 1, and so on (the sections sum to rotary_dim / 2).
     * The first rotary_dim of each head is rotated, ``rotary_mode="half"`` (NeoX halves) or
       ``"interleave"`` (even/odd pairs); the rest of the head passes through. float32 math, one
-      rounding to the query's dtype. ``cache_mode="interleave"`` (Qwen3-VL's interleaved sections)
-      is not implemented.
+      rounding to the query's dtype.
+    * ``cache_mode="interleave"`` (Qwen3-VL's interleaved M-RoPE, three sections): the columns take
+      rows 0, 1, 2 of positions in turn up to ``3 * mrope_section[1]``, row 0 beyond (the API page's
+      formula). With 1-D positions there is one row, so both modes read the same table.
     """
     if call.head_size <= 0:
         raise OpArgumentError(f"head_size={call.head_size} must be positive", argument="head_size")
     require_choice("rotary_mode", call.rotary_mode, ROTARY_MODES, "NeoX halves or even/odd pairs")
-    require_choice("cache_mode", call.cache_mode, ("default",), "sections taken in order")
+    if call.cache_mode not in MROPE_CACHE_MODES:
+        raise OpArgumentError(f"cache_mode only support default or interleave (got {call.cache_mode!r}: "
+                              "'default' takes the sections in order, 'interleave' cycles through them)",
+                              argument="cache_mode")

@@ -15,6 +15,8 @@ schema type                                  annotation
 ``float``, ``bool``, ``str``                 ``float``, ``bool``, ``str``
 ``ScalarType``                               ``torch.dtype``
 ``Scalar``                                   :data:`Scalar` (an int or a float)
+``Layout``                                   ``torch.layout``
+``Device``                                   :data:`Device` (a ``torch.device`` or its name)
 ``T?``                                       ``Optional[T]``
 ``T[]``                                      ``Sequence[T]`` (a returned list: ``list[T]``)
 ``T[n]``                                     ``Annotated[Sequence[T], n]`` (a list of ``n`` values)
@@ -45,6 +47,9 @@ SymInt = Union[int, torch.SymInt]
 # A number (schema ``Scalar``), e.g. npu_one_hot's on_value: torch's own stubs spell it ``Union[int, float]``.
 Scalar = Union[int, float]
 
+# A device (schema ``Device``, a factory's ``device=``): torch's own stubs take a torch.device or its name.
+Device = Union[torch.device, str]
+
 SCHEMAS_FILE = Path(__file__).parent / "schemas.toml"
 
 _SCALARS: dict[str, Any] = {
@@ -56,6 +61,8 @@ _SCALARS: dict[str, Any] = {
     "str": str,
     "ScalarType": torch.dtype,
     "Scalar": Scalar,
+    "Layout": torch.layout,
+    "Device": Device,
 }
 _SCHEMA = re.compile(r"(?P<name>\w+)\((?P<arguments>.*)\) -> (?P<returns>.+)")
 
@@ -196,9 +203,11 @@ def _parameters(schema: str, self_name: Optional[str]) -> tuple[Parameter, ...]:
     return tuple(parameters)
 
 
-def _overload(name: str, schema: str, self_name: Optional[str], known: Collection[str]) -> Overload:
+def _overload(name: str, schema: str, self_name: Optional[str], known: Sequence[Parameter]) -> Overload:
     """One entry of a table's ``overloads``: ``<name>.<Overload>(<arguments>) -> <returns>``, whose every
-    parameter must be one of the op's own (``known``), as the op's record holds those."""
+    parameter must be one of the op's own (``known``), as the op's record holds those, or a positional one
+    in the place of the op's positional parameter there (``npu_format_cast.Tensor``'s ``Tensor dst`` where
+    the op takes ``int acl_format``): the record holds its value under the op's name."""
     head, dot, rest = schema.partition(".")
     overload = rest.partition("(")[0]
     plain = f"{name}{rest[len(overload):]}"
@@ -207,7 +216,13 @@ def _overload(name: str, schema: str, self_name: Optional[str], known: Collectio
             f"{SCHEMAS_FILE.name} [{name}]: an overload must read '{name}.<Overload>(<arguments>) -> <returns>'"
         )
     parameters = _parameters(plain, self_name)
-    unknown = [parameter.name for parameter in parameters if parameter.name not in known]
+    names = {parameter.name for parameter in known}
+    positional = [parameter for parameter in known if not parameter.keyword_only]
+    unknown = [
+        parameter.name for index, parameter in enumerate(parameters)
+        if parameter.name not in names
+        and (parameter.keyword_only or index >= len(positional) or positional[index].keyword_only)
+    ]
     if unknown:
         raise ProfileError(f"{SCHEMAS_FILE.name} [{name}]: overload {overload} has parameters {unknown} the op lacks")
     return Overload(overload, schema, parameters)
@@ -223,8 +238,7 @@ def parse(name: str, table: Mapping[str, Any]) -> Declaration:
     single = not returns.startswith("(")
     types = (returns,) if single else tuple(_split(returns[1:-1]))
     parameters = _parameters(table["schema"], table.get("self"))
-    known = {parameter.name for parameter in parameters}
-    overloads = tuple(_overload(name, text, table.get("self"), known) for text in table.get("overloads", ()))
+    overloads = tuple(_overload(name, text, table.get("self"), parameters) for text in table.get("overloads", ()))
     return Declaration(name, parameters, types, single, table["source"], overloads)
 
 

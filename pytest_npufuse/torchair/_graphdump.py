@@ -27,6 +27,7 @@ import torch.fx
 
 from ..errors import NotModeledError
 from ..files import ensure_directory, write_text
+from ..frontend.backend import STORAGE_FORMATS
 from ..ir.program import Kernel, Program, TensorSpec
 from ..session import Scope, SessionKey, current_session
 
@@ -45,13 +46,13 @@ def _file(path: str | None, stage: str, graph_id: int, suffix: str) -> Path:
     return folder / f"dynamo_{stage}_graph_{graph_id}_rank_0_pid_{os.getpid()}_ts_{stamp}.{suffix}"
 
 
-def _desc(spec: TensorSpec, indent: str) -> list[str]:
+def _desc(spec: TensorSpec, indent: str, layout: str = "ND") -> list[str]:
     dims = " ".join(f"dim: {d}" for d in spec.shape)
     return [
         f"{indent}output_desc {{",
         f'{indent}  dtype: {_GE_DTYPES.get(spec.dtype, "DT_" + spec.dtype.upper())}',
         f"{indent}  shape {{ {dims} }}" if dims else f"{indent}  shape {{ }}",
-        f'{indent}  layout: "ND"',
+        f'{indent}  layout: "{layout}"',
         f"{indent}}}",
     ]
 
@@ -69,9 +70,10 @@ def _attrs(kernel: Kernel, stream: str) -> list[tuple[str, str]]:
     return attrs
 
 
-def graph_text(program: Program, stream_of: Mapping[str, str], name: str) -> str:
+def graph_text(program: Program, stream_of: Mapping[str, str], name: str, formats: Mapping[str, str] | None = None) -> str:
     """``program`` as GE's graph in protobuf text form (see the module doc); ``stream_of`` maps each
-    kernel to the stream it was planned on."""
+    kernel to the stream it was planned on, ``formats`` an input to the storage format a format cast
+    gave it (a weight cast to FRACTAL_NZ is dumped with that layout; every other tensor is ND)."""
     source: dict[str, str] = {}
     lines = [f'name: "{name}"']
     for index, buffer in enumerate(program.inputs):
@@ -79,7 +81,8 @@ def graph_text(program: Program, stream_of: Mapping[str, str], name: str) -> str
         lines += ["op {", f'  name: "{buffer}"', '  type: "Data"']
         lines.append(f'  attr {{ key: "index" value {{ i: {index} }} }}')
         spec = program.buffers.get(buffer)  # a symbolic-size input has no tensor buffer
-        lines += (_desc(spec.spec, "  ") if spec is not None else []) + ["}"]
+        layout = (formats or {}).get(buffer, "ND")
+        lines += (_desc(spec.spec, "  ", layout) if spec is not None else []) + ["}"]
     for kernel in program.kernels:
         for position, output in enumerate(kernel.outputs):
             source[output] = f"{kernel.name}:{position}"
@@ -121,5 +124,6 @@ def write_graph_dump(
             argument="config.debug.graph_dump.type"
         )
     target = _file(path, "original", graph_id, kind)
-    write_text(target, graph_text(program, stream_of, f"graph_{graph_id}"), "graph dump")
+    formats = gm.meta.get(STORAGE_FORMATS, {})
+    write_text(target, graph_text(program, stream_of, f"graph_{graph_id}", formats), "graph dump")
     return target

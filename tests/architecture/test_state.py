@@ -15,6 +15,8 @@ MUTATORS = {
     "appendleft", "sort", "reverse",
 }
 NOT_SESSION_STATE = {
+    ("torch_npu/distributed.py", "_DOMAINS"): "the hccl groups the real process joined, as torch.distributed's own registry",
+    ("shim/devices.py", "SELECTED"): "the NPU the real process computes as (torch.npu.set_device), one per process",
     ("session.py", "_OPEN"): "the stack of open sessions itself",
     ("session.py", "_DECLARED"): "the session keys, declared at import",
     ("cost/registry.py", "_RULES"): "cost rules, declared at import",

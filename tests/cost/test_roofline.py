@@ -230,6 +230,7 @@ _BY_OP = {
     "npu::_npu_flash_attention": packed_calls(True), "npu::_npu_flash_attention_v3": packed_calls(True),
     "npu::_npu_flash_attention_unpad": packed_calls(False), "npu::_npu_flash_attention_unpad_v2": packed_calls(False),
     "npu::_npu_flash_attention_qlens": paged_calls(True), "npu::_npu_paged_attention": paged_calls(False),
+    "npu::_npu_paged_attention_splitfuse": paged_calls(True),
     "npu::npu_sparse_flash_attention": sparse_calls(), "npu::npu_kv_quant_sparse_flash_attention": sparse_calls(),
     "npu::npu_lightning_indexer": indexer_calls(), "npu::npu_quant_lightning_indexer": indexer_calls(),
 }

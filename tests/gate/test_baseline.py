@@ -1,7 +1,9 @@
 """The gate's library pieces without pytest runs: judging, merging, atomic writes, the model version."""
 
+import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,8 @@ from pytest_npufuse.errors import BaselineError, OutputFileError
 from pytest_npufuse.files import limits
 from pytest_npufuse.files.atomic import write_text_atomic
 from pytest_npufuse.gate import baseline
+from pytest_npufuse.gate.comparison import site_deltas
+from pytest_npufuse.gate.comparison_formats import UNLOCATED, located_lines
 from pytest_npufuse.simulate.version import ModelIdentity
 from pytest_npufuse.target.catalog import load_catalog
 from pytest_npufuse.target.profile import load_profile
@@ -169,3 +173,38 @@ def test_compare_names_the_entry_past_a_bound(tmp_path, capsys):
     new.write_text(entry_text(variant_us="1e999"))
     assert main(["compare", str(old), str(new)]) == 2
     assert f"{new}: {AT}.variant_us: the number 1e999 is out of the range of a double" in capsys.readouterr().err
+
+
+def test_an_entry_records_time_per_op_and_line_and_an_older_entry_without_it_still_reads(tmp_path):
+    model = ModelIdentity.of([load_profile("a3")], load_catalog())
+    sited = replace(entry(2.0), sites=(("aten::mm at model.py:34", 1.5, 2), ("SuperKernel sp1", 0.5, 1)))
+    path = tmp_path / "b.json"
+    baseline.write_baseline(path, baseline.Results(None, {}).with_entries([("new", "a3", sited), ("old", "a3", entry(1.0))], model))
+    loaded = baseline.load_baseline(path)
+    assert loaded.get("new", "a3").site_times() == {"aten::mm at model.py:34": (1.5, 2), "SuperKernel sp1": (0.5, 1)}
+    assert loaded.get("old", "a3").sites is None and loaded.get("old", "a3").site_times() is None
+    assert site_deltas(loaded.get("old", "a3"), sited) is None
+    assert located_lines(None, {}) == [f"note: {UNLOCATED}."]
+
+
+@pytest.mark.parametrize("sites", [{"aten::mm at m.py:1": [-1.0, 1]}, {"aten::mm at m.py:1": [1.0]}, ["x"]])
+def test_a_malformed_sites_record_is_refused(tmp_path, sites):
+    model = ModelIdentity.of([load_profile("a3")], load_catalog())
+    path = tmp_path / "b.json"
+    baseline.write_baseline(path, baseline.Results(None, {}).with_entries([("t", "a3", entry(1.0))], model))
+    data = json.loads(path.read_text())
+    data["entries"]["t"]["a3"]["sites"] = sites
+    path.write_text(json.dumps(data))
+    with pytest.raises(BaselineError, match="'sites' is not an object of op site"):
+        baseline.load_baseline(path)
+
+
+def test_site_deltas_name_the_op_that_grew_first_and_follow_a_line_that_only_moved():
+    before = replace(entry(2.0), sites=(("aten::mm at m.py:10", 5.0, 1), ("aten::add at m.py:12", 1.0, 1)))
+    after = replace(entry(3.0), sites=(("aten::mm at m.py:11", 5.0, 1), ("aten::add at m.py:13", 1.0, 1),
+                                       ("aten::cumsum at m.py:14", 2.5, 1)))
+    (grew,) = site_deltas(before, after)  # the mm and add moved down a line: unchanged, not gone and new
+    assert (grew.name, grew.old_us, grew.new_us, grew.old_count, grew.new_count) == ("aten::cumsum at m.py:14", None, 2.5, 0, 1)
+    lines = located_lines((grew,), {"aten::cumsum at m.py:14": "y = x.cumsum(0)"})
+    assert lines[0] == "what changed most (VARIANT, baseline -> now):"
+    assert lines[2].split() == ["aten::cumsum", "at", "m.py:14", "-", "2.500", "+2.500", "0", "->", "1", "y", "=", "x.cumsum(0)"]

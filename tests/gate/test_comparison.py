@@ -130,3 +130,40 @@ def test_compare_needs_two_files_and_never_writes_over_an_input(tmp_path, capsys
     before = new.read_text()
     assert cli(["compare", str(old), str(new), "--markdown", str(new)]) == 2
     assert "the second would overwrite the first" in capsys.readouterr().err and new.read_text() == before
+
+
+def sited(key: str, variant_us: float, sites: dict[str, tuple[float, int]]) -> baseline.Entry:
+    return baseline.Entry("max-autotune", 40.0, variant_us, round(40.0 / variant_us, 4), 1, 1, MODEL.for_target("a3"),
+                          sites=tuple((name, us, count) for name, (us, count) in sites.items()))
+
+
+def baseline_file(path: Path, *entries: tuple[str, baseline.Entry]) -> Path:
+    baseline.write_baseline(path, baseline.Results(None, {}).with_entries([(k, "a3", e) for k, e in entries], MODEL))
+    return path
+
+
+def test_two_baselines_name_the_ops_at_lines_behind_a_regression_in_text_and_markdown(tmp_path, capsys):
+    grown = {"aten::mm at m.py:10": (20.0, 1), "aten::cumsum at m.py:14": (6.0, 1), "SuperKernel sp1": (4.0, 2)}
+    old = baseline_file(tmp_path / "old.json", ("t.py::test_a", sited("t.py::test_a", 30.0, {"aten::mm at m.py:10": (20.0, 1), "SuperKernel sp1": (2.0, 1)})))
+    new = baseline_file(tmp_path / "new.json", ("t.py::test_a", sited("t.py::test_a", 38.0, grown)))
+    md = tmp_path / "c.md"
+    assert cli(["compare", str(old), str(new), "--markdown", str(md), "--json", str(tmp_path / "c.json")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("t.py::test_a [a3] regressed +26.67%; what changed (VARIANT, old -> new):")
+    assert [line.split()[:3] for line in out[start + 2 : start + 4]] == [["aten::cumsum", "at", "m.py:14"], ["SuperKernel", "sp1", "2.000"]]
+    comment = md.read_text()
+    assert "  | `aten::cumsum at m.py:14` | - | 6.000 | +6.000 | 0 -> 1 |" in comment
+    assert "  | `SuperKernel sp1` | 2.000 | 4.000 | +2.000 | 1 -> 2 |" in comment
+    (case,) = json.loads((tmp_path / "c.json").read_text())["cases"]
+    assert case["sites"][0] == {"name": "aten::cumsum at m.py:14", "old_us": None, "new_us": 6.0, "delta_us": 6.0,
+                                "old_count": 0, "new_count": 1}
+
+
+def test_an_older_baseline_without_sites_still_compares_with_a_note(tmp_path, capsys):
+    old = baseline_file(tmp_path / "old.json", ("t.py::test_a", baseline.Entry("max-autotune", 40.0, 30.0, 1.3333, 1, 1, MODEL.for_target("a3"))))
+    new = baseline_file(tmp_path / "new.json", ("t.py::test_a", sited("t.py::test_a", 38.0, {"aten::mm at m.py:10": (20.0, 1)})))
+    md = tmp_path / "c.md"
+    assert cli(["compare", str(old), str(new), "--markdown", str(md)]) == 1
+    out = capsys.readouterr().out
+    assert "t.py::test_a [a3] regressed +26.67%; note: per-op detail is unavailable" in out
+    assert "(per-op detail is unavailable: the baseline entry was recorded before" in md.read_text()

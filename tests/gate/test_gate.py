@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -66,10 +67,13 @@ FAST_US, SLOW_US = "42.618", "51.745"
 
 
 @pytest.fixture(scope="module")
-def modeled() -> dict[str, baseline.Entry]:
-    """The entries the plugin records for Fast and Slow, from the library, to seed baselines without a run."""
+def modeled(tmp_path_factory) -> dict[str, baseline.Entry]:
+    """The entries the plugin records for Fast and Slow, from the library, to seed baselines without a run
+    (from a models.py file as the runs have, so each op's source line is the same)."""
+    path = tmp_path_factory.mktemp("seed") / "models.py"
+    path.write_text(textwrap.dedent(MODELS).lstrip("\n"))
     namespace: dict = {}
-    exec(MODELS, namespace)
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
     model = ModelIdentity.of([load_profile("a3")], load_catalog())
     reports = {name: compare(namespace[name](), *namespace["inputs"](), target="a3") for name in ("Fast", "Slow")}
     return {name: baseline.Entry.of(report, model.for_target("a3")) for name, report in reports.items()}
@@ -123,8 +127,9 @@ def test_first_run_records_missing_entries_with_a_warning_and_the_next_run_passe
     assert data["schema_version"] == 1 and data["kind"] == "baseline" and len(data["model_version"]) == 16
     entry = data["entries"]["test_case.py::test_a"]["a3"]
     assert entry["variant_us"] == float(FAST_US) and entry["segments"] == 1 and entry["streams"] == 1
-    assert set(entry) == {"mode", "baseline_us", "variant_us", "speedup", "segments", "streams", "model_version", "breaks"}
+    assert set(entry) == {"mode", "baseline_us", "variant_us", "speedup", "segments", "streams", "model_version", "breaks", "sites"}
     assert entry["breaks"] == {}  # the scope is whole; a later failure names any breaking op as new
+    assert entry["sites"]["SuperKernel sp1"][1] == 1 and "npu::npu_quant_matmul at models.py:15" in entry["sites"]
     # The other tests seed baselines through the library: it must write exactly what a first run records.
     assert seed("seeded.json", test_a="Fast", test_b="Fast").read_text() == text
 
@@ -141,9 +146,13 @@ def test_slowed_case_fails_that_test_with_before_and_after(seed, run, pytester):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
         "*test_a*",
-        f"npufuse: modeled time regressed on a3 against the baseline base.json (tolerance 0%): variant {FAST_US} us -> "
+        f"npufuse regression: modeled time regressed on a3 against the baseline base.json (tolerance 0%): variant {FAST_US} us -> "
         f"{SLOW_US} us (+21.42%), speedup 1.082x -> 0.994x. If the slowdown is intended, re-baseline with "
         "--npufuse-update-baseline.",
+        "what changed most (VARIANT, baseline -> now):",
+        "  op at line * old us * new us * delta us * kernels * code",
+        "  aten::add at models.py:24 * - * +* 0 -> 1 * q = q + 1",
+        "  SuperKernel sp1 * 1 -> 2",
     ])
     assert gate_section(result) == [
         f"regressed     test_case.py::test_a [a3]: variant {FAST_US} us -> {SLOW_US} us (+21.42%), speedup 1.082x -> 0.994x",
@@ -158,7 +167,7 @@ def test_slowed_case_fails_that_test_with_before_and_after(seed, run, pytester):
     ])
     result.stdout.no_fnmatch_line("*Traceback*")
     # The short summary carries the finding, not the run's numbers.
-    result.stdout.fnmatch_lines(["FAILED test_case.py::test_a - Failed: npufuse: modeled time regressed on a3*", "*1 failed, 1 passed*"])
+    result.stdout.fnmatch_lines(["FAILED test_case.py::test_a - Failed: npufuse regression: modeled time regres*", "*1 failed, 1 passed*"])
     assert (pytester.path / "base.json").read_text() == before
 
 
@@ -340,7 +349,10 @@ def test_compare_command_prints_a_table_and_fails_on_regression(seed, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["test", "target", "old", "us", "new", "us", "change", "old", "speedup", "new", "speedup", "status"]
     assert out[1].split() == ["test_case.py::test_a", "a3", FAST_US, SLOW_US, "+21.42%", "1.082x", "0.994x", "regressed"]
-    assert out[3] == "1 regressed, 1 unchanged" and out[4].startswith("FAILED: 1 case(s) slower than 1% over")
+    assert out[3] == "1 regressed, 1 unchanged" and out[-1].startswith("FAILED: 1 case(s) slower than 1% over")
+    # Baselines record the time per op and line, so two of them say which op at which line grew.
+    assert out[4] == "test_case.py::test_a [a3] regressed +21.42%; what changed (VARIANT, old -> new):"
+    assert out[6].split()[:7] == ["aten::add", "at", "models.py:24", "-", "3.967", "+3.967", "0"]
     assert cli(["compare", str(old), str(new), "--fail-above", "30"]) == 0
     assert cli(["compare", str(new), str(old)]) == 0
     assert "improvements found" in capsys.readouterr().out

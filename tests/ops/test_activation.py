@@ -193,3 +193,11 @@ def test_geglu_refuses_an_unknown_approximation_and_passes_opcheck():
     torch.library.opcheck(torch.ops.npu.npu_geglu.default, (x, 0, 0, True))
     out, gelu = torch_npu.npu_geglu(x)
     torch.library.opcheck(torch.ops.npu.npu_geglu_grad.default, (out, x, gelu))
+
+
+def test_fast_gelu_takes_its_tensor_as_input_keyword() -> None:
+    """torch_npu registers its custom ops with ``self`` renamed ``input`` (torchnpugen/custom_functions.py),
+    so ``torch_npu.fast_gelu(input=x)`` is a valid call."""
+    x = torch.randn(3, 16, 32)
+    assert torch.equal(torch_npu.fast_gelu(input=x), torch_npu.fast_gelu(x))
+    assert torch.equal(torch_npu.npu_fast_gelu(input=x), torch_npu.npu_fast_gelu(x))

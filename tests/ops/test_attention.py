@@ -158,9 +158,16 @@ def test_attention_refuses_unmodeled_inputs_by_name() -> None:
     with pytest.raises(ValueError) as exc:
         torch_npu.npu_fused_infer_attention_score(q, q, q, input_layout="SBH")
     assert (exc.value.op, exc.value.argument) == ("npu_fused_infer_attention_score", "input_layout")
-    with pytest.raises(ValueError) as exc:
-        torch_npu.npu_incre_flash_attention(torch.zeros(1, 2, 8, dtype=torch.bfloat16), q, q)
-    assert exc.value.op == "npu_incre_flash_attention"
+
+
+def test_incre_flash_attention_with_several_query_rows_attends_every_key_per_its_formula() -> None:
+    """The IFA page's formula and shapes do not limit S to 1 (op-plugin's fake-tensor test passes a
+    (1, 40, 1, 128) query): each row attends to all keys, as the fused op without a mask."""
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 3, 2, 16, generator=gen).half() for _ in range(3))
+    ifa = torch_npu.npu_incre_flash_attention(q, k, v, num_heads=2, input_layout="BSND", scale_value=0.25)
+    fia = torch_npu.npu_fused_infer_attention_score(q, k, v, num_heads=2, input_layout="BSND", scale=0.25)[0]
+    assert ifa.shape == q.shape and torch.equal(ifa, fia)
 
 
 def test_attention_fake_kernels_match_eager_shapes() -> None:

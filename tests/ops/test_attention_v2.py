@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pytest_npufuse import torch_npu
+from pytest_npufuse.errors import OpArgumentError
 
 CAUSAL = torch.ones(2048, 2048, dtype=torch.bool).triu(diagonal=1)
 
@@ -215,3 +216,18 @@ def test_v2_full_int8_quantised_mla_decode_against_a_float64_reference() -> None
             actual_seq_kvlen=seq_lens, query_quant_mode=3, dequant_scale_query=q_scale[:, 0, :2].contiguous(),
             dequant_scale_key=kv_scale, dequant_scale_value=kv_scale)
     assert (exc.value.op, exc.value.argument) == ("npu_fused_infer_attention_score_v2", "dequant_scale_query")
+
+
+def test_tnd_shapes_without_lengths_on_fake_tensors_but_the_kernel_needs_them() -> None:
+    """op-plugin's meta function gives TND output shapes from the tokens alone; the API page requires
+    actual_seq_qlen for the computation, so only the CPU kernel refuses a call without it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    shapes = ((32, 8, 192), (32, 8, 192), (32, 8, 128))
+    with FakeTensorMode():
+        q, k, v = (torch.randn(*shape, dtype=torch.float16) for shape in shapes)
+        out, _ = torch.ops.npu.npu_fused_infer_attention_score_v2(q, k, v, num_query_heads=8, input_layout="TND")
+        assert out.shape == (32, 8, 128)
+    q, k, v = (torch.randn(*shape, dtype=torch.float16) for shape in shapes)
+    with pytest.raises(OpArgumentError, match="TND' needs actual_seq_lengths"):
+        torch_npu.npu_fused_infer_attention_score_v2(q, k, v, num_query_heads=8, input_layout="TND")

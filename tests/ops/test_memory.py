@@ -78,7 +78,7 @@ def test_prefetch_changes_nothing_and_stays_in_the_graph() -> None:
     assert torch.equal(out, x + 1)
     assert any("npu_prefetch" in code for code in codes)
     assert torch_npu.npu_prefetch(weight, None, 64) is None
-    with pytest.raises(ValueError) as exc:
+    with pytest.raises(ValueError, match="max_size should be greater than zero, but got 0") as exc:
         torch_npu.npu_prefetch(weight, None, 0)
     assert (exc.value.op, exc.value.argument) == ("npu_prefetch", "max_size")
 

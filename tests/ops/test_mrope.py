@@ -78,6 +78,32 @@ def test_npu_mrope_compiles_to_one_node_and_refuses_what_the_op_refuses():
     with pytest.raises(ValueError) as exc:
         torch_npu.npu_mrope(positions, query.bfloat16(), key.bfloat16(), cache, HEAD)
     assert (exc.value.op, exc.value.argument) == ("npu_mrope", "cos_sin_cache")
-    with pytest.raises(ValueError) as exc:
-        torch_npu.npu_mrope(positions, query, key, cache, HEAD, cache_mode="interleave")
-    assert (exc.value.op, exc.value.argument) == ("npu_mrope", "cache_mode")
+    with pytest.raises(RuntimeError, match="cache_mode only support default or interleave"):
+        torch_npu.npu_mrope(positions, query, key, cache, HEAD, cache_mode="interleaved")
+    with pytest.raises(ValueError, match="interleaves three position rows"):
+        torch_npu.npu_mrope(positions.repeat(4, 1), query, key, cache, HEAD, mrope_section=[4, 4, 4, 4],
+                            cache_mode="interleave")
+
+
+def test_npu_mrope_interleave_cache_mode_cycles_the_position_rows():
+    """The API page's cache_mode='interleave' formula: row 0's cos/sin, with columns 1::3 and 2::3 below
+    3 * mrope_section[1] taken from rows 1 and 2 of positions."""
+    gen = torch.Generator().manual_seed(2)
+    query = torch.randn(TOKENS, 2 * HEAD, generator=gen, dtype=torch.float64).float()
+    key = torch.randn(TOKENS, HEAD, generator=gen, dtype=torch.float64).float()
+    positions, sections = torch.randint(0, MAX_POS, (3, TOKENS), generator=gen), [6, 5, 5]
+    cache = _cache(torch.float32)
+    half = ROTARY // 2
+    rows = cache.to(torch.float64)[positions]
+    cos, sin = rows[..., :half], rows[..., half:]
+    mixed_cos, mixed_sin = cos[0].clone(), sin[0].clone()
+    for row in (1, 2):
+        mixed_cos[:, row:sections[1] * 3:3] = cos[row, :, row:sections[1] * 3:3]
+        mixed_sin[:, row:sections[1] * 3:3] = sin[row, :, row:sections[1] * 3:3]
+    # one positions row holding the mixed table's angles is the same as the interleaved lookup
+    table = torch.cat((mixed_cos, mixed_sin), -1)
+    q_out, k_out = torch_npu.npu_mrope(positions, query, key, cache, HEAD, mrope_section=sections,
+                                       cache_mode="interleave")
+    for out, x in ((q_out, query), (k_out, key)):
+        expected = _reference(x, torch.arange(TOKENS), table, sections, "half")
+        assert torch.allclose(out.to(torch.float64), expected, atol=1e-5)

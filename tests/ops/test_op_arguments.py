@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from pytest_npufuse import compare, torch_npu
 from pytest_npufuse.errors import OpArgumentError, OpTypeError
@@ -170,8 +171,28 @@ def test_numpy_integers_and_bools() -> None:
 def test_prefetch_refusal_is_a_runtime_error_as_torch_npus() -> None:
     with pytest.raises(RuntimeError) as refused:
         torch_npu.npu_prefetch(torch.ones(4), None, -1)
+    assert isinstance(refused.value, OpArgumentError)
     assert (refused.value.op, refused.value.argument) == ("npu_prefetch", "max_size")
-    assert isinstance(refused.value, OpArgumentError) and "max_size=-1" in str(refused.value)
+    assert refused.value.problem == "max_size should be greater than zero, but got -1"
+
+
+def _prefetch_problem(*args: object) -> tuple[str, str | None]:
+    with pytest.raises(OpArgumentError) as refused:
+        torch_npu.npu_prefetch(*args)
+    return refused.value.problem, refused.value.argument
+
+
+def test_prefetch_refusals_carry_torch_npus_messages_eager_and_fake() -> None:
+    """The device kernel's TORCH_CHECK wording on real tensors, the meta function's on fake ones, as
+    torch_npu raises them (op-plugin PrefetchKernelNpuOpApi.cpp, _meta_registrations.py)."""
+    weight = torch.ones(8, 8, dtype=torch.float16)
+    assert _prefetch_problem(weight, None, 1000, -1) == ("offset should not be smaller than zero, but got -1", "offset")
+    assert _prefetch_problem(weight, None, 1000, 128) == (
+        "offset out of range of tensor size, tensor size: 128, offset: 128", "offset")
+    with FakeTensorMode():
+        fake = torch.ones(8, 8, dtype=torch.float16)
+        assert _prefetch_problem(fake, None, -1) == ("The max_size should be greater than zero, but got -1.", "max_size")
+        assert _prefetch_problem(fake, None, 8, -2) == ("The offset should be nonnegative, but got -2.", "offset")
 
 
 @pytest.mark.parametrize("customize_dtype", [torch.int32, torch.int8, 3, None])

@@ -24,7 +24,8 @@ TORCH_NPU_SCHEMAS = {
 
 def _registered_names() -> list[str]:
     """Every registered op, ``<name>_functional`` and each other overload (``<name>.<Overload>``) included."""
-    names = [name for op in OPS.values() for name in dict.fromkeys((op.name, op.graph_name or op.name))]
+    # an in-place op's graph op is its functional op's own (scatter_update_ -> scatter_update): listed once
+    names = list(dict.fromkeys(name for op in OPS.values() for name in (op.name, op.graph_name or op.name)))
     return names + [f"{op.name}.{overload}" for op in OPS.values() for overload in op.overloads]
 
 

@@ -76,6 +76,21 @@ def test_a_missing_module_is_a_missing_module_not_a_missing_op() -> None:
     assert not hasattr(torch_npu, "jit")
 
 
+def test_a_name_the_model_uses_as_a_module_is_listed_as_a_missing_module() -> None:
+    """``torch_npu.op_plugin.atb.run(x)``: an unknown name of torch_npu read as a namespace, never as an op
+    the user should register with torch.library."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch_npu.op_plugin.atb.run(x) + 1
+
+    with pytest.raises(GapsError) as info:
+        compare(Model(), torch.randn(3, 4))
+    (gap,) = info.value.gaps
+    assert (gap.kind, gap.name, gap.where) == ("module", "torch_npu.op_plugin", _line(Model.forward, "op_plugin"))
+    assert "custom_op" not in str(info.value) and "keep its use out of the checked model" in gap.fix
+
+
 def test_an_op_the_user_defines_in_the_npu_namespace_is_torch_npus_attribute() -> None:
     assert torch_npu.npufuse_test_fake_only is torch.ops.npu.npufuse_test_fake_only
 

@@ -81,7 +81,8 @@ def test_sp1(npufuse):
 '''
     )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*npufuse: modeled NPU results*", "*test_sp1*a3*max-autotune*x*1*1*passed*"])
+    # 80 columns (pytester's terminal): the target and mode every row shares are in the title.
+    result.stdout.fnmatch_lines(["*npufuse: modeled NPU results (a3, max-autotune)*", "*test_sp1*x*1*1*passed*"])
 
 
 def test_scope_broken_by_unfusable_op_gives_two_segments(run):
@@ -311,7 +312,7 @@ def test_readme_example_passes(pytester):
     pytester.makepyfile(test_readme=example)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*test_readme.py::test_sp1*a3*max-autotune*passed*"])
+    result.stdout.fnmatch_lines(["*npufuse: modeled NPU results (a3, max-autotune)*", "*test_readme.py::test_sp1*passed*"])
 
 
 def test_compile_gives_a_callable_with_its_plan(run):
@@ -431,7 +432,7 @@ def test_sp1(npufuse):
     assert sorted(p.name for p in (case_dir / "baseline").iterdir()) == [
         "kernel_details.csv", "module_statistic.csv", "op_statistic.csv", "trace_view.json",
     ]
-    result.stdout.fnmatch_lines(["*test_sp1*a3*passed*"])
+    result.stdout.fnmatch_lines(["*npufuse: modeled NPU results (a3*", "*test_sp1*passed*"])
 
 
 def test_profile_file_adds_a_target_and_a_bad_key_is_a_usage_error(run, pytester):
@@ -516,11 +517,14 @@ def pair():
             "Racy(wait=False)",
             "failed",
             [
-                "*precision: 1 of 1 output(s) are not bit-identical*",
-                "*multistream: read-after-write race on tensor add (float32 [[]64, 64[]]): Add (aten::add at *test_case.py:*) "
-                "on stream 'default' writes it, and MatMulV3 (aten::mm at *) on stream '1' reads it with no event between "
-                "them. Fix: record a tagged event on stream 'default' after Add (npu_tagged_event_record) and wait for it "
-                "on stream '1' before MatMulV3 (npu_tagged_event_wait).*",
+                "npufuse race: read-after-write race on `x` (float32 [[]64, 64[]]): read on stream '1' while stream "
+                "'default' may still be writing it",
+                "  written on stream 'default' by Add (aten::add) at test_case.py:*: x = a + b",
+                "  read on stream '1' by MatMulV3 (aten::mm) at test_case.py:*: y = x @ b",
+                "  fix: make `event = torchair.ops.npu_create_tagged_event(tag=\"<tag>\")` once (in __init__), then "
+                "`torchair.ops.npu_tagged_event_record(event)` on stream 'default' after test_case.py:*, and "
+                "`torchair.ops.npu_tagged_event_wait(event)` on stream '1' before test_case.py:*.",
+                "- precision: 1 of 1 output(s) are not bit-identical between BASELINE and VARIANT (the race(s) above corrupt them):",
             ],
         ),
         ("multistream(race_free=False)", "Racy(wait=False)", "passed", []),
@@ -547,9 +551,9 @@ def test_multistream_outcomes(run, marker, model, outcome, lines):
 
 
 def test_a_race_fails_even_without_a_marker(run):
-    result = run(STREAMS + "\n\ndef test_streams(npufuse):\n    npufuse.check(Racy(wait=False), *pair(), mode='reduce-overhead')\n")
+    result = run(STREAMS + "\n\ndef test_streams(npufuse):\n    npufuse.check(Racy(wait=False), *pair(), mode='reduce-overhead')\n", "-rf")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*multistream: read-after-write race on tensor add*"])
+    result.stdout.fnmatch_lines(["npufuse race: read-after-write race on `x`*", "FAILED test_case.py::test_streams - Failed: npufuse race: *"])
 
 
 def test_parametrized_tests_may_build_the_same_tagged_events(run):
@@ -657,21 +661,28 @@ def test_slowest(npufuse):
 '''
 
 
-def test_results_table_fits_120_columns_worst_first_with_totals_and_tells_two_checks_apart(run):
+@pytest.mark.parametrize("columns", [120, 80])
+def test_results_table_fits_the_terminal_worst_first_with_totals_and_tells_two_checks_apart(run, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
     result = run(TABLE)
     result.assert_outcomes(passed=1, failed=1)
     table = results_table(result)
-    assert all(len(line) <= 120 for line in table)
-    assert table[0].split() == ["case", "target", "mode", "baseline", "us", "variant", "us", "speedup", "SK", "streams", "verdict"]
+    assert all(len(line) <= columns for line in table), [len(line) for line in table]
+    # Too wide for the long case id: the target and mode every row shares go to the title, the headers get shorter.
+    assert any(" npufuse: modeled NPU results (a3, max-autotune) " in line for line in result.outlines)
+    assert table[0].split() == ["case", "base", "us", "var", "us", "speedup", "SK", "str", "verdict"]
+    if columns == 120:
+        assert table[4].startswith("total: 3 check(s) (1 failed, 2 passed); baseline ") and "speedup" in table[4]
+    else:
+        assert table[4].startswith("total: 3 (1 failed, 2 passed); ") and table[4].endswith("x")
     cases = [line.split()[0] for line in table[1:4]]
-    assert cases[0] == "test_case.py::test_slowest" and table[1].split()[-1] == "failed"
+    assert cases[0].endswith("test_slowest") and table[1].split()[-1] == "failed"
     # The Broken check (speedup below 1) comes before the Fused one; both are shortened, the second marked.
-    assert "…" in cases[1] and cases[1].endswith("width]") and "] (check 2)  a3 " in table[2]
+    assert "…" in cases[1] and cases[1].endswith("width]") and "] (check 2) " in table[2]
     assert "…" in cases[2] and "(check" not in table[3]
-    assert cases[1].startswith("test_case.py::test_long[…")
+    assert cases[1].startswith("test_long[…")  # a long test name drops its file, then its parameters' middle
     speedups = [float(line.split()[-4].rstrip("x")) for line in table[2:4]]
     assert speedups == sorted(speedups)
-    assert table[4].startswith("total: 3 check(s) (1 failed, 2 passed); baseline ") and "speedup" in table[4]
 
     verbose = results_table(run(TABLE, "-v"))
     assert verbose[0].split()[:3] == ["case", "target", "mode"] and "precision" in verbose[0] and "host us" in verbose[0]
@@ -687,3 +698,19 @@ def test_pytest_benchmarks_storage_folder_is_removed_only_when_this_run_made_it_
         (pytester.path / ".benchmarks" / "0001_saved.json").write_text("{}")
     assert pytester.runpytest_inprocess("-p", "no:cacheprovider").ret == 0
     assert (pytester.path / ".benchmarks").exists() is saved
+
+
+def test_a_warning_from_inside_the_package_becomes_a_note_of_the_failure_or_moves_to_the_users_line(run):
+    """A scope ignored in reduce-overhead mode warns (ScopeIgnoredWarning, raised in the pipeline): a failing
+    check carries it as a note and pytest prints no warnings summary; a passing one shows it at the test's line."""
+    result = run(
+        "\n\n@pytest.mark.superkernel('sp1', outcome='fused')\ndef test_fails(npufuse):\n"
+        "    npufuse.check(Fused(), *inputs(), mode='reduce-overhead')\n"
+        "\n\ndef test_passes(npufuse):\n    npufuse.check(Fused(), *inputs(), mode='reduce-overhead')\n"
+    )
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["note: ScopeIgnoredWarning: SuperKernel scope(s) sp1 ignored in reduce-overhead mode*"])
+    output = result.stdout.str()
+    summary = output[output.index("warnings summary"):output.index("-- Docs:")]
+    assert "pytest_npufuse" not in summary and "test_case.py::test_fails" not in summary
+    assert "test_case.py::test_passes" in summary and "test_case.py:10: ScopeIgnoredWarning" in summary

@@ -8,6 +8,8 @@ from pytest_npufuse import compare
 from pytest_npufuse import torch_npu
 from pytest_npufuse import torchair as tng
 from pytest_npufuse.errors import ProfileError
+from pytest_npufuse.report.verdict import Failure, Verdict, first_cause
+from pytest_npufuse.ir.lines import code_at
 from pytest_npufuse.plan.tasks import ScopeBreak
 from pytest_npufuse.report.explain import break_key, break_lines, failure_text, new_breaks
 from pytest_npufuse.target.catalog import load_catalog
@@ -60,20 +62,21 @@ def site(op_type: str, line: int, path: str = "/home/me/models.py") -> ScopeBrea
 def test_a_plain_add_is_a_tbe_kernel_and_a_clone_a_copy_each_with_its_fix(residual):
     lines = break_lines(residual, None)
     assert lines[0] == "scope 'proj' is split into 2 SuperKernel segment(s) by:"
-    add, clone = lines[1], lines[2]
+    add, add_code, clone, clone_code = lines[1:5]
     assert add.startswith("  aten::add (Add at ") and add.endswith(": Add is a TBE kernel, and a SuperKernel calls only Ascend C kernels")
+    assert add_code.endswith(" | y = y + x") and clone_code.endswith(" | y = y.clone()"), (add_code, clone_code)
     assert "TensorMove is a data copy, not an Ascend C compute kernel" in clone
     assert not any("NEW" in line for line in lines)  # no baseline entry: nothing is called new
-    assert lines[3].startswith("  fix for aten::add: move the op before or after the scope") and "npu_add_rms_norm" in lines[3]
-    assert lines[4].startswith("  fix for aten::clone: avoid the copy inside the scope")
-    assert lines[5].startswith("  if the split is intended, say so: @pytest.mark.superkernel('proj', segments=2, "
+    assert lines[5].startswith("  fix for aten::add: move the op before or after the scope") and "npu_add_rms_norm" in lines[5]
+    assert lines[6].startswith("  fix for aten::clone: avoid the copy inside the scope")
+    assert lines[7].startswith("  if the split is intended, say so: @pytest.mark.superkernel('proj', segments=2, "
                                "breaks=['aten::add', 'aten::clone'])")
 
 
 def test_only_the_op_missing_from_the_baseline_is_marked_new(residual):
     (add, clone) = residual.superkernels["proj"].break_points
     lines = break_lines(residual, {"proj": [break_key(add)]})
-    assert "[NEW" not in lines[1] and "[NEW: not in the baseline]: TensorMove" in lines[2]
+    assert "[NEW" not in lines[1] and "[NEW: not in the baseline]: TensorMove" in lines[3]
 
 
 def test_break_keys_carry_no_directory_and_a_moved_line_is_the_same_op():
@@ -99,12 +102,21 @@ def test_a_side_stream_fused_into_a_superkernel_is_explained():
     )
 
 
-def test_the_first_line_of_a_failure_is_its_first_finding(residual):
-    text = failure_text(residual, ["first problem", "second problem"], {"proj": []}, explain_breaks=True)
+def test_the_first_line_of_a_failure_is_its_verdict_and_first_finding(residual):
+    failures = [Failure(Verdict.SCOPE_BREAK, "first problem"), Failure(Verdict.SPEEDUP, "second problem")]
+    text = failure_text(residual, failures, {"proj": []}, explain_breaks=True)
     lines = text.splitlines()
-    assert lines[:3] == ["npufuse: first problem", "- second problem", f"case: {residual.summary()}"]
+    assert lines[:3] == ["npufuse scope break: first problem", "- speedup: second problem", f"case: {residual.summary()}"]
     assert lines[3].startswith("scope 'proj' is split") and "[NEW: not in the baseline]" in lines[4]
-    assert "scope 'proj'" not in failure_text(residual, ["a race"])
+    site = residual.superkernels["proj"].break_points[0]
+    assert lines[5] == f"    {site.source.rsplit(':', 1)[-1]} | {code_at(site.source)}" and code_at(site.source)
+    assert "scope 'proj'" not in failure_text(residual, [Failure(Verdict.RACE, "a race")])
+
+
+def test_causes_come_before_their_consequences():
+    failures = [Failure(Verdict.PRECISION, "p"), Failure(Verdict.REGRESSION, "g"), Failure(Verdict.RACE, "r"),
+                Failure(Verdict.LIFETIME, "l"), Failure(Verdict.RACE, "r2")]
+    assert [f.text for f in first_cause(failures)] == ["r", "r2", "l", "p", "g"]
 
 
 def test_unfusable_reasons_come_from_the_catalog_and_its_key_is_checked():

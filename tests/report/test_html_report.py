@@ -8,6 +8,7 @@ then read the DOM it dumps. Without Chromium the browser tests are skipped with 
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import pytest
@@ -88,6 +89,7 @@ def test_broken(npufuse):
 
 @pytest.mark.multistream(race_free=False)
 def test_race(npufuse):
+    print("hello from test_race")
     npufuse.check(SideStream(wait=False), *tensors(2, 128, 128), mode="reduce-overhead")
 
 
@@ -98,6 +100,7 @@ def test_hazard(npufuse):
 
 @pytest.mark.multistream(streams=2, min_speedup=100)
 def test_ordered(npufuse):
+    print("hello from test_ordered")
     npufuse.check(SideStream(wait=True), *tensors(2, 128, 128), mode="reduce-overhead")
 
 
@@ -148,7 +151,11 @@ def test_report_shows_timelines_scope_breaks_races_hazards_and_events_in_a_brows
     assert float(html.attrs["data-rendered-ms"]) > 0
 
     (summary,) = dom.find_all("table", id="summary")
-    rows = {row.find_all("td")[0].all_text(): row.find_all("td")[-1].all_text() for row in summary.find_all("tbody")[0].find_all("tr")}
+    body = summary.find_all("tbody")[0].find_all("tr")
+    rows = {row.find_all("td")[0].all_text(): row.find_all("td")[-2].all_text() for row in body}
+    # Worst first, as the terminal table: the failed test, then the lowest speedup.
+    assert [row.attrs["data-case"] for row in body][0] == "test_html_cases.py::test_ordered"
+    assert all(float(row.find_all("td")[-1].attrs["data-v"]) > 0 for row in body)  # pytest's real durations
     assert rows == {"test_html_cases.py::test_broken": "passed", "test_html_cases.py::test_race": "passed",
                     "test_html_cases.py::test_hazard": "passed", "test_html_cases.py::test_ordered": "failed"}
 
@@ -182,7 +189,9 @@ def test_report_shows_timelines_scope_breaks_races_hazards_and_events_in_a_brows
     assert len(ordered.find_all("path", cls="event")) == 2 and not ordered.find_all("path", cls="race")
     assert "test failed" in ordered.all_text()
     (message,) = ordered.find_all("pre", cls="message")
-    assert message.all_text().startswith("npufuse: multistream with streams 'default', '1': modeled speedup ")
+    assert message.all_text().startswith("npufuse speedup: multistream with streams 'default', '1': modeled speedup ")
+    (captured,) = ordered.find_all("details", cls="captured")
+    assert "Captured stdout call" in captured.all_text() and "hello from test_ordered" in captured.all_text()
     assert "below min_speedup=100.0x" in message.all_text() and not broken.find_all("pre", cls="message")
     (op_types,) = ordered.find_all("table", cls="op-types")
     # Longest first: the matmul's decode tiling spreads it over every Cube core, so the Add takes longer.
@@ -263,11 +272,20 @@ def test_xdist_controller_writes_the_same_report_with_the_gate_verdicts_as_a_ser
         result = run(f"--npufuse-html={label}.html", "--npufuse-baseline=base.json", "-k", "broken or race", *extra)
         result.assert_outcomes(passed=1, failed=1)
         pages[label] = (pytester.path / f"{label}.html").read_text()
-    assert pages["serial"] == pages["xdist"]
+    def timeless(page: str) -> str:  # pytest's measured durations differ run to run
+        page = re.sub(r'<td data-v="[0-9.]*" class="duration">[^<]*</td>', "", page)
+        return re.sub(r'<span class="duration">[^<]*</span>', "", page)
+
+    assert timeless(pages["serial"]) == timeless(pages["xdist"])
     dom = parse_dom(pages["serial"])
     (summary,) = dom.find_all("table", id="summary")
-    gates = {row.find_all("td")[0].all_text(): row.find_all("td")[-2].all_text() for row in summary.find_all("tr")[1:]}
+    gates = {row.find_all("td")[0].all_text(): row.find_all("td")[-3].all_text() for row in summary.find_all("tr")[1:]}
     assert gates == {"test_html_cases.py::test_broken": "regressed", "test_html_cases.py::test_race": "new"}
+    # Worst first, as the terminal table; pytest's durations; the captured output of each test.
+    assert [row.attrs["data-case"] for row in summary.find_all("tr")[1:]] == ["test_html_cases.py::test_broken", "test_html_cases.py::test_race"]
+    assert all(float(row.find_all("td")[-1].attrs["data-v"]) > 0 for row in summary.find_all("tr")[1:])
+    (captured,) = section(dom, "test_html_cases.py::test_race").find_all("details", cls="captured")
+    assert "Captured stdout call" in captured.all_text() and "hello from test_race" in captured.all_text()
     (gate,) = section(dom, "test_html_cases.py::test_broken").find_all("span", cls="gate")
     assert gate.all_text().startswith("gate: regressed — test_html_cases.py::test_broken [a3]: ")
     assert f"{entry['variant_us']:.3f} us -> " in gate.all_text()

@@ -11,7 +11,7 @@ from pytest_npufuse.frontend.dynamo import compile_once
 from pytest_npufuse.pipeline.backend import NpuBackend
 from pytest_npufuse.plan.streams import stream_plan
 from pytest_npufuse.plan.tasks import Variant
-from pytest_npufuse.sanitize.checker import sanitize
+from pytest_npufuse.sanitize.checker import Access, _order_fix, sanitize
 from pytest_npufuse.target.profile import load_profile
 
 
@@ -71,12 +71,13 @@ def test_synchronised_program_is_race_free():
 def test_missing_wait_is_a_read_after_write_race_naming_both_sides():
     _, report = analyse(Seed001(drop=("wait1",)), *data())
     (race,) = report.races
-    assert race.kind == "read-after-write race" and race.tensor == "add"
+    assert race.kind == "read-after-write race" and race.tensor == "add" and race.name == "add_result"
     assert race.first.kernel == "Add" and race.first.stream == "default" and race.first.action == "writes it"
     assert race.second.kernel == "MatMulV3" and race.second.stream == "1"
     assert "test_sanitize.py" in race.second.source
     text = race.describe()
-    assert "npu_tagged_event_record" in text and "npu_tagged_event_wait" in text and "before MatMulV3" in text
+    assert "npu_tagged_event_record" in text and "npu_tagged_event_wait" in text
+    assert f"on stream '1' before {race.second.source}" in race.fix and race.second.code == "mm_result = torch.mm(add_result, in4)"
     assert report.poisoned_reads() == {"MatMulV3": frozenset({"add"})}
 
 
@@ -174,9 +175,9 @@ def test_lifetime_hazard_without_record_tagged_stream():
 
     _, unsafe = analyse(Reuse(False), *data(count=2))
     (race,) = unsafe.races
-    assert race.kind == "lifetime hazard" and race.tensor == "mul"
+    assert race.kind == "lifetime hazard" and race.tensor == "mul" and race.name == "t"
     assert race.first.kernel == "MatMulV3" and race.second.kernel == "Sub"
-    assert "npu_record_tagged_stream(mul, '1')" in race.fix
+    assert "npu_record_tagged_stream(t, '1')" in race.fix
     _, safe = analyse(Reuse(True), *data(count=2))
     assert safe.races == ()
 
@@ -244,3 +245,44 @@ def test_poison_values():
     assert poison(torch.ones(2)).isnan().all()
     assert poison(torch.ones(2, dtype=torch.int16)).tolist() == [0x5A5A, 0x5A5A]
     assert poison(torch.ones(3, dtype=torch.bool)).all()
+
+
+class NativeRace(torch.nn.Module):
+    """npugraph_ex's own API (torch.npu.Stream / Event), with the wait before the side stream's read left out."""
+
+    def __init__(self, wait: bool) -> None:
+        super().__init__()
+        self.wait = wait
+
+    def forward(self, a, b):
+        hidden = a * 2
+        ready = torch.npu.Event()
+        ready.record()
+        side = torch.npu.Stream()
+        with torch.npu.stream(side):
+            if self.wait:
+                ready.wait(side)
+            out = hidden @ b
+        done = torch.npu.Event()
+        done.record(side)
+        done.wait(torch.npu.current_stream())
+        return out
+
+
+def test_a_race_in_npugraph_ex_is_fixed_with_torch_npu_events_and_names_the_users_variable():
+    mode = "npugraph_ex"
+    _, report = analyse(NativeRace(wait=False), *data(count=2), mode=mode)
+    (race,) = report.races
+    assert race.kind == "read-after-write race" and race.name == "hidden" and race.tensor == "mul"
+    assert race.fix.startswith("`event = torch.npu.Event()`, `event.record()` on stream 'default' after ")
+    assert "`event.wait()`" in race.fix and "tagged" not in race.fix and "npu_wait_tensor" not in race.fix
+    assert race.second.code == "out = hidden @ b"
+    _, safe = analyse(NativeRace(wait=True), *data(count=2), mode=mode)
+    assert safe.races == ()
+
+
+def test_in_ge_mode_the_fix_is_npu_wait_tensor_on_the_users_tensors():
+    first = Access("Mul", "aten::mul", "default", "writes it", "m.py:3", "hidden = x * 2")
+    second = Access("MatMulV3", "aten::mm", "1", "reads it", "m.py:5", "out = hidden @ w")
+    fix = _order_fix("max-autotune", first, second, "hidden", "hidden")
+    assert fix == "call `torchair.scope.npu_wait_tensor(hidden, hidden)` on stream '1' before m.py:5."

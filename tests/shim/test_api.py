@@ -298,14 +298,19 @@ def test_torch_npu_on_the_cpu(shim):
     assert x.device.type == "cpu" and torch.zeros(2, device="npu:0").device.type == "cpu"
     assert x.npu() is x and x.to("npu").device.type == "cpu" and x.to(device="npu", dtype=torch.float16).dtype == torch.float16
     assert torch.nn.Linear(2, 2).to("npu").npu().weight.device.type == "cpu"
-    assert (torch.npu.is_available(), torch.npu.device_count(), torch.npu.current_device()) == (True, 1, 0)
-    torch.npu.set_device(0)
+    count = torch.npu.device_count()
+    assert (torch.npu.is_available(), count, torch.npu.current_device()) == (True, 16, 0)  # an A3 node's dies
+    torch.npu.set_device("npu:3")
+    try:
+        assert torch.npu.current_device() == 3 and torch.ones(2, device="npu:1").device.type == "cpu"
+    finally:
+        torch.npu.set_device(0)
     torch.npu.synchronize()
     with pytest.raises(NotModeledError) as exc:
-        torch.ones(2, device="npu:1")
-    assert exc.value.argument == "device"
+        torch.ones(2, device="npu:16")
+    assert exc.value.argument == "device" and "16 NPUs" in str(exc.value)
     with pytest.raises(NotModeledError) as exc:
-        torch.npu.set_device(1)
+        torch.npu.set_device(16)
     assert (exc.value.op, exc.value.argument) == ("torch.npu.set_device", "device")
     with pytest.raises(NotModeledError) as exc:
         torch.npu.mem_get_info  # noqa: B018
@@ -803,11 +808,12 @@ if __name__ == "__main__":
 def test_run_command_gives_spawned_children_the_shim_and_the_target(tmp_path, capfd):
     script = tmp_path / "spawns.py"
     script.write_text(SPAWNING)
+    before = {name: os.environ.get(name) for name in ("NPUFUSE_CHILD_TARGET", "PYTHONPATH")}
     status, text = _run(script, "--npu-target=a2")
     assert status == 0
     assert "child: ('pytest_npufuse.torchair', 'a2')" in capfd.readouterr().out
     assert "processes the script starts get the shim too" in text
-    assert "NPUFUSE_CHILD_TARGET" not in os.environ and str(tmp_path) not in os.environ.get("PYTHONPATH", "")
+    assert {name: os.environ.get(name) for name in before} == before  # the run restores the environment
 
 
 DEVICE_NAMES = """
@@ -839,6 +845,7 @@ def test_run_command_models_a_projects_own_target_in_the_script_and_its_children
     script = tmp_path / "names.py"
     script.write_text(DEVICE_NAMES)
     monkeypatch.chdir(tmp_path)
+    before = os.environ.get("NPUFUSE_CHILD_PYPROJECT")
     assert _run(script, "--npu-target=mine")[0] == 0
     assert "parent: Ascend910B3 child: Ascend910B3" in capfd.readouterr().out
-    assert "NPUFUSE_CHILD_PYPROJECT" not in os.environ
+    assert os.environ.get("NPUFUSE_CHILD_PYPROJECT") == before

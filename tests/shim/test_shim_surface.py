@@ -488,6 +488,33 @@ def test_graph_dump_pbtxt_writes_the_modeled_graph_in_ges_text_form(shim, tmp_pa
     assert "shape { dim: 8 }" in relu and text.rstrip().endswith('input: "Relu:0"\n}')
 
 
+class _NzWeight(torch.nn.Module):
+    """A weight cast to FRACTAL_NZ once, as inference scripts do (``npu_format_cast(w, 29)``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch_npu.npu_format_cast(torch.randn(32, 64), 29), requires_grad=False)
+
+    def forward(self, x):
+        return torch.mm(x, self.w)
+
+
+def test_graph_dump_records_an_nz_weights_format(shim, tmp_path):
+    config = torchair.CompilerConfig()
+    config.debug.graph_dump.type = "pbtxt"
+    config.debug.graph_dump.path = str(tmp_path)
+    torch._dynamo.reset()
+    model = _NzWeight()
+    assert torch_npu.get_npu_format(model.w) == 29
+    torch.compile(model, backend=torchair.get_npu_backend(compiler_config=config), dynamic=False)(torch.randn(16, 32))
+    (dump,) = tmp_path.iterdir()
+    data = {op.split('name: "', 1)[1].split('"', 1)[0]: op for op in dump.read_text().split("op {")[1:] if 'type: "Data"' in op}
+    layouts = sorted(op.split('layout: "', 1)[1].split('"', 1)[0] for op in data.values())
+    assert layouts == ["FRACTAL_NZ", "ND"]  # the weight, and the activation x
+    (nz,) = [op for op in data.values() if "FRACTAL_NZ" in op]
+    assert "dim: 32 dim: 64" in nz
+
+
 def test_graph_dump_of_a_dynamic_shape_graph_lists_its_size_inputs(shim, tmp_path):
     config = torchair.CompilerConfig()
     config.debug.graph_dump.type = "txt"

@@ -73,6 +73,25 @@ def test_utils_report_the_modeled_cann_and_refuse_the_rest(shim):
     assert exc.value.op == "torch_npu.utils.FlopsCounter"
 
 
+def test_path_manager_makes_and_removes_folders_as_torch_npus_onnx_tests_use_it(shim, tmp_path):
+    from torch_npu.utils._path_manager import PathManager
+
+    from pytest_npufuse.errors import PathManagerError
+
+    folder = tmp_path / "onnx" / "out"
+    PathManager.make_dir_safety(str(folder))
+    PathManager.make_dir_safety(str(folder))  # an existing folder is left alone
+    assert folder.is_dir() and PathManager.check_path_is_writeable(str(folder))
+    PathManager.create_file_safety(str(folder / "model.onnx"))
+    with pytest.raises(PathManagerError, match="is a directory path"):
+        PathManager.check_input_file_path(str(folder))
+    PathManager.remove_path_safety(str(tmp_path / "onnx"))
+    PathManager.remove_path_safety(str(tmp_path / "onnx"))  # a missing folder is already removed
+    assert not folder.exists()
+    with pytest.raises(RuntimeError, match="The path does not exist"):
+        PathManager.check_directory_path_writeable(str(folder))
+
+
 @pytest.mark.parametrize(("target", "soc", "number"), [("a2", "Ascend910B2", 221), ("910b4", "Ascend910B4", 224), ("a3", "Ascend910_9391", 250)])
 def test_npu_utils_answer_for_the_modeled_soc(shim, target, soc, number):
     import torch_npu.npu.utils as utils

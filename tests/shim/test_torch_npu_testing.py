@@ -184,13 +184,18 @@ def test_multi_npu_tests_skip_saying_the_model_has_one(shim):
         def test_one(self):
             pass
 
-        @skipIfUnsupportMultiNPU(8)
-        def test_eight(self):
+        @skipIfUnsupportMultiNPU(16)
+        def test_sixteen(self):
+            pass
+
+        @skipIfUnsupportMultiNPU(32)
+        def test_thirty_two(self):
             pass
 
     assert _outcome(Ranks, "test_one").skipped == []
-    (_, reason), = _outcome(Ranks, "test_eight").skipped
-    assert "needs 8 NPUs" in reason and "models 1" in reason
+    assert _outcome(Ranks, "test_sixteen").skipped == []  # an A3 node: 16 dies
+    (_, reason), = _outcome(Ranks, "test_thirty_two").skipped
+    assert "needs 32 NPUs" in reason and "models 16" in reason
     with pytest.raises(NotModeledAttributeError) as exc:
         common_distributed.with_comms  # noqa: B018
     assert exc.value.op == "torch_npu.testing.common_distributed.with_comms"

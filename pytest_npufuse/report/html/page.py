@@ -20,7 +20,7 @@ from .timeline import case_svg
 _SUMMARY_COLUMNS = (
     ("case", "case"), ("target", "target"), ("mode", "mode"), ("baseline_us", "baseline us"),
     ("variant_us", "variant us"), ("speedup", "speedup"), ("segments", "SK segments"), ("streams", "streams"),
-    ("races", "races"), ("precision", "precision"), ("gate", "gate"), ("verdict", "verdict"),
+    ("races", "races"), ("precision", "precision"), ("gate", "gate"), ("verdict", "verdict"), ("duration", "duration s"),
 )
 
 
@@ -57,6 +57,7 @@ def _summary_row(index: int, view: Mapping[str, Any]) -> str:
         _cell(view["segments"]), _cell(len(view["streams"])), _cell(len(view["races"])),
         _cell(_precision(view)),
         _cell(gate, cls=f"g-{gate}" if gate else ""), _cell(verdict, cls=f"v-{verdict}" if verdict else ""),
+        _cell(view.get("duration_s"), "" if view.get("duration_s") is None else f"{view['duration_s']:.2f}", "duration"),
     ]
     return f'<tr data-case="{html_text(view["case"])}" data-status="{_status(view)}">{"".join(cells)}</tr>'
 
@@ -188,6 +189,14 @@ _LEGEND = (
 )
 
 
+def _why(view: Mapping[str, Any]) -> str:
+    """Where the modeled gain came from, and the model's measured error on published gains of its kind."""
+    if not view.get("why"):
+        return ""
+    trust = "".join(f'<p class="note trust">{html_text(line)}</p>' for line in view.get("trust", ()))
+    return f'<p class="note why"><b>Why this gain:</b> {html_text(view["why"])}</p>{trust}'
+
+
 def _case(index: int, view: Mapping[str, Any]) -> str:
     gate = view["gate"]
     facts = [f"<span>{html_text(view['summary'])}</span>"]
@@ -200,7 +209,13 @@ def _case(index: int, view: Mapping[str, Any]) -> str:
     failures = "".join(f'<p class="failure"><b>{html_text(run["variant"].upper())} does not finish:</b> {html_text(run["failure"], multiline=True)}</p>'
                        for run in view["runs"] if run["failure"])
     failures += "".join(f'<p class="note stream-note">{html_text(note)}</p>' for note in view.get("stream_notes", ()))
+    failures += _why(view)
     message = f'<pre class="message">{html_text(view["message"], multiline=True)}</pre>' if view.get("message") else ""
+    if view.get("duration_s") is not None:
+        facts.append(f'<span class="duration">test took {view["duration_s"]:.2f} s</span>')
+    if view.get("captured"):
+        message += (f'<details class="captured"><summary>Captured output</summary>'
+                    f'<pre>{html_text(view["captured"], multiline=True)}</pre></details>')
     return (
         f'<section class="case" id="case-{index}" data-case="{html_text(view["case"])}" data-status="{_status(view)}">'
         f'<h2>{html_text(view["case"])}</h2><div class="facts">{"".join(facts)}</div>{message}'

@@ -103,6 +103,8 @@ def case_view(report: CaseReport, case: str, gate: Mapping[str, str] | None = No
         "deadlock": report.deadlock,
         "stream_notes": report.stream_notes(),
         "contributions": contributions_json(report.contributions),
+        "why": None if (why := report.why) is None else why.describe(),
+        "trust": [error.describe() for error in report.trust],
         "gate": dict(gate) if gate is not None else None,
         "scopes": [
             {"scope": scope.scope, "outcome": scope.outcome, "segments": scope.segments, "block_dim": scope.block_dim,

@@ -1,8 +1,10 @@
 """``torch_npu.testing.common_distributed``: the single-process part of torch_npu's distributed test helpers.
 
-The model has one NPU, so a test that needs several skips, saying how many it needs and that
-pytest-npufuse models one (``skipIfUnsupportMultiNPU``). Setting up HCCL process groups
-(``with_comms``, ``init_pg``) needs several processes on several NPUs and is not provided. Behaviour
+The model has the NPUs of one node of its target (``torch.npu.device_count()``: an A2 server's 8, an
+A3 node's 16 dies), one per process, so a test that needs more skips, saying how many it needs and how
+many pytest-npufuse models (``skipIfUnsupportMultiNPU``). Tests spawn their ranks and join an ``"hccl"``
+group themselves; upstream's ``MultiProcessTestCase`` helpers (``with_comms``, ``init_pg``) are not
+provided. Behaviour
 follows Ascend/pytorch ``torch_npu/testing/common_distributed.py`` @9e73e708ab93.
 """
 
@@ -53,7 +55,7 @@ def __getattr__(name: str) -> object:
     if name.startswith("__"):
         raise AttributeError(name)
     raise NotModeledAttributeError(
-        f"torch_npu.testing.common_distributed.{name} is not modeled: process groups over several NPUs need "
-        f"several devices and pytest-npufuse models one (it has: {', '.join(__all__)}).",
+        f"torch_npu.testing.common_distributed.{name} is not modeled: spawn one process per rank and join "
+        f"dist.init_process_group(backend='hccl') in each (it has: {', '.join(__all__)}).",
         op=f"torch_npu.testing.common_distributed.{name}"
     )

@@ -2,13 +2,15 @@
 
 The module's name is torch_npu's (``import torch_npu.utils``). Of its ``__all__`` the model answers
 ``get_cann_version`` (the CANN release the shim stands in for, :mod:`.release`); tensor combining, flop
-counting, thread affinity and asynchronous saving act on a real device and are refused by name.
+counting, thread affinity and asynchronous saving act on a real device and are refused by name. Its
+private ``_path_manager`` (``PathManager``, which torch_npu's ONNX tests import to make and remove their
+export folders) is a submodule here too.
 """
 
 from __future__ import annotations
 
-from ..errors import NotModeledAttributeError
-from .release import get_cann_version
+from ...errors import NotModeledAttributeError
+from ..release import get_cann_version
 
 __all__ = ["get_cann_version"]
 
