@@ -81,9 +81,9 @@ class Counting:
         self._build, self._compare = backend.build_program, pipeline.compare
 
     def __enter__(self) -> Counts:
-        def build(gm: Any, catalog: Any) -> Any:
+        def build(gm: Any, catalog: Any, **keywords: Any) -> Any:
             self.counts.captures += 1
-            return self._build(gm, catalog)
+            return self._build(gm, catalog, **keywords)
 
         def compare(*args: Any, **kwargs: Any) -> CaseReport:
             report = self._compare(*args, **kwargs)

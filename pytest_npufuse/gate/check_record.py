@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..report.attribution import longest_tasks
+from ..report.contributions import to_json as contributions_json
 from ..report.findings import findings_json
 from .baseline import Change, Entry, finite_us
 
@@ -33,6 +34,7 @@ def check_row(key: str, report: CaseReport, entry: Entry, change: Change | None)
         "attribution": {str(variant): attribution.to_json() for variant, attribution in report.attribution.items()},
         "affinity": findings_json(report.findings),
         "kernels": longest_tasks(report.variant),
+        "contributions": contributions_json(report.contributions),
         "why": None if (why := report.why) is None else why.to_json(),
         "trust": [error.to_json() for error in report.trust],
     }

@@ -37,7 +37,7 @@ class SuperKernelExpectation:
     options: str | None = None
     missing_ops: str | None = None
 
-    def failures(self, report: CaseReport) -> list[str]:
+    def failures(self, report: CaseReport) -> list[Failure]:
         """Each unmet expectation as a sentence; empty when the case meets them all."""
         scope = report.superkernels.get(self.scope)
         if scope is None:
@@ -56,7 +56,8 @@ class SuperKernelExpectation:
         if self.breaks is not None and sorted(scope.breaks) != sorted(self.breaks):
             sites = broken_by(scope.break_points) or "no op"
             failures.append(Failure(Verdict.SCOPE_BREAK, f"scope '{self.scope}' was broken by {sites}; expected breaks={list(self.breaks)}."))
-        failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup))
+        own = report.scope_speedup(self.scope)
+        failures.extend(_speedup_failure(f"scope '{self.scope}'", report, self.min_speedup, own, "it ignored"))
         return failures
 
     def _segments_failure(self, actual: int, sites: str, splits: Sequence[str] = ()) -> str:
@@ -65,15 +66,24 @@ class SuperKernelExpectation:
         return f"scope '{self.scope}' formed {actual} SuperKernel segment(s), expected segments={self.segments}{broken}{split}."
 
 
-def _speedup_failure(subject: str, report: CaseReport, minimum: float | None) -> list[Failure]:
-    """The min_speedup check both markers share, with both modeled times."""
-    if minimum is None or report.speedup >= minimum:
+def _speedup_failure(
+    subject: str, report: CaseReport, minimum: float | None, own: float | None = None, without: str = ""
+) -> list[Failure]:
+    """The min_speedup check the markers share, with both modeled times. ``own`` is the factor's own
+    speedup (the VARIANT with only it taken away, ``without`` says how, over the VARIANT): a scope's or the
+    streams'; None judges the whole VARIANT against the BASELINE (also when the report has no
+    contributions, as a training step). When the factor is the case's only one, the two are the same
+    figure and the failure gives the BASELINE's and the VARIANT's times."""
+    speedup = report.speedup if own is None else own
+    if minimum is None or speedup >= minimum:
         return []
-    return [Failure(
-        Verdict.SPEEDUP,
-        f"{subject}: modeled speedup {report.speedup:.4f}x on {report.target} is below min_speedup={minimum}x "
-        f"(baseline {report.baseline.time_us:.2f} us, variant {report.variant.time_us:.2f} us).",
-    )]
+    if own is None or len(report.contributions) == 1:  # the only factor: its own effect is the whole
+        times = f"baseline {report.baseline.time_us:.2f} us, variant {report.variant.time_us:.2f} us"
+    else:
+        other = report.variant.time_us * own
+        times = (f"its own effect: the VARIANT with {without} {other:.2f} us, variant {report.variant.time_us:.2f} us; "
+                 f"whole VARIANT {report.speedup:.4f}x, gain by {report.contributions_text()}")
+    return [Failure(Verdict.SPEEDUP, f"{subject}: modeled speedup {speedup:.4f}x on {report.target} is below min_speedup={minimum}x ({times}).")]
 
 
 def _check_arguments(marker: str, kwargs: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -245,7 +255,9 @@ class MultiStreamExpectation:
                 "multistream: race_free=False expects the sanitizer to find a race, a lifetime hazard or a deadlock, "
                 "but every cross-stream access is ordered.",
             ))
-        slow = _speedup_failure(f"multistream with streams {used}", report, self.min_speedup)
+        own = report.streams_speedup()
+        subject = f"multistream with streams {used}"
+        slow = _speedup_failure(subject, report, self.min_speedup, own, "the side streams merged onto the main stream")
         if slow and (contention := report.contention) is not None:
             slow = [Failure(slow[0].verdict, f"{slow[0].text} It cannot be met: {contention.describe()}.")]
         failures.extend(slow)
@@ -267,6 +279,27 @@ def parse_multistream(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MultiSt
         race_free=race_free,
         missing_ops=_missing_ops("multistream", kwargs.get("missing_ops")),
     )
+
+
+@dataclass(frozen=True)
+class WholeExpectation:
+    """``@pytest.mark.npufuse(*, min_speedup)``: the whole VARIANT (every scope and stream together) at
+    least ``min_speedup`` times faster than the BASELINE; the ``superkernel`` and ``multistream`` markers'
+    ``min_speedup`` judge their own factor's effect instead."""
+
+    min_speedup: float | None = None
+
+    def failures(self, report: CaseReport) -> list[Failure]:
+        return _speedup_failure("the whole VARIANT", report, self.min_speedup)
+
+
+def parse_whole(args: Sequence[Any], kwargs: Mapping[str, Any]) -> WholeExpectation:
+    """Build the whole-VARIANT expectation from marker arguments, rejecting anything it cannot honour."""
+    if args:
+        raise MarkerError(f"npufuse marker takes keyword arguments only (min_speedup), got {args!r}.")
+    _check_arguments("npufuse", kwargs, ("min_speedup",))
+    minimum = kwargs.get("min_speedup")
+    return WholeExpectation(None if minimum is None else _number("min_speedup", minimum, float, 0, "npufuse"))
 
 
 @dataclass(frozen=True)

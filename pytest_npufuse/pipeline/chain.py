@@ -71,6 +71,7 @@ from .graph import (  # noqa: F401  (the per-graph names are importable from the
     model_program,
     streams_used,
 )
+from .contributions import contributions
 from .deployment import rank_view, ranked
 from .spec import CaseSpec, spec_of
 from .training import compare_step
@@ -176,7 +177,10 @@ def compare_case(spec: CaseSpec, target: Target) -> CaseReport:
         numerics = replace(numerics, stand_ins=stand_ins(programs[1], route.describe()))
     ranks = rank_view(programs[1], spec.ranks, route, settings, dict(spec.options)) if spec.ranks is not None else None
     findings = find_affinity(modeled.variant.program, settings.profile, target.catalog) if spec.affinity else ()
-    report = _report(settings, modeled, replace(result, numerics=numerics), ranks, findings)
+    report = replace(
+        _report(settings, modeled, replace(result, numerics=numerics), ranks, findings),
+        contributions=contributions(modeled.baseline.run.time_us, modeled.variant, settings, dict(spec.options)),
+    )
     spec.check_scopes(report)
     if spec.trace_dir is None:
         return report

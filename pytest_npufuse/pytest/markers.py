@@ -16,11 +16,13 @@ from ..gate.expectations import (
     AffinityExpectation,
     MultiStreamExpectation,
     SuperKernelExpectation,
+    WholeExpectation,
     markers_missing_ops,
     parse_affinity,
     parse_multistream,
     parse_npu_target,
     parse_superkernels,
+    parse_whole,
     precision_failures,
     run_failures,
 )
@@ -31,13 +33,16 @@ if TYPE_CHECKING:
     from ..report.case import CaseReport
 
 MARKERS = (
+    "npufuse(*, min_speedup=None): min_speedup judges the whole VARIANT (every scope and side stream together) "
+    "against the BASELINE, checked by npufuse.check().",
     "superkernel(scope, *, min_speedup=None, segments=None, outcome='fused', breaks=None, options=None, "
     "missing_ops=None): expectations about one SuperKernel scope, checked by npufuse.check(); stack markers for "
-    "several scopes. outcome is one of fused, unfused, bypassed, aborted, hang, unsupported; breaks lists the op "
+    "several scopes. min_speedup judges the scope's own effect: the VARIANT with only this scope ignored (streams kept) over the VARIANT. outcome is one of fused, unfused, bypassed, aborted, hang, unsupported; breaks lists the op "
     "types (e.g. 'aten::add') expected to split the scope; options replaces the scope's options string; "
     "missing_ops ('error' or 'timing-only') overrides --npufuse-missing-ops for the check.",
     "multistream(*, streams=None, min_speedup=None, race_free=True, missing_ops=None): expectations about in-graph "
-    "multi-stream execution, checked by npufuse.check(); missing_ops as for superkernel.",
+    "multi-stream execution, checked by npufuse.check(); min_speedup judges the side streams' own effect: the VARIANT "
+    "with them merged onto the main stream (scopes kept) over the VARIANT; missing_ops as for superkernel.",
     "npu_target(*names): run this test only on these NPU targets (e.g. 'a3'); it is skipped on the others.",
     "npu_affinity(*, max_findings=0): npufuse.check() also looks for the op forms Ascend's affinity-op guide names as slow (one_hot+sum, "
     "nn.Linear, bmm to [b,1,1], repeat_interleave with a scalar, gather, IndexPutV2, unfused RotaryMul / RmsNorm / "
@@ -61,6 +66,7 @@ class ItemExpectations:
     targets: tuple[str, ...] | None
     affinity: AffinityExpectation | None = None
     missing_ops: str | None = None
+    whole: WholeExpectation = WholeExpectation()
 
     @property
     def scope_options(self) -> dict[str, str]:
@@ -75,13 +81,17 @@ class ItemExpectations:
     @property
     def needs_check(self) -> bool:
         """Markers that only npufuse.check() applies: a test that never calls it would pass unchecked."""
-        return bool(self.superkernels) or self.multistream != MultiStreamExpectation()
+        return bool(self.superkernels) or self.multistream != MultiStreamExpectation() or self.whole != WholeExpectation()
 
     def about_scopes_or_time(self, report: CaseReport) -> bool:
         """Whether a SuperKernel expectation or a min_speedup is unmet: then the failure explains the
         scope breaks (why each op cannot fuse and the fixes)."""
-        return any(e.failures(report) for e in self.superkernels) or (
-            self.multistream.min_speedup is not None and report.speedup < self.multistream.min_speedup
+        streams = self.multistream.min_speedup
+        own = report.streams_speedup()
+        return (
+            any(e.failures(report) for e in self.superkernels)
+            or (streams is not None and (report.speedup if own is None else own) < streams)
+            or bool(self.whole.failures(report))
         )
 
     def failures(self, report: CaseReport) -> list[Failure]:
@@ -89,7 +99,7 @@ class ItemExpectations:
         itself, races, scope breaks, precision, speed."""
         streams = self.multistream
         failures = run_failures(report, self.superkernels, streams) + precision_failures(report, streams)
-        failures += streams.failures(report)
+        failures += streams.failures(report) + self.whole.failures(report)
         for expectation in self.superkernels:
             failures.extend(expectation.failures(report))
         if self.affinity is not None:
@@ -112,6 +122,7 @@ def _parse(item: pytest.Item) -> ItemExpectations:
     target_mark = item.get_closest_marker("npu_target")
     known = settings_of(item.config).known_targets
     affinity_mark = item.get_closest_marker("npu_affinity")
+    whole_mark = item.get_closest_marker("npufuse")
     superkernels = tuple(parse_superkernels([(mark.args, mark.kwargs) for mark in item.iter_markers("superkernel")]))
     multistream = parse_multistream(stream_mark.args, stream_mark.kwargs) if stream_mark else MultiStreamExpectation()
     return ItemExpectations(
@@ -120,6 +131,7 @@ def _parse(item: pytest.Item) -> ItemExpectations:
         targets=None if target_mark is None else parse_npu_target(target_mark.args, known),
         affinity=parse_affinity(affinity_mark.args, affinity_mark.kwargs) if affinity_mark else None,
         missing_ops=markers_missing_ops(superkernels, multistream),
+        whole=parse_whole(whole_mark.args, whole_mark.kwargs) if whole_mark else WholeExpectation(),
     )
 
 

@@ -225,6 +225,7 @@ class RunRecorder:
             return
         terminal.results_table(terminalreporter, self.tests, verbose=config.option.verbose > 0)
         terminal.gains_section(terminalreporter, self.tests)
+        terminal.contributions_section(terminalreporter, self.tests)
         if settings_of(config).advise:
             terminal.advise_section(terminalreporter, self.tests)
         terminal.gate_section(terminalreporter, settings_of(config).gate, self.changes, self.lines, self.errors)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..gate.baseline import Change, Gate, count_line
+from ..report.contributions import describe as describe_contributions
 from ..report.escaping import terminal_text
 from ..report.numerics import precision_word, shown_verdict
 from ..report.table import aligned
@@ -191,6 +192,21 @@ def gains_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence
         _write(terminalreporter, f"{label}: {why}")
         for line in trust:
             _write(terminalreporter, f"  {line}")
+
+
+def contributions_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
+    """Per check with more than one scope or stream, what each saves all else equal, as a share of its
+    BASELINE's time (the terms add up to the whole gain): what the superkernel and multistream markers judge."""
+    lines = [
+        f"{row['key']} [{row['target']}]: {text}"
+        for nodeid in sorted(tests) for row in tests[nodeid][1]
+        if len(row.get("contributions", {})) > 1 and (text := describe_contributions(row["contributions"], row["baseline_us"]))
+    ]
+    if not lines:
+        return
+    terminalreporter.section("npufuse: gain by scope and stream (each all else equal)")
+    for line in lines:
+        _write(terminalreporter, line)
 
 
 def advise_section(terminalreporter: Any, tests: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]]) -> None:

@@ -12,6 +12,8 @@ from ..simulate.ranks import RanksReport
 from ..simulate.timeline import RunReport
 from .attribution import Attribution
 from .contention import Contention
+from .contributions import describe as describe_contributions
+from .contributions import own_speedup, scope_key, streams_contribution
 from .findings import Finding, Mismatch
 from .gain import GainError, GainWhy, explain_gain, gain_error, gain_kinds
 from .memory import StepMemory
@@ -109,6 +111,11 @@ class CaseReport:
     """Streams of the VARIANT whose kernels each wanted every core of one unit (docs/feature-docs.md#multi-stream),
     with the share of their possible overlap lost, measured against the core counts of the profile the case
     ran on (:func:`~.contention.stream_contention`); None on one stream or without such kernels."""
+    contributions: Mapping[str, float] = field(default_factory=dict)
+    """The modeled microseconds each scope (``scope:sp1``) and the side streams (``stream:1``) save, all
+    else equal (negative: cost), with the ``interaction`` and ``other`` terms that make the sum BASELINE
+    minus VARIANT (:mod:`pytest_npufuse.pipeline.contributions`); empty for a training step and a VARIANT
+    that cannot run."""
 
     @property
     def speedup(self) -> float:
@@ -117,6 +124,24 @@ class CaseReport:
         if self.variant.time_us == 0:
             return 1.0 if self.baseline.time_us == 0 else math.inf
         return self.baseline.time_us / self.variant.time_us
+
+    def scope_speedup(self, scope: str) -> float | None:
+        """The scope's own speedup: the VARIANT with only this scope ignored over the VARIANT (None when
+        the report has no contributions, a training step)."""
+        saved = self.contributions.get(scope_key(scope))
+        return None if saved is None else own_speedup(self.variant.time_us, saved)
+
+    def streams_speedup(self) -> float | None:
+        """The side streams' own speedup: the VARIANT with them merged onto the main stream over the
+        VARIANT; 1.0 when it ran on one stream, None when the report has no contributions."""
+        if not self.contributions:
+            return None
+        saved = streams_contribution(self.contributions)
+        return own_speedup(self.variant.time_us, saved or 0.0)
+
+    def contributions_text(self) -> str:
+        """Each contribution as a share of the BASELINE's time: "scope sp1: -4.6%, stream 1: +10.9% (whole +5.6%)"."""
+        return describe_contributions(self.contributions, self.baseline.time_us)
 
     @property
     def bit_exact(self) -> bool:
@@ -171,4 +196,5 @@ class CaseReport:
             + (f", {len(self.streams)} streams{self._fused_streams()}, {len(self.races)} race(s)" if len(self.streams) > 1 else "")
             + (f"; {self.ranks.describe()}" if self.ranks is not None else "")
             + (f"; contention: {contention.describe()}" if (contention := self.contention) is not None else "")
+            + (f"; gain by {self.contributions_text()}" if len(self.contributions) > 1 else "")
         )

@@ -15,6 +15,7 @@ from ...sanitize.checker import Access
 from ...simulate.timeline import RunReport
 from ..attribution import Attribution
 from ..case import CaseReport
+from ..contributions import to_json as contributions_json
 from ..trace import host_thread_label
 
 # Column order of a kernel row in a run view.
@@ -101,6 +102,7 @@ def case_view(report: CaseReport, case: str, gate: Mapping[str, str] | None = No
         "mismatches": [mismatch.describe() for mismatch in report.mismatches],
         "deadlock": report.deadlock,
         "stream_notes": report.stream_notes(),
+        "contributions": contributions_json(report.contributions),
         "why": None if (why := report.why) is None else why.describe(),
         "trust": [error.describe() for error in report.trust],
         "gate": dict(gate) if gate is not None else None,
