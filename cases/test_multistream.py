@@ -170,7 +170,7 @@ def test_saturated_cube_gains_nothing(npufuse):
     assert "contention: streams" in report.summary()
     # a stream expectation this split cannot meet says why
     failures = parse_multistream((), {"streams": 2, "min_speedup": 1.05}).failures(report)
-    assert any("It cannot be met" in failure and "Cube" in failure for failure in failures), failures
+    assert any("It cannot be met" in str(failure) and "Cube" in str(failure) for failure in failures), failures
 
 
 class KeepAlive(torch.nn.Module):

@@ -164,6 +164,17 @@ class PathManagerError(NpufuseError, RuntimeError):
     """``torch_npu.utils._path_manager.PathManager`` could not make or remove a file or directory (torch_npu
     raises RuntimeError); the message names the path and the operating system's reason."""
 
+    kind = ErrorKind.PATH_MANAGER
+
+
+class CollectiveTimeoutError(NpufuseError, RuntimeError):
+    """Some ranks of a group did not reach a collective (or the group's creation) in time: they crashed,
+    exited, or took another branch. ``missing`` holds the global ranks that did not arrive."""
+
+    kind = ErrorKind.COLLECTIVE_TIMEOUT
+
+    missing: tuple[int, ...] = ()
+
 
 class ConfigError(NpufuseError, ValueError):
     """A TorchAir ``CompilerConfig`` option set to a value TorchAir rejects (TorchAir raises ValueError)."""

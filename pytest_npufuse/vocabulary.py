@@ -128,3 +128,5 @@ class ErrorKind(Vocabulary):
     MARKER = "marker"
     MISSING_OP = "missing-op"
     GAPS = "gaps"
+    PATH_MANAGER = "path-manager"
+    COLLECTIVE_TIMEOUT = "collective-timeout"

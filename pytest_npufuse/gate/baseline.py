@@ -179,7 +179,7 @@ def _sites(value: Any, where: str) -> tuple[tuple[str, float, int], ...]:
         )
 
     if not isinstance(value, Mapping) or not all(valid(row) for row in value.values()):
-        raise BaselineError(f"{where}: 'sites' is not an object of op site -> [device us, kernel count].")
+        raise BaselineError(f"{where}: 'sites' is not an object of op site -> [device us, kernel count].", entry="sites")
     return tuple((key, float(us), count) for key, (us, count) in value.items())
 
 

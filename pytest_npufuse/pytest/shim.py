@@ -33,16 +33,23 @@ def configure(config: pytest.Config) -> None:
     config.stash[_INSTALLED] = wanted and not state().active
     if wanted:
         install_shims(defer_torch=True)
-    if config.stash[_INSTALLED]:
+    if config.stash[_INSTALLED] and not _distributes(config):
         children = ExitStack()
         pyproject = config.inipath if config.inipath is not None and config.inipath.name == "pyproject.toml" else None
         children.enter_context(shim_in_children(next(iter(settings_of(config).profiles)), pyproject))
         config.stash[_CHILDREN] = children
 
 
+def _distributes(config: pytest.Config) -> bool:
+    """True in pytest-xdist's controller: the processes it starts are its workers, which load the plugin
+    through pytest and give the shim to their own tests' children."""
+    return getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
+
+
 def unconfigure(config: pytest.Config) -> None:
     if config.stash.get(_INSTALLED, False):
-        config.stash[_CHILDREN].close()
+        if _CHILDREN in config.stash:
+            config.stash[_CHILDREN].close()
         uninstall_shims()
 
 

@@ -26,7 +26,16 @@ import importlib.util
 import os
 import sys
 
-if os.environ.get("{variable}"):
+_ARGV = getattr(sys, "orig_argv", [])
+# A pytest child (``python -m pytest``, the pytest script, an xdist worker's execnet gateway) loads the
+# plugin, which installs the shim after pytest's assertion rewriting is set up; importing it here first
+# would make pytest warn.
+_PYTEST = (
+    "".join(_ARGV[1:3]).startswith("-mpytest")
+    or os.path.basename(_ARGV[1] if len(_ARGV) > 1 else "") in ("pytest", "py.test")
+    or any("sys.stdin.readline" in argument for argument in _ARGV[1:])
+)
+if os.environ.get("{variable}") and not _PYTEST:
     from pytest_npufuse.shim import install_shims
 
     install_shims(defer_torch=True)

@@ -26,19 +26,13 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from ..errors import NpufuseError
+from ..errors import CollectiveTimeoutError, NpufuseError
 
 BACKEND = "hccl"
 # CANN's default for HCCL_CONNECT_TIMEOUT, in seconds (CANN environment variable reference, "HCCL_CONNECT_TIMEOUT").
 DEFAULT_CONNECT_TIMEOUT_S = 120
 NAME_PREFIX = "npufuse_hccl_group_"
 
-
-class CollectiveTimeoutError(NpufuseError, RuntimeError):
-    """Some ranks of a group did not reach a collective (or the group's creation) in time: they crashed,
-    exited, or took another branch. ``missing`` holds the global ranks that did not arrive."""
-
-    missing: tuple[int, ...] = ()
 
 
 class HcclSetupError(NpufuseError, ValueError):

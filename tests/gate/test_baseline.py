@@ -195,8 +195,9 @@ def test_a_malformed_sites_record_is_refused(tmp_path, sites):
     data = json.loads(path.read_text())
     data["entries"]["t"]["a3"]["sites"] = sites
     path.write_text(json.dumps(data))
-    with pytest.raises(BaselineError, match="'sites' is not an object of op site"):
+    with pytest.raises(BaselineError, match="'sites' is not an object of op site") as refused:
         baseline.load_baseline(path)
+    assert refused.value.entry == "sites"
 
 
 def test_site_deltas_name_the_op_that_grew_first_and_follow_a_line_that_only_moved():

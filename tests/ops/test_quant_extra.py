@@ -44,8 +44,9 @@ def test_dynamic_mx_quant_float4_bytes_dequantise_within_one_grid_step() -> None
 
 
 def test_dynamic_mx_quant_refuses_the_formats_torch_has_no_dtype_for() -> None:
-    with pytest.raises(OpArgumentError, match="float4_e1m2"):
+    with pytest.raises(OpArgumentError, match="float4_e1m2") as refused:
         torch_npu.npu_dynamic_mx_quant(torch.ones(2, 32).half(), dst_type=297)
+    assert refused.value.op is not None and "npu_dynamic_mx_quant" in refused.value.op
 
 
 def test_matmul_compress_dequant_is_the_pages_formula_and_refuses_a_compressed_weight() -> None:
@@ -55,5 +56,6 @@ def test_matmul_compress_dequant_is_the_pages_formula_and_refuses_a_compressed_w
     scale = torch.full((1, 16), 0.125)
     out = torch_npu.npu_matmul_compress_dequant(x1, x2, torch.zeros(8, dtype=torch.int8), bias, scale)
     assert out.dtype == torch.float16 and torch.equal(out, ((x1.long() @ x2.long() + bias) * 0.125).half())
-    with pytest.raises(OpArgumentError, match="uncompressed"):
+    with pytest.raises(OpArgumentError, match="uncompressed") as refused:
         torch_npu.npu_matmul_compress_dequant(x1, x2.reshape(-1), torch.zeros(8, dtype=torch.int8), bias, scale)
+    assert refused.value.op is not None and "npu_matmul_compress_dequant" in refused.value.op

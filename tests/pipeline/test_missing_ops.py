@@ -31,7 +31,7 @@ class _Gappy(torch.nn.Module):
         o = torch_npu.npu_prompt_flash_attention(y, q, q, pse_shift=shift, num_heads=2, input_layout="BSH")
         z = torch_npu.npufuse_test_fake_only(o)
         torch.npu.not_a_name(z)
-        torch_npu.distributed.anything(z)
+        torch_npu.asd.anything(z)
         return z + 1
 
 
@@ -46,7 +46,7 @@ def test_every_gap_is_listed_at_once_with_its_line_and_what_to_do() -> None:
         ("argument", "torch_npu.npu_prompt_flash_attention", "pse_shift", _line(forward, "pse_shift")),
         ("cpu kernel", "npu::npufuse_test_fake_only", None, _line(forward, "npufuse_test_fake_only")),
         ("name", "torch.npu.not_a_name", None, _line(forward, "not_a_name")),
-        ("module", "torch_npu.distributed", None, _line(forward, "torch_npu.distributed")),
+        ("module", "torch_npu.asd", None, _line(forward, "torch_npu.asd")),
     ]
     assert [gap.op for gap in gaps[:3]] == ["torch_npu.npu_not_an_op", "torch_npu.npu_prompt_flash_attention",
                                             "npu::npufuse_test_fake_only"]
@@ -70,9 +70,9 @@ def test_a_failure_after_a_gap_ends_the_survey_and_says_where() -> None:
 
 def test_a_missing_module_is_a_missing_module_not_a_missing_op() -> None:
     with pytest.raises(NotModeledAttributeError) as info:
-        torch_npu.distributed  # noqa: B018 - the attribute access is the test
+        torch_npu.asd  # noqa: B018 - the attribute access is the test
     assert "module of torch_npu" in str(info.value) and "custom_op" not in str(info.value)
-    assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.distributed"
+    assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.asd"
     assert not hasattr(torch_npu, "jit")
 
 
@@ -174,8 +174,8 @@ def test_a_subpackage_loaded_by_its_own_import_says_so_and_one_the_shim_lacks_is
 
     assert shimmed.npu.Stream is torch.npu.Stream  # loaded with torch_npu, as torch_npu loads it
     with pytest.raises(NotModeledAttributeError) as info:
-        shimmed.distributed  # noqa: B018 - the attribute access is the test
-    assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.distributed"
+        shimmed.asd  # noqa: B018 - the attribute access is the test
+    assert info.value.gap.kind == "module" and info.value.gap.name == "torch_npu.asd"
     if "contrib" not in vars(shimmed):  # not imported yet by another test
         with pytest.raises(AttributeError, match="import torch_npu.contrib first") as refused:
             shimmed.contrib  # noqa: B018 - the attribute access is the test

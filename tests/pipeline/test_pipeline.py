@@ -230,5 +230,6 @@ def test_options_for_a_scope_the_model_does_not_define_are_refused_naming_the_sc
                                             r"\(scopes seen: 'sp1'\)") as refused:
         compare(Scoped(), *_data(), options={"sp1": "stream-fusion=1", "no-such-scope": "stream-fusion=1"})
     assert refused.value.argument == "options" and refused.value.entry == "options['no-such-scope']"
-    with pytest.raises(ArgumentError, match=r"scope 'sp1' was not found .*\(scopes seen: none\)"):
+    with pytest.raises(ArgumentError, match=r"scope 'sp1' was not found .*\(scopes seen: none\)") as none_seen:
         compare(torch.nn.ReLU(), *_data(1), options={"sp1": "stream-fusion=1"})
+    assert none_seen.value.entry == "options['sp1']"

@@ -60,8 +60,9 @@ def test_an_empty_target_name_is_refused_listing_the_targets_not_taken_for_the_d
     (tmp_path / "pyproject.toml").write_text(CALIBRATED)
     monkeypatch.chdir(tmp_path)
     model, inputs = _model_and_inputs()
-    with pytest.raises(ProfileError, match=r"target name '[^']*' is empty; name a target: built-in targets are .*a3.*; user targets are mine"):
+    with pytest.raises(ProfileError, match=r"target name '[^']*' is empty; name a target: built-in targets are .*a3.*; user targets are mine") as named:
         compare(model, *inputs, target=blank)
+    assert named.value.argument == "target"
     with pytest.raises(ProfileError, match="is empty") as refused:
         Target.resolve(blank)
     assert refused.value.argument == "target"

@@ -265,5 +265,6 @@ def test_a_step_refuses_options_for_a_scope_none_of_its_graphs_define():
     x, y = data()
     report = compare(Mlp(scoped=True), x, loss=lambda out: F.cross_entropy(out, y), options={"mlp": "stream-fusion=1"})
     assert "mlp" in report.superkernels
-    with pytest.raises(ArgumentError, match=r"scope 'mpl' was not found in the captured graph \(scopes seen: 'mlp'\)"):
+    with pytest.raises(ArgumentError, match=r"scope 'mpl' was not found in the captured graph \(scopes seen: 'mlp'\)") as misspelt:
         compare(Mlp(scoped=True), x, loss=lambda out: F.cross_entropy(out, y), options={"mpl": "stream-fusion=1"})
+    assert misspelt.value.argument == "options" and misspelt.value.entry == "options['mpl']"
