@@ -419,24 +419,48 @@ def _declare_inplace(
     check_types = _type_checker(declaration, typed, require_fit)
     packet = getattr(getattr(torch.ops, NAMESPACE), public_name)
 
+    def run(args: tuple, kwargs: Mapping[str, Any]) -> Any:
+        return packet(*args, **{schema_names.get(name, name): value for name, value in kwargs.items()})
+
+    public = _public(public_name, checks, declaration, (make, validate, check_types), run)
+    _OPS[public_name] = NpuOp(public_name, _family(checks), declared, declaration.source, functional, samples)
+    return public
+
+
+def _family(checks: Callable[[Arguments], None]) -> str:
+    """The op's family, the module that declares it (``norm``, ``attention``, ...)."""
+    return sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
+
+
+def _public(
+    public_name: str, checks: Callable[[Arguments], None], declaration: Declaration,
+    checkers: tuple[Binder, Callable[..., None], Fit], run: Callable[[tuple, Mapping[str, Any]], Any],
+    devices: tuple[str, ...] = (),
+) -> Callable[..., Any]:
+    """The callable ``torch_npu.<op>``: Python scalars for numpy ones, a device argument as the model's,
+    the op's checks on an eager call (errors attributed to the op), then ``run``. Under Dynamo only the
+    types are checked: the fake kernel runs the record's checks, and tracing the binder and every check of
+    every call again would multiply a large model's capture time."""
+    make, validate, check_types = checkers
+
     def public(*args: Any, **kwargs: Any) -> Any:
         args, kwargs = _python_scalars(args, kwargs)
-        schema_kwargs = {schema_names.get(name, name): value for name, value in kwargs.items()}
+        for device in devices:  # keyword-only in every factory schema
+            if device in kwargs:
+                kwargs[device] = model_device(device, kwargs[device])
         if torch.compiler.is_compiling():
             check_types(args, kwargs)
-            return packet(*args, **schema_kwargs)
+            return run(args, kwargs)
         try:
             validate(*make(args, kwargs))
-            return packet(*args, **schema_kwargs)
+            return run(args, kwargs)
         except NpufuseError as error:
             _attributed(error, public_name, eager=True)
             raise
 
     public.__name__ = public.__qualname__ = public_name
     public.__module__, public.__doc__ = checks.__module__, checks.__doc__
-    public.__signature__ = declaration.signature()
-    family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
-    _OPS[public_name] = NpuOp(public_name, family, declared, declaration.source, functional, samples)
+    public.__signature__ = declaration.signature()  # type: ignore[attr-defined]
     return public
 
 
@@ -590,27 +614,8 @@ def npu_op(
             result = call(args, kwargs)
             return list(result) if returns_list else result
 
-        def public(*args: Any, **kwargs: Any) -> Any:
-            args, kwargs = _python_scalars(args, kwargs)
-            for device in devices:  # keyword-only in every factory schema
-                if device in kwargs:
-                    kwargs[device] = model_device(device, kwargs[device])
-            # Under Dynamo the fake kernel runs the record's checks; tracing the binder and every check of
-            # every call again would multiply a large model's capture time.
-            if torch.compiler.is_compiling():
-                check_types(args, kwargs)
-                return run(args, kwargs)
-            try:
-                validate(*make(args, kwargs))
-                return run(args, kwargs)
-            except NpufuseError as error:
-                _attributed(error, public_name, eager=True)
-                raise
-
-        public.__name__ = public.__qualname__ = public_name
-        public.__module__, public.__doc__ = checks.__module__, checks.__doc__
-        public.__signature__ = declaration.signature()
-        family = sys.modules[checks.__module__].__name__.rsplit(".", 1)[-1]
+        public = _public(public_name, checks, declaration, (make, validate, check_types), run, devices)
+        family = _family(checks)
         graph_name = "" if name == public_name else name
         overloads = tuple(overload.name for overload in declaration.overloads)
         _OPS[public_name] = NpuOp(
