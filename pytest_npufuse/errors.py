@@ -176,6 +176,14 @@ class CollectiveTimeoutError(NpufuseError, RuntimeError):
     missing: tuple[int, ...] = ()
 
 
+class DeviceMemoryError(NpufuseError):
+    """A case's resident tensors (parameters, buffers and inputs; a training step's gradients and optimizer
+    state too) take more than one die's device memory, so the case could not run on the die it is modeled
+    on. ``entry`` names the largest such tensor and ``bound`` is the die's capacity in bytes."""
+
+    kind = ErrorKind.DEVICE_MEMORY
+
+
 class ConfigError(NpufuseError, ValueError):
     """A TorchAir ``CompilerConfig`` option set to a value TorchAir rejects (TorchAir raises ValueError)."""
 

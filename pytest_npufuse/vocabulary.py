@@ -130,3 +130,4 @@ class ErrorKind(Vocabulary):
     GAPS = "gaps"
     PATH_MANAGER = "path-manager"
     COLLECTIVE_TIMEOUT = "collective-timeout"
+    DEVICE_MEMORY = "device-memory"

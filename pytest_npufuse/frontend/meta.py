@@ -73,6 +73,20 @@ def weightless(model: Callable[..., Any], inputs: Sequence[Any]) -> bool:
     return any(tensor.is_meta for tensor in _tensors(list(inputs)))
 
 
+def resident_tensors(model: Callable[..., Any], inputs: Sequence[Any]) -> dict[str, int]:
+    """Bytes of what must sit in device memory before the model runs, by the user's name: each parameter
+    and buffer of a module (a tied one once) and each input tensor (``input[i]``, its leaves in order)."""
+    sizes: dict[str, int] = {}
+    seen: set[int] = set()
+    named = [*model.named_parameters(), *model.named_buffers()] if isinstance(model, torch.nn.Module) else []
+    named += [(f"input[{position}]", tensor) for position, value in enumerate(inputs) for tensor in _tensors([value])]
+    for name, tensor in named:
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            sizes[name] = tensor.numel() * tensor.element_size()
+    return sizes
+
+
 def on_meta(inputs: Sequence[Any]) -> tuple[list[Any], dict[int, torch.Tensor]]:
     """``inputs`` with every tensor on the meta device (same shape, strides and dtype), and the real
     tensor each new meta tensor stands for (by ``id`` of the meta tensor; meta inputs stand for none)."""

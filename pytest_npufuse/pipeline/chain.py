@@ -38,6 +38,7 @@ from ..execute.routing import ExpertCounts
 from ..execute.sample import Sampled, SampleGraph, capture_sample, compute_sample
 from ..execute.standin import stood_in, uncompared
 from ..frontend.backend import Capture
+from ..frontend.meta import resident_tensors
 from ..frontend.repeat import capture_program
 from ..frontend.survey import cpu_kernel_gaps, without_cpu_kernel
 from ..ir.program import Program
@@ -49,6 +50,7 @@ from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
 from ..report.contention import stream_contention
 from ..report.findings import Finding, Mismatch
+from ..report.memory import check_fits
 from ..report.streams import stream_uses
 from ..report.numerics import Numerics, Uncompared, stand_ins
 from ..report.trace import write_case_traces
@@ -159,6 +161,8 @@ def compare_case(spec: CaseSpec, target: Target) -> CaseReport:
                         spec.dynamic, spec.host)
     if spec.training:
         return compare_step(spec, settings, target.catalog)
+    if spec.ranks is None:  # ranks= shards the experts over dies; one die holds the whole case only without it
+        check_fits(resident_tensors(spec.model, spec.inputs), settings.profile, "parameters, buffers and inputs")
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()

@@ -42,7 +42,7 @@ from ..report.attribution import attribute_step
 from ..report.case import CaseReport, ScopeReport
 from ..report.contention import stream_contention
 from ..report.findings import Finding, Mismatch
-from ..report.memory import StepMemory, step_memory
+from ..report.memory import StepMemory, check_fits, step_memory
 from ..report.streams import stream_uses
 from ..report.trace import write_case_traces
 from ..simulate.step import chain_runs
@@ -130,6 +130,8 @@ def compare_step(spec: CaseSpec, settings: Settings, catalog: OpCatalog) -> Case
     programs = [graph.program for graph in var_graphs]
     memory = step_memory(programs, variant_values.parameter_bytes, variant_values.gradient_bytes,
                          variant_values.state_bytes)
+    check_fits({"parameters": memory.parameters, "gradients": memory.gradients,
+                "optimizer state": memory.optimizer_state}, settings.profile, "parameters, gradients and optimizer state")
     findings = find_affinity(programs, settings.profile, catalog) if spec.affinity else ()
     report = _report(settings, base_graphs, var_graphs, values, memory, findings)
     spec.check_scopes(report)

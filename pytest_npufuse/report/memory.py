@@ -8,6 +8,9 @@ reaches. Ascend training runs are often bound by device memory before they are b
 - each graph's own intermediates, live from the kernel that writes them to their last reader in the
   issue order (a view shares its base's memory; a graph's outputs live to its end).
 
+A case whose resident tensors alone exceed the die's device memory (the target's ``[memory] hbm_gib``)
+could not run there: :func:`check_fits` refuses it rather than price it.
+
 The peak is the resident memory plus the largest of the forward's live memory (its intermediates and
 the activations it keeps), the backward's (activations freed at their last read, gradients written, its
 intermediates) and the optimizer's (gradients and its intermediates). Not modeled: the caching
@@ -19,7 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..errors import DeviceMemoryError
 from ..ir.program import Program
+from ..target.profile import HardwareProfile
 from ..vocabulary import Phase
 
 _GB = 1024**3
@@ -117,3 +122,21 @@ def step_memory(
         else:
             live[str(program.phase)] = live_peak(program, inputs)
     return StepMemory(parameters, gradients, optimizer_state, activations, live)
+
+
+def check_fits(sizes: Mapping[str, int], profile: HardwareProfile, what: str) -> None:
+    """Refuse a case whose resident tensors ``sizes`` (bytes by name) exceed one die of ``profile``: its
+    numbers would price a run that could not start. ``what`` says what the sizes are, for the message."""
+    capacity = int(profile.hbm_gib * _GB)
+    total = sum(sizes.values())
+    if total <= capacity:
+        return
+    largest = max(sizes, key=lambda name: sizes[name])
+    raise DeviceMemoryError(
+        f"the case's {what} take {total / _GB:,.1f} GiB, but one {profile.name} die has {profile.hbm_gib:g} GiB of "
+        f"device memory (its [memory] hbm_gib, docs/sources.md#hw-1-1); the largest is {largest} "
+        f"({sizes[largest] / _GB:,.1f} GiB). Check the config the model was built from (a parameter count or "
+        "hidden size off by a power of ten), or check a slice of it: fewer layers, a smaller batch, or one "
+        "rank's shard of its weights.",
+        argument="model", entry=largest, bound=capacity,
+    )

@@ -56,6 +56,8 @@ class HardwareProfile:
     cube_tflops: Mapping[str, float]
     vector_tflops: Mapping[str, float]
     hbm_gbps: float
+    hbm_gib: float
+    """Device memory of one die (CANN's ``memory_size``): what a case's resident tensors must fit in."""
     l2_mib: float
     misaligned_read_share: float
     core_ddr_bytes_per_cycle: float
@@ -176,7 +178,7 @@ _SCALAR_KEYS: Mapping[str, Mapping[str, str]] = {
     "target": _same("name", "product", "soc"),
     "cores": _same("aic", "aiv", "aicpu"),
     "clock": _same("cube_mhz", "vector_mhz"),
-    "memory": _same("hbm_gbps", "l2_mib", "misaligned_read_share"),
+    "memory": _same("hbm_gbps", "hbm_gib", "l2_mib", "misaligned_read_share"),
     "core_memory": {"core_ddr_bytes_per_cycle": "ddr_bytes_per_cycle", "core_l2_bytes_per_cycle": "l2_bytes_per_cycle",
                     "core_l0a_bytes_per_cycle": "l0a_bytes_per_cycle", "core_l0b_bytes_per_cycle": "l0b_bytes_per_cycle",
                     "core_indexed_access_cycles": "indexed_access_cycles",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pytest_npufuse import advise, compare, init_empty_weights
-from pytest_npufuse.errors import ArgumentError, CaptureError
+from pytest_npufuse.errors import ArgumentError, CaptureError, DeviceMemoryError
 from pytest_npufuse.execute.sample import compute_sample, sampled_layers
 from pytest_npufuse.execute import sample
 from pytest_npufuse.execute.seeded import seeded_like, seeded_rows
@@ -222,3 +222,39 @@ def test_numerics_choices_are_checked():
 def test_a_model_with_weights_can_be_timed_without_numerics():
     report = compare(_Stack(), torch.randn(4, 16), numerics="none")
     assert report.numerics.status is NumericsStatus.NOT_COMPUTED and report.kernels_executed == 0
+
+
+class _Projection(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(width, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)
+
+
+@pytest.mark.parametrize("target, capacity", [("a3", 64), ("910b4", 32)])
+def test_a_model_larger_than_the_die_is_refused_naming_its_largest_tensor_and_the_capacity(target, capacity):
+    """10**12 parameters (a config with a width off by a power of ten) on one die: refused before capture,
+    naming the parameter, the die's memory_size and the fix, instead of a silently priced run."""
+    with init_empty_weights():
+        model = _Projection(10**6)
+    with pytest.raises(DeviceMemoryError) as exc:
+        compare(model, torch.empty(4, 10**6, device="meta"), target=target)
+    assert (exc.value.argument, exc.value.entry, exc.value.bound) == ("model", "proj.weight", capacity * 1024**3)
+
+
+def test_a_model_that_fits_beside_a_large_input_is_refused_only_when_both_exceed_the_die():
+    with init_empty_weights():
+        model = _Projection(4096)
+    assert compare(model, torch.empty(4, 4096, device="meta")).numerics.status is NumericsStatus.NOT_COMPUTED
+    with pytest.raises(DeviceMemoryError) as exc:
+        compare(model, torch.empty(2**24, 4096, device="meta"))  # a 128 GiB float32 batch
+    assert exc.value.entry == "input[0]"
+
+
+def test_ranks_model_one_rank_of_a_sharded_deployment_so_the_whole_model_is_not_held_to_one_die():
+    with init_empty_weights():
+        model = _Projection(200_000)  # 149 GiB in float32: one die cannot hold it, a shard over ranks can
+    report = compare(model, torch.empty(4, 200_000, device="meta"), ranks=8)
+    assert report.ranks.count == 8

@@ -2,12 +2,15 @@
 the backward keeps, and the peak."""
 
 import json
+from dataclasses import replace
 from types import MappingProxyType
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from pytest_npufuse import compare
+from pytest_npufuse.errors import DeviceMemoryError
 from pytest_npufuse.gate.baseline import Entry
 from pytest_npufuse.ir.program import NO_ANNOTATIONS, Buffer, Kernel, Program, TensorSpec
 from pytest_npufuse.gate.check_record import check_row
@@ -51,6 +54,18 @@ def test_a_step_reports_its_memory():
     assert "peak" in memory.describe() and set(memory.live) == {"forward", "backward", "optimizer"}
     assert memory.to_json()["peak"] == memory.peak and memory.to_json()["peak_phase"] in memory.live
 
+
+
+def test_a_step_whose_parameters_gradients_and_state_exceed_the_die_is_refused_naming_the_largest():
+    """Checked against a die of 1 MiB (the real ones hold 32 or 64 GiB, more than a CPU test can allocate):
+    AdamW's two moments are the largest part, so the step is refused naming them."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(256, 256)
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
+    small = replace(load_profile("a3"), hbm_gib=1 / 1024)
+    with pytest.raises(DeviceMemoryError) as exc:
+        compare(model, torch.randn(8, 256), loss=lambda out: out.sum(), optimizer=optimizer, target=small)
+    assert (exc.value.entry, exc.value.bound) == ("optimizer state", 1024**2)
 
 
 def test_the_check_record_carries_the_memory_of_a_training_step_only():

@@ -55,6 +55,15 @@ def test_every_sku_is_a_builtin_target_with_its_own_cores_clock_and_memory():
     assert set(BUILTIN_TARGETS) == {*SKU_TARGETS, "a2", "a3"}
 
 
+def test_each_target_has_the_device_memory_its_platform_config_gives():
+    """hbm_gib is CANN's memory_size for the SoC, as benchmarks/data/skus.toml cites it (32 GiB on 910B4)."""
+    skus = tomllib.loads((DATA_DIR.parents[2] / "benchmarks" / "data" / "skus.toml").read_text())
+    assert {name: load_profile(name).hbm_gib for name in SKU_TARGETS} == {
+        name: skus[name]["hbm_gib"]["value"] for name in SKU_TARGETS
+    }
+    assert load_profile("910b4").hbm_gib == 32
+
+
 def test_a_builtin_profile_text_is_one_complete_profile(tmp_path):
     """The architecture file and a SKU file share no table, so their texts together load as a profile."""
     path = tmp_path / "copy.toml"
