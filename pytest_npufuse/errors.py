@@ -176,6 +176,14 @@ class CollectiveTimeoutError(NpufuseError, RuntimeError):
     missing: tuple[int, ...] = ()
 
 
+class HcclSetupError(NpufuseError, ValueError):
+    """An ``"hccl"`` process group cannot be set up as asked: a rendezvous variable (MASTER_ADDR,
+    MASTER_PORT, RANK, WORLD_SIZE) or HCCL_CONNECT_TIMEOUT is missing or not a number in range; ``argument``
+    names the variable."""
+
+    kind = ErrorKind.HCCL_SETUP
+
+
 class DeviceMemoryError(NpufuseError):
     """A case's resident tensors (parameters, buffers and inputs; a training step's gradients and optimizer
     state too) take more than one die's device memory, so the case could not run on the die it is modeled

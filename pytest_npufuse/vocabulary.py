@@ -131,3 +131,4 @@ class ErrorKind(Vocabulary):
     PATH_MANAGER = "path-manager"
     COLLECTIVE_TIMEOUT = "collective-timeout"
     DEVICE_MEMORY = "device-memory"
+    HCCL_SETUP = "hccl-setup"

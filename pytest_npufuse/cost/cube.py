@@ -233,6 +233,8 @@ def busiest_core_us(
     ``t mod dim`` (CATLASS's tuning guide: 24 tiles on 20 cores, swizzle <3,1> against <4,1>); with
     ``resident_a`` each core takes a contiguous run of output tiles instead and loads each A block it
     touches once (``a_load_us(rows)``)."""
+    if not gemm.m or not gemm.n or not gemm.batch:  # an empty output: no tile, no core busy
+        return 0.0
     edges = _edges(gemm, tiling)
     times: dict[tuple[int, int], float] = {}
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..errors import OutputFileError
-from .atomic import THROUGH_KINDS, write_bytes_atomic
+from .atomic import THROUGH_KINDS, write_bytes_atomic, write_failed
 from .kinds import Kind, descriptor_named, kind_of, kind_of_mode
 
 _WRITE_FLAGS = os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -82,9 +82,23 @@ def append_text(path: Path, text: str, what: str = "log") -> None:
             raise OutputFileError(
                 f"{what} {path}: is {opened.value}, not a regular file, so nothing was written to it."
             )
-        _write_all(handle, text.encode("utf-8"))
+        _append_whole(handle, text.encode("utf-8"), path, what)
     finally:
         os.close(handle)
+
+
+def _append_whole(handle: int, data: bytes, path: Path, what: str) -> None:
+    """Append ``data`` or nothing: a write the system stops part way (a full disk, ``ulimit -f``) is cut
+    back to the file's old end, so a log never ends in half a record."""
+    end = os.fstat(handle).st_size
+    try:
+        _write_all(handle, data)
+    except OSError as exc:
+        try:
+            os.ftruncate(handle, end)
+        except OSError:
+            pass  # the write's own error says what to fix; a file that cannot even be cut is left as it is
+        raise write_failed(path, what, exc, len(data)) from None
 
 
 def _write_descriptor(descriptor: int, data: bytes, what: str, path: Path) -> None:

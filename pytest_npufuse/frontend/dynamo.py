@@ -186,10 +186,13 @@ def _at_user_line(error: NpufuseError) -> NpufuseError:
     return error
 
 
-def eager_error(model: Callable[..., Any], inputs: Sequence[Any], grad: bool = False) -> NpufuseError | None:
+def eager_error(
+    model: Callable[..., Any], inputs: Sequence[Any], grad: bool = False, what: str = "the model"
+) -> NpufuseError | None:
     """Run the model uncompiled: when it fails there too (a bad argument to an op or a scope), that
     error, with the model's own message, is the one to show, not Dynamo's account of tracing it. With
-    ``grad`` as the compiled call had it: an in-place op on a parameter fails only with gradients on."""
+    ``grad`` as the compiled call had it: an in-place op on a parameter fails only with gradients on.
+    ``what`` names the callable in the message."""
     try:
         with torch.set_grad_enabled(grad):
             model(*inputs)
@@ -200,7 +203,7 @@ def eager_error(model: Callable[..., Any], inputs: Sequence[Any], grad: bool = F
         at = f" at {frame}" if frame else ""
         reason = str(exc).rstrip(".")
         return CaptureError(
-            f"the model raises {type(exc).__name__}: {reason}{at}; it fails without compilation too.",
+            f"{what} raises {type(exc).__name__}: {reason}{at}; it fails without compilation too.",
             where=frame or None
         )
     return None

@@ -187,14 +187,19 @@ class StepCapture:
         compiled = functools.partial(forward or self._forward, model, self.loss)
         # Errors are diagnosed on the run's copy: that runs it uncompiled, which must not change the user's
         # model (a BatchNorm's running statistics).
+        step = functools.partial(_forward_with_loss, model, self.loss)
         try:
             outputs, loss = call_compiled(model, compiled, inputs, grad=True)
+        except CaptureError as exc:
+            # The forward alone runs eagerly, so an exception the loss raised while Dynamo traced it reads as
+            # a graph break; the forward and loss run uncompiled name the loss's own error and line.
+            raise (eager_error(step, inputs, grad=True, what="the model or its loss=") or exc) from None
         except (NpufuseError, _Captured):
             raise
         except Exception:
             # An error of the user's loss (or forward) that Dynamo re-raised as itself, its traceback ending
             # in our wrapper: run the step's forward and loss uncompiled, whose traceback names their line.
-            eager = eager_error(functools.partial(_forward_with_loss, model, self.loss), inputs, grad=True)
+            eager = eager_error(step, inputs, grad=True, what="the model or its loss=")
             if eager is None:
                 raise
             raise eager from None

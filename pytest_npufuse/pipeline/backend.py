@@ -23,6 +23,7 @@ from ..frontend.dynamo import compile_static
 from ..plan.tasks import Variant
 from ..session import Scope, Session, SessionKey, current_session
 from ..simulate.host import HostConfig, host_config
+from ..errors import ProfileError
 from ..target.catalog import OpCatalog, load_catalog
 from ..target.profile import CHILD_PYPROJECT_VARIABLE, CHILD_TARGET_VARIABLE, HardwareProfile
 from ..target.resolve import Target, profile_of, project_settings
@@ -168,8 +169,15 @@ def _child_profile() -> HardwareProfile:
     """The target a process started by ``run`` was given (a project's own target read from the same
     pyproject.toml as in its parent), or the default target outside ``run``."""
     pyproject = os.environ.get(CHILD_PYPROJECT_VARIABLE)
-    project = load_user_config(Path(pyproject) if pyproject else None)
-    return profile_of(os.environ.get(CHILD_TARGET_VARIABLE) or None, project)
+    target = os.environ.get(CHILD_TARGET_VARIABLE) or None
+    try:
+        return profile_of(target, load_user_config(Path(pyproject) if pyproject else None))
+    except ProfileError as exc:
+        raise ProfileError(
+            f"environment variable {CHILD_TARGET_VARIABLE}={target!r} (with {CHILD_PYPROJECT_VARIABLE}={pyproject!r}), "
+            f"which `python -m pytest_npufuse run` sets for the processes it starts, names no target: {exc.problem}",
+            argument=CHILD_TARGET_VARIABLE, file=exc.file or pyproject, entry=exc.entry,
+        ) from None
 
 
 def backend_for(

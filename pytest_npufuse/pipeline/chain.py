@@ -50,7 +50,7 @@ from ..report.attribution import attribute
 from ..report.case import CaseReport, ScopeReport
 from ..report.contention import stream_contention
 from ..report.findings import Finding, Mismatch
-from ..report.memory import check_fits
+from ..report.memory import check_fits, check_peak
 from ..report.streams import stream_uses
 from ..report.numerics import Numerics, Uncompared, stand_ins
 from ..report.trace import write_case_traces
@@ -161,8 +161,9 @@ def compare_case(spec: CaseSpec, target: Target) -> CaseReport:
                         spec.dynamic, spec.host)
     if spec.training:
         return compare_step(spec, settings, target.catalog)
+    resident = resident_tensors(spec.model, spec.inputs)
     if spec.ranks is None:  # ranks= shards the experts over dies; one die holds the whole case only without it
-        check_fits(resident_tensors(spec.model, spec.inputs), settings.profile, "parameters, buffers and inputs")
+        check_fits(resident, settings.profile, "parameters, buffers and inputs")
     # Each case starts from an empty Dynamo cache: a test suite compiles the same forward many times
     # with different backends, and Dynamo would otherwise hit its recompile limit and fall back to eager.
     torch._dynamo.reset()
@@ -171,6 +172,8 @@ def compare_case(spec: CaseSpec, target: Target) -> CaseReport:
         programs, result = _timed(spec, target.catalog, racy)
     else:
         programs, result = _computed(spec, target.catalog, racy)
+    if spec.ranks is None:
+        check_peak(programs[1], resident, settings.profile)
     route = routing_of(spec.routing, result.experts)
     modeled = ModeledCase(
         model_program(routed_program(programs[0], route), settings, Variant.BASELINE),

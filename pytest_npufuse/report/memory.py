@@ -140,3 +140,16 @@ def check_fits(sizes: Mapping[str, int], profile: HardwareProfile, what: str) ->
         "rank's shard of its weights.",
         argument="model", entry=largest, bound=capacity,
     )
+
+
+def check_peak(program: Program, resident: Mapping[str, int], profile: HardwareProfile) -> None:
+    """Refuse a case whose resident tensors (``resident``, bytes by name) and the intermediates live at
+    the program's peak exceed one die of ``profile`` (an intermediate of 2**60 elements is no more
+    modelable than a parameter of that size)."""
+    inputs = frozenset(program.storage(name) for name in program.inputs if name in program.buffers)
+    owned = [b for b in program.buffers.values() if b.alias_of is None and b.name not in inputs]
+    if not owned:
+        return
+    largest = max(owned, key=lambda buffer: buffer.spec.nbytes)
+    label = f"the intermediates live at the peak (largest: {largest.user_name}, {largest.spec.nbytes / _GB:,.1f} GiB)"
+    check_fits({**resident, label: live_peak(program, inputs)}, profile, "tensors at the peak of the run")

@@ -64,7 +64,7 @@ def _with_own_store(original: Callable[..., Any]) -> Callable[..., Any]:
         rank, size = distributed.env_rank(call.get("rank", -1), call.get("world_size", -1))
         timeout = call.get("timeout")
         store = dist.TCPStore(
-            distributed.env_variable("MASTER_ADDR"), int(distributed.env_variable("MASTER_PORT")), size, rank == 0,
+            distributed.env_variable("MASTER_ADDR"), distributed.env_int("MASTER_PORT", 1, 65535), size, rank == 0,
             timedelta(seconds=distributed.connect_timeout_s(timeout)), wait_for_workers=False,
         )
         kwargs = {**call, "store": store, "rank": rank, "world_size": size}

@@ -19,6 +19,7 @@ than the capacity. With one EP rank every expert is local and the rows are ``BS 
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from dataclasses import dataclass, replace
@@ -31,6 +32,9 @@ from ..ir.program import Kernel, Program, TensorSpec
 
 DISPATCH, COMBINE = "mc2_dispatch", "mc2_combine"
 ROUTINGS = ("uniform", "zipf:S", "computed", "a sequence of per-expert weights")
+MAX_WEIGHTS = 1 << 16
+"""The most expert weights ``routing=`` is read for: a bound on reading the argument (an endless iterator
+would fill memory), far above any MoE's expert count (DeepSeek-V3 has 256)."""
 
 
 @dataclass(frozen=True)
@@ -110,9 +114,14 @@ def _not_a_routing(spec: object) -> ArgumentError:
 def _weights(spec: object) -> tuple[float, ...]:
     """The per-expert weights of a sequence ``routing=``: each a real number (a Python or NumPy number, a
     0-d tensor). A mapping, bytes or a non-iterable are not a weight list, and are refused like a bad name."""
-    items = list(spec) if isinstance(spec, Iterable) and not isinstance(spec, bytes | Mapping) else None
-    if items is None:
+    if not isinstance(spec, Iterable) or isinstance(spec, bytes | Mapping):
         raise _not_a_routing(spec)
+    items = list(itertools.islice(spec, MAX_WEIGHTS + 1))  # an endless generator is read this far, no further
+    if len(items) > MAX_WEIGHTS:
+        raise ArgumentError(
+            f"routing= gives more than {MAX_WEIGHTS} expert weights; give one weight per expert of the model's MoE "
+            "(a list or tuple, not an endless iterator).", argument="routing", bound=MAX_WEIGHTS,
+        )
     for index, weight in enumerate(items):
         number = isinstance(weight, numbers.Real) or getattr(weight, "ndim", None) == 0  # a 0-d tensor or array
         if not number or isinstance(weight, bool):

@@ -18,6 +18,7 @@ variable reference), and a rank that does not come fails every rank that waits w
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,17 +27,13 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from ..errors import CollectiveTimeoutError, NpufuseError
+from ..errors import CollectiveTimeoutError, HcclSetupError
 
 BACKEND = "hccl"
 # CANN's default for HCCL_CONNECT_TIMEOUT, in seconds (CANN environment variable reference, "HCCL_CONNECT_TIMEOUT").
 DEFAULT_CONNECT_TIMEOUT_S = 120
 NAME_PREFIX = "npufuse_hccl_group_"
 
-
-
-class HcclSetupError(NpufuseError, ValueError):
-    """An ``"hccl"`` process group cannot be set up as asked (a rendezvous variable is missing)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,17 @@ def _domain_of_backend(backend: Any) -> CommDomain:
 
 def connect_timeout_s(group_timeout: timedelta | None) -> float:
     """How long a rank waits for the others: the group's timeout, capped at ``HCCL_CONNECT_TIMEOUT``."""
-    configured = float(os.environ.get("HCCL_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT_S))
+    text = os.environ.get("HCCL_CONNECT_TIMEOUT", "").strip()
+    try:
+        configured = float(text) if text else float(DEFAULT_CONNECT_TIMEOUT_S)
+    except ValueError:
+        configured = math.nan
+    if not 0 < configured < math.inf:
+        raise HcclSetupError(
+            f"environment variable HCCL_CONNECT_TIMEOUT={text[:40]!r} is not a number of seconds above 0; set it "
+            f"to how long a rank waits for the others (CANN's default is {DEFAULT_CONNECT_TIMEOUT_S}) or unset it.",
+            argument="HCCL_CONNECT_TIMEOUT",
+        )
     if group_timeout is None:
         return configured
     return min(group_timeout.total_seconds(), configured)
@@ -87,15 +94,29 @@ def env_variable(name: str) -> str:
     if value is None:
         raise HcclSetupError(
             f"init_process_group(backend='hccl') with the env:// rendezvous needs the environment variable {name}; "
-            "set MASTER_ADDR, MASTER_PORT (and RANK, WORLD_SIZE unless passed as rank=, world_size=) in every rank."
+            "set MASTER_ADDR, MASTER_PORT (and RANK, WORLD_SIZE unless passed as rank=, world_size=) in every rank.",
+            argument=name,
         )
     return value
 
 
+def env_int(name: str, low: int, high: int) -> int:
+    """A whole-number rendezvous variable (RANK, WORLD_SIZE, MASTER_PORT) from ``low`` to ``high``."""
+    text = env_variable(name).strip()
+    digits = text[1:] if text[:1] in "+-" else text
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19) or not low <= int(text) <= high:
+        raise HcclSetupError(
+            f"environment variable {name}={text[:40]!r} is not a whole number from {low} to {high}; "
+            "set MASTER_PORT to the rendezvous port, WORLD_SIZE to the number of ranks and RANK to this rank "
+            "(0 to WORLD_SIZE - 1) in every rank.", argument=name,
+        )
+    return int(text)
+
+
 def env_rank(rank: int, world_size: int) -> tuple[int, int]:
     """The rank and world size of an ``env://`` rendezvous: the arguments, else RANK / WORLD_SIZE."""
-    rank = rank if rank >= 0 else int(env_variable("RANK"))
-    world_size = world_size if world_size >= 0 else int(env_variable("WORLD_SIZE"))
+    world_size = world_size if world_size >= 0 else env_int("WORLD_SIZE", 1, 2**31 - 1)
+    rank = rank if rank >= 0 else env_int("RANK", 0, world_size - 1)
     return rank, world_size
 
 

@@ -12,7 +12,11 @@ import os
 import socket
 from datetime import timedelta
 
+import pytest
 import torch
+
+from pytest_npufuse.errors import HcclSetupError
+from pytest_npufuse.torch_npu import distributed
 
 WORLD = 2
 
@@ -167,3 +171,34 @@ def test_two_ranks_dispatch_tokens_to_their_experts_ranks_and_combine_them_back(
         assert torch.equal(expand_x[: len(expected_rows)], torch.stack(expected_rows))
         x, _, weights = routings[rank]
         torch.testing.assert_close(combined, (x.float() * weights.sum(-1, keepdim=True)).bfloat16())
+
+
+@pytest.mark.parametrize(("name", "value", "call"), [
+    ("HCCL_CONNECT_TIMEOUT", "soon", lambda: distributed.connect_timeout_s(None)),
+    ("HCCL_CONNECT_TIMEOUT", "nan", lambda: distributed.connect_timeout_s(None)),
+    ("HCCL_CONNECT_TIMEOUT", "-5", lambda: distributed.connect_timeout_s(timedelta(seconds=3))),
+    ("WORLD_SIZE", "-2", lambda: distributed.env_rank(-1, -1)),
+    ("WORLD_SIZE", "9" * 40, lambda: distributed.env_rank(0, -1)),
+    ("RANK", "zero", lambda: distributed.env_rank(-1, 2)),
+    ("RANK", "2", lambda: distributed.env_rank(-1, 2)),
+    ("MASTER_PORT", "http", lambda: distributed.env_int("MASTER_PORT", 1, 65535)),
+    ("MASTER_PORT", "70000", lambda: distributed.env_int("MASTER_PORT", 1, 65535)),
+])
+def test_a_rendezvous_variable_that_is_not_a_number_in_range_is_named(monkeypatch, name, value, call):
+    """Junk in the environment a launcher set: an error naming the variable, not torch's int() or
+    AssertionError from inside init_process_group."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(HcclSetupError) as exc:
+        call()
+    assert exc.value.argument == name
+
+
+def test_the_connect_timeout_defaults_to_canns_and_caps_the_groups(monkeypatch):
+    monkeypatch.delenv("HCCL_CONNECT_TIMEOUT", raising=False)
+    assert distributed.connect_timeout_s(None) == distributed.DEFAULT_CONNECT_TIMEOUT_S
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "30")
+    assert distributed.connect_timeout_s(timedelta(seconds=300)) == 30.0
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "+2")
+    assert distributed.env_rank(-1, -1) == (1, 2)

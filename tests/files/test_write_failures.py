@@ -60,3 +60,20 @@ def test_merge_under_a_file_size_limit_exits_2_naming_the_limit_and_keeps_the_ol
     assert "Traceback" not in done.stderr
     assert f"merged file {out}: writing" in done.stderr and "ulimit -f" in done.stderr
     assert out.read_text() == "old"
+
+
+def test_an_append_the_system_stops_part_way_is_cut_back_to_the_old_end(tmp_path):
+    """``ulimit -f`` during a log append (the plog): the error names the file and the limit, and the log ends
+    where it ended, not in half a record."""
+    log = tmp_path / "plog.log"
+    log.write_text("an old record\n")
+    script = (
+        "import resource, sys; from pathlib import Path; from pytest_npufuse.files import append_text; "
+        "from pytest_npufuse.errors import OutputFileError\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        f"try:\n    append_text(Path({str(log)!r}), 'x' * 10000, 'plog')\n"
+        "except OutputFileError as exc:\n    print(exc.file, exc.bound, exc.problem)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.stdout.startswith(f"{log} 10000 plog {log}: writing 10000 bytes failed") and "ulimit -f" in done.stdout
+    assert log.read_text() == "an old record\n"

@@ -258,3 +258,25 @@ def test_ranks_model_one_rank_of_a_sharded_deployment_so_the_whole_model_is_not_
         model = _Projection(200_000)  # 149 GiB in float32: one die cannot hold it, a shard over ranks can
     report = compare(model, torch.empty(4, 200_000, device="meta"), ranks=8)
     assert report.ranks.count == 8
+
+
+class _Broadcast(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.expand(2**40, 2**20) * 2
+
+
+def test_an_intermediate_larger_than_the_die_is_refused_naming_it():
+    """A 2**60-element product of a small input: its inputs fit, the tensors live at the run's peak do not."""
+    with pytest.raises(DeviceMemoryError) as exc:
+        compare(_Broadcast(), torch.empty(1, 2**20, device="meta"))
+    assert exc.value.entry.startswith("the intermediates live at the peak") and exc.value.bound == 64 * 1024**3
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_an_empty_batch_is_priced_as_no_cube_work(device):
+    """A matmul with no rows has no tile to hand to a core: priced, not a max() of no cores."""
+    model = _Projection(64)
+    if device == "meta":
+        model = model.to("meta")
+    report = compare(model, torch.empty(0, 64, device=device))
+    assert report.variant.time_us > 0 and all(k.end_us >= k.start_us for k in report.variant.kernels)

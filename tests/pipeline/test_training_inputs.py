@@ -171,6 +171,18 @@ def test_an_error_of_the_loss_names_the_loss_line_not_the_library():
     assert f"{__file__}:{broken.__code__.co_firstlineno + 1}" in str(caught.value)
 
 
+def test_an_exception_the_loss_raises_is_named_with_its_line_not_as_a_graph_break():
+    """Dynamo traces the loss and calls a ``raise`` in it an observed exception, a graph break; the step run
+    uncompiled shows the user's own error and line."""
+    def needs_labels(out):
+        raise KeyError("labels")
+
+    with pytest.raises(CaptureError) as caught:
+        compare(_model(), X, loss=needs_labels)
+    assert caught.value.where == f"{__file__}:{needs_labels.__code__.co_firstlineno + 1}"
+    assert "KeyError: 'labels'" in caught.value.problem and "loss=" in caught.value.problem
+
+
 def test_diagnosing_a_failing_step_leaves_the_users_batchnorm_statistics_alone():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
     before = model[1].running_mean.clone()

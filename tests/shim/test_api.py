@@ -849,3 +849,16 @@ def test_run_command_models_a_projects_own_target_in_the_script_and_its_children
     assert _run(script, "--npu-target=mine")[0] == 0
     assert "parent: Ascend910B3 child: Ascend910B3" in capfd.readouterr().out
     assert os.environ.get("NPUFUSE_CHILD_PYPROJECT") == before
+
+
+def test_a_child_target_variable_naming_no_target_is_named_as_the_variable(monkeypatch, tmp_path):
+    """NPUFUSE_CHILD_TARGET is set by the run command for its children; junk in it (or a pyproject that is
+    gone) names the variable and how it came to be set, not only an unknown target."""
+    from pytest_npufuse.errors import ProfileError
+    from pytest_npufuse.pipeline import backend
+
+    monkeypatch.setenv("NPUFUSE_CHILD_TARGET", "mine")
+    monkeypatch.setenv("NPUFUSE_CHILD_PYPROJECT", str(tmp_path / "gone.toml"))
+    with pytest.raises(ProfileError) as exc:
+        backend._child_profile()
+    assert exc.value.argument == "NPUFUSE_CHILD_TARGET" and "gone.toml" in exc.value.problem

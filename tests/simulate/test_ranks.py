@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import torch
 from pytest_npufuse import compare, init_empty_weights
 from pytest_npufuse.errors import ArgumentError
 from pytest_npufuse.frontend.repeat import capture_program
-from pytest_npufuse.simulate.routing import Routing, is_dispatch, rank_rows, routed_program, routing_of
+from pytest_npufuse.simulate.routing import MAX_WEIGHTS, Routing, is_dispatch, rank_rows, routed_program, routing_of
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "cases"))
 from full_size.configs import DEEPSEEK_V3, Deployment  # noqa: E402
@@ -71,6 +72,13 @@ def test_malformed_routings_are_argument_errors_not_tracebacks(spec):
     with pytest.raises(ArgumentError) as exc:
         routing_of(spec)
     assert exc.value.argument == "routing"
+
+
+def test_an_endless_iterator_of_weights_is_refused_after_the_bound_not_read_forever():
+    with pytest.raises(ArgumentError) as exc:
+        routing_of(itertools.count(1))
+    assert (exc.value.argument, exc.value.bound) == ("routing", MAX_WEIGHTS)
+    assert len(routing_of([1.0] * MAX_WEIGHTS).weights) == MAX_WEIGHTS
 
 
 def test_weights_near_the_float_limit_and_iterators_are_read_as_weights():
