@@ -164,6 +164,32 @@ def test_a_report_of_hostile_names_runs_none_of_them_and_keeps_its_layout_in_a_b
     assert len(boxes) == len(HOSTILE) and all(right <= viewport and height > 0 for right, height in boxes)
 
 
+def test_the_comparison_page_of_hostile_test_ids_runs_none_of_them_and_keeps_its_layout_in_a_browser(
+    tmp_path, chromium
+):
+    """compare --html, the trend page a CI job publishes: every test id hostile, opened in Chromium."""
+    old = write_results(tmp_path / "old.json", HOSTILE, 30.0)
+    new = write_results(tmp_path / "new.json", HOSTILE, 36.0)
+    page = comparison_formats.html(compare_runs([read_run(old), read_run(new)], 0.0))
+    measure = (
+        "<script>(function(){var d=document.documentElement;d.setAttribute('data-page-width',d.scrollWidth);"
+        "d.setAttribute('data-viewport',window.innerWidth);})();</script>"
+    )
+    path = tmp_path / "comparison.html"
+    path.write_text(page.replace("</body>", measure + "</body>"))
+    dom = chromium.dom(path, size=VIEWPORT)
+    (html,) = dom.find_all("html")
+    assert "data-pwned" not in html.attrs and len(dom.find_all("script")) == 1 + page.count("<script")
+    elements = list(dom.iter())
+    assert not [e.tag for e in elements if e.tag in ("img", "iframe", "object", "embed", "foreignobject")]
+    assert not [(e.tag, name) for e in elements for name in e.attrs if name.startswith("on")]
+    assert all(a.attrs["href"].startswith("#trend-") for a in dom.find_all("a"))
+    (cases,) = dom.find_all("table", id="cases")
+    shown = sorted(row.find_all("td")[0].all_text() for row in cases.find_all("tbody")[0].find_all("tr"))
+    assert shown == sorted(visible(name) for name in HOSTILE)
+    assert int(html.attrs["data-page-width"]) <= int(html.attrs["data-viewport"]) == VIEWPORT[0]
+
+
 def _tags(page: str) -> list[str]:
     return sorted(f"{e.tag} {sorted(e.attrs)}" for e in parse_dom(page).iter())
 
