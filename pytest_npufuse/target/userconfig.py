@@ -98,7 +98,10 @@ def load_user_config(pyproject: Path | None) -> UserConfig:
     """Settings from ``pyproject`` (a missing file or section means none)."""
     if pyproject is None or not present(pyproject, PROFILE_FILE):
         return UserConfig()
-    table = read_toml(pyproject).get("tool", {}).get("npufuse", {})
+    tool = read_toml(pyproject).get("tool", {})
+    table = tool.get("npufuse", {}) if isinstance(tool, dict) else None
     if not isinstance(table, dict):
-        raise ProfileError(f"{pyproject}: [tool.npufuse] must be a table.")
+        name = "[tool.npufuse]" if isinstance(tool, dict) else "tool"
+        raise ProfileError(f"{pyproject}: {name} must be a table; fix it in that file.", file=str(pyproject),
+                           entry=name)
     return user_config_from_table(table, str(pyproject))
