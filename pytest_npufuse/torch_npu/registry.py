@@ -152,7 +152,7 @@ def _allocate(outputs: Outputs, like: Optional[torch.Tensor]) -> Any:
     """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing), or made by
     ``torch.empty`` for a factory op (under the fake mode that traces it, a fake tensor); a schema ``int``
     output (e.g. npu_fusion_attention's dropout seed) is declared by its value and kept."""
-    if isinstance(outputs, int):
+    if isinstance(outputs, (int, torch.SymInt)):
         return outputs
     if isinstance(outputs, Out):
         if like is None:
