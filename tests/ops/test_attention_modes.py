@@ -342,6 +342,24 @@ def test_rotary_mul_takes_a_rotation_matrix_and_3d_input() -> None:
     assert (exc.value.op, exc.value.argument) == ("npu_rotary_mul", "rotary_mode")
 
 
+def test_rotary_mul_takes_an_unaligned_even_head_dim_and_refuses_an_odd_one() -> None:
+    """The page: D even and below 896 in both modes; 130 is not 32-byte aligned and is taken, 125 and 896
+    are refused naming input, with the way round it in the message."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 4, 130, generator=gen)
+    cos, sin = torch.randn(1, 1, 4, 130, generator=gen), torch.randn(1, 1, 4, 130, generator=gen)
+    half = x.double().chunk(2, dim=-1)
+    expected = x.double() * cos.double() + torch.cat([-half[1], half[0]], dim=-1) * sin.double()
+    torch.testing.assert_close(torch_npu.npu_rotary_mul(x, cos, sin).double(), expected, rtol=1e-6, atol=1e-6)
+    for dim in (125, 896):
+        odd = torch.zeros(1, 2, 3, dim)
+        table = torch.zeros(1, 1, 3, dim)
+        with pytest.raises(OpArgumentError) as exc:
+            torch_npu.npu_rotary_mul(odd, table, table, "interleave")
+        assert (exc.value.op, exc.value.argument) == ("npu_rotary_mul", "input")
+        assert "even D below 896" in str(exc.value)
+
+
 def test_apply_rotary_pos_emb_quarter_rotates_each_half() -> None:
     gen = _gen()
     query, key = torch.rand(1, 3, 2, 16, generator=gen), torch.rand(1, 3, 1, 16, generator=gen)
