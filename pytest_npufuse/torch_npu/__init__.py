@@ -39,6 +39,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.quant_extra` - ``npu_matmul_compress_dequant``, ``npu_kronecker_quant``, ``npu_dynamic_mx_quant``
 * :mod:`.paged_cache` - ``npu_gather_pa_kv_cache``, ``npu_scatter_pa_cache``
 * :mod:`.dump` - ``save_npugraph_tensor``
+* :mod:`.adam` - ``npu_apply_adam_w`` (its ``out=`` form)
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
 * :mod:`.layout` - ``npu_transpose``, ``npu_broadcast``, ``npu_slice``, ``npu_pad``
@@ -97,6 +98,7 @@ from .activation import (
     npu_silu_,
     npu_silu_backward,
 )
+from .adam import _apply_adam_w_out as npu_apply_adam_w
 from .atb import (
     _npu_flash_attention,
     _npu_flash_attention_qlens,
@@ -253,6 +255,7 @@ __all__ = [
     "npu_silu_",
     "npu_silu_backward",
     "_npu_dropout_gen_mask",
+    "npu_apply_adam_w",
     "_npu_group_topk",
     "_npu_matmul_add_fp32",
     "_npu_flash_attention",
