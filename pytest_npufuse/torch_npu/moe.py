@@ -348,8 +348,11 @@ class _GmmParams:
 
 
 def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype], has_scale: bool) -> torch.dtype:
-    """Float x: x's dtype. int8 x: output_dtype (None means int8); int32 is the raw accumulator, the others
-    need a scale (the doc's data-type table)."""
+    """Float x: x's dtype. int8 x: output_dtype (None means int8); the others need a scale (the doc's
+    data-type table). int32 is the raw accumulator, with or without a scale: op-plugin's
+    test_fake_tensor.py (test_npu_grouped_matmul_meta_9) passes an int64 scale with output_dtype=int32,
+    and the int32 golden of its test_npu_quant_matmul.py applies no scale to the accumulator, so a given
+    scale is checked (dtype, shape) and not applied."""
     if x_dtype != torch.int8:
         if output_dtype is not None and output_dtype != x_dtype:
             raise OpArgumentError(
@@ -359,9 +362,9 @@ def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype],
         return x_dtype
     out = torch.int8 if output_dtype is None else output_dtype
     require_choice("output_dtype", out, QUANT_OUTPUT_DTYPES, "int8 x: int8, int32 (raw accumulator), bf16, fp16, fp32")
-    if (out == torch.int32) == has_scale:
-        raise OpArgumentError("int8 x: output_dtype=torch.int32 returns the raw int32 accumulator and takes no scale; "
-                              "every other output dtype needs scale (one [N] per group, or one [E, N])")
+    if out != torch.int32 and not has_scale:
+        raise OpArgumentError(f"int8 x: output_dtype={out} needs scale (one [N] per group, or one [E, N]); only "
+                              "output_dtype=torch.int32, the raw int32 accumulator, does without", argument="scale")
     return out
 
 
@@ -814,7 +817,9 @@ def npu_grouped_matmul(call: Arguments) -> None:
       products and accumulation, the bias added in fp32, one rounding to x's dtype (single-threaded BLAS,
       so the bits do not depend on torch's thread count).
     * W8A8 (formulas 2-3): int8 x and weights. ``acc = x @ w`` is exact in int32. ``output_dtype=int32``
-      returns ``acc`` (+ an int32 bias) -- the form followed by npu_dequant_swiglu_quant. Otherwise
+      returns ``acc`` (+ an int32 bias) -- the form followed by npu_dequant_swiglu_quant -- and takes a
+      scale without applying it (op-plugin's meta test passes one; its quant matmul int32 golden applies
+      none). Otherwise
       ``scale`` (one ``[N]`` per group or one ``[E, N]``; float32, bfloat16, or int64 from
       npu_trans_quant_param) dequantises per channel and ``per_token_scale`` ([M] float32, one per x) per
       row: ``acc [+ int32 bias] * scale [* per_token_scale] [+ float bias]`` in float32, rounded once to

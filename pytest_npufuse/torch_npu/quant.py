@@ -370,10 +370,11 @@ def npu_quant_matmul(call: Arguments) -> None:
       usual IEEE choice.
     * int32 output (the last row of the combination table in op-plugin's
       docs/context/torch_npu-npu_quant_matmul.md: int8 x int8, scale float32/bfloat16, int32
-      bias, no offset, no pertoken_scale) is the int32 accumulator plus the int32 bias.  The
-      doc gives no formula for this row; an int32 result cannot hold a float scale, so the
-      scale is checked but not applied (assumption, not confirmed on a device).  The
-      accumulator wraps around modulo 2**32 like an int32 register.
+      bias, no offset, no pertoken_scale) is the int32 accumulator plus the int32 bias: the
+      scale is checked but not applied, as the golden of op-plugin's
+      test/test_custom_ops/test_npu_quant_matmul.py (test_npu_quant_matmul_int32) computes
+      ``matmul(x1, x2)`` with a scale given.  The accumulator wraps around modulo 2**32 like an
+      int32 register.
     * A8W4 (``group_sizes`` [g_m, g_n, g_k], op-plugin's test_npu_quant_matmul_A8W4_*): int8 ``x1`` [m, k],
       ``x2`` int32 words of eight int4 [k, n / 8] (npu_convert_weight_to_int4pack), ``scale`` [k / g_k, n]
       (npu_trans_quant_param's int64, or float32) per k-group and column, ``pertoken_scale`` [m] / [m, 1],

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pytest_npufuse import torch_npu
+from pytest_npufuse.errors import OpArgumentError
 
 
 def _gen() -> torch.Generator:
@@ -72,6 +73,19 @@ def test_w8a8_int32_output_is_the_exact_accumulator() -> None:
                                           group_type=0, output_dtype=torch.int32)
     ref = torch.cat([x[:1].long() @ w[0].long() + bias[0], x[1:].long() @ w[1].long() + bias[1]])
     assert out.dtype == torch.int32 and torch.equal(out.long(), ref)
+    # op-plugin's meta test passes an int64 [E, N] scale with output_dtype=int32: checked, not applied
+    scale = torch.full((2, 8), 3, dtype=torch.int64)
+    (scaled,) = torch_npu.npu_grouped_matmul([x], [w], bias=[bias], scale=[scale], group_list=torch.tensor([1, 4]),
+                                             split_item=3, group_type=0, output_dtype=torch.int32)
+    assert torch.equal(scaled, out)
+    with pytest.raises(OpArgumentError) as exc:
+        torch_npu.npu_grouped_matmul([x], [w], scale=[torch.ones(2, 9)], group_list=torch.tensor([1, 4]),
+                                     split_item=3, group_type=0, output_dtype=torch.int32)
+    assert exc.value.argument == "scale[0]"
+    with pytest.raises(OpArgumentError) as exc:
+        torch_npu.npu_grouped_matmul([x], [w], group_list=torch.tensor([1, 4]), split_item=3, group_type=0,
+                                     output_dtype=torch.bfloat16)
+    assert exc.value.argument == "scale"
 
 
 def test_w8a8_per_channel_int64_scale_to_int8_per_tensor_form() -> None:
