@@ -25,7 +25,7 @@ from .checks import (
     type_check,
 )
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
-from .quant import antiquant_weight, unpack_int4
+from .quant import A8W4_ACTIVATION_SHIFT as A8W4_SHIFT, INT4_PER_INT32 as INT4_PER_WORD, antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
 from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
@@ -848,22 +848,53 @@ def npu_grouped_matmul(call: Arguments) -> None:
 
 
 
+def _finalize_a8w4_meta(call: Arguments, experts: int, k: int, n: int) -> None:
+    """A8W4 (the doc's last two table rows): an int64 scale [e, G, n] (G k-groups; the doc's [e, 1, n] is
+    one), a float32 bias [e, n], an optional float32 offset [e, G, n]."""
+    scale = call.scale
+    if scale is None or call.bias is None:
+        raise OpArgumentError("A8W4 (int4 w) needs scale, int64 [e, 1, n] (or [e, G, n] for G k-groups), and bias, "
+                              "float32 [e, n] (the doc's data-type table)", argument="scale" if scale is None else "bias")
+    require_dtype("scale", scale, (torch.int64,), "(A8W4: float32 bits in the low 32 bits of each int64)")
+    if scale.dim() != 3 or scale.shape[0] != experts or scale.shape[2] != n or k % max(scale.shape[1], 1):
+        raise OpArgumentError(f"scale has shape {list(scale.shape)}; A8W4 takes [e={experts}, G, n={n}] with G "
+                              f"k-groups dividing k={k}", argument="scale")
+    require_dtype("bias", call.bias, (torch.float32,))
+    require_shape("bias", call.bias, ((experts, n),))
+    if call.offset is not None:
+        require_dtype("offset", call.offset, (torch.float32,))
+        require_shape("offset", call.offset, (tuple(scale.shape),))
+
+
+def _finalize_a8w8_meta(call: Arguments, experts: int, n: int) -> None:
+    """A8W8: a float32 scale [e, n]; bias and offset are A8W4's only (the doc)."""
+    if call.scale is None:
+        raise OpArgumentError("A8W8 needs scale, float32 [e, n] (per channel)", argument="scale")
+    require_dtype("scale", call.scale, (torch.float32,))
+    require_shape("scale", call.scale, ((experts, n),))
+    require_unused("npu_grouped_matmul_finalize_routing with int8 w (bias and offset are A8W4's)", bias=call.bias,
+                   offset=call.offset)
+
+
 def _gmm_finalize_routing_meta(call: Arguments) -> Out:
-    """y float32 [output_bs or m, n] (op-plugin meta); the A8W8 inputs of the doc's data-type table."""
+    """y float32 [output_bs or m, n] (op-plugin meta); the A8W8 or A8W4 inputs of the doc's data-type table."""
     x, w, group_list = call.x, call.w, call.group_list
     require_dtype("x", x, (torch.int8,))
-    require_dtype("w", w, (torch.int8,), "(the A8W4 int4 weights are not implemented)")
+    require_dtype("w", w, (torch.int8, torch.int32), "(int8, or int32 words of eight int4: A8W4)")
     if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
         raise OpArgumentError(
-            f"x {list(x.shape)} and w {list(w.shape)} must be [m, k] and [e, k, n] (logical shape)", argument="x"
+            f"x {list(x.shape)} and w {list(w.shape)} must be [m, k] and [e, k, n] (logical shape; int4 w "
+            "[e, k, n / 8])", argument="x"
         )
-    rows, experts, n = x.shape[0], w.shape[0], w.shape[2]
+    rows, experts = x.shape[0], w.shape[0]
+    n = w.shape[2] * INT4_PER_WORD if w.dtype == torch.int32 else w.shape[2]
     require_dtype("group_list", group_list, (torch.int64,))
     require_shape("group_list", group_list, ((experts,),))
-    scale, pertoken_scale = call.scale, call.pertoken_scale
-    if scale is None or pertoken_scale is None:
-        raise OpArgumentError("A8W8 needs scale [e, n] (per channel) and pertoken_scale [m] (per token), float32")
-    for name, value, shape in (("scale", scale, (experts, n)), ("pertoken_scale", pertoken_scale, (rows,)),
+    if w.dtype == torch.int32:
+        _finalize_a8w4_meta(call, experts, x.shape[1], n)
+    else:
+        _finalize_a8w8_meta(call, experts, n)
+    for name, value, shape in (("pertoken_scale", call.pertoken_scale, (rows,)),
                                ("logit", call.logit, (rows,)), ("row_index", call.row_index, (rows,))):
         if value is None:
             continue
@@ -881,8 +912,46 @@ def _gmm_finalize_routing_meta(call: Arguments) -> Out:
     return Out([out_rows, n], torch.float32)
 
 
+def _low_word_scale(scale: torch.Tensor) -> torch.Tensor:
+    """float32 of an A8W4 int64 scale: the float32 bits in each int64's low 32 bits, the high word 0
+    (op-plugin test_npu_grouped_matmul_finalize_routing.py builds it so, without npu_trans_quant_param's flag)."""
+    return wrap_to_int32(scale & 0xFFFFFFFF).view(torch.float32)
+
+
+def _a8w4_rows(call: Arguments, group: int, rows: torch.Tensor) -> torch.Tensor:
+    """Expert ``group``'s A8W4 product of its int8 ``rows`` [r, k] before the per-token scale, float32 [r, n]:
+    op-plugin's golden (``non_quant_golden_with_offset`` of test_npu_grouped_matmul_finalize_routing.py)
+    splits each int8 into a high nibble ``x // 16`` and a low one ``(x & 15) - 8`` and recombines the two
+    products as ``16 * high + low``, which is ``(x - 8) @ w``; per k-group j that product times
+    ``scale[j]``, summed over the groups, plus ``bias``, plus ``rowsum(x_j) * offset[j]`` per group. Here in
+    exact arithmetic (float64 integer sums) where the golden accumulates the groups in float16."""
+    weight = unpack_int4(call.w[group]).to(torch.float64)
+    scale = _low_word_scale(call.scale[group])
+    groups = scale.shape[0]
+    size = rows.shape[1] // groups
+    shifted = rows.to(torch.float64) - A8W4_SHIFT
+    total = call.bias[group].to(torch.float32).expand(rows.shape[0], -1).clone()
+    for j in range(groups):
+        part = slice(j * size, (j + 1) * size)
+        total = total + (shifted[:, part] @ weight[part]).to(torch.float32) * scale[j]
+        if call.offset is not None:
+            sums = rows[:, part].to(torch.float64).sum(dim=1, keepdim=True).to(torch.float32)
+            total = total + sums * call.offset[group, j]
+    return total
+
+
+def _finalize_rows(call: Arguments, group: int, start: int, stop: int) -> torch.Tensor:
+    """Expert ``group``'s output rows ``start:stop`` dequantised, float32 [r, n], before the logits."""
+    x, pertoken_scale = call.x, call.pertoken_scale
+    if call.w.dtype == torch.int32:
+        rows = _a8w4_rows(call, group, x[start:stop])
+        return rows if pertoken_scale is None else rows * pertoken_scale[start:stop].reshape(-1, 1)
+    return _quant_group(x[start:stop], call.w[group], None, call.scale[group],
+                        None if pertoken_scale is None else pertoken_scale[start:stop], torch.float32)
+
+
 def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
-    x, w, scale, pertoken_scale, logit = call.x, call.w, call.scale, call.pertoken_scale, call.logit
+    x, logit = call.x, call.logit
     row_index = call.row_index
     out = torch.zeros(_gmm_finalize_routing_meta(call).shape, dtype=torch.float32)
     shared = call.shared_input
@@ -893,7 +962,7 @@ def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     start = 0
     for group, count in _group_row_counts(call.group_list, int(call.group_list_type), x.shape[0]):
         stop = start + count
-        rows = _quant_group(x[start:stop], w[group], None, scale[group], pertoken_scale[start:stop], torch.float32)
+        rows = _finalize_rows(call, group, start, stop)
         if logit is not None:
             rows = rows * logit[start:stop].reshape(-1, 1)
         targets = torch.arange(start, stop) if row_index is None else row_index[start:stop].to(torch.int64)
@@ -909,7 +978,7 @@ def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
 
 def _gmm_finalize_routing_samples() -> list[SampleCall]:
     """int8 expert rows dequantised per channel and per token, weighted by their logits, scatter-added to
-    their tokens beside a shared expert's output."""
+    their tokens beside a shared expert's output; and the A8W4 form with bias and offset."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(-100, 100, (7, 32), generator=gen, dtype=torch.int8)
     weight = torch.randint(-100, 100, (3, 32, 16), generator=gen, dtype=torch.int8)
@@ -918,6 +987,11 @@ def _gmm_finalize_routing_samples() -> list[SampleCall]:
         "shared_input": torch.randn(2, 16, generator=gen).bfloat16(), "logit": torch.rand(7, generator=gen),
         "row_index": torch.tensor([0, 2, 1, 3, 0, 2, 1]), "shared_input_weight": 0.5, "shared_input_offset": 1,
         "output_bs": 4,
+    }), SampleCall((x, torch.randint(-2**31, 2**31, (3, 32, 2), generator=gen, dtype=torch.int32),
+                    torch.tensor([2, 3, 1])), {  # A8W4: int4 words, low-word int64 scale, bias, offset
+        "scale": (torch.rand(3, 2, 16, generator=gen) * 1e-3).view(torch.int32).to(torch.int64) & 0xFFFFFFFF,
+        "bias": torch.rand(3, 16, generator=gen), "offset": torch.rand(3, 2, 16, generator=gen),
+        "logit": torch.rand(7, generator=gen), "row_index": torch.tensor([0, 2, 1, 3, 0, 2, 1]), "output_bs": 4,
     })]
 
 
@@ -939,13 +1013,19 @@ def npu_grouped_matmul_finalize_routing(call: Arguments) -> None:
       the sum of group_list take no part (the doc: the sum may be below m).
 
     Additions run in float32 in a fixed order (shared input, then rows in x's order), so the result
-    is deterministic.  Not implemented (ValueError): the A8W4 int4 weights with their ``bias``/
-    ``offset`` and int64 scales, ``dtype`` other than float32 (the doc allows only float32), and the
-    hifloat8/FP4 dtype hints; ``tuning_config`` is a tiling hint and is ignored.
+    is deterministic.  ``pertoken_scale`` may be None (op-plugin's ``w8a8_support_none_pertoken_scale``).
+
+    A8W4 (the doc's last two rows): ``w`` int4, as int32 words of eight along n ([e, k, n / 8], what
+    ``npu_quantize(..., torch.quint4x2)`` and npu_convert_weight_to_int4pack give), an int64 ``scale``
+    [e, G, n] (the float32 in each low word; the doc's [e, 1, n] is G = 1), a float32 ``bias`` [e, n]
+    and an optional float32 ``offset`` [e, G, n]: :func:`_a8w4_rows`, op-plugin's golden
+    (test_npu_grouped_matmul_finalize_routing.py ``supported_a8w4_op_exec``). ``bias`` and ``offset``
+    are A8W4's only, as the doc says. Not implemented (ValueError): ``dtype`` other than float32 (the
+    doc allows only float32) and the hifloat8/FP4 dtype hints; ``tuning_config`` is a tiling hint and is
+    ignored.
     """
-    require_unused("npu_grouped_matmul_finalize_routing (A8W4 and non-native dtypes)", bias=call.bias,
-                   offset=call.offset, x_dtype=call.x_dtype, w_dtype=call.w_dtype, scale_dtype=call.scale_dtype,
-                   pertoken_scale_dtype=call.pertoken_scale_dtype)
+    require_unused("npu_grouped_matmul_finalize_routing (MX / FP4 dtype hints)", x_dtype=call.x_dtype,
+                   w_dtype=call.w_dtype, scale_dtype=call.scale_dtype, pertoken_scale_dtype=call.pertoken_scale_dtype)
     require_choice("dtype", torch.float32 if call.dtype is None else call.dtype, (torch.float32,),
                    "the output is float32")
     list_type = 1 if call.group_list_type is None else call.group_list_type
