@@ -306,6 +306,23 @@ def test_dispatch_refuses_unmodeled_features_with_the_argument_name() -> None:
     assert (exc.value.op, exc.value.argument) == ("npu_moe_distribute_dispatch", "moe_expert_num")
 
 
+def test_dispatch_v2_y_dtype_names_expand_xs_dtype() -> None:
+    """op-plugin's kernel takes y_dtype over the quant mode's dtype; a y_dtype restating it (as a dtype or its
+    ScalarType number) changes nothing, a format of the MX modes is refused by name."""
+    x, expert_ids, _ = _dispatch_inputs()
+    plain = torch_npu.npu_moe_distribute_dispatch_v2(x, expert_ids, "ep", 1, 0, 8)
+    for y_dtype in (torch.bfloat16, 15):
+        same = torch_npu.npu_moe_distribute_dispatch_v2(x, expert_ids, "ep", 1, 0, 8, y_dtype=y_dtype)
+        assert all(torch.equal(a, b) for a, b in zip(plain, same))
+    quantised = torch_npu.npu_moe_distribute_dispatch_v2(x, expert_ids, "ep", 1, 0, 8, quant_mode=2,
+                                                         y_dtype=torch.int8)
+    assert quantised[0].dtype == torch.int8
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_moe_distribute_dispatch_v2(x, expert_ids, "ep", 1, 0, 8, quant_mode=2,
+                                                 y_dtype=torch.float8_e4m3fn)
+    assert (exc.value.op, exc.value.argument) == ("npu_moe_distribute_dispatch_v2", "y_dtype")
+
+
 def test_fake_kernels_match_eager_shapes() -> None:
     """The fake kernels (what a traced graph sees) agree with the CPU kernels' outputs."""
     from torch._subclasses.fake_tensor import FakeTensorMode
