@@ -332,7 +332,7 @@ def _per_token(value: object, xs: Sequence[torch.Tensor]) -> Optional[list[torch
         )
     for i, (t, xi) in enumerate(zip(tensors, xs, strict=True)):
         require_dtype(f"per_token_scale[{i}]", t, (torch.float32,))
-        require_shape(f"per_token_scale[{i}]", t, ((xi.shape[0],),))
+        require_shape(f"per_token_scale[{i}]", t, ((xi.shape[0],), (xi.shape[0], 1)))
     return tensors
 
 
@@ -345,6 +345,7 @@ class _GmmParams:
     scales: Optional[list[torch.Tensor]]
     per_token: Optional[list[torch.Tensor]]
     out_dtype: torch.dtype
+    a8w4: bool = False  # int8 x by int4 weights: ``weights`` unpacked to int8 levels, ``scales`` float32 [G, N]
 
 
 def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype], has_scale: bool) -> torch.dtype:
@@ -368,10 +369,40 @@ def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype],
     return out
 
 
+A8W4_OUTPUT_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _a8w4_params(xs: Sequence[torch.Tensor], weight: object, bias: object, scale: object, per_token_scale: object,
+                 output_dtype: Optional[torch.dtype]) -> _GmmParams:
+    """A8W4 (int8 x, int4 weights as int32 words of eight along N, [K, N / 8] per group or one [E, K, N / 8]):
+    an int64 scale per group [G, N] (the float32 in each low word, G k-groups; one [E, G, N] tensor), an
+    optional float32 bias [N] per group, a float32 per_token_scale, a float16 or bfloat16 output, as
+    op-plugin's test_npu_grouped_matmul_A8W4 and vLLM-Ascend's / sglang's W4A8 MoE pass them."""
+    packed = _gmm_weights(weight, (torch.int32,), "(A8W4: int8 x by int4 weights packed eight per int32 word)")
+    weights = [unpack_int4(w) for w in packed]
+    if _empty(scale):
+        raise OpArgumentError("A8W4 (int8 x, int4 weights) needs scale: int64 [G, N] per group (the float32 in "
+                              "each low word) or one [E, G, N]", argument="scale")
+    scales = _group_tensors("scale", scale, len(weights))
+    for g, (w, group_scale) in enumerate(zip(weights, scales)):
+        require_dtype(f"scale[{g}]", group_scale, (torch.int64,), "(A8W4: the float32 in each int64's low word)")
+        if group_scale.dim() != 2 or group_scale.shape[1] != w.shape[1] or w.shape[0] % max(group_scale.shape[0], 1):
+            raise OpArgumentError(f"scale[{g}] has shape {list(group_scale.shape)}; A8W4 takes [G, {w.shape[1]}] "
+                                  f"with G k-groups dividing K={w.shape[0]}", argument=f"scale[{g}]")
+    out = torch.float16 if output_dtype is None else output_dtype
+    require_choice("output_dtype", out, A8W4_OUTPUT_DTYPES, "A8W4 outputs float16 or bfloat16")
+    return _GmmParams(weights, _per_group("bias", bias, weights, (torch.float32,)),
+                      [_low_word_scale(group_scale) for group_scale in scales], _per_token(per_token_scale, xs), out,
+                      a8w4=True)
+
+
 def _gmm_params(xs: Sequence[torch.Tensor], weight: object, bias: object, scale: object, per_token_scale: object,
                 output_dtype: Optional[torch.dtype], antiquant_scale: object = None,
                 antiquant_offset: object = None) -> _GmmParams:
     dtype = xs[0].dtype
+    if dtype == torch.int8 and _empty(antiquant_scale) and any(
+            w.dtype == torch.int32 for w in require_tensor_list("weight", weight)):
+        return _a8w4_params(xs, weight, bias, scale, per_token_scale, output_dtype)
     if _empty(antiquant_scale):
         if not _empty(antiquant_offset):
             raise OpArgumentError(
@@ -692,6 +723,11 @@ def _quant_group(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
 
 def _group_product(x: torch.Tensor, g: int, params: _GmmParams, per_token: Optional[torch.Tensor]) -> torch.Tensor:
     bias = None if params.biases is None else params.biases[g]
+    if params.a8w4:
+        rows = a8w4_product(x.reshape(-1, x.shape[-1]), params.weights[g], params.scales[g], bias, None)
+        if per_token is not None:
+            rows = rows * per_token.reshape(-1, 1)
+        return rows.to(params.out_dtype).reshape(*x.shape[:-1], -1)
     if x.dtype != torch.int8:
         return _float_group(x, params.weights[g], bias)
     scale = None if params.scales is None else params.scales[g]
@@ -767,15 +803,21 @@ def _require_group_list(name: str, value: object) -> None:
 
 
 def _grouped_matmul_samples() -> list[SampleCall]:
-    """The MoE form (one x split by a cumulative group list over a stacked [E, K, N] weight) and the
-    per-tensor form with a bias per group."""
+    """The MoE form (one x split by a cumulative group list over a stacked [E, K, N] weight), the
+    per-tensor form with a bias per group, and A8W4 (int8 x, int4 words, low-word int64 scales by k-group)."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(11, 40, generator=gen).bfloat16()
     weight = (torch.randn(3, 40, 24, generator=gen) * 0.2).bfloat16()
     bias = [torch.randn(24, generator=gen), torch.randn(24, generator=gen)]
+    scale = (torch.rand(2, 2, 16, generator=gen) * 1e-2).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    a8w4 = {"bias": [torch.rand(2, 16, generator=gen)], "scale": [scale],
+            "per_token_scale": [torch.rand(6, generator=gen)], "group_list": torch.tensor([2, 4]), "split_item": 3, "group_type": 0, "group_list_type": 1,
+            "output_dtype": torch.bfloat16}
     return [
         SampleCall(([x], [weight]), {"group_list": torch.tensor([4, 4, 9]), "split_item": 2, "group_type": 0}),
         SampleCall(([x[:5], x[5:]], [weight[0], weight[1]]), {"bias": bias, "group_type": -1}),
+        SampleCall(([torch.randint(-128, 128, (6, 32), generator=gen, dtype=torch.int8)],
+                    [torch.randint(-2**31, 2**31, (2, 32, 2), generator=gen, dtype=torch.int32)]), a8w4),
     ]
 
 
@@ -806,6 +848,10 @@ def npu_grouped_matmul(call: Arguments) -> None:
       graph learns only when it runs; a Python list of cumulative row ends (the ``.List`` overload;
       group_type None), which must end at M, fixes them. With one x per weight, group_list restates their
       rows.
+    * A8W4 (op-plugin's test_npu_grouped_matmul_A8W4; vLLM-Ascend's and sglang's W4A8 MoE): int8 x by int4
+      weights packed eight per int32 word along N ([K, N / 8] per group, or one [E, K, N / 8]), an int64
+      ``scale`` [G, N] per group (the float32 in each low word; G k-groups), a float32 ``bias`` [N] and
+      ``per_token_scale`` [M] or [M, 1], float16 or bfloat16 out: :func:`a8w4_product`.
     * Grouping K (``group_type=2``, the weight-gradient form ``dW_g = X_g^T @ dY_g``): x one [M, K]
       (usually a transposed activation) whose K columns ``group_list`` splits; ``split_item`` 2/3 take
       one [K, N] weight whose rows it splits the same way and give ``[E, M, N]``, 0/1 take one [K_g, N_g]
@@ -853,8 +899,9 @@ def _finalize_a8w4_meta(call: Arguments, experts: int, k: int, n: int) -> None:
     one), a float32 bias [e, n], an optional float32 offset [e, G, n]."""
     scale = call.scale
     if scale is None or call.bias is None:
-        raise OpArgumentError("A8W4 (int4 w) needs scale, int64 [e, 1, n] (or [e, G, n] for G k-groups), and bias, "
-                              "float32 [e, n] (the doc's data-type table)", argument="scale" if scale is None else "bias")
+        raise OpArgumentError("A8W4 (int4 w) needs scale, int64 [e, 1, n] (or [e, G, n] for G k-groups), and "
+                              "bias, float32 [e, n] (the doc's data-type table)",
+                              argument="scale" if scale is None else "bias")
     require_dtype("scale", scale, (torch.int64,), "(A8W4: float32 bits in the low 32 bits of each int64)")
     if scale.dim() != 3 or scale.shape[0] != experts or scale.shape[2] != n or k % max(scale.shape[1], 1):
         raise OpArgumentError(f"scale has shape {list(scale.shape)}; A8W4 takes [e={experts}, G, n={n}] with G "
@@ -918,26 +965,36 @@ def _low_word_scale(scale: torch.Tensor) -> torch.Tensor:
     return wrap_to_int32(scale & 0xFFFFFFFF).view(torch.float32)
 
 
-def _a8w4_rows(call: Arguments, group: int, rows: torch.Tensor) -> torch.Tensor:
-    """Expert ``group``'s A8W4 product of its int8 ``rows`` [r, k] before the per-token scale, float32 [r, n]:
-    op-plugin's golden (``non_quant_golden_with_offset`` of test_npu_grouped_matmul_finalize_routing.py)
-    splits each int8 into a high nibble ``x // 16`` and a low one ``(x & 15) - 8`` and recombines the two
-    products as ``16 * high + low``, which is ``(x - 8) @ w``; per k-group j that product times
-    ``scale[j]``, summed over the groups, plus ``bias``, plus ``rowsum(x_j) * offset[j]`` per group. Here in
-    exact arithmetic (float64 integer sums) where the golden accumulates the groups in float16."""
-    weight = unpack_int4(call.w[group]).to(torch.float64)
-    scale = _low_word_scale(call.scale[group])
+def a8w4_product(rows: torch.Tensor, levels: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor],
+                 offset: Optional[torch.Tensor]) -> torch.Tensor:
+    """One expert's A8W4 product of int8 ``rows`` [r, k] and int4 ``levels`` [k, n] (unpacked) before the
+    per-token scale, float32 [r, n]. op-plugin's goldens (test_npu_grouped_matmul.py
+    test_npu_grouped_matmul_A8W4 and test_npu_grouped_matmul_finalize_routing.py, one kernel's) split each
+    int8 into a high nibble ``x // 16`` and a low one ``(x & 15) - 8`` and recombine the two products as
+    ``16 * high + low``, which is ``(x - 8) @ w``; per k-group j (``scale`` [G, n] float32) that product
+    times ``scale[j]``, summed over the groups, plus ``bias`` [n], plus ``rowsum(x_j) * offset[j]`` (the
+    finalize op's offset [G, n]). Here in exact arithmetic (float64 integer sums) where the goldens
+    accumulate the groups in float16."""
+    weight = levels.to(torch.float64)
     groups = scale.shape[0]
     size = rows.shape[1] // groups
     shifted = rows.to(torch.float64) - A8W4_SHIFT
-    total = call.bias[group].to(torch.float32).expand(rows.shape[0], -1).clone()
+    total = torch.zeros(rows.shape[0], levels.shape[1], dtype=torch.float32)
+    if bias is not None:
+        total = total + bias.to(torch.float32)
     for j in range(groups):
         part = slice(j * size, (j + 1) * size)
         total = total + (shifted[:, part] @ weight[part]).to(torch.float32) * scale[j]
-        if call.offset is not None:
+        if offset is not None:
             sums = rows[:, part].to(torch.float64).sum(dim=1, keepdim=True).to(torch.float32)
-            total = total + sums * call.offset[group, j]
+            total = total + sums * offset[j]
     return total
+
+
+def _a8w4_rows(call: Arguments, group: int, rows: torch.Tensor) -> torch.Tensor:
+    """Expert ``group``'s A8W4 rows of the finalize op (:func:`a8w4_product`), before the per-token scale."""
+    return a8w4_product(rows, unpack_int4(call.w[group]), _low_word_scale(call.scale[group]), call.bias[group],
+                        None if call.offset is None else call.offset[group])
 
 
 def _finalize_rows(call: Arguments, group: int, start: int, stop: int) -> torch.Tensor:

@@ -159,3 +159,43 @@ def test_weight_only_quantised_moe_form_dequantises_each_expert(bits: int) -> No
     ref = torch.cat([x[:4].double() @ dequant[0], x[4:].double() @ dequant[1]])
     assert y.dtype == torch.bfloat16 and y.shape == (6, n)
     torch.testing.assert_close(y.double(), ref, rtol=2**-7, atol=2**-7)
+
+
+def _low_word_int64(scale: torch.Tensor) -> torch.Tensor:
+    """The A8W4 int64 scale op-plugin's test builds: each float32's bits in the low word, the high word 0."""
+    return scale.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("output_dtype", [torch.float16, torch.bfloat16])
+def test_a8w4_int8_x_by_int4_words_per_k_group_with_bias_and_per_token_scale(output_dtype: torch.dtype) -> None:
+    """op-plugin's test_npu_grouped_matmul_A8W4, small: x's int8 split into x // 16 and (x & 15) - 8, each
+    multiplied by the int4 weight per k-group and scale, recombined as 16 * high + low, plus bias, times the
+    per-token scale; counts group_list, one output (split_item=3), weights as one [E, K, N / 8] tensor."""
+    gen = _gen()
+    experts, m, k, n, k_groups = 2, 5, 64, 16, 2
+    x = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
+    w = torch.randint(-5, 5, (experts, k, n), generator=gen, dtype=torch.int32)
+    packed = torch_npu.npu_quantize(w.float(), torch.tensor([1.0]), None, torch.quint4x2, -1, False)
+    scale = (torch.rand(experts, k_groups, n, generator=gen) * 1e-2).half().float()
+    bias = torch.rand(experts, n, generator=gen) * 5
+    per_token = torch.rand(m, 1, generator=gen)
+    (out,) = torch_npu.npu_grouped_matmul([x], [packed], bias=[bias], scale=[_low_word_int64(scale)],
+                                          per_token_scale=[per_token], group_list=torch.tensor([3, 2]), split_item=3,
+                                          group_type=0, group_list_type=1, output_dtype=output_dtype)
+    high, low = torch.div(x.long(), 16, rounding_mode="floor"), (x.long() & 15) - 8
+    size = k // k_groups
+    ref = torch.zeros(m, n, dtype=torch.float64)
+    for r, e in enumerate([0, 0, 0, 1, 1]):
+        row = bias[e].double().clone()
+        for j in range(k_groups):
+            part = slice(j * size, (j + 1) * size)
+            products = [(nibble[r, part].double() @ w[e, part].double()) * scale[e, j].double()
+                        for nibble in (high, low)]
+            row += 16 * products[0] + products[1]
+        ref[r] = row * per_token[r].double()
+    assert out.dtype == output_dtype and out.shape == (m, n)
+    torch.testing.assert_close(out.double(), ref.to(output_dtype).double(), rtol=1e-2, atol=1e-2)
+    with pytest.raises(OpArgumentError) as exc:
+        torch_npu.npu_grouped_matmul([x], [packed], per_token_scale=[per_token], group_list=torch.tensor([3, 2]),
+                                     split_item=3, group_type=0, group_list_type=1, output_dtype=output_dtype)
+    assert exc.value.argument == "scale"

@@ -1,5 +1,6 @@
-"""torch_npu.optim.NpuFusedAdamW and torch_npu.npu_apply_adam_w: torch_npu's AdamW over one combined buffer, and what that buys a
-compiled optimizer step (a few kernels over one buffer instead of a dozen per parameter)."""
+"""torch_npu.optim.NpuFusedAdamW: torch_npu's AdamW over one combined buffer, and what that buys a compiled
+optimizer step (a few kernels over one buffer instead of a dozen per parameter); and torch_npu.npu_apply_adam_w,
+the one-tensor AdamW step op with out=(var, m, v)."""
 
 import copy
 
