@@ -39,7 +39,7 @@ from .checks import (
     require_tensor_list,
 )
 from .dropout import keep_bits, unpack_bits
-from .fixedorder import pairwise_sum
+from .fixedorder import pairwise_sum, round_to_int8
 from .memory import nz_run
 from .registry import Arguments, Derivative, Out, SampleCall, bind, check, npu_op
 
@@ -532,11 +532,13 @@ def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
          block_table: Optional[torch.Tensor], query_rope: Optional[torch.Tensor],
          key_rope: Optional[torch.Tensor], scales: Optional["QuantScales"] = None,
          antiquant: Optional[tuple["Antiquant", "Antiquant"]] = None,
-         dropout: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, _Softmax]:
+         dropout: Optional[torch.Tensor] = None,
+         out_dtype: Optional[torch.dtype] = None) -> tuple[torch.Tensor, _Softmax]:
     """(attention_out in the output dtype and layout, its softmax statistics [B, N, Sq, 1] padded).
     ``scales``: the dequant scales of an int8 query, key and value (:class:`QuantScales`); ``antiquant``:
     the key's and value's factors of an int8 KV cache beside a float query (:class:`Antiquant`);
-    ``dropout``: the multipliers of a dropout on the probabilities, [B, N, Sq, Skv]."""
+    ``dropout``: the multipliers of a dropout on the probabilities, [B, N, Sq, Skv]; ``out_dtype``: the
+    output's dtype when not the query's (float32 before an output quantisation)."""
     geo = setup.geo
     if mask is not None and setup.sparse_mode in CAUSAL_MODES:
         _require_causal_mask(mask)
@@ -558,7 +560,8 @@ def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     visible = _visible(setup.q_lens, setup.kv_lens, q.shape[2], k.shape[2], mask, setup.sparse_mode,
                        setup.pre_tokens, setup.next_tokens, setup.q_starts, setup.kv_starts)
     out, stats = _attention(q, k, v, visible, setup.scale, dequant, dropout)
-    out_dtype = query_rope.dtype if scales is not None else query.dtype
+    if out_dtype is None:
+        out_dtype = query_rope.dtype if scales is not None else query.dtype
     return _bnsd_to_layout(out, geo.out_layout, setup.q_lens, query.shape[0]).to(out_dtype), stats
 
 
@@ -567,9 +570,10 @@ def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
 # ---------------------------------------------------------------------------------------------
 
 FIA_UNMODELED = (
-    "pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2",
+    "pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2",
     "key_shared_prefix", "value_shared_prefix", "actual_shared_prefix_len", "key_rope_antiquant_scale",
 )
+POST_QUANT_LAYOUTS = ("BSH", "BNSD", "BSND", "BNSD_BSND")  # the page's int8 constraints: input_layout
 PER_CHANNEL, PER_TOKEN, PER_TENSOR_HEAD, PER_TOKEN_HEAD, PER_TOKEN_PAGED, PER_TOKEN_HEAD_PAGED = range(6)
 ANTIQUANT_MODES = {
     PER_CHANNEL: "per channel (or per tensor)", PER_TOKEN: "per token", PER_TENSOR_HEAD: "per tensor and head",
@@ -838,11 +842,41 @@ def _tnd_for_ntd(layout: str) -> str:
     return f"TND_{output or 'NTD'}" if source == "NTD" else layout
 
 
+def _post_quant_factors(call: Arguments, geo: _Geometry) -> Optional[tuple[torch.Tensor, Optional[torch.Tensor]]]:
+    """The output quantisation (the page's "int8后量化": float query, key and value in, int8 out):
+    ``quant_scale2`` and ``quant_offset2`` (None is 0), float32 (or bfloat16 beside a bfloat16 query), per
+    tensor (one value) or per channel (H values for BSH, N x D for BNSD / BSND: (1, 1, H) or (H,), (1, N, 1,
+    D), (1, 1, N, D) or (N, D)), as [1, 1, H] / [N, 1, D] / [1, N, D] float32 factors of the output layout;
+    None without quant_scale2."""
+    scale, offset = call.quant_scale2, call.quant_offset2
+    if scale is None:
+        if offset is not None:
+            raise OpArgumentError("quant_offset2 needs quant_scale2 (the output quantisation)",
+                                  argument="quant_offset2")
+        return None
+    require_choice("input_layout", call.input_layout, POST_QUANT_LAYOUTS,
+                   "the layouts the page's int8 output quantisation takes")
+    dtypes = (torch.float32, torch.bfloat16) if call.query.dtype == torch.bfloat16 else (torch.float32,)
+    require_dtype("quant_scale2", scale, dtypes)
+    if offset is not None:
+        require_dtype("quant_offset2", offset, (scale.dtype,), "(quant_scale2's dtype)")
+        require_shape("quant_offset2", offset, (tuple(scale.shape),))
+    channels = geo.heads * geo.value_dim
+    if scale.numel() not in (1, channels):
+        raise OpArgumentError(f"quant_scale2 has shape {list(scale.shape)}; it holds one value (per tensor) or "
+                              f"{channels} (per channel: N x D)", argument="quant_scale2")
+    form = {"BSH": (1, 1, -1), "BNSD": (geo.heads, 1, -1), "BSND": (geo.heads, -1)}[geo.out_layout]
+    factors = [t if t is None else t.to(torch.float32).reshape(form if t.numel() > 1 else (1,))
+               for t in (scale, offset)]
+    return factors[0], factors[1]
+
+
 def _fia_meta(call: Arguments) -> tuple[Out, Out]:
     geo = _fia_call(call).geo
     _antiquant(call, geo)
     lse = geo.lse_shape() if call.softmax_lse_flag else [0]
-    return Out(geo.out_shape(), call.query.dtype), Out(lse, torch.float32)
+    out_dtype = call.query.dtype if _post_quant_factors(call, geo) is None else torch.int8
+    return Out(geo.out_shape(), out_dtype), Out(lse, torch.float32)
 
 
 def _fia_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
@@ -850,8 +884,12 @@ def _fia_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     antiquant = _antiquant(call, setup.geo)
     setup = _left_padding(setup, call, call.actual_seq_lengths is not None, call.actual_seq_lengths_kv is not None)
     query, key, value = _ntd_as_tnd(call.input_layout, call.query, call.key, call.value)
+    post_quant = _post_quant_factors(call, setup.geo)
     out, stats = _run(setup, query, key, value, call.atten_mask, call.block_table, call.query_rope,
-                      call.key_rope, antiquant=antiquant)
+                      call.key_rope, antiquant=antiquant, out_dtype=None if post_quant is None else torch.float32)
+    if post_quant is not None:
+        scale, offset = post_quant
+        out = round_to_int8(out * scale if offset is None else out * scale + offset)
     if not call.softmax_lse_flag:
         return out, stats.sum.new_zeros(0)
     lse = stats.lse()
@@ -901,7 +939,8 @@ def _sample_paged_kv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[i
 
 
 def _fia_samples() -> list[SampleCall]:
-    """GQA decode in BSH with kv lengths; causal prefill in BNSD with the lse; paged decode."""
+    """GQA decode in BSH with kv lengths; causal prefill in BNSD with the lse; paged decode; prefill with a
+    per-channel int8 output quantisation."""
     key, value, table, lengths = _sample_paged_kv()
     prefill = _sample_bnsd(1, 2, 8, 8, seed=2)
     return [
@@ -914,6 +953,9 @@ def _fia_samples() -> list[SampleCall]:
         SampleCall((_sample_bnsd(2, 2, 1, 8, seed=5), key, value),
                    {"num_heads": 2, "input_layout": "BNSD", "block_table": table, "block_size": 4,
                     "actual_seq_lengths_kv": lengths, "scale": 0.3}),
+        SampleCall((prefill, prefill, prefill), {"num_heads": 2, "input_layout": "BNSD_BSND", "scale": 0.5,
+                                                 "quant_scale2": torch.full((2, 8), 40.0),
+                                                 "quant_offset2": torch.full((2, 8), 2.0)}),
     ]
 
 
@@ -947,8 +989,13 @@ def npu_fused_infer_attention_score(call: Arguments) -> None:
       ``triu(ones(2048, 2048), 1)`` and check it.
     * ``softmax_lse`` float32 ``[B, N, Sq, 1]`` (TND: ``[T, N, 1]``) with ``softmax_lse_flag``, else an
       empty ``[0]`` (the meta function's shape).
+    * Output quantisation (the page's "int8 post-quantisation" row: float16/bfloat16 query, key and value,
+      int8 out; BSH, BNSD, BSND, BNSD_BSND): ``attention_out = rint(out * quant_scale2 + quant_offset2)``
+      saturated to int8, from the float32 output before its rounding to the query's dtype; ``quant_scale2``
+      per tensor or per channel (:func:`_post_quant_factors`), ``quant_offset2`` None (0) or of its shape.
 
-    Refused with the argument's name: quantised or pseudo-quantised inputs, pse_shift, left padding, shared
+    Refused with the argument's name: int8 query full quantisation (``dequant_scale1``, ``quant_scale1``,
+    ``dequant_scale2``), pse_shift, shared
     prefixes, the other ``X_Y`` layouts (``*_NBSD``, ``NTD``, ``TND_NTD``) and sparse modes 5-8. ``inner_precise`` and the antiquant modes
     only select device paths and are accepted.
     """
