@@ -46,7 +46,7 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.indexing` - ``npu_max``, ``npu_min`` (and their ``_backward``), ``npu_sort_v2``, ``npu_one_hot``
 * :mod:`.loss` - ``npu_cross_entropy_loss`` (and ``npu_cross_entropy_loss_backward``)
 * :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
-* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_mm_reduce_scatter_base``, ``npu_transpose_batchmatmul``, ``npu_transpose_quant_batchmatmul``,
+* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_mm_reduce_scatter_base``, ``npu_all_gather_base_mm``, ``npu_transpose_batchmatmul``, ``npu_transpose_quant_batchmatmul``,
   ``_npu_matmul_add_fp32``,
   ``npu_linear`` (and ``npu_linear_backward``)
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
@@ -132,6 +132,7 @@ from .matmul import (
     npu_linear_backward,
     npu_mm_all_reduce_base,
     npu_mm_reduce_scatter_base,
+    npu_all_gather_base_mm,
     npu_transpose_batchmatmul,
     npu_transpose_quant_batchmatmul,
 )
@@ -297,6 +298,7 @@ __all__ = [
     "npu_layer_norm_eval",
     "npu_mm_all_reduce_base",
     "npu_mm_reduce_scatter_base",
+    "npu_all_gather_base_mm",
     "npu_mla_prolog",
     "npu_mla_prolog_v2",
     "npu_mla_prolog_v3",
