@@ -402,13 +402,11 @@ def _declare_inplace(
         raise ProfileError(f"{NAMESPACE}::{public_name} is declared in {checks.__module__} but has no entry in data/ops.toml")
     declared = f"{public_name}{declaration.arguments(mutated=(written,))} -> Tensor(a!)"
     _LIB.define(declared)
-    parameters = {parameter.name: parameter for parameter in declaration.parameters}
-    position, schema_name = list(parameters).index(written), parameters[written].schema_name
-    schema_names = {p.name: p.schema_name for p in declaration.parameters if p.name != p.schema_name}
+    position = [parameter.name for parameter in declaration.parameters].index(written)
     functional_packet = getattr(getattr(torch.ops, NAMESPACE), functional)
 
     def in_place(*args: Any, **kwargs: Any) -> Any:
-        target = kwargs[schema_name] if schema_name in kwargs else args[position]
+        target = kwargs[written] if written in kwargs else args[position]
         target.copy_(functional_packet(*args, **kwargs))
         return target
 
@@ -419,10 +417,8 @@ def _declare_inplace(
     check_types = _type_checker(declaration, typed, require_fit)
     packet = getattr(getattr(torch.ops, NAMESPACE), public_name)
 
-    def run(args: tuple, kwargs: Mapping[str, Any]) -> Any:
-        return packet(*args, **{schema_names.get(name, name): value for name, value in kwargs.items()})
-
-    public = _public(public_name, checks, declaration, (make, validate, check_types), run)
+    public = _public(public_name, checks, declaration, (make, validate, check_types),
+                     lambda args, kwargs: packet(*args, **kwargs))
     _OPS[public_name] = NpuOp(public_name, _family(checks), declared, declaration.source, functional, samples)
     return public
 
@@ -579,13 +575,7 @@ def npu_op(
         params = [parameter.name for parameter in declaration.parameters]
         slots = tuple((arg, params.index(arg), position) for arg, position in writes_back.items())
 
-        schema_names = {p.name: p.schema_name for p in declaration.parameters if p.name != p.schema_name}
-
         def call(args: tuple, kwargs: Mapping[str, Any]) -> Any:
-            """The registered op on a call of the public callable, whose keywords are the Python names
-            (torch_npu documents ``npu_rms_norm(x, ...)`` where the schema says ``self``)."""
-            if schema_names:
-                kwargs = {schema_names.get(name, name): value for name, value in kwargs.items()}
             return packet(*args, **kwargs)
 
         def in_place(*args: Any, **kwargs: Any) -> Any:
