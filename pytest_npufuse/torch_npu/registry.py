@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy
 import torch
+from torch._subclasses.functional_tensor import CppFunctionalizeAPI
 
 from ..errors import NpufuseError, OpTypeError, ProfileError
 from ..gaps import user_line
@@ -392,10 +393,10 @@ def _declare_inplace(
 ) -> Callable[..., Any]:
     """``torch.ops.npu.<name>`` as torch_npu declares an in-place op whose functional form is the declared op
     ``functional`` (``scatter_update_`` of ``scatter_update``): the schema marks the written argument and
-    the return ``Tensor(a!)``, and its CompositeImplicitAutograd kernel runs ``functional`` and copies the
-    result into that argument, which it returns. A fake tensor mode therefore returns the very tensor it
-    was given, and a traced graph holds the functional op and a ``copy_``, as torch_npu's functionalization
-    of the op gives."""
+    the return ``Tensor(a!)``, and its CompositeExplicitAutograd kernel runs ``functional`` and copies the
+    result into that argument, which it returns, so a fake tensor mode returns the very tensor it was given.
+    Its Functionalize kernel makes ``functional``'s result the argument's new value, so a functionalized
+    graph holds the functional op and the one ``copy_`` into the input, as torch_npu's gives."""
     public_name = checks.__name__
     declaration = declarations()[public_name]
     if f"{NAMESPACE}::{public_name}" not in _catalog_types():
@@ -410,7 +411,21 @@ def _declare_inplace(
         target.copy_(functional_packet(*args, **kwargs))
         return target
 
-    _LIB.impl(public_name, in_place, "CompositeImplicitAutograd")
+    def functionalized(*args: Any, **kwargs: Any) -> Any:
+        """Functionalization of the op as torch_npu's gives it: the functional op's result becomes the
+        argument's new value, with no copy in between (make_fx of a functionalized call holds
+        ``functional`` and the one ``copy_`` back into the input)."""
+        target = kwargs[written] if written in kwargs else args[position]
+        api = CppFunctionalizeAPI()
+        with api.redispatch_to_next():
+            result = functional_packet(*api.unwrap_tensors(args), **api.unwrap_tensors(kwargs))
+        api.replace(target, result)
+        api.commit_update(target)
+        api.sync(target)
+        return target
+
+    _LIB.impl(public_name, in_place, "CompositeExplicitAutograd")
+    _LIB.impl(public_name, functionalized, "Functionalize")
     typed, require_fit = _typed(declaration, {}), _fit_check(declaration)
     make = _BINDERS[public_name] = _binder(declaration, require_fit)
     validate = _VALIDATORS[public_name] = _validator(declaration, checks, (), typed)
