@@ -489,13 +489,11 @@ def matmul_reduce_scatter_us(kernel: "Kernel", dim: int, profile: "HardwareProfi
 
 
 def all_gather_input_bytes(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]) -> int:
-    """The bytes AllGatherMatmul's ring gathers: the gathered left operand ``[ranks x M, K]``, the product's
-    rows times one row of the die's left operand ``[M, K]`` (the second output holds them when returned)."""
-    out = outputs[0] if outputs else None
-    lhs = inputs[0] if inputs else None
-    if out is None or lhs is None or len(out.shape) < 2 or len(lhs.shape) < 2:
+    """The bytes AllGatherMatmul's ring gathers, ``[ranks x M, K]``: the die's left operand ``[M, K]``
+    scaled by the product's rows over its own."""
+    if not outputs or not inputs or len(outputs[0].shape) < 2 or len(inputs[0].shape) < 2:
         return sum(spec.nbytes for spec in inputs[:1])
-    return lhs.nbytes * out.shape[-2] // max(1, lhs.shape[-2])
+    return inputs[0].nbytes * outputs[0].shape[-2] // max(1, inputs[0].shape[-2])
 
 
 def matmul_all_gather_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
@@ -586,10 +584,8 @@ register_cost_rule(
     "matmul_reduce_scatter", block_dim=matmul_block_dim, flops=matmul_reduce_scatter_flops, bytes=io_bytes,
     body_us=matmul_reduce_scatter_us, tiling="complex",
 )
-register_cost_rule(
-    "matmul_all_gather", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes,
-    body_us=matmul_all_gather_us, tiling="complex",
-)
+register_cost_rule("matmul_all_gather", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes,
+                   body_us=matmul_all_gather_us, tiling="complex")
 register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us, hbm=False)
 register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us, hbm=False)
 register_cost_rule(
