@@ -14,6 +14,7 @@ from .checks import (
     dtype_of_code,
     HALF_DTYPES,
     dtype_names,
+    kernel_checks_apply,
     require_choice,
     require_dtype,
     INT8_SCALAR_TYPE,
@@ -1051,14 +1052,15 @@ def npu_weight_quant_batchmatmul(call: Arguments) -> None:
       multiplies fp16/bf16 operands); the product accumulates in float32 with the bias
       (x's dtype or float32) added before one rounding (:func:`pytest_npufuse.numerics.exact.cube_addmm`).
     * ``weight_dtype`` (op-plugin's schema: the format the weight tensor holds, a torch.dtype or torch_npu
-      code) may name int8, the weight's own dtype; hifloat8, float8 and float4 weights are refused by name.
+      code) may name int8, the weight's own dtype; hifloat8, float8 and float4 weights are refused by name
+      on real tensors (on fake ones op-plugin's meta gives their ``[m, n]`` output in x's dtype).
     * Not implemented (ValueError): int4 weights (int32-packed), int64 (trans_quant_param)
       antiquant scales, and the int8 output quantisation ``quant_scale``/``quant_offset``.  ``inner_precise`` selects a device
       precision/performance mode and does not change this model's values.
     """
     require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=call.quant_scale,
                    quant_offset=call.quant_offset)
-    if call.weight_dtype is not None:
+    if call.weight_dtype is not None and kernel_checks_apply(call.x):
         require_choice("weight_dtype", dtype_of_code(call.weight_dtype), (torch.int8,),
                        "the int8 weight the model dequantises; hifloat8, float8 and float4 weights are not modeled")
     if call.antiquant_group_size < 0:
