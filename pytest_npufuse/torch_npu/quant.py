@@ -235,8 +235,22 @@ def _a8w4_kernel(call: Arguments) -> torch.Tensor:
     return total.to(call.output_dtype or torch.float16)
 
 
+def _float8_x1_meta(call: Arguments) -> Out:
+    """The float8 modes (float8_e4m3fn ``x1``; ``y_scale`` belongs to them), whose kernels are not modeled,
+    as op-plugin's meta function gives their output (op_plugin/python/meta/_meta_registrations.py
+    ``npu_quant_matmul_meta``): the broadcast batch dims, x1's m and x2's n, that n times eight where
+    ``x2`` is float32 words of eight FP4 values without pertoken_scale, in ``output_dtype`` (None: int8)."""
+    x1, x2 = call.x1, call.x2
+    n = x2.shape[-1] * (INT4_PER_INT32 if x2.dtype == torch.float32 and call.pertoken_scale is None else 1)
+    return Out([*_broadcast_batch(x1, x2), x1.shape[-2], n], call.output_dtype or torch.int8)
+
+
 def _quant_matmul_meta(call: Arguments) -> Out:
-    """Validate the npu_quant_matmul tensors from metadata: ``[batch..., m, n]`` in the output dtype."""
+    """Validate the npu_quant_matmul tensors from metadata: ``[batch..., m, n]`` in the output dtype. On fake
+    tensors a float8 x1 gets op-plugin's meta shapes (:func:`_float8_x1_meta`); real ones are refused."""
+    if call.x1.dtype == torch.float8_e4m3fn and not kernel_checks_apply(call.x1):
+        return _float8_x1_meta(call)
+    require_unused("npu_quant_matmul (float8 modes)", y_scale=call.y_scale)
     if call.group_sizes is not None:
         return _a8w4_meta(call)
     out_dtype = _resolve_output_dtype(call.output_dtype)
@@ -319,7 +333,7 @@ def _quant_matmul_samples() -> list[SampleCall]:
 @npu_op(
     meta=_quant_matmul_meta,
     kernel=_quant_matmul_kernel,
-    unmodeled=("x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype", "y_scale"),
+    unmodeled=("x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype"),
     samples=_quant_matmul_samples,
 )
 def npu_quant_matmul(call: Arguments) -> None:
