@@ -647,15 +647,18 @@ def _gmm_float8_meta(call: Arguments) -> list[Out]:
     outputs (op_plugin/python/meta/_meta_registrations.py ``npu_grouped_matmul_meta``), for the modes whose
     shapes need no group_list values: split_item 0, one ``[..., N]`` per x; 2/3, one ``[M, N]`` of all
     rows, ``[E, M, N]`` with group_type 2, N times eight for float32 words of FP4 values not transposed;
-    in ``output_dtype``, else x's dtype."""
+    in ``output_dtype``, else x's dtype. As there, float8 x and weights with rows and columns need K > 0."""
     xs, weights = list(call.x), require_tensor_list("weight", call.weight)
     single = len(weights) == 1 and weights[0].dim() == 3
     n = weights[0].shape[2] if single else weights[0].shape[1]
+    rows, k = sum(x.shape[0] for x in xs), sum(x.shape[1] for x in xs)
+    if weights[0].dtype in GMM_FLOAT8_DTYPES and rows > 0 and n > 0 and k <= 0:
+        raise OpArgumentError(f"k must be a positive integer when m and n are positive, but it is {k}.", argument="x")
     dtype = call.output_dtype or xs[0].dtype
     if not call.split_item:
         return [Out([*x.shape[:-1], n if single else w.shape[1]], dtype) for x, w in zip(xs, weights)]
     packed = weights[0].dtype == torch.float32 and not _transposed_weight(weights[0])
-    shape = [sum(x.shape[0] for x in xs), n * INT4_PER_INT32 if packed else n]
+    shape = [rows, n * INT4_PER_INT32 if packed else n]
     return [Out([call.group_list.shape[0], *shape] if call.group_type == GROUP_K else shape, dtype)]
 
 

@@ -203,6 +203,10 @@ def test_float8_x_on_fake_tensors_gets_the_meta_functions_shapes_and_is_refused_
                                                 group_list_type=1, split_item=3, group_type=0)
     assert [(tuple(t.shape), t.dtype) for t in (rows, k_split, listed)] == [
         ((16, 32), torch.float16), ((3, 64, 96), torch.float16), ((16, 32), fp8)]
+    with pytest.raises(ValueError) as exc, FakeTensorMode():  # the meta function's own check
+        torch_npu.npu_grouped_matmul([torch.empty(8, 0, dtype=fp8)], [torch.empty(2, 0, 4, dtype=fp8)],
+                                     group_list=torch.tensor([4, 8]), split_item=2, group_type=0)
+    assert exc.value.argument == "x"
     with pytest.raises(ValueError) as exc:
         torch_npu.npu_grouped_matmul([torch.zeros(4, 8, dtype=fp8)], [torch.zeros(8, 4, dtype=fp8)], group_type=-1)
     assert exc.value.argument == "x[0]"
