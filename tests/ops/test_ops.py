@@ -854,10 +854,10 @@ def _fia(**overrides: object) -> Callable[[], object]:
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: torch_npu.npu_rms_norm(_BF.int(), torch.ones(16)), ValueError, "x"),
+        (lambda: torch_npu.npu_rms_norm(_BF.int(), torch.ones(16)), ValueError, "input"),
         (lambda: torch_npu.npu_rms_norm(_BF, torch.ones(8)), ValueError, "gamma"),
         (lambda: torch_npu.npu_rms_norm(_BF, torch.ones(16), epsilon="1e-6"), TypeError, "epsilon"),
-        (lambda: torch_npu.npu_swiglu(torch.zeros(4, 7)), ValueError, "x"),
+        (lambda: torch_npu.npu_swiglu(torch.zeros(4, 7)), ValueError, "input"),
         (lambda: torch_npu.npu_swiglu(_BF, dim=2), ValueError, "dim"),
         (lambda: torch_npu.npu_moe_gating_top_k(_BF, 3, group_count=3), ValueError, "group_count"),
         (lambda: torch_npu.npu_moe_gating_top_k(_BF, 9, group_count=4, k_group=2), ValueError, "k"),
