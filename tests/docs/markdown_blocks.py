@@ -13,8 +13,8 @@ on GitHub), ``<!-- test: WORD ...; WORD ... -->``:
   order; ``...`` stands for any text, numbers may differ (the model is recalibrated), runs of spaces are one;
 - ``written PATH``: a TOML block shown as the file PATH a command wrote, compared like ``output``.
 
-Without a comment, a ``python`` block with a ``def test_`` is a test file, run with pytest and the plugin, and
-any other ``python`` block a script; a ``bash`` block runs each command in the page's directory; a ``toml``
+Without a comment, a ``python`` block with a ``def test_`` is a test file, saved as ``test_NAME.py`` after its first
+test and run with pytest and the plugin, and any other ``python`` block a script; a ``bash`` block runs each command in the page's directory; a ``toml``
 block is checked against the product's schema; a ``yaml`` block is parsed and its commands checked.
 """
 
@@ -105,7 +105,8 @@ _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 def _pattern(line: str) -> re.Pattern[str]:
     """A line of a shown output as a pattern: ``...`` any text, a number any number, spaces any spaces."""
     parts = []
-    for piece in re.split(r"(\.\.\.|[-+]?\d+(?:\.\d+)?|\s+)", line.strip()):
+    for piece in re.split(r"(\s*\.\.\.\s*|[-+]?\d+(?:\.\d+)?|\s+)", line.strip()):
+        piece = "..." if piece.strip() == "..." else piece
         if piece == "...":
             parts.append(".*?")
         elif piece and _NUMBER.fullmatch(piece):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shlex
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pytest_npufuse.target.userconfig import load_user_config
 
 PAGES = [page for page in pages() if blocks(page)]
 CI_LINES = [line.split(" || ")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+_FIRST_TEST = re.compile(r"^def (test_\w+)", re.M)
 MOST_SKIPS = 6
 """Blocks that cannot run here (a package CI does not install, another CI system's job) are marked, with the
 reason, and stay few."""
@@ -59,7 +61,7 @@ class Page:
         if block.has("file"):
             self._path(block.words["file"]).write_text(block.text)
         elif block.is_test_file:
-            path = self._path(f"test_block_{block.line}.py")
+            path = self._path(_FIRST_TEST.search(block.text).group(1) + ".py")  # named by its first test
             path.write_text(block.text)
             result = self.pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", path.name)
             self._finished(block, result.ret, result.stdout.str() + result.stderr.str())
@@ -86,6 +88,7 @@ class Page:
     def _command(self, command: str) -> tuple[int, str]:
         words = shlex.split(command)
         if words[:3] == ["python", "-m", "pytest_npufuse"]:
+            self._link(words[3:])
             out = io.StringIO()
             with contextlib.redirect_stderr(out):
                 try:
@@ -98,6 +101,16 @@ class Page:
             return int(result.ret), result.stdout.str() + result.stderr.str()
         done = subprocess.run(command, shell=True, cwd=self.pytester.path, capture_output=True, text=True)
         return done.returncode, done.stdout + done.stderr
+
+    def _link(self, words: list[str]) -> None:
+        """The files of this repository a command names (``cases/decoder_layers.py:advisor_case``), linked into
+        the page's directory where the page did not write them itself."""
+        for word in words:
+            relative = word.split(":")[0]
+            if relative and not relative.startswith("-") and (ROOT / relative).exists() and not (self.pytester.path / relative).exists():
+                link = self.pytester.path / relative
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(ROOT / relative)
 
     def _finished(self, block: Block, status: int, printed: str, command: str = "") -> None:
         self.printed = printed
@@ -155,6 +168,7 @@ def _runs(document: Any) -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=[page.relative_to(ROOT).as_posix() for page in PAGES])
 def test_every_block_of_the_page_runs(page: Path, pytester: pytest.Pytester) -> None:
     pytester.syspathinsert()
+    pytester.syspathinsert(ROOT / "cases")  # the pages use the bundled models (cases/full_size) by name
     before = set(sys.modules)
     try:
         runner = Page(pytester)
