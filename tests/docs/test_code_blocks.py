@@ -39,6 +39,7 @@ class Page:
         self.names: dict[str, Any] = {}
         self._options: set[str] | None = None
         self._last_test: Block | None = None
+        subprocess.run(["git", "init", "-q"], cwd=pytester.path, check=True)  # for the pages' git commands
 
     def run(self, block: Block) -> None:
         if block.has("skip"):
