@@ -59,6 +59,8 @@ def pages() -> list[Path]:
 
 
 def _words(comment: str, where: str) -> dict[str, str]:
+    if comment.startswith("skip"):  # the reason is the rest, whatever it holds
+        return {"skip": comment[len("skip"):].strip(" :")}
     words = {}
     for clause in filter(None, (part.strip() for part in comment.split(";"))):
         word, _, rest = clause.partition(" ")
