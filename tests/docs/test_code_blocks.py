@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _pytest.pytester import SysModulesSnapshot
 
 from markdown_blocks import ROOT, Block, blocks, commands, pages, unmatched
 from pytest_npufuse.cli.main import main as cli_main
@@ -166,8 +167,23 @@ def _runs(document: Any) -> list[str]:
     return []
 
 
+def _kept(name: str) -> bool:
+    """Modules an inner pytest run may import first and must not take away when it ends: torch's and the
+    package's register operators once per process (a second import of one fails), and pytester's own."""
+    return name.startswith(("torch", "functorch", "pytest_npufuse", "sympy", "numpy", "zope", "readline"))
+
+
+@pytest.fixture
+def sandbox(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """``pytester``, whose runs keep the modules :func:`_kept` names when they restore ``sys.modules``."""
+    monkeypatch.setattr(pytester, "_Pytester__take_sys_modules_snapshot", lambda: SysModulesSnapshot(preserve=_kept))
+    pytester._sys_modules_snapshot = SysModulesSnapshot(preserve=_kept)
+    return pytester
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[page.relative_to(ROOT).as_posix() for page in PAGES])
-def test_every_block_of_the_page_runs(page: Path, pytester: pytest.Pytester) -> None:
+def test_every_block_of_the_page_runs(page: Path, sandbox: pytest.Pytester) -> None:
+    pytester = sandbox
     pytester.syspathinsert()
     pytester.syspathinsert(ROOT / "cases")  # the pages use the bundled models (cases/full_size) by name
     before = set(sys.modules)
