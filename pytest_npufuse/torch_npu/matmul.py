@@ -21,10 +21,12 @@ from .checks import (
     HALF_DTYPES,
     comm_domain_name,
     dtype_of_code,
+    kernel_checks_apply,
     require_choice,
     require_dtype,
     require_dtype_code,
     require_shape,
+    require_unused,
 )
 from .distributed import all_gather_rows, all_reduce_sum, comm_domain
 from .quant import antiquant_param_shapes, antiquant_weight
@@ -37,13 +39,26 @@ from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 # ---------------------------------------------------------------------------------------------
 
 MM_ALL_REDUCE_UNMODELED = (
-    "dequant_scale", "pertoken_scale", "comm_quant_scale_1", "comm_quant_scale_2", "group_sizes", "y_dtype",
+    "pertoken_scale", "comm_quant_scale_1", "comm_quant_scale_2", "group_sizes", "y_dtype",
     "x1_dtype", "x2_dtype", "dequant_scale_dtype", "pertoken_scale_dtype", "comm_mode",
 )
 
 
+def _mm_all_reduce_quant_meta(call: Arguments) -> Out:
+    """The fully quantised mode (int8 ``x1``/``x2`` with ``dequant_scale``) as op-plugin's meta function gives
+    it (op_plugin/python/meta/_meta_registrations.py ``npu_mm_all_reduce_base_forward``): x1's shape with
+    x2's n, in bfloat16 for a bfloat16 ``dequant_scale``, else float16. Its kernel is not modeled, so a call
+    on real tensors is refused; on fake tensors the shapes are what a traced graph needs."""
+    if kernel_checks_apply(call.x1):
+        require_unused("npu_mm_all_reduce_base", dequant_scale=call.dequant_scale)
+    dtype = torch.bfloat16 if call.dequant_scale.dtype == torch.bfloat16 else torch.float16
+    return Out([*call.x1.shape[:-1], call.x2.shape[-1]], dtype)
+
+
 def _mm_all_reduce_meta(call: Arguments) -> Out:
     """Shapes and dtypes of the non-quantised and weight-only-quantised (antiquant) rows of the page."""
+    if call.dequant_scale is not None:
+        return _mm_all_reduce_quant_meta(call)
     x1, x2 = call.x1, call.x2
     require_dtype("x1", x1, HALF_DTYPES, "(int8 x1, the fully quantised mode, is not implemented)")
     antiquant = x2.dtype == torch.int8

@@ -26,7 +26,7 @@ from .checks import (
     type_check,
 )
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
-from .quant import A8W4_ACTIVATION_SHIFT as A8W4_SHIFT, INT4_PER_INT32 as INT4_PER_WORD, antiquant_weight, unpack_int4
+from .quant import A8W4_ACTIVATION_SHIFT as A8W4_SHIFT, INT4_PER_INT32, antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
 from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
@@ -447,7 +447,8 @@ def _check_gmm_modes(call: Arguments) -> _GmmModes:
 
     A Python ``group_list`` (op-plugin's ``npu_grouped_matmul.List``) holds cumulative row ends and takes
     group_type and group_list_type only at their defaults (None; 0 is taken as the same row split, and
-    group_list_type's schema default is 0); a tensor group_list needs group_type -1, 0 or 2 (torch_npu
+    group_list_type's schema default is 0; on fake tensors split_item 2/3 take any group_list_type, as
+    op-plugin's meta function does); a tensor group_list needs group_type -1, 0 or 2 (torch_npu
     refuses None there too)."""
     split = 0 if call.split_item is None else call.split_item
     require_choice("split_item", split, (0, 1, 2, 3), "0/1 one output per group, 2/3 one output")
@@ -466,7 +467,9 @@ def _check_gmm_modes(call: Arguments) -> _GmmModes:
     if listed:
         require_choice("group_type", call.group_type, (None, -1, GROUP_ROWS),
                        "a Python group_list splits x's rows: op-plugin's List kernel reads no group_type")
-        require_choice("group_list_type", list_type, (0,), "a Python group_list holds cumulative row ends")
+        # split_item 2/3 give one [M, N] however the list reads, which op-plugin's meta function gives
+        if kernel_checks_apply(call.x[0]) or split not in SPLIT_OUTPUT_ITEMS:
+            require_choice("group_list_type", list_type, (0,), "a Python group_list holds cumulative row ends")
         return _GmmModes(split, GROUP_ROWS, 0, True)
     require_choice("group_list_type", list_type, (0, 1, GROUP_PAIRS), "0 cumulative ends, 1 counts, 2 [E, 2] pairs")
     return _GmmModes(split, call.group_type, list_type, False)
@@ -665,8 +668,40 @@ def _grouped_matmul_layout(call: Arguments) -> tuple[list[list[int]], _GmmParams
     return shapes, params, modes
 
 
+GMM_FLOAT8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _transposed_weight(weight: torch.Tensor) -> bool:
+    """op-plugin's ``is_transpose_weight``: the last two dims are a transposed view."""
+    return weight.stride(-2) == 1 and weight.stride(-1) == weight.shape[-2]
+
+
+def _gmm_float8_meta(call: Arguments) -> list[Out]:
+    """float8 x (the FP8 and MX modes, whose kernels are not modeled) as op-plugin's meta function gives the
+    outputs (op_plugin/python/meta/_meta_registrations.py ``npu_grouped_matmul_meta``), for the modes whose
+    shapes need no group_list values: split_item 0, one ``[..., N]`` per x; 2/3, one ``[M, N]`` of all
+    rows, ``[E, M, N]`` with group_type 2, N times eight for float32 words of FP4 values not transposed;
+    in ``output_dtype``, else x's dtype. As there, float8 x and weights with rows and columns need K > 0."""
+    xs, weights = list(call.x), require_tensor_list("weight", call.weight)
+    single = len(weights) == 1 and weights[0].dim() == 3
+    n = weights[0].shape[2] if single else weights[0].shape[1]
+    rows, k = sum(x.shape[0] for x in xs), sum(x.shape[1] for x in xs)
+    if weights[0].dtype in GMM_FLOAT8_DTYPES and rows > 0 and n > 0 and k <= 0:
+        raise OpArgumentError(f"k must be a positive integer when m and n are positive, but it is {k}.", argument="x")
+    dtype = call.output_dtype or xs[0].dtype
+    if not call.split_item:
+        return [Out([*x.shape[:-1], n if single else w.shape[1]], dtype) for x, w in zip(xs, weights)]
+    packed = weights[0].dtype == torch.float32 and not _transposed_weight(weights[0])
+    shape = [rows, n * INT4_PER_INT32 if packed else n]
+    return [Out([call.group_list.shape[0], *shape] if call.group_type == GROUP_K else shape, dtype)]
+
+
 def _grouped_matmul_meta(call: Arguments) -> list[Out]:
-    """The output list from the split mode and the x/weight shapes."""
+    """The output list from the split mode and the x/weight shapes; on fake tensors a float8 x gets
+    op-plugin's meta shapes (:func:`_gmm_float8_meta`), on real ones it is refused."""
+    float8 = call.x[0].dtype in GMM_FLOAT8_DTYPES and (call.split_item or 0) in (0, *SPLIT_OUTPUT_ITEMS)
+    if float8 and not kernel_checks_apply(call.x[0]):
+        return _gmm_float8_meta(call)
     shapes, params, _ = _grouped_matmul_layout(call)
     return [Out(shape, params.out_dtype) for shape in shapes]
 
@@ -939,7 +974,7 @@ def _gmm_finalize_routing_meta(call: Arguments) -> Out:
             "[e, k, n / 8])", argument="x"
         )
     rows, experts = x.shape[0], w.shape[0]
-    n = w.shape[2] * INT4_PER_WORD if w.dtype == torch.int32 else w.shape[2]
+    n = w.shape[2] * INT4_PER_INT32 if w.dtype == torch.int32 else w.shape[2]
     require_dtype("group_list", group_list, (torch.int64,))
     require_shape("group_list", group_list, ((experts,),))
     if w.dtype == torch.int32:

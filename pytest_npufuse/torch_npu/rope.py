@@ -223,8 +223,9 @@ def npu_rotary_mul(call: Arguments) -> None:
     """
     if call.rotary_mode not in ROTARY_MODES:
         raise OpArgumentError(
-            f"rotary_mode={call.rotary_mode}: npu_rotary_mul rotates 'half' or 'interleave' only, and torch_npu "
-            "refuses other modes too ('quarter' is npu_apply_rotary_pos_emb's mode)", argument="rotary_mode")
+            # op-plugin's own words (RotaryMulKernelNpuOpApi.cpp), which code matches on
+            f"The rotary_mode of npu_rotary_mul should be half or interleave, but got {call.rotary_mode} "
+            "('quarter' is npu_apply_rotary_pos_emb's mode)", argument="rotary_mode")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -340,6 +340,8 @@ def test_rotary_mul_takes_a_rotation_matrix_and_3d_input() -> None:
     with pytest.raises(OpArgumentError) as exc:
         torch_npu.npu_rotary_mul(x, r1, r2, "quarter")
     assert (exc.value.op, exc.value.argument) == ("npu_rotary_mul", "rotary_mode")
+    # op-plugin's words, which upstream's test_npu_rotary_mul.py test_rotary_mul_error_param matches
+    assert "The rotary_mode of npu_rotary_mul should be half or interleave, but got quarter" in str(exc.value)
 
 
 def test_rotary_mul_takes_an_unaligned_even_head_dim_and_refuses_an_odd_one() -> None:

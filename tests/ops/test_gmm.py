@@ -235,3 +235,32 @@ def test_k_split_shapes_on_fake_tensors_follow_the_meta_function_and_the_kernel_
         torch_npu.npu_grouped_matmul([torch.randn(256, 1792).t()], [torch.randn(1792, 256)],
                                      group_list=torch.tensor([256, 512, 1024, 1792]), split_item=3, group_type=2)
     assert exc.value.argument == "group_type"
+
+
+def test_float8_x_on_fake_tensors_gets_the_meta_functions_shapes_and_is_refused_on_real_ones() -> None:
+    """The FP8/MX modes are not modeled; op-plugin's meta function still gives their shapes, which a traced
+    graph needs: rows of all x by N (stacked per group for group_type 2), N of a transposed float32 FP4
+    weight as it stands, any group_list_type beside a Python list with split_item 2/3 (upstream's
+    test_fake_tensor.py TestGroupedMatmul meta_950_fp8_*, weight_float32_transpose, quant_empty_tensor_m0)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fp8 = torch.float8_e4m3fn
+    with FakeTensorMode():
+        (rows,) = torch_npu.npu_grouped_matmul([torch.empty(16, 256, dtype=fp8)], [torch.empty(2, 256, 32, dtype=fp8)],
+                                              scale=[torch.empty(2, 32, dtype=torch.int64)], group_list=torch.tensor([8, 16]),
+                                              split_item=2, group_type=0, output_dtype=torch.float16)
+        (k_split,) = torch_npu.npu_grouped_matmul([torch.empty(128, 64, dtype=fp8).t()], [torch.empty(128, 96, dtype=fp8)],
+                                                 group_list=torch.tensor([32, 64, 128]), split_item=2, group_type=2,
+                                                 output_dtype=torch.float16)
+        (listed,) = torch_npu.npu_grouped_matmul([torch.empty(16, 64, dtype=fp8)],
+                                                [torch.empty(2, 32, 64).transpose(-1, -2)], group_list=[8, 8],
+                                                group_list_type=1, split_item=3, group_type=0)
+    assert [(tuple(t.shape), t.dtype) for t in (rows, k_split, listed)] == [
+        ((16, 32), torch.float16), ((3, 64, 96), torch.float16), ((16, 32), fp8)]
+    with pytest.raises(ValueError) as exc, FakeTensorMode():  # the meta function's own check
+        torch_npu.npu_grouped_matmul([torch.empty(8, 0, dtype=fp8)], [torch.empty(2, 0, 4, dtype=fp8)],
+                                     group_list=torch.tensor([4, 8]), split_item=2, group_type=0)
+    assert exc.value.argument == "x"
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_grouped_matmul([torch.zeros(4, 8, dtype=fp8)], [torch.zeros(8, 4, dtype=fp8)], group_type=-1)
+    assert exc.value.argument == "x[0]"

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from pytest_npufuse import cost, torch_npu
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
@@ -61,6 +62,38 @@ def test_mm_all_reduce_refuses_full_quantisation_and_other_reduce_ops() -> None:
     with pytest.raises(TypeError) as exc:
         torch_npu.npu_mm_all_reduce_base(x, x.t(), 0)
     assert (exc.value.op, exc.value.argument) == ("npu_mm_all_reduce_base", "hcom")
+
+
+def test_fake_tensors_get_op_plugins_shapes_for_unmodeled_quantised_modes() -> None:
+    """On fake tensors the fully quantised npu_mm_all_reduce_base, a hifloat8 npu_weight_quant_batchmatmul
+    weight and npu_quant_matmul's float8 x1 get op-plugin's meta shapes and dtypes (a traced graph needs
+    them); real tensors are refused."""
+    with FakeTensorMode():
+        x1, x2 = torch.empty(8, 16, dtype=torch.int8), torch.empty(16, 4, dtype=torch.int8)
+        for dequant, dtype in ((torch.empty(4, dtype=torch.bfloat16), torch.bfloat16),
+                               (torch.empty(4, dtype=torch.int64), torch.float16)):
+            out = torch_npu.npu_mm_all_reduce_base(x1, x2, "hcom", dequant_scale=dequant)
+            assert (tuple(out.shape), out.dtype) == ((8, 4), dtype)
+        x, scale = torch.empty(2, 16, dtype=torch.float16), torch.empty(1, 4, dtype=torch.float16)
+        out = torch_npu.npu_weight_quant_batchmatmul(x, x2, scale, weight_dtype=torch_npu.hifloat8)
+        assert (tuple(out.shape), out.dtype) == ((2, 4), torch.float16)
+        fp8, fp4_words = torch.empty(1, 64, dtype=torch.float8_e4m3fn), torch.empty(64, 16)
+        out = torch_npu.npu_quant_matmul(fp8, fp4_words, torch.empty(2, 128, dtype=torch.uint8), group_sizes=[0, 0, 32],
+                                         y_scale=torch.empty(1, 128, dtype=torch.int64), output_dtype=torch.bfloat16)
+        assert (tuple(out.shape), out.dtype) == ((1, 128), torch.bfloat16)
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_quant_matmul(torch.zeros(2, 8, dtype=torch.int8), torch.zeros(8, 4, dtype=torch.int8),
+                                   torch.ones(4), y_scale=torch.ones(1, 4, dtype=torch.int64), output_dtype=torch.bfloat16)
+    assert (exc.value.op, exc.value.argument) == ("npu_quant_matmul", "y_scale")
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_mm_all_reduce_base(torch.zeros(8, 16, dtype=torch.int8), torch.zeros(16, 4, dtype=torch.int8),
+                                         "hcom", dequant_scale=torch.ones(4, dtype=torch.bfloat16))
+    assert (exc.value.op, exc.value.argument) == ("npu_mm_all_reduce_base", "dequant_scale")
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_weight_quant_batchmatmul(torch.zeros(2, 16, dtype=torch.float16),
+                                               torch.zeros(16, 4, dtype=torch.int8),
+                                               torch.ones(1, 4, dtype=torch.float16), weight_dtype=torch_npu.hifloat8)
+    assert (exc.value.op, exc.value.argument) == ("npu_weight_quant_batchmatmul", "weight_dtype")
 
 
 def _mm_all_reduce_kernel(m: int, k: int, n: int):

@@ -143,6 +143,18 @@ def test_init_routing_v2_dynamic_quant_with_expert_scale() -> None:
         assert (expanded_x[i].double() - torch.round(row / scale)).abs().max() <= 1
 
 
+def test_init_routing_v2_of_zero_tokens_returns_empty_outputs_whatever_the_scale() -> None:
+    """op-plugin's kernel returns the empty outputs (zero counts) of zero tokens before the device op checks
+    scale (MoeInitRoutingV2KernelNpuOpApi.cpp; upstream's test_npu_moe_init_routing_empty_tensor)."""
+    x, expert_idx = torch.empty(0, 64, dtype=torch.bfloat16), torch.empty(0, 4, dtype=torch.int32)
+    expanded_x, row_idx, counts, dyn = torch_npu.npu_moe_init_routing_v2(
+        x, expert_idx, scale=torch.empty(0), expert_num=16, quant_mode=1, expert_tokens_num_flag=True,
+        active_expert_range=[0, 16], row_idx_type=1
+    )
+    assert [tuple(t.shape) for t in (expanded_x, row_idx, dyn)] == [(0, 64), (0,), (0,)]
+    assert expanded_x.dtype == torch.int8 and tuple(counts.shape) == (16,) and not counts.any()
+
+
 def test_init_routing_v2_drop_pad_capacity() -> None:
     rows, k, h, experts, capacity = 4, 1, 2, 2, 2
     x = torch.arange(rows * h, dtype=torch.float32).reshape(rows, h)
