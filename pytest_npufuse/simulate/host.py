@@ -200,8 +200,8 @@ _TILING_COST = {"simple": "tiling", "complex": "tiling_complex"}
 
 
 def _tiling_key(kernel: Kernel, program: Program) -> tuple:
-    """What an eager op's tiling is reused on: op type and input/output shapes and dtypes (torch_npu's
-    single-op path keeps one cache for every op, so identical layers share entries)."""
+    """What an eager op's tiling is reused on: op type and input/output shapes and dtypes (the aclnn cache
+    is one per host thread for every op, docs/sources.md#ge-tiling-cache, so identical layers share entries)."""
     inputs = tuple((program.buffers[name].spec.shape, program.buffers[name].spec.dtype) for name in kernel.inputs)
     outputs = tuple((spec.shape, spec.dtype) for spec in kernel.output_specs)
     return (kernel.op_type, inputs, outputs)
@@ -332,7 +332,7 @@ def _ge_tiling(kernel: Kernel, config: HostConfig, host: Mapping[str, float]) ->
 def _eager_tiling(
     kernel: Kernel, program: Program, config: HostConfig, host: Mapping[str, float], tiled: set[tuple]
 ) -> tuple[str, float]:
-    """An eager op's Tiling: reused from an earlier op of this call with the same arguments."""
+    """An eager op's Tiling: reused from an earlier op of this call with the same arguments (the aclnn cache)."""
     key = _tiling_key(kernel, program)
     hit = config.tiling_cache and key in tiled
     tiled.add(key)

@@ -203,8 +203,9 @@ def test_a_call_with_new_sizes_retiles_only_the_nodes_whose_inputs_carry_a_symbo
     builder.op("aten::bmm", [cache, cache], (16, 513, 513), symbolic=True)
     builder.op("aten::add", [projected, projected], (16, 4096))
     program = builder.build()
+    projection, attention, add = (kernel.name for kernel in program.kernels)
     grown = run(program, dynamic=True, host=HostConfig(new_sizes=True))
-    assert _tiling_of(grown) == {"MatMulV3": "TilingCacheHit", "BatchMatMulV2": "Tiling", "Add": "TilingCacheHit"}
+    assert _tiling_of(grown) == {projection: "TilingCacheHit", attention: "Tiling", add: "TilingCacheHit"}
     same = run(program, dynamic=True)
     assert set(_tiling_of(same).values()) == {"TilingCacheHit"} and same.host_us < grown.host_us
 
