@@ -50,8 +50,8 @@ def test_a_decode_step_tiles_at_most_half_as_long_with_the_cache_and_stays_host_
 
 def test_the_gain_of_the_cache_follows_the_share_of_host_time_spent_tiling(rows):
     """The article's reason for the quantised pangu-38B's larger gain: Tiling is a large share of its host time.
-    The W8A8 layer adds an activation quantisation (simple tiling) before each linear but merges Q, K and V into
-    one W8A8 projection (two complex tilings fewer), so at the catalogue's per-class Tiling costs it spends a
+    The W8A8 layer adds four activation quantisations (simple tilings) in front of its five linears but merges
+    Q, K and V into one projection (two complex tilings fewer), so at the catalogue's per-class Tiling costs it spends a
     smaller share tiling than the float16 layer, and gains less (docs/fidelity.md#tiling-cache-sweep)."""
     plain, quant = rows[False], rows[True]
     assert quant.kernels > plain.kernels

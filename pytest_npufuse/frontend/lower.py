@@ -100,22 +100,6 @@ def _static_dim(dim: Any, node: torch.fx.Node, sizes: Sizes) -> int:
     return int(upper)
 
 
-def _symbolic_dim(dim: Any) -> bool:
-    return isinstance(dim, torch.SymInt) and bool(dim.node.expr.free_symbols)
-
-
-def _sized_at_run_time(node: torch.fx.Node) -> bool:
-    """Whether a call's input shapes or scalar arguments hold a size a dynamic-shape graph only knows at
-    run time: then what its host Tiling depends on changes with that size (a decode step's KV length)."""
-    for arg in ge_shapes.leaves((node.args, node.kwargs)):
-        value = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
-        if isinstance(value, torch.Tensor) and any(_symbolic_dim(dim) for dim in value.shape):
-            return True
-        if _symbolic_dim(value):
-            return True
-    return False
-
-
 def _tensor_nodes(args: Any) -> Iterator[torch.fx.Node]:
     """Every graph node among (possibly nested) call arguments, in argument order."""
     for arg in ge_shapes.leaves(args):
@@ -487,7 +471,7 @@ class _ProgramBuilder:
                 modules=self._modules(node),
                 call=call,
                 attrs=attrs,
-                symbolic_sizes=self.size_ops and _sized_at_run_time(node),
+                symbolic_sizes=self.size_ops and ge_shapes.sized_at_run_time(node),
             )
         )
         if mutated and not single:  # a multi-output in-place op (a reinplaced npu_mla_prolog_v3), see build()
