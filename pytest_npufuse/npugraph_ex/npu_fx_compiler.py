@@ -29,7 +29,8 @@ def get_npu_backend(
     custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> Any:
     """A ``torch.compile`` backend for ``compiler_config`` (npugraph_ex's flat config)."""
-    return backend_for(_graph_options(compiler_config), None, custom_decompositions)
+    keywords = {"compiler_config": compiler_config, "decompositions": dict(custom_decompositions or {})}
+    return backend_for(_graph_options(compiler_config), None, custom_decompositions, keywords)
 
 
 def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[..., Any]:

@@ -56,6 +56,9 @@ class NpuBackend:
     host: HostConfig = field(default_factory=HostConfig)
     graphs: list[CompiledGraph] = field(default_factory=list)
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
+    # What the backend was made from, by keyword, as TorchAir's and npugraph_ex's backends (a
+    # functools.partial) expose it: ``keywords["compiler_config"]`` is the config it models.
+    keywords: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def run_mode(self) -> str:
@@ -173,12 +176,17 @@ def _child_profile() -> HardwareProfile:
 
 
 def backend_for(
-    options: GraphOptions, target: str | None, decompositions: Mapping[Any, Callable[..., Any]] | None = None
+    options: GraphOptions,
+    target: str | None,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    keywords: Mapping[str, Any] | None = None,
 ) -> NpuBackend:
     """A backend for ``options`` on ``target`` (default: the running script's target, else the default
-    target), applying ``decompositions`` when lowering to aten; inside ``python -m pytest_npufuse run``
-    it is remembered for the summary."""
-    backend = NpuBackend(options, current_profile(target), decompositions=dict(decompositions or {}))
+    target), applying ``decompositions`` when lowering to aten (``keywords``: what it was made from, see
+    :attr:`NpuBackend.keywords`); inside ``python -m pytest_npufuse run`` it is remembered for the summary."""
+    backend = NpuBackend(
+        options, current_profile(target), decompositions=dict(decompositions or {}), keywords=dict(keywords or {})
+    )
     run = current_session()[RUN]
     if run is not None:
         run.backends.append(backend)

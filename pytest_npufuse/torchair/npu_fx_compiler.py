@@ -50,7 +50,8 @@ def _backend(
 ) -> NpuBackend:
     """The backend of ``config``, whose FX passes run through :func:`_optimize_fx` as TorchAir's do."""
     options = replace(config.graph_options(), graph_passes=(partial(_run_optimize_fx, config),))
-    return backend_for(options, target, decompositions)
+    keywords = {"compiler_config": config, "decompositions": dict(decompositions or {})}
+    return backend_for(options, target, decompositions, keywords)
 
 
 def _run_optimize_fx(config: CompilerConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:

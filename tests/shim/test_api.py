@@ -396,6 +396,33 @@ def test_cache_compile_compiles_a_module_method_with_torchairs_checks(shim):
     assert torch.equal(step(x), model(x))
 
 
+def test_cache_compile_takes_a_backend_for_its_config_and_refuses_another_config(shim):
+    model = _Step()
+    config = torchair.CompilerConfig()
+    backend = torchair.get_npu_backend(compiler_config=config)
+    assert backend.keywords["compiler_config"] is config
+    other = torchair.CompilerConfig()
+    with pytest.raises(ValueError) as exc:
+        torchair.inference.cache_compile(model.forward, config=other, backend=backend)
+    assert exc.value.argument == "config"
+    assert str(exc.value) == "config in current backend is different from the config during cache generation."
+    step = torchair.inference.cache_compile(model.forward, backend=backend, dynamic=False)
+    x = torch.ones(8, 1024, dtype=torch.float16)
+    assert torch.equal(step(x), model(x))
+
+
+def test_debug_dump_nodes_keep_their_folder_in_the_private_path_option(shim, tmp_path):
+    config = torchair.CompilerConfig()
+    config.debug.data_dump._path = "dumps"  # TorchAir's own tests set the option directly
+    assert config.debug.data_dump.path == "dumps"
+    config.debug.graph_dump.path = str(tmp_path / "." / "graphs")
+    assert config.debug.graph_dump._path.value == str(tmp_path / "graphs")  # stored as its real path
+    config.debug.fx_summary._path = "summary"
+    with pytest.raises(ValueError) as exc:
+        config.debug.fx_summary.path = "summary"  # fx_summary has no path, only _path, as in TorchAir
+    assert exc.value.argument == "config.debug.fx_summary.path"
+
+
 def test_dim_gears_make_each_gear_a_static_graph_and_refuse_other_sizes(shim):
     backend = torchair.get_npu_backend()
     step = torch.compile(_Step(), backend=backend, dynamic=True)

@@ -35,7 +35,7 @@ from .._datadump import DataDump, DumpRequest, plan_dump
 from .._fxpass import run_passes
 from .._graphdump import write_graph_dump
 from .._reinplace import keep_write_backs, reinplace_inplaceable_ops
-from ._options import CallableValue, ConfigNode, OptionValue, PathValue, int_range, of_type
+from ._options import CallableValue, ConfigNode, DebugDumpNode, OptionValue, PathValue, int_range, of_type
 
 __all__ = ["CompilerConfig"]
 
@@ -46,9 +46,11 @@ _BOOL = [True, False]
 def _debug(path: str) -> ConfigNode:
     return ConfigNode(
         path,
-        graph_dump=ConfigNode(f"{path}.graph_dump", type=OptionValue(None, [None, "txt", "pbtxt", "py"]), path=None),
-        data_dump=ConfigNode(f"{path}.data_dump", type=OptionValue(None, [None, "npy"]), path=None, filter=None),
-        fx_summary=ConfigNode(f"{path}.fx_summary", type=OptionValue(None, [None, "csv"]), skip_compile=OptionValue(True, _BOOL)),
+        graph_dump=DebugDumpNode(f"{path}.graph_dump", with_path=True, type=OptionValue(None, [None, "txt", "pbtxt", "py"])),
+        data_dump=DebugDumpNode(f"{path}.data_dump", with_path=True, type=OptionValue(None, [None, "npy"]), filter=None),
+        fx_summary=DebugDumpNode(
+            f"{path}.fx_summary", with_path=False, type=OptionValue(None, [None, "csv"]), skip_compile=OptionValue(True, _BOOL)
+        ),
         run_eagerly=OptionValue(False, _BOOL),
         deadlock_check=OptionValue(False, _BOOL),
         aclgraph=ConfigNode(
@@ -188,6 +190,7 @@ class CompilerConfig(ConfigNode):
         request = DumpRequest(
             dump.enable_dump.raw, dump.dump_data.raw, dump.dump_config_path.raw, dump.dump_path.raw, dump.dump_mode.raw,
             dump.dump_layer.raw, dump.dump_step.raw, self.experimental_config.aclgraph._super_kernel_optimize.raw,
+            dump.quant_dumpable.raw,
         )
         return plan_dump(request, mode, gm, program, stream_of)
 
