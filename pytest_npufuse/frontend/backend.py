@@ -70,8 +70,10 @@ class CaptureBackend:
     kernels, where a device would run them), builds its program and keeps it in ``graphs``.
 
     ``on_graph`` turns a captured graph into the callable Dynamo runs for it. ``decompositions`` are
-    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``); ``graph_passes`` edit
-    each aten graph, in order, before its program is built (TorchAir's FX passes). ``phase`` is what the
+    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``); ``dynamo_passes`` see
+    each Dynamo graph before AOT lowers it (TorchAir's debug dump of it), ``graph_passes`` edit each aten
+    graph, in order, before its program is built (TorchAir's FX passes; the graph's phase is in its
+    ``meta[PHASE]``). ``phase`` is what the
     graphs AOT hands its forward compiler are (a compiled optimizer step is ``Phase.OPTIMIZER``); a
     backward is always ``Phase.BACKWARD``.
     """
@@ -82,12 +84,15 @@ class CaptureBackend:
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
     phase: Phase = Phase.FORWARD
     graph_passes: Sequence[GraphPass] = ()
+    dynamo_passes: Sequence[GraphPass] = ()
 
     def __post_init__(self) -> None:
         check_catalog(self.catalog)  # a catalog a library user loaded with their own entries is checked here
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         route_sdpa(gm, example_inputs)
+        for dynamo_pass in self.dynamo_passes:
+            dynamo_pass(gm, example_inputs)
         self._layouts = storage_layouts(example_inputs)
         with explained_gradients():
             return aot_module_simplified(
@@ -103,6 +108,7 @@ class CaptureBackend:
         ``aot_module_simplified``."""
         phase = phase or self.phase
         _note_layouts(gm, storage_layouts(example_inputs) if _real(example_inputs) else getattr(self, "_layouts", ()))
+        gm.meta[PHASE] = phase
         for graph_pass in self.graph_passes:
             graph_pass(gm, example_inputs)
         symbols = input_symbols(gm)
@@ -138,6 +144,10 @@ class CaptureBackend:
 
         return run
 
+
+PHASE = "npufuse_phase"
+"""``gm.meta`` key: the :class:`~pytest_npufuse.vocabulary.Phase` of an aten graph, set before its graph
+passes run (TorchAir's FX passes name their debug files after it)."""
 
 STORAGE_FORMATS = "npufuse_storage_formats"
 """``gm.meta`` key: placeholder name -> the storage format a format cast gave its tensor (``FRACTAL_NZ``),

@@ -17,6 +17,8 @@ import torch
 
 from ..pipeline.backend import backend_for
 from ..pipeline.graph import GraphOptions
+from ..torchair._debugdump import GraphTransformObserver, dump_dynamo_graph, init_debug_logging, observer_for
+from ._utils.graph_transform_observer import COMPILE_FX, PACKAGE, DebugContext
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
 
@@ -29,6 +31,7 @@ def get_npu_backend(
     custom_decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> Any:
     """A ``torch.compile`` backend for ``compiler_config`` (npugraph_ex's flat config)."""
+    init_debug_logging(logger, PACKAGE, "NPUGRAPH_EX")
     keywords = {"compiler_config": compiler_config, "decompositions": dict(custom_decompositions or {})}
     return backend_for(_graph_options(compiler_config), None, custom_decompositions, keywords)
 
@@ -38,24 +41,35 @@ def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[...,
     return backend_for(_graph_options(compiler_config), None).compile_aten
 
 
-def _graph_options(compiler_config: CompilerConfig | None) -> GraphOptions:
+def _graph_options(compiler_config: CompilerConfig | None, phase: str | None = None) -> GraphOptions:
     """The graph options of ``compiler_config`` (through TorchAir's tree), logging to the
-    ``npugraph_ex`` logger as npugraph_ex does; its FX passes are handed ``compiler_config`` itself."""
+    ``npugraph_ex`` logger as npugraph_ex does; its FX passes are handed ``compiler_config`` itself, and
+    its ``TORCH_COMPILE_DEBUG=1`` files go under ``npugraph_ex`` (``phase``: ``compile_fx`` for
+    :func:`compile_fx`'s graphs, else the graph's own)."""
     config = compiler_config or CompilerConfig()
     options = config.torchair_config().graph_options()
-    return replace(options, log=logger, graph_passes=(partial(_run_optimize_fx, config),))
+    return replace(
+        options, log=logger, graph_passes=(partial(_run_optimize_fx, config, phase),),
+        dynamo_passes=(partial(dump_dynamo_graph, DebugContext),),
+    )
 
 
-def _run_optimize_fx(config: CompilerConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+def _run_optimize_fx(
+    config: CompilerConfig, phase: str | None, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> None:
     """Look :func:`_optimize_fx` up when each graph compiles, so code that wraps it sees every graph."""
-    _optimize_fx(gm, config, example_inputs)
+    observer = observer_for(gm, example_inputs, config.torchair_config(), DebugContext, PACKAGE, phase)
+    _optimize_fx(gm, config, observer)
+    observer.finish(code=True)
 
 
-def _optimize_fx(gm: torch.fx.GraphModule, config: CompilerConfig, observer: Sequence[Any]) -> torch.fx.GraphModule:
+def _optimize_fx(
+    gm: torch.fx.GraphModule, config: CompilerConfig, observer: GraphTransformObserver
+) -> torch.fx.GraphModule:
     """npugraph_ex's FX optimisation of one aten graph, as TorchAir's
     (:func:`pytest_npufuse.torchair.npu_fx_compiler._optimize_fx`): the passes of the TorchAir config
-    ``config`` stands for, each user pass handed ``config`` itself; ``observer`` is the example inputs."""
-    config.torchair_config().fx_passes(config)(gm, observer)
+    ``config`` stands for, each user pass handed ``config`` itself and the observer's example inputs."""
+    config.torchair_config().fx_passes(config)(gm, observer.example_inputs, observer.reached)
     return gm
 
 
@@ -63,8 +77,11 @@ def compile_fx(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any] | None = None, options: Mapping[str, Any] | None = None
 ) -> Callable[..., Any]:
     """The aten graph ``gm`` compiled with npugraph_ex ``options`` (the keys of ``torch.compile(...,
-    options=)``); calling the result runs the modeled graph."""
-    return get_compiler(CompilerConfig().update(options))(gm, list(example_inputs or ()))
+    options=)``); calling the result runs the modeled graph. Its debug files go to ``compile__<n>``."""
+    init_debug_logging(logger, PACKAGE, "NPUGRAPH_EX")
+    DebugContext.begin_compile_fx()
+    options_of = _graph_options(CompilerConfig().update(options), COMPILE_FX)
+    return backend_for(options_of, None).compile_aten(gm, list(example_inputs or ()))
 
 
 def npugraph_ex_backend(

@@ -75,7 +75,8 @@ class NpuBackend:
 
     def _capturer(self) -> CaptureBackend:
         return CaptureBackend(
-            self.catalog, self._model, decompositions=self.decompositions, graph_passes=self.config.graph_passes
+            self.catalog, self._model, decompositions=self.decompositions, graph_passes=self.config.graph_passes,
+            dynamo_passes=self.config.dynamo_passes,
         )
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:

@@ -55,7 +55,8 @@ class GraphOptions:
     kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
     text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
     config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump).
-    ``graph_passes`` edit each aten graph before its program is built (the config's FX passes).
+    ``graph_passes`` edit each aten graph before its program is built (the config's FX passes);
+    ``dynamo_passes`` see each Dynamo graph before it is lowered to aten.
     ``log`` is the logger each compile and each call of a graph report to, as TorchAir's and
     npugraph_ex's FX compilers report to their own loggers (:func:`log_compile`, :func:`log_call`).
     TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the library's ``mode=``
@@ -68,6 +69,7 @@ class GraphOptions:
     dump_graph: GraphDumper | None = None
     log: logging.Logger | None = None
     graph_passes: tuple[GraphPass, ...] = ()
+    dynamo_passes: tuple[GraphPass, ...] = ()
 
 
 def graph_options(mode: str | None) -> GraphOptions:

@@ -210,8 +210,8 @@ class CompilerConfig(ConfigNode):
         ``input_inplace_pass=False``) turns it off."""
         aclgraph = Mode(self.run_mode).aclgraph
         kept = aclgraph and self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.raw
-        reinplace = [keep_write_backs if kept else reinplace_inplaceable_ops] if aclgraph else []
-        patterns = [apply_rules] if self.experimental_config.pattern_fusion_pass.raw else []
+        reinplace = [("", keep_write_backs if kept else reinplace_inplaceable_ops)] if aclgraph else []
+        patterns = [("apply_pattern_passes", apply_rules)] if self.experimental_config.pattern_fusion_pass.raw else []
         return partial(
             run_passes, self.post_grad_custom_pre_pass.raw, self.post_grad_custom_post_pass.raw, handed,
             (*patterns, *reinplace),
