@@ -316,7 +316,7 @@ def _confusion_shape(self: torch.Tensor, perm: Sequence[int], shape: Sequence[in
 
 
 def _confusion_transpose_meta(call: Arguments) -> Out:
-    self = call.self
+    self = call.input
     try:
         out_shape = _confusion_shape(self, call.perm, call.shape, call.transpose_first)
     except RuntimeError as err:
@@ -329,7 +329,7 @@ def _confusion_transpose_meta(call: Arguments) -> Out:
 
 
 def _confusion_transpose_kernel(call: Arguments) -> torch.Tensor:
-    self, perm, shape, transpose_first = call.self, call.perm, call.shape, call.transpose_first
+    self, perm, shape, transpose_first = call.input, call.perm, call.shape, call.transpose_first
     moved = self.permute(*perm).reshape(*shape) if transpose_first else self.reshape(*shape).permute(*perm)
     return moved.clone(memory_format=torch.contiguous_format)
 
@@ -397,7 +397,7 @@ def npu_confusion_transpose_backward(call: Arguments) -> None:
 
 
 def _confusion_transpose_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
-    ctx.perm, ctx.shape, ctx.transpose_first = list(call.perm), list(call.self.shape), call.transpose_first
+    ctx.perm, ctx.shape, ctx.transpose_first = list(call.perm), list(call.input.shape), call.transpose_first
 
 
 def _confusion_transpose_grad(ctx: object, grad: torch.Tensor) -> tuple:
@@ -433,22 +433,22 @@ def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
     dim = axis + data.dim() if axis < 0 else axis
     if not 1 <= dim < data.dim():
         raise OpArgumentError(
-            f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)",
+            f"axis={axis} must name a dim of input other than the batch dim 0 (input has {data.dim()} dims)",
             argument="axis"
         )
     return dim
 
 
 def _scatter_update_meta(call: Arguments) -> Out:
-    self, indices, updates = call.data, call.indices, call.updates
-    require_dtype("data", self, SCATTER_UPDATE_DTYPES)
-    require_dtype("updates", updates, (self.dtype,), "(data's dtype)")
+    self, indices, updates = call.input, call.indices, call.updates
+    require_dtype("input", self, SCATTER_UPDATE_DTYPES)
+    require_dtype("updates", updates, (self.dtype,), "(input's dtype)")
     require_dtype("indices", indices, (torch.int32, torch.int64))
     low, high = SCATTER_UPDATE_RANKS
     if not low <= self.dim() <= high or updates.dim() != self.dim():
         raise OpArgumentError(
-            f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8",
-            argument="data"
+            f"input {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8",
+            argument="input"
         )
     dim = _scatter_update_axis(self, call.axis)
     if indices.dim() != 1:
@@ -458,19 +458,19 @@ def _scatter_update_meta(call: Arguments) -> Out:
     expected = [*self.shape[:dim], updates.shape[dim], *self.shape[dim + 1:]]
     if list(updates.shape) != expected or updates.shape[dim] > self.shape[dim]:
         raise OpArgumentError(
-            f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
+            f"updates has shape {list(updates.shape)}; it must equal input's {list(self.shape)} except "
             f"along axis {call.axis}, where it holds at most {self.shape[dim]} entries", argument="updates"
         )
     return Out(list(self.shape), self.dtype)
 
 
 def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
-    self, updates, axis = call.data, call.updates, call.axis
+    self, updates, axis = call.input, call.updates, call.axis
     dim = _scatter_update_axis(self, axis)
     count = updates.shape[dim]
     starts = call.indices.to(torch.int64)
     if bool(((starts < 0) | (starts + count > self.shape[dim])).any()):
-        raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
+        raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave input's axis {axis} "
                               f"(size {self.shape[dim]}); the op does not check bounds on the device",
                               argument="indices")
     along = [1] * self.dim()
@@ -505,7 +505,7 @@ def scatter_update(call: Arguments) -> None:
 
 
 @npu_op(
-    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples,
+    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"input": 0}, samples=_scatter_update_samples,
     inplace_of="scatter_update",
 )
 def scatter_update_(call: Arguments) -> None:

@@ -16,6 +16,7 @@ from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
+    kernel_checks_apply,
     require_choice,
     require_dtype,
     require_shape,
@@ -419,17 +420,20 @@ def _check_gmm_modes(call: Arguments) -> _GmmModes:
     activation = 0 if call.act_type is None else call.act_type
     require_choice("act_type", activation, (0,), "fused activations are not implemented")
     list_type = 0 if call.group_list_type is None else call.group_list_type
-    if isinstance(call.group_list, (list, tuple)):
-        require_choice("group_type", call.group_type, (None, GROUP_ROWS),
-                       "a Python group_list splits x's rows; the API page allows only None with it")
-        require_choice("group_list_type", list_type, (0,), "a Python group_list holds cumulative row ends")
-        return _GmmModes(split, GROUP_ROWS, 0, True)
-    if call.group_type is None:
+    listed = isinstance(call.group_list, (list, tuple))
+    if call.group_type is None and not listed:
         raise OpArgumentError(
             "group_type is required (torch_npu refuses None too): pass 0 to split x by rows with "
             "group_list, 2 to split K (weight gradients), or -1 for one x per weight", argument="group_type"
         )
-    require_choice("group_type", call.group_type, GROUP_TYPES, "-1 no grouping, 0 split rows (M), 2 split K")
+    if call.group_type not in (None, *GROUP_TYPES):
+        # op-plugin's meta function's check, in its words
+        raise OpArgumentError(f"group_type only supports -1, 0 and 2, but got {call.group_type}", argument="group_type")
+    if listed:
+        require_choice("group_type", call.group_type, (None, -1, GROUP_ROWS),
+                       "a Python group_list splits x's rows: op-plugin's List kernel reads no group_type")
+        require_choice("group_list_type", list_type, (0,), "a Python group_list holds cumulative row ends")
+        return _GmmModes(split, GROUP_ROWS, 0, True)
     require_choice("group_list_type", list_type, (0, 1, GROUP_PAIRS), "0 cumulative ends, 1 counts, 2 [E, 2] pairs")
     return _GmmModes(split, call.group_type, list_type, False)
 
@@ -552,7 +556,8 @@ def _gmm_k_split_layout(
     _require_group_list_tensor(call.group_list, groups, modes.list_type, x.dtype)
     out_dtype = _gmm_output_dtype(x.dtype, call.output_dtype, False)
     if modes.split in SPLIT_OUTPUT_ITEMS:
-        if len(weights) != 1 or weights[0].shape[0] != x.shape[1]:
+        # op-plugin's meta function gives [E, M, N] from x and weight[0] alone; its kernel checks the rest
+        if kernel_checks_apply(x) and (len(weights) != 1 or weights[0].shape[0] != x.shape[1]):
             raise OpArgumentError(
                 f"group_type=2 with split_item {modes.split} takes one [K={x.shape[1]}, N] weight whose rows "
                 f"group_list splits (op-plugin's kernel); got {[list(w.shape) for w in weights]}", argument="group_type"

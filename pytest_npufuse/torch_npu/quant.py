@@ -634,11 +634,11 @@ def npu_dequant_swiglu_quant(call: Arguments) -> None:
 
 def _swiglu_meta(call: Arguments) -> Out:
     """Validate the npu_swiglu input: x's dtype, ``dim`` halved."""
-    return halved("x", call.x, call.dim)
+    return halved("input", call.input, call.dim)
 
 
 def _swiglu_kernel(call: Arguments) -> torch.Tensor:
-    return swiglu(call.x.to(torch.float32), activate_left=True, dim=call.dim).to(call.x.dtype)
+    return swiglu(call.input.to(torch.float32), activate_left=True, dim=call.dim).to(call.input.dtype)
 
 
 def _swiglu_samples() -> list[SampleCall]:
@@ -651,20 +651,20 @@ def _swiglu_samples() -> list[SampleCall]:
 
 def _swiglu_backward_meta(call: Arguments) -> Out:
     """The input's gradient (x's shape and dtype) from the output's (x's dtype, ``dim`` halved)."""
-    out = _swiglu_meta(bind(npu_swiglu, call.x, call.dim))
-    require_dtype("grad_output", call.grad_output, (call.x.dtype,), "(x's dtype)")
+    out = _swiglu_meta(bind(npu_swiglu, call.input, call.dim))
+    require_dtype("grad_output", call.grad_output, (call.input.dtype,), "(input's dtype)")
     require_shape("grad_output", call.grad_output, (tuple(out.shape),))
-    return Out(list(call.x.shape), call.x.dtype)
+    return Out(list(call.input.shape), call.input.dtype)
 
 
 def _swiglu_backward_kernel(call: Arguments) -> torch.Tensor:
     """With A, B the halves and ``s = sigmoid(A)``: ``dA = dy * B * s * (1 + A (1 - s))`` (swish's
     derivative) and ``dB = dy * A * s``, float32, concatenated along ``dim`` and rounded once."""
-    gate, linear = call.x.to(torch.float32).chunk(2, dim=call.dim)
+    gate, linear = call.input.to(torch.float32).chunk(2, dim=call.dim)
     dy = call.grad_output.to(torch.float32)
     sigmoid = 1.0 / (1.0 + torch.exp(-gate))
     d_gate = dy * linear * sigmoid * (1.0 + gate * (1.0 - sigmoid))
-    return torch.cat((d_gate, dy * gate * sigmoid), dim=call.dim).to(call.x.dtype)
+    return torch.cat((d_gate, dy * gate * sigmoid), dim=call.dim).to(call.input.dtype)
 
 
 def _swiglu_backward_samples() -> list[SampleCall]:
@@ -686,7 +686,7 @@ def npu_swiglu_backward(call: Arguments) -> None:
 
 
 def _swiglu_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
-    ctx.save_for_backward(call.x)
+    ctx.save_for_backward(call.input)
     ctx.dim = call.dim
 
 

@@ -14,6 +14,7 @@ from ..numerics.exact import cube_matmul, int_matmul
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
+    kernel_checks_apply,
     require_choice,
     require_dtype,
     require_shape,
@@ -81,15 +82,20 @@ def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...
 
 
 def _rotary_mul_meta(call: Arguments) -> Out:
+    """op-plugin's meta function is ``empty_like(input)``; the head-dim and broadcast checks are the
+    kernel's (:func:`kernel_checks_apply`)."""
     input = call.input
-    _check_rope_input("input", input, FLOAT_DTYPES)
+    require_dtype("input", input, FLOAT_DTYPES)
     if input.dim() not in (3, 4):
         raise OpArgumentError(
             f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND or 3-D TND tensors",
             argument="input")
     for name, table in (("r1", call.r1), ("r2", call.r2)):
         require_dtype(name, table, (input.dtype,), "(input's dtype)")
-        _check_broadcast(name, table, "input", input)
+    if kernel_checks_apply(input):
+        _check_rope_input("input", input, FLOAT_DTYPES, call.rotary_mode)
+        for name, table in (("r1", call.r1), ("r2", call.r2)):
+            _check_broadcast(name, table, "input", input)
     if call.rotate is not None:
         require_dtype("rotate", call.rotate, (input.dtype,), "(input's dtype)")
         require_shape("rotate", call.rotate, ((input.shape[-1], input.shape[-1]),))

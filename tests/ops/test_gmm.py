@@ -145,3 +145,39 @@ def test_weight_only_quantised_moe_form_dequantises_each_expert(bits: int) -> No
     ref = torch.cat([x[:4].double() @ dequant[0], x[4:].double() @ dequant[1]])
     assert y.dtype == torch.bfloat16 and y.shape == (6, n)
     torch.testing.assert_close(y.double(), ref, rtol=2**-7, atol=2**-7)
+
+
+def test_group_type_outside_torch_npus_three_is_refused_in_its_meta_functions_words() -> None:
+    x, w = torch.randn(4, 8), torch.randn(8, 4)
+    for group_type in (1, 3):
+        with pytest.raises(RuntimeError) as exc:
+            torch_npu.npu_grouped_matmul([x], [w], group_list=torch.tensor([4]), split_item=2, group_type=group_type)
+        assert (exc.value.op, exc.value.argument) == ("npu_grouped_matmul", "group_type")
+        assert str(exc.value) == f"group_type only supports -1, 0 and 2, but got {group_type}"
+
+
+def test_a_python_group_list_splits_rows_with_group_type_minus_one_as_with_none() -> None:
+    """op-plugin's List kernel reads no group_type; its meta function allows -1 beside a Python list."""
+    gen = _gen()
+    x = torch.randn(6, 8, generator=gen)
+    ws = [torch.randn(8, n, generator=gen) for n in (4, 2)]
+    listed = torch_npu.npu_grouped_matmul([x], ws, group_list=[2, 6], split_item=1, group_type=-1)
+    plain = torch_npu.npu_grouped_matmul([x], ws, group_list=[2, 6], split_item=1)
+    assert [tuple(out.shape) for out in listed] == [(2, 4), (4, 2)]
+    assert all(torch.equal(a, b) for a, b in zip(listed, plain))
+
+
+def test_k_split_shapes_on_fake_tensors_follow_the_meta_function_and_the_kernel_checks_real_ones() -> None:
+    """op-plugin's meta function gives [E, M, N] from x and weight[0]; only the kernel checks that the
+    weight's rows are x's K (upstream's test_fake_tensor.py TestGroupedMatmul meta_6 relies on it)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x, w = torch.randn(256, 1792).t(), torch.randn(1792, 256)
+        (out,) = torch_npu.npu_grouped_matmul([x], [w], group_list=torch.tensor([256, 512, 1024, 1792]),
+                                             split_item=3, group_type=2, group_list_type=0)
+    assert tuple(out.shape) == (4, 1792, 256)
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_grouped_matmul([torch.randn(256, 1792).t()], [torch.randn(1792, 256)],
+                                     group_list=torch.tensor([256, 512, 1024, 1792]), split_item=3, group_type=2)
+    assert exc.value.argument == "group_type"

@@ -459,7 +459,7 @@ def test_group_topk_keeps_the_k_best_expert_groups_in_place(n: int) -> None:
 def test_group_topk_refuses_groups_that_do_not_divide_the_experts() -> None:
     with pytest.raises(ValueError) as exc:
         torch_npu._npu_group_topk(torch.zeros(2, 8, dtype=torch.float16), k=1, group_num=3)
-    assert (exc.value.op, exc.value.argument) == ("_npu_group_topk", "self")
+    assert (exc.value.op, exc.value.argument) == ("_npu_group_topk", "input")
     with pytest.raises(ValueError) as exc:
         torch_npu._npu_group_topk(torch.zeros(2, 8, dtype=torch.float16))
     assert (exc.value.op, exc.value.argument) == ("_npu_group_topk", "k")
