@@ -97,6 +97,7 @@ class CaptureBackend:
         with explained_gradients():
             return aot_module_simplified(
                 gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
+                inference_compiler=self.capture_inference,
                 decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,
             )
 
@@ -115,6 +116,12 @@ class CaptureBackend:
         if is_dynamic(symbols):
             return self._per_call_sizes(gm, symbols, phase)
         return self._keep(CapturedGraph(gm, build_program(gm, self.catalog, phase=phase)))
+
+    def capture_inference(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+        """A graph AOTAutograd lowered for inference (no gradients: its ``inference_compiler``), marked so in
+        its ``meta[INFERENCE]``: nothing outside the graph keeps its outputs for a backward."""
+        gm.meta[INFERENCE] = True
+        return self.capture_aten(gm, example_inputs)
 
     def capture_backward(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
         """The backward graph AOTAutograd derived (its ``bw_compiler``), compiled on the first backward.
@@ -148,6 +155,9 @@ class CaptureBackend:
 PHASE = "npufuse_phase"
 """``gm.meta`` key: the :class:`~pytest_npufuse.vocabulary.Phase` of an aten graph, set before its graph
 passes run (TorchAir's FX passes name their debug files after it)."""
+
+INFERENCE = "npufuse_inference"
+"""``gm.meta`` key: True on an aten graph AOTAutograd lowered for inference (its ``inference_compiler``)."""
 
 STORAGE_FORMATS = "npufuse_storage_formats"
 """``gm.meta`` key: placeholder name -> the storage format a format cast gave its tensor (``FRACTAL_NZ``),

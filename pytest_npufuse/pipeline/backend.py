@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 import torch.fx
 
-from ..frontend.backend import CaptureBackend, CapturedGraph
+from ..frontend.backend import INFERENCE, CaptureBackend, CapturedGraph
 from ..frontend.dynamo import compile_static
 from ..plan.tasks import Variant
 from ..session import Scope, Session, SessionKey, current_session
@@ -28,10 +28,12 @@ from ..target.profile import CHILD_PYPROJECT_VARIABLE, CHILD_TARGET_VARIABLE, Ha
 from ..target.resolve import Target, profile_of, project_settings
 from ..target.running import stated_running_target
 from ..target.userconfig import load_user_config
+from ..vocabulary import Mode
 from .graph import (
     CompiledGraph,
     GraphOptions,
     Settings,
+    StaticOutputs,
     compiled_graph,
     graph_options,
     log_compile,
@@ -92,6 +94,8 @@ class NpuBackend:
         stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
         if self.config.watch is not None:
             compiled = replace(compiled, dump=self.config.watch(settings.mode, graph.gm, graph.program, stream_of))
+        if Mode(settings.mode).aclgraph and graph.gm.meta.get(INFERENCE):
+            compiled = replace(compiled, static_outputs=StaticOutputs(self.config.output_clone))
         if self.config.dump_graph is not None:
             self.config.dump_graph(settings.mode, graph.gm, graph.program, stream_of)
         self.graphs.append(compiled)

@@ -411,6 +411,27 @@ def test_cache_compile_takes_a_backend_for_its_config_and_refuses_another_config
     assert torch.equal(step(x), model(x))
 
 
+@pytest.mark.parametrize("clone", [False, True])
+def test_an_aclgraph_returns_its_own_output_memory_unless_outputs_are_cloned(shim, clone):
+    config = torchair.CompilerConfig()
+    config.mode = "npugraph_ex"
+    config.debug.aclgraph.enable_output_clone = clone
+
+    def f(x, cache):
+        return x + x, cache.mul_(2)
+
+    model = torch.compile(f, backend=torchair.get_npu_backend(compiler_config=config), dynamic=False)
+    cache = torch.ones(4)
+    first, first_cache = model(torch.ones(4), cache)
+    second, second_cache = model(torch.full((4,), 3.0), cache)
+    assert torch.equal(second, torch.full((4,), 6.0))
+    assert (first.untyped_storage()._cdata == second.untyped_storage()._cdata) is not clone
+    # without clones the first call's result was overwritten by the replay, as on the device
+    assert torch.equal(first, torch.full((4,), 6.0 if not clone else 2.0))
+    assert second_cache.untyped_storage().data_ptr() == cache.untyped_storage().data_ptr()  # the caller's memory
+    assert torch.equal(cache, torch.full((4,), 4.0))
+
+
 def test_debug_dump_nodes_keep_their_folder_in_the_private_path_option(shim, tmp_path):
     config = torchair.CompilerConfig()
     config.debug.data_dump._path = "dumps"  # TorchAir's own tests set the option directly

@@ -174,12 +174,14 @@ class CompilerConfig(ConfigNode):
         watches each call of every graph (:mod:`pytest_npufuse.torchair._datadump`), and its graph dump
         writes each graph (:mod:`pytest_npufuse.torchair._graphdump`); compiles and calls are logged to
         the ``torchair`` logger, as TorchAir logs them; its FX passes edit each aten graph
-        (:mod:`pytest_npufuse.torchair._fxpass`)."""
+        (:mod:`pytest_npufuse.torchair._fxpass`); with ``debug.aclgraph.enable_output_clone`` an aclgraph
+        returns copies of its outputs."""
         watch = self._plan_dump if self.dump_config.enable_dump.raw else None
         dump_graph = self._write_graph_dump if self.debug.graph_dump.type.raw is not None else None
         return GraphOptions(
             Mode(self.run_mode), bool(self.ge_config.enable_single_stream.raw), self.superkernel_options(), watch,
             dump_graph, logger, (self.fx_passes(self),),
+            output_clone=bool(self.debug.aclgraph.enable_output_clone.raw),
         )
 
     def _plan_dump(
