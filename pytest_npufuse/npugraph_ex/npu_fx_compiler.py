@@ -17,7 +17,7 @@ import torch
 
 from ..pipeline.backend import backend_for
 from ..pipeline.graph import GraphOptions
-from ..torchair._debugdump import GraphTransformObserver, dump_dynamo_graph, init_debug_logging, observer_for
+from ..torchair._debugdump import DEBUG_PHASE, GraphTransformObserver, dump_dynamo_graph, init_debug_logging, observer_for
 from ._utils.graph_transform_observer import COMPILE_FX, PACKAGE, DebugContext
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
@@ -41,24 +41,21 @@ def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[...,
     return backend_for(_graph_options(compiler_config), None).compile_aten
 
 
-def _graph_options(compiler_config: CompilerConfig | None, phase: str | None = None) -> GraphOptions:
+def _graph_options(compiler_config: CompilerConfig | None) -> GraphOptions:
     """The graph options of ``compiler_config`` (through TorchAir's tree), logging to the
     ``npugraph_ex`` logger as npugraph_ex does; its FX passes are handed ``compiler_config`` itself, and
-    its ``TORCH_COMPILE_DEBUG=1`` files go under ``npugraph_ex`` (``phase``: ``compile_fx`` for
-    :func:`compile_fx`'s graphs, else the graph's own)."""
+    its ``TORCH_COMPILE_DEBUG=1`` files go under ``npugraph_ex``."""
     config = compiler_config or CompilerConfig()
     options = config.torchair_config().graph_options()
     return replace(
-        options, log=logger, graph_passes=(partial(_run_optimize_fx, config, phase),),
+        options, log=logger, graph_passes=(partial(_run_optimize_fx, config),),
         dynamo_passes=(partial(dump_dynamo_graph, DebugContext),),
     )
 
 
-def _run_optimize_fx(
-    config: CompilerConfig, phase: str | None, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
-) -> None:
+def _run_optimize_fx(config: CompilerConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
     """Look :func:`_optimize_fx` up when each graph compiles, so code that wraps it sees every graph."""
-    observer = observer_for(gm, example_inputs, config.torchair_config(), DebugContext, PACKAGE, phase)
+    observer = observer_for(gm, example_inputs, config.torchair_config(), DebugContext, PACKAGE)
     _optimize_fx(gm, config, observer)
     observer.finish(code=True)
 
@@ -80,8 +77,8 @@ def compile_fx(
     options=)``); calling the result runs the modeled graph. Its debug files go to ``compile__<n>``."""
     init_debug_logging(logger, PACKAGE, "NPUGRAPH_EX")
     DebugContext.begin_compile_fx()
-    options_of = _graph_options(CompilerConfig().update(options), COMPILE_FX)
-    return backend_for(options_of, None).compile_aten(gm, list(example_inputs or ()))
+    gm.meta[DEBUG_PHASE] = COMPILE_FX
+    return get_compiler(CompilerConfig().update(options))(gm, list(example_inputs or ()))
 
 
 def npugraph_ex_backend(

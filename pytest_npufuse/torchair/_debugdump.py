@@ -41,6 +41,7 @@ from ..frontend.backend import PHASE
 from ..vocabulary import Mode, Phase
 
 DEBUG_VARIABLE = "TORCH_COMPILE_DEBUG"
+DEBUG_PHASE = "npufuse_debug_phase"  # gm.meta key: a phase folder set by the caller (npugraph_ex's compile_fx)
 ACLGRAPH_STAGES = (
     "remove_cat_ops", "apply_event_closure_with_multi_stream", "apply_event_record", "eliminate_dead_code",
     "reinplace_inplaceable_ops_pass", "reinplace_input_mutated_ops", "decompose_auto_functionalized",
@@ -117,7 +118,10 @@ def dump_dynamo_graph(folders: Folders, gm: torch.fx.GraphModule, example_inputs
 
 
 def phase_name(gm: torch.fx.GraphModule) -> str:
-    """TorchAir's phase folder of an aten graph: ``backward`` for a backward, else ``forward``."""
+    """TorchAir's phase folder of an aten graph: the caller's (``compile_fx``), else ``backward`` for a
+    backward and ``forward`` for the rest."""
+    if gm.meta.get(DEBUG_PHASE):
+        return gm.meta[DEBUG_PHASE]
     return "backward" if gm.meta.get(PHASE) == Phase.BACKWARD else "forward"
 
 
