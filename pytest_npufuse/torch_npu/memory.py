@@ -12,6 +12,7 @@ from torch._subclasses.fake_tensor import is_fake
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
+    dtype_of_code,
     require_choice,
     require_dtype,
     require_int,
@@ -19,7 +20,7 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import softmax
-from .formats import cast_format, get_npu_format, record_format
+from .formats import cast_format, cast_in_place, empty_in_format, get_npu_format, record_format
 from .registry import Arguments, Derivative, Out, SampleCall, bind, no_outputs, npu_op
 
 
@@ -36,9 +37,17 @@ def _target_format(acl_format: int | torch.Tensor) -> int:
 
 def _format_cast_kernel(call: Arguments) -> torch.Tensor:
     """A dense copy, as the fake promises, made here so that the format is recorded on the storage the
-    caller gets (the registry would otherwise densify a copy of a view into a storage with no record)."""
-    dense = call.input.clone(memory_format=torch.contiguous_format)
-    return record_format(dense, cast_format(call.input, _target_format(call.acl_format)))
+    caller gets (the registry would otherwise densify a copy of a view into a storage with no record),
+    in a storage as large as the device's in that format (a FRACTAL_NZ one padded to whole tiles)."""
+    desc = cast_format(call.input, _target_format(call.acl_format))
+    dense = empty_in_format(call.input.shape, call.input.dtype, desc, dtype_of_code(call.customize_dtype))
+    return record_format(dense.copy_(call.input), desc)
+
+
+def _format_cast_returns_input(call: Arguments) -> bool:
+    """torch_npu returns ``input`` itself when its storage has the format asked for or both are base
+    formats (:func:`.formats.cast_in_place`)."""
+    return cast_in_place(call.input, _target_format(call.acl_format))
 
 
 def _format_cast_samples() -> list[SampleCall]:
@@ -53,7 +62,7 @@ def _require_format(name: str, value: object) -> object:
 
 
 @npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, argument_checks={"acl_format": _require_format},
-        samples=_format_cast_samples)
+        samples=_format_cast_samples, returns_input=_format_cast_returns_input)
 def npu_format_cast(call: Arguments) -> None:
     """Change the device memory format of ``input``; on CPU this returns a copy equal to ``input``.
 
@@ -65,10 +74,13 @@ def npu_format_cast(call: Arguments) -> None:
     tensor out in device memory, for example in fractal tiles for the Cube unit.  The logical
     shape, dtype and values stay the same, and every op in this module reads logical values.
     So the CPU model keeps the layout and returns a copy, noting the copy's format for
-    ``torch_npu.get_npu_format`` (:mod:`.formats`). The ``.Tensor`` overload,
-    ``npu_format_cast(input, dst)``, casts to the format ``dst`` has.  It copies rather than returning
-    ``input`` itself because an op without alias annotations may not return its input, and the real op
-    also returns a new tensor.  ``acl_format`` must be an int, as in the real schema.
+    ``torch_npu.get_npu_format`` (:mod:`.formats`), in a storage as large as the device's (a FRACTAL_NZ
+    one padded to whole tiles, so ``untyped_storage().size()`` reads as on the NPU). The ``.Tensor``
+    overload, ``npu_format_cast(input, dst)``, casts to the format ``dst`` has.  As torch_npu's, an eager
+    call returns ``input`` itself when its storage already has the format, or relabels it when both
+    formats are base formats (ND, NCHW, ...); ``torch.ops.npu.npu_format_cast`` and a compiled graph
+    copy there too, since an op without alias annotations may not return its input.  ``acl_format``
+    must be an int, as in the real schema.
     ``customize_dtype`` (a torch.dtype or its int code) picks the dtype whose tile width (C0) the device
     layout uses, e.g. torch.int32 for C0 = 8, and ``input_dtype`` the dtype the data stands for (an int4
     weight in int32 words): both shape only the device layout, so they change no value here.

@@ -199,7 +199,9 @@ def _check_init_routing_v2_scale(
         raise OpArgumentError(
             f"offset is only for quant_mode=0 (static quantisation), got quant_mode={quant_mode}", argument="offset"
         )
-    if scale is None:
+    if scale is None or x.shape[0] == 0:
+        # op-plugin's kernel returns the empty outputs of zero tokens before the device op checks scale
+        # (MoeInitRoutingV2KernelNpuOpApi.cpp: "return when using empty tensor")
         return
     require_dtype("scale", scale, (torch.float32,))
     if quant_mode == NO_QUANT:
@@ -357,7 +359,7 @@ def _init_routing_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
             expanded_scale[target] = scale[source // k]
     else:
         row_scale = None
-        if scale is not None:
+        if scale is not None and rows:  # zero tokens: the kernel returns before the device op reads scale
             row_scale = scale if scale.shape[0] == 1 else scale[experts - start]
         values, dynamic = _quantize(gathered, quant_mode, scale, call.offset, row_scale)
         if dynamic is not None:

@@ -214,6 +214,32 @@ def npu_add_rms_norm(call: Arguments) -> None:
     """
 
 
+def _add_rms_norm_cast_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
+    """y1 float32 and y2 in x1's dtype like x1, rstd float32 (op-plugin's meta function), x like x1."""
+    y, rstd, x = _add_rms_norm_meta(call)
+    return Out(list(y.shape), torch.float32), y, rstd, x
+
+
+def _add_rms_norm_cast_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = _residual_sum(call.x1, call.x2)
+    y, rstd = rms_normalise(x, call.gamma, call.epsilon)
+    return y, y.to(call.x1.dtype, copy=True), rstd, x  # a float32 x1: two tensors, not one
+
+
+@npu_op(meta=_add_rms_norm_cast_meta, kernel=_add_rms_norm_cast_kernel, samples=_add_rms_norm_samples)
+def npu_add_rms_norm_cast(call: Arguments) -> None:
+    """:func:`npu_add_rms_norm` that also returns the normalised values in float32: ``(y1, y2, rstd, x)``,
+    ``y1`` float32, ``y2`` the same values cast once to x1's dtype (the float32 copy feeds a float32 router
+    or lm head without a second cast; cann-recipes-infer's DeepSeek / Kimi decoders).
+
+    Source: op-plugin op_plugin_functions.yaml (``npu_add_rms_norm_cast(Tensor x1, Tensor x2, Tensor gamma,
+    float epsilon=1e-06) -> (Tensor, Tensor, Tensor, Tensor)``), its meta function (output dtypes) and
+    test/test_custom_ops/test_npu_add_rms_norm_cast.py (golden: ``x = x1 + x2`` in x1's dtype, the norm
+    in float32 from it, ``y2 = y1`` cast to x1's dtype). Math as npu_add_rms_norm's.
+    """
+
+
+
 # ---------------------------------------------------------------------------------------------
 # npu_add_rms_norm_quant
 # ---------------------------------------------------------------------------------------------

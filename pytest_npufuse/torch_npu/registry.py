@@ -153,7 +153,7 @@ def _allocate(outputs: Outputs, like: Optional[torch.Tensor]) -> Any:
     """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing), or made by
     ``torch.empty`` for a factory op (under the fake mode that traces it, a fake tensor); a schema ``int``
     output (e.g. npu_fusion_attention's dropout seed) is declared by its value and kept."""
-    if isinstance(outputs, int):
+    if isinstance(outputs, (int, torch.SymInt)):
         return outputs
     if isinstance(outputs, Out):
         if like is None:
@@ -447,9 +447,11 @@ def _public(
     public_name: str, checks: Callable[[Arguments], None], declaration: Declaration,
     checkers: tuple[Binder, Callable[..., None], Fit], run: Callable[[tuple, Mapping[str, Any]], Any],
     devices: tuple[str, ...] = (),
+    returns_input: Optional[Callable[[Arguments], bool]] = None,
 ) -> Callable[..., Any]:
     """The callable ``torch_npu.<op>``: Python scalars for numpy ones, a device argument as the model's,
-    the op's checks on an eager call (errors attributed to the op), then ``run``. Under Dynamo only the
+    the op's checks on an eager call (errors attributed to the op), then ``run``, or, on an eager call
+    for which ``returns_input`` holds, the first argument itself. Under Dynamo only the
     types are checked: the fake kernel runs the record's checks, and tracing the binder and every check of
     every call again would multiply a large model's capture time."""
     make, validate, check_types = checkers
@@ -463,7 +465,10 @@ def _public(
             check_types(args, kwargs)
             return run(args, kwargs)
         try:
-            validate(*make(args, kwargs))
+            call, given = make(args, kwargs)
+            validate(call, given)
+            if returns_input is not None and returns_input(call):
+                return call.input
             return run(args, kwargs)
         except NpufuseError as error:
             _attributed(error, public_name, eager=True)
@@ -487,6 +492,7 @@ def npu_op(
     derivative: Optional[Derivative] = None,
     samples: Optional[Samples] = None,
     inplace_of: str = "",
+    returns_input: Optional[Callable[[Arguments], bool]] = None,
 ) -> Callable[[Callable[[Arguments], None]], Callable[..., Any]]:
     """Declare ``torch.ops.npu.<name>`` and its public callable, ``<name>`` being the decorated function's.
 
@@ -515,7 +521,10 @@ def npu_op(
     kernel and its derivative; an op declared without them fails those tests. ``inplace_of`` names the
     declared functional op of which this op is torch_npu's in-place form (``Tensor(a!) self -> Tensor(a!)``,
     the one argument ``writes_back`` names): the op is then that op plus a copy into the argument
-    (:func:`_declare_inplace`), and ``meta`` and ``kernel`` are the functional op's.
+    (:func:`_declare_inplace`), and ``meta`` and ``kernel`` are the functional op's. ``returns_input``
+    holds for the calls on which torch_npu's op returns its ``input`` itself (``npu_format_cast`` to the
+    format the tensor has): an eager call of the public callable then returns it, as torch_npu's does;
+    the registered op, which may not alias an input, still returns a new tensor.
     """
 
     def declare(checks: Callable[[Arguments], None]) -> Callable[..., Any]:
@@ -619,7 +628,7 @@ def npu_op(
             result = call(args, kwargs)
             return list(result) if returns_list else result
 
-        public = _public(public_name, checks, declaration, (make, validate, check_types), run, devices)
+        public = _public(public_name, checks, declaration, (make, validate, check_types), run, devices, returns_input)
         family = _family(checks)
         graph_name = "" if name == public_name else name
         overloads = tuple(overload.name for overload in declaration.overloads)

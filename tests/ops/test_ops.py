@@ -392,9 +392,40 @@ def test_compile_dequant_swiglu_quant_int32() -> None:
 
 
 def test_format_cast_is_value_preserving_copy() -> None:
-    x = torch.arange(12, dtype=torch.int8).reshape(3, 4)
+    x = torch.arange(12, dtype=torch.int8).reshape(3, 4).clone()  # a 2-D storage: a view of [12] stays ND
     out = torch_npu.npu_format_cast(x, 29)
     assert torch.equal(out, x) and out.data_ptr() != x.data_ptr()
+
+
+def test_format_cast_returns_its_input_where_torch_npu_does() -> None:
+    """FormatCastKernelNpu.cpp: the format the storage has, a base format from a base format (relabelled),
+    or FRACTAL_NZ of a storage below 2 dims (falls back to ND) give the input itself; a copy otherwise."""
+    x = torch.randn(4, 8)
+    assert torch_npu.npu_format_cast(x, 2) is x
+    nz = torch_npu.npu_format_cast(x, 29)
+    assert nz is not x and torch_npu.npu_format_cast(nz, 29) is nz
+    image = torch.randn(2, 3, 4, 5)
+    assert torch_npu.npu_format_cast(image, 2) is image and torch_npu.get_npu_format(image) == torch_npu.Format.ND
+    flat_view = torch.arange(12.0).reshape(3, 4)
+    assert torch_npu.npu_format_cast(flat_view, 29) is flat_view
+    traced = torch.ops.npu.npu_format_cast.default(x, 2)
+    assert traced is not x and torch.equal(traced, x)  # the registered op may not alias its input
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "customize_dtype", "c0"),
+    [((15, 17), torch.float16, None, 16), ((3, 15, 33), torch.int8, None, 32),
+     ((15, 17), torch.int32, None, 16), ((4, 15, 17), torch.int32, 3, 8)],
+)
+def test_format_cast_to_nz_storage_holds_whole_tiles(shape, dtype, customize_dtype, c0) -> None:
+    """InferShapeNDToNZ: [..., ceil(n / C0), ceil(m / 16), 16, C0] elements, C0 = 32 bytes of the dtype (4-byte
+    dtypes counted as 2) or of customize_dtype (torch.int32: 8); the values unchanged."""
+    x = torch.randint(0, 100, shape).to(dtype)
+    out = torch_npu.npu_format_cast(x, 29, customize_dtype=customize_dtype)
+    *batch, m, n = shape
+    tiles = math.prod(batch) * -(-n // c0) * -(-m // 16)
+    assert out.untyped_storage().size() == tiles * 16 * c0 * x.element_size()
+    assert torch.equal(out, x) and out.is_contiguous()
 
 
 # ------------------------------------------------------------------------------------------
@@ -823,10 +854,10 @@ def _fia(**overrides: object) -> Callable[[], object]:
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: torch_npu.npu_rms_norm(_BF.int(), torch.ones(16)), ValueError, "x"),
+        (lambda: torch_npu.npu_rms_norm(_BF.int(), torch.ones(16)), ValueError, "input"),
         (lambda: torch_npu.npu_rms_norm(_BF, torch.ones(8)), ValueError, "gamma"),
         (lambda: torch_npu.npu_rms_norm(_BF, torch.ones(16), epsilon="1e-6"), TypeError, "epsilon"),
-        (lambda: torch_npu.npu_swiglu(torch.zeros(4, 7)), ValueError, "x"),
+        (lambda: torch_npu.npu_swiglu(torch.zeros(4, 7)), ValueError, "input"),
         (lambda: torch_npu.npu_swiglu(_BF, dim=2), ValueError, "dim"),
         (lambda: torch_npu.npu_moe_gating_top_k(_BF, 3, group_count=3), ValueError, "group_count"),
         (lambda: torch_npu.npu_moe_gating_top_k(_BF, 9, group_count=4, k_group=2), ValueError, "k"),
