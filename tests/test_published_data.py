@@ -17,7 +17,7 @@ PAIR_KINDS = {"superkernel", "multistream", "graph_mode"}
 VALUE_KINDS = {"kernel", "layer", "step", "collective"}
 SKUS = {"910b1", "910b2", "910b3", "910b4", "910c", "910b"}
 MODES = {"eager", "ge_graph", "aclgraph", "npugraph_ex", "inductor"}
-METRICS = {"tpot", "step", "prefill", "kernel_sum", "task_wait", "fragment"}
+METRICS = {"tpot", "step", "prefill", "kernel_sum", "task_wait", "fragment", "eager_call"}
 REQUIRED = {"id", "kind", "split", "source", "where", "sku", "what", "unit"}
 REQUIRED_BY_KIND = {
     "kernel": {"op", "inputs"},
