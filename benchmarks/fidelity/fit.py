@@ -74,10 +74,14 @@ def _shipped(target: str) -> Values:
 
 
 def _moves(name: tuple[str, str]) -> tuple[float, ...]:
-    """Two values of an estimate inside its bounds and away from its shipped value, to see what it changes."""
-    estimate, shipped = _BY_NAME[name], _shipped("910c")[name]
-    tried = (shipped * 0.5, shipped * 2.0) if shipped else (estimate.high * 0.1, estimate.high * 0.3)
-    return tuple(value for value in (min(estimate.high, max(estimate.low, v)) for v in tried) if value != shipped)
+    """Two values of a constant away from its shipped value (inside an estimate's bounds), to see what it
+    changes."""
+    section, key = name
+    shipped = float(builtin_data("910c")[section][key])
+    estimate = _BY_NAME.get(name)
+    low, high = (estimate.low, estimate.high) if estimate else (0.0, float("inf"))
+    tried = (shipped * 0.5, shipped * 2.0) if shipped else (0.1 * min(high, 10.0), 0.3 * min(high, 10.0))
+    return tuple(value for value in (min(high, max(low, v)) for v in tried) if value != shipped)
 
 
 def _profile_with(target: str, changes: Values):

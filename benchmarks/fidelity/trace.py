@@ -12,8 +12,9 @@ read simulates the row again.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
+from pytest_npufuse.errors import ProfileError
 from pytest_npufuse.target.profile import HardwareProfile
 
 # A read: (target name, field, key in the field's table or None for a scalar field or a whole table).
@@ -123,8 +124,17 @@ class Influence:
 
     def __init__(self, names: Sequence[Any], bounds: Callable[[Any], tuple[float, ...]],
                  profile_with: Callable[[str, Mapping[Any, float]], HardwareProfile]) -> None:
-        self._names, self._bounds, self._profile_with = names, bounds, profile_with
+        self._names, self._bounds, self._profile_with = list(names), bounds, profile_with
         self._by_target: dict[str, dict[tuple[str, Any], frozenset]] = {}
+
+    def covers(self, names: Iterable[Any]) -> bool:
+        """Whether every one of ``names`` is a constant this map knows."""
+        return set(names) <= set(self._names)
+
+    def extend(self, names: Iterable[Any]) -> None:
+        """Know ``names`` too (a caller that moves a constant the fit does not: the map is made anew)."""
+        self._names += [name for name in names if name not in self._names]
+        self._by_target.clear()
 
     def of(self, read: Read) -> frozenset:
         """The constants that can change ``read``'s value."""
@@ -139,7 +149,11 @@ class Influence:
         moved: dict[tuple[str, Any], set] = {}
         for name in self._names:
             for value in self._bounds(name):
-                for place in _differences(base, self._profile_with(target, {name: value})):
+                try:
+                    other = self._profile_with(target, {name: value})
+                except ProfileError:  # a value the profile refuses (a share above 1): the other move tells
+                    continue
+                for place in _differences(base, other):
                     moved.setdefault(place, set()).add(name)
         return {place: frozenset(names) for place, names in moved.items()}
 
@@ -167,6 +181,9 @@ class ValuesMemo:
     def get(self, key: Any, values: Mapping[Any, float], compute: Callable[[], T]) -> T:
         """The result of ``compute()`` under the constants ``values`` (a constant absent from ``values``
         is at its built-in value)."""
+        if not self._influence.covers(values):
+            self._influence.extend(values)
+            self._seen.clear()
         seen = self._seen.setdefault(key, {})
         for names, known in seen.items():
             result = known.get(tuple(values.get(name, _ABSENT) for name in names), _ABSENT)
