@@ -34,6 +34,7 @@ from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
+from .names import input_names, note_input_names
 from .npu_dispatch import route_sdpa
 from .rewrites import apply_rules
 from ..torch_npu.formats import get_npu_format, is_base_format
@@ -89,6 +90,7 @@ class CaptureBackend:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         route_sdpa(gm, example_inputs)
         self._layouts = storage_layouts(example_inputs)
+        self._input_names = input_names(gm)
         with explained_gradients():
             return aot_module_simplified(
                 gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
@@ -103,6 +105,8 @@ class CaptureBackend:
         ``aot_module_simplified``."""
         phase = phase or self.phase
         _note_layouts(gm, storage_layouts(example_inputs) if _real(example_inputs) else getattr(self, "_layouts", ()))
+        if phase != Phase.BACKWARD:  # a backward takes saved tensors and gradients, not the graph's inputs
+            note_input_names(gm, getattr(self, "_input_names", ()))
         for graph_pass in self.graph_passes:
             graph_pass(gm, example_inputs)
         symbols = input_symbols(gm)

@@ -535,6 +535,16 @@ def test_npugraph_ex_backend_fuses_native_superkernel_scopes(shim):
     assert exc.value.inner_exception.argument == "super_kernel_optimise"
 
 
+def test_a_checks_options_for_a_native_scope_switch_superkernel_on_for_it(shim):
+    """compare/npufuse.check build no backend options: the scope's options (the marker's, compare's options=)
+    are how a check turns aclgraph SuperKernel on, and the warning without them says so."""
+    with pytest.warns(ScopeIgnoredWarning, match=r"the scope's options turn it on for that scope"):
+        off = compare(_NativeSuperKernel(), torch.ones(8, 8), mode="npugraph_ex")
+    on = compare(_NativeSuperKernel(), torch.ones(8, 8), mode="npugraph_ex", options={"sk1": "early-start=0"})
+    assert off.superkernels["sk1"].outcome == "unsupported" and on.superkernels["sk1"].outcome == "fused"
+    assert on.bit_exact
+
+
 def test_unmatched_native_superkernel_end_uses_torchairs_words(shim):
     class Unmatched(torch.nn.Module):
         def forward(self, x):
