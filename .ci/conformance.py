@@ -31,11 +31,13 @@ import sys
 import time
 from pathlib import Path
 
-FLOOR = 142  # passes reached with issue 37's shim surface (see docs/shim.md for the table)
+FLOOR = 145  # measured 147 passes with the TorchAir debug folder, dump options JSON, cache_compile(backend=) and
+# aclgraph output memory (issue 37, helper torchair: 71 of the review's 79 public tests pass), minus 2 for noise
 # Failures the runner calls fail-api, measured with issue 37: TorchAir's private modules now import, so the
-# test bodies behind them run and most of the 147 fail on TorchAir's own log lines, FX passes and
-# aclgraph internals asserted in public-looking lines (docs/shim.md); a rise is a public name newly wrong.
-FAIL_API_CEILING = 147
+# test bodies behind them run and most fail on TorchAir's own log lines, FX passes and aclgraph internals
+# asserted in public-looking lines (docs/shim.md); a rise is a public name newly wrong. Measured 141 at the
+# same run (down from 147: the public tests fixed above).
+FAIL_API_CEILING = 141
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = Path(os.environ.get("NPUFUSE_CONFORMANCE_RUNNER", ROOT.parent / "shared" / "conformance" / "torchair" / "run.sh"))
 LAST_LINE = re.compile(r"peersuite: (\d+) passed / (\d+) user-facing tests \((\d+) fail-api, (\d+) fail-internal, (\d+) crash\)")

@@ -32,6 +32,7 @@ from fidelity.coverage import coverage_lines  # noqa: E402
 from fidelity.evaluate import evaluate  # noqa: E402
 from fidelity.metrics import HEADER, summarize  # noqa: E402
 from fidelity.rows import Profiles, load_rows  # noqa: E402
+from host_sweep import sweep_lines  # noqa: E402
 
 
 def row_line(outcome) -> str:
@@ -68,7 +69,7 @@ def main() -> None:
         help="write the held-out error per kind of gain into pytest_npufuse/report/gain_errors.toml (the report's trust line)",
     )
     parser.add_argument(
-        "--sweep", action="store_true", help="the tiling cache's size sweep (captures three models)"
+        "--sweep", action="store_true", help="the tiling cache's sweep over the host article's models (benchmarks/host_sweep.py; captures six)"
     )
     args = parser.parse_args()
     rows = load_rows()
@@ -132,11 +133,8 @@ def main() -> None:
             for outcome in fitted:
                 print(row_line(outcome))
     if args.sweep:
-        print("\nhost scheduling: the tiling cache by model size (captured LLaMA-shaped decode steps, host scheduling)")
-        columns = f"{'first-iteration Tiling cut':>27} {'step gain of the cache':>23} {'GE size ops':>12}"
-        print(f"  {'model':<34} {'layers':>6} {columns}")
-        for name, layers, cut, gain, size_ops in host_rows.size_sweep(Profiles().get("910b2")):
-            print(f"  {name:<34} {layers:>6} {cut:>26.1f}% {gain:>22.1f}% {size_ops:>12}")
+        print("\nhost scheduling: the tiling cache by model (benchmarks/host_sweep.py)")
+        print("\n".join(sweep_lines(host_rows.size_sweep(Profiles().get("910b2")))))
 
 
 if __name__ == "__main__":

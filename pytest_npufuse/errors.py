@@ -40,6 +40,9 @@ class NpufuseError(Exception):
     Dynamo traces, and Dynamo cannot trace an exception class whose ``__init__`` calls the base one."""
 
     kind: ClassVar[ErrorKind] = ErrorKind.ERROR
+    # True where the error stands in for one the real library raises with a text of its own (a torch_npu
+    # op's TORCH_CHECK, a TorchAir assertion): its str() is that text, and the op and line stay in fields.
+    library_text: ClassVar[bool] = False
     gap: "Gap | None" = None
 
     def __init__(
@@ -58,15 +61,22 @@ class NpufuseError(Exception):
         """What is wrong and how to fix it, as the raising code worded it, without the op or the line."""
         return str(self.args[0]) if len(self.args) == 1 else Exception.__str__(self)
 
-    def __str__(self) -> str:
+    @property
+    def diagnosis(self) -> str:
         """The message: the op it is about (unless the problem names it), the problem and its fix, and
-        the user's line (unless the problem names it): the one place an error's fields become words."""
+        the user's line (unless the problem names it): the one place an error's fields become words, which
+        the product's own reports (a failed test, ``npufuse run``) show."""
         text = self.problem
         if self.op and self.op not in text:
             text = f"{self.op}: {text}"
         if self.where and self.where not in text:
             text = f"{text.rstrip('.')} (at {self.where})."
         return text
+
+    def __str__(self) -> str:
+        """The diagnosis, or for an error that stands in for the real library's own (``library_text``),
+        the problem alone: code that compares ``str(error)`` with torch_npu's text keeps working."""
+        return self.problem if self.library_text else self.diagnosis
 
 
 class FileFault(NpufuseError):
@@ -230,6 +240,7 @@ class OpArgumentError(NpufuseError, ValueError, RuntimeError):
     so scripts and tests that catch either keep working."""
 
     kind = ErrorKind.OP_ARGUMENT
+    library_text = True
 
 
 class OpAssertionError(NpufuseError, AssertionError):
@@ -238,6 +249,7 @@ class OpAssertionError(NpufuseError, AssertionError):
     catch it keep working."""
 
     kind = ErrorKind.OP_ASSERTION
+    library_text = True
 
 
 class OpTypeError(NpufuseError, TypeError):
@@ -245,6 +257,7 @@ class OpTypeError(NpufuseError, TypeError):
     where a tensor goes, an int for a bool). A TypeError too, as the real libraries raise one."""
 
     kind = ErrorKind.OP_TYPE
+    library_text = True
 
 
 class MarkerError(NpufuseError):

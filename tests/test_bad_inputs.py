@@ -364,12 +364,12 @@ ROWS: list[tuple[str, str, Action, str]] = [
 
 
 def _message(action: Action, tmp: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    """The error ``action`` gives: an NpufuseError's text, or what the command line printed when it
+    """The error ``action`` gives: an NpufuseError's diagnosis, or what the command line printed when it
     exited non-zero. Anything else (a raw exception, or no error at all) fails the row."""
     try:
         code = action(tmp)
     except NpufuseError as exc:
-        return str(exc)
+        return exc.diagnosis
     except SystemExit as exc:
         assert exc.code not in (0, None), "the command exited 0"
         return capsys.readouterr().err

@@ -30,7 +30,7 @@ def test_each_error_class_has_a_kind_of_its_own():
 
 def test_the_message_names_the_op_and_the_users_line_unless_the_problem_already_does():
     error = OpArgumentError("k=0 must be between 1 and 8", op="npu_moe_gating_top_k", argument="k", where="m.py:3")
-    assert str(error) == "npu_moe_gating_top_k: k=0 must be between 1 and 8 (at m.py:3)."
+    assert error.diagnosis == "npu_moe_gating_top_k: k=0 must be between 1 and 8 (at m.py:3)."
     assert error.problem == "k=0 must be between 1 and 8"
     named = ArgumentError("HostConfig(threads=0): threads is at least 1.", op="HostConfig", where="m.py:3")
     assert str(named) == "HostConfig(threads=0): threads is at least 1 (at m.py:3)."
@@ -49,8 +49,18 @@ def test_an_eager_op_check_names_the_op_the_argument_and_the_callers_line():
     line = inspect.currentframe().f_lineno - 1
     assert (exc.value.op, exc.value.argument) == ("npu_moe_gating_top_k", "k")
     assert exc.value.where == f"{__file__}:{line}"
-    assert str(exc.value).startswith("npu_moe_gating_top_k: k=0 must be")
-    assert str(exc.value).endswith(f"(at {__file__}:{line}).")
+    assert exc.value.diagnosis.startswith("npu_moe_gating_top_k: k=0 must be")
+    assert exc.value.diagnosis.endswith(f"(at {__file__}:{line}).")
+
+
+def test_an_op_argument_error_reads_as_torch_npus_own_text_and_keeps_its_fields():
+    """torch_npu's argument checks raise a plain RuntimeError text, which upstream tests compare exactly
+    (TestNpuPrefetch in Ascend/pytorch test/test_fake_tensor.py); the op and the line stay in the fields."""
+    with pytest.raises(RuntimeError) as exc:
+        torch_npu.npu_prefetch(torch.randn(8, 8), None, 10, -1)
+    assert (exc.value.op, exc.value.argument) == ("npu_prefetch", "offset")
+    assert str(exc.value) == "offset should not be smaller than zero, but got -1"
+    assert exc.value.diagnosis.startswith("npu_prefetch: offset should not be smaller than zero")
 
 
 def test_an_op_check_raising_while_dynamo_traces_keeps_its_fields():

@@ -17,7 +17,7 @@ PAIR_KINDS = {"superkernel", "multistream", "graph_mode"}
 VALUE_KINDS = {"kernel", "layer", "step", "collective"}
 SKUS = {"910b1", "910b2", "910b3", "910b4", "910c", "910b"}
 MODES = {"eager", "ge_graph", "aclgraph", "npugraph_ex", "inductor"}
-METRICS = {"tpot", "step", "prefill", "kernel_sum", "task_wait", "fragment"}
+METRICS = {"tpot", "step", "prefill", "kernel_sum", "task_wait", "fragment", "eager_call"}
 REQUIRED = {"id", "kind", "split", "source", "where", "sku", "what", "unit"}
 REQUIRED_BY_KIND = {
     "kernel": {"op", "inputs"},
@@ -324,3 +324,19 @@ def test_the_coverage_table_counts_every_row_on_every_axis(monkeypatch):
 ])
 def test_the_reserved_pattern_catches_issue_40s_sources(source):
     assert RESERVED.search(source)
+
+
+def test_an_eager_loop_row_is_priced_per_call_by_the_host_or_by_its_kernel(monkeypatch):
+    """Eager-loop rows (``metric = "eager_call"``, benchmarks/fidelity/eager.py): a small fused attention
+    called in a loop costs the host's eager path per call whatever its key length, while a long one costs
+    its kernel, whose work grows with the square of the sequence."""
+    monkeypatch.syspath_prepend(str(DATA.parent))
+    from fidelity.evaluate import evaluate
+    from fidelity.rows import Profiles, load_rows
+
+    rows = {row.id: row for row in load_rows()}
+    profiles = Profiles()
+    short, longer = (evaluate(rows[f"ptoisa-fia-910b2-sq128-sk{keys}-eager"], profiles).modeled for keys in (1024, 8192))
+    assert short > 0 and longer / short < 1.05
+    s32k, s64k = (evaluate(rows[f"tilelang-fa-bench-a3-npu-fusion-attention-s{s}"], profiles).modeled for s in ("32k", "64k"))
+    assert 3.5 < s64k / s32k < 4.5 and s32k > 100 * short

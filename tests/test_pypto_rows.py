@@ -18,7 +18,7 @@ def fidelity(monkeypatch):
 
 def _kernel(kernels, row):
     build = next(build for pattern, build in kernels._KERNELS if pattern.search(row.get("op")))
-    program = kernels._program(row, build, kernels._catalog(row, build))
+    program = kernels.program(row, build, kernels._catalog(row, build))
     return program.kernels[-1]
 
 

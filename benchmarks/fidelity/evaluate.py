@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from . import host_rows, kernels, pairs
+from . import eager, host_rows, kernels, pairs
 from .gaps import gap_of
 from .rows import Profiles, Row
 
@@ -44,6 +44,8 @@ class Outcome:
 
 def _value(row: Row, profiles: Profiles) -> float:
     kind = row.kind
+    if kind == "kernel" and row.get("metric") == "eager_call":
+        return eager.call_us(row, profiles)
     if kind == "kernel":
         return kernels.kernel_us(row, profiles)
     if kind == "collective":

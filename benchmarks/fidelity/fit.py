@@ -15,8 +15,9 @@ import functools
 import hashlib
 import math
 import multiprocessing
+import sys
 from collections import Counter
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from pytest_npufuse.calibrate.fit import ESTIMATES, Values, descend, log_error, prior, tables
 from pytest_npufuse.target.profile import builtin_data
@@ -47,17 +48,45 @@ def loss(outcomes: Sequence[Outcome]) -> float:
 
 
 class Evaluator:
-    """Outcomes of rows under sets of constant values, each remembered under the profile values the
-    row's evaluation read (:class:`.trace.Memo`): a trial that moves a constant a row never reads reuses
-    the row's outcome, so a fit re-simulates only the rows its move can change."""
+    """Outcomes of rows under sets of constant values, each remembered under the values of the constants
+    that can change what the row's evaluation read (:class:`.trace.ValuesMemo`): a trial that moves a
+    constant a row never reads reuses the row's outcome, so a fit re-simulates only the rows its move can
+    change, and the leave-one-source-out and k-fold fits share every outcome their trials have in common."""
 
     def __init__(self, rows: Sequence[Row]) -> None:
         self.rows = rows
-        self._memo = trace.Memo()
+        influence = trace.Influence([estimate.name for estimate in ESTIMATES], _moves, _profile_with)
+        self._memo = trace.ValuesMemo(influence)
 
     def outcomes(self, values: Values, rows: Iterable[Row]) -> list[Outcome]:
         profiles = Profiles(tables(values), traced=True)
-        return [self._memo.get(row.id, lambda: evaluate(row, profiles), profiles.plain) for row in rows]
+        return [self._memo.get(row.id, values, functools.partial(evaluate, row, profiles)) for row in rows]
+
+
+_BY_NAME = {estimate.name: estimate for estimate in ESTIMATES}
+
+
+@functools.cache
+def _shipped(target: str) -> Values:
+    """Every estimate at its value in the target's built-in profile."""
+    data = builtin_data(target)
+    return {estimate.name: float(data[estimate.section][estimate.key]) for estimate in ESTIMATES}
+
+
+def _moves(name: tuple[str, str]) -> tuple[float, ...]:
+    """Two values of a constant away from its shipped value (inside an estimate's bounds), to see what it
+    changes."""
+    section, key = name
+    shipped = float(builtin_data("910c")[section][key])
+    estimate = _BY_NAME.get(name)
+    low, high = (estimate.low, estimate.high) if estimate else (0.0, float("inf"))
+    tried = (shipped * 0.5, shipped * 2.0) if shipped else (0.1 * min(high, 10.0), 0.3 * min(high, 10.0))
+    return tuple(value for value in (min(high, max(low, v)) for v in tried) if value != shipped)
+
+
+def _profile_with(target: str, changes: Values):
+    """The target's profile with every estimate laid over it at its shipped value, ``changes`` on top."""
+    return Profiles(tables({**_shipped(target), **changes})).plain(target)
 
 
 def fit(rows: Sequence[Row], evaluator: Evaluator | None = None, passes: int = 2) -> Values:
@@ -125,11 +154,19 @@ def held_out_by(
     if jobs > 1:
         evaluator.outcomes(prior(), rows)  # every fit starts here: simulated once, before the fork
         with multiprocessing.get_context("fork").Pool(min(jobs, len(parts))) as pool:
-            predicted = pool.map(functools.partial(_held_out, rows, part_of, evaluator), parts)
+            predicted = list(_noting(pool.imap(functools.partial(_held_out, rows, part_of, evaluator), parts), parts))
     else:
-        predicted = [_held_out(rows, part_of, evaluator, part) for part in parts]
+        predicted = list(_noting((_held_out(rows, part_of, evaluator, part) for part in parts), parts))
     order = {row.id: index for index, row in enumerate(rows)}
     return sorted((outcome for part in predicted for outcome in part), key=lambda outcome: order[outcome.row.id])
+
+
+def _noting(predicted: Iterable[list[Outcome]], parts: Sequence[str]) -> Iterator[list[Outcome]]:
+    """The parts' predictions as they come, each noted on stderr (a leave-one-source-out run takes a fit per
+    source, so its progress is shown)."""
+    for done, outcomes in enumerate(predicted, 1):
+        print(f"  held out {done}/{len(parts)}: {len(outcomes)} rows of {parts[done - 1]}", file=sys.stderr, flush=True)
+        yield outcomes
 
 
 def _held_out(rows: Sequence[Row], part_of: Callable[[Row], str], evaluator: Evaluator, part: str) -> list[Outcome]:

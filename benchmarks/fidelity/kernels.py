@@ -110,7 +110,7 @@ def task_duration_us(row: Row, program, profile: HardwareProfile) -> float:
 _PROGRAMS: dict[str, Program] = {}
 
 
-def _program(row: Row, build: Callable[[Row, ProgramBuilder], None], catalog: OpCatalog | None = None) -> Program:
+def program(row: Row, build: Callable[[Row, ProgramBuilder], None], catalog: OpCatalog | None = None) -> Program:
     """The row's program, built once: it depends on the row alone, not on the profile a fit tries."""
     program = _PROGRAMS.get(row.id)
     if program is None:
@@ -306,8 +306,8 @@ def kernel_us(row: Row, profiles: Profiles) -> float:
     build = next((build for pattern, build in _KERNELS if pattern.search(row.get("op"))), None)
     if build is None:
         raise NotImplementedError(f"no builder for kernel op {row.get('op')!r}")
-    program = _program(row, build, _catalog(row, build))
-    return task_duration_us(row, program, profiles.for_row(row, **_tile_changes(row), **_pypto_tile(row, build)))
+    built = program(row, build, _catalog(row, build))
+    return task_duration_us(row, built, profiles.for_row(row, **_tile_changes(row), **_pypto_tile(row, build)))
 
 
 def _exchange(row: Row, builder: ProgramBuilder) -> None:
@@ -326,4 +326,4 @@ def _exchange(row: Row, builder: ProgramBuilder) -> None:
 
 def collective_us(row: Row, profiles: Profiles) -> float:
     """A dispatch or combine of ``tokens`` per rank over ``ranks`` dies (:func:`_exchange`)."""
-    return task_duration_us(row, _program(row, _exchange), profiles.for_row(row, comm_ranks=row.get("ranks")))
+    return task_duration_us(row, program(row, _exchange), profiles.for_row(row, comm_ranks=row.get("ranks")))

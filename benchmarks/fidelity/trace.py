@@ -12,8 +12,9 @@ read simulates the row again.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
+from pytest_npufuse.errors import ProfileError
 from pytest_npufuse.target.profile import HardwareProfile
 
 # A read: (target name, field, key in the field's table or None for a scalar field or a whole table).
@@ -112,4 +113,83 @@ class Memo:
         read, result = recording(compute)
         reads = tuple(sorted(read, key=repr))
         seen.setdefault(reads, {})[read_values(reads, profile_of)] = result
+        return result
+
+
+class Influence:
+    """Which fitted constants can change each profile value a row reads: found by moving one constant at a
+    time (to its lower and its upper bound) in each target's profile and noting every field and table key
+    that changes. A read no constant changes (a core count, a tile shape, a cited rate) is the same in
+    every trial; a whole-table read depends on every constant that changes a key of the table."""
+
+    def __init__(self, names: Sequence[Any], bounds: Callable[[Any], tuple[float, ...]],
+                 profile_with: Callable[[str, Mapping[Any, float]], HardwareProfile]) -> None:
+        self._names, self._bounds, self._profile_with = list(names), bounds, profile_with
+        self._by_target: dict[str, dict[tuple[str, Any], frozenset]] = {}
+
+    def covers(self, names: Iterable[Any]) -> bool:
+        """Whether every one of ``names`` is a constant this map knows."""
+        return set(names) <= set(self._names)
+
+    def extend(self, names: Iterable[Any]) -> None:
+        """Know ``names`` too (a caller that moves a constant the fit does not: the map is made anew)."""
+        self._names += [name for name in names if name not in self._names]
+        self._by_target.clear()
+
+    def of(self, read: Read) -> frozenset:
+        """The constants that can change ``read``'s value."""
+        target, name, key = read
+        table = self._by_target.get(target)
+        if table is None:
+            table = self._by_target[target] = self._map(target)
+        return table.get((name, key), frozenset())
+
+    def _map(self, target: str) -> dict[tuple[str, Any], frozenset]:
+        base = self._profile_with(target, {})
+        moved: dict[tuple[str, Any], set] = {}
+        for name in self._names:
+            for value in self._bounds(name):
+                try:
+                    other = self._profile_with(target, {name: value})
+                except ProfileError:  # a value the profile refuses (a share above 1): the other move tells
+                    continue
+                for place in _differences(base, other):
+                    moved.setdefault(place, set()).add(name)
+        return {place: frozenset(names) for place, names in moved.items()}
+
+
+def _differences(base: HardwareProfile, other: HardwareProfile) -> Iterator[tuple[str, Any]]:
+    """The (field, key) places where two profiles differ; a table that differs anywhere also differs whole."""
+    for name in _SCALARS | _TABLES:
+        mine, theirs = _raw(base, name), _raw(other, name)
+        if mine == theirs:
+            continue
+        yield name, _WHOLE
+        if name in _TABLES:
+            yield from ((name, key) for key in set(mine) | set(theirs) if mine.get(key) != theirs.get(key))
+
+
+class ValuesMemo:
+    """Results remembered under the values of just the fitted constants that can change what computing them
+    read (:class:`Influence`): the same exactness as :class:`Memo`, but a lookup reads a handful of
+    constants instead of every profile value a step reads, and no profile is built for a hit."""
+
+    def __init__(self, influence: Influence) -> None:
+        self._influence = influence
+        self._seen: dict[Any, dict[tuple, dict[tuple, Any]]] = {}
+
+    def get(self, key: Any, values: Mapping[Any, float], compute: Callable[[], T]) -> T:
+        """The result of ``compute()`` under the constants ``values`` (a constant absent from ``values``
+        is at its built-in value)."""
+        if not self._influence.covers(values):
+            self._influence.extend(values)
+            self._seen.clear()
+        seen = self._seen.setdefault(key, {})
+        for names, known in seen.items():
+            result = known.get(tuple(values.get(name, _ABSENT) for name in names), _ABSENT)
+            if result is not _ABSENT:
+                return result
+        read, result = recording(compute)
+        names = tuple(sorted(frozenset().union(*(self._influence.of(item) for item in read)), key=repr))
+        seen.setdefault(names, {})[tuple(values.get(name, _ABSENT) for name in names)] = result
         return result

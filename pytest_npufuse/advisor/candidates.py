@@ -225,7 +225,7 @@ class Evaluator:
             plan = plan_variant(program, self.profile, variant=Variant.VARIANT)
         except NpufuseError as exc:
             labels = program.superkernel_scopes()
-            return Candidate(layout, labels, 0, (), "error", self.bit_exact, float("inf"), str(exc), labels, note)
+            return Candidate(layout, labels, 0, (), "error", self.bit_exact, float("inf"), exc.diagnosis, labels, note)
         if self.deadlock and plan.failure is None:
             plan = replace(plan, failure=self.deadlock)
         run: RunReport = simulate(program, plan, self.profile)

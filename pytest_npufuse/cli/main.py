@@ -214,7 +214,7 @@ def advise(args: argparse.Namespace, out: TextIO) -> int:
             count = record_attempt(args.json, attempt_of(advice, args.factory, args.options))
             print(f"recorded attempt {count} in {args.json}", file=_stderr())
     except NpufuseError as exc:
-        print(f"npufuse advise: {exc}", file=_stderr())
+        print(f"npufuse advise: {exc.diagnosis}", file=_stderr())
         return EXIT_USAGE
     return EXIT_OK
 

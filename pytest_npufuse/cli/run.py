@@ -92,7 +92,8 @@ def run_script(
         if error is None:  # the script's own error is shown as Python would
             traceback.print_exc()
         else:
-            print(f"npufuse run: {script}: {_error_name(error)}: {error}{_user_line(exc, script)}", file=out)
+            text = error.diagnosis
+            print(f"npufuse run: {script}: {_error_name(error)}: {text}{_user_line(exc, script, text)}", file=out)
         status = 1
     finally:
         sys.argv = saved_argv
@@ -134,10 +135,11 @@ def _error_name(error: BaseException) -> str:
     return type(error).__name__
 
 
-def _user_line(exc: BaseException, script: Path) -> str:
-    """Where in the user's script the error was raised (its innermost frame in the script)."""
+def _user_line(exc: BaseException, script: Path, text: str) -> str:
+    """Where in the user's script the error was raised (its innermost frame in the script), unless the
+    error's ``text`` names it."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == script.resolve()]
-    if not frames or f"{frames[-1].filename}:" in str(exc):  # the error names its own line in the script
+    if not frames or f"{frames[-1].filename}:" in text:  # the error names its own line in the script
         return ""
     # A compiled function's frame shows its ``def`` line; the call that ran it says more.
     frame = frames[-2] if len(frames) > 1 and (frames[-1].line or "").startswith("def ") else frames[-1]

@@ -488,6 +488,22 @@ def matmul_reduce_scatter_us(kernel: "Kernel", dim: int, profile: "HardwareProfi
     return max(matmul_us(kernel, dim, profile), _ring_us(product, 1, profile))
 
 
+def all_gather_input_bytes(inputs: Sequence["TensorSpec"], outputs: Sequence["TensorSpec"]) -> int:
+    """The bytes AllGatherMatmul's ring gathers, ``[ranks x M, K]``: the die's left operand ``[M, K]``
+    scaled by the product's rows over its own."""
+    if not outputs or not inputs or len(outputs[0].shape) < 2 or len(inputs[0].shape) < 2:
+        return sum(spec.nbytes for spec in inputs[:1])
+    return inputs[0].nbytes * outputs[0].shape[-2] // max(1, inputs[0].shape[-2])
+
+
+def matmul_all_gather_us(kernel: "Kernel", dim: int, profile: "HardwareProfile") -> float:
+    """AllGatherMatmul (MC2): the gathered matmul's Cube time (as ``matmul``: ranks x M rows) and a one-pass
+    ring AllGather of the left operand (:func:`all_gather_input_bytes`), pipelined as in
+    :func:`matmul_all_reduce_us` (the longer of the two; estimate: pipeline fill not counted)."""
+    gathered = all_gather_input_bytes(kernel.input_specs, kernel.output_specs)
+    return max(matmul_us(kernel, dim, profile), _ring_us(gathered, 1, profile))
+
+
 def _mc2_phase_us(profile: "HardwareProfile") -> float:
     """One handshake phase of an MC2 kernel: a fixed part and a part per peer rank whose flag it writes
     and polls."""
@@ -568,6 +584,8 @@ register_cost_rule(
     "matmul_reduce_scatter", block_dim=matmul_block_dim, flops=matmul_reduce_scatter_flops, bytes=io_bytes,
     body_us=matmul_reduce_scatter_us, tiling="complex",
 )
+register_cost_rule("matmul_all_gather", block_dim=matmul_block_dim, flops=matmul_flops, bytes=io_bytes,
+                   body_us=matmul_all_gather_us, tiling="complex")
 register_cost_rule("all_reduce", block_dim=one_core, flops=no_flops, bytes=all_reduce_bytes, body_us=ring_us, hbm=False)
 register_cost_rule("collective", block_dim=one_core, flops=no_flops, bytes=collective_bytes, body_us=ring_us, hbm=False)
 register_cost_rule(

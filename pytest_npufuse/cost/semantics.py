@@ -136,6 +136,11 @@ def _matmul_reduce_scatter(work: Work) -> OpWork:
                   link_bytes=rules.reduce_scatter_product_bytes(work.inputs, work.outputs))
 
 
+def _matmul_all_gather(work: Work) -> OpWork:
+    """The gathered ``[ranks x M, K] x [K, N]`` product on the Cube, and the gathered operand over the link."""
+    return _matmul(work)._replace(link_bytes=rules.all_gather_input_bytes(work.inputs, work.outputs))
+
+
 def _no_work(work: Work) -> OpWork:
     return OpWork()
 
@@ -174,6 +179,7 @@ _BY_RULE.update({
     "mc2_combine": _link(rules.combine_bytes),
     "matmul_all_reduce": _matmul_all_reduce,
     "matmul_reduce_scatter": _matmul_reduce_scatter,
+    "matmul_all_gather": _matmul_all_gather,
 })
 
 

@@ -34,6 +34,7 @@ from ..vocabulary import Phase
 from .dynamo import call_compiled, check_outputs_used, compile_static
 from .lower import build_program
 from .meta import npu_is_meta, on_meta, weightless
+from .names import input_names, note_input_names
 from .npu_dispatch import route_sdpa
 from .rewrites import apply_rules
 from ..torch_npu.formats import get_npu_format, is_base_format
@@ -70,8 +71,10 @@ class CaptureBackend:
     kernels, where a device would run them), builds its program and keeps it in ``graphs``.
 
     ``on_graph`` turns a captured graph into the callable Dynamo runs for it. ``decompositions`` are
-    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``); ``graph_passes`` edit
-    each aten graph, in order, before its program is built (TorchAir's FX passes). ``phase`` is what the
+    extra aten decompositions AOT applies (TorchAir's ``custom_decompositions``); ``dynamo_passes`` see
+    each Dynamo graph before AOT lowers it (TorchAir's debug dump of it), ``graph_passes`` edit each aten
+    graph, in order, before its program is built (TorchAir's FX passes; the graph's phase is in its
+    ``meta[PHASE]``). ``phase`` is what the
     graphs AOT hands its forward compiler are (a compiled optimizer step is ``Phase.OPTIMIZER``); a
     backward is always ``Phase.BACKWARD``.
     """
@@ -82,16 +85,21 @@ class CaptureBackend:
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
     phase: Phase = Phase.FORWARD
     graph_passes: Sequence[GraphPass] = ()
+    dynamo_passes: Sequence[GraphPass] = ()
 
     def __post_init__(self) -> None:
         check_catalog(self.catalog)  # a catalog a library user loaded with their own entries is checked here
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         route_sdpa(gm, example_inputs)
+        for dynamo_pass in self.dynamo_passes:
+            dynamo_pass(gm, example_inputs)
         self._layouts = storage_layouts(example_inputs)
+        self._input_names = input_names(gm)
         with explained_gradients():
             return aot_module_simplified(
                 gm, example_inputs, fw_compiler=self.capture_aten, bw_compiler=self.capture_backward,
+                inference_compiler=self.capture_inference,
                 decompositions=dict(self.decompositions) or None, keep_inference_input_mutations=True,
             )
 
@@ -103,12 +111,21 @@ class CaptureBackend:
         ``aot_module_simplified``."""
         phase = phase or self.phase
         _note_layouts(gm, storage_layouts(example_inputs) if _real(example_inputs) else getattr(self, "_layouts", ()))
+        gm.meta[PHASE] = phase
+        if phase != Phase.BACKWARD:  # a backward takes saved tensors and gradients, not the graph's inputs
+            note_input_names(gm, getattr(self, "_input_names", ()))
         for graph_pass in self.graph_passes:
             graph_pass(gm, example_inputs)
         symbols = input_symbols(gm)
         if is_dynamic(symbols):
             return self._per_call_sizes(gm, symbols, phase)
         return self._keep(CapturedGraph(gm, build_program(gm, self.catalog, phase=phase)))
+
+    def capture_inference(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
+        """A graph AOTAutograd lowered for inference (no gradients: its ``inference_compiler``), marked so in
+        its ``meta[INFERENCE]``: nothing outside the graph keeps its outputs for a backward."""
+        gm.meta[INFERENCE] = True
+        return self.capture_aten(gm, example_inputs)
 
     def capture_backward(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRunner:
         """The backward graph AOTAutograd derived (its ``bw_compiler``), compiled on the first backward.
@@ -138,6 +155,13 @@ class CaptureBackend:
 
         return run
 
+
+PHASE = "npufuse_phase"
+"""``gm.meta`` key: the :class:`~pytest_npufuse.vocabulary.Phase` of an aten graph, set before its graph
+passes run (TorchAir's FX passes name their debug files after it)."""
+
+INFERENCE = "npufuse_inference"
+"""``gm.meta`` key: True on an aten graph AOTAutograd lowered for inference (its ``inference_compiler``)."""
 
 STORAGE_FORMATS = "npufuse_storage_formats"
 """``gm.meta`` key: placeholder name -> the storage format a format cast gave its tensor (``FRACTAL_NZ``),

@@ -29,6 +29,22 @@ def is_symbolic(node: torch.fx.Node) -> bool:
     return symbolic(node.meta.get("val"))
 
 
+def _symbolic_dim(dim: Any) -> bool:
+    return isinstance(dim, torch.SymInt) and bool(dim.node.expr.free_symbols)
+
+
+def sized_at_run_time(node: torch.fx.Node) -> bool:
+    """Whether a call's input shapes or scalar arguments hold a size the graph only knows at run time: then
+    what GE tiles the call on changes with that size (a decode step's KV length)."""
+    for arg in leaves((node.args, node.kwargs)):
+        value = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+        if isinstance(value, torch.Tensor) and any(_symbolic_dim(dim) for dim in value.shape):
+            return True
+        if _symbolic_dim(value):
+            return True
+    return False
+
+
 # Checks torch puts in a graph on a data-dependent size (nonzero's row count lies within its input's numel).
 _SIZE_CHECKS = frozenset({
     torch.ops.aten._assert_scalar.default, torch.ops.aten.sym_constrain_range_for_size.default,

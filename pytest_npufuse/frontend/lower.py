@@ -471,6 +471,7 @@ class _ProgramBuilder:
                 modules=self._modules(node),
                 call=call,
                 attrs=attrs,
+                symbolic_sizes=self.size_ops and ge_shapes.sized_at_run_time(node),
             )
         )
         if mutated and not single:  # a multi-output in-place op (a reinplaced npu_mla_prolog_v3), see build()

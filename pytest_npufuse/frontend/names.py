@@ -147,11 +147,49 @@ def _intermediate(node: torch.fx.Node, expression: Expression, op_of: Callable[[
     )
 
 
+INPUT_NAMES = "npufuse_input_names"
+"""``gm.meta`` key of an aten graph: placeholder name -> what the user's code calls that input
+(:func:`input_names`)."""
+
+# Dynamo's spelling of a module's members in a source name: ``._parameters['w']`` is ``.w`` to the user.
+_MEMBER = re.compile(r"\._(?:parameters|buffers|modules)\['(\w+)'\]")
+# A local or global of the compiled frame: ``L['x']`` is ``x``.
+_FRAME_NAME = re.compile(r"\b[LG]\['(\w+)'\]")
+
+
+def source_name(source: str) -> str:
+    """The user's spelling of a Dynamo source name: ``L['self']._parameters['w']`` -> ``self.w``."""
+    return _FRAME_NAME.sub(r"\1", _MEMBER.sub(r".\1", source))
+
+
+def input_names(dynamo_gm: torch.fx.GraphModule) -> tuple[str, ...]:
+    """What the user's code calls each input of a Dynamo graph, in placeholder order ('' where Dynamo
+    recorded no source): the forward's argument (``cache``) or the module member (``self.w``)."""
+    names = []
+    for node in dynamo_gm.graph.nodes:
+        if node.op == "placeholder":
+            argument = node.meta.get("grapharg")
+            names.append(source_name(argument.source.name) if argument is not None and argument.source else "")
+    return tuple(names)
+
+
+def note_input_names(gm: torch.fx.GraphModule, names: tuple[str, ...]) -> None:
+    """Record on the aten graph ``gm`` the user's name of each placeholder: AOTAutograd keeps the Dynamo
+    graph's flat inputs in order, so they are matched by position; nothing when the counts differ (an
+    input AOT added, such as an effect token)."""
+    placeholders = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
+    if len(placeholders) == len(names):
+        gm.meta[INPUT_NAMES] = {node: name for node, name in zip(placeholders, names) if name}
+
+
 def tensor_label(node: torch.fx.Node, op_of: Callable[[torch.fx.Node], str]) -> str:
     """The user's name for the tensor ``node`` computes (``op_of`` gives a node's op type, also the
     fallback): the variable or expression of its source line, or ``<op> in `expr``` for a
-    decomposition's intermediate; the op's name when the node has no user line; '' for a graph input."""
-    if node.op in ("placeholder", "get_attr"):
+    decomposition's intermediate; the op's name when the node has no user line; for a graph input, the
+    name :func:`note_input_names` recorded ('' without one)."""
+    if node.op == "placeholder":
+        return node.graph.owning_module.meta.get(INPUT_NAMES, {}).get(node.name, "") if node.graph.owning_module else ""
+    if node.op == "get_attr":
         return ""
     index = node.args[1] if node.target is operator.getitem and isinstance(node.args[1], int) else None
     made_by = node.args[0] if index is not None and isinstance(node.args[0], torch.fx.Node) else node

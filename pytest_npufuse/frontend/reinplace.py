@@ -45,6 +45,13 @@ KEEP_WRITE_BACKS = "npufuse_keep_write_backs"
 PRICED_AS = "npufuse_priced_as"
 _COPY = torch.ops.aten.copy.default
 _COPY_ = torch.ops.aten.copy_.default
+# functionalisation's write of a view's new value back into its base (``cache[1]`` updated in place), each
+# with the view op it undoes: ``select_scatter(base, new, dim, index)`` places what ``select(base, dim, index)``
+# took out
+_VIEW_SCATTERS = {
+    torch.ops.aten.select_scatter.default: torch.ops.aten.select.int,
+    torch.ops.aten.slice_scatter.default: torch.ops.aten.slice.Tensor,
+}
 
 
 @dataclass(frozen=True)
@@ -82,14 +89,14 @@ def find_writes(
         found = _writer(epilogue.args[1], graph_input, is_view)
         if found is None:
             continue
-        op, position, destination, copy = found
+        op, position, destination, copies = found
         views = _aliases(graph_input, is_view)
         readers = {user for view in views for user in view.users if not is_view(user)}
-        later = {user for user in readers if order[user] > order[op]} - {copy, epilogue}
+        later = {user for user in readers if order[user] > order[op]} - {*copies, epilogue}
         if later or len({stream[node] for node in readers}) > 1:
             continue
         written.setdefault(op.name, {})[position] = destination.name
-        if copy is not None:
+        for copy in copies:
             elided[copy.name] = copy.args[0].name
         elided[epilogue.name] = graph_input.name
     for node in graph.nodes:
@@ -115,13 +122,22 @@ def _no_op(copy: torch.fx.Node, is_view: Callable[[torch.fx.Node], bool]) -> boo
 
 def _writer(
     value: torch.fx.Node, graph_input: torch.fx.Node, is_view: Callable[[torch.fx.Node], bool]
-) -> tuple[torch.fx.Node, int, torch.fx.Node, torch.fx.Node | None] | None:
-    """(op, output position, the argument it updates, the ``copy`` onto the input or None) when ``value``
-    (what the epilogue writes back) is an op's new value of ``graph_input``, or None."""
+) -> tuple[torch.fx.Node, int, torch.fx.Node, tuple[torch.fx.Node, ...]] | None:
+    """(op, output position, the argument it updates, the copies that place its value in the input: a
+    ``copy`` onto it or its view, and the ``select_scatter`` / ``slice_scatter`` of a view's value into
+    it) when ``value`` (what the epilogue writes back) is an op's new value of ``graph_input``, or None."""
     value = _base(value, is_view)
-    copy = None
-    if value.target is _COPY and _base(value.args[0], is_view) is graph_input:
-        copy, value = value, _base(value.args[1], is_view)
+    copies: list[torch.fx.Node] = []
+    view = None
+    while True:  # a view's update: select_scatter(input, copy(select(input), op's value)) written back
+        if value.target is _COPY and _base(value.args[0], is_view) is graph_input:
+            copies.append(value)
+        elif value.target in _VIEW_SCATTERS and value.args[0] is graph_input and view is None:
+            copies.append(value)
+            view = value
+        else:
+            break
+        value = _base(value.args[1], is_view)
     position = 0
     if value.target is operator.getitem:
         value, position = value.args
@@ -131,9 +147,18 @@ def _writer(
     for argument in _arguments(value):
         old = argument.meta.get("val")
         if _base(argument, is_view) is graph_input and isinstance(old, torch.Tensor) and new is not None \
-                and old.numel() == new.numel():
-            return value, position, argument, copy
+                and old.numel() == new.numel() and (view is None or _same_view(argument, view)):
+            return value, position, argument, tuple(copies)
     return None
+
+
+def _same_view(argument: torch.fx.Node, scatter: torch.fx.Node) -> bool:
+    """Whether ``scatter`` (a ``select_scatter`` / ``slice_scatter`` into the graph input) puts its value back
+    where ``argument``, a view of that input the op updated (``cache[1]``, the view
+    ``npu_scatter_nd_update_(kv_cache[1], ...)`` writes), took it from: the same view op with the same
+    dims and bounds, taken of the input itself. Anything else keeps its copies."""
+    return (argument.target is _VIEW_SCATTERS[scatter.target] and argument.args[0] is scatter.args[0]
+            and tuple(argument.args[1:]) == tuple(scatter.args[2:]))
 
 
 def _output(op: torch.fx.Node, position: int) -> torch.Tensor | None:

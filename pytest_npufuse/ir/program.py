@@ -107,6 +107,10 @@ class Kernel:
     attrs: tuple[tuple[str, Scalar], ...] = ()
     """The call's scalar arguments by schema name (ints, floats, bools, strings, tuples of them), e.g. an
     MC2 dispatch's ``ep_world_size``: what the rank model needs to know beyond the tensors' shapes."""
+    symbolic_sizes: bool = False
+    """An input's shape or a scalar argument holds a size a dynamic-shape graph only knows at run time
+    (``torch.compile(dynamic=True)``, a decode step's KV length): what GE's per-node tiling cache keys
+    on changes when that size does (:mod:`pytest_npufuse.simulate.host`)."""
 
     def attr(self, name: str, default: "Scalar" = None) -> "Scalar":
         """The scalar argument ``name`` of the call (``default`` when it was not passed)."""

@@ -17,25 +17,10 @@ Its public names:
 
 from __future__ import annotations
 
-from . import configs, core, inference, npu_fx_compiler, scope
-from ..torchair._internal import build_modules, refused_class
+from . import _utils, configs, core, inference, npu_fx_compiler, scope  # noqa: F401  (_utils: reached as an attribute)
 from .configs.compiler_config import CompilerConfig
 from .core.utils import logger
 from ..torchair.patterns.pattern_pass_manager import register_replacement
 from .npu_fx_compiler import compile_fx, get_compiler, get_npu_backend
 
 __all__ = ["get_npu_backend", "get_compiler", "compile_fx", "CompilerConfig", "logger", "register_replacement"]
-
-# npugraph_ex._utils.graph_transform_observer.DebugContext: the context that numbers the debug folders
-# of TORCH_COMPILE_DEBUG=1 runs; tests import it and reset its counts, the model does not number them.
-build_modules(
-    __name__,
-    {
-        "_utils": {},
-        "_utils.graph_transform_observer": {
-            "DebugContext": refused_class(
-                "npugraph_ex._utils.graph_transform_observer.DebugContext", ("__enter__", "__exit__", "current_path")
-            )
-        },
-    },
-)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 import torch.fx
 
-from ..frontend.backend import CaptureBackend, CapturedGraph
+from ..frontend.backend import INFERENCE, CaptureBackend, CapturedGraph
 from ..frontend.dynamo import compile_static
 from ..plan.tasks import Variant
 from ..session import Scope, Session, SessionKey, current_session
@@ -29,10 +29,12 @@ from ..target.profile import CHILD_PYPROJECT_VARIABLE, CHILD_TARGET_VARIABLE, Ha
 from ..target.resolve import Target, profile_of, project_settings
 from ..target.running import stated_running_target
 from ..target.userconfig import load_user_config
+from ..vocabulary import Mode
 from .graph import (
     CompiledGraph,
     GraphOptions,
     Settings,
+    StaticOutputs,
     compiled_graph,
     graph_options,
     log_compile,
@@ -57,6 +59,9 @@ class NpuBackend:
     host: HostConfig = field(default_factory=HostConfig)
     graphs: list[CompiledGraph] = field(default_factory=list)
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
+    # What the backend was made from, by keyword, as TorchAir's and npugraph_ex's backends (a
+    # functools.partial) expose it: ``keywords["compiler_config"]`` is the config it models.
+    keywords: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def run_mode(self) -> str:
@@ -73,7 +78,8 @@ class NpuBackend:
 
     def _capturer(self) -> CaptureBackend:
         return CaptureBackend(
-            self.catalog, self._model, decompositions=self.decompositions, graph_passes=self.config.graph_passes
+            self.catalog, self._model, decompositions=self.decompositions, graph_passes=self.config.graph_passes,
+            dynamo_passes=self.config.dynamo_passes,
         )
 
     def _model(self, graph: CapturedGraph) -> CompiledGraph:
@@ -89,6 +95,8 @@ class NpuBackend:
         stream_of = compiled.plan.streams.kernel_stream if compiled.plan.streams is not None else {}
         if self.config.watch is not None:
             compiled = replace(compiled, dump=self.config.watch(settings.mode, graph.gm, graph.program, stream_of))
+        if Mode(settings.mode).aclgraph and graph.gm.meta.get(INFERENCE):
+            compiled = replace(compiled, static_outputs=StaticOutputs(self.config.output_clone))
         if self.config.dump_graph is not None:
             self.config.dump_graph(settings.mode, graph.gm, graph.program, stream_of)
         self.graphs.append(compiled)
@@ -181,12 +189,17 @@ def _child_profile() -> HardwareProfile:
 
 
 def backend_for(
-    options: GraphOptions, target: str | None, decompositions: Mapping[Any, Callable[..., Any]] | None = None
+    options: GraphOptions,
+    target: str | None,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    keywords: Mapping[str, Any] | None = None,
 ) -> NpuBackend:
     """A backend for ``options`` on ``target`` (default: the running script's target, else the default
-    target), applying ``decompositions`` when lowering to aten; inside ``python -m pytest_npufuse run``
-    it is remembered for the summary."""
-    backend = NpuBackend(options, current_profile(target), decompositions=dict(decompositions or {}))
+    target), applying ``decompositions`` when lowering to aten (``keywords``: what it was made from, see
+    :attr:`NpuBackend.keywords`); inside ``python -m pytest_npufuse run`` it is remembered for the summary."""
+    backend = NpuBackend(
+        options, current_profile(target), decompositions=dict(decompositions or {}), keywords=dict(keywords or {})
+    )
     run = current_session()[RUN]
     if run is not None:
         run.backends.append(backend)

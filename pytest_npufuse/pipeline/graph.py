@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
@@ -55,7 +55,9 @@ class GraphOptions:
     kernel stays on one stream (GE's ``enable_single_stream``), and the aclgraph SuperKernel options
     text when aclgraph SuperKernel is switched on; ``watch`` plans a watcher of each graph's calls (the
     config's data dump) and ``dump_graph`` writes each graph once it is modeled (its graph dump).
-    ``graph_passes`` edit each aten graph before its program is built (the config's FX passes).
+    ``graph_passes`` edit each aten graph before its program is built (the config's FX passes);
+    ``dynamo_passes`` see each Dynamo graph before it is lowered to aten. ``output_clone``: an aclgraph
+    returns copies of its outputs rather than its own output memory (:class:`StaticOutputs`).
     ``log`` is the logger each compile and each call of a graph report to, as TorchAir's and
     npugraph_ex's FX compilers report to their own loggers (:func:`log_compile`, :func:`log_call`).
     TorchAir's ``CompilerConfig`` gives one through ``graph_options()``; the library's ``mode=``
@@ -68,6 +70,8 @@ class GraphOptions:
     dump_graph: GraphDumper | None = None
     log: logging.Logger | None = None
     graph_passes: tuple[GraphPass, ...] = ()
+    dynamo_passes: tuple[GraphPass, ...] = ()
+    output_clone: bool = False
 
 
 def graph_options(mode: str | None) -> GraphOptions:
@@ -106,6 +110,7 @@ class CompiledGraph:
     sanitizer: SanitizerReport | None = None
     dump: CallWatcher | None = None
     log: logging.Logger | None = None
+    static_outputs: "StaticOutputs | None" = None
 
     def scopes_ignored(self) -> RunReport:
         """The same program with its SuperKernel scopes ignored (the BASELINE plan), priced with the
@@ -132,10 +137,49 @@ class CompiledGraph:
         else:
             observe = self.dump.for_call() if self.dump is not None else None
             outputs = run_graph(self.gm, self.program, args, self.poisoned_reads(), observe=observe).outputs
+            if self.static_outputs is not None:
+                outputs = self.static_outputs.replay(outputs, args)
         device_clock().run(self.run.time_us * 1e-6)
         record_graph_call(self.program, self.run)
         log_call(self.log, "runtime outputs", "output", outputs)
         return outputs
+
+
+@dataclass
+class StaticOutputs:
+    """An aclgraph's outputs live in its own memory: every replay of one captured graph writes the same
+    tensors, so a call returns the tensors of the call before, overwritten (TorchAir returns its retained
+    outputs, python/torchair/_acl_concrete_graph/acl_graph.py reconstruct_outputs). An output in the
+    caller's memory (an input, or a view of one) is the caller's, not the graph's. With
+    ``debug.aclgraph.enable_output_clone`` (npugraph_ex: ``clone_output``) each call returns copies."""
+
+    clone: bool = False
+    kept: list[Any] = field(default_factory=list)
+
+    def replay(self, outputs: Sequence[Any], inputs: Sequence[Any]) -> list[Any]:
+        """What one call returns: the graph's own output tensors holding this call's ``outputs``."""
+        callers = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+        if self.kept:
+            outputs = [_written(kept, new, callers) for kept, new in zip(self.kept, outputs)]
+        else:
+            self.kept = list(outputs)
+        return [x.clone() if self.clone and _graphs(x, callers) else x for x in outputs]
+
+
+def _graphs(value: Any, callers: set[int]) -> bool:
+    """Whether ``value`` is a tensor in the graph's own memory (not in the caller's)."""
+    return isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() not in callers
+
+
+def _written(kept: Any, new: Any, callers: set[int]) -> Any:
+    """``new`` written into the graph's output tensor ``kept`` of an earlier call, when both are the
+    graph's and alike; else ``new``."""
+    if not (_graphs(kept, callers) and _graphs(new, callers)):
+        return new
+    if (kept.shape, kept.dtype, kept.stride()) != (new.shape, new.dtype, new.stride()):
+        return new
+    kept.copy_(new)
+    return kept
 
 
 def describe_value(value: Any) -> str:

@@ -61,11 +61,13 @@ class ProgramBuilder:
         scope: str | None = None,
         flops: float | None = None,
         form: str = "",
+        symbolic: bool = False,
     ) -> str:
         """One kernel of ``op_type`` reading ``inputs`` and writing one tensor of ``shape``.
 
         ``flops`` replaces the catalog's flops rule (e.g. a matmul whose K the shapes do not show);
-        ``form`` is the torch call it was lowered from (``Linear``), as capture records it.
+        ``form`` is the torch call it was lowered from (``Linear``), as capture records it; ``symbolic``:
+        its input sizes are symbolic in a dynamic-shape graph (``Kernel.symbolic_sizes``).
         """
         input_specs = [self.buffers[name].spec for name in inputs]
         output = spec(shape, dtype)
@@ -89,6 +91,7 @@ class ProgramBuilder:
                 source="",
                 input_specs=tuple(input_specs),
                 call=form,
+                symbolic_sizes=symbolic,
             )
         )
         return buffer

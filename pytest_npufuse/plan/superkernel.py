@@ -98,7 +98,8 @@ def _ignored_reason(kernels: Sequence[Kernel], mode: str, aclgraph_options: str 
 
     ``torchair.scope.super_kernel`` is a GE attribute, read only in max-autotune; the native
     ``torch.npu.super_kernel_scope_begin/end`` markers are read only by the aclgraph modes, and only
-    with SuperKernel optimisation switched on (``aclgraph_options`` is then its options text).
+    with SuperKernel optimisation switched on (``aclgraph_options`` is then its options text; a check's
+    options for the scope switch it on for that scope, as the backend's options would).
     """
     if not kernels[0].annotations.sk_native:
         if mode == Mode.MAX_AUTOTUNE:
@@ -113,7 +114,8 @@ def _ignored_reason(kernels: Sequence[Kernel], mode: str, aclgraph_options: str 
         return (
             "SuperKernel optimisation is off: pass options={'static_kernel_compile': True, 'super_kernel_optimize': "
             "True} to the npugraph_ex backend (CompilerConfig: experimental_config.aclgraph._aclnn_static_shape_kernel "
-            "and _super_kernel_optimize)"
+            "and _super_kernel_optimize); in npufuse.check or compare, the scope's options turn it on for that scope "
+            "(@pytest.mark.superkernel(scope, options=\"\"), compare(..., options={scope: \"\"}))"
         )
     return ""
 
@@ -442,7 +444,11 @@ def plan_variant(
         return Plan(variant, mode, tuple(_kernel_task(kernel, profile) for kernel in program.kernels), ())
     streams = stream_plan(program, mode, multistream=multistream)
     members = _scope_members(program)
-    ignored = {s: why for s, kernels in members.items() if (why := _ignored_reason(kernels, mode, aclgraph_options))}
+    overrides = options or {}
+    ignored = {
+        s: why for s, kernels in members.items()
+        if (why := _ignored_reason(kernels, mode, overrides[s] if s in overrides else aclgraph_options))
+    }
     _warn_ignored(ignored, mode)
     unread = {s: ScopePlan(s, members[s][0].annotations.sk_options, "unsupported", (), (), why) for s, why in ignored.items()}
     scope_options = _scope_options({s: k for s, k in members.items() if s not in ignored}, options or {}, aclgraph_options)

@@ -27,5 +27,5 @@ def or_fail(action: Callable[[], T]) -> T:
     try:
         return action()
     except NpufuseError as exc:
-        message = f"npufuse: {exc}"
+        message = f"npufuse: {exc.diagnosis}"
     fail(message)

@@ -69,7 +69,7 @@ class NpuFuse:
             except NpufuseError as exc:
                 error = exc
         if error is not None:
-            fail("\n".join([f"npufuse: {error}", *held.notes()]))
+            fail("\n".join([f"npufuse: {error.diagnosis}", *held.notes()]))
         entry, change = self._record(report)
         failures = self._expectations.failures(report)
         regression = settings.gate.failure(change) if settings.gate is not None and change is not None else None

@@ -17,6 +17,7 @@ A wait that can never be satisfied, or a cycle of waits, is a modeled deadlock.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -140,6 +141,10 @@ class _Mem:
     reads: list[tuple[Kernel, int, str]] = field(default_factory=list)
 
 
+# A name the user's code can pass on: a variable, an attribute path or one subscript of it.
+_VARIABLE = re.compile(r"[A-Za-z_][\w.]*(?:\[\d+\])?")
+
+
 def _order_fix(mode: str, first: Access, second: Access, produced: str, consumed: str) -> str:
     """How to order ``second`` after ``first``, in the API of ``mode`` (``produced`` names an output of
     the first access's kernel, ``consumed`` an input of the second's).
@@ -201,6 +206,14 @@ class _Sanitizer:
         self.block_of = _allocate(program, plan) if plan.mode != MAX_AUTOTUNE else {}
         self.races: list[Race] = []
         self.order: list[str] = []
+        self._readers: dict[str, list[Kernel]] = {}
+        for reader in program.kernels:
+            for buffer in reader.inputs:
+                self._readers.setdefault(buffer, []).append(reader)
+        self._views: dict[str, list[str]] = {}
+        for view in program.buffers.values():
+            if view.alias_of is not None:
+                self._views.setdefault(view.alias_of, []).append(view.name)
 
     def _ready(self, edges: Sequence[Event]) -> bool:
         return all(not e.never_recorded and id(e) in self.snapshots for e in edges)
@@ -283,10 +296,27 @@ class _Sanitizer:
         known = self.program.buffers.get(buffer) if buffer is not None else None
         return known.user_name if known is not None else str(buffer)
 
+    def _held(self, kernel: Kernel) -> str:
+        """A variable of the user's code that holds ``kernel``'s output or a value computed from it later
+        on the same stream ('' for none): an ``npu_wait_tensor`` dependency must be a tensor the code has,
+        and an intermediate's expression (``cache @ self.w``) would compute it again."""
+        stream, seen, frontier = self.plan.kernel_stream[kernel.name], set(), list(kernel.outputs)
+        while frontier:
+            buffer = frontier.pop(0)
+            known = self.program.buffers.get(buffer)
+            if known is not None and _VARIABLE.fullmatch(known.label):
+                return known.label
+            frontier.extend(self._views.get(buffer, ()))
+            for reader in self._readers.get(buffer, ()):
+                if reader.name not in seen and self.plan.kernel_stream[reader.name] == stream:
+                    seen.add(reader.name)
+                    frontier.extend(reader.outputs)
+        return ""
+
     def _report(self, kind: RaceKind, buffer: str, first: Kernel, first_action: str, second: Kernel, second_action: str) -> None:
         known = self.program.buffers.get(buffer)
         before, after = self._access(first, first_action), self._access(second, second_action)
-        produced = self._name(first.outputs[0] if first.outputs else buffer)
+        produced = self._held(first) or self._name(first.outputs[0] if first.outputs else buffer)
         consumed = self._name(second.inputs[0] if second.inputs else buffer)
         if kind == RaceKind.READ_AFTER_WRITE:
             produced = consumed = self._name(buffer)

@@ -3,7 +3,8 @@
 GE has two schedules (docs/feature-docs.md#host-scheduling). In *graph sink* (max-autotune, static shapes) and in
 captured *graph replay* (reduce-overhead) the host issues one call and the device runs the whole graph. In *host
 scheduling* (dynamic shapes) every op passes through host kernels: InferShape, Tiling (skipped on a hit
-in the tiling cache, keyed on the op's runtime arguments), device memory allocation and Launch. With
+in the op node's own tiling cache, keyed on that node's input shapes: docs/sources.md#ge-tiling-cache),
+device memory allocation and Launch. With
 ``MAX_RUNTIME_CORE_NUMBER=3`` these are three pipelined threads (ordinary, memory, launch); with one
 thread they run back to back. Small-shape ops whose inputs live on the host (Pack, Gather, Concat, ...)
 are computed on the host instead of launched, and an op whose InferShape/Tiling reads input *values*
@@ -75,11 +76,15 @@ class HostConfig:
 
     ``threads`` is GE's ``MAX_RUNTIME_CORE_NUMBER``, read from the environment as GE does
     (docs/feature-docs.md#host-scheduling recommends 3); ``tiling_cache``, ``small_shape_on_host`` and ``ge_fusion`` are
-    GE optimisations that are on by default and can be turned off to measure them. ``warm_tiling_cache`` models a
-    steady-state
-    iteration: the tiling cache keeps what earlier iterations computed, so only ops never seen before
-    tile (False: the first iteration, cache empty). Eager runs on one thread without GE's optimisations
-    whatever is set here.
+    GE optimisations that are on by default and can be turned off to measure them.
+
+    GE keeps one tiling cache per op node, keyed on that node's input shapes and the host values it tiles
+    on (docs/sources.md#ge-tiling-cache), so a node hits only on sizes an earlier call of the same node
+    had; identical layers share nothing. ``warm_tiling_cache`` models a steady iteration at sizes seen
+    before: every node hits (False: the first call, every node tiles). ``new_sizes`` models a call whose
+    symbolic sizes are new (a decode step, its KV cache one token longer): the nodes whose inputs carry a
+    symbolic size (:attr:`~pytest_npufuse.ir.program.Kernel.symbolic_sizes`) tile again, the others hit.
+    Eager runs on one thread without GE's optimisations whatever is set here.
 
     ``rebound_ops`` names op types whose captured tasks the host rebinds after every replay of an
     aclgraph (:func:`_rebind`): ops that take host lists (an attention's per-sequence KV lengths) are
@@ -92,6 +97,7 @@ class HostConfig:
     tiling_cache: bool = True
     small_shape_on_host: bool = True
     warm_tiling_cache: bool = True
+    new_sizes: bool = False
     ge_fusion: bool = True
     rebound_ops: frozenset[str] = frozenset()
 
@@ -102,7 +108,7 @@ class HostConfig:
                 f"{MAX_THREADS} "
                 "(CANN's dynamic-shape scheduling article recommends 3).", op="HostConfig", argument="threads"
             )
-        for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "ge_fusion"):
+        for name in ("tiling_cache", "small_shape_on_host", "warm_tiling_cache", "new_sizes", "ge_fusion"):
             if not isinstance(getattr(self, name), bool):
                 raise ArgumentError(
                     f"HostConfig({name}={getattr(self, name)!r}): {name} is True or False.",
@@ -194,7 +200,8 @@ _TILING_COST = {"simple": "tiling", "complex": "tiling_complex"}
 
 
 def _tiling_key(kernel: Kernel, program: Program) -> tuple:
-    """The runtime arguments tiling depends on: op type and input/output shapes and dtypes."""
+    """What an eager op's tiling is reused on: op type and input/output shapes and dtypes (the aclnn cache
+    is one per host thread for every op, docs/sources.md#ge-tiling-cache, so identical layers share entries)."""
     inputs = tuple((program.buffers[name].spec.shape, program.buffers[name].spec.dtype) for name in kernel.inputs)
     outputs = tuple((spec.shape, spec.dtype) for spec in kernel.output_specs)
     return (kernel.op_type, inputs, outputs)
@@ -270,8 +277,6 @@ def schedule(
     eager = execution == EAGER
     threads = _Threads(1 if eager else max(1, config.threads))
     tiled: set[tuple] = set()
-    if config.tiling_cache and config.warm_tiling_cache and not eager:
-        tiled.update(_tiling_key(program.kernel(task.kernels[0]), program) for task in plan.tasks)
     on_host = set(host_fed(program)) | {name for task in plan.tasks if task.name not in device_index
                                         for kernel_name in task.kernels for name in program.kernel(kernel_name).outputs}
     copied: set[str] = set()
@@ -297,10 +302,7 @@ def schedule(
             previous = None
             continue
         first.append(("InferShape", host["infer_shape"]))
-        key = _tiling_key(kernel, program)
-        hit = config.tiling_cache and key in tiled
-        tiled.add(key)
-        first.append(("TilingCacheHit", host["tiling_cache_hit"]) if hit else _tiling_step(kernel, host))
+        first.append(_eager_tiling(kernel, program, config, host, tiled) if eager else _ge_tiling(kernel, config, host))
         ready = threads.run(0, after, first, task.name)
         ready = threads.run(1, ready, [("AllocMem", host["alloc"])], task.name)
         copies = [program.storage(name) for name in kernel.inputs if program.storage(name) in on_host - copied]
@@ -314,6 +316,27 @@ def schedule(
         previous = kernel
     slices = tuple(threads.slices)
     return slices, max((s.end_us for s in slices), default=0.0)
+
+
+def _ge_tiling(kernel: Kernel, config: HostConfig, host: Mapping[str, float]) -> tuple[str, float]:
+    """An op's Tiling under GE host scheduling, through its node's own cache: a hit costs the key's hash and
+    look-up; a miss pays them too, then tiles (GE's CacheableTiling, docs/sources.md#ge-tiling-cache)."""
+    if not config.tiling_cache:
+        return _tiling_step(kernel, host)
+    if config.warm_tiling_cache and not (config.new_sizes and kernel.symbolic_sizes):
+        return "TilingCacheHit", host["tiling_cache_hit"]
+    name, cost = _tiling_step(kernel, host)
+    return name, cost + host["tiling_cache_hit"]
+
+
+def _eager_tiling(
+    kernel: Kernel, program: Program, config: HostConfig, host: Mapping[str, float], tiled: set[tuple]
+) -> tuple[str, float]:
+    """An eager op's Tiling: reused from an earlier op of this call with the same arguments (the aclnn cache)."""
+    key = _tiling_key(kernel, program)
+    hit = config.tiling_cache and key in tiled
+    tiled.add(key)
+    return ("TilingCacheHit", host["tiling_cache_hit"]) if hit else _tiling_step(kernel, host)
 
 
 def _tiling_step(kernel: Kernel, host: Mapping[str, float]) -> tuple[str, float]:

@@ -27,7 +27,8 @@ from .routing import Routing, is_dispatch, rank_rows, routed_program, world_of
 from .timeline import _DeviceBuild, _joined_end
 
 COLLECTIVE_COSTS = frozenset(
-    {"all_reduce", "collective", "mc2_dispatch", "mc2_combine", "matmul_all_reduce", "matmul_reduce_scatter"}
+    {"all_reduce", "collective", "mc2_dispatch", "mc2_combine", "matmul_all_reduce", "matmul_reduce_scatter",
+     "matmul_all_gather"}
 )
 """Cost rules of kernels every rank of the group takes part in."""
 

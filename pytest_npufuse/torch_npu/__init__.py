@@ -39,13 +39,14 @@ the same Python call signatures, defaults and ``torch.ops.npu`` schemas, organis
 * :mod:`.quant_extra` - ``npu_matmul_compress_dequant``, ``npu_kronecker_quant``, ``npu_dynamic_mx_quant``
 * :mod:`.paged_cache` - ``npu_gather_pa_kv_cache``, ``npu_scatter_pa_cache``
 * :mod:`.dump` - ``save_npugraph_tensor``
+* :mod:`.adam` - ``npu_apply_adam_w`` (its ``out=`` form)
 * :mod:`.dropout` - ``_npu_dropout_gen_mask``
 * :mod:`.weight_pack` - ``npu_convert_weight_to_int4pack``
 * :mod:`.layout` - ``npu_transpose``, ``npu_broadcast``, ``npu_slice``, ``npu_pad``
 * :mod:`.indexing` - ``npu_max``, ``npu_min`` (and their ``_backward``), ``npu_sort_v2``, ``npu_one_hot``
 * :mod:`.loss` - ``npu_cross_entropy_loss`` (and ``npu_cross_entropy_loss_backward``)
 * :mod:`.linear_attention` - ``npu_recurrent_gated_delta_rule``, ``npu_chunk_gated_delta_rule``
-* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_mm_reduce_scatter_base``, ``npu_transpose_batchmatmul``, ``npu_transpose_quant_batchmatmul``,
+* :mod:`.matmul` - ``npu_mm_all_reduce_base``, ``npu_mm_reduce_scatter_base``, ``npu_all_gather_base_mm``, ``npu_transpose_batchmatmul``, ``npu_transpose_quant_batchmatmul``,
   ``_npu_matmul_add_fp32``,
   ``npu_linear`` (and ``npu_linear_backward``)
 * :mod:`.memory` - ``npu_format_cast``, ``npu_scatter_nd_update``, ``npu_scatter_nd_update_``,
@@ -97,6 +98,7 @@ from .activation import (
     npu_silu_,
     npu_silu_backward,
 )
+from .adam import _apply_adam_w_out as npu_apply_adam_w
 from .atb import (
     _npu_flash_attention,
     _npu_flash_attention_qlens,
@@ -130,6 +132,7 @@ from .matmul import (
     npu_linear_backward,
     npu_mm_all_reduce_base,
     npu_mm_reduce_scatter_base,
+    npu_all_gather_base_mm,
     npu_transpose_batchmatmul,
     npu_transpose_quant_batchmatmul,
 )
@@ -177,6 +180,7 @@ from .norm import (
     npu_add_layer_norm,
     npu_add_layer_norm_backward,
     npu_add_rms_norm,
+    npu_add_rms_norm_cast,
     npu_add_rms_norm_dynamic_quant,
     npu_add_rms_norm_quant,
     npu_add_rms_norm_v2,
@@ -253,6 +257,7 @@ __all__ = [
     "npu_silu_",
     "npu_silu_backward",
     "_npu_dropout_gen_mask",
+    "npu_apply_adam_w",
     "_npu_group_topk",
     "_npu_matmul_add_fp32",
     "_npu_flash_attention",
@@ -264,6 +269,7 @@ __all__ = [
     "npu_add_layer_norm",
     "npu_add_layer_norm_backward",
     "npu_add_rms_norm",
+    "npu_add_rms_norm_cast",
     "npu_add_rms_norm_dynamic_quant",
     "npu_add_rms_norm_quant",
     "npu_add_rms_norm_v2",
@@ -292,6 +298,7 @@ __all__ = [
     "npu_layer_norm_eval",
     "npu_mm_all_reduce_base",
     "npu_mm_reduce_scatter_base",
+    "npu_all_gather_base_mm",
     "npu_mla_prolog",
     "npu_mla_prolog_v2",
     "npu_mla_prolog_v3",

@@ -119,15 +119,15 @@ def _fast_gelu_kernel(call: Arguments) -> torch.Tensor:
 
 
 def _fast_gelu_backward_meta(call: Arguments) -> Out:
-    return _gradient_meta("grad", call.grad, call.self)
+    return _gradient_meta("grad", call.grad, call.input)
 
 
 def _fast_gelu_backward_kernel(call: Arguments) -> torch.Tensor:
     """With ``s = sigmoid(1.702 x)``: ``dx = dy * (s + 1.702 x s (1 - s))``, float32, rounded once."""
-    values = call.self.to(torch.float32)
+    values = call.input.to(torch.float32)
     gate = torch.sigmoid(FAST_GELU_SLOPE * values)
     slope = gate + FAST_GELU_SLOPE * values * gate * (1.0 - gate)
-    return (call.grad.to(torch.float32) * slope).to(call.self.dtype)
+    return (call.grad.to(torch.float32) * slope).to(call.input.dtype)
 
 
 @npu_op(
@@ -191,15 +191,15 @@ def halved(name: str, x: torch.Tensor, dim: int) -> Out:
 
 
 def _self_meta(call: Arguments) -> Out:
-    return _like(call.self)
+    return _like(call.input)
 
 
 def _silu_kernel(call: Arguments) -> torch.Tensor:
-    return torch.nn.functional.silu(call.self.to(torch.float32)).to(call.self.dtype)
+    return torch.nn.functional.silu(call.input.to(torch.float32)).to(call.input.dtype)
 
 
 def _silu_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
-    ctx.save_for_backward(call.self, output)
+    ctx.save_for_backward(call.input, output)
 
 
 def _silu_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
@@ -223,7 +223,7 @@ def npu_silu(call: Arguments) -> None:
     """
 
 
-@npu_op(meta=_self_meta, kernel=_silu_kernel, writes_back={"self": 0}, samples=_activation_samples)
+@npu_op(meta=_self_meta, kernel=_silu_kernel, writes_back={"input": 0}, samples=_activation_samples)
 def npu_silu_(call: Arguments) -> None:
     """In-place :func:`npu_silu`: overwrites ``self`` with ``x * sigmoid(x)`` and returns it.
 
@@ -258,11 +258,11 @@ def npu_silu_backward(call: Arguments) -> None:
 
 
 def _mish_kernel(call: Arguments) -> torch.Tensor:
-    return torch.nn.functional.mish(call.self.to(torch.float32)).to(call.self.dtype)
+    return torch.nn.functional.mish(call.input.to(torch.float32)).to(call.input.dtype)
 
 
 def _mish_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
-    ctx.save_for_backward(call.self)
+    ctx.save_for_backward(call.input)
 
 
 def _mish_grad(ctx: object, grad: torch.Tensor) -> torch.Tensor:
@@ -406,18 +406,18 @@ def _geglu_halves(x: torch.Tensor, dim: int, activate_left: bool) -> tuple[torch
 
 
 def _geglu_meta(call: Arguments) -> tuple[Out, Out]:
-    out = halved("self", call.self, call.dim)
+    out = halved("input", call.input, call.dim)
     return out, out
 
 
 def _geglu_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
-    gate, up = _geglu_halves(call.self, call.dim, call.activate_left)
+    gate, up = _geglu_halves(call.input, call.dim, call.activate_left)
     gelu = torch.nn.functional.gelu(gate, approximate=GEGLU_APPROXIMATIONS[call.approximate])
-    return (gelu * up).to(call.self.dtype), gelu.to(call.self.dtype)
+    return (gelu * up).to(call.input.dtype), gelu.to(call.input.dtype)
 
 
 def _geglu_setup(ctx: object, call: Arguments, output: tuple) -> None:
-    ctx.save_for_backward(call.self, output[1])
+    ctx.save_for_backward(call.input, output[1])
     ctx.dim, ctx.approximate, ctx.activate_left = call.dim, call.approximate, call.activate_left
 
 
@@ -452,14 +452,14 @@ def npu_geglu(call: Arguments) -> None:
 
 
 def _geglu_grad_meta(call: Arguments) -> Out:
-    out = halved("self", call.self, call.dim)
+    out = halved("input", call.input, call.dim)
     for name in ("grad_output", "gelu"):
         tensor = getattr(call, name)
         if list(tensor.shape) != list(out.shape):
             raise OpArgumentError(
                 f"{name} has shape {list(tensor.shape)}; expected npu_geglu's {list(out.shape)}", argument=name
             )
-    return Out(list(call.self.shape), call.self.dtype)
+    return Out(list(call.input.shape), call.input.dtype)
 
 
 GELU_TANH_CUBIC = 0.044715  # the tanh form's 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -475,11 +475,11 @@ def _gelu_derivative(x: torch.Tensor, approximate: str) -> torch.Tensor:
 
 
 def _geglu_grad_kernel(call: Arguments) -> torch.Tensor:
-    gate, up = _geglu_halves(call.self, call.dim, call.activate_left)
+    gate, up = _geglu_halves(call.input, call.dim, call.activate_left)
     d_gate = call.grad_output.to(torch.float32) * up * _gelu_derivative(gate, GEGLU_APPROXIMATIONS[call.approximate])
     d_up = call.grad_output.to(torch.float32) * call.gelu.to(torch.float32)
     halves = (d_gate, d_up) if call.activate_left else (d_up, d_gate)
-    return torch.cat(halves, dim=call.dim).to(call.self.dtype)
+    return torch.cat(halves, dim=call.dim).to(call.input.dtype)
 
 
 def _geglu_grad_samples() -> list[SampleCall]:

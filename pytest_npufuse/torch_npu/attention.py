@@ -38,7 +38,8 @@ from .checks import (
     require_tensor,
     require_tensor_list,
 )
-from .fixedorder import pairwise_sum
+from .dropout import keep_bits, unpack_bits
+from .fixedorder import pairwise_sum, round_to_int8
 from .memory import nz_run
 from .registry import Arguments, Derivative, Out, SampleCall, bind, check, npu_op
 
@@ -454,11 +455,13 @@ class _Dequant:
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
-               dequant: Optional[_Dequant] = None) -> tuple[torch.Tensor, _Softmax]:
+               dequant: Optional[_Dequant] = None,
+               dropout: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, _Softmax]:
     """softmax(scale * q k^T, masked) v in float32; returns (out [B, N, Sq, Dv], its softmax statistics).
 
     q is [B, N, Sq, D]; k / v are [B, N_kv, Skv, *] and query head ``h`` reads KV head ``h // (N / N_kv)``
-    (GQA, MQA and MLA's single KV head). ``visible`` is [B or 1, 1 or N, Sq, Skv].
+    (GQA, MQA and MLA's single KV head). ``visible`` is [B or 1, 1 or N, Sq, Skv]; ``dropout`` [B, N, Sq, Skv]
+    multiplies the probabilities before ``@ v`` (0 or ``1 / keep_prob``), not the statistics.
 
     Each sequence is computed on its own (:func:`_sequence_attention`): no value mixes sequences, and a
     sequence's scores, exponentials and probabilities are a few MB that stay in the CPU's cache and the
@@ -470,12 +473,14 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch
     for b in range(batch):
         mask = visible[b if visible.shape[0] > 1 else 0]
         out[b], row_max[b], denom[b] = _sequence_attention(
-            q[b], k[b], v[b], mask, scale, dequant.sequence(b) if dequant is not None else None)
+            q[b], k[b], v[b], mask, scale, dequant.sequence(b) if dequant is not None else None,
+            None if dropout is None else dropout[b])
     return out, _Softmax(row_max, denom)
 
 
 def _sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
-                        dequant: Optional[_Dequant]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        dequant: Optional[_Dequant],
+                        dropout: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One sequence of :func:`_attention`: q [N, Sq, D], k / v [N_kv, Skv, *], visible [1 or N, Sq, Skv];
     returns (out [N, Sq, Dv], row max [N, Sq, 1], row sum [N, Sq, 1]).
 
@@ -500,6 +505,8 @@ def _sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visib
     exps = torch.exp(scores - torch.where(row_max > float("-inf"), row_max, 0.0))
     denom = pairwise_sum(exps, dim=-1, keepdim=True)
     probs = exps / torch.where(denom > 0, denom, 1.0)
+    if dropout is not None:  # query head h = kv head * group + g, as the reshape above
+        probs = probs * dropout.reshape(kv_heads, group, q_len, -1)
     out = cube_matmul(probs.reshape(kv_heads, group * q_len, -1), v)
     if dequant is not None:
         out = out * dequant.value
@@ -524,10 +531,14 @@ class _Setup:
 def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
          block_table: Optional[torch.Tensor], query_rope: Optional[torch.Tensor],
          key_rope: Optional[torch.Tensor], scales: Optional["QuantScales"] = None,
-         antiquant: Optional[tuple["Antiquant", "Antiquant"]] = None) -> tuple[torch.Tensor, _Softmax]:
+         antiquant: Optional[tuple["Antiquant", "Antiquant"]] = None,
+         dropout: Optional[torch.Tensor] = None,
+         out_dtype: Optional[torch.dtype] = None) -> tuple[torch.Tensor, _Softmax]:
     """(attention_out in the output dtype and layout, its softmax statistics [B, N, Sq, 1] padded).
     ``scales``: the dequant scales of an int8 query, key and value (:class:`QuantScales`); ``antiquant``:
-    the key's and value's factors of an int8 KV cache beside a float query (:class:`Antiquant`)."""
+    the key's and value's factors of an int8 KV cache beside a float query (:class:`Antiquant`);
+    ``dropout``: the multipliers of a dropout on the probabilities, [B, N, Sq, Skv]; ``out_dtype``: the
+    output's dtype when not the query's (float32 before an output quantisation)."""
     geo = setup.geo
     if mask is not None and setup.sparse_mode in CAUSAL_MODES:
         _require_causal_mask(mask)
@@ -548,8 +559,9 @@ def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         k = torch.cat([k, _kv_to_bnsd(key_rope, geo, block_table, setup.kv_lens)], dim=-1)
     visible = _visible(setup.q_lens, setup.kv_lens, q.shape[2], k.shape[2], mask, setup.sparse_mode,
                        setup.pre_tokens, setup.next_tokens, setup.q_starts, setup.kv_starts)
-    out, stats = _attention(q, k, v, visible, setup.scale, dequant)
-    out_dtype = query_rope.dtype if scales is not None else query.dtype
+    out, stats = _attention(q, k, v, visible, setup.scale, dequant, dropout)
+    if out_dtype is None:
+        out_dtype = query_rope.dtype if scales is not None else query.dtype
     return _bnsd_to_layout(out, geo.out_layout, setup.q_lens, query.shape[0]).to(out_dtype), stats
 
 
@@ -558,9 +570,10 @@ def _run(setup: _Setup, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
 # ---------------------------------------------------------------------------------------------
 
 FIA_UNMODELED = (
-    "pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2",
+    "pse_shift", "dequant_scale1", "quant_scale1", "dequant_scale2",
     "key_shared_prefix", "value_shared_prefix", "actual_shared_prefix_len", "key_rope_antiquant_scale",
 )
+POST_QUANT_LAYOUTS = ("BSH", "BNSD", "BSND", "BNSD_BSND")  # the page's int8 constraints: input_layout
 PER_CHANNEL, PER_TOKEN, PER_TENSOR_HEAD, PER_TOKEN_HEAD, PER_TOKEN_PAGED, PER_TOKEN_HEAD_PAGED = range(6)
 ANTIQUANT_MODES = {
     PER_CHANNEL: "per channel (or per tensor)", PER_TOKEN: "per token", PER_TENSOR_HEAD: "per tensor and head",
@@ -829,11 +842,41 @@ def _tnd_for_ntd(layout: str) -> str:
     return f"TND_{output or 'NTD'}" if source == "NTD" else layout
 
 
+def _post_quant_factors(call: Arguments, geo: _Geometry) -> Optional[tuple[torch.Tensor, Optional[torch.Tensor]]]:
+    """The output quantisation (the page's "int8后量化": float query, key and value in, int8 out):
+    ``quant_scale2`` and ``quant_offset2`` (None is 0), float32 (or bfloat16 beside a bfloat16 query), per
+    tensor (one value) or per channel (H values for BSH, N x D for BNSD / BSND: (1, 1, H) or (H,), (1, N, 1,
+    D), (1, 1, N, D) or (N, D)), as [1, 1, H] / [N, 1, D] / [1, N, D] float32 factors of the output layout;
+    None without quant_scale2."""
+    scale, offset = call.quant_scale2, call.quant_offset2
+    if scale is None:
+        if offset is not None:
+            raise OpArgumentError("quant_offset2 needs quant_scale2 (the output quantisation)",
+                                  argument="quant_offset2")
+        return None
+    require_choice("input_layout", call.input_layout, POST_QUANT_LAYOUTS,
+                   "the layouts the page's int8 output quantisation takes")
+    dtypes = (torch.float32, torch.bfloat16) if call.query.dtype == torch.bfloat16 else (torch.float32,)
+    require_dtype("quant_scale2", scale, dtypes)
+    if offset is not None:
+        require_dtype("quant_offset2", offset, (scale.dtype,), "(quant_scale2's dtype)")
+        require_shape("quant_offset2", offset, (tuple(scale.shape),))
+    channels = geo.heads * geo.value_dim
+    if scale.numel() not in (1, channels):
+        raise OpArgumentError(f"quant_scale2 has shape {list(scale.shape)}; it holds one value (per tensor) or "
+                              f"{channels} (per channel: N x D)", argument="quant_scale2")
+    form = {"BSH": (1, 1, -1), "BNSD": (geo.heads, 1, -1), "BSND": (geo.heads, -1)}[geo.out_layout]
+    factors = [t if t is None else t.to(torch.float32).reshape(form if t.numel() > 1 else (1,))
+               for t in (scale, offset)]
+    return factors[0], factors[1]
+
+
 def _fia_meta(call: Arguments) -> tuple[Out, Out]:
     geo = _fia_call(call).geo
     _antiquant(call, geo)
     lse = geo.lse_shape() if call.softmax_lse_flag else [0]
-    return Out(geo.out_shape(), call.query.dtype), Out(lse, torch.float32)
+    out_dtype = call.query.dtype if _post_quant_factors(call, geo) is None else torch.int8
+    return Out(geo.out_shape(), out_dtype), Out(lse, torch.float32)
 
 
 def _fia_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
@@ -841,8 +884,12 @@ def _fia_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     antiquant = _antiquant(call, setup.geo)
     setup = _left_padding(setup, call, call.actual_seq_lengths is not None, call.actual_seq_lengths_kv is not None)
     query, key, value = _ntd_as_tnd(call.input_layout, call.query, call.key, call.value)
+    post_quant = _post_quant_factors(call, setup.geo)
     out, stats = _run(setup, query, key, value, call.atten_mask, call.block_table, call.query_rope,
-                      call.key_rope, antiquant=antiquant)
+                      call.key_rope, antiquant=antiquant, out_dtype=None if post_quant is None else torch.float32)
+    if post_quant is not None:
+        scale, offset = post_quant
+        out = round_to_int8(out * scale if offset is None else out * scale + offset)
     if not call.softmax_lse_flag:
         return out, stats.sum.new_zeros(0)
     lse = stats.lse()
@@ -892,7 +939,8 @@ def _sample_paged_kv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[i
 
 
 def _fia_samples() -> list[SampleCall]:
-    """GQA decode in BSH with kv lengths; causal prefill in BNSD with the lse; paged decode."""
+    """GQA decode in BSH with kv lengths; causal prefill in BNSD with the lse; paged decode; prefill with a
+    per-channel int8 output quantisation."""
     key, value, table, lengths = _sample_paged_kv()
     prefill = _sample_bnsd(1, 2, 8, 8, seed=2)
     return [
@@ -905,6 +953,9 @@ def _fia_samples() -> list[SampleCall]:
         SampleCall((_sample_bnsd(2, 2, 1, 8, seed=5), key, value),
                    {"num_heads": 2, "input_layout": "BNSD", "block_table": table, "block_size": 4,
                     "actual_seq_lengths_kv": lengths, "scale": 0.3}),
+        SampleCall((prefill, prefill, prefill), {"num_heads": 2, "input_layout": "BNSD_BSND", "scale": 0.5,
+                                                 "quant_scale2": torch.full((2, 8), 40.0),
+                                                 "quant_offset2": torch.full((2, 8), 2.0)}),
     ]
 
 
@@ -938,8 +989,13 @@ def npu_fused_infer_attention_score(call: Arguments) -> None:
       ``triu(ones(2048, 2048), 1)`` and check it.
     * ``softmax_lse`` float32 ``[B, N, Sq, 1]`` (TND: ``[T, N, 1]``) with ``softmax_lse_flag``, else an
       empty ``[0]`` (the meta function's shape).
+    * Output quantisation (the page's "int8 post-quantisation" row: float16/bfloat16 query, key and value,
+      int8 out; BSH, BNSD, BSND, BNSD_BSND): ``attention_out = rint(out * quant_scale2 + quant_offset2)``
+      saturated to int8, from the float32 output before its rounding to the query's dtype; ``quant_scale2``
+      per tensor or per channel (:func:`_post_quant_factors`), ``quant_offset2`` None (0) or of its shape.
 
-    Refused with the argument's name: quantised or pseudo-quantised inputs, pse_shift, left padding, shared
+    Refused with the argument's name: int8 query full quantisation (``dequant_scale1``, ``quant_scale1``,
+    ``dequant_scale2``), pse_shift, shared
     prefixes, the other ``X_Y`` layouts (``*_NBSD``, ``NTD``, ``TND_NTD``) and sparse modes 5-8. ``inner_precise`` and the antiquant modes
     only select device paths and are accepted.
     """
@@ -1110,8 +1166,15 @@ def npu_prompt_flash_attention(call: Arguments) -> None:
 FA_LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")
 FA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 FA_MASK_DTYPES = (torch.bool, torch.uint8)
-FA_UNMODELED = ("pse", "padding_mask", "prefix", "sink", "dropout_mask")
+FA_UNMODELED = ("pse", "padding_mask", "prefix", "sink")
 FA_STAT_COPIES = 8  # softmax_max / softmax_sum end in a dim of 8 (op-plugin meta function)
+
+
+def _check_keep_prob(keep_prob: float) -> None:
+    """The page's range of keep_prob, the share of probabilities kept: (0, 1]."""
+    if not 0 < keep_prob <= 1:
+        raise OpArgumentError(f"keep_prob={keep_prob} is outside (0, 1]: it is the share of attention "
+                              "probabilities the dropout keeps (1 = no dropout)", argument="keep_prob")
 
 
 def _fa_kv_heads(query: torch.Tensor, key: torch.Tensor, layout: str, head_num: int) -> int:
@@ -1216,10 +1279,75 @@ def _fa_out_shape(setup: _Setup, input_layout: str) -> list[int]:
     return [shape[1], shape[0], shape[2]] if input_layout == "SBH" else shape
 
 
+def _fa_numels(setup: _Setup) -> int:
+    """How many elements the dropout mask covers: ``B x N x Sq x Skv``, or with TND ``N x sum(Sq_i x Skv_i)``
+    (op-plugin FlashAttentionKernelNpuOpApi.cpp, dropout_gen_mask and its TND sum)."""
+    geo = setup.geo
+    if geo.layout == "TND":
+        return geo.heads * sum(q * kv for q, kv in zip(setup.q_lens, setup.kv_lens))
+    return geo.batch * geo.heads * geo.q_len * geo.kv_len
+
+
+def _fa_random_outputs(call: Arguments, setup: _Setup) -> tuple[int, int, int]:
+    """The seed, offset and numels npu_fusion_attention returns: those of its dropout mask, or 0, 0, 0
+    without dropout (``keep_prob=1``, the op-plugin meta function's values)."""
+    if call.keep_prob == 1:
+        return 0, 0, 0
+    return call.seed, call.offset, _fa_numels(setup)
+
+
+def _fa_check_dropout_mask(call: Arguments, setup: _Setup) -> None:
+    """A given dropout_mask is the packed uint8 bit mask ``_npu_dropout_gen_mask`` makes, one bit per element."""
+    mask = call.dropout_mask
+    if mask is None:
+        return
+    require_dtype("dropout_mask", mask, (torch.uint8,))
+    needed = -(-_fa_numels(setup) // 8)
+    if mask.dim() != 1 or mask.shape[0] < needed:
+        raise OpArgumentError(
+            f"dropout_mask has shape {list(mask.shape)}; it must be 1-D with at least {needed} bytes, one bit per "
+            f"element of the [B, N, Sq, Skv] scores (make it with torch_npu._npu_dropout_gen_mask)",
+            argument="dropout_mask",
+        )
+
+
+def _dropout_multipliers(keep: torch.Tensor, setup: _Setup, keep_prob: float) -> torch.Tensor:
+    """float32 [B, N, Sq, Skv]: ``1 / keep_prob`` where the mask keeps an element, 0 where it drops it. The
+    mask's bits run over [B, N, Sq, Skv]; with TND over each batch's [N, Sq_i, Skv_i] in turn (op-plugin's
+    test_npu_flash_attention.py golden), placed at the top left of the padded batch."""
+    geo = setup.geo
+    if geo.layout != "TND":
+        kept = keep.reshape(geo.batch, geo.heads, geo.q_len, geo.kv_len)
+    else:
+        kept = keep.new_zeros(len(setup.q_lens), geo.heads, max(setup.q_lens, default=0),
+                              max(setup.kv_lens, default=0))
+        start = 0
+        for b, (q_len, kv_len) in enumerate(zip(setup.q_lens, setup.kv_lens)):
+            count = geo.heads * q_len * kv_len
+            kept[b, :, :q_len, :kv_len] = keep[start : start + count].reshape(geo.heads, q_len, kv_len)
+            start += count
+    return kept.to(torch.float32) * (1.0 / keep_prob)
+
+
+def _fa_dropout(call: Arguments, setup: _Setup) -> Optional[torch.Tensor]:
+    """The forward's dropout multipliers (:func:`_dropout_multipliers`), None without dropout: from the given
+    ``dropout_mask``, else drawn from ``seed`` and ``offset`` as ``_npu_dropout_gen_mask`` draws them."""
+    if call.keep_prob == 1:
+        return None
+    numels = _fa_numels(setup)
+    if call.dropout_mask is not None:
+        keep = unpack_bits(call.dropout_mask, numels)
+    else:
+        keep = keep_bits(numels, 1 - call.keep_prob, call.seed, call.offset)[:numels]
+    return _dropout_multipliers(keep, setup, call.keep_prob)
+
+
 def _fa_meta(call: Arguments) -> tuple:
     setup, query = _fa_call(call), call.query
+    _fa_check_dropout_mask(call, setup)
     stats = Out(_fa_stats_shape(setup, query), torch.float32)
-    return Out(_fa_out_shape(setup, call.input_layout), query.dtype), stats, stats, Out([0], query.dtype), 0, 0, 0
+    return (Out(_fa_out_shape(setup, call.input_layout), query.dtype), stats, stats, Out([0], query.dtype),
+            *_fa_random_outputs(call, setup))
 
 
 def _fa_stat(values: torch.Tensor, setup: _Setup, query: torch.Tensor, softmax_layout: str) -> torch.Tensor:
@@ -1239,20 +1367,24 @@ def _fa_kernel(call: Arguments) -> tuple:
     sbh = call.input_layout == "SBH"
     if sbh:
         query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-    out, stats = _run(setup, query, key, value, call.atten_mask, None, None, None)
+    out, stats = _run(setup, query, key, value, call.atten_mask, None, None, None,
+                      dropout=_fa_dropout(call, setup))
     if sbh:
         out = out.transpose(0, 1).contiguous()
     layout = call.softmax_layout
     return (out, _fa_stat(stats.max, setup, query, layout), _fa_stat(stats.sum, setup, query, layout),
-            query.new_zeros(0), 0, 0, 0)
+            query.new_zeros(0), *_fa_random_outputs(call, setup))
 
 
 def _attention_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float,
-                    dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    dout: torch.Tensor,
+                    dropout: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of :func:`_attention` (no dequant) for the output gradient ``dout`` [B, N, Sq, Dv], in
     float32 BNSD: the probabilities are recomputed from q and k, as FlashAttentionScoreGrad does, then
     ``dV = P^T dO``, ``dS = P * (dO V^T - rowsum(dO * O))``, ``dQ = scale dS K`` and ``dK = scale dS^T Q``,
-    the query heads of one KV head summed into its dK and dV (GQA)."""
+    the query heads of one KV head summed into its dK and dV (GQA). With a dropout's multipliers ``M``
+    [B, N, Sq, Skv] the dropped probabilities ``P * M`` give dV and ``dP = (dO V^T) * M`` enters dS
+    (op-plugin test_npu_flash_attention.py, tbackward)."""
     batch, heads, q_len, dim = q.shape
     kv_heads = k.shape[1]
     group = heads // kv_heads
@@ -1266,8 +1398,12 @@ def _attention_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: 
     denom = pairwise_sum(exps, dim=-1, keepdim=True)
     probs = (exps / torch.where(denom > 0, denom, 1.0)).reshape(batch, kv_heads, group * q_len, -1)
     grads = dout.reshape(batch, kv_heads, group * q_len, -1)
-    dv = cube_matmul(probs.transpose(-1, -2), grads)
+    multipliers = None if dropout is None else dropout.reshape(batch, kv_heads, group * q_len, -1)
+    dropped = probs if multipliers is None else probs * multipliers
+    dv = cube_matmul(dropped.transpose(-1, -2), grads)
     dprobs = cube_matmul(grads, v.transpose(-1, -2))
+    if multipliers is not None:
+        dprobs = dprobs * multipliers
     dscores = probs * (dprobs - pairwise_sum(dprobs * probs, dim=-1, keepdim=True)) * scale
     dq = cube_matmul(dscores, k).reshape(batch, heads, q_len, dim)
     dk = cube_matmul(dscores.transpose(-1, -2), grouped)
@@ -1278,7 +1414,7 @@ def _fa_forward_call(call: Arguments) -> Arguments:
     """The forward's record of the call a grad op's arguments describe (``scale_value`` is its ``scale``)."""
     return bind(
         npu_fusion_attention, call.query, call.key, call.value, call.head_num, call.input_layout,
-        atten_mask=call.atten_mask, scale=call.scale_value, pre_tockens=call.pre_tockens,
+        atten_mask=call.atten_mask, scale=call.scale_value, keep_prob=call.keep_prob, pre_tockens=call.pre_tockens,
         next_tockens=call.next_tockens, actual_seq_qlen=call.actual_seq_qlen, actual_seq_kvlen=call.actual_seq_kvlen,
         sparse_mode=call.sparse_mode,
     )
@@ -1295,6 +1431,20 @@ def _fa_grad_meta(call: Arguments) -> tuple:
     )
 
 
+def _fa_grad_dropout(call: Arguments, setup: _Setup) -> Optional[torch.Tensor]:
+    """The forward's dropout multipliers, drawn again from the seed, offset and numels it returned (op-plugin
+    npu_fusion_attention_grad regenerates its mask so; it takes no mask)."""
+    if call.keep_prob == 1:
+        return None
+    if call.numels != _fa_numels(setup):
+        raise OpArgumentError(
+            f"numels={call.numels} is not the forward's mask length {_fa_numels(setup)}: pass the seed, offset and "
+            "numels npu_fusion_attention returned", argument="numels",
+        )
+    keep = keep_bits(call.numels, 1 - call.keep_prob, call.seed, call.offset)[: call.numels]
+    return _dropout_multipliers(keep, setup, call.keep_prob)
+
+
 def _fa_grad_kernel(call: Arguments) -> tuple:
     query, key, value, dy = call.query, call.key, call.value, call.dy
     setup = _fa_call(_fa_forward_call(call))
@@ -1308,7 +1458,7 @@ def _fa_grad_kernel(call: Arguments) -> tuple:
     v, dout = _kv_to_bnsd(value, geo, None, setup.kv_lens).float(), _q_to_bnsd(dy, geo, setup.q_lens).float()
     visible = _visible(setup.q_lens, setup.kv_lens, q.shape[2], k.shape[2], call.atten_mask, setup.sparse_mode,
                        setup.pre_tokens, setup.next_tokens)
-    dq, dk, dv = _attention_grad(q, k, v, visible, setup.scale, dout)
+    dq, dk, dv = _attention_grad(q, k, v, visible, setup.scale, dout, _fa_grad_dropout(call, setup))
     grads = (
         _bnsd_to_layout(dq, geo.layout, setup.q_lens, query.shape[0]).to(query.dtype),
         _bnsd_to_layout(dk, geo.layout, setup.kv_lens, key.shape[0]).to(key.dtype),
@@ -1320,24 +1470,35 @@ def _fa_grad_kernel(call: Arguments) -> tuple:
 
 
 def _fa_samples() -> list[SampleCall]:
-    """Training attention in BSND with GQA, and causal BNSD through the 2048 x 2048 mask (sparse_mode 2)."""
+    """Training attention in BSND with GQA, causal BNSD through the 2048 x 2048 mask (sparse_mode 2), BSND
+    with a dropout drawn from a seed, and causal TND with a dropout from a given mask."""
     q, kv = _sample_bnsd(2, 8, 4, 8, seed=0).float(), _sample_bnsd(2, 8, 2, 8, seed=1).float()
     heads = _sample_bnsd(1, 2, 16, 8, seed=2)
+    tokens = _sample_bnsd(9, 2, 8, seed=3)
+    tnd_mask = torch.ops.npu._npu_dropout_gen_mask(tokens, [2 * (3 * 3 + 6 * 6)], 0.25, 4, 1)
     return [
         SampleCall((q, kv, kv.flip(0), 4, "BSND"), {"scale": 0.35}),
         SampleCall((heads, heads, heads, 2, "BNSD"), {"atten_mask": _sample_causal_mask(), "scale": 0.35,
                                                       "sparse_mode": 2}),
+        SampleCall((q, kv, kv.flip(0), 4, "BSND"), {"scale": 0.35, "keep_prob": 0.75, "seed": 3, "offset": 2}),
+        SampleCall((tokens, tokens, tokens, 2, "TND"), {
+            "atten_mask": _sample_causal_mask(), "scale": 0.35, "sparse_mode": 3, "actual_seq_qlen": [3, 9],
+            "actual_seq_kvlen": [3, 9], "keep_prob": 0.75, "dropout_mask": tnd_mask, "seed": 4, "offset": 1}),
     ]
 
 
 def _fa_grad_sample(forward: SampleCall) -> SampleCall:
     """The backward of one :func:`_fa_samples` call, with its forward's statistics, as autograd calls it."""
     query, key, value, head_num, layout = forward.args
-    out, softmax_max, softmax_sum = torch.ops.npu.npu_fusion_attention(*forward.args, **forward.kwargs)[:3]
+    out, softmax_max, softmax_sum, _, seed, offset, numels = torch.ops.npu.npu_fusion_attention(
+        *forward.args, **forward.kwargs)
     dy = torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).to(out.dtype)
     kwargs = {"atten_mask": forward.kwargs.get("atten_mask"), "softmax_max": softmax_max, "softmax_sum": softmax_sum,
               "attention_in": out, "scale_value": forward.kwargs["scale"],
-              "sparse_mode": forward.kwargs.get("sparse_mode", 0)}
+              "sparse_mode": forward.kwargs.get("sparse_mode", 0), "keep_prob": forward.kwargs.get("keep_prob", 1.0),
+              "seed": seed, "offset": offset, "numels": numels,
+              "actual_seq_qlen": forward.kwargs.get("actual_seq_qlen"),
+              "actual_seq_kvlen": forward.kwargs.get("actual_seq_kvlen")}
     return SampleCall((query, key, value, dy, head_num, layout), kwargs)
 
 
@@ -1352,26 +1513,25 @@ def npu_fusion_attention_grad(call: Arguments) -> None:
     the output's gradient ``dy``, in the forward's layouts, masks and sparse modes. The probabilities are
     recomputed from query and key, as the kernel does (``softmax_max`` / ``softmax_sum`` /
     ``attention_in`` carry no information the recomputation lacks). ``dpse`` is empty: pse is not
-    modeled, as in the forward."""
-    if call.keep_prob != 1:
-        raise OpArgumentError(
-            f"keep_prob={call.keep_prob} is not implemented: dropout is random; only keep_prob=1 is modeled",
-            argument="keep_prob"
-        )
+    modeled, as in the forward. With ``keep_prob < 1`` the dropout mask is drawn again from ``seed``,
+    ``offset`` and ``numels`` (the forward's last three outputs), as the op does; it takes no mask."""
+    _check_keep_prob(call.keep_prob)
 
 
 def _fa_setup(ctx: object, call: Arguments, output: tuple) -> None:
     ctx.save_for_backward(call.query, call.key, call.value, call.atten_mask, *output[:3])
-    ctx.call = call
+    ctx.call, ctx.random = call, output[4:7]
 
 
 def _fa_backward(ctx: object, dy: torch.Tensor, *_unused: Any) -> tuple:
     """op-plugin's formula: only attention_out's gradient flows back (the statistics are intermediates)."""
     query, key, value, mask, out, softmax_max, softmax_sum = ctx.saved_tensors
     call = ctx.call
+    seed, offset, numels = ctx.random
     dq, dk, dv, _ = torch.ops.npu.npu_fusion_attention_grad(
         query, key, value, dy, call.head_num, call.input_layout, atten_mask=mask, softmax_max=softmax_max,
-        softmax_sum=softmax_sum, attention_in=out, scale_value=call.scale, pre_tockens=call.pre_tockens,
+        softmax_sum=softmax_sum, attention_in=out, scale_value=call.scale, keep_prob=call.keep_prob,
+        seed=seed, offset=offset, numels=numels, pre_tockens=call.pre_tockens,
         next_tockens=call.next_tockens, actual_seq_qlen=call.actual_seq_qlen, actual_seq_kvlen=call.actual_seq_kvlen,
         sparse_mode=call.sparse_mode,
     )
@@ -1409,12 +1569,20 @@ def npu_fusion_attention(call: Arguments) -> None:
       ``softmax_out`` is reserved: empty ``[0]``.
       Without dropout there is no random mask, so seed, offset and numels are 0.
 
-    Refused with the argument's name: ``keep_prob != 1`` (dropout is random), pse, prefix, sink,
-    dropout_mask, sparse modes 5-8. ``padding_mask`` is not supported by the page either.
+    * Dropout (``keep_prob < 1``): ``softmax(...) * M / keep_prob`` multiplies ``v``, M the keep mask over
+      the [B, N, Sq, Skv] scores (TND: each batch's [N, Sq_i, Skv_i] in turn): the given ``dropout_mask``
+      (packed bits, as ``_npu_dropout_gen_mask`` makes it), else drawn from ``seed`` and ``offset`` as
+      ``_npu_dropout_gen_mask(..., p=1 - keep_prob, seed, offset)`` draws it. The statistics are those
+      of the undropped softmax. The last three outputs are then ``seed``, ``offset`` and the mask's
+      element count ``numels``, from which the backward draws the same mask again. The page's seed 0
+      ("the default seed") is seed 0 of the CPU model's generator, so equal seeds and offsets drop the
+      same elements: pass another ``seed`` or ``offset`` per step to vary them (the NPU advances its
+      Philox offset per call). The bits are not the NPU's Philox bits.
+
+    Refused with the argument's name: pse, prefix, sink, sparse modes 5-8, ``keep_prob`` outside (0, 1].
+    ``padding_mask`` is not supported by the page either.
     """
-    if call.keep_prob != 1:
-        raise OpArgumentError(f"keep_prob={call.keep_prob} is not implemented: dropout is random; only keep_prob=1 "
-                              "(inference, no dropout) is modeled", argument="keep_prob")
+    _check_keep_prob(call.keep_prob)
     _check_attention_scalars(call.head_num, 0, call.sparse_mode, call.inner_precise, call.pre_tockens,
                              call.next_tockens, 0)
     if call.input_layout not in FA_LAYOUTS:

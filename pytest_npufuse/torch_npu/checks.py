@@ -13,6 +13,7 @@ import numbers
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import OpArgumentError, OpTypeError
 from ..gaps import refused
@@ -20,6 +21,14 @@ from .dtypes import DTYPE_CODES
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def kernel_checks_apply(tensor: torch.Tensor) -> bool:
+    """Whether the checks only torch_npu's device kernel makes apply to a call: on real tensors. op-plugin's
+    meta function of an op (what FakeTensorMode and a compiled graph's tracing run) makes fewer, and gives
+    the output shapes of calls its kernel would refuse; on fake tensors those checks are left to the kernel,
+    which the model runs on the call's real values."""
+    return not is_fake(tensor)
 
 
 def dtype_names(dtypes: Sequence[torch.dtype]) -> str:

@@ -9,6 +9,7 @@ rounding bytes zero.
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -33,10 +34,33 @@ def _meta(call: Arguments) -> Out:
     return Out([_mask_bytes(list(call.size))[0]], torch.uint8)
 
 
+def _generator_seed(seed: int, offset: int) -> int:
+    """One seed of torch's CPU generator from both: its Mersenne Twister reads only a seed's low 32 bits, so
+    seed and offset are hashed together rather than placed side by side."""
+    digest = hashlib.blake2b(f"{seed}:{offset}".encode(), digest_size=_SEED_BITS // BITS_PER_BYTE).digest()
+    return int.from_bytes(digest, "little")
+
+
+def keep_bits(numels: int, p: float, seed: int, offset: int) -> torch.Tensor:
+    """bool [ceil(numels / 8) * 8]: which elements a dropout of drop rate ``p`` keeps, the same bits for the
+    same ``seed`` and ``offset`` (the mask ``npu_fusion_attention`` draws itself and its backward draws
+    again from the seed, offset and numels the forward returned)."""
+    filled = -(-numels // BITS_PER_BYTE)
+    generator = torch.Generator().manual_seed(_generator_seed(seed, offset))
+    return torch.rand(filled * BITS_PER_BYTE, generator=generator, dtype=torch.float64) >= p
+
+
+def unpack_bits(mask: torch.Tensor, numels: int) -> torch.Tensor:
+    """bool [numels]: the bits of a packed uint8 mask, bit ``i % 8`` of byte ``i // 8`` for element ``i``
+    (``numpy.unpackbits(..., bitorder="little")``, as op-plugin's tests read the mask)."""
+    shifts = torch.arange(BITS_PER_BYTE, dtype=torch.uint8)
+    bits = (mask[: -(-numels // BITS_PER_BYTE)].reshape(-1, 1) >> shifts) & 1
+    return bits.reshape(-1)[:numels].bool()
+
+
 def _kernel(call: Arguments) -> torch.Tensor:
     length, filled = _mask_bytes(list(call.size))
-    generator = torch.Generator().manual_seed(((call.seed << 32) ^ call.offset) % (1 << _SEED_BITS))
-    keep = torch.rand(filled * BITS_PER_BYTE, generator=generator, dtype=torch.float64) >= call.p
+    keep = keep_bits(math.prod(call.size), call.p, call.seed, call.offset)
     weights = torch.tensor([1 << bit for bit in range(BITS_PER_BYTE)], dtype=torch.int64)
     packed = (keep.view(filled, BITS_PER_BYTE).to(torch.int64) * weights).sum(dim=1).to(torch.uint8)
     mask = torch.zeros(length, dtype=torch.uint8)

@@ -66,7 +66,7 @@ def _check_path(save_path: Optional[str]) -> None:
 
 
 def _kernel(call: Arguments) -> tuple:
-    save_file(call.self.detach().clone(), saved_path(call.save_path), "save_npugraph_tensor file")
+    save_file(call.input.detach().clone(), saved_path(call.save_path), "save_npugraph_tensor file")
     return ()
 
 

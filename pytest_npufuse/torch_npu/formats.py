@@ -13,8 +13,10 @@ and ``csrc/framework/InferFormat.cpp`` (``GuessBaseFormat``, ``GuessStorageForma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Optional
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -150,6 +152,60 @@ def cast_format(source: torch.Tensor, acl_format: int) -> StorageDesc:
     if wanted is current.format or (is_base_format(wanted) and is_base_format(current.format)):
         return StorageDesc(wanted, current.base_shape)
     return StorageDesc(storage_format(current.base_shape, wanted), current.base_shape)
+
+
+def cast_in_place(source: torch.Tensor, acl_format: int) -> bool:
+    """Whether ``npu_format_cast(source, acl_format)`` returns ``source`` itself, as torch_npu's does
+    (FormatCastKernelNpu.cpp ``npu_format_cast``/``_npu_format_cast``): when the storage already has the
+    format (after the fallback of a tensor below 2 dims to ND) or when both formats are base formats,
+    where ``format_cast_as_base_format`` relabels the source's storage, recorded here, and keeps its
+    bytes."""
+    wanted, current = cast_format(source, acl_format), _desc(source)
+    if wanted == current:
+        return True
+    if is_base_format(wanted.format) and is_base_format(current.format):
+        record_format(source, wanted)
+        return True
+    return False
+
+
+# FormatHelper.cpp's BLOCKBYTES and BLOCKSIZE: a FRACTAL_NZ tile is BLOCK_ROWS rows of 32 bytes.
+BLOCK_BYTES = 32
+BLOCK_ROWS = 16
+
+
+def _nz_c0(dtype: torch.dtype, customize_dtype: object) -> int:
+    """Elements per tile row (C0): 32 bytes of ``customize_dtype`` when it names a torch dtype (torch.int32:
+    C0 = 8, as aclnnNpuFormatCastCalculateSizeAndFormat computes), else of ``dtype`` with 4-byte dtypes
+    counted as 2 (``InferShapeNDToNZ``: "float32 will cast to float16"), so int8 has 32 and the rest 16.
+    An int4 code (torch spells it quint4x2 here) keeps the default, as torch_npu's halving of it does."""
+    if isinstance(customize_dtype, torch.dtype) and customize_dtype is not torch.quint4x2:
+        return BLOCK_BYTES // customize_dtype.itemsize
+    return BLOCK_BYTES // min(dtype.itemsize, 2)
+
+
+def storage_elements(desc: StorageDesc, dtype: torch.dtype, customize_dtype: object = None) -> int:
+    """How many ``dtype`` elements a storage laid out as ``desc`` holds: FRACTAL_NZ pads the last two dims
+    of its base shape to whole tiles, [..., ceil(n / C0), ceil(m / 16), 16, C0] (``InferShapeNDToNZ``, a
+    shape below 2 dims taken as [m, 1]); every other format holds exactly its elements."""
+    shape = list(desc.base_shape)
+    if desc.format is not Format.FRACTAL_NZ:
+        return math.prod(shape)
+    dims = (shape or [1]) + [1] * (len(shape) < 2)
+    *batch, rows, cols = dims
+    c0 = _nz_c0(dtype, customize_dtype)
+    return math.prod(batch) * -(-cols // c0) * -(-rows // BLOCK_ROWS) * BLOCK_ROWS * c0
+
+
+def empty_in_format(
+    shape: torch.Size, dtype: torch.dtype, desc: StorageDesc, customize_dtype: Optional[object] = None
+) -> torch.Tensor:
+    """A dense ``shape`` tensor whose storage (zeroed) is as large as the device's in ``desc``'s layout, so
+    ``untyped_storage().size()`` reads as on the NPU; the values sit in torch's row-major order at offset
+    0, the padding after them."""
+    elements = max(storage_elements(desc, dtype, customize_dtype), math.prod(shape))
+    storage = torch.zeros(elements, dtype=dtype).untyped_storage()
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
 def record_format(tensor: torch.Tensor, desc: StorageDesc) -> torch.Tensor:

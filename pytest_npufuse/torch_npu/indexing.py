@@ -40,7 +40,7 @@ INDEX_DTYPE = torch.int32  # op-plugin MaxV1KernelNpu.cpp / MinV1KernelNpu.cpp a
 
 
 def _reduced_shape(call: Arguments) -> list[int]:
-    x, dim = call.self, call.dim
+    x, dim = call.input, call.dim
     if x.dim() == 0 or not -x.dim() <= dim < x.dim():
         raise OpArgumentError(f"dim={dim} is out of range for self of shape {list(x.shape)}", argument="dim")
     shape = list(x.shape)
@@ -53,21 +53,21 @@ def _reduced_shape(call: Arguments) -> list[int]:
 
 def _extreme_meta(call: Arguments) -> tuple[Out, Out]:
     shape = _reduced_shape(call)
-    return Out(shape, call.self.dtype), Out(shape, INDEX_DTYPE)
+    return Out(shape, call.input.dtype), Out(shape, INDEX_DTYPE)
 
 
 def _extreme_kernel(reduce: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Callable[[Arguments], tuple]:
     """The kernel of npu_max or npu_min: torch's reduction (first index of a tie), indices as int32."""
 
     def kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
-        values, indices = reduce(call.self, dim=call.dim, keepdim=call.keepdim)
+        values, indices = reduce(call.input, dim=call.dim, keepdim=call.keepdim)
         return values, indices.to(INDEX_DTYPE)
 
     return kernel
 
 
 def _extreme_setup(ctx: object, call: Arguments, output: tuple) -> None:
-    ctx.dim, ctx.keepdim, ctx.sizes = call.dim, call.keepdim, list(call.self.shape)
+    ctx.dim, ctx.keepdim, ctx.sizes = call.dim, call.keepdim, list(call.input.shape)
     ctx.save_for_backward(output[1])
 
 
@@ -155,14 +155,14 @@ def npu_min_backward(call: Arguments) -> None:
 
 
 def _sort_meta(call: Arguments) -> Out:
-    x = call.self
+    x = call.input
     if x.dim() == 0:
-        raise OpArgumentError("self is a scalar; npu_sort_v2 sorts along its last dim", argument="self")
+        raise OpArgumentError("input is a scalar; npu_sort_v2 sorts along its last dim", argument="input")
     return Out(list(x.shape), x.dtype)
 
 
 def _sort_kernel(call: Arguments) -> torch.Tensor:
-    return torch.sort(call.self, dim=-1, descending=call.descending).values
+    return torch.sort(call.input, dim=-1, descending=call.descending).values
 
 
 @npu_op(meta=_sort_meta, kernel=_sort_kernel, samples=_sort_samples)
@@ -179,15 +179,15 @@ def npu_sort_v2(call: Arguments) -> None:
 
 
 def _one_hot_meta(call: Arguments) -> Out:
-    x = call.self
+    x = call.input
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise OpArgumentError(f"self has dtype {x.dtype}; expected integer class indices", argument="self")
+        raise OpArgumentError(f"input has dtype {x.dtype}; expected integer class indices", argument="input")
     return Out([*x.shape, call.depth], torch.float32)
 
 
 def _one_hot_kernel(call: Arguments) -> torch.Tensor:
     classes = torch.arange(call.depth)
-    hot = call.self.to(torch.int64).unsqueeze(-1) == classes
+    hot = call.input.to(torch.int64).unsqueeze(-1) == classes
     on, off = torch.tensor(float(call.on_value)), torch.tensor(float(call.off_value))
     return torch.where(hot, on, off)
 

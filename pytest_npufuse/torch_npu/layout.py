@@ -33,21 +33,21 @@ def _pad_samples() -> list[SampleCall]:
 
 def _permuted(call: Arguments) -> list[int]:
     """The output shape of npu_transpose: ``perm`` must name every dim of ``self`` once."""
-    rank = call.self.dim()
+    rank = call.input.dim()
     axes = [axis % rank for axis in call.perm] if rank else list(call.perm)
     if sorted(axes) != list(range(rank)):
         raise OpArgumentError(
             f"perm={list(call.perm)} is not a permutation of the {rank} dims of self", argument="perm"
         )
-    return [call.self.shape[axis] for axis in call.perm]
+    return [call.input.shape[axis] for axis in call.perm]
 
 
 def _transpose_meta(call: Arguments) -> Out:
-    return Out(_permuted(call), call.self.dtype)
+    return Out(_permuted(call), call.input.dtype)
 
 
 def _transpose_kernel(call: Arguments) -> torch.Tensor:
-    return call.self.permute(list(call.perm)).contiguous()
+    return call.input.permute(list(call.perm)).contiguous()
 
 
 @npu_op(meta=_transpose_meta, kernel=_transpose_kernel, samples=_transpose_samples)
@@ -61,18 +61,18 @@ def npu_transpose(call: Arguments) -> None:
 
 
 def _broadcast_meta(call: Arguments) -> Out:
-    shape, size = list(call.self.shape), list(call.size)
+    shape, size = list(call.input.shape), list(call.size)
     extra = len(size) - len(shape)
     if extra < 0 or any(old not in (1, new) for old, new in zip(shape, size[extra:])):
         raise OpArgumentError(
             f"size={size} cannot hold self of shape {shape}: each dim of self must be 1 or equal the "
             "matching trailing dim of size (new dims go in front)", argument="size"
         )
-    return Out(size, call.self.dtype)
+    return Out(size, call.input.dtype)
 
 
 def _broadcast_kernel(call: Arguments) -> torch.Tensor:
-    return call.self.expand(list(call.size)).contiguous()
+    return call.input.expand(list(call.size)).contiguous()
 
 
 @npu_op(meta=_broadcast_meta, kernel=_broadcast_kernel, samples=_broadcast_samples)
@@ -85,7 +85,7 @@ def npu_broadcast(call: Arguments) -> None:
 
 
 def _slice_meta(call: Arguments) -> Out:
-    shape, offsets, size = list(call.self.shape), list(call.offsets), list(call.size)
+    shape, offsets, size = list(call.input.shape), list(call.offsets), list(call.size)
     if len(offsets) != len(shape) or len(size) != len(shape):
         raise OpArgumentError(
             f"offsets={offsets} and size={size} need one entry per dim of self {shape}", argument="offsets"
@@ -96,12 +96,12 @@ def _slice_meta(call: Arguments) -> Out:
                 f"offsets[{dim}]={start} with size[{dim}]={length} leaves dim {dim} of self (size {extent})",
                 argument="offsets"
             )
-    return Out(size, call.self.dtype)
+    return Out(size, call.input.dtype)
 
 
 def _slice_kernel(call: Arguments) -> torch.Tensor:
     window = tuple(slice(start, start + length) for start, length in zip(call.offsets, call.size))
-    return call.self[window].contiguous()
+    return call.input[window].contiguous()
 
 
 @npu_op(meta=_slice_meta, kernel=_slice_kernel, samples=_slice_samples)

@@ -21,12 +21,14 @@ from .checks import (
     HALF_DTYPES,
     comm_domain_name,
     dtype_of_code,
+    kernel_checks_apply,
     require_choice,
     require_dtype,
     require_dtype_code,
     require_shape,
+    require_unused,
 )
-from .distributed import all_reduce_sum, comm_domain
+from .distributed import all_gather_rows, all_reduce_sum, comm_domain
 from .quant import antiquant_param_shapes, antiquant_weight
 from .quant_param import decode_quant_param
 from .registry import Arguments, Derivative, Out, SampleCall, npu_op
@@ -37,13 +39,26 @@ from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 # ---------------------------------------------------------------------------------------------
 
 MM_ALL_REDUCE_UNMODELED = (
-    "dequant_scale", "pertoken_scale", "comm_quant_scale_1", "comm_quant_scale_2", "group_sizes", "y_dtype",
+    "pertoken_scale", "comm_quant_scale_1", "comm_quant_scale_2", "group_sizes", "y_dtype",
     "x1_dtype", "x2_dtype", "dequant_scale_dtype", "pertoken_scale_dtype", "comm_mode",
 )
 
 
+def _mm_all_reduce_quant_meta(call: Arguments) -> Out:
+    """The fully quantised mode (int8 ``x1``/``x2`` with ``dequant_scale``) as op-plugin's meta function gives
+    it (op_plugin/python/meta/_meta_registrations.py ``npu_mm_all_reduce_base_forward``): x1's shape with
+    x2's n, in bfloat16 for a bfloat16 ``dequant_scale``, else float16. Its kernel is not modeled, so a call
+    on real tensors is refused; on fake tensors the shapes are what a traced graph needs."""
+    if kernel_checks_apply(call.x1):
+        require_unused("npu_mm_all_reduce_base", dequant_scale=call.dequant_scale)
+    dtype = torch.bfloat16 if call.dequant_scale.dtype == torch.bfloat16 else torch.float16
+    return Out([*call.x1.shape[:-1], call.x2.shape[-1]], dtype)
+
+
 def _mm_all_reduce_meta(call: Arguments) -> Out:
     """Shapes and dtypes of the non-quantised and weight-only-quantised (antiquant) rows of the page."""
+    if call.dequant_scale is not None:
+        return _mm_all_reduce_quant_meta(call)
     x1, x2 = call.x1, call.x2
     require_dtype("x1", x1, HALF_DTYPES, "(int8 x1, the fully quantised mode, is not implemented)")
     antiquant = x2.dtype == torch.int8
@@ -591,3 +606,93 @@ def npu_mm_reduce_scatter_base(call: Arguments) -> None:
         require_choice("comm_mode", call.comm_mode, MM_REDUCE_SCATTER_MODES, "the communication modes")
     if call.world_size < 1:
         raise OpArgumentError(f"world_size={call.world_size} must be >= 1, the ranks of the communication domain")
+
+
+# ---------------------------------------------------------------------------------------------
+# npu_all_gather_base_mm (AllGatherMatmul)
+# ---------------------------------------------------------------------------------------------
+
+ALL_GATHER_MM_MODES = ("ai_cpu", "aiv")  # the page's comm_mode values
+
+
+def _all_gather_mm_meta(call: Arguments) -> tuple[Out, Out]:
+    """output ``[world_size x m, n]`` in input's dtype, gather_out ``[world_size x m, k]`` (``[0]`` without
+    gather_output), as op-plugin's meta function sizes them for ``gather_index=0``."""
+    x1, x2, world = call.input, call.x2, call.world_size
+    require_dtype("input", x1, HALF_DTYPES, "(the int8 quantised mode is not implemented)")
+    require_dtype("x2", x2, (x1.dtype,), "(input's dtype)")
+    if x1.dim() != 2 or x2.dim() != 2 or x1.shape[1] != x2.shape[0]:
+        raise OpArgumentError(f"input {list(x1.shape)} and x2 {list(x2.shape)} must be [m, k] and [k, n]",
+                              argument="input")
+    if call.bias is not None:
+        require_dtype("bias", call.bias, (x1.dtype,), "(input's dtype)")
+        require_shape("bias", call.bias, ((x2.shape[1],),))
+    rows = world * x1.shape[0]
+    gathered = [rows, x1.shape[1]] if call.gather_output else [0]
+    return Out([rows, x2.shape[1]], x1.dtype), Out(gathered, x1.dtype)
+
+
+def _gathered_rows(call: Arguments) -> torch.Tensor:
+    """``allgather(input)`` in rank order: every rank's rows when ``hcom`` names an ``"hccl"`` group of
+    ``world_size`` ranks; otherwise this rank's rows first and zeros for the ranks not simulated (as the
+    experts of other ranks add 0 in npu_moe_distribute_dispatch)."""
+    x1, world = call.input, call.world_size
+    domain = comm_domain(call.hcom)
+    if domain is not None and domain.size > 1:
+        if domain.size != world:
+            raise OpArgumentError(f"world_size={world} but the communication domain {call.hcom!r} has "
+                                  f"{domain.size} ranks", argument="world_size")
+        return torch.cat(all_gather_rows(domain, x1.contiguous(), "torch_npu.npu_all_gather_base_mm"))
+    rows = x1.new_zeros(world * x1.shape[0], x1.shape[1])
+    rows[: x1.shape[0]] = x1
+    return rows
+
+
+def _all_gather_mm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    gathered, x2 = _gathered_rows(call), call.x2
+    addend = torch.zeros(x2.shape[1]) if call.bias is None else call.bias.to(torch.float32)
+    out = cube_addmm(addend.expand(gathered.shape[0], -1), gathered, x2, out_dtype=call.input.dtype)
+    return out, gathered if call.gather_output else gathered.new_empty(0)
+
+
+def _all_gather_mm_samples() -> list[SampleCall]:
+    """A bfloat16 [4, 64] x [64, 16] over a world of 2 with the gathered input returned, and one rank of a
+    float16 world of 1 without it."""
+    gen = torch.Generator().manual_seed(0)
+    x1, x2 = torch.randn(4, 64, generator=gen).bfloat16(), torch.randn(64, 16, generator=gen).bfloat16()
+    h1, h2 = torch.randn(3, 32, generator=gen).half(), torch.randn(32, 8, generator=gen).half()
+    return [SampleCall((x1, x2, "hcom_tp", 2)), SampleCall((h1, h2, "hcom", 1), {"gather_output": False})]
+
+
+@npu_op(
+    meta=_all_gather_mm_meta,
+    kernel=_all_gather_mm_kernel,
+    unmodeled=("x1_scale", "x2_scale", "output_dtype"),
+    argument_checks={"hcom": comm_domain_name("communication domain")},
+    samples=_all_gather_mm_samples,
+)
+def npu_all_gather_base_mm(call: Arguments) -> None:
+    """AllGatherMatmul (tensor parallelism): ``output = allgather(input) @ x2 + bias`` and ``gather_out =
+    allgather(input)`` over ``hcom``'s ``world_size`` ranks, in rank order.
+
+    Source: op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_all_gather_base_mm.md (formulas, shapes,
+    dtypes) and its meta function (output shapes; ``gather_output=False`` returns an empty gather_out).
+    When ``hcom`` names an ``"hccl"`` process group of several ranks, the rows are every rank's; otherwise
+    the numbers are those of rank 0 with the other ranks' rows not simulated (zeros), as the MC2 MoE ops
+    model other ranks. The op catalog prices the whole gathered matmul and a one-pass ring AllGather of
+    ``input`` on the profile's link (cost rule ``matmul_all_gather``).
+
+    * ``input`` float16/bfloat16 ``[m, k]``, ``x2`` ``[k, n]`` in its dtype (a transposed view is fine),
+      ``bias`` ``[n]`` in its dtype (the page's formula; it notes the device takes no non-zero bias yet):
+      fp32 products and accumulation, the bias added in float32 before one rounding.
+
+    Refused by name: the int8 quantised mode (``x1_scale``, ``x2_scale``, ``output_dtype``),
+    ``gather_index`` other than 0 and ``comm_turn`` other than 0 (the page: the only supported values).
+    """
+    require_choice("gather_index", call.gather_index, (0,), "the page: only 0, gathering input, is supported")
+    require_choice("comm_turn", call.comm_turn, (0,), "the only supported split")
+    if call.comm_mode is not None:
+        require_choice("comm_mode", call.comm_mode, ALL_GATHER_MM_MODES, "the communication modes")
+    if call.world_size < 1:
+        raise OpArgumentError(f"world_size={call.world_size} must be >= 1, the ranks of the communication domain",
+                              argument="world_size")

@@ -12,6 +12,7 @@ from torch._subclasses.fake_tensor import is_fake
 from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
+    dtype_of_code,
     require_choice,
     require_dtype,
     require_int,
@@ -19,7 +20,7 @@ from .checks import (
     require_unused,
 )
 from .fixedorder import softmax
-from .formats import cast_format, get_npu_format, record_format
+from .formats import cast_format, cast_in_place, empty_in_format, get_npu_format, record_format
 from .registry import Arguments, Derivative, Out, SampleCall, bind, no_outputs, npu_op
 
 
@@ -36,9 +37,17 @@ def _target_format(acl_format: int | torch.Tensor) -> int:
 
 def _format_cast_kernel(call: Arguments) -> torch.Tensor:
     """A dense copy, as the fake promises, made here so that the format is recorded on the storage the
-    caller gets (the registry would otherwise densify a copy of a view into a storage with no record)."""
-    dense = call.input.clone(memory_format=torch.contiguous_format)
-    return record_format(dense, cast_format(call.input, _target_format(call.acl_format)))
+    caller gets (the registry would otherwise densify a copy of a view into a storage with no record),
+    in a storage as large as the device's in that format (a FRACTAL_NZ one padded to whole tiles)."""
+    desc = cast_format(call.input, _target_format(call.acl_format))
+    dense = empty_in_format(call.input.shape, call.input.dtype, desc, dtype_of_code(call.customize_dtype))
+    return record_format(dense.copy_(call.input), desc)
+
+
+def _format_cast_returns_input(call: Arguments) -> bool:
+    """torch_npu returns ``input`` itself when its storage has the format asked for or both are base
+    formats (:func:`.formats.cast_in_place`)."""
+    return cast_in_place(call.input, _target_format(call.acl_format))
 
 
 def _format_cast_samples() -> list[SampleCall]:
@@ -53,7 +62,7 @@ def _require_format(name: str, value: object) -> object:
 
 
 @npu_op(meta=_format_cast_meta, kernel=_format_cast_kernel, argument_checks={"acl_format": _require_format},
-        samples=_format_cast_samples)
+        samples=_format_cast_samples, returns_input=_format_cast_returns_input)
 def npu_format_cast(call: Arguments) -> None:
     """Change the device memory format of ``input``; on CPU this returns a copy equal to ``input``.
 
@@ -65,10 +74,13 @@ def npu_format_cast(call: Arguments) -> None:
     tensor out in device memory, for example in fractal tiles for the Cube unit.  The logical
     shape, dtype and values stay the same, and every op in this module reads logical values.
     So the CPU model keeps the layout and returns a copy, noting the copy's format for
-    ``torch_npu.get_npu_format`` (:mod:`.formats`). The ``.Tensor`` overload,
-    ``npu_format_cast(input, dst)``, casts to the format ``dst`` has.  It copies rather than returning
-    ``input`` itself because an op without alias annotations may not return its input, and the real op
-    also returns a new tensor.  ``acl_format`` must be an int, as in the real schema.
+    ``torch_npu.get_npu_format`` (:mod:`.formats`), in a storage as large as the device's (a FRACTAL_NZ
+    one padded to whole tiles, so ``untyped_storage().size()`` reads as on the NPU). The ``.Tensor``
+    overload, ``npu_format_cast(input, dst)``, casts to the format ``dst`` has.  As torch_npu's, an eager
+    call returns ``input`` itself when its storage already has the format, or relabels it when both
+    formats are base formats (ND, NCHW, ...); ``torch.ops.npu.npu_format_cast`` and a compiled graph
+    copy there too, since an op without alias annotations may not return its input.  ``acl_format``
+    must be an int, as in the real schema.
     ``customize_dtype`` (a torch.dtype or its int code) picks the dtype whose tile width (C0) the device
     layout uses, e.g. torch.int32 for C0 = 8, and ``input_dtype`` the dtype the data stands for (an int4
     weight in int32 words): both shape only the device layout, so they change no value here.
@@ -316,7 +328,7 @@ def _confusion_shape(self: torch.Tensor, perm: Sequence[int], shape: Sequence[in
 
 
 def _confusion_transpose_meta(call: Arguments) -> Out:
-    self = call.self
+    self = call.input
     try:
         out_shape = _confusion_shape(self, call.perm, call.shape, call.transpose_first)
     except RuntimeError as err:
@@ -329,7 +341,7 @@ def _confusion_transpose_meta(call: Arguments) -> Out:
 
 
 def _confusion_transpose_kernel(call: Arguments) -> torch.Tensor:
-    self, perm, shape, transpose_first = call.self, call.perm, call.shape, call.transpose_first
+    self, perm, shape, transpose_first = call.input, call.perm, call.shape, call.transpose_first
     moved = self.permute(*perm).reshape(*shape) if transpose_first else self.reshape(*shape).permute(*perm)
     return moved.clone(memory_format=torch.contiguous_format)
 
@@ -397,7 +409,7 @@ def npu_confusion_transpose_backward(call: Arguments) -> None:
 
 
 def _confusion_transpose_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
-    ctx.perm, ctx.shape, ctx.transpose_first = list(call.perm), list(call.self.shape), call.transpose_first
+    ctx.perm, ctx.shape, ctx.transpose_first = list(call.perm), list(call.input.shape), call.transpose_first
 
 
 def _confusion_transpose_grad(ctx: object, grad: torch.Tensor) -> tuple:
@@ -433,22 +445,22 @@ def _scatter_update_axis(data: torch.Tensor, axis: int) -> int:
     dim = axis + data.dim() if axis < 0 else axis
     if not 1 <= dim < data.dim():
         raise OpArgumentError(
-            f"axis={axis} must name a dim of data other than the batch dim 0 (data has {data.dim()} dims)",
+            f"axis={axis} must name a dim of input other than the batch dim 0 (input has {data.dim()} dims)",
             argument="axis"
         )
     return dim
 
 
 def _scatter_update_meta(call: Arguments) -> Out:
-    self, indices, updates = call.data, call.indices, call.updates
-    require_dtype("data", self, SCATTER_UPDATE_DTYPES)
-    require_dtype("updates", updates, (self.dtype,), "(data's dtype)")
+    self, indices, updates = call.input, call.indices, call.updates
+    require_dtype("input", self, SCATTER_UPDATE_DTYPES)
+    require_dtype("updates", updates, (self.dtype,), "(input's dtype)")
     require_dtype("indices", indices, (torch.int32, torch.int64))
     low, high = SCATTER_UPDATE_RANKS
     if not low <= self.dim() <= high or updates.dim() != self.dim():
         raise OpArgumentError(
-            f"data {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8",
-            argument="data"
+            f"input {list(self.shape)} and updates {list(updates.shape)} must have the same rank, 2 to 8",
+            argument="input"
         )
     dim = _scatter_update_axis(self, call.axis)
     if indices.dim() != 1:
@@ -458,19 +470,19 @@ def _scatter_update_meta(call: Arguments) -> Out:
     expected = [*self.shape[:dim], updates.shape[dim], *self.shape[dim + 1:]]
     if list(updates.shape) != expected or updates.shape[dim] > self.shape[dim]:
         raise OpArgumentError(
-            f"updates has shape {list(updates.shape)}; it must equal data's {list(self.shape)} except "
+            f"updates has shape {list(updates.shape)}; it must equal input's {list(self.shape)} except "
             f"along axis {call.axis}, where it holds at most {self.shape[dim]} entries", argument="updates"
         )
     return Out(list(self.shape), self.dtype)
 
 
 def _scatter_update_kernel(call: Arguments) -> torch.Tensor:
-    self, updates, axis = call.data, call.updates, call.axis
+    self, updates, axis = call.input, call.updates, call.axis
     dim = _scatter_update_axis(self, axis)
     count = updates.shape[dim]
     starts = call.indices.to(torch.int64)
     if bool(((starts < 0) | (starts + count > self.shape[dim])).any()):
-        raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave data's axis {axis} "
+        raise OpArgumentError(f"indices {starts.tolist()} plus the {count} updated entries leave input's axis {axis} "
                               f"(size {self.shape[dim]}); the op does not check bounds on the device",
                               argument="indices")
     along = [1] * self.dim()
@@ -505,7 +517,7 @@ def scatter_update(call: Arguments) -> None:
 
 
 @npu_op(
-    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"data": 0}, samples=_scatter_update_samples,
+    meta=_scatter_update_meta, kernel=_scatter_update_kernel, writes_back={"input": 0}, samples=_scatter_update_samples,
     inplace_of="scatter_update",
 )
 def scatter_update_(call: Arguments) -> None:

@@ -16,6 +16,7 @@ from ..numerics.exact import cube_addmm, cube_matmul, int_matmul, wrap_to_int32
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
+    kernel_checks_apply,
     require_choice,
     require_dtype,
     require_shape,
@@ -25,7 +26,7 @@ from .checks import (
     type_check,
 )
 from .fixedorder import pairwise_sum, round_to_int8, sigmoid, softmax, top_indices
-from .quant import antiquant_weight, unpack_int4
+from .quant import A8W4_ACTIVATION_SHIFT as A8W4_SHIFT, INT4_PER_INT32, antiquant_weight, unpack_int4
 from .quant_param import decode_quant_param
 from .registry import Arguments, Derivative, Out, SampleCall, npu_op
 
@@ -332,7 +333,7 @@ def _per_token(value: object, xs: Sequence[torch.Tensor]) -> Optional[list[torch
         )
     for i, (t, xi) in enumerate(zip(tensors, xs, strict=True)):
         require_dtype(f"per_token_scale[{i}]", t, (torch.float32,))
-        require_shape(f"per_token_scale[{i}]", t, ((xi.shape[0],),))
+        require_shape(f"per_token_scale[{i}]", t, ((xi.shape[0],), (xi.shape[0], 1)))
     return tensors
 
 
@@ -345,11 +346,15 @@ class _GmmParams:
     scales: Optional[list[torch.Tensor]]
     per_token: Optional[list[torch.Tensor]]
     out_dtype: torch.dtype
+    a8w4: bool = False  # int8 x by int4 weights: ``weights`` unpacked to int8 levels, ``scales`` float32 [G, N]
 
 
 def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype], has_scale: bool) -> torch.dtype:
-    """Float x: x's dtype. int8 x: output_dtype (None means int8); int32 is the raw accumulator, the others
-    need a scale (the doc's data-type table)."""
+    """Float x: x's dtype. int8 x: output_dtype (None means int8); the others need a scale (the doc's
+    data-type table). int32 is the raw accumulator, with or without a scale: op-plugin's
+    test_fake_tensor.py (test_npu_grouped_matmul_meta_9) passes an int64 scale with output_dtype=int32,
+    and the int32 golden of its test_npu_quant_matmul.py applies no scale to the accumulator, so a given
+    scale is checked (dtype, shape) and not applied."""
     if x_dtype != torch.int8:
         if output_dtype is not None and output_dtype != x_dtype:
             raise OpArgumentError(
@@ -359,16 +364,46 @@ def _gmm_output_dtype(x_dtype: torch.dtype, output_dtype: Optional[torch.dtype],
         return x_dtype
     out = torch.int8 if output_dtype is None else output_dtype
     require_choice("output_dtype", out, QUANT_OUTPUT_DTYPES, "int8 x: int8, int32 (raw accumulator), bf16, fp16, fp32")
-    if (out == torch.int32) == has_scale:
-        raise OpArgumentError("int8 x: output_dtype=torch.int32 returns the raw int32 accumulator and takes no scale; "
-                              "every other output dtype needs scale (one [N] per group, or one [E, N])")
+    if out != torch.int32 and not has_scale:
+        raise OpArgumentError(f"int8 x: output_dtype={out} needs scale (one [N] per group, or one [E, N]); only "
+                              "output_dtype=torch.int32, the raw int32 accumulator, does without", argument="scale")
     return out
+
+
+A8W4_OUTPUT_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _a8w4_params(xs: Sequence[torch.Tensor], weight: object, bias: object, scale: object, per_token_scale: object,
+                 output_dtype: Optional[torch.dtype]) -> _GmmParams:
+    """A8W4 (int8 x, int4 weights as int32 words of eight along N, [K, N / 8] per group or one [E, K, N / 8]):
+    an int64 scale per group [G, N] (the float32 in each low word, G k-groups; one [E, G, N] tensor), an
+    optional float32 bias [N] per group, a float32 per_token_scale, a float16 or bfloat16 output, as
+    op-plugin's test_npu_grouped_matmul_A8W4 and vLLM-Ascend's / sglang's W4A8 MoE pass them."""
+    packed = _gmm_weights(weight, (torch.int32,), "(A8W4: int8 x by int4 weights packed eight per int32 word)")
+    weights = [unpack_int4(w) for w in packed]
+    if _empty(scale):
+        raise OpArgumentError("A8W4 (int8 x, int4 weights) needs scale: int64 [G, N] per group (the float32 in "
+                              "each low word) or one [E, G, N]", argument="scale")
+    scales = _group_tensors("scale", scale, len(weights))
+    for g, (w, group_scale) in enumerate(zip(weights, scales)):
+        require_dtype(f"scale[{g}]", group_scale, (torch.int64,), "(A8W4: the float32 in each int64's low word)")
+        if group_scale.dim() != 2 or group_scale.shape[1] != w.shape[1] or w.shape[0] % max(group_scale.shape[0], 1):
+            raise OpArgumentError(f"scale[{g}] has shape {list(group_scale.shape)}; A8W4 takes [G, {w.shape[1]}] "
+                                  f"with G k-groups dividing K={w.shape[0]}", argument=f"scale[{g}]")
+    out = torch.float16 if output_dtype is None else output_dtype
+    require_choice("output_dtype", out, A8W4_OUTPUT_DTYPES, "A8W4 outputs float16 or bfloat16")
+    return _GmmParams(weights, _per_group("bias", bias, weights, (torch.float32,)),
+                      [_low_word_scale(group_scale) for group_scale in scales], _per_token(per_token_scale, xs), out,
+                      a8w4=True)
 
 
 def _gmm_params(xs: Sequence[torch.Tensor], weight: object, bias: object, scale: object, per_token_scale: object,
                 output_dtype: Optional[torch.dtype], antiquant_scale: object = None,
                 antiquant_offset: object = None) -> _GmmParams:
     dtype = xs[0].dtype
+    if dtype == torch.int8 and _empty(antiquant_scale) and any(
+            w.dtype == torch.int32 for w in require_tensor_list("weight", weight)):
+        return _a8w4_params(xs, weight, bias, scale, per_token_scale, output_dtype)
     if _empty(antiquant_scale):
         if not _empty(antiquant_offset):
             raise OpArgumentError(
@@ -412,24 +447,30 @@ def _check_gmm_modes(call: Arguments) -> _GmmModes:
 
     A Python ``group_list`` (op-plugin's ``npu_grouped_matmul.List``) holds cumulative row ends and takes
     group_type and group_list_type only at their defaults (None; 0 is taken as the same row split, and
-    group_list_type's schema default is 0); a tensor group_list needs group_type -1, 0 or 2 (torch_npu
+    group_list_type's schema default is 0; on fake tensors split_item 2/3 take any group_list_type, as
+    op-plugin's meta function does); a tensor group_list needs group_type -1, 0 or 2 (torch_npu
     refuses None there too)."""
     split = 0 if call.split_item is None else call.split_item
     require_choice("split_item", split, (0, 1, 2, 3), "0/1 one output per group, 2/3 one output")
     activation = 0 if call.act_type is None else call.act_type
     require_choice("act_type", activation, (0,), "fused activations are not implemented")
     list_type = 0 if call.group_list_type is None else call.group_list_type
-    if isinstance(call.group_list, (list, tuple)):
-        require_choice("group_type", call.group_type, (None, GROUP_ROWS),
-                       "a Python group_list splits x's rows; the API page allows only None with it")
-        require_choice("group_list_type", list_type, (0,), "a Python group_list holds cumulative row ends")
-        return _GmmModes(split, GROUP_ROWS, 0, True)
-    if call.group_type is None:
+    listed = isinstance(call.group_list, (list, tuple))
+    if call.group_type is None and not listed:
         raise OpArgumentError(
             "group_type is required (torch_npu refuses None too): pass 0 to split x by rows with "
             "group_list, 2 to split K (weight gradients), or -1 for one x per weight", argument="group_type"
         )
-    require_choice("group_type", call.group_type, GROUP_TYPES, "-1 no grouping, 0 split rows (M), 2 split K")
+    if call.group_type not in (None, *GROUP_TYPES):
+        # op-plugin's meta function's check, in its words
+        raise OpArgumentError(f"group_type only supports -1, 0 and 2, but got {call.group_type}", argument="group_type")
+    if listed:
+        require_choice("group_type", call.group_type, (None, -1, GROUP_ROWS),
+                       "a Python group_list splits x's rows: op-plugin's List kernel reads no group_type")
+        # split_item 2/3 give one [M, N] however the list reads, which op-plugin's meta function gives
+        if kernel_checks_apply(call.x[0]) or split not in SPLIT_OUTPUT_ITEMS:
+            require_choice("group_list_type", list_type, (0,), "a Python group_list holds cumulative row ends")
+        return _GmmModes(split, GROUP_ROWS, 0, True)
     require_choice("group_list_type", list_type, (0, 1, GROUP_PAIRS), "0 cumulative ends, 1 counts, 2 [E, 2] pairs")
     return _GmmModes(split, call.group_type, list_type, False)
 
@@ -552,7 +593,8 @@ def _gmm_k_split_layout(
     _require_group_list_tensor(call.group_list, groups, modes.list_type, x.dtype)
     out_dtype = _gmm_output_dtype(x.dtype, call.output_dtype, False)
     if modes.split in SPLIT_OUTPUT_ITEMS:
-        if len(weights) != 1 or weights[0].shape[0] != x.shape[1]:
+        # op-plugin's meta function gives [E, M, N] from x and weight[0] alone; its kernel checks the rest
+        if kernel_checks_apply(x) and (len(weights) != 1 or weights[0].shape[0] != x.shape[1]):
             raise OpArgumentError(
                 f"group_type=2 with split_item {modes.split} takes one [K={x.shape[1]}, N] weight whose rows "
                 f"group_list splits (op-plugin's kernel); got {[list(w.shape) for w in weights]}", argument="group_type"
@@ -626,8 +668,40 @@ def _grouped_matmul_layout(call: Arguments) -> tuple[list[list[int]], _GmmParams
     return shapes, params, modes
 
 
+GMM_FLOAT8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _transposed_weight(weight: torch.Tensor) -> bool:
+    """op-plugin's ``is_transpose_weight``: the last two dims are a transposed view."""
+    return weight.stride(-2) == 1 and weight.stride(-1) == weight.shape[-2]
+
+
+def _gmm_float8_meta(call: Arguments) -> list[Out]:
+    """float8 x (the FP8 and MX modes, whose kernels are not modeled) as op-plugin's meta function gives the
+    outputs (op_plugin/python/meta/_meta_registrations.py ``npu_grouped_matmul_meta``), for the modes whose
+    shapes need no group_list values: split_item 0, one ``[..., N]`` per x; 2/3, one ``[M, N]`` of all
+    rows, ``[E, M, N]`` with group_type 2, N times eight for float32 words of FP4 values not transposed;
+    in ``output_dtype``, else x's dtype. As there, float8 x and weights with rows and columns need K > 0."""
+    xs, weights = list(call.x), require_tensor_list("weight", call.weight)
+    single = len(weights) == 1 and weights[0].dim() == 3
+    n = weights[0].shape[2] if single else weights[0].shape[1]
+    rows, k = sum(x.shape[0] for x in xs), sum(x.shape[1] for x in xs)
+    if weights[0].dtype in GMM_FLOAT8_DTYPES and rows > 0 and n > 0 and k <= 0:
+        raise OpArgumentError(f"k must be a positive integer when m and n are positive, but it is {k}.", argument="x")
+    dtype = call.output_dtype or xs[0].dtype
+    if not call.split_item:
+        return [Out([*x.shape[:-1], n if single else w.shape[1]], dtype) for x, w in zip(xs, weights)]
+    packed = weights[0].dtype == torch.float32 and not _transposed_weight(weights[0])
+    shape = [rows, n * INT4_PER_INT32 if packed else n]
+    return [Out([call.group_list.shape[0], *shape] if call.group_type == GROUP_K else shape, dtype)]
+
+
 def _grouped_matmul_meta(call: Arguments) -> list[Out]:
-    """The output list from the split mode and the x/weight shapes."""
+    """The output list from the split mode and the x/weight shapes; on fake tensors a float8 x gets
+    op-plugin's meta shapes (:func:`_gmm_float8_meta`), on real ones it is refused."""
+    float8 = call.x[0].dtype in GMM_FLOAT8_DTYPES and (call.split_item or 0) in (0, *SPLIT_OUTPUT_ITEMS)
+    if float8 and not kernel_checks_apply(call.x[0]):
+        return _gmm_float8_meta(call)
     shapes, params, _ = _grouped_matmul_layout(call)
     return [Out(shape, params.out_dtype) for shape in shapes]
 
@@ -689,6 +763,11 @@ def _quant_group(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
 
 def _group_product(x: torch.Tensor, g: int, params: _GmmParams, per_token: Optional[torch.Tensor]) -> torch.Tensor:
     bias = None if params.biases is None else params.biases[g]
+    if params.a8w4:
+        rows = a8w4_product(x.reshape(-1, x.shape[-1]), params.weights[g], params.scales[g], bias, None)
+        if per_token is not None:
+            rows = rows * per_token.reshape(-1, 1)
+        return rows.to(params.out_dtype).reshape(*x.shape[:-1], -1)
     if x.dtype != torch.int8:
         return _float_group(x, params.weights[g], bias)
     scale = None if params.scales is None else params.scales[g]
@@ -764,15 +843,21 @@ def _require_group_list(name: str, value: object) -> None:
 
 
 def _grouped_matmul_samples() -> list[SampleCall]:
-    """The MoE form (one x split by a cumulative group list over a stacked [E, K, N] weight) and the
-    per-tensor form with a bias per group."""
+    """The MoE form (one x split by a cumulative group list over a stacked [E, K, N] weight), the
+    per-tensor form with a bias per group, and A8W4 (int8 x, int4 words, low-word int64 scales by k-group)."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(11, 40, generator=gen).bfloat16()
     weight = (torch.randn(3, 40, 24, generator=gen) * 0.2).bfloat16()
     bias = [torch.randn(24, generator=gen), torch.randn(24, generator=gen)]
+    scale = (torch.rand(2, 2, 16, generator=gen) * 1e-2).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    a8w4 = {"bias": [torch.rand(2, 16, generator=gen)], "scale": [scale],
+            "per_token_scale": [torch.rand(6, generator=gen)], "group_list": torch.tensor([2, 4]), "split_item": 3, "group_type": 0, "group_list_type": 1,
+            "output_dtype": torch.bfloat16}
     return [
         SampleCall(([x], [weight]), {"group_list": torch.tensor([4, 4, 9]), "split_item": 2, "group_type": 0}),
         SampleCall(([x[:5], x[5:]], [weight[0], weight[1]]), {"bias": bias, "group_type": -1}),
+        SampleCall(([torch.randint(-128, 128, (6, 32), generator=gen, dtype=torch.int8)],
+                    [torch.randint(-2**31, 2**31, (2, 32, 2), generator=gen, dtype=torch.int32)]), a8w4),
     ]
 
 
@@ -803,6 +888,10 @@ def npu_grouped_matmul(call: Arguments) -> None:
       graph learns only when it runs; a Python list of cumulative row ends (the ``.List`` overload;
       group_type None), which must end at M, fixes them. With one x per weight, group_list restates their
       rows.
+    * A8W4 (op-plugin's test_npu_grouped_matmul_A8W4; vLLM-Ascend's and sglang's W4A8 MoE): int8 x by int4
+      weights packed eight per int32 word along N ([K, N / 8] per group, or one [E, K, N / 8]), an int64
+      ``scale`` [G, N] per group (the float32 in each low word; G k-groups), a float32 ``bias`` [N] and
+      ``per_token_scale`` [M] or [M, 1], float16 or bfloat16 out: :func:`a8w4_product`.
     * Grouping K (``group_type=2``, the weight-gradient form ``dW_g = X_g^T @ dY_g``): x one [M, K]
       (usually a transposed activation) whose K columns ``group_list`` splits; ``split_item`` 2/3 take
       one [K, N] weight whose rows it splits the same way and give ``[E, M, N]``, 0/1 take one [K_g, N_g]
@@ -814,7 +903,9 @@ def npu_grouped_matmul(call: Arguments) -> None:
       products and accumulation, the bias added in fp32, one rounding to x's dtype (single-threaded BLAS,
       so the bits do not depend on torch's thread count).
     * W8A8 (formulas 2-3): int8 x and weights. ``acc = x @ w`` is exact in int32. ``output_dtype=int32``
-      returns ``acc`` (+ an int32 bias) -- the form followed by npu_dequant_swiglu_quant. Otherwise
+      returns ``acc`` (+ an int32 bias) -- the form followed by npu_dequant_swiglu_quant -- and takes a
+      scale without applying it (op-plugin's meta test passes one; its quant matmul int32 golden applies
+      none). Otherwise
       ``scale`` (one ``[N]`` per group or one ``[E, N]``; float32, bfloat16, or int64 from
       npu_trans_quant_param) dequantises per channel and ``per_token_scale`` ([M] float32, one per x) per
       row: ``acc [+ int32 bias] * scale [* per_token_scale] [+ float bias]`` in float32, rounded once to
@@ -843,22 +934,54 @@ def npu_grouped_matmul(call: Arguments) -> None:
 
 
 
+def _finalize_a8w4_meta(call: Arguments, experts: int, k: int, n: int) -> None:
+    """A8W4 (the doc's last two table rows): an int64 scale [e, G, n] (G k-groups; the doc's [e, 1, n] is
+    one), a float32 bias [e, n], an optional float32 offset [e, G, n]."""
+    scale = call.scale
+    if scale is None or call.bias is None:
+        raise OpArgumentError("A8W4 (int4 w) needs scale, int64 [e, 1, n] (or [e, G, n] for G k-groups), and "
+                              "bias, float32 [e, n] (the doc's data-type table)",
+                              argument="scale" if scale is None else "bias")
+    require_dtype("scale", scale, (torch.int64,), "(A8W4: float32 bits in the low 32 bits of each int64)")
+    if scale.dim() != 3 or scale.shape[0] != experts or scale.shape[2] != n or k % max(scale.shape[1], 1):
+        raise OpArgumentError(f"scale has shape {list(scale.shape)}; A8W4 takes [e={experts}, G, n={n}] with G "
+                              f"k-groups dividing k={k}", argument="scale")
+    require_dtype("bias", call.bias, (torch.float32,))
+    require_shape("bias", call.bias, ((experts, n),))
+    if call.offset is not None:
+        require_dtype("offset", call.offset, (torch.float32,))
+        require_shape("offset", call.offset, (tuple(scale.shape),))
+
+
+def _finalize_a8w8_meta(call: Arguments, experts: int, n: int) -> None:
+    """A8W8: a float32 scale [e, n]; bias and offset are A8W4's only (the doc)."""
+    if call.scale is None:
+        raise OpArgumentError("A8W8 needs scale, float32 [e, n] (per channel)", argument="scale")
+    require_dtype("scale", call.scale, (torch.float32,))
+    require_shape("scale", call.scale, ((experts, n),))
+    require_unused("npu_grouped_matmul_finalize_routing with int8 w (bias and offset are A8W4's)", bias=call.bias,
+                   offset=call.offset)
+
+
 def _gmm_finalize_routing_meta(call: Arguments) -> Out:
-    """y float32 [output_bs or m, n] (op-plugin meta); the A8W8 inputs of the doc's data-type table."""
+    """y float32 [output_bs or m, n] (op-plugin meta); the A8W8 or A8W4 inputs of the doc's data-type table."""
     x, w, group_list = call.x, call.w, call.group_list
     require_dtype("x", x, (torch.int8,))
-    require_dtype("w", w, (torch.int8,), "(the A8W4 int4 weights are not implemented)")
+    require_dtype("w", w, (torch.int8, torch.int32), "(int8, or int32 words of eight int4: A8W4)")
     if x.dim() != 2 or w.dim() != 3 or w.shape[1] != x.shape[1]:
         raise OpArgumentError(
-            f"x {list(x.shape)} and w {list(w.shape)} must be [m, k] and [e, k, n] (logical shape)", argument="x"
+            f"x {list(x.shape)} and w {list(w.shape)} must be [m, k] and [e, k, n] (logical shape; int4 w "
+            "[e, k, n / 8])", argument="x"
         )
-    rows, experts, n = x.shape[0], w.shape[0], w.shape[2]
+    rows, experts = x.shape[0], w.shape[0]
+    n = w.shape[2] * INT4_PER_INT32 if w.dtype == torch.int32 else w.shape[2]
     require_dtype("group_list", group_list, (torch.int64,))
     require_shape("group_list", group_list, ((experts,),))
-    scale, pertoken_scale = call.scale, call.pertoken_scale
-    if scale is None or pertoken_scale is None:
-        raise OpArgumentError("A8W8 needs scale [e, n] (per channel) and pertoken_scale [m] (per token), float32")
-    for name, value, shape in (("scale", scale, (experts, n)), ("pertoken_scale", pertoken_scale, (rows,)),
+    if w.dtype == torch.int32:
+        _finalize_a8w4_meta(call, experts, x.shape[1], n)
+    else:
+        _finalize_a8w8_meta(call, experts, n)
+    for name, value, shape in (("pertoken_scale", call.pertoken_scale, (rows,)),
                                ("logit", call.logit, (rows,)), ("row_index", call.row_index, (rows,))):
         if value is None:
             continue
@@ -876,8 +999,56 @@ def _gmm_finalize_routing_meta(call: Arguments) -> Out:
     return Out([out_rows, n], torch.float32)
 
 
+def _low_word_scale(scale: torch.Tensor) -> torch.Tensor:
+    """float32 of an A8W4 int64 scale: the float32 bits in each int64's low 32 bits, the high word 0
+    (op-plugin test_npu_grouped_matmul_finalize_routing.py builds it so, without npu_trans_quant_param's flag)."""
+    return wrap_to_int32(scale & 0xFFFFFFFF).view(torch.float32)
+
+
+def a8w4_product(rows: torch.Tensor, levels: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor],
+                 offset: Optional[torch.Tensor]) -> torch.Tensor:
+    """One expert's A8W4 product of int8 ``rows`` [r, k] and int4 ``levels`` [k, n] (unpacked) before the
+    per-token scale, float32 [r, n]. op-plugin's goldens (test_npu_grouped_matmul.py
+    test_npu_grouped_matmul_A8W4 and test_npu_grouped_matmul_finalize_routing.py, one kernel's) split each
+    int8 into a high nibble ``x // 16`` and a low one ``(x & 15) - 8`` and recombine the two products as
+    ``16 * high + low``, which is ``(x - 8) @ w``; per k-group j (``scale`` [G, n] float32) that product
+    times ``scale[j]``, summed over the groups, plus ``bias`` [n], plus ``rowsum(x_j) * offset[j]`` (the
+    finalize op's offset [G, n]). Here in exact arithmetic (float64 integer sums) where the goldens
+    accumulate the groups in float16."""
+    weight = levels.to(torch.float64)
+    groups = scale.shape[0]
+    size = rows.shape[1] // groups
+    shifted = rows.to(torch.float64) - A8W4_SHIFT
+    total = torch.zeros(rows.shape[0], levels.shape[1], dtype=torch.float32)
+    if bias is not None:
+        total = total + bias.to(torch.float32)
+    for j in range(groups):
+        part = slice(j * size, (j + 1) * size)
+        total = total + (shifted[:, part] @ weight[part]).to(torch.float32) * scale[j]
+        if offset is not None:
+            sums = rows[:, part].to(torch.float64).sum(dim=1, keepdim=True).to(torch.float32)
+            total = total + sums * offset[j]
+    return total
+
+
+def _a8w4_rows(call: Arguments, group: int, rows: torch.Tensor) -> torch.Tensor:
+    """Expert ``group``'s A8W4 rows of the finalize op (:func:`a8w4_product`), before the per-token scale."""
+    return a8w4_product(rows, unpack_int4(call.w[group]), _low_word_scale(call.scale[group]), call.bias[group],
+                        None if call.offset is None else call.offset[group])
+
+
+def _finalize_rows(call: Arguments, group: int, start: int, stop: int) -> torch.Tensor:
+    """Expert ``group``'s output rows ``start:stop`` dequantised, float32 [r, n], before the logits."""
+    x, pertoken_scale = call.x, call.pertoken_scale
+    if call.w.dtype == torch.int32:
+        rows = _a8w4_rows(call, group, x[start:stop])
+        return rows if pertoken_scale is None else rows * pertoken_scale[start:stop].reshape(-1, 1)
+    return _quant_group(x[start:stop], call.w[group], None, call.scale[group],
+                        None if pertoken_scale is None else pertoken_scale[start:stop], torch.float32)
+
+
 def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
-    x, w, scale, pertoken_scale, logit = call.x, call.w, call.scale, call.pertoken_scale, call.logit
+    x, logit = call.x, call.logit
     row_index = call.row_index
     out = torch.zeros(_gmm_finalize_routing_meta(call).shape, dtype=torch.float32)
     shared = call.shared_input
@@ -888,7 +1059,7 @@ def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
     start = 0
     for group, count in _group_row_counts(call.group_list, int(call.group_list_type), x.shape[0]):
         stop = start + count
-        rows = _quant_group(x[start:stop], w[group], None, scale[group], pertoken_scale[start:stop], torch.float32)
+        rows = _finalize_rows(call, group, start, stop)
         if logit is not None:
             rows = rows * logit[start:stop].reshape(-1, 1)
         targets = torch.arange(start, stop) if row_index is None else row_index[start:stop].to(torch.int64)
@@ -904,7 +1075,7 @@ def _gmm_finalize_routing_kernel(call: Arguments) -> torch.Tensor:
 
 def _gmm_finalize_routing_samples() -> list[SampleCall]:
     """int8 expert rows dequantised per channel and per token, weighted by their logits, scatter-added to
-    their tokens beside a shared expert's output."""
+    their tokens beside a shared expert's output; and the A8W4 form with bias and offset."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(-100, 100, (7, 32), generator=gen, dtype=torch.int8)
     weight = torch.randint(-100, 100, (3, 32, 16), generator=gen, dtype=torch.int8)
@@ -913,6 +1084,11 @@ def _gmm_finalize_routing_samples() -> list[SampleCall]:
         "shared_input": torch.randn(2, 16, generator=gen).bfloat16(), "logit": torch.rand(7, generator=gen),
         "row_index": torch.tensor([0, 2, 1, 3, 0, 2, 1]), "shared_input_weight": 0.5, "shared_input_offset": 1,
         "output_bs": 4,
+    }), SampleCall((x, torch.randint(-2**31, 2**31, (3, 32, 2), generator=gen, dtype=torch.int32),
+                    torch.tensor([2, 3, 1])), {  # A8W4: int4 words, low-word int64 scale, bias, offset
+        "scale": (torch.rand(3, 2, 16, generator=gen) * 1e-3).view(torch.int32).to(torch.int64) & 0xFFFFFFFF,
+        "bias": torch.rand(3, 16, generator=gen), "offset": torch.rand(3, 2, 16, generator=gen),
+        "logit": torch.rand(7, generator=gen), "row_index": torch.tensor([0, 2, 1, 3, 0, 2, 1]), "output_bs": 4,
     })]
 
 
@@ -934,13 +1110,19 @@ def npu_grouped_matmul_finalize_routing(call: Arguments) -> None:
       the sum of group_list take no part (the doc: the sum may be below m).
 
     Additions run in float32 in a fixed order (shared input, then rows in x's order), so the result
-    is deterministic.  Not implemented (ValueError): the A8W4 int4 weights with their ``bias``/
-    ``offset`` and int64 scales, ``dtype`` other than float32 (the doc allows only float32), and the
-    hifloat8/FP4 dtype hints; ``tuning_config`` is a tiling hint and is ignored.
+    is deterministic.  ``pertoken_scale`` may be None (op-plugin's ``w8a8_support_none_pertoken_scale``).
+
+    A8W4 (the doc's last two rows): ``w`` int4, as int32 words of eight along n ([e, k, n / 8], what
+    ``npu_quantize(..., torch.quint4x2)`` and npu_convert_weight_to_int4pack give), an int64 ``scale``
+    [e, G, n] (the float32 in each low word; the doc's [e, 1, n] is G = 1), a float32 ``bias`` [e, n]
+    and an optional float32 ``offset`` [e, G, n]: :func:`_a8w4_rows`, op-plugin's golden
+    (test_npu_grouped_matmul_finalize_routing.py ``supported_a8w4_op_exec``). ``bias`` and ``offset``
+    are A8W4's only, as the doc says. Not implemented (ValueError): ``dtype`` other than float32 (the
+    doc allows only float32) and the hifloat8/FP4 dtype hints; ``tuning_config`` is a tiling hint and is
+    ignored.
     """
-    require_unused("npu_grouped_matmul_finalize_routing (A8W4 and non-native dtypes)", bias=call.bias,
-                   offset=call.offset, x_dtype=call.x_dtype, w_dtype=call.w_dtype, scale_dtype=call.scale_dtype,
-                   pertoken_scale_dtype=call.pertoken_scale_dtype)
+    require_unused("npu_grouped_matmul_finalize_routing (MX / FP4 dtype hints)", x_dtype=call.x_dtype,
+                   w_dtype=call.w_dtype, scale_dtype=call.scale_dtype, pertoken_scale_dtype=call.pertoken_scale_dtype)
     require_choice("dtype", torch.float32 if call.dtype is None else call.dtype, (torch.float32,),
                    "the output is float32")
     list_type = 1 if call.group_list_type is None else call.group_list_type

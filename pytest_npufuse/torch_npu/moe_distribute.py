@@ -36,6 +36,7 @@ from ..errors import OpArgumentError
 from .checks import (
     HALF_DTYPES,
     comm_domain_name,
+    dtype_of_code,
     require_choice,
     require_dtype,
     require_shape,
@@ -373,7 +374,7 @@ def npu_moe_distribute_dispatch(call: Arguments) -> None:
 @npu_op(
     meta=_dispatch_v2_meta,
     kernel=_dispatch_v2_kernel,
-    unmodeled=("elastic_info", "performance_info", "y_dtype", "x_dtype", "scales_dtype"),
+    unmodeled=("elastic_info", "performance_info", "x_dtype", "scales_dtype"),
     argument_checks=EP_GROUP_CHECK,
     samples=_dispatch_samples,
 )
@@ -385,12 +386,30 @@ def npu_moe_distribute_dispatch_v2(call: Arguments) -> None:
     Source: torch_npu.npu_moe_distribute_dispatch_v2 (op-plugin API page; meta function). ``comm_alg``
     (the communication memory layout) does not change values and is accepted. Tokens routed to a zero,
     copy or constant expert (ids from ``moe_expert_num`` on, see :func:`npu_moe_distribute_combine_v2`)
-    are not sent: combine_v2 computes them from ``ori_x``. Refused: elastic expert placement
-    (``elastic_info``), ``performance_info`` and the ``y_dtype``/``x_dtype``/``scales_dtype`` overrides
-    (FP8/MX outputs).
+    are not sent: combine_v2 computes them from ``ori_x``. ``y_dtype`` (a torch.dtype or its code) names
+    expand_x's dtype, which op-plugin's kernel (MoeDistributeDispatchV2KernelOpApi.cpp) takes over the
+    default: the modes here give x's dtype (``quant_mode=0``) or int8 (``quant_mode=2``), and y_dtype
+    may name that dtype. Refused: elastic expert placement (``elastic_info``), ``performance_info``, a
+    ``y_dtype`` naming another format (FP8 / HiFloat8 / FP4 outputs of the MX quant modes) and the
+    ``x_dtype``/``scales_dtype`` overrides.
     """
     _check_dispatch(call)
     _check_special_experts(call)
+    _check_y_dtype(call)
+
+
+def _check_y_dtype(call: Arguments) -> None:
+    """y_dtype may only restate the dtype the quant mode gives expand_x (x's, or int8 when quantising)."""
+    if call.y_dtype is None:
+        return
+    given = dtype_of_code(call.y_dtype)
+    expected = call.x.dtype if call.quant_mode == NO_QUANT else torch.int8
+    if given != expected:
+        raise OpArgumentError(
+            f"y_dtype={given} is not modeled: with quant_mode={call.quant_mode} expand_x is {expected}, and "
+            "other output formats (float8, hifloat8, float4) belong to the MX quant modes; pass y_dtype="
+            f"{expected} or None", argument="y_dtype",
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ..errors import OpArgumentError
 from .checks import (
     FLOAT_DTYPES,
     dtype_of_code,
+    kernel_checks_apply,
     require_choice,
     require_dtype,
     require_shape,
@@ -198,7 +199,9 @@ def _check_init_routing_v2_scale(
         raise OpArgumentError(
             f"offset is only for quant_mode=0 (static quantisation), got quant_mode={quant_mode}", argument="offset"
         )
-    if scale is None:
+    if scale is None or x.shape[0] == 0:
+        # op-plugin's kernel returns the empty outputs of zero tokens before the device op checks scale
+        # (MoeInitRoutingV2KernelNpuOpApi.cpp: "return when using empty tensor")
         return
     require_dtype("scale", scale, (torch.float32,))
     if quant_mode == NO_QUANT:
@@ -356,7 +359,7 @@ def _init_routing_v2_kernel(call: Arguments) -> tuple[torch.Tensor, ...]:
             expanded_scale[target] = scale[source // k]
     else:
         row_scale = None
-        if scale is not None:
+        if scale is not None and rows:  # zero tokens: the kernel returns before the device op reads scale
             row_scale = scale if scale.shape[0] == 1 else scale[experts - start]
         values, dynamic = _quantize(gathered, quant_mode, scale, call.offset, row_scale)
         if dynamic is not None:
@@ -511,8 +514,6 @@ def _finalize_routing_meta(call: Arguments) -> Out:
         require_shape("scales", scales, ((tokens, top_k),))
     if bias is not None:
         require_dtype("bias", bias, (rows.dtype,), "(expanded_permuted_rows' dtype)")
-        if bias.dim() != 2 or bias.shape[1] != h:
-            raise OpArgumentError(f"bias has shape {list(bias.shape)}; expected [E, {h}]", argument="bias")
         if export_for_source_row is None:
             raise OpArgumentError(
                 "bias needs export_for_source_row (the expert of each (token, k)) to pick its row", argument="bias"
@@ -520,6 +521,9 @@ def _finalize_routing_meta(call: Arguments) -> Out:
     if export_for_source_row is not None:
         require_dtype("export_for_source_row", export_for_source_row, (torch.int32,))
         require_shape("export_for_source_row", export_for_source_row, ((tokens, top_k),))
+    if bias is not None and kernel_checks_apply(rows) and (bias.dim() != 2 or bias.shape[1] != h):
+        # op-plugin's meta function reads no bias; the kernel picks bias rows by expert
+        raise OpArgumentError(f"bias has shape {list(bias.shape)}; expected [E, {h}]", argument="bias")
     return Out([tokens, h], rows.dtype)
 
 
@@ -767,16 +771,16 @@ MAX_GROUP_TOPK_EXPERTS = 1024  # ATB: 1 <= expert_num <= 1024 (its index input h
 
 
 def _group_topk_meta(call: Arguments) -> Out:
-    scores = call.self
-    require_dtype("self", scores, (torch.float16, torch.bfloat16))
+    scores = call.input
+    require_dtype("input", scores, (torch.float16, torch.bfloat16))
     if scores.dim() != 2:
-        raise OpArgumentError(f"self has shape {list(scores.shape)}; expected [tokens, experts]", argument="self")
+        raise OpArgumentError(f"input has shape {list(scores.shape)}; expected [tokens, experts]", argument="input")
     experts, groups = scores.shape[1], call.group_num
     if experts > MAX_GROUP_TOPK_EXPERTS or experts % groups != 0:
         raise OpArgumentError(
-            f"self has {experts} experts; ATB requires at most "
+            f"input has {experts} experts; ATB requires at most "
             f"{MAX_GROUP_TOPK_EXPERTS}, divisible by group_num={groups}",
-            argument="self"
+            argument="input"
         )
     if call.n > experts // groups:
         raise OpArgumentError(f"n={call.n}; ATB requires n <= experts / group_num = {experts // groups}", argument="n")
@@ -784,7 +788,7 @@ def _group_topk_meta(call: Arguments) -> Out:
 
 
 def _group_topk_kernel(call: Arguments) -> torch.Tensor:
-    scores, groups = call.self, call.group_num
+    scores, groups = call.input, call.group_num
     grouped = scores.to(torch.float32).reshape(scores.shape[0], groups, -1)
     if call.n > 1:
         group_score = grouped.topk(call.n, dim=-1).values.sum(dim=-1)
@@ -800,7 +804,7 @@ def _group_topk_samples() -> list[SampleCall]:
     return [SampleCall((torch.rand(3, 16, generator=torch.Generator().manual_seed(0)).half(),), {"k": 2, "group_num": 4})]
 
 
-@npu_op(meta=_group_topk_meta, kernel=_group_topk_kernel, writes_back={"self": 0}, samples=_group_topk_samples)
+@npu_op(meta=_group_topk_meta, kernel=_group_topk_kernel, writes_back={"input": 0}, samples=_group_topk_samples)
 def _npu_group_topk(call: Arguments) -> None:
     """Zero every expert outside the ``k`` best of ``group_num`` equal expert groups, per token, in place.
 

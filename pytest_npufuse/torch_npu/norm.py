@@ -61,27 +61,27 @@ def _rms_norm_backward_samples() -> list[SampleCall]:
 
 def _rms_norm_meta(call: Arguments) -> tuple[Out, Out]:
     """Validate the npu_rms_norm tensors: y like x, rstd float32 with the normalised dims kept as 1."""
-    x, gamma = call.x, call.gamma
-    require_dtype("x", x, FLOAT_DTYPES)
-    require_dtype("gamma", gamma, (x.dtype, torch.float32), "(x's dtype or float32)")
-    require_trailing("gamma", gamma, "x", x)
+    x, gamma = call.input, call.gamma
+    require_dtype("input", x, FLOAT_DTYPES)
+    require_dtype("gamma", gamma, (x.dtype, torch.float32), "(input's dtype or float32)")
+    require_trailing("gamma", gamma, "input", x)
     return Out(list(x.shape), x.dtype), Out(_rstd_shape(x, gamma.dim()), torch.float32)
 
 
 def _rms_norm_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
-    values = call.x.to(torch.float32)
+    values = call.input.to(torch.float32)
     rstd = _rstd(values, call.gamma.dim(), call.epsilon)
     y = values * rstd * call.gamma.to(torch.float32)
-    return y.to(call.x.dtype), rstd
+    return y.to(call.input.dtype), rstd
 
 
 def _rms_norm_backward_meta(call: Arguments) -> tuple[Out, Out]:
     """dx like x, dgamma like gamma (op-plugin's meta function); dy is x's gradient, rstd the forward's."""
-    dy, x, gamma, rstd = call.dy, call.x, call.gamma, call.rstd
-    require_dtype("x", x, FLOAT_DTYPES)
-    require_dtype("dy", dy, (x.dtype,), "(x's dtype)")
+    dy, x, gamma, rstd = call.dy, call.input, call.gamma, call.rstd
+    require_dtype("input", x, FLOAT_DTYPES)
+    require_dtype("dy", dy, (x.dtype,), "(input's dtype)")
     require_shape("dy", dy, (tuple(x.shape),))
-    require_trailing("gamma", gamma, "x", x)
+    require_trailing("gamma", gamma, "input", x)
     require_dtype("rstd", rstd, (torch.float32,))
     require_shape("rstd", rstd, (tuple(_rstd_shape(x, gamma.dim())),))
     return Out(list(x.shape), x.dtype), Out(list(gamma.shape), gamma.dtype)
@@ -91,7 +91,7 @@ def _rms_norm_backward_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tens
     """With ``g = dy * gamma`` over the n normalised elements of a row:
     ``dx = rstd * g - x * rstd**3 * sum(g * x) / n`` and ``dgamma = sum over rows of dy * x * rstd``,
     float32 with fixed pairwise sums, each rounded once to its output's dtype."""
-    dy, x, gamma, rstd = call.dy, call.x, call.gamma, call.rstd
+    dy, x, gamma, rstd = call.dy, call.input, call.gamma, call.rstd
     rows = math.prod(rstd.shape)
     values, grads = x.to(torch.float32).reshape(rows, -1), dy.to(torch.float32).reshape(rows, -1)
     scale = rstd.reshape(rows, 1)
@@ -110,7 +110,7 @@ def npu_rms_norm_backward(call: Arguments) -> None:
 
 
 def _rms_norm_setup(ctx: object, call: Arguments, output: tuple) -> None:
-    ctx.save_for_backward(call.x, call.gamma, output[1])
+    ctx.save_for_backward(call.input, call.gamma, output[1])
 
 
 def _rms_norm_backward(ctx: object, dy: torch.Tensor, _drstd: torch.Tensor) -> tuple:
@@ -212,6 +212,32 @@ def npu_add_rms_norm(call: Arguments) -> None:
       float32 with the normalised dims kept as 1; ``y`` is cast once to x1's dtype.
     * float32 math, a fixed pairwise mean of squares, so the bits do not depend on threads.
     """
+
+
+def _add_rms_norm_cast_meta(call: Arguments) -> tuple[Out, Out, Out, Out]:
+    """y1 float32 and y2 in x1's dtype like x1, rstd float32 (op-plugin's meta function), x like x1."""
+    y, rstd, x = _add_rms_norm_meta(call)
+    return Out(list(y.shape), torch.float32), y, rstd, x
+
+
+def _add_rms_norm_cast_kernel(call: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = _residual_sum(call.x1, call.x2)
+    y, rstd = rms_normalise(x, call.gamma, call.epsilon)
+    return y, y.to(call.x1.dtype, copy=True), rstd, x  # a float32 x1: two tensors, not one
+
+
+@npu_op(meta=_add_rms_norm_cast_meta, kernel=_add_rms_norm_cast_kernel, samples=_add_rms_norm_samples)
+def npu_add_rms_norm_cast(call: Arguments) -> None:
+    """:func:`npu_add_rms_norm` that also returns the normalised values in float32: ``(y1, y2, rstd, x)``,
+    ``y1`` float32, ``y2`` the same values cast once to x1's dtype (the float32 copy feeds a float32 router
+    or lm head without a second cast; cann-recipes-infer's DeepSeek / Kimi decoders).
+
+    Source: op-plugin op_plugin_functions.yaml (``npu_add_rms_norm_cast(Tensor x1, Tensor x2, Tensor gamma,
+    float epsilon=1e-06) -> (Tensor, Tensor, Tensor, Tensor)``), its meta function (output dtypes) and
+    test/test_custom_ops/test_npu_add_rms_norm_cast.py (golden: ``x = x1 + x2`` in x1's dtype, the norm
+    in float32 from it, ``y2 = y1`` cast to x1's dtype). Math as npu_add_rms_norm's.
+    """
+
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from .checks import (
     dtype_of_code,
     HALF_DTYPES,
     dtype_names,
+    kernel_checks_apply,
     require_choice,
     require_dtype,
     INT8_SCALAR_TYPE,
@@ -234,8 +235,22 @@ def _a8w4_kernel(call: Arguments) -> torch.Tensor:
     return total.to(call.output_dtype or torch.float16)
 
 
+def _float8_x1_meta(call: Arguments) -> Out:
+    """The float8 modes (float8_e4m3fn ``x1``; ``y_scale`` belongs to them), whose kernels are not modeled,
+    as op-plugin's meta function gives their output (op_plugin/python/meta/_meta_registrations.py
+    ``npu_quant_matmul_meta``): the broadcast batch dims, x1's m and x2's n, that n times eight where
+    ``x2`` is float32 words of eight FP4 values without pertoken_scale, in ``output_dtype`` (None: int8)."""
+    x1, x2 = call.x1, call.x2
+    n = x2.shape[-1] * (INT4_PER_INT32 if x2.dtype == torch.float32 and call.pertoken_scale is None else 1)
+    return Out([*_broadcast_batch(x1, x2), x1.shape[-2], n], call.output_dtype or torch.int8)
+
+
 def _quant_matmul_meta(call: Arguments) -> Out:
-    """Validate the npu_quant_matmul tensors from metadata: ``[batch..., m, n]`` in the output dtype."""
+    """Validate the npu_quant_matmul tensors from metadata: ``[batch..., m, n]`` in the output dtype. On fake
+    tensors a float8 x1 gets op-plugin's meta shapes (:func:`_float8_x1_meta`); real ones are refused."""
+    if call.x1.dtype == torch.float8_e4m3fn and not kernel_checks_apply(call.x1):
+        return _float8_x1_meta(call)
+    require_unused("npu_quant_matmul (float8 modes)", y_scale=call.y_scale)
     if call.group_sizes is not None:
         return _a8w4_meta(call)
     out_dtype = _resolve_output_dtype(call.output_dtype)
@@ -318,7 +333,7 @@ def _quant_matmul_samples() -> list[SampleCall]:
 @npu_op(
     meta=_quant_matmul_meta,
     kernel=_quant_matmul_kernel,
-    unmodeled=("x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype", "y_scale"),
+    unmodeled=("x1_dtype", "x2_dtype", "pertoken_scale_dtype", "scale_dtype"),
     samples=_quant_matmul_samples,
 )
 def npu_quant_matmul(call: Arguments) -> None:
@@ -370,10 +385,11 @@ def npu_quant_matmul(call: Arguments) -> None:
       usual IEEE choice.
     * int32 output (the last row of the combination table in op-plugin's
       docs/context/torch_npu-npu_quant_matmul.md: int8 x int8, scale float32/bfloat16, int32
-      bias, no offset, no pertoken_scale) is the int32 accumulator plus the int32 bias.  The
-      doc gives no formula for this row; an int32 result cannot hold a float scale, so the
-      scale is checked but not applied (assumption, not confirmed on a device).  The
-      accumulator wraps around modulo 2**32 like an int32 register.
+      bias, no offset, no pertoken_scale) is the int32 accumulator plus the int32 bias: the
+      scale is checked but not applied, as the golden of op-plugin's
+      test/test_custom_ops/test_npu_quant_matmul.py (test_npu_quant_matmul_int32) computes
+      ``matmul(x1, x2)`` with a scale given.  The accumulator wraps around modulo 2**32 like an
+      int32 register.
     * A8W4 (``group_sizes`` [g_m, g_n, g_k], op-plugin's test_npu_quant_matmul_A8W4_*): int8 ``x1`` [m, k],
       ``x2`` int32 words of eight int4 [k, n / 8] (npu_convert_weight_to_int4pack), ``scale`` [k / g_k, n]
       (npu_trans_quant_param's int64, or float32) per k-group and column, ``pertoken_scale`` [m] / [m, 1],
@@ -634,11 +650,11 @@ def npu_dequant_swiglu_quant(call: Arguments) -> None:
 
 def _swiglu_meta(call: Arguments) -> Out:
     """Validate the npu_swiglu input: x's dtype, ``dim`` halved."""
-    return halved("x", call.x, call.dim)
+    return halved("input", call.input, call.dim)
 
 
 def _swiglu_kernel(call: Arguments) -> torch.Tensor:
-    return swiglu(call.x.to(torch.float32), activate_left=True, dim=call.dim).to(call.x.dtype)
+    return swiglu(call.input.to(torch.float32), activate_left=True, dim=call.dim).to(call.input.dtype)
 
 
 def _swiglu_samples() -> list[SampleCall]:
@@ -651,20 +667,20 @@ def _swiglu_samples() -> list[SampleCall]:
 
 def _swiglu_backward_meta(call: Arguments) -> Out:
     """The input's gradient (x's shape and dtype) from the output's (x's dtype, ``dim`` halved)."""
-    out = _swiglu_meta(bind(npu_swiglu, call.x, call.dim))
-    require_dtype("grad_output", call.grad_output, (call.x.dtype,), "(x's dtype)")
+    out = _swiglu_meta(bind(npu_swiglu, call.input, call.dim))
+    require_dtype("grad_output", call.grad_output, (call.input.dtype,), "(input's dtype)")
     require_shape("grad_output", call.grad_output, (tuple(out.shape),))
-    return Out(list(call.x.shape), call.x.dtype)
+    return Out(list(call.input.shape), call.input.dtype)
 
 
 def _swiglu_backward_kernel(call: Arguments) -> torch.Tensor:
     """With A, B the halves and ``s = sigmoid(A)``: ``dA = dy * B * s * (1 + A (1 - s))`` (swish's
     derivative) and ``dB = dy * A * s``, float32, concatenated along ``dim`` and rounded once."""
-    gate, linear = call.x.to(torch.float32).chunk(2, dim=call.dim)
+    gate, linear = call.input.to(torch.float32).chunk(2, dim=call.dim)
     dy = call.grad_output.to(torch.float32)
     sigmoid = 1.0 / (1.0 + torch.exp(-gate))
     d_gate = dy * linear * sigmoid * (1.0 + gate * (1.0 - sigmoid))
-    return torch.cat((d_gate, dy * gate * sigmoid), dim=call.dim).to(call.x.dtype)
+    return torch.cat((d_gate, dy * gate * sigmoid), dim=call.dim).to(call.input.dtype)
 
 
 def _swiglu_backward_samples() -> list[SampleCall]:
@@ -686,7 +702,7 @@ def npu_swiglu_backward(call: Arguments) -> None:
 
 
 def _swiglu_setup(ctx: object, call: Arguments, output: torch.Tensor) -> None:
-    ctx.save_for_backward(call.x)
+    ctx.save_for_backward(call.input)
     ctx.dim = call.dim
 
 
@@ -1051,14 +1067,15 @@ def npu_weight_quant_batchmatmul(call: Arguments) -> None:
       multiplies fp16/bf16 operands); the product accumulates in float32 with the bias
       (x's dtype or float32) added before one rounding (:func:`pytest_npufuse.numerics.exact.cube_addmm`).
     * ``weight_dtype`` (op-plugin's schema: the format the weight tensor holds, a torch.dtype or torch_npu
-      code) may name int8, the weight's own dtype; hifloat8, float8 and float4 weights are refused by name.
+      code) may name int8, the weight's own dtype; hifloat8, float8 and float4 weights are refused by name
+      on real tensors (on fake ones op-plugin's meta gives their ``[m, n]`` output in x's dtype).
     * Not implemented (ValueError): int4 weights (int32-packed), int64 (trans_quant_param)
       antiquant scales, and the int8 output quantisation ``quant_scale``/``quant_offset``.  ``inner_precise`` selects a device
       precision/performance mode and does not change this model's values.
     """
     require_unused("npu_weight_quant_batchmatmul (int8 output)", quant_scale=call.quant_scale,
                    quant_offset=call.quant_offset)
-    if call.weight_dtype is not None:
+    if call.weight_dtype is not None and kernel_checks_apply(call.x):
         require_choice("weight_dtype", dtype_of_code(call.weight_dtype), (torch.int8,),
                        "the int8 weight the model dequantises; hifloat8, float8 and float4 weights are not modeled")
     if call.antiquant_group_size < 0:

@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy
 import torch
+from torch._subclasses.functional_tensor import CppFunctionalizeAPI
 
 from ..errors import NpufuseError, OpTypeError, ProfileError
 from ..gaps import user_line
@@ -152,7 +153,7 @@ def _allocate(outputs: Outputs, like: Optional[torch.Tensor]) -> Any:
     """Empty tensors of the declared outputs, on ``like``'s device (a fake device while tracing), or made by
     ``torch.empty`` for a factory op (under the fake mode that traces it, a fake tensor); a schema ``int``
     output (e.g. npu_fusion_attention's dropout seed) is declared by its value and kept."""
-    if isinstance(outputs, int):
+    if isinstance(outputs, (int, torch.SymInt)):
         return outputs
     if isinstance(outputs, Out):
         if like is None:
@@ -392,37 +393,47 @@ def _declare_inplace(
 ) -> Callable[..., Any]:
     """``torch.ops.npu.<name>`` as torch_npu declares an in-place op whose functional form is the declared op
     ``functional`` (``scatter_update_`` of ``scatter_update``): the schema marks the written argument and
-    the return ``Tensor(a!)``, and its CompositeImplicitAutograd kernel runs ``functional`` and copies the
-    result into that argument, which it returns. A fake tensor mode therefore returns the very tensor it
-    was given, and a traced graph holds the functional op and a ``copy_``, as torch_npu's functionalization
-    of the op gives."""
+    the return ``Tensor(a!)``, and its CompositeExplicitAutograd kernel runs ``functional`` and copies the
+    result into that argument, which it returns, so a fake tensor mode returns the very tensor it was given.
+    Its Functionalize kernel makes ``functional``'s result the argument's new value, so a functionalized
+    graph holds the functional op and the one ``copy_`` into the input, as torch_npu's gives."""
     public_name = checks.__name__
     declaration = declarations()[public_name]
     if f"{NAMESPACE}::{public_name}" not in _catalog_types():
         raise ProfileError(f"{NAMESPACE}::{public_name} is declared in {checks.__module__} but has no entry in data/ops.toml")
     declared = f"{public_name}{declaration.arguments(mutated=(written,))} -> Tensor(a!)"
     _LIB.define(declared)
-    parameters = {parameter.name: parameter for parameter in declaration.parameters}
-    position, schema_name = list(parameters).index(written), parameters[written].schema_name
-    schema_names = {p.name: p.schema_name for p in declaration.parameters if p.name != p.schema_name}
+    position = [parameter.name for parameter in declaration.parameters].index(written)
     functional_packet = getattr(getattr(torch.ops, NAMESPACE), functional)
 
     def in_place(*args: Any, **kwargs: Any) -> Any:
-        target = kwargs[schema_name] if schema_name in kwargs else args[position]
+        target = kwargs[written] if written in kwargs else args[position]
         target.copy_(functional_packet(*args, **kwargs))
         return target
 
-    _LIB.impl(public_name, in_place, "CompositeImplicitAutograd")
+    def functionalized(*args: Any, **kwargs: Any) -> Any:
+        """Functionalization of the op as torch_npu's gives it: the functional op's result becomes the
+        argument's new value, with no copy in between (make_fx of a functionalized call holds
+        ``functional`` and the one ``copy_`` back into the input)."""
+        target = kwargs[written] if written in kwargs else args[position]
+        api = CppFunctionalizeAPI()
+        with api.redispatch_to_next():
+            result = functional_packet(*api.unwrap_tensors(args), **api.unwrap_tensors(kwargs))
+        api.replace(target, result)
+        api.commit_update(target)
+        api.sync(target)
+        return target
+
+    _LIB.impl(public_name, in_place, "CompositeExplicitAutograd")
+    _LIB.impl(public_name, functionalized, "Functionalize")
     typed, require_fit = _typed(declaration, {}), _fit_check(declaration)
     make = _BINDERS[public_name] = _binder(declaration, require_fit)
     validate = _VALIDATORS[public_name] = _validator(declaration, checks, (), typed)
     check_types = _type_checker(declaration, typed, require_fit)
     packet = getattr(getattr(torch.ops, NAMESPACE), public_name)
 
-    def run(args: tuple, kwargs: Mapping[str, Any]) -> Any:
-        return packet(*args, **{schema_names.get(name, name): value for name, value in kwargs.items()})
-
-    public = _public(public_name, checks, declaration, (make, validate, check_types), run)
+    public = _public(public_name, checks, declaration, (make, validate, check_types),
+                     lambda args, kwargs: packet(*args, **kwargs))
     _OPS[public_name] = NpuOp(public_name, _family(checks), declared, declaration.source, functional, samples)
     return public
 
@@ -436,9 +447,11 @@ def _public(
     public_name: str, checks: Callable[[Arguments], None], declaration: Declaration,
     checkers: tuple[Binder, Callable[..., None], Fit], run: Callable[[tuple, Mapping[str, Any]], Any],
     devices: tuple[str, ...] = (),
+    returns_input: Optional[Callable[[Arguments], bool]] = None,
 ) -> Callable[..., Any]:
     """The callable ``torch_npu.<op>``: Python scalars for numpy ones, a device argument as the model's,
-    the op's checks on an eager call (errors attributed to the op), then ``run``. Under Dynamo only the
+    the op's checks on an eager call (errors attributed to the op), then ``run``, or, on an eager call
+    for which ``returns_input`` holds, the first argument itself. Under Dynamo only the
     types are checked: the fake kernel runs the record's checks, and tracing the binder and every check of
     every call again would multiply a large model's capture time."""
     make, validate, check_types = checkers
@@ -452,7 +465,10 @@ def _public(
             check_types(args, kwargs)
             return run(args, kwargs)
         try:
-            validate(*make(args, kwargs))
+            call, given = make(args, kwargs)
+            validate(call, given)
+            if returns_input is not None and returns_input(call):
+                return call.input
             return run(args, kwargs)
         except NpufuseError as error:
             _attributed(error, public_name, eager=True)
@@ -476,6 +492,7 @@ def npu_op(
     derivative: Optional[Derivative] = None,
     samples: Optional[Samples] = None,
     inplace_of: str = "",
+    returns_input: Optional[Callable[[Arguments], bool]] = None,
 ) -> Callable[[Callable[[Arguments], None]], Callable[..., Any]]:
     """Declare ``torch.ops.npu.<name>`` and its public callable, ``<name>`` being the decorated function's.
 
@@ -504,7 +521,10 @@ def npu_op(
     kernel and its derivative; an op declared without them fails those tests. ``inplace_of`` names the
     declared functional op of which this op is torch_npu's in-place form (``Tensor(a!) self -> Tensor(a!)``,
     the one argument ``writes_back`` names): the op is then that op plus a copy into the argument
-    (:func:`_declare_inplace`), and ``meta`` and ``kernel`` are the functional op's.
+    (:func:`_declare_inplace`), and ``meta`` and ``kernel`` are the functional op's. ``returns_input``
+    holds for the calls on which torch_npu's op returns its ``input`` itself (``npu_format_cast`` to the
+    format the tensor has): an eager call of the public callable then returns it, as torch_npu's does;
+    the registered op, which may not alias an input, still returns a new tensor.
     """
 
     def declare(checks: Callable[[Arguments], None]) -> Callable[..., Any]:
@@ -579,13 +599,7 @@ def npu_op(
         params = [parameter.name for parameter in declaration.parameters]
         slots = tuple((arg, params.index(arg), position) for arg, position in writes_back.items())
 
-        schema_names = {p.name: p.schema_name for p in declaration.parameters if p.name != p.schema_name}
-
         def call(args: tuple, kwargs: Mapping[str, Any]) -> Any:
-            """The registered op on a call of the public callable, whose keywords are the Python names
-            (torch_npu documents ``npu_rms_norm(x, ...)`` where the schema says ``self``)."""
-            if schema_names:
-                kwargs = {schema_names.get(name, name): value for name, value in kwargs.items()}
             return packet(*args, **kwargs)
 
         def in_place(*args: Any, **kwargs: Any) -> Any:
@@ -614,7 +628,7 @@ def npu_op(
             result = call(args, kwargs)
             return list(result) if returns_list else result
 
-        public = _public(public_name, checks, declaration, (make, validate, check_types), run, devices)
+        public = _public(public_name, checks, declaration, (make, validate, check_types), run, devices, returns_input)
         family = _family(checks)
         graph_name = "" if name == public_name else name
         overloads = tuple(overload.name for overload in declaration.overloads)

@@ -14,6 +14,7 @@ from ..numerics.exact import cube_matmul, int_matmul
 from .checks import (
     FLOAT_DTYPES,
     HALF_DTYPES,
+    kernel_checks_apply,
     require_choice,
     require_dtype,
     require_shape,
@@ -26,6 +27,7 @@ from .quant import symmetric_levels
 from .registry import Arguments, Derivative, Out, SampleCall, bind, npu_op
 
 ROTARY_MODES = ("half", "interleave")
+ROTARY_MUL_MAX_HEAD_DIM = 896  # npu_rotary_mul's page, constraints: D < 896 and a multiple of 2, both modes
 APPLY_ROPE_MODES = (*ROTARY_MODES, "quarter")  # aclnnApplyRotaryPosEmbV2's modes (op-plugin's page of the op)
 APPLY_ROPE_LAYOUTS = ("BSH", "BSND", "SBND", "BNSD", "TND")
 MLA_RMS_SIZE = 512  # the doc's rms_size (compressed KV width), the only value it supports
@@ -80,16 +82,36 @@ def _check_rope_input(name: str, x: torch.Tensor, dtypes: tuple[torch.dtype, ...
 # ---------------------------------------------------------------------------------------------
 
 
+def _check_rotary_mul_head_dim(input: torch.Tensor) -> None:
+    """The page's constraint on the head dim D in both modes: even and below 896. An odd D (125, as a
+    partial-rotary model's rope part can be) has no pair for its last element, so it is refused with the
+    constraint and the way round it, not rotated in some way the page does not define."""
+    dim = input.shape[-1]
+    if dim % 2 == 0 and dim < ROTARY_MUL_MAX_HEAD_DIM:
+        return
+    raise OpArgumentError(
+        f"input has head dim {dim}; npu_rotary_mul's page allows an even D below {ROTARY_MUL_MAX_HEAD_DIM} only "
+        f"(each element is rotated with a partner). Rotate an even slice (x[..., :{dim - dim % 2}]) and "
+        "concatenate the rest, or use the unfused x * cos + rotate(x) * sin",
+        argument="input",
+    )
+
+
 def _rotary_mul_meta(call: Arguments) -> Out:
+    """op-plugin's meta function is ``empty_like(input)``; the head-dim and broadcast checks are the
+    kernel's (:func:`kernel_checks_apply`)."""
     input = call.input
-    _check_rope_input("input", input, FLOAT_DTYPES)
+    require_dtype("input", input, FLOAT_DTYPES)
     if input.dim() not in (3, 4):
         raise OpArgumentError(
             f"input has shape {list(input.shape)}; npu_rotary_mul takes 4-D BNSD/BSND/SBND or 3-D TND tensors",
             argument="input")
     for name, table in (("r1", call.r1), ("r2", call.r2)):
         require_dtype(name, table, (input.dtype,), "(input's dtype)")
-        _check_broadcast(name, table, "input", input)
+    if kernel_checks_apply(input):
+        _check_rotary_mul_head_dim(input)
+        for name, table in (("r1", call.r1), ("r2", call.r2)):
+            _check_broadcast(name, table, "input", input)
     if call.rotate is not None:
         require_dtype("rotate", call.rotate, (input.dtype,), "(input's dtype)")
         require_shape("rotate", call.rotate, ((input.shape[-1], input.shape[-1]),))
@@ -162,13 +184,16 @@ def _rotary_mul_grad(ctx: object, grad: torch.Tensor) -> tuple:
 
 
 def _rotary_mul_samples() -> list[SampleCall]:
-    """BSND with a [1, S, 1, D] table (half rotation) and BNSD with a [1, 1, S, D] table (interleaved)."""
+    """BSND with a [1, S, 1, D] table (half rotation), BNSD with a [1, 1, S, D] table (interleaved), and TND
+    with a head dim of 10 (even, not 32-byte aligned)."""
     gen = torch.Generator().manual_seed(0)
     bsnd, table = torch.randn(2, 3, 2, 8, generator=gen), (1, 3, 1, 8)
     bnsd = torch.randn(1, 2, 4, 8, generator=gen).bfloat16()
+    tnd = torch.randn(5, 2, 10, generator=gen).half()
     return [
         SampleCall((bsnd, torch.randn(table, generator=gen), torch.randn(table, generator=gen))),
         SampleCall((bnsd, *(torch.randn(1, 1, 4, 8, generator=gen).bfloat16() for _ in range(2)), "interleave")),
+        SampleCall((tnd, *(torch.randn(5, 1, 10, generator=gen).half() for _ in range(2)))),
     ]
 
 
@@ -190,15 +215,17 @@ def npu_rotary_mul(call: Arguments) -> None:
       whatever the mode (op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_rotary_mul.md, which
       builds the half/interleave matrices in its example); the page gives it no backward.
 
-    ``input`` float16/bfloat16/float32, 4-D (BNSD, BSND or SBND) or 3-D (TND) with an even head dim;
+    ``input`` float16/bfloat16/float32, 4-D (BNSD, BSND or SBND) or 3-D (TND) with an even head dim
+    below 896 (the page's constraint, whether or not D is 32-byte aligned: 130 is taken, 125 refused);
     ``r1`` (cos) and ``r2`` (sin) in input's dtype broadcast to it (e.g. [1, 1, S, D]).  Math is
     float32 with one rounding to input's dtype.  Other modes ('quarter' is npu_apply_rotary_pos_emb's)
     are refused, as torch_npu refuses them.
     """
     if call.rotary_mode not in ROTARY_MODES:
         raise OpArgumentError(
-            f"rotary_mode={call.rotary_mode}: npu_rotary_mul rotates 'half' or 'interleave' only, and torch_npu "
-            "refuses other modes too ('quarter' is npu_apply_rotary_pos_emb's mode)", argument="rotary_mode")
+            # op-plugin's own words (RotaryMulKernelNpuOpApi.cpp), which code matches on
+            f"The rotary_mode of npu_rotary_mul should be half or interleave, but got {call.rotary_mode} "
+            "('quarter' is npu_apply_rotary_pos_emb's mode)", argument="rotary_mode")
 
 
 # ---------------------------------------------------------------------------------------------

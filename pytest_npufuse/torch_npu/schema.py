@@ -1,9 +1,9 @@
 """torch_npu's op schemas, each stated once in ``schemas.toml`` and read here into what the registry builds.
 
 As PyTorch's ``native_functions.yaml`` declares each ATen op once, ``schemas.toml`` holds one table per op:
-torch_npu's schema of the public op in torch's schema syntax, the Python name of the argument torch_npu's
-schema calls ``self`` (PyTorch presents it as ``input``; torch_npu documents some as ``x``), and the document
-the CPU kernel follows. From that one statement come the public callable's ``inspect.signature``, each
+torch_npu's schema of the public op in torch's schema syntax, with the argument names torch_npu registers
+(its code generator renames op-plugin's ``self`` to ``input``, so the public callable and the registered
+schema both say ``input``), and the document the CPU kernel follows. From that one statement come the public callable's ``inspect.signature``, each
 call's bound :class:`~.registry.Arguments` record, the argument type checks and the registered
 ``torch.ops.npu`` schema. Each schema type has one Python annotation:
 
@@ -99,10 +99,9 @@ def _split(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Parameter:
-    """One argument of an op: its Python name, schema name and type, and its default (as written and as a value)."""
+    """One argument of an op: its name and type, and its default (as written and as a value)."""
 
     name: str
-    schema_name: str
     type: str
     default_text: Optional[str]
     default: Any
@@ -112,7 +111,7 @@ class Parameter:
         """The argument as the schema writes it; ``mutated_alias`` marks its tensor ``Tensor(a!)``."""
         kind = self.type.replace("Tensor", f"Tensor({mutated_alias}!)", 1) if mutated_alias else self.type
         default = "" if self.default_text is None else f"={self.default_text}"
-        return f"{kind} {self.schema_name}{default}"
+        return f"{kind} {self.name}{default}"
 
 
 def format_returns(types: Sequence[str], single: bool) -> str:
@@ -144,7 +143,7 @@ class Declaration:
     overloads: tuple[Overload, ...] = ()
 
     def arguments(self, mutated: Collection[str] = ()) -> str:
-        """``(Tensor self, *, float eps=1e-06)``; each ``mutated`` parameter is marked ``Tensor(a!)``,
+        """``(Tensor input, *, float eps=1e-06)``; each ``mutated`` parameter is marked ``Tensor(a!)``,
         ``Tensor(b!)``, ... in order."""
         parts: list[str] = []
         aliases = iter("abcdefghijklmnopqrstuvwxyz")
@@ -183,7 +182,7 @@ def _immutable(default: Any) -> Any:
     return tuple(default) if isinstance(default, list) else default
 
 
-def _parameters(schema: str, self_name: Optional[str]) -> tuple[Parameter, ...]:
+def _parameters(schema: str) -> tuple[Parameter, ...]:
     """The parameters of ``schema``; torch's own parser reads the default values."""
     match = _SCHEMA.fullmatch(schema)
     parsed = torch._C.parse_schema(schema)
@@ -191,10 +190,9 @@ def _parameters(schema: str, self_name: Optional[str]) -> tuple[Parameter, ...]:
     parameters = []
     for text, argument in zip(written, parsed.arguments, strict=True):
         declared, _, default_text = text.partition("=")
-        kind, schema_name = declared.split()
+        kind, name = declared.split()
         parameters.append(Parameter(
-            name=self_name if schema_name == "self" and self_name else schema_name,
-            schema_name=schema_name,
+            name=name,
             type=kind,
             default_text=default_text or None,
             default=_immutable(argument.default_value) if argument.has_default_value() else inspect.Parameter.empty,
@@ -203,7 +201,7 @@ def _parameters(schema: str, self_name: Optional[str]) -> tuple[Parameter, ...]:
     return tuple(parameters)
 
 
-def _overload(name: str, schema: str, self_name: Optional[str], known: Sequence[Parameter]) -> Overload:
+def _overload(name: str, schema: str, known: Sequence[Parameter]) -> Overload:
     """One entry of a table's ``overloads``: ``<name>.<Overload>(<arguments>) -> <returns>``, whose every
     parameter must be one of the op's own (``known``), as the op's record holds those, or a positional one
     in the place of the op's positional parameter there (``npu_format_cast.Tensor``'s ``Tensor dst`` where
@@ -215,7 +213,7 @@ def _overload(name: str, schema: str, self_name: Optional[str], known: Sequence[
         raise ProfileError(
             f"{SCHEMAS_FILE.name} [{name}]: an overload must read '{name}.<Overload>(<arguments>) -> <returns>'"
         )
-    parameters = _parameters(plain, self_name)
+    parameters = _parameters(plain)
     names = {parameter.name for parameter in known}
     positional = [parameter for parameter in known if not parameter.keyword_only]
     unknown = [
@@ -229,16 +227,16 @@ def _overload(name: str, schema: str, self_name: Optional[str], known: Sequence[
 
 
 def parse(name: str, table: Mapping[str, Any]) -> Declaration:
-    """The declaration of ``name`` from its table (``schema``, ``source``, ``self`` where renamed, and
-    ``overloads``, torch_npu's other schemas of the op)."""
+    """The declaration of ``name`` from its table (``schema``, ``source`` and ``overloads``, torch_npu's
+    other schemas of the op)."""
     match = _SCHEMA.fullmatch(table["schema"])
     if match is None or match["name"] != name:
         raise ProfileError(f"{SCHEMAS_FILE.name} [{name}]: schema must read '{name}(<arguments>) -> <returns>'")
     returns = match["returns"]
     single = not returns.startswith("(")
     types = (returns,) if single else tuple(_split(returns[1:-1]))
-    parameters = _parameters(table["schema"], table.get("self"))
-    overloads = tuple(_overload(name, text, table.get("self"), parameters) for text in table.get("overloads", ()))
+    parameters = _parameters(table["schema"])
+    overloads = tuple(_overload(name, text, parameters) for text in table.get("overloads", ()))
     return Declaration(name, parameters, types, single, table["source"], overloads)
 
 

@@ -17,6 +17,13 @@ The layout depends on the mode, as on a device:
   addresses the model has not got. ``dump_layer`` (op names, space separated) and ``torchair.scope.
   data_dump()`` pick the ops (their union; neither: every op); ``dump_step`` (``"0|3-5"``) the calls.
 
+In max-autotune TorchAir also hands GE the dump options as a JSON file, and so does the model:
+``ge_dump_data_json/dump_options_worldsize1_rank0_pid<pid>.json`` in the working directory, holding
+``{"dump": {"dump_path", "dump_mode", "dump_data", "dump_step", "quant_dumpable", "dump_list": [...]}}``
+with one ``{"model_name": "graph_<id>", "layer": [...]}`` entry per graph compiled in the process (the
+``dump_layer`` names and the op types inside ``torchair.scope.data_dump()``), rewritten as each graph
+compiles (torchair: python/torchair/_ge_concrete_graph/fx2ge_converter.py _set_dump_options_json).
+
 ``dump_data = "stats"`` and ``dump_config_path`` are refused by name: they select outputs (csv
 statistics, a JSON-driven dump) the model does not write. The dump changes no modeled time.
 """
@@ -24,6 +31,8 @@ statistics, a JSON-driven dump) the model does not write. The dump changes no mo
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -35,7 +44,7 @@ import torch.fx
 
 from ..errors import NotModeledError
 from ..execute.graph import Observer
-from ..files import ensure_directory
+from ..files import ensure_directory, write_text
 from ..ir.program import Program
 from ..session import Scope, SessionKey, current_session
 from ..torch_npu.dump import save_file, saved_path
@@ -46,6 +55,9 @@ ACLGRAPH_MODES = ("reduce-overhead", "npugraph_ex")
 # The graph ids in dump folder names: one count per process, so no dump overwrites another.
 _GE_GRAPH_IDS = SessionKey("GE data dump graph ids", lambda: itertools.count(1), Scope.PROCESS)
 _SAVE = torch.ops.npu.save_npugraph_tensor.default
+OPTIONS_DIR = "ge_dump_data_json"
+# The dump options JSON of the process: its options (from the first GE graph dumped) and one entry per graph.
+_GE_DUMP_OPTIONS = SessionKey("GE data dump options JSON", lambda: {}, Scope.PROCESS)
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ class DumpRequest:
     dump_layer: str | None
     dump_step: str | None
     super_kernel_optimize: bool
+    quant_dumpable: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,7 +186,9 @@ def plan_dump(
         return DataDump(root, aclgraph_nodes=_aclgraph_nodes(gm))
     if mode != GE_MODE:
         return None
-    folder = root / time.strftime("%Y%m%d%H%M%S") / "0" / f"graph_{next(current_session()[_GE_GRAPH_IDS])}" / "1"
+    graph_id = next(current_session()[_GE_GRAPH_IDS])
+    write_dump_options(dump, root, f"graph_{graph_id}", _layers(program, dump.dump_layer or ""))
+    folder = root / time.strftime("%Y%m%d%H%M%S") / "0" / f"graph_{graph_id}" / "1"
     return DataDump(
         folder,
         ge_ops=_ge_ops(program, stream_of, dump.dump_layer or ""),
@@ -182,3 +197,29 @@ def plan_dump(
         steps=_steps(dump.dump_step or ""),
     )
 
+
+
+def _layers(program: Program, layer: str) -> list[str]:
+    """The layers a GE graph's entry of the dump options names: the ``dump_layer`` names, then the op
+    types of the kernels inside ``torchair.scope.data_dump()``, each once."""
+    return list(dict.fromkeys([*layer.split(), *(k.info.kernel_type for k in program.kernels if k.annotations.data_dump)]))
+
+
+def write_dump_options(dump: DumpRequest, root: Path, model_name: str, layers: Sequence[str]) -> Path:
+    """Add ``model_name``'s entry to the process's dump options and write them where TorchAir does; the
+    options themselves are those of the first graph dumped, as TorchAir keeps them."""
+    options = current_session()[_GE_DUMP_OPTIONS]
+    if not options:
+        values = {
+            "dump_path": os.path.join(dump.dump_path, RANK_DIR), "dump_mode": dump.dump_mode,
+            "dump_data": dump.dump_data, "dump_step": dump.dump_step, "quant_dumpable": "1" if dump.quant_dumpable else "0",
+        }
+        options["dump"] = {key: str(value) for key, value in values.items() if value is not None and str(value).strip()}
+        options["dump"]["dump_list"] = []
+    entry: dict[str, Any] = {"model_name": model_name}
+    if layers:
+        entry["layer"] = list(layers)
+    options["dump"]["dump_list"].append(entry)
+    path = ensure_directory(Path.cwd() / OPTIONS_DIR, "ge_dump_data_json") / f"dump_options_worldsize1_rank0_pid{os.getpid()}.json"
+    write_text(path, json.dumps(options, indent=4, ensure_ascii=False), "dump options file")
+    return path

@@ -77,29 +77,41 @@ for _namespace in ("air", "npugraph_ex"):
     _MARKERS[_ops.wait.default] = (WAIT, lambda x: (x,))
 
 
+def _no_stage(stage: str) -> None:
+    """Nothing watches the passes."""
+
+
 def run_passes(
     pre: UserPass | None,
     post: UserPass | None,
     config: Any,
-    builtins: Sequence[Callable[[torch.fx.GraphModule], None]],
+    builtins: Sequence[tuple[str, Callable[[torch.fx.GraphModule], None]]],
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
+    reached: Callable[[str], None] = _no_stage,
 ) -> None:
-    """The config's pre pass, the model's built-in passes in order (``builtins``: the user's registered
-    pattern replacements, :mod:`pytest_npufuse.torchair.patterns.pattern_pass_manager`, and TorchAir's
-    reinplacing in the aclgraph modes, :mod:`pytest_npufuse.torchair._reinplace`), then the config's post
-    pass, on ``gm`` (each user pass handed ``config``, as TorchAir hands its ``CompilerConfig``); the
-    marker ops they (or the model's code) put in the graph become the model's own."""
+    """The config's pre pass, the model's built-in passes in order (``builtins``: each with the TorchAir
+    pass it stands for, or ``""``: the user's registered pattern replacements,
+    :mod:`pytest_npufuse.torchair.patterns.pattern_pass_manager`, and TorchAir's reinplacing in the
+    aclgraph modes, :mod:`pytest_npufuse.torchair._reinplace`), then the config's post pass, on ``gm``
+    (each user pass handed ``config``, as TorchAir hands its ``CompilerConfig``); the marker ops they (or
+    the model's code) put in the graph become the model's own. ``reached(pass)`` is told each TorchAir
+    pass done (TorchAir's debug files, :mod:`pytest_npufuse.torchair._debugdump`)."""
     if pre is not None:
         pre(gm, example_inputs, config)
+        reached("post_grad_custom_pre_pass")
     _lower_markers(gm)
-    for builtin in builtins:
+    for stage, builtin in builtins:
         builtin(gm)
+        if stage:
+            reached(stage)
     if post is not None:
         post(gm, example_inputs, config)
     _lower_markers(gm)
     gm.graph.lint()
     gm.recompile()
+    if post is not None:
+        reached("post_grad_custom_post_pass")
 
 
 def _lower_markers(gm: torch.fx.GraphModule) -> None:

@@ -16,7 +16,11 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..pipeline.backend import NpuBackend, backend_for
+from ..vocabulary import Mode
+from ._debugdump import GraphTransformObserver, dump_dynamo_graph, init_debug_logging, observer_for
+from ._utils.graph_transform_observer import PACKAGE, DebugContext
 from .configs.compiler_config import CompilerConfig
+from .core.utils import logger
 
 __all__ = ["get_npu_backend", "get_compiler"]
 
@@ -29,6 +33,7 @@ def get_npu_backend(
 ) -> Any:
     """A ``torch.compile`` backend for ``compiler_config``; ``custom_decompositions`` (aten op ->
     function) are applied when the graph is lowered to aten, as TorchAir passes them to AOTAutograd."""
+    init_debug_logging(logger, PACKAGE, "TORCHAIR")
     config = compiler_config or CompilerConfig()
     if config.run_mode == "reduce-overhead":
         warnings.warn(
@@ -48,21 +53,30 @@ def get_compiler(compiler_config: CompilerConfig | None = None, *, target: str |
 def _backend(
     config: CompilerConfig, target: str | None, decompositions: Mapping[Any, Callable[..., Any]] | None
 ) -> NpuBackend:
-    """The backend of ``config``, whose FX passes run through :func:`_optimize_fx` as TorchAir's do."""
-    options = replace(config.graph_options(), graph_passes=(partial(_run_optimize_fx, config),))
-    return backend_for(options, target, decompositions)
+    """The backend of ``config``, whose FX passes run through :func:`_optimize_fx` as TorchAir's do, with
+    TorchAir's ``TORCH_COMPILE_DEBUG=1`` files (:mod:`._debugdump`)."""
+    options = replace(
+        config.graph_options(), graph_passes=(partial(_run_optimize_fx, config),),
+        dynamo_passes=(partial(dump_dynamo_graph, DebugContext),),
+    )
+    keywords = {"compiler_config": config, "decompositions": dict(decompositions or {})}
+    return backend_for(options, target, decompositions, keywords)
 
 
 def _run_optimize_fx(config: CompilerConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
     """Look :func:`_optimize_fx` up when each graph compiles: code that wraps it (TorchAir's tests assert
-    on the optimised graph this way) sees every graph."""
-    _optimize_fx(gm, config, example_inputs)
+    on the optimised graph this way) sees every graph. Its observer writes the graph's debug files."""
+    observer = observer_for(gm, example_inputs, config, DebugContext, PACKAGE)
+    _optimize_fx(gm, config, observer)
+    observer.finish(code=Mode(config.run_mode).aclgraph)
 
 
-def _optimize_fx(gm: torch.fx.GraphModule, config: CompilerConfig, observer: Sequence[Any]) -> torch.fx.GraphModule:
+def _optimize_fx(
+    gm: torch.fx.GraphModule, config: CompilerConfig, observer: GraphTransformObserver
+) -> torch.fx.GraphModule:
     """TorchAir's FX optimisation of one aten graph (torchair: python/torchair/npu_fx_compiler.py): here the
-    config's passes as the model runs them (:meth:`CompilerConfig.fx_passes`); TorchAir's built-in
-    passes are not modeled. TorchAir's third argument is its graph observer; the model hands the graph's
-    example inputs, which the user's passes receive."""
-    config.fx_passes(config)(gm, observer)
+    config's passes as the model runs them (:meth:`CompilerConfig.fx_passes`, handed the observer's
+    example inputs); TorchAir's built-in passes are not modeled. The observer, TorchAir's third argument,
+    is told each pass done."""
+    config.fx_passes(config)(gm, observer.example_inputs, observer.reached)
     return gm

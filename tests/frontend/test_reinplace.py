@@ -61,3 +61,38 @@ class TwoStreams(torch.nn.Module):
 def test_an_input_used_on_two_streams_keeps_its_copies_as_torchair_does():
     program = capture(TwoStreams(), *_inputs())
     assert [kernel.op_type for kernel in program.kernels][-1] == "aten::copy_"
+
+
+class StackedCacheWrite(torch.nn.Module):
+    """vLLM-Ascend's KV-cache write into one half of a stacked ``[2, slots, heads, dim]`` cache
+    (``npu_scatter_nd_update_(kv_cache[1], slots, value)``): functionalisation writes the view's new value
+    back with a ``select_scatter``, which TorchAir's reinplacing undoes as it does a plain input's copy."""
+
+    def forward(self, kv_cache, slots, rows):
+        torch_npu.npu_scatter_nd_update_(kv_cache[1], slots, rows)
+        return kv_cache.sum(0)
+
+
+class DecodeCacheWrite(torch.nn.Module):
+    """cann-recipes' decode write ``scatter_update_(past_key, kv_len, key_states, -2)`` into one layer's
+    view of a cache that holds every layer."""
+
+    def forward(self, caches, offsets, rows):
+        torch_npu.scatter_update_(caches[:, 0], offsets, rows, -2)
+        return caches.sum(1)
+
+
+def test_a_write_into_a_view_of_the_cache_is_one_in_place_kernel():
+    stacked = (torch.zeros(2, *CACHE, dtype=torch.bfloat16), torch.tensor([[5]]),
+               torch.ones(1, 4, 128, dtype=torch.bfloat16))
+    layers = (torch.zeros(2, 2, 4, 64, 16, dtype=torch.bfloat16), torch.tensor([0, 9]),
+              torch.ones(2, 4, 1, 16, dtype=torch.bfloat16))
+    for module, inputs, op in ((StackedCacheWrite(), stacked, "npu::npu_scatter_nd_update_"),
+                               (DecodeCacheWrite(), layers, "npu::scatter_update")):
+        program = capture(module, *inputs)
+        assert [kernel.op_type for kernel in program.kernels] == [op, "aten::sum"]
+        write = program.kernels[0]
+        assert program.storage(write.outputs[0]) == program.inputs[0]  # the cache's own memory
+        assert write.bytes < inputs[0].numel()  # the rows written, not the cache
+        report = compare(module, *inputs)
+        assert report.bit_exact and report.races == ()

@@ -340,6 +340,26 @@ def test_rotary_mul_takes_a_rotation_matrix_and_3d_input() -> None:
     with pytest.raises(OpArgumentError) as exc:
         torch_npu.npu_rotary_mul(x, r1, r2, "quarter")
     assert (exc.value.op, exc.value.argument) == ("npu_rotary_mul", "rotary_mode")
+    # op-plugin's words, which upstream's test_npu_rotary_mul.py test_rotary_mul_error_param matches
+    assert "The rotary_mode of npu_rotary_mul should be half or interleave, but got quarter" in str(exc.value)
+
+
+def test_rotary_mul_takes_an_unaligned_even_head_dim_and_refuses_an_odd_one() -> None:
+    """The page: D even and below 896 in both modes; 130 is not 32-byte aligned and is taken, 125 and 896
+    are refused naming input, with the way round it in the message."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 4, 130, generator=gen)
+    cos, sin = torch.randn(1, 1, 4, 130, generator=gen), torch.randn(1, 1, 4, 130, generator=gen)
+    half = x.double().chunk(2, dim=-1)
+    expected = x.double() * cos.double() + torch.cat([-half[1], half[0]], dim=-1) * sin.double()
+    torch.testing.assert_close(torch_npu.npu_rotary_mul(x, cos, sin).double(), expected, rtol=1e-6, atol=1e-6)
+    for dim in (125, 896):
+        odd = torch.zeros(1, 2, 3, dim)
+        table = torch.zeros(1, 1, 3, dim)
+        with pytest.raises(OpArgumentError) as exc:
+            torch_npu.npu_rotary_mul(odd, table, table, "interleave")
+        assert (exc.value.op, exc.value.argument) == ("npu_rotary_mul", "input")
+        assert "even D below 896" in str(exc.value)
 
 
 def test_apply_rotary_pos_emb_quarter_rotates_each_half() -> None:
@@ -383,3 +403,50 @@ def test_atb_flash_attention_takes_a_numpy_scale() -> None:
     torch_npu._npu_flash_attention_unpad(q, k, v, seq_len, numpy.float16(0.25), 2, 2, out_np)
     torch_npu._npu_flash_attention_unpad(q, k, v, seq_len, 0.25, 2, 2, out_py)
     assert torch.equal(out_np, out_py)
+
+
+def _attention_bnsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(scale q k^T) v in float64, BNSD, heads matched."""
+    probs = torch.softmax(q.double() @ k.double().transpose(-1, -2) * scale, dim=-1)
+    return probs @ v.double()
+
+
+@pytest.mark.parametrize("layout", ["BSH", "BNSD_BSND"])
+def test_fia_output_quantisation_per_channel_and_per_tensor(layout: str) -> None:
+    """The page's int8 post-quantisation row: float16 in, int8 out = rint(out * quant_scale2 + quant_offset2),
+    saturated; per channel the scale holds N x D values ((H,) for BSH, (N, D) for BSND)."""
+    gen = _gen()
+    b, n, sq, skv, d = 2, 2, 3, 5, 16
+    q, k, v = (torch.randn(b, n, s, d, generator=gen).half() for s in (sq, skv, skv))
+    expected = _attention_bnsd(q, k, v, 0.25).transpose(1, 2)  # [B, Sq, N, D]
+    if layout == "BSH":
+        q_in, k_in, v_in = (t.transpose(1, 2).reshape(b, t.shape[2], n * d) for t in (q, k, v))
+        scale, offset = torch.rand(n * d, generator=gen) * 60, torch.randn(n * d, generator=gen)
+        expected = expected.reshape(b, sq, n * d)
+    else:
+        q_in, k_in, v_in = q, k, v
+        scale, offset = torch.rand(n, d, generator=gen) * 60, torch.randn(n, d, generator=gen)
+    out = torch_npu.npu_fused_infer_attention_score(q_in, k_in, v_in, num_heads=n, input_layout=layout, scale=0.25,
+                                                    quant_scale2=scale, quant_offset2=offset)[0]
+    wanted = torch.round(expected * scale.double() + offset.double()).clamp(-128, 127)
+    assert out.dtype == torch.int8 and out.shape == wanted.shape
+    assert (out.double() - wanted).abs().max() <= 1  # float32 against float64 at a rounding boundary
+    per_tensor = torch_npu.npu_fused_infer_attention_score(q_in, k_in, v_in, num_heads=n, input_layout=layout,
+                                                           scale=0.25, quant_scale2=torch.tensor([500.0]))[0]
+    assert int(per_tensor.abs().max()) == 127  # saturated
+
+
+def test_fia_full_int8_quantisation_and_a_wrong_quant_scale2_are_refused_by_name() -> None:
+    q = torch.zeros(1, 2, 1, 16, dtype=torch.float16)
+    with pytest.raises(OpArgumentError) as exc:
+        torch_npu.npu_fused_infer_attention_score(q, q, q, num_heads=2, input_layout="BNSD",
+                                                  dequant_scale1=torch.ones(1))
+    assert (exc.value.op, exc.value.argument) == ("npu_fused_infer_attention_score", "dequant_scale1")
+    with pytest.raises(OpArgumentError) as exc:
+        torch_npu.npu_fused_infer_attention_score(q, q, q, num_heads=2, input_layout="BNSD",
+                                                  quant_scale2=torch.ones(5))
+    assert exc.value.argument == "quant_scale2"
+    with pytest.raises(OpArgumentError) as exc:
+        torch_npu.npu_fused_infer_attention_score(q, q, q, num_heads=2, input_layout="BNSD",
+                                                  quant_offset2=torch.ones(1))
+    assert exc.value.argument == "quant_offset2"

@@ -51,6 +51,20 @@ def test_add_rms_norm_is_residual_add_then_rms_norm(dtype: torch.dtype) -> None:
     _close(y, ref_y, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_add_rms_norm_cast_returns_the_norm_in_float32_and_in_x1s_dtype(dtype: torch.dtype) -> None:
+    """op-plugin's golden (test_npu_add_rms_norm_cast.py): x = x1 + x2 in x1's dtype, y1 the float32 norm
+    of it, y2 = y1 cast to x1's dtype; rstd and x as npu_add_rms_norm's."""
+    x1, x2, gamma = _rnd(2, 3, 64, dtype=dtype, seed=4), _rnd(2, 3, 64, dtype=dtype, seed=5), _rnd(64, dtype=dtype, seed=6)
+    y1, y2, rstd, x = torch_npu.npu_add_rms_norm_cast(x1, x2, gamma)
+    ref_y, ref_rstd = _ref_rms(x, gamma, 1e-6)
+    assert y1.dtype == torch.float32 and y2.dtype == dtype and torch.equal(y2, y1.to(dtype))
+    torch.testing.assert_close(y1.double(), ref_y, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-6, atol=0)
+    y, plain_rstd, plain_x = torch_npu.npu_add_rms_norm(x1, x2, gamma)
+    assert torch.equal(y2, y) and torch.equal(rstd, plain_rstd) and torch.equal(x, plain_x)
+
+
 @pytest.mark.parametrize("div_mode", [True, False])
 def test_add_rms_norm_quant_quantises_the_norm_with_each_scale(div_mode: bool) -> None:
     x1, x2, gamma = _rnd(4, 32, seed=4, scale=2), _rnd(4, 32, seed=5, scale=2), _rnd(32, seed=6)

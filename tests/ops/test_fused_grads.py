@@ -231,9 +231,9 @@ def test_moe_gating_top_k_softmax_mode_has_no_backward_as_in_torch_npu():
 
 
 def test_the_backward_ops_are_declared_with_torch_npu_schemas():
-    assert OPS["npu_rms_norm_backward"].schema.startswith("npu_rms_norm_backward(Tensor dy, Tensor self, Tensor gamma")
+    assert OPS["npu_rms_norm_backward"].schema.startswith("npu_rms_norm_backward(Tensor dy, Tensor input, Tensor gamma")
     assert OPS["npu_rotary_mul_backward"].schema == (
-        "npu_rotary_mul_backward(Tensor grad, Tensor self, Tensor r1, Tensor r2, str rotary_mode=\"half\") "
+        "npu_rotary_mul_backward(Tensor grad, Tensor input, Tensor r1, Tensor r2, str rotary_mode=\"half\") "
         "-> (Tensor, Tensor, Tensor)"
     )
     assert "*, Tensor? pse=None" in OPS["npu_fusion_attention_grad"].schema

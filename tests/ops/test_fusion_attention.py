@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy
 import pytest
 import torch
 
@@ -95,11 +96,98 @@ def test_without_a_mask_sparse_mode_and_band_have_no_effect() -> None:
     torch.testing.assert_close(full[0].double(), ref, rtol=1e-5, atol=1e-5)
 
 
+def _mask_bits(mask: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """The keep mask (1 = keep) of a packed dropout mask, as op-plugin's tests unpack it
+    (``numpy.unpackbits(..., bitorder="little")``)."""
+    count = int(torch.tensor(shape).prod())
+    bits = numpy.unpackbits(mask.numpy(), count=count, bitorder="little")
+    return torch.from_numpy(bits.astype(numpy.float64)).reshape(shape)
+
+
+def _dropout_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dy: torch.Tensor, scale: float,
+                 keep: torch.Tensor, keep_prob: float) -> tuple[torch.Tensor, ...]:
+    """op-plugin test_npu_flash_attention.py's tforward / tbackward in float64, BNSD: the output and dq, dk, dv
+    of ``(softmax(scale q k^T) * keep / keep_prob) v``."""
+    q, k, v, dy = (t.double() for t in (q, k, v, dy))
+    probs = torch.softmax(q @ k.transpose(-1, -2) * scale, dim=-1)
+    dropped = probs * keep / keep_prob
+    out = dropped @ v
+    dprobs = (dy @ v.transpose(-1, -2)) * keep / keep_prob
+    dscores = probs * (dprobs - (dprobs * probs).sum(-1, keepdim=True)) * scale
+    return out, dscores @ k, dscores.transpose(-1, -2) @ q, dropped.transpose(-1, -2) @ dy
+
+
+def test_dropout_with_a_given_mask_and_its_backward_follow_the_pages_formula() -> None:
+    """The page's example: a mask from _npu_dropout_gen_mask over [B, N, S, S], keep_prob 0.9, BSH."""
+    gen = _gen()
+    b, n, s, d, keep_prob, seed, offset = 1, 2, 6, 8, 0.9, 42, 0
+    bnsd = [torch.randn(b, n, s, d, generator=gen) for _ in range(4)]
+    q, k, v, dy = (t.transpose(1, 2).reshape(b, s, n * d).to(torch.float16) for t in bnsd)
+    mask = torch_npu._npu_dropout_gen_mask(torch.randn(1), [b, n, s, s], p=1 - keep_prob, seed=seed, offset=offset)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    out, smax, _, _, out_seed, out_offset, numels = torch_npu.npu_fusion_attention(
+        q, k, v, n, "BSH", scale=0.125, keep_prob=keep_prob, dropout_mask=mask, seed=seed, offset=offset)
+    assert (out_seed, out_offset, numels) == (seed, offset, b * n * s * s)
+    out.backward(dy)
+    keep = _mask_bits(mask, (b, n, s, s))
+    assert 0 < keep.sum() < keep.numel()  # the example drops some probabilities and keeps others
+    as_bnsd = [t.detach().reshape(b, s, n, d).transpose(1, 2) for t in (q, k, v, dy)]
+    ref_out, ref_dq, ref_dk, ref_dv = _dropout_ref(*as_bnsd, 0.125, keep, keep_prob)
+    for actual, expected in ((out, ref_out), (q.grad, ref_dq), (k.grad, ref_dk), (v.grad, ref_dv)):
+        _close(actual.detach().reshape(b, s, n, d).transpose(1, 2), expected)
+    undropped = torch_npu.npu_fusion_attention(q.detach(), k.detach(), v.detach(), n, "BSH", scale=0.125)
+    assert torch.equal(smax, undropped[1])  # the statistics are the undropped softmax's
+
+
+def test_dropout_drawn_from_seed_and_offset_is_the_gen_mask_ops_and_repeats() -> None:
+    """Without dropout_mask the op draws the mask _npu_dropout_gen_mask draws from the same seed and offset
+    (the mask its backward draws again); another seed drops other elements."""
+    gen = _gen()
+    b, n, s, d, keep_prob = 2, 2, 5, 8, 0.7
+    q, k, v = (torch.randn(b, n, s, d, generator=gen).to(torch.bfloat16) for _ in range(3))
+    drawn = torch_npu.npu_fusion_attention(q, k, v, n, "BNSD", scale=0.3, keep_prob=keep_prob, seed=7, offset=3)
+    mask = torch_npu._npu_dropout_gen_mask(q, [b, n, s, s], p=1 - keep_prob, seed=7, offset=3)
+    given = torch_npu.npu_fusion_attention(q, k, v, n, "BNSD", scale=0.3, keep_prob=keep_prob, dropout_mask=mask,
+                                           seed=7, offset=3)
+    assert torch.equal(drawn[0], given[0]) and drawn[4:] == given[4:] == (7, 3, b * n * s * s)
+    again = torch_npu.npu_fusion_attention(q, k, v, n, "BNSD", scale=0.3, keep_prob=keep_prob, seed=7, offset=3)
+    other = torch_npu.npu_fusion_attention(q, k, v, n, "BNSD", scale=0.3, keep_prob=keep_prob, seed=8, offset=3)
+    assert torch.equal(again[0], drawn[0]) and not torch.equal(other[0], drawn[0])
+
+
+def test_tnd_dropout_reads_each_batchs_mask_in_turn_and_its_gradients() -> None:
+    """TND: the mask covers N x sum(Sq_i x Skv_i) elements, batch after batch (op-plugin's TND golden)."""
+    gen = _gen()
+    n, d, q_lens, kv_lens, keep_prob = 2, 8, [2, 3], [3, 4], 0.8
+    q, dy = (torch.randn(sum(q_lens), n, d, generator=gen).to(torch.float16) for _ in range(2))
+    k, v = (torch.randn(sum(kv_lens), n, d, generator=gen).to(torch.float16) for _ in range(2))
+    sizes = [n * ql * kl for ql, kl in zip(q_lens, kv_lens)]
+    mask = torch_npu._npu_dropout_gen_mask(q, [sum(sizes)], p=1 - keep_prob, seed=5, offset=0)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    result = torch_npu.npu_fusion_attention(q, k, v, n, "TND", scale=0.35, keep_prob=keep_prob, dropout_mask=mask,
+                                            seed=5, offset=0, actual_seq_qlen=[2, 5], actual_seq_kvlen=[3, 7])
+    assert result[4:] == (5, 0, sum(sizes))
+    result[0].backward(dy)
+    keep = _mask_bits(mask, (sum(sizes),))
+    starts, q0, kv0 = [0, sizes[0]], [0, q_lens[0]], [0, kv_lens[0]]
+    for i, (ql, kl) in enumerate(zip(q_lens, kv_lens)):
+        rows, keys = slice(q0[i], q0[i] + ql), slice(kv0[i], kv0[i] + kl)
+        parts = [t.detach()[index].transpose(0, 1) for t, index in ((q, rows), (k, keys), (v, keys), (dy, rows))]
+        ref = _dropout_ref(*parts, 0.35, keep[starts[i] : starts[i] + sizes[i]].reshape(n, ql, kl), keep_prob)
+        for actual, index, expected in zip((result[0], q.grad, k.grad, v.grad), (rows, rows, keys, keys), ref):
+            _close(actual.detach()[index].transpose(0, 1), expected)
+
+
 def test_fusion_attention_refuses_dropout_and_pse_by_name() -> None:
     q = torch.zeros(1, 2, 16, dtype=torch.float16)
     with pytest.raises(ValueError) as exc:
-        torch_npu.npu_fusion_attention(q, q, q, 2, "BSH", keep_prob=0.9)
+        torch_npu.npu_fusion_attention(q, q, q, 2, "BSH", keep_prob=0.0)
     assert (exc.value.op, exc.value.argument) == ("npu_fusion_attention", "keep_prob")
+    with pytest.raises(ValueError) as exc:
+        wide = torch.zeros(1, 4, 16, dtype=torch.float16)  # 32 scores: a 4-byte mask
+        torch_npu.npu_fusion_attention(wide, wide, wide, 2, "BSH", keep_prob=0.9,
+                                       dropout_mask=torch.zeros(3, dtype=torch.uint8))
+    assert (exc.value.op, exc.value.argument) == ("npu_fusion_attention", "dropout_mask")
     with pytest.raises(ValueError) as exc:
         torch_npu.npu_fusion_attention(q, q, q, 2, "BSH", pse=q)
     assert (exc.value.op, exc.value.argument) == ("npu_fusion_attention", "pse")

@@ -57,7 +57,7 @@ def test_one_hot_refuses_another_axis_and_float_indices():
     assert (exc.value.op, exc.value.argument) == ("npu_one_hot", "num_classes")
     with pytest.raises(OpArgumentError) as exc:
         torch_npu.npu_one_hot(torch.tensor([1.0]), depth=2)
-    assert exc.value.argument == "self"
+    assert exc.value.argument == "input"
 
 
 def test_index_ops_pass_opcheck():

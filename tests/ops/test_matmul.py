@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from pytest_npufuse import cost, torch_npu
 from pytest_npufuse.pipeline.synthetic import ProgramBuilder
@@ -61,6 +62,38 @@ def test_mm_all_reduce_refuses_full_quantisation_and_other_reduce_ops() -> None:
     with pytest.raises(TypeError) as exc:
         torch_npu.npu_mm_all_reduce_base(x, x.t(), 0)
     assert (exc.value.op, exc.value.argument) == ("npu_mm_all_reduce_base", "hcom")
+
+
+def test_fake_tensors_get_op_plugins_shapes_for_unmodeled_quantised_modes() -> None:
+    """On fake tensors the fully quantised npu_mm_all_reduce_base, a hifloat8 npu_weight_quant_batchmatmul
+    weight and npu_quant_matmul's float8 x1 get op-plugin's meta shapes and dtypes (a traced graph needs
+    them); real tensors are refused."""
+    with FakeTensorMode():
+        x1, x2 = torch.empty(8, 16, dtype=torch.int8), torch.empty(16, 4, dtype=torch.int8)
+        for dequant, dtype in ((torch.empty(4, dtype=torch.bfloat16), torch.bfloat16),
+                               (torch.empty(4, dtype=torch.int64), torch.float16)):
+            out = torch_npu.npu_mm_all_reduce_base(x1, x2, "hcom", dequant_scale=dequant)
+            assert (tuple(out.shape), out.dtype) == ((8, 4), dtype)
+        x, scale = torch.empty(2, 16, dtype=torch.float16), torch.empty(1, 4, dtype=torch.float16)
+        out = torch_npu.npu_weight_quant_batchmatmul(x, x2, scale, weight_dtype=torch_npu.hifloat8)
+        assert (tuple(out.shape), out.dtype) == ((2, 4), torch.float16)
+        fp8, fp4_words = torch.empty(1, 64, dtype=torch.float8_e4m3fn), torch.empty(64, 16)
+        out = torch_npu.npu_quant_matmul(fp8, fp4_words, torch.empty(2, 128, dtype=torch.uint8), group_sizes=[0, 0, 32],
+                                         y_scale=torch.empty(1, 128, dtype=torch.int64), output_dtype=torch.bfloat16)
+        assert (tuple(out.shape), out.dtype) == ((1, 128), torch.bfloat16)
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_quant_matmul(torch.zeros(2, 8, dtype=torch.int8), torch.zeros(8, 4, dtype=torch.int8),
+                                   torch.ones(4), y_scale=torch.ones(1, 4, dtype=torch.int64), output_dtype=torch.bfloat16)
+    assert (exc.value.op, exc.value.argument) == ("npu_quant_matmul", "y_scale")
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_mm_all_reduce_base(torch.zeros(8, 16, dtype=torch.int8), torch.zeros(16, 4, dtype=torch.int8),
+                                         "hcom", dequant_scale=torch.ones(4, dtype=torch.bfloat16))
+    assert (exc.value.op, exc.value.argument) == ("npu_mm_all_reduce_base", "dequant_scale")
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_weight_quant_batchmatmul(torch.zeros(2, 16, dtype=torch.float16),
+                                               torch.zeros(16, 4, dtype=torch.int8),
+                                               torch.ones(1, 4, dtype=torch.float16), weight_dtype=torch_npu.hifloat8)
+    assert (exc.value.op, exc.value.argument) == ("npu_weight_quant_batchmatmul", "weight_dtype")
 
 
 def _mm_all_reduce_kernel(m: int, k: int, n: int):
@@ -158,3 +191,40 @@ def test_linear_refuses_int8_and_passes_opcheck() -> None:
     x, weight = torch.randn(3, 8), torch.randn(5, 8)
     torch.library.opcheck(torch.ops.npu.npu_linear.default, (x, weight, torch.randn(5)))
     torch.library.opcheck(torch.ops.npu.npu_linear_backward.default, (torch.randn(3, 5), x, weight))
+
+
+def test_all_gather_base_mm_multiplies_the_gathered_input_rank_zero_first() -> None:
+    """One process is rank 0 of the world: its rows come first, the ranks not simulated give zero rows."""
+    gen = _gen()
+    x1, x2 = torch.randn(4, 64, generator=gen).bfloat16(), torch.randn(64, 16, generator=gen).bfloat16()
+    bias = torch.randn(16, generator=gen).bfloat16()
+    out, gathered = torch_npu.npu_all_gather_base_mm(x1, x2, "hcom_tp", 2, bias=bias)
+    assert out.shape == (8, 16) and gathered.shape == (8, 64) and out.dtype == torch.bfloat16
+    assert torch.equal(gathered[:4], x1) and not gathered[4:].any()
+    expected = gathered.double() @ x2.double() + bias.double()
+    torch.testing.assert_close(out.double(), _rounded(expected, torch.bfloat16).double(), rtol=1e-2, atol=1e-2)
+    plain, empty = torch_npu.npu_all_gather_base_mm(x1, x2, "hcom_tp", 1, gather_output=False)
+    assert empty.shape == (0,) and plain.shape == (4, 16)
+
+
+def test_all_gather_base_mm_refuses_quantisation_and_other_gather_targets() -> None:
+    x = torch.zeros(2, 8, dtype=torch.float16)
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_all_gather_base_mm(x, x.t(), "hcom", 2, gather_index=1)
+    assert (exc.value.op, exc.value.argument) == ("npu_all_gather_base_mm", "gather_index")
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_all_gather_base_mm(x, x.t(), "hcom", 2, x2_scale=torch.ones(1, 2))
+    assert (exc.value.op, exc.value.argument) == ("npu_all_gather_base_mm", "x2_scale")
+
+
+def test_all_gather_base_mm_costs_the_longer_of_the_gathered_matmul_and_the_ring_all_gather() -> None:
+    builder = ProgramBuilder()
+    x, w = builder.input("x", (512, 7168), "bfloat16"), builder.input("w", (7168, 2048), "bfloat16")
+    out = builder.op("npu::npu_all_gather_base_mm", [x, w], (512 * 8, 2048), "bfloat16")
+    kernel = next(kernel for kernel in builder.kernels if kernel.node == out)
+    dim = cost.block_dim(kernel, A3)
+    profile = dataclasses.replace(A3, comm_ranks=8)
+    gathered = 512 * 8 * 7168 * 2  # the whole gathered input crosses the ring once
+    ring = 7 * A3.comm_latency_us + gathered * 7 / 8 / (A3.comm_gbps * A3.comm_efficiency * 1e3)
+    assert cost.body_us(kernel, dim, profile) == pytest.approx(max(cost.rules.matmul_us(kernel, dim, profile), ring))
+    assert cost.rules.all_gather_input_bytes(kernel.input_specs, kernel.output_specs) == gathered

@@ -156,3 +156,29 @@ def test_scatter_update_refuses_out_of_range_offsets_and_2d_indices() -> None:
     with pytest.raises(ValueError) as exc:
         torch_npu.scatter_update(data, torch.tensor([0, 1]), torch.ones(1, 4, 3), 0)
     assert (exc.value.op, exc.value.argument) == ("scatter_update", "axis")
+
+
+def test_a_functionalized_scatter_update_holds_the_functional_op_and_one_copy_into_the_input() -> None:
+    """torch_npu's functionalization of ``scatter_update_`` (Ascend/pytorch test/custom_ops/
+    test_functionalization.py): ``scatter_update``, then ``copy_`` into the input, returning the former."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def functionalized(data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+        inputs = [torch._to_functional_tensor(t) for t in (data, indices, updates)]
+        torch._enable_functionalization(reapply_views=False)
+        try:
+            out = torch.ops.npu.scatter_update_(*inputs, -2)
+        finally:
+            torch._disable_functionalization()
+        torch._sync(inputs[0])
+        data.copy_(torch._from_functional_tensor(inputs[0]))
+        torch._sync(out)
+        return torch._from_functional_tensor(out)
+
+    args = (torch.zeros(2, 1, 4, 2), torch.tensor([1, 3]), torch.ones(2, 1, 1, 2))
+    graph = make_fx(functionalized)(*args).graph
+    targets = [str(node.target) for node in graph.nodes if node.op == "call_function"]
+    assert targets == ["npu.scatter_update.default", "aten.copy_.default"]
+    data = args[0].clone()
+    assert torch.equal(functionalized(data, *args[1:]), torch_npu.scatter_update(*args, -2))
+    assert data.sum() == 4

@@ -143,6 +143,18 @@ def test_init_routing_v2_dynamic_quant_with_expert_scale() -> None:
         assert (expanded_x[i].double() - torch.round(row / scale)).abs().max() <= 1
 
 
+def test_init_routing_v2_of_zero_tokens_returns_empty_outputs_whatever_the_scale() -> None:
+    """op-plugin's kernel returns the empty outputs (zero counts) of zero tokens before the device op checks
+    scale (MoeInitRoutingV2KernelNpuOpApi.cpp; upstream's test_npu_moe_init_routing_empty_tensor)."""
+    x, expert_idx = torch.empty(0, 64, dtype=torch.bfloat16), torch.empty(0, 4, dtype=torch.int32)
+    expanded_x, row_idx, counts, dyn = torch_npu.npu_moe_init_routing_v2(
+        x, expert_idx, scale=torch.empty(0), expert_num=16, quant_mode=1, expert_tokens_num_flag=True,
+        active_expert_range=[0, 16], row_idx_type=1
+    )
+    assert [tuple(t.shape) for t in (expanded_x, row_idx, dyn)] == [(0, 64), (0,), (0,)]
+    assert expanded_x.dtype == torch.int8 and tuple(counts.shape) == (16,) and not counts.any()
+
+
 def test_init_routing_v2_drop_pad_capacity() -> None:
     rows, k, h, experts, capacity = 4, 1, 2, 2, 2
     x = torch.arange(rows * h, dtype=torch.float32).reshape(rows, h)
@@ -306,6 +318,23 @@ def test_dispatch_refuses_unmodeled_features_with_the_argument_name() -> None:
     assert (exc.value.op, exc.value.argument) == ("npu_moe_distribute_dispatch", "moe_expert_num")
 
 
+def test_dispatch_v2_y_dtype_names_expand_xs_dtype() -> None:
+    """op-plugin's kernel takes y_dtype over the quant mode's dtype; a y_dtype restating it (as a dtype or its
+    ScalarType number) changes nothing, a format of the MX modes is refused by name."""
+    x, expert_ids, _ = _dispatch_inputs()
+    plain = torch_npu.npu_moe_distribute_dispatch_v2(x, expert_ids, "ep", 1, 0, 8)
+    for y_dtype in (torch.bfloat16, 15):
+        same = torch_npu.npu_moe_distribute_dispatch_v2(x, expert_ids, "ep", 1, 0, 8, y_dtype=y_dtype)
+        assert all(torch.equal(a, b) for a, b in zip(plain, same))
+    quantised = torch_npu.npu_moe_distribute_dispatch_v2(x, expert_ids, "ep", 1, 0, 8, quant_mode=2,
+                                                         y_dtype=torch.int8)
+    assert quantised[0].dtype == torch.int8
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_moe_distribute_dispatch_v2(x, expert_ids, "ep", 1, 0, 8, quant_mode=2,
+                                                 y_dtype=torch.float8_e4m3fn)
+    assert (exc.value.op, exc.value.argument) == ("npu_moe_distribute_dispatch_v2", "y_dtype")
+
+
 def test_fake_kernels_match_eager_shapes() -> None:
     """The fake kernels (what a traced graph sees) agree with the CPU kernels' outputs."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -459,7 +488,7 @@ def test_group_topk_keeps_the_k_best_expert_groups_in_place(n: int) -> None:
 def test_group_topk_refuses_groups_that_do_not_divide_the_experts() -> None:
     with pytest.raises(ValueError) as exc:
         torch_npu._npu_group_topk(torch.zeros(2, 8, dtype=torch.float16), k=1, group_num=3)
-    assert (exc.value.op, exc.value.argument) == ("_npu_group_topk", "self")
+    assert (exc.value.op, exc.value.argument) == ("_npu_group_topk", "input")
     with pytest.raises(ValueError) as exc:
         torch_npu._npu_group_topk(torch.zeros(2, 8, dtype=torch.float16))
     assert (exc.value.op, exc.value.argument) == ("_npu_group_topk", "k")

@@ -74,9 +74,50 @@ def test_grouped_matmul_finalize_routing_dequantises_weights_by_logit_and_scatte
     torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-6)
 
 
-def test_grouped_matmul_finalize_routing_refuses_the_a8w4_inputs() -> None:
+def test_grouped_matmul_finalize_routing_refuses_bias_with_int8_weights() -> None:
+    """The doc: bias and offset are A8W4's only."""
     x, w = torch.zeros(2, 16, dtype=torch.int8), torch.zeros(1, 16, 8, dtype=torch.int8)
     with pytest.raises(ValueError) as exc:
         torch_npu.npu_grouped_matmul_finalize_routing(x, w, torch.tensor([2]), scale=torch.ones(1, 8),
                                                       pertoken_scale=torch.ones(2), bias=torch.ones(1, 8))
+    assert (exc.value.op, exc.value.argument) == ("npu_grouped_matmul_finalize_routing", "bias")
+
+
+def _low_word_int64(scale: torch.Tensor) -> torch.Tensor:
+    """op-plugin's A8W4 test scale: each float32's bits in the low word of an int64, the high word 0."""
+    return scale.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+
+
+def test_grouped_matmul_finalize_routing_a8w4_with_bias_offset_and_no_per_token_scale() -> None:
+    """op-plugin's A8W4 case (test_npu_grouped_matmul_finalize_routing_a8w4), small: each int8 of x split into
+    a high nibble x // 16 and a low one (x & 15) - 8, both multiplied by the int4 weight per k-group and
+    scale, recombined as 16 * high + low, plus bias and each k-group's row sum of x times offset; then the
+    per-token scale, the logits and the scatter-add."""
+    m, k, n, experts, k_groups = 6, 64, 16, 2, 2
+    x = torch.randint(-128, 128, (m, k), generator=_gen(11), dtype=torch.int8)
+    w = torch.randint(-5, 5, (experts, k, n), generator=_gen(12), dtype=torch.int32)
+    packed = torch_npu.npu_quantize(w.float(), torch.tensor([1.0]), None, torch.quint4x2, -1, False)
+    scale = (torch.rand(experts, k_groups, n, generator=_gen(13)) * 1e-2).half().float()
+    bias = torch.rand(experts, n, generator=_gen(14)) * 1e-2
+    offset = torch.randint(-5, 5, (experts, k_groups, n), generator=_gen(15)).float()
+    logit, row_index = torch.rand(m, generator=_gen(16)), torch.tensor([2, 0, 1, 1, 0, 2])
+    group_list = torch.tensor([4, 2])
+    y = torch_npu.npu_grouped_matmul_finalize_routing(
+        x, packed, group_list, scale=_low_word_int64(scale), bias=bias, offset=offset, logit=logit,
+        row_index=row_index, output_bs=3)
+    high, low = torch.div(x.long(), 16, rounding_mode="floor"), (x.long() & 15) - 8
+    ref = torch.zeros(3, n, dtype=torch.float64)
+    size = k // k_groups
+    for r, e in enumerate([0, 0, 0, 0, 1, 1]):
+        row = bias[e].double().clone()
+        for j in range(k_groups):
+            part = slice(j * size, (j + 1) * size)
+            weight = w[e, part].double()
+            products = [(nibble[r, part].double() @ weight) * scale[e, j].double() for nibble in (high, low)]
+            row += 16 * products[0] + products[1] + x[r, part].double().sum() * offset[e, j].double()
+        ref[row_index[r]] += row * logit[r].double()
+    assert y.dtype == torch.float32 and y.shape == (3, n)
+    torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError) as exc:
+        torch_npu.npu_grouped_matmul_finalize_routing(x, packed, group_list, scale=_low_word_int64(scale))
     assert (exc.value.op, exc.value.argument) == ("npu_grouped_matmul_finalize_routing", "bias")

@@ -392,9 +392,40 @@ def test_compile_dequant_swiglu_quant_int32() -> None:
 
 
 def test_format_cast_is_value_preserving_copy() -> None:
-    x = torch.arange(12, dtype=torch.int8).reshape(3, 4)
+    x = torch.arange(12, dtype=torch.int8).reshape(3, 4).clone()  # a 2-D storage: a view of [12] stays ND
     out = torch_npu.npu_format_cast(x, 29)
     assert torch.equal(out, x) and out.data_ptr() != x.data_ptr()
+
+
+def test_format_cast_returns_its_input_where_torch_npu_does() -> None:
+    """FormatCastKernelNpu.cpp: the format the storage has, a base format from a base format (relabelled),
+    or FRACTAL_NZ of a storage below 2 dims (falls back to ND) give the input itself; a copy otherwise."""
+    x = torch.randn(4, 8)
+    assert torch_npu.npu_format_cast(x, 2) is x
+    nz = torch_npu.npu_format_cast(x, 29)
+    assert nz is not x and torch_npu.npu_format_cast(nz, 29) is nz
+    image = torch.randn(2, 3, 4, 5)
+    assert torch_npu.npu_format_cast(image, 2) is image and torch_npu.get_npu_format(image) == torch_npu.Format.ND
+    flat_view = torch.arange(12.0).reshape(3, 4)
+    assert torch_npu.npu_format_cast(flat_view, 29) is flat_view
+    traced = torch.ops.npu.npu_format_cast.default(x, 2)
+    assert traced is not x and torch.equal(traced, x)  # the registered op may not alias its input
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "customize_dtype", "c0"),
+    [((15, 17), torch.float16, None, 16), ((3, 15, 33), torch.int8, None, 32),
+     ((15, 17), torch.int32, None, 16), ((4, 15, 17), torch.int32, 3, 8)],
+)
+def test_format_cast_to_nz_storage_holds_whole_tiles(shape, dtype, customize_dtype, c0) -> None:
+    """InferShapeNDToNZ: [..., ceil(n / C0), ceil(m / 16), 16, C0] elements, C0 = 32 bytes of the dtype (4-byte
+    dtypes counted as 2) or of customize_dtype (torch.int32: 8); the values unchanged."""
+    x = torch.randint(0, 100, shape).to(dtype)
+    out = torch_npu.npu_format_cast(x, 29, customize_dtype=customize_dtype)
+    *batch, m, n = shape
+    tiles = math.prod(batch) * -(-n // c0) * -(-m // 16)
+    assert out.untyped_storage().size() == tiles * 16 * c0 * x.element_size()
+    assert torch.equal(out, x) and out.is_contiguous()
 
 
 # ------------------------------------------------------------------------------------------
@@ -823,10 +854,10 @@ def _fia(**overrides: object) -> Callable[[], object]:
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: torch_npu.npu_rms_norm(_BF.int(), torch.ones(16)), ValueError, "x"),
+        (lambda: torch_npu.npu_rms_norm(_BF.int(), torch.ones(16)), ValueError, "input"),
         (lambda: torch_npu.npu_rms_norm(_BF, torch.ones(8)), ValueError, "gamma"),
         (lambda: torch_npu.npu_rms_norm(_BF, torch.ones(16), epsilon="1e-6"), TypeError, "epsilon"),
-        (lambda: torch_npu.npu_swiglu(torch.zeros(4, 7)), ValueError, "x"),
+        (lambda: torch_npu.npu_swiglu(torch.zeros(4, 7)), ValueError, "input"),
         (lambda: torch_npu.npu_swiglu(_BF, dim=2), ValueError, "dim"),
         (lambda: torch_npu.npu_moe_gating_top_k(_BF, 3, group_count=3), ValueError, "group_count"),
         (lambda: torch_npu.npu_moe_gating_top_k(_BF, 9, group_count=4, k_group=2), ValueError, "k"),
@@ -907,13 +938,15 @@ def test_a_call_that_does_not_fit_gets_pythons_message_under_torch_compile(call,
     assert message in _compile_error(call, torch.randn(4, 8))
 
 
-def test_the_documented_name_of_an_ops_first_argument_works_as_a_keyword() -> None:
-    """torch_npu documents ``npu_rms_norm(x, gamma)``; its schema calls ``x`` ``self``."""
+def test_an_ops_first_argument_is_input_as_torch_npu_registers_it() -> None:
+    """op-plugin's yaml says ``npu_rms_norm(Tensor self, ...)``; torch_npu's code generator registers it as
+    ``input`` (torchnpugen/custom_functions.py), and the Python binding takes ``input=``, not ``self=``."""
     x, gamma = torch.randn(4, 8), torch.rand(8)
     expected = torch_npu.npu_rms_norm(x, gamma)[0]
-    assert torch.equal(torch_npu.npu_rms_norm(x=x, gamma=gamma)[0], expected)
-    compiled = torch.compile(lambda t: torch_npu.npu_rms_norm(x=t, gamma=gamma)[0], backend="aot_eager", fullgraph=True)
+    assert torch.equal(torch_npu.npu_rms_norm(input=x, gamma=gamma)[0], expected)
+    compiled = torch.compile(lambda t: torch_npu.npu_rms_norm(input=t, gamma=gamma)[0], backend="aot_eager", fullgraph=True)
     assert torch.equal(compiled(x), expected)
+    assert torch.ops.npu.npu_rms_norm.default._schema.arguments[0].name == "input"
 
 
 def _group() -> object:
@@ -978,20 +1011,19 @@ def test_an_optional_arguments_type_error_says_none_is_allowed(call, message) ->
     (lambda: torch_npu.npu_scatter_nd_update([1.0], torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1)),
      "input must be a torch.Tensor, got list"),
     (lambda: torch_npu.npu_prefetch(input=3, dependency=None, max_size=8), "input must be a torch.Tensor, got int"),
-    (lambda: torch_npu.scatter_update_(data=[0], indices=torch.zeros(1), updates=torch.zeros(1), axis=-1),
-     "data must be a torch.Tensor, got list"),
+    (lambda: torch_npu.scatter_update_(input=[0], indices=torch.zeros(1), updates=torch.zeros(1), axis=-1),
+     "input must be a torch.Tensor, got list"),
 ], ids=["npu_scatter_nd_update", "npu_prefetch", "scatter_update_"])
-def test_a_memory_ops_first_argument_has_the_name_torch_npu_documents(call, message) -> None:
-    """The API pages name it ``input`` (scatter_nd_update, prefetch) or ``data`` (scatter_update) where the
-    schema says ``self``: the error, and the keyword, use that name."""
+def test_a_memory_ops_first_argument_has_the_name_torch_npu_registers(call, message) -> None:
+    """torch_npu registers op-plugin's ``self`` as ``input``: the error, and the keyword, use that name."""
     with pytest.raises(TypeError) as info:
         call()
     assert (info.value.argument, info.value.problem) == (message.partition(" ")[0], message)
 
 
-def test_scatter_update_takes_data_by_its_documented_keyword() -> None:
+def test_scatter_update_takes_its_first_argument_by_the_registered_keyword() -> None:
     data, updates = torch.zeros(2, 1, 4, 2), torch.ones(2, 1, 1, 2)
-    out = torch_npu.scatter_update(data=data, indices=torch.tensor([1, 3]), updates=updates, axis=-2)
+    out = torch_npu.scatter_update(input=data, indices=torch.tensor([1, 3]), updates=updates, axis=-2)
     assert out[0, 0, 1].tolist() == [1.0, 1.0] and out[1, 0, 3].tolist() == [1.0, 1.0] and out.sum() == 4
 
 
@@ -1040,3 +1072,27 @@ def test_ops_command_lists_every_op_with_engine_fusable_flag_and_source() -> Non
     assert rows["npu::npu_format_cast"][1:4] == ["memory", "vector", "no"]
     assert "ptaoplist_000172" in " ".join(rows["npu::npu_quant_matmul"][6:])
     assert lines[-1] == f"{len(torch_npu.OPS)} ops"
+
+
+def test_checks_only_torch_npus_kernel_makes_are_left_to_the_kernel_on_fake_tensors() -> None:
+    """op-plugin's meta functions of npu_rotary_mul (empty_like) and npu_moe_finalize_routing (no bias
+    read) accept calls the device kernel refuses; upstream's fake-tensor tests make such calls."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def rotary(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        return torch_npu.npu_rotary_mul(x, table, table)
+
+    def finalize(bias: torch.Tensor) -> torch.Tensor:
+        rows, skip = torch.randn(8, 10), torch.randn(2, 10)
+        src, experts = torch.arange(8, dtype=torch.int32), torch.zeros(2, 4, dtype=torch.int32)
+        return torch_npu.npu_moe_finalize_routing(rows, skip, skip, bias, torch.randn(2, 4), src, experts)
+
+    with FakeTensorMode():
+        assert rotary(torch.randn(1, 4, 2, 125), torch.randn(1, 4, 1, 128)).shape == (1, 4, 2, 125)
+        assert finalize(torch.randn(2, 4)).shape == (2, 10)
+    with pytest.raises(ValueError) as exc:
+        rotary(torch.randn(1, 4, 2, 125), torch.randn(1, 4, 1, 128))
+    assert (exc.value.op, exc.value.argument) == ("npu_rotary_mul", "input")
+    with pytest.raises(ValueError) as exc:
+        finalize(torch.randn(2, 4))
+    assert (exc.value.op, exc.value.argument) == ("npu_moe_finalize_routing", "bias")

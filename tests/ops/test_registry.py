@@ -52,7 +52,7 @@ def test_argument_errors_are_package_errors_and_still_value_and_type_errors() ->
 
     with pytest.raises(OpArgumentError) as bad_value:
         torch_npu.npu_rms_norm(torch.ones(2, 4, dtype=torch.int32), torch.ones(4))
-    assert (bad_value.value.op, bad_value.value.argument) == ("npu_rms_norm", "x")
+    assert (bad_value.value.op, bad_value.value.argument) == ("npu_rms_norm", "input")
     with pytest.raises(OpTypeError) as bad_type:
         torch_npu.npu_rms_norm(torch.ones(2, 4), torch.ones(4), epsilon="1e-6")
     assert (bad_type.value.op, bad_type.value.argument) == ("npu_rms_norm", "epsilon")
@@ -66,9 +66,9 @@ def test_a_call_is_bound_once_into_one_record_with_the_wrappers_names_and_defaul
     from pytest_npufuse.torch_npu.registry import bind
 
     x, gamma = torch.ones(2, 4), torch.ones(4)
-    positional, by_keyword = bind(torch_npu.npu_rms_norm, x, gamma), bind(torch_npu.npu_rms_norm, gamma=gamma, x=x)
+    positional, by_keyword = bind(torch_npu.npu_rms_norm, x, gamma), bind(torch_npu.npu_rms_norm, gamma=gamma, input=x)
     for call in (positional, by_keyword):
-        assert call.x is x and call.gamma is gamma and call.epsilon == 1e-6
+        assert call.input is x and call.gamma is gamma and call.epsilon == 1e-6
     keyword_only = bind(torch_npu.npu_fused_infer_attention_score, x, x, x, num_heads=2)
     assert keyword_only.num_heads == 2 and keyword_only.input_layout == "BSH" and keyword_only.atten_mask is None
     with pytest.raises(FrozenInstanceError):

@@ -396,6 +396,54 @@ def test_cache_compile_compiles_a_module_method_with_torchairs_checks(shim):
     assert torch.equal(step(x), model(x))
 
 
+def test_cache_compile_takes_a_backend_for_its_config_and_refuses_another_config(shim):
+    model = _Step()
+    config = torchair.CompilerConfig()
+    backend = torchair.get_npu_backend(compiler_config=config)
+    assert backend.keywords["compiler_config"] is config
+    other = torchair.CompilerConfig()
+    with pytest.raises(ValueError) as exc:
+        torchair.inference.cache_compile(model.forward, config=other, backend=backend)
+    assert exc.value.argument == "config"
+    assert str(exc.value) == "config in current backend is different from the config during cache generation."
+    step = torchair.inference.cache_compile(model.forward, backend=backend, dynamic=False)
+    x = torch.ones(8, 1024, dtype=torch.float16)
+    assert torch.equal(step(x), model(x))
+
+
+@pytest.mark.parametrize("clone", [False, True])
+def test_an_aclgraph_returns_its_own_output_memory_unless_outputs_are_cloned(shim, clone):
+    config = torchair.CompilerConfig()
+    config.mode = "npugraph_ex"
+    config.debug.aclgraph.enable_output_clone = clone
+
+    def f(x, cache):
+        return x + x, cache.mul_(2)
+
+    model = torch.compile(f, backend=torchair.get_npu_backend(compiler_config=config), dynamic=False)
+    cache = torch.ones(4)
+    first, first_cache = model(torch.ones(4), cache)
+    second, second_cache = model(torch.full((4,), 3.0), cache)
+    assert torch.equal(second, torch.full((4,), 6.0))
+    assert (first.untyped_storage()._cdata == second.untyped_storage()._cdata) is not clone
+    # without clones the first call's result was overwritten by the replay, as on the device
+    assert torch.equal(first, torch.full((4,), 6.0 if not clone else 2.0))
+    assert second_cache.untyped_storage().data_ptr() == cache.untyped_storage().data_ptr()  # the caller's memory
+    assert torch.equal(cache, torch.full((4,), 4.0))
+
+
+def test_debug_dump_nodes_keep_their_folder_in_the_private_path_option(shim, tmp_path):
+    config = torchair.CompilerConfig()
+    config.debug.data_dump._path = "dumps"  # TorchAir's own tests set the option directly
+    assert config.debug.data_dump.path == "dumps"
+    config.debug.graph_dump.path = str(tmp_path / "." / "graphs")
+    assert config.debug.graph_dump._path.value == str(tmp_path / "graphs")  # stored as its real path
+    config.debug.fx_summary._path = "summary"
+    with pytest.raises(ValueError) as exc:
+        config.debug.fx_summary.path = "summary"  # fx_summary has no path, only _path, as in TorchAir
+    assert exc.value.argument == "config.debug.fx_summary.path"
+
+
 def test_dim_gears_make_each_gear_a_static_graph_and_refuse_other_sizes(shim):
     backend = torchair.get_npu_backend()
     step = torch.compile(_Step(), backend=backend, dynamic=True)
@@ -533,6 +581,16 @@ def test_npugraph_ex_backend_fuses_native_superkernel_scopes(shim):
     with pytest.raises(Exception) as exc:
         _npugraph_ex(_NativeSuperKernel(), torch.ones(8, 8), super_kernel_optimise=True)
     assert exc.value.inner_exception.argument == "super_kernel_optimise"
+
+
+def test_a_checks_options_for_a_native_scope_switch_superkernel_on_for_it(shim):
+    """compare/npufuse.check build no backend options: the scope's options (the marker's, compare's options=)
+    are how a check turns aclgraph SuperKernel on, and the warning without them says so."""
+    with pytest.warns(ScopeIgnoredWarning, match=r"the scope's options turn it on for that scope"):
+        off = compare(_NativeSuperKernel(), torch.ones(8, 8), mode="npugraph_ex")
+    on = compare(_NativeSuperKernel(), torch.ones(8, 8), mode="npugraph_ex", options={"sk1": "early-start=0"})
+    assert off.superkernels["sk1"].outcome == "unsupported" and on.superkernels["sk1"].outcome == "fused"
+    assert on.bit_exact
 
 
 def test_unmatched_native_superkernel_end_uses_torchairs_words(shim):

@@ -6,6 +6,7 @@ module, TorchAir's module tree and ``__module__`` names, ``npu_print``, data dum
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import re
 import subprocess
@@ -406,7 +407,8 @@ def test_aclgraph_data_dump_writes_every_fx_tensor_as_torchair_names_it(shim, tm
     assert torch.equal(torch.load(rank / "arg0_1_device_0_0.pt"), a)
 
 
-def test_ge_data_dump_writes_the_chosen_ops_per_call(shim, tmp_path):
+def test_ge_data_dump_writes_the_chosen_ops_per_call(shim, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     config = torchair.CompilerConfig()
     config.dump_config.dump_layer = " Add "
     config.dump_config.dump_mode = "output"
@@ -418,6 +420,11 @@ def test_ge_data_dump_writes_the_chosen_ops_per_call(shim, tmp_path):
     assert files == [["Add", "Add"], ["Sub", "Sub"]]  # dump_layer's Add and data_dump()'s Sub; not the Pow
     sub = torch.load(next((folder / "1").glob("Sub.*")))
     assert sub["input"] == [] and torch.equal(sub["output"][0], a - b)
+    # the dump options GE is handed, as TorchAir writes them: dump_layer's names and data_dump()'s op types
+    (options,) = (tmp_path / "ge_dump_data_json").glob("dump_options_worldsize1_rank0_pid*.json")
+    dump = json.loads(options.read_text())["dump"]
+    assert (dump["dump_mode"], dump["dump_step"], dump["dump_data"]) == ("output", "1", "tensor")
+    assert dump["dump_list"][-1]["layer"] == ["Add", "Sub"]
 
 
 def test_dumps_the_model_does_not_write_are_refused_by_name(shim, tmp_path):

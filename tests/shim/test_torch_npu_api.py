@@ -31,6 +31,10 @@ from pytest_npufuse.torch_npu.schema import declarations
 API = tomllib.loads((Path(__file__).parent / "torch_npu_api.toml").read_text())
 USED = sorted(set(API["used"]["tests"]) | set(API["used"]["public_code"]))
 _ALIAS = re.compile(r"\([a-z]!?\)")
+# torch_npu's code generator registers each op-plugin schema with ``self`` renamed ``input``
+# (Ascend/pytorch torchnpugen/custom_functions.py), so the registered schema, which the shim models, says
+# ``input`` where op-plugin's yaml, recorded in torch_npu_api.toml, says ``self``.
+_SELF = re.compile(r"\bself\b(?=[,)])")
 
 
 def _arguments(schema: str) -> dict[str, str]:
@@ -49,6 +53,7 @@ def compare_op(name: str, real_schema: str) -> Optional[str]:
     declared = declarations().get(name)
     if declared is None:
         return "a Python helper in the shim, not a torch.ops.npu op" if shim_has(name) else "missing"
+    real_schema = _SELF.sub("input", real_schema)
     real = torch._C.parse_schema(f"npu::{_ALIAS.sub('', real_schema)}")
     mine = torch._C.parse_schema(f"npu::{declared.schema}")
     if str(real) == str(mine):

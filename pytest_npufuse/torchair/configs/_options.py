@@ -136,20 +136,23 @@ class ConfigNode:
     value, assigning or reading an unknown name raises :class:`UnknownOptionError` with the nearest one."""
 
     def __init__(self, node_path: str, /, **children: Any) -> None:
-        object.__setattr__(self, "_path", node_path)
+        object.__setattr__(self, "_node_path", node_path)
         object.__setattr__(self, "_children", dict(children))
 
+    def _option_names(self) -> list[str]:
+        return list(self._children)
+
     def _unknown(self, name: str) -> UnknownOptionError:
-        options = list(self._children)
+        options = self._option_names()
         near = difflib.get_close_matches(name, options, n=1)
-        hint = f"; did you mean {self._path}.{near[0]}?" if near else ""
+        hint = f"; did you mean {self._node_path}.{near[0]}?" if near else ""
         return UnknownOptionError(
-            f"{self._path} has no option {name}, all options {options}{hint}",
-            argument=f"{self._path}.{name}",
+            f"{self._node_path} has no option {name}, all options {options}{hint}",
+            argument=f"{self._node_path}.{name}",
         )
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") or name == "_node_path":
             raise AttributeError(name)
         children = object.__getattribute__(self, "_children")
         if name not in children:
@@ -161,9 +164,9 @@ class ConfigNode:
             raise self._unknown(name)
         child = self._children[name]
         if isinstance(child, OptionValue):
-            child.set(f"{self._path}.{name}", value)
+            child.set(f"{self._node_path}.{name}", value)
         elif isinstance(child, ConfigNode):
-            raise ConfigError(f"{self._path}.{name} is a group of options; set one of {list(child._children)}.")
+            raise ConfigError(f"{self._node_path}.{name} is a group of options; set one of {list(child._children)}.")
         else:
             self._children[name] = value
 
@@ -174,5 +177,33 @@ class ConfigNode:
             if isinstance(child, ConfigNode):
                 changed.update(child.leaves())
             elif isinstance(child, OptionValue) and child.raw != child.default:
-                changed[f"{self._path}.{name}"] = child.raw
+                changed[f"{self._node_path}.{name}"] = child.raw
         return changed
+
+
+class DebugDumpNode(ConfigNode):
+    """TorchAir's debug dump nodes (its ``_DebugBase``: ``debug.graph_dump``, ``debug.data_dump``,
+    ``debug.fx_summary``), whose folder is the option ``_path`` (None: the working directory); code sets
+    it directly (``config.debug.data_dump._path = "dumps"``). ``graph_dump`` and ``data_dump`` also have
+    ``path``, which reads ``_path`` and stores the real path of what is assigned (torchair:
+    python/torchair/configs/debug_config.py)."""
+
+    def __init__(self, node_path: str, /, *, with_path: bool, **children: Any) -> None:
+        kind = {"type": children.pop("type")}
+        super().__init__(node_path, **kind, _path=OptionValue(None), **children)
+        object.__setattr__(self, "_with_path", with_path)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "path" and object.__getattribute__(self, "_with_path"):
+            return self._children["_path"].raw
+        return super().__getattr__(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "path" and self._with_path:
+            self._children["_path"].set(f"{self._node_path}.path", os.path.realpath(value))
+            return
+        super().__setattr__(name, value)
+
+    def _option_names(self) -> list[str]:
+        """TorchAir lists ``path`` among the node's options, after the others."""
+        return [*self._children, "path"] if self._with_path else list(self._children)

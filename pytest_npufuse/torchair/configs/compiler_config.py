@@ -35,7 +35,7 @@ from .._datadump import DataDump, DumpRequest, plan_dump
 from .._fxpass import run_passes
 from .._graphdump import write_graph_dump
 from .._reinplace import keep_write_backs, reinplace_inplaceable_ops
-from ._options import CallableValue, ConfigNode, OptionValue, PathValue, int_range, of_type
+from ._options import CallableValue, ConfigNode, DebugDumpNode, OptionValue, PathValue, int_range, of_type
 
 __all__ = ["CompilerConfig"]
 
@@ -46,9 +46,11 @@ _BOOL = [True, False]
 def _debug(path: str) -> ConfigNode:
     return ConfigNode(
         path,
-        graph_dump=ConfigNode(f"{path}.graph_dump", type=OptionValue(None, [None, "txt", "pbtxt", "py"]), path=None),
-        data_dump=ConfigNode(f"{path}.data_dump", type=OptionValue(None, [None, "npy"]), path=None, filter=None),
-        fx_summary=ConfigNode(f"{path}.fx_summary", type=OptionValue(None, [None, "csv"]), skip_compile=OptionValue(True, _BOOL)),
+        graph_dump=DebugDumpNode(f"{path}.graph_dump", with_path=True, type=OptionValue(None, [None, "txt", "pbtxt", "py"])),
+        data_dump=DebugDumpNode(f"{path}.data_dump", with_path=True, type=OptionValue(None, [None, "npy"]), filter=None),
+        fx_summary=DebugDumpNode(
+            f"{path}.fx_summary", with_path=False, type=OptionValue(None, [None, "csv"]), skip_compile=OptionValue(True, _BOOL)
+        ),
         run_eagerly=OptionValue(False, _BOOL),
         deadlock_check=OptionValue(False, _BOOL),
         aclgraph=ConfigNode(
@@ -172,12 +174,14 @@ class CompilerConfig(ConfigNode):
         watches each call of every graph (:mod:`pytest_npufuse.torchair._datadump`), and its graph dump
         writes each graph (:mod:`pytest_npufuse.torchair._graphdump`); compiles and calls are logged to
         the ``torchair`` logger, as TorchAir logs them; its FX passes edit each aten graph
-        (:mod:`pytest_npufuse.torchair._fxpass`)."""
+        (:mod:`pytest_npufuse.torchair._fxpass`); with ``debug.aclgraph.enable_output_clone`` an aclgraph
+        returns copies of its outputs."""
         watch = self._plan_dump if self.dump_config.enable_dump.raw else None
         dump_graph = self._write_graph_dump if self.debug.graph_dump.type.raw is not None else None
         return GraphOptions(
             Mode(self.run_mode), bool(self.ge_config.enable_single_stream.raw), self.superkernel_options(), watch,
             dump_graph, logger, (self.fx_passes(self),),
+            output_clone=bool(self.debug.aclgraph.enable_output_clone.raw),
         )
 
     def _plan_dump(
@@ -188,6 +192,7 @@ class CompilerConfig(ConfigNode):
         request = DumpRequest(
             dump.enable_dump.raw, dump.dump_data.raw, dump.dump_config_path.raw, dump.dump_path.raw, dump.dump_mode.raw,
             dump.dump_layer.raw, dump.dump_step.raw, self.experimental_config.aclgraph._super_kernel_optimize.raw,
+            dump.quant_dumpable.raw,
         )
         return plan_dump(request, mode, gm, program, stream_of)
 
@@ -207,8 +212,8 @@ class CompilerConfig(ConfigNode):
         ``input_inplace_pass=False``) turns it off."""
         aclgraph = Mode(self.run_mode).aclgraph
         kept = aclgraph and self.debug.aclgraph.disable_reinplace_input_mutated_ops_pass.raw
-        reinplace = [keep_write_backs if kept else reinplace_inplaceable_ops] if aclgraph else []
-        patterns = [apply_rules] if self.experimental_config.pattern_fusion_pass.raw else []
+        reinplace = [("", keep_write_backs if kept else reinplace_inplaceable_ops)] if aclgraph else []
+        patterns = [("apply_pattern_passes", apply_rules)] if self.experimental_config.pattern_fusion_pass.raw else []
         return partial(
             run_passes, self.post_grad_custom_pre_pass.raw, self.post_grad_custom_post_pass.raw, handed,
             (*patterns, *reinplace),

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ...errors import NotModeledError, OpArgumentError, OpAssertionError, OpTypeError
+from ...errors import ConfigError, NotModeledError, OpArgumentError, OpAssertionError, OpTypeError
 from ...frontend.shapes import GEARS_ATTRIBUTE
 from ..configs.compiler_config import CompilerConfig
 from ..npu_fx_compiler import get_npu_backend
@@ -30,6 +30,7 @@ def cache_compile(
     func: Callable[..., Any],
     *,
     config: CompilerConfig | None = None,
+    backend: Any = None,
     dynamic: bool = True,
     cache_dir: str | None = None,
     global_rank: int | None = None,
@@ -41,17 +42,18 @@ def cache_compile(
 ) -> Callable[..., Any]:
     """``func`` (a bound method of an ``nn.Module``) compiled with the NPU backend of ``config``.
 
-    As TorchAir: only a module's method can be cached, and ``ge_cache`` with
+    As TorchAir: ``backend`` (from ``get_npu_backend``) stands for its config, which must be ``config``
+    when both are given; only a module's method can be cached, and ``ge_cache`` with
     ``experimental_config.frozen_parameter`` is refused. ``fullgraph`` may be passed as in
     ``torch.compile``; ``custom_decompositions`` are applied when lowering, as in ``get_npu_backend``. The
     ranks only name the cache directory on a device, so they change nothing here.
     """
+    config = _config_of(config, backend) or CompilerConfig()
     if not isinstance(func, types.MethodType) or not isinstance(func.__self__, torch.nn.Module):
         raise OpArgumentError(
             f"cache_compile caches a method of a torch.nn.Module (e.g. model.forward), got {func!r}; "
             "pass the bound method.", op="cache_compile", argument="func"
         )
-    config = config or CompilerConfig()
     if ge_cache and config.experimental_config.frozen_parameter.raw:
         raise OpArgumentError(
             "cache_compile(ge_cache=True) with config.experimental_config.frozen_parameter = True: TorchAir "
@@ -59,6 +61,19 @@ def cache_compile(
         )
     backend = get_npu_backend(compiler_config=config, custom_decompositions=custom_decompositions)
     return _compile_method(func, backend, dynamic, kwargs)
+
+
+def _config_of(config: CompilerConfig | None, backend: Any) -> CompilerConfig | None:
+    """The config ``cache_compile`` compiles with: ``config``, else the one ``backend`` was made for; both
+    given, they must be the same (TorchAir's check and words)."""
+    if backend is None:
+        return config
+    made_for = getattr(backend, "keywords", {}).get("compiler_config")
+    if config is not None and made_for is not config:
+        raise ConfigError(
+            "config in current backend is different from the config during cache generation.", argument="config"
+        )
+    return config if config is not None else made_for
 
 
 def _compile_method(func: Callable[..., Any], backend: Any, dynamic: bool, kwargs: dict[str, Any]) -> Callable[..., Any]:

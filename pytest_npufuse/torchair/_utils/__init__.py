@@ -1,0 +1,2 @@
+"""``torchair._utils``: TorchAir's private helpers; of them the model has :mod:`.graph_transform_observer`,
+the numbering and files of the ``TORCH_COMPILE_DEBUG=1`` debug folder."""
