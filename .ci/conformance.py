@@ -31,13 +31,13 @@ import sys
 import time
 from pathlib import Path
 
-FLOOR = 145  # measured 147 passes with the TorchAir debug folder, dump options JSON, cache_compile(backend=) and
-# aclgraph output memory (issue 37, helper torchair: 71 of the review's 79 public tests pass), minus 2 for noise
+FLOOR = 150  # CI's own run measured 154 passes (134 fail-api) after issue 37's TorchAir debug folder, dump options
+# JSON, cache_compile(backend=) and aclgraph output memory (71 of the review's 79 public tests pass), minus 4 for noise (load)
 # Failures the runner calls fail-api, measured with issue 37: TorchAir's private modules now import, so the
 # test bodies behind them run and most fail on TorchAir's own log lines, FX passes and aclgraph internals
 # asserted in public-looking lines (docs/shim.md); a rise is a public name newly wrong. Measured 141 at the
-# same run (down from 147: the public tests fixed above).
-FAIL_API_CEILING = 141
+# same run (down from 147: the public tests fixed above); CI's run of those changes measured 134.
+FAIL_API_CEILING = 138
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = Path(os.environ.get("NPUFUSE_CONFORMANCE_RUNNER", ROOT.parent / "shared" / "conformance" / "torchair" / "run.sh"))
 LAST_LINE = re.compile(r"peersuite: (\d+) passed / (\d+) user-facing tests \((\d+) fail-api, (\d+) fail-internal, (\d+) crash\)")
@@ -53,7 +53,7 @@ TORCH_NPU_FILES = (
     r"test_base_ops/test_fast_gelu\.py|test_base_ops/test_confusion_transpose\.py|test_npu_dynamic_quant\.py|"
     r"test_npu_quantize|test_npu_moe_gating_topk\.py|test_npu_rms_norm\.py|test_npu_add_rms_norm\.py"
 )
-TORCH_NPU_FLOOR = 83  # passes of those files in the strict run of issue 37 (of 100 counted tests)
+TORCH_NPU_FLOOR = 98  # passes of those files strictly: 100 of 100 counted tests in CI's run after issue 37's fixes, minus 2
 TORCH_NPU_LAST_LINE = re.compile(
     r"peersuite2: pass=(\d+) fail-numeric=(\d+) fail-api=(\d+) fail-harness=(\d+) crash=(\d+) of (\d+) tests in (\d+) files")
 
